@@ -1,0 +1,3 @@
+"""Jepsen-shaped fault-injection harness over real raftlog node processes: db, net, nemesis,
+client, generator, history, checkers, report.
+"""

@@ -1,0 +1,3 @@
+"""PySpark Python Data Source `format("raftlog")`. Nothing here yet: it arrives with the Spark
+issue.
+"""
