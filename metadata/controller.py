@@ -1,0 +1,673 @@
+"""The active controller's decisions (pure: `now_ms` and `random.Random` are injected).
+
+Kafka-coordinator style: every decision returns a `ControllerResult(envelopes, response)`
+and never changes the image. The service proposes each envelope through the quorum, in
+order, re-sending the *same bytes* on an unknown outcome, and answers the caller once every
+envelope's outcome is in the image (`image.request_outcome(env.request_id)`): all "OK" →
+`response`; otherwise `outcome.error()` (e.g. TOPIC_ALREADY_EXISTS if another create won the
+race). A result with no envelopes needs no proposal: answer at once.
+
+Life cycle (what service.py does):
+    on becoming Raft leader (term T):  c = Controller(image, T, now_ms, random.Random(seed))
+                                        propose(c.noop())   # stamps epoch T into the image
+    after each committed envelope:      c.update_image(new_image, now_ms)
+                                        propose(c.ensure_internal_topics(now_ms))
+    every heartbeat_ms or so:           propose(c.tick(now_ms))
+                                        moves = c.preferred_leader_moves(now_ms)  # send transfers
+    broker RPCs:                        c.register_broker(...), c.heartbeat(...), ...
+    on losing leadership:               drop c (its in-memory state is worth nothing)
+A Controller that sees a newer controller epoch in `update_image` raises NotControllerError
+from every decision.
+
+In memory only (never records; rebuilt on activation): broker heartbeat times (every
+registered broker gets a fresh session on activation, as in KRaft), since-when each broker is
+unfenced, "pending" marks for proposals in flight (so a tick does not propose the same fence
+twice and two racing creates of one name do not both pass; a mark clears when its envelope's
+outcome appears in the image, or after `proposal_timeout_ms`), the producer-id reservation,
+and when each leader move was last suggested.
+
+Placement (create_topic): the unfenced brokers in id order form a ring. Each partition's
+preferred leader (its first replica) is the broker with the fewest preferred leaderships so
+far — counting the whole image, so leaders spread across topics too — ties going to the next
+broker round the ring after the previous partition's leader; the other replicas are the next
+brokers round the ring. 6 partitions × RF 3 on 3 brokers: 2 preferred leaderships each.
+Initial `leader` is -1: the partition's Raft group elects, the controller records reports.
+
+Big topics: a creation whose records exceed `max_envelope_bytes` is split over several
+envelopes (Topic + first partitions, then more partitions). Clients should see only
+`complete` topics (`list_topics`/`describe_topic` hide incomplete ones). If a later envelope
+is lost, `tick` re-places the missing partitions.
+
+Public API (now_ms is keyword-only except in tick/preferred_leader_moves):
+    Controller(image, controller_epoch, now_ms, rng, *, session_timeout_ms=9000, ...)
+    .image, .controller_epoch, .update_image(image, now_ms)
+    .noop() -> ControllerResult[None]
+    .register_broker(broker_id, incarnation_id, host, port, peer_host, peer_port, rack=None, *, now_ms)
+        -> ControllerResult[RegisterBrokerResponse]
+    .heartbeat(broker_id, incarnation_id, *, now_ms) -> ControllerResult[HeartbeatResponse]
+    .controlled_shutdown(broker_id, incarnation_id, *, now_ms) -> ControllerResult[None]
+    .tick(now_ms) -> ControllerResult[None]
+    .create_topic(name, partitions, replication_factor, configs=None, internal=False, *, now_ms)
+        -> ControllerResult[CreateTopicResponse]
+    .delete_topic(name, *, now_ms) -> ControllerResult[str]   (the topic_id)
+    .alter_configs(name, set=None, delete=(), *, now_ms) -> ControllerResult[dict[str, str]]
+    .describe_topic(name) -> TopicImage;  .list_topics(include_internal=False) -> tuple[str, ...]
+    .describe_configs(name) -> tuple[ConfigEntry, ...]
+    .partition_leader_report(topic, partition, leader, leader_epoch, *, now_ms, topic_id=None)
+        -> ControllerResult[bool]   (True if a PartitionChange is proposed)
+    .preferred_leader_moves(now_ms, max_moves=None) -> tuple[LeaderMove, ...]
+    .allocate_producer_ids(broker_id, *, now_ms) -> ControllerResult[ProducerIdBlock]
+    .ensure_internal_topics(now_ms) -> ControllerResult[CreateTopicResponse | None]
+    .last_heartbeat_age_ms(broker_id, now_ms) -> int | None
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import random
+import re
+from dataclasses import dataclass
+from typing import Generic, Mapping, TypeVar
+
+from metadata.errors import (
+    BrokerNotRegisteredError,
+    DuplicateBrokerRegistrationError,
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidRecordError,
+    InvalidReplicationFactorError,
+    InvalidRequestError,
+    InvalidTopicError,
+    NotControllerError,
+    ProducerIdsExhaustedError,
+    StaleBrokerEpochError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from metadata.image import MetadataImage, PartitionState, TopicImage
+from metadata.records import (
+    INT64_MAX,
+    MAX_ENVELOPE_BYTES,
+    MAX_PARTITIONS,
+    MAX_REPLICAS,
+    MAX_TOPIC_NAME_CHARS,
+    Config,
+    Envelope,
+    FenceBroker,
+    NoOp,
+    Partition,
+    PartitionChange,
+    ProducerIdBlock,
+    Record,
+    RegisterBroker,
+    RemoveTopic,
+    Topic,
+    UnfenceBroker,
+    encode_envelope,
+    encode_record,
+)
+from metadata.topic_config import TOPIC_CONFIGS, ConfigEntry, describe_configs, normalize_configs
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SESSION_TIMEOUT_MS = 9000
+DEFAULT_HEARTBEAT_MS = 1500  # for the broker side; the controller only judges silence
+DEFAULT_PROPOSAL_TIMEOUT_MS = 5000
+DEFAULT_LEADER_SETTLE_MS = 5000
+DEFAULT_LEADER_MOVE_RETRY_MS = 10_000
+DEFAULT_MAX_LEADER_MOVES = 8
+PRODUCER_ID_BLOCK_SIZE = 1000
+OFFSETS_TOPIC = "__consumer_offsets"
+OFFSETS_TOPIC_PARTITIONS = 16
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+MAX_PENDING = 100_000  # marks are per broker/topic/partition; this only guards against leaks
+
+_TOPIC_NAME_RE = re.compile(r"[a-zA-Z0-9._-]+\Z")
+# Envelope map framing around the records array: keys, request id, epoch, array header.
+_ENVELOPE_OVERHEAD_BYTES = 160
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ControllerResult(Generic[T]):
+    """Envelopes to propose, in order (empty: nothing to write), and the answer to give once
+    they all apply."""
+
+    envelopes: tuple[Envelope, ...]
+    response: T
+
+    @property
+    def records(self) -> tuple[Record, ...]:
+        return tuple(r for env in self.envelopes for r in env.records)
+
+
+@dataclass(frozen=True)
+class RegisterBrokerResponse:
+    broker_id: int
+    incarnation_id: str
+
+
+@dataclass(frozen=True)
+class HeartbeatResponse:
+    """`fenced`: as of the committed image (stays True until the UnfenceBroker applies).
+    `shutting_down`: the controller knows of a controlled shutdown of this incarnation."""
+
+    fenced: bool
+    shutting_down: bool
+    controller_epoch: int
+
+
+@dataclass(frozen=True)
+class CreateTopicResponse:
+    name: str
+    topic_id: str
+    partitions: tuple[PartitionState, ...]
+
+
+@dataclass(frozen=True)
+class LeaderMove:
+    """Ask the partition's current leader to transfer leadership to `preferred_leader`."""
+
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    preferred_leader: int
+
+
+def validate_topic_name(name: object) -> str:
+    """Kafka's rules: 1-249 chars of [a-zA-Z0-9._-], not "." or "..". Raises InvalidTopicError."""
+    if not isinstance(name, str) or not name:
+        raise InvalidTopicError("topic name must be a non-empty string")
+    if name in (".", ".."):
+        raise InvalidTopicError(f"topic name cannot be {name!r}")
+    if len(name) > MAX_TOPIC_NAME_CHARS:
+        raise InvalidTopicError(f"topic name is {len(name)} chars, at most {MAX_TOPIC_NAME_CHARS}")
+    if not _TOPIC_NAME_RE.match(name):
+        raise InvalidTopicError(f"topic name {name!r} may contain only ASCII letters, digits, '.', '_' and '-'")
+    return name
+
+
+class Controller:
+    """Decisions of the active controller for one controller epoch. Not thread-safe: the
+    service calls it from one task (the trio thread)."""
+
+    def __init__(
+        self,
+        image: MetadataImage,
+        controller_epoch: int,
+        now_ms: int,
+        rng: random.Random,
+        *,
+        session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
+        proposal_timeout_ms: int = DEFAULT_PROPOSAL_TIMEOUT_MS,
+        leader_settle_ms: int = DEFAULT_LEADER_SETTLE_MS,
+        leader_move_retry_ms: int = DEFAULT_LEADER_MOVE_RETRY_MS,
+        max_leader_moves: int = DEFAULT_MAX_LEADER_MOVES,
+        offsets_replication_factor: int = 3,
+        max_envelope_bytes: int = MAX_ENVELOPE_BYTES,
+    ):
+        """`offsets_replication_factor`: RF of `__consumer_offsets`, created once that many
+        brokers are unfenced (pass min(3, cluster size) for small clusters)."""
+        if controller_epoch < image.controller_epoch:
+            raise NotControllerError(
+                f"controller epoch {controller_epoch} is older than the image's {image.controller_epoch}"
+            )
+        self._image = image
+        self.controller_epoch = controller_epoch
+        self._rng = rng
+        self.session_timeout_ms = session_timeout_ms
+        self.proposal_timeout_ms = proposal_timeout_ms
+        self.leader_settle_ms = leader_settle_ms
+        self.leader_move_retry_ms = leader_move_retry_ms
+        self.max_leader_moves = max_leader_moves
+        self.offsets_replication_factor = offsets_replication_factor
+        self.max_envelope_bytes = max_envelope_bytes
+        # A random tag keeps request ids unique even if the service builds two Controllers
+        # for one epoch (a request id collision would make replay drop a new proposal).
+        self._request_tag = _b64(rng.getrandbits(36).to_bytes(5, "big"))[:6]
+        self._request_seq = 0
+        self._deposed = False
+        self._last_heartbeat_ms: dict[int, int] = {b: now_ms for b in image.brokers}
+        self._unfenced_since_ms: dict[int, int] = {b: now_ms for b in image.unfenced_broker_ids()}
+        self._shutting_down: dict[int, str] = {}  # broker id -> incarnation in controlled shutdown
+        # key -> (request_id, expires_ms, tag); tag is e.g. the proposed leader epoch
+        self._pending: dict[tuple, tuple[str, int, int]] = {}
+        self._reserved_producer_id = image.next_producer_id
+        self._move_suggested_ms: dict[tuple[str, int], int] = {}
+
+    # --- image ---
+
+    @property
+    def image(self) -> MetadataImage:
+        return self._image
+
+    def update_image(self, image: MetadataImage, now_ms: int) -> None:
+        """Adopt a newly committed image: clears settled pending marks, tracks unfencing."""
+        self._image = image
+        if image.controller_epoch > self.controller_epoch:
+            self._deposed = True  # a newer controller wrote: every decision now refuses
+        self._pending = {
+            k: v for k, v in self._pending.items() if image.request_outcome(v[0]) is None and v[1] > now_ms
+        }
+        unfenced = set(image.unfenced_broker_ids())
+        for b in list(self._unfenced_since_ms):
+            if b not in unfenced:
+                del self._unfenced_since_ms[b]
+        for b in unfenced:
+            self._unfenced_since_ms.setdefault(b, now_ms)
+        for b in image.brokers:
+            self._last_heartbeat_ms.setdefault(b, now_ms)
+        self._reserved_producer_id = max(self._reserved_producer_id, image.next_producer_id)
+
+    def _check_active(self) -> None:
+        if self._deposed:
+            raise NotControllerError(
+                f"controller epoch {self.controller_epoch} was superseded by {self._image.controller_epoch}"
+            )
+
+    # --- plumbing ---
+
+    def _envelope(self, records: list[Record] | tuple[Record, ...]) -> Envelope:
+        self._request_seq += 1
+        return Envelope(f"{self.controller_epoch}.{self._request_tag}.{self._request_seq}",
+                        self.controller_epoch, tuple(records))
+
+    def _result(self, records: list[Record], response: T) -> ControllerResult[T]:
+        envelopes = (self._envelope(records),) if records else ()
+        return ControllerResult(envelopes, response)
+
+    def _pending_tag(self, key: tuple, now_ms: int) -> int | None:
+        entry = self._pending.get(key)
+        if entry is None:
+            return None
+        request_id, expires_ms, tag = entry
+        if expires_ms <= now_ms or self._image.request_outcome(request_id) is not None:
+            del self._pending[key]
+            return None
+        return tag
+
+    def _mark(self, key: tuple, envelope: Envelope, now_ms: int, tag: int = 0) -> None:
+        if len(self._pending) >= MAX_PENDING:
+            self._purge_pending(now_ms)
+        self._pending[key] = (envelope.request_id, now_ms + self.proposal_timeout_ms, tag)
+
+    def _purge_pending(self, now_ms: int) -> None:
+        for key in list(self._pending):
+            self._pending_tag(key, now_ms)
+
+    def noop(self) -> ControllerResult[None]:
+        """A NoOp envelope: propose it first after activation (stamps the epoch, so envelopes
+        a deposed controller still has in flight get STALE_CONTROLLER_EPOCH)."""
+        self._check_active()
+        return self._result([NoOp()], None)
+
+    # --- brokers ---
+
+    def register_broker(
+        self,
+        broker_id: int,
+        incarnation_id: str,
+        host: str,
+        port: int,
+        peer_host: str,
+        peer_port: int,
+        rack: str | None = None,
+        *,
+        now_ms: int,
+    ) -> ControllerResult[RegisterBrokerResponse]:
+        """Register a broker process. A new incarnation of a known id is refused with
+        DuplicateBrokerRegistrationError while the old incarnation is unfenced, not shutting
+        down, and heard from within session_timeout_ms (two live processes with one id). The
+        broker is fenced until its first heartbeat after the record applies. Raises
+        InvalidRequestError for bad fields."""
+        self._check_active()
+        try:
+            record = RegisterBroker(broker_id, incarnation_id, host, port, peer_host, peer_port, rack)
+        except InvalidRecordError as e:
+            raise InvalidRequestError(str(e)) from None
+        old = self._image.broker(broker_id)
+        if old is not None and old.incarnation_id != incarnation_id:
+            silent_ms = now_ms - self._last_heartbeat_ms.get(broker_id, now_ms)
+            if not old.fenced and self._shutting_down.get(broker_id) != old.incarnation_id \
+                    and silent_ms <= self.session_timeout_ms:
+                raise DuplicateBrokerRegistrationError(
+                    f"broker {broker_id} is registered by live incarnation {old.incarnation_id} "
+                    f"(heard {silent_ms} ms ago; session {self.session_timeout_ms} ms)"
+                )
+        self._last_heartbeat_ms[broker_id] = now_ms
+        if self._shutting_down.get(broker_id) != incarnation_id:
+            self._shutting_down.pop(broker_id, None)
+        response = RegisterBrokerResponse(broker_id, incarnation_id)
+        if old is not None and old.to_record() == record:
+            return ControllerResult((), response)  # a retried registration: nothing new
+        result = self._result([record], response)
+        self._mark(("register", broker_id, incarnation_id), result.envelopes[0], now_ms)
+        return result
+
+    def heartbeat(self, broker_id: int, incarnation_id: str, *, now_ms: int) -> ControllerResult[HeartbeatResponse]:
+        """Record a heartbeat; propose UnfenceBroker if the broker is fenced (and not shutting
+        down). Raises BrokerNotRegisteredError (re-register) or StaleBrokerEpochError (this
+        process was replaced by a newer incarnation: stop)."""
+        self._check_active()
+        reg = self._image.broker(broker_id)
+        registering = self._pending_tag(("register", broker_id, incarnation_id), now_ms) is not None
+        if reg is None or reg.incarnation_id != incarnation_id:
+            if registering:  # its registration is in flight: a heartbeat, still fenced
+                self._last_heartbeat_ms[broker_id] = now_ms
+                return ControllerResult((), HeartbeatResponse(True, False, self.controller_epoch))
+            if reg is None:
+                raise BrokerNotRegisteredError(f"broker {broker_id} is not registered")
+            raise StaleBrokerEpochError(
+                f"broker {broker_id} incarnation {incarnation_id} was replaced by {reg.incarnation_id}"
+            )
+        self._last_heartbeat_ms[broker_id] = now_ms
+        shutting_down = self._shutting_down.get(broker_id) == incarnation_id
+        response = HeartbeatResponse(reg.fenced, shutting_down, self.controller_epoch)
+        key = ("unfence", broker_id, incarnation_id)
+        if not reg.fenced or shutting_down or self._pending_tag(key, now_ms) is not None:
+            return ControllerResult((), response)
+        result = self._result([UnfenceBroker(broker_id, incarnation_id)], response)
+        self._mark(key, result.envelopes[0], now_ms)
+        return result
+
+    def controlled_shutdown(self, broker_id: int, incarnation_id: str, *, now_ms: int) -> ControllerResult[None]:
+        """Fence a broker that is shutting down cleanly; its heartbeats no longer unfence it,
+        and its next incarnation may register at once. Raises as heartbeat does."""
+        self._check_active()
+        reg = self._image.broker(broker_id)
+        if reg is None:
+            raise BrokerNotRegisteredError(f"broker {broker_id} is not registered")
+        if reg.incarnation_id != incarnation_id:
+            raise StaleBrokerEpochError(f"broker {broker_id} incarnation {incarnation_id} is not registered")
+        self._shutting_down[broker_id] = incarnation_id
+        key = ("fence", broker_id, incarnation_id)
+        if reg.fenced or self._pending_tag(key, now_ms) is not None:
+            return ControllerResult((), None)
+        result = self._result([FenceBroker(broker_id, incarnation_id)], None)
+        self._mark(key, result.envelopes[0], now_ms)
+        return result
+
+    def last_heartbeat_age_ms(self, broker_id: int, now_ms: int) -> int | None:
+        last = self._last_heartbeat_ms.get(broker_id)
+        return None if last is None else now_ms - last
+
+    def tick(self, now_ms: int) -> ControllerResult[None]:
+        """Fence every unfenced broker silent for more than session_timeout_ms (one envelope
+        per broker, so one stale fence cannot hold back another), and re-place the missing
+        partitions of incomplete topics that no proposal is completing."""
+        self._check_active()
+        envelopes: list[Envelope] = []
+        for broker_id in self._image.unfenced_broker_ids():
+            reg = self._image.brokers[broker_id]
+            silent_ms = now_ms - self._last_heartbeat_ms.get(broker_id, now_ms)
+            key = ("fence", broker_id, reg.incarnation_id)
+            if silent_ms > self.session_timeout_ms and self._pending_tag(key, now_ms) is None:
+                log.info("fencing broker %d: silent for %d ms", broker_id, silent_ms)
+                env = self._envelope([FenceBroker(broker_id, reg.incarnation_id)])
+                self._mark(key, env, now_ms)
+                envelopes.append(env)
+        for topic in sorted(self._image.topics.values(), key=lambda t: t.name):
+            if not topic.complete and self._pending_tag(("topic", topic.name), now_ms) is None:
+                envelopes.extend(self._complete_topic(topic, now_ms))
+        self._purge_pending(now_ms)
+        return ControllerResult(tuple(envelopes), None)
+
+    # --- topics ---
+
+    def _ring_placement(self, count: int, replication_factor: int) -> list[tuple[int, ...]]:
+        brokers = self._image.unfenced_broker_ids()
+        n = len(brokers)
+        all_counts = self._image.preferred_leader_counts()
+        counts = [all_counts.get(b, 0) for b in brokers]
+        # Start at the least-loaded broker (lowest id on ties): leaders spread across topics.
+        cursor = min(range(n), key=lambda i: (counts[i], i))
+        out = []
+        for _ in range(count):
+            leader = min(range(n), key=lambda i: (counts[i], (i - cursor) % n))
+            counts[leader] += 1
+            out.append(tuple(brokers[(leader + j) % n] for j in range(replication_factor)))
+            cursor = (leader + 1) % n
+        return out
+
+    def _pack(self, records: list[Record]) -> list[Envelope]:
+        """Split records, in order, into envelopes of at most max_envelope_bytes."""
+        budget = self.max_envelope_bytes - _ENVELOPE_OVERHEAD_BYTES
+        chunks: list[list[Record]] = [[]]
+        used = 0
+        for r in records:
+            size = len(encode_record(r))
+            if chunks[-1] and used + size > budget:
+                chunks.append([])
+                used = 0
+            chunks[-1].append(r)
+            used += size
+        envelopes = [self._envelope(c) for c in chunks]
+        for env in envelopes:  # assert on write: raises EnvelopeTooLargeError if the estimate was wrong
+            encode_envelope(env, self.max_envelope_bytes)
+        return envelopes
+
+    def _complete_topic(self, topic: TopicImage, now_ms: int) -> list[Envelope]:
+        live = len(self._image.unfenced_broker_ids())
+        rf = min(len(topic.partitions[0].replicas) if topic.partitions else 1, live)
+        if rf < 1:
+            return []
+        first = len(topic.partitions)
+        placement = self._ring_placement(topic.partition_count - first, rf)
+        records: list[Record] = [
+            Partition(topic.topic_id, first + i, replicas, replicas[0]) for i, replicas in enumerate(placement)
+        ]
+        envelopes = self._pack(records)
+        self._mark(("topic", topic.name), envelopes[-1], now_ms)
+        log.warning("completing topic %s: partitions %d..%d", topic.name, first, topic.partition_count - 1)
+        return envelopes
+
+    def _new_topic_id(self) -> str:
+        while True:
+            topic_id = _b64(self._rng.getrandbits(128).to_bytes(16, "big"))
+            if self._image.topic_by_id(topic_id) is None:
+                return topic_id
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, str] | None = None,
+        internal: bool = False,
+        *,
+        now_ms: int,
+    ) -> ControllerResult[CreateTopicResponse]:
+        """Validate and place a new topic. Raises, in this order of checks: InvalidTopicError
+        (name rules; reserved internal name; '.'/'_' collision with an existing topic),
+        TopicAlreadyExistsError (committed or in flight), InvalidPartitionsError (1..10000),
+        InvalidReplicationFactorError (1..unfenced brokers), InvalidConfigError (names the key)."""
+        self._check_active()
+        validate_topic_name(name)
+        if name in INTERNAL_TOPICS and not internal:
+            raise InvalidTopicError(f"{name!r} is reserved for an internal topic")
+        if self._image.topic(name) is not None or self._pending_tag(("topic", name), now_ms) is not None:
+            raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+        collision_key = name.replace(".", "_")
+        for other in self._image.topic_ids:
+            if other.replace(".", "_") == collision_key:
+                raise InvalidTopicError(f"topic {name!r} collides with existing topic {other!r} ('.' and '_' collide)")
+        if type(partitions) is not int or not 1 <= partitions <= MAX_PARTITIONS:
+            raise InvalidPartitionsError(f"partitions must be 1..{MAX_PARTITIONS}, got {partitions!r}")
+        live = self._image.unfenced_broker_ids()
+        if type(replication_factor) is not int or not 1 <= replication_factor <= min(len(live), MAX_REPLICAS):
+            raise InvalidReplicationFactorError(
+                f"replication factor must be 1..{min(len(live), MAX_REPLICAS)}: "
+                f"{len(live)} live (unfenced) broker(s), got {replication_factor!r}"
+            )
+        normalized = normalize_configs(configs if configs is not None else {})
+        topic_id = self._new_topic_id()
+        placement = self._ring_placement(partitions, replication_factor)
+        parts = [Partition(topic_id, p, replicas, replicas[0]) for p, replicas in enumerate(placement)]
+        records: list[Record] = [Topic(name, topic_id, partitions, internal, normalized), *parts]
+        envelopes = self._pack(records)
+        self._mark(("topic", name), envelopes[-1], now_ms)
+        response = CreateTopicResponse(
+            name, topic_id, tuple(PartitionState(p.partition, p.replicas, p.preferred_leader, -1, 0) for p in parts)
+        )
+        return ControllerResult(tuple(envelopes), response)
+
+    def _complete_topic_named(self, name: str) -> TopicImage:
+        topic = self._image.topic(name)
+        if topic is None or not topic.complete:
+            raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+        return topic
+
+    def delete_topic(self, name: str, *, now_ms: int) -> ControllerResult[str]:
+        """Propose RemoveTopic. Raises UnknownTopicOrPartitionError (also while a delete of it
+        is in flight), InvalidTopicError for internal topics. Response: the topic_id."""
+        self._check_active()
+        topic = self._image.topic(name)
+        if topic is None or self._pending_tag(("delete", topic.topic_id), now_ms) is not None:
+            raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+        if topic.internal:
+            raise InvalidTopicError(f"internal topic {name!r} cannot be deleted")
+        result = self._result([RemoveTopic(topic.topic_id)], topic.topic_id)
+        self._mark(("delete", topic.topic_id), result.envelopes[0], now_ms)
+        return result
+
+    def alter_configs(
+        self,
+        name: str,
+        set: Mapping[str, str] | None = None,
+        delete: tuple[str, ...] | list[str] = (),
+        *,
+        now_ms: int,
+    ) -> ControllerResult[dict[str, str]]:
+        """Set and delete (back to default) topic config keys. Response: the topic's explicitly
+        set configs after the change. Raises UnknownTopicOrPartitionError, InvalidConfigError
+        (names the key), InvalidRequestError (a key both set and deleted)."""
+        self._check_active()
+        topic = self._complete_topic_named(name)
+        normalized = normalize_configs(set if set is not None else {})
+        if isinstance(delete, (str, bytes)) or not isinstance(delete, (list, tuple)):
+            raise InvalidRequestError("delete must be a list of config keys")
+        for key in delete:
+            if not isinstance(key, str) or key not in TOPIC_CONFIGS:
+                raise InvalidConfigError(f"unknown topic config {key!r}", key=key if isinstance(key, str) else None)
+        both = sorted(k for k in dict.fromkeys(delete) if k in normalized)
+        if both:
+            raise InvalidRequestError(f"config keys both set and deleted: {both}")
+        after = {k: v for k, v in topic.configs.items() if k not in delete}
+        after.update(normalized)
+        after = dict(sorted(after.items()))
+        if after == dict(topic.configs):
+            return ControllerResult((), after)
+        deleted = tuple(k for k in dict.fromkeys(delete) if k in topic.configs)
+        return self._result([Config(topic.topic_id, normalized, deleted)], after)
+
+    def describe_topic(self, name: str) -> TopicImage:
+        """Raises UnknownTopicOrPartitionError (also for a topic still being created)."""
+        return self._complete_topic_named(name)
+
+    def list_topics(self, include_internal: bool = False) -> tuple[str, ...]:
+        return tuple(n for n in self._image.topic_names(include_internal) if self._image.topic(n).complete)
+
+    def describe_configs(self, name: str) -> tuple[ConfigEntry, ...]:
+        return describe_configs(self._complete_topic_named(name).configs)
+
+    # --- partition leadership ---
+
+    def partition_leader_report(
+        self,
+        topic: str,
+        partition: int,
+        leader: int,
+        leader_epoch: int,
+        *,
+        now_ms: int,
+        topic_id: str | None = None,
+    ) -> ControllerResult[bool]:
+        """A partition's Raft group reports its leader. Proposes PartitionChange only when the
+        report is newer than the image (higher epoch, or the leader of the current epoch was
+        unknown) and newer than any change already in flight. Raises
+        UnknownTopicOrPartitionError, InvalidRequestError (leader not a replica)."""
+        self._check_active()
+        t = self._image.topic(topic)
+        if t is None or (topic_id is not None and t.topic_id != topic_id) or not 0 <= partition < len(t.partitions):
+            raise UnknownTopicOrPartitionError(f"unknown partition {topic}-{partition}")
+        cur = t.partitions[partition]
+        if type(leader) is not int or type(leader_epoch) is not int or leader_epoch < 0:
+            raise InvalidRequestError("leader and leader_epoch must be ints, leader_epoch >= 0")
+        if leader != -1 and leader not in cur.replicas:
+            raise InvalidRequestError(f"broker {leader} is not a replica of {topic}-{partition}")
+        newer = leader_epoch > cur.leader_epoch or (
+            leader_epoch == cur.leader_epoch and cur.leader == -1 and leader != -1
+        )
+        key = ("leader", t.topic_id, partition)
+        in_flight = self._pending_tag(key, now_ms)
+        if not newer or (in_flight is not None and in_flight >= leader_epoch):
+            return ControllerResult((), False)
+        result = self._result([PartitionChange(t.topic_id, partition, leader, leader_epoch)], True)
+        self._mark(key, result.envelopes[0], now_ms, tag=leader_epoch)
+        return result
+
+    def preferred_leader_moves(self, now_ms: int, max_moves: int | None = None) -> tuple[LeaderMove, ...]:
+        """Partitions whose known leader is not the preferred leader while the preferred
+        leader has been unfenced for >= leader_settle_ms; at most `max_moves` (default
+        max_leader_moves), in (topic, partition) order, and a partition is suggested again
+        only after leader_move_retry_ms. Not records: the service asks the current leader to
+        transfer leadership, and the group's next leader report updates the image."""
+        self._check_active()
+        limit = self.max_leader_moves if max_moves is None else max_moves
+        self._move_suggested_ms = {
+            k: t for k, t in self._move_suggested_ms.items() if now_ms - t < self.leader_move_retry_ms
+        }
+        moves: list[LeaderMove] = []
+        for t in sorted(self._image.topics.values(), key=lambda t: t.name):
+            for p in t.partitions:
+                if len(moves) >= limit:
+                    return tuple(moves)
+                if p.leader == -1 or p.leader == p.preferred_leader:
+                    continue
+                since = self._unfenced_since_ms.get(p.preferred_leader)
+                if since is None or now_ms - since < self.leader_settle_ms:
+                    continue
+                if (t.name, p.partition) in self._move_suggested_ms:
+                    continue
+                self._move_suggested_ms[(t.name, p.partition)] = now_ms
+                moves.append(LeaderMove(t.name, p.partition, p.leader, p.leader_epoch, p.preferred_leader))
+        return tuple(moves)
+
+    # --- producer ids ---
+
+    def allocate_producer_ids(self, broker_id: int, *, now_ms: int) -> ControllerResult[ProducerIdBlock]:
+        """The next block of PRODUCER_ID_BLOCK_SIZE ids for a registered broker. Blocks handed
+        out by this controller never overlap, even with several in flight. Raises
+        BrokerNotRegisteredError, ProducerIdsExhaustedError."""
+        self._check_active()
+        if self._image.broker(broker_id) is None:
+            raise BrokerNotRegisteredError(f"broker {broker_id} is not registered")
+        first = max(self._reserved_producer_id, self._image.next_producer_id)
+        if first + PRODUCER_ID_BLOCK_SIZE - 1 > INT64_MAX:
+            raise ProducerIdsExhaustedError("no producer ids left")
+        block = ProducerIdBlock(broker_id, first, PRODUCER_ID_BLOCK_SIZE)
+        self._reserved_producer_id = first + PRODUCER_ID_BLOCK_SIZE
+        return self._result([block], block)
+
+    # --- internal topics ---
+
+    def ensure_internal_topics(self, now_ms: int) -> ControllerResult[CreateTopicResponse | None]:
+        """Create `__consumer_offsets` (16 partitions, RF offsets_replication_factor,
+        cleanup_policy=compact, internal) once that many brokers are unfenced and it neither
+        exists nor is being created. Otherwise an empty result (response None)."""
+        self._check_active()
+        rf = self.offsets_replication_factor
+        if self._image.topic(OFFSETS_TOPIC) is not None or self._pending_tag(("topic", OFFSETS_TOPIC), now_ms) is not None:
+            return ControllerResult((), None)
+        if len(self._image.unfenced_broker_ids()) < rf:
+            return ControllerResult((), None)
+        return self.create_topic(
+            OFFSETS_TOPIC, OFFSETS_TOPIC_PARTITIONS, rf, {"cleanup_policy": "compact"}, internal=True, now_ms=now_ms
+        )
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")

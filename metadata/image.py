@@ -1,0 +1,307 @@
+"""The metadata image: an immutable view of the cluster as of some committed envelope (pure).
+
+Every node keeps one, replaying committed envelopes (delta.py). Nothing else changes it.
+
+Invariants:
+* Immutable: frozen dataclasses; maps are `types.MappingProxyType` over dicts no one else
+  holds; sequences are tuples. An update copies only the maps it changes (delta.py), so an
+  image handed to another thread or task never changes under it.
+* `topic_ids[name] == topic_id` iff `topics[topic_id].name == name` (one topic per name).
+* A topic's `partitions[i].partition == i`; `len(partitions) <= partition_count`; the topic is
+  `complete` when they are equal (big topics arrive over several envelopes).
+* Every partition's replicas are registered brokers (brokers are never removed, only fenced).
+* `recent_requests` holds the outcome of the last MAX_RECENT_REQUESTS envelopes in log order:
+  the dedupe window for retried proposals and how the proposer learns what became of its
+  proposal ("OK" or the rejection code).
+* Concurrency: an image may be read from any thread (PySyncObj's tick thread replays and
+  publishes; trio tasks read), since nothing in it ever changes.
+* `image_to_snapshot` is canonical CBOR, so equal images give equal bytes; `image_from_snapshot`
+  checks all of the above and raises InvalidRecordError.
+
+Public API:
+    MetadataImage.empty() -> MetadataImage
+    image.broker(id) / unfenced_broker_ids() / fenced_broker_ids()
+    image.topic(name) / topic_by_id(topic_id) / topic_names(include_internal=True)
+    image.partition(name, p) -> PartitionState | None
+    image.partitions_led_by(broker_id) / partitions_assigned_to(broker_id)
+        -> tuple[(topic_name, partition), ...]
+    image.preferred_leader_counts() -> dict[broker_id, int]
+    image.request_outcome(request_id) -> RequestOutcome | None
+    image_to_snapshot(image) -> bytes;  image_from_snapshot(data) -> MetadataImage
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping
+
+import cbor2
+
+from metadata import errors
+from metadata.errors import InvalidRecordError, MetadataError
+from metadata.records import (
+    VERSION,
+    Partition,
+    RegisterBroker,
+    Topic,
+    loads_strict,
+    record_from_obj,
+    record_to_obj,
+)
+from metadata.topic_config import TopicConfig
+
+MAX_RECENT_REQUESTS = 1024
+MAX_SNAPSHOT_BYTES = 256 * 1024 * 1024
+MAX_OUTCOME_MESSAGE_CHARS = 200
+OK = "OK"
+
+_EMPTY_MAP: Mapping[Any, Any] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class BrokerRegistration:
+    broker_id: int
+    incarnation_id: str
+    host: str
+    port: int
+    peer_host: str
+    peer_port: int
+    rack: str | None
+    fenced: bool
+
+    @classmethod
+    def from_record(cls, record: RegisterBroker, fenced: bool) -> "BrokerRegistration":
+        return cls(
+            record.broker_id, record.incarnation_id, record.host, record.port,
+            record.peer_host, record.peer_port, record.rack, fenced,
+        )
+
+    def to_record(self) -> RegisterBroker:
+        return RegisterBroker(
+            self.broker_id, self.incarnation_id, self.host, self.port,
+            self.peer_host, self.peer_port, self.rack,
+        )
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    partition: int
+    replicas: tuple[int, ...]
+    preferred_leader: int
+    leader: int
+    leader_epoch: int
+
+
+@dataclass(frozen=True)
+class TopicImage:
+    name: str
+    topic_id: str
+    internal: bool
+    partition_count: int
+    configs: Mapping[str, str]  # only keys set explicitly; defaults live in topic_config
+    partitions: tuple[PartitionState, ...]
+
+    @property
+    def complete(self) -> bool:
+        """All `partition_count` partitions are known (clients should see only complete topics)."""
+        return len(self.partitions) == self.partition_count
+
+    def effective_config(self) -> TopicConfig:
+        return TopicConfig.from_configs(self.configs)
+
+
+@dataclass(frozen=True)
+class RequestOutcome:
+    """What replay made of one envelope: `code` "OK" (applied) or a rejection code."""
+
+    code: str
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.code == OK
+
+    def error(self) -> MetadataError | None:
+        """The exception to answer the proposer with, or None if applied."""
+        return None if self.ok else errors.from_code(self.code, self.message)
+
+
+@dataclass(frozen=True)
+class MetadataImage:
+    brokers: Mapping[int, BrokerRegistration] = field(default_factory=lambda: _EMPTY_MAP)
+    topics: Mapping[str, TopicImage] = field(default_factory=lambda: _EMPTY_MAP)  # by topic_id
+    topic_ids: Mapping[str, str] = field(default_factory=lambda: _EMPTY_MAP)  # name -> topic_id
+    next_producer_id: int = 0
+    controller_epoch: int = 0  # of the last applied envelope
+    recent_requests: Mapping[str, RequestOutcome] = field(default_factory=lambda: _EMPTY_MAP)
+
+    @classmethod
+    def empty(cls) -> "MetadataImage":
+        return cls()
+
+    # --- brokers ---
+
+    def broker(self, broker_id: int) -> BrokerRegistration | None:
+        return self.brokers.get(broker_id)
+
+    def unfenced_broker_ids(self) -> tuple[int, ...]:
+        return tuple(sorted(b for b, reg in self.brokers.items() if not reg.fenced))
+
+    def fenced_broker_ids(self) -> tuple[int, ...]:
+        return tuple(sorted(b for b, reg in self.brokers.items() if reg.fenced))
+
+    # --- topics ---
+
+    def topic(self, name: str) -> TopicImage | None:
+        topic_id = self.topic_ids.get(name)
+        return None if topic_id is None else self.topics[topic_id]
+
+    def topic_by_id(self, topic_id: str) -> TopicImage | None:
+        return self.topics.get(topic_id)
+
+    def topic_names(self, include_internal: bool = True) -> tuple[str, ...]:
+        return tuple(
+            sorted(n for n, tid in self.topic_ids.items() if include_internal or not self.topics[tid].internal)
+        )
+
+    def partition(self, name: str, partition: int) -> PartitionState | None:
+        topic = self.topic(name)
+        if topic is None or not 0 <= partition < len(topic.partitions):
+            return None
+        return topic.partitions[partition]
+
+    def partitions_led_by(self, broker_id: int) -> tuple[tuple[str, int], ...]:
+        return tuple(
+            (t.name, p.partition)
+            for t in sorted(self.topics.values(), key=lambda t: t.name)
+            for p in t.partitions
+            if p.leader == broker_id
+        )
+
+    def partitions_assigned_to(self, broker_id: int) -> tuple[tuple[str, int], ...]:
+        return tuple(
+            (t.name, p.partition)
+            for t in sorted(self.topics.values(), key=lambda t: t.name)
+            for p in t.partitions
+            if broker_id in p.replicas
+        )
+
+    def preferred_leader_counts(self) -> dict[int, int]:
+        """Partitions whose preferred leader is each registered broker (0 included)."""
+        counts = {b: 0 for b in self.brokers}
+        for t in self.topics.values():
+            for p in t.partitions:
+                counts[p.preferred_leader] = counts.get(p.preferred_leader, 0) + 1
+        return counts
+
+    def replica_counts(self) -> dict[int, int]:
+        """Replicas each registered broker holds (0 included)."""
+        counts = {b: 0 for b in self.brokers}
+        for t in self.topics.values():
+            for p in t.partitions:
+                for r in p.replicas:
+                    counts[r] = counts.get(r, 0) + 1
+        return counts
+
+    # --- requests ---
+
+    def request_outcome(self, request_id: str) -> RequestOutcome | None:
+        """None while the envelope is not applied (or fell out of the dedupe window)."""
+        return self.recent_requests.get(request_id)
+
+
+# --- snapshots --------------------------------------------------------------------------
+# Brokers and topics are stored as the very records that create them, so the strict record
+# decoder checks snapshot contents too.
+
+
+def image_to_snapshot(image: MetadataImage) -> bytes:
+    """Canonical CBOR of the whole image: equal images give equal bytes."""
+    obj = {
+        "k": "image",
+        "v": VERSION,
+        "brokers": [
+            [record_to_obj(reg.to_record()), reg.fenced]
+            for _, reg in sorted(image.brokers.items())
+        ],
+        "topics": [
+            [
+                record_to_obj(Topic(t.name, t.topic_id, t.partition_count, t.internal, t.configs)),
+                [
+                    record_to_obj(
+                        Partition(t.topic_id, p.partition, p.replicas, p.preferred_leader, p.leader, p.leader_epoch)
+                    )
+                    for p in t.partitions
+                ],
+            ]
+            for _, t in sorted(image.topics.items())
+        ],
+        "next_producer_id": image.next_producer_id,
+        "controller_epoch": image.controller_epoch,
+        "recent_requests": [[rid, o.code, o.message] for rid, o in image.recent_requests.items()],
+    }
+    return cbor2.dumps(obj, canonical=True)
+
+
+def _check(cond: bool, why: str) -> None:
+    if not cond:
+        raise InvalidRecordError(f"snapshot: {why}")
+
+
+def image_from_snapshot(data: bytes) -> MetadataImage:
+    """Rebuild an image from `image_to_snapshot` bytes. Raises InvalidRecordError."""
+    obj = loads_strict(data, "snapshot", MAX_SNAPSHOT_BYTES)
+    expected = {"k", "v", "brokers", "topics", "next_producer_id", "controller_epoch", "recent_requests"}
+    _check(isinstance(obj, dict) and set(obj) == expected, "expected an image map with fields " + str(sorted(expected)))
+    _check(obj["k"] == "image" and type(obj["v"]) is int and obj["v"] == VERSION, "unknown kind or version")
+    for key in ("next_producer_id", "controller_epoch"):
+        _check(type(obj[key]) is int and 0 <= obj[key] < 2**63, f"{key} must be a non-negative int")
+    for key in ("brokers", "topics", "recent_requests"):
+        _check(isinstance(obj[key], list), f"{key} must be an array")
+
+    brokers: dict[int, BrokerRegistration] = {}
+    for item in obj["brokers"]:
+        _check(isinstance(item, list) and len(item) == 2 and type(item[1]) is bool, "broker entry")
+        reg = record_from_obj(item[0])
+        _check(isinstance(reg, RegisterBroker), "broker entry is not a register_broker record")
+        _check(reg.broker_id not in brokers, f"duplicate broker {reg.broker_id}")
+        brokers[reg.broker_id] = BrokerRegistration.from_record(reg, item[1])
+
+    topics: dict[str, TopicImage] = {}
+    topic_ids: dict[str, str] = {}
+    for item in obj["topics"]:
+        _check(isinstance(item, list) and len(item) == 2 and isinstance(item[1], list), "topic entry")
+        topic = record_from_obj(item[0])
+        _check(isinstance(topic, Topic), "topic entry is not a topic record")
+        _check(topic.topic_id not in topics and topic.name not in topic_ids, f"duplicate topic {topic.name}")
+        parts = []
+        for i, pobj in enumerate(item[1]):
+            p = record_from_obj(pobj)
+            _check(isinstance(p, Partition) and p.topic_id == topic.topic_id and p.partition == i,
+                   f"topic {topic.name}: partition entry {i}")
+            _check(all(r in brokers for r in p.replicas), f"topic {topic.name}: unknown replica in {p.replicas}")
+            parts.append(PartitionState(p.partition, p.replicas, p.preferred_leader, p.leader, p.leader_epoch))
+        _check(len(parts) <= topic.partition_count, f"topic {topic.name}: more partitions than partition_count")
+        topics[topic.topic_id] = TopicImage(
+            topic.name, topic.topic_id, topic.internal, topic.partition_count, topic.configs, tuple(parts)
+        )
+        topic_ids[topic.name] = topic.topic_id
+
+    recent: dict[str, RequestOutcome] = {}
+    for item in obj["recent_requests"]:
+        _check(
+            isinstance(item, list) and len(item) == 3 and all(type(x) is str for x in item) and item[0] not in recent,
+            "recent request entry",
+        )
+        recent[item[0]] = RequestOutcome(item[1], item[2])
+    _check(len(recent) <= MAX_RECENT_REQUESTS, "too many recent requests")
+
+    return MetadataImage(
+        brokers=MappingProxyType(brokers),
+        topics=MappingProxyType(dict(sorted(topics.items()))),
+        topic_ids=MappingProxyType(dict(sorted(topic_ids.items()))),
+        next_producer_id=obj["next_producer_id"],
+        controller_epoch=obj["controller_epoch"],
+        recent_requests=MappingProxyType(recent),
+    )

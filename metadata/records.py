@@ -1,0 +1,487 @@
+"""Metadata records (after KIP-631) and the envelope the quorum carries (pure).
+
+The metadata quorum has one command, `apply(envelope_bytes)`. One proposal = one `Envelope`
+= a request id, the proposing controller's epoch, and a tuple of records that replay
+atomically (all or nothing, see delta.py).
+
+    Envelope(request_id, controller_epoch, records)
+      records: RegisterBroker | FenceBroker | UnfenceBroker | Topic | RemoveTopic | Partition
+             | PartitionChange | Config | ProducerIdBlock | NoOp
+
+Where things live, and why:
+* `controller_epoch` (the Raft term of the controller that wrote it) is on the envelope, not
+  repeated in every record: a record exists only inside an envelope, so every record carries
+  its epoch through it, at no cost per record.
+* `request_id` is on the envelope: dedupe is per proposal. A proposal retried after an
+  unknown outcome re-sends the *same bytes*, and replay skips a request id it has already
+  applied (the image keeps the last `image.MAX_RECENT_REQUESTS` of them).
+* Records name topics by `topic_id`, never by name: a late record for a deleted topic can
+  then never touch a re-created topic of the same name.
+* FenceBroker / UnfenceBroker carry the broker's `incarnation_id` (a deviation from the
+  brief's `FenceBroker(broker_id)`, as Kafka's records carry the broker epoch): a decision
+  taken about one process of a broker must not fence or unfence its next incarnation.
+* Topic carries `partition_count`: a topic too large for one envelope is created in several
+  (see controller.py); Partition records must arrive in index order, and a topic is
+  `complete` once it has all of them.
+
+Wire form: canonical CBOR (`cbor2.dumps(obj, canonical=True)`) of a map
+`{"k": kind, "v": 1, <field>: <value>, ...}`; tuples travel as arrays, maps as maps.
+Decoding is strict: unknown kind or version, missing or extra field, wrong type (a bool is
+not an int), out-of-range value, or trailing bytes all raise `InvalidRecordError` (never
+KeyError/TypeError). Constructors check the same rules, so an invalid record cannot exist.
+
+Sizes (measured by tests/unit/metadata/test_records.py): a 6-partition RF 3 topic envelope
+is ~0.9 KiB; `encode_envelope` refuses anything over MAX_ENVELOPE_BYTES (32 KiB), well under
+PySyncObj's default appendEntriesBatchSizeBytes (64 KiB) that entries must stay below after
+the bridge's own framing.
+
+Public API:
+    Record (union type), RECORD_KINDS: Mapping[str, type]
+    Envelope(request_id: str, controller_epoch: int, records: tuple[Record, ...])
+    encode_record(record) -> bytes          decode_record(data) -> Record
+    encode_envelope(envelope) -> bytes      decode_envelope(data) -> Envelope
+    record_to_obj(record) -> dict           record_from_obj(obj) -> Record   (plain CBOR-able)
+    MAX_ENVELOPE_BYTES, MAX_PARTITIONS, MAX_REQUEST_ID_CHARS
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import MISSING, dataclass, field, fields
+from types import MappingProxyType
+from typing import Any, ClassVar, Mapping, Union
+
+import cbor2
+
+from metadata.errors import EnvelopeTooLargeError, InvalidRecordError
+
+VERSION = 1
+MAX_ENVELOPE_BYTES = 32 * 1024
+MAX_PARTITIONS = 10_000
+MAX_REPLICAS = 64
+MAX_REQUEST_ID_CHARS = 64
+MAX_ID_CHARS = 64
+MAX_HOST_CHARS = 255
+MAX_TOPIC_NAME_CHARS = 249
+MAX_CONFIG_ENTRIES = 64
+MAX_CONFIG_CHARS = 256
+MAX_PRODUCER_ID_BLOCK = 1_000_000
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+
+
+# --- field checks -----------------------------------------------------------------------
+# Each returns the frozen value or raises InvalidRecordError(f"{kind}.{name}: why").
+
+
+def _fail(kind: str, name: str, why: str) -> InvalidRecordError:
+    return InvalidRecordError(f"{kind}.{name}: {why}")
+
+
+def _int(kind: str, name: str, value: Any, lo: int = INT64_MIN, hi: int = INT64_MAX) -> int:
+    if type(value) is not int:  # bool is an int subclass and is not accepted
+        raise _fail(kind, name, f"expected int, got {type(value).__name__}")
+    if not lo <= value <= hi:
+        raise _fail(kind, name, f"{value} out of range {lo}..{hi}")
+    return value
+
+
+def _str(kind: str, name: str, value: Any, min_chars: int = 1, max_chars: int = MAX_ID_CHARS) -> str:
+    if type(value) is not str:
+        raise _fail(kind, name, f"expected str, got {type(value).__name__}")
+    if not min_chars <= len(value) <= max_chars:
+        raise _fail(kind, name, f"length {len(value)} out of range {min_chars}..{max_chars}")
+    return value
+
+
+def _bool(kind: str, name: str, value: Any) -> bool:
+    if type(value) is not bool:
+        raise _fail(kind, name, f"expected bool, got {type(value).__name__}")
+    return value
+
+
+def _replicas(kind: str, name: str, value: Any) -> tuple[int, ...]:
+    if not isinstance(value, (list, tuple)):
+        raise _fail(kind, name, f"expected array, got {type(value).__name__}")
+    if not 1 <= len(value) <= MAX_REPLICAS:
+        raise _fail(kind, name, f"{len(value)} replicas, expected 1..{MAX_REPLICAS}")
+    out = tuple(_int(kind, name, v, 0, 2**31 - 1) for v in value)
+    if len(set(out)) != len(out):
+        raise _fail(kind, name, f"duplicate broker in {list(out)}")
+    return out
+
+
+def _str_map(kind: str, name: str, value: Any) -> Mapping[str, str]:
+    if not isinstance(value, Mapping):
+        raise _fail(kind, name, f"expected map, got {type(value).__name__}")
+    if len(value) > MAX_CONFIG_ENTRIES:
+        raise _fail(kind, name, f"{len(value)} entries, at most {MAX_CONFIG_ENTRIES}")
+    for k, v in value.items():
+        _str(kind, name, k, 1, MAX_CONFIG_CHARS)
+        _str(kind, name, v, 0, MAX_CONFIG_CHARS)
+    return MappingProxyType(dict(sorted(value.items())))
+
+
+def _str_tuple(kind: str, name: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)):
+        raise _fail(kind, name, f"expected array, got {type(value).__name__}")
+    if len(value) > MAX_CONFIG_ENTRIES:
+        raise _fail(kind, name, f"{len(value)} entries, at most {MAX_CONFIG_ENTRIES}")
+    out = tuple(_str(kind, name, v, 1, MAX_CONFIG_CHARS) for v in value)
+    if len(set(out)) != len(out):
+        raise _fail(kind, name, "duplicate entry")
+    return tuple(sorted(out))
+
+
+def _set(obj: object, name: str, value: Any) -> None:
+    object.__setattr__(obj, name, value)  # frozen dataclass: normalise in __post_init__
+
+
+# --- records ----------------------------------------------------------------------------
+
+
+class _Record:
+    """Base of every record: `KIND` is its wire name."""
+
+    KIND: ClassVar[str]
+
+
+@dataclass(frozen=True)
+class RegisterBroker(_Record):
+    """A broker process announces itself. A new broker, or a new `incarnation_id` for a
+    known broker id, replays as *fenced*; the same incarnation only updates endpoints."""
+
+    KIND: ClassVar[str] = "register_broker"
+    broker_id: int
+    incarnation_id: str
+    host: str
+    port: int
+    peer_host: str
+    peer_port: int
+    rack: str | None = None
+
+    def __post_init__(self) -> None:
+        k = self.KIND
+        _int(k, "broker_id", self.broker_id, 0, 2**31 - 1)
+        _str(k, "incarnation_id", self.incarnation_id)
+        _str(k, "host", self.host, 1, MAX_HOST_CHARS)
+        _int(k, "port", self.port, 1, 65535)
+        _str(k, "peer_host", self.peer_host, 1, MAX_HOST_CHARS)
+        _int(k, "peer_port", self.peer_port, 1, 65535)
+        if self.rack is not None:
+            _str(k, "rack", self.rack)
+
+
+@dataclass(frozen=True)
+class FenceBroker(_Record):
+    """Fence one incarnation of a broker (session expired or controlled shutdown)."""
+
+    KIND: ClassVar[str] = "fence_broker"
+    broker_id: int
+    incarnation_id: str
+
+    def __post_init__(self) -> None:
+        _int(self.KIND, "broker_id", self.broker_id, 0, 2**31 - 1)
+        _str(self.KIND, "incarnation_id", self.incarnation_id)
+
+
+@dataclass(frozen=True)
+class UnfenceBroker(_Record):
+    """Unfence one incarnation of a broker (it heartbeats)."""
+
+    KIND: ClassVar[str] = "unfence_broker"
+    broker_id: int
+    incarnation_id: str
+
+    def __post_init__(self) -> None:
+        _int(self.KIND, "broker_id", self.broker_id, 0, 2**31 - 1)
+        _str(self.KIND, "incarnation_id", self.incarnation_id)
+
+
+@dataclass(frozen=True)
+class Topic(_Record):
+    """Create a topic; its `partition_count` Partition records follow (same or later envelopes)."""
+
+    KIND: ClassVar[str] = "topic"
+    name: str
+    topic_id: str
+    partition_count: int
+    internal: bool = False
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        k = self.KIND
+        _str(k, "name", self.name, 1, MAX_TOPIC_NAME_CHARS)
+        _str(k, "topic_id", self.topic_id)
+        _int(k, "partition_count", self.partition_count, 1, MAX_PARTITIONS)
+        _bool(k, "internal", self.internal)
+        _set(self, "configs", _str_map(k, "configs", self.configs))
+
+
+@dataclass(frozen=True)
+class RemoveTopic(_Record):
+    KIND: ClassVar[str] = "remove_topic"
+    topic_id: str
+
+    def __post_init__(self) -> None:
+        _str(self.KIND, "topic_id", self.topic_id)
+
+
+@dataclass(frozen=True)
+class Partition(_Record):
+    """One partition of a topic: its replicas (in placement order), preferred leader, and the
+    leader/epoch last reported (-1/0 at creation: the partition's Raft group elects)."""
+
+    KIND: ClassVar[str] = "partition"
+    topic_id: str
+    partition: int
+    replicas: tuple[int, ...]
+    preferred_leader: int
+    leader: int = -1
+    leader_epoch: int = 0
+
+    def __post_init__(self) -> None:
+        k = self.KIND
+        _str(k, "topic_id", self.topic_id)
+        _int(k, "partition", self.partition, 0, MAX_PARTITIONS - 1)
+        _set(self, "replicas", _replicas(k, "replicas", self.replicas))
+        _int(k, "preferred_leader", self.preferred_leader, 0, 2**31 - 1)
+        if self.preferred_leader not in self.replicas:
+            raise _fail(k, "preferred_leader", f"{self.preferred_leader} not in replicas {list(self.replicas)}")
+        _int(k, "leader", self.leader, -1, 2**31 - 1)
+        if self.leader != -1 and self.leader not in self.replicas:
+            raise _fail(k, "leader", f"{self.leader} not in replicas {list(self.replicas)}")
+        _int(k, "leader_epoch", self.leader_epoch, 0, 2**31 - 1)
+
+
+@dataclass(frozen=True)
+class PartitionChange(_Record):
+    """A partition's leader/epoch as its Raft group reported it (and, later, reassignment via
+    `replicas`). `leader` -1 means no leader known."""
+
+    KIND: ClassVar[str] = "partition_change"
+    topic_id: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        k = self.KIND
+        _str(k, "topic_id", self.topic_id)
+        _int(k, "partition", self.partition, 0, MAX_PARTITIONS - 1)
+        _int(k, "leader", self.leader, -1, 2**31 - 1)
+        _int(k, "leader_epoch", self.leader_epoch, 0, 2**31 - 1)
+        if self.replicas is not None:
+            _set(self, "replicas", _replicas(k, "replicas", self.replicas))
+            if self.leader != -1 and self.leader not in self.replicas:
+                raise _fail(k, "leader", f"{self.leader} not in replicas {list(self.replicas)}")
+
+
+@dataclass(frozen=True)
+class Config(_Record):
+    """Set and delete topic config keys (values are validated strings, see topic_config.py)."""
+
+    KIND: ClassVar[str] = "config"
+    topic_id: str
+    set: Mapping[str, str] = field(default_factory=dict)
+    delete: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        k = self.KIND
+        _str(k, "topic_id", self.topic_id)
+        _set(self, "set", _str_map(k, "set", self.set))
+        _set(self, "delete", _str_tuple(k, "delete", self.delete))
+        both = sorted(key for key in self.delete if key in self.set)
+        if both:
+            raise _fail(k, "delete", f"keys both set and deleted: {both}")
+
+
+@dataclass(frozen=True)
+class ProducerIdBlock(_Record):
+    """Producer ids [first_producer_id, first_producer_id + size) now belong to `broker_id`."""
+
+    KIND: ClassVar[str] = "producer_id_block"
+    broker_id: int
+    first_producer_id: int
+    size: int
+
+    def __post_init__(self) -> None:
+        k = self.KIND
+        _int(k, "broker_id", self.broker_id, 0, 2**31 - 1)
+        _int(k, "first_producer_id", self.first_producer_id, 0, INT64_MAX)
+        _int(k, "size", self.size, 1, MAX_PRODUCER_ID_BLOCK)
+        if self.first_producer_id + self.size - 1 > INT64_MAX:
+            raise _fail(k, "size", "block runs past the largest producer id")
+
+
+@dataclass(frozen=True)
+class NoOp(_Record):
+    """Nothing; a new controller writes one to stamp its epoch into the image."""
+
+    KIND: ClassVar[str] = "no_op"
+
+
+Record = Union[
+    RegisterBroker, FenceBroker, UnfenceBroker, Topic, RemoveTopic, Partition,
+    PartitionChange, Config, ProducerIdBlock, NoOp,
+]
+
+RECORD_KINDS: Mapping[str, type] = MappingProxyType(
+    {
+        cls.KIND: cls
+        for cls in (
+            RegisterBroker, FenceBroker, UnfenceBroker, Topic, RemoveTopic, Partition,
+            PartitionChange, Config, ProducerIdBlock, NoOp,
+        )
+    }
+)
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """One proposal to the quorum: replayed atomically and at most once per `request_id`."""
+
+    KIND: ClassVar[str] = "envelope"
+    request_id: str
+    controller_epoch: int
+    records: tuple[Record, ...]
+
+    def __post_init__(self) -> None:
+        _str(self.KIND, "request_id", self.request_id, 1, MAX_REQUEST_ID_CHARS)
+        _int(self.KIND, "controller_epoch", self.controller_epoch, 0, INT64_MAX)
+        if not isinstance(self.records, (list, tuple)):
+            raise _fail(self.KIND, "records", f"expected a sequence, got {type(self.records).__name__}")
+        for r in self.records:
+            if type(r) not in RECORD_KINDS.values():
+                raise _fail(self.KIND, "records", f"not a record: {type(r).__name__}")
+        _set(self, "records", tuple(self.records))
+
+
+# --- plain objects ----------------------------------------------------------------------
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def record_to_obj(record: Record) -> dict[str, Any]:
+    """The plain map (str/int/bool/None/list/dict) a record encodes as."""
+    obj: dict[str, Any] = {"k": record.KIND, "v": VERSION}
+    for f in fields(record):  # type: ignore[arg-type]
+        obj[f.name] = _plain(getattr(record, f.name))
+    return obj
+
+
+def record_from_obj(obj: Any) -> Record:
+    """Strictly rebuild a record from its plain map. Raises InvalidRecordError."""
+    if not isinstance(obj, dict):
+        raise InvalidRecordError(f"record: expected map, got {type(obj).__name__}")
+    kind = obj.get("k")
+    if type(kind) is not str or kind not in RECORD_KINDS:
+        raise InvalidRecordError(f"record: unknown kind {kind!r}")
+    version = obj.get("v")
+    if type(version) is not int or version != VERSION:
+        raise InvalidRecordError(f"{kind}: unsupported version {version!r} (this node reads v{VERSION})")
+    cls = RECORD_KINDS[kind]
+    names = {f.name for f in fields(cls)}
+    required = {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING}
+    extra = set(obj) - names - {"k", "v"}
+    if extra:
+        raise InvalidRecordError(f"{kind}: unknown field(s) {sorted(map(str, extra))}")
+    missing = sorted(required - set(obj))
+    if missing:
+        raise InvalidRecordError(f"{kind}: missing field(s) {missing}")
+    kwargs = {name: obj[name] for name in names if name in obj}
+    try:
+        return cls(**kwargs)
+    except InvalidRecordError:
+        raise
+    except (TypeError, ValueError) as e:  # a constructor check we did not anticipate
+        raise InvalidRecordError(f"{kind}: {e}") from None
+
+
+def envelope_to_obj(envelope: Envelope) -> dict[str, Any]:
+    return {
+        "k": Envelope.KIND,
+        "v": VERSION,
+        "request_id": envelope.request_id,
+        "controller_epoch": envelope.controller_epoch,
+        "records": [record_to_obj(r) for r in envelope.records],
+    }
+
+
+def envelope_from_obj(obj: Any) -> Envelope:
+    if not isinstance(obj, dict):
+        raise InvalidRecordError(f"envelope: expected map, got {type(obj).__name__}")
+    if obj.get("k") != Envelope.KIND:
+        raise InvalidRecordError(f"envelope: kind {obj.get('k')!r} is not 'envelope'")
+    if type(obj.get("v")) is not int or obj["v"] != VERSION:
+        raise InvalidRecordError(f"envelope: unsupported version {obj.get('v')!r}")
+    expected = {"k", "v", "request_id", "controller_epoch", "records"}
+    if set(obj) != expected:
+        extra = sorted(map(str, set(obj) - expected))
+        missing = sorted(expected - set(obj))
+        raise InvalidRecordError(f"envelope: unknown field(s) {extra}, missing field(s) {missing}")
+    records = obj["records"]
+    if not isinstance(records, list):
+        raise InvalidRecordError(f"envelope.records: expected array, got {type(records).__name__}")
+    return Envelope(obj["request_id"], obj["controller_epoch"], tuple(record_from_obj(r) for r in records))
+
+
+# --- bytes ------------------------------------------------------------------------------
+
+
+def _dumps(obj: Any) -> bytes:
+    return cbor2.dumps(obj, canonical=True)
+
+
+def loads_strict(data: bytes, what: str, max_bytes: int) -> Any:
+    """Decode exactly one CBOR item filling `data`. Raises InvalidRecordError."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise InvalidRecordError(f"{what}: expected bytes, got {type(data).__name__}")
+    if len(data) > max_bytes:
+        raise InvalidRecordError(f"{what}: {len(data)} bytes, more than {max_bytes}")
+    stream = io.BytesIO(bytes(data))
+    try:
+        obj = cbor2.CBORDecoder(stream).decode()
+    except (cbor2.CBORDecodeError, ValueError, TypeError, OverflowError, RecursionError, EOFError) as e:
+        raise InvalidRecordError(f"{what}: not valid CBOR ({e})") from None
+    if stream.tell() != len(data):
+        raise InvalidRecordError(f"{what}: {len(data) - stream.tell()} trailing bytes")
+    return obj
+
+
+def encode_record(record: Record) -> bytes:
+    """Canonical CBOR of one record (for tests and sizes; the quorum carries envelopes)."""
+    return _dumps(record_to_obj(record))
+
+
+def decode_record(data: bytes) -> Record:
+    """Raises InvalidRecordError."""
+    return record_from_obj(loads_strict(data, "record", MAX_ENVELOPE_BYTES))
+
+
+def encode_envelope(envelope: Envelope, max_bytes: int = MAX_ENVELOPE_BYTES) -> bytes:
+    """Canonical CBOR of an envelope. Raises EnvelopeTooLargeError over `max_bytes`."""
+    data = _dumps(envelope_to_obj(envelope))
+    if len(data) > max_bytes:
+        raise EnvelopeTooLargeError(
+            f"envelope {envelope.request_id!r} with {len(envelope.records)} records is "
+            f"{len(data)} bytes, more than {max_bytes}"
+        )
+    return data
+
+
+def decode_envelope(data: bytes) -> Envelope:
+    """Raises InvalidRecordError (including for more than MAX_ENVELOPE_BYTES)."""
+    return envelope_from_obj(loads_strict(data, "envelope", MAX_ENVELOPE_BYTES))
+
+
+def encoded_record_bytes(record: Record) -> int:
+    """Bytes the record adds to an envelope (used to split big topic creations)."""
+    return len(encode_record(record))
