@@ -1,0 +1,619 @@
+"""Node configuration: one frozen `NodeConfig`, loaded from a TOML file, then `RAFTLOG_*`
+environment variables, then command-line overrides (each later source wins per key).
+
+    node_id = 1
+    data_dir = "/var/lib/raftlog/1"
+    roles = ["controller", "broker"]          # default: both (KRaft "combined" mode)
+    cluster_secret = "..."                    # PySyncObj password; required for controllers
+    [listeners]
+    client = "127.0.0.1:9092"
+    peer = "127.0.0.1:9093"
+    quorum = "127.0.0.1:9094"
+    http = "127.0.0.1:9095"
+    [controller_quorum_voters]                # or "1@host:port,2@host:port" (Kafka's format)
+    1 = "127.0.0.1:9094"
+    [topic_defaults]
+    retention_ms = "604800000"
+
+Environment: `RAFTLOG_` + the key in upper case with dots as underscores, e.g.
+RAFTLOG_NODE_ID, RAFTLOG_LISTENERS_CLIENT, RAFTLOG_ROLES="broker",
+RAFTLOG_CONTROLLER_QUORUM_VOTERS="1@h:9094,2@h:9194". `RAFTLOG_*` names that are not config
+keys are ignored (client tools use that prefix too). Overrides: a mapping of key -> value
+with dotted keys ("listeners.client") or nested maps; None values are skipped so argparse
+defaults can be passed as they are.
+
+Invariants:
+* Every error is a ConfigError whose message names the key and where its value came from
+  (the file path, the environment variable or the override). Unknown keys in the file or in
+  overrides are errors, with a suggestion when the key looks like a typo.
+* A loaded NodeConfig is valid: ports in range, listeners distinct, a controller is one of
+  the voters and its quorum listener is its voter address, a controller has a secret.
+* `cluster_secret` never appears in repr() or logs.
+* `ensure_meta_properties` ties a data dir to one (cluster_id, node_id) for life, like
+  Kafka's meta.properties; it writes the file atomically and fsyncs it and its directory.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import difflib
+import os
+import random
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Final
+
+from raftlog.errors import ConfigError
+from raftlog.protocol import DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_BYTES_LIMIT, PEER_MAX_FRAME_BYTES
+
+__all__ = [
+    "HostPort",
+    "Listeners",
+    "NodeConfig",
+    "ROLES",
+    "ENV_PREFIX",
+    "META_PROPERTIES",
+    "parse_host_port",
+    "parse_voters",
+    "env_name",
+    "load_config",
+    "config_to_toml",
+    "ensure_meta_properties",
+    "new_cluster_id",
+]
+
+ROLES: Final = frozenset({"controller", "broker"})
+ENV_PREFIX: Final = "RAFTLOG_"
+META_PROPERTIES: Final = "meta.properties"
+META_VERSION: Final = 1
+LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+MIN_SECRET_CHARS: Final = 16
+MAX_NODE_ID: Final = (1 << 31) - 1
+_CLUSTER_ID_RE: Final = re.compile(r"[A-Za-z0-9_-]{1,64}\Z")
+_WILDCARD_HOSTS: Final = frozenset({"", "0.0.0.0", "::"})
+
+
+@dataclass(frozen=True, slots=True)
+class HostPort:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+def parse_host_port(text: str | HostPort, *, min_port: int = 0) -> HostPort:
+    """Parse "host:port" (IPv6 as "[::1]:port"). Raises ValueError naming the problem."""
+    if isinstance(text, HostPort):
+        text = str(text)
+    if not isinstance(text, str):
+        raise ValueError(f"expected a \"host:port\" string, got {type(text).__name__}")
+    if text.startswith("["):
+        host, bracket, rest = text[1:].partition("]")
+        if not bracket or not rest.startswith(":"):
+            raise ValueError(f"expected \"[ipv6]:port\", got {text!r}")
+        port_text = rest[1:]
+    else:
+        host, colon, port_text = text.rpartition(":")
+        if not colon:
+            raise ValueError(f"expected \"host:port\", got {text!r}")
+        if ":" in host:
+            raise ValueError(f"write an IPv6 address as \"[addr]:port\", got {text!r}")
+    if not port_text.isdigit():
+        raise ValueError(f"port must be a number, got {port_text!r} in {text!r}")
+    port = int(port_text)
+    if not min_port <= port <= 65535:
+        raise ValueError(f"port {port} is out of range {min_port}..65535")
+    if any(c.isspace() for c in host):
+        raise ValueError(f"host must not contain spaces: {text!r}")
+    return HostPort(host, port)
+
+
+def parse_voters(value: Any) -> dict[int, HostPort]:
+    """Parse controller quorum voters: a map {id: "host:port"} (ids may be strings, as TOML
+    keys are) or Kafka's "id@host:port,id@host:port". Raises ValueError."""
+    if isinstance(value, str):
+        pairs: list[tuple[Any, Any]] = []
+        for item in value.split(","):
+            voter_id, at, address = item.strip().partition("@")
+            if not at:
+                raise ValueError(f"expected \"id@host:port\", got {item.strip()!r}")
+            pairs.append((voter_id, address))
+    elif isinstance(value, Mapping):
+        pairs = list(value.items())
+    else:
+        raise ValueError(f"expected a table or \"id@host:port,...\", got {type(value).__name__}")
+    voters: dict[int, HostPort] = {}
+    for raw_id, address in pairs:
+        voter_id = _to_int(raw_id)
+        if not 0 <= voter_id <= MAX_NODE_ID:
+            raise ValueError(f"voter id {voter_id} is out of range 0..{MAX_NODE_ID}")
+        if voter_id in voters:
+            raise ValueError(f"voter {voter_id} is listed twice")
+        voters[voter_id] = parse_host_port(address, min_port=1)
+    if not voters:
+        raise ValueError("at least one voter is needed")
+    addresses = [str(a) for a in voters.values()]
+    if len(set(addresses)) != len(addresses):
+        raise ValueError("two voters share an address")
+    return voters
+
+
+@dataclass(frozen=True, slots=True)
+class Listeners:
+    """Where the node listens. Port 0 (not allowed for `quorum`) picks a free port."""
+
+    client: HostPort = HostPort("127.0.0.1", 9092)
+    peer: HostPort = HostPort("127.0.0.1", 9093)
+    quorum: HostPort = HostPort("127.0.0.1", 9094)
+    http: HostPort = HostPort("127.0.0.1", 9095)
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    node_id: int
+    data_dir: Path
+    cluster_id: str | None = None
+    roles: frozenset[str] = ROLES
+    listeners: Listeners = Listeners()
+    # The host other nodes and clients should use when a listener binds a wildcard address.
+    advertised_host: str | None = None
+    controller_quorum_voters: Mapping[int, HostPort] = dataclasses.field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    cluster_secret: str | None = dataclasses.field(default=None, repr=False)
+    log_level: str = "INFO"
+    log_file: Path | None = None
+    heartbeat_ms: int = 1500
+    session_timeout_ms: int = 9000
+    election_timeout_ms: int = 1000
+    request_timeout_ms: int = 30000
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    peer_max_frame_bytes: int = PEER_MAX_FRAME_BYTES
+    max_connections: int = 1024
+    max_in_flight: int = 256  # per connection
+    default_partitions: int = 1
+    default_replication_factor: int = 1
+    topic_defaults: Mapping[str, str] = dataclasses.field(
+        default_factory=lambda: MappingProxyType({})
+    )
+
+    @property
+    def is_controller(self) -> bool:
+        return "controller" in self.roles
+
+    @property
+    def is_broker(self) -> bool:
+        return "broker" in self.roles
+
+    def advertised(self, listener: str) -> HostPort:
+        """The address others should dial for `listener` ("client", "peer", "quorum",
+        "http"): the listener's, with `advertised_host` replacing a wildcard host."""
+        bound: HostPort = getattr(self.listeners, listener)
+        if self.advertised_host is not None and bound.host in _WILDCARD_HOSTS:
+            return HostPort(self.advertised_host, bound.port)
+        return bound
+
+
+# ---- converters: raw value (TOML value, env string or override) -> typed value ----------
+
+
+def _to_int(value: Any) -> int:
+    if type(value) is int:
+        return value
+    if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
+        return int(value)
+    raise ValueError(f"expected an integer, got {value!r:.60}")
+
+
+def _to_str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def _to_nonempty_str(value: Any) -> str:
+    text = _to_str(value)
+    if not text:
+        raise ValueError("must not be empty")
+    return text
+
+
+def _to_path(value: Any) -> Path:
+    if isinstance(value, Path):
+        return value
+    return Path(_to_nonempty_str(value)).expanduser()
+
+
+def _to_roles(value: Any) -> frozenset[str]:
+    if isinstance(value, str):
+        items = [part.strip() for part in value.split(",") if part.strip()]
+    elif isinstance(value, list | tuple | set | frozenset):
+        items = [_to_str(v) for v in value]
+    else:
+        raise ValueError(f"expected a list of roles, got {type(value).__name__}")
+    unknown = sorted(set(items) - ROLES)
+    if unknown:
+        raise ValueError(f"unknown role(s) {unknown}; roles are {sorted(ROLES)}")
+    if not items:
+        raise ValueError(f"at least one role is needed, from {sorted(ROLES)}")
+    return frozenset(items)
+
+
+def _to_log_level(value: Any) -> str:
+    level = _to_str(value).upper()
+    if level not in LOG_LEVELS:
+        raise ValueError(f"unknown log level {value!r}; use one of {list(LOG_LEVELS)}")
+    return level
+
+
+def _to_str_map(value: Any) -> Mapping[str, str]:
+    if isinstance(value, str):
+        result: dict[str, str] = {}
+        for item in filter(None, (part.strip() for part in value.split(","))):
+            key, eq, text = item.partition("=")
+            if not eq or not key:
+                raise ValueError(f"expected \"key=value,...\", got {item!r}")
+            result[key.strip()] = text.strip()
+        return MappingProxyType(result)
+    if not isinstance(value, Mapping):
+        raise ValueError(f"expected a table, got {type(value).__name__}")
+    result = {}
+    for key, item in value.items():
+        if isinstance(item, bool):
+            result[str(key)] = "true" if item else "false"
+        elif isinstance(item, int | str):
+            result[str(key)] = str(item)
+        else:
+            raise ValueError(f"value of {key!r} must be a string or integer")
+    return MappingProxyType(result)
+
+
+@dataclass(frozen=True, slots=True)
+class _Key:
+    convert: Callable[[Any], Any]
+    field: str  # NodeConfig field, or "listeners.<name>"
+
+
+_KEYS: Final[dict[str, _Key]] = {
+    "node_id": _Key(_to_int, "node_id"),
+    "data_dir": _Key(_to_path, "data_dir"),
+    "cluster_id": _Key(_to_nonempty_str, "cluster_id"),
+    "roles": _Key(_to_roles, "roles"),
+    "listeners.client": _Key(parse_host_port, "listeners.client"),
+    "listeners.peer": _Key(parse_host_port, "listeners.peer"),
+    "listeners.quorum": _Key(lambda v: parse_host_port(v, min_port=1), "listeners.quorum"),
+    "listeners.http": _Key(parse_host_port, "listeners.http"),
+    "advertised_host": _Key(_to_nonempty_str, "advertised_host"),
+    "controller_quorum_voters": _Key(
+        lambda v: MappingProxyType(parse_voters(v)), "controller_quorum_voters"
+    ),
+    "cluster_secret": _Key(_to_nonempty_str, "cluster_secret"),
+    "log_level": _Key(_to_log_level, "log_level"),
+    "log_file": _Key(_to_path, "log_file"),
+    "heartbeat_ms": _Key(_to_int, "heartbeat_ms"),
+    "session_timeout_ms": _Key(_to_int, "session_timeout_ms"),
+    "election_timeout_ms": _Key(_to_int, "election_timeout_ms"),
+    "request_timeout_ms": _Key(_to_int, "request_timeout_ms"),
+    "max_frame_bytes": _Key(_to_int, "max_frame_bytes"),
+    "peer_max_frame_bytes": _Key(_to_int, "peer_max_frame_bytes"),
+    "max_connections": _Key(_to_int, "max_connections"),
+    "max_in_flight": _Key(_to_int, "max_in_flight"),
+    "default_partitions": _Key(_to_int, "default_partitions"),
+    "default_replication_factor": _Key(_to_int, "default_replication_factor"),
+    "topic_defaults": _Key(_to_str_map, "topic_defaults"),
+}
+_NESTED_TABLES: Final = ("listeners",)  # tables whose keys are config keys themselves
+_INT_RANGES: Final = {
+    "node_id": (0, MAX_NODE_ID),
+    "heartbeat_ms": (1, 3_600_000),
+    "session_timeout_ms": (1, 3_600_000),
+    "election_timeout_ms": (10, 3_600_000),
+    "request_timeout_ms": (1, 3_600_000),
+    "max_frame_bytes": (1024, MAX_FRAME_BYTES_LIMIT),
+    "peer_max_frame_bytes": (1024, MAX_FRAME_BYTES_LIMIT),
+    "max_connections": (1, 1_000_000),
+    "max_in_flight": (1, 65_536),
+    "default_partitions": (1, 100_000),
+    "default_replication_factor": (1, 1_000),
+}
+
+
+def env_name(key: str) -> str:
+    """The environment variable of a config key: listeners.client -> RAFTLOG_LISTENERS_CLIENT."""
+    return ENV_PREFIX + key.upper().replace(".", "_")
+
+
+def _unknown_key(key: str, source: str) -> ConfigError:
+    close = difflib.get_close_matches(key, list(_KEYS), n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return ConfigError(f"{source}: unknown key '{key}'{hint}")
+
+
+def _flatten(table: Mapping[str, Any], source: str, *, aliases: bool = False) -> dict[str, Any]:
+    # aliases: overrides may spell a nested key with an underscore (listeners_client), as
+    # argparse destinations do.
+    flat: dict[str, Any] = {}
+    for key, value in table.items():
+        if key in _NESTED_TABLES:
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"{source}: {key}: expected a table")
+            for sub_key, sub_value in value.items():
+                dotted = f"{key}.{sub_key}"
+                if dotted not in _KEYS:
+                    raise _unknown_key(dotted, source)
+                flat[dotted] = sub_value
+        else:
+            dotted = key if key in _KEYS or not aliases else key.replace("_", ".", 1)
+            if dotted not in _KEYS:
+                raise _unknown_key(key, source)
+            flat[dotted] = value
+    return flat
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config file: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+
+
+def load_config(
+    path: Path | str | None,
+    *,
+    env: Mapping[str, str],
+    overrides: Mapping[str, Any] | None = None,
+) -> NodeConfig:
+    """Load and validate the node configuration: file < environment < overrides.
+
+    Returns a valid NodeConfig. Raises ConfigError naming the key and its source for a file
+    that cannot be read or parsed, an unknown key, a value of the wrong type or range, or
+    settings that contradict each other.
+    """
+    raw: dict[str, tuple[Any, str]] = {}
+    if path is not None:
+        path = Path(path)
+        for key, value in _flatten(_read_file(path), str(path)).items():
+            raw[key] = (value, str(path))
+    for key in _KEYS:
+        name = env_name(key)
+        if name in env:
+            raw[key] = (env[name], f"environment variable {name}")
+    if overrides:
+        nested = {k: v for k, v in overrides.items() if v is not None}
+        for key, value in _flatten(nested, "override", aliases=True).items():
+            if value is not None:
+                raw[key] = (value, "override")
+    return _build(raw)
+
+
+def _build(raw: Mapping[str, tuple[Any, str]]) -> NodeConfig:
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for key, (value, source) in raw.items():
+        try:
+            values[key] = _KEYS[key].convert(value)
+        except ValueError as exc:
+            raise ConfigError(f"{source}: {key}: {exc}") from None
+        sources[key] = source
+
+    def fail(key: str, problem: str) -> ConfigError:
+        where = sources.get(key, "defaults")
+        return ConfigError(f"{where}: {key}: {problem}")
+
+    for key in ("node_id", "data_dir"):
+        if key not in values:
+            raise ConfigError(
+                f"{key} is required: set it in the config file, with {env_name(key)}, "
+                "or with a flag"
+            )
+    for key, (low, high) in _INT_RANGES.items():
+        if key in values and not low <= values[key] <= high:
+            raise fail(key, f"{values[key]} is out of range {low}..{high}")
+    if "cluster_id" in values and not _CLUSTER_ID_RE.match(values["cluster_id"]):
+        raise fail("cluster_id", "use 1 to 64 characters from A-Z a-z 0-9 _ -")
+
+    listeners = Listeners(
+        **{
+            name: values.get(f"listeners.{name}", getattr(Listeners(), name))
+            for name in ("client", "peer", "quorum", "http")
+        }
+    )
+    config_fields = {k: v for k, v in values.items() if not k.startswith("listeners.")}
+    config = NodeConfig(listeners=listeners, **config_fields)
+
+    seen: dict[tuple[str, int], str] = {}
+    for name in ("client", "peer", "quorum", "http"):
+        if name == "quorum" and not config.is_controller:
+            continue  # a broker-only node opens no quorum listener
+        address: HostPort = getattr(listeners, name)
+        if address.port == 0:
+            continue
+        for (host, port), other in seen.items():
+            if port == address.port and (
+                host == address.host or {host, address.host} & _WILDCARD_HOSTS
+            ):
+                raise fail(f"listeners.{name}", f"{address} clashes with listeners.{other}")
+        seen[(address.host, address.port)] = name
+    if config.advertised_host is None:
+        for name in ("client", "peer"):
+            if config.is_broker and getattr(listeners, name).host in _WILDCARD_HOSTS:
+                raise fail(
+                    f"listeners.{name}",
+                    "binds every interface; set advertised_host to the name others should dial",
+                )
+    if config.session_timeout_ms <= config.heartbeat_ms:
+        blamed = "session_timeout_ms" if "session_timeout_ms" in sources else "heartbeat_ms"
+        raise fail(
+            blamed,
+            f"session_timeout_ms ({config.session_timeout_ms}) must be more than "
+            f"heartbeat_ms ({config.heartbeat_ms})",
+        )
+    voters = config.controller_quorum_voters
+    if not voters:
+        raise ConfigError(
+            "controller_quorum_voters is required (e.g. \"1@127.0.0.1:9094\"): every node "
+            "must know the metadata quorum"
+        )
+    if config.is_controller:
+        if config.node_id not in voters:
+            raise fail(
+                "controller_quorum_voters",
+                f"node {config.node_id} has the controller role but is not among the voters "
+                f"{sorted(voters)}",
+            )
+        own = voters[config.node_id]
+        quorum = listeners.quorum
+        if own.port != quorum.port or (
+            own.host != quorum.host and quorum.host not in _WILDCARD_HOSTS
+        ):
+            raise fail(
+                "listeners.quorum",
+                f"{quorum} differs from this node's voter address {own} "
+                "in controller_quorum_voters",
+            )
+        if config.cluster_secret is None:
+            raise ConfigError(
+                "cluster_secret is required for the controller role (it authenticates the "
+                f"metadata quorum's PySyncObj traffic): set it or {env_name('cluster_secret')}"
+            )
+        if len(config.cluster_secret) < MIN_SECRET_CHARS:
+            raise fail("cluster_secret", f"use at least {MIN_SECRET_CHARS} characters")
+    return config
+
+
+def _toml_string(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    escaped = "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in escaped)
+    return f'"{escaped}"'
+
+
+def config_to_toml(config: NodeConfig) -> str:
+    """Render a NodeConfig as TOML that load_config reads back to an equal NodeConfig
+    (for `raftlog cluster up`). Includes the secret: write the file with mode 0600."""
+    lines: list[str] = []
+    tables: list[str] = []
+    for item in dataclasses.fields(config):
+        value = getattr(config, item.name)
+        if value is None:
+            continue
+        if item.name == "listeners":
+            tables.append("\n[listeners]")
+            tables.extend(
+                f"{name} = {_toml_string(str(getattr(value, name)))}"
+                for name in ("client", "peer", "quorum", "http")
+            )
+        elif item.name == "controller_quorum_voters":
+            tables.append("\n[controller_quorum_voters]")
+            tables.extend(f'"{vid}" = {_toml_string(str(a))}' for vid, a in sorted(value.items()))
+        elif item.name == "topic_defaults":
+            if value:
+                tables.append("\n[topic_defaults]")
+                tables.extend(
+                    f"{_toml_string(k)} = {_toml_string(v)}" for k, v in sorted(value.items())
+                )
+        elif item.name == "roles":
+            lines.append(f"roles = [{', '.join(_toml_string(r) for r in sorted(value))}]")
+        elif isinstance(value, int):
+            lines.append(f"{item.name} = {value}")
+        else:
+            lines.append(f"{item.name} = {_toml_string(str(value))}")
+    return "\n".join(lines + tables) + "\n"
+
+
+def new_cluster_id(rng: random.Random | None = None) -> str:
+    """A new cluster id: 16 random bytes as 22 characters of URL-safe base64 (as Kafka's).
+    Uses `rng` when given (tests), else the OS's randomness."""
+    raw = rng.randbytes(16) if rng is not None else os.urandom(16)
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def _read_meta(path: Path) -> dict[str, str]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a text file; is this a raftlog data dir?") from None
+    entries: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, eq, value = line.partition("=")
+        if not eq:
+            raise ConfigError(f"{path}: malformed line {line[:60]!r}")
+        entries[key.strip()] = value.strip()
+    return entries
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    temp = path.with_name(path.name + ".tmp")
+    with temp.open("w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temp, path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)  # the rename itself must survive a crash
+    finally:
+        os.close(directory)
+
+
+def ensure_meta_properties(data_dir: Path | str, node_id: int, cluster_id: str | None) -> str:
+    """Bind `data_dir` to (cluster_id, node_id), or check that it already is.
+
+    On first start (no meta.properties) it creates the directory and writes the file
+    atomically (temp file, fsync, rename, fsync the directory); `cluster_id` is then
+    required. Later it checks the stored ids. Returns the cluster id in force (the stored one
+    when `cluster_id` is None). Raises ConfigError when the directory belongs to another
+    cluster or another node, when no cluster id is known, or when the file is unreadable.
+
+    Ordering: the file is durable before this returns, so nothing is written to a data dir
+    that is not yet bound to its cluster.
+    """
+    data_dir = Path(data_dir)
+    path = data_dir / META_PROPERTIES
+    if path.exists():
+        entries = _read_meta(path)
+        stored_cluster = entries.get("cluster.id")
+        stored_node = entries.get("node.id")
+        if not stored_cluster or stored_node is None or not stored_node.isdigit():
+            raise ConfigError(f"{path}: missing or bad cluster.id / node.id")
+        if cluster_id is not None and cluster_id != stored_cluster:
+            raise ConfigError(
+                f"{path}: data dir belongs to cluster {stored_cluster}, not {cluster_id}; "
+                "point data_dir elsewhere or wipe it to join this cluster"
+            )
+        if int(stored_node) != node_id:
+            raise ConfigError(
+                f"{path}: data dir belongs to node {stored_node}, not node {node_id}; "
+                "each node needs its own data_dir"
+            )
+        return stored_cluster
+    if cluster_id is None:
+        raise ConfigError(
+            f"{data_dir}: not formatted (no {META_PROPERTIES}) and no cluster_id given; "
+            "set cluster_id (`raftlog cluster up` generates one)"
+        )
+    if not _CLUSTER_ID_RE.match(cluster_id):
+        raise ConfigError(f"cluster_id {cluster_id!r}: use 1 to 64 characters from A-Z a-z 0-9 _ -")
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        _write_atomically(
+            path,
+            "# raftlog meta.properties: binds this data dir to one cluster and node\n"
+            f"version={META_VERSION}\ncluster.id={cluster_id}\nnode.id={node_id}\n",
+        )
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot write: {exc.strerror}") from None
+    return cluster_id

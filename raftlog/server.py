@@ -1,0 +1,466 @@
+"""The trio listener for the native protocol: accepts connections, decodes frames with
+`raftlog.protocol`, runs one task per request through the op's handler, writes responses.
+
+It parses and routes; it decides nothing. Handlers (one per op) are protocol-neutral async
+functions `handler(Request) -> ok fields | None`; they raise `RaftlogError` for an error
+response and must be cancel-safe (the deadline cancels them).
+
+Per connection, a reader task decodes frames and starts a request task per request; a writer
+task drains a bounded channel of encoded responses. Responses go out as requests complete,
+in any order, matched by `id` (PROTOCOL.md).
+
+Limits (everything bounded):
+* at most `max_connections` connections: past that the accept loop waits (the kernel backlog
+  holds the rest);
+* at most `max_in_flight` requests per connection: past that the reader stops reading, so
+  TCP pushes back on the client;
+* the response channel holds `max_in_flight` frames; a writer stuck for `request_timeout_ms`
+  on a client that does not read closes the connection;
+* every request runs under `request_deadline_ms(...)` and answers REQUEST_TIMED_OUT after it;
+* frames over `max_frame_bytes` either way get MESSAGE_TOO_LARGE.
+
+Failure rules: a frame that cannot be decoded (oversized, malformed CBOR, not a map) gets an
+error with id 0 and the connection is closed (the byte stream can no longer be trusted); a
+decoded map with a bad envelope, an unknown op or a bad `timeout_ms` gets INVALID_REQUEST and
+the connection stays; a handler raising a RaftlogError, or another package's typed error whose
+`code` is a PROTOCOL.md code, gets that error; anything else gets UNKNOWN_SERVER_ERROR, its
+traceback is logged, and the connection stays. Nothing one connection does stops the
+listener.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import math
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final, NoReturn
+
+import cbor2
+import trio
+
+from raftlog.errors import (
+    InvalidRequest,
+    as_wire_error,
+    MessageTooLarge,
+    RaftlogError,
+    RequestTimedOut,
+    UnknownServerError,
+)
+from raftlog.eventlog import log_event
+from raftlog.metrics import MetricsRegistry
+from raftlog.protocol import (
+    FrameDecoder,
+    Request,
+    encode_frame,
+    error_response,
+    ok_response,
+    parse_request,
+)
+
+__all__ = ["Handler", "serve", "request_deadline_ms", "close_gracefully", "DEADLINE_MARGIN_MS"]
+
+logger = logging.getLogger(__name__)
+
+Handler = Callable[[Request], Awaitable[Mapping[str, Any] | None]]
+
+# A request's own timeout_ms is for the handler to honour (e.g. acks=all waiting for the high
+# watermark); the server's deadline sits a little later so the handler's answer wins the race.
+DEADLINE_MARGIN_MS: Final = 500
+RECEIVE_CHUNK_BYTES: Final = 256 << 10
+WRITE_COALESCE_BYTES: Final = 1 << 20  # join small queued responses into one send_all
+LINGER_S: Final = 1.0  # after a fatal frame: how long to discard input so the error is read
+LINGER_MAX_BYTES: Final = 16 << 20
+ACCEPT_BACKOFF_S: Final = 0.1
+_RESOURCE_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+
+
+def request_deadline_ms(timeout_ms: int | None, request_timeout_ms: int) -> int:
+    """The server deadline of one request: the request's `timeout_ms` plus a margin, capped
+    by the server's `request_timeout_ms`; that cap alone when the request has none."""
+    if timeout_ms is None:
+        return request_timeout_ms
+    return min(timeout_ms + DEADLINE_MARGIN_MS, request_timeout_ms)
+
+
+class _Listener:
+    """What every connection of one listener shares: handlers, limits, metrics."""
+
+    def __init__(
+        self,
+        handlers: Mapping[str, Handler],
+        *,
+        name: str,
+        max_frame_bytes: int,
+        request_timeout_ms: int,
+        max_in_flight: int,
+        registry: MetricsRegistry | None,
+    ) -> None:
+        self.handlers = dict(handlers)
+        self.name = name
+        self.max_frame_bytes = max_frame_bytes
+        self.request_timeout_ms = request_timeout_ms
+        self.max_in_flight = max_in_flight
+        self.connections = 0
+        registry = registry if registry is not None else MetricsRegistry()
+        self.requests_total = registry.counter(
+            "raftlog_requests_total",
+            "Requests answered, by listener, op and result code (OK for success).",
+            ("listener", "op", "code"),
+        )
+        self.request_latency_ms = registry.histogram(
+            "raftlog_request_latency_ms",
+            "Time from a request's start (slot taken) to its response being ready, in ms.",
+            ("listener", "op"),
+        )
+        self.frame_errors_total = registry.counter(
+            "raftlog_frame_errors_total",
+            "Connections closed because a frame could not be decoded, by code.",
+            ("listener", "code"),
+        )
+        registry.gauge(
+            "raftlog_connections", "Open connections, by listener.", ("listener",)
+        ).labels(listener=name).set_function(lambda: self.connections)
+
+    def op_label(self, op: object) -> str:
+        # Label values must come from a small set: unknown ops are counted together.
+        return op if isinstance(op, str) and op in self.handlers else "unknown"
+
+    def encode(self, response: Mapping[str, Any]) -> bytes:
+        """Encode a response frame; one that cannot be sent becomes an error response."""
+        request_id = response["id"]
+        try:
+            return encode_frame(response, max_frame_bytes=self.max_frame_bytes)
+        except MessageTooLarge as exc:
+            return encode_frame(error_response(request_id, exc))
+        except (cbor2.CBOREncodeError, TypeError, ValueError) as exc:
+            log_event(
+                logger, "response_unencodable", level=logging.ERROR, exc_info=exc,
+                listener=self.name, id=request_id,
+            )  # fmt: skip
+            error = UnknownServerError(f"response could not be encoded: {type(exc).__name__}")
+            return encode_frame(error_response(request_id, error))
+
+
+class _Connection:
+    def __init__(self, stream: trio.SocketStream, listener: _Listener, peer: str) -> None:
+        self.stream = stream
+        self.listener = listener
+        self.peer = peer
+        self.slots = trio.Semaphore(listener.max_in_flight)
+        self.in_flight_ids: set[int] = set()
+        self.cancel_scope: trio.CancelScope | None = None
+
+    async def run(self) -> None:
+        listener = self.listener
+        send, receive = trio.open_memory_channel[bytes](listener.max_in_flight)
+        outcome = "abort"
+        async with trio.open_nursery() as connection:
+            self.cancel_scope = connection.cancel_scope
+            connection.start_soon(self._write_loop, receive)
+            async with send:
+                async with trio.open_nursery() as requests:
+                    outcome = await self._read_loop(requests, send)
+                    if outcome != "eof":
+                        requests.cancel_scope.cancel()
+                    # On a clean EOF the client may have only half-closed: finish what it
+                    # asked for (each request is under its deadline) before closing.
+            # `send` is closed: the writer drains what is queued and returns.
+        if outcome == "fatal":
+            await self._linger()
+
+    async def _read_loop(
+        self, requests: trio.Nursery, send: trio.MemorySendChannel[bytes]
+    ) -> str:
+        """Returns "eof" (client finished), "fatal" (undecodable frame answered), "abort"."""
+        decoder = FrameDecoder(self.listener.max_frame_bytes)
+        while True:
+            try:
+                data = await self.stream.receive_some(RECEIVE_CHUNK_BYTES)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return "abort"
+            if not data:
+                if decoder.buffered_bytes:
+                    log_event(
+                        logger, "conn_truncated_frame", level=logging.DEBUG,
+                        listener=self.listener.name, peer=self.peer,
+                        buffered_bytes=decoder.buffered_bytes,
+                    )  # fmt: skip
+                return "eof"
+            decoder.feed(data)
+            while True:
+                try:
+                    frame = decoder.next_frame()
+                except (MessageTooLarge, InvalidRequest) as exc:
+                    self.listener.frame_errors_total.labels(
+                        listener=self.listener.name, code=exc.code
+                    ).inc()
+                    log_event(
+                        logger, "conn_bad_frame", level=logging.INFO,
+                        listener=self.listener.name, peer=self.peer, code=exc.code,
+                        reason=exc.message,
+                    )  # fmt: skip
+                    await self._queue(send, encode_frame(error_response(0, exc)))
+                    return "fatal"
+                if frame is None:
+                    break
+                await self._dispatch(frame, requests, send)
+
+    async def _dispatch(
+        self,
+        frame: dict[str, Any],
+        requests: trio.Nursery,
+        send: trio.MemorySendChannel[bytes],
+    ) -> None:
+        listener = self.listener
+        try:
+            request = parse_request(frame)
+            handler = listener.handlers.get(request.op)
+            if handler is None:
+                raise InvalidRequest(
+                    f"unknown op {request.op!r:.60} on the {listener.name} listener",
+                    field="op", request_id=request.id,
+                )  # fmt: skip
+            timeout_ms = request.fields.get("timeout_ms")
+            if timeout_ms is not None and (type(timeout_ms) is not int or timeout_ms < 0):
+                raise InvalidRequest(
+                    "field 'timeout_ms' must be a non-negative integer",
+                    field="timeout_ms", request_id=request.id,
+                )  # fmt: skip
+            if request.id in self.in_flight_ids:
+                raise InvalidRequest(
+                    f"request id {request.id} is already in flight on this connection",
+                    field="id", request_id=request.id,
+                )  # fmt: skip
+        except InvalidRequest as exc:
+            listener.requests_total.labels(
+                listener=listener.name, op=listener.op_label(frame.get("op")), code=exc.code
+            ).inc()
+            await self._queue(send, encode_frame(error_response(exc.request_id or 0, exc)))
+            return
+        deadline_ms = request_deadline_ms(timeout_ms, listener.request_timeout_ms)
+        # Backpressure: with max_in_flight requests running, the reader waits here and stops
+        # reading the socket.
+        await self.slots.acquire()
+        self.in_flight_ids.add(request.id)
+        requests.start_soon(self._run_request, handler, request, deadline_ms, send)
+
+    async def _run_request(
+        self,
+        handler: Handler,
+        request: Request,
+        deadline_ms: int,
+        send: trio.MemorySendChannel[bytes],
+    ) -> None:
+        listener = self.listener
+        started = trio.current_time()
+        try:
+            response = await self._call(handler, request, deadline_ms)
+            error = None if response is None else response.get("error")
+            code = "OK" if error is None else error["code"]
+            listener.requests_total.labels(listener=listener.name, op=request.op, code=code).inc()
+            listener.request_latency_ms.labels(listener=listener.name, op=request.op).observe(
+                (trio.current_time() - started) * 1000
+            )
+            if response is not None:
+                await self._queue(send, listener.encode(response))
+        finally:
+            self.in_flight_ids.discard(request.id)
+            self.slots.release()
+
+    async def _call(
+        self, handler: Handler, request: Request, deadline_ms: int
+    ) -> dict[str, Any] | None:
+        """Run the handler under the deadline; return the response map (None: no response)."""
+        try:
+            with trio.fail_after(deadline_ms / 1000):
+                result = await handler(request)
+            if result is None:
+                return None
+            return ok_response(request.id, **result)
+        except trio.TooSlowError:
+            error: RaftlogError = RequestTimedOut(
+                f"no answer to {request.op} within {deadline_ms} ms; it may still take effect"
+            )
+        except Exception as exc:  # a handler bug answers one request, not the connection
+            wire_error = as_wire_error(exc)
+            if wire_error is None:
+                log_event(
+                    logger, "handler_failed", level=logging.ERROR, exc_info=exc,
+                    listener=self.listener.name, op=request.op, id=request.id, peer=self.peer,
+                )  # fmt: skip
+                wire_error = UnknownServerError(
+                    f"{type(exc).__name__} while handling {request.op}"
+                )
+            error = wire_error
+        return error_response(request.id, error)
+
+    async def _queue(self, send: trio.MemorySendChannel[bytes], frame: bytes) -> None:
+        try:
+            await send.send(frame)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            # The writer has gone (the client stopped reading or reset); the connection is
+            # being torn down, so this response has nowhere to go.
+            log_event(logger, "response_dropped", level=logging.DEBUG, peer=self.peer)
+
+    async def _write_loop(self, receive: trio.MemoryReceiveChannel[bytes]) -> None:
+        write_timeout_s = self.listener.request_timeout_ms / 1000
+        async with receive:
+            async for frame in receive:
+                chunks = [frame]
+                size = len(frame)
+                while size < WRITE_COALESCE_BYTES:
+                    try:
+                        more = receive.receive_nowait()
+                    except trio.WouldBlock:
+                        break
+                    except trio.EndOfChannel:
+                        break
+                    chunks.append(more)
+                    size += len(more)
+                try:
+                    with trio.fail_after(write_timeout_s):
+                        await self.stream.send_all(b"".join(chunks) if len(chunks) > 1 else frame)
+                except (
+                    trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError
+                ) as exc:  # fmt: skip
+                    log_event(
+                        logger, "conn_write_failed", level=logging.DEBUG,
+                        listener=self.listener.name, peer=self.peer, reason=type(exc).__name__,
+                    )  # fmt: skip
+                    assert self.cancel_scope is not None
+                    self.cancel_scope.cancel()
+                    return
+
+    async def _linger(self) -> None:
+        await close_gracefully(self.stream)
+
+
+async def close_gracefully(
+    stream: trio.SocketStream, *, linger_s: float = LINGER_S, max_bytes: int = LINGER_MAX_BYTES
+) -> None:
+    """Send FIN, then read and discard input until EOF, `linger_s` or `max_bytes`.
+
+    Closing a socket with unread input makes the kernel send RST, which can destroy a last
+    response (an error we just wrote) before the client reads it. The caller still closes
+    the stream afterwards.
+    """
+    try:
+        await stream.send_eof()
+        discarded = 0
+        with trio.move_on_after(linger_s):
+            while discarded < max_bytes:
+                data = await stream.receive_some(RECEIVE_CHUNK_BYTES)
+                if not data:
+                    break
+                discarded += len(data)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        return  # the peer is gone already: nothing left to protect
+
+
+def _peer_name(stream: trio.SocketStream) -> str:
+    try:
+        host, port, *_ = stream.socket.getpeername()
+    except OSError:
+        return "?"
+    return f"{host}:{port}"
+
+
+async def _connection_task(
+    stream: trio.SocketStream, listener: _Listener, connection_slots: trio.Semaphore
+) -> None:
+    peer = _peer_name(stream)
+    listener.connections += 1
+    log_event(logger, "conn_open", level=logging.DEBUG, listener=listener.name, peer=peer)
+    try:
+        async with stream:
+            await _Connection(stream, listener, peer).run()
+    except* Exception as group:  # a bug in one connection must not stop the listener
+        # except*: a cancellation travelling with the bug (shutdown) still propagates.
+        log_event(
+            logger, "conn_failed", level=logging.ERROR, exc_info=group,
+            listener=listener.name, peer=peer,
+        )  # fmt: skip
+    finally:
+        listener.connections -= 1
+        connection_slots.release()
+        log_event(logger, "conn_closed", level=logging.DEBUG, listener=listener.name, peer=peer)
+
+
+async def _accept_loop(
+    socket_listener: trio.SocketListener,
+    listener: _Listener,
+    connection_slots: trio.Semaphore,
+    nursery: trio.Nursery,
+) -> NoReturn:
+    async with socket_listener:
+        while True:
+            # Past max_connections we stop accepting; the kernel backlog queues the rest.
+            await connection_slots.acquire()
+            try:
+                stream = await socket_listener.accept()
+            except OSError as exc:
+                connection_slots.release()
+                if exc.errno not in _RESOURCE_ERRNOS:
+                    raise
+                log_event(
+                    logger, "accept_failed", level=logging.WARNING,
+                    listener=listener.name, reason=exc.strerror,
+                )  # fmt: skip
+                await trio.sleep(ACCEPT_BACKOFF_S)  # out of descriptors: let connections end
+                continue
+            nursery.start_soon(_connection_task, stream, listener, connection_slots)
+
+
+async def serve(
+    handlers: Mapping[str, Handler],
+    host: str,
+    port: int,
+    *,
+    max_frame_bytes: int,
+    request_timeout_ms: int,
+    max_in_flight: int = 256,
+    max_connections: int = 1024,
+    name: str = "client",
+    registry: MetricsRegistry | None = None,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> NoReturn:
+    """Listen on host:port and serve the native protocol until cancelled.
+
+    `handlers` maps op names to handlers. Reports readiness with `task_status.started(port)`
+    (the actual port, so port 0 picks a free one). `registry` receives the listener's
+    metrics (raftlog_requests_total, raftlog_request_latency_ms, raftlog_frame_errors_total,
+    raftlog_connections), labelled with `name`. Raises OSError if it cannot bind.
+
+    Concurrency: handlers of one connection run concurrently; handlers must be cancel-safe.
+    """
+    if max_in_flight < 1 or max_connections < 1 or request_timeout_ms < 1:
+        raise ValueError("max_in_flight, max_connections and request_timeout_ms must be >= 1")
+    if not math.isfinite(max_frame_bytes) or max_frame_bytes < 1:
+        raise ValueError("max_frame_bytes must be >= 1")
+    listener = _Listener(
+        handlers,
+        name=name,
+        max_frame_bytes=max_frame_bytes,
+        request_timeout_ms=request_timeout_ms,
+        max_in_flight=max_in_flight,
+        registry=registry,
+    )
+    socket_listeners = await trio.open_tcp_listeners(port, host=host or None)
+    if port == 0 and len(socket_listeners) > 1:
+        # Each address family would get its own random port; keep one so the port is unique.
+        for extra in socket_listeners[1:]:
+            await extra.aclose()
+        socket_listeners = socket_listeners[:1]
+    actual_port = socket_listeners[0].socket.getsockname()[1]
+    connection_slots = trio.Semaphore(max_connections)
+    async with trio.open_nursery() as nursery:
+        for socket_listener in socket_listeners:
+            nursery.start_soon(_accept_loop, socket_listener, listener, connection_slots, nursery)
+        log_event(
+            logger, "listening", listener=name, host=host, port=actual_port,
+            max_frame_bytes=max_frame_bytes, max_in_flight=max_in_flight,
+        )  # fmt: skip
+        task_status.started(actual_port)
+        await trio.sleep_forever()
+    raise AssertionError("unreachable: the nursery only ends by cancellation")
