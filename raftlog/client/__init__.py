@@ -1,0 +1,55 @@
+"""raftlog's Python client: one sans-I/O core, two thin shells (blocking sockets, trio).
+
+Public API (declared here once):
+
+    from raftlog.client import Producer, Consumer, Admin          # blocking
+    from raftlog import aio                                       # trio: aio.Producer, ...
+
+    p = Producer("127.0.0.1:9092", acks="all", linger_ms=5)
+    fut = p.send("events", b"value", key=b"k")     # -> RecordFuture
+    partition, offset = fut.result(timeout=10)
+    p.flush(); p.close()
+
+    c = Consumer("127.0.0.1:9092")
+    c.assign([("events", 0)]); c.seek_to_beginning()
+    for record in c.poll(timeout_ms=1000): ...     # ConsumerRecord(topic, partition, offset, ...)
+
+Modules: `partitioner` (murmur2, sticky), `accumulator` (batches), `core` (metadata, routing,
+retries, request builders/parsers, consumer positions), `blocking`, `aio`, `errors`.
+"""
+
+from raftlog.client.blocking import Admin, Consumer, Producer, RecordFuture
+from raftlog.client.core import (
+    BrokerInfo,
+    ClusterStatus,
+    ConsumerRecord,
+    PartitionInfo,
+    TopicInfo,
+)
+from raftlog.client.errors import (
+    BufferFull,
+    ClientClosed,
+    ConnectionLost,
+    DeliveryTimedOut,
+    NoBrokerAvailable,
+)
+from raftlog.client.partitioner import murmur2, partition_for_key
+
+__all__ = [
+    "Producer",
+    "Consumer",
+    "Admin",
+    "RecordFuture",
+    "ConsumerRecord",
+    "TopicInfo",
+    "PartitionInfo",
+    "BrokerInfo",
+    "ClusterStatus",
+    "BufferFull",
+    "ClientClosed",
+    "ConnectionLost",
+    "DeliveryTimedOut",
+    "NoBrokerAvailable",
+    "murmur2",
+    "partition_for_key",
+]

@@ -1,0 +1,605 @@
+"""Trio client shell: Producer, Consumer, Admin. Same behaviour as the blocking shell; every decision is core's.
+
+Each client is an async context manager owning a nursery: one reader task per broker
+connection (frames → a bounded inbox channel), and for the Producer one sender task that
+polls the core, writes requests, and dispatches answers (Kafka's Sender). Consumer and
+Admin drive the core from the calling task (poll-driven, no background sender).
+
+    async with aio.Producer("127.0.0.1:9092") as p:
+        handle = await p.send("t", b"v")      # queued; returns a handle at once
+        partition, offset = await handle      # acknowledged
+        await p.flush()
+
+Concurrency: all methods run in the owning trio thread. Cancel-safety: cancelling `send`
+while it waits for buffer space or metadata leaves nothing queued; cancelling a wait on a
+handle does not cancel the record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import time
+from typing import Any, AsyncIterator, Iterable
+
+import trio
+
+from raftlog.client.accumulator import FULL, ProducerBatch
+from raftlog.client.core import (
+    EARLIEST,
+    LATEST,
+    AdminCore,
+    ClientCore,
+    Close,
+    ClusterStatus,
+    ConsumerCore,
+    ConsumerRecord,
+    ProducerCore,
+    TopicInfo,
+    alter_configs_request,
+    cluster_status_request,
+    create_topic_request,
+    delete_topic_request,
+    list_offsets_request,
+    metadata_request,
+    parse_cluster_status,
+    parse_list_offsets,
+    parse_metadata,
+    parse_topic,
+)
+from raftlog.client.errors import BufferFull, ClientClosed
+from raftlog.errors import RaftlogError, RequestTimedOut, UnknownTopicOrPartition
+from raftlog.protocol import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
+
+__all__ = ["Producer", "Consumer", "Admin", "RecordHandle"]
+
+log = logging.getLogger(__name__)
+
+_INBOX_SIZE = 1024
+_RECV_BYTES = 1 << 20
+
+
+def _mono_ms() -> int:
+    # time.monotonic, not trio.current_time: 4x cheaper on the per-record path, and the core
+    # only needs one consistent clock (waits handed to trio are relative).
+    return int(time.monotonic() * 1000)
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class _BatchFuture:
+    """One per batch: the core sets it; record handles await it. Trio-thread only."""
+
+    __slots__ = ("event", "base_offset", "error")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.base_offset = -1
+        self.error: BaseException | None = None
+
+    def set_result(self, base_offset: int) -> None:
+        self.base_offset = base_offset
+        self.event.set()
+
+    def set_exception(self, error: BaseException) -> None:
+        self.error = error
+        self.event.set()
+
+
+class RecordHandle:
+    """`await handle` -> (partition, offset) of the acknowledged record; raises its error."""
+
+    __slots__ = ("_batch", "_index")
+
+    def __init__(self, batch: ProducerBatch, index: int):
+        self._batch = batch
+        self._index = index
+
+    async def wait(self) -> tuple[int, int]:
+        fut: _BatchFuture = self._batch.future
+        await fut.event.wait()
+        if fut.error is not None:
+            raise fut.error
+        return ProducerCore.record_result(self._batch, self._index)
+
+    def __await__(self):
+        return self.wait().__await__()
+
+    def done(self) -> bool:
+        return self._batch.future.event.is_set()
+
+
+class _TrioConn:
+    __slots__ = ("broker_id", "stream", "send_lock", "closed")
+
+    def __init__(self, broker_id: int, stream: trio.SocketStream):
+        self.broker_id = broker_id
+        self.stream = stream
+        self.send_lock = trio.Lock()
+        self.closed = False
+
+
+class _TrioNetwork:
+    """Connections by broker id; a reader task per connection feeds one bounded inbox."""
+
+    def __init__(self, core: ClientCore, nursery: trio.Nursery, *, connect_timeout_ms: int,
+                 send_timeout_ms: int, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES):
+        self._core = core
+        self._nursery = nursery
+        self._conns: dict[int, _TrioConn] = {}
+        self._connect_timeout_s = connect_timeout_ms / 1000
+        self._send_timeout_s = send_timeout_ms / 1000
+        self._max_frame_bytes = max_frame_bytes
+        # Items: (conn, msg) for an answer, (conn, None) for a lost connection, None = wakeup.
+        self.inbox_send, self.inbox_recv = trio.open_memory_channel(_INBOX_SIZE)
+        self._kicked = False
+
+    def kick(self) -> None:
+        """Wake `wait` (from the trio thread)."""
+        if not self._kicked:
+            try:
+                self.inbox_send.send_nowait(None)
+                self._kicked = True
+            except (trio.WouldBlock, trio.ClosedResourceError):
+                pass  # inbox full: the waiter wakes anyway
+
+    async def perform(self, actions: list) -> list[int]:
+        failed: list[int] = []
+        for a in actions:
+            if isinstance(a, Close):
+                if await self._drop(a.broker_id):
+                    failed.append(a.broker_id)
+                continue
+            if a.broker_id in failed:
+                continue
+            try:
+                frame = encode_frame(a.request)
+            except (TypeError, ValueError, RaftlogError) as exc:
+                log.error("cannot encode %s request: %s", a.request.get("op"), exc)
+                failed.append(a.broker_id)
+                continue
+            try:
+                conn = self._conns.get(a.broker_id)
+                if conn is None:
+                    conn = await self._connect(a.broker_id)
+                async with conn.send_lock:
+                    with trio.fail_after(self._send_timeout_s):
+                        await conn.stream.send_all(frame)
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError) as exc:
+                log.info("broker %s: %r", a.broker_id, exc)
+                await self._drop(a.broker_id)
+                failed.append(a.broker_id)
+        return failed
+
+    async def _connect(self, broker_id: int) -> _TrioConn:
+        addr = self._core.address(broker_id)
+        if addr is None:
+            raise OSError(f"no address known for broker {broker_id}")
+        with trio.fail_after(self._connect_timeout_s):
+            stream = await trio.open_tcp_stream(*addr)
+        conn = _TrioConn(broker_id, stream)
+        self._conns[broker_id] = conn
+        self._nursery.start_soon(self._reader, conn)
+        return conn
+
+    async def _reader(self, conn: _TrioConn) -> None:
+        decoder = FrameDecoder(self._max_frame_bytes)
+        try:
+            while True:
+                data = await conn.stream.receive_some(_RECV_BYTES)
+                if not data:
+                    break
+                decoder.feed(data)
+                while (msg := decoder.next_frame()) is not None:
+                    await self.inbox_send.send((conn, msg))
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+        except RaftlogError as exc:
+            log.warning("broker %s sent a bad frame (%s); reconnecting", conn.broker_id, exc)
+        if not conn.closed:
+            conn.closed = True
+            if self._conns.get(conn.broker_id) is conn:
+                del self._conns[conn.broker_id]
+            try:
+                await self.inbox_send.send((conn, None))
+            except trio.ClosedResourceError:
+                pass
+        with trio.CancelScope(shield=True):
+            await conn.stream.aclose()
+
+    async def _drop(self, broker_id: int) -> bool:
+        conn = self._conns.pop(broker_id, None)
+        if conn is None:
+            return False
+        conn.closed = True
+        with trio.CancelScope(shield=True):
+            await conn.stream.aclose()
+        return True
+
+    def take(self, first: Any) -> tuple[list[tuple[int, dict]], list[int]]:
+        """Split inbox items (first plus all queued now) into answers and lost broker ids."""
+        responses: list[tuple[int, dict]] = []
+        lost: list[int] = []
+        item = first
+        while True:
+            if item is None:
+                self._kicked = False
+            else:
+                conn, msg = item
+                if msg is None:
+                    lost.append(conn.broker_id)
+                elif not conn.closed:
+                    responses.append((conn.broker_id, msg))
+            try:
+                item = self.inbox_recv.receive_nowait()
+            except trio.WouldBlock:
+                return responses, lost
+
+    async def aclose(self) -> None:
+        for broker_id in list(self._conns):
+            await self._drop(broker_id)
+
+
+async def _step(core: ClientCore, net: _TrioNetwork, deadline_ms: int | None) -> None:
+    now = _mono_ms()
+    failed = await net.perform(core.poll(now))
+    for b in failed:
+        core.on_disconnect(b, now)
+    if failed:
+        return
+    wake = core.next_wakeup_ms(now)
+    until = min(t for t in (wake, deadline_ms, now + 1000) if t is not None)
+    try:
+        first = net.inbox_recv.receive_nowait()
+        await trio.lowlevel.checkpoint()  # answers were waiting: still let other tasks run
+    except trio.WouldBlock:
+        first = _NOTHING
+        with trio.move_on_after(max(0, until - now) / 1000):
+            first = await net.inbox_recv.receive()
+        if first is _NOTHING:
+            return
+    responses, lost = net.take(first)
+    now = _mono_ms()
+    for broker_id, msg in responses:
+        core.on_response(broker_id, msg, now)
+    for broker_id in lost:
+        core.on_disconnect(broker_id, now)
+
+
+_NOTHING = object()
+
+
+class _AsyncClient:
+    """Owns the nursery and the network of one client."""
+
+    _core: ClientCore
+
+    def __init__(self, request_timeout_ms: int):
+        self._request_timeout_ms = request_timeout_ms
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._nursery: trio.Nursery | None = None
+        self._net: _TrioNetwork | None = None
+        self._closed = False
+
+    async def __aenter__(self):
+        stack = contextlib.AsyncExitStack()
+        self._nursery = await stack.enter_async_context(trio.open_nursery())
+        stack.push_async_callback(self._final)  # runs before the nursery exits (LIFO)
+        self._stack = stack
+        self._net = _TrioNetwork(self._core, self._nursery,
+                                 connect_timeout_ms=min(self._request_timeout_ms, 10_000),
+                                 send_timeout_ms=self._request_timeout_ms)
+        await self._started(self._nursery)
+        return self
+
+    async def _started(self, nursery: trio.Nursery) -> None:
+        pass
+
+    async def __aexit__(self, *exc_info: Any):
+        if exc_info[0] is None:
+            try:
+                await self.aclose()  # graceful: the producer flushes here
+            except BaseException:
+                await self._stack.aclose()
+                raise
+        return await self._stack.__aexit__(*exc_info)
+
+    async def _final(self) -> None:
+        with trio.CancelScope(shield=True):
+            await self._shutdown()
+        self._nursery.cancel_scope.cancel()  # reader tasks and the sender stop here
+
+    async def _shutdown(self) -> None:
+        self._closed = True
+        if self._net is not None:
+            await self._net.aclose()
+            self._net.inbox_send.close()
+
+    async def aclose(self) -> None:
+        await self._shutdown()
+
+    def _check_open(self) -> _TrioNetwork:
+        if self._closed or self._net is None:
+            raise ClientClosed(f"{type(self).__name__} is closed or not entered (use 'async with')")
+        return self._net
+
+
+# ---------------------------------------------------------------- producer
+
+
+class Producer(_AsyncClient):
+    """Trio producer; options as the blocking `raftlog.client.Producer`."""
+
+    def __init__(
+        self,
+        bootstrap: str | Iterable[str],
+        *,
+        acks: int | str = "all",
+        linger_ms: int = 5,
+        batch_bytes: int | None = None,
+        buffer_bytes: int | None = None,
+        compression: str | int | None = None,
+        enable_idempotence: bool = True,
+        delivery_timeout_ms: int = 120_000,
+        request_timeout_ms: int = 30_000,
+        max_block_ms: int = 60_000,
+        max_in_flight_per_partition: int = 5,
+        rng: random.Random | None = None,
+        **options: Any,
+    ):
+        super().__init__(request_timeout_ms)
+        self._core = ProducerCore(
+            bootstrap, rng=rng or random.Random(), future_factory=_BatchFuture, acks=acks,
+            linger_ms=linger_ms, batch_bytes=batch_bytes, buffer_bytes=buffer_bytes,
+            compression=compression, enable_idempotence=enable_idempotence,
+            delivery_timeout_ms=delivery_timeout_ms, request_timeout_ms=request_timeout_ms,
+            max_in_flight_per_partition=max_in_flight_per_partition, **options,
+        )
+        self._max_block_ms = max_block_ms
+        self._changed = trio.Event()
+        self._sender_done = trio.Event()
+        self._flushers = 0
+
+    async def _started(self, nursery: trio.Nursery) -> None:
+        nursery.start_soon(self._sender)
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def send(self, topic: str, value: bytes | None, key: bytes | None = None,
+                   headers: Iterable[tuple[str, bytes | None]] | None = None,
+                   partition: int | None = None, timestamp: int | None = None) -> RecordHandle:
+        """Queue one record and return its handle (waits only for metadata or buffer space,
+        at most max_block_ms). Raises like the blocking send."""
+        net = self._check_open()
+        if headers is not None and not isinstance(headers, (list, tuple)):
+            headers = list(headers)
+        core = self._core
+        ts = _wall_ms() if timestamp is None else timestamp
+        n = core.metadata.partition_count(topic)
+        if n is None:
+            n = await self._wait_metadata(topic)
+        b = core.send(topic, value, key, headers, partition, ts, _mono_ms(), n)
+        if b is FULL:
+            b = await self._wait_space(topic, value, key, headers, partition, ts, n)
+        index = b.record_count - 1
+        if index == 0:
+            net.kick()
+            # Let the sender run once per batch (a loop of sends never blocks otherwise);
+            # shielded, so a cancel cannot lose the handle of a record already queued.
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        return RecordHandle(b, index)
+
+    async def _wait_metadata(self, topic: str) -> int:
+        with trio.move_on_after(self._max_block_ms / 1000):
+            while True:
+                n = self._core.partition_count(topic)
+                if n is not None:
+                    return n
+                self._check_open().kick()
+                await self._changed.wait()
+        err = self._core.topic_error(topic)
+        raise err if err is not None else UnknownTopicOrPartition(
+            f"no metadata for topic {topic!r} after {self._max_block_ms} ms"
+        )
+
+    async def _wait_space(self, topic, value, key, headers, partition, ts, n) -> ProducerBatch:
+        with trio.move_on_after(self._max_block_ms / 1000):
+            while True:
+                self._check_open().kick()
+                await self._changed.wait()
+                b = self._core.send(topic, value, key, headers, partition, ts, _mono_ms(), n)
+                if b is not FULL:
+                    return b
+        raise BufferFull(
+            f"buffer_bytes {self._core.accumulator.buffer_bytes} used up for {self._max_block_ms} ms"
+        )
+
+    async def flush(self) -> None:
+        """Send everything queued and wait until each batch is acked or failed."""
+        net = self._check_open()
+        self._flushers += 1
+        self._core.begin_flush()
+        net.kick()
+        try:
+            while self._core.has_pending() and not self._sender_done.is_set():
+                await self._changed.wait()
+        finally:
+            self._flushers -= 1
+            if not self._flushers:
+                self._core.end_flush()
+
+    async def aclose(self) -> None:
+        """Flush, then stop (what cannot be sent fails with ClientClosed)."""
+        if self._closed:
+            return
+        try:
+            with trio.move_on_after(self._core.delivery_timeout_ms / 1000):
+                await self.flush()
+        finally:
+            await self._shutdown()
+
+    async def _shutdown(self) -> None:
+        self._core.abort(ClientClosed("producer closed before the record was sent"))
+        self._closed = True
+        if self._net is not None:
+            self._net.kick()
+        await super()._shutdown()
+
+    async def _sender(self) -> None:
+        core, net = self._core, self._net
+        try:
+            while not self._closed:
+                await _step(core, net, None)
+                self._notify()
+        finally:
+            self._sender_done.set()
+            self._notify()
+
+
+# ---------------------------------------------------------------- consumer
+
+
+class Consumer(_AsyncClient):
+    """Trio consumer over assigned partitions; options as the blocking Consumer."""
+
+    def __init__(
+        self,
+        bootstrap: str | Iterable[str],
+        *,
+        auto_offset_reset: str = "latest",
+        max_wait_ms: int = 500,
+        min_bytes: int = 1,
+        fetch_max_bytes: int = 50 * 1024 * 1024,
+        max_partition_fetch_bytes: int = 1024 * 1024,
+        max_poll_records: int = 500,
+        request_timeout_ms: int = 30_000,
+        rng: random.Random | None = None,
+        **options: Any,
+    ):
+        super().__init__(request_timeout_ms)
+        self._core = ConsumerCore(
+            bootstrap, rng=rng or random.Random(), auto_offset_reset=auto_offset_reset,
+            max_wait_ms=max_wait_ms, min_bytes=min_bytes, fetch_max_bytes=fetch_max_bytes,
+            max_partition_fetch_bytes=max_partition_fetch_bytes,
+            max_poll_records=max_poll_records, request_timeout_ms=request_timeout_ms, **options,
+        )
+        self._max_wait_ms = max_wait_ms
+
+    def assign(self, partitions: Iterable[tuple[str, int]]) -> None:
+        self._core.assign(partitions)
+
+    def assignment(self) -> list[tuple[str, int]]:
+        return self._core.assignment()
+
+    def seek(self, partition: tuple[str, int], offset: int) -> None:
+        self._core.seek(partition[0], partition[1], offset)
+
+    def seek_to_beginning(self, *partitions: tuple[str, int]) -> None:
+        self._core.seek_to(partitions or None, EARLIEST)
+
+    def seek_to_end(self, *partitions: tuple[str, int]) -> None:
+        self._core.seek_to(partitions or None, LATEST)
+
+    async def position(self, partition: tuple[str, int], timeout_ms: int | None = None) -> int:
+        net = self._check_open()
+        deadline = _mono_ms() + (timeout_ms or self._request_timeout_ms)
+        while True:
+            pos = self._core.position(*partition)
+            if pos is not None:
+                return pos
+            self._core.raise_pending_error()
+            if _mono_ms() >= deadline:
+                raise RequestTimedOut(f"position of {partition} not resolved in time")
+            await _step(self._core, net, deadline)
+
+    async def offsets_for_times(self, timestamps: dict[tuple[str, int], int],
+                                timeout_ms: int | None = None) -> dict[tuple[str, int], tuple[int, int] | None]:
+        net = self._check_open()
+        now = _mono_ms()
+        calls = {
+            tp: self._core.submit(list_offsets_request([(tp[0], tp[1], ts)]), now, route=tuple(tp),
+                                  timeout_ms=timeout_ms)
+            for tp, ts in timestamps.items()
+        }
+        while not all(c.done for c in calls.values()):
+            await _step(self._core, net, None)
+        out: dict[tuple[str, int], tuple[int, int] | None] = {}
+        for tp, c in calls.items():
+            off, ts = parse_list_offsets(c.value()).get(tuple(tp), (-1, -1))
+            out[tp] = (off, ts) if off >= 0 else None
+        return out
+
+    async def poll(self, timeout_ms: int = 1000, max_records: int | None = None) -> list[ConsumerRecord]:
+        net = self._check_open()
+        core = self._core
+        core.fetch_wait_ms = max(0, min(self._max_wait_ms, timeout_ms))
+        deadline = _mono_ms() + timeout_ms
+        while True:
+            records = core.take_records(max_records)
+            if records:
+                return records
+            if _mono_ms() >= deadline:
+                return []
+            await _step(core, net, deadline)
+
+    async def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
+        while not self._closed:
+            for r in await self.poll(1000):
+                yield r
+
+    def high_watermark(self, partition: tuple[str, int]) -> int:
+        return self._core.high_watermark(*partition)
+
+
+# ---------------------------------------------------------------- admin
+
+
+class Admin(_AsyncClient):
+    """Trio admin client; same calls as the blocking Admin, awaited."""
+
+    def __init__(self, bootstrap: str | Iterable[str], *, request_timeout_ms: int = 30_000,
+                 rng: random.Random | None = None, **options: Any):
+        super().__init__(request_timeout_ms)
+        self._core = AdminCore(bootstrap, rng=rng or random.Random(),
+                               request_timeout_ms=request_timeout_ms, **options)
+
+    async def _call(self, request: dict, timeout_ms: int | None = None) -> dict:
+        net = self._check_open()
+        call = self._core.submit(request, _mono_ms(), timeout_ms=timeout_ms)
+        while not call.done:
+            await _step(self._core, net, call.deadline_ms)
+        return call.value()
+
+    async def create_topic(self, name: str, partitions: int, replication_factor: int,
+                           configs: dict[str, str] | None = None, *,
+                           timeout_ms: int | None = None) -> TopicInfo:
+        r = await self._call(create_topic_request(name, partitions, replication_factor, configs), timeout_ms)
+        return parse_topic({"name": r.get("name", name), "partitions": r.get("partitions") or ()})
+
+    async def delete_topic(self, name: str, *, timeout_ms: int | None = None) -> None:
+        await self._call(delete_topic_request(name), timeout_ms)
+
+    async def describe_topics(self, names: Iterable[str] | None = None, *,
+                              timeout_ms: int | None = None) -> dict[str, TopicInfo]:
+        md = parse_metadata(await self._call(metadata_request(None if names is None else list(names)), timeout_ms))
+        for err in md.topic_errors.values():
+            raise err
+        return md.topics
+
+    async def list_topics(self, internal: bool = False, *, timeout_ms: int | None = None) -> list[str]:
+        md = parse_metadata(await self._call(metadata_request(None, internal=internal), timeout_ms))
+        return sorted(name for name, t in md.topics.items() if internal or not t.internal)
+
+    async def alter_configs(self, name: str, set_configs: dict[str, str] | None = None,
+                            delete_configs: Iterable[str] = (), *, timeout_ms: int | None = None) -> dict:
+        r = await self._call(alter_configs_request(name, set_configs, delete_configs), timeout_ms)
+        return dict(r.get("configs") or {})
+
+    async def cluster_status(self, *, timeout_ms: int | None = None) -> ClusterStatus:
+        return parse_cluster_status(await self._call(cluster_status_request(), timeout_ms))
+

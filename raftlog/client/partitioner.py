@@ -1,0 +1,108 @@
+"""Key partitioner (Kafka's murmur2, byte for byte) and the sticky partitioner for keyless records.
+
+Invariants:
+* `murmur2(data)` equals Java's `org.apache.kafka.common.utils.Utils.murmur2` as a signed
+  32-bit int (seed 0x9747b28c), so a keyed record lands on the partition a Java client, Kafka
+  Streams or librdkafka's `murmur2_random` would pick: `(murmur2(key) & 0x7fffffff) % n`.
+* The sticky partitioner (KIP-480, as Kafka's producer before KIP-794) keeps one partition
+  per topic while its open batch has room; when a keyless record would open a new batch
+  (the batch filled up, or it was sent), `on_new_batch` picks another partition uniformly
+  among the available ones (those with a known leader), avoiding the one just used when
+  there is a choice. Randomness comes only from the injected `random.Random`.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+
+__all__ = ["murmur2", "to_positive", "partition_for_key", "StickyPartitioner"]
+
+_SEED = 0x9747B28C
+_M = 0x5BD1E995
+_MASK32 = 0xFFFFFFFF
+_WORD_STRUCTS: dict[int, struct.Struct] = {}
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 of `data` as a signed 32-bit int (what Java's `Utils.murmur2` returns)."""
+    length = len(data)
+    h = (_SEED ^ length) & _MASK32
+    words = length >> 2
+    if words:
+        # One struct call for all 4-byte little-endian words: the per-word Python work is
+        # what costs, not the unpacking.
+        st = _WORD_STRUCTS.get(words)
+        if st is None:
+            st = struct.Struct(f"<{words}I")
+            if len(_WORD_STRUCTS) < 256:
+                _WORD_STRUCTS[words] = st
+        for k in st.unpack_from(data):
+            k = (k * _M) & _MASK32
+            k ^= k >> 24
+            k = (k * _M) & _MASK32
+            h = ((h * _M) & _MASK32) ^ k
+    tail = length & 3
+    if tail:
+        base = length & ~3
+        if tail == 3:
+            h ^= data[base + 2] << 16
+        if tail >= 2:
+            h ^= data[base + 1] << 8
+        h ^= data[base]
+        h = (h * _M) & _MASK32
+    h ^= h >> 13
+    h = (h * _M) & _MASK32
+    h ^= h >> 15
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
+def to_positive(number: int) -> int:
+    """Kafka's `Utils.toPositive`: clear the sign bit (not abs(), which breaks on MIN_VALUE)."""
+    return number & 0x7FFFFFFF
+
+
+def partition_for_key(key: bytes, num_partitions: int) -> int:
+    """The partition Kafka's default partitioner picks for a non-null key."""
+    if num_partitions <= 0:
+        raise ValueError(f"num_partitions must be positive, got {num_partitions}")
+    return (murmur2(key) & 0x7FFFFFFF) % num_partitions
+
+
+class StickyPartitioner:
+    """Per-topic sticky choice for keyless records. Not thread-safe (the core owns it)."""
+
+    __slots__ = ("_rng", "_sticky")
+
+    def __init__(self, rng: random.Random):
+        self._rng = rng
+        self._sticky: dict[str, int] = {}
+
+    def partition(self, topic: str, num_partitions: int, available: list[int] | tuple[int, ...]) -> int:
+        """The sticky partition of `topic`, choosing one first if there is none.
+
+        `available` lists the partitions with a known leader; when it is empty, any of
+        `range(num_partitions)` is chosen (the record waits in the accumulator for a leader).
+        """
+        p = self._sticky.get(topic)
+        if p is not None and p < num_partitions:
+            return p
+        return self._choose(topic, num_partitions, available, avoid=None)
+
+    def on_new_batch(self, topic: str, partition: int, num_partitions: int, available) -> int:
+        """A keyless record for sticky `partition` would open a new batch: move on (if it
+        is still the sticky one) and return the partition to use now."""
+        if self._sticky.get(topic) == partition:
+            return self._choose(topic, num_partitions, available, avoid=partition)
+        return self.partition(topic, num_partitions, available)
+
+    def forget(self, topic: str) -> None:
+        self._sticky.pop(topic, None)
+
+    def _choose(self, topic: str, num_partitions: int, available, avoid: int | None) -> int:
+        candidates = [p for p in available if p < num_partitions] or list(range(num_partitions))
+        if avoid is not None and len(candidates) > 1:
+            candidates = [p for p in candidates if p != avoid]
+        p = candidates[self._rng.randrange(len(candidates))]
+        self._sticky[topic] = p
+        return p
