@@ -5,6 +5,8 @@
      ├── CompressionUnavailable    UNSUPPORTED_COMPRESSION_TYPE  codec needs an extra
      ├── OffsetOutOfRangeError     OFFSET_OUT_OF_RANGE    below log start / above log end
      ├── MessageTooLargeError      MESSAGE_TOO_LARGE      batch over a byte limit
+ ├── NotLeaderError            NOT_LEADER             this replica does not lead (hint kept)
+ ├── RaftStateError            UNKNOWN_SERVER_ERROR   Raft contract broken: take it offline
      └── LogClosedError            KAFKA_STORAGE_ERROR    the log was closed or failed
 """
 
@@ -41,3 +43,21 @@ class MessageTooLargeError(PartitionError):
 
 class LogClosedError(PartitionError):
     code = "KAFKA_STORAGE_ERROR"
+
+
+class NotLeaderError(PartitionError):
+    """The operation needs the leader; `leader_id` is the hint (None if unknown)."""
+
+    code = "NOT_LEADER"
+
+    def __init__(self, leader_id: int | None, epoch: int):
+        super().__init__(f"not the leader of epoch {epoch} (leader: {leader_id})")
+        self.leader_id = leader_id
+        self.epoch = epoch
+
+
+class RaftStateError(PartitionError):
+    """An event broke the core's contract (a shell bug or a corrupt peer); the partition
+    must stop rather than risk its log."""
+
+    code = "UNKNOWN_SERVER_ERROR"

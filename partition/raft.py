@@ -1,0 +1,1054 @@
+"""Per-partition Raft: a pure state machine in which the partition log is the Raft log.
+
+After KIP-595 (Raft for Kafka: pull-based, terms are leader epochs, divergence found through
+the leader-epoch cache) and KIP-996 (pre-vote), shaped like etcd-io/raft: no I/O, no clock,
+no threads. Time is `tick()` (the shell calls it every `tick_ms`); randomness comes from the
+injected `random.Random`. Every event method returns the list of effects the shell must
+perform, in order.
+
+Roles
+-----
+UNATTACHED   knows an epoch, no leader (may have voted in it).
+FOLLOWER     knows the leader of its epoch and fetches from it.
+PROSPECTIVE  ran out of patience (no successful fetch for a randomized election timeout) and
+             asks for pre-votes; pre-votes never change anybody's epoch or vote (KIP-996).
+CANDIDATE    won the pre-vote, bumped the epoch, voted for itself, asks for real votes.
+LEADER       won a majority of votes; appends a control batch in its epoch; serves fetches.
+RESIGNED     was leader of its epoch and gave up (check-quorum failure, `resign()`, or a
+             restart with leader_id == self in the persisted state); never leads that epoch
+             again, answers fetches NOT_LEADER, and runs for a later epoch after a timeout.
+
+Messages (every message carries `sender` and the sender's `epoch`)
+-------------------------------------------------------------------
+VoteRequest(sender, epoch, last_epoch, log_end_offset, pre_vote)
+    Real vote: `epoch` is the candidate's new epoch. A voter with a lower epoch adopts it
+    first. Granted iff the epochs are equal, the voter has no leader in it, has not voted in
+    it for somebody else, and (last_epoch, log_end_offset) >= its own. Pre-vote: `epoch` is
+    the epoch the prospective would run in (its epoch + 1); changes nothing at the receiver;
+    granted iff epoch > receiver's epoch, the log is at least as up to date, and the receiver
+    is not a leader and not a follower that fetched successfully within
+    `election_timeout_ticks` (the leader lease that stops a rejoining node from disrupting).
+VoteResponse(sender, epoch, granted, pre_vote, leader_id)
+    `epoch`/`leader_id` are the responder's, so a stale prospective learns the current leader
+    (and follows it) instead of bumping the epoch.
+BeginQuorumEpoch(sender, epoch)
+    A new leader announces itself; receivers follow it at once. Re-sent every
+    `begin_quorum_resend_ticks` to voters that have not fetched in the epoch yet.
+EndQuorumEpoch(sender, epoch)
+    A resigning leader tells its voters; they drop the lease so the election is quick.
+TimeoutNow(sender, epoch)
+    Leadership transfer: the leader tells a caught-up target to become a candidate at once
+    (no pre-vote, no timeout; like etcd's MsgTimeoutNow / Kafka's EndQuorumEpoch).
+FetchRequest(sender, epoch, fetch_offset, last_fetched_epoch, flushed_offset, fetch_id)
+    Follower -> leader; doubles as the heartbeat. `fetch_offset` is the follower's
+    log_end_offset, `last_fetched_epoch` the epoch of its last entry (0 for an empty log),
+    `flushed_offset` how much of it is durable. At most one in flight per follower; a new
+    one after `fetch_request_timeout_ticks` without an answer (a new `fetch_id`).
+FetchResponse(sender, epoch, leader_id, fetch_id, error, high_watermark, fetch_offset,
+              diverging_epoch, diverging_end_offset, read_offset, records, batches)
+    Leader -> follower. One of: `error` ("FENCED_LEADER_EPOCH": the request epoch is stale;
+    "NOT_LEADER": the responder does not lead that epoch; `leader_id` is its hint);
+    a divergence (`diverging_epoch`, `diverging_end_offset`) = the leader's
+    end_offset_for_epoch(last_fetched_epoch) when that is inconsistent with the request;
+    or data: `read_offset` (= fetch_offset, or None when there is nothing to read) tells the
+    LEADER's shell to attach `records = log.read(read_offset, max_bytes)` (whole batches)
+    and the FOLLOWER's shell to fill `batches` = ((base_offset, last_offset, leader_epoch),
+    ...) from the batch headers before handing the response to `handle()` (use
+    `FetchResponse.with_records`). The core never parses record bytes.
+    The leader answers at once if it has data past fetch_offset or a high watermark the
+    follower has not seen; otherwise it parks the fetch (one per follower) until data arrives,
+    the high watermark moves, or `fetch_max_wait_ticks` pass (a long poll, as Kafka's).
+
+Consistency and the high watermark
+----------------------------------
+* A fetch (f, e) is consistent iff f == 0, or the leader's end_offset_for_epoch(e) is
+  (e, o) with o >= f. Then the follower's [0, f) equals the leader's (log matching).
+* On divergence (E, O) the follower truncates to min(O, its own end offset for E) (or its log
+  start when either side has no epoch <= E) and fetches again; every round strictly shortens
+  its log, and the cut never falls inside the prefix it shares with the leader. Cutting below
+  the follower's high watermark raises RaftStateError (KIP-595: that would lose a commit).
+* The leader counts, per voter, the durable end it reported (min(flushed_offset,
+  fetch_offset) from a consistent fetch) and, for itself, its flushed_offset
+  (`require_flush=True`, flush_policy=always) or its log_end_offset. The high watermark
+  (exclusive: offsets < HW are committed) is the majority-th largest of these; it moves only
+  forward, and only once it passes the offset of the leader's own control batch (an offset
+  of the current epoch is on a majority). A follower takes max(its HW, min(response HW,
+  its log_end_offset)).
+* Check quorum: a leader that has not had fetches from a majority (itself included) within a
+  window of `check_quorum_ticks` resigns, so an isolated leader stops acknowledging writes.
+
+The contract with the shell (read this before writing one)
+-----------------------------------------------------------
+1. Effects are performed in the order returned, all of them, before the next event is
+   delivered to this core (or `may_accept_writes` is asked). Sends may be coalesced per
+   destination broker and dropped on failure; everything else must happen.
+2. Persist before send: after `PersistQuorumState(state, version)` the core returns NO other
+   effect until the shell reports `quorum_state_persisted(version)`, i.e. the state is
+   fsynced (file + directory). Events arriving meanwhile are processed; their effects are
+   held and released, in order, by that call. So a vote grant, a candidate's vote requests
+   and a new leader's control batch and BeginQuorumEpoch all go out only once durable.
+3. `AppendControl(epoch, offset)`: append one control batch (LEADER_CHANGE, one record)
+   with `log.append(..., leader_epoch=epoch)`; it must land at exactly `offset`. Do NOT report
+   it with `leader_appended`: the core has already counted it.
+   `AppendReplicated(records, base_offset, end_offset)`: `log.append_replicated(records)`;
+   the new end must be `end_offset`. `TruncateTo(offset)`: `log.truncate_to(offset)`.
+4. `Flush()`: run `log.flush()` and report `flushed(log.flushed_offset)`. At most one is
+   outstanding; the core asks again when more is unflushed (group commit). Under
+   `require_flush` a follower sends its next fetch only after its appended data is flushed.
+5. Leader writes: append only while `may_accept_writes` is true, with
+   `leader_epoch=core.epoch`, then call `leader_appended(first_offset, last_offset)`.
+6. `HighWatermarkChanged(high_watermark)`: answer acks=all produce requests whose last
+   offset < high_watermark; expose it to consumers. `LeadershipChanged(epoch, leader_id)`:
+   emitted whenever (epoch, active leader) changes; leader_id is None while unknown or
+   resigned. On losing leadership, fail pending acks=all requests as NOT_LEADER (their
+   outcome is unknown: they may still commit). Tell the controller.
+7. On restart, construct the core from the durable quorum state and the recovered log
+   (`LogState`) and a high watermark no larger than the flushed offset (or 0); a replica
+   that was leader restarts RESIGNED and never leads that epoch again.
+8. Serialize log mutations per partition: a TruncateTo must not run while a Flush or the
+   read for an earlier FetchResponse is still in progress on another thread.
+9. A RaftStateError means a broken contract or a corrupt peer: take the partition offline.
+
+Invariants (checked by tests/sim after every step): at most one leader per epoch; a
+committed offset is never lost or changed; two replicas agree below the smaller of their high
+watermarks; a high watermark never goes back. Per-event work is O(number of voters).
+"""
+
+from __future__ import annotations
+
+import bisect
+import enum
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from partition.errors import NotLeaderError, RaftStateError
+
+__all__ = [
+    "AppendControl",
+    "AppendReplicated",
+    "BeginQuorumEpoch",
+    "EndQuorumEpoch",
+    "FetchRequest",
+    "FetchResponse",
+    "Flush",
+    "HighWatermarkChanged",
+    "LeadershipChanged",
+    "LogState",
+    "NotLeaderError",
+    "PersistQuorumState",
+    "QuorumState",
+    "RaftConfig",
+    "RaftCore",
+    "RaftStateError",
+    "Role",
+    "Send",
+    "TimeoutNow",
+    "TruncateTo",
+    "VoteRequest",
+    "VoteResponse",
+]
+
+FENCED_LEADER_EPOCH = "FENCED_LEADER_EPOCH"
+NOT_LEADER = "NOT_LEADER"
+
+
+class Role(enum.Enum):
+    UNATTACHED = "unattached"
+    FOLLOWER = "follower"
+    PROSPECTIVE = "prospective"
+    CANDIDATE = "candidate"
+    LEADER = "leader"
+    RESIGNED = "resigned"
+
+
+_UNATTACHED = Role.UNATTACHED
+_FOLLOWER = Role.FOLLOWER
+_PROSPECTIVE = Role.PROSPECTIVE
+_CANDIDATE = Role.CANDIDATE
+_LEADER = Role.LEADER
+_RESIGNED = Role.RESIGNED
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumState:
+    """What must survive a crash: the epoch, the vote cast in it, the leader known in it."""
+
+    epoch: int = 0
+    voted_for: int | None = None
+    leader_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LogState:
+    """The log as recovered at start: offsets and the leader-epoch cache [(epoch, start)]."""
+
+    log_start_offset: int = 0
+    log_end_offset: int = 0
+    flushed_offset: int = 0
+    epochs: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RaftConfig:
+    """Timeouts in ticks (defaults assume tick_ms=50: election timeout 1 s)."""
+
+    election_timeout_ticks: int = 20  # randomized in [T, 2T); also the follower's lease
+    fetch_max_wait_ticks: int = 5  # leader parks a caught-up fetch at most this long
+    fetch_request_timeout_ticks: int = 8  # follower re-sends an unanswered fetch
+    check_quorum_ticks: int = 30  # leader resigns without majority fetches in this window
+    transfer_timeout_ticks: int = 20  # leadership transfer gives up, writes resume
+    begin_quorum_resend_ticks: int = 5
+    require_flush: bool = True  # flush_policy=always: only fsynced offsets count
+
+    def __post_init__(self) -> None:
+        if not 0 < self.fetch_max_wait_ticks < self.fetch_request_timeout_ticks:
+            raise ValueError("need 0 < fetch_max_wait_ticks < fetch_request_timeout_ticks")
+        if self.fetch_request_timeout_ticks >= self.election_timeout_ticks:
+            raise ValueError("need fetch_request_timeout_ticks < election_timeout_ticks")
+        if self.check_quorum_ticks < self.election_timeout_ticks:
+            raise ValueError("need check_quorum_ticks >= election_timeout_ticks")
+        if self.transfer_timeout_ticks < 1 or self.begin_quorum_resend_ticks < 1:
+            raise ValueError("timeouts must be at least one tick")
+
+
+# ---------------------------------------------------------------------------------- messages
+
+
+@dataclass(frozen=True, slots=True)
+class VoteRequest:
+    sender: int
+    epoch: int
+    last_epoch: int
+    log_end_offset: int
+    pre_vote: bool
+
+
+@dataclass(frozen=True, slots=True)
+class VoteResponse:
+    sender: int
+    epoch: int
+    granted: bool
+    pre_vote: bool
+    leader_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class BeginQuorumEpoch:
+    sender: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class EndQuorumEpoch:
+    sender: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class TimeoutNow:
+    sender: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchRequest:
+    sender: int
+    epoch: int
+    fetch_offset: int
+    last_fetched_epoch: int
+    flushed_offset: int
+    fetch_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResponse:
+    sender: int
+    epoch: int
+    leader_id: int | None
+    fetch_id: int
+    error: str | None = None
+    high_watermark: int = 0
+    fetch_offset: int = 0
+    diverging_epoch: int | None = None
+    diverging_end_offset: int = -1
+    read_offset: int | None = None
+    records: Any = None  # bytes of whole RecordBatch v2 batches in production; opaque here
+    batches: tuple[tuple[int, int, int], ...] = ()  # (base_offset, last_offset, leader_epoch)
+
+    def with_records(
+        self, records: Any, batches: tuple[tuple[int, int, int], ...]
+    ) -> FetchResponse:
+        """A copy carrying `records` and their header summary `batches`."""
+        return FetchResponse(
+            self.sender, self.epoch, self.leader_id, self.fetch_id, self.error,
+            self.high_watermark, self.fetch_offset, self.diverging_epoch,
+            self.diverging_end_offset, self.read_offset, records, batches,
+        )  # fmt: skip
+
+
+Message = (
+    VoteRequest | VoteResponse | BeginQuorumEpoch | EndQuorumEpoch | TimeoutNow
+    | FetchRequest | FetchResponse
+)
+
+# ----------------------------------------------------------------------------------- effects
+
+
+@dataclass(frozen=True, slots=True)
+class PersistQuorumState:
+    state: QuorumState
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    to: int
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class AppendControl:
+    epoch: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class AppendReplicated:
+    records: Any
+    base_offset: int
+    end_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class TruncateTo:
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Flush:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class HighWatermarkChanged:
+    high_watermark: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeadershipChanged:
+    epoch: int
+    leader_id: int | None
+
+
+Effect = (
+    PersistQuorumState | Send | AppendControl | AppendReplicated | TruncateTo | Flush
+    | HighWatermarkChanged | LeadershipChanged
+)
+
+_FLUSH = Flush()
+
+
+class _Peer:
+    """What a leader knows of one other voter (reset at every election)."""
+
+    __slots__ = ("fetch_offset", "durable_offset", "hw_sent", "parked", "parked_ticks", "fetched")
+
+    def __init__(self) -> None:
+        self.fetch_offset = -1
+        self.durable_offset = -1  # counted toward the high watermark
+        self.hw_sent = -1
+        self.parked: FetchRequest | None = None
+        self.parked_ticks = 0
+        self.fetched = False  # has fetched in this epoch (stop BeginQuorumEpoch re-sends)
+
+
+class RaftCore:
+    """The Raft state machine of one partition replica. See the module docstring.
+
+    Concurrency: none; one caller at a time. Every public event method returns list[Effect].
+    """
+
+    def __init__(
+        self,
+        replica_id: int,
+        voters: tuple[int, ...] | list[int],
+        *,
+        rng: random.Random,
+        quorum_state: QuorumState = QuorumState(),
+        log_state: LogState = LogState(),
+        high_watermark: int = 0,
+        config: RaftConfig = RaftConfig(),
+    ):
+        voters = tuple(sorted(set(voters)))
+        if replica_id not in voters:
+            raise ValueError(f"replica {replica_id} is not one of the voters {voters}")
+        self.replica_id = replica_id
+        self.voters = voters
+        self._others = tuple(v for v in voters if v != replica_id)
+        self._majority = len(voters) // 2 + 1
+        self._cfg = config
+        self._rng = rng
+        self._require_flush = config.require_flush
+
+        self._epoch = quorum_state.epoch
+        self._voted_for = quorum_state.voted_for
+        self._leader_id = quorum_state.leader_id
+        self._qs_version = 0
+        self._qs_pending = False  # a PersistQuorumState is out and not yet confirmed
+        self._qs_awaited = 0
+        self._held: list[Effect] = []
+        self._out: list[Effect] = []
+
+        # Mirror of the log: offsets and the epoch cache, kept in step by the effects.
+        self._log_start = log_state.log_start_offset
+        self._end = log_state.log_end_offset
+        self._flushed = min(log_state.flushed_offset, self._end)
+        self._ep_epochs = [e for e, _ in log_state.epochs]
+        self._ep_starts = [s for _, s in log_state.epochs]
+        self._hw = min(high_watermark, self._end)
+        self._flush_in_flight = False
+        self._flush_cap: int | None = None  # a truncation while the flush ran caps its result
+
+        self._election_elapsed = 0
+        self._election_timeout = 0
+        self._reset_election_timer()
+        self._grants: set[int] = set()
+
+        self._fetch_id = 0
+        self._fetch_inflight = False
+        self._fetch_elapsed = 0
+        self._fetch_after_flush = False
+
+        self._peers: dict[int, _Peer] = {}
+        self._epoch_start_offset = -1
+        self._cq_elapsed = 0
+        self._cq_fetched: set[int] = set()
+        self._begin_elapsed = 0
+        self._transfer_target: int | None = None
+        self._transfer_elapsed = 0
+
+        if self._leader_id == replica_id:
+            self._role = _RESIGNED
+        elif self._leader_id is not None:
+            self._role = _FOLLOWER  # the first tick sends the first fetch
+        else:
+            self._role = _UNATTACHED
+        self._announced = (self._epoch, self._active_leader())
+
+    # ------------------------------------------------------------------------ queries
+
+    @property
+    def role(self) -> Role:
+        return self._role
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    @property
+    def leader_id(self) -> int | None:
+        """The active leader as far as this replica knows (None if unknown)."""
+        return self._active_leader()
+
+    @property
+    def quorum_state(self) -> QuorumState:
+        return QuorumState(self._epoch, self._voted_for, self._leader_id)
+
+    @property
+    def high_watermark(self) -> int:
+        return self._hw
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._end
+
+    @property
+    def flushed_offset(self) -> int:
+        return self._flushed
+
+    @property
+    def last_epoch(self) -> int:
+        return self._ep_epochs[-1] if self._ep_epochs else 0
+
+    @property
+    def may_accept_writes(self) -> bool:
+        """True iff this replica leads a durable epoch and is not handing leadership over."""
+        return (
+            self._role is _LEADER and not self._qs_pending and self._transfer_target is None
+        )
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """KIP-279: (largest known epoch <= `epoch`, its end offset); (-1, -1) if none."""
+        i = bisect.bisect_right(self._ep_epochs, epoch) - 1
+        if i < 0:
+            return (-1, -1)
+        end = self._ep_starts[i + 1] if i + 1 < len(self._ep_starts) else self._end
+        return (self._ep_epochs[i], end)
+
+    # ------------------------------------------------------------------------- events
+
+    def tick(self) -> list[Effect]:
+        """One tick of `tick_ms` has passed."""
+        out = self._out = []
+        role = self._role
+        if role is _LEADER:
+            self._tick_leader()
+            return out
+        if role is _FOLLOWER:
+            if self._fetch_inflight:
+                self._fetch_elapsed += 1
+                if self._fetch_elapsed >= self._cfg.fetch_request_timeout_ticks:
+                    self._send_fetch()
+            elif not self._fetch_after_flush:
+                self._send_fetch()
+        self._election_elapsed += 1
+        if self._election_elapsed >= self._election_timeout:
+            self._start_prevote()
+        return out
+
+    def handle(self, message: Message) -> list[Effect]:
+        """A message from another voter (from any epoch; stale ones are ignored)."""
+        out = self._out = []
+        if message.sender not in self._others:
+            return out  # not a voter of this partition (or ourselves)
+        kind = type(message)
+        if kind is FetchRequest:
+            self._on_fetch_request(message)
+        elif kind is FetchResponse:
+            self._on_fetch_response(message)
+        elif kind is VoteRequest:
+            self._on_vote_request(message)
+        elif kind is VoteResponse:
+            self._on_vote_response(message)
+        elif kind is BeginQuorumEpoch:
+            self._on_begin_quorum_epoch(message)
+        elif kind is EndQuorumEpoch:
+            self._on_end_quorum_epoch(message)
+        elif kind is TimeoutNow:
+            self._on_timeout_now(message)
+        else:
+            raise TypeError(f"not a raft message: {message!r}")
+        return out
+
+    def quorum_state_persisted(self, version: int) -> list[Effect]:
+        """The shell fsynced the PersistQuorumState of `version`; releases held effects."""
+        out = self._out = []
+        if not self._qs_pending or version != self._qs_awaited:
+            return out  # stale (a confirmation for a superseded write)
+        self._qs_pending = False
+        held = self._held
+        i = 0
+        while i < len(held):
+            eff = held[i]
+            i += 1
+            out.append(eff)
+            if type(eff) is PersistQuorumState:
+                self._qs_pending = True
+                self._qs_awaited = eff.version
+                break
+        del held[:i]
+        return out
+
+    def leader_appended(self, first_offset: int, last_offset: int) -> list[Effect]:
+        """The shell appended [first_offset, last_offset] with leader_epoch=self.epoch."""
+        out = self._out = []
+        if self._role is not _LEADER or self._qs_pending:
+            raise RaftStateError(f"append while not an established leader ({self._role.value})")
+        if first_offset != self._end or last_offset < first_offset:
+            raise RaftStateError(
+                f"append of [{first_offset}, {last_offset}] does not follow end {self._end}"
+            )
+        self._end = last_offset + 1
+        if self._require_flush:
+            self._request_flush()
+        else:
+            self._maybe_advance_hw()
+        self._answer_parked()
+        return out
+
+    def flushed(self, flushed_offset: int) -> list[Effect]:
+        """The Flush effect completed; `flushed_offset` is the log's flushed offset now."""
+        out = self._out = []
+        self._flush_in_flight = False
+        if self._flush_cap is not None:
+            flushed_offset = min(flushed_offset, self._flush_cap)
+            self._flush_cap = None
+        flushed_offset = min(flushed_offset, self._end)
+        if flushed_offset > self._flushed:
+            self._flushed = flushed_offset
+            if self._role is _LEADER:
+                self._maybe_advance_hw()
+        if self._flushed < self._end:
+            self._request_flush()
+        elif self._role is _FOLLOWER and self._fetch_after_flush:
+            self._send_fetch()
+        return out
+
+    def transfer_leadership(self, target: int) -> list[Effect]:
+        """Hand leadership to `target`: stop taking writes, wait until the target has our
+        whole log, then tell it to run for election at once. Gives up (writes resume) after
+        `transfer_timeout_ticks`. Raises NotLeaderError, ValueError (target not a voter)."""
+        out = self._out = []
+        if self._role is not _LEADER:
+            raise NotLeaderError(self._active_leader(), self._epoch)
+        if target == self.replica_id:
+            return out
+        if target not in self._peers:
+            raise ValueError(f"transfer target {target} is not a voter")
+        self._transfer_target = target
+        self._transfer_elapsed = 0
+        self._maybe_send_timeout_now()
+        return out
+
+    def resign(self) -> list[Effect]:
+        """Step down as leader (graceful shutdown); a no-op otherwise."""
+        out = self._out = []
+        if self._role is _LEADER:
+            self._resign()
+        return out
+
+    def status(self) -> dict[str, Any]:
+        """A snapshot for logs and debugging."""
+        return {
+            "replica_id": self.replica_id,
+            "role": self._role.value,
+            "epoch": self._epoch,
+            "voted_for": self._voted_for,
+            "leader_id": self._active_leader(),
+            "log_end_offset": self._end,
+            "flushed_offset": self._flushed,
+            "high_watermark": self._hw,
+            "last_epoch": self.last_epoch,
+            "persist_pending": self._qs_pending,
+            "transfer_target": self._transfer_target,
+        }
+
+    # ---------------------------------------------------------------------- internals
+
+    def _emit(self, effect: Effect) -> None:
+        if self._qs_pending:
+            self._held.append(effect)
+        else:
+            self._out.append(effect)
+
+    def _send(self, to: int, message: Message) -> None:
+        if self._qs_pending:
+            self._held.append(Send(to, message))
+        else:
+            self._out.append(Send(to, message))
+
+    def _set_quorum_state(self, epoch: int, voted_for: int | None, leader_id: int | None) -> None:
+        if (epoch, voted_for, leader_id) == (self._epoch, self._voted_for, self._leader_id):
+            return
+        if epoch < self._epoch:
+            raise RaftStateError(f"epoch would go back from {self._epoch} to {epoch}")
+        self._epoch, self._voted_for, self._leader_id = epoch, voted_for, leader_id
+        self._qs_version += 1
+        eff = PersistQuorumState(QuorumState(epoch, voted_for, leader_id), self._qs_version)
+        if self._qs_pending:
+            self._held.append(eff)
+        else:
+            self._out.append(eff)
+            self._qs_pending = True
+            self._qs_awaited = self._qs_version
+
+    def _active_leader(self) -> int | None:
+        role = self._role
+        if role is _LEADER or role is _FOLLOWER:
+            return self._leader_id
+        return None
+
+    def _announce(self) -> None:
+        now = (self._epoch, self._active_leader())
+        if now != self._announced:
+            self._announced = now
+            self._emit(LeadershipChanged(now[0], now[1]))
+
+    def _reset_election_timer(self) -> None:
+        t = self._cfg.election_timeout_ticks
+        self._election_elapsed = 0
+        self._election_timeout = self._rng.randrange(t, 2 * t)
+
+    # -- log mirror
+
+    def _truncate(self, offset: int) -> None:
+        if offset >= self._end:
+            return
+        if offset < self._hw:
+            raise RaftStateError(
+                f"truncation to {offset} is below the high watermark {self._hw}"
+            )
+        self._emit(TruncateTo(offset))
+        self._end = offset
+        if self._flushed > offset:
+            self._flushed = offset
+        if self._flush_in_flight:
+            cap = self._flush_cap
+            self._flush_cap = offset if cap is None or offset < cap else cap
+        starts = self._ep_starts
+        while starts and starts[-1] >= offset:
+            starts.pop()
+            self._ep_epochs.pop()
+
+    def _request_flush(self) -> None:
+        if not self._flush_in_flight and self._flushed < self._end:
+            self._flush_in_flight = True
+            self._emit(_FLUSH)
+
+    # -- role changes
+
+    def _leave_leader(self) -> None:
+        # Parked fetches are dropped: followers re-send and learn the new state then.
+        self._peers = {}
+        self._transfer_target = None
+
+    def _become_unattached(self, epoch: int, *, lease_expired: bool = False) -> None:
+        if self._role is _LEADER:
+            self._leave_leader()
+        self._role = _UNATTACHED
+        voted = self._voted_for if epoch == self._epoch else None
+        self._set_quorum_state(epoch, voted, None)
+        self._fetch_inflight = False
+        self._reset_election_timer()
+        if lease_expired:
+            # The leader told us it is gone: run soon rather than after a full timeout.
+            half = self._cfg.election_timeout_ticks // 2
+            self._election_timeout = self._rng.randrange(1, half + 2)
+        self._announce()
+
+    def _become_follower(self, epoch: int, leader_id: int) -> None:
+        if self._role is _LEADER:
+            self._leave_leader()
+        self._role = _FOLLOWER
+        voted = self._voted_for if epoch == self._epoch else None
+        self._set_quorum_state(epoch, voted, leader_id)
+        self._reset_election_timer()
+        self._announce()
+        self._fetch_after_flush = False
+        self._send_fetch()
+
+    def _adopt_epoch(self, epoch: int, leader_id: int | None) -> None:
+        if leader_id is not None and leader_id != self.replica_id:
+            self._become_follower(epoch, leader_id)
+        else:
+            self._become_unattached(epoch)
+
+    def _start_prevote(self) -> None:
+        if self._role is _LEADER:
+            self._leave_leader()
+        self._role = _PROSPECTIVE
+        self._fetch_inflight = False
+        self._grants = {self.replica_id}
+        self._reset_election_timer()
+        self._announce()
+        if len(self._grants) >= self._majority:
+            self._start_candidacy()
+            return
+        req = VoteRequest(self.replica_id, self._epoch + 1, self.last_epoch, self._end, True)
+        for v in self._others:
+            self._send(v, req)
+
+    def _start_candidacy(self) -> None:
+        self._role = _CANDIDATE
+        self._fetch_inflight = False
+        self._set_quorum_state(self._epoch + 1, self.replica_id, None)
+        self._grants = {self.replica_id}
+        self._reset_election_timer()
+        self._announce()
+        if len(self._grants) >= self._majority:
+            self._become_leader()
+            return
+        req = VoteRequest(self.replica_id, self._epoch, self.last_epoch, self._end, False)
+        for v in self._others:
+            self._send(v, req)
+
+    def _become_leader(self) -> None:
+        self._role = _LEADER
+        self._set_quorum_state(self._epoch, self._voted_for, self.replica_id)
+        self._peers = {v: _Peer() for v in self._others}
+        self._cq_elapsed = 0
+        self._cq_fetched = set()
+        self._begin_elapsed = 0
+        self._transfer_target = None
+        # The control batch: the first offset of this epoch. The high watermark may pass it
+        # only once it is on a majority, which commits every earlier entry with it.
+        offset = self._end
+        self._epoch_start_offset = offset
+        self._emit(AppendControl(self._epoch, offset))
+        if not self._ep_epochs or self._ep_epochs[-1] < self._epoch:
+            self._ep_epochs.append(self._epoch)
+            self._ep_starts.append(offset)
+        self._end = offset + 1
+        self._announce()
+        begin = BeginQuorumEpoch(self.replica_id, self._epoch)
+        for v in self._others:
+            self._send(v, begin)
+        if self._require_flush:
+            self._request_flush()
+        else:
+            self._maybe_advance_hw()
+
+    def _resign(self) -> None:
+        self._leave_leader()
+        self._role = _RESIGNED
+        end = EndQuorumEpoch(self.replica_id, self._epoch)
+        for v in self._others:
+            self._send(v, end)
+        self._reset_election_timer()
+        self._announce()
+
+    # -- leader
+
+    def _tick_leader(self) -> None:
+        cfg = self._cfg
+        for peer in self._peers.values():
+            if peer.parked is not None:
+                peer.parked_ticks += 1
+                if peer.parked_ticks >= cfg.fetch_max_wait_ticks:
+                    self._respond_fetch(peer, peer.parked)
+        self._begin_elapsed += 1
+        if self._begin_elapsed >= cfg.begin_quorum_resend_ticks:
+            self._begin_elapsed = 0
+            begin = None
+            for v, peer in self._peers.items():
+                if not peer.fetched:
+                    begin = begin or BeginQuorumEpoch(self.replica_id, self._epoch)
+                    self._send(v, begin)
+        self._cq_elapsed += 1
+        if self._cq_elapsed >= cfg.check_quorum_ticks:
+            if len(self._cq_fetched) + 1 < self._majority:
+                self._resign()
+                return
+            self._cq_elapsed = 0
+            self._cq_fetched.clear()
+        if self._transfer_target is not None:
+            self._transfer_elapsed += 1
+            if self._transfer_elapsed >= cfg.transfer_timeout_ticks:
+                self._transfer_target = None  # give up; writes resume
+
+    def _maybe_advance_hw(self) -> None:
+        own = self._flushed if self._require_flush else self._end
+        values = [own]
+        for peer in self._peers.values():
+            values.append(peer.durable_offset)
+        values.sort(reverse=True)
+        candidate = values[self._majority - 1]
+        if candidate > self._hw and candidate > self._epoch_start_offset:
+            self._hw = candidate
+            self._emit(HighWatermarkChanged(candidate))
+            self._answer_parked()
+
+    def _answer_parked(self) -> None:
+        for peer in self._peers.values():
+            if peer.parked is not None:
+                self._respond_fetch(peer, peer.parked)
+
+    def _respond_fetch(self, peer: _Peer, req: FetchRequest) -> None:
+        peer.parked = None
+        peer.hw_sent = self._hw
+        f = req.fetch_offset
+        self._send(
+            req.sender,
+            FetchResponse(
+                self.replica_id, self._epoch, self.replica_id, req.fetch_id, None, self._hw, f,
+                None, -1, f if f < self._end else None,
+            ),
+        )
+
+    def _maybe_send_timeout_now(self) -> None:
+        target = self._transfer_target
+        if target is None:
+            return
+        if self._peers[target].fetch_offset == self._end:
+            self._send(target, TimeoutNow(self.replica_id, self._epoch))
+
+    def _on_fetch_request(self, m: FetchRequest) -> None:
+        if m.epoch < self._epoch:
+            self._send(m.sender, FetchResponse(
+                self.replica_id, self._epoch, self._active_leader(), m.fetch_id,
+                FENCED_LEADER_EPOCH,
+            ))  # fmt: skip
+            return
+        if m.epoch > self._epoch:
+            self._adopt_epoch(m.epoch, None)
+        if self._role is not _LEADER:
+            self._send(m.sender, FetchResponse(
+                self.replica_id, self._epoch, self._active_leader(), m.fetch_id, NOT_LEADER,
+            ))  # fmt: skip
+            return
+        peer = self._peers[m.sender]
+        self._cq_fetched.add(m.sender)
+        f = m.fetch_offset
+        if f > 0:
+            e = m.last_fetched_epoch
+            div_epoch, div_end = self.end_offset_for_epoch(e)
+            if div_epoch != e or div_end < f:
+                peer.fetched = True
+                self._send(m.sender, FetchResponse(
+                    self.replica_id, self._epoch, self.replica_id, m.fetch_id, None, self._hw,
+                    f, div_epoch, div_end,
+                ))  # fmt: skip
+                return
+        peer.fetched = True
+        peer.fetch_offset = f
+        durable = m.flushed_offset if self._require_flush else f
+        peer.durable_offset = durable if durable < f else f
+        peer.parked = None
+        self._maybe_advance_hw()
+        if f < self._end or peer.hw_sent != self._hw:
+            self._respond_fetch(peer, m)
+        else:
+            peer.parked = m
+            peer.parked_ticks = 0
+        if self._transfer_target == m.sender:
+            self._maybe_send_timeout_now()
+
+    # -- follower
+
+    def _send_fetch(self) -> None:
+        self._fetch_id += 1
+        self._fetch_inflight = True
+        self._fetch_elapsed = 0
+        self._fetch_after_flush = False
+        durable = self._flushed if self._require_flush else self._end
+        self._send(self._leader_id, FetchRequest(
+            self.replica_id, self._epoch, self._end, self.last_epoch, durable, self._fetch_id,
+        ))  # fmt: skip
+
+    def _on_fetch_response(self, m: FetchResponse) -> None:
+        if m.epoch > self._epoch:
+            self._adopt_epoch(m.epoch, m.leader_id)
+            return
+        if (
+            m.epoch < self._epoch
+            or self._role is not _FOLLOWER
+            or m.sender != self._leader_id
+            or not self._fetch_inflight
+            or m.fetch_id != self._fetch_id
+        ):
+            return  # stale, duplicated or reordered
+        self._fetch_inflight = False
+        if m.error is not None:
+            # Same epoch, and our leader says it does not lead: it resigned.
+            self._become_unattached(self._epoch, lease_expired=True)
+            return
+        self._election_elapsed = 0
+        if m.diverging_epoch is not None:
+            self._truncate(self._divergence_point(m.diverging_epoch, m.diverging_end_offset))
+            self._send_fetch()
+            return
+        if m.fetch_offset != self._end:
+            self._send_fetch()
+            return
+        if m.batches:
+            self._append_replicated(m)
+        elif m.records:
+            raise RaftStateError("fetch response carries records but no batch summary")
+        hw = m.high_watermark
+        if hw > self._end:
+            hw = self._end
+        if hw > self._hw:
+            self._hw = hw
+            self._emit(HighWatermarkChanged(hw))
+        if self._require_flush and self._flushed < self._end:
+            self._request_flush()
+            self._fetch_after_flush = True
+        else:
+            self._send_fetch()
+
+    def _divergence_point(self, epoch: int, end_offset: int) -> int:
+        if end_offset < 0:
+            return self._log_start  # the leader has no epoch <= ours: nothing is shared
+        own_epoch, own_end = self.end_offset_for_epoch(epoch)
+        if own_epoch < 0:
+            return self._log_start
+        point = end_offset if end_offset < own_end else own_end
+        return point if point < self._end else self._end
+
+    def _append_replicated(self, m: FetchResponse) -> None:
+        expected = self._end
+        last_epoch = self.last_epoch
+        for base, last, epoch in m.batches:
+            if base != expected or last < base or epoch < last_epoch or epoch > m.epoch:
+                raise RaftStateError(
+                    f"replicated batch [{base}, {last}] epoch {epoch} does not follow"
+                    f" end {expected} epoch {last_epoch} (leader epoch {m.epoch})"
+                )
+            expected = last + 1
+            last_epoch = epoch
+        self._emit(AppendReplicated(m.records, self._end, expected))
+        for base, _last, epoch in m.batches:
+            if not self._ep_epochs or epoch > self._ep_epochs[-1]:
+                self._ep_epochs.append(epoch)
+                self._ep_starts.append(base)
+        self._end = expected
+
+    # -- elections
+
+    def _on_vote_request(self, m: VoteRequest) -> None:
+        log_ok = (m.last_epoch, m.log_end_offset) >= (self.last_epoch, self._end)
+        if m.pre_vote:
+            lease = self._role is _LEADER or (
+                self._role is _FOLLOWER
+                and self._election_elapsed < self._cfg.election_timeout_ticks
+            )
+            granted = m.epoch > self._epoch and log_ok and not lease
+            self._send(m.sender, VoteResponse(
+                self.replica_id, self._epoch, granted, True, self._active_leader(),
+            ))  # fmt: skip
+            return
+        if m.epoch > self._epoch:
+            self._become_unattached(m.epoch)
+        granted = (
+            m.epoch == self._epoch
+            and self._leader_id is None
+            and (self._voted_for is None or self._voted_for == m.sender)
+            and log_ok
+        )
+        if granted and self._voted_for is None:
+            self._set_quorum_state(self._epoch, m.sender, None)
+            self._reset_election_timer()
+        self._send(m.sender, VoteResponse(
+            self.replica_id, self._epoch, granted, False, self._active_leader(),
+        ))  # fmt: skip
+
+    def _on_vote_response(self, m: VoteResponse) -> None:
+        if m.epoch > self._epoch:
+            self._adopt_epoch(m.epoch, m.leader_id)
+            return
+        if m.pre_vote:
+            if self._role is not _PROSPECTIVE:
+                return
+            if m.granted:
+                self._grants.add(m.sender)
+                if len(self._grants) >= self._majority:
+                    self._start_candidacy()
+            elif (
+                m.epoch == self._epoch
+                and m.leader_id is not None
+                and m.leader_id != self.replica_id
+            ):
+                self._become_follower(self._epoch, m.leader_id)  # a live leader exists
+            return
+        if self._role is _CANDIDATE and m.epoch == self._epoch and m.granted:
+            self._grants.add(m.sender)
+            if len(self._grants) >= self._majority:
+                self._become_leader()
+
+    def _on_begin_quorum_epoch(self, m: BeginQuorumEpoch) -> None:
+        if m.epoch > self._epoch:
+            self._become_follower(m.epoch, m.sender)
+        elif m.epoch == self._epoch and self._role is not _LEADER and self._role is not _RESIGNED:
+            if self._role is not _FOLLOWER or self._leader_id != m.sender:
+                self._become_follower(m.epoch, m.sender)
+
+    def _on_end_quorum_epoch(self, m: EndQuorumEpoch) -> None:
+        if m.epoch == self._epoch and self._role is _FOLLOWER and self._leader_id == m.sender:
+            self._become_unattached(self._epoch, lease_expired=True)
+        elif m.epoch > self._epoch:
+            self._become_unattached(m.epoch, lease_expired=True)
+
+    def _on_timeout_now(self, m: TimeoutNow) -> None:
+        if m.epoch == self._epoch and self._role is _FOLLOWER and self._leader_id == m.sender:
+            self._start_candidacy()

@@ -1,0 +1,551 @@
+"""partition/raft.py keeps the Raft rules: votes, pre-vote, divergence, HW, transfer, persist."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from partition.raft import (
+    AppendControl,
+    AppendReplicated,
+    BeginQuorumEpoch,
+    FetchRequest,
+    FetchResponse,
+    Flush,
+    HighWatermarkChanged,
+    LeadershipChanged,
+    LogState,
+    NotLeaderError,
+    PersistQuorumState,
+    QuorumState,
+    RaftConfig,
+    RaftCore,
+    RaftStateError,
+    Role,
+    Send,
+    TruncateTo,
+    VoteRequest,
+    VoteResponse,
+)
+
+CFG = RaftConfig(
+    election_timeout_ticks=10,
+    fetch_max_wait_ticks=2,
+    fetch_request_timeout_ticks=4,
+    check_quorum_ticks=15,
+    transfer_timeout_ticks=10,
+    begin_quorum_resend_ticks=3,
+)
+
+
+class Harness:
+    """A tiny in-memory shell: logs as lists of epochs, a lossless network with cuts,
+    fsyncs that complete at once (or on demand when `auto_persist` is off)."""
+
+    def __init__(self, n, *, seed=0, states=None, max_read=64, config=CFG):
+        self.voters = tuple(range(1, n + 1))
+        self.logs = {i: [] for i in self.voters}
+        self.flushed = {i: 0 for i in self.voters}
+        self.cores = {}
+        for i in self.voters:
+            qs, epochs_per_offset = (states or {}).get(i, (QuorumState(), []))
+            self.logs[i] = list(epochs_per_offset)
+            self.flushed[i] = len(epochs_per_offset)
+            self.cores[i] = RaftCore(
+                i, self.voters, rng=random.Random(seed * 31 + i), quorum_state=qs,
+                log_state=LogState(0, len(epochs_per_offset), len(epochs_per_offset),
+                                   _cache(epochs_per_offset)),
+                config=config,
+            )  # fmt: skip
+        self.inbox = []
+        self.cut = set()
+        self.hold = None  # predicate(src, dst, msg): keep such messages queued
+        self.auto_persist = True
+        self.max_read = max_read
+        self.effects = {i: [] for i in self.voters}
+        self.hw_seen = {i: [] for i in self.voters}
+
+    def apply(self, i, effects):
+        log = self.logs[i]
+        for eff in effects:
+            self.effects[i].append(eff)
+            kind = type(eff)
+            if kind is Send:
+                msg = eff.message
+                if type(msg) is FetchResponse and msg.read_offset is not None:
+                    lo = msg.read_offset
+                    hi = min(len(log), lo + self.max_read)
+                    batches = tuple((o, o, log[o]) for o in range(lo, hi))
+                    msg = msg.with_records(tuple(log[lo:hi]), batches)
+                self.inbox.append((i, eff.to, msg))
+            elif kind is PersistQuorumState:
+                if self.auto_persist:
+                    self.apply(i, self.cores[i].quorum_state_persisted(eff.version))
+            elif kind is AppendControl:
+                assert eff.offset == len(log)
+                log.append(eff.epoch)
+            elif kind is AppendReplicated:
+                assert eff.base_offset == len(log)
+                log.extend(eff.records)
+                assert eff.end_offset == len(log)
+            elif kind is TruncateTo:
+                del log[eff.offset:]
+                self.flushed[i] = min(self.flushed[i], eff.offset)
+            elif kind is Flush:
+                self.flushed[i] = len(log)
+                self.apply(i, self.cores[i].flushed(len(log)))
+            elif kind is HighWatermarkChanged:
+                self.hw_seen[i].append(eff.high_watermark)
+
+    def write(self, i, count=1):
+        core = self.cores[i]
+        assert core.may_accept_writes
+        first = len(self.logs[i])
+        self.logs[i].extend([core.epoch] * count)
+        self.apply(i, core.leader_appended(first, first + count - 1))
+
+    def deliver(self, max_messages=10_000):
+        """Deliver queued messages (and those they cause) until none is left."""
+        for _ in range(max_messages):
+            if not self.inbox:
+                return
+            idx = 0
+            if self.hold is not None:
+                idx = next((k for k, m in enumerate(self.inbox) if not self.hold(*m)), None)
+                if idx is None:
+                    return
+            src, dst, msg = self.inbox.pop(idx)
+            if src in self.cut or dst in self.cut:
+                continue
+            self.apply(dst, self.cores[dst].handle(msg))
+        raise AssertionError("message storm")
+
+    def tick(self, ticks=1, nodes=None):
+        for _ in range(ticks):
+            for i in nodes or self.voters:
+                self.apply(i, self.cores[i].tick())
+            self.deliver()
+
+    def leader(self):
+        leaders = [c for c in self.cores.values() if c.role is Role.LEADER]
+        assert len({c.epoch for c in leaders}) == len(leaders)
+        live = [c for c in leaders if c.replica_id not in self.cut]
+        return live[0] if len(live) == 1 else None
+
+    def run_until(self, pred, max_ticks=500):
+        for _ in range(max_ticks):
+            if pred():
+                return
+            self.tick()
+        raise AssertionError("condition not reached")
+
+    def elect(self):
+        self.run_until(lambda: self.leader() is not None and self.leader().may_accept_writes)
+        return self.leader()
+
+
+def _cache(epochs_per_offset):
+    cache = []
+    for off, ep in enumerate(epochs_per_offset):
+        if not cache or cache[-1][0] != ep:
+            cache.append((ep, off))
+    return tuple(cache)
+
+
+def _quiet(effects):
+    return [e for e in effects if type(e) is not LeadershipChanged]
+
+
+def _sends(effects, kind):
+    return [e.message for e in effects if type(e) is Send and type(e.message) is kind]
+
+
+# ----------------------------------------------------------------------------- elections
+
+
+def test_single_voter_leads_alone_and_commits_only_flushed_offsets():
+    core = RaftCore(7, [7], rng=random.Random(1), config=CFG)
+    effects = []
+    for _ in range(2 * CFG.election_timeout_ticks):
+        effects += core.tick()
+        if effects:
+            break
+    assert effects == [PersistQuorumState(QuorumState(1, 7, None), 1)]
+    effects = core.quorum_state_persisted(1)
+    assert effects == [LeadershipChanged(1, None), PersistQuorumState(QuorumState(1, 7, 7), 2)]
+    assert not core.may_accept_writes  # leader of an epoch that is not durable yet
+    effects = core.quorum_state_persisted(2)
+    assert effects == [AppendControl(1, 0), LeadershipChanged(1, 7), Flush()]
+    assert core.may_accept_writes and core.high_watermark == 0
+    assert core.flushed(1) == [HighWatermarkChanged(1)]
+    assert core.leader_appended(1, 4) == [Flush()]
+    assert core.high_watermark == 1  # written but not fsynced: not committed
+    assert core.flushed(5) == [HighWatermarkChanged(5)]
+    with pytest.raises(RaftStateError):
+        core.leader_appended(9, 9)  # not at the log end
+
+
+def test_three_voters_elect_one_leader_and_replicate():
+    h = Harness(3)
+    leader = h.elect()
+    h.write(leader.replica_id, 3)
+    h.tick(3)
+    assert all(c.high_watermark == 4 for c in h.cores.values())
+    assert all(log == [1, 1, 1, 1] for log in h.logs.values())
+    assert {c.leader_id for c in h.cores.values()} == {leader.replica_id}
+
+
+def test_new_leader_is_elected_after_leader_loss_and_old_one_resigns():
+    h = Harness(3, seed=3)
+    old = h.elect()
+    h.write(old.replica_id, 2)
+    h.tick(2)
+    old_epoch = old.epoch
+    h.cut.add(old.replica_id)
+    h.run_until(lambda: h.leader() is not None and h.leader().epoch > old.epoch)
+    new = h.leader()
+    assert new.replica_id != old.replica_id
+    assert h.logs[new.replica_id][:3] == [1, 1, 1]  # committed entries survive
+    # Check quorum: the cut-off leader stops acknowledging writes within two windows.
+    h.tick(2 * CFG.check_quorum_ticks)
+    assert old.role in (Role.RESIGNED, Role.PROSPECTIVE) and not old.may_accept_writes
+    assert LeadershipChanged(old_epoch, None) in h.effects[old.replica_id]
+    assert old.epoch == old_epoch  # alone, it can only pre-vote: no epoch bumps
+    h.cut.clear()
+    h.tick(5)
+    assert old.role is Role.FOLLOWER and old.leader_id == new.replica_id
+    assert h.logs[old.replica_id] == h.logs[new.replica_id]
+
+
+def test_isolated_leader_resigns_after_check_quorum_window_and_not_before():
+    h = Harness(3, seed=5)
+    leader = h.elect()
+    h.tick(1)
+    h.cut.add(leader.replica_id)
+    for _ in range(CFG.check_quorum_ticks - 1):
+        h.apply(leader.replica_id, leader.tick())
+    assert leader.role is Role.LEADER  # a window that began before the cut may still pass
+    for _ in range(CFG.check_quorum_ticks + 1):
+        h.apply(leader.replica_id, leader.tick())
+    assert leader.role is Role.RESIGNED and not leader.may_accept_writes
+    assert h.effects[leader.replica_id][-1] == LeadershipChanged(leader.epoch, None)
+
+
+def test_prevote_keeps_a_rejoining_partitioned_node_from_disrupting():
+    h = Harness(3, seed=7)
+    leader = h.elect()
+    epoch = leader.epoch
+    loner = next(i for i in h.voters if i != leader.replica_id)
+    h.cut.add(loner)
+    h.tick(10 * CFG.election_timeout_ticks)  # many election timeouts alone
+    assert h.cores[loner].epoch == epoch  # pre-votes never bump the epoch
+    assert h.cores[loner].role is Role.PROSPECTIVE
+    h.cut.clear()
+    h.tick(3 * CFG.election_timeout_ticks)
+    assert h.leader() is leader and leader.epoch == epoch
+    assert h.cores[loner].role is Role.FOLLOWER and h.cores[loner].leader_id == leader.replica_id
+
+
+def test_restart_after_leading_comes_back_resigned():
+    core = RaftCore(1, [1, 2, 3], rng=random.Random(1), quorum_state=QuorumState(4, 1, 1),
+                    log_state=LogState(0, 3, 3, ((4, 0),)), config=CFG)  # fmt: skip
+    assert core.role is Role.RESIGNED and core.leader_id is None
+    assert not core.may_accept_writes
+    fetch = FetchRequest(2, 4, 0, 0, 0, 1)
+    [resp] = _sends(core.handle(fetch), FetchResponse)
+    assert resp.error == "NOT_LEADER" and resp.leader_id is None
+
+
+# --------------------------------------------------------------------- votes (table)
+
+
+@pytest.mark.parametrize(
+    "state, log, request_, granted",
+    [
+        (QuorumState(2), [1, 2], VoteRequest(2, 3, 2, 2, False), True),  # equal log
+        (QuorumState(2), [1, 2], VoteRequest(2, 3, 2, 1, False), False),  # shorter
+        (QuorumState(2), [1, 2], VoteRequest(2, 3, 1, 9, False), False),  # older last epoch
+        (QuorumState(2), [1, 2], VoteRequest(2, 3, 3, 1, False), True),  # newer last epoch
+        (QuorumState(3, 3, None), [1], VoteRequest(2, 3, 1, 1, False), False),  # voted for 3
+        (QuorumState(3, 2, None), [1], VoteRequest(2, 3, 1, 1, False), True),  # same vote again
+        (QuorumState(4), [1], VoteRequest(2, 3, 1, 1, False), False),  # stale epoch
+        (QuorumState(3, None, 3), [1], VoteRequest(2, 3, 1, 1, False), False),  # has a leader
+        (QuorumState(2), [1, 2], VoteRequest(2, 3, 2, 2, True), True),  # pre-vote, no leader
+        (QuorumState(3), [1], VoteRequest(2, 3, 1, 1, True), False),  # pre-vote for our epoch
+    ],
+)
+def test_vote_rules(state, log, request_, granted):
+    core = RaftCore(1, [1, 2, 3], rng=random.Random(1), quorum_state=state,
+                    log_state=LogState(0, len(log), len(log), _cache(log)), config=CFG)  # fmt: skip
+    effects = core.handle(request_)
+    while effects and type(effects[-1]) is PersistQuorumState:
+        effects = core.quorum_state_persisted(effects[-1].version)
+    [resp] = _sends(effects, VoteResponse)
+    assert resp.granted is granted
+    if request_.pre_vote:
+        assert core.quorum_state == state  # a pre-vote changes nothing
+    elif granted:
+        assert core.quorum_state.voted_for == request_.sender
+
+
+def test_prevote_refused_by_follower_that_heard_from_its_leader():
+    core = RaftCore(1, [1, 2, 3], rng=random.Random(1), quorum_state=QuorumState(2, None, 3),
+                    config=CFG)  # fmt: skip
+    [resp] = _sends(core.handle(VoteRequest(2, 3, 5, 5, True)), VoteResponse)
+    assert not resp.granted and resp.leader_id == 3
+    for _ in range(CFG.election_timeout_ticks - 1):
+        core.tick()  # no fetch answered: the lease runs out
+    core.handle(BeginQuorumEpoch(3, 2))  # ... but the leader speaks again
+    [resp] = _sends(core.handle(VoteRequest(2, 3, 5, 5, True)), VoteResponse)
+    assert not resp.granted
+
+
+def test_vote_grant_is_not_sent_before_quorum_state_is_durable():
+    core = RaftCore(1, [1, 2, 3], rng=random.Random(1), quorum_state=QuorumState(2), config=CFG)
+    effects = core.handle(VoteRequest(2, 3, 0, 0, False))
+    assert effects == [PersistQuorumState(QuorumState(3, None, None), 1)]
+    # Events meanwhile are processed, but their effects wait too.
+    assert core.handle(VoteRequest(3, 3, 0, 0, False)) == []
+    assert core.quorum_state_persisted(99) == []  # not the awaited version
+    effects = _quiet(core.quorum_state_persisted(1))
+    assert effects == [PersistQuorumState(QuorumState(3, 2, None), 2)]
+    effects = core.quorum_state_persisted(2)
+    assert [(e.to, e.message.granted) for e in effects] == [(2, True), (3, False)]
+
+
+def test_candidate_sends_vote_requests_only_after_its_vote_is_durable():
+    core = RaftCore(1, [1, 2, 3], rng=random.Random(1), config=CFG)
+    effects = []
+    while not effects:
+        effects = core.tick()
+    assert [type(e.message) for e in effects] == [VoteRequest, VoteRequest]  # pre-votes
+    effects = core.handle(VoteResponse(2, 0, True, True, None))
+    assert effects == [PersistQuorumState(QuorumState(1, 1, None), 1)]
+    assert core.role is Role.CANDIDATE
+    assert core.handle(VoteResponse(2, 1, True, False, None)) == []  # wins, held
+    assert core.role is Role.LEADER and not core.may_accept_writes
+    effects = _quiet(core.quorum_state_persisted(1))
+    assert [type(e) for e in effects] == [Send, Send, PersistQuorumState]
+    effects = core.quorum_state_persisted(2)
+    assert effects[0] == AppendControl(1, 0) and core.may_accept_writes
+    assert len(_sends(effects, BeginQuorumEpoch)) == 2
+
+
+# ---------------------------------------------------------------- fetch and divergence
+
+
+def _leader(log_epochs, epoch, hw=0):
+    """A leader of `epoch` over `log_epochs` (its control batch last), all flushed."""
+    core = RaftCore(1, [1, 2, 3], rng=random.Random(1), quorum_state=QuorumState(epoch - 1),
+                    log_state=LogState(0, len(log_epochs) - 1, len(log_epochs) - 1,
+                                       _cache(log_epochs[:-1])),
+                    high_watermark=hw, config=CFG)  # fmt: skip
+    core.handle(VoteRequest(2, epoch - 1, 0, 0, False))  # move to epoch - 1 with a vote
+    for e in list(core._out):
+        if type(e) is PersistQuorumState:
+            core.quorum_state_persisted(e.version)
+    core._cfg  # noqa: B018 - keep flake quiet about the access above
+    effects = []
+    while core.role is not Role.LEADER:
+        effects = core.tick()
+        for e in effects:
+            if type(e) is Send and type(e.message) is VoteRequest:
+                v = e.message
+                effects = core.handle(VoteResponse(e.to, v.epoch, True, v.pre_vote, None))
+                while effects and type(effects[0]) is PersistQuorumState:
+                    effects = core.quorum_state_persisted(effects[0].version)
+                break
+    while effects and type(effects[-1]) is PersistQuorumState:
+        effects = core.quorum_state_persisted(effects[-1].version)
+    core.flushed(core.log_end_offset)
+    assert core.epoch == epoch and core.may_accept_writes
+    return core
+
+
+@pytest.mark.parametrize(
+    "fetch_offset, last_fetched_epoch, diverging",
+    [
+        (0, 0, None),  # empty follower: always consistent
+        (3, 1, None),  # leader epochs: 1 @ [0,3), 3 @ [3,5), L @ [5,6)
+        (4, 3, None),
+        (5, 1, (1, 3)),  # the follower kept epoch 1 past where the leader's ended
+        (4, 2, (1, 3)),  # epoch 2 unknown to the leader: its largest below is 1
+        (9, "L", ("L", 6)),  # longer than the leader in the leader's own epoch
+        (6, "L", None),
+    ],
+)
+def test_leader_answers_inconsistent_fetch_with_diverging_epoch(
+    fetch_offset, last_fetched_epoch, diverging
+):
+    states = {1: (QuorumState(3), [1, 1, 1, 3, 3]), 2: (QuorumState(3), []),
+              3: (QuorumState(3), [])}  # fmt: skip
+    h = Harness(3, seed=1, states=states)
+    leader = h.elect()
+    assert leader.replica_id == 1 and h.logs[1] == [1, 1, 1, 3, 3, leader.epoch]
+    h.cut = {2, 3}
+    lfe = leader.epoch if last_fetched_epoch == "L" else last_fetched_epoch
+    request = FetchRequest(2, leader.epoch, fetch_offset, lfe, fetch_offset, 99)
+    responses = _sends(leader.handle(request), FetchResponse)
+    if fetch_offset == 6 and diverging is None:
+        assert responses == [] and leader._peers[2].parked == request  # long poll
+        return
+    [resp] = responses
+    if diverging is None:
+        assert resp.diverging_epoch is None and resp.error is None
+        assert resp.read_offset == (fetch_offset if fetch_offset < 6 else None)
+    else:
+        epoch, end = diverging
+        expected = (leader.epoch if epoch == "L" else epoch, end)
+        assert (resp.diverging_epoch, resp.diverging_end_offset) == expected
+        assert resp.read_offset is None
+
+
+def test_end_offset_for_epoch():
+    core = RaftCore(1, [1], rng=random.Random(1),
+                    log_state=LogState(0, 9, 9, ((2, 0), (4, 3), (7, 6))), config=CFG)  # fmt: skip
+    assert core.end_offset_for_epoch(1) == (-1, -1)
+    assert core.end_offset_for_epoch(2) == (2, 3)
+    assert core.end_offset_for_epoch(3) == (2, 3)
+    assert core.end_offset_for_epoch(6) == (4, 6)
+    assert core.end_offset_for_epoch(7) == (7, 9)
+    assert core.end_offset_for_epoch(99) == (7, 9)
+
+
+def test_uncommitted_suffix_of_an_old_epoch_is_truncated_figure_8():
+    """Raft paper figure 8 with epochs: a leader must not commit an old-epoch entry by
+    counting replicas; only its own epoch's control batch on a majority commits it."""
+    # Offset 0 (epoch 1) is committed everywhere. Replica 1 led epoch 2 and wrote offsets
+    # 1-2 alone; replica 3 led epoch 3 and wrote offset 1 alone.
+    states = {
+        1: (QuorumState(3, None, 3), [1, 2, 2]),
+        2: (QuorumState(3, 3, 3), [1]),
+        3: (QuorumState(3, 3, 3), [1, 3]),
+    }
+    h = Harness(3, seed=11, states=states, max_read=2)
+    for c in h.cores.values():
+        c._hw = 1  # what each learned before (the shell passes it at restart)
+    h.cut.add(3)
+    # Replica 2 may copy the epoch-2 entries, but not yet the epoch-4 control batch.
+    h.hold = lambda src, dst, m: type(m) is FetchResponse and m.fetch_offset >= 3
+    h.run_until(lambda: h.logs[2] == [1, 2, 2] and h.cores[2].flushed_offset == 3)
+    one, two = h.cores[1], h.cores[2]
+    assert one.role is Role.LEADER and one.epoch == 4 and h.logs[1] == [1, 2, 2, 4]
+    h.tick(3)
+    assert one._peers[2].durable_offset == 3
+    # Offsets 1-2 sit on a majority, but not one offset of epoch 4 does: no commit.
+    assert one.high_watermark == 1 and h.hw_seen[1] == []
+    # Replica 1 dies; replica 3 comes back and (with replica 2's vote) leads epoch 5.
+    h.cut = {1}
+    h.hold = None
+    h.inbox.clear()
+    h.run_until(lambda: h.leader() is not None and h.leader().replica_id == 3)
+    h.tick(5)
+    assert h.logs[3] == [1, 3, 5] and h.logs[2] == [1, 3, 5]
+    assert any(type(e) is TruncateTo and e.offset == 1 for e in h.effects[2])
+    assert two.high_watermark == 3
+    # Replica 1 rejoins and drops its epoch-2 and epoch-4 entries too.
+    h.cut.clear()
+    h.tick(5)
+    assert h.logs[1] == [1, 3, 5]
+
+
+def test_follower_never_truncates_below_its_high_watermark():
+    core = RaftCore(2, [1, 2, 3], rng=random.Random(1), quorum_state=QuorumState(3, None, 1),
+                    log_state=LogState(0, 4, 4, ((1, 0), (2, 2))), high_watermark=3,
+                    config=CFG)  # fmt: skip
+    [fetch] = _sends(core.tick(), FetchRequest)
+    assert (fetch.fetch_offset, fetch.last_fetched_epoch) == (4, 2)
+    bad = FetchResponse(1, 3, 1, fetch.fetch_id, None, 3, 4, 1, 2)
+    with pytest.raises(RaftStateError):
+        core.handle(bad)
+
+
+def test_follower_high_watermark_is_capped_at_its_log_end_and_fetches_after_flush():
+    core = RaftCore(2, [1, 2, 3], rng=random.Random(1), quorum_state=QuorumState(3, None, 1),
+                    log_state=LogState(0, 1, 1, ((1, 0),)), config=CFG)  # fmt: skip
+    [fetch] = _sends(core.tick(), FetchRequest)
+    resp = FetchResponse(1, 3, 1, fetch.fetch_id, None, 50, 1, None, -1, 1)
+    resp = resp.with_records(b"opaque", ((1, 2, 3), (3, 3, 3)))
+    effects = core.handle(resp)
+    assert effects == [AppendReplicated(b"opaque", 1, 4), HighWatermarkChanged(4), Flush()]
+    assert core.last_epoch == 3 and core.end_offset_for_epoch(1) == (1, 1)
+    [fetch2] = _sends(core.flushed(4), FetchRequest)
+    assert (fetch2.fetch_offset, fetch2.last_fetched_epoch, fetch2.flushed_offset) == (4, 3, 4)
+    # A duplicate of the old response is ignored.
+    assert core.handle(resp) == []
+
+
+def test_leader_parks_caught_up_fetch_until_data_or_max_wait():
+    h = Harness(3, seed=2)
+    leader = h.elect()
+    h.tick(3)
+    assert all(c.high_watermark == 1 for c in h.cores.values())
+    parked = [p for p in leader._peers.values() if p.parked is not None]
+    assert len(parked) == 2  # both followers are waiting at the leader
+    h.write(leader.replica_id)
+    h.deliver()
+    assert all(c.high_watermark == 2 for c in h.cores.values())
+
+
+# ------------------------------------------------------------------ leadership transfer
+
+
+def test_transfer_leadership_hands_over_to_the_target():
+    h = Harness(3, seed=4)
+    leader = h.elect()
+    target = next(i for i in h.voters if i != leader.replica_id)
+    h.write(leader.replica_id, 2)
+    h.apply(leader.replica_id, leader.transfer_leadership(target))
+    assert not leader.may_accept_writes
+    h.run_until(lambda: h.leader() is not None and h.leader().replica_id == target, 50)
+    assert h.cores[target].epoch == leader.epoch  # old leader followed into the new epoch
+    assert leader.role is Role.FOLLOWER and leader.leader_id == target
+    h.tick(5)
+    assert all(log == h.logs[target] for log in h.logs.values())
+    assert h.logs[target][:3] == [1, 1, 1]
+
+
+def test_transfer_gives_up_after_timeout_and_writes_resume():
+    h = Harness(3, seed=6)
+    leader = h.elect()
+    target = next(i for i in h.voters if i != leader.replica_id)
+    h.cut.add(target)
+    h.write(leader.replica_id)
+    h.apply(leader.replica_id, leader.transfer_leadership(target))
+    assert not leader.may_accept_writes
+    h.tick(CFG.transfer_timeout_ticks - 1)
+    assert not leader.may_accept_writes
+    h.tick(1)
+    assert leader.may_accept_writes and leader.role is Role.LEADER
+
+
+def test_transfer_needs_a_leader_and_a_voter():
+    h = Harness(3, seed=8)
+    leader = h.elect()
+    follower = h.cores[next(i for i in h.voters if i != leader.replica_id)]
+    with pytest.raises(NotLeaderError) as err:
+        follower.transfer_leadership(leader.replica_id)
+    assert err.value.code == "NOT_LEADER" and err.value.leader_id == leader.replica_id
+    with pytest.raises(ValueError):
+        leader.transfer_leadership(42)
+
+
+def test_config_rejects_timeouts_that_cannot_work():
+    with pytest.raises(ValueError):
+        RaftConfig(election_timeout_ticks=5, fetch_request_timeout_ticks=8)
+    with pytest.raises(ValueError):
+        RaftConfig(check_quorum_ticks=5)
+    with pytest.raises(ValueError):
+        RaftCore(9, [1, 2, 3], rng=random.Random(1))
+
+
+def test_without_require_flush_the_log_end_counts():
+    cfg = RaftConfig(election_timeout_ticks=10, fetch_max_wait_ticks=2,
+                     fetch_request_timeout_ticks=4, check_quorum_ticks=15, require_flush=False)
+    h = Harness(3, seed=9, config=cfg)
+    leader = h.elect()
+    h.write(leader.replica_id, 2)
+    h.tick(2)
+    assert all(c.high_watermark == 3 for c in h.cores.values())
+    assert not any(type(e) is Flush for effects in h.effects.values() for e in effects)
