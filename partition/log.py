@@ -1,0 +1,953 @@
+"""The log of one partition replica: segments on disk, recovery, retention, compaction, and
+the leader-epoch cache. The partition Raft uses it as its Raft log (DESIGN §4 "Log").
+
+Files in the log directory:
+* `<base_offset:020d>.log` / `.index` / `.timeindex`: segments (partition/segment.py).
+* `leader-epoch-checkpoint`: [(epoch, start_offset)], Kafka's LeaderEpochFileCache.
+* `log-start-offset-checkpoint`: log_start_offset, so it survives a restart even when
+  retention leaves it where no segment starts.
+* `recovery-point-offset-checkpoint`: the base offset of the first segment that may not be
+  durable. Every segment below it was fsynced (data and index files) after it was sealed.
+All three are `<kind>\\n<count>\\n<lines>\\ncrc32c <hex>\\n`, replaced atomically (tmp file,
+fsync, rename, fsync dir); a missing or bad one is rebuilt from the segments (epochs), or
+taken as the safe default (log start: the first segment; recovery point: 0, scan all).
+
+Invariants:
+* log_start_offset <= log_end_offset; offsets in the log strictly increase across batches
+  and segments; segment base offsets strictly increase and the active (last) segment starts
+  at or below log_end_offset.
+* flushed_offset <= log_end_offset, and every offset below flushed_offset is fsynced
+  (`open()` fsyncs what it recovered, so after open flushed_offset == log_end_offset).
+* Epoch cache: epochs and start offsets strictly increase; every start offset is in
+  [log_start_offset, log_end_offset); the cache entry for an epoch is durable before any
+  batch of that epoch is written (so a durable batch never has an unknown epoch).
+* Recovery on open CRC-scans only segments at or above the recovery point (normally just the
+  active one); segments below it are trusted through their sanity-checked indexes. The first
+  bad batch ends the log: the tail is cut and later segments deleted (RecoveryReport).
+* Retention and compaction touch only closed segments; compaction only fsynced ones.
+
+Concurrency: a Log belongs to one owner thread (the trio thread). Only `flush()` may run in
+another thread at the same time as the owner's calls. Two locks make that safe:
+* `_lock` (held for microseconds) guards the segment list, `log_end_offset`, the
+  not-yet-durable sealed segments (`_pending`) and the directory-dirty flag. `flush()` takes
+  a consistent snapshot under it (target offset = log_end_offset, the active segment, the
+  pending ones) and pins those segments; a roll meanwhile only appends to the list, and a
+  retention/compaction/truncation that drops a pinned segment closes its fd at the last unpin,
+  never under a running fsync (so an fd number cannot be reused under it).
+* `_flush_lock` serialises flushes with each other and with `truncate_to` and `close` (which
+  therefore may block the owner thread for one running fsync). `flushed_offset` only moves to
+  the snapshot's target, after the fsyncs of every segment holding offsets below it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import google_crc32c
+
+from partition import cleaner
+from partition.batch import iter_headers, stamp
+from partition.errors import (
+    CorruptRecordError, LogClosedError, MessageTooLargeError, OffsetOutOfRangeError, PartitionError,
+)
+from partition.segment import (
+    INDEX_SUFFIX, INT32_MAX, LOG_SUFFIX, TIMEINDEX_SUFFIX, Segment, parse_segment_name,
+)
+
+__all__ = [
+    "Log", "LogConfig", "RecoveryReport", "LeaderEpochCache",
+    "InvalidAppendError", "NonContiguousAppend", "EpochRegression",
+    "EPOCH_CHECKPOINT", "LOG_START_CHECKPOINT", "RECOVERY_POINT_CHECKPOINT",
+]
+
+logger = logging.getLogger(__name__)
+
+EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+_TMP_SUFFIX = ".tmp"
+
+
+class InvalidAppendError(PartitionError):
+    """Batches that are well-formed but cannot go at the end of this log."""
+
+    code = "INVALID_REQUEST"
+
+
+class NonContiguousAppend(InvalidAppendError):
+    """Replicated batches that do not start at log_end_offset or whose offsets go back."""
+
+
+class EpochRegression(InvalidAppendError):
+    """A batch whose partition leader epoch is below the log's latest epoch."""
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """Per-log settings (Kafka's topic configs of the same names)."""
+
+    segment_bytes: int = 1 << 30
+    segment_ms: int = 7 * 24 * 3600 * 1000
+    index_interval_bytes: int = 4096
+    max_index_bytes: int = 10 << 20
+    retention_ms: int = 7 * 24 * 3600 * 1000  # -1 = forever
+    retention_bytes: int = -1  # -1 = unlimited
+    cleanup_policy: str = "delete"  # "delete" | "compact" | "compact,delete"
+    delete_retention_ms: int = 24 * 3600 * 1000
+    max_batch_bytes: int = 8 << 20  # larger batches -> MessageTooLargeError
+
+    def __post_init__(self):
+        if not 100 <= self.segment_bytes <= INT32_MAX:
+            raise ValueError(f"segment_bytes {self.segment_bytes} outside [100, 2**31-1]")
+        if self.max_index_bytes < 12:
+            raise ValueError(f"max_index_bytes {self.max_index_bytes} < 12")
+        if self.index_interval_bytes < 0 or self.segment_ms <= 0 or self.max_batch_bytes <= 0:
+            raise ValueError("index_interval_bytes, segment_ms and max_batch_bytes must be positive")
+        policies = set(self.cleanup_policy.replace(" ", "").split(","))
+        if not policies or not policies <= {"delete", "compact"}:
+            raise ValueError(f"cleanup_policy {self.cleanup_policy!r}")
+
+    @property
+    def deletes(self) -> bool:
+        return "delete" in self.cleanup_policy
+
+    @property
+    def compacts(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+
+@dataclass(frozen=True)
+class RecoveryReport:
+    """What `Log.open` found: the first segment it cut (None if nothing was cut), the bytes
+    and offsets cut (offsets: records of cut batches whose headers still read, plus those of
+    deleted later segments), the index files it rebuilt, and how long open took."""
+
+    segment: str | None
+    bytes_dropped: int
+    offsets_lost: int
+    indexes_rebuilt: list[str]
+    duration_ms: float
+    swaps_recovered: list[str] = field(default_factory=list)
+    segments_scanned: int = 0
+
+
+# ------------------------------------------------------------------------------ checkpoints
+
+def _encode_checkpoint(kind: str, lines: list[str]) -> bytes:
+    body = f"{kind}\n{len(lines)}\n" + "".join(line + "\n" for line in lines)
+    raw = body.encode()
+    return raw + f"crc32c {google_crc32c.value(raw):08x}\n".encode()
+
+
+def _decode_checkpoint(kind: str, data: bytes) -> list[str] | None:
+    """The lines of a checkpoint, or None if it is not a whole, valid one of this kind."""
+    cut = data.rfind(b"crc32c ")
+    if cut < 0 or not data.endswith(b"\n"):
+        return None
+    raw = data[:cut]
+    try:
+        if int(data[cut + 7:].strip(), 16) != google_crc32c.value(raw):
+            return None
+        lines = raw.decode().split("\n")
+        if lines[0] != kind or lines[-1] != "":
+            return None
+        count = int(lines[1])
+        body = lines[2:-1]
+    except (ValueError, UnicodeDecodeError, IndexError):
+        return None
+    return body if len(body) == count else None
+
+
+def _atomic_write(directory: Path, dir_fd: int, name: str, data: bytes) -> None:
+    tmp = directory / (name + _TMP_SUFFIX)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, directory / name)
+    os.fsync(dir_fd)
+
+
+def _read_checkpoint(directory: Path, name: str) -> list[str] | None:
+    try:
+        data = (directory / name).read_bytes()
+    except FileNotFoundError:
+        return None
+    lines = _decode_checkpoint(name, data)
+    if lines is None:
+        logger.warning("%s/%s is damaged; ignoring it", directory, name)
+    return lines
+
+
+def _read_offset_checkpoint(directory: Path, name: str) -> int | None:
+    lines = _read_checkpoint(directory, name)
+    if lines is None or len(lines) != 1:
+        return None
+    try:
+        return int(lines[0])
+    except ValueError:
+        return None
+
+
+# ------------------------------------------------------------------------------ epoch cache
+
+class LeaderEpochCache:
+    """[(epoch, start_offset)] with both strictly increasing (pure; the Log persists it)."""
+
+    def __init__(self, entries: list[tuple[int, int]] | None = None):
+        self.entries: list[tuple[int, int]] = list(entries or [])
+
+    @property
+    def last_epoch(self) -> int:
+        return self.entries[-1][0] if self.entries else -1
+
+    def assign(self, epoch: int, start_offset: int) -> bool:
+        """Record that `epoch` starts at `start_offset` if it is newer than the last epoch;
+        returns whether the cache changed. Raises EpochRegression for an older epoch."""
+        if epoch < self.last_epoch:
+            raise EpochRegression(f"epoch {epoch} is below the log's latest {self.last_epoch}")
+        if epoch == self.last_epoch:
+            return False
+        assert not self.entries or start_offset > self.entries[-1][1]
+        self.entries.append((epoch, start_offset))
+        return True
+
+    def assign_lenient(self, epoch: int, start_offset: int) -> bool:
+        """Recovery's assign: ignore epochs not newer than the last; when `start_offset` is
+        not past the last entry's (both clamped to the log start), the newer epoch replaces
+        it. Returns whether the cache changed."""
+        if epoch <= self.last_epoch or epoch < 0:
+            return False
+        if self.entries and start_offset <= self.entries[-1][1]:
+            self.entries[-1] = (epoch, self.entries[-1][1])
+        else:
+            self.entries.append((epoch, start_offset))
+        return True
+
+    def truncate_from_end(self, end_offset: int) -> bool:
+        """Drop epochs that start at or after `end_offset`; returns whether anything changed."""
+        n = len(self.entries)
+        while self.entries and self.entries[-1][1] >= end_offset:
+            self.entries.pop()
+        return len(self.entries) != n
+
+    def truncate_from_start(self, start_offset: int) -> bool:
+        """Forget epochs wholly below `start_offset`; the epoch covering it starts there."""
+        i = bisect_right([s for _, s in self.entries], start_offset)
+        if i == 0 or (i == 1 and self.entries[0][1] == start_offset):
+            return False
+        self.entries = [(self.entries[i - 1][0], start_offset)] + self.entries[i:]
+        return True
+
+    def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """KIP-279/KIP-595: (largest known epoch <= `epoch`, the start offset of the next
+        larger epoch or log_end_offset if it is the latest); (-1, -1) below every epoch."""
+        if not self.entries or epoch < self.entries[0][0]:
+            return -1, -1
+        i = bisect_right([e for e, _ in self.entries], epoch) - 1
+        if i == len(self.entries) - 1:
+            return self.entries[i][0], log_end_offset
+        return self.entries[i][0], self.entries[i + 1][1]
+
+    def encode(self) -> bytes:
+        return _encode_checkpoint(EPOCH_CHECKPOINT, [f"{e} {s}" for e, s in self.entries])
+
+    @classmethod
+    def decode(cls, lines: list[str]) -> "LeaderEpochCache | None":
+        try:
+            entries = [(int(a), int(b)) for a, b in (line.split() for line in lines)]
+        except ValueError:
+            return None
+        if any(e1 >= e2 or s1 >= s2 for (e1, s1), (e2, s2) in zip(entries, entries[1:])):
+            return None
+        return cls(entries)
+
+
+# ------------------------------------------------------------------------------ the log
+
+class Log:
+    """A partition's log. Open with `Log.open`; see the module docstring for invariants."""
+
+    def __init__(self, directory: Path, config: LogConfig, dir_fd: int):
+        self.directory = directory
+        self.config = config
+        self._dir_fd = dir_fd
+        self._segments: list[Segment] = []
+        self._bases: list[int] = []
+        self._pending: list[Segment] = []
+        self._dir_dirty = False
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._epochs = LeaderEpochCache()
+        self._clean_below = 0
+        self._closed = False
+        self._failed: BaseException | None = None
+        self.log_start_offset = 0
+        self.log_end_offset = 0
+        self.flushed_offset = 0
+        self.recovery: RecoveryReport | None = None
+        # Compaction bookkeeping (in memory: after a restart the first maintain cleans once).
+        self._compacted_below = -1
+        self._next_tombstone_expiry_ms: int | None = None
+        # Test seam: called after each durable step of a compaction swap.
+        self._cleaner_crash_point: Callable[[str], None] = lambda step: None
+
+    # ------------------------------------------------------------------ open and recovery
+
+    @classmethod
+    def open(cls, directory: Path, config: LogConfig, *, now_ms: int) -> "Log":
+        """Open (creating if absent) the log in `directory` and recover it.
+
+        Order: finish or roll back half-done compaction swaps; drop temp files and segments
+        wholly below the log start; trust segments below the recovery point through their
+        (checked, else rebuilt) indexes; CRC-scan the rest, cutting at the first bad batch;
+        reload or rebuild the epoch cache; fsync what recovery changed. `.recovery` holds the
+        RecoveryReport. Raises OSError on I/O failure."""
+        started = time.perf_counter()
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        log = cls(directory, config, dir_fd)
+        try:
+            log._recover(now_ms, started)
+        except BaseException:
+            log._abandon()
+            raise
+        return log
+
+    def _segment_files(self) -> list[int]:
+        bases = []
+        names = os.listdir(self.directory)
+        present = set(names)
+        for fname in names:
+            if fname.endswith(_TMP_SUFFIX):
+                os.unlink(self.directory / fname)
+                continue
+            base = parse_segment_name(fname)
+            if base is not None:
+                bases.append(base)
+                continue
+            for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX):
+                b = parse_segment_name(fname, suffix)
+                if b is not None and f"{b:020d}{LOG_SUFFIX}" not in present:
+                    os.unlink(self.directory / fname)  # an index without its segment
+        return sorted(bases)
+
+    def _recover(self, now_ms: int, started: float) -> None:
+        cfg = self.config
+        swaps = cleaner.recover_swaps(self.directory, self._dir_fd)
+        bases = self._segment_files()
+        ckpt_start = _read_offset_checkpoint(self.directory, LOG_START_CHECKPOINT)
+        log_start = ckpt_start if ckpt_start is not None else (bases[0] if bases else 0)
+        # Segments wholly below the log start: a retention whose unlink did not happen.
+        while len(bases) > 1 and bases[1] <= log_start:
+            self._unlink_segment_files(bases.pop(0))
+        clean_below = _read_offset_checkpoint(self.directory, RECOVERY_POINT_CHECKPOINT) or 0
+        if not bases:
+            self._segments = [Segment.create(self.directory, log_start,
+                                             max_index_bytes=cfg.max_index_bytes)]
+        else:
+            self._segments = [Segment.open_existing(self.directory, b,
+                                                    max_index_bytes=cfg.max_index_bytes)
+                              for b in bases]
+        self._bases = [s.base_offset for s in self._segments]
+        rebuilt: list[str] = []
+        cut_segment: str | None = None
+        bytes_dropped = 0
+        offsets_lost = 0
+        scanned: list[Segment] = []
+        scanned_headers = []
+        prev_epoch = -1
+        i = 0
+        while i < len(self._segments):
+            seg = self._segments[i]
+            last = i == len(self._segments) - 1
+            if not last and seg.base_offset < clean_below:
+                next_base = self._segments[i + 1].base_offset
+                if seg.load_indexes(next_base_offset=next_base,
+                                    index_interval_bytes=cfg.index_interval_bytes):
+                    rebuilt += [seg.index_path.name, seg.timeindex_path.name]
+                i += 1
+                continue
+            old_index = _read_or_none(seg.index_path)
+            old_timeindex = _read_or_none(seg.timeindex_path)
+            scan = seg.recover(index_interval_bytes=cfg.index_interval_bytes, min_epoch=prev_epoch)
+            scanned.append(seg)
+            scanned_headers.extend(h for _, h in scan.headers)
+            if scan.headers:
+                prev_epoch = scan.headers[-1][1].partition_leader_epoch
+            if not last:
+                seg.seal()
+            else:
+                seg.created_ms = now_ms if seg.size_bytes else None
+            if seg.size_bytes and (old_index != seg.index.to_bytes() and not last
+                                   or old_index is None and len(seg.index)):
+                rebuilt.append(seg.index_path.name)
+            if seg.size_bytes and not last and old_timeindex != seg.timeindex.to_bytes():
+                rebuilt.append(seg.timeindex_path.name)
+            if scan.bytes_dropped:
+                logger.warning("log %s: segment %s cut at %d: %d bytes, %d offsets dropped",
+                               self.directory, seg.name, scan.valid_bytes, scan.bytes_dropped,
+                               scan.offsets_lost)
+                cut_segment = cut_segment or seg.log_path.name
+                bytes_dropped += scan.bytes_dropped
+                offsets_lost += scan.offsets_lost
+                # Nothing after a hole can be trusted: delete every later segment.
+                for later in self._segments[i + 1:]:
+                    bytes_dropped += later.size_bytes
+                    offsets_lost += _count_records(later)
+                    later.close()
+                    later.delete_files()
+                    logger.warning("log %s: deleted segment %s after the cut",
+                                   self.directory, later.name)
+                del self._segments[i + 1:]
+                self._bases = [s.base_offset for s in self._segments]
+            i += 1
+        active = self._segments[-1]
+        self.log_end_offset = active.next_offset if active.next_offset is not None else active.base_offset
+        self.log_start_offset = max(log_start, self._segments[0].base_offset)
+        if self.log_start_offset > self.log_end_offset:
+            # The persisted start is past what survived; start an empty log there.
+            self._truncate_fully_locked(self.log_start_offset)
+        # Epochs: the checkpoint, else a rebuild; then reconcile with what was scanned.
+        lines = _read_checkpoint(self.directory, EPOCH_CHECKPOINT)
+        cache = LeaderEpochCache.decode(lines) if lines is not None else None
+        epochs_dirty = cache is None
+        if cache is None:
+            cache = self._rebuild_epochs(scanned)
+        else:
+            epochs_dirty |= cache.truncate_from_end(self.log_end_offset)
+            for h in scanned_headers:
+                epochs_dirty |= cache.assign_lenient(h.partition_leader_epoch,
+                                                     max(h.base_offset, self.log_start_offset))
+        epochs_dirty |= cache.truncate_from_start(self.log_start_offset)
+        self._epochs = cache
+        if epochs_dirty:
+            self._write_epochs()
+        if ckpt_start != self.log_start_offset:
+            self._write_log_start()
+        # Make what recovery kept durable, then move the recovery point up to the active one.
+        for seg in scanned:
+            seg.fsync()
+            seg.fsync_index_files()
+        os.fsync(self._dir_fd)
+        self.flushed_offset = self.log_end_offset
+        self._clean_below = clean_below
+        self._set_recovery_point(active.base_offset)
+        self.recovery = RecoveryReport(
+            segment=cut_segment, bytes_dropped=bytes_dropped, offsets_lost=offsets_lost,
+            indexes_rebuilt=rebuilt, duration_ms=(time.perf_counter() - started) * 1000,
+            swaps_recovered=swaps, segments_scanned=len(scanned))
+
+    def _rebuild_epochs(self, scanned: list[Segment]) -> LeaderEpochCache:
+        if self.size_bytes():
+            logger.warning("log %s: rebuilding the leader-epoch cache from the segments",
+                           self.directory)
+        cache = LeaderEpochCache()
+        for seg in self._segments:
+            for _, h in seg.walk(0, seg.size_bytes):
+                cache.assign_lenient(h.partition_leader_epoch, max(h.base_offset, self.log_start_offset))
+        return cache
+
+    def _unlink_segment_files(self, base: int) -> None:
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX):
+            try:
+                os.unlink(self.directory / f"{base:020d}{suffix}")
+            except FileNotFoundError:
+                pass
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def _write_epochs(self) -> None:
+        _atomic_write(self.directory, self._dir_fd, EPOCH_CHECKPOINT, self._epochs.encode())
+
+    def _write_log_start(self) -> None:
+        _atomic_write(self.directory, self._dir_fd, LOG_START_CHECKPOINT,
+                      _encode_checkpoint(LOG_START_CHECKPOINT, [str(self.log_start_offset)]))
+
+    def _set_recovery_point(self, clean_below: int) -> None:
+        if clean_below != self._clean_below:
+            _atomic_write(self.directory, self._dir_fd, RECOVERY_POINT_CHECKPOINT,
+                          _encode_checkpoint(RECOVERY_POINT_CHECKPOINT, [str(clean_below)]))
+            self._clean_below = clean_below
+
+    # ------------------------------------------------------------------ state checks
+
+    def _check_open(self) -> None:
+        if self._failed is not None:
+            raise LogClosedError(f"log {self.directory} failed: {self._failed}")
+        if self._closed:
+            raise LogClosedError(f"log {self.directory} is closed")
+
+    @property
+    def _active(self) -> Segment:
+        return self._segments[-1]
+
+    # ------------------------------------------------------------------ appends
+
+    def append(self, batches: bytes | bytearray, *, leader_epoch: int, now_ms: int) -> tuple[int, int]:
+        """Leader path: append one or more client batches, assigning offsets.
+
+        Checks each batch's header and CRC (records are not decoded), stamps base offset
+        (from log_end_offset on) and `leader_epoch`, rolls first if the active segment is full
+        or old, and writes (not fsynced: see `flush`). Returns (first_offset, last_offset).
+        Raises CorruptRecordError (bad or empty input), MessageTooLargeError (a batch over
+        max_batch_bytes), EpochRegression (leader_epoch below the latest), LogClosedError.
+        Ordering: a new epoch's cache entry is fsynced before the batch is written."""
+        self._check_open()
+        if not batches:
+            raise CorruptRecordError("empty append")
+        buf = bytearray(batches)
+        if leader_epoch < self._epochs.last_epoch:
+            raise EpochRegression(f"epoch {leader_epoch} < latest {self._epochs.last_epoch}")
+        entries = []
+        offset = self.log_end_offset
+        limit = self.config.max_batch_bytes
+        for pos, h in iter_headers(buf, verify=True):
+            if h.size > limit:
+                raise MessageTooLargeError(f"batch of {h.size} bytes > max_batch_bytes {limit}")
+            stamp(buf, pos, offset, leader_epoch)
+            nxt = offset + h.last_offset_delta + 1
+            entries.append((pos, h.size, offset, nxt, h.max_timestamp, leader_epoch))
+            offset = nxt
+        first = self.log_end_offset
+        self._write(buf, entries, [(leader_epoch, first)], now_ms)
+        return first, offset - 1
+
+    def append_replicated(self, batches: bytes | bytearray | memoryview, *, now_ms: int) -> int:
+        """Follower path: append batches that already carry offsets and epochs.
+
+        The first batch must start at log_end_offset, base offsets must then increase past
+        each batch's last offset (gaps allowed) and epochs must not decrease; CRCs are checked.
+        Returns the new log_end_offset. Raises NonContiguousAppend, EpochRegression,
+        CorruptRecordError, MessageTooLargeError, LogClosedError. Nothing is written if any
+        batch is refused."""
+        self._check_open()
+        view = memoryview(batches).cast("B") if not isinstance(batches, bytes) else batches
+        if not len(view):
+            raise CorruptRecordError("empty append")
+        entries = []
+        new_epochs: list[tuple[int, int]] = []
+        expected = self.log_end_offset
+        last_epoch = self._epochs.last_epoch
+        limit = self.config.max_batch_bytes
+        for pos, h in iter_headers(view, verify=True):
+            if h.size > limit:
+                raise MessageTooLargeError(f"batch of {h.size} bytes > max_batch_bytes {limit}")
+            if (h.base_offset != expected) if not entries else (h.base_offset < expected):
+                raise NonContiguousAppend(
+                    f"batch at offset {h.base_offset}, log end offset / next expected {expected}")
+            epoch = h.partition_leader_epoch
+            if epoch < last_epoch:
+                raise EpochRegression(f"batch epoch {epoch} < latest {last_epoch}")
+            if epoch > last_epoch:
+                new_epochs.append((epoch, h.base_offset))
+                last_epoch = epoch
+            entries.append((pos, h.size, h.base_offset, h.next_offset, h.max_timestamp, epoch))
+            expected = h.next_offset
+        self._write(view, entries, new_epochs, now_ms)
+        return self.log_end_offset
+
+    def _write(self, data, entries, epochs: list[tuple[int, int]], now_ms: int) -> None:
+        if len(data) > INT32_MAX:
+            raise MessageTooLargeError(f"append of {len(data)} bytes")
+        self._maybe_roll(len(data), entries[-1][3] - 1, now_ms)
+        changed = False
+        for epoch, start in epochs:
+            changed |= self._epochs.assign(epoch, start)
+        if changed:
+            self._write_epochs()
+        try:
+            self._active.append(data, entries, index_interval_bytes=self.config.index_interval_bytes,
+                                now_ms=now_ms)
+        except OSError as e:
+            self._fail(e)
+            raise LogClosedError(f"write failed: {e}") from e
+        with self._lock:
+            self.log_end_offset = entries[-1][3]
+
+    def _maybe_roll(self, nbytes: int, last_offset: int, now_ms: int) -> None:
+        a = self._active
+        if a.size_bytes == 0:
+            return
+        cfg = self.config
+        if (a.size_bytes + nbytes > cfg.segment_bytes or a.index.is_full or a.timeindex.is_full
+                or (a.created_ms is not None and now_ms - a.created_ms >= cfg.segment_ms)
+                or last_offset - a.base_offset > INT32_MAX):
+            self._roll()
+
+    def _roll(self) -> None:
+        old = self._active
+        old.seal()
+        new = Segment.create(self.directory, self.log_end_offset,
+                             max_index_bytes=self.config.max_index_bytes)
+        with self._lock:
+            self._segments.append(new)
+            self._bases.append(new.base_offset)
+            self._pending.append(old)
+            self._dir_dirty = True
+
+    # ------------------------------------------------------------------ reads
+
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> bytes:
+        """Whole batches from the batch that holds `offset` (or, in a compaction gap, the next
+        one), within one segment: at least one batch even if larger than max_bytes, then more
+        while they fit; never a batch whose base_offset >= max_offset (pass the high watermark).
+        `offset == log_end_offset` (or >= max_offset) gives b"". Records are not decoded and
+        the first batch may start before `offset` (clients skip). Raises OffsetOutOfRangeError
+        for offset < log_start_offset or > log_end_offset; LogClosedError."""
+        self._check_open()
+        if offset < self.log_start_offset or offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(offset, self.log_start_offset, self.log_end_offset)
+        if offset == self.log_end_offset or (max_offset is not None and offset >= max_offset):
+            return b""
+        i = max(bisect_right(self._bases, offset) - 1, 0)
+        segments = self._segments
+        while i < len(segments):
+            found = segments[i].locate(offset)
+            if found is None:
+                i += 1
+                continue
+            seg = segments[i]
+            pos, h = found
+            if max_offset is not None and h.base_offset >= max_offset:
+                return b""
+            return seg.read_at(pos, h, max_bytes, max_offset)
+        return b""
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) for ListOffsets at batch granularity: the first batch (at or
+        after log_start_offset) whose max_timestamp >= timestamp_ms gives (its base offset, or
+        log_start_offset if that is later; its max_timestamp). None if no batch qualifies."""
+        self._check_open()
+        start = self.log_start_offset
+        i = max(bisect_right(self._bases, start) - 1, 0)
+        for seg in self._segments[i:]:
+            if seg.max_timestamp < timestamp_ms:
+                continue
+            h = seg.first_batch_for_timestamp(timestamp_ms, start)
+            if h is not None:
+                return max(h.base_offset, start), h.max_timestamp
+        return None
+
+    # ------------------------------------------------------------------ epochs
+
+    def epochs(self) -> list[tuple[int, int]]:
+        """[(epoch, start_offset)] ascending (the leader-epoch cache)."""
+        return list(self._epochs.entries)
+
+    def last_epoch(self) -> int:
+        """The latest epoch in the log; -1 if none."""
+        return self._epochs.last_epoch
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(largest known epoch <= `epoch`, its end offset: the next epoch's start offset, or
+        log_end_offset for the latest); (-1, -1) if `epoch` is below every known epoch."""
+        return self._epochs.end_offset_for(epoch, self.log_end_offset)
+
+    # ------------------------------------------------------------------ truncation
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every offset >= `offset`; a batch holding `offset` goes whole, so
+        log_end_offset becomes its base offset. Later segments are deleted, indexes and the
+        epoch cache trimmed, and all of it fsynced (with everything appended before) before
+        returning. No-op if offset >= log_end_offset. Below log_start_offset (or when the cut
+        batch starts below it) the log is emptied and restarts at max(offset, ...) as Kafka's
+        truncateFullyAndStartAt does. Concurrency: waits for a running flush."""
+        self._check_open()
+        with self._flush_lock:
+            if offset >= self.log_end_offset:
+                return
+            try:
+                self._truncate_locked(offset)
+                self._flush_locked()
+            except OSError as e:
+                self._fail(e)
+                raise LogClosedError(f"truncation failed: {e}") from e
+
+    def _truncate_locked(self, offset: int) -> None:
+        if offset < self.log_start_offset:
+            self._truncate_fully_locked(offset)
+            return
+        i = max(bisect_right(self._bases, offset) - 1, 0)
+        seg = self._segments[i]
+        later = self._segments[i + 1:]
+        # First lower the recovery point: a crash from here on must find this segment
+        # scanned, not trusted through index files that no longer match it.
+        self._set_recovery_point(min(self._clean_below, seg.base_offset))
+        with self._lock:
+            del self._segments[i + 1:]
+            del self._bases[i + 1:]
+            self._pending = [s for s in self._pending if s not in later and s is not seg]
+            self._dir_dirty = True
+        for s in later:
+            self._close_segment(s)
+            s.delete_files()
+        seg.truncate_to(offset, index_interval_bytes=self.config.index_interval_bytes)
+        new_end = seg.next_offset if seg.next_offset is not None else seg.base_offset
+        if new_end < self.log_start_offset:
+            self._truncate_fully_locked(self.log_start_offset)
+            return
+        with self._lock:
+            self.log_end_offset = new_end
+            self.flushed_offset = min(self.flushed_offset, new_end)
+        if self._epochs.truncate_from_end(new_end):
+            self._write_epochs()
+
+    def _truncate_fully_locked(self, start: int) -> None:
+        old = self._segments
+        with self._lock:
+            self._segments = []
+            self._bases = []
+            self._pending = []
+            self._dir_dirty = True
+        for s in old:
+            self._close_segment(s)
+            s.delete_files()
+        new = Segment.create(self.directory, start, max_index_bytes=self.config.max_index_bytes)
+        with self._lock:
+            self._segments = [new]
+            self._bases = [start]
+            self.log_start_offset = start
+            self.log_end_offset = start
+            self.flushed_offset = min(self.flushed_offset, start)
+        self._write_log_start()
+        self._epochs.truncate_from_end(start)
+        self._write_epochs()
+        self._set_recovery_point(start)
+
+    # ------------------------------------------------------------------ flush
+
+    def flush(self) -> int:
+        """fsync everything appended so far (segments, their index files once sealed, the
+        directory after a roll); returns the new flushed_offset. Group commit: one call
+        covers every append before it. May run in a worker thread (module docstring).
+        Raises LogClosedError (closed, or an fsync failed: the log is then unusable)."""
+        self._check_open()
+        with self._flush_lock:
+            self._check_open()
+            try:
+                return self._flush_locked()
+            except OSError as e:
+                self._fail(e)
+                raise LogClosedError(f"flush failed: {e}") from e
+
+    def _flush_locked(self) -> int:
+        with self._lock:
+            target = self.log_end_offset
+            active = self._segments[-1]
+            pending = list(self._pending)
+            dir_dirty = self._dir_dirty
+            self._dir_dirty = False
+            for s in pending:
+                s.pin()
+            active.pin()
+        try:
+            for s in pending:
+                s.fsync()
+                s.fsync_index_files()
+            active.fsync()
+            if dir_dirty:
+                os.fsync(self._dir_fd)
+        except BaseException:
+            with self._lock:
+                self._dir_dirty |= dir_dirty
+            raise
+        finally:
+            with self._lock:
+                for s in pending:
+                    s.unpin()
+                active.unpin()
+        with self._lock:
+            self._pending = [s for s in self._pending if s not in pending]
+            if target > self.flushed_offset:
+                self.flushed_offset = target
+            # Every segment below the active one of the snapshot is now durable, unless
+            # truncation made an older one active again (then the point only goes down).
+            still_pending = any(s.base_offset < active.base_offset for s in self._pending)
+        if not still_pending and active.base_offset > self._clean_below:
+            self._set_recovery_point(active.base_offset)
+        return self.flushed_offset
+
+    def _close_segment(self, seg: Segment) -> None:
+        # Under _lock: a flush pins/unpins under it, so "pinned? then close at unpin" is
+        # decided atomically with the flusher's unpin (never a leak, never a close under fsync).
+        with self._lock:
+            seg.close()
+
+    def _fail(self, e: BaseException) -> None:
+        logger.error("log %s failed: %s", self.directory, e)
+        self._failed = e
+
+    # ------------------------------------------------------------------ maintenance
+
+    def maintain(self, now_ms: int, *, high_watermark: int | None = None) -> dict:
+        """Housekeeping, on the owner thread: roll the active segment if older than
+        segment_ms; under "delete", drop the oldest CLOSED segments past retention_ms (by
+        their largest timestamp) or beyond retention_bytes and advance log_start_offset
+        (persisted before any file goes); under "compact", clean closed, fsynced segments
+        (all below `high_watermark` if given, so uncommitted data never obsoletes committed
+        data). Returns {"rolled", "deleted_segments", "log_start_offset",
+        "compacted_segments", "records_removed", "bytes_reclaimed"}."""
+        self._check_open()
+        cfg = self.config
+        done = {"rolled": False, "deleted_segments": [], "log_start_offset": self.log_start_offset,
+                "compacted_segments": [], "records_removed": 0, "bytes_reclaimed": 0}
+        a = self._active
+        if a.size_bytes and a.created_ms is not None and now_ms - a.created_ms >= cfg.segment_ms:
+            self._roll()
+            done["rolled"] = True
+        if cfg.deletes:
+            done["deleted_segments"] = self._apply_retention(now_ms, high_watermark)
+            done["log_start_offset"] = self.log_start_offset
+        if cfg.compacts:
+            res = self._compact(now_ms, high_watermark)
+            if res is not None:
+                done["compacted_segments"] = res.segments_rewritten
+                done["records_removed"] = res.records_removed
+                done["bytes_reclaimed"] = res.bytes_reclaimed
+        return done
+
+    def _apply_retention(self, now_ms: int, high_watermark: int | None) -> list[str]:
+        cfg = self.config
+        closed = self._segments[:-1]
+        k = 0
+        if cfg.retention_ms >= 0:
+            while k < len(closed) and now_ms - closed[k].max_timestamp > cfg.retention_ms:
+                k += 1
+        if cfg.retention_bytes >= 0:
+            excess = self.size_bytes() - cfg.retention_bytes
+            j = 0
+            while j < len(closed) and excess - closed[j].size_bytes >= 0:
+                excess -= closed[j].size_bytes
+                j += 1
+            k = max(k, j)
+        if high_watermark is not None:
+            while k and self._segments[k].base_offset > high_watermark:
+                k -= 1
+        if k == 0:
+            return []
+        gone = self._segments[:k]
+        new_start = self._segments[k].base_offset
+        if new_start <= self.log_start_offset:
+            new_start = self.log_start_offset
+        self.log_start_offset = new_start
+        self._write_log_start()  # before any file goes: reopen then drops what is below
+        if self._epochs.truncate_from_start(new_start):
+            self._write_epochs()
+        with self._lock:
+            del self._segments[:k]
+            del self._bases[:k]
+            self._pending = [s for s in self._pending if s not in gone]
+        for s in gone:
+            self._close_segment(s)
+            s.delete_files()
+        return [s.name for s in gone]
+
+    def _compact(self, now_ms: int, high_watermark: int | None) -> cleaner.CleanResult | None:
+        limit = self._clean_below if high_watermark is None else min(self._clean_below, high_watermark)
+        candidates = []
+        for i, seg in enumerate(self._segments[:-1]):
+            if self._segments[i + 1].base_offset > limit:
+                break
+            candidates.append(seg)
+        if not candidates:
+            return None
+        upto = candidates[-1].base_offset
+        due = self._next_tombstone_expiry_ms is not None and now_ms >= self._next_tombstone_expiry_ms
+        if upto <= self._compacted_below and not due:
+            return None
+
+        def swapped(old: Segment) -> None:
+            new = Segment.open_existing(self.directory, old.base_offset,
+                                        max_index_bytes=self.config.max_index_bytes)
+            i = self._segments.index(old)
+            new.load_indexes(next_base_offset=self._segments[i + 1].base_offset,
+                             index_interval_bytes=self.config.index_interval_bytes)
+            with self._lock:
+                self._segments[i] = new
+            self._close_segment(old)
+
+        try:
+            res = cleaner.compact(
+                self.directory, self._dir_fd, candidates, now_ms=now_ms,
+                delete_retention_ms=self.config.delete_retention_ms,
+                index_interval_bytes=self.config.index_interval_bytes,
+                max_index_bytes=self.config.max_index_bytes, on_swapped=swapped,
+                crash_point=self._cleaner_crash_point)
+        except OSError as e:
+            self._fail(e)
+            raise LogClosedError(f"compaction failed: {e}") from e
+        self._compacted_below = upto
+        self._next_tombstone_expiry_ms = res.next_tombstone_expiry_ms
+        return res
+
+    # ------------------------------------------------------------------ misc
+
+    def set_config(self, config: LogConfig) -> None:
+        """Use `config` from now on (new limits apply at the next append / maintain)."""
+        self._check_open()
+        self.config = config
+
+    def size_bytes(self) -> int:
+        """Bytes in all segment files."""
+        return sum(s.size_bytes for s in self._segments)
+
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    def close(self) -> None:
+        """Flush, write the active segment's index files, close every fd. Idempotent. Later
+        calls raise LogClosedError."""
+        if self._closed:
+            return
+        with self._flush_lock:
+            try:
+                if self._failed is None:
+                    self._flush_locked()
+                    self._active.write_index_files()
+            finally:
+                with self._lock:
+                    self._closed = True
+                    for s in self._segments:
+                        s.close()
+                    for s in self._pending:
+                        s.close()
+                os.close(self._dir_fd)
+
+    def _abandon(self) -> None:
+        """Close every fd without writing anything: what a crash leaves (tests, failed open)."""
+        if self._closed:
+            return
+        self._closed = True
+        for s in self._segments + self._pending:
+            s.close()
+        os.close(self._dir_fd)
+
+
+def _read_or_none(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def _count_records(seg: Segment) -> int:
+    n = 0
+    try:
+        for _, h in seg.walk(0, seg.size_bytes):
+            n += h.last_offset_delta + 1
+    except CorruptRecordError:
+        pass  # best effort: the count is for the report only
+    return n

@@ -1,0 +1,128 @@
+"""One segment: append/index/locate/read, CRC-scan recovery of a torn tail, sealed-index checks."""
+
+import os
+
+import pytest
+
+from partition.batch import BatchBuilder, read_header, stamp
+from partition.segment import Segment
+
+INTERVAL = 200
+
+
+def batch(base_offset, n=3, ts=1000, size=40):
+    b = BatchBuilder(base_offset=base_offset, partition_leader_epoch=1)
+    for i in range(n):
+        b.append(bytes(size), key=b"k%d" % i, timestamp_ms=ts + i)
+    return b.build()
+
+
+def fill(tmp_path, count=30):
+    seg = Segment.create(tmp_path, 100, max_index_bytes=1 << 16)
+    offset = 100
+    for i in range(count):
+        data = batch(offset, ts=1000 + 10 * i)
+        h = read_header(data)
+        seg.append(data, [(0, h.size, offset, offset + 3, h.max_timestamp, 1)],
+                   index_interval_bytes=INTERVAL, now_ms=0)
+        offset += 3
+    return seg, offset
+
+
+def test_append_indexes_sparsely_and_locates_every_offset(tmp_path):
+    seg, end = fill(tmp_path)
+    assert seg.next_offset == end and 0 < len(seg.index) < 30
+    for offset in range(100, end):
+        pos, h = seg.locate(offset)
+        assert h.base_offset <= offset <= h.last_offset
+        assert read_header(os.pread(seg.fd, h.size, pos)).base_offset == h.base_offset
+    assert seg.locate(end) is None
+    seg.close()
+
+
+def test_read_at_returns_whole_batches_and_respects_max_offset(tmp_path):
+    seg, end = fill(tmp_path)
+    pos, h = seg.locate(100)
+    one = seg.read_at(pos, h, 1, None)  # smaller than a batch: still one whole batch
+    assert len(one) == h.size
+    capped = seg.read_at(pos, h, 1 << 20, 109)
+    headers = []
+    p = 0
+    while p < len(capped):
+        headers.append(read_header(capped, p))
+        p += headers[-1].size
+    assert [x.base_offset for x in headers] == [100, 103, 106]
+    seg.close()
+
+
+def test_recover_cuts_torn_tail_and_rebuilds_index(tmp_path):
+    seg, end = fill(tmp_path)
+    full_index = seg.index.to_bytes()
+    size = seg.size_bytes
+    seg.close()
+    with open(tmp_path / (seg.name + ".log"), "r+b") as f:
+        f.truncate(size - 7)
+    seg2 = Segment.open_existing(tmp_path, 100, max_index_bytes=1 << 16)
+    scan = seg2.recover(index_interval_bytes=INTERVAL)
+    assert scan.bytes_dropped == seg2.size_bytes + scan.bytes_dropped - scan.valid_bytes
+    assert seg2.next_offset == end - 3 and scan.offsets_lost == 3
+    assert os.fstat(seg2.fd).st_size == scan.valid_bytes
+    assert full_index.startswith(seg2.index.to_bytes())
+    seg2.close()
+
+
+def test_sealed_index_damage_is_detected_and_rebuilt(tmp_path):
+    seg, end = fill(tmp_path)
+    seg.seal()
+    good_index, good_time = seg.index.to_bytes(), seg.timeindex.to_bytes()
+    seg.close()
+    again = Segment.open_existing(tmp_path, 100, max_index_bytes=1 << 16)
+    assert again.load_indexes(next_base_offset=end, index_interval_bytes=INTERVAL) is False
+    assert again.max_timestamp == 1000 + 10 * 29 + 2
+    again.close()
+    # Last entry shifted by one byte: positions still monotonic but not at a batch header.
+    raw = bytearray(good_index)
+    raw[-1] += 1
+    (tmp_path / (seg.name + ".index")).write_bytes(bytes(raw))
+    again = Segment.open_existing(tmp_path, 100, max_index_bytes=1 << 16)
+    assert again.load_indexes(next_base_offset=end, index_interval_bytes=INTERVAL) is True
+    assert again.index.to_bytes() == good_index and again.timeindex.to_bytes() == good_time
+    again.close()
+
+
+def test_index_bytes_for_matches_incremental_indexing(tmp_path):
+    seg, end = fill(tmp_path)
+    seg.seal()
+    data = os.pread(seg.fd, seg.size_bytes, 0)
+    idx, tidx = Segment.index_bytes_for(data, 100, index_interval_bytes=INTERVAL, max_index_bytes=1 << 16)
+    assert idx == seg.index.to_bytes() and tidx == seg.timeindex.to_bytes()
+    seg.close()
+
+
+def test_truncate_to_inside_a_batch_drops_the_whole_batch(tmp_path):
+    seg, end = fill(tmp_path)
+    removed = seg.truncate_to(131, index_interval_bytes=INTERVAL)
+    assert removed > 0 and seg.next_offset == 130
+    assert seg.locate(129)[1].last_offset == 129
+    assert seg.locate(130) is None
+    # Max timestamp recomputed from what is left: batch 130 had ts 1100..1102.
+    assert seg.max_timestamp == 1000 + 10 * 9 + 2
+    seg.close()
+
+
+def test_stamp_then_recover_rejects_backwards_offsets(tmp_path):
+    seg, end = fill(tmp_path, count=3)
+    bad = bytearray(batch(0))
+    stamp(bad, 0, 101, 1)  # goes back below the previous batch's last offset
+    h = read_header(bad)
+    seg.append(bytes(bad), [(0, h.size, 109, 112, h.max_timestamp, 1)],
+               index_interval_bytes=INTERVAL, now_ms=0)
+    scan = seg.recover(index_interval_bytes=INTERVAL)
+    assert seg.next_offset == 109 and scan.bytes_dropped == h.size
+    seg.close()
+
+
+@pytest.mark.parametrize("name", ["x.log", "0000000000000000001.log", "00000000000000000001.index"])
+def test_parse_segment_name_ignores_other_files(name):
+    from partition.segment import parse_segment_name
+    assert parse_segment_name(name) is None
