@@ -1,3 +1,58 @@
-"""PySpark Python Data Source `format("raftlog")`. Nothing here yet: it arrives with the Spark
-issue.
+"""PySpark Python Data Source `format("raftlog")`: batch and micro-batch reads of raftlog topics
+with the options and output schema of Spark's built-in Kafka source (DESIGN §7).
+
+Public API (declared here once):
+
+    from spark_source import register
+    register(spark)                                   # once per SparkSession
+    df = (spark.read.format("raftlog")
+          .option("bootstrap", "127.0.0.1:9092")      # or raftlog.bootstrap.servers
+          .option("subscribe", "events")              # or subscribePattern / assign (JSON)
+          .option("startingOffsets", "earliest")      # earliest | latest | JSON | group:<id>
+          .load())
+    # key binary, value binary, topic string, partition int, offset long,
+    # timestamp timestamp, timestampType int [, headers array<struct<key,value>>]
+
+Streaming: `spark.readStream.format("raftlog")` with `maxOffsetsPerTrigger` (admission
+control), `failOnDataLoss`, `startingTimestamp`, `minPartitions`, `includeHeaders`;
+`commitToGroup` and `group_commit_listener(...)` write progress to a consumer group (not
+available until raftlog has groups: they raise NotAvailableYet).
+
+Modules: `options` (parsing, the error tree), `planning` (pure: offsets JSON, ranges,
+admission control, splits), `arrow` (batches -> Arrow columns), `fetch` (Provider, the
+blocking cluster provider, the read loop), `source` (the DataSource and its readers).
 """
+
+from spark_source.options import (
+    DataLoss,
+    InvalidOption,
+    NotAvailableYet,
+    ReadTimedOut,
+    SourceError,
+    SourceOptions,
+    parse_options,
+)
+from spark_source.planning import RaftlogInputPartition
+
+__all__ = [
+    "register",
+    "RaftlogDataSource",
+    "group_commit_listener",
+    "RaftlogInputPartition",
+    "SourceOptions",
+    "parse_options",
+    "SourceError",
+    "InvalidOption",
+    "DataLoss",
+    "NotAvailableYet",
+    "ReadTimedOut",
+]
+
+
+def __getattr__(name: str):
+    # The Spark-facing names import pyspark; keep `import spark_source` cheap without it.
+    if name in ("register", "RaftlogDataSource", "group_commit_listener"):
+        from spark_source import source
+
+        return getattr(source, name)
+    raise AttributeError(f"module 'spark_source' has no attribute {name!r}")
