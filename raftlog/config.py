@@ -12,12 +12,15 @@ environment variables, then command-line overrides (each later source wins per k
     http = "127.0.0.1:9095"
     [controller_quorum_voters]                # or "1@host:port,2@host:port" (Kafka's format)
     1 = "127.0.0.1:9094"
+    [controller_peers]                        # the voters' peer listeners, same formats
+    1 = "127.0.0.1:9093"
     [topic_defaults]
     retention_ms = "604800000"
 
 Environment: `RAFTLOG_` + the key in upper case with dots as underscores, e.g.
 RAFTLOG_NODE_ID, RAFTLOG_LISTENERS_CLIENT, RAFTLOG_ROLES="broker",
-RAFTLOG_CONTROLLER_QUORUM_VOTERS="1@h:9094,2@h:9194". `RAFTLOG_*` names that are not config
+RAFTLOG_CONTROLLER_QUORUM_VOTERS="1@h:9094,2@h:9194", RAFTLOG_CONTROLLER_PEERS="1@h:9093,...".
+`RAFTLOG_*` names that are not config
 keys are ignored (client tools use that prefix too). Overrides: a mapping of key -> value
 with dotted keys ("listeners.client") or nested maps; None values are skipped so argparse
 defaults can be passed as they are.
@@ -28,6 +31,11 @@ Invariants:
   overrides are errors, with a suggestion when the key looks like a typo.
 * A loaded NodeConfig is valid: ports in range, listeners distinct, a controller is one of
   the voters and its quorum listener is its voter address, a controller has a secret.
+* `controller_peers`, when given, names exactly the voters: brokers dial the active
+  controller's peer listener there (register, heartbeat, leader reports, producer ids), and
+  broker-only nodes pull the metadata log from it. A node finds every voter's peer address
+  with `controller_peer_addresses()`, which raises ConfigError for a missing one (its own
+  entry defaults to its own advertised peer listener, so a one-voter cluster needs none).
 * `cluster_secret` never appears in repr() or logs.
 * `ensure_meta_properties` ties a data dir to one (cluster_id, node_id) for life, like
   Kafka's meta.properties; it writes the file atomically and fsyncs it and its directory.
@@ -166,6 +174,9 @@ class NodeConfig:
     controller_quorum_voters: Mapping[int, HostPort] = dataclasses.field(
         default_factory=lambda: MappingProxyType({})
     )
+    controller_peers: Mapping[int, HostPort] = dataclasses.field(
+        default_factory=lambda: MappingProxyType({})
+    )
     cluster_secret: str | None = dataclasses.field(default=None, repr=False)
     log_level: str = "INFO"
     log_file: Path | None = None
@@ -198,6 +209,21 @@ class NodeConfig:
         if self.advertised_host is not None and bound.host in _WILDCARD_HOSTS:
             return HostPort(self.advertised_host, bound.port)
         return bound
+
+    def controller_peer_addresses(self) -> dict[int, HostPort]:
+        """{voter id: its peer listener}. This node's own entry defaults to its advertised
+        peer listener. Raises ConfigError naming the voters whose peer address is unknown."""
+        peers = dict(self.controller_peers)
+        if self.is_controller and self.node_id not in peers:
+            peers[self.node_id] = self.advertised("peer")
+        missing = sorted(set(self.controller_quorum_voters) - set(peers))
+        if missing:
+            raise ConfigError(
+                f"controller_peers: no peer address for voter(s) {missing}; brokers reach the "
+                f"active controller there (e.g. controller_peers = \"1@127.0.0.1:9093,...\", "
+                f"or {env_name('controller_peers')})"
+            )
+        return {voter: peers[voter] for voter in sorted(self.controller_quorum_voters)}
 
 
 # ---- converters: raw value (TOML value, env string or override) -> typed value ----------
@@ -292,6 +318,9 @@ _KEYS: Final[dict[str, _Key]] = {
     "advertised_host": _Key(_to_nonempty_str, "advertised_host"),
     "controller_quorum_voters": _Key(
         lambda v: MappingProxyType(parse_voters(v)), "controller_quorum_voters"
+    ),
+    "controller_peers": _Key(
+        lambda v: MappingProxyType(parse_voters(v)), "controller_peers"
     ),
     "cluster_secret": _Key(_to_nonempty_str, "cluster_secret"),
     "log_level": _Key(_to_log_level, "log_level"),
@@ -463,6 +492,12 @@ def _build(raw: Mapping[str, tuple[Any, str]]) -> NodeConfig:
             "controller_quorum_voters is required (e.g. \"1@127.0.0.1:9094\"): every node "
             "must know the metadata quorum"
         )
+    peers = config.controller_peers
+    if peers and set(peers) != set(voters):
+        raise fail(
+            "controller_peers",
+            f"names voters {sorted(peers)} but controller_quorum_voters names {sorted(voters)}",
+        )
     if config.is_controller:
         if config.node_id not in voters:
             raise fail(
@@ -511,8 +546,10 @@ def config_to_toml(config: NodeConfig) -> str:
                 f"{name} = {_toml_string(str(getattr(value, name)))}"
                 for name in ("client", "peer", "quorum", "http")
             )
-        elif item.name == "controller_quorum_voters":
-            tables.append("\n[controller_quorum_voters]")
+        elif item.name in ("controller_quorum_voters", "controller_peers"):
+            if not value:
+                continue
+            tables.append(f"\n[{item.name}]")
             tables.extend(f'"{vid}" = {_toml_string(str(a))}' for vid, a in sorted(value.items()))
         elif item.name == "topic_defaults":
             if value:

@@ -16,7 +16,13 @@
      │    ├── InvalidReplicationFactor     INVALID_REPLICATION_FACTOR
      │    ├── InvalidConfig                INVALID_CONFIG
      │    │    └── ConfigError             (local only: a bad node configuration file/env/flag)
+     │    ├── PeerUnavailable              (local only: a peer link could not send the request)
      │    ├── NotEnoughReplicas            NOT_ENOUGH_REPLICAS  (checked before the append)
+     │    ├── BrokerIdNotRegistered        BROKER_ID_NOT_REGISTERED  (the broker re-registers)
+     │    ├── StaleBrokerEpoch             STALE_BROKER_EPOCH  (a newer incarnation holds the id)
+     │    ├── DuplicateBrokerRegistration  DUPLICATE_BROKER_REGISTRATION  (a live incarnation holds it)
+     │    ├── FencedLeaderEpoch            FENCED_LEADER_EPOCH
+     │    ├── StaleControllerEpoch         STALE_CONTROLLER_EPOCH
      │    ├── OutOfOrderSequenceNumber     OUT_OF_ORDER_SEQUENCE_NUMBER
      │    ├── DuplicateSequenceNumber      DUPLICATE_SEQUENCE_NUMBER
      │    ├── InvalidProducerEpoch         INVALID_PRODUCER_EPOCH
@@ -29,6 +35,12 @@
      │    ├── CoordinatorLoadInProgress    COORDINATOR_LOAD_IN_PROGRESS
      │    ├── CoordinatorNotAvailable      COORDINATOR_NOT_AVAILABLE
      │    ├── GroupIdNotFound              GROUP_ID_NOT_FOUND
+     │    ├── FencedInstanceId             FENCED_INSTANCE_ID
+     │    ├── InconsistentGroupProtocol    INCONSISTENT_GROUP_PROTOCOL
+     │    ├── GroupMaxSizeReached          GROUP_MAX_SIZE_REACHED
+     │    ├── InvalidSessionTimeout        INVALID_SESSION_TIMEOUT
+     │    ├── InvalidGroupId               INVALID_GROUP_ID
+     │    ├── OffsetMetadataTooLarge       OFFSET_METADATA_TOO_LARGE
      │    └── NonEmptyGroup                NON_EMPTY_GROUP
      └── UnknownOutcome    the request may or may not have taken effect (Jepsen's `info`)
           ├── RequestTimedOut              REQUEST_TIMED_OUT
@@ -69,7 +81,13 @@ __all__ = [
     "InvalidReplicationFactor",
     "InvalidConfig",
     "ConfigError",
+    "PeerUnavailable",
     "NotEnoughReplicas",
+    "BrokerIdNotRegistered",
+    "StaleBrokerEpoch",
+    "DuplicateBrokerRegistration",
+    "FencedLeaderEpoch",
+    "StaleControllerEpoch",
     "OutOfOrderSequenceNumber",
     "DuplicateSequenceNumber",
     "InvalidProducerEpoch",
@@ -258,8 +276,46 @@ class ConfigError(InvalidConfig):
         return self.message  # shown to an operator as is: the message already says it all
 
 
+class PeerUnavailable(Rejected):
+    """A peer link (raftlog/peer.py) could not send the request: no connection to the
+    address, or it is in reconnect backoff. Nothing was sent, so nothing took effect (a
+    connection lost after sending is RequestTimedOut instead). Never sent on the wire: a
+    handler turns it into the error its caller understands (e.g. NOT_CONTROLLER)."""
+
+    code = "PEER_UNAVAILABLE"
+    retriable = True
+
+    def __init__(self, message: str = "", *, address: str | None = None, **details: Any) -> None:
+        super().__init__(message, **details)
+        self.address = address
+
+
 class NotEnoughReplicas(Rejected):
     code = "NOT_ENOUGH_REPLICAS"
+    retriable = True
+
+
+class BrokerIdNotRegistered(Rejected):
+    code = "BROKER_ID_NOT_REGISTERED"
+
+
+class StaleBrokerEpoch(Rejected):
+    code = "STALE_BROKER_EPOCH"
+
+
+class DuplicateBrokerRegistration(Rejected):
+    # Retriable: the older incarnation's session runs out (or it shuts down) and then the
+    # same registration succeeds.
+    code = "DUPLICATE_BROKER_REGISTRATION"
+    retriable = True
+
+
+class FencedLeaderEpoch(Rejected):
+    code = "FENCED_LEADER_EPOCH"
+
+
+class StaleControllerEpoch(Rejected):
+    code = "STALE_CONTROLLER_EPOCH"
     retriable = True
 
 
@@ -318,6 +374,34 @@ class NonEmptyGroup(Rejected):
     code = "NON_EMPTY_GROUP"
 
 
+class FencedInstanceId(Rejected):
+    """A newer member with the same group_instance_id took over."""
+
+    code = "FENCED_INSTANCE_ID"
+
+
+class InconsistentGroupProtocol(Rejected):
+    """No assignment protocol every member supports."""
+
+    code = "INCONSISTENT_GROUP_PROTOCOL"
+
+
+class GroupMaxSizeReached(Rejected):
+    code = "GROUP_MAX_SIZE_REACHED"
+
+
+class InvalidSessionTimeout(Rejected):
+    code = "INVALID_SESSION_TIMEOUT"
+
+
+class InvalidGroupId(Rejected):
+    code = "INVALID_GROUP_ID"
+
+
+class OffsetMetadataTooLarge(Rejected):
+    code = "OFFSET_METADATA_TOO_LARGE"
+
+
 class RequestTimedOut(UnknownOutcome):
     """The deadline passed before an answer; the request may still take effect."""
 
@@ -344,7 +428,7 @@ def _collect_codes() -> dict[str, type[RaftlogError]]:
     while pending:
         cls = pending.pop()
         pending.extend(cls.__subclasses__())
-        if cls in (Rejected, UnknownOutcome, ConfigError):
+        if cls in (Rejected, UnknownOutcome, ConfigError, PeerUnavailable):
             continue
         assert cls.code not in codes, f"code {cls.code} is used twice"
         codes[cls.code] = cls

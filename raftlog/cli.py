@@ -1,0 +1,515 @@
+"""The `raftlog` command (click): run nodes and a local cluster, administer topics.
+
+    raftlog node start --config node.toml           run one node (flags/RAFTLOG_* override the file)
+    raftlog cluster up [--nodes 3]                  a local cluster on 127.0.0.1 (scripts/quorum)
+    raftlog cluster status                          voters, controller, brokers
+    raftlog topics create|list|describe|delete|alter
+
+Admin commands talk to `--bootstrap` (default 127.0.0.1:9092, or $RAFTLOG_BOOTSTRAP) through
+the blocking client `raftlog.client.Admin`; any node answers (it forwards to the
+controller). Output: human tables by default, `--json` for scripts. Failures print one line
+and exit 1 (2 for a bad configuration); `raftlog --debug ...` shows the traceback instead.
+What is printed here is the command's user-facing output, not logging.
+Shell completion comes with click: `eval "$(_RAFTLOG_COMPLETE=bash_source raftlog)"`.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import json
+import socket
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from raftlog.errors import ConfigError, RaftlogError
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+PROBE_TIMEOUT_S = 1.5
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("raftlog")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+class CliFailure(Exception):
+    """A user-facing failure: one line, exit code."""
+
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def _friendly(fn: F) -> F:
+    """Turn expected failures into one line on stderr and an exit code (traceback with --debug)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        ctx = click.get_current_context()
+        debug = bool((ctx.find_root().obj or {}).get("debug"))
+        try:
+            return fn(*args, **kwargs)
+        except CliFailure as exc:
+            if debug:
+                raise
+            click.echo(f"raftlog: {exc}", err=True)
+            ctx.exit(exc.exit_code)
+        except ConfigError as exc:
+            if debug:
+                raise
+            click.echo(f"raftlog: {exc}", err=True)
+            ctx.exit(2)
+        except RaftlogError as exc:
+            if debug:
+                raise
+            click.echo(f"raftlog: {_describe_error(exc)}", err=True)
+            ctx.exit(1)
+        except _client_errors() as exc:
+            if debug:
+                raise
+            click.echo(f"raftlog: {exc}", err=True)
+            ctx.exit(1)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _client_errors() -> tuple[type[BaseException], ...]:
+    from raftlog.client import ClientClosed, ConnectionLost, NoBrokerAvailable
+
+    return (NoBrokerAvailable, ConnectionLost, ClientClosed)
+
+
+def _describe_error(exc: RaftlogError) -> str:
+    code = exc.code
+    hints = {
+        "UNKNOWN_TOPIC_OR_PARTITION": "unknown topic",
+        "TOPIC_ALREADY_EXISTS": "topic already exists",
+        "INVALID_REPLICATION_FACTOR": "bad replication factor",
+        "INVALID_PARTITIONS": "bad partition count",
+        "INVALID_TOPIC": "bad topic name",
+        "INVALID_CONFIG": "bad topic config",
+        "NOT_CONTROLLER": "no active controller right now (an election may be under way; retry)",
+        "REQUEST_TIMED_OUT": "timed out; the change may or may not have been applied",
+    }
+    what = hints.get(code)
+    message = exc.message or ""
+    if what and message:
+        return f"{what}: {message} [{code}]"
+    return f"{what or code}" + (f": {message}" if message else "") + (f" [{code}]" if what else "")
+
+
+def _bootstrap_list(bootstrap: str) -> list[str]:
+    addresses = [a.strip() for a in bootstrap.split(",") if a.strip()]
+    if not addresses:
+        raise CliFailure("--bootstrap needs at least one host:port")
+    for address in addresses:
+        host, sep, port = address.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise CliFailure(f"--bootstrap: expected host:port, got {address!r}")
+    return addresses
+
+
+def _probe(addresses: list[str]) -> None:
+    """Fail at once, with a useful line, when no bootstrap address accepts a connection
+    (the client would otherwise retry until its deadline)."""
+    for address in addresses:
+        host, _, port = address.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT_S):
+                return
+        except OSError:
+            continue
+    raise CliFailure(
+        f"no raftlog node reachable at {', '.join(addresses)} (set --bootstrap or RAFTLOG_BOOTSTRAP); "
+        "start a local cluster with scripts/quorum"
+    )
+
+
+def _admin(ctx: click.Context) -> Any:
+    from raftlog.client import Admin
+
+    opts = ctx.obj
+    addresses = _bootstrap_list(opts["bootstrap"])
+    _probe(addresses)
+    return Admin(addresses, request_timeout_ms=int(opts["timeout"] * 1000))
+
+
+def _emit_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
+
+
+def _table(rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+
+
+def _admin_options(fn: F) -> F:
+    """--bootstrap, --timeout and --json for every admin command."""
+    fn = click.option("--json", "as_json", is_flag=True, help="Print JSON (for scripts).")(fn)
+    fn = click.option("--timeout", type=click.FloatRange(0.5, 600), default=15.0, show_default=True,
+                      help="Seconds to wait for an answer.")(fn)
+    fn = click.option("--bootstrap", envvar="RAFTLOG_BOOTSTRAP", default=DEFAULT_BOOTSTRAP, show_default=True,
+                      help="host:port[,host:port...] of any node (env RAFTLOG_BOOTSTRAP).")(fn)
+    return fn
+
+
+def _store(ctx: click.Context, **values: Any) -> None:
+    ctx.ensure_object(dict)
+    ctx.obj.update(values)
+
+
+# ----------------------------------------------------------------------------- root
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(_version(), "--version", prog_name="raftlog")
+@click.option("--debug", is_flag=True, envvar="RAFTLOG_DEBUG", help="Show tracebacks on errors.")
+@click.pass_context
+def main(ctx: click.Context, debug: bool) -> None:
+    """raftlog: a Kafka-like replicated commit log.
+
+    \b
+    Start a local three-node cluster, then make a topic:
+      scripts/quorum                      # or: raftlog cluster up
+      raftlog topics create demo --partitions 6 --replication-factor 3
+      raftlog topics describe demo
+    """
+    _store(ctx, debug=debug)
+
+
+# ----------------------------------------------------------------------------- node
+
+
+@main.group()
+def node() -> None:
+    """Run a node process."""
+
+
+@node.command("start")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="node.toml to read.")
+@click.option("--node-id", type=int, help="Overrides node_id.")
+@click.option("--data-dir", help="Overrides data_dir.")
+@click.option("--cluster-id", help="Overrides cluster_id (needed on a data dir's first start).")
+@click.option("--roles", help='Overrides roles: "controller,broker" or "broker".')
+@click.option("--client", "listeners_client", help="Client listener host:port.")
+@click.option("--peer", "listeners_peer", help="Peer listener host:port.")
+@click.option("--quorum", "listeners_quorum", help="Quorum (PySyncObj) listener host:port.")
+@click.option("--http", "listeners_http", help="HTTP (health, metrics) listener host:port.")
+@click.option("--log-level", help="DEBUG, INFO, WARNING, ERROR.")
+@click.option("--log-file", help="Append log lines here (default: stderr).")
+def node_start(config_path: str | None, **flags: Any) -> None:
+    """Run one node until SIGTERM or Ctrl-C (then stop cleanly; a second signal exits at once).
+
+    Settings come from the TOML file, then RAFTLOG_* environment variables (e.g.
+    RAFTLOG_NODE_ID, RAFTLOG_LISTENERS_CLIENT, RAFTLOG_CLUSTER_SECRET), then these flags.
+
+    \b
+    Example:
+      raftlog node start --config raftlog-data/node-1/node.toml
+      RAFTLOG_LOG_LEVEL=DEBUG raftlog node start --config node.toml --client 0.0.0.0:9092
+    """
+    from raftlog.node import main as node_main
+
+    overrides = {k: v for k, v in flags.items() if v is not None}
+    sys.exit(node_main(config_path, overrides))
+
+
+# ----------------------------------------------------------------------------- cluster
+
+
+@main.group()
+def cluster() -> None:
+    """Run a local cluster, or look at one."""
+
+
+@cluster.command("up")
+@click.option("--nodes", type=click.IntRange(1, 9), default=None, help="Node count (default 3; fixed once created).")
+@click.option("--data-dir", type=click.Path(file_okay=False), default="./raftlog-data", show_default=True,
+              help="Where the cluster lives; re-running on it restarts the same cluster.")
+@click.option("--base-port", type=click.IntRange(1024, 65000), default=None,
+              help="Node i listens on base+10*(i-1)+{0 client,1 peer,2 quorum,3 http} (default 9092).")
+@click.option("--restart/--no-restart", default=True, show_default=True,
+              help="Restart a node that exits (at most 5 times each).")
+@_friendly
+def cluster_up_cmd(nodes: int | None, data_dir: str, base_port: int | None, restart: bool) -> None:
+    """Start N nodes on 127.0.0.1 and supervise them until Ctrl-C.
+
+    Generates a cluster id, a cluster secret and each node's node.toml on first run (in
+    the data dir, mode 0600); waits until a controller is elected and every broker is
+    registered; prints where each node listens. Each node logs to <data-dir>/node-<i>/node.log.
+
+    \b
+    Example:
+      raftlog cluster up                      # three nodes, node 1's client on 9092
+      raftlog cluster up --nodes 1 --data-dir /tmp/one --base-port 19092
+    """
+    from raftlog.cluster import cluster_up
+
+    code = cluster_up(Path(data_dir), nodes, base_port, out=sys.stdout, restart=restart)
+    sys.exit(code)
+
+
+@cluster.command("status")
+@_admin_options
+@click.pass_context
+@_friendly
+def cluster_status_cmd(ctx: click.Context, bootstrap: str, timeout: float, as_json: bool) -> None:
+    """Show the voters, the active controller and its epoch, the metadata commit index, and
+    every broker (fenced or not, last heartbeat age as the controller saw it).
+
+    \b
+    Example:
+      raftlog cluster status
+      raftlog cluster status --bootstrap 127.0.0.1:9102 --json
+    """
+    _store(ctx, bootstrap=bootstrap, timeout=timeout)
+    with _admin(ctx) as admin:
+        status = admin.cluster_status()
+    if as_json:
+        _emit_json({
+            "cluster_id": status.cluster_id, "controller_id": status.controller_id,
+            "controller_epoch": status.controller_epoch, "commit_index": status.commit_index,
+            "voters": list(status.voters), "brokers": list(status.brokers),
+        })  # fmt: skip
+        return
+    click.echo(f"cluster     {status.cluster_id}")
+    controller = "none (election under way?)" if status.controller_id is None else f"node {status.controller_id}"
+    click.echo(f"controller  {controller}, epoch {status.controller_epoch}")
+    click.echo(f"metadata    commit index {status.commit_index}")
+    click.echo("")
+    rows = [("VOTER", "QUORUM ADDRESS", "PEER ADDRESS", "ROLE")]
+    for v in status.voters:
+        rows.append((str(v.get("id")), str(v.get("address")), str(v.get("peer") or "-"),
+                     "controller" if v.get("leader") else "follower"))
+    _table(rows)
+    click.echo("")
+    rows = [("BROKER", "CLIENT ADDRESS", "STATE", "LAST HEARTBEAT")]
+    for b in status.brokers:
+        age = b.get("last_heartbeat_age_ms")
+        rows.append((str(b.get("id")), f"{b.get('host')}:{b.get('port')}",
+                     "fenced" if b.get("fenced") else "unfenced",
+                     "-" if age is None else f"{age / 1000:.1f} s ago"))
+    _table(rows)
+
+
+# ----------------------------------------------------------------------------- topics
+
+
+@main.group()
+def topics() -> None:
+    """Create, list, describe, delete and alter topics."""
+
+
+def _parse_pairs(items: Iterable[str], what: str) -> dict[str, str]:
+    pairs = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise CliFailure(f"{what}: expected key=value, got {item!r}")
+        pairs[key.strip()] = value.strip()
+    return pairs
+
+
+def _topic_json(t: Any) -> dict[str, Any]:
+    return {
+        "name": t.name, "internal": t.internal, "configs": dict(t.configs),
+        "partitions": [
+            {"partition": p.partition, "leader": p.leader, "leader_epoch": p.leader_epoch,
+             "replicas": list(p.replicas), "preferred_leader": p.preferred_leader}
+            for p in t.partitions
+        ],
+    }  # fmt: skip
+
+
+def _print_topic(t: Any) -> None:
+    rf = len(t.partitions[0].replicas) if t.partitions else 0
+    configs = ", ".join(f"{k}={v}" for k, v in sorted(t.configs.items())) or "(defaults)"
+    kind = "  (internal)" if t.internal else ""
+    click.echo(f"topic {t.name}{kind}: {len(t.partitions)} partitions, replication factor {rf}, configs {configs}")
+    rows = [("PARTITION", "LEADER", "EPOCH", "REPLICAS", "PREFERRED")]
+    for p in t.partitions:
+        rows.append((str(p.partition), "-" if p.leader is None else str(p.leader), str(p.leader_epoch),
+                     ",".join(map(str, p.replicas)), "-" if p.preferred_leader is None else str(p.preferred_leader)))
+    _table(rows)
+    counts: dict[int, int] = {}
+    for p in t.partitions:
+        if p.preferred_leader is not None:
+            counts[p.preferred_leader] = counts.get(p.preferred_leader, 0) + 1
+    if counts:
+        spread = ", ".join(f"broker {b}: {n}" for b, n in sorted(counts.items()))
+        click.echo(f"preferred leaders: {spread}")
+
+
+def _require_topic(admin: Any, name: str) -> None:
+    """Fail fast on an unknown topic: the client retries UNKNOWN_TOPIC_OR_PARTITION (it is
+    retriable for produce, where metadata may lag) until its deadline. A metadata request
+    naming the topic waits briefly on the node for a topic created a moment ago."""
+    try:
+        admin.describe_topics([name])
+    except RaftlogError as exc:
+        if exc.code == "UNKNOWN_TOPIC_OR_PARTITION":
+            raise CliFailure(f"unknown topic: {name}") from None
+        raise
+
+
+@topics.command("create")
+@click.argument("name")
+@click.option("--partitions", "-p", type=int, default=1, show_default=True, help="Number of partitions.")
+@click.option("--replication-factor", "-r", type=int, default=1, show_default=True,
+              help="Replicas per partition (at most the live brokers).")
+@click.option("--config", "-c", "configs", multiple=True, metavar="KEY=VALUE",
+              help="A topic config, e.g. retention_ms=3600000 (repeatable).")
+@_admin_options
+@click.pass_context
+@_friendly
+def topics_create(ctx: click.Context, name: str, partitions: int, replication_factor: int,
+                  configs: tuple[str, ...], bootstrap: str, timeout: float, as_json: bool) -> None:
+    """Create topic NAME; the controller places replicas and spreads preferred leaders.
+
+    \b
+    Example:
+      raftlog topics create demo --partitions 6 --replication-factor 3
+      raftlog topics create events -p 12 -r 3 -c retention_ms=86400000 -c cleanup_policy=delete
+    """
+    _store(ctx, bootstrap=bootstrap, timeout=timeout)
+    pairs = _parse_pairs(configs, "--config")
+    with _admin(ctx) as admin:
+        topic = admin.create_topic(name, partitions, replication_factor, pairs or None)
+        try:
+            topic = admin.describe_topics([name])[name]  # with configs and internal flag
+        except RaftlogError:
+            pass  # created; the first answer is enough to show
+    if as_json:
+        _emit_json(_topic_json(topic))
+        return
+    click.echo(f"created topic {name}")
+    _print_topic(topic)
+
+
+@topics.command("list")
+@click.option("--internal", is_flag=True, help="Include internal topics (__consumer_offsets).")
+@_admin_options
+@click.pass_context
+@_friendly
+def topics_list(ctx: click.Context, internal: bool, bootstrap: str, timeout: float, as_json: bool) -> None:
+    """List topic names.
+
+    \b
+    Example:
+      raftlog topics list
+      raftlog topics list --internal --json
+    """
+    _store(ctx, bootstrap=bootstrap, timeout=timeout)
+    with _admin(ctx) as admin:
+        names = admin.list_topics(internal=internal)
+    if as_json:
+        _emit_json(names)
+        return
+    for name in names:
+        click.echo(name)
+
+
+@topics.command("describe")
+@click.argument("names", nargs=-1)
+@click.option("--internal", is_flag=True, help="With no NAME: include internal topics.")
+@_admin_options
+@click.pass_context
+@_friendly
+def topics_describe(ctx: click.Context, names: tuple[str, ...], internal: bool, bootstrap: str,
+                    timeout: float, as_json: bool) -> None:
+    """Show partitions, leaders, replicas and preferred leaders of NAMES (default: all).
+
+    \b
+    Example:
+      raftlog topics describe demo
+      raftlog topics describe --json
+    """
+    _store(ctx, bootstrap=bootstrap, timeout=timeout)
+    with _admin(ctx) as admin:
+        if names:
+            try:
+                found = admin.describe_topics(list(names))
+            except RaftlogError as exc:
+                if exc.code != "UNKNOWN_TOPIC_OR_PARTITION":
+                    raise
+                known = set(admin.list_topics(internal=True))
+                missing = [n for n in names if n not in known] or list(names)
+                raise CliFailure(f"unknown topic{'s' if len(missing) > 1 else ''}: {', '.join(missing)}") from None
+        else:
+            wanted = admin.list_topics(internal=internal)
+            found = admin.describe_topics(wanted) if wanted else {}
+    ordered = [found[n] for n in (names or sorted(found)) if n in found]
+    if as_json:
+        _emit_json({t.name: _topic_json(t) for t in ordered})
+        return
+    if not ordered:
+        click.echo("no topics (create one: raftlog topics create NAME)")
+    for i, t in enumerate(ordered):
+        if i:
+            click.echo("")
+        _print_topic(t)
+
+
+@topics.command("delete")
+@click.argument("name")
+@_admin_options
+@click.pass_context
+@_friendly
+def topics_delete(ctx: click.Context, name: str, bootstrap: str, timeout: float, as_json: bool) -> None:
+    """Delete topic NAME.
+
+    \b
+    Example:
+      raftlog topics delete demo
+    """
+    _store(ctx, bootstrap=bootstrap, timeout=timeout)
+    with _admin(ctx) as admin:
+        _require_topic(admin, name)
+        admin.delete_topic(name)
+    if as_json:
+        _emit_json({"deleted": name})
+    else:
+        click.echo(f"deleted topic {name}")
+
+
+@topics.command("alter")
+@click.argument("name")
+@click.option("--set", "set_items", multiple=True, metavar="KEY=VALUE", help="Set a config (repeatable).")
+@click.option("--delete", "delete_keys", multiple=True, metavar="KEY", help="Back to the default (repeatable).")
+@_admin_options
+@click.pass_context
+@_friendly
+def topics_alter(ctx: click.Context, name: str, set_items: tuple[str, ...], delete_keys: tuple[str, ...],
+                 bootstrap: str, timeout: float, as_json: bool) -> None:
+    """Change topic NAME's configs; prints the configs set explicitly afterwards.
+
+    \b
+    Example:
+      raftlog topics alter demo --set retention_ms=3600000 --delete segment_bytes
+    """
+    _store(ctx, bootstrap=bootstrap, timeout=timeout)
+    if not set_items and not delete_keys:
+        raise CliFailure("nothing to change: give --set KEY=VALUE and/or --delete KEY")
+    pairs = _parse_pairs(set_items, "--set")
+    with _admin(ctx) as admin:
+        _require_topic(admin, name)
+        configs = admin.alter_configs(name, pairs, list(delete_keys))
+    if as_json:
+        _emit_json({"name": name, "configs": configs})
+        return
+    click.echo(f"altered topic {name}; configs now: " +
+               (", ".join(f"{k}={v}" for k, v in sorted(configs.items())) or "(defaults)"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,449 @@
+"""A local cluster on one machine: node configs, node processes, and `raftlog cluster up`.
+
+    raftlog cluster up [--nodes 3] [--data-dir ./raftlog-data] [--base-port 9092]
+
+Layout under the data dir (created on first run, reused after):
+
+    cluster.toml            cluster id, secret, node count, ports (mode 0600: holds the secret)
+    node-<i>/node.toml      that node's config (mode 0600)
+    node-<i>/node.log       its log lines (stdout and stderr)
+    node-<i>/...            its data (meta.properties, quorum/, partitions later)
+
+Node i (1-based) listens on 127.0.0.1 at base_port + 10*(i-1) + {0 client, 1 peer, 2 quorum,
+3 http}: with the default base port node 1's client listener is 9092, Kafka's port.
+
+Process rules (also used by the test harness and scripts/bench_failover.py): each node runs
+as `python -m raftlog.cli node start --config node.toml` in its own session (so a Ctrl-C at
+the terminal reaches only the supervisor, which then stops the nodes one signal each), and
+is always stopped by its PID: SIGTERM, wait up to a grace period, then SIGKILL.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Final, TextIO
+
+from raftlog.config import HostPort, Listeners, NodeConfig, config_to_toml, load_config, new_cluster_id
+from raftlog.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_BASE_PORT",
+    "NodePorts",
+    "ClusterLayout",
+    "build_node_configs",
+    "write_private",
+    "NodeProcess",
+    "free_ports",
+    "cluster_up",
+]
+
+DEFAULT_BASE_PORT: Final = 9092
+DEFAULT_HOST: Final = "127.0.0.1"
+PORT_STRIDE: Final = 10
+CLUSTER_FILE: Final = "cluster.toml"
+STOP_GRACE_S: Final = 15.0
+READY_TIMEOUT_S: Final = 60.0
+MAX_RESTARTS: Final = 5
+MAX_NODES: Final = 9  # ports stay within one stride each; voters beyond that only slow Raft
+
+
+@dataclasses.dataclass(frozen=True)
+class NodePorts:
+    client: int
+    peer: int
+    quorum: int
+    http: int
+
+    @classmethod
+    def from_base(cls, base_port: int, index: int) -> "NodePorts":
+        first = base_port + PORT_STRIDE * index
+        return cls(first, first + 1, first + 2, first + 3)
+
+
+def build_node_configs(
+    root: Path,
+    cluster_id: str,
+    secret: str,
+    ports: Mapping[int, NodePorts],
+    *,
+    host: str = DEFAULT_HOST,
+    voters: Iterable[int] | None = None,
+    broker_only: Iterable[int] = (),
+    settings: Mapping[str, Any] | None = None,
+) -> dict[int, NodeConfig]:
+    """NodeConfigs for nodes `ports` (id -> ports), data dirs `root/node-<id>`. `voters`
+    (default: every node not in `broker_only`) run the quorum; `settings` sets other
+    NodeConfig fields (e.g. heartbeat_ms)."""
+    broker_only = set(broker_only)
+    voter_ids = sorted(voters) if voters is not None else sorted(set(ports) - broker_only)
+    quorum = MappingProxyType({v: HostPort(host, ports[v].quorum) for v in voter_ids})
+    peers = MappingProxyType({v: HostPort(host, ports[v].peer) for v in voter_ids})
+    configs = {}
+    for node_id, p in sorted(ports.items()):
+        roles = frozenset({"broker"}) if node_id in broker_only else (
+            frozenset({"controller", "broker"}) if node_id in voter_ids else frozenset({"broker"})
+        )
+        configs[node_id] = NodeConfig(
+            node_id=node_id,
+            data_dir=root / f"node-{node_id}",
+            cluster_id=cluster_id,
+            roles=roles,
+            listeners=Listeners(
+                client=HostPort(host, p.client), peer=HostPort(host, p.peer),
+                quorum=HostPort(host, p.quorum), http=HostPort(host, p.http),
+            ),  # fmt: skip
+            controller_quorum_voters=quorum,
+            controller_peers=peers,
+            cluster_secret=secret,
+            **dict(settings or {}),
+        )
+    return configs
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write `text` to `path` readable by the owner only (0600), atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(path.name + ".tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # also when the temp file existed with looser bits
+        os.write(fd, text.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temp, path)
+
+
+def write_node_config(config: NodeConfig) -> Path:
+    """Write `config` to data_dir/node.toml (0600) and check it loads back. Returns the path."""
+    path = config.data_dir / "node.toml"
+    write_private(path, config_to_toml(config))
+    load_config(path, env={})  # raises ConfigError if we generated something invalid
+    return path
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterLayout:
+    """What `cluster.toml` holds."""
+
+    root: Path
+    cluster_id: str
+    cluster_secret: str = dataclasses.field(repr=False)
+    nodes: int
+    base_port: int
+    host: str = DEFAULT_HOST
+
+    def ports(self) -> dict[int, NodePorts]:
+        return {i + 1: NodePorts.from_base(self.base_port, i) for i in range(self.nodes)}
+
+    def configs(self) -> dict[int, NodeConfig]:
+        return build_node_configs(self.root, self.cluster_id, self.cluster_secret, self.ports(), host=self.host)
+
+    @classmethod
+    def load_or_create(cls, root: Path, nodes: int | None, base_port: int | None) -> tuple["ClusterLayout", bool]:
+        """Read root/cluster.toml, or create it (new cluster id and secret). Returns (layout,
+        created). Raises ConfigError when the stored layout contradicts `nodes`/`base_port`."""
+        path = root / CLUSTER_FILE
+        if path.exists():
+            try:
+                stored = tomllib.loads(path.read_text())
+                layout = cls(root, stored["cluster_id"], stored["cluster_secret"], int(stored["nodes"]),
+                             int(stored["base_port"]), stored.get("host", DEFAULT_HOST))
+            except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
+                raise ConfigError(f"{path}: unreadable cluster file ({exc}); move it away to start afresh") from None
+            for name, wanted, have in (("--nodes", nodes, layout.nodes), ("--base-port", base_port, layout.base_port)):
+                if wanted is not None and wanted != have:
+                    raise ConfigError(
+                        f"{root} holds a cluster of {layout.nodes} node(s) at base port {layout.base_port}; "
+                        f"{name} {wanted} differs (use another --data-dir for a different cluster)"
+                    )
+            return layout, False
+        nodes = 3 if nodes is None else nodes
+        base_port = DEFAULT_BASE_PORT if base_port is None else base_port
+        if not 1 <= nodes <= MAX_NODES:
+            raise ConfigError(f"--nodes must be 1..{MAX_NODES}, got {nodes}")
+        if not 1024 <= base_port <= 65535 - PORT_STRIDE * nodes:
+            raise ConfigError(f"--base-port must be 1024..{65535 - PORT_STRIDE * nodes}, got {base_port}")
+        layout = cls(root, new_cluster_id(), secrets.token_urlsafe(32), nodes, base_port)
+        write_private(path, (
+            "# raftlog cluster up: this cluster's identity and ports (keep private: holds the secret)\n"
+            f'cluster_id = "{layout.cluster_id}"\ncluster_secret = "{layout.cluster_secret}"\n'
+            f"nodes = {nodes}\nbase_port = {base_port}\nhost = \"{layout.host}\"\n"
+        ))  # fmt: skip
+        return layout, True
+
+
+def free_ports(count: int, host: str = DEFAULT_HOST) -> list[int]:
+    """Ports the kernel handed out for port 0 (released again; a tiny reuse race remains)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((host, 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """True when a listener holds host:port (TIME_WAIT leftovers do not count: the nodes
+    bind with SO_REUSEADDR too)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+class NodeProcess:
+    """One `raftlog node start` process, stopped only by its PID."""
+
+    def __init__(self, node_id: int, config_path: Path, log_path: Path, *, env: Mapping[str, str] | None = None):
+        self.node_id = node_id
+        self.config_path = config_path
+        self.log_path = log_path
+        self.env = dict(os.environ if env is None else env)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", "raftlog.cli", "node", "start", "--config", str(self.config_path)]
+
+    def start(self) -> "NodeProcess":
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                self.argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env=self.env, start_new_session=True,
+            )  # fmt: skip
+        return self
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.proc is None else self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def returncode(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def signal(self, signum: int) -> None:
+        if self.alive():
+            assert self.proc is not None
+            try:
+                os.kill(self.proc.pid, signum)
+            except ProcessLookupError:
+                pass  # exited between poll() and kill()
+
+    def kill(self) -> int | None:
+        """SIGKILL by PID and reap; returns the exit code (None if never started)."""
+        if self.proc is None:
+            return None
+        self.signal(signal.SIGKILL)
+        return self.proc.wait()
+
+    def terminate(self, grace_s: float = STOP_GRACE_S) -> int | None:
+        """SIGTERM by PID, then SIGKILL after `grace_s`. Returns the exit code."""
+        if self.proc is None:
+            return None
+        self.signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            return self.kill()
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def stop_all(processes: Iterable[NodeProcess], grace_s: float = STOP_GRACE_S) -> dict[int, int | None]:
+    """SIGTERM every live process by PID, wait for all up to `grace_s`, SIGKILL the rest."""
+    processes = list(processes)
+    for p in processes:
+        p.signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    codes: dict[int, int | None] = {}
+    for p in processes:
+        if p.proc is None:
+            continue
+        try:
+            codes[p.node_id] = p.proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            codes[p.node_id] = p.kill()
+    return codes
+
+
+# ---------------------------------------------------------------------------- cluster up
+
+
+def _status(bootstrap: list[str]) -> Any:
+    from raftlog.client import Admin  # the client is only needed by the supervisor
+
+    with Admin(bootstrap, request_timeout_ms=3000) as admin:
+        return admin.cluster_status(timeout_ms=3000)
+
+
+def cluster_up(
+    root: Path,
+    nodes: int | None,
+    base_port: int | None,
+    *,
+    out: TextIO,
+    status: Callable[[list[str]], Any] = _status,
+    ready_timeout_s: float = READY_TIMEOUT_S,
+    restart: bool = True,
+) -> int:
+    """Start (or restart) the local cluster under `root`, wait until it has a controller and
+    every broker is registered and unfenced, print a table, and supervise until SIGINT or
+    SIGTERM; then stop every node. A node that exits meanwhile is restarted (`restart`, at
+    most MAX_RESTARTS times each, so a crash loop ends). Returns the exit code (0: started and stopped cleanly).
+    Raises ConfigError for a bad layout."""
+    root = root.resolve()
+    layout, created = ClusterLayout.load_or_create(root, nodes, base_port)
+    configs = layout.configs()
+    busy = [(i, name, getattr(ports, name)) for i, ports in layout.ports().items()
+            for name in ("client", "peer", "quorum", "http") if port_in_use(layout.host, getattr(ports, name))]
+    if busy:
+        i, name, port = busy[0]
+        raise ConfigError(
+            f"port {port} (node {i} {name}) is in use: is this cluster already running? "
+            f"Stop it, or pick other ports with --base-port on a new --data-dir"
+        )
+    processes = {}
+    for node_id, config in configs.items():
+        path = write_node_config(config)
+        processes[node_id] = NodeProcess(node_id, path, config.data_dir / "node.log")
+
+    stop = threading.Event()
+    signals_seen = [0]
+
+    def on_signal(signum: int, frame: Any) -> None:
+        signals_seen[0] += 1
+        if signals_seen[0] > 1:
+            for p in processes.values():
+                p.signal(signal.SIGKILL)  # second Ctrl-C: no more waiting
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        verb = "creating" if created else "restarting"
+        out.write(f"{verb} cluster {layout.cluster_id} ({layout.nodes} nodes, data in {root})\n")
+        out.flush()
+        for p in processes.values():
+            p.start()
+        bootstrap = [str(c.listeners.client) for c in configs.values()]
+        ready = _wait_ready(processes, bootstrap, layout.nodes, status, ready_timeout_s, stop, out)
+        if ready is None:
+            return _shutdown(processes, out, failed=True)
+        _print_table(out, configs, processes, ready)
+        restarts: dict[int, int] = {}
+        while not stop.wait(0.5):
+            for node_id, p in processes.items():
+                code = p.returncode()
+                if code is None or stop.is_set():
+                    continue
+                restarts[node_id] = restarts.get(node_id, 0) + 1
+                if not restart or restarts[node_id] > MAX_RESTARTS:
+                    if restarts[node_id] == (MAX_RESTARTS + 1 if restart else 1):
+                        out.write(
+                            f"node {node_id} (pid {p.pid}) exited with code {code}; log: {p.log_path}; "
+                            f"not restarting it (start it by hand: raftlog node start --config {p.config_path})\n"
+                        )  # fmt: skip
+                        out.flush()
+                    continue
+                out.write(f"node {node_id} (pid {p.pid}) exited with code {code}; restarting it "
+                          f"({restarts[node_id]}/{MAX_RESTARTS}); log: {p.log_path}\n")
+                out.flush()
+                p.start()
+                out.write(f"node {node_id} restarted (pid {p.pid})\n")
+                out.flush()
+        return _shutdown(processes, out, failed=False)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _wait_ready(processes: Mapping[int, NodeProcess], bootstrap: list[str], nodes: int,
+                status: Callable[[list[str]], Any], timeout_s: float, stop: threading.Event,
+                out: TextIO) -> Any:
+    from raftlog.errors import RaftlogError
+    from raftlog.client.errors import NoBrokerAvailable
+
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline and not stop.is_set():
+        for node_id, p in processes.items():
+            code = p.returncode()
+            if code is not None:
+                out.write(f"node {node_id} exited with code {code} during startup; the end of {p.log_path}:\n")
+                out.write(p.log_tail() + "\n")
+                return None
+        try:
+            last = status(bootstrap)
+        except (RaftlogError, NoBrokerAvailable, OSError):
+            last = None
+        if last is not None and last.controller_id is not None and sum(
+            1 for b in last.brokers if not b.get("fenced", True)
+        ) >= nodes:
+            return last
+        stop.wait(0.2)
+    if not stop.is_set():
+        out.write(f"the cluster was not ready within {timeout_s:.0f} s (last status: {last}); "
+                  f"see the node logs under {processes[min(processes)].log_path.parent.parent}\n")
+    return None
+
+
+def _print_table(out: TextIO, configs: Mapping[int, NodeConfig], processes: Mapping[int, NodeProcess],
+                 status: Any) -> None:
+    rows = [("NODE", "CLIENT", "ROLES", "CONTROLLER", "PID", "LOG")]
+    for node_id, config in configs.items():
+        rows.append((
+            str(node_id), str(config.listeners.client), ",".join(sorted(config.roles)),
+            f"yes (epoch {status.controller_epoch})" if node_id == status.controller_id else "",
+            str(processes[node_id].pid), str(processes[node_id].log_path),
+        ))  # fmt: skip
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out.write(f"cluster {status.cluster_id} is up\n")
+    for row in rows:
+        out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() + "\n")
+    first = configs[min(configs)].listeners.client
+    hint = "" if str(first) == f"{DEFAULT_HOST}:{DEFAULT_BASE_PORT}" else f" --bootstrap {first}"
+    out.write(
+        f"try:  raftlog topics create demo --partitions 6 --replication-factor {min(3, len(configs))}{hint}\n"
+        f"      raftlog topics describe demo{hint}\n      raftlog cluster status{hint}\n"
+        "stop: Ctrl-C (stops every node cleanly)\n"
+    )  # fmt: skip
+    out.flush()
+
+
+def _shutdown(processes: Mapping[int, NodeProcess], out: TextIO, *, failed: bool) -> int:
+    out.write("stopping nodes...\n")
+    out.flush()
+    running = {i for i, p in processes.items() if p.alive()}
+    codes = stop_all(processes.values())
+    summary = ", ".join(f"node {i}: exit {c}" for i, c in sorted(codes.items()))
+    out.write(f"stopped ({summary})\n")
+    out.flush()
+    # Nodes that had died before (e.g. killed to try failover) do not spoil a clean stop.
+    clean = all(codes.get(i) == 0 for i in running)
+    return 1 if failed or not clean else 0

@@ -1,0 +1,210 @@
+"""One raftlog node process: a trio nursery of services behind four listeners.
+
+    raftlog node start --config node.toml          (raftlog/cli.py parses flags, calls main())
+
+Listeners: client (native protocol, `serve()`), peer (the same protocol for broker<->broker
+and broker->controller RPCs), quorum (PySyncObj, inside the MetadataService on voters),
+http (GET /health, GET /metrics).
+
+Composition (NODE_SERVICES.md): `build_services(config, metadata, peers)` lists the
+services; each brings `client_handlers` and `peer_handlers` (an op belongs to exactly one
+service), a `run()` started with `nursery.start` (so it reports ready), `on_image` (fed by
+the MetadataService after every replayed envelope) and `health()` (merged into /health).
+A service may also have `async drain()`: called on SIGTERM/Ctrl-C, before cancellation, for
+work that makes a stop clean (the metadata service's controlled shutdown). Note: `on_image`
+may be called before the service's own `run()` has started (the metadata log replays from
+disk as soon as the quorum runs): keep the latest image and act on it once running.
+
+Start order: meta.properties checked (a data dir of another cluster is refused before
+anything is written), peer pool, services (quorum bound), peer listener, client listener,
+http listener; then `node_ready` is logged. Stop: the first SIGTERM or SIGINT drains the
+services (bounded by DRAIN_TIMEOUT_S) and cancels the nursery; every service cleans up in
+its own `finally` (the quorum syncs its journal) and the process exits 0. A second signal
+exits at once with os._exit(128 + signal). Exit codes: 0 clean stop, 1 a failure (logged
+with its traceback), 2 a configuration error (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import partial
+from typing import Any, Final, Protocol
+
+import trio
+
+from metadata.image import MetadataImage
+from metadata.service import MetadataService
+from raftlog.config import NodeConfig, ensure_meta_properties, load_config
+from raftlog.errors import ConfigError
+from raftlog.eventlog import log_event, setup_logging
+from raftlog.http import serve_http
+from raftlog.metrics import MetricsRegistry
+from raftlog.peer import PeerPool
+from raftlog.protocol import Request
+from raftlog.server import serve
+
+__all__ = ["NodeService", "build_services", "merge_handlers", "run_node", "main"]
+
+logger = logging.getLogger(__name__)
+
+DRAIN_TIMEOUT_S: Final = 5.0
+EXIT_OK: Final = 0
+EXIT_FAILURE: Final = 1
+EXIT_CONFIG: Final = 2
+
+Handler = Callable[[Request], Awaitable[Mapping[str, Any] | None]]
+
+
+class NodeService(Protocol):
+    name: str
+    client_handlers: Mapping[str, Handler]
+    peer_handlers: Mapping[str, Handler]
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None: ...
+
+    def on_image(self, image: MetadataImage) -> None: ...
+
+    def health(self) -> dict[str, Any]: ...
+
+
+def build_services(config: NodeConfig, metadata: MetadataService, peers: PeerPool) -> list[NodeService]:
+    """The node's services, metadata first (started in this order, drained in reverse).
+    Broker services join here, e.g.:
+        if config.is_broker: services.append(ReplicaManager(config, metadata, peers))"""
+    services: list[NodeService] = [metadata]
+    return services
+
+
+def merge_handlers(services: Sequence[NodeService], attribute: str) -> dict[str, Handler]:
+    """One op -> handler map from every service's `attribute` map. Raises ValueError when two
+    services claim one op."""
+    merged: dict[str, Handler] = {}
+    owner: dict[str, str] = {}
+    for service in services:
+        for op, handler in getattr(service, attribute).items():
+            if op in merged:
+                raise ValueError(f"op {op!r} is claimed by both {owner[op]} and {service.name}")
+            merged[op] = handler
+            owner[op] = service.name
+    return merged
+
+
+async def _watch_signals(signals: Any, stop: trio.Event) -> None:
+    async for signum in signals:
+        if stop.is_set():
+            log_event(logger, "node_exit_now", level=logging.WARNING, signal=signal.Signals(signum).name)
+            logging.shutdown()
+            os._exit(128 + signum)
+        log_event(logger, "node_stopping", signal=signal.Signals(signum).name)
+        stop.set()
+
+
+async def run_node(
+    config: NodeConfig,
+    cluster_id: str,
+    *,
+    stop: trio.Event | None = None,
+    registry: MetricsRegistry | None = None,
+    task_status: trio.TaskStatus[dict[str, int]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run the node until `stop` is set (then drain and stop cleanly) or a service fails
+    (its exception propagates). Reports started with the bound ports {listener: port}."""
+    stop = stop if stop is not None else trio.Event()
+    registry = registry if registry is not None else MetricsRegistry()
+    peers = PeerPool(config.node_id, max_frame_bytes=config.peer_max_frame_bytes)
+    metadata = MetadataService(config, cluster_id, peers, registry=registry)
+    services = build_services(config, metadata, peers)
+    client_handlers = merge_handlers(services, "client_handlers")
+    peer_handlers = merge_handlers(services, "peer_handlers")
+    for service in services:
+        if service is not metadata:
+            metadata.subscribe(service.on_image)
+
+    def health() -> dict[str, Any]:
+        report: dict[str, Any] = {"node_id": config.node_id, "cluster_id": cluster_id,
+                                  "roles": sorted(config.roles)}
+        ok = True
+        for service in services:
+            part = service.health()
+            ok = ok and part.get("ok", True) is True
+            report[service.name] = part
+        report["peers"] = peers.status()
+        report["ok"] = ok
+        return report
+
+    listen = config.listeners
+    async with trio.open_nursery() as nursery:
+        await nursery.start(peers.run)
+        for service in services:
+            await nursery.start(service.run)
+        ports = {}
+        ports["peer"] = await nursery.start(partial(
+            serve, peer_handlers, listen.peer.host, listen.peer.port, name="peer",
+            max_frame_bytes=config.peer_max_frame_bytes, request_timeout_ms=config.request_timeout_ms,
+            max_in_flight=config.max_in_flight, max_connections=config.max_connections, registry=registry,
+        ))  # fmt: skip
+        ports["client"] = await nursery.start(partial(
+            serve, client_handlers, listen.client.host, listen.client.port, name="client",
+            max_frame_bytes=config.max_frame_bytes, request_timeout_ms=config.request_timeout_ms,
+            max_in_flight=config.max_in_flight, max_connections=config.max_connections, registry=registry,
+        ))  # fmt: skip
+        ports["http"] = await nursery.start(serve_http, registry, health, listen.http.host, listen.http.port)
+        log_event(
+            logger, "node_ready", node_id=config.node_id, cluster_id=cluster_id,
+            roles=",".join(sorted(config.roles)), client=ports["client"], peer=ports["peer"],
+            http=ports["http"], pid=os.getpid(),
+        )  # fmt: skip
+        task_status.started(ports)
+        await stop.wait()
+        with trio.move_on_after(DRAIN_TIMEOUT_S):
+            for service in reversed(services):
+                drain = getattr(service, "drain", None)
+                if drain is not None:
+                    await drain()
+        nursery.cancel_scope.cancel()
+    log_event(logger, "node_stopped", node_id=config.node_id)
+
+
+async def _main_async(config: NodeConfig, cluster_id: str) -> None:
+    stop = trio.Event()
+    # Signals are caught from the very start, so a SIGTERM during startup is a clean stop too.
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_watch_signals, signals, stop)
+            await run_node(config, cluster_id, stop=stop)
+            nursery.cancel_scope.cancel()
+
+
+def main(config_path: str | None, overrides: Mapping[str, Any] | None = None,
+         env: Mapping[str, str] | None = None) -> int:
+    """Load the configuration, check the data dir, run the node. Returns the exit code."""
+    try:
+        config = load_config(config_path, env=os.environ if env is None else env, overrides=overrides)
+        config.controller_peer_addresses()  # fail now, not at the first broker RPC
+        cluster_id = ensure_meta_properties(config.data_dir, config.node_id, config.cluster_id)
+    except ConfigError as exc:
+        sys.stderr.write(f"raftlog node: {exc}\n")
+        return EXIT_CONFIG
+    setup_logging(config.log_level, file=config.log_file, node_id=config.node_id)
+    log_event(logger, "node_starting", node_id=config.node_id, cluster_id=cluster_id,
+              data_dir=str(config.data_dir), roles=",".join(sorted(config.roles)))
+    try:
+        trio.run(_main_async, config, cluster_id)
+    except Exception as exc:  # a service or listener failed: say what, with the traceback
+        log_event(logger, "node_failed", level=logging.ERROR, exc_info=exc)
+        first = _first(exc)
+        sys.stderr.write(f"raftlog node {config.node_id}: failed: {type(first).__name__}: {first}\n")
+        return EXIT_FAILURE
+    finally:
+        logging.shutdown()
+    return EXIT_OK
+
+
+def _first(group: BaseException) -> BaseException:
+    while isinstance(group, BaseExceptionGroup):
+        group = group.exceptions[0]
+    return group

@@ -1,0 +1,306 @@
+"""Peer links: one multiplexed native-protocol connection per peer address (trio).
+
+Brokers call the active controller (register, heartbeat, leader reports, producer-id blocks,
+forwarded admin ops), broker-only nodes pull the metadata log from a voter, and replicas
+fetch from leaders, all through one `PeerPool` per node:
+
+    pool = PeerPool(node_id)
+    await nursery.start(pool.run)           # owns the connections' reader tasks
+    fields = await pool.call("127.0.0.1:9093", "broker_heartbeat", {...}, timeout_s=2.0)
+
+Framing is PROTOCOL.md's (u32 length + canonical CBOR map); the peer listener is a plain
+`raftlog.server.serve()`. The raftlog/client/aio.py network is tied to the client core's
+broker ids and metadata, so it is not reused here; this is the small address-keyed twin.
+
+Invariants and limits:
+* One connection per address at a time; requests on it are matched by `id`, so many are
+  in flight at once, answered in any order. At most `max_in_flight` per address: further
+  callers wait for a slot (under their own timeout), so nothing queues without bound.
+* At most `max_addresses` addresses are tracked; idle ones are forgotten first.
+* A failed connect puts the address in backoff (doubling from `backoff_initial_s` up to
+  `backoff_max_s`, reset on success); calls during backoff fail at once with
+  PeerUnavailable, so callers' retry loops do not hammer a dead peer.
+* Error semantics: PeerUnavailable = nothing was sent (definite); RequestTimedOut = sent
+  (or maybe sent) and no answer within `timeout_s` or the connection broke: the outcome is
+  unknown; any other RaftlogError = the peer's error response (error_from_wire).
+* Concurrency: trio-thread only. `call` is cancel-safe: a cancelled call leaves its request
+  possibly delivered (unknown outcome), and its late answer is dropped.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import trio
+
+from raftlog.errors import InvalidRequest, PeerUnavailable, RaftlogError, RequestTimedOut
+from raftlog.eventlog import log_event
+from raftlog.protocol import (
+    PEER_MAX_FRAME_BYTES,
+    PROTOCOL_VERSION,
+    FrameDecoder,
+    encode_frame,
+    parse_response,
+)
+
+__all__ = ["PeerPool"]
+
+logger = logging.getLogger(__name__)
+
+RECEIVE_CHUNK_BYTES: Final = 256 << 10
+_ID_LIMIT: Final = (1 << 62)
+
+
+@dataclass
+class _Waiter:
+    event: trio.Event = field(default_factory=trio.Event)
+    fields: Mapping[str, Any] | None = None
+    error: RaftlogError | None = None
+
+
+class _Link:
+    """State of one peer address. `stream` is None while disconnected."""
+
+    def __init__(self, address: str, max_in_flight: int) -> None:
+        self.address = address
+        self.stream: trio.SocketStream | None = None
+        self.generation = 0  # bumps on every (dis)connection: a reader of an old stream exits
+        self.send_lock = trio.Lock()
+        self.connect_lock = trio.Lock()
+        self.slots = trio.Semaphore(max_in_flight)
+        self.pending: dict[int, _Waiter] = {}
+        self.failures = 0
+        self.retry_at = -math.inf  # trio clock
+        self.last_used = 0.0
+
+    @property
+    def idle(self) -> bool:
+        return not self.pending and self.slots.value == self.slots.max_value
+
+
+class PeerPool:
+    """Address-keyed multiplexed connections to other nodes' peer listeners."""
+
+    def __init__(
+        self,
+        node_id: int,
+        *,
+        max_frame_bytes: int = PEER_MAX_FRAME_BYTES,
+        max_in_flight: int = 256,
+        max_addresses: int = 1024,
+        connect_timeout_s: float = 2.0,
+        backoff_initial_s: float = 0.05,
+        backoff_max_s: float = 2.0,
+    ) -> None:
+        if max_in_flight < 1 or max_addresses < 1 or connect_timeout_s <= 0:
+            raise ValueError("max_in_flight, max_addresses and connect_timeout_s must be positive")
+        self.node_id = node_id
+        self.max_frame_bytes = max_frame_bytes
+        self.max_in_flight = max_in_flight
+        self.max_addresses = max_addresses
+        self.connect_timeout_s = connect_timeout_s
+        self.backoff_initial_s = backoff_initial_s
+        self.backoff_max_s = backoff_max_s
+        self._links: dict[str, _Link] = {}
+        self._ids = itertools.count(1)
+        self._nursery: trio.Nursery | None = None
+
+    # -- lifecycle --
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Own the reader tasks until cancelled; then close every connection (pending calls
+        end with RequestTimedOut)."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            self._nursery = None
+            # The readers closed their streams on cancellation; fail what is still waiting.
+            for link in list(self._links.values()):
+                self._disconnect(link, "peer pool stopped")
+
+    def status(self) -> dict[str, Any]:
+        """JSON-able summary for /health."""
+        return {
+            address: {
+                "connected": link.stream is not None,
+                "in_flight": len(link.pending),
+                "failures": link.failures,
+            }
+            for address, link in sorted(self._links.items())
+        }
+
+    # -- calls --
+
+    async def call(
+        self, address: str, op: str, fields: Mapping[str, Any], timeout_s: float
+    ) -> dict[str, Any]:
+        """Send `op` with `fields` to the peer listener at `address` ("host:port"); return
+        the ok response's fields (without `id`/`ok`).
+
+        Raises PeerUnavailable (not sent: no connection, or in backoff), RequestTimedOut (no
+        answer within `timeout_s`, or the connection broke after sending: unknown outcome),
+        the peer's RaftlogError (its error response), MessageTooLarge (the request frame is
+        over max_frame_bytes; not sent).
+        """
+        if self._nursery is None:
+            raise PeerUnavailable("the peer pool is not running", address=address)
+        deadline = trio.current_time() + max(0.0, timeout_s)
+        link = self._link(address)
+        link.last_used = trio.current_time()
+        with trio.move_on_at(deadline) as scope:
+            async with link.slots:
+                return await self._call_on(link, op, fields, deadline)
+        assert scope.cancelled_caught
+        raise RequestTimedOut(f"{op} to {address}: no answer within {timeout_s:.3g} s")
+
+    async def _call_on(
+        self, link: _Link, op: str, fields: Mapping[str, Any], deadline: float
+    ) -> dict[str, Any]:
+        stream = await self._connected(link, deadline)
+        request_id = next(self._ids) % _ID_LIMIT or 1
+        message = {**fields, "v": PROTOCOL_VERSION, "id": request_id, "op": op}
+        frame = encode_frame(message, max_frame_bytes=self.max_frame_bytes)
+        waiter = _Waiter()
+        link.pending[request_id] = waiter
+        try:
+            async with link.send_lock:
+                sending = True
+                try:
+                    await stream.send_all(frame)
+                    sending = False
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                    raise RequestTimedOut(
+                        f"{op} to {link.address}: connection lost while sending; outcome unknown"
+                    ) from None
+                finally:
+                    if sending:
+                        # Failed or cancelled mid-frame: the byte stream can no longer be
+                        # trusted (a partial frame may be out), so the connection goes.
+                        if link.stream is stream:
+                            self._disconnect(link, "send interrupted")
+            await waiter.event.wait()
+        finally:
+            link.pending.pop(request_id, None)
+        if waiter.error is not None:
+            raise waiter.error
+        assert waiter.fields is not None
+        return dict(waiter.fields)
+
+    async def _connected(self, link: _Link, deadline: float) -> trio.SocketStream:
+        if link.stream is not None:
+            return link.stream
+        async with link.connect_lock:
+            if link.stream is not None:
+                return link.stream
+            now = trio.current_time()
+            if now < link.retry_at:
+                raise PeerUnavailable(
+                    f"{link.address}: reconnect backoff ({link.retry_at - now:.2f} s left, "
+                    f"{link.failures} failed attempt(s))",
+                    address=link.address,
+                )
+            host, port = _split(link.address)
+            try:
+                with trio.fail_at(min(deadline, now + self.connect_timeout_s)):
+                    stream = await trio.open_tcp_stream(host, port)
+            except (OSError, trio.TooSlowError) as exc:
+                link.failures += 1
+                delay = min(self.backoff_max_s, self.backoff_initial_s * 2 ** (link.failures - 1))
+                link.retry_at = trio.current_time() + delay
+                log_event(
+                    logger, "peer_connect_failed", level=logging.DEBUG,
+                    address=link.address, failures=link.failures, reason=str(exc) or type(exc).__name__,
+                )  # fmt: skip
+                raise PeerUnavailable(f"{link.address}: cannot connect ({exc or 'timeout'})",
+                                      address=link.address) from None
+            link.failures = 0
+            link.retry_at = -math.inf
+            link.stream = stream
+            link.generation += 1
+            assert self._nursery is not None
+            self._nursery.start_soon(self._reader, link, stream, link.generation)
+            log_event(logger, "peer_connected", level=logging.DEBUG, address=link.address)
+            return stream
+
+    async def _reader(self, link: _Link, stream: trio.SocketStream, generation: int) -> None:
+        decoder = FrameDecoder(self.max_frame_bytes)
+        reason = "closed by peer"
+        try:
+            while True:
+                data = await stream.receive_some(RECEIVE_CHUNK_BYTES)
+                if not data:
+                    break
+                decoder.feed(data)
+                while (frame := decoder.next_frame()) is not None:
+                    response = parse_response(frame)
+                    if response.id == 0:  # the peer could not read our stream: it closes
+                        reason = f"peer refused a frame: {response.error}"
+                        return
+                    waiter = link.pending.get(response.id)
+                    if waiter is None or waiter.event.is_set():
+                        continue  # its caller gave up (timeout/cancel): drop the late answer
+                    waiter.fields, waiter.error = response.fields, response.error
+                    waiter.event.set()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            reason = f"receive failed: {type(exc).__name__}"
+        except InvalidRequest as exc:  # an undecodable or malformed response frame
+            reason = f"bad response: {exc.message}"
+        finally:
+            if link.generation == generation:
+                self._disconnect(link, reason)
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(stream)
+
+    def _disconnect(self, link: _Link, reason: str) -> None:
+        """Drop the link's stream and fail every request in flight on it (unknown outcome)."""
+        if link.stream is None and not link.pending:
+            return
+        log_event(
+            logger, "peer_disconnected", level=logging.DEBUG,
+            address=link.address, reason=reason, in_flight=len(link.pending),
+        )  # fmt: skip
+        stream, link.stream = link.stream, None
+        link.generation += 1
+        for waiter in link.pending.values():
+            if not waiter.event.is_set():
+                waiter.error = RequestTimedOut(
+                    f"connection to {link.address} lost ({reason}); outcome unknown"
+                )
+                waiter.event.set()
+        if stream is not None and self._nursery is not None:
+            # The reader of this stream notices (its generation is stale) and closes it.
+            self._nursery.start_soon(trio.aclose_forcefully, stream)
+
+    def _link(self, address: str) -> _Link:
+        link = self._links.get(address)
+        if link is not None:
+            return link
+        if len(self._links) >= self.max_addresses:
+            idle = sorted((l for l in self._links.values() if l.idle), key=lambda l: l.last_used)
+            if not idle:
+                raise PeerUnavailable(
+                    f"more than {self.max_addresses} peer addresses in use", address=address
+                )
+            victim = idle[0]
+            self._disconnect(victim, "evicted (address limit)")
+            del self._links[victim.address]
+        link = _Link(address, self.max_in_flight)
+        self._links[address] = link
+        return link
+
+
+def _split(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise PeerUnavailable(f"bad peer address {address!r}, want host:port", address=address)
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port)

@@ -1,0 +1,222 @@
+"""Test harness: real `raftlog node start` processes on free loopback ports with temp data
+dirs, driven from synchronous test code.
+
+    with NodeCluster(tmp_path, size=3) as cluster:   # voters 1..3, combined mode
+        cluster.start_all()
+        cluster.wait_ready()                          # a controller, every broker unfenced
+        cluster.call(2, "create_topic", name="t", partitions=6, replication_factor=3)
+        cluster.kill(cluster.controller_id())         # SIGKILL by PID
+        cluster.add_node(4)                           # a broker-only node (not a voter)
+
+Rules it keeps: every process is started by this harness and stopped by its PID (SIGTERM
+then SIGKILL; `stop_all` runs on exit even when a test fails); waits poll a condition under
+a deadline (`wait_for`) and never sleep blindly; node logs stay in each node's data dir
+(`node.log`) and the last lines are shown when a wait fails. Other helpers reuse this
+module: keep it free of test-specific assertions. Test folders are not packages, so load it
+by path (as test_bridge_quorum.py loads bridge_node.py):
+
+    spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
+    harness = importlib.util.module_from_spec(spec); sys.modules["node_harness"] = harness
+    spec.loader.exec_module(harness)
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from raftlog.cluster import (
+    NodePorts,
+    NodeProcess,
+    build_node_configs,
+    free_ports,
+    stop_all,
+    write_node_config,
+)
+from raftlog.config import NodeConfig, new_cluster_id
+from raftlog.errors import RaftlogError, error_from_wire
+from raftlog.protocol import FrameDecoder, encode_frame
+
+# Fast failure detection so tests do not wait out Kafka-sized sessions.
+TEST_SETTINGS: Mapping[str, Any] = {"heartbeat_ms": 300, "session_timeout_ms": 2000}
+_POLL_S = 0.05
+
+
+def raw_call(address: str, op: str, timeout_s: float = 10.0, **fields: Any) -> dict[str, Any]:
+    """One request to one node's listener over a fresh blocking socket; returns the whole
+    response map (ok or error). Raises OSError when the node cannot be reached."""
+    host, _, port = address.rpartition(":")
+    frame = encode_frame({**fields, "v": 1, "id": 1, "op": op})
+    decoder = FrameDecoder(max_frame_bytes=1 << 30)
+    with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
+        sock.sendall(frame)
+        while True:
+            data = sock.recv(1 << 16)
+            if not data:
+                raise ConnectionError(f"{address} closed the connection without answering {op}")
+            decoder.feed(data)
+            message = decoder.next_frame()
+            if message is not None:
+                return message
+
+
+def ok(response: Mapping[str, Any]) -> dict[str, Any]:
+    """The ok response's fields; raises the response's RaftlogError otherwise."""
+    if "error" in response:
+        raise error_from_wire(response["error"])
+    return dict(response)
+
+
+class NodeCluster:
+    """N nodes of one cluster under `root` (node i in root/node-<i>)."""
+
+    def __init__(
+        self,
+        root: Path,
+        size: int = 3,
+        *,
+        settings: Mapping[str, Any] | None = None,
+        cluster_id: str | None = None,
+    ) -> None:
+        self.root = Path(root)
+        self.cluster_id = cluster_id or new_cluster_id()
+        self.secret = secrets.token_urlsafe(24)
+        self.settings = dict(TEST_SETTINGS if settings is None else settings)
+        self.voters = list(range(1, size + 1))
+        self.ports: dict[int, NodePorts] = {}
+        self.configs: dict[int, NodeConfig] = {}
+        self.processes: dict[int, NodeProcess] = {}
+        for node_id in self.voters:
+            self._allocate(node_id)
+        self._rebuild_configs(broker_only=())
+
+    # -- configuration --
+
+    def _allocate(self, node_id: int) -> None:
+        self.ports[node_id] = NodePorts(*free_ports(4))
+
+    def _rebuild_configs(self, broker_only: Iterable[int]) -> None:
+        configs = build_node_configs(
+            self.root, self.cluster_id, self.secret, self.ports, voters=self.voters,
+            broker_only=broker_only, settings=self.settings,
+        )  # fmt: skip
+        for node_id, config in configs.items():
+            if node_id not in self.configs:
+                self.configs[node_id] = config
+
+    def add_node(self, node_id: int, *, start: bool = True) -> NodeConfig:
+        """A broker-only node (not a voter) of this cluster; started unless start=False."""
+        if node_id in self.ports:
+            raise ValueError(f"node {node_id} exists")
+        self._allocate(node_id)
+        self._rebuild_configs(broker_only=[node_id])
+        if start:
+            self.start(node_id)
+        return self.configs[node_id]
+
+    def client(self, node_id: int) -> str:
+        return str(self.configs[node_id].listeners.client)
+
+    def http(self, node_id: int) -> str:
+        return str(self.configs[node_id].listeners.http)
+
+    def bootstrap(self) -> list[str]:
+        return [self.client(n) for n in self.live()]
+
+    # -- processes --
+
+    def start(self, node_id: int) -> NodeProcess:
+        config = self.configs[node_id]
+        path = write_node_config(config)
+        process = NodeProcess(node_id, path, config.data_dir / "node.log")
+        self.processes[node_id] = process.start()
+        return process
+
+    def start_all(self) -> None:
+        for node_id in self.configs:
+            if node_id not in self.processes or not self.processes[node_id].alive():
+                self.start(node_id)
+
+    def live(self) -> list[int]:
+        return [n for n, p in sorted(self.processes.items()) if p.alive()]
+
+    def kill(self, node_id: int) -> int | None:
+        """SIGKILL by PID; returns the exit code."""
+        return self.processes[node_id].kill()
+
+    def terminate(self, node_id: int, grace_s: float = 15.0) -> int | None:
+        """SIGTERM by PID (graceful), SIGKILL after `grace_s`; returns the exit code."""
+        return self.processes[node_id].terminate(grace_s)
+
+    def stop_all(self, grace_s: float = 15.0) -> dict[int, int | None]:
+        """SIGTERM every live node once (by PID), wait, SIGKILL stragglers; exit codes."""
+        return stop_all(self.processes.values(), grace_s)
+
+    def __enter__(self) -> "NodeCluster":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.stop_all()
+
+    # -- requests --
+
+    def call(self, node_id: int, op: str, timeout_s: float = 15.0, **fields: Any) -> dict[str, Any]:
+        """Send `op` to node `node_id`'s client listener; the ok fields, or raises its error."""
+        return ok(raw_call(self.client(node_id), op, timeout_s=timeout_s, **fields))
+
+    def status(self, node_id: int | None = None) -> dict[str, Any]:
+        return self.call(node_id if node_id is not None else self.live()[0], "cluster_status")
+
+    def health(self, node_id: int) -> tuple[int, dict[str, Any]]:
+        try:
+            with urllib.request.urlopen(f"http://{self.http(node_id)}/health", timeout=5) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            with exc:
+                return exc.code, json.loads(exc.read())
+
+    def controller_id(self, node_id: int | None = None) -> int | None:
+        return self.status(node_id).get("controller_id")
+
+    # -- waiting --
+
+    def wait_for(self, predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
+        """Poll `predicate()` until it returns something truthy (exceptions count as "not
+        yet") and return that; fail with the last error and the nodes' log tails."""
+        deadline = time.monotonic() + timeout_s
+        last: BaseException | None = None
+        pause = threading.Event()
+        while True:
+            try:
+                value = predicate()
+                if value:
+                    return value
+            except (OSError, RaftlogError, KeyError, TypeError) as exc:
+                last = exc
+            if time.monotonic() >= deadline:
+                tails = "\n".join(
+                    f"--- node {n} (exit {p.returncode()}):\n{p.log_tail(8)}" for n, p in self.processes.items()
+                )
+                raise AssertionError(f"timed out after {timeout_s} s waiting for {what}; last error: {last!r}\n{tails}")
+            pause.wait(_POLL_S)  # the poll interval of a deadline-bounded wait, not a sync point
+
+    def ready_status(self, node_id: int | None = None, brokers: Iterable[int] | None = None) -> dict[str, Any] | None:
+        """The cluster_status when a controller answers and `brokers` (default: every live
+        node) are registered and unfenced; else None."""
+        wanted = set(self.live() if brokers is None else brokers)
+        status = self.status(node_id)
+        unfenced = {b["id"] for b in status["brokers"] if not b["fenced"]}
+        if status.get("controller_id") is not None and wanted <= unfenced:
+            return status
+        return None
+
+    def wait_ready(self, timeout_s: float = 30.0, brokers: Iterable[int] | None = None) -> dict[str, Any]:
+        return self.wait_for(lambda: self.ready_status(brokers=brokers), timeout_s, "a ready cluster")
