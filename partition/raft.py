@@ -58,6 +58,11 @@ FetchResponse(sender, epoch, leader_id, fetch_id, error, high_watermark, fetch_o
     The leader answers at once if it has data past fetch_offset or a high watermark the
     follower has not seen; otherwise it parks the fetch (one per follower) until data arrives,
     the high watermark moves, or `fetch_max_wait_ticks` pass (a long poll, as Kafka's).
+    "OFFSET_OUT_OF_RANGE" (with the leader's `log_start_offset`): the fetch offset is below the
+    leader's log start (retention deleted what the follower still needs); the follower empties
+    its log and restarts it at that offset (`TruncateFully`), then fetches from there. A
+    fetch at exactly the leader's log start from an empty log (last_fetched_epoch 0; epochs
+    start at 1) is consistent.
 
 Consistency and the high watermark
 ----------------------------------
@@ -92,9 +97,13 @@ The contract with the shell (read this before writing one)
    it with `leader_appended`: the core has already counted it.
    `AppendReplicated(records, base_offset, end_offset)`: `log.append_replicated(records)`;
    the new end must be `end_offset`. `TruncateTo(offset)`: `log.truncate_to(offset)`.
+   `TruncateFully(offset)`: empty the log and restart it at `offset` (Kafka's
+   truncateFullyAndStartAt); everything below `offset` is committed on the leader.
 4. `Flush()`: run `log.flush()` and report `flushed(log.flushed_offset)`. At most one is
    outstanding; the core asks again when more is unflushed (group commit). Under
-   `require_flush` a follower sends its next fetch only after its appended data is flushed.
+   `require_flush` a follower sends its next fetch only after its appended data is flushed,
+   or after `fetch_request_timeout_ticks` of waiting for that flush (a slow disk must not
+   look like a dead leader, nor make the leader resign for want of fetches).
 5. Leader writes: append only while `may_accept_writes` is true, with
    `leader_epoch=core.epoch`, then call `leader_appended(first_offset, last_offset)`.
 6. `HighWatermarkChanged(high_watermark)`: answer acks=all produce requests whose last
@@ -108,6 +117,9 @@ The contract with the shell (read this before writing one)
 8. Serialize log mutations per partition: a TruncateTo must not run while a Flush or the
    read for an earlier FetchResponse is still in progress on another thread.
 9. A RaftStateError means a broken contract or a corrupt peer: take the partition offline.
+10. Retention: pass the high watermark to the log's retention (never delete above it) and
+   report a moved log start with `log_start_advanced(log_start_offset)`. `start_election()`
+   runs for election now (a new partition's preferred leader, instead of waiting a timeout).
 
 Invariants (checked by tests/sim after every step): at most one leader per epoch; a
 committed offset is never lost or changed; two replicas agree below the smaller of their high
@@ -144,6 +156,7 @@ __all__ = [
     "Role",
     "Send",
     "TimeoutNow",
+    "TruncateFully",
     "TruncateTo",
     "VoteRequest",
     "VoteResponse",
@@ -151,6 +164,7 @@ __all__ = [
 
 FENCED_LEADER_EPOCH = "FENCED_LEADER_EPOCH"
 NOT_LEADER = "NOT_LEADER"
+OFFSET_OUT_OF_RANGE = "OFFSET_OUT_OF_RANGE"
 
 
 class Role(enum.Enum):
@@ -275,6 +289,7 @@ class FetchResponse:
     read_offset: int | None = None
     records: Any = None  # bytes of whole RecordBatch v2 batches in production; opaque here
     batches: tuple[tuple[int, int, int], ...] = ()  # (base_offset, last_offset, leader_epoch)
+    log_start_offset: int = -1  # the leader's, with error OFFSET_OUT_OF_RANGE
 
     def with_records(
         self, records: Any, batches: tuple[tuple[int, int, int], ...]
@@ -284,6 +299,7 @@ class FetchResponse:
             self.sender, self.epoch, self.leader_id, self.fetch_id, self.error,
             self.high_watermark, self.fetch_offset, self.diverging_epoch,
             self.diverging_end_offset, self.read_offset, records, batches,
+            self.log_start_offset,
         )  # fmt: skip
 
 
@@ -326,6 +342,11 @@ class TruncateTo:
 
 
 @dataclass(frozen=True, slots=True)
+class TruncateFully:
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class Flush:
     pass
 
@@ -342,8 +363,8 @@ class LeadershipChanged:
 
 
 Effect = (
-    PersistQuorumState | Send | AppendControl | AppendReplicated | TruncateTo | Flush
-    | HighWatermarkChanged | LeadershipChanged
+    PersistQuorumState | Send | AppendControl | AppendReplicated | TruncateTo | TruncateFully
+    | Flush | HighWatermarkChanged | LeadershipChanged
 )
 
 _FLUSH = Flush()
@@ -419,6 +440,7 @@ class RaftCore:
         self._fetch_inflight = False
         self._fetch_elapsed = 0
         self._fetch_after_flush = False
+        self._flush_wait_ticks = 0
 
         self._peers: dict[int, _Peer] = {}
         self._epoch_start_offset = -1
@@ -502,6 +524,13 @@ class RaftCore:
                     self._send_fetch()
             elif not self._fetch_after_flush:
                 self._send_fetch()
+            else:
+                # Our own fsync is slow (a loaded disk): fetch anyway, reporting what is
+                # durable, so neither the leader's check-quorum nor our election timer blames
+                # the leader for it.
+                self._flush_wait_ticks += 1
+                if self._flush_wait_ticks >= self._cfg.fetch_request_timeout_ticks:
+                    self._send_fetch()
         self._election_elapsed += 1
         if self._election_elapsed >= self._election_timeout:
             self._start_prevote()
@@ -601,6 +630,25 @@ class RaftCore:
         self._maybe_send_timeout_now()
         return out
 
+    def start_election(self) -> list[Effect]:
+        """Run for election now (pre-vote first), as if the election timeout had passed: for
+        a new partition's preferred leader. A no-op for a leader, a follower or a candidate."""
+        out = self._out = []
+        if self._role in (_UNATTACHED, _RESIGNED, _PROSPECTIVE):
+            self._start_prevote()
+        return out
+
+    def log_start_advanced(self, log_start_offset: int) -> list[Effect]:
+        """Retention moved the log start (it never passes the high watermark)."""
+        out = self._out = []
+        if log_start_offset > self._log_start:
+            if log_start_offset > self._end:
+                raise RaftStateError(
+                    f"log start {log_start_offset} is past the log end {self._end}"
+                )
+            self._log_start = log_start_offset
+        return out
+
     def resign(self) -> list[Effect]:
         """Step down as leader (graceful shutdown); a no-op otherwise."""
         out = self._out = []
@@ -691,6 +739,19 @@ class RaftCore:
             starts.pop()
             self._ep_epochs.pop()
 
+    def _truncate_fully(self, offset: int) -> None:
+        # Everything we hold is below the leader's log start, which is committed (retention
+        # stays below the high watermark): drop it all and restart empty at `offset`.
+        self._emit(TruncateFully(offset))
+        self._log_start = self._end = self._flushed = offset
+        if self._flush_in_flight:
+            self._flush_cap = offset
+        self._ep_epochs.clear()
+        self._ep_starts.clear()
+        if offset > self._hw:
+            self._hw = offset
+            self._emit(HighWatermarkChanged(offset))
+
     def _request_flush(self) -> None:
         if not self._flush_in_flight and self._flushed < self._end:
             self._flush_in_flight = True
@@ -726,6 +787,7 @@ class RaftCore:
         self._reset_election_timer()
         self._announce()
         self._fetch_after_flush = False
+        self._flush_wait_ticks = 0
         self._send_fetch()
 
     def _adopt_epoch(self, epoch: int, leader_id: int | None) -> None:
@@ -880,7 +942,14 @@ class RaftCore:
         peer = self._peers[m.sender]
         self._cq_fetched.add(m.sender)
         f = m.fetch_offset
-        if f > 0:
+        if f < self._log_start:
+            peer.fetched = True
+            self._send(m.sender, FetchResponse(
+                self.replica_id, self._epoch, self.replica_id, m.fetch_id, OFFSET_OUT_OF_RANGE,
+                self._hw, f, log_start_offset=self._log_start,
+            ))  # fmt: skip
+            return
+        if f > 0 and not (f == self._log_start and m.last_fetched_epoch == 0):
             e = m.last_fetched_epoch
             div_epoch, div_end = self.end_offset_for_epoch(e)
             if div_epoch != e or div_end < f:
@@ -911,6 +980,7 @@ class RaftCore:
         self._fetch_inflight = True
         self._fetch_elapsed = 0
         self._fetch_after_flush = False
+        self._flush_wait_ticks = 0
         durable = self._flushed if self._require_flush else self._end
         self._send(self._leader_id, FetchRequest(
             self.replica_id, self._epoch, self._end, self.last_epoch, durable, self._fetch_id,
@@ -929,6 +999,12 @@ class RaftCore:
         ):
             return  # stale, duplicated or reordered
         self._fetch_inflight = False
+        if m.error == OFFSET_OUT_OF_RANGE:
+            self._election_elapsed = 0
+            if m.log_start_offset > self._end:
+                self._truncate_fully(m.log_start_offset)
+            self._send_fetch()
+            return
         if m.error is not None:
             # Same epoch, and our leader says it does not lead: it resigned.
             self._become_unattached(self._epoch, lease_expired=True)
@@ -954,6 +1030,7 @@ class RaftCore:
         if self._require_flush and self._flushed < self._end:
             self._request_flush()
             self._fetch_after_flush = True
+            self._flush_wait_ticks = 0
         else:
             self._send_fetch()
 
@@ -1030,6 +1107,11 @@ class RaftCore:
                 and m.leader_id != self.replica_id
             ):
                 self._become_follower(self._epoch, m.leader_id)  # a live leader exists
+                # ... or so the responder believes: we have not heard from it ourselves, so
+                # hold no lease for it (grant pre-votes) and run again within one timeout if
+                # its fetches fail too. Two followers of a dead leader otherwise keep
+                # sending each other back to it, a full election timeout each time.
+                self._election_elapsed = self._cfg.election_timeout_ticks
             return
         if self._role is _CANDIDATE and m.epoch == self._epoch and m.granted:
             self._grants.add(m.sender)

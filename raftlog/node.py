@@ -38,6 +38,7 @@ import trio
 
 from metadata.image import MetadataImage
 from metadata.service import MetadataService
+from partition.manager import ReplicaManager
 from raftlog.config import NodeConfig, ensure_meta_properties, load_config
 from raftlog.errors import ConfigError
 from raftlog.eventlog import log_event, setup_logging
@@ -76,6 +77,8 @@ def build_services(config: NodeConfig, metadata: MetadataService, peers: PeerPoo
     Broker services join here, e.g.:
         if config.is_broker: services.append(ReplicaManager(config, metadata, peers))"""
     services: list[NodeService] = [metadata]
+    if config.is_broker:
+        services.append(ReplicaManager(config, metadata, peers))
     return services
 
 

@@ -1,0 +1,543 @@
+"""The ReplicaManager (a NodeService, NODE_SERVICES.md): hosts the partition replicas the
+metadata image assigns to this broker and serves produce / fetch / list_offsets /
+init_producer_id, plus the replication peer ops.
+
+    ReplicaManager(config: NodeConfig, metadata: MetadataService, peers: PeerPool)
+
+What it uses of `metadata`: `image`, `peer_address(id)`, `client_address(id)`,
+`await report_partition_leader(topic, partition, leader_id, leader_epoch)`,
+`await allocate_producer_ids()`.
+
+* Replicas: `on_image` only records the image; a reconcile task (debounced: images replayed
+  at start arrive in bursts, and acting on an intermediate one could wipe a live replica)
+  opens replicas newly assigned here (`<data_dir>/partitions/<topic>-<partition>/`, opened in
+  a worker thread) and closes and deletes those whose topic is gone (or was recreated: the
+  directory's `partition.metadata` names the topic id). A new, empty partition's preferred
+  leader runs for election at once instead of after an election timeout.
+* Ticks: every core's `tick()` every `tick_ms` (50) from one task.
+* Leadership: a replica that becomes leader reports (leader, epoch) to the controller in a
+  task with bounded retries; a slow check re-reports when the image still disagrees. Never
+  on the data path.
+* Maintenance: `Log.maintain` is owner-thread only (partition/log.py), so retention and
+  compaction run on the trio thread, one replica at a time with a checkpoint in between,
+  every MAINTAIN_INTERVAL_S, below each replica's high watermark.
+
+Client ops (PROTOCOL.md): `produce` (leader only; acks 0/1/-1; per-partition errors; a
+request that cannot reach a majority in `timeout_ms` gets REQUEST_TIMED_OUT), `fetch` (leader
+only, up to the high watermark, long poll with min_bytes/max_wait_ms, max_bytes per
+partition and per request, OFFSET_OUT_OF_RANGE outside [log_start_offset, log_end_offset]),
+`list_offsets` (-2 log start, -1 high watermark, else the first batch with max timestamp >=
+ts below the high watermark; offset -1 if none), `init_producer_id` (ids from blocks the
+controller allocates). Peer ops: partition/replication.py's, and `transfer_leadership`.
+
+Concurrency: trio-thread only; per-replica serialisation lives in partition/replica.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import shutil
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import cbor2
+import trio
+
+from metadata.image import MetadataImage, PartitionState, TopicImage
+from partition.errors import NotLeaderError, PartitionError
+from partition.producer_state import ProducerStateError
+from partition.replica import PARTITION_METADATA_FILE, Replica, ReplicaSettings, log_config_for
+from partition.replication import ReplicationLinks
+from raftlog.errors import (
+    InvalidRequest,
+    NotLeader,
+    RaftlogError,
+    UnknownServerError,
+    UnknownTopicOrPartition,
+    as_wire_error,
+)
+from raftlog.eventlog import log_event
+from raftlog.peer import PeerPool
+from raftlog.protocol import Request, field
+
+__all__ = ["ReplicaManager", "PARTITIONS_DIR"]
+
+logger = logging.getLogger(__name__)
+
+PARTITIONS_DIR: Final = "partitions"
+RECONCILE_QUIET_S: Final = 0.05
+RECONCILE_MAX_DELAY_S: Final = 0.5
+MAINTAIN_INTERVAL_S: Final = 5.0
+REPORT_CHECK_S: Final = 2.0
+REPORT_ATTEMPTS: Final = 20
+REPORT_BACKOFF_S: Final = (0.05, 2.0)
+MAX_REPORTS_IN_FLIGHT: Final = 8
+DEFAULT_PRODUCE_TIMEOUT_MS: Final = 30_000
+DEFAULT_FETCH_MAX_WAIT_MS: Final = 500
+MAX_FETCH_WAIT_MS: Final = 60_000
+DEFAULT_FETCH_MAX_BYTES: Final = 50 << 20
+DEFAULT_PARTITION_MAX_BYTES: Final = 1 << 20
+DRAIN_WAIT_S: Final = 0.5
+NEW_PARTITION_ELECTION_TRIES: Final = 5
+HEALTH_DETAIL_MAX_REPLICAS: Final = 64  # /health lists each replica up to this many
+
+Handler = Callable[[Request], Awaitable[Mapping[str, Any] | None]]
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ReplicaManager:
+    """See the module docstring."""
+
+    name = "replicas"
+
+    def __init__(
+        self,
+        config: Any,
+        metadata: Any,
+        peers: PeerPool,
+        *,
+        settings: ReplicaSettings | None = None,
+        rng: random.Random | None = None,
+        clock_ms: Callable[[], int] = _wall_ms,
+    ):
+        self.node_id: int = config.node_id
+        self.data_dir = Path(config.data_dir) / PARTITIONS_DIR
+        self.metadata = metadata
+        self.peers = peers
+        self.settings = settings or ReplicaSettings(
+            tick_ms=getattr(config, "tick_ms", 50),
+            election_timeout_ms=getattr(config, "election_timeout_ms", 1000),
+        )
+        self._rng = rng if rng is not None else random.Random()
+        self._clock_ms = clock_ms
+        self.links = ReplicationLinks(self.node_id, peers, metadata.peer_address, self.replica)
+        self._replicas: dict[tuple[str, int], Replica] = {}
+        self._deleting: dict[Path, trio.Event] = {}
+        self._image: MetadataImage | None = None
+        self._image_changed = trio.Event()
+        self._nursery: trio.Nursery | None = None
+        self._reporting: dict[tuple[str, int], int] = {}  # key -> epoch being reported
+        self._report_slots = trio.Semaphore(MAX_REPORTS_IN_FLIGHT)
+        self._pid_next = 0
+        self._pid_end = 0
+        self._pid_lock = trio.Lock()
+        self.client_handlers: Mapping[str, Handler] = {
+            "produce": self._produce,
+            "fetch": self._fetch,
+            "list_offsets": self._list_offsets,
+            "init_producer_id": self._init_producer_id,
+        }
+        self.peer_handlers: Mapping[str, Handler] = {
+            **self.links.peer_handlers,
+            "transfer_leadership": self._transfer_leadership,
+        }
+
+    # ------------------------------------------------------------------ NodeService
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        await trio.to_thread.run_sync(lambda: self.data_dir.mkdir(parents=True, exist_ok=True))
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                await nursery.start(self.links.run)
+                nursery.start_soon(self._reconcile_loop)
+                nursery.start_soon(self._tick_loop)
+                nursery.start_soon(self._maintain_loop)
+                nursery.start_soon(self._report_check_loop)
+                if self._image is not None:
+                    self._image_changed.set()
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            with trio.CancelScope(shield=True):
+                for replica in list(self._replicas.values()):
+                    await replica.close()
+                self._replicas.clear()
+
+    def on_image(self, image: MetadataImage) -> None:
+        self._image = image
+        self._image_changed.set()
+
+    async def drain(self) -> None:
+        """Before a clean stop: resign every leadership so the followers elect at once."""
+        for replica in list(self._replicas.values()):
+            if replica.attached and replica.is_leader:
+                await replica.resign()
+        with trio.move_on_after(DRAIN_WAIT_S):
+            while any(s["queued_messages"] for s in self.links.status().values()):
+                await trio.sleep(0.01)
+
+    def health(self) -> dict[str, Any]:
+        offline = sorted(r.name for r in self._replicas.values() if r.offline_reason is not None)
+        report: dict[str, Any] = {
+            "ok": not offline,
+            "replicas": len(self._replicas),
+            "leaders": sum(1 for r in self._replicas.values() if r.is_leader),
+            "offline": offline,
+            "links": self.links.status(),
+        }
+        if len(self._replicas) <= HEALTH_DETAIL_MAX_REPLICAS:
+            report["partitions"] = {r.name: r.status() for r in self._replicas.values()}
+        return report
+
+    # ------------------------------------------------------------------ lookups
+
+    def replica(self, topic: str, partition: int) -> Replica | None:
+        """The local replica if it is open and serving."""
+        r = self._replicas.get((topic, partition))
+        return r if r is not None and r.attached else None
+
+    def replicas(self) -> list[Replica]:
+        return [r for r in self._replicas.values() if r.attached]
+
+    def _image_now(self) -> MetadataImage:
+        image = getattr(self.metadata, "image", None)
+        return image if image is not None else (self._image or MetadataImage.empty())
+
+    def _not_leader(self, topic: str, partition: int, hint: int | None) -> NotLeader:
+        if hint is None or hint == self.node_id:
+            p = self._image_now().partition(topic, partition)
+            hint = p.leader if p is not None and p.leader >= 0 and p.leader != self.node_id else None
+        address = self.metadata.client_address(hint) if hint is not None else None
+        return NotLeader(leader_id=hint, leader=address)
+
+    def _leader_replica(self, topic: str, partition: int) -> Replica:
+        r = self.replica(topic, partition)
+        if r is None:
+            if self._image_now().partition(topic, partition) is None:
+                raise UnknownTopicOrPartition(f"{topic}-{partition} does not exist here")
+            raise self._not_leader(topic, partition, None)
+        return r
+
+    def _error(self, exc: BaseException, topic: str, partition: int) -> dict[str, Any]:
+        if isinstance(exc, NotLeaderError):
+            return self._not_leader(topic, partition, exc.leader_id).to_wire()
+        wire = as_wire_error(exc)
+        if wire is None:
+            log_event(logger, "partition_op_failed", level=logging.ERROR, exc_info=exc,
+                      topic=topic, partition=partition)
+            wire = UnknownServerError(f"{type(exc).__name__} on {topic}-{partition}")
+        return wire.to_wire()
+
+    # ------------------------------------------------------------------ client ops
+
+    async def _produce(self, request: Request) -> dict[str, Any] | None:
+        acks = field(request, "acks", int)
+        if acks not in (0, 1, -1):
+            raise InvalidRequest("acks must be 0, 1 or -1", field="acks", request_id=request.id)
+        timeout_ms = field(request, "timeout_ms", int, default=DEFAULT_PRODUCE_TIMEOUT_MS,
+                           min_value=0)
+        parts = field(request, "partitions", list, items=dict)
+        deadline = trio.current_time() + timeout_ms / 1000
+        results = []
+        waits = []
+        for i, d in enumerate(parts):
+            where = f"partitions[{i}]"
+            topic = field(d, "topic", str, where=where)
+            partition = field(d, "partition", int, min_value=0, where=where)
+            records = field(d, "records", bytes, where=where)
+            entry: dict[str, Any] = {"topic": topic, "partition": partition}
+            try:
+                replica = self._leader_replica(topic, partition)
+                res = await replica.append_as_leader(records, acks=acks)
+                entry["base_offset"] = res.first_offset
+                entry["log_append_time"] = -1
+                if res.waiter is not None:
+                    waits.append((entry, res.waiter))
+            except (RaftlogError, PartitionError, ProducerStateError) as exc:
+                entry["error"] = self._error(exc, topic, partition)
+            results.append(entry)
+        for entry, waiter in waits:
+            try:
+                await waiter.wait(deadline)
+            except RaftlogError as exc:
+                del entry["base_offset"], entry["log_append_time"]
+                entry["error"] = exc.to_wire()
+        if acks == 0:
+            return None
+        return {"partitions": results}
+
+    async def _fetch(self, request: Request) -> dict[str, Any]:
+        max_wait_ms = field(request, "max_wait_ms", int, default=DEFAULT_FETCH_MAX_WAIT_MS,
+                            min_value=0, max_value=MAX_FETCH_WAIT_MS)
+        min_bytes = field(request, "min_bytes", int, default=1, min_value=0)
+        max_bytes = field(request, "max_bytes", int, default=DEFAULT_FETCH_MAX_BYTES, min_value=1)
+        parts = []
+        for i, d in enumerate(field(request, "partitions", list, items=dict)):
+            where = f"partitions[{i}]"
+            parts.append((
+                field(d, "topic", str, where=where),
+                field(d, "partition", int, min_value=0, where=where),
+                field(d, "fetch_offset", int, where=where),
+                field(d, "max_bytes", int, default=DEFAULT_PARTITION_MAX_BYTES, min_value=1,
+                      where=where),
+            ))  # fmt: skip
+        deadline = trio.current_time() + max_wait_ms / 1000
+        while True:
+            results, total, errors, watched = self._read_partitions(parts, max_bytes)
+            if total >= min_bytes or errors or trio.current_time() >= deadline or not watched:
+                return {"partitions": results}
+            wake = trio.Event()
+            for r in watched:
+                r.watch(wake)
+            try:
+                with trio.move_on_at(deadline):
+                    await wake.wait()
+            finally:
+                for r in watched:
+                    r.unwatch(wake)
+
+    def _read_partitions(self, parts, max_bytes: int):
+        results = []
+        total = 0
+        errors = 0
+        watched = []
+        for topic, partition, offset, part_max in parts:
+            try:
+                r = self._leader_replica(topic, partition)
+                budget = min(part_max, max_bytes - total)
+                records = r.read_committed(offset, budget) if budget > 0 else b""
+                total += len(records)
+                watched.append(r)
+                results.append({
+                    "topic": topic, "partition": partition, "high_watermark": r.high_watermark,
+                    "log_start_offset": r.log.log_start_offset, "records": records,
+                })  # fmt: skip
+            except (RaftlogError, PartitionError) as exc:
+                errors += 1
+                results.append({"topic": topic, "partition": partition,
+                                "error": self._error(exc, topic, partition)})
+        return results, total, errors, watched
+
+    async def _list_offsets(self, request: Request) -> dict[str, Any]:
+        results = []
+        for i, d in enumerate(field(request, "partitions", list, items=dict)):
+            where = f"partitions[{i}]"
+            topic = field(d, "topic", str, where=where)
+            partition = field(d, "partition", int, min_value=0, where=where)
+            ts = field(d, "timestamp", int, where=where)
+            try:
+                r = self._leader_replica(topic, partition)
+                r.check_leader()
+                hw = r.high_watermark
+                if ts == -2:
+                    offset, found_ts = r.log.log_start_offset, -1
+                elif ts == -1:
+                    offset, found_ts = hw, -1
+                else:
+                    found = r.log.offset_for_timestamp(ts)
+                    offset, found_ts = found if found is not None and found[0] < hw else (-1, -1)
+                results.append({"topic": topic, "partition": partition, "offset": offset,
+                                "timestamp": found_ts})
+            except (RaftlogError, PartitionError) as exc:
+                results.append({"topic": topic, "partition": partition,
+                                "error": self._error(exc, topic, partition)})
+        return {"partitions": results}
+
+    async def _init_producer_id(self, request: Request) -> dict[str, Any]:
+        async with self._pid_lock:
+            if self._pid_next >= self._pid_end:
+                first, size = await self.metadata.allocate_producer_ids()
+                self._pid_next, self._pid_end = first, first + size
+            pid = self._pid_next
+            self._pid_next += 1
+        return {"producer_id": pid, "producer_epoch": 0}
+
+    # ------------------------------------------------------------------ peer ops
+
+    async def _transfer_leadership(self, request: Request) -> dict[str, Any]:
+        topic = field(request, "topic", str)
+        partition = field(request, "partition", int, min_value=0)
+        target = field(request, "target", int)
+        r = self._leader_replica(topic, partition)
+        try:
+            await r.transfer_leadership(target)
+        except NotLeaderError as exc:
+            raise self._not_leader(topic, partition, exc.leader_id) from None
+        except ValueError as exc:
+            raise InvalidRequest(str(exc), field="target", request_id=request.id) from None
+        return {}
+
+    # ------------------------------------------------------------------ replicas
+
+    async def _reconcile_loop(self) -> None:
+        while True:
+            await self._image_changed.wait()
+            self._image_changed = trio.Event()
+            # Debounce: wait for a quiet moment (bounded) so a burst acts on its last image.
+            give_up = trio.current_time() + RECONCILE_MAX_DELAY_S
+            while trio.current_time() < give_up:
+                with trio.move_on_after(RECONCILE_QUIET_S):
+                    await self._image_changed.wait()
+                if not self._image_changed.is_set():
+                    break
+                self._image_changed = trio.Event()
+            if self._image is not None:
+                self._reconcile(self._image)
+
+    def _reconcile(self, image: MetadataImage) -> None:
+        wanted: dict[tuple[str, int], tuple[TopicImage, PartitionState]] = {}
+        for topic in image.topics.values():
+            for p in topic.partitions:
+                if self.node_id in p.replicas:
+                    wanted[(topic.name, p.partition)] = (topic, p)
+        assert self._nursery is not None
+        for key, r in list(self._replicas.items()):
+            w = wanted.get(key)
+            if w is None or w[0].topic_id != r.topic_id:
+                del self._replicas[key]
+                done = self._deleting.setdefault(r.directory, trio.Event())
+                self._nursery.start_soon(self._remove_replica, r, done)
+                continue
+            config = w[0].effective_config()
+            if config != r.topic_config:
+                r.topic_config = config
+                if r.log is not None and r.online:
+                    r.log.set_config(log_config_for(config))
+        for key, (topic, p) in wanted.items():
+            if key in self._replicas:
+                continue
+            r = Replica(
+                topic=topic.name, partition=p.partition, topic_id=topic.topic_id,
+                replica_id=self.node_id, voters=p.replicas,
+                directory=self.data_dir / f"{topic.name}-{p.partition}",
+                topic_config=topic.effective_config(), transport=self.links,
+                settings=self.settings, rng=random.Random(self._rng.getrandbits(64)),
+                clock_ms=self._clock_ms, on_leadership=self._on_leadership,
+            )  # fmt: skip
+            self._replicas[key] = r
+            self._nursery.start_soon(self._open_replica, r, p)
+
+    async def _open_replica(self, r: Replica, p: PartitionState) -> None:
+        pending = self._deleting.get(r.directory)
+        if pending is not None:
+            await pending.wait()
+        try:
+            await trio.to_thread.run_sync(self._prepare_and_open, r)
+        except (OSError, PartitionError) as exc:
+            r.offline_reason = f"open failed: {type(exc).__name__}: {exc}"
+            log_event(logger, "replica_open_failed", level=logging.ERROR, topic=r.topic,
+                      partition=r.partition, reason=r.offline_reason)
+            return
+        assert self._nursery is not None
+        r.attach(self._nursery)
+        if self._replicas.get((r.topic, r.partition)) is not r:
+            await r.close()  # removed while opening
+            return
+        log_event(logger, "replica_opened", topic=r.topic, partition=r.partition,
+                  log_end_offset=r.log.log_end_offset, epoch=r.core.epoch, role=r.core.role.value)
+        if r.new_log and p.preferred_leader == self.node_id:
+            # A new partition: run now rather than after an election timeout. The other
+            # replicas may still be opening (their pre-votes are then lost), so try again a
+            # few times until a leader is known.
+            for _ in range(NEW_PARTITION_ELECTION_TRIES):
+                if r.leader_id is not None or not r.online:
+                    break
+                await r.start_election()
+                await trio.sleep(self.settings.tick_ms * 4 / 1000)
+
+    @staticmethod
+    def _prepare_and_open(r: Replica) -> None:
+        meta_path = r.directory / PARTITION_METADATA_FILE
+        try:
+            meta = cbor2.loads(meta_path.read_bytes())
+        except FileNotFoundError:
+            meta = None
+        except (cbor2.CBORDecodeError, ValueError):
+            meta = {}
+        if meta is not None and (not isinstance(meta, dict) or meta.get("topic_id") != r.topic_id):
+            # A directory left by an earlier topic of the same name: not ours.
+            log_event(logger, "replica_dir_replaced", level=logging.WARNING, topic=r.topic,
+                      partition=r.partition)
+            shutil.rmtree(r.directory)
+        r.open()
+
+    async def _remove_replica(self, r: Replica, done: trio.Event) -> None:
+        try:
+            await r.close()
+            await trio.to_thread.run_sync(shutil.rmtree, r.directory, True)
+            log_event(logger, "replica_removed", topic=r.topic, partition=r.partition)
+        finally:
+            if self._deleting.get(r.directory) is done:
+                del self._deleting[r.directory]
+            done.set()
+
+    async def _tick_loop(self) -> None:
+        tick_s = self.settings.tick_ms / 1000
+        next_at = trio.current_time()
+        while True:
+            next_at += tick_s
+            now = trio.current_time()
+            if next_at < now - tick_s:
+                next_at = now  # fell behind (a loaded machine): do not burst to catch up
+            await trio.sleep_until(next_at)
+            for r in list(self._replicas.values()):
+                if r.attached:
+                    await r.tick()
+
+    async def _maintain_loop(self) -> None:
+        while True:
+            await trio.sleep(MAINTAIN_INTERVAL_S)
+            for r in list(self._replicas.values()):
+                if r.attached:
+                    await r.maintain()
+                    await trio.sleep(0)
+
+    # ------------------------------------------------------------------ leadership reports
+
+    def _on_leadership(self, r: Replica) -> None:
+        if r.is_leader and self._nursery is not None:
+            self._start_report(r)
+
+    def _start_report(self, r: Replica) -> None:
+        key = (r.topic, r.partition)
+        epoch = r.leader_epoch
+        if self._reporting.get(key, -1) >= epoch:
+            return
+        self._reporting[key] = epoch
+        assert self._nursery is not None
+        self._nursery.start_soon(self._report, r, epoch)
+
+    async def _report(self, r: Replica, epoch: int) -> None:
+        key = (r.topic, r.partition)
+        delay = REPORT_BACKOFF_S[0]
+        try:
+            async with self._report_slots:
+                for _ in range(REPORT_ATTEMPTS):
+                    if not (r.is_leader and r.leader_epoch == epoch) or r.closed:
+                        return
+                    try:
+                        await self.metadata.report_partition_leader(
+                            r.topic, r.partition, self.node_id, epoch
+                        )
+                        return
+                    except RaftlogError as exc:
+                        log_event(logger, "leader_report_failed", level=logging.DEBUG,
+                                  topic=r.topic, partition=r.partition, epoch=epoch,
+                                  reason=str(exc))
+                    await trio.sleep(delay * (0.5 + self._rng.random()))
+                    delay = min(delay * 2, REPORT_BACKOFF_S[1])
+        finally:
+            if self._reporting.get(key) == epoch:
+                del self._reporting[key]
+
+    async def _report_check_loop(self) -> None:
+        """Re-report leaderships the image still does not show (a lost report, a controller
+        change); bounded by MAX_REPORTS_IN_FLIGHT."""
+        while True:
+            await trio.sleep(REPORT_CHECK_S)
+            image = self._image_now()
+            for r in list(self._replicas.values()):
+                if not (r.attached and r.is_leader):
+                    continue
+                p = image.partition(r.topic, r.partition)
+                if p is not None and (p.leader, p.leader_epoch) != (self.node_id, r.leader_epoch):
+                    if p.leader_epoch <= r.leader_epoch:
+                        self._start_report(r)
+

@@ -1,0 +1,753 @@
+"""One partition replica's shell: the Log, the pure RaftCore, the `quorum-state` file, the
+effect executor, acks waiters and consumer long-poll watchers (DESIGN §4 "Replication").
+
+The core decides, this module does the I/O, following raft.py's "contract with the shell":
+
+* Events (tick, a message, a leader append, a finished flush, a transfer) go to the core one
+  at a time under the replica's lock (`_event`), and the effects each returns are performed
+  in order, all of them, before the lock is released. Most effects are synchronous (appends,
+  reads, enqueueing a send); the executor awaits only to fsync the quorum state (in a worker
+  thread) and to let a running flush finish before a truncation.
+* PersistQuorumState: `quorum-state` = u32 big-endian CRC-32C + canonical CBOR {epoch,
+  voted_for, leader_id}, written to a temp file, fsynced, renamed, directory fsynced; only
+  then `quorum_state_persisted(version)`.
+* Flush: one `log.flush()` in a worker thread (group commit), reported exactly once with
+  `flushed(offset)`. A truncation waits until no flush thread runs (the log also serialises
+  them; waiting here keeps the trio thread from blocking on the flush lock).
+* AppendControl lands exactly at its offset (checked); it is not reported with
+  `leader_appended`. AppendReplicated's new end must be the core's (checked).
+* Send(FetchResponse with read_offset): the leader reads `log.read(read_offset, max_bytes)`
+  right there, before any later effect (so before any later TruncateTo), and the bytes go to
+  the transport untouched.
+* A RaftStateError, a failed log (LogClosedError) or an OSError takes the replica offline:
+  every request then answers KAFKA_STORAGE_ERROR; the node stays up.
+
+Leader writes (`append_as_leader`): the header of every batch is read (no record decoding),
+its size checked against max_message_bytes, idempotent batches checked against the producer
+state (a retry answers with its original offsets, even one appended by an earlier leader:
+the state is rebuilt from the log's headers at open and kept in step by every append and
+truncation); then `log.append` (which checks the CRC and stamps offsets and epoch) and
+`core.leader_appended`. acks=all waits on an ack waiter released when the high watermark
+passes the batch's last offset; losing leadership fails the waiters with REQUEST_TIMED_OUT
+(the outcome is unknown: the batch may still commit under the next leader).
+
+Invariants:
+* The log is touched only on the trio thread, except `log.flush()` in the flush thread.
+* Ack waiters are kept in offset order; all are answered (ok, timed out, or failed) by the
+  time leadership or the replica ends.
+* A replica that was leader restarts RESIGNED (the core does it from the quorum state); the
+  high watermark restarts at 0 (never above the flushed offset).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import struct
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+import cbor2
+import google_crc32c
+import trio
+
+from metadata.topic_config import TopicConfig
+from partition.batch import CONTROL_LEADER_CHANGE, Header, control_batch, iter_headers
+from partition.errors import (
+    CorruptRecordError,
+    LogClosedError,
+    MessageTooLargeError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
+    PartitionError,
+    RaftStateError,
+)
+from partition.log import LOG_START_CHECKPOINT, Log, LogConfig
+from partition.producer_state import ProducerStateManager
+from partition.raft import (
+    AppendControl,
+    AppendReplicated,
+    Flush,
+    FetchResponse,
+    HighWatermarkChanged,
+    LeadershipChanged,
+    LogState,
+    PersistQuorumState,
+    QuorumState,
+    RaftConfig,
+    RaftCore,
+    Role,
+    Send,
+    TruncateFully,
+    TruncateTo,
+)
+from raftlog.errors import InvalidRequest, KafkaStorageError, RequestTimedOut
+from raftlog.eventlog import log_event
+
+__all__ = [
+    "QUORUM_STATE_FILE",
+    "PARTITION_METADATA_FILE",
+    "ReplicaSettings",
+    "Replica",
+    "AckWaiter",
+    "Transport",
+    "read_quorum_state",
+    "write_quorum_state",
+    "raft_config_for",
+    "log_config_for",
+]
+
+logger = logging.getLogger(__name__)
+
+QUORUM_STATE_FILE = "quorum-state"
+PARTITION_METADATA_FILE = "partition.metadata"
+_KEEP_ON_RESET = frozenset({QUORUM_STATE_FILE, PARTITION_METADATA_FILE})
+_CRC = struct.Struct(">I")
+# The follower's log must take whatever a leader accepted, whatever max_message_bytes says now:
+# the producer limit is checked on the leader path only.
+REPLICA_MAX_BATCH_BYTES = 64 << 20
+MAX_PRODUCE_BATCHES = 10_000  # batches in one partition's `records` of one produce request
+
+
+class QuorumStateCorrupt(PartitionError):
+    code = "KAFKA_STORAGE_ERROR"
+
+
+class Transport(Protocol):
+    def send(self, replica: "Replica", to: int, message: Any) -> None:
+        """Queue a Raft message to voter `to` (may drop it; Raft retries)."""
+
+
+@dataclass(frozen=True)
+class ReplicaSettings:
+    tick_ms: int = 50
+    election_timeout_ms: int = 1000
+    fetch_max_wait_ms: int = 250  # a leader parks a caught-up follower fetch this long
+    replica_fetch_max_bytes: int = 4 << 20  # per partition per replica fetch answer
+    max_producers: int = 10_000
+
+
+def raft_config_for(settings: ReplicaSettings, topic_config: TopicConfig) -> RaftConfig:
+    ticks = max(4, settings.election_timeout_ms // settings.tick_ms)
+    fetch_wait = max(1, min(settings.fetch_max_wait_ms // settings.tick_ms, ticks // 4))
+    return RaftConfig(
+        election_timeout_ticks=ticks,
+        fetch_max_wait_ticks=fetch_wait,
+        fetch_request_timeout_ticks=max(fetch_wait + 1, min(fetch_wait + 3, ticks - 1)),
+        check_quorum_ticks=ticks + ticks // 2,
+        transfer_timeout_ticks=ticks,
+        begin_quorum_resend_ticks=max(1, fetch_wait),
+        require_flush=topic_config.flush_policy == "always",
+    )
+
+
+def log_config_for(topic_config: TopicConfig) -> LogConfig:
+    return LogConfig(
+        segment_bytes=topic_config.segment_bytes,
+        segment_ms=topic_config.segment_ms,
+        retention_ms=topic_config.retention_ms,
+        retention_bytes=topic_config.retention_bytes,
+        cleanup_policy=topic_config.cleanup_policy,
+        delete_retention_ms=topic_config.delete_retention_ms,
+        max_batch_bytes=max(REPLICA_MAX_BATCH_BYTES, topic_config.max_message_bytes),
+    )
+
+
+# ------------------------------------------------------------------------- quorum state
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _atomic_write(directory: Path, name: str, data: bytes) -> None:
+    tmp = directory / (name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, directory / name)
+    _fsync_dir(directory)
+
+
+def write_quorum_state(directory: Path, state: QuorumState) -> None:
+    """Write `quorum-state` durably (temp file, fsync, rename, fsync dir). Blocking."""
+    body = cbor2.dumps(
+        {"epoch": state.epoch, "voted_for": state.voted_for, "leader_id": state.leader_id},
+        canonical=True,
+    )
+    _atomic_write(directory, QUORUM_STATE_FILE, _CRC.pack(google_crc32c.value(body)) + body)
+
+
+def read_quorum_state(directory: Path) -> QuorumState:
+    """The durable quorum state; QuorumState() if there is none. Raises QuorumStateCorrupt."""
+    try:
+        data = (directory / QUORUM_STATE_FILE).read_bytes()
+    except FileNotFoundError:
+        return QuorumState()
+    if len(data) < _CRC.size or _CRC.unpack_from(data)[0] != google_crc32c.value(data[4:]):
+        raise QuorumStateCorrupt(f"{directory / QUORUM_STATE_FILE}: bad CRC")
+    try:
+        obj = cbor2.loads(data[4:])
+        state = QuorumState(obj["epoch"], obj["voted_for"], obj["leader_id"])
+    except (cbor2.CBORDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise QuorumStateCorrupt(f"{directory / QUORUM_STATE_FILE}: {exc}") from None
+    if type(state.epoch) is not int or state.epoch < 0:
+        raise QuorumStateCorrupt(f"{directory / QUORUM_STATE_FILE}: bad epoch")
+    return state
+
+
+def _checkpoint_bytes(kind: str, lines: list[str]) -> bytes:
+    # The format log.py documents for its checkpoints: kind, count, lines, crc32c line.
+    raw = (f"{kind}\n{len(lines)}\n" + "".join(line + "\n" for line in lines)).encode()
+    return raw + f"crc32c {google_crc32c.value(raw):08x}\n".encode()
+
+
+# ----------------------------------------------------------------------------- waiters
+
+
+class AckWaiter:
+    """One acks=all produce waiting for the high watermark to pass `last_offset`."""
+
+    __slots__ = ("last_offset", "event", "error")
+
+    def __init__(self, last_offset: int):
+        self.last_offset = last_offset
+        self.event = trio.Event()
+        self.error: Exception | None = None
+
+    def finish(self, error: Exception | None = None) -> None:
+        if not self.event.is_set():
+            self.error = error
+            self.event.set()
+
+    async def wait(self, deadline: float) -> None:
+        """Returns once committed. Raises RequestTimedOut (deadline; unknown outcome) or the
+        failure it was finished with (leadership lost, replica offline)."""
+        with trio.move_on_at(deadline):
+            await self.event.wait()
+        if not self.event.is_set():
+            raise RequestTimedOut(
+                f"offset {self.last_offset} not replicated to a majority in time; "
+                "it may still be committed"
+            )
+        if self.error is not None:
+            raise self.error
+
+
+@dataclass
+class AppendResult:
+    first_offset: int
+    last_offset: int
+    duplicate: bool
+    waiter: AckWaiter | None
+
+
+# ----------------------------------------------------------------------------- replica
+
+
+class Replica:
+    """One local replica of (topic, partition). Create, then `open()` (blocking disk work
+    in a worker thread), then `attach(nursery)`; `close()` at the end."""
+
+    def __init__(
+        self,
+        *,
+        topic: str,
+        partition: int,
+        topic_id: str,
+        replica_id: int,
+        voters: tuple[int, ...],
+        directory: Path,
+        topic_config: TopicConfig,
+        transport: Transport,
+        settings: ReplicaSettings = ReplicaSettings(),
+        rng: random.Random | None = None,
+        clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        on_leadership: Callable[["Replica"], None] = lambda replica: None,
+    ):
+        self.topic = topic
+        self.partition = partition
+        self.topic_id = topic_id
+        self.replica_id = replica_id
+        self.voters = tuple(sorted(voters))
+        self.directory = Path(directory)
+        self.topic_config = topic_config
+        self.transport = transport
+        self.settings = settings
+        self._rng = rng if rng is not None else random.Random()
+        self._clock_ms = clock_ms
+        self._on_leadership = on_leadership
+        self.log: Log | None = None
+        self.core: RaftCore | None = None
+        self.producers = ProducerStateManager(max_producers=settings.max_producers)
+        self._producers_dirty = False
+        self._lock = trio.StrictFIFOLock()
+        self._nursery: trio.Nursery | None = None
+        self._flushing = False
+        self._flush_idle = trio.Event()
+        self._flush_idle.set()
+        self._report_flush_after = False
+        self._last_flush_ms = 0
+        self._ack_waiters: deque[AckWaiter] = deque()
+        self._watchers: set[trio.Event] = set()
+        self.high_watermark = 0
+        self.leader_id: int | None = None
+        self.leader_epoch = 0
+        self.is_leader = False
+        self.offline_reason: str | None = None
+        self.closed = False
+        self.new_log = False  # the log was empty at open: a candidate for start_election
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def open(self) -> None:
+        """Blocking (run it in a worker thread before `attach`): write the partition
+        metadata file, open and recover the log, read the quorum state, rebuild producer
+        state from the batch headers, build the core. Raises OSError, QuorumStateCorrupt."""
+        d = self.directory
+        d.mkdir(parents=True, exist_ok=True)
+        meta = cbor2.dumps({"topic": self.topic, "partition": self.partition,
+                            "topic_id": self.topic_id}, canonical=True)
+        if _read_or_none(d / PARTITION_METADATA_FILE) != meta:
+            _atomic_write(d, PARTITION_METADATA_FILE, meta)
+        now = self._clock_ms()
+        log = Log.open(d, log_config_for(self.topic_config), now_ms=now)
+        try:
+            if log.recovery is not None and log.recovery.segment is not None:
+                log_event(logger, "replica_tail_cut", level=logging.WARNING, topic=self.topic,
+                          partition=self.partition, segment=log.recovery.segment,
+                          bytes_dropped=log.recovery.bytes_dropped)
+            state = read_quorum_state(d)
+            self._rebuild_producers(log)
+        except BaseException:
+            log.close()
+            raise
+        self.log = log
+        self.new_log = log.log_end_offset == 0 and state.epoch == 0
+        self.core = RaftCore(
+            self.replica_id, self.voters, rng=self._rng, quorum_state=state,
+            log_state=LogState(log.log_start_offset, log.log_end_offset, log.flushed_offset,
+                               tuple(log.epochs())),
+            high_watermark=0, config=raft_config_for(self.settings, self.topic_config),
+        )  # fmt: skip
+        self.leader_epoch = self.core.epoch
+        self.leader_id = self.core.leader_id
+
+    def attach(self, nursery: trio.Nursery) -> None:
+        """Start serving: flush threads run in `nursery` (the manager's)."""
+        self._nursery = nursery
+
+    async def close(self) -> None:
+        """Stop: fail waiters, wait for a running flush, close the log (flushes it)."""
+        if self.closed:
+            return
+        self.closed = True
+        self._fail_waiters(KafkaStorageError(f"{self.topic}-{self.partition}: replica closed"))
+        self._wake_watchers()
+        with trio.CancelScope(shield=True):
+            async with self._lock:
+                await self._flush_idle.wait()
+                if self.log is not None:
+                    try:
+                        await trio.to_thread.run_sync(self.log.close)
+                    except (OSError, PartitionError) as exc:
+                        log_event(logger, "replica_close_failed", level=logging.WARNING,
+                                  topic=self.topic, partition=self.partition, reason=str(exc))
+
+    # ---------------------------------------------------------------- queries
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def attached(self) -> bool:
+        """Open and serving (the manager routes to it)."""
+        return self._nursery is not None and self.core is not None and not self.closed
+
+    @property
+    def online(self) -> bool:
+        return self.offline_reason is None and not self.closed and self.core is not None
+
+    def status(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"online": self.online}
+        if self.offline_reason is not None:
+            out["offline_reason"] = self.offline_reason
+        if self.core is not None:
+            s = self.core.status()
+            out.update(role=s["role"], epoch=s["epoch"], leader_id=s["leader_id"],
+                       log_end_offset=s["log_end_offset"], flushed_offset=s["flushed_offset"],
+                       high_watermark=s["high_watermark"])
+        if self.log is not None:
+            out["log_start_offset"] = self.log.log_start_offset
+        return out
+
+    def check_online(self) -> None:
+        if self.offline_reason is not None:
+            raise KafkaStorageError(f"{self.name} is offline: {self.offline_reason}")
+        if self.closed or self.core is None:
+            raise KafkaStorageError(f"{self.name} is not open")
+
+    def check_leader(self) -> None:
+        """Raises KafkaStorageError (offline) or NotLeaderError (with the core's hint)."""
+        self.check_online()
+        if not self.is_leader:
+            raise NotLeaderError(self.core.leader_id, self.core.epoch)
+
+    # ---------------------------------------------------------------- events
+
+    async def tick(self) -> None:
+        if not self.online:
+            return
+        await self._event(self.core.tick)
+        if (self.topic_config.flush_policy == "interval" and not self._flushing
+                and self.log is not None and self.log.flushed_offset < self.log.log_end_offset):
+            now = self._clock_ms()
+            if now - self._last_flush_ms >= self.topic_config.flush_interval_ms:
+                self._last_flush_ms = now
+                self._start_flush(report=False)
+
+    async def deliver(self, message: Any) -> None:
+        """A Raft message from another voter of this partition."""
+        if self.online:
+            await self._event(self.core.handle, message)
+
+    async def start_election(self) -> None:
+        if self.online:
+            await self._event(self.core.start_election)
+
+    async def transfer_leadership(self, target: int) -> None:
+        """Raises NotLeaderError, ValueError (target not a voter), KafkaStorageError."""
+        self.check_online()
+        await self._event(self.core.transfer_leadership, target)
+
+    async def resign(self) -> None:
+        if self.online:
+            await self._event(self.core.resign)
+
+    async def maintain(self) -> dict | None:
+        """Retention/compaction on the owner thread (Log.maintain's contract), below the
+        high watermark; reports a moved log start to the core."""
+        if not self.online:
+            return None
+        async with self._lock:
+            if not self.online:
+                return None
+            try:
+                before = self.log.log_start_offset
+                done = self.log.maintain(self._clock_ms(), high_watermark=self.core.high_watermark)
+                if self.log.log_start_offset > before:
+                    await self._execute(self.core.log_start_advanced(self.log.log_start_offset))
+                return done
+            except (RaftStateError, LogClosedError, OSError) as exc:
+                self._go_offline(exc)
+                return None
+
+    async def _event(self, method: Callable[..., list], *args: Any) -> None:
+        async with self._lock:
+            if not self.online:
+                return
+            try:
+                effects = method(*args)
+                await self._execute(effects)
+            except (RaftStateError, LogClosedError, OSError, QuorumStateCorrupt) as exc:
+                self._go_offline(exc)
+
+    # ---------------------------------------------------------------- leader writes
+
+    async def append_as_leader(self, records: bytes, *, acks: int) -> AppendResult:
+        """Append a producer's batches. Returns AppendResult (waiter set for acks=all when
+        the batch is not committed yet). Raises NotLeaderError, CorruptRecordError,
+        MessageTooLargeError, InvalidRequest, the producer-state errors, KafkaStorageError."""
+        self.check_leader()
+        if not records:
+            raise CorruptRecordError("empty records")
+        limit = self.topic_config.max_message_bytes
+        headers: list[Header] = []
+        for _, h in iter_headers(records, verify=False):
+            if h.size > limit:
+                raise MessageTooLargeError(
+                    f"batch of {h.size} bytes > max_message_bytes {limit} of {self.topic}"
+                )
+            if h.is_control:
+                raise InvalidRequest("producers may not write control batches", field="records")
+            headers.append(h)
+            if len(headers) > MAX_PRODUCE_BATCHES:
+                raise InvalidRequest("too many batches in one produce", field="records")
+        idem = [h for h in headers if h.producer_id >= 0]
+        if idem and len(headers) != 1:
+            raise InvalidRequest(
+                "an idempotent produce carries exactly one batch per partition", field="records"
+            )
+        async with self._lock:
+            self.check_leader()
+            core = self.core
+            if not core.may_accept_writes:
+                raise NotLeaderError(core.leader_id, core.epoch)  # transferring, or not durable
+            try:
+                if self._producers_dirty:
+                    self._rebuild_producers(self.log)
+                if idem:
+                    h = idem[0]
+                    dup = self.producers.check(h.producer_id, h.producer_epoch, h.base_sequence,
+                                               h.last_sequence)
+                    if dup is not None:
+                        waiter = None
+                        if acks == -1 and dup.last_offset >= core.high_watermark:
+                            waiter = self._add_waiter(dup.last_offset)
+                        return AppendResult(dup.first_offset, dup.last_offset, True, waiter)
+                first, last = self.log.append(records, leader_epoch=core.epoch,
+                                              now_ms=self._clock_ms())
+                if idem:
+                    h = idem[0]
+                    self.producers.record(h.producer_id, h.producer_epoch, h.base_sequence,
+                                          h.last_sequence, first, last)
+                waiter = self._add_waiter(last) if acks == -1 else None
+                await self._execute(core.leader_appended(first, last))
+            except (RaftStateError, LogClosedError, OSError) as exc:
+                self._go_offline(exc)
+                raise KafkaStorageError(f"{self.name}: {exc}") from None
+        return AppendResult(first, last, False, waiter)
+
+    def _add_waiter(self, last_offset: int) -> AckWaiter:
+        w = AckWaiter(last_offset)
+        if last_offset < self.high_watermark:
+            w.finish()
+        else:
+            self._ack_waiters.append(w)
+        return w
+
+    # ---------------------------------------------------------------- consumer reads
+
+    def read_committed(self, fetch_offset: int, max_bytes: int) -> bytes:
+        """Whole batches from `fetch_offset` below the high watermark (leader only).
+        Raises NotLeaderError, KafkaStorageError, OffsetOutOfRangeError."""
+        self.check_leader()
+        log = self.log
+        if fetch_offset < log.log_start_offset or fetch_offset > log.log_end_offset:
+            raise OffsetOutOfRangeError(fetch_offset, log.log_start_offset, log.log_end_offset)
+        hw = self.high_watermark
+        if fetch_offset >= hw:
+            return b""
+        try:
+            return log.read(fetch_offset, max_bytes, max_offset=hw)
+        except LogClosedError as exc:
+            self._go_offline(exc)
+            raise
+
+    def watch(self, event: trio.Event) -> None:
+        """Set `event` at the next high-watermark or leadership change (once)."""
+        self._watchers.add(event)
+
+    def unwatch(self, event: trio.Event) -> None:
+        self._watchers.discard(event)
+
+    def _wake_watchers(self) -> None:
+        watchers, self._watchers = self._watchers, set()
+        for ev in watchers:
+            ev.set()
+
+    # ---------------------------------------------------------------- the executor
+
+    async def _execute(self, effects: list) -> None:
+        queue = deque(effects)
+        while queue:
+            eff = queue.popleft()
+            kind = type(eff)
+            if kind is Send:
+                self._send(eff.to, eff.message)
+            elif kind is Flush:
+                self._start_flush(report=True)
+            elif kind is HighWatermarkChanged:
+                self._on_high_watermark(eff.high_watermark)
+            elif kind is AppendReplicated:
+                self._append_replicated(eff)
+            elif kind is PersistQuorumState:
+                await trio.to_thread.run_sync(write_quorum_state, self.directory, eff.state)
+                queue.extend(self.core.quorum_state_persisted(eff.version))
+            elif kind is AppendControl:
+                self._append_control(eff)
+            elif kind is LeadershipChanged:
+                self._on_leadership_changed(eff)
+            elif kind is TruncateTo:
+                await self._flush_idle.wait()
+                self.log.truncate_to(eff.offset)
+                if self.log.log_end_offset > eff.offset:
+                    raise RaftStateError(f"truncate_to({eff.offset}) left {self.log.log_end_offset}")
+                if self.producers.truncate(self.log.log_end_offset):
+                    self._producers_dirty = True
+                log_event(logger, "replica_truncated", topic=self.topic, partition=self.partition,
+                          offset=eff.offset)
+            elif kind is TruncateFully:
+                await self._flush_idle.wait()
+                await self._reset_log(eff.offset)
+            else:
+                raise RaftStateError(f"unknown effect {eff!r}")
+
+    def _send(self, to: int, message: Any) -> None:
+        if type(message) is FetchResponse and message.read_offset is not None:
+            try:
+                records = self.log.read(message.read_offset, self.settings.replica_fetch_max_bytes)
+            except OffsetOutOfRangeError:
+                return  # the follower's fetch times out and comes again
+            message = message.with_records(records, ())
+        self.transport.send(self, to, message)
+
+    def _append_control(self, eff: AppendControl) -> None:
+        batch = control_batch(CONTROL_LEADER_CHANGE, timestamp_ms=self._clock_ms(),
+                              partition_leader_epoch=eff.epoch)
+        first, _ = self.log.append(batch, leader_epoch=eff.epoch, now_ms=self._clock_ms())
+        if first != eff.offset:
+            raise RaftStateError(f"control batch landed at {first}, expected {eff.offset}")
+
+    def _append_replicated(self, eff: AppendReplicated) -> None:
+        try:
+            end = self.log.append_replicated(eff.records, now_ms=self._clock_ms())
+        except (CorruptRecordError, MessageTooLargeError) as exc:
+            # The core already counted these offsets: the mirror would be wrong from here on.
+            raise RaftStateError(f"replicated batches refused by the log: {exc}") from exc
+        if end != eff.end_offset:
+            raise RaftStateError(f"replicated append ended at {end}, expected {eff.end_offset}")
+        self.producers.apply_headers(h for _, h in iter_headers(eff.records, verify=False))
+
+    def _on_high_watermark(self, hw: int) -> None:
+        self.high_watermark = hw
+        waiters = self._ack_waiters
+        while waiters and waiters[0].last_offset < hw:
+            waiters.popleft().finish()
+        self._wake_watchers()
+
+    def _on_leadership_changed(self, eff: LeadershipChanged) -> None:
+        was_leader = self.is_leader
+        self.leader_epoch = eff.epoch
+        self.leader_id = eff.leader_id
+        self.is_leader = eff.leader_id == self.replica_id
+        if was_leader and not self.is_leader:
+            self._fail_waiters(RequestTimedOut(
+                f"{self.name}: leadership lost (epoch {eff.epoch}, leader {eff.leader_id}) "
+                "before the write was committed; it may still be"
+            ))  # fmt: skip
+        log_event(logger, "partition_leader_changed", topic=self.topic, partition=self.partition,
+                  epoch=eff.epoch, leader_id=eff.leader_id, replica_id=self.replica_id)
+        self._wake_watchers()
+        self._on_leadership(self)
+
+    def _fail_waiters(self, error: Exception) -> None:
+        waiters, self._ack_waiters = self._ack_waiters, deque()
+        for w in waiters:
+            w.finish(error)
+
+    # ---------------------------------------------------------------- flush
+
+    def _start_flush(self, *, report: bool) -> None:
+        if self._flushing:
+            # Only an interval flush can be running here (the core asks one at a time).
+            self._report_flush_after |= report
+            return
+        if self._nursery is None:
+            raise RaftStateError("replica not attached: no nursery for flushes")
+        self._flushing = True
+        self._flush_idle = trio.Event()
+        self._nursery.start_soon(self._flush_task, report)
+
+    async def _flush_task(self, report: bool) -> None:
+        offset = None
+        try:
+            offset = await trio.to_thread.run_sync(self.log.flush)
+        except (LogClosedError, OSError) as exc:
+            self._go_offline(exc)
+        finally:
+            self._flushing = False
+            self._flush_idle.set()
+        if offset is None:
+            return
+        if report:
+            await self._event(self.core.flushed, offset)
+        if self._report_flush_after and self.online:
+            self._report_flush_after = False
+            self._start_flush(report=True)
+
+    # ---------------------------------------------------------------- state helpers
+
+    def _rebuild_producers(self, log: Log) -> None:
+        """Producer state from the batch headers of the whole log (header-only scan)."""
+        self.producers.clear()
+        offset, end = log.log_start_offset, log.log_end_offset
+        while offset < end:
+            data = log.read(offset, 1 << 20)
+            if not data:
+                break
+            last = offset
+            headers = []
+            for _, h in iter_headers(data, verify=False):
+                if h.next_offset > offset:
+                    headers.append(h)
+                last = h.next_offset
+            self.producers.apply_headers(headers)
+            if last <= offset:
+                break
+            offset = last
+        self._producers_dirty = False
+
+    async def _reset_log(self, offset: int) -> None:
+        """TruncateFully: close, delete the log files, write the new log start, reopen.
+        (Log has no truncate-fully-and-start-at call; its documented checkpoint does it.)"""
+        old = self.log
+        config = old.config
+        directory = self.directory
+
+        def work() -> Log:
+            old.close()
+            for name in os.listdir(directory):
+                if name not in _KEEP_ON_RESET:
+                    os.unlink(directory / name)
+            _atomic_write(directory, LOG_START_CHECKPOINT,
+                          _checkpoint_bytes(LOG_START_CHECKPOINT, [str(offset)]))
+            return Log.open(directory, config, now_ms=self._clock_ms())
+
+        self.log = await trio.to_thread.run_sync(work)
+        if (self.log.log_start_offset, self.log.log_end_offset) != (offset, offset):
+            raise RaftStateError(
+                f"log reset to {offset} gave [{self.log.log_start_offset}, "
+                f"{self.log.log_end_offset})"
+            )
+        self.producers.clear()
+        log_event(logger, "replica_log_reset", level=logging.WARNING, topic=self.topic,
+                  partition=self.partition, log_start_offset=offset)
+
+    def _go_offline(self, exc: BaseException) -> None:
+        if self.offline_reason is not None:
+            return
+        self.offline_reason = f"{type(exc).__name__}: {exc}"
+        log_event(logger, "replica_offline", level=logging.ERROR, topic=self.topic,
+                  partition=self.partition, reason=self.offline_reason)
+        self._fail_waiters(KafkaStorageError(f"{self.name} went offline: {exc}"))
+        was_leader = self.is_leader
+        self.is_leader = False
+        self._wake_watchers()
+        if was_leader:
+            self._on_leadership(self)
+
+    @property
+    def role(self) -> Role | None:
+        return None if self.core is None else self.core.role
+
+
+def _read_or_none(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None

@@ -1,0 +1,450 @@
+"""Replication links between brokers: fetch sessions and the peer ops that carry the
+partition Raft groups' messages (DESIGN §4 "Replication", PROTOCOL.md "Peer ops").
+
+The cores exchange one-way messages (partition/raft.py). This module moves them:
+
+* Fetch requests (follower -> leader) and fetch responses (leader -> follower) ride on
+  `replica_fetch`: ONE session per leader broker covers every partition this broker follows
+  from it. The follower sends its pending FetchRequests; the leader hands each to the
+  partition's core and answers with whatever FetchResponses are queued for that follower
+  broker (its "outbox"), waiting (long poll, `max_wait_ms`) only while the outbox is empty.
+  The cores park caught-up fetches and answer them the moment data arrives or the high
+  watermark moves, so the session returns as soon as ANY partition has something: no
+  partition waits for another's long poll. The follower keeps at most
+  MAX_FETCH_RPCS_PER_LEADER requests in flight: a new FetchRequest (e.g. right after a flush,
+  carrying the durable offset that moves the high watermark) goes out at once in a new
+  request instead of waiting for the outstanding long poll; with nothing to send and fetches
+  unanswered, one request stays parked at the leader as the return path.
+* Every other Raft message (votes, begin/end epoch, timeout-now) rides on `raft`, a one-way
+  batch answered at once; replies travel back the same way, on the other broker's link.
+
+Records are never decoded: the leader's `log.read` bytes go into the CBOR answer as they
+are; the follower reads the batch headers (and checks the CRCs) to build the
+(base_offset, last_offset, epoch) summary the core needs, drops a leading batch that starts
+before the fetch offset, and refuses (drops; the fetch is retried) a response whose batch
+straddles the fetch offset or fails its CRC. A dropped message is always safe: Raft retries.
+
+Peer ops (fields; every message names its partition with `topic` and `partition`):
+
+`replica_fetch` {broker_id: int (the follower), max_wait_ms: int <= 10000, max_bytes: int,
+    fetches: [{topic, partition, epoch, fetch_offset, last_fetched_epoch, flushed_offset,
+    fetch_id}]}
+    -> {responses: [{topic, partition, epoch, leader_id: int|null, fetch_id, error: str|null
+    ("FENCED_LEADER_EPOCH" | "NOT_LEADER" | "OFFSET_OUT_OF_RANGE"), high_watermark,
+    fetch_offset, diverging_epoch: int|null, diverging_end_offset, read_offset: int|null,
+    records: bytes|null (whole RecordBatch v2 batches), log_start_offset}]}
+    Answers queued for the follower broker, at least one if any, then more while under
+    `max_bytes`; an empty list after `max_wait_ms`. A fetch for a partition this broker does
+    not host is dropped (the follower's core re-sends after its fetch timeout).
+`raft` {broker_id: int (the sender), messages: [{type, topic, partition, epoch, ...}]} -> {}
+    type "vote_request" {last_epoch, log_end_offset, pre_vote}; "vote_response" {granted,
+    pre_vote, leader_id: int|null}; "begin_epoch" {}; "end_epoch" {}; "timeout_now" {}.
+    `sender` of each message is `broker_id`. Messages for unknown partitions are dropped.
+`transfer_leadership` {topic, partition, target} -> {} (served by partition/manager.py):
+    the controller asks the current leader to hand over to `target`; NOT_LEADER otherwise.
+
+Limits: per remote broker, at most one queued FetchRequest per partition (newest wins), at
+most MAX_QUEUED_MESSAGES other messages (oldest dropped), at most one queued FetchResponse per
+partition (newest wins), MAX_FETCH_RPCS_PER_LEADER requests in flight.
+
+Concurrency: trio-thread only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+import trio
+
+from partition.batch import iter_headers
+from partition.errors import CorruptRecordError
+from partition.raft import (
+    BeginQuorumEpoch,
+    EndQuorumEpoch,
+    FetchRequest,
+    FetchResponse,
+    TimeoutNow,
+    VoteRequest,
+    VoteResponse,
+)
+from raftlog.errors import InvalidRequest, PeerUnavailable, RaftlogError
+from raftlog.eventlog import log_event
+from raftlog.peer import PeerPool
+from raftlog.protocol import Request, field
+
+__all__ = [
+    "ReplicationLinks",
+    "encode_message",
+    "decode_message",
+    "encode_fetch_request",
+    "decode_fetch_request",
+    "encode_fetch_response",
+    "decode_fetch_response",
+    "MAX_FETCH_RPCS_PER_LEADER",
+]
+
+logger = logging.getLogger(__name__)
+
+MAX_FETCH_RPCS_PER_LEADER: Final = 3
+MAX_QUEUED_MESSAGES: Final = 4096
+MAX_MESSAGES_PER_CALL: Final = 512
+SESSION_MAX_WAIT_MS: Final = 500
+SESSION_MAX_BYTES: Final = 32 << 20
+MAX_WAIT_MS_LIMIT: Final = 10_000
+AWAIT_ANSWER_S: Final = 3.0  # keep a poll parked for a fetch sent this recently
+FAILURE_BACKOFF_S: Final = 0.1
+RAFT_CALL_TIMEOUT_S: Final = 2.0
+
+ReplicaLookup = Callable[[str, int], Any]  # -> partition.replica.Replica | None
+
+# ------------------------------------------------------------------------------- codecs
+
+
+def encode_fetch_request(topic: str, partition: int, m: FetchRequest) -> dict[str, Any]:
+    return {"topic": topic, "partition": partition, "epoch": m.epoch,
+            "fetch_offset": m.fetch_offset, "last_fetched_epoch": m.last_fetched_epoch,
+            "flushed_offset": m.flushed_offset, "fetch_id": m.fetch_id}
+
+
+def decode_fetch_request(d: Mapping[str, Any], sender: int, where: str) -> tuple[str, int, FetchRequest]:
+    return (
+        field(d, "topic", str, where=where),
+        field(d, "partition", int, min_value=0, where=where),
+        FetchRequest(
+            sender, field(d, "epoch", int, where=where), field(d, "fetch_offset", int, where=where),
+            field(d, "last_fetched_epoch", int, where=where),
+            field(d, "flushed_offset", int, where=where), field(d, "fetch_id", int, where=where),
+        ),
+    )  # fmt: skip
+
+
+def encode_fetch_response(topic: str, partition: int, m: FetchResponse) -> dict[str, Any]:
+    records = m.records
+    if records is not None and type(records) is not bytes:
+        records = bytes(records)
+    return {"topic": topic, "partition": partition, "epoch": m.epoch, "leader_id": m.leader_id,
+            "fetch_id": m.fetch_id, "error": m.error, "high_watermark": m.high_watermark,
+            "fetch_offset": m.fetch_offset, "diverging_epoch": m.diverging_epoch,
+            "diverging_end_offset": m.diverging_end_offset, "read_offset": m.read_offset,
+            "records": records, "log_start_offset": m.log_start_offset}
+
+
+def decode_fetch_response(
+    d: Mapping[str, Any], sender: int, where: str
+) -> tuple[str, int, FetchResponse | None]:
+    """The response with its `batches` summary filled from the record headers; None when it
+    must be dropped (a CRC failure, or a batch straddling the fetch offset)."""
+    topic = field(d, "topic", str, where=where)
+    partition = field(d, "partition", int, min_value=0, where=where)
+    fetch_offset = field(d, "fetch_offset", int, where=where)
+    records = field(d, "records", bytes, nullable=True, where=where)
+    m = FetchResponse(
+        sender, field(d, "epoch", int, where=where),
+        field(d, "leader_id", int, nullable=True, where=where),
+        field(d, "fetch_id", int, where=where), field(d, "error", str, nullable=True, where=where),
+        field(d, "high_watermark", int, where=where), fetch_offset,
+        field(d, "diverging_epoch", int, nullable=True, where=where),
+        field(d, "diverging_end_offset", int, where=where),
+        field(d, "read_offset", int, nullable=True, where=where), None, (),
+        field(d, "log_start_offset", int, default=-1, where=where),
+    )  # fmt: skip
+    if not records:
+        return topic, partition, m
+    summary = []
+    skip = 0
+    try:
+        for pos, h in iter_headers(records, verify=True):
+            if h.base_offset < fetch_offset:
+                if h.last_offset >= fetch_offset:
+                    log_event(logger, "replica_fetch_straddle", level=logging.WARNING,
+                              topic=topic, partition=partition, fetch_offset=fetch_offset,
+                              base_offset=h.base_offset)
+                    return topic, partition, None
+                skip = pos + h.size
+                continue
+            summary.append((h.base_offset, h.last_offset, h.partition_leader_epoch))
+    except CorruptRecordError as exc:
+        log_event(logger, "replica_fetch_corrupt", level=logging.WARNING, topic=topic,
+                  partition=partition, fetch_offset=fetch_offset, reason=str(exc))
+        return topic, partition, None
+    if not summary:
+        return topic, partition, m
+    if skip:
+        records = records[skip:]
+    return topic, partition, m.with_records(records, tuple(summary))
+
+
+_TYPES: Final = {
+    VoteRequest: "vote_request", VoteResponse: "vote_response",
+    BeginQuorumEpoch: "begin_epoch", EndQuorumEpoch: "end_epoch", TimeoutNow: "timeout_now",
+}  # fmt: skip
+
+
+def encode_message(topic: str, partition: int, m: Any) -> dict[str, Any]:
+    """A non-fetch Raft message as a `raft` op entry."""
+    d: dict[str, Any] = {"type": _TYPES[type(m)], "topic": topic, "partition": partition,
+                         "epoch": m.epoch}
+    if type(m) is VoteRequest:
+        d.update(last_epoch=m.last_epoch, log_end_offset=m.log_end_offset, pre_vote=m.pre_vote)
+    elif type(m) is VoteResponse:
+        d.update(granted=m.granted, pre_vote=m.pre_vote, leader_id=m.leader_id)
+    return d
+
+
+def decode_message(d: Mapping[str, Any], sender: int, where: str) -> tuple[str, int, Any]:
+    """Raises InvalidRequest naming the bad field."""
+    kind = field(d, "type", str, where=where)
+    topic = field(d, "topic", str, where=where)
+    partition = field(d, "partition", int, min_value=0, where=where)
+    epoch = field(d, "epoch", int, min_value=0, where=where)
+    if kind == "vote_request":
+        m: Any = VoteRequest(sender, epoch, field(d, "last_epoch", int, where=where),
+                             field(d, "log_end_offset", int, where=where),
+                             field(d, "pre_vote", bool, where=where))
+    elif kind == "vote_response":
+        m = VoteResponse(sender, epoch, field(d, "granted", bool, where=where),
+                         field(d, "pre_vote", bool, where=where),
+                         field(d, "leader_id", int, nullable=True, where=where))
+    elif kind == "begin_epoch":
+        m = BeginQuorumEpoch(sender, epoch)
+    elif kind == "end_epoch":
+        m = EndQuorumEpoch(sender, epoch)
+    elif kind == "timeout_now":
+        m = TimeoutNow(sender, epoch)
+    else:
+        raise InvalidRequest(f"unknown raft message type {kind!r:.40}", field=f"{where}.type")
+    return topic, partition, m
+
+
+# -------------------------------------------------------------------------------- links
+
+
+class _Link:
+    """Everything this broker exchanges with one other broker."""
+
+    def __init__(self, broker_id: int):
+        self.broker_id = broker_id
+        # follower side: to send
+        self.fetches: dict[tuple[str, int], FetchRequest] = {}
+        self.messages: deque[tuple[str, int, Any]] = deque()
+        self.awaiting: dict[tuple[str, int], float] = {}  # fetch sent, answer not seen
+        self.in_flight = 0
+        self.raft_sending = False
+        self.wake = trio.Event()
+        self.session_started = False
+        # leader side: answers waiting for this follower broker's next replica_fetch
+        self.outbox: dict[tuple[str, int], FetchResponse] = {}
+        self.outbox_event = trio.Event()
+        self.failures = 0
+
+
+class ReplicationLinks:
+    """The Transport of every local Replica, and the `replica_fetch` / `raft` peer ops."""
+
+    def __init__(
+        self,
+        node_id: int,
+        peers: PeerPool,
+        peer_address: Callable[[int], str | None],
+        lookup: ReplicaLookup,
+        *,
+        session_max_wait_ms: int = SESSION_MAX_WAIT_MS,
+        session_max_bytes: int = SESSION_MAX_BYTES,
+    ):
+        self.node_id = node_id
+        self.peers = peers
+        self.peer_address = peer_address
+        self.lookup = lookup
+        self.session_max_wait_ms = session_max_wait_ms
+        self.session_max_bytes = session_max_bytes
+        self._links: dict[int, _Link] = {}
+        self._nursery: trio.Nursery | None = None
+        self.peer_handlers = {"replica_fetch": self._handle_replica_fetch, "raft": self._handle_raft}
+        self.dropped_messages = 0
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            await trio.sleep_forever()
+
+    def status(self) -> dict[str, Any]:
+        return {
+            str(b): {"in_flight": link.in_flight, "queued_fetches": len(link.fetches),
+                     "queued_messages": len(link.messages), "outbox": len(link.outbox)}
+            for b, link in sorted(self._links.items())
+        }
+
+    def _link(self, broker_id: int) -> _Link:
+        link = self._links.get(broker_id)
+        if link is None:
+            link = self._links[broker_id] = _Link(broker_id)
+        return link
+
+    # ---------------------------------------------------------------- Transport
+
+    def send(self, replica: Any, to: int, message: Any) -> None:
+        """Queue `message` from `replica` (topic, partition) to broker `to`. Never blocks."""
+        link = self._link(to)
+        key = (replica.topic, replica.partition)
+        kind = type(message)
+        if kind is FetchResponse:
+            link.outbox.pop(key, None)  # keep insertion order = readiness order
+            link.outbox[key] = message
+            link.outbox_event.set()
+            return
+        if kind is FetchRequest:
+            link.fetches[key] = message
+        else:
+            if len(link.messages) >= MAX_QUEUED_MESSAGES:
+                link.messages.popleft()
+                self.dropped_messages += 1
+            link.messages.append((replica.topic, replica.partition, message))
+        if not link.session_started and self._nursery is not None:
+            link.session_started = True
+            self._nursery.start_soon(self._session, link)
+        link.wake.set()
+
+    # ---------------------------------------------------------------- follower side
+
+    async def _session(self, link: _Link) -> None:
+        async with trio.open_nursery() as nursery:
+            while True:
+                if link.messages and not link.raft_sending:
+                    link.raft_sending = True
+                    nursery.start_soon(self._raft_sender, link)
+                now = trio.current_time()
+                if link.awaiting:
+                    for key in [k for k, t in link.awaiting.items() if now - t > AWAIT_ANSWER_S]:
+                        del link.awaiting[key]
+                if link.fetches and link.in_flight < MAX_FETCH_RPCS_PER_LEADER:
+                    fetches, link.fetches = link.fetches, {}
+                    for key in fetches:
+                        link.awaiting[key] = now
+                    link.in_flight += 1
+                    nursery.start_soon(self._fetch_call, link, fetches)
+                elif link.in_flight == 0 and link.awaiting:
+                    link.in_flight += 1
+                    nursery.start_soon(self._fetch_call, link, {})
+                else:
+                    link.wake = trio.Event()
+                    await link.wake.wait()
+
+    async def _fetch_call(self, link: _Link, fetches: dict[tuple[str, int], FetchRequest]) -> None:
+        failed = False
+        try:
+            address = self.peer_address(link.broker_id)
+            if address is None:
+                failed = True
+                return
+            fields = {
+                "broker_id": self.node_id,
+                "max_wait_ms": self.session_max_wait_ms,
+                "max_bytes": self.session_max_bytes,
+                "fetches": [encode_fetch_request(t, p, m) for (t, p), m in fetches.items()],
+            }
+            try:
+                result = await self.peers.call(
+                    address, "replica_fetch", fields,
+                    timeout_s=self.session_max_wait_ms / 1000 + RAFT_CALL_TIMEOUT_S,
+                )  # fmt: skip
+            except RaftlogError as exc:
+                failed = True
+                link.failures += 1
+                if link.failures == 1 or not isinstance(exc, PeerUnavailable):
+                    log_event(logger, "replica_fetch_failed", level=logging.DEBUG,
+                              broker_id=link.broker_id, reason=str(exc))
+                return
+            link.failures = 0
+            responses = result.get("responses")
+            if not isinstance(responses, list):
+                return
+            for i, d in enumerate(responses):
+                try:
+                    topic, partition, m = decode_fetch_response(d, link.broker_id, f"responses[{i}]")
+                except InvalidRequest as exc:
+                    log_event(logger, "replica_fetch_bad_response", level=logging.WARNING,
+                              broker_id=link.broker_id, reason=exc.message)
+                    continue
+                sent = link.awaiting.get((topic, partition))
+                if sent is not None:
+                    del link.awaiting[(topic, partition)]
+                if m is None:
+                    continue
+                replica = self.lookup(topic, partition)
+                if replica is not None:
+                    await replica.deliver(m)
+        finally:
+            if failed:
+                await trio.sleep(FAILURE_BACKOFF_S)
+            link.in_flight -= 1
+            link.wake.set()
+
+    async def _raft_sender(self, link: _Link) -> None:
+        try:
+            while link.messages:
+                batch = []
+                while link.messages and len(batch) < MAX_MESSAGES_PER_CALL:
+                    batch.append(link.messages.popleft())
+                address = self.peer_address(link.broker_id)
+                if address is None:
+                    self.dropped_messages += len(batch)
+                    continue
+                fields = {"broker_id": self.node_id,
+                          "messages": [encode_message(t, p, m) for t, p, m in batch]}
+                try:
+                    await self.peers.call(address, "raft", fields, timeout_s=RAFT_CALL_TIMEOUT_S)
+                except RaftlogError as exc:
+                    self.dropped_messages += len(batch)
+                    log_event(logger, "raft_send_failed", level=logging.DEBUG,
+                              broker_id=link.broker_id, reason=str(exc))
+                    await trio.sleep(FAILURE_BACKOFF_S)
+        finally:
+            link.raft_sending = False
+            link.wake.set()
+
+    # ---------------------------------------------------------------- leader side
+
+    async def _handle_replica_fetch(self, request: Request) -> dict[str, Any]:
+        sender = field(request, "broker_id", int)
+        max_wait_ms = field(request, "max_wait_ms", int, min_value=0, max_value=MAX_WAIT_MS_LIMIT)
+        max_bytes = field(request, "max_bytes", int, min_value=1)
+        fetches = field(request, "fetches", list, items=dict)
+        decoded = [decode_fetch_request(d, sender, f"fetches[{i}]") for i, d in enumerate(fetches)]
+        link = self._link(sender)
+        for topic, partition, m in decoded:
+            replica = self.lookup(topic, partition)
+            if replica is not None:
+                await replica.deliver(m)
+        with trio.move_on_after(max_wait_ms / 1000):
+            while not link.outbox:
+                if link.outbox_event.is_set():
+                    link.outbox_event = trio.Event()
+                await link.outbox_event.wait()
+        out = []
+        size = 0
+        while link.outbox and (not out or size < max_bytes):
+            key = next(iter(link.outbox))
+            m = link.outbox.pop(key)
+            records = m.records
+            if records is not None and out and size + len(records) > max_bytes:
+                link.outbox[key] = m  # the next request takes it
+                break
+            out.append(encode_fetch_response(key[0], key[1], m))
+            size += 64 + (len(records) if records is not None else 0)
+        return {"responses": out}
+
+    async def _handle_raft(self, request: Request) -> dict[str, Any]:
+        sender = field(request, "broker_id", int)
+        messages = field(request, "messages", list, items=dict)
+        if len(messages) > MAX_MESSAGES_PER_CALL:
+            raise InvalidRequest(f"more than {MAX_MESSAGES_PER_CALL} messages", field="messages")
+        decoded = [decode_message(d, sender, f"messages[{i}]") for i, d in enumerate(messages)]
+        for topic, partition, m in decoded:
+            replica = self.lookup(topic, partition)
+            if replica is not None:
+                await replica.deliver(m)
+        return {}

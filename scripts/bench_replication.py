@@ -1,0 +1,277 @@
+#!/usr/bin/env python
+"""Replication benchmark: 3 local `raftlog node` processes, RF=3 vs RF=1 in the same run,
+acks=all, flush_policy=always, pre-built batches of 16 KiB and 256 KiB (100-byte records)
+sent from a separate process; then partition-leader failover time.
+
+    .venv/bin/python scripts/bench_replication.py [--runs 3] [--seconds 4] [--window 8]
+        [--failovers 5] [--keep DIR]
+
+Per (replication factor, batch size) it prints batches/s, MB/s, records/s and p50/p99
+produce latency (medians of --runs runs), the RF=3 / RF=1 ratios, the latency of one
+producer sending one 16 KiB batch at a time (window 1), and the median of --failovers
+leader failovers (SIGKILL the partition leader, time until a produce to that partition
+succeeds; the killed node is restarted and caught up before the next one). Targets (issue
+4): RF=3 256 KiB >= 300,000 records/s; RF=3 >= 0.5 x RF=1; window-1 16 KiB p50 < 3 ms.
+
+The load generator is this script run with `--worker`: a blocking socket that keeps
+`window` produce requests in flight to the partition leader and prints JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from partition.batch import BatchBuilder  # noqa: E402
+from raftlog.cluster import NodePorts, NodeProcess, build_node_configs, free_ports, stop_all, write_node_config  # noqa: E402
+from raftlog.config import new_cluster_id  # noqa: E402
+from raftlog.errors import RaftlogError, error_from_wire  # noqa: E402
+from raftlog.protocol import FrameDecoder, encode_frame  # noqa: E402
+
+RECORD_BYTES = 100
+SETTINGS = {"heartbeat_ms": 300, "session_timeout_ms": 2000}
+
+
+# ----------------------------------------------------------------------------- the worker
+
+
+def build_batch(target_bytes: int) -> tuple[bytes, int]:
+    value = b"x" * RECORD_BYTES
+    b = BatchBuilder()
+    ts = int(time.time() * 1000)
+    while b.size_bytes + RECORD_BYTES + 16 <= target_bytes:
+        b.append(value, None, timestamp_ms=ts)
+    return b.build(), b.record_count
+
+
+class Conn:
+    def __init__(self, address: str):
+        host, _, port = address.rpartition(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=30)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.decoder = FrameDecoder(1 << 30)
+        self.next_id = 1
+
+    def send(self, op: str, **fields) -> int:
+        rid = self.next_id
+        self.next_id += 1
+        self.sock.sendall(encode_frame({**fields, "v": 1, "id": rid, "op": op}))
+        return rid
+
+    def receive(self) -> dict:
+        while True:
+            frame = self.decoder.next_frame()
+            if frame is not None:
+                return frame
+            data = self.sock.recv(1 << 20)
+            if not data:
+                raise ConnectionError("closed")
+            self.decoder.feed(data)
+
+    def call(self, op: str, **fields) -> dict:
+        self.send(op, **fields)
+        return self.receive()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def worker(address: str, topic: str, batch_bytes: int, seconds: float, window: int) -> dict:
+    batch, records = build_batch(batch_bytes)
+    conn = Conn(address)
+    parts = [{"topic": topic, "partition": 0, "records": batch}]
+    sent: dict[int, float] = {}
+    latencies: list[float] = []
+    errors = 0
+    start = time.perf_counter()
+    end = start + seconds
+    while True:
+        now = time.perf_counter()
+        while len(sent) < window and now < end:
+            rid = conn.send("produce", acks=-1, timeout_ms=10_000, partitions=parts)
+            sent[rid] = time.perf_counter()
+        if not sent:
+            break
+        resp = conn.receive()
+        t0 = sent.pop(resp["id"])
+        p = resp.get("partitions", [{}])[0] if "error" not in resp else resp
+        if "error" in p:
+            errors += 1
+        else:
+            latencies.append(time.perf_counter() - t0)
+    elapsed = time.perf_counter() - start
+    conn.close()
+    n = len(latencies)
+    latencies.sort()
+    return {
+        "batches_per_s": n / elapsed,
+        "mb_per_s": n * len(batch) / elapsed / 1e6,
+        "records_per_s": n * records / elapsed,
+        "p50_ms": latencies[n // 2] * 1000 if n else float("nan"),
+        "p99_ms": latencies[min(n - 1, int(n * 0.99))] * 1000 if n else float("nan"),
+        "errors": errors,
+        "batch_bytes": len(batch),
+        "records_per_batch": records,
+    }
+
+
+# ----------------------------------------------------------------------------- the cluster
+
+
+class Cluster:
+    def __init__(self, root: Path):
+        self.root = root
+        self.ports = {i: NodePorts(*free_ports(4)) for i in (1, 2, 3)}
+        self.configs = build_node_configs(root, new_cluster_id(), secrets.token_urlsafe(24),
+                                          self.ports, settings=SETTINGS)
+        self.procs: dict[int, NodeProcess] = {}
+
+    def start(self, i: int) -> None:
+        cfg = self.configs[i]
+        self.procs[i] = NodeProcess(i, write_node_config(cfg), cfg.data_dir / "node.log").start()
+
+    def client(self, i: int) -> str:
+        return str(self.configs[i].listeners.client)
+
+    def call(self, i: int, op: str, **fields) -> dict:
+        conn = Conn(self.client(i))
+        try:
+            resp = conn.call(op, **fields)
+        finally:
+            conn.close()
+        if "error" in resp:
+            raise error_from_wire(resp["error"])
+        return resp
+
+    def live(self) -> list[int]:
+        return [i for i, p in sorted(self.procs.items()) if p.alive()]
+
+    def wait(self, predicate, timeout_s: float, what: str):
+        deadline = time.monotonic() + timeout_s
+        last = None
+        while time.monotonic() < deadline:
+            try:
+                value = predicate()
+                if value:
+                    return value
+            except (OSError, KeyError, TypeError, IndexError, RaftlogError) as exc:
+                last = exc  # not yet: the cluster is still settling
+            time.sleep(0.02)
+        raise SystemExit(f"timed out waiting for {what}: {last!r}")
+
+    def ready(self) -> bool:
+        st = self.call(self.live()[0], "cluster_status")
+        unfenced = {b["id"] for b in st["brokers"] if not b["fenced"]}
+        return st.get("controller_id") is not None and set(self.live()) <= unfenced
+
+    def leader(self, topic: str) -> int | None:
+        for i in self.live():
+            try:
+                r = self.call(i, "produce", acks=-1, timeout_ms=2000,
+                              partitions=[{"topic": topic, "partition": 0,
+                                           "records": build_batch(200)[0]}])
+            except OSError:
+                continue
+            p = r["partitions"][0]
+            if "error" not in p:
+                return i
+            hint = p["error"].get("leader_id")
+            if p["error"]["code"] == "NOT_LEADER" and hint in self.live():
+                continue
+        return None
+
+    def stop(self) -> None:
+        stop_all(self.procs.values(), 15)
+
+
+def run_worker(address: str, topic: str, batch_bytes: int, seconds: float, window: int) -> dict:
+    out = subprocess.run(
+        [sys.executable, __file__, "--worker", address, topic, str(batch_bytes), str(seconds),
+         str(window)], capture_output=True, text=True, timeout=seconds + 60, check=True,
+    )  # fmt: skip
+    return json.loads(out.stdout)
+
+
+def median_of(results: list[dict]) -> dict:
+    return {k: statistics.median(r[k] for r in results) for k in results[0]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--window", type=int, default=8, help="produce requests in flight")
+    ap.add_argument("--failovers", type=int, default=5)
+    ap.add_argument("--keep", help="data directory to use and keep (default: a temp dir)")
+    ap.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        address, topic, size, seconds, window = args.worker
+        print(json.dumps(worker(address, topic, int(size), float(seconds), int(window))))
+        return 0
+
+    root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-replication-"))
+    cluster = Cluster(root)
+    try:
+        for i in (1, 2, 3):
+            cluster.start(i)
+        cluster.wait(cluster.ready, 60, "a ready cluster")
+        for name, rf in (("rf3", 3), ("rf1", 1)):
+            cluster.call(1, "create_topic", name=name, partitions=1, replication_factor=rf,
+                         configs={"flush_policy": "always", "max_message_bytes": str(1 << 20)})
+        leaders = {t: cluster.wait(lambda t=t: cluster.leader(t), 30, f"a leader of {t}")
+                   for t in ("rf3", "rf1")}
+        print(f"nodes: 3 local processes; leaders: {leaders}; {os.cpu_count()} CPUs; "
+              f"{args.runs} runs x {args.seconds:g} s, window {args.window}, "
+              f"{RECORD_BYTES}-byte records, acks=all, flush_policy=always")
+        rows = {}
+        for size in (16 << 10, 256 << 10):
+            for topic in ("rf3", "rf1"):
+                results = [run_worker(cluster.client(leaders[topic]), topic, size, args.seconds,
+                                      args.window) for _ in range(args.runs)]
+                m = median_of(results)
+                rows[(topic, size)] = m
+                print(f"{topic} {size >> 10:>3} KiB: {m['batches_per_s']:8.1f} batches/s "
+                      f"{m['mb_per_s']:7.1f} MB/s {m['records_per_s']:10.0f} records/s "
+                      f"p50 {m['p50_ms']:6.2f} ms p99 {m['p99_ms']:7.2f} ms "
+                      f"(errors {m['errors']:.0f})")
+        for size in (16 << 10, 256 << 10):
+            ratio = rows[("rf3", size)]["records_per_s"] / rows[("rf1", size)]["records_per_s"]
+            print(f"ratio RF3/RF1 {size >> 10} KiB: {ratio:.2f}")
+        single = median_of([run_worker(cluster.client(leaders["rf3"]), "rf3", 16 << 10,
+                                       args.seconds, 1) for _ in range(args.runs)])
+        print(f"rf3 16 KiB one at a time (window 1): p50 {single['p50_ms']:.2f} ms "
+              f"p99 {single['p99_ms']:.2f} ms, {single['batches_per_s']:.0f} batches/s")
+        times = []
+        for _ in range(args.failovers):
+            victim = cluster.wait(lambda: cluster.leader("rf3"), 30, "a leader of rf3")
+            t0 = time.monotonic()
+            cluster.procs[victim].kill()
+            new = cluster.wait(lambda: cluster.leader("rf3"), 30, "a new leader of rf3")
+            times.append(time.monotonic() - t0)
+            cluster.start(victim)
+            cluster.wait(cluster.ready, 60, "the killed node back")
+            print(f"failover: killed {victim}, {new} took writes after {times[-1]:.2f} s")
+        if times:
+            print(f"failover median of {len(times)}: {statistics.median(times):.2f} s")
+    finally:
+        cluster.stop()
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
