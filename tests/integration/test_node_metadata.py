@@ -115,9 +115,20 @@ def test_broker_only_node_fetches_metadata_and_gets_partitions(cluster):
     assert cluster.status(4)["controller_id"] in (1, 2, 3)
 
 
+def durable_view(topics: list[dict]) -> dict[str, dict]:
+    """What a restart must keep: placement and configs. Leaders and leader epochs are left out
+    because the partitions' Raft groups elect leaders again after a restart."""
+    volatile = {"leader", "leader_epoch"}
+    return {
+        t["name"]: {**t, "partitions": [{k: v for k, v in p.items() if k not in volatile}
+                                        for p in t["partitions"]]}
+        for t in topics
+    }
+
+
 def test_controller_sigkill_fails_over_within_5s(cluster):
     old = cluster.controller_id()
-    before = {t["name"]: t for t in cluster.call(old, "metadata", topics=None, internal=True)["topics"]}
+    before = durable_view(cluster.call(old, "metadata", topics=None, internal=True)["topics"])
     survivor = next(n for n in cluster.live() if n != old)
     cluster.kill(old)
     killed_at = time.monotonic()
@@ -129,7 +140,7 @@ def test_controller_sigkill_fails_over_within_5s(cluster):
     new = cluster.wait_for(new_controller, 5, "a new controller")
     elapsed = time.monotonic() - killed_at
     assert elapsed < 5 and new != old
-    after = {t["name"]: t for t in cluster.call(survivor, "metadata", topics=None, internal=True)["topics"]}
+    after = durable_view(cluster.call(survivor, "metadata", topics=None, internal=True)["topics"])
     assert after == before
     created = cluster.call(survivor, "create_topic", name="after-failover", partitions=3, replication_factor=2)
     assert len(created["partitions"]) == 3
@@ -137,17 +148,6 @@ def test_controller_sigkill_fails_over_within_5s(cluster):
     cluster.wait_ready(timeout_s=20, brokers=[1, 2, 3, 4])
     assert cluster.wait_for(lambda: _placement(cluster, old, "after-failover") ==
                             _placement(cluster, survivor, "after-failover"), 5, "the restarted node catching up")
-
-
-def durable_view(topics: list[dict]) -> dict[str, dict]:
-    """What a restart must keep: placement and configs. Leaders and leader epochs are left out
-    because the partitions' Raft groups elect leaders again after a restart."""
-    volatile = {"leader", "leader_epoch"}
-    return {
-        t["name"]: {**t, "partitions": [{k: v for k, v in p.items() if k not in volatile}
-                                        for p in t["partitions"]]}
-        for t in topics
-    }
 
 
 def test_restart_of_every_node_keeps_metadata(cluster):
