@@ -444,6 +444,22 @@ class BatchBuilder:
         self._count = n + 1
         return added
 
+    def set_producer_state(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+        """Set the idempotent producer's id, epoch and base sequence for the next `build`.
+
+        The producer learns the base sequence only when the batch is sealed (after its records
+        were appended), so this is separate from the constructor. Raises ValueError when a
+        value does not fit its field (int64, int16, int32).
+        """
+        if not (_INT64_MIN <= producer_id <= _INT64_MAX and -(1 << 15) <= producer_epoch < (1 << 15)
+                and -(1 << 31) <= base_sequence < (1 << 31)):
+            raise ValueError(
+                f"producer state out of range: id={producer_id} epoch={producer_epoch} seq={base_sequence}"
+            )
+        self._producer_id = producer_id
+        self._producer_epoch = producer_epoch
+        self._base_sequence = base_sequence
+
     def build(self) -> bytes:
         """The batch bytes (header, CRC, records compressed with the chosen codec).
 

@@ -511,5 +511,15 @@ def topics_alter(ctx: click.Context, name: str, set_items: tuple[str, ...], dele
                (", ".join(f"{k}={v}" for k, v in sorted(configs.items())) or "(defaults)"))
 
 
+# Record and group commands live in their own modules; they import nothing from this one at
+# import time (nodes run as `python -m raftlog.cli`, so that would be circular).
+from raftlog import cli_groups as _cli_groups  # noqa: E402
+from raftlog import cli_records as _cli_records  # noqa: E402
+
+main.add_command(_cli_records.produce_cmd)
+main.add_command(_cli_records.consume_cmd)
+main.add_command(_cli_records.perf)
+main.add_command(_cli_groups.groups)
+
 if __name__ == "__main__":
     main()

@@ -36,6 +36,7 @@ from typing import Any, Final, Protocol
 
 import trio
 
+from groupcoord.service import GroupCoordinatorService
 from metadata.image import MetadataImage
 from metadata.service import MetadataService
 from partition.manager import ReplicaManager
@@ -79,6 +80,7 @@ def build_services(config: NodeConfig, metadata: MetadataService, peers: PeerPoo
     services: list[NodeService] = [metadata]
     if config.is_broker:
         services.append(ReplicaManager(config, metadata, peers))
+        services.append(GroupCoordinatorService(config, metadata, services[-1]))
     return services
 
 

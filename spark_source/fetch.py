@@ -207,13 +207,10 @@ class ClusterProvider:
     def __init__(self, bootstrap: str, *, request_timeout_ms: int = 30_000,
                  rng: random.Random | None = None):
         # Imported here: the client shell is not needed to plan or pickle anything.
-        from raftlog.client.blocking import _Network
-        from raftlog.client.core import AdminCore
+        from raftlog.client import Admin
 
-        self._core = AdminCore(bootstrap, rng=rng or random.Random(),
-                               request_timeout_ms=request_timeout_ms)
-        self._net = _Network(self._core, connect_timeout_ms=min(request_timeout_ms, 10_000),
-                             send_timeout_ms=request_timeout_ms)
+        self._admin = Admin(bootstrap, request_timeout_ms=request_timeout_ms,
+                            rng=rng or random.Random())
         self._lock = threading.Lock()
         self._request_timeout_ms = request_timeout_ms
 
@@ -224,24 +221,17 @@ class ClusterProvider:
     def _run(self, requests: list[tuple[dict, TopicPartition | None]],
              timeout_ms: int | None = None) -> list[dict]:
         """Send every request (routed to its partition's leader, or any broker), drive the
-        sockets until all are answered; the ok responses in order, or raise the first
-        error."""
-        from raftlog.client.blocking import _step
-
+        sockets until all are answered (`Admin.request_many`); the ok responses in order,
+        or raise the first error."""
         with self._lock:
-            now = _mono_ms()
-            calls = [self._core.submit(req, now, route=route, timeout_ms=timeout_ms)
-                     for req, route in requests]
-            while not all(c.done for c in calls):
-                _step(self._core, self._net, min(c.deadline_ms for c in calls if not c.done))
-            return [c.value() for c in calls]
+            return self._admin.request_many(requests, timeout_ms=timeout_ms)
 
     def list_partitions(self, topics: Sequence[str] | None) -> list[PartitionMeta]:
         from raftlog.client.core import metadata_request, parse_metadata
 
         (msg,) = self._run([(metadata_request(topics), None)])
         md = parse_metadata(msg)
-        self._core.metadata.update(md, _mono_ms())  # routing learns the leaders now
+        self._admin.metadata.update(md, _mono_ms())  # routing learns the leaders now
         out = []
         for name, t in md.topics.items():
             for p in t.partitions:
@@ -291,11 +281,11 @@ class ClusterProvider:
                 if isinstance(exc, NotLeader):
                     # A partition-level NOT_LEADER inside an ok answer: route by the hint
                     # next time, and let the loop retry.
-                    self._core.metadata.apply_leader_hint(topic, partition, exc.leader_id,
-                                                          exc.leader)
-                    self._core.request_metadata_refresh()
+                    self._admin.metadata.apply_leader_hint(topic, partition, exc.leader_id,
+                                                           exc.leader)
+                    self._admin.request_metadata_refresh()
                 elif exc.retriable:
-                    self._core.request_metadata_refresh()
+                    self._admin.request_metadata_refresh()
                 raise exc
             return FetchAnswer(bytes(r.get("records") or b""), int(r.get("high_watermark", -1)),
                                int(r.get("log_start_offset", -1)))
@@ -313,7 +303,7 @@ class ClusterProvider:
 
     def close(self) -> None:
         with self._lock:
-            self._net.close()
+            self._admin.close()
 
 
 def _mono_ms() -> int:

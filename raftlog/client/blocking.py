@@ -35,6 +35,7 @@ from raftlog.client.core import (
     ClusterStatus,
     ConsumerCore,
     ConsumerRecord,
+    MetadataCache,
     ProducerCore,
     TopicInfo,
     alter_configs_request,
@@ -49,6 +50,7 @@ from raftlog.client.core import (
     parse_topic,
 )
 from raftlog.client.errors import BufferFull, ClientClosed
+from raftlog.client.group_blocking import GROUP_OPTIONS, BlockingGroup
 from raftlog.errors import RaftlogError, RequestTimedOut, UnknownTopicOrPartition
 from raftlog.protocol import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
 
@@ -235,6 +237,17 @@ class RecordFuture:
     def __init__(self, batch: ProducerBatch, index: int):
         self._batch = batch
         self._index = index
+
+    @property
+    def index(self) -> int:
+        """This record's place in its batch (0: it opened the batch). Records of one batch
+        share one outcome: a tool timing acks needs one callback per batch, not per record."""
+        return self._index
+
+    @property
+    def batch_record_count(self) -> int:
+        """Records in this record's batch so far (final once the batch was sent)."""
+        return self._batch.record_count
 
     def result(self, timeout: float | None = None) -> tuple[int, int]:
         """(partition, offset); raises the delivery error, or TimeoutError after `timeout` s."""
@@ -480,6 +493,8 @@ class Consumer:
         rng: random.Random | None = None,
         **options: Any,
     ):
+        # Consumer groups (group_blocking.py): group options are the group's, not the core's.
+        group_options = {k: options.pop(k) for k in list(options) if k in GROUP_OPTIONS}
         self._core = ConsumerCore(
             bootstrap, rng=rng or random.Random(), auto_offset_reset=auto_offset_reset,
             max_wait_ms=max_wait_ms, min_bytes=min_bytes, fetch_max_bytes=fetch_max_bytes,
@@ -492,6 +507,37 @@ class Consumer:
         self._request_timeout_ms = request_timeout_ms
         self._consumer_timeout_ms = consumer_timeout_ms
         self._closed = False
+        self._group: BlockingGroup | None = None
+        if group_options.get("group_id") is not None:
+            self._group = BlockingGroup(self, bootstrap, request_timeout_ms=request_timeout_ms,
+                                        **group_options)
+
+    # ---- consumer groups (the group half lives in group_blocking.py) ----
+
+    def subscribe(self, topics: Iterable[str] | None = None, *, pattern: str | None = None,
+                  on_revoked=None, on_assigned=None) -> None:
+        """Join the consumer's group (group_id=...) for `topics` or a regex `pattern`;
+        partitions come and go at rebalances inside poll(), announced by
+        on_revoked(partitions) / on_assigned(partitions)."""
+        if self._group is None:
+            raise ValueError("subscribe needs a group_id (Consumer(..., group_id=...))")
+        self._group.subscribe(topics, pattern, on_revoked, on_assigned)
+
+    def commit(self, offsets: dict[tuple[str, int], int] | None = None) -> None:
+        """Commit offsets (default: the position of every assigned partition) and wait."""
+        self._require_group().commit(offsets, sync=True)
+
+    def commit_async(self, offsets: dict[tuple[str, int], int] | None = None) -> None:
+        self._require_group().commit(offsets, sync=False)
+
+    def committed(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
+        """The group's committed offset of each partition (None: none)."""
+        return self._require_group().committed(partitions)
+
+    def _require_group(self) -> BlockingGroup:
+        if self._group is None:
+            raise ValueError("no group_id: this consumer has no group to commit to")
+        return self._group
 
     def assign(self, partitions: Iterable[tuple[str, int]]) -> None:
         self._core.assign(partitions)
@@ -547,6 +593,8 @@ class Consumer:
         core = self._core
         core.fetch_wait_ms = max(0, min(self._max_wait_ms, timeout_ms))
         deadline = _mono_ms() + timeout_ms
+        if self._group is not None:
+            self._group.before_poll(deadline)
         while True:
             records = core.take_records(max_records)
             if records:
@@ -575,6 +623,8 @@ class Consumer:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            if self._group is not None:
+                self._group.close()  # commits (auto commit) and leaves the group
             self._net.close()
 
     def __enter__(self) -> Consumer:
@@ -599,10 +649,48 @@ class Admin:
                              send_timeout_ms=request_timeout_ms)
 
     def _call(self, request: dict, timeout_ms: int | None = None) -> dict:
-        call = self._core.submit(request, _mono_ms(), timeout_ms=timeout_ms)
-        while not call.done:
-            _step(self._core, self._net, call.deadline_ms)
-        return call.value()
+        return self.request(request, timeout_ms=timeout_ms)
+
+    # ---- raw requests (for tools built on the client: the Spark source, the CLI) ----
+
+    def request(self, request: dict, *, route: tuple[str, int] | None = None,
+                timeout_ms: int | None = None) -> dict:
+        """Send one protocol request (a map with `op` and its fields; `v`/`id` are added)
+        to the right broker and return the ok response map.
+
+        route None: any broker (admin ops are forwarded to the controller by the node);
+        (topic, partition): that partition's leader, found and followed through metadata.
+        Retriable errors and lost connections are retried with backoff until `timeout_ms`
+        (default request_timeout_ms); raises the server's error (a RaftlogError) otherwise.
+        An ok response may still carry per-partition errors: those are the caller's.
+        """
+        return self.request_many([(request, route)], timeout_ms=timeout_ms)[0]
+
+    def request_many(self, requests: Iterable[tuple[dict, tuple[str, int] | None]], *,
+                     timeout_ms: int | None = None) -> list[dict]:
+        """`request` for several (request, route) pairs at once, all in flight together;
+        the ok responses in order, or raises the first failed one's error (in order)."""
+        now = _mono_ms()
+        calls = [self._core.submit(dict(req), now, route=route, timeout_ms=timeout_ms)
+                 for req, route in requests]
+        while True:
+            pending = [c.deadline_ms for c in calls if not c.done]
+            if not pending:
+                break
+            _step(self._core, self._net, min(pending))
+        return [c.value() for c in calls]
+
+    @property
+    def metadata(self) -> MetadataCache:
+        """The routing cache (leaders by partition, broker addresses). `request` keeps it
+        fresh; a caller that learns more (a metadata answer, a NOT_LEADER hint inside an ok
+        response) may feed it: `metadata.update(parse_metadata(msg), now_ms)` with
+        `now_ms = int(time.monotonic() * 1000)`, `metadata.apply_leader_hint(...)`."""
+        return self._core.metadata
+
+    def request_metadata_refresh(self) -> None:
+        """Refresh the routing cache before the next routed request."""
+        self._core.request_metadata_refresh()
 
     def create_topic(self, name: str, partitions: int, replication_factor: int,
                      configs: dict[str, str] | None = None, *, timeout_ms: int | None = None) -> TopicInfo:

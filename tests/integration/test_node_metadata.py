@@ -109,7 +109,11 @@ def test_broker_only_node_fetches_metadata_and_gets_partitions(cluster):
     assert Counter(p["replicas"][0] for p in created["partitions"])[4] >= 1
     # Preferred leaders spread over the whole image, so the empty newcomer takes most of
     # these and every broker ends within one of the others.
-    topics = cluster.call(1, "metadata", topics=None, internal=True)["topics"]
+    # Node 1 learns of the topic when it replays the envelope, a moment after node 4's answer.
+    def all_topics_with_wide():
+        topics = cluster.call(1, "metadata", topics=None, internal=True)["topics"]
+        return topics if any(t["name"] == "wide" for t in topics) else None
+    topics = cluster.wait_for(all_topics_with_wide, 5, "topic wide on node 1")
     counts = Counter(p["preferred_leader"] for t in topics for p in t["partitions"])
     assert set(counts) == {1, 2, 3, 4} and max(counts.values()) - min(counts.values()) <= 1, counts
     assert cluster.status(4)["controller_id"] in (1, 2, 3)

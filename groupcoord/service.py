@@ -1,0 +1,523 @@
+"""The group coordinator's trio shell (a NodeService, NODE_SERVICES.md): one pure
+`GroupCoordinator` core (coordinator.py) driven on the node's trio thread, with its offsets
+and group records in `__consumer_offsets` through the local ReplicaManager.
+
+    GroupCoordinatorService(config, metadata, replicas)
+
+What the shell does for the core (the contract in coordinator.py's docstring):
+* Calls: every core call is synchronous and made between trio checkpoints, so calls never
+  overlap (the core is not re-entrant and needs no lock: a trio task cannot be preempted
+  inside a synchronous call). Each Result is applied at once by `_apply`: the waiter of a
+  `Pending` response is registered first, then appends are queued, then completions wake
+  their waiters, then the timer is moved to `next_deadline_ms`.
+* Waiters: one trio.Event + slot per pending key (bounded by the core's `max_pending`). A
+  handler waits at most the request's `timeout_ms` (capped below the server deadline); on
+  timeout or cancellation it tells the core `abandon(key)` and answers REQUEST_TIMED_OUT.
+* Appends: `Append(append_id, partition, records)` becomes one RecordBatch v2 (BatchBuilder,
+  key/value bytes from the core) appended with acks=all to the local leader replica of
+  `__consumer_offsets-<partition>`. Appends go through one bounded channel to one writer task,
+  so appends are made in the order the core issued them; each commit waits in its own task
+  (bounded by COMMIT_TIMEOUT_S, Kafka's offsets.commit.timeout.ms) and reports
+  `on_append_committed(append_id, base_offset)` or `on_append_failed(append_id, code)`. A full
+  channel fails the append at once (COORDINATOR_NOT_AVAILABLE for the client: retriable).
+* Ownership: a watcher polls the local replicas of `__consumer_offsets` every
+  LEADERSHIP_POLL_S. A partition newly led here (or led in a new epoch) is `begin_load`ed,
+  then replayed in a task: first it waits until the high watermark reaches the log end seen
+  when leadership was noticed (so every record of earlier leaders is committed), then it reads
+  from the log start to the high watermark in LOAD_CHUNK_BYTES chunks (`read_committed` +
+  `decode_batches`, control batches skipped) into `load`, then `finish_load`. Meanwhile the
+  partition's groups answer COORDINATOR_LOAD_IN_PROGRESS; groups of partitions not led here
+  answer NOT_COORDINATOR. Losing leadership `unload`s (pending requests answered
+  NOT_COORDINATOR). A load that fails is dropped and retried by the watcher.
+* Timer: one task sleeps until the latest `next_deadline_ms` (or until it changes) and calls
+  `tick(now_ms)`.
+
+Clock: `now_ms` is wall-clock milliseconds (commit timestamps are stored in the log, as
+Kafka's are); injectable.
+
+Client ops (PROTOCOL.md): find_coordinator (answered by any node from its image: the leader of
+`partition_for_group(group_id)`), join_group, sync_group, heartbeat, leave_group,
+offset_commit, offset_fetch, list_groups (this node's groups only: clients ask every broker),
+describe_groups, delete_groups, reset_offsets (explicit offsets; planning is the client's).
+
+Settings read from the node config when it has them (else the defaults here, lower than
+Kafka's so tests can use short sessions): group_min_session_timeout_ms (1000),
+group_max_session_timeout_ms (1800000), group_initial_rebalance_delay_ms (1000).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import trio
+
+from groupcoord.coordinator import (
+    Append,
+    CommitOffset,
+    CoordinatorConfig,
+    GroupCoordinator,
+    Pending,
+    Result,
+)
+from groupcoord.errors import GroupError
+from groupcoord.records import partition_for_group
+from metadata.controller import OFFSETS_TOPIC, OFFSETS_TOPIC_PARTITIONS
+from partition.batch import BatchBuilder, decode_batches
+from partition.errors import PartitionError
+from raftlog.errors import (
+    CoordinatorNotAvailable,
+    InvalidRequest,
+    RaftlogError,
+    RequestTimedOut,
+    as_wire_error,
+)
+from raftlog.eventlog import log_event
+from raftlog.protocol import Request, field
+
+__all__ = ["GroupCoordinatorService", "OFFSETS_TOPIC"]
+
+logger = logging.getLogger(__name__)
+
+LEADERSHIP_POLL_S: Final = 0.05
+LOAD_CHUNK_BYTES: Final = 1 << 20
+LOAD_RETRY_S: Final = 0.5
+COMMIT_TIMEOUT_S: Final = 5.0          # Kafka's offsets.commit.timeout.ms
+APPEND_QUEUE: Final = 4096
+DEFAULT_WAIT_MS: Final = 30_000
+WAIT_MARGIN_MS: Final = 250            # answer before the server's own deadline fires
+MAX_GROUP_IDS: Final = 1000            # per describe_groups / delete_groups request
+MAX_PROTOCOLS: Final = 64
+
+Handler = Callable[[Request], Awaitable[Mapping[str, Any] | None]]
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class _Waiter:
+    key: int
+    event: trio.Event
+    response: Any = None
+
+
+class GroupCoordinatorService:
+    """See the module docstring. `replicas` is the node's ReplicaManager (None on a node that
+    is not a broker: then only find_coordinator is useful)."""
+
+    name = "groups"
+
+    def __init__(
+        self,
+        config: Any,
+        metadata: Any,
+        replicas: Any,
+        *,
+        clock_ms: Callable[[], int] = _wall_ms,
+        rng: random.Random | None = None,
+        coordinator_config: CoordinatorConfig | None = None,
+    ):
+        self.node_id: int = config.node_id
+        self.metadata = metadata
+        self.replicas = replicas
+        self._clock_ms = clock_ms
+        self._request_timeout_ms: int = getattr(config, "request_timeout_ms", 30_000)
+        cc = coordinator_config or CoordinatorConfig(
+            partitions=OFFSETS_TOPIC_PARTITIONS,
+            group_min_session_timeout_ms=getattr(config, "group_min_session_timeout_ms", 1_000),
+            group_max_session_timeout_ms=getattr(config, "group_max_session_timeout_ms", 1_800_000),
+            group_initial_rebalance_delay_ms=getattr(config, "group_initial_rebalance_delay_ms", 1_000),
+        )
+        self.core = GroupCoordinator(cc, rng or random.Random())
+        self._waiters: dict[int, _Waiter] = {}
+        self._deadline_ms: int | None = None
+        self._timer_changed = trio.Event()
+        self._owned: dict[int, int] = {}       # partition -> leader epoch loaded / loading
+        self._load_failed_at: dict[int, float] = {}
+        self._append_send, self._append_recv = trio.open_memory_channel[Append](APPEND_QUEUE)
+        self._nursery: trio.Nursery | None = None
+        self.client_handlers: Mapping[str, Handler] = {
+            "find_coordinator": self._find_coordinator,
+            "join_group": self._join_group,
+            "sync_group": self._sync_group,
+            "heartbeat": self._heartbeat,
+            "leave_group": self._leave_group,
+            "offset_commit": self._offset_commit,
+            "offset_fetch": self._offset_fetch,
+            "list_groups": self._list_groups,
+            "describe_groups": self._describe_groups,
+            "delete_groups": self._delete_groups,
+            "reset_offsets": self._reset_offsets,
+        }
+        self.peer_handlers: Mapping[str, Handler] = {}
+
+    # ------------------------------------------------------------------ NodeService
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._timer_loop)
+                if self.replicas is not None:
+                    nursery.start_soon(self._writer_loop)
+                    nursery.start_soon(self._leadership_loop)
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            self._nursery = None
+            for p in list(self._owned):
+                del self._owned[p]
+                self._apply(self.core.unload(p))
+
+    def on_image(self, image: Any) -> None:
+        """Nothing to do: ownership follows the local replicas, find_coordinator reads the
+        metadata service's image when asked."""
+
+    def health(self) -> dict[str, Any]:
+        return {"ok": True, **self.core.health(), "waiters": len(self._waiters)}
+
+    # ------------------------------------------------------------------ applying results
+
+    def _apply(self, result: Result) -> Any:
+        """Carry out one Result; returns its response (a `_Waiter` for Pending)."""
+        response: Any = result.response
+        if isinstance(response, Pending):
+            waiter = _Waiter(response.key, trio.Event())
+            self._waiters[response.key] = waiter
+            response = waiter
+        for append in result.appends:
+            self._queue_append(append)
+        for key, answer in result.completions:
+            w = self._waiters.pop(key, None)
+            if w is not None:
+                w.response = answer
+                w.event.set()
+        if result.next_deadline_ms != self._deadline_ms:
+            self._deadline_ms = result.next_deadline_ms
+            self._timer_changed.set()
+        return response
+
+    def _queue_append(self, append: Append) -> None:
+        if self._nursery is None or self.replicas is None:
+            self._apply(self.core.on_append_failed(append.append_id, "COORDINATOR_NOT_AVAILABLE", self._clock_ms()))
+            return
+        try:
+            self._append_send.send_nowait(append)
+        except trio.WouldBlock:
+            self._apply(self.core.on_append_failed(append.append_id, "COORDINATOR_NOT_AVAILABLE", self._clock_ms()))
+
+    async def _answer(self, response: Any, wait_ms: int) -> dict[str, Any]:
+        """The ok fields of a core response; raises its error. Waits for a Pending one."""
+        if isinstance(response, _Waiter):
+            key = response.key
+            try:
+                with trio.move_on_after(max(0, wait_ms) / 1000):
+                    await response.event.wait()
+            finally:
+                if not response.event.is_set():
+                    self._waiters.pop(key, None)
+                    self.core.abandon(key)
+            if not response.event.is_set():
+                raise RequestTimedOut(f"no answer from the group coordinator within {wait_ms} ms")
+            response = response.response
+        if isinstance(response, GroupError):
+            raise response
+        if response is None:
+            return {}
+        return dict(response)
+
+    def _wait_ms(self, request: Request, floor_ms: int = 0) -> int:
+        asked = field(request, "timeout_ms", int, default=None, nullable=True, min_value=0)
+        cap = self._request_timeout_ms - WAIT_MARGIN_MS
+        want = DEFAULT_WAIT_MS if asked is None else asked
+        return max(0, min(max(want, floor_ms), cap))
+
+    # ------------------------------------------------------------------ timer
+
+    async def _timer_loop(self) -> None:
+        while True:
+            self._timer_changed = trio.Event()
+            deadline = self._deadline_ms
+            if deadline is None:
+                await self._timer_changed.wait()
+                continue
+            delay_s = (deadline - self._clock_ms()) / 1000
+            if delay_s > 0:
+                with trio.move_on_after(delay_s):
+                    await self._timer_changed.wait()
+                continue
+            self._apply(self.core.tick(self._clock_ms()))
+            if self._deadline_ms is not None and self._deadline_ms <= deadline:
+                await trio.sleep(0.001)  # never spin on a deadline the core did not move
+            await trio.sleep(0)
+
+    # ------------------------------------------------------------------ appends
+
+    async def _writer_loop(self) -> None:
+        assert self._nursery is not None
+        async for append in self._append_recv:
+            await self._write(append)
+
+    async def _write(self, append: Append) -> None:
+        replica = self.replicas.replica(OFFSETS_TOPIC, append.partition)
+        if replica is None or not replica.is_leader:
+            self._apply(self.core.on_append_failed(append.append_id, "NOT_COORDINATOR", self._clock_ms()))
+            return
+        now = self._clock_ms()
+        builder = BatchBuilder()
+        for key, value in append.records:
+            builder.append(value, key, timestamp_ms=now)
+        try:
+            res = await replica.append_as_leader(builder.build(), acks=-1)
+        except (RaftlogError, PartitionError) as exc:
+            self._apply(self.core.on_append_failed(append.append_id, _code(exc), self._clock_ms()))
+            return
+        if res.waiter is None:
+            self._apply(self.core.on_append_committed(append.append_id, res.first_offset, self._clock_ms()))
+            return
+        assert self._nursery is not None
+        self._nursery.start_soon(self._await_commit, append.append_id, res)
+
+    async def _await_commit(self, append_id: int, res: Any) -> None:
+        try:
+            await res.waiter.wait(trio.current_time() + COMMIT_TIMEOUT_S)
+        except (RaftlogError, PartitionError) as exc:
+            self._apply(self.core.on_append_failed(append_id, _code(exc), self._clock_ms()))
+            return
+        self._apply(self.core.on_append_committed(append_id, res.first_offset, self._clock_ms()))
+
+    # ------------------------------------------------------------------ ownership
+
+    async def _leadership_loop(self) -> None:
+        while True:
+            self._check_leadership()
+            await trio.sleep(LEADERSHIP_POLL_S)
+
+    def _check_leadership(self) -> None:
+        now = trio.current_time()
+        for p in range(self.core.config.partitions):
+            r = self.replicas.replica(OFFSETS_TOPIC, p)
+            leading = r is not None and r.is_leader
+            current = self._owned.get(p)
+            if leading:
+                if current == r.leader_epoch:
+                    continue
+                if now - self._load_failed_at.get(p, -1e9) < LOAD_RETRY_S:
+                    continue
+                self._owned[p] = r.leader_epoch
+                self._apply(self.core.begin_load(p))
+                log_event(logger, "group_partition_loading", partition=p, epoch=r.leader_epoch)
+                assert self._nursery is not None
+                self._nursery.start_soon(self._load, p, r, r.leader_epoch)
+            elif current is not None:
+                del self._owned[p]
+                self._apply(self.core.unload(p))
+                log_event(logger, "group_partition_unloaded", partition=p)
+
+    async def _load(self, p: int, r: Any, epoch: int) -> None:
+        def ours() -> bool:
+            return self._owned.get(p) == epoch and r.is_leader and r.leader_epoch == epoch
+
+        started = trio.current_time()
+        try:
+            target = r.log.log_end_offset
+            # Every record an earlier leader committed is below `target`; once the high
+            # watermark reaches it they are all committed here too (Raft: the new leader's
+            # high watermark moves only with an offset of its own epoch).
+            while ours() and r.high_watermark < target:
+                wake = trio.Event()
+                r.watch(wake)
+                try:
+                    with trio.move_on_after(0.2):
+                        await wake.wait()
+                finally:
+                    r.unwatch(wake)
+            offset = r.log.log_start_offset
+            applied = 0
+            while ours() and offset < r.high_watermark:
+                data = r.read_committed(offset, LOAD_CHUNK_BYTES)
+                if not data:
+                    break
+                records: list[tuple[int, bytes, bytes | None]] = []
+                for h, recs in decode_batches(data):
+                    if h.next_offset <= offset:
+                        continue
+                    if not h.is_control:
+                        records.extend((rec.offset, rec.key, rec.value) for rec in recs
+                                       if rec.key is not None and rec.offset >= offset)
+                    offset = h.next_offset
+                applied += self.core.load(p, records)
+                await trio.sleep(0)  # one chunk at a time: the node keeps serving meanwhile
+            if not ours():
+                return
+            self._apply(self.core.finish_load(p, self._clock_ms()))
+            log_event(logger, "group_partition_loaded", partition=p, epoch=epoch, records=applied,
+                      end_offset=offset, load_ms=int((trio.current_time() - started) * 1000))
+        except (RaftlogError, PartitionError) as exc:
+            log_event(logger, "group_partition_load_failed", level=logging.WARNING, partition=p,
+                      epoch=epoch, reason=str(exc))
+            if self._owned.get(p) == epoch:
+                del self._owned[p]
+                self._load_failed_at[p] = trio.current_time()
+                self._apply(self.core.unload(p))
+
+    # ------------------------------------------------------------------ client ops
+
+    async def _find_coordinator(self, request: Request) -> dict[str, Any]:
+        group_id = field(request, "group_id", str)
+        image = self.metadata.image
+        topic = image.topic(OFFSETS_TOPIC)
+        if topic is None or not topic.complete:
+            raise CoordinatorNotAvailable(f"{OFFSETS_TOPIC} does not exist yet")
+        p = partition_for_group(group_id, topic.partition_count)
+        state = image.partition(OFFSETS_TOPIC, p)
+        address = None
+        if state is not None and state.leader >= 0:
+            address = self.metadata.client_address(state.leader)
+        if address is None:
+            raise CoordinatorNotAvailable(f"{OFFSETS_TOPIC}-{p} has no leader now")
+        host, _, port = address.rpartition(":")
+        return {"node_id": state.leader, "host": host, "port": int(port), "partition": p}
+
+    async def _join_group(self, request: Request) -> dict[str, Any]:
+        protocols = []
+        for i, d in enumerate(field(request, "protocols", list, items=dict)[:MAX_PROTOCOLS + 1]):
+            protocols.append((field(d, "name", str, where=f"protocols[{i}]"),
+                              field(d, "metadata", bytes, where=f"protocols[{i}]")))
+        rebalance_timeout_ms = field(request, "rebalance_timeout_ms", int, min_value=1)
+        result = self.core.join_group(
+            group_id=field(request, "group_id", str),
+            member_id=field(request, "member_id", str, default=""),
+            protocol_type=field(request, "protocol_type", str, default="consumer"),
+            protocols=protocols,
+            session_timeout_ms=field(request, "session_timeout_ms", int),
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            group_instance_id=field(request, "group_instance_id", str, default=None, nullable=True),
+            client_id=field(request, "client_id", str, default=""),
+            client_host=field(request, "client_host", str, default=""),
+            now_ms=self._clock_ms(),
+        )
+        return await self._answer(self._apply(result), self._wait_ms(request))
+
+    async def _sync_group(self, request: Request) -> dict[str, Any]:
+        raw = field(request, "assignments", list, items=dict, default=None, nullable=True)
+        assignments = None
+        if raw is not None:
+            assignments = {
+                field(d, "member_id", str, where=f"assignments[{i}]"):
+                    field(d, "assignment", bytes, where=f"assignments[{i}]")
+                for i, d in enumerate(raw)
+            }
+        result = self.core.sync_group(
+            group_id=field(request, "group_id", str),
+            member_id=field(request, "member_id", str),
+            generation_id=field(request, "generation_id", int),
+            assignments=assignments,
+            group_instance_id=field(request, "group_instance_id", str, default=None, nullable=True),
+            protocol_type=field(request, "protocol_type", str, default=None, nullable=True),
+            protocol_name=field(request, "protocol_name", str, default=None, nullable=True),
+            now_ms=self._clock_ms(),
+        )
+        return await self._answer(self._apply(result), self._wait_ms(request))
+
+    async def _heartbeat(self, request: Request) -> dict[str, Any]:
+        result = self.core.heartbeat(
+            group_id=field(request, "group_id", str),
+            member_id=field(request, "member_id", str),
+            generation_id=field(request, "generation_id", int),
+            group_instance_id=field(request, "group_instance_id", str, default=None, nullable=True),
+            now_ms=self._clock_ms(),
+        )
+        return await self._answer(self._apply(result), 0)
+
+    async def _leave_group(self, request: Request) -> dict[str, Any]:
+        members = []
+        for i, d in enumerate(field(request, "members", list, items=dict)):
+            members.append((field(d, "member_id", str, default="", where=f"members[{i}]"),
+                            field(d, "group_instance_id", str, default=None, nullable=True,
+                                  where=f"members[{i}]")))
+        result = self.core.leave_group(group_id=field(request, "group_id", str), members=members,
+                                       now_ms=self._clock_ms())
+        return await self._answer(self._apply(result), 0)
+
+    async def _offset_commit(self, request: Request) -> dict[str, Any]:
+        offsets = []
+        for i, d in enumerate(field(request, "offsets", list, items=dict)):
+            w = f"offsets[{i}]"
+            offsets.append(CommitOffset(
+                field(d, "topic", str, where=w), field(d, "partition", int, where=w),
+                field(d, "offset", int, where=w),
+                field(d, "leader_epoch", int, default=None, nullable=True, where=w),
+                field(d, "metadata", str, default="", where=w),
+            ))  # fmt: skip
+        result = self.core.offset_commit(
+            group_id=field(request, "group_id", str),
+            offsets=offsets,
+            member_id=field(request, "member_id", str, default=""),
+            generation_id=field(request, "generation_id", int, default=-1),
+            group_instance_id=field(request, "group_instance_id", str, default=None, nullable=True),
+            now_ms=self._clock_ms(),
+        )
+        return await self._answer(self._apply(result), self._wait_ms(request))
+
+    async def _offset_fetch(self, request: Request) -> dict[str, Any]:
+        raw = field(request, "partitions", list, items=dict, default=None, nullable=True)
+        parts = None if raw is None else [
+            (field(d, "topic", str, where=f"partitions[{i}]"),
+             field(d, "partition", int, where=f"partitions[{i}]"))
+            for i, d in enumerate(raw)
+        ]
+        result = self.core.offset_fetch(group_id=field(request, "group_id", str), partitions=parts)
+        return await self._answer(self._apply(result), 0)
+
+    async def _list_groups(self, request: Request) -> dict[str, Any]:
+        states = field(request, "states", list, items=str, default=None, nullable=True)
+        out = await self._answer(self._apply(self.core.list_groups(states)), 0)
+        out["node_id"] = self.node_id
+        return out
+
+    async def _describe_groups(self, request: Request) -> dict[str, Any]:
+        ids = field(request, "group_ids", list, items=str)
+        if len(ids) > MAX_GROUP_IDS:
+            raise InvalidRequest(f"at most {MAX_GROUP_IDS} group ids", field="group_ids")
+        return await self._answer(self._apply(self.core.describe_groups(ids)), 0)
+
+    async def _delete_groups(self, request: Request) -> dict[str, Any]:
+        ids = field(request, "group_ids", list, items=str)
+        if len(ids) > MAX_GROUP_IDS:
+            raise InvalidRequest(f"at most {MAX_GROUP_IDS} group ids", field="group_ids")
+        wait_ms = self._wait_ms(request)
+        out = []
+        for gid in ids:
+            try:
+                result = self.core.delete_group(group_id=gid, now_ms=self._clock_ms())
+                await self._answer(self._apply(result), wait_ms)
+                out.append({"group_id": gid})
+            except (GroupError, RaftlogError) as exc:
+                wire = as_wire_error(exc)
+                assert wire is not None
+                out.append({"group_id": gid, "error": wire.to_wire()})
+        return {"groups": out}
+
+    async def _reset_offsets(self, request: Request) -> dict[str, Any]:
+        offsets: dict[tuple[str, int], int] = {}
+        for i, d in enumerate(field(request, "partitions", list, items=dict)):
+            w = f"partitions[{i}]"
+            offsets[(field(d, "topic", str, where=w), field(d, "partition", int, where=w))] = \
+                field(d, "offset", int, where=w)
+        result = self.core.reset_offsets(
+            group_id=field(request, "group_id", str), offsets=offsets,
+            dry_run=field(request, "dry_run", bool, default=False), now_ms=self._clock_ms(),
+        )
+        return await self._answer(self._apply(result), self._wait_ms(request))
+
+
+def _code(exc: BaseException) -> str:
+    wire = as_wire_error(exc)
+    return wire.code if wire is not None else "UNKNOWN_SERVER_ERROR"

@@ -1,0 +1,541 @@
+"""`raftlog produce`, `raftlog consume` and `raftlog perf produce|consume`: records from and to
+the terminal, like kafka-console-producer / kcat -C and Kafka's perf tests.
+
+    printf 'foo:first\\nfoo:second\\n' | raftlog produce demo --key-separator :
+    raftlog consume demo --from-beginning --format kv --max-messages 2
+    raftlog perf produce --topic bench --records 1000000 --record-bytes 100
+
+Commands are registered on the root group at the end of `raftlog/cli.py`. Rules kept here:
+* stdout carries records only (consume) and nothing at all for produce; summaries,
+  progress and notices go to stderr, so pipes stay clean.
+* A topic is checked up front (the producer would wait max_block_ms for an unknown one):
+  `consume` and `perf` fail at once naming near topic names; `produce` creates a missing
+  topic with 3 partitions and replication factor min(3, live brokers) and says so on
+  stderr (Kafka's auto.create.topics.enable; `--no-create` turns it off).
+* User errors are one line and exit 1 (bad arguments: click's usage error, exit 2); `raftlog
+  --debug` shows tracebacks. `consume` ends with exit 0 on Ctrl-C, SIGTERM and a closed
+  pipe (`| head`).
+"""
+
+from __future__ import annotations
+
+import base64
+import difflib
+import functools
+import json
+import os
+import signal
+import sys
+import time
+from typing import Any, BinaryIO, Callable, Iterator
+
+import click
+
+from raftlog.errors import RaftlogError
+
+__all__ = ["produce_cmd", "consume_cmd", "perf"]
+
+AUTO_CREATE_PARTITIONS = 3
+AUTO_CREATE_MAX_RF = 3
+_COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
+# raftlog.cli imports this module at its end to register the commands, so nothing of it is
+# imported here at module level (under `python -m raftlog.cli` that would be circular).
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"  # = raftlog.cli.DEFAULT_BOOTSTRAP
+
+
+class CliFailure(Exception):
+    """Raised here, turned into raftlog.cli.CliFailure (one line, exit code) by `_friendly`."""
+
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def _friendly(fn: Callable) -> Callable:
+    """raftlog.cli's `_friendly` (one line per expected failure, traceback with --debug),
+    looked up when the command runs."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from raftlog import cli
+
+        def run() -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except CliFailure as exc:
+                raise cli.CliFailure(str(exc), exc.exit_code) from None
+
+        return cli._friendly(run)()
+
+    return wrapper
+
+
+def _connect(bootstrap: str) -> list[str]:
+    from raftlog.cli import _bootstrap_list, _probe
+
+    addresses = _bootstrap_list(bootstrap)
+    _probe(addresses)
+    return addresses
+
+
+def _connection_options(fn: Callable) -> Callable:
+    fn = click.option("--timeout", type=click.FloatRange(0.5, 600), default=15.0, show_default=True,
+                      help="Seconds to wait for the cluster's answers (metadata, acks at the end).")(fn)
+    fn = click.option("--bootstrap", envvar="RAFTLOG_BOOTSTRAP", default=DEFAULT_BOOTSTRAP,
+                      show_default=True,
+                      help="host:port[,host:port...] of any node (env RAFTLOG_BOOTSTRAP).")(fn)
+    return fn
+
+
+def _near_names(admin: Any, name: str) -> str:
+    try:
+        known = admin.list_topics()
+    except RaftlogError:
+        return ""
+    near = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+    if near:
+        return f"; did you mean {', '.join(near)}?"
+    if known:
+        shown = ", ".join(known[:8]) + (", ..." if len(known) > 8 else "")
+        return f"; topics: {shown}"
+    return "; there are no topics yet (raftlog topics create NAME)"
+
+
+def _describe(admin: Any, topic: str) -> Any | None:
+    """The topic's TopicInfo, or None when it does not exist."""
+    try:
+        return admin.describe_topics([topic])[topic]
+    except RaftlogError as exc:
+        if exc.code == "UNKNOWN_TOPIC_OR_PARTITION":
+            return None
+        raise
+
+
+def _require_topic(admin: Any, topic: str) -> Any:
+    info = _describe(admin, topic)
+    if info is None:
+        raise CliFailure(f"unknown topic {topic!r}{_near_names(admin, topic)}")
+    return info
+
+
+def _auto_create(admin: Any, topic: str) -> Any:
+    status = admin.cluster_status()
+    live = sum(1 for b in status.brokers if not b.get("fenced"))
+    rf = max(1, min(AUTO_CREATE_MAX_RF, live))
+    try:
+        admin.create_topic(topic, AUTO_CREATE_PARTITIONS, rf)
+        click.echo(f"raftlog: created topic {topic} ({AUTO_CREATE_PARTITIONS} partitions, "
+                   f"replication factor {rf}); create it yourself for other settings", err=True)
+    except RaftlogError as exc:
+        if exc.code != "TOPIC_ALREADY_EXISTS":  # someone else made it meanwhile: fine
+            raise
+    deadline = time.monotonic() + 10
+    while True:
+        info = _describe(admin, topic)
+        if info is not None and all(p.leader is not None for p in info.partitions):
+            return info
+        if time.monotonic() >= deadline:
+            if info is not None:
+                return info  # leaders still being elected: the producer waits for them
+            raise CliFailure(f"created topic {topic!r} but it did not show up in metadata")
+        time.sleep(0.05)  # polling the metadata under a deadline
+
+
+def _parse_headers(items: tuple[str, ...]) -> list[tuple[str, bytes]]:
+    out = []
+    for item in items:
+        k, eq, v = item.partition("=")
+        if not eq or not k:
+            raise click.BadParameter(f"expected key=value, got {item!r}", param_hint="--header")
+        out.append((k, v.encode()))
+    return out
+
+
+# ----------------------------------------------------------------------------- produce
+
+
+def _lines(stream: BinaryIO, on_bytes: Callable[[int], None] | None) -> Iterator[bytes]:
+    for raw in stream:
+        if on_bytes is not None:
+            on_bytes(len(raw))
+        if raw.endswith(b"\n"):
+            raw = raw[:-1]
+            if raw.endswith(b"\r"):
+                raw = raw[:-1]
+        yield raw
+
+
+@click.command("produce")
+@click.argument("topic")
+@click.option("--file", "-f", "file_path", type=click.Path(exists=True, dir_okay=False),
+              help="Read records from this file instead of stdin.")
+@click.option("--key-separator", "-K", metavar="SEP",
+              help="Split each line at the first SEP into key and value (Kafka's parse.key).")
+@click.option("--header", "-H", "headers", multiple=True, metavar="KEY=VALUE",
+              help="A header on every record (repeatable).")
+@click.option("--partition", "-p", type=click.IntRange(0), help="Send every record to this partition.")
+@click.option("--acks", type=click.Choice(["0", "1", "all"]), default="all", show_default=True,
+              help="Acknowledgements to wait for (all: every in-sync replica; idempotent).")
+@click.option("--linger-ms", type=click.IntRange(0, 60_000), default=5, show_default=True,
+              help="How long a batch waits for more records.")
+@click.option("--batch-bytes", type=click.IntRange(128), default=None, help="Batch size bound (default 64 KiB).")
+@click.option("--compression", type=click.Choice(_COMPRESSIONS), default="none", show_default=True)
+@click.option("--create/--no-create", default=True, show_default=True,
+              help=f"Create a missing topic ({AUTO_CREATE_PARTITIONS} partitions, RF min(3, brokers)).")
+@_connection_options
+@click.pass_context
+@_friendly
+def produce_cmd(ctx: click.Context, topic: str, file_path: str | None, key_separator: str | None,
+                headers: tuple[str, ...], partition: int | None, acks: str, linger_ms: int,
+                batch_bytes: int | None, compression: str, create: bool, bootstrap: str,
+                timeout: float) -> None:
+    """Send one record per line of stdin (or --file) to TOPIC.
+
+    Prints a summary on stderr at the end (records, bytes, partitions, time); stdout stays
+    empty. A missing topic is created with 3 partitions (see --no-create).
+
+    \b
+    Examples:
+      printf 'foo:first\\nfoo:second\\nbar:first\\n' | raftlog produce streams-intro --key-separator :
+      raftlog produce events --file events.txt --header source=import --acks 1
+      seq 1000 | raftlog produce numbers --partition 0 --linger-ms 20 --compression zstd
+    """
+    from raftlog.client import Admin, Producer
+
+    sep = key_separator.encode() if key_separator is not None else None
+    if sep == b"":
+        raise click.BadParameter("must not be empty", param_hint="--key-separator")
+    hdrs = _parse_headers(headers)
+    addresses = _connect(bootstrap)
+    timeout_ms = int(timeout * 1000)
+    with Admin(addresses, request_timeout_ms=timeout_ms) as admin:
+        info = _describe(admin, topic)
+        if info is None:
+            if not create:
+                raise CliFailure(f"unknown topic {topic!r}{_near_names(admin, topic)} "
+                                 "(leave out --no-create to create it)")
+            info = _auto_create(admin, topic)
+    if partition is not None and partition >= len(info.partitions):
+        raise CliFailure(f"partition {partition} does not exist: {topic} has {len(info.partitions)}")
+
+    options: dict[str, Any] = {"acks": acks, "linger_ms": linger_ms,
+                               "enable_idempotence": acks == "all", "max_block_ms": timeout_ms}
+    if batch_bytes:
+        options["batch_bytes"] = batch_bytes
+    if compression != "none":
+        options["compression"] = compression
+    stats = {"records": 0, "bytes": 0, "failed": 0}
+    partitions_used: set[int] = set()
+    first_error: list[BaseException] = []
+
+    def on_batch(fut: Any) -> None:  # on the producer's I/O thread: keep it short
+        exc = fut.exception()
+        if exc is not None:
+            stats["failed"] += fut.batch_record_count
+            if not first_error:
+                first_error.append(exc)
+        else:
+            partitions_used.add(fut.result()[0])
+
+    start = time.monotonic()
+    stream: BinaryIO
+    bar = None
+    if file_path is not None:
+        stream = open(file_path, "rb")
+        if sys.stderr.isatty():
+            bar = click.progressbar(length=os.path.getsize(file_path), label=f"producing to {topic}",
+                                    file=sys.stderr, show_eta=True)
+    else:
+        stream = sys.stdin.buffer
+    interrupted = False
+    producer = Producer(addresses, request_timeout_ms=max(timeout_ms, 1000),
+                        delivery_timeout_ms=max(120_000, timeout_ms + linger_ms + 1000), **options)
+    try:
+        if bar is not None:
+            bar.__enter__()
+        send = producer.send
+        for n, line in enumerate(_lines(stream, bar.update if bar is not None else None), 1):
+            key = None
+            if sep is not None:
+                key, found, value = line.partition(sep)
+                if not found:
+                    raise CliFailure(f"line {n} has no key separator {key_separator!r} "
+                                     f"({stats['records']} records before it were sent)")
+            else:
+                value = line
+            fut = send(topic, value, key=key, headers=hdrs or None, partition=partition)
+            stats["records"] += 1
+            stats["bytes"] += len(value) + (len(key) if key is not None else 0)
+            if fut.index == 0:
+                fut.add_done_callback(on_batch)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)
+        if file_path is not None:
+            stream.close()
+        try:
+            producer.flush(timeout=timeout)
+        except TimeoutError:
+            click.echo(f"raftlog: not every record was acknowledged within {timeout:g} s", err=True)
+        producer.close(timeout=1)
+    elapsed = time.monotonic() - start
+    ok = stats["records"] - stats["failed"]
+    used = ",".join(map(str, sorted(partitions_used))) or "-"
+    rate = ok / elapsed if elapsed > 0 else 0.0
+    click.echo(f"produced {ok} records ({stats['bytes']} bytes) to {topic} partitions {used} "
+               f"in {elapsed:.2f} s ({rate:,.0f} records/s)", err=True)
+    if stats["failed"]:
+        raise CliFailure(f"{stats['failed']} records failed: {first_error[0] if first_error else '?'}")
+    if interrupted:
+        ctx.exit(130)
+
+
+# ----------------------------------------------------------------------------- consume
+
+
+def _text(b: bytes | None) -> str | dict[str, str] | None:
+    if b is None:
+        return None
+    try:
+        return b.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(b).decode("ascii")}
+
+
+def record_json(r: Any) -> dict[str, Any]:
+    """One consumed record as a JSON-ready dict; bytes that are not UTF-8 become
+    {"base64": "..."} (a string value is always the UTF-8 text itself)."""
+    return {
+        "topic": r.topic, "partition": r.partition, "offset": r.offset, "timestamp": r.timestamp,
+        "key": _text(r.key), "value": _text(r.value),
+        "headers": [[k, _text(v)] for k, v in (r.headers or ())],
+    }
+
+
+def _formatter(fmt: str, separator: bytes) -> Callable[[Any], bytes]:
+    if fmt == "text":
+        return lambda r: (r.value or b"") + b"\n"
+    if fmt == "kv":
+        return lambda r: (r.key or b"") + separator + (r.value or b"") + b"\n"
+    return lambda r: json.dumps(record_json(r), ensure_ascii=False).encode() + b"\n"
+
+
+def _parse_offset(value: str | None) -> int | str | None:
+    if value is None:
+        return None
+    if value in ("earliest", "beginning"):
+        return "earliest"
+    if value in ("latest", "end"):
+        return "latest"
+    try:
+        n = int(value)
+    except ValueError:
+        raise click.BadParameter(f"expected a number, 'earliest' or 'latest', got {value!r}",
+                                 param_hint="--offset") from None
+    if n < 0:
+        raise click.BadParameter("must be >= 0", param_hint="--offset")
+    return n
+
+
+class _Stop(Exception):
+    """SIGTERM: end the consume loop like Ctrl-C."""
+
+
+@click.command("consume")
+@click.argument("topic")
+@click.option("--from-beginning", is_flag=True, help="Start at the earliest offset (default: only new records).")
+@click.option("--partition", "-p", type=click.IntRange(0), help="Read only this partition (default: all).")
+@click.option("--offset", "-o", "offset_text", metavar="N|earliest|latest",
+              help="Start at this offset (of --partition, or of every partition).")
+@click.option("--group", "-g", help="Consume as a member of this consumer group (commits offsets).")
+@click.option("--max-messages", "-n", type=click.IntRange(1), help="Stop after this many records.")
+@click.option("--timeout-ms", type=click.IntRange(1), help="Stop when no record came for this long.")
+@click.option("--format", "fmt", type=click.Choice(["text", "kv", "json"]), default="text", show_default=True,
+              help="text: the value; kv: key, separator, value; json: one object per record.")
+@click.option("--separator", default="\t", show_default="TAB", help="Between key and value with --format kv.")
+@_connection_options
+@click.pass_context
+@_friendly
+def consume_cmd(ctx: click.Context, topic: str, from_beginning: bool, partition: int | None,
+                offset_text: str | None, group: str | None, max_messages: int | None,
+                timeout_ms: int | None, fmt: str, separator: str, bootstrap: str, timeout: float) -> None:
+    """Print TOPIC's records on stdout, one per line, following new ones until Ctrl-C
+    (or --max-messages / --timeout-ms). Exit 0 on Ctrl-C, SIGTERM or a closed pipe.
+
+    In --format json, keys, values and header values that are not UTF-8 are written as
+    {"base64": "..."}; null stays null.
+
+    \b
+    Examples:
+      raftlog consume streams-intro --from-beginning --format kv --separator :
+      raftlog consume events --partition 2 --offset 1000 --max-messages 10 --format json
+      raftlog consume events --from-beginning --timeout-ms 2000 | wc -l
+    """
+    from raftlog.client import Admin, Consumer
+
+    offset = _parse_offset(offset_text)
+    if offset is not None and from_beginning:
+        raise click.UsageError("give --from-beginning or --offset, not both")
+    if group is not None and (partition is not None or offset is not None):
+        raise click.UsageError("--group reads the partitions the group assigns from its committed "
+                               "offsets: leave out --partition/--offset")
+    addresses = _connect(bootstrap)
+    with Admin(addresses, request_timeout_ms=int(timeout * 1000)) as admin:
+        info = _require_topic(admin, topic)
+    count = len(info.partitions)
+    if partition is not None and partition >= count:
+        raise CliFailure(f"partition {partition} does not exist: {topic} has {count} "
+                         f"(0..{count - 1})")
+    parts = [partition] if partition is not None else list(range(count))
+
+    out = sys.stdout.buffer
+    fmt_record = _formatter(fmt, separator.encode())
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise _Stop()
+
+    signal.signal(signal.SIGTERM, on_term)
+    seen = 0
+    group_options = {} if group is None else {"group_id": group, "enable_auto_commit": True}
+    consumer = Consumer(addresses, auto_offset_reset="earliest" if from_beginning else "latest",
+                        request_timeout_ms=int(timeout * 1000), **group_options)
+    try:
+        tps = [(topic, p) for p in parts]
+        if group is not None:
+            consumer.subscribe([topic])  # positions: the group's committed offsets, else the reset
+        else:
+            consumer.assign(tps)
+            if from_beginning or offset == "earliest":
+                consumer.seek_to_beginning()
+            elif isinstance(offset, int):
+                for tp in tps:
+                    consumer.seek(tp, offset)
+            else:
+                consumer.seek_to_end()
+        idle_since = time.monotonic()
+        while max_messages is None or seen < max_messages:
+            wait_ms = 500
+            if timeout_ms is not None:
+                left = timeout_ms - (time.monotonic() - idle_since) * 1000
+                if left <= 0:
+                    break
+                wait_ms = int(max(1, min(wait_ms, left)))
+            records = consumer.poll(wait_ms, max_records=None if max_messages is None
+                                    else max_messages - seen)
+            if not records:
+                continue
+            idle_since = time.monotonic()
+            out.write(b"".join(fmt_record(r) for r in records))
+            out.flush()
+            seen += len(records)
+    except (KeyboardInterrupt, _Stop):
+        pass
+    except BrokenPipeError:
+        # The reader went away (`| head`): not an error. Point stdout at /dev/null so the
+        # interpreter's final flush does not complain either.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        consumer.close()
+
+
+# ----------------------------------------------------------------------------- perf
+
+
+@click.group("perf")
+def perf() -> None:
+    """Throughput and latency tests (like kafka-producer-perf-test / kafka-consumer-perf-test)."""
+
+
+def _progress(line: str) -> None:
+    click.echo(line, err=True)
+
+
+@perf.command("produce")
+@click.option("--topic", "-t", required=True, help="An existing topic.")
+@click.option("--records", "-n", type=click.IntRange(1), required=True, help="Records to send.")
+@click.option("--record-bytes", "-s", type=click.IntRange(0, 10 * 1024 * 1024), default=100, show_default=True,
+              help="Value size of every record.")
+@click.option("--acks", type=click.Choice(["0", "1", "all"]), default="all", show_default=True)
+@click.option("--batch-bytes", type=click.IntRange(128), default=None, help="Batch size bound (default 64 KiB).")
+@click.option("--linger-ms", type=click.IntRange(0, 60_000), default=5, show_default=True)
+@click.option("--compression", type=click.Choice(_COMPRESSIONS), default="none", show_default=True)
+@click.option("--throughput", type=click.FloatRange(0), default=0, show_default=True,
+              help="Target records/s over all producers (0: as fast as possible).")
+@click.option("--producers", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Producer processes, each sending its share.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
+@_connection_options
+@click.pass_context
+@_friendly
+def perf_produce(ctx: click.Context, topic: str, records: int, record_bytes: int, acks: str,
+                 batch_bytes: int | None, linger_ms: int, compression: str, throughput: float,
+                 producers: int, as_json: bool, quiet: bool, bootstrap: str, timeout: float) -> None:
+    """Send RECORDS records as fast as allowed; report records/s, MB/s and per-record
+    send-to-ack latency (avg, p50, p95, p99, p99.9, max). A progress line every second on stderr.
+
+    \b
+    Examples:
+      raftlog perf produce --topic bench --records 1000000 --record-bytes 100
+      raftlog perf produce -t bench -n 500000 --throughput 100000 --producers 2 --json
+    """
+    from raftlog.client import Admin
+    from raftlog.perf import format_produce, produce_perf, summarize_produce
+
+    addresses = _connect(bootstrap)
+    with Admin(addresses, request_timeout_ms=int(timeout * 1000)) as admin:
+        _require_topic(admin, topic)
+    try:
+        result = produce_perf(",".join(addresses), topic, records, record_bytes, producers=producers,
+                              throughput=throughput, progress=None if quiet else _progress,
+                              acks=acks, linger_ms=linger_ms, batch_bytes=batch_bytes,
+                              compression=compression)
+    except RuntimeError as exc:
+        raise CliFailure(f"perf produce failed: {exc}") from None
+    summary = summarize_produce(result)
+    if as_json:
+        click.echo(json.dumps(summary, sort_keys=True))
+    else:
+        click.echo(format_produce(summary))
+    if result.errors:
+        raise CliFailure(f"{result.errors} records were not acknowledged")
+
+
+@perf.command("consume")
+@click.option("--topic", "-t", required=True, help="An existing topic.")
+@click.option("--records", "-n", type=click.IntRange(1), required=True, help="Records to read (from the beginning).")
+@click.option("--idle-timeout", type=click.FloatRange(0.1), default=10.0, show_default=True,
+              help="Give up after this many seconds with no record.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
+@_connection_options
+@click.pass_context
+@_friendly
+def perf_consume(ctx: click.Context, topic: str, records: int, idle_timeout: float, as_json: bool,
+                 quiet: bool, bootstrap: str, timeout: float) -> None:
+    """Read RECORDS records of every partition from the beginning; report records/s, MB/s
+    and the time to the first record.
+
+    \b
+    Example:
+      raftlog perf consume --topic bench --records 1000000
+    """
+    from raftlog.client import Admin
+    from raftlog.perf import format_consume, run_consumer, summarize_consume
+
+    addresses = _connect(bootstrap)
+    with Admin(addresses, request_timeout_ms=int(timeout * 1000)) as admin:
+        _require_topic(admin, topic)
+    result = run_consumer(",".join(addresses), topic, records, timeout_s=idle_timeout,
+                          progress=None if quiet else _progress)
+    summary = summarize_consume(result)
+    click.echo(json.dumps(summary, sort_keys=True) if as_json else format_consume(summary))
+    if result.records < records:
+        raise CliFailure(f"only {result.records} of {records} records arrived "
+                         f"(none for {idle_timeout:g} s)")

@@ -1,0 +1,91 @@
+"""A group consumer process for the group tests and scripts/bench_groups.py (SIGKILL must be
+real): consumes TOPIC in GROUP at least once (commit after processing every poll) and
+writes one JSON line per event to stdout, flushed at once:
+
+    {"ev": "assigned", "gen": g, "partitions": [[t, p], ...], "t": mono_s}   (after each rebalance)
+    {"ev": "revoked", "partitions": [...], "t": ...}
+    {"ev": "rec", "p": partition, "o": offset, "v": value, "t": mono_s}
+    {"ev": "committed", "offsets": [[p, o], ...], "t": ...}
+
+    python group_consumer.py BOOTSTRAP TOPIC GROUP [--session-ms 3000] [--strategy range]
+                             [--instance ID] [--client-id NAME]
+Stops on SIGTERM (closes: leaves the group).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+
+from raftlog.client import Consumer
+from raftlog.errors import RaftlogError
+
+
+def out(obj: dict) -> None:
+    obj["t"] = time.monotonic()
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("bootstrap")
+    ap.add_argument("topic")
+    ap.add_argument("group")
+    ap.add_argument("--session-ms", type=int, default=3000)
+    ap.add_argument("--strategy", default="range")
+    ap.add_argument("--instance", default=None)
+    ap.add_argument("--client-id", default="group-consumer")
+    args = ap.parse_args()
+    stop = False
+
+    def on_term(signum, frame):
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    c = Consumer(args.bootstrap, group_id=args.group, auto_offset_reset="earliest",
+                 enable_auto_commit=False, session_timeout_ms=args.session_ms,
+                 heartbeat_interval_ms=max(100, args.session_ms // 6), rebalance_timeout_ms=args.session_ms * 2,
+                 partition_assignment_strategy=args.strategy, group_instance_id=args.instance,
+                 client_id=args.client_id, max_wait_ms=200, request_timeout_ms=10_000)
+    def assigned(parts):
+        out({"ev": "assigned", "gen": c._group.membership.generation_id,
+             "partitions": sorted(c._group.membership.assignment)})
+
+    def revoked(parts):
+        out({"ev": "revoked", "partitions": sorted(parts)})
+
+    c.subscribe([args.topic], on_revoked=revoked, on_assigned=assigned)
+    committed: dict = {}
+    try:
+        while not stop:
+            try:
+                records = c.poll(300)
+            except RaftlogError as exc:
+                out({"ev": "error", "error": str(exc)})
+                continue
+            for r in records:
+                out({"ev": "rec", "p": r.partition, "o": r.offset, "v": r.value.decode()})
+            # Commit the positions (past the records just processed, and past control batches,
+            # so an idle group shows lag 0) whenever they moved.
+            positions = c._group._positions()
+            if positions == committed:
+                continue
+            try:
+                c.commit(positions)
+                committed = positions
+                out({"ev": "committed", "offsets": sorted([p, o] for (_t, p), o in positions.items())})
+            except RaftlogError as exc:
+                # A commit fenced by a rebalance: the records will be read again (at least once).
+                out({"ev": "commit_failed", "error": str(exc)})
+    finally:
+        c.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
