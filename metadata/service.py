@@ -144,6 +144,7 @@ class MetadataService:
                     peers=others,
                     data_dir=config.data_dir,
                     password=config.cluster_secret,
+                    dial_overrides=dict(config.dial_overrides),
                 ),
                 on_commit=self._on_commit,
                 on_leader_change=self._on_leader_change,

@@ -91,6 +91,9 @@ import pysyncobj.pickle
 import pysyncobj.syncobj
 import pysyncobj.version
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjException, replicated
+from pysyncobj.dns_resolver import globalDnsResolver
+from pysyncobj.monotonic import monotonic as _pysyncobj_monotonic
+from pysyncobj.tcp_connection import CONNECTION_STATE
 from pysyncobj.transport import TCPTransport
 
 logger = logging.getLogger(__name__)
@@ -512,17 +515,44 @@ class _Journal(pysyncobj.journal.Journal):
 
 
 class _DurableTransport(TCPTransport):
-    """Holds back acknowledgements until the entries they cover are fsynced.
+    """Holds back acknowledgements until the entries they cover are fsynced, and dials
+    through ``QuorumConfig.dial_overrides``.
 
     A follower's ``next_node_idx`` promises its entries are stored. Acks produced while
     handling one poll batch are queued and released after a single fdatasync (at the next
     tick, or before any other outgoing message, which keeps per-connection order).
+
+    Dial overrides: PySyncObj names a voter by its address (which side dials, the address a
+    connecting voter announces, the vote) so that address must stay the real one; only the
+    TCP connect of an outgoing connection goes to the mapped address (a proxy in front of
+    the voter). This replaces 0.3.17's ``_connectIfNecessarySingle`` line for line except
+    for the address passed to ``connect``.
     """
 
     def __init__(self, syncObj: Any, selfNode: Any, otherNodes: Any) -> None:
         self._rl_acks: list[tuple[Any, Any]] = []
+        self._rl_dial: dict[str, tuple[str, int]] = {}
+        for identity, target in syncObj._rl_quorum._config.dial_overrides.items():
+            host, _, port = target.rpartition(":")
+            self._rl_dial[identity] = (host.strip("[]"), int(port))
         super().__init__(syncObj, selfNode, otherNodes)
         syncObj._rl_transport = self
+
+    def _connectIfNecessarySingle(self, node: Any) -> bool:
+        if node in self._connections and self._connections[node].state != CONNECTION_STATE.DISCONNECTED:
+            return True
+        if not self._shouldConnect(node):
+            return False
+        assert node in self._connections
+        last = self._lastConnectAttempt.get(node)
+        now = _pysyncobj_monotonic()
+        if last is not None and now - last < self._syncObj.conf.connectionRetryTime:
+            return False
+        self._lastConnectAttempt[node] = now
+        target = self._rl_dial.get(node.address)
+        if target is None:
+            return self._connections[node].connect(node.ip, node.port)
+        return self._connections[node].connect(globalDnsResolver().resolve(target[0]), target[1])
 
     def send(self, node: Any, message: Any) -> bool:
         if isinstance(message, dict) and message.get("type") == "next_node_idx":
@@ -669,6 +699,8 @@ class QuorumConfig:
     max_command_bytes: int = 64 * 1024
     log_compaction_min_entries: int = 5000
     log_compaction_min_time_s: float = 600.0
+    # {voter address: address to dial instead} (see _DurableTransport); empty = dial directly.
+    dial_overrides: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.password, str) or not self.password:
@@ -688,6 +720,10 @@ class QuorumConfig:
             raise ValueError("leader_fallback_timeout_s must exceed the 0.1 s heartbeat")
         if self.log_compaction_min_entries < 2 or self.log_compaction_min_time_s <= 0:
             raise ValueError("bad log compaction settings")
+        for identity, target in self.dial_overrides.items():
+            host, _, port = str(target).rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(f"bad dial override {identity!r} -> {target!r}, want host:port")
 
 
 @dataclasses.dataclass

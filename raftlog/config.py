@@ -16,6 +16,8 @@ environment variables, then command-line overrides (each later source wins per k
     1 = "127.0.0.1:9093"
     [topic_defaults]
     retention_ms = "604800000"
+    [dial_overrides]                          # identity address -> address to dial instead
+    "127.0.0.1:9103" = "127.0.0.1:41003"      # (fault-injection proxies; default: none)
 
 Environment: `RAFTLOG_` + the key in upper case with dots as underscores, e.g.
 RAFTLOG_NODE_ID, RAFTLOG_LISTENERS_CLIENT, RAFTLOG_ROLES="broker",
@@ -36,6 +38,11 @@ Invariants:
   broker-only nodes pull the metadata log from it. A node finds every voter's peer address
   with `controller_peer_addresses()`, which raises ConfigError for a missing one (its own
   entry defaults to its own advertised peer listener, so a one-voter cluster needs none).
+* `dial_overrides` maps a peer's identity address ("host:port", as listed in the voters,
+  controller_peers or a broker registration) to the address this node dials to reach it.
+  The identity stays the real address everywhere (PySyncObj names voters by it, brokers
+  register it); only the TCP connect goes elsewhere, e.g. to a per-link proxy of the fault
+  harness. Keys and values are normalised "host:port" strings; empty by default.
 * `cluster_secret` never appears in repr() or logs.
 * `ensure_meta_properties` ties a data dir to one (cluster_id, node_id) for life, like
   Kafka's meta.properties; it writes the file atomically and fsyncs it and its directory.
@@ -193,6 +200,9 @@ class NodeConfig:
     topic_defaults: Mapping[str, str] = dataclasses.field(
         default_factory=lambda: MappingProxyType({})
     )
+    dial_overrides: Mapping[str, str] = dataclasses.field(
+        default_factory=lambda: MappingProxyType({})
+    )
 
     @property
     def is_controller(self) -> bool:
@@ -300,6 +310,22 @@ def _to_str_map(value: Any) -> Mapping[str, str]:
     return MappingProxyType(result)
 
 
+def _to_dial_overrides(value: Any) -> Mapping[str, str]:
+    """{"host:port": "host:port"} from a table or "from=to,from=to"; both sides normalised."""
+    raw = _to_str_map(value)
+    result: dict[str, str] = {}
+    for identity, dial in raw.items():
+        try:
+            key = str(parse_host_port(identity, min_port=1))
+            target = str(parse_host_port(dial, min_port=1))
+        except ValueError as exc:
+            raise ValueError(f"{identity!r}: {exc}") from None
+        if key in result:
+            raise ValueError(f"{key} is listed twice")
+        result[key] = target
+    return MappingProxyType(result)
+
+
 @dataclass(frozen=True, slots=True)
 class _Key:
     convert: Callable[[Any], Any]
@@ -336,6 +362,7 @@ _KEYS: Final[dict[str, _Key]] = {
     "default_partitions": _Key(_to_int, "default_partitions"),
     "default_replication_factor": _Key(_to_int, "default_replication_factor"),
     "topic_defaults": _Key(_to_str_map, "topic_defaults"),
+    "dial_overrides": _Key(_to_dial_overrides, "dial_overrides"),
 }
 _NESTED_TABLES: Final = ("listeners",)  # tables whose keys are config keys themselves
 _INT_RANGES: Final = {
@@ -551,9 +578,9 @@ def config_to_toml(config: NodeConfig) -> str:
                 continue
             tables.append(f"\n[{item.name}]")
             tables.extend(f'"{vid}" = {_toml_string(str(a))}' for vid, a in sorted(value.items()))
-        elif item.name == "topic_defaults":
+        elif item.name in ("topic_defaults", "dial_overrides"):
             if value:
-                tables.append("\n[topic_defaults]")
+                tables.append(f"\n[{item.name}]")
                 tables.extend(
                     f"{_toml_string(k)} = {_toml_string(v)}" for k, v in sorted(value.items())
                 )

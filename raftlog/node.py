@@ -120,7 +120,8 @@ async def run_node(
     (its exception propagates). Reports started with the bound ports {listener: port}."""
     stop = stop if stop is not None else trio.Event()
     registry = registry if registry is not None else MetricsRegistry()
-    peers = PeerPool(config.node_id, max_frame_bytes=config.peer_max_frame_bytes)
+    peers = PeerPool(config.node_id, max_frame_bytes=config.peer_max_frame_bytes,
+                     dial_overrides=config.dial_overrides)
     metadata = MetadataService(config, cluster_id, peers, registry=registry)
     services = build_services(config, metadata, peers)
     client_handlers = merge_handlers(services, "client_handlers")

@@ -23,6 +23,9 @@ Invariants and limits:
 * Error semantics: PeerUnavailable = nothing was sent (definite); RequestTimedOut = sent
   (or maybe sent) and no answer within `timeout_s` or the connection broke: the outcome is
   unknown; any other RaftlogError = the peer's error response (error_from_wire).
+* `dial_overrides` ({address: address to dial}, config key `dial_overrides`): the link keeps
+  its address (the peer's identity: logs, status, backoff) but connects to the mapped one,
+  e.g. a fault-injection proxy in front of the peer.
 * Concurrency: trio-thread only. `call` is cancel-safe: a cancelled call leaves its request
   possibly delivered (unknown outcome), and its late answer is dropped.
 """
@@ -96,6 +99,7 @@ class PeerPool:
         connect_timeout_s: float = 2.0,
         backoff_initial_s: float = 0.05,
         backoff_max_s: float = 2.0,
+        dial_overrides: Mapping[str, str] | None = None,
     ) -> None:
         if max_in_flight < 1 or max_addresses < 1 or connect_timeout_s <= 0:
             raise ValueError("max_in_flight, max_addresses and connect_timeout_s must be positive")
@@ -106,6 +110,7 @@ class PeerPool:
         self.connect_timeout_s = connect_timeout_s
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
+        self._dial_overrides = dict(dial_overrides or {})
         self._links: dict[str, _Link] = {}
         self._ids = itertools.count(1)
         self._nursery: trio.Nursery | None = None
@@ -207,7 +212,7 @@ class PeerPool:
                     f"{link.failures} failed attempt(s))",
                     address=link.address,
                 )
-            host, port = _split(link.address)
+            host, port = _split(self._dial_overrides.get(link.address, link.address))
             try:
                 with trio.fail_at(min(deadline, now + self.connect_timeout_s)):
                     stream = await trio.open_tcp_stream(host, port)

@@ -1,0 +1,331 @@
+"""The db of a fault-injection run: real `raftlog node start` processes of one local cluster.
+
+`LocalCluster` owns N nodes (ids 1..N, all voters, combined mode), each with its own data dir
+``<root>/node-<i>/`` and log file ``<root>/logs/node-<i>.log`` (outside the data dir, so a
+wipe keeps the log). Configs come from `raftlog.cluster.build_node_configs` (the same code as
+`raftlog cluster up`), plus per-node `dial_overrides` so that node i reaches node j's peer and
+quorum listeners through the fault proxy (i -> j) of `jepsen_style_tests.net.Network`.
+
+Process control, always by PID: `start`, `stop` (SIGTERM, then SIGKILL after a grace period),
+`kill` (SIGKILL), `pause` (SIGSTOP) / `resume` (SIGCONT), `wipe` (a stopped node's data dir),
+`restart`. Storage damage: `damage_tail` cuts (torn write) or bit-flips the tail of the last
+segment of a partition log of a stopped node.
+
+Invariants: every process this module starts is stopped by its PID by `close()` — called by
+the context manager's exit and, as a last resort, by an `atexit` hook — even when the run
+fails; a paused node is resumed before it is signalled to stop (a stopped process would not
+act on SIGTERM). All methods are blocking (subprocess waits, file I/O): call them from a
+worker thread (`trio.to_thread.run_sync`) in async code. Not thread-safe: one caller at a
+time (the nemesis serialises its ops).
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import logging
+import os
+import random
+import secrets
+import shutil
+import signal
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from raftlog.cluster import NodePorts, NodeProcess, build_node_configs, free_ports, stop_all, write_node_config
+from raftlog.config import NodeConfig, new_cluster_id
+
+from .history import HarnessError
+
+__all__ = ["DbError", "LocalCluster", "FAST_SETTINGS", "STOP_GRACE_S"]
+
+log = logging.getLogger(__name__)
+
+# Fast failure detection so that a run sees many leader changes in a minute.
+FAST_SETTINGS: Mapping[str, Any] = {"heartbeat_ms": 300, "session_timeout_ms": 2000}
+STOP_GRACE_S = 10.0
+MAX_NODES = 9
+PARTITIONS_DIR = "partitions"
+SEGMENT_SUFFIX = ".log"
+
+
+class DbError(HarnessError):
+    code = "db-error"
+
+
+class LocalCluster:
+    """N real node processes on loopback ports (see the module docstring)."""
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        size: int = 3,
+        *,
+        host: str = "127.0.0.1",
+        settings: Mapping[str, Any] | None = None,
+        stop_grace_s: float = STOP_GRACE_S,
+    ):
+        if not 1 <= size <= MAX_NODES:
+            raise DbError(f"size must be 1..{MAX_NODES}, got {size}")
+        self.root = Path(root)
+        self.host = host
+        self.node_ids: tuple[int, ...] = tuple(range(1, size + 1))
+        self.cluster_id = new_cluster_id()
+        self._secret = secrets.token_urlsafe(24)
+        self.settings = dict(FAST_SETTINGS if settings is None else settings)
+        self.stop_grace_s = stop_grace_s
+        ports = free_ports(4 * size, host)
+        self.ports: dict[int, NodePorts] = {
+            n: NodePorts(*ports[4 * k : 4 * k + 4]) for k, n in enumerate(self.node_ids)
+        }
+        self.configs: dict[int, NodeConfig] = build_node_configs(
+            self.root, self.cluster_id, self._secret, self.ports, host=host, settings=self.settings
+        )
+        self.processes: dict[int, NodeProcess] = {}
+        self.paused: set[int] = set()
+        self._closed = False
+        atexit.register(self.close)
+
+    # ------------------------------------------------------------------ addresses
+
+    def targets(self) -> dict[int, dict[str, tuple[str, int]]]:
+        """``{node: {"peer": (host, port), "quorum": (host, port)}}``: what `Network` proxies."""
+        return {
+            n: {"peer": (self.host, self.ports[n].peer), "quorum": (self.host, self.ports[n].quorum)}
+            for n in self.node_ids
+        }
+
+    def set_dial_overrides(self, node_id: int, overrides: Mapping[str, str]) -> None:
+        """Node `node_id` dials each identity address of `overrides` at the mapped address
+        (takes effect at its next start)."""
+        self.configs[node_id] = dataclasses.replace(self.configs[node_id], dial_overrides=dict(overrides))
+
+    def route_through(self, addresses_for: Any) -> None:
+        """Sends every node-to-node link through proxies: `addresses_for(src)` is
+        `Network.addresses_for` (``{kind: {dst: (host, port)}}``)."""
+        for src in self.node_ids:
+            overrides: dict[str, str] = {}
+            for kind, by_dst in addresses_for(src).items():
+                for dst, (host, port) in by_dst.items():
+                    real = self.targets()[dst][kind]
+                    overrides[f"{real[0]}:{real[1]}"] = f"{host}:{port}"
+            self.set_dial_overrides(src, overrides)
+
+    def client_address(self, node_id: int) -> str:
+        return str(self.configs[node_id].listeners.client)
+
+    def bootstrap(self) -> list[str]:
+        return [self.client_address(n) for n in self.node_ids]
+
+    def data_dir(self, node_id: int) -> Path:
+        return self.configs[node_id].data_dir
+
+    def log_path(self, node_id: int) -> Path:
+        return self.root / "logs" / f"node-{node_id}.log"
+
+    # ------------------------------------------------------------------ processes
+
+    def _check(self, node_id: int) -> None:
+        if node_id not in self.configs:
+            raise DbError(f"no node {node_id!r}; nodes are {list(self.node_ids)}")
+        if self._closed:
+            raise DbError("the cluster is closed")
+
+    def alive(self, node_id: int) -> bool:
+        process = self.processes.get(node_id)
+        return process is not None and process.alive()
+
+    def live(self) -> list[int]:
+        return [n for n in self.node_ids if self.alive(n)]
+
+    def running(self) -> list[int]:
+        """Live and not paused."""
+        return [n for n in self.live() if n not in self.paused]
+
+    def pid(self, node_id: int) -> int | None:
+        process = self.processes.get(node_id)
+        return None if process is None else process.pid
+
+    def start(self, node_id: int) -> bool:
+        """Starts the node unless it runs; returns True if it started a process."""
+        self._check(node_id)
+        if self.alive(node_id):
+            return False
+        config = self.configs[node_id]
+        path = write_node_config(config)
+        process = NodeProcess(node_id, path, self.log_path(node_id))
+        self.processes[node_id] = process.start()
+        self.paused.discard(node_id)
+        log.info("started node %d (pid %s)", node_id, process.pid)
+        return True
+
+    def start_all(self) -> list[int]:
+        return [n for n in self.node_ids if self.start(n)]
+
+    def _resume_if_paused(self, node_id: int) -> None:
+        if node_id in self.paused:
+            self.processes[node_id].signal(signal.SIGCONT)
+            self.paused.discard(node_id)
+
+    def stop(self, node_id: int) -> int | None:
+        """SIGTERM by PID (graceful), SIGKILL after the grace period; the exit code."""
+        self._check(node_id)
+        process = self.processes.get(node_id)
+        if process is None or not process.alive():
+            return None
+        self._resume_if_paused(node_id)
+        return process.terminate(self.stop_grace_s)
+
+    def kill(self, node_id: int) -> int | None:
+        """SIGKILL by PID and reap; the exit code (None if it was not running)."""
+        self._check(node_id)
+        process = self.processes.get(node_id)
+        if process is None or not process.alive():
+            return None
+        code = process.kill()
+        self.paused.discard(node_id)
+        return code
+
+    def pause(self, node_id: int) -> bool:
+        """SIGSTOP by PID; True if the node was running and is now paused."""
+        self._check(node_id)
+        if not self.alive(node_id) or node_id in self.paused:
+            return False
+        self.processes[node_id].signal(signal.SIGSTOP)
+        self.paused.add(node_id)
+        return True
+
+    def resume(self, node_id: int) -> bool:
+        """SIGCONT by PID; True if the node was paused."""
+        self._check(node_id)
+        if node_id not in self.paused:
+            return False
+        self._resume_if_paused(node_id)
+        return True
+
+    def restart(self, node_id: int) -> int | None:
+        """Graceful stop, then start; the stop's exit code."""
+        code = self.stop(node_id)
+        self.start(node_id)
+        return code
+
+    def wipe(self, node_id: int) -> None:
+        """Deletes a stopped node's data dir (it rejoins empty at its next start)."""
+        self._check(node_id)
+        if self.alive(node_id):
+            raise DbError(f"node {node_id} is running; stop it before wiping")
+        shutil.rmtree(self.data_dir(node_id), ignore_errors=True)
+
+    def close(self) -> dict[int, int | None]:
+        """Stops every process this cluster started, by PID (paused ones are resumed first).
+        Idempotent; returns exit codes of the processes that were running."""
+        if self._closed:
+            return {}
+        self._closed = True
+        atexit.unregister(self.close)
+        for node_id in list(self.paused):
+            self._resume_if_paused(node_id)
+        running = [p for p in self.processes.values() if p.alive()]
+        return stop_all(running, self.stop_grace_s)
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ readiness
+
+    def ready_status(self, timeout_ms: int = 2000) -> Any:
+        """The cluster status when a controller answers and every live node is an unfenced
+        broker; else None. Never raises for an unreachable cluster."""
+        from raftlog.client import Admin
+        from raftlog.errors import RaftlogError
+
+        live = set(self.running())
+        if not live:
+            return None
+        try:
+            with Admin([self.client_address(n) for n in sorted(live)], request_timeout_ms=timeout_ms) as admin:
+                status = admin.cluster_status(timeout_ms=timeout_ms)
+        except (RaftlogError, OSError):
+            return None
+        unfenced = {b["id"] for b in status.brokers if not b.get("fenced", True)}
+        if status.controller_id is not None and live <= unfenced:
+            return status
+        return None
+
+    def wait_ready(self, timeout_s: float = 60.0) -> Any:
+        """Polls `ready_status` under a deadline; raises DbError with log tails on timeout."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            status = self.ready_status()
+            if status is not None:
+                return status
+            for n, process in self.processes.items():
+                if process.returncode() not in (None, 0, -signal.SIGKILL, -signal.SIGTERM):
+                    raise DbError(f"node {n} exited with {process.returncode()}:\n{process.log_tail(12)}")
+            if time.monotonic() >= deadline:
+                tails = "\n".join(f"--- node {n}:\n{p.log_tail(8)}" for n, p in self.processes.items())
+                raise DbError(f"cluster not ready within {timeout_s} s\n{tails}")
+            time.sleep(0.2)  # poll interval of a deadline-bounded wait
+
+    # ------------------------------------------------------------------ storage damage
+
+    def segment_files(self, node_id: int) -> dict[str, list[Path]]:
+        """``{"<topic>-<partition>": [segment .log files in offset order]}`` of a node."""
+        out: dict[str, list[Path]] = {}
+        base = self.data_dir(node_id) / PARTITIONS_DIR
+        if not base.is_dir():
+            return out
+        for directory in sorted(base.iterdir()):
+            if directory.is_dir():
+                segments = sorted(p for p in directory.iterdir() if p.name.endswith(SEGMENT_SUFFIX))
+                if segments:
+                    out[directory.name] = segments
+        return out
+
+    def damage_tail(
+        self, node_id: int, *, mode: str, rng: random.Random, keys: Iterable[str] | None = None,
+        max_cut_bytes: int = 4096,
+    ) -> dict[str, Any]:
+        """Damages the last non-empty segment of one partition log of a *stopped* node:
+        ``torn`` cuts 1..max_cut_bytes off its end (a torn write), ``bitflip`` flips one bit
+        in its last max_cut_bytes, of a partition drawn from `keys` (default: any). Returns what
+        was done (``{"node", "key", "file", "mode", "size", ...}``); ``{"node", "mode",
+        "skipped": reason}`` if there was nothing to damage."""
+        self._check(node_id)
+        if self.alive(node_id):
+            raise DbError(f"node {node_id} is running; stop it before damaging its storage")
+        if mode not in ("torn", "bitflip"):
+            raise DbError(f"mode must be torn or bitflip, got {mode!r}")
+        logs = self.segment_files(node_id)
+        candidates = {k: [s for s in segs if s.stat().st_size > 0] for k, segs in logs.items()}
+        wanted = None if keys is None else set(keys)
+        candidates = {k: segs for k, segs in candidates.items() if segs and (wanted is None or k in wanted)}
+        if not candidates:
+            return {"node": node_id, "mode": mode, "skipped": "no non-empty segment"}
+        chosen = rng.choice(sorted(candidates))
+        path = candidates[chosen][-1]
+        size = path.stat().st_size
+        window = min(size, max_cut_bytes)
+        result: dict[str, Any] = {"node": node_id, "key": chosen, "file": path.name, "mode": mode, "size": size}
+        if mode == "torn":
+            cut = rng.randint(1, window)
+            os.truncate(path, size - cut)
+            result["cut_bytes"] = cut
+        else:
+            position = size - rng.randint(1, window)
+            bit = rng.randrange(8)
+            with open(path, "r+b") as handle:
+                handle.seek(position)
+                byte = handle.read(1)[0]
+                handle.seek(position)
+                handle.write(bytes([byte ^ (1 << bit)]))
+                handle.flush()
+                os.fsync(handle.fileno())
+            result.update(position=position, bit=bit)
+        log.info("damaged node %d: %s", node_id, result)
+        return result

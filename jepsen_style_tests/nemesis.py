@@ -1,0 +1,292 @@
+"""The nemesis: composable faults against a `LocalCluster` and its `Network` of link proxies.
+
+`Nemesis.invoke(op)` performs one nemesis op (shapes in `jepsen_style_tests.history`) and
+returns its completion ``(type, value, error)``. A fault ``X`` is opened by ``start-X`` and
+closed by ``stop-X``; every ``stop-X`` is safe to send with nothing active (the final phase
+sends them all). Ops:
+
+=====================  =====================================  ==================================
+f                      value                                  ok value
+=====================  =====================================  ==================================
+start-partition        "isolate-one" | "isolate-leader" |     {"shape", "grudge": {dst: [src]}}
+                       "isolate-controller" | "halves" |
+                       "majorities-ring" | {"groups": [[n]]}
+stop-partition         None                                   None (heal)
+start-kill             "one" | "leader" | "controller" |      [nodes killed] (SIGKILL)
+                       "minority" | "all" | node id
+stop-kill              None                                   [nodes restarted]
+start-pause            same targets                           [nodes paused] (SIGSTOP)
+stop-pause             None                                   [nodes resumed] (SIGCONT)
+start-delay            {"delay_ms": n}                        None
+stop-delay             None                                   None
+rolling-restart        None                                   [nodes] (SIGTERM + start, each in
+                                                              turn, waiting until it is ready)
+corrupt-tail           {"node": n, "mode": "torn"|"bitflip"}  what was cut (the node is killed,
+                                                              damaged and started again)
+=====================  =====================================  ==================================
+
+"leader" means the leader of a partition of the run's topic drawn at random; "controller" the
+active controller. A target that cannot be resolved (no leader known) completes ``fail``
+(nothing was done). Any exception completes ``info``.
+
+`faults(names, ...)` builds the `generator.Fault` menu for `generator.fault_cycle` from short
+names: ``kill``, ``pause``, ``partition``, ``leader-kill``, ``controller-kill``, ``rolling``,
+``corrupt``, ``delay``.
+
+Randomness comes from the injected `random.Random`. Blocking process and file work runs in
+worker threads; the network is changed on the trio thread (net.py requires it).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import trio
+
+from . import net
+from .db import LocalCluster
+from .generator import Fault
+from .history import HarnessError, Op, parse_key
+
+__all__ = ["Nemesis", "NemesisError", "faults", "FAULT_NAMES"]
+
+log = logging.getLogger(__name__)
+
+FAULT_NAMES = ("kill", "pause", "partition", "leader-kill", "controller-kill", "rolling", "corrupt", "delay")
+PARTITION_SHAPES = ("isolate-one", "isolate-leader", "isolate-controller", "halves", "majorities-ring")
+LOOKUP_TIMEOUT_MS = 3000
+READY_TIMEOUT_S = 60.0
+
+
+class NemesisError(HarnessError):
+    code = "nemesis-error"
+
+
+class _Unresolved(Exception):
+    """A target could not be resolved: the op did nothing (completes ``fail``)."""
+
+
+def faults(names: Iterable[str], *, damage_node: int | None = None) -> list[Fault]:
+    """The fault menu for `generator.fault_cycle` from short names (see module doc).
+    ``corrupt`` damages `damage_node` only (one node's disk: the others hold every
+    committed entry)."""
+    menu: list[Fault] = []
+    for name in names:
+        if name == "kill":
+            menu += [Fault("kill", {"f": "start-kill", "value": t}, {"f": "stop-kill"}) for t in ("one", "minority")]
+        elif name == "pause":
+            menu += [Fault("pause", {"f": "start-pause", "value": t}, {"f": "stop-pause"}) for t in ("one", "leader")]
+        elif name == "partition":
+            menu += [Fault("partition", {"f": "start-partition", "value": s}, {"f": "stop-partition"})
+                     for s in PARTITION_SHAPES]  # fmt: skip
+        elif name == "leader-kill":
+            menu.append(Fault("kill", {"f": "start-kill", "value": "leader"}, {"f": "stop-kill"}))
+        elif name == "controller-kill":
+            menu.append(Fault("kill", {"f": "start-kill", "value": "controller"}, {"f": "stop-kill"}))
+        elif name == "rolling":
+            menu.append(Fault("rolling", {"f": "rolling-restart"}, {"f": "stop-kill"}))
+        elif name == "corrupt":
+            if damage_node is None:
+                raise NemesisError("the corrupt fault needs damage_node")
+            menu += [Fault("corrupt", {"f": "corrupt-tail", "value": {"node": damage_node, "mode": m}},
+                           {"f": "stop-kill"}) for m in ("torn", "bitflip")]  # fmt: skip
+        elif name == "delay":
+            menu.append(Fault("delay", {"f": "start-delay", "value": {"delay_ms": 50}}, {"f": "stop-delay"}))
+        else:
+            raise NemesisError(f"unknown fault {name!r}; known: {', '.join(FAULT_NAMES)}")
+    if not menu:
+        raise NemesisError("no faults named")
+    return menu
+
+
+class Nemesis:
+    """Performs nemesis ops on `db` and `network` (see the module docstring).
+
+    Concurrency: one op at a time, on the trio thread that serves `network`."""
+
+    def __init__(
+        self,
+        db: LocalCluster,
+        network: net.Network | None,
+        *,
+        rng: random.Random,
+        keys: Sequence[str],
+        mode: net.Mode = net.BLACKHOLE,
+    ):
+        self.db = db
+        self.network = network
+        self.rng = rng
+        self.keys = tuple(keys)
+        self.mode = mode
+        self.killed: set[int] = set()
+
+    async def invoke(self, op: Op) -> tuple[str, Any, str | None]:
+        """Performs `op`; returns ``(type, value, error)`` of its completion."""
+        handler = getattr(self, "_" + op.f.replace("-", "_"), None)
+        if handler is None:
+            return "fail", op.value, "unknown-nemesis-op"
+        try:
+            return "ok", await handler(op.value), None
+        except _Unresolved as exc:
+            return "fail", op.value, f"unresolved: {exc}"
+        except (HarnessError, OSError, RuntimeError, ValueError) as exc:
+            log.warning("nemesis %s failed: %r", op.f, exc)
+            return "info", op.value, type(exc).__name__
+
+    # ------------------------------------------------------------------ lookups
+
+    def _status(self) -> Any:
+        from raftlog.client import Admin
+
+        running = self.db.running()
+        if not running:
+            raise _Unresolved("no node running")
+        with Admin([self.db.client_address(n) for n in running], request_timeout_ms=LOOKUP_TIMEOUT_MS) as admin:
+            return admin.cluster_status(timeout_ms=LOOKUP_TIMEOUT_MS)
+
+    def _leaders(self) -> dict[str, int]:
+        from raftlog.client import Admin
+
+        running = self.db.running()
+        if not running:
+            raise _Unresolved("no node running")
+        topics = sorted({parse_key(k)[0] for k in self.keys})
+        with Admin([self.db.client_address(n) for n in running], request_timeout_ms=LOOKUP_TIMEOUT_MS) as admin:
+            described = admin.describe_topics(topics, timeout_ms=LOOKUP_TIMEOUT_MS)
+        return {
+            f"{t}-{p.partition}": p.leader for t, info in described.items() for p in info.partitions
+            if p.leader is not None
+        }  # fmt: skip
+
+    async def _lookup(self, fn: Any) -> Any:
+        from raftlog.errors import RaftlogError
+
+        try:
+            return await trio.to_thread.run_sync(fn)
+        except (RaftlogError, OSError) as exc:
+            raise _Unresolved(f"cluster lookup failed: {type(exc).__name__}") from None
+
+    async def _controller(self) -> int:
+        status = await self._lookup(self._status)
+        if status.controller_id is None:
+            raise _Unresolved("no controller known")
+        return int(status.controller_id)
+
+    async def _leader(self) -> int:
+        leaders = await self._lookup(self._leaders)
+        candidates = sorted(k for k, n in leaders.items() if n in self.db.running())
+        if not candidates:
+            raise _Unresolved("no partition leader known")
+        return int(leaders[self.rng.choice(candidates)])
+
+    async def _targets(self, target: Any, pool: Sequence[int]) -> list[int]:
+        nodes = list(self.db.node_ids)
+        if isinstance(target, int) and not isinstance(target, bool):
+            return [target] if target in pool else []
+        if target == "one":
+            return [self.rng.choice(pool)] if pool else []
+        if target == "leader":
+            node = await self._leader()
+            return [node] if node in pool else []
+        if target == "controller":
+            node = await self._controller()
+            return [node] if node in pool else []
+        if target == "minority":
+            count = max(1, (len(nodes) - 1) // 2)
+            return sorted(self.rng.sample(list(pool), min(count, len(pool))))
+        if target == "all":
+            return sorted(pool)
+        raise NemesisError(f"unknown target {target!r}")
+
+    # ------------------------------------------------------------------ partitions
+
+    async def _start_partition(self, shape: Any) -> dict[str, Any]:
+        if self.network is None:
+            raise NemesisError("this run has no network proxies")
+        nodes = list(self.db.node_ids)
+        if isinstance(shape, Mapping) and "groups" in shape:
+            grudge = net.grudge_complete(shape["groups"])
+        elif shape == "isolate-one":
+            grudge = net.grudge_isolate(nodes, self.rng.choice(nodes))
+        elif shape == "isolate-leader":
+            grudge = net.grudge_isolate(nodes, await self._leader())
+        elif shape == "isolate-controller":
+            grudge = net.grudge_isolate(nodes, await self._controller())
+        elif shape == "halves":
+            shuffled = list(nodes)
+            self.rng.shuffle(shuffled)
+            grudge = net.grudge_halves(shuffled)
+        elif shape == "majorities-ring":
+            grudge = net.grudge_majorities_ring(nodes, self.rng)
+        else:
+            raise NemesisError(f"unknown partition shape {shape!r}")
+        applied = self.network.apply(grudge, self.mode)
+        return {"shape": shape, "grudge": {str(dst): sorted(srcs) for dst, srcs in sorted(applied.items())}}
+
+    async def _stop_partition(self, _value: Any) -> None:
+        if self.network is not None:
+            self.network.heal()
+        return None
+
+    async def _start_delay(self, value: Any) -> None:
+        if self.network is None:
+            raise NemesisError("this run has no network proxies")
+        self.network.slow(int(value["delay_ms"]))
+        return None
+
+    async def _stop_delay(self, _value: Any) -> None:
+        if self.network is not None:
+            self.network.slow(0)
+        return None
+
+    # ------------------------------------------------------------------ processes
+
+    async def _start_kill(self, target: Any) -> list[int]:
+        nodes = await self._targets(target, self.db.live())
+        if not nodes:
+            raise _Unresolved(f"no live node for target {target!r}")
+        for node in nodes:
+            await trio.to_thread.run_sync(self.db.kill, node)
+            self.killed.add(node)
+        return nodes
+
+    async def _stop_kill(self, _value: Any) -> list[int]:
+        started = []
+        for node in self.db.node_ids:
+            if not self.db.alive(node):
+                await trio.to_thread.run_sync(self.db.start, node)
+                started.append(node)
+        self.killed.clear()
+        return started
+
+    async def _start_pause(self, target: Any) -> list[int]:
+        nodes = await self._targets(target, self.db.running())
+        if not nodes:
+            raise _Unresolved(f"no running node for target {target!r}")
+        return [n for n in nodes if self.db.pause(n)]
+
+    async def _stop_pause(self, _value: Any) -> list[int]:
+        return [n for n in sorted(self.db.paused) if self.db.resume(n)]
+
+    async def _rolling_restart(self, _value: Any) -> list[int]:
+        done = []
+        for node in self.db.node_ids:
+            if not self.db.alive(node):
+                continue
+            await trio.to_thread.run_sync(self.db.restart, node)
+            await trio.to_thread.run_sync(self.db.wait_ready, READY_TIMEOUT_S)
+            done.append(node)
+        return done
+
+    async def _corrupt_tail(self, value: Mapping[str, Any]) -> dict[str, Any]:
+        node, mode = int(value["node"]), str(value["mode"])
+        self.db.resume(node)
+        await trio.to_thread.run_sync(self.db.kill, node)
+        try:
+            rng = random.Random(self.rng.getrandbits(64))
+            return await trio.to_thread.run_sync(lambda: self.db.damage_tail(node, mode=mode, rng=rng, keys=self.keys))
+        finally:
+            await trio.to_thread.run_sync(self.db.start, node)

@@ -1,0 +1,329 @@
+"""The runner: one fault-injection test against a real local cluster, end to end.
+
+    python -m jepsen_style_tests run --workload queue --nemesis kill,pause,partition \\
+        --time-limit 60 --rate 200 --nodes 3
+
+Steps: start the link proxies (`net.Network`, one per (node, node, port kind)), start the
+nodes with every node-to-node link routed through them (`db.LocalCluster.route_through`),
+wait until the cluster is ready, create the topic (RF = min(3, nodes), acks=all,
+``flush_policy=always``, `partitions` partitions), then interpret the generator (below) with
+`concurrency` client processes and the nemesis, streaming every op to ``history.jsonl``. The
+final phase heals everything, waits `recovery_s`, and reads every partition to its end. Then
+`checker.check` gives the verdict and `report.write_report` writes ``store/<test>/<time>/``
+(history.jsonl, results.json, summary.txt, throughput.png, latency.png; node logs under
+``cluster/logs/``). Every node process is stopped by its PID whatever happens.
+
+The interpreter follows `generator`'s contract exactly (the same loop as `generator.simulate`,
+with the trio clock): an op is recorded before it is dispatched; a completion is recorded,
+then the generator is updated, then its process is freed — a client process whose op ended
+``info`` is retired and its worker continues as ``process + concurrency`` with a new client.
+
+Workload ``queue`` (Jepsen's Kafka queue): a mix of ``send`` (unique ints), ``poll`` and
+``assign`` (random subsets of the keys), at `rate` ops/s.
+
+Exit codes (`run_main`): 0 valid, 1 invalid, 2 unknown (or the run could not complete).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import logging
+import random
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+import trio
+
+from . import generator as g
+from . import net
+from .checker import CheckResult, check
+from .client import Client, ClientOptions
+from .db import LocalCluster
+from .history import NEMESIS, History, HistoryWriter, Op, key_of
+from .nemesis import FAULT_NAMES, Nemesis, faults
+from .report import ReportFiles, run_dir, write_report
+
+__all__ = ["RunConfig", "RunOutcome", "run", "run_main", "EXIT_CODES"]
+
+log = logging.getLogger(__name__)
+
+EXIT_CODES = {"valid": 0, "invalid": 1, "unknown": 2}
+TOPIC = "jepsen"
+READY_TIMEOUT_S = 60.0
+PROGRESS_EVERY_S = 5.0
+VALUE_STRIDE = 1_000_000_000
+MAX_OPS = 2_000_000  # a bound on one history (about 1 GB of JSON at most)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """Everything a run depends on (recorded in results.json)."""
+
+    workload: str = "queue"
+    nemesis: tuple[str, ...] = ("kill", "pause", "partition")
+    time_limit_s: float = 60.0
+    rate: float = 200.0
+    nodes: int = 3
+    partitions: int = 4
+    concurrency: int = 6
+    fault_interval_s: float = 10.0  # one fault cycle: quiet half, faulty half
+    recovery_s: float = 5.0
+    read_limit_s: float = 60.0
+    seed: int | None = None
+    store: str = "store"
+    test_name: str | None = None
+    keep_data: bool = False
+    network: bool = True
+
+    def name(self) -> str:
+        return self.test_name or f"{self.workload}-{'+'.join(self.nemesis) or 'none'}"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOutcome:
+    verdict: str
+    result: CheckResult
+    history: History
+    files: ReportFiles
+    seed: int
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES.get(self.verdict, 2)
+
+
+def workload(config: RunConfig, keys: Sequence[str], rng: random.Random) -> g.Generator:
+    """The whole generator: the workload with the fault schedule, then the final phase."""
+    if config.workload != "queue":
+        raise ValueError(f"unknown workload {config.workload!r}; known: queue")
+    limit_ns = int(config.time_limit_s * g.SEC_NS)
+    client_ops = g.rate(config.rate, g.mix(
+        # Three send streams weigh sends 3:2:1 against polls and assigns; their value ranges
+        # are disjoint, so every value stays unique for the run.
+        *(g.sends(keys, first_value=k * VALUE_STRIDE) for k in range(3)), g.polls(poll_ms=100), g.polls(poll_ms=100),
+        g.reassigns(keys),
+    ))  # fmt: skip
+    main: list[Any] = [g.time_limit(limit_ns, g.clients(client_ops))]
+    if config.nemesis:
+        damage_node = rng.choice(range(1, config.nodes + 1))
+        half_ns = int(config.fault_interval_s * g.SEC_NS / 2)
+        schedule = g.fault_cycle(faults(config.nemesis, damage_node=damage_node), quiet_ns=half_ns, fault_ns=half_ns)
+        main.insert(0, g.time_limit(limit_ns, g.nemesis(schedule)))
+    final = g.final_phase(
+        keys, recovery_ns=int(config.recovery_s * g.SEC_NS), read_limit_ns=int(config.read_limit_s * g.SEC_NS)
+    )
+    return g.phases(g.any_of(*main), final)
+
+
+class _Interpreter:
+    """Runs a generator against real clients and the nemesis (see the module docstring)."""
+
+    def __init__(self, gen: g.Generator, writer: HistoryWriter, *, concurrency: int, rng: random.Random,
+                 bootstrap: Sequence[str], nemesis: Nemesis, out: TextIO | None):
+        self.gen: g.Generator | None = gen
+        self.writer = writer
+        self.concurrency = concurrency
+        self.rng = rng
+        self.bootstrap = list(bootstrap)
+        self.nemesis = nemesis
+        self.out = out
+        self.ops: list[Op] = []
+        self.processes: list[Any] = list(range(concurrency)) + [NEMESIS]
+        self.free: set[Any] = set(self.processes)
+        self.clients: dict[int, Client] = {}
+        self.in_flight = 0
+        self.counts: dict[str, int] = {"ok": 0, "fail": 0, "info": 0}
+        send_channel, receive_channel = trio.open_memory_channel[Op](concurrency + 1)
+        self._done_send, self._done_receive = send_channel, receive_channel
+        self._start = 0.0
+        self._next_progress = PROGRESS_EVERY_S
+
+    def now_ns(self) -> int:
+        return int((trio.current_time() - self._start) * 1e9)
+
+    def _context(self) -> g.Context:
+        return g.Context(self.now_ns(), tuple(self.processes), frozenset(self.free), self.rng)
+
+    def _record(self, op: Op) -> Op:
+        if len(self.ops) >= MAX_OPS:
+            raise g.GeneratorError(f"more than {MAX_OPS} ops")
+        op = self.writer.append(dataclasses.replace(op, index=len(self.ops), wall_time=time.time()))
+        self.ops.append(op)
+        return op
+
+    async def _perform(self, invoke: Op) -> None:
+        extra: dict[str, Any] = {}
+        try:
+            if invoke.process == NEMESIS:
+                kind, value, error = await self.nemesis.invoke(invoke)
+            else:
+                client = self.clients.get(invoke.process)
+                if client is None:
+                    client = self.clients[invoke.process] = Client(self.bootstrap, options=ClientOptions())
+                kind, value, error, extra = await client.invoke(invoke)
+        except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:
+            log.warning("op %s on %s raised %r", invoke.f, invoke.process, exc)
+            kind, value, error = "info", invoke.value, type(exc).__name__
+        completion = Op(kind, invoke.f, invoke.process, value, self.now_ns(), error=error, extra=extra)
+        await self._done_send.send(completion)
+
+    def _progress(self, force: bool = False) -> None:
+        elapsed = trio.current_time() - self._start
+        if self.out is None or (not force and elapsed < self._next_progress):
+            return
+        self._next_progress = elapsed + PROGRESS_EVERY_S
+        faults = ",".join(sorted(f"{n}" for n in self.nemesis.db.paused)) or "-"
+        self.out.write(
+            f"[{elapsed:6.1f}s] ops={len(self.ops)} ok={self.counts['ok']} info={self.counts['info']} "
+            f"fail={self.counts['fail']} live={self.nemesis.db.live()} paused={faults} "
+            f"grudge={bool(self.nemesis.network and self.nemesis.network.grudge)}\n"
+        )
+        self.out.flush()
+
+    async def _complete(self, completion: Op) -> None:
+        self.in_flight -= 1
+        completion = self._record(completion)
+        self.counts[completion.type] = self.counts.get(completion.type, 0) + 1
+        if self.gen is not None:
+            self.gen = self.gen.update(self._context(), completion)
+        process = completion.process
+        if completion.type == "info" and process != NEMESIS:
+            old = self.clients.pop(process, None)
+            if old is not None:
+                await old.close()
+            self.processes[self.processes.index(process)] = process + self.concurrency
+            self.free.add(process + self.concurrency)
+        else:
+            self.free.add(process)
+
+    async def run(self) -> list[Op]:
+        self._start = trio.current_time()
+        try:
+            async with trio.open_nursery() as nursery:
+                while True:
+                    self._progress()
+                    ctx = self._context()
+                    step = self.gen.op(ctx) if self.gen is not None else None
+                    if step is not None and isinstance(step[0], Op):
+                        invoke, self.gen = step
+                        invoke = self._record(dataclasses.replace(invoke, time_ns=self.now_ns()))
+                        self.free.discard(invoke.process)
+                        if self.gen is not None:
+                            self.gen = self.gen.update(self._context(), invoke)
+                        self.in_flight += 1
+                        nursery.start_soon(self._perform, invoke)
+                        continue
+                    if step is None:
+                        if self.in_flight == 0:
+                            break
+                        await self._complete(await self._done_receive.receive())
+                        continue
+                    pending, self.gen = step
+                    wake = pending.wake_ns
+                    if wake is not None and wake <= self.now_ns():
+                        await trio.lowlevel.checkpoint()
+                        continue
+                    if wake is not None:
+                        deadline = self._start + wake / 1e9
+                    else:
+                        deadline = trio.current_time() + PROGRESS_EVERY_S
+                    done_op: Op | None = None
+                    with trio.move_on_at(deadline):
+                        done_op = await self._done_receive.receive()
+                    if done_op is not None:
+                        await self._complete(done_op)
+                    while True:  # drain what else finished, without waiting
+                        try:
+                            done = self._done_receive.receive_nowait()
+                        except trio.WouldBlock:
+                            break
+                        await self._complete(done)
+        finally:
+            for client in self.clients.values():
+                await client.close()
+            self._progress(force=True)
+        return self.ops
+
+
+def _create_topic(db: LocalCluster, partitions: int, replication_factor: int) -> None:
+    from raftlog.client import Admin
+    from raftlog.errors import RaftlogError
+
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    with Admin(db.bootstrap(), request_timeout_ms=10_000) as admin:
+        admin.create_topic(TOPIC, partitions, replication_factor, {"flush_policy": "always"})
+        while True:
+            try:
+                info = admin.describe_topics([TOPIC], timeout_ms=5000)[TOPIC]
+                if len(info.partitions) == partitions and all(p.leader is not None for p in info.partitions):
+                    return
+            except RaftlogError as exc:
+                log.debug("topic not ready: %r", exc)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"topic {TOPIC} has no leader for every partition after {READY_TIMEOUT_S} s")
+            time.sleep(0.1)  # poll interval of a deadline-bounded wait
+
+
+async def run(config: RunConfig, *, out: TextIO | None = sys.stdout) -> RunOutcome:
+    """Runs one test; returns its outcome (verdict, result, history, report files)."""
+    seed = config.seed if config.seed is not None else random.SystemRandom().randrange(1 << 32)
+    rng = random.Random(seed)
+    unknown = set(config.nemesis) - set(FAULT_NAMES)
+    if unknown:
+        raise ValueError(f"unknown nemesis {sorted(unknown)}; known: {', '.join(FAULT_NAMES)}")
+    directory = run_dir(config.store, config.name(), datetime.now())
+    keys = [key_of(TOPIC, p) for p in range(config.partitions)]
+    if out is not None:
+        out.write(f"run {config.name()} seed={seed} dir={directory}\n")
+        out.flush()
+    db = LocalCluster(directory / "cluster", config.nodes)
+    network = net.Network(db.targets()) if config.network and config.nodes >= 2 else None
+    nemesis = Nemesis(db, network, rng=random.Random(rng.getrandbits(64)), keys=keys)
+    gen = workload(config, keys, rng)
+    try:
+        async with trio.open_nursery() as nursery:
+            if network is not None:
+                await nursery.start(network.serve)
+                db.route_through(network.addresses_for)
+            await trio.to_thread.run_sync(db.start_all)
+            await trio.to_thread.run_sync(db.wait_ready, READY_TIMEOUT_S)
+            await trio.to_thread.run_sync(_create_topic, db, config.partitions, min(3, config.nodes))
+            with HistoryWriter(directory / "history.jsonl") as writer:
+                interpreter = _Interpreter(gen, writer, concurrency=config.concurrency, rng=rng,
+                                           bootstrap=db.bootstrap(), nemesis=nemesis, out=out)
+                ops = await interpreter.run()
+            nursery.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(db.close)
+    history = History(ops)
+    result = check(history)
+    extra = {"seed": seed, "config": dataclasses.asdict(config), "cluster_id": db.cluster_id}
+    files = write_report(directory, history, result, test_name=config.name(), extra=extra)
+    if result.verdict == "valid" and not config.keep_data:
+        for node in db.node_ids:
+            shutil.rmtree(db.data_dir(node), ignore_errors=True)  # logs stay in cluster/logs
+    if out is not None:
+        counts = history.counts()
+        sends = counts.get("send", {})
+        out.write(
+            f"verdict: {result.verdict}  ops={len(history)} sends ok={sends.get('ok', 0)} "
+            f"info={sends.get('info', 0)} fail={sends.get('fail', 0)} "
+            f"faults={len(history.fault_windows())} anomalies={json.dumps(result.counts)} "
+            f"unknown_reasons={list(result.unknown_reasons)}\n  {directory}\n"
+        )
+        out.flush()
+    return RunOutcome(result.verdict, result, history, files, seed)
+
+
+def run_main(config: RunConfig, *, out: TextIO = sys.stdout) -> int:
+    """Runs `config` in a fresh trio loop; returns the exit code (0 valid, 1 invalid, 2 unknown)."""
+    outcome = trio.run(functools.partial(run, config, out=out))
+    return outcome.exit_code

@@ -1,0 +1,50 @@
+"""The nemesis fault menu names what it promises, and `LocalCluster.damage_tail` cuts or flips only the tail of a chosen partition's last segment on a stopped node."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from jepsen_style_tests.db import DbError, LocalCluster
+from jepsen_style_tests.nemesis import FAULT_NAMES, NemesisError, faults
+
+
+def test_fault_menu_covers_every_name_with_start_and_stop():
+    menu = faults(FAULT_NAMES, damage_node=2)
+    starts = {(f.start["f"], str(f.start.get("value"))) for f in menu}
+    assert ("start-kill", "leader") in starts and ("start-kill", "controller") in starts
+    assert ("start-partition", "isolate-controller") in starts and ("start-partition", "majorities-ring") in starts
+    assert ("corrupt-tail", str({"node": 2, "mode": "bitflip"})) in starts
+    assert all(f.stop["f"].startswith("stop-") for f in menu)
+    with pytest.raises(NemesisError):
+        faults(["corrupt"])
+    with pytest.raises(NemesisError):
+        faults(["flood"])
+
+
+def _segments(db: LocalCluster, node: int, payload: dict[str, bytes]) -> None:
+    for key, data in payload.items():
+        directory = db.data_dir(node) / "partitions" / key
+        directory.mkdir(parents=True)
+        (directory / f"{0:020d}.log").write_bytes(b"old" * 10)
+        (directory / f"{30:020d}.log").write_bytes(data)
+
+
+def test_damage_tail_torn_and_bitflip(tmp_path):
+    with LocalCluster(tmp_path, 3) as db:
+        data = bytes(range(256)) * 40
+        _segments(db, 2, {"t-0": data, "__consumer_offsets-0": data})
+        rng = random.Random(7)
+        torn = db.damage_tail(2, mode="torn", rng=rng, keys=["t-0"], max_cut_bytes=100)
+        path = db.data_dir(2) / "partitions" / "t-0" / f"{30:020d}.log"
+        assert torn["key"] == "t-0" and 1 <= torn["cut_bytes"] <= 100
+        assert path.read_bytes() == data[: len(data) - torn["cut_bytes"]]
+        flipped = db.damage_tail(2, mode="bitflip", rng=rng, keys=["t-0"], max_cut_bytes=100)
+        after = path.read_bytes()
+        diff = [i for i, (a, b) in enumerate(zip(after, data)) if a != b]
+        assert diff == [flipped["position"]] and flipped["position"] >= len(after) - 100
+        assert (db.data_dir(2) / "partitions" / "__consumer_offsets-0" / f"{30:020d}.log").read_bytes() == data
+        assert db.damage_tail(1, mode="torn", rng=rng)["skipped"]
+        with pytest.raises(DbError):
+            db.damage_tail(2, mode="shred", rng=rng)
