@@ -15,8 +15,11 @@ Public API (declared here once):
 
 Streaming: `spark.readStream.format("raftlog")` with `maxOffsetsPerTrigger` (admission
 control), `failOnDataLoss`, `startingTimestamp`, `minPartitions`, `includeHeaders`;
-`commitToGroup` and `group_commit_listener(...)` write progress to a consumer group (not
-available until raftlog has groups: they raise NotAvailableYet).
+`startingOffsets=group:<id>`; `commitToGroup` (one batch behind) and
+`spark.streams.addListener(group_commit_listener(bootstrap, group))` (every completed
+batch) write progress to a consumer group. Batch `decode=offsets` reads
+`__consumer_offsets` as group, topic, partition, committed_offset, metadata,
+commit_timestamp (latest per key).
 
 Modules: `options` (parsing, the error tree), `planning` (pure: offsets JSON, ranges,
 admission control, splits), `arrow` (batches -> Arrow columns), `fetch` (Provider, the

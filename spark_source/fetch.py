@@ -5,8 +5,8 @@ blocking `ClusterProvider` over raftlog's client core, its per-process cache, an
 A Provider answers five questions: which partitions exist (and who leads them), their
 earliest and latest offsets, the first offset at or after a timestamp, and "give me batches
 from offset N". Tests inject their own (an in-memory one for the Spark plumbing); the real
-one is `ClusterProvider`. Consumer-group calls sit behind the same interface and raise
-`NotAvailableYet` until raftlog has groups.
+one is `ClusterProvider`. Consumer-group calls (committed offsets, simple commits) sit
+behind the same interface.
 
 Invariants:
 * Nothing here opens a socket at import or when a reader is built: providers are made by
@@ -39,7 +39,6 @@ from raftlog.errors import NotLeader, OffsetOutOfRange, RaftlogError, error_from
 from spark_source.arrow import ColumnBuilder
 from spark_source.options import (
     PROVIDER_PREFIX,
-    NotAvailableYet,
     ReadTimedOut,
     SourceOptions,
     TopicPartition,
@@ -54,15 +53,10 @@ __all__ = [
     "clear_provider_cache",
     "release_provider",
     "read_range",
-    "GROUPS_NOT_AVAILABLE",
 ]
 
 log = logging.getLogger(__name__)
 
-GROUPS_NOT_AVAILABLE = (
-    "consumer groups are not available in raftlog yet: startingOffsets='group:<id>' and "
-    "commitToGroup will work once the group coordinator ships"
-)
 _MAX_CACHED_PROVIDERS = 8
 _MIN_YIELD_ROWS = 8192  # Spark's Arrow batches default to 10,000 rows; one fetch is ~1-4 MiB
 _BACKOFF_MS = (20, 50, 100, 200, 500, 1000)
@@ -213,6 +207,8 @@ class ClusterProvider:
                             rng=rng or random.Random())
         self._lock = threading.Lock()
         self._request_timeout_ms = request_timeout_ms
+        self._bootstrap = bootstrap
+        self._groups: dict = {}  # group id -> a blocking Consumer of that group (never joins)
 
     @classmethod
     def from_options(cls, options: SourceOptions) -> ClusterProvider:
@@ -292,17 +288,37 @@ class ClusterProvider:
         raise error_from_wire({"code": "UNKNOWN_SERVER_ERROR",
                                "message": f"fetch answer lacks {topic}-{partition}"})
 
+    def _group(self, group_id: str):
+        # A Consumer that never subscribes is not a member: its commits are Kafka's
+        # "simple" commits (generation -1), accepted while the group has no members.
+        from raftlog.client import Consumer
+
+        c = self._groups.get(group_id)
+        if c is None:
+            if len(self._groups) >= _MAX_CACHED_PROVIDERS:
+                self._groups.pop(next(iter(self._groups))).close()
+            c = Consumer(self._bootstrap, group_id=group_id, enable_auto_commit=False,
+                         request_timeout_ms=self._request_timeout_ms)
+            self._groups[group_id] = c
+        return c
+
     def committed_offsets(self, group_id: str, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int | None]:
-        raise NotAvailableYet(GROUPS_NOT_AVAILABLE)
+        with self._lock:
+            got = self._group(group_id).committed(list(partitions))
+        return {tp: got.get(tp) for tp in partitions}
 
     def commit_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int], metadata: str = "") -> None:
-        raise NotAvailableYet(GROUPS_NOT_AVAILABLE)
+        with self._lock:
+            self._group(group_id).commit(dict(offsets))
 
     def check_groups(self) -> None:
-        raise NotAvailableYet(GROUPS_NOT_AVAILABLE)
+        pass  # raftlog has consumer groups
 
     def close(self) -> None:
         with self._lock:
+            for c in self._groups.values():
+                c.close()
+            self._groups.clear()
             self._admin.close()
 
 

@@ -20,7 +20,7 @@ Errors of the package (one root, stable `code`, never on the wire):
      ├── InvalidOption           INVALID_CONFIG        a bad option value or combination
      ├── DataLoss                DATA_LOSS             records gone (retention, truncation,
      │                                                 deleted partition); failOnDataLoss
-     ├── NotAvailableYet         NOT_AVAILABLE_YET     consumer groups / decode=offsets
+     ├── NotAvailableYet         NOT_AVAILABLE_YET     a feature raftlog does not have yet
      └── ReadTimedOut            REQUEST_TIMED_OUT     a planned range could not be read in time
 """
 
@@ -102,6 +102,7 @@ PROVIDER_PREFIX = "raftlog.provider."
 _TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _GROUP_PREFIX = "group:"
 _DECODE_VALUES = ("offsets",)
+OFFSETS_TOPIC = "__consumer_offsets"
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +155,7 @@ class SourceOptions:
     request_timeout_ms: int = 30_000
     read_timeout_ms: int = 120_000
     raw: Mapping[str, str] = field(default_factory=dict)  # the lower-cased map, for providers
+    decode: str | None = None  # "offsets": __consumer_offsets as committed offsets (batch)
 
 
 def _bad(name: str, value: object, expected: str) -> InvalidOption:
@@ -323,7 +325,7 @@ def _ending(opts: Mapping[str, str], streaming: bool) -> OffsetSpec | None:
 
 def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     """Check and convert Spark's option map. Returns SourceOptions; raises InvalidOption
-    naming the option and what it expects, or NotAvailableYet for `decode` (planned)."""
+    naming the option and what it expects."""
     opts = {str(k).lower(): ("" if v is None else str(v)) for k, v in options.items()}
     for k in opts:
         if k in _UNSUPPORTED:
@@ -343,14 +345,19 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
             raise _bad("bootstrap", addr, "'host:port' entries separated by commas")
     decode = opts.get("decode")
     if decode is not None:
-        if decode.strip().lower() not in _DECODE_VALUES:
-            raise _bad("decode", decode, "'offsets'")
-        raise NotAvailableYet(
-            "decode=offsets (reading __consumer_offsets as group, topic, partition, "
-            "committed_offset, metadata, commit_timestamp) needs consumer groups, which "
-            "raftlog does not have yet"
-        )
+        decode = decode.strip().lower()
+        if decode not in _DECODE_VALUES:
+            raise _bad("decode", opts["decode"], "'offsets'")
+        if streaming:
+            raise InvalidOption("decode=offsets is for batch reads (the latest committed "
+                                "offset per key is a snapshot, not a stream)")
+        if not any(k in opts for k in ("subscribe", "subscribepattern", "assign")):
+            opts = {**opts, "subscribe": OFFSETS_TOPIC}
     subscription = _subscription(opts)
+    if decode is not None and not (subscription.kind == "subscribe"
+                                   and subscription.topics == (OFFSETS_TOPIC,)):
+        raise InvalidOption(f"decode=offsets reads only {OFFSETS_TOPIC} (leave out "
+                            "subscribe, or subscribe to it)")
     starting = _starting(opts, streaming)
     ending = _ending(opts, streaming)
     strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
@@ -385,4 +392,5 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
         read_timeout_ms=_int(opts, "raftlog.read.timeout.ms", "raftlog.read.timeout.ms",
                              120_000, minimum=100, maximum=86_400_000),
         raw=opts,
+        decode=decode,
     )

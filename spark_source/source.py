@@ -17,11 +17,17 @@ from `fetch.py`. Spark's process model (measured, see the shared notes) shapes i
   ReadMaxRows(n) and `latestOffset(start, limit)` honours whatever limit Spark passes
   (ReadAllAvailable included). `Trigger.AvailableNow` fixes a target in
   `prepareForTriggerAvailableNow` and never plans past it.
-* Consumer groups: `startingOffsets="group:<id>"` asks the provider for committed offsets
-  and `commitToGroup` / `group_commit_listener` write progress back; both raise
-  NotAvailableYet until raftlog has groups. Spark calls `commit(end)` only when it plans the
-  next batch, so the last batch of a run is never committed through `commit`: the listener
-  (driver side, every completed batch's end offset) is the complete way.
+* Consumer groups: `startingOffsets="group:<id>"` starts from a group's committed offsets
+  (earliest where it has none). Progress goes back to a group in two ways:
+  `commitToGroup=<id>` commits from the source's `commit(end)`, which Spark calls only when
+  it plans the NEXT batch, so it runs one batch behind and the last batch of a run is never
+  committed; `spark.streams.addListener(group_commit_listener(bootstrap, group_id))` commits
+  every completed batch's end offsets from the driver (`onQueryProgress`), the complete way.
+  Commits are Kafka's "simple" commits (no membership, generation -1): the group must have
+  no live members. Offsets committed are the next offsets to read, as Kafka's.
+* `decode=offsets` (batch only) reads `__consumer_offsets` as (group, topic, partition,
+  committed_offset, metadata, commit_timestamp), the latest value per key, so a job can
+  join its data with group progress (lag = latest offset - committed_offset).
 
 Usage:
     from spark_source import register
@@ -41,7 +47,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from spark_source.arrow import schema_ddl
+from spark_source.arrow import OFFSETS_SCHEMA_DDL, schema_ddl
 from spark_source.fetch import (
     ClusterProvider,
     ProviderFactory,
@@ -112,7 +118,8 @@ class RaftlogDataSource(DataSource):
     def schema(self) -> str:
         opts = {str(k).lower(): v for k, v in self.options.items()}
         if "decode" in opts:
-            parse_options(opts, streaming=False)  # raises NotAvailableYet or InvalidOption
+            parse_options(opts, streaming=False)  # raises InvalidOption on a bad combination
+            return OFFSETS_SCHEMA_DDL
         raw = str(opts.get("includeheaders", "false")).strip().lower()
         if raw not in ("true", "false"):
             raise InvalidOption(f"option includeHeaders={raw!r}: expected 'true' or 'false'")
@@ -164,10 +171,54 @@ def _read(factory: ProviderFactory, opts: SourceOptions,
         # a batch read (measured): there is nothing to read.
         return
     provider = provider_for(factory, opts)
-    yield from read_range(provider, partition, include_headers=opts.include_headers,
-                          fetch_max_bytes=opts.fetch_max_bytes,
-                          read_timeout_ms=opts.read_timeout_ms,
-                          fail_on_data_loss=opts.fail_on_data_loss)
+    batches = read_range(provider, partition, include_headers=opts.include_headers,
+                         fetch_max_bytes=opts.fetch_max_bytes,
+                         read_timeout_ms=opts.read_timeout_ms,
+                         fail_on_data_loss=opts.fail_on_data_loss)
+    if opts.decode == "offsets":
+        yield from _latest_offsets(batches)
+    else:
+        yield from batches
+
+
+_OFFSETS_ARROW = pa.schema([
+    ("group", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
+    ("committed_offset", pa.int64()), ("metadata", pa.string()),
+    ("commit_timestamp", pa.timestamp("us", tz="UTC")),
+])
+
+
+def _latest_offsets(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """decode=offsets: the records of one whole `__consumer_offsets` partition in, the latest
+    committed offset per (group, topic, partition) out (a tombstone deletes the key; group
+    metadata records are skipped). Every key of a group lives in the group's one partition,
+    so one task sees all of a key's records, in offset order."""
+    from groupcoord.records import OffsetKey, decode_record
+
+    latest: dict[tuple[str, str, int], object] = {}
+    for batch in batches:
+        for key, value in zip(batch.column("key").to_pylist(), batch.column("value").to_pylist()):
+            if key is None:
+                continue
+            k, v = decode_record(key, value)  # raises InvalidGroupRecordError on bad bytes
+            if not isinstance(k, OffsetKey):
+                continue
+            if v is None:
+                latest.pop((k.group, k.topic, k.partition), None)
+            else:
+                latest[(k.group, k.topic, k.partition)] = v
+    if not latest:
+        return
+    rows = sorted(latest.items())
+    yield pa.RecordBatch.from_arrays([
+        pa.array([g for (g, _t, _p), _v in rows], pa.string()),
+        pa.array([t for (_g, t, _p), _v in rows], pa.string()),
+        pa.array([p for (_g, _t, p), _v in rows], pa.int32()),
+        pa.array([v.offset for _k, v in rows], pa.int64()),
+        pa.array([v.metadata for _k, v in rows], pa.string()),
+        pa.array([v.commit_timestamp * 1000 for _k, v in rows], pa.int64()).cast(
+            pa.timestamp("us", tz="UTC")),
+    ], schema=_OFFSETS_ARROW)
 
 
 def _log_warnings(warnings: list[str]) -> None:
@@ -208,6 +259,8 @@ class RaftlogBatchReader(DataSourceReader):
                                        fail_on_data_loss=opts.fail_on_data_loss,
                                        new_partitions_from_zero=False)
         _log_warnings(warnings)
+        if opts.decode is not None:
+            return ranges  # latest value per key: one task must see a whole partition
         return split_ranges(ranges, opts.min_partitions)
 
     def read(self, partition: RaftlogInputPartition) -> Iterator[pa.RecordBatch]:
@@ -311,9 +364,8 @@ def group_commit_listener(bootstrap: str, group_id: str, *,
     """A StreamingQueryListener committing every completed batch's raftlog end offsets to
     `group_id` (add it with `spark.streams.addListener(...)`). It sees each batch as it
     completes, unlike the source's `commit(end)`, which Spark calls one batch late.
-
-    Raises NotAvailableYet now: raftlog has no consumer groups yet.
-    """
+    Spark delivers listener events asynchronously: the commit of a run's last batch lands
+    shortly after the query ends. `query_name` limits it to one named query."""
     from pyspark.sql.streaming import StreamingQueryListener
 
     opts = parse_options({"bootstrap": bootstrap, "subscribepattern": ".*"}, streaming=True)

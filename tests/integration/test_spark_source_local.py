@@ -1,8 +1,9 @@
 """SPARK API PLUMBING ONLY (no broker): a local SparkSession reads format("raftlog") through an in-memory provider: batch rows, AvailableNow batches split by maxOffsetsPerTrigger, and a checkpoint restart that reads exactly the new records."""
 
+import importlib.util
 import json
-import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -89,27 +90,22 @@ class PlumbingOnlyDataSource(RaftlogDataSource):
         return "raftlog_plumbing_only"
 
 
-@pytest.fixture(scope="module")
-def spark():
-    from pyspark.sql import SparkSession
+def _load_shared(name):
+    # The one SparkSession of the test run lives in spark_fixtures.py (loaded by path, once).
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
-    old = os.environ.get("PYSPARK_PYTHON")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("raftlog-plumbing")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    register(session, PlumbingOnlyDataSource)
-    yield session
-    session.stop()
-    if old is None:
-        os.environ.pop("PYSPARK_PYTHON", None)
-    else:
-        os.environ["PYSPARK_PYTHON"] = old
+
+spark = _load_shared("spark_fixtures").spark  # the session-scoped `spark` fixture
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _plumbing_source_registered(spark):
+    register(spark, PlumbingOnlyDataSource)
 
 
 def expected_rows(counts_by_topic, starts=None):

@@ -6,7 +6,6 @@ from spark_source.options import (
     EARLIEST,
     LATEST,
     InvalidOption,
-    NotAvailableYet,
     parse_options,
 )
 
@@ -104,7 +103,12 @@ def test_bad_options_name_the_option(options, streaming, message):
     assert info.value.code == "INVALID_CONFIG"
 
 
-def test_decode_offsets_is_planned_but_not_available_yet():
-    with pytest.raises(NotAvailableYet, match="consumer groups") as info:
-        parse(decode="offsets")
-    assert info.value.code == "NOT_AVAILABLE_YET"
+def test_decode_offsets_reads_only_consumer_offsets_in_batch():
+    base = {k: v for k, v in BASE.items() if k != "subscribe"}
+    opts = parse_options({**base, "decode": "OFFSETS"}, streaming=False)
+    assert opts.decode == "offsets"
+    assert opts.subscription.topics == ("__consumer_offsets",)
+    with pytest.raises(InvalidOption, match="reads only __consumer_offsets"):
+        parse_options({**base, "decode": "offsets", "subscribe": "events"}, streaming=False)
+    with pytest.raises(InvalidOption, match="batch reads"):
+        parse_options({**base, "decode": "offsets"}, streaming=True)

@@ -83,10 +83,10 @@ def test_fresh_source_and_readers_pickle_without_io():
         assert back._factory.__qualname__ == ClusterProvider.from_options.__qualname__
 
 
-def test_commit_to_group_fails_at_query_start_without_io():
-    src = RaftlogDataSource({**OPTIONS, "commitToGroup": "g"})
-    with pytest.raises(NotAvailableYet, match="consumer groups"):
-        src.streamReader(None)
+def test_commit_to_group_checks_the_provider_at_query_start():
+    src = TinySource({**OPTIONS, "commitToGroup": "g"})
+    with pytest.raises(NotAvailableYet, match="no groups"):
+        src.streamReader(None)  # TinyProvider has no groups: the query fails at start
 
 
 def test_driver_side_reader_after_planning_pickles_and_reads_elsewhere():

@@ -1,0 +1,69 @@
+"""One local SparkSession for the whole pytest session, shared by every Spark test module.
+
+Load it by path (test folders are not packages) under the name "spark_fixtures", reusing
+`sys.modules["spark_fixtures"]` when it is there, so that every module gets the same module
+object and so the same session; then `spark = spark_fixtures.spark` in the test module
+makes the session-scoped fixture available there (see test_spark_source_cluster.py).
+
+pytest builds one fixture definition per module that imports it, so the session itself is
+kept here: the first module to ask creates it and owns it (stops it at the very end, as
+session fixtures finish last-in first-out); later modules borrow it. Session start is the
+expensive part (5-7 s with the JVM options below), so there is exactly one per run.
+
+Settings: local[2] (the machine has 2 cores), UI off, C1-only JIT and the serial GC for a
+faster start, 2 shuffle partitions, the test's own Python for the workers.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+__all__ = ["spark", "session"]
+
+_state: dict[str, Any] = {"session": None}
+
+
+def session() -> Any:
+    """The shared SparkSession, created on first use (the caller does not stop it)."""
+    if _state["session"] is None:
+        from pyspark.sql import SparkSession
+
+        _state["old_pyspark_python"] = os.environ.get("PYSPARK_PYTHON")
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        _state["session"] = (
+            SparkSession.builder.master("local[2]")
+            .appName("raftlog-tests")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+            .config("spark.sql.shuffle.partitions", "2")
+            .getOrCreate()
+        )
+    return _state["session"]
+
+
+def _stop() -> None:
+    s = _state["session"]
+    if s is None:
+        return
+    _state["session"] = None
+    s.stop()
+    old = _state.pop("old_pyspark_python", None)
+    if old is None:
+        os.environ.pop("PYSPARK_PYTHON", None)
+    else:
+        os.environ["PYSPARK_PYTHON"] = old
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    owner = _state["session"] is None
+    s = session()
+    yield s
+    if owner:
+        _stop()
