@@ -16,6 +16,9 @@ Invariants:
 * Decoding bad bytes raises `CorruptRecordError` (never IndexError/struct.error/ValueError),
   and decompression output is bounded (`max_decompressed_bytes`), so a zip bomb is an error.
 * No clock: every timestamp is an argument.
+* The fast paths (`BatchBuilder.append_value`, `decode_batches_into`) write and accept
+  exactly what `append` / `decode_batch` do, with the same checks and errors (the
+  test_batch_fastpath tests hold them to it).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ __all__ = [
     "stamp",
     "decode_batch",
     "decode_batches",
+    "decode_batches_into",
     "control_batch",
     "CONTROL_ABORT",
     "CONTROL_COMMIT",
@@ -444,6 +448,48 @@ class BatchBuilder:
         self._count = n + 1
         return added
 
+    def append_value(self, value: bytes | None, timestamp_ms: int) -> int:
+        """`append(value, timestamp_ms=timestamp_ms)` for a record with no key and no headers
+        (the keyless producer's hot path): the same bytes and checks, fewer steps.
+
+        Returns the bytes it adds; raises ValueError like `append`.
+        """
+        if not _INT64_MIN <= timestamp_ms <= _INT64_MAX:
+            raise ValueError(f"timestamp_ms {timestamp_ms} does not fit in an int64")
+        n = self._count
+        if n:
+            d = timestamp_ms - self._base_timestamp
+            zz = (d << 1) ^ (d >> 63)
+            ts = _UV[zz] if 0 <= zz < _UV_N else _zz_bytes(d)
+        else:
+            ts = _ZERO
+        zz = n << 1
+        od = _UV[zz] if zz < _UV_N else _uvarint(zz)
+        if value is None:
+            # attributes, null key, null value, no headers
+            body = 4 + len(ts) + len(od)
+            zz = body << 1
+            lb = _UV[zz] if zz < _UV_N else _uvarint(zz)
+            self._parts_extend((lb, _ZERO, ts, od, _NULL, _NULL, _ZERO))
+        else:
+            if type(value) is not bytes:
+                value = bytes(value)  # a later change to a caller's bytearray must not leak in
+            zz = len(value) << 1
+            vl = _UV[zz] if zz < _UV_N else _uvarint(zz)
+            # attributes, null key, value length and bytes, no headers
+            body = 3 + len(ts) + len(od) + len(vl) + len(value)
+            zz = body << 1
+            lb = _UV[zz] if zz < _UV_N else _uvarint(zz)
+            self._parts_extend((lb, _ZERO, ts, od, _NULL, vl, value, _ZERO))
+        added = len(lb) + body
+        self._records_bytes += added
+        if n == 0:
+            self._base_timestamp = self._max_timestamp = timestamp_ms
+        elif timestamp_ms > self._max_timestamp:
+            self._max_timestamp = timestamp_ms
+        self._count = n + 1
+        return added
+
     def set_producer_state(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
         """Set the idempotent producer's id, epoch and base sequence for the next `build`.
 
@@ -724,3 +770,195 @@ def control_batch(
     )
     b.append(value, _CONTROL_KEY.pack(0, control_type), timestamp_ms=timestamp_ms)
     return b.build()
+
+
+# ------------------------------------------------------------------ fast decode (consumer)
+
+# Zig-zag values of one-byte varints (b < 0x80) and of two-byte ones indexed by
+# `(second << 8) | first` (first >= 0x80, second < 0x80): one tuple lookup instead of four
+# operations per field. Entries with first < 0x80 are never looked up.
+_ZZ1 = tuple((b >> 1) ^ -(b & 1) for b in range(0x80))
+_ZZ2 = tuple(
+    (v >> 1) ^ -(v & 1)
+    for v in (((i >> 8) << 7) | (i & 0x7F) for i in range(0x80 << 8))
+)
+
+
+def decode_batches_into(
+    buf,
+    out: list,
+    topic,
+    partition,
+    record_type: type,
+    min_offset: int,
+    pos: int = 0,
+    *,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+) -> int:
+    """Decode a concatenation of batches straight into `out` as record tuples (the consumer's
+    hot path); returns the offset after the last batch seen, or `min_offset` if none was past it.
+
+    Each record is `tuple.__new__(record_type, (topic, partition, offset, timestamp, key, value,
+    headers))`, so `record_type` is a tuple subclass with those seven fields (a NamedTuple).
+    Records below `min_offset` are left out (a fetch may begin mid-batch); batches that end
+    at or below it, and control batches, are skipped without decoding their records (their
+    header and CRC are still checked). Checks and errors are `decode_batch`'s: on bad bytes
+    CorruptRecordError is raised after the records of the good batches before it were
+    appended (none of the bad batch's).
+    """
+    end_all = len(buf)
+    position = min_offset
+    if type(buf) is not bytes:
+        buf = bytes(buf)
+    while pos < end_all:
+        h = verify_crc(buf, pos)
+        nxt = h.base_offset + h.last_offset_delta + 1
+        if nxt > position and not h.attributes & _CONTROL_BIT:
+            start = pos + HEADER_BYTES
+            end = pos + LOG_OVERHEAD + h.batch_length
+            codec = h.attributes & _COMPRESSION_MASK
+            if codec == Compression.NONE:
+                data = buf
+            else:
+                data = _decompress(codec, memoryview(buf)[start:end],
+                                   max_decompressed_bytes=max_decompressed_bytes)
+                if type(data) is not bytes:
+                    data = bytes(data)
+                start, end = 0, len(data)
+            mark = len(out)
+            try:
+                _decode_into(data, start, end, h, pos, out, topic, partition, record_type)
+            except BaseException:
+                del out[mark:]
+                raise
+            if h.base_offset < position:
+                out[mark:] = [r for r in out[mark:] if r[2] >= position]
+        if nxt > position:
+            position = nxt
+        pos += LOG_OVERHEAD + h.batch_length
+    return position
+
+
+def _decode_into(data: bytes, p: int, end: int, h: Header, pos: int, out: list,
+                 topic, partition, record_type) -> None:
+    """Append the h.record_count records of data[p:end] (a records section) to `out`.
+
+    One loop, every name local, one- and two-byte varints inline (table lookups), one tuple
+    per record; longer varints and headers go through the general helpers. Same checks as
+    `_decode_records`.
+    """
+    base_offset = h.base_offset
+    last_delta = h.last_offset_delta
+    if h.attributes & _TIMESTAMP_TYPE_BIT:
+        log_append_time = h.max_timestamp  # LogAppendTime: every record takes the batch's
+    else:
+        log_append_time = None
+    base_ts = h.base_timestamp
+    count = h.record_count
+    append = out.append
+    new = tuple.__new__
+    zz1, zz2, slow = _ZZ1, _ZZ2, _varint_slow
+    i = 0
+    try:
+        for i in range(count):
+            b = data[p]
+            if b < 0x80:
+                length = zz1[b]
+                p += 1
+            else:
+                c = data[p + 1]
+                if c < 0x80:
+                    length = zz2[(c << 8) | b]
+                    p += 2
+                else:
+                    length, p = slow(data, p, 5)
+            rend = p + length
+            if length < 6 or rend > end:
+                raise _corrupt(pos, f"record {i}: length {length} does not fit the batch")
+            b = data[p + 1]  # data[p] is the record's attributes: unused
+            if b < 0x80:
+                ts_delta = zz1[b]
+                p += 2
+            else:
+                c = data[p + 2]
+                if c < 0x80:
+                    ts_delta = zz2[(c << 8) | b]
+                    p += 3
+                else:
+                    ts_delta, p = slow(data, p + 1, 10)
+            b = data[p]
+            if b < 0x80:
+                offset_delta = zz1[b]
+                p += 1
+            else:
+                c = data[p + 1]
+                if c < 0x80:
+                    offset_delta = zz2[(c << 8) | b]
+                    p += 2
+                else:
+                    offset_delta, p = slow(data, p, 5)
+            if offset_delta < 0 or offset_delta > last_delta:
+                raise _corrupt(
+                    pos, f"record {i}: offset delta {offset_delta} outside [0, {last_delta}]"
+                )
+            b = data[p]
+            if b == 1:  # null key: the usual case
+                key = None
+                p += 1
+            else:
+                if b < 0x80:
+                    klen = zz1[b]
+                    p += 1
+                else:
+                    klen, p = slow(data, p, 5)
+                if klen >= 0:
+                    q = p + klen
+                    if q > rend:
+                        raise _corrupt(pos, f"record {i}: key length {klen} runs past the record")
+                    key = data[p:q]
+                    p = q
+                elif klen == -1:
+                    key = None
+                else:
+                    raise _corrupt(pos, f"record {i}: key length {klen}")
+            b = data[p]
+            if b < 0x80:
+                vlen = zz1[b]
+                p += 1
+            else:
+                c = data[p + 1]
+                if c < 0x80:
+                    vlen = zz2[(c << 8) | b]
+                    p += 2
+                else:
+                    vlen, p = slow(data, p, 5)
+            if vlen >= 0:
+                q = p + vlen
+                if q > rend:
+                    raise _corrupt(pos, f"record {i}: value length {vlen} runs past the record")
+                value = data[p:q]
+                p = q
+            elif vlen == -1:
+                value = None
+            else:
+                raise _corrupt(pos, f"record {i}: value length {vlen}")
+            if data[p] == 0:
+                p += 1
+                headers = ()
+            else:
+                headers, p = _decode_headers(data, p, rend, pos, i)
+            if p != rend:
+                raise _corrupt(
+                    pos, f"record {i}: length {length} disagrees with its fields ({p - rend:+d})"
+                )
+            append(new(record_type, (
+                topic, partition, base_offset + offset_delta,
+                base_ts + ts_delta if log_append_time is None else log_append_time,
+                key, value, headers,
+            )))
+    except IndexError:
+        raise _corrupt(pos, f"records end inside record {i} of {count}") from None
+    if p != end:
+        raise _corrupt(
+            pos, f"{end - p} bytes left after the {count} records the header counts"
+        )

@@ -183,7 +183,10 @@ class FrameDecoder:
         if available < FRAME_HEADER_BYTES + length:
             return None
         begin = self._start + FRAME_HEADER_BYTES
-        body = bytes(self._buffer[begin : begin + length])
+        # One copy: slicing the bytearray itself would copy once more. The view is released
+        # before the buffer is resized below.
+        with memoryview(self._buffer) as view:
+            body = bytes(view[begin : begin + length])
         self._start = begin + length
         if self._start == len(self._buffer):
             self._buffer.clear()

@@ -52,6 +52,13 @@ def perf(bootstrap: str, *args: str, timeout_s: float = 600) -> dict:
     return json.loads(p.stdout)
 
 
+def _load() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
@@ -83,7 +90,7 @@ def main() -> int:
             bootstrap = ",".join(cluster.bootstrap())
             print(f"cluster up: {bootstrap} (pids {[p.pid for p in cluster.processes.values()]}); "
                   f"{args.records:,} records of {args.record_bytes} B, {args.partitions} partitions, "
-                  f"{args.runs} run(s), cpus {os.cpu_count()}", flush=True)
+                  f"{args.runs} run(s), cpus {os.cpu_count()}, load average {_load()}", flush=True)
             for name, rf, acks in chosen:
                 runs: dict[str, list[float]] = {}
                 for run in range(args.runs):
@@ -119,6 +126,8 @@ def main() -> int:
             cluster.stop_all()
 
     print()
+    # Other work on the machine moves every figure here: the load says how much there was.
+    print(f"load average at the end {_load()}")
     print(f"medians of {args.runs} run(s); latency run at {args.latency_rate:,.0f} records/s for "
           f"{lat_records:,} records")
     header = (f"{'config':<15}{'produce rec/s':>15}{'MB/s':>8}{'consume rec/s':>15}{'MB/s':>8}"

@@ -245,7 +245,10 @@ class Accumulator:
             )
             waiting.append(b)
             self.buffered_bytes += _BATCH_HEADER_BYTES
-        b.builder.append(value, key, headers or (), timestamp_ms=timestamp_ms)
+        if key is None and not headers:
+            b.builder.append_value(value, timestamp_ms)
+        else:
+            b.builder.append(value, key, headers or (), timestamp_ms=timestamp_ms)
         b.record_count += 1
         b.reserved_bytes += size
         self.buffered_bytes += size
@@ -265,7 +268,7 @@ class Accumulator:
         size = _RECORD_OVERHEAD_BOUND if value is None else _RECORD_OVERHEAD_BOUND + len(value)
         if b.reserved_bytes + size > self.batch_bytes or self.buffered_bytes + size > self.buffer_bytes:
             return False
-        builder.append(value, None, (), timestamp_ms=timestamp_ms)
+        builder.append_value(value, timestamp_ms)
         b.record_count += 1
         b.reserved_bytes += size
         self.buffered_bytes += size

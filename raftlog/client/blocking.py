@@ -65,8 +65,11 @@ def _mono_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
+_time = time.time
+
+
 def _wall_ms() -> int:
-    return int(time.time() * 1000)
+    return int(_time() * 1000)
 
 
 class _Conn:
@@ -328,10 +331,18 @@ class Producer:
         """Queue one record; returns its RecordFuture at once (unless waiting for metadata or
         buffer space, at most max_block_ms). Raises BufferFull, UnknownTopicOrPartition (topic
         unknown after max_block_ms), ClientClosed, MessageTooLarge, ValueError."""
+        ts = int(_time() * 1000) if timestamp is None else timestamp
+        core = self._core
+        if key is None and not headers and partition is None:
+            # Hot path: most keyless records join the sticky batch of their topic.
+            with self._lock:
+                if self._closing:
+                    raise ClientClosed("producer is closed")
+                b = core.send_sticky(topic, value, ts)
+                if b is not None:
+                    return RecordFuture(b, b.record_count - 1)
         if headers is not None and not isinstance(headers, (list, tuple)):
             headers = list(headers)
-        ts = _wall_ms() if timestamp is None else timestamp
-        core = self._core
         with self._lock:
             if self._closing:
                 raise ClientClosed("producer is closed")

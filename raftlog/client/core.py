@@ -31,7 +31,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, NamedTuple
 
-from partition.batch import Compression, decode_batches
+from partition.batch import Compression, decode_batches_into
 from partition.errors import PartitionError
 from raftlog.client.accumulator import FULL, NEW_BATCH, Accumulator, ProducerBatch
 from raftlog.client.errors import ConnectionLost, DeliveryTimedOut, NoBrokerAvailable
@@ -953,6 +953,20 @@ class ProducerCore(ClientCore):
         """The error the last metadata answer gave for `topic` (e.g. it does not exist)."""
         return self.metadata.topic_errors.get(topic)
 
+    def send_sticky(self, topic: str, value, timestamp_ms: int) -> ProducerBatch | None:
+        """The hot path of `send` for a keyless, headerless record with no partition given:
+        append it to the batch the last such record of `topic` went to and return that
+        batch, or None when that batch cannot take it (none yet, full, sent, buffer used up,
+        or the topic's metadata is gone): then call `send`. Never opens a batch, so the
+        returned batch already held records and its linger deadline is not new.
+        """
+        last = self._sticky_batch.get(topic)
+        if last is not None and topic in self.metadata._leaders and (
+            self.accumulator.append_to(last, value, timestamp_ms)
+        ):
+            return last
+        return None
+
     def send(self, topic: str, value, key, headers, partition: int | None, timestamp_ms: int,
              now_ms: int, num_partitions: int):
         """Append one record; returns its ProducerBatch (index = record_count - 1) or FULL.
@@ -1492,27 +1506,9 @@ def append_fetched(topic: str, partition: int, records: bytes, fetch_offset: int
     included), so the next fetch never asks for the same batch again. Raises
     CorruptRecordError (a PartitionError) on bad bytes, after appending the good batches.
     """
-    position = fetch_offset
-    append = out.append
-    # tuple.__new__ straight away: the NamedTuple's own __new__ is a Python frame per record,
-    # ~40 % of this loop's cost on the consumer's hot path.
-    new, cls = tuple.__new__, ConsumerRecord
-    for h, recs in decode_batches(records):
-        nxt = h.next_offset
-        if nxt <= position:
-            continue
-        if not h.is_control:
-            if h.base_offset >= position:
-                for r in recs:
-                    append(new(cls, (topic, partition, r.offset, r.timestamp, r.key, r.value,
-                                     r.headers)))
-            else:
-                for r in recs:
-                    if r.offset >= position:
-                        append(new(cls, (topic, partition, r.offset, r.timestamp, r.key, r.value,
-                                         r.headers)))
-        position = nxt
-    return position
+    # One tight loop per batch straight into ConsumerRecord tuples: no Record objects, no
+    # NamedTuple __new__ frame (partition/batch.py `decode_batches_into`).
+    return decode_batches_into(records, out, topic, partition, ConsumerRecord, fetch_offset)
 
 
 # ---------------------------------------------------------------- admin
