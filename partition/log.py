@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 import threading
 import time
 from bisect import bisect_right
@@ -53,7 +54,7 @@ from typing import Callable
 import google_crc32c
 
 from partition import cleaner
-from partition.batch import iter_headers, stamp
+from partition.batch import HEADER_BYTES, iter_headers
 from partition.errors import (
     CorruptRecordError, LogClosedError, MessageTooLargeError, OffsetOutOfRangeError, PartitionError,
 )
@@ -68,6 +69,10 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+# RecordBatch v2 header fields the leader stamps (bytes 0-8 and 12-16).
+_BASE_OFFSET = struct.Struct(">q")
+_LEADER_EPOCH = struct.Struct(">i")
 
 EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
@@ -508,21 +513,28 @@ class Log:
         self._check_open()
         if not batches:
             raise CorruptRecordError("empty append")
-        buf = bytearray(batches)
+        view = memoryview(batches).cast("B")
         if leader_epoch < self._epochs.last_epoch:
             raise EpochRegression(f"epoch {leader_epoch} < latest {self._epochs.last_epoch}")
         entries = []
+        # No copy of the payload: each batch is written as its stamped header (a small copy)
+        # followed by a view of the rest, back to back with pwritev.
+        parts: list = []
         offset = self.log_end_offset
         limit = self.config.max_batch_bytes
-        for pos, h in iter_headers(buf, verify=True):
+        for pos, h in iter_headers(view, verify=True):
             if h.size > limit:
                 raise MessageTooLargeError(f"batch of {h.size} bytes > max_batch_bytes {limit}")
-            stamp(buf, pos, offset, leader_epoch)
+            head = bytearray(view[pos : pos + HEADER_BYTES])
+            _BASE_OFFSET.pack_into(head, 0, offset)  # both fields lie outside the CRC
+            _LEADER_EPOCH.pack_into(head, 12, leader_epoch)
+            parts.append(head)
+            parts.append(view[pos + HEADER_BYTES : pos + h.size])
             nxt = offset + h.last_offset_delta + 1
             entries.append((pos, h.size, offset, nxt, h.max_timestamp, leader_epoch))
             offset = nxt
         first = self.log_end_offset
-        self._write(buf, entries, [(leader_epoch, first)], now_ms)
+        self._write(parts, entries, [(leader_epoch, first)], now_ms, size=len(view))
         return first, offset - 1
 
     def append_replicated(self, batches: bytes | bytearray | memoryview, *, now_ms: int) -> int:
@@ -559,10 +571,13 @@ class Log:
         self._write(view, entries, new_epochs, now_ms)
         return self.log_end_offset
 
-    def _write(self, data, entries, epochs: list[tuple[int, int]], now_ms: int) -> None:
-        if len(data) > INT32_MAX:
-            raise MessageTooLargeError(f"append of {len(data)} bytes")
-        self._maybe_roll(len(data), entries[-1][3] - 1, now_ms)
+    def _write(self, data, entries, epochs: list[tuple[int, int]], now_ms: int, *,
+               size: int | None = None) -> None:
+        """`data` is one buffer or a list of buffers of `size` bytes in all."""
+        size = len(data) if size is None else size
+        if size > INT32_MAX:
+            raise MessageTooLargeError(f"append of {size} bytes")
+        self._maybe_roll(size, entries[-1][3] - 1, now_ms)
         changed = False
         for epoch, start in epochs:
             changed |= self._epochs.assign(epoch, start)

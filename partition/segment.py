@@ -93,6 +93,18 @@ def pread_exact(fd: int, n: int, pos: int) -> bytes:
 
 
 def pwrite_all(fd: int, data, pos: int) -> None:
+    """Write `data` (a buffer, or a list of buffers written back to back) at `pos`."""
+    if isinstance(data, list):
+        views = [memoryview(b).cast("B") for b in data]
+        while views:
+            n = os.pwritev(fd, views, pos)
+            pos += n
+            while views and n >= len(views[0]):
+                n -= len(views[0])
+                views.pop(0)
+            if views and n:
+                views[0] = views[0][n:]
+        return
     view = memoryview(data)
     while view:
         n = os.pwrite(fd, view, pos)
@@ -417,17 +429,19 @@ class Segment:
 
     def append(self, data, entries: list[tuple[int, int, int, int, int, int]], *,
                index_interval_bytes: int, now_ms: int) -> None:
-        """Write `data` (whole, checked batches) at the end of the file and index it.
+        """Write `data` (whole, checked batches; one buffer or a list of buffers that are
+        written back to back) at the end of the file and index it.
 
         `entries`: one (position in data, size, base_offset, next_offset, max_timestamp,
         partition_leader_epoch) per batch, offsets as stamped. Not fsynced."""
         start = self.size_bytes
+        total_bytes = sum(len(b) for b in data) if isinstance(data, list) else len(data)
         pwrite_all(self.fd, data, start)
         if self.created_ms is None:
             self.created_ms = now_ms
         for p, size, base, nxt, max_ts, epoch in entries:
             self._index_batch(start + p, base, nxt, max_ts, size, epoch, index_interval_bytes)
-        self.size_bytes = start + len(data)
+        self.size_bytes = start + total_bytes
 
     # ------------------------------------------------------------------ reads
 

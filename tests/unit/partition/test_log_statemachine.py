@@ -57,12 +57,14 @@ class LogMachine(RuleBasedStateMachine):
         if low >= self.leo:
             return
         offset = low + int(frac * (self.leo - low))
+        cut = offset < self.leo
         self.log.truncate_to(offset)
         keep = [b for b in self.batches if b[1] < offset]
         self.batches = keep
         self.epochs = [e for e in self.epochs if e[1] < self.leo]
         assert self.log.log_end_offset == self.leo
-        assert self.log.flushed_offset == self.leo
+        if cut:  # a real truncation is durable on return; truncating at the end is a no-op
+            assert self.log.flushed_offset == self.leo
 
     @rule(budget=st.integers(0, 2000))
     def retention(self, budget):
