@@ -121,6 +121,30 @@ The contract with the shell (read this before writing one)
    report a moved log start with `log_start_advanced(log_start_offset)`. `start_election()`
    runs for election now (a new partition's preferred leader, instead of waiting a timeout).
 
+Damaged storage (protocol-aware recovery, Alagappan et al., FAST'18)
+--------------------------------------------------------------------
+Raft assumes an fsynced entry survives. When log recovery drops data (a torn or corrupt
+tail: bytes_dropped or offsets_lost > 0), the replica may have lost entries it reported
+durable, so a commit may have counted it: if it then voted by its shortened log, a majority
+without the committed entry could elect a leader lacking it (seen: a damaged node voted at
+once after restart and an acknowledged write was lost). So the shell sets
+`QuorumState.needs_catch_up` and persists it BEFORE building the core (a second restart
+would find a clean log). While it is set the replica grants no votes or pre-votes, never
+becomes prospective or candidate (timeouts, `start_election`, TimeoutNow are ignored), and
+only follows. It is cleared (a PersistQuorumState with it false) once, as follower of the
+leader of its epoch, after a successful fetch response with high watermark H (a response to
+a fetch sent after the damage, so the leader had replaced our pre-damage durable offset), it
+durably holds [0, H) and an entry of the leader's epoch (so all earlier-epoch commits too).
+Safety then needs only that a committed entry is intact on one member of every majority of
+unflagged replicas, which a damaged minority cannot break. Limits:
+* Liveness: with a majority flagged at once (e.g. power lost everywhere, every tail torn)
+  nobody can be elected until an operator clears the flag; a single voter ignores it.
+* A cut exactly at a batch boundary leaves a clean-looking log (no bytes dropped) and is not
+  detected (Kafka has the same gap; KIP-966 adds unclean-shutdown detection). A cheap check
+  would compare the recovered log end with a durable flushed-end mark; not built.
+* A pre-damage fetch delivered after a post-damage one can make the leader count the old
+  durable offset again; fetches carry no incarnation to tell them apart.
+
 Invariants (checked by tests/sim after every step): at most one leader per epoch; a
 committed offset is never lost or changed; two replicas agree below the smaller of their high
 watermarks; a high watermark never goes back. Per-event work is O(number of voters).
@@ -191,6 +215,10 @@ class QuorumState:
     epoch: int = 0
     voted_for: int | None = None
     leader_id: int | None = None
+    # Log recovery dropped data that may have been fsynced (and counted toward a commit):
+    # no votes, no candidacy until caught up from an established leader (see "Damaged
+    # storage" in the module docstring).
+    needs_catch_up: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -415,6 +443,9 @@ class RaftCore:
         self._epoch = quorum_state.epoch
         self._voted_for = quorum_state.voted_for
         self._leader_id = quorum_state.leader_id
+        # A single voter has nobody to catch up from: what it lost is lost either way.
+        self._needs_catch_up = quorum_state.needs_catch_up and bool(self._others)
+        self._catch_up_hw: int | None = None  # HW of our leader's last good fetch response
         self._qs_version = 0
         self._qs_pending = False  # a PersistQuorumState is out and not yet confirmed
         self._qs_awaited = 0
@@ -436,7 +467,10 @@ class RaftCore:
         self._reset_election_timer()
         self._grants: set[int] = set()
 
-        self._fetch_id = 0
+        # After damage, fetch ids start at random so that a response to a fetch of the last
+        # incarnation (whose HW the leader may have computed from our pre-damage offset)
+        # does not pass for one of ours.
+        self._fetch_id = rng.randrange(1 << 30) if self._needs_catch_up else 0
         self._fetch_inflight = False
         self._fetch_elapsed = 0
         self._fetch_after_flush = False
@@ -475,7 +509,12 @@ class RaftCore:
 
     @property
     def quorum_state(self) -> QuorumState:
-        return QuorumState(self._epoch, self._voted_for, self._leader_id)
+        return QuorumState(self._epoch, self._voted_for, self._leader_id, self._needs_catch_up)
+
+    @property
+    def needs_catch_up(self) -> bool:
+        """True while this replica lost data to damaged storage and has not caught up."""
+        return self._needs_catch_up
 
     @property
     def high_watermark(self) -> int:
@@ -533,7 +572,11 @@ class RaftCore:
                     self._send_fetch()
         self._election_elapsed += 1
         if self._election_elapsed >= self._election_timeout:
-            self._start_prevote()
+            if self._needs_catch_up:
+                # Our log may lack committed entries: only an established leader may lead.
+                self._reset_election_timer()
+            else:
+                self._start_prevote()
         return out
 
     def handle(self, message: Message) -> list[Effect]:
@@ -608,6 +651,8 @@ class RaftCore:
             self._flushed = flushed_offset
             if self._role is _LEADER:
                 self._maybe_advance_hw()
+            elif self._needs_catch_up:
+                self._maybe_caught_up()
         if self._flushed < self._end:
             self._request_flush()
         elif self._role is _FOLLOWER and self._fetch_after_flush:
@@ -634,7 +679,7 @@ class RaftCore:
         """Run for election now (pre-vote first), as if the election timeout had passed: for
         a new partition's preferred leader. A no-op for a leader, a follower or a candidate."""
         out = self._out = []
-        if self._role in (_UNATTACHED, _RESIGNED, _PROSPECTIVE):
+        if self._role in (_UNATTACHED, _RESIGNED, _PROSPECTIVE) and not self._needs_catch_up:
             self._start_prevote()
         return out
 
@@ -670,6 +715,7 @@ class RaftCore:
             "last_epoch": self.last_epoch,
             "persist_pending": self._qs_pending,
             "transfer_target": self._transfer_target,
+            "needs_catch_up": self._needs_catch_up,
         }
 
     # ---------------------------------------------------------------------- internals
@@ -691,9 +737,14 @@ class RaftCore:
             return
         if epoch < self._epoch:
             raise RaftStateError(f"epoch would go back from {self._epoch} to {epoch}")
+        if epoch != self._epoch or leader_id != self._leader_id:
+            self._catch_up_hw = None  # only a response from the leader of our epoch counts
         self._epoch, self._voted_for, self._leader_id = epoch, voted_for, leader_id
+        self._persist_quorum_state()
+
+    def _persist_quorum_state(self) -> None:
         self._qs_version += 1
-        eff = PersistQuorumState(QuorumState(epoch, voted_for, leader_id), self._qs_version)
+        eff = PersistQuorumState(self.quorum_state, self._qs_version)
         if self._qs_pending:
             self._held.append(eff)
         else:
@@ -1022,17 +1073,35 @@ class RaftCore:
         elif m.records:
             raise RaftStateError("fetch response carries records but no batch summary")
         hw = m.high_watermark
+        if self._needs_catch_up:
+            self._catch_up_hw = hw
         if hw > self._end:
             hw = self._end
         if hw > self._hw:
             self._hw = hw
             self._emit(HighWatermarkChanged(hw))
+        if self._needs_catch_up:
+            self._maybe_caught_up()
         if self._require_flush and self._flushed < self._end:
             self._request_flush()
             self._fetch_after_flush = True
             self._flush_wait_ticks = 0
         else:
             self._send_fetch()
+
+    def _maybe_caught_up(self) -> None:
+        # Caught up = we durably hold (a) the leader's high watermark as of a fetch we sent
+        # after the damage (the leader counted our report of that fetch, not our pre-damage
+        # one), and (b) an entry of the leader's epoch, i.e. its control batch, so everything
+        # committed in earlier epochs too (a new leader's HW may still be below those).
+        target = self._catch_up_hw
+        if target is None or self._role is not _FOLLOWER or self.last_epoch != self._epoch:
+            return
+        durable = self._flushed if self._require_flush else self._end
+        if durable >= target and durable > self._ep_starts[-1]:
+            self._needs_catch_up = False
+            self._catch_up_hw = None
+            self._persist_quorum_state()
 
     def _divergence_point(self, epoch: int, end_offset: int) -> int:
         if end_offset < 0:
@@ -1064,7 +1133,12 @@ class RaftCore:
     # -- elections
 
     def _on_vote_request(self, m: VoteRequest) -> None:
-        log_ok = (m.last_epoch, m.log_end_offset) >= (self.last_epoch, self._end)
+        # A replica that lost data cannot judge whether the candidate's log holds every
+        # committed entry: it refuses (but still learns a higher epoch from a real vote).
+        log_ok = (
+            not self._needs_catch_up
+            and (m.last_epoch, m.log_end_offset) >= (self.last_epoch, self._end)
+        )
         if m.pre_vote:
             lease = self._role is _LEADER or (
                 self._role is _FOLLOWER
@@ -1132,5 +1206,8 @@ class RaftCore:
             self._become_unattached(m.epoch, lease_expired=True)
 
     def _on_timeout_now(self, m: TimeoutNow) -> None:
-        if m.epoch == self._epoch and self._role is _FOLLOWER and self._leader_id == m.sender:
+        if (
+            m.epoch == self._epoch and self._role is _FOLLOWER and self._leader_id == m.sender
+            and not self._needs_catch_up
+        ):
             self._start_candidacy()

@@ -9,8 +9,9 @@ The core decides, this module does the I/O, following raft.py's "contract with t
   reads, enqueueing a send); the executor awaits only to fsync the quorum state (in a worker
   thread) and to let a running flush finish before a truncation.
 * PersistQuorumState: `quorum-state` = u32 big-endian CRC-32C + canonical CBOR {epoch,
-  voted_for, leader_id}, written to a temp file, fsynced, renamed, directory fsynced; only
-  then `quorum_state_persisted(version)`.
+  voted_for, leader_id, needs_catch_up} (a file without needs_catch_up reads as false; open
+  sets it, durably, when log recovery dropped data), written to a temp file, fsynced,
+  renamed, directory fsynced; only then `quorum_state_persisted(version)`.
 * Flush: one `log.flush()` in a worker thread (group commit), reported exactly once with
   `flushed(offset)`. A truncation waits until no flush thread runs (the log also serialises
   them; waiting here keeps the trio thread from blocking on the flush lock).
@@ -185,7 +186,8 @@ def _atomic_write(directory: Path, name: str, data: bytes) -> None:
 def write_quorum_state(directory: Path, state: QuorumState) -> None:
     """Write `quorum-state` durably (temp file, fsync, rename, fsync dir). Blocking."""
     body = cbor2.dumps(
-        {"epoch": state.epoch, "voted_for": state.voted_for, "leader_id": state.leader_id},
+        {"epoch": state.epoch, "voted_for": state.voted_for, "leader_id": state.leader_id,
+         "needs_catch_up": state.needs_catch_up},
         canonical=True,
     )
     _atomic_write(directory, QUORUM_STATE_FILE, _CRC.pack(google_crc32c.value(body)) + body)
@@ -201,9 +203,13 @@ def read_quorum_state(directory: Path) -> QuorumState:
         raise QuorumStateCorrupt(f"{directory / QUORUM_STATE_FILE}: bad CRC")
     try:
         obj = cbor2.loads(data[4:])
-        state = QuorumState(obj["epoch"], obj["voted_for"], obj["leader_id"])
+        # Files written before needs_catch_up existed lack it: nothing was flagged then.
+        state = QuorumState(obj["epoch"], obj["voted_for"], obj["leader_id"],
+                            obj.get("needs_catch_up", False))
     except (cbor2.CBORDecodeError, KeyError, TypeError, ValueError) as exc:
         raise QuorumStateCorrupt(f"{directory / QUORUM_STATE_FILE}: {exc}") from None
+    if type(state.needs_catch_up) is not bool:
+        raise QuorumStateCorrupt(f"{directory / QUORUM_STATE_FILE}: bad needs_catch_up")
     if type(state.epoch) is not int or state.epoch < 0:
         raise QuorumStateCorrupt(f"{directory / QUORUM_STATE_FILE}: bad epoch")
     return state
@@ -331,6 +337,20 @@ class Replica:
                           partition=self.partition, segment=log.recovery.segment,
                           bytes_dropped=log.recovery.bytes_dropped)
             state = read_quorum_state(d)
+            rec = log.recovery
+            if (
+                rec is not None and (rec.bytes_dropped > 0 or rec.offsets_lost > 0)
+                and not state.needs_catch_up
+            ):
+                # Recovery cut data that may have been fsynced and counted toward a commit:
+                # no votes until caught up (raft.py "Damaged storage"). Durable before the
+                # core runs, since the next restart will find a clean log. A new, empty
+                # partition directory recovers nothing, so it is never flagged.
+                state = QuorumState(state.epoch, state.voted_for, state.leader_id, True)
+                write_quorum_state(d, state)
+                log_event(logger, "replica_needs_catch_up", level=logging.WARNING,
+                          topic=self.topic, partition=self.partition,
+                          bytes_dropped=rec.bytes_dropped, offsets_lost=rec.offsets_lost)
             self._rebuild_producers(log)
         except BaseException:
             log.close()
@@ -390,7 +410,8 @@ class Replica:
             s = self.core.status()
             out.update(role=s["role"], epoch=s["epoch"], leader_id=s["leader_id"],
                        log_end_offset=s["log_end_offset"], flushed_offset=s["flushed_offset"],
-                       high_watermark=s["high_watermark"])
+                       high_watermark=s["high_watermark"],
+                       needs_catch_up=s["needs_catch_up"])
         if self.log is not None:
             out["log_start_offset"] = self.log.log_start_offset
         return out

@@ -4,7 +4,10 @@ A seeded event queue drives N replicas: per-replica ticks, a network that drops,
 duplicates and reorders messages and can be cut (isolate a node, split in two, one-way
 links), fsyncs of the quorum state and of the log that complete after a random delay,
 crashes that lose the unflushed tail of the log and any quorum state not yet confirmed
-durable, restarts, clients writing to whoever accepts writes, and leadership transfers.
+durable, crashes with storage damage (a random suffix of the FLUSHED log is gone too, and
+the replica restarts with `needs_catch_up` as partition/replica.py sets it from its log
+recovery; at most one replica is flagged at a time, so the unflagged replicas can still
+elect), restarts, clients writing to whoever accepts writes, and leadership transfers.
 
 The shell here obeys the contract of partition/raft.py (effects in order; nothing after a
 PersistQuorumState until it is confirmed is ever returned by the core, so the sim just
@@ -17,7 +20,9 @@ stays fast:
   replica's log equals it below that replica's own high watermark (so any two replicas agree
   below the smaller of their HWs), and a high watermark never goes back;
 * no replica ever truncates (Raft-driven) an entry equal to the committed one;
-* the committed prefix is flushed on a majority at all times;
+* the committed prefix is flushed on a majority at all times, counting a damaged replica
+  that has not caught up yet as holding what it held before the damage (it may not vote
+  until it holds it again);
 * at the end (everything healed and restarted, run to quiescence) all logs are identical,
   every acknowledged write sits at its offsets, and no write appears twice.
 
@@ -80,6 +85,7 @@ class SimParams:
     flush_delay_max_units: int = 20
     persist_delay_max_units: int = 20
     crash_in_fsync_p: float = 0.03  # a quorum-state fsync is cut short by a crash
+    damage_p: float = 0.3  # a nemesis crash also damages storage (cuts flushed entries)
     client_every_units: int = 6
     nemesis_every_units: int = 150
     max_fetch_entries: int = 8
@@ -116,7 +122,7 @@ class MemLog:
 class SimNode:
     __slots__ = (
         "id", "core", "log", "up", "incarnation", "durable_qs", "pending_persists",
-        "hw", "pending_writes", "flush_end", "flush_cap",
+        "hw", "pending_writes", "flush_end", "flush_cap", "lost",
     )  # fmt: skip
 
     def __init__(self, node_id: int) -> None:
@@ -131,6 +137,7 @@ class SimNode:
         self.pending_writes: deque = deque()
         self.flush_end = -1  # log end when the outstanding flush was issued
         self.flush_cap = -1
+        self.lost: dict[int, tuple[int, int]] = {}  # offset -> (epoch, id) cut by damage
 
 
 class Cluster:
@@ -138,6 +145,9 @@ class Cluster:
         self.seed = seed
         self.p = params or SimParams()
         self.rng = random.Random(seed)
+        # Damage draws from its own stream, so adding it left the other faults' schedule
+        # (and the seeds that catch the older planted bugs) as it was.
+        self.damage_rng = random.Random(seed * 7919 + 1)
         n = self.p.n
         self.voters = tuple(range(1, n + 1))
         self.majority = n // 2 + 1
@@ -162,7 +172,8 @@ class Cluster:
         self.acked: list[tuple[int, tuple[int, ...]]] = []  # (first offset, ids)
         self.next_id = 1
         self.next_control = -1
-        self.stats = {"acked": 0, "elections": 0, "crashes": 0, "transfers": 0, "truncations": 0}
+        self.stats = {"acked": 0, "elections": 0, "crashes": 0, "transfers": 0, "truncations": 0,
+                      "damaged": 0}
 
         for node in self.nodes.values():
             self._start(node)
@@ -208,6 +219,27 @@ class Cluster:
         del log.ids[cut:]
         node.pending_writes.clear()
         node.core = None
+
+    def _damage(self, node: SimNode) -> None:
+        """Crash `node` and lose a random suffix of its flushed log (a torn tail the log's
+        recovery detects), flagging it durably as the shell does before the core starts."""
+        self._crash(node)
+        self.stats["damaged"] += 1
+        log = node.log
+        cut = self.damage_rng.randint(0, log.flushed)
+        node.lost = {off: (log.epochs[off], log.ids[off]) for off in range(cut, log.flushed)}
+        del log.epochs[cut:]
+        del log.ids[cut:]
+        log.flushed = cut
+        qs = node.durable_qs
+        node.durable_qs = QuorumState(qs.epoch, qs.voted_for, qs.leader_id, True)
+        self.trace.append((self.now, "damage", node.id, cut))
+
+    @staticmethod
+    def _flagged(node: SimNode) -> bool:
+        return node.durable_qs.needs_catch_up or (
+            node.core is not None and node.core.needs_catch_up
+        )
 
     # --------------------------------------------------------------------- running
 
@@ -481,8 +513,12 @@ class Cluster:
                 persisting = [nd for nd in up if nd.pending_persists]
                 pool = persisting if persisting and rng.random() < 0.5 else up
                 victim = pool[rng.randrange(len(pool))]
-                self.trace.append((self.now, "crash", victim.id, None))
-                self._crash(victim)
+                damage = self.damage_rng.random() < self.p.damage_p
+                if damage and not any(map(self._flagged, nodes.values())):
+                    self._damage(victim)
+                else:
+                    self.trace.append((self.now, "crash", victim.id, None))
+                    self._crash(victim)
         elif r < 0.40:
             if down:
                 node = down[rng.randrange(len(down))]
@@ -535,6 +571,8 @@ class Cluster:
             log = node.log
             if log.flushed >= n_committed and log.ids[last] == cid and log.epochs[last] == cep:
                 holders += 1
+            elif self._flagged(node) and node.lost.get(last) == (cep, cid):
+                holders += 1  # lost it to damage; barred from votes until it is back
         if holders < self.majority:
             self._fail(f"committed prefix [0, {n_committed}) is durable on only {holders} replicas")
 

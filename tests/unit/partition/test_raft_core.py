@@ -24,6 +24,7 @@ from partition.raft import (
     RaftStateError,
     Role,
     Send,
+    TimeoutNow,
     TruncateTo,
     VoteRequest,
     VoteResponse,
@@ -549,3 +550,95 @@ def test_without_require_flush_the_log_end_counts():
     h.tick(2)
     assert all(c.high_watermark == 3 for c in h.cores.values())
     assert not any(type(e) is Flush for effects in h.effects.values() for e in effects)
+
+
+# ------------------------------------------------------ damaged storage (needs_catch_up)
+
+
+def _damaged(state=QuorumState(2, None, None, True), log=(1, 2)):
+    return RaftCore(1, [1, 2, 3], rng=random.Random(1), quorum_state=state,
+                    log_state=LogState(0, len(log), len(log), _cache(log)), config=CFG)  # fmt: skip
+
+
+def test_damaged_replica_grants_no_vote_or_prevote_but_learns_the_epoch():
+    core = _damaged()
+    assert core.status()["needs_catch_up"] and core.quorum_state.needs_catch_up
+    [resp] = _sends(core.handle(VoteRequest(2, 3, 9, 99, True)), VoteResponse)
+    assert not resp.granted  # the same request is granted without the flag (table above)
+    effects = core.handle(VoteRequest(2, 3, 9, 99, False))
+    # It adopts the epoch (durably, flag kept) and refuses the vote.
+    assert effects == [PersistQuorumState(QuorumState(3, None, None, True), 1)]
+    [resp] = _sends(core.quorum_state_persisted(1), VoteResponse)
+    assert not resp.granted and core.epoch == 3 and core.quorum_state.voted_for is None
+
+
+def test_damaged_replica_never_runs_for_election():
+    core = _damaged()
+    effects = []
+    for _ in range(5 * CFG.election_timeout_ticks):
+        effects += core.tick()
+    assert core.start_election() == []
+    assert _sends(effects, VoteRequest) == [] and core.role is Role.UNATTACHED
+    follower = _damaged(QuorumState(2, None, 3, True))
+    assert _sends(follower.handle(TimeoutNow(3, 2)), VoteRequest) == []
+    assert follower.role is Role.FOLLOWER and follower.epoch == 2
+    # A lone voter has nobody to catch up from: the flag does not apply.
+    alone = RaftCore(1, [1], rng=random.Random(1), quorum_state=QuorumState(2, None, None, True),
+                     config=CFG)  # fmt: skip
+    assert not alone.needs_catch_up
+    alone.start_election()
+    assert alone.role is Role.LEADER
+
+
+def test_damaged_replica_clears_the_flag_once_durably_caught_up_then_votes():
+    # Follower of leader 3 in epoch 4; the damage cut its log to [1, 2].
+    core = _damaged(QuorumState(4, None, 3, True))
+    [fetch] = _sends(core.tick(), FetchRequest)
+    # A response with HW <= our end but no entry of epoch 4 yet: the leader's HW may still
+    # be below commits of earlier epochs, so that is not caught up.
+    resp = FetchResponse(3, 4, 3, fetch.fetch_id, None, 2, 2, None, -1, 2)
+    effects = core.handle(resp.with_records(b"x", ((2, 3, 2),)))
+    assert [type(e) for e in effects] == [AppendReplicated, HighWatermarkChanged, Flush]
+    [fetch] = _sends(core.flushed(4), FetchRequest)
+    assert core.needs_catch_up
+    # Now the leader's control batch (epoch 4) and HW 5 arrive; cleared only once flushed.
+    resp = FetchResponse(3, 4, 3, fetch.fetch_id, None, 5, 4, None, -1, 4)
+    effects = core.handle(resp.with_records(b"y", ((4, 4, 4),)))
+    assert core.needs_catch_up and Flush() in effects
+    effects = core.flushed(5)
+    assert effects[0] == PersistQuorumState(QuorumState(4, None, 3, False), 1)
+    assert not core.needs_catch_up and not core.status()["needs_catch_up"]
+    core.quorum_state_persisted(1)
+    # Caught up, it votes again (its leader's lease has run out).
+    for _ in range(CFG.election_timeout_ticks):
+        core.tick()
+    [resp] = _sends(core.handle(VoteRequest(2, 5, 4, 5, True)), VoteResponse)
+    assert resp.granted
+
+
+def test_error_and_divergence_responses_do_not_clear_the_flag():
+    core = _damaged(QuorumState(4, None, 3, True), log=(1, 4))
+    [fetch] = _sends(core.tick(), FetchRequest)
+    assert core.handle(FetchResponse(3, 4, 3, fetch.fetch_id, None, 0, 2, 1, 1)) != []
+    assert core.needs_catch_up and core.log_end_offset == 1  # truncated, fetching again
+    core = _damaged(QuorumState(4, None, 3, True), log=(1, 4))
+    [fetch] = _sends(core.tick(), FetchRequest)
+    core.handle(FetchResponse(3, 4, 3, fetch.fetch_id, "NOT_LEADER"))
+    assert core.needs_catch_up and core.role is Role.UNATTACHED
+
+
+def test_damaged_voter_cannot_help_elect_a_leader_that_lacks_a_commit():
+    # jepsen-2: [0, 5) committed on {1, 3}; node 2 lags; node 3's damaged storage lost 3, 4.
+    h = Harness(3, states={
+        1: (QuorumState(2, None, None), [1, 1, 2, 2, 2]),
+        2: (QuorumState(2, None, None), [1, 1]),
+        3: (QuorumState(2, None, None, True), [1, 1, 2]),
+    })  # fmt: skip
+    h.cut = {1}
+    h.tick(6 * CFG.election_timeout_ticks)
+    assert h.leader() is None  # 2 would win with 3's vote; without it nobody can
+    h.cut = set()
+    leader = h.elect()
+    assert leader.replica_id == 1
+    h.run_until(lambda: not h.cores[3].needs_catch_up)
+    assert h.logs[3][:5] == [1, 1, 2, 2, 2] and h.logs[2][:5] == [1, 1, 2, 2, 2]
