@@ -467,10 +467,11 @@ class RaftCore:
         self._reset_election_timer()
         self._grants: set[int] = set()
 
-        # After damage, fetch ids start at random so that a response to a fetch of the last
-        # incarnation (whose HW the leader may have computed from our pre-damage offset)
-        # does not pass for one of ours.
-        self._fetch_id = rng.randrange(1 << 30) if self._needs_catch_up else 0
+        # Fetch ids start at random on every construction (every restart), so that a delayed
+        # response to a fetch of the last incarnation does not pass for one of ours: a stale
+        # "diverging" answer could otherwise cut entries below the high watermark, and after
+        # damage a stale HW may have been computed from our pre-damage offset.
+        self._fetch_id = rng.randrange(1 << 30)
         self._fetch_inflight = False
         self._fetch_elapsed = 0
         self._fetch_after_flush = False
