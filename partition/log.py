@@ -59,7 +59,8 @@ from partition.errors import (
     CorruptRecordError, LogClosedError, MessageTooLargeError, OffsetOutOfRangeError, PartitionError,
 )
 from partition.segment import (
-    INDEX_SUFFIX, INT32_MAX, LOG_SUFFIX, TIMEINDEX_SUFFIX, Segment, parse_segment_name,
+    INDEX_SUFFIX, INT32_MAX, LOG_SUFFIX, TIMEINDEX_SUFFIX, TMP_SUFFIX, Segment,
+    parse_segment_name, write_durably,
 )
 
 __all__ = [
@@ -77,7 +78,6 @@ _LEADER_EPOCH = struct.Struct(">i")
 EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
-_TMP_SUFFIX = ".tmp"
 
 
 class InvalidAppendError(PartitionError):
@@ -168,20 +168,6 @@ def _decode_checkpoint(kind: str, data: bytes) -> list[str] | None:
     except (ValueError, UnicodeDecodeError, IndexError):
         return None
     return body if len(body) == count else None
-
-
-def _atomic_write(directory: Path, dir_fd: int, name: str, data: bytes) -> None:
-    tmp = directory / (name + _TMP_SUFFIX)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, directory / name)
-    os.fsync(dir_fd)
 
 
 def _read_checkpoint(directory: Path, name: str) -> list[str] | None:
@@ -336,7 +322,7 @@ class Log:
         names = os.listdir(self.directory)
         present = set(names)
         for fname in names:
-            if fname.endswith(_TMP_SUFFIX):
+            if fname.endswith(TMP_SUFFIX):
                 os.unlink(self.directory / fname)
                 continue
             base = parse_segment_name(fname)
@@ -475,16 +461,18 @@ class Log:
     # ------------------------------------------------------------------ checkpoints
 
     def _write_epochs(self) -> None:
-        _atomic_write(self.directory, self._dir_fd, EPOCH_CHECKPOINT, self._epochs.encode())
+        write_durably(self.directory, EPOCH_CHECKPOINT, self._epochs.encode(), dir_fd=self._dir_fd)
 
     def _write_log_start(self) -> None:
-        _atomic_write(self.directory, self._dir_fd, LOG_START_CHECKPOINT,
-                      _encode_checkpoint(LOG_START_CHECKPOINT, [str(self.log_start_offset)]))
+        write_durably(self.directory, LOG_START_CHECKPOINT,
+                      _encode_checkpoint(LOG_START_CHECKPOINT, [str(self.log_start_offset)]),
+                      dir_fd=self._dir_fd)
 
     def _set_recovery_point(self, clean_below: int) -> None:
         if clean_below != self._clean_below:
-            _atomic_write(self.directory, self._dir_fd, RECOVERY_POINT_CHECKPOINT,
-                          _encode_checkpoint(RECOVERY_POINT_CHECKPOINT, [str(clean_below)]))
+            write_durably(self.directory, RECOVERY_POINT_CHECKPOINT,
+                          _encode_checkpoint(RECOVERY_POINT_CHECKPOINT, [str(clean_below)]),
+                          dir_fd=self._dir_fd)
             self._clean_below = clean_below
 
     # ------------------------------------------------------------------ state checks

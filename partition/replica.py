@@ -68,6 +68,7 @@ from partition.errors import (
     RaftStateError,
 )
 from partition.log import LOG_START_CHECKPOINT, Log, LogConfig
+from partition.segment import write_durably
 from partition.producer_state import ProducerStateManager
 from partition.raft import (
     AppendControl,
@@ -161,28 +162,6 @@ def log_config_for(topic_config: TopicConfig) -> LogConfig:
 # ------------------------------------------------------------------------- quorum state
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _atomic_write(directory: Path, name: str, data: bytes) -> None:
-    tmp = directory / (name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, directory / name)
-    _fsync_dir(directory)
-
-
 def write_quorum_state(directory: Path, state: QuorumState) -> None:
     """Write `quorum-state` durably (temp file, fsync, rename, fsync dir). Blocking."""
     body = cbor2.dumps(
@@ -190,7 +169,7 @@ def write_quorum_state(directory: Path, state: QuorumState) -> None:
          "needs_catch_up": state.needs_catch_up},
         canonical=True,
     )
-    _atomic_write(directory, QUORUM_STATE_FILE, _CRC.pack(google_crc32c.value(body)) + body)
+    write_durably(directory, QUORUM_STATE_FILE, _CRC.pack(google_crc32c.value(body)) + body)
 
 
 def read_quorum_state(directory: Path) -> QuorumState:
@@ -328,7 +307,7 @@ class Replica:
         meta = cbor2.dumps({"topic": self.topic, "partition": self.partition,
                             "topic_id": self.topic_id}, canonical=True)
         if _read_or_none(d / PARTITION_METADATA_FILE) != meta:
-            _atomic_write(d, PARTITION_METADATA_FILE, meta)
+            write_durably(d, PARTITION_METADATA_FILE, meta)
         now = self._clock_ms()
         log = Log.open(d, log_config_for(self.topic_config), now_ms=now)
         try:
@@ -735,7 +714,7 @@ class Replica:
             for name in os.listdir(directory):
                 if name not in _KEEP_ON_RESET:
                     os.unlink(directory / name)
-            _atomic_write(directory, LOG_START_CHECKPOINT,
+            write_durably(directory, LOG_START_CHECKPOINT,
                           _checkpoint_bytes(LOG_START_CHECKPOINT, [str(offset)]))
             return Log.open(directory, config, now_ms=self._clock_ms())
 

@@ -112,6 +112,31 @@ def pwrite_all(fd: int, data, pos: int) -> None:
         view = view[n:]
 
 
+TMP_SUFFIX = ".tmp"
+
+
+def write_durably(directory: Path, name: str, data: bytes, *, dir_fd: int | None = None) -> None:
+    """Replace `directory/name` with `data` so that a crash leaves the old or the new contents:
+    write a temp file, fsync it, rename it over, fsync the directory (`dir_fd` if the caller
+    keeps one open)."""
+    tmp = directory / (name + TMP_SUFFIX)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        pwrite_all(fd, data, 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, directory / name)
+    if dir_fd is not None:
+        os.fsync(dir_fd)
+        return
+    dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
 def write_whole_file(path: Path, data: bytes) -> None:
     """Replace the contents of `path` (no fsync; callers fsync when it must be durable)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
