@@ -23,7 +23,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m jepsen_style_tests", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run one test against a local cluster")
-    run.add_argument("--workload", default="queue", choices=["queue"])
+    run.add_argument("--workload", default="queue", choices=["queue", "group"])
     run.add_argument("--nemesis", default="kill,pause,partition",
                      help=f"comma-separated from {','.join(FAULT_NAMES)}, or none")
     run.add_argument("--time-limit", type=float, default=60.0, help="seconds of workload (default 60)")

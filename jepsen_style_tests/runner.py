@@ -13,6 +13,10 @@ final phase heals everything, waits `recovery_s`, and reads every partition to i
 (history.jsonl, results.json, summary.txt, throughput.png, latency.png; node logs under
 ``cluster/logs/``). Every node process is stopped by its PID whatever happens.
 
+Workloads (`WORKLOADS`): ``queue`` mixes sends, polls and manual ``assign``s; ``group`` mixes
+sends, polls, ``subscribe``s to the one consumer group `GROUP_ID` and ``commit``s of the
+members' positions (the final phase reads with ``assign`` in both).
+
 The interpreter follows `generator`'s contract exactly (the same loop as `generator.simulate`,
 with the trio clock): an op is recorded before it is dispatched; a completion is recorded,
 then the generator is updated, then its process is freed — a client process whose op ended
@@ -59,6 +63,8 @@ TOPIC = "jepsen"
 READY_TIMEOUT_S = 60.0
 PROGRESS_EVERY_S = 5.0
 VALUE_STRIDE = 1_000_000_000
+WORKLOADS = ("queue", "group")
+GROUP_ID = "jepsen"  # the one consumer group of the group workload
 MAX_OPS = 2_000_000  # a bound on one history (about 1 GB of JSON at most)
 
 
@@ -101,14 +107,16 @@ class RunOutcome:
 
 def workload(config: RunConfig, keys: Sequence[str], rng: random.Random) -> g.Generator:
     """The whole generator: the workload with the fault schedule, then the final phase."""
-    if config.workload != "queue":
-        raise ValueError(f"unknown workload {config.workload!r}; known: queue")
+    if config.workload not in WORKLOADS:
+        raise ValueError(f"unknown workload {config.workload!r}; known: {', '.join(WORKLOADS)}")
     limit_ns = int(config.time_limit_s * g.SEC_NS)
     client_ops = g.rate(config.rate, g.mix(
         # Three send streams weigh sends 3:2:1 against polls and assigns; their value ranges
         # are disjoint, so every value stays unique for the run.
         *(g.sends(keys, first_value=k * VALUE_STRIDE) for k in range(3)), g.polls(poll_ms=100), g.polls(poll_ms=100),
-        g.reassigns(keys),
+        # queue: manual assigns; group: subscribes to one consumer group and commits positions.
+        *((g.reassigns(keys),) if config.workload == "queue" else
+          (g.reassigns(keys, f="subscribe", group=GROUP_ID), g.repeat({"f": "commit", "value": None}))),
     ))  # fmt: skip
     main: list[Any] = [g.time_limit(limit_ns, g.clients(client_ops))]
     if config.nemesis:

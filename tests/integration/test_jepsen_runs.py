@@ -15,7 +15,7 @@ MIXED_TIME_LIMIT_S = float(os.environ.get("RAFTLOG_JEPSEN_MIXED_TIME_S", "600"))
 ALL_NEMESES = ("kill", "pause", "partition", "leader-kill", "controller-kill", "rolling", "corrupt")
 
 
-async def _valid_run(tmp_path, nemesis: tuple[str, ...], time_limit_s: float, **overrides) -> None:
+async def _valid_run(tmp_path, nemesis: tuple[str, ...], time_limit_s: float, **overrides):
     config = RunConfig(
         nemesis=nemesis, time_limit_s=time_limit_s, rate=100, nodes=3, partitions=4, concurrency=6,
         fault_interval_s=8, recovery_s=4, store=str(tmp_path / "store"), **overrides,
@@ -33,6 +33,7 @@ async def _valid_run(tmp_path, nemesis: tuple[str, ...], time_limit_s: float, **
                            for w in windows), (windows, where)  # fmt: skip
     failed_nemesis = [p for p in outcome.history.pairs() if p.process == "nemesis" and p.type == "info"]
     assert not failed_nemesis, (failed_nemesis[:3], where)
+    return outcome
 
 
 @pytest.mark.jepsen
@@ -40,6 +41,19 @@ async def _valid_run(tmp_path, nemesis: tuple[str, ...], time_limit_s: float, **
                          ids=lambda n: "+".join(n))
 async def test_short_run_is_valid(tmp_path, nemesis):
     await _valid_run(tmp_path, nemesis, TIME_LIMIT_S)
+
+
+@pytest.mark.jepsen
+async def test_group_workload_run_is_valid(tmp_path):
+    # Consumer-group ops (subscribe, polls that join and rebalance, commits) under kills: the
+    # group checks (double-assignment, nonmonotonic-commit) run on real group facts.
+    outcome = await _valid_run(tmp_path, ("kill",), min(TIME_LIMIT_S, 22.0), workload="group")
+    where = f"seed={outcome.seed} dir={outcome.files.directory}"
+    counts = outcome.history.counts()
+    assert counts.get("subscribe", {}).get("ok", 0) >= 1, (counts, where)
+    assert counts.get("commit", {}).get("ok", 0) >= 1, (counts, where)
+    committed = [op for op in outcome.history if op.f == "commit" and op.type == "ok" and op.value]
+    assert committed and all(op.get("generation_id") is not None for op in committed), (counts, where)
 
 
 @pytest.mark.jepsen
