@@ -60,6 +60,7 @@ _MIN_BATCH_LENGTH = HEADER_BYTES - LOG_OVERHEAD
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _WALK_CHUNK_BYTES = 8192
 _SCAN_CHUNK_BYTES = 8 << 20
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")  # drop_cached advises whole pages
 
 
 def segment_name(base_offset: int) -> str:
@@ -201,6 +202,7 @@ class Segment:
         self.bytes_since_index = 0
         self.last_epoch = -1  # partition_leader_epoch of the last batch appended or scanned
         self._pins = 0
+        self._cached_from = 0  # bytes below were dropped from the page cache (drop_cached)
         self._close_requested = False
         self._fd_closed = False
 
@@ -267,6 +269,15 @@ class Segment:
 
     def fsync(self) -> None:
         os.fsync(self.fd)
+
+    def drop_cached(self, end: int) -> None:
+        """Advise the kernel to drop cached pages of this file below byte `end` (only call for
+        fsynced bytes: clean pages are dropped, dirty ones would only be written back early).
+        Page-aligned and incremental: each byte is advised at most once."""
+        end &= ~(_PAGE_BYTES - 1)
+        if end > self._cached_from:
+            os.posix_fadvise(self.fd, self._cached_from, end - self._cached_from, os.POSIX_FADV_DONTNEED)
+            self._cached_from = end
 
     def fsync_index_files(self) -> None:
         fsync_path(self.index_path)
@@ -564,6 +575,7 @@ class Segment:
         if removed:
             os.ftruncate(self.fd, cut)
             self.size_bytes = cut
+            self._cached_from = min(self._cached_from, cut & ~(_PAGE_BYTES - 1))
             self.index.truncate_from_position(cut)
             self.timeindex.truncate_from_rel_offset(found[1].base_offset - self.base_offset)
         # Tail state: everything before the last kept index entry is summarised by the
