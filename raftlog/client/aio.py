@@ -3,7 +3,8 @@
 Each client is an async context manager owning a nursery: one reader task per broker
 connection (frames → a bounded inbox channel), and for the Producer one sender task that
 polls the core, writes requests, and dispatches answers (Kafka's Sender). Consumer and
-Admin drive the core from the calling task (poll-driven, no background sender).
+Admin drive the core from the calling task (poll-driven, no background sender); a Consumer
+with a `group_id` also runs its group's driver and heartbeat tasks (group_aio.py).
 
     async with aio.Producer("127.0.0.1:9092") as p:
         handle = await p.send("t", b"v")      # queued; returns a handle at once
@@ -49,6 +50,7 @@ from raftlog.client.core import (
     parse_topic,
 )
 from raftlog.client.errors import BufferFull, ClientClosed
+from raftlog.client.group_aio import GROUP_OPTIONS, TrioGroup
 from raftlog.errors import RaftlogError, RequestTimedOut, UnknownTopicOrPartition
 from raftlog.protocol import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
 
@@ -465,7 +467,13 @@ class Producer(_AsyncClient):
 
 
 class Consumer(_AsyncClient):
-    """Trio consumer over assigned partitions; options as the blocking Consumer."""
+    """Trio consumer; options as the blocking Consumer.
+
+    Without `group_id` it reads manually assigned partitions (`assign`). With `group_id` it
+    can `subscribe` and take part in a consumer group (group_aio.py): partitions come and go
+    at rebalances inside `poll()`, heartbeats run in a task of the consumer's nursery, and
+    leaving the `async with` block commits (auto commit) and leaves the group.
+    """
 
     def __init__(
         self,
@@ -478,17 +486,82 @@ class Consumer(_AsyncClient):
         max_partition_fetch_bytes: int = 1024 * 1024,
         max_poll_records: int = 500,
         request_timeout_ms: int = 30_000,
+        group_id: str | None = None,
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5_000,
+        session_timeout_ms: int = 10_000,
+        heartbeat_interval_ms: int = 3_000,
+        rebalance_timeout_ms: int | None = None,
+        partition_assignment_strategy: str | Iterable[str] = ("range",),
+        group_instance_id: str | None = None,
         rng: random.Random | None = None,
         **options: Any,
     ):
         super().__init__(request_timeout_ms)
+        # Consumer groups (group_aio.py): group options are the group's, not the core's.
+        group_options = {k: options.pop(k) for k in list(options) if k in GROUP_OPTIONS}
+        rng = rng or random.Random()
         self._core = ConsumerCore(
-            bootstrap, rng=rng or random.Random(), auto_offset_reset=auto_offset_reset,
+            bootstrap, rng=rng, auto_offset_reset=auto_offset_reset,
             max_wait_ms=max_wait_ms, min_bytes=min_bytes, fetch_max_bytes=fetch_max_bytes,
             max_partition_fetch_bytes=max_partition_fetch_bytes,
             max_poll_records=max_poll_records, request_timeout_ms=request_timeout_ms, **options,
         )
         self._max_wait_ms = max_wait_ms
+        self._group: TrioGroup | None = None
+        if group_id is not None:
+            self._group = TrioGroup(
+                self, bootstrap, group_id=group_id, enable_auto_commit=enable_auto_commit,
+                auto_commit_interval_ms=auto_commit_interval_ms, session_timeout_ms=session_timeout_ms,
+                heartbeat_interval_ms=heartbeat_interval_ms, rebalance_timeout_ms=rebalance_timeout_ms,
+                partition_assignment_strategy=partition_assignment_strategy,
+                group_instance_id=group_instance_id, request_timeout_ms=request_timeout_ms,
+                rng=rng, **group_options,
+            )  # fmt: skip
+
+    async def _started(self, nursery: trio.Nursery) -> None:
+        if self._group is not None:
+            await self._group.start(nursery)
+
+    async def _shutdown(self) -> None:
+        if self._group is not None:
+            await self._group.aclose()  # commits (auto commit) and leaves the group
+        await super()._shutdown()
+
+    # ---- consumer groups (the group half lives in group_aio.py) ----
+
+    def subscribe(self, topics: Iterable[str] | None = None, *, pattern: str | None = None,
+                  on_revoked=None, on_assigned=None) -> None:
+        """Join the consumer's group (group_id=...) for `topics` or a regex `pattern`;
+        partitions come and go at rebalances inside poll(), announced by
+        on_revoked(partitions) / on_assigned(partitions) (plain or async functions)."""
+        if self._group is None:
+            raise ValueError("subscribe needs a group_id (Consumer(..., group_id=...))")
+        self._group.subscribe(topics, pattern, on_revoked, on_assigned)
+
+    def subscription(self) -> tuple[str, ...]:
+        """The topics subscribed to (a pattern's matches once resolved); () without a group."""
+        return self._group.subscription() if self._group is not None else ()
+
+    async def commit(self, offsets: dict[tuple[str, int], int] | None = None) -> None:
+        """Commit offsets (default: the position of every assigned partition) and wait."""
+        self._check_open()
+        await self._require_group().commit(offsets)
+
+    def commit_async(self, offsets: dict[tuple[str, int], int] | None = None) -> None:
+        """Send a commit and return at once (fire and forget: a failure is logged)."""
+        self._check_open()
+        self._require_group().commit_async(offsets)
+
+    async def committed(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
+        """The group's committed offset of each partition (None: none)."""
+        self._check_open()
+        return await self._require_group().committed(partitions)
+
+    def _require_group(self) -> TrioGroup:
+        if self._group is None:
+            raise ValueError("no group_id: this consumer has no group to commit to")
+        return self._group
 
     def assign(self, partitions: Iterable[tuple[str, int]]) -> None:
         self._core.assign(partitions)
@@ -535,10 +608,15 @@ class Consumer(_AsyncClient):
         return out
 
     async def poll(self, timeout_ms: int = 1000, max_records: int | None = None) -> list[ConsumerRecord]:
+        """Records from the assigned partitions, waiting up to timeout_ms for some. In a group
+        it first rejoins if needed (running the rebalance callbacks) and auto-commits if due.
+        Raises fetch errors that are not retriable, and fatal group errors."""
         net = self._check_open()
         core = self._core
         core.fetch_wait_ms = max(0, min(self._max_wait_ms, timeout_ms))
         deadline = _mono_ms() + timeout_ms
+        if self._group is not None:
+            await self._group.before_poll(deadline)
         while True:
             records = core.take_records(max_records)
             if records:
