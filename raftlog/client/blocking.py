@@ -534,6 +534,10 @@ class Consumer:
             raise ValueError("subscribe needs a group_id (Consumer(..., group_id=...))")
         self._group.subscribe(topics, pattern, on_revoked, on_assigned)
 
+    def subscription(self) -> tuple[str, ...]:
+        """The topics subscribed to (a pattern's matches once resolved); () without a group."""
+        return self._group.subscription() if self._group is not None else ()
+
     def commit(self, offsets: dict[tuple[str, int], int] | None = None) -> None:
         """Commit offsets (default: the position of every assigned partition) and wait."""
         self._require_group().commit(offsets, sync=True)

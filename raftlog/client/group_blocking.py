@@ -89,7 +89,7 @@ class BlockingGroup:
         self._closed = threading.Event()
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
-        self._async_commit: Call | None = None
+        self._async_commits: list[Call] = []  # checked (failures logged) before each poll
 
     # ---- driving the core (lock held) ----
 
@@ -140,6 +140,7 @@ class BlockingGroup:
             if self._error is not None:
                 err, self._error = self._error, None
                 raise err
+            self._reap_async_commits()
             m = self.membership
             if m.pattern is not None and (m.rejoin_needed or not m.topics):
                 md = parse_metadata(self._any(metadata_request(None)))
@@ -178,11 +179,17 @@ class BlockingGroup:
                 m.on_sync_error(exc)
                 continue
             added, revoked = m.on_sync_ok(resp, _mono_ms())
-            if revoked:
-                self._revoke(revoked)
-            consumer_core.assign(m.assignment)
-            if added:
-                self._start_positions(added)
+            try:
+                if revoked:
+                    self._revoke(revoked)
+                consumer_core.assign(m.assignment)
+                if added:
+                    self._start_positions(added)
+            except BaseException:
+                # The new partitions are not at their committed offsets yet: the next poll
+                # joins again rather than read them from auto_offset_reset.
+                m.rejoin_needed = True
+                raise
             log.info("group %s generation %d: member %s owns %s", m.group_id, m.generation_id,
                      m.member_id, list(m.assignment))
             if self._on_assigned is not None:
@@ -230,7 +237,7 @@ class BlockingGroup:
     def commit(self, offsets: Mapping[TopicPartition, int] | None = None, *, sync: bool = True) -> None:
         """Commit `offsets` (default: the positions of the assigned partitions). Sync waits
         for the acks=all append and raises its error; async sends and returns (the answer is
-        checked at the next commit or poll)."""
+        checked at the next poll, a failure logged)."""
         with self._lock:
             if offsets is None:
                 offsets = self._positions()
@@ -240,7 +247,19 @@ class BlockingGroup:
             if sync:
                 check_commit(self._run(req))
                 return
-            self._async_commit = self.core.coord_call(req, _mono_ms())
+            self._async_commits.append(self.core.coord_call(req, _mono_ms()))
+
+    def _reap_async_commits(self) -> None:
+        pending = []
+        for call in self._async_commits:
+            if not call.done:
+                pending.append(call)
+                continue
+            try:
+                check_commit(call.value())
+            except RaftlogError as exc:
+                log.warning("group %s: async commit failed: %s", self.membership.group_id, exc)
+        self._async_commits = pending
 
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         return parse_offset_fetch(self._run(offset_fetch_request(self.membership.group_id, list(partitions))))
