@@ -50,6 +50,7 @@ from raftlog.client.core import (
     parse_topic,
 )
 from raftlog.client.errors import BufferFull, ClientClosed
+from raftlog.client.group import GroupMetadata
 from raftlog.client.group_blocking import GROUP_OPTIONS, BlockingGroup
 from raftlog.errors import RaftlogError, RequestTimedOut, UnknownTopicOrPartition
 from raftlog.protocol import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
@@ -533,6 +534,11 @@ class Consumer:
         if self._group is None:
             raise ValueError("subscribe needs a group_id (Consumer(..., group_id=...))")
         self._group.subscribe(topics, pattern, on_revoked, on_assigned)
+
+    def group_metadata(self) -> GroupMetadata | None:
+        """This member's group id, generation, member id, instance id and assignment as of
+        the last completed rebalance; None without a group_id."""
+        return self._group.membership.metadata() if self._group is not None else None
 
     def subscription(self) -> tuple[str, ...]:
         """The topics subscribed to (a pattern's matches once resolved); () without a group."""

@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from groupcoord.assignor import (
     ASSIGNORS,
@@ -59,6 +59,7 @@ from raftlog.errors import (
 __all__ = [
     "GroupCore",
     "GroupMembership",
+    "GroupMetadata",
     "TopicPartition",
     "PROTOCOL_TYPE",
     "find_coordinator_request",
@@ -72,6 +73,17 @@ log = logging.getLogger(__name__)
 PROTOCOL_TYPE = "consumer"
 MAX_COORD_CALLS = 1024
 TopicPartition = tuple[str, int]
+
+
+class GroupMetadata(NamedTuple):
+    """A member's view of its group (Kafka's ConsumerGroupMetadata, plus what it owns):
+    generation_id -1 and member_id "" until the first join completes."""
+
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+    assignment: tuple[TopicPartition, ...]
 _REFIND = (NotCoordinator, CoordinatorNotAvailable)
 _RETRY_SAME = (CoordinatorLoadInProgress, RequestTimedOut)
 
@@ -283,6 +295,10 @@ class GroupMembership:
         self.next_auto_commit_ms: int | None = None
 
     # ---- subscription ----
+
+    def metadata(self) -> GroupMetadata:
+        return GroupMetadata(self.group_id, self.generation_id, self.member_id,
+                             self.group_instance_id, self.assignment)
 
     def subscribe(self, topics: Iterable[str] | None = None, pattern: str | None = None) -> bool:
         """Set the subscription; returns True when it changed (a rejoin is then needed)."""

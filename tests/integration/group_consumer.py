@@ -53,8 +53,9 @@ def main() -> int:
                  partition_assignment_strategy=args.strategy, group_instance_id=args.instance,
                  client_id=args.client_id, max_wait_ms=200, request_timeout_ms=10_000)
     def assigned(parts):
-        out({"ev": "assigned", "gen": c._group.membership.generation_id,
-             "partitions": sorted(c._group.membership.assignment)})
+        meta = c.group_metadata()
+        out({"ev": "assigned", "gen": meta.generation_id,
+             "partitions": sorted(meta.assignment)})
 
     def revoked(parts):
         out({"ev": "revoked", "partitions": sorted(parts)})

@@ -95,7 +95,7 @@ class Member:
 
             def assigned(parts):
                 with self.lock:
-                    self.assignments.append((c._group.membership.generation_id, frozenset(parts)))
+                    self.assignments.append((c.group_metadata().generation_id, frozenset(parts)))
 
             async def assigned_async(parts):
                 await trio.lowlevel.checkpoint()  # a real await inside the callback
@@ -117,7 +117,7 @@ class Member:
         try:
             def assigned(parts):
                 with self.lock:
-                    self.assignments.append((c._group.membership.generation_id, frozenset(parts)))
+                    self.assignments.append((c.group_metadata().generation_id, frozenset(parts)))
 
             c.subscribe([topic], on_assigned=assigned)
             while not self.stop_flag.is_set():

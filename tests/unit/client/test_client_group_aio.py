@@ -163,3 +163,22 @@ async def test_a_join_cancelled_before_positions_is_redone_from_committed_offset
     assert c._core.position("t", 0) == 7  # the committed offset, not auto_offset_reset
     assert c._core._assigned[("t", 1)].fetch_position is None  # none committed: reset applies
     assert g._unpositioned == set()
+
+
+def test_group_metadata_is_public_in_both_shells():
+    blocking = Consumer(BOOT, group_id="g", group_instance_id="i-1")
+    try:
+        for c in (blocking, aio.Consumer(BOOT, group_id="g", group_instance_id="i-1")):
+            meta = c.group_metadata()
+            assert (meta.group_id, meta.generation_id, meta.member_id, meta.group_instance_id,
+                    meta.assignment) == ("g", -1, "", "i-1", ())
+            c._group.membership.generation_id = 7  # as a completed join leaves it
+            assert c.group_metadata().generation_id == 7
+        assert aio.Consumer(BOOT).group_metadata() is None
+    finally:
+        blocking.close()
+    plain = Consumer(BOOT)
+    try:
+        assert plain.group_metadata() is None
+    finally:
+        plain.close()
