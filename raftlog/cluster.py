@@ -185,8 +185,41 @@ class ClusterLayout:
         return layout, True
 
 
+LOWEST_LISTEN_PORT: Final = 10_000
+
+
+def _ephemeral_range() -> tuple[int, int] | None:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return None
+
+
 def free_ports(count: int, host: str = DEFAULT_HOST) -> list[int]:
-    """Ports the kernel handed out for port 0 (released again; a tiny reuse race remains)."""
+    """`count` distinct ports that are free now, for listeners started a moment later.
+
+    Where the kernel says its ephemeral range (Linux), they are picked at random BELOW it:
+    a port the kernel handed out for port 0 is an ephemeral one, and any outgoing connection
+    (a node already running dials its peers) may take it before our listener binds it, which
+    made cluster starts fail with EADDRINUSE now and then. Elsewhere: the kernel's choice."""
+    span = _ephemeral_range()
+    if span is None or span[0] - LOWEST_LISTEN_PORT < 1000:
+        return _kernel_ports(count, host)
+    rng = secrets.SystemRandom()
+    chosen: list[int] = []
+    for _ in range(count * 50):
+        if len(chosen) == count:
+            break
+        port = rng.randrange(LOWEST_LISTEN_PORT, span[0])
+        if port not in chosen and not port_in_use(host, port):
+            chosen.append(port)
+    if len(chosen) < count:
+        return _kernel_ports(count, host)
+    return chosen
+
+
+def _kernel_ports(count: int, host: str) -> list[int]:
     sockets = []
     try:
         for _ in range(count):

@@ -21,13 +21,14 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
+
+from raftlog.cluster import free_ports
 
 PASSWORD_ENV = "BRIDGE_NODE_PASSWORD"
 _MAX_LINE_BYTES = 1024 * 1024
@@ -129,20 +130,6 @@ def main(argv: list[str] | None = None) -> None:
 
 # --------------------------------------------------------------------------------------------
 # Test side (synchronous: one reader thread per process, waits under deadlines)
-
-
-def free_ports(count: int) -> list[int]:
-    """Ports the kernel handed out for port 0 (released again; a tiny reuse race remains)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 class NodeProcess:

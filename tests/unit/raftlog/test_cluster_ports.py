@@ -1,0 +1,35 @@
+"""free_ports: distinct ports that bind, chosen below the kernel's ephemeral range (so an outgoing connection cannot take one before its listener binds it)."""
+
+import socket
+
+from raftlog.cluster import LOWEST_LISTEN_PORT, _ephemeral_range, free_ports
+
+
+def test_ports_are_distinct_bindable_and_below_the_ephemeral_range():
+    ports = free_ports(12)
+    assert len(set(ports)) == 12
+    span = _ephemeral_range()
+    if span is not None:
+        assert all(LOWEST_LISTEN_PORT <= p < span[0] for p in ports)
+    for p in ports:
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", p))
+
+
+def test_a_port_with_a_listener_is_never_chosen(monkeypatch):
+    if _ephemeral_range() is None:
+        return
+    (busy,) = free_ports(1)
+    (free,) = free_ports(1)
+    picks = iter([busy, busy, free])
+
+    class Scripted:
+        def randrange(self, low, high):
+            return next(picks)
+
+    monkeypatch.setattr("raftlog.cluster.secrets.SystemRandom", Scripted)
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", busy))
+        listener.listen()
+        assert free_ports(1) == [free]
