@@ -16,10 +16,9 @@ ALL_NEMESES = ("kill", "pause", "partition", "leader-kill", "controller-kill", "
 
 
 async def _valid_run(tmp_path, nemesis: tuple[str, ...], time_limit_s: float, **overrides):
-    config = RunConfig(
-        nemesis=nemesis, time_limit_s=time_limit_s, rate=100, nodes=3, partitions=4, concurrency=6,
-        fault_interval_s=8, recovery_s=4, store=str(tmp_path / "store"), **overrides,
-    )  # fmt: skip
+    settings = dict(rate=100, nodes=3, partitions=4, concurrency=6, fault_interval_s=8, recovery_s=4)
+    config = RunConfig(nemesis=nemesis, time_limit_s=time_limit_s, store=str(tmp_path / "store"),
+                       **{**settings, **overrides})
     outcome = await run(config, out=None)
     where = f"seed={outcome.seed} dir={outcome.files.directory}"
     counts = outcome.history.counts()
