@@ -50,8 +50,8 @@ from raftlog.client.core import (
     parse_topic,
 )
 from raftlog.client.errors import BufferFull, ClientClosed
-from raftlog.client.group import GroupMetadata
-from raftlog.client.group_aio import GROUP_OPTIONS, TrioGroup
+from raftlog.client.group import GROUP_OPTIONS, GroupMetadata
+from raftlog.client.group_aio import TrioGroup
 from raftlog.errors import RaftlogError, RequestTimedOut, UnknownTopicOrPartition
 from raftlog.protocol import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable, Mapping
+import random
 from typing import Any, NamedTuple
 
 from groupcoord.assignor import (
@@ -60,6 +61,9 @@ __all__ = [
     "GroupCore",
     "GroupMembership",
     "GroupMetadata",
+    "GROUP_OPTIONS",
+    "MAX_JOIN_ROUNDS",
+    "new_group",
     "TopicPartition",
     "PROTOCOL_TYPE",
     "find_coordinator_request",
@@ -73,6 +77,36 @@ log = logging.getLogger(__name__)
 PROTOCOL_TYPE = "consumer"
 MAX_COORD_CALLS = 1024
 TopicPartition = tuple[str, int]
+
+
+MAX_JOIN_ROUNDS = 100  # join/sync rounds per poll before giving up (each bounded by its call)
+# Consumer options that belong to the group (both shells' Consumers hand these to new_group).
+GROUP_OPTIONS = frozenset({
+    "group_id", "group_instance_id", "session_timeout_ms", "heartbeat_interval_ms",
+    "rebalance_timeout_ms", "max_poll_interval_ms", "partition_assignment_strategy",
+    "enable_auto_commit", "auto_commit_interval_ms", "client_id",
+})
+
+
+def new_group(bootstrap: str | Iterable[str], *, group_id: str, group_instance_id: str | None = None,
+              session_timeout_ms: int = 10_000, heartbeat_interval_ms: int = 3_000,
+              rebalance_timeout_ms: int | None = None, max_poll_interval_ms: int = 300_000,
+              partition_assignment_strategy: str | Iterable[str] = ("range",),
+              enable_auto_commit: bool = True, auto_commit_interval_ms: int = 5_000,
+              client_id: str = "raftlog-python", request_timeout_ms: int = 30_000,
+              rng: random.Random | None = None) -> tuple["GroupMembership", "GroupCore"]:
+    """The member state machine and the coordinator core of one Consumer's group, with the
+    defaults both shells share (Kafka's: session 10 s, heartbeat 3 s, rebalance timeout =
+    max.poll.interval.ms 5 min, range assignor, auto commit every 5 s)."""
+    membership = GroupMembership(
+        group_id, assignors=partition_assignment_strategy, session_timeout_ms=session_timeout_ms,
+        rebalance_timeout_ms=rebalance_timeout_ms or max_poll_interval_ms,
+        heartbeat_interval_ms=heartbeat_interval_ms, group_instance_id=group_instance_id,
+        client_id=client_id, enable_auto_commit=enable_auto_commit,
+        auto_commit_interval_ms=auto_commit_interval_ms,
+    )  # fmt: skip
+    core = GroupCore(bootstrap, group_id, rng=rng or random.Random(), request_timeout_ms=request_timeout_ms)
+    return membership, core
 
 
 class GroupMetadata(NamedTuple):

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import random
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -39,17 +38,16 @@ import trio
 from raftlog.client.core import Call, check_response, metadata_request, parse_metadata
 from raftlog.client.errors import ClientClosed
 from raftlog.client.group import (
-    GroupCore,
-    GroupMembership,
+    MAX_JOIN_ROUNDS,
     TopicPartition,
     check_commit,
     offset_fetch_request,
+    new_group,
     parse_offset_fetch,
 )
-from raftlog.client.group_blocking import GROUP_OPTIONS, MAX_JOIN_ROUNDS
 from raftlog.errors import FencedInstanceId, RaftlogError, RequestTimedOut
 
-__all__ = ["TrioGroup", "GROUP_OPTIONS", "call_back"]
+__all__ = ["TrioGroup", "call_back"]
 
 log = logging.getLogger(__name__)
 
@@ -79,24 +77,11 @@ class TrioGroup:
     it on `async with`), `await aclose()` once to commit, leave and stop.
     """
 
-    def __init__(self, consumer: Any, bootstrap: str | Iterable[str], *, group_id: str,
-                 group_instance_id: str | None = None, session_timeout_ms: int = 10_000,
-                 heartbeat_interval_ms: int = 3_000, rebalance_timeout_ms: int | None = None,
-                 max_poll_interval_ms: int = 300_000,
-                 partition_assignment_strategy: str | Iterable[str] = ("range",),
-                 enable_auto_commit: bool = True, auto_commit_interval_ms: int = 5_000,
-                 client_id: str = "raftlog-python", request_timeout_ms: int = 30_000,
-                 rng: random.Random | None = None):
+    def __init__(self, consumer: Any, bootstrap: str | Iterable[str], *, request_timeout_ms: int = 30_000,
+                 **options: Any):
+        """`options`: new_group's (group.py), defaults included."""
         self._consumer = consumer
-        self.membership = GroupMembership(
-            group_id, assignors=partition_assignment_strategy, session_timeout_ms=session_timeout_ms,
-            rebalance_timeout_ms=rebalance_timeout_ms or max_poll_interval_ms,
-            heartbeat_interval_ms=heartbeat_interval_ms, group_instance_id=group_instance_id,
-            client_id=client_id, enable_auto_commit=enable_auto_commit,
-            auto_commit_interval_ms=auto_commit_interval_ms,
-        )  # fmt: skip
-        self.core = GroupCore(bootstrap, group_id, rng=rng or random.Random(),
-                              request_timeout_ms=request_timeout_ms)
+        self.membership, self.core = new_group(bootstrap, request_timeout_ms=request_timeout_ms, **options)
         self._request_timeout_ms = request_timeout_ms
         self._net: Any = None  # aio._TrioNetwork, made in start()
         self._lock = trio.Lock()  # join/sync vs heartbeat round trips

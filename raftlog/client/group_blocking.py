@@ -28,25 +28,19 @@ from typing import Any
 
 from raftlog.client.core import Call, check_response, metadata_request, parse_metadata
 from raftlog.client.group import (
+    MAX_JOIN_ROUNDS,
     GroupCore,
-    GroupMembership,
     TopicPartition,
     check_commit,
     offset_fetch_request,
+    new_group,
     parse_offset_fetch,
 )
 from raftlog.errors import FencedInstanceId, RaftlogError, RequestTimedOut
 
-__all__ = ["BlockingGroup", "GroupAdmin", "GROUP_OPTIONS"]
+__all__ = ["BlockingGroup", "GroupAdmin"]
 
 log = logging.getLogger(__name__)
-
-GROUP_OPTIONS = frozenset({
-    "group_id", "group_instance_id", "session_timeout_ms", "heartbeat_interval_ms",
-    "rebalance_timeout_ms", "max_poll_interval_ms", "partition_assignment_strategy",
-    "enable_auto_commit", "auto_commit_interval_ms", "client_id",
-})
-MAX_JOIN_ROUNDS = 100  # join/sync rounds per poll before giving up (each bounded by its call)
 
 Callback = Callable[[list[TopicPartition]], Any] | None
 
@@ -59,26 +53,13 @@ class BlockingGroup:
     """Group membership for one blocking Consumer (`consumer` gives `_core`, the ConsumerCore,
     and `_request_timeout_ms`)."""
 
-    def __init__(self, consumer: Any, bootstrap: str | Iterable[str], *, group_id: str,
-                 group_instance_id: str | None = None, session_timeout_ms: int = 10_000,
-                 heartbeat_interval_ms: int = 3_000, rebalance_timeout_ms: int | None = None,
-                 max_poll_interval_ms: int = 300_000,
-                 partition_assignment_strategy: str | Iterable[str] = ("range",),
-                 enable_auto_commit: bool = True, auto_commit_interval_ms: int = 5_000,
-                 client_id: str = "raftlog-python", request_timeout_ms: int = 30_000,
-                 rng: random.Random | None = None):
+    def __init__(self, consumer: Any, bootstrap: str | Iterable[str], *, request_timeout_ms: int = 30_000,
+                 **options: Any):
+        """`options`: new_group's (group.py), defaults included."""
         from raftlog.client.blocking import _Network  # the blocking module imports this one
 
         self._consumer = consumer
-        self.membership = GroupMembership(
-            group_id, assignors=partition_assignment_strategy, session_timeout_ms=session_timeout_ms,
-            rebalance_timeout_ms=rebalance_timeout_ms or max_poll_interval_ms,
-            heartbeat_interval_ms=heartbeat_interval_ms, group_instance_id=group_instance_id,
-            client_id=client_id, enable_auto_commit=enable_auto_commit,
-            auto_commit_interval_ms=auto_commit_interval_ms,
-        )  # fmt: skip
-        self.core = GroupCore(bootstrap, group_id, rng=rng or random.Random(),
-                              request_timeout_ms=request_timeout_ms)
+        self.membership, self.core = new_group(bootstrap, request_timeout_ms=request_timeout_ms, **options)
         self._net = _Network(self.core, connect_timeout_ms=min(request_timeout_ms, 10_000),
                              send_timeout_ms=request_timeout_ms)
         self._request_timeout_ms = request_timeout_ms
