@@ -202,7 +202,9 @@ class Segment:
         self.bytes_since_index = 0
         self.last_epoch = -1  # partition_leader_epoch of the last batch appended or scanned
         self._pins = 0
-        self._cached_from = 0  # bytes below were dropped from the page cache (drop_cached)
+        # drop_cached never advises below this: bytes found at open are not ours to evict (a
+        # restarted broker keeps what the page cache still holds of its log).
+        self._cached_from = size_bytes & ~(_PAGE_BYTES - 1)
         self._close_requested = False
         self._fd_closed = False
 

@@ -49,8 +49,12 @@ def mostly_dropped(pages: list[bool]) -> bool:
 
 
 def segment_path(log: Log) -> str:
-    (name,) = [n for n in os.listdir(log.directory) if n.endswith(".log")]
-    return os.path.join(log.directory, name)
+    return segment_path_of(log.directory)
+
+
+def segment_path_of(directory) -> str:
+    (name,) = [n for n in os.listdir(directory) if n.endswith(".log")]
+    return os.path.join(directory, name)
 
 
 @pytest.mark.parametrize("tail_kib", [256, 1024])
@@ -110,3 +114,24 @@ def test_truncation_below_the_dropped_range_is_dropped_again(tmp_path):
 def test_negative_tail_below_minus_one_is_refused():
     with pytest.raises(ValueError, match="cache_tail_bytes"):
         LogConfig(cache_tail_bytes=-2)
+
+
+def test_bytes_found_at_open_are_not_evicted(tmp_path):
+    path = tmp_path / "p0"
+    log = Log.open(path, LogConfig(cache_tail_bytes=-1), now_ms=0)
+    for _ in range(8):
+        log.append(batch(64), leader_epoch=0, now_ms=0)
+    log.close()
+    before = os.path.getsize(segment_path_of(path)) // PAGE
+    log = Log.open(path, LogConfig(cache_tail_bytes=0), now_ms=0)
+    try:
+        assert all(resident_pages(segment_path_of(path))[:before])  # still cached from the writes
+        for _ in range(8):
+            log.append(batch(64), leader_epoch=0, now_ms=0)
+        log.flush()
+        resident = resident_pages(segment_path_of(path))
+        assert all(resident[:before]), "pages that were there at open were dropped"
+        assert mostly_dropped(resident[before + 1 : len(resident) - 1])
+    finally:
+        log.close()
+
