@@ -469,6 +469,8 @@ def _progress(line: str) -> None:
               help="Target records/s over all producers (0: as fast as possible).")
 @click.option("--producers", type=click.IntRange(1, 64), default=1, show_default=True,
               help="Producer processes, each sending its share.")
+@click.option("--warmup-records", type=click.IntRange(0), default=0, show_default=True,
+              help="Records each producer sends and waits for before the timed run (not counted).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
 @_connection_options
@@ -476,7 +478,8 @@ def _progress(line: str) -> None:
 @_friendly
 def perf_produce(ctx: click.Context, topic: str, records: int, record_bytes: int, acks: str,
                  batch_bytes: int | None, linger_ms: int, compression: str, throughput: float,
-                 producers: int, as_json: bool, quiet: bool, bootstrap: str, timeout: float) -> None:
+                 producers: int, warmup_records: int, as_json: bool, quiet: bool, bootstrap: str,
+                 timeout: float) -> None:
     """Send RECORDS records as fast as allowed; report records/s, MB/s and per-record
     send-to-ack latency (avg, p50, p95, p99, p99.9, max). A progress line every second on stderr.
 
@@ -484,6 +487,7 @@ def perf_produce(ctx: click.Context, topic: str, records: int, record_bytes: int
     Examples:
       raftlog perf produce --topic bench --records 1000000 --record-bytes 100
       raftlog perf produce -t bench -n 500000 --throughput 100000 --producers 2 --json
+      raftlog perf produce -t bench -n 500000 --throughput 100000 --warmup-records 10000
     """
     from raftlog.client import Admin
     from raftlog.perf import format_produce, produce_perf, summarize_produce
@@ -495,7 +499,7 @@ def perf_produce(ctx: click.Context, topic: str, records: int, record_bytes: int
         result = produce_perf(",".join(addresses), topic, records, record_bytes, producers=producers,
                               throughput=throughput, progress=None if quiet else _progress,
                               acks=acks, linger_ms=linger_ms, batch_bytes=batch_bytes,
-                              compression=compression)
+                              compression=compression, warmup_records=warmup_records)
     except RuntimeError as exc:
         raise CliFailure(f"perf produce failed: {exc}") from None
     summary = summarize_produce(result)

@@ -328,9 +328,13 @@ def run_producer(bootstrap: str, topic: str, records: int, record_bytes: int, *,
                  acks: str = "all", linger_ms: int = 5, batch_bytes: int | None = None,
                  compression: str | None = None, throughput: float = 0,
                  progress: Callable[[str], None] | None = None,
-                 report_interval_s: float = 1.0) -> ProduceResult:
+                 report_interval_s: float = 1.0, warmup_records: int = 0) -> ProduceResult:
     """Send `records` records of `record_bytes` random-ish bytes as fast as allowed
-    (`throughput` records/s, 0 = unlimited); wait for every ack; return the figures."""
+    (`throughput` records/s, 0 = unlimited); wait for every ack; return the figures.
+
+    With `warmup_records` (Kafka's --warmup-records, KIP-1052), that many records go first,
+    as fast as allowed, and are waited for; the clock starts after them, so connections,
+    metadata and the producer id are set up and the figures are of the steady state only."""
     from raftlog.client import Producer
 
     payload = (os.urandom(16).hex().encode() * (record_bytes // 32 + 1))[:record_bytes]
@@ -339,8 +343,7 @@ def run_producer(bootstrap: str, topic: str, records: int, record_bytes: int, *,
     lock = threading.Lock()
     errors = [0]
     clock = time.perf_counter
-    start = clock()
-    window = WindowStats(start)
+    window = WindowStats(clock())  # replaced when the timed run starts (after a warm-up)
 
     acked: list[tuple[float, int, int]] = []  # (ack time, first record, records) per batch
 
@@ -361,10 +364,16 @@ def run_producer(bootstrap: str, topic: str, records: int, record_bytes: int, *,
                 window.add_latency(sum_us, n, (done_s - send_s[first]) * 1e6)
 
     throttle = Throttler(throughput)
-    next_report = start + report_interval_s
     with Producer(bootstrap, **_producer_options(acks, linger_ms, batch_bytes, compression)) as p:
         send = p.send
+        if warmup_records:
+            for _ in range(warmup_records):
+                send(topic, payload)
+            p.flush()
         freeze_setup_objects()
+        start = clock()
+        window = WindowStats(start)
+        next_report = start + report_interval_s
         for i in range(records):
             now = clock()
             if throughput > 0 and (i & 63) == 0:

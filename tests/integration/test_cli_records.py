@@ -151,3 +151,20 @@ def test_perf_produce_and_consume_json(cluster):
     with Consumer(cluster.bootstrap(), auto_offset_reset="earliest") as check:
         check.assign([("perf", 0)])
         assert check.position(("perf", 0)) >= 0
+
+
+def test_perf_produce_warmup_records_are_sent_but_not_counted(cluster):
+    cluster.call(cluster.live()[0], "create_topic", name="perfwarm", partitions=3, replication_factor=3,
+                 configs={})
+    p = run(cluster, "perf", "produce", "--topic", "perfwarm", "--records", "5000", "--warmup-records", "3000",
+            "--json", "--quiet")
+    assert p.returncode == 0, p.stderr
+    s = json.loads(p.stdout)
+    assert s["records"] == 5000 and s["errors"] == 0
+    with Consumer(cluster.bootstrap(), auto_offset_reset="earliest") as check:
+        parts = [("perfwarm", i) for i in range(3)]
+        check.assign(parts)
+        check.seek_to_end(*parts)
+        # Warm-up records are in the log; each partition also holds one leader-change control
+        # record (its own offset).
+        assert sum(check.position(tp) for tp in parts) == 8000 + len(parts)
