@@ -240,28 +240,25 @@ class Client:
 
     # ------------------------------------------------------------------ groups
 
-    def _membership(self) -> Any:
+    def _group_meta(self) -> Any:
         consumer = self._consumer
-        group = getattr(consumer, "_group", None) if self._group_id is not None else None
-        return None if group is None else group.membership
+        return consumer.group_metadata() if consumer is not None and self._group_id is not None else None
 
     def _owned_keys(self) -> list[str]:
-        m = self._membership()
-        return [] if m is None else sorted(key_of(t, p) for t, p in m.assignment)
+        meta = self._group_meta()
+        return [] if meta is None else sorted(key_of(t, p) for t, p in meta.assignment)
 
     def _generation(self) -> tuple[int | None, str | None, list[str]]:
         """``(generation_id, member_id, keys owned)``; generation None unless one consistent,
         confirmed generation was read (the heartbeat thread may reset the member meanwhile)."""
-        m = self._membership()
-        if m is None:
+        meta = self._group_meta()
+        if meta is None:
             return None, None, []
-        before = m.generation_id
-        member = m.member_id
-        keys = sorted(key_of(t, p) for t, p in m.assignment)
-        after = m.generation_id
-        if before != after or before < 0 or not member:
-            return None, member or None, keys
-        return before, member, keys
+        again = self._group_meta()
+        keys = sorted(key_of(t, p) for t, p in meta.assignment)
+        if again.generation_id != meta.generation_id or meta.generation_id < 0 or not meta.member_id:
+            return None, meta.member_id or None, keys
+        return meta.generation_id, meta.member_id, keys
 
     def _group_facts(self) -> dict[str, Any]:
         if self._group_id is None:
