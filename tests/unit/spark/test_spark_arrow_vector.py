@@ -29,15 +29,19 @@ def build(recs, base=0, log_append=False, compression=Compression.NONE):
 
 
 def decode(buf, vectorised, start=0, end=1 << 40):
-    old = arrow_mod._np
-    if not vectorised:
+    # vectorised: every batch the vector path can take goes there, however small (in use,
+    # only batches of _VECTOR_MIN_RECORDS or more do); else numpy is hidden.
+    old, old_min = arrow_mod._np, arrow_mod._VECTOR_MIN_RECORDS
+    if vectorised:
+        arrow_mod._VECTOR_MIN_RECORDS = 1
+    else:
         arrow_mod._np = None
     try:
         cb = ColumnBuilder("t", 1)
         cb.add(buf, start, end)
         return cb.take().to_pylist()
     finally:
-        arrow_mod._np = old
+        arrow_mod._np, arrow_mod._VECTOR_MIN_RECORDS = old, old_min
 
 
 @settings(max_examples=60, deadline=None)
