@@ -683,23 +683,9 @@ class Replica:
     # ---------------------------------------------------------------- state helpers
 
     def _rebuild_producers(self, log: Log) -> None:
-        """Producer state from the batch headers of the whole log (header-only scan)."""
+        """Producer state from the batch headers of the whole log (headers only)."""
         self.producers.clear()
-        offset, end = log.log_start_offset, log.log_end_offset
-        while offset < end:
-            data = log.read(offset, 1 << 20)
-            if not data:
-                break
-            last = offset
-            headers = []
-            for _, h in iter_headers(data, verify=False):
-                if h.next_offset > offset:
-                    headers.append(h)
-                last = h.next_offset
-            self.producers.apply_headers(headers)
-            if last <= offset:
-                break
-            offset = last
+        self.producers.apply_headers(log.batch_headers())
         self._producers_dirty = False
 
     async def _reset_log(self, offset: int) -> None:
