@@ -64,6 +64,8 @@ __all__ = [
     "GROUP_OPTIONS",
     "MAX_JOIN_ROUNDS",
     "new_group",
+    "known_positions",
+    "seek_committed",
     "TopicPartition",
     "PROTOCOL_TYPE",
     "find_coordinator_request",
@@ -107,6 +109,25 @@ def new_group(bootstrap: str | Iterable[str], *, group_id: str, group_instance_i
     )  # fmt: skip
     core = GroupCore(bootstrap, group_id, rng=rng or random.Random(), request_timeout_ms=request_timeout_ms)
     return membership, core
+
+
+def known_positions(consumer_core: Any, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+    """{partition: position} of those `partitions` the consumer core has assigned with a
+    known position (what a commit of "where we are" sends)."""
+    out = {}
+    for tp in partitions:
+        s = consumer_core._assigned.get(tp)
+        if s is not None and s.position is not None:
+            out[tp] = s.position
+    return out
+
+
+def seek_committed(consumer_core: Any, committed: Mapping[TopicPartition, int | None]) -> None:
+    """Start each newly assigned partition at the group's committed offset; one with none
+    keeps the core's auto_offset_reset."""
+    for (topic, partition), off in committed.items():
+        if off is not None:
+            consumer_core.seek(topic, partition, off)
 
 
 class GroupMetadata(NamedTuple):

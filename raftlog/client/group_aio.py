@@ -42,8 +42,10 @@ from raftlog.client.group import (
     TopicPartition,
     check_commit,
     offset_fetch_request,
+    known_positions,
     new_group,
     parse_offset_fetch,
+    seek_committed,
 )
 from raftlog.errors import FencedInstanceId, RaftlogError, RequestTimedOut
 
@@ -247,23 +249,13 @@ class TrioGroup:
 
     async def _start_positions(self, partitions: list[TopicPartition]) -> None:
         committed = parse_offset_fetch(await self._run(offset_fetch_request(self.membership.group_id, partitions)))
-        core = self._consumer._core
-        for tp in partitions:
-            off = committed.get(tp)
-            if off is not None:
-                core.seek(tp[0], tp[1], off)
+        seek_committed(self._consumer._core, committed)
 
     # ---- commits ----
 
     def positions(self, only: Iterable[TopicPartition] | None = None) -> dict[TopicPartition, int]:
         """{partition: position} of the assigned partitions whose position is known."""
-        core = self._consumer._core
-        out = {}
-        for tp in (self.membership.assignment if only is None else only):
-            s = core._assigned.get(tp)
-            if s is not None and s.position is not None:
-                out[tp] = s.position
-        return out
+        return known_positions(self._consumer._core, self.membership.assignment if only is None else only)
 
     async def _commit_positions(self, *, sync: bool, only: Iterable[TopicPartition] | None = None) -> None:
         offsets = self.positions(only)

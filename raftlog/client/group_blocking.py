@@ -33,8 +33,10 @@ from raftlog.client.group import (
     TopicPartition,
     check_commit,
     offset_fetch_request,
+    known_positions,
     new_group,
     parse_offset_fetch,
+    seek_committed,
 )
 from raftlog.errors import FencedInstanceId, RaftlogError, RequestTimedOut
 
@@ -191,24 +193,13 @@ class BlockingGroup:
 
     def _start_positions(self, partitions: list[TopicPartition]) -> None:
         committed = parse_offset_fetch(self._run(offset_fetch_request(self.membership.group_id, partitions)))
-        core = self._consumer._core
-        for tp in partitions:
-            off = committed.get(tp)
-            if off is not None:
-                core.seek(tp[0], tp[1], off)
+        seek_committed(self._consumer._core, committed)
 
     # ---- commits ----
 
     def _positions(self, only: Iterable[TopicPartition] | None = None) -> dict[TopicPartition, int]:
-        core = self._consumer._core
-        out = {}
-        for tp in (self.membership.assignment if only is None else only):
-            if tp in core._assigned:
-                s = core._assigned[tp]
-                pos = s.position
-                if pos is not None:
-                    out[tp] = pos
-        return out
+        """{partition: position} of the assigned partitions whose position is known."""
+        return known_positions(self._consumer._core, self.membership.assignment if only is None else only)
 
     def _commit_positions(self, *, sync: bool, only: Iterable[TopicPartition] | None = None) -> None:
         offsets = self._positions(only)
