@@ -28,7 +28,9 @@ only, up to the high watermark, long poll with min_bytes/max_wait_ms, max_bytes 
 partition and per request, OFFSET_OUT_OF_RANGE outside [log_start_offset, log_end_offset]),
 `list_offsets` (-2 log start, -1 high watermark, else the first batch with max timestamp >=
 ts below the high watermark; offset -1 if none), `init_producer_id` (ids from blocks the
-controller allocates). Peer ops: partition/replication.py's, and `transfer_leadership`.
+controller allocates), `recover_partition` (operator: unclean recovery of this broker's
+replica when it is flagged needs_catch_up and the partition has no live leader; refused
+unless `unclean` is true). Peer ops: partition/replication.py's, and `transfer_leadership`.
 
 Concurrency: trio-thread only; per-replica serialisation lives in partition/replica.py.
 """
@@ -132,6 +134,7 @@ class ReplicaManager:
             "fetch": self._fetch,
             "list_offsets": self._list_offsets,
             "init_producer_id": self._init_producer_id,
+            "recover_partition": self._recover_partition,
         }
         self.peer_handlers: Mapping[str, Handler] = {
             **self.links.peer_handlers,
@@ -348,6 +351,57 @@ class ReplicaManager:
             pid = self._pid_next
             self._pid_next += 1
         return {"producer_id": pid, "producer_epoch": 0}
+
+    async def _recover_partition(self, request: Request) -> dict[str, Any]:
+        """Unclean recovery of the local replica (raft.py "Damaged storage"): clear its
+        needs_catch_up and run for election. Refused (INVALID_REQUEST, the reason in the
+        message) without `unclean`: true, when this broker hosts no replica of it, when the
+        replica is not flagged, or when the partition has a live leader (the replica's core
+        knows one and it is this broker or an unfenced one)."""
+        topic = field(request, "topic", str)
+        partition = field(request, "partition", int, min_value=0)
+        unclean = field(request, "unclean", bool, default=False)
+        name = f"{topic}-{partition}"
+        if unclean is not True:
+            raise InvalidRequest(
+                f"recovering {name} is unclean: records acknowledged but missing from this"
+                " replica's log are lost for good; send unclean: true to accept that",
+                field="unclean", request_id=request.id,
+            )
+        r = self.replica(topic, partition)
+        if r is None:
+            p = self._image_now().partition(topic, partition)
+            if p is None:
+                raise UnknownTopicOrPartition(f"{name} does not exist")
+            raise InvalidRequest(
+                f"broker {self.node_id} hosts no open replica of {name} (replicas:"
+                f" {', '.join(map(str, p.replicas))}); send it to one of those",
+                request_id=request.id,
+            )
+        r.check_online()
+        if not r.core.needs_catch_up:
+            raise InvalidRequest(
+                f"the replica of {name} on broker {self.node_id} is not flagged"
+                " needs_catch_up: nothing to recover", request_id=request.id,
+            )
+        leader = r.core.leader_id
+        if leader is not None:
+            reg = self._image_now().broker(leader)
+            if leader == self.node_id or (reg is not None and not reg.fenced):
+                raise InvalidRequest(
+                    f"{name} has a live leader (broker {leader}, epoch {r.core.epoch}):"
+                    " the flagged replica catches up from it; nothing to recover",
+                    request_id=request.id,
+                )
+        if not await r.clear_catch_up():
+            raise InvalidRequest(
+                f"the replica of {name} on broker {self.node_id} caught up meanwhile:"
+                " nothing to recover", request_id=request.id,
+            )
+        log_event(logger, "partition_recovered_unclean", level=logging.WARNING, topic=topic,
+                  partition=partition, epoch=r.core.epoch,
+                  log_end_offset=r.core.log_end_offset)
+        return {}
 
     # ------------------------------------------------------------------ peer ops
 

@@ -20,7 +20,7 @@ RESIGNED     was leader of its epoch and gave up (check-quorum failure, `resign(
 
 Messages (every message carries `sender` and the sender's `epoch`)
 -------------------------------------------------------------------
-VoteRequest(sender, epoch, last_epoch, log_end_offset, pre_vote)
+VoteRequest(sender, epoch, last_epoch, log_end_offset, pre_vote, unclean)
     Real vote: `epoch` is the candidate's new epoch. A voter with a lower epoch adopts it
     first. Granted iff the epochs are equal, the voter has no leader in it, has not voted in
     it for somebody else, and (last_epoch, log_end_offset) >= its own. Pre-vote: `epoch` is
@@ -28,6 +28,9 @@ VoteRequest(sender, epoch, last_epoch, log_end_offset, pre_vote)
     granted iff epoch > receiver's epoch, the log is at least as up to date, and the receiver
     is not a leader and not a follower that fetched successfully within
     `election_timeout_ticks` (the leader lease that stops a rejoining node from disrupting).
+    `unclean` (default false): the candidate's flag was cleared by an operator
+    (`clear_catch_up`); a voter flagged `needs_catch_up` grants such a request by the rules
+    above instead of refusing it (see "Damaged storage"). Unflagged voters ignore it.
 VoteResponse(sender, epoch, granted, pre_vote, leader_id)
     `epoch`/`leader_id` are the responder's, so a stale prospective learns the current leader
     (and follows it) instead of bumping the epoch.
@@ -129,16 +132,30 @@ durable, so a commit may have counted it: if it then voted by its shortened log,
 without the committed entry could elect a leader lacking it (seen: a damaged node voted at
 once after restart and an acknowledged write was lost). So the shell sets
 `QuorumState.needs_catch_up` and persists it BEFORE building the core (a second restart
-would find a clean log). While it is set the replica grants no votes or pre-votes, never
-becomes prospective or candidate (timeouts, `start_election`, TimeoutNow are ignored), and
-only follows. It is cleared (a PersistQuorumState with it false) once, as follower of the
-leader of its epoch, after a successful fetch response with high watermark H (a response to
-a fetch sent after the damage, so the leader had replaced our pre-damage durable offset), it
-durably holds [0, H) and an entry of the leader's epoch (so all earlier-epoch commits too).
-Safety then needs only that a committed entry is intact on one member of every majority of
-unflagged replicas, which a damaged minority cannot break. Limits:
+would find a clean log). While it is set the replica grants no votes or pre-votes (but see
+`unclean` below), never becomes prospective or candidate (timeouts, `start_election`,
+TimeoutNow are ignored), and only follows. It is cleared (a PersistQuorumState with it
+false) once, as follower of the leader of its epoch, after a successful fetch response with
+high watermark H (a response to a fetch sent after the damage, so the leader had replaced
+our pre-damage durable offset), it durably holds [0, H) and an entry of the leader's epoch
+(so all earlier-epoch commits too). Safety then needs only that a committed entry is intact
+on one member of every majority of unflagged replicas, which a damaged minority cannot
+break. Limits:
 * Liveness: with a majority flagged at once (e.g. power lost everywhere, every tail torn)
   nobody can be elected until an operator clears the flag; a single voter ignores it.
+  `clear_catch_up()` is that operator step (Kafka's unclean leader election; `raftlog
+  partitions recover --unclean`): it clears this replica's flag durably and marks its
+  pre-votes and votes `unclean` until it leads or follows somebody; a flagged voter grants
+  an unclean request by the usual rules (epoch, one vote per epoch, lease, candidate's log
+  at least as up to date as its own), so at most one leader per epoch still holds and the
+  most up-to-date log still wins, but a commit that no voter of that majority kept is LOST
+  for good (the flagged voters then catch up from the new leader and clear themselves as
+  above). The shell refuses it while a leader is live. A flagged voter whose log is ahead
+  of the candidate's still refuses: recover on the replica with the longest log. An
+  UNFLAGGED follower that held the lost commit below its high watermark would have to cut
+  it and goes offline (RaftStateError); restart it to rejoin (it restarts with HW 0). The
+  `unclean` mark is not persisted: if this replica restarts before it is elected, recover
+  through another flagged replica (this one, no longer flagged, refuses a second clear).
 * A cut exactly at a batch boundary leaves a clean-looking log (no bytes dropped) and is not
   detected (Kafka has the same gap; KIP-966 adds unclean-shutdown detection). A cheap check
   would compare the recovered log end with a durable flushed-end mark; not built.
@@ -264,6 +281,10 @@ class VoteRequest:
     last_epoch: int
     log_end_offset: int
     pre_vote: bool
+    # Sent by a candidate whose needs_catch_up an operator cleared (unclean recovery): a
+    # flagged voter may grant it. Off the wire it defaults to false (a refusal, never a
+    # wrong grant).
+    unclean: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -446,6 +467,9 @@ class RaftCore:
         # A single voter has nobody to catch up from: what it lost is lost either way.
         self._needs_catch_up = quorum_state.needs_catch_up and bool(self._others)
         self._catch_up_hw: int | None = None  # HW of our leader's last good fetch response
+        # An operator cleared our flag (clear_catch_up): our vote requests say `unclean`
+        # until we lead or follow somebody.
+        self._unclean_election = False
         self._qs_version = 0
         self._qs_pending = False  # a PersistQuorumState is out and not yet confirmed
         self._qs_awaited = 0
@@ -572,12 +596,12 @@ class RaftCore:
                 if self._flush_wait_ticks >= self._cfg.fetch_request_timeout_ticks:
                     self._send_fetch()
         self._election_elapsed += 1
-        if self._election_elapsed >= self._election_timeout:
-            if self._needs_catch_up:
-                # Our log may lack committed entries: only an established leader may lead.
-                self._reset_election_timer()
-            else:
-                self._start_prevote()
+        # A flagged replica never runs (its log may lack committed entries: only an
+        # established leader may lead). Its timer is left expired, not reset: it holds no
+        # live leader's lease, so an operator's unclean candidate may win its pre-vote, and
+        # once an operator clears its own flag the next tick runs for election.
+        if self._election_elapsed >= self._election_timeout and not self._needs_catch_up:
+            self._start_prevote()
         return out
 
     def handle(self, message: Message) -> list[Effect]:
@@ -684,6 +708,26 @@ class RaftCore:
             self._start_prevote()
         return out
 
+    def clear_catch_up(self) -> list[Effect]:
+        """Operator override (unclean recovery) for a majority flagged at once: clear this
+        replica's `needs_catch_up` and persist that; until this replica leads or follows,
+        its pre-votes and votes are marked `unclean`, which flagged voters grant (module
+        docstring, "Damaged storage"). Commits this replica's log lacks may be lost for
+        good. Does not itself start an election: call `start_election()` next (a follower
+        of a dead leader runs at its next tick: its lease has lapsed).
+
+        Returns the effects (a PersistQuorumState with the flag false). Raises
+        RaftStateError if the flag is not set (nothing to clear; a single voter never has it).
+        """
+        out = self._out = []
+        if not self._needs_catch_up:
+            raise RaftStateError(f"replica {self.replica_id} is not flagged needs_catch_up")
+        self._needs_catch_up = False
+        self._catch_up_hw = None
+        self._unclean_election = True
+        self._persist_quorum_state()
+        return out
+
     def log_start_advanced(self, log_start_offset: int) -> list[Effect]:
         """Retention moved the log start (it never passes the high watermark)."""
         out = self._out = []
@@ -717,6 +761,7 @@ class RaftCore:
             "persist_pending": self._qs_pending,
             "transfer_target": self._transfer_target,
             "needs_catch_up": self._needs_catch_up,
+            "unclean_election": self._unclean_election,
         }
 
     # ---------------------------------------------------------------------- internals
@@ -834,6 +879,7 @@ class RaftCore:
         if self._role is _LEADER:
             self._leave_leader()
         self._role = _FOLLOWER
+        self._unclean_election = False
         voted = self._voted_for if epoch == self._epoch else None
         self._set_quorum_state(epoch, voted, leader_id)
         self._reset_election_timer()
@@ -859,7 +905,8 @@ class RaftCore:
         if len(self._grants) >= self._majority:
             self._start_candidacy()
             return
-        req = VoteRequest(self.replica_id, self._epoch + 1, self.last_epoch, self._end, True)
+        req = VoteRequest(self.replica_id, self._epoch + 1, self.last_epoch, self._end, True,
+                          self._unclean_election)
         for v in self._others:
             self._send(v, req)
 
@@ -873,12 +920,14 @@ class RaftCore:
         if len(self._grants) >= self._majority:
             self._become_leader()
             return
-        req = VoteRequest(self.replica_id, self._epoch, self.last_epoch, self._end, False)
+        req = VoteRequest(self.replica_id, self._epoch, self.last_epoch, self._end, False,
+                          self._unclean_election)
         for v in self._others:
             self._send(v, req)
 
     def _become_leader(self) -> None:
         self._role = _LEADER
+        self._unclean_election = False
         self._set_quorum_state(self._epoch, self._voted_for, self.replica_id)
         self._peers = {v: _Peer() for v in self._others}
         self._cq_elapsed = 0
@@ -1135,9 +1184,10 @@ class RaftCore:
 
     def _on_vote_request(self, m: VoteRequest) -> None:
         # A replica that lost data cannot judge whether the candidate's log holds every
-        # committed entry: it refuses (but still learns a higher epoch from a real vote).
+        # committed entry: it refuses (but still learns a higher epoch from a real vote),
+        # unless an operator accepted that loss on the candidate (`unclean`).
         log_ok = (
-            not self._needs_catch_up
+            (not self._needs_catch_up or m.unclean)
             and (m.last_epoch, m.log_end_offset) >= (self.last_epoch, self._end)
         )
         if m.pre_vote:

@@ -429,6 +429,32 @@ class Replica:
         if self.online:
             await self._event(self.core.start_election)
 
+    async def clear_catch_up(self) -> bool:
+        """Operator override (unclean recovery, raft.py "Damaged storage"): clear this
+        replica's needs_catch_up durably, then run for election at once. Returns False (and
+        changes nothing) if the flag was not set when the event ran (it may clear itself by
+        catching up between the caller's check and now). Raises KafkaStorageError (offline).
+        Ordering: the cleared flag is fsynced before any unclean vote request goes out."""
+        self.check_online()
+        cleared = False
+
+        def clear() -> list:
+            # Checked under the replica's lock: the core raises RaftStateError when the flag
+            # is not set, and `_event` would take the replica offline for that.
+            nonlocal cleared
+            if not self.core.needs_catch_up:
+                return []
+            cleared = True
+            return self.core.clear_catch_up()
+
+        await self._event(clear)
+        if cleared:
+            log_event(logger, "replica_catch_up_cleared", level=logging.WARNING,
+                      topic=self.topic, partition=self.partition,
+                      log_end_offset=self.core.log_end_offset)
+            await self.start_election()
+        return cleared
+
     async def transfer_leadership(self, target: int) -> None:
         """Raises NotLeaderError, ValueError (target not a voter), KafkaStorageError."""
         self.check_online()

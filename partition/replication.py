@@ -37,7 +37,8 @@ Peer ops (fields; every message names its partition with `topic` and `partition`
     `max_bytes`; an empty list after `max_wait_ms`. A fetch for a partition this broker does
     not host is dropped (the follower's core re-sends after its fetch timeout).
 `raft` {broker_id: int (the sender), messages: [{type, topic, partition, epoch, ...}]} -> {}
-    type "vote_request" {last_epoch, log_end_offset, pre_vote}; "vote_response" {granted,
+    type "vote_request" {last_epoch, log_end_offset, pre_vote, unclean?: true (absent =
+    false)}; "vote_response" {granted,
     pre_vote, leader_id: int|null}; "begin_epoch" {}; "end_epoch" {}; "timeout_now" {}.
     `sender` of each message is `broker_id`. Messages for unknown partitions are dropped.
 `transfer_leadership` {topic, partition, target} -> {} (served by partition/manager.py):
@@ -189,6 +190,8 @@ def encode_message(topic: str, partition: int, m: Any) -> dict[str, Any]:
                          "epoch": m.epoch}
     if type(m) is VoteRequest:
         d.update(last_epoch=m.last_epoch, log_end_offset=m.log_end_offset, pre_vote=m.pre_vote)
+        if m.unclean:
+            d["unclean"] = True  # absent = false: older brokers read it as an ordinary request
     elif type(m) is VoteResponse:
         d.update(granted=m.granted, pre_vote=m.pre_vote, leader_id=m.leader_id)
     return d
@@ -203,7 +206,8 @@ def decode_message(d: Mapping[str, Any], sender: int, where: str) -> tuple[str, 
     if kind == "vote_request":
         m: Any = VoteRequest(sender, epoch, field(d, "last_epoch", int, where=where),
                              field(d, "log_end_offset", int, where=where),
-                             field(d, "pre_vote", bool, where=where))
+                             field(d, "pre_vote", bool, where=where),
+                             field(d, "unclean", bool, default=False, where=where))
     elif kind == "vote_response":
         m = VoteResponse(sender, epoch, field(d, "granted", bool, where=where),
                          field(d, "pre_vote", bool, where=where),

@@ -4,6 +4,7 @@
     raftlog cluster up [--nodes 3]                  a local cluster on 127.0.0.1 (scripts/quorum)
     raftlog cluster status                          voters, controller, brokers
     raftlog topics create|list|describe|delete|alter
+    raftlog partitions recover TOPIC PARTITION --broker N --unclean   (cli_partitions.py)
 
 Admin commands talk to `--bootstrap` (default 127.0.0.1:9092, or $RAFTLOG_BOOTSTRAP) through
 the blocking client `raftlog.client.Admin`; any node answers (it forwards to the
@@ -514,12 +515,14 @@ def topics_alter(ctx: click.Context, name: str, set_items: tuple[str, ...], dele
 # Record and group commands live in their own modules; they import nothing from this one at
 # import time (nodes run as `python -m raftlog.cli`, so that would be circular).
 from raftlog import cli_groups as _cli_groups  # noqa: E402
+from raftlog import cli_partitions as _cli_partitions  # noqa: E402
 from raftlog import cli_records as _cli_records  # noqa: E402
 
 main.add_command(_cli_records.produce_cmd)
 main.add_command(_cli_records.consume_cmd)
 main.add_command(_cli_records.perf)
 main.add_command(_cli_groups.groups)
+main.add_command(_cli_partitions.partitions)
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,143 @@
+"""`raftlog partitions recover`: the operator's unclean recovery of a partition whose majority
+of replicas is flagged needs_catch_up (partition/raft.py "Damaged storage"), like Kafka's
+`kafka-leader-election --election-type unclean`.
+
+    raftlog partitions recover events 3 --broker 2 --unclean
+
+It sends `recover_partition {topic, partition, unclean: true}` (PROTOCOL.md) straight to
+broker N's client listener (the op is about that broker's own replica, so it is never routed
+or retried elsewhere), found through `cluster_status`. Without `--unclean` it refuses before
+contacting anybody. Registered on the root group at the end of raftlog/cli.py; like
+cli_groups.py nothing of raftlog.cli is imported at module level.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import socket
+import time
+from typing import Any, Callable
+
+import click
+
+__all__ = ["partitions", "recover_partition"]
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"  # = raftlog.cli.DEFAULT_BOOTSTRAP
+MAX_RESPONSE_FRAME_BYTES = 1 << 20  # the answer is {} or an error: small
+_RISK = "records acknowledged but missing from that replica's log are lost for good"
+
+
+def _friendly(fn: Callable) -> Callable:
+    """raftlog.cli's `_friendly`, looked up when the command runs."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from raftlog import cli
+
+        return cli._friendly(fn)(*args, **kwargs)
+
+    return wrapper
+
+
+def recover_partition(address: str, topic: str, partition: int, *, timeout_s: float) -> dict[str, Any]:
+    """Send one `recover_partition` (unclean: true) to the node at `address` over a fresh
+    socket, without retry (a second try would only be refused as "not flagged"). Returns the
+    ok fields. Raises the node's RaftlogError, OSError (unreachable, closed), or
+    RequestTimedOut (no answer in `timeout_s`: the flag may or may not be cleared)."""
+    from raftlog.errors import RequestTimedOut
+    from raftlog.protocol import FrameDecoder, encode_frame, parse_response
+
+    host, _, port = address.rpartition(":")
+    frame = encode_frame({"v": 1, "id": 1, "op": "recover_partition", "topic": topic,
+                          "partition": partition, "unclean": True})
+    decoder = FrameDecoder(max_frame_bytes=MAX_RESPONSE_FRAME_BYTES)
+    deadline = time.monotonic() + timeout_s
+    with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s) as sock:
+        sock.sendall(frame)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RequestTimedOut(f"no answer from {address} in {timeout_s} s")
+            sock.settimeout(left)
+            try:
+                data = sock.recv(1 << 16)
+            except TimeoutError:
+                raise RequestTimedOut(f"no answer from {address} in {timeout_s} s") from None
+            if not data:
+                raise ConnectionError(f"{address} closed the connection without answering")
+            decoder.feed(data)
+            message = decoder.next_frame()
+            if message is not None:
+                response = parse_response(message)
+                if response.error is not None:
+                    raise response.error
+                return dict(response.fields)
+
+
+@click.group("partitions")
+def partitions() -> None:
+    """Operator actions on one partition's replicas."""
+
+
+@partitions.command("recover")
+@click.argument("topic")
+@click.argument("partition", type=click.IntRange(0, None))
+@click.option("--broker", "broker_id", type=int, required=True,
+              help="The broker whose (flagged) replica is to lead; its log is what survives.")
+@click.option("--unclean", is_flag=True,
+              help=f"Accept the risk: {_RISK}. Required.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (for scripts).")
+@click.option("--timeout", type=click.FloatRange(0.5, 600), default=15.0, show_default=True,
+              help="Seconds to wait for an answer.")
+@click.option("--bootstrap", envvar="RAFTLOG_BOOTSTRAP", default=DEFAULT_BOOTSTRAP, show_default=True,
+              help="host:port[,host:port...] of any node (env RAFTLOG_BOOTSTRAP).")
+@_friendly
+def partitions_recover(topic: str, partition: int, broker_id: int, unclean: bool, as_json: bool,
+                       timeout: float, bootstrap: str) -> None:
+    """Unclean recovery: clear broker N's replica's needs_catch_up flag on TOPIC PARTITION
+    and have it run for leader at once.
+
+    For a partition with no leader because a majority of its replicas lost data to damaged
+    storage (needs_catch_up: true under replicas.partitions in each node's /health). The
+    other flagged replicas vote for it if its log is at least as long as theirs, then copy
+    it. Refused when the partition has a live leader or the replica is not flagged.
+
+    RISK: records acknowledged (even acks=all) but missing from broker N's log are lost for
+    good. Choose the flagged replica with the largest log_end_offset.
+
+    \b
+    Example:
+      curl -s http://127.0.0.1:9095/health      # find flagged replicas, their log_end_offset
+      raftlog partitions recover events 3 --broker 2 --unclean
+      raftlog topics describe events            # a leader appears within a few seconds
+    """
+    from raftlog.cli import CliFailure, _bootstrap_list, _probe
+    from raftlog.client import Admin
+
+    name = f"{topic}-{partition}"
+    if not unclean:
+        raise CliFailure(f"refusing to recover {name} without --unclean: records acknowledged but missing "
+                         f"from broker {broker_id}'s replica are lost for good")
+    addresses = _bootstrap_list(bootstrap)
+    _probe(addresses)
+    with Admin(addresses, request_timeout_ms=int(timeout * 1000)) as admin:
+        status = admin.cluster_status()
+    found = [b for b in status.brokers if b.get("id") == broker_id]
+    if not found:
+        known = ", ".join(str(b.get("id")) for b in status.brokers) or "none"
+        raise CliFailure(f"broker {broker_id} is not registered (brokers: {known})")
+    address = f"{found[0]['host']}:{found[0]['port']}"
+    try:
+        recover_partition(address, topic, partition, timeout_s=timeout)
+    except OSError as exc:
+        raise CliFailure(f"broker {broker_id} at {address} is not reachable: {exc}") from None
+    if as_json:
+        _emit({"topic": topic, "partition": partition, "broker": broker_id, "recovered": True})
+        return
+    click.echo(f"cleared needs_catch_up on broker {broker_id}'s replica of {name}; it is running "
+               f"for leader (check: raftlog topics describe {topic})")
+
+
+def _emit(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
