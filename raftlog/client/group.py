@@ -66,6 +66,7 @@ __all__ = [
     "new_group",
     "known_positions",
     "seek_committed",
+    "reap_async_commits",
     "TopicPartition",
     "PROTOCOL_TYPE",
     "find_coordinator_request",
@@ -128,6 +129,20 @@ def seek_committed(consumer_core: Any, committed: Mapping[TopicPartition, int | 
     for (topic, partition), off in committed.items():
         if off is not None:
             consumer_core.seek(topic, partition, off)
+
+
+def reap_async_commits(calls: list[Call], group_id: str) -> list[Call]:
+    """Log the failures of finished fire-and-forget commits; return those still pending."""
+    pending = []
+    for call in calls:
+        if not call.done:
+            pending.append(call)
+            continue
+        try:
+            check_commit(call.value())
+        except RaftlogError as exc:
+            log.warning("group %s: async commit failed: %s", group_id, exc)
+    return pending
 
 
 class GroupMetadata(NamedTuple):

@@ -45,6 +45,7 @@ from raftlog.client.group import (
     known_positions,
     new_group,
     parse_offset_fetch,
+    reap_async_commits,
     seek_committed,
 )
 from raftlog.errors import FencedInstanceId, RaftlogError, RequestTimedOut
@@ -291,18 +292,7 @@ class TrioGroup:
             self._net.kick()
 
     def _reap_async_commits(self) -> None:
-        if not self._async_commits:
-            return
-        pending = []
-        for call in self._async_commits:
-            if not call.done:
-                pending.append(call)
-                continue
-            try:
-                check_commit(call.value())
-            except RaftlogError as exc:
-                log.warning("group %s: async commit failed: %s", self.membership.group_id, exc)
-        self._async_commits = pending
+        self._async_commits = reap_async_commits(self._async_commits, self.membership.group_id)
 
     async def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         return parse_offset_fetch(await self._run(offset_fetch_request(self.membership.group_id, list(partitions))))

@@ -36,6 +36,7 @@ from raftlog.client.group import (
     known_positions,
     new_group,
     parse_offset_fetch,
+    reap_async_commits,
     seek_committed,
 )
 from raftlog.errors import FencedInstanceId, RaftlogError, RequestTimedOut
@@ -222,16 +223,7 @@ class BlockingGroup:
             self._async_commits.append(self.core.coord_call(req, _mono_ms()))
 
     def _reap_async_commits(self) -> None:
-        pending = []
-        for call in self._async_commits:
-            if not call.done:
-                pending.append(call)
-                continue
-            try:
-                check_commit(call.value())
-            except RaftlogError as exc:
-                log.warning("group %s: async commit failed: %s", self.membership.group_id, exc)
-        self._async_commits = pending
+        self._async_commits = reap_async_commits(self._async_commits, self.membership.group_id)
 
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         return parse_offset_fetch(self._run(offset_fetch_request(self.membership.group_id, list(partitions))))
