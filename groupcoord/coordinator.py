@@ -9,7 +9,7 @@ The contract with the shell (service.py)
     result = coordinator.join_group(..., now_ms=now)        # or any other handler / tick
     Result(response, appends, completions, next_deadline_ms)
 
-* `response`: the answer to *this* request: a dict of ok fields, a `GroupError` instance (send
+* `response`: the answer to *this* request: a dict of ok fields, a `RaftlogError` instance (send
   it as the error), or `Pending(key)`: the answer comes later as a completion for `key`.
   Register the waiter for `key` right after the call returns (the core never completes a key
   within the call that created it: such an answer is returned directly as `response`).
@@ -17,7 +17,7 @@ The contract with the shell (service.py)
   bytes or None = tombstone) to `__consumer_offsets` partition `partition`, as one batch,
   with acks=all, in the order given (several appends to one partition: in the order given).
   When the append is committed call `on_append_committed(append_id, base_offset, now_ms)`;
-  when it failed (or its outcome is unknown) call `on_append_failed(append_id, code, now_ms)`.
+  when it failed (or its outcome is unknown) call `on_append_failed(append_id, error, now_ms)`.
   The cache (offsets, stored group) changes only on `on_append_committed`: a commit answered
   ok is durable, and an offset read back is always one the log holds.
 * `completions`: `(key, response)` pairs answering earlier `Pending` requests. A key the shell
@@ -69,31 +69,35 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Union
 
-from groupcoord.errors import (
+from raftlog.base.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     FencedInstanceIdError,
-    GroupError,
+    FencedLeaderEpochError,
     GroupIdNotFoundError,
     GroupMaxSizeReachedError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     InvalidGroupIdError,
-    InvalidGroupRecordError,
-    InvalidGroupRequestError,
+    InvalidRequestError,
     InvalidSessionTimeoutError,
+    KafkaStorageError,
     MemberIdRequiredError,
     NonEmptyGroupError,
     NotCoordinatorError,
+    NotLeaderError,
     OffsetMetadataTooLargeError,
+    RaftlogError,
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
+
+from groupcoord.errors import InvalidGroupRecordError
+from raftlog.base.topics import MAX_TOPIC_NAME_CHARS, partition_for_group
 from groupcoord.records import (
     MAX_BLOB_BYTES,
     MAX_GROUP_ID_CHARS,
     MAX_ID_CHARS,
-    MAX_TOPIC_CHARS,
     GroupKey,
     GroupValue,
     Key,
@@ -104,7 +108,6 @@ from groupcoord.records import (
     decode_record,
     encode_key,
     encode_value,
-    partition_for_group,
 )
 from groupcoord.state import Group, GroupState, Member, OffsetEntry
 
@@ -117,8 +120,6 @@ __all__ = [
     "Append",
     "Pending",
     "CommitOffset",
-    "ResetSpec",
-    "plan_offset_reset",
 ]
 
 NO_GENERATION = -1
@@ -147,7 +148,7 @@ class Pending(NamedTuple):
     key: int
 
 
-Response = Union[dict, GroupError]
+Response = Union[dict, RaftlogError]
 
 
 @dataclass(frozen=True)
@@ -173,47 +174,6 @@ class CommitOffset(NamedTuple):
     metadata: str = ""
 
 
-@dataclass(frozen=True)
-class ResetSpec:
-    """How to reset: "earliest", "latest", "offset" (`value` = the offset, clamped into the
-    log), or "timestamp" (`value` = ms; the first offset at or after it, else the log end)."""
-
-    strategy: str
-    value: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.strategy not in ("earliest", "latest", "offset", "timestamp"):
-            raise InvalidGroupRequestError(f"unknown reset strategy {self.strategy!r}", field="strategy")
-        if self.strategy in ("offset", "timestamp") and type(self.value) is not int:
-            raise InvalidGroupRequestError(f"reset to {self.strategy} needs an int value", field="value")
-
-
-def plan_offset_reset(
-    spec: ResetSpec,
-    bounds: Mapping[tuple[str, int], tuple[int, int]],
-    timestamp_offsets: Mapping[tuple[str, int], int | None] | None = None,
-) -> dict[tuple[str, int], int]:
-    """Target offsets for each partition in `bounds` ((topic, partition) → (log_start_offset,
-    log_end_offset)), as Kafka's kafka-consumer-groups --reset-offsets computes them. For
-    "timestamp", `timestamp_offsets` holds what list_offsets answered for `spec.value` (None
-    when no record is that late: the log end, as Kafka's tool does). Pure; raises
-    InvalidGroupRequestError."""
-    plan: dict[tuple[str, int], int] = {}
-    for tp, (start, end) in sorted(bounds.items()):
-        if spec.strategy == "earliest":
-            plan[tp] = start
-        elif spec.strategy == "latest":
-            plan[tp] = end
-        elif spec.strategy == "offset":
-            plan[tp] = min(max(spec.value, start), end)  # type: ignore[type-var]
-        else:
-            if timestamp_offsets is None or tp not in timestamp_offsets:
-                raise InvalidGroupRequestError(f"no offset looked up for {tp} at the timestamp", field="timestamp_offsets")
-            found = timestamp_offsets[tp]
-            plan[tp] = end if found is None else min(max(found, start), end)
-    return plan
-
-
 @dataclass
 class _Effects:
     appends: list[Append] = field(default_factory=list)
@@ -226,7 +186,7 @@ class _AppendCtx:
     partition: int
     items: list[tuple[Key, Value | None]]
     on_commit: Callable[[int], None] | None
-    on_fail: Callable[[GroupError, int], None] | None
+    on_fail: Callable[[RaftlogError, int], None] | None
 
 
 @dataclass
@@ -239,16 +199,16 @@ class _LoadBuffer:
 
 _LOADING = "loading"
 _ACTIVE = "active"
-_NOT_COORDINATOR_CODES = frozenset({"NOT_LEADER", "NOT_COORDINATOR", "KAFKA_STORAGE_ERROR", "FENCED_LEADER_EPOCH"})
+_NOT_COORDINATOR_ERRORS = (NotLeaderError, NotCoordinatorError, KafkaStorageError, FencedLeaderEpochError)
 
 
-def append_error(code: str) -> GroupError:
+def append_error(cause: RaftlogError) -> RaftlogError:
     """Kafka's mapping of an append failure to the group error a client sees: leadership or
     storage loss → NOT_COORDINATOR (find the coordinator again), anything else (timeouts,
     not enough replicas, unknown outcome) → COORDINATOR_NOT_AVAILABLE (retry)."""
-    if code in _NOT_COORDINATOR_CODES:
-        return NotCoordinatorError(f"append to __consumer_offsets failed: {code}")
-    return CoordinatorNotAvailableError(f"append to __consumer_offsets failed: {code}")
+    if isinstance(cause, _NOT_COORDINATOR_ERRORS):
+        return NotCoordinatorError(f"append to __consumer_offsets failed: {cause}")
+    return CoordinatorNotAvailableError(f"append to __consumer_offsets failed: {cause}")
 
 
 class GroupCoordinator:
@@ -320,7 +280,7 @@ class GroupCoordinator:
         try:
             try:
                 response = body()
-            except GroupError as e:
+            except RaftlogError as e:
                 response = e
             for gid in fx.touched:
                 self._reschedule(gid)
@@ -360,7 +320,7 @@ class GroupCoordinator:
         partition: int,
         items: list[tuple[Key, Value | None]],
         on_commit: Callable[[int], None] | None = None,
-        on_fail: Callable[[GroupError, int], None] | None = None,
+        on_fail: Callable[[RaftlogError, int], None] | None = None,
     ) -> int:
         append_id = self._next_append_id
         self._next_append_id += 1
@@ -520,7 +480,7 @@ class GroupCoordinator:
 
     def _check_partition(self, partition: int) -> None:
         if type(partition) is not int or not 0 <= partition < self.config.partitions:
-            raise InvalidGroupRequestError(f"partition {partition!r} of __consumer_offsets", field="partition")
+            raise InvalidRequestError(f"partition {partition!r} of __consumer_offsets", field="partition")
 
     def _drop_partition(self, partition: int) -> None:
         self._partitions.pop(partition, None)
@@ -560,14 +520,14 @@ class GroupCoordinator:
 
         return self._run(body)
 
-    def on_append_failed(self, append_id: int, code: str, now_ms: int) -> Result:
-        """The append failed or its outcome is unknown (`code`: the append's error code). The
-        cache is left as it was (a later replay settles an unknown outcome)."""
+    def on_append_failed(self, append_id: int, error: RaftlogError, now_ms: int) -> Result:
+        """The append failed or its outcome is unknown (`error`: why). The cache is left as
+        it was (a later replay settles an unknown outcome)."""
 
         def body() -> None:
             ctx = self._appends.pop(append_id, None)
             if ctx is not None and ctx.on_fail is not None:
-                ctx.on_fail(append_error(code), now_ms)
+                ctx.on_fail(append_error(error), now_ms)
 
         return self._run(body)
 
@@ -725,7 +685,7 @@ class GroupCoordinator:
             raise InconsistentGroupProtocolError("protocols do not match the group's")
         if member_id in group.pending_members:
             if a.group_instance_id is not None:
-                raise InvalidGroupRequestError("a pending member id cannot carry a group_instance_id",
+                raise InvalidRequestError("a pending member id cannot carry a group_instance_id",
                                                field="group_instance_id")
             del group.pending_members[member_id]
             return self._add_member_and_rebalance(group, member_id, a, now_ms)
@@ -826,7 +786,7 @@ class GroupCoordinator:
                     "members": [],
                 })
 
-            def failed(err: GroupError, now: int) -> None:
+            def failed(err: RaftlogError, now: int) -> None:
                 if self._groups.get(group.group_id) is group and group.members.get(new_id) is member:
                     group.replace_static_member(instance, new_id, old_id)
                     (member.protocols, member.session_timeout_ms, member.rebalance_timeout_ms,
@@ -915,7 +875,7 @@ class GroupCoordinator:
             member.is_new = False
             member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
 
-    def _reset_and_propagate_assignment_error(self, group: Group, err: GroupError) -> None:
+    def _reset_and_propagate_assignment_error(self, group: Group, err: RaftlogError) -> None:
         for member in group.members.values():
             member.assignment = b""
             if member.awaiting_sync:
@@ -1057,7 +1017,7 @@ class GroupCoordinator:
                     m.awaiting_sync = False
                     m.heartbeat_deadline_ms = now + m.session_timeout_ms
 
-        def failed(err: GroupError, now: int) -> None:
+        def failed(err: RaftlogError, now: int) -> None:
             settled()
             if not still_ours():
                 return
@@ -1112,10 +1072,10 @@ class GroupCoordinator:
 
         def body() -> Response:
             if not isinstance(members, Sequence) or not members:
-                raise InvalidGroupRequestError("members: a non-empty list", field="members")
+                raise InvalidRequestError("members: a non-empty list", field="members")
             for item in members:
                 if not isinstance(item, Sequence) or len(item) != 2:
-                    raise InvalidGroupRequestError("members: (member_id, group_instance_id) pairs", field="members")
+                    raise InvalidRequestError("members: (member_id, group_instance_id) pairs", field="members")
                 mid, inst = item
                 _check_str("member_id", mid, 0)
                 if inst is not None:
@@ -1136,7 +1096,7 @@ class GroupCoordinator:
 
         return self._run(body)
 
-    def _leave_one(self, group: Group, member_id: str, instance: str | None, now_ms: int) -> GroupError | None:
+    def _leave_one(self, group: Group, member_id: str, instance: str | None, now_ms: int) -> RaftlogError | None:
         self._touch(group)
         if instance is not None:
             holder = group.static_members.get(instance)
@@ -1178,21 +1138,21 @@ class GroupCoordinator:
             _check_str("member_id", member_id, 0)
             _check_int("generation_id", generation_id, NO_GENERATION)
             if not isinstance(offsets, Sequence) or len(offsets) > self.config.max_commit_partitions:
-                raise InvalidGroupRequestError(
+                raise InvalidRequestError(
                     f"offsets: a list of at most {self.config.max_commit_partitions}", field="offsets")
             try:
                 commits = [CommitOffset(*o) for o in offsets]
             except TypeError:
-                raise InvalidGroupRequestError("offsets: (topic, partition, offset, leader_epoch, metadata)",
+                raise InvalidRequestError("offsets: (topic, partition, offset, leader_epoch, metadata)",
                                                field="offsets") from None
             for c in commits:
-                _check_str("topic", c.topic, 1, MAX_TOPIC_CHARS)
+                _check_str("topic", c.topic, 1, MAX_TOPIC_NAME_CHARS)
                 _check_int("partition", c.partition, 0, 2**31 - 1)
                 _check_int("offset", c.offset)
                 if c.leader_epoch is not None:
                     _check_int("leader_epoch", c.leader_epoch, -1, 2**31 - 1)
                 if type(c.metadata) is not str:
-                    raise InvalidGroupRequestError("metadata: expected str", field="metadata")
+                    raise InvalidRequestError("metadata: expected str", field="metadata")
             partition = self._route(group_id)
             group = self._groups.get(group_id)
             if group is None:
@@ -1233,11 +1193,11 @@ class GroupCoordinator:
         for c in commits:
             entry: dict[str, Any] = {"topic": c.topic, "partition": c.partition}
             if len(c.metadata.encode()) > self.config.offset_metadata_max_bytes:
-                err: GroupError = OffsetMetadataTooLargeError(
+                err: RaftlogError = OffsetMetadataTooLargeError(
                     f"metadata over {self.config.offset_metadata_max_bytes} bytes")
                 entry["error"] = {"code": err.code, "message": str(err)}
             elif c.offset < 0:
-                err = InvalidGroupRequestError("offset must be >= 0", field="offset")
+                err = InvalidRequestError("offset must be >= 0", field="offset")
                 entry["error"] = {"code": err.code, "message": str(err)}
             else:
                 epoch = c.leader_epoch if c.leader_epoch is not None and c.leader_epoch >= 0 else None
@@ -1251,7 +1211,7 @@ class GroupCoordinator:
         def committed(now: int) -> None:
             self._complete(key, {"partitions": results})
 
-        def failed(err: GroupError, now: int) -> None:
+        def failed(err: RaftlogError, now: int) -> None:
             self._complete(key, {"partitions": [
                 r if "error" in r else {**r, "error": {"code": err.code, "message": str(err)}} for r in results
             ]})
@@ -1269,7 +1229,7 @@ class GroupCoordinator:
         def body() -> Response:
             if partitions is not None:
                 for t, p in partitions:
-                    _check_str("topic", t, 1, MAX_TOPIC_CHARS)
+                    _check_str("topic", t, 1, MAX_TOPIC_NAME_CHARS)
                     _check_int("partition", p, 0, 2**31 - 1)
             self._route(group_id)
             group = self._groups.get(group_id)
@@ -1320,7 +1280,7 @@ class GroupCoordinator:
             for gid in group_ids:
                 try:
                     self._route(gid)
-                except GroupError as e:
+                except RaftlogError as e:
                     out.append({"group_id": gid, "error": {"code": e.code, "message": str(e)}})
                     continue
                 g = self._groups.get(gid)
@@ -1378,7 +1338,7 @@ class GroupCoordinator:
                     del self._groups[group_id]
                 self._complete(key, {})
 
-            def failed(err: GroupError, now: int) -> None:
+            def failed(err: RaftlogError, now: int) -> None:
                 if self._groups.get(group_id) is group and group.is_(GroupState.DEAD):
                     # Not a state-machine step: the delete did not happen, so the group is
                     # what it was (Empty, no members).
@@ -1407,9 +1367,9 @@ class GroupCoordinator:
 
         def body() -> Response | Pending:
             if not isinstance(offsets, Mapping) or len(offsets) > self.config.max_commit_partitions:
-                raise InvalidGroupRequestError("offsets: a map (topic, partition) -> offset", field="offsets")
+                raise InvalidRequestError("offsets: a map (topic, partition) -> offset", field="offsets")
             for (t, p), o in offsets.items():
-                _check_str("topic", t, 1, MAX_TOPIC_CHARS)
+                _check_str("topic", t, 1, MAX_TOPIC_NAME_CHARS)
                 _check_int("partition", p, 0, 2**31 - 1)
                 _check_int("offset", o, 0)
             partition = self._route(group_id)
@@ -1439,7 +1399,7 @@ class GroupCoordinator:
             def committed(now: int) -> None:
                 self._complete(key, response)
 
-            def failed(err: GroupError, now: int) -> None:
+            def failed(err: RaftlogError, now: int) -> None:
                 self._complete(key, err)
 
             self._append(partition, items, committed, failed)
@@ -1499,30 +1459,30 @@ def _group_from_value(group_id: str, value: GroupValue, log_offset: int, now_ms:
 
 def _check_str(name: str, value: Any, min_chars: int = 0, max_chars: int = MAX_ID_CHARS) -> str:
     if type(value) is not str or not min_chars <= len(value) <= max_chars:
-        raise InvalidGroupRequestError(f"{name}: expected a string of {min_chars}..{max_chars} characters", field=name)
+        raise InvalidRequestError(f"{name}: expected a string of {min_chars}..{max_chars} characters", field=name)
     return value
 
 
 def _check_int(name: str, value: Any, lo: int = -(2**63), hi: int = 2**63 - 1) -> int:
     if type(value) is not int or not lo <= value <= hi:
-        raise InvalidGroupRequestError(f"{name}: expected an int in {lo}..{hi}", field=name)
+        raise InvalidRequestError(f"{name}: expected an int in {lo}..{hi}", field=name)
     return value
 
 
 def _check_protocols(protocols: Any) -> tuple[tuple[str, bytes], ...]:
     if not isinstance(protocols, Sequence) or not protocols or len(protocols) > 64:
-        raise InvalidGroupRequestError("protocols: a list of 1..64 (name, metadata)", field="protocols")
+        raise InvalidRequestError("protocols: a list of 1..64 (name, metadata)", field="protocols")
     out = []
     for item in protocols:
         if not isinstance(item, Sequence) or len(item) != 2:
-            raise InvalidGroupRequestError("protocols: (name, metadata) pairs", field="protocols")
+            raise InvalidRequestError("protocols: (name, metadata) pairs", field="protocols")
         name, meta = item
         _check_str("protocols", name, 1)
         if type(meta) is not bytes or len(meta) > MAX_BLOB_BYTES:
-            raise InvalidGroupRequestError("protocols: metadata must be bytes", field="protocols")
+            raise InvalidRequestError("protocols: metadata must be bytes", field="protocols")
         out.append((name, meta))
     if len({n for n, _ in out}) != len(out):
-        raise InvalidGroupRequestError("protocols: duplicate name", field="protocols")
+        raise InvalidRequestError("protocols: duplicate name", field="protocols")
     return tuple(out)
 
 
@@ -1530,9 +1490,9 @@ def _check_assignments(assignments: Any) -> dict[str, bytes] | None:
     if assignments is None:
         return None
     if not isinstance(assignments, Mapping):
-        raise InvalidGroupRequestError("assignments: a map member_id -> bytes", field="assignments")
+        raise InvalidRequestError("assignments: a map member_id -> bytes", field="assignments")
     for mid, blob in assignments.items():
         _check_str("assignments", mid, 1)
         if type(blob) is not bytes or len(blob) > MAX_BLOB_BYTES:
-            raise InvalidGroupRequestError("assignments: values must be bytes", field="assignments")
+            raise InvalidRequestError("assignments: values must be bytes", field="assignments")
     return dict(assignments)

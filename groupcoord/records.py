@@ -32,27 +32,25 @@ Public API:
     encode_value(value) -> bytes              decode_value(key, data | None) -> value | None
     offset_record(key, value | None) / group_record(key, value | None) -> (bytes, bytes | None)
     decode_record(key_bytes, value_bytes | None) -> (key, value | None)
-    partition_for_group(group_id, partitions=16) -> int;  java_string_hash(s) -> int
-    limits: MAX_GROUP_ID_CHARS, MAX_TOPIC_CHARS, MAX_METADATA_CHARS, MAX_MEMBERS,
+    (the group -> partition hash is raftlog.base.topics.partition_for_group)
+    limits: MAX_GROUP_ID_CHARS, MAX_TOPIC_NAME_CHARS, MAX_METADATA_CHARS, MAX_MEMBERS,
             MAX_BLOB_BYTES, MAX_VALUE_BYTES
 """
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 from typing import Any, Union
 
-import cbor2
+from raftlog.base import cbor
+from raftlog.base.topics import MAX_TOPIC_NAME_CHARS
 
 from groupcoord.errors import InvalidGroupRecordError
 
 VALUE_VERSION = 1
 OFFSET_KEY_KIND = 1
 GROUP_KEY_KIND = 2
-DEFAULT_PARTITIONS = 16
 MAX_GROUP_ID_CHARS = 255
-MAX_TOPIC_CHARS = 249
 MAX_PARTITION = 2**31 - 1
 MAX_METADATA_CHARS = 32 * 1024   # the coordinator's own limit (offset_metadata_max_bytes) is lower
 MAX_ID_CHARS = 1024               # member ids, instance ids, client ids, hosts, protocol names
@@ -105,7 +103,7 @@ class OffsetKey:
 
     def __post_init__(self) -> None:
         _str("offset_key.group", self.group, 1, MAX_GROUP_ID_CHARS)
-        _str("offset_key.topic", self.topic, 1, MAX_TOPIC_CHARS)
+        _str("offset_key.topic", self.topic, 1, MAX_TOPIC_NAME_CHARS)
         _int("offset_key.partition", self.partition, 0, MAX_PARTITION)
 
 
@@ -310,38 +308,14 @@ def _value_from_obj(key: Key, obj: Any) -> Value:
 # --- bytes ------------------------------------------------------------------------------
 
 
-def _dumps(obj: Any) -> bytes:
-    return cbor2.dumps(obj, canonical=True)
+_dumps = cbor.dumps
 
 
 def loads_strict(data: Any, what: str, max_bytes: int) -> Any:
-    """Decode exactly one canonical, tag-free CBOR item filling `data` (at most `max_bytes`).
+    """Decode exactly one canonical, tag-free CBOR item filling `data` (at most `max_bytes`);
+    compaction and dedupe compare bytes, so only the canonical encoding is accepted.
     Raises InvalidGroupRecordError."""
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise _fail(what, f"expected bytes, got {type(data).__name__}")
-    raw = bytes(data)
-    if len(raw) > max_bytes:
-        raise _fail(what, f"{len(raw)} bytes, more than {max_bytes}")
-    stream = io.BytesIO(raw)
-
-    def no_tags(decoder: Any, tag: Any) -> Any:
-        raise InvalidGroupRecordError(f"{what}: CBOR tag {tag.tag} not allowed")
-
-    try:
-        obj = cbor2.CBORDecoder(stream, tag_hook=no_tags).decode()
-    except InvalidGroupRecordError:
-        raise
-    except (cbor2.CBORDecodeError, ValueError, TypeError, OverflowError, RecursionError, EOFError) as e:
-        cause = e.__cause__ if isinstance(e.__cause__, InvalidGroupRecordError) else None
-        if cause is not None:
-            raise cause from None
-        raise _fail(what, f"not valid CBOR ({e})") from None
-    if stream.tell() != len(raw):
-        raise _fail(what, f"{len(raw) - stream.tell()} trailing bytes")
-    if _dumps(obj) != raw:
-        # Compaction and dedupe compare bytes: only the canonical encoding is accepted.
-        raise _fail(what, "not canonical CBOR")
-    return obj
+    return cbor.loads(data, what=what, max_bytes=max_bytes, error=InvalidGroupRecordError, canonical=True)
 
 
 def encode_key(key: Key) -> bytes:
@@ -395,22 +369,3 @@ def group_record(key: GroupKey, value: GroupValue | None) -> tuple[bytes, bytes 
 
 
 # --- group -> partition -------------------------------------------------------------------
-
-
-def java_string_hash(s: str) -> int:
-    """Java's String.hashCode(): s[0]*31^(n-1) + ... over UTF-16 code units, as a signed
-    32-bit int."""
-    units = s.encode("utf-16-be")
-    h = 0
-    for i in range(0, len(units), 2):
-        h = (31 * h + ((units[i] << 8) | units[i + 1])) & 0xFFFFFFFF
-    return h - 2**32 if h >= 2**31 else h
-
-
-def partition_for_group(group_id: str, partitions: int = DEFAULT_PARTITIONS) -> int:
-    """Kafka's `Utils.abs(groupId.hashCode) % groupMetadataTopicPartitionCount`. Utils.abs
-    maps Integer.MIN_VALUE to 0 (Math.abs would leave it negative)."""
-    if type(partitions) is not int or partitions < 1:
-        raise ValueError(f"partitions must be a positive int, got {partitions!r}")
-    h = java_string_hash(group_id)
-    return (0 if h == -(2**31) else abs(h)) % partitions

@@ -1,4 +1,4 @@
-"""The group coordinator's trio shell (a NodeService, NODE_SERVICES.md): one pure
+"""The group coordinator's trio shell (a NodeService, raftlog/node/main.py's NodeService): one pure
 `GroupCoordinator` core (coordinator.py) driven on the node's trio thread, with its offsets
 and group records in `__consumer_offsets` through the local ReplicaManager.
 
@@ -18,7 +18,7 @@ What the shell does for the core (the contract in coordinator.py's docstring):
   `__consumer_offsets-<partition>`. Appends go through one bounded channel to one writer task,
   so appends are made in the order the core issued them; each commit waits in its own task
   (bounded by COMMIT_TIMEOUT_S, Kafka's offsets.commit.timeout.ms) and reports
-  `on_append_committed(append_id, base_offset)` or `on_append_failed(append_id, code)`. A full
+  `on_append_committed(append_id, base_offset)` or `on_append_failed(append_id, error)`. A full
   channel fails the append at once (COORDINATOR_NOT_AVAILABLE for the client: retriable).
 * Ownership: a watcher polls the local replicas of `__consumer_offsets` every
   LEADERSHIP_POLL_S. A partition newly led here (or led in a new epoch) is `begin_load`ed,
@@ -64,20 +64,22 @@ from groupcoord.coordinator import (
     Pending,
     Result,
 )
-from groupcoord.errors import GroupError
-from groupcoord.records import partition_for_group
-from metadata.controller import OFFSETS_TOPIC, OFFSETS_TOPIC_PARTITIONS
 from partition.batch import BatchBuilder, decode_batches
-from partition.errors import PartitionError
-from raftlog.errors import (
-    CoordinatorNotAvailable,
-    InvalidRequest,
+from raftlog.base.errors import (
+    CoordinatorNotAvailableError,
+    InvalidRequestError,
+    NotCoordinatorError,
     RaftlogError,
-    RequestTimedOut,
+    RequestTimedOutError,
     as_wire_error,
 )
-from raftlog.eventlog import log_event
-from raftlog.protocol import Request, field
+from raftlog.base.eventlog import log_event
+from raftlog.base.protocol import Request, field
+from raftlog.base.topics import (
+    OFFSETS_TOPIC,
+    OFFSETS_TOPIC_PARTITIONS,
+    partition_for_group,
+)
 
 __all__ = ["GroupCoordinatorService", "OFFSETS_TOPIC"]
 
@@ -205,12 +207,12 @@ class GroupCoordinatorService:
 
     def _queue_append(self, append: Append) -> None:
         if self._nursery is None or self.replicas is None:
-            self._apply(self.core.on_append_failed(append.append_id, "COORDINATOR_NOT_AVAILABLE", self._clock_ms()))
+            self._apply(self.core.on_append_failed(append.append_id, CoordinatorNotAvailableError("append queue full or stopped"), self._clock_ms()))
             return
         try:
             self._append_send.send_nowait(append)
         except trio.WouldBlock:
-            self._apply(self.core.on_append_failed(append.append_id, "COORDINATOR_NOT_AVAILABLE", self._clock_ms()))
+            self._apply(self.core.on_append_failed(append.append_id, CoordinatorNotAvailableError("append queue full or stopped"), self._clock_ms()))
 
     async def _answer(self, response: Any, wait_ms: int) -> dict[str, Any]:
         """The ok fields of a core response; raises its error. Waits for a Pending one."""
@@ -224,9 +226,9 @@ class GroupCoordinatorService:
                     self._waiters.pop(key, None)
                     self.core.abandon(key)
             if not response.event.is_set():
-                raise RequestTimedOut(f"no answer from the group coordinator within {wait_ms} ms")
+                raise RequestTimedOutError(f"no answer from the group coordinator within {wait_ms} ms")
             response = response.response
-        if isinstance(response, GroupError):
+        if isinstance(response, RaftlogError):
             raise response
         if response is None:
             return {}
@@ -267,7 +269,7 @@ class GroupCoordinatorService:
     async def _write(self, append: Append) -> None:
         replica = self.replicas.replica(OFFSETS_TOPIC, append.partition)
         if replica is None or not replica.is_leader:
-            self._apply(self.core.on_append_failed(append.append_id, "NOT_COORDINATOR", self._clock_ms()))
+            self._apply(self.core.on_append_failed(append.append_id, NotCoordinatorError("not the leader of the partition"), self._clock_ms()))
             return
         now = self._clock_ms()
         builder = BatchBuilder()
@@ -275,8 +277,8 @@ class GroupCoordinatorService:
             builder.append(value, key, timestamp_ms=now)
         try:
             res = await replica.append_as_leader(builder.build(), acks=-1)
-        except (RaftlogError, PartitionError) as exc:
-            self._apply(self.core.on_append_failed(append.append_id, _code(exc), self._clock_ms()))
+        except RaftlogError as exc:
+            self._apply(self.core.on_append_failed(append.append_id, exc, self._clock_ms()))
             return
         if res.waiter is None:
             self._apply(self.core.on_append_committed(append.append_id, res.first_offset, self._clock_ms()))
@@ -287,8 +289,8 @@ class GroupCoordinatorService:
     async def _await_commit(self, append_id: int, res: Any) -> None:
         try:
             await res.waiter.wait(trio.current_time() + COMMIT_TIMEOUT_S)
-        except (RaftlogError, PartitionError) as exc:
-            self._apply(self.core.on_append_failed(append_id, _code(exc), self._clock_ms()))
+        except RaftlogError as exc:
+            self._apply(self.core.on_append_failed(append_id, exc, self._clock_ms()))
             return
         self._apply(self.core.on_append_committed(append_id, res.first_offset, self._clock_ms()))
 
@@ -359,7 +361,7 @@ class GroupCoordinatorService:
             self._apply(self.core.finish_load(p, self._clock_ms()))
             log_event(logger, "group_partition_loaded", partition=p, epoch=epoch, records=applied,
                       end_offset=offset, load_ms=int((trio.current_time() - started) * 1000))
-        except (RaftlogError, PartitionError) as exc:
+        except RaftlogError as exc:
             log_event(logger, "group_partition_load_failed", level=logging.WARNING, partition=p,
                       epoch=epoch, reason=str(exc))
             if self._owned.get(p) == epoch:
@@ -374,14 +376,14 @@ class GroupCoordinatorService:
         image = self.metadata.image
         topic = image.topic(OFFSETS_TOPIC)
         if topic is None or not topic.complete:
-            raise CoordinatorNotAvailable(f"{OFFSETS_TOPIC} does not exist yet")
+            raise CoordinatorNotAvailableError(f"{OFFSETS_TOPIC} does not exist yet")
         p = partition_for_group(group_id, topic.partition_count)
         state = image.partition(OFFSETS_TOPIC, p)
         address = None
         if state is not None and state.leader >= 0:
             address = self.metadata.client_address(state.leader)
         if address is None:
-            raise CoordinatorNotAvailable(f"{OFFSETS_TOPIC}-{p} has no leader now")
+            raise CoordinatorNotAvailableError(f"{OFFSETS_TOPIC}-{p} has no leader now")
         host, _, port = address.rpartition(":")
         return {"node_id": state.leader, "host": host, "port": int(port), "partition": p}
 
@@ -485,13 +487,13 @@ class GroupCoordinatorService:
     async def _describe_groups(self, request: Request) -> dict[str, Any]:
         ids = field(request, "group_ids", list, items=str)
         if len(ids) > MAX_GROUP_IDS:
-            raise InvalidRequest(f"at most {MAX_GROUP_IDS} group ids", field="group_ids")
+            raise InvalidRequestError(f"at most {MAX_GROUP_IDS} group ids", field="group_ids")
         return await self._answer(self._apply(self.core.describe_groups(ids)), 0)
 
     async def _delete_groups(self, request: Request) -> dict[str, Any]:
         ids = field(request, "group_ids", list, items=str)
         if len(ids) > MAX_GROUP_IDS:
-            raise InvalidRequest(f"at most {MAX_GROUP_IDS} group ids", field="group_ids")
+            raise InvalidRequestError(f"at most {MAX_GROUP_IDS} group ids", field="group_ids")
         wait_ms = self._wait_ms(request)
         out = []
         for gid in ids:
@@ -499,7 +501,7 @@ class GroupCoordinatorService:
                 result = self.core.delete_group(group_id=gid, now_ms=self._clock_ms())
                 await self._answer(self._apply(result), wait_ms)
                 out.append({"group_id": gid})
-            except (GroupError, RaftlogError) as exc:
+            except RaftlogError as exc:
                 wire = as_wire_error(exc)
                 assert wire is not None
                 out.append({"group_id": gid, "error": wire.to_wire()})
@@ -517,7 +519,3 @@ class GroupCoordinatorService:
         )
         return await self._answer(self._apply(result), self._wait_ms(request))
 
-
-def _code(exc: BaseException) -> str:
-    wire = as_wire_error(exc)
-    return wire.code if wire is not None else "UNKNOWN_SERVER_ERROR"

@@ -4,9 +4,9 @@ or in a consumer group), driven from trio through worker threads.
 
 Ops and completions are exactly `jepsen_style_tests.history`'s shapes:
 
-* ``send [key, v]`` -> ok ``[key, [offset, v]]``; fail ``[key, v]`` (a `Rejected` error: the
+* ``send [key, v]`` -> ok ``[key, [offset, v]]``; fail ``[key, v]`` (a `RejectedError` error: the
   record was definitely not written); info ``[key, [None, v]]`` (unknown: timeouts, lost
-  connections, `UnknownOutcome`, anything else). The record's value is ``str(v)`` in ASCII,
+  connections, `UnknownOutcomeError`, anything else). The record's value is ``str(v)`` in ASCII,
   sent to the key's partition.
 * ``poll`` (extra ``poll_ms``) -> ok ``{key: [[offset, v], ...]}`` with extra ``positions``
   (``{key: next offset to fetch}`` for the assigned keys whose position is known).
@@ -46,7 +46,7 @@ from typing import Any
 import trio
 
 from raftlog.client import Consumer, Producer
-from raftlog.errors import RaftlogError, Rejected
+from raftlog.base.errors import RaftlogError, RejectedError
 
 from .history import Op, key_of, parse_key
 
@@ -183,7 +183,7 @@ class Client:
                 return self._commit(op.value)
             if f == "offset-fetch":
                 return "fail", op.value, "unsupported", {}
-        except Rejected as exc:
+        except RejectedError as exc:
             return "fail", op.value, error_code(exc), self._group_facts()
         except Exception as exc:  # noqa: BLE001 - every unexpected outcome is info (unknown)
             log.debug("%s failed: %r", f, exc)
@@ -198,7 +198,7 @@ class Client:
         try:
             future = self._get_producer().send(topic, str(v).encode("ascii"), partition=partition)
             got_partition, offset = future.result(timeout=self.options.send_timeout_ms / 1000 + 1.0)
-        except Rejected as exc:
+        except RejectedError as exc:
             return "fail", [key, v], error_code(exc), {}
         except Exception as exc:  # noqa: BLE001 - timeouts, lost connections, anything: unknown
             return "info", [key, [None, v]], error_code(exc), {}

@@ -2,7 +2,7 @@
 
 `LocalCluster` owns N nodes (ids 1..N, all voters, combined mode), each with its own data dir
 ``<root>/node-<i>/`` and log file ``<root>/logs/node-<i>.log`` (outside the data dir, so a
-wipe keeps the log). Configs come from `raftlog.cluster.build_node_configs` (the same code as
+wipe keeps the log). Configs come from `raftlog.cli.cluster.build_node_configs` (the same code as
 `raftlog cluster up`), plus per-node `dial_overrides` so that node i reaches node j's peer and
 quorum listeners through the fault proxy (i -> j) of `jepsen_style_tests.net.Network`.
 
@@ -34,8 +34,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from raftlog.cluster import NodePorts, NodeProcess, build_node_configs, free_ports, stop_all, write_node_config
-from raftlog.config import NodeConfig, new_cluster_id
+from raftlog.cli.cluster import NodePorts, NodeProcess, build_node_configs, free_ports, stop_all, write_node_config
+from raftlog.node.config import NodeConfig, new_cluster_id
 
 from .history import HarnessError
 
@@ -242,7 +242,7 @@ class LocalCluster:
         """The cluster status when a controller answers and every live node is an unfenced
         broker; else None. Never raises for an unreachable cluster."""
         from raftlog.client import Admin
-        from raftlog.errors import RaftlogError
+        from raftlog.base.errors import RaftlogError
 
         live = set(self.running())
         if not live:

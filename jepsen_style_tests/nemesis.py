@@ -162,7 +162,7 @@ class Nemesis:
         }  # fmt: skip
 
     async def _lookup(self, fn: Any) -> Any:
-        from raftlog.errors import RaftlogError
+        from raftlog.base.errors import RaftlogError
 
         try:
             return await trio.to_thread.run_sync(fn)

@@ -40,7 +40,6 @@ import sys
 import time
 from collections.abc import Sequence
 from datetime import datetime
-from pathlib import Path
 from typing import Any, TextIO
 
 import trio
@@ -262,7 +261,7 @@ class _Interpreter:
 
 def _create_topic(db: LocalCluster, partitions: int, replication_factor: int) -> None:
     from raftlog.client import Admin
-    from raftlog.errors import RaftlogError
+    from raftlog.base.errors import RaftlogError
 
     deadline = time.monotonic() + READY_TIMEOUT_S
     with Admin(db.bootstrap(), request_timeout_ms=10_000) as admin:

@@ -70,28 +70,27 @@ import re
 from dataclasses import dataclass
 from typing import Generic, Mapping, TypeVar
 
-from metadata.errors import (
-    BrokerNotRegisteredError,
+from raftlog.base.topics import INTERNAL_TOPICS, MAX_TOPIC_NAME_CHARS, OFFSETS_TOPIC, OFFSETS_TOPIC_PARTITIONS
+from raftlog.base.errors import (
+    BrokerIdNotRegisteredError,
     DuplicateBrokerRegistrationError,
     InvalidConfigError,
     InvalidPartitionsError,
-    InvalidRecordError,
     InvalidReplicationFactorError,
     InvalidRequestError,
     InvalidTopicError,
     NotControllerError,
-    ProducerIdsExhaustedError,
     StaleBrokerEpochError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from metadata.errors import InvalidRecordError, ProducerIdsExhaustedError
 from metadata.image import MetadataImage, PartitionState, TopicImage
 from metadata.records import (
     INT64_MAX,
     MAX_ENVELOPE_BYTES,
     MAX_PARTITIONS,
     MAX_REPLICAS,
-    MAX_TOPIC_NAME_CHARS,
     Config,
     Envelope,
     FenceBroker,
@@ -118,9 +117,6 @@ DEFAULT_LEADER_SETTLE_MS = 5000
 DEFAULT_LEADER_MOVE_RETRY_MS = 10_000
 DEFAULT_MAX_LEADER_MOVES = 8
 PRODUCER_ID_BLOCK_SIZE = 1000
-OFFSETS_TOPIC = "__consumer_offsets"
-OFFSETS_TOPIC_PARTITIONS = 16
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
 MAX_PENDING = 100_000  # marks are per broker/topic/partition; this only guards against leaks
 
 _TOPIC_NAME_RE = re.compile(r"[a-zA-Z0-9._-]+\Z")
@@ -349,7 +345,7 @@ class Controller:
 
     def heartbeat(self, broker_id: int, incarnation_id: str, *, now_ms: int) -> ControllerResult[HeartbeatResponse]:
         """Record a heartbeat; propose UnfenceBroker if the broker is fenced (and not shutting
-        down). Raises BrokerNotRegisteredError (re-register) or StaleBrokerEpochError (this
+        down). Raises BrokerIdNotRegisteredError (re-register) or StaleBrokerEpochError (this
         process was replaced by a newer incarnation: stop)."""
         self._check_active()
         reg = self._image.broker(broker_id)
@@ -359,7 +355,7 @@ class Controller:
                 self._last_heartbeat_ms[broker_id] = now_ms
                 return ControllerResult((), HeartbeatResponse(True, False, self.controller_epoch))
             if reg is None:
-                raise BrokerNotRegisteredError(f"broker {broker_id} is not registered")
+                raise BrokerIdNotRegisteredError(f"broker {broker_id} is not registered")
             raise StaleBrokerEpochError(
                 f"broker {broker_id} incarnation {incarnation_id} was replaced by {reg.incarnation_id}"
             )
@@ -379,7 +375,7 @@ class Controller:
         self._check_active()
         reg = self._image.broker(broker_id)
         if reg is None:
-            raise BrokerNotRegisteredError(f"broker {broker_id} is not registered")
+            raise BrokerIdNotRegisteredError(f"broker {broker_id} is not registered")
         if reg.incarnation_id != incarnation_id:
             raise StaleBrokerEpochError(f"broker {broker_id} incarnation {incarnation_id} is not registered")
         self._shutting_down[broker_id] = incarnation_id
@@ -641,10 +637,10 @@ class Controller:
     def allocate_producer_ids(self, broker_id: int, *, now_ms: int) -> ControllerResult[ProducerIdBlock]:
         """The next block of PRODUCER_ID_BLOCK_SIZE ids for a registered broker. Blocks handed
         out by this controller never overlap, even with several in flight. Raises
-        BrokerNotRegisteredError, ProducerIdsExhaustedError."""
+        BrokerIdNotRegisteredError, ProducerIdsExhaustedError."""
         self._check_active()
         if self._image.broker(broker_id) is None:
-            raise BrokerNotRegisteredError(f"broker {broker_id} is not registered")
+            raise BrokerIdNotRegisteredError(f"broker {broker_id} is not registered")
         first = max(self._reserved_producer_id, self._image.next_producer_id)
         if first + PRODUCER_ID_BLOCK_SIZE - 1 > INT64_MAX:
             raise ProducerIdsExhaustedError("no producer ids left")

@@ -83,10 +83,18 @@ from metadata.records import (
     UnfenceBroker,
     decode_envelope,
 )
+from raftlog.base.errors import (
+    BrokerIdNotRegisteredError,
+    FencedLeaderEpochError,
+    InvalidRequestError,
+    RejectedError,
+    StaleBrokerEpochError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
 
 __all__ = [
     "MetadataDelta",
-    "Rejected",
     "replay",
     "replay_envelope",
     "replay_decoded",
@@ -95,19 +103,10 @@ __all__ = [
 ]
 
 
-class Rejected(Exception):
-    """A record that no longer makes sense against the image (internal to replay)."""
-
-    def __init__(self, code: str, message: str):
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-
-
 class MetadataDelta:
     """Changes on top of one image. Maps are copied on first write only, and a topic's
     partition tuple once per delta however many of its records replay, so a 10,000-partition
-    creation is linear. `replay` raises Rejected and may leave the delta half-changed: throw
+    creation is linear. `replay` raises a RejectedError (registry) and may leave the delta half-changed: throw
     such a delta away (replay_decoded does)."""
 
     def __init__(self, image: MetadataImage):
@@ -156,18 +155,18 @@ class MetadataDelta:
     def _require_topic(self, topic_id: str) -> TopicImage:
         topic = self._topic(topic_id)
         if topic is None:
-            raise Rejected("UNKNOWN_TOPIC_OR_PARTITION", f"no topic with id {topic_id}")
+            raise UnknownTopicOrPartitionError(f"no topic with id {topic_id}")
         return topic
 
     def _require_brokers(self, replicas: tuple[int, ...]) -> None:
         unknown = [r for r in replicas if self._broker(r) is None]
         if unknown:
-            raise Rejected("BROKER_ID_NOT_REGISTERED", f"replicas {unknown} are not registered brokers")
+            raise BrokerIdNotRegisteredError(f"replicas {unknown} are not registered brokers")
 
     # --- replay ---
 
     def replay(self, record: Record) -> None:
-        """Apply one record to the delta. Raises Rejected (see module docstring)."""
+        """Apply one record to the delta. Raises RejectedError (see module docstring)."""
         handler = _HANDLERS.get(type(record))
         if handler is None:
             raise TypeError(f"not a metadata record: {type(record).__name__}")
@@ -181,11 +180,9 @@ class MetadataDelta:
     def _set_fenced(self, broker_id: int, incarnation_id: str, fenced: bool) -> None:
         old = self._broker(broker_id)
         if old is None:
-            raise Rejected("BROKER_ID_NOT_REGISTERED", f"broker {broker_id} is not registered")
+            raise BrokerIdNotRegisteredError(f"broker {broker_id} is not registered")
         if old.incarnation_id != incarnation_id:
-            raise Rejected(
-                "STALE_BROKER_EPOCH",
-                f"broker {broker_id} incarnation {incarnation_id} was replaced by {old.incarnation_id}",
+            raise StaleBrokerEpochError(f"broker {broker_id} incarnation {incarnation_id} was replaced by {old.incarnation_id}",
             )
         if old.fenced != fenced:
             self._brokers_w()[broker_id] = BrokerRegistration(
@@ -200,9 +197,9 @@ class MetadataDelta:
 
     def _topic_record(self, r: Topic) -> None:
         if self._topic_id_of(r.name) is not None:
-            raise Rejected("TOPIC_ALREADY_EXISTS", f"topic {r.name!r} already exists")
+            raise TopicAlreadyExistsError(f"topic {r.name!r} already exists")
         if self._topic(r.topic_id) is not None:
-            raise Rejected("INVALID_REQUEST", f"topic id {r.topic_id} is already used")
+            raise InvalidRequestError(f"topic id {r.topic_id} is already used")
         self._topics_w()[r.topic_id] = TopicImage(r.name, r.topic_id, r.internal, r.partition_count, r.configs, ())
         self._topic_ids_w()[r.name] = r.topic_id
 
@@ -216,9 +213,7 @@ class MetadataDelta:
         topic = self._require_topic(r.topic_id)
         parts = self._parts_r(topic)
         if r.partition != len(parts) or r.partition >= topic.partition_count:
-            raise Rejected(
-                "INVALID_REQUEST",
-                f"topic {topic.name!r} expects partition {len(parts)} of {topic.partition_count}, got {r.partition}",
+            raise InvalidRequestError(f"topic {topic.name!r} expects partition {len(parts)} of {topic.partition_count}, got {r.partition}",
             )
         self._require_brokers(r.replicas)
         self._parts_w(topic).append(PartitionState(r.partition, r.replicas, r.preferred_leader, r.leader, r.leader_epoch))
@@ -227,21 +222,20 @@ class MetadataDelta:
         topic = self._require_topic(r.topic_id)
         parts = self._parts_r(topic)
         if r.partition >= len(parts):
-            raise Rejected("UNKNOWN_TOPIC_OR_PARTITION", f"topic {topic.name!r} has no partition {r.partition}")
+            raise UnknownTopicOrPartitionError(f"topic {topic.name!r} has no partition {r.partition}")
         cur = parts[r.partition]
         replicas = cur.replicas if r.replicas is None else r.replicas
         self._require_brokers(replicas)
         if r.leader != -1 and r.leader not in replicas:
-            raise Rejected("INVALID_REQUEST", f"leader {r.leader} is not a replica of {topic.name}-{r.partition}")
+            raise InvalidRequestError(f"leader {r.leader} is not a replica of {topic.name}-{r.partition}")
         where = f"{topic.name}-{r.partition}"
         if r.leader_epoch < cur.leader_epoch:
-            raise Rejected("FENCED_LEADER_EPOCH", f"{where}: epoch {r.leader_epoch} < current {cur.leader_epoch}")
+            raise FencedLeaderEpochError(f"{where}: epoch {r.leader_epoch} < current {cur.leader_epoch}")
         if r.leader_epoch == cur.leader_epoch and r.leader != cur.leader:
             if r.leader == -1:
-                raise Rejected("FENCED_LEADER_EPOCH", f"{where}: epoch {r.leader_epoch} already has leader {cur.leader}")
+                raise FencedLeaderEpochError(f"{where}: epoch {r.leader_epoch} already has leader {cur.leader}")
             if cur.leader != -1:
-                raise Rejected(
-                    "INVALID_REQUEST", f"{where}: epoch {r.leader_epoch} led by {cur.leader}, reported {r.leader}"
+                raise InvalidRequestError(f"{where}: epoch {r.leader_epoch} led by {cur.leader}, reported {r.leader}"
                 )
         preferred = cur.preferred_leader if cur.preferred_leader in replicas else replicas[0]
         new = PartitionState(cur.partition, replicas, preferred, r.leader, r.leader_epoch)
@@ -261,11 +255,9 @@ class MetadataDelta:
 
     def _producer_id_block(self, r: ProducerIdBlock) -> None:
         if self._broker(r.broker_id) is None:
-            raise Rejected("BROKER_ID_NOT_REGISTERED", f"broker {r.broker_id} is not registered")
+            raise BrokerIdNotRegisteredError(f"broker {r.broker_id} is not registered")
         if r.first_producer_id < self._next_producer_id:
-            raise Rejected(
-                "INVALID_REQUEST",
-                f"producer id block at {r.first_producer_id} is below next producer id {self._next_producer_id}",
+            raise InvalidRequestError(f"producer id block at {r.first_producer_id} is below next producer id {self._next_producer_id}",
             )
         self._next_producer_id = r.first_producer_id + r.size
 
@@ -316,7 +308,7 @@ def replay(image: MetadataImage, record: Record) -> MetadataImage:
     delta = MetadataDelta(image)
     try:
         delta.replay(record)
-    except Rejected:
+    except RejectedError:
         return image
     return delta.apply()
 
@@ -350,7 +342,7 @@ def replay_decoded(image: MetadataImage, envelope: Envelope) -> MetadataImage:
     try:
         for record in envelope.records:
             delta.replay(record)
-    except Rejected as e:
+    except RejectedError as e:
         outcome = RequestOutcome(e.code, e.message[:MAX_OUTCOME_MESSAGE_CHARS])
         return _with_outcome(image, envelope.request_id, envelope.controller_epoch, outcome)
     return _with_outcome(delta.apply(), envelope.request_id, envelope.controller_epoch, RequestOutcome(OK))

@@ -38,8 +38,7 @@ from typing import Any, Mapping
 
 import cbor2
 
-from metadata import errors
-from metadata.errors import InvalidRecordError, MetadataError
+from metadata.errors import InvalidRecordError
 from metadata.records import (
     VERSION,
     Partition,
@@ -50,6 +49,7 @@ from metadata.records import (
     record_to_obj,
 )
 from metadata.topic_config import TopicConfig
+from raftlog.base.errors import RaftlogError, error_from_wire
 
 MAX_RECENT_REQUESTS = 1024
 MAX_SNAPSHOT_BYTES = 256 * 1024 * 1024
@@ -122,9 +122,9 @@ class RequestOutcome:
     def ok(self) -> bool:
         return self.code == OK
 
-    def error(self) -> MetadataError | None:
+    def error(self) -> RaftlogError | None:
         """The exception to answer the proposer with, or None if applied."""
-        return None if self.ok else errors.from_code(self.code, self.message)
+        return None if self.ok else error_from_wire({"code": self.code, "message": self.message})
 
 
 @dataclass(frozen=True)

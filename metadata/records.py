@@ -46,12 +46,12 @@ Public API:
 
 from __future__ import annotations
 
-import io
 from dataclasses import MISSING, dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, ClassVar, Mapping, Union
 
-import cbor2
+from raftlog.base import cbor
+from raftlog.base.topics import MAX_TOPIC_NAME_CHARS
 
 from metadata.errors import EnvelopeTooLargeError, InvalidRecordError
 
@@ -62,7 +62,6 @@ MAX_REPLICAS = 64
 MAX_REQUEST_ID_CHARS = 64
 MAX_ID_CHARS = 64
 MAX_HOST_CHARS = 255
-MAX_TOPIC_NAME_CHARS = 249
 MAX_CONFIG_ENTRIES = 64
 MAX_CONFIG_CHARS = 256
 MAX_PRODUCER_ID_BLOCK = 1_000_000
@@ -436,24 +435,12 @@ def envelope_from_obj(obj: Any) -> Envelope:
 # --- bytes ------------------------------------------------------------------------------
 
 
-def _dumps(obj: Any) -> bytes:
-    return cbor2.dumps(obj, canonical=True)
+_dumps = cbor.dumps
 
 
 def loads_strict(data: bytes, what: str, max_bytes: int) -> Any:
     """Decode exactly one CBOR item filling `data`. Raises InvalidRecordError."""
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise InvalidRecordError(f"{what}: expected bytes, got {type(data).__name__}")
-    if len(data) > max_bytes:
-        raise InvalidRecordError(f"{what}: {len(data)} bytes, more than {max_bytes}")
-    stream = io.BytesIO(bytes(data))
-    try:
-        obj = cbor2.CBORDecoder(stream).decode()
-    except (cbor2.CBORDecodeError, ValueError, TypeError, OverflowError, RecursionError, EOFError) as e:
-        raise InvalidRecordError(f"{what}: not valid CBOR ({e})") from None
-    if stream.tell() != len(data):
-        raise InvalidRecordError(f"{what}: {len(data) - stream.tell()} trailing bytes")
-    return obj
+    return cbor.loads(data, what=what, max_bytes=max_bytes, error=InvalidRecordError)
 
 
 def encode_record(record: Record) -> bytes:

@@ -3,7 +3,7 @@ node, runs the active controller on the quorum leader, and registers/heartbeats 
 broker. The thin shell around the pure core (records, image, delta, controller).
 
 Where the log comes from:
-* Voters run the PySyncObj quorum (raftlog/bridge.py). Each committed envelope arrives via
+* Voters run the metadata quorum (metadata/quorum.py's port; the node injects PySyncObj's, raftlog/node/bridge.py). Each committed envelope arrives via
   `on_commit(index, bytes)` in index order; it is replayed (delta.replay_envelope) and kept in
   memory (the bridge keeps the whole list in RAM too) so broker-only nodes can fetch it.
 * Broker-only nodes long-poll a voter's peer op `metadata_fetch {after_index, max_wait_ms}`
@@ -23,7 +23,7 @@ silent brokers, completes split topic creations, creates `__consumer_offsets` (R
 min(3, brokers known)), and asks partition leaders to move leadership to preferred leaders.
 Losing leadership drops the Controller.
 
-Errors on the wire (PROTOCOL.md): bridge NotController / QuorumNotRunning -> NOT_CONTROLLER
+Errors on the wire (PROTOCOL.md): bridge NotControllerError / QuorumNotRunning -> NOT_CONTROLLER
 with the controller's id and client address; ProposalOutcomeUnknown/ProposalTimedOut, or no
 answer by the deadline -> REQUEST_TIMED_OUT; CommandTooLarge -> MESSAGE_TOO_LARGE; a rejected
 envelope -> its outcome's code (e.g. TOPIC_ALREADY_EXISTS).
@@ -58,26 +58,33 @@ import trio
 
 from metadata.controller import Controller, ControllerResult
 from metadata.delta import replay_envelope
-from metadata.errors import MetadataError, NotControllerError
 from metadata.image import MetadataImage, TopicImage
+from metadata.quorum import (
+    NotQuorumLeaderError,
+    ProposalOutcomeUnknownError,
+    ProposalRejectedError,
+    Quorum,
+    QuorumFactory,
+    QuorumNotRunningError,
+)
 from metadata.records import encode_envelope
 from metadata.topic_config import describe_configs
-from raftlog import bridge
-from raftlog.config import NodeConfig
-from raftlog.errors import (
-    InvalidRequest,
-    MessageTooLarge,
-    NotController,
-    PeerUnavailable,
+from raftlog.base.errors import (
+    BrokerIdNotRegisteredError,
+    InvalidRequestError,
+    MessageTooLargeError,
+    NotControllerError,
+    PeerUnavailableError,
     RaftlogError,
-    RequestTimedOut,
-    UnknownTopicOrPartition,
+    RequestTimedOutError,
+    StaleBrokerEpochError,
+    UnknownTopicOrPartitionError,
     as_wire_error,
 )
-from raftlog.eventlog import log_event
-from raftlog.metrics import MetricsRegistry
-from raftlog.peer import PeerPool
-from raftlog.protocol import Request, field
+from raftlog.base.eventlog import log_event
+from raftlog.base.metrics import MetricsRegistry
+from raftlog.base.peer import PeerPool
+from raftlog.base.protocol import Request, field
 
 __all__ = ["MetadataService", "ADMIN_OPS"]
 
@@ -112,10 +119,11 @@ class MetadataService:
 
     def __init__(
         self,
-        config: NodeConfig,
+        config: Any,
         cluster_id: str,
         peers: PeerPool,
         *,
+        quorum_factory: QuorumFactory | None = None,
         registry: MetricsRegistry | None = None,
         clock_ms: Callable[[], int] = _monotonic_ms,
         rng: random.Random | None = None,
@@ -133,22 +141,11 @@ class MetadataService:
         self._log: list[bytes] = []  # voters: every committed envelope (index i at [i-1])
         self._changed = trio.Event()
         self._subscribers: list[Callable[[MetadataImage], None]] = []
-        self._quorum: bridge.MetadataQuorum | None = None
+        self._quorum: Quorum | None = None
         if config.is_controller:
-            others = {v: a for v, a in self._voter_quorum.items() if v != self.node_id}
-            assert config.cluster_secret is not None  # load_config checks it for controllers
-            self._quorum = bridge.MetadataQuorum(
-                bridge.QuorumConfig(
-                    node_id=self.node_id,
-                    self_address=self._voter_quorum[self.node_id],
-                    peers=others,
-                    data_dir=config.data_dir,
-                    password=config.cluster_secret,
-                    dial_overrides=dict(config.dial_overrides),
-                ),
-                on_commit=self._on_commit,
-                on_leader_change=self._on_leader_change,
-            )
+            if quorum_factory is None:
+                raise ValueError("a controller needs a quorum_factory (the node passes the bridge's)")
+            self._quorum = quorum_factory(on_commit=self._on_commit, on_leader_change=self._on_leader_change)
         self._leader_changed = trio.Event()
         # Active controller (quorum leader only): set at activation, ready once its NoOp applied.
         self._controller: Controller | None = None
@@ -224,19 +221,19 @@ class MetadataService:
 
     async def wait_for(self, predicate: Callable[[MetadataImage], Any], timeout_s: float) -> Any:
         """Wait until `predicate(image)` is truthy and return its value; raises
-        RequestTimedOut after `timeout_s`."""
+        RequestTimedOutError after `timeout_s`."""
         with trio.move_on_after(timeout_s):
             while not (value := predicate(self.image)):
                 await self._changed.wait()
             return value
-        raise RequestTimedOut(f"metadata condition not met within {timeout_s} s")
+        raise RequestTimedOutError(f"metadata condition not met within {timeout_s} s")
 
     async def report_partition_leader(
         self, topic: str, partition: int, leader_id: int, leader_epoch: int, *, timeout_s: float = 5.0
     ) -> bool:
         """Tell the active controller who leads a partition (a PartitionChange if newer).
-        Returns True when a change was recorded. Raises NotController, RequestTimedOut,
-        PeerUnavailable, or the controller's error (e.g. UNKNOWN_TOPIC_OR_PARTITION)."""
+        Returns True when a change was recorded. Raises NotControllerError, RequestTimedOutError,
+        PeerUnavailableError, or the controller's error (e.g. UNKNOWN_TOPIC_OR_PARTITION)."""
         fields = {"topic": topic, "partition": partition, "leader_id": leader_id,
                   "leader_epoch": leader_epoch}
         result = await self._controller_call("report_partition_leader", fields, timeout_s)
@@ -353,12 +350,12 @@ class MetadataService:
         first = result.get("first_index")
         envelopes = result.get("envelopes")
         if type(first) is not int or not isinstance(envelopes, list):
-            raise InvalidRequest("malformed metadata_fetch answer")
+            raise InvalidRequestError("malformed metadata_fetch answer")
         if envelopes and first != self.applied_index + 1:
-            raise InvalidRequest(f"metadata_fetch answered from {first}, wanted {self.applied_index + 1}")
+            raise InvalidRequestError(f"metadata_fetch answered from {first}, wanted {self.applied_index + 1}")
         for offset, command in enumerate(envelopes):
             if not isinstance(command, bytes):
-                raise InvalidRequest("metadata_fetch envelope is not bytes")
+                raise InvalidRequestError("metadata_fetch envelope is not bytes")
             self._apply(first + offset, command)
         controller_id = result.get("controller_id")
         if controller_id != self._remote_controller_id and (controller_id is None or type(controller_id) is int):
@@ -367,7 +364,7 @@ class MetadataService:
 
     async def _peer_metadata_fetch(self, request: Request) -> dict[str, Any]:
         if self._quorum is None:
-            raise NotController("this node is not a voter: it has no metadata log to serve",
+            raise NotControllerError("this node is not a voter: it has no metadata log to serve",
                                 controller_id=self.controller_id,
                                 controller=self._controller_client_address())
         after = field(request, "after_index", int, min_value=0)
@@ -442,7 +439,7 @@ class MetadataService:
         while self._controller is ctl and self._is_quorum_leader() and self._quorum.term == term:
             try:
                 await self._propose(ctl.noop(), trio.current_time() + PROPOSAL_ATTEMPT_S)
-            except (RaftlogError, MetadataError) as exc:
+            except (RaftlogError, RaftlogError) as exc:
                 log_event(logger, "controller_noop_failed", level=logging.INFO, reason=str(exc))
                 await trio.sleep(PROPOSAL_BACKOFF_S * 4)
                 continue
@@ -472,7 +469,7 @@ class MetadataService:
                     )
         except NotControllerError as exc:  # a newer controller wrote: we are deposed
             self._deactivate(str(exc))
-        except NotController:
+        except NotControllerError:
             self._deactivate("quorum says not leader")
         except RaftlogError as exc:
             log_event(logger, "controller_tick_failed", level=logging.INFO, reason=str(exc))
@@ -497,12 +494,12 @@ class MetadataService:
         for envelope in result.envelopes:
             try:
                 data = encode_envelope(envelope)
-            except MetadataError as exc:  # EnvelopeTooLargeError
-                raise MessageTooLarge(str(exc)) from None
+            except RaftlogError as exc:  # EnvelopeTooLargeError
+                raise MessageTooLargeError(str(exc)) from None
             await self._propose_bytes(data, envelope.request_id, deadline)
             outcome = self.image.request_outcome(envelope.request_id)
             if outcome is None:
-                raise RequestTimedOut(f"outcome of {envelope.request_id} is unknown")
+                raise RequestTimedOutError(f"outcome of {envelope.request_id} is unknown")
             if not outcome.ok:
                 self._proposals.labels(result=outcome.code).inc()
                 error = outcome.error()
@@ -520,32 +517,30 @@ class MetadataService:
                 return  # an earlier attempt committed after all
             if remaining <= 0:
                 self._proposals.labels(result="TIMED_OUT").inc()
-                raise RequestTimedOut(
+                raise RequestTimedOutError(
                     f"proposal {request_id} not committed before the deadline"
                     + ("; it may still take effect" if unknown else "")
                 )
             try:
                 await self._quorum.propose(data, timeout_s=min(remaining, PROPOSAL_ATTEMPT_S))
                 return
-            except bridge.NotController as exc:
+            except NotQuorumLeaderError as exc:
                 raise self._not_controller(exc.leader_id) from None
-            except bridge.QuorumNotRunning:
+            except QuorumNotRunningError:
                 raise self._not_controller(None) from None
-            except bridge.CommandTooLarge as exc:
-                raise MessageTooLarge(str(exc)) from None
-            except bridge.ProposalOutcomeUnknown as exc:
+            except ProposalOutcomeUnknownError as exc:
                 unknown = True  # re-send the same bytes: replay applies a request id once
                 log_event(logger, "proposal_unknown", level=logging.INFO, request_id=request_id,
                           reason=exc.reason)
-            except bridge.ProposalRejected as exc:
+            except ProposalRejectedError as exc:
                 log_event(logger, "proposal_rejected", level=logging.INFO, request_id=request_id,
                           reason=exc.reason)
                 await trio.sleep(min(PROPOSAL_BACKOFF_S, max(0.0, remaining)))
 
-    def _not_controller(self, controller_id: int | None) -> NotController:
+    def _not_controller(self, controller_id: int | None) -> NotControllerError:
         if controller_id == self.node_id:
             controller_id = None  # we are the leader but not ready yet: no useful hint
-        return NotController(controller_id=controller_id,
+        return NotControllerError(controller_id=controller_id,
                              controller=self._controller_client_address(controller_id))
 
     def _controller_client_address(self, controller_id: int | None = -1) -> str | None:
@@ -555,7 +550,7 @@ class MetadataService:
 
     async def _require_controller(self, deadline: float) -> Controller:
         """The ready local controller; waits while this node is the leader and activating.
-        Raises NotController (with a hint) otherwise."""
+        Raises NotControllerError (with a hint) otherwise."""
         while True:
             ctl = self._ready_controller()
             if ctl is not None:
@@ -565,7 +560,7 @@ class MetadataService:
             with trio.move_on_at(deadline) as scope:
                 await self._controller_ready.wait()
             if scope.cancelled_caught:
-                raise RequestTimedOut("the controller is still activating")
+                raise RequestTimedOutError("the controller is still activating")
 
     async def _controller_call(self, op: str, fields: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
         """Run a controller op here when this node is the ready controller, else send it to
@@ -576,11 +571,11 @@ class MetadataService:
         controller_id = self.controller_id
         address = None if controller_id is None else self._voter_peers.get(controller_id)
         if address is None:
-            raise NotController("no active controller known", controller_id=None, controller=None)
+            raise NotControllerError("no active controller known", controller_id=None, controller=None)
         try:
             return await self.peers.call(address, op, {**fields, "timeout_ms": int(timeout_s * 1000)},
                                          timeout_s=timeout_s)
-        except NotController as exc:
+        except NotControllerError as exc:
             if self._quorum is None:
                 self._remote_controller_id = exc.controller_id if exc.controller_id != controller_id else None
             raise
@@ -597,7 +592,7 @@ class MetadataService:
         except NotControllerError:
             self._deactivate("deposed by a newer controller epoch")
             raise self._not_controller(None) from None
-        except MetadataError as exc:  # local callers get the same errors as remote ones
+        except RaftlogError as exc:  # local callers get the same errors as remote ones
             wire = as_wire_error(exc)
             if wire is None:
                 raise
@@ -647,7 +642,7 @@ class MetadataService:
         op = field(fields, "admin_op", str)
         inner = field(fields, "fields", dict)
         if op not in ADMIN_OPS:
-            raise InvalidRequest(f"op {op!r:.40} cannot be forwarded", field="admin_op")
+            raise InvalidRequestError(f"op {op!r:.40} cannot be forwarded", field="admin_op")
         return await self._admin_here(op, inner, deadline)
 
     async def _admin_here(self, op: str, fields: Mapping[str, Any], deadline: float) -> dict[str, Any]:
@@ -685,7 +680,7 @@ class MetadataService:
         except NotControllerError:
             self._deactivate("deposed by a newer controller epoch")
             raise self._not_controller(None) from None
-        raise InvalidRequest(f"unknown admin op {op!r:.40}", field="op")
+        raise InvalidRequestError(f"unknown admin op {op!r:.40}", field="op")
 
     # ------------------------------------------------------------------ client ops
 
@@ -704,7 +699,7 @@ class MetadataService:
         controller_id = self.controller_id
         address = None if controller_id is None else self._voter_peers.get(controller_id)
         if address is None:
-            raise NotController("no active controller known yet", controller_id=None, controller=None)
+            raise NotControllerError("no active controller known yet", controller_id=None, controller=None)
         remaining = deadline - trio.current_time()
         fields = {k: v for k, v in request.fields.items() if k != "timeout_ms"}
         try:
@@ -713,7 +708,7 @@ class MetadataService:
                 {"admin_op": request.op, "fields": fields, "timeout_ms": max(0, int(remaining * 1000))},
                 timeout_s=max(0.0, remaining),
             )  # fmt: skip
-        except PeerUnavailable:
+        except PeerUnavailableError:
             raise self._not_controller(controller_id) from None
 
     async def _client_metadata(self, request: Request) -> dict[str, Any]:
@@ -724,7 +719,7 @@ class MetadataService:
                 return all(_complete(image, n) is not None for n in names)
             try:
                 await self.wait_for(all_known, MISSING_TOPIC_WAIT_S)
-            except RequestTimedOut:
+            except RequestTimedOutError:
                 pass  # answer with what we have: the missing ones get an error entry
         image = self.image
         topics: list[dict[str, Any]] = []
@@ -734,7 +729,7 @@ class MetadataService:
         for name in dict.fromkeys(wanted):
             topic = _complete(image, name)
             if topic is None:
-                topics.append({"name": name, "error": UnknownTopicOrPartition.code})
+                topics.append({"name": name, "error": UnknownTopicOrPartitionError.code})
             else:
                 topics.append(_topic_entry(topic))
         return {
@@ -751,7 +746,7 @@ class MetadataService:
         name = field(request, "name", str)
         topic = _complete(self.image, name)
         if topic is None:
-            raise UnknownTopicOrPartition(f"unknown topic {name!r}")
+            raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
         return {
             "name": name,
             "configs": [
@@ -841,7 +836,7 @@ class MetadataService:
                 failures = 0
             except RaftlogError as exc:
                 failures += 1
-                if exc.code in ("BROKER_ID_NOT_REGISTERED", "STALE_BROKER_EPOCH"):
+                if isinstance(exc, (BrokerIdNotRegisteredError, StaleBrokerEpochError)):
                     self.registered = False
                 level = logging.INFO if failures in (1, 10) or failures % 100 == 0 else logging.DEBUG
                 log_event(logger, "broker_heartbeat_failed", level=level, code=exc.code,

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Callable, Mapping
 
-from metadata.errors import InvalidConfigError
+from raftlog.base.errors import InvalidConfigError
 
 INT64_MAX = 2**63 - 1
 INT32_MAX = 2**31 - 1

@@ -348,7 +348,7 @@ class BatchBuilder:
     Records are encoded as they are appended (byte strings joined once in `build`, which adds
     the header, compresses and computes the CRC). Offsets are base_offset + 0, 1, 2, ...; the
     base timestamp is the first record's, the max timestamp the largest. Raises
-    CompressionUnavailable at construction if the codec needs cramjam and it is missing.
+    CompressionUnavailableError at construction if the codec needs cramjam and it is missing.
     Concurrency: not thread-safe; one builder per producer batch.
     """
 
@@ -373,7 +373,7 @@ class BatchBuilder:
     ):
         self._compression = Compression(compression)
         if not _codec_available(self._compression):
-            _compress(self._compression, b"")  # raises CompressionUnavailable naming the extra
+            _compress(self._compression, b"")  # raises CompressionUnavailableError naming the extra
         self._attributes = (
             int(self._compression)
             | (_TIMESTAMP_TYPE_BIT if TimestampType(timestamp_type) else 0)
@@ -516,7 +516,7 @@ class BatchBuilder:
     def build(self) -> bytes:
         """The batch bytes (header, CRC, records compressed with the chosen codec).
 
-        Raises ValueError if no record was appended; CompressionUnavailable if the codec
+        Raises ValueError if no record was appended; CompressionUnavailableError if the codec
         needs cramjam and it is missing. The builder may be built again (same bytes).
         """
         if self._count == 0:
@@ -775,7 +775,7 @@ def decode_batch(
     every record the batch's max timestamp). Raises CorruptRecordError if anything is off:
     CRC, a record's length, fewer or more records than record_count, bytes left over, an
     offset delta outside [0, last_offset_delta]; MessageTooLargeError if decompression would
-    exceed `max_decompressed_bytes`; CompressionUnavailable for a codec needing cramjam.
+    exceed `max_decompressed_bytes`; CompressionUnavailableError for a codec needing cramjam.
     """
     h = verify_crc(buf, pos)
     start = pos + HEADER_BYTES

@@ -41,11 +41,24 @@ from typing import Callable, Iterable
 
 import google_crc32c
 
-from partition.batch import HEADER_BYTES, LOG_OVERHEAD, MAGIC, Compression, Header, TimestampType, decode_batch
+from partition.batch import (
+    HEADER_BYTES,
+    LOG_OVERHEAD,
+    MAGIC,
+    Compression,
+    TimestampType,
+    decode_batch,
+)
 from partition.compression import compress, decompress
 from partition.errors import CorruptRecordError
 from partition.segment import (
-    INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, Segment, parse_segment_name, pwrite_all, segment_name,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIMEINDEX_SUFFIX,
+    Segment,
+    parse_segment_name,
+    pwrite_all,
+    segment_name,
 )
 
 __all__ = ["CleanResult", "compact", "filter_batch", "recover_swaps", "CLEANED_SUFFIX", "SWAP_SUFFIX"]

@@ -8,7 +8,7 @@ Formats, as Kafka's Java client writes them (so Java, librdkafka and kafka-pytho
   KafkaLZ4BlockOutputStream writes it (Kafka rejects linked blocks); any valid frame is read.
 * ZSTD: a zstd frame; any sequence of frames (and skippable frames) is read.
 SNAPPY, LZ4 and ZSTD need `cramjam` (the `compression` extra); without it they raise
-CompressionUnavailable. GZIP and NONE need only the standard library.
+CompressionUnavailableError. GZIP and NONE need only the standard library.
 
 Invariants: decompression never produces more than `max_decompressed_bytes` (checked before
 or while inflating, from the formats' own length fields, so a zip bomb costs at most about the
@@ -23,7 +23,8 @@ import enum
 import struct
 import zlib
 
-from partition.errors import CompressionUnavailable, CorruptRecordError, MessageTooLargeError
+from partition.errors import CompressionUnavailableError, CorruptRecordError
+from raftlog.base.errors import MessageTooLargeError
 
 try:
     import cramjam
@@ -60,7 +61,7 @@ def available(codec: int) -> bool:
 
 def _need_cramjam(codec: Compression) -> None:
     if cramjam is None:
-        raise CompressionUnavailable(
+        raise CompressionUnavailableError(
             f"{codec.name} compression needs cramjam: {_EXTRA_HINT}"
         )
 
@@ -68,7 +69,7 @@ def _need_cramjam(codec: Compression) -> None:
 def compress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
     """Compress a records section with `codec` in the format Kafka's Java client writes.
 
-    Raises CompressionUnavailable for SNAPPY/LZ4/ZSTD without cramjam, ValueError for an
+    Raises CompressionUnavailableError for SNAPPY/LZ4/ZSTD without cramjam, ValueError for an
     unknown codec id.
     """
     codec = Compression(codec)
@@ -95,7 +96,7 @@ def decompress(
     """Inflate a records section; returns the raw record bytes.
 
     Raises CorruptRecordError on malformed input, MessageTooLargeError if the output would
-    exceed `max_decompressed_bytes`, CompressionUnavailable if cramjam is missing.
+    exceed `max_decompressed_bytes`, CompressionUnavailableError if cramjam is missing.
     """
     codec = Compression(codec)
     if codec is Compression.NONE:

@@ -47,21 +47,30 @@ import struct
 import threading
 import time
 from bisect import bisect_right
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Iterator
 from typing import Callable
 
 import google_crc32c
 
 from partition import cleaner
 from partition.batch import HEADER_BYTES, Header, iter_headers
-from partition.errors import (
-    CorruptRecordError, LogClosedError, MessageTooLargeError, OffsetOutOfRangeError, PartitionError,
-)
+from partition.errors import CorruptRecordError, LogClosedError
 from partition.segment import (
-    INDEX_SUFFIX, INT32_MAX, LOG_SUFFIX, TIMEINDEX_SUFFIX, TMP_SUFFIX, Segment,
-    parse_segment_name, write_durably,
+    INDEX_SUFFIX,
+    INT32_MAX,
+    LOG_SUFFIX,
+    TIMEINDEX_SUFFIX,
+    TMP_SUFFIX,
+    Segment,
+    parse_segment_name,
+    write_durably,
+)
+from raftlog.base.errors import (
+    InvalidRequestError,
+    MessageTooLargeError,
+    OffsetOutOfRangeError,
 )
 
 __all__ = [
@@ -81,10 +90,8 @@ LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 
 
-class InvalidAppendError(PartitionError):
+class InvalidAppendError(InvalidRequestError):
     """Batches that are well-formed but cannot go at the end of this log."""
-
-    code = "INVALID_REQUEST"
 
 
 class NonContiguousAppend(InvalidAppendError):
@@ -618,7 +625,8 @@ class Log:
         for offset < log_start_offset or > log_end_offset; LogClosedError."""
         self._check_open()
         if offset < self.log_start_offset or offset > self.log_end_offset:
-            raise OffsetOutOfRangeError(offset, self.log_start_offset, self.log_end_offset)
+            raise OffsetOutOfRangeError(offset=offset, log_start_offset=self.log_start_offset,
+                                        log_end_offset=self.log_end_offset)
         if offset == self.log_end_offset or (max_offset is not None and offset >= max_offset):
             return b""
         i = max(bisect_right(self._bases, offset) - 1, 0)

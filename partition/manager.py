@@ -1,4 +1,4 @@
-"""The ReplicaManager (a NodeService, NODE_SERVICES.md): hosts the partition replicas the
+"""The ReplicaManager (a NodeService, raftlog/node/main.py's NodeService): hosts the partition replicas the
 metadata image assigns to this broker and serves produce / fetch / list_offsets /
 init_producer_id, plus the replication peer ops.
 
@@ -49,21 +49,24 @@ import cbor2
 import trio
 
 from metadata.image import MetadataImage, PartitionState, TopicImage
-from partition.errors import NotLeaderError, PartitionError
-from partition.producer_state import ProducerStateError
-from partition.replica import PARTITION_METADATA_FILE, Replica, ReplicaSettings, log_config_for
+from partition.replica import (
+    PARTITION_METADATA_FILE,
+    Replica,
+    ReplicaSettings,
+    log_config_for,
+)
 from partition.replication import ReplicationLinks
-from raftlog.errors import (
-    InvalidRequest,
-    NotLeader,
+from raftlog.base.errors import (
+    InvalidRequestError,
+    NotLeaderError,
     RaftlogError,
     UnknownServerError,
-    UnknownTopicOrPartition,
+    UnknownTopicOrPartitionError,
     as_wire_error,
 )
-from raftlog.eventlog import log_event
-from raftlog.peer import PeerPool
-from raftlog.protocol import Request, field
+from raftlog.base.eventlog import log_event
+from raftlog.base.peer import PeerPool
+from raftlog.base.protocol import Request, field
 
 __all__ = ["ReplicaManager", "PARTITIONS_DIR"]
 
@@ -203,18 +206,18 @@ class ReplicaManager:
         image = getattr(self.metadata, "image", None)
         return image if image is not None else (self._image or MetadataImage.empty())
 
-    def _not_leader(self, topic: str, partition: int, hint: int | None) -> NotLeader:
+    def _not_leader(self, topic: str, partition: int, hint: int | None) -> NotLeaderError:
         if hint is None or hint == self.node_id:
             p = self._image_now().partition(topic, partition)
             hint = p.leader if p is not None and p.leader >= 0 and p.leader != self.node_id else None
         address = self.metadata.client_address(hint) if hint is not None else None
-        return NotLeader(leader_id=hint, leader=address)
+        return NotLeaderError(leader_id=hint, leader=address)
 
     def _leader_replica(self, topic: str, partition: int) -> Replica:
         r = self.replica(topic, partition)
         if r is None:
             if self._image_now().partition(topic, partition) is None:
-                raise UnknownTopicOrPartition(f"{topic}-{partition} does not exist here")
+                raise UnknownTopicOrPartitionError(f"{topic}-{partition} does not exist here")
             raise self._not_leader(topic, partition, None)
         return r
 
@@ -233,7 +236,7 @@ class ReplicaManager:
     async def _produce(self, request: Request) -> dict[str, Any] | None:
         acks = field(request, "acks", int)
         if acks not in (0, 1, -1):
-            raise InvalidRequest("acks must be 0, 1 or -1", field="acks", request_id=request.id)
+            raise InvalidRequestError("acks must be 0, 1 or -1", field="acks", request_id=request.id)
         timeout_ms = field(request, "timeout_ms", int, default=DEFAULT_PRODUCE_TIMEOUT_MS,
                            min_value=0)
         parts = field(request, "partitions", list, items=dict)
@@ -253,7 +256,7 @@ class ReplicaManager:
                 entry["log_append_time"] = -1
                 if res.waiter is not None:
                     waits.append((entry, res.waiter))
-            except (RaftlogError, PartitionError, ProducerStateError) as exc:
+            except RaftlogError as exc:
                 entry["error"] = self._error(exc, topic, partition)
             results.append(entry)
         for entry, waiter in waits:
@@ -312,7 +315,7 @@ class ReplicaManager:
                     "topic": topic, "partition": partition, "high_watermark": r.high_watermark,
                     "log_start_offset": r.log.log_start_offset, "records": records,
                 })  # fmt: skip
-            except (RaftlogError, PartitionError) as exc:
+            except (RaftlogError, RaftlogError) as exc:
                 errors += 1
                 results.append({"topic": topic, "partition": partition,
                                 "error": self._error(exc, topic, partition)})
@@ -338,7 +341,7 @@ class ReplicaManager:
                     offset, found_ts = found if found is not None and found[0] < hw else (-1, -1)
                 results.append({"topic": topic, "partition": partition, "offset": offset,
                                 "timestamp": found_ts})
-            except (RaftlogError, PartitionError) as exc:
+            except (RaftlogError, RaftlogError) as exc:
                 results.append({"topic": topic, "partition": partition,
                                 "error": self._error(exc, topic, partition)})
         return {"partitions": results}
@@ -363,7 +366,7 @@ class ReplicaManager:
         unclean = field(request, "unclean", bool, default=False)
         name = f"{topic}-{partition}"
         if unclean is not True:
-            raise InvalidRequest(
+            raise InvalidRequestError(
                 f"recovering {name} is unclean: records acknowledged but missing from this"
                 " replica's log are lost for good; send unclean: true to accept that",
                 field="unclean", request_id=request.id,
@@ -372,15 +375,15 @@ class ReplicaManager:
         if r is None:
             p = self._image_now().partition(topic, partition)
             if p is None:
-                raise UnknownTopicOrPartition(f"{name} does not exist")
-            raise InvalidRequest(
+                raise UnknownTopicOrPartitionError(f"{name} does not exist")
+            raise InvalidRequestError(
                 f"broker {self.node_id} hosts no open replica of {name} (replicas:"
                 f" {', '.join(map(str, p.replicas))}); send it to one of those",
                 request_id=request.id,
             )
         r.check_online()
         if not r.core.needs_catch_up:
-            raise InvalidRequest(
+            raise InvalidRequestError(
                 f"the replica of {name} on broker {self.node_id} is not flagged"
                 " needs_catch_up: nothing to recover", request_id=request.id,
             )
@@ -388,13 +391,13 @@ class ReplicaManager:
         if leader is not None:
             reg = self._image_now().broker(leader)
             if leader == self.node_id or (reg is not None and not reg.fenced):
-                raise InvalidRequest(
+                raise InvalidRequestError(
                     f"{name} has a live leader (broker {leader}, epoch {r.core.epoch}):"
                     " the flagged replica catches up from it; nothing to recover",
                     request_id=request.id,
                 )
         if not await r.clear_catch_up():
-            raise InvalidRequest(
+            raise InvalidRequestError(
                 f"the replica of {name} on broker {self.node_id} caught up meanwhile:"
                 " nothing to recover", request_id=request.id,
             )
@@ -415,7 +418,7 @@ class ReplicaManager:
         except NotLeaderError as exc:
             raise self._not_leader(topic, partition, exc.leader_id) from None
         except ValueError as exc:
-            raise InvalidRequest(str(exc), field="target", request_id=request.id) from None
+            raise InvalidRequestError(str(exc), field="target", request_id=request.id) from None
         return {}
 
     # ------------------------------------------------------------------ replicas
@@ -474,7 +477,7 @@ class ReplicaManager:
             await pending.wait()
         try:
             await trio.to_thread.run_sync(self._prepare_and_open, r)
-        except (OSError, PartitionError) as exc:
+        except (OSError, RaftlogError) as exc:
             r.offline_reason = f"open failed: {type(exc).__name__}: {exc}"
             log_event(logger, "replica_open_failed", level=logging.ERROR, topic=r.topic,
                       partition=r.partition, reason=r.offline_reason)

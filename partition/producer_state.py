@@ -26,7 +26,7 @@ Invariants:
 Public API:
     ProducerStateManager(max_producers=...)
     .check(producer_id, producer_epoch, base_sequence, last_sequence) -> Duplicate | None
-        raises InvalidProducerEpoch, OutOfOrderSequence, DuplicateSequence
+        raises InvalidProducerEpochError, OutOfOrderSequenceNumberError, DuplicateSequenceNumberError
     .record(producer_id, producer_epoch, base_sequence, last_sequence, first_offset, last_offset)
     .apply_headers(headers: Iterable[Header])      replicated / replayed batches (no checks)
     .truncate(offset) -> bool     drop batches at or above offset; True = rebuild from the log
@@ -39,40 +39,24 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Iterable, NamedTuple
 
+from raftlog.base.errors import (
+    DuplicateSequenceNumberError,
+    InvalidProducerEpochError,
+    OutOfOrderSequenceNumberError,
+)
+
 __all__ = [
     "MAX_BATCHES",
     "DEFAULT_MAX_PRODUCERS",
     "Duplicate",
     "ProducerEntry",
     "ProducerStateManager",
-    "ProducerStateError",
-    "InvalidProducerEpoch",
-    "OutOfOrderSequence",
-    "DuplicateSequence",
 ]
 
 MAX_BATCHES = 5  # Kafka keeps the last 5 batches per producer (max.in.flight <= 5)
 DEFAULT_MAX_PRODUCERS = 10_000
 SEQUENCE_MODULO = 1 << 31
 NO_PRODUCER_ID = -1
-
-
-class ProducerStateError(Exception):
-    """A batch refused by the idempotence checks; `code` is the wire code."""
-
-    code = "UNKNOWN_SERVER_ERROR"
-
-
-class InvalidProducerEpoch(ProducerStateError):
-    code = "INVALID_PRODUCER_EPOCH"
-
-
-class OutOfOrderSequence(ProducerStateError):
-    code = "OUT_OF_ORDER_SEQUENCE_NUMBER"
-
-
-class DuplicateSequence(ProducerStateError):
-    code = "DUPLICATE_SEQUENCE_NUMBER"
 
 
 class Duplicate(NamedTuple):
@@ -126,33 +110,33 @@ class ProducerStateManager:
         self, producer_id: int, producer_epoch: int, base_sequence: int, last_sequence: int
     ) -> Duplicate | None:
         """Judge a batch before appending it. Returns None (append it) or a Duplicate (do not;
-        answer with its offsets). Raises InvalidProducerEpoch, OutOfOrderSequence,
-        DuplicateSequence (module docstring)."""
+        answer with its offsets). Raises InvalidProducerEpochError, OutOfOrderSequenceNumberError,
+        DuplicateSequenceNumberError (module docstring)."""
         if producer_id == NO_PRODUCER_ID:
             return None
         if base_sequence < 0:
-            raise OutOfOrderSequence(
+            raise OutOfOrderSequenceNumberError(
                 f"producer {producer_id}: a batch with a producer id needs a base sequence"
             )
         e = self._entries.get(producer_id)
         if e is None or not e.batches:
             if e is not None and producer_epoch < e.producer_epoch:
-                raise InvalidProducerEpoch(
+                raise InvalidProducerEpochError(
                     f"producer {producer_id}: epoch {producer_epoch} < {e.producer_epoch}"
                 )
             if base_sequence != 0:
-                raise OutOfOrderSequence(
+                raise OutOfOrderSequenceNumberError(
                     f"producer {producer_id}: unknown here, first sequence must be 0, got "
                     f"{base_sequence}"
                 )
             return None
         if producer_epoch < e.producer_epoch:
-            raise InvalidProducerEpoch(
+            raise InvalidProducerEpochError(
                 f"producer {producer_id}: epoch {producer_epoch} < {e.producer_epoch}"
             )
         if producer_epoch > e.producer_epoch:
             if base_sequence != 0:
-                raise OutOfOrderSequence(
+                raise OutOfOrderSequenceNumberError(
                     f"producer {producer_id}: new epoch {producer_epoch} must start at "
                     f"sequence 0, got {base_sequence}"
                 )
@@ -166,11 +150,11 @@ class ProducerStateManager:
         # Behind the window (an old retry) or ahead of it (a gap), judged modulo 2**31.
         ahead = (base_sequence - expected) % SEQUENCE_MODULO
         if ahead >= SEQUENCE_MODULO // 2:
-            raise DuplicateSequence(
+            raise DuplicateSequenceNumberError(
                 f"producer {producer_id}: sequence {base_sequence} was written before the "
                 f"last {len(e.batches)} batches kept (expected {expected})"
             )
-        raise OutOfOrderSequence(
+        raise OutOfOrderSequenceNumberError(
             f"producer {producer_id}: sequence {base_sequence}, expected {expected}"
         )
 

@@ -175,7 +175,8 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from partition.errors import NotLeaderError, RaftStateError
+from partition.errors import RaftStateError
+from raftlog.base.errors import NotLeaderError
 
 __all__ = [
     "AppendControl",
@@ -690,7 +691,7 @@ class RaftCore:
         `transfer_timeout_ticks`. Raises NotLeaderError, ValueError (target not a voter)."""
         out = self._out = []
         if self._role is not _LEADER:
-            raise NotLeaderError(self._active_leader(), self._epoch)
+            raise NotLeaderError(leader_id=self._active_leader(), epoch=self._epoch)
         if target == self.replica_id:
             return out
         if target not in self._peers:

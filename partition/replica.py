@@ -58,23 +58,14 @@ import trio
 
 from metadata.topic_config import TopicConfig
 from partition.batch import CONTROL_LEADER_CHANGE, Header, control_batch, iter_headers
-from partition.errors import (
-    CorruptRecordError,
-    LogClosedError,
-    MessageTooLargeError,
-    NotLeaderError,
-    OffsetOutOfRangeError,
-    PartitionError,
-    RaftStateError,
-)
+from partition.errors import CorruptRecordError, LogClosedError, RaftStateError
 from partition.log import LOG_START_CHECKPOINT, Log, LogConfig
-from partition.segment import write_durably
 from partition.producer_state import ProducerStateManager
 from partition.raft import (
     AppendControl,
     AppendReplicated,
-    Flush,
     FetchResponse,
+    Flush,
     HighWatermarkChanged,
     LeadershipChanged,
     LogState,
@@ -87,8 +78,17 @@ from partition.raft import (
     TruncateFully,
     TruncateTo,
 )
-from raftlog.errors import InvalidRequest, KafkaStorageError, RequestTimedOut
-from raftlog.eventlog import log_event
+from partition.segment import write_durably
+from raftlog.base.errors import (
+    InvalidRequestError,
+    KafkaStorageError,
+    MessageTooLargeError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
+    RaftlogError,
+    RequestTimedOutError,
+)
+from raftlog.base.eventlog import log_event
 
 __all__ = [
     "QUORUM_STATE_FILE",
@@ -115,8 +115,8 @@ REPLICA_MAX_BATCH_BYTES = 64 << 20
 MAX_PRODUCE_BATCHES = 10_000  # batches in one partition's `records` of one produce request
 
 
-class QuorumStateCorrupt(PartitionError):
-    code = "KAFKA_STORAGE_ERROR"
+class QuorumStateCorruptError(KafkaStorageError):
+    """The replica's quorum-state file is damaged: the replica cannot vote or lead."""
 
 
 class Transport(Protocol):
@@ -173,24 +173,24 @@ def write_quorum_state(directory: Path, state: QuorumState) -> None:
 
 
 def read_quorum_state(directory: Path) -> QuorumState:
-    """The durable quorum state; QuorumState() if there is none. Raises QuorumStateCorrupt."""
+    """The durable quorum state; QuorumState() if there is none. Raises QuorumStateCorruptError."""
     try:
         data = (directory / QUORUM_STATE_FILE).read_bytes()
     except FileNotFoundError:
         return QuorumState()
     if len(data) < _CRC.size or _CRC.unpack_from(data)[0] != google_crc32c.value(data[4:]):
-        raise QuorumStateCorrupt(f"{directory / QUORUM_STATE_FILE}: bad CRC")
+        raise QuorumStateCorruptError(f"{directory / QUORUM_STATE_FILE}: bad CRC")
     try:
         obj = cbor2.loads(data[4:])
         # Files written before needs_catch_up existed lack it: nothing was flagged then.
         state = QuorumState(obj["epoch"], obj["voted_for"], obj["leader_id"],
                             obj.get("needs_catch_up", False))
     except (cbor2.CBORDecodeError, KeyError, TypeError, ValueError) as exc:
-        raise QuorumStateCorrupt(f"{directory / QUORUM_STATE_FILE}: {exc}") from None
+        raise QuorumStateCorruptError(f"{directory / QUORUM_STATE_FILE}: {exc}") from None
     if type(state.needs_catch_up) is not bool:
-        raise QuorumStateCorrupt(f"{directory / QUORUM_STATE_FILE}: bad needs_catch_up")
+        raise QuorumStateCorruptError(f"{directory / QUORUM_STATE_FILE}: bad needs_catch_up")
     if type(state.epoch) is not int or state.epoch < 0:
-        raise QuorumStateCorrupt(f"{directory / QUORUM_STATE_FILE}: bad epoch")
+        raise QuorumStateCorruptError(f"{directory / QUORUM_STATE_FILE}: bad epoch")
     return state
 
 
@@ -219,12 +219,12 @@ class AckWaiter:
             self.event.set()
 
     async def wait(self, deadline: float) -> None:
-        """Returns once committed. Raises RequestTimedOut (deadline; unknown outcome) or the
+        """Returns once committed. Raises RequestTimedOutError (deadline; unknown outcome) or the
         failure it was finished with (leadership lost, replica offline)."""
         with trio.move_on_at(deadline):
             await self.event.wait()
         if not self.event.is_set():
-            raise RequestTimedOut(
+            raise RequestTimedOutError(
                 f"offset {self.last_offset} not replicated to a majority in time; "
                 "it may still be committed"
             )
@@ -301,7 +301,7 @@ class Replica:
     def open(self) -> None:
         """Blocking (run it in a worker thread before `attach`): write the partition
         metadata file, open and recover the log, read the quorum state, rebuild producer
-        state from the batch headers, build the core. Raises OSError, QuorumStateCorrupt."""
+        state from the batch headers, build the core. Raises OSError, QuorumStateCorruptError."""
         d = self.directory
         d.mkdir(parents=True, exist_ok=True)
         meta = cbor2.dumps({"topic": self.topic, "partition": self.partition,
@@ -362,7 +362,7 @@ class Replica:
                 if self.log is not None:
                     try:
                         await trio.to_thread.run_sync(self.log.close)
-                    except (OSError, PartitionError) as exc:
+                    except (OSError, RaftlogError) as exc:
                         log_event(logger, "replica_close_failed", level=logging.WARNING,
                                   topic=self.topic, partition=self.partition, reason=str(exc))
 
@@ -405,7 +405,7 @@ class Replica:
         """Raises KafkaStorageError (offline) or NotLeaderError (with the core's hint)."""
         self.check_online()
         if not self.is_leader:
-            raise NotLeaderError(self.core.leader_id, self.core.epoch)
+            raise NotLeaderError(leader_id=self.core.leader_id, epoch=self.core.epoch)
 
     # ---------------------------------------------------------------- events
 
@@ -489,7 +489,7 @@ class Replica:
             try:
                 effects = method(*args)
                 await self._execute(effects)
-            except (RaftStateError, LogClosedError, OSError, QuorumStateCorrupt) as exc:
+            except (RaftStateError, LogClosedError, OSError, QuorumStateCorruptError) as exc:
                 self._go_offline(exc)
 
     # ---------------------------------------------------------------- leader writes
@@ -497,7 +497,7 @@ class Replica:
     async def append_as_leader(self, records: bytes, *, acks: int) -> AppendResult:
         """Append a producer's batches. Returns AppendResult (waiter set for acks=all when
         the batch is not committed yet). Raises NotLeaderError, CorruptRecordError,
-        MessageTooLargeError, InvalidRequest, the producer-state errors, KafkaStorageError."""
+        MessageTooLargeError, InvalidRequestError, the producer-state errors, KafkaStorageError."""
         self.check_leader()
         if not records:
             raise CorruptRecordError("empty records")
@@ -509,20 +509,20 @@ class Replica:
                     f"batch of {h.size} bytes > max_message_bytes {limit} of {self.topic}"
                 )
             if h.is_control:
-                raise InvalidRequest("producers may not write control batches", field="records")
+                raise InvalidRequestError("producers may not write control batches", field="records")
             headers.append(h)
             if len(headers) > MAX_PRODUCE_BATCHES:
-                raise InvalidRequest("too many batches in one produce", field="records")
+                raise InvalidRequestError("too many batches in one produce", field="records")
         idem = [h for h in headers if h.producer_id >= 0]
         if idem and len(headers) != 1:
-            raise InvalidRequest(
+            raise InvalidRequestError(
                 "an idempotent produce carries exactly one batch per partition", field="records"
             )
         async with self._lock:
             self.check_leader()
             core = self.core
             if not core.may_accept_writes:
-                raise NotLeaderError(core.leader_id, core.epoch)  # transferring, or not durable
+                raise NotLeaderError(leader_id=core.leader_id, epoch=core.epoch)  # transferring, or not durable
             try:
                 if self._producers_dirty:
                     self._rebuild_producers(self.log)
@@ -564,7 +564,8 @@ class Replica:
         self.check_leader()
         log = self.log
         if fetch_offset < log.log_start_offset or fetch_offset > log.log_end_offset:
-            raise OffsetOutOfRangeError(fetch_offset, log.log_start_offset, log.log_end_offset)
+            raise OffsetOutOfRangeError(offset=fetch_offset, log_start_offset=log.log_start_offset,
+                                        log_end_offset=log.log_end_offset)
         hw = self.high_watermark
         if fetch_offset >= hw:
             return b""
@@ -662,7 +663,7 @@ class Replica:
         self.leader_id = eff.leader_id
         self.is_leader = eff.leader_id == self.replica_id
         if was_leader and not self.is_leader:
-            self._fail_waiters(RequestTimedOut(
+            self._fail_waiters(RequestTimedOutError(
                 f"{self.name}: leadership lost (epoch {eff.epoch}, leader {eff.leader_id}) "
                 "before the write was committed; it may still be"
             ))  # fmt: skip

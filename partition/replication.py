@@ -71,10 +71,10 @@ from partition.raft import (
     VoteRequest,
     VoteResponse,
 )
-from raftlog.errors import InvalidRequest, PeerUnavailable, RaftlogError
-from raftlog.eventlog import log_event
-from raftlog.peer import PeerPool
-from raftlog.protocol import Request, field
+from raftlog.base.errors import InvalidRequestError, PeerUnavailableError, RaftlogError
+from raftlog.base.eventlog import log_event
+from raftlog.base.peer import PeerPool
+from raftlog.base.protocol import Request, field
 
 __all__ = [
     "ReplicationLinks",
@@ -198,7 +198,7 @@ def encode_message(topic: str, partition: int, m: Any) -> dict[str, Any]:
 
 
 def decode_message(d: Mapping[str, Any], sender: int, where: str) -> tuple[str, int, Any]:
-    """Raises InvalidRequest naming the bad field."""
+    """Raises InvalidRequestError naming the bad field."""
     kind = field(d, "type", str, where=where)
     topic = field(d, "topic", str, where=where)
     partition = field(d, "partition", int, min_value=0, where=where)
@@ -219,7 +219,7 @@ def decode_message(d: Mapping[str, Any], sender: int, where: str) -> tuple[str, 
     elif kind == "timeout_now":
         m = TimeoutNow(sender, epoch)
     else:
-        raise InvalidRequest(f"unknown raft message type {kind!r:.40}", field=f"{where}.type")
+        raise InvalidRequestError(f"unknown raft message type {kind!r:.40}", field=f"{where}.type")
     return topic, partition, m
 
 
@@ -358,7 +358,7 @@ class ReplicationLinks:
             except RaftlogError as exc:
                 failed = True
                 link.failures += 1
-                if link.failures == 1 or not isinstance(exc, PeerUnavailable):
+                if link.failures == 1 or not isinstance(exc, PeerUnavailableError):
                     log_event(logger, "replica_fetch_failed", level=logging.DEBUG,
                               broker_id=link.broker_id, reason=str(exc))
                 return
@@ -369,7 +369,7 @@ class ReplicationLinks:
             for i, d in enumerate(responses):
                 try:
                     topic, partition, m = decode_fetch_response(d, link.broker_id, f"responses[{i}]")
-                except InvalidRequest as exc:
+                except InvalidRequestError as exc:
                     log_event(logger, "replica_fetch_bad_response", level=logging.WARNING,
                               broker_id=link.broker_id, reason=exc.message)
                     continue
@@ -445,7 +445,7 @@ class ReplicationLinks:
         sender = field(request, "broker_id", int)
         messages = field(request, "messages", list, items=dict)
         if len(messages) > MAX_MESSAGES_PER_CALL:
-            raise InvalidRequest(f"more than {MAX_MESSAGES_PER_CALL} messages", field="messages")
+            raise InvalidRequestError(f"more than {MAX_MESSAGES_PER_CALL} messages", field="messages")
         decoded = [decode_message(d, sender, f"messages[{i}]") for i, d in enumerate(messages)]
         for topic, partition, m in decoded:
             replica = self.lookup(topic, partition)

@@ -35,7 +35,13 @@ from typing import Iterator
 
 from partition.batch import HEADER_BYTES, LOG_OVERHEAD, MAGIC, Header, scan_valid_prefix
 from partition.errors import CorruptRecordError
-from partition.index import IndexCorrupt, OffsetIndex, TimeIndex, OFFSET_ENTRY_BYTES, TIME_ENTRY_BYTES
+from partition.index import (
+    OFFSET_ENTRY_BYTES,
+    TIME_ENTRY_BYTES,
+    IndexCorrupt,
+    OffsetIndex,
+    TimeIndex,
+)
 
 __all__ = [
     "Segment",

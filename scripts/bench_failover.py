@@ -26,9 +26,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from raftlog.cluster import NodePorts, NodeProcess, build_node_configs, free_ports, stop_all, write_node_config
-from raftlog.config import new_cluster_id
-from raftlog.protocol import FrameDecoder, encode_frame
+from raftlog.cli.cluster import NodePorts, NodeProcess, build_node_configs, free_ports, stop_all, write_node_config
+from raftlog.node.config import new_cluster_id
+from raftlog.base.protocol import FrameDecoder, encode_frame
 
 POLL_S = 0.02
 

@@ -36,10 +36,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from partition.batch import BatchBuilder  # noqa: E402
-from raftlog.cluster import NodePorts, NodeProcess, build_node_configs, free_ports, stop_all, write_node_config  # noqa: E402
-from raftlog.config import new_cluster_id  # noqa: E402
-from raftlog.errors import RaftlogError, error_from_wire  # noqa: E402
-from raftlog.protocol import FrameDecoder, encode_frame  # noqa: E402
+from raftlog.cli.cluster import NodePorts, NodeProcess, build_node_configs, free_ports, stop_all, write_node_config  # noqa: E402
+from raftlog.node.config import new_cluster_id  # noqa: E402
+from raftlog.base.errors import RaftlogError, error_from_wire  # noqa: E402
+from raftlog.base.protocol import FrameDecoder, encode_frame  # noqa: E402
 
 RECORD_BYTES = 100
 SETTINGS = {"heartbeat_ms": 300, "session_timeout_ms": 2000}

@@ -38,9 +38,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from raftlog.cluster import NodePorts, NodeProcess, build_node_configs, free_ports, stop_all, write_node_config  # noqa: E402
-from raftlog.config import new_cluster_id  # noqa: E402
-from raftlog.errors import RaftlogError  # noqa: E402
+from raftlog.cli.cluster import NodePorts, NodeProcess, build_node_configs, free_ports, stop_all, write_node_config  # noqa: E402
+from raftlog.node.config import new_cluster_id  # noqa: E402
+from raftlog.base.errors import RaftlogError  # noqa: E402
 
 RECORD_BYTES = 100
 TOPIC = "bench-spark"

@@ -35,7 +35,17 @@ from typing import Protocol
 
 import pyarrow as pa
 
-from raftlog.errors import NotLeader, OffsetOutOfRange, RaftlogError, error_from_wire
+from raftlog.base.errors import (
+
+    NotLeaderError,
+
+    OffsetOutOfRangeError,
+
+    RaftlogError,
+
+    error_from_wire,
+
+)
 from spark_source.arrow import ColumnBuilder
 from spark_source.options import (
     PROVIDER_PREFIX,
@@ -75,7 +85,7 @@ class FetchAnswer:
 class Provider(Protocol):
     """What the Spark source needs from a cluster. Every method may block; none is called
     at construction of a reader. Errors: raftlog errors (`retriable` ones are retried by
-    the caller), OffsetOutOfRange with `log_start_offset` from `fetch`."""
+    the caller), OffsetOutOfRangeError with `log_start_offset` from `fetch`."""
 
     def list_partitions(self, topics: Sequence[str] | None) -> list[PartitionMeta]:
         """Partitions of `topics` (a topic that does not exist has none), or of every
@@ -93,7 +103,7 @@ class Provider(Protocol):
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int, *,
               leader_id: int | None = None, max_wait_ms: int = 0) -> FetchAnswer:
         """Batches from `offset`; `leader_id` is the planner's hint. Raises
-        OffsetOutOfRange (log_start_offset, log_end_offset) outside the log."""
+        OffsetOutOfRangeError (log_start_offset, log_end_offset) outside the log."""
 
     def committed_offsets(self, group_id: str, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int | None]:
         """A group's committed offsets (None: nothing committed)."""
@@ -150,7 +160,7 @@ def read_range(
         try:
             ans = provider.fetch(part.topic, part.partition, position, fetch_max_bytes,
                                  leader_id=part.leader_id, max_wait_ms=max_wait_ms)
-        except OffsetOutOfRange as exc:
+        except OffsetOutOfRangeError as exc:
             lso = exc.details.get("log_start_offset")
             if isinstance(lso, int) and position < lso:
                 on_data_loss(f"cannot read {part.topic}-{part.partition} from offset {position}:"
@@ -274,7 +284,7 @@ class ClusterProvider:
                 continue
             if r.get("error") is not None:
                 exc = error_from_wire(r["error"])
-                if isinstance(exc, NotLeader):
+                if isinstance(exc, NotLeaderError):
                     # A partition-level NOT_LEADER inside an ok answer: route by the hint
                     # next time, and let the loop retry.
                     self._admin.metadata.apply_leader_hint(topic, partition, exc.leader_id,

@@ -31,6 +31,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from raftlog.base.errors import InvalidConfigError, RaftlogError, RejectedError, RequestTimedOutError
+from raftlog.base.topics import OFFSETS_TOPIC
+
 __all__ = [
     "SourceError",
     "InvalidOption",
@@ -53,26 +56,27 @@ EARLIEST = -2  # Kafka's JSON markers in startingOffsets / endingOffsets
 LATEST = -1
 
 
-class SourceError(Exception):
-    code = "SPARK_SOURCE_ERROR"
+class SourceError(RaftlogError):
+    """Root of the source's own errors; each also derives from the registry class that says
+    whether anything happened (raftlog/base/errors.py)."""
 
 
-class InvalidOption(SourceError, ValueError):
-    code = "INVALID_CONFIG"
+class InvalidOption(SourceError, InvalidConfigError, ValueError):
+    pass
 
 
-class DataLoss(SourceError):
+class DataLoss(SourceError, RejectedError):
     """Records the query should read are gone. Raised only when failOnDataLoss is true."""
 
     code = "DATA_LOSS"
 
 
-class NotAvailableYet(SourceError, NotImplementedError):
+class NotAvailableYet(SourceError, RejectedError, NotImplementedError):
     code = "NOT_AVAILABLE_YET"
 
 
-class ReadTimedOut(SourceError, TimeoutError):
-    code = "REQUEST_TIMED_OUT"
+class ReadTimedOut(SourceError, RequestTimedOutError, TimeoutError):
+    pass
 
 
 # Every option we understand, by lower-cased key.
@@ -102,7 +106,6 @@ PROVIDER_PREFIX = "raftlog.provider."
 _TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _GROUP_PREFIX = "group:"
 _DECODE_VALUES = ("offsets",)
-OFFSETS_TOPIC = "__consumer_offsets"
 
 
 @dataclass(frozen=True, slots=True)

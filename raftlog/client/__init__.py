@@ -14,8 +14,14 @@ Public API (declared here once):
     c.assign([("events", 0)]); c.seek_to_beginning()
     for record in c.poll(timeout_ms=1000): ...     # ConsumerRecord(topic, partition, offset, ...)
 
-Modules: `partitioner` (murmur2, sticky), `accumulator` (batches), `core` (metadata, routing,
-retries, request builders/parsers, consumer positions), `blocking`, `aio`, `errors`.
+Layer 3 (docs/architecture.md): imports only `raftlog.base` and the record-batch codec
+(`partition.batch`); never the node, the services or the CLI.
+
+Modules: the sans-I/O core — `partitioner` (murmur2, sticky), `accumulator` (batches), `core`
+(metadata, routing, retries, request builders/parsers, consumer positions), `group` (group
+membership, offset-reset planning), `assignor` (client-side partition assignment); the shells —
+`blocking` + `network_blocking` + `group_blocking`, `aio` + `network_aio` + `group_aio`;
+`group_admin` (list/describe/reset/delete groups); `errors` (client-local errors).
 """
 
 from raftlog.client.blocking import Admin, Consumer, Producer, RecordFuture
@@ -27,29 +33,31 @@ from raftlog.client.core import (
     TopicInfo,
 )
 from raftlog.client.errors import (
-    BufferFull,
-    ClientClosed,
-    ConnectionLost,
-    DeliveryTimedOut,
-    NoBrokerAvailable,
+    BufferFullError,
+    ClientClosedError,
+    ConnectionLostError,
+    DeliveryTimedOutError,
+    NoBrokerAvailableError,
 )
+from raftlog.client.group_admin import GroupAdmin
 from raftlog.client.partitioner import murmur2, partition_for_key
 
 __all__ = [
     "Producer",
     "Consumer",
     "Admin",
+    "GroupAdmin",
     "RecordFuture",
     "ConsumerRecord",
     "TopicInfo",
     "PartitionInfo",
     "BrokerInfo",
     "ClusterStatus",
-    "BufferFull",
-    "ClientClosed",
-    "ConnectionLost",
-    "DeliveryTimedOut",
-    "NoBrokerAvailable",
+    "BufferFullError",
+    "ClientClosedError",
+    "ConnectionLostError",
+    "DeliveryTimedOutError",
+    "NoBrokerAvailableError",
     "murmur2",
     "partition_for_key",
 ]

@@ -13,7 +13,7 @@ queue for a *retry* with the very same bytes.
 Invariants:
 * Bytes held (`buffered_bytes`: an upper bound of every pending record's encoded size) never
   exceed `buffer_bytes`; `append` returns `FULL` instead of growing (the shell then blocks or
-  raises BufferFull).
+  raises BufferFullError).
 * Per partition, batches leave in append order, at most `max_in_flight_per_partition` are
   unacknowledged at once, and a batch being retried is sent alone (no other batch of its
   partition in flight), so a retry cannot overtake or be overtaken.
@@ -33,7 +33,7 @@ from collections import deque
 from typing import Callable, Iterable
 
 from partition.batch import BatchBuilder, Compression
-from raftlog.errors import MessageTooLarge
+from raftlog.base.errors import MessageTooLargeError
 
 __all__ = [
     "FULL",
@@ -84,7 +84,7 @@ NEW_BATCH = _NewBatch()
 """`append(..., abort_on_new_batch=True)`'s answer when the record would open a new batch."""
 
 
-class RecordTooLarge(MessageTooLarge):
+class RecordTooLarge(MessageTooLargeError):
     """A record that can never be sent: bigger than max_request_bytes or buffer_bytes."""
 
 
@@ -456,7 +456,7 @@ class Accumulator:
     def expire(self, now_ms: int, delivery_timeout_ms: int) -> list[ProducerBatch]:
         """Remove and return not-in-flight batches older than delivery_timeout_ms.
 
-        The caller fails them (DeliveryTimedOut if never sent, else an unknown outcome).
+        The caller fails them (DeliveryTimedOutError if never sent, else an unknown outcome).
         """
         expired: list[ProducerBatch] = []
         limit = now_ms - delivery_timeout_ms

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
-import time
 from typing import Any, AsyncIterator, Iterable
 
 import trio
@@ -32,7 +31,6 @@ from raftlog.client.core import (
     LATEST,
     AdminCore,
     ClientCore,
-    Close,
     ClusterStatus,
     ConsumerCore,
     ConsumerRecord,
@@ -49,28 +47,23 @@ from raftlog.client.core import (
     parse_metadata,
     parse_topic,
 )
-from raftlog.client.errors import BufferFull, ClientClosed
+from raftlog.client.network_aio import Network, mono_ms, step, wall_ms
+from raftlog.client.errors import BufferFullError, ClientClosedError
 from raftlog.client.group import GROUP_OPTIONS, GroupMetadata
 from raftlog.client.group_aio import TrioGroup
-from raftlog.errors import RaftlogError, RequestTimedOut, UnknownTopicOrPartition
-from raftlog.protocol import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
+from raftlog.base.errors import (
+    RequestTimedOutError,
+    UnknownTopicOrPartitionError,
+)
 
 __all__ = ["Producer", "Consumer", "Admin", "RecordHandle"]
 
 log = logging.getLogger(__name__)
 
-_INBOX_SIZE = 1024
-_RECV_BYTES = 1 << 20
 
 
-def _mono_ms() -> int:
-    # time.monotonic, not trio.current_time: 4x cheaper on the per-record path, and the core
-    # only needs one consistent clock (waits handed to trio are relative).
-    return int(time.monotonic() * 1000)
 
 
-def _wall_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class _BatchFuture:
@@ -115,166 +108,6 @@ class RecordHandle:
         return self._batch.future.event.is_set()
 
 
-class _TrioConn:
-    __slots__ = ("broker_id", "stream", "send_lock", "closed")
-
-    def __init__(self, broker_id: int, stream: trio.SocketStream):
-        self.broker_id = broker_id
-        self.stream = stream
-        self.send_lock = trio.Lock()
-        self.closed = False
-
-
-class _TrioNetwork:
-    """Connections by broker id; a reader task per connection feeds one bounded inbox."""
-
-    def __init__(self, core: ClientCore, nursery: trio.Nursery, *, connect_timeout_ms: int,
-                 send_timeout_ms: int, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES):
-        self._core = core
-        self._nursery = nursery
-        self._conns: dict[int, _TrioConn] = {}
-        self._connect_timeout_s = connect_timeout_ms / 1000
-        self._send_timeout_s = send_timeout_ms / 1000
-        self._max_frame_bytes = max_frame_bytes
-        # Items: (conn, msg) for an answer, (conn, None) for a lost connection, None = wakeup.
-        self.inbox_send, self.inbox_recv = trio.open_memory_channel(_INBOX_SIZE)
-        self._kicked = False
-
-    def kick(self) -> None:
-        """Wake `wait` (from the trio thread)."""
-        if not self._kicked:
-            try:
-                self.inbox_send.send_nowait(None)
-                self._kicked = True
-            except (trio.WouldBlock, trio.ClosedResourceError):
-                pass  # inbox full: the waiter wakes anyway
-
-    async def perform(self, actions: list) -> list[int]:
-        failed: list[int] = []
-        for a in actions:
-            if isinstance(a, Close):
-                if await self._drop(a.broker_id):
-                    failed.append(a.broker_id)
-                continue
-            if a.broker_id in failed:
-                continue
-            try:
-                frame = encode_frame(a.request)
-            except (TypeError, ValueError, RaftlogError) as exc:
-                log.error("cannot encode %s request: %s", a.request.get("op"), exc)
-                failed.append(a.broker_id)
-                continue
-            try:
-                conn = self._conns.get(a.broker_id)
-                if conn is None:
-                    conn = await self._connect(a.broker_id)
-                async with conn.send_lock:
-                    with trio.fail_after(self._send_timeout_s):
-                        await conn.stream.send_all(frame)
-            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError) as exc:
-                log.info("broker %s: %r", a.broker_id, exc)
-                await self._drop(a.broker_id)
-                failed.append(a.broker_id)
-        return failed
-
-    async def _connect(self, broker_id: int) -> _TrioConn:
-        addr = self._core.address(broker_id)
-        if addr is None:
-            raise OSError(f"no address known for broker {broker_id}")
-        with trio.fail_after(self._connect_timeout_s):
-            stream = await trio.open_tcp_stream(*addr)
-        conn = _TrioConn(broker_id, stream)
-        self._conns[broker_id] = conn
-        self._nursery.start_soon(self._reader, conn)
-        return conn
-
-    async def _reader(self, conn: _TrioConn) -> None:
-        decoder = FrameDecoder(self._max_frame_bytes)
-        try:
-            while True:
-                data = await conn.stream.receive_some(_RECV_BYTES)
-                if not data:
-                    break
-                decoder.feed(data)
-                while (msg := decoder.next_frame()) is not None:
-                    await self.inbox_send.send((conn, msg))
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
-        except RaftlogError as exc:
-            log.warning("broker %s sent a bad frame (%s); reconnecting", conn.broker_id, exc)
-        if not conn.closed:
-            conn.closed = True
-            if self._conns.get(conn.broker_id) is conn:
-                del self._conns[conn.broker_id]
-            try:
-                await self.inbox_send.send((conn, None))
-            except trio.ClosedResourceError:
-                pass
-        with trio.CancelScope(shield=True):
-            await conn.stream.aclose()
-
-    async def _drop(self, broker_id: int) -> bool:
-        conn = self._conns.pop(broker_id, None)
-        if conn is None:
-            return False
-        conn.closed = True
-        with trio.CancelScope(shield=True):
-            await conn.stream.aclose()
-        return True
-
-    def take(self, first: Any) -> tuple[list[tuple[int, dict]], list[int]]:
-        """Split inbox items (first plus all queued now) into answers and lost broker ids."""
-        responses: list[tuple[int, dict]] = []
-        lost: list[int] = []
-        item = first
-        while True:
-            if item is None:
-                self._kicked = False
-            else:
-                conn, msg = item
-                if msg is None:
-                    lost.append(conn.broker_id)
-                elif not conn.closed:
-                    responses.append((conn.broker_id, msg))
-            try:
-                item = self.inbox_recv.receive_nowait()
-            except trio.WouldBlock:
-                return responses, lost
-
-    async def aclose(self) -> None:
-        for broker_id in list(self._conns):
-            await self._drop(broker_id)
-
-
-async def _step(core: ClientCore, net: _TrioNetwork, deadline_ms: int | None) -> None:
-    now = _mono_ms()
-    failed = await net.perform(core.poll(now))
-    for b in failed:
-        core.on_disconnect(b, now)
-    if failed:
-        return
-    wake = core.next_wakeup_ms(now)
-    until = min(t for t in (wake, deadline_ms, now + 1000) if t is not None)
-    try:
-        first = net.inbox_recv.receive_nowait()
-        await trio.lowlevel.checkpoint()  # answers were waiting: still let other tasks run
-    except trio.WouldBlock:
-        first = _NOTHING
-        with trio.move_on_after(max(0, until - now) / 1000):
-            first = await net.inbox_recv.receive()
-        if first is _NOTHING:
-            return
-    responses, lost = net.take(first)
-    now = _mono_ms()
-    for broker_id, msg in responses:
-        core.on_response(broker_id, msg, now)
-    for broker_id in lost:
-        core.on_disconnect(broker_id, now)
-
-
-_NOTHING = object()
-
-
 class _AsyncClient:
     """Owns the nursery and the network of one client."""
 
@@ -284,7 +117,7 @@ class _AsyncClient:
         self._request_timeout_ms = request_timeout_ms
         self._stack: contextlib.AsyncExitStack | None = None
         self._nursery: trio.Nursery | None = None
-        self._net: _TrioNetwork | None = None
+        self._net: Network | None = None
         self._closed = False
 
     async def __aenter__(self):
@@ -292,7 +125,7 @@ class _AsyncClient:
         self._nursery = await stack.enter_async_context(trio.open_nursery())
         stack.push_async_callback(self._final)  # runs before the nursery exits (LIFO)
         self._stack = stack
-        self._net = _TrioNetwork(self._core, self._nursery,
+        self._net = Network(self._core, self._nursery,
                                  connect_timeout_ms=min(self._request_timeout_ms, 10_000),
                                  send_timeout_ms=self._request_timeout_ms)
         await self._started(self._nursery)
@@ -324,9 +157,9 @@ class _AsyncClient:
     async def aclose(self) -> None:
         await self._shutdown()
 
-    def _check_open(self) -> _TrioNetwork:
+    def _check_open(self) -> Network:
         if self._closed or self._net is None:
-            raise ClientClosed(f"{type(self).__name__} is closed or not entered (use 'async with')")
+            raise ClientClosedError(f"{type(self).__name__} is closed or not entered (use 'async with')")
         return self._net
 
 
@@ -382,11 +215,11 @@ class Producer(_AsyncClient):
         if headers is not None and not isinstance(headers, (list, tuple)):
             headers = list(headers)
         core = self._core
-        ts = _wall_ms() if timestamp is None else timestamp
+        ts = wall_ms() if timestamp is None else timestamp
         n = core.metadata.partition_count(topic)
         if n is None:
             n = await self._wait_metadata(topic)
-        b = core.send(topic, value, key, headers, partition, ts, _mono_ms(), n)
+        b = core.send(topic, value, key, headers, partition, ts, mono_ms(), n)
         if b is FULL:
             b = await self._wait_space(topic, value, key, headers, partition, ts, n)
         index = b.record_count - 1
@@ -406,7 +239,7 @@ class Producer(_AsyncClient):
                 self._check_open().kick()
                 await self._changed.wait()
         err = self._core.topic_error(topic)
-        raise err if err is not None else UnknownTopicOrPartition(
+        raise err if err is not None else UnknownTopicOrPartitionError(
             f"no metadata for topic {topic!r} after {self._max_block_ms} ms"
         )
 
@@ -415,10 +248,10 @@ class Producer(_AsyncClient):
             while True:
                 self._check_open().kick()
                 await self._changed.wait()
-                b = self._core.send(topic, value, key, headers, partition, ts, _mono_ms(), n)
+                b = self._core.send(topic, value, key, headers, partition, ts, mono_ms(), n)
                 if b is not FULL:
                     return b
-        raise BufferFull(
+        raise BufferFullError(
             f"buffer_bytes {self._core.accumulator.buffer_bytes} used up for {self._max_block_ms} ms"
         )
 
@@ -437,7 +270,7 @@ class Producer(_AsyncClient):
                 self._core.end_flush()
 
     async def aclose(self) -> None:
-        """Flush, then stop (what cannot be sent fails with ClientClosed)."""
+        """Flush, then stop (what cannot be sent fails with ClientClosedError)."""
         if self._closed:
             return
         try:
@@ -447,7 +280,7 @@ class Producer(_AsyncClient):
             await self._shutdown()
 
     async def _shutdown(self) -> None:
-        self._core.abort(ClientClosed("producer closed before the record was sent"))
+        self._core.abort(ClientClosedError("producer closed before the record was sent"))
         self._closed = True
         if self._net is not None:
             self._net.kick()
@@ -457,7 +290,7 @@ class Producer(_AsyncClient):
         core, net = self._core, self._net
         try:
             while not self._closed:
-                await _step(core, net, None)
+                await step(core, net, None)
                 self._notify()
         finally:
             self._sender_done.set()
@@ -586,27 +419,27 @@ class Consumer(_AsyncClient):
 
     async def position(self, partition: tuple[str, int], timeout_ms: int | None = None) -> int:
         net = self._check_open()
-        deadline = _mono_ms() + (timeout_ms or self._request_timeout_ms)
+        deadline = mono_ms() + (timeout_ms or self._request_timeout_ms)
         while True:
             pos = self._core.position(*partition)
             if pos is not None:
                 return pos
             self._core.raise_pending_error()
-            if _mono_ms() >= deadline:
-                raise RequestTimedOut(f"position of {partition} not resolved in time")
-            await _step(self._core, net, deadline)
+            if mono_ms() >= deadline:
+                raise RequestTimedOutError(f"position of {partition} not resolved in time")
+            await step(self._core, net, deadline)
 
     async def offsets_for_times(self, timestamps: dict[tuple[str, int], int],
                                 timeout_ms: int | None = None) -> dict[tuple[str, int], tuple[int, int] | None]:
         net = self._check_open()
-        now = _mono_ms()
+        now = mono_ms()
         calls = {
             tp: self._core.submit(list_offsets_request([(tp[0], tp[1], ts)]), now, route=tuple(tp),
                                   timeout_ms=timeout_ms)
             for tp, ts in timestamps.items()
         }
         while not all(c.done for c in calls.values()):
-            await _step(self._core, net, None)
+            await step(self._core, net, None)
         out: dict[tuple[str, int], tuple[int, int] | None] = {}
         for tp, c in calls.items():
             off, ts = parse_list_offsets(c.value()).get(tuple(tp), (-1, -1))
@@ -620,16 +453,16 @@ class Consumer(_AsyncClient):
         net = self._check_open()
         core = self._core
         core.fetch_wait_ms = max(0, min(self._max_wait_ms, timeout_ms))
-        deadline = _mono_ms() + timeout_ms
+        deadline = mono_ms() + timeout_ms
         if self._group is not None:
             await self._group.before_poll(deadline)
         while True:
             records = core.take_records(max_records)
             if records:
                 return records
-            if _mono_ms() >= deadline:
+            if mono_ms() >= deadline:
                 return []
-            await _step(core, net, deadline)
+            await step(core, net, deadline)
 
     async def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
         while not self._closed:
@@ -654,9 +487,9 @@ class Admin(_AsyncClient):
 
     async def _call(self, request: dict, timeout_ms: int | None = None) -> dict:
         net = self._check_open()
-        call = self._core.submit(request, _mono_ms(), timeout_ms=timeout_ms)
+        call = self._core.submit(request, mono_ms(), timeout_ms=timeout_ms)
         while not call.done:
-            await _step(self._core, net, call.deadline_ms)
+            await step(self._core, net, call.deadline_ms)
         return call.value()
 
     async def create_topic(self, name: str, partitions: int, replication_factor: int,

@@ -19,8 +19,6 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import random
-import selectors
-import socket
 import threading
 import time
 from typing import Any, Iterable, Iterator
@@ -30,8 +28,6 @@ from raftlog.client.core import (
     EARLIEST,
     LATEST,
     AdminCore,
-    ClientCore,
-    Close,
     ClusterStatus,
     ConsumerCore,
     ConsumerRecord,
@@ -49,182 +45,20 @@ from raftlog.client.core import (
     parse_metadata,
     parse_topic,
 )
-from raftlog.client.errors import BufferFull, ClientClosed
+from raftlog.client.network_blocking import Network, dispatch, mono_ms, step
+from raftlog.client.errors import BufferFullError, ClientClosedError
 from raftlog.client.group import GROUP_OPTIONS, GroupMetadata
 from raftlog.client.group_blocking import BlockingGroup
-from raftlog.errors import RaftlogError, RequestTimedOut, UnknownTopicOrPartition
-from raftlog.protocol import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
+from raftlog.base.errors import (
+    RequestTimedOutError,
+    UnknownTopicOrPartitionError,
+)
 
 __all__ = ["Producer", "Consumer", "Admin", "RecordFuture"]
 
 log = logging.getLogger(__name__)
 
-_RECV_BYTES = 1 << 20
-
-
-def _mono_ms() -> int:
-    return int(time.monotonic() * 1000)
-
-
-_time = time.time
-
-
-def _wall_ms() -> int:
-    return int(_time() * 1000)
-
-
-class _Conn:
-    __slots__ = ("broker_id", "sock", "decoder")
-
-    def __init__(self, broker_id: int, sock: socket.socket, max_frame_bytes: int):
-        self.broker_id = broker_id
-        self.sock = sock
-        self.decoder = FrameDecoder(max_frame_bytes)
-
-
-class _Network:
-    """Sockets by broker id. Not thread-safe: only the thread that drives the core uses it."""
-
-    def __init__(self, core: ClientCore, *, connect_timeout_ms: int, send_timeout_ms: int,
-                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, wakeup: bool = False):
-        self._core = core
-        self._conns: dict[int, _Conn] = {}
-        self._sel = selectors.DefaultSelector()
-        self._connect_timeout_s = connect_timeout_ms / 1000
-        self._send_timeout_s = send_timeout_ms / 1000
-        self._max_frame_bytes = max_frame_bytes
-        self._wake_r: socket.socket | None = None
-        self._wake_w: socket.socket | None = None
-        if wakeup:
-            self._wake_r, self._wake_w = socket.socketpair()
-            self._wake_r.setblocking(False)
-            self._wake_w.setblocking(False)
-            self._sel.register(self._wake_r, selectors.EVENT_READ, None)
-
-    def wake(self) -> None:
-        """Interrupt `wait` from another thread."""
-        try:
-            self._wake_w.send(b"\0")
-        except (BlockingIOError, OSError):
-            pass  # already pending wakeups (buffer full) or closing: either way it wakes
-
-    def perform(self, actions: list) -> list[int]:
-        """Carry out Send/Close; returns broker ids whose connection failed (report them)."""
-        failed: list[int] = []
-        for a in actions:
-            if isinstance(a, Close):
-                if self._drop(a.broker_id):
-                    failed.append(a.broker_id)
-                continue
-            if a.broker_id in failed:
-                continue
-            try:
-                frame = encode_frame(a.request)
-            except (TypeError, ValueError, RaftlogError) as exc:
-                # Our own request cannot be encoded: a bug or an unencodable header value.
-                log.error("cannot encode %s request: %s", a.request.get("op"), exc)
-                failed.append(a.broker_id)
-                continue
-            conn = self._conns.get(a.broker_id)
-            try:
-                if conn is None:
-                    conn = self._connect(a.broker_id)
-                conn.sock.sendall(frame)
-            except OSError as exc:
-                log.info("broker %s: %s", a.broker_id, exc)
-                self._drop(a.broker_id)
-                failed.append(a.broker_id)
-        return failed
-
-    def _connect(self, broker_id: int) -> _Conn:
-        addr = self._core.address(broker_id)
-        if addr is None:
-            raise OSError(f"no address known for broker {broker_id}")
-        sock = socket.create_connection(addr, timeout=self._connect_timeout_s)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.settimeout(self._send_timeout_s)
-        conn = _Conn(broker_id, sock, self._max_frame_bytes)
-        self._conns[broker_id] = conn
-        self._sel.register(sock, selectors.EVENT_READ, conn)
-        return conn
-
-    def _drop(self, broker_id: int) -> bool:
-        conn = self._conns.pop(broker_id, None)
-        if conn is None:
-            return False
-        try:
-            self._sel.unregister(conn.sock)
-        except (KeyError, ValueError):
-            pass
-        conn.sock.close()
-        return True
-
-    def wait(self, timeout_s: float) -> tuple[list[tuple[int, dict]], list[int]]:
-        """Wait up to timeout_s for input; returns (responses, broker ids disconnected)."""
-        responses: list[tuple[int, dict]] = []
-        lost: list[int] = []
-        # With nothing registered, epoll still waits out the timeout (reconnect backoff).
-        for key, _ in self._sel.select(max(0.0, timeout_s)):
-            conn = key.data
-            if conn is None:
-                try:
-                    while self._wake_r.recv(4096):
-                        pass
-                except (BlockingIOError, OSError):
-                    pass
-                continue
-            try:
-                data = conn.sock.recv(_RECV_BYTES)
-            except (TimeoutError, BlockingIOError):
-                continue
-            except OSError as exc:
-                log.info("broker %s: %s", conn.broker_id, exc)
-                data = b""
-            if not data:
-                if self._drop(conn.broker_id):
-                    lost.append(conn.broker_id)
-                continue
-            conn.decoder.feed(data)
-            try:
-                while (msg := conn.decoder.next_frame()) is not None:
-                    responses.append((conn.broker_id, msg))
-            except RaftlogError as exc:
-                log.warning("broker %s sent a bad frame (%s); reconnecting", conn.broker_id, exc)
-                if self._drop(conn.broker_id):
-                    lost.append(conn.broker_id)
-        return responses, lost
-
-    def close(self) -> None:
-        for broker_id in list(self._conns):
-            self._drop(broker_id)
-        if self._wake_r is not None:
-            self._sel.unregister(self._wake_r)
-            self._wake_r.close()
-            self._wake_w.close()
-        self._sel.close()
-
-
-def _dispatch(core: ClientCore, responses, lost, now_ms: int) -> None:
-    for broker_id, msg in responses:
-        core.on_response(broker_id, msg, now_ms)
-    for broker_id in lost:
-        core.on_disconnect(broker_id, now_ms)
-
-
-def _step(core: ClientCore, net: _Network, deadline_ms: int | None) -> None:
-    """One round on the caller's thread: poll, send, wait for input until the earliest of
-    the core's wakeup and `deadline_ms`, dispatch."""
-    now = _mono_ms()
-    failed = net.perform(core.poll(now))
-    for b in failed:
-        core.on_disconnect(b, now)
-    if failed:
-        return
-    wake = core.next_wakeup_ms(now)
-    until = min(t for t in (wake, deadline_ms, now + 1000) if t is not None)
-    responses, lost = net.wait(max(0, until - now) / 1000)
-    _dispatch(core, responses, lost, _mono_ms())
-
+_time = time.time  # a module global: the per-record path reads it without an attribute lookup
 
 # ---------------------------------------------------------------- producer
 
@@ -316,7 +150,7 @@ class Producer:
         self._max_block_ms = max_block_ms
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
-        self._net = _Network(self._core, connect_timeout_ms=min(request_timeout_ms, 10_000),
+        self._net = Network(self._core, connect_timeout_ms=min(request_timeout_ms, 10_000),
                              send_timeout_ms=request_timeout_ms, wakeup=True)
         self._closing = False
         self._closed = False
@@ -330,15 +164,15 @@ class Producer:
              headers: Iterable[tuple[str, bytes | None]] | None = None,
              partition: int | None = None, timestamp: int | None = None) -> RecordFuture:
         """Queue one record; returns its RecordFuture at once (unless waiting for metadata or
-        buffer space, at most max_block_ms). Raises BufferFull, UnknownTopicOrPartition (topic
-        unknown after max_block_ms), ClientClosed, MessageTooLarge, ValueError."""
+        buffer space, at most max_block_ms). Raises BufferFullError, UnknownTopicOrPartitionError (topic
+        unknown after max_block_ms), ClientClosedError, MessageTooLargeError, ValueError."""
         ts = int(_time() * 1000) if timestamp is None else timestamp
         core = self._core
         if key is None and not headers and partition is None:
             # Hot path: most keyless records join the sticky batch of their topic.
             with self._lock:
                 if self._closing:
-                    raise ClientClosed("producer is closed")
+                    raise ClientClosedError("producer is closed")
                 b = core.send_sticky(topic, value, ts)
                 if b is not None:
                     return RecordFuture(b, b.record_count - 1)
@@ -346,8 +180,8 @@ class Producer:
             headers = list(headers)
         with self._lock:
             if self._closing:
-                raise ClientClosed("producer is closed")
-            now = _mono_ms()
+                raise ClientClosedError("producer is closed")
+            now = mono_ms()
             n = core.metadata.partition_count(topic)
             if n is None:
                 n = self._wait_metadata(topic, now)
@@ -381,7 +215,7 @@ class Producer:
                     self._core.end_flush()
 
     def close(self, timeout: float | None = None) -> None:
-        """Flush (up to `timeout` s), then stop; batches still unsent fail with ClientClosed."""
+        """Flush (up to `timeout` s), then stop; batches still unsent fail with ClientClosedError."""
         if self._closed:
             return
         try:
@@ -391,7 +225,7 @@ class Producer:
         finally:
             with self._lock:
                 self._closing = True
-                self._core.abort(ClientClosed("producer closed before the record was sent"))
+                self._core.abort(ClientClosedError("producer closed before the record was sent"))
                 self._net.wake()
             self._thread.join(timeout=max(1.0, (self._core.request_timeout_ms / 1000)))
 
@@ -405,7 +239,7 @@ class Producer:
         with self._lock:
             n = self._core.metadata.partition_count(topic)
             if n is None:
-                n = self._wait_metadata(topic, _mono_ms())
+                n = self._wait_metadata(topic, mono_ms())
             return list(range(n))
 
     # ---- waits (caller's thread, lock held) ----
@@ -417,29 +251,29 @@ class Producer:
             if n is not None:
                 return n
             self._net.wake()
-            left = deadline - _mono_ms()
+            left = deadline - mono_ms()
             if left <= 0:
                 err = self._core.topic_error(topic)
-                raise err if err is not None else UnknownTopicOrPartition(
+                raise err if err is not None else UnknownTopicOrPartitionError(
                     f"no metadata for topic {topic!r} after {self._max_block_ms} ms"
                 )
             if self._closing:
-                raise ClientClosed("producer is closed")
+                raise ClientClosedError("producer is closed")
             self._changed.wait(min(left, 100) / 1000)
 
     def _wait_space(self, topic, value, key, headers, partition, ts, n) -> ProducerBatch:
-        deadline = _mono_ms() + self._max_block_ms
+        deadline = mono_ms() + self._max_block_ms
         while True:
             self._net.wake()
-            left = deadline - _mono_ms()
+            left = deadline - mono_ms()
             if left <= 0:
-                raise BufferFull(
+                raise BufferFullError(
                     f"buffer_bytes {self._core.accumulator.buffer_bytes} used up for {self._max_block_ms} ms"
                 )
             self._changed.wait(min(left, 100) / 1000)
             if self._closing:
-                raise ClientClosed("producer is closed")
-            b = self._core.send(topic, value, key, headers, partition, ts, _mono_ms(), n)
+                raise ClientClosedError("producer is closed")
+            b = self._core.send(topic, value, key, headers, partition, ts, mono_ms(), n)
             if b is not FULL:
                 return b
 
@@ -450,21 +284,21 @@ class Producer:
         try:
             while True:
                 with self._lock:
-                    now = _mono_ms()
+                    now = mono_ms()
                     actions = core.poll(now)
                     if self._closing and not actions and not core.has_pending():
                         break
                     wake = core.next_wakeup_ms(now)
                 failed = net.perform(actions)
-                timeout_ms = 1000 if wake is None else max(0, min(1000, wake - _mono_ms()))
+                timeout_ms = 1000 if wake is None else max(0, min(1000, wake - mono_ms()))
                 if failed:
                     timeout_ms = 0
                 responses, lost = net.wait(timeout_ms / 1000)
                 with self._lock:
-                    now = _mono_ms()
+                    now = mono_ms()
                     for b in failed:
                         core.on_disconnect(b, now)
-                    _dispatch(core, responses, lost, now)
+                    dispatch(core, responses, lost, now)
                     self._changed.notify_all()
         except BaseException:
             log.exception("producer I/O thread failed")
@@ -473,7 +307,7 @@ class Producer:
             with self._lock:
                 self._closing = True
                 self._closed = True
-                core.abort(ClientClosed("producer I/O thread stopped"))
+                core.abort(ClientClosedError("producer I/O thread stopped"))
                 self._changed.notify_all()
             net.close()
 
@@ -513,7 +347,7 @@ class Consumer:
             max_partition_fetch_bytes=max_partition_fetch_bytes,
             max_poll_records=max_poll_records, request_timeout_ms=request_timeout_ms, **options,
         )
-        self._net = _Network(self._core, connect_timeout_ms=min(request_timeout_ms, 10_000),
+        self._net = Network(self._core, connect_timeout_ms=min(request_timeout_ms, 10_000),
                              send_timeout_ms=request_timeout_ms)
         self._max_wait_ms = max_wait_ms
         self._request_timeout_ms = request_timeout_ms
@@ -577,29 +411,29 @@ class Consumer:
 
     def position(self, partition: tuple[str, int], timeout_ms: int | None = None) -> int:
         """The offset of the next record poll() returns (resolving resets if needed).
-        Raises RequestTimedOut if it cannot be resolved in time."""
-        deadline = _mono_ms() + (timeout_ms or self._request_timeout_ms)
+        Raises RequestTimedOutError if it cannot be resolved in time."""
+        deadline = mono_ms() + (timeout_ms or self._request_timeout_ms)
         while True:
             pos = self._core.position(*partition)
             if pos is not None:
                 return pos
             self._core.raise_pending_error()
-            if _mono_ms() >= deadline:
-                raise RequestTimedOut(f"position of {partition} not resolved in time")
-            _step(self._core, self._net, deadline)
+            if mono_ms() >= deadline:
+                raise RequestTimedOutError(f"position of {partition} not resolved in time")
+            step(self._core, self._net, deadline)
 
     def offsets_for_times(self, timestamps: dict[tuple[str, int], int],
                           timeout_ms: int | None = None) -> dict[tuple[str, int], tuple[int, int] | None]:
         """{(topic, partition): (offset, timestamp)} of the first record at or after each
         timestamp (None where there is none)."""
-        now = _mono_ms()
+        now = mono_ms()
         calls = {
             tp: self._core.submit(list_offsets_request([(tp[0], tp[1], ts)]), now, route=tuple(tp),
                                   timeout_ms=timeout_ms)
             for tp, ts in timestamps.items()
         }
         while not all(c.done for c in calls.values()):
-            _step(self._core, self._net, None)
+            step(self._core, self._net, None)
         out: dict[tuple[str, int], tuple[int, int] | None] = {}
         for tp, c in calls.items():
             off, ts = parse_list_offsets(c.value()).get(tuple(tp), (-1, -1))
@@ -608,32 +442,32 @@ class Consumer:
 
     def poll(self, timeout_ms: int = 1000, max_records: int | None = None) -> list[ConsumerRecord]:
         """Records from the assigned partitions, waiting up to timeout_ms for some.
-        Raises fetch errors that are not retriable (e.g. OffsetOutOfRange with 'none')."""
+        Raises fetch errors that are not retriable (e.g. OffsetOutOfRangeError with 'none')."""
         if self._closed:
-            raise ClientClosed("consumer is closed")
+            raise ClientClosedError("consumer is closed")
         core = self._core
         core.fetch_wait_ms = max(0, min(self._max_wait_ms, timeout_ms))
-        deadline = _mono_ms() + timeout_ms
+        deadline = mono_ms() + timeout_ms
         if self._group is not None:
             self._group.before_poll(deadline)
         while True:
             records = core.take_records(max_records)
             if records:
                 return records
-            if _mono_ms() >= deadline:
+            if mono_ms() >= deadline:
                 return []
-            _step(core, self._net, deadline)
+            step(core, self._net, deadline)
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
-        idle_since = _mono_ms()
+        idle_since = mono_ms()
         while not self._closed:
             records = self.poll(1000 if self._consumer_timeout_ms is None
                                 else min(1000, self._consumer_timeout_ms))
             if records:
                 yield from records
-                idle_since = _mono_ms()
+                idle_since = mono_ms()
             elif self._consumer_timeout_ms is not None and (
-                _mono_ms() - idle_since >= self._consumer_timeout_ms
+                mono_ms() - idle_since >= self._consumer_timeout_ms
             ):
                 return
 
@@ -666,7 +500,7 @@ class Admin:
                  rng: random.Random | None = None, **options: Any):
         self._core = AdminCore(bootstrap, rng=rng or random.Random(),
                                request_timeout_ms=request_timeout_ms, **options)
-        self._net = _Network(self._core, connect_timeout_ms=min(request_timeout_ms, 10_000),
+        self._net = Network(self._core, connect_timeout_ms=min(request_timeout_ms, 10_000),
                              send_timeout_ms=request_timeout_ms)
 
     def _call(self, request: dict, timeout_ms: int | None = None) -> dict:
@@ -691,14 +525,14 @@ class Admin:
                      timeout_ms: int | None = None) -> list[dict]:
         """`request` for several (request, route) pairs at once, all in flight together;
         the ok responses in order, or raises the first failed one's error (in order)."""
-        now = _mono_ms()
+        now = mono_ms()
         calls = [self._core.submit(dict(req), now, route=route, timeout_ms=timeout_ms)
                  for req, route in requests]
         while True:
             pending = [c.deadline_ms for c in calls if not c.done]
             if not pending:
                 break
-            _step(self._core, self._net, min(pending))
+            step(self._core, self._net, min(pending))
         return [c.value() for c in calls]
 
     @property

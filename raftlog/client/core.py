@@ -32,21 +32,24 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, NamedTuple
 
 from partition.batch import Compression, decode_batches_into
-from partition.errors import PartitionError
-from raftlog.client.accumulator import FULL, NEW_BATCH, Accumulator, ProducerBatch
-from raftlog.client.errors import ConnectionLost, DeliveryTimedOut, NoBrokerAvailable
-from raftlog.client.partitioner import StickyPartitioner, partition_for_key
-from raftlog.errors import (
-    CorruptMessage,
-    NotLeader,
-    OffsetOutOfRange,
+from raftlog.base.errors import (
+    CorruptMessageError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
     RaftlogError,
-    RequestTimedOut,
-    UnknownOutcome,
+    RequestTimedOutError,
+    UnknownOutcomeError,
     UnknownServerError,
-    UnknownTopicOrPartition,
+    UnknownTopicOrPartitionError,
     error_from_wire,
 )
+from raftlog.client.accumulator import FULL, NEW_BATCH, Accumulator, ProducerBatch
+from raftlog.client.errors import (
+    ConnectionLostError,
+    DeliveryTimedOutError,
+    NoBrokerAvailableError,
+)
+from raftlog.client.partitioner import StickyPartitioner, partition_for_key
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -621,7 +624,7 @@ class ClientCore:
         lost = [rid for rid, p in self._pending.items() if p.broker_id == broker_id]
         for rid in lost:
             p = self._pending.pop(rid)
-            exc = ConnectionLost(f"connection to broker {broker_id} lost with the request in flight")
+            exc = ConnectionLostError(f"connection to broker {broker_id} lost with the request in flight")
             getattr(self, f"_on_{p.kind}_failure")(p, exc, now_ms)
         if broker_id >= 0:
             self.metadata.invalidate_broker(broker_id)
@@ -702,11 +705,11 @@ class ClientCore:
         c.done = True
         if c.error is None or c.maybe_applied:
             if c.maybe_applied:
-                c.error = RequestTimedOut(
+                c.error = RequestTimedOutError(
                     f"{c.request['op']}: no answer before the deadline; it may have taken effect"
                 )
             else:
-                c.error = NoBrokerAvailable(
+                c.error = NoBrokerAvailableError(
                     f"{c.request['op']}: no broker answered before the deadline"
                 )
 
@@ -735,8 +738,8 @@ class ClientCore:
         t = self.retry.next_attempt_ms(c.attempts, now_ms, c.deadline_ms)
         if t is None:
             c.done = True
-            if c.maybe_applied and not isinstance(exc, UnknownOutcome):
-                c.error = RequestTimedOut(
+            if c.maybe_applied and not isinstance(exc, UnknownOutcomeError):
+                c.error = RequestTimedOutError(
                     f"{c.request['op']}: gave up after {c.attempts} attempts ({exc}); "
                     "an earlier attempt may have taken effect"
                 )
@@ -809,11 +812,11 @@ class ClientCore:
         """Hook for subclasses (e.g. fail sends to topics that do not exist)."""
 
     def _note_routing_error(self, exc: BaseException, route: tuple[str, int] | None) -> None:
-        if isinstance(exc, NotLeader):
+        if isinstance(exc, NotLeaderError):
             if route is not None:
                 self.metadata.apply_leader_hint(route[0], route[1], exc.leader_id, exc.leader)
             self._metadata_due = True
-        elif isinstance(exc, UnknownTopicOrPartition):
+        elif isinstance(exc, UnknownTopicOrPartitionError):
             self._metadata_due = True
 
     # ---- brokers ----
@@ -863,7 +866,7 @@ class ClientCore:
                 # A late answer can no longer be matched, and the connection may be dead:
                 # start afresh, as Kafka's NetworkClient does on a request timeout.
                 self._closes.append(p.broker_id)
-            exc = RequestTimedOut(f"no answer from broker {p.broker_id} within the request timeout")
+            exc = RequestTimedOutError(f"no answer from broker {p.broker_id} within the request timeout")
             getattr(self, f"_on_{p.kind}_failure")(p, exc, now_ms)
 
     # ---- subclass hooks ----
@@ -1138,7 +1141,7 @@ class ProducerCore(ClientCore):
             return
         b.last_error = exc
         code = getattr(exc, "code", None)
-        if isinstance(exc, UnknownOutcome):
+        if isinstance(exc, UnknownOutcomeError):
             b.maybe_written = True
         if code == "DUPLICATE_SEQUENCE_NUMBER":
             acc.complete(b, -1)  # already written by an earlier attempt; its offset is lost
@@ -1164,16 +1167,16 @@ class ProducerCore(ClientCore):
     @staticmethod
     def _final_error(b: ProducerBatch, exc: BaseException | None) -> BaseException:
         if b.maybe_written:
-            if isinstance(exc, UnknownOutcome):
+            if isinstance(exc, UnknownOutcomeError):
                 return exc
-            return RequestTimedOut(
+            return RequestTimedOutError(
                 f"{b.topic}-{b.partition}: gave up after {b.attempts} attempts "
                 f"(last: {exc or b.last_error}); an earlier attempt may have been written"
             )
         if exc is None:
             if b.attempts:
-                return b.last_error or DeliveryTimedOut(f"{b.topic}-{b.partition}: delivery timed out")
-            return DeliveryTimedOut(
+                return b.last_error or DeliveryTimedOutError(f"{b.topic}-{b.partition}: delivery timed out")
+            return DeliveryTimedOutError(
                 f"{b.topic}-{b.partition}: {b.record_count} record(s) not sent within delivery_timeout_ms"
             )
         return exc
@@ -1327,7 +1330,7 @@ class ConsumerCore(ClientCore):
             return EARLIEST
         if self.auto_offset_reset == "latest":
             return LATEST
-        raise OffsetOutOfRange("no position and auto_offset_reset='none'")
+        raise OffsetOutOfRangeError("no position and auto_offset_reset='none'")
 
     # ---- records ----
 
@@ -1374,7 +1377,7 @@ class ConsumerCore(ClientCore):
             if s.fetch_position is None and s.reset is None:
                 try:
                     s.reset = self._default_reset()
-                except OffsetOutOfRange as exc:
+                except OffsetOutOfRangeError as exc:
                     self._errors.append(exc)
                     continue
             leader = self.metadata.leader(s.topic, s.partition)
@@ -1477,11 +1480,11 @@ class ConsumerCore(ClientCore):
             if records:
                 try:
                     s.fetch_position = append_fetched(s.topic, s.partition, records, offset, s.buf)
-                except PartitionError as exc:
-                    self._errors.append(CorruptMessage(f"{s.topic}-{s.partition}: {exc}"))
+                except RaftlogError as exc:
+                    self._errors.append(CorruptMessageError(f"{s.topic}-{s.partition}: {exc}"))
 
     def _fetch_partition_error(self, s: _Assigned, exc: RaftlogError) -> None:
-        if isinstance(exc, OffsetOutOfRange):
+        if isinstance(exc, OffsetOutOfRangeError):
             if self.auto_offset_reset == "none":
                 self._errors.append(exc)
             else:
@@ -1504,7 +1507,7 @@ def append_fetched(topic: str, partition: int, records: bytes, fetch_offset: int
 
     The position moves to the end of every batch seen (control batches and compaction gaps
     included), so the next fetch never asks for the same batch again. Raises
-    CorruptRecordError (a PartitionError) on bad bytes, after appending the good batches.
+    CorruptRecordError (a RaftlogError) on bad bytes, after appending the good batches.
     """
     # One tight loop per batch straight into ConsumerRecord tuples: no Record objects, no
     # NamedTuple __new__ frame (partition/batch.py `decode_batches_into`).
@@ -1528,7 +1531,7 @@ class AdminCore(ClientCore):
         return bool(self._wanted_topics)
 
     def _retry_call(self, c: Call, exc: BaseException, now_ms: int) -> None:
-        if c.route is None and isinstance(exc, UnknownTopicOrPartition):
+        if c.route is None and isinstance(exc, UnknownTopicOrPartitionError):
             c.error = exc
             c.done = True
             return

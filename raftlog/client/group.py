@@ -1,6 +1,6 @@
 """Consumer groups, client side, sans-I/O: coordinator discovery and calls (`GroupCore`), and
 the member's state machine (`GroupMembership`): join → sync → heartbeat, rebalances, the
-leader's assignment (groupcoord/assignor.py), offset commit/fetch, auto-commit timing.
+leader's assignment (raftlog/client/assignor.py), offset commit/fetch, auto-commit timing.
 
 No sockets, no clock, no threads: a shell (group_blocking.py) drives both with `now_ms`.
 
@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping
 import random
 from typing import Any, NamedTuple
 
-from groupcoord.assignor import (
+from raftlog.client.assignor import (
     ASSIGNORS,
     Subscription,
     assign,
@@ -44,17 +44,32 @@ from groupcoord.assignor import (
     encode_subscription,
 )
 from raftlog.client.core import Call, ClientCore, _Pending, check_response
-from raftlog.errors import (
-    CoordinatorLoadInProgress,
-    CoordinatorNotAvailable,
-    IllegalGeneration,
-    MemberIdRequired,
-    NotCoordinator,
+from dataclasses import dataclass
+
+from raftlog.base.errors import (
+
+    CoordinatorLoadInProgressError,
+
+    CoordinatorNotAvailableError,
+
+    IllegalGenerationError,
+
+    InvalidRequestError,
+
+    MemberIdRequiredError,
+
+    NotCoordinatorError,
+
     RaftlogError,
-    RebalanceInProgress,
-    RequestTimedOut,
-    UnknownMemberId,
+
+    RebalanceInProgressError,
+
+    RequestTimedOutError,
+
+    UnknownMemberIdError,
+
     error_from_wire,
+
 )
 
 __all__ = [
@@ -154,8 +169,8 @@ class GroupMetadata(NamedTuple):
     member_id: str
     group_instance_id: str | None
     assignment: tuple[TopicPartition, ...]
-_REFIND = (NotCoordinator, CoordinatorNotAvailable)
-_RETRY_SAME = (CoordinatorLoadInProgress, RequestTimedOut)
+_REFIND = (NotCoordinatorError, CoordinatorNotAvailableError)
+_RETRY_SAME = (CoordinatorLoadInProgressError, RequestTimedOutError)
 
 
 def find_coordinator_request(group_id: str) -> dict:
@@ -423,13 +438,13 @@ class GroupMembership:
 
     def on_join_error(self, exc: BaseException) -> str:
         """"rejoin" (try again) or raises what the user must see."""
-        if isinstance(exc, MemberIdRequired):
+        if isinstance(exc, MemberIdRequiredError):
             self.member_id = getattr(exc, "member_id", None) or exc.details.get("member_id", "")
             return "rejoin"
-        if isinstance(exc, (UnknownMemberId, IllegalGeneration)):
+        if isinstance(exc, (UnknownMemberIdError, IllegalGenerationError)):
             self.reset()
             return "rejoin"
-        if isinstance(exc, RebalanceInProgress) or getattr(exc, "retriable", False):
+        if isinstance(exc, RebalanceInProgressError) or getattr(exc, "retriable", False):
             return "rejoin"
         raise exc
 
@@ -439,7 +454,7 @@ class GroupMembership:
 
     def subscribed_topics_of_group(self) -> set[str]:
         """Every topic any member subscribes to (the leader needs their partition counts)."""
-        from groupcoord.assignor import decode_subscription
+        from raftlog.client.assignor import decode_subscription
         out: set[str] = set()
         for inst, blob in self.members.values():
             out.update(decode_subscription(blob, inst).topics)
@@ -509,12 +524,12 @@ class GroupMembership:
 
     def on_heartbeat_error(self, exc: BaseException, now_ms: int) -> None:
         """Any group error means "rejoin"; a lost member also drops its id."""
-        if isinstance(exc, (UnknownMemberId, IllegalGeneration)):
-            self.member_id = "" if isinstance(exc, UnknownMemberId) else self.member_id
-            self.generation_id = -1 if isinstance(exc, UnknownMemberId) else self.generation_id
+        if isinstance(exc, (UnknownMemberIdError, IllegalGenerationError)):
+            self.member_id = "" if isinstance(exc, UnknownMemberIdError) else self.member_id
+            self.generation_id = -1 if isinstance(exc, UnknownMemberIdError) else self.generation_id
             self.stable = False
             self.rejoin_needed = True
-        elif isinstance(exc, RebalanceInProgress):
+        elif isinstance(exc, RebalanceInProgressError):
             self.rejoin_needed = True
             self.last_heartbeat_ms = now_ms
         elif getattr(exc, "retriable", False):
@@ -545,3 +560,47 @@ class GroupMembership:
         return {"op": "leave_group", "group_id": self.group_id,
                 "members": [{"member_id": self.member_id, "group_instance_id": self.group_instance_id}],
                 "timeout_ms": 5_000}
+
+
+# --- offset reset (the admin's kafka-consumer-groups --reset-offsets) -----------------
+
+
+@dataclass(frozen=True)
+class ResetSpec:
+    """How to reset: "earliest", "latest", "offset" (`value` = the offset, clamped into the
+    log), or "timestamp" (`value` = ms; the first offset at or after it, else the log end)."""
+
+    strategy: str
+    value: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.strategy not in ("earliest", "latest", "offset", "timestamp"):
+            raise InvalidRequestError(f"unknown reset strategy {self.strategy!r}", field="strategy")
+        if self.strategy in ("offset", "timestamp") and type(self.value) is not int:
+            raise InvalidRequestError(f"reset to {self.strategy} needs an int value", field="value")
+
+
+def plan_offset_reset(
+    spec: ResetSpec,
+    bounds: Mapping[tuple[str, int], tuple[int, int]],
+    timestamp_offsets: Mapping[tuple[str, int], int | None] | None = None,
+) -> dict[tuple[str, int], int]:
+    """Target offsets for each partition in `bounds` ((topic, partition) → (log_start_offset,
+    log_end_offset)), as Kafka's kafka-consumer-groups --reset-offsets computes them. For
+    "timestamp", `timestamp_offsets` holds what list_offsets answered for `spec.value` (None
+    when no record is that late: the log end, as Kafka's tool does). Pure; raises
+    InvalidRequestError."""
+    plan: dict[tuple[str, int], int] = {}
+    for tp, (start, end) in sorted(bounds.items()):
+        if spec.strategy == "earliest":
+            plan[tp] = start
+        elif spec.strategy == "latest":
+            plan[tp] = end
+        elif spec.strategy == "offset":
+            plan[tp] = min(max(spec.value, start), end)  # type: ignore[type-var]
+        else:
+            if timestamp_offsets is None or tp not in timestamp_offsets:
+                raise InvalidRequestError(f"no offset looked up for {tp} at the timestamp", field="timestamp_offsets")
+            found = timestamp_offsets[tp]
+            plan[tp] = end if found is None else min(max(found, start), end)
+    return plan

@@ -29,14 +29,13 @@ from __future__ import annotations
 
 import inspect
 import logging
-import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import trio
 
 from raftlog.client.core import Call, check_response, metadata_request, parse_metadata
-from raftlog.client.errors import ClientClosed
+from raftlog.client.errors import ClientClosedError
 from raftlog.client.group import (
     MAX_JOIN_ROUNDS,
     TopicPartition,
@@ -48,7 +47,8 @@ from raftlog.client.group import (
     reap_async_commits,
     seek_committed,
 )
-from raftlog.errors import FencedInstanceId, RaftlogError, RequestTimedOut
+from raftlog.base.errors import FencedInstanceIdError, RaftlogError, RequestTimedOutError
+from raftlog.client.network_aio import Network, mono_ms, step
 
 __all__ = ["TrioGroup", "call_back"]
 
@@ -58,9 +58,6 @@ LEAVE_TIMEOUT_MS = 5_000  # as the blocking shell: a leave is a courtesy, the se
 
 Callback = Callable[[list[TopicPartition]], Any] | None
 
-
-def _mono_ms() -> int:
-    return int(time.monotonic() * 1000)
 
 
 async def call_back(fn: Callback, partitions: list[TopicPartition]) -> None:
@@ -106,22 +103,18 @@ class TrioGroup:
 
     async def start(self, nursery: trio.Nursery) -> None:
         """Open the group's network in `nursery` and start the driver and heartbeat tasks."""
-        from raftlog.client.aio import _TrioNetwork  # the aio module imports this one
-
-        self._net = _TrioNetwork(self.core, nursery, connect_timeout_ms=min(self._request_timeout_ms, 10_000),
+        self._net = Network(self.core, nursery, connect_timeout_ms=min(self._request_timeout_ms, 10_000),
                                  send_timeout_ms=self._request_timeout_ms)
         await nursery.start(self._drive)
         nursery.start_soon(self._heartbeat_loop)
 
     async def _drive(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        from raftlog.client.aio import _step
-
         self._driver_running = True
         try:
             with self._driver_scope:
                 task_status.started()
                 while True:
-                    await _step(self.core, self._net, None)
+                    await step(self.core, self._net, None)
                     self._reap_async_commits()
                     self._notify()
         finally:
@@ -133,27 +126,27 @@ class TrioGroup:
         self._changed = trio.Event()
 
     async def _wait(self, call: Call) -> dict:
-        """The call's ok answer (raises its error). Raises ClientClosed if the driver stopped."""
+        """The call's ok answer (raises its error). Raises ClientClosedError if the driver stopped."""
         if self._net is not None:
             self._net.kick()
         while not call.done:
             if not self._driver_running:
-                raise ClientClosed(f"group {self.membership.group_id}: consumer closed")
+                raise ClientClosedError(f"group {self.membership.group_id}: consumer closed")
             await self._changed.wait()
         return call.value()
 
     async def _run(self, request: dict, timeout_ms: int | None = None) -> dict:
-        return await self._wait(self.core.coord_call(request, _mono_ms(), timeout_ms))
+        return await self._wait(self.core.coord_call(request, mono_ms(), timeout_ms))
 
     async def _any(self, request: dict, timeout_ms: int | None = None) -> dict:
-        return await self._wait(self.core.submit(request, _mono_ms(), timeout_ms=timeout_ms))
+        return await self._wait(self.core.submit(request, mono_ms(), timeout_ms=timeout_ms))
 
     # ---- subscription ----
 
     def subscribe(self, topics: Iterable[str] | None = None, pattern: str | None = None,
                   on_revoked: Callback = None, on_assigned: Callback = None) -> None:
         if self._closed:
-            raise ClientClosed("consumer is closed")
+            raise ClientClosedError("consumer is closed")
         if isinstance(topics, str):
             topics = [topics]
         self.membership.subscribe(topics, pattern)
@@ -184,7 +177,7 @@ class TrioGroup:
                     await self._join(deadline_ms)
                 finally:
                     self._joining = False
-        now = _mono_ms()
+        now = mono_ms()
         if m.auto_commit_due(now):
             self.commit_async()
             m.auto_committed(now)
@@ -215,7 +208,7 @@ class TrioGroup:
             except RaftlogError as exc:
                 m.on_sync_error(exc)
                 continue
-            added, revoked = m.on_sync_ok(resp, _mono_ms())
+            added, revoked = m.on_sync_ok(resp, mono_ms())
             owned = set(m.assignment)
             self._unpositioned = {tp for tp in self._unpositioned if tp in owned} | set(added)
             newly = sorted(self._unpositioned)  # what on_assigned has not announced yet
@@ -237,7 +230,7 @@ class TrioGroup:
             await call_back(self._on_assigned, list(m.assignment) if not m.cooperative else newly)
             if not m.rejoin_needed:
                 return
-        raise RequestTimedOut(f"group {m.group_id}: no stable membership after {MAX_JOIN_ROUNDS} rounds")
+        raise RequestTimedOutError(f"group {m.group_id}: no stable membership after {MAX_JOIN_ROUNDS} rounds")
 
     async def _revoke(self, partitions: Iterable[TopicPartition]) -> None:
         parts = list(partitions)
@@ -283,7 +276,7 @@ class TrioGroup:
         if not offsets or self._closed:
             return
         try:
-            call = self.core.coord_call(self.membership.commit_request(dict(offsets)), _mono_ms())
+            call = self.core.coord_call(self.membership.commit_request(dict(offsets)), mono_ms())
         except RaftlogError as exc:  # too many calls pending: the coordinator is unreachable
             log.warning("group %s: async commit not sent: %s", self.membership.group_id, exc)
             return
@@ -303,10 +296,10 @@ class TrioGroup:
         m = self.membership
         with self._heartbeat_scope:
             while True:
-                wait_ms = max(10, m.next_heartbeat_ms() - _mono_ms()) if m.stable else m.heartbeat_interval_ms
+                wait_ms = max(10, m.next_heartbeat_ms() - mono_ms()) if m.stable else m.heartbeat_interval_ms
                 # A timer, not synchronisation: the heartbeat is due on the clock.
                 await trio.sleep(min(wait_ms, m.heartbeat_interval_ms) / 1000)
-                if not m.heartbeat_due(_mono_ms()):
+                if not m.heartbeat_due(mono_ms()):
                     continue
                 # Wait a heartbeat interval at most for the lock: while a join holds it the
                 # member is alive by definition. The round trip itself runs to its deadline.
@@ -323,25 +316,25 @@ class TrioGroup:
 
     async def _heartbeat_once(self) -> None:
         m = self.membership
-        if not m.heartbeat_due(_mono_ms()):
+        if not m.heartbeat_due(mono_ms()):
             return
         generation = m.generation_id
-        call = self.core.coord_call(m.heartbeat_request(), _mono_ms(), m.session_timeout_ms // 2)
+        call = self.core.coord_call(m.heartbeat_request(), mono_ms(), m.session_timeout_ms // 2)
         try:
             check_response(await self._wait(call))
-        except FencedInstanceId as exc:
+        except FencedInstanceIdError as exc:
             self._error = exc
             m.reset()
-        except ClientClosed:
+        except ClientClosedError:
             return
         except RaftlogError as exc:
             if m.generation_id == generation:
-                m.on_heartbeat_error(exc, _mono_ms())
+                m.on_heartbeat_error(exc, mono_ms())
         except OSError as exc:
             log.warning("group %s: heartbeat failed: %s", m.group_id, exc)
         else:
             if m.generation_id == generation:
-                m.on_heartbeat_ok(_mono_ms())
+                m.on_heartbeat_ok(mono_ms())
 
     # ---- close ----
 

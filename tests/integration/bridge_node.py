@@ -1,4 +1,4 @@
-"""One metadata-quorum voter (raftlog.bridge) in its own process, plus the test-side harness
+"""One metadata-quorum voter (raftlog.node.bridge) in its own process, plus the test-side harness
 that starts, drives, SIGKILLs and restarts such processes.
 
 Node process: ``python bridge_node.py --node-id 1 --voter 1=127.0.0.1:7001 --voter 2=... \
@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from raftlog.cluster import free_ports
+from raftlog.cli.cluster import free_ports
 
 PASSWORD_ENV = "BRIDGE_NODE_PASSWORD"
 _MAX_LINE_BYTES = 1024 * 1024
@@ -41,7 +41,8 @@ _MAX_LINE_BYTES = 1024 * 1024
 async def _serve(args: argparse.Namespace) -> None:
     import trio
 
-    from raftlog.bridge import MetadataQuorum, QuorumConfig, QuorumError
+    from raftlog.base.errors import RaftlogError
+    from raftlog.node.bridge import MetadataQuorum, QuorumConfig
 
     voters = dict(_parse_voter(v) for v in args.voter)
     config = QuorumConfig(
@@ -66,7 +67,7 @@ async def _serve(args: argparse.Namespace) -> None:
     async def propose(req: int, command: bytes, timeout_s: float) -> None:
         try:
             index = await quorum.propose(command, timeout_s=timeout_s)
-        except QuorumError as exc:
+        except RaftlogError as exc:
             leader_id = getattr(exc, "leader_id", None)
             emit({"event": "error", "req": req, "code": exc.code, "leader_id": leader_id})
         else:
@@ -124,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--log-compaction-min-entries", type=int, default=5000)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    logging.getLogger("raftlog.bridge").setLevel(logging.INFO)
+    logging.getLogger("raftlog.node.bridge").setLevel(logging.INFO)
     trio.run(_serve, args)
 
 

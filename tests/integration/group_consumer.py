@@ -21,7 +21,7 @@ import sys
 import time
 
 from raftlog.client import Consumer
-from raftlog.errors import RaftlogError
+from raftlog.base.errors import RaftlogError
 
 
 def out(obj: dict) -> None:

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from raftlog.cluster import (
+from raftlog.cli.cluster import (
     NodePorts,
     NodeProcess,
     build_node_configs,
@@ -41,9 +41,9 @@ from raftlog.cluster import (
     stop_all,
     write_node_config,
 )
-from raftlog.config import NodeConfig, new_cluster_id
-from raftlog.errors import RaftlogError, error_from_wire
-from raftlog.protocol import FrameDecoder, encode_frame
+from raftlog.node.config import NodeConfig, new_cluster_id
+from raftlog.base.errors import RaftlogError, error_from_wire
+from raftlog.base.protocol import FrameDecoder, encode_frame
 
 # Fast failure detection so tests do not wait out Kafka-sized sessions.
 TEST_SETTINGS: Mapping[str, Any] = {"heartbeat_ms": 300, "session_timeout_ms": 2000}

@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 import pytest
 
-import raftlog.bridge as bridge
+import raftlog.node.bridge as bridge
 
 
 def _load_harness() -> Any:

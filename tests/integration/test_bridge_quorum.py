@@ -1,4 +1,4 @@
-"""raftlog.bridge: elects, commits everywhere, redirects, fails over on SIGKILL, replays after restarts."""
+"""raftlog.node.bridge: elects, commits everywhere, redirects, fails over on SIGKILL, replays after restarts."""
 
 from __future__ import annotations
 
@@ -11,14 +11,13 @@ from typing import Any, Callable, Iterator
 import pytest
 import trio
 
-from raftlog.bridge import (
-    CommandTooLarge,
-    MetadataQuorum,
-    NotController,
-    ProposalTimedOut,
-    QuorumConfig,
-    QuorumNotRunning,
+from metadata.quorum import (
+    CommandTooLargeError,
+    NotQuorumLeaderError,
+    ProposalTimedOutError,
+    QuorumNotRunningError,
 )
+from raftlog.node.bridge import MetadataQuorum, QuorumConfig
 
 
 def _load_harness() -> Any:
@@ -74,7 +73,7 @@ def test_three_voters_commit_everywhere_and_redirect(make_cluster: Callable[...,
         leader_id,
     )
     reply = leader.propose(MAX_COMMAND + b"!")
-    assert (reply["event"], reply["code"]) == ("error", "COMMAND_TOO_LARGE")
+    assert (reply["event"], reply["code"]) == ("error", "MESSAGE_TOO_LARGE")  # CommandTooLargeError
 
     status = leader.status()
     assert status["is_leader"] and status["has_quorum"] and status["leader_id"] == leader_id
@@ -180,7 +179,7 @@ async def test_single_voter_in_process_commits_and_replays(tmp_path: Path) -> No
         quorum = MetadataQuorum(
             config, on_commit=on_commit, on_leader_change=lambda *a: leaders.append(a)
         )
-        with pytest.raises(QuorumNotRunning):
+        with pytest.raises(QuorumNotRunningError):
             await quorum.propose(b"too-early", timeout_s=1)
         async with trio.open_nursery() as nursery:
             await nursery.start(quorum.run)
@@ -192,7 +191,7 @@ async def test_single_voter_in_process_commits_and_replays(tmp_path: Path) -> No
             for command in new:
                 index = await quorum.propose(command, timeout_s=5)
                 assert index == len(applied) and applied[-1] == command  # on_commit came first
-            with pytest.raises(CommandTooLarge):
+            with pytest.raises(CommandTooLargeError):
                 await quorum.propose(b"x" * (64 * 1024 + 1), timeout_s=5)
             assert quorum.commit_index == len(applied)
             assert quorum.status()["last_applied"] == len(applied)
@@ -225,11 +224,11 @@ async def test_timeout_leaves_outcome_unknown_and_refusal_without_leader(tmp_pat
         await nursery.start(quorum.run)
         await nursery.start(refuser.run)
         await _wait_until(lambda: quorum.is_leader)
-        with pytest.raises(ProposalTimedOut):
+        with pytest.raises(ProposalTimedOutError):
             await quorum.propose(b"maybe", timeout_s=0)
         # Unknown outcome: it was queued, so it commits after all (callers dedupe by request id).
         await _wait_until(lambda: applied == [b"maybe"])
-        with pytest.raises(NotController) as info:
+        with pytest.raises(NotQuorumLeaderError) as info:
             await refuser.propose(b"nope", timeout_s=1)
         assert info.value.leader_id is None and not refuser.has_quorum
         nursery.cancel_scope.cancel()
@@ -270,8 +269,7 @@ async def test_torn_journal_tail_is_cut_on_restart(tmp_path: Path) -> None:
 
 
 def test_journal_completes_a_compaction_interrupted_after_the_dump(tmp_path: Path) -> None:
-    from raftlog import bridge
-
+    from raftlog.node import bridge
     journal_path, dump_path = tmp_path / "journal", tmp_path / "dump"
     journal = bridge._Journal(journal_path, dump_path)
     entries = [(b"\x00cmd%d" % k, k, 1 + k // 4) for k in range(1, 11)]

@@ -18,7 +18,7 @@ from typing import Iterator
 
 import pytest
 
-from raftlog.cluster import PORT_STRIDE, free_ports, port_in_use
+from raftlog.cli.cluster import PORT_STRIDE, free_ports, port_in_use
 
 RAFTLOG = [sys.executable, "-m", "raftlog.cli"]
 NODES = 3

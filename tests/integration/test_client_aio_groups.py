@@ -16,7 +16,7 @@ import trio
 
 from raftlog import aio
 from raftlog.client import Admin, Consumer
-from raftlog.client.group_blocking import GroupAdmin
+from raftlog.client.group_admin import GroupAdmin
 
 _spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
 harness = importlib.util.module_from_spec(_spec)

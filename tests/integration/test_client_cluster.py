@@ -15,7 +15,7 @@ import trio
 
 from raftlog import aio
 from raftlog.client import Admin, Consumer, Producer, partition_for_key
-from raftlog.errors import UnknownTopicOrPartition
+from raftlog.base.errors import UnknownTopicOrPartitionError
 
 _spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
 harness = importlib.util.module_from_spec(_spec)
@@ -114,7 +114,7 @@ def test_seek_and_offsets_for_times(cluster):
 def test_admin_fails_fast_on_unknown_topic(cluster):
     with Admin(cluster.bootstrap(), request_timeout_ms=15_000) as admin:
         start = time.monotonic()
-        with pytest.raises(UnknownTopicOrPartition):
+        with pytest.raises(UnknownTopicOrPartitionError):
             admin.delete_topic("no-such-topic")
         assert time.monotonic() - start < 3
 

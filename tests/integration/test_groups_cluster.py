@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 
-from groupcoord.records import partition_for_group
+from raftlog.base.topics import partition_for_group
 from partition.batch import decode_batches
 
 _spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))

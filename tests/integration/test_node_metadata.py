@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from raftlog.errors import RaftlogError
+from raftlog.base.errors import RaftlogError
 
 
 def _load_harness() -> Any:

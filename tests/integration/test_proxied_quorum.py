@@ -9,14 +9,14 @@ import trio
 import pytest
 
 from jepsen_style_tests.db import LocalCluster
-from raftlog.config import config_to_toml, load_config
-from raftlog.errors import ConfigError
+from raftlog.node.config import config_to_toml, load_config
+from raftlog.base.errors import ConfigError
 from jepsen_style_tests.net import Network
 
 
 def _controller_seen_by(db: LocalCluster, node_id: int) -> int | None:
     from raftlog.client import Admin
-    from raftlog.errors import RaftlogError
+    from raftlog.base.errors import RaftlogError
 
     try:
         with Admin([db.client_address(node_id)], request_timeout_ms=1500) as admin:

@@ -12,10 +12,10 @@ from metadata.image import BrokerRegistration, MetadataImage, PartitionState, To
 from partition.batch import BatchBuilder, decode_batches
 from partition.manager import ReplicaManager
 from partition.replica import ReplicaSettings
-from raftlog.errors import RaftlogError
-from raftlog.peer import PeerPool
-from raftlog.protocol import PEER_MAX_FRAME_BYTES
-from raftlog.server import serve
+from raftlog.base.errors import RaftlogError
+from raftlog.base.peer import PeerPool
+from raftlog.base.protocol import PEER_MAX_FRAME_BYTES
+from raftlog.node.server import serve
 
 TOPIC = "events"
 SETTINGS = ReplicaSettings(tick_ms=20, election_timeout_ms=300, fetch_max_wait_ms=100)

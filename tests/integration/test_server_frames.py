@@ -10,10 +10,11 @@ import cbor2
 import pytest
 import trio
 
-from raftlog.errors import NotLeader
-from raftlog.metrics import MetricsRegistry
-from raftlog.protocol import FrameDecoder, Request, encode_frame
-from raftlog.server import DEADLINE_MARGIN_MS, request_deadline_ms, serve
+from partition.errors import CorruptRecordError
+from raftlog.base.errors import NotLeaderError
+from raftlog.base.metrics import MetricsRegistry
+from raftlog.base.protocol import FrameDecoder, Request, encode_frame
+from raftlog.node.server import DEADLINE_MARGIN_MS, request_deadline_ms, serve
 
 RECEIVE_TIMEOUT_S = 10
 
@@ -59,13 +60,10 @@ class Harness:
         raise ValueError("kaboom")
 
     async def not_leader(self, request: Request):
-        raise NotLeader(leader_id=2, leader="127.0.0.1:9192")
+        raise NotLeaderError(leader_id=2, leader="127.0.0.1:9192")
 
     async def foreign(self, request: Request):
-        class CorruptRecordError(Exception):  # another package's typed error
-            code = "CORRUPT_MESSAGE"
-
-        raise CorruptRecordError("bad CRC in batch at offset 0")
+        raise CorruptRecordError("bad CRC in batch at offset 0")  # a package's own error class
 
     async def unencodable(self, request: Request):
         return {"x": object()}
@@ -185,7 +183,7 @@ async def test_none_result_sends_nothing(client, server):
 
 
 async def test_handler_bug_is_unknown_server_error_and_logged(client, caplog):
-    with caplog.at_level(logging.ERROR, logger="raftlog.server"):
+    with caplog.at_level(logging.ERROR, logger="raftlog.node.server"):
         response = await client.call(9, "crash")
     assert response["id"] == 9 and response["error"]["code"] == "UNKNOWN_SERVER_ERROR"
     failed = [r for r in caplog.records if r.getMessage() == "handler_failed"]
@@ -199,7 +197,7 @@ async def test_raftlog_error_carries_details(client):
     assert (error["leader_id"], error["leader"]) == (2, "127.0.0.1:9192")
 
 
-async def test_other_packages_typed_errors_keep_their_code(client):
+async def test_package_errors_answer_with_their_registry_code(client):
     error = (await client.call(12, "foreign"))["error"]
     assert error == {"code": "CORRUPT_MESSAGE", "message": "bad CRC in batch at offset 0"}
 

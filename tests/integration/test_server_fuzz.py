@@ -12,8 +12,8 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from raftlog.protocol import FrameDecoder, encode_frame, parse_response
-from raftlog.server import serve
+from raftlog.base.protocol import FrameDecoder, encode_frame, parse_response
+from raftlog.node.server import serve
 
 Address = tuple[str, int]
 SOCKET_TIMEOUT_S = 10.0

@@ -18,13 +18,13 @@ from raftlog.client.core import (
     parse_metadata,
     parse_list_offsets,
 )
-from raftlog.client.errors import DeliveryTimedOut, NoBrokerAvailable
-from raftlog.errors import (
-    MessageTooLarge,
-    NotLeader,
-    OutOfOrderSequenceNumber,
-    RequestTimedOut,
-    UnknownTopicOrPartition,
+from raftlog.client.errors import DeliveryTimedOutError, NoBrokerAvailableError
+from raftlog.base.errors import (
+    MessageTooLargeError,
+    NotLeaderError,
+    OutOfOrderSequenceNumberError,
+    RequestTimedOutError,
+    UnknownTopicOrPartitionError,
 )
 
 
@@ -132,7 +132,7 @@ def test_unknown_topic_error_fails_pending_batches_and_schedules_refresh():
     core.poll(2000)
     assert not b.done
     core.poll(40_000)
-    assert b.done and isinstance(b.future.error, UnknownTopicOrPartition)
+    assert b.done and isinstance(b.future.error, UnknownTopicOrPartitionError)
 
 
 def test_non_retriable_error_fails_batch_at_once():
@@ -141,7 +141,7 @@ def test_non_retriable_error_fails_batch_at_once():
     [req] = sends(core.poll(1), "produce")
     core.on_response(1, {"id": req.request["id"], "ok": True, "partitions": [
         {"topic": "t", "partition": 0, "error": {"code": "MESSAGE_TOO_LARGE", "message": "big"}}]}, 2)
-    assert isinstance(b.future.error, MessageTooLarge)
+    assert isinstance(b.future.error, MessageTooLargeError)
 
 
 def test_duplicate_sequence_is_success_and_out_of_order_after_earlier_failure_retries():
@@ -172,7 +172,7 @@ def test_out_of_order_without_earlier_failure_is_fatal_and_resets_producer_id():
     [req] = sends(core.poll(1), "produce")
     core.on_response(1, {"id": req.request["id"], "ok": True, "partitions": [
         {"topic": "t", "partition": 0, "error": {"code": "OUT_OF_ORDER_SEQUENCE_NUMBER", "message": ""}}]}, 2)
-    assert isinstance(b.future.error, OutOfOrderSequenceNumber)
+    assert isinstance(b.future.error, OutOfOrderSequenceNumberError)
     assert sends(core.poll(3), "init_producer_id")
 
 
@@ -186,7 +186,7 @@ def test_connection_loss_retries_then_gives_up_with_unknown_outcome():
     assert not b.done
     # No leader ever comes back: the batch expires; it was sent once, so its outcome is unknown.
     core.poll(31_001)
-    assert b.done and isinstance(b.future.error, RequestTimedOut)
+    assert b.done and isinstance(b.future.error, RequestTimedOutError)
 
 
 def test_never_sent_batch_expires_as_definite_failure():
@@ -195,7 +195,7 @@ def test_never_sent_batch_expires_as_definite_failure():
     for now in (1, 100, 1000):
         assert not sends(core.poll(now), "produce")
     core.poll(30_100)
-    assert isinstance(b.future.error, DeliveryTimedOut)
+    assert isinstance(b.future.error, DeliveryTimedOutError)
 
 
 def test_request_timeout_closes_connection_and_counts_as_unknown():
@@ -250,12 +250,12 @@ def test_backoff_schedule_is_bounded_exponential_with_seeded_jitter():
 
 
 def test_check_response_maps_error_codes_with_details():
-    with pytest.raises(NotLeader) as ei:
+    with pytest.raises(NotLeaderError) as ei:
         check_response({"id": 3, "error": {"code": "NOT_LEADER", "message": "m", "leader_id": 2,
                                            "leader": "h:1"}})
     assert ei.value.leader_id == 2 and ei.value.leader == "h:1"
     assert check_response({"id": 3, "ok": True, "x": 1})["x"] == 1
-    with pytest.raises(UnknownTopicOrPartition):
+    with pytest.raises(UnknownTopicOrPartitionError):
         parse_list_offsets({"id": 1, "ok": True, "partitions": [
             {"topic": "t", "partition": 0, "error": {"code": "UNKNOWN_TOPIC_OR_PARTITION", "message": ""}}]})
 
@@ -287,11 +287,11 @@ def test_admin_call_retries_on_disconnect_then_times_out_unknown():
     core.on_disconnect(-1, 2001)
     core.on_disconnect(-2, 2001)
     core.poll(2200)
-    assert call2.done and isinstance(call2.error, RequestTimedOut)
+    assert call2.done and isinstance(call2.error, RequestTimedOutError)
     call3 = core.submit({"op": "cluster_status"}, 3000, timeout_ms=1)
     core._down_until_ms = {-1: 10**9, -2: 10**9}
     core.poll(3001)
-    assert isinstance(call3.error, NoBrokerAvailable)
+    assert isinstance(call3.error, NoBrokerAvailableError)
 
 
 # ---------------------------------------------------------------- consumer

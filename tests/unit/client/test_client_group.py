@@ -5,16 +5,23 @@ import random
 import pytest
 
 from groupcoord.coordinator import CoordinatorConfig, GroupCoordinator, Pending
-from groupcoord.errors import GroupError
-from raftlog.client.core import Send
-from raftlog.client.group import GroupCore, GroupMembership, parse_offset_fetch
-from raftlog.errors import (
-    CoordinatorNotAvailable,
-    IllegalGeneration,
-    MemberIdRequired,
-    RebalanceInProgress,
-    UnknownMemberId,
+from raftlog.base.errors import (
+    CoordinatorNotAvailableError,
+    IllegalGenerationError,
+    InvalidRequestError,
+    MemberIdRequiredError,
+    RaftlogError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
     as_wire_error,
+)
+from raftlog.client.core import Send
+from raftlog.client.group import (
+    GroupCore,
+    GroupMembership,
+    ResetSpec,
+    parse_offset_fetch,
+    plan_offset_reset,
 )
 
 TOPIC_COUNTS = {"t": 6}
@@ -69,7 +76,7 @@ class FakeCoordinator:
 
 def wire(resp):
     """A core response as the client sees it: a dict or a raised raftlog error."""
-    if isinstance(resp, GroupError):
+    if isinstance(resp, RaftlogError):
         raise as_wire_error(resp)
     return resp
 
@@ -160,10 +167,10 @@ def test_three_members_split_six_partitions_then_a_fourth_joins(strategy):
 def test_member_id_required_is_adopted_and_stale_members_reset():
     m = member()
     m.subscribe(["t"])
-    assert m.on_join_error(MemberIdRequired("rejoin", member_id="abc")) == "rejoin"
+    assert m.on_join_error(MemberIdRequiredError("rejoin", member_id="abc")) == "rejoin"
     assert m.member_id == "abc" and m.join_request()["member_id"] == "abc"
     m.generation_id = 4
-    assert m.on_join_error(UnknownMemberId("gone")) == "rejoin"
+    assert m.on_join_error(UnknownMemberIdError("gone")) == "rejoin"
     assert (m.member_id, m.generation_id) == ("", -1)
     with pytest.raises(ValueError):
         GroupMembership("g", assignors=("nope",))
@@ -179,12 +186,12 @@ def test_heartbeat_errors_and_auto_commit_timing():
     assert not m.auto_commit_due(1499) and m.auto_commit_due(1500)
     m.auto_committed(1500)
     assert not m.auto_commit_due(1999)
-    m.on_heartbeat_error(RebalanceInProgress("x"), 1200)
+    m.on_heartbeat_error(RebalanceInProgressError("x"), 1200)
     assert m.rejoin_needed and m.member_id == "m1"
     m.rejoin_needed = False
-    m.on_heartbeat_error(IllegalGeneration("x"), 1300)
+    m.on_heartbeat_error(IllegalGenerationError("x"), 1300)
     assert m.rejoin_needed and not m.stable
-    m.on_heartbeat_error(UnknownMemberId("x"), 1300)
+    m.on_heartbeat_error(UnknownMemberIdError("x"), 1300)
     assert m.member_id == "" and m.generation_id == -1
     req = m.commit_request({("t", 1): 7})
     assert req["generation_id"] == -1 and req["offsets"] == [{"topic": "t", "partition": 1, "offset": 7, "metadata": ""}]
@@ -194,7 +201,7 @@ def test_cooperative_revocation_asks_for_another_round():
     m = member("cooperative-sticky")
     m.subscribe(["t"])
     m.protocol_name = "cooperative-sticky"
-    from groupcoord.assignor import Assignment, encode_assignment
+    from raftlog.client.assignor import Assignment, encode_assignment
     m.on_sync_ok({"assignment": encode_assignment(Assignment((("t", 0), ("t", 1))))}, 0)
     assert not m.rejoin_needed
     added, revoked = m.on_sync_ok({"assignment": encode_assignment(Assignment((("t", 1),)))}, 0)
@@ -232,7 +239,7 @@ def test_group_core_finds_and_refinds_the_coordinator():
         sent = _sends(core, now)
     assert sent[0].broker_id == 3
     core.on_response(3, {"id": sent[0].request["id"], "error": {"code": "UNKNOWN_MEMBER_ID", "message": ""}}, now)
-    assert call.done and isinstance(call.error, UnknownMemberId)
+    assert call.done and isinstance(call.error, UnknownMemberIdError)
 
 
 def test_group_core_gives_up_at_the_deadline():
@@ -250,4 +257,34 @@ def test_group_core_gives_up_at_the_deadline():
     assert parse_offset_fetch({"partitions": [{"topic": "t", "partition": 0, "offset": -1},
                                               {"topic": "t", "partition": 1, "offset": 5}]}) == {
         ("t", 0): None, ("t", 1): 5}
-    assert CoordinatorNotAvailable.retriable
+    assert CoordinatorNotAvailableError.retriable
+
+
+# ---- offset reset planning (the admin's side) ------------------------------------------
+
+
+BOUNDS = {("t", 0): (5, 50), ("t", 1): (0, 8)}
+
+
+@pytest.mark.parametrize(
+    "spec, ts, expected",
+    [
+        (ResetSpec("earliest"), None, {("t", 0): 5, ("t", 1): 0}),
+        (ResetSpec("latest"), None, {("t", 0): 50, ("t", 1): 8}),
+        (ResetSpec("offset", 7), None, {("t", 0): 7, ("t", 1): 7}),
+        (ResetSpec("offset", 1), None, {("t", 0): 5, ("t", 1): 1}),      # clamped to log start
+        (ResetSpec("offset", 99), None, {("t", 0): 50, ("t", 1): 8}),    # clamped to log end
+        (ResetSpec("timestamp", 1000), {("t", 0): 20, ("t", 1): None}, {("t", 0): 20, ("t", 1): 8}),
+    ],
+)
+def test_plan_offset_reset(spec, ts, expected):
+    assert plan_offset_reset(spec, BOUNDS, ts) == expected
+
+
+def test_plan_offset_reset_rejections():
+    with pytest.raises(InvalidRequestError):
+        ResetSpec("shift")
+    with pytest.raises(InvalidRequestError):
+        ResetSpec("offset")
+    with pytest.raises(InvalidRequestError):
+        plan_offset_reset(ResetSpec("timestamp", 5), BOUNDS, {})

@@ -8,7 +8,7 @@ import trio
 from raftlog import aio
 from raftlog.client import Consumer
 from raftlog.client.core import Call
-from raftlog.client.errors import ClientClosed
+from raftlog.client.errors import ClientClosedError
 from raftlog.client.group_aio import TrioGroup, call_back
 
 BOOT = "127.0.0.1:1"  # never connected to: nothing here does I/O
@@ -56,7 +56,7 @@ async def test_without_a_group_there_is_nothing_to_subscribe_or_commit():
     assert c._group is None and c.subscription() == ()
     with pytest.raises(ValueError, match="group_id"):
         c.subscribe(["t"])
-    with pytest.raises(ClientClosed):  # not entered: closed before any group question
+    with pytest.raises(ClientClosedError):  # not entered: closed before any group question
         await c.commit()
 
 
@@ -95,7 +95,7 @@ async def test_calls_fail_fast_once_the_driver_is_gone():
     g = TrioGroup(aio.Consumer(BOOT), BOOT, group_id="g")
     call = Call({"op": "heartbeat"}, None, 0)
     with trio.fail_after(1):
-        with pytest.raises(ClientClosed):
+        with pytest.raises(ClientClosedError):
             await g._wait(call)
     await g.aclose()  # never started: closes without I/O, and twice is harmless
     await g.aclose()
@@ -115,7 +115,7 @@ class ScriptedCoordinator:
         self.cancel_at_fetch: trio.CancelScope | None = None
 
     async def run(self, req, timeout_ms=None):
-        from groupcoord.assignor import Assignment, encode_assignment
+        from raftlog.client.assignor import Assignment, encode_assignment
 
         await trio.lowlevel.checkpoint()
         if req["op"] == "join_group":

@@ -6,8 +6,8 @@ import trio
 from partition.batch import iter_headers, read_header, stamp
 from raftlog import aio
 from raftlog.client import Admin, Consumer, Producer
-from raftlog.errors import TopicAlreadyExists, UnknownTopicOrPartition
-from raftlog.server import serve
+from raftlog.base.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from raftlog.node.server import serve
 
 PARTITIONS = 2
 
@@ -30,7 +30,7 @@ class InMemoryBroker:
 
     async def create_topic(self, req):
         if req.fields["name"] == "t":
-            raise TopicAlreadyExists("t exists")
+            raise TopicAlreadyExistsError("t exists")
         return {"name": req.fields["name"], "partitions": [
             {"partition": p, "leader": 1, "leader_epoch": 0, "replicas": [1], "preferred_leader": 1}
             for p in range(req.fields["partitions"])]}
@@ -132,7 +132,7 @@ async def test_blocking_shell_produces_and_consumes():
                 try:
                     producer.send("nope", b"x")
                     raise AssertionError("send to a missing topic should fail")
-                except UnknownTopicOrPartition:
+                except UnknownTopicOrPartitionError:
                     pass
             with Consumer(boot, auto_offset_reset="earliest") as consumer:
                 consumer.assign([("t", 1)])
@@ -158,7 +158,7 @@ async def test_admin_shells_call_and_map_errors():
             async with aio.Admin(boot) as admin:
                 info = await admin.create_topic("u", 3, 1)
                 assert info.name == "u" and [p.partition for p in info.partitions] == [0, 1, 2]
-                with pytest.raises(TopicAlreadyExists):
+                with pytest.raises(TopicAlreadyExistsError):
                     await admin.create_topic("t", 1, 1)
                 assert (await admin.cluster_status()).commit_index == 9
                 assert await admin.list_topics() == ["t"]

@@ -10,28 +10,28 @@ from groupcoord.coordinator import (
     CoordinatorConfig,
     GroupCoordinator,
     Pending,
-    ResetSpec,
-    plan_offset_reset,
 )
-from groupcoord.errors import (
+from raftlog.base.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     FencedInstanceIdError,
-    GroupError,
     GroupIdNotFoundError,
     GroupMaxSizeReachedError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     InvalidGroupIdError,
-    InvalidGroupRequestError,
+    InvalidRequestError,
     InvalidSessionTimeoutError,
     MemberIdRequiredError,
     NonEmptyGroupError,
     NotCoordinatorError,
+    RaftlogError,
     RebalanceInProgressError,
     UnknownMemberIdError,
+    error_from_wire,
 )
-from groupcoord.records import OffsetKey, OffsetValue, offset_record, partition_for_group
+from groupcoord.records import OffsetKey, OffsetValue, offset_record
+from raftlog.base.topics import partition_for_group
 from groupcoord.state import GroupState
 
 G = "orders-app"
@@ -77,7 +77,7 @@ class Harness:
         self.absorb(self.c.on_append_committed(append.append_id, base, self.now))
 
     def fail(self, append, code="REQUEST_TIMED_OUT"):
-        self.absorb(self.c.on_append_failed(append.append_id, code, self.now))
+        self.absorb(self.c.on_append_failed(append.append_id, error_from_wire({"code": code}), self.now))
 
     def call(self, name, **kw):
         if name not in ("offset_fetch", "list_groups", "describe_groups"):
@@ -309,7 +309,7 @@ def test_protocol_vote(protocol_lists, expected):
         ({"session": 1_000}, InvalidSessionTimeoutError),
         ({"session": 10_000_000}, InvalidSessionTimeoutError),
         ({"member_id": "nobody"}, UnknownMemberIdError),
-        ({"protocols": ()}, InvalidGroupRequestError),
+        ({"protocols": ()}, InvalidRequestError),
     ],
 )
 def test_join_rejections(kw, error):
@@ -715,32 +715,6 @@ def test_delete_group_failure_leaves_it_empty():
 # ---- offset reset ----------------------------------------------------------------------
 
 
-BOUNDS = {("t", 0): (5, 50), ("t", 1): (0, 8)}
-
-
-@pytest.mark.parametrize(
-    "spec, ts, expected",
-    [
-        (ResetSpec("earliest"), None, {("t", 0): 5, ("t", 1): 0}),
-        (ResetSpec("latest"), None, {("t", 0): 50, ("t", 1): 8}),
-        (ResetSpec("offset", 7), None, {("t", 0): 7, ("t", 1): 7}),
-        (ResetSpec("offset", 1), None, {("t", 0): 5, ("t", 1): 1}),      # clamped to log start
-        (ResetSpec("offset", 99), None, {("t", 0): 50, ("t", 1): 8}),    # clamped to log end
-        (ResetSpec("timestamp", 1000), {("t", 0): 20, ("t", 1): None}, {("t", 0): 20, ("t", 1): 8}),
-    ],
-)
-def test_plan_offset_reset(spec, ts, expected):
-    assert plan_offset_reset(spec, BOUNDS, ts) == expected
-
-
-def test_plan_offset_reset_rejections():
-    with pytest.raises(InvalidGroupRequestError):
-        ResetSpec("shift")
-    with pytest.raises(InvalidGroupRequestError):
-        ResetSpec("offset")
-    with pytest.raises(InvalidGroupRequestError):
-        plan_offset_reset(ResetSpec("timestamp", 5), BOUNDS, {})
-
 
 def test_reset_offsets_only_for_an_empty_group_with_dry_run():
     h = Harness()
@@ -763,4 +737,4 @@ def test_reset_offsets_only_for_an_empty_group_with_dry_run():
 def test_errors_carry_wire_codes():
     h = Harness()
     r = h.join()
-    assert isinstance(r, GroupError) and r.code == "MEMBER_ID_REQUIRED" and r.member_id
+    assert isinstance(r, RaftlogError) and r.code == "MEMBER_ID_REQUIRED" and r.member_id

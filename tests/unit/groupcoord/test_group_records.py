@@ -18,10 +18,9 @@ from groupcoord.records import (
     encode_key,
     encode_value,
     group_record,
-    java_string_hash,
     offset_record,
-    partition_for_group,
 )
+from raftlog.base.topics import java_string_hash, partition_for_group
 
 names = st.text(min_size=1, max_size=30)
 blobs = st.binary(max_size=40)

@@ -11,8 +11,8 @@ from metadata.controller import (
     ControllerResult,
 )
 from metadata.delta import replay_decoded, replay_envelope
-from metadata.errors import (
-    BrokerNotRegisteredError,
+from raftlog.base.errors import (
+    BrokerIdNotRegisteredError,
     DuplicateBrokerRegistrationError,
     InvalidConfigError,
     InvalidPartitionsError,
@@ -192,7 +192,7 @@ def test_duplicate_registration_refused_while_old_incarnation_lives():
     assert cl.image.broker(1).incarnation_id == "new" and cl.image.broker(1).fenced
     with pytest.raises(StaleBrokerEpochError):
         cl.c.heartbeat(1, "inc-1", now_ms=9002)
-    with pytest.raises(BrokerNotRegisteredError):
+    with pytest.raises(BrokerIdNotRegisteredError):
         cl.c.heartbeat(7, "x", now_ms=9002)
 
 
@@ -423,7 +423,7 @@ def test_producer_id_blocks_never_overlap():
     assert image.request_outcome(a.envelopes[0].request_id).code == "INVALID_REQUEST"
     c = cl.commit(cl.c.allocate_producer_ids(1, now_ms=0))
     assert c.first_producer_id == 2 * PRODUCER_ID_BLOCK_SIZE
-    with pytest.raises(BrokerNotRegisteredError):
+    with pytest.raises(BrokerIdNotRegisteredError):
         cl.c.allocate_producer_ids(9, now_ms=0)
 
 

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from metadata.delta import replay, replay_decoded, replay_envelope
-from metadata.errors import FencedLeaderEpochError, InvalidRecordError, TopicAlreadyExistsError
+from raftlog.base.errors import FencedLeaderEpochError, TopicAlreadyExistsError
+from metadata.errors import InvalidRecordError
 from metadata.image import (
     MAX_RECENT_REQUESTS,
     MetadataImage,

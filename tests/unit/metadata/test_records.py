@@ -123,7 +123,7 @@ BAD_RECORD_OBJECTS = [
     ("too many partitions", {**_obj(Topic("t", TOPIC_ID, 1)), "partition_count": 10001}, "partition_count"),
     ("producer block overflow",
      {**_obj(ProducerIdBlock(1, 0, 10)), "first_producer_id": 2**63 - 5}, "past the largest"),
-    ("datetime tag", {**_obj(FenceBroker(1, "i")), "incarnation_id": cbor2.CBORTag(1, 0)}, "incarnation_id"),
+    ("datetime tag", {**_obj(FenceBroker(1, "i")), "incarnation_id": cbor2.CBORTag(1, 0)}, "tag"),
 ]
 
 

@@ -11,12 +11,18 @@ import trio
 import trio.testing
 
 from metadata.service import MetadataService
-from raftlog.cluster import free_ports
-from raftlog.config import HostPort, Listeners, NodeConfig
-from raftlog.errors import InvalidRequest, NotController, PeerUnavailable, RequestTimedOut
-from raftlog.peer import PeerPool
-from raftlog.protocol import Request
-from raftlog.server import serve
+from raftlog.cli.cluster import free_ports
+from raftlog.node.config import HostPort, Listeners, NodeConfig
+from raftlog.base.errors import (
+    InvalidRequestError,
+    NotControllerError,
+    PeerUnavailableError,
+    RequestTimedOutError,
+)
+from raftlog.base.peer import PeerPool
+from raftlog.base.protocol import Request
+from raftlog.node.server import serve
+from raftlog.node.main import quorum_factory
 
 WAIT_S = 20.0
 
@@ -46,7 +52,7 @@ async def test_peer_pool_multiplexes_and_maps_errors():
         return {"n": 2, "echo": request.fields.get("x")}
 
     async def refuse(request: Request) -> dict:
-        raise NotController(controller_id=7, controller="h:1")
+        raise NotControllerError(controller_id=7, controller="h:1")
 
     async def forever(request: Request) -> dict:
         await hang.wait()
@@ -72,12 +78,12 @@ async def test_peer_pool_multiplexes_and_maps_errors():
         assert sorted(order) == [1, 2]
         assert pool.status() == {address: {"connected": True, "in_flight": 0, "failures": 0}}
 
-        with pytest.raises(NotController) as info:
+        with pytest.raises(NotControllerError) as info:
             await pool.call(address, "refuse", {}, timeout_s=5)
         assert (info.value.controller_id, info.value.controller) == (7, "h:1")
-        with pytest.raises(InvalidRequest):
+        with pytest.raises(InvalidRequestError):
             await pool.call(address, "no_such_op", {}, timeout_s=5)
-        with pytest.raises(RequestTimedOut):
+        with pytest.raises(RequestTimedOutError):
             await pool.call(address, "forever", {}, timeout_s=0.2)
         assert (await pool.call(address, "second", {}, timeout_s=5))["n"] == 2  # still usable
 
@@ -87,11 +93,11 @@ async def test_peer_pool_multiplexes_and_maps_errors():
             server.cancel()
 
         nursery.start_soon(lose)
-        with pytest.raises(RequestTimedOut, match="lost"):
+        with pytest.raises(RequestTimedOutError, match="lost"):
             await pool.call(address, "forever", {}, timeout_s=5)
-        with pytest.raises(PeerUnavailable):
+        with pytest.raises(PeerUnavailableError):
             await pool.call(address, "second", {}, timeout_s=5)
-        with pytest.raises(PeerUnavailable, match="backoff"):  # fails fast while backing off
+        with pytest.raises(PeerUnavailableError, match="backoff"):  # fails fast while backing off
             await pool.call(address, "second", {}, timeout_s=5)
         nursery.cancel_scope.cancel()
 
@@ -124,7 +130,7 @@ async def test_single_voter_service_and_a_broker_only_node(tmp_path):
         pool1, pool2 = PeerPool(1), PeerPool(2)
         await nursery.start(pool1.run)
         await nursery.start(pool2.run)
-        s1 = MetadataService(c1, "test-cluster", pool1)
+        s1 = MetadataService(c1, "test-cluster", pool1, quorum_factory=quorum_factory(c1))
         images: list[int] = []
         s1.subscribe(lambda image: images.append(len(image.brokers)))
         await nursery.start(s1.run)

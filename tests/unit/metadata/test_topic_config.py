@@ -2,7 +2,7 @@
 
 import pytest
 
-from metadata.errors import InvalidConfigError
+from raftlog.base.errors import InvalidConfigError
 from metadata.topic_config import (
     TOPIC_CONFIGS,
     TopicConfig,

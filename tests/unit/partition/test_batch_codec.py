@@ -26,7 +26,8 @@ from partition.batch import (
     stamp,
     verify_crc,
 )
-from partition.errors import CompressionUnavailable, CorruptRecordError, MessageTooLargeError
+from partition.errors import CompressionUnavailableError, CorruptRecordError
+from raftlog.base.errors import MessageTooLargeError
 
 ALL_CODECS = list(Compression)
 
@@ -321,11 +322,11 @@ def test_missing_cramjam_names_the_extra(monkeypatch, codec):
     raw = sample(codec)
     monkeypatch.setattr(compression, "cramjam", None)
     assert not compression.available(codec) and compression.available(Compression.GZIP)
-    with pytest.raises(CompressionUnavailable, match=r"pip install 'raftlog\[compression\]'"):
+    with pytest.raises(CompressionUnavailableError, match=r"pip install 'raftlog\[compression\]'"):
         BatchBuilder(compression=codec)  # at construction, before any record is encoded
-    with pytest.raises(CompressionUnavailable, match=r"raftlog\[compression\]"):
+    with pytest.raises(CompressionUnavailableError, match=r"raftlog\[compression\]"):
         compression.compress(codec, b"x")
-    with pytest.raises(CompressionUnavailable):
+    with pytest.raises(CompressionUnavailableError):
         decode_batch(raw)
     assert verify_crc(raw).compression is codec  # header work needs no codec
     assert decode_batch(sample(Compression.GZIP))[1]

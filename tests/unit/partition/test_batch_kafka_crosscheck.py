@@ -14,7 +14,13 @@ with warnings.catch_warnings():
     import kafka.record.default_records as kdr
     from kafka.record.memory_records import MemoryRecords
 
-from partition.batch import BatchBuilder, Compression, control_batch, decode_batch, decode_batches
+from partition.batch import (
+    BatchBuilder,
+    Compression,
+    control_batch,
+    decode_batch,
+    decode_batches,
+)
 
 
 def test_kafka_python_has_every_codec_natively():

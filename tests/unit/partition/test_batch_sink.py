@@ -20,7 +20,6 @@ from partition.batch import (
 from partition.errors import CorruptRecordError
 from raftlog.client.core import ConsumerRecord  # the record type the consumer passes in
 
-
 maybe_bytes = st.one_of(st.none(), st.binary(max_size=20), st.integers(60, 9000).map(b"v".__mul__))
 header_st = st.tuples(st.text(max_size=5), st.one_of(st.none(), st.binary(max_size=5)))
 record_st = st.tuples(maybe_bytes, maybe_bytes, st.lists(header_st, max_size=2),
@@ -62,7 +61,7 @@ def _outcome(call):
     try:
         return "ok", call()
     except CorruptRecordError as exc:
-        return "error", str(exc)
+        return "error", exc.message
 
 
 def test_every_damaged_byte_fails_alike_in_all_three_decoders():

@@ -4,11 +4,22 @@ import threading
 
 import pytest
 
-from partition.batch import BatchBuilder, control_batch, decode_batches, iter_headers, CONTROL_LEADER_CHANGE
-from partition.errors import CorruptRecordError, LogClosedError, MessageTooLargeError, OffsetOutOfRangeError
-from partition.log import (
-    EpochRegression, LeaderEpochCache, Log, LogConfig, NonContiguousAppend,
+from partition.batch import (
+    CONTROL_LEADER_CHANGE,
+    BatchBuilder,
+    control_batch,
+    decode_batches,
+    iter_headers,
 )
+from partition.errors import CorruptRecordError, LogClosedError
+from partition.log import (
+    EpochRegression,
+    LeaderEpochCache,
+    Log,
+    LogConfig,
+    NonContiguousAppend,
+)
+from raftlog.base.errors import MessageTooLargeError, OffsetOutOfRangeError
 
 SMALL = LogConfig(segment_bytes=1500, index_interval_bytes=100, retention_ms=-1)
 

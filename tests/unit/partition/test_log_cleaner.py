@@ -5,7 +5,12 @@ import os
 import pytest
 
 from partition.batch import (
-    CONTROL_LEADER_CHANGE, BatchBuilder, Compression, control_batch, decode_batches, iter_headers,
+    CONTROL_LEADER_CHANGE,
+    BatchBuilder,
+    Compression,
+    control_batch,
+    decode_batches,
+    iter_headers,
 )
 from partition.cleaner import filter_batch
 from partition.log import Log, LogConfig

@@ -5,7 +5,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import settings, strategies as st
+from hypothesis import settings
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from partition.batch import BatchBuilder, decode_batches

@@ -7,13 +7,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from partition.batch import BatchBuilder, iter_headers, stamp
-from partition.producer_state import (
-    MAX_BATCHES,
-    Duplicate,
-    DuplicateSequence,
-    InvalidProducerEpoch,
-    OutOfOrderSequence,
-    ProducerStateManager,
+from partition.producer_state import MAX_BATCHES, Duplicate, ProducerStateManager
+from raftlog.base.errors import (
+    DuplicateSequenceNumberError,
+    InvalidProducerEpochError,
+    OutOfOrderSequenceNumberError,
 )
 
 
@@ -42,14 +40,14 @@ def test_in_order_batches_are_accepted_and_a_retry_gets_the_original_offsets():
 def test_gap_zombie_epoch_and_new_epoch_rules():
     s, log = ProducerStateManager(), []
     _append(s, log, 1, 3, 0, 1)
-    with pytest.raises(OutOfOrderSequence):
+    with pytest.raises(OutOfOrderSequenceNumberError):
         s.check(1, 3, 5, 5)  # a gap
-    with pytest.raises(InvalidProducerEpoch):
+    with pytest.raises(InvalidProducerEpochError):
         s.check(1, 2, 1, 1)  # a fenced producer
-    with pytest.raises(OutOfOrderSequence):
+    with pytest.raises(OutOfOrderSequenceNumberError):
         s.check(1, 4, 1, 1)  # a new epoch must restart at 0
     assert s.check(1, 4, 0, 0) is None
-    with pytest.raises(OutOfOrderSequence):
+    with pytest.raises(OutOfOrderSequenceNumberError):
         s.check(2, 0, 9, 9)  # never seen, does not start at 0
     assert s.check(-1, -1, -1, -1) is None  # not idempotent: nothing to check
 
@@ -58,7 +56,7 @@ def test_a_retry_older_than_the_window_is_a_duplicate_sequence_error():
     s, log = ProducerStateManager(), []
     for i in range(MAX_BATCHES + 2):
         _append(s, log, 1, 0, i, 1)
-    with pytest.raises(DuplicateSequence):
+    with pytest.raises(DuplicateSequenceNumberError):
         s.check(1, 0, 0, 0)
     assert s.check(1, 0, 2, 2) == Duplicate(2, 2)
 
@@ -67,7 +65,7 @@ def test_sequences_wrap_at_int32():
     s = ProducerStateManager()
     s.record(1, 0, 2**31 - 2, 2**31 - 1, 10, 11)
     assert s.check(1, 0, 0, 0) is None
-    with pytest.raises(DuplicateSequence):
+    with pytest.raises(DuplicateSequenceNumberError):
         s.check(1, 0, 2**31 - 5, 2**31 - 5)
 
 

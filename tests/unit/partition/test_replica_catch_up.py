@@ -13,7 +13,7 @@ from partition.batch import BatchBuilder
 from partition.raft import QuorumState
 from partition.replica import (
     QUORUM_STATE_FILE,
-    QuorumStateCorrupt,
+    QuorumStateCorruptError,
     Replica,
     read_quorum_state,
     write_quorum_state,
@@ -47,7 +47,7 @@ def test_quorum_state_round_trips_the_flag_and_reads_old_files_as_unflagged(tmp_
     bad = cbor2.dumps({"epoch": 3, "voted_for": 2, "leader_id": None, "needs_catch_up": 1},
                       canonical=True)
     (tmp_path / QUORUM_STATE_FILE).write_bytes(google_crc32c.value(bad).to_bytes(4, "big") + bad)
-    with pytest.raises(QuorumStateCorrupt):
+    with pytest.raises(QuorumStateCorruptError):
         read_quorum_state(tmp_path)
 
 

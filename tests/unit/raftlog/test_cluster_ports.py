@@ -2,7 +2,7 @@
 
 import socket
 
-from raftlog.cluster import LOWEST_LISTEN_PORT, _ephemeral_range, free_ports
+from raftlog.cli.cluster import LOWEST_LISTEN_PORT, _ephemeral_range, free_ports
 
 
 def test_ports_are_distinct_bindable_and_below_the_ephemeral_range():
@@ -28,7 +28,7 @@ def test_a_port_with_a_listener_is_never_chosen(monkeypatch):
         def randrange(self, low, high):
             return next(picks)
 
-    monkeypatch.setattr("raftlog.cluster.secrets.SystemRandom", Scripted)
+    monkeypatch.setattr("raftlog.cli.cluster.secrets.SystemRandom", Scripted)
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", busy))
         listener.listen()

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from raftlog.config import (
+from raftlog.node.config import (
     HostPort,
     NodeConfig,
     config_to_toml,
@@ -14,7 +14,7 @@ from raftlog.config import (
     new_cluster_id,
     parse_host_port,
 )
-from raftlog.errors import ConfigError
+from raftlog.base.errors import ConfigError
 
 SECRET = "s" * 16
 MINIMAL = f"""

@@ -7,9 +7,9 @@ import logging
 import pytest
 import trio
 
-from raftlog.eventlog import format_value, log_event, setup_logging
-from raftlog.http import MAX_HEAD_BYTES, parse_request_head, serve_http
-from raftlog.metrics import MetricsRegistry
+from raftlog.base.eventlog import format_value, log_event, setup_logging
+from raftlog.node.http import MAX_HEAD_BYTES, parse_request_head, serve_http
+from raftlog.base.metrics import MetricsRegistry
 
 
 def test_counter_gauge_histogram_render():
@@ -127,7 +127,7 @@ async def test_http_health_that_raises_is_503(nursery, caplog):
         raise RuntimeError("probe exploded")
 
     port = await nursery.start(serve_http, MetricsRegistry(), broken, "127.0.0.1", 0)
-    with caplog.at_level(logging.ERROR, logger="raftlog.http"):
+    with caplog.at_level(logging.ERROR, logger="raftlog.node.http"):
         status, _, body = await http_get(port, b"GET /health HTTP/1.1\r\n\r\n")
     assert status == 503 and "probe exploded" in json.loads(body)["error"]
     assert any("health_failed" in r.getMessage() for r in caplog.records)
@@ -137,7 +137,7 @@ async def test_http_broken_gauge_is_500_and_listener_survives(nursery, caplog):
     registry = MetricsRegistry()
     registry.gauge("raftlog_broken", "Broken.").set_function(lambda: 1 / 0)
     port = await nursery.start(serve_http, registry, lambda: {"ok": True}, "127.0.0.1", 0)
-    with caplog.at_level(logging.ERROR, logger="raftlog.http"):
+    with caplog.at_level(logging.ERROR, logger="raftlog.node.http"):
         status, _, body = await http_get(port, b"GET /metrics HTTP/1.1\r\n\r\n")
     assert status == 500 and b"ZeroDivisionError" in body
     assert (await http_get(port, b"GET /health HTTP/1.1\r\n\r\n"))[0] == 200

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raftlog.perf import (
+from raftlog.cli.perf import (
     PERCENTILES,
     ConsumeResult,
     LatencyHistogram,

@@ -7,19 +7,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raftlog import errors
-from raftlog.errors import (
-    InvalidRequest,
-    MessageTooLarge,
-    NotLeader,
+from raftlog.base import errors
+from raftlog.base.errors import (
+    InvalidRequestError,
+    MessageTooLargeError,
+    NotLeaderError,
     RaftlogError,
-    Rejected,
-    RequestTimedOut,
-    UnknownOutcome,
+    RejectedError,
+    RequestTimedOutError,
+    UnknownOutcomeError,
     as_wire_error,
     error_from_wire,
 )
-from raftlog.protocol import (
+from raftlog.base.protocol import (
     DEFAULT_MAX_FRAME_BYTES,
     MAX_NESTING_DEPTH,
     PROTOCOL_VERSION,
@@ -113,10 +113,10 @@ def test_feed_accepts_memoryview_and_bytearray():
 def test_oversized_announcement_refused_before_body_arrives():
     decoder = FrameDecoder(max_frame_bytes=100)
     decoder.feed(struct.pack(">I", 101))
-    with pytest.raises(MessageTooLarge):
+    with pytest.raises(MessageTooLargeError):
         decoder.next_frame()
     decoder.feed(encode_frame({"x": 1}))
-    with pytest.raises(MessageTooLarge):  # poisoned: the stream cannot be re-aligned
+    with pytest.raises(MessageTooLargeError):  # poisoned: the stream cannot be re-aligned
         decoder.next_frame()
 
 
@@ -128,7 +128,7 @@ def test_frame_exactly_at_limit_passes():
 
 
 def test_encode_refuses_over_limit():
-    with pytest.raises(MessageTooLarge):
+    with pytest.raises(MessageTooLargeError):
         encode_frame({"k": b"\x00" * 200}, max_frame_bytes=100)
 
 
@@ -163,7 +163,7 @@ def test_default_limit_is_64_mib():
 def test_bad_frames_raise_invalid_request_and_decoder_continues(body, why):
     decoder = FrameDecoder()
     decoder.feed(frame_of(body) + encode_frame({"next": True}))
-    with pytest.raises(InvalidRequest):
+    with pytest.raises(InvalidRequestError):
         decoder.next_frame()
     assert decoder.next_frame() == {"next": True}, why
 
@@ -193,7 +193,7 @@ def test_parse_request_splits_envelope():
     ],
 )
 def test_parse_request_errors_name_the_field(frame, bad_field, request_id):
-    with pytest.raises(InvalidRequest) as caught:
+    with pytest.raises(InvalidRequestError) as caught:
         parse_request(frame)
     assert caught.value.details["field"] == bad_field
     assert caught.value.request_id == request_id
@@ -220,7 +220,7 @@ def test_typed_field_access():
         (lambda: field(nested, "partition", int, where="partitions[0]"), "partitions[0].partition"),
     ]
     for call, name in cases:
-        with pytest.raises(InvalidRequest) as caught:
+        with pytest.raises(InvalidRequestError) as caught:
             call()
         assert caught.value.details["field"] == name
         assert name in caught.value.message
@@ -229,14 +229,14 @@ def test_typed_field_access():
 def test_responses_round_trip_through_the_codec():
     decoder = FrameDecoder()
     decoder.feed(encode_frame(ok_response(3, base_offset=10)))
-    decoder.feed(encode_frame(error_response(4, NotLeader(leader_id=2, leader="h:9092"))))
+    decoder.feed(encode_frame(error_response(4, NotLeaderError(leader_id=2, leader="h:9092"))))
     ok = parse_response(decoder.next_frame())
     assert (ok.id, ok.error, dict(ok.fields)) == (3, None, {"base_offset": 10})
     failed = parse_response(decoder.next_frame())
     assert failed.id == 4
-    assert isinstance(failed.error, NotLeader)
+    assert isinstance(failed.error, NotLeaderError)
     assert (failed.error.leader_id, failed.error.leader) == (2, "h:9092")
-    with pytest.raises(InvalidRequest):
+    with pytest.raises(InvalidRequestError):
         parse_response({"id": 1})
 
 
@@ -248,9 +248,9 @@ def test_every_protocol_code_has_exactly_one_class():
 
 
 def test_timeout_is_unknown_outcome_not_rejection():
-    assert issubclass(RequestTimedOut, UnknownOutcome)
-    assert not issubclass(RequestTimedOut, Rejected)
-    assert issubclass(InvalidRequest, Rejected)
+    assert issubclass(RequestTimedOutError, UnknownOutcomeError)
+    assert not issubclass(RequestTimedOutError, RejectedError)
+    assert issubclass(InvalidRequestError, RejectedError)
 
 
 def test_unknown_wire_code_is_kept():
@@ -261,35 +261,42 @@ def test_unknown_wire_code_is_kept():
 
 
 def test_error_to_wire_carries_details():
-    wire = NotLeader(leader_id=3, leader=None).to_wire()
+    wire = NotLeaderError(leader_id=3, leader=None).to_wire()
     assert wire["code"] == "NOT_LEADER" and wire["leader_id"] == 3 and wire["leader"] is None
     with pytest.raises(TypeError):
         RaftlogError("x", code="SPOOF")
 
 
-class ForeignOffsetError(Exception):
-    """Stands for another package's typed error (e.g. partition's OffsetOutOfRangeError)."""
-
-    code = "OFFSET_OUT_OF_RANGE"
-
-    def __init__(self) -> None:
-        super().__init__("offset 9 is outside [0, 5]")
-        self.log_start_offset = 0
-        self.log_end_offset = 5
-        self._private = object()
+class PackageOffsetError(errors.OffsetOutOfRangeError):
+    """Stands for a package's own error: a subclass of the registry class of its code."""
 
 
-def test_as_wire_error_maps_foreign_codes_and_groups():
-    mapped = as_wire_error(ForeignOffsetError())
-    assert isinstance(mapped, errors.OffsetOutOfRange)
-    assert mapped.to_wire() == {
+def test_package_errors_answer_with_their_registry_code_and_details():
+    mine = PackageOffsetError(offset=9, log_start_offset=0, log_end_offset=5)
+    assert as_wire_error(mine) is mine
+    assert mine.to_wire() == {
         "code": "OFFSET_OUT_OF_RANGE", "message": "offset 9 is outside [0, 5]",
-        "log_start_offset": 0, "log_end_offset": 5,
+        "offset": 9, "log_start_offset": 0, "log_end_offset": 5,
     }  # fmt: skip
-    timed_out = RequestTimedOut("late")
+    back = errors.error_from_wire(mine.to_wire())
+    assert type(back) is errors.OffsetOutOfRangeError and back.offset == 9
+
+
+def test_as_wire_error_unwraps_single_groups_and_refuses_bugs():
+    timed_out = RequestTimedOutError("late")
     assert as_wire_error(ExceptionGroup("g", [timed_out])) is timed_out
     assert as_wire_error(ValueError("bug")) is None
     assert as_wire_error(ExceptionGroup("g", [ValueError(), timed_out])) is None
+
+    class Foreign(Exception):  # a code attribute alone makes nothing a wire error any more
+        code = "OFFSET_OUT_OF_RANGE"
+
+    assert as_wire_error(Foreign()) is None
+
+
+def test_every_error_is_a_definite_failure_or_an_unknown_outcome():
+    for cls in errors.ERROR_CLASSES.values():
+        assert issubclass(cls, (errors.RejectedError, errors.UnknownOutcomeError)), cls
 
 
 def test_protocol_version_is_one():

@@ -4,8 +4,12 @@ import pytest
 import trio
 
 from partition.batch import BatchBuilder
-from raftlog.errors import NotLeader, OffsetOutOfRange, UnknownTopicOrPartition
-from raftlog.server import serve
+from raftlog.base.errors import (
+    NotLeaderError,
+    OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
+)
+from raftlog.node.server import serve
 from spark_source.fetch import ClusterProvider, FetchAnswer, read_range
 from spark_source.options import DataLoss, ReadTimedOut
 from spark_source.planning import RaftlogInputPartition
@@ -41,7 +45,7 @@ class ScriptedProvider:
             self.log_end = step  # "more records arrived"
             self.log = batches(0, self.log_end)
         if offset < self.log_start:
-            raise OffsetOutOfRange("below", log_start_offset=self.log_start,
+            raise OffsetOutOfRangeError("below", log_start_offset=self.log_start,
                                    log_end_offset=self.log_end)
         # Two batches per answer, whole, the first may begin before `offset`.
         got = [raw for base, end, raw in self.log if end > offset][:2]
@@ -76,14 +80,14 @@ def test_reads_exactly_the_range_even_when_more_arrives():
 
 
 def test_retriable_errors_back_off_and_retry():
-    p = ScriptedProvider(0, 12, script=[NotLeader("moved", leader_id=2, leader="h:2"),
-                                        UnknownTopicOrPartition("electing")])
+    p = ScriptedProvider(0, 12, script=[NotLeaderError("moved", leader_id=2, leader="h:2"),
+                                        UnknownTopicOrPartitionError("electing")])
     got, clock = offsets(p, 0, 12)
     assert got == list(range(12)) and len(clock.slept) == 2
 
 
 def test_non_retriable_errors_raise():
-    p = ScriptedProvider(0, 12, script=[OffsetOutOfRange("past the end", log_start_offset=0,
+    p = ScriptedProvider(0, 12, script=[OffsetOutOfRangeError("past the end", log_start_offset=0,
                                                          log_end_offset=5)] * 100)
     with pytest.raises(ReadTimedOut, match="planned end 12"):
         offsets(p, 8, 12, read_timeout_ms=1000)
@@ -144,7 +148,7 @@ class Listener:
     async def list_offsets(self, req):
         p = req.fields["partitions"][0]
         if self.my_id != 2:
-            raise NotLeader("moved", leader_id=2, leader=f"127.0.0.1:{self.ports[2]}")
+            raise NotLeaderError("moved", leader_id=2, leader=f"127.0.0.1:{self.ports[2]}")
         return {"partitions": [{"topic": "t", "partition": 0,
                                 "offset": 0 if p["timestamp"] == -2 else 10, "timestamp": -1}]}
 

@@ -6,72 +6,25 @@ kafka-consumer-groups tool.
     raftlog groups reset-offsets my-group --topic events --to-earliest [--execute]
     raftlog groups delete my-group
 
-Registered on the root group at the end of `raftlog/cli.py`; like cli_records.py nothing of
-raftlog.cli is imported at module level (it imports this module at its end). Human tables by
+Registered on the root group by raftlog/cli/main.py. Human tables by
 default, `--json` for scripts. `reset-offsets` is a dry run unless `--execute` (Kafka's rule);
 it needs an inactive group (no members).
 """
 
 from __future__ import annotations
 
-import functools
-import json
-from typing import Any, Callable
+from typing import Any
 
 import click
 
+from raftlog.cli.common import admin_options, connect, emit_json, friendly, table
+
 __all__ = ["groups"]
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"  # = raftlog.cli.DEFAULT_BOOTSTRAP
-
-
-def _friendly(fn: Callable) -> Callable:
-    """raftlog.cli's `_friendly`, looked up when the command runs; group-core errors
-    (groupcoord.errors, e.g. a bad reset spec) are turned into raftlog errors first."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from groupcoord.errors import GroupError
-        from raftlog import cli
-        from raftlog.errors import as_wire_error
-
-        def run() -> Any:
-            try:
-                return fn(*args, **kwargs)
-            except GroupError as exc:
-                raise (as_wire_error(exc) or cli.CliFailure(str(exc))) from None
-
-        return cli._friendly(run)()
-
-    return wrapper
-
-
-def _options(fn: Callable) -> Callable:
-    fn = click.option("--json", "as_json", is_flag=True, help="Print JSON (for scripts).")(fn)
-    fn = click.option("--timeout", type=click.FloatRange(0.5, 600), default=15.0, show_default=True,
-                      help="Seconds to wait for an answer.")(fn)
-    fn = click.option("--bootstrap", envvar="RAFTLOG_BOOTSTRAP", default=DEFAULT_BOOTSTRAP, show_default=True,
-                      help="host:port[,host:port...] of any node (env RAFTLOG_BOOTSTRAP).")(fn)
-    return fn
-
-
 def _group_admin(bootstrap: str, timeout: float) -> Any:
-    from raftlog.cli import _bootstrap_list, _probe
-    from raftlog.client.group_blocking import GroupAdmin
+    from raftlog.client.group_admin import GroupAdmin
 
-    addresses = _bootstrap_list(bootstrap)
-    _probe(addresses)
-    return GroupAdmin(addresses, request_timeout_ms=int(timeout * 1000))
-
-
-def _emit(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
-
-
-def _table(rows: list[tuple[str, ...]]) -> None:
-    from raftlog.cli import _table as table
-
-    table(rows)
+    return GroupAdmin(connect(bootstrap), request_timeout_ms=int(timeout * 1000))
 
 
 def _s(v: Any) -> str:
@@ -84,39 +37,39 @@ def groups() -> None:
 
 
 @groups.command("list")
-@_options
-@_friendly
+@admin_options
+@friendly
 def groups_list(bootstrap: str, timeout: float, as_json: bool) -> None:
     """Every group of the cluster (each broker lists the groups it coordinates)."""
     with _group_admin(bootstrap, timeout) as ga:
         found = ga.list_groups()
     if as_json:
-        _emit(found)
+        emit_json(found)
         return
     if not found:
         click.echo("no groups")
         return
-    _table([("GROUP", "STATE", "PROTOCOL TYPE", "COORDINATOR")] +
+    table([("GROUP", "STATE", "PROTOCOL TYPE", "COORDINATOR")] +
            [(g["group_id"], g["state"], g["protocol_type"] or "-", _s(g.get("coordinator"))) for g in found])
 
 
 @groups.command("describe")
 @click.argument("group_id")
-@_options
-@_friendly
+@admin_options
+@friendly
 def groups_describe(group_id: str, bootstrap: str, timeout: float, as_json: bool) -> None:
     """Per partition: committed offset, log end offset, lag, and the owning member."""
     with _group_admin(bootstrap, timeout) as ga:
         d = ga.describe_group(group_id)
     if as_json:
-        _emit(d)
+        emit_json(d)
         return
     click.echo(f"group {group_id}: {d['state']}" + (f" ({d['protocol']})" if d.get("protocol") else "")
                + f", {len(d['members'])} member(s)")
     if not d["partitions"]:
         click.echo("no committed offsets and no assigned partitions")
         return
-    _table([("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "CLIENT-ID")] + [
+    table([("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "CLIENT-ID")] + [
         (r["topic"], str(r["partition"]), _s(r["committed_offset"]), _s(r["log_end_offset"]), _s(r["lag"]),
          _s(r["member_id"]), _s(r["client_id"]))
         for r in d["partitions"]
@@ -131,8 +84,8 @@ def groups_describe(group_id: str, bootstrap: str, timeout: float, as_json: bool
 @click.option("--to-offset", type=click.IntRange(0), help="To this offset (clamped into the log).")
 @click.option("--to-datetime-ms", type=click.IntRange(0), help="To the first offset at or after this time (ms).")
 @click.option("--execute", is_flag=True, help="Write the offsets (default: a dry run that only shows them).")
-@_options
-@_friendly
+@admin_options
+@friendly
 def groups_reset_offsets(group_id: str, topics: tuple[str, ...], strategy: str | None, to_offset: int | None,
                          to_datetime_ms: int | None, execute: bool, bootstrap: str, timeout: float,
                          as_json: bool) -> None:
@@ -149,9 +102,9 @@ def groups_reset_offsets(group_id: str, topics: tuple[str, ...], strategy: str |
     with _group_admin(bootstrap, timeout) as ga:
         r = ga.reset_offsets(group_id, topics, strategy, value, dry_run=not execute)
     if as_json:
-        _emit(r)
+        emit_json(r)
         return
-    _table([("TOPIC", "PARTITION", "PREVIOUS-OFFSET", "NEW-OFFSET")] + [
+    table([("TOPIC", "PARTITION", "PREVIOUS-OFFSET", "NEW-OFFSET")] + [
         (p["topic"], str(p["partition"]), _s(None if p["previous_offset"] < 0 else p["previous_offset"]),
          str(p["offset"])) for p in r["partitions"]
     ])
@@ -161,13 +114,13 @@ def groups_reset_offsets(group_id: str, topics: tuple[str, ...], strategy: str |
 
 @groups.command("delete")
 @click.argument("group_id")
-@_options
-@_friendly
+@admin_options
+@friendly
 def groups_delete(group_id: str, bootstrap: str, timeout: float, as_json: bool) -> None:
     """Delete an inactive group and its committed offsets."""
     with _group_admin(bootstrap, timeout) as ga:
         ga.delete_group(group_id)
     if as_json:
-        _emit({"deleted": group_id})
+        emit_json({"deleted": group_id})
         return
     click.echo(f"deleted group {group_id}")

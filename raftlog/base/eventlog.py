@@ -1,6 +1,6 @@
 """Structured logging for the node: one line per event, logfmt-style `key=value` pairs.
 
-    ts=2025-01-02T03:04:05.678Z level=info logger=raftlog.server node=1 event=conn_open peer=h:5
+    ts=2025-01-02T03:04:05.678Z level=info logger=raftlog.node.server node=1 event=conn_open peer=h:5
 
 Plain stdlib `logging` underneath, so every package logs with `logging.getLogger(__name__)`
 and the node decides where lines go. `log_event(logger, "event_name", key=value, ...)` is the

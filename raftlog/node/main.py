@@ -1,12 +1,12 @@
 """One raftlog node process: a trio nursery of services behind four listeners.
 
-    raftlog node start --config node.toml          (raftlog/cli.py parses flags, calls main())
+    raftlog node start --config node.toml          (raftlog/cli/main.py parses flags, calls main())
 
 Listeners: client (native protocol, `serve()`), peer (the same protocol for broker<->broker
 and broker->controller RPCs), quorum (PySyncObj, inside the MetadataService on voters),
 http (GET /health, GET /metrics).
 
-Composition (NODE_SERVICES.md): `build_services(config, metadata, peers)` lists the
+Composition (raftlog/node/main.py's NodeService): `build_services(config, metadata, peers)` lists the
 services; each brings `client_handlers` and `peer_handlers` (an op belongs to exactly one
 service), a `run()` started with `nursery.start` (so it reports ready), `on_image` (fed by
 the MetadataService after every replayed envelope) and `health()` (merged into /health).
@@ -41,18 +41,20 @@ import trio
 
 from groupcoord.service import GroupCoordinatorService
 from metadata.image import MetadataImage
+from metadata.quorum import QuorumFactory
 from metadata.service import MetadataService
 from partition.manager import ReplicaManager
-from raftlog.config import NodeConfig, ensure_meta_properties, load_config
-from raftlog.errors import ConfigError
-from raftlog.eventlog import log_event, setup_logging
-from raftlog.http import serve_http
-from raftlog.metrics import MetricsRegistry
-from raftlog.peer import PeerPool
-from raftlog.protocol import Request
-from raftlog.server import serve
+from raftlog.base.errors import ConfigError
+from raftlog.base.eventlog import log_event, setup_logging
+from raftlog.base.metrics import MetricsRegistry
+from raftlog.base.peer import PeerPool
+from raftlog.base.protocol import Request
+from raftlog.node import bridge
+from raftlog.node.config import NodeConfig, ensure_meta_properties, load_config
+from raftlog.node.http import serve_http
+from raftlog.node.server import serve
 
-__all__ = ["NodeService", "build_services", "merge_handlers", "run_node", "main"]
+__all__ = ["NodeService", "build_services", "quorum_factory", "merge_handlers", "run_node", "main"]
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +87,24 @@ def build_services(config: NodeConfig, metadata: MetadataService, peers: PeerPoo
         services.append(ReplicaManager(config, metadata, peers))
         services.append(GroupCoordinatorService(config, metadata, services[-1]))
     return services
+
+
+def quorum_factory(config: NodeConfig) -> QuorumFactory | None:
+    """What builds this voter's metadata quorum (the PySyncObj bridge), or None on a
+    broker-only node. The metadata service calls it with its commit and leader callbacks."""
+    if not config.is_controller:
+        return None
+    voters = {v: str(a) for v, a in config.controller_quorum_voters.items()}
+    assert config.cluster_secret is not None  # load_config checks it for controllers
+    settings = bridge.QuorumConfig(
+        node_id=config.node_id,
+        self_address=voters[config.node_id],
+        peers={v: a for v, a in voters.items() if v != config.node_id},
+        data_dir=config.data_dir,
+        password=config.cluster_secret,
+        dial_overrides=dict(config.dial_overrides),
+    )
+    return partial(bridge.MetadataQuorum, settings)
 
 
 def merge_handlers(services: Sequence[NodeService], attribute: str) -> dict[str, Handler]:
@@ -125,7 +145,8 @@ async def run_node(
     registry = registry if registry is not None else MetricsRegistry()
     peers = PeerPool(config.node_id, max_frame_bytes=config.peer_max_frame_bytes,
                      dial_overrides=config.dial_overrides)
-    metadata = MetadataService(config, cluster_id, peers, registry=registry)
+    metadata = MetadataService(config, cluster_id, peers, quorum_factory=quorum_factory(config),
+                               registry=registry)
     services = build_services(config, metadata, peers)
     client_handlers = merge_handlers(services, "client_handlers")
     peer_handlers = merge_handlers(services, "peer_handlers")

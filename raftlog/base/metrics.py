@@ -6,7 +6,7 @@
     registry.render()  # -> "# HELP raftlog_requests_total ...\n# TYPE ...\n..."
 
 Counters, gauges (set, inc/dec, or a callback read at scrape time) and histograms with fixed
-buckets. No I/O: `raftlog/http.py` serves `render()`.
+buckets. No I/O: `raftlog/node/http.py` serves `render()`.
 
 Invariants:
 * Names and label names are checked against the Prometheus grammar when registered; label

@@ -4,7 +4,7 @@
     raftlog cluster up [--nodes 3]                  a local cluster on 127.0.0.1 (scripts/quorum)
     raftlog cluster status                          voters, controller, brokers
     raftlog topics create|list|describe|delete|alter
-    raftlog partitions recover TOPIC PARTITION --broker N --unclean   (cli_partitions.py)
+    raftlog partitions recover TOPIC PARTITION --broker N --unclean   (raftlog/cli/partitions.py)
 
 Admin commands talk to `--bootstrap` (default 127.0.0.1:9092, or $RAFTLOG_BOOTSTRAP) through
 the blocking client `raftlog.client.Admin`; any node answers (it forwards to the
@@ -16,164 +16,33 @@ Shell completion comes with click: `eval "$(_RAFTLOG_COMPLETE=bash_source raftlo
 
 from __future__ import annotations
 
-import functools
-import importlib.metadata
-import json
-import socket
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
-from raftlog.errors import ConfigError, RaftlogError
-
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
-PROBE_TIMEOUT_S = 1.5
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _version() -> str:
-    try:
-        return importlib.metadata.version("raftlog")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
-
-
-class CliFailure(Exception):
-    """A user-facing failure: one line, exit code."""
-
-    def __init__(self, message: str, exit_code: int = 1):
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
-def _friendly(fn: F) -> F:
-    """Turn expected failures into one line on stderr and an exit code (traceback with --debug)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        ctx = click.get_current_context()
-        debug = bool((ctx.find_root().obj or {}).get("debug"))
-        try:
-            return fn(*args, **kwargs)
-        except CliFailure as exc:
-            if debug:
-                raise
-            click.echo(f"raftlog: {exc}", err=True)
-            ctx.exit(exc.exit_code)
-        except ConfigError as exc:
-            if debug:
-                raise
-            click.echo(f"raftlog: {exc}", err=True)
-            ctx.exit(2)
-        except RaftlogError as exc:
-            if debug:
-                raise
-            click.echo(f"raftlog: {_describe_error(exc)}", err=True)
-            ctx.exit(1)
-        except _client_errors() as exc:
-            if debug:
-                raise
-            click.echo(f"raftlog: {exc}", err=True)
-            ctx.exit(1)
-
-    return wrapper  # type: ignore[return-value]
-
-
-def _client_errors() -> tuple[type[BaseException], ...]:
-    from raftlog.client import ClientClosed, ConnectionLost, NoBrokerAvailable
-
-    return (NoBrokerAvailable, ConnectionLost, ClientClosed)
-
-
-def _describe_error(exc: RaftlogError) -> str:
-    code = exc.code
-    hints = {
-        "UNKNOWN_TOPIC_OR_PARTITION": "unknown topic",
-        "TOPIC_ALREADY_EXISTS": "topic already exists",
-        "INVALID_REPLICATION_FACTOR": "bad replication factor",
-        "INVALID_PARTITIONS": "bad partition count",
-        "INVALID_TOPIC": "bad topic name",
-        "INVALID_CONFIG": "bad topic config",
-        "NOT_CONTROLLER": "no active controller right now (an election may be under way; retry)",
-        "REQUEST_TIMED_OUT": "timed out; the change may or may not have been applied",
-    }
-    what = hints.get(code)
-    message = exc.message or ""
-    if what and message:
-        return f"{what}: {message} [{code}]"
-    return f"{what or code}" + (f": {message}" if message else "") + (f" [{code}]" if what else "")
-
-
-def _bootstrap_list(bootstrap: str) -> list[str]:
-    addresses = [a.strip() for a in bootstrap.split(",") if a.strip()]
-    if not addresses:
-        raise CliFailure("--bootstrap needs at least one host:port")
-    for address in addresses:
-        host, sep, port = address.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise CliFailure(f"--bootstrap: expected host:port, got {address!r}")
-    return addresses
-
-
-def _probe(addresses: list[str]) -> None:
-    """Fail at once, with a useful line, when no bootstrap address accepts a connection
-    (the client would otherwise retry until its deadline)."""
-    for address in addresses:
-        host, _, port = address.rpartition(":")
-        try:
-            with socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT_S):
-                return
-        except OSError:
-            continue
-    raise CliFailure(
-        f"no raftlog node reachable at {', '.join(addresses)} (set --bootstrap or RAFTLOG_BOOTSTRAP); "
-        "start a local cluster with scripts/quorum"
-    )
-
-
-def _admin(ctx: click.Context) -> Any:
-    from raftlog.client import Admin
-
-    opts = ctx.obj
-    addresses = _bootstrap_list(opts["bootstrap"])
-    _probe(addresses)
-    return Admin(addresses, request_timeout_ms=int(opts["timeout"] * 1000))
-
-
-def _emit_json(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
-
-
-def _table(rows: list[tuple[str, ...]]) -> None:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
-
-
-def _admin_options(fn: F) -> F:
-    """--bootstrap, --timeout and --json for every admin command."""
-    fn = click.option("--json", "as_json", is_flag=True, help="Print JSON (for scripts).")(fn)
-    fn = click.option("--timeout", type=click.FloatRange(0.5, 600), default=15.0, show_default=True,
-                      help="Seconds to wait for an answer.")(fn)
-    fn = click.option("--bootstrap", envvar="RAFTLOG_BOOTSTRAP", default=DEFAULT_BOOTSTRAP, show_default=True,
-                      help="host:port[,host:port...] of any node (env RAFTLOG_BOOTSTRAP).")(fn)
-    return fn
-
-
-def _store(ctx: click.Context, **values: Any) -> None:
-    ctx.ensure_object(dict)
-    ctx.obj.update(values)
-
+from raftlog.cli import groups as _groups
+from raftlog.cli import partitions as _partitions
+from raftlog.cli import records as _records
+from raftlog.base.errors import RaftlogError, UnknownTopicOrPartitionError
+from raftlog.cli.common import (
+    CliFailure,
+    admin_from_context,
+    admin_options,
+    emit_json,
+    friendly,
+    store,
+    table,
+    version,
+)
 
 # ----------------------------------------------------------------------------- root
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(_version(), "--version", prog_name="raftlog")
+@click.version_option(version(), "--version", prog_name="raftlog")
 @click.option("--debug", is_flag=True, envvar="RAFTLOG_DEBUG", help="Show tracebacks on errors.")
 @click.pass_context
 def main(ctx: click.Context, debug: bool) -> None:
@@ -185,7 +54,7 @@ def main(ctx: click.Context, debug: bool) -> None:
       raftlog topics create demo --partitions 6 --replication-factor 3
       raftlog topics describe demo
     """
-    _store(ctx, debug=debug)
+    store(ctx, debug=debug)
 
 
 # ----------------------------------------------------------------------------- node
@@ -219,7 +88,7 @@ def node_start(config_path: str | None, **flags: Any) -> None:
       raftlog node start --config raftlog-data/node-1/node.toml
       RAFTLOG_LOG_LEVEL=DEBUG raftlog node start --config node.toml --client 0.0.0.0:9092
     """
-    from raftlog.node import main as node_main
+    from raftlog.node.main import main as node_main
 
     overrides = {k: v for k, v in flags.items() if v is not None}
     sys.exit(node_main(config_path, overrides))
@@ -241,7 +110,7 @@ def cluster() -> None:
               help="Node i listens on base+10*(i-1)+{0 client,1 peer,2 quorum,3 http} (default 9092).")
 @click.option("--restart/--no-restart", default=True, show_default=True,
               help="Restart a node that exits (at most 5 times each).")
-@_friendly
+@friendly
 def cluster_up_cmd(nodes: int | None, data_dir: str, base_port: int | None, restart: bool) -> None:
     """Start N nodes on 127.0.0.1 and supervise them until Ctrl-C.
 
@@ -254,16 +123,16 @@ def cluster_up_cmd(nodes: int | None, data_dir: str, base_port: int | None, rest
       raftlog cluster up                      # three nodes, node 1's client on 9092
       raftlog cluster up --nodes 1 --data-dir /tmp/one --base-port 19092
     """
-    from raftlog.cluster import cluster_up
+    from raftlog.cli.cluster import cluster_up
 
     code = cluster_up(Path(data_dir), nodes, base_port, out=sys.stdout, restart=restart)
     sys.exit(code)
 
 
 @cluster.command("status")
-@_admin_options
+@admin_options
 @click.pass_context
-@_friendly
+@friendly
 def cluster_status_cmd(ctx: click.Context, bootstrap: str, timeout: float, as_json: bool) -> None:
     """Show the voters, the active controller and its epoch, the metadata commit index, and
     every broker (fenced or not, last heartbeat age as the controller saw it).
@@ -273,11 +142,11 @@ def cluster_status_cmd(ctx: click.Context, bootstrap: str, timeout: float, as_js
       raftlog cluster status
       raftlog cluster status --bootstrap 127.0.0.1:9102 --json
     """
-    _store(ctx, bootstrap=bootstrap, timeout=timeout)
-    with _admin(ctx) as admin:
+    store(ctx, bootstrap=bootstrap, timeout=timeout)
+    with admin_from_context(ctx) as admin:
         status = admin.cluster_status()
     if as_json:
-        _emit_json({
+        emit_json({
             "cluster_id": status.cluster_id, "controller_id": status.controller_id,
             "controller_epoch": status.controller_epoch, "commit_index": status.commit_index,
             "voters": list(status.voters), "brokers": list(status.brokers),
@@ -292,7 +161,7 @@ def cluster_status_cmd(ctx: click.Context, bootstrap: str, timeout: float, as_js
     for v in status.voters:
         rows.append((str(v.get("id")), str(v.get("address")), str(v.get("peer") or "-"),
                      "controller" if v.get("leader") else "follower"))
-    _table(rows)
+    table(rows)
     click.echo("")
     rows = [("BROKER", "CLIENT ADDRESS", "STATE", "LAST HEARTBEAT")]
     for b in status.brokers:
@@ -300,7 +169,7 @@ def cluster_status_cmd(ctx: click.Context, bootstrap: str, timeout: float, as_js
         rows.append((str(b.get("id")), f"{b.get('host')}:{b.get('port')}",
                      "fenced" if b.get("fenced") else "unfenced",
                      "-" if age is None else f"{age / 1000:.1f} s ago"))
-    _table(rows)
+    table(rows)
 
 
 # ----------------------------------------------------------------------------- topics
@@ -341,7 +210,7 @@ def _print_topic(t: Any) -> None:
     for p in t.partitions:
         rows.append((str(p.partition), "-" if p.leader is None else str(p.leader), str(p.leader_epoch),
                      ",".join(map(str, p.replicas)), "-" if p.preferred_leader is None else str(p.preferred_leader)))
-    _table(rows)
+    table(rows)
     counts: dict[int, int] = {}
     for p in t.partitions:
         if p.preferred_leader is not None:
@@ -358,7 +227,7 @@ def _require_topic(admin: Any, name: str) -> None:
     try:
         admin.describe_topics([name])
     except RaftlogError as exc:
-        if exc.code == "UNKNOWN_TOPIC_OR_PARTITION":
+        if isinstance(exc, UnknownTopicOrPartitionError):
             raise CliFailure(f"unknown topic: {name}") from None
         raise
 
@@ -370,9 +239,9 @@ def _require_topic(admin: Any, name: str) -> None:
               help="Replicas per partition (at most the live brokers).")
 @click.option("--config", "-c", "configs", multiple=True, metavar="KEY=VALUE",
               help="A topic config, e.g. retention_ms=3600000 (repeatable).")
-@_admin_options
+@admin_options
 @click.pass_context
-@_friendly
+@friendly
 def topics_create(ctx: click.Context, name: str, partitions: int, replication_factor: int,
                   configs: tuple[str, ...], bootstrap: str, timeout: float, as_json: bool) -> None:
     """Create topic NAME; the controller places replicas and spreads preferred leaders.
@@ -382,16 +251,16 @@ def topics_create(ctx: click.Context, name: str, partitions: int, replication_fa
       raftlog topics create demo --partitions 6 --replication-factor 3
       raftlog topics create events -p 12 -r 3 -c retention_ms=86400000 -c cleanup_policy=delete
     """
-    _store(ctx, bootstrap=bootstrap, timeout=timeout)
+    store(ctx, bootstrap=bootstrap, timeout=timeout)
     pairs = _parse_pairs(configs, "--config")
-    with _admin(ctx) as admin:
+    with admin_from_context(ctx) as admin:
         topic = admin.create_topic(name, partitions, replication_factor, pairs or None)
         try:
             topic = admin.describe_topics([name])[name]  # with configs and internal flag
         except RaftlogError:
             pass  # created; the first answer is enough to show
     if as_json:
-        _emit_json(_topic_json(topic))
+        emit_json(_topic_json(topic))
         return
     click.echo(f"created topic {name}")
     _print_topic(topic)
@@ -399,9 +268,9 @@ def topics_create(ctx: click.Context, name: str, partitions: int, replication_fa
 
 @topics.command("list")
 @click.option("--internal", is_flag=True, help="Include internal topics (__consumer_offsets).")
-@_admin_options
+@admin_options
 @click.pass_context
-@_friendly
+@friendly
 def topics_list(ctx: click.Context, internal: bool, bootstrap: str, timeout: float, as_json: bool) -> None:
     """List topic names.
 
@@ -410,11 +279,11 @@ def topics_list(ctx: click.Context, internal: bool, bootstrap: str, timeout: flo
       raftlog topics list
       raftlog topics list --internal --json
     """
-    _store(ctx, bootstrap=bootstrap, timeout=timeout)
-    with _admin(ctx) as admin:
+    store(ctx, bootstrap=bootstrap, timeout=timeout)
+    with admin_from_context(ctx) as admin:
         names = admin.list_topics(internal=internal)
     if as_json:
-        _emit_json(names)
+        emit_json(names)
         return
     for name in names:
         click.echo(name)
@@ -423,9 +292,9 @@ def topics_list(ctx: click.Context, internal: bool, bootstrap: str, timeout: flo
 @topics.command("describe")
 @click.argument("names", nargs=-1)
 @click.option("--internal", is_flag=True, help="With no NAME: include internal topics.")
-@_admin_options
+@admin_options
 @click.pass_context
-@_friendly
+@friendly
 def topics_describe(ctx: click.Context, names: tuple[str, ...], internal: bool, bootstrap: str,
                     timeout: float, as_json: bool) -> None:
     """Show partitions, leaders, replicas and preferred leaders of NAMES (default: all).
@@ -435,13 +304,13 @@ def topics_describe(ctx: click.Context, names: tuple[str, ...], internal: bool, 
       raftlog topics describe demo
       raftlog topics describe --json
     """
-    _store(ctx, bootstrap=bootstrap, timeout=timeout)
-    with _admin(ctx) as admin:
+    store(ctx, bootstrap=bootstrap, timeout=timeout)
+    with admin_from_context(ctx) as admin:
         if names:
             try:
                 found = admin.describe_topics(list(names))
             except RaftlogError as exc:
-                if exc.code != "UNKNOWN_TOPIC_OR_PARTITION":
+                if not isinstance(exc, UnknownTopicOrPartitionError):
                     raise
                 known = set(admin.list_topics(internal=True))
                 missing = [n for n in names if n not in known] or list(names)
@@ -451,7 +320,7 @@ def topics_describe(ctx: click.Context, names: tuple[str, ...], internal: bool, 
             found = admin.describe_topics(wanted) if wanted else {}
     ordered = [found[n] for n in (names or sorted(found)) if n in found]
     if as_json:
-        _emit_json({t.name: _topic_json(t) for t in ordered})
+        emit_json({t.name: _topic_json(t) for t in ordered})
         return
     if not ordered:
         click.echo("no topics (create one: raftlog topics create NAME)")
@@ -463,9 +332,9 @@ def topics_describe(ctx: click.Context, names: tuple[str, ...], internal: bool, 
 
 @topics.command("delete")
 @click.argument("name")
-@_admin_options
+@admin_options
 @click.pass_context
-@_friendly
+@friendly
 def topics_delete(ctx: click.Context, name: str, bootstrap: str, timeout: float, as_json: bool) -> None:
     """Delete topic NAME.
 
@@ -473,12 +342,12 @@ def topics_delete(ctx: click.Context, name: str, bootstrap: str, timeout: float,
     Example:
       raftlog topics delete demo
     """
-    _store(ctx, bootstrap=bootstrap, timeout=timeout)
-    with _admin(ctx) as admin:
+    store(ctx, bootstrap=bootstrap, timeout=timeout)
+    with admin_from_context(ctx) as admin:
         _require_topic(admin, name)
         admin.delete_topic(name)
     if as_json:
-        _emit_json({"deleted": name})
+        emit_json({"deleted": name})
     else:
         click.echo(f"deleted topic {name}")
 
@@ -487,9 +356,9 @@ def topics_delete(ctx: click.Context, name: str, bootstrap: str, timeout: float,
 @click.argument("name")
 @click.option("--set", "set_items", multiple=True, metavar="KEY=VALUE", help="Set a config (repeatable).")
 @click.option("--delete", "delete_keys", multiple=True, metavar="KEY", help="Back to the default (repeatable).")
-@_admin_options
+@admin_options
 @click.pass_context
-@_friendly
+@friendly
 def topics_alter(ctx: click.Context, name: str, set_items: tuple[str, ...], delete_keys: tuple[str, ...],
                  bootstrap: str, timeout: float, as_json: bool) -> None:
     """Change topic NAME's configs; prints the configs set explicitly afterwards.
@@ -498,31 +367,23 @@ def topics_alter(ctx: click.Context, name: str, set_items: tuple[str, ...], dele
     Example:
       raftlog topics alter demo --set retention_ms=3600000 --delete segment_bytes
     """
-    _store(ctx, bootstrap=bootstrap, timeout=timeout)
+    store(ctx, bootstrap=bootstrap, timeout=timeout)
     if not set_items and not delete_keys:
         raise CliFailure("nothing to change: give --set KEY=VALUE and/or --delete KEY")
     pairs = _parse_pairs(set_items, "--set")
-    with _admin(ctx) as admin:
+    with admin_from_context(ctx) as admin:
         _require_topic(admin, name)
         configs = admin.alter_configs(name, pairs, list(delete_keys))
     if as_json:
-        _emit_json({"name": name, "configs": configs})
+        emit_json({"name": name, "configs": configs})
         return
     click.echo(f"altered topic {name}; configs now: " +
                (", ".join(f"{k}={v}" for k, v in sorted(configs.items())) or "(defaults)"))
 
 
-# Record and group commands live in their own modules; they import nothing from this one at
-# import time (nodes run as `python -m raftlog.cli`, so that would be circular).
-from raftlog import cli_groups as _cli_groups  # noqa: E402
-from raftlog import cli_partitions as _cli_partitions  # noqa: E402
-from raftlog import cli_records as _cli_records  # noqa: E402
 
-main.add_command(_cli_records.produce_cmd)
-main.add_command(_cli_records.consume_cmd)
-main.add_command(_cli_records.perf)
-main.add_command(_cli_groups.groups)
-main.add_command(_cli_partitions.partitions)
-
-if __name__ == "__main__":
-    main()
+main.add_command(_records.produce_cmd)
+main.add_command(_records.consume_cmd)
+main.add_command(_records.perf)
+main.add_command(_groups.groups)
+main.add_command(_partitions.partitions)

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from groupcoord.assignor import (
+from raftlog.client.assignor import (
     ASSIGNORS,
     Assignment,
     Subscription,
@@ -19,7 +19,7 @@ from groupcoord.assignor import (
     roundrobin_assign,
     sticky_assign,
 )
-from groupcoord.errors import InvalidGroupRecordError
+from raftlog.base.errors import CorruptMessageError
 
 TOPICS = {"t0": 3, "t1": 3}
 
@@ -58,7 +58,7 @@ def test_subscription_and_assignment_round_trip():
     ],
 )
 def test_subscription_decode_is_strict(obj):
-    with pytest.raises(InvalidGroupRecordError):
+    with pytest.raises(CorruptMessageError):
         decode_subscription(cbor2.dumps(obj, canonical=True))
 
 

@@ -7,46 +7,32 @@ of replicas is flagged needs_catch_up (partition/raft.py "Damaged storage"), lik
 It sends `recover_partition {topic, partition, unclean: true}` (PROTOCOL.md) straight to
 broker N's client listener (the op is about that broker's own replica, so it is never routed
 or retried elsewhere), found through `cluster_status`. Without `--unclean` it refuses before
-contacting anybody. Registered on the root group at the end of raftlog/cli.py; like
-cli_groups.py nothing of raftlog.cli is imported at module level.
+contacting anybody. Registered on the root group by raftlog/cli/main.py.
 """
 
 from __future__ import annotations
 
-import functools
-import json
 import socket
 import time
-from typing import Any, Callable
+from typing import Any
 
 import click
 
+from raftlog.cli.common import DEFAULT_BOOTSTRAP, CliFailure, connect, emit_json, friendly
+
 __all__ = ["partitions", "recover_partition"]
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"  # = raftlog.cli.DEFAULT_BOOTSTRAP
 MAX_RESPONSE_FRAME_BYTES = 1 << 20  # the answer is {} or an error: small
 _RISK = "records acknowledged but missing from that replica's log are lost for good"
-
-
-def _friendly(fn: Callable) -> Callable:
-    """raftlog.cli's `_friendly`, looked up when the command runs."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from raftlog import cli
-
-        return cli._friendly(fn)(*args, **kwargs)
-
-    return wrapper
 
 
 def recover_partition(address: str, topic: str, partition: int, *, timeout_s: float) -> dict[str, Any]:
     """Send one `recover_partition` (unclean: true) to the node at `address` over a fresh
     socket, without retry (a second try would only be refused as "not flagged"). Returns the
     ok fields. Raises the node's RaftlogError, OSError (unreachable, closed), or
-    RequestTimedOut (no answer in `timeout_s`: the flag may or may not be cleared)."""
-    from raftlog.errors import RequestTimedOut
-    from raftlog.protocol import FrameDecoder, encode_frame, parse_response
+    RequestTimedOutError (no answer in `timeout_s`: the flag may or may not be cleared)."""
+    from raftlog.base.errors import RequestTimedOutError
+    from raftlog.base.protocol import FrameDecoder, encode_frame, parse_response
 
     host, _, port = address.rpartition(":")
     frame = encode_frame({"v": 1, "id": 1, "op": "recover_partition", "topic": topic,
@@ -58,12 +44,12 @@ def recover_partition(address: str, topic: str, partition: int, *, timeout_s: fl
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise RequestTimedOut(f"no answer from {address} in {timeout_s} s")
+                raise RequestTimedOutError(f"no answer from {address} in {timeout_s} s")
             sock.settimeout(left)
             try:
                 data = sock.recv(1 << 16)
             except TimeoutError:
-                raise RequestTimedOut(f"no answer from {address} in {timeout_s} s") from None
+                raise RequestTimedOutError(f"no answer from {address} in {timeout_s} s") from None
             if not data:
                 raise ConnectionError(f"{address} closed the connection without answering")
             decoder.feed(data)
@@ -92,7 +78,7 @@ def partitions() -> None:
               help="Seconds to wait for an answer.")
 @click.option("--bootstrap", envvar="RAFTLOG_BOOTSTRAP", default=DEFAULT_BOOTSTRAP, show_default=True,
               help="host:port[,host:port...] of any node (env RAFTLOG_BOOTSTRAP).")
-@_friendly
+@friendly
 def partitions_recover(topic: str, partition: int, broker_id: int, unclean: bool, as_json: bool,
                        timeout: float, bootstrap: str) -> None:
     """Unclean recovery: clear broker N's replica's needs_catch_up flag on TOPIC PARTITION
@@ -112,15 +98,13 @@ def partitions_recover(topic: str, partition: int, broker_id: int, unclean: bool
       raftlog partitions recover events 3 --broker 2 --unclean
       raftlog topics describe events            # a leader appears within a few seconds
     """
-    from raftlog.cli import CliFailure, _bootstrap_list, _probe
     from raftlog.client import Admin
 
     name = f"{topic}-{partition}"
     if not unclean:
         raise CliFailure(f"refusing to recover {name} without --unclean: records acknowledged but missing "
                          f"from broker {broker_id}'s replica are lost for good")
-    addresses = _bootstrap_list(bootstrap)
-    _probe(addresses)
+    addresses = connect(bootstrap)
     with Admin(addresses, request_timeout_ms=int(timeout * 1000)) as admin:
         status = admin.cluster_status()
     found = [b for b in status.brokers if b.get("id") == broker_id]
@@ -133,11 +117,7 @@ def partitions_recover(topic: str, partition: int, broker_id: int, unclean: bool
     except OSError as exc:
         raise CliFailure(f"broker {broker_id} at {address} is not reachable: {exc}") from None
     if as_json:
-        _emit({"topic": topic, "partition": partition, "broker": broker_id, "recovered": True})
+        emit_json({"topic": topic, "partition": partition, "broker": broker_id, "recovered": True})
         return
     click.echo(f"cleared needs_catch_up on broker {broker_id}'s replica of {name}; it is running "
                f"for leader (check: raftlog topics describe {topic})")
-
-
-def _emit(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))

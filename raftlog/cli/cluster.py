@@ -35,8 +35,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final, TextIO
 
-from raftlog.config import HostPort, Listeners, NodeConfig, config_to_toml, load_config, new_cluster_id
-from raftlog.errors import ConfigError
+from raftlog.node.config import HostPort, Listeners, NodeConfig, config_to_toml, load_config, new_cluster_id
+from raftlog.base.errors import ConfigError
 
 __all__ = [
     "DEFAULT_BASE_PORT",
@@ -419,8 +419,8 @@ def cluster_up(
 def _wait_ready(processes: Mapping[int, NodeProcess], bootstrap: list[str], nodes: int,
                 status: Callable[[list[str]], Any], timeout_s: float, stop: threading.Event,
                 out: TextIO) -> Any:
-    from raftlog.errors import RaftlogError
-    from raftlog.client.errors import NoBrokerAvailable
+    from raftlog.base.errors import RaftlogError
+    from raftlog.client.errors import NoBrokerAvailableError
 
     deadline = time.monotonic() + timeout_s
     last = None
@@ -433,7 +433,7 @@ def _wait_ready(processes: Mapping[int, NodeProcess], bootstrap: list[str], node
                 return None
         try:
             last = status(bootstrap)
-        except (RaftlogError, NoBrokerAvailable, OSError):
+        except (RaftlogError, NoBrokerAvailableError, OSError):
             last = None
         if last is not None and last.controller_id is not None and sum(
             1 for b in last.brokers if not b.get("fenced", True)

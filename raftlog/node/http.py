@@ -21,10 +21,10 @@ from typing import Any, Final, NoReturn
 
 import trio
 
-from raftlog.eventlog import log_event
-from raftlog.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from raftlog.metrics import MetricsRegistry
-from raftlog.server import close_gracefully
+from raftlog.base.eventlog import log_event
+from raftlog.base.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from raftlog.base.metrics import MetricsRegistry
+from raftlog.node.server import close_gracefully
 
 __all__ = ["serve_http", "parse_request_head", "MAX_HEAD_BYTES"]
 

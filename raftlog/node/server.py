@@ -1,5 +1,5 @@
 """The trio listener for the native protocol: accepts connections, decodes frames with
-`raftlog.protocol`, runs one task per request through the op's handler, writes responses.
+`raftlog.base.protocol`, runs one task per request through the op's handler, writes responses.
 
 It parses and routes; it decides nothing. Handlers (one per op) are protocol-neutral async
 functions `handler(Request) -> ok fields | None`; they raise `RaftlogError` for an error
@@ -39,17 +39,24 @@ from typing import Any, Final, NoReturn
 import cbor2
 import trio
 
-from raftlog.errors import (
-    InvalidRequest,
-    as_wire_error,
-    MessageTooLarge,
+from raftlog.base.errors import (
+
+    InvalidRequestError,
+
+    MessageTooLargeError,
+
     RaftlogError,
-    RequestTimedOut,
+
+    RequestTimedOutError,
+
     UnknownServerError,
+
+    as_wire_error,
+
 )
-from raftlog.eventlog import log_event
-from raftlog.metrics import MetricsRegistry
-from raftlog.protocol import (
+from raftlog.base.eventlog import log_event
+from raftlog.base.metrics import MetricsRegistry
+from raftlog.base.protocol import (
     FrameDecoder,
     Request,
     encode_frame,
@@ -131,7 +138,7 @@ class _Listener:
         request_id = response["id"]
         try:
             return encode_frame(response, max_frame_bytes=self.max_frame_bytes)
-        except MessageTooLarge as exc:
+        except MessageTooLargeError as exc:
             return encode_frame(error_response(request_id, exc))
         except (cbor2.CBOREncodeError, TypeError, ValueError) as exc:
             log_event(
@@ -191,7 +198,7 @@ class _Connection:
             while True:
                 try:
                     frame = decoder.next_frame()
-                except (MessageTooLarge, InvalidRequest) as exc:
+                except (MessageTooLargeError, InvalidRequestError) as exc:
                     self.listener.frame_errors_total.labels(
                         listener=self.listener.name, code=exc.code
                     ).inc()
@@ -217,22 +224,22 @@ class _Connection:
             request = parse_request(frame)
             handler = listener.handlers.get(request.op)
             if handler is None:
-                raise InvalidRequest(
+                raise InvalidRequestError(
                     f"unknown op {request.op!r:.60} on the {listener.name} listener",
                     field="op", request_id=request.id,
                 )  # fmt: skip
             timeout_ms = request.fields.get("timeout_ms")
             if timeout_ms is not None and (type(timeout_ms) is not int or timeout_ms < 0):
-                raise InvalidRequest(
+                raise InvalidRequestError(
                     "field 'timeout_ms' must be a non-negative integer",
                     field="timeout_ms", request_id=request.id,
                 )  # fmt: skip
             if request.id in self.in_flight_ids:
-                raise InvalidRequest(
+                raise InvalidRequestError(
                     f"request id {request.id} is already in flight on this connection",
                     field="id", request_id=request.id,
                 )  # fmt: skip
-        except InvalidRequest as exc:
+        except InvalidRequestError as exc:
             listener.requests_total.labels(
                 listener=listener.name, op=listener.op_label(frame.get("op")), code=exc.code
             ).inc()
@@ -279,7 +286,7 @@ class _Connection:
                 return None
             return ok_response(request.id, **result)
         except trio.TooSlowError:
-            error: RaftlogError = RequestTimedOut(
+            error: RaftlogError = RequestTimedOutError(
                 f"no answer to {request.op} within {deadline_ms} ms; it may still take effect"
             )
         except Exception as exc:  # a handler bug answers one request, not the connection

@@ -9,7 +9,7 @@ fetch from leaders, all through one `PeerPool` per node:
     fields = await pool.call("127.0.0.1:9093", "broker_heartbeat", {...}, timeout_s=2.0)
 
 Framing is PROTOCOL.md's (u32 length + canonical CBOR map); the peer listener is a plain
-`raftlog.server.serve()`. The raftlog/client/aio.py network is tied to the client core's
+`raftlog.node.server.serve()`. The raftlog/client/aio.py network is tied to the client core's
 broker ids and metadata, so it is not reused here; this is the small address-keyed twin.
 
 Invariants and limits:
@@ -19,8 +19,8 @@ Invariants and limits:
 * At most `max_addresses` addresses are tracked; idle ones are forgotten first.
 * A failed connect puts the address in backoff (doubling from `backoff_initial_s` up to
   `backoff_max_s`, reset on success); calls during backoff fail at once with
-  PeerUnavailable, so callers' retry loops do not hammer a dead peer.
-* Error semantics: PeerUnavailable = nothing was sent (definite); RequestTimedOut = sent
+  PeerUnavailableError, so callers' retry loops do not hammer a dead peer.
+* Error semantics: PeerUnavailableError = nothing was sent (definite); RequestTimedOutError = sent
   (or maybe sent) and no answer within `timeout_s` or the connection broke: the outcome is
   unknown; any other RaftlogError = the peer's error response (error_from_wire).
 * `dial_overrides` ({address: address to dial}, config key `dial_overrides`): the link keeps
@@ -41,9 +41,19 @@ from typing import Any, Final
 
 import trio
 
-from raftlog.errors import InvalidRequest, PeerUnavailable, RaftlogError, RequestTimedOut
-from raftlog.eventlog import log_event
-from raftlog.protocol import (
+from raftlog.base.errors import (
+
+    InvalidRequestError,
+
+    PeerUnavailableError,
+
+    RaftlogError,
+
+    RequestTimedOutError,
+
+)
+from raftlog.base.eventlog import log_event
+from raftlog.base.protocol import (
     PEER_MAX_FRAME_BYTES,
     PROTOCOL_VERSION,
     FrameDecoder,
@@ -119,7 +129,7 @@ class PeerPool:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Own the reader tasks until cancelled; then close every connection (pending calls
-        end with RequestTimedOut)."""
+        end with RequestTimedOutError)."""
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
@@ -150,13 +160,13 @@ class PeerPool:
         """Send `op` with `fields` to the peer listener at `address` ("host:port"); return
         the ok response's fields (without `id`/`ok`).
 
-        Raises PeerUnavailable (not sent: no connection, or in backoff), RequestTimedOut (no
+        Raises PeerUnavailableError (not sent: no connection, or in backoff), RequestTimedOutError (no
         answer within `timeout_s`, or the connection broke after sending: unknown outcome),
-        the peer's RaftlogError (its error response), MessageTooLarge (the request frame is
+        the peer's RaftlogError (its error response), MessageTooLargeError (the request frame is
         over max_frame_bytes; not sent).
         """
         if self._nursery is None:
-            raise PeerUnavailable("the peer pool is not running", address=address)
+            raise PeerUnavailableError("the peer pool is not running", address=address)
         deadline = trio.current_time() + max(0.0, timeout_s)
         link = self._link(address)
         link.last_used = trio.current_time()
@@ -164,7 +174,7 @@ class PeerPool:
             async with link.slots:
                 return await self._call_on(link, op, fields, deadline)
         assert scope.cancelled_caught
-        raise RequestTimedOut(f"{op} to {address}: no answer within {timeout_s:.3g} s")
+        raise RequestTimedOutError(f"{op} to {address}: no answer within {timeout_s:.3g} s")
 
     async def _call_on(
         self, link: _Link, op: str, fields: Mapping[str, Any], deadline: float
@@ -181,8 +191,8 @@ class PeerPool:
                 try:
                     await stream.send_all(frame)
                     sending = False
-                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                    raise RequestTimedOut(
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    raise RequestTimedOutError(
                         f"{op} to {link.address}: connection lost while sending; outcome unknown"
                     ) from None
                 finally:
@@ -207,7 +217,7 @@ class PeerPool:
                 return link.stream
             now = trio.current_time()
             if now < link.retry_at:
-                raise PeerUnavailable(
+                raise PeerUnavailableError(
                     f"{link.address}: reconnect backoff ({link.retry_at - now:.2f} s left, "
                     f"{link.failures} failed attempt(s))",
                     address=link.address,
@@ -224,7 +234,7 @@ class PeerPool:
                     logger, "peer_connect_failed", level=logging.DEBUG,
                     address=link.address, failures=link.failures, reason=str(exc) or type(exc).__name__,
                 )  # fmt: skip
-                raise PeerUnavailable(f"{link.address}: cannot connect ({exc or 'timeout'})",
+                raise PeerUnavailableError(f"{link.address}: cannot connect ({exc or 'timeout'})",
                                       address=link.address) from None
             link.failures = 0
             link.retry_at = -math.inf
@@ -256,7 +266,7 @@ class PeerPool:
                     waiter.event.set()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             reason = f"receive failed: {type(exc).__name__}"
-        except InvalidRequest as exc:  # an undecodable or malformed response frame
+        except InvalidRequestError as exc:  # an undecodable or malformed response frame
             reason = f"bad response: {exc.message}"
         finally:
             if link.generation == generation:
@@ -276,7 +286,7 @@ class PeerPool:
         link.generation += 1
         for waiter in link.pending.values():
             if not waiter.event.is_set():
-                waiter.error = RequestTimedOut(
+                waiter.error = RequestTimedOutError(
                     f"connection to {link.address} lost ({reason}); outcome unknown"
                 )
                 waiter.event.set()
@@ -291,7 +301,7 @@ class PeerPool:
         if len(self._links) >= self.max_addresses:
             idle = sorted((l for l in self._links.values() if l.idle), key=lambda l: l.last_used)
             if not idle:
-                raise PeerUnavailable(
+                raise PeerUnavailableError(
                     f"more than {self.max_addresses} peer addresses in use", address=address
                 )
             victim = idle[0]
@@ -305,7 +315,7 @@ class PeerPool:
 def _split(address: str) -> tuple[str, int]:
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit():
-        raise PeerUnavailable(f"bad peer address {address!r}, want host:port", address=address)
+        raise PeerUnavailableError(f"bad peer address {address!r}, want host:port", address=address)
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     return host, int(port)

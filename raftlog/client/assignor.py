@@ -8,7 +8,7 @@ bytes are canonical CBOR (our native protocol does not need Kafka's ConsumerProt
                    "generation": int, "user_data"?: bytes}
     assignment    {"v": 1, "partitions": [[topic, partition]], "user_data"?: bytes}
 
-Lists are sorted, so equal values have equal bytes. Decoding is strict (InvalidGroupRecordError).
+Lists are sorted, so equal values have equal bytes. Decoding is strict (CorruptMessageError).
 
 Every assignor has the signature
     assign(partitions_per_topic: {topic: count}, subscriptions: {member_id: Subscription})
@@ -36,10 +36,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import cbor2
 
-from groupcoord.errors import InvalidGroupRecordError
-from groupcoord.records import MAX_TOPIC_CHARS, loads_strict
+from raftlog.base import cbor
+from raftlog.base.errors import CorruptMessageError
+from raftlog.base.topics import MAX_TOPIC_NAME_CHARS
 
 VERSION = 1
 MAX_SUBSCRIPTION_BYTES = 1024 * 1024
@@ -68,8 +68,8 @@ class Assignment:
 # --- encodings --------------------------------------------------------------------------
 
 
-def _fail(what: str, why: str) -> InvalidGroupRecordError:
-    return InvalidGroupRecordError(f"{what}: {why}")
+def _fail(what: str, why: str) -> CorruptMessageError:
+    return CorruptMessageError(f"{what}: {why}")
 
 
 def _tps(what: str, value: Any) -> tuple[TopicPartition, ...]:
@@ -78,7 +78,7 @@ def _tps(what: str, value: Any) -> tuple[TopicPartition, ...]:
     out = []
     for item in value:
         if (not isinstance(item, list) or len(item) != 2 or type(item[0]) is not str
-                or not 1 <= len(item[0]) <= MAX_TOPIC_CHARS or type(item[1]) is not int
+                or not 1 <= len(item[0]) <= MAX_TOPIC_NAME_CHARS or type(item[1]) is not int
                 or not 0 <= item[1] < 2**31):
             raise _fail(what, f"bad [topic, partition] {item!r}")
         out.append((item[0], item[1]))
@@ -88,7 +88,7 @@ def _tps(what: str, value: Any) -> tuple[TopicPartition, ...]:
 
 
 def _body(what: str, data: bytes, required: set[str], optional: set[str]) -> dict[str, Any]:
-    obj = loads_strict(data, what, MAX_SUBSCRIPTION_BYTES)
+    obj = cbor.loads(data, what=what, max_bytes=MAX_SUBSCRIPTION_BYTES, error=CorruptMessageError, canonical=True)
     if not isinstance(obj, dict):
         raise _fail(what, "expected a map")
     if type(obj.get("v")) is not int or obj["v"] != VERSION:
@@ -110,14 +110,14 @@ def encode_subscription(s: Subscription) -> bytes:
     }
     if s.user_data is not None:
         obj["user_data"] = s.user_data
-    return cbor2.dumps(obj, canonical=True)
+    return cbor.dumps(obj)
 
 
 def decode_subscription(data: bytes, group_instance_id: str | None = None) -> Subscription:
     obj = _body("subscription", data, {"topics", "owned_partitions", "generation"}, {"user_data"})
     topics = obj["topics"]
     if (not isinstance(topics, list) or len(topics) > MAX_TOPICS
-            or any(type(t) is not str or not 1 <= len(t) <= MAX_TOPIC_CHARS for t in topics)
+            or any(type(t) is not str or not 1 <= len(t) <= MAX_TOPIC_NAME_CHARS for t in topics)
             or len(set(topics)) != len(topics)):
         raise _fail("subscription.topics", "expected an array of distinct topic names")
     if type(obj["generation"]) is not int or not -1 <= obj["generation"] < 2**31:
@@ -130,7 +130,7 @@ def encode_assignment(a: Assignment) -> bytes:
     obj: dict[str, Any] = {"v": VERSION, "partitions": [[t, p] for t, p in sorted(set(a.partitions))]}
     if a.user_data is not None:
         obj["user_data"] = a.user_data
-    return cbor2.dumps(obj, canonical=True)
+    return cbor.dumps(obj)
 
 
 def decode_assignment(data: bytes) -> Assignment:
@@ -308,7 +308,7 @@ def assign(name: str, partitions_per_topic: Mapping[str, int], member_metadata: 
     """What a group leader runs: decode the members' subscriptions ({member_id:
     (group_instance_id, subscription bytes)} from its JoinGroup answer), assign with the
     assignor `name`, and encode each member's assignment for SyncGroup. Raises KeyError for an
-    unknown assignor, InvalidGroupRecordError for a bad subscription."""
+    unknown assignor, CorruptMessageError for a bad subscription."""
     subs = {m: decode_subscription(blob, inst) for m, (inst, blob) in member_metadata.items()}
     result = ASSIGNORS[name](partitions_per_topic, subs)
     return {m: encode_assignment(Assignment(tuple(tps))) for m, tps in result.items()}

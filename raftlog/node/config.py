@@ -63,8 +63,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
-from raftlog.errors import ConfigError
-from raftlog.protocol import DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_BYTES_LIMIT, PEER_MAX_FRAME_BYTES
+from raftlog.base.errors import ConfigError
+from raftlog.base.protocol import DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_BYTES_LIMIT, PEER_MAX_FRAME_BYTES
 
 __all__ = [
     "HostPort",

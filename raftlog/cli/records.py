@@ -5,7 +5,7 @@ the terminal, like kafka-console-producer / kcat -C and Kafka's perf tests.
     raftlog consume demo --from-beginning --format kv --max-messages 2
     raftlog perf produce --topic bench --records 1000000 --record-bytes 100
 
-Commands are registered on the root group at the end of `raftlog/cli.py`. Rules kept here:
+Commands are registered on the root group by raftlog/cli/main.py. Rules kept here:
 * stdout carries records only (consume) and nothing at all for produce; summaries,
   progress and notices go to stderr, so pipes stay clean.
 * A topic is checked up front (the producer would wait max_block_ms for an unknown one):
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import base64
 import difflib
-import functools
 import json
 import os
 import signal
@@ -31,60 +30,14 @@ from typing import Any, BinaryIO, Callable, Iterator
 
 import click
 
-from raftlog.errors import RaftlogError
+from raftlog.base.errors import RaftlogError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from raftlog.cli.common import CliFailure, connect, connection_options, friendly
 
 __all__ = ["produce_cmd", "consume_cmd", "perf"]
 
 AUTO_CREATE_PARTITIONS = 3
 AUTO_CREATE_MAX_RF = 3
 _COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
-# raftlog.cli imports this module at its end to register the commands, so nothing of it is
-# imported here at module level (under `python -m raftlog.cli` that would be circular).
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"  # = raftlog.cli.DEFAULT_BOOTSTRAP
-
-
-class CliFailure(Exception):
-    """Raised here, turned into raftlog.cli.CliFailure (one line, exit code) by `_friendly`."""
-
-    def __init__(self, message: str, exit_code: int = 1):
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
-def _friendly(fn: Callable) -> Callable:
-    """raftlog.cli's `_friendly` (one line per expected failure, traceback with --debug),
-    looked up when the command runs."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from raftlog import cli
-
-        def run() -> Any:
-            try:
-                return fn(*args, **kwargs)
-            except CliFailure as exc:
-                raise cli.CliFailure(str(exc), exc.exit_code) from None
-
-        return cli._friendly(run)()
-
-    return wrapper
-
-
-def _connect(bootstrap: str) -> list[str]:
-    from raftlog.cli import _bootstrap_list, _probe
-
-    addresses = _bootstrap_list(bootstrap)
-    _probe(addresses)
-    return addresses
-
-
-def _connection_options(fn: Callable) -> Callable:
-    fn = click.option("--timeout", type=click.FloatRange(0.5, 600), default=15.0, show_default=True,
-                      help="Seconds to wait for the cluster's answers (metadata, acks at the end).")(fn)
-    fn = click.option("--bootstrap", envvar="RAFTLOG_BOOTSTRAP", default=DEFAULT_BOOTSTRAP,
-                      show_default=True,
-                      help="host:port[,host:port...] of any node (env RAFTLOG_BOOTSTRAP).")(fn)
-    return fn
 
 
 def _near_names(admin: Any, name: str) -> str:
@@ -106,7 +59,7 @@ def _describe(admin: Any, topic: str) -> Any | None:
     try:
         return admin.describe_topics([topic])[topic]
     except RaftlogError as exc:
-        if exc.code == "UNKNOWN_TOPIC_OR_PARTITION":
+        if isinstance(exc, UnknownTopicOrPartitionError):
             return None
         raise
 
@@ -127,7 +80,7 @@ def _auto_create(admin: Any, topic: str) -> Any:
         click.echo(f"raftlog: created topic {topic} ({AUTO_CREATE_PARTITIONS} partitions, "
                    f"replication factor {rf}); create it yourself for other settings", err=True)
     except RaftlogError as exc:
-        if exc.code != "TOPIC_ALREADY_EXISTS":  # someone else made it meanwhile: fine
+        if not isinstance(exc, TopicAlreadyExistsError):  # someone else made it meanwhile: fine
             raise
     deadline = time.monotonic() + 10
     while True:
@@ -182,9 +135,9 @@ def _lines(stream: BinaryIO, on_bytes: Callable[[int], None] | None) -> Iterator
 @click.option("--compression", type=click.Choice(_COMPRESSIONS), default="none", show_default=True)
 @click.option("--create/--no-create", default=True, show_default=True,
               help=f"Create a missing topic ({AUTO_CREATE_PARTITIONS} partitions, RF min(3, brokers)).")
-@_connection_options
+@connection_options
 @click.pass_context
-@_friendly
+@friendly
 def produce_cmd(ctx: click.Context, topic: str, file_path: str | None, key_separator: str | None,
                 headers: tuple[str, ...], partition: int | None, acks: str, linger_ms: int,
                 batch_bytes: int | None, compression: str, create: bool, bootstrap: str,
@@ -206,7 +159,7 @@ def produce_cmd(ctx: click.Context, topic: str, file_path: str | None, key_separ
     if sep == b"":
         raise click.BadParameter("must not be empty", param_hint="--key-separator")
     hdrs = _parse_headers(headers)
-    addresses = _connect(bootstrap)
+    addresses = connect(bootstrap)
     timeout_ms = int(timeout * 1000)
     with Admin(addresses, request_timeout_ms=timeout_ms) as admin:
         info = _describe(admin, topic)
@@ -355,9 +308,9 @@ class _Stop(Exception):
 @click.option("--format", "fmt", type=click.Choice(["text", "kv", "json"]), default="text", show_default=True,
               help="text: the value; kv: key, separator, value; json: one object per record.")
 @click.option("--separator", default="\t", show_default="TAB", help="Between key and value with --format kv.")
-@_connection_options
+@connection_options
 @click.pass_context
-@_friendly
+@friendly
 def consume_cmd(ctx: click.Context, topic: str, from_beginning: bool, partition: int | None,
                 offset_text: str | None, group: str | None, max_messages: int | None,
                 timeout_ms: int | None, fmt: str, separator: str, bootstrap: str, timeout: float) -> None:
@@ -381,7 +334,7 @@ def consume_cmd(ctx: click.Context, topic: str, from_beginning: bool, partition:
     if group is not None and (partition is not None or offset is not None):
         raise click.UsageError("--group reads the partitions the group assigns from its committed "
                                "offsets: leave out --partition/--offset")
-    addresses = _connect(bootstrap)
+    addresses = connect(bootstrap)
     with Admin(addresses, request_timeout_ms=int(timeout * 1000)) as admin:
         info = _require_topic(admin, topic)
     count = len(info.partitions)
@@ -473,9 +426,9 @@ def _progress(line: str) -> None:
               help="Records each producer sends and waits for before the timed run (not counted).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
-@_connection_options
+@connection_options
 @click.pass_context
-@_friendly
+@friendly
 def perf_produce(ctx: click.Context, topic: str, records: int, record_bytes: int, acks: str,
                  batch_bytes: int | None, linger_ms: int, compression: str, throughput: float,
                  producers: int, warmup_records: int, as_json: bool, quiet: bool, bootstrap: str,
@@ -490,9 +443,9 @@ def perf_produce(ctx: click.Context, topic: str, records: int, record_bytes: int
       raftlog perf produce -t bench -n 500000 --throughput 100000 --warmup-records 10000
     """
     from raftlog.client import Admin
-    from raftlog.perf import format_produce, produce_perf, summarize_produce
+    from raftlog.cli.perf import format_produce, produce_perf, summarize_produce
 
-    addresses = _connect(bootstrap)
+    addresses = connect(bootstrap)
     with Admin(addresses, request_timeout_ms=int(timeout * 1000)) as admin:
         _require_topic(admin, topic)
     try:
@@ -518,9 +471,9 @@ def perf_produce(ctx: click.Context, topic: str, records: int, record_bytes: int
               help="Give up after this many seconds with no record.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
-@_connection_options
+@connection_options
 @click.pass_context
-@_friendly
+@friendly
 def perf_consume(ctx: click.Context, topic: str, records: int, idle_timeout: float, as_json: bool,
                  quiet: bool, bootstrap: str, timeout: float) -> None:
     """Read RECORDS records of every partition from the beginning; report records/s, MB/s
@@ -531,9 +484,9 @@ def perf_consume(ctx: click.Context, topic: str, records: int, idle_timeout: flo
       raftlog perf consume --topic bench --records 1000000
     """
     from raftlog.client import Admin
-    from raftlog.perf import format_consume, run_consumer, summarize_consume
+    from raftlog.cli.perf import format_consume, run_consumer, summarize_consume
 
-    addresses = _connect(bootstrap)
+    addresses = connect(bootstrap)
     with Admin(addresses, request_timeout_ms=int(timeout * 1000)) as admin:
         _require_topic(admin, topic)
     result = run_consumer(",".join(addresses), topic, records, timeout_s=idle_timeout,

@@ -20,16 +20,20 @@ Invariants:
 
 from __future__ import annotations
 
-import io
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final
 
-import cbor2
-
-from raftlog.errors import InvalidRequest, MessageTooLarge, RaftlogError, error_from_wire
+from raftlog.base import cbor
+from raftlog.base.cbor import MAX_NESTING_DEPTH
+from raftlog.base.errors import (
+    InvalidRequestError,
+    MessageTooLargeError,
+    RaftlogError,
+    error_from_wire,
+)
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -54,43 +58,21 @@ DEFAULT_MAX_FRAME_BYTES: Final = 64 << 20  # client listener
 PEER_MAX_FRAME_BYTES: Final = 128 << 20  # peer listener (replica fetches carry many partitions)
 FRAME_HEADER_BYTES: Final = 4
 MAX_FRAME_BYTES_LIMIT: Final = (1 << 32) - 1  # what a u32 length can say
-MAX_NESTING_DEPTH: Final = 32  # our deepest message is ~4 levels; 32 leaves room, bounds recursion
 MAX_REQUEST_ID: Final = (1 << 63) - 1
 
 _HEADER = struct.Struct(">I")
 
-# The tags cbor2 decodes itself (probed on cbor2 6.2: datetime, bignum, decimal, bigfloat,
-# string refs, shared refs, rational, regex, MIME, UUID, IP addresses, sets, self-describe...).
-# Every one is overridden to fail; any other tag reaches `_refuse_tag` through `tag_hook`.
-_BUILTIN_TAGS: Final = (
-    0, 1, 2, 3, 4, 5, 25, 28, 29, 30, 35, 36, 37, 52, 54, 100, 256, 258, 260, 261, 1004,
-    43000, 55799,
-)  # fmt: skip
-
-
-class _TagRefused(ValueError):
-    """Raised inside cbor2 for any tag; cbor2 wraps it into CBORDecodeError."""
-
-
-def _refuse_tag(*args: Any) -> Any:
-    raise _TagRefused("CBOR tags are not allowed")
-
-
-_SEMANTIC_DECODERS: Final = {tag: _refuse_tag for tag in _BUILTIN_TAGS}
-_DECODE_ERRORS: Final = (cbor2.CBORError, ValueError, TypeError, OverflowError, RecursionError)
-
-
 def encode_frame(message: Mapping[str, Any], *, max_frame_bytes: int | None = None) -> bytes:
     """Return the frame for `message`: u32 big-endian length + canonical CBOR.
 
-    Raises MessageTooLarge when the CBOR is over `max_frame_bytes` (or over what a u32 can
+    Raises MessageTooLargeError when the CBOR is over `max_frame_bytes` (or over what a u32 can
     say), and TypeError/ValueError (from cbor2) when the message holds something CBOR cannot
     encode.
     """
-    body = cbor2.dumps(dict(message), canonical=True)
+    body = cbor.dumps(dict(message))
     limit = MAX_FRAME_BYTES_LIMIT if max_frame_bytes is None else max_frame_bytes
     if len(body) > limit:
-        raise MessageTooLarge(f"frame of {len(body)} bytes is over the limit of {limit} bytes")
+        raise MessageTooLargeError(f"frame of {len(body)} bytes is over the limit of {limit} bytes")
     return _HEADER.pack(len(body)) + body
 
 
@@ -98,39 +80,24 @@ def _check_plain(value: Any, depth: int = 0) -> None:
     # cbor2 already refuses tags and non-string keys; this catches simple values (undefined,
     # simple(n)) and anything a future cbor2 might decode natively.
     if depth > MAX_NESTING_DEPTH:
-        raise InvalidRequest("CBOR nesting too deep")
+        raise InvalidRequestError("CBOR nesting too deep")
     kind = type(value)
     if kind is dict:
         for key, item in value.items():
             if type(key) is not str:
-                raise InvalidRequest("CBOR map keys must be text strings")
+                raise InvalidRequestError("CBOR map keys must be text strings")
             _check_plain(item, depth + 1)
     elif kind is list:
         for item in value:
             _check_plain(item, depth + 1)
     elif kind not in (str, bytes, int, float, bool) and value is not None:
-        raise InvalidRequest(f"CBOR value of type {kind.__name__} is not allowed")
+        raise InvalidRequestError(f"CBOR value of type {kind.__name__} is not allowed")
 
 
 def _decode_body(body: bytes) -> dict[str, Any]:
-    stream = io.BytesIO(body)
-    try:
-        decoder = cbor2.CBORDecoder(
-            stream,
-            tag_hook=_refuse_tag,
-            semantic_decoders=_SEMANTIC_DECODERS,
-            max_depth=MAX_NESTING_DEPTH,
-            allow_indefinite=False,
-            allow_duplicate_keys=False,
-            strict_hashable_types=True,
-        )
-        value = decoder.decode()
-    except _DECODE_ERRORS as exc:
-        raise InvalidRequest(f"malformed CBOR: {exc}") from None
-    if stream.tell() != len(body):
-        raise InvalidRequest(f"{len(body) - stream.tell()} trailing bytes after the CBOR item")
+    value = cbor.loads(body, what="frame", max_bytes=len(body), error=InvalidRequestError)
     if type(value) is not dict:
-        raise InvalidRequest(f"frame holds a CBOR {type(value).__name__}, not a map")
+        raise InvalidRequestError(f"frame holds a CBOR {type(value).__name__}, not a map")
     _check_plain(value)
     return value
 
@@ -148,7 +115,7 @@ class FrameDecoder:
         self.max_frame_bytes = max_frame_bytes
         self._buffer = bytearray()
         self._start = 0  # consumed prefix of _buffer; compacted lazily to keep feeds O(n)
-        self._poisoned: MessageTooLarge | None = None
+        self._poisoned: MessageTooLargeError | None = None
 
     @property
     def buffered_bytes(self) -> int:
@@ -165,8 +132,8 @@ class FrameDecoder:
     def next_frame(self) -> dict[str, Any] | None:
         """Return the next decoded map, or None when no complete frame is buffered.
 
-        Raises MessageTooLarge as soon as a header announces more than `max_frame_bytes` (and
-        on every later call: the stream is lost). Raises InvalidRequest when a complete frame
+        Raises MessageTooLargeError as soon as a header announces more than `max_frame_bytes` (and
+        on every later call: the stream is lost). Raises InvalidRequestError when a complete frame
         is not exactly one plain CBOR map; that frame is consumed, so decoding may go on.
         """
         if self._poisoned is not None:
@@ -176,7 +143,7 @@ class FrameDecoder:
             return None
         (length,) = _HEADER.unpack_from(self._buffer, self._start)
         if length > self.max_frame_bytes:
-            self._poisoned = MessageTooLarge(
+            self._poisoned = MessageTooLargeError(
                 f"frame of {length} bytes is over the limit of {self.max_frame_bytes} bytes"
             )
             raise self._poisoned
@@ -219,25 +186,25 @@ def _is_int(value: Any) -> bool:
 def parse_request(frame: Mapping[str, Any]) -> Request:
     """Check the envelope of a decoded request map and split it.
 
-    Returns Request(id, op, fields without v/id/op). Raises InvalidRequest with `field` set
+    Returns Request(id, op, fields without v/id/op). Raises InvalidRequestError with `field` set
     to the culprit; its `request_id` is the frame's id when that id is valid (else None, and
     the answer goes out with id 0).
     """
     request_id = frame.get("id")
     if not _is_int(request_id) or not 0 < request_id <= MAX_REQUEST_ID:
-        raise InvalidRequest(
+        raise InvalidRequestError(
             f"'id' must be an integer in 1..{MAX_REQUEST_ID}, got {request_id!r:.40}", field="id"
         )
     version = frame.get("v")
     if version != PROTOCOL_VERSION or not _is_int(version):
-        raise InvalidRequest(
+        raise InvalidRequestError(
             f"unsupported protocol version {version!r:.40}; this node speaks {PROTOCOL_VERSION}",
             field="v",
             request_id=request_id,
         )
     op = frame.get("op")
     if type(op) is not str or not op:
-        raise InvalidRequest(
+        raise InvalidRequestError(
             f"'op' must be a non-empty string, got {op!r:.40}", field="op", request_id=request_id
         )
     fields = {k: v for k, v in frame.items() if k not in ("v", "id", "op")}
@@ -255,16 +222,16 @@ def error_response(request_id: int, error: RaftlogError) -> dict[str, Any]:
 
 
 def parse_response(frame: Mapping[str, Any]) -> Response:
-    """Split a decoded response map. Raises InvalidRequest when it is not a response
+    """Split a decoded response map. Raises InvalidRequestError when it is not a response
     (no int id, or neither `ok: true` nor an `error` map)."""
     response_id = frame.get("id")
     if not _is_int(response_id) or response_id < 0:
-        raise InvalidRequest(f"response without an integer id: {response_id!r:.40}", field="id")
+        raise InvalidRequestError(f"response without an integer id: {response_id!r:.40}", field="id")
     if "error" in frame:
         error = error_from_wire(frame["error"])
         return Response(id=response_id, fields=MappingProxyType({}), error=error)
     if frame.get("ok") is not True:
-        raise InvalidRequest("response has neither 'ok': true nor 'error'", field="ok")
+        raise InvalidRequestError("response has neither 'ok': true nor 'error'", field="ok")
     fields = {k: v for k, v in frame.items() if k not in ("id", "ok")}
     return Response(id=response_id, fields=MappingProxyType(fields), error=None)
 
@@ -318,20 +285,20 @@ def field(
     list; `min_value`/`max_value` bound an int. `where` prefixes the field name in errors,
     e.g. where="partitions[2]" names "partitions[2].topic".
 
-    Raises InvalidRequest(field=<name>) naming the field and what was wrong.
+    Raises InvalidRequestError(field=<name>) naming the field and what was wrong.
     """
     mapping = source.fields if isinstance(source, Request) else source
     request_id = source.id if isinstance(source, Request) else None
     label = f"{where}.{name}" if where else name
     if name not in mapping:
         if default is _REQUIRED:
-            raise InvalidRequest(f"missing field '{label}'", field=label, request_id=request_id)
+            raise InvalidRequestError(f"missing field '{label}'", field=label, request_id=request_id)
         return default
     value = mapping[name]
     if value is None and nullable:
         return None
     if not _has_type(value, kind):
-        raise InvalidRequest(
+        raise InvalidRequestError(
             f"field '{label}' must be {_type_name(kind)}, got {type(value).__name__}",
             field=label,
             request_id=request_id,
@@ -339,19 +306,19 @@ def field(
     if items is not None:
         for index, item in enumerate(value):
             if not _has_type(item, items):
-                raise InvalidRequest(
+                raise InvalidRequestError(
                     f"field '{label}[{index}]' must be {_type_name(items)}, "
                     f"got {type(item).__name__}",
                     field=label,
                     request_id=request_id,
                 )
     if min_value is not None and value < min_value:
-        raise InvalidRequest(
+        raise InvalidRequestError(
             f"field '{label}' must be >= {min_value}, got {value}",
             field=label, request_id=request_id,
         )  # fmt: skip
     if max_value is not None and value > max_value:
-        raise InvalidRequest(
+        raise InvalidRequestError(
             f"field '{label}' must be <= {max_value}, got {value}",
             field=label, request_id=request_id,
         )  # fmt: skip

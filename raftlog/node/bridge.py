@@ -52,17 +52,7 @@ warning, like Kafka's recovery; a voter may then need to catch up from the leade
 
 Proposals are never re-sent by the bridge and PySyncObj may drop callbacks, so every
 ``propose`` is bounded by ``timeout_s`` and callers make commands idempotent (a request id in
-each). Error tree::
-
-    QuorumError (code)
-    ├── NotController          not the leader; .leader_id is the known leader or None
-    ├── CommandTooLarge        len(command) > max_command_bytes
-    ├── ProposalRejected       definitely not committed (.reason: QUEUE_FULL, DISCARDED, ...)
-    ├── ProposalOutcomeUnknown may or may not commit later (.reason)
-    │   └── ProposalTimedOut   no result within timeout_s
-    ├── QuorumNotRunning       propose() outside run()
-    ├── QuorumBindError        self_address could not be bound (5 s of retries); from run()
-    └── QuorumStorageError     corrupt journal, meta or dump; run() raises it
+each). Its errors are metadata/quorum.py's (the port this module implements).
 
 Known limits: the whole list stays in RAM and every dump holds all of it (fine for metadata in
 the MiB range); each command costs about twice its size in the journal (pickled bytes).
@@ -96,84 +86,27 @@ from pysyncobj.monotonic import monotonic as _pysyncobj_monotonic
 from pysyncobj.tcp_connection import CONNECTION_STATE
 from pysyncobj.transport import TCPTransport
 
+from metadata.quorum import (
+    CommandTooLargeError,
+    NotQuorumLeaderError,
+    ProposalOutcomeUnknownError,
+    ProposalRejectedError,
+    ProposalTimedOutError,
+    QuorumBindError,
+    QuorumNotRunningError,
+    QuorumStorageError,
+)
+
 logger = logging.getLogger(__name__)
 
 PYSYNCOBJ_VERSION = "0.3.17"
 if pysyncobj.version.VERSION != PYSYNCOBJ_VERSION:  # pragma: no cover - guards the hooks below
     raise ImportError(
-        f"raftlog.bridge needs pysyncobj=={PYSYNCOBJ_VERSION}, found {pysyncobj.version.VERSION}"
+        f"raftlog.node.bridge needs pysyncobj=={PYSYNCOBJ_VERSION}, found {pysyncobj.version.VERSION}"
     )
 
 _MAX_COMMAND_BYTES_LIMIT = 1024 * 1024
 _MAX_PENDING_PROPOSALS = 1024
-
-
-# --------------------------------------------------------------------------------------------
-# Errors
-
-
-class QuorumError(Exception):
-    """Root of the bridge's errors; ``code`` is stable."""
-
-    code = "QUORUM_ERROR"
-
-
-class NotController(QuorumError):
-    code = "NOT_CONTROLLER"
-
-    def __init__(self, leader_id: int | None) -> None:
-        super().__init__(f"not the controller; leader is {leader_id}")
-        self.leader_id = leader_id
-        self.controller_id = leader_id  # the name raftlog.errors.NotController uses on the wire
-
-
-class CommandTooLarge(QuorumError):
-    code = "COMMAND_TOO_LARGE"
-
-    def __init__(self, size_bytes: int, max_command_bytes: int) -> None:
-        super().__init__(f"command of {size_bytes} bytes exceeds {max_command_bytes}")
-        self.size_bytes = size_bytes
-        self.max_command_bytes = max_command_bytes
-
-
-class ProposalRejected(QuorumError):
-    """The command is definitely not committed (and will not be)."""
-
-    code = "PROPOSAL_REJECTED"
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class ProposalOutcomeUnknown(QuorumError):
-    """The command may still commit (or may have): retry with the same request id."""
-
-    code = "PROPOSAL_OUTCOME_UNKNOWN"
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class ProposalTimedOut(ProposalOutcomeUnknown):
-    code = "PROPOSAL_TIMED_OUT"
-
-    def __init__(self, timeout_s: float) -> None:
-        super().__init__(f"no result within {timeout_s} s")
-        self.timeout_s = timeout_s
-
-
-class QuorumNotRunning(QuorumError):
-    code = "QUORUM_NOT_RUNNING"
-
-
-class QuorumStorageError(QuorumError):
-    code = "QUORUM_STORAGE_ERROR"
-
-
-class QuorumBindError(QuorumError):
-    code = "QUORUM_BIND_ERROR"
 
 
 # --------------------------------------------------------------------------------------------
@@ -971,21 +904,21 @@ class MetadataQuorum:
         """Replicate ``command``; return its index once committed (durable on a majority)
         and already passed to ``on_commit`` here.
 
-        Raises CommandTooLarge, NotController (this voter is not the leader), ProposalRejected
-        (definitely not committed), ProposalOutcomeUnknown / ProposalTimedOut (may commit
-        later: retry idempotently), QuorumNotRunning. Never re-proposes on its own.
+        Raises CommandTooLargeError, NotQuorumLeaderError (this voter is not the leader), ProposalRejectedError
+        (definitely not committed), ProposalOutcomeUnknownError / ProposalTimedOutError (may commit
+        later: retry idempotently), QuorumNotRunningError. Never re-proposes on its own.
         Concurrency: cancel-safe in the sense that cancellation leaves the outcome unknown.
         """
         if not isinstance(command, bytes):
             raise TypeError("command must be bytes")
         if len(command) > self._config.max_command_bytes:
-            raise CommandTooLarge(len(command), self._config.max_command_bytes)
+            raise CommandTooLargeError(len(command), self._config.max_command_bytes)
         if not self._running or self._sync_obj is None:
-            raise QuorumNotRunning("the quorum is not running")
+            raise QuorumNotRunningError("the quorum is not running")
         if not self._is_leader:
-            raise NotController(self._leader_id)
+            raise NotQuorumLeaderError(self._leader_id)
         if len(self._pending) >= _MAX_PENDING_PROPOSALS:
-            raise ProposalRejected("TOO_MANY_PENDING")
+            raise ProposalRejectedError("TOO_MANY_PENDING")
         proposal_id = next(self._proposal_ids)
         pending = _Pending(trio.Event())
         self._pending[proposal_id] = pending
@@ -1004,24 +937,24 @@ class MetadataQuorum:
         finally:
             del self._pending[proposal_id]
         if not pending.event.is_set():
-            raise ProposalTimedOut(timeout_s)
+            raise ProposalTimedOutError(timeout_s)
         return self._proposal_outcome(pending)
 
     def _proposal_outcome(self, pending: _Pending) -> int:
         error = pending.error
         if error == FAIL_REASON.SUCCESS:
             if not isinstance(pending.result, int):
-                raise ProposalRejected("NOT_APPLIED")
+                raise ProposalRejectedError("NOT_APPLIED")
             return pending.result
         if error == -1:
-            raise ProposalOutcomeUnknown("STOPPED")
+            raise ProposalOutcomeUnknownError("STOPPED")
         name = _FAIL_NAMES.get(error, f"FAIL_{error}")
         if error in (FAIL_REASON.NOT_LEADER, FAIL_REASON.MISSING_LEADER):
             leader = self._leader_id if self._leader_id != self._config.node_id else None
-            raise NotController(leader)
+            raise NotQuorumLeaderError(leader)
         if error in (FAIL_REASON.QUEUE_FULL, FAIL_REASON.DISCARDED, FAIL_REASON.REQUEST_DENIED):
-            raise ProposalRejected(name)
-        raise ProposalOutcomeUnknown(name)
+            raise ProposalRejectedError(name)
+        raise ProposalOutcomeUnknownError(name)
 
 
 _install_pickle_guard()

@@ -1,0 +1,451 @@
+"""The one registry of raftlog's errors: every wire `code` is defined here once (PROTOCOL.md,
+DESIGN §6), and every exception raised anywhere in raftlog derives from one of its two bases.
+
+    RaftlogError                          UNKNOWN_SERVER_ERROR (and any code we do not know)
+     ├── RejectedError       definite failure: the request did not take effect (Jepsen's `fail`)
+     │    ├── NotLeaderError                    NOT_LEADER  (leader_id, leader, epoch)
+     │    ├── NotControllerError                NOT_CONTROLLER  (controller_id, controller)
+     │    ├── UnknownTopicOrPartitionError      UNKNOWN_TOPIC_OR_PARTITION
+     │    ├── OffsetOutOfRangeError             OFFSET_OUT_OF_RANGE  (offset, log_start/end_offset)
+     │    ├── MessageTooLargeError              MESSAGE_TOO_LARGE
+     │    ├── CorruptMessageError               CORRUPT_MESSAGE
+     │    ├── UnsupportedCompressionTypeError   UNSUPPORTED_COMPRESSION_TYPE
+     │    ├── InvalidRequestError               INVALID_REQUEST  (field, when one is to blame)
+     │    ├── InvalidTopicError                 INVALID_TOPIC
+     │    ├── TopicAlreadyExistsError           TOPIC_ALREADY_EXISTS
+     │    ├── InvalidPartitionsError            INVALID_PARTITIONS
+     │    ├── InvalidReplicationFactorError     INVALID_REPLICATION_FACTOR
+     │    ├── InvalidConfigError                INVALID_CONFIG  (key, when one is to blame)
+     │    │    └── ConfigError                  (local only: a bad node configuration file/env/flag)
+     │    ├── PeerUnavailableError              (local only: a peer link could not send the request)
+     │    ├── NotEnoughReplicasError            NOT_ENOUGH_REPLICAS  (checked before the append)
+     │    ├── BrokerIdNotRegisteredError        BROKER_ID_NOT_REGISTERED  (the broker re-registers)
+     │    ├── StaleBrokerEpochError             STALE_BROKER_EPOCH  (a newer incarnation holds the id)
+     │    ├── DuplicateBrokerRegistrationError  DUPLICATE_BROKER_REGISTRATION
+     │    ├── FencedLeaderEpochError            FENCED_LEADER_EPOCH
+     │    ├── StaleControllerEpochError         STALE_CONTROLLER_EPOCH
+     │    ├── OutOfOrderSequenceNumberError     OUT_OF_ORDER_SEQUENCE_NUMBER
+     │    ├── DuplicateSequenceNumberError      DUPLICATE_SEQUENCE_NUMBER
+     │    ├── InvalidProducerEpochError         INVALID_PRODUCER_EPOCH
+     │    ├── UnknownProducerIdError            UNKNOWN_PRODUCER_ID
+     │    ├── RebalanceInProgressError          REBALANCE_IN_PROGRESS
+     │    ├── IllegalGenerationError            ILLEGAL_GENERATION
+     │    ├── UnknownMemberIdError              UNKNOWN_MEMBER_ID
+     │    ├── MemberIdRequiredError             MEMBER_ID_REQUIRED  (member_id to rejoin with)
+     │    ├── NotCoordinatorError               NOT_COORDINATOR
+     │    ├── CoordinatorLoadInProgressError    COORDINATOR_LOAD_IN_PROGRESS
+     │    ├── CoordinatorNotAvailableError      COORDINATOR_NOT_AVAILABLE
+     │    ├── GroupIdNotFoundError              GROUP_ID_NOT_FOUND
+     │    ├── FencedInstanceIdError             FENCED_INSTANCE_ID
+     │    ├── InconsistentGroupProtocolError    INCONSISTENT_GROUP_PROTOCOL
+     │    ├── GroupMaxSizeReachedError          GROUP_MAX_SIZE_REACHED
+     │    ├── InvalidSessionTimeoutError        INVALID_SESSION_TIMEOUT
+     │    ├── InvalidGroupIdError               INVALID_GROUP_ID
+     │    ├── OffsetMetadataTooLargeError       OFFSET_METADATA_TOO_LARGE
+     │    └── NonEmptyGroupError                NON_EMPTY_GROUP
+     └── UnknownOutcomeError the request may or may not have taken effect (Jepsen's `info`)
+          ├── RequestTimedOutError              REQUEST_TIMED_OUT
+          ├── KafkaStorageError                 KAFKA_STORAGE_ERROR  (a write may be on disk)
+          └── UnknownServerError                UNKNOWN_SERVER_ERROR  (a handler failed midway)
+
+Packages add their own exceptions as subclasses of these (never a second class for a code):
+e.g. `partition.errors.CorruptRecordError(CorruptMessageError)`,
+`metadata.quorum.ProposalOutcomeUnknownError(UnknownOutcomeError)`,
+`raftlog.client.errors.ConnectionLostError(UnknownOutcomeError)`. So a handler raises
+whatever it raises and the listener answers with its `code` and `details`; a caller catches
+by class, never by matching `code` strings.
+
+Invariants:
+* `code` is a class attribute and never changes for a class; `error_from_wire` maps a code
+  back to exactly one registry class, and an unknown code to a plain `RaftlogError` that
+  keeps it.
+* `details` hold only CBOR-plain values (None, bool, int, float, str, bytes, lists, str-keyed
+  maps) so `to_wire()` always encodes; the names "code" and "message" are reserved.
+* `retriable` says whether the same request may succeed if simply sent again later (after a
+  metadata refresh for the routing errors), as Kafka's RetriableException does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+_RESERVED_DETAIL_NAMES = frozenset({"code", "message"})
+
+
+class RaftlogError(Exception):
+    """Root of every raftlog error. `code` is the stable wire string; `message` is for humans;
+    `details` are the extra wire fields (e.g. `leader_id`)."""
+
+    code: str = "UNKNOWN_SERVER_ERROR"
+    retriable: ClassVar[bool] = False
+
+    def __init__(self, message: str = "", **details: Any) -> None:
+        bad = _RESERVED_DETAIL_NAMES.intersection(details)
+        if bad:
+            raise TypeError(f"detail names {sorted(bad)} are reserved")
+        super().__init__(message)
+        self.message = message
+        self._details = details
+
+    @property
+    def details(self) -> dict[str, Any]:
+        """A copy of the extra wire fields."""
+        return dict(self._details)
+
+    def to_wire(self) -> dict[str, Any]:
+        """The `error` map of a response: {"code", "message", **details}."""
+        return {"code": self.code, "message": self.message, **self._details}
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}" if self.message else self.code
+
+    def __repr__(self) -> str:
+        extra = "".join(f", {k}={v!r}" for k, v in self._details.items())
+        return f"{type(self).__name__}({self.message!r}{extra})"
+
+
+class RejectedError(RaftlogError):
+    """A definite failure: the request was refused and had no effect."""
+
+
+class UnknownOutcomeError(RaftlogError):
+    """The request may or may not have taken effect; a client must not treat it as failed."""
+
+
+class NotLeaderError(RejectedError):
+    """This node does not lead the partition; `leader` ("host:port" or None) is a hint."""
+
+    code = "NOT_LEADER"
+    retriable = True
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        leader_id: int | None = None,
+        leader: str | None = None,
+        epoch: int | None = None,
+        **details: Any,
+    ) -> None:
+        if not message:
+            message = f"not the leader; leader is {leader_id} at {leader}"
+        super().__init__(message, leader_id=leader_id, leader=leader, epoch=epoch, **details)
+        self.leader_id = leader_id
+        self.leader = leader
+        self.epoch = epoch
+
+
+class NotControllerError(RejectedError):
+    """This node is not the active controller; `controller` ("host:port" or None) is a hint."""
+
+    code = "NOT_CONTROLLER"
+    retriable = True
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        controller_id: int | None = None,
+        controller: str | None = None,
+        **details: Any,
+    ) -> None:
+        if not message:
+            message = f"not the controller; controller is {controller_id} at {controller}"
+        super().__init__(message, controller_id=controller_id, controller=controller, **details)
+        self.controller_id = controller_id
+        self.controller = controller
+
+
+class UnknownTopicOrPartitionError(RejectedError):
+    code = "UNKNOWN_TOPIC_OR_PARTITION"
+    # Retriable as in Kafka: metadata may simply not have reached this broker yet.
+    retriable = True
+
+
+class OffsetOutOfRangeError(RejectedError):
+    """The offset is outside [log_start_offset, log_end_offset]."""
+
+    code = "OFFSET_OUT_OF_RANGE"
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        offset: int | None = None,
+        log_start_offset: int | None = None,
+        log_end_offset: int | None = None,
+        **details: Any,
+    ) -> None:
+        if not message:
+            where = "offset" if offset is None else f"offset {offset}"
+            message = f"{where} is outside [{log_start_offset}, {log_end_offset}]"
+        super().__init__(message, offset=offset, log_start_offset=log_start_offset,
+                         log_end_offset=log_end_offset, **details)
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+
+
+class MessageTooLargeError(RejectedError):
+    code = "MESSAGE_TOO_LARGE"
+
+
+class CorruptMessageError(RejectedError):
+    code = "CORRUPT_MESSAGE"
+    # Retriable as in Kafka: the bytes may have been damaged on the way.
+    retriable = True
+
+
+class UnsupportedCompressionTypeError(RejectedError):
+    code = "UNSUPPORTED_COMPRESSION_TYPE"
+
+
+class InvalidRequestError(RejectedError):
+    """The request is malformed. `field` (a detail) names the culprit when there is one;
+    `request_id` is the id of the request when it could be read (not a wire detail: the
+    response's own `id` carries it)."""
+
+    code = "INVALID_REQUEST"
+
+    def __init__(self, message: str = "", *, request_id: int | None = None, **details: Any):
+        super().__init__(message, **details)
+        self.request_id = request_id
+
+
+class InvalidTopicError(RejectedError):
+    code = "INVALID_TOPIC"
+
+
+class TopicAlreadyExistsError(RejectedError):
+    code = "TOPIC_ALREADY_EXISTS"
+
+
+class InvalidPartitionsError(RejectedError):
+    code = "INVALID_PARTITIONS"
+
+
+class InvalidReplicationFactorError(RejectedError):
+    code = "INVALID_REPLICATION_FACTOR"
+
+
+class InvalidConfigError(RejectedError):
+    """A config key or value that cannot be used; `key` names it when one key is to blame."""
+
+    code = "INVALID_CONFIG"
+
+    def __init__(self, message: str = "", *, key: str | None = None, **details: Any) -> None:
+        super().__init__(message, key=key, **details)
+        self.key = key
+
+
+class ConfigError(InvalidConfigError):
+    """A node configuration that cannot be used; the message names the key and its source
+    (file path, environment variable or flag). Never sent on the wire."""
+
+    def __str__(self) -> str:
+        return self.message  # shown to an operator as is: the message already says it all
+
+
+class PeerUnavailableError(RejectedError):
+    """A peer link (raftlog/base/peer.py) could not send the request: no connection to the
+    address, or it is in reconnect backoff. Nothing was sent, so nothing took effect (a
+    connection lost after sending is RequestTimedOutError instead). Never sent on the wire: a
+    handler turns it into the error its caller understands (e.g. NOT_CONTROLLER)."""
+
+    code = "PEER_UNAVAILABLE"
+    retriable = True
+
+    def __init__(self, message: str = "", *, address: str | None = None, **details: Any) -> None:
+        super().__init__(message, **details)
+        self.address = address
+
+
+class NotEnoughReplicasError(RejectedError):
+    code = "NOT_ENOUGH_REPLICAS"
+    retriable = True
+
+
+class BrokerIdNotRegisteredError(RejectedError):
+    code = "BROKER_ID_NOT_REGISTERED"
+
+
+class StaleBrokerEpochError(RejectedError):
+    code = "STALE_BROKER_EPOCH"
+
+
+class DuplicateBrokerRegistrationError(RejectedError):
+    # Retriable: the older incarnation's session runs out (or it shuts down) and then the
+    # same registration succeeds.
+    code = "DUPLICATE_BROKER_REGISTRATION"
+    retriable = True
+
+
+class FencedLeaderEpochError(RejectedError):
+    code = "FENCED_LEADER_EPOCH"
+
+
+class StaleControllerEpochError(RejectedError):
+    code = "STALE_CONTROLLER_EPOCH"
+    retriable = True
+
+
+class OutOfOrderSequenceNumberError(RejectedError):
+    code = "OUT_OF_ORDER_SEQUENCE_NUMBER"
+
+
+class DuplicateSequenceNumberError(RejectedError):
+    code = "DUPLICATE_SEQUENCE_NUMBER"
+
+
+class InvalidProducerEpochError(RejectedError):
+    code = "INVALID_PRODUCER_EPOCH"
+
+
+class UnknownProducerIdError(RejectedError):
+    code = "UNKNOWN_PRODUCER_ID"
+
+
+class RebalanceInProgressError(RejectedError):
+    code = "REBALANCE_IN_PROGRESS"
+    retriable = True  # rejoin, then retry
+
+
+class IllegalGenerationError(RejectedError):
+    code = "ILLEGAL_GENERATION"
+
+
+class UnknownMemberIdError(RejectedError):
+    code = "UNKNOWN_MEMBER_ID"
+
+
+class MemberIdRequiredError(RejectedError):
+    """The join was parked as a pending member: rejoin with `member_id`."""
+
+    code = "MEMBER_ID_REQUIRED"
+
+    def __init__(self, message: str = "", *, member_id: str | None = None, **details: Any) -> None:
+        super().__init__(message, member_id=member_id, **details)
+        self.member_id = member_id
+
+
+class NotCoordinatorError(RejectedError):
+    code = "NOT_COORDINATOR"
+    retriable = True
+
+
+class CoordinatorLoadInProgressError(RejectedError):
+    code = "COORDINATOR_LOAD_IN_PROGRESS"
+    retriable = True
+
+
+class CoordinatorNotAvailableError(RejectedError):
+    code = "COORDINATOR_NOT_AVAILABLE"
+    retriable = True
+
+
+class GroupIdNotFoundError(RejectedError):
+    code = "GROUP_ID_NOT_FOUND"
+
+
+class NonEmptyGroupError(RejectedError):
+    code = "NON_EMPTY_GROUP"
+
+
+class FencedInstanceIdError(RejectedError):
+    """A newer member with the same group_instance_id took over."""
+
+    code = "FENCED_INSTANCE_ID"
+
+
+class InconsistentGroupProtocolError(RejectedError):
+    """No assignment protocol every member supports."""
+
+    code = "INCONSISTENT_GROUP_PROTOCOL"
+
+
+class GroupMaxSizeReachedError(RejectedError):
+    code = "GROUP_MAX_SIZE_REACHED"
+
+
+class InvalidSessionTimeoutError(RejectedError):
+    code = "INVALID_SESSION_TIMEOUT"
+
+
+class InvalidGroupIdError(RejectedError):
+    code = "INVALID_GROUP_ID"
+
+
+class OffsetMetadataTooLargeError(RejectedError):
+    code = "OFFSET_METADATA_TOO_LARGE"
+
+
+class RequestTimedOutError(UnknownOutcomeError):
+    """The deadline passed before an answer; the request may still take effect."""
+
+    code = "REQUEST_TIMED_OUT"
+    retriable = True
+
+
+class KafkaStorageError(UnknownOutcomeError):
+    # Unknown, not rejected: a write can fail at fsync after its bytes reached the page cache
+    # (and a follower's fetch).
+    code = "KAFKA_STORAGE_ERROR"
+    retriable = True
+
+
+class UnknownServerError(UnknownOutcomeError):
+    """A handler failed in an unexpected way, possibly after part of its work was done."""
+
+    code = "UNKNOWN_SERVER_ERROR"
+
+
+def _collect_codes() -> dict[str, type[RaftlogError]]:
+    codes: dict[str, type[RaftlogError]] = {}
+    pending: list[type[RaftlogError]] = [RejectedError, UnknownOutcomeError]
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        if cls in (RejectedError, UnknownOutcomeError, ConfigError, PeerUnavailableError):
+            continue  # bases and local-only errors carry no code of their own
+        assert cls.code not in codes, f"code {cls.code} is used twice"
+        codes[cls.code] = cls
+    return codes
+
+
+ERROR_CLASSES: Mapping[str, type[RaftlogError]] = _collect_codes()
+"""Wire code -> the one class that carries it."""
+
+
+def error_from_wire(error: Any) -> RaftlogError:
+    """Rebuild the exception from a response's `error` map.
+
+    Returns the class registered for the code, with the remaining keys as details (and as
+    attributes for the classes that name them). An unknown code gives a plain `RaftlogError`
+    whose `code` is that string; a map that is not a well-formed error gives a
+    `RaftlogError` with code UNKNOWN_SERVER_ERROR saying so. Never raises.
+    """
+    if not isinstance(error, Mapping) or not isinstance(error.get("code"), str):
+        return RaftlogError(f"malformed error in response: {error!r:.200}")
+    code = error["code"]
+    message = error.get("message", "")
+    if not isinstance(message, str):
+        message = repr(message)
+    details = {
+        k: v for k, v in error.items() if isinstance(k, str) and k not in _RESERVED_DETAIL_NAMES
+    }
+    cls = ERROR_CLASSES.get(code)
+    if cls is None:
+        exc = RaftlogError(message, **details)
+        exc.code = code  # instance attribute: keeps a code this version does not know
+        return exc
+    return cls(message, **details)
+
+
+def as_wire_error(exc: BaseException) -> RaftlogError | None:
+    """The RaftlogError to answer with for `exc`, or None when `exc` is a plain bug (answer
+    UNKNOWN_SERVER_ERROR and log it). A group holding a single exception (from a handler's
+    nursery) is judged by that exception."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc if isinstance(exc, RaftlogError) else None

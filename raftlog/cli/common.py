@@ -1,0 +1,170 @@
+"""What every `raftlog` command shares: the bootstrap option and its check, one-line failures
+(`friendly`), JSON and table output. Every command module imports these public names from
+here; no command module imports another.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import json
+import socket
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from raftlog.base.errors import ConfigError, RaftlogError
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+PROBE_TIMEOUT_S = 1.5
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def version() -> str:
+    try:
+        return importlib.metadata.version("raftlog")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+class CliFailure(Exception):
+    """A user-facing failure: one line, exit code."""
+
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def friendly(fn: F) -> F:
+    """Turn expected failures into one line on stderr and an exit code (traceback with --debug)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        ctx = click.get_current_context()
+        debug = bool((ctx.find_root().obj or {}).get("debug"))
+        try:
+            return fn(*args, **kwargs)
+        except CliFailure as exc:
+            if debug:
+                raise
+            click.echo(f"raftlog: {exc}", err=True)
+            ctx.exit(exc.exit_code)
+        except ConfigError as exc:
+            if debug:
+                raise
+            click.echo(f"raftlog: {exc}", err=True)
+            ctx.exit(2)
+        except RaftlogError as exc:
+            if debug:
+                raise
+            click.echo(f"raftlog: {describe_error(exc)}", err=True)
+            ctx.exit(1)
+        except _client_errors() as exc:
+            if debug:
+                raise
+            click.echo(f"raftlog: {exc}", err=True)
+            ctx.exit(1)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _client_errors() -> tuple[type[BaseException], ...]:
+    from raftlog.client import ClientClosedError, ConnectionLostError, NoBrokerAvailableError
+
+    return (NoBrokerAvailableError, ConnectionLostError, ClientClosedError)
+
+
+def describe_error(exc: RaftlogError) -> str:
+    code = exc.code
+    hints = {
+        "UNKNOWN_TOPIC_OR_PARTITION": "unknown topic",
+        "TOPIC_ALREADY_EXISTS": "topic already exists",
+        "INVALID_REPLICATION_FACTOR": "bad replication factor",
+        "INVALID_PARTITIONS": "bad partition count",
+        "INVALID_TOPIC": "bad topic name",
+        "INVALID_CONFIG": "bad topic config",
+        "NOT_CONTROLLER": "no active controller right now (an election may be under way; retry)",
+        "REQUEST_TIMED_OUT": "timed out; the change may or may not have been applied",
+    }
+    what = hints.get(code)
+    message = exc.message or ""
+    if what and message:
+        return f"{what}: {message} [{code}]"
+    return f"{what or code}" + (f": {message}" if message else "") + (f" [{code}]" if what else "")
+
+
+def bootstrap_list(bootstrap: str) -> list[str]:
+    addresses = [a.strip() for a in bootstrap.split(",") if a.strip()]
+    if not addresses:
+        raise CliFailure("--bootstrap needs at least one host:port")
+    for address in addresses:
+        host, sep, port = address.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise CliFailure(f"--bootstrap: expected host:port, got {address!r}")
+    return addresses
+
+
+def probe(addresses: list[str]) -> None:
+    """Fail at once, with a useful line, when no bootstrap address accepts a connection
+    (the client would otherwise retry until its deadline)."""
+    for address in addresses:
+        host, _, port = address.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT_S):
+                return
+        except OSError:
+            continue
+    raise CliFailure(
+        f"no raftlog node reachable at {', '.join(addresses)} (set --bootstrap or RAFTLOG_BOOTSTRAP); "
+        "start a local cluster with scripts/quorum"
+    )
+
+
+def admin_from_context(ctx: click.Context) -> Any:
+    from raftlog.client import Admin
+
+    opts = ctx.obj
+    addresses = connect(opts["bootstrap"])
+    return Admin(addresses, request_timeout_ms=int(opts["timeout"] * 1000))
+
+
+def emit_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
+
+
+def table(rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+
+
+def connection_options(fn: F) -> F:
+    """--bootstrap and --timeout, for every command that talks to the cluster."""
+    fn = click.option("--timeout", type=click.FloatRange(0.5, 600), default=15.0, show_default=True,
+                      help="Seconds to wait for an answer.")(fn)
+    fn = click.option("--bootstrap", envvar="RAFTLOG_BOOTSTRAP", default=DEFAULT_BOOTSTRAP, show_default=True,
+                      help="host:port[,host:port...] of any node (env RAFTLOG_BOOTSTRAP).")(fn)
+    return fn
+
+
+def admin_options(fn: F) -> F:
+    """--bootstrap, --timeout and --json for every admin command."""
+    fn = click.option("--json", "as_json", is_flag=True, help="Print JSON (for scripts).")(fn)
+    return connection_options(fn)
+
+
+def connect(bootstrap: str) -> list[str]:
+    """The checked bootstrap addresses, once one of them accepts a connection (CliFailure
+    otherwise)."""
+    addresses = bootstrap_list(bootstrap)
+    probe(addresses)
+    return addresses
+
+
+def store(ctx: click.Context, **values: Any) -> None:
+    ctx.ensure_object(dict)
+    ctx.obj.update(values)
+
+

@@ -1,0 +1,184 @@
+"""The blocking shell's network: sockets by broker id, read with one selector, driven by
+`step()` on the caller's thread (raftlog/client/blocking.py and group_blocking.py both use it).
+Every decision is the core's; this module only moves frames.
+"""
+
+from __future__ import annotations
+
+import logging
+import selectors
+import socket
+import time
+
+from raftlog.base.errors import RaftlogError
+from raftlog.base.protocol import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
+from raftlog.client.core import ClientCore, Close
+
+__all__ = ["Connection", "Network", "dispatch", "step", "mono_ms", "wall_ms"]
+
+log = logging.getLogger(__name__)
+
+_RECV_BYTES = 1 << 20
+
+
+def mono_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+
+
+def wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Connection:
+    __slots__ = ("broker_id", "sock", "decoder")
+
+    def __init__(self, broker_id: int, sock: socket.socket, max_frame_bytes: int):
+        self.broker_id = broker_id
+        self.sock = sock
+        self.decoder = FrameDecoder(max_frame_bytes)
+
+
+class Network:
+    """Sockets by broker id. Not thread-safe: only the thread that drives the core uses it."""
+
+    def __init__(self, core: ClientCore, *, connect_timeout_ms: int, send_timeout_ms: int,
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, wakeup: bool = False):
+        self._core = core
+        self._conns: dict[int, Connection] = {}
+        self._sel = selectors.DefaultSelector()
+        self._connect_timeout_s = connect_timeout_ms / 1000
+        self._send_timeout_s = send_timeout_ms / 1000
+        self._max_frame_bytes = max_frame_bytes
+        self._wake_r: socket.socket | None = None
+        self._wake_w: socket.socket | None = None
+        if wakeup:
+            self._wake_r, self._wake_w = socket.socketpair()
+            self._wake_r.setblocking(False)
+            self._wake_w.setblocking(False)
+            self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+
+    def wake(self) -> None:
+        """Interrupt `wait` from another thread."""
+        try:
+            self._wake_w.send(b"\0")
+        except (BlockingIOError, OSError):
+            pass  # already pending wakeups (buffer full) or closing: either way it wakes
+
+    def perform(self, actions: list) -> list[int]:
+        """Carry out Send/Close; returns broker ids whose connection failed (report them)."""
+        failed: list[int] = []
+        for a in actions:
+            if isinstance(a, Close):
+                if self._drop(a.broker_id):
+                    failed.append(a.broker_id)
+                continue
+            if a.broker_id in failed:
+                continue
+            try:
+                frame = encode_frame(a.request)
+            except (TypeError, ValueError, RaftlogError) as exc:
+                # Our own request cannot be encoded: a bug or an unencodable header value.
+                log.error("cannot encode %s request: %s", a.request.get("op"), exc)
+                failed.append(a.broker_id)
+                continue
+            conn = self._conns.get(a.broker_id)
+            try:
+                if conn is None:
+                    conn = self._connect(a.broker_id)
+                conn.sock.sendall(frame)
+            except OSError as exc:
+                log.info("broker %s: %s", a.broker_id, exc)
+                self._drop(a.broker_id)
+                failed.append(a.broker_id)
+        return failed
+
+    def _connect(self, broker_id: int) -> Connection:
+        addr = self._core.address(broker_id)
+        if addr is None:
+            raise OSError(f"no address known for broker {broker_id}")
+        sock = socket.create_connection(addr, timeout=self._connect_timeout_s)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(self._send_timeout_s)
+        conn = Connection(broker_id, sock, self._max_frame_bytes)
+        self._conns[broker_id] = conn
+        self._sel.register(sock, selectors.EVENT_READ, conn)
+        return conn
+
+    def _drop(self, broker_id: int) -> bool:
+        conn = self._conns.pop(broker_id, None)
+        if conn is None:
+            return False
+        try:
+            self._sel.unregister(conn.sock)
+        except (KeyError, ValueError):
+            pass
+        conn.sock.close()
+        return True
+
+    def wait(self, timeout_s: float) -> tuple[list[tuple[int, dict]], list[int]]:
+        """Wait up to timeout_s for input; returns (responses, broker ids disconnected)."""
+        responses: list[tuple[int, dict]] = []
+        lost: list[int] = []
+        # With nothing registered, epoll still waits out the timeout (reconnect backoff).
+        for key, _ in self._sel.select(max(0.0, timeout_s)):
+            conn = key.data
+            if conn is None:
+                try:
+                    while self._wake_r.recv(4096):
+                        pass
+                except (BlockingIOError, OSError):
+                    pass
+                continue
+            try:
+                data = conn.sock.recv(_RECV_BYTES)
+            except (TimeoutError, BlockingIOError):
+                continue
+            except OSError as exc:
+                log.info("broker %s: %s", conn.broker_id, exc)
+                data = b""
+            if not data:
+                if self._drop(conn.broker_id):
+                    lost.append(conn.broker_id)
+                continue
+            conn.decoder.feed(data)
+            try:
+                while (msg := conn.decoder.next_frame()) is not None:
+                    responses.append((conn.broker_id, msg))
+            except RaftlogError as exc:
+                log.warning("broker %s sent a bad frame (%s); reconnecting", conn.broker_id, exc)
+                if self._drop(conn.broker_id):
+                    lost.append(conn.broker_id)
+        return responses, lost
+
+    def close(self) -> None:
+        for broker_id in list(self._conns):
+            self._drop(broker_id)
+        if self._wake_r is not None:
+            self._sel.unregister(self._wake_r)
+            self._wake_r.close()
+            self._wake_w.close()
+        self._sel.close()
+
+
+def dispatch(core: ClientCore, responses, lost, now_ms: int) -> None:
+    for broker_id, msg in responses:
+        core.on_response(broker_id, msg, now_ms)
+    for broker_id in lost:
+        core.on_disconnect(broker_id, now_ms)
+
+
+def step(core: ClientCore, net: Network, deadline_ms: int | None) -> None:
+    """One round on the caller's thread: poll, send, wait for input until the earliest of
+    the core's wakeup and `deadline_ms`, dispatch."""
+    now = mono_ms()
+    failed = net.perform(core.poll(now))
+    for b in failed:
+        core.on_disconnect(b, now)
+    if failed:
+        return
+    wake = core.next_wakeup_ms(now)
+    until = min(t for t in (wake, deadline_ms, now + 1000) if t is not None)
+    responses, lost = net.wait(max(0, until - now) / 1000)
+    dispatch(core, responses, lost, mono_ms())
