@@ -302,6 +302,19 @@ class Accumulator:
                     return True
         return False
 
+    def oldest_waiting_ms(self) -> int | None:
+        """`created_ms` of the oldest batch not in flight (when delivery may expire next)."""
+        best = None
+        for parts in self._queues.values():
+            for q in parts.values():
+                if q.waiting and (best is None or q.waiting[0].created_ms < best):
+                    best = q.waiting[0].created_ms
+        return best
+
+    def never_sent(self, topic: str) -> list[ProducerBatch]:
+        """`topic`'s batches that no attempt has sent yet."""
+        return [b for q in self._queues.get(topic, {}).values() for b in q.waiting if not b.attempts]
+
     def pending_partitions(self) -> Iterable[tuple[str, int]]:
         """(topic, partition) pairs that hold a batch not yet sent (for metadata lookups)."""
         for topic, parts in self._queues.items():
@@ -420,11 +433,8 @@ class Accumulator:
         if b.in_flight:
             q.in_flight.remove(b)
             b.in_flight = False
-        else:
-            try:
-                q.waiting.remove(b)
-            except ValueError:
-                pass
+        elif b in q.waiting:
+            q.waiting.remove(b)
         self._finish(b)
         b.future.set_exception(error)
 

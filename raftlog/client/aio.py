@@ -26,15 +26,14 @@ from typing import Any, AsyncIterator, Iterable
 import trio
 
 from raftlog.client.accumulator import FULL, ProducerBatch
-from raftlog.client.core import (
+from raftlog.client.admin import AdminCore
+from raftlog.client.consumer import ConsumerCore, ConsumerRecord
+from raftlog.client.core import ClientCore
+from raftlog.client.producer import ProducerCore
+from raftlog.client.request import (
     EARLIEST,
     LATEST,
-    AdminCore,
-    ClientCore,
     ClusterStatus,
-    ConsumerCore,
-    ConsumerRecord,
-    ProducerCore,
     TopicInfo,
     alter_configs_request,
     cluster_status_request,

@@ -24,15 +24,14 @@ import time
 from typing import Any, Iterable, Iterator
 
 from raftlog.client.accumulator import FULL, ProducerBatch
-from raftlog.client.core import (
+from raftlog.client.admin import AdminCore
+from raftlog.client.consumer import ConsumerCore, ConsumerRecord
+from raftlog.client.metadata_cache import MetadataCache
+from raftlog.client.producer import ProducerCore
+from raftlog.client.request import (
     EARLIEST,
     LATEST,
-    AdminCore,
     ClusterStatus,
-    ConsumerCore,
-    ConsumerRecord,
-    MetadataCache,
-    ProducerCore,
     TopicInfo,
     alter_configs_request,
     cluster_status_request,

@@ -43,7 +43,8 @@ from raftlog.client.assignor import (
     decode_assignment,
     encode_subscription,
 )
-from raftlog.client.core import Call, ClientCore, _Pending, check_response
+from raftlog.client.core import Call, ClientCore, Pending
+from raftlog.client.request import check_response
 from dataclasses import dataclass
 
 from raftlog.base.errors import (
@@ -278,7 +279,7 @@ class GroupCore(ClientCore):
             ts.append(max(self._find_retry_at_ms, now_ms + 1))
         return min(ts) if ts else None
 
-    def _on_find_response(self, p: _Pending, msg: dict, now_ms: int) -> None:
+    def _on_find_response(self, p: Pending, msg: dict, now_ms: int) -> None:
         self._find_in_flight = False
         err = msg.get("error")
         if err is None and isinstance(msg.get("node_id"), int) and isinstance(msg.get("host"), str):
@@ -294,7 +295,7 @@ class GroupCore(ClientCore):
                     if not c.in_flight:
                         c.done, c.error = True, exc
 
-    def _on_find_failure(self, p: _Pending, exc: BaseException, now_ms: int) -> None:
+    def _on_find_failure(self, p: Pending, exc: BaseException, now_ms: int) -> None:
         self._find_in_flight = False
         self._find_failed(now_ms)
 
@@ -302,7 +303,7 @@ class GroupCore(ClientCore):
         self._find_attempts += 1
         self._find_retry_at_ms = now_ms + self.retry.backoff(self._find_attempts)
 
-    def _on_coord_response(self, p: _Pending, msg: dict, now_ms: int) -> None:
+    def _on_coord_response(self, p: Pending, msg: dict, now_ms: int) -> None:
         c: Call = p.ctx
         c.in_flight = False
         err = msg.get("error")
@@ -317,7 +318,7 @@ class GroupCore(ClientCore):
             return
         c.done, c.error = True, exc
 
-    def _on_coord_failure(self, p: _Pending, exc: BaseException, now_ms: int) -> None:
+    def _on_coord_failure(self, p: Pending, exc: BaseException, now_ms: int) -> None:
         c: Call = p.ctx
         c.in_flight = False
         if self.coordinator_id == p.broker_id:
@@ -331,6 +332,17 @@ class GroupCore(ClientCore):
             c.done = True
             return
         c.retry_at_ms = t
+
+    RESPONSE_HANDLERS = {
+        **ClientCore.RESPONSE_HANDLERS,
+        "find": _on_find_response,
+        "coord": _on_coord_response,
+    }
+    FAILURE_HANDLERS = {
+        **ClientCore.FAILURE_HANDLERS,
+        "find": _on_find_failure,
+        "coord": _on_coord_failure,
+    }
 
 
 class GroupMembership:

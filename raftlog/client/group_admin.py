@@ -13,7 +13,7 @@ from raftlog.base.errors import error_from_wire
 from raftlog.base.topics import OFFSETS_TOPIC, OFFSETS_TOPIC_PARTITIONS
 from raftlog.client.assignor import decode_assignment
 from raftlog.client.blocking import Admin
-from raftlog.client.core import check_response, list_offsets_request
+from raftlog.client.request import check_response, list_offsets_request
 from raftlog.client.group import GroupCore, ResetSpec, TopicPartition, parse_offset_fetch, plan_offset_reset
 from raftlog.client.network_blocking import Network, mono_ms, step
 

@@ -34,7 +34,8 @@ from typing import Any
 
 import trio
 
-from raftlog.client.core import Call, check_response, metadata_request, parse_metadata
+from raftlog.client.core import Call
+from raftlog.client.request import check_response, metadata_request, parse_metadata
 from raftlog.client.errors import ClientClosedError
 from raftlog.client.group import (
     MAX_JOIN_ROUNDS,

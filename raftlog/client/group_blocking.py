@@ -29,7 +29,8 @@ from raftlog.base.errors import (
     RaftlogError,
     RequestTimedOutError,
 )
-from raftlog.client.core import Call, check_response, metadata_request, parse_metadata
+from raftlog.client.core import Call
+from raftlog.client.request import check_response, metadata_request, parse_metadata
 from raftlog.client.group import (
     MAX_JOIN_ROUNDS,
     TopicPartition,
