@@ -21,12 +21,19 @@ from raftlog.base.errors import (
     CorruptMessageError,
     OffsetOutOfRangeError,
     RaftlogError,
+    RequestTimedOutError,
     error_from_wire,
 )
-from raftlog.client.core import ClientCore, Pending
-from raftlog.client.request import EARLIEST, LATEST, fetch_request, list_offsets_request
+from raftlog.client.core import Call, ClientCore, Pending
+from raftlog.client.request import (
+    EARLIEST,
+    LATEST,
+    fetch_request,
+    list_offsets_request,
+    parse_list_offsets,
+)
 
-__all__ = ["ConsumerRecord", "ConsumerCore", "append_fetched"]
+__all__ = ["ConsumerRecord", "ConsumerCore", "ConsumerMethods", "append_fetched"]
 
 
 class ConsumerRecord(NamedTuple):
@@ -151,6 +158,27 @@ class ConsumerCore(ClientCore):
             s.reset = self._default_reset()
         return s.position
 
+    def resolve_position(self, topic: str, partition: int, now_ms: int, deadline_ms: int) -> int | None:
+        """`position`, for a shell waiting for it: None while a reset is still resolving;
+        raises a pending fetch/reset error, or RequestTimedOutError once `deadline_ms` passed."""
+        pos = self.position(topic, partition)
+        if pos is not None:
+            return pos
+        self.raise_pending_error()
+        if now_ms >= deadline_ms:
+            raise RequestTimedOutError(f"position of {topic}-{partition} not resolved in time")
+        return None
+
+    def known_positions(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """{partition: position} of those `partitions` assigned here with a known position
+        (what a commit of "where we are" sends); never starts a reset."""
+        out = {}
+        for tp in partitions:
+            s = self._assigned.get(tp)
+            if s is not None and s.position is not None:
+                out[tp] = s.position
+        return out
+
     def high_watermark(self, topic: str, partition: int) -> int:
         return self._state(topic, partition).high_watermark
 
@@ -161,7 +189,35 @@ class ConsumerCore(ClientCore):
             return LATEST
         raise OffsetOutOfRangeError("no position and auto_offset_reset='none'")
 
+    # ---- offsets for times (list_offsets calls the core routes and retries) ----
+
+    def submit_offsets_for_times(self, timestamps: dict[tuple[str, int], int], now_ms: int,
+                                 timeout_ms: int | None = None) -> dict[tuple[str, int], Call]:
+        """One routed list_offsets call per partition; the shell steps until all are done,
+        then hands them to `offsets_for_times_result`."""
+        return {
+            tp: self.submit(list_offsets_request([(tp[0], tp[1], ts)]), now_ms, route=tuple(tp),
+                            timeout_ms=timeout_ms)
+            for tp, ts in timestamps.items()
+        }
+
+    @staticmethod
+    def offsets_for_times_result(calls: dict[tuple[str, int], Call]) -> dict[tuple[str, int], tuple[int, int] | None]:
+        """{(topic, partition): (offset, timestamp)} of the first record at or after each
+        timestamp (None where there is none); raises the first failed call's error."""
+        out: dict[tuple[str, int], tuple[int, int] | None] = {}
+        for tp, c in calls.items():
+            off, ts = parse_list_offsets(c.value()).get(tuple(tp), (-1, -1))
+            out[tp] = (off, ts) if off >= 0 else None
+        return out
+
     # ---- records ----
+
+    def begin_poll(self, timeout_ms: int, now_ms: int) -> int:
+        """A shell's poll starts: a fetch sent now long-polls no longer than the poll may
+        wait. Returns the poll's deadline."""
+        self.fetch_wait_ms = max(0, min(self.max_wait_ms, timeout_ms))
+        return now_ms + timeout_ms
 
     def take_records(self, max_records: int | None = None) -> list[ConsumerRecord]:
         """Buffered records, up to max_records (default max_poll_records), fair across
@@ -193,9 +249,6 @@ class ConsumerCore(ClientCore):
 
     def buffered_count(self) -> int:
         return sum(len(s.buf) - s.buf_i for s in self._assigned.values())
-
-    def has_records(self) -> bool:
-        return bool(self._errors) or any(s.buf_i < len(s.buf) for s in self._assigned.values())
 
     # ---- poll ----
 
@@ -353,3 +406,60 @@ def append_fetched(topic: str, partition: int, records: bytes, fetch_offset: int
     # One tight loop per batch straight into ConsumerRecord tuples: no Record objects, no
     # NamedTuple __new__ frame (partition/batch.py `decode_batches_into`).
     return decode_batches_into(records, out, topic, partition, ConsumerRecord, fetch_offset)
+
+
+class ConsumerMethods:
+    """The Consumer methods that do no I/O, written once for both shells' Consumers (which
+    set `_core`, a ConsumerCore, and `_group`, their GroupSession or None without a
+    group_id). Partitions are (topic, partition) tuples, as everywhere in the client."""
+
+    _core: ConsumerCore
+    _group: Any  # group_session.GroupSession | None
+
+    def assign(self, partitions: Iterable[tuple[str, int]]) -> None:
+        """Read these partitions (no group); each starts by auto_offset_reset unless `seek`ed."""
+        self._core.assign(partitions)
+
+    def assignment(self) -> list[tuple[str, int]]:
+        return self._core.assignment()
+
+    def seek(self, partition: tuple[str, int], offset: int) -> None:
+        self._core.seek(partition[0], partition[1], offset)
+
+    def seek_to_beginning(self, *partitions: tuple[str, int]) -> None:
+        """Every given partition (default: all assigned) restarts at its log start offset."""
+        self._core.seek_to(partitions or None, EARLIEST)
+
+    def seek_to_end(self, *partitions: tuple[str, int]) -> None:
+        """Every given partition (default: all assigned) restarts at its log end offset."""
+        self._core.seek_to(partitions or None, LATEST)
+
+    def high_watermark(self, partition: tuple[str, int]) -> int:
+        """The last high watermark a fetch reported (-1 before any)."""
+        return self._core.high_watermark(*partition)
+
+    # ---- consumer groups (the group half lives in group_session.py and its shells) ----
+
+    def subscribe(self, topics: Iterable[str] | None = None, *, pattern: str | None = None,
+                  on_revoked=None, on_assigned=None) -> None:
+        """Join the consumer's group (group_id=...) for `topics` or a regex `pattern`;
+        partitions come and go at rebalances inside poll(), announced by
+        on_revoked(partitions) / on_assigned(partitions) (the trio shell also takes async
+        functions)."""
+        if self._group is None:
+            raise ValueError("subscribe needs a group_id (Consumer(..., group_id=...))")
+        self._group.subscribe(topics, pattern, on_revoked, on_assigned)
+
+    def group_metadata(self):
+        """This member's group.GroupMetadata (group id, generation, member id, instance id and
+        assignment) as of the last completed rebalance; None without a group_id."""
+        return self._group.membership.metadata() if self._group is not None else None
+
+    def subscription(self) -> tuple[str, ...]:
+        """The topics subscribed to (a pattern's matches once resolved); () without a group."""
+        return self._group.subscription() if self._group is not None else ()
+
+    def _require_group(self):
+        if self._group is None:
+            raise ValueError("no group_id: this consumer has no group to commit to")
+        return self._group

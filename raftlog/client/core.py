@@ -209,6 +209,22 @@ class ClientCore:
             self.metadata.invalidate_broker(broker_id)
         self._metadata_due = True
 
+    def on_input(self, responses: Iterable[tuple[int, Any]], lost: Iterable[int], now_ms: int) -> None:
+        """What a shell read in one wait: answers (broker_id, msg), then lost connections."""
+        for broker_id, msg in responses:
+            self.on_response(broker_id, msg, now_ms)
+        for broker_id in lost:
+            self.on_disconnect(broker_id, now_ms)
+
+    def wait_ms(self, now_ms: int, deadline_ms: int | None, max_wait_ms: int = 1000) -> int:
+        """How long a shell may wait for input before it polls again: until the next timed
+        work, the caller's `deadline_ms`, or `max_wait_ms` at most; never negative."""
+        until = now_ms + max_wait_ms
+        for t in (self.next_wakeup_ms(now_ms), deadline_ms):
+            if t is not None and t < until:
+                until = t
+        return max(0, until - now_ms)
+
     def next_wakeup_ms(self, now_ms: int) -> int | None:
         """The next time poll() has timed work (deadlines, backoffs, linger); None if none."""
         best: int | None = None
@@ -247,17 +263,24 @@ class ClientCore:
         self._calls.append(call)
         return call
 
-    def _poll_calls(self, now_ms: int, out: list) -> None:
-        if not self._calls:
-            return
+    def _prune_calls(self, calls: list[Call], now_ms: int) -> list[Call]:
+        """The calls still to answer: done ones dropped, unsent ones past their deadline
+        finished (timed out)."""
         keep = []
-        for c in self._calls:
+        for c in calls:
             if c.done:
                 continue
             if not c.in_flight and now_ms >= c.deadline_ms:
                 self._finish_call_timeout(c)
                 continue
             keep.append(c)
+        return keep
+
+    def _poll_calls(self, now_ms: int, out: list) -> None:
+        if not self._calls:
+            return
+        self._calls = self._prune_calls(self._calls, now_ms)
+        for c in self._calls:
             if c.in_flight or c.retry_at_ms > now_ms:
                 continue
             if c.route is None:
@@ -278,7 +301,6 @@ class ClientCore:
             if "timeout_ms" not in req and req["op"] != "metadata":
                 req["timeout_ms"] = min(remaining, self.request_timeout_ms)
             out.append(self._send(broker, req, "call", now_ms, c, min(remaining, self.request_timeout_ms)))
-        self._calls = keep
 
     def _finish_call_timeout(self, c: Call) -> None:
         c.done = True

@@ -29,19 +29,31 @@ from raftlog.base.errors import (
     UnknownOutcomeError,
     UnknownProducerIdError,
     UnknownServerError,
+    UnknownTopicOrPartitionError,
     error_from_wire,
 )
 from raftlog.client.accumulator import FULL, NEW_BATCH, Accumulator, ProducerBatch
 from raftlog.client.core import ClientCore, Pending
-from raftlog.client.errors import DeliveryTimedOutError
+from raftlog.client.errors import BufferFullError, DeliveryTimedOutError
 from raftlog.client.partitioner import StickyPartitioner, partition_for_key
 from raftlog.client.request import check_response, init_producer_id_request, produce_request
 
-__all__ = ["ACKS_ALL", "ProducerCore"]
+__all__ = ["ACKS_ALL", "FULL", "NO_METADATA", "ProducerCore"]
 
 log = logging.getLogger(__name__)
 
 ACKS_ALL = -1
+
+
+class _NoMetadata:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NO_METADATA"
+
+
+NO_METADATA = _NoMetadata()
+"""`ProducerCore.append`'s answer while the topic's partition count is unknown."""
 # The broker lost this producer's sequence state: a new producer id restarts the sequences.
 _SEQUENCE_BROKEN = (OutOfOrderSequenceNumberError, UnknownProducerIdError, InvalidProducerEpochError)
 
@@ -120,6 +132,28 @@ class ProducerCore(ClientCore):
     def topic_error(self, topic: str) -> RaftlogError | None:
         """The error the last metadata answer gave for `topic` (e.g. it does not exist)."""
         return self.metadata.topic_errors.get(topic)
+
+    def append(self, topic: str, value, key, headers, partition: int | None, timestamp_ms: int,
+               now_ms: int):
+        """`send` for a shell: returns the record's ProducerBatch (the record is its last),
+        FULL (no buffer space yet) or NO_METADATA (the topic's partitions are not known yet;
+        a refresh is asked). A shell waits for a change and calls again, at most max_block_ms
+        in all, then raises `blocked_error`. Raises ValueError, MessageTooLargeError."""
+        n = self.partition_count(topic)
+        if n is None:
+            return NO_METADATA
+        if headers is not None and not isinstance(headers, (list, tuple)):
+            headers = list(headers)
+        return self.send(topic, value, key, headers, partition, timestamp_ms, now_ms, n)
+
+    def blocked_error(self, outcome, topic: str, max_block_ms: int) -> RaftlogError:
+        """The error of a send that `append` still answers FULL or NO_METADATA after
+        max_block_ms: the topic's own error (it does not exist), UnknownTopicOrPartitionError
+        or BufferFullError."""
+        if outcome is NO_METADATA:
+            return self.topic_error(topic) or UnknownTopicOrPartitionError(
+                f"no metadata for topic {topic!r} after {max_block_ms} ms")
+        return BufferFullError(f"buffer_bytes {self.accumulator.buffer_bytes} used up for {max_block_ms} ms")
 
     def send_sticky(self, topic: str, value, timestamp_ms: int) -> ProducerBatch | None:
         """The hot path of `send` for a keyless, headerless record with no partition given:
