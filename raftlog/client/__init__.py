@@ -21,10 +21,12 @@ Modules: the sans-I/O core (no sockets, clocks or threads) — `request` (reques
 response parsers, the plain data they return), `metadata_cache` (routing), `retry` (backoff),
 `core` (the request engine: ids, deadlines, broker choice, metadata refresh, calls),
 `producer` + `accumulator` + `partitioner` (the producer core), `consumer` (the consumer
-core), `admin` (the admin core), `group` (group membership, coordinator calls, offset-reset
-planning), `assignor` (client-side partition assignment); the shells — `blocking` +
-`network_blocking` + `group_blocking`, `aio` + `network_aio` + `group_aio`; `group_admin`
-(list/describe/reset/delete groups); `errors` (client-local errors).
+core), `admin` (the admin core and its ops), `group` (group membership, coordinator calls,
+offset-reset planning), `group_session` (the group half of a Consumer, as procedures both
+shells run), `assignor` (client-side partition assignment); the shells — `blocking` +
+`network_blocking` + `group_blocking`, `aio` + `network_aio` + `group_aio`, each reading
+one injected `clock`; `group_admin` (list/describe/reset/delete groups); `errors`
+(client-local errors).
 """
 
 from raftlog.client.blocking import Admin, Consumer, Producer, RecordFuture

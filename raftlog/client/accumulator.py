@@ -1,7 +1,7 @@
 """Producer record accumulator: per-partition batches, linger, byte bounds, in-flight limits, idempotent sequences.
 
 Pure: no I/O, no clock (`now_ms` is an argument), no threads (the shell holds a lock around
-it if it has several threads). The core (`core.ProducerCore`) decides where and when; this
+it if it has several threads). The producer core (`producer.ProducerCore`) decides where and when; this
 module only keeps batches.
 
 Life of a batch: *open* (last of its partition's queue, records still appended) → *full*

@@ -1,6 +1,7 @@
 """Sans-I/O consumer core (`ConsumerCore`): assignment, positions, offset resets
 (list_offsets), fetch scheduling, and fetched batches turned into `ConsumerRecord`s.
-No groups here (group.py adds them); no I/O, no clock, no threads.
+No groups here (group.py and group_session.py add them); no I/O, no clock, no threads.
+`ConsumerMethods` holds the Consumer methods both shells share that do no I/O.
 
 Invariants:
 * `fetch_position` is the next offset to fetch; buffered records not yet handed out keep
