@@ -8,7 +8,7 @@ order, into the current `MetadataImage`, and each new image goes to the listener
 
 Owns: `image`, `applied_index`, the brokers' addresses as the image has them
 (`client_address`, `peer_address`), the envelopes themselves on voters (`envelopes(after,
-limit)`, what a voter serves to broker-only nodes: the bridge keeps the whole list in RAM too)
+limit)`, what a voter serves to broker-only nodes: the quorum keeps the whole list in RAM too)
 and the change event (`wait_changed`). An envelope that does not decode raises
 InvalidRecordError from `apply`: fatal for the node, since skipping it would let images
 diverge; so is an exception from a listener (a listener that missed an image would be

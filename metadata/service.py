@@ -7,9 +7,9 @@ services talk to.
 
 Where the log comes from:
 * Voters run the metadata quorum (metadata/quorum.py's port; the node injects PySyncObj's,
-  raftlog/node/bridge.py). Each committed envelope arrives via `on_commit(index, bytes)` in
-  index order and is applied by the loader (loader.py), which keeps the envelopes so
-  broker-only nodes can fetch them.
+  raftlog/node/metadata_quorum.py). Each committed envelope arrives via `on_commit(index,
+  bytes)` in index order and is applied by the loader (loader.py), which keeps the envelopes
+  so broker-only nodes can fetch them.
 * Broker-only nodes long-poll a voter's peer op `metadata_fetch` (log_fetch.py).
 Either way each new image goes, in order and on the trio thread, first to the active
 controller, then to every subscriber (`subscribe(callback)`; the node subscribes every other
@@ -119,7 +119,7 @@ class MetadataService:
         self._fetcher: MetadataFetcher | None = None
         if config.is_controller:
             if quorum_factory is None:
-                raise ValueError("a controller needs a quorum_factory (the node passes the bridge's)")
+                raise ValueError("a controller needs a quorum_factory (the node passes PySyncObj's)")
             self._quorum = quorum_factory(on_commit=self._loader.apply, on_leader_change=self._on_leader_change)
             self._active = ActiveController(
                 config, self._quorum, self._loader, peers, voter_count=len(self._voter_quorum),

@@ -49,7 +49,7 @@ from raftlog.base.eventlog import log_event, setup_logging
 from raftlog.base.metrics import MetricsRegistry
 from raftlog.base.peer import PeerPool
 from raftlog.base.protocol import Request
-from raftlog.node import bridge
+from raftlog.node.metadata_quorum import MetadataQuorum, QuorumConfig
 from raftlog.node.config import NodeConfig, ensure_meta_properties, load_config
 from raftlog.node.http import serve_http
 from raftlog.node.server import serve
@@ -90,13 +90,13 @@ def build_services(config: NodeConfig, metadata: MetadataService, peers: PeerPoo
 
 
 def quorum_factory(config: NodeConfig) -> QuorumFactory | None:
-    """What builds this voter's metadata quorum (the PySyncObj bridge), or None on a
+    """What builds this voter's metadata quorum (PySyncObj, through the bridge), or None on a
     broker-only node. The metadata service calls it with its commit and leader callbacks."""
     if not config.is_controller:
         return None
     voters = {v: str(a) for v, a in config.controller_quorum_voters.items()}
     assert config.cluster_secret is not None  # load_config checks it for controllers
-    settings = bridge.QuorumConfig(
+    settings = QuorumConfig(
         node_id=config.node_id,
         self_address=voters[config.node_id],
         peers={v: a for v, a in voters.items() if v != config.node_id},
@@ -104,7 +104,7 @@ def quorum_factory(config: NodeConfig) -> QuorumFactory | None:
         password=config.cluster_secret,
         dial_overrides=dict(config.dial_overrides),
     )
-    return partial(bridge.MetadataQuorum, settings)
+    return partial(MetadataQuorum, settings)
 
 
 def merge_handlers(services: Sequence[NodeService], attribute: str) -> dict[str, Handler]:
