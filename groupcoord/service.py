@@ -187,6 +187,10 @@ class GroupCoordinatorService:
     def health(self) -> dict[str, Any]:
         return {"ok": True, **self.core.health(), "waiters": len(self._waiters)}
 
+    async def drain(self) -> None:
+        """Nothing to hand over: the groups follow `__consumer_offsets` leadership, which the
+        replicas hand over in their own drain."""
+
     # ------------------------------------------------------------------ applying results
 
     def _apply(self, result: Result) -> Any:

@@ -6,12 +6,12 @@ Listeners: client (native protocol, `serve()`), peer (the same protocol for brok
 and broker->controller RPCs), quorum (PySyncObj, inside the MetadataService on voters),
 http (GET /health, GET /metrics).
 
-Composition (raftlog/node/main.py's NodeService): `build_services(config, metadata, peers)` lists the
+Composition (`NodeService`, below): `build_services(config, metadata, peers)` lists the
 services; each brings `client_handlers` and `peer_handlers` (an op belongs to exactly one
 service), a `run()` started with `nursery.start` (so it reports ready), `on_image` (fed by
-the MetadataService after every replayed envelope) and `health()` (merged into /health).
-A service may also have `async drain()`: called on SIGTERM/Ctrl-C, before cancellation, for
-work that makes a stop clean (the metadata service's controlled shutdown). Note: `on_image`
+the MetadataService after every replayed envelope), `health()` (merged into /health) and
+`async drain()`: called on SIGTERM/Ctrl-C, before cancellation, for work that makes a stop
+clean (the metadata service's controlled shutdown, the replicas' leadership hand-off). Note: `on_image`
 may be called before the service's own `run()` has started (the metadata log replays from
 disk as soon as the quorum runs): keep the latest image and act on it once running.
 
@@ -77,6 +77,8 @@ class NodeService(Protocol):
 
     def health(self) -> dict[str, Any]: ...
 
+    async def drain(self) -> None: ...
+
 
 def build_services(config: NodeConfig, metadata: MetadataService, peers: PeerPool) -> list[NodeService]:
     """The node's services, metadata first (started in this order, drained in reverse).
@@ -107,17 +109,17 @@ def quorum_factory(config: NodeConfig) -> QuorumFactory | None:
     return partial(MetadataQuorum, settings)
 
 
-def merge_handlers(services: Sequence[NodeService], attribute: str) -> dict[str, Handler]:
-    """One op -> handler map from every service's `attribute` map. Raises ValueError when two
-    services claim one op."""
+def merge_handlers(tables: Sequence[tuple[str, Mapping[str, Handler]]]) -> dict[str, Handler]:
+    """One op -> handler map from (service name, its op -> handler table) pairs. Raises
+    ValueError when two services claim one op."""
     merged: dict[str, Handler] = {}
     owner: dict[str, str] = {}
-    for service in services:
-        for op, handler in getattr(service, attribute).items():
+    for name, table in tables:
+        for op, handler in table.items():
             if op in merged:
-                raise ValueError(f"op {op!r} is claimed by both {owner[op]} and {service.name}")
+                raise ValueError(f"op {op!r} is claimed by both {owner[op]} and {name}")
             merged[op] = handler
-            owner[op] = service.name
+            owner[op] = name
     return merged
 
 
@@ -148,8 +150,8 @@ async def run_node(
     metadata = MetadataService(config, cluster_id, peers, quorum_factory=quorum_factory(config),
                                registry=registry)
     services = build_services(config, metadata, peers)
-    client_handlers = merge_handlers(services, "client_handlers")
-    peer_handlers = merge_handlers(services, "peer_handlers")
+    client_handlers = merge_handlers([(s.name, s.client_handlers) for s in services])
+    peer_handlers = merge_handlers([(s.name, s.peer_handlers) for s in services])
     for service in services:
         if service is not metadata:
             metadata.subscribe(service.on_image)
@@ -198,9 +200,7 @@ async def run_node(
         await stop.wait()
         with trio.move_on_after(DRAIN_TIMEOUT_S):
             for service in reversed(services):
-                drain = getattr(service, "drain", None)
-                if drain is not None:
-                    await drain()
+                await service.drain()
         nursery.cancel_scope.cancel()
     log_event(logger, "node_stopped", node_id=config.node_id)
 
