@@ -219,6 +219,13 @@ class MetadataService:
         reg = self.image.broker(broker_id)
         return None if reg is None else _hostport(reg.host, reg.port)
 
+    def kafka_address(self, broker_id: int) -> tuple[str, int] | None:
+        """The broker's advertised Kafka listener (None: unknown broker, or none registered)."""
+        reg = self.image.broker(broker_id)
+        if reg is None or reg.kafka_host is None or reg.kafka_port is None:
+            return None
+        return reg.kafka_host, reg.kafka_port
+
     async def wait_for(self, predicate: Callable[[MetadataImage], Any], timeout_s: float) -> Any:
         """Wait until `predicate(image)` is truthy and return its value; raises
         RequestTimedOutError after `timeout_s`."""
@@ -604,6 +611,8 @@ class MetadataService:
             field(fields, "host", str), field(fields, "port", int),
             field(fields, "peer_host", str), field(fields, "peer_port", int),
             field(fields, "rack", str, default=None, nullable=True), now_ms=self._clock_ms(),
+            kafka_host=field(fields, "kafka_host", str, default=None, nullable=True),
+            kafka_port=field(fields, "kafka_port", int, default=None, nullable=True),
         )  # fmt: skip
         response = await self._propose(result, deadline)
         return {"broker_id": response.broker_id, "incarnation_id": response.incarnation_id}
@@ -788,6 +797,7 @@ class MetadataService:
         for broker_id, reg in sorted(image.brokers.items()):
             brokers.append({
                 "id": broker_id, "host": reg.host, "port": reg.port, "fenced": reg.fenced,
+                "kafka": None if reg.kafka_host is None else _hostport(reg.kafka_host, reg.kafka_port),
                 "last_heartbeat_age_ms": None if ctl is None else ctl.last_heartbeat_age_ms(broker_id, now_ms),
             })  # fmt: skip
         return {
@@ -814,6 +824,9 @@ class MetadataService:
             "broker_id": self.node_id, "incarnation_id": self.incarnation_id,
             "host": client.host, "port": client.port, "peer_host": peer.host, "peer_port": peer.port,
         }  # fmt: skip
+        kafka = self.config.advertised("kafka") if getattr(self.config.listeners, "kafka", None) else None
+        if kafka is not None:
+            registration |= {"kafka_host": kafka.host, "kafka_port": kafka.port}
         failures = 0
         while not self._shutting_down:
             self._broker_wakeup = trio.Event()
