@@ -101,7 +101,7 @@ class NodeCluster:
     # -- configuration --
 
     def _allocate(self, node_id: int) -> None:
-        self.ports[node_id] = NodePorts(*free_ports(4))
+        self.ports[node_id] = NodePorts(*free_ports(5))
 
     def _rebuild_configs(self, broker_only: Iterable[int]) -> None:
         configs = build_node_configs(
