@@ -138,7 +138,7 @@ def decode_header(frame: bytes | memoryview) -> tuple[Header, int]:
 
 def decode_body(header: Header, frame: bytes | memoryview, offset: int) -> ApiMessage:
     """The request body as the versioned message class. Raises CodecError (unknown key,
-    version outside the schema, truncated or malformed body, trailing bytes)."""
+    version outside the schema, truncated or malformed body)."""
     cls = REQUEST_CLASSES.get(header.api_key)
     if cls is None:
         raise CodecError(f"unknown api key {header.api_key}")
@@ -156,10 +156,8 @@ def decode_body(header: Header, frame: bytes | memoryview, offset: int) -> ApiMe
         raise CodecError(
             f"{cls.__name__} v{header.api_version} body does not decode: {type(exc).__name__}"
         ) from None
-    if end != len(data):
-        raise CodecError(
-            f"{cls.__name__} v{header.api_version}: {len(data) - end} bytes after the body"
-        )
+    # Bytes after the body are ignored, as Kafka's own parser does: librdkafka 2.16 sends
+    # Metadata v12 with 3 more bytes than the schema has (measured here).
     body._header = None  # (kafka-python expects the slot set before API_VERSION is)
     body.API_VERSION = header.api_version
     return body
