@@ -187,7 +187,7 @@ class _Connection:
         buffer = bytearray()
         listener = self.listener
         while True:
-            while len(buffer) < 4 or len(buffer) < 4 + _SIZE.unpack_from(buffer, 0)[0]:
+            while True:
                 if len(buffer) >= 4:
                     size = _SIZE.unpack_from(buffer, 0)[0]
                     if size < 0 or size > listener.max_request_bytes:
@@ -196,6 +196,8 @@ class _Connection:
                             size=size, max_request_bytes=listener.max_request_bytes,
                         ))  # fmt: skip
                         return
+                    if len(buffer) >= 4 + size:
+                        break
                 try:
                     data = await self.stream.receive_some(RECEIVE_CHUNK_BYTES)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
