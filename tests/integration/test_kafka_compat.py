@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import pytest
 
 from raftlog.client import Admin, Consumer, Producer
-from raftlog.errors import InvalidReplicationFactor
+from raftlog.base.errors import InvalidReplicationFactorError
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer as CKConsumer  # noqa: E402
@@ -46,7 +46,7 @@ def create(cluster, name: str, partitions: int, rf: int = 3) -> None:
         def created() -> bool:
             try:
                 admin.create_topic(name, partitions, rf)
-            except InvalidReplicationFactor:  # a restarted broker not unfenced yet: retry
+            except InvalidReplicationFactorError:  # a restarted broker not unfenced yet: retry
                 return False
             return True
 

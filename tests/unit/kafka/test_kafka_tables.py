@@ -8,9 +8,9 @@ from pathlib import Path
 
 from kafka.protocol.consumer.fetch import FetchResponse
 
-from raftlog.kafka import codec, errors, versions
-from raftlog.kafka.codec import Header, encode_response, placeholder
-from raftlog.kafka.listener import HANDLERS
+from raftlog.node.kafka import codec, errors, versions
+from raftlog.node.kafka.codec import Header, encode_response, placeholder
+from raftlog.node.kafka.listener import HANDLERS
 from partition.segment import FileSlice
 
 
@@ -23,7 +23,7 @@ def test_every_advertised_api_has_a_handler_and_a_schema_range():
 
 
 def test_every_wire_code_has_a_kafka_code():
-    source = (Path(__file__).parents[3] / "raftlog" / "errors.py").read_text()
+    source = (Path(__file__).parents[3] / "raftlog" / "base" / "errors.py").read_text()
     codes = set(re.findall(r'code = "([A-Z_]+)"', source))
     assert codes <= set(errors.KAFKA_ERROR_CODES), codes - set(errors.KAFKA_ERROR_CODES)
 
