@@ -330,6 +330,8 @@ class ActiveController:
             field(fields, "host", str), field(fields, "port", int),
             field(fields, "peer_host", str), field(fields, "peer_port", int),
             field(fields, "rack", str, default=None, nullable=True), now_ms=self._clock_ms(),
+            kafka_host=field(fields, "kafka_host", str, default=None, nullable=True),
+            kafka_port=field(fields, "kafka_port", int, default=None, nullable=True),
         )  # fmt: skip
         response = await self.propose(result, deadline)
         return {"broker_id": response.broker_id, "incarnation_id": response.incarnation_id}

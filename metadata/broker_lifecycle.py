@@ -60,6 +60,9 @@ class BrokerLifecycle:
             "broker_id": self.node_id, "incarnation_id": self.incarnation_id,
             "host": client.host, "port": client.port, "peer_host": peer.host, "peer_port": peer.port,
         }  # fmt: skip
+        kafka = self._config.advertised("kafka") if getattr(self._config.listeners, "kafka", None) else None
+        if kafka is not None:
+            registration |= {"kafka_host": kafka.host, "kafka_port": kafka.port}
         failures = 0
         while not self._shutting_down:
             self._wakeup = trio.Event()

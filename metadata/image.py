@@ -69,18 +69,21 @@ class BrokerRegistration:
     peer_port: int
     rack: str | None
     fenced: bool
+    kafka_host: str | None = None  # the Kafka listener (None: registered before it existed)
+    kafka_port: int | None = None
 
     @classmethod
     def from_record(cls, record: RegisterBroker, fenced: bool) -> "BrokerRegistration":
         return cls(
             record.broker_id, record.incarnation_id, record.host, record.port,
             record.peer_host, record.peer_port, record.rack, fenced,
+            record.kafka_host, record.kafka_port,
         )
 
     def to_record(self) -> RegisterBroker:
         return RegisterBroker(
             self.broker_id, self.incarnation_id, self.host, self.port,
-            self.peer_host, self.peer_port, self.rack,
+            self.peer_host, self.peer_port, self.rack, self.kafka_host, self.kafka_port,
         )
 
 

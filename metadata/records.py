@@ -158,9 +158,17 @@ class RegisterBroker(_Record):
     peer_host: str
     peer_port: int
     rack: str | None = None
+    # The Kafka listener's advertised address; absent in records written before it existed.
+    kafka_host: str | None = None
+    kafka_port: int | None = None
 
     def __post_init__(self) -> None:
         k = self.KIND
+        if (self.kafka_host is None) != (self.kafka_port is None):
+            raise InvalidRecordError(f"{k}: kafka_host and kafka_port come together")
+        if self.kafka_host is not None:
+            _str(k, "kafka_host", self.kafka_host, 1, MAX_HOST_CHARS)
+            _int(k, "kafka_port", self.kafka_port, 1, 65535)
         _int(k, "broker_id", self.broker_id, 0, 2**31 - 1)
         _str(k, "incarnation_id", self.incarnation_id)
         _str(k, "host", self.host, 1, MAX_HOST_CHARS)

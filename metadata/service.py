@@ -57,7 +57,7 @@ from metadata.active_controller import ADMIN_OPS, CONTROLLER_OPS, ActiveControll
 from metadata.broker_lifecycle import BrokerLifecycle
 from metadata.controller import Controller
 from metadata.image import MetadataImage, TopicImage
-from metadata.loader import MetadataLoader
+from metadata.loader import MetadataLoader, hostport
 from metadata.log_fetch import MetadataFetcher, answer_fetch
 from metadata.quorum import Quorum, QuorumFactory
 from metadata.topic_config import describe_configs
@@ -196,6 +196,13 @@ class MetadataService:
 
     def client_address(self, broker_id: int) -> str | None:
         return self._loader.client_address(broker_id)
+
+    def kafka_address(self, broker_id: int) -> tuple[str, int] | None:
+        """The broker's advertised Kafka listener (None: unknown broker, or none registered)."""
+        reg = self._loader.image.broker(broker_id)
+        if reg is None or reg.kafka_host is None or reg.kafka_port is None:
+            return None
+        return reg.kafka_host, reg.kafka_port
 
     async def wait_for(self, predicate: Callable[[MetadataImage], Any], timeout_s: float) -> Any:
         """Wait until `predicate(image)` is truthy and return its value; raises
@@ -412,6 +419,7 @@ class MetadataService:
         for broker_id, reg in sorted(image.brokers.items()):
             brokers.append({
                 "id": broker_id, "host": reg.host, "port": reg.port, "fenced": reg.fenced,
+                "kafka": None if reg.kafka_host is None else hostport(reg.kafka_host, reg.kafka_port),
                 "last_heartbeat_age_ms": None if ctl is None else ctl.last_heartbeat_age_ms(broker_id, now_ms),
             })  # fmt: skip
         return {

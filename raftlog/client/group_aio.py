@@ -1,7 +1,7 @@
 """Trio shell for consumer groups: the group half of `raftlog.aio.Consumer` (the twin of
 group_blocking.py, driving the same sans-I/O GroupCore + GroupMembership of group.py).
 
-    async with aio.Consumer("127.0.0.1:9092", group_id="g", enable_auto_commit=False,
+    async with aio.Consumer("127.0.0.1:9093", group_id="g", enable_auto_commit=False,
                             session_timeout_ms=3000) as c:
         c.subscribe(["events"], on_revoked=..., on_assigned=...)   # plain or async callbacks
         for r in await c.poll(1000): ...

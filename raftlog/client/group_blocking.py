@@ -1,6 +1,6 @@
 """Blocking shell for consumer groups: the group half of `raftlog.client.Consumer`.
 
-    c = Consumer("127.0.0.1:9092", group_id="g", enable_auto_commit=False,
+    c = Consumer("127.0.0.1:9093", group_id="g", enable_auto_commit=False,
                  session_timeout_ms=3000, partition_assignment_strategy="cooperative-sticky")
     c.subscribe(["events"], on_revoked=..., on_assigned=...)
     for r in c.poll(1000): ...; c.commit()

@@ -2,7 +2,8 @@
 
     raftlog node start --config node.toml          (raftlog/cli/main.py parses flags, calls main())
 
-Listeners: client (native protocol, `serve()`), peer (the same protocol for broker<->broker
+Listeners: kafka (Kafka's wire protocol, `raftlog.node.kafka.listener.serve_kafka`, over the same
+services), client (native protocol, `serve()`), peer (the same protocol for broker<->broker
 and broker->controller RPCs), quorum (PySyncObj, inside the MetadataService on voters),
 http (GET /health, GET /metrics).
 
@@ -17,7 +18,7 @@ disk as soon as the quorum runs): keep the latest image and act on it once runni
 
 Start order: meta.properties checked (a data dir of another cluster is refused before
 anything is written), peer pool, services (quorum bound), peer listener, client listener,
-http listener; then `node_ready` is logged. Stop: the first SIGTERM or SIGINT drains the
+http listener; Kafka listener, then `node_ready` is logged. Stop: the first SIGTERM or SIGINT drains the
 services (bounded by DRAIN_TIMEOUT_S) and cancels the nursery; every service cleans up in
 its own `finally` (the quorum syncs its journal) and the process exits 0. A second signal
 exits at once with os._exit(128 + signal). Exit codes: 0 clean stop, 1 a failure (logged
@@ -52,6 +53,8 @@ from raftlog.base.protocol import Request
 from raftlog.node.metadata_quorum import MetadataQuorum, QuorumConfig
 from raftlog.node.config import NodeConfig, ensure_meta_properties, load_config
 from raftlog.node.http import serve_http
+from raftlog.node.kafka.context import KafkaContext
+from raftlog.node.kafka.listener import serve_kafka
 from raftlog.node.server import serve
 
 __all__ = ["NodeService", "build_services", "quorum_factory", "merge_handlers", "run_node", "main"]
@@ -184,6 +187,21 @@ async def run_node(
             max_frame_bytes=config.max_frame_bytes, request_timeout_ms=config.request_timeout_ms,
             max_in_flight=config.max_in_flight, max_connections=config.max_connections, registry=registry,
         ))  # fmt: skip
+        kafka_ctx = KafkaContext(
+            node_id=config.node_id, cluster_id=cluster_id, client_handlers=client_handlers,
+            metadata=metadata,
+            replicas=next((s for s in services if isinstance(s, ReplicaManager)), None),
+            auto_create_topics=config.auto_create_topics,
+            default_partitions=config.default_partitions,
+            default_replication_factor=config.default_replication_factor,
+            request_timeout_ms=config.request_timeout_ms,
+        )  # fmt: skip
+        ports["kafka"] = await nursery.start(partial(
+            serve_kafka, kafka_ctx, listen.kafka.host, listen.kafka.port,
+            max_request_bytes=config.max_frame_bytes, request_timeout_ms=config.request_timeout_ms,
+            max_in_flight=config.max_in_flight, max_connections=config.max_connections,
+            registry=registry,
+        ))  # fmt: skip
         ports["http"] = await nursery.start(serve_http, registry, health, listen.http.host, listen.http.port)
         # Everything built so far (modules, services, replicas) lives as long as the node:
         # out of the cyclic GC's reach, a full collection no longer walks it. Measured: a
@@ -193,7 +211,8 @@ async def run_node(
         gc.freeze()
         log_event(
             logger, "node_ready", node_id=config.node_id, cluster_id=cluster_id,
-            roles=",".join(sorted(config.roles)), client=ports["client"], peer=ports["peer"],
+            roles=",".join(sorted(config.roles)), kafka=ports["kafka"], client=ports["client"],
+            peer=ports["peer"],
             http=ports["http"], pid=os.getpid(),
         )  # fmt: skip
         task_status.started(ports)
