@@ -7,7 +7,7 @@ envelope's outcome is in the image (`image.request_outcome(env.request_id)`): al
 `response`; otherwise `outcome.error()` (e.g. TOPIC_ALREADY_EXISTS if another create won the
 race). A result with no envelopes needs no proposal: answer at once.
 
-Life cycle (what service.py does):
+Life cycle (what active_controller.py does):
     on becoming Raft leader (term T):  c = Controller(image, T, now_ms, random.Random(seed))
                                         propose(c.noop())   # stamps epoch T into the image
     after each committed envelope:      c.update_image(new_image, now_ms)
@@ -106,7 +106,9 @@ from metadata.records import (
     encode_envelope,
     encode_record,
 )
-from metadata.topic_config import TOPIC_CONFIGS, ConfigEntry, describe_configs, normalize_configs
+from metadata.topic_config import (
+    TOPIC_CONFIGS, ConfigEntry, canonical_key, describe_configs, normalize_configs,
+)
 
 log = logging.getLogger(__name__)
 
@@ -313,6 +315,8 @@ class Controller:
         rack: str | None = None,
         *,
         now_ms: int,
+        kafka_host: str | None = None,
+        kafka_port: int | None = None,
     ) -> ControllerResult[RegisterBrokerResponse]:
         """Register a broker process. A new incarnation of a known id is refused with
         DuplicateBrokerRegistrationError while the old incarnation is unfenced, not shutting
@@ -321,7 +325,8 @@ class Controller:
         InvalidRequestError for bad fields."""
         self._check_active()
         try:
-            record = RegisterBroker(broker_id, incarnation_id, host, port, peer_host, peer_port, rack)
+            record = RegisterBroker(broker_id, incarnation_id, host, port, peer_host, peer_port, rack,
+                                    kafka_host, kafka_port)
         except InvalidRecordError as e:
             raise InvalidRequestError(str(e)) from None
         old = self._image.broker(broker_id)
@@ -546,8 +551,9 @@ class Controller:
         if isinstance(delete, (str, bytes)) or not isinstance(delete, (list, tuple)):
             raise InvalidRequestError("delete must be a list of config keys")
         for key in delete:
-            if not isinstance(key, str) or key not in TOPIC_CONFIGS:
+            if not isinstance(key, str) or canonical_key(key) not in TOPIC_CONFIGS:
                 raise InvalidConfigError(f"unknown topic config {key!r}", key=key if isinstance(key, str) else None)
+        delete = [canonical_key(k) for k in delete]
         both = sorted(k for k in dict.fromkeys(delete) if k in normalized)
         if both:
             raise InvalidRequestError(f"config keys both set and deleted: {both}")

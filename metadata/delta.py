@@ -54,6 +54,8 @@ must treat it as fatal for the node.
 
 from __future__ import annotations
 
+import dataclasses
+
 from types import MappingProxyType
 
 from metadata.image import (
@@ -185,9 +187,7 @@ class MetadataDelta:
             raise StaleBrokerEpochError(f"broker {broker_id} incarnation {incarnation_id} was replaced by {old.incarnation_id}",
             )
         if old.fenced != fenced:
-            self._brokers_w()[broker_id] = BrokerRegistration(
-                old.broker_id, old.incarnation_id, old.host, old.port, old.peer_host, old.peer_port, old.rack, fenced
-            )
+            self._brokers_w()[broker_id] = dataclasses.replace(old, fenced=fenced)
 
     def _fence_broker(self, r: FenceBroker) -> None:
         self._set_fenced(r.broker_id, r.incarnation_id, True)

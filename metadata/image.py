@@ -13,8 +13,8 @@ Invariants:
 * `recent_requests` holds the outcome of the last MAX_RECENT_REQUESTS envelopes in log order:
   the dedupe window for retried proposals and how the proposer learns what became of its
   proposal ("OK" or the rejection code).
-* Concurrency: an image may be read from any thread (PySyncObj's tick thread replays and
-  publishes; trio tasks read), since nothing in it ever changes.
+* Concurrency: an image may be read from any thread, since nothing in it ever changes (the
+  metadata service replays on the trio thread; loader.py).
 * `image_to_snapshot` is canonical CBOR, so equal images give equal bytes; `image_from_snapshot`
   checks all of the above and raises InvalidRecordError.
 
@@ -69,18 +69,21 @@ class BrokerRegistration:
     peer_port: int
     rack: str | None
     fenced: bool
+    kafka_host: str | None = None  # the Kafka listener (None: registered before it existed)
+    kafka_port: int | None = None
 
     @classmethod
     def from_record(cls, record: RegisterBroker, fenced: bool) -> "BrokerRegistration":
         return cls(
             record.broker_id, record.incarnation_id, record.host, record.port,
             record.peer_host, record.peer_port, record.rack, fenced,
+            record.kafka_host, record.kafka_port,
         )
 
     def to_record(self) -> RegisterBroker:
         return RegisterBroker(
             self.broker_id, self.incarnation_id, self.host, self.port,
-            self.peer_host, self.peer_port, self.rack,
+            self.peer_host, self.peer_port, self.rack, self.kafka_host, self.kafka_port,
         )
 
 

@@ -33,7 +33,7 @@ KeyError/TypeError). Constructors check the same rules, so an invalid record can
 Sizes (measured by tests/unit/metadata/test_records.py): a 6-partition RF 3 topic envelope
 is ~0.9 KiB; `encode_envelope` refuses anything over MAX_ENVELOPE_BYTES (32 KiB), well under
 PySyncObj's default appendEntriesBatchSizeBytes (64 KiB) that entries must stay below after
-the bridge's own framing.
+PySyncObj's own framing (pickle, in raftlog/node/bridge.py).
 
 Public API:
     Record (union type), RECORD_KINDS: Mapping[str, type]
@@ -158,9 +158,17 @@ class RegisterBroker(_Record):
     peer_host: str
     peer_port: int
     rack: str | None = None
+    # The Kafka listener's advertised address; absent in records written before it existed.
+    kafka_host: str | None = None
+    kafka_port: int | None = None
 
     def __post_init__(self) -> None:
         k = self.KIND
+        if (self.kafka_host is None) != (self.kafka_port is None):
+            raise InvalidRecordError(f"{k}: kafka_host and kafka_port come together")
+        if self.kafka_host is not None:
+            _str(k, "kafka_host", self.kafka_host, 1, MAX_HOST_CHARS)
+            _int(k, "kafka_port", self.kafka_port, 1, 65535)
         _int(k, "broker_id", self.broker_id, 0, 2**31 - 1)
         _str(k, "incarnation_id", self.incarnation_id)
         _str(k, "host", self.host, 1, MAX_HOST_CHARS)
@@ -467,8 +475,3 @@ def encode_envelope(envelope: Envelope, max_bytes: int = MAX_ENVELOPE_BYTES) -> 
 def decode_envelope(data: bytes) -> Envelope:
     """Raises InvalidRecordError (including for more than MAX_ENVELOPE_BYTES)."""
     return envelope_from_obj(loads_strict(data, "envelope", MAX_ENVELOPE_BYTES))
-
-
-def encoded_record_bytes(record: Record) -> int:
-    """Bytes the record adds to an envelope (used to split big topic creations)."""
-    return len(encode_record(record))

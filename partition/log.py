@@ -58,6 +58,7 @@ from partition import cleaner
 from partition.batch import HEADER_BYTES, Header, iter_headers
 from partition.errors import CorruptRecordError, LogClosedError
 from partition.segment import (
+    FileSlice,
     INDEX_SUFFIX,
     INT32_MAX,
     LOG_SUFFIX,
@@ -623,12 +624,23 @@ class Log:
         `offset == log_end_offset` (or >= max_offset) gives b"". Records are not decoded and
         the first batch may start before `offset` (clients skip). Raises OffsetOutOfRangeError
         for offset < log_start_offset or > log_end_offset; LogClosedError."""
+        found = self._locate_read(offset, max_offset)
+        return b"" if found is None else found[0].read_at(found[1], found[2], max_bytes, max_offset)
+
+    def read_slice(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> FileSlice | None:
+        """What `read` would return, as a FileSlice of the segment file (the caller closes
+        it), or None where `read` returns b"". Same errors."""
+        found = self._locate_read(offset, max_offset)
+        return None if found is None else found[0].slice_at(found[1], found[2], max_bytes, max_offset)
+
+    def _locate_read(self, offset: int, max_offset: int | None) -> tuple[Segment, int, Header] | None:
+        """(segment, position, first batch header) where a read starts; None: nothing to read."""
         self._check_open()
         if offset < self.log_start_offset or offset > self.log_end_offset:
             raise OffsetOutOfRangeError(offset=offset, log_start_offset=self.log_start_offset,
                                         log_end_offset=self.log_end_offset)
         if offset == self.log_end_offset or (max_offset is not None and offset >= max_offset):
-            return b""
+            return None
         i = max(bisect_right(self._bases, offset) - 1, 0)
         segments = self._segments
         while i < len(segments):
@@ -636,12 +648,11 @@ class Log:
             if found is None:
                 i += 1
                 continue
-            seg = segments[i]
             pos, h = found
             if max_offset is not None and h.base_offset >= max_offset:
-                return b""
-            return seg.read_at(pos, h, max_bytes, max_offset)
-        return b""
+                return None
+            return segments[i], pos, h
+        return None
 
     def batch_headers(self) -> Iterator[Header]:
         """The header of every batch holding an offset at or above log_start_offset, in offset

@@ -78,7 +78,7 @@ from partition.raft import (
     TruncateFully,
     TruncateTo,
 )
-from partition.segment import write_durably
+from partition.segment import FileSlice, write_durably
 from raftlog.base.errors import (
     InvalidRequestError,
     KafkaStorageError,
@@ -571,6 +571,23 @@ class Replica:
             return b""
         try:
             return log.read(fetch_offset, max_bytes, max_offset=hw)
+        except LogClosedError as exc:
+            self._go_offline(exc)
+            raise
+
+    def read_committed_slice(self, fetch_offset: int, max_bytes: int) -> FileSlice | None:
+        """`read_committed` as a FileSlice of the segment file (zero-copy senders; the caller
+        closes it), None where that returns b"". Same errors."""
+        self.check_leader()
+        log = self.log
+        if fetch_offset < log.log_start_offset or fetch_offset > log.log_end_offset:
+            raise OffsetOutOfRangeError(offset=fetch_offset, log_start_offset=log.log_start_offset,
+                                        log_end_offset=log.log_end_offset)
+        hw = self.high_watermark
+        if fetch_offset >= hw:
+            return None
+        try:
+            return log.read_slice(fetch_offset, max_bytes, max_offset=hw)
         except LogClosedError as exc:
             self._go_offline(exc)
             raise

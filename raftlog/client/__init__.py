@@ -5,12 +5,12 @@ Public API (declared here once):
     from raftlog.client import Producer, Consumer, Admin          # blocking
     from raftlog import aio                                       # trio: aio.Producer, ...
 
-    p = Producer("127.0.0.1:9092", acks="all", linger_ms=5)
+    p = Producer("127.0.0.1:9093", acks="all", linger_ms=5)
     fut = p.send("events", b"value", key=b"k")     # -> RecordFuture
     partition, offset = fut.result(timeout=10)
     p.flush(); p.close()
 
-    c = Consumer("127.0.0.1:9092")
+    c = Consumer("127.0.0.1:9093")
     c.assign([("events", 0)]); c.seek_to_beginning()
     for record in c.poll(timeout_ms=1000): ...     # ConsumerRecord(topic, partition, offset, ...)
 

@@ -8,7 +8,7 @@ polls the core, writes requests, and dispatches answers (Kafka's Sender). Consum
 Admin drive the core from the calling task (poll-driven, no background sender); a Consumer
 with a `group_id` also runs its group's driver and heartbeat tasks (group_aio.py).
 
-    async with aio.Producer("127.0.0.1:9092") as p:
+    async with aio.Producer("127.0.0.1:9093") as p:
         handle = await p.send("t", b"v")      # queued; returns a handle at once
         partition, offset = await handle      # acknowledged
         await p.flush()

@@ -1,7 +1,7 @@
 """Trio shell for consumer groups: the group half of `raftlog.aio.Consumer`. What it does is
 group_session.py's (shared with the blocking shell); this module only performs it.
 
-    async with aio.Consumer("127.0.0.1:9092", group_id="g", enable_auto_commit=False,
+    async with aio.Consumer("127.0.0.1:9093", group_id="g", enable_auto_commit=False,
                             session_timeout_ms=3000) as c:
         c.subscribe(["events"], on_revoked=..., on_assigned=...)   # plain or async callbacks
         for r in await c.poll(1000): ...

@@ -1,7 +1,7 @@
 """Blocking shell for consumer groups: the group half of `raftlog.client.Consumer`. What it
 does is group_session.py's (shared with the trio shell); this module only performs it.
 
-    c = Consumer("127.0.0.1:9092", group_id="g", enable_auto_commit=False,
+    c = Consumer("127.0.0.1:9093", group_id="g", enable_auto_commit=False,
                  session_timeout_ms=3000, partition_assignment_strategy="cooperative-sticky")
     c.subscribe(["events"], on_revoked=..., on_assigned=...)
     for r in c.poll(1000): ...; c.commit()

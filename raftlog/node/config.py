@@ -6,14 +6,15 @@ environment variables, then command-line overrides (each later source wins per k
     roles = ["controller", "broker"]          # default: both (KRaft "combined" mode)
     cluster_secret = "..."                    # PySyncObj password; required for controllers
     [listeners]
-    client = "127.0.0.1:9092"
-    peer = "127.0.0.1:9093"
-    quorum = "127.0.0.1:9094"
-    http = "127.0.0.1:9095"
+    kafka = "127.0.0.1:9092"                  # Kafka's wire protocol (Kafka clients, kcat)
+    client = "127.0.0.1:9093"                 # the native protocol (raftlog CLI and client)
+    peer = "127.0.0.1:9094"
+    quorum = "127.0.0.1:9095"
+    http = "127.0.0.1:9096"
     [controller_quorum_voters]                # or "1@host:port,2@host:port" (Kafka's format)
-    1 = "127.0.0.1:9094"
+    1 = "127.0.0.1:9095"
     [controller_peers]                        # the voters' peer listeners, same formats
-    1 = "127.0.0.1:9093"
+    1 = "127.0.0.1:9094"
     [topic_defaults]
     retention_ms = "604800000"
     [dial_overrides]                          # identity address -> address to dial instead
@@ -21,7 +22,7 @@ environment variables, then command-line overrides (each later source wins per k
 
 Environment: `RAFTLOG_` + the key in upper case with dots as underscores, e.g.
 RAFTLOG_NODE_ID, RAFTLOG_LISTENERS_CLIENT, RAFTLOG_ROLES="broker",
-RAFTLOG_CONTROLLER_QUORUM_VOTERS="1@h:9094,2@h:9194", RAFTLOG_CONTROLLER_PEERS="1@h:9093,...".
+RAFTLOG_CONTROLLER_QUORUM_VOTERS="1@h:9095,2@h:9105", RAFTLOG_CONTROLLER_PEERS="1@h:9094,...".
 `RAFTLOG_*` names that are not config
 keys are ignored (client tools use that prefix too). Overrides: a mapping of key -> value
 with dotted keys ("listeners.client") or nested maps; None values are skipped so argparse
@@ -159,14 +160,18 @@ def parse_voters(value: Any) -> dict[int, HostPort]:
     return voters
 
 
+LISTENER_NAMES: Final = ("kafka", "client", "peer", "quorum", "http")
+
+
 @dataclass(frozen=True, slots=True)
 class Listeners:
     """Where the node listens. Port 0 (not allowed for `quorum`) picks a free port."""
 
-    client: HostPort = HostPort("127.0.0.1", 9092)
-    peer: HostPort = HostPort("127.0.0.1", 9093)
-    quorum: HostPort = HostPort("127.0.0.1", 9094)
-    http: HostPort = HostPort("127.0.0.1", 9095)
+    client: HostPort = HostPort("127.0.0.1", 9093)
+    peer: HostPort = HostPort("127.0.0.1", 9094)
+    quorum: HostPort = HostPort("127.0.0.1", 9095)
+    http: HostPort = HostPort("127.0.0.1", 9096)
+    kafka: HostPort = HostPort("127.0.0.1", 9092)  # last: callers pass the others positionally
 
 
 @dataclass(frozen=True)
@@ -197,6 +202,9 @@ class NodeConfig:
     max_in_flight: int = 256  # per connection
     default_partitions: int = 1
     default_replication_factor: int = 1
+    # Kafka's auto.create.topics.enable: a Kafka Metadata request naming an unknown topic
+    # creates it with default_partitions / default_replication_factor.
+    auto_create_topics: bool = True
     topic_defaults: Mapping[str, str] = dataclasses.field(
         default_factory=lambda: MappingProxyType({})
     )
@@ -245,6 +253,14 @@ def _to_int(value: Any) -> int:
     if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
         return int(value)
     raise ValueError(f"expected an integer, got {value!r:.60}")
+
+
+def _to_bool(value: Any) -> bool:
+    if type(value) is bool:
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ValueError(f"expected true or false, got {value!r:.60}")
 
 
 def _to_str(value: Any) -> str:
@@ -337,6 +353,7 @@ _KEYS: Final[dict[str, _Key]] = {
     "data_dir": _Key(_to_path, "data_dir"),
     "cluster_id": _Key(_to_nonempty_str, "cluster_id"),
     "roles": _Key(_to_roles, "roles"),
+    "listeners.kafka": _Key(parse_host_port, "listeners.kafka"),
     "listeners.client": _Key(parse_host_port, "listeners.client"),
     "listeners.peer": _Key(parse_host_port, "listeners.peer"),
     "listeners.quorum": _Key(lambda v: parse_host_port(v, min_port=1), "listeners.quorum"),
@@ -361,6 +378,7 @@ _KEYS: Final[dict[str, _Key]] = {
     "max_in_flight": _Key(_to_int, "max_in_flight"),
     "default_partitions": _Key(_to_int, "default_partitions"),
     "default_replication_factor": _Key(_to_int, "default_replication_factor"),
+    "auto_create_topics": _Key(_to_bool, "auto_create_topics"),
     "topic_defaults": _Key(_to_str_map, "topic_defaults"),
     "dial_overrides": _Key(_to_dial_overrides, "dial_overrides"),
 }
@@ -480,14 +498,14 @@ def _build(raw: Mapping[str, tuple[Any, str]]) -> NodeConfig:
     listeners = Listeners(
         **{
             name: values.get(f"listeners.{name}", getattr(Listeners(), name))
-            for name in ("client", "peer", "quorum", "http")
+            for name in LISTENER_NAMES
         }
     )
     config_fields = {k: v for k, v in values.items() if not k.startswith("listeners.")}
     config = NodeConfig(listeners=listeners, **config_fields)
 
     seen: dict[tuple[str, int], str] = {}
-    for name in ("client", "peer", "quorum", "http"):
+    for name in LISTENER_NAMES:
         if name == "quorum" and not config.is_controller:
             continue  # a broker-only node opens no quorum listener
         address: HostPort = getattr(listeners, name)
@@ -500,7 +518,7 @@ def _build(raw: Mapping[str, tuple[Any, str]]) -> NodeConfig:
                 raise fail(f"listeners.{name}", f"{address} clashes with listeners.{other}")
         seen[(address.host, address.port)] = name
     if config.advertised_host is None:
-        for name in ("client", "peer"):
+        for name in ("kafka", "client", "peer"):
             if config.is_broker and getattr(listeners, name).host in _WILDCARD_HOSTS:
                 raise fail(
                     f"listeners.{name}",
@@ -571,7 +589,7 @@ def config_to_toml(config: NodeConfig) -> str:
             tables.append("\n[listeners]")
             tables.extend(
                 f"{name} = {_toml_string(str(getattr(value, name)))}"
-                for name in ("client", "peer", "quorum", "http")
+                for name in LISTENER_NAMES
             )
         elif item.name in ("controller_quorum_voters", "controller_peers"):
             if not value:
@@ -586,6 +604,8 @@ def config_to_toml(config: NodeConfig) -> str:
                 )
         elif item.name == "roles":
             lines.append(f"roles = [{', '.join(_toml_string(r) for r in sorted(value))}]")
+        elif isinstance(value, bool):
+            lines.append(f"{item.name} = {'true' if value else 'false'}")
         elif isinstance(value, int):
             lines.append(f"{item.name} = {value}")
         else:

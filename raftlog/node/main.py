@@ -2,22 +2,23 @@
 
     raftlog node start --config node.toml          (raftlog/cli/main.py parses flags, calls main())
 
-Listeners: client (native protocol, `serve()`), peer (the same protocol for broker<->broker
+Listeners: kafka (Kafka's wire protocol, `raftlog.node.kafka.listener.serve_kafka`, over the same
+services), client (native protocol, `serve()`), peer (the same protocol for broker<->broker
 and broker->controller RPCs), quorum (PySyncObj, inside the MetadataService on voters),
 http (GET /health, GET /metrics).
 
-Composition (raftlog/node/main.py's NodeService): `build_services(config, metadata, peers)` lists the
+Composition (`NodeService`, below): `build_services(config, metadata, peers)` lists the
 services; each brings `client_handlers` and `peer_handlers` (an op belongs to exactly one
 service), a `run()` started with `nursery.start` (so it reports ready), `on_image` (fed by
-the MetadataService after every replayed envelope) and `health()` (merged into /health).
-A service may also have `async drain()`: called on SIGTERM/Ctrl-C, before cancellation, for
-work that makes a stop clean (the metadata service's controlled shutdown). Note: `on_image`
+the MetadataService after every replayed envelope), `health()` (merged into /health) and
+`async drain()`: called on SIGTERM/Ctrl-C, before cancellation, for work that makes a stop
+clean (the metadata service's controlled shutdown, the replicas' leadership hand-off). Note: `on_image`
 may be called before the service's own `run()` has started (the metadata log replays from
 disk as soon as the quorum runs): keep the latest image and act on it once running.
 
 Start order: meta.properties checked (a data dir of another cluster is refused before
 anything is written), peer pool, services (quorum bound), peer listener, client listener,
-http listener; then `node_ready` is logged. Stop: the first SIGTERM or SIGINT drains the
+http listener; Kafka listener, then `node_ready` is logged. Stop: the first SIGTERM or SIGINT drains the
 services (bounded by DRAIN_TIMEOUT_S) and cancels the nursery; every service cleans up in
 its own `finally` (the quorum syncs its journal) and the process exits 0. A second signal
 exits at once with os._exit(128 + signal). Exit codes: 0 clean stop, 1 a failure (logged
@@ -49,9 +50,11 @@ from raftlog.base.eventlog import log_event, setup_logging
 from raftlog.base.metrics import MetricsRegistry
 from raftlog.base.peer import PeerPool
 from raftlog.base.protocol import Request
-from raftlog.node import bridge
+from raftlog.node.metadata_quorum import MetadataQuorum, QuorumConfig
 from raftlog.node.config import NodeConfig, ensure_meta_properties, load_config
 from raftlog.node.http import serve_http
+from raftlog.node.kafka.context import KafkaContext
+from raftlog.node.kafka.listener import serve_kafka
 from raftlog.node.server import serve
 
 __all__ = ["NodeService", "build_services", "quorum_factory", "merge_handlers", "run_node", "main"]
@@ -77,6 +80,8 @@ class NodeService(Protocol):
 
     def health(self) -> dict[str, Any]: ...
 
+    async def drain(self) -> None: ...
+
 
 def build_services(config: NodeConfig, metadata: MetadataService, peers: PeerPool) -> list[NodeService]:
     """The node's services, metadata first (started in this order, drained in reverse).
@@ -90,13 +95,13 @@ def build_services(config: NodeConfig, metadata: MetadataService, peers: PeerPoo
 
 
 def quorum_factory(config: NodeConfig) -> QuorumFactory | None:
-    """What builds this voter's metadata quorum (the PySyncObj bridge), or None on a
+    """What builds this voter's metadata quorum (PySyncObj, through the bridge), or None on a
     broker-only node. The metadata service calls it with its commit and leader callbacks."""
     if not config.is_controller:
         return None
     voters = {v: str(a) for v, a in config.controller_quorum_voters.items()}
     assert config.cluster_secret is not None  # load_config checks it for controllers
-    settings = bridge.QuorumConfig(
+    settings = QuorumConfig(
         node_id=config.node_id,
         self_address=voters[config.node_id],
         peers={v: a for v, a in voters.items() if v != config.node_id},
@@ -104,20 +109,20 @@ def quorum_factory(config: NodeConfig) -> QuorumFactory | None:
         password=config.cluster_secret,
         dial_overrides=dict(config.dial_overrides),
     )
-    return partial(bridge.MetadataQuorum, settings)
+    return partial(MetadataQuorum, settings)
 
 
-def merge_handlers(services: Sequence[NodeService], attribute: str) -> dict[str, Handler]:
-    """One op -> handler map from every service's `attribute` map. Raises ValueError when two
-    services claim one op."""
+def merge_handlers(tables: Sequence[tuple[str, Mapping[str, Handler]]]) -> dict[str, Handler]:
+    """One op -> handler map from (service name, its op -> handler table) pairs. Raises
+    ValueError when two services claim one op."""
     merged: dict[str, Handler] = {}
     owner: dict[str, str] = {}
-    for service in services:
-        for op, handler in getattr(service, attribute).items():
+    for name, table in tables:
+        for op, handler in table.items():
             if op in merged:
-                raise ValueError(f"op {op!r} is claimed by both {owner[op]} and {service.name}")
+                raise ValueError(f"op {op!r} is claimed by both {owner[op]} and {name}")
             merged[op] = handler
-            owner[op] = service.name
+            owner[op] = name
     return merged
 
 
@@ -148,8 +153,8 @@ async def run_node(
     metadata = MetadataService(config, cluster_id, peers, quorum_factory=quorum_factory(config),
                                registry=registry)
     services = build_services(config, metadata, peers)
-    client_handlers = merge_handlers(services, "client_handlers")
-    peer_handlers = merge_handlers(services, "peer_handlers")
+    client_handlers = merge_handlers([(s.name, s.client_handlers) for s in services])
+    peer_handlers = merge_handlers([(s.name, s.peer_handlers) for s in services])
     for service in services:
         if service is not metadata:
             metadata.subscribe(service.on_image)
@@ -182,6 +187,21 @@ async def run_node(
             max_frame_bytes=config.max_frame_bytes, request_timeout_ms=config.request_timeout_ms,
             max_in_flight=config.max_in_flight, max_connections=config.max_connections, registry=registry,
         ))  # fmt: skip
+        kafka_ctx = KafkaContext(
+            node_id=config.node_id, cluster_id=cluster_id, client_handlers=client_handlers,
+            metadata=metadata,
+            replicas=next((s for s in services if isinstance(s, ReplicaManager)), None),
+            auto_create_topics=config.auto_create_topics,
+            default_partitions=config.default_partitions,
+            default_replication_factor=config.default_replication_factor,
+            request_timeout_ms=config.request_timeout_ms,
+        )  # fmt: skip
+        ports["kafka"] = await nursery.start(partial(
+            serve_kafka, kafka_ctx, listen.kafka.host, listen.kafka.port,
+            max_request_bytes=config.max_frame_bytes, request_timeout_ms=config.request_timeout_ms,
+            max_in_flight=config.max_in_flight, max_connections=config.max_connections,
+            registry=registry,
+        ))  # fmt: skip
         ports["http"] = await nursery.start(serve_http, registry, health, listen.http.host, listen.http.port)
         # Everything built so far (modules, services, replicas) lives as long as the node:
         # out of the cyclic GC's reach, a full collection no longer walks it. Measured: a
@@ -191,16 +211,15 @@ async def run_node(
         gc.freeze()
         log_event(
             logger, "node_ready", node_id=config.node_id, cluster_id=cluster_id,
-            roles=",".join(sorted(config.roles)), client=ports["client"], peer=ports["peer"],
+            roles=",".join(sorted(config.roles)), kafka=ports["kafka"], client=ports["client"],
+            peer=ports["peer"],
             http=ports["http"], pid=os.getpid(),
         )  # fmt: skip
         task_status.started(ports)
         await stop.wait()
         with trio.move_on_after(DRAIN_TIMEOUT_S):
             for service in reversed(services):
-                drain = getattr(service, "drain", None)
-                if drain is not None:
-                    await drain()
+                await service.drain()
         nursery.cancel_scope.cancel()
     log_event(logger, "node_stopped", node_id=config.node_id)
 

@@ -101,7 +101,7 @@ class NodeCluster:
     # -- configuration --
 
     def _allocate(self, node_id: int) -> None:
-        self.ports[node_id] = NodePorts(*free_ports(4))
+        self.ports[node_id] = NodePorts(*free_ports(5))
 
     def _rebuild_configs(self, broker_only: Iterable[int]) -> None:
         configs = build_node_configs(
@@ -124,6 +124,14 @@ class NodeCluster:
 
     def client(self, node_id: int) -> str:
         return str(self.configs[node_id].listeners.client)
+
+    def kafka(self, node_id: int) -> str:
+        """The node's Kafka-protocol listener, "host:port"."""
+        return str(self.configs[node_id].listeners.kafka)
+
+    def kafka_bootstrap(self) -> str:
+        """Kafka clients' bootstrap.servers: every live node's Kafka listener, comma-separated."""
+        return ",".join(self.kafka(n) for n in self.live())
 
     def http(self, node_id: int) -> str:
         return str(self.configs[node_id].listeners.http)
