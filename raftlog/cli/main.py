@@ -5,6 +5,7 @@
     raftlog cluster status                          voters, controller, brokers
     raftlog topics create|list|describe|delete|alter
     raftlog partitions recover TOPIC PARTITION --broker N --unclean   (raftlog/cli/partitions.py)
+    raftlog console [--port 8080]                   the web console (raftlog/cli/console.py, raftlog/console/)
 
 Admin commands talk to `--bootstrap` (default 127.0.0.1:9093, or $RAFTLOG_BOOTSTRAP) through
 the blocking client `raftlog.client.Admin`; any node answers (it forwards to the
@@ -23,6 +24,7 @@ from typing import Any
 
 import click
 
+from raftlog.cli import console as _console
 from raftlog.cli import groups as _groups
 from raftlog.cli import partitions as _partitions
 from raftlog.cli import records as _records
@@ -388,3 +390,4 @@ main.add_command(_records.consume_cmd)
 main.add_command(_records.perf)
 main.add_command(_groups.groups)
 main.add_command(_partitions.partitions)
+main.add_command(_console.console_cmd)

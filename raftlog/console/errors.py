@@ -1,0 +1,54 @@
+"""The console's errors: the registry classes it uses (imported here once, so the rest of
+the package names them from one place) and its one own class.
+
+    raftlog.errors.InvalidRequest        INVALID_REQUEST
+     ├── BadInputError                   a URL parameter or form field the console cannot use
+     │                                   (`field` names it); shown on the page with status 400
+     └── CsrfError                       a state-changing form without this session's token (403)
+
+Everything the cluster answers arrives as the registry's class (`error_from_wire`) and is
+shown as one line on the page; the client's own failures (no broker reachable, connection
+lost) likewise. Nothing here ever reaches the browser as a traceback.
+"""
+
+from __future__ import annotations
+
+from raftlog.client.errors import ClientClosed, ConnectionLost, NoBrokerAvailable
+from raftlog.errors import (
+    InvalidRequest,
+    MessageTooLarge,
+    NotController,
+    OffsetOutOfRange,
+    RaftlogError,
+    RequestTimedOut,
+    UnknownOutcome,
+    UnknownTopicOrPartition,
+)
+
+__all__ = [
+    "BadInputError",
+    "CsrfError",
+    "RaftlogError",
+    "InvalidRequest",
+    "MessageTooLarge",
+    "NotController",
+    "OffsetOutOfRange",
+    "RequestTimedOut",
+    "UnknownOutcome",
+    "UnknownTopicOrPartition",
+    "ClientClosed",
+    "ConnectionLost",
+    "NoBrokerAvailable",
+]
+
+
+class BadInputError(InvalidRequest):
+    """A URL parameter or form field the console cannot use; `field` names it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}", field=field)
+        self.field = field
+
+
+class CsrfError(InvalidRequest):
+    """A form that changes state arrived without this session's CSRF token (or a stale one)."""
