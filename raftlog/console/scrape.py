@@ -130,9 +130,10 @@ def counter_rates(previous: Iterable[Mapping[tuple[str, Labels], float]],
             what = "records" if flow.group(1) in ("records", "messages") else "bytes"
             families = per_family.setdefault(f"{what}_{flow.group(2)}", {})
             families[name] = families.get(name, 0.0) + _delta(prev.get((name, labels)), value)
-    # One family per flow (the first by name): a node may expose the same flow twice (per
+    # One family per flow (raftlog's own first, then by name): a node may expose the same flow twice (per
     # topic and per broker, or under Kafka's name too), and summing them would double it.
-    flows = {key: families[min(families)] for key, families in per_family.items()}
+    flows = {key: families[min(families, key=lambda n: (not n.startswith("raftlog_"), n))]
+             for key, families in per_family.items()}
     return RateSnapshot(
         produce_requests=None if produce is None else produce / interval_s,
         fetch_requests=None if fetch is None else fetch / interval_s,
