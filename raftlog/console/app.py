@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import Request
@@ -40,6 +41,7 @@ from raftlog.console.errors import (
     CsrfError,
     NoBrokerAvailable,
     RaftlogError,
+    UnknownGroupError,
     UnknownTopicOrPartition,
 )
 from raftlog.console.state import STATIC_DIR, ConsoleState
@@ -124,8 +126,8 @@ def _error_page(status: int, title: str):
         if status >= 500 and not isinstance(exc, (RaftlogError, NoBrokerAvailable, ConnectionLost, ClientClosed)):
             log.error("console page %s failed", request.url.path, exc_info=exc)
             message = "The console failed to build this page; the error is in the console's log."
-        elif isinstance(exc, (BadInputError, CsrfError)) or (isinstance(exc, RaftlogError) and exc.message
-                                                               and isinstance(exc, UnknownTopicOrPartition)):
+        elif isinstance(exc, (BadInputError, CsrfError, UnknownGroupError)) or (
+                isinstance(exc, UnknownTopicOrPartition) and exc.message):
             message = exc.message
         else:
             message = str(exc)
@@ -164,12 +166,12 @@ def build_app(state: ConsoleState) -> Starlette:
         BadInputError: _error_page(400, "That input cannot be used"),
         CsrfError: _error_page(403, "Refused"),
         UnknownTopicOrPartition: _error_page(404, "Not found"),
+        UnknownGroupError: _error_page(404, "Not found"),
         RaftlogError: _error_page(503, "The cluster did not answer that"),
         NoBrokerAvailable: _error_page(503, "No node reachable"),
         ConnectionLost: _error_page(503, "Connection lost"),
         ClientClosed: _error_page(503, "Connection closed"),
-        404: _not_found,
-        405: _not_found,
+        HTTPException: _http_error,
         Exception: _error_page(500, "Console error"),
     }
     secret = settings.session_secret or secrets.token_urlsafe(32)
@@ -184,13 +186,14 @@ def build_app(state: ConsoleState) -> Starlette:
     return app
 
 
-async def _not_found(request: Request, exc: Exception) -> Response:
-    status = getattr(exc, "status_code", 404)
-    text = "No such page." if status == 404 else "That method is not allowed here."
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own refusals (no route, wrong method, a form it cannot parse) as pages."""
+    status = getattr(exc, "status_code", 400)
+    text = {404: "No such page.", 405: "That method is not allowed here."}.get(status, str(getattr(exc, "detail", "")))
     if getattr(request.state, "session", None) is None:
         return HTMLResponse(f"<p>{text}</p>", status_code=status)
-    return views.render(request, "error.html", status_code=status, title="Not found" if status == 404 else "Not allowed",
-                        message=text)
+    title = {404: "Not found", 405: "Not allowed"}.get(status, "That request cannot be used")
+    return views.render(request, "error.html", status_code=status, title=title, message=text)
 
 
 class _GuardMiddleware:

@@ -46,6 +46,7 @@ from raftlog.client.partitioner import partition_for_key
 from raftlog.console.auth import client_options, config_key
 from raftlog.console.errors import (
     MessageTooLarge,
+    OffsetOutOfRange,
     RaftlogError,
     RequestTimedOut,
     UnknownTopicOrPartition,
@@ -373,7 +374,10 @@ def fetch_positions(cs: ClientSet, topic: TopicInfo, positions: Mapping[int, int
 
 def read_record(cs: ClientSet, topic: TopicInfo, partition: int, offset: int) -> ConsumerRecord | None:
     """The record at `offset` (None: no record there, e.g. compacted away or past the end)."""
-    got = fetch_positions(cs, topic, {partition: offset}, partition_bytes=FETCH_PARTITION_BYTES)
+    try:
+        got = fetch_positions(cs, topic, {partition: offset}, partition_bytes=FETCH_PARTITION_BYTES)
+    except OffsetOutOfRange:
+        return None
     for r in got.get(partition, ([], 0, 0))[0]:
         if r.offset == offset:
             return r

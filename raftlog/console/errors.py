@@ -5,6 +5,8 @@ the package names them from one place) and its one own class.
      ├── BadInputError                   a URL parameter or form field the console cannot use
      │                                   (`field` names it); shown on the page with status 400
      └── CsrfError                       a state-changing form without this session's token (403)
+    raftlog.errors.GroupIdNotFound      GROUP_ID_NOT_FOUND
+     └── UnknownGroupError               a group page for a group the coordinator does not know (404)
 
 Everything the cluster answers arrives as the registry's class (`error_from_wire`) and is
 shown as one line on the page; the client's own failures (no broker reachable, connection
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 from raftlog.client.errors import ClientClosed, ConnectionLost, NoBrokerAvailable
 from raftlog.errors import (
+    GroupIdNotFound,
     InvalidRequest,
     MessageTooLarge,
     NotController,
@@ -28,6 +31,7 @@ from raftlog.errors import (
 __all__ = [
     "BadInputError",
     "CsrfError",
+    "UnknownGroupError",
     "RaftlogError",
     "InvalidRequest",
     "MessageTooLarge",
@@ -52,3 +56,7 @@ class BadInputError(InvalidRequest):
 
 class CsrfError(InvalidRequest):
     """A form that changes state arrived without this session's CSRF token (or a stale one)."""
+
+
+class UnknownGroupError(GroupIdNotFound):
+    """The coordinator knows no such group (Kafka's "Dead": no members, no offsets)."""

@@ -42,7 +42,7 @@ from groupcoord.records import GroupKey, OffsetKey, decode_record
 from raftlog.console import backend, browse
 from raftlog.console.auth import Credentials, check_csrf, client_config, config_key, login_required
 from raftlog.console.backend import ClientSet, classify_partitions
-from raftlog.console.errors import BadInputError, CsrfError, RaftlogError, UnknownTopicOrPartition
+from raftlog.console.errors import BadInputError, CsrfError, RaftlogError, UnknownGroupError, UnknownTopicOrPartition
 from raftlog.console.state import ConsoleState
 
 T = TypeVar("T")
@@ -86,7 +86,8 @@ def render(request: Request, template: str, status_code: int = 200, **context: A
 
 async def form_of(request: Request) -> dict[str, str]:
     """The posted form (urlencoded) after the CSRF check; raises CsrfError without a valid token."""
-    form = await request.form(max_files=0, max_fields=200)
+    # One field may be as large as the whole body limit (a test value the cluster then judges).
+    form = await request.form(max_files=0, max_fields=200, max_part_size=_state(request).settings.max_body_bytes)
     values = {k: v for k, v in form.items() if isinstance(v, str)}
     if not check_csrf(request.state.session.csrf_token, values.get("csrf")):
         raise CsrfError("the form's security token is missing or stale: reload the page and try again")
@@ -481,6 +482,8 @@ async def group(request: Request, *, reset: dict | None = None, reset_form: dict
                 error: str | None = None, status_code: int = 200) -> Response:
     group_id = request.path_params["group"]
     desc = await run_blocking(request, lambda cs: cs.groups.describe_group(group_id))
+    if desc.get("state") == "Dead" and not desc["members"] and not desc["partitions"]:
+        raise UnknownGroupError(f"unknown group: {group_id} (no members and no committed offsets)")
     state = _state(request)
     sample = _group_sample(desc)
     series = state.record_lag(request, group_id, sample)
