@@ -129,6 +129,9 @@ def _error_page(status: int, title: str):
         elif isinstance(exc, (BadInputError, CsrfError, UnknownGroupError)) or (
                 isinstance(exc, UnknownTopicOrPartition) and exc.message):
             message = exc.message
+        elif isinstance(exc, (NoBrokerAvailable, ConnectionLost, ClientClosed)):
+            state: ConsoleState = request.app.state.console
+            message = f"no raftlog node answered at {','.join(state.settings.bootstrap)} ({exc}); is the cluster up?"
         else:
             message = str(exc)
         if getattr(request.state, "session", None) is None:

@@ -45,6 +45,7 @@ from raftlog.client.group_blocking import GroupAdmin
 from raftlog.client.partitioner import partition_for_key
 from raftlog.console.auth import client_options, config_key
 from raftlog.console.errors import (
+    BadInputError,
     MessageTooLarge,
     OffsetOutOfRange,
     RaftlogError,
@@ -81,7 +82,14 @@ class ClientSet:
     """One user's clients: a GroupAdmin (groups) and its Admin (everything else)."""
 
     def __init__(self, bootstrap: list[str], options: Mapping[str, Any], request_timeout_ms: int) -> None:
-        self.groups = GroupAdmin(bootstrap, request_timeout_ms=request_timeout_ms, **dict(options))
+        try:
+            self.groups = GroupAdmin(bootstrap, request_timeout_ms=request_timeout_ms, **dict(options))
+        except TypeError:
+            if not options:
+                raise
+            # The client does not take security options yet (issue 16 adds TLS and SASL).
+            raise BadInputError("command-config", "this raftlog client cannot connect with "
+                                f"{sorted(options)} yet: TLS and SASL come with issue 16") from None
         self.admin = self.groups.admin
         self.bootstrap = bootstrap
         self.options = dict(options)
