@@ -12,7 +12,7 @@ Middleware, outermost first:
    cluster, sends visitors without a login to /login.
 
 Errors become pages, never tracebacks: BadInputError 400, CsrfError 403,
-UnknownTopicOrPartition 404, other RaftlogError and client errors 503 (with the cluster's
+UnknownTopicOrPartitionError 404, other RaftlogError and client errors 503 (with the cluster's
 one-line message), anything else 500 ("logged"; the traceback goes to the console's log only).
 """
 
@@ -36,13 +36,13 @@ from raftlog.console import views
 from raftlog.console.auth import login_required
 from raftlog.console.errors import (
     BadInputError,
-    ClientClosed,
-    ConnectionLost,
+    ClientClosedError,
+    ConnectionLostError,
     CsrfError,
-    NoBrokerAvailable,
+    NoBrokerAvailableError,
     RaftlogError,
     UnknownGroupError,
-    UnknownTopicOrPartition,
+    UnknownTopicOrPartitionError,
 )
 from raftlog.console.state import STATIC_DIR, ConsoleState
 
@@ -123,13 +123,13 @@ def _sessions(app: Any, state: ConsoleState) -> Any:
 
 def _error_page(status: int, title: str):
     async def handler(request: Request, exc: Exception) -> Response:
-        if status >= 500 and not isinstance(exc, (RaftlogError, NoBrokerAvailable, ConnectionLost, ClientClosed)):
+        if status >= 500 and not isinstance(exc, (RaftlogError, NoBrokerAvailableError, ConnectionLostError, ClientClosedError)):
             log.error("console page %s failed", request.url.path, exc_info=exc)
             message = "The console failed to build this page; the error is in the console's log."
         elif isinstance(exc, (BadInputError, CsrfError, UnknownGroupError)) or (
-                isinstance(exc, UnknownTopicOrPartition) and exc.message):
+                isinstance(exc, UnknownTopicOrPartitionError) and exc.message):
             message = exc.message
-        elif isinstance(exc, (NoBrokerAvailable, ConnectionLost, ClientClosed)):
+        elif isinstance(exc, (NoBrokerAvailableError, ConnectionLostError, ClientClosedError)):
             state: ConsoleState = request.app.state.console
             message = f"no raftlog node answered at {','.join(state.settings.bootstrap)} ({exc}); is the cluster up?"
         else:
@@ -168,12 +168,12 @@ def build_app(state: ConsoleState) -> Starlette:
     handlers = {
         BadInputError: _error_page(400, "That input cannot be used"),
         CsrfError: _error_page(403, "Refused"),
-        UnknownTopicOrPartition: _error_page(404, "Not found"),
+        UnknownTopicOrPartitionError: _error_page(404, "Not found"),
         UnknownGroupError: _error_page(404, "Not found"),
         RaftlogError: _error_page(503, "The cluster did not answer that"),
-        NoBrokerAvailable: _error_page(503, "No node reachable"),
-        ConnectionLost: _error_page(503, "Connection lost"),
-        ClientClosed: _error_page(503, "Connection closed"),
+        NoBrokerAvailableError: _error_page(503, "No node reachable"),
+        ConnectionLostError: _error_page(503, "Connection lost"),
+        ClientClosedError: _error_page(503, "Connection closed"),
         HTTPException: _http_error,
         Exception: _error_page(500, "Console error"),
     }

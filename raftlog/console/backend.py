@@ -11,7 +11,7 @@ Clients: `raftlog.client.blocking` is not thread-safe, so a ClientSet is used by
 at a time: the pool keeps up to `per_user` sets per client config (one config per logged-in
 user, or one shared anonymous config on a plaintext cluster) and at most `max_users` configs
 (the least recently used one is closed first). A lease waits up to `lease_timeout_s` for a
-free set, then fails with RequestTimedOut ("the console is busy").
+free set, then fails with RequestTimedOutError ("the console is busy").
 
 Reads that cover many partitions send one request per leader broker (list_offsets, fetch),
 so a page costs a few round trips whatever the partition count; a partition without a live
@@ -41,18 +41,18 @@ from raftlog.client.core import (
     fetch_request,
     list_offsets_request,
 )
-from raftlog.client.group_blocking import GroupAdmin
+from raftlog.client.group_admin import GroupAdmin
 from raftlog.client.partitioner import partition_for_key
 from raftlog.console.auth import client_options, config_key
 from raftlog.console.errors import (
     BadInputError,
-    MessageTooLarge,
-    OffsetOutOfRange,
+    MessageTooLargeError,
+    OffsetOutOfRangeError,
     RaftlogError,
-    RequestTimedOut,
-    UnknownTopicOrPartition,
+    RequestTimedOutError,
+    UnknownTopicOrPartitionError,
+    error_from_wire,
 )
-from raftlog.errors import error_from_wire
 
 __all__ = [
     "ClientSet",
@@ -141,7 +141,7 @@ class ClientPool:
                     break
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise RequestTimedOut("the console is busy with this user's other requests; try again")
+                    raise RequestTimedOutError("the console is busy with this user's other requests; try again")
                 self._lock.wait(left)
         try:
             return ClientSet(self.bootstrap, client_options(config), self.request_timeout_ms)
@@ -252,11 +252,11 @@ def read_overview(cs: ClientSet) -> Overview:
 
 
 def describe_topic(cs: ClientSet, name: str) -> TopicInfo:
-    """Raises UnknownTopicOrPartition for a topic that does not exist."""
+    """Raises UnknownTopicOrPartitionError for a topic that does not exist."""
     try:
         return cs.admin.describe_topics([name])[name]
-    except UnknownTopicOrPartition:
-        raise UnknownTopicOrPartition(f"unknown topic: {name}") from None
+    except UnknownTopicOrPartitionError:
+        raise UnknownTopicOrPartitionError(f"unknown topic: {name}") from None
 
 
 def describe_configs(cs: ClientSet, name: str) -> list[dict]:
@@ -361,7 +361,7 @@ def fetch_positions(cs: ClientSet, topic: TopicInfo, positions: Mapping[int, int
     fetch per leader broker (no waiting: max_wait_ms 0). Raises a partition's error."""
     groups, skipped = _by_leader({topic.name: topic}, [(topic.name, p) for p in positions], None)
     for (_, p), why in skipped.items():
-        raise UnknownTopicOrPartition(f"{topic.name}-{p}: {why}")
+        raise UnknownTopicOrPartitionError(f"{topic.name}-{p}: {why}")
     requests = []
     for _leader, members in sorted(groups.items()):
         parts = [(t, p, positions[p], partition_bytes) for t, p in members]
@@ -384,7 +384,7 @@ def read_record(cs: ClientSet, topic: TopicInfo, partition: int, offset: int) ->
     """The record at `offset` (None: no record there, e.g. compacted away or past the end)."""
     try:
         got = fetch_positions(cs, topic, {partition: offset}, partition_bytes=FETCH_PARTITION_BYTES)
-    except OffsetOutOfRange:
+    except OffsetOutOfRangeError:
         return None
     for r in got.get(partition, ([], 0, 0))[0]:
         if r.offset == offset:
@@ -403,7 +403,7 @@ def produce_one(cs: ClientSet, topic: TopicInfo, partition: int | None, key: byt
         partition = partition_for_key(key, n) if key is not None else 0
     size = len(key or b"") + len(value or b"") + sum(len(h) + len(v or b"") for h, v in headers)
     if size > max_request_bytes:
-        raise MessageTooLarge(f"record of {size} bytes exceeds the client's max_request_bytes {max_request_bytes} "
+        raise MessageTooLargeError(f"record of {size} bytes exceeds the client's max_request_bytes {max_request_bytes} "
                               "(the cluster refuses it; raise the limits on the nodes and topic to send it)")
     builder = BatchBuilder()
     builder.append(value, key=key, headers=headers, timestamp_ms=int(time.time() * 1000))

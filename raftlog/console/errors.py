@@ -1,11 +1,11 @@
 """The console's errors: the registry classes it uses (imported here once, so the rest of
 the package names them from one place) and its one own class.
 
-    raftlog.errors.InvalidRequest        INVALID_REQUEST
+    raftlog.base.errors.InvalidRequestError   INVALID_REQUEST
      ├── BadInputError                   a URL parameter or form field the console cannot use
      │                                   (`field` names it); shown on the page with status 400
      └── CsrfError                       a state-changing form without this session's token (403)
-    raftlog.errors.GroupIdNotFound      GROUP_ID_NOT_FOUND
+    raftlog.base.errors.GroupIdNotFoundError  GROUP_ID_NOT_FOUND
      └── UnknownGroupError               a group page for a group the coordinator does not know (404)
 
 Everything the cluster answers arrives as the registry's class (`error_from_wire`) and is
@@ -15,38 +15,37 @@ lost) likewise. Nothing here ever reaches the browser as a traceback.
 
 from __future__ import annotations
 
-from raftlog.client.errors import ClientClosed, ConnectionLost, NoBrokerAvailable
-from raftlog.errors import (
-    GroupIdNotFound,
-    InvalidRequest,
-    MessageTooLarge,
-    NotController,
-    OffsetOutOfRange,
+from raftlog.base.errors import (
+    GroupIdNotFoundError,
+    InvalidRequestError,
+    MessageTooLargeError,
+    OffsetOutOfRangeError,
     RaftlogError,
-    RequestTimedOut,
-    UnknownOutcome,
-    UnknownTopicOrPartition,
+    RequestTimedOutError,
+    UnknownTopicOrPartitionError,
+    error_from_wire,
 )
+from raftlog.client.errors import ClientClosedError, ConnectionLostError, NoBrokerAvailableError
 
 __all__ = [
     "BadInputError",
     "CsrfError",
     "UnknownGroupError",
     "RaftlogError",
-    "InvalidRequest",
-    "MessageTooLarge",
-    "NotController",
-    "OffsetOutOfRange",
-    "RequestTimedOut",
-    "UnknownOutcome",
-    "UnknownTopicOrPartition",
-    "ClientClosed",
-    "ConnectionLost",
-    "NoBrokerAvailable",
+    "InvalidRequestError",
+    "MessageTooLargeError",
+    "OffsetOutOfRangeError",
+    "RequestTimedOutError",
+    "UnknownTopicOrPartitionError",
+    "GroupIdNotFoundError",
+    "ClientClosedError",
+    "ConnectionLostError",
+    "NoBrokerAvailableError",
+    "error_from_wire",
 ]
 
 
-class BadInputError(InvalidRequest):
+class BadInputError(InvalidRequestError):
     """A URL parameter or form field the console cannot use; `field` names it."""
 
     def __init__(self, field: str, message: str) -> None:
@@ -54,9 +53,9 @@ class BadInputError(InvalidRequest):
         self.field = field
 
 
-class CsrfError(InvalidRequest):
+class CsrfError(InvalidRequestError):
     """A form that changes state arrived without this session's CSRF token (or a stale one)."""
 
 
-class UnknownGroupError(GroupIdNotFound):
+class UnknownGroupError(GroupIdNotFoundError):
     """The coordinator knows no such group (Kafka's "Dead": no members, no offsets)."""

@@ -22,7 +22,7 @@ from starlette.templating import Jinja2Templates
 
 from raftlog.console.auth import Credentials, Session, SessionStore, client_config, config_key
 from raftlog.console.backend import ClientPool, fetch_node_http
-from raftlog.console.errors import RequestTimedOut
+from raftlog.console.errors import RequestTimedOutError
 from raftlog.console.history import Series, SeriesBook
 from raftlog.console.scrape import MAX_METRICS_BYTES, counter_rates, parse_metrics, partition_sizes
 from raftlog.console.settings import ConsoleSettings
@@ -117,7 +117,7 @@ class ConsoleState:
 
     def event_stream(self, events: AsyncIterator[str]) -> StreamingResponse:
         if self.streams >= self.settings.max_streams:
-            raise RequestTimedOut(f"too many live views open ({self.streams}); close some tabs")
+            raise RequestTimedOutError(f"too many live views open ({self.streams}); close some tabs")
 
         async def framed() -> AsyncIterator[str]:
             yield f"retry: {int(self.settings.scrape_interval_s * 1500)}\n\n"

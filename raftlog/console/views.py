@@ -21,7 +21,7 @@ Routes (app.py wires them):
     GET  /healthz                            the console's own liveness
 
 Errors never leave as a traceback: app.py's handlers turn BadInputError into 400,
-UnknownTopicOrPartition into 404, other cluster and client errors into 503, each as a page
+UnknownTopicOrPartitionError into 404, other cluster and client errors into 503, each as a page
 with one clear line.
 """
 
@@ -37,17 +37,17 @@ import trio
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 
-from groupcoord.errors import GroupError
+from groupcoord.errors import InvalidGroupRecordError
 from groupcoord.records import GroupKey, OffsetKey, decode_record
+from raftlog.base.topics import OFFSETS_TOPIC
 from raftlog.console import backend, browse
 from raftlog.console.auth import Credentials, check_csrf, client_config, config_key, login_required
 from raftlog.console.backend import ClientSet, classify_partitions
-from raftlog.console.errors import BadInputError, CsrfError, RaftlogError, UnknownGroupError, UnknownTopicOrPartition
+from raftlog.console.errors import BadInputError, CsrfError, RaftlogError, UnknownGroupError, UnknownTopicOrPartitionError
 from raftlog.console.state import ConsoleState
 
 T = TypeVar("T")
 
-OFFSETS_TOPIC = "__consumer_offsets"
 MAX_TOPICS_LISTED = 1000
 MAX_HEADERS = 32
 TOPIC_CONFIG_KEYS = ("cleanup_policy", "retention_ms", "retention_bytes", "max_message_bytes")
@@ -321,7 +321,7 @@ def _browse(cs: ClientSet, name: str, params: dict[str, str]) -> dict[str, Any]:
     bounds, errors = backend.partition_bounds(cs, {name: info}, tps)
     if errors:
         first = sorted(errors.items())[0]
-        raise UnknownTopicOrPartition(f"{name}-{first[0][1]}: {first[1]}") if len(errors) == len(tps) else \
+        raise UnknownTopicOrPartitionError(f"{name}-{first[0][1]}: {first[1]}") if len(errors) == len(tps) else \
             _partial(errors)
     b = {p: bounds[(name, p)] for p in query.partitions}
     ts = None
@@ -343,7 +343,7 @@ def _decode_offsets_record(r: Any) -> dict[str, Any]:
     """A __consumer_offsets record as table cells (never raises: bad bytes say so)."""
     try:
         key, value = decode_record(r.key or b"", r.value)
-    except GroupError as exc:  # InvalidGroupRecordError: bytes that are no group record
+    except InvalidGroupRecordError as exc:  # bytes that are no group record
         return {"kind": "undecodable", "error": str(exc)}
     if isinstance(key, OffsetKey):
         return {"kind": "offset", "group": key.group, "topic": key.topic, "partition": key.partition,
@@ -419,7 +419,7 @@ async def produce(request: Request) -> Response:
     try:
         partition, offset = await run_blocking(request, work)
     except RaftlogError as exc:
-        if isinstance(exc, UnknownTopicOrPartition):
+        if isinstance(exc, UnknownTopicOrPartitionError):
             raise
         params = {"partition": "all"}
         data = await run_blocking(request, _browse, name, params)
@@ -445,7 +445,7 @@ async def record_part(request: Request) -> Response:
     def work(cs: ClientSet) -> Any:
         info = backend.describe_topic(cs, name)
         if partition >= len(info.partitions):
-            raise UnknownTopicOrPartition(f"{name} has no partition {partition}")
+            raise UnknownTopicOrPartitionError(f"{name} has no partition {partition}")
         return backend.read_record(cs, info, partition, offset)
 
     r = await run_blocking(request, work)

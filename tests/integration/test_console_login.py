@@ -12,7 +12,7 @@ from typing import Iterator
 
 import pytest
 
-from raftlog.cluster import free_ports
+from raftlog.cli.cluster import free_ports
 from raftlog.console.process import ConsoleChild
 
 PASSWORD = "correct-horse-battery-staple"
