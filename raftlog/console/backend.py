@@ -20,6 +20,7 @@ leader is not asked at all (it would only wait out the timeout) and shows as off
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import json
 import logging
@@ -68,6 +69,8 @@ __all__ = [
     "produce_one",
     "describe_configs",
     "fetch_node_http",
+    "node_health",
+    "nodes_health",
 ]
 
 log = logging.getLogger(__name__)
@@ -442,3 +445,12 @@ def node_health(address: str) -> dict | None:
     except ValueError:
         return None
     return body if isinstance(body, dict) else None
+
+
+def nodes_health(addresses: Iterable[str]) -> list[dict | None]:
+    """Every node's /health at once (one short-lived thread per node, at most 16), in order."""
+    addresses = list(addresses)[:16]
+    if not addresses:
+        return []
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(addresses), thread_name_prefix="console-health") as pool:
+        return list(pool.map(node_health, addresses))

@@ -245,7 +245,7 @@ def _topic_page(cs: ClientSet, name: str, node_http: tuple[str, ...]) -> dict[st
     info = backend.describe_topic(cs, name)
     status = cs.admin.cluster_status()
     configs = backend.describe_configs(cs, name)
-    health = [h for h in (backend.node_health(a) for a in node_http) if h is not None]
+    health = [h for h in backend.nodes_health(node_http) if h is not None]
     return {"info": info, "status": status, "configs": configs, "health": health}
 
 
@@ -593,8 +593,7 @@ async def login(request: Request) -> Response:
         state.pool.drop_user(config)
         return render(request, "login.html", status_code=401, next=nxt, username=creds.username,
                       error=f"login failed: {exc}")
-    session = state.login(request, creds)
-    del session
+    state.login(request, creds)
     return RedirectResponse(nxt, status_code=303)
 
 
