@@ -329,7 +329,9 @@ def _browse(cs: ClientSet, name: str, params: dict[str, str]) -> dict[str, Any]:
         assert query.timestamp_ms is not None
         ts = backend.offsets_for_timestamp(cs, name, query.partitions, query.timestamp_ms)
     plan = browse.plan_page(query, b, ts)
-    result = browse.scan(lambda pos: backend.fetch_positions(cs, info, pos), plan, query)
+    fetch_bytes = browse.UNFILTERED_FETCH_BYTES if query.filter.empty else browse.FILTERED_FETCH_BYTES
+    result = browse.scan(lambda pos: backend.fetch_positions(cs, info, pos, partition_bytes=fetch_bytes), plan, query,
+                         clock=time.monotonic)
     page = browse.select_page(result, plan, query)
     return {"info": info, "query": query, "plan": plan, "page": page}
 

@@ -229,3 +229,12 @@ def test_render_json_is_pretty_and_large_values_are_cut():
     assert render_bytes(b"\x00" * 100_000, "hex").truncated
     assert render_bytes(b"AB", "hex").text.startswith("00000000  41 42")
     assert browse.b64(b"\xff\x00") == "/wA=" and browse.b64(None) == ""
+
+
+def test_a_filtered_scan_stops_at_its_time_budget():
+    data = {0: [rec(0, o, value=b"x") for o in range(1000)]}
+    q = BrowseQuery.parse({"value": "needle"}, 1)
+    plan = plan_page(q, {0: (0, 1000)})
+    ticks = iter(range(1000))
+    result = scan(Log(data, per_fetch=50).fetch_many, plan, q, clock=lambda: next(ticks) * 0.1, max_s=0.25)
+    assert result.budget_hit and result.scan_end == {0: 150}   # three rounds: 0.0, 0.1, 0.2 s; stops at 0.3 s
