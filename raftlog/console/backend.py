@@ -34,14 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from partition.batch import BatchBuilder
-from raftlog.client.core import (
-    ClusterStatus,
-    ConsumerRecord,
-    TopicInfo,
-    append_fetched,
-    fetch_request,
-    list_offsets_request,
-)
+from raftlog.client.consumer import ConsumerRecord, append_fetched
+from raftlog.client.request import ClusterStatus, TopicInfo, fetch_request, list_offsets_request
 from raftlog.client.group_admin import GroupAdmin
 from raftlog.client.partitioner import partition_for_key
 from raftlog.console.auth import client_options, config_key

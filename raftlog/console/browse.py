@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from raftlog.client.core import ConsumerRecord
+from raftlog.client.consumer import ConsumerRecord
 from raftlog.console.errors import BadInputError
 
 __all__ = [

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raftlog.client.core import ConsumerRecord
+from raftlog.client.consumer import ConsumerRecord
 from raftlog.console import browse
 from raftlog.console.browse import BrowseQuery, RecordFilter, parse_timestamp, plan_page, render_bytes, scan, select_page
 from raftlog.console.errors import BadInputError
