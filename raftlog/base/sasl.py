@@ -34,6 +34,8 @@ Invariants and rules:
 Public API:
     SCRAM_MECHANISMS, MECHANISMS, MIN_ITERATIONS, MAX_ITERATIONS, DEFAULT_ITERATIONS
     ScramCredential, scram_credential(mechanism, password, *, salt=None, iterations=...)
+    salted_password(mechanism, password, salt, iterations) -> bytes   (client side of an upsert)
+    credential_from_salted_password(mechanism, salt, salted_password, iterations)   (node side)
     ScramClient, ScramServer, NonceCache
     PlainClient, PlainServer, plain_message(username, password)
     new_server(mechanism, lookup, *, nonces) -> ScramServer | PlainServer
@@ -78,6 +80,8 @@ __all__ = [
     "plain_message",
     "principal_of",
     "scram_credential",
+    "credential_from_salted_password",
+    "salted_password",
 ]
 
 # mechanism -> hashlib name
@@ -202,6 +206,26 @@ def scram_credential(
     return ScramCredential(
         mechanism, salt, _h(client_key, hash_name), _hmac(salted, b"Server Key", hash_name), iterations
     )
+
+
+def credential_from_salted_password(
+    mechanism: str, salt: bytes, salted_password: bytes, iterations: int
+) -> ScramCredential:
+    """The stored credential from what Kafka's AlterUserScramCredentials carries (the client
+    ran PBKDF2; the salted password never reaches the log, only the keys derived from it).
+    Raises UnsupportedSaslMechanismError, UnacceptableCredentialError."""
+    hash_name = _hash_name(mechanism)
+    if not isinstance(salted_password, bytes) or len(salted_password) != hashlib.new(hash_name).digest_size:
+        raise UnacceptableCredentialError(f"a {mechanism} salted password is {hashlib.new(hash_name).digest_size} bytes")
+    client_key = _hmac(salted_password, b"Client Key", hash_name)
+    return ScramCredential(
+        mechanism, salt, _h(client_key, hash_name), _hmac(salted_password, b"Server Key", hash_name), iterations
+    )
+
+
+def salted_password(mechanism: str, password: str | bytes, salt: bytes, iterations: int) -> bytes:
+    """Hi(password, salt, i) of RFC 5802: what a client sends to set a credential."""
+    return _salted_password(_password_bytes(password), salt, iterations, _hash_name(mechanism))
 
 
 # --- message syntax (RFC 5802 section 7) ----------------------------------------------------

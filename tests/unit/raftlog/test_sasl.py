@@ -12,6 +12,8 @@ from raftlog.base.errors import (
 )
 from raftlog.base.sasl import (
     MIN_ITERATIONS,
+    credential_from_salted_password,
+    salted_password,
     NonceCache,
     PlainClient,
     PlainServer,
@@ -270,3 +272,13 @@ def test_new_server_refuses_mechanisms_not_enabled():
     assert info.value.details["enabled"] == ["SCRAM-SHA-512"]
     assert isinstance(new_server("SCRAM-SHA-256", store()), ScramServer)
     assert isinstance(new_server("PLAIN", store()), PlainServer)
+
+
+@pytest.mark.parametrize("mechanism", MECHS)
+def test_credential_from_a_salted_password_equals_the_direct_one(mechanism):
+    salt = b"s" * 16
+    direct = scram_credential(mechanism, PASSWORD, salt=salt, iterations=4096)
+    salted = salted_password(mechanism, PASSWORD, salt, 4096)
+    assert credential_from_salted_password(mechanism, salt, salted, 4096) == direct
+    with pytest.raises(UnacceptableCredentialError):
+        credential_from_salted_password(mechanism, salt, b"short", 4096)
