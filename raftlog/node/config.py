@@ -4,7 +4,7 @@ environment variables, then command-line overrides (each later source wins per k
     node_id = 1
     data_dir = "/var/lib/raftlog/1"
     roles = ["controller", "broker"]          # default: both (KRaft "combined" mode)
-    cluster_secret = "..."                    # PySyncObj password; required for controllers
+    cluster_secret = "..."                    # required: peer authentication, PySyncObj password
     [listeners]
     kafka = "127.0.0.1:9092"                  # Kafka's wire protocol (Kafka clients, kcat)
     client = "127.0.0.1:9093"                 # the native protocol (raftlog CLI and client)
@@ -33,7 +33,7 @@ Invariants:
   (the file path, the environment variable or the override). Unknown keys in the file or in
   overrides are errors, with a suggestion when the key looks like a typo.
 * A loaded NodeConfig is valid: ports in range, listeners distinct, a controller is one of
-  the voters and its quorum listener is its voter address, a controller has a secret.
+  the voters and its quorum listener is its voter address, every node has a secret.
 * `controller_peers`, when given, names exactly the voters: brokers dial the active
   controller's peer listener there (register, heartbeat, leader reports, producer ids), and
   broker-only nodes pull the metadata log from it. A node finds every voter's peer address
@@ -560,13 +560,14 @@ def _build(raw: Mapping[str, tuple[Any, str]]) -> NodeConfig:
                 f"{quorum} differs from this node's voter address {own} "
                 "in controller_quorum_voters",
             )
-        if config.cluster_secret is None:
-            raise ConfigError(
-                "cluster_secret is required for the controller role (it authenticates the "
-                f"metadata quorum's PySyncObj traffic): set it or {env_name('cluster_secret')}"
-            )
-        if len(config.cluster_secret) < MIN_SECRET_CHARS:
-            raise fail("cluster_secret", f"use at least {MIN_SECRET_CHARS} characters")
+    # Every node: peers prove membership with it (and voters key PySyncObj's traffic with it).
+    if config.cluster_secret is None:
+        raise ConfigError(
+            "cluster_secret is required (it authenticates the peer listener's connections and "
+            f"the metadata quorum's PySyncObj traffic): set it or {env_name('cluster_secret')}"
+        )
+    if len(config.cluster_secret) < MIN_SECRET_CHARS:
+        raise fail("cluster_secret", f"use at least {MIN_SECRET_CHARS} characters")
     return config
 
 

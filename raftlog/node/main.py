@@ -49,8 +49,10 @@ from raftlog.base.errors import ConfigError
 from raftlog.base.eventlog import log_event, setup_logging
 from raftlog.base.metrics import MetricsRegistry
 from raftlog.base.peer import PeerPool
+from raftlog.base.peer_auth import peer_key
 from raftlog.base.protocol import Request
 from raftlog.node import bridge
+from raftlog.node.auth import ListenerSecurity, peer_session_factory
 from raftlog.node.config import NodeConfig, ensure_meta_properties, load_config
 from raftlog.node.http import serve_http
 from raftlog.node.kafka.context import KafkaContext
@@ -146,8 +148,12 @@ async def run_node(
     (its exception propagates). Reports started with the bound ports {listener: port}."""
     stop = stop if stop is not None else trio.Event()
     registry = registry if registry is not None else MetricsRegistry()
+    # Peers prove membership before any peer op (PROTOCOL.md "Peer listener").
+    assert config.cluster_secret is not None  # load_config requires it of every node
+    key = peer_key(config.cluster_secret)
     peers = PeerPool(config.node_id, max_frame_bytes=config.peer_max_frame_bytes,
-                     dial_overrides=config.dial_overrides)
+                     dial_overrides=config.dial_overrides, auth_key=key)
+    peer_security = ListenerSecurity(ssl_context=None, new_session=peer_session_factory(key))
     metadata = MetadataService(config, cluster_id, peers, quorum_factory=quorum_factory(config),
                                registry=registry)
     services = build_services(config, metadata, peers)
@@ -179,6 +185,7 @@ async def run_node(
             serve, peer_handlers, listen.peer.host, listen.peer.port, name="peer",
             max_frame_bytes=config.peer_max_frame_bytes, request_timeout_ms=config.request_timeout_ms,
             max_in_flight=config.max_in_flight, max_connections=config.max_connections, registry=registry,
+            security=peer_security,
         ))  # fmt: skip
         ports["client"] = await nursery.start(partial(
             serve, client_handlers, listen.client.host, listen.client.port, name="client",

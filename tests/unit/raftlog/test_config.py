@@ -75,6 +75,7 @@ def test_everything_from_env_alone():
         "RAFTLOG_CONTROLLER_QUORUM_VOTERS": "1@127.0.0.1:9094,3@127.0.0.1:9194",
         "RAFTLOG_CLUSTER_ID": "abc_DEF-1",
         "RAFTLOG_TOPIC_DEFAULTS": "retention_ms=1000,segment_bytes=4096",
+        "RAFTLOG_CLUSTER_SECRET": SECRET,
     }
     config = load_config(None, env=env)
     assert config.roles == frozenset({"broker"}) and not config.is_controller
@@ -182,11 +183,13 @@ def test_required_keys_and_secret(tmp_path):
     with pytest.raises(ConfigError, match="controller_quorum_voters is required"):
         load_config(None, env=base)
     with_voters = {**base, "RAFTLOG_CONTROLLER_QUORUM_VOTERS": "1@127.0.0.1:9095"}
-    with pytest.raises(ConfigError, match="cluster_secret is required for the controller role"):
+    with pytest.raises(ConfigError, match="cluster_secret is required"):
         load_config(None, env=with_voters)
-    # A broker-only node needs no secret and no quorum listener.
-    config = load_config(None, env={**with_voters, "RAFTLOG_ROLES": "broker"})
-    assert config.cluster_secret is None
+    # A broker-only node needs no quorum listener, but the secret still: peers authenticate.
+    with pytest.raises(ConfigError, match="cluster_secret is required"):
+        load_config(None, env={**with_voters, "RAFTLOG_ROLES": "broker"})
+    config = load_config(None, env={**with_voters, "RAFTLOG_ROLES": "broker", "RAFTLOG_CLUSTER_SECRET": SECRET})
+    assert config.roles == frozenset({"broker"})
 
 
 def test_unreadable_and_invalid_files(tmp_path):
