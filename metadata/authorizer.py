@@ -89,6 +89,25 @@ class Authorizer:
         index = self._by_type.get(resource_type)
         return [] if index is None else index.applying(name)
 
+    def allows_some(self, principal: str, host: str, operation: Operation, resource_type: ResourceType) -> bool:
+        """True iff some ALLOW binding of `resource_type` grants `operation` (or ALL) to the
+        principal from the host (Kafka's "WRITE on any topic" test for idempotent producers;
+        like Kafka's, a DENY elsewhere does not cancel it). Super users: always."""
+        if principal in self.super_users:
+            return True
+        index = self._by_type.get(resource_type)
+        if index is None:
+            return False
+        granting = IMPLIED_BY.get(operation, frozenset({operation}))
+        for table in (index.literal, index.prefixed):
+            for bindings in table.values():
+                for acl in bindings:
+                    if (acl.permission is Permission.ALLOW and acl.principal in (principal, "User:*")
+                            and acl.host in (WILDCARD, host)
+                            and (acl.operation is Operation.ALL or acl.operation in granting)):
+                        return True
+        return False
+
     def authorize(
         self, principal: str, host: str, operation: Operation, resource_type: ResourceType, name: str
     ) -> bool:
