@@ -60,9 +60,8 @@ Public API (now_ms is keyword-only except in tick/preferred_leader_moves):
     .ensure_internal_topics(now_ms) -> ControllerResult[CreateTopicResponse | None]
     .create_acls(acls, *, now_ms) -> ControllerResult[list[dict]]   (per binding: {} or {"error"})
     .delete_acls(filters, *, now_ms) -> ControllerResult[list[dict]]   (per filter: {"acls"} or {"error"})
-    .describe_acls(filter) -> list[AclBinding]
     .alter_scram_credentials(upsertions, deletions, *, now_ms) -> ControllerResult[list[dict]]
-    .describe_scram_credentials(users) -> list[dict]
+    .ensure_bootstrap_credentials(credentials, *, now_ms) -> ControllerResult[None]
 
 ACLs and SCRAM credentials (Kafka's CreateAcls/DeleteAcls/AlterUserScramCredentials rules):
 each item is judged on its own and answered in order (a bad one does not fail the others); an
@@ -722,11 +721,6 @@ class Controller:
             self._mark(("acl", binding), result.envelopes[0], now_ms)
         return result
 
-    def describe_acls(self, filter_: Any) -> list[AclBinding]:
-        """The bindings a filter (plain map or AclFilter) matches, in a stable order."""
-        f = filter_ if isinstance(filter_, AclFilter) else AclFilter.from_obj(filter_)
-        return [b for _, b in self._image.acl_bindings() if f.matches(b)]
-
     def delete_acls(self, filters: list[Any], *, now_ms: int) -> ControllerResult[list[dict[str, Any]]]:
         """Remove every ACL the filters match. Response: per filter {"acls": [binding maps]}
         or {"error"}; an ACL matched by several filters is listed under the first."""
@@ -818,21 +812,20 @@ class Controller:
         except InvalidRecordError as exc:  # e.g. a name too long for the record
             raise UnacceptableCredentialError(exc.message) from None
 
-    def describe_scram_credentials(self, users: list[str] | None) -> list[dict[str, Any]]:
-        """Per user: {"user", "credentials": [{"mechanism", "iterations"}]} or {"user", "error"}
-        (RESOURCE_NOT_FOUND); every user with a credential when `users` is None."""
-        names = self._image.scram_users() if users is None else users
-        out: list[dict[str, Any]] = []
-        for name in names:
-            creds = self._image.scram_credentials.get(name) if type(name) is str else None
-            if not creds:
-                error = ResourceNotFoundError(f"user {name!r:.60} has no SCRAM credentials")
-                out.append({"user": name if type(name) is str else repr(name), "error": error.to_wire()})
-            else:
-                out.append({"user": name, "credentials": [
-                    {"mechanism": m, "iterations": c.iterations} for m, c in sorted(creds.items())
-                ]})  # fmt: skip
-        return out
+    def ensure_bootstrap_credentials(
+        self, credentials: list[UserScramCredential] | tuple[UserScramCredential, ...], *, now_ms: int
+    ) -> ControllerResult[None]:
+        """Seed an empty credential store with the bootstrap users (`raftlog cluster up
+        --secure` writes their salted keys, never a password, to each node's
+        bootstrap_credentials file; Kafka's `kafka-storage format --add-scram`). Nothing to do
+        once any user has a credential: later changes are the operators' (and removing every
+        user brings the bootstrap admin back, so nobody is locked out)."""
+        self._check_active()
+        if not credentials or self._image.scram_credentials or self._pending_tag(("bootstrap-scram",), now_ms) is not None:
+            return ControllerResult((), None)
+        result = self._result(list(credentials), None)
+        self._mark(("bootstrap-scram",), result.envelopes[0], now_ms)
+        return result
 
 
 def _b64(raw: bytes) -> str:

@@ -67,9 +67,11 @@ from metadata.quorum import (
     QuorumFactory,
     QuorumNotRunningError,
 )
-from metadata.records import encode_envelope
+from metadata import security_ops
+from metadata.records import UserScramCredential, encode_envelope
 from metadata.topic_config import describe_configs
 from raftlog.base.errors import (
+    SecurityDisabledError,
     BrokerIdNotRegisteredError,
     InvalidRequestError,
     MessageTooLargeError,
@@ -90,7 +92,9 @@ __all__ = ["MetadataService", "ADMIN_OPS"]
 
 logger = logging.getLogger(__name__)
 
-ADMIN_OPS: Final = frozenset({"create_topic", "delete_topic", "alter_configs", "cluster_status"})
+ADMIN_OPS: Final = frozenset({"create_topic", "delete_topic", "alter_configs", "cluster_status"}) | (
+    security_ops.ADMIN_SECURITY_OPS
+)
 PROPOSAL_ATTEMPT_S: Final = 5.0
 PROPOSAL_BACKOFF_S: Final = 0.05
 FETCH_MAX_WAIT_MS: Final = 1000
@@ -127,8 +131,10 @@ class MetadataService:
         registry: MetricsRegistry | None = None,
         clock_ms: Callable[[], int] = _monotonic_ms,
         rng: random.Random | None = None,
+        bootstrap_credentials: tuple[UserScramCredential, ...] = (),
     ) -> None:
         self.config = config
+        self._bootstrap_credentials = bootstrap_credentials  # seeded by the controller (security_ops)
         self.node_id = config.node_id
         self.cluster_id = cluster_id
         self.peers = peers
@@ -167,6 +173,8 @@ class MetadataService:
             "alter_configs": self._client_admin,
             "describe_configs": self._client_describe_configs,
             "cluster_status": self._client_cluster_status,
+        } | {op: self._client_admin for op in security_ops.ADMIN_SECURITY_OPS} | {
+            op: self._client_security_describe for op in security_ops.DESCRIBE_SECURITY_OPS
         }
         self.peer_handlers: Mapping[str, Callable[[Request], Awaitable[Mapping | None]]] = {
             op: self._peer_controller_op for op in _CONTROLLER_OPS
@@ -464,6 +472,8 @@ class MetadataService:
             await self._propose(ctl.tick(now_ms), deadline)
             ctl.offsets_replication_factor = self._offsets_replication_factor()
             await self._propose(ctl.ensure_internal_topics(self._clock_ms()), deadline)
+            await self._propose(ctl.ensure_bootstrap_credentials(self._bootstrap_credentials,
+                                                                 now_ms=self._clock_ms()), deadline)
             for move in ctl.preferred_leader_moves(self._clock_ms()):
                 address = self.peer_address(move.leader)
                 if address is not None and self._nursery is not None:
@@ -686,6 +696,10 @@ class MetadataService:
                 return {"configs": await self._propose(result, deadline)}
             if op == "cluster_status":
                 return self._cluster_status(ctl)
+            if op in security_ops.ADMIN_SECURITY_OPS:
+                if op != "alter_user_scram_credentials" and not getattr(self.config, "authorizer_enabled", False):
+                    raise SecurityDisabledError("ACLs are not enabled on this cluster (acls_enabled)")
+                return await self._propose(security_ops.decide(ctl, op, fields, now_ms=now_ms), deadline)
         except NotControllerError:
             self._deactivate("deposed by a newer controller epoch")
             raise self._not_controller(None) from None
@@ -719,6 +733,11 @@ class MetadataService:
             )  # fmt: skip
         except PeerUnavailableError:
             raise self._not_controller(controller_id) from None
+
+    async def _client_security_describe(self, request: Request) -> dict[str, Any]:
+        if request.op == "describe_acls" and not getattr(self.config, "authorizer_enabled", False):
+            raise SecurityDisabledError("ACLs are not enabled on this cluster (acls_enabled)")
+        return security_ops.describe(self.image, request.op, request.fields)
 
     async def _client_metadata(self, request: Request) -> dict[str, Any]:
         names = field(request, "topics", list, items=str, nullable=True, default=None)

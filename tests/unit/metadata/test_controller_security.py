@@ -8,6 +8,7 @@ from metadata.controller import MAX_ACL_ITEMS, Controller, ControllerResult
 from metadata.delta import replay_envelope
 from metadata.image import MetadataImage
 from metadata.records import encode_envelope
+from metadata.security_ops import decide, describe, read_bootstrap_credentials, write_bootstrap_credentials
 from raftlog.base.acl import AclBinding
 from raftlog.base.errors import InvalidRequestError
 from raftlog.base.sasl import ScramClient, ScramServer, salted_password
@@ -62,8 +63,9 @@ def test_describe_and_delete_acls_by_filter():
     cl = Cluster()
     cl.commit(cl.c.create_acls([binding(), binding(principal="User:bob"), binding("ord", pt="prefixed"),
                                 binding("pay", op="write", perm="deny")], now_ms=0))
-    assert len(cl.c.describe_acls({"resource_type": "topic", "resource_name": "orders", "pattern_type": "match"})) == 3
-    assert cl.c.describe_acls({"principal": "User:bob"}) == [AclBinding.from_obj(binding(principal="User:bob"))]
+    match = {"resource_type": "topic", "resource_name": "orders", "pattern_type": "match"}
+    assert len(describe(cl.image, "describe_acls", {"filter": match})["acls"]) == 3
+    assert describe(cl.image, "describe_acls", {"filter": {"principal": "User:bob"}})["acls"] == [binding(principal="User:bob")]
     result = cl.c.delete_acls([{"principal": "User:alice", "pattern_type": "literal"}, {"resource_name": "orders"},
                                {"operation": "bogus"}], now_ms=0)
     response = cl.commit(result)
@@ -97,7 +99,7 @@ def test_scram_upsert_stores_keys_that_authenticate():
     server = ScramServer("SCRAM-SHA-512", cl.image.scram_credential)
     client = ScramClient("SCRAM-SHA-512", "alice", PASSWORD)
     client.verify_server_final(server.step(client.final_message(server.step(client.first_message()))))
-    assert cl.c.describe_scram_credentials(None) == [{"user": "alice", "credentials": [
+    assert describe(cl.image, "describe_user_scram_credentials", {})["users"] == [{"user": "alice", "credentials": [
         {"mechanism": "SCRAM-SHA-256", "iterations": 4096}, {"mechanism": "SCRAM-SHA-512", "iterations": 4096}]}]
 
 
@@ -114,7 +116,7 @@ def test_scram_alteration_errors_are_per_user():
     assert codes == {"alice": None, "carol": "UNACCEPTABLE_CREDENTIAL", "dave": "UNSUPPORTED_SASL_MECHANISM",
                      "erin": "DUPLICATE_RESOURCE", "frank": "RESOURCE_NOT_FOUND", "bob": None}
     assert cl.image.scram_users() == ("alice",)  # bob removed, only alice added
-    described = {d["user"]: d for d in cl.c.describe_scram_credentials(["alice", "zed"])}
+    described = {d["user"]: d for d in describe(cl.image, "describe_user_scram_credentials", {"users": ["alice", "zed"]})["users"]}
     assert described["zed"]["error"]["code"] == "RESOURCE_NOT_FOUND"
 
 
@@ -124,3 +126,53 @@ def test_the_password_never_reaches_the_log():
     data = b"".join(encode_envelope(e) for e in result.envelopes)
     assert PASSWORD.encode() not in data
     assert upsert("alice")["salted_password"] not in data  # only keys derived from it
+
+
+def test_bootstrap_credentials_seed_an_empty_store_only():
+    from metadata.records import UserScramCredential
+    from raftlog.base.sasl import scram_credential
+
+    admin = UserScramCredential.of("admin", scram_credential("SCRAM-SHA-512", PASSWORD, iterations=4096))
+    cl = Cluster()
+    result = cl.c.ensure_bootstrap_credentials([admin], now_ms=0)
+    assert cl.c.ensure_bootstrap_credentials([admin], now_ms=0).envelopes == ()  # in flight already
+    cl.commit(result)
+    assert cl.image.scram_users() == ("admin",)
+    cl.commit(cl.c.alter_scram_credentials([upsert("alice")], [{"name": "admin", "mechanism": "SCRAM-SHA-512"}], now_ms=0))
+    assert cl.c.ensure_bootstrap_credentials([admin], now_ms=0).envelopes == ()  # alice exists: operators' turn
+    cl.commit(cl.c.alter_scram_credentials([], [{"name": "alice", "mechanism": "SCRAM-SHA-512"}], now_ms=0))
+    cl.commit(cl.c.ensure_bootstrap_credentials([admin], now_ms=0))  # nobody left: the admin comes back
+    assert cl.image.scram_users() == ("admin",)
+
+
+def test_decide_wraps_answers_and_checks_fields():
+    cl = Cluster()
+    answer = cl.commit(decide(cl.c, "create_acls", {"acls": [binding()]}, now_ms=0))
+    assert answer == {"results": [{}]}
+    with pytest.raises(InvalidRequestError, match="filters"):
+        decide(cl.c, "delete_acls", {}, now_ms=0)
+    assert cl.commit(decide(cl.c, "alter_user_scram_credentials", {"upsertions": [upsert("a")]}, now_ms=0)) == \
+        {"results": [{"user": "a"}]}
+    with pytest.raises(InvalidRequestError):
+        describe(cl.image, "describe_user_scram_credentials", {"users": "a"})
+
+
+def test_bootstrap_file_round_trip_and_errors(tmp_path):
+    import os
+    import stat
+
+    from metadata.records import UserScramCredential
+    from raftlog.base.errors import InvalidConfigError
+    from raftlog.base.sasl import scram_credential
+
+    creds = [UserScramCredential.of("admin", scram_credential(m, PASSWORD, iterations=4096))
+             for m in ("SCRAM-SHA-512", "SCRAM-SHA-256")]
+    path = tmp_path / "bootstrap_credentials"
+    write_bootstrap_credentials(path, creds)
+    assert read_bootstrap_credentials(path) == tuple(creds)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600 and PASSWORD not in path.read_text()
+    path.write_text('{"name": "x"}\n')
+    with pytest.raises(InvalidConfigError, match="line 1"):
+        read_bootstrap_credentials(path)
+    with pytest.raises(InvalidConfigError, match="cannot read"):
+        read_bootstrap_credentials(tmp_path / "missing")

@@ -203,7 +203,8 @@ def test_unreadable_and_invalid_files(tmp_path):
 def test_advertised_host_for_wildcard_listener(tmp_path):
     config = load_config(
         write(tmp_path, MINIMAL),
-        env={"RAFTLOG_LISTENERS_CLIENT": "0.0.0.0:9093", "RAFTLOG_ADVERTISED_HOST": "node1"},
+        env={"RAFTLOG_LISTENERS_CLIENT": "0.0.0.0:9093", "RAFTLOG_ADVERTISED_HOST": "node1",
+             "RAFTLOG_ALLOW_PLAINTEXT": "true"},
     )
     assert config.advertised("client") == HostPort("node1", 9093)
     assert config.advertised("peer") == HostPort("127.0.0.1", 9094)
@@ -262,3 +263,59 @@ def test_node_config_is_frozen():
     config = NodeConfig(node_id=1, data_dir=Path("/x"))
     with pytest.raises(AttributeError):
         config.node_id = 2  # type: ignore[misc]
+
+
+# --- security keys (issue 16) ---
+
+
+def test_security_defaults_are_plaintext_on_loopback(tmp_path):
+    config = load_config(write(tmp_path, MINIMAL), env={})
+    assert config.security_protocol == "PLAINTEXT" and not config.client_tls and not config.client_sasl
+    assert not config.authorizer_enabled and not config.peer_tls and not config.allow_plaintext
+
+
+@pytest.mark.parametrize("listener", ["client", "peer", "http", "kafka"])
+def test_a_non_loopback_listener_without_tls_and_auth_refuses_to_start(tmp_path, listener):
+    env = {f"RAFTLOG_LISTENERS_{listener.upper()}": "10.1.2.3:7000", "RAFTLOG_ADVERTISED_HOST": "node1"}
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, MINIMAL), env=env)
+    message = str(info.value)
+    assert f"listeners.{listener}" in message and "allow_plaintext = true" in message and "\n" not in message
+    load_config(write(tmp_path, MINIMAL), env={**env, "RAFTLOG_ALLOW_PLAINTEXT": "true"})
+
+
+def test_a_secure_node_may_bind_every_interface(tmp_path):
+    secure = """security_protocol = "sasl_ssl"
+tls_cert_file = "/tls/node.pem"
+tls_key_file = "/tls/node.key"
+tls_ca_file = "/tls/ca.pem"
+peer_tls = true
+http_token = "a-metrics-token"
+super_users = ["User:admin"]
+sasl_mechanisms = ["SCRAM-SHA-512"]
+advertised_host = "node1"
+"""
+    listeners = '[listeners]\nclient = "0.0.0.0:9092"\npeer = "0.0.0.0:9093"\nhttp = "0.0.0.0:9095"\n'
+    config = load_config(write(tmp_path, MINIMAL.replace("cluster_secret", secure + "cluster_secret") + listeners), env={})
+    assert config.security_protocol == "SASL_SSL" and config.client_tls and config.client_sasl
+    assert config.authorizer_enabled and config.super_users == ("User:admin",)
+    assert config.sasl_mechanisms == ("SCRAM-SHA-512",)
+    assert "a-metrics-token" not in repr(config)
+    assert load_config(write(tmp_path, config_to_toml(config)), env={}) == config
+
+
+@pytest.mark.parametrize(
+    "extra, key",
+    [
+        ('security_protocol = "TLS"\n', "security_protocol"),
+        ('security_protocol = "SSL"\n', "tls_cert_file"),
+        ('peer_tls = true\ntls_cert_file = "/c"\ntls_key_file = "/k"\n', "tls_ca_file"),
+        ('ssl_client_auth = "required"\ntls_ca_file = "/ca"\n', "ssl_client_auth"),
+        ('sasl_mechanisms = ["GSSAPI"]\n', "sasl_mechanisms"),
+        ('super_users = ["admin"]\n', "super_users"),
+        ('peer_tls = "maybe"\n', "peer_tls"),
+    ],
+)
+def test_bad_security_settings_name_the_key(tmp_path, extra, key):
+    with pytest.raises(ConfigError, match=key):
+        load_config(write(tmp_path, MINIMAL.replace('cluster_secret', extra + 'cluster_secret')), env={})
