@@ -28,8 +28,9 @@ CRED_256 = scram_credential("SCRAM-SHA-256", PASSWORD, iterations=4096)
 READ = AclBinding("topic", "orders", "literal", "User:alice", "*", "read", "allow")
 DENY = AclBinding("topic", "pay", "prefixed", "User:*", "10.0.0.9", "write", "deny")
 
-# Written by the code before these kinds existed (main at 9091b0a): one envelope registering a
-# broker and creating a topic, and the snapshot of the image after it.
+# Written by the code before these kinds existed (main at 9091b0a, before the Kafka listener's
+# broker fields too): one envelope registering a broker and creating a topic, and the snapshot
+# of the image after it.
 OLD_ENVELOPE = bytes.fromhex(
     "a5616b68656e76656c6f7065617601677265636f72647384a9616b6f72656769737465725f62726f6b6572617601"
     "64686f7374616864706f7274192385647261636bf66962726f6b65725f69640169706565725f686f737461686970"
@@ -63,11 +64,13 @@ def apply(image, *records):
     return after, after.request_outcome(request_id)
 
 
-def test_logs_and_snapshots_written_before_replay_and_reencode_unchanged():
+def test_logs_and_snapshots_written_before_still_replay():
     image = replay_envelope(MetadataImage.empty(), OLD_ENVELOPE)
     assert image.topic("orders") is not None and image.acls == {} and image.scram_credentials == {}
-    assert image_to_snapshot(image) == OLD_SNAPSHOT  # no new sections while they are empty
     assert image_from_snapshot(OLD_SNAPSHOT) == image
+    # No security sections while they are empty: such a snapshot reads on a node without them.
+    snapshot = cbor2.loads(image_to_snapshot(image))
+    assert "acls" not in snapshot and "scram_credentials" not in snapshot
 
 
 def test_acl_records_add_remove_and_refuse_duplicates():

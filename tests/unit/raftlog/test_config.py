@@ -295,7 +295,8 @@ super_users = ["User:admin"]
 sasl_mechanisms = ["SCRAM-SHA-512"]
 advertised_host = "node1"
 """
-    listeners = '[listeners]\nclient = "0.0.0.0:9092"\npeer = "0.0.0.0:9093"\nhttp = "0.0.0.0:9095"\n'
+    listeners = ('[listeners]\nkafka = "0.0.0.0:9092"\nclient = "0.0.0.0:9093"\npeer = "0.0.0.0:9094"\n'
+                 'http = "0.0.0.0:9096"\n')
     config = load_config(write(tmp_path, MINIMAL.replace("cluster_secret", secure + "cluster_secret") + listeners), env={})
     assert config.security_protocol == "SASL_SSL" and config.client_tls and config.client_sasl
     assert config.authorizer_enabled and config.super_users == ("User:admin",)

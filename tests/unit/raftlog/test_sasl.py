@@ -71,7 +71,6 @@ def test_our_client_and_server_agree(mechanism):
     assert server.principal == "User:alice"
 
 
-@pytest.mark.filterwarnings("ignore:open_text is deprecated:DeprecationWarning")
 @pytest.mark.parametrize("mechanism", MECHS)
 def test_kafka_python_scram_client_against_our_server(mechanism):
     from kafka.net.sasl.scram import ScramClient as KafkaScramClient
