@@ -7,7 +7,7 @@ envelope's outcome is in the image (`image.request_outcome(env.request_id)`): al
 `response`; otherwise `outcome.error()` (e.g. TOPIC_ALREADY_EXISTS if another create won the
 race). A result with no envelopes needs no proposal: answer at once.
 
-Life cycle (what service.py does):
+Life cycle (what active_controller.py does):
     on becoming Raft leader (term T):  c = Controller(image, T, now_ms, random.Random(seed))
                                         propose(c.noop())   # stamps epoch T into the image
     after each committed envelope:      c.update_image(new_image, now_ms)

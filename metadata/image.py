@@ -15,8 +15,8 @@ Invariants:
 * `recent_requests` holds the outcome of the last MAX_RECENT_REQUESTS envelopes in log order:
   the dedupe window for retried proposals and how the proposer learns what became of its
   proposal ("OK" or the rejection code).
-* Concurrency: an image may be read from any thread (PySyncObj's tick thread replays and
-  publishes; trio tasks read), since nothing in it ever changes.
+* Concurrency: an image may be read from any thread, since nothing in it ever changes (the
+  metadata service replays on the trio thread; loader.py).
 * `image_to_snapshot` is canonical CBOR, so equal images give equal bytes; `image_from_snapshot`
   checks all of the above and raises InvalidRecordError. The `acls` and `scram_credentials`
   sections are written only when non-empty, so an image without them has the very bytes it

@@ -39,7 +39,7 @@ KeyError/TypeError). Constructors check the same rules, so an invalid record can
 Sizes (measured by tests/unit/metadata/test_records.py): a 6-partition RF 3 topic envelope
 is ~0.9 KiB; `encode_envelope` refuses anything over MAX_ENVELOPE_BYTES (32 KiB), well under
 PySyncObj's default appendEntriesBatchSizeBytes (64 KiB) that entries must stay below after
-the bridge's own framing.
+PySyncObj's own framing (pickle, in raftlog/node/bridge.py).
 
 Public API:
     Record (union type), RECORD_KINDS: Mapping[str, type]
@@ -586,8 +586,3 @@ def encode_envelope(envelope: Envelope, max_bytes: int = MAX_ENVELOPE_BYTES) -> 
 def decode_envelope(data: bytes) -> Envelope:
     """Raises InvalidRecordError (including for more than MAX_ENVELOPE_BYTES)."""
     return envelope_from_obj(loads_strict(data, "envelope", MAX_ENVELOPE_BYTES))
-
-
-def encoded_record_bytes(record: Record) -> int:
-    """Bytes the record adds to an envelope (used to split big topic creations)."""
-    return len(encode_record(record))

@@ -17,21 +17,21 @@ Public API (declared here once):
 Layer 3 (docs/architecture.md): imports only `raftlog.base` and the record-batch codec
 (`partition.batch`); never the node, the services or the CLI.
 
-Modules: the sans-I/O core — `partitioner` (murmur2, sticky), `accumulator` (batches), `core`
-(metadata, routing, retries, request builders/parsers, consumer positions), `group` (group
-membership, offset-reset planning), `assignor` (client-side partition assignment); the shells —
-`blocking` + `network_blocking` + `group_blocking`, `aio` + `network_aio` + `group_aio`;
-`group_admin` (list/describe/reset/delete groups); `errors` (client-local errors).
+Modules: the sans-I/O core (no sockets, clocks or threads) — `request` (request builders,
+response parsers, the plain data they return), `metadata_cache` (routing), `retry` (backoff),
+`core` (the request engine: ids, deadlines, broker choice, metadata refresh, calls),
+`producer` + `accumulator` + `partitioner` (the producer core), `consumer` (the consumer
+core), `admin` (the admin core and its ops), `group` (group membership, coordinator calls,
+offset-reset planning), `group_session` (the group half of a Consumer, as procedures both
+shells run), `assignor` (client-side partition assignment); the shells — `blocking` +
+`network_blocking` + `group_blocking`, `aio` + `network_aio` + `group_aio`, each reading
+one injected `clock`; `group_admin` (list/describe/reset/delete groups); `errors`
+(client-local errors).
 """
 
 from raftlog.client.blocking import Admin, Consumer, Producer, RecordFuture
-from raftlog.client.core import (
-    BrokerInfo,
-    ClusterStatus,
-    ConsumerRecord,
-    PartitionInfo,
-    TopicInfo,
-)
+from raftlog.client.consumer import ConsumerRecord
+from raftlog.client.request import BrokerInfo, ClusterStatus, PartitionInfo, TopicInfo
 from raftlog.client.errors import (
     BufferFullError,
     ClientClosedError,

@@ -7,12 +7,12 @@ services), client (native protocol, `serve()`), peer (the same protocol for brok
 and broker->controller RPCs), quorum (PySyncObj, inside the MetadataService on voters),
 http (GET /health, GET /metrics).
 
-Composition (raftlog/node/main.py's NodeService): `build_services(config, metadata, peers)` lists the
+Composition (`NodeService`, below): `build_services(config, metadata, peers)` lists the
 services; each brings `client_handlers` and `peer_handlers` (an op belongs to exactly one
 service), a `run()` started with `nursery.start` (so it reports ready), `on_image` (fed by
-the MetadataService after every replayed envelope) and `health()` (merged into /health).
-A service may also have `async drain()`: called on SIGTERM/Ctrl-C, before cancellation, for
-work that makes a stop clean (the metadata service's controlled shutdown). Note: `on_image`
+the MetadataService after every replayed envelope), `health()` (merged into /health) and
+`async drain()`: called on SIGTERM/Ctrl-C, before cancellation, for work that makes a stop
+clean (the metadata service's controlled shutdown, the replicas' leadership hand-off). Note: `on_image`
 may be called before the service's own `run()` has started (the metadata log replays from
 disk as soon as the quorum runs): keep the latest image and act on it once running.
 
@@ -56,10 +56,10 @@ from raftlog.base.metrics import MetricsRegistry
 from raftlog.base.peer import PeerPool
 from raftlog.base.peer_auth import peer_key
 from raftlog.base.protocol import Request
-from raftlog.node import bridge
 from raftlog.base.tls import client_context, server_context
 from raftlog.node.auth import ListenerSecurity, client_session_factory, peer_session_factory
 from raftlog.node.authorize import AuthorizerCache, guard_handlers
+from raftlog.node.metadata_quorum import MetadataQuorum, QuorumConfig
 from raftlog.node.config import NodeConfig, ensure_meta_properties, load_config
 from raftlog.node.http import serve_http
 from raftlog.node.kafka.context import KafkaContext
@@ -92,6 +92,8 @@ class NodeService(Protocol):
 
     def health(self) -> dict[str, Any]: ...
 
+    async def drain(self) -> None: ...
+
 
 def build_services(config: NodeConfig, metadata: MetadataService, peers: PeerPool) -> list[NodeService]:
     """The node's services, metadata first (started in this order, drained in reverse).
@@ -105,13 +107,13 @@ def build_services(config: NodeConfig, metadata: MetadataService, peers: PeerPoo
 
 
 def quorum_factory(config: NodeConfig) -> QuorumFactory | None:
-    """What builds this voter's metadata quorum (the PySyncObj bridge), or None on a
+    """What builds this voter's metadata quorum (PySyncObj, through the bridge), or None on a
     broker-only node. The metadata service calls it with its commit and leader callbacks."""
     if not config.is_controller:
         return None
     voters = {v: str(a) for v, a in config.controller_quorum_voters.items()}
     assert config.cluster_secret is not None  # load_config checks it for controllers
-    settings = bridge.QuorumConfig(
+    settings = QuorumConfig(
         node_id=config.node_id,
         self_address=voters[config.node_id],
         peers={v: a for v, a in voters.items() if v != config.node_id},
@@ -119,7 +121,7 @@ def quorum_factory(config: NodeConfig) -> QuorumFactory | None:
         password=config.cluster_secret,
         dial_overrides=dict(config.dial_overrides),
     )
-    return partial(bridge.MetadataQuorum, settings)
+    return partial(MetadataQuorum, settings)
 
 
 def peer_security_of(config: NodeConfig) -> tuple[PeerPool, ListenerSecurity]:
@@ -161,17 +163,17 @@ def client_security_of(config: NodeConfig, image_of: Callable[[], MetadataImage]
     return ListenerSecurity(ssl_context=context, new_session=factory)
 
 
-def merge_handlers(services: Sequence[NodeService], attribute: str) -> dict[str, Handler]:
-    """One op -> handler map from every service's `attribute` map. Raises ValueError when two
-    services claim one op."""
+def merge_handlers(tables: Sequence[tuple[str, Mapping[str, Handler]]]) -> dict[str, Handler]:
+    """One op -> handler map from (service name, its op -> handler table) pairs. Raises
+    ValueError when two services claim one op."""
     merged: dict[str, Handler] = {}
     owner: dict[str, str] = {}
-    for service in services:
-        for op, handler in getattr(service, attribute).items():
+    for name, table in tables:
+        for op, handler in table.items():
             if op in merged:
-                raise ValueError(f"op {op!r} is claimed by both {owner[op]} and {service.name}")
+                raise ValueError(f"op {op!r} is claimed by both {owner[op]} and {name}")
             merged[op] = handler
-            owner[op] = service.name
+            owner[op] = name
     return merged
 
 
@@ -203,13 +205,13 @@ async def run_node(
     metadata = MetadataService(config, cluster_id, peers, quorum_factory=quorum_factory(config),
                                registry=registry, bootstrap_credentials=bootstrap)
     services = build_services(config, metadata, peers)
-    client_handlers = merge_handlers(services, "client_handlers")
+    client_handlers = merge_handlers([(s.name, s.client_handlers) for s in services])
     client_security = client_security_of(config, lambda: metadata.image)
     if config.authorizer_enabled:
         authorizers = AuthorizerCache(lambda: metadata.image, super_users=frozenset(config.super_users),
                                       allow_if_no_acls=config.allow_everyone_if_no_acl_found)
         client_handlers = guard_handlers(client_handlers, authorizer_of=authorizers.current)
-    peer_handlers = merge_handlers(services, "peer_handlers")
+    peer_handlers = merge_handlers([(s.name, s.peer_handlers) for s in services])
     for service in services:
         if service is not metadata:
             metadata.subscribe(service.on_image)
@@ -284,9 +286,7 @@ async def run_node(
         await stop.wait()
         with trio.move_on_after(DRAIN_TIMEOUT_S):
             for service in reversed(services):
-                drain = getattr(service, "drain", None)
-                if drain is not None:
-                    await drain()
+                await service.drain()
         nursery.cancel_scope.cancel()
     log_event(logger, "node_stopped", node_id=config.node_id)
 
