@@ -77,7 +77,7 @@ from raftlog.base.errors import (
     UnknownTopicOrPartitionError,
 )
 from raftlog.base.eventlog import log_event
-from raftlog.base.metrics import MetricsRegistry
+from raftlog.base.metrics import Metric, MetricsRegistry, gauge_family
 from raftlog.base.peer import PeerPool
 from raftlog.base.protocol import Request, field
 
@@ -160,6 +160,10 @@ class MetadataService:
         registry.gauge(
             "raftlog_metadata_broker_fenced", "1 while this node's broker is fenced (or unregistered)."
         ).set_function(lambda: 1 if self.fenced else 0)
+        self._quorum_leader_changes = registry.counter(
+            "raftlog_controller_quorum_leader_changes_total",
+            "Metadata quorum leader changes this voter saw (Kafka: raft-metrics election counts).")
+        registry.collector(self._collect_metrics)
 
     # ------------------------------------------------------------------ public API
 
@@ -256,6 +260,31 @@ class MetadataService:
         report["ok"] = ok
         return report
 
+    def _collect_metrics(self) -> list[Metric]:
+        """The controller's families (Kafka's KafkaController MBeans): as in Kafka, only the
+        active controller reports offline partitions and broker counts (others report 0), so
+        a sum over the cluster counts each once; alert on sum(active_controller_count) != 1."""
+        active = self.is_active_controller
+        image = self._loader.image
+        offline = len(image.offline_partitions()) if active else 0
+        fenced = len(image.fenced_broker_ids()) if active else 0
+        unfenced = len(image.unfenced_broker_ids()) if active else 0
+        return [
+            gauge_family("raftlog_controller_active_controller_count",
+                         "1 on the active controller, else 0. Kafka: ActiveControllerCount; "
+                         "Redpanda: redpanda_cluster_controller_is_leader.", (), {(): 1 if active else 0}),
+            gauge_family("raftlog_controller_offline_partitions_count",
+                         "Partitions with no live leader (none, or a fenced broker); active "
+                         "controller only. Kafka: OfflinePartitionsCount; Redpanda: "
+                         "redpanda_cluster_unavailable_partitions.", (), {(): offline}),
+            gauge_family("raftlog_controller_fenced_broker_count",
+                         "Registered brokers that are fenced; active controller only. Kafka: "
+                         "FencedBrokerCount.", (), {(): fenced}),
+            gauge_family("raftlog_controller_active_broker_count",
+                         "Registered brokers that are not fenced; active controller only. Kafka: "
+                         "ActiveBrokerCount; Redpanda: redpanda_cluster_brokers.", (), {(): unfenced}),
+        ]
+
     # ------------------------------------------------------------------ lifecycle
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -280,6 +309,7 @@ class MetadataService:
 
     def _on_leader_change(self, leader_id: int | None, term: int) -> None:
         log_event(logger, "quorum_leader", leader_id=leader_id, term=term)
+        self._quorum_leader_changes.inc()
         assert self._active is not None
         self._active.on_leader_change()
         self._wake_broker()  # a new controller: heartbeat it now

@@ -68,6 +68,7 @@ from partition.segment import (
     parse_segment_name,
     write_durably,
 )
+from partition.telemetry import LatencyBuckets
 from raftlog.base.errors import (
     InvalidRequestError,
     MessageTooLargeError,
@@ -302,6 +303,7 @@ class Log:
         self.log_end_offset = 0
         self.flushed_offset = 0
         self.recovery: RecoveryReport | None = None
+        self.fsync_seconds = LatencyBuckets()  # every flush() (/metrics raftlog_log_fsync_seconds)
         # Compaction bookkeeping (in memory: after a restart the first maintain cleans once).
         self._compacted_below = -1
         self._next_tombstone_expiry_ms: int | None = None
@@ -781,7 +783,10 @@ class Log:
         with self._flush_lock:
             self._check_open()
             try:
-                return self._flush_locked()
+                started = time.perf_counter()
+                flushed = self._flush_locked()
+                self.fsync_seconds.observe(time.perf_counter() - started)
+                return flushed
             except OSError as e:
                 self._fail(e)
                 raise LogClosedError(f"flush failed: {e}") from e

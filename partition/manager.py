@@ -56,6 +56,7 @@ from partition.replica import (
     log_config_for,
 )
 from partition.replication import ReplicationLinks
+from partition.telemetry import ReplicaTelemetry, batch_records, slice_records
 from raftlog.base.errors import (
     InvalidRequestError,
     NotLeaderError,
@@ -65,6 +66,7 @@ from raftlog.base.errors import (
     as_wire_error,
 )
 from raftlog.base.eventlog import log_event
+from raftlog.base.metrics import MetricsRegistry
 from raftlog.base.peer import PeerPool
 from raftlog.base.protocol import Request, field
 
@@ -110,6 +112,7 @@ class ReplicaManager:
         settings: ReplicaSettings | None = None,
         rng: random.Random | None = None,
         clock_ms: Callable[[], int] = _wall_ms,
+        registry: MetricsRegistry | None = None,
     ):
         self.node_id: int = config.node_id
         self.data_dir = Path(config.data_dir) / PARTITIONS_DIR
@@ -132,6 +135,9 @@ class ReplicaManager:
         self._pid_next = 0
         self._pid_end = 0
         self._pid_lock = trio.Lock()
+        self.telemetry = ReplicaTelemetry(self)  # /metrics: partitions, topics, Raft (telemetry.py)
+        if registry is not None:
+            registry.collector(self.telemetry.collect)
         self.client_handlers: Mapping[str, Handler] = {
             "produce": self._produce,
             "fetch": self._fetch,
@@ -268,6 +274,8 @@ class ReplicaManager:
             try:
                 replica = self._leader_replica(topic, partition)
                 res = await replica.append_as_leader(records, acks=acks)
+                if not res.duplicate:
+                    self.telemetry.traffic.produced(topic, len(records), res.last_offset - res.first_offset + 1)
                 entry["base_offset"] = res.first_offset
                 entry["log_append_time"] = -1
                 if res.waiter is not None:
@@ -320,6 +328,8 @@ class ReplicaManager:
         while True:
             results, total, errors, watched = self._read_partitions(parts, max_bytes, zero_copy)
             if total >= min_bytes or errors or trio.current_time() >= deadline or not watched:
+                if total:
+                    self._count_fetched(parts, results)
                 return results
             _close_slices(results)
             wake = trio.Event()
@@ -331,6 +341,19 @@ class ReplicaManager:
             finally:
                 for r in watched:
                     r.unwatch(wake)
+
+    def _count_fetched(self, parts: list[tuple[str, int, int, int]], results: list[dict[str, Any]]) -> None:
+        """Bytes and records out per topic (/metrics), from the batch headers answered."""
+        traffic = self.telemetry.traffic
+        for (topic, _, offset, _), entry in zip(parts, results):
+            records = entry.get("records")
+            if not records:
+                continue
+            if isinstance(records, (bytes, bytearray, memoryview)):
+                traffic.fetched(topic, len(records), batch_records(records, offset))
+            else:  # a FileSlice
+                traffic.fetched(topic, records.length,
+                                slice_records(records.fd, records.offset, records.length, offset))
 
     def _read_partitions(self, parts, max_bytes: int, zero_copy: bool = False):
         results = []

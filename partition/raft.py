@@ -423,10 +423,12 @@ _FLUSH = Flush()
 class _Peer:
     """What a leader knows of one other voter (reset at every election)."""
 
-    __slots__ = ("fetch_offset", "durable_offset", "hw_sent", "parked", "parked_ticks", "fetched")
+    __slots__ = ("fetch_offset", "durable_offset", "hw_sent", "parked", "parked_ticks", "fetched",
+                 "idle_ticks")
 
     def __init__(self) -> None:
         self.fetch_offset = -1
+        self.idle_ticks = 0  # ticks since its last fetch request (in sync while < check_quorum)
         self.durable_offset = -1  # counted toward the high watermark
         self.hw_sent = -1
         self.parked: FetchRequest | None = None
@@ -490,6 +492,10 @@ class RaftCore:
         self._election_elapsed = 0
         self._election_timeout = 0
         self._reset_election_timer()
+        # Counters for /metrics (read-only outside): candidacies started, and changes of the
+        # (epoch, leader) this replica announced.
+        self.elections_started = 0
+        self.leader_changes = 0
         self._grants: set[int] = set()
 
         # Fetch ids start at random on every construction (every restart), so that a delayed
@@ -747,6 +753,15 @@ class RaftCore:
             self._resign()
         return out
 
+    def follower_states(self) -> dict[int, tuple[int, bool]]:
+        """On the leader, every other voter's (fetch_offset, in_sync): in sync means it sent
+        a fetch within the last check-quorum period (Kafka's ISR rule, by time). Followers
+        not heard from in this epoch have fetch_offset -1. Empty on a non-leader."""
+        if self._role is not _LEADER:
+            return {}
+        limit = self._cfg.check_quorum_ticks
+        return {v: (p.fetch_offset, p.fetched and p.idle_ticks < limit) for v, p in self._peers.items()}
+
     def status(self) -> dict[str, Any]:
         """A snapshot for logs and debugging."""
         return {
@@ -809,6 +824,7 @@ class RaftCore:
         now = (self._epoch, self._active_leader())
         if now != self._announced:
             self._announced = now
+            self.leader_changes += 1
             self._emit(LeadershipChanged(now[0], now[1]))
 
     def _reset_election_timer(self) -> None:
@@ -912,6 +928,7 @@ class RaftCore:
             self._send(v, req)
 
     def _start_candidacy(self) -> None:
+        self.elections_started += 1
         self._role = _CANDIDATE
         self._fetch_inflight = False
         self._set_quorum_state(self._epoch + 1, self.replica_id, None)
@@ -967,6 +984,7 @@ class RaftCore:
     def _tick_leader(self) -> None:
         cfg = self._cfg
         for peer in self._peers.values():
+            peer.idle_ticks += 1
             if peer.parked is not None:
                 peer.parked_ticks += 1
                 if peer.parked_ticks >= cfg.fetch_max_wait_ticks:
@@ -1042,6 +1060,7 @@ class RaftCore:
             ))  # fmt: skip
             return
         peer = self._peers[m.sender]
+        peer.idle_ticks = 0
         self._cq_fetched.add(m.sender)
         f = m.fetch_offset
         if f < self._log_start:
