@@ -80,7 +80,9 @@ def node() -> None:
 @click.option("--http", "listeners_http", help="HTTP (health, metrics) listener host:port.")
 @click.option("--log-level", help="DEBUG, INFO, WARNING, ERROR.")
 @click.option("--log-file", help="Append log lines here (default: stderr).")
-def node_start(config_path: str | None, **flags: Any) -> None:
+@click.option("--supervisor-pid", type=int, hidden=True,
+              help="Stop when this process (our parent: raftlog cluster up) dies.")
+def node_start(config_path: str | None, supervisor_pid: int | None, **flags: Any) -> None:
     """Run one node until SIGTERM or Ctrl-C (then stop cleanly; a second signal exits at once).
 
     Settings come from the TOML file, then RAFTLOG_* environment variables (e.g.
@@ -94,7 +96,7 @@ def node_start(config_path: str | None, **flags: Any) -> None:
     from raftlog.node.main import main as node_main
 
     overrides = {k: v for k, v in flags.items() if v is not None}
-    sys.exit(node_main(config_path, overrides))
+    sys.exit(node_main(config_path, overrides, supervisor_pid=supervisor_pid))
 
 
 # ----------------------------------------------------------------------------- cluster

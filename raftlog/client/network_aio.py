@@ -17,7 +17,7 @@ from typing import Any, Awaitable, Callable
 import trio
 
 from raftlog.base.errors import RaftlogError
-from raftlog.base.protocol import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
+from raftlog.base.protocol import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame, foreign_protocol
 from raftlog.client.clock import Clock
 from raftlog.client.core import ClientCore, Close
 
@@ -112,13 +112,18 @@ class Network:
 
     async def _reader(self, conn: Connection) -> None:
         decoder = FrameDecoder(self._max_frame_bytes)
+        answered = False  # a whole raftlog frame came (else first bytes are checked)
         try:
             while True:
                 data = await conn.stream.receive_some(_RECV_BYTES)
                 if not data:
                     break
+                if not answered and (what := foreign_protocol(data)) is not None:
+                    self._core.note_foreign(conn.broker_id, what)  # said once, in one line
+                    break
                 decoder.feed(data)
                 while (msg := decoder.next_frame()) is not None:
+                    answered = True
                     await self.inbox_send.send((conn, msg))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             log.debug("broker %s: connection ended: %r", conn.broker_id, exc)

@@ -12,7 +12,7 @@ import selectors
 import socket
 
 from raftlog.base.errors import RaftlogError
-from raftlog.base.protocol import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
+from raftlog.base.protocol import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame, foreign_protocol
 from raftlog.client.clock import SYSTEM_CLOCK, Clock
 from raftlog.client.core import ClientCore, Close
 
@@ -24,12 +24,13 @@ _RECV_BYTES = 1 << 20
 
 
 class Connection:
-    __slots__ = ("broker_id", "sock", "decoder")
+    __slots__ = ("broker_id", "sock", "decoder", "answered")
 
     def __init__(self, broker_id: int, sock: socket.socket, max_frame_bytes: int):
         self.broker_id = broker_id
         self.sock = sock
         self.decoder = FrameDecoder(max_frame_bytes)
+        self.answered = False  # a whole raftlog frame came (else first bytes are checked)
 
 
 class Network:
@@ -133,8 +134,14 @@ class Network:
                     lost.append(conn.broker_id)
                 continue
             conn.decoder.feed(data)
+            if not conn.answered and (what := foreign_protocol(data)) is not None:
+                self._core.note_foreign(conn.broker_id, what)  # said once, in one line
+                if self._drop(conn.broker_id):
+                    lost.append(conn.broker_id)
+                continue
             try:
                 while (msg := conn.decoder.next_frame()) is not None:
+                    conn.answered = True
                     responses.append((conn.broker_id, msg))
             except RaftlogError as exc:
                 log.warning("broker %s sent a bad frame (%s); reconnecting", conn.broker_id, exc)

@@ -102,9 +102,9 @@ def supervisor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Supervisor]
 
 @pytest.fixture(scope="module")
 def bootstrap(supervisor: Supervisor) -> str:
-    line = next(l for l in supervisor.lines if l.startswith("try:"))
-    match = re.search(r"--bootstrap (\S+)", line)
-    assert match, line
+    line = next(l for l in supervisor.lines if l.startswith("bootstrap:"))
+    match = re.search(r"^bootstrap: (\S+)", line)
+    assert match and len(match.group(1).split(",")) == NODES, line
     return match.group(1)
 
 
