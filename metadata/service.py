@@ -34,7 +34,16 @@ report_partition_leader, allocate_producer_ids, controller_forward), metadata_fe
 
 To other services: `image`, `node_id`, `controller_id`, `applied_index`,
 `await report_partition_leader(...)`, `await allocate_producer_ids()`, `peer_address(id)`,
-`client_address(id)`, `await wait_for(predicate, timeout_s)`.
+`client_address(id)`, `await wait_for(predicate, timeout_s)`, `controller_problem()`.
+
+Truth under failure (issue 20): `controller_problem()` says why this node cannot vouch for
+its image right now ("no quorum: ..." on a voter whose quorum has no leader, "controller
+unreachable: ..." when its broker's heartbeats have gone unanswered for session_timeout_ms);
+`metadata` answers carry it, and mark each partition `offline` with a reason when its leader
+is none or a fenced broker by the image, when this node's own replica of it knows no leader
+(`partition_view`, injected by the node: the partition's Raft group is the authority), or,
+with a controller problem, when no replica here can vouch for it. `cluster_status` answered
+without the controller says so (`view`: "local", `controller_problem`).
 
 Clock: one, trio's. `clock_ms` (default: trio's clock in ms) is the `now_ms` of the
 Controller's decisions, which compares it only with itself (heartbeat ages, session
@@ -122,7 +131,10 @@ class MetadataService:
         self._voter_peers = {v: str(a) for v, a in config.controller_peer_addresses().items()}
         self._voter_quorum = {v: str(a) for v, a in config.controller_quorum_voters.items()}
         self._loader = MetadataLoader(keep_envelopes=config.is_controller)
-        self._broker = BrokerLifecycle(config, self._controller_call, rng) if config.is_broker else None
+        # (topic, partition) -> (a replica is open here, the leader it knows or None); set by
+        # the node to its ReplicaManager's `local_leader` on brokers.
+        self.partition_view: Callable[[str, int], tuple[bool, int | None]] | None = None
+        self._broker = BrokerLifecycle(config, self._controller_call, rng, clock_ms) if config.is_broker else None
         self._quorum: Quorum | None = None
         self._active: ActiveController | None = None
         self._fetcher: MetadataFetcher | None = None
@@ -196,6 +208,40 @@ class MetadataService:
     def fenced(self) -> bool:
         """This node's broker is fenced, or unregistered (True on a non-broker)."""
         return self._broker is None or self._broker.fenced
+
+    def controller_problem(self) -> str | None:
+        """Why this node cannot vouch for its metadata now (module docstring), or None."""
+        voters = ", ".join(map(str, sorted(self._voter_quorum)))
+        majority = len(self._voter_quorum) // 2 + 1
+        if self._quorum is not None:
+            if self._quorum.leader_id is None:
+                return (f"no quorum: the metadata quorum (voters {voters}) has no leader; {majority} of "
+                        f"{len(self._voter_quorum)} voters must be up and reach each other")
+            if not self._quorum.status().get("has_quorum", True):
+                # PySyncObj keeps naming its last leader while it reaches no other voter.
+                return (f"no quorum: node {self.node_id} reaches fewer than {majority} of the metadata "
+                        f"quorum's voters ({voters})")
+        if self._broker is not None:
+            silent_ms = self._broker.silent_ms(self._clock_ms())
+            if silent_ms is not None and silent_ms > self.config.session_timeout_ms:
+                return (f"controller unreachable: node {self.node_id}'s heartbeats got no answer for "
+                        f"{silent_ms / 1000:.1f} s (controller {self.controller_id}, voters {voters})")
+        if self.controller_id is None:
+            return f"controller unreachable: node {self.node_id} knows no active controller (voters {voters})"
+        return None
+
+    def partition_problem(self, topic: str, p: Any, controller_problem: str | None) -> str | None:
+        """Why partition `p` of `topic` has no live leader as this node sees it, or None."""
+        why = self._loader.image.leader_problem(p)
+        if why is not None:
+            return why
+        hosted, leader = self.partition_view(topic, p.partition) if self.partition_view else (False, None)
+        if hosted and leader is None:
+            return (f"no leader: node {self.node_id}'s replica sees none (an election, or most of "
+                    "its replicas are down)")
+        if controller_problem is not None and not hosted:
+            return f"unknown: no replica on node {self.node_id} and {controller_problem}"
+        return None
 
     def subscribe(self, callback: Callable[[MetadataImage], None]) -> None:
         """Call `callback(image)` on the trio thread after every replayed envelope, in order.
@@ -401,6 +447,7 @@ class MetadataService:
             except RequestTimedOutError:
                 pass  # answer with what we have: the missing ones get an error entry
         image = self._loader.image
+        problem = self.controller_problem()
         topics: list[dict[str, Any]] = []
         wanted = names if names is not None else [
             n for n in image.topic_names(include_internal=internal) if image.topic(n).complete
@@ -410,10 +457,17 @@ class MetadataService:
             if topic is None:
                 topics.append({"name": name, "error": UnknownTopicOrPartitionError.code})
             else:
-                topics.append(_topic_entry(topic))
+                entry = _topic_entry(topic)
+                for p, part in zip(topic.partitions, entry["partitions"]):
+                    why = self.partition_problem(topic.name, p, problem)
+                    part["offline"] = why is not None
+                    if why is not None:
+                        part["offline_reason"] = why
+                topics.append(entry)
         return {
             "cluster_id": self.cluster_id,
-            "controller_id": self.controller_id,
+            "controller_id": None if problem is not None else self.controller_id,
+            "controller_problem": problem,
             "brokers": [
                 {"id": b.broker_id, "host": b.host, "port": b.port, "fenced": b.fenced}
                 for _, b in sorted(image.brokers.items())
@@ -444,7 +498,8 @@ class MetadataService:
             return self._cluster_status(ctl)
         controller_id = self.controller_id
         address = None if controller_id is None else self._voter_peers.get(controller_id)
-        if address is not None:
+        problem = self.controller_problem()
+        if address is not None and problem is None:
             timeout_s = min(STATUS_FORWARD_S, max(0.0, deadline - trio.current_time()))
             try:
                 return await self.peers.call(
@@ -454,7 +509,12 @@ class MetadataService:
                 )  # fmt: skip
             except RaftlogError as exc:
                 log_event(logger, "status_forward_failed", level=logging.DEBUG, reason=str(exc))
-        return self._cluster_status(None)
+                problem = f"controller unreachable: node {self.node_id} could not reach controller {controller_id} ({exc})"
+        status = self._cluster_status(None)
+        status["controller_problem"] = problem or (
+            f"controller unreachable: node {self.node_id} knows no active controller")
+        status["controller_id"] = None
+        return status
 
     def _cluster_status(self, ctl: Controller | None) -> dict[str, Any]:
         image = self._loader.image
@@ -474,6 +534,10 @@ class MetadataService:
             "controller_epoch": epoch,
             "commit_index": self.applied_index,
             "answered_by": self.node_id,
+            # "controller": brokers' states as the controller keeps them; "local": this
+            # node's last image (the controller could not be asked: see controller_problem).
+            "view": "controller" if ctl is not None else "local",
+            "controller_problem": None,
             "voters": [
                 {"id": v, "address": a, "peer": self._voter_peers.get(v), "leader": v == controller_id}
                 for v, a in sorted(self._voter_quorum.items())

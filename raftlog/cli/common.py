@@ -193,6 +193,27 @@ def probe(addresses: list[str]) -> list[str]:
     raise CliFailure(f"no raftlog node reachable: {listed} ({hint})")
 
 
+EXIT_NO_CONTROLLER = 2  # `cluster status` when no controller answers (no quorum, unreachable)
+
+
+def describe(admin: Any, names: list[str] | None, *, internal: bool = False) -> Any:
+    """The metadata answer (ClusterMetadata) for `names` (None: every topic): topics, the
+    offline partitions with their reasons, and the answering node's controller problem."""
+    from raftlog.client.request import metadata_request, parse_metadata
+
+    return parse_metadata(admin.request(metadata_request(names, internal=internal)))
+
+
+def offline_summary(topic: Any, partitions: list[int] | None = None) -> list[str]:
+    """"topic-p, topic-q: reason" for the offline partitions of `topic` (of `partitions`
+    only, when given), grouped by reason."""
+    by_reason: dict[str, list[str]] = {}
+    for p in topic.partitions:
+        if p.offline_reason is not None and (partitions is None or p.partition in partitions):
+            by_reason.setdefault(p.offline_reason, []).append(f"{topic.name}-{p.partition}")
+    return [f"{', '.join(names)}: {reason}" for reason, names in by_reason.items()]
+
+
 def admin_from_context(ctx: click.Context) -> Any:
     from raftlog.client import Admin
 

@@ -31,12 +31,17 @@ from typing import Any, BinaryIO, Callable, Iterator
 import click
 
 from raftlog.base.errors import RaftlogError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
-from raftlog.cli.common import CliFailure, connect, connection_options, friendly
+from raftlog.base.topics import OFFSETS_TOPIC, partition_for_group
+from raftlog.cli.common import CliFailure, connect, connection_options, describe, friendly, offline_summary
 
 __all__ = ["produce_cmd", "consume_cmd", "perf"]
 
 AUTO_CREATE_PARTITIONS = 3
 AUTO_CREATE_MAX_RF = 3
+# How long produce/consume wait for partitions without a leader before failing: a leader
+# election takes about one election timeout (1 s), so this covers one; a partition offline
+# for longer has lost a majority of its replicas (or the cluster its controller).
+LEADER_GRACE_S = 4.0
 _COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 
@@ -92,6 +97,33 @@ def _auto_create(admin: Any, topic: str) -> Any:
                 return info  # leaders still being elected: the producer waits for them
             raise CliFailure(f"created topic {topic!r} but it did not show up in metadata")
         time.sleep(0.05)  # polling the metadata under a deadline
+
+
+def _wait_for_leaders(admin: Any, topic: str, partitions: list[int] | None, *, need_controller: bool,
+                      what: str, missing_ok: bool = False) -> Any:
+    """The topic's metadata once the partitions to use (`partitions`, None: any one of them)
+    have live leaders (and, with `need_controller`, the node answering has a controller),
+    waiting up to LEADER_GRACE_S for an election. CliFailure naming each offline partition
+    and why (and the controller problem) otherwise: fail fast rather than retry to the
+    timeout. Returns the last TopicInfo (None for a missing topic with `missing_ok`)."""
+    deadline = time.monotonic() + LEADER_GRACE_S
+    while True:
+        answer = describe(admin, [topic])
+        info = answer.topics.get(topic)
+        if info is None:
+            if missing_ok:
+                return None
+            raise CliFailure(f"unknown topic {topic!r}")
+        wanted = partitions if partitions is not None else [p.partition for p in info.partitions]
+        offline = offline_summary(info, wanted)
+        usable = sum(1 for p in info.partitions if p.partition in wanted and p.offline_reason is None)
+        problem = answer.controller_problem if need_controller else None
+        ready = problem is None and (usable == len(wanted) if partitions is not None else usable > 0)
+        if ready:
+            return info
+        if time.monotonic() >= deadline:
+            raise CliFailure(f"cannot {what}: " + "; ".join(offline + ([problem] if problem else [])))
+        time.sleep(0.2)  # polling the metadata under a deadline
 
 
 def _parse_headers(items: tuple[str, ...]) -> list[tuple[str, bytes]]:
@@ -168,8 +200,12 @@ def produce_cmd(ctx: click.Context, topic: str, file_path: str | None, key_separ
                 raise CliFailure(f"unknown topic {topic!r}{_near_names(admin, topic)} "
                                  "(leave out --no-create to create it)")
             info = _auto_create(admin, topic)
-    if partition is not None and partition >= len(info.partitions):
-        raise CliFailure(f"partition {partition} does not exist: {topic} has {len(info.partitions)}")
+        if partition is not None and partition >= len(info.partitions):
+            raise CliFailure(f"partition {partition} does not exist: {topic} has {len(info.partitions)}")
+        # Every partition a keyed record may go to must have a leader; keyless records need one.
+        info = _wait_for_leaders(admin, topic, [partition] if partition is not None else (
+                                 None if sep is None else list(range(len(info.partitions)))),
+                                 need_controller=acks == "all", what=f"produce to {topic}")
 
     options: dict[str, Any] = {"acks": acks, "linger_ms": linger_ms,
                                "enable_idempotence": acks == "all", "max_block_ms": timeout_ms}
@@ -201,8 +237,10 @@ def produce_cmd(ctx: click.Context, topic: str, file_path: str | None, key_separ
     else:
         stream = sys.stdin.buffer
     interrupted = False
+    # A record not acknowledged within --timeout fails with why (no leader, no producer id,
+    # ...) rather than being dropped unsaid when the producer closes.
     producer = Producer(addresses, request_timeout_ms=max(timeout_ms, 1000),
-                        delivery_timeout_ms=max(120_000, timeout_ms + linger_ms + 1000), **options)
+                        delivery_timeout_ms=max(timeout_ms, 1000) + linger_ms, **options)
     try:
         if bar is not None:
             bar.__enter__()
@@ -229,7 +267,7 @@ def produce_cmd(ctx: click.Context, topic: str, file_path: str | None, key_separ
         if file_path is not None:
             stream.close()
         try:
-            producer.flush(timeout=timeout)
+            producer.flush(timeout=timeout + 5)  # delivery_timeout_ms ends each record before
         except TimeoutError:
             click.echo(f"raftlog: not every record was acknowledged within {timeout:g} s", err=True)
         producer.close(timeout=1)
@@ -292,6 +330,24 @@ def _parse_offset(value: str | None) -> int | str | None:
     return n
 
 
+def _check_offset(admin: Any, topic: str, parts: list[int], offset: int) -> None:
+    """CliFailure when `offset` is outside [log start, log end] of any partition in `parts`
+    (the consumer would silently reset to the end and print nothing)."""
+    from raftlog.client.request import EARLIEST, LATEST, list_offsets_request, parse_list_offsets
+
+    requests = [(list_offsets_request([(topic, p, spec)]), (topic, p)) for p in parts for spec in (EARLIEST, LATEST)]
+    answers = admin.request_many(requests)
+    bounds: dict[int, list[int]] = {}
+    for (_, (_, p)), answer in zip(requests, answers):
+        (found,) = parse_list_offsets(answer).values()
+        bounds.setdefault(p, []).append(found[0])
+    bad = [f"{topic}-{p} has offsets {start}..{end}" for p, (start, end) in sorted(bounds.items())
+           if not start <= offset <= end]
+    if bad:
+        raise CliFailure(f"--offset {offset} is out of range: " + "; ".join(bad)
+                         + " (the end is where the next record will go)")
+
+
 class _Stop(Exception):
     """SIGTERM: end the consume loop like Ctrl-C."""
 
@@ -337,11 +393,20 @@ def consume_cmd(ctx: click.Context, topic: str, from_beginning: bool, partition:
     addresses = connect(bootstrap)
     with Admin(addresses, request_timeout_ms=int(timeout * 1000)) as admin:
         info = _require_topic(admin, topic)
-    count = len(info.partitions)
-    if partition is not None and partition >= count:
-        raise CliFailure(f"partition {partition} does not exist: {topic} has {count} "
-                         f"(0..{count - 1})")
-    parts = [partition] if partition is not None else list(range(count))
+        count = len(info.partitions)
+        if partition is not None and partition >= count:
+            raise CliFailure(f"partition {partition} does not exist: {topic} has {count} "
+                             f"(0..{count - 1})")
+        parts = [partition] if partition is not None else list(range(count))
+        # Fail fast when nothing can be read: every partition asked for has no live leader
+        # (or, with --group, the group's coordinator partition has none).
+        _wait_for_leaders(admin, topic, parts if partition is not None else None, need_controller=False,
+                          what=f"consume {topic}")
+        if group is not None:
+            _wait_for_leaders(admin, OFFSETS_TOPIC, [partition_for_group(group)], need_controller=False,
+                              what=f"consume as group {group!r} (its coordinator's partition)", missing_ok=True)
+        if isinstance(offset, int):
+            _check_offset(admin, topic, parts, offset)
 
     out = sys.stdout.buffer
     fmt_record = _formatter(fmt, separator.encode())

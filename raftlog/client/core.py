@@ -169,6 +169,7 @@ class ClientCore:
         self._foreign: dict[int, str] = {}  # broker id -> what answered there instead of raftlog
         self._answered: set[int] = set()  # bootstrap ids that answered at least once
         self._silent_closes: dict[int, int] = {}  # bootstrap id -> closed with requests, no answer
+        self._connected: set[int] = set()  # connected since the last loss (on_connected)
 
     # ---- shell interface ----
 
@@ -203,6 +204,10 @@ class ClientCore:
         self._answered.add(broker_id)
         self.RESPONSE_HANDLERS[p.kind](self, p, msg, now_ms)
 
+    def on_connected(self, broker_id: int) -> None:
+        """Shell: a connection to broker_id is open (a later loss is a close, not a refusal)."""
+        self._connected.add(broker_id)
+
     def note_foreign(self, broker_id: int, what: str, *, message: str | None = None) -> None:
         """Shell: the server at broker_id's address answered `what` ("HTTP", ...) instead of
         the raftlog protocol (base/protocol.py foreign_protocol); report the connection lost
@@ -231,7 +236,9 @@ class ClientCore:
         backoff = FOREIGN_BACKOFF_MS if broker_id in self._foreign else self.reconnect.backoff(n)
         self._down_until_ms[broker_id] = now_ms + backoff
         lost = [rid for rid, p in self._pending.items() if p.broker_id == broker_id]
-        if lost and broker_id < 0 and broker_id not in self._answered:
+        was_connected = broker_id in self._connected
+        self._connected.discard(broker_id)
+        if lost and was_connected and broker_id < 0 and broker_id not in self._answered:
             # A bootstrap address that keeps closing on our requests without a word is not
             # a raftlog client listener (e.g. a Kafka listener refusing our framing).
             closes = self._silent_closes[broker_id] = self._silent_closes.get(broker_id, 0) + 1

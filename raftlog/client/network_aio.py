@@ -90,6 +90,7 @@ class Network:
                 conn = self._conns.get(a.broker_id)
                 if conn is None:
                     conn = await self._connect(a.broker_id)
+                    self._core.on_connected(a.broker_id)
                 async with conn.send_lock:
                     with trio.fail_after(self._send_timeout_s):
                         await conn.stream.send_all(frame)

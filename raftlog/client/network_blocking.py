@@ -84,6 +84,7 @@ class Network:
             try:
                 if conn is None:
                     conn = self._connect(a.broker_id)
+                    self._core.on_connected(a.broker_id)
                 conn.sock.sendall(frame)
             except OSError as exc:
                 log.info("broker %s: %s", a.broker_id, exc)

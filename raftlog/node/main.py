@@ -221,6 +221,8 @@ async def run_node(
         collect = getattr(service, "collect_metrics", None)
         if collect is not None:  # per-group families, made at scrape time
             registry.collector(collect)
+        if isinstance(service, ReplicaManager):  # metadata answers say what the replicas see
+            metadata.partition_view = service.local_leader
 
     def health() -> dict[str, Any]:
         report: dict[str, Any] = {"node_id": config.node_id, "cluster_id": cluster_id,
