@@ -23,21 +23,26 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m jepsen_style_tests", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run one test against a local cluster")
-    run.add_argument("--workload", default="queue", choices=["queue", "group"])
+    run.add_argument("--workload", default="queue", choices=["queue", "group"],
+                     help="queue: sends, polls and manual assigns (Jepsen's Kafka queue); group: sends, "
+                          "polls, subscribes to one consumer group and commits (default queue)")
     run.add_argument("--nemesis", default="kill,pause,partition",
                      help=f"comma-separated from {','.join(FAULT_NAMES)}, or none")
     run.add_argument("--time-limit", type=float, default=60.0, help="seconds of workload (default 60)")
     run.add_argument("--rate", type=float, default=200.0, help="client ops per second (default 200)")
-    run.add_argument("--nodes", type=int, default=3)
-    run.add_argument("--partitions", type=int, default=4)
-    run.add_argument("--concurrency", type=int, default=6, help="client processes")
-    run.add_argument("--fault-interval", type=float, default=10.0, help="seconds per fault cycle (quiet + fault)")
-    run.add_argument("--recovery", type=float, default=5.0, help="seconds to wait after healing")
-    run.add_argument("--seed", type=int, default=None)
-    run.add_argument("--store", default="store")
+    run.add_argument("--nodes", type=int, default=3, help="node processes, every one a voter (default 3)")
+    run.add_argument("--partitions", type=int, default=4, help="partitions of the test topic (default 4)")
+    run.add_argument("--concurrency", type=int, default=6, help="client processes (default 6)")
+    run.add_argument("--fault-interval", type=float, default=10.0, help="seconds per fault cycle: quiet, then fault (default 10)")
+    run.add_argument("--recovery", type=float, default=5.0, help="seconds the final phase waits after healing every fault, before it reads "
+                          "every partition to its end (default 5)")
+    run.add_argument("--seed", type=int, default=None,
+                     help="seed of the generator and nemesis schedule (default: random, printed)")
+    run.add_argument("--store", default="store",
+                     help="where results go: STORE/<test>/<timestamp>/ (default store)")
     run.add_argument("--name", default=None, help="test name (default: workload-nemeses)")
     run.add_argument("--keep-data", action="store_true", help="keep node data dirs of a valid run")
-    run.add_argument("--log-level", default="WARNING")
+    run.add_argument("--log-level", default="WARNING", help="the harness's own logging (default WARNING)")
     return parser
 
 

@@ -468,6 +468,7 @@ class MetadataService:
             "cluster_id": self.cluster_id,
             "controller_id": None if problem is not None else self.controller_id,
             "controller_problem": problem,
+            "max_request_bytes": self.config.max_frame_bytes,
             "brokers": [
                 {"id": b.broker_id, "host": b.host, "port": b.port, "fenced": b.fenced}
                 for _, b in sorted(image.brokers.items())

@@ -506,7 +506,8 @@ class Replica:
         for _, h in iter_headers(records, verify=False):
             if h.size > limit:
                 raise MessageTooLargeError(
-                    f"batch of {h.size} bytes > max_message_bytes {limit} of {self.topic}"
+                    f"batch of {h.size} bytes > max_message_bytes {limit} of {self.topic} (raise it: "
+                    f"raftlog topics alter {self.topic} --set max_message_bytes=N; Kafka's max.message.bytes)"
                 )
             if h.is_control:
                 raise InvalidRequestError("producers may not write control batches", field="records")

@@ -25,6 +25,9 @@ DEFAULT_DATA_DIR = "raftlog-data"
 BOOTSTRAP_FILE = "bootstrap"
 DEFAULT_BOOTSTRAP = "127.0.0.1:9093,127.0.0.1:9103,127.0.0.1:9113"
 PROBE_TIMEOUT_S = 1.5
+# A new topic's shape when the user does not say (topics create, produce's auto-creation).
+TOPIC_PARTITIONS = 3
+TOPIC_MAX_REPLICATION_FACTOR = 3
 _CANNOT_CONNECT = "cannot connect"
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -31,6 +31,8 @@ from raftlog.cli import records as _records
 from raftlog.base.errors import RaftlogError, UnknownTopicOrPartitionError
 from raftlog.cli.common import (
     EXIT_NO_CONTROLLER,
+    TOPIC_MAX_REPLICATION_FACTOR,
+    TOPIC_PARTITIONS,
     CliFailure,
     describe,
     admin_from_context,
@@ -309,26 +311,33 @@ def _require_topic(admin: Any, name: str) -> None:
 
 @topics.command("create")
 @click.argument("name")
-@click.option("--partitions", "-p", type=int, default=1, show_default=True, help="Number of partitions.")
-@click.option("--replication-factor", "-r", type=int, default=1, show_default=True,
-              help="Replicas per partition (at most the live brokers).")
+@click.option("--partitions", "-p", type=int, default=TOPIC_PARTITIONS, show_default=True,
+              help="Number of partitions.")
+@click.option("--replication-factor", "-r", type=int, default=None,
+              help=f"Replicas per partition (at most the live brokers; default min({TOPIC_MAX_REPLICATION_FACTOR}, live brokers), "
+                   "as `raftlog produce` creates topics).")
 @click.option("--config", "-c", "configs", multiple=True, metavar="KEY=VALUE",
               help="A topic config, e.g. retention_ms=3600000 (repeatable).")
 @admin_options
 @click.pass_context
 @friendly
-def topics_create(ctx: click.Context, name: str, partitions: int, replication_factor: int,
+def topics_create(ctx: click.Context, name: str, partitions: int, replication_factor: int | None,
                   configs: tuple[str, ...], bootstrap: str, timeout: float, as_json: bool) -> None:
     """Create topic NAME; the controller places replicas and spreads preferred leaders.
 
     \b
     Example:
+      raftlog topics create demo                  # 3 partitions, RF min(3, live brokers)
       raftlog topics create demo --partitions 6 --replication-factor 3
       raftlog topics create events -p 12 -r 3 -c retention_ms=86400000 -c cleanup_policy=delete
+      raftlog topics create blobs -c max_message_bytes=8388608      # records up to 8 MiB
     """
     store(ctx, bootstrap=bootstrap, timeout=timeout)
     pairs = _parse_pairs(configs, "--config")
     with admin_from_context(ctx) as admin:
+        if replication_factor is None:
+            live = sum(1 for b in admin.cluster_status().brokers if not b.get("fenced"))
+            replication_factor = max(1, min(TOPIC_MAX_REPLICATION_FACTOR, live))
         topic = admin.create_topic(name, partitions, replication_factor, pairs or None)
         try:
             topic = admin.describe_topics([name])[name]  # with configs and internal flag

@@ -32,12 +32,21 @@ import click
 
 from raftlog.base.errors import RaftlogError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
 from raftlog.base.topics import OFFSETS_TOPIC, partition_for_group
-from raftlog.cli.common import CliFailure, connect, connection_options, describe, friendly, offline_summary
+from raftlog.cli.common import (
+    TOPIC_MAX_REPLICATION_FACTOR,
+    TOPIC_PARTITIONS,
+    CliFailure,
+    connect,
+    connection_options,
+    describe,
+    friendly,
+    offline_summary,
+)
 
 __all__ = ["produce_cmd", "consume_cmd", "perf"]
 
-AUTO_CREATE_PARTITIONS = 3
-AUTO_CREATE_MAX_RF = 3
+AUTO_CREATE_PARTITIONS = TOPIC_PARTITIONS
+AUTO_CREATE_MAX_RF = TOPIC_MAX_REPLICATION_FACTOR
 # How long produce/consume wait for partitions without a leader before failing: a leader
 # election takes about one election timeout (1 s), so this covers one; a partition offline
 # for longer has lost a majority of its replicas (or the cluster its controller).
@@ -165,6 +174,9 @@ def _lines(stream: BinaryIO, on_bytes: Callable[[int], None] | None) -> Iterator
               help="How long a batch waits for more records.")
 @click.option("--batch-bytes", type=click.IntRange(128), default=None, help="Batch size bound (default 64 KiB).")
 @click.option("--compression", type=click.Choice(_COMPRESSIONS), default="none", show_default=True)
+@click.option("--max-request-bytes", type=click.IntRange(1024), default=None,
+              help="Largest request (so record) the producer sends (default: 1 MiB, or the topic's "
+                   "max_message_bytes when that is larger).")
 @click.option("--create/--no-create", default=True, show_default=True,
               help=f"Create a missing topic ({AUTO_CREATE_PARTITIONS} partitions, RF min(3, brokers)).")
 @connection_options
@@ -172,8 +184,8 @@ def _lines(stream: BinaryIO, on_bytes: Callable[[int], None] | None) -> Iterator
 @friendly
 def produce_cmd(ctx: click.Context, topic: str, file_path: str | None, key_separator: str | None,
                 headers: tuple[str, ...], partition: int | None, acks: str, linger_ms: int,
-                batch_bytes: int | None, compression: str, create: bool, bootstrap: str,
-                timeout: float) -> None:
+                batch_bytes: int | None, compression: str, max_request_bytes: int | None, create: bool,
+                bootstrap: str, timeout: float) -> None:
     """Send one record per line of stdin (or --file) to TOPIC.
 
     Prints a summary on stderr at the end (records, bytes, partitions, time); stdout stays
@@ -184,8 +196,10 @@ def produce_cmd(ctx: click.Context, topic: str, file_path: str | None, key_separ
       printf 'foo:first\\nfoo:second\\nbar:first\\n' | raftlog produce streams-intro --key-separator :
       raftlog produce events --file events.txt --header source=import --acks 1
       seq 1000 | raftlog produce numbers --partition 0 --linger-ms 20 --compression zstd
+      raftlog topics create blobs -c max_message_bytes=8388608 && raftlog produce blobs -f big.txt
     """
     from raftlog.client import Admin, Producer
+    from raftlog.client.accumulator import DEFAULT_BUFFER_BYTES, DEFAULT_MAX_REQUEST_BYTES
 
     sep = key_separator.encode() if key_separator is not None else None
     if sep == b"":
@@ -213,6 +227,13 @@ def produce_cmd(ctx: click.Context, topic: str, file_path: str | None, key_separ
         options["batch_bytes"] = batch_bytes
     if compression != "none":
         options["compression"] = compression
+    if max_request_bytes is None:
+        topic_limit = str(info.configs.get("max_message_bytes", ""))
+        if topic_limit.isdigit() and int(topic_limit) > DEFAULT_MAX_REQUEST_BYTES:
+            max_request_bytes = int(topic_limit)  # a topic made for big records: let them through
+    if max_request_bytes is not None:
+        options["max_request_bytes"] = max_request_bytes
+        options["buffer_bytes"] = max(DEFAULT_BUFFER_BYTES, 2 * max_request_bytes)
     stats = {"records": 0, "bytes": 0, "failed": 0}
     partitions_used: set[int] = set()
     first_error: list[BaseException] = []

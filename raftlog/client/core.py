@@ -170,6 +170,7 @@ class ClientCore:
         self._answered: set[int] = set()  # bootstrap ids that answered at least once
         self._silent_closes: dict[int, int] = {}  # bootstrap id -> closed with requests, no answer
         self._connected: set[int] = set()  # connected since the last loss (on_connected)
+        self._refusals: dict[int, RaftlogError] = {}  # broker id -> why it refused a frame (id 0)
 
     # ---- shell interface ----
 
@@ -195,8 +196,11 @@ class ClientCore:
         p = self._pending.pop(rid, None) if isinstance(rid, int) else None
         if p is None:
             if rid == 0 and msg.get("error") is not None:
-                # The server refused a frame it could not read and will close: say why.
-                log.warning("broker %s refused a frame: %s", broker_id, error_from_wire(msg["error"]))
+                # The server refused a frame it could not read and will close: say why, and
+                # give the reason to the request that connection loses (on_disconnect).
+                refusal = error_from_wire(msg["error"])
+                log.warning("broker %s refused a frame: %s", broker_id, refusal)
+                self._refusals[broker_id] = refusal
             return  # late answer to a request we gave up on
         self._failures.pop(broker_id, None)
         self._down_until_ms.pop(broker_id, None)
@@ -246,9 +250,16 @@ class ClientCore:
                 self.note_foreign(broker_id, "", message=(
                     f"closed the connection {closes} times without answering: not the raftlog protocol"))
                 self._down_until_ms[broker_id] = now_ms + FOREIGN_BACKOFF_MS
+        refusal = self._refusals.pop(broker_id, None)
         for rid in lost:
             p = self._pending.pop(rid)
-            exc = ConnectionLostError(f"connection to broker {broker_id} lost with the request in flight")
+            if refusal is not None and len(lost) == 1:
+                # The one request in flight is the frame the server refused unread: a definite
+                # failure (e.g. MESSAGE_TOO_LARGE over the node's max_frame_bytes).
+                exc: BaseException = refusal
+            else:
+                exc = ConnectionLostError(f"connection to broker {broker_id} lost with the request in flight"
+                                          + (f" (it refused a frame: {refusal})" if refusal else ""))
             self.FAILURE_HANDLERS[p.kind](self, p, exc, now_ms)
         if broker_id >= 0:
             self.metadata.invalidate_broker(broker_id)

@@ -57,6 +57,7 @@ class MetadataCache:
         # vouch for its metadata, as the last answer said (for error messages).
         self.offline: dict[tuple[str, int], str] = {}
         self.controller_problem: str | None = None
+        self.max_request_bytes: int | None = None  # the nodes' limit on a request, as last answered
 
     def address(self, broker_id: int) -> tuple[str, int] | None:
         b = self.brokers.get(broker_id)
@@ -70,6 +71,8 @@ class MetadataCache:
         self.cluster_id = md.cluster_id
         self.controller_id = md.controller_id
         self.controller_problem = md.controller_problem
+        if md.max_request_bytes is not None:
+            self.max_request_bytes = md.max_request_bytes
         if md.brokers:
             self.brokers = dict(md.brokers)
         for name, err in md.topic_errors.items():

@@ -394,6 +394,7 @@ class ProducerCore(ClientCore):
         return exc
 
     def _after_metadata(self, now_ms: int) -> None:
+        self.accumulator.node_max_request_bytes = self.metadata.max_request_bytes
         # Records for a topic that does not exist cannot wait forever: fail them now.
         errs = self.metadata.topic_errors
         if not errs:

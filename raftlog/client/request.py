@@ -88,6 +88,7 @@ class ClusterMetadata:
     # Why the answering node cannot vouch for its metadata ("no quorum: ...", "controller
     # unreachable: ..."), or None.
     controller_problem: str | None = None
+    max_request_bytes: int | None = None  # the answering node's limit on a request (max_frame_bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +265,7 @@ def parse_metadata(msg: dict) -> ClusterMetadata:
         topics=topics,
         topic_errors=errors,
         controller_problem=msg.get("controller_problem") if isinstance(msg.get("controller_problem"), str) else None,
+        max_request_bytes=msg.get("max_request_bytes") if isinstance(msg.get("max_request_bytes"), int) else None,
     )
 
 
