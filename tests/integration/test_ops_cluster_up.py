@@ -1,4 +1,4 @@
-"""Issue 20, no orphans and bootstrap from every node: the nodes `raftlog cluster up` starts stop when their supervisor gets SIGHUP (a closed terminal) or SIGKILL, a second `cluster up` on a data dir whose processes still run names their PIDs, and the CLI's default bootstrap (./raftlog-data/bootstrap, every node) still works with node 1 down."""
+"""Issue 20, no orphans and bootstrap from every node: the nodes (and web console) `raftlog cluster up` starts stop when their supervisor gets SIGHUP (a closed terminal) or SIGKILL, a second `cluster up` on a data dir whose processes still run names their PIDs, and the CLI's default bootstrap (./raftlog-data/bootstrap, every node) still works with node 1 down."""
 
 from __future__ import annotations
 
@@ -42,7 +42,8 @@ class Supervisor:
 
     def __init__(self, cwd: Path, base_port: int) -> None:
         self.proc = subprocess.Popen(
-            [*RAFTLOG, "cluster", "up", "--nodes", str(NODES), "--base-port", str(base_port), "--no-restart"],
+            [*RAFTLOG, "cluster", "up", "--nodes", str(NODES), "--base-port", str(base_port), "--no-restart",
+             "--console-port", "0"],
             cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(),
         )  # fmt: skip
         self.lines: list[str] = []
@@ -71,8 +72,11 @@ class Supervisor:
                 return line
 
 
-def _pids(data_dir: Path) -> dict[int, int]:
-    return {i: int((data_dir / f"node-{i}" / "node.pid").read_text()) for i in range(1, NODES + 1)}
+def _pids(data_dir: Path, sup: Supervisor) -> dict[int, int]:
+    """Node id -> pid from the nodes' pid files, and 0 -> the web console's pid (its line)."""
+    pids = {i: int((data_dir / f"node-{i}" / "node.pid").read_text()) for i in range(1, NODES + 1)}
+    console = next(m for line in sup.lines if (m := re.match(r"^console: \S+ \(pid (\d+),", line)))
+    return pids | {0: int(console.group(1))}
 
 
 def _alive(pid: int) -> bool:
@@ -117,7 +121,7 @@ def test_nodes_die_with_their_supervisor_and_a_busy_data_dir_names_its_pids(tmp_
     pids: dict[int, int] = {}
     try:
         sup.wait_line(r"^stop: Ctrl-C", 90)
-        pids = _pids(data_dir)
+        pids = _pids(data_dir, sup)
         bootstrap = (data_dir / "bootstrap").read_text().strip().split(",")
         assert bootstrap == [f"127.0.0.1:{base + PORT_STRIDE * i + 1}" for i in range(NODES)]
         assert any(line.startswith("bootstrap: " + ",".join(bootstrap)) for line in sup.lines)
@@ -133,12 +137,12 @@ def test_nodes_die_with_their_supervisor_and_a_busy_data_dir_names_its_pids(tmp_
     pids = {}
     try:
         sup.wait_line(r"^stop: Ctrl-C", 90)
-        pids = _pids(data_dir)
+        pids = _pids(data_dir, sup)
         second = run(tmp_path, "cluster", "up", "--no-restart")
         assert second.returncode == 2, second
         message = second.stderr.strip()
         assert len(message.splitlines()) == 1 and "still in use" in message, message
-        for pid in [sup.proc.pid, *pids.values()]:
+        for pid in [sup.proc.pid, *(pid for i, pid in pids.items() if i)]:
             assert str(pid) in message, message
 
         # 3. Node 1 down: the CLI's default bootstrap (./raftlog-data/bootstrap) finds the others.
@@ -147,10 +151,10 @@ def test_nodes_die_with_their_supervisor_and_a_busy_data_dir_names_its_pids(tmp_
         listed = run(tmp_path, "topics", "list")
         assert listed.returncode == 0, listed
 
-        # 4. The supervisor SIGKILLed: the other nodes stop by themselves.
+        # 4. The supervisor SIGKILLed: the other nodes and the web console stop by themselves.
         os.kill(sup.proc.pid, signal.SIGKILL)
         sup.proc.wait(10)
-        _wait_gone([pids[2], pids[3]], 30)
+        _wait_gone([pids[2], pids[3], pids[0]], 30)
         for port in (base + PORT_STRIDE + 1, base + 2 * PORT_STRIDE + 1):
             assert not port_in_use("127.0.0.1", port)
     finally:
