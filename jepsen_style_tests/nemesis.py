@@ -23,6 +23,10 @@ rolling-restart        None                                   [nodes] (SIGTERM +
                                                               turn, waiting until it is ready)
 corrupt-tail           {"node": n, "mode": "torn"|"bitflip"}  what was cut (the node is killed,
                                                               damaged and started again)
+kill-supervisor        None                                   {"supervisor", "pids", "left",
+                                                              "ports_held"}: a side `cluster up`
+                                                              SIGKILLed; what it left running
+                                                              (supervisor.py)
 =====================  =====================================  ==================================
 
 "leader" means the leader of a partition of the run's topic drawn at random; "controller" the
@@ -31,7 +35,7 @@ active controller. A target that cannot be resolved (no leader known) completes 
 
 `faults(names, ...)` builds the `generator.Fault` menu for `generator.fault_cycle` from short
 names: ``kill``, ``pause``, ``partition``, ``leader-kill``, ``controller-kill``, ``rolling``,
-``corrupt``, ``delay``.
+``corrupt``, ``delay``, ``supervisor-kill``.
 
 Randomness comes from the injected `random.Random`. Blocking process and file work runs in
 worker threads; the network is changed on the trio thread (net.py requires it).
@@ -50,12 +54,14 @@ from . import net
 from .db import LocalCluster
 from .generator import Fault
 from .history import HarnessError, Op, parse_key
+from .supervisor import supervisor_kill
 
 __all__ = ["Nemesis", "NemesisError", "faults", "FAULT_NAMES"]
 
 log = logging.getLogger(__name__)
 
-FAULT_NAMES = ("kill", "pause", "partition", "leader-kill", "controller-kill", "rolling", "corrupt", "delay")
+FAULT_NAMES = ("kill", "pause", "partition", "leader-kill", "controller-kill", "rolling", "corrupt", "delay",
+               "supervisor-kill")
 PARTITION_SHAPES = ("isolate-one", "isolate-leader", "isolate-controller", "halves", "majorities-ring")
 LOOKUP_TIMEOUT_MS = 3000
 READY_TIMEOUT_S = 60.0
@@ -95,6 +101,8 @@ def faults(names: Iterable[str], *, damage_node: int | None = None) -> list[Faul
                            {"f": "stop-kill"}) for m in ("torn", "bitflip")]  # fmt: skip
         elif name == "delay":
             menu.append(Fault("delay", {"f": "start-delay", "value": {"delay_ms": 50}}, {"f": "stop-delay"}))
+        elif name == "supervisor-kill":
+            menu.append(Fault("supervisor-kill", {"f": "kill-supervisor"}, {"f": "stop-kill"}))
         else:
             raise NemesisError(f"unknown fault {name!r}; known: {', '.join(FAULT_NAMES)}")
     if not menu:
@@ -280,6 +288,11 @@ class Nemesis:
             await trio.to_thread.run_sync(self.db.wait_ready, READY_TIMEOUT_S)
             done.append(node)
         return done
+
+    async def _kill_supervisor(self, _value: Any) -> dict[str, Any]:
+        """A side `cluster up` SIGKILLed; what it left running (supervisor.py)."""
+        rng = random.Random(self.rng.getrandbits(64))
+        return await trio.to_thread.run_sync(supervisor_kill, self.db.root / "supervisor-kill", rng)
 
     async def _corrupt_tail(self, value: Mapping[str, Any]) -> dict[str, Any]:
         node, mode = int(value["node"]), str(value["mode"])

@@ -1,4 +1,4 @@
-"""Short fault-injection runs against a real 3-node cluster (RF=3, acks=all, flush always) end valid: no lost, duplicated or reordered writes under kill, pause, partition, leader-kill and storage-damage nemeses."""
+"""Short fault-injection runs against a real 3-node cluster (RF=3, acks=all, flush always) end valid: no lost, duplicated or reordered writes under kill, pause, partition, leader-kill and storage-damage nemeses; and a SIGKILLed `cluster up` supervisor leaves nothing running (supervisor-kill)."""
 
 from __future__ import annotations
 
@@ -61,3 +61,19 @@ async def test_mixed_ten_minute_run_is_valid(tmp_path):
     # Documented command: scripts/jepsen run --nemesis kill,pause,partition,leader-kill,
     #   controller-kill,rolling,corrupt --time-limit 600 --rate 100
     await _valid_run(tmp_path, ALL_NEMESES, MIXED_TIME_LIMIT_S, fault_interval_s=10)
+
+
+@pytest.mark.jepsen
+async def test_supervisor_kill_leaves_nothing_running(tmp_path):
+    """Issue 20: "A fault-suite nemesis kills the supervisor and checks nothing is left"."""
+    config = RunConfig(nemesis=("supervisor-kill",), time_limit_s=min(TIME_LIMIT_S, 20.0), rate=50, nodes=3,
+                       partitions=2, concurrency=3, fault_interval_s=8, recovery_s=2,
+                       store=str(tmp_path / "store"))
+    outcome = await run(config, out=None)
+    where = f"seed={outcome.seed} dir={outcome.files.directory}"
+    kills = [p for p in outcome.history.pairs() if p.f == "kill-supervisor"]
+    assert kills and all(p.type == "ok" for p in kills), (kills, where)
+    for pair in kills:
+        value = pair.completion.value
+        assert value["left"] == [] and value["ports_held"] == [] and {"node-1", "console"} <= set(value["pids"])
+    assert outcome.verdict == "valid", (outcome.verdict, outcome.result.counts, where)
