@@ -162,7 +162,9 @@ def _hello(address: str, timeout_s: float) -> str | None:
                         received += sock.recv(1 << 16) or b""
                         continue
                     error = message.get("error")
-                    if isinstance(error, dict) and "unknown op" in str(error.get("message", "")):
+                    text = str(error.get("message", "")) if isinstance(error, dict) else ""
+                    # The peer listener knows no client op, or first wants a peer handshake.
+                    if "unknown op" in text or "peer authentication" in text:
                         return "answered as a raftlog peer listener, not the client listener"
                     return None
                 data = sock.recv(1 << 16)

@@ -94,6 +94,9 @@ def node() -> None:
 @click.option("--cluster-secret-file", type=click.Path(dir_okay=False, exists=True),
               help="A file holding the cluster secret (cluster_secret; or RAFTLOG_CLUSTER_SECRET). "
                    "Not a flag of its own: command lines are visible to every user.")
+@click.option("--allow-plaintext", "allow_plaintext", flag_value=True, default=None,
+              help="Serve listeners on non-loopback addresses without TLS and authentication "
+                   "(allow_plaintext; only on a network you trust).")
 @click.option("--max-request-bytes", "max_frame_bytes", type=int,
               help="Largest request a client may send (max_frame_bytes; default 64 MiB).")
 @click.option("--log-level", help="DEBUG, INFO, WARNING, ERROR.")
@@ -116,7 +119,7 @@ def node_start(config_path: str | None, supervisor_pid: int | None, listen_host:
     Examples:
       raftlog node start --config raftlog-data/node-1/node.toml
       raftlog node start --node-id 1 --cluster-id MkU3OEVBNTcwNTJENDM2Qk --data-dir /var/lib/raftlog \\
-          --host 10.0.0.1 --cluster-secret-file /etc/raftlog/secret \\
+          --host 10.0.0.1 --cluster-secret-file /etc/raftlog/secret --allow-plaintext \\
           --voters 1@10.0.0.1:9095,2@10.0.0.2:9095,3@10.0.0.3:9095 \\
           --controller-peers 1@10.0.0.1:9094,2@10.0.0.2:9094,3@10.0.0.3:9094
       raftlog node start --config node.toml --client 0.0.0.0:9093 --advertised-host node1.example

@@ -1,4 +1,4 @@
-"""Issue 20, several hosts: three nodes in three Linux network namespaces (one address each on a bridge, from 198.18.0.0/15, no route out), configured by flags, by environment and by node.toml, form a cluster on the default ports; no node binds or advertises 127.0.0.1; produce, consume and a leader kill work across them. Skipped (with the reason) where namespaces cannot be made."""
+"""Issue 20, several hosts: three nodes in three Linux network namespaces (one address each on a bridge, from 198.18.0.0/15, no route out), configured by flags, by environment and by node.toml, form a cluster on the default ports (plaintext, allowed explicitly: the client's TLS/SASL is issue 16's); no node binds or advertises 127.0.0.1; produce, consume and a leader kill work across them. Skipped (with the reason) where namespaces cannot be made."""
 
 from __future__ import annotations
 
@@ -122,7 +122,7 @@ def test_three_hosts(hosts, tmp_path):
     nodes[1] = NamespacedNode(1, hosts.namespaces[0], [
         "--node-id", "1", "--cluster-id", cluster_id, "--data-dir", str(tmp_path / "node-1"),
         "--host", hosts.ips[0], "--voters", voters, "--controller-peers", peers,
-        "--cluster-secret-file", str(secret_file),
+        "--cluster-secret-file", str(secret_file), "--allow-plaintext",
     ], tmp_path / "node-1.log", base_env)
     # Node 2 by environment only.
     ip2 = hosts.ips[1]
@@ -131,7 +131,7 @@ def test_three_hosts(hosts, tmp_path):
         "RAFTLOG_LISTENERS_KAFKA": f"{ip2}:9092", "RAFTLOG_LISTENERS_CLIENT": f"{ip2}:9093",
         "RAFTLOG_LISTENERS_PEER": f"{ip2}:9094", "RAFTLOG_LISTENERS_QUORUM": f"{ip2}:9095",
         "RAFTLOG_LISTENERS_HTTP": f"{ip2}:9096", "RAFTLOG_CONTROLLER_QUORUM_VOTERS": voters,
-        "RAFTLOG_CONTROLLER_PEERS": peers, "RAFTLOG_CLUSTER_SECRET": secret,
+        "RAFTLOG_CONTROLLER_PEERS": peers, "RAFTLOG_CLUSTER_SECRET": secret, "RAFTLOG_ALLOW_PLAINTEXT": "true",
     })
     # Node 3 by node.toml.
     ip3 = hosts.ips[2]
@@ -139,6 +139,7 @@ def test_three_hosts(hosts, tmp_path):
     toml.write_text(
         f'node_id = 3\ncluster_id = "{cluster_id}"\ndata_dir = "{tmp_path / "node-3"}"\n'
         f'cluster_secret = "{secret}"\ncontroller_quorum_voters = "{voters}"\ncontroller_peers = "{peers}"\n'
+        'allow_plaintext = true\n'
         f'[listeners]\nkafka = "{ip3}:9092"\nclient = "{ip3}:9093"\npeer = "{ip3}:9094"\n'
         f'quorum = "{ip3}:9095"\nhttp = "{ip3}:9096"\n')
     os.chmod(toml, 0o600)
