@@ -77,9 +77,9 @@ def node() -> None:
 @click.option("--data-dir", help="Where its data lives (data_dir).")
 @click.option("--cluster-id", help="The cluster's id (cluster_id; needed on a data dir's first start).")
 @click.option("--roles", help='"controller,broker" (default) or "broker" (not a voter).')
-@click.option("--host", "listen_host", metavar="HOST",
+@click.option("--host", "listen_host", metavar="HOST", envvar="RAFTLOG_HOST",
               help="Listen on HOST with the default ports (kafka 9092, client 9093, peer 9094, quorum "
-                   "9095, http 9096); the flags below override one listener each.")
+                   "9095, http 9096); the flags below override one listener each (env RAFTLOG_HOST).")
 @click.option("--kafka", "listeners_kafka", metavar="HOST:PORT", help="Kafka (wire protocol) listener.")
 @click.option("--client", "listeners_client", metavar="HOST:PORT", help="Client (native protocol) listener.")
 @click.option("--peer", "listeners_peer", metavar="HOST:PORT", help="Peer listener (replication, controller RPCs).")
@@ -92,7 +92,9 @@ def node() -> None:
 @click.option("--controller-peers", "controller_peers", metavar="ID@HOST:PORT,...",
               help="Every voter's peer listener, where brokers reach the controller (controller_peers).")
 @click.option("--cluster-secret-file", type=click.Path(dir_okay=False, exists=True),
-              help="A file holding the cluster secret (cluster_secret; or RAFTLOG_CLUSTER_SECRET). "
+              envvar="RAFTLOG_CLUSTER_SECRET_FILE",
+              help="A file holding the cluster secret (env RAFTLOG_CLUSTER_SECRET_FILE; or "
+                   "RAFTLOG_CLUSTER_SECRET, the key cluster_secret). "
                    "Not a flag of its own: command lines are visible to every user.")
 @click.option("--allow-plaintext", "allow_plaintext", flag_value=True, default=None,
               help="Serve listeners on non-loopback addresses without TLS and authentication "
@@ -147,6 +149,20 @@ def node_start(config_path: str | None, supervisor_pid: int | None, listen_host:
 @main.group()
 def cluster() -> None:
     """Run a local cluster, or look at one."""
+
+
+@cluster.command("new-id")
+def cluster_new_id() -> None:
+    """Print a new cluster id (for `raftlog node start --cluster-id` on several hosts; Kafka's
+    `kafka-storage random-uuid`).
+
+    \b
+    Example:
+      raftlog cluster new-id > cluster-id
+    """
+    from raftlog.node.config import new_cluster_id
+
+    click.echo(new_cluster_id())
 
 
 @cluster.command("up")

@@ -1,4 +1,4 @@
-"""Issue 20, several hosts: three nodes in three Linux network namespaces (one address each on a bridge, from 198.18.0.0/15, no route out), configured by flags, by environment and by node.toml, form a cluster on the default ports (plaintext, allowed explicitly: the client's TLS/SASL is issue 16's); no node binds or advertises 127.0.0.1; produce, consume and a leader kill work across them. Skipped (with the reason) where namespaces cannot be made."""
+"""Issue 20, several hosts: README's three-host example, run as written in three Linux network namespaces (one address each on a bridge, from 198.18.0.0/15, no route out), node 1 configured by flags, node 2 by environment and node 3 by node.toml, forms a cluster on the default ports (plaintext, allowed explicitly: the client's TLS/SASL is issue 16's); no node binds or advertises 127.0.0.1; produce, consume and a leader kill work across them. Skipped (with the reason) where namespaces cannot be made."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import importlib.util
 import json
 import os
 import random
+import re
 import secrets
+import shlex
 import shutil
 import subprocess
 import sys
@@ -17,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from raftlog.cli.cluster import NodeProcess, stop_all
-from raftlog.node.config import new_cluster_id
 
 _spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
 harness = importlib.util.module_from_spec(_spec)
@@ -25,6 +26,7 @@ sys.modules.setdefault("node_harness", harness)
 _spec.loader.exec_module(harness)
 
 RAFTLOG = [sys.executable, "-m", "raftlog.cli"]
+README = Path(__file__).resolve().parents[2] / "README.md"
 NODES = 3
 SETTINGS = {"RAFTLOG_HEARTBEAT_MS": "300", "RAFTLOG_SESSION_TIMEOUT_MS": "2000"}
 
@@ -93,14 +95,21 @@ def hosts():
 
 
 class NamespacedNode(NodeProcess):
-    """A `raftlog node start` inside a namespace (`ip netns exec` execs it: same PID)."""
+    """A README host block run by bash inside a namespace (`ip netns exec` and the block's
+    `exec raftlog node start` exec it: the PID is the node's)."""
 
-    def __init__(self, node_id: int, ns: str, args: list[str], log_path: Path, env: dict[str, str]) -> None:
+    def __init__(self, node_id: int, ns: str, script: str, log_path: Path, env: dict[str, str]) -> None:
         super().__init__(node_id, log_path.with_name("unused.toml"), log_path, env=env)
-        self._argv = ["ip", "netns", "exec", ns, *RAFTLOG, "node", "start", *args]
+        self._argv = ["ip", "netns", "exec", ns, "bash", "-e", "-c", script]
 
     def argv(self) -> list[str]:
         return self._argv
+
+
+def readme_host_blocks() -> dict[str, str]:
+    """README's blocks marked `<!-- readme-test: hosts -->` and `host N`, by marker."""
+    marked = re.findall(r"<!-- readme-test: (hosts|host \d) -->\n```\w+\n(.*?)```", README.read_text(), re.S)
+    return dict(marked)
 
 
 def cli(bootstrap: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -110,40 +119,41 @@ def cli(bootstrap: str, *args: str, stdin: str | None = None) -> subprocess.Comp
 
 
 def test_three_hosts(hosts, tmp_path):
-    cluster_id = new_cluster_id()
-    secret = secrets.token_urlsafe(24)
-    secret_file = tmp_path / "secret"
-    secret_file.write_text(secret + "\n")
-    voters = ",".join(f"{i}@{ip}:9095" for i, ip in enumerate(hosts.ips, 1))
-    peers = ",".join(f"{i}@{ip}:9094" for i, ip in enumerate(hosts.ips, 1))
+    """README's three-host example, run as written: only its addresses 10.0.0.1-3 become the
+    namespaces' and /var/lib/raftlog a directory per node."""
+    blocks = readme_host_blocks()
+    assert sorted(blocks) == ["host 1", "host 2", "host 3", "hosts"], sorted(blocks)
+
+    def as_here(text: str, node_id: int | None = None) -> str:
+        for i, ip in enumerate(hosts.ips, 1):
+            text = text.replace(f"10.0.0.{i}", ip)
+        if node_id is not None:
+            text = text.replace("/var/lib/raftlog", str(tmp_path / f"node-{node_id}"))
+        return text
+
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTLOG_")} | SETTINGS
+    base_env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{base_env.get('PATH', '')}"  # `raftlog`
+    made = subprocess.run(["bash", "-e", "-c", blocks["hosts"]], cwd=tmp_path, env=base_env, capture_output=True,
+                          text=True, timeout=60)
+    assert made.returncode == 0, made
+    cluster_id = (tmp_path / "cluster-id").read_text().strip()
+    secret = (tmp_path / "secret").read_text().strip()
+    assert cluster_id and len(secret) >= 32 and (tmp_path / "secret").stat().st_mode & 0o077 == 0
+
     nodes: dict[int, NamespacedNode] = {}
-    # Node 1 by flags only.
-    nodes[1] = NamespacedNode(1, hosts.namespaces[0], [
-        "--node-id", "1", "--cluster-id", cluster_id, "--data-dir", str(tmp_path / "node-1"),
-        "--host", hosts.ips[0], "--voters", voters, "--controller-peers", peers,
-        "--cluster-secret-file", str(secret_file), "--allow-plaintext",
-    ], tmp_path / "node-1.log", base_env)
-    # Node 2 by environment only.
-    ip2 = hosts.ips[1]
-    nodes[2] = NamespacedNode(2, hosts.namespaces[1], [], tmp_path / "node-2.log", base_env | {
-        "RAFTLOG_NODE_ID": "2", "RAFTLOG_CLUSTER_ID": cluster_id, "RAFTLOG_DATA_DIR": str(tmp_path / "node-2"),
-        "RAFTLOG_LISTENERS_KAFKA": f"{ip2}:9092", "RAFTLOG_LISTENERS_CLIENT": f"{ip2}:9093",
-        "RAFTLOG_LISTENERS_PEER": f"{ip2}:9094", "RAFTLOG_LISTENERS_QUORUM": f"{ip2}:9095",
-        "RAFTLOG_LISTENERS_HTTP": f"{ip2}:9096", "RAFTLOG_CONTROLLER_QUORUM_VOTERS": voters,
-        "RAFTLOG_CONTROLLER_PEERS": peers, "RAFTLOG_CLUSTER_SECRET": secret, "RAFTLOG_ALLOW_PLAINTEXT": "true",
-    })
-    # Node 3 by node.toml.
-    ip3 = hosts.ips[2]
-    toml = tmp_path / "node-3.toml"
-    toml.write_text(
-        f'node_id = 3\ncluster_id = "{cluster_id}"\ndata_dir = "{tmp_path / "node-3"}"\n'
-        f'cluster_secret = "{secret}"\ncontroller_quorum_voters = "{voters}"\ncontroller_peers = "{peers}"\n'
-        'allow_plaintext = true\n'
-        f'[listeners]\nkafka = "{ip3}:9092"\nclient = "{ip3}:9093"\npeer = "{ip3}:9094"\n'
-        f'quorum = "{ip3}:9095"\nhttp = "{ip3}:9096"\n')
+    for i in (1, 2):  # host 1 by flags, host 2 by environment: shell blocks ending in `raftlog node start`
+        script = re.sub(r"^raftlog node start", "exec raftlog node start", as_here(blocks[f"host {i}"], i),
+                        flags=re.M)
+        assert "exec raftlog node start" in script, script
+        nodes[i] = NamespacedNode(i, hosts.namespaces[i - 1], f"cd {shlex.quote(str(tmp_path))}\n{script}",
+                                  tmp_path / f"node-{i}.log", base_env)
+    # Host 3 by node.toml, with the two files' contents in place of CLUSTER_ID and SECRET.
+    toml = tmp_path / "node.toml"
+    toml.write_text(as_here(blocks["host 3"], 3).replace('"CLUSTER_ID"', json.dumps(cluster_id))
+                    .replace('"SECRET"', json.dumps(secret)))
     os.chmod(toml, 0o600)
-    nodes[3] = NamespacedNode(3, hosts.namespaces[2], ["--config", str(toml)], tmp_path / "node-3.log", base_env)
+    nodes[3] = NamespacedNode(3, hosts.namespaces[2], f"exec raftlog node start --config {shlex.quote(str(toml))}",
+                              tmp_path / "node-3.log", base_env)
     bootstrap = ",".join(f"{ip}:9093" for ip in hosts.ips)
     try:
         for node in nodes.values():
