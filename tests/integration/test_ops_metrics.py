@@ -1,8 +1,9 @@
-"""Issue 20, "/metrics has 8 families": a real three-node cluster's /metrics, read by prometheus-client's own parser, carries what an operator alerts on (per broker, topic, partition and group, and Raft) with values that follow the cluster: records in and out, high watermarks, group lag, and, after a broker is killed, under-replicated and offline partitions and a fenced broker on the active controller."""
+"""Issue 20, "/metrics has 8 families": a real three-node cluster's /metrics, read by prometheus-client's own parser, carries what an operator alerts on (per broker, topic, partition and group, and Raft) with values that follow the cluster: records in and out, high watermarks, group lag, and, after a broker is killed, under-replicated and offline partitions and a fenced broker on the active controller; and every metric README names is among them."""
 
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 import urllib.request
 from pathlib import Path
@@ -16,6 +17,7 @@ harness = importlib.util.module_from_spec(_spec)
 sys.modules.setdefault("node_harness", harness)
 _spec.loader.exec_module(harness)
 
+README = Path(__file__).resolve().parents[2] / "README.md"
 TOPIC = "orders"
 RECORDS = 300
 
@@ -106,4 +108,27 @@ def test_metrics_follow_the_cluster(tmp_path):
         assert total(live, "raftlog_controller_active_broker_count") == 2
         # The RF=1 partition on the dead broker is the offline one (ours are RF=3: led by survivors).
         assert total(live, "raftlog_raft_leader_changes_total") > 0
+
+        # Every metric README's Metrics section names is there (after the kill: offline and fenced too).
+        scraped = {name for samples in everyone + live for (name, _) in samples}
+        missing = sorted(set(readme_metric_names()) - scraped)
+        assert not missing, missing
+
+
+def readme_metric_names() -> list[str]:
+    """The metric names README's "### Metrics" section gives, its `_suffix` shorthands expanded
+    (`raftlog_topic_bytes_in_total`, `_records_in_total` -> raftlog_topic_records_in_total)."""
+    text = README.read_text()
+    section = text[text.index("### Metrics"):]
+    section = section[:section.index("\n### ", 1)]
+    names, family = [], ""
+    for token in re.findall(r"`(_[a-z_]+)`|(raftlog_[a-z_]+)", section):
+        short, full = token
+        if full:
+            names.append(full)
+            family = "_".join(full.split("_")[:2])
+        else:
+            names.append(family + short)
+    assert len(names) >= 20, names
+    return names
 
