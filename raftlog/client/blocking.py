@@ -100,11 +100,14 @@ class RecordFuture:
 class Producer:
     """Blocking producer. `send()` returns a RecordFuture; `flush()` waits for every record sent.
 
-    Options as Kafka's producer: acks 0/1/'all' (default 'all'), linger_ms (5), batch_bytes
+    Options as Kafka's producer: acks 0/1/'all' (default 'all'), linger_ms (5; None: a batch
+    leaves only when full or flushed, so the same records always make the same batches), batch_bytes
     (64 KiB), buffer_bytes (32 MiB), compression (None/'gzip'/'snappy'/'lz4'/'zstd'),
     enable_idempotence (True), delivery_timeout_ms (120 s), request_timeout_ms (30 s),
     max_block_ms (60 s: how long send waits for metadata and buffer space, in all);
     `clock` (clock.py; default the system's) is the one clock the producer reads.
+    `producer_identity=(producer_id, epoch)` fixes the idempotent identity (see
+    ProducerCore: the Spark sink's exactly-once writes).
     """
 
     def __init__(
@@ -112,7 +115,7 @@ class Producer:
         bootstrap: str | Iterable[str],
         *,
         acks: int | str = "all",
-        linger_ms: int = 5,
+        linger_ms: int | None = 5,
         batch_bytes: int | None = None,
         buffer_bytes: int | None = None,
         compression: str | int | None = None,

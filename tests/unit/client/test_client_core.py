@@ -399,3 +399,25 @@ def test_every_request_kind_has_an_answer_and_a_failure_handler(core_class):
     assert {"metadata", "call"} <= kinds
     for fn in [*core_class.RESPONSE_HANDLERS.values(), *core_class.FAILURE_HANDLERS.values()]:
         assert callable(fn) and getattr(core_class, fn.__name__) is fn  # a method of the class
+
+
+def test_fixed_identity_asks_no_producer_id_and_a_sequence_error_keeps_it():
+    core = producer(producer_identity=((1 << 62) + 5, 0), linger_ms=None)
+    acts = core.poll(0)
+    assert not sends(acts, "init_producer_id")
+    [md] = sends(acts, "metadata")
+    core.on_response(-1, metadata_answer(md.request["id"], [1]), 0)
+    b = core.send("t", b"v", None, None, 0, 1, 0, 1)
+    assert not sends(core.poll(10**7), "produce")  # linger_ms=None: not sent until flushed
+    core.begin_flush()
+    [req] = sends(core.poll(10**7), "produce")
+    assert (b.producer_id, b.producer_epoch, b.base_sequence) == ((1 << 62) + 5, 0, 0)
+    core.on_response(1, {"id": req.request["id"], "ok": True, "partitions": [
+        {"topic": "t", "partition": 0, "error": {"code": "OUT_OF_ORDER_SEQUENCE_NUMBER", "message": ""}}]}, 2)
+    assert isinstance(b.future.error, OutOfOrderSequenceNumberError)
+    assert not sends(core.poll(3), "init_producer_id")
+    b2 = core.send("t", b"w", None, None, 0, 1, 3, 1)
+    sends(core.poll(4), "produce")
+    assert (b2.producer_id, b2.base_sequence) == ((1 << 62) + 5, 1)
+    with pytest.raises(ValueError, match="producer_identity"):
+        producer(producer_identity=(5, 0), enable_idempotence=False, acks=1)
