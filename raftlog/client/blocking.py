@@ -74,6 +74,10 @@ class RecordFuture:
         return self._index
 
     @property
+    def topic(self) -> str:
+        return self._batch.topic
+
+    @property
     def batch_record_count(self) -> int:
         """Records in this record's batch so far (final once the batch was sent)."""
         return self._batch.record_count
