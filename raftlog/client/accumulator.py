@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Callable, Iterable
 
-from partition.batch import BatchBuilder, Compression
+from partition.batch import BatchBuilder, Compression, decode_batch
 from raftlog.base.errors import MessageTooLargeError
 
 __all__ = [
@@ -115,7 +115,7 @@ class ProducerBatch:
         "topic", "partition", "builder", "record_count", "reserved_bytes", "created_ms",
         "full", "payload", "producer_id", "producer_epoch", "base_sequence", "attempts",
         "retry_at_ms", "in_flight", "future", "base_offset", "done", "maybe_written",
-        "last_error",
+        "last_error", "skipped",
     )
 
     def __init__(self, topic: str, partition: int, builder: BatchBuilder, created_ms: int, future):
@@ -138,6 +138,7 @@ class ProducerBatch:
         self.done = False
         self.maybe_written = False  # some attempt ended with an unknown outcome
         self.last_error: BaseException | None = None
+        self.skipped = 0  # leading records the leader had already (see Accumulator.recut)
 
     @property
     def sealed(self) -> bool:
@@ -466,6 +467,30 @@ class Accumulator:
                 break
             i += 1
         q.waiting.insert(i, b)
+
+    def recut(self, b: ProducerBatch, first_sequence: int) -> bool:
+        """Cut off the head of sealed batch `b` that its leader already holds: rebuild it with
+        only the records numbered `first_sequence` and later, re-numbered from there (same
+        producer, epoch, timestamps). For a producer with a fixed identity that re-sends
+        records numbered as an earlier run numbered them, but cut into batches elsewhere
+        (OUT_OF_ORDER_SEQUENCE_NUMBER with `expected_sequence` inside `b`). Returns False,
+        changing nothing, unless base_sequence < first_sequence <= b's last sequence.
+        """
+        skip = first_sequence - b.base_sequence
+        if b.payload is None or b.base_sequence < 0 or not 0 < skip < b.record_count - b.skipped:
+            return False
+        _h, records = decode_batch(b.payload)
+        builder = BatchBuilder(compression=self.compression)
+        for r in records[skip:]:
+            builder.append(r.value, r.key, r.headers, timestamp_ms=r.timestamp)
+        builder.set_producer_state(b.producer_id, b.producer_epoch, first_sequence)
+        payload = builder.build()
+        self.buffered_bytes += len(payload) - b.reserved_bytes
+        b.reserved_bytes = len(payload)
+        b.payload = payload
+        b.base_sequence = first_sequence
+        b.skipped += skip
+        return True
 
     def has_earlier_unacked(self, b: ProducerBatch) -> bool:
         """True if a batch of b's partition sealed before b is still unacknowledged."""

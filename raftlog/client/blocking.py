@@ -207,11 +207,14 @@ class Producer:
                     self._core.end_flush()
 
     def close(self, timeout: float | None = None) -> None:
-        """Flush (up to `timeout` s), then stop; batches still unsent fail with ClientClosedError."""
+        """Flush (up to `timeout` s), then stop; batches still unsent fail with ClientClosedError.
+        `timeout=0` flushes nothing (as Kafka's close(Duration.ZERO)): open batches are not
+        sealed and sent on the way out, they fail."""
         if self._closed:
             return
         try:
-            self.flush(timeout)
+            if timeout is None or timeout > 0:
+                self.flush(timeout)
         except TimeoutError:
             log.warning("producer close: flush timed out; failing what is left")
         finally:

@@ -224,9 +224,11 @@ class ProducerCore(ClientCore):
 
     @staticmethod
     def record_result(batch: ProducerBatch, index: int) -> tuple[int, int]:
-        """(partition, offset) of record `index` of an acknowledged batch (offset -1 if unknown)."""
+        """(partition, offset) of record `index` of an acknowledged batch (offset -1 if
+        unknown, or if the record was written before by an earlier run: `Accumulator.recut`)."""
         base = batch.base_offset
-        return batch.partition, (base + index if base >= 0 else -1)
+        index -= batch.skipped
+        return batch.partition, (base + index if base >= 0 and index >= 0 else -1)
 
     # ---- flush / close ----
 
@@ -360,6 +362,13 @@ class ProducerCore(ClientCore):
             # (Kafka's Sender does the same), immediately, since nothing is wrong with it.
             acc.retry(b, now_ms)
             return
+        if isinstance(exc, OutOfOrderSequenceNumberError) and self.fixed_identity:
+            # The leader holds this batch's head already (an earlier run of this identity cut
+            # its records elsewhere): re-send only the tail, at once and alone.
+            expected = exc.details.get("expected_sequence")
+            if isinstance(expected, int) and acc.recut(b, expected):
+                acc.retry(b, now_ms)
+                return
         if isinstance(exc, _SEQUENCE_BROKEN):
             self._reset_producer_id()
             acc.fail(b, exc)
