@@ -11,7 +11,11 @@ or binary), `topic` (string; the `topic` option, else `path`, overrides it), `pa
 Spark's Kafka sink ignores them. Strings are written as their UTF-8 bytes.
 
 Options (lower-cased keys, as Spark passes them): `bootstrap` or `raftlog.bootstrap.servers`
-(required), `topic`, `exactlyOnce` (streaming only, default true), and producer settings
+(required), `topic`, `exactlyOnce` (streaming only, default true), `rowOrder` ("input", the
+default: rows are sent in the order Spark gives them; "key": a task first gathers its rows,
+up to `raftlog.sink.max.task.bytes`, and sends them stably sorted by key, which makes the
+order of a task's rows the same in every attempt after a shuffle when each key appears once
+per task, as after an aggregation), and producer settings
 under the `raftlog.` prefix the source uses: `raftlog.acks`, `raftlog.linger.ms`,
 `raftlog.batch.bytes`, `raftlog.buffer.bytes`, `raftlog.compression.type`,
 `raftlog.request.timeout.ms`, `raftlog.delivery.timeout.ms`, `raftlog.max.block.ms`,
@@ -37,6 +41,7 @@ from spark_source.options import InvalidOption, SourceError
 
 __all__ = [
     "InvalidRow",
+    "sorted_by_key",
     "SinkOptions",
     "SinkSchema",
     "parse_sink_options",
@@ -56,7 +61,8 @@ _KNOWN = frozenset({
     "bootstrap", "raftlog.bootstrap.servers", "topic", "path", "exactlyonce",
     "raftlog.acks", "raftlog.linger.ms", "raftlog.batch.bytes", "raftlog.buffer.bytes",
     "raftlog.compression.type", "raftlog.request.timeout.ms", "raftlog.delivery.timeout.ms",
-    "raftlog.max.block.ms", "raftlog.enable.idempotence",
+    "raftlog.max.block.ms", "raftlog.enable.idempotence", "roworder",
+    "raftlog.sink.max.task.bytes",
     # Spark's own writeStream options reach the sink too.
     "checkpointlocation", "queryname",
 })
@@ -91,6 +97,8 @@ class SinkOptions:
     delivery_timeout_ms: int = 120_000
     max_block_ms: int = 60_000
     enable_idempotence: bool = True
+    row_order: str = "input"  # "input" | "key"
+    max_task_bytes: int = 512 * 1024 * 1024  # rowOrder=key: what one task may gather
     raw: Mapping[str, str] = field(default_factory=dict)
 
     def producer_kwargs(self) -> dict:
@@ -187,7 +195,12 @@ def parse_sink_options(options: Mapping[str, str], *, streaming: bool) -> SinkOp
     if delivery_timeout_ms < request_timeout_ms + (linger_ms or 0):
         raise InvalidOption("raftlog.delivery.timeout.ms must be >= raftlog.request.timeout.ms "
                             "+ raftlog.linger.ms")
+    row_order = opts.get("roworder", "input").strip().lower()
+    if row_order not in ("input", "key"):
+        raise InvalidOption(f"option rowOrder={opts['roworder']!r}: expected 'input' or 'key'")
     return SinkOptions(
+        row_order=row_order,
+        max_task_bytes=_int(opts, "raftlog.sink.max.task.bytes", 512 << 20, 1 << 20, 64 << 30),
         bootstrap=bootstrap, topic=topic, streaming=streaming, exactly_once=exactly_once,
         acks=acks, linger_ms=linger_ms, batch_bytes=batch_bytes, buffer_bytes=buffer_bytes,
         compression=compression, request_timeout_ms=request_timeout_ms,
@@ -289,6 +302,30 @@ def columns_of(batch: pa.RecordBatch, schema: SinkSchema, topic: str | None) -> 
         headers = [None if h is None else [(e["key"], e["value"]) for e in h]
                    for h in _column(batch, "headers").to_pylist()]
     return Columns(values, keys, topics, partitions, headers)
+
+
+def sorted_by_key(batches, schema: SinkSchema, max_bytes: int) -> list[pa.RecordBatch]:
+    """rowOrder=key: every batch of a task gathered and stably sorted by the key column
+    (rows without a key first, rows of one key in the order they came). Raises InvalidRow
+    past `max_bytes` of gathered rows."""
+    gathered, size = [], 0
+    for b in batches:
+        size += b.nbytes
+        if size > max_bytes:
+            raise InvalidRow(f"rowOrder=key gathers a task's rows before sending them, and this "
+                             f"task has more than raftlog.sink.max.task.bytes={max_bytes}: "
+                             "raise it, or lower maxOffsetsPerTrigger / add partitions")
+        gathered.append(b)
+    if not gathered or not schema.has_key:
+        return gathered
+    table = pa.Table.from_batches(gathered)
+    key_name = next(f.name for f in table.schema if f.name.lower() == "key")
+    # Nulls first by hand (where null_placement goes moved between pyarrow versions):
+    # a stable sort on (key is not null, key).
+    keys = table.column(key_name)
+    order = pc.sort_indices(pa.table({"has_key": pc.is_valid(keys), "key": keys}),
+                            sort_keys=[("has_key", "ascending"), ("key", "ascending")])
+    return table.take(order).combine_chunks().to_batches()
 
 
 # ---------------------------------------------------------------- exactly-once

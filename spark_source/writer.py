@@ -38,6 +38,7 @@ from spark_source.sink import (
     SinkSchema,
     columns_of,
     derived_producer_id,
+    sorted_by_key,
 )
 
 __all__ = [
@@ -85,6 +86,8 @@ def write_task(options: SinkOptions, schema: SinkSchema, batches: Iterator[pa.Re
     where KeylessSpreader says, else the producer's sticky partitioner picks. Raises the
     first failed batch's error, InvalidRow for bad data, the producer's errors.
     """
+    if options.row_order == "key":
+        batches = iter(sorted_by_key(batches, schema, options.max_task_bytes))
     producer = producer_factory(options.bootstrap, producer_identity=identity,
                                 **options.producer_kwargs())
     ok = False

@@ -108,3 +108,20 @@ def test_keyless_rows_are_spread_by_row_index_the_same_way_every_time():
         return [s.next("t", 4) for _ in range(12)] + [s.next("u", 2)]
     assert run(1) == [1, 1, 1, 2, 2, 2, 3, 3, 3, 0, 0, 0, 1] == run(1)
     assert run(2)[0] == 2
+
+
+def test_row_order_key_sorts_a_tasks_rows_stably_and_bounds_what_it_gathers():
+    from spark_source.sink import sorted_by_key
+
+    opts = parse_sink_options({**BOOT, "topic": "t", "rowOrder": "key"}, streaming=True)
+    assert opts.row_order == "key"
+    schema = check_schema([("key", "string"), ("value", "string")], opts)
+    rows = [("b", "1"), (None, "2"), ("a", "3"), ("b", "4"), ("a", "5")]
+    batches = [pa.RecordBatch.from_arrays([pa.array([k for k, _ in part]), pa.array([v for _, v in part])],
+                                          names=["key", "value"]) for part in (rows[:2], rows[2:])]
+    out = [r for b in sorted_by_key(batches, schema, 1 << 20) for r in zip(*(c.to_pylist() for c in b.columns))]
+    assert out == [(None, "2"), ("a", "3"), ("a", "5"), ("b", "1"), ("b", "4")]
+    with pytest.raises(InvalidRow, match="max.task.bytes"):
+        sorted_by_key(batches, schema, 10)
+    with pytest.raises(InvalidOption, match="rowOrder"):
+        parse_sink_options({**BOOT, "rowOrder": "value"}, streaming=True)
