@@ -3,11 +3,11 @@
 records per key, write the running counts to topic B exactly once, commit A's progress to the
 group.
 
-    .venv/bin/python scripts/spark_pipeline.py --bootstrap 127.0.0.1:9092 \\
+    .venv/bin/python scripts/spark_pipeline.py --bootstrap HOST:PORT \\
         --source clicks --sink click-counts --group click-counter \\
         --checkpoint /tmp/click-counter [--master local[2] | --remote sc://127.0.0.1:15002] \\
         [--every 5s]
-    raftlog consume click-counts --from-beginning --format kv     # key:count, latest last
+    raftlog consume click-counts --from-beginning --format kv     # a key's latest line is its count
 
 Without --every it runs Trigger.AvailableNow (everything there now, then stops); with it, a
 micro-batch every interval until Ctrl-C. Run it again with the same --checkpoint and it goes
@@ -72,7 +72,9 @@ def _is_connect(spark) -> bool:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--bootstrap", default=os.environ.get("RAFTLOG_BOOTSTRAP", "127.0.0.1:9092"))
+    env_bootstrap = os.environ.get("RAFTLOG_BOOTSTRAP")
+    ap.add_argument("--bootstrap", default=env_bootstrap, required=env_bootstrap is None,
+                    help="host:port[,...] of the cluster (default: $RAFTLOG_BOOTSTRAP)")
     ap.add_argument("--source", required=True, help="topic A (read)")
     ap.add_argument("--sink", required=True, help="topic B (written, must exist)")
     ap.add_argument("--group", required=True, help="consumer group of A")
