@@ -2,12 +2,10 @@
 session sets process-wide state that would turn the test process's classic session into a
 Connect one). Reads its job as JSON from argv[1], prints one JSON line of results.
 
-Job: {"remote", "bootstrap", "source", "n", "copy_to", "checkpoint", "write_to",
-"pipeline": {"source", "sink", "group", "checkpoint"}}:
+Job: {"remote", "bootstrap", "source", "n", "copy_to", "checkpoint", "write_to"}:
 * a batch read of `source` through format("raftlog"): its row count and distinct values;
 * a streaming copy of `source` to `copy_to` with the exactly-once sink (AvailableNow);
-* a batch write of 100 rows to `write_to`;
-* the README's pipeline (scripts/spark_pipeline.py) from `pipeline.source` to `pipeline.sink`.
+* a batch write of 100 rows to `write_to`.
 """
 
 from __future__ import annotations
@@ -18,7 +16,6 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parents[1] / "scripts"))
 
 
 def main() -> int:
@@ -26,7 +23,6 @@ def main() -> int:
     from pyspark.sql import SparkSession
 
     import sink_helpers as helpers
-    import spark_pipeline
     from spark_source import register
 
     spark = SparkSession.builder.remote(job["remote"]).getOrCreate()
@@ -43,10 +39,6 @@ def main() -> int:
     (spark.range(100).selectExpr("cast(id as string) as key", "concat('w-', id) as value")
      .write.format("raftlog").option("bootstrap", job["bootstrap"])
      .option("topic", job["write_to"]).mode("append").save())
-    p = job["pipeline"]
-    q = spark_pipeline.build(spark, bootstrap=job["bootstrap"], source=p["source"],
-                             sink=p["sink"], group=p["group"], checkpoint=p["checkpoint"])
-    helpers.await_query(q)
     print(json.dumps(out), flush=True)
     spark.stop()
     return 0

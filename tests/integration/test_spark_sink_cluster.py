@@ -161,7 +161,7 @@ def test_a_batch_failing_mid_write_then_restarted_from_the_checkpoint_is_exactly
     source, sink = "eo-restart-src", "eo-restart-dst"
     helpers.create_topic(bootstrap, source, 3)
     helpers.create_topic(bootstrap, sink, 3)
-    n = 30_000
+    n = 20_000
     helpers.produce_ids(bootstrap, source, 0, n)
     marker = str(tmp_path / "failed-once")
     check = F.udf(_fail_once(marker, bootstrap, sink, at_id=n // 2), "binary", useArrow=False)
@@ -193,7 +193,7 @@ def test_a_partition_leader_sigkilled_mid_write_leaves_every_row_once(
     source, sink = "eo-kill-src", "eo-kill-dst"
     helpers.create_topic(bootstrap, source, 3)
     helpers.create_topic(bootstrap, sink, 3)
-    n = 40_000
+    n = 30_000
     helpers.produce_ids(bootstrap, source, 0, n)
     q = helpers.copy_query(spark, bootstrap, source, sink, str(tmp_path / "cp"),
                            max_offsets=n // 2, **{"raftlog.delivery.timeout.ms": "90000"})

@@ -1,4 +1,4 @@
-"""format("raftlog") on a Spark standalone cluster (a master and two workers from the pyspark package, executors in other processes) and through Spark Connect: source and sink on executors, exactly-once when an executor is SIGKILLed mid-write and when a task fails once and Spark retries it, and the README pipeline (group offsets in, counts per key out, progress committed) on both."""
+"""format("raftlog") on a Spark standalone cluster (a master and two workers from the pyspark package, executors in other processes) and through Spark Connect: source and sink on executors, exactly-once when an executor is SIGKILLed mid-write and when a task fails once and Spark retries it, and the README pipeline (group offsets in, counts per key out, progress committed) on the cluster."""
 
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ def test_source_and_sink_run_on_executors_in_other_processes(spark_on_cluster, s
     spark = spark_on_cluster
     helpers.create_topic(bootstrap, "sa-src", 3)
     helpers.create_topic(bootstrap, "sa-dst", 3)
-    n = 20_000
+    n = 10_000
     helpers.produce_ids(bootstrap, "sa-src", 0, n)
     df = (spark.read.format("raftlog").option("bootstrap", bootstrap)
           .option("subscribe", "sa-src").load())
@@ -152,7 +152,7 @@ def test_a_task_failing_mid_write_is_retried_by_spark_and_its_rows_land_once(
     spark = spark_on_cluster
     helpers.create_topic(bootstrap, "sa-retry-src", 3)
     helpers.create_topic(bootstrap, "sa-retry-dst", 3)
-    n = 30_000
+    n = 16_000
     helpers.produce_ids(bootstrap, "sa-retry-src", 0, n)
     marker = str(tmp_path / "failed-once")
     check = F.udf(_fail_once(marker, bootstrap, "sa-retry-dst", n // 2), "binary", useArrow=False)
@@ -174,7 +174,7 @@ def test_an_executor_sigkilled_mid_write_leaves_every_row_once(spark_on_cluster,
     spark = spark_on_cluster
     helpers.create_topic(bootstrap, "sa-kill-src", 3)
     helpers.create_topic(bootstrap, "sa-kill-dst", 3)
-    n = 90_000
+    n = 60_000
     helpers.produce_ids(bootstrap, "sa-kill-src", 0, n)
     app = spark.sparkContext.applicationId
     q = helpers.copy_query(spark, bootstrap, "sa-kill-src", "sa-kill-dst", str(tmp_path / "cp"),
@@ -254,17 +254,14 @@ def test_the_readme_pipeline_counts_per_key_exactly_and_commits_to_the_group(
     assert shown == {k.decode(): v for k, v in _expected_counts(0, 6300).items()}
 
 
-def test_source_sink_and_pipeline_through_spark_connect(connect_server, bootstrap, tmp_path):
-    n = 12_000
-    for topic in ("sc-src", "sc-copy", "sc-written", "sc-clicks", "sc-counts"):
+def test_source_and_sink_through_spark_connect(connect_server, bootstrap, tmp_path):
+    n = 6_000
+    for topic in ("sc-src", "sc-copy", "sc-written"):
         helpers.create_topic(bootstrap, topic, 3)
     helpers.produce_ids(bootstrap, "sc-src", 0, n)
-    helpers.produce_ids(bootstrap, "sc-clicks", 0, 2600)
     job = {"remote": connect_server.url, "bootstrap": bootstrap, "source": "sc-src", "n": n,
            "copy_to": "sc-copy", "checkpoint": str(tmp_path / "cp-copy"),
-           "write_to": "sc-written",
-           "pipeline": {"source": "sc-clicks", "sink": "sc-counts", "group": "sc-counter",
-                        "checkpoint": str(tmp_path / "cp-pipeline")}}
+           "write_to": "sc-written"}
     env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "PYSPARK_PYTHON")}
     p = subprocess.run([sys.executable, str(HERE / "spark_connect_driver.py"), json.dumps(job)],
                        capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
@@ -276,4 +273,3 @@ def test_source_sink_and_pipeline_through_spark_connect(connect_server, bootstra
     helpers.check_exactly_once(helpers.read_topic(bootstrap, "sc-copy"), range(n))
     assert sorted(r.value for r in helpers.read_topic(bootstrap, "sc-written")) == sorted(
         b"w-%d" % i for i in range(100))
-    assert _latest_counts(bootstrap, "sc-counts") == _expected_counts(0, 2600)
