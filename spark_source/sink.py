@@ -37,10 +37,11 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from raftlog.base.errors import InvalidRequestError
 from spark_source.options import InvalidOption, SourceError
 
 __all__ = [
-    "InvalidRow",
+    "InvalidRowError",
     "sorted_by_key",
     "SinkOptions",
     "SinkSchema",
@@ -76,10 +77,8 @@ _HEADERS_TYPE = "array<struct<key:string,value:binary>>"
 KEYLESS_CHUNK_ROWS = 512
 
 
-class InvalidRow(SourceError, ValueError):
+class InvalidRowError(SourceError, InvalidRequestError, ValueError):
     """A row the sink cannot write (no topic, a partition out of range)."""
-
-    code = "INVALID_REQUEST"
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,13 +281,13 @@ def _column(batch: pa.RecordBatch, name: str) -> pa.Array:
 
 
 def columns_of(batch: pa.RecordBatch, schema: SinkSchema, topic: str | None) -> Columns:
-    """The sink's columns of one Arrow batch. Raises InvalidRow for a row with no topic."""
+    """The sink's columns of one Arrow batch. Raises InvalidRowError for a row with no topic."""
     values = _bytes_list(_column(batch, "value"))
     keys = _bytes_list(_column(batch, "key")) if schema.has_key else None
     if schema.has_topic:
         col = _column(batch, "topic")
         if col.null_count:
-            raise InvalidRow("null topic present in the data; use the topic option for "
+            raise InvalidRowError("null topic present in the data; use the topic option for "
                              "setting a default topic")
         topics: str | list = col.to_pylist()
     else:
@@ -306,13 +305,13 @@ def columns_of(batch: pa.RecordBatch, schema: SinkSchema, topic: str | None) -> 
 
 def sorted_by_key(batches, schema: SinkSchema, max_bytes: int) -> list[pa.RecordBatch]:
     """rowOrder=key: every batch of a task gathered and stably sorted by the key column
-    (rows without a key first, rows of one key in the order they came). Raises InvalidRow
+    (rows without a key first, rows of one key in the order they came). Raises InvalidRowError
     past `max_bytes` of gathered rows."""
     gathered, size = [], 0
     for b in batches:
         size += b.nbytes
         if size > max_bytes:
-            raise InvalidRow(f"rowOrder=key gathers a task's rows before sending them, and this "
+            raise InvalidRowError(f"rowOrder=key gathers a task's rows before sending them, and this "
                              f"task has more than raftlog.sink.max.task.bytes={max_bytes}: "
                              "raise it, or lower maxOffsetsPerTrigger / add partitions")
         gathered.append(b)

@@ -32,7 +32,7 @@ from pyspark.sql.datasource import (
 
 from spark_source.options import InvalidOption, SourceError
 from spark_source.sink import (
-    InvalidRow,
+    InvalidRowError,
     KeylessSpreader,
     SinkOptions,
     SinkSchema,
@@ -84,7 +84,7 @@ def write_task(options: SinkOptions, schema: SinkSchema, batches: Iterator[pa.Re
 
     `identity` fixes the producer (exactly-once); keyless rows without a partition then go
     where KeylessSpreader says, else the producer's sticky partitioner picks. Raises the
-    first failed batch's error, InvalidRow for bad data, the producer's errors.
+    first failed batch's error, InvalidRowError for bad data, the producer's errors.
     """
     if options.row_order == "key":
         batches = iter(sorted_by_key(batches, schema, options.max_task_bytes))
@@ -119,7 +119,7 @@ def write_task(options: SinkOptions, schema: SinkSchema, batches: Iterator[pa.Re
                 if partition is None and key is None and spreader is not None:
                     partition = spreader.next(topic, partitions_of(topic))
                 elif partition is not None and not 0 <= partition < partitions_of(topic):
-                    raise InvalidRow(f"partition {partition} of a row is out of range: "
+                    raise InvalidRowError(f"partition {partition} of a row is out of range: "
                                      f"{topic} has {partitions_of(topic)} partitions")
                 fut = send(topic, value, key, None if headers is None else headers[i],
                            partition, ts)

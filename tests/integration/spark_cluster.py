@@ -41,7 +41,7 @@ def spark_home() -> Path:
 
 
 def free_ports(n: int) -> list[int]:
-    from raftlog.cluster import free_ports as pick
+    from raftlog.cli.cluster import free_ports as pick
 
     return pick(n)
 

@@ -451,4 +451,4 @@ def test_fixed_identity_resends_only_the_tail_the_leader_lacks():
     core.on_response(1, {"id": req2.request["id"], "ok": True, "partitions": [
         {"topic": "t", "partition": 0, "error": {"code": "OUT_OF_ORDER_SEQUENCE_NUMBER",
                                                  "message": "", "expected_sequence": 9}}]}, 5)
-    assert isinstance(b2.future.error, OutOfOrderSequenceNumber)
+    assert isinstance(b2.future.error, OutOfOrderSequenceNumberError)

@@ -6,7 +6,7 @@ import pytest
 from spark_source.options import InvalidOption
 from spark_source.sink import (
     DERIVED_PRODUCER_ID_MIN,
-    InvalidRow,
+    InvalidRowError,
     KeylessSpreader,
     check_schema,
     columns_of,
@@ -88,7 +88,7 @@ def test_columns_become_bytes_and_header_tuples_and_a_null_topic_is_refused():
     assert cols.headers == [[("h", b"x")], None]
     bad = pa.RecordBatch.from_arrays([pa.array(["v"]), pa.array([None], pa.string())],
                                      names=["value", "topic"])
-    with pytest.raises(InvalidRow, match="null topic"):
+    with pytest.raises(InvalidRowError, match="null topic"):
         columns_of(bad, check_schema([("value", "string"), ("topic", "string")], opts), None)
 
 
@@ -121,7 +121,7 @@ def test_row_order_key_sorts_a_tasks_rows_stably_and_bounds_what_it_gathers():
                                           names=["key", "value"]) for part in (rows[:2], rows[2:])]
     out = [r for b in sorted_by_key(batches, schema, 1 << 20) for r in zip(*(c.to_pylist() for c in b.columns))]
     assert out == [(None, "2"), ("a", "3"), ("a", "5"), ("b", "1"), ("b", "4")]
-    with pytest.raises(InvalidRow, match="max.task.bytes"):
+    with pytest.raises(InvalidRowError, match="max.task.bytes"):
         sorted_by_key(batches, schema, 10)
     with pytest.raises(InvalidOption, match="rowOrder"):
         parse_sink_options({**BOOT, "rowOrder": "value"}, streaming=True)
