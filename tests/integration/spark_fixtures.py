@@ -22,8 +22,10 @@ local one (test files run in name order: test_spark_standalone.py sorts last).
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -67,6 +69,12 @@ def _stop() -> None:
     _state["session"] = None
     _state["master"] = None
     s.stop()
+    # py4j leaves sockets of the stopped context to the garbage collector; collect them here,
+    # where their ResourceWarning is expected, not in whatever test runs next (where
+    # filterwarnings=error turns it into an unraisable-exception error).
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
     old = _state.pop("old_pyspark_python", None)
     if old is None:
         os.environ.pop("PYSPARK_PYTHON", None)
