@@ -170,7 +170,7 @@ class StandaloneCluster:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=2) as r:
             return json.load(r)
 
-    def start(self, timeout_s: float = 90) -> StandaloneCluster:
+    def start(self, timeout_s: float = 180) -> StandaloneCluster:
         try:
             self._spawn("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                         "--port", str(self.port), "--webui-port", str(self.ui_port))

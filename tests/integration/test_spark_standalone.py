@@ -65,9 +65,9 @@ def spark_on_cluster(standalone):
     }
     s = spark_fixtures.session(standalone.master_url, conf)
     jsc = s.sparkContext._jsc.sc()
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + 180
     while jsc.getExecutorMemoryStatus().size() < 3:  # the driver and two executors
-        assert time.monotonic() < deadline, "the executors did not register in 90 s"
+        assert time.monotonic() < deadline, "the executors did not register in 180 s"
         time.sleep(0.2)
     from spark_source import register
 
