@@ -24,11 +24,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import (
-    DataSourceArrowWriter,
-    DataSourceStreamArrowWriter,
-    WriterCommitMessage,
-)
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+
+try:  # PySpark >= 4.1: Arrow batches for streaming writes too.
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter
+except ImportError:  # pragma: no cover - PySpark 4.0: see RaftlogDataSource.streamWriter
+    DataSourceStreamArrowWriter = None  # type: ignore[assignment,misc]
 
 from spark_source.options import InvalidOption, SourceError
 from spark_source.sink import (
@@ -179,7 +180,7 @@ class RaftlogBatchWriter(DataSourceArrowWriter):
                     "(%d tasks)", sum(1 for m in messages if m is not None))
 
 
-class RaftlogStreamWriter(DataSourceStreamArrowWriter):
+class RaftlogStreamWriter(DataSourceStreamArrowWriter or object):  # type: ignore[misc]
     """`df.writeStream.format("raftlog")`: every trigger kind; exactly-once unless
     exactlyOnce=false (module docstring)."""
 
@@ -219,6 +220,8 @@ class RaftlogStreamWriter(DataSourceStreamArrowWriter):
 
 def check_writable(options: SinkOptions, overwrite: bool) -> None:
     """Driver-side checks before any task runs. Raises InvalidOption."""
+    if options.streaming and DataSourceStreamArrowWriter is None:
+        raise InvalidOption("streaming writes need PySpark >= 4.1 (DataSourceStreamArrowWriter)")
     if overwrite and not options.streaming:
         raise InvalidOption("save mode overwrite is not allowed: raftlog topics are "
                             "append-only; use mode('append')")
