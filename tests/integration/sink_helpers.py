@@ -51,7 +51,7 @@ def produce_ids(bootstrap: str, topic: str, first: int, count: int) -> None:
 
 
 def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
-    from raftlog.client.core import list_offsets_request, parse_list_offsets
+    from raftlog.client.request import list_offsets_request, parse_list_offsets
 
     out = {}
     with admin(bootstrap) as a:
