@@ -102,3 +102,21 @@ def test_status_figures_say_how_they_were_measured():
         assert re.search(r"`scripts/bench \w+", row), row
         assert re.search(r"\b\d+-core\b|\b\d+ cores\b", row), row
         assert re.search(r"\bload (average )?~?\d", row), row
+
+
+def test_ports_table_is_the_nodes_defaults():
+    """Why: "README never names the HTTP port". README's Ports table gives every listener's
+    default port as `raftlog node start` uses it, and `cluster up`'s node 1 has the same."""
+    from raftlog.cli.cluster import DEFAULT_BASE_PORT, PORT_STRIDE, NodePorts
+    from raftlog.node.config import Listeners
+
+    text = README.read_text()
+    section = text[text.index("### Ports"):text.index("\n### ", text.index("### Ports") + 1)]
+    table = {name: int(port) for name, port in
+             re.findall(r"^\| (kafka|client|peer|quorum|http) \| (\d+) \|", section, re.M)}
+    names = ("kafka", "client", "peer", "quorum", "http")
+    assert table == {name: getattr(Listeners(), name).port for name in names}, table
+    node_1 = NodePorts.from_base(DEFAULT_BASE_PORT, 0)
+    assert table == {name: getattr(node_1, name) for name in names}, node_1
+    assert f"base + {PORT_STRIDE}*(i-1)" in section and f"(base {DEFAULT_BASE_PORT})" in section, section
+    assert "`GET /metrics`" in section, section
