@@ -59,7 +59,9 @@ def _alive(pid: int) -> bool:
 
 def _free_base(rng: random.Random, nodes: int) -> int:
     for _ in range(200):
-        base = rng.randrange(20000, 60000, PORT_STRIDE)
+        # Below Linux's ephemeral ports (32768-60999): a client's outgoing connection may take
+        # one of those between this check and the restart.
+        base = rng.randrange(20000, 32768 - PORT_STRIDE * nodes, PORT_STRIDE)
         if not any(port_in_use("127.0.0.1", base + PORT_STRIDE * i + k) for i in range(nodes) for k in range(LISTENERS)):
             return base
     raise SupervisorKillError("no free port range for the side cluster")

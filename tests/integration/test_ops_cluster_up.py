@@ -24,7 +24,9 @@ NODES = 3
 def _free_base_port() -> int:
     rng = random.Random()
     for _ in range(200):
-        base = rng.randrange(20000, 60000, PORT_STRIDE)
+        # Below Linux's ephemeral ports (32768-60999): any process's outgoing connection may
+        # take one of those while the cluster is down between the two runs.
+        base = rng.randrange(20000, 32768 - PORT_STRIDE * NODES, PORT_STRIDE)
         if not any(port_in_use("127.0.0.1", base + PORT_STRIDE * i + k) for i in range(NODES) for k in range(5)):
             return base
     raise AssertionError("no free port range found")
