@@ -1,10 +1,11 @@
-"""Issue 20, wrong-port answers: pointed at something that is not a raftlog client listener (a node's HTTP, Kafka, peer or quorum port, or an unrelated HTTP service), the CLI says what answered in one line and exits 1 at once, and the Python client raises NoBrokerAvailableError saying so instead of retrying to its deadline or logging "frame of 1213486160 bytes"."""
+"""Issue 20, wrong-port answers: pointed at something that is not a raftlog client listener (a node's HTTP, Kafka, peer or quorum port, or an unrelated HTTP service), the CLI says what answered in one line and exits 1 at once, and the Python client raises NoBrokerAvailableError saying so instead of retrying to its deadline or logging "frame of 1213486160 bytes"; given a list, the client tries every address until one is a node."""
 
 from __future__ import annotations
 
 import http.server
 import importlib.util
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -92,6 +93,13 @@ def test_client_raises_what_answered(node, web):
         with Admin([address], request_timeout_ms=HANG_LIMIT_S * 1000) as admin:
             with pytest.raises(NoBrokerAvailableError, match=expected):
                 admin.list_topics()
+    # Issue 20, "clients try every address": a foreign port and a closed one before the node's.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = f"127.0.0.1:{probe.getsockname()[1]}"  # nothing listens there once closed
+    with Admin([str(config.listeners.http), closed, str(config.listeners.client)],
+               request_timeout_ms=HANG_LIMIT_S * 1000) as admin:
+        assert isinstance(admin.list_topics(), list)
 
 
 @pytest.mark.parametrize(("first", "what"), [
