@@ -45,7 +45,11 @@ def is_raftlog_process(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        pass  # alive, another user's
+        return _runs_raftlog(pid)  # alive, another user's
+    return _runs_raftlog(pid)
+
+
+def _runs_raftlog(pid: int) -> bool:
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
