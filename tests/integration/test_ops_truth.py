@@ -55,6 +55,12 @@ def test_status_describe_produce_consume_tell_the_truth(tmp_path):
         assert "1 of 3 partitions offline" in described.stdout
         healthy = cli(cluster, "topics", "describe", "demo")
         assert "OFFLINE" not in healthy.stdout, healthy.stdout  # RF=3: led by the others
+        # A produce to that partition fails (exit 1) naming it and why, not CLIENT_CLOSED.
+        lost_partition = next(p["partition"] for p in solo["partitions"] if p["leader"] == victim)
+        refused = cli(cluster, "produce", "solo", "--partition", str(lost_partition), stdin="x\n")
+        assert refused.returncode == 1, refused
+        message = refused.stderr.strip().splitlines()[-1]
+        assert f"solo-{lost_partition}" in message and f"leader {victim} is fenced" in message, refused.stderr
 
         # Two of three killed: no quorum, nothing led, and every command says so.
         cluster.kill(({2, 3} - {victim}).pop())
