@@ -688,7 +688,9 @@ class RaftCore:
     def transfer_leadership(self, target: int) -> list[Effect]:
         """Hand leadership to `target`: stop taking writes, wait until the target has our
         whole log, then tell it to run for election at once. Gives up (writes resume) after
-        `transfer_timeout_ticks`. Raises NotLeaderError, ValueError (target not a voter)."""
+        `transfer_timeout_ticks`. Raises NotLeaderError, ValueError (target not a voter).
+        Shells should ask `transfer_refusal(target)` first: writes stop until the transfer
+        ends, so a target that is behind would only stall them for the timeout."""
         out = self._out = []
         if self._role is not _LEADER:
             raise NotLeaderError(leader_id=self._active_leader(), epoch=self._epoch)
@@ -700,6 +702,21 @@ class RaftCore:
         self._transfer_elapsed = 0
         self._maybe_send_timeout_now()
         return out
+
+    def transfer_refusal(self, target: int) -> str | None:
+        """Why leadership should not go to `target` now (None: it may): it is not a voter, it
+        has not fetched in this epoch, or its durable offset is below the high watermark, i.e.
+        it does not hold every committed offset (e.g. a replica repairing damaged storage).
+        A query: no effects, no state change."""
+        if self._role is not _LEADER or target == self.replica_id:
+            return None
+        peer = self._peers.get(target)
+        if peer is None:
+            return f"transfer target {target} is not a voter"
+        if not peer.fetched or peer.durable_offset < self._hw:
+            return (f"transfer target {target} is behind: durable offset {peer.durable_offset}"
+                    f" < high watermark {self._hw}")
+        return None
 
     def start_election(self) -> list[Effect]:
         """Run for election now (pre-vote first), as if the election timeout had passed: for
