@@ -532,6 +532,8 @@ def test_transfer_refusal_names_a_target_that_lacks_committed_offsets():
     h.write(leader.replica_id, 2)
     h.tick(4)  # the other follower fetches: the high watermark passes the cut target
     assert leader.high_watermark == len(h.logs[leader.replica_id])
+    assert leader.transfer_refusal(target) is None  # caught up lately: merely a fetch behind
+    h.tick(CFG.election_timeout_ticks)
     assert "behind" in leader.transfer_refusal(target)
     assert "not a voter" in leader.transfer_refusal(42)
     assert h.cores[target].transfer_refusal(leader.replica_id) is None  # not a leader: no opinion
