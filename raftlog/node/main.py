@@ -78,13 +78,14 @@ class NodeService(Protocol):
     def health(self) -> dict[str, Any]: ...
 
 
-def build_services(config: NodeConfig, metadata: MetadataService, peers: PeerPool) -> list[NodeService]:
+def build_services(config: NodeConfig, metadata: MetadataService, peers: PeerPool,
+                   registry: MetricsRegistry | None = None) -> list[NodeService]:
     """The node's services, metadata first (started in this order, drained in reverse).
     Broker services join here, e.g.:
         if config.is_broker: services.append(ReplicaManager(config, metadata, peers))"""
     services: list[NodeService] = [metadata]
     if config.is_broker:
-        services.append(ReplicaManager(config, metadata, peers))
+        services.append(ReplicaManager(config, metadata, peers, registry=registry))
         services.append(GroupCoordinatorService(config, metadata, services[-1]))
     return services
 
@@ -147,7 +148,7 @@ async def run_node(
                      dial_overrides=config.dial_overrides)
     metadata = MetadataService(config, cluster_id, peers, quorum_factory=quorum_factory(config),
                                registry=registry)
-    services = build_services(config, metadata, peers)
+    services = build_services(config, metadata, peers, registry)
     client_handlers = merge_handlers(services, "client_handlers")
     peer_handlers = merge_handlers(services, "peer_handlers")
     for service in services:
