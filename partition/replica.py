@@ -708,6 +708,9 @@ class Replica:
     def report_damage(self, exc: StorageDamageError, *, found_by: str) -> None:
         """A read path found damage in segment `exc.segment`: note it and make sure the
         damage task re-checks that segment (module docstring "Damage"). Never blocks."""
+        known = self.damaged is not None and self.damaged["segment"] == exc.segment
+        if known and len(self.voters) == 1:
+            return  # confirmed already, and nothing to repair from: no re-check per read
         self.observer.damage_found(self, found_by, exc.what)
         log_event(logger, "replica_damage_found", level=logging.ERROR, topic=self.topic,
                   partition=self.partition, found_by=found_by, segment=exc.segment,
