@@ -26,6 +26,9 @@ Invariants:
   bad batch ends the log: the tail is cut and later segments deleted (RecoveryReport).
 * Retention and compaction touch only closed segments; compaction only fsynced ones.
 
+Size (issue 13's ~800-line rule): over it; the seams are the checkpoints and epoch cache
+(pure, ~200 lines) and the integrity calls, which could move to their own modules.
+
 Integrity (DESIGN §9): no byte leaves the log unchecked. `read` checks the header and CRC-32C
 of every batch it returns (and that offsets increase from the batch it located), and raises
 StorageDamageError (segment, position, offset) instead of returning bad bytes; `locate`

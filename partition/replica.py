@@ -59,6 +59,10 @@ truncation); then `log.append` (which checks the CRC and stamps offsets and epoc
 passes the batch's last offset; losing leadership fails the waiters with REQUEST_TIMED_OUT
 (the outcome is unknown: the batch may still commit under the next leader).
 
+Size (issue 13's ~800-line rule): over it because the executor, damage repair and reopen all
+work under the one replica lock on the same state; the seam to cut along is "damage and
+reopen" (a `ReplicaStorage` helper holding the lock's disk work), not yet done.
+
 Invariants:
 * The log's writer calls run only under the replica's lock (on the trio thread or in a worker
   thread awaited under it); `log.flush()` runs in the flush thread; reads anywhere.
