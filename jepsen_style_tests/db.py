@@ -57,8 +57,10 @@ __all__ = ["DbError", "LocalCluster", "FAST_SETTINGS", "STOP_GRACE_S"]
 
 log = logging.getLogger(__name__)
 
-# Fast failure detection so that a run sees many leader changes in a minute.
-FAST_SETTINGS: Mapping[str, Any] = {"heartbeat_ms": 300, "session_timeout_ms": 2000}
+# Fast failure detection so that a run sees many leader changes in a minute; the scrubber
+# re-reads sealed segments every few seconds, so damage a read does not meet is found too.
+FAST_SETTINGS: Mapping[str, Any] = {"heartbeat_ms": 300, "session_timeout_ms": 2000,
+                                    "scrub_interval_ms": 5000}
 STOP_GRACE_S = 10.0
 MAX_NODES = 9
 PARTITIONS_DIR = "partitions"
@@ -356,9 +358,10 @@ class LocalCluster:
 
     def flip_bits(self, node_id: int, *, rng: random.Random, flips: int = 3,
                   keys: Iterable[str] | None = None) -> dict[str, Any]:
-        """Flips `flips` random bits at random places of ONE file drawn from every non-empty
-        segment and index file (`.log`, `.index`, `.timeindex`) of the partitions of a
-        *stopped* node (of `keys` if given), closed segments included. Returns what it did
+        """Flips `flips` random bits at random places of ONE file drawn, weighted by size (as
+        bit rot is), from every non-empty segment and index file (`.log`, `.index`,
+        `.timeindex`) of the partitions of a *stopped* node (of `keys` if given), closed
+        segments included. Returns what it did
         (``{"node", "key", "file", "flips": [[position, bit], ...]}``), or ``{"node",
         "skipped": reason}``."""
         self._check(node_id)
@@ -374,7 +377,7 @@ class LocalCluster:
                               if p.name.endswith(DAMAGE_SUFFIXES) and p.stat().st_size > 0]
         if not files:
             return {"node": node_id, "skipped": "no non-empty segment or index file"}
-        path = rng.choice(files)
+        path = rng.choices(files, weights=[p.stat().st_size for p in files])[0]
         size = path.stat().st_size
         done = []
         with open(path, "r+b") as handle:

@@ -261,13 +261,17 @@ class _Interpreter:
         return self.ops
 
 
-def _create_topic(db: LocalCluster, partitions: int, replication_factor: int) -> None:
+STORAGE_SEGMENT_BYTES = 64 << 10  # storage faults need closed segments to damage
+
+
+def _create_topic(db: LocalCluster, partitions: int, replication_factor: int,
+                  configs: dict[str, str] | None = None) -> None:
     from raftlog.client import Admin
     from raftlog.base.errors import RaftlogError
 
     deadline = time.monotonic() + READY_TIMEOUT_S
     with Admin(db.bootstrap(), request_timeout_ms=10_000) as admin:
-        admin.create_topic(TOPIC, partitions, replication_factor, {"flush_policy": "always"})
+        admin.create_topic(TOPIC, partitions, replication_factor, {"flush_policy": "always", **(configs or {})})
         while True:
             try:
                 info = admin.describe_topics([TOPIC], timeout_ms=5000)[TOPIC]
@@ -311,7 +315,10 @@ async def run(config: RunConfig, *, out: TextIO | None = sys.stdout) -> RunOutco
                 db.route_through(network.addresses_for)
             await trio.to_thread.run_sync(db.start_all)
             await trio.to_thread.run_sync(db.wait_ready, READY_TIMEOUT_S)
-            await trio.to_thread.run_sync(_create_topic, db, config.partitions, min(3, config.nodes))
+            topic_configs = ({"segment_bytes": str(STORAGE_SEGMENT_BYTES)}
+                             if set(config.nemesis) & set(STORAGE_FAULTS) else None)
+            await trio.to_thread.run_sync(_create_topic, db, config.partitions, min(3, config.nodes),
+                                          topic_configs)
             with HistoryWriter(directory / "history.jsonl") as writer:
                 interpreter = _Interpreter(gen, writer, concurrency=config.concurrency, rng=rng,
                                            bootstrap=db.bootstrap(), nemesis=nemesis, out=out)
