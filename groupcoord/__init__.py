@@ -1,14 +1,21 @@
 """Consumer groups and offsets in `__consumer_offsets` (DESIGN §5): Kafka's classic group
 protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, static membership) and offset storage.
+Layer 2, above `metadata` and `partition`: may import `raftlog.base`, `metadata` and
+`partition`, never the node (the node injects what the service needs).
 
 What lives here:
-* `records`     the `__consumer_offsets` key/value codec (canonical CBOR, strict decode) and
-                `partition_for_group` (Kafka's `abs(hashCode) % partitions`);
+* `records`     the `__consumer_offsets` key/value codec (canonical CBOR, strict decode);
 * `state`       one group's state machine (Empty, PreparingRebalance, CompletingRebalance,
                 Stable, Dead) and its members;
-* `coordinator` the pure coordinator core: handlers take `now_ms` and return records to
-                append + a response (or a pending marker answered later), `tick`, replay;
-* `assignor`    the client-side assignors (range, roundrobin, sticky, cooperative-sticky);
-* `errors`      the typed errors with their wire codes.
-The trio shell (`service.py`) appends through the replica manager and owns the waiters.
+* `coordinator` the pure coordinator core's public API (`GroupCoordinator`): handlers take
+                `now_ms` and return records to append + a response (or a pending marker
+                answered later); it runs the functions of
+  `context`     (state, effects, routing, timers), `membership` (join, sync, heartbeat,
+                leave, the rebalance, `tick`), `offsets` (commit, fetch), `admin` (list,
+                describe, delete, reset) and `replay` (load and unload a partition);
+* `errors`      the package's own exception (a bad `__consumer_offsets` record);
+* `service`     the trio shell: appends through the replica manager, owns the waiters, the
+                timer and partition ownership.
+Which partition holds a group is `raftlog.base.topics.partition_for_group`; the client-side
+assignors are `raftlog.client.assignor`.
 """

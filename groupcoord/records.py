@@ -1,4 +1,4 @@
-"""The `__consumer_offsets` record codec (pure) and the group → partition hash.
+"""The `__consumer_offsets` record codec (pure).
 
 Two kinds of record live in the compacted topic, told apart by their key (as Kafka's key
 versions 0/1 = offset commit and 2 = group metadata):
@@ -21,10 +21,8 @@ Wire form (canonical CBOR, `cbor2.dumps(x, canonical=True)`):
   `InvalidGroupRecordError` (never KeyError/TypeError). Constructors check the same rules,
   so an invalid record cannot be built either.
 
-`partition_for_group(group_id, partitions)` is Kafka's: `Utils.abs(groupId.hashCode()) % n`
-with Java's String.hashCode (over UTF-16 code units, 32-bit wrap) and Kafka's Utils.abs
-(Integer.MIN_VALUE → 0), so a group maps to the partition a Kafka cluster with the same
-partition count would use.
+Which partition holds a group is Kafka's hash (`raftlog.base.topics.partition_for_group`), so a
+group maps to the partition a Kafka cluster with the same partition count would use.
 
 Public API:
     OffsetKey, GroupKey, OffsetValue, GroupValue, MemberValue

@@ -32,8 +32,11 @@ What the shell does for the core (the contract in coordinator.py's docstring):
 * Timer: one task sleeps until the latest `next_deadline_ms` (or until it changes) and calls
   `tick(now_ms)`.
 
-Clock: `now_ms` is wall-clock milliseconds (commit timestamps are stored in the log, as
-Kafka's are); injectable.
+Clock: one, injected: `clock_ms` (default wall-clock ms, since commit timestamps are stored
+in the log as Kafka's are) is every `now` of this shell: the core's `now_ms`, the timer's
+delay, the load retry back-off and the load time. Waits are trio's (`trio.sleep`,
+`move_on_after` for the durations so computed, and the commit wait's deadline), so a test runs
+the shell on `trio.testing.MockClock` by passing `clock_ms` = trio's clock in ms.
 
 Client ops (PROTOCOL.md): find_coordinator (answered by any node from its image: the leader of
 `partition_for_group(group_id)`), join_group, sync_group, heartbeat, leave_group,
@@ -87,7 +90,7 @@ logger = logging.getLogger(__name__)
 
 LEADERSHIP_POLL_S: Final = 0.05
 LOAD_CHUNK_BYTES: Final = 1 << 20
-LOAD_RETRY_S: Final = 0.5
+LOAD_RETRY_MS: Final = 500
 COMMIT_TIMEOUT_S: Final = 5.0          # Kafka's offsets.commit.timeout.ms
 APPEND_QUEUE: Final = 4096
 DEFAULT_WAIT_MS: Final = 30_000
@@ -141,7 +144,7 @@ class GroupCoordinatorService:
         self._deadline_ms: int | None = None
         self._timer_changed = trio.Event()
         self._owned: dict[int, int] = {}       # partition -> leader epoch loaded / loading
-        self._load_failed_at: dict[int, float] = {}
+        self._load_failed_at_ms: dict[int, int] = {}
         self._append_send, self._append_recv = trio.open_memory_channel[Append](APPEND_QUEUE)
         self._nursery: trio.Nursery | None = None
         self.client_handlers: Mapping[str, Handler] = {
@@ -183,6 +186,10 @@ class GroupCoordinatorService:
 
     def health(self) -> dict[str, Any]:
         return {"ok": True, **self.core.health(), "waiters": len(self._waiters)}
+
+    async def drain(self) -> None:
+        """Nothing to hand over: the groups follow `__consumer_offsets` leadership, which the
+        replicas hand over in their own drain."""
 
     # ------------------------------------------------------------------ applying results
 
@@ -302,7 +309,7 @@ class GroupCoordinatorService:
             await trio.sleep(LEADERSHIP_POLL_S)
 
     def _check_leadership(self) -> None:
-        now = trio.current_time()
+        now_ms = self._clock_ms()
         for p in range(self.core.config.partitions):
             r = self.replicas.replica(OFFSETS_TOPIC, p)
             leading = r is not None and r.is_leader
@@ -310,7 +317,8 @@ class GroupCoordinatorService:
             if leading:
                 if current == r.leader_epoch:
                     continue
-                if now - self._load_failed_at.get(p, -1e9) < LOAD_RETRY_S:
+                failed_at_ms = self._load_failed_at_ms.get(p)
+                if failed_at_ms is not None and now_ms - failed_at_ms < LOAD_RETRY_MS:
                     continue
                 self._owned[p] = r.leader_epoch
                 self._apply(self.core.begin_load(p))
@@ -326,7 +334,7 @@ class GroupCoordinatorService:
         def ours() -> bool:
             return self._owned.get(p) == epoch and r.is_leader and r.leader_epoch == epoch
 
-        started = trio.current_time()
+        started_ms = self._clock_ms()
         try:
             target = r.log.log_end_offset
             # Every record an earlier leader committed is below `target`; once the high
@@ -360,13 +368,13 @@ class GroupCoordinatorService:
                 return
             self._apply(self.core.finish_load(p, self._clock_ms()))
             log_event(logger, "group_partition_loaded", partition=p, epoch=epoch, records=applied,
-                      end_offset=offset, load_ms=int((trio.current_time() - started) * 1000))
+                      end_offset=offset, load_ms=self._clock_ms() - started_ms)
         except RaftlogError as exc:
             log_event(logger, "group_partition_load_failed", level=logging.WARNING, partition=p,
                       epoch=epoch, reason=str(exc))
             if self._owned.get(p) == epoch:
                 del self._owned[p]
-                self._load_failed_at[p] = trio.current_time()
+                self._load_failed_at_ms[p] = self._clock_ms()
                 self._apply(self.core.unload(p))
 
     # ------------------------------------------------------------------ client ops

@@ -97,10 +97,10 @@ class LocalCluster:
         self._secret = secrets.token_urlsafe(24)
         self.settings = dict(FAST_SETTINGS if settings is None else settings)
         self.stop_grace_s = stop_grace_s
-        ports = _ports_in(port_range, 4 * size, host) if port_range else free_ports(4 * size, host)
+        ports = _ports_in(port_range, 5 * size, host) if port_range else free_ports(5 * size, host)
         self.small_disks: dict[int, Path] = {}
         self.ports: dict[int, NodePorts] = {
-            n: NodePorts(*ports[4 * k : 4 * k + 4]) for k, n in enumerate(self.node_ids)
+            n: NodePorts(*ports[5 * k : 5 * k + 5]) for k, n in enumerate(self.node_ids)
         }
         self.configs: dict[int, NodeConfig] = build_node_configs(
             self.root, self.cluster_id, self._secret, self.ports, host=host, settings=self.settings

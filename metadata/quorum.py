@@ -1,14 +1,14 @@
 """What the metadata service needs from the metadata quorum, and the errors the quorum raises:
-the port that `raftlog/node/bridge.py` (PySyncObj) implements and the node injects, so that
-metadata/ never imports the node.
+the port that `raftlog/node/metadata_quorum.py` (PySyncObj) implements and the node injects, so
+that metadata/ never imports the node.
 
     quorum = factory(on_commit=..., on_leader_change=...)    # built by the node (voters only)
     await nursery.start(quorum.run)
     index = await quorum.propose(command_bytes, timeout_s=2.0)
 
-Contract (the bridge's docstring has the details): `on_commit(index, command)` runs on the trio
-thread for every command, in index order, once per `run()`; it has run for index i before
-`propose` returns i; `on_leader_change(leader_id | None, term)` runs on each change, ordered
+Contract (metadata_quorum.py's docstring has the details): `on_commit(index, command)` runs on
+the trio thread for every command, in index order, once per `run()`; it has run for index i
+before `propose` returns i; `on_leader_change(leader_id | None, term)` runs on each change, ordered
 with the commits around it. `term` is the controller epoch.
 
 Errors, each a subclass of the registry class that says what a caller may assume:
@@ -25,7 +25,7 @@ Errors, each a subclass of the registry class that says what a caller may assume
      └── ProposalOutcomeUnknownError may or may not commit later: retry with the same request id
           └── ProposalTimedOutError  no result within timeout_s
     KafkaStorageError
-     └── QuorumStorageError          corrupt journal, meta or dump; run() raises it
+     └── QuorumStorageError          a damaged journal, meta or dump; run() raises it
 """
 
 from __future__ import annotations

@@ -8,7 +8,9 @@ Invariants:
 * Only keys in `TOPIC_CONFIGS` exist; every key has a default, so a topic's effective value is
   its set value or the default (`TopicConfig.from_configs`).
 * Only knobs something reads are here (partition log, retention, compaction, flush, produce
-  size check). Key names use our underscore spelling of Kafka's dotted names.
+  size check). Key names use our underscore spelling of Kafka's dotted names; Kafka's own
+  names (`retention.ms`, `cleanup.policy`, `flush.ms`, ...: `KAFKA_NAMES`) are accepted
+  wherever a key is read (`canonical_key`), so users type what they know from Kafka.
 
 Public API:
     TOPIC_CONFIGS: Mapping[str, ConfigDef]
@@ -127,9 +129,25 @@ TOPIC_CONFIGS: Mapping[str, ConfigDef] = MappingProxyType(
 )
 
 
+# our key -> Kafka's topic config name (the dotted spelling, except where Kafka's knob has
+# another name: its flush.ms is our flush_interval_ms).
+KAFKA_NAMES: Mapping[str, str] = MappingProxyType({
+    key: {"flush_interval_ms": "flush.ms"}.get(key, key.replace("_", "."))
+    for key in TOPIC_CONFIGS
+})
+_FROM_KAFKA: Mapping[str, str] = MappingProxyType({v: k for k, v in KAFKA_NAMES.items()})
+
+
+def canonical_key(key: str) -> str:
+    """Our key for `key` given either way (`retention.ms` -> `retention_ms`); an unknown key
+    comes back unchanged (and is refused by parse_value)."""
+    return _FROM_KAFKA.get(key, key) if isinstance(key, str) else key
+
+
 def parse_value(key: str, value: str) -> int | str:
     """Parse one config value. Raises InvalidConfigError naming the key when the key is
-    unknown, the value is not a string, or it is out of range."""
+    unknown, the value is not a string, or it is out of range. Kafka's names are accepted."""
+    key = canonical_key(key)
     spec = TOPIC_CONFIGS.get(key)
     if spec is None:
         raise InvalidConfigError(
@@ -151,12 +169,16 @@ def normalize_configs(configs: Mapping[str, str]) -> dict[str, str]:
     if not isinstance(configs, Mapping):
         raise InvalidConfigError("configs must be a map of string to string")
     out: dict[str, str] = {}
-    for key in sorted(configs, key=str):
-        if not isinstance(key, str):
-            raise InvalidConfigError(f"config key must be a string, got {key!r}", key=None)
-        value = parse_value(key, configs[key])  # raises for unknown keys first
+    for given in sorted(configs, key=str):
+        if not isinstance(given, str):
+            raise InvalidConfigError(f"config key must be a string, got {given!r}", key=None)
+        value = parse_value(given, configs[given])  # raises for unknown keys first
+        key = canonical_key(given)
+        if key in out:
+            raise InvalidConfigError(f"config {key!r} is given twice ({given!r} is the same key)",
+                                     key=key)
         out[key] = TOPIC_CONFIGS[key].normalize(value)
-    return out
+    return dict(sorted(out.items()))
 
 
 @dataclass(frozen=True)

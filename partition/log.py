@@ -85,6 +85,7 @@ from partition import cleaner
 from partition.batch import HEADER_BYTES, LOG_OVERHEAD, Header, iter_headers, read_header, verify_crc
 from partition.errors import CorruptRecordError, LogClosedError, StorageDamageError
 from partition.segment import (
+    FileSlice,
     INDEX_SUFFIX,
     INT32_MAX,
     LOG_SUFFIX,
@@ -702,12 +703,38 @@ class Log:
         its header and CRC-32C checked ("Integrity"). Raises OffsetOutOfRangeError for offset
         < log_start_offset or > log_end_offset; StorageDamageError; LogClosedError. A reader
         (module docstring): any thread."""
+        with self._located(offset, max_offset) as found:
+            if found is None:
+                return b""
+            seg, pos, h = found
+            data = seg.read_at(pos, h, max_bytes, max_offset)
+            _check_read(seg, pos, h, data)
+            return data
+
+    def read_slice(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> FileSlice | None:
+        """What `read` would return, as a FileSlice of the segment file (the caller closes
+        it; zero-copy senders), or None where `read` returns b"". The bytes are read and
+        checked as `read` checks them before the slice is made, so a slice never covers a
+        bad batch. Same errors. A reader: any thread; blocking (it reads the range)."""
+        with self._located(offset, max_offset) as found:
+            if found is None:
+                return None
+            seg, pos, h = found
+            data = seg.read_at(pos, h, max_bytes, max_offset)
+            _check_read(seg, pos, h, data)
+            return FileSlice(os.dup(seg.fd), pos, len(data))
+
+    @contextmanager
+    def _located(self, offset: int, max_offset: int | None) -> Iterator[tuple[Segment, int, Header] | None]:
+        """(segment, position, first batch header) where a read of `offset` starts, the
+        segment pinned for the `with` block; None: nothing to read. Raises as `read`."""
         self._check_open()
         if offset < self.log_start_offset or offset > self.log_end_offset:
             raise OffsetOutOfRangeError(offset=offset, log_start_offset=self.log_start_offset,
                                         log_end_offset=self.log_end_offset)
         if offset == self.log_end_offset or (max_offset is not None and offset >= max_offset):
-            return b""
+            yield None
+            return
         seg = self._pin_segment_at(offset)
         while seg is not None:
             try:
@@ -715,14 +742,13 @@ class Log:
                 if found is not None:
                     pos, h = found
                     if max_offset is not None and h.base_offset >= max_offset:
-                        return b""
-                    data = seg.read_at(pos, h, max_bytes, max_offset)
-                    _check_read(seg, pos, h, data)
-                    return data
+                        found = None
+                    yield None if found is None else (seg, pos, h)
+                    return
             finally:
                 self._unpin(seg)
             seg = self._pin_segment_at(offset, after=seg)
-        return b""
+        yield None
 
     def bytes_behind_end(self, offset: int) -> int:
         """About how many bytes of log lie at and after `offset` (index lookups only, no I/O):

@@ -299,15 +299,31 @@ class ReplicaManager:
             raise InvalidRequestError("acks must be 0, 1 or -1", field="acks", request_id=request.id)
         timeout_ms = field(request, "timeout_ms", int, default=DEFAULT_PRODUCE_TIMEOUT_MS,
                            min_value=0)
-        parts = field(request, "partitions", list, items=dict)
-        deadline = trio.current_time() + timeout_ms / 1000
-        results = []
-        waits = []
-        for i, d in enumerate(parts):
+        parts = []
+        for i, d in enumerate(field(request, "partitions", list, items=dict)):
             where = f"partitions[{i}]"
-            topic = field(d, "topic", str, where=where)
-            partition = field(d, "partition", int, min_value=0, where=where)
-            records = field(d, "records", bytes, where=where)
+            parts.append((field(d, "topic", str, where=where),
+                          field(d, "partition", int, min_value=0, where=where),
+                          field(d, "records", bytes, where=where)))
+        deadline = trio.current_time() + timeout_ms / 1000
+        results, waits = await self.append_partitions(parts, acks=acks)
+        await self.wait_appends(waits, deadline)
+        if acks == 0:
+            return None
+        return {"partitions": results}
+
+    async def append_partitions(
+        self, parts: list[tuple[str, int, bytes]], *, acks: int
+    ) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], Any]]]:
+        """The append half of a produce (shared by the native and the Kafka listener): append
+        each (topic, partition, records) on its leader replica, in order. Returns one entry
+        per part ({topic, partition, base_offset, log_append_time} or {..., error}) and the
+        acks=all waits to pass to `wait_appends`. Ordering: the appends are done (in the
+        leader's log, in this order) when it returns, so a connection that calls it for one
+        request after another keeps its requests' order."""
+        results: list[dict[str, Any]] = []
+        waits = []
+        for topic, partition, records in parts:
             entry: dict[str, Any] = {"topic": topic, "partition": partition}
             try:
                 replica = self._leader_replica(topic, partition)
@@ -319,15 +335,18 @@ class ReplicaManager:
             except RaftlogError as exc:
                 entry["error"] = self._error(exc, topic, partition)
             results.append(entry)
+        return results, waits
+
+    @staticmethod
+    async def wait_appends(waits: list[tuple[dict[str, Any], Any]], deadline: float) -> None:
+        """The acks=all half: wait until each batch is committed or `deadline` (trio time)
+        passes; an entry that fails gets its `error` in place of its offsets."""
         for entry, waiter in waits:
             try:
                 await waiter.wait(deadline)
             except RaftlogError as exc:
                 del entry["base_offset"], entry["log_append_time"]
                 entry["error"] = exc.to_wire()
-        if acks == 0:
-            return None
-        return {"partitions": results}
 
     async def _fetch(self, request: Request) -> dict[str, Any]:
         max_wait_ms = field(request, "max_wait_ms", int, default=DEFAULT_FETCH_MAX_WAIT_MS,
@@ -344,11 +363,25 @@ class ReplicaManager:
                 field(d, "max_bytes", int, default=DEFAULT_PARTITION_MAX_BYTES, min_value=1,
                       where=where),
             ))  # fmt: skip
+        return {"partitions": await self.fetch_partitions(
+            parts, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes)}
+
+    async def fetch_partitions(
+        self, parts: list[tuple[str, int, int, int]], *, max_wait_ms: int, min_bytes: int,
+        max_bytes: int, zero_copy: bool = False,
+    ) -> list[dict[str, Any]]:  # fmt: skip
+        """The fetch of both listeners: (topic, partition, fetch_offset, partition_max_bytes)
+        each -> {topic, partition, high_watermark, log_start_offset, records} or {..., error}.
+        Long poll: answers once `min_bytes` are there, on any error, or at `max_wait_ms`.
+        `records` is bytes, or with `zero_copy` a FileSlice or None (the caller closes the
+        slices; slices of an iteration that waits again are closed here).
+        Concurrency: trio thread; cancel-safe (slices are closed on the way out)."""
         deadline = trio.current_time() + max_wait_ms / 1000
         while True:
-            results, total, errors, watched = await self._read_partitions(parts, max_bytes)
+            results, total, errors, watched = await self._read_partitions(parts, max_bytes, zero_copy)
             if total >= min_bytes or errors or trio.current_time() >= deadline or not watched:
-                return {"partitions": results}
+                return results
+            _close_slices(results)
             wake = trio.Event()
             for r in watched:
                 r.watch(wake)
@@ -359,27 +392,45 @@ class ReplicaManager:
                 for r in watched:
                     r.unwatch(wake)
 
-    async def _read_partitions(self, parts, max_bytes: int):
+    async def _read_partitions(self, parts, max_bytes: int, zero_copy: bool = False):
+        """One pass of a fetch over its partitions. Reads may run in worker threads
+        (Replica._read); with `zero_copy`, the slices made so far are closed if the pass
+        ends by an exception or a cancellation."""
         results = []
         total = 0
         errors = 0
         watched = []
-        for topic, partition, offset, part_max in parts:
-            try:
-                r = self._leader_replica(topic, partition)
-                budget = min(part_max, max_bytes - total)
-                records = await r.read_committed(offset, budget) if budget > 0 else b""
-                total += len(records)
-                watched.append(r)
-                results.append({
-                    "topic": topic, "partition": partition, "high_watermark": r.high_watermark,
-                    "log_start_offset": r.log.log_start_offset, "records": records,
-                })  # fmt: skip
-            except (RaftlogError, RaftlogError) as exc:
-                errors += 1
-                results.append({"topic": topic, "partition": partition,
-                                "error": self._error(exc, topic, partition)})
+        try:
+            for topic, partition, offset, part_max in parts:
+                try:
+                    r = self._leader_replica(topic, partition)
+                    budget = min(part_max, max_bytes - total)
+                    if zero_copy:
+                        records = await r.read_committed_slice(offset, budget) if budget > 0 else None
+                        total += 0 if records is None else records.length
+                    else:
+                        records = await r.read_committed(offset, budget) if budget > 0 else b""
+                        total += len(records)
+                    watched.append(r)
+                    results.append({
+                        "topic": topic, "partition": partition, "high_watermark": r.high_watermark,
+                        "log_start_offset": r.log.log_start_offset, "records": records,
+                    })  # fmt: skip
+                except RaftlogError as exc:
+                    errors += 1
+                    results.append({"topic": topic, "partition": partition,
+                                    "error": self._error(exc, topic, partition)})
+        except BaseException:
+            _close_slices(results)
+            raise
         return results, total, errors, watched
+
+    async def list_offsets(self, parts: list[tuple[str, int, int]]) -> list[dict[str, Any]]:
+        """(topic, partition, timestamp) -> {topic, partition, offset, timestamp} or {...,
+        error}; timestamp -2 earliest, -1 latest (the high watermark), -3 the batch with the
+        largest timestamp (KIP-734), else the first batch with max timestamp >= it."""
+        return (await self._list_offsets(Request(0, "list_offsets", {"partitions": [
+            {"topic": t, "partition": p, "timestamp": ts} for t, p, ts in parts]})))["partitions"]
 
     async def _list_offsets(self, request: Request) -> dict[str, Any]:
         results = []
@@ -396,6 +447,8 @@ class ReplicaManager:
                     offset, found_ts = r.log.log_start_offset, -1
                 elif ts == -1:
                     offset, found_ts = hw, -1
+                elif ts == -3:
+                    offset, found_ts = _max_timestamp(r.log, hw)
                 else:
                     found = await r.offset_for_timestamp(ts)
                     offset, found_ts = found if found is not None and found[0] < hw else (-1, -1)
@@ -806,3 +859,23 @@ class _StorageMetrics(ReplicaObserver):
 
     def reopened(self, replica: Replica, ok: bool) -> None:
         self._reopens.labels(outcome="ok" if ok else "failed").inc()
+
+
+def _close_slices(results: list[dict[str, Any]]) -> None:
+    for entry in results:
+        records = entry.get("records")
+        if records is not None and not isinstance(records, bytes):
+            records.close()
+
+
+def _max_timestamp(log: Any, high_watermark: int) -> tuple[int, int]:
+    """(offset, timestamp) of the largest timestamp below the high watermark, at batch
+    granularity (the last offset of the first batch holding it; control batches skipped);
+    (-1, -1) for an empty log. Reads batch headers only."""
+    best_offset, best_ts = -1, -1
+    for h in log.batch_headers():
+        if h.base_offset >= high_watermark:
+            break
+        if not h.is_control and h.max_timestamp > best_ts:
+            best_offset, best_ts = h.last_offset, h.max_timestamp
+    return best_offset, best_ts

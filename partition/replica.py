@@ -113,7 +113,7 @@ from partition.raft import (
     TruncateFully,
     TruncateTo,
 )
-from partition.segment import write_durably
+from partition.segment import FileSlice, write_durably
 from raftlog.base.errors import (
     InvalidRequestError,
     KafkaStorageError,
@@ -931,26 +931,57 @@ class Replica:
         try:
             return await self._read(log, fetch_offset, max_bytes, max_offset=hw)
         except StorageDamageError as exc:
-            self.report_damage(exc, found_by="fetch")
-            if len(self.voters) == 1:
-                raise
-            raise KafkaStorageError(
-                f"{self.name}: damaged batch at offset {exc.offset} on broker {self.replica_id};"
-                " it is being repaired from another replica", offset=exc.offset) from None
+            raise self._damaged_read(exc) from None
+        except LogClosedError as exc:
+            self._go_offline(exc)
+            raise
+
+    def _damaged_read(self, exc: StorageDamageError) -> RaftlogError:
+        """A consumer read found damage: report it, and the error to answer with (the damage
+        itself, CORRUPT_MESSAGE with the offset, when no peer can repair it; else
+        KAFKA_STORAGE_ERROR: this replica repairs itself and clients go elsewhere)."""
+        self.report_damage(exc, found_by="fetch")
+        if len(self.voters) == 1:
+            return exc
+        return KafkaStorageError(
+            f"{self.name}: damaged batch at offset {exc.offset} on broker {self.replica_id};"
+            " it is being repaired from another replica", offset=exc.offset)
+
+    async def read_committed_slice(self, fetch_offset: int, max_bytes: int) -> FileSlice | None:
+        """`read_committed` as a FileSlice of the segment file (zero-copy senders; the caller
+        closes it), None where that returns b"". The range is checked as `read_committed`'s
+        bytes are (never a slice over a bad batch); the check runs where `_read` would read.
+        Same errors."""
+        self.check_leader()
+        log = self.log
+        if fetch_offset < log.log_start_offset or fetch_offset > log.log_end_offset:
+            raise OffsetOutOfRangeError(offset=fetch_offset, log_start_offset=log.log_start_offset,
+                                        log_end_offset=log.log_end_offset)
+        hw = self.high_watermark
+        if fetch_offset >= hw:
+            return None
+        try:
+            return await self._read(log, fetch_offset, max_bytes, max_offset=hw, zero_copy=True)
+        except StorageDamageError as exc:
+            raise self._damaged_read(exc) from None
         except LogClosedError as exc:
             self._go_offline(exc)
             raise
 
     async def _read(self, log: Log, offset: int, max_bytes: int, *,
-                    max_offset: int | None = None) -> bytes:
-        """`log.read` inline when it touches only the cached tail and little of it, else in a
-        worker thread (module docstring "Threads and disk")."""
+                    max_offset: int | None = None, zero_copy: bool = False) -> Any:
+        """`log.read` (or with `zero_copy` `log.read_slice`) inline when it touches only the
+        cached tail and little of it, else in a worker thread (module docstring "Threads and
+        disk"). Concurrency: a slice made in a worker thread is returned even when the caller
+        is cancelled meanwhile (to_thread does not abandon the thread), so it is never lost
+        unclosed."""
+        read = log.read_slice if zero_copy else log.read
         behind = log.bytes_behind_end(offset)
         tail = log.config.cache_tail_bytes if log.config.cache_tail_bytes >= 0 else HOT_TAIL_BYTES
         if behind <= tail and min(behind, max_bytes) <= INLINE_READ_MAX_BYTES:
-            return log.read(offset, max_bytes, max_offset=max_offset)
+            return read(offset, max_bytes, max_offset=max_offset)
         return await trio.to_thread.run_sync(
-            partial(log.read, offset, max_bytes, max_offset=max_offset), limiter=self.disk.io)
+            partial(read, offset, max_bytes, max_offset=max_offset), limiter=self.disk.io)
 
     async def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """Log.offset_for_timestamp in a worker thread (it may walk cold segments)."""

@@ -62,7 +62,22 @@ from partition.index import (
     TimeIndex,
 )
 
+@dataclass(frozen=True, slots=True)
+class FileSlice:
+    """`length` bytes of a segment file from `offset`, through `fd`: a dup of the segment's
+    descriptor owned by the holder, who must close() it (so a segment deleted or closed
+    meanwhile stays readable). What zero-copy readers send with os.sendfile."""
+
+    fd: int
+    offset: int
+    length: int
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
 __all__ = [
+    "FileSlice",
     "Segment",
     "SegmentScan",
     "SegmentVerifier",
@@ -704,6 +719,20 @@ class Segment:
 
         The end is found before reading (index positions are batch starts, then a short
         header walk), so the data is one exact pread: no copy to trim a partial batch."""
+        end = self._read_end(pos, first, max_bytes, max_offset)
+        data = pread_exact(self.fd, end - pos, pos)
+        if len(data) != end - pos:
+            raise StorageDamageError(f"segment {self.name}: short read at {pos}",
+                                     segment=self.base_offset, position=pos,
+                                     offset=first.base_offset)
+        return data
+
+    def slice_at(self, pos: int, first: Header, max_bytes: int, max_offset: int | None) -> FileSlice:
+        """What `read_at` would read, as a FileSlice (nothing is read; the caller sends it)."""
+        end = self._read_end(pos, first, max_bytes, max_offset)
+        return FileSlice(os.dup(self.fd), pos, end - pos)
+
+    def _read_end(self, pos: int, first: Header, max_bytes: int, max_offset: int | None) -> int:
         end = pos + first.size
         limit = min(self.size_bytes, pos + max_bytes)
         if end < limit:
@@ -721,12 +750,7 @@ class Segment:
                 p, h = found
                 cut = p if h.base_offset >= max_offset else p + h.size
                 end = max(pos + first.size, min(end, cut))
-        data = pread_exact(self.fd, end - pos, pos)
-        if len(data) != end - pos:
-            raise StorageDamageError(f"segment {self.name}: short read at {pos}",
-                                     segment=self.base_offset, position=pos,
-                                     offset=first.base_offset)
-        return data
+        return end
 
     def batch_bytes(self) -> Iterator[tuple[int, Header, bytes]]:
         """Every batch's (position, Header, bytes); one pread each (compaction's reader)."""

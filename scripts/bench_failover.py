@@ -71,7 +71,7 @@ def main() -> int:
     args = parser.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="raftlog-failover-"))
-    ports = {i: NodePorts(*free_ports(4)) for i in (1, 2, 3)}
+    ports = {i: NodePorts(*free_ports(5)) for i in (1, 2, 3)}
     settings = {"heartbeat_ms": args.heartbeat_ms, "session_timeout_ms": args.session_timeout_ms}
     configs = build_node_configs(root, new_cluster_id(), secrets.token_urlsafe(24), ports, settings=settings)
     client = {i: str(c.listeners.client) for i, c in configs.items()}

@@ -134,7 +134,7 @@ def worker(address: str, topic: str, batch_bytes: int, seconds: float, window: i
 class Cluster:
     def __init__(self, root: Path):
         self.root = root
-        self.ports = {i: NodePorts(*free_ports(4)) for i in (1, 2, 3)}
+        self.ports = {i: NodePorts(*free_ports(5)) for i in (1, 2, 3)}
         self.configs = build_node_configs(root, new_cluster_id(), secrets.token_urlsafe(24),
                                           self.ports, settings=SETTINGS)
         self.procs: dict[int, NodeProcess] = {}

@@ -49,7 +49,7 @@ SETTINGS = {"heartbeat_ms": 300, "session_timeout_ms": 2000}
 
 class Cluster:
     def __init__(self, root: Path):
-        self.ports = {i: NodePorts(*free_ports(4)) for i in (1, 2, 3)}
+        self.ports = {i: NodePorts(*free_ports(5)) for i in (1, 2, 3)}
         self.configs = build_node_configs(root, new_cluster_id(), secrets.token_urlsafe(24),
                                           self.ports, settings=SETTINGS)
         self.procs: dict[int, NodeProcess] = {}

@@ -6,7 +6,7 @@ Public API (declared here once):
     from spark_source import register
     register(spark)                                   # once per SparkSession
     df = (spark.read.format("raftlog")
-          .option("bootstrap", "127.0.0.1:9092")      # or raftlog.bootstrap.servers
+          .option("bootstrap", "127.0.0.1:9093")      # or raftlog.bootstrap.servers
           .option("subscribe", "events")              # or subscribePattern / assign (JSON)
           .option("startingOffsets", "earliest")      # earliest | latest | JSON | group:<id>
           .load())

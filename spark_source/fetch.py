@@ -233,7 +233,7 @@ class ClusterProvider:
             return self._admin.request_many(requests, timeout_ms=timeout_ms)
 
     def list_partitions(self, topics: Sequence[str] | None) -> list[PartitionMeta]:
-        from raftlog.client.core import metadata_request, parse_metadata
+        from raftlog.client.request import metadata_request, parse_metadata
 
         (msg,) = self._run([(metadata_request(topics), None)])
         md = parse_metadata(msg)
@@ -248,7 +248,7 @@ class ClusterProvider:
         return sorted(out, key=lambda m: (m.topic, m.partition))
 
     def _list_offsets(self, specs: Mapping[TopicPartition, int]) -> dict[TopicPartition, int | None]:
-        from raftlog.client.core import list_offsets_request, parse_list_offsets
+        from raftlog.client.request import list_offsets_request, parse_list_offsets
 
         tps = sorted(specs)
         out: dict[TopicPartition, int | None] = {}
@@ -274,7 +274,7 @@ class ClusterProvider:
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int, *,
               leader_id: int | None = None, max_wait_ms: int = 0) -> FetchAnswer:
-        from raftlog.client.core import fetch_request
+        from raftlog.client.request import fetch_request
 
         req = fetch_request(max_wait_ms, 1, max_bytes, [(topic, partition, offset, max_bytes)])
         (msg,) = self._run([(req, (topic, partition))],

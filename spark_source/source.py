@@ -32,7 +32,7 @@ from `fetch.py`. Spark's process model (measured, see the shared notes) shapes i
 Usage:
     from spark_source import register
     register(spark)
-    df = (spark.readStream.format("raftlog").option("bootstrap", "127.0.0.1:9092")
+    df = (spark.readStream.format("raftlog").option("bootstrap", "127.0.0.1:9093")
           .option("subscribe", "events").option("startingOffsets", "earliest").load())
 """
 

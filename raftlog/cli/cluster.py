@@ -9,8 +9,9 @@ Layout under the data dir (created on first run, reused after):
     node-<i>/node.log       its log lines (stdout and stderr)
     node-<i>/...            its data (meta.properties, quorum/, partitions later)
 
-Node i (1-based) listens on 127.0.0.1 at base_port + 10*(i-1) + {0 client, 1 peer, 2 quorum,
-3 http}: with the default base port node 1's client listener is 9092, Kafka's port.
+Node i (1-based) listens on 127.0.0.1 at base_port + 10*(i-1) + {0 kafka, 1 client (native),
+2 peer, 3 quorum, 4 http}: with the default base port node 1's Kafka listener is 9092, Kafka's
+port (`kcat -b 127.0.0.1:9092`), and its native listener 9093 (the raftlog CLI's default).
 
 Process rules (also used by the test harness and scripts/bench_failover.py): each node runs
 as `python -m raftlog.cli node start --config node.toml` in its own session (so a Ctrl-C at
@@ -61,15 +62,19 @@ MAX_NODES: Final = 9  # ports stay within one stride each; voters beyond that on
 
 @dataclasses.dataclass(frozen=True)
 class NodePorts:
+    """A node's listener ports. Positional order (client, peer, quorum, http, kafka) is the
+    order callers pass `free_ports(5)` in; `from_base` lays them out kafka first."""
+
     client: int
     peer: int
     quorum: int
     http: int
+    kafka: int
 
     @classmethod
     def from_base(cls, base_port: int, index: int) -> "NodePorts":
         first = base_port + PORT_STRIDE * index
-        return cls(first, first + 1, first + 2, first + 3)
+        return cls(client=first + 1, peer=first + 2, quorum=first + 3, http=first + 4, kafka=first)
 
 
 def build_node_configs(
@@ -101,8 +106,9 @@ def build_node_configs(
             cluster_id=cluster_id,
             roles=roles,
             listeners=Listeners(
-                client=HostPort(host, p.client), peer=HostPort(host, p.peer),
-                quorum=HostPort(host, p.quorum), http=HostPort(host, p.http),
+                kafka=HostPort(host, p.kafka), client=HostPort(host, p.client),
+                peer=HostPort(host, p.peer), quorum=HostPort(host, p.quorum),
+                http=HostPort(host, p.http),
             ),  # fmt: skip
             controller_quorum_voters=quorum,
             controller_peers=peers,
@@ -355,7 +361,7 @@ def cluster_up(
     layout, created = ClusterLayout.load_or_create(root, nodes, base_port)
     configs = layout.configs()
     busy = [(i, name, getattr(ports, name)) for i, ports in layout.ports().items()
-            for name in ("client", "peer", "quorum", "http") if port_in_use(layout.host, getattr(ports, name))]
+            for name in ("kafka", "client", "peer", "quorum", "http") if port_in_use(layout.host, getattr(ports, name))]
     if busy:
         i, name, port = busy[0]
         raise ConfigError(
@@ -448,10 +454,11 @@ def _wait_ready(processes: Mapping[int, NodeProcess], bootstrap: list[str], node
 
 def _print_table(out: TextIO, configs: Mapping[int, NodeConfig], processes: Mapping[int, NodeProcess],
                  status: Any) -> None:
-    rows = [("NODE", "CLIENT", "ROLES", "CONTROLLER", "PID", "LOG")]
+    rows = [("NODE", "KAFKA", "CLIENT", "ROLES", "CONTROLLER", "PID", "LOG")]
     for node_id, config in configs.items():
         rows.append((
-            str(node_id), str(config.listeners.client), ",".join(sorted(config.roles)),
+            str(node_id), str(config.listeners.kafka), str(config.listeners.client),
+            ",".join(sorted(config.roles)),
             f"yes (epoch {status.controller_epoch})" if node_id == status.controller_id else "",
             str(processes[node_id].pid), str(processes[node_id].log_path),
         ))  # fmt: skip
@@ -460,7 +467,7 @@ def _print_table(out: TextIO, configs: Mapping[int, NodeConfig], processes: Mapp
     for row in rows:
         out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() + "\n")
     first = configs[min(configs)].listeners.client
-    hint = "" if str(first) == f"{DEFAULT_HOST}:{DEFAULT_BASE_PORT}" else f" --bootstrap {first}"
+    hint = "" if str(first) == f"{DEFAULT_HOST}:{DEFAULT_BASE_PORT + 1}" else f" --bootstrap {first}"
     out.write(
         f"try:  raftlog topics create demo --partitions 6 --replication-factor {min(3, len(configs))}{hint}\n"
         f"      raftlog topics describe demo{hint}\n      raftlog cluster status{hint}\n"

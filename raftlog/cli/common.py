@@ -16,7 +16,7 @@ import click
 
 from raftlog.base.errors import ConfigError, RaftlogError
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+DEFAULT_BOOTSTRAP = "127.0.0.1:9093"
 PROBE_TIMEOUT_S = 1.5
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -6,7 +6,7 @@
     raftlog topics create|list|describe|delete|alter
     raftlog partitions recover TOPIC PARTITION --broker N --unclean   (raftlog/cli/partitions.py)
 
-Admin commands talk to `--bootstrap` (default 127.0.0.1:9092, or $RAFTLOG_BOOTSTRAP) through
+Admin commands talk to `--bootstrap` (default 127.0.0.1:9093, or $RAFTLOG_BOOTSTRAP) through
 the blocking client `raftlog.client.Admin`; any node answers (it forwards to the
 controller). Output: human tables by default, `--json` for scripts. Failures print one line
 and exit 1 (2 for a bad configuration); `raftlog --debug ...` shows the traceback instead.
@@ -71,6 +71,7 @@ def node() -> None:
 @click.option("--data-dir", help="Overrides data_dir.")
 @click.option("--cluster-id", help="Overrides cluster_id (needed on a data dir's first start).")
 @click.option("--roles", help='Overrides roles: "controller,broker" or "broker".')
+@click.option("--kafka", "listeners_kafka", help="Kafka (wire protocol) listener host:port.")
 @click.option("--client", "listeners_client", help="Client listener host:port.")
 @click.option("--peer", "listeners_peer", help="Peer listener host:port.")
 @click.option("--quorum", "listeners_quorum", help="Quorum (PySyncObj) listener host:port.")
@@ -86,7 +87,7 @@ def node_start(config_path: str | None, **flags: Any) -> None:
     \b
     Example:
       raftlog node start --config raftlog-data/node-1/node.toml
-      RAFTLOG_LOG_LEVEL=DEBUG raftlog node start --config node.toml --client 0.0.0.0:9092
+      RAFTLOG_LOG_LEVEL=DEBUG raftlog node start --config node.toml --client 0.0.0.0:9093
     """
     from raftlog.node.main import main as node_main
 
@@ -107,7 +108,7 @@ def cluster() -> None:
 @click.option("--data-dir", type=click.Path(file_okay=False), default="./raftlog-data", show_default=True,
               help="Where the cluster lives; re-running on it restarts the same cluster.")
 @click.option("--base-port", type=click.IntRange(1024, 65000), default=None,
-              help="Node i listens on base+10*(i-1)+{0 client,1 peer,2 quorum,3 http} (default 9092).")
+              help="Node i listens on base+10*(i-1)+{0 kafka,1 client,2 peer,3 quorum,4 http} (default 9092: kcat -b 127.0.0.1:9092).")
 @click.option("--restart/--no-restart", default=True, show_default=True,
               help="Restart a node that exits (at most 5 times each).")
 @friendly
@@ -120,7 +121,7 @@ def cluster_up_cmd(nodes: int | None, data_dir: str, base_port: int | None, rest
 
     \b
     Example:
-      raftlog cluster up                      # three nodes, node 1's client on 9092
+      raftlog cluster up                      # three nodes, node 1: kafka 9092, native client 9093
       raftlog cluster up --nodes 1 --data-dir /tmp/one --base-port 19092
     """
     from raftlog.cli.cluster import cluster_up
@@ -140,7 +141,7 @@ def cluster_status_cmd(ctx: click.Context, bootstrap: str, timeout: float, as_js
     \b
     Example:
       raftlog cluster status
-      raftlog cluster status --bootstrap 127.0.0.1:9102 --json
+      raftlog cluster status --bootstrap 127.0.0.1:9103 --json
     """
     store(ctx, bootstrap=bootstrap, timeout=timeout)
     with admin_from_context(ctx) as admin:
@@ -163,10 +164,10 @@ def cluster_status_cmd(ctx: click.Context, bootstrap: str, timeout: float, as_js
                      "controller" if v.get("leader") else "follower"))
     table(rows)
     click.echo("")
-    rows = [("BROKER", "CLIENT ADDRESS", "STATE", "LAST HEARTBEAT")]
+    rows = [("BROKER", "KAFKA ADDRESS", "CLIENT ADDRESS", "STATE", "LAST HEARTBEAT")]
     for b in status.brokers:
         age = b.get("last_heartbeat_age_ms")
-        rows.append((str(b.get("id")), f"{b.get('host')}:{b.get('port')}",
+        rows.append((str(b.get("id")), str(b.get("kafka") or "-"), f"{b.get('host')}:{b.get('port')}",
                      "fenced" if b.get("fenced") else "unfenced",
                      "-" if age is None else f"{age / 1000:.1f} s ago"))
     table(rows)

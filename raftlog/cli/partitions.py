@@ -94,7 +94,7 @@ def partitions_recover(topic: str, partition: int, broker_id: int, unclean: bool
 
     \b
     Example:
-      curl -s http://127.0.0.1:9095/health      # find flagged replicas, their log_end_offset
+      curl -s http://127.0.0.1:9096/health      # find flagged replicas, their log_end_offset
       raftlog partitions recover events 3 --broker 2 --unclean
       raftlog topics describe events            # a leader appears within a few seconds
     """

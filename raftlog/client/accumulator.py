@@ -1,7 +1,7 @@
 """Producer record accumulator: per-partition batches, linger, byte bounds, in-flight limits, idempotent sequences.
 
 Pure: no I/O, no clock (`now_ms` is an argument), no threads (the shell holds a lock around
-it if it has several threads). The core (`core.ProducerCore`) decides where and when; this
+it if it has several threads). The producer core (`producer.ProducerCore`) decides where and when; this
 module only keeps batches.
 
 Life of a batch: *open* (last of its partition's queue, records still appended) → *full*
@@ -302,6 +302,19 @@ class Accumulator:
                     return True
         return False
 
+    def oldest_waiting_ms(self) -> int | None:
+        """`created_ms` of the oldest batch not in flight (when delivery may expire next)."""
+        best = None
+        for parts in self._queues.values():
+            for q in parts.values():
+                if q.waiting and (best is None or q.waiting[0].created_ms < best):
+                    best = q.waiting[0].created_ms
+        return best
+
+    def never_sent(self, topic: str) -> list[ProducerBatch]:
+        """`topic`'s batches that no attempt has sent yet."""
+        return [b for q in self._queues.get(topic, {}).values() for b in q.waiting if not b.attempts]
+
     def pending_partitions(self) -> Iterable[tuple[str, int]]:
         """(topic, partition) pairs that hold a batch not yet sent (for metadata lookups)."""
         for topic, parts in self._queues.items():
@@ -420,11 +433,8 @@ class Accumulator:
         if b.in_flight:
             q.in_flight.remove(b)
             b.in_flight = False
-        else:
-            try:
-                q.waiting.remove(b)
-            except ValueError:
-                pass
+        elif b in q.waiting:
+            q.waiting.remove(b)
         self._finish(b)
         b.future.set_exception(error)
 

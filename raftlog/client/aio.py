@@ -1,4 +1,6 @@
-"""Trio client shell: Producer, Consumer, Admin. Same behaviour as the blocking shell; every decision is core's.
+"""Trio client shell: Producer, Consumer, Admin. Same behaviour as the blocking shell; every
+decision is a core's (producer.py, consumer.py, admin.py, group_session.py); this module
+moves bytes.
 
 Each client is an async context manager owning a nursery: one reader task per broker
 connection (frames → a bounded inbox channel), and for the Producer one sender task that
@@ -6,64 +8,54 @@ polls the core, writes requests, and dispatches answers (Kafka's Sender). Consum
 Admin drive the core from the calling task (poll-driven, no background sender); a Consumer
 with a `group_id` also runs its group's driver and heartbeat tasks (group_aio.py).
 
-    async with aio.Producer("127.0.0.1:9092") as p:
+    async with aio.Producer("127.0.0.1:9093") as p:
         handle = await p.send("t", b"v")      # queued; returns a handle at once
         partition, offset = await handle      # acknowledged
         await p.flush()
 
+Time: each client reads one clock, its `clock` option (clock.py), by default
+`network_aio.TRIO_CLOCK` (trio's clock for deadlines, the wall clock for timestamps): under
+`trio.testing.MockClock` the cores' deadlines and trio's timeouts move together. Streams:
+the `connect` option (`async (host, port) -> trio.abc.Stream`, default trio.open_tcp_stream)
+opens every connection; a test hands in one that returns in-memory streams.
+
 Concurrency: all methods run in the owning trio thread. Cancel-safety: cancelling `send`
 while it waits for buffer space or metadata leaves nothing queued; cancelling a wait on a
-handle does not cancel the record.
-"""
+handle does not cancel the record."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 import random
-from typing import Any, AsyncIterator, Iterable
+from typing import Any, AsyncIterator, Callable, Iterable
 
 import trio
 
 from raftlog.client.accumulator import FULL, ProducerBatch
-from raftlog.client.core import (
-    EARLIEST,
-    LATEST,
+from raftlog.client.admin import (
     AdminCore,
-    ClientCore,
-    ClusterStatus,
-    ConsumerCore,
-    ConsumerRecord,
-    ProducerCore,
-    TopicInfo,
-    alter_configs_request,
-    cluster_status_request,
-    create_topic_request,
-    delete_topic_request,
-    list_offsets_request,
-    metadata_request,
-    parse_cluster_status,
-    parse_list_offsets,
-    parse_metadata,
-    parse_topic,
+    AdminOp,
+    alter_configs_op,
+    cluster_status_op,
+    create_topic_op,
+    delete_topic_op,
+    describe_topics_op,
+    list_topics_op,
 )
-from raftlog.client.network_aio import Network, mono_ms, step, wall_ms
-from raftlog.client.errors import BufferFullError, ClientClosedError
-from raftlog.client.group import GROUP_OPTIONS, GroupMetadata
+from raftlog.client.clock import Clock
+from raftlog.client.consumer import ConsumerCore, ConsumerMethods, ConsumerRecord
+from raftlog.client.core import ClientCore
+from raftlog.client.errors import ClientClosedError
+from raftlog.client.group import GROUP_OPTIONS
 from raftlog.client.group_aio import TrioGroup
-from raftlog.base.errors import (
-    RequestTimedOutError,
-    UnknownTopicOrPartitionError,
-)
+from raftlog.client.network_aio import TRIO_CLOCK, Connect, Network, step
+from raftlog.client.producer import NO_METADATA, ProducerCore
+from raftlog.client.request import ClusterStatus, TopicInfo
 
 __all__ = ["Producer", "Consumer", "Admin", "RecordHandle"]
 
 log = logging.getLogger(__name__)
-
-
-
-
-
 
 
 class _BatchFuture:
@@ -109,12 +101,14 @@ class RecordHandle:
 
 
 class _AsyncClient:
-    """Owns the nursery and the network of one client."""
+    """Owns the nursery, the network and the clock of one client."""
 
     _core: ClientCore
 
-    def __init__(self, request_timeout_ms: int):
+    def __init__(self, request_timeout_ms: int, clock: Clock, connect: Connect | None):
         self._request_timeout_ms = request_timeout_ms
+        self._clock = clock
+        self._connect = connect
         self._stack: contextlib.AsyncExitStack | None = None
         self._nursery: trio.Nursery | None = None
         self._net: Network | None = None
@@ -125,9 +119,9 @@ class _AsyncClient:
         self._nursery = await stack.enter_async_context(trio.open_nursery())
         stack.push_async_callback(self._final)  # runs before the nursery exits (LIFO)
         self._stack = stack
-        self._net = Network(self._core, self._nursery,
-                                 connect_timeout_ms=min(self._request_timeout_ms, 10_000),
-                                 send_timeout_ms=self._request_timeout_ms)
+        self._net = Network(self._core, self._nursery, clock=self._clock, connect=self._connect,
+                            connect_timeout_ms=min(self._request_timeout_ms, 10_000),
+                            send_timeout_ms=self._request_timeout_ms)
         await self._started(self._nursery)
         return self
 
@@ -167,7 +161,7 @@ class _AsyncClient:
 
 
 class Producer(_AsyncClient):
-    """Trio producer; options as the blocking `raftlog.client.Producer`."""
+    """Trio producer; options as the blocking `raftlog.client.Producer`, plus `connect`."""
 
     def __init__(
         self,
@@ -184,9 +178,11 @@ class Producer(_AsyncClient):
         max_block_ms: int = 60_000,
         max_in_flight_per_partition: int = 5,
         rng: random.Random | None = None,
+        clock: Clock = TRIO_CLOCK,
+        connect: Connect | None = None,
         **options: Any,
     ):
-        super().__init__(request_timeout_ms)
+        super().__init__(request_timeout_ms, clock, connect)
         self._core = ProducerCore(
             bootstrap, rng=rng or random.Random(), future_factory=_BatchFuture, acks=acks,
             linger_ms=linger_ms, batch_bytes=batch_bytes, buffer_bytes=buffer_bytes,
@@ -195,6 +191,7 @@ class Producer(_AsyncClient):
             max_in_flight_per_partition=max_in_flight_per_partition, **options,
         )
         self._max_block_ms = max_block_ms
+        self._wall_s = clock.wall_s  # the per-record timestamp: one call, no method frame
         self._changed = trio.Event()
         self._sender_done = trio.Event()
         self._flushers = 0
@@ -212,16 +209,20 @@ class Producer(_AsyncClient):
         """Queue one record and return its handle (waits only for metadata or buffer space,
         at most max_block_ms). Raises like the blocking send."""
         net = self._check_open()
-        if headers is not None and not isinstance(headers, (list, tuple)):
-            headers = list(headers)
         core = self._core
-        ts = wall_ms() if timestamp is None else timestamp
-        n = core.metadata.partition_count(topic)
-        if n is None:
-            n = await self._wait_metadata(topic)
-        b = core.send(topic, value, key, headers, partition, ts, mono_ms(), n)
-        if b is FULL:
-            b = await self._wait_space(topic, value, key, headers, partition, ts, n)
+        ts = int(self._wall_s() * 1000) if timestamp is None else timestamp
+        if key is None and not headers and partition is None:
+            # Hot path: most keyless records join the sticky batch of their topic.
+            b = core.send_sticky(topic, value, ts)
+            if b is not None:
+                return RecordHandle(b, b.record_count - 1)
+
+        def attempt():
+            return core.append(topic, value, key, headers, partition, ts, self._clock.monotonic_ms())
+
+        b = attempt()
+        if b is FULL or b is NO_METADATA:
+            b = await self._wait(attempt, b, topic)
         index = b.record_count - 1
         if index == 0:
             net.kick()
@@ -230,30 +231,28 @@ class Producer(_AsyncClient):
             await trio.lowlevel.cancel_shielded_checkpoint()
         return RecordHandle(b, index)
 
-    async def _wait_metadata(self, topic: str) -> int:
-        with trio.move_on_after(self._max_block_ms / 1000):
-            while True:
-                n = self._core.partition_count(topic)
-                if n is not None:
-                    return n
-                self._check_open().kick()
-                await self._changed.wait()
-        err = self._core.topic_error(topic)
-        raise err if err is not None else UnknownTopicOrPartitionError(
-            f"no metadata for topic {topic!r} after {self._max_block_ms} ms"
-        )
+    async def partitions_for(self, topic: str) -> list[int]:
+        """The partitions of `topic` (waits for its metadata, at most max_block_ms)."""
+        def attempt():
+            n = self._core.partition_count(topic)
+            return NO_METADATA if n is None else n
 
-    async def _wait_space(self, topic, value, key, headers, partition, ts, n) -> ProducerBatch:
+        n = attempt()
+        if n is NO_METADATA:
+            n = await self._wait(attempt, n, topic)
+        return list(range(n))
+
+    async def _wait(self, attempt: Callable[[], Any], outcome: Any, topic: str) -> Any:
+        """attempt() after each sender step until it answers neither FULL nor NO_METADATA,
+        at most max_block_ms; raises the core's blocked_error then."""
         with trio.move_on_after(self._max_block_ms / 1000):
             while True:
                 self._check_open().kick()
                 await self._changed.wait()
-                b = self._core.send(topic, value, key, headers, partition, ts, mono_ms(), n)
-                if b is not FULL:
-                    return b
-        raise BufferFullError(
-            f"buffer_bytes {self._core.accumulator.buffer_bytes} used up for {self._max_block_ms} ms"
-        )
+                outcome = attempt()
+                if outcome is not FULL and outcome is not NO_METADATA:
+                    return outcome
+        raise self._core.blocked_error(outcome, topic, self._max_block_ms)
 
     async def flush(self) -> None:
         """Send everything queued and wait until each batch is acked or failed."""
@@ -300,13 +299,15 @@ class Producer(_AsyncClient):
 # ---------------------------------------------------------------- consumer
 
 
-class Consumer(_AsyncClient):
-    """Trio consumer; options as the blocking Consumer.
+class Consumer(_AsyncClient, ConsumerMethods):
+    """Trio consumer; options as the blocking Consumer, plus `connect`.
 
     Without `group_id` it reads manually assigned partitions (`assign`). With `group_id` it
     can `subscribe` and take part in a consumer group (group_aio.py): partitions come and go
     at rebalances inside `poll()`, heartbeats run in a task of the consumer's nursery, and
-    leaving the `async with` block commits (auto commit) and leaves the group.
+    leaving the `async with` block commits (auto commit) and leaves the group. assign, seek,
+    seek_to_*, subscribe, subscription, group_metadata, high_watermark:
+    consumer.ConsumerMethods (rebalance callbacks may be async functions here).
     """
 
     def __init__(
@@ -329,9 +330,11 @@ class Consumer(_AsyncClient):
         partition_assignment_strategy: str | Iterable[str] = ("range",),
         group_instance_id: str | None = None,
         rng: random.Random | None = None,
+        clock: Clock = TRIO_CLOCK,
+        connect: Connect | None = None,
         **options: Any,
     ):
-        super().__init__(request_timeout_ms)
+        super().__init__(request_timeout_ms, clock, connect)
         # Consumer groups (group_aio.py): group options are the group's, not the core's.
         group_options = {k: options.pop(k) for k in list(options) if k in GROUP_OPTIONS}
         rng = rng or random.Random()
@@ -341,16 +344,15 @@ class Consumer(_AsyncClient):
             max_partition_fetch_bytes=max_partition_fetch_bytes,
             max_poll_records=max_poll_records, request_timeout_ms=request_timeout_ms, **options,
         )
-        self._max_wait_ms = max_wait_ms
         self._group: TrioGroup | None = None
         if group_id is not None:
             self._group = TrioGroup(
-                self, bootstrap, group_id=group_id, enable_auto_commit=enable_auto_commit,
+                self._core, bootstrap, group_id=group_id, enable_auto_commit=enable_auto_commit,
                 auto_commit_interval_ms=auto_commit_interval_ms, session_timeout_ms=session_timeout_ms,
                 heartbeat_interval_ms=heartbeat_interval_ms, rebalance_timeout_ms=rebalance_timeout_ms,
                 partition_assignment_strategy=partition_assignment_strategy,
                 group_instance_id=group_instance_id, request_timeout_ms=request_timeout_ms,
-                rng=rng, **group_options,
+                rng=rng, clock=clock, connect=connect, **group_options,
             )  # fmt: skip
 
     async def _started(self, nursery: trio.Nursery) -> None:
@@ -363,24 +365,6 @@ class Consumer(_AsyncClient):
         await super()._shutdown()
 
     # ---- consumer groups (the group half lives in group_aio.py) ----
-
-    def subscribe(self, topics: Iterable[str] | None = None, *, pattern: str | None = None,
-                  on_revoked=None, on_assigned=None) -> None:
-        """Join the consumer's group (group_id=...) for `topics` or a regex `pattern`;
-        partitions come and go at rebalances inside poll(), announced by
-        on_revoked(partitions) / on_assigned(partitions) (plain or async functions)."""
-        if self._group is None:
-            raise ValueError("subscribe needs a group_id (Consumer(..., group_id=...))")
-        self._group.subscribe(topics, pattern, on_revoked, on_assigned)
-
-    def group_metadata(self) -> GroupMetadata | None:
-        """This member's group id, generation, member id, instance id and assignment as of
-        the last completed rebalance; None without a group_id."""
-        return self._group.membership.metadata() if self._group is not None else None
-
-    def subscription(self) -> tuple[str, ...]:
-        """The topics subscribed to (a pattern's matches once resolved); () without a group."""
-        return self._group.subscription() if self._group is not None else ()
 
     async def commit(self, offsets: dict[tuple[str, int], int] | None = None) -> None:
         """Commit offsets (default: the position of every assigned partition) and wait."""
@@ -397,126 +381,102 @@ class Consumer(_AsyncClient):
         self._check_open()
         return await self._require_group().committed(partitions)
 
-    def _require_group(self) -> TrioGroup:
-        if self._group is None:
-            raise ValueError("no group_id: this consumer has no group to commit to")
-        return self._group
-
-    def assign(self, partitions: Iterable[tuple[str, int]]) -> None:
-        self._core.assign(partitions)
-
-    def assignment(self) -> list[tuple[str, int]]:
-        return self._core.assignment()
-
-    def seek(self, partition: tuple[str, int], offset: int) -> None:
-        self._core.seek(partition[0], partition[1], offset)
-
-    def seek_to_beginning(self, *partitions: tuple[str, int]) -> None:
-        self._core.seek_to(partitions or None, EARLIEST)
-
-    def seek_to_end(self, *partitions: tuple[str, int]) -> None:
-        self._core.seek_to(partitions or None, LATEST)
+    # ---- positions and records ----
 
     async def position(self, partition: tuple[str, int], timeout_ms: int | None = None) -> int:
-        net = self._check_open()
-        deadline = mono_ms() + (timeout_ms or self._request_timeout_ms)
-        while True:
-            pos = self._core.position(*partition)
-            if pos is not None:
-                return pos
-            self._core.raise_pending_error()
-            if mono_ms() >= deadline:
-                raise RequestTimedOutError(f"position of {partition} not resolved in time")
-            await step(self._core, net, deadline)
+        """The offset of the next record poll() returns (resolving resets if needed).
+        Raises RequestTimedOutError if it cannot be resolved in time."""
+        net, core, clock = self._check_open(), self._core, self._clock
+        deadline = clock.monotonic_ms() + (timeout_ms or self._request_timeout_ms)
+        while (pos := core.resolve_position(*partition, clock.monotonic_ms(), deadline)) is None:
+            await step(core, net, deadline)
+        return pos
 
     async def offsets_for_times(self, timestamps: dict[tuple[str, int], int],
                                 timeout_ms: int | None = None) -> dict[tuple[str, int], tuple[int, int] | None]:
+        """{(topic, partition): (offset, timestamp)} of the first record at or after each
+        timestamp (None where there is none)."""
         net = self._check_open()
-        now = mono_ms()
-        calls = {
-            tp: self._core.submit(list_offsets_request([(tp[0], tp[1], ts)]), now, route=tuple(tp),
-                                  timeout_ms=timeout_ms)
-            for tp, ts in timestamps.items()
-        }
+        calls = self._core.submit_offsets_for_times(timestamps, self._clock.monotonic_ms(), timeout_ms)
         while not all(c.done for c in calls.values()):
             await step(self._core, net, None)
-        out: dict[tuple[str, int], tuple[int, int] | None] = {}
-        for tp, c in calls.items():
-            off, ts = parse_list_offsets(c.value()).get(tuple(tp), (-1, -1))
-            out[tp] = (off, ts) if off >= 0 else None
-        return out
+        return self._core.offsets_for_times_result(calls)
 
     async def poll(self, timeout_ms: int = 1000, max_records: int | None = None) -> list[ConsumerRecord]:
         """Records from the assigned partitions, waiting up to timeout_ms for some. In a group
         it first rejoins if needed (running the rebalance callbacks) and auto-commits if due.
         Raises fetch errors that are not retriable, and fatal group errors."""
-        net = self._check_open()
-        core = self._core
-        core.fetch_wait_ms = max(0, min(self._max_wait_ms, timeout_ms))
-        deadline = mono_ms() + timeout_ms
+        net, core, clock = self._check_open(), self._core, self._clock
+        deadline = core.begin_poll(timeout_ms, clock.monotonic_ms())
         if self._group is not None:
-            await self._group.before_poll(deadline)
-        while True:
-            records = core.take_records(max_records)
-            if records:
-                return records
-            if mono_ms() >= deadline:
-                return []
+            await self._group.before_poll()
+        while not (records := core.take_records(max_records)) and clock.monotonic_ms() < deadline:
             await step(core, net, deadline)
+        return records
 
     async def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
         while not self._closed:
             for r in await self.poll(1000):
                 yield r
 
-    def high_watermark(self, partition: tuple[str, int]) -> int:
-        return self._core.high_watermark(*partition)
-
 
 # ---------------------------------------------------------------- admin
 
 
 class Admin(_AsyncClient):
-    """Trio admin client; same calls as the blocking Admin, awaited."""
+    """Trio admin client; the blocking Admin's calls (admin.py's ops, `request`,
+    `request_many`), awaited."""
 
     def __init__(self, bootstrap: str | Iterable[str], *, request_timeout_ms: int = 30_000,
-                 rng: random.Random | None = None, **options: Any):
-        super().__init__(request_timeout_ms)
+                 rng: random.Random | None = None, clock: Clock = TRIO_CLOCK,
+                 connect: Connect | None = None, **options: Any):
+        super().__init__(request_timeout_ms, clock, connect)
         self._core = AdminCore(bootstrap, rng=rng or random.Random(),
                                request_timeout_ms=request_timeout_ms, **options)
 
-    async def _call(self, request: dict, timeout_ms: int | None = None) -> dict:
+    async def _op(self, op: AdminOp, timeout_ms: int | None) -> Any:
+        return op.parse(await self.request(op.request, timeout_ms=timeout_ms))
+
+    # ---- raw requests ----
+
+    async def request(self, request: dict, *, route: tuple[str, int] | None = None,
+                      timeout_ms: int | None = None) -> dict:
+        """As the blocking Admin.request: one protocol request, routed and retried."""
+        return (await self.request_many([(request, route)], timeout_ms=timeout_ms))[0]
+
+    async def request_many(self, requests: Iterable[tuple[dict, tuple[str, int] | None]], *,
+                           timeout_ms: int | None = None) -> list[dict]:
+        """As the blocking Admin.request_many: all in flight together, answers in order."""
         net = self._check_open()
-        call = self._core.submit(request, mono_ms(), timeout_ms=timeout_ms)
-        while not call.done:
-            await step(self._core, net, call.deadline_ms)
-        return call.value()
+        now = self._clock.monotonic_ms()
+        calls = [self._core.submit(dict(req), now, route=route, timeout_ms=timeout_ms)
+                 for req, route in requests]
+        while pending := [c.deadline_ms for c in calls if not c.done]:
+            await step(self._core, net, min(pending))
+        return [c.value() for c in calls]
+
+    # ---- admin ops ----
 
     async def create_topic(self, name: str, partitions: int, replication_factor: int,
                            configs: dict[str, str] | None = None, *,
                            timeout_ms: int | None = None) -> TopicInfo:
-        r = await self._call(create_topic_request(name, partitions, replication_factor, configs), timeout_ms)
-        return parse_topic({"name": r.get("name", name), "partitions": r.get("partitions") or ()})
+        return await self._op(create_topic_op(name, partitions, replication_factor, configs), timeout_ms)
 
     async def delete_topic(self, name: str, *, timeout_ms: int | None = None) -> None:
-        await self._call(delete_topic_request(name), timeout_ms)
+        await self._op(delete_topic_op(name), timeout_ms)
 
     async def describe_topics(self, names: Iterable[str] | None = None, *,
                               timeout_ms: int | None = None) -> dict[str, TopicInfo]:
-        md = parse_metadata(await self._call(metadata_request(None if names is None else list(names)), timeout_ms))
-        for err in md.topic_errors.values():
-            raise err
-        return md.topics
+        """{name: TopicInfo}; raises the error of the first requested topic that has one."""
+        return await self._op(describe_topics_op(names), timeout_ms)
 
     async def list_topics(self, internal: bool = False, *, timeout_ms: int | None = None) -> list[str]:
-        md = parse_metadata(await self._call(metadata_request(None, internal=internal), timeout_ms))
-        return sorted(name for name, t in md.topics.items() if internal or not t.internal)
+        return await self._op(list_topics_op(internal), timeout_ms)
 
     async def alter_configs(self, name: str, set_configs: dict[str, str] | None = None,
                             delete_configs: Iterable[str] = (), *, timeout_ms: int | None = None) -> dict:
-        r = await self._call(alter_configs_request(name, set_configs, delete_configs), timeout_ms)
-        return dict(r.get("configs") or {})
+        """Set and delete topic configs; returns the topic's configs after the change."""
+        return await self._op(alter_configs_op(name, set_configs, delete_configs), timeout_ms)
 
     async def cluster_status(self, *, timeout_ms: int | None = None) -> ClusterStatus:
-        return parse_cluster_status(await self._call(cluster_status_request(), timeout_ms))
-
+        return await self._op(cluster_status_op(), timeout_ms)

@@ -1,18 +1,22 @@
-"""Blocking client shell: Producer, Consumer, Admin over plain sockets. Every decision is core's.
+"""Blocking client shell: Producer, Consumer, Admin over plain sockets. Every decision is a
+core's (producer.py, consumer.py, admin.py, group_session.py); this module moves bytes.
 
-Design (say which, as asked): the Producer runs one background I/O thread (like Kafka's
-Sender), so `send()` only appends under a lock and returns a future at once; the Consumer and
-the Admin are poll-driven on the caller's thread (no thread: `poll()` / each admin call
-drives the sockets until its answer or deadline).
+Design: the Producer runs one background I/O thread (like Kafka's Sender), so `send()` only
+appends under a lock and returns a future at once; the Consumer and the Admin are
+poll-driven on the caller's thread (`poll()` / each admin call drives the sockets until its
+answer or deadline); a Consumer in a group adds one heartbeat thread (group_blocking.py).
 
 Connections: one TCP connection per broker id, many requests in flight on it, answers matched
 by id (in the core). Sends use `sendall` on a socket with a timeout; reads use a selector, so
 the one thread that drives a core waits on all its connections at once.
 
+Time: each client reads one clock, its `clock` option (clock.py; default the system's
+monotonic and wall clocks), and nothing else; waits on sockets and conditions are durations
+computed from it.
+
 Concurrency: Producer methods are thread-safe (one RLock around the core; futures complete
 on the I/O thread, so a done-callback must not block on the producer). Consumer and Admin
-are not thread-safe (as Kafka's consumer).
-"""
+are not thread-safe (as Kafka's consumer)."""
 
 from __future__ import annotations
 
@@ -20,45 +24,32 @@ import concurrent.futures
 import logging
 import random
 import threading
-import time
 from typing import Any, Iterable, Iterator
 
 from raftlog.client.accumulator import FULL, ProducerBatch
-from raftlog.client.core import (
-    EARLIEST,
-    LATEST,
+from raftlog.client.admin import (
     AdminCore,
-    ClusterStatus,
-    ConsumerCore,
-    ConsumerRecord,
-    MetadataCache,
-    ProducerCore,
-    TopicInfo,
-    alter_configs_request,
-    cluster_status_request,
-    create_topic_request,
-    delete_topic_request,
-    list_offsets_request,
-    metadata_request,
-    parse_cluster_status,
-    parse_list_offsets,
-    parse_metadata,
-    parse_topic,
+    AdminOp,
+    alter_configs_op,
+    cluster_status_op,
+    create_topic_op,
+    delete_topic_op,
+    describe_topics_op,
+    list_topics_op,
 )
-from raftlog.client.network_blocking import Network, dispatch, mono_ms, step
-from raftlog.client.errors import BufferFullError, ClientClosedError
-from raftlog.client.group import GROUP_OPTIONS, GroupMetadata
+from raftlog.client.clock import SYSTEM_CLOCK, Clock
+from raftlog.client.consumer import ConsumerCore, ConsumerMethods, ConsumerRecord
+from raftlog.client.errors import ClientClosedError
+from raftlog.client.group import GROUP_OPTIONS
 from raftlog.client.group_blocking import BlockingGroup
-from raftlog.base.errors import (
-    RequestTimedOutError,
-    UnknownTopicOrPartitionError,
-)
+from raftlog.client.metadata_cache import MetadataCache
+from raftlog.client.network_blocking import Network, step
+from raftlog.client.producer import NO_METADATA, ProducerCore
+from raftlog.client.request import ClusterStatus, TopicInfo
 
 __all__ = ["Producer", "Consumer", "Admin", "RecordFuture"]
 
 log = logging.getLogger(__name__)
-
-_time = time.time  # a module global: the per-record path reads it without an attribute lookup
 
 # ---------------------------------------------------------------- producer
 
@@ -112,7 +103,8 @@ class Producer:
     Options as Kafka's producer: acks 0/1/'all' (default 'all'), linger_ms (5), batch_bytes
     (64 KiB), buffer_bytes (32 MiB), compression (None/'gzip'/'snappy'/'lz4'/'zstd'),
     enable_idempotence (True), delivery_timeout_ms (120 s), request_timeout_ms (30 s),
-    max_block_ms (60 s: how long send waits for metadata or buffer space).
+    max_block_ms (60 s: how long send waits for metadata and buffer space, in all);
+    `clock` (clock.py; default the system's) is the one clock the producer reads.
     """
 
     def __init__(
@@ -130,6 +122,7 @@ class Producer:
         max_block_ms: int = 60_000,
         max_in_flight_per_partition: int = 5,
         rng: random.Random | None = None,
+        clock: Clock = SYSTEM_CLOCK,
         **options: Any,
     ):
         self._core = ProducerCore(
@@ -148,10 +141,12 @@ class Producer:
             **options,
         )
         self._max_block_ms = max_block_ms
+        self._clock = clock
+        self._wall_s = clock.wall_s  # the per-record timestamp: one C call, no method frame
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
-        self._net = Network(self._core, connect_timeout_ms=min(request_timeout_ms, 10_000),
-                             send_timeout_ms=request_timeout_ms, wakeup=True)
+        self._net = Network(self._core, clock=clock, connect_timeout_ms=min(request_timeout_ms, 10_000),
+                            send_timeout_ms=request_timeout_ms, wakeup=True)
         self._closing = False
         self._closed = False
         self._flushers = 0
@@ -166,28 +161,17 @@ class Producer:
         """Queue one record; returns its RecordFuture at once (unless waiting for metadata or
         buffer space, at most max_block_ms). Raises BufferFullError, UnknownTopicOrPartitionError (topic
         unknown after max_block_ms), ClientClosedError, MessageTooLargeError, ValueError."""
-        ts = int(_time() * 1000) if timestamp is None else timestamp
-        core = self._core
+        ts = int(self._wall_s() * 1000) if timestamp is None else timestamp
         if key is None and not headers and partition is None:
             # Hot path: most keyless records join the sticky batch of their topic.
             with self._lock:
                 if self._closing:
                     raise ClientClosedError("producer is closed")
-                b = core.send_sticky(topic, value, ts)
+                b = self._core.send_sticky(topic, value, ts)
                 if b is not None:
                     return RecordFuture(b, b.record_count - 1)
-        if headers is not None and not isinstance(headers, (list, tuple)):
-            headers = list(headers)
         with self._lock:
-            if self._closing:
-                raise ClientClosedError("producer is closed")
-            now = mono_ms()
-            n = core.metadata.partition_count(topic)
-            if n is None:
-                n = self._wait_metadata(topic, now)
-            b = core.send(topic, value, key, headers, partition, ts, now, n)
-            if b is FULL:
-                b = self._wait_space(topic, value, key, headers, partition, ts, n)
+            b = self._append(topic, value, key, headers, partition, ts)
             index = b.record_count - 1
             if index == 0 or b.full:
                 self._net.wake()  # a new batch: its linger deadline is new to the I/O thread
@@ -196,7 +180,8 @@ class Producer:
     def flush(self, timeout: float | None = None) -> None:
         """Send everything queued now and wait until each batch is acked or failed.
         Raises TimeoutError if `timeout` seconds pass first."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        clock = self._clock
+        deadline = None if timeout is None else clock.monotonic_s() + timeout
         with self._lock:
             self._flushers += 1
             self._core.begin_flush()
@@ -205,7 +190,7 @@ class Producer:
                 while self._core.has_pending():
                     if self._closed:
                         break
-                    left = None if deadline is None else deadline - time.monotonic()
+                    left = None if deadline is None else deadline - clock.monotonic_s()
                     if left is not None and left <= 0:
                         raise TimeoutError("flush timed out")
                     self._changed.wait(left if left is not None else 1.0)
@@ -236,69 +221,56 @@ class Producer:
         self.close()
 
     def partitions_for(self, topic: str) -> list[int]:
+        """The partitions of `topic` (waits for its metadata, at most max_block_ms)."""
+        def attempt():
+            n = self._core.partition_count(topic)
+            return NO_METADATA if n is None else n
+
         with self._lock:
-            n = self._core.metadata.partition_count(topic)
-            if n is None:
-                n = self._wait_metadata(topic, mono_ms())
-            return list(range(n))
+            return list(range(self._wait(attempt, topic)))
 
     # ---- waits (caller's thread, lock held) ----
 
-    def _wait_metadata(self, topic: str, now: int) -> int:
-        deadline = now + self._max_block_ms
-        while True:
-            n = self._core.partition_count(topic)  # asks for a refresh when unknown
-            if n is not None:
-                return n
-            self._net.wake()
-            left = deadline - mono_ms()
-            if left <= 0:
-                err = self._core.topic_error(topic)
-                raise err if err is not None else UnknownTopicOrPartitionError(
-                    f"no metadata for topic {topic!r} after {self._max_block_ms} ms"
-                )
-            if self._closing:
-                raise ClientClosedError("producer is closed")
-            self._changed.wait(min(left, 100) / 1000)
+    def _append(self, topic, value, key, headers, partition, ts) -> ProducerBatch:
+        core = self._core
+        return self._wait(
+            lambda: core.append(topic, value, key, headers, partition, ts, self._clock.monotonic_ms()), topic)
 
-    def _wait_space(self, topic, value, key, headers, partition, ts, n) -> ProducerBatch:
-        deadline = mono_ms() + self._max_block_ms
+    def _wait(self, attempt, topic: str):
+        """attempt() until it answers neither FULL nor NO_METADATA, waking the I/O thread and
+        waiting for its news in between, at most max_block_ms; raises blocked_error then."""
+        deadline = None
         while True:
-            self._net.wake()
-            left = deadline - mono_ms()
-            if left <= 0:
-                raise BufferFullError(
-                    f"buffer_bytes {self._core.accumulator.buffer_bytes} used up for {self._max_block_ms} ms"
-                )
-            self._changed.wait(min(left, 100) / 1000)
             if self._closing:
                 raise ClientClosedError("producer is closed")
-            b = self._core.send(topic, value, key, headers, partition, ts, mono_ms(), n)
-            if b is not FULL:
-                return b
+            outcome = attempt()
+            if outcome is not FULL and outcome is not NO_METADATA:
+                return outcome
+            now = self._clock.monotonic_ms()
+            if deadline is None:
+                deadline = now + self._max_block_ms
+            elif now >= deadline:
+                raise self._core.blocked_error(outcome, topic, self._max_block_ms)
+            self._net.wake()
+            self._changed.wait(min(deadline - now, 100) / 1000)
 
     # ---- I/O thread ----
 
     def _run(self) -> None:
-        core, net = self._core, self._net
+        core, net, clock = self._core, self._net, self._clock
         try:
             while True:
                 with self._lock:
-                    now = mono_ms()
+                    now = clock.monotonic_ms()
                     actions = core.poll(now)
                     if self._closing and not actions and not core.has_pending():
                         break
-                    wake = core.next_wakeup_ms(now)
+                    wait_ms = core.wait_ms(now, None)
                 failed = net.perform(actions)
-                timeout_ms = 1000 if wake is None else max(0, min(1000, wake - mono_ms()))
-                if failed:
-                    timeout_ms = 0
-                responses, lost = net.wait(timeout_ms / 1000)
+                wait_ms = 0 if failed else max(0, wait_ms - (clock.monotonic_ms() - now))
+                responses, lost = net.wait(wait_ms / 1000)
                 with self._lock:
-                    now = mono_ms()
-                    for b in failed:
-                        core.on_disconnect(b, now)
-                    dispatch(core, responses, lost, now)
+                    core.on_input(responses, [*failed, *lost], clock.monotonic_ms())
                     self._changed.notify_all()
         except BaseException:
             log.exception("producer I/O thread failed")
@@ -315,13 +287,16 @@ class Producer:
 # ---------------------------------------------------------------- consumer
 
 
-class Consumer:
-    """Blocking consumer over manually assigned partitions (no group).
+class Consumer(ConsumerMethods):
+    """Blocking consumer over manually assigned partitions, or subscribed in a group.
 
     `poll(timeout_ms)` returns the records fetched so far (long-poll fetch: max_wait_ms,
     min_bytes); iteration yields records one by one (forever, or until consumer_timeout_ms
     passes with none). auto_offset_reset ('latest' as in Kafka, 'earliest', 'none') decides
-    where a partition with no position starts.
+    where a partition with no position starts. With `group_id` (and the group options of
+    group.new_group) it can `subscribe`: group_blocking.py runs the group half. `clock`
+    (clock.py; default the system's) is the one clock it reads. assign, seek, seek_to_*,
+    subscribe, subscription, group_metadata, high_watermark: consumer.ConsumerMethods.
     """
 
     def __init__(
@@ -337,6 +312,7 @@ class Consumer:
         request_timeout_ms: int = 30_000,
         consumer_timeout_ms: int | None = None,
         rng: random.Random | None = None,
+        clock: Clock = SYSTEM_CLOCK,
         **options: Any,
     ):
         # Consumer groups (group_blocking.py): group options are the group's, not the core's.
@@ -347,133 +323,82 @@ class Consumer:
             max_partition_fetch_bytes=max_partition_fetch_bytes,
             max_poll_records=max_poll_records, request_timeout_ms=request_timeout_ms, **options,
         )
-        self._net = Network(self._core, connect_timeout_ms=min(request_timeout_ms, 10_000),
-                             send_timeout_ms=request_timeout_ms)
-        self._max_wait_ms = max_wait_ms
+        self._clock = clock
+        self._net = Network(self._core, clock=clock, connect_timeout_ms=min(request_timeout_ms, 10_000),
+                            send_timeout_ms=request_timeout_ms)
         self._request_timeout_ms = request_timeout_ms
         self._consumer_timeout_ms = consumer_timeout_ms
         self._closed = False
         self._group: BlockingGroup | None = None
         if group_options.get("group_id") is not None:
-            self._group = BlockingGroup(self, bootstrap, request_timeout_ms=request_timeout_ms,
-                                        **group_options)
+            self._group = BlockingGroup(self._core, bootstrap, request_timeout_ms=request_timeout_ms,
+                                        clock=clock, **group_options)
+
+    def _step_until(self, deadline_ms: int | None) -> None:
+        step(self._core, self._net, deadline_ms)
 
     # ---- consumer groups (the group half lives in group_blocking.py) ----
-
-    def subscribe(self, topics: Iterable[str] | None = None, *, pattern: str | None = None,
-                  on_revoked=None, on_assigned=None) -> None:
-        """Join the consumer's group (group_id=...) for `topics` or a regex `pattern`;
-        partitions come and go at rebalances inside poll(), announced by
-        on_revoked(partitions) / on_assigned(partitions)."""
-        if self._group is None:
-            raise ValueError("subscribe needs a group_id (Consumer(..., group_id=...))")
-        self._group.subscribe(topics, pattern, on_revoked, on_assigned)
-
-    def group_metadata(self) -> GroupMetadata | None:
-        """This member's group id, generation, member id, instance id and assignment as of
-        the last completed rebalance; None without a group_id."""
-        return self._group.membership.metadata() if self._group is not None else None
-
-    def subscription(self) -> tuple[str, ...]:
-        """The topics subscribed to (a pattern's matches once resolved); () without a group."""
-        return self._group.subscription() if self._group is not None else ()
 
     def commit(self, offsets: dict[tuple[str, int], int] | None = None) -> None:
         """Commit offsets (default: the position of every assigned partition) and wait."""
         self._require_group().commit(offsets, sync=True)
 
     def commit_async(self, offsets: dict[tuple[str, int], int] | None = None) -> None:
+        """Queue a commit and return at once (its failure is logged at a later poll)."""
         self._require_group().commit(offsets, sync=False)
 
     def committed(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
         """The group's committed offset of each partition (None: none)."""
         return self._require_group().committed(partitions)
 
-    def _require_group(self) -> BlockingGroup:
-        if self._group is None:
-            raise ValueError("no group_id: this consumer has no group to commit to")
-        return self._group
-
-    def assign(self, partitions: Iterable[tuple[str, int]]) -> None:
-        self._core.assign(partitions)
-
-    def assignment(self) -> list[tuple[str, int]]:
-        return self._core.assignment()
-
-    def seek(self, partition: tuple[str, int], offset: int) -> None:
-        self._core.seek(partition[0], partition[1], offset)
-
-    def seek_to_beginning(self, *partitions: tuple[str, int]) -> None:
-        self._core.seek_to(partitions or None, EARLIEST)
-
-    def seek_to_end(self, *partitions: tuple[str, int]) -> None:
-        self._core.seek_to(partitions or None, LATEST)
+    # ---- positions and records ----
 
     def position(self, partition: tuple[str, int], timeout_ms: int | None = None) -> int:
         """The offset of the next record poll() returns (resolving resets if needed).
         Raises RequestTimedOutError if it cannot be resolved in time."""
-        deadline = mono_ms() + (timeout_ms or self._request_timeout_ms)
-        while True:
-            pos = self._core.position(*partition)
-            if pos is not None:
-                return pos
-            self._core.raise_pending_error()
-            if mono_ms() >= deadline:
-                raise RequestTimedOutError(f"position of {partition} not resolved in time")
-            step(self._core, self._net, deadline)
+        core, clock = self._core, self._clock
+        deadline = clock.monotonic_ms() + (timeout_ms or self._request_timeout_ms)
+        while (pos := core.resolve_position(*partition, clock.monotonic_ms(), deadline)) is None:
+            self._step_until(deadline)
+        return pos
 
     def offsets_for_times(self, timestamps: dict[tuple[str, int], int],
                           timeout_ms: int | None = None) -> dict[tuple[str, int], tuple[int, int] | None]:
         """{(topic, partition): (offset, timestamp)} of the first record at or after each
         timestamp (None where there is none)."""
-        now = mono_ms()
-        calls = {
-            tp: self._core.submit(list_offsets_request([(tp[0], tp[1], ts)]), now, route=tuple(tp),
-                                  timeout_ms=timeout_ms)
-            for tp, ts in timestamps.items()
-        }
+        calls = self._core.submit_offsets_for_times(timestamps, self._clock.monotonic_ms(), timeout_ms)
         while not all(c.done for c in calls.values()):
-            step(self._core, self._net, None)
-        out: dict[tuple[str, int], tuple[int, int] | None] = {}
-        for tp, c in calls.items():
-            off, ts = parse_list_offsets(c.value()).get(tuple(tp), (-1, -1))
-            out[tp] = (off, ts) if off >= 0 else None
-        return out
+            self._step_until(None)
+        return self._core.offsets_for_times_result(calls)
 
     def poll(self, timeout_ms: int = 1000, max_records: int | None = None) -> list[ConsumerRecord]:
-        """Records from the assigned partitions, waiting up to timeout_ms for some.
-        Raises fetch errors that are not retriable (e.g. OffsetOutOfRangeError with 'none')."""
+        """Records from the assigned partitions, waiting up to timeout_ms for some. In a group
+        it first rejoins if needed (running the rebalance callbacks) and auto-commits if due.
+        Raises fetch errors that are not retriable (e.g. OffsetOutOfRangeError with 'none'),
+        and fatal group errors."""
         if self._closed:
             raise ClientClosedError("consumer is closed")
-        core = self._core
-        core.fetch_wait_ms = max(0, min(self._max_wait_ms, timeout_ms))
-        deadline = mono_ms() + timeout_ms
+        core, clock = self._core, self._clock
+        deadline = core.begin_poll(timeout_ms, clock.monotonic_ms())
         if self._group is not None:
-            self._group.before_poll(deadline)
-        while True:
-            records = core.take_records(max_records)
-            if records:
-                return records
-            if mono_ms() >= deadline:
-                return []
-            step(core, self._net, deadline)
+            self._group.before_poll()
+        while not (records := core.take_records(max_records)) and clock.monotonic_ms() < deadline:
+            self._step_until(deadline)
+        return records
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
-        idle_since = mono_ms()
+        clock = self._clock
+        idle_since = clock.monotonic_ms()
         while not self._closed:
             records = self.poll(1000 if self._consumer_timeout_ms is None
                                 else min(1000, self._consumer_timeout_ms))
             if records:
                 yield from records
-                idle_since = mono_ms()
+                idle_since = clock.monotonic_ms()
             elif self._consumer_timeout_ms is not None and (
-                mono_ms() - idle_since >= self._consumer_timeout_ms
+                clock.monotonic_ms() - idle_since >= self._consumer_timeout_ms
             ):
                 return
-
-    def high_watermark(self, partition: tuple[str, int]) -> int:
-        """The last high watermark a fetch reported (-1 before any)."""
-        return self._core.high_watermark(*partition)
 
     def close(self) -> None:
         if not self._closed:
@@ -494,19 +419,22 @@ class Consumer:
 
 class Admin:
     """Blocking admin client: each call goes to any broker (the node forwards it to the
-    controller) and is retried on connection loss until request_timeout_ms."""
+    controller) and is retried on connection loss until request_timeout_ms. The ops are
+    admin.py's; `request` / `request_many` send any protocol request (tools built on the
+    client: the Spark source, the CLI)."""
 
     def __init__(self, bootstrap: str | Iterable[str], *, request_timeout_ms: int = 30_000,
-                 rng: random.Random | None = None, **options: Any):
+                 rng: random.Random | None = None, clock: Clock = SYSTEM_CLOCK, **options: Any):
         self._core = AdminCore(bootstrap, rng=rng or random.Random(),
                                request_timeout_ms=request_timeout_ms, **options)
-        self._net = Network(self._core, connect_timeout_ms=min(request_timeout_ms, 10_000),
-                             send_timeout_ms=request_timeout_ms)
+        self._clock = clock
+        self._net = Network(self._core, clock=clock, connect_timeout_ms=min(request_timeout_ms, 10_000),
+                            send_timeout_ms=request_timeout_ms)
 
-    def _call(self, request: dict, timeout_ms: int | None = None) -> dict:
-        return self.request(request, timeout_ms=timeout_ms)
+    def _op(self, op: AdminOp, timeout_ms: int | None) -> Any:
+        return op.parse(self.request(op.request, timeout_ms=timeout_ms))
 
-    # ---- raw requests (for tools built on the client: the Spark source, the CLI) ----
+    # ---- raw requests ----
 
     def request(self, request: dict, *, route: tuple[str, int] | None = None,
                 timeout_ms: int | None = None) -> dict:
@@ -525,13 +453,10 @@ class Admin:
                      timeout_ms: int | None = None) -> list[dict]:
         """`request` for several (request, route) pairs at once, all in flight together;
         the ok responses in order, or raises the first failed one's error (in order)."""
-        now = mono_ms()
+        now = self._clock.monotonic_ms()
         calls = [self._core.submit(dict(req), now, route=route, timeout_ms=timeout_ms)
                  for req, route in requests]
-        while True:
-            pending = [c.deadline_ms for c in calls if not c.done]
-            if not pending:
-                break
+        while pending := [c.deadline_ms for c in calls if not c.done]:
             step(self._core, self._net, min(pending))
         return [c.value() for c in calls]
 
@@ -539,42 +464,38 @@ class Admin:
     def metadata(self) -> MetadataCache:
         """The routing cache (leaders by partition, broker addresses). `request` keeps it
         fresh; a caller that learns more (a metadata answer, a NOT_LEADER hint inside an ok
-        response) may feed it: `metadata.update(parse_metadata(msg), now_ms)` with
-        `now_ms = int(time.monotonic() * 1000)`, `metadata.apply_leader_hint(...)`."""
+        response) may feed it: `metadata.update(parse_metadata(msg), now_ms)` with `now_ms`
+        from this Admin's clock (default: time.monotonic in ms), `metadata.apply_leader_hint(...)`."""
         return self._core.metadata
 
     def request_metadata_refresh(self) -> None:
         """Refresh the routing cache before the next routed request."""
         self._core.request_metadata_refresh()
 
+    # ---- admin ops ----
+
     def create_topic(self, name: str, partitions: int, replication_factor: int,
                      configs: dict[str, str] | None = None, *, timeout_ms: int | None = None) -> TopicInfo:
-        r = self._call(create_topic_request(name, partitions, replication_factor, configs), timeout_ms)
-        return parse_topic({"name": r.get("name", name), "partitions": r.get("partitions") or ()})
+        return self._op(create_topic_op(name, partitions, replication_factor, configs), timeout_ms)
 
     def delete_topic(self, name: str, *, timeout_ms: int | None = None) -> None:
-        self._call(delete_topic_request(name), timeout_ms)
+        self._op(delete_topic_op(name), timeout_ms)
 
     def describe_topics(self, names: Iterable[str] | None = None, *,
                         timeout_ms: int | None = None) -> dict[str, TopicInfo]:
         """{name: TopicInfo}; raises the error of the first requested topic that has one."""
-        md = parse_metadata(self._call(metadata_request(None if names is None else list(names)), timeout_ms))
-        for err in md.topic_errors.values():
-            raise err
-        return md.topics
+        return self._op(describe_topics_op(names), timeout_ms)
 
     def list_topics(self, internal: bool = False, *, timeout_ms: int | None = None) -> list[str]:
-        md = parse_metadata(self._call(metadata_request(None, internal=internal), timeout_ms))
-        return sorted(name for name, t in md.topics.items() if internal or not t.internal)
+        return self._op(list_topics_op(internal), timeout_ms)
 
     def alter_configs(self, name: str, set_configs: dict[str, str] | None = None,
                       delete_configs: Iterable[str] = (), *, timeout_ms: int | None = None) -> dict:
         """Set and delete topic configs; returns the topic's configs after the change."""
-        r = self._call(alter_configs_request(name, set_configs, delete_configs), timeout_ms)
-        return dict(r.get("configs") or {})
+        return self._op(alter_configs_op(name, set_configs, delete_configs), timeout_ms)
 
     def cluster_status(self, *, timeout_ms: int | None = None) -> ClusterStatus:
-        return parse_cluster_status(self._call(cluster_status_request(), timeout_ms))
+        return self._op(cluster_status_op(), timeout_ms)
 
     def close(self) -> None:
         self._net.close()

@@ -11,8 +11,9 @@
 
 Server errors come from `raftlog.base.errors` (`error_from_wire`). A definite failure
 (`RejectedError`) is kept apart from an unknown outcome (`UnknownOutcomeError`): when a produce batch
-gives up after any attempt whose outcome was unknown, its future fails with
-`RequestTimedOutError` (an `UnknownOutcomeError`), never with a definite error.
+gives up after any attempt whose outcome was unknown, its future fails with an
+`UnknownOutcomeError` (`RequestTimedOutError`, or the unknown error itself), never with a
+definite error.
 """
 
 from __future__ import annotations

@@ -2,7 +2,9 @@
 the member's state machine (`GroupMembership`): join → sync → heartbeat, rebalances, the
 leader's assignment (raftlog/client/assignor.py), offset commit/fetch, auto-commit timing.
 
-No sockets, no clock, no threads: a shell (group_blocking.py) drives both with `now_ms`.
+No sockets, no clock, no threads: the shells (group_blocking.py, group_aio.py) drive both
+through group_session.py's procedures, with `now_ms` from their clock. Offset resets for
+the admin (`ResetSpec`, `plan_offset_reset`) are planned here too, as pure functions.
 
 GroupCore (a ClientCore): `coord_call(request, now_ms, timeout_ms) -> Call` sends `request`
 to the group's coordinator, found with `find_coordinator` (asked of any broker). It retries
@@ -13,7 +15,7 @@ Every group op is safe to resend: a join or sync sent twice is answered as one, 
 or a commit of the same offsets changes nothing more.
 
 GroupMembership: the classic protocol as Kafka's ConsumerCoordinator runs it.
-* `join_request(owned)` / `on_join_ok(resp)` / `on_join_error(exc)` → "sync" or "rejoin"
+* `join_request()` / `on_join_ok(resp)` / `on_join_error(exc)` → "rejoin" or raises
   (MEMBER_ID_REQUIRED adopts the id given; UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION reset to
   a fresh member; REBALANCE_IN_PROGRESS rejoins). FENCED_INSTANCE_ID and non-retriable
   errors are raised to the user.
@@ -31,57 +33,42 @@ partition is owned by this member only within a generation the coordinator confi
 from __future__ import annotations
 
 import logging
+import random
 import re
 from collections.abc import Iterable, Mapping
-import random
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from raftlog.base.errors import (
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+    IllegalGenerationError,
+    InvalidRequestError,
+    MemberIdRequiredError,
+    NotCoordinatorError,
+    RaftlogError,
+    RebalanceInProgressError,
+    RequestTimedOutError,
+    UnknownMemberIdError,
+    error_from_wire,
+)
 from raftlog.client.assignor import (
     ASSIGNORS,
     Subscription,
     assign,
     decode_assignment,
+    decode_subscription,
     encode_subscription,
 )
-from raftlog.client.core import Call, ClientCore, _Pending, check_response
-from dataclasses import dataclass
-
-from raftlog.base.errors import (
-
-    CoordinatorLoadInProgressError,
-
-    CoordinatorNotAvailableError,
-
-    IllegalGenerationError,
-
-    InvalidRequestError,
-
-    MemberIdRequiredError,
-
-    NotCoordinatorError,
-
-    RaftlogError,
-
-    RebalanceInProgressError,
-
-    RequestTimedOutError,
-
-    UnknownMemberIdError,
-
-    error_from_wire,
-
-)
+from raftlog.client.core import Call, ClientCore, Pending
+from raftlog.client.request import check_response
 
 __all__ = [
     "GroupCore",
     "GroupMembership",
     "GroupMetadata",
     "GROUP_OPTIONS",
-    "MAX_JOIN_ROUNDS",
     "new_group",
-    "known_positions",
-    "seek_committed",
-    "reap_async_commits",
     "TopicPartition",
     "PROTOCOL_TYPE",
     "find_coordinator_request",
@@ -96,8 +83,6 @@ PROTOCOL_TYPE = "consumer"
 MAX_COORD_CALLS = 1024
 TopicPartition = tuple[str, int]
 
-
-MAX_JOIN_ROUNDS = 100  # join/sync rounds per poll before giving up (each bounded by its call)
 # Consumer options that belong to the group (both shells' Consumers hand these to new_group).
 GROUP_OPTIONS = frozenset({
     "group_id", "group_instance_id", "session_timeout_ms", "heartbeat_interval_ms",
@@ -125,39 +110,6 @@ def new_group(bootstrap: str | Iterable[str], *, group_id: str, group_instance_i
     )  # fmt: skip
     core = GroupCore(bootstrap, group_id, rng=rng or random.Random(), request_timeout_ms=request_timeout_ms)
     return membership, core
-
-
-def known_positions(consumer_core: Any, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-    """{partition: position} of those `partitions` the consumer core has assigned with a
-    known position (what a commit of "where we are" sends)."""
-    out = {}
-    for tp in partitions:
-        s = consumer_core._assigned.get(tp)
-        if s is not None and s.position is not None:
-            out[tp] = s.position
-    return out
-
-
-def seek_committed(consumer_core: Any, committed: Mapping[TopicPartition, int | None]) -> None:
-    """Start each newly assigned partition at the group's committed offset; one with none
-    keeps the core's auto_offset_reset."""
-    for (topic, partition), off in committed.items():
-        if off is not None:
-            consumer_core.seek(topic, partition, off)
-
-
-def reap_async_commits(calls: list[Call], group_id: str) -> list[Call]:
-    """Log the failures of finished fire-and-forget commits; return those still pending."""
-    pending = []
-    for call in calls:
-        if not call.done:
-            pending.append(call)
-            continue
-        try:
-            check_commit(call.value())
-        except RaftlogError as exc:
-            log.warning("group %s: async commit failed: %s", group_id, exc)
-    return pending
 
 
 class GroupMetadata(NamedTuple):
@@ -240,16 +192,8 @@ class GroupCore(ClientCore):
         return bool(self._wanted_topics)
 
     def _poll_more(self, now_ms: int, out: list) -> None:
-        keep = []
-        for c in self._coord_calls:
-            if c.done:
-                continue
-            if not c.in_flight and now_ms >= c.deadline_ms:
-                self._finish_call_timeout(c)
-                continue
-            keep.append(c)
-        self._coord_calls = keep
-        waiting = [c for c in keep if not c.in_flight and c.retry_at_ms <= now_ms]
+        self._coord_calls = self._prune_calls(self._coord_calls, now_ms)
+        waiting = [c for c in self._coord_calls if not c.in_flight and c.retry_at_ms <= now_ms]
         if not waiting:
             return
         if self.coordinator_id is None:
@@ -278,7 +222,7 @@ class GroupCore(ClientCore):
             ts.append(max(self._find_retry_at_ms, now_ms + 1))
         return min(ts) if ts else None
 
-    def _on_find_response(self, p: _Pending, msg: dict, now_ms: int) -> None:
+    def _on_find_response(self, p: Pending, msg: dict, now_ms: int) -> None:
         self._find_in_flight = False
         err = msg.get("error")
         if err is None and isinstance(msg.get("node_id"), int) and isinstance(msg.get("host"), str):
@@ -294,7 +238,7 @@ class GroupCore(ClientCore):
                     if not c.in_flight:
                         c.done, c.error = True, exc
 
-    def _on_find_failure(self, p: _Pending, exc: BaseException, now_ms: int) -> None:
+    def _on_find_failure(self, p: Pending, exc: BaseException, now_ms: int) -> None:
         self._find_in_flight = False
         self._find_failed(now_ms)
 
@@ -302,7 +246,7 @@ class GroupCore(ClientCore):
         self._find_attempts += 1
         self._find_retry_at_ms = now_ms + self.retry.backoff(self._find_attempts)
 
-    def _on_coord_response(self, p: _Pending, msg: dict, now_ms: int) -> None:
+    def _on_coord_response(self, p: Pending, msg: dict, now_ms: int) -> None:
         c: Call = p.ctx
         c.in_flight = False
         err = msg.get("error")
@@ -317,7 +261,7 @@ class GroupCore(ClientCore):
             return
         c.done, c.error = True, exc
 
-    def _on_coord_failure(self, p: _Pending, exc: BaseException, now_ms: int) -> None:
+    def _on_coord_failure(self, p: Pending, exc: BaseException, now_ms: int) -> None:
         c: Call = p.ctx
         c.in_flight = False
         if self.coordinator_id == p.broker_id:
@@ -331,6 +275,17 @@ class GroupCore(ClientCore):
             c.done = True
             return
         c.retry_at_ms = t
+
+    RESPONSE_HANDLERS = {
+        **ClientCore.RESPONSE_HANDLERS,
+        "find": _on_find_response,
+        "coord": _on_coord_response,
+    }
+    FAILURE_HANDLERS = {
+        **ClientCore.FAILURE_HANDLERS,
+        "find": _on_find_failure,
+        "coord": _on_coord_failure,
+    }
 
 
 class GroupMembership:
@@ -454,7 +409,6 @@ class GroupMembership:
 
     def subscribed_topics_of_group(self) -> set[str]:
         """Every topic any member subscribes to (the leader needs their partition counts)."""
-        from raftlog.client.assignor import decode_subscription
         out: set[str] = set()
         for inst, blob in self.members.values():
             out.update(decode_subscription(blob, inst).topics)

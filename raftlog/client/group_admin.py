@@ -13,9 +13,10 @@ from raftlog.base.errors import error_from_wire
 from raftlog.base.topics import OFFSETS_TOPIC, OFFSETS_TOPIC_PARTITIONS
 from raftlog.client.assignor import decode_assignment
 from raftlog.client.blocking import Admin
-from raftlog.client.core import check_response, list_offsets_request
+from raftlog.client.clock import SYSTEM_CLOCK, Clock
+from raftlog.client.request import check_response, list_offsets_request
 from raftlog.client.group import GroupCore, ResetSpec, TopicPartition, parse_offset_fetch, plan_offset_reset
-from raftlog.client.network_blocking import Network, mono_ms, step
+from raftlog.client.network_blocking import Network, step
 
 __all__ = ["GroupAdmin"]
 
@@ -34,11 +35,12 @@ class GroupAdmin:
     """
 
     def __init__(self, bootstrap: str | Iterable[str], *, request_timeout_ms: int = 30_000,
-                 rng: random.Random | None = None):
+                 rng: random.Random | None = None, clock: Clock = SYSTEM_CLOCK):
         self._bootstrap = bootstrap
         self._rng = rng or random.Random()
         self._timeout_ms = request_timeout_ms
-        self.admin = Admin(bootstrap, request_timeout_ms=request_timeout_ms, rng=self._rng)
+        self._clock = clock
+        self.admin = Admin(bootstrap, request_timeout_ms=request_timeout_ms, rng=self._rng, clock=clock)
         self._cores: dict[str, tuple[GroupCore, Any]] = {}
 
     def _coord(self, group_id: str, request: dict) -> dict:
@@ -47,11 +49,11 @@ class GroupAdmin:
                 _, (old_core, old_net) = self._cores.popitem()
                 old_net.close()
             core = GroupCore(self._bootstrap, group_id, rng=self._rng, request_timeout_ms=self._timeout_ms)
-            net = Network(core, connect_timeout_ms=min(self._timeout_ms, 10_000),
+            net = Network(core, clock=self._clock, connect_timeout_ms=min(self._timeout_ms, 10_000),
                           send_timeout_ms=self._timeout_ms)
             self._cores[group_id] = (core, net)
         core, net = self._cores[group_id]
-        call = core.coord_call({**request, "group_id": group_id}, mono_ms())
+        call = core.coord_call({**request, "group_id": group_id}, self._clock.monotonic_ms())
         while not call.done:
             step(core, net, call.deadline_ms)
         return check_response(call.value())

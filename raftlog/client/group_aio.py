@@ -1,7 +1,7 @@
-"""Trio shell for consumer groups: the group half of `raftlog.aio.Consumer` (the twin of
-group_blocking.py, driving the same sans-I/O GroupCore + GroupMembership of group.py).
+"""Trio shell for consumer groups: the group half of `raftlog.aio.Consumer`. What it does is
+group_session.py's (shared with the blocking shell); this module only performs it.
 
-    async with aio.Consumer("127.0.0.1:9092", group_id="g", enable_auto_commit=False,
+    async with aio.Consumer("127.0.0.1:9093", group_id="g", enable_auto_commit=False,
                             session_timeout_ms=3000) as c:
         c.subscribe(["events"], on_revoked=..., on_assigned=...)   # plain or async callbacks
         for r in await c.poll(1000): ...
@@ -17,105 +17,90 @@ commits run in the task that calls `poll()` / `commit()`.
 Invariants: a join and a heartbeat round trip never overlap (one trio.Lock), so a late
 heartbeat answer cannot undo a join; a heartbeat answer from an older generation is
 ignored. Commits do not take that lock, so a rebalance callback may `await commit()`.
-Ordering: offsets are committed (auto commit) before partitions are revoked; a partition is
-handed to the Consumer only after SyncGroup confirmed it, and its position starts at the
-group's committed offset (else `auto_offset_reset`). Closing commits (auto commit), stops
-heartbeats, then leaves (dynamic members), so the others rebalance at once.
-Limits: every call has a deadline (coord_call), at most MAX_JOIN_ROUNDS join/sync rounds
-per poll, pending async commits bounded by group.MAX_COORD_CALLS.
+Closing stops heartbeats, commits (auto commit), then leaves (dynamic members), so the
+others rebalance at once. Time: the consumer's clock (by default trio's), nothing else.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import trio
 
-from raftlog.client.core import Call, check_response, metadata_request, parse_metadata
+from raftlog.client.clock import Clock
+from raftlog.client.consumer import ConsumerCore
+from raftlog.client.core import Call
 from raftlog.client.errors import ClientClosedError
-from raftlog.client.group import (
-    MAX_JOIN_ROUNDS,
-    TopicPartition,
-    check_commit,
-    offset_fetch_request,
-    known_positions,
-    new_group,
-    parse_offset_fetch,
-    reap_async_commits,
-    seek_committed,
+from raftlog.client.group import TopicPartition
+from raftlog.client.group_session import (
+    BrokerRequest,
+    Callback,
+    CoordRequest,
+    Effect,
+    GroupSession,
+    Procedure,
+    UserCallback,
 )
-from raftlog.base.errors import FencedInstanceIdError, RaftlogError, RequestTimedOutError
-from raftlog.client.network_aio import Network, mono_ms, step
+from raftlog.client.network_aio import TRIO_CLOCK, Connect, Network, step
 
 __all__ = ["TrioGroup", "call_back"]
 
 log = logging.getLogger(__name__)
 
-LEAVE_TIMEOUT_MS = 5_000  # as the blocking shell: a leave is a courtesy, the session expires anyway
 
-Callback = Callable[[list[TopicPartition]], Any] | None
-
-
-
-async def call_back(fn: Callback, partitions: list[TopicPartition]) -> None:
+async def call_back(fn: Callback, partitions: list[TopicPartition]) -> Any:
     """Run a rebalance callback that may be a plain or an async function (its errors propagate
     to the caller of poll, as in the blocking shell)."""
     if fn is None:
-        return
+        return None
     result = fn(partitions)
     if inspect.isawaitable(result):
-        await result
+        return await result
+    return result
 
 
-class TrioGroup:
-    """Group membership for one trio Consumer (`consumer` gives `_core`, the ConsumerCore).
+class TrioGroup(GroupSession):
+    """Group membership for one trio Consumer (its ConsumerCore is `consumer_core`).
 
     Options and defaults as BlockingGroup. Call `await start(nursery)` once (the Consumer does
     it on `async with`), `await aclose()` once to commit, leave and stop.
     """
 
-    def __init__(self, consumer: Any, bootstrap: str | Iterable[str], *, request_timeout_ms: int = 30_000,
-                 **options: Any):
+    def __init__(self, consumer_core: ConsumerCore, bootstrap: str | Iterable[str], *,
+                 request_timeout_ms: int = 30_000, clock: Clock = TRIO_CLOCK,
+                 connect: Connect | None = None, **options: Any):
         """`options`: new_group's (group.py), defaults included."""
-        self._consumer = consumer
-        self.membership, self.core = new_group(bootstrap, request_timeout_ms=request_timeout_ms, **options)
-        self._request_timeout_ms = request_timeout_ms
-        self._net: Any = None  # aio._TrioNetwork, made in start()
+        super().__init__(consumer_core, bootstrap, clock=clock, request_timeout_ms=request_timeout_ms,
+                         **options)
+        self._connect = connect
+        self._net: Network | None = None  # made in start()
         self._lock = trio.Lock()  # join/sync vs heartbeat round trips
         self._changed = trio.Event()  # set (and replaced) after every driver step
         self._driver_running = False
         self._driver_scope = trio.CancelScope()
         self._heartbeat_scope = trio.CancelScope()
-        self._on_revoked: Callback = None
-        self._on_assigned: Callback = None
-        self._subscribed = False
-        self._joining = False
-        self._closed = False
-        self._error: BaseException | None = None
-        self._async_commits: list[Call] = []
-        # Partitions assigned whose committed offsets were not yet fetched (an interrupted join).
-        self._unpositioned: set[TopicPartition] = set()
 
     # ---- tasks ----
 
     async def start(self, nursery: trio.Nursery) -> None:
         """Open the group's network in `nursery` and start the driver and heartbeat tasks."""
-        self._net = Network(self.core, nursery, connect_timeout_ms=min(self._request_timeout_ms, 10_000),
-                                 send_timeout_ms=self._request_timeout_ms)
-        await nursery.start(self._drive)
+        self._net = Network(self.core, nursery, clock=self.clock, connect=self._connect,
+                            connect_timeout_ms=min(self.request_timeout_ms, 10_000),
+                            send_timeout_ms=self.request_timeout_ms)
+        await nursery.start(self._drive_network)
         nursery.start_soon(self._heartbeat_loop)
 
-    async def _drive(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async def _drive_network(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         self._driver_running = True
         try:
             with self._driver_scope:
                 task_status.started()
                 while True:
                     await step(self.core, self._net, None)
-                    self._reap_async_commits()
+                    self.reap_async_commits()
                     self._notify()
         finally:
             self._driver_running = False
@@ -124,6 +109,30 @@ class TrioGroup:
     def _notify(self) -> None:
         self._changed.set()
         self._changed = trio.Event()
+
+    # ---- performing a procedure's effects ----
+
+    async def _drive(self, procedure: Procedure) -> Any:
+        """`group_session.drive`, awaiting each effect."""
+        result: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                effect = procedure.send(result) if error is None else procedure.throw(error)
+            except StopIteration as stop:
+                return stop.value
+            try:
+                result, error = await self._perform(effect), None
+            except BaseException as exc:  # noqa: BLE001 - thrown into the procedure, which re-raises
+                result, error = None, exc
+
+    async def _perform(self, effect: Effect) -> Any:
+        if isinstance(effect, UserCallback):
+            return await call_back(effect.fn, effect.partitions)
+        if isinstance(effect, CoordRequest):
+            return await self._run(effect.request, effect.timeout_ms)
+        assert isinstance(effect, BrokerRequest), effect
+        return await self._any(effect.request, effect.timeout_ms)
 
     async def _wait(self, call: Call) -> dict:
         """The call's ok answer (raises its error). Raises ClientClosedError if the driver stopped."""
@@ -136,159 +145,42 @@ class TrioGroup:
         return call.value()
 
     async def _run(self, request: dict, timeout_ms: int | None = None) -> dict:
-        return await self._wait(self.core.coord_call(request, mono_ms(), timeout_ms))
+        """The coordinator's ok answer to `request` (raises its error)."""
+        return await self._wait(self.core.coord_call(request, self.clock.monotonic_ms(), timeout_ms))
 
     async def _any(self, request: dict, timeout_ms: int | None = None) -> dict:
-        return await self._wait(self.core.submit(request, mono_ms(), timeout_ms=timeout_ms))
+        """Any broker's ok answer to `request` (raises its error)."""
+        return await self._wait(self.core.submit(request, self.clock.monotonic_ms(), timeout_ms=timeout_ms))
 
-    # ---- subscription ----
+    # ---- API (the Consumer's) ----
 
-    def subscribe(self, topics: Iterable[str] | None = None, pattern: str | None = None,
-                  on_revoked: Callback = None, on_assigned: Callback = None) -> None:
-        if self._closed:
-            raise ClientClosedError("consumer is closed")
-        if isinstance(topics, str):
-            topics = [topics]
-        self.membership.subscribe(topics, pattern)
-        self._on_revoked, self._on_assigned = on_revoked, on_assigned
-        self._subscribed = True
-
-    def subscription(self) -> tuple[str, ...]:
-        return self.membership.topics
-
-    # ---- poll hooks (caller's task) ----
-
-    async def before_poll(self, deadline_ms: int) -> None:
+    async def before_poll(self) -> None:
         """Rejoin if needed (runs callbacks), auto-commit if due. Raises a fatal group error
         (FENCED_INSTANCE_ID, ...) found by the heartbeat task."""
-        if not self._subscribed or self._joining:
+        if not self.subscribed or self.joining:
             return  # not in a group, or poll() called from inside a rebalance callback
-        if self._error is not None:
-            err, self._error = self._error, None
-            raise err
-        m = self.membership
-        if m.pattern is not None and (m.rejoin_needed or not m.topics):
-            md = parse_metadata(await self._any(metadata_request(None)))
-            m.match_topics(md.topics)
-        if m.rejoin_needed:
+        self.raise_error()
+        await self._drive(self.match_pattern())
+        if self.join_due():
             async with self._lock:
-                self._joining = True
-                try:
-                    await self._join(deadline_ms)
-                finally:
-                    self._joining = False
-        now = mono_ms()
-        if m.auto_commit_due(now):
-            self.commit_async()
-            m.auto_committed(now)
-
-    async def _join(self, deadline_ms: int) -> None:
-        m = self.membership
-        consumer_core = self._consumer._core
-        if not m.cooperative and m.assignment:
-            await self._revoke(m.assignment)
-            m.revoke_all()
-            consumer_core.assign([])
-        for _ in range(MAX_JOIN_ROUNDS):
-            try:
-                m.on_join_ok(await self._run(m.join_request(), m.rebalance_timeout_ms + 10_000))
-            except RaftlogError as exc:
-                m.on_join_error(exc)
-                continue
-            plan = None
-            if m.is_leader:
-                topics = sorted(m.subscribed_topics_of_group())
-                counts: dict[str, int] = {}
-                if topics:
-                    md = parse_metadata(await self._any(metadata_request(topics)))
-                    counts = {name: len(t.partitions) for name, t in md.topics.items()}
-                plan = m.assign(counts)
-            try:
-                resp = await self._run(m.sync_request(plan), m.rebalance_timeout_ms + 10_000)
-            except RaftlogError as exc:
-                m.on_sync_error(exc)
-                continue
-            added, revoked = m.on_sync_ok(resp, mono_ms())
-            owned = set(m.assignment)
-            self._unpositioned = {tp for tp in self._unpositioned if tp in owned} | set(added)
-            newly = sorted(self._unpositioned)  # what on_assigned has not announced yet
-            try:
-                if revoked:
-                    await self._revoke(revoked)
-                consumer_core.assign(m.assignment)
-                if self._unpositioned:
-                    await self._start_positions(sorted(self._unpositioned))
-                    self._unpositioned = set()
-            except BaseException:
-                # Cancelled or failed before the Consumer had its new partitions at their
-                # committed offsets: join again at the next poll, and fetch those offsets then
-                # (not auto_offset_reset where a committed offset exists).
-                m.rejoin_needed = True
-                raise
-            log.info("group %s generation %d: member %s owns %s", m.group_id, m.generation_id,
-                     m.member_id, list(m.assignment))
-            await call_back(self._on_assigned, list(m.assignment) if not m.cooperative else newly)
-            if not m.rejoin_needed:
-                return
-        raise RequestTimedOutError(f"group {m.group_id}: no stable membership after {MAX_JOIN_ROUNDS} rounds")
-
-    async def _revoke(self, partitions: Iterable[TopicPartition]) -> None:
-        parts = list(partitions)
-        if self.membership.enable_auto_commit:
-            try:
-                await self._commit_positions(sync=True, only=parts)
-            except RaftlogError as exc:
-                log.warning("group %s: commit before revoking failed: %s", self.membership.group_id, exc)
-        await call_back(self._on_revoked, parts)
-
-    async def _start_positions(self, partitions: list[TopicPartition]) -> None:
-        committed = parse_offset_fetch(await self._run(offset_fetch_request(self.membership.group_id, partitions)))
-        seek_committed(self._consumer._core, committed)
-
-    # ---- commits ----
-
-    def positions(self, only: Iterable[TopicPartition] | None = None) -> dict[TopicPartition, int]:
-        """{partition: position} of the assigned partitions whose position is known."""
-        return known_positions(self._consumer._core, self.membership.assignment if only is None else only)
-
-    async def _commit_positions(self, *, sync: bool, only: Iterable[TopicPartition] | None = None) -> None:
-        offsets = self.positions(only)
-        if not offsets:
-            return
-        if sync:
-            await self.commit(offsets)
-        else:
-            self.commit_async(offsets)
+                await self._drive(self.join_rounds())
+        if self.auto_commit() and self._net is not None:
+            self._net.kick()
 
     async def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
         """Commit `offsets` (default: the positions of the assigned partitions), wait for the
         acks=all append and raise its error (ILLEGAL_GENERATION etc. after a rebalance)."""
-        if offsets is None:
-            offsets = self.positions()
-        if not offsets:
-            return
-        check_commit(await self._run(self.membership.commit_request(dict(offsets))))
+        await self._drive(self.commit_offsets(offsets))
 
-    def commit_async(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
+    def commit_async(self, offsets: Mapping[TopicPartition, int] | None = None) -> bool:
         """Send a commit and return at once; its outcome is logged (warning on failure)."""
-        if offsets is None:
-            offsets = self.positions()
-        if not offsets or self._closed:
-            return
-        try:
-            call = self.core.coord_call(self.membership.commit_request(dict(offsets)), mono_ms())
-        except RaftlogError as exc:  # too many calls pending: the coordinator is unreachable
-            log.warning("group %s: async commit not sent: %s", self.membership.group_id, exc)
-            return
-        self._async_commits.append(call)
-        if self._net is not None:
+        queued = super().commit_async(offsets)
+        if queued and self._net is not None:
             self._net.kick()
-
-    def _reap_async_commits(self) -> None:
-        self._async_commits = reap_async_commits(self._async_commits, self.membership.group_id)
+        return queued
 
     async def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
-        return parse_offset_fetch(await self._run(offset_fetch_request(self.membership.group_id, list(partitions))))
+        return await self._drive(self.fetch_committed(partitions))
 
     # ---- heartbeat task ----
 
@@ -296,10 +188,9 @@ class TrioGroup:
         m = self.membership
         with self._heartbeat_scope:
             while True:
-                wait_ms = max(10, m.next_heartbeat_ms() - mono_ms()) if m.stable else m.heartbeat_interval_ms
                 # A timer, not synchronisation: the heartbeat is due on the clock.
-                await trio.sleep(min(wait_ms, m.heartbeat_interval_ms) / 1000)
-                if not m.heartbeat_due(mono_ms()):
+                await trio.sleep(self.heartbeat_wait_ms() / 1000)
+                if not self.heartbeat_due():
                     continue
                 # Wait a heartbeat interval at most for the lock: while a join holds it the
                 # member is alive by definition. The round trip itself runs to its deadline.
@@ -310,52 +201,26 @@ class TrioGroup:
                 if not acquired:
                     continue
                 try:
-                    await self._heartbeat_once()
+                    await self._drive(self.heartbeat_round())
+                except OSError as exc:
+                    log.warning("group %s: heartbeat failed: %s", m.group_id, exc)
                 finally:
                     self._lock.release()
-
-    async def _heartbeat_once(self) -> None:
-        m = self.membership
-        if not m.heartbeat_due(mono_ms()):
-            return
-        generation = m.generation_id
-        call = self.core.coord_call(m.heartbeat_request(), mono_ms(), m.session_timeout_ms // 2)
-        try:
-            check_response(await self._wait(call))
-        except FencedInstanceIdError as exc:
-            self._error = exc
-            m.reset()
-        except ClientClosedError:
-            return
-        except RaftlogError as exc:
-            if m.generation_id == generation:
-                m.on_heartbeat_error(exc, mono_ms())
-        except OSError as exc:
-            log.warning("group %s: heartbeat failed: %s", m.group_id, exc)
-        else:
-            if m.generation_id == generation:
-                m.on_heartbeat_ok(mono_ms())
 
     # ---- close ----
 
     async def aclose(self, *, leave: bool = True) -> None:
-        """Commit (auto commit), stop heartbeats, leave the group (dynamic members), stop the
+        """Stop heartbeats, commit (auto commit), leave the group (dynamic members), stop the
         driver. Failures are logged: a member that cannot leave expires after its session."""
-        if self._closed:
+        if self.closed:
             return
-        self._closed = True
         self._heartbeat_scope.cancel()
-        m = self.membership
         try:
-            with trio.move_on_after(self._request_timeout_ms / 1000):
-                if self._subscribed and m.stable and m.enable_auto_commit:
-                    await self._commit_positions(sync=True)
-                if leave and m.member_id and m.group_instance_id is None:
-                    await self._run(m.leave_request(), LEAVE_TIMEOUT_MS)
-        except (RaftlogError, OSError) as exc:
-            log.info("group %s: leaving failed: %s", m.group_id, exc)
+            with trio.move_on_after(self.request_timeout_ms / 1000):
+                await self._drive(self.leave_group(leave))
         finally:
-            m.reset()
+            self.closed = True
+            self.membership.reset()
             self._driver_scope.cancel()
             if self._net is not None:
                 await self._net.aclose()

@@ -1,6 +1,8 @@
 """The blocking shell's network: sockets by broker id, read with one selector, driven by
-`step()` on the caller's thread (raftlog/client/blocking.py and group_blocking.py both use it).
-Every decision is the core's; this module only moves frames.
+`step()` on the caller's thread (raftlog/client/blocking.py, group_blocking.py and
+group_admin.py use it). Every decision is the core's; this module only moves frames.
+
+Time: `Network.clock` is the shell's one clock (clock.py); `step` reads no other.
 """
 
 from __future__ import annotations
@@ -8,27 +10,17 @@ from __future__ import annotations
 import logging
 import selectors
 import socket
-import time
 
 from raftlog.base.errors import RaftlogError
 from raftlog.base.protocol import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
+from raftlog.client.clock import SYSTEM_CLOCK, Clock
 from raftlog.client.core import ClientCore, Close
 
-__all__ = ["Connection", "Network", "dispatch", "step", "mono_ms", "wall_ms"]
+__all__ = ["Connection", "Network", "step"]
 
 log = logging.getLogger(__name__)
 
 _RECV_BYTES = 1 << 20
-
-
-def mono_ms() -> int:
-    return int(time.monotonic() * 1000)
-
-
-
-
-def wall_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class Connection:
@@ -44,8 +36,10 @@ class Network:
     """Sockets by broker id. Not thread-safe: only the thread that drives the core uses it."""
 
     def __init__(self, core: ClientCore, *, connect_timeout_ms: int, send_timeout_ms: int,
-                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, wakeup: bool = False):
+                 clock: Clock = SYSTEM_CLOCK, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                 wakeup: bool = False):
         self._core = core
+        self.clock = clock
         self._conns: dict[int, Connection] = {}
         self._sel = selectors.DefaultSelector()
         self._connect_timeout_s = connect_timeout_ms / 1000
@@ -63,8 +57,10 @@ class Network:
         """Interrupt `wait` from another thread."""
         try:
             self._wake_w.send(b"\0")
-        except (BlockingIOError, OSError):
-            pass  # already pending wakeups (buffer full) or closing: either way it wakes
+        except OSError as exc:  # BlockingIOError included
+            # The buffer is full of wakeups not yet read (the waiter wakes anyway), or the
+            # network is closing (no one waits any more).
+            log.debug("wakeup not written: %r", exc)
 
     def perform(self, actions: list) -> list[int]:
         """Carry out Send/Close; returns broker ids whose connection failed (report them)."""
@@ -110,10 +106,8 @@ class Network:
         conn = self._conns.pop(broker_id, None)
         if conn is None:
             return False
-        try:
+        if conn.sock in self._sel.get_map():
             self._sel.unregister(conn.sock)
-        except (KeyError, ValueError):
-            pass
         conn.sock.close()
         return True
 
@@ -125,11 +119,7 @@ class Network:
         for key, _ in self._sel.select(max(0.0, timeout_s)):
             conn = key.data
             if conn is None:
-                try:
-                    while self._wake_r.recv(4096):
-                        pass
-                except (BlockingIOError, OSError):
-                    pass
+                self._drain_wakeups()
                 continue
             try:
                 data = conn.sock.recv(_RECV_BYTES)
@@ -152,6 +142,15 @@ class Network:
                     lost.append(conn.broker_id)
         return responses, lost
 
+    def _drain_wakeups(self) -> None:
+        """Read every pending wakeup byte (`wake` may have written several)."""
+        while True:
+            try:
+                if not self._wake_r.recv(4096):
+                    return  # the writer closed: the network is closing
+            except OSError:  # BlockingIOError: nothing more to read now
+                return
+
     def close(self) -> None:
         for broker_id in list(self._conns):
             self._drop(broker_id)
@@ -162,23 +161,13 @@ class Network:
         self._sel.close()
 
 
-def dispatch(core: ClientCore, responses, lost, now_ms: int) -> None:
-    for broker_id, msg in responses:
-        core.on_response(broker_id, msg, now_ms)
-    for broker_id in lost:
-        core.on_disconnect(broker_id, now_ms)
-
-
 def step(core: ClientCore, net: Network, deadline_ms: int | None) -> None:
     """One round on the caller's thread: poll, send, wait for input until the earliest of
-    the core's wakeup and `deadline_ms`, dispatch."""
-    now = mono_ms()
+    the core's wakeup and `deadline_ms`, hand the input to the core."""
+    now = net.clock.monotonic_ms()
     failed = net.perform(core.poll(now))
-    for b in failed:
-        core.on_disconnect(b, now)
     if failed:
+        core.on_input((), failed, now)
         return
-    wake = core.next_wakeup_ms(now)
-    until = min(t for t in (wake, deadline_ms, now + 1000) if t is not None)
-    responses, lost = net.wait(max(0, until - now) / 1000)
-    dispatch(core, responses, lost, mono_ms())
+    responses, lost = net.wait(core.wait_ms(now, deadline_ms) / 1000)
+    core.on_input(responses, lost, net.clock.monotonic_ms())

@@ -42,7 +42,7 @@ async def _serve(args: argparse.Namespace) -> None:
     import trio
 
     from raftlog.base.errors import RaftlogError
-    from raftlog.node.bridge import MetadataQuorum, QuorumConfig
+    from raftlog.node.metadata_quorum import MetadataQuorum, QuorumConfig
 
     voters = dict(_parse_voter(v) for v in args.voter)
     config = QuorumConfig(

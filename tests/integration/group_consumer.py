@@ -73,7 +73,7 @@ def main() -> int:
                 out({"ev": "rec", "p": r.partition, "o": r.offset, "v": r.value.decode()})
             # Commit the positions (past the records just processed, and past control batches,
             # so an idle group shows lag 0) whenever they moved.
-            positions = c._group._positions()
+            positions = c._group.positions()
             if positions == committed:
                 continue
             try:

@@ -1,4 +1,4 @@
-"""raftlog.node.bridge: elects, commits everywhere, redirects, fails over on SIGKILL, replays after restarts."""
+"""The metadata quorum (raftlog.node.metadata_quorum over the PySyncObj bridge): elects, commits everywhere, redirects, fails over on SIGKILL, replays after restarts, cuts a torn journal tail and refuses a damaged one."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ from metadata.quorum import (
     NotQuorumLeaderError,
     ProposalTimedOutError,
     QuorumNotRunningError,
+    QuorumStorageError,
 )
-from raftlog.node.bridge import MetadataQuorum, QuorumConfig
+from raftlog.node.metadata_quorum import MetadataQuorum, QuorumConfig
 
 
 def _load_harness() -> Any:
@@ -268,18 +269,32 @@ async def test_torn_journal_tail_is_cut_on_restart(tmp_path: Path) -> None:
     assert len(data) > size and b"\x12\x34\x56\x78" + b"\x01" * 10 not in data  # cut, appended
 
 
-def test_journal_completes_a_compaction_interrupted_after_the_dump(tmp_path: Path) -> None:
-    from raftlog.node import bridge
-    journal_path, dump_path = tmp_path / "journal", tmp_path / "dump"
-    journal = bridge._Journal(journal_path, dump_path)
-    entries = [(b"\x00cmd%d" % k, k, 1 + k // 4) for k in range(1, 11)]
-    for entry in entries:
-        journal.add(*entry)
-    journal._destroy()
-    # The dump was written at raft index 6, then the process died before compacting.
-    dump = {"entry0": list(entries[4]), "entry1": list(entries[5]), "commands": [b"c"] * 5}
-    bridge._write_blob(dump_path, bridge._DUMP_MAGIC, dump, replace=True)
-    reopened = bridge._Journal(journal_path, dump_path)
-    assert list(reopened[:]) == entries[4:]  # the tail past the dump survives
-    reopened._destroy()
-    assert list(bridge._Journal(journal_path, dump_path)[:]) == entries[4:]
+async def test_a_flipped_byte_mid_journal_stops_the_voter_and_nothing_is_applied(tmp_path: Path) -> None:
+    port = harness.free_ports(1)[0]
+    config = QuorumConfig(node_id=1, self_address=f"127.0.0.1:{port}", peers={},
+                          data_dir=tmp_path, password="secret")
+    applied: list[bytes] = []
+    commands = [b"command-%02d" % k for k in range(12)]
+    quorum = MetadataQuorum(config, on_commit=lambda i, c: applied.append(c),
+                            on_leader_change=lambda *a: None)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(quorum.run)
+        await _wait_until(lambda: quorum.is_leader)
+        for command in commands:
+            await quorum.propose(command, timeout_s=5)
+        nursery.cancel_scope.cancel()
+    assert applied == commands
+    journal = tmp_path / "quorum" / "journal"
+    data = bytearray(journal.read_bytes())
+    at = data.index(b"command-05")
+    data[at + 8] ^= 0x10  # "command-05" becomes "command-%5": a CRC mismatch mid-journal
+    journal.write_bytes(bytes(data))
+
+    applied.clear()
+    damaged = MetadataQuorum(config, on_commit=lambda i, c: applied.append(c),
+                             on_leader_change=lambda *a: None)
+    async with trio.open_nursery() as nursery:
+        with pytest.raises(QuorumStorageError, match="not a torn tail") as info:
+            await nursery.start(damaged.run)
+    assert str(journal) in str(info.value)
+    assert applied == [] and journal.read_bytes() == bytes(data)  # nothing applied, nothing cut

@@ -77,7 +77,7 @@ async def test_proxied_cluster_elects_and_fails_over(tmp_path):
 
 
 def test_dial_overrides_config_round_trip(tmp_path):
-    base = {"node_id": 1, "data_dir": str(tmp_path), "controller_quorum_voters": "1@127.0.0.1:9094",
+    base = {"node_id": 1, "data_dir": str(tmp_path), "controller_quorum_voters": "1@127.0.0.1:9095",
             "cluster_secret": "s" * 20}
     config = load_config(None, env={"RAFTLOG_DIAL_OVERRIDES": "127.0.0.1:9193=127.0.0.1:40001"}, overrides=base)
     assert dict(config.dial_overrides) == {"127.0.0.1:9193": "127.0.0.1:40001"}

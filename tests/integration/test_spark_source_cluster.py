@@ -90,7 +90,7 @@ def client_read(cluster, topic: str, partitions: int) -> list[tuple]:
     from raftlog.client import Consumer
 
     with _admin(cluster) as admin:
-        from raftlog.client.core import list_offsets_request, parse_list_offsets
+        from raftlog.client.request import list_offsets_request, parse_list_offsets
 
         ends = {}
         for p in range(partitions):
@@ -249,7 +249,7 @@ def test_fail_on_data_loss_after_retention_errors_by_default_and_skips_when_fals
         admin.alter_configs(topic, {"retention_ms": "1"})  # every closed segment expires
 
     def log_start() -> int:
-        from raftlog.client.core import list_offsets_request, parse_list_offsets
+        from raftlog.client.request import list_offsets_request, parse_list_offsets
 
         with _admin(cluster) as admin:
             msg = admin.request(list_offsets_request([(topic, 0, -2)]), route=(topic, 0))

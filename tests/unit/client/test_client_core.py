@@ -6,18 +6,13 @@ import pytest
 
 from partition.batch import CONTROL_LEADER_CHANGE, BatchBuilder, control_batch
 from raftlog.client.accumulator import FULL
-from raftlog.client.core import (
-    Close,
-    ConsumerCore,
-    ProducerCore,
-    RetryPolicy,
-    Send,
-    AdminCore,
-    append_fetched,
-    check_response,
-    parse_metadata,
-    parse_list_offsets,
-)
+from raftlog.client.admin import AdminCore
+from raftlog.client.consumer import ConsumerCore, append_fetched
+from raftlog.client.core import ClientCore, Close, Send
+from raftlog.client.group import GroupCore
+from raftlog.client.producer import ProducerCore
+from raftlog.client.request import check_response, parse_list_offsets, parse_metadata
+from raftlog.client.retry import RetryPolicy
 from raftlog.client.errors import DeliveryTimedOutError, NoBrokerAvailableError
 from raftlog.base.errors import (
     CorruptMessageError,
@@ -461,3 +456,12 @@ def test_keyless_records_fill_one_batch_then_move_to_another_partition():
     assert len(runs) >= 5 and all(a != b for a, b in zip(runs, runs[1:]))
     assert all(q.waiting[0].record_count >= 6 or len(q.waiting) == 1
                for q in core.accumulator._queues["t"].values())
+
+
+@pytest.mark.parametrize("core_class", [ClientCore, ProducerCore, ConsumerCore, AdminCore, GroupCore])
+def test_every_request_kind_has_an_answer_and_a_failure_handler(core_class):
+    kinds = set(core_class.RESPONSE_HANDLERS)
+    assert kinds == set(core_class.FAILURE_HANDLERS)
+    assert {"metadata", "call"} <= kinds
+    for fn in [*core_class.RESPONSE_HANDLERS.values(), *core_class.FAILURE_HANDLERS.values()]:
+        assert callable(fn) and getattr(core_class, fn.__name__) is fn  # a method of the class

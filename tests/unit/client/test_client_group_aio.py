@@ -92,7 +92,7 @@ def test_subscription_and_positions_come_from_the_membership_and_the_core():
 
 
 async def test_calls_fail_fast_once_the_driver_is_gone():
-    g = TrioGroup(aio.Consumer(BOOT), BOOT, group_id="g")
+    g = TrioGroup(aio.Consumer(BOOT)._core, BOOT, group_id="g")
     call = Call({"op": "heartbeat"}, None, 0)
     with trio.fail_after(1):
         with pytest.raises(ClientClosedError):
@@ -101,7 +101,7 @@ async def test_calls_fail_fast_once_the_driver_is_gone():
     await g.aclose()
     assert g.membership.member_id == "" and not g.membership.stable
     g.commit_async({("t", 0): 1})  # closed: dropped, not queued
-    assert g._async_commits == []
+    assert g.async_commits == []
 
 
 class ScriptedCoordinator:
@@ -152,17 +152,17 @@ async def test_a_join_cancelled_before_positions_is_redone_from_committed_offset
     c.subscribe(["t"], on_assigned=lambda parts: assigned.append(sorted(parts)))
     with trio.CancelScope() as scope:
         coord.cancel_at_fetch = scope
-        await g.before_poll(0)
+        await g.before_poll()
     assert scope.cancelled_caught
     # Synced, but the consumer never got its committed offsets: the next poll joins again.
     assert g.membership.rejoin_needed and assigned == []
-    assert g._unpositioned == {("t", 0), ("t", 1)}
-    await g.before_poll(0)
+    assert g.unpositioned == {("t", 0), ("t", 1)}
+    await g.before_poll()
     assert not g.membership.rejoin_needed and coord.generation == 2
     assert assigned == [[("t", 0), ("t", 1)]]
     assert c._core.position("t", 0) == 7  # the committed offset, not auto_offset_reset
     assert c._core._assigned[("t", 1)].fetch_position is None  # none committed: reset applies
-    assert g._unpositioned == set()
+    assert g.unpositioned == set()
 
 
 def test_group_metadata_is_public_in_both_shells():

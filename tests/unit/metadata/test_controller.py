@@ -244,7 +244,7 @@ CREATE_ERRORS = [
     (("t", 3, 0), InvalidReplicationFactorError, "3 live (unfenced) broker(s)"),
     (("t", 3, 4), InvalidReplicationFactorError, "3 live (unfenced) broker(s), got 4"),
     (("t", 3, "3"), InvalidReplicationFactorError, "got '3'"),
-    (("t", 3, 3, {"retention.ms": "1"}), InvalidConfigError, "retention.ms"),
+    (("t", 3, 3, {"retention.msec": "1"}), InvalidConfigError, "retention.msec"),
     (("t", 3, 3, {"segment_bytes": "10"}), InvalidConfigError, "segment_bytes"),
     (("t", 3, 3, {"cleanup_policy": "never"}), InvalidConfigError, "cleanup_policy"),
 ]

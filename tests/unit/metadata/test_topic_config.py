@@ -4,8 +4,10 @@ import pytest
 
 from raftlog.base.errors import InvalidConfigError
 from metadata.topic_config import (
+    KAFKA_NAMES,
     TOPIC_CONFIGS,
     TopicConfig,
+    canonical_key,
     describe_configs,
     normalize_configs,
     parse_value,
@@ -51,7 +53,7 @@ INVALID = [
     ("flush_interval_ms", "0", "out of range"),
     ("max_message_bytes", "-1", "out of range"),
     ("min_insync_replicas", "2", "unknown topic config"),
-    ("retention.ms", "1000", "unknown topic config"),
+    ("retention.msec", "1000", "unknown topic config"),
 ]
 
 
@@ -96,3 +98,12 @@ def test_describe_shows_defaults_vs_set():
     assert entries["retention_ms"].value == "1000" and not entries["retention_ms"].is_default
     assert entries["segment_bytes"].is_default
     assert entries["segment_bytes"].value == TOPIC_CONFIGS["segment_bytes"].default
+
+
+def test_kafka_names_are_accepted_and_mapped_to_ours():
+    assert normalize_configs({"retention.ms": "1000", "cleanup.policy": "compact", "flush.ms": "5"}) == {
+        "cleanup_policy": "compact", "flush_interval_ms": "5", "retention_ms": "1000"}
+    with pytest.raises(InvalidConfigError, match="given twice"):
+        normalize_configs({"retention.ms": "1000", "retention_ms": "2000"})
+    assert KAFKA_NAMES["max_message_bytes"] == "max.message.bytes"
+    assert {canonical_key(v) for v in KAFKA_NAMES.values()} == set(TOPIC_CONFIGS)

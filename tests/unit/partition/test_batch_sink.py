@@ -18,7 +18,7 @@ from partition.batch import (
     read_header,
 )
 from partition.errors import CorruptRecordError
-from raftlog.client.core import ConsumerRecord  # the record type the consumer passes in
+from raftlog.client.consumer import ConsumerRecord  # the record type the consumer passes in
 
 maybe_bytes = st.one_of(st.none(), st.binary(max_size=20), st.integers(60, 9000).map(b"v".__mul__))
 header_st = st.tuples(st.text(max_size=5), st.one_of(st.none(), st.binary(max_size=5)))

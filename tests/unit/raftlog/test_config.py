@@ -22,7 +22,7 @@ node_id = 1
 data_dir = "/tmp/raftlog-test-1"
 cluster_secret = "{SECRET}"
 [controller_quorum_voters]
-1 = "127.0.0.1:9094"
+1 = "127.0.0.1:9095"
 """
 
 
@@ -37,8 +37,10 @@ def test_minimal_file_gets_defaults(tmp_path):
     assert config.node_id == 1
     assert config.data_dir == Path("/tmp/raftlog-test-1")
     assert config.roles == frozenset({"controller", "broker"})
-    assert config.listeners.client == HostPort("127.0.0.1", 9092)
-    assert config.controller_quorum_voters == {1: HostPort("127.0.0.1", 9094)}
+    assert config.listeners.kafka == HostPort("127.0.0.1", 9092)
+    assert config.listeners.client == HostPort("127.0.0.1", 9093)
+    assert config.controller_quorum_voters == {1: HostPort("127.0.0.1", 9095)}
+    assert config.auto_create_topics is True
     assert (config.heartbeat_ms, config.session_timeout_ms) == (1500, 9000)
     assert (config.election_timeout_ms, config.request_timeout_ms) == (1000, 30000)
     assert config.max_frame_bytes == 64 << 20
@@ -73,6 +75,7 @@ def test_everything_from_env_alone():
         "RAFTLOG_CONTROLLER_QUORUM_VOTERS": "1@127.0.0.1:9094,3@127.0.0.1:9194",
         "RAFTLOG_CLUSTER_ID": "abc_DEF-1",
         "RAFTLOG_TOPIC_DEFAULTS": "retention_ms=1000,segment_bytes=4096",
+        "RAFTLOG_CLUSTER_SECRET": SECRET,
     }
     config = load_config(None, env=env)
     assert config.roles == frozenset({"broker"}) and not config.is_controller
@@ -117,8 +120,11 @@ def test_toml_round_trip(tmp_path):
         ('[listeners]\nclient = "nocolon"\n', {}, {}, "listeners.client: expected \"host:port\""),
         ('[listeners]\nclient = "h:abc"\n', {}, {}, "listeners.client: port must be a number"),
         ('[listeners]\nquorum = "127.0.0.1:0"\n', {}, {}, "listeners.quorum: port 0 is out of range 1..65535"),
-        ('[listeners]\npeer = "127.0.0.1:9092"\n', {}, {}, "listeners.peer: 127.0.0.1:9092 clashes with listeners.client"),
-        ('[listeners]\nclient = "0.0.0.0:9092"\n', {}, {}, "listeners.client: binds every interface"),
+        ('[listeners]\npeer = "127.0.0.1:9093"\n', {}, {}, "listeners.peer: 127.0.0.1:9093 clashes with listeners.client"),
+        ('[listeners]\nclient = "127.0.0.1:9092"\n', {}, {}, "listeners.client: 127.0.0.1:9092 clashes with listeners.kafka"),
+        ('auto_create_topics = "maybe"\n', {}, {}, "auto_create_topics: expected true or false"),
+        ('[listeners]\nclient = "0.0.0.0:9093"\n', {}, {}, "listeners.client: binds every interface"),
+        ('[listeners]\nkafka = "0.0.0.0:9092"\n', {}, {}, "listeners.kafka: binds every interface"),
         ("heartbeat_ms = 9000\n", {}, {}, "heartbeat_ms: session_timeout_ms (9000) must be more than heartbeat_ms (9000)"),
         ("max_frame_bytes = 10\n", {}, {}, "max_frame_bytes: 10 is out of range"),
         ("max_in_flight = 0\n", {}, {}, "max_in_flight: 0 is out of range"),
@@ -135,7 +141,7 @@ def test_validation_errors_name_key_and_source(tmp_path, text, env, overrides, e
             "cluster_secret": f'cluster_secret = "{SECRET}"'}  # fmt: skip
     set_here = {line.split("=")[0].strip() for line in text.splitlines() if "=" in line}
     head = [line for key, line in base.items() if key not in set_here]
-    voters = '[controller_quorum_voters]\n1 = "127.0.0.1:9094"\n'
+    voters = '[controller_quorum_voters]\n1 = "127.0.0.1:9095"\n'
     path = write(tmp_path, "\n".join(head) + "\n" + text + "\n" + voters)
     with pytest.raises(ConfigError) as caught:
         load_config(path, env=env, overrides=overrides)
@@ -149,7 +155,7 @@ def test_validation_errors_name_key_and_source(tmp_path, text, env, overrides, e
     "voters, expected",
     [
         ('"2@127.0.0.1:9094"', "node 1 has the controller role but is not among the voters [2]"),
-        ('"1@127.0.0.1:9999"', "listeners.quorum: 127.0.0.1:9094 differs from this node's voter"),
+        ('"1@127.0.0.1:9999"', "listeners.quorum: 127.0.0.1:9095 differs from this node's voter"),
         ('"1@127.0.0.1:9094,1@127.0.0.1:9095"', "voter 1 is listed twice"),
         ('"1@127.0.0.1:9094,2@127.0.0.1:9094"', "two voters share an address"),
         ('"1-127.0.0.1:9094"', 'expected "id@host:port"'),
@@ -176,12 +182,14 @@ def test_required_keys_and_secret(tmp_path):
     base = {"RAFTLOG_NODE_ID": "1", "RAFTLOG_DATA_DIR": "/tmp/x"}
     with pytest.raises(ConfigError, match="controller_quorum_voters is required"):
         load_config(None, env=base)
-    with_voters = {**base, "RAFTLOG_CONTROLLER_QUORUM_VOTERS": "1@127.0.0.1:9094"}
-    with pytest.raises(ConfigError, match="cluster_secret is required for the controller role"):
+    with_voters = {**base, "RAFTLOG_CONTROLLER_QUORUM_VOTERS": "1@127.0.0.1:9095"}
+    with pytest.raises(ConfigError, match="cluster_secret is required"):
         load_config(None, env=with_voters)
-    # A broker-only node needs no secret and no quorum listener.
-    config = load_config(None, env={**with_voters, "RAFTLOG_ROLES": "broker"})
-    assert config.cluster_secret is None
+    # A broker-only node needs no quorum listener, but the secret still: peers authenticate.
+    with pytest.raises(ConfigError, match="cluster_secret is required"):
+        load_config(None, env={**with_voters, "RAFTLOG_ROLES": "broker"})
+    config = load_config(None, env={**with_voters, "RAFTLOG_ROLES": "broker", "RAFTLOG_CLUSTER_SECRET": SECRET})
+    assert config.roles == frozenset({"broker"})
 
 
 def test_unreadable_and_invalid_files(tmp_path):
@@ -195,10 +203,11 @@ def test_unreadable_and_invalid_files(tmp_path):
 def test_advertised_host_for_wildcard_listener(tmp_path):
     config = load_config(
         write(tmp_path, MINIMAL),
-        env={"RAFTLOG_LISTENERS_CLIENT": "0.0.0.0:9092", "RAFTLOG_ADVERTISED_HOST": "node1"},
+        env={"RAFTLOG_LISTENERS_CLIENT": "0.0.0.0:9093", "RAFTLOG_ADVERTISED_HOST": "node1",
+             "RAFTLOG_ALLOW_PLAINTEXT": "true"},
     )
-    assert config.advertised("client") == HostPort("node1", 9092)
-    assert config.advertised("peer") == HostPort("127.0.0.1", 9093)
+    assert config.advertised("client") == HostPort("node1", 9093)
+    assert config.advertised("peer") == HostPort("127.0.0.1", 9094)
 
 
 def test_parse_host_port_ipv6():
@@ -254,3 +263,60 @@ def test_node_config_is_frozen():
     config = NodeConfig(node_id=1, data_dir=Path("/x"))
     with pytest.raises(AttributeError):
         config.node_id = 2  # type: ignore[misc]
+
+
+# --- security keys (issue 16) ---
+
+
+def test_security_defaults_are_plaintext_on_loopback(tmp_path):
+    config = load_config(write(tmp_path, MINIMAL), env={})
+    assert config.security_protocol == "PLAINTEXT" and not config.client_tls and not config.client_sasl
+    assert not config.authorizer_enabled and not config.peer_tls and not config.allow_plaintext
+
+
+@pytest.mark.parametrize("listener", ["client", "peer", "http", "kafka"])
+def test_a_non_loopback_listener_without_tls_and_auth_refuses_to_start(tmp_path, listener):
+    env = {f"RAFTLOG_LISTENERS_{listener.upper()}": "10.1.2.3:7000", "RAFTLOG_ADVERTISED_HOST": "node1"}
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, MINIMAL), env=env)
+    message = str(info.value)
+    assert f"listeners.{listener}" in message and "allow_plaintext = true" in message and "\n" not in message
+    load_config(write(tmp_path, MINIMAL), env={**env, "RAFTLOG_ALLOW_PLAINTEXT": "true"})
+
+
+def test_a_secure_node_may_bind_every_interface(tmp_path):
+    secure = """security_protocol = "sasl_ssl"
+tls_cert_file = "/tls/node.pem"
+tls_key_file = "/tls/node.key"
+tls_ca_file = "/tls/ca.pem"
+peer_tls = true
+http_token = "a-metrics-token"
+super_users = ["User:admin"]
+sasl_mechanisms = ["SCRAM-SHA-512"]
+advertised_host = "node1"
+"""
+    listeners = ('[listeners]\nkafka = "0.0.0.0:9092"\nclient = "0.0.0.0:9093"\npeer = "0.0.0.0:9094"\n'
+                 'http = "0.0.0.0:9096"\n')
+    config = load_config(write(tmp_path, MINIMAL.replace("cluster_secret", secure + "cluster_secret") + listeners), env={})
+    assert config.security_protocol == "SASL_SSL" and config.client_tls and config.client_sasl
+    assert config.authorizer_enabled and config.super_users == ("User:admin",)
+    assert config.sasl_mechanisms == ("SCRAM-SHA-512",)
+    assert "a-metrics-token" not in repr(config)
+    assert load_config(write(tmp_path, config_to_toml(config)), env={}) == config
+
+
+@pytest.mark.parametrize(
+    "extra, key",
+    [
+        ('security_protocol = "TLS"\n', "security_protocol"),
+        ('security_protocol = "SSL"\n', "tls_cert_file"),
+        ('peer_tls = true\ntls_cert_file = "/c"\ntls_key_file = "/k"\n', "tls_ca_file"),
+        ('ssl_client_auth = "required"\ntls_ca_file = "/ca"\n', "ssl_client_auth"),
+        ('sasl_mechanisms = ["GSSAPI"]\n', "sasl_mechanisms"),
+        ('super_users = ["admin"]\n', "super_users"),
+        ('peer_tls = "maybe"\n', "peer_tls"),
+    ],
+)
+def test_bad_security_settings_name_the_key(tmp_path, extra, key):
+    with pytest.raises(ConfigError, match=key):
+        load_config(write(tmp_path, MINIMAL.replace('cluster_secret', extra + 'cluster_secret')), env={})

@@ -1,0 +1,452 @@
+"""The active controller: the role a voter takes while it leads the metadata quorum. It wraps
+the pure `Controller` (controller.py) with activation, a tick loop, proposals and the
+controller ops that brokers and admin clients send.
+
+Life cycle (controller.py's docstring): when this voter becomes the quorum leader in term T it
+builds `Controller(image, T, ...)` and proposes a NoOp; only once that NoOp is in the image (so
+the image holds everything committed before it) is it ready (`ready()`) and answers controller
+ops. Every decision returns ControllerResult(envelopes, response): the envelopes are proposed
+in order (the same bytes re-sent after an unknown outcome, so a retry applies at most once)
+and the caller is answered once each envelope's outcome is in the image. The tick loop (every
+heartbeat_ms, at most 0.5 s) fences silent brokers, completes split topic creations, creates
+`__consumer_offsets` (RF min(3, brokers known)), and asks partition leaders to move
+leadership to preferred leaders (at most MAX_TRANSFERS_IN_FLIGHT requests at once). Losing
+leadership, or a NOT_CONTROLLER from a newer epoch, drops the Controller.
+
+Errors (PROTOCOL.md): the quorum's NotQuorumLeaderError / QuorumNotRunningError ->
+NOT_CONTROLLER with the controller's id and client address; ProposalOutcomeUnknownError (re-sent)
+or no answer by the deadline -> REQUEST_TIMED_OUT; EnvelopeTooLargeError -> MESSAGE_TOO_LARGE; a
+rejected envelope -> its outcome's code (e.g. TOPIC_ALREADY_EXISTS).
+
+Ops, dispatched through the tables at the end of this module: peer ops `broker_register`,
+`broker_heartbeat`, `broker_shutdown`, `report_partition_leader`, `allocate_producer_ids`,
+`controller_forward` (an admin op forwarded by another node; never forwarded again, so no
+loops), and the admin ops `create_topic`, `delete_topic`, `alter_configs`, `cluster_status`.
+
+Clock: `clock_ms` gives `now_ms` for the Controller's decisions; deadlines are trio's.
+Concurrency: trio thread only. The Controller is only called between awaits, so each decision
+sees one image and its pending marks are set before any other task can decide.
+May import: raftlog.base and metadata's controller, records, image, quorum and loader.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final
+
+import trio
+
+from metadata import security_ops
+from metadata.controller import Controller, ControllerResult
+from metadata.image import TopicImage
+from metadata.loader import MetadataLoader
+from metadata.quorum import (
+    NotQuorumLeaderError,
+    ProposalOutcomeUnknownError,
+    ProposalRejectedError,
+    Quorum,
+    QuorumNotRunningError,
+)
+from metadata.records import UserScramCredential, encode_envelope
+from raftlog.base.errors import (
+    InvalidRequestError,
+    MessageTooLargeError,
+    NotControllerError,
+    RaftlogError,
+    RequestTimedOutError,
+    SecurityDisabledError,
+)
+from raftlog.base.eventlog import log_event
+from raftlog.base.metrics import MetricsRegistry
+from raftlog.base.peer import PeerPool
+from raftlog.base.protocol import field
+
+__all__ = ["ActiveController", "ADMIN_OPS", "CONTROLLER_OPS"]
+
+logger = logging.getLogger(__name__)
+
+PROPOSAL_ATTEMPT_S: Final = 5.0
+PROPOSAL_BACKOFF_S: Final = 0.05
+TRANSFER_TIMEOUT_S: Final = 2.0
+MAX_TRANSFERS_IN_FLIGHT: Final = 32
+
+Fields = Mapping[str, Any]
+
+
+class ActiveController:
+    """The controller role of one voter. `status(ctl)` builds the cluster_status answer (the
+    service owns it: it also answers without a controller); `on_ready()` runs when a new
+    controller becomes ready (the local broker heartbeats it at once)."""
+
+    def __init__(
+        self,
+        config: Any,
+        quorum: Quorum,
+        loader: MetadataLoader,
+        peers: PeerPool,
+        *,
+        voter_count: int,
+        clock_ms: Callable[[], int],
+        rng: random.Random,
+        registry: MetricsRegistry,
+        status: Callable[[Controller | None], dict[str, Any]],
+        on_ready: Callable[[], None],
+        bootstrap_credentials: tuple[UserScramCredential, ...] = (),
+    ) -> None:
+        self._bootstrap_credentials = bootstrap_credentials  # seeded by the controller (security_ops)
+        self.node_id: int = config.node_id
+        self._config = config
+        self._quorum = quorum
+        self._loader = loader
+        self._peers = peers
+        self._voter_count = voter_count
+        self._clock_ms = clock_ms
+        self._rng = rng
+        self._status = status
+        self._on_ready = on_ready
+        self._controller: Controller | None = None   # set at activation
+        self._controller_ready = trio.Event()        # set once its NoOp applied
+        self._leader_changed = trio.Event()
+        self._transfers = trio.Semaphore(MAX_TRANSFERS_IN_FLIGHT)
+        self._nursery: trio.Nursery | None = None
+        self._proposals = registry.counter(
+            "raftlog_metadata_proposals_total", "Envelope proposals by result.", ("result",)
+        )
+
+    # ------------------------------------------------------------------ state
+
+    def ready(self) -> Controller | None:
+        """The ready Controller, or None."""
+        if self._controller is not None and self._controller_ready.is_set():
+            return self._controller
+        return None
+
+    def is_quorum_leader(self) -> bool:
+        return self._quorum.is_leader and self._quorum.leader_id == self.node_id
+
+    def on_image(self, image: Any) -> None:
+        """Loader listener: the Controller follows every image."""
+        if self._controller is not None:
+            self._controller.update_image(image, self._clock_ms())
+
+    def on_leader_change(self) -> None:
+        self._leader_changed.set()
+
+    def not_controller(self, controller_id: int | None) -> NotControllerError:
+        """NOT_CONTROLLER with a hint: the controller's id and client address."""
+        if controller_id == self.node_id:
+            controller_id = None  # we are the leader but not ready yet: no useful hint
+        address = None if controller_id is None else self._loader.client_address(controller_id)
+        return NotControllerError(controller_id=controller_id, controller=address)
+
+    # ------------------------------------------------------------------ life cycle
+
+    async def run(self) -> None:
+        """Follow quorum leadership: activate, tick, resign. Runs until cancelled."""
+        interval_s = max(0.05, min(self._config.heartbeat_ms, 500) / 1000)
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            while True:
+                self._leader_changed = trio.Event()
+                term = self._quorum.term
+                if self.is_quorum_leader():
+                    if self._controller is None or self._controller.controller_epoch != term:
+                        await self._activate(term)
+                elif self._controller is not None:
+                    self._deactivate("lost quorum leadership")
+                ctl = self.ready()
+                if ctl is not None:
+                    await self._tick(ctl)
+                with trio.move_on_after(interval_s):
+                    await self._leader_changed.wait()
+
+    def _deactivate(self, reason: str) -> None:
+        if self._controller is not None:
+            log_event(logger, "controller_resigned", epoch=self._controller.controller_epoch,
+                      reason=reason)
+        self._controller = None
+        if self._controller_ready.is_set():
+            self._controller_ready = trio.Event()
+
+    def _offsets_replication_factor(self) -> int:
+        return max(1, min(3, max(len(self._loader.image.brokers), self._voter_count)))
+
+    async def _activate(self, term: int) -> None:
+        self._deactivate("new term")
+        try:
+            ctl = Controller(
+                self._loader.image, term, self._clock_ms(), random.Random(self._rng.getrandbits(64)),
+                session_timeout_ms=self._config.session_timeout_ms,
+                offsets_replication_factor=self._offsets_replication_factor(),
+            )  # fmt: skip
+        except NotControllerError as exc:
+            log_event(logger, "controller_activation_refused", level=logging.WARNING, reason=str(exc))
+            return
+        self._controller = ctl
+        log_event(logger, "controller_activating", epoch=term)
+        while self._controller is ctl and self.is_quorum_leader() and self._quorum.term == term:
+            try:
+                await self.propose(ctl.noop(), trio.current_time() + PROPOSAL_ATTEMPT_S)
+            except RaftlogError as exc:
+                log_event(logger, "controller_noop_failed", level=logging.INFO, reason=str(exc))
+                await trio.sleep(PROPOSAL_BACKOFF_S * 4)
+                continue
+            self._controller_ready.set()
+            self._on_ready()
+            log_event(logger, "controller_active", epoch=term, applied_index=self._loader.applied_index)
+            return
+        if self._controller is ctl:
+            self._deactivate("leadership lost during activation")
+
+    async def _tick(self, ctl: Controller) -> None:
+        deadline = trio.current_time() + PROPOSAL_ATTEMPT_S
+        try:
+            await self.propose(ctl.tick(self._clock_ms()), deadline)
+            ctl.offsets_replication_factor = self._offsets_replication_factor()
+            await self.propose(ctl.ensure_internal_topics(self._clock_ms()), deadline)
+            await self.propose(ctl.ensure_bootstrap_credentials(self._bootstrap_credentials,
+                                                                now_ms=self._clock_ms()), deadline)
+            for move in ctl.preferred_leader_moves(self._clock_ms()):
+                address = self._loader.peer_address(move.leader)
+                if address is not None and self._nursery is not None:
+                    try:
+                        self._transfers.acquire_nowait()
+                    except trio.WouldBlock:
+                        break
+                    self._nursery.start_soon(
+                        self._send_transfer, address, move.topic, move.partition, move.preferred_leader
+                    )
+        except NotControllerError as exc:  # a newer controller wrote, or the quorum moved on
+            self._deactivate(str(exc))
+        except RaftlogError as exc:
+            log_event(logger, "controller_tick_failed", level=logging.INFO, reason=str(exc))
+
+    async def _send_transfer(self, address: str, topic: str, partition: int, target: int) -> None:
+        try:
+            await self._peers.call(
+                address, "transfer_leadership",
+                {"topic": topic, "partition": partition, "target": target},
+                timeout_s=TRANSFER_TIMEOUT_S,
+            )  # fmt: skip
+            log_event(logger, "leader_transfer_requested", topic=topic, partition=partition, target=target)
+        except RaftlogError as exc:  # no broker serves it yet, or the leader moved: retried later
+            log_event(logger, "leader_transfer_failed", level=logging.DEBUG, topic=topic,
+                      partition=partition, target=target, reason=str(exc))
+        finally:
+            self._transfers.release()
+
+    # ------------------------------------------------------------------ proposals
+
+    async def propose(self, result: ControllerResult[Any], deadline: float) -> Any:
+        """Propose each envelope in order and answer with `result.response` once all applied;
+        raise the first rejection's error. See the module docstring for error mapping."""
+        for envelope in result.envelopes:
+            try:
+                data = encode_envelope(envelope)
+            except RaftlogError as exc:  # EnvelopeTooLargeError
+                raise MessageTooLargeError(str(exc)) from None
+            await self._propose_bytes(data, envelope.request_id, deadline)
+            outcome = self._loader.image.request_outcome(envelope.request_id)
+            if outcome is None:
+                raise RequestTimedOutError(f"outcome of {envelope.request_id} is unknown")
+            if not outcome.ok:
+                self._proposals.labels(result=outcome.code).inc()
+                error = outcome.error()
+                assert error is not None
+                raise error
+            self._proposals.labels(result="OK").inc()
+        return result.response
+
+    async def _propose_bytes(self, data: bytes, request_id: str, deadline: float) -> None:
+        unknown = False
+        while True:
+            remaining = deadline - trio.current_time()
+            if self._loader.image.request_outcome(request_id) is not None:
+                return  # an earlier attempt committed after all
+            if remaining <= 0:
+                self._proposals.labels(result="TIMED_OUT").inc()
+                raise RequestTimedOutError(
+                    f"proposal {request_id} not committed before the deadline"
+                    + ("; it may still take effect" if unknown else "")
+                )
+            try:
+                await self._quorum.propose(data, timeout_s=min(remaining, PROPOSAL_ATTEMPT_S))
+                return
+            except NotQuorumLeaderError as exc:
+                raise self.not_controller(exc.leader_id) from None
+            except QuorumNotRunningError:
+                raise self.not_controller(None) from None
+            except ProposalOutcomeUnknownError as exc:
+                unknown = True  # re-send the same bytes: replay applies a request id once
+                log_event(logger, "proposal_unknown", level=logging.INFO, request_id=request_id,
+                          reason=exc.reason)
+            except ProposalRejectedError as exc:
+                log_event(logger, "proposal_rejected", level=logging.INFO, request_id=request_id,
+                          reason=exc.reason)
+                await trio.sleep(min(PROPOSAL_BACKOFF_S, max(0.0, remaining)))
+
+    async def wait_ready(self) -> None:
+        """Return once a Controller is ready (the caller bounds the wait)."""
+        while self.ready() is None:
+            await self._controller_ready.wait()
+
+    async def require(self, deadline: float) -> Controller:
+        """The ready local Controller; waits while this node is the leader and activating.
+        Raises NotControllerError (with a hint) otherwise, RequestTimedOutError at `deadline`."""
+        while True:
+            ctl = self.ready()
+            if ctl is not None:
+                return ctl
+            if not self.is_quorum_leader():
+                raise self.not_controller(self._quorum.leader_id)
+            with trio.move_on_at(deadline) as scope:
+                await self._controller_ready.wait()
+            if scope.cancelled_caught:
+                raise RequestTimedOutError("the controller is still activating")
+
+    # ------------------------------------------------------------------ ops
+
+    async def run_op(self, op: str, fields: Fields, deadline: float) -> dict[str, Any]:
+        """A peer op of CONTROLLER_OPS on this node, which must be the active controller."""
+        handler = CONTROLLER_OPS.get(op)
+        if handler is None:
+            raise InvalidRequestError(f"unknown controller op {op!r:.40}", field="op")
+        return await self._guarded(handler, fields, deadline)
+
+    async def admin(self, op: str, fields: Fields, deadline: float) -> dict[str, Any]:
+        """An admin op of ADMIN_OPS on this node, which must be the active controller."""
+        handler = _ADMIN_HANDLERS.get(op)
+        if handler is None:
+            raise InvalidRequestError(f"unknown admin op {op!r:.40}", field="op")
+        return await self._guarded(handler, fields, deadline)
+
+    async def _guarded(self, handler: _OpHandler, fields: Fields, deadline: float) -> dict[str, Any]:
+        ctl = await self.require(deadline)
+        try:
+            return await handler(self, ctl, fields, deadline)
+        except NotControllerError:
+            self._deactivate("deposed by a newer controller epoch")
+            raise self.not_controller(None) from None
+
+    async def _broker_register(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
+        result = ctl.register_broker(
+            field(fields, "broker_id", int), field(fields, "incarnation_id", str),
+            field(fields, "host", str), field(fields, "port", int),
+            field(fields, "peer_host", str), field(fields, "peer_port", int),
+            field(fields, "rack", str, default=None, nullable=True), now_ms=self._clock_ms(),
+            kafka_host=field(fields, "kafka_host", str, default=None, nullable=True),
+            kafka_port=field(fields, "kafka_port", int, default=None, nullable=True),
+        )  # fmt: skip
+        response = await self.propose(result, deadline)
+        return {"broker_id": response.broker_id, "incarnation_id": response.incarnation_id}
+
+    async def _broker_heartbeat(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
+        result = ctl.heartbeat(field(fields, "broker_id", int), field(fields, "incarnation_id", str),
+                               now_ms=self._clock_ms())
+        response = await self.propose(result, deadline)
+        # `fenced` is as of the committed image; after an UnfenceBroker applied, say so now.
+        reg = self._loader.image.broker(field(fields, "broker_id", int))
+        fenced = response.fenced if reg is None else reg.fenced
+        return {"fenced": fenced, "shutting_down": response.shutting_down,
+                "controller_epoch": response.controller_epoch}
+
+    async def _broker_shutdown(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
+        result = ctl.controlled_shutdown(field(fields, "broker_id", int),
+                                         field(fields, "incarnation_id", str), now_ms=self._clock_ms())
+        await self.propose(result, deadline)
+        return {}
+
+    async def _report_partition_leader(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
+        result = ctl.partition_leader_report(
+            field(fields, "topic", str), field(fields, "partition", int),
+            field(fields, "leader_id", int), field(fields, "leader_epoch", int),
+            now_ms=self._clock_ms(), topic_id=field(fields, "topic_id", str, default=None, nullable=True),
+        )  # fmt: skip
+        return {"changed": bool(await self.propose(result, deadline))}
+
+    async def _allocate_producer_ids(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
+        block = await self.propose(
+            ctl.allocate_producer_ids(field(fields, "broker_id", int), now_ms=self._clock_ms()), deadline
+        )
+        return {"first_producer_id": block.first_producer_id, "size": block.size}
+
+    async def _controller_forward(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
+        op = field(fields, "admin_op", str)
+        handler = _ADMIN_HANDLERS.get(op)
+        if handler is None:
+            raise InvalidRequestError(f"op {op!r:.40} cannot be forwarded", field="admin_op")
+        return await handler(self, ctl, field(fields, "fields", dict), deadline)
+
+    async def _create_topic(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
+        config = self._config
+        name = field(fields, "name", str)
+        configs = dict(config.topic_defaults)
+        configs.update(field(fields, "configs", dict, default={}))
+        result = ctl.create_topic(
+            name,
+            field(fields, "partitions", int, default=config.default_partitions),
+            field(fields, "replication_factor", int, default=config.default_replication_factor),
+            configs, now_ms=self._clock_ms(),
+        )  # fmt: skip
+        response = await self.propose(result, deadline)
+        topic = self._loader.image.topic(response.name)
+        return {"name": response.name, "topic_id": response.topic_id,
+                "partitions": partition_entries(topic) if topic is not None else []}
+
+    async def _delete_topic(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
+        result = ctl.delete_topic(field(fields, "name", str), now_ms=self._clock_ms())
+        return {"topic_id": await self.propose(result, deadline)}
+
+    async def _alter_configs(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
+        result = ctl.alter_configs(
+            field(fields, "name", str), field(fields, "set", dict, default={}),
+            list(field(fields, "delete", list, items=str, default=[])), now_ms=self._clock_ms(),
+        )  # fmt: skip
+        return {"configs": await self.propose(result, deadline)}
+
+    async def _cluster_status(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
+        return self._status(ctl)
+
+    async def _security_op(self, op: str, ctl: Controller, fields: Fields, deadline: float) -> dict:
+        if op != "alter_user_scram_credentials" and not getattr(self._config, "authorizer_enabled", False):
+            raise SecurityDisabledError("ACLs are not enabled on this cluster (acls_enabled)")
+        return await self.propose(security_ops.decide(ctl, op, fields, now_ms=self._clock_ms()), deadline)
+
+
+def partition_entries(topic: TopicImage) -> list[dict[str, Any]]:
+    """A topic's partitions as the metadata and create_topic answers list them."""
+    return [
+        {"partition": p.partition, "leader": p.leader, "leader_epoch": p.leader_epoch,
+         "replicas": list(p.replicas), "preferred_leader": p.preferred_leader}
+        for p in topic.partitions
+    ]
+
+
+_OpHandler = Callable[[ActiveController, Controller, Fields, float], Awaitable[dict[str, Any]]]
+
+CONTROLLER_OPS: Final[Mapping[str, _OpHandler]] = {
+    "broker_register": ActiveController._broker_register,
+    "broker_heartbeat": ActiveController._broker_heartbeat,
+    "broker_shutdown": ActiveController._broker_shutdown,
+    "report_partition_leader": ActiveController._report_partition_leader,
+    "allocate_producer_ids": ActiveController._allocate_producer_ids,
+    "controller_forward": ActiveController._controller_forward,
+}
+
+def _security_handler(op: str) -> _OpHandler:
+    async def handler(self: ActiveController, ctl: Controller, fields: Fields, deadline: float) -> dict:
+        return await self._security_op(op, ctl, fields, deadline)
+
+    return handler
+
+
+_ADMIN_HANDLERS: Final[Mapping[str, _OpHandler]] = {
+    "create_topic": ActiveController._create_topic,
+    "delete_topic": ActiveController._delete_topic,
+    "alter_configs": ActiveController._alter_configs,
+    "cluster_status": ActiveController._cluster_status,
+} | {op: _security_handler(op) for op in security_ops.ADMIN_SECURITY_OPS}
+
+ADMIN_OPS: Final = frozenset(_ADMIN_HANDLERS)

@@ -1,0 +1,115 @@
+"""The local broker's side of broker lifecycle: register with the active controller, heartbeat
+it, learn whether this broker is fenced, and on shutdown ask for a controlled shutdown.
+
+The controller fences a broker that has not heartbeat within `session_timeout_ms` and unfences
+it on a heartbeat after registration (controller.py). Here: a registered, unfenced broker
+heartbeats every `heartbeat_ms`; while it is fenced, unregistered or failing it comes back
+sooner (0.1 s growing to 0.5 s, never above heartbeat_ms), with ±10 % jitter, for startup and
+failover speed. BROKER_ID_NOT_REGISTERED or STALE_BROKER_EPOCH (the controller forgot this
+incarnation) registers again. `wake()` makes it heartbeat now (a new controller is known).
+
+Clock: waits only (trio's clock). May import: raftlog.base.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import secrets
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final
+
+import trio
+
+from raftlog.base.errors import BrokerIdNotRegisteredError, RaftlogError, StaleBrokerEpochError
+from raftlog.base.eventlog import log_event
+
+__all__ = ["BrokerLifecycle"]
+
+logger = logging.getLogger(__name__)
+
+SHUTDOWN_CALL_S: Final = 3.0
+
+ControllerCall = Callable[[str, Mapping[str, Any], float], Awaitable[dict[str, Any]]]
+
+
+class BrokerLifecycle:
+    """One per broker node. `controller_call(op, fields, timeout_s)` reaches the active
+    controller, here or over the peer pool."""
+
+    def __init__(self, config: Any, controller_call: ControllerCall, rng: random.Random) -> None:
+        self.node_id: int = config.node_id
+        self._config = config
+        self._controller_call = controller_call
+        self._rng = rng
+        self.incarnation_id = secrets.token_urlsafe(12)
+        self.registered = False
+        self.fenced = True
+        self._shutting_down = False
+        self._wakeup = trio.Event()
+
+    def wake(self) -> None:
+        self._wakeup.set()
+
+    async def run(self) -> None:
+        """Register and heartbeat until `drain()`."""
+        heartbeat_s = self._config.heartbeat_ms / 1000
+        client = self._config.advertised("client")
+        peer = self._config.advertised("peer")
+        registration = {
+            "broker_id": self.node_id, "incarnation_id": self.incarnation_id,
+            "host": client.host, "port": client.port, "peer_host": peer.host, "peer_port": peer.port,
+        }  # fmt: skip
+        kafka = self._config.advertised("kafka") if getattr(self._config.listeners, "kafka", None) else None
+        if kafka is not None:
+            registration |= {"kafka_host": kafka.host, "kafka_port": kafka.port}
+        failures = 0
+        while not self._shutting_down:
+            self._wakeup = trio.Event()
+            call_timeout_s = max(1.0, min(heartbeat_s * 2, 5.0))
+            try:
+                if not self.registered:
+                    await self._controller_call("broker_register", registration, call_timeout_s)
+                    self.registered = True
+                    log_event(logger, "broker_registered", broker_id=self.node_id,
+                              incarnation_id=self.incarnation_id)
+                result = await self._controller_call(
+                    "broker_heartbeat",
+                    {"broker_id": self.node_id, "incarnation_id": self.incarnation_id},
+                    call_timeout_s,
+                )  # fmt: skip
+                fenced = bool(result.get("fenced", True))
+                if fenced != self.fenced:
+                    log_event(logger, "broker_fenced" if fenced else "broker_unfenced", broker_id=self.node_id)
+                self.fenced = fenced
+                failures = 0
+            except RaftlogError as exc:
+                failures += 1
+                if isinstance(exc, (BrokerIdNotRegisteredError, StaleBrokerEpochError)):
+                    self.registered = False
+                level = logging.INFO if failures in (1, 10) or failures % 100 == 0 else logging.DEBUG
+                log_event(logger, "broker_heartbeat_failed", level=level, code=exc.code,
+                          reason=exc.message, failures=failures)
+            if self.registered and not self.fenced and failures == 0:
+                wait_s = heartbeat_s
+            else:
+                wait_s = min(heartbeat_s, 0.1 * min(failures + 1, 5))
+            with trio.move_on_after(wait_s * (0.9 + 0.2 * self._rng.random())):
+                await self._wakeup.wait()
+
+    async def drain(self) -> None:
+        """Stop heartbeating and ask for a controlled shutdown, so the controller fences this
+        broker at once and its next incarnation may register at once."""
+        self._shutting_down = True
+        self._wakeup.set()
+        if not self.registered:
+            return
+        try:
+            await self._controller_call(
+                "broker_shutdown",
+                {"broker_id": self.node_id, "incarnation_id": self.incarnation_id},
+                SHUTDOWN_CALL_S,
+            )
+            log_event(logger, "controlled_shutdown_done", broker_id=self.node_id)
+        except RaftlogError as exc:
+            log_event(logger, "controlled_shutdown_failed", level=logging.WARNING, reason=str(exc))

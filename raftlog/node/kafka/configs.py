@@ -1,0 +1,164 @@
+"""Topic configs: DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44).
+
+Names are Kafka's (`retention.ms`, `cleanup.policy`, `segment.bytes`, `max.message.bytes`,
+...: metadata.topic_config.KAFKA_NAMES) in answers; requests may use Kafka's or ours.
+DescribeConfigs returns every key with its value, whether it is the default, and its source
+(DYNAMIC_TOPIC_CONFIG for a value set on the topic, DEFAULT_CONFIG otherwise), type and
+documentation; answered from the node's image by the native `describe_configs` code. Broker
+resources answer with no entries (no broker configs are dynamic here).
+
+AlterConfigs replaces a topic's whole set (keys it does not list go back to their defaults,
+as in Kafka); IncrementalAlterConfigs SETs and DELETEs keys (APPEND / SUBTRACT are refused
+with INVALID_CONFIG). Both run the native `alter_configs` (forwarded to the controller).
+`validate_only` checks the keys and values and changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from kafka.protocol.admin.configs import (
+    AlterConfigsResponse,
+    DescribeConfigsResponse,
+    IncrementalAlterConfigsResponse,
+)
+
+from metadata.topic_config import KAFKA_NAMES, canonical_key, normalize_configs
+from raftlog.base.errors import InvalidConfigError, InvalidRequestError
+from raftlog.node.kafka import errors
+from raftlog.node.kafka.context import Call, KafkaContext, Later, Reply
+
+__all__ = ["HANDLERS"]
+
+DESCRIBE_CONFIGS_KEY: Final = 32
+ALTER_CONFIGS_KEY: Final = 33
+INCREMENTAL_ALTER_CONFIGS_KEY: Final = 44
+TOPIC: Final = 2
+BROKER: Final = 4
+SOURCE_DYNAMIC_TOPIC: Final = 1
+SOURCE_DEFAULT: Final = 5
+TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_LIST = 2, 3, 5, 7
+_TYPES: Final = {"int": TYPE_INT, "long": TYPE_LONG, "list": TYPE_LIST, "enum": TYPE_STRING}
+OP_SET, OP_DELETE = 0, 1
+
+
+async def handle_describe_configs(ctx: KafkaContext, call: Call) -> Reply:
+    request = call.request
+    R = DescribeConfigsResponse
+    Entry = R.DescribeConfigsResult.DescribeConfigsResourceResult
+    results = []
+    for res in request.resources:
+        if res.resource_type != TOPIC:
+            code = errors.NONE if res.resource_type == BROKER else errors.INVALID_REQUEST
+            results.append(R.DescribeConfigsResult(
+                error_code=code, error_message=None if code == errors.NONE else "only topic and broker resources",
+                resource_type=res.resource_type, resource_name=res.resource_name, configs=[]))
+            continue
+        try:
+            described = await ctx.call("describe_configs", {"name": res.resource_name})
+        except Exception as exc:  # noqa: BLE001 - this resource's answer
+            code, message = errors.kafka_error(exc)
+            results.append(R.DescribeConfigsResult(
+                error_code=code, error_message=message, resource_type=res.resource_type,
+                resource_name=res.resource_name, configs=[]))
+            continue
+        assert described is not None
+        wanted = None if res.configuration_keys is None else {canonical_key(k) for k in res.configuration_keys}
+        entries = []
+        for e in described["configs"]:
+            if wanted is not None and e["name"] not in wanted:
+                continue
+            entries.append(Entry(
+                name=KAFKA_NAMES.get(e["name"], e["name"]), value=e["value"], read_only=False,
+                is_default=e["is_default"],
+                config_source=SOURCE_DEFAULT if e["is_default"] else SOURCE_DYNAMIC_TOPIC,
+                is_sensitive=False, synonyms=[], config_type=_TYPES.get(e["type"], TYPE_STRING),
+                documentation=e["doc"],
+            ))  # fmt: skip
+        results.append(R.DescribeConfigsResult(
+            error_code=errors.NONE, error_message=None, resource_type=res.resource_type,
+            resource_name=res.resource_name, configs=entries))
+    return R(throttle_time_ms=0, results=results)
+
+
+async def handle_alter_configs(ctx: KafkaContext, call: Call) -> Reply:
+    request = call.request
+    R = AlterConfigsResponse
+
+    async def answer() -> Reply:
+        out = []
+        for res in request.resources:
+            if res.resource_type != TOPIC:
+                code, message = errors.INVALID_REQUEST, "only topic configs can be altered"
+            else:
+                new = {c.name: c.value for c in res.configs if c.value is not None}
+                code, message = await _replace(ctx, res.resource_name, new, request.validate_only)
+            out.append(R.AlterConfigsResourceResponse(
+                error_code=code, error_message=message, resource_type=res.resource_type,
+                resource_name=res.resource_name))
+        return R(throttle_time_ms=0, responses=out)
+
+    return Later(answer)
+
+
+async def _replace(ctx: KafkaContext, name: str, new: dict[str, str], validate_only: bool) -> tuple[int, str | None]:
+    try:
+        described = await ctx.call("describe_configs", {"name": name})
+        assert described is not None
+        normalized = normalize_configs(new)
+        current = {e["name"] for e in described["configs"] if not e["is_default"]}
+        delete = sorted(current - set(normalized))
+        if not validate_only:
+            await ctx.call("alter_configs", {"name": name, "set": normalized, "delete": delete})
+        return errors.NONE, None
+    except Exception as exc:  # noqa: BLE001 - this resource's answer
+        return errors.kafka_error(exc)
+
+
+async def handle_incremental_alter_configs(ctx: KafkaContext, call: Call) -> Reply:
+    request = call.request
+    R = IncrementalAlterConfigsResponse
+
+    async def one(res: Any) -> tuple[int, str | None]:
+        if res.resource_type != TOPIC:
+            return errors.INVALID_REQUEST, "only topic configs can be altered"
+        set_: dict[str, str] = {}
+        delete: list[str] = []
+        try:
+            for c in res.configs:
+                if c.config_operation == OP_SET:
+                    if c.value is None:
+                        raise InvalidConfigError(f"SET {c.name} needs a value")
+                    set_[c.name] = c.value
+                elif c.config_operation == OP_DELETE:
+                    delete.append(canonical_key(c.name))
+                else:
+                    raise InvalidConfigError(f"operation {c.config_operation} on {c.name} is not supported "
+                                        "(SET and DELETE are)")
+            normalized = normalize_configs(set_)
+            if set(normalized) & set(delete):
+                raise InvalidRequestError("a key is both set and deleted")
+            if not request.validate_only:
+                await ctx.call("alter_configs", {"name": res.resource_name, "set": normalized,
+                                                 "delete": delete})
+            return errors.NONE, None
+        except Exception as exc:  # noqa: BLE001 - this resource's answer
+            return errors.kafka_error(exc)
+
+    async def answer() -> Reply:
+        out = []
+        for res in request.resources:
+            code, message = await one(res)
+            out.append(R.AlterConfigsResourceResponse(
+                error_code=code, error_message=message, resource_type=res.resource_type,
+                resource_name=res.resource_name))
+        return R(throttle_time_ms=0, responses=out)
+
+    return Later(answer)
+
+
+HANDLERS: Final = {
+    DESCRIBE_CONFIGS_KEY: handle_describe_configs,
+    ALTER_CONFIGS_KEY: handle_alter_configs,
+    INCREMENTAL_ALTER_CONFIGS_KEY: handle_incremental_alter_configs,
+}

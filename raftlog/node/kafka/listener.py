@@ -1,0 +1,485 @@
+"""The Kafka listener: a trio server that speaks Kafka's wire protocol over the node's own
+services, beside the native listener (raftlog/server.py). It parses and routes; the service
+code it calls (the native client handlers, the replica manager) decides.
+
+    serve_kafka(ctx, host, port, max_request_bytes=..., ...)   started by the node
+
+Per connection: a reader reads frames (`int32 size` + request), decodes the header and body
+(codec.py), and calls the API's handler; a writer sends the responses in request order
+(Kafka's per-connection guarantee). Handlers run one at a time in request order; a handler
+that must wait (long poll, acks=all, admin) returns `Later`, which runs in its own task, so
+up to `max_in_flight` requests of a connection wait at once (context.py).
+
+How to add an API: write `async def handle_x(ctx, call) -> Reply` in the module of its family
+(produce.py, fetch.py, metadata.py, admin.py, configs.py, groups.py, ...), list it in that
+module's `HANDLERS = {api_key: handle_x}`, add the module's map to `HANDLERS` below, and add
+the advertised (min, max) to `versions.SUPPORTED_VERSIONS`; a unit test checks that the two
+tables name the same keys and that each range lies inside the schema's. The handler gets
+the decoded request at the client's version (`call.request`, `call.version`) and returns
+the response class at any version (the listener encodes it at the request's).
+
+Limits (everything bounded): at most `max_connections` connections (then the accept loop
+waits); frames up to `max_request_bytes`; at most `max_in_flight` requests per connection
+awaiting their response (then the reader stops reading, and TCP pushes back); every request
+under `request_timeout_ms`; a writer stuck that long on a client that does not read closes
+the connection.
+
+Bad input: a frame over `max_request_bytes` (or a negative size), a header or body that does
+not decode (truncated, garbage), an api key Kafka does not define: one log line
+(`kafka_conn_closed` with the reason) and the connection is closed, as Kafka does; earlier
+responses of that connection are still sent. A known API at a version or key we do not serve:
+an error answer (UNSUPPORTED_VERSION in the response's error field; ApiVersions per KIP-511:
+a v0 answer listing what we serve), or, for a response without an error field, a log line and
+a close. A handler bug: UNKNOWN_SERVER_ERROR where the response has an error field, else a
+close; its traceback is logged. Nothing one connection does stops the listener or another
+connection. Requests before ApiVersions are served (Kafka does; old clients skip it).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import struct
+from collections.abc import Mapping
+from typing import Any, Final, NoReturn
+
+import trio
+from kafka.protocol.api_message import ApiMessage
+
+from raftlog.base.eventlog import log_event
+from raftlog.node.kafka import admin, configs, errors, fetch, metadata, produce, versions
+from raftlog.node.kafka.codec import (
+    API_VERSIONS_KEY,
+    REQUEST_CLASSES,
+    RESPONSE_CLASSES,
+    Chunk,
+    CodecError,
+    FileRange,
+    Header,
+    decode_body,
+    decode_header,
+    encode_response,
+)
+from raftlog.node.kafka.context import Call, ConnectionState, Encoded, Handler, KafkaContext, Later
+from raftlog.base.metrics import MetricsRegistry
+
+__all__ = ["HANDLERS", "serve_kafka", "error_response"]
+
+logger = logging.getLogger(__name__)
+
+# api_key -> handler. One map per API family; the groups module adds its own here.
+HANDLERS: Final[dict[int, Handler]] = {
+    **versions.HANDLERS,
+    **metadata.HANDLERS,
+    **produce.HANDLERS,
+    **fetch.HANDLERS,
+    **admin.HANDLERS,
+    **configs.HANDLERS,
+}
+
+RECEIVE_CHUNK_BYTES: Final = 256 << 10
+WRITE_COALESCE_BYTES: Final = 1 << 20
+ACCEPT_BACKOFF_S: Final = 0.1
+_SIZE: Final = struct.Struct(">i")
+_RESOURCE_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+
+
+def api_name(api_key: int) -> str:
+    cls = REQUEST_CLASSES.get(api_key)
+    return cls.__name__.removesuffix("Request") if cls is not None else "unknown"
+
+
+def error_response(api_key: int, version: int, code: int) -> ApiMessage | None:
+    """A response of `api_key` at `version` carrying `code` in its top-level error field, or
+    None when that response has no top-level error field (the caller closes instead)."""
+    cls = RESPONSE_CLASSES.get(api_key)
+    if cls is None:
+        return None
+    has_error = any(
+        f.get("name") == "ErrorCode" and _in_versions(f.get("versions", ""), version)
+        for f in cls.json.get("fields", [])
+    )
+    if not has_error:
+        return None
+    return cls[version](error_code=code)
+
+
+def _in_versions(spec: str, version: int) -> bool:
+    if spec.endswith("+"):
+        return version >= int(spec[:-1])
+    if "-" in spec:
+        lo, hi = spec.split("-")
+        return int(lo) <= version <= int(hi)
+    return spec.isdigit() and version == int(spec)
+
+
+class _Close(Exception):
+    """Close the connection after the responses before this one (reason logged)."""
+
+    def __init__(self, reason: str, **fields: Any) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.fields = fields
+
+
+class _Slot:
+    """One request's place in the response order."""
+
+    __slots__ = ("done", "chunks", "close")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.chunks: list[Chunk] | None = None
+        self.close: _Close | None = None
+
+
+class _Listener:
+    def __init__(
+        self, ctx: KafkaContext, handlers: Mapping[int, Handler], *, max_request_bytes: int,
+        request_timeout_ms: int, max_in_flight: int, registry: MetricsRegistry | None,
+    ) -> None:  # fmt: skip
+        self.ctx = ctx
+        self.handlers = dict(handlers)
+        self.max_request_bytes = max_request_bytes
+        self.request_timeout_ms = request_timeout_ms
+        self.max_in_flight = max_in_flight
+        self.connections = 0
+        registry = registry if registry is not None else MetricsRegistry()
+        self.requests_total = registry.counter(
+            "raftlog_requests_total",
+            "Requests answered, by listener, op and result code (OK for success).",
+            ("listener", "op", "code"),
+        )
+        self.request_latency_ms = registry.histogram(
+            "raftlog_request_latency_ms",
+            "Time from a request's start (slot taken) to its response being ready, in ms.",
+            ("listener", "op"),
+        )
+        self.frame_errors_total = registry.counter(
+            "raftlog_frame_errors_total",
+            "Connections closed because a frame could not be decoded, by code.",
+            ("listener", "code"),
+        )
+        registry.gauge(
+            "raftlog_connections", "Open connections, by listener.", ("listener",)
+        ).labels(listener="kafka").set_function(lambda: self.connections)
+
+
+class _Connection:
+    def __init__(self, stream: trio.SocketStream, listener: _Listener, peer: str) -> None:
+        self.stream = stream
+        self.listener = listener
+        self.state = ConnectionState(peer=peer)
+        self.cancel_scope: trio.CancelScope | None = None
+
+    async def run(self) -> None:
+        send, receive = trio.open_memory_channel[_Slot](self.listener.max_in_flight)
+        async with trio.open_nursery() as connection:
+            self.cancel_scope = connection.cancel_scope
+            connection.start_soon(self._write_loop, receive)
+            async with send:
+                async with trio.open_nursery() as requests:
+                    await self._read_loop(requests, send)
+            # `send` closed: the writer sends what is queued, then returns.
+
+    async def _read_loop(self, requests: trio.Nursery, send: trio.MemorySendChannel[_Slot]) -> None:
+        buffer = bytearray()
+        listener = self.listener
+        while True:
+            while True:
+                if len(buffer) >= 4:
+                    size = _SIZE.unpack_from(buffer, 0)[0]
+                    if size < 0 or size > listener.max_request_bytes:
+                        await self._close_after(send, _Close(
+                            "frame_too_large" if size > 0 else "frame_size_negative",
+                            size=size, max_request_bytes=listener.max_request_bytes,
+                        ))  # fmt: skip
+                        return
+                    if len(buffer) >= 4 + size:
+                        break
+                try:
+                    data = await self.stream.receive_some(RECEIVE_CHUNK_BYTES)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    return
+                if not data:
+                    if buffer:
+                        self._log_close(_Close("truncated_frame", buffered_bytes=len(buffer)))
+                    return
+                buffer += data
+            size = _SIZE.unpack_from(buffer, 0)[0]
+            frame = bytes(buffer[4:4 + size])
+            del buffer[:4 + size]
+            slot = _Slot()
+            await send.send(slot)  # bounded: max_in_flight slots await their response
+            close = await self._dispatch(frame, slot, requests)
+            if close is not None:
+                return
+
+    async def _dispatch(self, frame: bytes, slot: _Slot, requests: trio.Nursery) -> _Close | None:
+        listener = self.listener
+        started = trio.current_time()
+        header: Header | None = None
+        try:
+            header, offset = decode_header(frame)
+            handler = listener.handlers.get(header.api_key)
+            if header.api_key not in REQUEST_CLASSES:
+                raise _Close("unknown_api_key", api_key=header.api_key,
+                             correlation_id=header.correlation_id)
+            if not self.state.authenticate():
+                raise _Close("not_authenticated", api=api_name(header.api_key))
+            if handler is None or not versions.supported(header.api_key, header.api_version):
+                self._finish(slot, header, started, self._unsupported(header))
+                return None
+            body = decode_body(header, frame, offset)
+            call = Call(header, body, self.state)
+            with trio.fail_after(listener.request_timeout_ms / 1000):
+                reply = await handler(listener.ctx, call)
+            if isinstance(reply, Later):
+                requests.start_soon(self._run_later, reply, slot, header, started)
+            else:
+                self._finish(slot, header, started, reply)
+            return None
+        except CodecError as exc:
+            close = _Close("malformed_request", reason_detail=str(exc),
+                           correlation_id=header.correlation_id if header else None)
+        except _Close as exc:
+            close = exc
+        except Exception as exc:  # a handler bug answers (or closes) one request
+            assert header is not None
+            self._finish(slot, header, started, self._failure(header, exc))
+            return None
+        listener.frame_errors_total.labels(listener="kafka", code=close.reason).inc()
+        slot.close = close
+        slot.done.set()
+        return close
+
+    async def _run_later(self, later: Later, slot: _Slot, header: Header, started: float) -> None:
+        try:
+            with trio.fail_after(self.listener.request_timeout_ms / 1000):
+                reply = await later.fn()
+        except Exception as exc:  # noqa: BLE001 - TooSlowError and handler bugs alike
+            reply = self._failure(header, exc)
+        self._finish(slot, header, started, reply)
+
+    def _failure(self, header: Header, exc: Exception) -> Any:
+        if isinstance(exc, trio.TooSlowError):
+            code = errors.REQUEST_TIMED_OUT
+        else:
+            code, _ = errors.kafka_error(exc)
+            if code == errors.UNKNOWN_SERVER_ERROR:
+                log_event(
+                    logger, "kafka_handler_failed", level=logging.ERROR, exc_info=exc,
+                    api=api_name(header.api_key), version=header.api_version,
+                    peer=self.state.peer,
+                )  # fmt: skip
+        response = error_response(header.api_key, header.api_version, code)
+        if response is None:
+            return _Close("handler_failed", api=api_name(header.api_key), error=type(exc).__name__)
+        return response
+
+    def _unsupported(self, header: Header) -> Any:
+        if header.api_key == API_VERSIONS_KEY:
+            # KIP-511: answer in v0 layout (header v0 too) with the versions we do serve.
+            response = versions.api_versions_response(errors.UNSUPPORTED_VERSION, version=0)
+            return Encoded(encode_response(header, response, version=0))
+        response = error_response(header.api_key, header.api_version, errors.UNSUPPORTED_VERSION)
+        if response is None:
+            return _Close("unsupported_version", api=api_name(header.api_key),
+                          version=header.api_version)
+        log_event(logger, "kafka_unsupported_version", level=logging.INFO,
+                  api=api_name(header.api_key), version=header.api_version, peer=self.state.peer)
+        return response
+
+    def _finish(self, slot: _Slot, header: Header, started: float, reply: Any) -> None:
+        listener = self.listener
+        op = api_name(header.api_key)
+        code = "OK"
+        try:
+            if isinstance(reply, _Close):
+                slot.close = reply
+                code = reply.reason
+            elif isinstance(reply, Encoded):
+                slot.chunks = reply.chunks
+            elif reply is not None:
+                slot.chunks = encode_response(header, reply)
+                error = getattr(reply, "error_code", 0)
+                code = "OK" if not error else str(error)
+        except Exception as exc:  # noqa: BLE001 - a response that does not encode is a bug
+            log_event(logger, "kafka_response_unencodable", level=logging.ERROR, exc_info=exc,
+                      api=op, version=header.api_version)
+            slot.close = _Close("response_unencodable", api=op)
+            code = "response_unencodable"
+        listener.requests_total.labels(listener="kafka", op=op, code=code).inc()
+        listener.request_latency_ms.labels(listener="kafka", op=op).observe(
+            (trio.current_time() - started) * 1000
+        )
+        slot.done.set()
+
+    async def _close_after(self, send: trio.MemorySendChannel[_Slot], close: _Close) -> None:
+        self.listener.frame_errors_total.labels(listener="kafka", code=close.reason).inc()
+        slot = _Slot()
+        slot.close = close
+        slot.done.set()
+        await send.send(slot)
+
+    def _log_close(self, close: _Close) -> None:
+        log_event(logger, "kafka_conn_closed", level=logging.INFO, peer=self.state.peer,
+                  reason=close.reason, **close.fields)
+
+    async def _write_loop(self, receive: trio.MemoryReceiveChannel[_Slot]) -> None:
+        write_timeout_s = self.listener.request_timeout_ms / 1000
+        async with receive:
+            async for slot in receive:
+                await slot.done.wait()
+                if slot.close is not None:
+                    self._log_close(slot.close)
+                    self._release(slot.chunks)
+                    self._drain_and_release(receive)
+                    assert self.cancel_scope is not None
+                    self.cancel_scope.cancel()
+                    return
+                if slot.chunks is None:
+                    continue  # acks=0: no response
+                try:
+                    with trio.fail_after(write_timeout_s):
+                        await self._send_chunks(slot.chunks)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError,
+                        OSError) as exc:
+                    log_event(logger, "kafka_conn_write_failed", level=logging.DEBUG,
+                              peer=self.state.peer, reason=type(exc).__name__)
+                    self._drain_and_release(receive)
+                    assert self.cancel_scope is not None
+                    self.cancel_scope.cancel()
+                    return
+                finally:
+                    self._release(slot.chunks)
+
+    @staticmethod
+    def _release(chunks: list[Chunk] | None) -> None:
+        for chunk in chunks or ():
+            if isinstance(chunk, FileRange):
+                chunk.close()
+
+    def _drain_and_release(self, receive: trio.MemoryReceiveChannel[_Slot]) -> None:
+        # Responses that will never be sent still own file descriptors (zero-copy fetch).
+        while True:
+            try:
+                slot = receive.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel):
+                return
+            self._release(slot.chunks)
+
+    async def _send_chunks(self, chunks: list[Chunk]) -> None:
+        pending: list[Any] = []
+        pending_bytes = 0
+        for chunk in chunks:
+            if isinstance(chunk, FileRange):
+                if pending:
+                    await self.stream.send_all(b"".join(pending))
+                    pending, pending_bytes = [], 0
+                await self._sendfile(chunk)
+                continue
+            pending.append(chunk)
+            pending_bytes += len(chunk)
+            if pending_bytes >= WRITE_COALESCE_BYTES:
+                await self.stream.send_all(b"".join(pending))
+                pending, pending_bytes = [], 0
+        if pending:
+            await self.stream.send_all(b"".join(pending))
+
+    async def _sendfile(self, part: FileRange) -> None:
+        """os.sendfile from the segment straight to the socket (Kafka's zero-copy)."""
+        sock = self.stream.socket
+        offset, remaining = part.offset, part.length
+        while remaining > 0:
+            try:
+                sent = os.sendfile(sock.fileno(), part.fd, offset, remaining)
+            except BlockingIOError:
+                await trio.lowlevel.wait_writable(sock)
+                continue
+            if sent == 0:
+                raise trio.BrokenResourceError("segment file ended before the fetch range")
+            offset += sent
+            remaining -= sent
+        await trio.lowlevel.checkpoint()
+
+
+def _peer_name(stream: trio.SocketStream) -> str:
+    try:
+        host, port, *_ = stream.socket.getpeername()
+    except OSError:
+        return "?"
+    return f"{host}:{port}"
+
+
+async def _connection_task(stream: trio.SocketStream, listener: _Listener, slots: trio.Semaphore) -> None:
+    peer = _peer_name(stream)
+    listener.connections += 1
+    try:
+        async with stream:
+            await _Connection(stream, listener, peer).run()
+    except* Exception as group:  # a bug in one connection must not stop the listener
+        log_event(logger, "kafka_conn_failed", level=logging.ERROR, exc_info=group, peer=peer)
+    finally:
+        listener.connections -= 1
+        slots.release()
+
+
+async def _accept_loop(
+    socket_listener: trio.SocketListener, listener: _Listener, slots: trio.Semaphore,
+    nursery: trio.Nursery,
+) -> NoReturn:  # fmt: skip
+    async with socket_listener:
+        while True:
+            await slots.acquire()  # past max_connections the kernel backlog queues the rest
+            try:
+                stream = await socket_listener.accept()
+            except OSError as exc:
+                slots.release()
+                if exc.errno not in _RESOURCE_ERRNOS:
+                    raise
+                log_event(logger, "accept_failed", level=logging.WARNING, listener="kafka",
+                          reason=exc.strerror)
+                await trio.sleep(ACCEPT_BACKOFF_S)  # out of descriptors: let connections end
+                continue
+            nursery.start_soon(_connection_task, stream, listener, slots)
+
+
+async def serve_kafka(
+    ctx: KafkaContext,
+    host: str,
+    port: int,
+    *,
+    max_request_bytes: int,
+    request_timeout_ms: int,
+    max_in_flight: int = 256,
+    max_connections: int = 1024,
+    handlers: Mapping[int, Handler] | None = None,
+    registry: MetricsRegistry | None = None,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> NoReturn:
+    """Listen on host:port and serve Kafka's protocol until cancelled. Reports readiness with
+    the bound port (port 0 picks a free one). Raises OSError if it cannot bind."""
+    if max_in_flight < 1 or max_connections < 1 or request_timeout_ms < 1 or max_request_bytes < 64:
+        raise ValueError("max_in_flight, max_connections, request_timeout_ms >= 1; "
+                         "max_request_bytes >= 64")
+    listener = _Listener(
+        ctx, HANDLERS if handlers is None else handlers, max_request_bytes=max_request_bytes,
+        request_timeout_ms=request_timeout_ms, max_in_flight=max_in_flight, registry=registry,
+    )  # fmt: skip
+    socket_listeners = await trio.open_tcp_listeners(port, host=host or None)
+    if port == 0 and len(socket_listeners) > 1:
+        for extra in socket_listeners[1:]:
+            await extra.aclose()
+        socket_listeners = socket_listeners[:1]
+    actual_port = socket_listeners[0].socket.getsockname()[1]
+    slots = trio.Semaphore(max_connections)
+    async with trio.open_nursery() as nursery:
+        for socket_listener in socket_listeners:
+            nursery.start_soon(_accept_loop, socket_listener, listener, slots, nursery)
+        log_event(logger, "listening", listener="kafka", host=host, port=actual_port,
+                  max_request_bytes=max_request_bytes, max_in_flight=max_in_flight)
+        task_status.started(actual_port)
+        await trio.sleep_forever()
+    raise AssertionError("unreachable: the nursery only ends by cancellation")

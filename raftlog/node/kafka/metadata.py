@@ -1,0 +1,139 @@
+"""Metadata (key 3): brokers at their Kafka listeners, topics with ids, partitions with
+leaders; auto-creation of requested unknown topics when `auto_create_topics` is on (Kafka's
+auto.create.topics.enable) and the request allows it.
+
+The topic and partition facts come from the native `metadata` op (same code, same
+read-your-writes wait for a topic created through another node); broker Kafka addresses and
+topic ids from the node's metadata image. Every registered broker with a Kafka listener is
+listed, so a client that bootstraps from one node finds the others. Partition ISR: Raft has
+no ISR; every voter replica is listed (the high watermark only moves with a majority).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import uuid
+from typing import Any, Final
+
+from kafka.protocol.metadata.metadata import MetadataResponse
+
+from raftlog.base.errors import RaftlogError, TopicAlreadyExistsError
+from raftlog.base.eventlog import log_event
+from raftlog.node.kafka import errors
+from raftlog.node.kafka.context import Call, KafkaContext, Later, Reply
+
+__all__ = ["HANDLERS", "topic_uuid", "brokers"]
+
+logger = logging.getLogger(__name__)
+
+METADATA_KEY: Final = 3
+ZERO_UUID: Final = uuid.UUID(int=0)
+
+
+def topic_uuid(topic_id: str | None) -> uuid.UUID:
+    """Kafka's 16-byte topic id for our topic id (16 random bytes, URL-safe base64)."""
+    if not topic_id:
+        return ZERO_UUID
+    raw = base64.urlsafe_b64decode(topic_id + "=" * (-len(topic_id) % 4))
+    return uuid.UUID(bytes=raw[:16].rjust(16, b"\0"))
+
+
+def brokers(ctx: KafkaContext) -> list[tuple[int, str, int, str | None]]:
+    """(node id, host, port, rack) of every registered broker with a Kafka listener."""
+    out = []
+    for broker_id, reg in sorted(ctx.metadata.image.brokers.items()):
+        if reg.kafka_host is not None and reg.kafka_port is not None:
+            out.append((broker_id, reg.kafka_host, reg.kafka_port, reg.rack))
+    return out
+
+
+async def handle_metadata(ctx: KafkaContext, call: Call) -> Reply:
+    request = call.request
+    names: list[str] | None = None
+    if request.topics is not None:
+        by_id = {t.topic_id: t for t in ctx.metadata.image.topics.values()}
+        names = []
+        for t in request.topics:
+            if t.name is not None:
+                names.append(t.name)
+            elif getattr(t, "topic_id", None) is not None:
+                found = next((x for tid, x in by_id.items() if topic_uuid(tid) == t.topic_id), None)
+                if found is not None:
+                    names.append(found.name)
+        if call.version == 0 and not names:
+            names = None  # v0: an empty list means every topic
+    allow_create = ctx.auto_create_topics and getattr(request, "allow_auto_topic_creation", True)
+
+    async def answer() -> Reply:
+        fields: dict[str, Any] = {"topics": names} if names is not None else {"topics": None, "internal": True}
+        result = await ctx.call("metadata", fields)
+        assert result is not None
+        topics = list(result["topics"])
+        if allow_create and names:
+            missing = [t["name"] for t in topics if t.get("error") == "UNKNOWN_TOPIC_OR_PARTITION"]
+            created = await _auto_create(ctx, missing)
+            if created:
+                result = await ctx.call("metadata", {"topics": names})
+                assert result is not None
+                topics = list(result["topics"])
+                for t in topics:
+                    if t["name"] in created and t.get("error") == "UNKNOWN_TOPIC_OR_PARTITION":
+                        t["error"] = "LEADER_NOT_AVAILABLE"
+        return _response(ctx, call, result, topics)
+
+    return Later(answer)
+
+
+async def _auto_create(ctx: KafkaContext, names: list[str]) -> set[str]:
+    created: set[str] = set()
+    for name in names:
+        try:
+            await ctx.call("create_topic", {"name": name})
+            log_event(logger, "kafka_topic_auto_created", topic=name)
+            created.add(name)
+        except TopicAlreadyExistsError:
+            created.add(name)
+        except RaftlogError as exc:  # INVALID_TOPIC and the like: the answer says unknown
+            log_event(logger, "kafka_topic_auto_create_failed", level=logging.INFO, topic=name,
+                      reason=str(exc))
+    return created
+
+
+def _response(ctx: KafkaContext, call: Call, result: Any, topics: list[dict[str, Any]]) -> MetadataResponse:
+    R = MetadataResponse
+    topic_ids = ctx.metadata.image.topic_ids
+    out_topics = []
+    for t in topics:
+        error = t.get("error")
+        if error is not None:
+            code = errors.LEADER_NOT_AVAILABLE if error == "LEADER_NOT_AVAILABLE" else errors.kafka_error_code(error)
+            out_topics.append(R.MetadataResponseTopic(
+                error_code=code, name=t["name"], topic_id=ZERO_UUID, is_internal=False, partitions=[],
+            ))  # fmt: skip
+            continue
+        partitions = []
+        for p in t["partitions"]:
+            leader = p["leader"]
+            partitions.append(R.MetadataResponseTopic.MetadataResponsePartition(
+                error_code=errors.NONE if leader >= 0 else errors.LEADER_NOT_AVAILABLE,
+                partition_index=p["partition"], leader_id=leader,
+                leader_epoch=max(p["leader_epoch"], -1), replica_nodes=list(p["replicas"]),
+                isr_nodes=list(p["replicas"]), offline_replicas=[],
+            ))  # fmt: skip
+        out_topics.append(R.MetadataResponseTopic(
+            error_code=errors.NONE, name=t["name"],
+            topic_id=topic_uuid(t.get("topic_id") or topic_ids.get(t["name"])),
+            is_internal=bool(t.get("internal")), partitions=partitions,
+        ))  # fmt: skip
+    controller = result.get("controller_id")
+    return R[call.version](
+        throttle_time_ms=0,
+        brokers=[R.MetadataResponseBroker(node_id=i, host=h, port=p, rack=r) for i, h, p, r in brokers(ctx)],
+        cluster_id=result.get("cluster_id"),
+        controller_id=controller if controller is not None else -1,
+        topics=out_topics,
+    )
+
+
+HANDLERS: Final = {METADATA_KEY: handle_metadata}

@@ -1,0 +1,266 @@
+"""Unmodified Kafka clients (kcat, confluent-kafka, kafka-python, aiokafka) against a real three-node cluster's Kafka listeners: metadata and leader discovery, produce with acks 0/1/all, keys, headers and every compression codec, consume with assign+seek and by timestamp, admin topics and configs, idempotent produce across a leader SIGKILL, and records crossing between the native and the Kafka protocol at the same offsets."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from raftlog.client import Admin, Consumer, Producer
+from raftlog.base.errors import InvalidReplicationFactorError
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka import Consumer as CKConsumer  # noqa: E402
+from confluent_kafka import Producer as CKProducer  # noqa: E402
+from confluent_kafka import TopicPartition  # noqa: E402
+from confluent_kafka.admin import (  # noqa: E402
+    AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic,
+)
+
+_spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
+harness = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("node_harness", harness)
+_spec.loader.exec_module(harness)
+
+TIMEOUT_S = 30
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[harness.NodeCluster]:
+    with harness.NodeCluster(tmp_path_factory.mktemp("kafka-compat"), size=3) as c:
+        c.start_all()
+        c.wait_ready(timeout_s=60)
+        yield c
+
+
+def create(cluster, name: str, partitions: int, rf: int = 3) -> None:
+    with Admin(cluster.bootstrap(), request_timeout_ms=15_000) as admin:
+        def created() -> bool:
+            try:
+                admin.create_topic(name, partitions, rf)
+            except InvalidReplicationFactorError:  # a restarted broker not unfenced yet: retry
+                return False
+            return True
+
+        cluster.wait_for(created, 30, f"create {name}")
+        cluster.wait_for(lambda: all(p.leader is not None for p in admin.describe_topics([name])[name].partitions),
+                         20, f"leaders of {name}")
+
+
+def ck_consume(bootstrap: str, topic: str, partitions: int, expect: int, offset: int = 0) -> list[Any]:
+    c = CKConsumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False})
+    try:
+        c.assign([TopicPartition(topic, p, offset) for p in range(partitions)])
+        out: list[Any] = []
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(out) < expect and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            assert m.error() is None, m.error()
+            out.append(m)
+        return out
+    finally:
+        c.close()
+
+
+def test_metadata_lists_every_broker_at_its_kafka_listener(cluster):
+    admin = AdminClient({"bootstrap.servers": cluster.kafka(1)})  # one node is enough
+    md = admin.list_topics(timeout=TIMEOUT_S)
+    assert {(b.id, f"{b.host}:{b.port}") for b in md.brokers.values()} == {
+        (n, cluster.kafka(n)) for n in (1, 2, 3)}
+    status = cluster.status()
+    assert {b["id"]: b["kafka"] for b in status["brokers"]} == {n: cluster.kafka(n) for n in (1, 2, 3)}
+
+
+@pytest.mark.parametrize("acks", ["0", "1", "all"])
+def test_confluent_produce_every_codec_keys_headers_and_read_back(cluster, acks):
+    topic = f"ck-{acks}"
+    create(cluster, topic, 3)
+    codecs = ["none", "gzip", "snappy", "lz4", "zstd"]
+    sent = []
+    for codec in codecs:
+        p = CKProducer({"bootstrap.servers": cluster.kafka_bootstrap(), "acks": acks,
+                        "compression.type": codec, "linger.ms": 5})
+        for i in range(50):
+            key, value = f"{codec}-k{i}".encode(), f"{codec}-v{i}".encode() * 3
+            p.produce(topic, value, key, headers=[("h", codec.encode()), ("n", b"%d" % i)])
+            sent.append((key, value))
+        assert p.flush(TIMEOUT_S) == 0
+    got = ck_consume(cluster.kafka_bootstrap(), topic, 3, len(sent))
+    assert sorted((m.key(), m.value()) for m in got) == sorted(sent)
+    for m in got:
+        headers = dict(m.headers())
+        assert headers["h"] == m.key().split(b"-")[0]
+    # offsets per partition are dense from the first record's offset (no gaps in what clients see)
+    for part in range(3):
+        offsets = sorted(m.offset() for m in got if m.partition() == part)
+        assert offsets == list(range(offsets[0], offsets[0] + len(offsets)))
+
+
+def test_confluent_idempotent_produce_across_leader_kill_is_exactly_once(cluster):
+    topic = "ck-kill"
+    create(cluster, topic, 1)
+    with Admin(cluster.bootstrap()) as admin:
+        leader = admin.describe_topics([topic])[topic].partitions[0].leader
+    acked: list[int] = []
+    errors: list[Any] = []
+
+    def on_delivery(err, msg):
+        if err is None:
+            acked.append(int(msg.value()))
+        else:
+            errors.append(err)
+
+    p = CKProducer({"bootstrap.servers": cluster.kafka_bootstrap(), "enable.idempotence": True,
+                    "acks": "all", "linger.ms": 2, "message.timeout.ms": 60_000})
+    total = 4000
+    for i in range(total):
+        p.produce(topic, b"%d" % i, on_delivery=on_delivery)
+        if i == total // 3:
+            p.flush(TIMEOUT_S)
+            cluster.kill(leader)  # SIGKILL by PID, mid-stream
+        if i % 200 == 0:
+            p.poll(0)
+    assert p.flush(90) == 0
+    assert len(acked) + len(errors) == total
+    assert len(acked) > total // 2
+    survivors = ",".join(cluster.kafka(n) for n in cluster.live())
+    got = ck_consume(survivors, topic, 1, total)
+    values = Counter(int(m.value()) for m in got)
+    assert not [v for v, n in values.items() if n > 1], "duplicates"
+    assert not [v for v in acked if v not in values], "acknowledged but lost"
+    assert [int(m.value()) for m in sorted(got, key=lambda m: m.offset())] == sorted(values)
+    cluster.start(leader)
+    cluster.wait_ready(timeout_s=60)
+
+
+def test_kafka_python_assign_seek_and_offsets_for_times(cluster):
+    kafka = pytest.importorskip("kafka")
+    topic = "kp"
+    create(cluster, topic, 2)
+    producer = kafka.KafkaProducer(bootstrap_servers=cluster.kafka_bootstrap(), acks="all",
+                                   compression_type="gzip")
+    before = int(time.time() * 1000)
+    futures = [producer.send(topic, key=b"k%d" % i, value=b"v%d" % i, partition=i % 2,
+                             headers=[("i", b"%d" % i)]) for i in range(40)]
+    metas = [f.get(TIMEOUT_S) for f in futures]
+    producer.close()
+    consumer = kafka.KafkaConsumer(bootstrap_servers=cluster.kafka_bootstrap(), enable_auto_commit=False,
+                                   consumer_timeout_ms=5000)
+    tp = kafka.TopicPartition(topic, 0)
+    consumer.assign([tp])
+    first = min(m.offset for m in metas if m.partition == 0)
+    consumer.seek(tp, first + 5)
+    got = [r for r in consumer]
+    assert [r.value for r in got] == [b"v%d" % i for i in range(10, 40, 2)]
+    found = consumer.offsets_for_times({tp: before})[tp]
+    assert found is not None and found.offset == first
+    assert consumer.end_offsets([tp])[tp] == first + 20
+    consumer.close()
+
+
+def test_aiokafka_produce_and_consume(cluster):
+    aiokafka = pytest.importorskip("aiokafka")
+    topic = "aio"
+    create(cluster, topic, 2)
+
+    async def run() -> list[Any]:
+        producer = aiokafka.AIOKafkaProducer(bootstrap_servers=cluster.kafka_bootstrap(), acks="all")
+        await producer.start()
+        try:
+            for i in range(30):
+                await producer.send_and_wait(topic, b"v%d" % i, key=b"k%d" % i, partition=i % 2)
+        finally:
+            await producer.stop()
+        consumer = aiokafka.AIOKafkaConsumer(bootstrap_servers=cluster.kafka_bootstrap(),
+                                             enable_auto_commit=False, auto_offset_reset="earliest")
+        await consumer.start()
+        try:
+            consumer.assign([aiokafka.TopicPartition(topic, p) for p in (0, 1)])
+            await consumer.seek_to_beginning()
+            out: list[Any] = []
+            deadline = time.monotonic() + TIMEOUT_S
+            while len(out) < 30 and time.monotonic() < deadline:
+                batch = await consumer.getmany(timeout_ms=500)
+                for records in batch.values():
+                    out.extend(records)
+            return out
+        finally:
+            await consumer.stop()
+
+    got = asyncio.run(run())
+    assert sorted(r.value for r in got) == sorted(b"v%d" % i for i in range(30))
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed (scripts/test installs it)")
+def test_kcat_produce_and_consume(cluster):
+    topic = "kcat"
+    create(cluster, topic, 1)
+    lines = "".join(f"k{i}:v{i}\n" for i in range(20))
+    subprocess.run(["kcat", "-b", cluster.kafka(1), "-P", "-t", topic, "-K:", "-z", "lz4"],
+                   input=lines.encode(), check=True, timeout=TIMEOUT_S)
+    out = subprocess.run(["kcat", "-b", cluster.kafka(2), "-C", "-t", topic, "-e", "-f", "%k=%s\n"],
+                         capture_output=True, check=True, timeout=TIMEOUT_S).stdout.decode()
+    assert out.splitlines() == [f"k{i}=v{i}" for i in range(20)]
+
+
+def test_confluent_admin_topics_and_configs(cluster):
+    admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap()})
+    futures = admin.create_topics([NewTopic("adm", 4, 3, config={"retention.ms": "3600000"})])
+    futures["adm"].result(TIMEOUT_S)
+    md = admin.list_topics("adm", timeout=TIMEOUT_S)
+    assert len(md.topics["adm"].partitions) == 4
+    res = ConfigResource(ConfigResource.Type.TOPIC, "adm")
+    configs = admin.describe_configs([res])[res].result(TIMEOUT_S)
+    assert configs["retention.ms"].value == "3600000" and not configs["retention.ms"].is_default
+    assert configs["segment.bytes"].is_default
+    alter = ConfigResource(ConfigResource.Type.TOPIC, "adm", incremental_configs=[
+        ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE)])
+    admin.incremental_alter_configs([alter])[alter].result(TIMEOUT_S)
+    configs = admin.describe_configs([res])[res].result(TIMEOUT_S)
+    assert configs["cleanup.policy"].value == "compact"
+    assert configs["retention.ms"].is_default
+    admin.delete_topics(["adm"])["adm"].result(TIMEOUT_S)
+    cluster.wait_for(lambda: "adm" not in admin.list_topics(timeout=TIMEOUT_S).topics, 20, "adm deleted")
+
+
+def test_native_and_kafka_protocols_see_the_same_records_at_the_same_offsets(cluster):
+    topic = "cross"
+    create(cluster, topic, 1)
+    with Producer(cluster.bootstrap(), acks="all") as p:
+        native = [p.send(topic, b"n%d" % i, key=b"k%d" % i, partition=0).result(TIMEOUT_S) for i in range(10)]
+    kp = CKProducer({"bootstrap.servers": cluster.kafka_bootstrap(), "acks": "all"})
+    offsets: list[int] = []
+    for i in range(10):
+        kp.produce(topic, b"c%d" % i, b"k%d" % i, partition=0,
+                   on_delivery=lambda err, msg: offsets.append(msg.offset()))
+    assert kp.flush(TIMEOUT_S) == 0
+    got = ck_consume(cluster.kafka_bootstrap(), topic, 1, 20)
+    assert [(m.offset(), m.value()) for m in got] == (
+        [(off, b"n%d" % i) for i, (_, off) in enumerate(native)] + [(off, b"c%d" % i) for i, off in enumerate(offsets)])
+    with Consumer(cluster.bootstrap(), auto_offset_reset="earliest") as c:
+        c.assign([(topic, 0)])
+        records: list[Any] = []
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(records) < 20 and time.monotonic() < deadline:
+            records.extend(c.poll(500))
+    assert [(r.offset, r.value) for r in records] == [(m.offset(), m.value()) for m in got]
+
+
+def test_auto_create_on_metadata(cluster):
+    p = CKProducer({"bootstrap.servers": cluster.kafka_bootstrap(), "acks": "all"})
+    p.produce("auto-created", b"x")
+    assert p.flush(TIMEOUT_S) == 0
+    with Admin(cluster.bootstrap()) as admin:
+        assert "auto-created" in admin.describe_topics(["auto-created"])
+

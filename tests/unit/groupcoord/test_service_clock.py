@@ -1,0 +1,219 @@
+"""On trio's MockClock, the group coordinator service's timers act at the virtual times Kafka's protocol says: the initial rebalance delay, session expiry of a silent member, the rebalance timeout of a member that never rejoins, and a waiting join's own timeout."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from groupcoord.service import GroupCoordinatorService
+from groupcoord.state import GroupState
+from partition.batch import read_header, stamp
+from raftlog.base.errors import (
+    MemberIdRequiredError,
+    RebalanceInProgressError,
+    RequestTimedOutError,
+    UnknownMemberIdError,
+)
+from raftlog.base.protocol import Request
+from raftlog.base.topics import OFFSETS_TOPIC, OFFSETS_TOPIC_PARTITIONS
+
+GROUP = "clocked"
+DELAY_S = 3.0          # group_initial_rebalance_delay_ms
+SESSION_S = 10.0
+REBALANCE_S = 20.0
+TICK_SLACK_S = 0.01    # the timer loop wakes at the deadline; one event-loop pass later at most
+
+
+class MemoryOffsetsPartition:
+    """A `__consumer_offsets` partition led here, as the service uses a Replica: appends commit
+    at once (acks=all answered with no waiter), reads return whole stamped batches. In memory,
+    because a real replica fsyncs in worker threads, and MockClock would jump while they run."""
+
+    def __init__(self) -> None:
+        self.is_leader = True
+        self.leader_epoch = 1
+        self.batches: list[bytes] = []
+        self.log = SimpleNamespace(log_start_offset=0, log_end_offset=0)
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.log_end_offset
+
+    async def append_as_leader(self, batch: bytes, *, acks: int) -> Any:
+        buf = bytearray(batch)
+        first = self.log.log_end_offset
+        stamp(buf, 0, first, self.leader_epoch)
+        self.batches.append(bytes(buf))
+        self.log.log_end_offset = read_header(buf).next_offset
+        return SimpleNamespace(first_offset=first, waiter=None)
+
+    def read_committed(self, offset: int, max_bytes: int) -> bytes:
+        out = b""
+        for batch in self.batches:
+            if read_header(batch).next_offset > offset and len(out) + len(batch) <= max_bytes:
+                out += batch
+        return out
+
+    def watch(self, event: trio.Event) -> None:
+        event.set()  # everything is committed already
+
+    def unwatch(self, event: trio.Event) -> None:
+        pass
+
+
+class MemoryReplicas:
+    def __init__(self) -> None:
+        self.partitions = {p: MemoryOffsetsPartition() for p in range(OFFSETS_TOPIC_PARTITIONS)}
+
+    def replica(self, topic: str, partition: int) -> MemoryOffsetsPartition | None:
+        return self.partitions.get(partition) if topic == OFFSETS_TOPIC else None
+
+
+def trio_ms() -> int:
+    return int(trio.current_time() * 1000)
+
+
+async def started_service(nursery: trio.Nursery) -> GroupCoordinatorService:
+    config = SimpleNamespace(node_id=1, request_timeout_ms=60_000, group_min_session_timeout_ms=1_000,
+                             group_max_session_timeout_ms=300_000,
+                             group_initial_rebalance_delay_ms=int(DELAY_S * 1000))
+    service = GroupCoordinatorService(config, None, MemoryReplicas(), clock_ms=trio_ms)
+    await nursery.start(service.run)
+    with trio.fail_after(5):  # virtual seconds: the leadership poll loads all 16 partitions
+        while len(service.health()["partitions_active"]) < OFFSETS_TOPIC_PARTITIONS:
+            await trio.sleep(0.05)
+    return service
+
+
+class Client:
+    """One group member calling the service's handlers as the client listener would."""
+
+    def __init__(self, service: GroupCoordinatorService, name: str) -> None:
+        self.service, self.name = service, name
+        self.member_id = ""
+        self.generation = -1
+        self._ids = iter(range(1, 1_000_000))
+
+    async def call(self, op: str, **fields: Any) -> dict[str, Any]:
+        return await self.service.client_handlers[op](Request(next(self._ids), op, {"group_id": GROUP, **fields}))
+
+    async def join(self, timeout_ms: int = 50_000) -> dict[str, Any]:
+        fields = dict(protocol_type="consumer", protocols=[{"name": "range", "metadata": self.name.encode()}],
+                      session_timeout_ms=int(SESSION_S * 1000), rebalance_timeout_ms=int(REBALANCE_S * 1000),
+                      client_id=self.name, timeout_ms=timeout_ms)
+        if not self.member_id:
+            with pytest.raises(MemberIdRequiredError) as info:
+                await self.call("join_group", member_id="", **fields)
+            self.member_id = info.value.member_id
+        answer = await self.call("join_group", member_id=self.member_id, **fields)
+        self.generation = answer["generation_id"]
+        return answer
+
+    async def sync(self, assignments: dict[str, bytes] | None = None) -> dict[str, Any]:
+        plan = None if assignments is None else [{"member_id": m, "assignment": a} for m, a in assignments.items()]
+        return await self.call("sync_group", member_id=self.member_id, generation_id=self.generation,
+                               assignments=plan)
+
+    async def heartbeat(self) -> dict[str, Any]:
+        return await self.call("heartbeat", member_id=self.member_id, generation_id=self.generation)
+
+
+async def form_group(service: GroupCoordinatorService, *names: str) -> list[Client]:
+    clients = [Client(service, n) for n in names]
+    answers: dict[str, dict[str, Any]] = {}
+
+    async def join(c: Client) -> None:
+        answers[c.name] = await c.join()
+
+    async with trio.open_nursery() as nursery:
+        for c in clients:
+            nursery.start_soon(join, c)
+    leader = next(c for c in clients if answers[c.name]["leader"] == c.member_id)
+    async with trio.open_nursery() as nursery:
+        for c in clients:
+            plan = {m["member_id"]: b"part-" + m["member_id"].encode() for m in answers[c.name]["members"]}
+            nursery.start_soon(c.sync, plan if c is leader else None)
+    return clients
+
+
+async def test_the_first_join_waits_exactly_the_initial_rebalance_delay(autojump_clock):
+    async with trio.open_nursery() as nursery:
+        service = await started_service(nursery)
+        a = Client(service, "a")
+        start = trio.current_time()
+        answer = await a.join()
+        waited = trio.current_time() - start
+        assert DELAY_S <= waited <= DELAY_S + TICK_SLACK_S, waited
+        assert answer["generation_id"] == 1 and answer["leader"] == a.member_id
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_silent_member_expires_after_its_session_timeout(autojump_clock):
+    async with trio.open_nursery() as nursery:
+        service = await started_service(nursery)
+        a, b = await form_group(service, "a", "b")
+        b_last_seen = trio.current_time()  # b's SyncGroup: its last sign of life
+        # a heartbeats every second; b says nothing more.
+        while True:
+            await trio.sleep(1.0)
+            try:
+                await a.heartbeat()
+            except RebalanceInProgressError:
+                break
+        noticed = trio.current_time() - b_last_seen
+        assert SESSION_S <= noticed <= SESSION_S + 1.0 + TICK_SLACK_S, noticed
+        assert service.core.group(GROUP).members.keys() == {a.member_id}  # b was removed
+        # a, the only member left, rejoins: the rebalance completes at once, without b.
+        rejoined = await a.join()
+        assert rejoined["generation_id"] == 2 and [m["member_id"] for m in rejoined["members"]] == [a.member_id]
+        with pytest.raises(UnknownMemberIdError):
+            await b.heartbeat()
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_member_that_never_rejoins_is_dropped_at_the_rebalance_timeout(autojump_clock):
+    async with trio.open_nursery() as nursery:
+        service = await started_service(nursery)
+        (a,) = await form_group(service, "a")
+        c = Client(service, "c")
+        answers: list[dict[str, Any]] = []
+
+        async def join_c() -> None:
+            answers.append(await c.join())
+
+        start = trio.current_time()
+        async with trio.open_nursery() as inner:
+            inner.start_soon(join_c)
+            await trio.testing.wait_all_tasks_blocked()  # c waits in the join phase
+            assert service.core.group(GROUP).state is GroupState.PREPARING_REBALANCE
+            # a stays alive (heartbeats within its session) but never rejoins: only the
+            # rebalance timeout ends the join phase.
+            for _ in range(int(REBALANCE_S) - 1):
+                with pytest.raises(RebalanceInProgressError):
+                    await a.heartbeat()
+                await trio.sleep(1.0)
+            assert not answers  # 19 s in: still waiting for a
+        (answer,) = answers
+        waited = trio.current_time() - start
+        assert REBALANCE_S <= waited <= REBALANCE_S + TICK_SLACK_S, waited
+        assert answer["generation_id"] == 2 and answer["leader"] == c.member_id
+        assert service.core.group(GROUP).members.keys() == {c.member_id}
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_waiting_join_gives_up_at_its_own_timeout_and_the_core_forgets_it(autojump_clock):
+    async with trio.open_nursery() as nursery:
+        service = await started_service(nursery)
+        (a,) = await form_group(service, "a")
+        c = Client(service, "c")
+        start = trio.current_time()
+        with pytest.raises(RequestTimedOutError):
+            await c.join(timeout_ms=5_000)  # the rebalance needs a, who does not rejoin
+        waited = trio.current_time() - start
+        assert 5.0 <= waited <= 5.0 + TICK_SLACK_S, waited
+        assert service.core.pending_count() == 0 and service.health()["waiters"] == 0
+        nursery.cancel_scope.cancel()
