@@ -24,6 +24,18 @@ Invariants (as Kafka's LogSegment):
   batch's last offset, offsets stay within int32 of the base (and below the next segment's
   base when given), and partition leader epochs never decrease. It can also check the
   in-memory indexes against the batches it reads.
+* Bytes are checked once (DESIGN §9 "Integrity"): each segment keeps the byte ranges whose
+  batches a read or a SegmentVerifier has checked since this process opened it
+  (`unverified` / `mark_verified`, at most MAX_VERIFIED_RANGES ranges, whole batches), and
+  reads skip the CRCs of those. A cut of the file (`truncate_to`, `recover`) drops the ranges
+  past the cut and bumps `verified_version`; a check that read its bytes under an older
+  version marks nothing and trusts no range (a reader racing a repair). Bytes damaged on
+  disk after their check are the scrubber's to find (it re-checks every sealed segment) or a
+  restart's (the ranges live in memory only).
+
+Size (issue 13's ~800-line rule): over it since the integrity checks joined the reads; the
+seam is `SegmentVerifier` with the checked ranges (~250 lines), which could move to its own
+module once `pread_exact` and the header constants live beside it.
 
 Concurrency: a segment is changed (append, truncate, seal, index rebuild) only by the log's
 single writer (partition/log.py "Concurrency"); flushes and readers in other threads use its
@@ -39,6 +51,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import threading
 from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,6 +119,9 @@ _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")  # drop_cached advises whole pages
 # all of them when there are fewer): bounded so that opening a large log stays O(segments).
 # The scrubber checks every entry (SegmentVerifier).
 INDEX_SAMPLE_ENTRIES = 256
+# Checked byte ranges a segment remembers (module docstring); past this the smallest go.
+# Readers at a few positions (followers at the tail, a consumer catching up) need a handful.
+MAX_VERIFIED_RANGES = 16
 
 
 def segment_name(base_offset: int) -> str:
@@ -268,6 +284,7 @@ class SegmentVerifier:
         self._check_index = check_index
         self._ix = 0
         self._tx = 0
+        self._version = seg.verified_version
         if check_index:
             self._index = (seg.index.rel_offsets, seg.index.positions)
             self._timeindex = (seg.timeindex.timestamps, seg.timeindex.rel_offsets)
@@ -300,8 +317,11 @@ class SegmentVerifier:
             why = self._batch_problem(h)
             if why is not None:
                 self._fail(why, h.base_offset)
-                return read
+                break
             self._accept(pos + p, h)
+        seg.mark_verified(pos, self.valid_bytes, self._version)
+        if self.damage is not None:
+            return read
         if self.valid_bytes == pos or (at_end and self.valid_bytes < self.end):
             # Nothing intact at pos, or bad bytes after the last intact batch at the end (a
             # batch merely cut by the chunk is re-read from its start at the next step).
@@ -401,6 +421,10 @@ class Segment:
         self._cached_from = size_bytes & ~(_PAGE_BYTES - 1)
         self._close_requested = False
         self._fd_closed = False
+        # Checked byte ranges (module docstring "checked once"): sorted, disjoint [start, end).
+        self._verified: list[tuple[int, int]] = []
+        self.verified_version = 0
+        self._verified_lock = threading.Lock()
 
     # ------------------------------------------------------------------ paths, open, close
 
@@ -465,6 +489,58 @@ class Segment:
 
     def fsync(self) -> None:
         os.fsync(self.fd)
+
+    # ------------------------------------------------------------------ checked ranges
+
+    def unverified(self, start: int, end: int, version: int | None = None) -> list[tuple[int, int]]:
+        """The parts of [start, end) no check has covered, in order ([] when all of it was
+        checked); the whole range when `version` (what `verified_version` was before the
+        caller read its bytes) is no longer current. Any thread."""
+        with self._verified_lock:
+            if version is not None and version != self.verified_version:
+                return [(start, end)] if start < end else []
+            gaps: list[tuple[int, int]] = []
+            at = start
+            for a, b in self._verified:
+                if b <= at:
+                    continue
+                if a >= end:
+                    break
+                if a > at:
+                    gaps.append((at, a))
+                at = b
+                if at >= end:
+                    break
+            if at < end:
+                gaps.append((at, end))
+            return gaps
+
+    def mark_verified(self, start: int, end: int, version: int) -> None:
+        """Remember that the batches in [start, end) (whole ones) passed a check of bytes read
+        under `version`; nothing if the file was cut since. Any thread."""
+        if start >= end:
+            return
+        with self._verified_lock:
+            if version != self.verified_version:
+                return
+            merged: list[tuple[int, int]] = []
+            for a, b in self._verified:
+                if b < start or a > end:
+                    merged.append((a, b))
+                else:  # overlapping or adjacent: one range
+                    start, end = min(a, start), max(b, end)
+            merged.append((start, end))
+            if len(merged) > MAX_VERIFIED_RANGES:
+                merged = sorted(merged, key=lambda r: r[1] - r[0])[-MAX_VERIFIED_RANGES:]
+            merged.sort()
+            self._verified = merged
+
+    def _forget_verified_from(self, cut: int) -> None:
+        """The file was cut at `cut`: no range reaches past it, and checks that read before
+        the cut mark nothing (the writer, after the ftruncate)."""
+        with self._verified_lock:
+            self._verified = [(a, min(b, cut)) for a, b in self._verified if a < cut]
+            self.verified_version += 1
 
     def drop_cached(self, end: int) -> None:
         """Advise the kernel to drop cached pages of this file below byte `end` (only call for
@@ -609,6 +685,7 @@ class Segment:
         lost = self._count_lost(valid_bytes, size, check.next_offset) if dropped else 0
         if dropped:
             os.ftruncate(self.fd, valid_bytes)
+            self._forget_verified_from(valid_bytes)
             self._cached_from = min(self._cached_from, valid_bytes & ~(_PAGE_BYTES - 1))
         self.size_bytes = valid_bytes
         self._reset_indexes()
@@ -719,20 +796,20 @@ class Segment:
 
         The end is found before reading (index positions are batch starts, then a short
         header walk), so the data is one exact pread: no copy to trim a partial batch."""
-        end = self._read_end(pos, first, max_bytes, max_offset)
-        data = pread_exact(self.fd, end - pos, pos)
-        if len(data) != end - pos:
-            raise StorageDamageError(f"segment {self.name}: short read at {pos}",
-                                     segment=self.base_offset, position=pos,
-                                     offset=first.base_offset)
+        return self.read_range(pos, self.read_end(pos, first, max_bytes, max_offset),
+                               first.base_offset)
+
+    def read_range(self, start: int, end: int, offset: int) -> bytes:
+        """The bytes [start, end) (one pread). Raises StorageDamageError (`offset`: the first
+        offset the range was to hold) when the file ends early."""
+        data = pread_exact(self.fd, end - start, start)
+        if len(data) != end - start:
+            raise StorageDamageError(f"segment {self.name}: short read at {start}",
+                                     segment=self.base_offset, position=start, offset=offset)
         return data
 
-    def slice_at(self, pos: int, first: Header, max_bytes: int, max_offset: int | None) -> FileSlice:
-        """What `read_at` would read, as a FileSlice (nothing is read; the caller sends it)."""
-        end = self._read_end(pos, first, max_bytes, max_offset)
-        return FileSlice(os.dup(self.fd), pos, end - pos)
-
-    def _read_end(self, pos: int, first: Header, max_bytes: int, max_offset: int | None) -> int:
+    def read_end(self, pos: int, first: Header, max_bytes: int, max_offset: int | None) -> int:
+        """Where `read_at(pos, first, max_bytes, max_offset)` would end (header walk only)."""
         end = pos + first.size
         limit = min(self.size_bytes, pos + max_bytes)
         if end < limit:
@@ -780,6 +857,7 @@ class Segment:
         removed = self.size_bytes - cut
         if removed:
             os.ftruncate(self.fd, cut)
+            self._forget_verified_from(cut)
             self.size_bytes = cut
             self._cached_from = min(self._cached_from, cut & ~(_PAGE_BYTES - 1))
             self.index.truncate_from_position(cut)
