@@ -48,6 +48,10 @@ controller allocates), `recover_partition` (operator: unclean recovery of this b
 replica when it is flagged needs_catch_up and the partition has no live leader; refused
 unless `unclean` is true). Peer ops: partition/replication.py's, and `transfer_leadership`.
 
+Size (issue 13's ~800-line rule): over it since the scrubber, the offline reopen and the
+storage metrics (`_StorageMetrics`) joined the Kafka listener's fetch and produce halves; that
+storage-health part (~200 lines) is the seam to cut along.
+
 Concurrency: trio-thread only; per-replica serialisation lives in partition/replica.py.
 """
 
@@ -448,7 +452,7 @@ class ReplicaManager:
                 elif ts == -1:
                     offset, found_ts = hw, -1
                 elif ts == -3:
-                    offset, found_ts = _max_timestamp(r.log, hw)
+                    offset, found_ts = await r.max_timestamp_offset(hw)
                 else:
                     found = await r.offset_for_timestamp(ts)
                     offset, found_ts = found if found is not None and found[0] < hw else (-1, -1)
@@ -866,16 +870,3 @@ def _close_slices(results: list[dict[str, Any]]) -> None:
         records = entry.get("records")
         if records is not None and not isinstance(records, bytes):
             records.close()
-
-
-def _max_timestamp(log: Any, high_watermark: int) -> tuple[int, int]:
-    """(offset, timestamp) of the largest timestamp below the high watermark, at batch
-    granularity (the last offset of the first batch holding it; control batches skipped);
-    (-1, -1) for an empty log. Reads batch headers only."""
-    best_offset, best_ts = -1, -1
-    for h in log.batch_headers():
-        if h.base_offset >= high_watermark:
-            break
-        if not h.is_control and h.max_timestamp > best_ts:
-            best_offset, best_ts = h.last_offset, h.max_timestamp
-    return best_offset, best_ts

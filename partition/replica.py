@@ -30,8 +30,11 @@ The core decides, this module does the I/O, following raft.py's "contract with t
 Threads and disk (issue 13). Nothing blocking runs on the trio thread except appends into the
 page cache and reads of the cached tail: every fsync, truncation, repair, segment check, cold
 or large read (more than INLINE_READ_MAX_BYTES, or further back than the log's cached tail),
-producer-state rebuild, retention and compaction runs in a worker thread through the node's
-`DiskWork` limiters. The replica's lock serialises the LOG'S WRITER (partition/log.py
+producer-state rebuild, ListOffsets walk, retention and compaction runs in a worker thread
+through the node's `DiskWork` limiters. A zero-copy read (`read_committed_slice`, the Kafka
+listener's fetch) reads only the bytes not yet checked (partition/segment.py "checked
+once"): inline when those are few and in the cached tail; else in a worker thread, which for
+a cold range reads all of it into the page cache for the sendfile. The replica's lock serialises the LOG'S WRITER (partition/log.py
 "Concurrency"): appends on the trio thread, and the blocking writer calls in worker threads
 while the lock is held; consumer reads and compaction's clean phase run beside it as
 readers. A busy lock never stalls other partitions: `tick()` skips a replica whose lock is
@@ -39,7 +42,7 @@ held, and `deliver()` queues a message (bounded, MAX_INBOX; oldest dropped, Raft
 a task that hands it to the core when the lock frees.
 
 Damage (DESIGN §9 "Integrity"). Every read path checks CRCs (partition/log.py): the leader's
-consumer reads and replica-fetch answers, the follower's check of what it fetched
+consumer reads (bytes or zero-copy slices) and replica-fetch answers, the follower's check of what it fetched
 (partition/replication.py), recovery at open, and the manager's scrubber. A read that finds
 damage never serves the bytes; it calls `report_damage`, and a task then re-checks the whole
 segment under the lock. Index damage only: the indexes are rebuilt. A bad batch, with other
@@ -970,22 +973,40 @@ class Replica:
 
     async def _read(self, log: Log, offset: int, max_bytes: int, *,
                     max_offset: int | None = None, zero_copy: bool = False) -> Any:
-        """`log.read` (or with `zero_copy` `log.read_slice`) inline when it touches only the
-        cached tail and little of it, else in a worker thread (module docstring "Threads and
-        disk"). Concurrency: a slice made in a worker thread is returned even when the caller
-        is cancelled meanwhile (to_thread does not abandon the thread), so it is never lost
+        """`log.read` inline when it touches only the cached tail and little of it, else in a
+        worker thread (module docstring "Threads and disk"). With `zero_copy`,
+        `log.read_slice`: it reads only the bytes still to be checked (once per byte), so it
+        runs inline when it stays in the cached tail and those are few; else in a worker
+        thread, which for a cold range also reads the rest into the page cache, so that
+        the sender's sendfile on the trio thread does not wait on the disk either.
+        Concurrency: a slice made in a worker thread is returned even when the caller is
+        cancelled meanwhile (to_thread does not abandon the thread), so it is never lost
         unclosed."""
-        read = log.read_slice if zero_copy else log.read
         behind = log.bytes_behind_end(offset)
         tail = log.config.cache_tail_bytes if log.config.cache_tail_bytes >= 0 else HOT_TAIL_BYTES
-        if behind <= tail and min(behind, max_bytes) <= INLINE_READ_MAX_BYTES:
-            return read(offset, max_bytes, max_offset=max_offset)
+        hot = behind <= tail
+        if zero_copy:
+            if hot and log.unverified_bytes(offset, max_bytes) <= INLINE_READ_MAX_BYTES:
+                return log.read_slice(offset, max_bytes, max_offset=max_offset)
+            return await trio.to_thread.run_sync(
+                partial(log.read_slice, offset, max_bytes, max_offset=max_offset, warm=not hot),
+                limiter=self.disk.io)
+        if hot and min(behind, max_bytes) <= INLINE_READ_MAX_BYTES:
+            return log.read(offset, max_bytes, max_offset=max_offset)
         return await trio.to_thread.run_sync(
-            partial(read, offset, max_bytes, max_offset=max_offset), limiter=self.disk.io)
+            partial(log.read, offset, max_bytes, max_offset=max_offset), limiter=self.disk.io)
 
     async def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """Log.offset_for_timestamp in a worker thread (it may walk cold segments)."""
         return await trio.to_thread.run_sync(self.log.offset_for_timestamp, timestamp_ms,
+                                             limiter=self.disk.io)
+
+    async def max_timestamp_offset(self, high_watermark: int) -> tuple[int, int]:
+        """(offset, timestamp) for ListOffsets -3 (KIP-734): the largest timestamp below the
+        high watermark, at batch granularity (the last offset of the first batch holding it;
+        control batches skipped); (-1, -1) for an empty log. In a worker thread: it reads
+        every batch header of the log."""
+        return await trio.to_thread.run_sync(_max_timestamp, self.log, high_watermark,
                                              limiter=self.disk.io)
 
     def watch(self, event: trio.Event) -> None:
@@ -1180,6 +1201,16 @@ class Replica:
     @property
     def role(self) -> Role | None:
         return None if self.core is None else self.core.role
+
+
+def _max_timestamp(log: Log, high_watermark: int) -> tuple[int, int]:
+    best_offset, best_ts = -1, -1
+    for h in log.batch_headers():
+        if h.base_offset >= high_watermark:
+            break
+        if not h.is_control and h.max_timestamp > best_ts:
+            best_offset, best_ts = h.last_offset, h.max_timestamp
+    return best_offset, best_ts
 
 
 def _read_or_none(path: Path) -> bytes | None:

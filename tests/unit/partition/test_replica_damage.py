@@ -1,4 +1,4 @@
-"""A replica never serves damaged bytes: a single-voter replica keeps its log and answers the bad batch CORRUPT_MESSAGE with its offset; a replica with peers found damaged at open cuts it and comes back flagged needs_catch_up."""
+"""A replica never serves damaged bytes, as bytes or as a zero-copy slice: a single-voter replica keeps its log and answers the bad batch CORRUPT_MESSAGE with its offset; a replica with peers found damaged at open cuts it and comes back flagged needs_catch_up."""
 
 from __future__ import annotations
 
@@ -68,12 +68,17 @@ async def test_a_single_voter_answers_corrupt_message_with_the_offset_and_keeps_
     with pytest.raises(StorageDamageError) as e:
         await r.read_committed(seg.base_offset, 1 << 20)
     assert e.value.code == "CORRUPT_MESSAGE" and e.value.details["offset"] >= seg.base_offset
+    with pytest.raises(StorageDamageError):  # the Kafka listener's zero-copy read: no slice
+        await r.read_committed_slice(seg.base_offset, 1 << 20)
     with trio.fail_after(5):
         while r.damaged is None:
             await trio.sleep(0.01)
     assert r.damaged["segment"] == seg.base_offset and r.repairs == 0
     assert r.log.log_end_offset == end and r.is_leader  # nothing cut: no peer to repair from
     assert await r.read_committed(0, 100)  # what lies before it is still served
+    s = await r.read_committed_slice(0, 100)
+    assert s is not None and s.length > 0
+    s.close()
     await r.close()
 
 
