@@ -27,6 +27,12 @@ kill-supervisor        None                                   {"supervisor", "pi
                                                               "ports_held"}: a side `cluster up`
                                                               SIGKILLed; what it left running
                                                               (supervisor.py)
+bitflip                {"node": n, "flips": k}                the file and the bits flipped
+                                                              anywhere in one segment or index
+                                                              file, closed segments included
+                                                              (killed, damaged, started again)
+start-disk-full        {"node": n}                            bytes written to fill its disk
+stop-disk-full         None                                   [nodes whose filler was deleted]
 =====================  =====================================  ==================================
 
 "leader" means the leader of a partition of the run's topic drawn at random; "controller" the
@@ -35,7 +41,11 @@ active controller. A target that cannot be resolved (no leader known) completes 
 
 `faults(names, ...)` builds the `generator.Fault` menu for `generator.fault_cycle` from short
 names: ``kill``, ``pause``, ``partition``, ``leader-kill``, ``controller-kill``, ``rolling``,
-``corrupt``, ``delay``, ``supervisor-kill``.
+``corrupt``, ``delay``, ``bitflip``, ``disk-full``, ``supervisor-kill``. The storage faults
+(``corrupt``, ``bitflip``, ``disk-full``) all hit one `damage_node`: a minority, so every committed entry
+keeps intact copies on a majority. ``disk-full`` needs the run to have given that node a small
+disk (`LocalCluster.make_small_disk`, root only; the runner leaves the fault out and says why
+when it cannot).
 
 Randomness comes from the injected `random.Random`. Blocking process and file work runs in
 worker threads; the network is changed on the trio thread (net.py requires it).
@@ -61,7 +71,8 @@ __all__ = ["Nemesis", "NemesisError", "faults", "FAULT_NAMES"]
 log = logging.getLogger(__name__)
 
 FAULT_NAMES = ("kill", "pause", "partition", "leader-kill", "controller-kill", "rolling", "corrupt", "delay",
-               "supervisor-kill")
+               "bitflip", "disk-full", "supervisor-kill")
+STORAGE_FAULTS = ("corrupt", "bitflip", "disk-full")
 PARTITION_SHAPES = ("isolate-one", "isolate-leader", "isolate-controller", "halves", "majorities-ring")
 LOOKUP_TIMEOUT_MS = 3000
 READY_TIMEOUT_S = 60.0
@@ -103,6 +114,16 @@ def faults(names: Iterable[str], *, damage_node: int | None = None) -> list[Faul
             menu.append(Fault("delay", {"f": "start-delay", "value": {"delay_ms": 50}}, {"f": "stop-delay"}))
         elif name == "supervisor-kill":
             menu.append(Fault("supervisor-kill", {"f": "kill-supervisor"}, {"f": "stop-kill"}))
+        elif name == "bitflip":
+            if damage_node is None:
+                raise NemesisError("the bitflip fault needs damage_node")
+            menu.append(Fault("bitflip", {"f": "bitflip", "value": {"node": damage_node, "flips": 3}},
+                              {"f": "stop-kill"}))
+        elif name == "disk-full":
+            if damage_node is None:
+                raise NemesisError("the disk-full fault needs damage_node")
+            menu.append(Fault("disk-full", {"f": "start-disk-full", "value": {"node": damage_node}},
+                              {"f": "stop-disk-full"}))
         else:
             raise NemesisError(f"unknown fault {name!r}; known: {', '.join(FAULT_NAMES)}")
     if not menu:
@@ -293,6 +314,28 @@ class Nemesis:
         """A side `cluster up` SIGKILLed; what it left running (supervisor.py)."""
         rng = random.Random(self.rng.getrandbits(64))
         return await trio.to_thread.run_sync(supervisor_kill, self.db.root / "supervisor-kill", rng)
+
+    async def _bitflip(self, value: Mapping[str, Any]) -> dict[str, Any]:
+        node, flips = int(value["node"]), int(value.get("flips", 3))
+        self.db.resume(node)
+        await trio.to_thread.run_sync(self.db.kill, node)
+        try:
+            rng = random.Random(self.rng.getrandbits(64))
+            return await trio.to_thread.run_sync(lambda: self.db.flip_bits(node, rng=rng, flips=flips))
+        finally:
+            await trio.to_thread.run_sync(self.db.start, node)
+
+    async def _start_disk_full(self, value: Mapping[str, Any]) -> dict[str, Any]:
+        node = int(value["node"])
+        written = await trio.to_thread.run_sync(self.db.fill_disk, node)
+        return {"node": node, "filled_bytes": written}
+
+    async def _stop_disk_full(self, _value: Any) -> list[int]:
+        freed = []
+        for node in sorted(self.db.small_disks):
+            if await trio.to_thread.run_sync(self.db.free_disk, node):
+                freed.append(node)
+        return freed
 
     async def _corrupt_tail(self, value: Mapping[str, Any]) -> dict[str, Any]:
         node, mode = int(value["node"]), str(value["mode"])
