@@ -8,8 +8,9 @@ keep unsynced data in memory: every operation goes to BACKING at once and the fi
 records how to undo it (an undo log), and ``lose`` rolls BACKING back to exactly what was made
 durable. Control protocol (one JSON line answers each command line on stdin):
 
-* ``lose``  -> ``{"ok": true, "undone_ops": n, "rolled_back_files": n, "dropped_bytes": n}``
-  rolls back every change not made durable (below), then forgets the log.
+* ``lose``  -> ``{"ok": true, "undone_ops": n, "rolled_back_files": n, "dropped_bytes": n,
+  "ops": [...], "files": [...]}`` rolls back every change not made durable (below), then
+  forgets the log (``ops`` and ``files`` name the first few undone).
 * ``sync``  -> ``{"ok": true}``: makes everything durable (as ``sync(2)``).
 * ``stats`` -> ``{"ok": true, "pending_ops": n, "dirty_files": n}``.
 * ``quit`` or EOF: unmount and exit 0.
@@ -72,6 +73,7 @@ __all__ = ["LazyState", "LazyFsError", "LazyFsMount", "BLOCK", "attic_for", "can
 log = logging.getLogger(__name__)
 
 BLOCK = 4096
+LIST_AT_MOST = 20  # names of undone ops and rolled-back files a `lose` answer lists
 ATTIC_SUFFIX = ".attic"
 MOUNT_OPTIONS = {"attr_timeout": 0, "entry_timeout": 0, "negative_timeout": 0, "hard_remove": True}
 
@@ -285,12 +287,13 @@ class LazyState:
         whose names may have been undone."""
         with self.lock:
             undone = len(self.ops)
+            names = [f"{op.kind} {op.path}" + (f" -> {op.new}" if op.new else "") for op in self.ops]
             for op in reversed(self.ops):
                 self._undo(op)
             self.ops = []
-            rolled, dropped = 0, 0
-            for directory, _dirs, names in os.walk(self.backing):
-                for name in names:
+            rolled, dropped, paths = 0, 0, []
+            for directory, _dirs, files in os.walk(self.backing):
+                for name in files:
                     full = os.path.join(directory, name)
                     st = os.lstat(full)
                     undo = self.files.get(st.st_ino)
@@ -298,12 +301,15 @@ class LazyState:
                         continue
                     fd = os.open(full, os.O_RDWR)
                     try:
-                        dropped += undo.restore(fd)
+                        changed = undo.restore(fd)
                     finally:
                         os.close(fd)
+                    dropped += changed
                     rolled += 1
+                    paths.append(f"{os.path.relpath(full, self.backing)} ({changed} B)")
             self.files.clear()
-            return {"undone_ops": undone, "rolled_back_files": rolled, "dropped_bytes": dropped}
+            return {"undone_ops": undone, "rolled_back_files": rolled, "dropped_bytes": dropped,
+                    "ops": names[:LIST_AT_MOST], "files": sorted(paths)[:LIST_AT_MOST]}  # fmt: skip
 
     def _undo(self, op: _Op) -> None:
         if op.kind == "create":

@@ -50,7 +50,7 @@ from .checker import CheckResult, check
 from .client import Client, ClientOptions
 from .db import LocalCluster
 from .history import NEMESIS, History, HistoryWriter, Op, key_of
-from .nemesis import FAULT_NAMES, STORAGE_FAULTS, Nemesis, faults
+from .nemesis import FAULT_NAMES, POWER_FAULTS, STORAGE_FAULTS, Nemesis, faults
 from .report import ReportFiles, run_dir, write_report
 
 __all__ = ["RunConfig", "RunOutcome", "run", "run_main", "EXIT_CODES"]
@@ -87,6 +87,7 @@ class RunConfig:
     keep_data: bool = False
     network: bool = True
     damage_node: int | None = None  # the node the storage faults hit (default: drawn by the seed)
+    power_node: int | None = None  # the node power-loss hits (default: see `power_node_for`)
     port_range: tuple[int, int] | None = None  # node listener ports (default: any free ones)
 
     def name(self) -> str:
@@ -123,7 +124,8 @@ def workload(config: RunConfig, keys: Sequence[str], rng: random.Random) -> g.Ge
     if config.nemesis:
         damage_node = config.damage_node or rng.choice(range(1, config.nodes + 1))
         half_ns = int(config.fault_interval_s * g.SEC_NS / 2)
-        schedule = g.fault_cycle(faults(config.nemesis, damage_node=damage_node), quiet_ns=half_ns, fault_ns=half_ns)
+        menu = faults(config.nemesis, damage_node=damage_node, power_node=config.power_node or damage_node)
+        schedule = g.fault_cycle(menu, quiet_ns=half_ns, fault_ns=half_ns)
         main.insert(0, g.time_limit(limit_ns, g.nemesis(schedule)))
     final = g.final_phase(
         keys, recovery_ns=int(config.recovery_s * g.SEC_NS), read_limit_ns=int(config.read_limit_s * g.SEC_NS)
@@ -261,6 +263,41 @@ class _Interpreter:
         return self.ops
 
 
+def power_node_for(config: RunConfig) -> int | None:
+    """The node ``power-loss`` hits: the damage node, unless ``disk-full`` mounts its small disk
+    there (both cannot own its partition storage): then the next node. None with one node."""
+    if config.damage_node is None:
+        return None
+    if "disk-full" not in config.nemesis:
+        return config.damage_node
+    if config.nodes < 2:
+        return None
+    return config.damage_node % config.nodes + 1
+
+
+def _mount_lazy_disks(db: LocalCluster, config: RunConfig, out: TextIO | None) -> RunConfig:
+    """Gives the power-loss faults their lazy disks; leaves out (and says why) those that
+    cannot have them."""
+    wanted = [n for n in config.nemesis if n in POWER_FAULTS]
+    if not wanted:
+        return config
+    if "power-loss-all" in wanted:
+        nodes = list(db.node_ids)
+    else:
+        nodes = [] if config.power_node is None else [config.power_node]
+    why_not = None if nodes else "no node for it (one node, and disk-full owns its disk)"
+    for node in nodes:
+        if why_not is None:
+            why_not = db.make_lazy_disk(node)
+    if why_not is None:
+        return config
+    if out is not None:
+        out.write(f"{','.join(wanted)} left out: {why_not}\n")
+        out.flush()
+    log.warning("%s left out: %s", ",".join(wanted), why_not)
+    return dataclasses.replace(config, nemesis=tuple(n for n in config.nemesis if n not in POWER_FAULTS))
+
+
 STORAGE_SEGMENT_BYTES = 64 << 10  # storage faults need closed segments to damage
 
 
@@ -297,7 +334,7 @@ async def run(config: RunConfig, *, out: TextIO | None = sys.stdout) -> RunOutco
         out.write(f"run {config.name()} seed={seed} dir={directory}\n")
         out.flush()
     db = LocalCluster(directory / "cluster", config.nodes, port_range=config.port_range)
-    if set(config.nemesis) & set(STORAGE_FAULTS) and config.damage_node is None:
+    if set(config.nemesis) & {*STORAGE_FAULTS, *POWER_FAULTS} and config.damage_node is None:
         config = dataclasses.replace(config, damage_node=random.Random(seed ^ 0xD15C).choice(db.node_ids))
     if "disk-full" in config.nemesis:
         why_not = db.make_small_disk(config.damage_node)
@@ -305,6 +342,9 @@ async def run(config: RunConfig, *, out: TextIO | None = sys.stdout) -> RunOutco
             config = dataclasses.replace(config, nemesis=tuple(n for n in config.nemesis if n != "disk-full"))
             if out is not None:
                 out.write(f"disk-full left out: {why_not}\n")
+    if set(config.nemesis) & set(POWER_FAULTS):
+        config = dataclasses.replace(config, power_node=config.power_node or power_node_for(config))
+        config = _mount_lazy_disks(db, config, out)
     network = net.Network(db.targets()) if config.network and config.nodes >= 2 else None
     nemesis = Nemesis(db, network, rng=random.Random(rng.getrandbits(64)), keys=keys)
     gen = workload(config, keys, rng)
@@ -333,7 +373,7 @@ async def run(config: RunConfig, *, out: TextIO | None = sys.stdout) -> RunOutco
     files = write_report(directory, history, result, test_name=config.name(), extra=extra)
     if result.verdict == "valid" and not config.keep_data:
         for node in db.node_ids:
-            shutil.rmtree(db.data_dir(node), ignore_errors=True)  # logs stay in cluster/logs
+            db.remove_data(node)  # logs stay in cluster/logs
     if out is not None:
         counts = history.counts()
         sends = counts.get("send", {})

@@ -176,5 +176,6 @@ def test_state_rolls_back_without_a_mount(tmp_path):
     state.truncate(fd, 2)
     state.release(fd)
     state.rename("/p/x", "/p/y")
-    assert state.lose() == {"undone_ops": 1, "rolled_back_files": 1, "dropped_bytes": 4}
+    assert state.lose() == {"undone_ops": 1, "rolled_back_files": 1, "dropped_bytes": 4,
+                            "ops": ["rename /p/x -> /p/y"], "files": ["p/x (4 B)"]}
     assert os.listdir(tmp_path / "b" / "p") == ["x"] and (tmp_path / "b" / "p" / "x").read_bytes() == b"1234"
