@@ -1,4 +1,4 @@
-"""Short fault-injection runs against a real 3-node cluster (RF=3, acks=all, flush always) end valid: no lost, duplicated or reordered writes under kill, pause, partition, leader-kill and storage-damage nemeses (torn tails, bit flips anywhere in any segment or index file, a full disk)."""
+"""Short fault-injection runs against a real 3-node cluster (RF=3, acks=all, flush always) end valid: no lost, duplicated or reordered writes under kill, pause, partition, leader-kill and storage-damage nemeses (torn tails, bit flips anywhere in any segment or index file, a full disk), and power loss of one node or of all (every write not fsynced dropped) where a FUSE filesystem can be mounted."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from jepsen_style_tests.lazyfs import LazyFsError, LazyFsMount, cannot_mount
 from jepsen_style_tests.runner import RunConfig, run
 
 # Seconds of workload per run (setup and final reads add ~10 s): override with
@@ -29,7 +30,7 @@ async def _valid_run(tmp_path, nemesis: tuple[str, ...], time_limit_s: float, **
     assert counts["send"].get("ok", 0) > 50, (counts, where)
     windows = outcome.history.fault_windows()
     assert windows and all(w.name in ("kill", "pause", "partition", "rolling-restart", "corrupt-tail",
-                                      "bitflip", "disk-full") for w in windows), (windows, where)  # fmt: skip
+                                      "bitflip", "disk-full", "power-loss") for w in windows), (windows, where)  # fmt: skip
     failed_nemesis = [p for p in outcome.history.pairs() if p.process == "nemesis" and p.type == "info"]
     assert not failed_nemesis, (failed_nemesis[:3], where)
     return outcome
@@ -41,6 +42,30 @@ async def _valid_run(tmp_path, nemesis: tuple[str, ...], time_limit_s: float, **
                          ids=lambda n: "+".join(n))
 async def test_short_run_is_valid(tmp_path, nemesis):
     await _valid_run(tmp_path, nemesis, TIME_LIMIT_S)
+
+
+def _fuse_or_skip(tmp_path) -> None:
+    """Skips with the reason where no lazyfs can be mounted (the runner would leave the fault out)."""
+    why = cannot_mount()
+    if why is None:
+        try:
+            LazyFsMount(tmp_path / "probe-backing", tmp_path / "probe").start().close()
+        except LazyFsError as exc:
+            why = str(exc)
+    if why is not None:
+        pytest.skip(f"cannot mount a FUSE filesystem here: {why}")
+
+
+@pytest.mark.jepsen
+@pytest.mark.parametrize("nemesis", [("power-loss",), ("power-loss-all",)], ids=lambda n: "+".join(n))
+async def test_power_loss_run_is_valid(tmp_path, nemesis):
+    _fuse_or_skip(tmp_path)
+    # Every node restarting at once needs a longer quiet half to elect leaders again.
+    overrides = {"fault_interval_s": 16} if nemesis == ("power-loss-all",) else {}
+    outcome = await _valid_run(tmp_path, nemesis, max(TIME_LIMIT_S, 30.0), **overrides)
+    losses = [p for p in outcome.history.pairs() if p.process == "nemesis" and p.f == "power-loss" and p.type == "ok"]
+    assert losses, f"no power loss happened (seed={outcome.seed})"
+    assert all("dropped_bytes" in loss.completion.value[0] for loss in losses), losses
 
 
 @pytest.mark.jepsen
