@@ -6,7 +6,7 @@
 Steps: start the link proxies (`net.Network`, one per (node, node, port kind)), start the
 nodes with every node-to-node link routed through them (`db.LocalCluster.route_through`),
 wait until the cluster is ready, create the topic (RF = min(3, nodes), acks=all,
-``flush_policy=always``, `partitions` partitions), then interpret the generator (below) with
+``flush_policy=always`` unless `RunConfig.flush_policy` says otherwise, `partitions` partitions), then interpret the generator (below) with
 `concurrency` client processes and the nemesis, streaming every op to ``history.jsonl``. The
 final phase heals everything, waits `recovery_s`, and reads every partition to its end. Then
 `checker.check` gives the verdict and `report.write_report` writes ``store/<test>/<time>/``
@@ -89,6 +89,9 @@ class RunConfig:
     damage_node: int | None = None  # the node the storage faults hit (default: drawn by the seed)
     power_node: int | None = None  # the node power-loss hits (default: see `power_node_for`)
     port_range: tuple[int, int] | None = None  # node listener ports (default: any free ones)
+    # The topic's flush_policy: "always" fsyncs before acknowledging; "interval" (fsync every
+    # 60 s here) does not, a control that power-loss-all must catch losing acknowledged writes.
+    flush_policy: str = "always"
 
     def name(self) -> str:
         return self.test_name or f"{self.workload}-{'+'.join(self.nemesis) or 'none'}"
@@ -298,7 +301,8 @@ def _mount_lazy_disks(db: LocalCluster, config: RunConfig, out: TextIO | None) -
     return dataclasses.replace(config, nemesis=tuple(n for n in config.nemesis if n not in POWER_FAULTS))
 
 
-STORAGE_SEGMENT_BYTES = 64 << 10  # storage faults need closed segments to damage
+STORAGE_SEGMENT_BYTES = 64 << 10
+UNSAFE_FLUSH_INTERVAL_MS = 60_000  # storage faults need closed segments to damage
 
 
 def _create_topic(db: LocalCluster, partitions: int, replication_factor: int,
@@ -356,7 +360,10 @@ async def run(config: RunConfig, *, out: TextIO | None = sys.stdout) -> RunOutco
             await trio.to_thread.run_sync(db.start_all)
             await trio.to_thread.run_sync(db.wait_ready, READY_TIMEOUT_S)
             topic_configs = ({"segment_bytes": str(STORAGE_SEGMENT_BYTES)}
-                             if set(config.nemesis) & set(STORAGE_FAULTS) else None)
+                             if set(config.nemesis) & set(STORAGE_FAULTS) else {})
+            topic_configs["flush_policy"] = config.flush_policy
+            if config.flush_policy == "interval":
+                topic_configs["flush_interval_ms"] = str(UNSAFE_FLUSH_INTERVAL_MS)
             await trio.to_thread.run_sync(_create_topic, db, config.partitions, min(3, config.nodes),
                                           topic_configs)
             with HistoryWriter(directory / "history.jsonl") as writer:

@@ -69,6 +69,21 @@ async def test_power_loss_run_is_valid(tmp_path, nemesis):
 
 
 @pytest.mark.jepsen
+async def test_power_loss_all_catches_a_topic_that_acknowledges_before_fsync(tmp_path):
+    # The control: flush_policy=interval acknowledges writes before they are fsynced, so losing
+    # power on every node must lose acknowledged writes, and the checker must say so.
+    _fuse_or_skip(tmp_path)
+    config = RunConfig(nemesis=("power-loss-all",), time_limit_s=max(TIME_LIMIT_S, 30.0), rate=100, nodes=3,
+                       partitions=4, concurrency=6, fault_interval_s=16, recovery_s=4,
+                       store=str(tmp_path / "store"), flush_policy="interval")  # fmt: skip
+    outcome = await run(config, out=None)
+    where = f"seed={outcome.seed} dir={outcome.files.directory}"
+    assert outcome.verdict == "invalid", (outcome.verdict, outcome.result.counts, where)
+    assert outcome.result.counts.get("lost-write", 0) + outcome.result.counts.get("inconsistent-offsets", 0) > 0, (
+        outcome.result.counts, where)
+
+
+@pytest.mark.jepsen
 async def test_group_workload_run_is_valid(tmp_path):
     # Consumer-group ops (subscribe, polls that join and rebalance, commits) under kills: the
     # group checks (double-assignment, nonmonotonic-commit) run on real group facts.
