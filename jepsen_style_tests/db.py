@@ -423,6 +423,13 @@ class LocalCluster:
         if where.exists() and any(where.iterdir()):
             return f"{where} already holds data"
         where.mkdir(parents=True, exist_ok=True)
+        if node_id in self.lazy_disks:
+            # The mount point's name must survive a power loss (an undone name would take the
+            # mount with it): inside a lazy data dir, make it durable first.
+            try:
+                self.lazy_disks[node_id].sync()
+            except LazyFsError as exc:
+                return f"cannot make {where} durable on the lazy disk: {exc}"
         r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(where)],
                            capture_output=True, text=True, check=False)
         if r.returncode != 0:

@@ -50,8 +50,9 @@ another one when ``disk-full`` owns the damage node's partition storage), drops 
 had not fsynced (its data dir is a lazyfs, `LocalCluster.make_lazy_disk`) and starts it again;
 ``power-loss-all`` does it to every node at once (valid only because every node fsyncs what it
 acknowledges: partition data under flush_policy=always, Raft terms and votes, the metadata
-quorum's journal). Both need /dev/fuse and a working mount; the runner leaves them out and
-says why otherwise.
+quorum's journal); with ``disk-full`` in the same run, the damage node's small disk is mounted
+inside its lazy data dir (its partition storage then keeps what it did not fsync). Both need
+/dev/fuse and a working mount; the runner leaves them out and says why otherwise.
 
 Randomness comes from the injected `random.Random`. Blocking process and file work runs in
 worker threads; the network is changed on the trio thread (net.py requires it).

@@ -340,15 +340,17 @@ async def run(config: RunConfig, *, out: TextIO | None = sys.stdout) -> RunOutco
     db = LocalCluster(directory / "cluster", config.nodes, port_range=config.port_range)
     if set(config.nemesis) & {*STORAGE_FAULTS, *POWER_FAULTS} and config.damage_node is None:
         config = dataclasses.replace(config, damage_node=random.Random(seed ^ 0xD15C).choice(db.node_ids))
+    if set(config.nemesis) & set(POWER_FAULTS):
+        # Before the small disk: with power-loss-all, the damage node's small disk is mounted
+        # inside its lazy data dir (its partition storage then keeps what it did not fsync).
+        config = dataclasses.replace(config, power_node=config.power_node or power_node_for(config))
+        config = _mount_lazy_disks(db, config, out)
     if "disk-full" in config.nemesis:
         why_not = db.make_small_disk(config.damage_node)
         if why_not is not None:
             config = dataclasses.replace(config, nemesis=tuple(n for n in config.nemesis if n != "disk-full"))
             if out is not None:
                 out.write(f"disk-full left out: {why_not}\n")
-    if set(config.nemesis) & set(POWER_FAULTS):
-        config = dataclasses.replace(config, power_node=config.power_node or power_node_for(config))
-        config = _mount_lazy_disks(db, config, out)
     network = net.Network(db.targets()) if config.network and config.nodes >= 2 else None
     nemesis = Nemesis(db, network, rng=random.Random(rng.getrandbits(64)), keys=keys)
     gen = workload(config, keys, rng)

@@ -9,6 +9,7 @@ import pytest
 
 import jepsen_style_tests.db as db_module
 from jepsen_style_tests.db import DbError, LocalCluster
+from jepsen_style_tests.lazyfs import is_mounted
 from jepsen_style_tests.nemesis import NemesisError, faults
 from jepsen_style_tests.runner import RunConfig, _mount_lazy_disks, power_node_for
 
@@ -66,3 +67,20 @@ def test_a_lazy_disk_loses_what_a_stopped_node_did_not_fsync(tmp_path):
     assert os.listdir(data) == []  # unmounted on close
     db.remove_data(2)
     assert not (tmp_path / "node-2.backing").exists() and not data.exists()
+
+
+def test_a_small_disk_inside_a_lazy_data_dir_survives_a_power_loss(tmp_path):
+    with LocalCluster(tmp_path, 3) as db:
+        why_not = db.make_lazy_disk(1)
+        if why_not is not None:
+            pytest.skip(f"cannot mount a FUSE filesystem here: {why_not}")
+        why_not = db.make_small_disk(1, size_bytes=2 << 20)
+        if why_not is not None:
+            pytest.skip(f"no small disk here: {why_not}")
+        where = db.data_dir(1) / "partitions"
+        (where / "seg").write_bytes(b"kept: a tmpfs loses nothing here")
+        (db.data_dir(1) / "unsynced").write_bytes(b"x")
+        assert db.lose_power(1)["undone_ops"] == 1  # the unsynced name; the mount point's is durable
+        assert is_mounted(where) and (where / "seg").read_bytes().startswith(b"kept")
+        assert db.fill_disk(1) > 1 << 20 and db.free_disk(1)
+    assert not is_mounted(where) and not is_mounted(db.data_dir(1))
