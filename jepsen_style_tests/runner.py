@@ -6,7 +6,8 @@
 Steps: start the link proxies (`net.Network`, one per (node, node, port kind)), start the
 nodes with every node-to-node link routed through them (`db.LocalCluster.route_through`),
 wait until the cluster is ready, create the topic (RF = min(3, nodes), acks=all,
-``flush_policy=always`` unless `RunConfig.flush_policy` says otherwise, `partitions` partitions), then interpret the generator (below) with
+``flush_policy=always`` unless `RunConfig.flush_policy` says otherwise, `partitions`
+partitions), then interpret the generator (below) with
 `concurrency` client processes and the nemesis, streaming every op to ``history.jsonl``. The
 final phase heals everything, waits `recovery_s`, and reads every partition to its end. Then
 `checker.check` gives the verdict and `report.write_report` writes ``store/<test>/<time>/``

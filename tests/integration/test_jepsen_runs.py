@@ -29,8 +29,8 @@ async def _valid_run(tmp_path, nemesis: tuple[str, ...], time_limit_s: float, **
     )
     assert counts["send"].get("ok", 0) > 50, (counts, where)
     windows = outcome.history.fault_windows()
-    assert windows and all(w.name in ("kill", "pause", "partition", "rolling-restart", "corrupt-tail",
-                                      "bitflip", "disk-full", "power-loss") for w in windows), (windows, where)  # fmt: skip
+    assert windows and all(w.name in ("kill", "pause", "partition", "rolling-restart", "corrupt-tail", "bitflip",
+                                      "disk-full", "power-loss") for w in windows), (windows, where)  # fmt: skip
     failed_nemesis = [p for p in outcome.history.pairs() if p.process == "nemesis" and p.type == "info"]
     assert not failed_nemesis, (failed_nemesis[:3], where)
     return outcome
