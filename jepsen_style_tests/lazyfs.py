@@ -35,8 +35,11 @@ The durability model (what survives ``lose``):
   directory fsync, the prefix reading never produces a state a journalling filesystem could
   not.
 * Not modelled: attributes (chmod, chown, times) are passed through and kept; hard links are
-  refused (EPERM); torn writes within a block (a write is all or nothing); the backing files
-  are never fsynced themselves (the machine's own power is not the fault under test).
+  refused (EPERM); torn writes within a block (a write is all or nothing). An fsync is
+  passed on to the backing file or directory (after the point it makes durable), so that a
+  node waits on it as long as on the real disk: the windows of unsynced data, the ones a
+  power loss drops, keep their real length (a 4 KiB append + fsync, on a loaded machine:
+  6-12 ms on the disk, 2.5 ms through lazyfs, 0.2 ms if lazyfs answered at once).
 
 Kernel caches: the mount sets attribute, entry and negative timeouts to 0 and never keeps the
 page cache across opens, so after ``lose`` (with no process holding a file open, as after a
@@ -175,9 +178,15 @@ class LazyState:
             self.before_write(fd, length, 1 << 62)
             os.ftruncate(fd, length)
 
-    def fsync(self, fd: int) -> None:
+    def fsync(self, fd: int, datasync: bool = False) -> None:
+        """The file's contents are durable from here; then the backing file is fsynced too,
+        outside the lock, so that the caller waits as long as on the real disk."""
         with self.lock:
             self.files.pop(os.fstat(fd).st_ino, None)
+        if datasync:
+            os.fdatasync(fd)
+        else:
+            os.fsync(fd)
 
     def created(self, path: str, fd: int | None = None) -> None:
         """Records a new name at `path` (a file, a directory or a symlink)."""
@@ -256,6 +265,11 @@ class LazyState:
             ino = os.lstat(self.real(path)).st_ino
             last = max((i for i, op in enumerate(self.ops) if ino in op.dirs), default=-1)
             self._commit(last + 1)
+        fd = os.open(self.real(path), os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def _commit(self, count: int) -> None:
         durable, self.ops = self.ops[:count], self.ops[count:]
@@ -603,7 +617,7 @@ def _operations(state: LazyState, on_ready: Any) -> Any:
 
         @errors
         def fsync(self, path: str, datasync: int, fh: int) -> int:
-            state.fsync(fh)
+            state.fsync(fh, bool(datasync))
             return 0
 
         @errors
