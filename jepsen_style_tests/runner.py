@@ -36,7 +36,6 @@ import functools
 import json
 import logging
 import random
-import shutil
 import sys
 import time
 from collections.abc import Sequence
