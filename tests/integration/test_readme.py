@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -56,10 +57,23 @@ def run_python(cluster, code: str, cwd: Path) -> str:
     return done.stdout
 
 
+def run_shell(script: str, env: dict[str, str], cwd: Path, timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """bash -e -o pipefail -c `script` in a session of its own: on a timeout the shell and
+    every command it started are killed (by the session's process group), none left behind."""
+    proc = subprocess.Popen(["bash", "-e", "-o", "pipefail", "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=cwd, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f"the README block did not finish within {timeout_s} s:\n{out}\n{err}") from None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
 def test_readme_examples_print_what_they_show(cluster, tmp_path):
     (quickstart_lang, quickstart), blocking, aio, storage = marked_blocks()
-    shell = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", quickstart], capture_output=True, text=True,
-                           env=_env(cluster), cwd=tmp_path, timeout=300)
+    shell = run_shell(quickstart, _env(cluster), tmp_path, timeout_s=300)
     assert shell.returncode == 0, (shell.stdout, shell.stderr)
     out = shell.stdout
     assert "created topic demo" in out and "PARTITION  LEADER" in out, out
