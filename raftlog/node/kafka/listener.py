@@ -48,7 +48,7 @@ import trio
 from kafka.protocol.api_message import ApiMessage
 
 from raftlog.base.eventlog import log_event
-from raftlog.node.kafka import admin, configs, errors, fetch, metadata, produce, versions
+from raftlog.node.kafka import admin, configs, errors, fetch, groups, metadata, produce, versions
 from raftlog.node.kafka.codec import (
     API_VERSIONS_KEY,
     REQUEST_CLASSES,
@@ -68,7 +68,7 @@ __all__ = ["HANDLERS", "serve_kafka", "error_response"]
 
 logger = logging.getLogger(__name__)
 
-# api_key -> handler. One map per API family; the groups module adds its own here.
+# api_key -> handler. One map per API family.
 HANDLERS: Final[dict[int, Handler]] = {
     **versions.HANDLERS,
     **metadata.HANDLERS,
@@ -76,6 +76,7 @@ HANDLERS: Final[dict[int, Handler]] = {
     **fetch.HANDLERS,
     **admin.HANDLERS,
     **configs.HANDLERS,
+    **groups.HANDLERS,
 }
 
 RECEIVE_CHUNK_BYTES: Final = 256 << 10

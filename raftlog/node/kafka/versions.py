@@ -11,7 +11,11 @@ here must have a handler in `listener.HANDLERS` (also checked).
   topics by id; not yet.
 * Fetch 4-12: v13+ names topics by id (KIP-516); clients fall back to 12.
 * Metadata 1-12, ListOffsets 1-7 (v7: max timestamp), the admin APIs at their full
-  non-topic-id ranges. CreatePartitions and DeleteRecords are not served yet (no controller
+  non-topic-id ranges.
+* The group APIs (groups.py) at their full classic-protocol ranges below topic ids: JoinGroup
+  0-9, SyncGroup 0-5, Heartbeat 0-4, LeaveGroup 0-5, OffsetCommit 2-9, OffsetFetch 1-9,
+  FindCoordinator 0-5, DescribeGroups 0-6, ListGroups 0-5, DeleteGroups 0-2. The KIP-848
+  consumer protocol (ConsumerGroupHeartbeat) is not served: clients use the classic one. CreatePartitions and DeleteRecords are not served yet (no controller
   op to add partitions, no replicated log-start move): not advertised, so clients report
   them unsupported by the broker.
 """
@@ -36,12 +40,22 @@ SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     1: (4, 12),  # Fetch
     2: (1, 7),  # ListOffsets
     3: (1, 12),  # Metadata
+    8: (2, 9),  # OffsetCommit (v10 names topics by id)
+    9: (1, 9),  # OffsetFetch (v10 names topics by id)
+    10: (0, 5),  # FindCoordinator (v4+ batched keys; v6 adds share-group keys)
+    11: (0, 9),  # JoinGroup
+    12: (0, 4),  # Heartbeat
+    13: (0, 5),  # LeaveGroup
+    14: (0, 5),  # SyncGroup
+    15: (0, 6),  # DescribeGroups
+    16: (0, 5),  # ListGroups
     18: (0, 4),  # ApiVersions
     19: (2, 7),  # CreateTopics
     20: (1, 5),  # DeleteTopics (v6 adds topic ids)
     22: (0, 4),  # InitProducerId
     32: (1, 4),  # DescribeConfigs
     33: (0, 2),  # AlterConfigs
+    42: (0, 2),  # DeleteGroups
     44: (0, 1),  # IncrementalAlterConfigs
     60: (0, 1),  # DescribeCluster
 }
