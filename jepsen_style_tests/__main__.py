@@ -1,6 +1,6 @@
 """Command line of the fault-injection harness.
 
-    python -m jepsen_style_tests run --workload queue --nemesis kill,pause,partition \
+    python -m jepsen_style_tests run --workload queue|group|kafka|kafka-assign --nemesis kill,pause,partition \
         --time-limit 60 --rate 200 --nodes 3 [--partitions 4] [--concurrency 6] [--seed N]
         [--fault-interval 10] [--store store]
 
@@ -23,7 +23,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m jepsen_style_tests", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run one test against a local cluster")
-    run.add_argument("--workload", default="queue", choices=["queue", "group"])
+    run.add_argument("--workload", default="queue", choices=["queue", "group", "kafka", "kafka-assign"])
     run.add_argument("--nemesis", default="kill,pause,partition",
                      help=f"comma-separated from {','.join(FAULT_NAMES)}, or none")
     run.add_argument("--time-limit", type=float, default=60.0, help="seconds of workload (default 60)")

@@ -119,6 +119,13 @@ class LocalCluster:
     def bootstrap(self) -> list[str]:
         return [self.client_address(n) for n in self.node_ids]
 
+    def kafka_address(self, node_id: int) -> str:
+        """The node's Kafka-protocol listener, "host:port"."""
+        return str(self.configs[node_id].listeners.kafka)
+
+    def kafka_bootstrap(self) -> list[str]:
+        return [self.kafka_address(n) for n in self.node_ids]
+
     def data_dir(self, node_id: int) -> Path:
         return self.configs[node_id].data_dir
 
