@@ -248,6 +248,8 @@ def split_between(a: Member, b: Member) -> bool:
     ("aio", "aio", "aio"),
     ("ck", "native", "native"),   # Kafka leader assigns to a raftlog member; raftlog resumes Kafka's commits
     ("native", "ck", "ck"),       # raftlog leader assigns to a Kafka member; Kafka resumes raftlog's commits
+    ("kp", "native", "native"),   # kafka-python leads a raftlog member
+    ("native", "aio", "aio"),     # aiokafka (ConsumerProtocol v0 reader) follows a raftlog leader
 ])
 def test_group_of_two_shares_hands_over_and_resumes(cluster, first, second, resumer):
     topic = group = f"grp-{first}-{second}"
