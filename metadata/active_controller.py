@@ -38,6 +38,7 @@ from typing import Any, Final
 
 import trio
 
+from metadata import security_ops
 from metadata.controller import Controller, ControllerResult
 from metadata.image import TopicImage
 from metadata.loader import MetadataLoader
@@ -48,13 +49,14 @@ from metadata.quorum import (
     Quorum,
     QuorumNotRunningError,
 )
-from metadata.records import encode_envelope
+from metadata.records import UserScramCredential, encode_envelope
 from raftlog.base.errors import (
     InvalidRequestError,
     MessageTooLargeError,
     NotControllerError,
     RaftlogError,
     RequestTimedOutError,
+    SecurityDisabledError,
 )
 from raftlog.base.eventlog import log_event
 from raftlog.base.metrics import MetricsRegistry
@@ -91,7 +93,9 @@ class ActiveController:
         registry: MetricsRegistry,
         status: Callable[[Controller | None], dict[str, Any]],
         on_ready: Callable[[], None],
+        bootstrap_credentials: tuple[UserScramCredential, ...] = (),
     ) -> None:
+        self._bootstrap_credentials = bootstrap_credentials  # seeded by the controller (security_ops)
         self.node_id: int = config.node_id
         self._config = config
         self._quorum = quorum
@@ -202,6 +206,8 @@ class ActiveController:
             await self.propose(ctl.tick(self._clock_ms()), deadline)
             ctl.offsets_replication_factor = self._offsets_replication_factor()
             await self.propose(ctl.ensure_internal_topics(self._clock_ms()), deadline)
+            await self.propose(ctl.ensure_bootstrap_credentials(self._bootstrap_credentials,
+                                                                now_ms=self._clock_ms()), deadline)
             for move in ctl.preferred_leader_moves(self._clock_ms()):
                 address = self._loader.peer_address(move.leader)
                 if address is not None and self._nursery is not None:
@@ -403,6 +409,11 @@ class ActiveController:
     async def _cluster_status(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
         return self._status(ctl)
 
+    async def _security_op(self, op: str, ctl: Controller, fields: Fields, deadline: float) -> dict:
+        if op != "alter_user_scram_credentials" and not getattr(self._config, "authorizer_enabled", False):
+            raise SecurityDisabledError("ACLs are not enabled on this cluster (acls_enabled)")
+        return await self.propose(security_ops.decide(ctl, op, fields, now_ms=self._clock_ms()), deadline)
+
 
 def partition_entries(topic: TopicImage) -> list[dict[str, Any]]:
     """A topic's partitions as the metadata and create_topic answers list them."""
@@ -424,11 +435,18 @@ CONTROLLER_OPS: Final[Mapping[str, _OpHandler]] = {
     "controller_forward": ActiveController._controller_forward,
 }
 
+def _security_handler(op: str) -> _OpHandler:
+    async def handler(self: ActiveController, ctl: Controller, fields: Fields, deadline: float) -> dict:
+        return await self._security_op(op, ctl, fields, deadline)
+
+    return handler
+
+
 _ADMIN_HANDLERS: Final[Mapping[str, _OpHandler]] = {
     "create_topic": ActiveController._create_topic,
     "delete_topic": ActiveController._delete_topic,
     "alter_configs": ActiveController._alter_configs,
     "cluster_status": ActiveController._cluster_status,
-}
+} | {op: _security_handler(op) for op in security_ops.ADMIN_SECURITY_OPS}
 
 ADMIN_OPS: Final = frozenset(_ADMIN_HANDLERS)

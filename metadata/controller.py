@@ -58,6 +58,16 @@ Public API (now_ms is keyword-only except in tick/preferred_leader_moves):
     .preferred_leader_moves(now_ms, max_moves=None) -> tuple[LeaderMove, ...]
     .allocate_producer_ids(broker_id, *, now_ms) -> ControllerResult[ProducerIdBlock]
     .ensure_internal_topics(now_ms) -> ControllerResult[CreateTopicResponse | None]
+    .create_acls(acls, *, now_ms) -> ControllerResult[list[dict]]   (per binding: {} or {"error"})
+    .delete_acls(filters, *, now_ms) -> ControllerResult[list[dict]]   (per filter: {"acls"} or {"error"})
+    .alter_scram_credentials(upsertions, deletions, *, now_ms) -> ControllerResult[list[dict]]
+    .ensure_bootstrap_credentials(credentials, *, now_ms) -> ControllerResult[None]
+
+ACLs and SCRAM credentials (Kafka's CreateAcls/DeleteAcls/AlterUserScramCredentials rules):
+each item is judged on its own and answered in order (a bad one does not fail the others); an
+ACL that exists (or is being created) counts as created; a filter deletes every ACL it matches
+(each at most once); a user named twice in one alteration gets DUPLICATE_RESOURCE for all of
+its alterations; removing a credential that does not exist gets RESOURCE_NOT_FOUND.
     .last_heartbeat_age_ms(broker_id, now_ms) -> int | None
 """
 
@@ -68,7 +78,7 @@ import logging
 import random
 import re
 from dataclasses import dataclass
-from typing import Generic, Mapping, TypeVar
+from typing import Any, Generic, Mapping, TypeVar
 
 from raftlog.base.topics import INTERNAL_TOPICS, MAX_TOPIC_NAME_CHARS, OFFSETS_TOPIC, OFFSETS_TOPIC_PARTITIONS
 from raftlog.base.errors import (
@@ -79,15 +89,26 @@ from raftlog.base.errors import (
     InvalidReplicationFactorError,
     InvalidRequestError,
     InvalidTopicError,
+    DuplicateResourceError,
     NotControllerError,
+    RaftlogError,
+    ResourceNotFoundError,
     StaleBrokerEpochError,
     TopicAlreadyExistsError,
+    UnacceptableCredentialError,
     UnknownTopicOrPartitionError,
+    UnsupportedSaslMechanismError,
 )
 from metadata.errors import InvalidRecordError, ProducerIdsExhaustedError
 from metadata.image import MetadataImage, PartitionState, TopicImage
+from raftlog.base.acl import AclBinding, AclFilter
+from raftlog.base.sasl import SCRAM_MECHANISMS, credential_from_salted_password
 from metadata.records import (
     INT64_MAX,
+    Acl,
+    RemoveAcl,
+    RemoveUserScramCredential,
+    UserScramCredential,
     MAX_ENVELOPE_BYTES,
     MAX_PARTITIONS,
     MAX_REPLICAS,
@@ -124,6 +145,8 @@ MAX_PENDING = 100_000  # marks are per broker/topic/partition; this only guards 
 _TOPIC_NAME_RE = re.compile(r"[a-zA-Z0-9._-]+\Z")
 # Envelope map framing around the records array: keys, request id, epoch, array header.
 _ENVELOPE_OVERHEAD_BYTES = 160
+MAX_ACL_ITEMS = 100  # bindings or filters per request (each create/alter fits one envelope)
+MAX_ACLS_PER_ENVELOPE = 200  # RemoveAcl records are ~50 bytes: far under MAX_ENVELOPE_BYTES
 
 T = TypeVar("T")
 
@@ -669,6 +692,140 @@ class Controller:
         return self.create_topic(
             OFFSETS_TOPIC, OFFSETS_TOPIC_PARTITIONS, rf, {"cleanup_policy": "compact"}, internal=True, now_ms=now_ms
         )
+
+    # --- ACLs and SCRAM credentials ---
+
+    def create_acls(self, acls: list[Any], *, now_ms: int) -> ControllerResult[list[dict[str, Any]]]:
+        """Add ACL bindings (plain maps or AclBindings). Response: one entry per input, {} or
+        {"error": wire error}. Raises InvalidRequestError (not a list, more than MAX_ACL_ITEMS)."""
+        self._check_active()
+        if not isinstance(acls, (list, tuple)) or len(acls) > MAX_ACL_ITEMS:
+            raise InvalidRequestError(f"acls must be a list of at most {MAX_ACL_ITEMS} bindings", field="acls")
+        existing = set(self._image.acls.values())
+        results: list[dict[str, Any]] = []
+        records: list[Record] = []
+        new: list[AclBinding] = []
+        for item in acls:
+            try:
+                binding = item if isinstance(item, AclBinding) else AclBinding.from_obj(item)
+            except RaftlogError as exc:
+                results.append({"error": exc.to_wire()})
+                continue
+            results.append({})
+            if binding in existing or binding in new or self._pending_tag(("acl", binding), now_ms) is not None:
+                continue
+            new.append(binding)
+            records.append(Acl.of(_b64(self._rng.getrandbits(128).to_bytes(16, "big")), binding))
+        result = self._result(records, results)
+        for binding in new:
+            self._mark(("acl", binding), result.envelopes[0], now_ms)
+        return result
+
+    def delete_acls(self, filters: list[Any], *, now_ms: int) -> ControllerResult[list[dict[str, Any]]]:
+        """Remove every ACL the filters match. Response: per filter {"acls": [binding maps]}
+        or {"error"}; an ACL matched by several filters is listed under the first."""
+        self._check_active()
+        if not isinstance(filters, (list, tuple)) or len(filters) > MAX_ACL_ITEMS:
+            raise InvalidRequestError(f"filters must be a list of at most {MAX_ACL_ITEMS} filters", field="filters")
+        results: list[dict[str, Any]] = []
+        taken: set[str] = set()
+        removals: list[str] = []
+        for item in filters:
+            try:
+                f = item if isinstance(item, AclFilter) else AclFilter.from_obj(item)
+            except RaftlogError as exc:
+                results.append({"error": exc.to_wire()})
+                continue
+            matched = []
+            for acl_id, binding in self._image.acl_bindings():
+                if acl_id in taken or not f.matches(binding):
+                    continue
+                if self._pending_tag(("acl-delete", acl_id), now_ms) is not None:
+                    continue  # another delete is removing it
+                taken.add(acl_id)
+                removals.append(acl_id)
+                matched.append(binding.to_obj())
+            results.append({"acls": matched})
+        envelopes = tuple(
+            self._envelope([RemoveAcl(i) for i in removals[start:start + MAX_ACLS_PER_ENVELOPE]])
+            for start in range(0, len(removals), MAX_ACLS_PER_ENVELOPE)
+        )
+        for envelope in envelopes:
+            for record in envelope.records:
+                assert isinstance(record, RemoveAcl)
+                self._mark(("acl-delete", record.acl_id), envelope, now_ms)
+        return ControllerResult(envelopes, results)
+
+    def alter_scram_credentials(
+        self, upsertions: list[Any], deletions: list[Any], *, now_ms: int
+    ) -> ControllerResult[list[dict[str, Any]]]:
+        """Set and remove users' SCRAM credentials (Kafka's AlterUserScramCredentials).
+        Upsertions are {name, mechanism, iterations, salt, salted_password}; deletions
+        {name, mechanism}. Response: one entry per user named, in first-seen order: {"user"}
+        or {"user", "error"}. A user with any failed alteration has none applied."""
+        self._check_active()
+        if not isinstance(upsertions, (list, tuple)) or not isinstance(deletions, (list, tuple)):
+            raise InvalidRequestError("upsertions and deletions must be lists", field="upsertions")
+        if len(upsertions) + len(deletions) > MAX_ACL_ITEMS:
+            raise InvalidRequestError(f"at most {MAX_ACL_ITEMS} alterations per request", field="upsertions")
+        order: list[str] = []
+        errors: dict[str, RaftlogError] = {}
+        planned: dict[str, list[Record]] = {}
+        seen: dict[tuple[str, str], int] = {}
+        for kind, items in (("upsert", upsertions), ("delete", deletions)):
+            for item in items:
+                name = item.get("name") if isinstance(item, Mapping) else None
+                if type(name) is not str or not name:
+                    raise InvalidRequestError("every alteration names a user", field="name")
+                if name not in order:
+                    order.append(name)
+                mechanism = item.get("mechanism")
+                seen[(name, str(mechanism))] = seen.get((name, str(mechanism)), 0) + 1
+                if name in errors:
+                    continue
+                try:
+                    planned.setdefault(name, []).append(self._scram_record(kind, name, mechanism, item))
+                except RaftlogError as exc:
+                    errors[name] = exc
+        for (name, mechanism), count in seen.items():
+            if count > 1:
+                errors[name] = DuplicateResourceError(f"user {name!r} has {count} alterations for {mechanism}")
+        records = [r for name in order if name not in errors for r in planned.get(name, [])]
+        response = [
+            {"user": name, "error": errors[name].to_wire()} if name in errors else {"user": name} for name in order
+        ]
+        return self._result(records, response)
+
+    def _scram_record(self, kind: str, name: str, mechanism: Any, item: Mapping[str, Any]) -> Record:
+        if type(mechanism) is not str or mechanism not in SCRAM_MECHANISMS:
+            raise UnsupportedSaslMechanismError(f"mechanism {mechanism!r:.40} is not a SCRAM mechanism",
+                                                enabled=sorted(SCRAM_MECHANISMS))
+        if kind == "delete":
+            if self._image.scram_credential(name, mechanism) is None:
+                raise ResourceNotFoundError(f"user {name!r} has no {mechanism} credential")
+            return RemoveUserScramCredential(name, mechanism)
+        iterations, salt, salted = item.get("iterations"), item.get("salt"), item.get("salted_password")
+        if type(iterations) is not int or type(salt) is not bytes or type(salted) is not bytes:
+            raise UnacceptableCredentialError("an upsertion has int iterations and bytes salt and salted_password")
+        try:
+            return UserScramCredential.of(name, credential_from_salted_password(mechanism, salt, salted, iterations))
+        except InvalidRecordError as exc:  # e.g. a name too long for the record
+            raise UnacceptableCredentialError(exc.message) from None
+
+    def ensure_bootstrap_credentials(
+        self, credentials: list[UserScramCredential] | tuple[UserScramCredential, ...], *, now_ms: int
+    ) -> ControllerResult[None]:
+        """Seed an empty credential store with the bootstrap users (`raftlog cluster up
+        --secure` writes their salted keys, never a password, to each node's
+        bootstrap_credentials file; Kafka's `kafka-storage format --add-scram`). Nothing to do
+        once any user has a credential: later changes are the operators' (and removing every
+        user brings the bootstrap admin back, so nobody is locked out)."""
+        self._check_active()
+        if not credentials or self._image.scram_credentials or self._pending_tag(("bootstrap-scram",), now_ms) is not None:
+            return ControllerResult((), None)
+        result = self._result(list(credentials), None)
+        self._mark(("bootstrap-scram",), result.envelopes[0], now_ms)
+        return result
 
 
 def _b64(raw: bytes) -> str:

@@ -46,6 +46,12 @@ Record rules (rejection code in brackets; "no-op" means accepted and nothing cha
   `next_producer_id` [INVALID_REQUEST] (another block got there first); else next_producer_id
   = first + size.
 * NoOp: no-op.
+* Acl: acl_id taken [INVALID_REQUEST]; the same binding already present under another id
+  [DUPLICATE_RESOURCE] (the controller treats that as done: creating an ACL is idempotent).
+* RemoveAcl: unknown acl_id [RESOURCE_NOT_FOUND].
+* UserScramCredential: sets (adds or replaces) the user's credential for that mechanism.
+* RemoveUserScramCredential: no such credential [RESOURCE_NOT_FOUND]; a user whose last
+  credential goes is no longer in `scram_credentials`.
 
 Undecodable envelope bytes raise InvalidRecordError: every node would fail on the same entry,
 and skipping silently would let a newer-version node and an older one diverge. The service
@@ -55,7 +61,7 @@ must treat it as fatal for the node.
 from __future__ import annotations
 
 import dataclasses
-
+from collections.abc import Mapping
 from types import MappingProxyType
 
 from metadata.image import (
@@ -71,6 +77,7 @@ from metadata.image import (
     image_to_snapshot,
 )
 from metadata.records import (
+    Acl,
     Config,
     Envelope,
     FenceBroker,
@@ -80,16 +87,23 @@ from metadata.records import (
     ProducerIdBlock,
     Record,
     RegisterBroker,
+    RemoveAcl,
     RemoveTopic,
+    RemoveUserScramCredential,
     Topic,
     UnfenceBroker,
+    UserScramCredential,
     decode_envelope,
 )
+from raftlog.base.acl import AclBinding
+from raftlog.base.sasl import ScramCredential
 from raftlog.base.errors import (
     BrokerIdNotRegisteredError,
+    DuplicateResourceError,
     FencedLeaderEpochError,
     InvalidRequestError,
     RejectedError,
+    ResourceNotFoundError,
     StaleBrokerEpochError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
@@ -118,6 +132,8 @@ class MetadataDelta:
         self._topic_ids: dict[str, str] | None = None
         self._parts: dict[str, list[PartitionState]] = {}  # touched topics, by topic_id
         self._next_producer_id = image.next_producer_id
+        self._acls: dict[str, AclBinding] | None = None
+        self._scram: dict[str, Mapping[str, ScramCredential]] | None = None
 
     # --- copy-on-write accessors ---
 
@@ -264,6 +280,49 @@ class MetadataDelta:
     def _no_op(self, r: NoOp) -> None:
         pass
 
+    def _acls_r(self) -> Mapping[str, AclBinding]:
+        return self._acls if self._acls is not None else self._image.acls
+
+    def _acl(self, r: Acl) -> None:
+        acls = self._acls_r()
+        if r.acl_id in acls:
+            raise InvalidRequestError(f"acl id {r.acl_id} is already used")
+        binding = r.binding
+        if binding in acls.values():
+            raise DuplicateResourceError(f"the ACL {binding} exists already")
+        if self._acls is None:
+            self._acls = dict(self._image.acls)
+        self._acls[r.acl_id] = binding
+
+    def _remove_acl(self, r: RemoveAcl) -> None:
+        if r.acl_id not in self._acls_r():
+            raise ResourceNotFoundError(f"no ACL with id {r.acl_id}")
+        if self._acls is None:
+            self._acls = dict(self._image.acls)
+        del self._acls[r.acl_id]
+
+    def _scram_w(self) -> dict[str, Mapping[str, ScramCredential]]:
+        if self._scram is None:
+            self._scram = dict(self._image.scram_credentials)
+        return self._scram
+
+    def _user_scram_credential(self, r: UserScramCredential) -> None:
+        scram = self._scram_w()
+        by_mechanism = dict(scram.get(r.name, {}))
+        by_mechanism[r.mechanism] = r.credential
+        scram[r.name] = MappingProxyType(dict(sorted(by_mechanism.items())))
+
+    def _remove_user_scram_credential(self, r: RemoveUserScramCredential) -> None:
+        current = (self._scram if self._scram is not None else self._image.scram_credentials).get(r.name, {})
+        if r.mechanism not in current:
+            raise ResourceNotFoundError(f"user {r.name!r} has no {r.mechanism} credential")
+        by_mechanism = {m: c for m, c in current.items() if m != r.mechanism}
+        scram = self._scram_w()
+        if by_mechanism:
+            scram[r.name] = MappingProxyType(by_mechanism)
+        else:
+            del scram[r.name]
+
     # --- result ---
 
     def apply(self) -> MetadataImage:
@@ -285,6 +344,11 @@ class MetadataDelta:
             next_producer_id=self._next_producer_id,
             controller_epoch=base.controller_epoch,
             recent_requests=base.recent_requests,
+            acls=base.acls if self._acls is None else MappingProxyType(dict(sorted(self._acls.items()))),
+            scram_credentials=(
+                base.scram_credentials if self._scram is None
+                else MappingProxyType(dict(sorted(self._scram.items())))
+            ),
         )
 
 
@@ -299,6 +363,10 @@ _HANDLERS = {
     Config: MetadataDelta._config,
     ProducerIdBlock: MetadataDelta._producer_id_block,
     NoOp: MetadataDelta._no_op,
+    Acl: MetadataDelta._acl,
+    RemoveAcl: MetadataDelta._remove_acl,
+    UserScramCredential: MetadataDelta._user_scram_credential,
+    RemoveUserScramCredential: MetadataDelta._remove_user_scram_credential,
 }
 
 
@@ -318,14 +386,7 @@ def _with_outcome(image: MetadataImage, request_id: str, epoch: int, outcome: Re
     recent[request_id] = outcome
     while len(recent) > MAX_RECENT_REQUESTS:
         del recent[next(iter(recent))]  # oldest first: dicts keep insertion (= log) order
-    return MetadataImage(
-        brokers=image.brokers,
-        topics=image.topics,
-        topic_ids=image.topic_ids,
-        next_producer_id=image.next_producer_id,
-        controller_epoch=epoch,
-        recent_requests=MappingProxyType(recent),
-    )
+    return dataclasses.replace(image, controller_epoch=epoch, recent_requests=MappingProxyType(recent))
 
 
 def replay_decoded(image: MetadataImage, envelope: Envelope) -> MetadataImage:

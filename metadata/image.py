@@ -10,13 +10,17 @@ Invariants:
 * A topic's `partitions[i].partition == i`; `len(partitions) <= partition_count`; the topic is
   `complete` when they are equal (big topics arrive over several envelopes).
 * Every partition's replicas are registered brokers (brokers are never removed, only fenced).
+* `acls[acl_id]` is one ACL binding, no binding twice; `scram_credentials[user][mechanism]`
+  is a user's stored SCRAM credential (salted keys, never a password), no user without one.
 * `recent_requests` holds the outcome of the last MAX_RECENT_REQUESTS envelopes in log order:
   the dedupe window for retried proposals and how the proposer learns what became of its
   proposal ("OK" or the rejection code).
 * Concurrency: an image may be read from any thread, since nothing in it ever changes (the
   metadata service replays on the trio thread; loader.py).
 * `image_to_snapshot` is canonical CBOR, so equal images give equal bytes; `image_from_snapshot`
-  checks all of the above and raises InvalidRecordError.
+  checks all of the above and raises InvalidRecordError. The `acls` and `scram_credentials`
+  sections are written only when non-empty, so an image without them has the very bytes it
+  had before they existed (and an older node still reads it).
 
 Public API:
     MetadataImage.empty() -> MetadataImage
@@ -27,6 +31,8 @@ Public API:
         -> tuple[(topic_name, partition), ...]
     image.preferred_leader_counts() -> dict[broker_id, int]
     image.request_outcome(request_id) -> RequestOutcome | None
+    image.acl_bindings() -> tuple[(acl_id, AclBinding), ...]
+    image.scram_credential(user, mechanism) -> ScramCredential | None;  image.scram_users()
     image_to_snapshot(image) -> bytes;  image_from_snapshot(data) -> MetadataImage
 """
 
@@ -41,13 +47,17 @@ import cbor2
 from metadata.errors import InvalidRecordError
 from metadata.records import (
     VERSION,
+    Acl,
     Partition,
     RegisterBroker,
     Topic,
+    UserScramCredential,
     loads_strict,
     record_from_obj,
     record_to_obj,
 )
+from raftlog.base.acl import AclBinding
+from raftlog.base.sasl import ScramCredential
 from metadata.topic_config import TopicConfig
 from raftlog.base.errors import RaftlogError, error_from_wire
 
@@ -138,6 +148,9 @@ class MetadataImage:
     next_producer_id: int = 0
     controller_epoch: int = 0  # of the last applied envelope
     recent_requests: Mapping[str, RequestOutcome] = field(default_factory=lambda: _EMPTY_MAP)
+    acls: Mapping[str, AclBinding] = field(default_factory=lambda: _EMPTY_MAP)  # by acl_id
+    # user -> mechanism -> credential
+    scram_credentials: Mapping[str, Mapping[str, ScramCredential]] = field(default_factory=lambda: _EMPTY_MAP)
 
     @classmethod
     def empty(cls) -> "MetadataImage":
@@ -213,6 +226,18 @@ class MetadataImage:
         """None while the envelope is not applied (or fell out of the dedupe window)."""
         return self.recent_requests.get(request_id)
 
+    # --- security ---
+
+    def acl_bindings(self) -> tuple[tuple[str, AclBinding], ...]:
+        """Every ACL with its id, in id order."""
+        return tuple(sorted(self.acls.items()))
+
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        return self.scram_credentials.get(user, _EMPTY_MAP).get(mechanism)
+
+    def scram_users(self) -> tuple[str, ...]:
+        return tuple(sorted(self.scram_credentials))
+
 
 # --- snapshots --------------------------------------------------------------------------
 # Brokers and topics are stored as the very records that create them, so the strict record
@@ -244,6 +269,14 @@ def image_to_snapshot(image: MetadataImage) -> bytes:
         "controller_epoch": image.controller_epoch,
         "recent_requests": [[rid, o.code, o.message] for rid, o in image.recent_requests.items()],
     }
+    if image.acls:
+        obj["acls"] = [record_to_obj(Acl.of(acl_id, b)) for acl_id, b in sorted(image.acls.items())]
+    if image.scram_credentials:
+        obj["scram_credentials"] = [
+            record_to_obj(UserScramCredential.of(user, cred))
+            for user, by_mechanism in sorted(image.scram_credentials.items())
+            for _, cred in sorted(by_mechanism.items())
+        ]
     return cbor2.dumps(obj, canonical=True)
 
 
@@ -256,12 +289,16 @@ def image_from_snapshot(data: bytes) -> MetadataImage:
     """Rebuild an image from `image_to_snapshot` bytes. Raises InvalidRecordError."""
     obj = loads_strict(data, "snapshot", MAX_SNAPSHOT_BYTES)
     expected = {"k", "v", "brokers", "topics", "next_producer_id", "controller_epoch", "recent_requests"}
-    _check(isinstance(obj, dict) and set(obj) == expected, "expected an image map with fields " + str(sorted(expected)))
+    optional = {"acls", "scram_credentials"}
+    _check(
+        isinstance(obj, dict) and expected <= set(obj) <= expected | optional,
+        "expected an image map with fields " + str(sorted(expected)) + " and optionally " + str(sorted(optional)),
+    )
     _check(obj["k"] == "image" and type(obj["v"]) is int and obj["v"] == VERSION, "unknown kind or version")
     for key in ("next_producer_id", "controller_epoch"):
         _check(type(obj[key]) is int and 0 <= obj[key] < 2**63, f"{key} must be a non-negative int")
-    for key in ("brokers", "topics", "recent_requests"):
-        _check(isinstance(obj[key], list), f"{key} must be an array")
+    for key in ("brokers", "topics", "recent_requests", *optional):
+        _check(isinstance(obj.get(key, []), list), f"{key} must be an array")
 
     brokers: dict[int, BrokerRegistration] = {}
     for item in obj["brokers"]:
@@ -300,6 +337,20 @@ def image_from_snapshot(data: bytes) -> MetadataImage:
         recent[item[0]] = RequestOutcome(item[1], item[2])
     _check(len(recent) <= MAX_RECENT_REQUESTS, "too many recent requests")
 
+    acls: dict[str, AclBinding] = {}
+    for item in obj.get("acls", []):
+        record = record_from_obj(item)
+        _check(isinstance(record, Acl) and record.acl_id not in acls, "acl entry")
+        acls[record.acl_id] = record.binding
+    _check(len(set(acls.values())) == len(acls), "the same ACL twice")
+    scram: dict[str, dict[str, ScramCredential]] = {}
+    for item in obj.get("scram_credentials", []):
+        record = record_from_obj(item)
+        _check(isinstance(record, UserScramCredential), "scram credential entry")
+        by_mechanism = scram.setdefault(record.name, {})
+        _check(record.mechanism not in by_mechanism, f"user {record.name}: credential twice")
+        by_mechanism[record.mechanism] = record.credential
+
     return MetadataImage(
         brokers=MappingProxyType(brokers),
         topics=MappingProxyType(dict(sorted(topics.items()))),
@@ -307,4 +358,8 @@ def image_from_snapshot(data: bytes) -> MetadataImage:
         next_producer_id=obj["next_producer_id"],
         controller_epoch=obj["controller_epoch"],
         recent_requests=MappingProxyType(recent),
+        acls=MappingProxyType(dict(sorted(acls.items()))),
+        scram_credentials=MappingProxyType(
+            {user: MappingProxyType(dict(sorted(m.items()))) for user, m in sorted(scram.items())}
+        ),
     )

@@ -7,6 +7,7 @@ atomically (all or nothing, see delta.py).
     Envelope(request_id, controller_epoch, records)
       records: RegisterBroker | FenceBroker | UnfenceBroker | Topic | RemoveTopic | Partition
              | PartitionChange | Config | ProducerIdBlock | NoOp
+             | Acl | RemoveAcl | UserScramCredential | RemoveUserScramCredential
 
 Where things live, and why:
 * `controller_epoch` (the Raft term of the controller that wrote it) is on the envelope, not
@@ -20,6 +21,11 @@ Where things live, and why:
 * FenceBroker / UnfenceBroker carry the broker's `incarnation_id` (a deviation from the
   brief's `FenceBroker(broker_id)`, as Kafka's records carry the broker epoch): a decision
   taken about one process of a broker must not fence or unfence its next incarnation.
+* Acl / UserScramCredential (after KRaft's AccessControlEntryRecord and
+  UserScramCredentialRecord) are kinds added later: logs written before them simply hold
+  none, so they replay as before. An Acl is one binding of raftlog/base/acl.py under an
+  `acl_id`; a UserScramCredential holds the salted keys of raftlog/base/sasl.py, never a
+  password.
 * Topic carries `partition_count`: a topic too large for one envelope is created in several
   (see controller.py); Partition records must arrive in index order, and a topic is
   `complete` once it has all of them.
@@ -51,6 +57,9 @@ from types import MappingProxyType
 from typing import Any, ClassVar, Mapping, Union
 
 from raftlog.base import cbor
+from raftlog.base.acl import AclBinding
+from raftlog.base.errors import InvalidRequestError, UnacceptableCredentialError, UnsupportedSaslMechanismError
+from raftlog.base.sasl import MAX_USERNAME_CHARS, ScramCredential
 from raftlog.base.topics import MAX_TOPIC_NAME_CHARS
 
 from metadata.errors import EnvelopeTooLargeError, InvalidRecordError
@@ -329,9 +338,110 @@ class NoOp(_Record):
     KIND: ClassVar[str] = "no_op"
 
 
+@dataclass(frozen=True)
+class Acl(_Record):
+    """Add one ACL (an AclBinding of raftlog/base/acl.py, its values in stored form)."""
+
+    KIND: ClassVar[str] = "acl"
+    acl_id: str
+    resource_type: str
+    resource_name: str
+    pattern_type: str
+    principal: str
+    host: str
+    operation: str
+    permission: str
+
+    def __post_init__(self) -> None:
+        k = self.KIND
+        _str(k, "acl_id", self.acl_id)
+        for name in ("resource_type", "resource_name", "pattern_type", "principal", "host", "operation", "permission"):
+            _str(k, name, getattr(self, name), 1, 512)
+        try:
+            binding = AclBinding(
+                self.resource_type, self.resource_name, self.pattern_type, self.principal,
+                self.host, self.operation, self.permission,
+            )  # fmt: skip
+        except InvalidRequestError as e:
+            raise _fail(k, e.details.get("field", "?"), e.message) from None
+        for name, value in binding.to_obj().items():
+            _set(self, name, value)  # normalised: equal ACLs have equal records
+
+    @classmethod
+    def of(cls, acl_id: str, binding: AclBinding) -> "Acl":
+        return cls(acl_id, **binding.to_obj())
+
+    @property
+    def binding(self) -> AclBinding:
+        return AclBinding(
+            self.resource_type, self.resource_name, self.pattern_type, self.principal,
+            self.host, self.operation, self.permission,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RemoveAcl(_Record):
+    KIND: ClassVar[str] = "remove_acl"
+    acl_id: str
+
+    def __post_init__(self) -> None:
+        _str(self.KIND, "acl_id", self.acl_id)
+
+
+@dataclass(frozen=True)
+class UserScramCredential(_Record):
+    """Set (add or replace) one user's SCRAM credential for one mechanism: salt, StoredKey,
+    ServerKey and iteration count; never the password."""
+
+    KIND: ClassVar[str] = "user_scram_credential"
+    name: str
+    mechanism: str
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+    def __post_init__(self) -> None:
+        k = self.KIND
+        _str(k, "name", self.name, 1, MAX_USERNAME_CHARS)
+        _str(k, "mechanism", self.mechanism)
+        for name in ("salt", "stored_key", "server_key"):
+            if type(getattr(self, name)) is not bytes:
+                raise _fail(k, name, f"expected bytes, got {type(getattr(self, name)).__name__}")
+        _int(k, "iterations", self.iterations, 1, 2**31 - 1)
+        try:
+            self.credential
+        except (UnacceptableCredentialError, UnsupportedSaslMechanismError) as e:
+            raise _fail(k, "credential", e.message) from None
+
+    def __repr__(self) -> str:
+        return f"UserScramCredential({self.name!r}, {self.mechanism!r}, iterations={self.iterations}, keys=<hidden>)"
+
+    @classmethod
+    def of(cls, name: str, credential: ScramCredential) -> "UserScramCredential":
+        c = credential
+        return cls(name, c.mechanism, c.salt, c.stored_key, c.server_key, c.iterations)
+
+    @property
+    def credential(self) -> ScramCredential:
+        return ScramCredential(self.mechanism, self.salt, self.stored_key, self.server_key, self.iterations)
+
+
+@dataclass(frozen=True)
+class RemoveUserScramCredential(_Record):
+    KIND: ClassVar[str] = "remove_user_scram_credential"
+    name: str
+    mechanism: str
+
+    def __post_init__(self) -> None:
+        _str(self.KIND, "name", self.name, 1, MAX_USERNAME_CHARS)
+        _str(self.KIND, "mechanism", self.mechanism)
+
+
 Record = Union[
     RegisterBroker, FenceBroker, UnfenceBroker, Topic, RemoveTopic, Partition,
     PartitionChange, Config, ProducerIdBlock, NoOp,
+    Acl, RemoveAcl, UserScramCredential, RemoveUserScramCredential,
 ]
 
 RECORD_KINDS: Mapping[str, type] = MappingProxyType(
@@ -340,6 +450,7 @@ RECORD_KINDS: Mapping[str, type] = MappingProxyType(
         for cls in (
             RegisterBroker, FenceBroker, UnfenceBroker, Topic, RemoveTopic, Partition,
             PartitionChange, Config, ProducerIdBlock, NoOp,
+            Acl, RemoveAcl, UserScramCredential, RemoveUserScramCredential,
         )
     }
 )

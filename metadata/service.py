@@ -53,19 +53,27 @@ from typing import Any, Final
 
 import trio
 
-from metadata.active_controller import ADMIN_OPS, CONTROLLER_OPS, ActiveController, partition_entries
+from metadata import security_ops
+from metadata.active_controller import (
+    ADMIN_OPS,
+    CONTROLLER_OPS,
+    ActiveController,
+    partition_entries,
+)
 from metadata.broker_lifecycle import BrokerLifecycle
 from metadata.controller import Controller
 from metadata.image import MetadataImage, TopicImage
 from metadata.loader import MetadataLoader, hostport
 from metadata.log_fetch import MetadataFetcher, answer_fetch
 from metadata.quorum import Quorum, QuorumFactory
+from metadata.records import UserScramCredential
 from metadata.topic_config import describe_configs
 from raftlog.base.errors import (
     NotControllerError,
     PeerUnavailableError,
     RaftlogError,
     RequestTimedOutError,
+    SecurityDisabledError,
     UnknownTopicOrPartitionError,
 )
 from raftlog.base.eventlog import log_event
@@ -102,6 +110,7 @@ class MetadataService:
         registry: MetricsRegistry | None = None,
         clock_ms: Callable[[], int] = _trio_ms,
         rng: random.Random | None = None,
+        bootstrap_credentials: tuple[UserScramCredential, ...] = (),
     ) -> None:
         self.config = config
         self.node_id = config.node_id
@@ -124,7 +133,7 @@ class MetadataService:
             self._active = ActiveController(
                 config, self._quorum, self._loader, peers, voter_count=len(self._voter_quorum),
                 clock_ms=clock_ms, rng=rng, registry=registry, status=self._cluster_status,
-                on_ready=self._wake_broker,
+                on_ready=self._wake_broker, bootstrap_credentials=bootstrap_credentials,
             )  # fmt: skip
             self._loader.listen(self._active.on_image)
         else:
@@ -136,6 +145,8 @@ class MetadataService:
             "alter_configs": self._client_admin,
             "describe_configs": self._client_describe_configs,
             "cluster_status": self._client_cluster_status,
+        } | {op: self._client_admin for op in security_ops.ADMIN_SECURITY_OPS} | {
+            op: self._client_security_describe for op in security_ops.DESCRIBE_SECURITY_OPS
         }
         self.peer_handlers: Mapping[str, Handler] = {
             op: self._peer_controller_op for op in CONTROLLER_OPS
@@ -343,6 +354,11 @@ class MetadataService:
             )  # fmt: skip
         except PeerUnavailableError:
             raise self._not_controller(controller_id) from None
+
+    async def _client_security_describe(self, request: Request) -> dict[str, Any]:
+        if request.op == "describe_acls" and not getattr(self.config, "authorizer_enabled", False):
+            raise SecurityDisabledError("ACLs are not enabled on this cluster (acls_enabled)")
+        return security_ops.describe(self._loader.image, request.op, request.fields)
 
     async def _client_metadata(self, request: Request) -> dict[str, Any]:
         names = field(request, "topics", list, items=str, nullable=True, default=None)

@@ -42,7 +42,18 @@ DESIGN §6), and every exception raised anywhere in raftlog derives from one of 
      │    ├── InvalidSessionTimeoutError        INVALID_SESSION_TIMEOUT
      │    ├── InvalidGroupIdError               INVALID_GROUP_ID
      │    ├── OffsetMetadataTooLargeError       OFFSET_METADATA_TOO_LARGE
-     │    └── NonEmptyGroupError                NON_EMPTY_GROUP
+     │    ├── NonEmptyGroupError                NON_EMPTY_GROUP
+     │    ├── SaslAuthenticationFailedError     SASL_AUTHENTICATION_FAILED  (no principal: which
+     │    │                                     part was wrong is never said)
+     │    ├── UnsupportedSaslMechanismError     UNSUPPORTED_SASL_MECHANISM  (mechanisms enabled)
+     │    ├── IllegalSaslStateError             ILLEGAL_SASL_STATE  (a request out of order)
+     │    ├── TopicAuthorizationFailedError     TOPIC_AUTHORIZATION_FAILED  (an ACL said no)
+     │    ├── GroupAuthorizationFailedError     GROUP_AUTHORIZATION_FAILED
+     │    ├── ClusterAuthorizationFailedError   CLUSTER_AUTHORIZATION_FAILED
+     │    ├── SecurityDisabledError             SECURITY_DISABLED  (ACL ops without an authorizer)
+     │    ├── ResourceNotFoundError             RESOURCE_NOT_FOUND  (e.g. no such SCRAM credential)
+     │    ├── DuplicateResourceError            DUPLICATE_RESOURCE
+     │    └── UnacceptableCredentialError       UNACCEPTABLE_CREDENTIAL  (e.g. too few iterations)
      └── UnknownOutcomeError the request may or may not have taken effect (Jepsen's `info`)
           ├── RequestTimedOutError              REQUEST_TIMED_OUT
           ├── KafkaStorageError                 KAFKA_STORAGE_ERROR  (a write may be on disk)
@@ -378,6 +389,60 @@ class InvalidGroupIdError(RejectedError):
 
 class OffsetMetadataTooLargeError(RejectedError):
     code = "OFFSET_METADATA_TOO_LARGE"
+
+
+class SaslAuthenticationFailedError(RejectedError):
+    """Authentication failed. The message never says whether the user or the password was
+    wrong, and never holds a secret."""
+
+    code = "SASL_AUTHENTICATION_FAILED"
+
+
+class UnsupportedSaslMechanismError(RejectedError):
+    """The mechanism is not enabled on this listener; `enabled` lists those that are."""
+
+    code = "UNSUPPORTED_SASL_MECHANISM"
+
+
+class IllegalSaslStateError(RejectedError):
+    """A request out of order for the connection's authentication state (e.g. any op before
+    authentication completed, or a second handshake)."""
+
+    code = "ILLEGAL_SASL_STATE"
+
+
+class TopicAuthorizationFailedError(RejectedError):
+    """An ACL (or the absence of one) refused the operation on the topic."""
+
+    code = "TOPIC_AUTHORIZATION_FAILED"
+
+
+class GroupAuthorizationFailedError(RejectedError):
+    code = "GROUP_AUTHORIZATION_FAILED"
+
+
+class ClusterAuthorizationFailedError(RejectedError):
+    code = "CLUSTER_AUTHORIZATION_FAILED"
+
+
+class SecurityDisabledError(RejectedError):
+    """ACL or credential operations on a cluster that has no authorizer configured."""
+
+    code = "SECURITY_DISABLED"
+
+
+class ResourceNotFoundError(RejectedError):
+    code = "RESOURCE_NOT_FOUND"
+
+
+class DuplicateResourceError(RejectedError):
+    code = "DUPLICATE_RESOURCE"
+
+
+class UnacceptableCredentialError(RejectedError):
+    """A credential the cluster refuses to store (e.g. a SCRAM iteration count out of range)."""
+
+    code = "UNACCEPTABLE_CREDENTIAL"
 
 
 class RequestTimedOutError(UnknownOutcomeError):

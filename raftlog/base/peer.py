@@ -23,6 +23,11 @@ Invariants and limits:
 * Error semantics: PeerUnavailableError = nothing was sent (definite); RequestTimedOutError = sent
   (or maybe sent) and no answer within `timeout_s` or the connection broke: the outcome is
   unknown; any other RaftlogError = the peer's error response (error_from_wire).
+* Authentication (PROTOCOL.md "Peer listener"): with `ssl_context` every connection is TLS
+  and presents this node's certificate (the listener checks it is a node's; we check the
+  listener's name against its SANs); else with `auth_key` the HMAC handshake of
+  raftlog/base/peer_auth.py runs on each new connection before any request. A failed
+  handshake counts as a failed connect (backoff, PeerUnavailableError: nothing was sent).
 * `dial_overrides` ({address: address to dial}, config key `dial_overrides`): the link keeps
   its address (the peer's identity: logs, status, backoff) but connects to the mapped one,
   e.g. a fault-injection proxy in front of the peer.
@@ -35,6 +40,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -42,17 +48,13 @@ from typing import Any, Final
 import trio
 
 from raftlog.base.errors import (
-
     InvalidRequestError,
-
     PeerUnavailableError,
-
     RaftlogError,
-
     RequestTimedOutError,
-
 )
 from raftlog.base.eventlog import log_event
+from raftlog.base.peer_auth import PeerAuthDialer
 from raftlog.base.protocol import (
     PEER_MAX_FRAME_BYTES,
     PROTOCOL_VERSION,
@@ -81,7 +83,7 @@ class _Link:
 
     def __init__(self, address: str, max_in_flight: int) -> None:
         self.address = address
-        self.stream: trio.SocketStream | None = None
+        self.stream: trio.abc.Stream | None = None
         self.generation = 0  # bumps on every (dis)connection: a reader of an old stream exits
         self.send_lock = trio.Lock()
         self.connect_lock = trio.Lock()
@@ -110,6 +112,8 @@ class PeerPool:
         backoff_initial_s: float = 0.05,
         backoff_max_s: float = 2.0,
         dial_overrides: Mapping[str, str] | None = None,
+        auth_key: bytes | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         if max_in_flight < 1 or max_addresses < 1 or connect_timeout_s <= 0:
             raise ValueError("max_in_flight, max_addresses and connect_timeout_s must be positive")
@@ -121,6 +125,8 @@ class PeerPool:
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
         self._dial_overrides = dict(dial_overrides or {})
+        self._auth_key = auth_key
+        self._ssl_context = ssl_context
         self._links: dict[str, _Link] = {}
         self._ids = itertools.count(1)
         self._nursery: trio.Nursery | None = None
@@ -209,7 +215,7 @@ class PeerPool:
         assert waiter.fields is not None
         return dict(waiter.fields)
 
-    async def _connected(self, link: _Link, deadline: float) -> trio.SocketStream:
+    async def _connected(self, link: _Link, deadline: float) -> trio.abc.Stream:
         if link.stream is not None:
             return link.stream
         async with link.connect_lock:
@@ -223,10 +229,18 @@ class PeerPool:
                     address=link.address,
                 )
             host, port = _split(self._dial_overrides.get(link.address, link.address))
+            stream: trio.abc.Stream | None = None
             try:
                 with trio.fail_at(min(deadline, now + self.connect_timeout_s)):
                     stream = await trio.open_tcp_stream(host, port)
-            except (OSError, trio.TooSlowError) as exc:
+                    stream = await self._authenticate(stream, _split(link.address)[0])
+            except (OSError, trio.TooSlowError, trio.BrokenResourceError, RaftlogError) as exc:
+                if stream is not None:
+                    await trio.aclose_forcefully(stream)
+                if isinstance(exc, RaftlogError):
+                    log_event(logger, "peer_auth_failed", level=logging.WARNING, address=link.address,
+                              reason=exc.message)
+                    exc = OSError(exc.message)
                 link.failures += 1
                 delay = min(self.backoff_max_s, self.backoff_initial_s * 2 ** (link.failures - 1))
                 link.retry_at = trio.current_time() + delay
@@ -245,7 +259,36 @@ class PeerPool:
             log_event(logger, "peer_connected", level=logging.DEBUG, address=link.address)
             return stream
 
-    async def _reader(self, link: _Link, stream: trio.SocketStream, generation: int) -> None:
+    async def _authenticate(self, stream: trio.SocketStream, server_host: str) -> trio.abc.Stream:
+        """Prove membership on a new connection (see the module docstring); the stream to use.
+        Raises RaftlogError (refused), trio.BrokenResourceError / OSError (connection lost)."""
+        if self._ssl_context is not None:
+            tls = trio.SSLStream(stream, self._ssl_context, server_hostname=server_host)
+            await tls.do_handshake()
+            return tls
+        if self._auth_key is None:
+            return stream
+        dialer = PeerAuthDialer(self._auth_key, self.node_id)
+        challenge = await self._exchange(stream, "peer_auth_hello", dialer.hello())
+        await self._exchange(stream, "peer_auth_finish", dialer.finish(challenge))
+        return stream
+
+    async def _exchange(self, stream: trio.abc.Stream, op: str, fields: Mapping[str, Any]) -> Mapping[str, Any]:
+        """One request and its answer on a connection no reader owns yet."""
+        request_id = next(self._ids) % _ID_LIMIT or 1
+        await stream.send_all(encode_frame({**fields, "v": PROTOCOL_VERSION, "id": request_id, "op": op}))
+        decoder = FrameDecoder(64 << 10)
+        while (frame := decoder.next_frame()) is None:
+            data = await stream.receive_some(RECEIVE_CHUNK_BYTES)
+            if not data:
+                raise trio.BrokenResourceError(f"{op}: the peer closed the connection")
+            decoder.feed(data)
+        response = parse_response(frame)
+        if response.error is not None:
+            raise response.error
+        return response.fields
+
+    async def _reader(self, link: _Link, stream: trio.abc.Stream, generation: int) -> None:
         decoder = FrameDecoder(self.max_frame_bytes)
         reason = "closed by peer"
         try:

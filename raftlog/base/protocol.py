@@ -163,11 +163,15 @@ class FrameDecoder:
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """A parsed request: its `id`, its `op`, and every other field (read-only)."""
+    """A parsed request: its `id`, its `op`, and every other field (read-only). On a listener
+    with authentication, `principal` ("User:<name>", or "User:ANONYMOUS") and `client_host`
+    (the connection's IP) say who sent it, for the ACL checks; None elsewhere."""
 
     id: int
     op: str
     fields: Mapping[str, Any]
+    principal: str | None = None
+    client_host: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -351,12 +351,16 @@ def cluster_up(
     status: Callable[[list[str]], Any] = _status,
     ready_timeout_s: float = READY_TIMEOUT_S,
     restart: bool = True,
+    console_port: int | None = None,
 ) -> int:
     """Start (or restart) the local cluster under `root`, wait until it has a controller and
     every broker is registered and unfenced, print a table, and supervise until SIGINT or
     SIGTERM; then stop every node. A node that exits meanwhile is restarted (`restart`, at
-    most MAX_RESTARTS times each, so a crash loop ends). Returns the exit code (0: started and stopped cleanly).
-    Raises ConfigError for a bad layout."""
+    most MAX_RESTARTS times each, so a crash loop ends). With `console_port` (0: any free
+    port) the web console runs beside the nodes (raftlog/console/process.py), logs to
+    <root>/console.log, is printed with its URL and stopped with them; a console that cannot
+    start (port taken) is reported and the cluster runs on without it. Returns the exit code
+    (0: started and stopped cleanly). Raises ConfigError for a bad layout."""
     root = root.resolve()
     layout, created = ClusterLayout.load_or_create(root, nodes, base_port)
     configs = layout.configs()
@@ -384,6 +388,7 @@ def cluster_up(
         stop.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    console = None
     try:
         verb = "creating" if created else "restarting"
         out.write(f"{verb} cluster {layout.cluster_id} ({layout.nodes} nodes, data in {root})\n")
@@ -394,7 +399,9 @@ def cluster_up(
         ready = _wait_ready(processes, bootstrap, layout.nodes, status, ready_timeout_s, stop, out)
         if ready is None:
             return _shutdown(processes, out, failed=True)
-        _print_table(out, configs, processes, ready)
+        console = _start_console(root, configs, console_port, out) if console_port is not None else None
+        _print_table(out, configs, processes, ready,
+                     console=None if console is None else f"{console[1]} (pid {console[0].pid}, log {root / 'console.log'})")
         restarts: dict[int, int] = {}
         while not stop.wait(0.5):
             for node_id, p in processes.items():
@@ -416,8 +423,12 @@ def cluster_up(
                 p.start()
                 out.write(f"node {node_id} restarted (pid {p.pid})\n")
                 out.flush()
+        if console is not None:
+            console[0].stop()
         return _shutdown(processes, out, failed=False)
     finally:
+        if console is not None and console[0].proc is not None and console[0].proc.poll() is None:
+            console[0].stop()
         for s, handler in previous.items():
             signal.signal(s, handler)
 
@@ -452,8 +463,22 @@ def _wait_ready(processes: Mapping[int, NodeProcess], bootstrap: list[str], node
     return None
 
 
+def _start_console(root: Path, configs: Mapping[int, NodeConfig], port: int, out: TextIO) -> Any:
+    """(ConsoleChild, url) of the web console for this cluster, or None (said on `out`)."""
+    from raftlog.console.process import ConsoleChild
+
+    child = ConsoleChild([str(c.listeners.client) for c in configs.values()],
+                         [str(c.listeners.http) for c in configs.values()], port=port, log_path=root / "console.log")
+    url = child.start()
+    if url is None:
+        out.write(f"web console not started: {child.problem} (pick a port with --console-port, or --no-console)\n")
+        out.flush()
+        return None
+    return child, url
+
+
 def _print_table(out: TextIO, configs: Mapping[int, NodeConfig], processes: Mapping[int, NodeProcess],
-                 status: Any) -> None:
+                 status: Any, console: str | None = None) -> None:
     rows = [("NODE", "KAFKA", "CLIENT", "ROLES", "CONTROLLER", "PID", "LOG")]
     for node_id, config in configs.items():
         rows.append((
@@ -471,7 +496,8 @@ def _print_table(out: TextIO, configs: Mapping[int, NodeConfig], processes: Mapp
     out.write(
         f"try:  raftlog topics create demo --partitions 6 --replication-factor {min(3, len(configs))}{hint}\n"
         f"      raftlog topics describe demo{hint}\n      raftlog cluster status{hint}\n"
-        "stop: Ctrl-C (stops every node cleanly)\n"
+        + (f"console: {console}\n" if console else "")
+        + "stop: Ctrl-C (stops every node cleanly)\n"
     )  # fmt: skip
     out.flush()
 

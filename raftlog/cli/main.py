@@ -5,6 +5,7 @@
     raftlog cluster status                          voters, controller, brokers
     raftlog topics create|list|describe|delete|alter
     raftlog partitions recover TOPIC PARTITION --broker N --unclean   (raftlog/cli/partitions.py)
+    raftlog console [--port 8080]                   the web console (raftlog/cli/console.py, raftlog/console/)
 
 Admin commands talk to `--bootstrap` (default 127.0.0.1:9093, or $RAFTLOG_BOOTSTRAP) through
 the blocking client `raftlog.client.Admin`; any node answers (it forwards to the
@@ -23,6 +24,7 @@ from typing import Any
 
 import click
 
+from raftlog.cli import console as _console
 from raftlog.cli import groups as _groups
 from raftlog.cli import partitions as _partitions
 from raftlog.cli import records as _records
@@ -111,13 +113,18 @@ def cluster() -> None:
               help="Node i listens on base+10*(i-1)+{0 kafka,1 client,2 peer,3 quorum,4 http} (default 9092: kcat -b 127.0.0.1:9092).")
 @click.option("--restart/--no-restart", default=True, show_default=True,
               help="Restart a node that exits (at most 5 times each).")
+@click.option("--console-port", type=click.IntRange(0, 65535), default=8080, show_default=True,
+              help="Serve the web console on 127.0.0.1 at this port (0: any free port).")
+@click.option("--no-console", is_flag=True, help="Do not start the web console.")
 @friendly
-def cluster_up_cmd(nodes: int | None, data_dir: str, base_port: int | None, restart: bool) -> None:
+def cluster_up_cmd(nodes: int | None, data_dir: str, base_port: int | None, restart: bool, console_port: int,
+                   no_console: bool) -> None:
     """Start N nodes on 127.0.0.1 and supervise them until Ctrl-C.
 
     Generates a cluster id, a cluster secret and each node's node.toml on first run (in
     the data dir, mode 0600); waits until a controller is elected and every broker is
     registered; prints where each node listens. Each node logs to <data-dir>/node-<i>/node.log.
+    The web console (raftlog console) starts beside them, at the URL printed.
 
     \b
     Example:
@@ -126,7 +133,8 @@ def cluster_up_cmd(nodes: int | None, data_dir: str, base_port: int | None, rest
     """
     from raftlog.cli.cluster import cluster_up
 
-    code = cluster_up(Path(data_dir), nodes, base_port, out=sys.stdout, restart=restart)
+    code = cluster_up(Path(data_dir), nodes, base_port, out=sys.stdout, restart=restart,
+                      console_port=None if no_console else console_port)
     sys.exit(code)
 
 
@@ -388,3 +396,4 @@ main.add_command(_records.consume_cmd)
 main.add_command(_records.perf)
 main.add_command(_groups.groups)
 main.add_command(_partitions.partitions)
+main.add_command(_console.console_cmd)

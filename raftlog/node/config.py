@@ -4,7 +4,7 @@ environment variables, then command-line overrides (each later source wins per k
     node_id = 1
     data_dir = "/var/lib/raftlog/1"
     roles = ["controller", "broker"]          # default: both (KRaft "combined" mode)
-    cluster_secret = "..."                    # PySyncObj password; required for controllers
+    cluster_secret = "..."                    # required: peer authentication, PySyncObj password
     [listeners]
     kafka = "127.0.0.1:9092"                  # Kafka's wire protocol (Kafka clients, kcat)
     client = "127.0.0.1:9093"                 # the native protocol (raftlog CLI and client)
@@ -33,7 +33,7 @@ Invariants:
   (the file path, the environment variable or the override). Unknown keys in the file or in
   overrides are errors, with a suggestion when the key looks like a typo.
 * A loaded NodeConfig is valid: ports in range, listeners distinct, a controller is one of
-  the voters and its quorum listener is its voter address, a controller has a secret.
+  the voters and its quorum listener is its voter address, every node has a secret.
 * `controller_peers`, when given, names exactly the voters: brokers dial the active
   controller's peer listener there (register, heartbeat, leader reports, producer ids), and
   broker-only nodes pull the metadata log from it. A node finds every voter's peer address
@@ -44,7 +44,18 @@ Invariants:
   The identity stays the real address everywhere (PySyncObj names voters by it, brokers
   register it); only the TCP connect goes elsewhere, e.g. to a per-link proxy of the fault
   harness. Keys and values are normalised "host:port" strings; empty by default.
-* `cluster_secret` never appears in repr() or logs.
+* `cluster_secret` and `http_token` never appear in repr() or logs.
+* Security (issue 16; PROTOCOL.md "Authentication and authorization"): `security_protocol`
+  of the client listener (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL; TLS needs `tls_cert_file`
+  and `tls_key_file`), `sasl_mechanisms`, `ssl_client_auth` (none/requested/required: mTLS
+  principals, checked against `tls_ca_file`), `peer_tls` (mutual TLS with node certificates on
+  the peer listener; without it peers use the HMAC handshake), `acls_enabled` (default: on
+  whenever the client listener authenticates), `super_users`, `http_token` (/metrics needs it
+  when set), `bootstrap_credentials_file` (salted SCRAM keys the controller seeds into an
+  empty credential store; `raftlog cluster up --secure` writes it). Safe default: a listener bound to a non-loopback address without TLS and
+  authentication (client: SASL_SSL or SSL with required client certificates; peer: peer_tls;
+  http: http_token; kafka: not served on a secured node until it speaks SASL) refuses to start
+  unless `allow_plaintext = true`.
 * `ensure_meta_properties` ties a data dir to one (cluster_id, node_id) for life, like
   Kafka's meta.properties; it writes the file atomically and fsyncs it and its directory.
 """
@@ -54,6 +65,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import difflib
+import ipaddress
 import os
 import random
 import re
@@ -211,6 +223,34 @@ class NodeConfig:
     dial_overrides: Mapping[str, str] = dataclasses.field(
         default_factory=lambda: MappingProxyType({})
     )
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanisms: tuple[str, ...] = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    tls_ca_file: Path | None = None
+    ssl_client_auth: str = "none"
+    peer_tls: bool = False
+    acls_enabled: bool | None = None
+    super_users: tuple[str, ...] = ()
+    allow_everyone_if_no_acl_found: bool = False
+    allow_plaintext: bool = False
+    http_token: str | None = dataclasses.field(default=None, repr=False)
+    bootstrap_credentials_file: Path | None = None
+
+    @property
+    def client_tls(self) -> bool:
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def client_sasl(self) -> bool:
+        return self.security_protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+
+    @property
+    def authorizer_enabled(self) -> bool:
+        """ACLs are checked: by default whenever the client listener authenticates."""
+        if self.acls_enabled is not None:
+            return self.acls_enabled
+        return self.client_sasl or self.ssl_client_auth != "none"
 
     @property
     def is_controller(self) -> bool:
@@ -342,6 +382,41 @@ def _to_dial_overrides(value: Any) -> Mapping[str, str]:
     return MappingProxyType(result)
 
 
+SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS: Final = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
+
+
+def _to_choice(value: Any, choices: tuple[str, ...], *, upper: bool = False) -> str:
+    text = _to_str(value).strip()
+    text = text.upper() if upper else text.lower()
+    if text not in choices:
+        raise ValueError(f"expected one of {', '.join(choices)}, got {value!r:.40}")
+    return text
+
+
+def _str_list(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    if isinstance(value, list | tuple):
+        return [_to_str(v).strip() for v in value]
+    raise ValueError(f"expected a list, got {type(value).__name__}")
+
+
+def _to_choices(value: Any, choices: tuple[str, ...]) -> tuple[str, ...]:
+    items = [_to_choice(v, choices, upper=True) for v in _str_list(value)]
+    if not items:
+        raise ValueError(f"at least one of {', '.join(choices)}")
+    return tuple(dict.fromkeys(items))
+
+
+def _to_principals(value: Any) -> tuple[str, ...]:
+    items = _str_list(value)
+    for item in items:
+        if not item.startswith("User:") or len(item) <= len("User:"):
+            raise ValueError(f"a principal is 'User:<name>', got {item!r:.60}")
+    return tuple(dict.fromkeys(items))
+
+
 @dataclass(frozen=True, slots=True)
 class _Key:
     convert: Callable[[Any], Any]
@@ -381,6 +456,19 @@ _KEYS: Final[dict[str, _Key]] = {
     "auto_create_topics": _Key(_to_bool, "auto_create_topics"),
     "topic_defaults": _Key(_to_str_map, "topic_defaults"),
     "dial_overrides": _Key(_to_dial_overrides, "dial_overrides"),
+    "security_protocol": _Key(lambda v: _to_choice(v, SECURITY_PROTOCOLS, upper=True), "security_protocol"),
+    "sasl_mechanisms": _Key(lambda v: _to_choices(v, SASL_MECHANISMS), "sasl_mechanisms"),
+    "tls_cert_file": _Key(_to_path, "tls_cert_file"),
+    "tls_key_file": _Key(_to_path, "tls_key_file"),
+    "tls_ca_file": _Key(_to_path, "tls_ca_file"),
+    "ssl_client_auth": _Key(lambda v: _to_choice(v, ("none", "requested", "required")), "ssl_client_auth"),
+    "peer_tls": _Key(_to_bool, "peer_tls"),
+    "acls_enabled": _Key(_to_bool, "acls_enabled"),
+    "super_users": _Key(_to_principals, "super_users"),
+    "allow_everyone_if_no_acl_found": _Key(_to_bool, "allow_everyone_if_no_acl_found"),
+    "allow_plaintext": _Key(_to_bool, "allow_plaintext"),
+    "http_token": _Key(_to_nonempty_str, "http_token"),
+    "bootstrap_credentials_file": _Key(_to_path, "bootstrap_credentials_file"),
 }
 _NESTED_TABLES: Final = ("listeners",)  # tables whose keys are config keys themselves
 _INT_RANGES: Final = {
@@ -560,14 +648,55 @@ def _build(raw: Mapping[str, tuple[Any, str]]) -> NodeConfig:
                 f"{quorum} differs from this node's voter address {own} "
                 "in controller_quorum_voters",
             )
-        if config.cluster_secret is None:
-            raise ConfigError(
-                "cluster_secret is required for the controller role (it authenticates the "
-                f"metadata quorum's PySyncObj traffic): set it or {env_name('cluster_secret')}"
-            )
-        if len(config.cluster_secret) < MIN_SECRET_CHARS:
-            raise fail("cluster_secret", f"use at least {MIN_SECRET_CHARS} characters")
+    _check_security(config, fail)
+    # Every node: peers prove membership with it (and voters key PySyncObj's traffic with it).
+    if config.cluster_secret is None:
+        raise ConfigError(
+            "cluster_secret is required (it authenticates the peer listener's connections and "
+            f"the metadata quorum's PySyncObj traffic): set it or {env_name('cluster_secret')}"
+        )
+    if len(config.cluster_secret) < MIN_SECRET_CHARS:
+        raise fail("cluster_secret", f"use at least {MIN_SECRET_CHARS} characters")
     return config
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name, or a wildcard ("", 0.0.0.0, ::): reachable from elsewhere
+
+
+def _check_security(config: NodeConfig, fail: Callable[[str, str], ConfigError]) -> None:
+    if config.client_tls or config.peer_tls:
+        for key in ("tls_cert_file", "tls_key_file"):
+            if getattr(config, key) is None:
+                raise fail(key, "TLS (security_protocol SSL/SASL_SSL or peer_tls) needs a certificate and key")
+    if (config.ssl_client_auth != "none" or config.peer_tls) and config.tls_ca_file is None:
+        raise fail("tls_ca_file", "client certificates (ssl_client_auth, peer_tls) are checked against a CA file")
+    if config.ssl_client_auth != "none" and not config.client_tls:
+        raise fail("ssl_client_auth", "client certificates need security_protocol SSL or SASL_SSL")
+    if config.allow_plaintext:
+        return
+    secure = {
+        "client": config.security_protocol == "SASL_SSL"
+        or (config.security_protocol == "SSL" and config.ssl_client_auth == "required"),
+        "peer": config.peer_tls,
+        "http": config.http_token is not None,
+        # No TLS/SASL on the Kafka listener yet: a node with a secured client listener does not
+        # open it (raftlog/node/main.py), and an open one must stay on loopback.
+        "kafka": config.client_tls or config.client_sasl or config.authorizer_enabled,
+    }
+    for name, ok in secure.items():
+        address: HostPort = getattr(config.listeners, name)
+        if not ok and not _is_loopback(address.host):
+            raise fail(
+                f"listeners.{name}",
+                f"{address} is reachable from other hosts but has no TLS and authentication; secure it "
+                "(raftlog cluster up --secure shows how) or set allow_plaintext = true",
+            )
 
 
 def _toml_string(text: str) -> str:
@@ -604,6 +733,8 @@ def config_to_toml(config: NodeConfig) -> str:
                 )
         elif item.name == "roles":
             lines.append(f"roles = [{', '.join(_toml_string(r) for r in sorted(value))}]")
+        elif isinstance(value, tuple):
+            lines.append(f"{item.name} = [{', '.join(_toml_string(v) for v in value)}]")
         elif isinstance(value, bool):
             lines.append(f"{item.name} = {'true' if value else 'false'}")
         elif isinstance(value, int):

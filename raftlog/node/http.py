@@ -4,6 +4,10 @@
     GET /metrics  -> 200, Prometheus text format 0.0.4 from the registry
     other paths   -> 404; other methods -> 405; a request we cannot parse -> 400
 
+With a `token` (the node's `http_token`, issue 16), everything but /health needs
+`Authorization: Bearer <token>` or HTTP Basic auth whose password is the token (any user
+name, for scrapers that only do Basic); else 401. /health stays open and holds no secret.
+
 One request per connection (`Connection: close`), no request bodies, no keep-alive: scrapers
 and probes need nothing more, and it keeps the parser to a request line and headers.
 
@@ -14,6 +18,9 @@ Limits: the request head must fit in `MAX_HEAD_BYTES` (else 431) and arrive with
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hmac
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -40,6 +47,7 @@ LINGER_S: Final = 1.0
 _REASONS: Final = {
     200: "OK",
     400: "Bad Request",
+    401: "Unauthorized",
     404: "Not Found",
     405: "Method Not Allowed",
     431: "Request Header Fields Too Large",
@@ -109,6 +117,8 @@ def _response(status: int, content_type: str, body: bytes) -> bytes:
     ]
     if status == 405:
         headers.append("Allow: GET")
+    if status == 401:
+        headers.append('WWW-Authenticate: Bearer realm="raftlog", Basic realm="raftlog"')
     return ("\r\n".join(headers) + "\r\n\r\n").encode("ascii") + body
 
 
@@ -116,13 +126,35 @@ def _text(status: int, message: str) -> bytes:
     return _response(status, "text/plain; charset=utf-8", (message + "\n").encode())
 
 
+def authorized(head: bytes, token: str) -> bool:
+    """True iff the head's Authorization header carries `token` (Bearer, or Basic password)."""
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() != b"authorization":
+            continue
+        scheme, _, credentials = value.strip().partition(b" ")
+        offered = b""
+        if scheme.lower() == b"bearer":
+            offered = credentials.strip()
+        elif scheme.lower() == b"basic":
+            try:
+                offered = base64.b64decode(credentials.strip(), validate=True).partition(b":")[2]
+            except (binascii.Error, ValueError):
+                return False
+        return hmac.compare_digest(offered, token.encode())
+    return False
+
+
 def _route(
-    method: str, path: str, registry: MetricsRegistry, health: Callable[[], Mapping[str, Any]]
+    method: str, path: str, registry: MetricsRegistry, health: Callable[[], Mapping[str, Any]],
+    allowed: bool = True,
 ) -> bytes:
     if path not in ("/health", "/metrics"):
         return _text(404, "not found")
     if method != "GET":
         return _text(405, "only GET is supported")
+    if path != "/health" and not allowed:
+        return _text(401, "this node's http_token is needed (Authorization: Bearer <token>)")
     if path == "/metrics":
         try:
             text = registry.render()
@@ -144,6 +176,7 @@ async def _read_and_route(
     stream: trio.SocketStream,
     registry: MetricsRegistry,
     health: Callable[[], Mapping[str, Any]],
+    token: str | None = None,
 ) -> bytes | None:
     """The response to send, or None when the client closed before a whole head arrived."""
     try:
@@ -155,19 +188,20 @@ async def _read_and_route(
         return _text(exc.status, str(exc))
     except ValueError as exc:
         return _text(400, str(exc))
-    return _route(method, path, registry, health)
+    return _route(method, path, registry, health, token is None or authorized(head, token))
 
 
 async def _serve_one(
     stream: trio.SocketStream,
     registry: MetricsRegistry,
     health: Callable[[], Mapping[str, Any]],
+    token: str | None = None,
 ) -> None:
     async with stream:
         response = None
         try:
             with trio.move_on_after(READ_TIMEOUT_S):
-                response = await _read_and_route(stream, registry, health)
+                response = await _read_and_route(stream, registry, health, token)
             if response is not None:  # None: closed early, or too slow to send its head
                 with trio.move_on_after(WRITE_TIMEOUT_S):
                     await stream.send_all(response)
@@ -184,9 +218,11 @@ async def serve_http(
     host: str,
     port: int,
     *,
+    token: str | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
-    """Serve /health and /metrics on host:port until cancelled.
+    """Serve /health and /metrics on host:port until cancelled (/metrics behind `token`
+    when given).
 
     `health()` returns a JSON-able map; `"ok": True` in it means 200, anything else 503 (a
     `health()` that raises is reported as 503 too). It runs on the trio thread: keep it cheap.
@@ -209,7 +245,7 @@ async def serve_http(
             await stream.aclose()
             return
         try:
-            await _serve_one(stream, registry, health)
+            await _serve_one(stream, registry, health, token)
         finally:
             limiter.release()
 

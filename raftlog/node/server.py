@@ -19,6 +19,15 @@ Limits (everything bounded):
 * every request runs under `request_deadline_ms(...)` and answers REQUEST_TIMED_OUT after it;
 * frames over `max_frame_bytes` either way get MESSAGE_TOO_LARGE.
 
+Security (`security=ListenerSecurity(...)`, raftlog/node/auth.py; PROTOCOL.md "Authentication
+and authorization"): with a TLS context every connection starts with a TLS handshake (bounded
+by `tls_handshake_timeout_s`; a failure closes it and counts in
+raftlog_tls_handshake_failures_total). Each connection gets a session; until it is complete
+the reader handles only its auth ops, one at a time and in order, and any failure or other op
+is answered and closes the connection (raftlog_auth_failures_total counts failed logins).
+Afterwards each request carries the session's principal and the client's host, and
+`session.check()` runs before each request (a user removed while connected is closed).
+
 Failure rules: a frame that cannot be decoded (oversized, malformed CBOR, not a map) gets an
 error with id 0 and the connection is closed (the byte stream can no longer be trusted); a
 decoded map with a bad envelope, an unknown op or a bad `timeout_ms` gets INVALID_REQUEST and
@@ -40,19 +49,13 @@ import cbor2
 import trio
 
 from raftlog.base.errors import (
-
     InvalidRequestError,
-
     MessageTooLargeError,
-
     RaftlogError,
-
     RequestTimedOutError,
-
+    SaslAuthenticationFailedError,
     UnknownServerError,
-
     as_wire_error,
-
 )
 from raftlog.base.eventlog import log_event
 from raftlog.base.metrics import MetricsRegistry
@@ -64,6 +67,7 @@ from raftlog.base.protocol import (
     ok_response,
     parse_request,
 )
+from raftlog.node.auth import AUTH_OPS, ListenerSecurity, Session
 
 __all__ = ["Handler", "serve", "request_deadline_ms", "close_gracefully", "DEADLINE_MARGIN_MS"]
 
@@ -102,8 +106,10 @@ class _Listener:
         request_timeout_ms: int,
         max_in_flight: int,
         registry: MetricsRegistry | None,
+        security: ListenerSecurity | None = None,
     ) -> None:
         self.handlers = dict(handlers)
+        self.security = security
         self.name = name
         self.max_frame_bytes = max_frame_bytes
         self.request_timeout_ms = request_timeout_ms
@@ -128,6 +134,16 @@ class _Listener:
         registry.gauge(
             "raftlog_connections", "Open connections, by listener.", ("listener",)
         ).labels(listener=name).set_function(lambda: self.connections)
+        self.auth_failures_total = registry.counter(
+            "raftlog_auth_failures_total",
+            "Failed authentications (SASL logins, peer handshakes), by listener.",
+            ("listener",),
+        )
+        self.tls_handshake_failures_total = registry.counter(
+            "raftlog_tls_handshake_failures_total",
+            "Connections closed because their TLS handshake failed, by listener.",
+            ("listener",),
+        )
 
     def op_label(self, op: object) -> str:
         # Label values must come from a small set: unknown ops are counted together.
@@ -150,10 +166,14 @@ class _Listener:
 
 
 class _Connection:
-    def __init__(self, stream: trio.SocketStream, listener: _Listener, peer: str) -> None:
+    def __init__(
+        self, stream: trio.abc.Stream, listener: _Listener, peer: str, session: Session | None = None
+    ) -> None:
         self.stream = stream
         self.listener = listener
         self.peer = peer
+        self.session = session
+        self.client_host = peer.rsplit(":", 1)[0]
         self.slots = trio.Semaphore(listener.max_in_flight)
         self.in_flight_ids: set[int] = set()
         self.cancel_scope: trio.CancelScope | None = None
@@ -211,17 +231,29 @@ class _Connection:
                     return "fatal"
                 if frame is None:
                     break
-                await self._dispatch(frame, requests, send)
+                if await self._dispatch(frame, requests, send):
+                    return "fatal"
 
     async def _dispatch(
         self,
         frame: dict[str, Any],
         requests: trio.Nursery,
         send: trio.MemorySendChannel[bytes],
-    ) -> None:
+    ) -> bool:
+        """Start the request's task; True when the connection must close (an auth failure)."""
         listener = self.listener
+        session = self.session
         try:
             request = parse_request(frame)
+            if session is not None:
+                if not session.complete or request.op in AUTH_OPS:
+                    return await self._authenticate(session, request, send)
+                try:
+                    session.check()
+                except RaftlogError as exc:
+                    await self._refuse(request, exc, send)
+                    return True
+                request = Request(request.id, request.op, request.fields, session.principal, self.client_host)
             handler = listener.handlers.get(request.op)
             if handler is None:
                 raise InvalidRequestError(
@@ -244,13 +276,43 @@ class _Connection:
                 listener=listener.name, op=listener.op_label(frame.get("op")), code=exc.code
             ).inc()
             await self._queue(send, encode_frame(error_response(exc.request_id or 0, exc)))
-            return
+            return False
         deadline_ms = request_deadline_ms(timeout_ms, listener.request_timeout_ms)
         # Backpressure: with max_in_flight requests running, the reader waits here and stops
         # reading the socket.
         await self.slots.acquire()
         self.in_flight_ids.add(request.id)
         requests.start_soon(self._run_request, handler, request, deadline_ms, send)
+        return False
+
+    async def _authenticate(
+        self, session: Session, request: Request, send: trio.MemorySendChannel[bytes]
+    ) -> bool:
+        """One auth op, in the reader (so in order). True when the connection must close."""
+        listener = self.listener
+        try:
+            with trio.fail_after(listener.request_timeout_ms / 1000):
+                fields = await session.handle(request)
+        except trio.TooSlowError:
+            await self._refuse(request, RequestTimedOutError(f"{request.op} took too long"), send)
+            return True
+        except RaftlogError as exc:
+            await self._refuse(request, exc, send)
+            return True
+        listener.requests_total.labels(listener=listener.name, op=listener.op_label(request.op), code="OK").inc()
+        await self._queue(send, listener.encode(ok_response(request.id, **fields)))
+        return False
+
+    async def _refuse(self, request: Request, exc: RaftlogError, send: trio.MemorySendChannel[bytes]) -> None:
+        listener = self.listener
+        if isinstance(exc, SaslAuthenticationFailedError):
+            listener.auth_failures_total.labels(listener=listener.name).inc()
+        listener.requests_total.labels(listener=listener.name, op=listener.op_label(request.op), code=exc.code).inc()
+        log_event(
+            logger, "conn_auth_failed", level=logging.DEBUG,
+            listener=listener.name, peer=self.peer, op=request.op[:40], code=exc.code,
+        )  # fmt: skip
+        await self._queue(send, encode_frame(error_response(request.id, exc)))
 
     async def _run_request(
         self,
@@ -340,11 +402,12 @@ class _Connection:
                     return
 
     async def _linger(self) -> None:
-        await close_gracefully(self.stream)
+        if isinstance(self.stream, trio.abc.HalfCloseableStream):
+            await close_gracefully(self.stream)
 
 
 async def close_gracefully(
-    stream: trio.SocketStream, *, linger_s: float = LINGER_S, max_bytes: int = LINGER_MAX_BYTES
+    stream: trio.abc.HalfCloseableStream, *, linger_s: float = LINGER_S, max_bytes: int = LINGER_MAX_BYTES
 ) -> None:
     """Send FIN, then read and discard input until EOF, `linger_s` or `max_bytes`.
 
@@ -380,8 +443,31 @@ async def _connection_task(
     listener.connections += 1
     log_event(logger, "conn_open", level=logging.DEBUG, listener=listener.name, peer=peer)
     try:
-        async with stream:
-            await _Connection(stream, listener, peer).run()
+        security = listener.security
+        if security is None:
+            async with stream:
+                await _Connection(stream, listener, peer).run()
+            return
+        secured: trio.abc.Stream = stream
+        certificate = None
+        if security.ssl_context is not None:
+            tls = trio.SSLStream(stream, security.ssl_context, server_side=True)
+            try:
+                with trio.fail_after(security.tls_handshake_timeout_s):
+                    await tls.do_handshake()
+            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError) as exc:
+                listener.tls_handshake_failures_total.labels(listener=listener.name).inc()
+                cause = exc.__cause__ if exc.__cause__ is not None else exc
+                log_event(
+                    logger, "conn_tls_failed", level=logging.DEBUG,
+                    listener=listener.name, peer=peer, reason=str(cause)[:200] or type(cause).__name__,
+                )  # fmt: skip
+                await trio.aclose_forcefully(tls)
+                return
+            secured, certificate = tls, tls.getpeercert()
+        session = security.new_session(peer.rsplit(":", 1)[0], certificate)
+        async with secured:
+            await _Connection(secured, listener, peer, session).run()
     except* Exception as group:  # a bug in one connection must not stop the listener
         # except*: a cancellation travelling with the bug (shutdown) still propagates.
         log_event(
@@ -430,6 +516,7 @@ async def serve(
     max_connections: int = 1024,
     name: str = "client",
     registry: MetricsRegistry | None = None,
+    security: ListenerSecurity | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
     """Listen on host:port and serve the native protocol until cancelled.
@@ -437,7 +524,9 @@ async def serve(
     `handlers` maps op names to handlers. Reports readiness with `task_status.started(port)`
     (the actual port, so port 0 picks a free one). `registry` receives the listener's
     metrics (raftlog_requests_total, raftlog_request_latency_ms, raftlog_frame_errors_total,
-    raftlog_connections), labelled with `name`. Raises OSError if it cannot bind.
+    raftlog_connections, and with `security` raftlog_auth_failures_total and
+    raftlog_tls_handshake_failures_total), labelled with `name`. `security` adds TLS and/or
+    per-connection authentication (module docstring). Raises OSError if it cannot bind.
 
     Concurrency: handlers of one connection run concurrently; handlers must be cancel-safe.
     """
@@ -452,6 +541,7 @@ async def serve(
         request_timeout_ms=request_timeout_ms,
         max_in_flight=max_in_flight,
         registry=registry,
+        security=security,
     )
     socket_listeners = await trio.open_tcp_listeners(port, host=host or None)
     if port == 0 and len(socket_listeners) > 1:

@@ -22,6 +22,7 @@ by path (as test_bridge_quorum.py loads bridge_node.py):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import socket
@@ -43,29 +44,57 @@ from raftlog.cli.cluster import (
 )
 from raftlog.node.config import NodeConfig, new_cluster_id
 from raftlog.base.errors import RaftlogError, error_from_wire
+from raftlog.base.client_properties import ClientSecurity
 from raftlog.base.protocol import FrameDecoder, encode_frame
+from raftlog.base.sasl import ScramClient
 
 # Fast failure detection so tests do not wait out Kafka-sized sessions.
 TEST_SETTINGS: Mapping[str, Any] = {"heartbeat_ms": 300, "session_timeout_ms": 2000}
 _POLL_S = 0.05
 
 
-def raw_call(address: str, op: str, timeout_s: float = 10.0, **fields: Any) -> dict[str, Any]:
+def _exchange(sock: Any, decoder: FrameDecoder, address: str, request_id: int, op: str,
+              fields: Mapping[str, Any]) -> dict[str, Any]:
+    sock.sendall(encode_frame({**fields, "v": 1, "id": request_id, "op": op}))
+    while True:
+        message = decoder.next_frame()
+        if message is not None:
+            return message
+        data = sock.recv(1 << 16)
+        if not data:
+            raise ConnectionError(f"{address} closed the connection without answering {op}")
+        decoder.feed(data)
+
+
+def raw_call(address: str, op: str, timeout_s: float = 10.0, security: ClientSecurity | None = None,
+             **fields: Any) -> dict[str, Any]:
     """One request to one node's listener over a fresh blocking socket; returns the whole
-    response map (ok or error). Raises OSError when the node cannot be reached."""
+    response map (ok or error). With `security` (a client.properties' settings) the socket is
+    TLS and/or logs in with SASL first (a failed login is returned as the response). Raises
+    OSError when the node cannot be reached."""
     host, _, port = address.rpartition(":")
-    frame = encode_frame({**fields, "v": 1, "id": 1, "op": op})
     decoder = FrameDecoder(max_frame_bytes=1 << 30)
-    with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
-        sock.sendall(frame)
-        while True:
-            data = sock.recv(1 << 16)
-            if not data:
-                raise ConnectionError(f"{address} closed the connection without answering {op}")
-            decoder.feed(data)
-            message = decoder.next_frame()
-            if message is not None:
-                return message
+    with contextlib.ExitStack() as stack:
+        sock: Any = stack.enter_context(socket.create_connection((host, int(port)), timeout=timeout_s))
+        context = None if security is None else security.ssl_context()
+        if context is not None:
+            sock = stack.enter_context(context.wrap_socket(sock, server_hostname=host))
+        sasl = None if security is None else security.sasl_client()
+        if sasl is not None:
+            answer = _exchange(sock, decoder, address, 1, "sasl_handshake", {"mechanism": sasl.mechanism})
+            if "error" in answer:
+                return answer
+            message = sasl.first_message()
+            while True:
+                answer = _exchange(sock, decoder, address, 1, "sasl_authenticate", {"auth_bytes": message})
+                if "error" in answer or answer["complete"]:
+                    break
+                message = sasl.final_message(answer["auth_bytes"])
+            if "error" in answer:
+                return answer
+            if isinstance(sasl, ScramClient):
+                sasl.verify_server_final(answer["auth_bytes"])
+        return _exchange(sock, decoder, address, 2, op, fields)
 
 
 def ok(response: Mapping[str, Any]) -> dict[str, Any]:
@@ -85,8 +114,10 @@ class NodeCluster:
         *,
         settings: Mapping[str, Any] | None = None,
         cluster_id: str | None = None,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.root = Path(root)
+        self.security = security  # how call() connects (a secure cluster's admin settings)
         self.cluster_id = cluster_id or new_cluster_id()
         self.secret = secrets.token_urlsafe(24)
         self.settings = dict(TEST_SETTINGS if settings is None else settings)
@@ -178,7 +209,7 @@ class NodeCluster:
 
     def call(self, node_id: int, op: str, timeout_s: float = 15.0, **fields: Any) -> dict[str, Any]:
         """Send `op` to node `node_id`'s client listener; the ok fields, or raises its error."""
-        return ok(raw_call(self.client(node_id), op, timeout_s=timeout_s, **fields))
+        return ok(raw_call(self.client(node_id), op, timeout_s=timeout_s, security=self.security, **fields))
 
     def status(self, node_id: int | None = None) -> dict[str, Any]:
         return self.call(node_id if node_id is not None else self.live()[0], "cluster_status")

@@ -1,4 +1,4 @@
-"""The real `raftlog` command: `cluster up` brings up three nodes and stops them cleanly on SIGTERM; `topics create/describe/list/delete/alter` and `cluster status` work against it (human and --json), and user errors (no cluster, unknown topic, bad replication factor, bad arguments) are one clear line with exit code 1 and no traceback."""
+"""The real `raftlog` command: `cluster up` brings up three nodes and the web console (printing its URL) and stops them cleanly on SIGTERM; `topics create/describe/list/delete/alter` and `cluster status` work against it (human and --json), and user errors (no cluster, unknown topic, bad replication factor, bad arguments) are one clear line with exit code 1 and no traceback."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ class Supervisor:
     def __init__(self, data_dir: Path, base_port: int) -> None:
         self.proc = subprocess.Popen(
             [*RAFTLOG, "cluster", "up", "--nodes", str(NODES), "--data-dir", str(data_dir),
-             "--base-port", str(base_port), "--no-restart"],
+             "--base-port", str(base_port), "--no-restart", "--console-port", "0"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         self.lines: list[str] = []
@@ -81,10 +81,10 @@ def supervisor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Supervisor]
     sup = Supervisor(data_dir, _free_base_port())
     try:
         sup.wait_line(r"^cluster \S+ is up$", 60)
-        sup.wait_line(r"^stop: Ctrl-C", 5)
+        sup.wait_line(r"^stop: Ctrl-C", 30)
         yield sup
     finally:
-        pids = sup.node_pids()
+        pids = sup.node_pids() + [int(m.group(1)) for l in sup.lines if (m := re.search(r"^console: .*\(pid (\d+),", l))]
         if sup.proc.poll() is None:
             os.kill(sup.proc.pid, signal.SIGTERM)
             try:
@@ -189,8 +189,25 @@ def test_no_cluster_reachable():
     assert_one_line_error(process, f"127.0.0.1:{port}", "scripts/quorum")
 
 
+def _console(supervisor: Supervisor) -> tuple[str, int]:
+    line = next(l for l in supervisor.lines if l.startswith("console: "))
+    match = re.match(r"^console: (http://\S+) \(pid (\d+), log ", line)
+    assert match, line
+    return match.group(1), int(match.group(2))
+
+
+def test_cluster_up_starts_the_web_console(supervisor):
+    import urllib.request
+
+    url, _pid = _console(supervisor)
+    with urllib.request.urlopen(url + "/", timeout=30) as response:
+        page = response.read().decode()
+    assert response.status == 200 and 'id="brokers-live"' in page
+    assert re.search(r'id="brokers-live">\s*3 / 3', page), page[:2000]
+
+
 def test_cluster_up_stops_every_node_on_sigterm(supervisor):
-    pids = supervisor.node_pids()
+    pids = supervisor.node_pids() + [_console(supervisor)[1]]
     os.kill(supervisor.proc.pid, signal.SIGTERM)
     assert supervisor.proc.wait(30) == 0
     supervisor.wait_line(r"^stopped \(node 1: exit 0, node 2: exit 0, node 3: exit 0\)$", 5)

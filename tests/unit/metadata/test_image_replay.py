@@ -16,7 +16,13 @@ from metadata.image import (
     image_from_snapshot,
     image_to_snapshot,
 )
+from raftlog.base.acl import AclBinding
+from raftlog.base.sasl import scram_credential
 from metadata.records import (
+    Acl,
+    RemoveAcl,
+    RemoveUserScramCredential,
+    UserScramCredential,
     Config,
     Envelope,
     FenceBroker,
@@ -32,6 +38,7 @@ from metadata.records import (
 )
 
 TID = "topic-id-orders"
+SCRAM_CREDS = [scram_credential(m, "pw", iterations=4096) for m in ("SCRAM-SHA-256", "SCRAM-SHA-512")]
 
 
 def reg(b, inc="a"):
@@ -241,7 +248,7 @@ def random_log(rng: random.Random, length: int) -> list[bytes]:
         env_epoch = epoch - 1 if rng.random() < 0.05 and epoch > 1 else epoch
         records = []
         for _ in range(rng.randint(1, 3)):
-            kind = rng.randrange(9)
+            kind = rng.randrange(11)
             brokers = sorted(image.brokers)
             topics = sorted(image.topics.values(), key=lambda t: t.topic_id)
             b = rng.randint(1, 4)
@@ -278,6 +285,19 @@ def random_log(rng: random.Random, length: int) -> list[bytes]:
             elif kind == 7 and brokers:
                 first = image.next_producer_id + rng.choice([0, 0, 0, -1, 5])
                 records.append(ProducerIdBlock(rng.choice(brokers), max(0, first), 1000))
+            elif kind == 9:
+                if image.acls and rng.random() < 0.4:
+                    records.append(RemoveAcl(rng.choice(sorted(image.acls)) if rng.random() < 0.9 else "gone"))
+                else:
+                    binding = AclBinding("topic", rng.choice(topic_names), rng.choice(["literal", "prefixed"]),
+                                         rng.choice(["User:a", "User:*"]), "*", "read", rng.choice(["allow", "deny"]))
+                    records.append(Acl.of(f"acl-{rng.randrange(6)}", binding))
+            elif kind == 10:
+                user = rng.choice(["u1", "u2"])
+                if rng.random() < 0.4:
+                    records.append(RemoveUserScramCredential(user, rng.choice(SCRAM_CREDS).mechanism))
+                else:
+                    records.append(UserScramCredential.of(user, rng.choice(SCRAM_CREDS)))
             else:
                 records.append(NoOp())
         data = encode_envelope(Envelope(f"{env_epoch}.{n}", env_epoch, tuple(records)))
@@ -317,4 +337,5 @@ def test_random_logs_exercise_both_outcomes():
         image = replay_envelope(image, data)
     codes = {o.code for o in image.recent_requests.values()}
     assert "OK" in codes and len(codes) >= 4, codes
-    assert image.brokers and image.topics
+    assert image.brokers and image.topics and image.acls and image.scram_credentials
+    assert {"DUPLICATE_RESOURCE", "RESOURCE_NOT_FOUND"} <= codes, codes

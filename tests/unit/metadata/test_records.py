@@ -6,8 +6,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from metadata.errors import EnvelopeTooLargeError, InvalidRecordError
+from raftlog.base.acl import AclBinding
+from raftlog.base.sasl import scram_credential
 from metadata.records import (
     MAX_ENVELOPE_BYTES,
+    Acl,
+    RemoveAcl,
+    RemoveUserScramCredential,
+    UserScramCredential,
     Config,
     Envelope,
     FenceBroker,
@@ -58,7 +64,23 @@ def configs(draw):
     return Config(draw(ids), set_, tuple(delete))
 
 
+acl_bindings = st.builds(
+    AclBinding,
+    st.sampled_from(["topic", "group"]),
+    st.text("abc-.*", min_size=1, max_size=10),
+    st.sampled_from(["literal", "prefixed"]),
+    st.sampled_from(["User:*", "User:alice", "User:b,o=b"]),
+    st.sampled_from(["*", "10.0.0.1", "::1"]),
+    st.sampled_from(["read", "describe", "delete", "all"]),
+    st.sampled_from(["allow", "deny"]),
+)
+SCRAM_CREDS = [scram_credential(m, "pw", iterations=4096) for m in ("SCRAM-SHA-256", "SCRAM-SHA-512")]
+
 records = st.one_of(
+    st.builds(Acl.of, ids, acl_bindings),
+    st.builds(RemoveAcl, ids),
+    st.builds(UserScramCredential.of, st.text(min_size=1, max_size=30), st.sampled_from(SCRAM_CREDS)),
+    st.builds(RemoveUserScramCredential, st.text(min_size=1, max_size=30), st.sampled_from(["SCRAM-SHA-256", "SCRAM-SHA-512"])),
     st.builds(RegisterBroker, broker_ids, ids, hosts, ports, hosts, ports, st.one_of(st.none(), ids)),
     st.builds(FenceBroker, broker_ids, ids),
     st.builds(UnfenceBroker, broker_ids, ids),

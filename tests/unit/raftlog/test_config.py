@@ -75,6 +75,7 @@ def test_everything_from_env_alone():
         "RAFTLOG_CONTROLLER_QUORUM_VOTERS": "1@127.0.0.1:9094,3@127.0.0.1:9194",
         "RAFTLOG_CLUSTER_ID": "abc_DEF-1",
         "RAFTLOG_TOPIC_DEFAULTS": "retention_ms=1000,segment_bytes=4096",
+        "RAFTLOG_CLUSTER_SECRET": SECRET,
     }
     config = load_config(None, env=env)
     assert config.roles == frozenset({"broker"}) and not config.is_controller
@@ -182,11 +183,13 @@ def test_required_keys_and_secret(tmp_path):
     with pytest.raises(ConfigError, match="controller_quorum_voters is required"):
         load_config(None, env=base)
     with_voters = {**base, "RAFTLOG_CONTROLLER_QUORUM_VOTERS": "1@127.0.0.1:9095"}
-    with pytest.raises(ConfigError, match="cluster_secret is required for the controller role"):
+    with pytest.raises(ConfigError, match="cluster_secret is required"):
         load_config(None, env=with_voters)
-    # A broker-only node needs no secret and no quorum listener.
-    config = load_config(None, env={**with_voters, "RAFTLOG_ROLES": "broker"})
-    assert config.cluster_secret is None
+    # A broker-only node needs no quorum listener, but the secret still: peers authenticate.
+    with pytest.raises(ConfigError, match="cluster_secret is required"):
+        load_config(None, env={**with_voters, "RAFTLOG_ROLES": "broker"})
+    config = load_config(None, env={**with_voters, "RAFTLOG_ROLES": "broker", "RAFTLOG_CLUSTER_SECRET": SECRET})
+    assert config.roles == frozenset({"broker"})
 
 
 def test_unreadable_and_invalid_files(tmp_path):
@@ -200,7 +203,8 @@ def test_unreadable_and_invalid_files(tmp_path):
 def test_advertised_host_for_wildcard_listener(tmp_path):
     config = load_config(
         write(tmp_path, MINIMAL),
-        env={"RAFTLOG_LISTENERS_CLIENT": "0.0.0.0:9093", "RAFTLOG_ADVERTISED_HOST": "node1"},
+        env={"RAFTLOG_LISTENERS_CLIENT": "0.0.0.0:9093", "RAFTLOG_ADVERTISED_HOST": "node1",
+             "RAFTLOG_ALLOW_PLAINTEXT": "true"},
     )
     assert config.advertised("client") == HostPort("node1", 9093)
     assert config.advertised("peer") == HostPort("127.0.0.1", 9094)
@@ -259,3 +263,60 @@ def test_node_config_is_frozen():
     config = NodeConfig(node_id=1, data_dir=Path("/x"))
     with pytest.raises(AttributeError):
         config.node_id = 2  # type: ignore[misc]
+
+
+# --- security keys (issue 16) ---
+
+
+def test_security_defaults_are_plaintext_on_loopback(tmp_path):
+    config = load_config(write(tmp_path, MINIMAL), env={})
+    assert config.security_protocol == "PLAINTEXT" and not config.client_tls and not config.client_sasl
+    assert not config.authorizer_enabled and not config.peer_tls and not config.allow_plaintext
+
+
+@pytest.mark.parametrize("listener", ["client", "peer", "http", "kafka"])
+def test_a_non_loopback_listener_without_tls_and_auth_refuses_to_start(tmp_path, listener):
+    env = {f"RAFTLOG_LISTENERS_{listener.upper()}": "10.1.2.3:7000", "RAFTLOG_ADVERTISED_HOST": "node1"}
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, MINIMAL), env=env)
+    message = str(info.value)
+    assert f"listeners.{listener}" in message and "allow_plaintext = true" in message and "\n" not in message
+    load_config(write(tmp_path, MINIMAL), env={**env, "RAFTLOG_ALLOW_PLAINTEXT": "true"})
+
+
+def test_a_secure_node_may_bind_every_interface(tmp_path):
+    secure = """security_protocol = "sasl_ssl"
+tls_cert_file = "/tls/node.pem"
+tls_key_file = "/tls/node.key"
+tls_ca_file = "/tls/ca.pem"
+peer_tls = true
+http_token = "a-metrics-token"
+super_users = ["User:admin"]
+sasl_mechanisms = ["SCRAM-SHA-512"]
+advertised_host = "node1"
+"""
+    listeners = ('[listeners]\nkafka = "0.0.0.0:9092"\nclient = "0.0.0.0:9093"\npeer = "0.0.0.0:9094"\n'
+                 'http = "0.0.0.0:9096"\n')
+    config = load_config(write(tmp_path, MINIMAL.replace("cluster_secret", secure + "cluster_secret") + listeners), env={})
+    assert config.security_protocol == "SASL_SSL" and config.client_tls and config.client_sasl
+    assert config.authorizer_enabled and config.super_users == ("User:admin",)
+    assert config.sasl_mechanisms == ("SCRAM-SHA-512",)
+    assert "a-metrics-token" not in repr(config)
+    assert load_config(write(tmp_path, config_to_toml(config)), env={}) == config
+
+
+@pytest.mark.parametrize(
+    "extra, key",
+    [
+        ('security_protocol = "TLS"\n', "security_protocol"),
+        ('security_protocol = "SSL"\n', "tls_cert_file"),
+        ('peer_tls = true\ntls_cert_file = "/c"\ntls_key_file = "/k"\n', "tls_ca_file"),
+        ('ssl_client_auth = "required"\ntls_ca_file = "/ca"\n', "ssl_client_auth"),
+        ('sasl_mechanisms = ["GSSAPI"]\n', "sasl_mechanisms"),
+        ('super_users = ["admin"]\n', "super_users"),
+        ('peer_tls = "maybe"\n', "peer_tls"),
+    ],
+)
+def test_bad_security_settings_name_the_key(tmp_path, extra, key):
+    with pytest.raises(ConfigError, match=key):
+        load_config(write(tmp_path, MINIMAL.replace('cluster_secret', extra + 'cluster_secret')), env={})

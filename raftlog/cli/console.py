@@ -1,0 +1,80 @@
+"""`raftlog console`: the web console (raftlog/console/), started from the command line.
+
+    raftlog console                                   # http://127.0.0.1:8080, cluster at the default bootstrap
+    raftlog console --bootstrap 127.0.0.1:9092 --node-http 127.0.0.1:9095 --port 8081
+    raftlog console --command-config client.properties   # a secure cluster: visitors log in
+
+Registered on the root group by `raftlog/cli/main.py`; imports only `common` of the CLI.
+The console's own modules are imported only when the command runs (the rest of the CLI does
+not pay for Starlette and Jinja2).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from raftlog.cli.common import DEFAULT_BOOTSTRAP, CliFailure, friendly
+
+__all__ = ["console_cmd"]
+
+
+def _addresses(text: str, what: str) -> tuple[str, ...]:
+    out = []
+    for address in (a.strip() for a in text.split(",")):
+        if not address:
+            continue
+        host, sep, port = address.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise CliFailure(f"{what}: expected host:port, got {address!r}")
+        out.append(address)
+    return tuple(out)
+
+
+@click.command("console")
+@click.option("--bootstrap", envvar="RAFTLOG_BOOTSTRAP", default=DEFAULT_BOOTSTRAP, show_default=True,
+              help="host:port[,host:port...] of any nodes' client listeners (env RAFTLOG_BOOTSTRAP).")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to serve the console on (a non-loopback one exposes it to the network).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True,
+              help="Port to serve the console on (0: any free port, printed at start).")
+@click.option("--node-http", envvar="RAFTLOG_NODE_HTTP", default="",
+              help="host:port[,...] of the nodes' HTTP listeners, for live rates (/metrics) and "
+                   "per-replica lag (/health) (env RAFTLOG_NODE_HTTP).")
+@click.option("--command-config", envvar="RAFTLOG_COMMAND_CONFIG", type=click.Path(dir_okay=False),
+              help="Client properties of a secure cluster (security.protocol, sasl.mechanism, "
+                   "ssl.ca.location); visitors then log in with their own SCRAM credentials.")
+@click.option("--timeout", type=click.FloatRange(0.5, 120), default=5.0, show_default=True,
+              help="Seconds a page waits for the cluster before it says so.")
+@friendly
+def console_cmd(bootstrap: str, host: str, port: int, node_http: str, command_config: str | None,
+                timeout: float) -> None:
+    """Serve the web console: brokers, topics, messages, consumer groups and lag.
+
+    It is a client of the cluster like this CLI (never part of a node): it needs only
+    --bootstrap. Stop it with Ctrl-C.
+
+    \b
+    Example:
+      raftlog console                                   # then open http://127.0.0.1:8080
+      raftlog console --bootstrap 127.0.0.1:9092 --node-http 127.0.0.1:9095,127.0.0.1:9105
+    """
+    from raftlog.console.auth import cluster_security, read_properties
+    from raftlog.console.errors import BadInputError
+    from raftlog.console.server import run_console
+    from raftlog.console.settings import ConsoleSettings
+
+    addresses = _addresses(bootstrap, "--bootstrap")
+    if not addresses:
+        raise CliFailure("--bootstrap needs at least one host:port")
+    try:
+        security = cluster_security(read_properties(command_config)) if command_config else None
+    except BadInputError as exc:
+        raise CliFailure(exc.message, exit_code=2) from None
+    settings = ConsoleSettings(
+        bootstrap=addresses, host=host, port=port, node_http=_addresses(node_http, "--node-http"),
+        request_timeout_ms=int(timeout * 1000),
+        **({"security": security} if security is not None else {}),
+    )  # fmt: skip
+    sys.exit(run_console(settings, out=sys.stdout))
