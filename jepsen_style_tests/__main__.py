@@ -2,7 +2,7 @@
 
     python -m jepsen_style_tests run --workload queue|group|kafka|kafka-assign --nemesis kill,pause,partition \
         --time-limit 60 --rate 200 --nodes 3 [--partitions 4] [--concurrency 6] [--seed N]
-        [--fault-interval 10] [--store store]
+        [--fault-interval 10] [--store store] [--port-range 27000-27499]
 
 Nemeses: kill, pause, partition, leader-kill, controller-kill, rolling, corrupt, delay (or
 "none"). Prints a progress line every few seconds and the verdict; writes
@@ -38,11 +38,23 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--name", default=None, help="test name (default: workload-nemeses)")
     run.add_argument("--keep-data", action="store_true", help="keep node data dirs of a valid run")
     run.add_argument("--log-level", default="WARNING")
+    run.add_argument("--port-range", default=None, metavar="LOW-HIGH",
+                     help="listen only on ports LOW..HIGH (nodes and fault proxies); default: any free ports")
     return parser
 
 
+def _port_range(parser: argparse.ArgumentParser, text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    low, sep, high = text.partition("-")
+    if not sep or not low.strip().isdigit() or not high.strip().isdigit() or not 0 < int(low) <= int(high) < 65536:
+        parser.error(f"--port-range wants LOW-HIGH, e.g. 27000-27499 (got {text!r})")
+    return int(low), int(high)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     nemesis = () if args.nemesis in ("", "none") else tuple(n.strip() for n in args.nemesis.split(",") if n.strip())
     config = RunConfig(
@@ -50,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         nodes=args.nodes, partitions=args.partitions, concurrency=args.concurrency,
         fault_interval_s=args.fault_interval, recovery_s=args.recovery, seed=args.seed,
         store=args.store, test_name=args.name, keep_data=args.keep_data,
+        port_range=_port_range(parser, args.port_range),
     )  # fmt: skip
     return run_main(config, out=sys.stdout)
 

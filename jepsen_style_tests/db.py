@@ -30,11 +30,19 @@ import secrets
 import shutil
 import signal
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from raftlog.cli.cluster import NodePorts, NodeProcess, build_node_configs, free_ports, stop_all, write_node_config
+from raftlog.cli.cluster import (
+    NodePorts,
+    NodeProcess,
+    build_node_configs,
+    free_ports,
+    port_in_use,
+    stop_all,
+    write_node_config,
+)
 from raftlog.node.config import NodeConfig, new_cluster_id
 
 from .history import HarnessError
@@ -55,6 +63,20 @@ class DbError(HarnessError):
     code = "db-error"
 
 
+PORTS_PER_NODE = len(dataclasses.fields(NodePorts))
+
+
+def ports_in_range(count: int, low: int, high: int, host: str = "127.0.0.1") -> list[int]:
+    """`count` ports of ``low..high`` (inclusive) that no listener holds now, lowest first:
+    for runs that must keep to a given range (machines shared with other clusters)."""
+    if not 0 < low <= high < 65536:
+        raise DbError(f"bad port range {low}-{high}")
+    chosen = [p for p in range(low, high + 1) if not port_in_use(host, p)][:count]
+    if len(chosen) < count:
+        raise DbError(f"{count} free ports wanted in {low}-{high}, found {len(chosen)}")
+    return chosen
+
+
 class LocalCluster:
     """N real node processes on loopback ports (see the module docstring)."""
 
@@ -66,7 +88,10 @@ class LocalCluster:
         host: str = "127.0.0.1",
         settings: Mapping[str, Any] | None = None,
         stop_grace_s: float = STOP_GRACE_S,
+        ports: Sequence[int] | None = None,
     ):
+        """`ports`: the nodes' listening ports (5 a node, see `ports_needed`); free ones
+        anywhere when None."""
         if not 1 <= size <= MAX_NODES:
             raise DbError(f"size must be 1..{MAX_NODES}, got {size}")
         self.root = Path(root)
@@ -76,9 +101,12 @@ class LocalCluster:
         self._secret = secrets.token_urlsafe(24)
         self.settings = dict(FAST_SETTINGS if settings is None else settings)
         self.stop_grace_s = stop_grace_s
-        ports = free_ports(5 * size, host)
+        if ports is None:
+            ports = free_ports(PORTS_PER_NODE * size, host)
+        elif len(ports) != PORTS_PER_NODE * size:
+            raise DbError(f"{size} nodes need {PORTS_PER_NODE * size} ports, got {len(ports)}")
         self.ports: dict[int, NodePorts] = {
-            n: NodePorts(*ports[5 * k : 5 * k + 5]) for k, n in enumerate(self.node_ids)
+            n: NodePorts(*ports[PORTS_PER_NODE * k : PORTS_PER_NODE * (k + 1)]) for k, n in enumerate(self.node_ids)
         }
         self.configs: dict[int, NodeConfig] = build_node_configs(
             self.root, self.cluster_id, self._secret, self.ports, host=host, settings=self.settings

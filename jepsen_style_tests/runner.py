@@ -53,7 +53,7 @@ from . import net
 from .checker import CheckResult, check
 from .client import Client, ClientOptions
 from .kafka_client import KafkaClient
-from .db import LocalCluster
+from .db import PORTS_PER_NODE, LocalCluster, ports_in_range
 from .history import NEMESIS, History, HistoryWriter, Op, key_of
 from .nemesis import FAULT_NAMES, Nemesis, faults
 from .report import ReportFiles, run_dir, write_report
@@ -92,6 +92,9 @@ class RunConfig:
     test_name: str | None = None
     keep_data: bool = False
     network: bool = True
+    # Inclusive (low, high): every listener of the run (nodes and fault proxies) in it; any
+    # free ports when None.
+    port_range: tuple[int, int] | None = None
 
     def name(self) -> str:
         return self.test_name or f"{self.workload}-{'+'.join(self.nemesis) or 'none'}"
@@ -287,6 +290,22 @@ def _create_topic(db: LocalCluster, partitions: int, replication_factor: int) ->
             time.sleep(0.1)  # poll interval of a deadline-bounded wait
 
 
+def _cluster(config: RunConfig, directory: Any) -> tuple[LocalCluster, net.Network | None]:
+    """The run's nodes and (with `config.network`) its fault proxies, on ports of
+    `config.port_range` when it is given."""
+    if config.port_range is None:
+        db = LocalCluster(directory / "cluster", config.nodes)
+        return db, (net.Network(db.targets()) if config.network and config.nodes >= 2 else None)
+    low, high = config.port_range
+    node_ports = ports_in_range(PORTS_PER_NODE * config.nodes, low, high)
+    db = LocalCluster(directory / "cluster", config.nodes, ports=node_ports)
+    if not config.network or config.nodes < 2:
+        return db, None
+    targets = db.targets()
+    proxy_ports = ports_in_range(net.Network.proxy_count(targets), max(node_ports) + 1, high)
+    return db, net.Network(targets, listen_ports=proxy_ports)
+
+
 async def run(config: RunConfig, *, out: TextIO | None = sys.stdout) -> RunOutcome:
     """Runs one test; returns its outcome (verdict, result, history, report files)."""
     seed = config.seed if config.seed is not None else random.SystemRandom().randrange(1 << 32)
@@ -299,8 +318,7 @@ async def run(config: RunConfig, *, out: TextIO | None = sys.stdout) -> RunOutco
     if out is not None:
         out.write(f"run {config.name()} seed={seed} dir={directory}\n")
         out.flush()
-    db = LocalCluster(directory / "cluster", config.nodes)
-    network = net.Network(db.targets()) if config.network and config.nodes >= 2 else None
+    db, network = _cluster(config, directory)
     nemesis = Nemesis(db, network, rng=random.Random(rng.getrandbits(64)), keys=keys)
     gen = workload(config, keys, rng)
     try:
