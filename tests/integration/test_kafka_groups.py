@@ -206,11 +206,19 @@ class AIOKafkaMember(Member):
     def run(self, stop: threading.Event) -> None:
         aiokafka = pytest.importorskip("aiokafka")
 
+        from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+        from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+
         async def main() -> None:
+            # aiokafka offers only "roundrobin" by default; the others (and raftlog's consumer)
+            # offer "range" first, and a group whose members share no protocol refuses the
+            # newcomer (INCONSISTENT_GROUP_PROTOCOL, as Kafka does): offer both, as kafka-python
+            # and librdkafka do by default.
             c = aiokafka.AIOKafkaConsumer(
                 self.topic, bootstrap_servers=self.cluster.kafka_bootstrap(), group_id=self.group,
                 client_id=self.name, enable_auto_commit=False, auto_offset_reset="earliest",
                 session_timeout_ms=SESSION_MS, heartbeat_interval_ms=HEARTBEAT_MS,
+                partition_assignment_strategy=(RangePartitionAssignor, RoundRobinPartitionAssignor),
             )  # fmt: skip
             await c.start()
             try:
