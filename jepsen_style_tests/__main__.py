@@ -2,11 +2,13 @@
 
     python -m jepsen_style_tests run --workload queue|group|kafka|kafka-assign --nemesis kill,pause,partition \
         --time-limit 60 --rate 200 --nodes 3 [--partitions 4] [--concurrency 6] [--seed N]
-        [--fault-interval 10] [--store store] [--port-range 27000-27499]
+        [--fault-interval 10] [--store store] [--ports 27000-27499]
 
-Nemeses: kill, pause, partition, leader-kill, controller-kill, rolling, corrupt, delay (or
-"none"). Prints a progress line every few seconds and the verdict; writes
-store/<test>/<timestamp>/. Exit code: 0 valid, 1 invalid, 2 unknown.
+Nemeses: kill, pause, partition, leader-kill, controller-kill, rolling, corrupt, delay,
+bitflip (bits flipped anywhere in a segment or index file of one node), disk-full (one node's
+partition storage is a small tmpfs that fills up and empties again; root only) (or "none").
+Prints a progress line every few seconds and the verdict; writes store/<test>/<timestamp>/.
+Exit code: 0 valid, 1 invalid, 2 unknown.
 """
 
 from __future__ import annotations
@@ -38,8 +40,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--name", default=None, help="test name (default: workload-nemeses)")
     run.add_argument("--keep-data", action="store_true", help="keep node data dirs of a valid run")
     run.add_argument("--log-level", default="WARNING")
-    run.add_argument("--port-range", default=None, metavar="LOW-HIGH",
-                     help="listen only on ports LOW..HIGH (nodes and fault proxies); default: any free ports")
+    run.add_argument("--damage-node", type=int, default=None,
+                     help="the node the storage faults (corrupt, bitflip, disk-full) hit (default: drawn)")
+    run.add_argument("--ports", default=None, metavar="LOW-HIGH",
+                     help="take every listener port of the run (nodes and fault proxies) from this range "
+                          "(default: any free ones)")
     return parser
 
 
@@ -48,7 +53,7 @@ def _port_range(parser: argparse.ArgumentParser, text: str | None) -> tuple[int,
         return None
     low, sep, high = text.partition("-")
     if not sep or not low.strip().isdigit() or not high.strip().isdigit() or not 0 < int(low) <= int(high) < 65536:
-        parser.error(f"--port-range wants LOW-HIGH, e.g. 27000-27499 (got {text!r})")
+        parser.error(f"--ports wants LOW-HIGH, e.g. 27000-27499 (got {text!r})")
     return int(low), int(high)
 
 
@@ -62,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         nodes=args.nodes, partitions=args.partitions, concurrency=args.concurrency,
         fault_interval_s=args.fault_interval, recovery_s=args.recovery, seed=args.seed,
         store=args.store, test_name=args.name, keep_data=args.keep_data,
-        port_range=_port_range(parser, args.port_range),
+        damage_node=args.damage_node,
+        port_range=_port_range(parser, args.ports),
     )  # fmt: skip
     return run_main(config, out=sys.stdout)
 
