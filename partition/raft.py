@@ -13,7 +13,9 @@ FOLLOWER     knows the leader of its epoch and fetches from it.
 PROSPECTIVE  ran out of patience (no successful fetch for a randomized election timeout) and
              asks for pre-votes; pre-votes never change anybody's epoch or vote (KIP-996).
 CANDIDATE    won the pre-vote, bumped the epoch, voted for itself, asks for real votes.
-LEADER       won a majority of votes; appends a control batch in its epoch; serves fetches.
+LEADER       won a majority of votes; appends a control batch in its epoch (unless its log
+             is empty with nothing uncommitted below it: a new partition's first record is
+             at offset 0); serves fetches.
 RESIGNED     was leader of its epoch and gave up (check-quorum failure, `resign()`, or a
              restart with leader_id == self in the persisted state); never leads that epoch
              again, answers fetches NOT_LEADER, and runs for a later epoch after a timeout.
@@ -79,8 +81,8 @@ Consistency and the high watermark
   fetch_offset) from a consistent fetch) and, for itself, its flushed_offset
   (`require_flush=True`, flush_policy=always) or its log_end_offset. The high watermark
   (exclusive: offsets < HW are committed) is the majority-th largest of these; it moves only
-  forward, and only once it passes the offset of the leader's own control batch (an offset
-  of the current epoch is on a majority). A follower takes max(its HW, min(response HW,
+  forward, and only once it passes the first offset of the leader's epoch (its control
+  batch, or with none its first record: an offset of the current epoch is on a majority). A follower takes max(its HW, min(response HW,
   its log_end_offset)).
 * Check quorum: a leader that has not had fetches from a majority (itself included) within a
   window of `check_quorum_ticks` resigns, so an isolated leader stops acknowledging writes.
@@ -97,7 +99,9 @@ The contract with the shell (read this before writing one)
    and a new leader's control batch and BeginQuorumEpoch all go out only once durable.
 3. `AppendControl(epoch, offset)`: append one control batch (LEADER_CHANGE, one record)
    with `log.append(..., leader_epoch=epoch)`; it must land at exactly `offset`. Do NOT report
-   it with `leader_appended`: the core has already counted it.
+   it with `leader_appended`: the core has already counted it. A leader whose log is empty
+   and whose high watermark covers it (a new partition) emits none: its epoch starts with
+   its first `leader_appended`.
    `AppendReplicated(records, base_offset, end_offset)`: `log.append_replicated(records)`;
    the new end must be `end_offset`. `TruncateTo(offset)`: `log.truncate_to(offset)`.
    `TruncateFully(offset)`: empty the log and restart it at `offset` (Kafka's
@@ -657,6 +661,9 @@ class RaftCore:
             raise RaftStateError(
                 f"append of [{first_offset}, {last_offset}] does not follow end {self._end}"
             )
+        if not self._ep_epochs or self._ep_epochs[-1] < self._epoch:
+            self._ep_epochs.append(self._epoch)  # the first entry of an epoch with no control batch
+            self._ep_starts.append(first_offset)
         self._end = last_offset + 1
         if self._require_flush:
             self._request_flush()
@@ -936,14 +943,18 @@ class RaftCore:
         self._begin_elapsed = 0
         self._transfer_target = None
         # The control batch: the first offset of this epoch. The high watermark may pass it
-        # only once it is on a majority, which commits every earlier entry with it.
+        # only once it is on a majority, which commits every earlier entry with it. A log
+        # with no entries, all below it known committed (a new partition), has no earlier
+        # entry to commit: no control batch, so its first record sits at offset 0 (Kafka's
+        # convention); the epoch enters the epoch cache with the first append.
         offset = self._end
         self._epoch_start_offset = offset
-        self._emit(AppendControl(self._epoch, offset))
-        if not self._ep_epochs or self._ep_epochs[-1] < self._epoch:
-            self._ep_epochs.append(self._epoch)
-            self._ep_starts.append(offset)
-        self._end = offset + 1
+        if offset > self._log_start or self._hw < offset:
+            self._emit(AppendControl(self._epoch, offset))
+            if not self._ep_epochs or self._ep_epochs[-1] < self._epoch:
+                self._ep_epochs.append(self._epoch)
+                self._ep_starts.append(offset)
+            self._end = offset + 1
         self._announce()
         begin = BeginQuorumEpoch(self.replica_id, self._epoch)
         for v in self._others:

@@ -177,8 +177,11 @@ def test_single_voter_leads_alone_and_commits_only_flushed_offsets():
     assert effects == [LeadershipChanged(1, None), PersistQuorumState(QuorumState(1, 7, 7), 2)]
     assert not core.may_accept_writes  # leader of an epoch that is not durable yet
     effects = core.quorum_state_persisted(2)
-    assert effects == [AppendControl(1, 0), LeadershipChanged(1, 7), Flush()]
+    # A new partition's leader appends no control batch: its first record is at offset 0.
+    assert effects == [LeadershipChanged(1, 7)]
     assert core.may_accept_writes and core.high_watermark == 0
+    assert core.leader_appended(0, 0) == [Flush()]
+    assert core.end_offset_for_epoch(1) == (1, 1)  # the epoch starts with its first record
     assert core.flushed(1) == [HighWatermarkChanged(1)]
     assert core.leader_appended(1, 4) == [Flush()]
     assert core.high_watermark == 1  # written but not fsynced: not committed
@@ -192,8 +195,8 @@ def test_three_voters_elect_one_leader_and_replicate():
     leader = h.elect()
     h.write(leader.replica_id, 3)
     h.tick(3)
-    assert all(c.high_watermark == 4 for c in h.cores.values())
-    assert all(log == [1, 1, 1, 1] for log in h.logs.values())
+    assert all(c.high_watermark == 3 for c in h.cores.values())
+    assert all(log == [1, 1, 1] for log in h.logs.values())  # no control batch: a new log
     assert {c.leader_id for c in h.cores.values()} == {leader.replica_id}
 
 
@@ -207,7 +210,8 @@ def test_new_leader_is_elected_after_leader_loss_and_old_one_resigns():
     h.run_until(lambda: h.leader() is not None and h.leader().epoch > old.epoch)
     new = h.leader()
     assert new.replica_id != old.replica_id
-    assert h.logs[new.replica_id][:3] == [1, 1, 1]  # committed entries survive
+    assert h.logs[new.replica_id][:3] == [1, 1, 2]  # committed entries survive
+    assert h.logs[new.replica_id][2] == new.epoch  # its control batch follows them
     # Check quorum: the cut-off leader stops acknowledging writes within two windows.
     h.tick(2 * CFG.check_quorum_ticks)
     assert old.role in (Role.RESIGNED, Role.PROSPECTIVE) and not old.may_accept_writes
@@ -217,6 +221,51 @@ def test_new_leader_is_elected_after_leader_loss_and_old_one_resigns():
     h.tick(5)
     assert old.role is Role.FOLLOWER and old.leader_id == new.replica_id
     assert h.logs[old.replica_id] == h.logs[new.replica_id]
+
+
+def _elect_alone(core):
+    effects = []
+    for _ in range(2 * CFG.election_timeout_ticks):
+        effects += core.tick()
+        if effects:
+            break
+    effects += core.quorum_state_persisted(1)
+    return effects + core.quorum_state_persisted(2)
+
+
+@pytest.mark.parametrize(
+    "log_state, high_watermark, control_at",
+    [
+        (LogState(), 0, None),  # a new partition: the first record is offset 0
+        (LogState(5, 5, 5), 5, None),  # empty, everything below it committed
+        (LogState(5, 5, 5), 0, 5),  # empty but HW unknown (restart): commit through a control
+        (LogState(0, 3, 3, ((1, 0),)), 3, 3),  # entries of an earlier epoch
+    ],
+)
+def test_leader_appends_a_control_batch_only_when_earlier_entries_need_it(
+    log_state, high_watermark, control_at
+):
+    core = RaftCore(1, [1], rng=random.Random(3), log_state=log_state,
+                    high_watermark=high_watermark, config=CFG)
+    effects = _elect_alone(core)
+    controls = [e for e in effects if type(e) is AppendControl]
+    assert controls == ([] if control_at is None else [AppendControl(core.epoch, control_at)])
+    end = log_state.log_end_offset + (0 if control_at is None else 1)
+    assert core.log_end_offset == end and core.may_accept_writes
+
+
+def test_follower_drops_an_uncommitted_old_epoch_for_a_leader_with_an_empty_log():
+    # Voter 3 holds entries of epoch 1 that never reached a majority; 1 and 2 have empty
+    # logs, so one of them leads epoch 2 without a control batch. 3 must still lose them.
+    h = Harness(3, seed=5, states={3: (QuorumState(1, 3, None), [1, 1])})
+    h.cut.add(3)
+    leader = h.elect()
+    assert leader.replica_id != 3 and h.logs[leader.replica_id] == []
+    h.write(leader.replica_id, 2)
+    h.cut.clear()
+    h.tick(6)
+    assert all(log == [leader.epoch] * 2 for log in h.logs.values())
+    assert all(c.high_watermark == 2 for c in h.cores.values())
 
 
 def test_isolated_leader_resigns_after_check_quorum_window_and_not_before():
@@ -329,7 +378,7 @@ def test_candidate_sends_vote_requests_only_after_its_vote_is_durable():
     effects = _quiet(core.quorum_state_persisted(1))
     assert [type(e) for e in effects] == [Send, Send, PersistQuorumState]
     effects = core.quorum_state_persisted(2)
-    assert effects[0] == AppendControl(1, 0) and core.may_accept_writes
+    assert effects[0] == LeadershipChanged(1, 1) and core.may_accept_writes  # empty log: no control
     assert len(_sends(effects, BeginQuorumEpoch)) == 2
 
 
@@ -480,6 +529,7 @@ def test_follower_high_watermark_is_capped_at_its_log_end_and_fetches_after_flus
 def test_leader_parks_caught_up_fetch_until_data_or_max_wait():
     h = Harness(3, seed=2)
     leader = h.elect()
+    h.write(leader.replica_id)
     h.tick(3)
     assert all(c.high_watermark == 1 for c in h.cores.values())
     parked = [p for p in leader._peers.values() if p.parked is not None]
@@ -504,7 +554,7 @@ def test_transfer_leadership_hands_over_to_the_target():
     assert leader.role is Role.FOLLOWER and leader.leader_id == target
     h.tick(5)
     assert all(log == h.logs[target] for log in h.logs.values())
-    assert h.logs[target][:3] == [1, 1, 1]
+    assert h.logs[target][:2] == [1, 1] and h.logs[target][2] == h.cores[target].epoch
 
 
 def test_transfer_gives_up_after_timeout_and_writes_resume():
@@ -548,7 +598,7 @@ def test_without_require_flush_the_log_end_counts():
     leader = h.elect()
     h.write(leader.replica_id, 2)
     h.tick(2)
-    assert all(c.high_watermark == 3 for c in h.cores.values())
+    assert all(c.high_watermark == 2 for c in h.cores.values())
     assert not any(type(e) is Flush for effects in h.effects.values() for e in effects)
 
 
