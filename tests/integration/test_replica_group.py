@@ -199,11 +199,11 @@ async def test_acks_all_produce_is_read_back_and_replicated_byte_for_byte(group)
     leader = await group.wait_leader()
     assert leader == 1  # the preferred leader of a new partition runs at once
     out = await group.produce(leader, _batch(b"a", b"b", b"c"))
-    assert out["base_offset"] == 1  # offset 0 is the leader's control batch
+    assert out["base_offset"] == 0  # a new partition's leader writes no control batch
     out = await group.produce(leader, _batch(b"d"), acks=1)
-    assert out["base_offset"] == 4
+    assert out["base_offset"] == 3
     out = await group.produce(leader, _batch(b"e"))  # commits everything before it too
-    assert out["base_offset"] == 5
+    assert out["base_offset"] == 4
     assert await group.read_all(leader) == [b"a", b"b", b"c", b"d", b"e"]
     await _wait_logs_equal(group, (1, 2, 3))
     follower = 2 if leader != 2 else 3
@@ -279,7 +279,7 @@ async def test_idempotent_duplicates_and_bad_input_get_their_errors(group):
         {"topic": TOPIC, "partition": 0, "timestamp": -1},
         {"topic": TOPIC, "partition": 0, "timestamp": 0},
         {"topic": TOPIC, "partition": 0, "timestamp": 2**62}])
-    assert [p["offset"] for p in r["partitions"]] == [0, 2, 0, -1]
+    assert [p["offset"] for p in r["partitions"]] == [0, 1, 0, -1]  # one record, at offset 0
     pid = await group.call(leader, "init_producer_id")
     assert pid == {"producer_id": leader * 1000, "producer_epoch": 0}
     r = await group.call(leader, "fetch", partitions=[{"topic": "nope", "partition": 0,
@@ -297,7 +297,7 @@ async def test_fetch_long_poll_returns_when_data_is_committed(group):
     async def poll():
         got.append(await group.call(leader, "fetch", max_wait_ms=30_000, min_bytes=1,
                                     partitions=[{"topic": TOPIC, "partition": 0,
-                                                 "fetch_offset": 1}]))
+                                                 "fetch_offset": 0}]))
 
     async with trio.open_nursery() as n:
         n.start_soon(poll)
@@ -339,7 +339,7 @@ async def test_a_follower_behind_the_leaders_log_start_restarts_from_it(group):
     for i in group.managers:  # retention now, not after MAINTAIN_INTERVAL_S
         await group.managers[i].replica(TOPIC, 0).maintain()
     start = group.managers[leader].replica(TOPIC, 0).log.log_start_offset
-    assert start > 1  # beyond everything the stopped follower has (the control batch)
+    assert start > 0  # beyond everything the stopped follower has (nothing)
     await group.start(victim)
     await _wait_logs_equal(group, (1, 2, 3))
     follower = group.managers[victim].replica(TOPIC, 0)
