@@ -22,13 +22,14 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-from kafka.protocol.api_message import ApiMessage
-
-from raftlog.node.kafka.codec import Chunk, Header
 from raftlog.base.errors import InvalidRequestError
 from raftlog.base.protocol import Request
+from raftlog.node.kafka.wire import Chunk, Header
+
+if TYPE_CHECKING:  # kafka-python loads on the first Kafka request, not with the node
+    from kafka.protocol.api_message import ApiMessage
 
 __all__ = ["KafkaContext", "ConnectionState", "Call", "Encoded", "Later", "Reply", "Handler"]
 
@@ -100,5 +101,5 @@ class Later:
     fn: Callable[[], Awaitable["ApiMessage | Encoded | None"]]
 
 
-Reply = ApiMessage | Encoded | Later | None
+Reply: TypeAlias = "ApiMessage | Encoded | Later | None"
 Handler = Callable[[KafkaContext, Call], Awaitable[Reply]]

@@ -10,7 +10,7 @@ from kafka.protocol.consumer.fetch import FetchResponse
 
 from raftlog.node.kafka import codec, errors, versions
 from raftlog.node.kafka.codec import Header, encode_response, placeholder
-from raftlog.node.kafka.listener import HANDLERS
+from raftlog.node.kafka.dispatch import HANDLERS
 from partition.segment import FileSlice
 
 
