@@ -32,6 +32,7 @@ from raftlog.client.admin import (
     AdminOp,
     alter_configs_op,
     cluster_status_op,
+    create_partitions_op,
     create_topic_op,
     delete_topic_op,
     describe_topics_op,
@@ -477,6 +478,14 @@ class Admin:
     def create_topic(self, name: str, partitions: int, replication_factor: int,
                      configs: dict[str, str] | None = None, *, timeout_ms: int | None = None) -> TopicInfo:
         return self._op(create_topic_op(name, partitions, replication_factor, configs), timeout_ms)
+
+    def create_partitions(self, name: str, partitions: int, *, validate_only: bool = False,
+                          timeout_ms: int | None = None) -> TopicInfo:
+        """Grow topic `name` to `partitions` partitions (the new total; Kafka's
+        CreatePartitions). Returns the topic as the controller saw it after the change.
+        Raises InvalidPartitionsError (not more than now), UnknownTopicOrPartitionError,
+        InvalidReplicationFactorError (fewer live brokers than the topic's RF)."""
+        return self._op(create_partitions_op(name, partitions, validate_only), timeout_ms)
 
     def delete_topic(self, name: str, *, timeout_ms: int | None = None) -> None:
         self._op(delete_topic_op(name), timeout_ms)

@@ -29,6 +29,7 @@ __all__ = [
     "fetch_request",
     "list_offsets_request",
     "init_producer_id_request",
+    "create_partitions_request",
     "create_topic_request",
     "delete_topic_request",
     "alter_configs_request",
@@ -152,6 +153,12 @@ def create_topic_request(
         "replication_factor": replication_factor,
         "configs": {str(k): str(v) for k, v in (configs or {}).items()},
     }
+
+
+def create_partitions_request(name: str, partitions: int, validate_only: bool = False) -> dict:
+    """Grow topic `name` to `partitions` partitions (the new total)."""
+    return {"op": "create_partitions", "name": name, "partitions": partitions,
+            "validate_only": validate_only}
 
 
 def delete_topic_request(name: str) -> dict:

@@ -264,6 +264,7 @@ POLICIES: Final[Mapping[str, Policy]] = {
     "init_producer_id": _init_producer_id,
     "create_topic": _create_topic,
     "delete_topic": _resource(O.DELETE, T, "name"),
+    "create_partitions": _resource(O.ALTER, T, "name"),  # Kafka's CreatePartitions rule
     "alter_configs": _resource(O.ALTER_CONFIGS, T, "name"),
     "describe_configs": _resource(O.DESCRIBE_CONFIGS, T, "name"),
     "cluster_status": _resource(O.DESCRIBE, C),

@@ -22,7 +22,7 @@ from confluent_kafka import Consumer as CKConsumer  # noqa: E402
 from confluent_kafka import Producer as CKProducer  # noqa: E402
 from confluent_kafka import TopicPartition  # noqa: E402
 from confluent_kafka.admin import (  # noqa: E402
-    AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic,
+    AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, NewTopic,
 )
 
 _spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
@@ -232,6 +232,31 @@ def test_confluent_admin_topics_and_configs(cluster):
     assert configs["retention.ms"].is_default
     admin.delete_topics(["adm"])["adm"].result(TIMEOUT_S)
     cluster.wait_for(lambda: "adm" not in admin.list_topics(timeout=TIMEOUT_S).topics, 20, "adm deleted")
+
+
+def test_create_partitions_from_confluent_and_kafka_python(cluster):
+    admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap()})
+    admin.create_topics([NewTopic("grow", 2, 3)])["grow"].result(TIMEOUT_S)
+    admin.create_partitions([NewPartitions("grow", 4)])["grow"].result(TIMEOUT_S)
+    cluster.wait_for(lambda: len(admin.list_topics("grow", timeout=TIMEOUT_S).topics["grow"].partitions) == 4,
+                     20, "grow has 4 partitions")
+    with pytest.raises(Exception) as info:  # never fewer
+        admin.create_partitions([NewPartitions("grow", 3)])["grow"].result(TIMEOUT_S)
+    assert "INVALID_PARTITIONS" in str(info.value)
+    kafka = pytest.importorskip("kafka")
+    from kafka.admin import NewPartitions as KPNewPartitions
+
+    kp = kafka.KafkaAdminClient(bootstrap_servers=cluster.kafka_bootstrap())
+    try:
+        kp.create_partitions({"grow": KPNewPartitions(6)})
+    finally:
+        kp.close()
+    # Records reach a new partition and read back from it.
+    p = CKProducer({"bootstrap.servers": cluster.kafka_bootstrap(), "acks": "all", "topic.metadata.refresh.interval.ms": 500})
+    p.produce("grow", b"in-5", partition=5)
+    assert p.flush(TIMEOUT_S) == 0
+    [m] = ck_consume(cluster.kafka_bootstrap(), "grow", 6, 1)
+    assert (m.partition(), m.offset(), m.value()) == (5, 0, b"in-5")
 
 
 def test_native_and_kafka_protocols_see_the_same_records_at_the_same_offsets(cluster):

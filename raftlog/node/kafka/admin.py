@@ -1,10 +1,13 @@
-"""Admin APIs: CreateTopics (19), DeleteTopics (20), DescribeCluster (60).
+"""Admin APIs: CreateTopics (19), DeleteTopics (20), CreatePartitions (37), DescribeCluster (60).
 
 Each runs the native admin op of the same meaning (`create_topic`, `delete_topic`: forwarded
 to the active controller by the metadata service), one topic at a time, and answers per
 topic. CreateTopics: -1 partitions / replication factor mean the node's defaults; manual
 replica assignments are refused (INVALID_REQUEST); `validate_only` checks the names and
 configs without creating. Config names may be Kafka's (`retention.ms`) or ours.
+CreatePartitions runs the native `create_partitions` (the controller adds the partitions
+and places them; `count` is the new total); manual assignments are refused
+(INVALID_REQUEST); `validate_only` checks without changing anything.
 """
 
 from __future__ import annotations
@@ -12,7 +15,11 @@ from __future__ import annotations
 from typing import Any, Final
 
 from kafka.protocol.admin.cluster import DescribeClusterResponse
-from kafka.protocol.admin.topics import CreateTopicsResponse, DeleteTopicsResponse
+from kafka.protocol.admin.topics import (
+    CreatePartitionsResponse,
+    CreateTopicsResponse,
+    DeleteTopicsResponse,
+)
 
 from metadata.topic_config import normalize_configs
 from raftlog.base.errors import InvalidRequestError, RaftlogError
@@ -24,6 +31,7 @@ __all__ = ["HANDLERS"]
 
 CREATE_TOPICS_KEY: Final = 19
 DELETE_TOPICS_KEY: Final = 20
+CREATE_PARTITIONS_KEY: Final = 37
 DESCRIBE_CLUSTER_KEY: Final = 60
 
 
@@ -89,6 +97,27 @@ async def handle_delete_topics(ctx: KafkaContext, call: Call) -> Reply:
     return Later(answer)
 
 
+async def handle_create_partitions(ctx: KafkaContext, call: Call) -> Reply:
+    request = call.request
+    R = CreatePartitionsResponse
+
+    async def one(t: Any) -> Any:
+        try:
+            if t.assignments:
+                raise InvalidRequestError("manual partition assignments are not supported")
+            await ctx.call("create_partitions", {"name": t.name, "partitions": t.count,
+                                                 "validate_only": bool(request.validate_only)})
+        except Exception as exc:  # noqa: BLE001 - every failure is this topic's answer
+            code, message = errors.kafka_error(exc)
+            return R.CreatePartitionsTopicResult(name=t.name, error_code=code, error_message=message)
+        return R.CreatePartitionsTopicResult(name=t.name, error_code=errors.NONE, error_message=None)
+
+    async def answer() -> Reply:
+        return R(throttle_time_ms=0, results=[await one(t) for t in request.topics])
+
+    return Later(answer)
+
+
 async def handle_describe_cluster(ctx: KafkaContext, call: Call) -> Reply:
     R = DescribeClusterResponse
     controller = ctx.metadata.controller_id
@@ -103,5 +132,6 @@ async def handle_describe_cluster(ctx: KafkaContext, call: Call) -> Reply:
 HANDLERS: Final = {
     CREATE_TOPICS_KEY: handle_create_topics,
     DELETE_TOPICS_KEY: handle_delete_topics,
+    CREATE_PARTITIONS_KEY: handle_create_partitions,
     DESCRIBE_CLUSTER_KEY: handle_describe_cluster,
 }
