@@ -7,6 +7,7 @@ import random
 import pytest
 
 from partition.raft import (
+    AdvanceLogStart,
     AppendControl,
     AppendReplicated,
     BeginQuorumEpoch,
@@ -16,6 +17,7 @@ from partition.raft import (
     HighWatermarkChanged,
     LeadershipChanged,
     LogState,
+    LowWatermarkChanged,
     NotLeaderError,
     PersistQuorumState,
     QuorumState,
@@ -66,6 +68,8 @@ class Harness:
         self.max_read = max_read
         self.effects = {i: [] for i in self.voters}
         self.hw_seen = {i: [] for i in self.voters}
+        self.log_start = {i: 0 for i in self.voters}
+        self.low_wm_seen = {i: [] for i in self.voters}
 
     def apply(self, i, effects):
         log = self.logs[i]
@@ -98,6 +102,12 @@ class Harness:
                 self.apply(i, self.cores[i].flushed(len(log)))
             elif kind is HighWatermarkChanged:
                 self.hw_seen[i].append(eff.high_watermark)
+            elif kind is AdvanceLogStart:
+                assert self.log_start[i] < eff.offset <= len(log)
+                assert eff.offset <= self.cores[i].high_watermark  # committed records only
+                self.log_start[i] = eff.offset
+            elif kind is LowWatermarkChanged:
+                self.low_wm_seen[i].append(eff.low_watermark)
 
     def write(self, i, count=1):
         core = self.cores[i]
@@ -692,3 +702,50 @@ def test_damaged_voter_cannot_help_elect_a_leader_that_lacks_a_commit():
     assert leader.replica_id == 1
     h.run_until(lambda: not h.cores[3].needs_catch_up)
     assert h.logs[3][:5] == [1, 1, 2, 2, 2] and h.logs[2][:5] == [1, 1, 2, 2, 2]
+
+
+# ------------------------------------------------------------------- log start (DeleteRecords)
+
+
+def test_delete_records_moves_every_log_start_and_answers_at_a_majority():
+    h = Harness(3, seed=11)
+    leader = h.elect()
+    lid = leader.replica_id
+    h.write(lid, 10)
+    h.tick(3)
+    assert leader.high_watermark == 10
+    with pytest.raises(RaftStateError):
+        leader.delete_records(11)  # past the high watermark: the shell checks first
+    follower = next(c for c in h.cores.values() if c is not leader)
+    with pytest.raises(NotLeaderError):
+        follower.delete_records(3)
+    effects = leader.delete_records(6)
+    assert effects == [AdvanceLogStart(6)]  # here at once; a majority only once reported
+    h.apply(lid, effects)
+    assert leader.low_watermark == 0
+    h.tick(3)
+    assert h.log_start == {1: 6, 2: 6, 3: 6}
+    assert h.low_wm_seen[lid] == [6]
+    assert leader.delete_records(4) == [] and leader.delete_records(6) == []  # nothing to do
+
+
+def test_a_deletion_held_by_a_majority_survives_a_leader_elected_without_it():
+    h = Harness(3, seed=12)
+    old = h.elect()
+    h.write(old.replica_id, 10)
+    h.tick(3)
+    lagging = next(i for i in h.voters if i != old.replica_id)
+    holder = next(i for i in h.voters if i not in (old.replica_id, lagging))
+    h.cut.add(lagging)
+    h.apply(old.replica_id, old.delete_records(8))
+    h.tick(3)
+    assert h.log_start[holder] == 8 and h.low_wm_seen[old.replica_id] == [8]
+    assert h.log_start[lagging] == 0
+    # The old leader goes; the lagging replica (same log otherwise) wins with the holder's vote.
+    h.cut = {old.replica_id}
+    h.run_until(lambda: h.leader() is not None and h.leader().replica_id == lagging
+                and h.leader().may_accept_writes, 300)
+    new = h.cores[lagging]
+    h.tick(3)
+    assert h.log_start[lagging] == 8  # adopted from the holder's fetch report
+    assert new.log_start_offset == 8
