@@ -259,6 +259,31 @@ def test_create_partitions_from_confluent_and_kafka_python(cluster):
     assert (m.partition(), m.offset(), m.value()) == (5, 0, b"in-5")
 
 
+def test_delete_records_from_confluent_and_kafka_python(cluster):
+    topic = "trim"
+    create(cluster, topic, 1)
+    p = CKProducer({"bootstrap.servers": cluster.kafka_bootstrap(), "acks": "all"})
+    for i in range(20):
+        p.produce(topic, b"v%d" % i, partition=0)
+    assert p.flush(TIMEOUT_S) == 0
+    admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap()})
+    [future] = admin.delete_records([TopicPartition(topic, 0, 8)]).values()
+    assert future.result(TIMEOUT_S).low_watermark == 8
+    got = ck_consume(cluster.kafka_bootstrap(), topic, 1, 12, offset=-2)  # OFFSET_BEGINNING
+    assert [(m.offset(), m.value()) for m in got] == [(i, b"v%d" % i) for i in range(8, 20)]
+    kafka = pytest.importorskip("kafka")
+    kp = kafka.KafkaAdminClient(bootstrap_servers=cluster.kafka_bootstrap())
+    try:
+        result = kp.delete_records({kafka.TopicPartition(topic, 0): 15})
+    finally:
+        kp.close()
+    assert [v for v in result.values()][0]["low_watermark"] == 15
+    with Consumer(cluster.bootstrap(), auto_offset_reset="earliest") as c:  # the native side too
+        c.assign([(topic, 0)])
+        c.seek_to_beginning()
+        assert c.position((topic, 0)) == 15
+
+
 def test_native_and_kafka_protocols_see_the_same_records_at_the_same_offsets(cluster):
     topic = "cross"
     create(cluster, topic, 1)

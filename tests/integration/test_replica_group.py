@@ -362,3 +362,37 @@ async def test_transfer_leadership_moves_the_leader_to_the_target(group):
                                 {"topic": TOPIC, "partition": 0, "target": leader},
                                 timeout_s=WAIT_S)
     assert err.value.code == "NOT_LEADER"
+
+
+async def test_delete_records_moves_every_replicas_log_start_and_survives_failover(group):
+    leader = await group.wait_leader()
+    out = await group.produce(leader, _batch(*[b"r%d" % i for i in range(10)]))
+    assert out["base_offset"] == 0
+    r = await group.call(leader, "delete_records", partitions=[
+        {"topic": TOPIC, "partition": 0, "offset": 6}, {"topic": "nope", "partition": 0, "offset": 1}])
+    assert r["partitions"][0] == {"topic": TOPIC, "partition": 0, "low_watermark": 6}
+    assert r["partitions"][1]["error"]["code"] == "UNKNOWN_TOPIC_OR_PARTITION"
+    past = await group.call(leader, "delete_records", partitions=[{"topic": TOPIC, "partition": 0, "offset": 11}])
+    assert past["partitions"][0]["error"]["code"] == "OFFSET_OUT_OF_RANGE"  # beyond the high watermark
+    follower = next(i for i in (1, 2, 3) if i != leader)
+    assert (await group.call(follower, "delete_records", partitions=[
+        {"topic": TOPIC, "partition": 0, "offset": 7}]))["partitions"][0]["error"]["code"] == "NOT_LEADER"
+    # Every replica follows (a majority at the answer; all once they fetch).
+    with trio.fail_after(WAIT_S):
+        while {group.managers[i].replica(TOPIC, 0).log.log_start_offset for i in (1, 2, 3)} != {6}:
+            await trio.sleep(0.01)
+    fetched = await group.call(leader, "fetch", max_wait_ms=0, partitions=[
+        {"topic": TOPIC, "partition": 0, "fetch_offset": 5}])
+    assert fetched["partitions"][0]["error"]["code"] == "OFFSET_OUT_OF_RANGE"
+    earliest = await group.call(leader, "list_offsets", partitions=[{"topic": TOPIC, "partition": 0, "timestamp": -2}])
+    assert earliest["partitions"][0]["offset"] == 6
+    # -1: up to the high watermark. Then the leader goes; the next one keeps the deletion.
+    r = await group.call(leader, "delete_records", partitions=[{"topic": TOPIC, "partition": 0, "offset": -1}])
+    assert r["partitions"][0]["low_watermark"] == 10
+    await group.stop(leader)
+    new = await group.wait_leader(not_=leader)
+    await group.produce(new, _batch(b"after"))
+    assert group.managers[new].replica(TOPIC, 0).log.log_start_offset == 10
+    r = await group.call(new, "fetch", max_wait_ms=0, partitions=[{"topic": TOPIC, "partition": 0, "fetch_offset": 10}])
+    values = [rec.value for h, recs in decode_batches(r["partitions"][0]["records"]) if not h.is_control for rec in recs]
+    assert values == [b"after"]

@@ -1,10 +1,15 @@
-"""Admin APIs: CreateTopics (19), DeleteTopics (20), CreatePartitions (37), DescribeCluster (60).
+"""Admin APIs: CreateTopics (19), DeleteTopics (20), DeleteRecords (21), CreatePartitions (37),
+DescribeCluster (60).
 
 Each runs the native admin op of the same meaning (`create_topic`, `delete_topic`: forwarded
 to the active controller by the metadata service), one topic at a time, and answers per
 topic. CreateTopics: -1 partitions / replication factor mean the node's defaults; manual
 replica assignments are refused (INVALID_REQUEST); `validate_only` checks the names and
 configs without creating. Config names may be Kafka's (`retention.ms`) or ours.
+DeleteRecords runs the replica manager's `delete_records` (the native op's code): on each
+partition's leader, every replica's log start moves up to the offset (-1: the high
+watermark), answered with the low watermark once a majority holds it (partition/raft.py
+"Log start"); an offset past the high watermark gets OFFSET_OUT_OF_RANGE.
 CreatePartitions runs the native `create_partitions` (the controller adds the partitions
 and places them; `count` is the new total); manual assignments are refused
 (INVALID_REQUEST); `validate_only` checks without changing anything.
@@ -14,9 +19,12 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+import trio
+
 from kafka.protocol.admin.cluster import DescribeClusterResponse
 from kafka.protocol.admin.topics import (
     CreatePartitionsResponse,
+    DeleteRecordsResponse,
     CreateTopicsResponse,
     DeleteTopicsResponse,
 )
@@ -32,6 +40,7 @@ __all__ = ["HANDLERS"]
 CREATE_TOPICS_KEY: Final = 19
 DELETE_TOPICS_KEY: Final = 20
 CREATE_PARTITIONS_KEY: Final = 37
+DELETE_RECORDS_KEY: Final = 21
 DESCRIBE_CLUSTER_KEY: Final = 60
 
 
@@ -118,6 +127,31 @@ async def handle_create_partitions(ctx: KafkaContext, call: Call) -> Reply:
     return Later(answer)
 
 
+async def handle_delete_records(ctx: KafkaContext, call: Call) -> Reply:
+    request = call.request
+    R = DeleteRecordsResponse
+    parts = [(t.name, p.partition_index, p.offset) for t in request.topics for p in t.partitions]
+    timeout_ms = max(0, min(request.timeout_ms, ctx.request_timeout_ms - 1000))
+
+    async def answer() -> Reply:
+        if ctx.replicas is None:
+            results = [{"topic": t, "partition": p, "error": {"code": "NOT_LEADER"}} for t, p, _ in parts]
+        else:
+            results = await ctx.replicas.delete_records(parts, trio.current_time() + timeout_ms / 1000)
+        topics: dict[str, list[Any]] = {}
+        for entry in results:
+            error = entry.get("error")
+            topics.setdefault(entry["topic"], []).append(R.DeleteRecordsTopicResult.DeleteRecordsPartitionResult(
+                partition_index=entry["partition"],
+                low_watermark=-1 if error is not None else entry["low_watermark"],
+                error_code=errors.kafka_error_code(None if error is None else error.get("code")),
+            ))  # fmt: skip
+        return R(throttle_time_ms=0, topics=[
+            R.DeleteRecordsTopicResult(name=name, partitions=ps) for name, ps in topics.items()])
+
+    return Later(answer)
+
+
 async def handle_describe_cluster(ctx: KafkaContext, call: Call) -> Reply:
     R = DescribeClusterResponse
     controller = ctx.metadata.controller_id
@@ -133,5 +167,6 @@ HANDLERS: Final = {
     CREATE_TOPICS_KEY: handle_create_topics,
     DELETE_TOPICS_KEY: handle_delete_topics,
     CREATE_PARTITIONS_KEY: handle_create_partitions,
+    DELETE_RECORDS_KEY: handle_delete_records,
     DESCRIBE_CLUSTER_KEY: handle_describe_cluster,
 }

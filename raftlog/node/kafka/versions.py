@@ -39,6 +39,7 @@ SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     18: (0, 4),  # ApiVersions
     19: (2, 7),  # CreateTopics
     20: (1, 5),  # DeleteTopics (v6 adds topic ids)
+    21: (0, 2),  # DeleteRecords
     37: (0, 3),  # CreatePartitions
     22: (0, 4),  # InitProducerId
     32: (1, 4),  # DescribeConfigs
