@@ -33,7 +33,7 @@ from metadata.topic_config import normalize_configs
 from raftlog.base.errors import InvalidRequestError, RaftlogError
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.context import Call, KafkaContext, Later, Reply
-from raftlog.node.kafka.metadata import brokers, topic_uuid
+from raftlog.node.kafka.metadata import brokers, names_by_uuid, topic_uuid
 
 __all__ = ["HANDLERS"]
 
@@ -86,14 +86,21 @@ async def handle_create_topics(ctx: KafkaContext, call: Call) -> Reply:
 async def handle_delete_topics(ctx: KafkaContext, call: Call) -> Reply:
     request = call.request
     R = DeleteTopicsResponse
-    names = list(request.topic_names or [])
-    for t in getattr(request, "topics", None) or []:  # v6+ (not advertised yet)
-        if t.name is not None:
-            names.append(t.name)
+    names: list[str | None] = list(request.topic_names or [])
+    ids: list[Any] = [None] * len(names)
+    by_id = names_by_uuid(ctx) if call.version >= 6 else {}
+    for t in getattr(request, "topics", None) or []:  # v6+: by name or by id
+        names.append(t.name if t.name is not None else by_id.get(t.topic_id))
+        ids.append(t.topic_id if t.name is None else None)
 
     async def answer() -> Reply:
         results = []
-        for name in names:
+        for name, topic_id in zip(names, ids):
+            if name is None:
+                results.append(R.DeletableTopicResult(
+                    name=None, topic_id=topic_id, error_code=errors.UNKNOWN_TOPIC_ID,
+                    error_message="unknown topic id"))
+                continue
             try:
                 result = await ctx.call("delete_topic", {"name": name}) or {}
                 results.append(R.DeletableTopicResult(
@@ -154,12 +161,19 @@ async def handle_delete_records(ctx: KafkaContext, call: Call) -> Reply:
 
 async def handle_describe_cluster(ctx: KafkaContext, call: Call) -> Reply:
     R = DescribeClusterResponse
+    image = ctx.metadata.image
+
+    def fenced(broker_id: int) -> bool:  # v2+
+        reg = image.broker(broker_id)
+        return reg is None or reg.fenced
+
     controller = ctx.metadata.controller_id
     return R(
         throttle_time_ms=0, error_code=errors.NONE, error_message=None, endpoint_type=1,
         cluster_id=ctx.cluster_id, controller_id=controller if controller is not None else -1,
-        brokers=[R.DescribeClusterBroker(broker_id=i, host=h, port=p, rack=r) for i, h, p, r in brokers(ctx)],
-        cluster_authorized_operations=-2147483648,
+        brokers=[R.DescribeClusterBroker(broker_id=i, host=h, port=p, rack=r, is_fenced=fenced(i))
+                 for i, h, p, r in brokers(ctx)],
+        authorized_operations=None,  # INT32_MIN on the wire: not asked for, as Kafka
     )  # fmt: skip
 
 

@@ -49,6 +49,7 @@ class KafkaContext:
     default_partitions: int = 1
     default_replication_factor: int = 1
     request_timeout_ms: int = 30_000
+    cache: dict[str, Any] = field(default_factory=dict)  # derived from an image, keyed by use
     _next_id: int = 0
 
     async def call(self, op: str, fields: Mapping[str, Any]) -> Mapping[str, Any] | None:
