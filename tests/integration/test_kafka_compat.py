@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import os
 import shutil
 import subprocess
 import sys
@@ -166,6 +167,94 @@ def test_kafka_python_assign_seek_and_offsets_for_times(cluster):
     assert found is not None and found.offset == first
     assert consumer.end_offsets([tp])[tp] == first + 20
     consumer.close()
+
+
+def test_kafka_python_every_codec_it_has(cluster):
+    kafka = pytest.importorskip("kafka")
+    topic = "kp-codecs"
+    create(cluster, topic, 2)
+    sent = []
+    for codec in (None, "gzip", "snappy", "lz4", "zstd"):
+        producer = kafka.KafkaProducer(bootstrap_servers=cluster.kafka_bootstrap(), acks="all",
+                                       compression_type=codec, linger_ms=5)
+        futures = []
+        for i in range(20):
+            key, value = f"{codec}-{i}".encode(), f"{codec} value {i}".encode() * 4
+            futures.append(producer.send(topic, key=key, value=value, partition=i % 2))
+            sent.append((key, value))
+        for f in futures:
+            f.get(TIMEOUT_S)
+        producer.close()
+    consumer = kafka.KafkaConsumer(bootstrap_servers=cluster.kafka_bootstrap(), enable_auto_commit=False,
+                                   auto_offset_reset="earliest", consumer_timeout_ms=5000)
+    consumer.assign([kafka.TopicPartition(topic, p) for p in (0, 1)])
+    got = sorted((r.key, r.value) for r in consumer)
+    consumer.close()
+    assert got == sorted(sent)
+
+
+def test_confluent_offsets_for_times(cluster):
+    topic = "ck-times"
+    create(cluster, topic, 1)
+    base = int(time.time() * 1000) + 60_000  # ahead of anything the broker stamped itself
+    p = CKProducer({"bootstrap.servers": cluster.kafka_bootstrap(), "acks": "all"})
+    offsets: list[int] = []
+    for i in range(10):
+        p.produce(topic, b"t%d" % i, partition=0, timestamp=base + i * 1000,
+                  on_delivery=lambda err, msg: offsets.append(msg.offset()))
+        p.flush(TIMEOUT_S)  # one batch each: ListOffsets answers at batch granularity
+    c = CKConsumer({"bootstrap.servers": cluster.kafka_bootstrap(), "group.id": "unused"})
+    try:
+        [found] = c.offsets_for_times([TopicPartition(topic, 0, base + 4500)], timeout=TIMEOUT_S)
+        assert found.error is None and found.offset == offsets[5]
+        [none] = c.offsets_for_times([TopicPartition(topic, 0, base + 10**9)], timeout=TIMEOUT_S)
+        assert none.offset == -1  # no record that late: Kafka's OFFSET_END answer
+        lo, hi = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=TIMEOUT_S)
+        assert (lo, hi) == (offsets[0], offsets[-1] + 1)
+    finally:
+        c.close()
+
+
+AIOKAFKA_012 = Path(sys.prefix) / "aiokafka-0.12"  # scripts/test installs it beside the newest
+_AIOKAFKA_012_SCRIPT = """
+import asyncio, sys, aiokafka
+assert aiokafka.__version__ == "0.12.0", aiokafka.__version__
+bootstrap, topic = sys.argv[1:3]
+async def run():
+    producer = aiokafka.AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", compression_type="gzip")
+    await producer.start()
+    try:
+        for i in range(30):
+            await producer.send_and_wait(topic, b"v%d" % i, key=b"k%d" % i, partition=i % 2)
+    finally:
+        await producer.stop()
+    consumer = aiokafka.AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                         auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        consumer.assign([aiokafka.TopicPartition(topic, p) for p in (0, 1)])
+        await consumer.seek_to_beginning()
+        out = []
+        while len(out) < 30:
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                out.extend(r.value for r in records)
+        print(sorted(out) == sorted(b"v%d" % i for i in range(30)))
+    finally:
+        await consumer.stop()
+asyncio.run(asyncio.wait_for(run(), 60))
+"""
+
+
+@pytest.mark.skipif(not (AIOKAFKA_012 / "aiokafka").is_dir(),
+                    reason="aiokafka 0.12 is not installed beside the venv (scripts/test installs it)")
+def test_aiokafka_012_produce_and_consume(cluster):
+    topic = "aio012"
+    create(cluster, topic, 2)
+    env = {**os.environ, "PYTHONPATH": str(AIOKAFKA_012)}
+    out = subprocess.run([sys.executable, "-c", _AIOKAFKA_012_SCRIPT, cluster.kafka_bootstrap(), topic],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "True"
 
 
 def test_aiokafka_produce_and_consume(cluster):

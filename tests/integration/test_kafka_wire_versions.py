@@ -1,4 +1,4 @@
-"""The Kafka listener serves the newest versions it advertises, byte for byte through Kafka's own schemas: Metadata v13 topic ids, Produce v13 and Fetch v16 by topic id (UNKNOWN_TOPIC_ID for an unknown one), ListOffsets v11's tiered-storage timestamps, DeleteTopics v6 by id, DescribeCluster v2."""
+"""The Kafka listener serves the newest versions it advertises, byte for byte through Kafka's own schemas: Metadata v13 topic ids, Produce v13 and Fetch v16 by topic id (UNKNOWN_TOPIC_ID for an unknown one; a batch damaged on disk never sent), ListOffsets v11's tiered-storage timestamps, DeleteTopics v6 by id, DescribeCluster v2."""
 
 from __future__ import annotations
 
@@ -153,3 +153,28 @@ def test_delete_topics_v6_by_unknown_id_and_describe_cluster_v2(conn):
     cluster = conn.call(DescribeClusterRequest[2](include_cluster_authorized_operations=False, endpoint_type=1,
                                                   include_fenced_brokers=True), DescribeClusterResponse, 2)
     assert cluster.error_code == 0 and [(b.broker_id, b.is_fenced) for b in cluster.brokers] == [(1, False)]
+
+
+def test_a_damaged_batch_is_never_sent_zero_copy(node, conn):
+    """The zero-copy path checks CRCs before sending: a bit flipped on disk under a running
+    node gets KAFKA_STORAGE_ERROR for that partition, not the bad bytes."""
+    with Admin(node.bootstrap(), request_timeout_ms=15_000) as admin:
+        admin.create_topic("damaged", 1, 1)
+        node.wait_for(lambda: admin.describe_topics(["damaged"])["damaged"].partitions[0].leader is not None,
+                      20, "a leader")
+    md = conn.call(MetadataRequest[13](topics=[MetadataRequest.MetadataRequestTopic(name="damaged", topic_id=None)],
+                                       allow_auto_topic_creation=False,
+                                       include_topic_authorized_operations=False), MetadataResponse, 13)
+    tid = md.topics[0].topic_id
+    assert produce(conn, tid, batch(b"intact" * 20)).error_code == 0
+    assert fetch(conn, tid, 0).error_code == 0
+    [segment] = (node.configs[1].data_dir / "partitions" / "damaged-0").glob("*.log")
+    with open(segment, "r+b") as f:  # in place, as a disk would: the node's descriptor sees it
+        f.seek(70)
+        byte = f.read(1)
+        f.seek(70)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    p = fetch(conn, tid, 0)
+    assert p.error_code == 56 and not p.records  # KAFKA_STORAGE_ERROR
+    log = (node.configs[1].data_dir / "node.log").read_text()
+    assert "kafka_fetch_damaged_batch" in log and "topic=damaged" in log

@@ -24,12 +24,16 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+import trio
+
 from raftlog.base.errors import InvalidRequestError
 from raftlog.base.protocol import Request
 from raftlog.node.kafka.wire import Chunk, Header
 
 if TYPE_CHECKING:  # kafka-python loads on the first Kafka request, not with the node
     from kafka.protocol.api_message import ApiMessage
+
+DISK_THREADS = 4
 
 __all__ = ["KafkaContext", "ConnectionState", "Call", "Encoded", "Later", "Reply", "Handler"]
 
@@ -50,6 +54,9 @@ class KafkaContext:
     default_replication_factor: int = 1
     request_timeout_ms: int = 30_000
     cache: dict[str, Any] = field(default_factory=dict)  # derived from an image, keyed by use
+    # Blocking disk work of the listener (verifying and sending zero-copy fetch ranges) runs
+    # in worker threads, at most this many at once.
+    disk_limiter: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(DISK_THREADS))
     _next_id: int = 0
 
     async def call(self, op: str, fields: Mapping[str, Any]) -> Mapping[str, Any] | None:

@@ -376,12 +376,17 @@ class _Connection:
             await self.stream.send_all(b"".join(pending))
 
     async def _sendfile(self, part: FileRange) -> None:
-        """os.sendfile from the segment straight to the socket (Kafka's zero-copy)."""
+        """os.sendfile from the segment straight to the socket (Kafka's zero-copy), in a
+        worker thread: reading a page that is not cached blocks. The socket is non-blocking,
+        so each call sends what fits and the loop waits for room on the trio thread.
+        Cancel-safe: a running call is waited for (the range's descriptor stays open)."""
         sock = self.stream.socket
+        limiter = self.listener.ctx.disk_limiter
         offset, remaining = part.offset, part.length
         while remaining > 0:
             try:
-                sent = os.sendfile(sock.fileno(), part.fd, offset, remaining)
+                sent = await trio.to_thread.run_sync(
+                    os.sendfile, sock.fileno(), part.fd, offset, remaining, limiter=limiter)
             except BlockingIOError:
                 await trio.lowlevel.wait_writable(sock)
                 continue

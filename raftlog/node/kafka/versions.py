@@ -17,7 +17,8 @@ key (checked by the unit tests) and every key here must have a handler in
   names topics by id (KIP-516).
 * Fetch 4-16: v13+ names topics by id; v16 adds the leader's endpoint to NOT_LEADER answers
   (KIP-951). v17-18 carry only replica fields (KIP-853, KIP-1166): not advertised.
-* Metadata 1-13, ListOffsets 1-11 (v7 max timestamp; v8-11 tiered-storage timestamps,
+* Metadata 0-13 (aiokafka 0.12 sends Metadata v0 right behind its ApiVersions probe and
+  takes a closed connection for "no Kafka here"), ListOffsets 1-11 (v7 max timestamp; v8-11 tiered-storage timestamps,
   answered as without tiered storage), DeleteTopics 1-6 (v6 by topic id), DescribeCluster
   0-2 (v2 flags fenced brokers), the other admin APIs at their full schema ranges.
 """
@@ -41,7 +42,7 @@ SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     0: (0, 13),  # Produce (v13: topic ids)
     1: (4, 16),  # Fetch (v13+: topic ids; librdkafka sends 16)
     2: (1, 11),  # ListOffsets (kafka-python sends the broker's highest)
-    3: (1, 13),  # Metadata
+    3: (0, 13),  # Metadata (aiokafka 0.12 probes with v0 beside ApiVersions)
     18: (0, 4),  # ApiVersions
     19: (2, 7),  # CreateTopics
     20: (1, 6),  # DeleteTopics (v6: by name or topic id)
