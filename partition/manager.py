@@ -362,6 +362,25 @@ class ReplicaManager:
                                 "error": self._error(exc, topic, partition)})
         return results, total, errors, watched
 
+    def epoch_end_offsets(self, parts: list[tuple[str, int, int]]) -> list[dict[str, Any]]:
+        """KIP-320's OffsetsForLeaderEpoch on the leader: (topic, partition, leader_epoch) ->
+        {topic, partition, current_epoch (the leader's), leader_epoch, end_offset} where
+        (leader_epoch, end_offset) is the largest epoch <= the asked one in the leader's
+        epoch cache and where it ends (the log end for the latest), (-1, -1) below every
+        epoch; or {..., error}. Reads the in-memory epoch cache only."""
+        results = []
+        for topic, partition, epoch in parts:
+            try:
+                r = self._leader_replica(topic, partition)
+                r.check_leader()
+                found, end = r.log.end_offset_for_epoch(epoch)
+                results.append({"topic": topic, "partition": partition, "current_epoch": r.leader_epoch,
+                                "leader_epoch": found, "end_offset": end})
+            except RaftlogError as exc:
+                results.append({"topic": topic, "partition": partition,
+                                "error": self._error(exc, topic, partition)})
+        return results
+
     async def list_offsets(self, parts: list[tuple[str, int, int]]) -> list[dict[str, Any]]:
         """(topic, partition, timestamp) -> {topic, partition, offset, timestamp} or {...,
         error}; timestamp -2 earliest, -1 latest (the high watermark), -3 the batch with the

@@ -178,3 +178,28 @@ def test_a_damaged_batch_is_never_sent_zero_copy(node, conn):
     assert p.error_code == 56 and not p.records  # KAFKA_STORAGE_ERROR
     log = (node.configs[1].data_dir / "node.log").read_text()
     assert "kafka_fetch_damaged_batch" in log and "topic=damaged" in log
+
+
+def test_offset_for_leader_epoch_v4_answers_from_the_leaders_epoch_cache(conn):
+    from kafka.protocol.consumer.offsets import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
+
+    tid = topic_id(conn)
+    produce(conn, tid, batch(b"e"))
+    md = conn.call(MetadataRequest[13](topics=[MetadataRequest.MetadataRequestTopic(name=TOPIC, topic_id=None)],
+                                       allow_auto_topic_creation=False,
+                                       include_topic_authorized_operations=False), MetadataResponse, 13)
+    epoch = md.topics[0].partitions[0].leader_epoch
+    end = fetch(conn, tid, 0).high_watermark
+    T = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
+
+    def ask(current: int, leader_epoch: int) -> Any:
+        req = OffsetForLeaderEpochRequest[4](replica_id=-1, topics=[T(topic=TOPIC, partitions=[
+            T.OffsetForLeaderPartition(partition=0, current_leader_epoch=current, leader_epoch=leader_epoch)])])
+        [t] = conn.call(req, OffsetForLeaderEpochResponse, 4).topics
+        [p] = t.partitions
+        return p.error_code, p.leader_epoch, p.end_offset
+
+    assert ask(epoch, epoch) == (0, epoch, end)  # the latest epoch ends at the log end
+    assert ask(-1, epoch + 5) == (0, epoch, end)  # a later epoch: the largest one <= it
+    assert ask(epoch, 0) == (0, -1, -1)  # below every epoch
+    assert ask(epoch + 1, epoch)[0] == 75  # UNKNOWN_LEADER_EPOCH: the client's is newer

@@ -1,4 +1,4 @@
-"""Fetch (key 1) and ListOffsets (key 2).
+"""Fetch (key 1), ListOffsets (key 2) and OffsetForLeaderEpoch (key 23).
 
 Fetch runs `ReplicaManager.fetch_partitions` (the native fetch's code: leader only, up to the
 high watermark, long poll on min_bytes / max_wait_ms, per-partition and per-request byte
@@ -32,7 +32,7 @@ from typing import Any, Final
 
 import trio
 from kafka.protocol.consumer.fetch import FetchResponse
-from kafka.protocol.consumer.offsets import ListOffsetsResponse
+from kafka.protocol.consumer.offsets import ListOffsetsResponse, OffsetForLeaderEpochResponse
 
 from partition.batch import iter_headers
 from partition.errors import CorruptRecordError
@@ -53,6 +53,9 @@ EARLIEST_LOCAL: Final = -4  # ListOffsets v8+ (KIP-405)
 NO_TIERED_STORAGE: Final = frozenset({-5, -6})  # latest tiered (v9+), earliest pending upload (v11+)
 TOPIC_IDS_VERSION: Final = 13  # KIP-516: topics by id from Fetch v13 on
 LIST_OFFSETS_KEY: Final = 2
+OFFSET_FOR_LEADER_EPOCH_KEY: Final = 23
+FENCED_LEADER_EPOCH: Final = 74
+UNKNOWN_LEADER_EPOCH: Final = 75
 MAX_FETCH_WAIT_MS: Final = 60_000
 DEFAULT_MAX_BYTES: Final = 50 << 20
 
@@ -212,4 +215,36 @@ async def handle_list_offsets(ctx: KafkaContext, call: Call) -> Reply:
     return Later(answer)
 
 
-HANDLERS: Final = {FETCH_KEY: handle_fetch, LIST_OFFSETS_KEY: handle_list_offsets}
+async def handle_offset_for_leader_epoch(ctx: KafkaContext, call: Call) -> Reply:
+    """KIP-320: where each asked epoch ends on the leader, so a consumer that read up to some
+    offset in that epoch can tell whether the log was truncated under it (after an unclean
+    recovery). `current_leader_epoch` (-1: not checked) older than the leader's is
+    FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH (the client refreshes metadata)."""
+    request = call.request
+    R = OffsetForLeaderEpochResponse
+    asked = [(t.topic, p.partition, p.current_leader_epoch, p.leader_epoch)
+             for t in request.topics for p in t.partitions]
+    if ctx.replicas is None:
+        results = [{"topic": t, "partition": p, "error": {"code": "NOT_LEADER"}} for t, p, _, _ in asked]
+    else:
+        results = ctx.replicas.epoch_end_offsets([(t, p, e) for t, p, _, e in asked])
+    topics: dict[str, list[Any]] = {}
+    for (topic, partition, current, _), entry in zip(asked, results):
+        error = entry.get("error")
+        code = errors.kafka_error_code(None if error is None else error.get("code"))
+        if code == errors.NONE and current >= 0 and current != entry["current_epoch"]:
+            code = FENCED_LEADER_EPOCH if current < entry["current_epoch"] else UNKNOWN_LEADER_EPOCH
+        ok = code == errors.NONE
+        topics.setdefault(topic, []).append(R.OffsetForLeaderTopicResult.EpochEndOffset(
+            error_code=code, partition=partition, leader_epoch=entry["leader_epoch"] if ok else -1,
+            end_offset=entry["end_offset"] if ok else -1,
+        ))  # fmt: skip
+    return R(throttle_time_ms=0, topics=[
+        R.OffsetForLeaderTopicResult(topic=name, partitions=ps) for name, ps in topics.items()])
+
+
+HANDLERS: Final = {
+    FETCH_KEY: handle_fetch,
+    LIST_OFFSETS_KEY: handle_list_offsets,
+    OFFSET_FOR_LEADER_EPOCH_KEY: handle_offset_for_leader_epoch,
+}

@@ -42,6 +42,7 @@ SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     0: (0, 13),  # Produce (v13: topic ids)
     1: (4, 16),  # Fetch (v13+: topic ids; librdkafka sends 16)
     2: (1, 11),  # ListOffsets (kafka-python sends the broker's highest)
+    23: (2, 4),  # OffsetForLeaderEpoch (KIP-320; librdkafka 2, kafka-python the highest)
     3: (0, 13),  # Metadata (aiokafka 0.12 probes with v0 beside ApiVersions)
     18: (0, 4),  # ApiVersions
     19: (2, 7),  # CreateTopics
