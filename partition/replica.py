@@ -602,11 +602,12 @@ class Replica:
     def _advance_log_start(self, offset: int) -> None:
         # Blocking (one checkpoint fsync, whole-segment deletes) on the trio thread, as the
         # log's owner thread must (retention does the same here); DeleteRecords is rare.
-        if offset <= self.log.log_start_offset:
-            return  # retention got there first
-        gone = self.log.advance_start(min(offset, self.log.log_end_offset))
+        target = min(offset, self.log.log_end_offset)
+        if target <= self.log.log_start_offset:
+            return  # retention got there first (or nothing here yet to delete)
+        gone = self.log.advance_start(target)
         log_event(logger, "replica_log_start_advanced", topic=self.topic,
-                  partition=self.partition, log_start_offset=offset, deleted_segments=len(gone))
+                  partition=self.partition, log_start_offset=target, deleted_segments=len(gone))
 
     def _on_low_watermark(self, low_watermark: int) -> None:
         keep = []
