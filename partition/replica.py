@@ -958,13 +958,13 @@ class Replica:
                 self._delete_waiters.remove(waiter)
         return max(self.core.low_watermark, target) if self.core is not None else target
 
-    def _advance_log_start(self, offset: int) -> None:
-        # Blocking (one checkpoint fsync, whole-segment deletes) on the trio thread, as the
-        # log's owner thread must (retention does the same here); DeleteRecords is rare.
+    async def _advance_log_start(self, offset: int) -> None:
+        # A writer call (one checkpoint fsync, whole-segment deletes): in a worker thread under
+        # the replica's lock (the executor holds it), as retention's roll_and_retain runs.
         target = min(offset, self.log.log_end_offset)
         if target <= self.log.log_start_offset:
-            return  # retention got there first (or nothing here yet to delete)
-        gone = self.log.advance_start(target)
+            return  # retention got there first
+        gone = await trio.to_thread.run_sync(self.log.advance_start, target, limiter=self.disk.io)
         log_event(logger, "replica_log_start_advanced", topic=self.topic,
                   partition=self.partition, log_start_offset=target, deleted_segments=len(gone))
 
@@ -1119,7 +1119,7 @@ class Replica:
                 await self._flush_idle.wait()
                 await self._reset_log(eff.offset)
             elif kind is AdvanceLogStart:
-                self._advance_log_start(eff.offset)
+                await self._advance_log_start(eff.offset)
             elif kind is LowWatermarkChanged:
                 self._on_low_watermark(eff.low_watermark)
             else:

@@ -156,8 +156,9 @@ def test_delete_topics_v6_by_unknown_id_and_describe_cluster_v2(conn):
 
 
 def test_a_damaged_batch_is_never_sent_zero_copy(node, conn):
-    """The zero-copy path checks CRCs before sending: a bit flipped on disk under a running
-    node gets KAFKA_STORAGE_ERROR for that partition, not the bad bytes."""
+    """The zero-copy path checks CRCs before sending (the log checks each byte once, before
+    its first slice): a bit flipped on disk under a running node gets CORRUPT_MESSAGE for that
+    partition (one replica: nobody to repair from), not the bad bytes."""
     with Admin(node.bootstrap(), request_timeout_ms=15_000) as admin:
         admin.create_topic("damaged", 1, 1)
         node.wait_for(lambda: admin.describe_topics(["damaged"])["damaged"].partitions[0].leader is not None,
@@ -167,7 +168,6 @@ def test_a_damaged_batch_is_never_sent_zero_copy(node, conn):
                                        include_topic_authorized_operations=False), MetadataResponse, 13)
     tid = md.topics[0].topic_id
     assert produce(conn, tid, batch(b"intact" * 20)).error_code == 0
-    assert fetch(conn, tid, 0).error_code == 0
     [segment] = (node.configs[1].data_dir / "partitions" / "damaged-0").glob("*.log")
     with open(segment, "r+b") as f:  # in place, as a disk would: the node's descriptor sees it
         f.seek(70)
@@ -175,9 +175,9 @@ def test_a_damaged_batch_is_never_sent_zero_copy(node, conn):
         f.seek(70)
         f.write(bytes([byte[0] ^ 0xFF]))
     p = fetch(conn, tid, 0)
-    assert p.error_code == 56 and not p.records  # KAFKA_STORAGE_ERROR
+    assert p.error_code == 2 and not p.records  # CORRUPT_MESSAGE
     log = (node.configs[1].data_dir / "node.log").read_text()
-    assert "kafka_fetch_damaged_batch" in log and "topic=damaged" in log
+    assert "replica_damage_found" in log and "found_by=fetch" in log
 
 
 def test_offset_for_leader_epoch_v4_answers_from_the_leaders_epoch_cache(conn):

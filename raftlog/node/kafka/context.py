@@ -54,7 +54,7 @@ class KafkaContext:
     default_replication_factor: int = 1
     request_timeout_ms: int = 30_000
     cache: dict[str, Any] = field(default_factory=dict)  # derived from an image, keyed by use
-    # Blocking disk work of the listener (verifying and sending zero-copy fetch ranges) runs
+    # Blocking disk work of the listener (sending zero-copy fetch ranges) runs
     # in worker threads, at most this many at once.
     disk_limiter: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(DISK_THREADS))
     _next_id: int = 0

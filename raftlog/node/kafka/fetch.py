@@ -5,9 +5,11 @@ high watermark, long poll on min_bytes / max_wait_ms, per-partition and per-requ
 limits, at least one whole batch) with `zero_copy`: each partition's records are a slice of
 the segment file, and the response is encoded around placeholders (codec.encode_response)
 so the writer sends the header bytes, then the file range with os.sendfile (in a worker
-thread: a cold page would block). Before any of it is sent, every range is read and its
-batches' headers and CRC-32Cs checked in a worker thread, as every read path checks them; a
-damaged one is answered KAFKA_STORAGE_ERROR for its partition. Isolation level
+thread: a page evicted meanwhile would block). The ranges are checked as every read is
+(partition/log.py "Integrity": `read_slice` checks each batch's header and CRC-32C before it
+makes a slice, once per byte, in a worker thread when the bytes are cold), so no damaged byte
+is sent: the partition answers KAFKA_STORAGE_ERROR while its replica repairs from a peer, or
+CORRUPT_MESSAGE when it has none (raftlog/PROTOCOL.md "Damaged storage"). Isolation level
 read_uncommitted and read_committed read the same (no transactions: the last stable offset
 is the high watermark). Fetch sessions (KIP-227) are not kept: every answer has session id
 0, which tells the client to send full requests. Raft's control batches are in the stream
@@ -26,18 +28,11 @@ unknown id gets UNKNOWN_TOPIC_ID. A NOT_LEADER_OR_FOLLOWER answer carries Curren
 
 from __future__ import annotations
 
-import logging
-import os
 from typing import Any, Final
 
-import trio
 from kafka.protocol.consumer.fetch import FetchResponse
 from kafka.protocol.consumer.offsets import ListOffsetsResponse, OffsetForLeaderEpochResponse
 
-from partition.batch import iter_headers
-from partition.errors import CorruptRecordError
-from partition.segment import FileSlice
-from raftlog.base.eventlog import log_event
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.codec import encode_response, placeholder
 from raftlog.node.kafka.context import Call, Encoded, KafkaContext, Later, Reply
@@ -45,7 +40,6 @@ from raftlog.node.kafka.metadata import ZERO_UUID, leader_hint, names_by_uuid, n
 
 __all__ = ["HANDLERS"]
 
-logger = logging.getLogger(__name__)
 
 FETCH_KEY: Final = 1
 EARLIEST: Final = -2
@@ -90,7 +84,6 @@ async def handle_fetch(ctx: KafkaContext, call: Call) -> Reply:
         topics: dict[tuple[str | None, Any], list[Any]] = {}
         endpoints: set[int] = set()
         try:
-            await _verify(ctx, results)
             found = iter(results)
             for name, topic_id, partition, _, _ in wanted:
                 if name is None:
@@ -137,43 +130,6 @@ async def handle_fetch(ctx: KafkaContext, call: Call) -> Reply:
             raise
 
     return Later(answer)
-
-
-def _check_ranges(ranges: list[FileSlice]) -> dict[int, str]:
-    """Blocking (a worker thread): read each range and check every batch's header and CRC-32C,
-    as every other read path does. {index: what is wrong} of the bad ones."""
-    bad: dict[int, str] = {}
-    for i, r in enumerate(ranges):
-        data = os.pread(r.fd, r.length, r.offset)
-        try:
-            if len(data) != r.length:
-                raise CorruptRecordError(f"segment ends {r.length - len(data)} bytes early")
-            for _ in iter_headers(data, verify=True):
-                pass
-        except CorruptRecordError as exc:
-            bad[i] = str(exc)
-    return bad
-
-
-async def _verify(ctx: KafkaContext, results: list[dict[str, Any]]) -> None:
-    """Check the zero-copy ranges before any byte of them is sent (off the trio thread). A
-    damaged range becomes that partition's KAFKA_STORAGE_ERROR (a retriable error: the client
-    refreshes metadata and tries again) and one log line; the others are sent untouched, by
-    os.sendfile (the pages are in the cache now)."""
-    entries = [e for e in results if isinstance(e.get("records"), FileSlice)]
-    if not entries:
-        return
-    bad = await trio.to_thread.run_sync(_check_ranges, [e["records"] for e in entries],
-                                        limiter=ctx.disk_limiter)
-    for i, reason in bad.items():
-        e = entries[i]
-        e["records"].close()
-        topic, partition = e["topic"], e["partition"]
-        log_event(logger, "kafka_fetch_damaged_batch", level=logging.ERROR, topic=topic,
-                  partition=partition, reason=reason)
-        e.clear()
-        e.update(topic=topic, partition=partition,
-                 error={"code": "KAFKA_STORAGE_ERROR", "message": f"damaged batch: {reason}"})
 
 
 async def handle_list_offsets(ctx: KafkaContext, call: Call) -> Reply:
