@@ -6,7 +6,9 @@
 
 Nemeses: kill, pause, partition, leader-kill, controller-kill, rolling, corrupt, delay,
 bitflip (bits flipped anywhere in a segment or index file of one node), disk-full (one node's
-partition storage is a small tmpfs that fills up and empties again; root only) (or "none").
+partition storage is a small tmpfs that fills up and empties again; root only), power-loss (one
+node's data dir is a FUSE filesystem that drops every write not fsynced when the node is
+killed; needs /dev/fuse), power-loss-all (the same to every node at once) (or "none").
 Prints a progress line every few seconds and the verdict; writes store/<test>/<timestamp>/.
 Exit code: 0 valid, 1 invalid, 2 unknown.
 """
@@ -42,6 +44,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--log-level", default="WARNING")
     run.add_argument("--damage-node", type=int, default=None,
                      help="the node the storage faults (corrupt, bitflip, disk-full) hit (default: drawn)")
+    run.add_argument("--flush-policy", default="always", choices=["always", "interval"],
+                     help="the topic's flush_policy (interval: acknowledged before fsync, a control run)")
+    run.add_argument("--power-node", type=int, default=None,
+                     help="the node power-loss hits (default: the damage node, or the next one with disk-full)")
     run.add_argument("--ports", default=None, metavar="LOW-HIGH",
                      help="take the nodes' listener ports from this range (default: any free ones)")
     return parser
@@ -56,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         nodes=args.nodes, partitions=args.partitions, concurrency=args.concurrency,
         fault_interval_s=args.fault_interval, recovery_s=args.recovery, seed=args.seed,
         store=args.store, test_name=args.name, keep_data=args.keep_data,
-        damage_node=args.damage_node,
+        damage_node=args.damage_node, power_node=args.power_node, flush_policy=args.flush_policy,
         port_range=tuple(int(p) for p in args.ports.split("-", 1)) if args.ports else None,
     )  # fmt: skip
     return run_main(config, out=sys.stdout)

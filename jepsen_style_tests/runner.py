@@ -6,7 +6,8 @@
 Steps: start the link proxies (`net.Network`, one per (node, node, port kind)), start the
 nodes with every node-to-node link routed through them (`db.LocalCluster.route_through`),
 wait until the cluster is ready, create the topic (RF = min(3, nodes), acks=all,
-``flush_policy=always``, `partitions` partitions), then interpret the generator (below) with
+``flush_policy=always`` unless `RunConfig.flush_policy` says otherwise, `partitions`
+partitions), then interpret the generator (below) with
 `concurrency` client processes and the nemesis, streaming every op to ``history.jsonl``. The
 final phase heals everything, waits `recovery_s`, and reads every partition to its end. Then
 `checker.check` gives the verdict and `report.write_report` writes ``store/<test>/<time>/``
@@ -35,7 +36,6 @@ import functools
 import json
 import logging
 import random
-import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -50,7 +50,7 @@ from .checker import CheckResult, check
 from .client import Client, ClientOptions
 from .db import LocalCluster
 from .history import NEMESIS, History, HistoryWriter, Op, key_of
-from .nemesis import FAULT_NAMES, STORAGE_FAULTS, Nemesis, faults
+from .nemesis import FAULT_NAMES, POWER_FAULTS, STORAGE_FAULTS, Nemesis, faults
 from .report import ReportFiles, run_dir, write_report
 
 __all__ = ["RunConfig", "RunOutcome", "run", "run_main", "EXIT_CODES"]
@@ -87,7 +87,11 @@ class RunConfig:
     keep_data: bool = False
     network: bool = True
     damage_node: int | None = None  # the node the storage faults hit (default: drawn by the seed)
+    power_node: int | None = None  # the node power-loss hits (default: see `power_node_for`)
     port_range: tuple[int, int] | None = None  # node listener ports (default: any free ones)
+    # The topic's flush_policy: "always" fsyncs before acknowledging; "interval" (fsync every
+    # 60 s here) does not, a control that power-loss-all must catch losing acknowledged writes.
+    flush_policy: str = "always"
 
     def name(self) -> str:
         return self.test_name or f"{self.workload}-{'+'.join(self.nemesis) or 'none'}"
@@ -123,7 +127,8 @@ def workload(config: RunConfig, keys: Sequence[str], rng: random.Random) -> g.Ge
     if config.nemesis:
         damage_node = config.damage_node or rng.choice(range(1, config.nodes + 1))
         half_ns = int(config.fault_interval_s * g.SEC_NS / 2)
-        schedule = g.fault_cycle(faults(config.nemesis, damage_node=damage_node), quiet_ns=half_ns, fault_ns=half_ns)
+        menu = faults(config.nemesis, damage_node=damage_node, power_node=config.power_node or damage_node)
+        schedule = g.fault_cycle(menu, quiet_ns=half_ns, fault_ns=half_ns)
         main.insert(0, g.time_limit(limit_ns, g.nemesis(schedule)))
     final = g.final_phase(
         keys, recovery_ns=int(config.recovery_s * g.SEC_NS), read_limit_ns=int(config.read_limit_s * g.SEC_NS)
@@ -261,7 +266,43 @@ class _Interpreter:
         return self.ops
 
 
-STORAGE_SEGMENT_BYTES = 64 << 10  # storage faults need closed segments to damage
+def power_node_for(config: RunConfig) -> int | None:
+    """The node ``power-loss`` hits: the damage node, unless ``disk-full`` mounts its small disk
+    there (both cannot own its partition storage): then the next node. None with one node."""
+    if config.damage_node is None:
+        return None
+    if "disk-full" not in config.nemesis:
+        return config.damage_node
+    if config.nodes < 2:
+        return None
+    return config.damage_node % config.nodes + 1
+
+
+def _mount_lazy_disks(db: LocalCluster, config: RunConfig, out: TextIO | None) -> RunConfig:
+    """Gives the power-loss faults their lazy disks; leaves out (and says why) those that
+    cannot have them."""
+    wanted = [n for n in config.nemesis if n in POWER_FAULTS]
+    if not wanted:
+        return config
+    if "power-loss-all" in wanted:
+        nodes = list(db.node_ids)
+    else:
+        nodes = [] if config.power_node is None else [config.power_node]
+    why_not = None if nodes else "no node for it (one node, and disk-full owns its disk)"
+    for node in nodes:
+        if why_not is None:
+            why_not = db.make_lazy_disk(node)
+    if why_not is None:
+        return config
+    if out is not None:
+        out.write(f"{','.join(wanted)} left out: {why_not}\n")
+        out.flush()
+    log.warning("%s left out: %s", ",".join(wanted), why_not)
+    return dataclasses.replace(config, nemesis=tuple(n for n in config.nemesis if n not in POWER_FAULTS))
+
+
+STORAGE_SEGMENT_BYTES = 64 << 10
+UNSAFE_FLUSH_INTERVAL_MS = 60_000  # storage faults need closed segments to damage
 
 
 def _create_topic(db: LocalCluster, partitions: int, replication_factor: int,
@@ -297,8 +338,13 @@ async def run(config: RunConfig, *, out: TextIO | None = sys.stdout) -> RunOutco
         out.write(f"run {config.name()} seed={seed} dir={directory}\n")
         out.flush()
     db = LocalCluster(directory / "cluster", config.nodes, port_range=config.port_range)
-    if set(config.nemesis) & set(STORAGE_FAULTS) and config.damage_node is None:
+    if set(config.nemesis) & {*STORAGE_FAULTS, *POWER_FAULTS} and config.damage_node is None:
         config = dataclasses.replace(config, damage_node=random.Random(seed ^ 0xD15C).choice(db.node_ids))
+    if set(config.nemesis) & set(POWER_FAULTS):
+        # Before the small disk: with power-loss-all, the damage node's small disk is mounted
+        # inside its lazy data dir (its partition storage then keeps what it did not fsync).
+        config = dataclasses.replace(config, power_node=config.power_node or power_node_for(config))
+        config = _mount_lazy_disks(db, config, out)
     if "disk-full" in config.nemesis:
         why_not = db.make_small_disk(config.damage_node)
         if why_not is not None:
@@ -316,7 +362,10 @@ async def run(config: RunConfig, *, out: TextIO | None = sys.stdout) -> RunOutco
             await trio.to_thread.run_sync(db.start_all)
             await trio.to_thread.run_sync(db.wait_ready, READY_TIMEOUT_S)
             topic_configs = ({"segment_bytes": str(STORAGE_SEGMENT_BYTES)}
-                             if set(config.nemesis) & set(STORAGE_FAULTS) else None)
+                             if set(config.nemesis) & set(STORAGE_FAULTS) else {})
+            topic_configs["flush_policy"] = config.flush_policy
+            if config.flush_policy == "interval":
+                topic_configs["flush_interval_ms"] = str(UNSAFE_FLUSH_INTERVAL_MS)
             await trio.to_thread.run_sync(_create_topic, db, config.partitions, min(3, config.nodes),
                                           topic_configs)
             with HistoryWriter(directory / "history.jsonl") as writer:
@@ -333,7 +382,7 @@ async def run(config: RunConfig, *, out: TextIO | None = sys.stdout) -> RunOutco
     files = write_report(directory, history, result, test_name=config.name(), extra=extra)
     if result.verdict == "valid" and not config.keep_data:
         for node in db.node_ids:
-            shutil.rmtree(db.data_dir(node), ignore_errors=True)  # logs stay in cluster/logs
+            db.remove_data(node)  # logs stay in cluster/logs
     if out is not None:
         counts = history.counts()
         sends = counts.get("send", {})
