@@ -1,8 +1,8 @@
 """Command line of the fault-injection harness.
 
-    python -m jepsen_style_tests run --workload queue --nemesis kill,pause,partition \
+    python -m jepsen_style_tests run --workload queue|group|kafka|kafka-assign --nemesis kill,pause,partition \
         --time-limit 60 --rate 200 --nodes 3 [--partitions 4] [--concurrency 6] [--seed N]
-        [--fault-interval 10] [--store store]
+        [--fault-interval 10] [--store store] [--ports 27000-27499]
 
 Nemeses: kill, pause, partition, leader-kill, controller-kill, rolling, corrupt, delay,
 bitflip (bits flipped anywhere in a segment or index file of one node), disk-full (one node's
@@ -27,9 +27,10 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m jepsen_style_tests", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run one test against a local cluster")
-    run.add_argument("--workload", default="queue", choices=["queue", "group"],
+    run.add_argument("--workload", default="queue", choices=["queue", "group", "kafka", "kafka-assign"],
                      help="queue: sends, polls and manual assigns (Jepsen's Kafka queue); group: sends, "
-                          "polls, subscribes to one consumer group and commits (default queue)")
+                          "polls, subscribes to one consumer group and commits; kafka, kafka-assign: the "
+                          "group and queue mixes through Kafka's wire protocol (confluent-kafka) (default queue)")
     run.add_argument("--nemesis", default="kill,pause,partition",
                      help=f"comma-separated from {','.join(FAULT_NAMES)}, or none")
     run.add_argument("--time-limit", type=float, default=60.0, help="seconds of workload (default 60)")
@@ -54,12 +55,23 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--power-node", type=int, default=None,
                      help="the node power-loss hits (default: the damage node, or the next one with disk-full)")
     run.add_argument("--ports", default=None, metavar="LOW-HIGH",
-                     help="take the nodes' listener ports from this range (default: any free ones)")
+                     help="take every listener port of the run (nodes and fault proxies) from this range "
+                          "(default: any free ones)")
     return parser
 
 
+def _port_range(parser: argparse.ArgumentParser, text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    low, sep, high = text.partition("-")
+    if not sep or not low.strip().isdigit() or not high.strip().isdigit() or not 0 < int(low) <= int(high) < 65536:
+        parser.error(f"--ports wants LOW-HIGH, e.g. 27000-27499 (got {text!r})")
+    return int(low), int(high)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     nemesis = () if args.nemesis in ("", "none") else tuple(n.strip() for n in args.nemesis.split(",") if n.strip())
     config = RunConfig(
@@ -68,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         fault_interval_s=args.fault_interval, recovery_s=args.recovery, seed=args.seed,
         store=args.store, test_name=args.name, keep_data=args.keep_data,
         damage_node=args.damage_node, power_node=args.power_node, flush_policy=args.flush_policy,
-        port_range=tuple(int(p) for p in args.ports.split("-", 1)) if args.ports else None,
+        port_range=_port_range(parser, args.ports),
     )  # fmt: skip
     return run_main(config, out=sys.stdout)
 

@@ -103,7 +103,7 @@ class LocalCluster:
         self._secret = secrets.token_urlsafe(24)
         self.settings = dict(FAST_SETTINGS if settings is None else settings)
         self.stop_grace_s = stop_grace_s
-        ports = _ports_in(port_range, 5 * size, host) if port_range else free_ports(5 * size, host)
+        ports = ports_in(port_range, 5 * size, host) if port_range else free_ports(5 * size, host)
         self.small_disks: dict[int, Path] = {}
         self.lazy_disks: dict[int, LazyFsMount] = {}
         self.ports: dict[int, NodePorts] = {
@@ -147,6 +147,13 @@ class LocalCluster:
 
     def bootstrap(self) -> list[str]:
         return [self.client_address(n) for n in self.node_ids]
+
+    def kafka_address(self, node_id: int) -> str:
+        """The node's Kafka-protocol listener, "host:port"."""
+        return str(self.configs[node_id].listeners.kafka)
+
+    def kafka_bootstrap(self) -> list[str]:
+        return [self.kafka_address(n) for n in self.node_ids]
 
     def data_dir(self, node_id: int) -> Path:
         return self.configs[node_id].data_dir
@@ -513,9 +520,11 @@ class LocalCluster:
         return True
 
 
-def _ports_in(port_range: tuple[int, int], count: int, host: str) -> list[int]:
+def ports_in(port_range: tuple[int, int], count: int, host: str = "127.0.0.1") -> list[int]:
     """`count` ports free now, the lowest ones of [low, high] (a caller's own range)."""
     low, high = port_range
+    if not 0 < low <= high < 65536:
+        raise DbError(f"bad port range {low}-{high}")
     chosen = [p for p in range(low, high + 1) if not port_in_use(host, p)][:count]
     if len(chosen) < count:
         raise DbError(f"fewer than {count} free ports in {low}-{high}")

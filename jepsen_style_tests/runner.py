@@ -16,7 +16,11 @@ final phase heals everything, waits `recovery_s`, and reads every partition to i
 
 Workloads (`WORKLOADS`): ``queue`` mixes sends, polls and manual ``assign``s; ``group`` mixes
 sends, polls, ``subscribe``s to the one consumer group `GROUP_ID` and ``commit``s of the
-members' positions (the final phase reads with ``assign`` in both).
+members' positions (the final phase reads with ``assign`` in all). ``kafka`` (the group mix)
+and ``kafka-assign`` (the queue mix) speak Kafka's wire protocol through confluent-kafka
+(`kafka_client.KafkaClient`: an idempotent producer, consumers in the group or by assign) to
+the nodes' Kafka listeners. (A mix of assigns and subscribes in one run would not do: each
+switch is a fresh consumer starting over, which the checker rightly calls nonmonotonic.)
 
 The interpreter follows `generator`'s contract exactly (the same loop as `generator.simulate`,
 with the trio clock): an op is recorded before it is dispatched; a completion is recorded,
@@ -38,7 +42,7 @@ import logging
 import random
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TextIO
 
@@ -48,7 +52,8 @@ from . import generator as g
 from . import net
 from .checker import CheckResult, check
 from .client import Client, ClientOptions
-from .db import LocalCluster
+from .kafka_client import KafkaClient
+from .db import LocalCluster, ports_in
 from .history import NEMESIS, History, HistoryWriter, Op, key_of
 from .nemesis import FAULT_NAMES, POWER_FAULTS, STORAGE_FAULTS, Nemesis, faults
 from .report import ReportFiles, run_dir, write_report
@@ -62,7 +67,8 @@ TOPIC = "jepsen"
 READY_TIMEOUT_S = 60.0
 PROGRESS_EVERY_S = 5.0
 VALUE_STRIDE = 1_000_000_000
-WORKLOADS = ("queue", "group")
+WORKLOADS = ("queue", "group", "kafka", "kafka-assign")
+KAFKA_WORKLOADS = ("kafka", "kafka-assign")
 GROUP_ID = "jepsen"  # the one consumer group of the group workload
 MAX_OPS = 2_000_000  # a bound on one history (about 1 GB of JSON at most)
 
@@ -88,7 +94,9 @@ class RunConfig:
     network: bool = True
     damage_node: int | None = None  # the node the storage faults hit (default: drawn by the seed)
     power_node: int | None = None  # the node power-loss hits (default: see `power_node_for`)
-    port_range: tuple[int, int] | None = None  # node listener ports (default: any free ones)
+    # Inclusive (low, high): every listener of the run (nodes and fault proxies) in it; any free
+    # ports when None.
+    port_range: tuple[int, int] | None = None
     # The topic's flush_policy: "always" fsyncs before acknowledging; "interval" (fsync every
     # 60 s here) does not, a control that power-loss-all must catch losing acknowledged writes.
     flush_policy: str = "always"
@@ -119,8 +127,9 @@ def workload(config: RunConfig, keys: Sequence[str], rng: random.Random) -> g.Ge
         # Three send streams weigh sends 3:2:1 against polls and assigns; their value ranges
         # are disjoint, so every value stays unique for the run.
         *(g.sends(keys, first_value=k * VALUE_STRIDE) for k in range(3)), g.polls(poll_ms=100), g.polls(poll_ms=100),
-        # queue: manual assigns; group: subscribes to one consumer group and commits positions.
-        *((g.reassigns(keys),) if config.workload == "queue" else
+        # queue (and kafka-assign): manual assigns; group (and kafka): subscribes to one consumer
+        # group and commits positions.
+        *((g.reassigns(keys),) if config.workload in ("queue", "kafka-assign") else
           (g.reassigns(keys, f="subscribe", group=GROUP_ID), g.repeat({"f": "commit", "value": None}))),
     ))  # fmt: skip
     main: list[Any] = [g.time_limit(limit_ns, g.clients(client_ops))]
@@ -140,12 +149,14 @@ class _Interpreter:
     """Runs a generator against real clients and the nemesis (see the module docstring)."""
 
     def __init__(self, gen: g.Generator, writer: HistoryWriter, *, concurrency: int, rng: random.Random,
-                 bootstrap: Sequence[str], nemesis: Nemesis, out: TextIO | None):
+                 bootstrap: Sequence[str], nemesis: Nemesis, out: TextIO | None,
+                 client_class: Callable[..., Any] = Client):
         self.gen: g.Generator | None = gen
         self.writer = writer
         self.concurrency = concurrency
         self.rng = rng
         self.bootstrap = list(bootstrap)
+        self.client_class = client_class
         self.nemesis = nemesis
         self.out = out
         self.ops: list[Op] = []
@@ -180,7 +191,7 @@ class _Interpreter:
             else:
                 client = self.clients.get(invoke.process)
                 if client is None:
-                    client = self.clients[invoke.process] = Client(self.bootstrap, options=ClientOptions())
+                    client = self.clients[invoke.process] = self.client_class(self.bootstrap, options=ClientOptions())
                 kind, value, error, extra = await client.invoke(invoke)
         except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:
             log.warning("op %s on %s raised %r", invoke.f, invoke.process, exc)
@@ -325,6 +336,19 @@ def _create_topic(db: LocalCluster, partitions: int, replication_factor: int,
             time.sleep(0.1)  # poll interval of a deadline-bounded wait
 
 
+def _network(config: RunConfig, db: LocalCluster) -> net.Network | None:
+    """The run's fault proxies (with `config.network`), on ports of `config.port_range` above
+    the nodes' when it is given."""
+    if not config.network or config.nodes < 2:
+        return None
+    targets = db.targets()
+    if config.port_range is None:
+        return net.Network(targets)
+    taken = max(p for ports in db.ports.values() for p in dataclasses.astuple(ports))
+    listen = ports_in((taken + 1, config.port_range[1]), net.Network.proxy_count(targets))
+    return net.Network(targets, listen_ports=listen)
+
+
 async def run(config: RunConfig, *, out: TextIO | None = sys.stdout) -> RunOutcome:
     """Runs one test; returns its outcome (verdict, result, history, report files)."""
     seed = config.seed if config.seed is not None else random.SystemRandom().randrange(1 << 32)
@@ -351,7 +375,7 @@ async def run(config: RunConfig, *, out: TextIO | None = sys.stdout) -> RunOutco
             config = dataclasses.replace(config, nemesis=tuple(n for n in config.nemesis if n != "disk-full"))
             if out is not None:
                 out.write(f"disk-full left out: {why_not}\n")
-    network = net.Network(db.targets()) if config.network and config.nodes >= 2 else None
+    network = _network(config, db)
     nemesis = Nemesis(db, network, rng=random.Random(rng.getrandbits(64)), keys=keys)
     gen = workload(config, keys, rng)
     try:
@@ -369,8 +393,10 @@ async def run(config: RunConfig, *, out: TextIO | None = sys.stdout) -> RunOutco
             await trio.to_thread.run_sync(_create_topic, db, config.partitions, min(3, config.nodes),
                                           topic_configs)
             with HistoryWriter(directory / "history.jsonl") as writer:
+                kafka = config.workload in KAFKA_WORKLOADS
                 interpreter = _Interpreter(gen, writer, concurrency=config.concurrency, rng=rng,
-                                           bootstrap=db.bootstrap(), nemesis=nemesis, out=out)
+                                           bootstrap=db.kafka_bootstrap() if kafka else db.bootstrap(),
+                                           nemesis=nemesis, out=out, client_class=KafkaClient if kafka else Client)
                 ops = await interpreter.run()
             nursery.cancel_scope.cancel()
     finally:

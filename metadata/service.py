@@ -25,7 +25,7 @@ This module owns the routing between them: a controller call runs here when this
 controller, else goes to the controller's peer listener (`_controller_call`); and the client
 ops below.
 
-Client ops: metadata (answered from the local image), create_topic, delete_topic,
+Client ops: metadata (answered from the local image), create_topic, create_partitions, delete_topic,
 alter_configs (controller; forwarded to it with the peer op `controller_forward` when this
 node is not it), describe_configs (local image), cluster_status (the controller's view when it
 can be reached within a second or two, else this node's own).
@@ -153,6 +153,7 @@ class MetadataService:
         self.client_handlers: Mapping[str, Handler] = {
             "metadata": self._client_metadata,
             "create_topic": self._client_admin,
+            "create_partitions": self._client_admin,
             "delete_topic": self._client_admin,
             "alter_configs": self._client_admin,
             "describe_configs": self._client_describe_configs,

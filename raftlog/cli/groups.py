@@ -91,12 +91,16 @@ def groups_describe(group_id: str, bootstrap: str, timeout: float, as_json: bool
         return
     click.echo(f"group {group_id}: {d['state']}" + (f" ({d['protocol']})" if d.get("protocol") else "")
                + f", {len(d['members'])} member(s)")
+    unreadable = [m["member_id"] for m in d["members"] if not m.get("assignment_readable", True)]
+    if unreadable and d.get("protocol_type") == "consumer":
+        click.echo(f"{len(unreadable)} member(s) with an assignment that is not Kafka's ConsumerProtocol")
     if not d["partitions"]:
         click.echo("no committed offsets and no assigned partitions")
         return
-    table([("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "CLIENT-ID")] + [
+    table([("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
+            "CLIENT-ID")] + [
         (r["topic"], str(r["partition"]), _s(r["committed_offset"]), _s(r["log_end_offset"]), _s(r["lag"]),
-         _s(r["member_id"]), _s(r["client_id"]))
+         _s(r["member_id"]), _s(r.get("host")), _s(r["client_id"]))
         for r in d["partitions"]
     ])
 

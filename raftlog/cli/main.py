@@ -460,30 +460,42 @@ def topics_delete(ctx: click.Context, name: str, bootstrap: str, timeout: float,
 @click.argument("name")
 @click.option("--set", "set_items", multiple=True, metavar="KEY=VALUE", help="Set a config (repeatable).")
 @click.option("--delete", "delete_keys", multiple=True, metavar="KEY", help="Back to the default (repeatable).")
+@click.option("--partitions", "-p", type=click.IntRange(1), default=None,
+              help="Grow the topic to this many partitions (never fewer; keyed records may then "
+                   "map to other partitions, as in Kafka).")
 @admin_options
 @click.pass_context
 @friendly
 def topics_alter(ctx: click.Context, name: str, set_items: tuple[str, ...], delete_keys: tuple[str, ...],
-                 bootstrap: str, timeout: float, as_json: bool) -> None:
-    """Change topic NAME's configs; prints the configs set explicitly afterwards.
+                 partitions: int | None, bootstrap: str, timeout: float, as_json: bool) -> None:
+    """Change topic NAME's configs (prints the configs set explicitly afterwards) and/or its
+    partition count (kafka-topics --alter --partitions).
 
     \b
     Example:
       raftlog topics alter demo --set retention_ms=3600000 --delete segment_bytes
+      raftlog topics alter demo --partitions 12
     """
     store(ctx, bootstrap=bootstrap, timeout=timeout)
-    if not set_items and not delete_keys:
-        raise CliFailure("nothing to change: give --set KEY=VALUE and/or --delete KEY")
+    if not set_items and not delete_keys and partitions is None:
+        raise CliFailure("nothing to change: give --set KEY=VALUE, --delete KEY and/or --partitions N")
     pairs = _parse_pairs(set_items, "--set")
+    out: dict[str, Any] = {"name": name}
     with admin_from_context(ctx) as admin:
         _require_topic(admin, name)
-        configs = admin.alter_configs(name, pairs, list(delete_keys))
+        if partitions is not None:
+            topic = admin.create_partitions(name, partitions)
+            out["partitions"] = len(topic.partitions)
+        if set_items or delete_keys:
+            out["configs"] = admin.alter_configs(name, pairs, list(delete_keys))
     if as_json:
-        emit_json({"name": name, "configs": configs})
+        emit_json(out)
         return
-    click.echo(f"altered topic {name}; configs now: " +
-               (", ".join(f"{k}={v}" for k, v in sorted(configs.items())) or "(defaults)"))
-
+    if "partitions" in out:
+        click.echo(f"topic {name} now has {out['partitions']} partitions")
+    if "configs" in out:
+        click.echo(f"altered topic {name}; configs now: " +
+                   (", ".join(f"{k}={v}" for k, v in sorted(out["configs"].items())) or "(defaults)"))
 
 
 main.add_command(_records.produce_cmd)

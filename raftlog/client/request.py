@@ -29,7 +29,9 @@ __all__ = [
     "fetch_request",
     "list_offsets_request",
     "init_producer_id_request",
+    "create_partitions_request",
     "create_topic_request",
+    "delete_records_request",
     "delete_topic_request",
     "alter_configs_request",
     "cluster_status_request",
@@ -165,6 +167,19 @@ def create_topic_request(
         "replication_factor": replication_factor,
         "configs": {str(k): str(v) for k, v in (configs or {}).items()},
     }
+
+
+def create_partitions_request(name: str, partitions: int, validate_only: bool = False) -> dict:
+    """Grow topic `name` to `partitions` partitions (the new total)."""
+    return {"op": "create_partitions", "name": name, "partitions": partitions,
+            "validate_only": validate_only}
+
+
+def delete_records_request(partitions: Iterable[tuple[str, int, int]]) -> dict:
+    """`partitions`: (topic, partition, offset): every record below `offset` goes (-1: up
+    to the high watermark). Send it to the partition's leader."""
+    return {"op": "delete_records",
+            "partitions": [{"topic": t, "partition": p, "offset": o} for t, p, o in partitions]}
 
 
 def delete_topic_request(name: str) -> dict:
