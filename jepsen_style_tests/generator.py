@@ -48,6 +48,10 @@ The interpreter contract (what `simulate` does and the runner must do the same w
 3. On a completion: append it, ``gen = gen.update(ctx, completion)``, free the process — but a
    client process whose op ended ``info`` is retired and its worker continues as
    ``process + concurrency`` with a fresh client.
+
+Size (issue 13's ~800-line rule): over it because the small generator combinators (as in
+Jepsen's generator library) read best beside the interpreter that runs them; the
+interpreter is the seam.
 """
 
 from __future__ import annotations

@@ -21,6 +21,9 @@ Invariants:
   the same bytes with the same errors.
 * The fast path `BatchBuilder.append_value` writes exactly what `append` does, with the
   same checks and errors (the test_batch_fastpath tests hold it, and the decoders, to it).
+
+Size (issue 13's ~800-line rule): over it because the builder, the one record walk and its
+fast path are held byte for byte to each other; builder versus decoders is the seam.
 """
 
 from __future__ import annotations

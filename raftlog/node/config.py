@@ -58,6 +58,10 @@ Invariants:
   unless `allow_plaintext = true`.
 * `ensure_meta_properties` ties a data dir to one (cluster_id, node_id) for life, like
   Kafka's meta.properties; it writes the file atomically and fsyncs it and its directory.
+
+Size (issue 13's ~800-line rule): over it because it is one table of node settings with
+their validation and their file, environment and flag loading; the security checks are the
+seam to cut along.
 """
 
 from __future__ import annotations
