@@ -582,6 +582,15 @@ class Replica:
         if not self._inbox and not self._lock.locked():
             await self._event(RaftCore.handle, message)
             return
+        self.deliver_soon(message)
+
+    def deliver_soon(self, message: Any) -> None:
+        """Queue a Raft message and return at once; the replica's own task handles it. For a
+        peer op carrying many partitions' votes: handling one may wait for a quorum-state
+        fsync, and in line those fsyncs added up (1,000 partitions: seconds per batch, past
+        the votes' election timeouts, so elections never finished)."""
+        if not self.online:
+            return
         if len(self._inbox) >= MAX_INBOX:
             self._inbox.popleft()
             self.dropped_messages += 1

@@ -38,6 +38,7 @@ Peer ops (fields; every message names its partition with `topic` and `partition`
     `max_bytes`; an empty list after `max_wait_ms`. A fetch for a partition this broker does
     not host is dropped (the follower's core re-sends after its fetch timeout).
 `raft` {broker_id: int (the sender), messages: [{type, topic, partition, epoch, ...}]} -> {}
+    (answered once queued to each replica, not handled: see Replica.deliver_soon)
     type "vote_request" {last_epoch, log_end_offset, pre_vote, unclean?: true (absent =
     false)}; "vote_response" {granted,
     pre_vote, leader_id: int|null}; "begin_epoch" {}; "end_epoch" {}; "timeout_now" {}.
@@ -453,5 +454,6 @@ class ReplicationLinks:
         for topic, partition, m in decoded:
             replica = self.lookup(topic, partition)
             if replica is not None:
-                await replica.deliver(m)
+                # Not in line: a vote waits for its fsync, and one batch carries hundreds.
+                replica.deliver_soon(m)
         return {}

@@ -1,0 +1,398 @@
+#!/usr/bin/env python
+"""Scale benchmark (issue 19): many partitions x RF 3 on three local nodes.
+
+    scripts/bench scale [--partitions 1000] [--runs 3] [--idle-s 30] [--settle-s 20]
+        [--load-s 10] [--keep DIR]
+
+In one run against one 3-node cluster (real `raftlog node start` processes on free loopback
+ports, data in a temp dir, every process stopped by PID at the end) it measures:
+
+* baseline first (only a 3-partition RF 3 topic besides the internal ones): idle CPU per
+  node and produce throughput, so the figures at scale print as ratios to it;
+* creation time of `--partitions` partitions (10 topics, RF 3) until `metadata` names a
+  leader for each;
+* idle CPU per node (utime+stime from /proc/PID/stat over `--idle-s`, `--settle-s` after
+  creation), RSS (/proc/PID/status VmRSS) and open files (/proc/PID/fd), medians of --runs
+  windows;
+* produce throughput over all partitions (one connection per leader, every request carries
+  one small batch for each partition that node leads) and the elections that happened during
+  that load without any fault (false elections: the sum of leader epochs before and after);
+* --runs times: SIGKILL one node (each in turn), the time until `metadata` on a survivor
+  names a live leader for every partition (and the median per partition of those that lost
+  their leader; both as the controller records them, so a killed controller adds its own
+  failover), then restart it and time until it serves again (/health ok with every replica
+  open and the broker unfenced).
+
+Targets (issue 19) print beside each figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from partition.batch import BatchBuilder  # noqa: E402
+from raftlog.base.errors import RaftlogError, error_from_wire  # noqa: E402
+from raftlog.base.protocol import FrameDecoder, encode_frame  # noqa: E402
+from raftlog.cli.cluster import NodePorts, NodeProcess, build_node_configs, free_ports, stop_all, write_node_config  # noqa: E402
+from raftlog.node.config import new_cluster_id  # noqa: E402
+
+TOPICS = 10
+RECORDS_PER_BATCH = 10
+RECORD_BYTES = 100
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+POLL_S = 0.05
+
+
+class Conn:
+    def __init__(self, address: str, timeout_s: float = 30.0):
+        host, _, port = address.rpartition(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout_s)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.decoder = FrameDecoder(1 << 30)
+        self.next_id = 1
+
+    def send(self, op: str, **fields: Any) -> int:
+        rid = self.next_id
+        self.next_id += 1
+        self.sock.sendall(encode_frame({**fields, "v": 1, "id": rid, "op": op}))
+        return rid
+
+    def receive(self) -> dict:
+        while True:
+            frame = self.decoder.next_frame()
+            if frame is not None:
+                return frame
+            data = self.sock.recv(1 << 20)
+            if not data:
+                raise ConnectionError("closed")
+            self.decoder.feed(data)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime (fields 14, 15)
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def open_files(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def batch_bytes() -> bytes:
+    b = BatchBuilder()
+    ts = int(time.time() * 1000)
+    for _ in range(RECORDS_PER_BATCH):
+        b.append(b"x" * RECORD_BYTES, None, timestamp_ms=ts)
+    return b.build()
+
+
+class Cluster:
+    def __init__(self, root: Path, settings: dict[str, Any]):
+        self.root = root
+        self.configs = build_node_configs(root, new_cluster_id(), secrets.token_urlsafe(24),
+                                          {i: NodePorts(*free_ports(5)) for i in (1, 2, 3)},
+                                          settings=settings)
+        self.procs: dict[int, NodeProcess] = {}
+        self.led_now = 0
+
+    def start(self, i: int) -> None:
+        cfg = self.configs[i]
+        self.procs[i] = NodeProcess(i, write_node_config(cfg), cfg.data_dir / "node.log").start()
+
+    def pid(self, i: int) -> int:
+        pid = self.procs[i].pid
+        assert pid is not None
+        return pid
+
+    def client(self, i: int) -> str:
+        return str(self.configs[i].listeners.client)
+
+    def live(self) -> list[int]:
+        return [i for i, p in sorted(self.procs.items()) if p.alive()]
+
+    def call(self, i: int, op: str, timeout_s: float = 30.0, **fields: Any) -> dict:
+        conn = Conn(self.client(i), timeout_s)
+        try:
+            conn.send(op, **fields)
+            resp = conn.receive()
+        finally:
+            conn.close()
+        if "error" in resp:
+            raise error_from_wire(resp["error"])
+        return resp
+
+    def wait(self, predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
+        deadline = time.monotonic() + timeout_s
+        last: BaseException | None = None
+        pause = threading.Event()
+        while time.monotonic() < deadline:
+            try:
+                value = predicate()
+                if value:
+                    return value
+            except (OSError, KeyError, TypeError, RaftlogError) as exc:
+                last = exc  # not yet: the cluster is still settling
+            pause.wait(POLL_S)
+        raise SystemExit(f"timed out after {timeout_s} s waiting for {what}: {last!r} "
+                         f"(partitions led: {self.led_now})")
+
+    def ready(self) -> bool:
+        st = self.call(self.live()[0], "cluster_status", 5.0)
+        unfenced = {b["id"] for b in st["brokers"] if not b["fenced"]}
+        return st.get("controller_id") is not None and set(self.live()) <= unfenced
+
+    def partitions(self, via: int, topics: list[str]) -> dict[tuple[str, int], dict]:
+        md = self.call(via, "metadata", 10.0, topics=topics)
+        out = {}
+        for t in md["topics"]:
+            if "error" in t:
+                raise KeyError(t["name"])
+            for p in t["partitions"]:
+                out[(t["name"], p["partition"])] = p
+        return out
+
+    def all_led(self, via: int, topics: list[str], expected: int, live: set[int]) -> dict | None:
+        parts = self.partitions(via, topics)
+        self.led_now = sum(1 for p in parts.values() if p["leader"] in live)
+        if len(parts) == expected and self.led_now == expected:
+            return parts
+        return None
+
+    def health(self, i: int) -> dict:
+        listener = self.configs[i].listeners.http
+        try:
+            with urllib.request.urlopen(f"http://{listener.host}:{listener.port}/health", timeout=5) as r:
+                return json.loads(r.read())
+        except urllib.error.HTTPError as exc:
+            body = json.loads(exc.read() or b"{}")
+            exc.close()
+            return body
+
+    def stop(self) -> None:
+        stop_all(self.procs.values(), 15)
+
+
+def idle_cpu(cluster: Cluster, seconds: float) -> dict[int, float]:
+    """Fraction of one core each node's process used over `seconds`."""
+    before = {i: cpu_seconds(cluster.pid(i)) for i in cluster.live()}
+    t0 = time.monotonic()
+    threading.Event().wait(seconds)
+    elapsed = time.monotonic() - t0
+    return {i: (cpu_seconds(cluster.pid(i)) - c) / elapsed for i, c in before.items()}
+
+
+def produce_load(cluster: Cluster, parts: dict[tuple[str, int], dict], seconds: float,
+                 window: int = 2) -> dict[str, float]:
+    """Every leader gets one connection keeping `window` requests in flight; each request
+    carries one batch for every partition that node leads. Returns records/s and errors."""
+    batch = batch_bytes()
+    by_leader: dict[int, list[dict]] = {}
+    for (topic, p), info in parts.items():
+        by_leader.setdefault(info["leader"], []).append({"topic": topic, "partition": p, "records": batch})
+    acked = [0]
+    errors = [0]
+    lock = threading.Lock()
+    end = time.monotonic() + seconds
+
+    def run(leader: int, partitions: list[dict]) -> None:
+        conn = Conn(cluster.client(leader), 60)
+        inflight = 0
+        try:
+            while True:
+                while inflight < window and time.monotonic() < end:
+                    conn.send("produce", acks=-1, timeout_ms=10_000, partitions=partitions)
+                    inflight += 1
+                if not inflight:
+                    return
+                resp = conn.receive()
+                inflight -= 1
+                ok = 0 if "error" in resp else sum(1 for p in resp["partitions"] if "error" not in p)
+                with lock:
+                    acked[0] += ok
+                    errors[0] += len(partitions) - ok
+        finally:
+            conn.close()
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=run, args=item) for item in by_leader.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - t0
+    return {"records_per_s": acked[0] * RECORDS_PER_BATCH / elapsed, "batch_errors": errors[0]}
+
+
+def epochs(parts: dict[tuple[str, int], dict]) -> int:
+    return sum(p["leader_epoch"] for p in parts.values())
+
+
+def fmt_nodes(values: dict[int, float], spec: str) -> str:
+    return " ".join(f"n{i} {format(v, spec)}" for i, v in sorted(values.items()))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--partitions", type=int, default=1000, help="in 10 topics, RF 3")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--idle-s", type=float, default=30.0)
+    ap.add_argument("--settle-s", type=float, default=20.0)
+    ap.add_argument("--load-s", type=float, default=10.0)
+    ap.add_argument("--heartbeat-ms", type=int, default=1500)
+    ap.add_argument("--session-timeout-ms", type=int, default=9000)
+    ap.add_argument("--keep", help="data directory to use and keep (default: a temp dir)")
+    args = ap.parse_args()
+    per_topic = max(1, args.partitions // TOPICS)
+    total = per_topic * TOPICS
+
+    root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="scale-bench-"))
+    settings = {"heartbeat_ms": args.heartbeat_ms, "session_timeout_ms": args.session_timeout_ms}
+    cluster = Cluster(root, settings)
+    try:
+        for i in (1, 2, 3):
+            cluster.start(i)
+        cluster.wait(cluster.ready, 90, "a ready cluster")
+        print(f"3 local nodes in {root}; {os.cpu_count()} CPUs; load {os.getloadavg()[0]:.2f}; "
+              f"{total} partitions ({TOPICS} topics x {per_topic}) RF 3; runs {args.runs}", flush=True)
+
+        # ---------------------------------------------------------------- baseline
+        cluster.wait(lambda: cluster.call(1, "create_topic", name="base", partitions=3, replication_factor=3),
+                     60, "create_topic base")
+        base_parts = cluster.wait(lambda: cluster.all_led(1, ["base"], 3, {1, 2, 3}), 60, "base leaders")
+        threading.Event().wait(min(args.settle_s, 5))
+        base_cpu = [idle_cpu(cluster, args.idle_s) for _ in range(max(1, args.runs))]
+        base_idle = {i: statistics.median(r[i] for r in base_cpu) for i in (1, 2, 3)}
+        base_load = produce_load(cluster, base_parts, args.load_s)
+        # the same bytes per request concentrated in 3 partitions
+        print(f"baseline (3 partitions): idle CPU {fmt_nodes(base_idle, '.1%')}; "
+              f"produce {base_load['records_per_s']:.0f} records/s "
+              f"(one {RECORDS_PER_BATCH}-record batch per partition per request)", flush=True)
+
+        # ---------------------------------------------------------------- creation
+        topics = [f"scale-{t}" for t in range(TOPICS)]
+        t0 = time.monotonic()
+        for name in topics:
+            def create(name: str = name) -> bool:
+                try:
+                    cluster.call(1, "create_topic", 60.0, name=name, partitions=per_topic, replication_factor=3)
+                except RaftlogError as exc:
+                    if exc.code != "TOPIC_ALREADY_EXISTS":
+                        raise  # NOT_CONTROLLER etc.: the wait retries
+                return True
+
+            cluster.wait(create, 120, f"create_topic {name}")
+        created = time.monotonic() - t0
+        parts = cluster.wait(lambda: cluster.all_led(1, topics, total, {1, 2, 3}), 900, "every partition led")
+        led = time.monotonic() - t0
+        print(f"create {total} partitions: {created:.1f} s; all led after {led:.1f} s "
+              f"(issue baseline 19.2 s)", flush=True)
+
+        # ---------------------------------------------------------------- idle
+        threading.Event().wait(args.settle_s)
+        cpu_runs = [idle_cpu(cluster, args.idle_s) for _ in range(max(1, args.runs))]
+        idle = {i: statistics.median(r[i] for r in cpu_runs) for i in (1, 2, 3)}
+        rss = {i: rss_mib(cluster.pid(i)) for i in (1, 2, 3)}
+        fds = {i: float(open_files(cluster.pid(i))) for i in (1, 2, 3)}
+        print(f"idle CPU per node (median of {args.runs} x {args.idle_s:g} s): {fmt_nodes(idle, '.1%')} "
+              f"[target < 5%; ratio to baseline {fmt_nodes({i: idle[i] / max(base_idle[i], 1e-6) for i in idle}, '.1f')}]")
+        print(f"RSS MiB: {fmt_nodes(rss, '.0f')}; open files: {fmt_nodes(fds, '.0f')} "
+              f"[target: bounded, not ~2 per partition]", flush=True)
+
+        # ---------------------------------------------------------------- load
+        before = epochs(cluster.partitions(1, topics))
+        load = produce_load(cluster, parts, args.load_s)
+        parts = cluster.wait(lambda: cluster.all_led(1, topics, total, {1, 2, 3}), 60, "every partition led")
+        false_elections = epochs(parts) - before
+        print(f"produce over {total} partitions: {load['records_per_s']:.0f} records/s "
+              f"(ratio to 3 partitions {load['records_per_s'] / max(base_load['records_per_s'], 1):.2f}; "
+              f"batch errors {load['batch_errors']}); elections during load without faults: "
+              f"{false_elections} [target 0]", flush=True)
+
+        # ---------------------------------------------------------------- kill / restart
+        all_led_s: list[float] = []
+        per_part_s: list[float] = []
+        restart_s: list[float] = []
+        for run in range(args.runs):
+            victim = run % 3 + 1
+            cluster.wait(cluster.ready, 120, "a ready cluster")
+            parts = cluster.wait(lambda: cluster.all_led(1, topics, total, {1, 2, 3}), 120, "every partition led")
+            orphans = {k for k, p in parts.items() if p["leader"] == victim}
+            survivors = {1, 2, 3} - {victim}
+            via = min(survivors)
+            t0 = time.monotonic()
+            cluster.procs[victim].kill()
+            first_led: dict[tuple[str, int], float] = {}
+            deadline = t0 + 300
+            while time.monotonic() < deadline:
+                try:
+                    now_parts = cluster.partitions(via, topics)
+                except (OSError, RaftlogError):
+                    threading.Event().wait(POLL_S)
+                    continue
+                now = time.monotonic() - t0
+                for k in orphans:
+                    if k not in first_led and now_parts[k]["leader"] in survivors:
+                        first_led[k] = now
+                if all(p["leader"] in survivors for p in now_parts.values()):
+                    break
+                threading.Event().wait(POLL_S)
+            else:
+                raise SystemExit(f"not every partition led 300 s after killing node {victim}")
+            all_led_s.append(time.monotonic() - t0)
+            per_part = statistics.median(first_led.values()) if first_led else 0.0
+            per_part_s.append(per_part)
+
+            cluster.start(victim)
+            t1 = time.monotonic()
+            expected = sum(1 for p in parts.values() if victim in p["replicas"])
+
+            def serving() -> bool:
+                h = cluster.health(victim)
+                rm = h.get("replicas", {})
+                return h.get("ok") is True and rm.get("replicas", 0) >= expected and cluster.ready()
+
+            cluster.wait(serving, 300, f"node {victim} serving")
+            restart_s.append(time.monotonic() - t1)
+            print(f"run {run + 1}: killed node {victim} ({len(orphans)} partitions led there): every "
+                  f"partition led after {all_led_s[-1]:.2f} s, median per partition {per_part:.2f} s; "
+                  f"restart to serving {restart_s[-1]:.2f} s", flush=True)
+        if args.runs:
+            print(f"every partition led after a kill: median {statistics.median(all_led_s):.2f} s [target < 5 s]")
+            print(f"partition failover (median per partition, median of runs): "
+                  f"{statistics.median(per_part_s):.2f} s [target < 1 s]")
+            print(f"node restart to serving: median {statistics.median(restart_s):.2f} s [target < 5 s "
+                  f"(issue: with a 1 GiB active segment; here small segments)]")
+        return 0
+    finally:
+        cluster.stop()
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
