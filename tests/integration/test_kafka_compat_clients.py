@@ -62,8 +62,10 @@ def create(cluster, name: str, partitions: int, rf: int = 3) -> None:
 
 
 def leader_of(cluster, topic: str) -> int:
+    """Partition 0's leader (polled: just after a node restart the answer may be "none yet")."""
     with Admin(cluster.bootstrap()) as admin:
-        return admin.describe_topics([topic])[topic].partitions[0].leader
+        return cluster.wait_for(lambda: admin.describe_topics([topic])[topic].partitions[0].leader,
+                                20, f"leader of {topic}")
 
 
 def ck_consume(bootstrap: str, topic: str, expect: int) -> list[Any]:
@@ -160,6 +162,39 @@ def test_aiokafka_idempotent_produce_across_leader_kill_is_exactly_once(cluster)
         restart(cluster, leader)
 
 
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed (scripts/test installs it)")
+def test_kcat_idempotent_produce_across_leader_kill_is_exactly_once(cluster):
+    topic = "kcat-kill"
+    create(cluster, topic, 1)
+    leader = leader_of(cluster, topic)
+    # kcat exits non-zero when any message fails delivery, so exit 0 means every line was acked
+    kcat = subprocess.Popen(["kcat", "-b", cluster.kafka_bootstrap(), "-P", "-t", topic, "-p", "0",
+                             "-X", "enable.idempotence=true", "-X", "acks=all", "-X", "linger.ms=2",
+                             "-X", "message.timeout.ms=90000"],
+                            stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        first = TOTAL // 3
+        kcat.stdin.write(b"".join(b"%d\n" % i for i in range(first)))
+        kcat.stdin.flush()
+        # kcat reads stdin in blocks and keeps a partial one back, so wait for most of the first
+        # third, not all of it: what matters is that the leader dies with records in flight
+        watcher = CKConsumer({"bootstrap.servers": cluster.kafka_bootstrap(), "group.id": "unused"})
+        try:
+            cluster.wait_for(lambda: watcher.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)[1] >= first // 2,
+                             TIMEOUT_S, "half of the first third acked")
+        finally:
+            watcher.close()
+        cluster.kill(leader)  # SIGKILL by PID, mid-stream
+        _, stderr = kcat.communicate(b"".join(b"%d\n" % i for i in range(first, TOTAL)), timeout=150)
+        assert kcat.returncode == 0, stderr.decode()[-2000:]
+        assert_exactly_once(cluster, topic, list(range(TOTAL)), 0)
+    finally:
+        if kcat.poll() is None:
+            kcat.kill()
+            kcat.wait(10)
+        restart(cluster, leader)
+
+
 def produce_stamped(cluster, topic: str, base: int) -> list[int]:
     """Ten records stamped base, base+1s, ... (one batch each: ListOffsets answers at batch granularity)."""
     p = CKProducer({"bootstrap.servers": cluster.kafka_bootstrap(), "acks": "all"})
@@ -242,21 +277,24 @@ def test_kafka_python_admin_topics_and_configs(cluster):
         assert all(len(p["replica_nodes"]) == 3 for p in described["partitions"])
 
         res = ConfigResource(ConfigResourceType.TOPIC, topic)
+
+        def modified_becomes(expected: dict[str, str]) -> None:
+            # DescribeConfigs answers from the answering node's metadata image, which follows
+            # the controller's a moment later (as a Kafka broker's metadata cache does)
+            cluster.wait_for(lambda: {k: v["value"] for k, v in admin.describe_configs([res])["topic"][topic].items()}
+                             == expected, 20, f"{topic} configs {expected}")
+
+        modified_becomes({"retention.ms": "3600000"})  # kafka-python's default filter: modified only
         everything = admin.describe_configs([res], config_filter="all")["topic"][topic]
         assert everything["retention.ms"]["value"] == "3600000"
         assert everything["retention.ms"]["config_source"] == "DYNAMIC_TOPIC_CONFIG"
         assert everything["segment.bytes"]["config_source"] == "DEFAULT_CONFIG"
-        modified = admin.describe_configs([res])["topic"][topic]  # kafka-python's default: modified only
-        assert {k: v["value"] for k, v in modified.items()} == {"retention.ms": "3600000"}
 
         admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic,
                                             configs={"cleanup.policy": "compact"})])
-        modified = admin.describe_configs([res])["topic"][topic]
-        assert {k: v["value"] for k, v in modified.items()} == {
-            "retention.ms": "3600000", "cleanup.policy": "compact"}
+        modified_becomes({"retention.ms": "3600000", "cleanup.policy": "compact"})
         admin.reset_configs([ConfigResource(ConfigResourceType.TOPIC, topic, configs=["retention.ms"])])
-        modified = admin.describe_configs([res])["topic"][topic]
-        assert {k: v["value"] for k, v in modified.items()} == {"cleanup.policy": "compact"}
+        modified_becomes({"cleanup.policy": "compact"})
 
         result = admin.delete_topics([topic])
         assert [(t["name"], t["error_code"]) for t in result["topics"]] == [(topic, 0)]
@@ -267,16 +305,19 @@ def test_kafka_python_admin_topics_and_configs(cluster):
 
 def test_aiokafka_admin_topics_and_configs(cluster):
     aiokafka = pytest.importorskip("aiokafka")
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic, RecordsToDelete
     from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
     topic = "aio-adm"
 
     def configs_of(responses: list[Any]) -> dict[str, tuple[str, bool]]:
-        """{name: (value, is_default)} from DescribeConfigs v1+ (config_source 5 is DEFAULT_CONFIG)."""
+        """{name: (value, is_default)} from DescribeConfigs v1+ (config_source 5 is DEFAULT_CONFIG);
+        {} while the answering node does not know the topic yet."""
         [response] = responses
         [resource] = response.to_object()["resources"]
-        assert resource["error_code"] == 0 and resource["resource_name"] == topic
+        assert resource["resource_name"] == topic
+        if resource["error_code"] != 0:
+            return {}
         return {c["config_names"]: (c["config_value"], c["config_source"] == 5) for c in resource["config_entries"]}
 
     async def run() -> None:
@@ -295,16 +336,49 @@ def test_aiokafka_admin_topics_and_configs(cluster):
             assert all(len(p["replicas"]) == 3 for p in described["partitions"])
 
             res = ConfigResource(ConfigResourceType.TOPIC, topic)
-            configs = configs_of(await admin.describe_configs([res]))
-            assert configs["retention.ms"] == ("3600000", False)
+
+            async def configs_become(key: str, value: tuple[str, bool]) -> dict[str, tuple[str, bool]]:
+                # DescribeConfigs answers from the answering node's metadata image, which
+                # follows the controller's a moment later (as a Kafka broker's cache does)
+                deadline = time.monotonic() + 20
+                while (configs := configs_of(await admin.describe_configs([res]))).get(key) != value:
+                    assert time.monotonic() < deadline, f"{key} is {configs.get(key)}, never {value}"
+                    await asyncio.sleep(0.2)
+                return configs
+
+            configs = await configs_become("retention.ms", ("3600000", False))
             assert configs["segment.bytes"][1] is True
             # AlterConfigs (not incremental): the set given replaces the topic's whole set
             [altered] = await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic,
                                                                   configs={"cleanup.policy": "compact"})])
             assert [r[0] for r in altered.resources] == [0]
-            configs = configs_of(await admin.describe_configs([res]))
-            assert configs["cleanup.policy"] == ("compact", False)
-            assert configs["retention.ms"][1] is True
+            configs = await configs_become("cleanup.policy", ("compact", False))
+            assert configs["retention.ms"][1] is True  # in the same change: not in the new set
+
+            # CreatePartitions: 4 -> 6, and never fewer
+            await admin.create_partitions({topic: NewPartitions(6)})
+            deadline = time.monotonic() + 20
+            while len((await admin.describe_topics([topic]))[0]["partitions"]) != 6:
+                assert time.monotonic() < deadline, f"{topic} never had 6 partitions"
+                await asyncio.sleep(0.2)
+            with pytest.raises(aiokafka.errors.InvalidPartitionsError):
+                await admin.create_partitions({topic: NewPartitions(5)})
+            # DeleteRecords: the low watermark moves and the records below it are gone
+            producer = aiokafka.AIOKafkaProducer(bootstrap_servers=cluster.kafka_bootstrap(), acks="all")
+            await producer.start()
+            try:
+                sent = [await producer.send_and_wait(topic, b"v%d" % i, partition=5) for i in range(10)]
+            finally:
+                await producer.stop()
+            tp = aiokafka.TopicPartition(topic, 5)
+            assert await admin.delete_records({tp: RecordsToDelete(sent[6].offset)}) == {tp: sent[6].offset}
+            consumer = aiokafka.AIOKafkaConsumer(bootstrap_servers=cluster.kafka_bootstrap(),
+                                                 enable_auto_commit=False)
+            await consumer.start()
+            try:
+                assert (await consumer.beginning_offsets([tp]))[tp] == sent[6].offset
+            finally:
+                await consumer.stop()
 
             deleted = await admin.delete_topics([topic])
             assert [(t[0], t[1]) for t in deleted.topic_error_codes] == [(topic, 0)]
