@@ -1,4 +1,4 @@
-"""The cells of README's Kafka client table that test_kafka_compat.py leaves to other clients, against a real three-node cluster: kafka-python and aiokafka produce idempotently across a SIGKILL of the partition leader with every acked record exactly once; aiokafka (offsets_for_times) and kcat (`-o s@<ms>`) consume by timestamp; kafka-python's KafkaAdminClient and aiokafka's AIOKafkaAdminClient create, describe, alter and delete topics and their configs."""
+"""The cells of README's Kafka client table that test_kafka_compat.py leaves to other clients, against a real three-node cluster: kcat, kafka-python and aiokafka produce idempotently across a SIGKILL of the partition leader with every acked record exactly once; aiokafka (offsets_for_times) and kcat (`-o s@<ms>`) consume by timestamp; kafka-python's KafkaAdminClient and aiokafka's AIOKafkaAdminClient create, describe, alter and delete topics and their configs, and aiokafka grows a topic (CreatePartitions) and trims a partition (DeleteRecords)."""
 
 from __future__ import annotations
 
