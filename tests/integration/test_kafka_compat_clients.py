@@ -99,7 +99,9 @@ def assert_exactly_once(cluster, topic: str, acked: list[int], failed: int) -> N
 
 
 def restart(cluster, node: int) -> None:
-    cluster.start(node)
+    """Start a node a test killed (only if it is down: a second process would orphan the first)."""
+    if node not in cluster.live():
+        cluster.start(node)
     cluster.wait_ready(timeout_s=60)
 
 
