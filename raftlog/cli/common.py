@@ -1,6 +1,11 @@
-"""What every `raftlog` command shares: the bootstrap option and its check, one-line failures
-(`friendly`), JSON and table output. Every command module imports these public names from
-here; no command module imports another.
+"""What every `raftlog` command shares: the bootstrap option and its check, the security
+settings (`--command-config`), one-line failures (`friendly`), JSON and table output. Every
+command module imports these public names from here; no command module imports another.
+
+Security: every command that talks to the cluster takes `--command-config FILE` (Kafka's CLI
+convention; env RAFTLOG_COMMAND_CONFIG), a client.properties in librdkafka/Kafka form
+(`raftlog cluster up --secure` writes one). It is read once, when the option is parsed, and
+every client the command opens gets it: `client_kwargs()` / `security()`.
 """
 
 from __future__ import annotations
@@ -127,7 +132,38 @@ def admin_from_context(ctx: click.Context) -> Any:
 
     opts = ctx.obj
     addresses = connect(opts["bootstrap"])
-    return Admin(addresses, request_timeout_ms=int(opts["timeout"] * 1000))
+    return Admin(addresses, request_timeout_ms=int(opts["timeout"] * 1000), **client_kwargs())
+
+
+def _load_command_config(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """--command-config's callback: read the file now (a bad one stops the command before it
+    connects anywhere, naming the key at fault, never a value)."""
+    from raftlog.base.client_properties import ClientSecurity
+
+    root = ctx.find_root()
+    root.ensure_object(dict)
+    if not value:
+        return
+    try:
+        security = ClientSecurity.from_file(value)
+    except RaftlogError as exc:  # InvalidConfigError: it names the key, never a value
+        raise click.BadParameter(f"{value}: {exc.message}", ctx=ctx, param=param) from None
+    root.obj["security"] = security
+    root.obj["command_config"] = value
+
+
+def security() -> Any:
+    """The ClientSecurity of --command-config / RAFTLOG_COMMAND_CONFIG, or None."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return None
+    return (ctx.find_root().obj or {}).get("security")
+
+
+def client_kwargs() -> dict[str, Any]:
+    """Keyword arguments that give a raftlog client this command's security settings."""
+    found = security()
+    return {} if found is None else {"security": found}
 
 
 def emit_json(value: Any) -> None:
@@ -140,8 +176,19 @@ def table(rows: list[tuple[str, ...]]) -> None:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
 
 
+def command_config_option(fn: F) -> F:
+    """--command-config FILE (env RAFTLOG_COMMAND_CONFIG): the client.properties to connect with."""
+    return click.option(
+        "--command-config", type=click.Path(dir_okay=False), envvar="RAFTLOG_COMMAND_CONFIG",
+        expose_value=False, is_eager=True, callback=_load_command_config,
+        help="Client properties (security.protocol, sasl.*, ssl.*) as for Kafka's tools and "
+             "kcat -F; `raftlog cluster up --secure` writes one (env RAFTLOG_COMMAND_CONFIG).",
+    )(fn)
+
+
 def connection_options(fn: F) -> F:
-    """--bootstrap and --timeout, for every command that talks to the cluster."""
+    """--bootstrap, --timeout and --command-config, for every command that talks to the cluster."""
+    fn = command_config_option(fn)
     fn = click.option("--timeout", type=click.FloatRange(0.5, 600), default=15.0, show_default=True,
                       help="Seconds to wait for an answer.")(fn)
     fn = click.option("--bootstrap", envvar="RAFTLOG_BOOTSTRAP", default=DEFAULT_BOOTSTRAP, show_default=True,

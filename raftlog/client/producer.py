@@ -141,6 +141,8 @@ class ProducerCore(ClientCore):
         in all, then raises `blocked_error`. Raises ValueError, MessageTooLargeError."""
         n = self.partition_count(topic)
         if n is None:
+            if self.auth_error is not None:
+                raise self.auth_error  # no metadata will come with these credentials
             return NO_METADATA
         if headers is not None and not isinstance(headers, (list, tuple)):
             headers = list(headers)
@@ -370,6 +372,12 @@ class ProducerCore(ClientCore):
                 f"{b.topic}-{b.partition}: {b.record_count} record(s) not sent within delivery_timeout_ms"
             )
         return exc
+
+    def _on_auth_failed(self, error: RaftlogError, now_ms: int) -> None:
+        # Batches no attempt has sent were definitely not written: fail them with the reason.
+        for topic in {t for t, _ in self.accumulator.pending_partitions()}:
+            for b in self.accumulator.never_sent(topic):
+                self.accumulator.fail(b, error)
 
     def _after_metadata(self, now_ms: int) -> None:
         # Records for a topic that does not exist cannot wait forever: fail them now.
