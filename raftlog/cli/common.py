@@ -61,15 +61,15 @@ def friendly(fn: F) -> F:
                 raise
             click.echo(f"raftlog: {exc}", err=True)
             ctx.exit(2)
-        except RaftlogError as exc:
-            if debug:
-                raise
-            click.echo(f"raftlog: {describe_error(exc)}", err=True)
-            ctx.exit(1)
         except _client_errors() as exc:
             if debug:
                 raise
-            click.echo(f"raftlog: {exc}", err=True)
+            click.echo(f"raftlog: {exc}{_security_hint(exc)}", err=True)
+            ctx.exit(1)
+        except RaftlogError as exc:
+            if debug:
+                raise
+            click.echo(f"raftlog: {describe_error(exc)}{_security_hint(exc)}", err=True)
             ctx.exit(1)
 
     return wrapper  # type: ignore[return-value]
@@ -79,6 +79,30 @@ def _client_errors() -> tuple[type[BaseException], ...]:
     from raftlog.client import ClientClosedError, ConnectionLostError, NoBrokerAvailableError
 
     return (NoBrokerAvailableError, ConnectionLostError, ClientClosedError)
+
+
+def _security_hint(exc: BaseException) -> str:
+    """What to try when a failure looks like the wrong security settings."""
+    from raftlog.base.errors import (
+        IllegalSaslStateError,
+        SaslAuthenticationFailedError,
+        UnsupportedSaslMechanismError,
+    )
+    from raftlog.client import ConnectionLostError, NoBrokerAvailableError
+    from raftlog.client.errors import SslAuthenticationFailedError
+
+    given = (click.get_current_context().find_root().obj or {}).get("command_config")
+    if isinstance(exc, IllegalSaslStateError):
+        if given is None:
+            return " (this cluster wants a login: give --command-config FILE or set RAFTLOG_COMMAND_CONFIG)"
+        return f" (the listener wants a SASL login: check security.protocol and sasl.* in {given})"
+    if isinstance(exc, (SaslAuthenticationFailedError, UnsupportedSaslMechanismError)):
+        return f" (check sasl.username, sasl.password and sasl.mechanism in {given})" if given else ""
+    if isinstance(exc, SslAuthenticationFailedError):
+        return f" (check security.protocol and ssl.ca.location in {given})" if given else ""
+    if isinstance(exc, (ConnectionLostError, NoBrokerAvailableError)) and given is None:
+        return " (if the cluster is secure, give --command-config FILE or set RAFTLOG_COMMAND_CONFIG)"
+    return ""
 
 
 def describe_error(exc: RaftlogError) -> str:

@@ -107,7 +107,7 @@ class Network:
                     with trio.fail_after(self._send_timeout_s):
                         await conn.stream.send_all(frame)
             except RaftlogError as exc:  # the login or the certificates were refused
-                log.warning("broker %s refused the connection: %s", a.broker_id, exc)
+                log.info("broker %s refused the connection: %s", a.broker_id, exc)
                 self.refused.append((a.broker_id, exc))
                 failed.append(a.broker_id)  # skip its other sends; reported as refused
             except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError) as exc:

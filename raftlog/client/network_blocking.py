@@ -147,7 +147,7 @@ class Network:
                     conn = self._connect(a.broker_id)
                 conn.sock.sendall(frame)
             except RaftlogError as exc:  # the login or the certificates were refused
-                log.warning("broker %s refused the connection: %s", a.broker_id, exc)
+                log.info("broker %s refused the connection: %s", a.broker_id, exc)
                 self.refused.append((a.broker_id, exc))
                 failed.append(a.broker_id)  # skip its other sends; reported as refused
             except OSError as exc:
