@@ -15,6 +15,7 @@ from kafka.protocol.admin.cluster import DescribeClusterResponse
 from kafka.protocol.admin.topics import CreateTopicsResponse, DeleteTopicsResponse
 
 from metadata.topic_config import normalize_configs
+from raftlog.base.acl import CLUSTER_NAME, Operation, ResourceType
 from raftlog.base.errors import InvalidRequestError, RaftlogError
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.context import Call, KafkaContext, Later, Reply
@@ -91,6 +92,10 @@ async def handle_delete_topics(ctx: KafkaContext, call: Call) -> Reply:
 
 async def handle_describe_cluster(ctx: KafkaContext, call: Call) -> Reply:
     R = DescribeClusterResponse
+    if not ctx.allowed(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):  # Kafka's rule
+        return R(throttle_time_ms=0, error_code=errors.CLUSTER_AUTHORIZATION_FAILED,
+                 error_message="not authorized to describe the cluster", endpoint_type=1, cluster_id=ctx.cluster_id,
+                 controller_id=-1, brokers=[], cluster_authorized_operations=-2147483648)
     controller = ctx.metadata.controller_id
     return R(
         throttle_time_ms=0, error_code=errors.NONE, error_message=None, endpoint_type=1,

@@ -10,6 +10,9 @@ is the high watermark). Fetch sessions (KIP-227) are not kept: every answer has 
 0, which tells the client to send full requests. Raft's control batches are in the stream
 as Kafka's are; clients skip them.
 
+ACLs: READ on each fetched topic, DESCRIBE on each topic of ListOffsets (checked before the
+replicas are asked; a refused topic's partitions answer TOPIC_AUTHORIZATION_FAILED).
+
 ListOffsets: earliest (-2: log start offset), latest (-1: high watermark), max timestamp
 (-3, v7+: batch granularity), else the first batch whose max timestamp is at or after the
 given one (offset -1 when none), from the partition leader.
@@ -22,6 +25,7 @@ from typing import Any, Final
 from kafka.protocol.consumer.fetch import FetchResponse
 from kafka.protocol.consumer.offsets import ListOffsetsResponse
 
+from raftlog.base.acl import Operation, ResourceType
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.codec import encode_response, placeholder
 from raftlog.node.kafka.context import Call, Encoded, KafkaContext, Later, Reply
@@ -34,22 +38,32 @@ MAX_FETCH_WAIT_MS: Final = 60_000
 DEFAULT_MAX_BYTES: Final = 50 << 20
 
 
+def _allowed(ctx: KafkaContext, operation: Operation, names: list[str]) -> dict[str, bool]:
+    return {name: ctx.allowed(operation, ResourceType.TOPIC, name) for name in dict.fromkeys(names)}
+
+
 async def handle_fetch(ctx: KafkaContext, call: Call) -> Reply:
     request = call.request
     R = FetchResponse
+    allowed = _allowed(ctx, Operation.READ, [t.topic for t in request.topics])
+    refused = [{"topic": t.topic, "partition": p.partition, "error": {"code": "TOPIC_AUTHORIZATION_FAILED"}}
+               for t in request.topics if not allowed[t.topic] for p in t.partitions]
     parts = [(t.topic, p.partition, p.fetch_offset, max(1, p.partition_max_bytes))
-             for t in request.topics for p in t.partitions]
+             for t in request.topics if allowed[t.topic] for p in t.partitions]
     max_bytes = getattr(request, "max_bytes", DEFAULT_MAX_BYTES) or DEFAULT_MAX_BYTES
     max_wait_ms = max(0, min(request.max_wait_ms, MAX_FETCH_WAIT_MS, ctx.request_timeout_ms - 1000))
 
     async def answer() -> Reply:
         if ctx.replicas is None:
             results = [{"topic": t, "partition": p, "error": {"code": "NOT_LEADER"}} for t, p, _, _ in parts]
-        else:
+        elif parts:
             results = await ctx.replicas.fetch_partitions(
                 parts, max_wait_ms=max_wait_ms, min_bytes=max(0, request.min_bytes),
                 max_bytes=max(1, max_bytes), zero_copy=True,
             )  # fmt: skip
+        else:
+            results = []
+        results = [*results, *refused]
         splices: dict[bytes, Any] = {}
         topics: dict[str, list[Any]] = {}
         try:
@@ -60,7 +74,7 @@ async def handle_fetch(ctx: KafkaContext, call: Call) -> Reply:
                         partition_index=entry["partition"],
                         error_code=errors.kafka_error_code(error.get("code")),
                         high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
-                        aborted_transactions=None, preferred_read_replica=-1, records=None,
+                        aborted_transactions=None, preferred_read_replica=-1, records=b"",  # empty, not null: librdkafka refuses -1
                     )  # fmt: skip
                 else:
                     records = entry["records"]
@@ -92,13 +106,20 @@ async def handle_fetch(ctx: KafkaContext, call: Call) -> Reply:
 async def handle_list_offsets(ctx: KafkaContext, call: Call) -> Reply:
     request = call.request
     R = ListOffsetsResponse
-    parts = [(t.name, p.partition_index, p.timestamp) for t in request.topics for p in t.partitions]
+    allowed = _allowed(ctx, Operation.DESCRIBE, [t.name for t in request.topics])
+    refused = [{"topic": t.name, "partition": p.partition_index, "error": {"code": "TOPIC_AUTHORIZATION_FAILED"}}
+               for t in request.topics if not allowed[t.name] for p in t.partitions]
+    parts = [(t.name, p.partition_index, p.timestamp) for t in request.topics if allowed[t.name]
+             for p in t.partitions]
 
     async def answer() -> Reply:
         if ctx.replicas is None:
             results = [{"topic": t, "partition": p, "error": {"code": "NOT_LEADER"}} for t, p, _ in parts]
-        else:
+        elif parts:
             results = await ctx.replicas.list_offsets(parts)
+        else:
+            results = []
+        results = [*results, *refused]
         topics: dict[str, list[Any]] = {}
         for entry in results:
             error = entry.get("error")

@@ -11,7 +11,8 @@ here must have a handler in `listener.HANDLERS` (also checked).
   topics by id; not yet.
 * Fetch 4-12: v13+ names topics by id (KIP-516); clients fall back to 12.
 * Metadata 1-12, ListOffsets 1-7 (v7: max timestamp), the admin APIs at their full
-  non-topic-id ranges. CreatePartitions and DeleteRecords are not served yet (no controller
+  non-topic-id ranges. SaslHandshake 1 and SaslAuthenticate 0-2 (sasl.py), the ACL and SCRAM
+  APIs (acls.py) at the ranges Kafka 4 serves. CreatePartitions and DeleteRecords are not served yet (no controller
   op to add partitions, no replicated log-start move): not advertised, so clients report
   them unsupported by the broker.
 """
@@ -36,13 +37,20 @@ SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     1: (4, 12),  # Fetch
     2: (1, 7),  # ListOffsets
     3: (1, 12),  # Metadata
+    17: (0, 1),  # SaslHandshake (librdkafka wants v0 listed; a v0 request is refused: sasl.py)
     18: (0, 4),  # ApiVersions
     19: (2, 7),  # CreateTopics
     20: (1, 5),  # DeleteTopics (v6 adds topic ids)
     22: (0, 4),  # InitProducerId
+    29: (1, 3),  # DescribeAcls
+    30: (1, 3),  # CreateAcls
+    31: (1, 3),  # DeleteAcls
     32: (1, 4),  # DescribeConfigs
     33: (0, 2),  # AlterConfigs
+    36: (0, 2),  # SaslAuthenticate
     44: (0, 1),  # IncrementalAlterConfigs
+    50: (0, 0),  # DescribeUserScramCredentials
+    51: (0, 0),  # AlterUserScramCredentials
     60: (0, 1),  # DescribeCluster
 }
 
