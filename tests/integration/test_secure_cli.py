@@ -1,7 +1,8 @@
-"""`raftlog cluster up --secure` makes a CA, node certificates and an admin whose login is <data-dir>/client.properties (0600); that one file works as is with every CLI command (--command-config or RAFTLOG_COMMAND_CONFIG), with both Python clients (security=) and with `kcat -F`; users and ACLs are managed from the CLI and enforced; wrong or missing settings get one clear line; no log holds the admin's password."""
+"""`raftlog cluster up --secure` makes a CA, node certificates and an admin whose login is <data-dir>/client.properties (0600); that one file works as is with every CLI command (--command-config or RAFTLOG_COMMAND_CONFIG), with both Python clients (security=) and with `kcat -F`; the web console it starts logs visitors in with their SCRAM credentials; users and ACLs are managed from the CLI and enforced; wrong or missing settings get one clear line; no log holds the admin's password."""
 
 from __future__ import annotations
 
+import http.cookiejar
 import json
 import os
 import queue
@@ -14,6 +15,9 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -53,7 +57,7 @@ class SecureCluster:
         self.base_port = base_port
         self.proc = subprocess.Popen(
             [*RAFTLOG, "cluster", "up", "--secure", "--nodes", "1", "--data-dir", str(data_dir),
-             "--base-port", str(base_port), "--no-restart"],
+             "--base-port", str(base_port), "--no-restart", "--console-port", "0"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
         )  # fmt: skip
         self.lines: list[str] = []
@@ -84,6 +88,12 @@ class SecureCluster:
     def node_pids(self) -> list[int]:
         return [int(m.group(1)) for line in self.lines if (m := re.match(r"^\d+\s+\S+\s+\S+.*?\s(\d+)\s+/", line))]
 
+    def console(self) -> tuple[str, int]:
+        line = next(line for line in self.lines if line.startswith("console: "))
+        match = re.match(r"^console: (http://\S+) \(pid (\d+), log ", line)
+        assert match, line
+        return match.group(1), int(match.group(2))
+
     @property
     def properties(self) -> Path:
         return self.data_dir / "client.properties"
@@ -97,7 +107,8 @@ class SecureCluster:
         return f"127.0.0.1:{self.base_port}"
 
     def stop(self) -> None:
-        pids = self.node_pids()
+        pids = self.node_pids() + [pid for line in self.lines
+                                   if (m := re.search(r"^console: .*\(pid (\d+),", line)) for pid in [int(m.group(1))]]
         if self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGTERM)
             try:
@@ -338,6 +349,43 @@ def test_kcat_reads_the_same_file(cluster):
     refused = subprocess.run(["kcat", "-F", str(wrong), "-b", cluster.kafka, "-L", "-m", "10"],
                              capture_output=True, text=True, timeout=60)
     assert refused.returncode != 0 and "SASL authentication error" in refused.stderr, refused.stderr
+
+
+def _browser() -> urllib.request.OpenerDirector:
+    return urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+
+
+def _fetch(opener: urllib.request.OpenerDirector, url: str, form: dict[str, str] | None = None) -> tuple[int, str]:
+    body = None if form is None else urllib.parse.urlencode(form).encode()
+    try:
+        with opener.open(url, data=body, timeout=60) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, exc.read().decode()
+
+
+def _csrf(page: str) -> str:
+    match = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert match, page[:500]
+    return match.group(1)
+
+
+def test_the_console_logs_in_with_a_users_scram_credentials(cluster):
+    ok(raftlog(cluster, "topics", "create", "console-t", "-p", "1", "-r", "1", config=cluster.properties))
+    url, _pid = cluster.console()
+    # A wrong password: refused by the cluster, said on the page, never echoed.
+    browser = _browser()
+    status, page = _fetch(browser, url + "/login")
+    status, page = _fetch(browser, url + "/login", {"csrf": _csrf(page), "username": "admin",
+                                                    "password": "not-the-password"})
+    assert status == 401 and "SASL_AUTHENTICATION_FAILED" in page and "not-the-password" not in page
+    # The admin's own login: the console then acts as the admin.
+    status, page = _fetch(browser, url + "/login")
+    status, page = _fetch(browser, url + "/login?next=/topics", {"csrf": _csrf(page), "username": "admin",
+                                                                 "password": admin_password(cluster)})
+    assert status == 200 and "console-t" in page, page[-1000:]
+    assert admin_password(cluster) not in page
 
 
 def test_zz_no_log_holds_a_secret(cluster):
