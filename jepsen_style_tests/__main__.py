@@ -38,6 +38,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--name", default=None, help="test name (default: workload-nemeses)")
     run.add_argument("--keep-data", action="store_true", help="keep node data dirs of a valid run")
     run.add_argument("--log-level", default="WARNING")
+    run.add_argument("--secure", action="store_true",
+                     help="run against a secure cluster (as raftlog cluster up --secure: TLS, SASL/SCRAM, ACLs, mTLS peers)")
     return parser
 
 
@@ -49,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         workload=args.workload, nemesis=nemesis, time_limit_s=args.time_limit, rate=args.rate,
         nodes=args.nodes, partitions=args.partitions, concurrency=args.concurrency,
         fault_interval_s=args.fault_interval, recovery_s=args.recovery, seed=args.seed,
-        store=args.store, test_name=args.name, keep_data=args.keep_data,
+        store=args.store, test_name=args.name, keep_data=args.keep_data, secure=args.secure,
     )  # fmt: skip
     return run_main(config, out=sys.stdout)
 

@@ -86,6 +86,7 @@ class RunConfig:
     test_name: str | None = None
     keep_data: bool = False
     network: bool = True
+    secure: bool = False  # the cluster of `raftlog cluster up --secure` (TLS, SASL, ACLs, mTLS peers)
 
     def name(self) -> str:
         return self.test_name or f"{self.workload}-{'+'.join(self.nemesis) or 'none'}"
@@ -133,7 +134,8 @@ class _Interpreter:
     """Runs a generator against real clients and the nemesis (see the module docstring)."""
 
     def __init__(self, gen: g.Generator, writer: HistoryWriter, *, concurrency: int, rng: random.Random,
-                 bootstrap: Sequence[str], nemesis: Nemesis, out: TextIO | None):
+                 bootstrap: Sequence[str], nemesis: Nemesis, out: TextIO | None, security: Any = None):
+        self.security = security
         self.gen: g.Generator | None = gen
         self.writer = writer
         self.concurrency = concurrency
@@ -173,7 +175,8 @@ class _Interpreter:
             else:
                 client = self.clients.get(invoke.process)
                 if client is None:
-                    client = self.clients[invoke.process] = Client(self.bootstrap, options=ClientOptions())
+                    client = self.clients[invoke.process] = Client(
+                        self.bootstrap, options=ClientOptions(security=self.security))
                 kind, value, error, extra = await client.invoke(invoke)
         except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:
             log.warning("op %s on %s raised %r", invoke.f, invoke.process, exc)
@@ -264,7 +267,7 @@ def _create_topic(db: LocalCluster, partitions: int, replication_factor: int) ->
     from raftlog.base.errors import RaftlogError
 
     deadline = time.monotonic() + READY_TIMEOUT_S
-    with Admin(db.bootstrap(), request_timeout_ms=10_000) as admin:
+    with Admin(db.bootstrap(), request_timeout_ms=10_000, security=db.client_security) as admin:
         admin.create_topic(TOPIC, partitions, replication_factor, {"flush_policy": "always"})
         while True:
             try:
@@ -290,7 +293,7 @@ async def run(config: RunConfig, *, out: TextIO | None = sys.stdout) -> RunOutco
     if out is not None:
         out.write(f"run {config.name()} seed={seed} dir={directory}\n")
         out.flush()
-    db = LocalCluster(directory / "cluster", config.nodes)
+    db = LocalCluster(directory / "cluster", config.nodes, secure=config.secure)
     network = net.Network(db.targets()) if config.network and config.nodes >= 2 else None
     nemesis = Nemesis(db, network, rng=random.Random(rng.getrandbits(64)), keys=keys)
     gen = workload(config, keys, rng)
@@ -304,7 +307,8 @@ async def run(config: RunConfig, *, out: TextIO | None = sys.stdout) -> RunOutco
             await trio.to_thread.run_sync(_create_topic, db, config.partitions, min(3, config.nodes))
             with HistoryWriter(directory / "history.jsonl") as writer:
                 interpreter = _Interpreter(gen, writer, concurrency=config.concurrency, rng=rng,
-                                           bootstrap=db.bootstrap(), nemesis=nemesis, out=out)
+                                           bootstrap=db.bootstrap(), nemesis=nemesis, out=out,
+                                           security=db.client_security)
                 ops = await interpreter.run()
             nursery.cancel_scope.cancel()
     finally:

@@ -1,4 +1,4 @@
-"""Short fault-injection runs against a real 3-node cluster (RF=3, acks=all, flush always) end valid: no lost, duplicated or reordered writes under kill, pause, partition, leader-kill and storage-damage nemeses."""
+"""Short fault-injection runs against a real 3-node cluster (RF=3, acks=all, flush always) end valid: no lost, duplicated or reordered writes under kill, pause, partition, leader-kill and storage-damage nemeses, and against a secure cluster (--secure)."""
 
 from __future__ import annotations
 
@@ -40,6 +40,14 @@ async def _valid_run(tmp_path, nemesis: tuple[str, ...], time_limit_s: float, **
                          ids=lambda n: "+".join(n))
 async def test_short_run_is_valid(tmp_path, nemesis):
     await _valid_run(tmp_path, nemesis, TIME_LIMIT_S)
+
+
+@pytest.mark.jepsen
+async def test_secure_cluster_run_is_valid(tmp_path):
+    # scripts/jepsen run --secure: the cluster of `cluster up --secure` (TLS + SASL/SCRAM
+    # clients, ACLs, mutual-TLS peers through the partition proxies) under kills and partitions.
+    outcome = await _valid_run(tmp_path, ("kill", "partition"), min(TIME_LIMIT_S, 22.0), secure=True)
+    assert (outcome.files.directory / "cluster" / "client.properties").exists()
 
 
 @pytest.mark.jepsen
