@@ -13,8 +13,10 @@ checks an incoming batch against the producer's entry *before* appending it:
 * same epoch, (base, last) sequence equal to one of the last `MAX_BATCHES` batches:
   a DUPLICATE: answer with that batch's original offsets and do not append;
 * same epoch, base == last cached last sequence + 1: accept;
-* same epoch, sequence behind the window of cached batches: DUPLICATE_SEQUENCE_NUMBER (an
-  old retry we can no longer answer with offsets); ahead of it: OUT_OF_ORDER_SEQUENCE_NUMBER.
+* same epoch, the whole batch behind the window of cached batches: DUPLICATE_SEQUENCE_NUMBER
+  (an old retry we can no longer answer with offsets); ahead of it, or straddling the last
+  sequence (base behind it, last beyond it: part of it was never written, so it is no
+  duplicate): OUT_OF_ORDER_SEQUENCE_NUMBER.
 
 Invariants:
 * The state is a function of the log: `apply_headers` over the log's batch headers, in offset
@@ -147,15 +149,22 @@ class ProducerStateManager:
         expected = (e.last_sequence + 1) % SEQUENCE_MODULO
         if base_sequence == expected:
             return None
-        # Behind the window (an old retry) or ahead of it (a gap), judged modulo 2**31.
+        # Behind the window (an old retry) or ahead of it (a gap), judged modulo 2**31. A
+        # batch that begins behind but ends at or past `expected` was cut differently from
+        # what was written (its tail is new): producers treat DUPLICATE_SEQUENCE_NUMBER as
+        # "written", so calling it that would lose the tail.
         ahead = (base_sequence - expected) % SEQUENCE_MODULO
-        if ahead >= SEQUENCE_MODULO // 2:
+        last_ahead = (last_sequence - expected) % SEQUENCE_MODULO
+        if ahead >= SEQUENCE_MODULO // 2 and last_ahead >= SEQUENCE_MODULO // 2:
             raise DuplicateSequenceNumberError(
                 f"producer {producer_id}: sequence {base_sequence} was written before the "
                 f"last {len(e.batches)} batches kept (expected {expected})"
             )
+        # expected_sequence is a wire detail: where a producer that numbers its records the
+        # same way again can resume (the Spark sink, docs/spark-exactly-once.md).
         raise OutOfOrderSequenceNumberError(
-            f"producer {producer_id}: sequence {base_sequence}, expected {expected}"
+            f"producer {producer_id}: sequence {base_sequence}, expected {expected}",
+            expected_sequence=expected,
         )
 
     def record(

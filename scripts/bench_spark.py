@@ -22,15 +22,28 @@ BENCH_SPARK_VERBOSE=1 prints Spark's durationMs of each measured micro-batch.
 
 Prints medians of --runs. Targets (issue 7): Spark stream >= 300,000 rows/s and >= 0.5 x the
 client alone. SparkSession: local[2], UI off, `-XX:TieredStopAtLevel=1 -XX:+UseSerialGC`.
+
+`--parts` (default all three):
+* source: the above, in local[2];
+* sink (issue 17): beside `raftlog perf produce` of --records 100-byte records (RF=3,
+  acks=all, 6 partitions) in the same run: `df.write.format("raftlog")` of as many rows from
+  `spark.range` (wall time; target >= 0.5 x perf produce), and an exactly-once streaming copy
+  of the source topic into 6 partitions (one AvailableNow micro-batch, triggerExecution time;
+  the source's read is in the same tasks);
+* standalone: the source measurements again on a Spark standalone cluster (master and two
+  workers from the pyspark package, one 1-core executor per worker), beside local[2].
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
 import os
 import secrets
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -173,19 +186,176 @@ def stream_once(spark, bootstrap: str, checkpoint: Path) -> tuple[int, float, fl
     return sum(counted.values()), biggest.durationMs["triggerExecution"] / 1000, wall
 
 
+def source_part(spark, bootstrap: str, total: int, partitions: int, runs: int,
+                root: Path, label: str) -> tuple[dict[str, float], int]:
+    """The source measurements of the module docstring, in `spark`, over the `total`
+    records of TOPIC; medians by name, and the records in TOPIC after (each run's overhead
+    probe adds one)."""
+    from raftlog.client import Producer
+
+    t0 = time.perf_counter()
+    (spark.read.format("raftlog").option("bootstrap", bootstrap).option("subscribe", TOPIC)
+     .load().count())
+    print(f"[{label}] warm-up (one full batch read, not measured): {time.perf_counter() - t0:.1f} s")
+    client, stream_tx, stream_wall, batch, overhead, alone = [], [], [], [], [], []
+    for run in range(runs):
+        client.append(client_alone(bootstrap, partitions, total))
+        alone.append(read_alone(bootstrap, partitions))
+        checkpoint = root / f"checkpoint-{label}-{run}"
+        rows, trigger_s, wall_s = stream_once(spark, bootstrap, checkpoint)
+        if rows != total:
+            raise SystemExit(f"the micro-batch counted {rows} rows, not {total}")
+        stream_tx.append(rows / trigger_s)
+        stream_wall.append(rows / wall_s)
+        t0 = time.perf_counter()
+        n = (spark.read.format("raftlog").option("bootstrap", bootstrap)
+             .option("subscribe", TOPIC).load().count())
+        batch_s = time.perf_counter() - t0
+        if n != total:
+            raise SystemExit(f"the batch read counted {n} rows, not {total}")
+        batch.append(n / batch_s)
+        with Producer(bootstrap, acks="all") as producer:
+            producer.send(TOPIC, b"x" * RECORD_BYTES, partition=0).result(30)
+        total += 1
+        one, small_s, _ = stream_once(spark, bootstrap, checkpoint)
+        overhead.append(small_s)
+        print(f"[{label}] run {run + 1}: client {client[-1]:,.0f} rows/s; read() alone "
+              f"{alone[-1]:,.0f} rows/s; stream micro-batch "
+              f"{stream_tx[-1]:,.0f} rows/s ({trigger_s:.2f} s; wall {stream_wall[-1]:,.0f}"
+              f" rows/s); batch count() {batch[-1]:,.0f} rows/s; {one}-row micro-batch "
+              f"{small_s * 1000:.0f} ms")
+    med = statistics.median
+    ratio = med(stream_tx) / med(client)
+    print(f"[{label}] median client alone:        {med(client):12,.0f} rows/s")
+    print(f"[{label}] median read() path alone:   {med(alone):12,.0f} rows/s  (one process, no Spark)")
+    print(f"[{label}] median Spark micro-batch:   {med(stream_tx):12,.0f} rows/s  "
+          f"(target >= 300,000: {'met' if med(stream_tx) >= 300_000 else 'NOT met'})")
+    print(f"[{label}] median Spark stream wall:   {med(stream_wall):12,.0f} rows/s  (query start to end)")
+    print(f"[{label}] median Spark batch count(): {med(batch):12,.0f} rows/s")
+    print(f"[{label}] ratio micro-batch / client: {ratio:.2f}  "
+          f"(target >= 0.5: {'met' if ratio >= 0.5 else 'NOT met'})")
+    print(f"[{label}] fixed per-micro-batch overhead (~0 rows): {med(overhead) * 1000:.0f} ms")
+    return {"client": med(client), "stream": med(stream_tx), "batch": med(batch),
+            "overhead_ms": med(overhead) * 1000}, total
+
+
+SINK_PARTITIONS = 6
+
+
+def perf_produce(bootstrap: str, topic: str, records: int) -> float:
+    """records/s of `raftlog perf produce` (RF=3 acks=all, the CLI's defaults)."""
+    raftlog = Path(sys.executable).with_name("raftlog")
+    p = subprocess.run([str(raftlog), "perf", "produce", "--topic", topic, "--records",
+                        str(records), "--record-bytes", str(RECORD_BYTES), "--acks", "all",
+                        "--warmup-records", "10000", "--json", "--quiet", "--bootstrap",
+                        bootstrap], capture_output=True, text=True, timeout=900)
+    if p.returncode != 0:
+        raise SystemExit(f"raftlog perf produce failed: {p.stderr.strip()[-500:]}")
+    return float(json.loads(p.stdout)["records_per_s"])
+
+
+def sink_part(spark, bootstrap: str, records: int, runs: int, root: Path) -> None:
+    """Sink rows/s beside `raftlog perf produce` into 6 partitions, RF=3, acks=all."""
+    from pyspark.sql import functions as F
+
+    from raftlog.client import Admin
+
+    topics = ["bench-sink-perf", "bench-sink-batch", "bench-sink-eo"]
+    with Admin(bootstrap, request_timeout_ms=10_000) as admin:
+        for t in topics:
+            admin.create_topic(t, SINK_PARTITIONS, 3)
+    value = b"x" * RECORD_BYTES
+    df = spark.range(records, numPartitions=2).select(F.lit(value).alias("value"))
+    # Warm-up (not measured): Python workers, Arrow, the JIT of the write path.
+    (spark.range(50_000, numPartitions=2).select(F.lit(value).alias("value")).write
+     .format("raftlog").option("bootstrap", bootstrap).option("topic", "bench-sink-batch")
+     .mode("append").save())
+    perf, batch, eo = [], [], []
+    for run in range(runs):
+        perf.append(perf_produce(bootstrap, "bench-sink-perf", records))
+        t0 = time.perf_counter()
+        (df.write.format("raftlog").option("bootstrap", bootstrap)
+         .option("topic", "bench-sink-batch").mode("append").save())
+        batch.append(records / (time.perf_counter() - t0))
+        # Exactly-once stream: one AvailableNow micro-batch copying the source topic (1 M
+        # rows of 100 bytes, read by the source in the same tasks) into 6 partitions.
+        counted = []
+        q = (spark.readStream.format("raftlog").option("bootstrap", bootstrap)
+             .option("subscribe", TOPIC).option("startingOffsets", "earliest").load()
+             .select("value").writeStream.format("raftlog").option("bootstrap", bootstrap)
+             .option("topic", "bench-sink-eo")
+             .option("checkpointLocation", str(root / f"checkpoint-sink-{run}"))
+             .trigger(availableNow=True).start())
+        if not q.awaitTermination(900):
+            q.stop()
+            raise SystemExit("the exactly-once copy did not finish in 900 s")
+        if q.exception() is not None:
+            raise SystemExit(f"the exactly-once copy failed: {q.exception()}")
+        for prog in q.recentProgress:
+            if prog.numInputRows:
+                counted.append((prog.numInputRows, prog.durationMs["triggerExecution"] / 1000))
+        rows = sum(n for n, _ in counted)
+        eo.append(rows / sum(s for _, s in counted))
+        print(f"[sink] run {run + 1}: raftlog perf produce {perf[-1]:,.0f} records/s; sink "
+              f"batch write {batch[-1]:,.0f} rows/s ({batch[-1] / perf[-1]:.2f}x); exactly-once "
+              f"stream copy {eo[-1]:,.0f} rows/s ({eo[-1] / perf[-1]:.2f}x, {rows:,} rows read "
+              "and written)")
+    med = statistics.median
+    ratio = med(batch) / med(perf)
+    print(f"[sink] median raftlog perf produce:  {med(perf):12,.0f} records/s (RF=3 acks=all, "
+          f"{SINK_PARTITIONS} partitions, {RECORD_BYTES}-byte values)")
+    print(f"[sink] median sink batch write:     {med(batch):12,.0f} rows/s  ratio {ratio:.2f} "
+          f"(target >= 0.5: {'met' if ratio >= 0.5 else 'NOT met'})")
+    print(f"[sink] median exactly-once copy:    {med(eo):12,.0f} rows/s  ratio "
+          f"{med(eo) / med(perf):.2f} (source read + exactly-once write in the same tasks)")
+
+
+def standalone_session(master: str):
+    from pyspark.sql import SparkSession
+
+    return (SparkSession.builder.master(master).appName("bench-spark-standalone")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+            .config("spark.executor.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.cores.max", "2").config("spark.executor.cores", "1")
+            .config("spark.executor.memory", "2g")
+            .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+            .config("spark.pyspark.python", sys.executable)
+            .getOrCreate())
+
+
+def load_spark_cluster():
+    path = Path(__file__).resolve().parents[1] / "tests" / "integration" / "spark_cluster.py"
+    spec = importlib.util.spec_from_file_location("spark_cluster", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["spark_cluster"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--parts", default="source,sink,standalone",
+                    help="comma-separated: source (local[2]), sink, standalone (the source on a "
+                         "standalone cluster)")
     ap.add_argument("--keep", help="data directory to use and keep (default: a temp dir)")
     args = ap.parse_args()
+    parts = {p.strip() for p in args.parts.split(",") if p.strip()}
+    unknown = parts - {"source", "sink", "standalone"}
+    if unknown:
+        ap.error(f"unknown parts: {', '.join(sorted(unknown))}")
 
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-spark-"))
     cluster = Cluster(root)
     spark = None
+    standalone = None
     try:
-        from raftlog.client import Admin, Producer
+        from raftlog.client import Admin
 
         cluster.start_all()
         bootstrap = cluster.bootstrap()
@@ -208,55 +378,37 @@ def main() -> int:
         spark = spark_session()
         register(spark)
         print(f"SparkSession local[2] started in {time.perf_counter() - t0:.1f} s")
-        # Warm-up (not measured): the first query of a session starts the Python workers,
-        # imports pyarrow and the source in them, and the JVM compiles the Arrow ingestion
-        # path; a long-running stream pays that once, so one full read goes first.
-        t0 = time.perf_counter()
-        (spark.read.format("raftlog").option("bootstrap", bootstrap).option("subscribe", TOPIC)
-         .load().count())
-        print(f"warm-up (one full batch read, not measured): {time.perf_counter() - t0:.1f} s")
-        client, stream_tx, stream_wall, batch, overhead, alone = [], [], [], [], [], []
-        total = args.records  # records in the topic (each run's overhead probe adds one)
-        for run in range(args.runs):
-            client.append(client_alone(bootstrap, args.partitions, total))
-            alone.append(read_alone(bootstrap, args.partitions))
-            checkpoint = root / f"checkpoint-{run}"
-            rows, trigger_s, wall_s = stream_once(spark, bootstrap, checkpoint)
-            if rows != total:
-                raise SystemExit(f"the micro-batch counted {rows} rows, not {total}")
-            stream_tx.append(rows / trigger_s)
-            stream_wall.append(rows / wall_s)
+        local = None
+        total = args.records
+        if "source" in parts:
+            local, total = source_part(spark, bootstrap, total, args.partitions, args.runs, root,
+                                       "local[2]")
+        if "sink" in parts:
+            sink_part(spark, bootstrap, args.records, args.runs, root)
+        if "standalone" in parts:
+            spark.stop()
+            spark = None
+            spark_cluster = load_spark_cluster()
             t0 = time.perf_counter()
-            n = (spark.read.format("raftlog").option("bootstrap", bootstrap)
-                 .option("subscribe", TOPIC).load().count())
-            batch_s = time.perf_counter() - t0
-            if n != total:
-                raise SystemExit(f"the batch read counted {n} rows, not {total}")
-            batch.append(n / batch_s)
-            with Producer(bootstrap, acks="all") as producer:
-                producer.send(TOPIC, b"x" * RECORD_BYTES, partition=0).result(30)
-            total += 1
-            one, small_s, _ = stream_once(spark, bootstrap, checkpoint)
-            overhead.append(small_s)
-            print(f"run {run + 1}: client {client[-1]:,.0f} rows/s; read() alone "
-                  f"{alone[-1]:,.0f} rows/s; stream micro-batch "
-                  f"{stream_tx[-1]:,.0f} rows/s ({trigger_s:.2f} s; wall {stream_wall[-1]:,.0f}"
-                  f" rows/s); batch count() {batch[-1]:,.0f} rows/s; {one}-row micro-batch "
-                  f"{small_s * 1000:.0f} ms")
-        med = statistics.median
-        ratio = med(stream_tx) / med(client)
-        print(f"median client alone:        {med(client):12,.0f} rows/s")
-        print(f"median read() path alone:   {med(alone):12,.0f} rows/s  (one process, no Spark)")
-        print(f"median Spark micro-batch:   {med(stream_tx):12,.0f} rows/s  "
-              f"(target >= 300,000: {'met' if med(stream_tx) >= 300_000 else 'NOT met'})")
-        print(f"median Spark stream wall:   {med(stream_wall):12,.0f} rows/s  (query start to end)")
-        print(f"median Spark batch count(): {med(batch):12,.0f} rows/s")
-        print(f"ratio micro-batch / client: {ratio:.2f}  "
-              f"(target >= 0.5: {'met' if ratio >= 0.5 else 'NOT met'})")
-        print(f"fixed per-micro-batch overhead (~0 rows): {med(overhead) * 1000:.0f} ms")
+            standalone = spark_cluster.StandaloneCluster(root / "spark-standalone").start()
+            spark = standalone_session(standalone.master_url)
+            register(spark)
+            jsc = spark.sparkContext._jsc.sc()
+            cluster.wait(lambda: jsc.getExecutorMemoryStatus().size() >= 3, 120,
+                         "two executors")
+            print(f"standalone cluster (master + 2 workers, one 1-core executor each) and a "
+                  f"session on it in {time.perf_counter() - t0:.1f} s")
+            on_cluster, total = source_part(spark, bootstrap, total, args.partitions,
+                                            args.runs, root, "standalone")
+            if local is not None:
+                print(f"standalone / local[2]: micro-batch {on_cluster['stream'] / local['stream']:.2f}x, "
+                      f"batch count() {on_cluster['batch'] / local['batch']:.2f}x, per-batch "
+                      f"overhead {on_cluster['overhead_ms']:.0f} ms vs {local['overhead_ms']:.0f} ms")
     finally:
         if spark is not None:
             spark.stop()
+        if standalone is not None:
+            standalone.stop()
         cluster.stop()
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)

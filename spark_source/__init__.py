@@ -21,7 +21,12 @@ batch) write progress to a consumer group. Batch `decode=offsets` reads
 `__consumer_offsets` as group, topic, partition, committed_offset, metadata,
 commit_timestamp (latest per key).
 
-Modules: `options` (parsing, the error tree), `planning` (pure: offsets JSON, ranges,
+Writing: `df.write.format("raftlog")` (at-least-once) and `df.writeStream.format("raftlog")`
+(exactly-once per micro-batch unless exactlyOnce=false; docs/spark-exactly-once.md) with
+Spark's Kafka sink columns: value, key, topic (or option topic), partition, headers.
+
+Modules: `options` (parsing, the error tree), `sink` (pure: sink options, schema check,
+rows, derived producer ids), `writer` (Spark's Arrow writers over the client's Producer), `planning` (pure: offsets JSON, ranges,
 admission control, splits), `arrow` (batches -> Arrow columns), `fetch` (Provider, the
 blocking cluster provider, the read loop), `source` (the DataSource and its readers).
 """

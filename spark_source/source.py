@@ -129,6 +129,20 @@ class RaftlogDataSource(DataSource):
         return RaftlogBatchReader(parse_options(self.options, streaming=False),
                                   type(self).provider_factory)
 
+    def writer(self, schema: StructType, overwrite: bool):
+        """`df.write.format("raftlog")`: at-least-once, Arrow batches per task."""
+        from spark_source.writer import RaftlogBatchWriter
+
+        opts, sink_schema = _sink(self.options, schema, overwrite, streaming=False)
+        return RaftlogBatchWriter(opts, sink_schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool):
+        """`df.writeStream.format("raftlog")`: exactly-once per micro-batch by default."""
+        from spark_source.writer import RaftlogStreamWriter
+
+        opts, sink_schema = _sink(self.options, schema, overwrite, streaming=True)
+        return RaftlogStreamWriter(opts, sink_schema)
+
     def streamReader(self, schema: StructType) -> RaftlogStreamReader:
         opts = parse_options(self.options, streaming=True)
         factory = type(self).provider_factory
@@ -139,6 +153,16 @@ class RaftlogDataSource(DataSource):
 
 
 # ---------------------------------------------------------------- shared helpers
+
+
+def _sink(options, schema: StructType, overwrite: bool, *, streaming: bool):
+    from spark_source.sink import check_schema, parse_sink_options
+    from spark_source.writer import check_writable
+
+    opts = parse_sink_options(options, streaming=streaming)
+    check_writable(opts, overwrite)
+    fields = [(f.name, f.dataType.simpleString()) for f in schema.fields]
+    return opts, check_schema(fields, opts)
 
 
 def _topics_arg(opts: SourceOptions) -> list[str] | None:

@@ -25,6 +25,13 @@ Invariants:
   which gets a batch of its own (as in Kafka); no record may exceed `max_request_bytes`.
 * Each batch owns one future (from the injected `future_factory`); a record's result is
   (partition, base_offset + its index), or offset -1 when acks=0 / unknown.
+* `linger_ms=None`: no batch is ever sealed by time. A batch leaves only when full (the next
+  record did not fit) or flushed, so where batches begin and end is a function of the
+  records appended and the flushes asked for alone: a producer that appends the same
+  records again cuts the same batches, with the same sequences (the Spark sink's
+  exactly-once rests on it, docs/spark-exactly-once.md). The delivery clock of such a
+  batch starts when it became full or was first drained, not when it opened; an open one
+  never expires.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Callable, Iterable
 
-from partition.batch import BatchBuilder, Compression
+from partition.batch import BatchBuilder, Compression, decode_batch
 from raftlog.base.errors import MessageTooLargeError
 
 __all__ = [
@@ -108,7 +115,7 @@ class ProducerBatch:
         "topic", "partition", "builder", "record_count", "reserved_bytes", "created_ms",
         "full", "payload", "producer_id", "producer_epoch", "base_sequence", "attempts",
         "retry_at_ms", "in_flight", "future", "base_offset", "done", "maybe_written",
-        "last_error",
+        "last_error", "skipped",
     )
 
     def __init__(self, topic: str, partition: int, builder: BatchBuilder, created_ms: int, future):
@@ -131,6 +138,7 @@ class ProducerBatch:
         self.done = False
         self.maybe_written = False  # some attempt ended with an unknown outcome
         self.last_error: BaseException | None = None
+        self.skipped = 0  # leading records the leader had already (see Accumulator.recut)
 
     @property
     def sealed(self) -> bool:
@@ -160,7 +168,7 @@ class Accumulator:
         *,
         future_factory: Callable[[], object],
         batch_bytes: int = DEFAULT_BATCH_BYTES,
-        linger_ms: int = 5,
+        linger_ms: int | None = 5,
         buffer_bytes: int = DEFAULT_BUFFER_BYTES,
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
         compression: Compression | int = Compression.NONE,
@@ -171,8 +179,8 @@ class Accumulator:
             raise ValueError(f"batch_bytes must be >= 128, got {batch_bytes}")
         if buffer_bytes < batch_bytes:
             raise ValueError(f"buffer_bytes {buffer_bytes} < batch_bytes {batch_bytes}")
-        if linger_ms < 0:
-            raise ValueError(f"linger_ms must be >= 0, got {linger_ms}")
+        if linger_ms is not None and linger_ms < 0:
+            raise ValueError(f"linger_ms must be >= 0 or None, got {linger_ms}")
         if not 1 <= max_in_flight_per_partition <= (5 if idempotent else 1000):
             # The leader remembers the last 5 batches per producer (DESIGN §4): a 6th in
             # flight could be a duplicate it can no longer recognise.
@@ -239,6 +247,8 @@ class Accumulator:
                 )
             if b is not None:
                 b.full = True
+                if self.linger_ms is None:
+                    b.created_ms = now_ms  # its delivery clock starts now (module docstring)
             b = ProducerBatch(
                 topic, partition, BatchBuilder(compression=self.compression), now_ms,
                 self._future_factory(),
@@ -335,7 +345,9 @@ class Accumulator:
             return None
         if q.in_flight and q.in_flight[-1].attempts > 1:
             return None  # a retry is in flight: wait for it before sending the next ones
-        if b.full or self._flush_all or now_ms - b.created_ms >= self.linger_ms or len(q.waiting) > 1:
+        if b.full or self._flush_all or len(q.waiting) > 1:
+            return b
+        if self.linger_ms is not None and now_ms - b.created_ms >= self.linger_ms:
             return b
         return None
 
@@ -363,6 +375,8 @@ class Accumulator:
                 if leader is None or not sendable(leader):
                     continue
                 if b.payload is None:
+                    if self.linger_ms is None and not b.full:
+                        b.created_ms = now_ms  # flushed while open: the clock starts now
                     self._seal(b, q)
                 used = out_bytes.get(leader, 0)
                 if used and used + len(b.payload) > self.max_request_bytes:
@@ -407,6 +421,8 @@ class Accumulator:
                     t = b.retry_at_ms
                 elif b.full or self._flush_all or len(q.waiting) > 1:
                     t = now_ms
+                elif self.linger_ms is None:
+                    continue  # open until full or flushed: no time makes it ready
                 else:
                     t = b.created_ms + self.linger_ms
                 if best is None or t < best:
@@ -452,6 +468,30 @@ class Accumulator:
             i += 1
         q.waiting.insert(i, b)
 
+    def recut(self, b: ProducerBatch, first_sequence: int) -> bool:
+        """Cut off the head of sealed batch `b` that its leader already holds: rebuild it with
+        only the records numbered `first_sequence` and later, re-numbered from there (same
+        producer, epoch, timestamps). For a producer with a fixed identity that re-sends
+        records numbered as an earlier run numbered them, but cut into batches elsewhere
+        (OUT_OF_ORDER_SEQUENCE_NUMBER with `expected_sequence` inside `b`). Returns False,
+        changing nothing, unless base_sequence < first_sequence <= b's last sequence.
+        """
+        skip = first_sequence - b.base_sequence
+        if b.payload is None or b.base_sequence < 0 or not 0 < skip < b.record_count - b.skipped:
+            return False
+        _h, records = decode_batch(b.payload)
+        builder = BatchBuilder(compression=self.compression)
+        for r in records[skip:]:
+            builder.append(r.value, r.key, r.headers, timestamp_ms=r.timestamp)
+        builder.set_producer_state(b.producer_id, b.producer_epoch, first_sequence)
+        payload = builder.build()
+        self.buffered_bytes += len(payload) - b.reserved_bytes
+        b.reserved_bytes = len(payload)
+        b.payload = payload
+        b.base_sequence = first_sequence
+        b.skipped += skip
+        return True
+
     def has_earlier_unacked(self, b: ProducerBatch) -> bool:
         """True if a batch of b's partition sealed before b is still unacknowledged."""
         q = self._queue(b)
@@ -470,12 +510,16 @@ class Accumulator:
         """
         expired: list[ProducerBatch] = []
         limit = now_ms - delivery_timeout_ms
+        no_linger = self.linger_ms is None
         for parts in self._queues.values():
             for q in parts.values():
                 if q.waiting and q.waiting[0].created_ms <= limit:
                     keep: deque[ProducerBatch] = deque()
                     for b in q.waiting:
-                        (expired if b.created_ms <= limit else keep).append(b)
+                        if no_linger and not b.full:
+                            keep.append(b)  # open with linger_ms=None: not due yet
+                        else:
+                            (expired if b.created_ms <= limit else keep).append(b)
                     q.waiting = keep
         for b in expired:
             self._finish(b)

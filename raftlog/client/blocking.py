@@ -86,6 +86,10 @@ class RecordFuture:
         return self._index
 
     @property
+    def topic(self) -> str:
+        return self._batch.topic
+
+    @property
     def batch_record_count(self) -> int:
         """Records in this record's batch so far (final once the batch was sent)."""
         return self._batch.record_count
@@ -112,11 +116,14 @@ class RecordFuture:
 class Producer:
     """Blocking producer. `send()` returns a RecordFuture; `flush()` waits for every record sent.
 
-    Options as Kafka's producer: acks 0/1/'all' (default 'all'), linger_ms (5), batch_bytes
+    Options as Kafka's producer: acks 0/1/'all' (default 'all'), linger_ms (5; None: a batch
+    leaves only when full or flushed, so the same records always make the same batches), batch_bytes
     (64 KiB), buffer_bytes (32 MiB), compression (None/'gzip'/'snappy'/'lz4'/'zstd'),
     enable_idempotence (True), delivery_timeout_ms (120 s), request_timeout_ms (30 s),
     max_block_ms (60 s: how long send waits for metadata and buffer space, in all);
     `clock` (clock.py; default the system's) is the one clock the producer reads.
+    `producer_identity=(producer_id, epoch)` fixes the idempotent identity (see
+    ProducerCore: the Spark sink's exactly-once writes).
     """
 
     def __init__(
@@ -124,7 +131,7 @@ class Producer:
         bootstrap: str | Iterable[str],
         *,
         acks: int | str = "all",
-        linger_ms: int = 5,
+        linger_ms: int | None = 5,
         batch_bytes: int | None = None,
         buffer_bytes: int | None = None,
         compression: str | int | None = None,
@@ -214,11 +221,14 @@ class Producer:
                     self._core.end_flush()
 
     def close(self, timeout: float | None = None) -> None:
-        """Flush (up to `timeout` s), then stop; batches still unsent fail with ClientClosedError."""
+        """Flush (up to `timeout` s), then stop; batches still unsent fail with ClientClosedError.
+        `timeout=0` flushes nothing (as Kafka's close(Duration.ZERO)): open batches are not
+        sealed and sent on the way out, they fail."""
         if self._closed:
             return
         try:
-            self.flush(timeout)
+            if timeout is None or timeout > 0:
+                self.flush(timeout)
         except TimeoutError:
             log.warning("producer close: flush timed out; failing what is left")
         finally:

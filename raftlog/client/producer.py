@@ -64,6 +64,13 @@ class ProducerCore(ClientCore):
     `send` is the hot path: it resolves the partition and appends; everything else happens
     in `poll`. Results go to each batch's future (`set_result(base_offset)` /
     `set_exception(err)`); `record_result(batch, index)` turns that into (partition, offset).
+
+    `producer_identity=(producer_id, epoch)` fixes the idempotent identity instead of asking
+    a broker for one (`init_producer_id`): a writer that re-sends the same records as the
+    same producer, with `linger_ms=None` so they usually fall into the same batches, has its
+    earlier batches dropped by the leader as duplicates (the Spark sink's exactly-once,
+    docs/spark-exactly-once.md). A sequence error then fails the batch and keeps the
+    identity (a new one would write the records again).
     """
 
     def __init__(
@@ -73,7 +80,7 @@ class ProducerCore(ClientCore):
         rng: random.Random,
         future_factory: Callable[[], Any],
         acks: int | str = "all",
-        linger_ms: int = 5,
+        linger_ms: int | None = 5,
         batch_bytes: int | None = None,
         buffer_bytes: int | None = None,
         max_request_bytes: int | None = None,
@@ -82,6 +89,7 @@ class ProducerCore(ClientCore):
         delivery_timeout_ms: int = 120_000,
         request_timeout_ms: int = 30_000,
         max_in_flight_per_partition: int = 5,
+        producer_identity: tuple[int, int] | None = None,
         **kw: Any,
     ):
         super().__init__(bootstrap, rng=rng, request_timeout_ms=request_timeout_ms, **kw)
@@ -92,7 +100,14 @@ class ProducerCore(ClientCore):
             # Kafka's rule: idempotence needs acks=all (a duplicate check on a write that a
             # new leader may not have is no guarantee).
             raise ValueError("enable_idempotence=True needs acks='all'")
-        if delivery_timeout_ms < linger_ms + request_timeout_ms:
+        if producer_identity is not None:
+            pid, epoch = producer_identity
+            if not enable_idempotence:
+                raise ValueError("producer_identity needs enable_idempotence=True")
+            if not (0 <= pid < 1 << 63 and 0 <= epoch < 1 << 15):
+                raise ValueError(f"producer_identity {producer_identity!r}: the id must be an "
+                                 "int64 >= 0 and the epoch an int16 >= 0")
+        if delivery_timeout_ms < (linger_ms or 0) + request_timeout_ms:
             raise ValueError("delivery_timeout_ms must be >= linger_ms + request_timeout_ms (as in Kafka)")
         self.acks = acks_n
         self.idempotent = enable_idempotence
@@ -117,7 +132,10 @@ class ProducerCore(ClientCore):
         self._pid_in_flight = False
         self._pid_attempts = 0
         self._pid_retry_at_ms = 0
-        self._pid_needed = enable_idempotence
+        self._pid_needed = enable_idempotence and producer_identity is None
+        self.fixed_identity = producer_identity is not None
+        if producer_identity is not None:
+            self.accumulator.set_producer(*producer_identity)
 
     # ---- hot path ----
 
@@ -214,9 +232,11 @@ class ProducerCore(ClientCore):
 
     @staticmethod
     def record_result(batch: ProducerBatch, index: int) -> tuple[int, int]:
-        """(partition, offset) of record `index` of an acknowledged batch (offset -1 if unknown)."""
+        """(partition, offset) of record `index` of an acknowledged batch (offset -1 if
+        unknown, or if the record was written before by an earlier run: `Accumulator.recut`)."""
         base = batch.base_offset
-        return batch.partition, (base + index if base >= 0 else -1)
+        index -= batch.skipped
+        return batch.partition, (base + index if base >= 0 and index >= 0 else -1)
 
     # ---- flush / close ----
 
@@ -306,8 +326,9 @@ class ProducerCore(ClientCore):
 
     def _reset_producer_id(self) -> None:
         """Sequence state is broken on the broker: get a new producer id, restart sequences
-        (Kafka bumps the epoch; a fresh id is the same for a non-transactional producer)."""
-        if self.idempotent:
+        (Kafka bumps the epoch; a fresh id is the same for a non-transactional producer).
+        A fixed `producer_identity` is kept: the failed batch fails, and that is all."""
+        if self.idempotent and not self.fixed_identity:
             self._pid_needed = True
 
     # ---- produce answers ----
@@ -353,6 +374,13 @@ class ProducerCore(ClientCore):
             # (Kafka's Sender does the same), immediately, since nothing is wrong with it.
             acc.retry(b, now_ms)
             return
+        if isinstance(exc, OutOfOrderSequenceNumberError) and self.fixed_identity:
+            # The leader holds this batch's head already (an earlier run of this identity cut
+            # its records elsewhere): re-send only the tail, at once and alone.
+            expected = exc.details.get("expected_sequence")
+            if isinstance(expected, int) and acc.recut(b, expected):
+                acc.retry(b, now_ms)
+                return
         if isinstance(exc, _SEQUENCE_BROKEN):
             self._reset_producer_id()
             acc.fail(b, exc)

@@ -12,12 +12,20 @@ expensive part (5-7 s with the JVM options below), so there is exactly one per r
 
 Settings: local[2] (the machine has 2 cores), UI off, C1-only JIT and the serial GC for a
 faster start, 2 shuffle partitions, the test's own Python for the workers.
+
+A process has one SparkContext, so `session(master=...)` with another master (the standalone
+cluster of test_spark_standalone.py) stops the current session and starts one on that
+master. The session fixture's value is cached by pytest: a module asking for `spark` after
+such a switch would get a stopped session, so the module that switches runs after every
+local one (test files run in name order: test_spark_standalone.py sorts last).
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,25 +33,32 @@ import pytest
 
 __all__ = ["spark", "session"]
 
-_state: dict[str, Any] = {"session": None}
+_state: dict[str, Any] = {"session": None, "master": None}
+LOCAL = "local[2]"
 
 
-def session() -> Any:
-    """The shared SparkSession, created on first use (the caller does not stop it)."""
+def session(master: str = LOCAL, conf: dict[str, str] | None = None) -> Any:
+    """The shared SparkSession on `master`, created on first use (the caller does not stop
+    it); another master stops the current session first (module docstring)."""
+    if _state["session"] is not None and _state["master"] != master:
+        _stop()
     if _state["session"] is None:
         from pyspark.sql import SparkSession
 
         _state["old_pyspark_python"] = os.environ.get("PYSPARK_PYTHON")
         os.environ["PYSPARK_PYTHON"] = sys.executable
-        _state["session"] = (
-            SparkSession.builder.master("local[2]")
+        builder = (
+            SparkSession.builder.master(master)
             .appName("raftlog-tests")
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
             .config("spark.sql.shuffle.partitions", "2")
-            .getOrCreate()
         )
+        for k, v in (conf or {}).items():
+            builder = builder.config(k, v)
+        _state["session"] = builder.getOrCreate()
+        _state["master"] = master
     return _state["session"]
 
 
@@ -52,7 +67,14 @@ def _stop() -> None:
     if s is None:
         return
     _state["session"] = None
+    _state["master"] = None
     s.stop()
+    # py4j leaves sockets of the stopped context to the garbage collector; collect them here,
+    # where their ResourceWarning is expected, not in whatever test runs next (where
+    # filterwarnings=error turns it into an unraisable-exception error).
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
     old = _state.pop("old_pyspark_python", None)
     if old is None:
         os.environ.pop("PYSPARK_PYTHON", None)

@@ -143,3 +143,44 @@ def test_flush_ignores_linger():
     assert drain_all(a, 1) == []
     a.begin_flush()
     assert len(drain_all(a, 1)) == 1
+
+
+def _cut(records, flush_at=None):
+    """Append `records` with linger_ms=None, draining at every step with times far apart;
+    returns [(base_sequence, record_count)] of the batches in send order."""
+    a = acc_of(linger_ms=None, batch_bytes=1024)
+    out = []
+    for i, value in enumerate(records):
+        a.append("t", 0, value, None, None, 1, now_ms=i * 10_000)
+        if flush_at is not None and i == flush_at:
+            a.begin_flush()
+        for b in drain_all(a, i * 10_000 + 5_000):
+            out.append((b.base_sequence, b.record_count))
+            a.complete(b, 0)
+        a.end_flush()
+    a.begin_flush()
+    for b in drain_all(a, 10**9):
+        out.append((b.base_sequence, b.record_count))
+    return out
+
+
+def test_without_linger_batches_are_cut_by_size_and_flush_alone():
+    records = [b"r" * (10 + (i * 37) % 90) for i in range(60)]
+    first = _cut(records)
+    assert len(first) > 3
+    assert first == _cut(records)  # the same records: the same batches, whatever the clock
+    assert sum(n for _s, n in first) == 60
+    assert [s for s, _n in first] == [sum(n for _s, n in first[:k]) for k in range(len(first))]
+    assert _cut(records, flush_at=5) != first  # a flush (and only that) cuts early
+
+
+def test_without_linger_an_open_batch_never_expires_and_a_full_one_counts_from_full():
+    a = acc_of(linger_ms=None, batch_bytes=256)
+    a.append("t", 7, b"x" * 80, None, None, 1, now_ms=0)  # partition 7 has no leader
+    assert a.next_ready_ms(10**6) is None
+    assert a.expire(now_ms=10**6, delivery_timeout_ms=1000) == []
+    a.append("t", 7, b"x" * 80, None, None, 1, now_ms=2 * 10**6)  # opens a 2nd: the 1st is full
+    assert a.expire(now_ms=2 * 10**6 + 999, delivery_timeout_ms=1000) == []
+    [b] = a.expire(now_ms=2 * 10**6 + 1000, delivery_timeout_ms=1000)
+    assert b.full and b.attempts == 0 and b.record_count == 1
+    assert a.has_pending()  # the open 2nd batch stays

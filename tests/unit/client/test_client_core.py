@@ -399,3 +399,56 @@ def test_every_request_kind_has_an_answer_and_a_failure_handler(core_class):
     assert {"metadata", "call"} <= kinds
     for fn in [*core_class.RESPONSE_HANDLERS.values(), *core_class.FAILURE_HANDLERS.values()]:
         assert callable(fn) and getattr(core_class, fn.__name__) is fn  # a method of the class
+
+
+def test_fixed_identity_asks_no_producer_id_and_a_sequence_error_keeps_it():
+    core = producer(producer_identity=((1 << 62) + 5, 0), linger_ms=None)
+    acts = core.poll(0)
+    assert not sends(acts, "init_producer_id")
+    [md] = sends(acts, "metadata")
+    core.on_response(-1, metadata_answer(md.request["id"], [1]), 0)
+    b = core.send("t", b"v", None, None, 0, 1, 0, 1)
+    assert not sends(core.poll(10**7), "produce")  # linger_ms=None: not sent until flushed
+    core.begin_flush()
+    [req] = sends(core.poll(10**7), "produce")
+    assert (b.producer_id, b.producer_epoch, b.base_sequence) == ((1 << 62) + 5, 0, 0)
+    core.on_response(1, {"id": req.request["id"], "ok": True, "partitions": [
+        {"topic": "t", "partition": 0, "error": {"code": "OUT_OF_ORDER_SEQUENCE_NUMBER", "message": ""}}]}, 2)
+    assert isinstance(b.future.error, OutOfOrderSequenceNumberError)
+    assert not sends(core.poll(3), "init_producer_id")
+    b2 = core.send("t", b"w", None, None, 0, 1, 3, 1)
+    sends(core.poll(4), "produce")
+    assert (b2.producer_id, b2.base_sequence) == ((1 << 62) + 5, 1)
+    with pytest.raises(ValueError, match="producer_identity"):
+        producer(producer_identity=(5, 0), enable_idempotence=False, acks=1)
+
+
+def test_fixed_identity_resends_only_the_tail_the_leader_lacks():
+    from partition.batch import decode_batch
+
+    core = producer(producer_identity=((1 << 62) + 9, 0), linger_ms=None)
+    [md] = sends(core.poll(0), "metadata")
+    core.on_response(-1, metadata_answer(md.request["id"], [1]), 0)
+    futs = [core.send("t", b"v%d" % i, None, None, 0, 100 + i, 0, 1) for i in range(3)]
+    b = futs[0]
+    core.begin_flush()
+    [req] = sends(core.poll(1), "produce")
+    # An earlier run of this identity wrote sequences 0-1 (cut elsewhere): resume at 2.
+    core.on_response(1, {"id": req.request["id"], "ok": True, "partitions": [
+        {"topic": "t", "partition": 0, "error": {"code": "OUT_OF_ORDER_SEQUENCE_NUMBER",
+                                                 "message": "", "expected_sequence": 2}}]}, 2)
+    assert not b.done
+    [again] = sends(core.poll(2), "produce")
+    h, records = decode_batch(again.request["partitions"][0]["records"])
+    assert (h.producer_id, h.base_sequence, [r.value for r in records]) == ((1 << 62) + 9, 2, [b"v2"])
+    assert records[0].timestamp == 102
+    core.on_response(1, {"id": again.request["id"], "ok": True, "partitions": [
+        {"topic": "t", "partition": 0, "base_offset": 40}]}, 3)
+    assert [ProducerCore.record_result(b, i) for i in range(3)] == [(0, -1), (0, -1), (0, 40)]
+    # An expected sequence outside the batch is a real gap: the batch fails.
+    b2 = core.send("t", b"w", None, None, 0, 1, 3, 1)
+    [req2] = sends(core.poll(4), "produce")
+    core.on_response(1, {"id": req2.request["id"], "ok": True, "partitions": [
+        {"topic": "t", "partition": 0, "error": {"code": "OUT_OF_ORDER_SEQUENCE_NUMBER",
+                                                 "message": "", "expected_sequence": 9}}]}, 5)
+    assert isinstance(b2.future.error, OutOfOrderSequenceNumberError)

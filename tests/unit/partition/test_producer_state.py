@@ -61,6 +61,22 @@ def test_a_retry_older_than_the_window_is_a_duplicate_sequence_error():
     assert s.check(1, 0, 2, 2) == Duplicate(2, 2)
 
 
+def test_a_batch_straddling_the_last_sequence_is_out_of_order_not_a_duplicate():
+    # Written: sequences 0-9 and 10-14. A writer that cut its records differently sends
+    # 10-19: its tail 15-19 was never written, so it must not be taken as "written before".
+    s, log = ProducerStateManager(), []
+    _append(s, log, 1, 0, 0, 10)
+    _append(s, log, 1, 0, 10, 5)
+    with pytest.raises(OutOfOrderSequenceNumberError) as err:
+        s.check(1, 0, 10, 19)
+    assert err.value.details["expected_sequence"] == 15  # on the wire: where to resume
+    assert err.value.to_wire()["expected_sequence"] == 15
+    with pytest.raises(OutOfOrderSequenceNumberError):
+        s.check(1, 0, 12, 15)
+    assert s.check(1, 0, 10, 14) == Duplicate(10, 14)
+    assert s.check(1, 0, 15, 20) is None
+
+
 def test_sequences_wrap_at_int32():
     s = ProducerStateManager()
     s.record(1, 0, 2**31 - 2, 2**31 - 1, 10, 11)
