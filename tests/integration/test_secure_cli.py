@@ -1,4 +1,4 @@
-"""`raftlog cluster up --secure` makes a CA, node certificates and an admin whose login is <data-dir>/client.properties (0600); that one file works as is with every CLI command (--command-config or RAFTLOG_COMMAND_CONFIG), with both Python clients (security=) and with `kcat -F`; the web console it starts logs visitors in with their SCRAM credentials; users and ACLs are managed from the CLI and enforced; wrong or missing settings get one clear line; no log holds the admin's password."""
+"""`raftlog cluster up --secure` makes a CA, node certificates and an admin whose login is <data-dir>/client.properties (0600); the README's Security section works as written; that one file works as is with every CLI command (--command-config or RAFTLOG_COMMAND_CONFIG), with both Python clients (security=) and with `kcat -F`; the web console it starts logs visitors in with their SCRAM credentials; users and ACLs are managed from the CLI and enforced; wrong or missing settings get one clear line; no log holds the admin's password."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import os
 import queue
 import random
 import re
+import shlex
 import shutil
 import signal
 import stat
@@ -50,15 +51,16 @@ def _free_base_port() -> int:
 
 
 class SecureCluster:
-    """`raftlog cluster up --secure --nodes 1` in a subprocess, stopped by its PID."""
+    """`raftlog cluster up --secure --nodes 1` (or `args` of `cluster up`, run in `cwd`) in a
+    subprocess, stopped by its PID."""
 
-    def __init__(self, data_dir: Path, base_port: int) -> None:
+    def __init__(self, data_dir: Path, base_port: int, args: list[str] | None = None, cwd: Path | None = None) -> None:
         self.data_dir = data_dir
         self.base_port = base_port
+        args = args or ["--secure", "--nodes", "1", "--data-dir", str(data_dir), "--console-port", "0"]
         self.proc = subprocess.Popen(
-            [*RAFTLOG, "cluster", "up", "--secure", "--nodes", "1", "--data-dir", str(data_dir),
-             "--base-port", str(base_port), "--no-restart", "--console-port", "0"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+            [*RAFTLOG, "cluster", "up", *args, "--base-port", str(base_port), "--no-restart"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True, cwd=cwd,
         )  # fmt: skip
         self.lines: list[str] = []
         self._queue: queue.Queue[str | None] = queue.Queue()
@@ -105,6 +107,10 @@ class SecureCluster:
     @property
     def kafka(self) -> str:
         return f"127.0.0.1:{self.base_port}"
+
+    @property
+    def http(self) -> str:
+        return f"127.0.0.1:{self.base_port + 4}"
 
     def stop(self) -> None:
         pids = self.node_pids() + [pid for line in self.lines
@@ -396,3 +402,79 @@ def test_zz_no_log_holds_a_secret(cluster):
         for secret in secrets_:
             assert secret not in text, f"{path} holds a secret"
     assert not any(s in line for line in cluster.lines for s in secrets_)
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+ALICE_PASSWORD = "alice-Pa55word"  # the README's
+
+
+def readme_security() -> tuple[list[str], str, str]:
+    """The README's Security section: its `raftlog cluster up` command, its shell commands
+    (the second sh block) and its Python example."""
+    section = README.read_text().split("\n## Security\n", 1)[1].split("\n## ", 1)[0]
+    sh = re.findall(r"```sh\n(.*?)```", section, re.S)
+    python = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(sh) == 2 and len(python) == 1, "the README's Security section changed shape: adapt this test"
+    up = shlex.split(sh[0].strip(), comments=True)
+    assert up[:3] == ["raftlog", "cluster", "up"] and "--secure" in up, up
+    return up[3:], sh[1], python[0]
+
+
+@pytest.fixture(scope="module")
+def readme_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureCluster]:
+    # The README's `cluster up` as written, plus a free port range and no console.
+    args, _, _ = readme_security()
+    cwd = tmp_path_factory.mktemp("readme")
+    data_dir = cwd / args[args.index("--data-dir") + 1]
+    sup = SecureCluster(data_dir, _free_base_port(), args=[*args, "--no-console"], cwd=cwd)
+    try:
+        sup.wait_line(r"^cluster \S+ is up$", 180)
+        sup.wait_line(r"^stop: Ctrl-C", 5)
+        yield sup
+    finally:
+        sup.stop()
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed (scripts/test installs it as root)")
+def test_the_readme_security_section_works_as_written(readme_cluster):
+    cluster = readme_cluster
+    cwd = cluster.data_dir.parent
+    _, commands, example = readme_security()
+    # The README's ports are node 1's defaults (kafka 9092, native 9093 via RAFTLOG_BOOTSTRAP's
+    # default, http 9096); this cluster has its own range.
+    commands = commands.replace("127.0.0.1:9092", cluster.kafka).replace("127.0.0.1:9096", cluster.http)
+    assert "9093" not in commands and "--bootstrap" not in commands
+    refused: dict[int, str] = {}
+    script = ["set -euo pipefail", "trap 'echo \"README command failed: $BASH_COMMAND\" >&2' ERR"]
+    for n, line in enumerate(commands.splitlines(), 1):
+        match = re.search(r"#\s*refused: (\w+)\s*$", line)
+        if match:  # must fail, saying why
+            refused[n] = match.group(1)
+            line = f'if {line[:match.start()].strip()} 2>refused-{n}.err; then echo "line {n} was not refused" >&2; exit 3; fi'
+        script.append(line)
+    assert len(refused) >= 2
+    env = {k: v for k, v in os.environ.items() if k != "RAFTLOG_COMMAND_CONFIG"}
+    env.update(RAFTLOG_BOOTSTRAP=cluster.client, PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}")
+    run = subprocess.run(["bash", "-c", "\n".join(script)], cwd=cwd, env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, (run.stdout, run.stderr)
+    for n, code in refused.items():
+        said = (cwd / f"refused-{n}.err").read_text()
+        assert said.startswith("raftlog: ") and code in said and "Traceback" not in said, (n, said)
+    out = run.stdout
+    assert "added 2 ACLs" in out and "User:alice" in out
+    assert "k1 first order" in out and "k2 from alice" in out  # alice's kcat read both
+    assert "# TYPE raftlog_auth_failures_total counter" in out  # /metrics answered the token
+    assert "alice.properties" in os.listdir(cwd) and stat.S_IMODE((cwd / "alice.properties").stat().st_mode) == 0o600
+    # The Python example: the raftlog producer and confluent-kafka with the same file.
+    example = example.replace("127.0.0.1:9093", cluster.client).replace("127.0.0.1:9092", cluster.kafka)
+    ran = subprocess.run([sys.executable, "-c", example], cwd=cwd, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert ran.returncode == 0 and ran.stdout.strip() == "b'from python'", (ran.stdout, ran.stderr)
+    # Neither password is in any log or anything printed.
+    secrets_ = [admin_password(cluster), ALICE_PASSWORD]
+    for path in cluster.data_dir.rglob("*.log"):
+        text = path.read_text(errors="replace")
+        assert not any(s in text for s in secrets_), f"{path} holds a secret"
+    printed = "\n".join([*cluster.lines, run.stdout, run.stderr, ran.stdout, ran.stderr])
+    assert not any(s in printed for s in secrets_)
