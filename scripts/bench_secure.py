@@ -55,6 +55,24 @@ def perf(bootstrap: str, config: Path | None, *args: str, timeout_s: float = 900
     return json.loads(p.stdout)
 
 
+def create_topic(cluster, node: int, topic: str, partitions: int, rf: int) -> None:
+    """Create `topic`, again while the controller is moving (a loaded machine may elect anew)."""
+    from raftlog.base.errors import RaftlogError, TopicAlreadyExistsError
+
+    def attempt() -> bool:
+        try:
+            cluster.call(node, "create_topic", name=topic, partitions=partitions, replication_factor=rf, configs={})
+        except TopicAlreadyExistsError:
+            pass  # an earlier attempt went through
+        except RaftlogError as exc:
+            if not exc.retriable:
+                raise RuntimeError(f"creating {topic}: {exc}") from exc
+            raise
+        return True
+
+    cluster.wait_for(attempt, 120, f"topic {topic} created")
+
+
 def _load() -> str:
     try:
         return " ".join(f"{x:.2f}" for x in os.getloadavg())
@@ -96,10 +114,10 @@ def main() -> int:
                 for name, (cluster, config) in clusters.items():
                     topic = f"bench-{name}-{run}"
                     node = cluster.live()[0]
-                    cluster.call(node, "create_topic", name=topic, partitions=args.partitions,
-                                 replication_factor=args.rf, configs={})
+                    create_topic(cluster, node, topic, args.partitions, args.rf)
                     cluster.wait_for(lambda: all(p.get("leader") is not None for p in cluster.call(
-                        node, "metadata", topics=[topic])["topics"][0].get("partitions", [])), 30, f"leaders of {topic}")
+                        node, "metadata", topics=[topic])["topics"][0].get("partitions", [])),
+                        120, f"leaders of {topic}")
                     bootstrap = ",".join(cluster.bootstrap())
                     pr = perf(bootstrap, config, "produce", "--topic", topic, "--records", str(args.records),
                               "--acks", "all", "--record-bytes", str(args.record_bytes),

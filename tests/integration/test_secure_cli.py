@@ -450,7 +450,8 @@ def test_the_readme_security_section_works_as_written(readme_cluster):
         match = re.search(r"#\s*refused: (\w+)\s*$", line)
         if match:  # must fail, saying why
             refused[n] = match.group(1)
-            line = f'if {line[:match.start()].strip()} 2>refused-{n}.err; then echo "line {n} was not refused" >&2; exit 3; fi'
+            command = line[: match.start()].strip()
+            line = f'if {command} 2>refused-{n}.err; then echo "line {n} was not refused" >&2; exit 3; fi'
         script.append(line)
     assert len(refused) >= 2
     env = {k: v for k, v in os.environ.items() if k != "RAFTLOG_COMMAND_CONFIG"}
