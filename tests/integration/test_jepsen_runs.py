@@ -7,6 +7,7 @@ import os
 import pytest
 
 from jepsen_style_tests.runner import RunConfig, run
+from raftlog.base.client_properties import load_properties
 
 # Seconds of workload per run (setup and final reads add ~10 s): override with
 # RAFTLOG_JEPSEN_TIME_S for longer local runs.
@@ -47,7 +48,12 @@ async def test_secure_cluster_run_is_valid(tmp_path):
     # scripts/jepsen run --secure: the cluster of `cluster up --secure` (TLS + SASL/SCRAM
     # clients, ACLs, mutual-TLS peers through the partition proxies) under kills and partitions.
     outcome = await _valid_run(tmp_path, ("kill", "partition"), min(TIME_LIMIT_S, 22.0), secure=True)
-    assert (outcome.files.directory / "cluster" / "client.properties").exists()
+    properties = outcome.files.directory / "cluster" / "client.properties"
+    password = load_properties(properties)["sasl.password"]
+    # The admin's password is in no log and no history the run wrote (only in client.properties).
+    written = [f for f in outcome.files.directory.rglob("*") if f.is_file() and f != properties
+               and f.suffix in (".log", ".jsonl", ".json", ".txt", ".edn")]
+    assert written and not [f for f in written if password.encode() in f.read_bytes()]
 
 
 @pytest.mark.jepsen
