@@ -11,7 +11,9 @@ Security (`security=`, a ClientSecurity; raftlog/client/security.py): a new conn
 wrapped in trio's SSLStream (the handshake checks the server's name against its
 certificate) and does the SASL login before any request of the core goes out, all within
 the connect timeout. A refused login or certificate is reported to the core as a refusal
-(`step` passes `refused`), a network failure as a failed connection.
+(`step` passes `refused`), a network failure as a failed connection. (Under TLS 1.3 a
+refused client certificate without SASL shows only at the first read: the reader reports it
+as a refusal too.)
 """
 
 from __future__ import annotations
@@ -178,7 +180,13 @@ class Network:
                 while (msg := decoder.next_frame()) is not None:
                     await self.inbox_send.send((conn, msg))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            log.debug("broker %s: connection ended: %r", conn.broker_id, exc)
+            # TLS 1.3 without SASL: a refused client certificate shows on the first read.
+            refusal = tls_failure(exc) if isinstance(exc, trio.BrokenResourceError) and not conn.closed else None
+            if refusal is None:
+                log.debug("broker %s: connection ended: %r", conn.broker_id, exc)
+            else:
+                log.info("broker %s refused the connection: %s", conn.broker_id, refusal)
+                self.refused.append((conn.broker_id, refusal))  # reported with the loss below
         except RaftlogError as exc:
             log.warning("broker %s sent a bad frame (%s); reconnecting", conn.broker_id, exc)
         if not conn.closed:
@@ -243,7 +251,7 @@ async def step(core: ClientCore, net: Network, deadline_ms: int | None) -> None:
         if first is _NOTHING:
             return
     responses, lost = net.take(first)
-    core.on_input(responses, lost, net.clock.monotonic_ms())
+    core.on_input(responses, lost, net.clock.monotonic_ms(), net.take_refused())
 
 
 _NOTHING = object()

@@ -222,6 +222,16 @@ class Network:
                 data = self._recv(conn)
             except (TimeoutError, BlockingIOError):
                 continue
+            except ssl.SSLError as exc:  # TLS 1.3 without SASL: a refused certificate shows here
+                refusal = tls_failure(exc)
+                if refusal is None:
+                    log.info("broker %s: %s", conn.broker_id, exc)
+                    data = b""
+                else:
+                    log.info("broker %s refused the connection: %s", conn.broker_id, refusal)
+                    self._drop(conn.broker_id)
+                    self.refused.append((conn.broker_id, refusal))
+                    continue
             except OSError as exc:
                 log.info("broker %s: %s", conn.broker_id, exc)
                 data = b""
@@ -269,4 +279,4 @@ def step(core: ClientCore, net: Network, deadline_ms: int | None) -> None:
         core.on_input((), failed, now, net.take_refused())
         return
     responses, lost = net.wait(core.wait_ms(now, deadline_ms) / 1000)
-    core.on_input(responses, lost, net.clock.monotonic_ms())
+    core.on_input(responses, lost, net.clock.monotonic_ms(), net.take_refused())

@@ -61,7 +61,7 @@ from kafka.protocol.api_message import ApiMessage
 
 from raftlog.base.errors import RaftlogError
 from raftlog.base.eventlog import log_event
-from raftlog.node.auth import ListenerSecurity
+from raftlog.node.auth import ListenerSecurity, send_tls_alert
 from raftlog.node.kafka import acls, admin, configs, errors, fetch, metadata, produce, sasl, versions
 from raftlog.node.kafka.codec import (
     API_VERSIONS_KEY,
@@ -517,6 +517,7 @@ async def _connection_task(stream: trio.SocketStream, listener: _Listener, slots
                 cause = exc.__cause__ if exc.__cause__ is not None else exc
                 log_event(logger, "kafka_conn_tls_failed", level=logging.DEBUG, peer=peer,
                           reason=str(cause)[:200] or type(cause).__name__)
+                await send_tls_alert(tls, stream)
                 await trio.aclose_forcefully(tls)
                 return
             secured, certificate = tls, tls.getpeercert()
