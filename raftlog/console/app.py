@@ -11,7 +11,8 @@ Middleware, outermost first:
 3. `sessions`: attaches this browser's Session (`request.state.session`) and, on a secure
    cluster, sends visitors without a login to /login.
 
-Errors become pages, never tracebacks: BadInputError 400, CsrfError 403,
+Errors become pages, never tracebacks: BadInputError 400, CsrfError 403, an ACL refusal
+(errors.NOT_ALLOWED) 403, SaslAuthenticationFailedError 401,
 UnknownTopicOrPartitionError 404, other RaftlogError and client errors 503 (with the cluster's
 one-line message), anything else 500 ("logged"; the traceback goes to the console's log only).
 """
@@ -35,12 +36,14 @@ from starlette.staticfiles import StaticFiles
 from raftlog.console import views
 from raftlog.console.auth import login_required
 from raftlog.console.errors import (
+    NOT_ALLOWED,
     BadInputError,
     ClientClosedError,
     ConnectionLostError,
     CsrfError,
     NoBrokerAvailableError,
     RaftlogError,
+    SaslAuthenticationFailedError,
     UnknownGroupError,
     UnknownTopicOrPartitionError,
 )
@@ -168,6 +171,8 @@ def build_app(state: ConsoleState) -> Starlette:
     handlers = {
         BadInputError: _error_page(400, "That input cannot be used"),
         CsrfError: _error_page(403, "Refused"),
+        **{cls: _error_page(403, "Not allowed for your user") for cls in NOT_ALLOWED},
+        SaslAuthenticationFailedError: _error_page(401, "The cluster refused your login"),
         UnknownTopicOrPartitionError: _error_page(404, "Not found"),
         UnknownGroupError: _error_page(404, "Not found"),
         RaftlogError: _error_page(503, "The cluster did not answer that"),

@@ -8,6 +8,8 @@ the package names them from one place) and its one own class.
     raftlog.base.errors.GroupIdNotFoundError  GROUP_ID_NOT_FOUND
      └── UnknownGroupError               a group page for a group the coordinator does not know (404)
 
+The cluster's ACL refusals (NOT_ALLOWED) are shown as 403 "not allowed for your user";
+a login the cluster refuses (SaslAuthenticationFailedError) as 401.
 Everything the cluster answers arrives as the registry's class (`error_from_wire`) and is
 shown as one line on the page; the client's own failures (no broker reachable, connection
 lost) likewise. Nothing here ever reaches the browser as a traceback.
@@ -16,18 +18,23 @@ lost) likewise. Nothing here ever reaches the browser as a traceback.
 from __future__ import annotations
 
 from raftlog.base.errors import (
+    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
     GroupIdNotFoundError,
     InvalidRequestError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
     RaftlogError,
     RequestTimedOutError,
+    SaslAuthenticationFailedError,
+    TopicAuthorizationFailedError,
     UnknownTopicOrPartitionError,
     error_from_wire,
 )
 from raftlog.client.errors import ClientClosedError, ConnectionLostError, NoBrokerAvailableError
 
 __all__ = [
+    "NOT_ALLOWED",
     "BadInputError",
     "CsrfError",
     "UnknownGroupError",
@@ -39,6 +46,7 @@ __all__ = [
     "UnknownTopicOrPartitionError",
     "GroupIdNotFoundError",
     "ClientClosedError",
+    "SaslAuthenticationFailedError",
     "ConnectionLostError",
     "NoBrokerAvailableError",
     "error_from_wire",
@@ -59,3 +67,8 @@ class CsrfError(InvalidRequestError):
 
 class UnknownGroupError(GroupIdNotFoundError):
     """The coordinator knows no such group (Kafka's "Dead": no members, no offsets)."""
+
+
+# An ACL of the cluster said no to this visitor's user.
+NOT_ALLOWED = (TopicAuthorizationFailedError, GroupAuthorizationFailedError,
+               ClusterAuthorizationFailedError)

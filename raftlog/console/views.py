@@ -28,10 +28,11 @@ with one clear line.
 from __future__ import annotations
 
 import json
+import logging
 import time
 import urllib.parse
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import trio
 from starlette.requests import Request
@@ -45,6 +46,8 @@ from raftlog.console.auth import Credentials, check_csrf, client_config, config_
 from raftlog.console.backend import ClientSet, classify_partitions
 from raftlog.console.errors import BadInputError, CsrfError, RaftlogError, UnknownGroupError, UnknownTopicOrPartitionError
 from raftlog.console.state import ConsoleState
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -467,9 +470,27 @@ async def offsets(request: Request) -> Response:
 # ---------------------------------------------------------------- groups
 
 
+LISTED_LAG_GROUPS: Final = 100   # groups list: lag and members for at most this many groups
+
+
+def _list_with_lag(cs: Any) -> tuple[list[dict], int]:
+    """The groups, each with `members` and `lag` (total) for the first LISTED_LAG_GROUPS by
+    id; a group this user may not describe (or that vanished meanwhile) shows "-"."""
+    rows = sorted(cs.groups.list_groups(), key=lambda g: g["group_id"])
+    for g in rows[:LISTED_LAG_GROUPS]:
+        try:
+            sample = _group_sample(cs.groups.describe_group(g["group_id"]))
+        except RaftlogError as e:
+            log.info("groups list: cannot describe %s: %s", g["group_id"], e)
+            continue
+        g["members"], g["lag"] = sample["members"], sample["total_lag"]
+    return rows, max(0, len(rows) - LISTED_LAG_GROUPS)
+
+
 async def groups(request: Request) -> Response:
-    rows = await run_blocking(request, lambda cs: cs.groups.list_groups())
-    return render(request, "groups.html", rows=rows, deleted=request.query_params.get("deleted"))
+    rows, unmeasured = await run_blocking(request, _list_with_lag)
+    return render(request, "groups.html", rows=rows, unmeasured=unmeasured, measured=LISTED_LAG_GROUPS,
+                  deleted=request.query_params.get("deleted"))
 
 
 def _group_sample(desc: dict) -> dict[str, Any]:

@@ -248,10 +248,11 @@ def test_group_lag_falls_to_zero_live_and_reset_is_where_the_cli_resumes(browser
 
     browser.get(console.url + "/groups")
     wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, 'tr[data-group="billing"]'), what="the group listed")
-    browser.get(console.url + "/groups/billing")
     described = json.loads(cli("groups", "describe", "billing", "--json", bootstrap=bootstrap).stdout)
     cli_lag = sum(p["lag"] for p in described["partitions"])
-    assert cli_lag > 0 and int(text_of(browser, "#total-lag")) == cli_lag   # the page says what the CLI says
+    assert cli_lag > 0 and int(text_of(browser, 'tr[data-group="billing"] td.lag')) == cli_lag
+    browser.get(console.url + "/groups/billing")
+    assert int(text_of(browser, "#total-lag")) == cli_lag   # the page says what the CLI says
     rest = consumed(bootstrap, "orders", 1000, "--group", "billing", "--timeout-ms", "3000")
     assert len(rest) >= 1
     # The page is not reloaded: its live stream brings the lag down.
