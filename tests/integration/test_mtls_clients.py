@@ -1,10 +1,11 @@
-"""A client certificate is a login (mTLS, security.protocol=SSL with ssl.certificate.location / ssl.key.location) for both Python clients on the native listener and for confluent-kafka on the Kafka listener of a real node: the certificate's common name is the principal the ACLs judge, and no certificate or another CA's gets nothing."""
+"""A client certificate is a login (mTLS, security.protocol=SSL with ssl.certificate.location / ssl.key.location) for both Python clients on the native listener and for confluent-kafka on the Kafka listener of a real node: the certificate's common name is the principal the ACLs judge, and no certificate or another CA's gets nothing, told why (the TLS alert)."""
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -141,3 +142,20 @@ def test_no_certificate_or_another_cas_gets_nothing_at_once(node):
     # the node still serves a good certificate afterwards
     with Admin(node.client, security=node.keys("admin")) as admin:
         assert {"m-ok", "m-no"} <= set(admin.list_topics())
+
+
+def test_confluent_kafka_is_told_why_its_certificate_was_refused(node):
+    # The Kafka listener sends the TLS alert before closing: librdkafka reports the reason
+    # (not a bare disconnect it would retry without saying why).
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    no_cert = {k: v for k, v in node.keys("alice").items() if not k.startswith(("ssl.certificate", "ssl.key"))}
+    for keys, reason in ((no_cert, "alert certificate required"), (node.keys("alice", ca="other"), "alert unknown ca")):
+        errors: list[Any] = []
+        producer = confluent_kafka.Producer({**keys, "bootstrap.servers": node.kafka, "error_cb": errors.append})
+        producer.produce("m-ok", b"never delivered")
+        deadline = time.monotonic() + 30
+        while not errors and time.monotonic() < deadline:
+            producer.poll(0.2)
+        producer.purge()
+        producer.flush(5)
+        assert any(reason in e.str() for e in errors), [e.str() for e in errors]
