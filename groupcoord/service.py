@@ -351,7 +351,7 @@ class GroupCoordinatorService:
             offset = r.log.log_start_offset
             applied = 0
             while ours() and offset < r.high_watermark:
-                data = r.read_committed(offset, LOAD_CHUNK_BYTES)
+                data = await r.read_committed(offset, LOAD_CHUNK_BYTES)
                 if not data:
                     break
                 records: list[tuple[int, bytes, bytes | None]] = []

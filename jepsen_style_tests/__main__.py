@@ -4,9 +4,11 @@
         --time-limit 60 --rate 200 --nodes 3 [--partitions 4] [--concurrency 6] [--seed N]
         [--fault-interval 10] [--store store]
 
-Nemeses: kill, pause, partition, leader-kill, controller-kill, rolling, corrupt, delay (or
-"none"). Prints a progress line every few seconds and the verdict; writes
-store/<test>/<timestamp>/. Exit code: 0 valid, 1 invalid, 2 unknown.
+Nemeses: kill, pause, partition, leader-kill, controller-kill, rolling, corrupt, delay,
+bitflip (bits flipped anywhere in a segment or index file of one node), disk-full (one node's
+partition storage is a small tmpfs that fills up and empties again; root only) (or "none").
+Prints a progress line every few seconds and the verdict; writes store/<test>/<timestamp>/.
+Exit code: 0 valid, 1 invalid, 2 unknown.
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--log-level", default="WARNING")
     run.add_argument("--secure", action="store_true",
                      help="run against a secure cluster (as raftlog cluster up --secure: TLS, SASL/SCRAM, ACLs, mTLS peers)")
+    run.add_argument("--damage-node", type=int, default=None,
+                     help="the node the storage faults (corrupt, bitflip, disk-full) hit (default: drawn)")
+    run.add_argument("--ports", default=None, metavar="LOW-HIGH",
+                     help="take the nodes' listener ports from this range (default: any free ones)")
     return parser
 
 
@@ -52,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         nodes=args.nodes, partitions=args.partitions, concurrency=args.concurrency,
         fault_interval_s=args.fault_interval, recovery_s=args.recovery, seed=args.seed,
         store=args.store, test_name=args.name, keep_data=args.keep_data, secure=args.secure,
+        damage_node=args.damage_node,
+        port_range=tuple(int(p) for p in args.ports.split("-", 1)) if args.ports else None,
     )  # fmt: skip
     return run_main(config, out=sys.stdout)
 

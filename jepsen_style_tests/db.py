@@ -9,7 +9,11 @@ quorum listeners through the fault proxy (i -> j) of `jepsen_style_tests.net.Net
 Process control, always by PID: `start`, `stop` (SIGTERM, then SIGKILL after a grace period),
 `kill` (SIGKILL), `pause` (SIGSTOP) / `resume` (SIGCONT), `wipe` (a stopped node's data dir),
 `restart`. Storage damage: `damage_tail` cuts (torn write) or bit-flips the tail of the last
-segment of a partition log of a stopped node.
+segment of a partition log of a stopped node; `flip_bits` flips bits anywhere in any segment
+or index file of a stopped node (closed segments included). A full disk: `make_small_disk`
+mounts a tmpfs (root only; it says why not otherwise) as one node's partition storage before
+it starts, `fill_disk` fills it with a filler file until ENOSPC and `free_disk` deletes the
+filler; `close` unmounts it.
 
 Invariants: every process this module starts is stopped by its PID by `close()` — called by
 the context manager's exit and, as a last resort, by an `atexit` hook — even when the run
@@ -23,18 +27,28 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import errno
 import logging
 import os
 import random
 import secrets
 import shutil
 import signal
+import subprocess
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from raftlog.cli.cluster import NodePorts, NodeProcess, build_node_configs, free_ports, stop_all, write_node_config
+from raftlog.cli.cluster import (
+    NodePorts,
+    NodeProcess,
+    build_node_configs,
+    free_ports,
+    port_in_use,
+    stop_all,
+    write_node_config,
+)
 from raftlog.cli.secure import SecureMaterial
 from raftlog.node.config import NodeConfig, new_cluster_id
 
@@ -44,12 +58,18 @@ __all__ = ["DbError", "LocalCluster", "FAST_SETTINGS", "STOP_GRACE_S"]
 
 log = logging.getLogger(__name__)
 
-# Fast failure detection so that a run sees many leader changes in a minute.
-FAST_SETTINGS: Mapping[str, Any] = {"heartbeat_ms": 300, "session_timeout_ms": 2000}
+# Fast failure detection so that a run sees many leader changes in a minute; the scrubber
+# re-reads sealed segments every few seconds, so damage a read does not meet is found too.
+FAST_SETTINGS: Mapping[str, Any] = {"heartbeat_ms": 300, "session_timeout_ms": 2000,
+                                    "scrub_interval_ms": 5000}
 STOP_GRACE_S = 10.0
 MAX_NODES = 9
 PARTITIONS_DIR = "partitions"
 SEGMENT_SUFFIX = ".log"
+DAMAGE_SUFFIXES = (".log", ".index", ".timeindex")
+FILLER = ".disk-filler"
+FILL_CHUNK_BYTES = 1 << 20
+MAX_FILL_BYTES = 8 << 30
 
 
 class DbError(HarnessError):
@@ -68,6 +88,7 @@ class LocalCluster:
         settings: Mapping[str, Any] | None = None,
         stop_grace_s: float = STOP_GRACE_S,
         secure: bool = False,
+        port_range: tuple[int, int] | None = None,
     ):
         if not 1 <= size <= MAX_NODES:
             raise DbError(f"size must be 1..{MAX_NODES}, got {size}")
@@ -78,7 +99,8 @@ class LocalCluster:
         self._secret = secrets.token_urlsafe(24)
         self.settings = dict(FAST_SETTINGS if settings is None else settings)
         self.stop_grace_s = stop_grace_s
-        ports = free_ports(5 * size, host)
+        ports = _ports_in(port_range, 5 * size, host) if port_range else free_ports(5 * size, host)
+        self.small_disks: dict[int, Path] = {}
         self.ports: dict[int, NodePorts] = {
             n: NodePorts(*ports[5 * k : 5 * k + 5]) for k, n in enumerate(self.node_ids)
         }
@@ -237,7 +259,11 @@ class LocalCluster:
         for node_id in list(self.paused):
             self._resume_if_paused(node_id)
         running = [p for p in self.processes.values() if p.alive()]
-        return stop_all(running, self.stop_grace_s)
+        codes = stop_all(running, self.stop_grace_s)
+        for node_id, where in list(self.small_disks.items()):
+            subprocess.run(["umount", "-l", str(where)], capture_output=True, check=False)
+            del self.small_disks[node_id]
+        return codes
 
     def __enter__(self) -> LocalCluster:
         return self
@@ -339,3 +365,101 @@ class LocalCluster:
             result.update(position=position, bit=bit)
         log.info("damaged node %d: %s", node_id, result)
         return result
+
+    def flip_bits(self, node_id: int, *, rng: random.Random, flips: int = 3,
+                  keys: Iterable[str] | None = None) -> dict[str, Any]:
+        """Flips `flips` random bits at random places of ONE file drawn, weighted by size (as
+        bit rot is), from every non-empty segment and index file (`.log`, `.index`,
+        `.timeindex`) of the partitions of a *stopped* node (of `keys` if given), closed
+        segments included. Returns what it did
+        (``{"node", "key", "file", "flips": [[position, bit], ...]}``), or ``{"node",
+        "skipped": reason}``."""
+        self._check(node_id)
+        if self.alive(node_id):
+            raise DbError(f"node {node_id} is running; stop it before damaging its storage")
+        base = self.data_dir(node_id) / PARTITIONS_DIR
+        wanted = None if keys is None else set(keys)
+        files = []
+        if base.is_dir():
+            for directory in sorted(p for p in base.iterdir() if p.is_dir()):
+                if wanted is None or directory.name in wanted:
+                    files += [p for p in sorted(directory.iterdir())
+                              if p.name.endswith(DAMAGE_SUFFIXES) and p.stat().st_size > 0]
+        if not files:
+            return {"node": node_id, "skipped": "no non-empty segment or index file"}
+        path = rng.choices(files, weights=[p.stat().st_size for p in files])[0]
+        size = path.stat().st_size
+        done = []
+        with open(path, "r+b") as handle:
+            for _ in range(flips):
+                position, bit = rng.randrange(size), rng.randrange(8)
+                handle.seek(position)
+                byte = handle.read(1)[0]
+                handle.seek(position)
+                handle.write(bytes([byte ^ (1 << bit)]))
+                done.append([position, bit])
+            handle.flush()
+            os.fsync(handle.fileno())
+        result = {"node": node_id, "key": path.parent.name, "file": path.name, "size": size, "flips": done}
+        log.info("flipped bits on node %d: %s", node_id, result)
+        return result
+
+    def make_small_disk(self, node_id: int, size_bytes: int = 256 << 20) -> str | None:
+        """Mounts a tmpfs of `size_bytes` as node `node_id`'s partition storage (before the
+        node first starts). Returns None, or why it cannot (then nothing changed)."""
+        self._check(node_id)
+        if os.geteuid() != 0:
+            return "mounting a tmpfs needs root"
+        where = self.data_dir(node_id) / PARTITIONS_DIR
+        if where.exists() and any(where.iterdir()):
+            return f"{where} already holds data"
+        where.mkdir(parents=True, exist_ok=True)
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(where)],
+                           capture_output=True, text=True, check=False)
+        if r.returncode != 0:
+            return f"mount failed: {r.stderr.strip() or r.returncode}"
+        self.small_disks[node_id] = where
+        return None
+
+    def fill_disk(self, node_id: int) -> int:
+        """Fills node `node_id`'s small disk with a filler file until it is full (ENOSPC);
+        returns the bytes written. Raises DbError without a small disk."""
+        where = self.small_disks.get(node_id)
+        if where is None:
+            raise DbError(f"node {node_id} has no small disk (make_small_disk)")
+        chunk = bytes(FILL_CHUNK_BYTES)
+        written = 0
+        fd = os.open(where / FILLER, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            while written < MAX_FILL_BYTES:
+                try:
+                    written += os.write(fd, chunk)
+                except OSError as exc:
+                    if exc.errno != errno.ENOSPC:
+                        raise
+                    if len(chunk) == 1:
+                        break
+                    chunk = bytes(max(1, len(chunk) // 16))  # fill the last bytes too
+        finally:
+            os.close(fd)
+        return written
+
+    def free_disk(self, node_id: int) -> bool:
+        """Deletes the filler file of node `node_id`'s small disk; whether there was one."""
+        where = self.small_disks.get(node_id)
+        if where is None:
+            return False
+        try:
+            os.unlink(where / FILLER)
+        except FileNotFoundError:
+            return False
+        return True
+
+
+def _ports_in(port_range: tuple[int, int], count: int, host: str) -> list[int]:
+    """`count` ports free now, the lowest ones of [low, high] (a caller's own range)."""
+    low, high = port_range
+    chosen = [p for p in range(low, high + 1) if not port_in_use(host, p)][:count]
+    if len(chosen) < count:
+        raise DbError(f"fewer than {count} free ports in {low}-{high}")
+    return chosen

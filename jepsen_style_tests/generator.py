@@ -756,6 +756,7 @@ def final_phase(
         {"f": "stop-partition"},
         {"f": "stop-delay"},
         {"f": "stop-pause"},
+        {"f": "stop-disk-full"},
         {"f": "stop-kill"},
     ),
     recovery_ns: int = 10 * SEC_NS,

@@ -23,6 +23,12 @@ rolling-restart        None                                   [nodes] (SIGTERM +
                                                               turn, waiting until it is ready)
 corrupt-tail           {"node": n, "mode": "torn"|"bitflip"}  what was cut (the node is killed,
                                                               damaged and started again)
+bitflip                {"node": n, "flips": k}                the file and the bits flipped
+                                                              anywhere in one segment or index
+                                                              file, closed segments included
+                                                              (killed, damaged, started again)
+start-disk-full        {"node": n}                            bytes written to fill its disk
+stop-disk-full         None                                   [nodes whose filler was deleted]
 =====================  =====================================  ==================================
 
 "leader" means the leader of a partition of the run's topic drawn at random; "controller" the
@@ -31,7 +37,11 @@ active controller. A target that cannot be resolved (no leader known) completes 
 
 `faults(names, ...)` builds the `generator.Fault` menu for `generator.fault_cycle` from short
 names: ``kill``, ``pause``, ``partition``, ``leader-kill``, ``controller-kill``, ``rolling``,
-``corrupt``, ``delay``.
+``corrupt``, ``delay``, ``bitflip``, ``disk-full``. The storage faults (``corrupt``,
+``bitflip``, ``disk-full``) all hit one `damage_node`: a minority, so every committed entry
+keeps intact copies on a majority. ``disk-full`` needs the run to have given that node a small
+disk (`LocalCluster.make_small_disk`, root only; the runner leaves the fault out and says why
+when it cannot).
 
 Randomness comes from the injected `random.Random`. Blocking process and file work runs in
 worker threads; the network is changed on the trio thread (net.py requires it).
@@ -55,7 +65,9 @@ __all__ = ["Nemesis", "NemesisError", "faults", "FAULT_NAMES"]
 
 log = logging.getLogger(__name__)
 
-FAULT_NAMES = ("kill", "pause", "partition", "leader-kill", "controller-kill", "rolling", "corrupt", "delay")
+FAULT_NAMES = ("kill", "pause", "partition", "leader-kill", "controller-kill", "rolling", "corrupt", "delay",
+               "bitflip", "disk-full")
+STORAGE_FAULTS = ("corrupt", "bitflip", "disk-full")
 PARTITION_SHAPES = ("isolate-one", "isolate-leader", "isolate-controller", "halves", "majorities-ring")
 LOOKUP_TIMEOUT_MS = 3000
 READY_TIMEOUT_S = 60.0
@@ -95,6 +107,16 @@ def faults(names: Iterable[str], *, damage_node: int | None = None) -> list[Faul
                            {"f": "stop-kill"}) for m in ("torn", "bitflip")]  # fmt: skip
         elif name == "delay":
             menu.append(Fault("delay", {"f": "start-delay", "value": {"delay_ms": 50}}, {"f": "stop-delay"}))
+        elif name == "bitflip":
+            if damage_node is None:
+                raise NemesisError("the bitflip fault needs damage_node")
+            menu.append(Fault("bitflip", {"f": "bitflip", "value": {"node": damage_node, "flips": 3}},
+                              {"f": "stop-kill"}))
+        elif name == "disk-full":
+            if damage_node is None:
+                raise NemesisError("the disk-full fault needs damage_node")
+            menu.append(Fault("disk-full", {"f": "start-disk-full", "value": {"node": damage_node}},
+                              {"f": "stop-disk-full"}))
         else:
             raise NemesisError(f"unknown fault {name!r}; known: {', '.join(FAULT_NAMES)}")
     if not menu:
@@ -282,6 +304,28 @@ class Nemesis:
             await trio.to_thread.run_sync(self.db.wait_ready, READY_TIMEOUT_S)
             done.append(node)
         return done
+
+    async def _bitflip(self, value: Mapping[str, Any]) -> dict[str, Any]:
+        node, flips = int(value["node"]), int(value.get("flips", 3))
+        self.db.resume(node)
+        await trio.to_thread.run_sync(self.db.kill, node)
+        try:
+            rng = random.Random(self.rng.getrandbits(64))
+            return await trio.to_thread.run_sync(lambda: self.db.flip_bits(node, rng=rng, flips=flips))
+        finally:
+            await trio.to_thread.run_sync(self.db.start, node)
+
+    async def _start_disk_full(self, value: Mapping[str, Any]) -> dict[str, Any]:
+        node = int(value["node"])
+        written = await trio.to_thread.run_sync(self.db.fill_disk, node)
+        return {"node": node, "filled_bytes": written}
+
+    async def _stop_disk_full(self, _value: Any) -> list[int]:
+        freed = []
+        for node in sorted(self.db.small_disks):
+            if await trio.to_thread.run_sync(self.db.free_disk, node):
+                freed.append(node)
+        return freed
 
     async def _corrupt_tail(self, value: Mapping[str, Any]) -> dict[str, Any]:
         node, mode = int(value["node"]), str(value["mode"])

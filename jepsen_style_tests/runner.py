@@ -50,7 +50,7 @@ from .checker import CheckResult, check
 from .client import Client, ClientOptions
 from .db import LocalCluster
 from .history import NEMESIS, History, HistoryWriter, Op, key_of
-from .nemesis import FAULT_NAMES, Nemesis, faults
+from .nemesis import FAULT_NAMES, STORAGE_FAULTS, Nemesis, faults
 from .report import ReportFiles, run_dir, write_report
 
 __all__ = ["RunConfig", "RunOutcome", "run", "run_main", "EXIT_CODES"]
@@ -87,6 +87,8 @@ class RunConfig:
     keep_data: bool = False
     network: bool = True
     secure: bool = False  # the cluster of `raftlog cluster up --secure` (TLS, SASL, ACLs, mTLS peers)
+    damage_node: int | None = None  # the node the storage faults hit (default: drawn by the seed)
+    port_range: tuple[int, int] | None = None  # node listener ports (default: any free ones)
 
     def name(self) -> str:
         return self.test_name or f"{self.workload}-{'+'.join(self.nemesis) or 'none'}"
@@ -120,7 +122,7 @@ def workload(config: RunConfig, keys: Sequence[str], rng: random.Random) -> g.Ge
     ))  # fmt: skip
     main: list[Any] = [g.time_limit(limit_ns, g.clients(client_ops))]
     if config.nemesis:
-        damage_node = rng.choice(range(1, config.nodes + 1))
+        damage_node = config.damage_node or rng.choice(range(1, config.nodes + 1))
         half_ns = int(config.fault_interval_s * g.SEC_NS / 2)
         schedule = g.fault_cycle(faults(config.nemesis, damage_node=damage_node), quiet_ns=half_ns, fault_ns=half_ns)
         main.insert(0, g.time_limit(limit_ns, g.nemesis(schedule)))
@@ -262,13 +264,17 @@ class _Interpreter:
         return self.ops
 
 
-def _create_topic(db: LocalCluster, partitions: int, replication_factor: int) -> None:
+STORAGE_SEGMENT_BYTES = 64 << 10  # storage faults need closed segments to damage
+
+
+def _create_topic(db: LocalCluster, partitions: int, replication_factor: int,
+                  configs: dict[str, str] | None = None) -> None:
     from raftlog.client import Admin
     from raftlog.base.errors import RaftlogError
 
     deadline = time.monotonic() + READY_TIMEOUT_S
     with Admin(db.bootstrap(), request_timeout_ms=10_000, security=db.client_security) as admin:
-        admin.create_topic(TOPIC, partitions, replication_factor, {"flush_policy": "always"})
+        admin.create_topic(TOPIC, partitions, replication_factor, {"flush_policy": "always", **(configs or {})})
         while True:
             try:
                 info = admin.describe_topics([TOPIC], timeout_ms=5000)[TOPIC]
@@ -293,7 +299,15 @@ async def run(config: RunConfig, *, out: TextIO | None = sys.stdout) -> RunOutco
     if out is not None:
         out.write(f"run {config.name()} seed={seed} dir={directory}\n")
         out.flush()
-    db = LocalCluster(directory / "cluster", config.nodes, secure=config.secure)
+    db = LocalCluster(directory / "cluster", config.nodes, secure=config.secure, port_range=config.port_range)
+    if set(config.nemesis) & set(STORAGE_FAULTS) and config.damage_node is None:
+        config = dataclasses.replace(config, damage_node=random.Random(seed ^ 0xD15C).choice(db.node_ids))
+    if "disk-full" in config.nemesis:
+        why_not = db.make_small_disk(config.damage_node)
+        if why_not is not None:
+            config = dataclasses.replace(config, nemesis=tuple(n for n in config.nemesis if n != "disk-full"))
+            if out is not None:
+                out.write(f"disk-full left out: {why_not}\n")
     network = net.Network(db.targets()) if config.network and config.nodes >= 2 else None
     nemesis = Nemesis(db, network, rng=random.Random(rng.getrandbits(64)), keys=keys)
     gen = workload(config, keys, rng)
@@ -304,7 +318,10 @@ async def run(config: RunConfig, *, out: TextIO | None = sys.stdout) -> RunOutco
                 db.route_through(network.addresses_for)
             await trio.to_thread.run_sync(db.start_all)
             await trio.to_thread.run_sync(db.wait_ready, READY_TIMEOUT_S)
-            await trio.to_thread.run_sync(_create_topic, db, config.partitions, min(3, config.nodes))
+            topic_configs = ({"segment_bytes": str(STORAGE_SEGMENT_BYTES)}
+                             if set(config.nemesis) & set(STORAGE_FAULTS) else None)
+            await trio.to_thread.run_sync(_create_topic, db, config.partitions, min(3, config.nodes),
+                                          topic_configs)
             with HistoryWriter(directory / "history.jsonl") as writer:
                 interpreter = _Interpreter(gen, writer, concurrency=config.concurrency, rng=rng,
                                            bootstrap=db.bootstrap(), nemesis=nemesis, out=out,

@@ -1,8 +1,15 @@
 """Log compaction (cleanup_policy "compact"): keep the newest record of every key.
 
-The log calls `compact(...)` from `Log.maintain` with the segments it may clean: CLOSED,
-fully fsynced segments (all below the log's recovery point, and below the high watermark when
-the caller gives one), oldest first. The active segment is never touched.
+The log cleans the segments it may: CLOSED, fully fsynced segments (all below the log's
+recovery point, and below the high watermark when the caller gives one), oldest first. The
+active segment is never touched. Two phases, so that the long one runs beside the log's
+writer (Kafka's cleaner thread does the same):
+* `clean(...)`: reads the candidates (pinned by the log), builds the offset map, filters
+  every batch, and writes each rewritten segment's `.cleaned` files, fsynced. Any thread;
+  never changes a file the log uses; `should_stop()` ends it early (CleanAborted).
+* `install(...)`: the swap of one segment (steps 2-4 below), by the log's writer, oldest
+  first, each followed by the log replacing its in-memory segment.
+`compact(...)` does both in one call (the log's `maintain` and the tests use it).
 
 What survives (Kafka's rules, with the differences named):
 * a record whose key has no newer record in the cleaned segments (the offset map is built
@@ -61,7 +68,19 @@ from partition.segment import (
     segment_name,
 )
 
-__all__ = ["CleanResult", "compact", "filter_batch", "recover_swaps", "CLEANED_SUFFIX", "SWAP_SUFFIX"]
+__all__ = [
+    "CleanResult",
+    "CleanedSegment",
+    "CleanAborted",
+    "clean",
+    "install",
+    "discard",
+    "compact",
+    "filter_batch",
+    "recover_swaps",
+    "CLEANED_SUFFIX",
+    "SWAP_SUFFIX",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +101,19 @@ class CleanResult:
     bytes_reclaimed: int = 0
     # Earliest now_ms at which a kept tombstone may expire (None: no tombstone kept).
     next_tombstone_expiry_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class CleanedSegment:
+    """One segment `clean` rewrote: its `.cleaned` files are written and fsynced."""
+
+    segment: Segment
+    records_removed: int
+    new_size: int
+
+
+class CleanAborted(Exception):
+    """`clean` stopped because `should_stop()` said so; its `.cleaned` files are deleted."""
 
 
 def _fsync_dir(dir_fd: int) -> None:
@@ -161,75 +193,77 @@ def _offset_map(segments: Iterable[Segment]) -> dict[bytes, int]:
     return latest
 
 
-def compact(directory: Path, dir_fd: int, segments: list[Segment], *, now_ms: int,
-            delete_retention_ms: int, index_interval_bytes: int, max_index_bytes: int,
-            on_swapped: Callable[[Segment], None],
-            crash_point: Callable[[str], None] = lambda step: None) -> CleanResult:
-    """Clean `segments` (closed, durable, oldest first) and swap each rewritten one in.
-
-    `on_swapped(old_segment)` is called after each swap so the log replaces its in-memory
-    segment before the next one is cleaned. `crash_point(step)` is a test seam called after
-    each durable step ("cleaned_written", "swap_marked", "log_replaced", "index_replaced",
-    "timeindex_replaced", "marker_removed"); raising from it simulates a crash there."""
+def clean(directory: Path, segments: list[Segment], *, now_ms: int, delete_retention_ms: int,
+          index_interval_bytes: int, max_index_bytes: int,
+          should_stop: Callable[[], bool] = lambda: False,
+          ) -> tuple[list[CleanedSegment], CleanResult]:
+    """Phase 1: filter `segments` (closed, durable, oldest first; pinned by the caller) and
+    write each one that loses records as `.cleaned` files (segment, index, timeindex), every
+    file fsynced and then the directory. Returns ([CleanedSegment], a CleanResult with the
+    counts and the next tombstone expiry; `segments_rewritten` is filled by `install`).
+    Raises OSError, CorruptRecordError (a batch that does not decode), CleanAborted."""
     result = CleanResult()
+    cleaned: list[CleanedSegment] = []
     latest = _offset_map(segments)
-    for seg in segments:
-        tombstones_expire = now_ms - seg.max_timestamp > delete_retention_ms
-        kept_tombstone = False
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)  # our own: the log's may close
+    try:
+        for seg in segments:
+            if should_stop():
+                raise CleanAborted(f"stopped before segment {seg.name}")
+            tombstones_expire = now_ms - seg.max_timestamp > delete_retention_ms
+            kept_tombstone = False
 
-        def keep(offset: int, key: bytes | None, value: bytes | None) -> bool:
-            nonlocal kept_tombstone
-            if key is None:
-                return True
-            if latest.get(key) != offset:
-                return False
-            if value is None:
-                if tombstones_expire:
+            def keep(offset: int, key: bytes | None, value: bytes | None) -> bool:
+                nonlocal kept_tombstone
+                if key is None:
+                    return True
+                if latest.get(key) != offset:
                     return False
-                kept_tombstone = True
-            return True
+                if value is None:
+                    if tombstones_expire:
+                        return False
+                    kept_tombstone = True
+                return True
 
-        out = bytearray()
-        removed = 0
-        for _, h, data in seg.batch_bytes():
-            if h.is_control:
-                out += data
+            out = bytearray()
+            removed = 0
+            for _, h, data in seg.batch_bytes():
+                if h.is_control:
+                    out += data
+                    continue
+                new, n = filter_batch(data, keep)
+                removed += n
+                if new is not None:
+                    out += new
+            if kept_tombstone:
+                expiry = seg.max_timestamp + delete_retention_ms + 1
+                if result.next_tombstone_expiry_ms is None or expiry < result.next_tombstone_expiry_ms:
+                    result.next_tombstone_expiry_ms = expiry
+            if removed == 0:
                 continue
-            new, n = filter_batch(data, keep)
-            removed += n
-            if new is not None:
-                out += new
-        if kept_tombstone:
-            expiry = seg.max_timestamp + delete_retention_ms + 1
-            if result.next_tombstone_expiry_ms is None or expiry < result.next_tombstone_expiry_ms:
-                result.next_tombstone_expiry_ms = expiry
-        if removed == 0:
-            continue
-        index_bytes, timeindex_bytes = Segment.index_bytes_for(
-            bytes(out), seg.base_offset, index_interval_bytes=index_interval_bytes,
-            max_index_bytes=max_index_bytes)
-        _swap(directory, dir_fd, seg.base_offset,
-              (bytes(out), index_bytes, timeindex_bytes), crash_point)
-        result.segments_rewritten.append(seg.name)
-        result.records_removed += removed
-        result.bytes_reclaimed += seg.size_bytes - len(out)
-        on_swapped(seg)
-    return result
+            index_bytes, timeindex_bytes = Segment.index_bytes_for(
+                bytes(out), seg.base_offset, index_interval_bytes=index_interval_bytes,
+                max_index_bytes=max_index_bytes)
+            _write_cleaned(directory, seg.base_offset, (bytes(out), index_bytes, timeindex_bytes))
+            cleaned.append(CleanedSegment(seg, removed, len(out)))
+            result.records_removed += removed
+            result.bytes_reclaimed += seg.size_bytes - len(out)
+        if cleaned:
+            _fsync_dir(dir_fd)
+    except BaseException:
+        discard(directory, [c.segment.base_offset for c in cleaned])
+        raise
+    finally:
+        os.close(dir_fd)
+    return cleaned, result
 
 
-def _swap(directory: Path, dir_fd: int, base_offset: int, contents: tuple[bytes, bytes, bytes],
-          crash_point: Callable[[str], None]) -> None:
+def install(directory: Path, dir_fd: int, base_offset: int,
+            crash_point: Callable[[str], None] = lambda step: None) -> None:
+    """Phase 2 for one segment whose `.cleaned` files `clean` wrote: mark, replace, unmark
+    (module docstring, steps 2-4), fsyncing the directory after each. The caller then swaps
+    its in-memory segment. Raises OSError."""
     name = segment_name(base_offset)
-    for suffix, data in zip(_SUFFIXES, contents):
-        fd = os.open(directory / (name + suffix + CLEANED_SUFFIX),
-                     os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            pwrite_all(fd, data, 0)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    _fsync_dir(dir_fd)
-    crash_point("cleaned_written")
     fd = os.open(directory / (name + SWAP_SUFFIX), os.O_WRONLY | os.O_CREAT, 0o644)
     os.close(fd)
     _fsync_dir(dir_fd)
@@ -241,6 +275,51 @@ def _swap(directory: Path, dir_fd: int, base_offset: int, contents: tuple[bytes,
     os.unlink(directory / (name + SWAP_SUFFIX))
     _fsync_dir(dir_fd)
     crash_point("marker_removed")
+
+
+def discard(directory: Path, base_offsets: Iterable[int]) -> None:
+    """Delete the `.cleaned` files of segments that will not be installed (no fsync needed:
+    an unmarked `.cleaned` file is deleted by `recover_swaps` anyway)."""
+    for base in base_offsets:
+        for suffix in _SUFFIXES:
+            try:
+                os.unlink(directory / (segment_name(base) + suffix + CLEANED_SUFFIX))
+            except FileNotFoundError:
+                pass
+
+
+def compact(directory: Path, dir_fd: int, segments: list[Segment], *, now_ms: int,
+            delete_retention_ms: int, index_interval_bytes: int, max_index_bytes: int,
+            on_swapped: Callable[[Segment], None],
+            crash_point: Callable[[str], None] = lambda step: None) -> CleanResult:
+    """Clean `segments` (closed, durable, oldest first) and swap each rewritten one in: `clean`
+    then `install` per segment. `on_swapped(old_segment)` is called after each swap so the log
+    replaces its in-memory segment before the next one. `crash_point(step)` is a test seam
+    called after each durable step ("cleaned_written", "swap_marked", "log_replaced",
+    "index_replaced", "timeindex_replaced", "marker_removed"); raising from it simulates a
+    crash there."""
+    cleaned, result = clean(directory, segments, now_ms=now_ms,
+                            delete_retention_ms=delete_retention_ms,
+                            index_interval_bytes=index_interval_bytes,
+                            max_index_bytes=max_index_bytes)
+    for c in cleaned:
+        crash_point("cleaned_written")  # every .cleaned file is durable, none swapped in yet
+        install(directory, dir_fd, c.segment.base_offset, crash_point)
+        result.segments_rewritten.append(c.segment.name)
+        on_swapped(c.segment)
+    return result
+
+
+def _write_cleaned(directory: Path, base_offset: int, contents: tuple[bytes, bytes, bytes]) -> None:
+    name = segment_name(base_offset)
+    for suffix, data in zip(_SUFFIXES, contents):
+        fd = os.open(directory / (name + suffix + CLEANED_SUFFIX),
+                     os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            pwrite_all(fd, data, 0)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def recover_swaps(directory: Path, dir_fd: int) -> list[str]:

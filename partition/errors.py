@@ -4,6 +4,8 @@ code (raftlog/base/errors.py). Where the registry class says all there is to say
 
     CorruptMessageError
      └── CorruptRecordError           bytes that are not a valid RecordBatch v2 (the message says why)
+          └── StorageDamageError      bytes AT REST (a segment or its index) that fail their checks:
+                                      where (segment, position, offset) and what ("batch", "index")
     UnsupportedCompressionTypeError
      └── CompressionUnavailableError  the codec needs an extra that is not installed
     KafkaStorageError
@@ -19,11 +21,35 @@ from raftlog.base.errors import (
     UnsupportedCompressionTypeError,
 )
 
-__all__ = ["CorruptRecordError", "CompressionUnavailableError", "LogClosedError", "RaftStateError"]
+__all__ = [
+    "CorruptRecordError",
+    "StorageDamageError",
+    "CompressionUnavailableError",
+    "LogClosedError",
+    "RaftStateError",
+]
 
 
 class CorruptRecordError(CorruptMessageError):
     """Bytes that do not form a valid RecordBatch v2; the message says what was wrong."""
+
+
+class StorageDamageError(CorruptRecordError):
+    """A read found bytes on this replica's disk that fail their checks (a batch CRC, a
+    header, offsets out of order, or an index entry that does not point at the batch it
+    names). Never served: the replica checks the segment and repairs itself from a peer
+    (partition/replica.py "Damage"). Details: `segment` (its base offset), `position` (byte
+    position in the segment file), `offset` (the damaged batch's base offset when its header
+    reads, else the first offset that could not be read), `what` ("batch" | "index")."""
+
+    def __init__(self, message: str = "", *, segment: int, position: int, offset: int,
+                 what: str = "batch", **details) -> None:
+        super().__init__(message, segment=segment, position=position, offset=offset, what=what,
+                         **details)
+        self.segment = segment
+        self.position = position
+        self.offset = offset
+        self.what = what
 
 
 class CompressionUnavailableError(UnsupportedCompressionTypeError):

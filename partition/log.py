@@ -26,17 +26,47 @@ Invariants:
   bad batch ends the log: the tail is cut and later segments deleted (RecoveryReport).
 * Retention and compaction touch only closed segments; compaction only fsynced ones.
 
-Concurrency: a Log belongs to one owner thread (the trio thread). Only `flush()` may run in
-another thread at the same time as the owner's calls. Two locks make that safe:
+Size (issue 13's ~800-line rule): over it; the seams are the checkpoints and epoch cache
+(pure, ~200 lines) and the integrity calls, which could move to their own modules.
+
+Integrity (DESIGN §9): no byte leaves the log unchecked. `read` checks the header and CRC-32C
+of every batch it returns (and that offsets increase from the batch it located), and raises
+StorageDamageError (segment, position, offset) instead of returning bad bytes; `read_slice`
+(zero-copy senders) checks the range the same way before it makes the slice; `locate`
+checks the index entry it starts from. Each byte is checked once: a segment remembers the
+ranges a read or a SegmentVerifier (recovery, the scrubber) checked, and later reads of them
+skip the CRCs (partition/segment.py "checked once"). `check_segment` runs the full check of one segment
+(partition/segment.py `SegmentVerifier`, optionally with its indexes); `pinned_segment` lets a
+scrubber run it in paced steps. What to do about damage is the replica's decision: `repair`
+cuts the log at the first bad batch of a segment (deleting later segments, as recovery does)
+only if the check, run again by the writer, still finds it; `rebuild_indexes` rewrites a
+segment's indexes when only they disagree with its batches.
+
+Concurrency: three kinds of callers, in any threads.
+* The WRITER: every call that changes the log (append, append_replicated, truncate_to, repair,
+  rebuild_indexes, maintain and its phases roll_and_retain / plan_compaction /
+  install_cleaned, set_config, close). One at a time: the caller serialises them (the replica
+  holds its lock around each, on the trio thread for appends, in a worker thread for the
+  blocking ones). Writer calls may block on disk (fsync).
+* FLUSH: `flush()` may run in another thread at the same time as the writer.
+* READERS: `read`, `read_slice`, `unverified_bytes`, `batch_headers`, `offset_for_timestamp`,
+  `check_segment`, `pinned_segment`, `clean_planned` may run in any thread beside the writer
+  and each other.
+  They take their snapshot of the segment list under `_lock` and pin the segments they read.
+  Offsets a reader asks for below the high watermark are never cut by the writer except by a
+  `repair` or a log reset; a reader racing those may see a torn read, which it reports as
+  damage that the writer re-checks before acting.
+Two locks make that safe:
 * `_lock` (held for microseconds) guards the segment list, `log_end_offset`, the
-  not-yet-durable sealed segments (`_pending`) and the directory-dirty flag. `flush()` takes
-  a consistent snapshot under it (target offset = log_end_offset, the active segment, the
-  pending ones) and pins those segments; a roll meanwhile only appends to the list, and a
-  retention/compaction/truncation that drops a pinned segment closes its fd at the last unpin,
-  never under a running fsync (so an fd number cannot be reused under it).
-* `_flush_lock` serialises flushes with each other and with `truncate_to` and `close` (which
-  therefore may block the owner thread for one running fsync). `flushed_offset` only moves to
-  the snapshot's target, after the fsyncs of every segment holding offsets below it.
+  not-yet-durable sealed segments (`_pending`) and the directory-dirty flag. `flush()` and
+  readers take a consistent snapshot under it and pin the segments they use; a roll meanwhile
+  only appends to the list, and a retention/compaction/truncation that drops a pinned segment
+  closes its fd at the last unpin, never under a running fsync or pread (so an fd number
+  cannot be reused under it). Files renamed over or unlinked stay readable through a pinned fd.
+* `_flush_lock` serialises flushes with each other and with `truncate_to`, `repair` and
+  `close` (which therefore may wait for one running fsync: run them in a worker thread).
+  `flushed_offset` only moves to the snapshot's target, after the fsyncs of every segment
+  holding offsets below it.
 """
 
 from __future__ import annotations
@@ -48,6 +78,7 @@ import threading
 import time
 from bisect import bisect_right
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -55,8 +86,19 @@ from typing import Callable
 import google_crc32c
 
 from partition import cleaner
-from partition.batch import HEADER_BYTES, Header, iter_headers
-from partition.errors import CorruptRecordError, LogClosedError
+from partition.batch import (
+    CRC_START,
+    HEADER_BYTES,
+    LOG_OVERHEAD,
+    MAGIC,
+    MIN_BATCH_LENGTH,
+    Compression,
+    Header,
+    iter_headers,
+    read_header,
+    verify_crc,
+)
+from partition.errors import CorruptRecordError, LogClosedError, StorageDamageError
 from partition.segment import (
     FileSlice,
     INDEX_SUFFIX,
@@ -65,7 +107,9 @@ from partition.segment import (
     TIMEINDEX_SUFFIX,
     TMP_SUFFIX,
     Segment,
+    SegmentVerifier,
     parse_segment_name,
+    read_whole_file_or_none,
     write_durably,
 )
 from raftlog.base.errors import (
@@ -75,7 +119,7 @@ from raftlog.base.errors import (
 )
 
 __all__ = [
-    "Log", "LogConfig", "RecoveryReport", "LeaderEpochCache",
+    "Log", "LogConfig", "RecoveryReport", "RepairReport", "CompactionPlan", "LeaderEpochCache",
     "InvalidAppendError", "NonContiguousAppend", "EpochRegression",
     "EPOCH_CHECKPOINT", "LOG_START_CHECKPOINT", "RECOVERY_POINT_CHECKPOINT",
 ]
@@ -155,6 +199,30 @@ class RecoveryReport:
     duration_ms: float
     swaps_recovered: list[str] = field(default_factory=list)
     segments_scanned: int = 0
+
+
+@dataclass(frozen=True)
+class RepairReport:
+    """What `Log.repair` cut: the segment where the first bad batch was found, why, the bytes
+    and offsets dropped (that segment's tail plus every later segment), and the new end."""
+
+    segment: str
+    reason: str
+    bytes_dropped: int
+    offsets_lost: int
+    log_end_offset: int
+
+
+@dataclass
+class CompactionPlan:
+    """The segments one compaction pass may clean (`Log.plan_compaction`), pinned until
+    `install_cleaned` or `discard_plan`. `cleaned` / `result` are filled by `clean_planned`."""
+
+    segments: list[Segment]
+    upto: int
+    now_ms: int
+    cleaned: list = field(default_factory=list)
+    result: cleaner.CleanResult | None = None
 
 
 # ------------------------------------------------------------------------------ checkpoints
@@ -380,14 +448,20 @@ class Log:
             last = i == len(self._segments) - 1
             if not last and seg.base_offset < clean_below:
                 next_base = self._segments[i + 1].base_offset
-                if seg.load_indexes(next_base_offset=next_base,
-                                    index_interval_bytes=cfg.index_interval_bytes):
-                    rebuilt += [seg.index_path.name, seg.timeindex_path.name]
-                i += 1
-                continue
+                try:
+                    if seg.load_indexes(next_base_offset=next_base,
+                                        index_interval_bytes=cfg.index_interval_bytes):
+                        rebuilt += [seg.index_path.name, seg.timeindex_path.name]
+                    i += 1
+                    continue
+                except StorageDamageError as e:
+                    # A header the index rebuild cannot walk: scan this segment with CRCs
+                    # and cut it at the first bad batch, as for the active one below.
+                    logger.warning("log %s: %s; scanning segment %s", self.directory, e, seg.name)
             old_index = _read_or_none(seg.index_path)
             old_timeindex = _read_or_none(seg.timeindex_path)
-            scan = seg.recover(index_interval_bytes=cfg.index_interval_bytes, min_epoch=prev_epoch)
+            scan = seg.recover(index_interval_bytes=cfg.index_interval_bytes, min_epoch=prev_epoch,
+                               max_offset=None if last else self._segments[i + 1].base_offset)
             scanned.append(seg)
             scanned_headers.extend(h for _, h in scan.headers)
             if scan.headers:
@@ -617,72 +691,280 @@ class Log:
 
     # ------------------------------------------------------------------ reads
 
+    def _pin_segment_at(self, offset: int, after: Segment | None = None) -> Segment | None:
+        """Under _lock: the segment that may hold `offset` (or, with `after`, the one after
+        that segment), pinned; None past the last one."""
+        with self._lock:
+            if after is None:
+                i = max(bisect_right(self._bases, offset) - 1, 0)
+            else:
+                i = bisect_right(self._bases, after.base_offset)
+            if i >= len(self._segments):
+                return None
+            seg = self._segments[i]
+            seg.pin()
+            return seg
+
+    def _unpin(self, seg: Segment) -> None:
+        with self._lock:
+            seg.unpin()
+
     def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> bytes:
         """Whole batches from the batch that holds `offset` (or, in a compaction gap, the next
         one), within one segment: at least one batch even if larger than max_bytes, then more
         while they fit; never a batch whose base_offset >= max_offset (pass the high watermark).
         `offset == log_end_offset` (or >= max_offset) gives b"". Records are not decoded and
-        the first batch may start before `offset` (clients skip). Raises OffsetOutOfRangeError
-        for offset < log_start_offset or > log_end_offset; LogClosedError."""
-        found = self._locate_read(offset, max_offset)
-        return b"" if found is None else found[0].read_at(found[1], found[2], max_bytes, max_offset)
+        the first batch may start before `offset` (clients skip). Every batch returned has had
+        its header and CRC-32C checked ("Integrity"). Raises OffsetOutOfRangeError for offset
+        < log_start_offset or > log_end_offset; StorageDamageError; LogClosedError. A reader
+        (module docstring): any thread."""
+        with self._located(offset, max_offset) as found:
+            if found is None:
+                return b""
+            seg, pos, h = found
+            version = seg.verified_version
+            data = seg.read_at(pos, h, max_bytes, max_offset)
+            _check_read(seg, pos, h, data, 0, version)
+            return data
 
-    def read_slice(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> FileSlice | None:
+    def read_slice(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
+                   warm: bool = False) -> FileSlice | None:
         """What `read` would return, as a FileSlice of the segment file (the caller closes
-        it), or None where `read` returns b"". Same errors."""
-        found = self._locate_read(offset, max_offset)
-        return None if found is None else found[0].slice_at(found[1], found[2], max_bytes, max_offset)
+        it; zero-copy senders), or None where `read` returns b"". Before the slice is made,
+        the parts of its range not yet checked are read and checked as `read` checks them,
+        so a slice never covers a bad batch; with `warm`, the checked parts are read too
+        (into the page cache, so that sending the slice does not wait on the disk). Same
+        errors. A reader: any thread; blocking while it reads."""
+        with self._located(offset, max_offset) as found:
+            if found is None:
+                return None
+            seg, pos, h = found
+            version = seg.verified_version
+            end = seg.read_end(pos, h, max_bytes, max_offset)
+            if warm:
+                _check_read(seg, pos, h, seg.read_range(pos, end, h.base_offset), 0, version)
+            else:
+                for a, b in seg.unverified(pos, end, version):
+                    data = seg.read_range(a, b, h.base_offset)
+                    _check_read(seg, pos, h, data, a - pos, version)
+                seg.mark_verified(pos, end, version)
+            return FileSlice(os.dup(seg.fd), pos, end - pos)
 
-    def _locate_read(self, offset: int, max_offset: int | None) -> tuple[Segment, int, Header] | None:
-        """(segment, position, first batch header) where a read starts; None: nothing to read."""
+    def unverified_bytes(self, offset: int, max_bytes: int) -> int:
+        """About how many bytes of a read of `offset` (at most max_bytes) are still to be
+        checked (an index lookup, no I/O): what decides where a zero-copy read runs. A
+        reader."""
+        with self._lock:
+            i = max(bisect_right(self._bases, offset) - 1, 0)
+            if i >= len(self._segments):
+                return 0
+            seg = self._segments[i]
+        _, pos = seg.index.lookup(max(0, min(offset - seg.base_offset, INT32_MAX)))
+        return sum(b - a for a, b in seg.unverified(pos, min(seg.size_bytes, pos + max_bytes)))
+
+    @contextmanager
+    def _located(self, offset: int, max_offset: int | None) -> Iterator[tuple[Segment, int, Header] | None]:
+        """(segment, position, first batch header) where a read of `offset` starts, the
+        segment pinned for the `with` block; None: nothing to read. Raises as `read`."""
         self._check_open()
         if offset < self.log_start_offset or offset > self.log_end_offset:
             raise OffsetOutOfRangeError(offset=offset, log_start_offset=self.log_start_offset,
                                         log_end_offset=self.log_end_offset)
         if offset == self.log_end_offset or (max_offset is not None and offset >= max_offset):
-            return None
-        i = max(bisect_right(self._bases, offset) - 1, 0)
-        segments = self._segments
-        while i < len(segments):
-            found = segments[i].locate(offset)
-            if found is None:
-                i += 1
-                continue
-            pos, h = found
-            if max_offset is not None and h.base_offset >= max_offset:
-                return None
-            return segments[i], pos, h
-        return None
+            yield None
+            return
+        seg = self._pin_segment_at(offset)
+        while seg is not None:
+            try:
+                found = seg.locate(offset)
+                if found is not None:
+                    pos, h = found
+                    if max_offset is not None and h.base_offset >= max_offset:
+                        found = None
+                    yield None if found is None else (seg, pos, h)
+                    return
+            finally:
+                self._unpin(seg)
+            seg = self._pin_segment_at(offset, after=seg)
+        yield None
+
+    def bytes_behind_end(self, offset: int) -> int:
+        """About how many bytes of log lie at and after `offset` (index lookups only, no I/O):
+        what a read from there may touch, and how far back it reaches into the page cache
+        (flushed pages more than `cache_tail_bytes` behind the end are dropped). A reader."""
+        with self._lock:
+            segments = list(self._segments)
+            bases = list(self._bases)
+        i = max(bisect_right(bases, offset) - 1, 0)
+        if i >= len(segments):
+            return 0
+        seg = segments[i]
+        _, pos = seg.index.lookup(max(0, min(offset - seg.base_offset, INT32_MAX)))
+        return seg.size_bytes - pos + sum(s.size_bytes for s in segments[i + 1:])
 
     def batch_headers(self) -> Iterator[Header]:
         """The header of every batch holding an offset at or above log_start_offset, in offset
         order, reading headers only (a few KiB per batch, not the records): rebuilding state
         from a whole log (the producers' windows) costs ~1/20 of a full read, and on a cold
         page cache (drop-behind, a reboot) that is the difference between milliseconds and
-        seconds per GiB. Owner thread; raises CorruptRecordError on a header that does not
-        parse."""
+        seconds per GiB. A reader; raises StorageDamageError on a header that does not parse."""
         self._check_open()
         start = self.log_start_offset
-        i = max(bisect_right(self._bases, start) - 1, 0)
-        for seg in list(self._segments[i:]):
-            for _, h in seg.walk(0, seg.size_bytes):
-                if h.next_offset > start:
-                    yield h
+        seg = self._pin_segment_at(start)
+        while seg is not None:
+            try:
+                for _, h in seg.walk(0, seg.size_bytes):
+                    if h.next_offset > start:
+                        yield h
+            finally:
+                self._unpin(seg)
+            seg = self._pin_segment_at(start, after=seg)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) for ListOffsets at batch granularity: the first batch (at or
         after log_start_offset) whose max_timestamp >= timestamp_ms gives (its base offset, or
-        log_start_offset if that is later; its max_timestamp). None if no batch qualifies."""
+        log_start_offset if that is later; its max_timestamp). None if no batch qualifies.
+        A reader."""
         self._check_open()
         start = self.log_start_offset
-        i = max(bisect_right(self._bases, start) - 1, 0)
-        for seg in self._segments[i:]:
-            if seg.max_timestamp < timestamp_ms:
-                continue
-            h = seg.first_batch_for_timestamp(timestamp_ms, start)
-            if h is not None:
-                return max(h.base_offset, start), h.max_timestamp
+        seg = self._pin_segment_at(start)
+        while seg is not None:
+            try:
+                if seg.max_timestamp >= timestamp_ms:
+                    h = seg.first_batch_for_timestamp(timestamp_ms, start)
+                    if h is not None:
+                        return max(h.base_offset, start), h.max_timestamp
+            finally:
+                self._unpin(seg)
+            seg = self._pin_segment_at(start, after=seg)
         return None
+
+    # ------------------------------------------------------------------ integrity
+
+    @contextmanager
+    def pinned_segment(self, base_offset: int) -> Iterator[tuple[Segment, int | None] | None]:
+        """(segment, next segment's base offset or None) for the segment starting at
+        `base_offset`, pinned for the `with` block; None if no segment starts there any more.
+        A reader (the scrubber drives a SegmentVerifier over it in paced steps)."""
+        with self._lock:
+            i = bisect_right(self._bases, base_offset) - 1
+            if i < 0 or self._bases[i] != base_offset or self._closed:
+                found = None
+            else:
+                seg = self._segments[i]
+                nxt = self._bases[i + 1] if i + 1 < len(self._bases) else None
+                seg.pin()
+                found = (seg, nxt)
+        if found is None:
+            yield None
+            return
+        try:
+            yield found
+        finally:
+            self._unpin(found[0])
+
+    def scrub_candidates(self) -> list[tuple[int, int]]:
+        """[(base_offset, size_bytes)] of the sealed segments below the recovery point (every
+        one of them fsynced, data and index files): what a scrubber re-reads. A reader."""
+        with self._lock:
+            return [(s.base_offset, s.size_bytes) for s in self._segments[:-1]
+                    if s.base_offset < self._clean_below and s not in self._pending]
+
+    def check_segment(self, base_offset: int, *, check_index: bool = True) -> SegmentVerifier | None:
+        """Run the full check of the segment starting at `base_offset` (SegmentVerifier, with
+        its in-memory indexes when `check_index`); None if no segment starts there. Blocking
+        (reads the whole segment). A reader."""
+        with self.pinned_segment(base_offset) as found:
+            if found is None:
+                return None
+            seg, nxt = found
+            return SegmentVerifier(seg, max_offset=nxt, check_index=check_index).run()
+
+    def index_files_match(self, base_offset: int) -> bool | None:
+        """Whether a sealed segment's `.index` / `.timeindex` files hold exactly its in-memory
+        indexes (what the next open would load); None if the segment is gone or active. A
+        reader."""
+        with self.pinned_segment(base_offset) as found:
+            if found is None or found[1] is None:
+                return None
+            seg = found[0]
+            return (read_whole_file_or_none(seg.index_path) == seg.index.to_bytes()
+                    and read_whole_file_or_none(seg.timeindex_path) == seg.timeindex.to_bytes())
+
+    def repair(self, base_offset: int) -> RepairReport | None:
+        """The writer's answer to damage in the segment starting at `base_offset`: check it
+        again and, if a batch is still bad, cut the log there (the segment keeps its intact
+        prefix, every later segment is deleted, the epoch cache trimmed), lower the recovery
+        point first, and fsync it all before returning. Returns the RepairReport, or None
+        (and changes nothing) when the segment is gone or every batch in it is intact.
+        Raises LogClosedError (an I/O failure: the log is then unusable)."""
+        self._check_open()
+        with self._flush_lock:
+            i = bisect_right(self._bases, base_offset) - 1
+            if i < 0 or self._bases[i] != base_offset:
+                return None
+            seg = self._segments[i]
+            later = self._segments[i + 1:]
+            nxt = later[0].base_offset if later else None
+            check = SegmentVerifier(seg, max_offset=nxt).run()
+            if check.damage is None:
+                return None
+            try:
+                self._set_recovery_point(min(self._clean_below, seg.base_offset))
+                with self._lock:
+                    del self._segments[i + 1:]
+                    del self._bases[i + 1:]
+                    self._pending = [s for s in self._pending if s not in later and s is not seg]
+                    self._dir_dirty = True
+                dropped = sum(s.size_bytes for s in later)
+                lost = sum(_count_records(s) for s in later)
+                for s in later:
+                    self._close_segment(s)
+                    s.delete_files()
+                scan = seg.recover(index_interval_bytes=self.config.index_interval_bytes,
+                                   max_offset=nxt)
+                seg.created_ms = None
+                new_end = seg.next_offset if seg.next_offset is not None else seg.base_offset
+                if new_end < self.log_start_offset:
+                    self._truncate_fully_locked(self.log_start_offset)
+                    new_end = self.log_start_offset
+                else:
+                    with self._lock:
+                        self.log_end_offset = new_end
+                        self.flushed_offset = min(self.flushed_offset, new_end)
+                    if self._epochs.truncate_from_end(new_end):
+                        self._write_epochs()
+                self._flush_locked()
+            except OSError as e:
+                self._fail(e)
+                raise LogClosedError(f"repair failed: {e}") from e
+        report = RepairReport(seg.log_path.name, check.damage, dropped + scan.bytes_dropped,
+                              lost + scan.offsets_lost, new_end)
+        logger.warning("log %s: cut at %s (%s): %d bytes, %d offsets dropped", self.directory,
+                       report.segment, report.reason, report.bytes_dropped, report.offsets_lost)
+        return report
+
+    def rebuild_indexes(self, base_offset: int) -> bool:
+        """The writer rebuilds the indexes of the segment starting at `base_offset` from its
+        batch headers and, for a sealed segment, rewrites and fsyncs its index files. Returns
+        False if no segment starts there. Raises StorageDamageError (a header does not parse:
+        repair instead), LogClosedError."""
+        self._check_open()
+        i = bisect_right(self._bases, base_offset) - 1
+        if i < 0 or self._bases[i] != base_offset:
+            return False
+        seg = self._segments[i]
+        sealed = i < len(self._segments) - 1
+        seg.rebuild_indexes(index_interval_bytes=self.config.index_interval_bytes)
+        try:
+            if sealed:
+                seg.seal()
+                seg.fsync_index_files()
+        except OSError as e:
+            self._fail(e)
+            raise LogClosedError(f"index rewrite failed: {e}") from e
+        logger.warning("log %s: rebuilt the indexes of segment %s", self.directory, seg.name)
+        return True
 
     # ------------------------------------------------------------------ epochs
 
@@ -856,30 +1138,46 @@ class Log:
     # ------------------------------------------------------------------ maintenance
 
     def maintain(self, now_ms: int, *, high_watermark: int | None = None) -> dict:
-        """Housekeeping, on the owner thread: roll the active segment if older than
-        segment_ms; under "delete", drop the oldest CLOSED segments past retention_ms (by
-        their largest timestamp) or beyond retention_bytes and advance log_start_offset
-        (persisted before any file goes); under "compact", clean closed, fsynced segments
-        (all below `high_watermark` if given, so uncommitted data never obsoletes committed
-        data). Returns {"rolled", "deleted_segments", "log_start_offset",
-        "compacted_segments", "records_removed", "bytes_reclaimed"}."""
+        """All housekeeping in one writer call: `roll_and_retain`, then (under "compact") one
+        compaction pass (`plan_compaction`, `clean_planned`, `install_cleaned`). Returns
+        {"rolled", "deleted_segments", "log_start_offset", "compacted_segments",
+        "records_removed", "bytes_reclaimed"}. Tests and tools call this; the replica runs the
+        phases itself so that cleaning runs beside its writes."""
+        done = self.roll_and_retain(now_ms, high_watermark=high_watermark)
+        done.update(compacted_segments=[], records_removed=0, bytes_reclaimed=0)
+        plan = self.plan_compaction(now_ms, high_watermark=high_watermark)
+        if plan is not None:
+            try:
+                self.clean_planned(plan)
+            except BaseException:
+                self.discard_plan(plan)
+                raise
+            res = self.install_cleaned(plan)
+            done["compacted_segments"] = res.segments_rewritten
+            done["records_removed"] = res.records_removed
+            done["bytes_reclaimed"] = res.bytes_reclaimed
+        return done
+
+    def roll_and_retain(self, now_ms: int, *, high_watermark: int | None = None) -> dict:
+        """Writer: roll the active segment if older than segment_ms; under "delete", drop the
+        oldest CLOSED segments past retention_ms (by their largest timestamp) or beyond
+        retention_bytes (never one at or above `high_watermark` if given) and advance
+        log_start_offset (persisted before any file goes). Returns {"rolled",
+        "deleted_segments", "log_start_offset"}. Blocking (fsyncs a checkpoint, unlinks)."""
         self._check_open()
         cfg = self.config
-        done = {"rolled": False, "deleted_segments": [], "log_start_offset": self.log_start_offset,
-                "compacted_segments": [], "records_removed": 0, "bytes_reclaimed": 0}
+        done = {"rolled": False, "deleted_segments": [], "log_start_offset": self.log_start_offset}
         a = self._active
-        if a.size_bytes and a.created_ms is not None and now_ms - a.created_ms >= cfg.segment_ms:
-            self._roll()
-            done["rolled"] = True
-        if cfg.deletes:
-            done["deleted_segments"] = self._apply_retention(now_ms, high_watermark)
-            done["log_start_offset"] = self.log_start_offset
-        if cfg.compacts:
-            res = self._compact(now_ms, high_watermark)
-            if res is not None:
-                done["compacted_segments"] = res.segments_rewritten
-                done["records_removed"] = res.records_removed
-                done["bytes_reclaimed"] = res.bytes_reclaimed
+        try:
+            if a.size_bytes and a.created_ms is not None and now_ms - a.created_ms >= cfg.segment_ms:
+                self._roll()
+                done["rolled"] = True
+            if cfg.deletes:
+                done["deleted_segments"] = self._apply_retention(now_ms, high_watermark)
+                done["log_start_offset"] = self.log_start_offset
+        except OSError as e:
+            self._fail(e)
+            raise LogClosedError(f"retention failed: {e}") from e
         return done
 
     def _apply_retention(self, now_ms: int, high_watermark: int | None) -> list[str]:
@@ -918,43 +1216,96 @@ class Log:
             s.delete_files()
         return [s.name for s in gone]
 
-    def _compact(self, now_ms: int, high_watermark: int | None) -> cleaner.CleanResult | None:
+    def plan_compaction(self, now_ms: int, *, high_watermark: int | None = None) -> CompactionPlan | None:
+        """Writer (no I/O): the closed, fsynced segments a compaction pass may clean now (all
+        below `high_watermark` if given, so uncommitted data never obsoletes committed data),
+        pinned; None when the policy does not compact or nothing is due. Hand the plan to
+        `clean_planned` (any thread) and then `install_cleaned` (writer), or `discard_plan`."""
+        self._check_open()
+        if not self.config.compacts:
+            return None
         limit = self._clean_below if high_watermark is None else min(self._clean_below, high_watermark)
-        candidates = []
-        for i, seg in enumerate(self._segments[:-1]):
-            if self._segments[i + 1].base_offset > limit:
-                break
-            candidates.append(seg)
-        if not candidates:
-            return None
-        upto = candidates[-1].base_offset
-        due = self._next_tombstone_expiry_ms is not None and now_ms >= self._next_tombstone_expiry_ms
-        if upto <= self._compacted_below and not due:
-            return None
+        with self._lock:
+            candidates = []
+            for i, seg in enumerate(self._segments[:-1]):
+                if self._segments[i + 1].base_offset > limit:
+                    break
+                candidates.append(seg)
+            if not candidates:
+                return None
+            upto = candidates[-1].base_offset
+            due = self._next_tombstone_expiry_ms is not None and now_ms >= self._next_tombstone_expiry_ms
+            if upto <= self._compacted_below and not due:
+                return None
+            for seg in candidates:
+                seg.pin()
+        return CompactionPlan(candidates, upto, now_ms)
 
-        def swapped(old: Segment) -> None:
-            new = Segment.open_existing(self.directory, old.base_offset,
-                                        max_index_bytes=self.config.max_index_bytes)
-            i = self._segments.index(old)
-            new.load_indexes(next_base_offset=self._segments[i + 1].base_offset,
-                             index_interval_bytes=self.config.index_interval_bytes)
-            with self._lock:
-                self._segments[i] = new
-            self._close_segment(old)
+    def clean_planned(self, plan: CompactionPlan, *,
+                      should_stop: Callable[[], bool] = lambda: False) -> None:
+        """A reader (any thread, beside the writer): the long phase of a compaction pass, the
+        segments' `.cleaned` files written and fsynced (partition/cleaner.py `clean`). Fills
+        `plan.cleaned` and `plan.result`. Raises OSError, CorruptRecordError,
+        cleaner.CleanAborted; the plan stays pinned either way (`discard_plan`)."""
+        cfg = self.config
+        plan.cleaned, plan.result = cleaner.clean(
+            self.directory, plan.segments, now_ms=plan.now_ms,
+            delete_retention_ms=cfg.delete_retention_ms,
+            index_interval_bytes=cfg.index_interval_bytes, max_index_bytes=cfg.max_index_bytes,
+            should_stop=should_stop)
 
+    def install_cleaned(self, plan: CompactionPlan) -> cleaner.CleanResult:
+        """Writer: swap in, oldest first, every segment `clean_planned` rewrote that is still
+        in the log (a truncation or reset meanwhile ends the pass: the rest is discarded), then
+        unpin the plan. Returns the CleanResult. Raises LogClosedError (the log failed)."""
+        result = plan.result or cleaner.CleanResult()
+        cleaned = list(plan.cleaned)
         try:
-            res = cleaner.compact(
-                self.directory, self._dir_fd, candidates, now_ms=now_ms,
-                delete_retention_ms=self.config.delete_retention_ms,
-                index_interval_bytes=self.config.index_interval_bytes,
-                max_index_bytes=self.config.max_index_bytes, on_swapped=swapped,
-                crash_point=self._cleaner_crash_point)
-        except OSError as e:
-            self._fail(e)
-            raise LogClosedError(f"compaction failed: {e}") from e
-        self._compacted_below = upto
-        self._next_tombstone_expiry_ms = res.next_tombstone_expiry_ms
-        return res
+            self._check_open()
+            while cleaned:
+                c = cleaned[0]
+                old = c.segment
+                with self._lock:
+                    i = next((k for k, seg in enumerate(self._segments) if seg is old), -1)
+                    still_ours = 0 <= i < len(self._segments) - 1
+                if not still_ours:
+                    break
+                self._cleaner_crash_point("cleaned_written")
+                try:
+                    cleaner.install(self.directory, self._dir_fd, old.base_offset,
+                                    self._cleaner_crash_point)
+                    new = Segment.open_existing(self.directory, old.base_offset,
+                                                max_index_bytes=self.config.max_index_bytes)
+                    new.load_indexes(next_base_offset=self._segments[i + 1].base_offset,
+                                     index_interval_bytes=self.config.index_interval_bytes)
+                except OSError as e:
+                    self._fail(e)
+                    raise LogClosedError(f"compaction failed: {e}") from e
+                with self._lock:
+                    self._segments[i] = new
+                self._close_segment(old)
+                result.segments_rewritten.append(old.name)
+                cleaned.pop(0)
+            else:
+                self._compacted_below = plan.upto
+                self._next_tombstone_expiry_ms = result.next_tombstone_expiry_ms
+            # A pass ended by a truncation: its other .cleaned files go (on an exception they
+            # stay, as a crash would leave them, for the next open's recover_swaps).
+            cleaner.discard(self.directory, [c.segment.base_offset for c in cleaned])
+        finally:
+            self._unpin_plan(plan)
+        return result
+
+    def discard_plan(self, plan: CompactionPlan) -> None:
+        """Give up a plan: delete its `.cleaned` files and unpin its segments. Any thread."""
+        cleaner.discard(self.directory, [c.segment.base_offset for c in plan.cleaned])
+        self._unpin_plan(plan)
+
+    def _unpin_plan(self, plan: CompactionPlan) -> None:
+        with self._lock:
+            for seg in plan.segments:
+                seg.unpin()
+        plan.segments = []
 
     # ------------------------------------------------------------------ misc
 
@@ -1014,3 +1365,70 @@ def _count_records(seg: Segment) -> int:
     except CorruptRecordError:
         pass  # best effort: the count is for the report only
     return n
+
+
+def _check_read(seg: Segment, pos: int, first: Header, data, skip: int, version: int) -> None:
+    """The read-path check ("Integrity") of bytes read from `seg`: `data` holds the segment's
+    bytes from `pos + skip`, where `pos` is the start of the batch `first` that `locate`
+    found. Every batch in it that no earlier check covered (Segment.unverified under
+    `version`) must have a sane header and a good CRC-32C, and base offsets must increase
+    from `first`'s within the segment's offset range; then the range is marked checked.
+    Raises StorageDamageError naming the first bad batch."""
+    start = pos + skip
+    end = start + len(data)
+    for a, b in seg.unverified(start, end, version):
+        _check_batches(seg, data, a - start, b - start, start,
+                       first.base_offset if a == pos else None, first.next_offset)
+    seg.mark_verified(start, end, version)
+
+
+# The whole RecordBatch v2 header as a plain tuple: the read-path check parses one per batch,
+# so it skips partition/batch.py's Header objects (5x the cost) unless a batch looks bad.
+_BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
+_CODEC_MASK = 0x07
+
+
+def _check_batches(seg: Segment, data: bytes, lo: int, hi: int, at: int, exact: int | None,
+                   floor: int) -> None:
+    """Check the batches in data[lo:hi] (`data` starts at segment position `at`): each has
+    the header `read_header` accepts and a good CRC-32C; the first starts at offset `exact`
+    if given, else at or above `floor`; offsets increase and stay in the segment's range.
+    Raises StorageDamageError (what `read_header` / `verify_crc` say about a bad batch)."""
+    p = lo
+    expected = exact if exact is not None else floor
+    seg_base = seg.base_offset
+    crc32c = google_crc32c.value
+    unpack = _BATCH_HEADER.unpack_from
+    while p < hi:
+        if hi - p >= HEADER_BYTES:
+            base, length, _, magic, crc, attrs, delta, _, _, _, _, _, count = unpack(data, p)
+            nxt = p + LOG_OVERHEAD + length
+            if (magic == MAGIC and length >= MIN_BATCH_LENGTH and nxt <= hi and delta >= 0
+                    and count >= 0 and attrs & _CODEC_MASK <= Compression.ZSTD
+                    and (base == exact if p == lo and exact is not None else base >= expected)
+                    and base >= seg_base and base + delta - seg_base <= INT32_MAX
+                    and crc32c(data[p + CRC_START:nxt]) == crc):
+                expected = base + delta + 1
+                p = nxt
+                continue
+        _raise_bad_batch(seg, data, p, hi, at, expected, exact if p == lo else None)
+
+
+def _raise_bad_batch(seg: Segment, data: bytes, p: int, hi: int, at: int, expected: int,
+                     exact: int | None) -> None:
+    """Say what is wrong with the batch at data[p] (one the fast check refused)."""
+    h = None
+    try:
+        h = read_header(data, p)
+        verify_crc(data, p, h)
+        if (h.base_offset != exact) if exact is not None else (h.base_offset < expected):
+            why = f"base offset {h.base_offset}, expected {expected}"
+        elif h.last_offset - seg.base_offset > INT32_MAX or h.base_offset < seg.base_offset:
+            why = f"offsets {h.base_offset}..{h.last_offset} outside the segment's range"
+        else:
+            why = f"batch runs past the checked range's end {at + hi}"
+    except CorruptRecordError as e:
+        why = str(e).partition(": ")[2] or str(e)
+    bad = h.base_offset if h is not None and h.base_offset >= expected else expected
+    raise StorageDamageError(f"segment {seg.name} at position {at + p}: {why}",
+                             segment=seg.base_offset, position=at + p, offset=bad)

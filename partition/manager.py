@@ -18,9 +18,25 @@ What it uses of `metadata`: `image`, `peer_address(id)`, `client_address(id)`,
 * Leadership: a replica that becomes leader reports (leader, epoch) to the controller in a
   task with bounded retries; a slow check re-reports when the image still disagrees. Never
   on the data path.
-* Maintenance: `Log.maintain` is owner-thread only (partition/log.py), so retention and
-  compaction run on the trio thread, one replica at a time with a checkpoint in between,
-  every MAINTAIN_INTERVAL_S, below each replica's high watermark.
+* Maintenance: retention and compaction, one replica at a time, every MAINTAIN_INTERVAL_S,
+  below each replica's high watermark, in worker threads (`Replica.maintain`; the node's
+  `DiskWork` limiters bound every kind of disk work its replicas do).
+* Scrubber: every `scrub_interval_ms` (config) a pass re-reads every sealed, fsynced segment
+  of every replica with the full check (partition/segment.py SegmentVerifier: CRCs, offsets,
+  epochs, and the indexes against the batches), paced to `scrub_bytes_per_s` (0: off); what
+  it finds goes to `Replica.report_damage`. Metrics: raftlog_scrub_bytes_total,
+  raftlog_scrub_segments_total, raftlog_storage_damage_total{found_by,what},
+  raftlog_replica_repairs_total.
+* Offline replicas (a failed disk, a full one, a broken Raft contract) are opened again from
+  disk with backoff (REOPEN_BACKOFF_S doubling to REOPEN_BACKOFF_MAX_S): `Replica.reopen`,
+  or the whole open for one that never opened. While the data dir's file system has less
+  than MIN_FREE_BYTES free, a replica that went offline for a full disk is not retried.
+  /health shows each offline replica's reason, kind and since when, and "disk_full";
+  /metrics raftlog_replicas_offline{kind}, raftlog_data_dir_free_bytes,
+  raftlog_replica_offline_total{kind}, raftlog_replica_reopens_total{outcome}.
+* A client request for a partition whose local replica is offline, when the image names
+  another leader, is answered NOT_LEADER with that hint (nothing was tried here), so
+  producers and consumers move on at once instead of retrying a storage error here.
 
 Client ops (PROTOCOL.md): `produce` (leader only; acks 0/1/-1; per-partition errors; a
 request that cannot reach a majority in `timeout_ms` gets REQUEST_TIMED_OUT), `fetch` (leader
@@ -32,12 +48,17 @@ controller allocates), `recover_partition` (operator: unclean recovery of this b
 replica when it is flagged needs_catch_up and the partition has no live leader; refused
 unless `unclean` is true). Peer ops: partition/replication.py's, and `transfer_leadership`.
 
+Size (issue 13's ~800-line rule): over it since the scrubber, the offline reopen and the
+storage metrics (`_StorageMetrics`) joined the Kafka listener's fetch and produce halves; that
+storage-health part (~200 lines) is the seam to cut along.
+
 Concurrency: trio-thread only; per-replica serialisation lives in partition/replica.py.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import random
 import shutil
 import time
@@ -49,13 +70,19 @@ import cbor2
 import trio
 
 from metadata.image import MetadataImage, PartitionState, TopicImage
+from partition.errors import StorageDamageError
+from partition.log import RepairReport
 from partition.replica import (
     PARTITION_METADATA_FILE,
+    DiskWork,
+    offline_kind as offline_kind_of,
     Replica,
+    ReplicaObserver,
     ReplicaSettings,
     log_config_for,
 )
 from partition.replication import ReplicationLinks
+from partition.segment import SegmentVerifier
 from raftlog.base.errors import (
     InvalidRequestError,
     NotLeaderError,
@@ -65,6 +92,7 @@ from raftlog.base.errors import (
     as_wire_error,
 )
 from raftlog.base.eventlog import log_event
+from raftlog.base.metrics import MetricsRegistry
 from raftlog.base.peer import PeerPool
 from raftlog.base.protocol import Request, field
 
@@ -88,6 +116,14 @@ DEFAULT_PARTITION_MAX_BYTES: Final = 1 << 20
 DRAIN_WAIT_S: Final = 0.5
 NEW_PARTITION_ELECTION_TRIES: Final = 5
 HEALTH_DETAIL_MAX_REPLICAS: Final = 64  # /health lists each replica up to this many
+REOPEN_CHECK_S: Final = 0.5
+REOPEN_BACKOFF_S: Final = 1.0
+REOPEN_BACKOFF_MAX_S: Final = 30.0
+MIN_FREE_BYTES: Final = 4 << 20  # below this, a replica offline for a full disk waits
+DEFAULT_SCRUB_BYTES_PER_S: Final = 4 << 20
+DEFAULT_SCRUB_INTERVAL_MS: Final = 3_600_000
+SCRUB_STEP_BYTES: Final = 1 << 20  # one worker-thread read of the scrubber
+SCRUB_IDLE_S: Final = 5.0  # nothing to scrub yet: look again after this
 
 Handler = Callable[[Request], Awaitable[Mapping[str, Any] | None]]
 
@@ -110,6 +146,7 @@ class ReplicaManager:
         settings: ReplicaSettings | None = None,
         rng: random.Random | None = None,
         clock_ms: Callable[[], int] = _wall_ms,
+        registry: MetricsRegistry | None = None,
     ):
         self.node_id: int = config.node_id
         self.data_dir = Path(config.data_dir) / PARTITIONS_DIR
@@ -132,6 +169,14 @@ class ReplicaManager:
         self._pid_next = 0
         self._pid_end = 0
         self._pid_lock = trio.Lock()
+        self.disk = DiskWork()
+        self._scrub_limiter = trio.CapacityLimiter(1)
+        self.scrub_bytes_per_s: int = getattr(config, "scrub_bytes_per_s", DEFAULT_SCRUB_BYTES_PER_S)
+        self.scrub_interval_ms: int = getattr(config, "scrub_interval_ms", DEFAULT_SCRUB_INTERVAL_MS)
+        self.scrub_passes = 0
+        self._reopen_at: dict[tuple[str, int], float] = {}
+        self._open_failed: dict[tuple[str, int], Replica] = {}
+        self._metrics = _StorageMetrics(registry if registry is not None else MetricsRegistry(), self)
         self.client_handlers: Mapping[str, Handler] = {
             "produce": self._produce,
             "fetch": self._fetch,
@@ -156,6 +201,8 @@ class ReplicaManager:
                 nursery.start_soon(self._tick_loop)
                 nursery.start_soon(self._maintain_loop)
                 nursery.start_soon(self._report_check_loop)
+                nursery.start_soon(self._reopen_loop)
+                nursery.start_soon(self._scrub_loop)
                 if self._image is not None:
                     self._image_changed.set()
                 task_status.started()
@@ -181,11 +228,23 @@ class ReplicaManager:
 
     def health(self) -> dict[str, Any]:
         offline = sorted(r.name for r in self._replicas.values() if r.offline_reason is not None)
+        kinds = {r.offline_kind for r in self._replicas.values() if r.offline_reason is not None}
         report: dict[str, Any] = {
             "ok": not offline,
             "replicas": len(self._replicas),
             "leaders": sum(1 for r in self._replicas.values() if r.is_leader),
             "offline": offline,
+            "storage": {
+                "disk_full": "disk_full" in kinds,
+                "data_dir_free_bytes": self.free_bytes(),
+                "offline": {r.name: {"kind": r.offline_kind, "reason": r.offline_reason,
+                                     "since_ms": r.offline_since_ms,
+                                     "reopen_failures": r.reopen_failures}
+                            for r in self._replicas.values() if r.offline_reason is not None},
+                "damaged": sorted(r.name for r in self._replicas.values() if r.damaged is not None),
+                "repairs": sum(r.repairs for r in self._replicas.values()),
+                "scrub": {"bytes_per_s": self.scrub_bytes_per_s, "passes": self.scrub_passes},
+            },
             "links": self.links.status(),
         }
         if len(self._replicas) <= HEALTH_DETAIL_MAX_REPLICAS:
@@ -219,6 +278,11 @@ class ReplicaManager:
             if self._image_now().partition(topic, partition) is None:
                 raise UnknownTopicOrPartitionError(f"{topic}-{partition} does not exist here")
             raise self._not_leader(topic, partition, None)
+        if r.offline_reason is not None:
+            # Nothing will be tried here: if another broker leads, say so (module docstring).
+            p = self._image_now().partition(topic, partition)
+            if p is not None and p.leader >= 0 and p.leader != self.node_id:
+                raise self._not_leader(topic, partition, p.leader)
         return r
 
     def _error(self, exc: BaseException, topic: str, partition: int) -> dict[str, Any]:
@@ -318,7 +382,7 @@ class ReplicaManager:
         Concurrency: trio thread; cancel-safe (slices are closed on the way out)."""
         deadline = trio.current_time() + max_wait_ms / 1000
         while True:
-            results, total, errors, watched = self._read_partitions(parts, max_bytes, zero_copy)
+            results, total, errors, watched = await self._read_partitions(parts, max_bytes, zero_copy)
             if total >= min_bytes or errors or trio.current_time() >= deadline or not watched:
                 return results
             _close_slices(results)
@@ -332,30 +396,37 @@ class ReplicaManager:
                 for r in watched:
                     r.unwatch(wake)
 
-    def _read_partitions(self, parts, max_bytes: int, zero_copy: bool = False):
+    async def _read_partitions(self, parts, max_bytes: int, zero_copy: bool = False):
+        """One pass of a fetch over its partitions. Reads may run in worker threads
+        (Replica._read); with `zero_copy`, the slices made so far are closed if the pass
+        ends by an exception or a cancellation."""
         results = []
         total = 0
         errors = 0
         watched = []
-        for topic, partition, offset, part_max in parts:
-            try:
-                r = self._leader_replica(topic, partition)
-                budget = min(part_max, max_bytes - total)
-                if zero_copy:
-                    records = r.read_committed_slice(offset, budget) if budget > 0 else None
-                    total += 0 if records is None else records.length
-                else:
-                    records = r.read_committed(offset, budget) if budget > 0 else b""
-                    total += len(records)
-                watched.append(r)
-                results.append({
-                    "topic": topic, "partition": partition, "high_watermark": r.high_watermark,
-                    "log_start_offset": r.log.log_start_offset, "records": records,
-                })  # fmt: skip
-            except (RaftlogError, RaftlogError) as exc:
-                errors += 1
-                results.append({"topic": topic, "partition": partition,
-                                "error": self._error(exc, topic, partition)})
+        try:
+            for topic, partition, offset, part_max in parts:
+                try:
+                    r = self._leader_replica(topic, partition)
+                    budget = min(part_max, max_bytes - total)
+                    if zero_copy:
+                        records = await r.read_committed_slice(offset, budget) if budget > 0 else None
+                        total += 0 if records is None else records.length
+                    else:
+                        records = await r.read_committed(offset, budget) if budget > 0 else b""
+                        total += len(records)
+                    watched.append(r)
+                    results.append({
+                        "topic": topic, "partition": partition, "high_watermark": r.high_watermark,
+                        "log_start_offset": r.log.log_start_offset, "records": records,
+                    })  # fmt: skip
+                except RaftlogError as exc:
+                    errors += 1
+                    results.append({"topic": topic, "partition": partition,
+                                    "error": self._error(exc, topic, partition)})
+        except BaseException:
+            _close_slices(results)
+            raise
         return results, total, errors, watched
 
     async def list_offsets(self, parts: list[tuple[str, int, int]]) -> list[dict[str, Any]]:
@@ -381,9 +452,9 @@ class ReplicaManager:
                 elif ts == -1:
                     offset, found_ts = hw, -1
                 elif ts == -3:
-                    offset, found_ts = _max_timestamp(r.log, hw)
+                    offset, found_ts = await r.max_timestamp_offset(hw)
                 else:
-                    found = r.log.offset_for_timestamp(ts)
+                    found = await r.offset_for_timestamp(ts)
                     offset, found_ts = found if found is not None and found[0] < hw else (-1, -1)
                 results.append({"topic": topic, "partition": partition, "offset": offset,
                                 "timestamp": found_ts})
@@ -513,6 +584,7 @@ class ReplicaManager:
                 topic_config=topic.effective_config(), transport=self.links,
                 settings=self.settings, rng=random.Random(self._rng.getrandbits(64)),
                 clock_ms=self._clock_ms, on_leadership=self._on_leadership,
+                disk=self.disk, observer=self._metrics,
             )  # fmt: skip
             self._replicas[key] = r
             self._nursery.start_soon(self._open_replica, r, p)
@@ -522,12 +594,19 @@ class ReplicaManager:
         if pending is not None:
             await pending.wait()
         try:
-            await trio.to_thread.run_sync(self._prepare_and_open, r)
+            await trio.to_thread.run_sync(self._prepare_and_open, r, limiter=self.disk.io)
         except (OSError, RaftlogError) as exc:
             r.offline_reason = f"open failed: {type(exc).__name__}: {exc}"
+            r.offline_kind = offline_kind_of(exc)
+            r.offline_since_ms = r.offline_since_ms or self._clock_ms()
+            r.reopen_failures += 1
+            self._open_failed[(r.topic, r.partition)] = r  # the reopen loop tries again
             log_event(logger, "replica_open_failed", level=logging.ERROR, topic=r.topic,
-                      partition=r.partition, reason=r.offline_reason)
+                      partition=r.partition, reason=r.offline_reason, kind=r.offline_kind)
             return
+        self._open_failed.pop((r.topic, r.partition), None)
+        r.offline_reason = r.offline_kind = r.offline_since_ms = None
+        r.reopen_failures = 0
         assert self._nursery is not None
         r.attach(self._nursery)
         if self._replicas.get((r.topic, r.partition)) is not r:
@@ -583,6 +662,91 @@ class ReplicaManager:
             for r in list(self._replicas.values()):
                 if r.attached:
                     await r.tick()
+
+    def free_bytes(self) -> int | None:
+        """Bytes free for us on the data dir's file system (None if it cannot be read)."""
+        try:
+            st = os.statvfs(self.data_dir)
+        except OSError:
+            return None
+        return st.f_bavail * st.f_frsize
+
+    async def _reopen_loop(self) -> None:
+        """Bring offline replicas back (module docstring): retry with backoff, and not while
+        a full disk is still full."""
+        while True:
+            await trio.sleep(REOPEN_CHECK_S)
+            now = trio.current_time()
+            for key, r in list(self._replicas.items()):
+                if r.closed or r.offline_reason is None or now < self._reopen_at.get(key, 0.0):
+                    continue
+                free = await trio.to_thread.run_sync(self.free_bytes, limiter=self.disk.io)
+                if r.offline_kind == "disk_full" and free is not None and free < MIN_FREE_BYTES:
+                    self._reopen_at[key] = now + REOPEN_BACKOFF_S
+                    continue
+                if key in self._open_failed:
+                    p = self._image_now().partition(r.topic, r.partition)
+                    if p is None:
+                        continue
+                    await self._open_replica(r, p)
+                    ok = self._open_failed.get(key) is not r
+                    self._metrics.reopened(r, ok)
+                else:
+                    ok = await r.reopen()
+                if ok:
+                    self._reopen_at.pop(key, None)
+                else:
+                    delay = min(REOPEN_BACKOFF_MAX_S, REOPEN_BACKOFF_S * 2 ** min(r.reopen_failures, 8))
+                    self._reopen_at[key] = trio.current_time() + delay * (0.5 + self._rng.random())
+
+    async def _scrub_loop(self) -> None:
+        """Passes of the scrubber (module docstring), one segment at a time, paced."""
+        if self.scrub_bytes_per_s <= 0:
+            return
+        while True:
+            started = trio.current_time()
+            scrubbed = 0
+            for r in list(self._replicas.values()):
+                if not (r.attached and r.online) or r.log is None:
+                    continue
+                for base, _size in r.log.scrub_candidates():
+                    if not (r.online and not r.closed):
+                        break
+                    scrubbed += await self._scrub_segment(r, base)
+            if scrubbed:
+                self.scrub_passes += 1
+                log_event(logger, "scrub_pass_done", level=logging.DEBUG, bytes=scrubbed,
+                          seconds=round(trio.current_time() - started, 3))
+                await trio.sleep_until(started + self.scrub_interval_ms / 1000)
+            else:
+                await trio.sleep(min(SCRUB_IDLE_S, self.scrub_interval_ms / 1000))
+
+    async def _scrub_segment(self, r: Replica, base: int) -> int:
+        """Check one segment in paced steps in a worker thread; returns the bytes read."""
+        log = r.log
+        read = 0
+        with log.pinned_segment(base) as found:
+            if found is None:
+                return 0
+            seg, nxt = found
+            check = SegmentVerifier(seg, max_offset=nxt, check_index=True)
+            while not check.done:
+                if r.log is not log or not r.online:
+                    return read
+                n = await trio.to_thread.run_sync(check.step, SCRUB_STEP_BYTES,
+                                                  limiter=self._scrub_limiter)
+                read += n
+                self._metrics.scrubbed(n)
+                await trio.sleep(n / self.scrub_bytes_per_s)
+        self._metrics.scrubbed_segment()
+        if check.damage is not None:
+            r.report_damage(StorageDamageError(check.damage, segment=base, position=check.valid_bytes,
+                                               offset=check.damage_offset), found_by="scrub")
+        elif check.index_problem is not None or log.index_files_match(base) is False:
+            r.report_damage(StorageDamageError(
+                check.index_problem or f"segment {seg.name}: index files differ from its indexes",
+                segment=base, position=0, offset=base, what="index"), found_by="scrub")
+        return read
 
     async def _maintain_loop(self) -> None:
         while True:
@@ -645,21 +809,64 @@ class ReplicaManager:
                         self._start_report(r)
 
 
+class _StorageMetrics(ReplicaObserver):
+    """The replicas' storage events as metrics (module docstring), and the gauges."""
+
+    def __init__(self, registry: MetricsRegistry, manager: ReplicaManager):
+        self._scrub_bytes = registry.counter(
+            "raftlog_scrub_bytes_total", "Bytes of sealed segments the scrubber re-read.")
+        self._scrub_segments = registry.counter(
+            "raftlog_scrub_segments_total", "Sealed segments the scrubber checked whole.")
+        self._damage = registry.counter(
+            "raftlog_storage_damage_total",
+            "Damaged bytes at rest found (never served), by the path that found them.",
+            ("found_by", "what"))
+        self._repairs = registry.counter(
+            "raftlog_replica_repairs_total", "Logs cut at damage to refetch the rest from a peer.")
+        self._repair_bytes = registry.counter(
+            "raftlog_replica_repair_dropped_bytes_total", "Bytes repairs dropped (refetched).")
+        self._index_rebuilds = registry.counter(
+            "raftlog_index_rebuilds_total", "Segment indexes rebuilt after they disagreed.")
+        self._offline = registry.counter(
+            "raftlog_replica_offline_total", "Replicas that went offline, by kind.", ("kind",))
+        self._reopens = registry.counter(
+            "raftlog_replica_reopens_total", "Attempts to bring an offline replica back.",
+            ("outcome",))
+        offline_now = registry.gauge(
+            "raftlog_replicas_offline", "Replicas offline now, by kind.", ("kind",))
+        for kind in ("disk_full", "io_error", "state_error"):
+            offline_now.labels(kind=kind).set_function(
+                lambda kind=kind: sum(1 for r in list(manager._replicas.values())
+                                      if r.offline_reason is not None and r.offline_kind == kind))
+        registry.gauge("raftlog_data_dir_free_bytes",
+                       "Free bytes on the data directory's file system.").set_function(
+            lambda: manager.free_bytes() or 0)
+
+    def scrubbed(self, n: int) -> None:
+        self._scrub_bytes.inc(n)
+
+    def scrubbed_segment(self) -> None:
+        self._scrub_segments.inc()
+
+    def damage_found(self, replica: Replica, found_by: str, what: str) -> None:
+        self._damage.labels(found_by=found_by, what=what).inc()
+
+    def index_rebuilt(self, replica: Replica) -> None:
+        self._index_rebuilds.inc()
+
+    def repaired(self, replica: Replica, report: RepairReport) -> None:
+        self._repairs.inc()
+        self._repair_bytes.inc(report.bytes_dropped)
+
+    def went_offline(self, replica: Replica, kind: str) -> None:
+        self._offline.labels(kind=kind).inc()
+
+    def reopened(self, replica: Replica, ok: bool) -> None:
+        self._reopens.labels(outcome="ok" if ok else "failed").inc()
+
+
 def _close_slices(results: list[dict[str, Any]]) -> None:
     for entry in results:
         records = entry.get("records")
         if records is not None and not isinstance(records, bytes):
             records.close()
-
-
-def _max_timestamp(log: Any, high_watermark: int) -> tuple[int, int]:
-    """(offset, timestamp) of the largest timestamp below the high watermark, at batch
-    granularity (the last offset of the first batch holding it; control batches skipped);
-    (-1, -1) for an empty log. Reads batch headers only."""
-    best_offset, best_ts = -1, -1
-    for h in log.batch_headers():
-        if h.base_offset >= high_watermark:
-            break
-        if not h.is_control and h.max_timestamp > best_ts:
-            best_offset, best_ts = h.last_offset, h.max_timestamp
-    return best_offset, best_ts

@@ -423,7 +423,8 @@ _FLUSH = Flush()
 class _Peer:
     """What a leader knows of one other voter (reset at every election)."""
 
-    __slots__ = ("fetch_offset", "durable_offset", "hw_sent", "parked", "parked_ticks", "fetched")
+    __slots__ = ("fetch_offset", "durable_offset", "hw_sent", "parked", "parked_ticks", "fetched",
+                 "caught_up_ticks")
 
     def __init__(self) -> None:
         self.fetch_offset = -1
@@ -432,6 +433,7 @@ class _Peer:
         self.parked: FetchRequest | None = None
         self.parked_ticks = 0
         self.fetched = False  # has fetched in this epoch (stop BeginQuorumEpoch re-sends)
+        self.caught_up_ticks = -1  # leader ticks since a fetch of ours reached our end (-1: never)
 
 
 class RaftCore:
@@ -688,7 +690,9 @@ class RaftCore:
     def transfer_leadership(self, target: int) -> list[Effect]:
         """Hand leadership to `target`: stop taking writes, wait until the target has our
         whole log, then tell it to run for election at once. Gives up (writes resume) after
-        `transfer_timeout_ticks`. Raises NotLeaderError, ValueError (target not a voter)."""
+        `transfer_timeout_ticks`. Raises NotLeaderError, ValueError (target not a voter).
+        Shells should ask `transfer_refusal(target)` first: writes stop until the transfer
+        ends, so a target that is behind would only stall them for the timeout."""
         out = self._out = []
         if self._role is not _LEADER:
             raise NotLeaderError(leader_id=self._active_leader(), epoch=self._epoch)
@@ -700,6 +704,23 @@ class RaftCore:
         self._transfer_elapsed = 0
         self._maybe_send_timeout_now()
         return out
+
+    def transfer_refusal(self, target: int) -> str | None:
+        """Why leadership should not go to `target` now (None: it may): it is not a voter, or
+        it is behind: it holds less than the high watermark durably and has not fetched up to
+        our log end within the last `election_timeout_ticks` (Kafka's ISR lag rule), e.g. a
+        replica repairing damaged storage. A follower a fetch behind under steady writes is
+        not behind. A query: no effects, no state change."""
+        if self._role is not _LEADER or target == self.replica_id:
+            return None
+        peer = self._peers.get(target)
+        if peer is None:
+            return f"transfer target {target} is not a voter"
+        recent = 0 <= peer.caught_up_ticks <= self._cfg.election_timeout_ticks
+        if not peer.fetched or (peer.durable_offset < self._hw and not recent):
+            return (f"transfer target {target} is behind: durable offset {peer.durable_offset}"
+                    f" < high watermark {self._hw}, not caught up lately")
+        return None
 
     def start_election(self) -> list[Effect]:
         """Run for election now (pre-vote first), as if the election timeout had passed: for
@@ -967,6 +988,8 @@ class RaftCore:
     def _tick_leader(self) -> None:
         cfg = self._cfg
         for peer in self._peers.values():
+            if peer.caught_up_ticks >= 0:
+                peer.caught_up_ticks += 1
             if peer.parked is not None:
                 peer.parked_ticks += 1
                 if peer.parked_ticks >= cfg.fetch_max_wait_ticks:
@@ -1063,6 +1086,8 @@ class RaftCore:
                 return
         peer.fetched = True
         peer.fetch_offset = f
+        if f >= self._end:
+            peer.caught_up_ticks = 0
         durable = m.flushed_offset if self._require_flush else f
         peer.durable_offset = durable if durable < f else f
         peer.parked = None

@@ -13,15 +13,45 @@ The core decides, this module does the I/O, following raft.py's "contract with t
   sets it, durably, when log recovery dropped data), written to a temp file, fsynced,
   renamed, directory fsynced; only then `quorum_state_persisted(version)`.
 * Flush: one `log.flush()` in a worker thread (group commit), reported exactly once with
-  `flushed(offset)`. A truncation waits until no flush thread runs (the log also serialises
-  them; waiting here keeps the trio thread from blocking on the flush lock).
+  `flushed(offset)`. A truncation waits until no flush thread runs, then truncates in a
+  worker thread.
 * AppendControl lands exactly at its offset (checked); it is not reported with
   `leader_appended`. AppendReplicated's new end must be the core's (checked).
 * Send(FetchResponse with read_offset): the leader reads `log.read(read_offset, max_bytes)`
   right there, before any later effect (so before any later TruncateTo), and the bytes go to
-  the transport untouched.
+  the transport untouched. A read that finds damage drops the response (the follower asks
+  again) and reports the damage (below).
 * A RaftStateError, a failed log (LogClosedError) or an OSError takes the replica offline:
-  every request then answers KAFKA_STORAGE_ERROR; the node stays up.
+  every request then answers KAFKA_STORAGE_ERROR; the node stays up, and the manager calls
+  `reopen()` with backoff: the replica is opened again from disk exactly as a restart would
+  (recovery, needs_catch_up if recovery cut data, RESIGNED if it led) and rejoins. A full disk
+  (ENOSPC) therefore heals by itself once space returns (`offline_kind` says which failure).
+
+Threads and disk (issue 13). Nothing blocking runs on the trio thread except appends into the
+page cache and reads of the cached tail: every fsync, truncation, repair, segment check, cold
+or large read (more than INLINE_READ_MAX_BYTES, or further back than the log's cached tail),
+producer-state rebuild, ListOffsets walk, retention and compaction runs in a worker thread
+through the node's `DiskWork` limiters. A zero-copy read (`read_committed_slice`, the Kafka
+listener's fetch) reads only the bytes not yet checked (partition/segment.py "checked
+once"): inline when those are few and in the cached tail; else in a worker thread, which for
+a cold range reads all of it into the page cache for the sendfile. The replica's lock serialises the LOG'S WRITER (partition/log.py
+"Concurrency"): appends on the trio thread, and the blocking writer calls in worker threads
+while the lock is held; consumer reads and compaction's clean phase run beside it as
+readers. A busy lock never stalls other partitions: `tick()` skips a replica whose lock is
+held, and `deliver()` queues a message (bounded, MAX_INBOX; oldest dropped, Raft retries) for
+a task that hands it to the core when the lock frees.
+
+Damage (DESIGN §9 "Integrity"). Every read path checks CRCs (partition/log.py): the leader's
+consumer reads (bytes or zero-copy slices) and replica-fetch answers, the follower's check of what it fetched
+(partition/replication.py), recovery at open, and the manager's scrubber. A read that finds
+damage never serves the bytes; it calls `report_damage`, and a task then re-checks the whole
+segment under the lock. Index damage only: the indexes are rebuilt. A bad batch, with other
+voters to repair from: the replica steps down if it leads, persists needs_catch_up, cuts its
+log at the last good batch (`Log.repair`), and restarts its core from the log as a restart
+would (RESIGNED if it led, high watermark 0), so it fetches the rest from the leader and only
+votes or leads again once caught up (raft.py "Damaged storage"). A single voter has nobody to
+repair from: it keeps its log, reports the damage in `status()`, and answers reads of the bad
+batch CORRUPT_MESSAGE with its offset.
 
 Leader writes (`append_as_leader`): the header of every batch is read (no record decoding),
 its size checked against max_message_bytes, idempotent batches checked against the producer
@@ -32,8 +62,13 @@ truncation); then `log.append` (which checks the CRC and stamps offsets and epoc
 passes the batch's last offset; losing leadership fails the waiters with REQUEST_TIMED_OUT
 (the outcome is unknown: the batch may still commit under the next leader).
 
+Size (issue 13's ~800-line rule): over it because the executor, damage repair and reopen all
+work under the one replica lock on the same state; the seam to cut along is "damage and
+reopen" (a `ReplicaStorage` helper holding the lock's disk work), not yet done.
+
 Invariants:
-* The log is touched only on the trio thread, except `log.flush()` in the flush thread.
+* The log's writer calls run only under the replica's lock (on the trio thread or in a worker
+  thread awaited under it); `log.flush()` runs in the flush thread; reads anywhere.
 * Ack waiters are kept in offset order; all are answered (ok, timed out, or failed) by the
   time leadership or the replica ends.
 * A replica that was leader restarts RESIGNED (the core does it from the quorum state); the
@@ -42,15 +77,17 @@ Invariants:
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import random
 import struct
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Final, Protocol
 
 import cbor2
 import google_crc32c
@@ -58,8 +95,9 @@ import trio
 
 from metadata.topic_config import TopicConfig
 from partition.batch import CONTROL_LEADER_CHANGE, Header, control_batch, iter_headers
-from partition.errors import CorruptRecordError, LogClosedError, RaftStateError
-from partition.log import LOG_START_CHECKPOINT, Log, LogConfig
+from partition.cleaner import CleanAborted
+from partition.errors import CorruptRecordError, LogClosedError, RaftStateError, StorageDamageError
+from partition.log import LOG_START_CHECKPOINT, Log, LogConfig, RepairReport
 from partition.producer_state import ProducerStateManager
 from partition.raft import (
     AppendControl,
@@ -94,6 +132,8 @@ __all__ = [
     "QUORUM_STATE_FILE",
     "PARTITION_METADATA_FILE",
     "ReplicaSettings",
+    "DiskWork",
+    "ReplicaObserver",
     "Replica",
     "AckWaiter",
     "Transport",
@@ -113,6 +153,10 @@ _CRC = struct.Struct(">I")
 # the producer limit is checked on the leader path only.
 REPLICA_MAX_BATCH_BYTES = 64 << 20
 MAX_PRODUCE_BATCHES = 10_000  # batches in one partition's `records` of one produce request
+INLINE_READ_MAX_BYTES: Final = 256 << 10  # larger reads (and their CRC checks) go to a thread
+HOT_TAIL_BYTES: Final = 16 << 20  # reads further back than this are cold (a log that keeps all)
+DISK_IO_THREADS: Final = 8  # a node's worker threads for reads, truncations, checks, repairs
+MAX_INBOX: Final = 1024  # Raft messages queued for a busy replica (oldest dropped)
 
 
 class QuorumStateCorruptError(KafkaStorageError):
@@ -122,6 +166,43 @@ class QuorumStateCorruptError(KafkaStorageError):
 class Transport(Protocol):
     def send(self, replica: "Replica", to: int, message: Any) -> None:
         """Queue a Raft message to voter `to` (may drop it; Raft retries)."""
+
+
+@dataclass
+class DiskWork:
+    """The bounded worker threads of one node's blocking disk work, shared by its replicas:
+    `io` for cold reads, truncations, log resets, segment checks, repairs and reopens;
+    `maintenance` for retention and compaction (one replica at a time)."""
+
+    io: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(DISK_IO_THREADS))
+    maintenance: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(1))
+
+
+class ReplicaObserver:
+    """What a replica tells its manager about its storage (metrics, /health). No-ops here."""
+
+    def damage_found(self, replica: "Replica", found_by: str, what: str) -> None: ...
+
+    def index_rebuilt(self, replica: "Replica") -> None: ...
+
+    def repaired(self, replica: "Replica", report: RepairReport) -> None: ...
+
+    def went_offline(self, replica: "Replica", kind: str) -> None: ...
+
+    def reopened(self, replica: "Replica", ok: bool) -> None: ...
+
+
+def offline_kind(exc: BaseException) -> str:
+    """"disk_full" (ENOSPC / EDQUOT anywhere in the cause chain), "io_error" (another OSError
+    or a failed log), or "state_error" (a broken Raft contract)."""
+    seen = 0
+    e: BaseException | None = exc
+    while e is not None and seen < 10:
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return "disk_full"
+        e = e.__cause__ or e.__context__
+        seen += 1
+    return "state_error" if isinstance(exc, RaftStateError) else "io_error"
 
 
 @dataclass(frozen=True)
@@ -262,6 +343,8 @@ class Replica:
         rng: random.Random | None = None,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         on_leadership: Callable[["Replica"], None] = lambda replica: None,
+        disk: DiskWork | None = None,
+        observer: ReplicaObserver | None = None,
     ):
         self.topic = topic
         self.partition = partition
@@ -293,8 +376,24 @@ class Replica:
         self.leader_epoch = 0
         self.is_leader = False
         self.offline_reason: str | None = None
+        self.offline_kind: str | None = None  # offline_kind(): disk_full | io_error | state_error
+        self.offline_since_ms: int | None = None
+        self.reopen_failures = 0
         self.closed = False
         self.new_log = False  # the log was empty at open: a candidate for start_election
+        self.disk = disk if disk is not None else DiskWork()
+        self.observer = observer if observer is not None else ReplicaObserver()
+        self._inbox: deque[Any] = deque()
+        self._pumping = False
+        self.dropped_messages = 0
+        self.skipped_ticks = 0
+        # Damage: segments (base offsets) reported by a read and not yet re-checked; the
+        # last confirmed damage ({"segment", "offset", "reason", ...}) while unrepaired.
+        self._damage_reports: dict[int, str] = {}
+        self._damage_task = False
+        self.damaged: dict[str, Any] | None = None
+        self.repairs = 0
+        self._cleaning = False
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -302,6 +401,15 @@ class Replica:
         """Blocking (run it in a worker thread before `attach`): write the partition
         metadata file, open and recover the log, read the quorum state, rebuild producer
         state from the batch headers, build the core. Raises OSError, QuorumStateCorruptError."""
+        log, state = self._load()
+        self.log = log
+        self.new_log = log.log_end_offset == 0 and state.epoch == 0
+        self._build_core(log, state)
+
+    def _load(self) -> tuple[Log, QuorumState]:
+        """Blocking: open (and recover) the log and read the quorum state, flagging
+        needs_catch_up durably when recovery, or a header damaged in a trusted segment found
+        by the producer-state rebuild, cut data (raft.py "Damaged storage")."""
         d = self.directory
         d.mkdir(parents=True, exist_ok=True)
         meta = cbor2.dumps({"topic": self.topic, "partition": self.partition,
@@ -317,10 +425,9 @@ class Replica:
                           bytes_dropped=log.recovery.bytes_dropped)
             state = read_quorum_state(d)
             rec = log.recovery
-            if (
-                rec is not None and (rec.bytes_dropped > 0 or rec.offsets_lost > 0)
-                and not state.needs_catch_up
-            ):
+            lost = rec is not None and (rec.bytes_dropped > 0 or rec.offsets_lost > 0)
+            cut = self._rebuild_producers_at_open(log)
+            if (lost or cut) and not state.needs_catch_up:
                 # Recovery cut data that may have been fsynced and counted toward a commit:
                 # no votes until caught up (raft.py "Damaged storage"). Durable before the
                 # core runs, since the next restart will find a clean log. A new, empty
@@ -329,13 +436,42 @@ class Replica:
                 write_quorum_state(d, state)
                 log_event(logger, "replica_needs_catch_up", level=logging.WARNING,
                           topic=self.topic, partition=self.partition,
-                          bytes_dropped=rec.bytes_dropped, offsets_lost=rec.offsets_lost)
-            self._rebuild_producers(log)
+                          bytes_dropped=rec.bytes_dropped if rec else 0,
+                          offsets_lost=rec.offsets_lost if rec else 0)
         except BaseException:
             log.close()
             raise
-        self.log = log
-        self.new_log = log.log_end_offset == 0 and state.epoch == 0
+        return log, state
+
+    def _rebuild_producers_at_open(self, log: Log) -> bool:
+        """Producer state from the whole log's headers; a header that does not walk (damage
+        in a segment recovery trusted) is cut like a torn tail when other voters can supply
+        the rest, else the state covers what precedes it. Returns whether data was cut."""
+        cut = False
+        for _ in range(64):  # each repair shortens the log; bounded anyway
+            try:
+                self._rebuild_producers(log)
+                return cut
+            except StorageDamageError as exc:
+                self.observer.damage_found(self, "open", exc.what)
+                log_event(logger, "replica_damage_found", level=logging.ERROR, topic=self.topic,
+                          partition=self.partition, found_by="open", segment=exc.segment,
+                          offset=exc.offset, reason=str(exc))
+                if len(self.voters) == 1:
+                    self.damaged = {"segment": exc.segment, "offset": exc.offset,
+                                    "reason": str(exc), "found_by": "open"}
+                    return cut
+                report = log.repair(exc.segment)
+                if report is None:
+                    raise  # the header walk and the check disagree: refuse to guess
+                cut = True
+                self.repairs += 1
+                self.observer.repaired(self, report)
+        raise RaftStateError(f"{self.name}: damage found again after 64 repairs at open")
+
+    def _build_core(self, log: Log, state: QuorumState) -> None:
+        """A core from the durable quorum state and the log, as at a restart (raft.py
+        contract 7): a replica that led restarts RESIGNED; the high watermark restarts at 0."""
         self.core = RaftCore(
             self.replica_id, self.voters, rng=self._rng, quorum_state=state,
             log_state=LogState(log.log_start_offset, log.log_end_offset, log.flushed_offset,
@@ -344,6 +480,8 @@ class Replica:
         )  # fmt: skip
         self.leader_epoch = self.core.epoch
         self.leader_id = self.core.leader_id
+        self.high_watermark = 0
+        self.is_leader = False
 
     def attach(self, nursery: trio.Nursery) -> None:
         """Start serving: flush threads run in `nursery` (the manager's)."""
@@ -385,6 +523,13 @@ class Replica:
         out: dict[str, Any] = {"online": self.online}
         if self.offline_reason is not None:
             out["offline_reason"] = self.offline_reason
+            out["offline_kind"] = self.offline_kind
+            out["offline_since_ms"] = self.offline_since_ms
+            out["reopen_failures"] = self.reopen_failures
+        if self.damaged is not None:
+            out["damaged"] = dict(self.damaged)
+        if self.repairs:
+            out["repairs"] = self.repairs
         if self.core is not None:
             s = self.core.status()
             out.update(role=s["role"], epoch=s["epoch"], leader_id=s["leader_id"],
@@ -410,9 +555,14 @@ class Replica:
     # ---------------------------------------------------------------- events
 
     async def tick(self) -> None:
+        """One tick of the core. Skipped while the lock is held (disk work in a thread), so
+        the manager's tick loop never waits on one replica; the core's timers just pause."""
         if not self.online:
             return
-        await self._event(self.core.tick)
+        if self._lock.locked():
+            self.skipped_ticks += 1
+            return
+        await self._event(RaftCore.tick)
         if (self.topic_config.flush_policy == "interval" and not self._flushing
                 and self.log is not None and self.log.flushed_offset < self.log.log_end_offset):
             now = self._clock_ms()
@@ -421,13 +571,34 @@ class Replica:
                 self._start_flush(report=False)
 
     async def deliver(self, message: Any) -> None:
-        """A Raft message from another voter of this partition."""
-        if self.online:
-            await self._event(self.core.handle, message)
+        """A Raft message from another voter of this partition. Handled at once when the
+        replica is idle; queued otherwise (module docstring), so the caller (a replication
+        session carrying many partitions) never waits on this one's disk work."""
+        if not self.online:
+            return
+        if not self._inbox and not self._lock.locked():
+            await self._event(RaftCore.handle, message)
+            return
+        if len(self._inbox) >= MAX_INBOX:
+            self._inbox.popleft()
+            self.dropped_messages += 1
+        self._inbox.append(message)
+        if not self._pumping and self._nursery is not None:
+            self._pumping = True
+            self._nursery.start_soon(self._pump)
+
+    async def _pump(self) -> None:
+        try:
+            while self._inbox and self.online:
+                await self._event(RaftCore.handle, self._inbox.popleft())
+        finally:
+            self._pumping = False
+            if not self.online:
+                self._inbox.clear()
 
     async def start_election(self) -> None:
         if self.online:
-            await self._event(self.core.start_election)
+            await self._event(RaftCore.start_election)
 
     async def clear_catch_up(self) -> bool:
         """Operator override (unclean recovery, raft.py "Damaged storage"): clear this
@@ -438,14 +609,14 @@ class Replica:
         self.check_online()
         cleared = False
 
-        def clear() -> list:
+        def clear(core: RaftCore) -> list:
             # Checked under the replica's lock: the core raises RaftStateError when the flag
             # is not set, and `_event` would take the replica offline for that.
             nonlocal cleared
-            if not self.core.needs_catch_up:
+            if not core.needs_catch_up:
                 return []
             cleared = True
-            return self.core.clear_catch_up()
+            return core.clear_catch_up()
 
         await self._event(clear)
         if cleared:
@@ -456,41 +627,225 @@ class Replica:
         return cleared
 
     async def transfer_leadership(self, target: int) -> None:
-        """Raises NotLeaderError, ValueError (target not a voter), KafkaStorageError."""
+        """Raises NotLeaderError, ValueError (target not a voter, or behind: it does not hold
+        every committed offset, e.g. while it repairs damage; raft.py `transfer_refusal`),
+        KafkaStorageError."""
         self.check_online()
-        await self._event(self.core.transfer_leadership, target)
+        refusal = self.core.transfer_refusal(target)
+        if refusal is not None:
+            raise ValueError(refusal)
+        await self._event(RaftCore.transfer_leadership, target)
 
     async def resign(self) -> None:
         if self.online:
-            await self._event(self.core.resign)
+            await self._event(RaftCore.resign)
 
     async def maintain(self) -> dict | None:
-        """Retention/compaction on the owner thread (Log.maintain's contract), below the
-        high watermark; reports a moved log start to the core."""
+        """Retention and compaction below the high watermark, off the trio thread: roll and
+        retention by the log's writer (under the lock, in a worker thread), then compaction's
+        clean phase beside the writer (no lock: produce and fetch go on), then its install by
+        the writer. Reports a moved log start to the core. Returns Log.maintain's dict, or
+        None when offline."""
         if not self.online:
             return None
+        plan = None
         async with self._lock:
             if not self.online:
                 return None
+            log = self.log
             try:
-                before = self.log.log_start_offset
-                done = self.log.maintain(self._clock_ms(), high_watermark=self.core.high_watermark)
-                if self.log.log_start_offset > before:
-                    await self._execute(self.core.log_start_advanced(self.log.log_start_offset))
-                return done
+                before = log.log_start_offset
+                now = self._clock_ms()
+                hw = self.core.high_watermark
+                done = await trio.to_thread.run_sync(
+                    partial(log.roll_and_retain, now, high_watermark=hw),
+                    limiter=self.disk.maintenance)
+                if log.log_start_offset > before:
+                    await self._execute(self.core.log_start_advanced(log.log_start_offset))
+                plan = log.plan_compaction(now, high_watermark=hw)
             except (RaftStateError, LogClosedError, OSError) as exc:
                 self._go_offline(exc)
                 return None
+        done.update(compacted_segments=[], records_removed=0, bytes_reclaimed=0)
+        if plan is None:
+            return done
+        self._cleaning = True
+        try:
+            await trio.to_thread.run_sync(
+                partial(log.clean_planned, plan, should_stop=lambda: self.closed or not self.online),
+                limiter=self.disk.maintenance)
+        except (OSError, CleanAborted, CorruptRecordError) as exc:
+            log.discard_plan(plan)
+            if isinstance(exc, StorageDamageError):
+                self.report_damage(exc, found_by="compaction")
+            log_event(logger, "replica_compaction_failed", level=logging.WARNING,
+                      topic=self.topic, partition=self.partition, reason=str(exc))
+            return done
+        finally:
+            self._cleaning = False
+        async with self._lock:
+            if not self.online or self.log is not log:
+                log.discard_plan(plan)
+                return done
+            try:
+                res = await trio.to_thread.run_sync(log.install_cleaned, plan,
+                                                    limiter=self.disk.maintenance)
+            except (LogClosedError, OSError) as exc:
+                self._go_offline(exc)
+                return None
+        done.update(compacted_segments=res.segments_rewritten, records_removed=res.records_removed,
+                    bytes_reclaimed=res.bytes_reclaimed)
+        return done
 
     async def _event(self, method: Callable[..., list], *args: Any) -> None:
+        """`method(core, *args)` under the lock, its effects executed. `method` is an unbound
+        RaftCore method (or takes the core first): a repair or reopen may replace the core
+        while this waits for the lock, and the event goes to the core of the moment."""
         async with self._lock:
             if not self.online:
                 return
             try:
-                effects = method(*args)
+                effects = method(self.core, *args)
                 await self._execute(effects)
             except (RaftStateError, LogClosedError, OSError, QuorumStateCorruptError) as exc:
                 self._go_offline(exc)
+
+    # ---------------------------------------------------------------- damage and reopen
+
+    def report_damage(self, exc: StorageDamageError, *, found_by: str) -> None:
+        """A read path found damage in segment `exc.segment`: note it and make sure the
+        damage task re-checks that segment (module docstring "Damage"). Never blocks."""
+        known = self.damaged is not None and self.damaged["segment"] == exc.segment
+        if known and len(self.voters) == 1:
+            return  # confirmed already, and nothing to repair from: no re-check per read
+        self.observer.damage_found(self, found_by, exc.what)
+        log_event(logger, "replica_damage_found", level=logging.ERROR, topic=self.topic,
+                  partition=self.partition, found_by=found_by, segment=exc.segment,
+                  offset=exc.offset, what=exc.what, reason=str(exc))
+        if exc.segment in self._damage_reports or not self.online:
+            return
+        self._damage_reports[exc.segment] = found_by
+        if not self._damage_task and self._nursery is not None:
+            self._damage_task = True
+            self._nursery.start_soon(self._handle_damage)
+
+    async def _handle_damage(self) -> None:
+        try:
+            while self._damage_reports and self.online:
+                base, found_by = next(iter(self._damage_reports.items()))
+                try:
+                    await self._check_and_repair(base, found_by)
+                finally:
+                    self._damage_reports.pop(base, None)
+        finally:
+            self._damage_task = False
+
+    async def _check_and_repair(self, base: int, found_by: str) -> None:
+        async with self._lock:
+            if not self.online:
+                return
+            log = self.log
+            try:
+                check = await trio.to_thread.run_sync(log.check_segment, base, limiter=self.disk.io)
+                if check is None:
+                    return  # the segment went (truncated, retained, reset) meanwhile
+                if check.damage is None:
+                    if check.index_problem is not None or log.index_files_match(base) is False:
+                        await trio.to_thread.run_sync(log.rebuild_indexes, base,
+                                                      limiter=self.disk.io)
+                        self.observer.index_rebuilt(self)
+                        log_event(logger, "replica_index_rebuilt", level=logging.WARNING,
+                                  topic=self.topic, partition=self.partition, segment=base,
+                                  reason=check.index_problem or "index files differ")
+                    return
+                self.damaged = {"segment": base, "offset": check.damage_offset,
+                                "reason": check.damage, "found_by": found_by}
+                if len(self.voters) == 1:
+                    log_event(logger, "replica_damaged_unrepairable", level=logging.ERROR,
+                              topic=self.topic, partition=self.partition, segment=base,
+                              offset=check.damage_offset, reason=check.damage)
+                    return
+                await self._repair_locked(base)
+            except (RaftStateError, LogClosedError, OSError, QuorumStateCorruptError) as exc:
+                self._go_offline(exc)
+            except CorruptRecordError as exc:  # e.g. an index rebuild meeting a torn header
+                log_event(logger, "replica_damage_check_failed", level=logging.WARNING,
+                          topic=self.topic, partition=self.partition, segment=base,
+                          reason=str(exc))
+
+    async def _repair_locked(self, base: int) -> None:
+        """Under the lock: step down, persist needs_catch_up, cut at the last good batch,
+        restart the core from the log (module docstring "Damage")."""
+        was_leader = self.is_leader
+        if self.core.role is Role.LEADER:
+            await self._execute(self.core.resign())  # EndQuorumEpoch: the others elect at once
+        qs = self.core.quorum_state
+        state = QuorumState(qs.epoch, qs.voted_for, qs.leader_id, True)
+        # Ordering: the flag is durable before any data goes, so a crash in between finds the
+        # replica flagged (and the damage still there for the next check).
+        await trio.to_thread.run_sync(write_quorum_state, self.directory, state)
+        await self._flush_idle.wait()
+        log = self.log
+        report = await trio.to_thread.run_sync(log.repair, base, limiter=self.disk.io)
+        self.producers.clear()
+        self._producers_dirty = True  # rebuilt (in a thread) before this replica's next write
+        self._fail_waiters(RequestTimedOutError(
+            f"{self.name}: leader stepped down to repair damaged storage; the write may still"
+            " be committed by the next leader"))
+        self._build_core(log, state)
+        self.damaged = None
+        if report is not None:
+            self.repairs += 1
+            self.observer.repaired(self, report)
+            log_event(logger, "replica_repaired", level=logging.WARNING, topic=self.topic,
+                      partition=self.partition, segment=report.segment, reason=report.reason,
+                      bytes_dropped=report.bytes_dropped, offsets_lost=report.offsets_lost,
+                      log_end_offset=report.log_end_offset)
+        self._wake_watchers()
+        if was_leader:
+            self._on_leadership(self)
+
+    async def reopen(self) -> bool:
+        """An offline replica tries to come back: close what is left of its log and open it
+        again from disk, as a restart would (recovery; needs_catch_up if recovery cut data;
+        RESIGNED if it led), then rejoin. Returns whether it is online. Never raises: a failure
+        (the disk still full, say) keeps it offline, and the manager tries again later."""
+        if self.closed or self.offline_reason is None or self.core is None:
+            return self.online
+        async with self._lock:
+            if self.closed or self.offline_reason is None:
+                return self.online
+            await self._flush_idle.wait()
+            old = self.log
+
+            def reload() -> tuple[Log, QuorumState]:
+                if old is not None:
+                    try:
+                        old.close()
+                    except (OSError, RaftlogError):
+                        old._abandon()  # a disk that fails the final flush: what a crash leaves
+                return self._load()
+
+            try:
+                log, state = await trio.to_thread.run_sync(reload, limiter=self.disk.io)
+            except (OSError, RaftlogError) as exc:
+                self.reopen_failures += 1
+                self.observer.reopened(self, False)
+                log_event(logger, "replica_reopen_failed", level=logging.WARNING,
+                          topic=self.topic, partition=self.partition, reason=str(exc),
+                          attempts=self.reopen_failures)
+                return False
+            self.log = log
+            self._producers_dirty = False
+            self._build_core(log, state)
+            self.offline_reason = self.offline_kind = self.offline_since_ms = None
+            self.reopen_failures = 0
+            self.observer.reopened(self, True)
+            log_event(logger, "replica_reopened", level=logging.WARNING, topic=self.topic,
+                      partition=self.partition, log_end_offset=log.log_end_offset,
+                      needs_catch_up=state.needs_catch_up)
+        self._wake_watchers()
+        return True
 
     # ---------------------------------------------------------------- leader writes
 
@@ -525,7 +880,8 @@ class Replica:
                 raise NotLeaderError(leader_id=core.leader_id, epoch=core.epoch)  # transferring, or not durable
             try:
                 if self._producers_dirty:
-                    self._rebuild_producers(self.log)
+                    await trio.to_thread.run_sync(self._rebuild_producers, self.log,
+                                                  limiter=self.disk.io)
                 if idem:
                     h = idem[0]
                     dup = self.producers.check(h.producer_id, h.producer_epoch, h.base_sequence,
@@ -543,6 +899,9 @@ class Replica:
                                           h.last_sequence, first, last)
                 waiter = self._add_waiter(last) if acks == -1 else None
                 await self._execute(core.leader_appended(first, last))
+            except StorageDamageError as exc:  # the producer-state rebuild met damage
+                self.report_damage(exc, found_by="producer_state")
+                raise KafkaStorageError(f"{self.name}: {exc}") from None
             except (RaftStateError, LogClosedError, OSError) as exc:
                 self._go_offline(exc)
                 raise KafkaStorageError(f"{self.name}: {exc}") from None
@@ -558,9 +917,12 @@ class Replica:
 
     # ---------------------------------------------------------------- consumer reads
 
-    def read_committed(self, fetch_offset: int, max_bytes: int) -> bytes:
-        """Whole batches from `fetch_offset` below the high watermark (leader only).
-        Raises NotLeaderError, KafkaStorageError, OffsetOutOfRangeError."""
+    async def read_committed(self, fetch_offset: int, max_bytes: int) -> bytes:
+        """Whole, CRC-checked batches from `fetch_offset` below the high watermark (leader
+        only); cold or large reads in a worker thread. Raises NotLeaderError,
+        KafkaStorageError (offline, or damage found: this replica repairs it from a peer),
+        StorageDamageError (CORRUPT_MESSAGE with the offset: damage and no peer to repair
+        from), OffsetOutOfRangeError."""
         self.check_leader()
         log = self.log
         if fetch_offset < log.log_start_offset or fetch_offset > log.log_end_offset:
@@ -570,14 +932,29 @@ class Replica:
         if fetch_offset >= hw:
             return b""
         try:
-            return log.read(fetch_offset, max_bytes, max_offset=hw)
+            return await self._read(log, fetch_offset, max_bytes, max_offset=hw)
+        except StorageDamageError as exc:
+            raise self._damaged_read(exc) from None
         except LogClosedError as exc:
             self._go_offline(exc)
             raise
 
-    def read_committed_slice(self, fetch_offset: int, max_bytes: int) -> FileSlice | None:
+    def _damaged_read(self, exc: StorageDamageError) -> RaftlogError:
+        """A consumer read found damage: report it, and the error to answer with (the damage
+        itself, CORRUPT_MESSAGE with the offset, when no peer can repair it; else
+        KAFKA_STORAGE_ERROR: this replica repairs itself and clients go elsewhere)."""
+        self.report_damage(exc, found_by="fetch")
+        if len(self.voters) == 1:
+            return exc
+        return KafkaStorageError(
+            f"{self.name}: damaged batch at offset {exc.offset} on broker {self.replica_id};"
+            " it is being repaired from another replica", offset=exc.offset)
+
+    async def read_committed_slice(self, fetch_offset: int, max_bytes: int) -> FileSlice | None:
         """`read_committed` as a FileSlice of the segment file (zero-copy senders; the caller
-        closes it), None where that returns b"". Same errors."""
+        closes it), None where that returns b"". The range is checked as `read_committed`'s
+        bytes are (never a slice over a bad batch); the check runs where `_read` would read.
+        Same errors."""
         self.check_leader()
         log = self.log
         if fetch_offset < log.log_start_offset or fetch_offset > log.log_end_offset:
@@ -587,10 +964,50 @@ class Replica:
         if fetch_offset >= hw:
             return None
         try:
-            return log.read_slice(fetch_offset, max_bytes, max_offset=hw)
+            return await self._read(log, fetch_offset, max_bytes, max_offset=hw, zero_copy=True)
+        except StorageDamageError as exc:
+            raise self._damaged_read(exc) from None
         except LogClosedError as exc:
             self._go_offline(exc)
             raise
+
+    async def _read(self, log: Log, offset: int, max_bytes: int, *,
+                    max_offset: int | None = None, zero_copy: bool = False) -> Any:
+        """`log.read` inline when it touches only the cached tail and little of it, else in a
+        worker thread (module docstring "Threads and disk"). With `zero_copy`,
+        `log.read_slice`: it reads only the bytes still to be checked (once per byte), so it
+        runs inline when it stays in the cached tail and those are few; else in a worker
+        thread, which for a cold range also reads the rest into the page cache, so that
+        the sender's sendfile on the trio thread does not wait on the disk either.
+        Concurrency: a slice made in a worker thread is returned even when the caller is
+        cancelled meanwhile (to_thread does not abandon the thread), so it is never lost
+        unclosed."""
+        behind = log.bytes_behind_end(offset)
+        tail = log.config.cache_tail_bytes if log.config.cache_tail_bytes >= 0 else HOT_TAIL_BYTES
+        hot = behind <= tail
+        if zero_copy:
+            if hot and log.unverified_bytes(offset, max_bytes) <= INLINE_READ_MAX_BYTES:
+                return log.read_slice(offset, max_bytes, max_offset=max_offset)
+            return await trio.to_thread.run_sync(
+                partial(log.read_slice, offset, max_bytes, max_offset=max_offset, warm=not hot),
+                limiter=self.disk.io)
+        if hot and min(behind, max_bytes) <= INLINE_READ_MAX_BYTES:
+            return log.read(offset, max_bytes, max_offset=max_offset)
+        return await trio.to_thread.run_sync(
+            partial(log.read, offset, max_bytes, max_offset=max_offset), limiter=self.disk.io)
+
+    async def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """Log.offset_for_timestamp in a worker thread (it may walk cold segments)."""
+        return await trio.to_thread.run_sync(self.log.offset_for_timestamp, timestamp_ms,
+                                             limiter=self.disk.io)
+
+    async def max_timestamp_offset(self, high_watermark: int) -> tuple[int, int]:
+        """(offset, timestamp) for ListOffsets -3 (KIP-734): the largest timestamp below the
+        high watermark, at batch granularity (the last offset of the first batch holding it;
+        control batches skipped); (-1, -1) for an empty log. In a worker thread: it reads
+        every batch header of the log."""
+        return await trio.to_thread.run_sync(_max_timestamp, self.log, high_watermark,
+                                             limiter=self.disk.io)
 
     def watch(self, event: trio.Event) -> None:
         """Set `event` at the next high-watermark or leadership change (once)."""
@@ -612,7 +1029,7 @@ class Replica:
             eff = queue.popleft()
             kind = type(eff)
             if kind is Send:
-                self._send(eff.to, eff.message)
+                await self._send(eff.to, eff.message)
             elif kind is Flush:
                 self._start_flush(report=True)
             elif kind is HighWatermarkChanged:
@@ -628,7 +1045,8 @@ class Replica:
                 self._on_leadership_changed(eff)
             elif kind is TruncateTo:
                 await self._flush_idle.wait()
-                self.log.truncate_to(eff.offset)
+                await trio.to_thread.run_sync(self.log.truncate_to, eff.offset,
+                                              limiter=self.disk.io)
                 if self.log.log_end_offset > eff.offset:
                     raise RaftStateError(f"truncate_to({eff.offset}) left {self.log.log_end_offset}")
                 if self.producers.truncate(self.log.log_end_offset):
@@ -641,12 +1059,16 @@ class Replica:
             else:
                 raise RaftStateError(f"unknown effect {eff!r}")
 
-    def _send(self, to: int, message: Any) -> None:
+    async def _send(self, to: int, message: Any) -> None:
         if type(message) is FetchResponse and message.read_offset is not None:
             try:
-                records = self.log.read(message.read_offset, self.settings.replica_fetch_max_bytes)
+                records = await self._read(self.log, message.read_offset,
+                                           self.settings.replica_fetch_max_bytes)
             except OffsetOutOfRangeError:
                 return  # the follower's fetch times out and comes again
+            except StorageDamageError as exc:
+                self.report_damage(exc, found_by="replica_fetch")
+                return  # never send damaged bytes; the follower asks again
             message = message.with_records(records, ())
         self.transport.send(self, to, message)
 
@@ -709,17 +1131,19 @@ class Replica:
 
     async def _flush_task(self, report: bool) -> None:
         offset = None
+        core, log = self.core, self.log
         try:
-            offset = await trio.to_thread.run_sync(self.log.flush)
+            offset = await trio.to_thread.run_sync(log.flush)
         except (LogClosedError, OSError) as exc:
-            self._go_offline(exc)
+            if self.log is log:
+                self._go_offline(exc)
         finally:
             self._flushing = False
             self._flush_idle.set()
         if offset is None:
             return
-        if report:
-            await self._event(self.core.flushed, offset)
+        if report and self.core is core:  # a repair or reopen meanwhile: the new core has its own
+            await self._event(_flushed_if_core, core, offset)
         if self._report_flush_after and self.online:
             self._report_flush_after = False
             self._start_flush(report=True)
@@ -762,8 +1186,11 @@ class Replica:
         if self.offline_reason is not None:
             return
         self.offline_reason = f"{type(exc).__name__}: {exc}"
+        self.offline_kind = offline_kind(exc)
+        self.offline_since_ms = self._clock_ms()
         log_event(logger, "replica_offline", level=logging.ERROR, topic=self.topic,
-                  partition=self.partition, reason=self.offline_reason)
+                  partition=self.partition, reason=self.offline_reason, kind=self.offline_kind)
+        self.observer.went_offline(self, self.offline_kind)
         self._fail_waiters(KafkaStorageError(f"{self.name} went offline: {exc}"))
         was_leader = self.is_leader
         self.is_leader = False
@@ -776,8 +1203,22 @@ class Replica:
         return None if self.core is None else self.core.role
 
 
+def _max_timestamp(log: Log, high_watermark: int) -> tuple[int, int]:
+    best_offset, best_ts = -1, -1
+    for h in log.batch_headers():
+        if h.base_offset >= high_watermark:
+            break
+        if not h.is_control and h.max_timestamp > best_ts:
+            best_offset, best_ts = h.last_offset, h.max_timestamp
+    return best_offset, best_ts
+
+
 def _read_or_none(path: Path) -> bytes | None:
     try:
         return path.read_bytes()
     except FileNotFoundError:
         return None
+
+
+def _flushed_if_core(core: RaftCore, expected: RaftCore, offset: int) -> list:
+    return core.flushed(offset) if core is expected else []

@@ -14,13 +14,36 @@ Invariants (as Kafka's LogSegment):
   rebuilds them from the batches it scans.
 * `max_timestamp` is the largest batch max_timestamp in the segment (-1 if none); for a
   sealed segment it equals the last `.timeindex` entry.
-* Reading never decodes records and never checks a CRC: bytes in a segment were checked
-  before they were written, and the active segment's tail is re-checked by recovery.
+* Reading never decodes records. `read_at` returns raw bytes; the log checks their CRCs
+  before it hands them out (partition/log.py "Integrity"). `walk` and `locate` check each
+  header's sanity, and `locate` that the index entry it starts from names the batch found
+  there; a failure raises `StorageDamageError` with the segment and position.
+* `SegmentVerifier` is the one definition of an intact segment (used by recovery's scan,
+  the scrubber and the damage check): every batch's header and CRC-32C are good, base
+  offsets start at or after the segment's base and strictly increase past the previous
+  batch's last offset, offsets stay within int32 of the base (and below the next segment's
+  base when given), and partition leader epochs never decrease. It can also check the
+  in-memory indexes against the batches it reads.
+* Bytes are checked once (DESIGN §9 "Integrity"): each segment keeps the byte ranges whose
+  batches a read or a SegmentVerifier has checked since this process opened it
+  (`unverified` / `mark_verified`, at most MAX_VERIFIED_RANGES ranges, whole batches), and
+  reads skip the CRCs of those. A cut of the file (`truncate_to`, `recover`) drops the ranges
+  past the cut and bumps `verified_version`; a check that read its bytes under an older
+  version marks nothing and trusts no range (a reader racing a repair). Bytes damaged on
+  disk after their check are the scrubber's to find (it re-checks every sealed segment) or a
+  restart's (the ranges live in memory only).
 
-Concurrency: a segment belongs to the log's owner thread, except that `Log.flush()` may
-fsync its fd from a worker thread. `pin()`/`unpin()` (called under the log's lock) keep the
-fd open while a flush uses it: `close()` of a pinned segment only marks it, and the last
-`unpin()` closes it. So an fd number is never closed (and reused) under a running fsync.
+Size (issue 13's ~800-line rule): over it since the integrity checks joined the reads; the
+seam is `SegmentVerifier` with the checked ranges (~250 lines), which could move to its own
+module once `pread_exact` and the header constants live beside it.
+
+Concurrency: a segment is changed (append, truncate, seal, index rebuild) only by the log's
+single writer (partition/log.py "Concurrency"); flushes and readers in other threads use its
+fd at the same time. `pin()`/`unpin()` (called under the log's lock) keep the fd open while
+a flush or a read uses it: `close()` of a pinned segment only marks it, and the last
+`unpin()` closes it. So an fd number is never closed (and reused) under a running fsync or
+pread. A reader racing a truncation of the same segment may see a short or torn read; it
+reports damage, which the log re-checks under the writer before acting (never on a hunch).
 """
 
 from __future__ import annotations
@@ -28,13 +51,22 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import threading
 from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from partition.batch import HEADER_BYTES, LOG_OVERHEAD, MAGIC, Header, scan_valid_prefix
-from partition.errors import CorruptRecordError
+from partition.batch import (
+    HEADER_BYTES,
+    LOG_OVERHEAD,
+    MAGIC,
+    Header,
+    read_header,
+    scan_valid_prefix,
+    verify_crc,
+)
+from partition.errors import CorruptRecordError, StorageDamageError
 from partition.index import (
     OFFSET_ENTRY_BYTES,
     TIME_ENTRY_BYTES,
@@ -61,6 +93,7 @@ __all__ = [
     "FileSlice",
     "Segment",
     "SegmentScan",
+    "SegmentVerifier",
     "segment_name",
     "parse_segment_name",
     "LOG_SUFFIX",
@@ -82,6 +115,13 @@ _HEADER = struct.Struct(">qiibIhiqqqhii")
 _WALK_CHUNK_BYTES = 8192
 _SCAN_CHUNK_BYTES = 8 << 20
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")  # drop_cached advises whole pages
+# Index entries `load_indexes` checks against the batch headers they name (evenly spread;
+# all of them when there are fewer): bounded so that opening a large log stays O(segments).
+# The scrubber checks every entry (SegmentVerifier).
+INDEX_SAMPLE_ENTRIES = 256
+# Checked byte ranges a segment remembers (module docstring); past this the smallest go.
+# Readers at a few positions (followers at the tail, a consumer catching up) need a handful.
+MAX_VERIFIED_RANGES = 16
 
 
 def segment_name(base_offset: int) -> str:
@@ -168,6 +208,13 @@ def write_whole_file(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
+def read_whole_file_or_none(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
 def fsync_path(path: Path) -> bool:
     """fsync a file by name (fsync flushes the inode, whichever fd asks); False if gone."""
     try:
@@ -202,6 +249,152 @@ class SegmentScan:
     offsets_lost: int
 
 
+class SegmentVerifier:
+    """A resumable, read-only check of one segment's batches (the module docstring's rules),
+    from position 0 to `end` (default: the segment's size when created).
+
+    Call `step(max_bytes)` until `done`; each step reads about `max_bytes` (at least one whole
+    batch) with one or two preads, so a caller can pace it (the scrubber) or run it to the end
+    (recovery, the damage check). Afterwards: `damage` is None when every batch was intact,
+    else the reason for the first bad one, which starts at `valid_bytes` (the end of the
+    intact prefix); `next_offset` / `last_epoch` describe that prefix; `damage_offset` is the
+    bad batch's base offset when its header still reads sanely, else `next_offset`. With
+    `check_index=True` the segment's in-memory `index` and `timeindex` are compared with the
+    batches as they are read: every offset-index entry must be the position and base offset
+    of a batch, every timeindex entry the base offset and max timestamp of one; the first
+    disagreement is in `index_problem` (the batches themselves may still be intact).
+
+    Concurrency: reads only (preads on the pinned fd); safe beside the log's writer, but a
+    truncation of this segment meanwhile shows up as damage: re-check under the writer."""
+
+    def __init__(self, seg: "Segment", *, end: int | None = None, min_epoch: int = -1,
+                 max_offset: int | None = None, check_index: bool = False,
+                 keep_headers: bool = False):
+        self.seg = seg
+        self.end = seg.size_bytes if end is None else end
+        self.max_offset = max_offset
+        self.valid_bytes = 0
+        self.next_offset = seg.base_offset
+        self.last_epoch = min_epoch
+        self.damage: str | None = None
+        self.damage_offset = seg.base_offset
+        self.batches = 0
+        self.headers: list[tuple[int, Header]] | None = [] if keep_headers else None
+        self.index_problem: str | None = None
+        self._check_index = check_index
+        self._ix = 0
+        self._tx = 0
+        self._version = seg.verified_version
+        if check_index:
+            self._index = (seg.index.rel_offsets, seg.index.positions)
+            self._timeindex = (seg.timeindex.timestamps, seg.timeindex.rel_offsets)
+
+    @property
+    def done(self) -> bool:
+        return self.damage is not None or self.valid_bytes >= self.end
+
+    def run(self) -> "SegmentVerifier":
+        """Check to the end in 8 MiB steps; returns self."""
+        while not self.done:
+            self.step(_SCAN_CHUNK_BYTES)
+        return self
+
+    def step(self, max_bytes: int) -> int:
+        """Check the next ~max_bytes (at least one batch); returns the bytes read."""
+        if self.done:
+            return 0
+        seg, pos = self.seg, self.valid_bytes
+        chunk = pread_exact(seg.fd, min(max(max_bytes, HEADER_BYTES), self.end - pos), pos)
+        read = len(chunk)
+        if len(chunk) >= LOG_OVERHEAD:
+            total = LOG_OVERHEAD + int.from_bytes(chunk[8:12], "big", signed=True)
+            if len(chunk) < total and pos + total <= self.end:
+                chunk = pread_exact(seg.fd, total, pos)  # one batch bigger than the step
+                read += len(chunk)
+        at_end = pos + len(chunk) >= self.end
+        _, found = scan_valid_prefix(chunk)
+        for p, h in found:
+            why = self._batch_problem(h)
+            if why is not None:
+                self._fail(why, h.base_offset)
+                break
+            self._accept(pos + p, h)
+        seg.mark_verified(pos, self.valid_bytes, self._version)
+        if self.damage is not None:
+            return read
+        if self.valid_bytes == pos or (at_end and self.valid_bytes < self.end):
+            # Nothing intact at pos, or bad bytes after the last intact batch at the end (a
+            # batch merely cut by the chunk is re-read from its start at the next step).
+            self._fail(self._why_bad(chunk, self.valid_bytes - pos), self._header_offset(
+                chunk, self.valid_bytes - pos))
+        elif self.done:
+            self._finish_index()
+        return read
+
+    def _batch_problem(self, h: Header) -> str | None:
+        if h.base_offset < self.next_offset:
+            return f"base offset {h.base_offset} below the expected {self.next_offset}"
+        if h.last_offset - self.seg.base_offset > INT32_MAX:
+            return f"last offset {h.last_offset} beyond int32 of the segment base"
+        if self.max_offset is not None and h.next_offset > self.max_offset:
+            return f"last offset {h.last_offset} reaches the next segment's base {self.max_offset}"
+        if h.partition_leader_epoch < self.last_epoch:
+            return f"leader epoch {h.partition_leader_epoch} below the previous {self.last_epoch}"
+        return None
+
+    def _accept(self, pos: int, h: Header) -> None:
+        if self._check_index and self.index_problem is None:
+            self._check_entries(pos, h)
+        if self.headers is not None:
+            self.headers.append((pos, h))
+        self.valid_bytes = pos + h.size
+        self.next_offset = h.next_offset
+        self.last_epoch = h.partition_leader_epoch
+        self.batches += 1
+
+    def _fail(self, why: str, offset: int) -> None:
+        self.damage = f"segment {self.seg.name} at position {self.valid_bytes}: {why}"
+        self.damage_offset = offset if offset >= self.next_offset else self.next_offset
+
+    def _why_bad(self, chunk: bytes, off: int) -> str:
+        try:
+            h = read_header(chunk, off)
+            verify_crc(chunk, off, h)
+        except CorruptRecordError as e:
+            return str(e).partition(": ")[2] or str(e)
+        return "bad batch"
+
+    def _header_offset(self, chunk: bytes, off: int) -> int:
+        if len(chunk) - off >= 27 and chunk[off + 16] == MAGIC:
+            return int.from_bytes(chunk[off:off + 8], "big", signed=True)
+        return self.next_offset
+
+    def _check_entries(self, pos: int, h: Header) -> None:
+        base = self.seg.base_offset
+        rels, positions = self._index
+        while self._ix < len(positions) and positions[self._ix] <= pos:
+            if positions[self._ix] < pos or base + rels[self._ix] != h.base_offset:
+                self.index_problem = (f"index entry {self._ix} ({rels[self._ix]}, "
+                                      f"{positions[self._ix]}) names no batch")
+                return
+            self._ix += 1
+        stamps, trels = self._timeindex
+        while self._tx < len(trels) and base + trels[self._tx] <= h.base_offset:
+            if base + trels[self._tx] < h.base_offset or stamps[self._tx] != h.max_timestamp:
+                self.index_problem = (f"timeindex entry {self._tx} ({stamps[self._tx]}, "
+                                      f"{trels[self._tx]}) names no batch")
+                return
+            self._tx += 1
+
+    def _finish_index(self) -> None:
+        if not self._check_index or self.index_problem is not None:
+            return
+        if self._ix < len(self._index[1]):
+            self.index_problem = f"index entry {self._ix} points past the last batch"
+        elif self._tx < len(self._timeindex[1]):
+            self.index_problem = f"timeindex entry {self._tx} names no batch"
+
+
 class Segment:
     """One segment; see the module docstring for invariants. Use `create` or `open_existing`."""
 
@@ -228,6 +421,10 @@ class Segment:
         self._cached_from = size_bytes & ~(_PAGE_BYTES - 1)
         self._close_requested = False
         self._fd_closed = False
+        # Checked byte ranges (module docstring "checked once"): sorted, disjoint [start, end).
+        self._verified: list[tuple[int, int]] = []
+        self.verified_version = 0
+        self._verified_lock = threading.Lock()
 
     # ------------------------------------------------------------------ paths, open, close
 
@@ -293,6 +490,58 @@ class Segment:
     def fsync(self) -> None:
         os.fsync(self.fd)
 
+    # ------------------------------------------------------------------ checked ranges
+
+    def unverified(self, start: int, end: int, version: int | None = None) -> list[tuple[int, int]]:
+        """The parts of [start, end) no check has covered, in order ([] when all of it was
+        checked); the whole range when `version` (what `verified_version` was before the
+        caller read its bytes) is no longer current. Any thread."""
+        with self._verified_lock:
+            if version is not None and version != self.verified_version:
+                return [(start, end)] if start < end else []
+            gaps: list[tuple[int, int]] = []
+            at = start
+            for a, b in self._verified:
+                if b <= at:
+                    continue
+                if a >= end:
+                    break
+                if a > at:
+                    gaps.append((at, a))
+                at = b
+                if at >= end:
+                    break
+            if at < end:
+                gaps.append((at, end))
+            return gaps
+
+    def mark_verified(self, start: int, end: int, version: int) -> None:
+        """Remember that the batches in [start, end) (whole ones) passed a check of bytes read
+        under `version`; nothing if the file was cut since. Any thread."""
+        if start >= end:
+            return
+        with self._verified_lock:
+            if version != self.verified_version:
+                return
+            merged: list[tuple[int, int]] = []
+            for a, b in self._verified:
+                if b < start or a > end:
+                    merged.append((a, b))
+                else:  # overlapping or adjacent: one range
+                    start, end = min(a, start), max(b, end)
+            merged.append((start, end))
+            if len(merged) > MAX_VERIFIED_RANGES:
+                merged = sorted(merged, key=lambda r: r[1] - r[0])[-MAX_VERIFIED_RANGES:]
+            merged.sort()
+            self._verified = merged
+
+    def _forget_verified_from(self, cut: int) -> None:
+        """The file was cut at `cut`: no range reaches past it, and checks that read before
+        the cut mark nothing (the writer, after the ftruncate)."""
+        with self._verified_lock:
+            self._verified = [(a, min(b, cut)) for a, b in self._verified if a < cut]
+            self.verified_version += 1
+
     def drop_cached(self, end: int) -> None:
         """Advise the kernel to drop cached pages of this file below byte `end` (only call for
         fsynced bytes: clean pages are dropped, dirty ones would only be written back early).
@@ -320,29 +569,25 @@ class Segment:
 
     def load_indexes(self, *, next_base_offset: int | None, index_interval_bytes: int) -> bool:
         """For a sealed segment: read and sanity-check both index files; rebuild them from the
-        batch headers if missing or damaged. Returns True if they were rebuilt.
+        batch headers if missing or damaged. Returns True if they were rebuilt. Raises
+        StorageDamageError when a rebuild meets a header that does not parse.
 
-        Checks: entries monotonic and inside the file, the last offset entry points at a real
-        batch header with the offset it names, timeindex offsets below the next segment."""
+        Checks: entries monotonic and inside the file; the last offset entry and an even
+        sample of the others (INDEX_SAMPLE_ENTRIES; all in a small index) point at a batch
+        header with the offset they name; timeindex offsets below the next segment."""
         try:
             data = self.index_path.read_bytes()
             tdata = self.timeindex_path.read_bytes()
             index = OffsetIndex.from_bytes(data, max_entries=self.index.max_entries,
                                            segment_bytes=self.size_bytes)
             timeindex = TimeIndex.from_bytes(tdata, max_entries=self.timeindex.max_entries)
-            if len(index):
-                pos = index.positions[-1]
-                head = pread_exact(self.fd, HEADER_BYTES, pos)
-                if len(head) < HEADER_BYTES:
-                    raise IndexCorrupt(f"last entry position {pos} has no whole header")
-                try:
-                    h = parse_header_prefix(head)
-                except CorruptRecordError as e:
-                    raise IndexCorrupt(f"last entry position {pos}: {e}") from None
-                if h.base_offset != self.base_offset + index.rel_offsets[-1]:
-                    raise IndexCorrupt(
-                        f"last entry names offset {self.base_offset + index.rel_offsets[-1]},"
-                        f" batch there starts at {h.base_offset}")
+            n = len(index)
+            if n:
+                # The last entry and an even sample of the others (all of them in a small
+                # index) must each point at a batch header with the offset it names.
+                step = max(1, n // INDEX_SAMPLE_ENTRIES)
+                for k in sorted({*range(n - 1, -1, -step), 0}):
+                    self._check_index_entry(index, k)
             if len(timeindex) and next_base_offset is not None and \
                     self.base_offset + timeindex.rel_offsets[-1] >= next_base_offset:
                 raise IndexCorrupt("timeindex names an offset of the next segment")
@@ -356,6 +601,20 @@ class Segment:
         if len(timeindex):
             self.offset_of_max_timestamp = self.base_offset + timeindex.rel_offsets[-1]
         return False
+
+    def _check_index_entry(self, index: OffsetIndex, k: int) -> None:
+        pos = index.positions[k]
+        head = pread_exact(self.fd, HEADER_BYTES, pos)
+        if len(head) < HEADER_BYTES:
+            raise IndexCorrupt(f"entry {k} position {pos} has no whole header")
+        try:
+            h = parse_header_prefix(head)
+        except CorruptRecordError as e:
+            raise IndexCorrupt(f"entry {k} position {pos}: {e}") from None
+        if h.base_offset != self.base_offset + index.rel_offsets[k]:
+            raise IndexCorrupt(
+                f"entry {k} names offset {self.base_offset + index.rel_offsets[k]},"
+                f" the batch there starts at {h.base_offset}")
 
     def _reset_indexes(self) -> None:
         self.index = OffsetIndex(self.index.max_entries)
@@ -384,21 +643,13 @@ class Segment:
 
     def rebuild_indexes(self, *, index_interval_bytes: int) -> None:
         """Rebuild both indexes by walking every batch header (no CRC: for trusted sealed
-        segments). A header that does not parse ends the segment there (the file is cut and
-        a warning logged): nothing past it could be read anyway."""
+        segments). Raises StorageDamageError at a header that does not parse (the indexes
+        are then partial: the caller scans the segment and cuts it, as recovery does)."""
         interval = index_interval_bytes
         self._reset_indexes()
-        end = 0
-        try:
-            for pos, h in self.walk(0, self.size_bytes):
-                self._index_batch(pos, h.base_offset, h.next_offset, h.max_timestamp, h.size,
-                                  h.partition_leader_epoch, interval)
-                end = pos + h.size
-        except CorruptRecordError as e:
-            logger.warning("segment %s: bad header at %d (%s); cutting %d bytes",
-                           self.name, end, e, self.size_bytes - end)
-            os.ftruncate(self.fd, end)
-            self.size_bytes = end
+        for pos, h in self.walk(0, self.size_bytes):
+            self._index_batch(pos, h.base_offset, h.next_offset, h.max_timestamp, h.size,
+                              h.partition_leader_epoch, interval)
 
     @classmethod
     def index_bytes_for(cls, data: bytes, base_offset: int, *, index_interval_bytes: int,
@@ -419,46 +670,23 @@ class Segment:
 
     # ------------------------------------------------------------------ recovery scan
 
-    def recover(self, *, index_interval_bytes: int, min_epoch: int = -1) -> SegmentScan:
-        """CRC-scan the whole segment (`scan_valid_prefix` over chunks), keep the intact
-        prefix, cut the rest off the file, and rebuild the in-memory indexes.
-
-        Beyond the CRC a batch must: start at or after the segment's base offset and after
-        the previous batch's last offset, keep its offsets within int32 of the base, and not
-        lower the partition leader epoch (below `min_epoch` or the previous batch's).
+    def recover(self, *, index_interval_bytes: int, min_epoch: int = -1,
+                max_offset: int | None = None) -> SegmentScan:
+        """CRC-scan the whole segment (`SegmentVerifier`), keep the intact prefix, cut the
+        rest off the file, and rebuild the in-memory indexes. `min_epoch`: the previous
+        segment's last epoch; `max_offset`: the next segment's base offset, if one stays.
         Returns the SegmentScan. The cut is not fsynced here (the log does it)."""
-        valid: list[tuple[int, Header]] = []
-        pos = 0
         size = os.fstat(self.fd).st_size
-        prev_next = self.base_offset
-        prev_epoch = min_epoch
-        while pos < size:
-            chunk = pread_exact(self.fd, min(_SCAN_CHUNK_BYTES, size - pos), pos)
-            if len(chunk) >= LOG_OVERHEAD:
-                total = LOG_OVERHEAD + int.from_bytes(chunk[8:12], "big", signed=True)
-                if len(chunk) < total and pos + total <= size:
-                    chunk = pread_exact(self.fd, total, pos)  # one batch bigger than a chunk
-            end, found = scan_valid_prefix(chunk)
-            bad = not found
-            for p, h in found:
-                if (h.base_offset < prev_next or h.last_offset - self.base_offset > INT32_MAX
-                        or h.partition_leader_epoch < prev_epoch):
-                    bad = True
-                    break
-                valid.append((pos + p, h))
-                prev_next = h.next_offset
-                prev_epoch = h.partition_leader_epoch
-            if bad:
-                break
-            at_eof = pos + len(chunk) >= size
-            pos = valid[-1][0] + valid[-1][1].size
-            if end < len(chunk) and at_eof:
-                break  # bad bytes at the end, not a batch merely cut by the chunk
-        valid_bytes = valid[-1][0] + valid[-1][1].size if valid else 0
+        check = SegmentVerifier(self, end=size, min_epoch=min_epoch, max_offset=max_offset,
+                                keep_headers=True).run()
+        valid = check.headers or []
+        valid_bytes = check.valid_bytes
         dropped = size - valid_bytes
-        lost = self._count_lost(valid_bytes, size, prev_next) if dropped else 0
+        lost = self._count_lost(valid_bytes, size, check.next_offset) if dropped else 0
         if dropped:
             os.ftruncate(self.fd, valid_bytes)
+            self._forget_verified_from(valid_bytes)
+            self._cached_from = min(self._cached_from, valid_bytes & ~(_PAGE_BYTES - 1))
         self.size_bytes = valid_bytes
         self._reset_indexes()
         for p, h in valid:
@@ -504,39 +732,60 @@ class Segment:
 
     # ------------------------------------------------------------------ reads
 
-    def walk(self, start: int, end: int) -> Iterator[tuple[int, Header]]:
+    def walk(self, start: int, end: int, *, expect_offset: int | None = None
+             ) -> Iterator[tuple[int, Header]]:
         """(position, Header) of each batch in [start, end), reading headers only, in small
-        chunks. Raises CorruptRecordError on a header that does not parse or runs past end."""
+        chunks. Raises StorageDamageError on a header that does not parse, runs past end, or
+        (with `expect_offset`: the base offset the batch at `start` must have) names another
+        offset, or whose offsets do not increase."""
         pos = start
         buf = b""
         buf_start = start
+        next_offset = -1
+
+        def damage(why: str) -> StorageDamageError:
+            at = next_offset if next_offset >= 0 else (
+                expect_offset if expect_offset is not None else self.base_offset)
+            return StorageDamageError(f"segment {self.name} at {pos}: {why}",
+                                      segment=self.base_offset, position=pos, offset=at)
+
         while pos < end:
             off = pos - buf_start
             if off < 0 or off + HEADER_BYTES > len(buf):
                 buf = pread_exact(self.fd, min(_WALK_CHUNK_BYTES, max(end - pos, HEADER_BYTES)), pos)
                 buf_start, off = pos, 0
                 if len(buf) < HEADER_BYTES:
-                    raise CorruptRecordError(
-                        f"segment {self.name}: truncated header at {pos}")
+                    raise damage("truncated header")
             try:
                 h = parse_header_prefix(buf, off)
             except CorruptRecordError as e:
-                raise CorruptRecordError(f"segment {self.name} at {pos}: {e}") from None
+                raise damage(str(e)) from None
             if pos + h.size > end:
-                raise CorruptRecordError(
-                    f"segment {self.name}: batch at {pos} runs past {end}")
+                raise damage(f"batch runs past {end}")
+            if next_offset < 0 and expect_offset is not None and h.base_offset != expect_offset:
+                raise StorageDamageError(
+                    f"segment {self.name}: index names offset {expect_offset} at position "
+                    f"{pos}, the batch there starts at {h.base_offset}",
+                    segment=self.base_offset, position=pos, offset=expect_offset, what="index")
+            if h.base_offset < next_offset:
+                raise damage(f"base offset {h.base_offset} below the previous batch's end {next_offset}")
             yield pos, h
+            next_offset = h.next_offset
             pos += h.size
 
     def locate(self, offset: int) -> tuple[int, Header] | None:
         """(position, Header) of the first batch whose last offset >= `offset` (the batch
-        holding it, or the next one after a gap); None if no such batch in this segment."""
+        holding it, or the next one after a gap); None if no such batch in this segment.
+        Raises StorageDamageError (a bad header, or an index entry naming another batch)."""
         rel = offset - self.base_offset
+        expect = None
         if rel < 0:
             start = 0
         else:
-            _, start = self.index.lookup(min(rel, INT32_MAX))
-        for pos, h in self.walk(start, self.size_bytes):
+            entry, start = self.index.lookup(min(rel, INT32_MAX))
+            if start:
+                expect = self.base_offset + entry
+        for pos, h in self.walk(start, self.size_bytes, expect_offset=expect):
             if h.last_offset >= offset:
                 return pos, h
         return None
@@ -547,18 +796,20 @@ class Segment:
 
         The end is found before reading (index positions are batch starts, then a short
         header walk), so the data is one exact pread: no copy to trim a partial batch."""
-        end = self._read_end(pos, first, max_bytes, max_offset)
-        data = pread_exact(self.fd, end - pos, pos)
-        if len(data) != end - pos:
-            raise CorruptRecordError(f"segment {self.name}: short read at {pos}")
+        return self.read_range(pos, self.read_end(pos, first, max_bytes, max_offset),
+                               first.base_offset)
+
+    def read_range(self, start: int, end: int, offset: int) -> bytes:
+        """The bytes [start, end) (one pread). Raises StorageDamageError (`offset`: the first
+        offset the range was to hold) when the file ends early."""
+        data = pread_exact(self.fd, end - start, start)
+        if len(data) != end - start:
+            raise StorageDamageError(f"segment {self.name}: short read at {start}",
+                                     segment=self.base_offset, position=start, offset=offset)
         return data
 
-    def slice_at(self, pos: int, first: Header, max_bytes: int, max_offset: int | None) -> FileSlice:
-        """What `read_at` would read, as a FileSlice (nothing is read; the caller sends it)."""
-        end = self._read_end(pos, first, max_bytes, max_offset)
-        return FileSlice(os.dup(self.fd), pos, end - pos)
-
-    def _read_end(self, pos: int, first: Header, max_bytes: int, max_offset: int | None) -> int:
+    def read_end(self, pos: int, first: Header, max_bytes: int, max_offset: int | None) -> int:
+        """Where `read_at(pos, first, max_bytes, max_offset)` would end (header walk only)."""
         end = pos + first.size
         limit = min(self.size_bytes, pos + max_bytes)
         if end < limit:
@@ -606,6 +857,7 @@ class Segment:
         removed = self.size_bytes - cut
         if removed:
             os.ftruncate(self.fd, cut)
+            self._forget_verified_from(cut)
             self.size_bytes = cut
             self._cached_from = min(self._cached_from, cut & ~(_PAGE_BYTES - 1))
             self.index.truncate_from_position(cut)

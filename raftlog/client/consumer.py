@@ -17,9 +17,10 @@ from __future__ import annotations
 import random
 from typing import Any, Iterable, NamedTuple
 
-from partition.batch import decode_batches_into
+from partition.batch import decode_batches_into, iter_headers
 from raftlog.base.errors import (
     CorruptMessageError,
+    NotLeaderError,
     OffsetOutOfRangeError,
     RaftlogError,
     RequestTimedOutError,
@@ -34,7 +35,7 @@ from raftlog.client.request import (
     parse_list_offsets,
 )
 
-__all__ = ["ConsumerRecord", "ConsumerCore", "ConsumerMethods", "append_fetched"]
+__all__ = ["ConsumerRecord", "ConsumerCore", "ConsumerMethods", "append_fetched", "intact_prefix_end"]
 
 
 class ConsumerRecord(NamedTuple):
@@ -50,7 +51,7 @@ class ConsumerRecord(NamedTuple):
 class _Assigned:
     __slots__ = ("topic", "partition", "fetch_position", "reset", "version", "buf", "buf_i",
                  "high_watermark", "log_start_offset", "reset_in_flight", "reset_retry_at_ms",
-                 "reset_attempts")
+                 "reset_attempts", "fetch_retry_at_ms", "fetch_attempts")
 
     def __init__(self, topic: str, partition: int):
         self.topic = topic
@@ -65,6 +66,9 @@ class _Assigned:
         self.reset_in_flight = False
         self.reset_retry_at_ms = 0
         self.reset_attempts = 0
+        # After a partition error (storage, corrupt batch): no fetch of it before this.
+        self.fetch_retry_at_ms = 0
+        self.fetch_attempts = 0
 
     @property
     def position(self) -> int | None:
@@ -274,7 +278,8 @@ class ConsumerCore(ClientCore):
             if s.reset is not None:
                 if not s.reset_in_flight and now_ms >= s.reset_retry_at_ms:
                     resets.setdefault(leader, []).append(s)
-            elif leader not in self._fetching and s.buf_i >= len(s.buf):
+            elif (leader not in self._fetching and s.buf_i >= len(s.buf)
+                  and now_ms >= s.fetch_retry_at_ms):
                 by_broker.setdefault(leader, []).append(s)
         for broker, states in resets.items():
             for s in states:
@@ -296,6 +301,7 @@ class ConsumerCore(ClientCore):
     def _more_wakeup_ms(self, now_ms: int) -> int | None:
         ts = [s.reset_retry_at_ms for s in self._assigned.values()
               if s.reset is not None and not s.reset_in_flight]
+        ts += [s.fetch_retry_at_ms for s in self._assigned.values() if s.fetch_retry_at_ms > now_ms]
         return min(ts) if ts else None
 
     def _on_reset_response(self, p: Pending, msg: dict, now_ms: int) -> None:
@@ -355,7 +361,7 @@ class ConsumerCore(ClientCore):
             if (s.topic, s.partition) not in self._assigned:
                 continue
             if r.get("error") is not None:
-                self._fetch_partition_error(s, error_from_wire(r["error"]))
+                self._fetch_partition_error(s, error_from_wire(r["error"]), now_ms)
                 continue
             hw = r.get("high_watermark")
             if isinstance(hw, int):
@@ -365,12 +371,24 @@ class ConsumerCore(ClientCore):
                 s.log_start_offset = lso
             records = r.get("records")
             if records:
+                got: list[ConsumerRecord] = []
                 try:
-                    s.fetch_position = append_fetched(s.topic, s.partition, records, offset, s.buf)
+                    s.fetch_position = append_fetched(s.topic, s.partition, records, offset, got)
                 except RaftlogError as exc:
-                    self._errors.append(CorruptMessageError(f"{s.topic}-{s.partition}: {exc}"))
+                    # Deliver the intact batches before the bad one (once), stop at it, say
+                    # where, and fetch from there again later, from whoever then leads: the
+                    # bytes may have been damaged on the way or on that replica's disk.
+                    good_end = intact_prefix_end(records, offset)
+                    s.buf.extend(rec for rec in got if rec.offset < good_end)
+                    s.fetch_position = good_end
+                    self._fetch_partition_error(s, CorruptMessageError(
+                        f"{s.topic}-{s.partition}: corrupt batch at offset {good_end}: {exc}",
+                        topic=s.topic, partition=s.partition, offset=good_end), now_ms)
+                else:
+                    s.buf.extend(got)
+                    s.fetch_attempts = 0
 
-    def _fetch_partition_error(self, s: _Assigned, exc: RaftlogError) -> None:
+    def _fetch_partition_error(self, s: _Assigned, exc: RaftlogError, now_ms: int) -> None:
         if isinstance(exc, OffsetOutOfRangeError):
             if self.auto_offset_reset == "none":
                 self._errors.append(exc)
@@ -380,7 +398,20 @@ class ConsumerCore(ClientCore):
                 s.reset = self._default_reset()
             return
         self._note_routing_error(exc, (s.topic, s.partition))
-        if not exc.retriable:
+        if not (isinstance(exc, NotLeaderError) and exc.leader_id is not None):
+            # Back off this partition before the next fetch of it (the others go on); a
+            # NOT_LEADER naming the leader is followed at once.
+            s.fetch_attempts += 1
+            s.fetch_retry_at_ms = now_ms + self.retry.backoff(s.fetch_attempts)
+        if isinstance(exc, CorruptMessageError):
+            # Raised once per bad answer, with partition and offset; nothing before it is
+            # delivered twice and nothing after it is skipped (Kafka's CorruptRecordException).
+            if "offset" not in exc.details:
+                exc = CorruptMessageError(f"{s.topic}-{s.partition} at offset {s.fetch_position}:"
+                                          f" {exc.message}", topic=s.topic, partition=s.partition,
+                                          offset=s.fetch_position)
+            self._errors.append(exc)
+        elif not exc.retriable:
             self._errors.append(exc)
 
     def _on_fetch_failure(self, p: Pending, exc: BaseException, now_ms: int) -> None:
@@ -411,6 +442,18 @@ def append_fetched(topic: str, partition: int, records: bytes, fetch_offset: int
     # One tight loop per batch straight into ConsumerRecord tuples: no Record objects, no
     # NamedTuple __new__ frame (partition/batch.py `decode_batches_into`).
     return decode_batches_into(records, out, topic, partition, ConsumerRecord, fetch_offset)
+
+
+def intact_prefix_end(records: bytes, fetch_offset: int) -> int:
+    """The fetch position after the batches of `records` that are whole and pass their CRC
+    (`fetch_offset` if the first one does not): where to fetch again after a corrupt batch."""
+    end = fetch_offset
+    try:
+        for _, h in iter_headers(records, verify=True):
+            end = max(end, h.next_offset)
+    except RaftlogError:
+        return end  # the first bad batch ends the prefix
+    return end
 
 
 class ConsumerMethods:

@@ -39,6 +39,8 @@ import random
 from typing import Any, Callable, ClassVar, Iterable, NamedTuple
 
 from raftlog.base.errors import (
+    CorruptMessageError,
+    KafkaStorageError,
     NotLeaderError,
     RaftlogError,
     RequestTimedOutError,
@@ -442,11 +444,16 @@ class ClientCore:
         """Hook for subclasses (e.g. fail sends to topics that do not exist)."""
 
     def _note_routing_error(self, exc: BaseException, route: tuple[str, int] | None) -> None:
+        """Every answer that says "not served here" refreshes metadata before the retry, as
+        Kafka's client does for NOT_LEADER, UNKNOWN_TOPIC_OR_PARTITION and
+        KAFKA_STORAGE_ERROR (a replica offline or repairing damage: the partition's
+        leadership is moving elsewhere), and CORRUPT_MESSAGE (read from another replica or
+        after the leader changed)."""
         if isinstance(exc, NotLeaderError):
             if route is not None:
                 self.metadata.apply_leader_hint(route[0], route[1], exc.leader_id, exc.leader)
             self._metadata_due = True
-        elif isinstance(exc, UnknownTopicOrPartitionError):
+        elif isinstance(exc, (UnknownTopicOrPartitionError, KafkaStorageError, CorruptMessageError)):
             self._metadata_due = True
 
     # ---- brokers ----

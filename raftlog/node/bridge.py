@@ -41,6 +41,20 @@ voter as long as a majority's disks do.
 Proposals are never re-sent here and PySyncObj may drop callbacks, so every proposal is
 bounded by the caller's timeout and callers make commands idempotent (a request id in each).
 
+Follower truncation (issue 14, case 5). PySyncObj 0.3.17's follower deletes every entry after
+an append's prevLogIdx before adding the message's entries, conflict or not (syncobj.py ~990,
+logged CRITICAL "truncating already-applied log entries" on fault-free runs): its leader
+rewinds its send position on each acknowledgement and re-sends entries in flight. The log
+ends up the same only when the message re-adds all of them; a shorter (batch-limited or
+empty) message leaves the follower without entries it had acknowledged, and its journal
+too, until later messages bring them back. Those entries may count toward a commit: a leader
+crash in that window can leave a majority lacking a committed entry (Raft's Leader
+Completeness needs acknowledged entries to stay). `trim_append_entries` rewrites each append
+before PySyncObj sees it so that it only ever deletes from the first real conflict (Raft
+§5.3): entries it already holds are skipped; if it holds more than the message covers, it
+keeps them, and the acknowledgement and the commit index are capped at what the message
+vouched for (Raft's "index of last new entry"), so nothing unverified is counted or applied.
+
 Known limits: the whole list stays in RAM and every dump holds all of it (fine for metadata in
 the MiB range); each command costs about twice its size on the wire (pickled bytes).
 May import: metadata.quorum (its errors) and raftlog/node/quorum_journal.py.
@@ -233,6 +247,48 @@ class _Journal(pysyncobj.journal.Journal):
 
 
 # --------------------------------------------------------------------------------------------
+# Follower appends: delete only from the first conflict (module docstring, issue 14 case 5)
+
+
+def trim_append_entries(message: dict[str, Any], entries: Any) -> tuple[dict[str, Any], int | None]:
+    """Rewrite a regular `append_entries` message for a follower whose log is `entries`
+    (a sequence of (command, index, term), contiguous indices) so that PySyncObj's handling,
+    which deletes everything after `prevLogIdx`, deletes only from the first entry that
+    conflicts (same index, other term). Returns (message, ack_cap): `ack_cap`, when not None,
+    is the largest `next_node_idx` the success acknowledgement may claim (the entries we keep
+    past what the message covered are not vouched for by the leader). Pure; a message it
+    cannot judge (no prevLogIdx match, a chunked transmission) is returned unchanged: PySyncObj
+    then answers failure and deletes nothing."""
+    prev = message.get("prevLogIdx")
+    new = message.get("entries") or []
+    if prev is None or "transmission" in message or not len(entries):
+        return message, None
+    first, last = entries[0][1], entries[-1][1]
+    if prev < first or prev >= last or entries[prev - first][2] != message.get("prevLogTerm"):
+        return message, None  # a mismatch (PySyncObj refuses) or nothing after prev to lose
+    n = 0
+    for entry in new:
+        idx = entry[1]
+        if idx > last or entries[idx - first][2] != entry[2]:
+            break
+        n += 1
+    if n < len(new) and new[n][1] <= last:
+        # A real conflict: let PySyncObj delete from there (correct Raft) and add the rest.
+        at = new[n][1] - 1
+        return {**message, "prevLogIdx": at, "prevLogTerm": entries[at - first][2],
+                "entries": list(new[n:])}, None
+    if n < len(new):
+        # Everything we hold matches; the rest extends our log: append it, delete nothing.
+        return {**message, "prevLogIdx": last, "prevLogTerm": entries[-1][2],
+                "entries": list(new[n:])}, None
+    # The message is all entries we hold, and we hold more: keep them, acknowledge and
+    # commit only what the leader vouched for.
+    verified = new[-1][1] if new else prev
+    return {**message, "prevLogIdx": last, "prevLogTerm": entries[-1][2], "entries": [],
+            "commit_index": min(message.get("commit_index", 0), verified)}, verified + 1
+
+
+# --------------------------------------------------------------------------------------------
 # PySyncObj subclasses (everything here runs on the tick thread unless noted)
 
 
@@ -278,6 +334,9 @@ class _DurableTransport(TCPTransport):
 
     def send(self, node: Any, message: Any) -> bool:
         if isinstance(message, dict) and message.get("type") == "next_node_idx":
+            cap = self._syncObj._rl_ack_cap
+            if cap is not None and message.get("success") and message["next_node_idx"] > cap:
+                message = {**message, "next_node_idx": cap}  # trim_append_entries kept more
             self._rl_acks.append((node, message))
             return True
         self.rl_release_acks()
@@ -362,12 +421,24 @@ class _QuorumSyncObj(SyncObj):
         self._rl_delivered = 0
         self._rl_dump_renamed = False
         self._rl_published: VoterStatus | None = None
+        self._rl_ack_cap: int | None = None  # set while one trimmed append is handled
         # Our own dump format instead of gzip(pickle(__dict__)); also disables fork.
         conf.serializer = self._rl_serialize
         conf.deserializer = self._rl_deserialize
         super().__init__(config.self_address, list(config.peers.values()), conf,
                          transportClass=_DurableTransport)
         self.addOnTickCallback(self._rl_before_poll)
+
+    def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:  # noqa: N802
+        # Replaces the name-mangled handler PySyncObj registers with its transport (bound
+        # at construction, so this override is the one called): appends are trimmed first.
+        if (isinstance(message, dict) and message.get("type") == "append_entries"
+                and message.get("term", -1) >= self.raftCurrentTerm):
+            message, self._rl_ack_cap = trim_append_entries(message, self._rl_journal)
+        try:
+            SyncObj._SyncObj__onMessageReceived(self, node, message)
+        finally:
+            self._rl_ack_cap = None
 
     @replicated
     def _rl_append(self, command: bytes) -> int | None:

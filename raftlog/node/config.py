@@ -217,6 +217,10 @@ class NodeConfig:
     # Kafka's auto.create.topics.enable: a Kafka Metadata request naming an unknown topic
     # creates it with default_partitions / default_replication_factor.
     auto_create_topics: bool = True
+    # The scrubber (partition/manager.py): re-read every sealed segment at this pace (0: off),
+    # starting a pass at most every scrub_interval_ms.
+    scrub_bytes_per_s: int = 4 << 20
+    scrub_interval_ms: int = 3_600_000
     topic_defaults: Mapping[str, str] = dataclasses.field(
         default_factory=lambda: MappingProxyType({})
     )
@@ -454,6 +458,8 @@ _KEYS: Final[dict[str, _Key]] = {
     "default_partitions": _Key(_to_int, "default_partitions"),
     "default_replication_factor": _Key(_to_int, "default_replication_factor"),
     "auto_create_topics": _Key(_to_bool, "auto_create_topics"),
+    "scrub_bytes_per_s": _Key(_to_int, "scrub_bytes_per_s"),
+    "scrub_interval_ms": _Key(_to_int, "scrub_interval_ms"),
     "topic_defaults": _Key(_to_str_map, "topic_defaults"),
     "dial_overrides": _Key(_to_dial_overrides, "dial_overrides"),
     "security_protocol": _Key(lambda v: _to_choice(v, SECURITY_PROTOCOLS, upper=True), "security_protocol"),
@@ -483,6 +489,8 @@ _INT_RANGES: Final = {
     "max_in_flight": (1, 65_536),
     "default_partitions": (1, 100_000),
     "default_replication_factor": (1, 1_000),
+    "scrub_bytes_per_s": (0, 1 << 40),
+    "scrub_interval_ms": (1, 365 * 24 * 3_600_000),
 }
 
 

@@ -97,13 +97,14 @@ class NodeService(Protocol):
     async def drain(self) -> None: ...
 
 
-def build_services(config: NodeConfig, metadata: MetadataService, peers: PeerPool) -> list[NodeService]:
+def build_services(config: NodeConfig, metadata: MetadataService, peers: PeerPool,
+                   registry: MetricsRegistry | None = None) -> list[NodeService]:
     """The node's services, metadata first (started in this order, drained in reverse).
     Broker services join here, e.g.:
         if config.is_broker: services.append(ReplicaManager(config, metadata, peers))"""
     services: list[NodeService] = [metadata]
     if config.is_broker:
-        services.append(ReplicaManager(config, metadata, peers))
+        services.append(ReplicaManager(config, metadata, peers, registry=registry))
         services.append(GroupCoordinatorService(config, metadata, services[-1]))
     return services
 
@@ -206,7 +207,7 @@ async def run_node(
         read_bootstrap_credentials, config.bootstrap_credentials_file)
     metadata = MetadataService(config, cluster_id, peers, quorum_factory=quorum_factory(config),
                                registry=registry, bootstrap_credentials=bootstrap)
-    services = build_services(config, metadata, peers)
+    services = build_services(config, metadata, peers, registry)
     client_handlers = merge_handlers([(s.name, s.client_handlers) for s in services])
     client_security = client_security_of(config, lambda: metadata.image)
     authorizer_of = None

@@ -1,4 +1,4 @@
-"""Short fault-injection runs against a real 3-node cluster (RF=3, acks=all, flush always) end valid: no lost, duplicated or reordered writes under kill, pause, partition, leader-kill and storage-damage nemeses, and against a secure cluster (--secure)."""
+"""Short fault-injection runs against a real 3-node cluster (RF=3, acks=all, flush always) end valid: no lost, duplicated or reordered writes under kill, pause, partition, leader-kill and storage-damage nemeses (torn tails, bit flips anywhere in any segment or index file, a full disk), and against a secure cluster (--secure)."""
 
 from __future__ import annotations
 
@@ -29,15 +29,16 @@ async def _valid_run(tmp_path, nemesis: tuple[str, ...], time_limit_s: float, **
     )
     assert counts["send"].get("ok", 0) > 50, (counts, where)
     windows = outcome.history.fault_windows()
-    assert windows and all(w.name in ("kill", "pause", "partition", "rolling-restart", "corrupt-tail")
-                           for w in windows), (windows, where)  # fmt: skip
+    assert windows and all(w.name in ("kill", "pause", "partition", "rolling-restart", "corrupt-tail",
+                                      "bitflip", "disk-full") for w in windows), (windows, where)  # fmt: skip
     failed_nemesis = [p for p in outcome.history.pairs() if p.process == "nemesis" and p.type == "info"]
     assert not failed_nemesis, (failed_nemesis[:3], where)
     return outcome
 
 
 @pytest.mark.jepsen
-@pytest.mark.parametrize("nemesis", [("kill",), ("pause",), ("partition",), ("leader-kill",), ("corrupt",)],
+@pytest.mark.parametrize("nemesis", [("kill",), ("pause",), ("partition",), ("leader-kill",), ("corrupt",),
+                                     ("bitflip",), ("disk-full",)],
                          ids=lambda n: "+".join(n))
 async def test_short_run_is_valid(tmp_path, nemesis):
     await _valid_run(tmp_path, nemesis, TIME_LIMIT_S)

@@ -15,6 +15,7 @@ from raftlog.client.request import check_response, parse_list_offsets, parse_met
 from raftlog.client.retry import RetryPolicy
 from raftlog.client.errors import DeliveryTimedOutError, NoBrokerAvailableError
 from raftlog.base.errors import (
+    CorruptMessageError,
     MessageTooLargeError,
     NotLeaderError,
     OutOfOrderSequenceNumberError,
@@ -374,6 +375,71 @@ def test_consumer_not_leader_moves_fetch():
                                                   "leader_id": 3, "leader": "h3:9003"}}]}, 2)
     acts = core.poll(3)
     assert [s.broker_id for s in sends(acts, "fetch")] == [3]
+
+
+def _corrupt(batch: bytes) -> bytes:
+    damaged = bytearray(batch)
+    damaged[-3] ^= 0x10  # inside the records: only the CRC can tell
+    return bytes(damaged)
+
+
+def test_a_corrupt_batch_is_raised_once_with_its_offset_and_nothing_is_redelivered():
+    # Issue 14 case 2: the records before a corrupt batch used to be handed out, then the
+    # error raised, with the position left where it was: the same records came back forever.
+    core = consumer_with_metadata()
+    core.seek("t", 0, 0)
+    delivered = []
+    [f] = sends(core.poll(1), "fetch")
+    core.on_response(1, {"id": f.request["id"], "ok": True, "partitions": [
+        {"topic": "t", "partition": 0, "high_watermark": 9, "log_start_offset": 0,
+         "records": batch_bytes(0, [b"a", b"b", b"c"]) + _corrupt(batch_bytes(3, [b"d", b"e"]))
+         + batch_bytes(5, [b"f"])}]}, 2)
+    with pytest.raises(CorruptMessageError) as ei:
+        core.take_records()
+    assert ei.value.details["offset"] == 3 and ei.value.details["partition"] == 0
+    delivered += core.take_records()  # the intact batch before it, once
+    assert core.position("t", 0) == 3
+    assert sends(core.poll(3), "fetch") == []  # backing off; metadata is refreshed meanwhile
+    later = 60_000
+    [f2] = sends(core.poll(later), "fetch")
+    assert f2.request["partitions"][0]["fetch_offset"] == 3  # the same position, again
+    core.on_response(f2.broker_id, {"id": f2.request["id"], "ok": True, "partitions": [
+        {"topic": "t", "partition": 0, "high_watermark": 9, "log_start_offset": 0,
+         "records": batch_bytes(3, [b"d", b"e"]) + batch_bytes(5, [b"f"])}]}, later + 1)
+    delivered += core.take_records()
+    assert [r.offset for r in delivered] == [0, 1, 2, 3, 4, 5]
+    assert [r.value for r in delivered] == [b"a", b"b", b"c", b"d", b"e", b"f"]
+
+
+def test_a_storage_error_refreshes_metadata_and_the_fetch_moves_to_the_new_leader():
+    core = consumer_with_metadata()
+    core.seek("t", 0, 0)
+    [f] = sends(core.poll(1), "fetch")
+    core.on_response(1, {"id": f.request["id"], "ok": True, "partitions": [
+        {"topic": "t", "partition": 0, "error": {"code": "KAFKA_STORAGE_ERROR",
+                                                  "message": "repairing", "offset": 0}}]}, 2)
+    acts = core.poll(3)
+    [md] = sends(acts, "metadata")
+    assert sends(acts, "fetch") == []
+    core.on_response(md.broker_id, metadata_answer(md.request["id"], [2], epoch=1), 4)
+    [f2] = sends(core.poll(60_000), "fetch")
+    assert f2.broker_id == 2
+
+
+def test_a_producer_refreshes_metadata_on_a_storage_error_and_retries_at_the_new_leader():
+    # Issue 14 case 3: KAFKA_STORAGE_ERROR refreshed nothing, so a producer stayed pinned to
+    # the broker whose disk was full.
+    core = ready_producer(leaders=(1,))
+    core.send("t", b"v", None, None, 0, 1, 0, 1)
+    [p] = sends(core.poll(1), "produce")
+    assert p.broker_id == 1
+    core.on_response(1, {"id": p.request["id"], "ok": True, "partitions": [
+        {"topic": "t", "partition": 0, "error": {"code": "KAFKA_STORAGE_ERROR",
+                                                  "message": "disk full"}}]}, 2)
+    [md] = sends(core.poll(3), "metadata")
+    core.on_response(md.broker_id, metadata_answer(md.request["id"], [2], epoch=1), 4)
+    [p2] = sends(core.poll(5_000), "produce")
+    assert p2.broker_id == 2
 
 
 def test_keyless_records_fill_one_batch_then_move_to_another_partition():

@@ -206,7 +206,7 @@ def test_final_phase_heals_waits_then_reads_every_key_to_its_end():
     h = gen.simulate(gen.phases(main, final), log, concurrency=3, seed=11)
 
     heal = [o for o in invokes(h) if o.process == NEMESIS]
-    assert [o.f for o in heal] == ["stop-partition", "stop-delay", "stop-pause", "stop-kill"]
+    assert [o.f for o in heal] == ["stop-partition", "stop-delay", "stop-pause", "stop-disk-full", "stop-kill"]
     last_send = max(o.time_ns for o in h if o.f == "send")
     heal_done = max(o.time_ns for o in h if o.process == NEMESIS)
     (ends,) = invokes(h, "end-offsets")

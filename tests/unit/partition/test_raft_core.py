@@ -521,6 +521,24 @@ def test_transfer_gives_up_after_timeout_and_writes_resume():
     assert leader.may_accept_writes and leader.role is Role.LEADER
 
 
+def test_transfer_refusal_names_a_target_that_lacks_committed_offsets():
+    h = Harness(3, seed=10)
+    leader = h.elect()
+    target = next(i for i in h.voters if i != leader.replica_id)
+    h.write(leader.replica_id, 2)
+    h.tick(4)
+    assert leader.transfer_refusal(target) is None
+    h.cut.add(target)
+    h.write(leader.replica_id, 2)
+    h.tick(4)  # the other follower fetches: the high watermark passes the cut target
+    assert leader.high_watermark == len(h.logs[leader.replica_id])
+    assert leader.transfer_refusal(target) is None  # caught up lately: merely a fetch behind
+    h.tick(CFG.election_timeout_ticks)
+    assert "behind" in leader.transfer_refusal(target)
+    assert "not a voter" in leader.transfer_refusal(42)
+    assert h.cores[target].transfer_refusal(leader.replica_id) is None  # not a leader: no opinion
+
+
 def test_transfer_needs_a_leader_and_a_voter():
     h = Harness(3, seed=8)
     leader = h.elect()
