@@ -98,6 +98,10 @@ class GroupCoordinator:
         """The live group (tests inspect it; the shell must not mutate it)."""
         return self._ctx.groups.get(group_id)
 
+    def groups(self) -> list[Group]:
+        """Every live group of the partitions loaded here (read-only: /metrics reads them)."""
+        return list(self._ctx.groups.values())
+
     @property
     def _groups(self) -> dict[str, Group]:
         # Every live group; the simulation tests check each one's invariants after every call.

@@ -77,6 +77,7 @@ from raftlog.base.errors import (
     as_wire_error,
 )
 from raftlog.base.eventlog import log_event
+from raftlog.base.metrics import Metric, gauge_family
 from raftlog.base.protocol import Request, field
 from raftlog.base.topics import (
     OFFSETS_TOPIC,
@@ -186,6 +187,43 @@ class GroupCoordinatorService:
 
     def health(self) -> dict[str, Any]:
         return {"ok": True, **self.core.health(), "waiters": len(self._waiters)}
+
+    def collect_metrics(self) -> list[Metric]:
+        """Per group coordinated here (the node registers this as a /metrics collector):
+        consumer lag, members, state. Lag of a committed partition = its high watermark as
+        the local replica knows it (leader or follower) minus the committed offset; a
+        partition with no replica on this broker is left out of the sums. Redpanda:
+        redpanda_kafka_consumer_group_lag_sum / _lag_max / _consumers."""
+        lag_sum: dict[tuple[str], int] = {}
+        lag_max: dict[tuple[str], int] = {}
+        members: dict[tuple[str], int] = {}
+        states: dict[tuple[str, str], int] = {}
+        replica = getattr(self.replicas, "replica", None)
+        for g in self.core.groups():
+            key = (g.group_id,)
+            members[key] = len(g.members)
+            states[(g.group_id, g.state.value)] = 1
+            total = worst = 0
+            for (topic, partition), entry in g.offsets.items():
+                r = replica(topic, partition) if replica is not None else None
+                if r is None or r.core is None:
+                    continue
+                lag = max(0, r.core.high_watermark - entry.offset)
+                total += lag
+                worst = max(worst, lag)
+            lag_sum[key] = total
+            lag_max[key] = worst
+        return [
+            gauge_family("raftlog_group_lag_sum", "Consumer lag of a group summed over its committed "
+                         "partitions (records). Redpanda: redpanda_kafka_consumer_group_lag_sum.",
+                         ("group",), lag_sum),
+            gauge_family("raftlog_group_lag_max", "The largest consumer lag of a group's partitions. "
+                         "Redpanda: redpanda_kafka_consumer_group_lag_max.", ("group",), lag_max),
+            gauge_family("raftlog_group_members", "Members of a group. Redpanda: "
+                         "redpanda_kafka_consumer_group_consumers.", ("group",), members),
+            gauge_family("raftlog_group_state", "1 for a group's current state (Empty, "
+                         "PreparingRebalance, CompletingRebalance, Stable, Dead).", ("group", "state"), states),
+        ]
 
     async def drain(self) -> None:
         """Nothing to hand over: the groups follow `__consumer_offsets` leadership, which the

@@ -47,6 +47,9 @@ Anomalies (a case is a dict; ``op``/``ops`` fields are history indexes):
 ``nonmonotonic-commit``   group check: an ``ok`` ``commit`` or ``offset-fetch`` for (group, key)
                           that was *invoked after* another of those *completed* with a higher
                           offset: a committed offset went backwards in real time.
+``orphaned-process``      operations check: an ``ok`` ``kill-supervisor`` nemesis op whose side
+                          cluster left processes running (``left``) or ports held
+                          (``ports_held``) after its supervisor was SIGKILLed.
 
 Per-process poll tracking follows Jepsen: an ``ok`` ``assign``/``subscribe`` keeps only the
 keys it names (``seek_to_beginning`` forgets all); keys in an op's ``rebalance_log`` are not
@@ -88,6 +91,7 @@ ANOMALIES = (
     "unwritten-read",
     "double-assignment",
     "nonmonotonic-commit",
+    "orphaned-process",
 )
 
 _EXAMPLE_LIST_MAX = 32  # values listed in one case (unseen, poll-skip); counts say the rest
@@ -218,6 +222,16 @@ class _KeyLog:
 
 def _sorted_values(values: Iterable[Any]) -> list[Any]:
     return sorted(values, key=lambda v: (not isinstance(v, (int, float)), v if isinstance(v, (int, float)) else repr(v)))
+
+
+def _orphans(history: History, found: dict[str, list[dict[str, Any]]]) -> None:
+    """``orphaned-process``: a supervisor kill that left processes or ports behind."""
+    for op in history:
+        if op.f == "kill-supervisor" and op.type == "ok" and isinstance(op.value, Mapping):
+            left, held = list(op.value.get("left") or ()), list(op.value.get("ports_held") or ())
+            if left or held:
+                found["orphaned-process"].append({"op": op.index, "left": left, "ports_held": held,
+                                                  "supervisor": op.value.get("supervisor")})
 
 
 def check(history: History | Iterable[Op], *, allowed: Iterable[str] = ()) -> CheckResult:
@@ -377,6 +391,7 @@ def check(history: History | Iterable[Op], *, allowed: Iterable[str] = ()) -> Ch
     # Group checks.
     _double_assignment(history, found)
     _nonmonotonic_commit(history, found)
+    _orphans(history, found)
 
     anomalies = {name: found[name] for name in ANOMALIES if found.get(name)}
     bad = tuple(name for name in anomalies if name not in allowed_set)

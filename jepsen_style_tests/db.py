@@ -13,7 +13,12 @@ segment of a partition log of a stopped node; `flip_bits` flips bits anywhere in
 or index file of a stopped node (closed segments included). A full disk: `make_small_disk`
 mounts a tmpfs (root only; it says why not otherwise) as one node's partition storage before
 it starts, `fill_disk` fills it with a filler file until ENOSPC and `free_disk` deletes the
-filler; `close` unmounts it.
+filler; `close` unmounts it. Power loss: `make_lazy_disk` mounts a lazyfs
+(`jepsen_style_tests.lazyfs`, a FUSE filesystem that can drop every write not yet fsynced) as
+one node's whole data dir (partition storage, metadata-quorum journal, meta.properties)
+before it starts, backed by ``<root>/node-<i>.backing``; `lose_power` makes a *stopped*
+node's disk lose everything it did not fsync; `close` unmounts it and stops its process by
+PID.
 
 Invariants: every process this module starts is stopped by its PID by `close()` — called by
 the context manager's exit and, as a last resort, by an `atexit` hook — even when the run
@@ -53,6 +58,7 @@ from raftlog.cli.secure import SecureMaterial
 from raftlog.node.config import NodeConfig, new_cluster_id
 
 from .history import HarnessError
+from .lazyfs import LazyFsError, LazyFsMount, attic_for, cannot_mount
 
 __all__ = ["DbError", "LocalCluster", "FAST_SETTINGS", "STOP_GRACE_S"]
 
@@ -99,8 +105,9 @@ class LocalCluster:
         self._secret = secrets.token_urlsafe(24)
         self.settings = dict(FAST_SETTINGS if settings is None else settings)
         self.stop_grace_s = stop_grace_s
-        ports = _ports_in(port_range, 5 * size, host) if port_range else free_ports(5 * size, host)
+        ports = ports_in(port_range, 5 * size, host) if port_range else free_ports(5 * size, host)
         self.small_disks: dict[int, Path] = {}
+        self.lazy_disks: dict[int, LazyFsMount] = {}
         self.ports: dict[int, NodePorts] = {
             n: NodePorts(*ports[5 * k : 5 * k + 5]) for k, n in enumerate(self.node_ids)
         }
@@ -149,6 +156,13 @@ class LocalCluster:
 
     def bootstrap(self) -> list[str]:
         return [self.client_address(n) for n in self.node_ids]
+
+    def kafka_address(self, node_id: int) -> str:
+        """The node's Kafka-protocol listener, "host:port"."""
+        return str(self.configs[node_id].listeners.kafka)
+
+    def kafka_bootstrap(self) -> list[str]:
+        return [self.kafka_address(n) for n in self.node_ids]
 
     def data_dir(self, node_id: int) -> Path:
         return self.configs[node_id].data_dir
@@ -263,7 +277,19 @@ class LocalCluster:
         for node_id, where in list(self.small_disks.items()):
             subprocess.run(["umount", "-l", str(where)], capture_output=True, check=False)
             del self.small_disks[node_id]
+        for node_id, mount in list(self.lazy_disks.items()):
+            mount.close()
+            del self.lazy_disks[node_id]
         return codes
+
+    def remove_data(self, node_id: int) -> None:
+        """Deletes a node's data (its data dir, and a lazy disk's backing directory) once the
+        cluster is closed: what a valid run does not keep."""
+        if not self._closed:
+            raise DbError("close the cluster before removing its data")
+        backing = self._lazy_backing(node_id)
+        for path in (self.data_dir(node_id), backing, attic_for(backing)):
+            shutil.rmtree(path, ignore_errors=True)
 
     def __enter__(self) -> LocalCluster:
         return self
@@ -414,12 +440,60 @@ class LocalCluster:
         if where.exists() and any(where.iterdir()):
             return f"{where} already holds data"
         where.mkdir(parents=True, exist_ok=True)
+        if node_id in self.lazy_disks:
+            # The mount point's name must survive a power loss (an undone name would take the
+            # mount with it): inside a lazy data dir, make it durable first.
+            try:
+                self.lazy_disks[node_id].sync()
+            except LazyFsError as exc:
+                return f"cannot make {where} durable on the lazy disk: {exc}"
         r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(where)],
                            capture_output=True, text=True, check=False)
         if r.returncode != 0:
             return f"mount failed: {r.stderr.strip() or r.returncode}"
         self.small_disks[node_id] = where
         return None
+
+    def _lazy_backing(self, node_id: int) -> Path:
+        return self.root / f"node-{node_id}.backing"
+
+    def make_lazy_disk(self, node_id: int) -> str | None:
+        """Mounts a lazyfs as node `node_id`'s data dir (before the node first starts), so that
+        `lose_power` can drop what it did not fsync. Returns None, or why it cannot (then
+        nothing changed)."""
+        self._check(node_id)
+        why = cannot_mount()
+        if why is not None:
+            return why
+        where = self.data_dir(node_id)
+        if where.exists() and any(where.iterdir()):
+            return f"{where} already holds data"
+        mount = LazyFsMount(self._lazy_backing(node_id), where, log_path=self.root / "logs" / f"lazyfs-{node_id}.log")
+        try:
+            mount.start()
+        except (LazyFsError, OSError) as exc:
+            return str(exc)
+        self.lazy_disks[node_id] = mount
+        return None
+
+    def lose_power(self, node_id: int) -> dict[str, Any]:
+        """Drops every write of a *stopped* node that its lazy disk holds unsynced (file data
+        not fsynced; names whose directory was not fsynced). Returns what was dropped
+        (``{"node", "undone_ops", "rolled_back_files", "dropped_bytes"}``)."""
+        self._check(node_id)
+        if self.alive(node_id):
+            raise DbError(f"node {node_id} is running; kill it before its power goes")
+        mount = self.lazy_disks.get(node_id)
+        if mount is None:
+            raise DbError(f"node {node_id} has no lazy disk (make_lazy_disk)")
+        try:
+            dropped = mount.lose()
+        except LazyFsError as exc:
+            raise DbError(f"node {node_id}: {exc}") from None
+        dropped.pop("ok", None)
+        result = {"node": node_id, **dropped}
+        log.info("power loss on node %d: %s", node_id, result)
+        return result
 
     def fill_disk(self, node_id: int) -> int:
         """Fills node `node_id`'s small disk with a filler file until it is full (ENOSPC);
@@ -456,9 +530,11 @@ class LocalCluster:
         return True
 
 
-def _ports_in(port_range: tuple[int, int], count: int, host: str) -> list[int]:
+def ports_in(port_range: tuple[int, int], count: int, host: str = "127.0.0.1") -> list[int]:
     """`count` ports free now, the lowest ones of [low, high] (a caller's own range)."""
     low, high = port_range
+    if not 0 < low <= high < 65536:
+        raise DbError(f"bad port range {low}-{high}")
     chosen = [p for p in range(low, high + 1) if not port_in_use(host, p)][:count]
     if len(chosen) < count:
         raise DbError(f"fewer than {count} free ports in {low}-{high}")

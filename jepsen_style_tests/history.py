@@ -71,6 +71,9 @@ f                           invoke value                                      ok
 ``start-pause``/``stop-pause``  same targets (SIGSTOP / SIGCONT)              nodes affected
 ``start-delay``/``stop-delay``  ``{"delay_ms": n}``                           ``None``
 ``corrupt-tail``            ``{"node": n, "mode": "torn" | "bitflip"}``        what was cut
+``kill-supervisor``         ``None`` (a side `cluster up`, supervisor.py)      ``{"supervisor",
+                                                                              "pids", "left",
+                                                                              "ports_held"}``
 ==========================  ================================================  ================
 
 Invariants checked by `History`: indexes are dense positions; each process has at most one

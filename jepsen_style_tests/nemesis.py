@@ -23,12 +23,19 @@ rolling-restart        None                                   [nodes] (SIGTERM +
                                                               turn, waiting until it is ready)
 corrupt-tail           {"node": n, "mode": "torn"|"bitflip"}  what was cut (the node is killed,
                                                               damaged and started again)
+kill-supervisor        None                                   {"supervisor", "pids", "left",
+                                                              "ports_held"}: a side `cluster up`
+                                                              SIGKILLed; what it left running
+                                                              (supervisor.py)
 bitflip                {"node": n, "flips": k}                the file and the bits flipped
                                                               anywhere in one segment or index
                                                               file, closed segments included
                                                               (killed, damaged, started again)
 start-disk-full        {"node": n}                            bytes written to fill its disk
 stop-disk-full         None                                   [nodes whose filler was deleted]
+power-loss             {"node": n} | {"nodes": "all"}         per node what its disk dropped
+                                                              (killed, every write it had not
+                                                              fsynced dropped, started again)
 =====================  =====================================  ==================================
 
 "leader" means the leader of a partition of the run's topic drawn at random; "controller" the
@@ -37,11 +44,19 @@ active controller. A target that cannot be resolved (no leader known) completes 
 
 `faults(names, ...)` builds the `generator.Fault` menu for `generator.fault_cycle` from short
 names: ``kill``, ``pause``, ``partition``, ``leader-kill``, ``controller-kill``, ``rolling``,
-``corrupt``, ``delay``, ``bitflip``, ``disk-full``. The storage faults (``corrupt``,
-``bitflip``, ``disk-full``) all hit one `damage_node`: a minority, so every committed entry
+``corrupt``, ``delay``, ``bitflip``, ``disk-full``, ``power-loss``, ``power-loss-all``,
+``supervisor-kill``. The storage faults (``corrupt``, ``bitflip``, ``disk-full``) all hit one
+`damage_node`: a minority, so every committed entry
 keeps intact copies on a majority. ``disk-full`` needs the run to have given that node a small
 disk (`LocalCluster.make_small_disk`, root only; the runner leaves the fault out and says why
-when it cannot).
+when it cannot). ``power-loss`` SIGKILLs one `power_node` (a minority: the damage node, or
+another one when ``disk-full`` owns the damage node's partition storage), drops every write it
+had not fsynced (its data dir is a lazyfs, `LocalCluster.make_lazy_disk`) and starts it again;
+``power-loss-all`` does it to every node at once (valid only because every node fsyncs what it
+acknowledges: partition data under flush_policy=always, Raft terms and votes, the metadata
+quorum's journal); with ``disk-full`` in the same run, the damage node's small disk is mounted
+inside its lazy data dir (its partition storage then keeps what it did not fsync). Both need
+/dev/fuse and a working mount; the runner leaves them out and says why otherwise.
 
 Randomness comes from the injected `random.Random`. Blocking process and file work runs in
 worker threads; the network is changed on the trio thread (net.py requires it).
@@ -60,14 +75,16 @@ from . import net
 from .db import LocalCluster
 from .generator import Fault
 from .history import HarnessError, Op, parse_key
+from .supervisor import supervisor_kill
 
 __all__ = ["Nemesis", "NemesisError", "faults", "FAULT_NAMES"]
 
 log = logging.getLogger(__name__)
 
 FAULT_NAMES = ("kill", "pause", "partition", "leader-kill", "controller-kill", "rolling", "corrupt", "delay",
-               "bitflip", "disk-full")
+               "bitflip", "disk-full", "power-loss", "power-loss-all", "supervisor-kill")
 STORAGE_FAULTS = ("corrupt", "bitflip", "disk-full")
+POWER_FAULTS = ("power-loss", "power-loss-all")
 PARTITION_SHAPES = ("isolate-one", "isolate-leader", "isolate-controller", "halves", "majorities-ring")
 LOOKUP_TIMEOUT_MS = 3000
 READY_TIMEOUT_S = 60.0
@@ -81,10 +98,11 @@ class _Unresolved(Exception):
     """A target could not be resolved: the op did nothing (completes ``fail``)."""
 
 
-def faults(names: Iterable[str], *, damage_node: int | None = None) -> list[Fault]:
+def faults(names: Iterable[str], *, damage_node: int | None = None, power_node: int | None = None) -> list[Fault]:
     """The fault menu for `generator.fault_cycle` from short names (see module doc).
     ``corrupt`` damages `damage_node` only (one node's disk: the others hold every
-    committed entry)."""
+    committed entry); ``power-loss`` hits `power_node` only (default: `damage_node`)."""
+    power_node = damage_node if power_node is None else power_node
     menu: list[Fault] = []
     for name in names:
         if name == "kill":
@@ -107,6 +125,8 @@ def faults(names: Iterable[str], *, damage_node: int | None = None) -> list[Faul
                            {"f": "stop-kill"}) for m in ("torn", "bitflip")]  # fmt: skip
         elif name == "delay":
             menu.append(Fault("delay", {"f": "start-delay", "value": {"delay_ms": 50}}, {"f": "stop-delay"}))
+        elif name == "supervisor-kill":
+            menu.append(Fault("supervisor-kill", {"f": "kill-supervisor"}, {"f": "stop-kill"}))
         elif name == "bitflip":
             if damage_node is None:
                 raise NemesisError("the bitflip fault needs damage_node")
@@ -117,6 +137,12 @@ def faults(names: Iterable[str], *, damage_node: int | None = None) -> list[Faul
                 raise NemesisError("the disk-full fault needs damage_node")
             menu.append(Fault("disk-full", {"f": "start-disk-full", "value": {"node": damage_node}},
                               {"f": "stop-disk-full"}))
+        elif name == "power-loss":
+            if power_node is None:
+                raise NemesisError("the power-loss fault needs power_node")
+            menu.append(Fault("power-loss", {"f": "power-loss", "value": {"node": power_node}}, {"f": "stop-kill"}))
+        elif name == "power-loss-all":
+            menu.append(Fault("power-loss", {"f": "power-loss", "value": {"nodes": "all"}}, {"f": "stop-kill"}))
         else:
             raise NemesisError(f"unknown fault {name!r}; known: {', '.join(FAULT_NAMES)}")
     if not menu:
@@ -305,6 +331,11 @@ class Nemesis:
             done.append(node)
         return done
 
+    async def _kill_supervisor(self, _value: Any) -> dict[str, Any]:
+        """A side `cluster up` SIGKILLed; what it left running (supervisor.py)."""
+        rng = random.Random(self.rng.getrandbits(64))
+        return await trio.to_thread.run_sync(supervisor_kill, self.db.root / "supervisor-kill", rng)
+
     async def _bitflip(self, value: Mapping[str, Any]) -> dict[str, Any]:
         node, flips = int(value["node"]), int(value.get("flips", 3))
         self.db.resume(node)
@@ -314,6 +345,17 @@ class Nemesis:
             return await trio.to_thread.run_sync(lambda: self.db.flip_bits(node, rng=rng, flips=flips))
         finally:
             await trio.to_thread.run_sync(self.db.start, node)
+
+    async def _power_loss(self, value: Mapping[str, Any]) -> list[dict[str, Any]]:
+        nodes = list(self.db.node_ids) if value.get("nodes") == "all" else [int(value["node"])]
+        for node in nodes:
+            self.db.resume(node)
+            await trio.to_thread.run_sync(self.db.kill, node)
+        try:
+            return [await trio.to_thread.run_sync(self.db.lose_power, node) for node in nodes]
+        finally:
+            for node in nodes:
+                await trio.to_thread.run_sync(self.db.start, node)
 
     async def _start_disk_full(self, value: Mapping[str, Any]) -> dict[str, Any]:
         node = int(value["node"])

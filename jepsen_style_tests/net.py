@@ -341,23 +341,32 @@ class Network:
         targets: Mapping[Node, Mapping[str, tuple[str, int]]],
         *,
         listen_host: str = "127.0.0.1",
+        listen_ports: Sequence[int] | None = None,
         **proxy_options: int,
     ):
+        """`listen_ports`: one per proxy (`proxy_count`), in the order of `targets`; free
+        ones picked by the kernel when None."""
         if len(targets) < 2:
             raise NetError("a network needs at least two nodes")
         self.nodes: tuple[Node, ...] = tuple(targets)
+        links = [(src, dst, kind, address) for src in self.nodes for dst in self.nodes if src != dst
+                 for kind, address in targets[dst].items()]  # fmt: skip
+        if listen_ports is not None and len(listen_ports) != len(links):
+            raise NetError(f"{len(links)} proxies need {len(links)} listen ports, got {len(listen_ports)}")
         self._proxies: dict[tuple[Node, Node, str], LinkProxy] = {}
-        for src in self.nodes:
-            for dst in self.nodes:
-                if src == dst:
-                    continue
-                for kind, address in targets[dst].items():
-                    self._proxies[(src, dst, kind)] = LinkProxy(
-                        address, listen_host=listen_host, name=f"{src}->{dst}/{kind}", **proxy_options
-                    )
+        for i, (src, dst, kind, address) in enumerate(links):
+            self._proxies[(src, dst, kind)] = LinkProxy(
+                address, listen_host=listen_host, listen_port=0 if listen_ports is None else int(listen_ports[i]),
+                name=f"{src}->{dst}/{kind}", **proxy_options,
+            )  # fmt: skip
         self._grudge: dict[Node, frozenset] = {}
         self._fault_mode = BLACKHOLE
         self._delay_ms = 0
+
+    @staticmethod
+    def proxy_count(targets: Mapping[Node, Mapping[str, tuple[str, int]]]) -> int:
+        """How many proxies (and listen ports) a `Network` over `targets` has."""
+        return sum(len(kinds) * (len(targets) - 1) for kinds in targets.values())
 
     async def serve(self, *, task_status: trio.TaskStatus[Network] = trio.TASK_STATUS_IGNORED) -> None:
         """Starts every proxy; reports ``self`` once all are bound; runs until cancelled."""

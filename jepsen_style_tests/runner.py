@@ -6,7 +6,8 @@
 Steps: start the link proxies (`net.Network`, one per (node, node, port kind)), start the
 nodes with every node-to-node link routed through them (`db.LocalCluster.route_through`),
 wait until the cluster is ready, create the topic (RF = min(3, nodes), acks=all,
-``flush_policy=always``, `partitions` partitions), then interpret the generator (below) with
+``flush_policy=always`` unless `RunConfig.flush_policy` says otherwise, `partitions`
+partitions), then interpret the generator (below) with
 `concurrency` client processes and the nemesis, streaming every op to ``history.jsonl``. The
 final phase heals everything, waits `recovery_s`, and reads every partition to its end. Then
 `checker.check` gives the verdict and `report.write_report` writes ``store/<test>/<time>/``
@@ -15,7 +16,11 @@ final phase heals everything, waits `recovery_s`, and reads every partition to i
 
 Workloads (`WORKLOADS`): ``queue`` mixes sends, polls and manual ``assign``s; ``group`` mixes
 sends, polls, ``subscribe``s to the one consumer group `GROUP_ID` and ``commit``s of the
-members' positions (the final phase reads with ``assign`` in both).
+members' positions (the final phase reads with ``assign`` in all). ``kafka`` (the group mix)
+and ``kafka-assign`` (the queue mix) speak Kafka's wire protocol through confluent-kafka
+(`kafka_client.KafkaClient`: an idempotent producer, consumers in the group or by assign) to
+the nodes' Kafka listeners. (A mix of assigns and subscribes in one run would not do: each
+switch is a fresh consumer starting over, which the checker rightly calls nonmonotonic.)
 
 The interpreter follows `generator`'s contract exactly (the same loop as `generator.simulate`,
 with the trio clock): an op is recorded before it is dispatched; a completion is recorded,
@@ -35,10 +40,9 @@ import functools
 import json
 import logging
 import random
-import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TextIO
 
@@ -48,9 +52,10 @@ from . import generator as g
 from . import net
 from .checker import CheckResult, check
 from .client import Client, ClientOptions
-from .db import LocalCluster
+from .kafka_client import KafkaClient
+from .db import LocalCluster, ports_in
 from .history import NEMESIS, History, HistoryWriter, Op, key_of
-from .nemesis import FAULT_NAMES, STORAGE_FAULTS, Nemesis, faults
+from .nemesis import FAULT_NAMES, POWER_FAULTS, STORAGE_FAULTS, Nemesis, faults
 from .report import ReportFiles, run_dir, write_report
 
 __all__ = ["RunConfig", "RunOutcome", "run", "run_main", "EXIT_CODES"]
@@ -62,7 +67,8 @@ TOPIC = "jepsen"
 READY_TIMEOUT_S = 60.0
 PROGRESS_EVERY_S = 5.0
 VALUE_STRIDE = 1_000_000_000
-WORKLOADS = ("queue", "group")
+WORKLOADS = ("queue", "group", "kafka", "kafka-assign")
+KAFKA_WORKLOADS = ("kafka", "kafka-assign")
 GROUP_ID = "jepsen"  # the one consumer group of the group workload
 MAX_OPS = 2_000_000  # a bound on one history (about 1 GB of JSON at most)
 
@@ -88,7 +94,13 @@ class RunConfig:
     network: bool = True
     secure: bool = False  # the cluster of `raftlog cluster up --secure` (TLS, SASL, ACLs, mTLS peers)
     damage_node: int | None = None  # the node the storage faults hit (default: drawn by the seed)
-    port_range: tuple[int, int] | None = None  # node listener ports (default: any free ones)
+    power_node: int | None = None  # the node power-loss hits (default: see `power_node_for`)
+    # Inclusive (low, high): every listener of the run (nodes and fault proxies) in it; any free
+    # ports when None.
+    port_range: tuple[int, int] | None = None
+    # The topic's flush_policy: "always" fsyncs before acknowledging; "interval" (fsync every
+    # 60 s here) does not, a control that power-loss-all must catch losing acknowledged writes.
+    flush_policy: str = "always"
 
     def name(self) -> str:
         return self.test_name or f"{self.workload}-{'+'.join(self.nemesis) or 'none'}"
@@ -116,15 +128,17 @@ def workload(config: RunConfig, keys: Sequence[str], rng: random.Random) -> g.Ge
         # Three send streams weigh sends 3:2:1 against polls and assigns; their value ranges
         # are disjoint, so every value stays unique for the run.
         *(g.sends(keys, first_value=k * VALUE_STRIDE) for k in range(3)), g.polls(poll_ms=100), g.polls(poll_ms=100),
-        # queue: manual assigns; group: subscribes to one consumer group and commits positions.
-        *((g.reassigns(keys),) if config.workload == "queue" else
+        # queue (and kafka-assign): manual assigns; group (and kafka): subscribes to one consumer
+        # group and commits positions.
+        *((g.reassigns(keys),) if config.workload in ("queue", "kafka-assign") else
           (g.reassigns(keys, f="subscribe", group=GROUP_ID), g.repeat({"f": "commit", "value": None}))),
     ))  # fmt: skip
     main: list[Any] = [g.time_limit(limit_ns, g.clients(client_ops))]
     if config.nemesis:
         damage_node = config.damage_node or rng.choice(range(1, config.nodes + 1))
         half_ns = int(config.fault_interval_s * g.SEC_NS / 2)
-        schedule = g.fault_cycle(faults(config.nemesis, damage_node=damage_node), quiet_ns=half_ns, fault_ns=half_ns)
+        menu = faults(config.nemesis, damage_node=damage_node, power_node=config.power_node or damage_node)
+        schedule = g.fault_cycle(menu, quiet_ns=half_ns, fault_ns=half_ns)
         main.insert(0, g.time_limit(limit_ns, g.nemesis(schedule)))
     final = g.final_phase(
         keys, recovery_ns=int(config.recovery_s * g.SEC_NS), read_limit_ns=int(config.read_limit_s * g.SEC_NS)
@@ -136,13 +150,15 @@ class _Interpreter:
     """Runs a generator against real clients and the nemesis (see the module docstring)."""
 
     def __init__(self, gen: g.Generator, writer: HistoryWriter, *, concurrency: int, rng: random.Random,
-                 bootstrap: Sequence[str], nemesis: Nemesis, out: TextIO | None, security: Any = None):
+                 bootstrap: Sequence[str], nemesis: Nemesis, out: TextIO | None,
+                 client_class: Callable[..., Any] = Client, security: Any = None):
         self.security = security
         self.gen: g.Generator | None = gen
         self.writer = writer
         self.concurrency = concurrency
         self.rng = rng
         self.bootstrap = list(bootstrap)
+        self.client_class = client_class
         self.nemesis = nemesis
         self.out = out
         self.ops: list[Op] = []
@@ -177,7 +193,7 @@ class _Interpreter:
             else:
                 client = self.clients.get(invoke.process)
                 if client is None:
-                    client = self.clients[invoke.process] = Client(
+                    client = self.clients[invoke.process] = self.client_class(
                         self.bootstrap, options=ClientOptions(security=self.security))
                 kind, value, error, extra = await client.invoke(invoke)
         except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:
@@ -264,7 +280,43 @@ class _Interpreter:
         return self.ops
 
 
-STORAGE_SEGMENT_BYTES = 64 << 10  # storage faults need closed segments to damage
+def power_node_for(config: RunConfig) -> int | None:
+    """The node ``power-loss`` hits: the damage node, unless ``disk-full`` mounts its small disk
+    there (both cannot own its partition storage): then the next node. None with one node."""
+    if config.damage_node is None:
+        return None
+    if "disk-full" not in config.nemesis:
+        return config.damage_node
+    if config.nodes < 2:
+        return None
+    return config.damage_node % config.nodes + 1
+
+
+def _mount_lazy_disks(db: LocalCluster, config: RunConfig, out: TextIO | None) -> RunConfig:
+    """Gives the power-loss faults their lazy disks; leaves out (and says why) those that
+    cannot have them."""
+    wanted = [n for n in config.nemesis if n in POWER_FAULTS]
+    if not wanted:
+        return config
+    if "power-loss-all" in wanted:
+        nodes = list(db.node_ids)
+    else:
+        nodes = [] if config.power_node is None else [config.power_node]
+    why_not = None if nodes else "no node for it (one node, and disk-full owns its disk)"
+    for node in nodes:
+        if why_not is None:
+            why_not = db.make_lazy_disk(node)
+    if why_not is None:
+        return config
+    if out is not None:
+        out.write(f"{','.join(wanted)} left out: {why_not}\n")
+        out.flush()
+    log.warning("%s left out: %s", ",".join(wanted), why_not)
+    return dataclasses.replace(config, nemesis=tuple(n for n in config.nemesis if n not in POWER_FAULTS))
+
+
+STORAGE_SEGMENT_BYTES = 64 << 10
+UNSAFE_FLUSH_INTERVAL_MS = 60_000  # storage faults need closed segments to damage
 
 
 def _create_topic(db: LocalCluster, partitions: int, replication_factor: int,
@@ -287,6 +339,19 @@ def _create_topic(db: LocalCluster, partitions: int, replication_factor: int,
             time.sleep(0.1)  # poll interval of a deadline-bounded wait
 
 
+def _network(config: RunConfig, db: LocalCluster) -> net.Network | None:
+    """The run's fault proxies (with `config.network`), on ports of `config.port_range` above
+    the nodes' when it is given."""
+    if not config.network or config.nodes < 2:
+        return None
+    targets = db.targets()
+    if config.port_range is None:
+        return net.Network(targets)
+    taken = max(p for ports in db.ports.values() for p in dataclasses.astuple(ports))
+    listen = ports_in((taken + 1, config.port_range[1]), net.Network.proxy_count(targets))
+    return net.Network(targets, listen_ports=listen)
+
+
 async def run(config: RunConfig, *, out: TextIO | None = sys.stdout) -> RunOutcome:
     """Runs one test; returns its outcome (verdict, result, history, report files)."""
     seed = config.seed if config.seed is not None else random.SystemRandom().randrange(1 << 32)
@@ -299,16 +364,23 @@ async def run(config: RunConfig, *, out: TextIO | None = sys.stdout) -> RunOutco
     if out is not None:
         out.write(f"run {config.name()} seed={seed} dir={directory}\n")
         out.flush()
+    if config.secure and config.workload in KAFKA_WORKLOADS:
+        raise ValueError(f"the {config.workload} workload does not run against a secure cluster (--secure) yet")
     db = LocalCluster(directory / "cluster", config.nodes, secure=config.secure, port_range=config.port_range)
-    if set(config.nemesis) & set(STORAGE_FAULTS) and config.damage_node is None:
+    if set(config.nemesis) & {*STORAGE_FAULTS, *POWER_FAULTS} and config.damage_node is None:
         config = dataclasses.replace(config, damage_node=random.Random(seed ^ 0xD15C).choice(db.node_ids))
+    if set(config.nemesis) & set(POWER_FAULTS):
+        # Before the small disk: with power-loss-all, the damage node's small disk is mounted
+        # inside its lazy data dir (its partition storage then keeps what it did not fsync).
+        config = dataclasses.replace(config, power_node=config.power_node or power_node_for(config))
+        config = _mount_lazy_disks(db, config, out)
     if "disk-full" in config.nemesis:
         why_not = db.make_small_disk(config.damage_node)
         if why_not is not None:
             config = dataclasses.replace(config, nemesis=tuple(n for n in config.nemesis if n != "disk-full"))
             if out is not None:
                 out.write(f"disk-full left out: {why_not}\n")
-    network = net.Network(db.targets()) if config.network and config.nodes >= 2 else None
+    network = _network(config, db)
     nemesis = Nemesis(db, network, rng=random.Random(rng.getrandbits(64)), keys=keys)
     gen = workload(config, keys, rng)
     try:
@@ -319,12 +391,17 @@ async def run(config: RunConfig, *, out: TextIO | None = sys.stdout) -> RunOutco
             await trio.to_thread.run_sync(db.start_all)
             await trio.to_thread.run_sync(db.wait_ready, READY_TIMEOUT_S)
             topic_configs = ({"segment_bytes": str(STORAGE_SEGMENT_BYTES)}
-                             if set(config.nemesis) & set(STORAGE_FAULTS) else None)
+                             if set(config.nemesis) & set(STORAGE_FAULTS) else {})
+            topic_configs["flush_policy"] = config.flush_policy
+            if config.flush_policy == "interval":
+                topic_configs["flush_interval_ms"] = str(UNSAFE_FLUSH_INTERVAL_MS)
             await trio.to_thread.run_sync(_create_topic, db, config.partitions, min(3, config.nodes),
                                           topic_configs)
             with HistoryWriter(directory / "history.jsonl") as writer:
+                kafka = config.workload in KAFKA_WORKLOADS
                 interpreter = _Interpreter(gen, writer, concurrency=config.concurrency, rng=rng,
-                                           bootstrap=db.bootstrap(), nemesis=nemesis, out=out,
+                                           bootstrap=db.kafka_bootstrap() if kafka else db.bootstrap(),
+                                           nemesis=nemesis, out=out, client_class=KafkaClient if kafka else Client,
                                            security=db.client_security)
                 ops = await interpreter.run()
             nursery.cancel_scope.cancel()
@@ -337,7 +414,7 @@ async def run(config: RunConfig, *, out: TextIO | None = sys.stdout) -> RunOutco
     files = write_report(directory, history, result, test_name=config.name(), extra=extra)
     if result.verdict == "valid" and not config.keep_data:
         for node in db.node_ids:
-            shutil.rmtree(db.data_dir(node), ignore_errors=True)  # logs stay in cluster/logs
+            db.remove_data(node)  # logs stay in cluster/logs
     if out is not None:
         counts = history.counts()
         sends = counts.get("send", {})

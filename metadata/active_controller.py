@@ -21,7 +21,8 @@ rejected envelope -> its outcome's code (e.g. TOPIC_ALREADY_EXISTS).
 Ops, dispatched through the tables at the end of this module: peer ops `broker_register`,
 `broker_heartbeat`, `broker_shutdown`, `report_partition_leader`, `allocate_producer_ids`,
 `controller_forward` (an admin op forwarded by another node; never forwarded again, so no
-loops), and the admin ops `create_topic`, `delete_topic`, `alter_configs`, `cluster_status`.
+loops), and the admin ops `create_topic`, `create_partitions`, `delete_topic`,
+`alter_configs`, `cluster_status`.
 
 Clock: `clock_ms` gives `now_ms` for the Controller's decisions; deadlines are trio's.
 Concurrency: trio thread only. The Controller is only called between awaits, so each decision
@@ -395,6 +396,16 @@ class ActiveController:
         return {"name": response.name, "topic_id": response.topic_id,
                 "partitions": partition_entries(topic) if topic is not None else []}
 
+    async def _create_partitions(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
+        result = ctl.create_partitions(
+            field(fields, "name", str), field(fields, "partitions", int),
+            validate_only=field(fields, "validate_only", bool, default=False), now_ms=self._clock_ms(),
+        )  # fmt: skip
+        response = await self.propose(result, deadline)
+        topic = self._loader.image.topic(response.name)
+        return {"name": response.name, "topic_id": response.topic_id,
+                "partitions": partition_entries(topic) if topic is not None else []}
+
     async def _delete_topic(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
         result = ctl.delete_topic(field(fields, "name", str), now_ms=self._clock_ms())
         return {"topic_id": await self.propose(result, deadline)}
@@ -444,6 +455,7 @@ def _security_handler(op: str) -> _OpHandler:
 
 _ADMIN_HANDLERS: Final[Mapping[str, _OpHandler]] = {
     "create_topic": ActiveController._create_topic,
+    "create_partitions": ActiveController._create_partitions,
     "delete_topic": ActiveController._delete_topic,
     "alter_configs": ActiveController._alter_configs,
     "cluster_status": ActiveController._cluster_status,

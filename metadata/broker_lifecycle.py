@@ -37,8 +37,10 @@ class BrokerLifecycle:
     """One per broker node. `controller_call(op, fields, timeout_s)` reaches the active
     controller, here or over the peer pool."""
 
-    def __init__(self, config: Any, controller_call: ControllerCall, rng: random.Random) -> None:
+    def __init__(self, config: Any, controller_call: ControllerCall, rng: random.Random,
+                 clock_ms: Callable[[], int]) -> None:
         self.node_id: int = config.node_id
+        self._clock_ms = clock_ms
         self._config = config
         self._controller_call = controller_call
         self._rng = rng
@@ -47,9 +49,17 @@ class BrokerLifecycle:
         self.fenced = True
         self._shutting_down = False
         self._wakeup = trio.Event()
+        self._last_ok_ms: int | None = None  # clock_ms of the last answered heartbeat
+        self._started_ms: int | None = None
 
     def wake(self) -> None:
         self._wakeup.set()
+
+    def silent_ms(self, now_ms: int) -> int | None:
+        """How long the controller has not answered a heartbeat (since the last answer, or
+        since this broker started); None before `run` starts."""
+        since = self._last_ok_ms if self._last_ok_ms is not None else self._started_ms
+        return None if since is None else now_ms - since
 
     async def run(self) -> None:
         """Register and heartbeat until `drain()`."""
@@ -64,6 +74,7 @@ class BrokerLifecycle:
         if kafka is not None:
             registration |= {"kafka_host": kafka.host, "kafka_port": kafka.port}
         failures = 0
+        self._started_ms = self._clock_ms()
         while not self._shutting_down:
             self._wakeup = trio.Event()
             call_timeout_s = max(1.0, min(heartbeat_s * 2, 5.0))
@@ -82,6 +93,7 @@ class BrokerLifecycle:
                 if fenced != self.fenced:
                     log_event(logger, "broker_fenced" if fenced else "broker_unfenced", broker_id=self.node_id)
                 self.fenced = fenced
+                self._last_ok_ms = self._clock_ms()
                 failures = 0
             except RaftlogError as exc:
                 failures += 1

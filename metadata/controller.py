@@ -50,6 +50,8 @@ Public API (now_ms is keyword-only except in tick/preferred_leader_moves):
     .create_topic(name, partitions, replication_factor, configs=None, internal=False, *, now_ms)
         -> ControllerResult[CreateTopicResponse]
     .delete_topic(name, *, now_ms) -> ControllerResult[str]   (the topic_id)
+    .create_partitions(name, partition_count, *, validate_only=False, now_ms)
+        -> ControllerResult[CreateTopicResponse]   (the new partitions)
     .alter_configs(name, set=None, delete=(), *, now_ms) -> ControllerResult[dict[str, str]]
     .describe_topic(name) -> TopicImage;  .list_topics(include_internal=False) -> tuple[str, ...]
     .describe_configs(name) -> tuple[ConfigEntry, ...]
@@ -112,6 +114,7 @@ from metadata.records import (
     MAX_ENVELOPE_BYTES,
     MAX_PARTITIONS,
     MAX_REPLICAS,
+    AddPartitions,
     Config,
     Envelope,
     FenceBroker,
@@ -537,6 +540,62 @@ class Controller:
             name, topic_id, tuple(PartitionState(p.partition, p.replicas, p.preferred_leader, -1, 0) for p in parts)
         )
         return ControllerResult(tuple(envelopes), response)
+
+    def create_partitions(
+        self, name: str, partition_count: int, *, validate_only: bool = False, now_ms: int
+    ) -> ControllerResult[CreateTopicResponse]:
+        """Grow topic `name` to `partition_count` partitions (Kafka's CreatePartitions): one
+        AddPartitions record and the new Partition records, placed like a new topic's (the
+        least-loaded preferred leaders first, RF of the topic's partition 0), in ONE envelope,
+        so no node ever sees the topic incomplete. `validate_only` checks and writes nothing.
+        Response: the topic's new partitions. Raises UnknownTopicOrPartitionError (also while
+        it is being created or deleted), InvalidTopicError (internal topics: their partition
+        count fixes each group's coordinator), InvalidPartitionsError (not more than now, over
+        MAX_PARTITIONS, another change in flight, or too many at once for one envelope),
+        InvalidReplicationFactorError (fewer live brokers than the topic's RF)."""
+        self._check_active()
+        topic = self._image.topic(name)
+        if topic is None or not topic.complete or (
+            self._pending_tag(("delete", topic.topic_id), now_ms) is not None
+        ):
+            raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+        if topic.internal:
+            raise InvalidTopicError(f"the partition count of internal topic {name!r} is fixed")
+        current = topic.partition_count
+        if type(partition_count) is not int or not current < partition_count <= MAX_PARTITIONS:
+            raise InvalidPartitionsError(
+                f"topic {name!r} has {current} partitions: the new count must be "
+                f"{current + 1}..{MAX_PARTITIONS}, got {partition_count!r}"
+            )
+        if self._pending_tag(("topic", name), now_ms) is not None:
+            raise InvalidPartitionsError(f"a partition change of topic {name!r} is in flight")
+        rf = len(topic.partitions[0].replicas)
+        live = self._image.unfenced_broker_ids()
+        if rf > len(live):
+            raise InvalidReplicationFactorError(
+                f"topic {name!r} has replication factor {rf}: {len(live)} live (unfenced) broker(s)"
+            )
+        placement = self._ring_placement(partition_count - current, rf)
+        parts = [Partition(topic.topic_id, current + i, replicas, replicas[0])
+                 for i, replicas in enumerate(placement)]
+        records: list[Record] = [AddPartitions(topic.topic_id, partition_count), *parts]
+        response = CreateTopicResponse(
+            name, topic.topic_id,
+            tuple(PartitionState(p.partition, p.replicas, p.preferred_leader, -1, 0) for p in parts),
+        )  # fmt: skip
+        budget = self.max_envelope_bytes - _ENVELOPE_OVERHEAD_BYTES
+        if sum(len(encode_record(r)) for r in records) > budget:
+            per = max(1, budget // max(1, len(encode_record(parts[-1]))) - 1)
+            raise InvalidPartitionsError(
+                f"add at most about {per} partitions per request (one metadata entry); asked "
+                f"{partition_count - current}"
+            )
+        if validate_only:
+            return ControllerResult((), response)
+        result = self._result(records, response)
+        encode_envelope(result.envelopes[0], self.max_envelope_bytes)  # assert on write
+        self._mark(("topic", name), result.envelopes[0], now_ms)
+        return result
 
     def _complete_topic_named(self, name: str) -> TopicImage:
         topic = self._image.topic(name)

@@ -29,6 +29,9 @@ Record rules (rejection code in brackets; "no-op" means accepted and nothing cha
   than registered [STALE_BROKER_EPOCH]; already in that state → no-op.
 * Topic: name taken [TOPIC_ALREADY_EXISTS]; topic_id taken [INVALID_REQUEST].
 * RemoveTopic: unknown topic_id [UNKNOWN_TOPIC_OR_PARTITION].
+* AddPartitions: unknown topic_id [UNKNOWN_TOPIC_OR_PARTITION]; topic not complete
+  [INVALID_REQUEST]; partition_count not above the topic's [INVALID_PARTITIONS]; else the
+  topic's partition_count grows (its new Partition records follow, as after Topic).
 * Partition: unknown topic_id [UNKNOWN_TOPIC_OR_PARTITION]; index other than the next one
   (partitions arrive 0, 1, 2, ... up to partition_count - 1) [INVALID_REQUEST]; a replica
   that is not a registered broker [BROKER_ID_NOT_REGISTERED].
@@ -78,6 +81,7 @@ from metadata.image import (
 )
 from metadata.records import (
     Acl,
+    AddPartitions,
     Config,
     Envelope,
     FenceBroker,
@@ -101,6 +105,7 @@ from raftlog.base.errors import (
     BrokerIdNotRegisteredError,
     DuplicateResourceError,
     FencedLeaderEpochError,
+    InvalidPartitionsError,
     InvalidRequestError,
     RejectedError,
     ResourceNotFoundError,
@@ -224,6 +229,17 @@ class MetadataDelta:
         del self._topics_w()[r.topic_id]
         del self._topic_ids_w()[topic.name]
         self._parts.pop(r.topic_id, None)
+
+    def _add_partitions(self, r: AddPartitions) -> None:
+        topic = self._require_topic(r.topic_id)
+        if len(self._parts_r(topic)) != topic.partition_count:
+            raise InvalidRequestError(f"topic {topic.name!r} is still being created")
+        if r.partition_count <= topic.partition_count:
+            raise InvalidPartitionsError(
+                f"topic {topic.name!r} has {topic.partition_count} partitions, "
+                f"not fewer than {r.partition_count}"
+            )
+        self._topics_w()[r.topic_id] = dataclasses.replace(topic, partition_count=r.partition_count)
 
     def _partition(self, r: Partition) -> None:
         topic = self._require_topic(r.topic_id)
@@ -357,6 +373,7 @@ _HANDLERS = {
     FenceBroker: MetadataDelta._fence_broker,
     UnfenceBroker: MetadataDelta._unfence_broker,
     Topic: MetadataDelta._topic_record,
+    AddPartitions: MetadataDelta._add_partitions,
     RemoveTopic: MetadataDelta._remove_topic,
     Partition: MetadataDelta._partition,
     PartitionChange: MetadataDelta._partition_change,

@@ -203,6 +203,28 @@ class MetadataImage:
             if broker_id in p.replicas
         )
 
+    def leader_problem(self, p: PartitionState) -> str | None:
+        """Why partition `p` has no live leader by this image, or None when its leader is a
+        registered, unfenced broker: "no leader" or "leader N is fenced" / "... unknown"."""
+        if p.leader < 0:
+            return "no leader"
+        reg = self.brokers.get(p.leader)
+        if reg is None:
+            return f"leader {p.leader} is not a registered broker"
+        if reg.fenced:
+            return f"leader {p.leader} is fenced (missed heartbeats or shut down)"
+        return None
+
+    def offline_partitions(self) -> tuple[tuple[str, int, str], ...]:
+        """(topic, partition, reason) of every partition without a live leader by this image
+        (`leader_problem`), sorted. Kafka: OfflinePartitionsCount counts these."""
+        return tuple(
+            (t.name, p.partition, why)
+            for t in sorted(self.topics.values(), key=lambda t: t.name)
+            for p in t.partitions
+            if (why := self.leader_problem(p)) is not None
+        )
+
     def preferred_leader_counts(self) -> dict[int, int]:
         """Partitions whose preferred leader is each registered broker (0 included)."""
         counts = {b: 0 for b in self.brokers}

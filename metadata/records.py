@@ -7,7 +7,7 @@ atomically (all or nothing, see delta.py).
     Envelope(request_id, controller_epoch, records)
       records: RegisterBroker | FenceBroker | UnfenceBroker | Topic | RemoveTopic | Partition
              | PartitionChange | Config | ProducerIdBlock | NoOp
-             | Acl | RemoveAcl | UserScramCredential | RemoveUserScramCredential
+             | Acl | RemoveAcl | UserScramCredential | RemoveUserScramCredential | AddPartitions
 
 Where things live, and why:
 * `controller_epoch` (the Raft term of the controller that wrote it) is on the envelope, not
@@ -28,7 +28,8 @@ Where things live, and why:
   password.
 * Topic carries `partition_count`: a topic too large for one envelope is created in several
   (see controller.py); Partition records must arrive in index order, and a topic is
-  `complete` once it has all of them.
+  `complete` once it has all of them. AddPartitions raises a complete topic's
+  `partition_count`; its Partition records follow in the same envelope.
 
 Wire form: canonical CBOR (`cbor2.dumps(obj, canonical=True)`) of a map
 `{"k": kind, "v": 1, <field>: <value>, ...}`; tuples travel as arrays, maps as maps.
@@ -232,6 +233,21 @@ class Topic(_Record):
         _int(k, "partition_count", self.partition_count, 1, MAX_PARTITIONS)
         _bool(k, "internal", self.internal)
         _set(self, "configs", _str_map(k, "configs", self.configs))
+
+
+@dataclass(frozen=True)
+class AddPartitions(_Record):
+    """Grow a complete topic to `partition_count` partitions (Kafka's CreatePartitions); the
+    new Partition records follow in the same envelope, so the topic is never seen incomplete."""
+
+    KIND: ClassVar[str] = "add_partitions"
+    topic_id: str
+    partition_count: int
+
+    def __post_init__(self) -> None:
+        k = self.KIND
+        _str(k, "topic_id", self.topic_id)
+        _int(k, "partition_count", self.partition_count, 2, MAX_PARTITIONS)
 
 
 @dataclass(frozen=True)
@@ -441,7 +457,7 @@ class RemoveUserScramCredential(_Record):
 Record = Union[
     RegisterBroker, FenceBroker, UnfenceBroker, Topic, RemoveTopic, Partition,
     PartitionChange, Config, ProducerIdBlock, NoOp,
-    Acl, RemoveAcl, UserScramCredential, RemoveUserScramCredential,
+    Acl, RemoveAcl, UserScramCredential, RemoveUserScramCredential, AddPartitions,
 ]
 
 RECORD_KINDS: Mapping[str, type] = MappingProxyType(
@@ -450,7 +466,7 @@ RECORD_KINDS: Mapping[str, type] = MappingProxyType(
         for cls in (
             RegisterBroker, FenceBroker, UnfenceBroker, Topic, RemoveTopic, Partition,
             PartitionChange, Config, ProducerIdBlock, NoOp,
-            Acl, RemoveAcl, UserScramCredential, RemoveUserScramCredential,
+            Acl, RemoveAcl, UserScramCredential, RemoveUserScramCredential, AddPartitions,
         )
     }
 )

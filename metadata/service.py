@@ -25,7 +25,7 @@ This module owns the routing between them: a controller call runs here when this
 controller, else goes to the controller's peer listener (`_controller_call`); and the client
 ops below.
 
-Client ops: metadata (answered from the local image), create_topic, delete_topic,
+Client ops: metadata (answered from the local image), create_topic, create_partitions, delete_topic,
 alter_configs (controller; forwarded to it with the peer op `controller_forward` when this
 node is not it), describe_configs (local image), cluster_status (the controller's view when it
 can be reached within a second or two, else this node's own).
@@ -34,7 +34,16 @@ report_partition_leader, allocate_producer_ids, controller_forward), metadata_fe
 
 To other services: `image`, `node_id`, `controller_id`, `applied_index`,
 `await report_partition_leader(...)`, `await allocate_producer_ids()`, `peer_address(id)`,
-`client_address(id)`, `await wait_for(predicate, timeout_s)`.
+`client_address(id)`, `await wait_for(predicate, timeout_s)`, `controller_problem()`.
+
+Truth under failure (issue 20): `controller_problem()` says why this node cannot vouch for
+its image right now ("no quorum: ..." on a voter whose quorum has no leader, "controller
+unreachable: ..." when its broker's heartbeats have gone unanswered for session_timeout_ms);
+`metadata` answers carry it, and mark each partition `offline` with a reason when its leader
+is none or a fenced broker by the image, when this node's own replica of it knows no leader
+(`partition_view`, injected by the node: the partition's Raft group is the authority), or,
+with a controller problem, when no replica here can vouch for it. `cluster_status` answered
+without the controller says so (`view`: "local", `controller_problem`).
 
 Clock: one, trio's. `clock_ms` (default: trio's clock in ms) is the `now_ms` of the
 Controller's decisions, which compares it only with itself (heartbeat ages, session
@@ -77,7 +86,7 @@ from raftlog.base.errors import (
     UnknownTopicOrPartitionError,
 )
 from raftlog.base.eventlog import log_event
-from raftlog.base.metrics import MetricsRegistry
+from raftlog.base.metrics import Metric, MetricsRegistry, gauge_family
 from raftlog.base.peer import PeerPool
 from raftlog.base.protocol import Request, field
 
@@ -122,7 +131,10 @@ class MetadataService:
         self._voter_peers = {v: str(a) for v, a in config.controller_peer_addresses().items()}
         self._voter_quorum = {v: str(a) for v, a in config.controller_quorum_voters.items()}
         self._loader = MetadataLoader(keep_envelopes=config.is_controller)
-        self._broker = BrokerLifecycle(config, self._controller_call, rng) if config.is_broker else None
+        # (topic, partition) -> (a replica is open here, the leader it knows or None); set by
+        # the node to its ReplicaManager's `local_leader` on brokers.
+        self.partition_view: Callable[[str, int], tuple[bool, int | None]] | None = None
+        self._broker = BrokerLifecycle(config, self._controller_call, rng, clock_ms) if config.is_broker else None
         self._quorum: Quorum | None = None
         self._active: ActiveController | None = None
         self._fetcher: MetadataFetcher | None = None
@@ -141,6 +153,7 @@ class MetadataService:
         self.client_handlers: Mapping[str, Handler] = {
             "metadata": self._client_metadata,
             "create_topic": self._client_admin,
+            "create_partitions": self._client_admin,
             "delete_topic": self._client_admin,
             "alter_configs": self._client_admin,
             "describe_configs": self._client_describe_configs,
@@ -160,6 +173,10 @@ class MetadataService:
         registry.gauge(
             "raftlog_metadata_broker_fenced", "1 while this node's broker is fenced (or unregistered)."
         ).set_function(lambda: 1 if self.fenced else 0)
+        self._quorum_leader_changes = registry.counter(
+            "raftlog_controller_quorum_leader_changes_total",
+            "Metadata quorum leader changes this voter saw (Kafka: raft-metrics election counts).")
+        registry.collector(self._collect_metrics)
 
     # ------------------------------------------------------------------ public API
 
@@ -192,6 +209,40 @@ class MetadataService:
     def fenced(self) -> bool:
         """This node's broker is fenced, or unregistered (True on a non-broker)."""
         return self._broker is None or self._broker.fenced
+
+    def controller_problem(self) -> str | None:
+        """Why this node cannot vouch for its metadata now (module docstring), or None."""
+        voters = ", ".join(map(str, sorted(self._voter_quorum)))
+        majority = len(self._voter_quorum) // 2 + 1
+        if self._quorum is not None:
+            if self._quorum.leader_id is None:
+                return (f"no quorum: the metadata quorum (voters {voters}) has no leader; {majority} of "
+                        f"{len(self._voter_quorum)} voters must be up and reach each other")
+            if not self._quorum.status().get("has_quorum", True):
+                # PySyncObj keeps naming its last leader while it reaches no other voter.
+                return (f"no quorum: node {self.node_id} reaches fewer than {majority} of the metadata "
+                        f"quorum's voters ({voters})")
+        if self._broker is not None:
+            silent_ms = self._broker.silent_ms(self._clock_ms())
+            if silent_ms is not None and silent_ms > self.config.session_timeout_ms:
+                return (f"controller unreachable: node {self.node_id}'s heartbeats got no answer for "
+                        f"{silent_ms / 1000:.1f} s (controller {self.controller_id}, voters {voters})")
+        if self.controller_id is None:
+            return f"controller unreachable: node {self.node_id} knows no active controller (voters {voters})"
+        return None
+
+    def partition_problem(self, topic: str, p: Any, controller_problem: str | None) -> str | None:
+        """Why partition `p` of `topic` has no live leader as this node sees it, or None."""
+        why = self._loader.image.leader_problem(p)
+        if why is not None:
+            return why
+        hosted, leader = self.partition_view(topic, p.partition) if self.partition_view else (False, None)
+        if hosted and leader is None:
+            return (f"no leader: node {self.node_id}'s replica sees none (an election, or most of "
+                    "its replicas are down)")
+        if controller_problem is not None and not hosted:
+            return f"unknown: no replica on node {self.node_id} and {controller_problem}"
+        return None
 
     def subscribe(self, callback: Callable[[MetadataImage], None]) -> None:
         """Call `callback(image)` on the trio thread after every replayed envelope, in order.
@@ -256,6 +307,31 @@ class MetadataService:
         report["ok"] = ok
         return report
 
+    def _collect_metrics(self) -> list[Metric]:
+        """The controller's families (Kafka's KafkaController MBeans): as in Kafka, only the
+        active controller reports offline partitions and broker counts (others report 0), so
+        a sum over the cluster counts each once; alert on sum(active_controller_count) != 1."""
+        active = self.is_active_controller
+        image = self._loader.image
+        offline = len(image.offline_partitions()) if active else 0
+        fenced = len(image.fenced_broker_ids()) if active else 0
+        unfenced = len(image.unfenced_broker_ids()) if active else 0
+        return [
+            gauge_family("raftlog_controller_active_controller_count",
+                         "1 on the active controller, else 0. Kafka: ActiveControllerCount; "
+                         "Redpanda: redpanda_cluster_controller_is_leader.", (), {(): 1 if active else 0}),
+            gauge_family("raftlog_controller_offline_partitions_count",
+                         "Partitions with no live leader (none, or a fenced broker); active "
+                         "controller only. Kafka: OfflinePartitionsCount; Redpanda: "
+                         "redpanda_cluster_unavailable_partitions.", (), {(): offline}),
+            gauge_family("raftlog_controller_fenced_broker_count",
+                         "Registered brokers that are fenced; active controller only. Kafka: "
+                         "FencedBrokerCount.", (), {(): fenced}),
+            gauge_family("raftlog_controller_active_broker_count",
+                         "Registered brokers that are not fenced; active controller only. Kafka: "
+                         "ActiveBrokerCount; Redpanda: redpanda_cluster_brokers.", (), {(): unfenced}),
+        ]
+
     # ------------------------------------------------------------------ lifecycle
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -280,6 +356,7 @@ class MetadataService:
 
     def _on_leader_change(self, leader_id: int | None, term: int) -> None:
         log_event(logger, "quorum_leader", leader_id=leader_id, term=term)
+        self._quorum_leader_changes.inc()
         assert self._active is not None
         self._active.on_leader_change()
         self._wake_broker()  # a new controller: heartbeat it now
@@ -371,6 +448,7 @@ class MetadataService:
             except RequestTimedOutError:
                 pass  # answer with what we have: the missing ones get an error entry
         image = self._loader.image
+        problem = self.controller_problem()
         topics: list[dict[str, Any]] = []
         wanted = names if names is not None else [
             n for n in image.topic_names(include_internal=internal) if image.topic(n).complete
@@ -380,10 +458,18 @@ class MetadataService:
             if topic is None:
                 topics.append({"name": name, "error": UnknownTopicOrPartitionError.code})
             else:
-                topics.append(_topic_entry(topic))
+                entry = _topic_entry(topic)
+                for p, part in zip(topic.partitions, entry["partitions"]):
+                    why = self.partition_problem(topic.name, p, problem)
+                    part["offline"] = why is not None
+                    if why is not None:
+                        part["offline_reason"] = why
+                topics.append(entry)
         return {
             "cluster_id": self.cluster_id,
-            "controller_id": self.controller_id,
+            "controller_id": None if problem is not None else self.controller_id,
+            "controller_problem": problem,
+            "max_request_bytes": self.config.max_frame_bytes,
             "brokers": [
                 {"id": b.broker_id, "host": b.host, "port": b.port, "fenced": b.fenced}
                 for _, b in sorted(image.brokers.items())
@@ -414,7 +500,8 @@ class MetadataService:
             return self._cluster_status(ctl)
         controller_id = self.controller_id
         address = None if controller_id is None else self._voter_peers.get(controller_id)
-        if address is not None:
+        problem = self.controller_problem()
+        if address is not None and problem is None:
             timeout_s = min(STATUS_FORWARD_S, max(0.0, deadline - trio.current_time()))
             try:
                 return await self.peers.call(
@@ -424,7 +511,12 @@ class MetadataService:
                 )  # fmt: skip
             except RaftlogError as exc:
                 log_event(logger, "status_forward_failed", level=logging.DEBUG, reason=str(exc))
-        return self._cluster_status(None)
+                problem = f"controller unreachable: node {self.node_id} could not reach controller {controller_id} ({exc})"
+        status = self._cluster_status(None)
+        status["controller_problem"] = problem or (
+            f"controller unreachable: node {self.node_id} knows no active controller")
+        status["controller_id"] = None
+        return status
 
     def _cluster_status(self, ctl: Controller | None) -> dict[str, Any]:
         image = self._loader.image
@@ -444,6 +536,10 @@ class MetadataService:
             "controller_epoch": epoch,
             "commit_index": self.applied_index,
             "answered_by": self.node_id,
+            # "controller": brokers' states as the controller keeps them; "local": this
+            # node's last image (the controller could not be asked: see controller_problem).
+            "view": "controller" if ctl is not None else "local",
+            "controller_problem": None,
             "voters": [
                 {"id": v, "address": a, "peer": self._voter_peers.get(v), "leader": v == controller_id}
                 for v, a in sorted(self._voter_quorum.items())

@@ -112,6 +112,7 @@ from partition.segment import (
     read_whole_file_or_none,
     write_durably,
 )
+from partition.telemetry import LatencyBuckets
 from raftlog.base.errors import (
     InvalidRequestError,
     MessageTooLargeError,
@@ -370,6 +371,7 @@ class Log:
         self.log_end_offset = 0
         self.flushed_offset = 0
         self.recovery: RecoveryReport | None = None
+        self.fsync_seconds = LatencyBuckets()  # every flush() (/metrics raftlog_log_fsync_seconds)
         # Compaction bookkeeping (in memory: after a restart the first maintain cleans once).
         self._compacted_below = -1
         self._next_tombstone_expiry_ms: int | None = None
@@ -511,6 +513,8 @@ class Log:
                 epochs_dirty |= cache.assign_lenient(h.partition_leader_epoch,
                                                      max(h.base_offset, self.log_start_offset))
         epochs_dirty |= cache.truncate_from_start(self.log_start_offset)
+        # No entry starts at the end (a log emptied by its start: DeleteRecords, retention).
+        epochs_dirty |= cache.truncate_from_end(self.log_end_offset)
         self._epochs = cache
         if epochs_dirty:
             self._write_epochs()
@@ -1063,7 +1067,10 @@ class Log:
         with self._flush_lock:
             self._check_open()
             try:
-                return self._flush_locked()
+                started = time.perf_counter()
+                flushed = self._flush_locked()
+                self.fsync_seconds.observe(time.perf_counter() - started)
+                return flushed
             except OSError as e:
                 self._fail(e)
                 raise LogClosedError(f"flush failed: {e}") from e
@@ -1215,6 +1222,40 @@ class Log:
             self._close_segment(s)
             s.delete_files()
         return [s.name for s in gone]
+
+    def advance_start(self, offset: int) -> list[str]:
+        """DeleteRecords (partition/raft.py "Log start"): raise log_start_offset to `offset`
+        (log_start_offset < offset <= log_end_offset; the replica keeps it at or below its
+        high watermark). Durable when it returns: the checkpoint is fsynced before any file
+        goes, as in retention; closed segments wholly below `offset` are deleted, and reads
+        below it raise OffsetOutOfRangeError (the batch holding it may still be returned
+        whole; clients trim). Owner thread. Returns the deleted segment names. Raises
+        ValueError (out of range), LogClosedError, OSError."""
+        self._check_open()
+        if not self.log_start_offset < offset <= self.log_end_offset:
+            raise ValueError(f"log start {offset} outside ({self.log_start_offset}, "
+                             f"{self.log_end_offset}]")
+        self.log_start_offset = offset
+        self._write_log_start()
+        # An empty log keeps no epoch (an entry must start below the end: the next leader's
+        # epoch starts at this offset).
+        changed = self._epochs.truncate_from_start(offset)
+        if offset == self.log_end_offset:
+            changed |= self._epochs.truncate_from_end(offset)
+        if changed:
+            self._write_epochs()
+        k = 0
+        while k < len(self._segments) - 1 and self._segments[k + 1].base_offset <= offset:
+            k += 1
+        gone = self._segments[:k]
+        with self._lock:
+            del self._segments[:k]
+            del self._bases[:k]
+            self._pending = [s for s in self._pending if s not in gone]
+        for seg in gone:
+            self._close_segment(seg)
+            seg.delete_files()
+        return [seg.name for seg in gone]
 
     def plan_compaction(self, now_ms: int, *, high_watermark: int | None = None) -> CompactionPlan | None:
         """Writer (no I/O): the closed, fsynced segments a compaction pass may clean now (all

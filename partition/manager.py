@@ -38,7 +38,9 @@ What it uses of `metadata`: `image`, `peer_address(id)`, `client_address(id)`,
   another leader, is answered NOT_LEADER with that hint (nothing was tried here), so
   producers and consumers move on at once instead of retrying a storage error here.
 
-Client ops (PROTOCOL.md): `produce` (leader only; acks 0/1/-1; per-partition errors; a
+Client ops (PROTOCOL.md): `delete_records` (leader only: the log start of every replica moves
+up, answered at a majority; partition/raft.py "Log start"), `produce` (leader only; acks
+0/1/-1; per-partition errors; a
 request that cannot reach a majority in `timeout_ms` gets REQUEST_TIMED_OUT), `fetch` (leader
 only, up to the high watermark, long poll with min_bytes/max_wait_ms, max_bytes per
 partition and per request, OFFSET_OUT_OF_RANGE outside [log_start_offset, log_end_offset]),
@@ -83,6 +85,7 @@ from partition.replica import (
 )
 from partition.replication import ReplicationLinks
 from partition.segment import SegmentVerifier
+from partition.telemetry import ReplicaTelemetry, batch_records, slice_records
 from raftlog.base.errors import (
     InvalidRequestError,
     NotLeaderError,
@@ -109,6 +112,7 @@ REPORT_ATTEMPTS: Final = 20
 REPORT_BACKOFF_S: Final = (0.05, 2.0)
 MAX_REPORTS_IN_FLIGHT: Final = 8
 DEFAULT_PRODUCE_TIMEOUT_MS: Final = 30_000
+MAX_DELETE_PARTITIONS: Final = 10_000  # one waiting task each
 DEFAULT_FETCH_MAX_WAIT_MS: Final = 500
 MAX_FETCH_WAIT_MS: Final = 60_000
 DEFAULT_FETCH_MAX_BYTES: Final = 50 << 20
@@ -169,6 +173,9 @@ class ReplicaManager:
         self._pid_next = 0
         self._pid_end = 0
         self._pid_lock = trio.Lock()
+        self.telemetry = ReplicaTelemetry(self)  # /metrics: partitions, topics, Raft (telemetry.py)
+        if registry is not None:
+            registry.collector(self.telemetry.collect)
         self.disk = DiskWork()
         self._scrub_limiter = trio.CapacityLimiter(1)
         self.scrub_bytes_per_s: int = getattr(config, "scrub_bytes_per_s", DEFAULT_SCRUB_BYTES_PER_S)
@@ -181,6 +188,7 @@ class ReplicaManager:
             "produce": self._produce,
             "fetch": self._fetch,
             "list_offsets": self._list_offsets,
+            "delete_records": self._delete_records,
             "init_producer_id": self._init_producer_id,
             "recover_partition": self._recover_partition,
         }
@@ -261,6 +269,14 @@ class ReplicaManager:
     def replicas(self) -> list[Replica]:
         return [r for r in self._replicas.values() if r.attached]
 
+    def local_leader(self, topic: str, partition: int) -> tuple[bool, int | None]:
+        """(a replica of it is open here, the leader that replica knows or None): the
+        partition's Raft group's own word, for the metadata answers (metadata/service.py)."""
+        r = self.replica(topic, partition)
+        if r is None or r.core is None or not r.online:
+            return False, None
+        return True, r.core.leader_id
+
     def _image_now(self) -> MetadataImage:
         image = getattr(self.metadata, "image", None)
         return image if image is not None else (self._image or MetadataImage.empty())
@@ -332,6 +348,8 @@ class ReplicaManager:
             try:
                 replica = self._leader_replica(topic, partition)
                 res = await replica.append_as_leader(records, acks=acks)
+                if not res.duplicate:
+                    self.telemetry.traffic.produced(topic, len(records), res.last_offset - res.first_offset + 1)
                 entry["base_offset"] = res.first_offset
                 entry["log_append_time"] = -1
                 if res.waiter is not None:
@@ -384,6 +402,8 @@ class ReplicaManager:
         while True:
             results, total, errors, watched = await self._read_partitions(parts, max_bytes, zero_copy)
             if total >= min_bytes or errors or trio.current_time() >= deadline or not watched:
+                if total:
+                    self._count_fetched(parts, results)
                 return results
             _close_slices(results)
             wake = trio.Event()
@@ -395,6 +415,20 @@ class ReplicaManager:
             finally:
                 for r in watched:
                     r.unwatch(wake)
+
+    def _count_fetched(self, parts: list[tuple[str, int, int, int]], results: list[dict[str, Any]]) -> None:
+        """Bytes and records out per topic (/metrics), from the batch headers answered."""
+        traffic = self.telemetry.traffic
+        for (topic, _, offset, _), entry in zip(parts, results):
+            records = entry.get("records")
+            if not records:
+                continue
+            if isinstance(records, (bytes, bytearray, memoryview)):
+                traffic.fetched(topic, len(records), batch_records(records, offset))
+            else:  # a FileSlice: its headers are in the page cache (the cached tail, or warmed
+                # by the worker thread that made the slice), as sendfile expects the bytes to be
+                traffic.fetched(topic, records.length,
+                                slice_records(records.fd, records.offset, records.length, offset))
 
     async def _read_partitions(self, parts, max_bytes: int, zero_copy: bool = False):
         """One pass of a fetch over its partitions. Reads may run in worker threads
@@ -429,6 +463,25 @@ class ReplicaManager:
             raise
         return results, total, errors, watched
 
+    def epoch_end_offsets(self, parts: list[tuple[str, int, int]]) -> list[dict[str, Any]]:
+        """KIP-320's OffsetsForLeaderEpoch on the leader: (topic, partition, leader_epoch) ->
+        {topic, partition, current_epoch (the leader's), leader_epoch, end_offset} where
+        (leader_epoch, end_offset) is the largest epoch <= the asked one in the leader's
+        epoch cache and where it ends (the log end for the latest), (-1, -1) below every
+        epoch; or {..., error}. Reads the in-memory epoch cache only."""
+        results = []
+        for topic, partition, epoch in parts:
+            try:
+                r = self._leader_replica(topic, partition)
+                r.check_leader()
+                found, end = r.log.end_offset_for_epoch(epoch)
+                results.append({"topic": topic, "partition": partition, "current_epoch": r.leader_epoch,
+                                "leader_epoch": found, "end_offset": end})
+            except RaftlogError as exc:
+                results.append({"topic": topic, "partition": partition,
+                                "error": self._error(exc, topic, partition)})
+        return results
+
     async def list_offsets(self, parts: list[tuple[str, int, int]]) -> list[dict[str, Any]]:
         """(topic, partition, timestamp) -> {topic, partition, offset, timestamp} or {...,
         error}; timestamp -2 earliest, -1 latest (the high watermark), -3 the batch with the
@@ -462,6 +515,41 @@ class ReplicaManager:
                 results.append({"topic": topic, "partition": partition,
                                 "error": self._error(exc, topic, partition)})
         return {"partitions": results}
+
+    async def delete_records(self, parts: list[tuple[str, int, int]], deadline: float) -> list[dict[str, Any]]:
+        """DeleteRecords of both listeners: (topic, partition, offset; -1 = high watermark)
+        each -> {topic, partition, low_watermark} or {..., error}, all partitions at once,
+        each answered when a majority of its replicas holds the new log start (or `deadline`,
+        trio time: REQUEST_TIMED_OUT, the deletion may still happen)."""
+        results: list[dict[str, Any]] = [{"topic": t, "partition": p} for t, p, _ in parts]
+
+        async def one(entry: dict[str, Any], offset: int) -> None:
+            topic, partition = entry["topic"], entry["partition"]
+            try:
+                r = self._leader_replica(topic, partition)
+                entry["low_watermark"] = await r.delete_records(offset, deadline)
+            except RaftlogError as exc:
+                entry["error"] = self._error(exc, topic, partition)
+
+        async with trio.open_nursery() as nursery:
+            for entry, (_, _, offset) in zip(results, parts):
+                nursery.start_soon(one, entry, offset)
+        return results
+
+    async def _delete_records(self, request: Request) -> dict[str, Any]:
+        timeout_ms = field(request, "timeout_ms", int, default=DEFAULT_PRODUCE_TIMEOUT_MS, min_value=0)
+        parts = []
+        entries = field(request, "partitions", list, items=dict)
+        if len(entries) > MAX_DELETE_PARTITIONS:
+            raise InvalidRequestError(f"at most {MAX_DELETE_PARTITIONS} partitions per delete_records",
+                                      field="partitions", request_id=request.id)
+        for i, d in enumerate(entries):
+            where = f"partitions[{i}]"
+            parts.append((field(d, "topic", str, where=where),
+                          field(d, "partition", int, min_value=0, where=where),
+                          field(d, "offset", int, min_value=-1, where=where)))
+        deadline = trio.current_time() + timeout_ms / 1000
+        return {"partitions": await self.delete_records(parts, deadline)}
 
     async def _init_producer_id(self, request: Request) -> dict[str, Any]:
         async with self._pid_lock:

@@ -13,7 +13,9 @@ FOLLOWER     knows the leader of its epoch and fetches from it.
 PROSPECTIVE  ran out of patience (no successful fetch for a randomized election timeout) and
              asks for pre-votes; pre-votes never change anybody's epoch or vote (KIP-996).
 CANDIDATE    won the pre-vote, bumped the epoch, voted for itself, asks for real votes.
-LEADER       won a majority of votes; appends a control batch in its epoch; serves fetches.
+LEADER       won a majority of votes; appends a control batch in its epoch (unless its log
+             is empty with nothing uncommitted below it: a new partition's first record is
+             at offset 0); serves fetches.
 RESIGNED     was leader of its epoch and gave up (check-quorum failure, `resign()`, or a
              restart with leader_id == self in the persisted state); never leads that epoch
              again, answers fetches NOT_LEADER, and runs for a later epoch after a timeout.
@@ -42,10 +44,11 @@ EndQuorumEpoch(sender, epoch)
 TimeoutNow(sender, epoch)
     Leadership transfer: the leader tells a caught-up target to become a candidate at once
     (no pre-vote, no timeout; like etcd's MsgTimeoutNow / Kafka's EndQuorumEpoch).
-FetchRequest(sender, epoch, fetch_offset, last_fetched_epoch, flushed_offset, fetch_id)
+FetchRequest(sender, epoch, fetch_offset, last_fetched_epoch, flushed_offset, fetch_id,
+             log_start_offset)
     Follower -> leader; doubles as the heartbeat. `fetch_offset` is the follower's
     log_end_offset, `last_fetched_epoch` the epoch of its last entry (0 for an empty log),
-    `flushed_offset` how much of it is durable. At most one in flight per follower; a new
+    `flushed_offset` how much of it is durable, `log_start_offset` its durable log start. At most one in flight per follower; a new
     one after `fetch_request_timeout_ticks` without an answer (a new `fetch_id`).
 FetchResponse(sender, epoch, leader_id, fetch_id, error, high_watermark, fetch_offset,
               diverging_epoch, diverging_end_offset, read_offset, records, batches)
@@ -79,8 +82,8 @@ Consistency and the high watermark
   fetch_offset) from a consistent fetch) and, for itself, its flushed_offset
   (`require_flush=True`, flush_policy=always) or its log_end_offset. The high watermark
   (exclusive: offsets < HW are committed) is the majority-th largest of these; it moves only
-  forward, and only once it passes the offset of the leader's own control batch (an offset
-  of the current epoch is on a majority). A follower takes max(its HW, min(response HW,
+  forward, and only once it passes the first offset of the leader's epoch (its control
+  batch, or with none its first record: an offset of the current epoch is on a majority). A follower takes max(its HW, min(response HW,
   its log_end_offset)).
 * Check quorum: a leader that has not had fetches from a majority (itself included) within a
   window of `check_quorum_ticks` resigns, so an isolated leader stops acknowledging writes.
@@ -97,7 +100,9 @@ The contract with the shell (read this before writing one)
    and a new leader's control batch and BeginQuorumEpoch all go out only once durable.
 3. `AppendControl(epoch, offset)`: append one control batch (LEADER_CHANGE, one record)
    with `log.append(..., leader_epoch=epoch)`; it must land at exactly `offset`. Do NOT report
-   it with `leader_appended`: the core has already counted it.
+   it with `leader_appended`: the core has already counted it. A leader whose log is empty
+   and whose high watermark covers it (a new partition) emits none: its epoch starts with
+   its first `leader_appended`.
    `AppendReplicated(records, base_offset, end_offset)`: `log.append_replicated(records)`;
    the new end must be `end_offset`. `TruncateTo(offset)`: `log.truncate_to(offset)`.
    `TruncateFully(offset)`: empty the log and restart it at `offset` (Kafka's
@@ -121,7 +126,11 @@ The contract with the shell (read this before writing one)
    read for an earlier FetchResponse is still in progress on another thread.
 9. A RaftStateError means a broken contract or a corrupt peer: take the partition offline.
 10. Retention: pass the high watermark to the log's retention (never delete above it) and
-   report a moved log start with `log_start_advanced(log_start_offset)`. `start_election()`
+   report a moved log start with `log_start_advanced(log_start_offset)`.
+   `AdvanceLogStart(offset)`: raise the log's start to `offset` durably (its checkpoint
+   fsynced; whole segments below it may go) before any later effect, in particular before
+   the next FetchRequest that reports it. `LowWatermarkChanged(offset)` (leader): a majority
+   holds log starts >= offset: answer DeleteRecords requests up to it. `start_election()`
    runs for election now (a new partition's preferred leader, instead of waiting a timeout).
 
 Damaged storage (protocol-aware recovery, Alagappan et al., FAST'18)
@@ -162,6 +171,21 @@ break. Limits:
 * A pre-damage fetch delivered after a post-damage one can make the leader count the old
   durable offset again; fetches carry no incarnation to tell them apart.
 
+Log start (DeleteRecords, after Kafka's: the leader appends nothing)
+-------------------------------------------------------------------
+`delete_records(offset)` on the leader raises its log start to `offset` <= high watermark.
+Data answers carry the leader's log start; a follower raises its own to min(that, its high
+watermark), so a replica only ever drops committed records. Fetch requests carry the
+follower's durable log start; the leader's low watermark is the majority-th largest log
+start, and a request is answered once the low watermark reaches it. A deletion must survive
+a change of leader: a new leader adopts the largest log start any voter reports, capped at
+its high watermark (re-checked as that moves). Any leader that commits in its epoch has had
+a consistent fetch from a member of the majority that held the deletion, so by then the
+deletion is back. Gap: between its election and that fetch (one round trip; BeginQuorumEpoch
+makes followers fetch at once), a leader elected from the minority that had not applied it
+may still serve records below the deleted offset. Retention's moves take the same path, so
+all replicas converge on the largest log start.
+
 Invariants (checked by tests/sim after every step): at most one leader per epoch; a
 committed offset is never lost or changed; two replicas agree below the smaller of their high
 watermarks; a high watermark never goes back. Per-event work is O(number of voters).
@@ -179,6 +203,7 @@ from partition.errors import RaftStateError
 from raftlog.base.errors import NotLeaderError
 
 __all__ = [
+    "AdvanceLogStart",
     "AppendControl",
     "AppendReplicated",
     "BeginQuorumEpoch",
@@ -189,6 +214,7 @@ __all__ = [
     "HighWatermarkChanged",
     "LeadershipChanged",
     "LogState",
+    "LowWatermarkChanged",
     "NotLeaderError",
     "PersistQuorumState",
     "QuorumState",
@@ -323,6 +349,7 @@ class FetchRequest:
     last_fetched_epoch: int
     flushed_offset: int
     fetch_id: int
+    log_start_offset: int = 0  # the follower's (DeleteRecords); absent from old peers: 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,7 +366,7 @@ class FetchResponse:
     read_offset: int | None = None
     records: Any = None  # bytes of whole RecordBatch v2 batches in production; opaque here
     batches: tuple[tuple[int, int, int], ...] = ()  # (base_offset, last_offset, leader_epoch)
-    log_start_offset: int = -1  # the leader's, with error OFFSET_OUT_OF_RANGE
+    log_start_offset: int = -1  # the leader's (with OFFSET_OUT_OF_RANGE, and on data answers)
 
     def with_records(
         self, records: Any, batches: tuple[tuple[int, int, int], ...]
@@ -412,9 +439,19 @@ class LeadershipChanged:
     leader_id: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class AdvanceLogStart:
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class LowWatermarkChanged:
+    low_watermark: int
+
+
 Effect = (
     PersistQuorumState | Send | AppendControl | AppendReplicated | TruncateTo | TruncateFully
-    | Flush | HighWatermarkChanged | LeadershipChanged
+    | Flush | HighWatermarkChanged | LeadershipChanged | AdvanceLogStart | LowWatermarkChanged
 )
 
 _FLUSH = Flush()
@@ -424,10 +461,12 @@ class _Peer:
     """What a leader knows of one other voter (reset at every election)."""
 
     __slots__ = ("fetch_offset", "durable_offset", "hw_sent", "parked", "parked_ticks", "fetched",
-                 "caught_up_ticks")
+                 "idle_ticks", "log_start", "caught_up_ticks")
 
     def __init__(self) -> None:
+        self.log_start = 0  # as its last consistent fetch reported it
         self.fetch_offset = -1
+        self.idle_ticks = 0  # ticks since its last fetch request (in sync while < check_quorum)
         self.durable_offset = -1  # counted toward the high watermark
         self.hw_sent = -1
         self.parked: FetchRequest | None = None
@@ -492,6 +531,10 @@ class RaftCore:
         self._election_elapsed = 0
         self._election_timeout = 0
         self._reset_election_timer()
+        # Counters for /metrics (read-only outside): candidacies started, and changes of the
+        # (epoch, leader) this replica announced.
+        self.elections_started = 0
+        self.leader_changes = 0
         self._grants: set[int] = set()
 
         # Fetch ids start at random on every construction (every restart), so that a delayed
@@ -506,6 +549,7 @@ class RaftCore:
 
         self._peers: dict[int, _Peer] = {}
         self._epoch_start_offset = -1
+        self._low_wm = 0  # leader: the log start a majority holds (last LowWatermarkChanged)
         self._cq_elapsed = 0
         self._cq_fetched: set[int] = set()
         self._begin_elapsed = 0
@@ -659,6 +703,9 @@ class RaftCore:
             raise RaftStateError(
                 f"append of [{first_offset}, {last_offset}] does not follow end {self._end}"
             )
+        if not self._ep_epochs or self._ep_epochs[-1] < self._epoch:
+            self._ep_epochs.append(self._epoch)  # the first entry of an epoch with no control batch
+            self._ep_starts.append(first_offset)
         self._end = last_offset + 1
         if self._require_flush:
             self._request_flush()
@@ -750,6 +797,31 @@ class RaftCore:
         self._persist_quorum_state()
         return out
 
+    def delete_records(self, offset: int) -> list[Effect]:
+        """DeleteRecords on the leader: raise the log start to `offset` (at most the high
+        watermark: only committed records are deleted) here at once (AdvanceLogStart) and on
+        the followers through their fetches; LowWatermarkChanged reports each rise of the log
+        start that a majority of voters holds durably (the shell answers the request then).
+        An offset at or below the log start changes nothing. Raises NotLeaderError,
+        RaftStateError (past the high watermark: the shell checks first)."""
+        out = self._out = []
+        if self._role is not _LEADER:
+            raise NotLeaderError(leader_id=self._active_leader(), epoch=self._epoch)
+        if offset > self._hw:
+            raise RaftStateError(f"delete_records({offset}) past the high watermark {self._hw}")
+        self._raise_log_start(offset)
+        self._maybe_advance_low_wm()
+        return out
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start
+
+    @property
+    def low_watermark(self) -> int:
+        """Leader: the largest log start a majority of voters reported (0 otherwise)."""
+        return self._low_wm if self._role is _LEADER else 0
+
     def log_start_advanced(self, log_start_offset: int) -> list[Effect]:
         """Retention moved the log start (it never passes the high watermark)."""
         out = self._out = []
@@ -759,6 +831,8 @@ class RaftCore:
                     f"log start {log_start_offset} is past the log end {self._end}"
                 )
             self._log_start = log_start_offset
+            if self._role is _LEADER:
+                self._maybe_advance_low_wm()
         return out
 
     def resign(self) -> list[Effect]:
@@ -767,6 +841,15 @@ class RaftCore:
         if self._role is _LEADER:
             self._resign()
         return out
+
+    def follower_states(self) -> dict[int, tuple[int, bool]]:
+        """On the leader, every other voter's (fetch_offset, in_sync): in sync means it sent
+        a fetch within the last check-quorum period (Kafka's ISR rule, by time). Followers
+        not heard from in this epoch have fetch_offset -1. Empty on a non-leader."""
+        if self._role is not _LEADER:
+            return {}
+        limit = self._cfg.check_quorum_ticks
+        return {v: (p.fetch_offset, p.fetched and p.idle_ticks < limit) for v, p in self._peers.items()}
 
     def status(self) -> dict[str, Any]:
         """A snapshot for logs and debugging."""
@@ -830,6 +913,7 @@ class RaftCore:
         now = (self._epoch, self._active_leader())
         if now != self._announced:
             self._announced = now
+            self.leader_changes += 1
             self._emit(LeadershipChanged(now[0], now[1]))
 
     def _reset_election_timer(self) -> None:
@@ -875,6 +959,30 @@ class RaftCore:
         if not self._flush_in_flight and self._flushed < self._end:
             self._flush_in_flight = True
             self._emit(_FLUSH)
+
+    def _raise_log_start(self, offset: int) -> None:
+        if offset > self._log_start:
+            self._log_start = offset
+            self._emit(AdvanceLogStart(offset))
+
+    def _adopt_reported_log_start(self) -> None:
+        # A voter reported a log start above ours: some leader deleted below it, and it was
+        # committed there; follow it once our high watermark covers it, so a deletion that a
+        # majority held survives a change of leader.
+        reported = max((p.log_start for p in self._peers.values()), default=0)
+        start = reported if reported < self._hw else self._hw
+        if start > self._log_start:
+            self._raise_log_start(start)
+
+    def _maybe_advance_low_wm(self) -> None:
+        values = [self._log_start]
+        for peer in self._peers.values():
+            values.append(peer.log_start)
+        values.sort(reverse=True)
+        low = values[self._majority - 1]
+        if low > self._low_wm:
+            self._low_wm = low
+            self._emit(LowWatermarkChanged(low))
 
     # -- role changes
 
@@ -933,6 +1041,7 @@ class RaftCore:
             self._send(v, req)
 
     def _start_candidacy(self) -> None:
+        self.elections_started += 1
         self._role = _CANDIDATE
         self._fetch_inflight = False
         self._set_quorum_state(self._epoch + 1, self.replica_id, None)
@@ -952,19 +1061,24 @@ class RaftCore:
         self._unclean_election = False
         self._set_quorum_state(self._epoch, self._voted_for, self.replica_id)
         self._peers = {v: _Peer() for v in self._others}
+        self._low_wm = 0
         self._cq_elapsed = 0
         self._cq_fetched = set()
         self._begin_elapsed = 0
         self._transfer_target = None
         # The control batch: the first offset of this epoch. The high watermark may pass it
-        # only once it is on a majority, which commits every earlier entry with it.
+        # only once it is on a majority, which commits every earlier entry with it. A log
+        # with no entries, all below it known committed (a new partition), has no earlier
+        # entry to commit: no control batch, so its first record sits at offset 0 (Kafka's
+        # convention); the epoch enters the epoch cache with the first append.
         offset = self._end
         self._epoch_start_offset = offset
-        self._emit(AppendControl(self._epoch, offset))
-        if not self._ep_epochs or self._ep_epochs[-1] < self._epoch:
-            self._ep_epochs.append(self._epoch)
-            self._ep_starts.append(offset)
-        self._end = offset + 1
+        if offset > self._log_start or self._hw < offset:
+            self._emit(AppendControl(self._epoch, offset))
+            if not self._ep_epochs or self._ep_epochs[-1] < self._epoch:
+                self._ep_epochs.append(self._epoch)
+                self._ep_starts.append(offset)
+            self._end = offset + 1
         self._announce()
         begin = BeginQuorumEpoch(self.replica_id, self._epoch)
         for v in self._others:
@@ -988,6 +1102,7 @@ class RaftCore:
     def _tick_leader(self) -> None:
         cfg = self._cfg
         for peer in self._peers.values():
+            peer.idle_ticks += 1
             if peer.caught_up_ticks >= 0:
                 peer.caught_up_ticks += 1
             if peer.parked is not None:
@@ -1024,6 +1139,7 @@ class RaftCore:
         if candidate > self._hw and candidate > self._epoch_start_offset:
             self._hw = candidate
             self._emit(HighWatermarkChanged(candidate))
+            self._adopt_reported_log_start()
             self._answer_parked()
 
     def _answer_parked(self) -> None:
@@ -1039,7 +1155,7 @@ class RaftCore:
             req.sender,
             FetchResponse(
                 self.replica_id, self._epoch, self.replica_id, req.fetch_id, None, self._hw, f,
-                None, -1, f if f < self._end else None,
+                None, -1, f if f < self._end else None, log_start_offset=self._log_start,
             ),
         )
 
@@ -1065,6 +1181,7 @@ class RaftCore:
             ))  # fmt: skip
             return
         peer = self._peers[m.sender]
+        peer.idle_ticks = 0
         self._cq_fetched.add(m.sender)
         f = m.fetch_offset
         if f < self._log_start:
@@ -1091,6 +1208,10 @@ class RaftCore:
         durable = m.flushed_offset if self._require_flush else f
         peer.durable_offset = durable if durable < f else f
         peer.parked = None
+        if m.log_start_offset > peer.log_start:
+            peer.log_start = m.log_start_offset
+            self._adopt_reported_log_start()
+            self._maybe_advance_low_wm()
         self._maybe_advance_hw()
         if f < self._end or peer.hw_sent != self._hw:
             self._respond_fetch(peer, m)
@@ -1111,6 +1232,7 @@ class RaftCore:
         durable = self._flushed if self._require_flush else self._end
         self._send(self._leader_id, FetchRequest(
             self.replica_id, self._epoch, self._end, self.last_epoch, durable, self._fetch_id,
+            self._log_start,
         ))  # fmt: skip
 
     def _on_fetch_response(self, m: FetchResponse) -> None:
@@ -1156,6 +1278,11 @@ class RaftCore:
         if hw > self._hw:
             self._hw = hw
             self._emit(HighWatermarkChanged(hw))
+        # The leader's log start (DeleteRecords, retention), never past our high watermark:
+        # we drop only committed records, which the leader no longer serves either.
+        start = m.log_start_offset if m.log_start_offset < self._hw else self._hw
+        if start > self._log_start:
+            self._raise_log_start(start)
         if self._needs_catch_up:
             self._maybe_caught_up()
         if self._require_flush and self._flushed < self._end:

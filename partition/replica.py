@@ -100,6 +100,7 @@ from partition.errors import CorruptRecordError, LogClosedError, RaftStateError,
 from partition.log import LOG_START_CHECKPOINT, Log, LogConfig, RepairReport
 from partition.producer_state import ProducerStateManager
 from partition.raft import (
+    AdvanceLogStart,
     AppendControl,
     AppendReplicated,
     FetchResponse,
@@ -107,6 +108,7 @@ from partition.raft import (
     HighWatermarkChanged,
     LeadershipChanged,
     LogState,
+    LowWatermarkChanged,
     PersistQuorumState,
     QuorumState,
     RaftConfig,
@@ -370,6 +372,7 @@ class Replica:
         self._report_flush_after = False
         self._last_flush_ms = 0
         self._ack_waiters: deque[AckWaiter] = deque()
+        self._delete_waiters: list[AckWaiter] = []  # DeleteRecords: last_offset = target start
         self._watchers: set[trio.Event] = set()
         self.high_watermark = 0
         self.leader_id: int | None = None
@@ -861,7 +864,8 @@ class Replica:
         for _, h in iter_headers(records, verify=False):
             if h.size > limit:
                 raise MessageTooLargeError(
-                    f"batch of {h.size} bytes > max_message_bytes {limit} of {self.topic}"
+                    f"batch of {h.size} bytes > max_message_bytes {limit} of {self.topic} (raise it: "
+                    f"raftlog topics alter {self.topic} --set max_message_bytes=N; Kafka's max.message.bytes)"
                 )
             if h.is_control:
                 raise InvalidRequestError("producers may not write control batches", field="records")
@@ -914,6 +918,65 @@ class Replica:
         else:
             self._ack_waiters.append(w)
         return w
+
+    # ---------------------------------------------------------------- DeleteRecords
+
+    async def delete_records(self, offset: int, deadline: float) -> int:
+        """Kafka's DeleteRecords on the leader: raise the log start of every replica to
+        `offset` (-1: the high watermark), answering once a majority holds it durably
+        (raft.py "Log start"). Returns the low watermark then (>= offset; the log start
+        when `offset` is at or below it already). Raises NotLeaderError, OffsetOutOfRangeError
+        (below -1 or past the high watermark), RequestTimedOutError (deadline, or leadership
+        lost meanwhile: the deletion may still happen), KafkaStorageError."""
+        self.check_leader()
+        async with self._lock:
+            self.check_leader()
+            core = self.core
+            hw = core.high_watermark
+            target = hw if offset == -1 else offset
+            if target < 0 or target > hw:
+                raise OffsetOutOfRangeError(
+                    f"{self.name}: delete_records offset {offset} outside [0, {hw}] (the high "
+                    "watermark)", offset=offset, log_start_offset=self.log.log_start_offset,
+                    log_end_offset=hw)
+            try:
+                await self._execute(core.delete_records(target))
+            except (RaftStateError, LogClosedError, OSError) as exc:
+                self._go_offline(exc)
+                raise KafkaStorageError(f"{self.name}: {exc}") from None
+            if target <= core.log_start_offset and target <= core.low_watermark:
+                return max(core.low_watermark, target)
+            waiter = AckWaiter(target)
+            self._delete_waiters.append(waiter)
+        try:
+            await waiter.wait(deadline)
+        except RequestTimedOutError:
+            raise RequestTimedOutError(
+                f"{self.name}: log start {target} not on a majority in time; it may still be"
+            ) from None
+        finally:
+            if waiter in self._delete_waiters:
+                self._delete_waiters.remove(waiter)
+        return max(self.core.low_watermark, target) if self.core is not None else target
+
+    async def _advance_log_start(self, offset: int) -> None:
+        # A writer call (one checkpoint fsync, whole-segment deletes): in a worker thread under
+        # the replica's lock (the executor holds it), as retention's roll_and_retain runs.
+        target = min(offset, self.log.log_end_offset)
+        if target <= self.log.log_start_offset:
+            return  # retention got there first
+        gone = await trio.to_thread.run_sync(self.log.advance_start, target, limiter=self.disk.io)
+        log_event(logger, "replica_log_start_advanced", topic=self.topic,
+                  partition=self.partition, log_start_offset=target, deleted_segments=len(gone))
+
+    def _on_low_watermark(self, low_watermark: int) -> None:
+        keep = []
+        for w in self._delete_waiters:
+            if w.last_offset <= low_watermark:
+                w.finish()
+            else:
+                keep.append(w)
+        self._delete_waiters = keep
 
     # ---------------------------------------------------------------- consumer reads
 
@@ -1056,6 +1119,10 @@ class Replica:
             elif kind is TruncateFully:
                 await self._flush_idle.wait()
                 await self._reset_log(eff.offset)
+            elif kind is AdvanceLogStart:
+                await self._advance_log_start(eff.offset)
+            elif kind is LowWatermarkChanged:
+                self._on_low_watermark(eff.low_watermark)
             else:
                 raise RaftStateError(f"unknown effect {eff!r}")
 
@@ -1114,6 +1181,9 @@ class Replica:
     def _fail_waiters(self, error: Exception) -> None:
         waiters, self._ack_waiters = self._ack_waiters, deque()
         for w in waiters:
+            w.finish(error)
+        deletes, self._delete_waiters = self._delete_waiters, []
+        for w in deletes:
             w.finish(error)
 
     # ---------------------------------------------------------------- flush

@@ -28,11 +28,12 @@ Peer ops (fields; every message names its partition with `topic` and `partition`
 
 `replica_fetch` {broker_id: int (the follower), max_wait_ms: int <= 10000, max_bytes: int,
     fetches: [{topic, partition, epoch, fetch_offset, last_fetched_epoch, flushed_offset,
-    fetch_id}]}
+    fetch_id, log_start_offset (absent: 0)}]}
     -> {responses: [{topic, partition, epoch, leader_id: int|null, fetch_id, error: str|null
     ("FENCED_LEADER_EPOCH" | "NOT_LEADER" | "OFFSET_OUT_OF_RANGE"), high_watermark,
     fetch_offset, diverging_epoch: int|null, diverging_end_offset, read_offset: int|null,
-    records: bytes|null (whole RecordBatch v2 batches), log_start_offset}]}
+    records: bytes|null (whole RecordBatch v2 batches), log_start_offset (the leader's; the
+    follower raises its own to it, up to its high watermark: DeleteRecords)}]}
     Answers queued for the follower broker, at least one if any, then more while under
     `max_bytes`; an empty list after `max_wait_ms`. A fetch for a partition this broker does
     not host is dropped (the follower's core re-sends after its fetch timeout).
@@ -107,7 +108,8 @@ ReplicaLookup = Callable[[str, int], Any]  # -> partition.replica.Replica | None
 def encode_fetch_request(topic: str, partition: int, m: FetchRequest) -> dict[str, Any]:
     return {"topic": topic, "partition": partition, "epoch": m.epoch,
             "fetch_offset": m.fetch_offset, "last_fetched_epoch": m.last_fetched_epoch,
-            "flushed_offset": m.flushed_offset, "fetch_id": m.fetch_id}
+            "flushed_offset": m.flushed_offset, "fetch_id": m.fetch_id,
+            "log_start_offset": m.log_start_offset}
 
 
 def decode_fetch_request(d: Mapping[str, Any], sender: int, where: str) -> tuple[str, int, FetchRequest]:
@@ -118,6 +120,7 @@ def decode_fetch_request(d: Mapping[str, Any], sender: int, where: str) -> tuple
             sender, field(d, "epoch", int, where=where), field(d, "fetch_offset", int, where=where),
             field(d, "last_fetched_epoch", int, where=where),
             field(d, "flushed_offset", int, where=where), field(d, "fetch_id", int, where=where),
+            field(d, "log_start_offset", int, default=0, min_value=0, where=where),
         ),
     )  # fmt: skip
 

@@ -1,44 +1,71 @@
-"""A tiny metrics registry rendering the Prometheus text exposition format 0.0.4.
+"""The node's metrics registry, exposed in Prometheus text format by `prometheus-client`.
 
     registry = MetricsRegistry()
     requests = registry.counter("raftlog_requests_total", "Requests answered.", ("op", "code"))
     requests.labels(op="produce", code="OK").inc()
+    registry.collector(lambda: [gauge_family("raftlog_x", "X.", ("topic",), {("t",): 1})])
     registry.render()  # -> "# HELP raftlog_requests_total ...\n# TYPE ...\n..."
 
-Counters, gauges (set, inc/dec, or a callback read at scrape time) and histograms with fixed
-buckets. No I/O: `raftlog/node/http.py` serves `render()`.
+Two kinds of metrics:
+* Families updated as things happen: counters, gauges (set, inc/dec, or a callback read at
+  scrape time) and histograms with fixed buckets (`counter`, `gauge`, `histogram`). Use them
+  for events (requests, errors, elections) whose label values come from small sets.
+* Collectors (`collector(fn)`): `fn()` runs at every scrape and returns whole families built
+  from a service's state (`gauge_family`, `counter_family`). Per-partition, per-topic and
+  per-group families are made this way, so 1,000 partitions cost nothing between scrapes.
+
+`render()` is `prometheus_client.generate_latest` over the registry: the library does the
+exposition (escaping, HELP/TYPE lines, histogram series), not this module. No I/O here:
+`raftlog/node/http.py` serves `render()`.
 
 Invariants:
-* Names and label names are checked against the Prometheus grammar when registered; label
-  values are escaped when rendered, so any string is safe as a label value.
+* Names and label names are checked against the Prometheus grammar when registered.
 * Registering the same name again with the same kind and labels returns the same family
   (two listeners can share metrics); anything else with that name is a ValueError.
 * Bounded: a family holds at most `max_series` label combinations; one more raises
   ValueError rather than growing without limit (label values must come from small sets).
+  Collectors are bounded by the state they describe.
 * Counters only go up; histogram buckets are cumulative and end with +Inf.
 
-Concurrency: updates and `render()` take a per-family lock, so the PySyncObj tick thread may
-update a metric while trio renders.
+Concurrency: updates take a per-family lock, so the PySyncObj tick thread may update a
+metric while trio renders. Collectors run on the thread that calls `render()` (the node's
+trio thread), so they may read trio-owned state without locks.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
+
+from prometheus_client.core import (
+    CollectorRegistry,
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.utils import floatToGoString
 
 __all__ = [
     "MetricsRegistry",
     "Counter",
     "Gauge",
     "Histogram",
+    "Metric",
+    "gauge_family",
+    "counter_family",
     "DEFAULT_LATENCY_BUCKETS_MS",
     "CONTENT_TYPE",
 ]
 
-CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
+logger = logging.getLogger(__name__)
+
+CONTENT_TYPE: Final = CONTENT_TYPE_PLAIN_0_0_4  # what generate_latest writes
 DEFAULT_LATENCY_BUCKETS_MS: Final = (
     0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000,
 )  # fmt: skip
@@ -48,41 +75,44 @@ _NAME_RE: Final = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
 _LABEL_RE: Final = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
 
 
-def _format_number(value: float) -> str:
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if float(value).is_integer() and abs(value) < 1e15:
-        return str(int(value))
-    return repr(float(value))
+def _check_names(name: str, labelnames: Sequence[str]) -> None:
+    if not _NAME_RE.match(name):
+        raise ValueError(f"invalid metric name {name!r}")
+    for label in labelnames:
+        if not _LABEL_RE.match(label) or label.startswith("__"):
+            raise ValueError(f"invalid label name {label!r} for {name}")
+    if len(set(labelnames)) != len(labelnames):
+        raise ValueError(f"duplicate label names for {name}")
 
 
-def _escape_label_value(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+def gauge_family(name: str, help_text: str, labelnames: Sequence[str] = (),
+                 values: Mapping[tuple[Any, ...], float] | Iterable[tuple[tuple[Any, ...], float]] = ()) -> Metric:
+    """A whole gauge family for a collector: `values` maps label values (in `labelnames`
+    order; converted with str) to numbers."""
+    _check_names(name, labelnames)
+    family = GaugeMetricFamily(name, help_text, labels=list(labelnames))
+    items = values.items() if isinstance(values, Mapping) else values
+    for labels, value in items:
+        family.add_metric([str(v) for v in labels], float(value))
+    return family
 
 
-def _escape_help(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
-
-
-def _label_text(pairs: Sequence[tuple[str, str]]) -> str:
-    if not pairs:
-        return ""
-    return "{" + ",".join(f'{k}="{_escape_label_value(v)}"' for k, v in pairs) + "}"
+def counter_family(name: str, help_text: str, labelnames: Sequence[str] = (),
+                   values: Mapping[tuple[Any, ...], float] | Iterable[tuple[tuple[Any, ...], float]] = ()) -> Metric:
+    """A whole counter family for a collector (name it `..._total`), as `gauge_family`."""
+    _check_names(name, labelnames)
+    family = CounterMetricFamily(name, help_text, labels=list(labelnames))
+    items = values.items() if isinstance(values, Mapping) else values
+    for labels, value in items:
+        family.add_metric([str(v) for v in labels], float(value))
+    return family
 
 
 class _Family:
     kind: str = ""
 
     def __init__(self, name: str, help_text: str, labelnames: Sequence[str], max_series: int):
-        if not _NAME_RE.match(name):
-            raise ValueError(f"invalid metric name {name!r}")
-        for label in labelnames:
-            if not _LABEL_RE.match(label) or label.startswith("__"):
-                raise ValueError(f"invalid label name {label!r} for {name}")
-        if len(set(labelnames)) != len(labelnames):
-            raise ValueError(f"duplicate label names for {name}")
+        _check_names(name, labelnames)
         self.name = name
         self.help_text = help_text
         self.labelnames = tuple(labelnames)
@@ -117,18 +147,12 @@ class _Family:
             raise ValueError(f"{self.name} has labels {list(self.labelnames)}: use .labels()")
         return self._child(())
 
-    def render(self) -> list[str]:
-        lines = [
-            f"# HELP {self.name} {_escape_help(self.help_text)}",
-            f"# TYPE {self.name} {self.kind}",
-        ]
+    def _items(self) -> list[tuple[tuple[str, ...], Any]]:
         with self._lock:
-            items = sorted(self._children.items())
-        for key, child in items:
-            lines.extend(self._render_child(list(zip(self.labelnames, key)), child))
-        return lines
+            return sorted(self._children.items())
 
-    def _render_child(self, pairs: list[tuple[str, str]], child: object) -> Iterable[str]:
+    def collect(self) -> list[Metric]:
+        """prometheus-client's Collector interface: this family as one Metric."""
         raise NotImplementedError
 
 
@@ -166,8 +190,11 @@ class Counter(_Family):
         child = self._children.get(self._key(labels))
         return child.value if child is not None else 0.0
 
-    def _render_child(self, pairs: list[tuple[str, str]], child: _CounterChild) -> Iterable[str]:
-        yield f"{self.name}{_label_text(pairs)} {_format_number(child.value)}"
+    def collect(self) -> list[Metric]:
+        family = CounterMetricFamily(self.name, self.help_text, labels=list(self.labelnames))
+        for key, child in self._items():
+            family.add_metric(list(key), child.value)
+        return [family]
 
 
 class _GaugeChild:
@@ -229,8 +256,11 @@ class Gauge(_Family):
         child = self._children.get(self._key(labels))
         return child.value if child is not None else 0.0
 
-    def _render_child(self, pairs: list[tuple[str, str]], child: _GaugeChild) -> Iterable[str]:
-        yield f"{self.name}{_label_text(pairs)} {_format_number(child.value)}"
+    def collect(self) -> list[Metric]:
+        family = GaugeMetricFamily(self.name, self.help_text, labels=list(self.labelnames))
+        for key, child in self._items():
+            family.add_metric(list(key), child.value)  # a callback that raises fails the scrape
+        return [family]
 
 
 class _HistogramChild:
@@ -288,28 +318,40 @@ class Histogram(_Family):
     def observe(self, value: float) -> None:
         self._default_child().observe(value)
 
-    def _render_child(
-        self, pairs: list[tuple[str, str]], child: _HistogramChild
-    ) -> Iterable[str]:
-        with child._lock:
-            counts, total, count = list(child.counts), child.total, child.count
-        cumulative = 0
-        for bound, n in zip(child.bounds, counts):
-            cumulative += n
-            le = [*pairs, ("le", _format_number(bound))]
-            yield f"{self.name}_bucket{_label_text(le)} {cumulative}"
-        yield f"{self.name}_bucket{_label_text([*pairs, ('le', '+Inf')])} {count}"
-        yield f"{self.name}_sum{_label_text(pairs)} {_format_number(total)}"
-        yield f"{self.name}_count{_label_text(pairs)} {count}"
+    def collect(self) -> list[Metric]:
+        family = HistogramMetricFamily(self.name, self.help_text, labels=list(self.labelnames))
+        for key, child in self._items():
+            with self._lock:
+                counts, total, count = list(child.counts), child.total, child.count
+            buckets, cumulative = [], 0
+            for bound, n in zip(child.bounds, counts):
+                cumulative += n
+                buckets.append((floatToGoString(bound), cumulative))
+            buckets.append(("+Inf", count))
+            family.add_metric(list(key), buckets, total)
+        return [family]
+
+
+class _Collector:
+    """A `collector(fn)` callback as prometheus-client's Collector."""
+
+    def __init__(self, function: Callable[[], Iterable[Metric]]) -> None:
+        self._function = function
+
+    def collect(self) -> Iterable[Metric]:
+        return list(self._function())
 
 
 class MetricsRegistry:
-    """Holds metric families and renders them all."""
+    """Holds metric families and collectors, and renders them all."""
 
     def __init__(self, *, max_series: int = DEFAULT_MAX_SERIES) -> None:
         self.max_series = max_series
         self._families: dict[str, _Family] = {}
         self._lock = threading.Lock()
+        # auto_describe off: collectors are not called at registration (their services may
+        # not be running yet); name clashes between families are checked here instead.
+        self._registry = CollectorRegistry(auto_describe=False)
 
     def _register(
         self, cls: type[_Family], name: str, help_text: str, labelnames: Sequence[str], **extra: Any
@@ -325,6 +367,7 @@ class MetricsRegistry:
                 return existing
             family = cls(name, help_text, labelnames, self.max_series, **extra)
             self._families[name] = family
+            self._registry.register(family)
             return family
 
     def counter(self, name: str, help_text: str, labelnames: Sequence[str] = ()) -> Counter:
@@ -342,11 +385,13 @@ class MetricsRegistry:
     ) -> Histogram:
         return self._register(Histogram, name, help_text, labelnames, buckets=buckets)
 
+    def collector(self, function: Callable[[], Iterable[Metric]]) -> None:
+        """Call `function()` at every scrape; it returns whole families (`gauge_family`,
+        `counter_family`) made from the caller's state. It must be cheap and not block; it
+        runs on the thread that renders (the node's trio thread)."""
+        self._registry.register(_Collector(function))
+
     def render(self) -> str:
-        """The whole registry in text format 0.0.4 (families sorted by name), ending in \\n."""
-        with self._lock:
-            families = sorted(self._families.items())
-        lines: list[str] = []
-        for _, family in families:
-            lines.extend(family.render())
-        return "\n".join(lines) + "\n" if lines else ""
+        """Every family and collector in text format 0.0.4, ending in \\n ("" when empty).
+        Raises what a gauge callback or a collector raises."""
+        return generate_latest(self._registry).decode("utf-8")

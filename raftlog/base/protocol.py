@@ -43,6 +43,7 @@ __all__ = [
     "MAX_FRAME_BYTES_LIMIT",
     "MAX_NESTING_DEPTH",
     "encode_frame",
+    "foreign_protocol",
     "FrameDecoder",
     "Request",
     "Response",
@@ -61,6 +62,28 @@ MAX_FRAME_BYTES_LIMIT: Final = (1 << 32) - 1  # what a u32 length can say
 MAX_REQUEST_ID: Final = (1 << 63) - 1
 
 _HEADER = struct.Struct(">I")
+
+def foreign_protocol(first_bytes: bytes | bytearray) -> str | None:
+    """What spoke, when the first bytes a server sent are not a raftlog frame: "HTTP",
+    "TLS", "a Kafka-protocol listener" (a short frame that is not a CBOR map: a Kafka
+    response header), or "something else"; None while they may still be a raftlog frame
+    (a u32 length, then a CBOR map). Needs at least FRAME_HEADER_BYTES + 1 bytes to judge
+    a frame (fewer: None unless the prefix already says HTTP or TLS)."""
+    head = bytes(first_bytes[:8])
+    if head[:5] == b"HTTP/" or head[:4] in (b"HTTP", b"<!DO", b"<htm"):
+        return "HTTP"
+    if len(head) >= 2 and head[0] in (0x15, 0x16) and head[1] == 0x03:
+        return "TLS"
+    if len(head) < FRAME_HEADER_BYTES + 1:
+        return None
+    body_first = head[FRAME_HEADER_BYTES]
+    if 0xA0 <= body_first <= 0xBF:  # CBOR major type 5: a map, as every raftlog frame
+        return None
+    length = _HEADER.unpack_from(head)[0]
+    if length < 1 << 20:
+        return "a Kafka-protocol listener"  # a sane length but no CBOR map: Kafka's framing
+    return "something else"
+
 
 def encode_frame(message: Mapping[str, Any], *, max_frame_bytes: int | None = None) -> bytes:
     """Return the frame for `message`: u32 big-endian length + canonical CBOR.

@@ -5,7 +5,10 @@
 Layout under the data dir (created on first run, reused after):
 
     cluster.toml            cluster id, secret, node count, ports, secure (mode 0600: holds the secret)
+    bootstrap               every node's client address, comma-separated (the CLI's default)
+    supervisor.pid          the running `cluster up` (removed when it stops)
     node-<i>/node.toml      that node's config (mode 0600)
+    node-<i>/node.pid       the running node (pidfile.py)
     node-<i>/node.log       its log lines (stdout and stderr)
     node-<i>/...            its data (meta.properties, quorum/, partitions later)
     client.properties, tls/, bootstrap_credentials, http_token
@@ -23,7 +26,11 @@ port (`kcat -b 127.0.0.1:9092`), and its native listener 9093 (the raftlog CLI's
 Process rules (also used by the test harness and scripts/bench_failover.py): each node runs
 as `python -m raftlog.cli node start --config node.toml` in its own session (so a Ctrl-C at
 the terminal reaches only the supervisor, which then stops the nodes one signal each), and
-is always stopped by its PID: SIGTERM, wait up to a grace period, then SIGKILL.
+is always stopped by its PID: SIGTERM, wait up to a grace period, then SIGKILL. Nodes that
+`cluster up` starts get `--supervisor-pid`: they stop when the supervisor dies however it
+dies (SIGKILL, a closed terminal), so none is left holding its ports. SIGHUP stops the
+supervisor as SIGTERM does. `cluster up` on a data dir whose nodes (or supervisor) still run
+refuses and names their PIDs.
 """
 
 from __future__ import annotations
@@ -43,9 +50,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final, TextIO
 
-from raftlog.node.config import HostPort, Listeners, NodeConfig, config_to_toml, load_config, new_cluster_id
 from raftlog.base.errors import ConfigError
 from raftlog.cli.secure import SecureMaterial
+from raftlog.node.config import HostPort, Listeners, NodeConfig, config_to_toml, load_config, new_cluster_id
+from raftlog.node.pidfile import NODE_PID_FILE, SUPERVISOR_PID_FILE, claim, release, running_pid
 
 __all__ = [
     "DEFAULT_BASE_PORT",
@@ -62,6 +70,8 @@ DEFAULT_BASE_PORT: Final = 9092
 DEFAULT_HOST: Final = "127.0.0.1"
 PORT_STRIDE: Final = 10
 CLUSTER_FILE: Final = "cluster.toml"
+BOOTSTRAP_FILE: Final = "bootstrap"
+DEFAULT_DATA_DIR: Final = "raftlog-data"  # relative to the working directory
 STOP_GRACE_S: Final = 15.0
 READY_TIMEOUT_S: Final = 60.0
 MAX_RESTARTS: Final = 5
@@ -277,17 +287,24 @@ def port_in_use(host: str, port: int) -> bool:
 
 
 class NodeProcess:
-    """One `raftlog node start` process, stopped only by its PID."""
+    """One `raftlog node start` process, stopped only by its PID. `supervised`: the node
+    stops when this process dies (`--supervisor-pid`); start it from the main thread (Linux
+    sends the parent-death signal when the starting *thread* ends)."""
 
-    def __init__(self, node_id: int, config_path: Path, log_path: Path, *, env: Mapping[str, str] | None = None):
+    def __init__(self, node_id: int, config_path: Path, log_path: Path, *, env: Mapping[str, str] | None = None,
+                 supervised: bool = False):
         self.node_id = node_id
         self.config_path = config_path
         self.log_path = log_path
         self.env = dict(os.environ if env is None else env)
+        self.supervised = supervised
         self.proc: subprocess.Popen[bytes] | None = None
 
     def argv(self) -> list[str]:
-        return [sys.executable, "-m", "raftlog.cli", "node", "start", "--config", str(self.config_path)]
+        argv = [sys.executable, "-m", "raftlog.cli", "node", "start", "--config", str(self.config_path)]
+        if self.supervised:
+            argv += ["--supervisor-pid", str(os.getpid())]
+        return argv
 
     def start(self) -> "NodeProcess":
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -398,6 +415,7 @@ def cluster_up(
         material, material_created = layout.secure_material()
         security = material.admin_security()
     configs = layout.configs()
+    _refuse_running(root, configs)
     busy = [(i, name, getattr(ports, name)) for i, ports in layout.ports().items()
             for name in ("kafka", "client", "peer", "quorum", "http") if port_in_use(layout.host, getattr(ports, name))]
     if busy:
@@ -409,7 +427,10 @@ def cluster_up(
     processes = {}
     for node_id, config in configs.items():
         path = write_node_config(config)
-        processes[node_id] = NodeProcess(node_id, path, config.data_dir / "node.log")
+        processes[node_id] = NodeProcess(node_id, path, config.data_dir / "node.log", supervised=True)
+    bootstrap = [str(c.listeners.client) for c in configs.values()]
+    write_private(root / BOOTSTRAP_FILE, ",".join(bootstrap) + "\n")
+    claim(root / SUPERVISOR_PID_FILE)
 
     stop = threading.Event()
     signals_seen = [0]
@@ -421,7 +442,7 @@ def cluster_up(
                 p.signal(signal.SIGKILL)  # second Ctrl-C: no more waiting
         stop.set()
 
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     console = None
     try:
         verb = "creating" if created else "restarting"
@@ -429,7 +450,6 @@ def cluster_up(
         out.flush()
         for p in processes.values():
             p.start()
-        bootstrap = [str(c.listeners.client) for c in configs.values()]
         ask = status if security is None else (lambda b: status(b, security))
         ready = _wait_ready(processes, bootstrap, layout.nodes, ask, ready_timeout_s, stop, out)
         if ready is None:
@@ -469,6 +489,20 @@ def cluster_up(
             console[0].stop()
         for s, handler in previous.items():
             signal.signal(s, handler)
+        release(root / SUPERVISOR_PID_FILE)
+
+
+def _refuse_running(root: Path, configs: Mapping[int, NodeConfig]) -> None:
+    """ConfigError naming the PIDs when this cluster's supervisor or nodes still run."""
+    supervisor = running_pid(root / SUPERVISOR_PID_FILE)
+    nodes = {i: pid for i, c in configs.items() if (pid := running_pid(c.data_dir / NODE_PID_FILE)) is not None}
+    if supervisor is None and not nodes:
+        return
+    held = ([f"supervisor pid {supervisor}"] if supervisor is not None else []) + [
+        f"node {i} pid {pid}" for i, pid in sorted(nodes.items())]
+    pids = " ".join(str(p) for p in ([supervisor] if supervisor is not None else []) + sorted(nodes.values()))
+    raise ConfigError(f"{root} is still in use: {', '.join(held)}; stop them first (kill {pids}), "
+                      "or use another --data-dir")
 
 
 def _wait_ready(processes: Mapping[int, NodeProcess], bootstrap: list[str], nodes: int,
@@ -535,14 +569,20 @@ def _print_table(out: TextIO, configs: Mapping[int, NodeConfig], processes: Mapp
     out.write(f"cluster {status.cluster_id} is up\n")
     for row in rows:
         out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() + "\n")
-    first = configs[min(configs)].listeners.client
-    hint = "" if str(first) == f"{DEFAULT_HOST}:{DEFAULT_BASE_PORT + 1}" else f" --bootstrap {first}"
+    every = ",".join(str(c.listeners.client) for c in configs.values())
+    root = configs[min(configs)].data_dir.parent
+    out.write(f"bootstrap: {every} (in {root / BOOTSTRAP_FILE})\n")
+    if Path(DEFAULT_DATA_DIR).resolve() != root:
+        # The CLI finds ./raftlog-data/bootstrap by itself; any other data dir needs this.
+        out.write(f"first:  export RAFTLOG_BOOTSTRAP={every}\n")
     if secure_root is not None:
+        first = configs[min(configs)].listeners.client
+        hint = "" if str(first) == f"{DEFAULT_HOST}:{DEFAULT_BASE_PORT + 1}" else f" --bootstrap {first}"
         _print_secure(out, configs, secure_root, first_secure_run, hint, console)
         return
     out.write(
-        f"try:  raftlog topics create demo --partitions 6 --replication-factor {min(3, len(configs))}{hint}\n"
-        f"      raftlog topics describe demo{hint}\n      raftlog cluster status{hint}\n"
+        f"try:  raftlog topics create demo --partitions 6 --replication-factor {min(3, len(configs))}\n"
+        "      raftlog topics describe demo\n      raftlog cluster status\n"
         + (f"console: {console}\n" if console else "")
         + "stop: Ctrl-C (stops every node cleanly)\n"
     )  # fmt: skip

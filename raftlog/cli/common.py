@@ -13,16 +13,27 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import json
+import os
 import socket
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
 from raftlog.base.errors import ConfigError, RaftlogError
+from raftlog.base.protocol import FRAME_HEADER_BYTES, FrameDecoder, encode_frame, foreign_protocol
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9093"
+# With no --bootstrap and no RAFTLOG_BOOTSTRAP: the list `raftlog cluster up` wrote into
+# ./raftlog-data (its default data dir), else the three nodes of a default `cluster up`.
+DEFAULT_DATA_DIR = "raftlog-data"
+BOOTSTRAP_FILE = "bootstrap"
+DEFAULT_BOOTSTRAP = "127.0.0.1:9093,127.0.0.1:9103,127.0.0.1:9113"
 PROBE_TIMEOUT_S = 1.5
+# A new topic's shape when the user does not say (topics create, produce's auto-creation).
+TOPIC_PARTITIONS = 3
+TOPIC_MAX_REPLICATION_FACTOR = 3
+_CANNOT_CONNECT = "cannot connect"
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -124,7 +135,20 @@ def describe_error(exc: RaftlogError) -> str:
     return f"{what or code}" + (f": {message}" if message else "") + (f" [{code}]" if what else "")
 
 
-def bootstrap_list(bootstrap: str) -> list[str]:
+def default_bootstrap(cwd: Path | None = None) -> str:
+    """./raftlog-data/bootstrap (written by `raftlog cluster up`) when it exists and is
+    readable, else DEFAULT_BOOTSTRAP."""
+    path = (cwd or Path.cwd()) / DEFAULT_DATA_DIR / BOOTSTRAP_FILE
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return DEFAULT_BOOTSTRAP
+    return text or DEFAULT_BOOTSTRAP
+
+
+def bootstrap_list(bootstrap: str | None) -> list[str]:
+    if bootstrap is None:
+        bootstrap = default_bootstrap()
     addresses = [a.strip() for a in bootstrap.split(",") if a.strip()]
     if not addresses:
         raise CliFailure("--bootstrap needs at least one host:port")
@@ -135,20 +159,99 @@ def bootstrap_list(bootstrap: str) -> list[str]:
     return addresses
 
 
-def probe(addresses: list[str]) -> None:
-    """Fail at once, with a useful line, when no bootstrap address accepts a connection
-    (the client would otherwise retry until its deadline)."""
-    for address in addresses:
-        host, _, port = address.rpartition(":")
-        try:
-            with socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT_S):
-                return
-        except OSError:
-            continue
-    raise CliFailure(
-        f"no raftlog node reachable at {', '.join(addresses)} (set --bootstrap or RAFTLOG_BOOTSTRAP); "
-        "start a local cluster with scripts/quorum"
-    )
+def _hello(address: str, timeout_s: float) -> str | None:
+    """Connect to `address` and ask one cheap question in the raftlog protocol (a metadata
+    request for no topics). None: a raftlog client listener answered. Else why not, in a
+    few words ("refused the connection", "answered HTTP, not the raftlog protocol", ...)."""
+    host, _, port = address.rpartition(":")
+    try:
+        sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s)
+    except OSError as exc:
+        return f"{_CANNOT_CONNECT} ({exc.strerror or exc})"
+    found = security()
+    if found is not None and found.tls:
+        # A TLS listener answers no plaintext question: that it accepts the connection is
+        # all the probe asks (the client's own handshake says the rest).
+        sock.close()
+        return None
+    decoder = FrameDecoder(1 << 20)
+    received = bytearray()
+    try:
+        with sock:
+            sock.settimeout(timeout_s)
+            # The blank line in `hello` ends an HTTP request head, so an HTTP server answers
+            # at once (400) instead of waiting for one; a raftlog node ignores the field.
+            sock.sendall(encode_frame({"v": 1, "id": 1, "op": "metadata", "topics": [], "hello": "\r\n\r\n"}))
+            while True:
+                what = foreign_protocol(received)
+                if what is not None:
+                    return f"answered {what}, not the raftlog protocol"
+                if len(received) > FRAME_HEADER_BYTES:
+                    decoder.feed(received)
+                    received.clear()
+                    try:
+                        message = decoder.next_frame()
+                    except RaftlogError as exc:
+                        return f"answered something that is not the raftlog protocol ({exc})"
+                    if message is None:
+                        received += sock.recv(1 << 16) or b""
+                        continue
+                    error = message.get("error")
+                    text = str(error.get("message", "")) if isinstance(error, dict) else ""
+                    # The peer listener knows no client op, or first wants a peer handshake.
+                    if "unknown op" in text or "peer authentication" in text:
+                        return "answered as a raftlog peer listener, not the client listener"
+                    return None
+                data = sock.recv(1 << 16)
+                if not data:
+                    return "closed the connection without answering: not the raftlog protocol"
+                received += data
+    except TimeoutError:
+        return f"accepted the connection but gave no raftlog answer within {timeout_s:g} s"
+    except OSError as exc:
+        return f"connection failed ({exc.strerror or exc})"
+
+
+def probe(addresses: list[str]) -> list[str]:
+    """The addresses that answer the raftlog protocol (at least one), tried in order; stops
+    at the first that answers. Fails at once with one line per address that does not (a
+    port that is not raftlog's says what answered it), instead of the client retrying until
+    its deadline."""
+    problems: list[tuple[str, str]] = []
+    for i, address in enumerate(addresses):
+        why = _hello(address, PROBE_TIMEOUT_S)
+        if why is None:
+            return addresses[i:] + addresses[:i]
+        problems.append((address, why))
+    hint = "set --bootstrap or RAFTLOG_BOOTSTRAP; start a local cluster with scripts/quorum"
+    if all(why.startswith(_CANNOT_CONNECT) for _, why in problems):
+        reasons = sorted({why.removeprefix(_CANNOT_CONNECT).strip(" ()") for _, why in problems})
+        raise CliFailure(f"no raftlog node reachable at {', '.join(addresses)} ({'; '.join(reasons)}); {hint}")
+    if len(problems) == 1:
+        raise CliFailure(f"{problems[0][0]} {problems[0][1]} ({hint})")
+    listed = "; ".join(f"{address} {why}" for address, why in problems)
+    raise CliFailure(f"no raftlog node reachable: {listed} ({hint})")
+
+
+EXIT_NO_CONTROLLER = 2  # `cluster status` when no controller answers (no quorum, unreachable)
+
+
+def describe(admin: Any, names: list[str] | None, *, internal: bool = False) -> Any:
+    """The metadata answer (ClusterMetadata) for `names` (None: every topic): topics, the
+    offline partitions with their reasons, and the answering node's controller problem."""
+    from raftlog.client.request import metadata_request, parse_metadata
+
+    return parse_metadata(admin.request(metadata_request(names, internal=internal)))
+
+
+def offline_summary(topic: Any, partitions: list[int] | None = None) -> list[str]:
+    """"topic-p, topic-q: reason" for the offline partitions of `topic` (of `partitions`
+    only, when given), grouped by reason."""
+    by_reason: dict[str, list[str]] = {}
+    for p in topic.partitions:
+        if p.offline_reason is not None and (partitions is None or p.partition in partitions):
+            by_reason.setdefault(p.offline_reason, []).append(f"{topic.name}-{p.partition}")
+    return [f"{', '.join(names)}: {reason}" for reason, names in by_reason.items()]
 
 
 def admin_from_context(ctx: click.Context) -> Any:
@@ -210,13 +313,18 @@ def command_config_option(fn: F) -> F:
     )(fn)
 
 
+BOOTSTRAP_HELP = ("host:port[,host:port...] of any nodes' client listeners; each is tried (env "
+                  "RAFTLOG_BOOTSTRAP; default: ./raftlog-data/bootstrap as `raftlog cluster up` wrote it, "
+                  f"else {DEFAULT_BOOTSTRAP}).")
+
+
 def connection_options(fn: F) -> F:
     """--bootstrap, --timeout and --command-config, for every command that talks to the cluster."""
     fn = command_config_option(fn)
     fn = click.option("--timeout", type=click.FloatRange(0.5, 600), default=15.0, show_default=True,
                       help="Seconds to wait for an answer.")(fn)
-    fn = click.option("--bootstrap", envvar="RAFTLOG_BOOTSTRAP", default=DEFAULT_BOOTSTRAP, show_default=True,
-                      help="host:port[,host:port...] of any node (env RAFTLOG_BOOTSTRAP).")(fn)
+    fn = click.option("--bootstrap", envvar="RAFTLOG_BOOTSTRAP", default=None, metavar="HOST:PORT[,...]",
+                      help=BOOTSTRAP_HELP)(fn)
     return fn
 
 
@@ -226,12 +334,10 @@ def admin_options(fn: F) -> F:
     return connection_options(fn)
 
 
-def connect(bootstrap: str) -> list[str]:
-    """The checked bootstrap addresses, once one of them accepts a connection (CliFailure
-    otherwise)."""
-    addresses = bootstrap_list(bootstrap)
-    probe(addresses)
-    return addresses
+def connect(bootstrap: str | None) -> list[str]:
+    """The checked bootstrap addresses (None: the default, `default_bootstrap`), the first
+    one that answers the raftlog protocol first (CliFailure when none does)."""
+    return probe(bootstrap_list(bootstrap))
 
 
 def store(ctx: click.Context, **values: Any) -> None:

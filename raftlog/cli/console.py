@@ -47,9 +47,11 @@ def _addresses(text: str, what: str) -> tuple[str, ...]:
                    "ssl.ca.location); visitors then log in with their own SCRAM credentials.")
 @click.option("--timeout", type=click.FloatRange(0.5, 120), default=5.0, show_default=True,
               help="Seconds a page waits for the cluster before it says so.")
+@click.option("--supervisor-pid", type=int, hidden=True,
+              help="Stop when this process (our parent: raftlog cluster up) dies.")
 @friendly
 def console_cmd(bootstrap: str, host: str, port: int, node_http: str, command_config: str | None,
-                timeout: float) -> None:
+                timeout: float, supervisor_pid: int | None) -> None:
     """Serve the web console: brokers, topics, messages, consumer groups and lag.
 
     It is a client of the cluster like this CLI (never part of a node): it needs only
@@ -60,6 +62,11 @@ def console_cmd(bootstrap: str, host: str, port: int, node_http: str, command_co
       raftlog console                                   # then open http://127.0.0.1:8080
       raftlog console --bootstrap 127.0.0.1:9092 --node-http 127.0.0.1:9095,127.0.0.1:9105
     """
+    if supervisor_pid is not None:
+        from raftlog.node.pidfile import die_with_parent
+
+        if not die_with_parent(supervisor_pid):  # SIGTERM when `cluster up` dies, however it dies
+            raise CliFailure(f"supervisor {supervisor_pid} is gone; not starting")
     from raftlog.console.auth import cluster_security, read_properties
     from raftlog.console.errors import BadInputError
     from raftlog.console.server import run_console

@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from raftlog.cli.common import admin_options, client_kwargs, connect, emit_json, friendly, table
+from raftlog.cli.common import CliFailure, admin_options, client_kwargs, connect, emit_json, friendly, table
 
 __all__ = ["groups"]
 
@@ -33,14 +33,27 @@ def _s(v: Any) -> str:
 
 @click.group("groups")
 def groups() -> None:
-    """Consumer groups: list, describe (lag), reset offsets, delete."""
+    """Consumer groups: list, describe (lag), reset offsets, delete.
+
+    \b
+    Examples:
+      raftlog groups list
+      raftlog groups describe billing                 # committed offset, log end, lag, owner
+      raftlog groups reset-offsets billing --topic orders --to-earliest --execute
+      raftlog groups delete billing
+    """
 
 
 @groups.command("list")
 @admin_options
 @friendly
 def groups_list(bootstrap: str, timeout: float, as_json: bool) -> None:
-    """Every group of the cluster (each broker lists the groups it coordinates)."""
+    """Every group of the cluster (each broker lists the groups it coordinates).
+
+    \b
+    Example:
+      raftlog groups list --json
+    """
     with _group_admin(bootstrap, timeout) as ga:
         found = ga.list_groups()
     if as_json:
@@ -58,20 +71,36 @@ def groups_list(bootstrap: str, timeout: float, as_json: bool) -> None:
 @admin_options
 @friendly
 def groups_describe(group_id: str, bootstrap: str, timeout: float, as_json: bool) -> None:
-    """Per partition: committed offset, log end offset, lag, and the owning member."""
+    """Per partition: committed offset, log end offset, lag, and the owning member. An
+    unknown group (no members, no committed offsets) is an error (exit 1).
+
+    \b
+    Examples:
+      raftlog groups describe billing
+      raftlog groups describe billing --json
+    """
     with _group_admin(bootstrap, timeout) as ga:
         d = ga.describe_group(group_id)
+        if d["state"] == "Dead" and not d["members"] and not d["partitions"]:
+            known = sorted(g["group_id"] for g in ga.list_groups())
+            listed = f"; groups: {', '.join(known[:10])}" + (", ..." if len(known) > 10 else "") if known \
+                else "; there are no groups"
+            raise CliFailure(f"unknown group {group_id!r} (no members, no committed offsets){listed}")
     if as_json:
         emit_json(d)
         return
     click.echo(f"group {group_id}: {d['state']}" + (f" ({d['protocol']})" if d.get("protocol") else "")
                + f", {len(d['members'])} member(s)")
+    unreadable = [m["member_id"] for m in d["members"] if not m.get("assignment_readable", True)]
+    if unreadable and d.get("protocol_type") == "consumer":
+        click.echo(f"{len(unreadable)} member(s) with an assignment that is not Kafka's ConsumerProtocol")
     if not d["partitions"]:
         click.echo("no committed offsets and no assigned partitions")
         return
-    table([("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "CLIENT-ID")] + [
+    table([("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
+            "CLIENT-ID")] + [
         (r["topic"], str(r["partition"]), _s(r["committed_offset"]), _s(r["log_end_offset"]), _s(r["lag"]),
-         _s(r["member_id"]), _s(r["client_id"]))
+         _s(r["member_id"]), _s(r.get("host")), _s(r["client_id"]))
         for r in d["partitions"]
     ])
 
@@ -89,7 +118,14 @@ def groups_describe(group_id: str, bootstrap: str, timeout: float, as_json: bool
 def groups_reset_offsets(group_id: str, topics: tuple[str, ...], strategy: str | None, to_offset: int | None,
                          to_datetime_ms: int | None, execute: bool, bootstrap: str, timeout: float,
                          as_json: bool) -> None:
-    """Reset an inactive group's committed offsets (a dry run unless --execute)."""
+    """Reset an inactive group's committed offsets (a dry run unless --execute).
+
+    \b
+    Examples:
+      raftlog groups reset-offsets billing --topic orders --to-earliest
+      raftlog groups reset-offsets billing --topic orders --to-offset 1000 --execute
+      raftlog groups reset-offsets billing --topic orders --to-datetime-ms 1700000000000 --execute
+    """
     given = [s for s in (strategy, to_offset, to_datetime_ms) if s is not None]
     if len(given) != 1:
         raise click.UsageError("give exactly one of --to-earliest, --to-latest, --to-offset, --to-datetime-ms")
@@ -117,7 +153,12 @@ def groups_reset_offsets(group_id: str, topics: tuple[str, ...], strategy: str |
 @admin_options
 @friendly
 def groups_delete(group_id: str, bootstrap: str, timeout: float, as_json: bool) -> None:
-    """Delete an inactive group and its committed offsets."""
+    """Delete an inactive group and its committed offsets.
+
+    \b
+    Example:
+      raftlog groups delete billing
+    """
     with _group_admin(bootstrap, timeout) as ga:
         ga.delete_group(group_id)
     if as_json:

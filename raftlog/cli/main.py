@@ -35,7 +35,11 @@ from raftlog.cli import records as _records
 from raftlog.cli import users as _users
 from raftlog.base.errors import RaftlogError, UnknownTopicOrPartitionError
 from raftlog.cli.common import (
+    EXIT_NO_CONTROLLER,
+    TOPIC_MAX_REPLICATION_FACTOR,
+    TOPIC_PARTITIONS,
     CliFailure,
+    describe,
     admin_from_context,
     admin_options,
     command_config_option,
@@ -76,32 +80,74 @@ def node() -> None:
 
 @node.command("start")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="node.toml to read.")
-@click.option("--node-id", type=int, help="Overrides node_id.")
-@click.option("--data-dir", help="Overrides data_dir.")
-@click.option("--cluster-id", help="Overrides cluster_id (needed on a data dir's first start).")
-@click.option("--roles", help='Overrides roles: "controller,broker" or "broker".')
-@click.option("--kafka", "listeners_kafka", help="Kafka (wire protocol) listener host:port.")
-@click.option("--client", "listeners_client", help="Client listener host:port.")
-@click.option("--peer", "listeners_peer", help="Peer listener host:port.")
-@click.option("--quorum", "listeners_quorum", help="Quorum (PySyncObj) listener host:port.")
-@click.option("--http", "listeners_http", help="HTTP (health, metrics) listener host:port.")
+@click.option("--node-id", type=int, help="This node's id (node_id).")
+@click.option("--data-dir", help="Where its data lives (data_dir).")
+@click.option("--cluster-id", help="The cluster's id (cluster_id; needed on a data dir's first start).")
+@click.option("--roles", help='"controller,broker" (default) or "broker" (not a voter).')
+@click.option("--host", "listen_host", metavar="HOST", envvar="RAFTLOG_HOST",
+              help="Listen on HOST with the default ports (kafka 9092, client 9093, peer 9094, quorum "
+                   "9095, http 9096); the flags below override one listener each (env RAFTLOG_HOST).")
+@click.option("--kafka", "listeners_kafka", metavar="HOST:PORT", help="Kafka (wire protocol) listener.")
+@click.option("--client", "listeners_client", metavar="HOST:PORT", help="Client (native protocol) listener.")
+@click.option("--peer", "listeners_peer", metavar="HOST:PORT", help="Peer listener (replication, controller RPCs).")
+@click.option("--quorum", "listeners_quorum", metavar="HOST:PORT", help="Quorum (PySyncObj) listener.")
+@click.option("--http", "listeners_http", metavar="HOST:PORT", help="HTTP listener (/health, /metrics).")
+@click.option("--advertised-host", metavar="HOST",
+              help="The name others dial when a listener binds 0.0.0.0 (advertised_host).")
+@click.option("--voters", "controller_quorum_voters", metavar="ID@HOST:PORT,...",
+              help="The metadata quorum: every voter's quorum listener (controller_quorum_voters).")
+@click.option("--controller-peers", "controller_peers", metavar="ID@HOST:PORT,...",
+              help="Every voter's peer listener, where brokers reach the controller (controller_peers).")
+@click.option("--cluster-secret-file", type=click.Path(dir_okay=False, exists=True),
+              envvar="RAFTLOG_CLUSTER_SECRET_FILE",
+              help="A file holding the cluster secret (env RAFTLOG_CLUSTER_SECRET_FILE; or "
+                   "RAFTLOG_CLUSTER_SECRET, the key cluster_secret). "
+                   "Not a flag of its own: command lines are visible to every user.")
+@click.option("--allow-plaintext", "allow_plaintext", flag_value=True, default=None,
+              help="Serve listeners on non-loopback addresses without TLS and authentication "
+                   "(allow_plaintext; only on a network you trust).")
+@click.option("--max-request-bytes", "max_frame_bytes", type=int,
+              help="Largest request a client may send (max_frame_bytes; default 64 MiB).")
 @click.option("--log-level", help="DEBUG, INFO, WARNING, ERROR.")
 @click.option("--log-file", help="Append log lines here (default: stderr).")
-def node_start(config_path: str | None, **flags: Any) -> None:
-    """Run one node until SIGTERM or Ctrl-C (then stop cleanly; a second signal exits at once).
+@click.option("--supervisor-pid", type=int, hidden=True,
+              help="Stop when this process (our parent: raftlog cluster up) dies.")
+def node_start(config_path: str | None, supervisor_pid: int | None, listen_host: str | None,
+               cluster_secret_file: str | None, **flags: Any) -> None:
+    """Run one node until SIGTERM, SIGHUP or Ctrl-C (then stop cleanly; a second signal
+    exits at once).
 
-    Settings come from the TOML file, then RAFTLOG_* environment variables (e.g.
-    RAFTLOG_NODE_ID, RAFTLOG_LISTENERS_CLIENT, RAFTLOG_CLUSTER_SECRET), then these flags.
+    Settings come from the TOML file, then RAFTLOG_* environment variables (the key in upper
+    case: RAFTLOG_NODE_ID, RAFTLOG_LISTENERS_CLIENT, RAFTLOG_CONTROLLER_QUORUM_VOTERS,
+    RAFTLOG_CLUSTER_SECRET, ...), then these flags. A node on its own host needs: node id,
+    cluster id, data dir, its listeners (--host), the voters and their peer listeners, and
+    the cluster secret. Every node of a cluster gets the same voters, peers, cluster id and
+    secret.
 
     \b
-    Example:
+    Examples:
       raftlog node start --config raftlog-data/node-1/node.toml
-      RAFTLOG_LOG_LEVEL=DEBUG raftlog node start --config node.toml --client 0.0.0.0:9093
+      raftlog node start --node-id 1 --cluster-id MkU3OEVBNTcwNTJENDM2Qk --data-dir /var/lib/raftlog \\
+          --host 10.0.0.1 --cluster-secret-file /etc/raftlog/secret --allow-plaintext \\
+          --voters 1@10.0.0.1:9095,2@10.0.0.2:9095,3@10.0.0.3:9095 \\
+          --controller-peers 1@10.0.0.1:9094,2@10.0.0.2:9094,3@10.0.0.3:9094
+      raftlog node start --config node.toml --client 0.0.0.0:9093 --advertised-host node1.example
     """
+    from raftlog.node.config import Listeners
     from raftlog.node.main import main as node_main
 
     overrides = {k: v for k, v in flags.items() if v is not None}
-    sys.exit(node_main(config_path, overrides))
+    if listen_host is not None:
+        for name in ("kafka", "client", "peer", "quorum", "http"):
+            default = getattr(Listeners(), name)
+            overrides.setdefault(f"listeners_{name}", str(type(default)(listen_host, default.port)))
+    if cluster_secret_file is not None:
+        try:
+            overrides["cluster_secret"] = Path(cluster_secret_file).read_text().strip()
+        except OSError as exc:
+            click.echo(f"raftlog node: --cluster-secret-file: {exc.strerror}", err=True)
+            sys.exit(2)
+    sys.exit(node_main(config_path, overrides, supervisor_pid=supervisor_pid))
 
 
 # ----------------------------------------------------------------------------- cluster
@@ -110,6 +156,20 @@ def node_start(config_path: str | None, **flags: Any) -> None:
 @main.group()
 def cluster() -> None:
     """Run a local cluster, or look at one."""
+
+
+@cluster.command("new-id")
+def cluster_new_id() -> None:
+    """Print a new cluster id (for `raftlog node start --cluster-id` on several hosts; Kafka's
+    `kafka-storage random-uuid`).
+
+    \b
+    Example:
+      raftlog cluster new-id > cluster-id
+    """
+    from raftlog.node.config import new_cluster_id
+
+    click.echo(new_cluster_id())
 
 
 @cluster.command("up")
@@ -161,6 +221,9 @@ def cluster_status_cmd(ctx: click.Context, bootstrap: str, timeout: float, as_js
     """Show the voters, the active controller and its epoch, the metadata commit index, and
     every broker (fenced or not, last heartbeat age as the controller saw it).
 
+    Exit 0 with a controller; exit 2 when none answers ("no quorum": the metadata quorum
+    has no leader; "controller unreachable"): broker states are then unknown.
+
     \b
     Example:
       raftlog cluster status
@@ -169,31 +232,45 @@ def cluster_status_cmd(ctx: click.Context, bootstrap: str, timeout: float, as_js
     store(ctx, bootstrap=bootstrap, timeout=timeout)
     with admin_from_context(ctx) as admin:
         status = admin.cluster_status()
+    no_controller = status.view == "local" or status.controller_id is None
     if as_json:
         emit_json({
             "cluster_id": status.cluster_id, "controller_id": status.controller_id,
             "controller_epoch": status.controller_epoch, "commit_index": status.commit_index,
-            "voters": list(status.voters), "brokers": list(status.brokers),
+            "voters": list(status.voters), "brokers": list(status.brokers), "view": status.view,
+            "controller_problem": status.controller_problem, "answered_by": status.answered_by,
         })  # fmt: skip
+        if no_controller:
+            ctx.exit(EXIT_NO_CONTROLLER)
         return
     click.echo(f"cluster     {status.cluster_id}")
-    controller = "none (election under way?)" if status.controller_id is None else f"node {status.controller_id}"
-    click.echo(f"controller  {controller}, epoch {status.controller_epoch}")
+    if no_controller:
+        problem = status.controller_problem or "controller unreachable"
+        click.echo(f"controller  NONE: {problem}")
+        click.echo(f"            (what follows is node {status.answered_by}'s last metadata, not the "
+                   "controller's: broker states are unknown)")
+    else:
+        click.echo(f"controller  node {status.controller_id}, epoch {status.controller_epoch}")
     click.echo(f"metadata    commit index {status.commit_index}")
     click.echo("")
     rows = [("VOTER", "QUORUM ADDRESS", "PEER ADDRESS", "ROLE")]
     for v in status.voters:
         rows.append((str(v.get("id")), str(v.get("address")), str(v.get("peer") or "-"),
-                     "controller" if v.get("leader") else "follower"))
+                     "controller" if v.get("leader") and not no_controller else "voter"))
     table(rows)
     click.echo("")
     rows = [("BROKER", "KAFKA ADDRESS", "CLIENT ADDRESS", "STATE", "LAST HEARTBEAT")]
     for b in status.brokers:
         age = b.get("last_heartbeat_age_ms")
+        state = "fenced" if b.get("fenced") else "unfenced"
+        if no_controller:
+            state = f"unknown (last: {state})"
         rows.append((str(b.get("id")), str(b.get("kafka") or "-"), f"{b.get('host')}:{b.get('port')}",
-                     "fenced" if b.get("fenced") else "unfenced",
-                     "-" if age is None else f"{age / 1000:.1f} s ago"))
+                     state, "-" if age is None else f"{age / 1000:.1f} s ago"))
     table(rows)
+    if no_controller:
+        click.echo(f"raftlog: {status.controller_problem or 'controller unreachable'}", err=True)
+        ctx.exit(EXIT_NO_CONTROLLER)
 
 
 # ----------------------------------------------------------------------------- topics
@@ -219,7 +296,9 @@ def _topic_json(t: Any) -> dict[str, Any]:
         "name": t.name, "internal": t.internal, "configs": dict(t.configs),
         "partitions": [
             {"partition": p.partition, "leader": p.leader, "leader_epoch": p.leader_epoch,
-             "replicas": list(p.replicas), "preferred_leader": p.preferred_leader}
+             "replicas": list(p.replicas), "preferred_leader": p.preferred_leader,
+             "offline": p.offline_reason is not None, "offline_reason": p.offline_reason,
+             "last_leader": p.last_leader}
             for p in t.partitions
         ],
     }  # fmt: skip
@@ -230,11 +309,19 @@ def _print_topic(t: Any) -> None:
     configs = ", ".join(f"{k}={v}" for k, v in sorted(t.configs.items())) or "(defaults)"
     kind = "  (internal)" if t.internal else ""
     click.echo(f"topic {t.name}{kind}: {len(t.partitions)} partitions, replication factor {rf}, configs {configs}")
-    rows = [("PARTITION", "LEADER", "EPOCH", "REPLICAS", "PREFERRED")]
+    rows = [("PARTITION", "LEADER", "EPOCH", "REPLICAS", "PREFERRED", "STATE")]
     for p in t.partitions:
-        rows.append((str(p.partition), "-" if p.leader is None else str(p.leader), str(p.leader_epoch),
-                     ",".join(map(str, p.replicas)), "-" if p.preferred_leader is None else str(p.preferred_leader)))
+        if p.offline_reason is not None:
+            leader = "-" if p.last_leader is None else f"- (was {p.last_leader})"
+            state = f"OFFLINE: {p.offline_reason}"
+        else:
+            leader, state = ("-" if p.leader is None else str(p.leader)), "online"
+        rows.append((str(p.partition), leader, str(p.leader_epoch), ",".join(map(str, p.replicas)),
+                     "-" if p.preferred_leader is None else str(p.preferred_leader), state))
     table(rows)
+    offline = sum(1 for p in t.partitions if p.offline_reason is not None)
+    if offline:
+        click.echo(f"{offline} of {len(t.partitions)} partitions offline (no live leader)")
     counts: dict[int, int] = {}
     for p in t.partitions:
         if p.preferred_leader is not None:
@@ -258,26 +345,33 @@ def _require_topic(admin: Any, name: str) -> None:
 
 @topics.command("create")
 @click.argument("name")
-@click.option("--partitions", "-p", type=int, default=1, show_default=True, help="Number of partitions.")
-@click.option("--replication-factor", "-r", type=int, default=1, show_default=True,
-              help="Replicas per partition (at most the live brokers).")
+@click.option("--partitions", "-p", type=int, default=TOPIC_PARTITIONS, show_default=True,
+              help="Number of partitions.")
+@click.option("--replication-factor", "-r", type=int, default=None,
+              help=f"Replicas per partition (at most the live brokers; default min({TOPIC_MAX_REPLICATION_FACTOR}, live brokers), "
+                   "as `raftlog produce` creates topics).")
 @click.option("--config", "-c", "configs", multiple=True, metavar="KEY=VALUE",
               help="A topic config, e.g. retention_ms=3600000 (repeatable).")
 @admin_options
 @click.pass_context
 @friendly
-def topics_create(ctx: click.Context, name: str, partitions: int, replication_factor: int,
+def topics_create(ctx: click.Context, name: str, partitions: int, replication_factor: int | None,
                   configs: tuple[str, ...], bootstrap: str, timeout: float, as_json: bool) -> None:
     """Create topic NAME; the controller places replicas and spreads preferred leaders.
 
     \b
     Example:
+      raftlog topics create demo                  # 3 partitions, RF min(3, live brokers)
       raftlog topics create demo --partitions 6 --replication-factor 3
       raftlog topics create events -p 12 -r 3 -c retention_ms=86400000 -c cleanup_policy=delete
+      raftlog topics create blobs -c max_message_bytes=8388608      # records up to 8 MiB
     """
     store(ctx, bootstrap=bootstrap, timeout=timeout)
     pairs = _parse_pairs(configs, "--config")
     with admin_from_context(ctx) as admin:
+        if replication_factor is None:
+            live = sum(1 for b in admin.cluster_status().brokers if not b.get("fenced"))
+            replication_factor = max(1, min(TOPIC_MAX_REPLICATION_FACTOR, live))
         topic = admin.create_topic(name, partitions, replication_factor, pairs or None)
         try:
             topic = admin.describe_topics([name])[name]  # with configs and internal flag
@@ -323,6 +417,9 @@ def topics_describe(ctx: click.Context, names: tuple[str, ...], internal: bool, 
                     timeout: float, as_json: bool) -> None:
     """Show partitions, leaders, replicas and preferred leaders of NAMES (default: all).
 
+    A partition with no live leader (none elected, its leader fenced, or no majority of its
+    replicas up) shows as OFFLINE with the reason.
+
     \b
     Example:
       raftlog topics describe demo
@@ -331,21 +428,19 @@ def topics_describe(ctx: click.Context, names: tuple[str, ...], internal: bool, 
     store(ctx, bootstrap=bootstrap, timeout=timeout)
     with admin_from_context(ctx) as admin:
         if names:
-            try:
-                found = admin.describe_topics(list(names))
-            except RaftlogError as exc:
-                if not isinstance(exc, UnknownTopicOrPartitionError):
-                    raise
-                known = set(admin.list_topics(internal=True))
-                missing = [n for n in names if n not in known] or list(names)
-                raise CliFailure(f"unknown topic{'s' if len(missing) > 1 else ''}: {', '.join(missing)}") from None
+            answer = describe(admin, list(names))
+            missing = [n for n in names if n in answer.topic_errors]
+            if missing:
+                raise CliFailure(f"unknown topic{'s' if len(missing) > 1 else ''}: {', '.join(missing)}")
         else:
-            wanted = admin.list_topics(internal=internal)
-            found = admin.describe_topics(wanted) if wanted else {}
+            answer = describe(admin, None, internal=internal)
+    found = {n: t for n, t in answer.topics.items() if names or internal or not t.internal}
     ordered = [found[n] for n in (names or sorted(found)) if n in found]
     if as_json:
         emit_json({t.name: _topic_json(t) for t in ordered})
         return
+    if answer.controller_problem:
+        click.echo(f"warning: {answer.controller_problem}; leaders are as last recorded", err=True)
     if not ordered:
         click.echo("no topics (create one: raftlog topics create NAME)")
     for i, t in enumerate(ordered):
@@ -380,30 +475,42 @@ def topics_delete(ctx: click.Context, name: str, bootstrap: str, timeout: float,
 @click.argument("name")
 @click.option("--set", "set_items", multiple=True, metavar="KEY=VALUE", help="Set a config (repeatable).")
 @click.option("--delete", "delete_keys", multiple=True, metavar="KEY", help="Back to the default (repeatable).")
+@click.option("--partitions", "-p", type=click.IntRange(1), default=None,
+              help="Grow the topic to this many partitions (never fewer; keyed records may then "
+                   "map to other partitions, as in Kafka).")
 @admin_options
 @click.pass_context
 @friendly
 def topics_alter(ctx: click.Context, name: str, set_items: tuple[str, ...], delete_keys: tuple[str, ...],
-                 bootstrap: str, timeout: float, as_json: bool) -> None:
-    """Change topic NAME's configs; prints the configs set explicitly afterwards.
+                 partitions: int | None, bootstrap: str, timeout: float, as_json: bool) -> None:
+    """Change topic NAME's configs (prints the configs set explicitly afterwards) and/or its
+    partition count (kafka-topics --alter --partitions).
 
     \b
     Example:
       raftlog topics alter demo --set retention_ms=3600000 --delete segment_bytes
+      raftlog topics alter demo --partitions 12
     """
     store(ctx, bootstrap=bootstrap, timeout=timeout)
-    if not set_items and not delete_keys:
-        raise CliFailure("nothing to change: give --set KEY=VALUE and/or --delete KEY")
+    if not set_items and not delete_keys and partitions is None:
+        raise CliFailure("nothing to change: give --set KEY=VALUE, --delete KEY and/or --partitions N")
     pairs = _parse_pairs(set_items, "--set")
+    out: dict[str, Any] = {"name": name}
     with admin_from_context(ctx) as admin:
         _require_topic(admin, name)
-        configs = admin.alter_configs(name, pairs, list(delete_keys))
+        if partitions is not None:
+            topic = admin.create_partitions(name, partitions)
+            out["partitions"] = len(topic.partitions)
+        if set_items or delete_keys:
+            out["configs"] = admin.alter_configs(name, pairs, list(delete_keys))
     if as_json:
-        emit_json({"name": name, "configs": configs})
+        emit_json(out)
         return
-    click.echo(f"altered topic {name}; configs now: " +
-               (", ".join(f"{k}={v}" for k, v in sorted(configs.items())) or "(defaults)"))
-
+    if "partitions" in out:
+        click.echo(f"topic {name} now has {out['partitions']} partitions")
+    if "configs" in out:
+        click.echo(f"altered topic {name}; configs now: " +
+                   (", ".join(f"{k}={v}" for k, v in sorted(out["configs"].items())) or "(defaults)"))
 
 
 main.add_command(_records.produce_cmd)

@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from raftlog.cli.common import (
-    DEFAULT_BOOTSTRAP,
+    BOOTSTRAP_HELP,
     CliFailure,
     client_kwargs,
     command_config_option,
@@ -87,8 +87,8 @@ def partitions() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (for scripts).")
 @click.option("--timeout", type=click.FloatRange(0.5, 600), default=15.0, show_default=True,
               help="Seconds to wait for an answer.")
-@click.option("--bootstrap", envvar="RAFTLOG_BOOTSTRAP", default=DEFAULT_BOOTSTRAP, show_default=True,
-              help="host:port[,host:port...] of any node (env RAFTLOG_BOOTSTRAP).")
+@click.option("--bootstrap", envvar="RAFTLOG_BOOTSTRAP", default=None, metavar="HOST:PORT[,...]",
+              help=BOOTSTRAP_HELP)
 @command_config_option
 @friendly
 def partitions_recover(topic: str, partition: int, broker_id: int, unclean: bool, as_json: bool,

@@ -31,12 +31,28 @@ from typing import Any, BinaryIO, Callable, Iterator
 import click
 
 from raftlog.base.errors import RaftlogError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
-from raftlog.cli.common import CliFailure, client_kwargs, connect, connection_options, friendly, security
+from raftlog.base.topics import OFFSETS_TOPIC, partition_for_group
+from raftlog.cli.common import (
+    TOPIC_MAX_REPLICATION_FACTOR,
+    TOPIC_PARTITIONS,
+    CliFailure,
+    client_kwargs,
+    connect,
+    connection_options,
+    describe,
+    friendly,
+    offline_summary,
+    security,
+)
 
 __all__ = ["produce_cmd", "consume_cmd", "perf"]
 
-AUTO_CREATE_PARTITIONS = 3
-AUTO_CREATE_MAX_RF = 3
+AUTO_CREATE_PARTITIONS = TOPIC_PARTITIONS
+AUTO_CREATE_MAX_RF = TOPIC_MAX_REPLICATION_FACTOR
+# How long produce/consume wait for partitions without a leader before failing: a leader
+# election takes about one election timeout (1 s), so this covers one; a partition offline
+# for longer has lost a majority of its replicas (or the cluster its controller).
+LEADER_GRACE_S = 4.0
 _COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 
@@ -100,6 +116,33 @@ def _properties() -> dict[str, str] | None:
     return None if found is None else found.to_properties()
 
 
+def _wait_for_leaders(admin: Any, topic: str, partitions: list[int] | None, *, need_controller: bool,
+                      what: str, missing_ok: bool = False) -> Any:
+    """The topic's metadata once the partitions to use (`partitions`, None: any one of them)
+    have live leaders (and, with `need_controller`, the node answering has a controller),
+    waiting up to LEADER_GRACE_S for an election. CliFailure naming each offline partition
+    and why (and the controller problem) otherwise: fail fast rather than retry to the
+    timeout. Returns the last TopicInfo (None for a missing topic with `missing_ok`)."""
+    deadline = time.monotonic() + LEADER_GRACE_S
+    while True:
+        answer = describe(admin, [topic])
+        info = answer.topics.get(topic)
+        if info is None:
+            if missing_ok:
+                return None
+            raise CliFailure(f"unknown topic {topic!r}")
+        wanted = partitions if partitions is not None else [p.partition for p in info.partitions]
+        offline = offline_summary(info, wanted)
+        usable = sum(1 for p in info.partitions if p.partition in wanted and p.offline_reason is None)
+        problem = answer.controller_problem if need_controller else None
+        ready = problem is None and (usable == len(wanted) if partitions is not None else usable > 0)
+        if ready:
+            return info
+        if time.monotonic() >= deadline:
+            raise CliFailure(f"cannot {what}: " + "; ".join(offline + ([problem] if problem else [])))
+        time.sleep(0.2)  # polling the metadata under a deadline
+
+
 def _parse_headers(items: tuple[str, ...]) -> list[tuple[str, bytes]]:
     out = []
     for item in items:
@@ -139,6 +182,9 @@ def _lines(stream: BinaryIO, on_bytes: Callable[[int], None] | None) -> Iterator
               help="How long a batch waits for more records.")
 @click.option("--batch-bytes", type=click.IntRange(128), default=None, help="Batch size bound (default 64 KiB).")
 @click.option("--compression", type=click.Choice(_COMPRESSIONS), default="none", show_default=True)
+@click.option("--max-request-bytes", type=click.IntRange(1024), default=None,
+              help="Largest request (so record) the producer sends (default: 1 MiB, or the topic's "
+                   "max_message_bytes when that is larger).")
 @click.option("--create/--no-create", default=True, show_default=True,
               help=f"Create a missing topic ({AUTO_CREATE_PARTITIONS} partitions, RF min(3, brokers)).")
 @connection_options
@@ -146,8 +192,8 @@ def _lines(stream: BinaryIO, on_bytes: Callable[[int], None] | None) -> Iterator
 @friendly
 def produce_cmd(ctx: click.Context, topic: str, file_path: str | None, key_separator: str | None,
                 headers: tuple[str, ...], partition: int | None, acks: str, linger_ms: int,
-                batch_bytes: int | None, compression: str, create: bool, bootstrap: str,
-                timeout: float) -> None:
+                batch_bytes: int | None, compression: str, max_request_bytes: int | None, create: bool,
+                bootstrap: str, timeout: float) -> None:
     """Send one record per line of stdin (or --file) to TOPIC.
 
     Prints a summary on stderr at the end (records, bytes, partitions, time); stdout stays
@@ -158,8 +204,10 @@ def produce_cmd(ctx: click.Context, topic: str, file_path: str | None, key_separ
       printf 'foo:first\\nfoo:second\\nbar:first\\n' | raftlog produce streams-intro --key-separator :
       raftlog produce events --file events.txt --header source=import --acks 1
       seq 1000 | raftlog produce numbers --partition 0 --linger-ms 20 --compression zstd
+      raftlog topics create blobs -c max_message_bytes=8388608 && raftlog produce blobs -f big.txt
     """
     from raftlog.client import Admin, Producer
+    from raftlog.client.accumulator import DEFAULT_BUFFER_BYTES, DEFAULT_MAX_REQUEST_BYTES
 
     sep = key_separator.encode() if key_separator is not None else None
     if sep == b"":
@@ -174,8 +222,12 @@ def produce_cmd(ctx: click.Context, topic: str, file_path: str | None, key_separ
                 raise CliFailure(f"unknown topic {topic!r}{_near_names(admin, topic)} "
                                  "(leave out --no-create to create it)")
             info = _auto_create(admin, topic)
-    if partition is not None and partition >= len(info.partitions):
-        raise CliFailure(f"partition {partition} does not exist: {topic} has {len(info.partitions)}")
+        if partition is not None and partition >= len(info.partitions):
+            raise CliFailure(f"partition {partition} does not exist: {topic} has {len(info.partitions)}")
+        # Every partition a keyed record may go to must have a leader; keyless records need one.
+        info = _wait_for_leaders(admin, topic, [partition] if partition is not None else (
+                                 None if sep is None else list(range(len(info.partitions)))),
+                                 need_controller=acks == "all", what=f"produce to {topic}")
 
     options: dict[str, Any] = {"acks": acks, "linger_ms": linger_ms,
                                "enable_idempotence": acks == "all", "max_block_ms": timeout_ms}
@@ -183,6 +235,13 @@ def produce_cmd(ctx: click.Context, topic: str, file_path: str | None, key_separ
         options["batch_bytes"] = batch_bytes
     if compression != "none":
         options["compression"] = compression
+    if max_request_bytes is None:
+        topic_limit = str(info.configs.get("max_message_bytes", ""))
+        if topic_limit.isdigit() and int(topic_limit) > DEFAULT_MAX_REQUEST_BYTES:
+            max_request_bytes = int(topic_limit)  # a topic made for big records: let them through
+    if max_request_bytes is not None:
+        options["max_request_bytes"] = max_request_bytes
+        options["buffer_bytes"] = max(DEFAULT_BUFFER_BYTES, 2 * max_request_bytes)
     stats = {"records": 0, "bytes": 0, "failed": 0}
     partitions_used: set[int] = set()
     first_error: list[BaseException] = []
@@ -207,8 +266,10 @@ def produce_cmd(ctx: click.Context, topic: str, file_path: str | None, key_separ
     else:
         stream = sys.stdin.buffer
     interrupted = False
+    # A record not acknowledged within --timeout fails with why (no leader, no producer id,
+    # ...) rather than being dropped unsaid when the producer closes.
     producer = Producer(addresses, request_timeout_ms=max(timeout_ms, 1000),
-                        delivery_timeout_ms=max(120_000, timeout_ms + linger_ms + 1000), **options,
+                        delivery_timeout_ms=max(timeout_ms, 1000) + linger_ms, **options,
                         **client_kwargs())
     try:
         if bar is not None:
@@ -236,7 +297,7 @@ def produce_cmd(ctx: click.Context, topic: str, file_path: str | None, key_separ
         if file_path is not None:
             stream.close()
         try:
-            producer.flush(timeout=timeout)
+            producer.flush(timeout=timeout + 5)  # delivery_timeout_ms ends each record before
         except TimeoutError:
             click.echo(f"raftlog: not every record was acknowledged within {timeout:g} s", err=True)
         producer.close(timeout=1)
@@ -299,6 +360,24 @@ def _parse_offset(value: str | None) -> int | str | None:
     return n
 
 
+def _check_offset(admin: Any, topic: str, parts: list[int], offset: int) -> None:
+    """CliFailure when `offset` is outside [log start, log end] of any partition in `parts`
+    (the consumer would silently reset to the end and print nothing)."""
+    from raftlog.client.request import EARLIEST, LATEST, list_offsets_request, parse_list_offsets
+
+    requests = [(list_offsets_request([(topic, p, spec)]), (topic, p)) for p in parts for spec in (EARLIEST, LATEST)]
+    answers = admin.request_many(requests)
+    bounds: dict[int, list[int]] = {}
+    for (_, (_, p)), answer in zip(requests, answers):
+        (found,) = parse_list_offsets(answer).values()
+        bounds.setdefault(p, []).append(found[0])
+    bad = [f"{topic}-{p} has offsets {start}..{end}" for p, (start, end) in sorted(bounds.items())
+           if not start <= offset <= end]
+    if bad:
+        raise CliFailure(f"--offset {offset} is out of range: " + "; ".join(bad)
+                         + " (the end is where the next record will go)")
+
+
 class _Stop(Exception):
     """SIGTERM: end the consume loop like Ctrl-C."""
 
@@ -344,11 +423,20 @@ def consume_cmd(ctx: click.Context, topic: str, from_beginning: bool, partition:
     addresses = connect(bootstrap)
     with Admin(addresses, request_timeout_ms=int(timeout * 1000), **client_kwargs()) as admin:
         info = _require_topic(admin, topic)
-    count = len(info.partitions)
-    if partition is not None and partition >= count:
-        raise CliFailure(f"partition {partition} does not exist: {topic} has {count} "
-                         f"(0..{count - 1})")
-    parts = [partition] if partition is not None else list(range(count))
+        count = len(info.partitions)
+        if partition is not None and partition >= count:
+            raise CliFailure(f"partition {partition} does not exist: {topic} has {count} "
+                             f"(0..{count - 1})")
+        parts = [partition] if partition is not None else list(range(count))
+        # Fail fast when nothing can be read: every partition asked for has no live leader
+        # (or, with --group, the group's coordinator partition has none).
+        _wait_for_leaders(admin, topic, parts if partition is not None else None, need_controller=False,
+                          what=f"consume {topic}")
+        if group is not None:
+            _wait_for_leaders(admin, OFFSETS_TOPIC, [partition_for_group(group)], need_controller=False,
+                              what=f"consume as group {group!r} (its coordinator's partition)", missing_ok=True)
+        if isinstance(offset, int):
+            _check_offset(admin, topic, parts, offset)
 
     out = sys.stdout.buffer
     fmt_record = _formatter(fmt, separator.encode())

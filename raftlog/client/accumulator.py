@@ -61,6 +61,9 @@ __all__ = [
 DEFAULT_BATCH_BYTES = 64 * 1024
 DEFAULT_BUFFER_BYTES = 32 * 1024 * 1024  # Kafka's buffer.memory
 DEFAULT_MAX_REQUEST_BYTES = 1024 * 1024  # Kafka's max.request.size
+REQUEST_OVERHEAD_BYTES = 4096  # a produce request's frame around its batches (CBOR, names), at most
+_RAISE_HINT = (" (raise with the producer's max_request_bytes / raftlog produce --max-request-bytes; "
+               "the topic's max_message_bytes and the node's --max-request-bytes must allow it too)")
 
 # Upper bound of a record's framing overhead in a v2 batch: length (5) + attributes (1) +
 # timestamp delta (10) + offset delta (5) + key length (5) + value length (5) + header
@@ -193,6 +196,9 @@ class Accumulator:
         self.linger_ms = linger_ms
         self.buffer_bytes = buffer_bytes
         self.max_request_bytes = max_request_bytes
+        # The nodes' limit on a request (their max_frame_bytes, from metadata answers); None
+        # until known. A record that cannot fit under it fails at once (RecordTooLarge).
+        self.node_max_request_bytes: int | None = None
         self.compression = Compression(compression)
         self.idempotent = idempotent
         self.max_in_flight_per_partition = max_in_flight_per_partition
@@ -201,6 +207,12 @@ class Accumulator:
         self.buffered_bytes = 0
         self._queues: dict[str, dict[int, _PartitionQueue]] = {}
         self._flush_all = False  # flush/close: every batch is ready now, linger or not
+
+    def _request_cap(self) -> int:
+        node = self.node_max_request_bytes
+        if node is None:
+            return self.max_request_bytes
+        return max(1, min(self.max_request_bytes, node - REQUEST_OVERHEAD_BYTES))
 
     # ---- appending (hot path) ----
 
@@ -225,7 +237,7 @@ class Accumulator:
             if size + _BATCH_HEADER_BYTES > min(self.max_request_bytes, self.buffer_bytes):
                 raise RecordTooLarge(
                     f"record of up to {size} bytes exceeds max_request_bytes "
-                    f"{self.max_request_bytes} / buffer_bytes {self.buffer_bytes}"
+                    f"{self.max_request_bytes} / buffer_bytes {self.buffer_bytes}{_RAISE_HINT}"
                 )
             return FULL
         parts = self._queues.get(topic)
@@ -243,7 +255,13 @@ class Accumulator:
                 return NEW_BATCH
             if size + _BATCH_HEADER_BYTES > self.max_request_bytes:
                 raise RecordTooLarge(
-                    f"record of up to {size} bytes exceeds max_request_bytes {self.max_request_bytes}"
+                    f"record of up to {size} bytes exceeds max_request_bytes {self.max_request_bytes}{_RAISE_HINT}"
+                )
+            node_limit = self.node_max_request_bytes
+            if node_limit is not None and size + _BATCH_HEADER_BYTES + REQUEST_OVERHEAD_BYTES > node_limit:
+                raise RecordTooLarge(
+                    f"record of up to {size} bytes exceeds the node's limit on a request ({node_limit} "
+                    "bytes): raise it with raftlog node start --max-request-bytes (max_frame_bytes)"
                 )
             if b is not None:
                 b.full = True
@@ -379,7 +397,7 @@ class Accumulator:
                         b.created_ms = now_ms  # flushed while open: the clock starts now
                     self._seal(b, q)
                 used = out_bytes.get(leader, 0)
-                if used and used + len(b.payload) > self.max_request_bytes:
+                if used and used + len(b.payload) > self._request_cap():
                     continue
                 q.waiting.popleft()
                 b.in_flight = True

@@ -20,6 +20,7 @@ from raftlog.client.request import (
     TopicInfo,
     alter_configs_request,
     cluster_status_request,
+    create_partitions_request,
     create_topic_request,
     delete_topic_request,
     metadata_request,
@@ -32,6 +33,7 @@ __all__ = [
     "AdminCore",
     "AdminOp",
     "create_topic_op",
+    "create_partitions_op",
     "delete_topic_op",
     "describe_topics_op",
     "list_topics_op",
@@ -83,6 +85,13 @@ def create_topic_op(name: str, partitions: int, replication_factor: int,
     def parse(r: dict) -> TopicInfo:
         return parse_topic({"name": r.get("name", name), "partitions": r.get("partitions") or ()})
     return AdminOp(create_topic_request(name, partitions, replication_factor, configs), parse)
+
+
+def create_partitions_op(name: str, partitions: int, validate_only: bool = False) -> AdminOp:
+    """-> TopicInfo of the topic after it grew to `partitions` partitions."""
+    def parse(r: dict) -> TopicInfo:
+        return parse_topic({"name": r.get("name", name), "partitions": r.get("partitions") or ()})
+    return AdminOp(create_partitions_request(name, partitions, validate_only), parse)
 
 
 def delete_topic_op(name: str) -> AdminOp:

@@ -41,6 +41,7 @@ from raftlog.client.admin import (
     alter_configs_op,
     cluster_status_op,
     create_acls_op,
+    create_partitions_op,
     create_topic_op,
     delete_acls_op,
     delete_topic_op,
@@ -476,6 +477,10 @@ class Admin(_AsyncClient):
                            configs: dict[str, str] | None = None, *,
                            timeout_ms: int | None = None) -> TopicInfo:
         return await self._op(create_topic_op(name, partitions, replication_factor, configs), timeout_ms)
+
+    async def create_partitions(self, name: str, partitions: int, *, validate_only: bool = False,
+                                timeout_ms: int | None = None) -> TopicInfo:
+        return await self._op(create_partitions_op(name, partitions, validate_only), timeout_ms)
 
     async def delete_topic(self, name: str, *, timeout_ms: int | None = None) -> None:
         await self._op(delete_topic_op(name), timeout_ms)

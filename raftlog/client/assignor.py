@@ -2,13 +2,10 @@
 
 The group leader (a client) runs one of these on the members' subscriptions it got in its
 JoinGroup answer and sends the result in SyncGroup; the coordinator never looks inside. The
-bytes are canonical CBOR (our native protocol does not need Kafka's ConsumerProtocol bytes):
-
-    subscription  {"v": 1, "topics": [str], "owned_partitions": [[topic, partition]],
-                   "generation": int, "user_data"?: bytes}
-    assignment    {"v": 1, "partitions": [[topic, partition]], "user_data"?: bytes}
-
-Lists are sorted, so equal values have equal bytes. Decoding is strict (CorruptMessageError).
+bytes are Kafka's ConsumerProtocol Subscription and Assignment (consumer_protocol.py), so a
+raftlog member and Kafka clients share a group: whichever is leader reads everyone's
+subscription. The names are Kafka's ("range", "roundrobin", "sticky", "cooperative-sticky"),
+so the coordinator finds a protocol every member supports.
 
 Every assignor has the signature
     assign(partitions_per_topic: {topic: count}, subscriptions: {member_id: Subscription})
@@ -33,113 +30,22 @@ it. Topics nobody subscribes to, or that do not exist, are left out.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
 
+from raftlog.client.consumer_protocol import (
+    Assignment,
+    Subscription,
+    TopicPartition,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
 
-from raftlog.base import cbor
-from raftlog.base.errors import CorruptMessageError
-from raftlog.base.topics import MAX_TOPIC_NAME_CHARS
-
-VERSION = 1
-MAX_SUBSCRIPTION_BYTES = 1024 * 1024
-MAX_TOPICS = 10_000
-MAX_PARTITIONS = 1_000_000
-
-TopicPartition = tuple[str, int]
-
-
-@dataclass(frozen=True)
-class Subscription:
-    topics: tuple[str, ...]
-    owned_partitions: tuple[TopicPartition, ...] = ()
-    generation: int = -1
-    user_data: bytes | None = None
-    # Not encoded: the leader fills it from the JoinGroup member list (range orders by it).
-    group_instance_id: str | None = field(default=None, compare=False)
-
-
-@dataclass(frozen=True)
-class Assignment:
-    partitions: tuple[TopicPartition, ...]
-    user_data: bytes | None = None
-
-
-# --- encodings --------------------------------------------------------------------------
-
-
-def _fail(what: str, why: str) -> CorruptMessageError:
-    return CorruptMessageError(f"{what}: {why}")
-
-
-def _tps(what: str, value: Any) -> tuple[TopicPartition, ...]:
-    if not isinstance(value, list) or len(value) > MAX_PARTITIONS:
-        raise _fail(what, "expected an array of [topic, partition]")
-    out = []
-    for item in value:
-        if (not isinstance(item, list) or len(item) != 2 or type(item[0]) is not str
-                or not 1 <= len(item[0]) <= MAX_TOPIC_NAME_CHARS or type(item[1]) is not int
-                or not 0 <= item[1] < 2**31):
-            raise _fail(what, f"bad [topic, partition] {item!r}")
-        out.append((item[0], item[1]))
-    if len(set(out)) != len(out):
-        raise _fail(what, "duplicate partition")
-    return tuple(sorted(out))
-
-
-def _body(what: str, data: bytes, required: set[str], optional: set[str]) -> dict[str, Any]:
-    obj = cbor.loads(data, what=what, max_bytes=MAX_SUBSCRIPTION_BYTES, error=CorruptMessageError, canonical=True)
-    if not isinstance(obj, dict):
-        raise _fail(what, "expected a map")
-    if type(obj.get("v")) is not int or obj["v"] != VERSION:
-        raise _fail(what, f"unsupported version {obj.get('v')!r}")
-    names = set(obj) - {"v"}
-    if names - required - optional or required - names:
-        raise _fail(what, f"fields {sorted(map(str, names))}, expected {sorted(required)} + optional {sorted(optional)}")
-    if "user_data" in obj and type(obj["user_data"]) is not bytes:
-        raise _fail(what, "user_data must be bytes")
-    return obj
-
-
-def encode_subscription(s: Subscription) -> bytes:
-    obj: dict[str, Any] = {
-        "v": VERSION,
-        "topics": sorted(set(s.topics)),
-        "owned_partitions": [[t, p] for t, p in sorted(set(s.owned_partitions))],
-        "generation": s.generation,
-    }
-    if s.user_data is not None:
-        obj["user_data"] = s.user_data
-    return cbor.dumps(obj)
-
-
-def decode_subscription(data: bytes, group_instance_id: str | None = None) -> Subscription:
-    obj = _body("subscription", data, {"topics", "owned_partitions", "generation"}, {"user_data"})
-    topics = obj["topics"]
-    if (not isinstance(topics, list) or len(topics) > MAX_TOPICS
-            or any(type(t) is not str or not 1 <= len(t) <= MAX_TOPIC_NAME_CHARS for t in topics)
-            or len(set(topics)) != len(topics)):
-        raise _fail("subscription.topics", "expected an array of distinct topic names")
-    if type(obj["generation"]) is not int or not -1 <= obj["generation"] < 2**31:
-        raise _fail("subscription.generation", "expected an int >= -1")
-    return Subscription(tuple(sorted(topics)), _tps("subscription.owned_partitions", obj["owned_partitions"]),
-                        obj["generation"], obj.get("user_data"), group_instance_id)
-
-
-def encode_assignment(a: Assignment) -> bytes:
-    obj: dict[str, Any] = {"v": VERSION, "partitions": [[t, p] for t, p in sorted(set(a.partitions))]}
-    if a.user_data is not None:
-        obj["user_data"] = a.user_data
-    return cbor.dumps(obj)
-
-
-def decode_assignment(data: bytes) -> Assignment:
-    """An empty byte string (what the coordinator gives a member the leader left out) is an
-    empty assignment."""
-    if data == b"":
-        return Assignment(())
-    obj = _body("assignment", data, {"partitions"}, {"user_data"})
-    return Assignment(_tps("assignment.partitions", obj["partitions"]), obj.get("user_data"))
+__all__ = [
+    "ASSIGNORS", "Assignor", "Assignment", "Subscription", "TopicPartition", "assign",
+    "range_assign", "roundrobin_assign", "sticky_assign", "cooperative_sticky_assign",
+    "encode_subscription", "decode_subscription", "encode_assignment", "decode_assignment",
+]
 
 
 # --- helpers ----------------------------------------------------------------------------

@@ -29,6 +29,7 @@ import random
 import threading
 from typing import Any, Iterable, Iterator
 
+from raftlog.base.errors import RaftlogError, error_from_wire
 from raftlog.client.accumulator import FULL, ProducerBatch
 from raftlog.client.admin import (
     AdminCore,
@@ -36,6 +37,7 @@ from raftlog.client.admin import (
     alter_configs_op,
     cluster_status_op,
     create_acls_op,
+    create_partitions_op,
     create_topic_op,
     delete_acls_op,
     delete_topic_op,
@@ -56,8 +58,10 @@ from raftlog.client.group_blocking import BlockingGroup
 from raftlog.client.metadata_cache import MetadataCache
 from raftlog.client.network_blocking import Network, step
 from raftlog.client.producer import NO_METADATA, ProducerCore
-from raftlog.client.request import ClusterStatus, TopicInfo
+from raftlog.client.request import ClusterStatus, TopicInfo, delete_records_request
 from raftlog.client.security import SecurityOption, client_security
+
+DELETE_RECORDS_ROUNDS = 10  # a leader move per round at most: bounded retries
 
 __all__ = ["Producer", "Consumer", "Admin", "RecordFuture"]
 
@@ -507,6 +511,14 @@ class Admin:
                      configs: dict[str, str] | None = None, *, timeout_ms: int | None = None) -> TopicInfo:
         return self._op(create_topic_op(name, partitions, replication_factor, configs), timeout_ms)
 
+    def create_partitions(self, name: str, partitions: int, *, validate_only: bool = False,
+                          timeout_ms: int | None = None) -> TopicInfo:
+        """Grow topic `name` to `partitions` partitions (the new total; Kafka's
+        CreatePartitions). Returns the topic as the controller saw it after the change.
+        Raises InvalidPartitionsError (not more than now), UnknownTopicOrPartitionError,
+        InvalidReplicationFactorError (fewer live brokers than the topic's RF)."""
+        return self._op(create_partitions_op(name, partitions, validate_only), timeout_ms)
+
     def delete_topic(self, name: str, *, timeout_ms: int | None = None) -> None:
         self._op(delete_topic_op(name), timeout_ms)
 
@@ -556,6 +568,42 @@ class Admin:
         """Remove every SCRAM credential of `user`; raises ResourceNotFoundError if it has none."""
         mechanisms = (self.describe_users([user], timeout_ms=timeout_ms)).get(user, {})
         self._op(delete_user_op(user, sorted(mechanisms)), timeout_ms)
+
+    def delete_records(self, offsets: dict[tuple[str, int], int], *,
+                       timeout_ms: int | None = None) -> dict[tuple[str, int], int]:
+        """Kafka's DeleteRecords: for each (topic, partition), delete every record below the
+        offset (-1: below the high watermark) on every replica. Returns each low watermark
+        (the log start a majority now holds). Raises the first partition's error:
+        OffsetOutOfRangeError (past the high watermark), UnknownTopicOrPartitionError,
+        RequestTimedOutError (the deletion may still happen), ... A partition whose leader
+        moved (NOT_LEADER) is sent again to the new one, up to DELETE_RECORDS_ROUNDS times."""
+        deadline_ms = self._clock.monotonic_ms() + (timeout_ms or self._core.request_timeout_ms)
+        pending = dict(offsets)
+        out: dict[tuple[str, int], int] = {}
+        last: RaftlogError | None = None
+        for _ in range(DELETE_RECORDS_ROUNDS):
+            remaining_ms = deadline_ms - self._clock.monotonic_ms()
+            answers = self.request_many(
+                [(delete_records_request([(t, p, o)]), (t, p)) for (t, p), o in pending.items()],
+                timeout_ms=max(1, remaining_ms))
+            retry: dict[tuple[str, int], int] = {}
+            for (tp, offset), answer in zip(list(pending.items()), answers):
+                [entry] = answer["partitions"]
+                if entry.get("error") is None:
+                    out[tp] = entry["low_watermark"]
+                    continue
+                exc = error_from_wire(entry["error"])
+                if not exc.retriable or self._clock.monotonic_ms() >= deadline_ms:
+                    raise exc
+                self._core.metadata.apply_leader_hint(tp[0], tp[1], getattr(exc, "leader_id", None),
+                                                      getattr(exc, "leader", None))
+                retry[tp] = offset
+                last = exc
+            if not retry:
+                return out
+            pending = retry
+        assert last is not None
+        raise last
 
     def close(self) -> None:
         self._net.close()

@@ -58,6 +58,10 @@ __all__ = ["Send", "Close", "Call", "Pending", "ClientCore"]
 log = logging.getLogger(__name__)
 
 _ID_LIMIT = 1 << 31
+# A broker address that answered another protocol (HTTP, TLS, Kafka's) is retried this rarely.
+FOREIGN_BACKOFF_MS = 10_000
+HELLO = "\r\n\r\n"
+SILENT_CLOSES_FOREIGN = 3
 
 
 class Send(NamedTuple):
@@ -171,6 +175,11 @@ class ClientCore:
         self._calls: list[Call] = []
         # The last authentication failure, until a broker answers again.
         self.auth_error: RaftlogError | None = None
+        self._foreign: dict[int, str] = {}  # broker id -> what answered there instead of raftlog
+        self._answered: set[int] = set()  # bootstrap ids that answered at least once
+        self._silent_closes: dict[int, int] = {}  # bootstrap id -> closed with requests, no answer
+        self._connected: set[int] = set()  # connected since the last loss (on_connected)
+        self._refusals: dict[int, RaftlogError] = {}  # broker id -> why it refused a frame (id 0)
 
     # ---- shell interface ----
 
@@ -196,24 +205,71 @@ class ClientCore:
         p = self._pending.pop(rid, None) if isinstance(rid, int) else None
         if p is None:
             if rid == 0 and msg.get("error") is not None:
-                # The server refused a frame it could not read and will close: say why.
-                log.warning("broker %s refused a frame: %s", broker_id, error_from_wire(msg["error"]))
+                # The server refused a frame it could not read and will close: say why, and
+                # give the reason to the request that connection loses (on_disconnect).
+                refusal = error_from_wire(msg["error"])
+                log.warning("broker %s refused a frame: %s", broker_id, refusal)
+                self._refusals[broker_id] = refusal
             return  # late answer to a request we gave up on
         self._failures.pop(broker_id, None)
         self._down_until_ms.pop(broker_id, None)
         self.auth_error = None
+        self._foreign.pop(broker_id, None)
+        self._answered.add(broker_id)
         self.RESPONSE_HANDLERS[p.kind](self, p, msg, now_ms)
+
+    def on_connected(self, broker_id: int) -> None:
+        """Shell: a connection to broker_id is open (a later loss is a close, not a refusal)."""
+        self._connected.add(broker_id)
+
+    def note_foreign(self, broker_id: int, what: str, *, message: str | None = None) -> None:
+        """Shell: the server at broker_id's address answered `what` ("HTTP", ...) instead of
+        the raftlog protocol (base/protocol.py foreign_protocol); report the connection lost
+        next, as usual. Said once in the log; while every address answers like that, calls
+        fail at once saying so (a wrong --bootstrap port) instead of retrying to their deadline."""
+        addr = self.address(broker_id)
+        where = f"{addr[0]}:{addr[1]}" if addr is not None else f"broker {broker_id}"
+        message = f"{where} {message}" if message else f"{where} answered {what}, not the raftlog protocol"
+        if broker_id not in self._foreign:
+            log.warning("%s", message)
+        self._foreign[broker_id] = message
+
+    def unreachable_reason(self) -> str | None:
+        """Why no broker can be asked, when every known address answered another protocol
+        (for error messages); None otherwise."""
+        ids = list(self.metadata.brokers) or list(self.metadata.bootstrap)
+        if ids and all(b in self._foreign for b in ids):
+            return "; ".join(self._foreign[b] for b in ids)
+        return None
 
     def on_disconnect(self, broker_id: int, now_ms: int) -> None:
         """The connection to broker_id failed or closed: fail its pending requests (unknown
         outcome), back off reconnecting, refresh metadata."""
         n = self._failures.get(broker_id, 0) + 1
         self._failures[broker_id] = n
-        self._down_until_ms[broker_id] = now_ms + self.reconnect.backoff(n)
+        backoff = FOREIGN_BACKOFF_MS if broker_id in self._foreign else self.reconnect.backoff(n)
+        self._down_until_ms[broker_id] = now_ms + backoff
         lost = [rid for rid, p in self._pending.items() if p.broker_id == broker_id]
+        was_connected = broker_id in self._connected
+        self._connected.discard(broker_id)
+        if lost and was_connected and broker_id < 0 and broker_id not in self._answered:
+            # A bootstrap address that keeps closing on our requests without a word is not
+            # a raftlog client listener (e.g. a Kafka listener refusing our framing).
+            closes = self._silent_closes[broker_id] = self._silent_closes.get(broker_id, 0) + 1
+            if closes >= SILENT_CLOSES_FOREIGN and broker_id not in self._foreign:
+                self.note_foreign(broker_id, "", message=(
+                    f"closed the connection {closes} times without answering: not the raftlog protocol"))
+                self._down_until_ms[broker_id] = now_ms + FOREIGN_BACKOFF_MS
+        refusal = self._refusals.pop(broker_id, None)
         for rid in lost:
             p = self._pending.pop(rid)
-            exc = ConnectionLostError(f"connection to broker {broker_id} lost with the request in flight")
+            if refusal is not None and len(lost) == 1:
+                # The one request in flight is the frame the server refused unread: a definite
+                # failure (e.g. MESSAGE_TOO_LARGE over the node's max_frame_bytes).
+                exc: BaseException = refusal
+            else:
+                exc = ConnectionLostError(f"connection to broker {broker_id} lost with the request in flight"
+                                          + (f" (it refused a frame: {refusal})" if refusal else ""))
             self.FAILURE_HANDLERS[p.kind](self, p, exc, now_ms)
         if broker_id >= 0:
             self.metadata.invalidate_broker(broker_id)
@@ -316,6 +372,9 @@ class ClientCore:
                 continue
             if c.route is None:
                 broker = self.pick_broker(now_ms)
+                if broker is None and (why := self.unreachable_reason()) is not None:
+                    c.done, c.error = True, NoBrokerAvailableError(f"{c.request['op']}: {why}")
+                    continue
             else:
                 broker = self.metadata.leader(*c.route)
                 if broker is not None and not self.broker_up(broker, now_ms):
@@ -341,8 +400,9 @@ class ClientCore:
                     f"{c.request['op']}: no answer before the deadline; it may have taken effect"
                 )
             else:
+                why = self.unreachable_reason()
                 c.error = NoBrokerAvailableError(
-                    f"{c.request['op']}: no broker answered before the deadline"
+                    f"{c.request['op']}: no broker answered before the deadline" + (f" ({why})" if why else "")
                 )
 
     def _on_call_response(self, p: Pending, msg: dict, now_ms: int) -> None:
@@ -484,6 +544,11 @@ class ClientCore:
         self._next_id = rid + 1 if rid + 1 < _ID_LIMIT else 1
         req["v"] = PROTOCOL_VERSION
         req["id"] = rid
+        if broker_id < 0:
+            # A bootstrap address may be a wrong port: the blank line ends an HTTP request
+            # head, so an HTTP server answers at once (and note_foreign says so); raftlog
+            # nodes ignore the field (PROTOCOL.md).
+            req["hello"] = HELLO
         # The answer may take the server-side timeout plus the trip: allow a little more.
         self._pending[rid] = Pending(broker_id, kind, now_ms + timeout_ms + 1000, ctx)
         return Send(broker_id, req)
@@ -503,7 +568,10 @@ class ClientCore:
                 # A late answer can no longer be matched, and the connection may be dead:
                 # start afresh, as Kafka's NetworkClient does on a request timeout.
                 self._closes.append(p.broker_id)
-            exc = RequestTimedOutError(f"no answer from broker {p.broker_id} within the request timeout")
+            addr = self.address(p.broker_id)
+            who = f"{addr[0]}:{addr[1]}" if addr is not None else "?"
+            who = f"bootstrap address {who}" if p.broker_id < 0 else f"broker {p.broker_id} ({who})"
+            exc = RequestTimedOutError(f"no answer from {who} within the request timeout")
             self.FAILURE_HANDLERS[p.kind](self, p, exc, now_ms)
 
     # ---- subclass hooks ----

@@ -9,7 +9,7 @@ import random
 from collections.abc import Iterable
 from typing import Any
 
-from raftlog.base.errors import error_from_wire
+from raftlog.base.errors import CorruptMessageError, error_from_wire
 from raftlog.base.topics import OFFSETS_TOPIC, OFFSETS_TOPIC_PARTITIONS
 from raftlog.client.assignor import decode_assignment
 from raftlog.client.blocking import Admin
@@ -22,13 +22,26 @@ from raftlog.client.security import SecurityOption, client_security
 __all__ = ["GroupAdmin"]
 
 
+def _member_partitions(assignment: bytes) -> tuple[list[TopicPartition], bool]:
+    """(partitions, True) from a member's ConsumerProtocol assignment; ([], False) when the
+    bytes are not one (a group of another protocol type, or a member of an older raftlog that
+    wrote CBOR): describe still lists the member, it just cannot say what it owns."""
+    try:
+        return sorted(decode_assignment(assignment).partitions), True
+    except CorruptMessageError:
+        return [], False
+
+
 class GroupAdmin:
     """Blocking admin of consumer groups (the CLI's `raftlog groups ...`):
 
         list_groups() -> [{group_id, protocol_type, state, coordinator}]   (every broker asked)
-        describe_group(group_id) -> {group_id, state, protocol, members: [...],
+        describe_group(group_id) -> {group_id, state, protocol, members: [{member_id,
+                                     client_id, client_host, group_instance_id, partitions,
+                                     assignment_readable}],
                                      partitions: [{topic, partition, committed_offset,
-                                                   log_end_offset, lag, member_id, client_id}]}
+                                                   log_end_offset, lag, member_id, client_id,
+                                                   host}]}
         delete_group(group_id) -> None
         reset_offsets(group_id, topics, strategy, value=None, dry_run=False)
             -> {dry_run, partitions: [{topic, partition, previous_offset, offset}]}
@@ -97,10 +110,13 @@ class GroupAdmin:
             raise error_from_wire(d["error"])
         owners: dict[TopicPartition, dict] = {}
         members = []
+        consumer = d.get("protocol_type") == "consumer"
         for m in d.get("members") or ():
-            parts = sorted(decode_assignment(m.get("assignment") or b"").partitions)
+            parts, readable = _member_partitions(m.get("assignment") or b"") if consumer else ([], False)
             members.append({"member_id": m["member_id"], "client_id": m.get("client_id", ""),
-                            "group_instance_id": m.get("group_instance_id"), "partitions": parts})
+                            "client_host": m.get("client_host", ""),
+                            "group_instance_id": m.get("group_instance_id"), "partitions": parts,
+                            "assignment_readable": readable})
             for tp in parts:
                 owners[tp] = m
         committed = self.committed(group_id)
@@ -114,8 +130,10 @@ class GroupAdmin:
             rows.append({"topic": tp[0], "partition": tp[1], "committed_offset": c,
                          "log_end_offset": end, "lag": None if c is None else max(0, end - c),
                          "member_id": owner["member_id"] if owner else None,
-                         "client_id": owner.get("client_id") if owner else None})
-        return {"group_id": group_id, "state": d.get("state"), "protocol": d.get("protocol"),
+                         "client_id": owner.get("client_id") if owner else None,
+                         "host": owner.get("client_host") or None if owner else None})
+        return {"group_id": group_id, "state": d.get("state"), "protocol_type": d.get("protocol_type"),
+                "protocol": d.get("protocol"),
                 "members": members, "partitions": rows}
 
     def delete_group(self, group_id: str) -> None:

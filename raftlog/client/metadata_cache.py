@@ -53,6 +53,11 @@ class MetadataCache:
         self._epochs: dict[str, list[int]] = {}
         self._available: dict[str, tuple[int, ...]] = {}
         self.updated_ms: int | None = None
+        # Why partitions have no live leader, and why the last answering node could not
+        # vouch for its metadata, as the last answer said (for error messages).
+        self.offline: dict[tuple[str, int], str] = {}
+        self.controller_problem: str | None = None
+        self.max_request_bytes: int | None = None  # the nodes' limit on a request, as last answered
 
     def address(self, broker_id: int) -> tuple[str, int] | None:
         b = self.brokers.get(broker_id)
@@ -65,6 +70,9 @@ class MetadataCache:
         broker says does not exist is dropped), a partition's older leader epoch ignored."""
         self.cluster_id = md.cluster_id
         self.controller_id = md.controller_id
+        self.controller_problem = md.controller_problem
+        if md.max_request_bytes is not None:
+            self.max_request_bytes = md.max_request_bytes
         if md.brokers:
             self.brokers = dict(md.brokers)
         for name, err in md.topic_errors.items():
@@ -78,6 +86,10 @@ class MetadataCache:
             for p in t.partitions:
                 if not 0 <= p.partition < len(t.partitions):
                     continue  # partitions must be 0..n-1; ignore a stray entry
+                if p.offline_reason is not None:
+                    self.offline[(name, p.partition)] = p.offline_reason
+                else:
+                    self.offline.pop((name, p.partition), None)
                 if old_epochs is not None and p.partition < len(old_epochs) and (
                     old_epochs[p.partition] > p.leader_epoch
                 ):
@@ -92,6 +104,13 @@ class MetadataCache:
             self._epochs[name] = epochs
             self._available[name] = tuple(i for i, ld in enumerate(leaders) if ld is not None)
         self.updated_ms = now_ms
+
+    def why_no_leader(self, topic: str, partition: int) -> str:
+        """Why `topic`-`partition` has no leader to send to, in words (for errors)."""
+        reason = self.offline.get((topic, partition)) or "no leader known yet"
+        if self.controller_problem and self.controller_problem not in reason:
+            reason += f"; {self.controller_problem}"
+        return f"{topic}-{partition}: {reason}"
 
     def _drop(self, name: str) -> None:
         self.topics.pop(name, None)

@@ -26,7 +26,7 @@ import trio
 
 from raftlog.base.client_properties import ClientSecurity
 from raftlog.base.errors import RaftlogError
-from raftlog.base.protocol import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame
+from raftlog.base.protocol import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame, foreign_protocol
 from raftlog.client.clock import Clock
 from raftlog.client.core import ClientCore, Close
 from raftlog.client.security import NativeLogin, tls_failure
@@ -105,6 +105,7 @@ class Network:
                 conn = self._conns.get(a.broker_id)
                 if conn is None:
                     conn = await self._connect(a.broker_id)
+                    self._core.on_connected(a.broker_id)
                 async with conn.send_lock:
                     with trio.fail_after(self._send_timeout_s):
                         await conn.stream.send_all(frame)
@@ -171,13 +172,18 @@ class Network:
 
     async def _reader(self, conn: Connection) -> None:
         decoder = conn.decoder
+        answered = False  # a whole raftlog frame came (else first bytes are checked)
         try:
             while True:
                 data = await conn.stream.receive_some(_RECV_BYTES)
                 if not data:
                     break
+                if not answered and (what := foreign_protocol(data)) is not None:
+                    self._core.note_foreign(conn.broker_id, what)  # said once, in one line
+                    break
                 decoder.feed(data)
                 while (msg := decoder.next_frame()) is not None:
+                    answered = True
                     await self.inbox_send.send((conn, msg))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             # TLS 1.3 without SASL: a refused client certificate shows on the first read.

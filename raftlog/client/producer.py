@@ -133,6 +133,7 @@ class ProducerCore(ClientCore):
         self._pid_attempts = 0
         self._pid_retry_at_ms = 0
         self._pid_needed = enable_idempotence and producer_identity is None
+        self._pid_error: BaseException | None = None  # why the last init_producer_id failed
         self.fixed_identity = producer_identity is not None
         if producer_identity is not None:
             self.accumulator.set_producer(*producer_identity)
@@ -250,9 +251,27 @@ class ProducerCore(ClientCore):
         return self.accumulator.has_pending()
 
     def abort(self, error: BaseException) -> None:
-        """Fail every batch not yet in flight with `error` (close without flush)."""
+        """Fail every batch not yet in flight with `error` (close without flush), adding why
+        each was still waiting (`waiting_reason`) to a raftlog error's message."""
         for b in self.accumulator.abort_all():
-            b.future.set_exception(error)
+            reason = self.waiting_reason(b.topic, b.partition)
+            if isinstance(error, RaftlogError) and reason:
+                b.future.set_exception(type(error)(f"{error.message}: {reason}", **error.details))
+            else:
+                b.future.set_exception(error)
+
+    def waiting_reason(self, topic: str, partition: int) -> str | None:
+        """Why records for `topic`-`partition` are not sent yet, in words: no producer id (and
+        why), or no leader (the partition's offline reason, the cluster's controller problem),
+        or None when nothing is known to hold them."""
+        if self._pid_needed:
+            why = f"no producer id yet (init_producer_id: {self._pid_error})" if self._pid_error else \
+                "no producer id yet"
+            problem = self.metadata.controller_problem
+            return f"{why}; {problem}" if problem and problem not in why else why
+        if self.metadata.leader(topic, partition) is None:
+            return self.metadata.why_no_leader(topic, partition)
+        return None
 
     # ---- poll ----
 
@@ -308,6 +327,7 @@ class ProducerCore(ClientCore):
                 raise KeyError("producer_id")
         except (RaftlogError, KeyError) as exc:
             self._pid_attempts += 1
+            self._pid_error = exc
             self._pid_retry_at_ms = now_ms + self.retry.backoff(self._pid_attempts)
             log.info("init_producer_id failed (%s); retrying", exc)
             if isinstance(exc, RaftlogError) and not exc.retriable:
@@ -316,11 +336,13 @@ class ProducerCore(ClientCore):
                 self._fail_unsent(exc)
             return
         self._pid_needed = False
+        self._pid_error = None
         self._pid_attempts = 0
         self.accumulator.set_producer(pid, epoch)
 
     def _on_pid_failure(self, p: Pending, exc: BaseException, now_ms: int) -> None:
         self._pid_in_flight = False
+        self._pid_error = exc
         self._pid_attempts += 1
         self._pid_retry_at_ms = now_ms + self.retry.backoff(self._pid_attempts)
 
@@ -394,8 +416,7 @@ class ProducerCore(ClientCore):
                 return
         acc.fail(b, self._final_error(b, exc))
 
-    @staticmethod
-    def _final_error(b: ProducerBatch, exc: BaseException | None) -> BaseException:
+    def _final_error(self, b: ProducerBatch, exc: BaseException | None) -> BaseException:
         if b.maybe_written:
             if isinstance(exc, UnknownOutcomeError):
                 return exc
@@ -408,6 +429,7 @@ class ProducerCore(ClientCore):
                 return b.last_error or DeliveryTimedOutError(f"{b.topic}-{b.partition}: delivery timed out")
             return DeliveryTimedOutError(
                 f"{b.topic}-{b.partition}: {b.record_count} record(s) not sent within delivery_timeout_ms"
+                + (f" ({why})" if (why := self.waiting_reason(b.topic, b.partition)) else "")
             )
         return exc
 
@@ -421,6 +443,7 @@ class ProducerCore(ClientCore):
                 self.accumulator.fail(b, error)
 
     def _after_metadata(self, now_ms: int) -> None:
+        self.accumulator.node_max_request_bytes = self.metadata.max_request_bytes
         # Records for a topic that does not exist cannot wait forever: fail them now.
         errs = self.metadata.topic_errors
         if not errs:

@@ -29,7 +29,9 @@ __all__ = [
     "fetch_request",
     "list_offsets_request",
     "init_producer_id_request",
+    "create_partitions_request",
     "create_topic_request",
+    "delete_records_request",
     "delete_topic_request",
     "alter_configs_request",
     "cluster_status_request",
@@ -64,6 +66,10 @@ class PartitionInfo:
     leader_epoch: int
     replicas: tuple[int, ...] = ()
     preferred_leader: int | None = None
+    # Why the partition has no live leader as the answering node sees it (then `leader` is
+    # None; `last_leader` is what the metadata recorded); None while it is online.
+    offline_reason: str | None = None
+    last_leader: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +87,10 @@ class ClusterMetadata:
     brokers: dict[int, BrokerInfo]
     topics: dict[str, TopicInfo]
     topic_errors: dict[str, RaftlogError]  # requested topics the broker answered with an error
+    # Why the answering node cannot vouch for its metadata ("no quorum: ...", "controller
+    # unreachable: ..."), or None.
+    controller_problem: str | None = None
+    max_request_bytes: int | None = None  # the answering node's limit on a request (max_frame_bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +101,11 @@ class ClusterStatus:
     commit_index: int | None
     voters: tuple[dict, ...]
     brokers: tuple[dict, ...]
+    # "controller": the controller's view; "local": the answering node's last image, because
+    # the controller could not be asked (`controller_problem` says why).
+    view: str = "controller"
+    controller_problem: str | None = None
+    answered_by: int | None = None
 
 
 # ---------------------------------------------------------------- request builders
@@ -154,6 +169,19 @@ def create_topic_request(
     }
 
 
+def create_partitions_request(name: str, partitions: int, validate_only: bool = False) -> dict:
+    """Grow topic `name` to `partitions` partitions (the new total)."""
+    return {"op": "create_partitions", "name": name, "partitions": partitions,
+            "validate_only": validate_only}
+
+
+def delete_records_request(partitions: Iterable[tuple[str, int, int]]) -> dict:
+    """`partitions`: (topic, partition, offset): every record below `offset` goes (-1: up
+    to the high watermark). Send it to the partition's leader."""
+    return {"op": "delete_records",
+            "partitions": [{"topic": t, "partition": p, "offset": o} for t, p, o in partitions]}
+
+
 def delete_topic_request(name: str) -> dict:
     return {"op": "delete_topic", "name": name}
 
@@ -193,15 +221,24 @@ def _leader_or_none(v: Any) -> int | None:
     return v if isinstance(v, int) and v >= 0 else None
 
 
+def _offline_reason(p: dict) -> str | None:
+    if not p.get("offline"):
+        return None
+    reason = p.get("offline_reason")
+    return reason if isinstance(reason, str) and reason else "no live leader"
+
+
 def _parse_partitions(topic: str, parts: Iterable[dict]) -> tuple[PartitionInfo, ...]:
     out = [
         PartitionInfo(
             topic=topic,
             partition=p["partition"],
-            leader=_leader_or_none(p.get("leader")),
+            leader=None if _offline_reason(p) else _leader_or_none(p.get("leader")),
             leader_epoch=p.get("leader_epoch", -1) if p.get("leader_epoch") is not None else -1,
             replicas=tuple(p.get("replicas") or ()),
             preferred_leader=_leader_or_none(p.get("preferred_leader")),
+            offline_reason=_offline_reason(p),
+            last_leader=_leader_or_none(p.get("leader")),
         )
         for p in parts
     ]
@@ -242,6 +279,8 @@ def parse_metadata(msg: dict) -> ClusterMetadata:
         brokers=brokers,
         topics=topics,
         topic_errors=errors,
+        controller_problem=msg.get("controller_problem") if isinstance(msg.get("controller_problem"), str) else None,
+        max_request_bytes=msg.get("max_request_bytes") if isinstance(msg.get("max_request_bytes"), int) else None,
     )
 
 
@@ -254,6 +293,9 @@ def parse_cluster_status(msg: dict) -> ClusterStatus:
         commit_index=msg.get("commit_index"),
         voters=tuple(msg.get("voters") or ()),
         brokers=tuple(msg.get("brokers") or ()),
+        view=msg.get("view") if msg.get("view") in ("controller", "local") else "controller",
+        controller_problem=msg.get("controller_problem") if isinstance(msg.get("controller_problem"), str) else None,
+        answered_by=msg.get("answered_by") if isinstance(msg.get("answered_by"), int) else None,
     )
 
 

@@ -12,6 +12,7 @@ polls that file for the console's ready line under a deadline.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -30,8 +31,10 @@ STOP_GRACE_S = 10.0
 class ConsoleChild:
     def __init__(self, bootstrap: Sequence[str], node_http: Sequence[str], *, port: int, log_path: Path,
                  host: str = "127.0.0.1") -> None:
+        # --supervisor-pid: it stops when this process dies, as the nodes do (cli/cluster.py).
         self.argv = [sys.executable, "-m", "raftlog.cli", "console", "--bootstrap", ",".join(bootstrap),
-                     "--node-http", ",".join(node_http), "--host", host, "--port", str(port)]
+                     "--node-http", ",".join(node_http), "--host", host, "--port", str(port),
+                     "--supervisor-pid", str(os.getpid())]
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
         self.problem = ""

@@ -261,9 +261,11 @@ POLICIES: Final[Mapping[str, Policy]] = {
     "produce": _partitions(O.WRITE),
     "fetch": _partitions(O.READ),
     "list_offsets": _partitions(O.DESCRIBE),
+    "delete_records": _partitions(O.DELETE),  # Kafka's DeleteRecords rule: DELETE on the topic
     "init_producer_id": _init_producer_id,
     "create_topic": _create_topic,
     "delete_topic": _resource(O.DELETE, T, "name"),
+    "create_partitions": _resource(O.ALTER, T, "name"),  # Kafka's CreatePartitions rule
     "alter_configs": _resource(O.ALTER_CONFIGS, T, "name"),
     "describe_configs": _resource(O.DESCRIBE_CONFIGS, T, "name"),
     "cluster_status": _resource(O.DESCRIBE, C),

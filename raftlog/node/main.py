@@ -24,7 +24,7 @@ the guarded handlers as each connection's principal, raftlog/node/kafka/context.
 
 Start order: meta.properties checked (a data dir of another cluster is refused before
 anything is written), peer pool, services (quorum bound), peer listener, client listener,
-http listener; Kafka listener, then `node_ready` is logged. Stop: the first SIGTERM or SIGINT drains the
+http listener; Kafka listener, then `node_ready` is logged. Stop: the first SIGTERM, SIGINT or SIGHUP (or, with --supervisor-pid, the supervisor's death) drains the
 services (bounded by DRAIN_TIMEOUT_S) and cancels the nursery; every service cleans up in
 its own `finally` (the quorum syncs its journal) and the process exits 0. A second signal
 exits at once with os._exit(128 + signal). Exit codes: 0 clean stop, 1 a failure (logged
@@ -66,6 +66,7 @@ from raftlog.node.config import NodeConfig, ensure_meta_properties, load_config
 from raftlog.node.http import serve_http
 from raftlog.node.kafka.context import KafkaContext
 from raftlog.node.kafka.listener import serve_kafka
+from raftlog.node.pidfile import NODE_PID_FILE, claim, die_with_parent, parent_gone, release
 from raftlog.node.server import serve
 
 __all__ = [
@@ -76,6 +77,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 DRAIN_TIMEOUT_S: Final = 5.0
+PARENT_POLL_S: Final = 0.5
 EXIT_OK: Final = 0
 EXIT_FAILURE: Final = 1
 EXIT_CONFIG: Final = 2
@@ -220,6 +222,11 @@ async def run_node(
     for service in services:
         if service is not metadata:
             metadata.subscribe(service.on_image)
+        collect = getattr(service, "collect_metrics", None)
+        if collect is not None:  # per-group families, made at scrape time
+            registry.collector(collect)
+        if isinstance(service, ReplicaManager):  # metadata answers say what the replicas see
+            metadata.partition_view = service.local_leader
 
     def health() -> dict[str, Any]:
         report: dict[str, Any] = {"node_id": config.node_id, "cluster_id": cluster_id,
@@ -293,23 +300,42 @@ async def run_node(
     log_event(logger, "node_stopped", node_id=config.node_id)
 
 
-async def _main_async(config: NodeConfig, cluster_id: str) -> None:
+async def _watch_parent(supervisor_pid: int, stop: trio.Event) -> None:
+    """Stop (cleanly) once the supervisor is gone: the parent-death signal's twin for where
+    prctl is missing, and for a supervisor that died between our fork and the prctl."""
+    while not parent_gone(supervisor_pid):
+        await trio.sleep(PARENT_POLL_S)
+    if not stop.is_set():
+        log_event(logger, "node_stopping", reason=f"supervisor {supervisor_pid} is gone")
+        stop.set()
+
+
+async def _main_async(config: NodeConfig, cluster_id: str, supervisor_pid: int | None = None) -> None:
     stop = trio.Event()
     # Signals are caught from the very start, so a SIGTERM during startup is a clean stop too.
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+    # SIGHUP (the terminal that started us closed) stops the node as SIGTERM does.
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_watch_signals, signals, stop)
+            if supervisor_pid is not None:
+                nursery.start_soon(_watch_parent, supervisor_pid, stop)
             await run_node(config, cluster_id, stop=stop)
             nursery.cancel_scope.cancel()
 
 
 def main(config_path: str | None, overrides: Mapping[str, Any] | None = None,
-         env: Mapping[str, str] | None = None) -> int:
-    """Load the configuration, check the data dir, run the node. Returns the exit code."""
+         env: Mapping[str, str] | None = None, *, supervisor_pid: int | None = None) -> int:
+    """Load the configuration, check the data dir, run the node. Returns the exit code.
+    `supervisor_pid`: stop when that process (our parent) dies (pidfile.die_with_parent)."""
+    if supervisor_pid is not None and not die_with_parent(supervisor_pid):
+        sys.stderr.write(f"raftlog node: supervisor {supervisor_pid} is gone; not starting\n")
+        return EXIT_FAILURE
     try:
         config = load_config(config_path, env=os.environ if env is None else env, overrides=overrides)
         config.controller_peer_addresses()  # fail now, not at the first broker RPC
         cluster_id = ensure_meta_properties(config.data_dir, config.node_id, config.cluster_id)
+        pid_path = config.data_dir / NODE_PID_FILE
+        claim(pid_path)  # refuses a data dir another live node holds
     except ConfigError as exc:
         sys.stderr.write(f"raftlog node: {exc}\n")
         return EXIT_CONFIG
@@ -318,13 +344,14 @@ def main(config_path: str | None, overrides: Mapping[str, Any] | None = None,
     log_event(logger, "node_starting", node_id=config.node_id, cluster_id=cluster_id,
               data_dir=str(config.data_dir), roles=",".join(sorted(config.roles)))
     try:
-        trio.run(_main_async, config, cluster_id)
+        trio.run(_main_async, config, cluster_id, supervisor_pid)
     except Exception as exc:  # a service or listener failed: say what, with the traceback
         log_event(logger, "node_failed", level=logging.ERROR, exc_info=exc)
         first = _first(exc)
         sys.stderr.write(f"raftlog node {config.node_id}: failed: {type(first).__name__}: {first}\n")
         return EXIT_FAILURE
     finally:
+        release(pid_path)
         logging.shutdown()
     return EXIT_OK
 

@@ -227,6 +227,10 @@ class _Connection:
                         listener=self.listener.name, peer=self.peer, code=exc.code,
                         reason=exc.message,
                     )  # fmt: skip
+                    if isinstance(exc, MessageTooLargeError) and self.listener.name == "client":
+                        exc = MessageTooLargeError(
+                            f"{exc.message}: raise the node's limit with --max-request-bytes "
+                            "(max_frame_bytes in node.toml)")
                     await self._queue(send, encode_frame(error_response(0, exc)))
                     return "fatal"
                 if frame is None:

@@ -1,4 +1,4 @@
-"""The real `raftlog` command: `cluster up` brings up three nodes and the web console (printing its URL) and stops them cleanly on SIGTERM; `topics create/describe/list/delete/alter` and `cluster status` work against it (human and --json), and user errors (no cluster, unknown topic, bad replication factor, bad arguments) are one clear line with exit code 1 and no traceback."""
+"""The real `raftlog` command: `cluster up` brings up three nodes and the web console (printing its URL) and stops them cleanly on SIGTERM; `topics create/describe/list/delete/alter` (configs and partitions) and `cluster status` work against it (human and --json), and user errors (no cluster, unknown topic, bad replication factor, bad arguments) are one clear line with exit code 1 and no traceback."""
 
 from __future__ import annotations
 
@@ -102,9 +102,9 @@ def supervisor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Supervisor]
 
 @pytest.fixture(scope="module")
 def bootstrap(supervisor: Supervisor) -> str:
-    line = next(l for l in supervisor.lines if l.startswith("try:"))
-    match = re.search(r"--bootstrap (\S+)", line)
-    assert match, line
+    line = next(l for l in supervisor.lines if l.startswith("bootstrap:"))
+    match = re.search(r"^bootstrap: (\S+)", line)
+    assert match and len(match.group(1).split(",")) == NODES, line
     return match.group(1)
 
 
@@ -168,6 +168,17 @@ def test_alter_delete_and_status(bootstrap):
     assert [b["id"] for b in status["brokers"] if not b["fenced"]] == [1, 2, 3]
     assert all(b["last_heartbeat_age_ms"] is not None for b in status["brokers"])
     assert "controller  node" in run("cluster", "status", bootstrap=bootstrap).stdout
+
+
+def test_alter_partitions_grows_a_topic_and_refuses_to_shrink_it(bootstrap):
+    run("topics", "create", "grow", "--partitions", "2", "--replication-factor", "3", bootstrap=bootstrap)
+    grown = json.loads(run("topics", "alter", "grow", "--partitions", "5", "--json", bootstrap=bootstrap).stdout)
+    assert grown == {"name": "grow", "partitions": 5}
+    described = json.loads(run("topics", "describe", "grow", "--json", bootstrap=bootstrap).stdout)
+    assert [p["partition"] for p in described["grow"]["partitions"]] == [0, 1, 2, 3, 4]
+    assert all(len(p["replicas"]) == 3 for p in described["grow"]["partitions"])
+    assert_one_line_error(run("topics", "alter", "grow", "--partitions", "3", bootstrap=bootstrap, check=False),
+                          "INVALID_PARTITIONS", "5 partitions")
 
 
 def test_user_errors_are_one_line(bootstrap):

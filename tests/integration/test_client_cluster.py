@@ -88,8 +88,8 @@ async def test_trio_shell_produce_and_read_back(cluster):
 
 def test_seek_and_offsets_for_times(cluster):
     create(cluster, "times", 1)
-    # Timestamps ahead of the broker's own control records (a new leader's epoch record at
-    # offset 0 carries the wall clock), so the lookup lands on these records.
+    # Timestamps ahead of the broker's own control records (a leader-change record, when
+    # leadership moved, carries the wall clock), so the lookup lands on these records.
     base_ts = int(time.time() * 1000) + 60_000
     with Producer(cluster.bootstrap()) as p:
         offs = [p.send("times", b"t%d" % i, timestamp=base_ts + i * 1000).result(30)[1] for i in range(10)]

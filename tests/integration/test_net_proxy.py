@@ -312,3 +312,23 @@ async def test_network_shapes_set_the_right_link_modes():
         assert not any(cut(s, d) for s in "abcde" for d in "abcde" if s != d)
         assert network.proxy("a", "b", "peer").mode("forward") == PASS
         nursery.cancel_scope.cancel()
+
+
+async def test_network_listens_on_the_ports_it_is_given():
+    # Hand-started runs keep to a port range (scripts/jepsen run --ports LOW-HIGH).
+    from jepsen_style_tests.db import ports_in
+
+    targets = {n: {"peer": ("127.0.0.1", 9), "quorum": ("127.0.0.1", 10)} for n in (1, 2, 3)}
+    assert Network.proxy_count(targets) == 12
+    with pytest.raises(NetError):
+        Network(targets, listen_ports=[1, 2])
+    async with trio.open_nursery() as nursery:
+        probe = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]  # a free area of ports
+        low = probe.socket.getsockname()[1]
+        await probe.aclose()
+        given = ports_in((low, min(low + 400, 65535)), 12)
+        network = await nursery.start(Network(targets, listen_ports=given).serve)
+        bound = [network.address(s, d, k)[1]
+                 for s in (1, 2, 3) for d in (1, 2, 3) if s != d for k in ("peer", "quorum")]  # fmt: skip
+        assert sorted(bound) == sorted(given)
+        nursery.cancel_scope.cancel()

@@ -119,9 +119,10 @@ def test_broker_only_node_fetches_metadata_and_gets_partitions(cluster):
 
 
 def durable_view(topics: list[dict]) -> dict[str, dict]:
-    """What a restart must keep: placement and configs. Leaders and leader epochs are left out
-    because the partitions' Raft groups elect leaders again after a restart."""
-    volatile = {"leader", "leader_epoch"}
+    """What a restart must keep: placement and configs. Leaders, leader epochs and whether a
+    partition is offline are left out because the partitions' Raft groups elect leaders again
+    after a restart."""
+    volatile = {"leader", "leader_epoch", "offline", "offline_reason"}
     return {
         t["name"]: {**t, "partitions": [{k: v for k, v in p.items() if k not in volatile}
                                         for p in t["partitions"]]}

@@ -12,7 +12,7 @@ from metadata.image import BrokerRegistration, MetadataImage, PartitionState, To
 from partition.batch import BatchBuilder, decode_batches
 from partition.manager import ReplicaManager
 from partition.replica import ReplicaSettings
-from raftlog.base.errors import RaftlogError
+from raftlog.base.errors import InvalidRequestError, RaftlogError
 from raftlog.base.peer import PeerPool
 from raftlog.base.protocol import PEER_MAX_FRAME_BYTES
 from raftlog.node.server import serve
@@ -130,6 +130,16 @@ class Group:
                                          "records": records}])
         return r["partitions"][0]
 
+    async def produce_to_leader(self, records: bytes, *, partition: int = 0) -> dict:
+        """Produce to whoever leads `partition`, following a leader change (an election on a
+        loaded machine) until WAIT_S; any other answer is returned."""
+        with trio.fail_after(WAIT_S):
+            while True:
+                out = await self.produce(await self.wait_leader(partition), records,
+                                         partition=partition)
+                if out.get("error", {}).get("code") != "NOT_LEADER":
+                    return out
+
     async def read_all(self, i: int, partition: int = 0) -> list[bytes]:
         values, offset = [], 0
         while True:
@@ -199,11 +209,11 @@ async def test_acks_all_produce_is_read_back_and_replicated_byte_for_byte(group)
     leader = await group.wait_leader()
     assert leader == 1  # the preferred leader of a new partition runs at once
     out = await group.produce(leader, _batch(b"a", b"b", b"c"))
-    assert out["base_offset"] == 1  # offset 0 is the leader's control batch
+    assert out["base_offset"] == 0  # a new partition's leader writes no control batch
     out = await group.produce(leader, _batch(b"d"), acks=1)
-    assert out["base_offset"] == 4
+    assert out["base_offset"] == 3
     out = await group.produce(leader, _batch(b"e"))  # commits everything before it too
-    assert out["base_offset"] == 5
+    assert out["base_offset"] == 4
     assert await group.read_all(leader) == [b"a", b"b", b"c", b"d", b"e"]
     await _wait_logs_equal(group, (1, 2, 3))
     follower = 2 if leader != 2 else 3
@@ -279,7 +289,7 @@ async def test_idempotent_duplicates_and_bad_input_get_their_errors(group):
         {"topic": TOPIC, "partition": 0, "timestamp": -1},
         {"topic": TOPIC, "partition": 0, "timestamp": 0},
         {"topic": TOPIC, "partition": 0, "timestamp": 2**62}])
-    assert [p["offset"] for p in r["partitions"]] == [0, 2, 0, -1]
+    assert [p["offset"] for p in r["partitions"]] == [0, 1, 0, -1]  # one record, at offset 0
     pid = await group.call(leader, "init_producer_id")
     assert pid == {"producer_id": leader * 1000, "producer_epoch": 0}
     r = await group.call(leader, "fetch", partitions=[{"topic": "nope", "partition": 0,
@@ -297,7 +307,7 @@ async def test_fetch_long_poll_returns_when_data_is_committed(group):
     async def poll():
         got.append(await group.call(leader, "fetch", max_wait_ms=30_000, min_bytes=1,
                                     partitions=[{"topic": TOPIC, "partition": 0,
-                                                 "fetch_offset": 1}]))
+                                                 "fetch_offset": 0}]))
 
     async with trio.open_nursery() as n:
         n.start_soon(poll)
@@ -339,7 +349,7 @@ async def test_a_follower_behind_the_leaders_log_start_restarts_from_it(group):
     for i in group.managers:  # retention now, not after MAINTAIN_INTERVAL_S
         await group.managers[i].replica(TOPIC, 0).maintain()
     start = group.managers[leader].replica(TOPIC, 0).log.log_start_offset
-    assert start > 1  # beyond everything the stopped follower has (the control batch)
+    assert start > 0  # beyond everything the stopped follower has (nothing)
     await group.start(victim)
     await _wait_logs_equal(group, (1, 2, 3))
     follower = group.managers[victim].replica(TOPIC, 0)
@@ -352,8 +362,18 @@ async def test_transfer_leadership_moves_the_leader_to_the_target(group):
     leader = await group.wait_leader()
     target = next(i for i in (1, 2, 3) if i != leader)
     await group.produce(leader, _batch(b"before"))
-    await group.client.call(group.peer_addresses[leader], "transfer_leadership",
-                            {"topic": TOPIC, "partition": 0, "target": target}, timeout_s=WAIT_S)
+    # The leader refuses a target that has not fetched up to the high watermark yet (it may
+    # lag a fetch on a loaded machine): ask again until it accepts.
+    with trio.fail_after(WAIT_S):
+        while True:
+            try:
+                await group.client.call(group.peer_addresses[leader], "transfer_leadership",
+                                        {"topic": TOPIC, "partition": 0, "target": target},
+                                        timeout_s=WAIT_S)
+                break
+            except InvalidRequestError as e:
+                assert "is behind" in str(e), e
+                await trio.sleep(0.05)
     assert await group.wait_leader(not_=leader) == target
     await group.produce(target, _batch(b"after"))
     assert await group.read_all(target) == [b"before", b"after"]
@@ -362,3 +382,37 @@ async def test_transfer_leadership_moves_the_leader_to_the_target(group):
                                 {"topic": TOPIC, "partition": 0, "target": leader},
                                 timeout_s=WAIT_S)
     assert err.value.code == "NOT_LEADER"
+
+
+async def test_delete_records_moves_every_replicas_log_start_and_survives_failover(group):
+    leader = await group.wait_leader()
+    out = await group.produce(leader, _batch(*[b"r%d" % i for i in range(10)]))
+    assert out["base_offset"] == 0
+    r = await group.call(leader, "delete_records", partitions=[
+        {"topic": TOPIC, "partition": 0, "offset": 6}, {"topic": "nope", "partition": 0, "offset": 1}])
+    assert r["partitions"][0] == {"topic": TOPIC, "partition": 0, "low_watermark": 6}
+    assert r["partitions"][1]["error"]["code"] == "UNKNOWN_TOPIC_OR_PARTITION"
+    past = await group.call(leader, "delete_records", partitions=[{"topic": TOPIC, "partition": 0, "offset": 11}])
+    assert past["partitions"][0]["error"]["code"] == "OFFSET_OUT_OF_RANGE"  # beyond the high watermark
+    follower = next(i for i in (1, 2, 3) if i != leader)
+    assert (await group.call(follower, "delete_records", partitions=[
+        {"topic": TOPIC, "partition": 0, "offset": 7}]))["partitions"][0]["error"]["code"] == "NOT_LEADER"
+    # Every replica follows (a majority at the answer; all once they fetch).
+    with trio.fail_after(WAIT_S):
+        while {group.managers[i].replica(TOPIC, 0).log.log_start_offset for i in (1, 2, 3)} != {6}:
+            await trio.sleep(0.01)
+    fetched = await group.call(leader, "fetch", max_wait_ms=0, partitions=[
+        {"topic": TOPIC, "partition": 0, "fetch_offset": 5}])
+    assert fetched["partitions"][0]["error"]["code"] == "OFFSET_OUT_OF_RANGE"
+    earliest = await group.call(leader, "list_offsets", partitions=[{"topic": TOPIC, "partition": 0, "timestamp": -2}])
+    assert earliest["partitions"][0]["offset"] == 6
+    # -1: up to the high watermark. Then the leader goes; the next one keeps the deletion.
+    r = await group.call(leader, "delete_records", partitions=[{"topic": TOPIC, "partition": 0, "offset": -1}])
+    assert r["partitions"][0]["low_watermark"] == 10
+    await group.stop(leader)
+    new = await group.wait_leader(not_=leader)
+    await group.produce(new, _batch(b"after"))
+    assert group.managers[new].replica(TOPIC, 0).log.log_start_offset == 10
+    r = await group.call(new, "fetch", max_wait_ms=0, partitions=[{"topic": TOPIC, "partition": 0, "fetch_offset": 10}])
+    values = [rec.value for h, recs in decode_batches(r["partitions"][0]["records"]) if not h.is_control for rec in recs]
+    assert values == [b"after"]

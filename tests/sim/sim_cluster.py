@@ -14,7 +14,8 @@ PersistQuorumState until it is confirmed is ever returned by the core, so the si
 schedules the fsync). Invariants are checked after every step, incrementally so the loop
 stays fast:
 
-* one leader per epoch (LeadershipChanged and AppendControl);
+* one leader per epoch (LeadershipChanged and AppendControl), one vote granted per voter
+  per epoch (the VoteResponses it sends: a grant must outlive a crash);
 * an (offset, epoch) names one entry everywhere, ever (log matching at the data level);
 * `committed` is the prefix below the largest high watermark any leader announced; every
   replica's log equals it below that replica's own high watermark (so any two replicas agree
@@ -53,6 +54,7 @@ from partition.raft import (
     Role,
     Send,
     TruncateTo,
+    VoteResponse,
 )
 
 TICK_UNITS = 10  # sim time units per raft tick
@@ -166,6 +168,7 @@ class Cluster:
         self.clients = True
 
         self.leaders: dict[int, int] = {}  # epoch -> leader
+        self.votes: dict[tuple[int, int], int] = {}  # (voter, epoch) -> candidate granted
         self.entry_at: dict[tuple[int, int], int] = {}  # (offset, epoch) -> write id
         self.committed_epochs: list[int] = []
         self.committed_ids: list[int] = []
@@ -259,7 +262,8 @@ class Cluster:
             self._fail(f"RaftStateError: {err}")
 
     def quiesce(self) -> int:
-        """Heal everything, stop faults and clients, and run until all replicas agree."""
+        """Heal everything, stop faults and clients, run until all replicas agree, write once
+        through the leader and run until that write is committed everywhere."""
         self.faults = False
         self.clients = False
         self.drop_p = 0.0
@@ -271,6 +275,7 @@ class Cluster:
             if not node.up:
                 self._start(node)
         queue = self.queue
+        acked = self.stats["acked"] + 1  # nothing acknowledged before this counts
         try:
             for i in range(self.p.quiesce_max_steps):
                 self.step_no += 1
@@ -279,6 +284,14 @@ class Cluster:
                 self._dispatch(ev)
                 self._check_durable_majority()
                 if i % 25 == 0 and self._converged():
+                    if self.stats["acked"] <= acked:
+                        # One more write through the healed leader, until one is acknowledged
+                        # everywhere (liveness after healing; a run that committed nothing
+                        # under faults, e.g. its only leader isolated at once, still commits;
+                        # a write lost to a leader change still in flight is written again).
+                        acked = self.stats["acked"]
+                        self._client_write()
+                        continue
                     self._final_checks()
                     return i
         except RaftStateError as err:
@@ -340,7 +353,12 @@ class Cluster:
         for eff in effects:
             kind = type(eff)
             if kind is Send:
-                self._send(node, eff.to, eff.message)
+                msg = eff.message
+                if type(msg) is VoteResponse and msg.granted and not msg.pre_vote:
+                    prev = self.votes.setdefault((node.id, msg.epoch), eff.to)
+                    if prev != eff.to:
+                        self._fail(f"node {node.id} voted for {prev} and {eff.to} in epoch {msg.epoch}")
+                self._send(node, eff.to, msg)
             elif kind is PersistQuorumState:
                 node.pending_persists.append(eff.state)
                 delay = self.rng.randint(2, self.p.persist_delay_max_units)

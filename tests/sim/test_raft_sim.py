@@ -63,6 +63,22 @@ def test_faults_actually_happen_across_ci_seeds():
     assert totals["damaged"] >= 3  # storage damage (flushed entries lost) is exercised too
 
 
+def test_first_record_is_at_offset_zero_and_control_batches_only_follow_older_epochs():
+    """Kafka's convention: a new partition's leader writes no control batch (its log is
+    empty), so offset 0 holds the first record; a later leader appends its control batch
+    after entries of earlier epochs, which it must commit."""
+    controls = 0
+    for seed in range(30):
+        cluster = sim.run_seed(seed, 1_500)
+        final = next(iter(cluster.nodes.values())).log
+        assert final.ids[0] > 0, f"seed {seed}: offset 0 is a control batch"
+        for off, wid in enumerate(final.ids):
+            if wid < 0:  # a control batch (the sim gives them negative ids)
+                controls += 1
+                assert off > 0 and final.epochs[off - 1] < final.epochs[off], (seed, off)
+    assert controls >= 10  # leader changes happened and wrote their control batches
+
+
 class _CountsUnflushedEnd(RaftCore):
     """Planted bug: the leader counts its unflushed end toward the high watermark."""
 

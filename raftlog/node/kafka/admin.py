@@ -1,30 +1,47 @@
-"""Admin APIs: CreateTopics (19), DeleteTopics (20), DescribeCluster (60).
+"""Admin APIs: CreateTopics (19), DeleteTopics (20), DeleteRecords (21), CreatePartitions (37),
+DescribeCluster (60).
 
 Each runs the native admin op of the same meaning (`create_topic`, `delete_topic`: forwarded
 to the active controller by the metadata service), one topic at a time, and answers per
 topic. CreateTopics: -1 partitions / replication factor mean the node's defaults; manual
 replica assignments are refused (INVALID_REQUEST); `validate_only` checks the names and
 configs without creating. Config names may be Kafka's (`retention.ms`) or ours.
+DeleteRecords runs the replica manager's `delete_records` (the native op's code): on each
+partition's leader, every replica's log start moves up to the offset (-1: the high
+watermark), answered with the low watermark once a majority holds it (partition/raft.py
+"Log start"); an offset past the high watermark gets OFFSET_OUT_OF_RANGE.
+CreatePartitions runs the native `create_partitions` (the controller adds the partitions
+and places them; `count` is the new total); manual assignments are refused
+(INVALID_REQUEST); `validate_only` checks without changing anything.
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
+import trio
+
 from kafka.protocol.admin.cluster import DescribeClusterResponse
-from kafka.protocol.admin.topics import CreateTopicsResponse, DeleteTopicsResponse
+from kafka.protocol.admin.topics import (
+    CreatePartitionsResponse,
+    DeleteRecordsResponse,
+    CreateTopicsResponse,
+    DeleteTopicsResponse,
+)
 
 from metadata.topic_config import normalize_configs
 from raftlog.base.acl import CLUSTER_NAME, Operation, ResourceType
 from raftlog.base.errors import InvalidRequestError, RaftlogError
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.context import Call, KafkaContext, Later, Reply
-from raftlog.node.kafka.metadata import brokers, topic_uuid
+from raftlog.node.kafka.metadata import brokers, names_by_uuid, topic_uuid
 
 __all__ = ["HANDLERS"]
 
 CREATE_TOPICS_KEY: Final = 19
 DELETE_TOPICS_KEY: Final = 20
+CREATE_PARTITIONS_KEY: Final = 37
+DELETE_RECORDS_KEY: Final = 21
 DESCRIBE_CLUSTER_KEY: Final = 60
 
 
@@ -70,14 +87,21 @@ async def handle_create_topics(ctx: KafkaContext, call: Call) -> Reply:
 async def handle_delete_topics(ctx: KafkaContext, call: Call) -> Reply:
     request = call.request
     R = DeleteTopicsResponse
-    names = list(request.topic_names or [])
-    for t in getattr(request, "topics", None) or []:  # v6+ (not advertised yet)
-        if t.name is not None:
-            names.append(t.name)
+    names: list[str | None] = list(request.topic_names or [])
+    ids: list[Any] = [None] * len(names)
+    by_id = names_by_uuid(ctx) if call.version >= 6 else {}
+    for t in getattr(request, "topics", None) or []:  # v6+: by name or by id
+        names.append(t.name if t.name is not None else by_id.get(t.topic_id))
+        ids.append(t.topic_id if t.name is None else None)
 
     async def answer() -> Reply:
         results = []
-        for name in names:
+        for name, topic_id in zip(names, ids):
+            if name is None:
+                results.append(R.DeletableTopicResult(
+                    name=None, topic_id=topic_id, error_code=errors.UNKNOWN_TOPIC_ID,
+                    error_message="unknown topic id"))
+                continue
             try:
                 result = await ctx.call("delete_topic", {"name": name}) or {}
                 results.append(R.DeletableTopicResult(
@@ -90,23 +114,78 @@ async def handle_delete_topics(ctx: KafkaContext, call: Call) -> Reply:
     return Later(answer)
 
 
+async def handle_create_partitions(ctx: KafkaContext, call: Call) -> Reply:
+    request = call.request
+    R = CreatePartitionsResponse
+
+    async def one(t: Any) -> Any:
+        try:
+            if t.assignments:
+                raise InvalidRequestError("manual partition assignments are not supported")
+            await ctx.call("create_partitions", {"name": t.name, "partitions": t.count,
+                                                 "validate_only": bool(request.validate_only)})
+        except Exception as exc:  # noqa: BLE001 - every failure is this topic's answer
+            code, message = errors.kafka_error(exc)
+            return R.CreatePartitionsTopicResult(name=t.name, error_code=code, error_message=message)
+        return R.CreatePartitionsTopicResult(name=t.name, error_code=errors.NONE, error_message=None)
+
+    async def answer() -> Reply:
+        return R(throttle_time_ms=0, results=[await one(t) for t in request.topics])
+
+    return Later(answer)
+
+
+async def handle_delete_records(ctx: KafkaContext, call: Call) -> Reply:
+    request = call.request
+    R = DeleteRecordsResponse
+    parts = [(t.name, p.partition_index, p.offset) for t in request.topics for p in t.partitions]
+    timeout_ms = max(0, min(request.timeout_ms, ctx.request_timeout_ms - 1000))
+
+    async def answer() -> Reply:
+        if ctx.replicas is None:
+            results = [{"topic": t, "partition": p, "error": {"code": "NOT_LEADER"}} for t, p, _ in parts]
+        else:
+            results = await ctx.replicas.delete_records(parts, trio.current_time() + timeout_ms / 1000)
+        topics: dict[str, list[Any]] = {}
+        for entry in results:
+            error = entry.get("error")
+            topics.setdefault(entry["topic"], []).append(R.DeleteRecordsTopicResult.DeleteRecordsPartitionResult(
+                partition_index=entry["partition"],
+                low_watermark=-1 if error is not None else entry["low_watermark"],
+                error_code=errors.kafka_error_code(None if error is None else error.get("code")),
+            ))  # fmt: skip
+        return R(throttle_time_ms=0, topics=[
+            R.DeleteRecordsTopicResult(name=name, partitions=ps) for name, ps in topics.items()])
+
+    return Later(answer)
+
+
 async def handle_describe_cluster(ctx: KafkaContext, call: Call) -> Reply:
     R = DescribeClusterResponse
     if not ctx.allowed(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):  # Kafka's rule
         return R(throttle_time_ms=0, error_code=errors.CLUSTER_AUTHORIZATION_FAILED,
                  error_message="not authorized to describe the cluster", endpoint_type=1, cluster_id=ctx.cluster_id,
-                 controller_id=-1, brokers=[], cluster_authorized_operations=-2147483648)
+                 controller_id=-1, brokers=[], authorized_operations=None)
+    image = ctx.metadata.image
+
+    def fenced(broker_id: int) -> bool:  # v2+
+        reg = image.broker(broker_id)
+        return reg is None or reg.fenced
+
     controller = ctx.metadata.controller_id
     return R(
         throttle_time_ms=0, error_code=errors.NONE, error_message=None, endpoint_type=1,
         cluster_id=ctx.cluster_id, controller_id=controller if controller is not None else -1,
-        brokers=[R.DescribeClusterBroker(broker_id=i, host=h, port=p, rack=r) for i, h, p, r in brokers(ctx)],
-        cluster_authorized_operations=-2147483648,
+        brokers=[R.DescribeClusterBroker(broker_id=i, host=h, port=p, rack=r, is_fenced=fenced(i))
+                 for i, h, p, r in brokers(ctx)],
+        authorized_operations=None,  # INT32_MIN on the wire: not asked for, as Kafka
     )  # fmt: skip
 
 
 HANDLERS: Final = {
     CREATE_TOPICS_KEY: handle_create_topics,
     DELETE_TOPICS_KEY: handle_delete_topics,
+    CREATE_PARTITIONS_KEY: handle_create_partitions,
+    DELETE_RECORDS_KEY: handle_delete_records,
     DESCRIBE_CLUSTER_KEY: handle_describe_cluster,
 }

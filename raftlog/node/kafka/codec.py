@@ -16,14 +16,16 @@ Zero-copy: `encode_response(..., splices)` lets a body carry placeholders for it
 `records` fields; the result is a list of chunks where each placeholder is replaced by the
 real length prefix and the caller's chunk (bytes, or a `FileRange` the writer sends with
 os.sendfile), so stored batches never pass through a Python bytes object.
+
+Importing this module loads kafka-python's protocol classes (about a second): only the
+listener's protocol loader (listener.py) and the API modules import it; wire.py holds what
+the sockets need without it.
 """
 
 from __future__ import annotations
 
 import io
 import struct
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
 import kafka.protocol.admin.cluster
@@ -42,7 +44,14 @@ import kafka.protocol.sasl  # noqa: F401  (registers SaslHandshake / SaslAuthent
 from kafka.protocol.api_header import RequestHeader, ResponseHeader
 from kafka.protocol.api_message import ApiMessage
 
-from partition.segment import FileSlice
+from raftlog.node.kafka.wire import (
+    API_VERSIONS_KEY,
+    Chunk,
+    CodecError,
+    FileRange,
+    Header,
+    chunks_size,
+)
 
 __all__ = [
     "API_VERSIONS_KEY",
@@ -59,7 +68,6 @@ __all__ = [
     "chunks_size",
 ]
 
-API_VERSIONS_KEY: Final = 18
 _MODULES: Final = (
     kafka.protocol.admin.cluster, kafka.protocol.admin.configs, kafka.protocol.admin.groups,
     kafka.protocol.admin.topics, kafka.protocol.consumer.fetch, kafka.protocol.consumer.group,
@@ -84,29 +92,6 @@ def _message_classes() -> tuple[dict[int, type[ApiMessage]], dict[int, type[ApiM
 
 # api_key -> the primary message class (index with [version] for a versioned one).
 REQUEST_CLASSES, RESPONSE_CLASSES = _message_classes()
-
-
-class CodecError(ValueError):
-    """A frame that does not decode as the request its header names (truncated, garbage)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Header:
-    api_key: int
-    api_version: int
-    correlation_id: int
-    client_id: str | None
-
-
-# `length` bytes of a segment file from `offset` through a descriptor the holder closes; the
-# writer sends them with os.sendfile (partition.segment.FileSlice).
-FileRange = FileSlice
-
-Chunk = bytes | bytearray | memoryview | FileRange
-
-
-def chunks_size(chunks: Sequence[Chunk]) -> int:
-    return sum(c.length if isinstance(c, FileRange) else len(c) for c in chunks)
 
 
 def is_flexible(api_key: int, api_version: int) -> bool:

@@ -33,16 +33,21 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-from kafka.protocol.api_message import ApiMessage
+import trio
 
 from metadata.authorizer import Authorizer
 from raftlog.base.acl import ANONYMOUS, Operation, ResourceType
 from raftlog.base.errors import ClusterAuthorizationFailedError, InvalidRequestError
 from raftlog.base.protocol import Request
 from raftlog.node.auth import Session
-from raftlog.node.kafka.codec import Chunk, Header
+from raftlog.node.kafka.wire import Chunk, Header
+
+if TYPE_CHECKING:  # kafka-python loads on the first Kafka request, not with the node
+    from kafka.protocol.api_message import ApiMessage
+
+DISK_THREADS = 4
 
 __all__ = [
     "KafkaContext", "ConnectionState", "Call", "Encoded", "Later", "Reply", "Handler", "current_connection",
@@ -73,6 +78,10 @@ class KafkaContext:
     request_timeout_ms: int = 30_000
     # With ACLs on: the node's current authorizer (client_handlers are then guarded too).
     authorizer_of: Callable[[], Authorizer] | None = None
+    cache: dict[str, Any] = field(default_factory=dict)  # derived from an image, keyed by use
+    # Blocking disk work of the listener (sending zero-copy fetch ranges) runs
+    # in worker threads, at most this many at once.
+    disk_limiter: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(DISK_THREADS))
     _next_id: int = 0
 
     async def call(self, op: str, fields: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -159,5 +168,5 @@ class Later:
     fn: Callable[[], Awaitable["ApiMessage | Encoded | None"]]
 
 
-Reply = ApiMessage | Encoded | Later | None
+Reply: TypeAlias = "ApiMessage | Encoded | Later | None"
 Handler = Callable[[KafkaContext, Call], Awaitable[Reply]]

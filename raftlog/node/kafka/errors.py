@@ -90,6 +90,9 @@ KAFKA_ERROR_CODES: Final[dict[str, int]] = {
     "RESOURCE_NOT_FOUND": 91,
     "DUPLICATE_RESOURCE": 92,
     "UNACCEPTABLE_CREDENTIAL": 93,
+    # Not a raftlog wire code: the Kafka handlers' own answer to a topic id they do not know
+    # (Fetch v13+, Produce v13, DeleteTopics v6).
+    "UNKNOWN_TOPIC_ID": UNKNOWN_TOPIC_ID,
     # A peer link that could not carry a forwarded admin op: the client retries, as it does
     # for NOT_CONTROLLER.
     "PEER_UNAVAILABLE": NOT_CONTROLLER,

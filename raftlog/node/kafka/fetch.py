@@ -1,21 +1,32 @@
-"""Fetch (key 1) and ListOffsets (key 2).
+"""Fetch (key 1), ListOffsets (key 2) and OffsetForLeaderEpoch (key 23).
 
 Fetch runs `ReplicaManager.fetch_partitions` (the native fetch's code: leader only, up to the
 high watermark, long poll on min_bytes / max_wait_ms, per-partition and per-request byte
 limits, at least one whole batch) with `zero_copy`: each partition's records are a slice of
 the segment file, and the response is encoded around placeholders (codec.encode_response)
-so the writer sends the header bytes, then the file range with os.sendfile. Isolation level
+so the writer sends the header bytes, then the file range with os.sendfile (in a worker
+thread: a page evicted meanwhile would block). The ranges are checked as every read is
+(partition/log.py "Integrity": `read_slice` checks each batch's header and CRC-32C before it
+makes a slice, once per byte, in a worker thread when the bytes are cold), so no damaged byte
+is sent: the partition answers KAFKA_STORAGE_ERROR while its replica repairs from a peer, or
+CORRUPT_MESSAGE when it has none (raftlog/PROTOCOL.md "Damaged storage"). Isolation level
 read_uncommitted and read_committed read the same (no transactions: the last stable offset
 is the high watermark). Fetch sessions (KIP-227) are not kept: every answer has session id
 0, which tells the client to send full requests. Raft's control batches are in the stream
 as Kafka's are; clients skip them.
 
-ACLs: READ on each fetched topic, DESCRIBE on each topic of ListOffsets (checked before the
-replicas are asked; a refused topic's partitions answer TOPIC_AUTHORIZATION_FAILED).
+ACLs: READ on each fetched topic, DESCRIBE on each topic of ListOffsets (checked before the replicas are asked; a refused topic's partitions
+answer TOPIC_AUTHORIZATION_FAILED). A topic named by id is checked by its name, as Kafka does.
 
-ListOffsets: earliest (-2: log start offset), latest (-1: high watermark), max timestamp
-(-3, v7+: batch granularity), else the first batch whose max timestamp is at or after the
-given one (offset -1 when none), from the partition leader.
+ListOffsets: earliest (-2: log start offset; -4, earliest local, the same: no tiered
+storage), latest (-1: high watermark), max timestamp (-3, v7+: batch granularity), latest
+tiered (-5) and earliest pending upload (-6): offset -1 (no tiered storage, as Kafka answers
+without it), else the first batch whose max timestamp is at or after the given one (offset
+-1 when none), from the partition leader.
+
+Fetch v13+ names topics by id (KIP-516): ids map to names through the node's image; an
+unknown id gets UNKNOWN_TOPIC_ID. A NOT_LEADER_OR_FOLLOWER answer carries CurrentLeader
+(v12+) and, from v16, the leader's address in NodeEndpoints (KIP-951), as Produce's does.
 """
 
 from __future__ import annotations
@@ -23,17 +34,26 @@ from __future__ import annotations
 from typing import Any, Final
 
 from kafka.protocol.consumer.fetch import FetchResponse
-from kafka.protocol.consumer.offsets import ListOffsetsResponse
+from kafka.protocol.consumer.offsets import ListOffsetsResponse, OffsetForLeaderEpochResponse
 
 from raftlog.base.acl import Operation, ResourceType
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.codec import encode_response, placeholder
 from raftlog.node.kafka.context import Call, Encoded, KafkaContext, Later, Reply
+from raftlog.node.kafka.metadata import ZERO_UUID, leader_hint, names_by_uuid, node_endpoints
 
 __all__ = ["HANDLERS"]
 
+
 FETCH_KEY: Final = 1
+EARLIEST: Final = -2
+EARLIEST_LOCAL: Final = -4  # ListOffsets v8+ (KIP-405)
+NO_TIERED_STORAGE: Final = frozenset({-5, -6})  # latest tiered (v9+), earliest pending upload (v11+)
+TOPIC_IDS_VERSION: Final = 13  # KIP-516: topics by id from Fetch v13 on
 LIST_OFFSETS_KEY: Final = 2
+OFFSET_FOR_LEADER_EPOCH_KEY: Final = 23
+FENCED_LEADER_EPOCH: Final = 74
+UNKNOWN_LEADER_EPOCH: Final = 75
 MAX_FETCH_WAIT_MS: Final = 60_000
 DEFAULT_MAX_BYTES: Final = 50 << 20
 
@@ -45,11 +65,17 @@ def _allowed(ctx: KafkaContext, operation: Operation, names: list[str]) -> dict[
 async def handle_fetch(ctx: KafkaContext, call: Call) -> Reply:
     request = call.request
     R = FetchResponse
-    allowed = _allowed(ctx, Operation.READ, [t.topic for t in request.topics])
-    refused = [{"topic": t.topic, "partition": p.partition, "error": {"code": "TOPIC_AUTHORIZATION_FAILED"}}
-               for t in request.topics if not allowed[t.topic] for p in t.partitions]
-    parts = [(t.topic, p.partition, p.fetch_offset, max(1, p.partition_max_bytes))
-             for t in request.topics if allowed[t.topic] for p in t.partitions]
+    by_id = call.version >= TOPIC_IDS_VERSION
+    names = names_by_uuid(ctx) if by_id else {}
+    # (name or None for an unknown id, topic id, partition, fetch offset, max bytes)
+    wanted = []
+    for t in request.topics:
+        name = names.get(t.topic_id) if by_id else t.topic
+        for p in t.partitions:
+            wanted.append((name, t.topic_id if by_id else None, p.partition, p.fetch_offset,
+                           max(1, p.partition_max_bytes)))
+    allowed = _allowed(ctx, Operation.READ, [n for n, *_ in wanted if n is not None])
+    parts = [(n, p, o, b) for n, _, p, o, b in wanted if n is not None and allowed[n]]
     max_bytes = getattr(request, "max_bytes", DEFAULT_MAX_BYTES) or DEFAULT_MAX_BYTES
     max_wait_ms = max(0, min(request.max_wait_ms, MAX_FETCH_WAIT_MS, ctx.request_timeout_ms - 1000))
 
@@ -63,19 +89,31 @@ async def handle_fetch(ctx: KafkaContext, call: Call) -> Reply:
             )  # fmt: skip
         else:
             results = []
-        results = [*results, *refused]
         splices: dict[bytes, Any] = {}
-        topics: dict[str, list[Any]] = {}
+        topics: dict[tuple[str | None, Any], list[Any]] = {}
+        endpoints: set[int] = set()
         try:
-            for entry in results:
+            found = iter(results)
+            for name, topic_id, partition, _, _ in wanted:
+                if name is None:
+                    entry = {"partition": partition, "error": {"code": "UNKNOWN_TOPIC_ID"}}
+                elif not allowed[name]:
+                    entry = {"partition": partition, "error": {"code": "TOPIC_AUTHORIZATION_FAILED"}}
+                else:
+                    entry = next(found)
                 error = entry.get("error")
                 if error is not None:
+                    code = errors.kafka_error_code(error.get("code"))
                     data = R.FetchableTopicResponse.PartitionData(
-                        partition_index=entry["partition"],
-                        error_code=errors.kafka_error_code(error.get("code")),
-                        high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
-                        aborted_transactions=None, preferred_read_replica=-1, records=b"",  # empty, not null: librdkafka refuses -1
+                        partition_index=partition, error_code=code, high_watermark=-1,
+                        last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
+                        preferred_read_replica=-1, records=b"",  # never null: librdkafka refuses a size of -1
                     )  # fmt: skip
+                    hint = leader_hint(ctx, name, partition) if code == errors.NOT_LEADER_OR_FOLLOWER else None
+                    if hint is not None:  # KIP-951: where to go, without a metadata round trip
+                        data.current_leader = R.FetchableTopicResponse.PartitionData.LeaderIdAndEpoch(
+                            leader_id=hint[0], leader_epoch=hint[1])
+                        endpoints.add(hint[0])
                 else:
                     records = entry["records"]
                     value = b""
@@ -83,16 +121,18 @@ async def handle_fetch(ctx: KafkaContext, call: Call) -> Reply:
                         value = placeholder(len(splices))
                         splices[value] = records
                     data = R.FetchableTopicResponse.PartitionData(
-                        partition_index=entry["partition"], error_code=errors.NONE,
+                        partition_index=partition, error_code=errors.NONE,
                         high_watermark=entry["high_watermark"],
                         last_stable_offset=entry["high_watermark"],
                         log_start_offset=entry["log_start_offset"], aborted_transactions=None,
                         preferred_read_replica=-1, records=value,
                     )  # fmt: skip
-                topics.setdefault(entry["topic"], []).append(data)
+                topics.setdefault((name, topic_id), []).append(data)
             response = R(
                 throttle_time_ms=0, error_code=errors.NONE, session_id=0,
-                responses=[R.FetchableTopicResponse(topic=name, partitions=ps) for name, ps in topics.items()],
+                responses=[R.FetchableTopicResponse(topic=name or "", topic_id=topic_id or ZERO_UUID, partitions=ps)
+                           for (name, topic_id), ps in topics.items()],
+                node_endpoints=node_endpoints(ctx, endpoints, R.NodeEndpoint),
             )  # fmt: skip
             return Encoded(encode_response(call.header, response, splices=splices))
         except BaseException:
@@ -106,20 +146,24 @@ async def handle_fetch(ctx: KafkaContext, call: Call) -> Reply:
 async def handle_list_offsets(ctx: KafkaContext, call: Call) -> Reply:
     request = call.request
     R = ListOffsetsResponse
-    allowed = _allowed(ctx, Operation.DESCRIBE, [t.name for t in request.topics])
-    refused = [{"topic": t.name, "partition": p.partition_index, "error": {"code": "TOPIC_AUTHORIZATION_FAILED"}}
-               for t in request.topics if not allowed[t.name] for p in t.partitions]
-    parts = [(t.name, p.partition_index, p.timestamp) for t in request.topics if allowed[t.name]
-             for p in t.partitions]
+    asked = [(t.name, p.partition_index, p.timestamp) for t in request.topics for p in t.partitions]
+    allowed = _allowed(ctx, Operation.DESCRIBE, [t for t, _, _ in asked])
+    # No tiered storage: the earliest local offset (-4) is the earliest; the latest tiered
+    # (-5) and earliest pending upload (-6) offsets do not exist (Kafka answers -1 then).
+    parts = [(t, p, EARLIEST if ts == EARLIEST_LOCAL else ts) for t, p, ts in asked
+             if allowed[t] and ts not in NO_TIERED_STORAGE]
 
     async def answer() -> Reply:
         if ctx.replicas is None:
-            results = [{"topic": t, "partition": p, "error": {"code": "NOT_LEADER"}} for t, p, _ in parts]
+            found = [{"topic": t, "partition": p, "error": {"code": "NOT_LEADER"}} for t, p, _ in parts]
         elif parts:
-            results = await ctx.replicas.list_offsets(parts)
+            found = await ctx.replicas.list_offsets(parts)
         else:
-            results = []
-        results = [*results, *refused]
+            found = []
+        answers = iter(found)
+        results = [{"topic": t, "partition": p, "error": {"code": "TOPIC_AUTHORIZATION_FAILED"}} if not allowed[t]
+                   else {"topic": t, "partition": p, "offset": -1, "timestamp": -1} if ts in NO_TIERED_STORAGE
+                   else next(answers) for t, p, ts in asked]
         topics: dict[str, list[Any]] = {}
         for entry in results:
             error = entry.get("error")
@@ -140,4 +184,36 @@ async def handle_list_offsets(ctx: KafkaContext, call: Call) -> Reply:
     return Later(answer)
 
 
-HANDLERS: Final = {FETCH_KEY: handle_fetch, LIST_OFFSETS_KEY: handle_list_offsets}
+async def handle_offset_for_leader_epoch(ctx: KafkaContext, call: Call) -> Reply:
+    """KIP-320: where each asked epoch ends on the leader, so a consumer that read up to some
+    offset in that epoch can tell whether the log was truncated under it (after an unclean
+    recovery). `current_leader_epoch` (-1: not checked) older than the leader's is
+    FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH (the client refreshes metadata)."""
+    request = call.request
+    R = OffsetForLeaderEpochResponse
+    asked = [(t.topic, p.partition, p.current_leader_epoch, p.leader_epoch)
+             for t in request.topics for p in t.partitions]
+    if ctx.replicas is None:
+        results = [{"topic": t, "partition": p, "error": {"code": "NOT_LEADER"}} for t, p, _, _ in asked]
+    else:
+        results = ctx.replicas.epoch_end_offsets([(t, p, e) for t, p, _, e in asked])
+    topics: dict[str, list[Any]] = {}
+    for (topic, partition, current, _), entry in zip(asked, results):
+        error = entry.get("error")
+        code = errors.kafka_error_code(None if error is None else error.get("code"))
+        if code == errors.NONE and current >= 0 and current != entry["current_epoch"]:
+            code = FENCED_LEADER_EPOCH if current < entry["current_epoch"] else UNKNOWN_LEADER_EPOCH
+        ok = code == errors.NONE
+        topics.setdefault(topic, []).append(R.OffsetForLeaderTopicResult.EpochEndOffset(
+            error_code=code, partition=partition, leader_epoch=entry["leader_epoch"] if ok else -1,
+            end_offset=entry["end_offset"] if ok else -1,
+        ))  # fmt: skip
+    return R(throttle_time_ms=0, topics=[
+        R.OffsetForLeaderTopicResult(topic=name, partitions=ps) for name, ps in topics.items()])
+
+
+HANDLERS: Final = {
+    FETCH_KEY: handle_fetch,
+    LIST_OFFSETS_KEY: handle_list_offsets,
+    OFFSET_FOR_LEADER_EPOCH_KEY: handle_offset_for_leader_epoch,
+}

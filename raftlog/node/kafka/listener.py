@@ -10,13 +10,11 @@ Per connection: a reader reads frames (`int32 size` + request), decodes the head
 that must wait (long poll, acks=all, admin) returns `Later`, which runs in its own task, so
 up to `max_in_flight` requests of a connection wait at once (context.py).
 
-How to add an API: write `async def handle_x(ctx, call) -> Reply` in the module of its family
-(produce.py, fetch.py, metadata.py, admin.py, configs.py, groups.py, ...), list it in that
-module's `HANDLERS = {api_key: handle_x}`, add the module's map to `HANDLERS` below, and add
-the advertised (min, max) to `versions.SUPPORTED_VERSIONS`; a unit test checks that the two
-tables name the same keys and that each range lies inside the schema's. The handler gets
-the decoded request at the client's version (`call.request`, `call.version`) and returns
-the response class at any version (the listener encodes it at the request's).
+Lazy protocol: kafka-python's protocol classes cost the node about a second to import, so
+this module and what the node imports with it (context.py, wire.py) do without them; the
+first request on any connection loads `dispatch.py` (the API table, codecs) in a worker
+thread, while the trio loop keeps serving, and every later request uses it. How an API is
+added: dispatch.py.
 
 Limits (everything bounded): at most `max_connections` connections (then the accept loop
 waits); frames up to `max_request_bytes`; at most `max_in_flight` requests per connection
@@ -50,96 +48,35 @@ connection. Requests before ApiVersions are served (Kafka does; old clients skip
 from __future__ import annotations
 
 import errno
+import importlib
 import logging
 import os
 import struct
 from collections.abc import Mapping
+from types import ModuleType
 from typing import Any, Final, NoReturn
 
 import trio
-from kafka.protocol.api_message import ApiMessage
 
 from raftlog.base.errors import RaftlogError
 from raftlog.base.eventlog import log_event
 from raftlog.node.auth import ListenerSecurity, send_tls_alert
-from raftlog.node.kafka import acls, admin, configs, errors, fetch, metadata, produce, sasl, versions
-from raftlog.node.kafka.codec import (
-    API_VERSIONS_KEY,
-    REQUEST_CLASSES,
-    RESPONSE_CLASSES,
-    Chunk,
-    CodecError,
-    FileRange,
-    Header,
-    decode_body,
-    decode_header,
-    encode_response,
-)
-from raftlog.node.kafka.context import Call, ConnectionState, Encoded, Handler, KafkaContext, Later
 from raftlog.base.metrics import MetricsRegistry
+from raftlog.node.kafka import errors
+from raftlog.node.kafka.context import Call, ConnectionState, Encoded, Handler, KafkaContext, Later
+from raftlog.node.kafka.wire import API_VERSIONS_KEY, Chunk, CodecError, FileRange, Header
 
-__all__ = ["HANDLERS", "serve_kafka", "error_response"]
+__all__ = ["serve_kafka", "load_protocol"]
 
 logger = logging.getLogger(__name__)
-
-# api_key -> handler. One map per API family; the groups module adds its own here.
-HANDLERS: Final[dict[int, Handler]] = {
-    **versions.HANDLERS,
-    **metadata.HANDLERS,
-    **produce.HANDLERS,
-    **fetch.HANDLERS,
-    **admin.HANDLERS,
-    **configs.HANDLERS,
-    **sasl.HANDLERS,
-    **acls.HANDLERS,
-}
 
 RECEIVE_CHUNK_BYTES: Final = 256 << 10
 WRITE_COALESCE_BYTES: Final = 1 << 20
 ACCEPT_BACKOFF_S: Final = 0.1
 _SIZE: Final = struct.Struct(">i")
 _RESOURCE_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
-# Before a SASL login completes, only these run (ApiVersions, SaslHandshake, SaslAuthenticate).
-_BEFORE_LOGIN: Final = frozenset({API_VERSIONS_KEY, *sasl.AUTH_KEYS})
 SASL_AUTHENTICATION_FAILED: Final = 58
 TLS_READ_CHUNK: Final = 1 << 20  # fetched records over TLS: read from the segment this much at a time
-_tls_reads: trio.CapacityLimiter | None = None
-
-
-def _tls_read_limiter() -> trio.CapacityLimiter:
-    global _tls_reads
-    if _tls_reads is None:
-        _tls_reads = trio.CapacityLimiter(4)
-    return _tls_reads
-
-
-def api_name(api_key: int) -> str:
-    cls = REQUEST_CLASSES.get(api_key)
-    return cls.__name__.removesuffix("Request") if cls is not None else "unknown"
-
-
-def error_response(api_key: int, version: int, code: int) -> ApiMessage | None:
-    """A response of `api_key` at `version` carrying `code` in its top-level error field, or
-    None when that response has no top-level error field (the caller closes instead)."""
-    cls = RESPONSE_CLASSES.get(api_key)
-    if cls is None:
-        return None
-    has_error = any(
-        f.get("name") == "ErrorCode" and _in_versions(f.get("versions", ""), version)
-        for f in cls.json.get("fields", [])
-    )
-    if not has_error:
-        return None
-    return cls[version](error_code=code)
-
-
-def _in_versions(spec: str, version: int) -> bool:
-    if spec.endswith("+"):
-        return version >= int(spec[:-1])
-    if "-" in spec:
-        lo, hi = spec.split("-")
-        return int(lo) <= version <= int(hi)
-    return spec.isdigit() and version == int(spec)
 
 
 class _Close(Exception):
@@ -164,15 +101,27 @@ class _Slot:
         self.close_after: _Close | None = None
 
 
+PROTOCOL_MODULE: Final = "raftlog.node.kafka.dispatch"
+
+
+def load_protocol() -> ModuleType:
+    """Import the protocol half (dispatch.py: kafka-python's classes, the API table).
+    Blocking, about a second the first time: the listener runs it in a worker thread."""
+    return importlib.import_module(PROTOCOL_MODULE)
+
+
 class _Listener:
     def __init__(
-        self, ctx: KafkaContext, handlers: Mapping[int, Handler], *, max_request_bytes: int,
+        self, ctx: KafkaContext, handlers: Mapping[int, Handler] | None, *, max_request_bytes: int,
         request_timeout_ms: int, max_in_flight: int, registry: MetricsRegistry | None,
         security: ListenerSecurity | None = None,
     ) -> None:  # fmt: skip
         self.ctx = ctx
         self.security = security
-        self.handlers = dict(handlers)
+        self._handlers = handlers
+        self.handlers: dict[int, Handler] = {}
+        self.proto: ModuleType | None = None  # dispatch.py once loaded
+        self._loading: trio.Event | None = None
         self.max_request_bytes = max_request_bytes
         self.request_timeout_ms = request_timeout_ms
         self.max_in_flight = max_in_flight
@@ -206,6 +155,26 @@ class _Listener:
             "Connections closed because their TLS handshake failed, by listener.",
             ("listener",),
         )
+
+    async def load(self) -> None:
+        """Load the protocol half once (the first request of any connection); concurrent
+        first requests wait for the same load. Raises what the import raises (a broken
+        install): that connection fails and logs, the next request tries again."""
+        while self.proto is None:
+            if self._loading is not None:
+                await self._loading.wait()
+                continue
+            self._loading = loading = trio.Event()
+            started = trio.current_time()
+            try:
+                proto = await trio.to_thread.run_sync(load_protocol)
+            finally:
+                self._loading = None
+                loading.set()
+            self.handlers = dict(proto.HANDLERS if self._handlers is None else self._handlers)
+            self.proto = proto
+            log_event(logger, "kafka_protocol_loaded",
+                      load_ms=round((trio.current_time() - started) * 1000))
 
 
 class _Connection:
@@ -257,6 +226,8 @@ class _Connection:
             size = _SIZE.unpack_from(buffer, 0)[0]
             frame = bytes(buffer[4:4 + size])
             del buffer[:4 + size]
+            if listener.proto is None:
+                await listener.load()
             slot = _Slot()
             await send.send(slot)  # bounded: max_in_flight slots await their response
             close = await self._dispatch(frame, slot, requests)
@@ -268,23 +239,24 @@ class _Connection:
         started = trio.current_time()
         header: Header | None = None
         try:
-            header, offset = decode_header(frame)
+            proto = listener.proto
+            header, offset = proto.decode_header(frame)
             handler = listener.handlers.get(header.api_key)
-            if header.api_key not in REQUEST_CLASSES:
+            if not proto.is_known_api(header.api_key):
                 raise _Close("unknown_api_key", api_key=header.api_key,
                              correlation_id=header.correlation_id)
             if not self.state.authenticate():
-                if header.api_key not in _BEFORE_LOGIN:
-                    raise _Close("not_authenticated", api=api_name(header.api_key))
+                if header.api_key not in proto.BEFORE_LOGIN:
+                    raise _Close("not_authenticated", api=proto.api_name(header.api_key))
             elif self.state.session is not None:
                 try:
                     self.state.session.check()  # a user removed while connected is cut off
                 except RaftlogError:
-                    raise _Close("credentials_removed", api=api_name(header.api_key)) from None
-            if handler is None or not versions.supported(header.api_key, header.api_version):
+                    raise _Close("credentials_removed", api=proto.api_name(header.api_key)) from None
+            if handler is None or not proto.supported(header.api_key, header.api_version):
                 self._finish(slot, header, started, self._unsupported(header))
                 return None
-            body = decode_body(header, frame, offset)
+            body = proto.decode_body(header, frame, offset)
             call = Call(header, body, self.state)
             with trio.fail_after(listener.request_timeout_ms / 1000):
                 reply = await handler(listener.ctx, call)
@@ -293,7 +265,7 @@ class _Connection:
             else:
                 self._finish(slot, header, started, reply)
             if self.state.close_reason is not None:  # e.g. a failed login: answer, then close
-                close = _Close(self.state.close_reason, api=api_name(header.api_key))
+                close = _Close(self.state.close_reason, api=listener.proto.api_name(header.api_key))
                 slot.close_after = close
                 return close
             return None
@@ -327,30 +299,33 @@ class _Connection:
             if code == errors.UNKNOWN_SERVER_ERROR:
                 log_event(
                     logger, "kafka_handler_failed", level=logging.ERROR, exc_info=exc,
-                    api=api_name(header.api_key), version=header.api_version,
+                    api=self.listener.proto.api_name(header.api_key), version=header.api_version,
                     peer=self.state.peer,
                 )  # fmt: skip
-        response = error_response(header.api_key, header.api_version, code)
+        proto = self.listener.proto
+        response = proto.error_response(header.api_key, header.api_version, code)
         if response is None:
-            return _Close("handler_failed", api=api_name(header.api_key), error=type(exc).__name__)
+            return _Close("handler_failed", api=proto.api_name(header.api_key), error=type(exc).__name__)
         return response
 
     def _unsupported(self, header: Header) -> Any:
+        proto = self.listener.proto
         if header.api_key == API_VERSIONS_KEY:
             # KIP-511: answer in v0 layout (header v0 too) with the versions we do serve.
-            response = versions.api_versions_response(errors.UNSUPPORTED_VERSION, version=0)
-            return Encoded(encode_response(header, response, version=0))
-        response = error_response(header.api_key, header.api_version, errors.UNSUPPORTED_VERSION)
+            response = proto.api_versions_unsupported()
+            return Encoded(proto.encode_response(header, response, version=0))
+        response = proto.error_response(header.api_key, header.api_version, errors.UNSUPPORTED_VERSION)
         if response is None:
-            return _Close("unsupported_version", api=api_name(header.api_key),
+            return _Close("unsupported_version", api=proto.api_name(header.api_key),
                           version=header.api_version)
         log_event(logger, "kafka_unsupported_version", level=logging.INFO,
-                  api=api_name(header.api_key), version=header.api_version, peer=self.state.peer)
+                  api=proto.api_name(header.api_key), version=header.api_version, peer=self.state.peer)
         return response
 
     def _finish(self, slot: _Slot, header: Header, started: float, reply: Any) -> None:
         listener = self.listener
-        op = api_name(header.api_key)
+        proto = listener.proto
+        op = proto.api_name(header.api_key)
         code = "OK"
         try:
             if isinstance(reply, _Close):
@@ -359,10 +334,10 @@ class _Connection:
             elif isinstance(reply, Encoded):
                 slot.chunks = reply.chunks
             elif reply is not None:
-                slot.chunks = encode_response(header, reply)
+                slot.chunks = proto.encode_response(header, reply)
                 error = getattr(reply, "error_code", 0)
                 code = "OK" if not error else str(error)
-                if error == SASL_AUTHENTICATION_FAILED and header.api_key == sasl.SASL_AUTHENTICATE_KEY:
+                if error == SASL_AUTHENTICATION_FAILED and header.api_key == proto.SASL_AUTHENTICATE_KEY:
                     listener.auth_failures_total.labels(listener="kafka").inc()
         except Exception as exc:  # noqa: BLE001 - a response that does not encode is a bug
             log_event(logger, "kafka_response_unencodable", level=logging.ERROR, exc_info=exc,
@@ -457,16 +432,21 @@ class _Connection:
             await self.stream.send_all(b"".join(pending))
 
     async def _sendfile(self, part: FileRange) -> None:
-        """os.sendfile from the segment straight to the socket (Kafka's zero-copy); over TLS
-        the range is read in a worker thread and written through the TLS stream."""
+        """os.sendfile from the segment straight to the socket (Kafka's zero-copy), in a
+        worker thread: reading a page that is not cached blocks. The socket is non-blocking,
+        so each call sends what fits and the loop waits for room on the trio thread.
+        Cancel-safe: a running call is waited for (the range's descriptor stays open). Over
+        TLS the range is read in a worker thread and written through the TLS stream."""
         if self.socket_stream is None:
             await self._send_file_range(part)
             return
         sock = self.socket_stream.socket
+        limiter = self.listener.ctx.disk_limiter
         offset, remaining = part.offset, part.length
         while remaining > 0:
             try:
-                sent = os.sendfile(sock.fileno(), part.fd, offset, remaining)
+                sent = await trio.to_thread.run_sync(
+                    os.sendfile, sock.fileno(), part.fd, offset, remaining, limiter=limiter)
             except BlockingIOError:
                 await trio.lowlevel.wait_writable(sock)
                 continue
@@ -480,7 +460,8 @@ class _Connection:
         offset, remaining = part.offset, part.length
         while remaining > 0:
             size = min(remaining, TLS_READ_CHUNK)
-            data = await trio.to_thread.run_sync(os.pread, part.fd, size, offset, limiter=_tls_read_limiter())
+            data = await trio.to_thread.run_sync(os.pread, part.fd, size, offset,
+                                                limiter=self.listener.ctx.disk_limiter)
             if not data:
                 raise trio.BrokenResourceError("segment file ended before the fetch range")
             await self.stream.send_all(data)
@@ -573,7 +554,7 @@ async def serve_kafka(
         raise ValueError("max_in_flight, max_connections, request_timeout_ms >= 1; "
                          "max_request_bytes >= 64")
     listener = _Listener(
-        ctx, HANDLERS if handlers is None else handlers, max_request_bytes=max_request_bytes,
+        ctx, handlers, max_request_bytes=max_request_bytes,
         request_timeout_ms=request_timeout_ms, max_in_flight=max_in_flight, registry=registry,
         security=security,
     )  # fmt: skip

@@ -23,7 +23,7 @@ from raftlog.base.eventlog import log_event
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.context import Call, KafkaContext, Later, Reply
 
-__all__ = ["HANDLERS", "topic_uuid", "brokers"]
+__all__ = ["HANDLERS", "topic_uuid", "brokers", "names_by_uuid", "leader_hint"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +37,33 @@ def topic_uuid(topic_id: str | None) -> uuid.UUID:
         return ZERO_UUID
     raw = base64.urlsafe_b64decode(topic_id + "=" * (-len(topic_id) % 4))
     return uuid.UUID(bytes=raw[:16].rjust(16, b"\0"))
+
+
+def names_by_uuid(ctx: KafkaContext) -> dict[uuid.UUID, str]:
+    """Topic name of each Kafka topic id in the node's image (APIs that name topics by id:
+    Fetch v13+, Produce v13, DeleteTopics v6, Metadata by id). Built once per image."""
+    image = ctx.metadata.image
+    cached = ctx.cache.get("names_by_uuid")
+    if cached is not None and cached[0] is image:
+        return cached[1]
+    names = {topic_uuid(t.topic_id): t.name for t in image.topics.values()}
+    ctx.cache["names_by_uuid"] = (image, names)
+    return names
+
+
+def leader_hint(ctx: KafkaContext, topic: str, partition: int) -> tuple[int, int] | None:
+    """(leader id, leader epoch) of a partition in the node's image, for KIP-951's
+    CurrentLeader in NOT_LEADER_OR_FOLLOWER answers; None when unknown."""
+    p = ctx.metadata.image.partition(topic, partition)
+    if p is None or p.leader < 0:
+        return None
+    return p.leader, p.leader_epoch
+
+
+def node_endpoints(ctx: KafkaContext, ids: set[int], cls: Any) -> list[Any]:
+    """KIP-951's NodeEndpoints (Produce v10+, Fetch v16+): the Kafka address of each broker
+    named in a CurrentLeader hint, as `cls` entries."""
+    return [cls(node_id=i, host=h, port=p, rack=r) for i, h, p, r in brokers(ctx) if i in ids]
 
 
 def brokers(ctx: KafkaContext) -> list[tuple[int, str, int, str | None]]:

@@ -35,12 +35,14 @@ from raftlog.base.acl import Operation, ResourceType
 from raftlog.base.errors import RaftlogError
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.context import Call, KafkaContext, Later, Reply
+from raftlog.node.kafka.metadata import ZERO_UUID, leader_hint, names_by_uuid, node_endpoints
 from raftlog.node.kafka.versions import PRODUCE_MIN_USABLE
 
 __all__ = ["HANDLERS"]
 
 PRODUCE_KEY: Final = 0
 INIT_PRODUCER_ID_KEY: Final = 22
+TOPIC_IDS_VERSION: Final = 13  # KIP-516: Produce v13 names topics by id
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Final = 53
 TOPIC_AUTHORIZATION_FAILED: Final = errors.KAFKA_ERROR_CODES["TOPIC_AUTHORIZATION_FAILED"]
 
@@ -51,10 +53,23 @@ def _partition_response(index: int, code: int, base_offset: int = -1, message: s
              log_start_offset=-1, record_errors=[], error_message=message)
 
 
+def _topic_names(ctx: KafkaContext, call: Call) -> list[str | None]:
+    """Each topic_data entry's topic name (v13 names topics by id: None for an unknown id)."""
+    if call.version < TOPIC_IDS_VERSION:
+        return [t.name for t in call.request.topic_data]
+    names = names_by_uuid(ctx)
+    return [names.get(t.topic_id) for t in call.request.topic_data]
+
+
+def _topic_response(t: Any, name: str | None, partitions: list[Any]) -> Any:
+    return ProduceResponse.TopicProduceResponse(
+        name=name or "", topic_id=getattr(t, "topic_id", None) or ZERO_UUID,
+        partition_responses=partitions)
+
+
 def _all_failed(call: Call, code: int, message: str) -> ProduceResponse:
-    T = ProduceResponse.TopicProduceResponse
     return ProduceResponse(responses=[
-        T(name=t.name, partition_responses=[
+        _topic_response(t, getattr(t, "name", None), [
             _partition_response(p.index, code, message=message) for p in t.partition_data])
         for t in call.request.topic_data
     ], throttle_time_ms=0)  # fmt: skip
@@ -74,17 +89,21 @@ async def handle_produce(ctx: KafkaContext, call: Call) -> Reply:
     if ctx.replicas is None:
         return _all_failed(call, errors.NOT_LEADER_OR_FOLLOWER, "this node is not a broker")
     parts: list[tuple[str, int, bytes]] = []
-    bad: dict[tuple[str, int], tuple[int, str]] = {}
-    for t in request.topic_data:
-        if not ctx.allowed(Operation.WRITE, ResourceType.TOPIC, t.name):  # ACLs: before any effect
+    bad: dict[tuple[int, int], tuple[int, str]] = {}  # (topic entry index, partition)
+    names = _topic_names(ctx, call)
+    for i, (t, name) in enumerate(zip(request.topic_data, names)):
+        # ACLs before any effect; a topic named by id is checked by its name, as Kafka does.
+        if name is not None and not ctx.allowed(Operation.WRITE, ResourceType.TOPIC, name):
             for p in t.partition_data:
-                bad[(t.name, p.index)] = (TOPIC_AUTHORIZATION_FAILED, f"not authorized to write topic {t.name!r:.80}")
+                bad[(i, p.index)] = (TOPIC_AUTHORIZATION_FAILED, f"not authorized to write topic {name!r:.80}")
             continue
         for p in t.partition_data:
-            if p.records is None or len(p.records) == 0:
-                bad[(t.name, p.index)] = (errors.CORRUPT_MESSAGE, "no records")
+            if name is None:
+                bad[(i, p.index)] = (errors.UNKNOWN_TOPIC_ID, "unknown topic id")
+            elif p.records is None or len(p.records) == 0:
+                bad[(i, p.index)] = (errors.CORRUPT_MESSAGE, "no records")
             else:
-                parts.append((t.name, p.index, bytes(p.records)))
+                parts.append((name, p.index, bytes(p.records)))
     timeout_ms = max(0, min(request.timeout_ms, ctx.request_timeout_ms))
     deadline = trio.current_time() + timeout_ms / 1000
     results, waits = await ctx.replicas.append_partitions(parts, acks=acks) if parts else ([], [])
@@ -93,34 +112,40 @@ async def handle_produce(ctx: KafkaContext, call: Call) -> Reply:
 
     async def finish() -> ProduceResponse:
         await ctx.replicas.wait_appends(waits, deadline)
-        return _response(request, results, bad)
+        return _response(ctx, request, names, results, bad)
 
     if not waits:
-        return _response(request, results, bad)
+        return _response(ctx, request, names, results, bad)
     return Later(finish)
 
 
-def _response(request: Any, results: list[dict[str, Any]],
-              bad: dict[tuple[str, int], tuple[int, str]]) -> ProduceResponse:
+def _response(ctx: KafkaContext, request: Any, names: list[str | None], results: list[dict[str, Any]],
+              bad: dict[tuple[int, int], tuple[int, str]]) -> ProduceResponse:
     by_key = {(r["topic"], r["partition"]): r for r in results}
-    T = ProduceResponse.TopicProduceResponse
     topics = []
-    for t in request.topic_data:
+    endpoints: set[int] = set()
+    for i, (t, name) in enumerate(zip(request.topic_data, names)):
         partitions = []
         for p in t.partition_data:
-            failed = bad.get((t.name, p.index))
+            failed = bad.get((i, p.index))
             if failed is not None:
                 partitions.append(_partition_response(p.index, failed[0], message=failed[1]))
                 continue
-            r = by_key[(t.name, p.index)]
+            r = by_key[(name, p.index)]
             error = r.get("error")
             if error is None:
                 partitions.append(_partition_response(p.index, errors.NONE, r["base_offset"]))
-            else:
-                partitions.append(_partition_response(
-                    p.index, errors.kafka_error_code(error.get("code")), message=error.get("message")))
-        topics.append(T(name=t.name, partition_responses=partitions))
-    return ProduceResponse(responses=topics, throttle_time_ms=0)
+                continue
+            code = errors.kafka_error_code(error.get("code"))
+            out = _partition_response(p.index, code, message=error.get("message"))
+            hint = leader_hint(ctx, name, p.index) if code == errors.NOT_LEADER_OR_FOLLOWER else None
+            if hint is not None:  # KIP-951 (v10+): the new leader, no metadata round trip
+                out.current_leader = type(out).LeaderIdAndEpoch(leader_id=hint[0], leader_epoch=hint[1])
+                endpoints.add(hint[0])
+            partitions.append(out)
+        topics.append(_topic_response(t, name, partitions))
+    return ProduceResponse(responses=topics, throttle_time_ms=0,
+                           node_endpoints=node_endpoints(ctx, endpoints, ProduceResponse.NodeEndpoint))
 
 
 async def handle_init_producer_id(ctx: KafkaContext, call: Call) -> Reply:

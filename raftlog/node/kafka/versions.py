@@ -1,20 +1,32 @@
 """The API versions this listener speaks, and ApiVersions (key 18).
 
-Ranges cover what the clients send (their sources, shared notes kafka-wire.md: librdkafka
-2.x, kafka-python 3.x, aiokafka 0.12-0.14, kcat through librdkafka). Each range must lie
-inside kafka-python's schema range for the key (checked by the unit tests) and every key
-here must have a handler in `listener.HANDLERS` (also checked).
+Ranges cover what the clients send at their highest (read from their sources: librdkafka
+2.15 `rd_kafka_broker_ApiVersion_supported` calls and `rd_kafka_ProduceRequest_max_version`:
+Produce 10, Fetch 16, Metadata 13, ListOffsets 7, CreateTopics 4, DeleteTopics 4,
+CreatePartitions 2, DeleteRecords 2, DescribeConfigs 1, AlterConfigs 2,
+IncrementalAlterConfigs 1, InitProducerId 4; kafka-python 3.0.12 caps Fetch at 12, Produce
+at 9, InitProducerId at 4 and otherwise sends the broker's highest; aiokafka 0.12-0.14 uses
+its own structs up to Produce 8, Fetch 11, Metadata 5, ListOffsets 5; kcat is librdkafka;
+shared notes kafka-wire.md). Each range must lie inside kafka-python's schema range for the
+key (checked by the unit tests) and every key here must have a handler in
+`dispatch.HANDLERS` (also checked).
 
-* Produce 0-12: versions 0-2 (message formats v0/v1) are advertised but answered
+* Produce 0-13: versions 0-2 (message formats v0/v1) are advertised but answered
   UNSUPPORTED_VERSION when used, as Kafka 4.0 does: librdkafka < 2.12 sends gzip/snappy/lz4
-  uncompressed unless the broker lists Produce v0 (librdkafka #4956, KAFKA-18659). v13 names
-  topics by id; not yet.
-* Fetch 4-12: v13+ names topics by id (KIP-516); clients fall back to 12.
-* Metadata 1-12, ListOffsets 1-7 (v7: max timestamp), the admin APIs at their full
-  non-topic-id ranges. SaslHandshake 1 and SaslAuthenticate 0-2 (sasl.py), the ACL and SCRAM
-  APIs (acls.py) at the ranges Kafka 4 serves. CreatePartitions and DeleteRecords are not served yet (no controller
-  op to add partitions, no replicated log-start move): not advertised, so clients report
-  them unsupported by the broker.
+  uncompressed unless the broker lists Produce v0 (librdkafka #4956, KAFKA-18659). v13
+  names topics by id (KIP-516).
+* Fetch 4-16: v13+ names topics by id; v16 adds the leader's endpoint to NOT_LEADER answers
+  (KIP-951). v17-18 carry only replica fields (KIP-853, KIP-1166): not advertised.
+* Metadata 0-13 (aiokafka 0.12 sends Metadata v0 right behind its ApiVersions probe and
+  takes a closed connection for "no Kafka here"), ListOffsets 1-11 (v7 max timestamp; v8-11 tiered-storage timestamps,
+  answered as without tiered storage), DeleteTopics 1-6 (v6 by topic id), DescribeCluster
+  0-2 (v2 flags fenced brokers), the other admin APIs at their full schema ranges.
+  SaslHandshake 1 and SaslAuthenticate 0-2 (sasl.py), the ACL and SCRAM APIs (acls.py) at
+  the ranges Kafka 4 serves.
+* The group APIs (groups.py) at their full classic-protocol ranges below topic ids: JoinGroup
+  0-9, SyncGroup 0-5, Heartbeat 0-4, LeaveGroup 0-5, OffsetCommit 2-9, OffsetFetch 1-9,
+  FindCoordinator 0-5, DescribeGroups 0-6, ListGroups 0-5, DeleteGroups 0-2. The KIP-848
+  consumer protocol (ConsumerGroupHeartbeat) is not served: clients use the classic one.
 """
 
 from __future__ import annotations
@@ -33,14 +45,26 @@ PRODUCE_MIN_USABLE: Final = 3
 
 # api_key -> (min, max) advertised.
 SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
-    0: (0, 12),  # Produce
-    1: (4, 12),  # Fetch
-    2: (1, 7),  # ListOffsets
-    3: (1, 12),  # Metadata
+    0: (0, 13),  # Produce (v13: topic ids)
+    1: (4, 16),  # Fetch (v13+: topic ids; librdkafka sends 16)
+    2: (1, 11),  # ListOffsets (kafka-python sends the broker's highest)
+    23: (2, 4),  # OffsetForLeaderEpoch (KIP-320; librdkafka 2, kafka-python the highest)
+    3: (0, 13),  # Metadata (aiokafka 0.12 probes with v0 beside ApiVersions)
+    8: (2, 9),  # OffsetCommit (v10 names topics by id)
+    9: (1, 9),  # OffsetFetch (v10 names topics by id)
+    10: (0, 5),  # FindCoordinator (v4+ batched keys; v6 adds share-group keys)
+    11: (0, 9),  # JoinGroup
+    12: (0, 4),  # Heartbeat
+    13: (0, 5),  # LeaveGroup
+    14: (0, 5),  # SyncGroup
+    15: (0, 6),  # DescribeGroups
+    16: (0, 5),  # ListGroups
     17: (0, 1),  # SaslHandshake (librdkafka wants v0 listed; a v0 request is refused: sasl.py)
     18: (0, 4),  # ApiVersions
     19: (2, 7),  # CreateTopics
-    20: (1, 5),  # DeleteTopics (v6 adds topic ids)
+    20: (1, 6),  # DeleteTopics (v6: by name or topic id)
+    21: (0, 2),  # DeleteRecords
+    37: (0, 3),  # CreatePartitions
     22: (0, 4),  # InitProducerId
     29: (1, 3),  # DescribeAcls
     30: (1, 3),  # CreateAcls
@@ -48,10 +72,11 @@ SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     32: (1, 4),  # DescribeConfigs
     33: (0, 2),  # AlterConfigs
     36: (0, 2),  # SaslAuthenticate
+    42: (0, 2),  # DeleteGroups
     44: (0, 1),  # IncrementalAlterConfigs
     50: (0, 0),  # DescribeUserScramCredentials
     51: (0, 0),  # AlterUserScramCredentials
-    60: (0, 1),  # DescribeCluster
+    60: (0, 2),  # DescribeCluster (v2: fenced brokers flagged)
 }
 
 

@@ -399,3 +399,21 @@ def test_a_huge_skip_lists_only_the_first_values():
     b.poll(2, {K: [(i, i) for i in range(1000)]})
     (case,) = check(b.history()).anomalies["poll-skip"]
     assert case["delta"] == 999 and case["skipped"] == list(range(1, 33))
+
+
+def test_orphaned_process_after_a_supervisor_kill():
+    """Issue 20: a `kill-supervisor` nemesis op whose side cluster left processes or ports
+    behind makes the run invalid; one that left nothing does not."""
+    b = sent(Builder(), K, 3)
+    b.poll(1, {K: [(i, i) for i in range(3)]})
+    b.invoke("nemesis", "kill-supervisor")
+    b.complete("nemesis", "kill-supervisor", "ok", {"supervisor": 10, "pids": {"node-1": 11}, "left": [],
+                                                     "ports_held": []})
+    assert check(b.history()).verdict == "valid"
+    b.invoke("nemesis", "kill-supervisor")
+    b.complete("nemesis", "kill-supervisor", "ok", {"supervisor": 20, "pids": {"node-1": 21, "console": 22},
+                                                     "left": ["node-1"], "ports_held": [28101]})
+    result = check(b.history())
+    assert result.verdict == "invalid"
+    (case,) = cases(result, "orphaned-process")
+    assert case["left"] == ["node-1"] and case["ports_held"] == [28101] and case["supervisor"] == 20

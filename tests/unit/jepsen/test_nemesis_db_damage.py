@@ -18,7 +18,9 @@ def test_fault_menu_covers_every_name_with_start_and_stop():
     assert ("corrupt-tail", str({"node": 2, "mode": "bitflip"})) in starts
     assert ("bitflip", str({"node": 2, "flips": 3})) in starts
     assert ("start-disk-full", str({"node": 2})) in starts
+    assert ("power-loss", str({"node": 2})) in starts and ("power-loss", str({"nodes": "all"})) in starts
     assert all(f.stop["f"].startswith("stop-") for f in menu)
+    assert {f.name for f in menu} >= {"power-loss", "disk-full", "bitflip"}
     with pytest.raises(NemesisError):
         faults(["corrupt"])
     with pytest.raises(NemesisError):

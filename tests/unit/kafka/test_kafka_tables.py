@@ -10,7 +10,7 @@ from kafka.protocol.consumer.fetch import FetchResponse
 
 from raftlog.node.kafka import codec, errors, versions
 from raftlog.node.kafka.codec import Header, encode_response, placeholder
-from raftlog.node.kafka.listener import HANDLERS
+from raftlog.node.kafka.dispatch import HANDLERS
 from partition.segment import FileSlice
 
 
@@ -53,3 +53,14 @@ def test_zero_copy_splice_matches_a_plain_encode(tmp_path):
         finally:
             os.close(fd)
         assert spliced == plain, version
+
+
+def test_every_advertised_version_has_an_encodable_error_answer_or_none():
+    from raftlog.node.kafka.dispatch import error_response
+
+    for key, (lo, hi) in versions.SUPPORTED_VERSIONS.items():
+        for version in range(lo, hi + 1):
+            response = error_response(key, version, errors.UNSUPPORTED_VERSION)
+            if response is not None:
+                chunks = encode_response(Header(key, version, 1, "c"), response)
+                assert len(b"".join(chunks)) > 8, (key, version)

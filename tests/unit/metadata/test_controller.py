@@ -292,6 +292,61 @@ def test_delete_topic_and_recreate():
     assert again.topic_id != resp.topic_id
 
 
+def test_create_partitions_grows_a_topic_in_one_envelope_placed_for_balance():
+    cl = Cluster(brokers=3)
+    old = cl.commit(cl.c.create_topic("t", 2, 2, now_ms=0))
+    result = cl.c.create_partitions("t", 5, now_ms=0)
+    assert kinds(result) == ["AddPartitions", "Partition", "Partition", "Partition"]
+    assert len(result.envelopes) == 1  # atomic: never an incomplete (hidden) topic
+    with pytest.raises(InvalidPartitionsError, match="in flight"):
+        cl.c.create_partitions("t", 6, now_ms=0)
+    new = cl.commit(result)
+    topic = cl.image.topic("t")
+    assert topic.complete and topic.partition_count == 5 and topic.topic_id == old.topic_id
+    assert [p.partition for p in new.partitions] == [2, 3, 4]
+    assert topic.partitions[:2] == tuple(old.partitions)  # existing partitions untouched
+    assert all(len(p.replicas) == 2 for p in topic.partitions)  # the topic's RF
+    assert sorted(p.preferred_leader for p in topic.partitions) in ([1, 1, 2, 2, 3], [1, 2, 2, 3, 3],
+                                                                     [1, 1, 2, 3, 3])
+
+
+@pytest.mark.parametrize(
+    "name, count, error, why",
+    [
+        ("t", 2, InvalidPartitionsError, "must be 3"),  # not more than now
+        ("t", 1, InvalidPartitionsError, "must be 3"),
+        ("t", 10_001, InvalidPartitionsError, "10000"),
+        ("nope", 3, UnknownTopicOrPartitionError, "unknown"),
+        (OFFSETS_TOPIC, 20, InvalidTopicError, "internal"),
+    ],
+)
+def test_create_partitions_validation(name, count, error, why):
+    cl = Cluster(brokers=3, offsets_replication_factor=1)
+    cl.commit(cl.c.create_topic("t", 2, 3, now_ms=0))
+    cl.commit(cl.c.ensure_internal_topics(0))
+    with pytest.raises(error, match=why):
+        cl.c.create_partitions(name, count, now_ms=0)
+
+
+def test_create_partitions_needs_the_topics_replication_factor_and_validate_only_writes_nothing():
+    cl = Cluster(brokers=3)
+    cl.commit(cl.c.create_topic("t", 1, 3, now_ms=0))
+    checked = cl.c.create_partitions("t", 4, validate_only=True, now_ms=0)
+    assert checked.envelopes == () and len(checked.response.partitions) == 3
+    cl.commit(cl.c.controlled_shutdown(3, "inc-3", now_ms=0))
+    with pytest.raises(InvalidReplicationFactorError):
+        cl.c.create_partitions("t", 2, now_ms=0)
+
+
+def test_create_partitions_too_many_for_one_envelope_is_refused():
+    cl = Cluster(brokers=3, max_envelope_bytes=4096)
+    cl.commit(cl.c.create_topic("t", 1, 3, now_ms=0))
+    with pytest.raises(InvalidPartitionsError, match="at most about"):
+        cl.c.create_partitions("t", 200, now_ms=0)
+    cl.commit(cl.c.create_partitions("t", 20, now_ms=0))
+    assert cl.image.topic("t").partition_count == 20
+
+
 def test_alter_and_describe_configs():
     cl = Cluster(brokers=1)
     cl.commit(cl.c.create_topic("t", 1, 1, {"retention_ms": "1000"}, now_ms=0))

@@ -20,6 +20,7 @@ from raftlog.base.acl import AclBinding
 from raftlog.base.sasl import scram_credential
 from metadata.records import (
     Acl,
+    AddPartitions,
     RemoveAcl,
     RemoveUserScramCredential,
     UserScramCredential,
@@ -87,6 +88,11 @@ REJECTIONS = [
     ("same epoch, other leader", [PartitionChange(TID, 0, 2, 3)], "INVALID_REQUEST"),
     ("leader not a replica", [PartitionChange(TID, 0, 7, 9)], "INVALID_REQUEST"),
     ("replicas unknown broker", [PartitionChange(TID, 0, 8, 9, (8,))], "BROKER_ID_NOT_REGISTERED"),
+    ("grow unknown topic", [AddPartitions("nope", 3)], "UNKNOWN_TOPIC_OR_PARTITION"),
+    ("grow to fewer partitions", [AddPartitions(TID, 2)], "INVALID_PARTITIONS"),
+    ("grow an incomplete topic", [Topic("t2", "t2", 2), Partition("t2", 0, (1,), 1), AddPartitions("t2", 3)],
+     "INVALID_REQUEST"),
+    ("grown partition out of order", [AddPartitions(TID, 4), Partition(TID, 3, (1,), 1)], "INVALID_REQUEST"),
     ("config of unknown topic", [Config("nope", {"retention_ms": "1"})], "UNKNOWN_TOPIC_OR_PARTITION"),
     ("producer block below next", [ProducerIdBlock(1, 0, 10), ProducerIdBlock(2, 5, 10)], "INVALID_REQUEST"),
     ("producer block unknown broker", [ProducerIdBlock(9, 0, 10)], "BROKER_ID_NOT_REGISTERED"),
@@ -136,6 +142,16 @@ def test_applied_record_rules():
     # Remove topic frees the name.
     gone = replay(image, RemoveTopic(TID))
     assert gone.topic("orders") is None and gone.topic_names() == ()
+
+
+def test_add_partitions_grows_a_topic_that_survives_a_snapshot():
+    image = base_image()
+    after, outcome = outcome_of(image, AddPartitions(TID, 3), Partition(TID, 2, (3, 1, 2), 3))
+    assert outcome.ok
+    topic = after.topic("orders")
+    assert topic.complete and topic.partition_count == 3 and topic.partitions[:2] == image.topic("orders").partitions
+    assert topic.partitions[2].replicas == (3, 1, 2) and dict(topic.configs) == {"retention_ms": "1000"}
+    assert image_from_snapshot(image_to_snapshot(after)) == after
 
 
 def test_image_is_immutable_and_old_images_survive():

@@ -9,6 +9,7 @@ from metadata.errors import EnvelopeTooLargeError, InvalidRecordError
 from raftlog.base.acl import AclBinding
 from raftlog.base.sasl import scram_credential
 from metadata.records import (
+    AddPartitions,
     MAX_ENVELOPE_BYTES,
     Acl,
     RemoveAcl,
@@ -86,6 +87,7 @@ records = st.one_of(
     st.builds(UnfenceBroker, broker_ids, ids),
     st.builds(Topic, st.text(min_size=1, max_size=30), ids, st.integers(1, 10000), st.booleans(), config_maps),
     st.builds(RemoveTopic, ids),
+    st.builds(AddPartitions, ids, st.integers(2, 10000)),
     partitions(),
     partition_changes(),
     configs(),

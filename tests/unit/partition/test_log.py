@@ -186,6 +186,33 @@ def test_retention_by_time_and_bytes_advances_and_persists_log_start(tmp_path):
     again.close()
 
 
+def test_advance_start_moves_the_log_start_mid_segment_and_survives_reopen(tmp_path):
+    log = Log.open(tmp_path, SMALL, now_ms=0)
+    for i in range(20):
+        log.append(mk(ts=i), leader_epoch=2, now_ms=0)  # 3 records a batch, ~5 a segment
+    log.flush()
+    segments = len(log._segments)
+    with pytest.raises(ValueError):
+        log.advance_start(0)  # not above the log start
+    with pytest.raises(ValueError):
+        log.advance_start(log.log_end_offset + 1)
+    gone = log.advance_start(31)  # inside a batch, inside a segment
+    assert gone and len(log._segments) == segments - len(gone)
+    assert log.log_start_offset == 31 and log._segments[0].base_offset <= 31
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(30, 100)
+    assert offsets_of(log.read(31, 100))[0] <= 31  # the batch holding 31, whole
+    assert log.epochs() == [(2, 31)]
+    log.advance_start(log.log_end_offset)  # everything (the active segment stays)
+    assert log.log_start_offset == log.log_end_offset == 60 and log.read(60, 100) == b""
+    assert log.epochs() == []  # no entry may start at the log end
+    log.close()
+    again = Log.open(tmp_path, SMALL, now_ms=0)
+    assert (again.log_start_offset, again.log_end_offset) == (60, 60)
+    assert again.append(mk(), leader_epoch=3, now_ms=0) == (60, 62)
+    again.close()
+
+
 def test_retention_never_deletes_the_active_segment(tmp_path):
     log = Log.open(tmp_path, LogConfig(retention_ms=0, retention_bytes=0), now_ms=0)
     log.append(mk(ts=0), leader_epoch=0, now_ms=0)

@@ -7,6 +7,7 @@ import random
 import pytest
 
 from partition.raft import (
+    AdvanceLogStart,
     AppendControl,
     AppendReplicated,
     BeginQuorumEpoch,
@@ -16,6 +17,7 @@ from partition.raft import (
     HighWatermarkChanged,
     LeadershipChanged,
     LogState,
+    LowWatermarkChanged,
     NotLeaderError,
     PersistQuorumState,
     QuorumState,
@@ -66,6 +68,8 @@ class Harness:
         self.max_read = max_read
         self.effects = {i: [] for i in self.voters}
         self.hw_seen = {i: [] for i in self.voters}
+        self.log_start = {i: 0 for i in self.voters}
+        self.low_wm_seen = {i: [] for i in self.voters}
 
     def apply(self, i, effects):
         log = self.logs[i]
@@ -98,6 +102,12 @@ class Harness:
                 self.apply(i, self.cores[i].flushed(len(log)))
             elif kind is HighWatermarkChanged:
                 self.hw_seen[i].append(eff.high_watermark)
+            elif kind is AdvanceLogStart:
+                assert self.log_start[i] < eff.offset <= len(log)
+                assert eff.offset <= self.cores[i].high_watermark  # committed records only
+                self.log_start[i] = eff.offset
+            elif kind is LowWatermarkChanged:
+                self.low_wm_seen[i].append(eff.low_watermark)
 
     def write(self, i, count=1):
         core = self.cores[i]
@@ -177,8 +187,11 @@ def test_single_voter_leads_alone_and_commits_only_flushed_offsets():
     assert effects == [LeadershipChanged(1, None), PersistQuorumState(QuorumState(1, 7, 7), 2)]
     assert not core.may_accept_writes  # leader of an epoch that is not durable yet
     effects = core.quorum_state_persisted(2)
-    assert effects == [AppendControl(1, 0), LeadershipChanged(1, 7), Flush()]
+    # A new partition's leader appends no control batch: its first record is at offset 0.
+    assert effects == [LeadershipChanged(1, 7)]
     assert core.may_accept_writes and core.high_watermark == 0
+    assert core.leader_appended(0, 0) == [Flush()]
+    assert core.end_offset_for_epoch(1) == (1, 1)  # the epoch starts with its first record
     assert core.flushed(1) == [HighWatermarkChanged(1)]
     assert core.leader_appended(1, 4) == [Flush()]
     assert core.high_watermark == 1  # written but not fsynced: not committed
@@ -192,8 +205,8 @@ def test_three_voters_elect_one_leader_and_replicate():
     leader = h.elect()
     h.write(leader.replica_id, 3)
     h.tick(3)
-    assert all(c.high_watermark == 4 for c in h.cores.values())
-    assert all(log == [1, 1, 1, 1] for log in h.logs.values())
+    assert all(c.high_watermark == 3 for c in h.cores.values())
+    assert all(log == [1, 1, 1] for log in h.logs.values())  # no control batch: a new log
     assert {c.leader_id for c in h.cores.values()} == {leader.replica_id}
 
 
@@ -207,7 +220,8 @@ def test_new_leader_is_elected_after_leader_loss_and_old_one_resigns():
     h.run_until(lambda: h.leader() is not None and h.leader().epoch > old.epoch)
     new = h.leader()
     assert new.replica_id != old.replica_id
-    assert h.logs[new.replica_id][:3] == [1, 1, 1]  # committed entries survive
+    assert h.logs[new.replica_id][:3] == [1, 1, 2]  # committed entries survive
+    assert h.logs[new.replica_id][2] == new.epoch  # its control batch follows them
     # Check quorum: the cut-off leader stops acknowledging writes within two windows.
     h.tick(2 * CFG.check_quorum_ticks)
     assert old.role in (Role.RESIGNED, Role.PROSPECTIVE) and not old.may_accept_writes
@@ -217,6 +231,51 @@ def test_new_leader_is_elected_after_leader_loss_and_old_one_resigns():
     h.tick(5)
     assert old.role is Role.FOLLOWER and old.leader_id == new.replica_id
     assert h.logs[old.replica_id] == h.logs[new.replica_id]
+
+
+def _elect_alone(core):
+    effects = []
+    for _ in range(2 * CFG.election_timeout_ticks):
+        effects += core.tick()
+        if effects:
+            break
+    effects += core.quorum_state_persisted(1)
+    return effects + core.quorum_state_persisted(2)
+
+
+@pytest.mark.parametrize(
+    "log_state, high_watermark, control_at",
+    [
+        (LogState(), 0, None),  # a new partition: the first record is offset 0
+        (LogState(5, 5, 5), 5, None),  # empty, everything below it committed
+        (LogState(5, 5, 5), 0, 5),  # empty but HW unknown (restart): commit through a control
+        (LogState(0, 3, 3, ((1, 0),)), 3, 3),  # entries of an earlier epoch
+    ],
+)
+def test_leader_appends_a_control_batch_only_when_earlier_entries_need_it(
+    log_state, high_watermark, control_at
+):
+    core = RaftCore(1, [1], rng=random.Random(3), log_state=log_state,
+                    high_watermark=high_watermark, config=CFG)
+    effects = _elect_alone(core)
+    controls = [e for e in effects if type(e) is AppendControl]
+    assert controls == ([] if control_at is None else [AppendControl(core.epoch, control_at)])
+    end = log_state.log_end_offset + (0 if control_at is None else 1)
+    assert core.log_end_offset == end and core.may_accept_writes
+
+
+def test_follower_drops_an_uncommitted_old_epoch_for_a_leader_with_an_empty_log():
+    # Voter 3 holds entries of epoch 1 that never reached a majority; 1 and 2 have empty
+    # logs, so one of them leads epoch 2 without a control batch. 3 must still lose them.
+    h = Harness(3, seed=5, states={3: (QuorumState(1, 3, None), [1, 1])})
+    h.cut.add(3)
+    leader = h.elect()
+    assert leader.replica_id != 3 and h.logs[leader.replica_id] == []
+    h.write(leader.replica_id, 2)
+    h.cut.clear()
+    h.tick(6)
+    assert all(log == [leader.epoch] * 2 for log in h.logs.values())
+    assert all(c.high_watermark == 2 for c in h.cores.values())
 
 
 def test_isolated_leader_resigns_after_check_quorum_window_and_not_before():
@@ -329,7 +388,7 @@ def test_candidate_sends_vote_requests_only_after_its_vote_is_durable():
     effects = _quiet(core.quorum_state_persisted(1))
     assert [type(e) for e in effects] == [Send, Send, PersistQuorumState]
     effects = core.quorum_state_persisted(2)
-    assert effects[0] == AppendControl(1, 0) and core.may_accept_writes
+    assert effects[0] == LeadershipChanged(1, 1) and core.may_accept_writes  # empty log: no control
     assert len(_sends(effects, BeginQuorumEpoch)) == 2
 
 
@@ -480,6 +539,7 @@ def test_follower_high_watermark_is_capped_at_its_log_end_and_fetches_after_flus
 def test_leader_parks_caught_up_fetch_until_data_or_max_wait():
     h = Harness(3, seed=2)
     leader = h.elect()
+    h.write(leader.replica_id)
     h.tick(3)
     assert all(c.high_watermark == 1 for c in h.cores.values())
     parked = [p for p in leader._peers.values() if p.parked is not None]
@@ -504,7 +564,7 @@ def test_transfer_leadership_hands_over_to_the_target():
     assert leader.role is Role.FOLLOWER and leader.leader_id == target
     h.tick(5)
     assert all(log == h.logs[target] for log in h.logs.values())
-    assert h.logs[target][:3] == [1, 1, 1]
+    assert h.logs[target][:2] == [1, 1] and h.logs[target][2] == h.cores[target].epoch
 
 
 def test_transfer_gives_up_after_timeout_and_writes_resume():
@@ -566,7 +626,7 @@ def test_without_require_flush_the_log_end_counts():
     leader = h.elect()
     h.write(leader.replica_id, 2)
     h.tick(2)
-    assert all(c.high_watermark == 3 for c in h.cores.values())
+    assert all(c.high_watermark == 2 for c in h.cores.values())
     assert not any(type(e) is Flush for effects in h.effects.values() for e in effects)
 
 
@@ -660,3 +720,50 @@ def test_damaged_voter_cannot_help_elect_a_leader_that_lacks_a_commit():
     assert leader.replica_id == 1
     h.run_until(lambda: not h.cores[3].needs_catch_up)
     assert h.logs[3][:5] == [1, 1, 2, 2, 2] and h.logs[2][:5] == [1, 1, 2, 2, 2]
+
+
+# ------------------------------------------------------------------- log start (DeleteRecords)
+
+
+def test_delete_records_moves_every_log_start_and_answers_at_a_majority():
+    h = Harness(3, seed=11)
+    leader = h.elect()
+    lid = leader.replica_id
+    h.write(lid, 10)
+    h.tick(3)
+    assert leader.high_watermark == 10
+    with pytest.raises(RaftStateError):
+        leader.delete_records(11)  # past the high watermark: the shell checks first
+    follower = next(c for c in h.cores.values() if c is not leader)
+    with pytest.raises(NotLeaderError):
+        follower.delete_records(3)
+    effects = leader.delete_records(6)
+    assert effects == [AdvanceLogStart(6)]  # here at once; a majority only once reported
+    h.apply(lid, effects)
+    assert leader.low_watermark == 0
+    h.tick(3)
+    assert h.log_start == {1: 6, 2: 6, 3: 6}
+    assert h.low_wm_seen[lid] == [6]
+    assert leader.delete_records(4) == [] and leader.delete_records(6) == []  # nothing to do
+
+
+def test_a_deletion_held_by_a_majority_survives_a_leader_elected_without_it():
+    h = Harness(3, seed=12)
+    old = h.elect()
+    h.write(old.replica_id, 10)
+    h.tick(3)
+    lagging = next(i for i in h.voters if i != old.replica_id)
+    holder = next(i for i in h.voters if i not in (old.replica_id, lagging))
+    h.cut.add(lagging)
+    h.apply(old.replica_id, old.delete_records(8))
+    h.tick(3)
+    assert h.log_start[holder] == 8 and h.low_wm_seen[old.replica_id] == [8]
+    assert h.log_start[lagging] == 0
+    # The old leader goes; the lagging replica (same log otherwise) wins with the holder's vote.
+    h.cut = {old.replica_id}
+    h.run_until(lambda: h.leader() is not None and h.leader().replica_id == lagging
+                and h.leader().may_accept_writes, 300)
+    new = h.cores[lagging]
+    h.tick(3)
+    assert h.log_start[lagging] == 8  # adopted from the holder's fetch report
+    assert new.log_start_offset == 8

@@ -1,4 +1,4 @@
-"""Observability: the metrics registry renders Prometheus text 0.0.4 and keeps its limits, the HTTP listener answers /health and /metrics (and refuses the rest), and event lines are one-line logfmt."""
+"""Observability: the metrics registry renders Prometheus text 0.0.4 (through prometheus-client, collectors included) and keeps its limits, the HTTP listener answers /health and /metrics (and refuses the rest), and event lines are one-line logfmt."""
 
 import io
 import json
@@ -9,7 +9,7 @@ import trio
 
 from raftlog.base.eventlog import format_value, log_event, setup_logging
 from raftlog.node.http import MAX_HEAD_BYTES, parse_request_head, serve_http
-from raftlog.base.metrics import MetricsRegistry
+from raftlog.base.metrics import MetricsRegistry, counter_family, gauge_family
 
 
 def test_counter_gauge_histogram_render():
@@ -29,16 +29,16 @@ def test_counter_gauge_histogram_render():
     lines = text.splitlines()
     assert "# HELP raftlog_connections Open\\nconnections." in lines
     assert "# TYPE raftlog_requests_total counter" in lines
-    assert 'raftlog_requests_total{op="produce",code="OK"} 3' in lines
-    assert 'raftlog_requests_total{op="fetch",code="we\\"ird\\\\\\n"} 1' in lines
-    assert "raftlog_connections 2" in lines
+    assert 'raftlog_requests_total{code="OK",op="produce"} 3.0' in lines  # labels sorted
+    assert 'raftlog_requests_total{code="we\\"ird\\\\\\n",op="fetch"} 1.0' in lines
+    assert "raftlog_connections 2.0" in lines
     assert "# TYPE raftlog_latency_ms histogram" in lines
-    assert 'raftlog_latency_ms_bucket{le="1"} 1' in lines
-    assert 'raftlog_latency_ms_bucket{le="10"} 3' in lines
-    assert 'raftlog_latency_ms_bucket{le="100"} 4' in lines
-    assert 'raftlog_latency_ms_bucket{le="+Inf"} 5' in lines
+    assert 'raftlog_latency_ms_bucket{le="1.0"} 1.0' in lines
+    assert 'raftlog_latency_ms_bucket{le="10.0"} 3.0' in lines
+    assert 'raftlog_latency_ms_bucket{le="100.0"} 4.0' in lines
+    assert 'raftlog_latency_ms_bucket{le="+Inf"} 5.0' in lines
     assert "raftlog_latency_ms_sum 5060.5" in lines
-    assert "raftlog_latency_ms_count 5" in lines
+    assert "raftlog_latency_ms_count 5.0" in lines
     assert requests.value(op="produce", code="OK") == 3
 
 
@@ -47,7 +47,7 @@ def test_gauge_function_read_at_scrape():
     box = [1]
     registry.gauge("g", "G.", ("listener",)).labels(listener="client").set_function(lambda: box[0])
     box[0] = 42
-    assert 'g{listener="client"} 42' in registry.render().splitlines()
+    assert 'g{listener="client"} 42.0' in registry.render().splitlines()
 
 
 def test_registry_rules():
@@ -77,6 +77,34 @@ def test_registry_rules():
     with pytest.raises(ValueError, match="already has 2 label combinations"):
         counter.labels(k="c")
     assert MetricsRegistry().render() == ""
+
+
+def test_collector_families_are_made_at_scrape_time():
+    """Per-partition families come from collectors over a service's state: nothing is
+    stored between scrapes, and each scrape sees the state as it is then."""
+    registry = MetricsRegistry()
+    state = {("demo", 0): 10, ("demo", 1): 7}
+    calls = []
+
+    def collect():
+        calls.append(1)
+        return [gauge_family("raftlog_partition_high_watermark", "HW.", ("topic", "partition"),
+                             {(t, p): hw for (t, p), hw in state.items()}),
+                counter_family("raftlog_topic_bytes_in_total", "Bytes.", ("topic",), {("demo",): 5})]
+
+    registry.collector(collect)
+    assert calls == []  # not described at registration
+    lines = registry.render().splitlines()
+    assert 'raftlog_partition_high_watermark{partition="0",topic="demo"} 10.0' in lines
+    assert 'raftlog_topic_bytes_in_total{topic="demo"} 5.0' in lines
+    assert "# TYPE raftlog_topic_bytes_in_total counter" in lines
+    state[("demo", 0)] = 11
+    del state[("demo", 1)]
+    text = registry.render()
+    assert 'raftlog_partition_high_watermark{partition="0",topic="demo"} 11.0' in text
+    assert 'partition="1"' not in text
+    with pytest.raises(ValueError):
+        gauge_family("bad-name", "x")
 
 
 async def http_get(port: int, raw: bytes) -> tuple[int, dict[str, str], bytes]:
@@ -111,7 +139,7 @@ async def test_http_health_and_metrics(nursery):
     status, headers, body = await http_get(port, b"GET /metrics?x=1 HTTP/1.0\r\n\r\n")
     assert status == 200
     assert headers["content-type"].startswith("text/plain; version=0.0.4")
-    assert b"raftlog_demo_total 5" in body.splitlines()
+    assert b"raftlog_demo_total 5.0" in body.splitlines()
 
     assert (await http_get(port, b"GET /nope HTTP/1.1\r\n\r\n"))[0] == 404
     assert (await http_get(port, b"POST /metrics HTTP/1.1\r\n\r\n"))[0] == 405

@@ -1,0 +1,446 @@
+"""Consumer-group APIs: FindCoordinator (10), JoinGroup (11), Heartbeat (12), LeaveGroup (13),
+SyncGroup (14), OffsetCommit (8), OffsetFetch (9), DescribeGroups (15), ListGroups (16),
+DeleteGroups (42).
+
+Protocol translation only: each handler runs the native op of the same name
+(groupcoord/service.py's client handlers: the same coordinator core, the same
+`__consumer_offsets`), so a Kafka consumer group and a raftlog group with the same id are one
+group. The coordinator never looks inside subscriptions and assignments; members of both
+protocols write Kafka's ConsumerProtocol bytes (raftlog/client/consumer_protocol.py).
+
+Where Kafka and the native protocol differ, the difference is settled here:
+* FindCoordinator answers the coordinator's Kafka listener (the native op gives its native
+  address); v4+ batches keys. Only group keys (key_type 0): we have no transaction
+  coordinator, so a transactional key is INVALID_REQUEST.
+* JoinGroup below v4 predates KIP-394's MEMBER_ID_REQUIRED: the handler rejoins at once with
+  the member id the coordinator handed out, as Kafka's broker does for those versions. v0 has
+  no rebalance timeout: the session timeout stands in (Kafka's rule).
+* client_id is the request header's, client_host the connection's peer ("/127.0.0.1", Kafka's
+  form), both shown by DescribeGroups.
+* Group-level errors go where the version has room for them: OffsetCommit has only
+  per-partition codes (an error for the whole commit is repeated per partition), OffsetFetch
+  v1 likewise, v2+ top-level; LeaveGroup below v3 answers the member's error top-level.
+* DescribeGroups v6 answers GROUP_ID_NOT_FOUND for a group that does not exist (older
+  versions: state Dead, no error), ListGroups v5 says every group is "classic".
+
+Waits: JoinGroup, SyncGroup, OffsetCommit and DeleteGroups return `Later` (they wait for a
+rebalance or an acks=all append); the coordinator answers within the listener's request
+timeout (a join that waits longer gets REQUEST_TIMED_OUT and the client rejoins, which counts
+as the same member). The others answer at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+from kafka.protocol.admin.groups import DeleteGroupsResponse, DescribeGroupsResponse, ListGroupsResponse
+from kafka.protocol.consumer.group import (
+    HeartbeatResponse,
+    JoinGroupResponse,
+    LeaveGroupResponse,
+    OffsetCommitResponse,
+    OffsetFetchResponse,
+    SyncGroupResponse,
+)
+from kafka.protocol.metadata.find_coordinator import FindCoordinatorResponse
+
+from raftlog.base.errors import (
+    CoordinatorNotAvailableError,
+    InvalidRequestError,
+    MemberIdRequiredError,
+    RaftlogError,
+    error_from_wire,
+)
+from raftlog.node.kafka import errors
+from raftlog.node.kafka.context import Call, KafkaContext, Later, Reply
+
+__all__ = ["HANDLERS"]
+
+OFFSET_COMMIT_KEY: Final = 8
+OFFSET_FETCH_KEY: Final = 9
+FIND_COORDINATOR_KEY: Final = 10
+JOIN_GROUP_KEY: Final = 11
+HEARTBEAT_KEY: Final = 12
+LEAVE_GROUP_KEY: Final = 13
+SYNC_GROUP_KEY: Final = 14
+DESCRIBE_GROUPS_KEY: Final = 15
+LIST_GROUPS_KEY: Final = 16
+DELETE_GROUPS_KEY: Final = 42
+
+GROUP_KEY_TYPE: Final = 0
+GROUP_ID_NOT_FOUND: Final = 69
+AUTHORIZED_OPERATIONS_OMITTED: Final = None  # kafka-python: None encodes INT32_MIN, "not asked"
+
+
+def _code(exc: BaseException) -> tuple[int, str]:
+    return errors.kafka_error(exc)
+
+
+def _wire_code(error: Mapping[str, Any] | None) -> int:
+    """The Kafka code of a native per-item `error` map (None: no error)."""
+    return errors.NONE if error is None else errors.kafka_error_code(error.get("code"))
+
+
+def _client(call: Call) -> tuple[str, str]:
+    """(client_id, client_host) as Kafka's DescribeGroups shows them."""
+    host = call.connection.peer.rpartition(":")[0] or call.connection.peer
+    return call.header.client_id or "", f"/{host.strip('[]')}"
+
+
+def _wait_ms(ctx: KafkaContext, asked_ms: int | None = None) -> int:
+    # The coordinator caps this below its own deadline; ask for the whole request timeout.
+    return ctx.request_timeout_ms if asked_ms is None or asked_ms < 0 else min(asked_ms, ctx.request_timeout_ms)
+
+
+# --------------------------------------------------------------------------- FindCoordinator
+
+
+async def handle_find_coordinator(ctx: KafkaContext, call: Call) -> Reply:
+    request = call.request
+    R = FindCoordinatorResponse
+    batched = call.version >= 4
+    keys = list(request.coordinator_keys or []) if batched else [request.key]
+    key_type = request.key_type if call.version >= 1 else GROUP_KEY_TYPE
+
+    async def one(key: str) -> tuple[int, str | None, int, str, int]:
+        """(error code, message, node id, host, port)."""
+        try:
+            if key_type != GROUP_KEY_TYPE:
+                raise InvalidRequestError(f"coordinator key type {key_type}: only groups (0) are served")
+            found = await ctx.call("find_coordinator", {"group_id": key}) or {}
+            address = ctx.metadata.kafka_address(found["node_id"])
+            if address is None:
+                raise CoordinatorNotAvailableError(f"broker {found['node_id']} has no Kafka listener")
+        except RaftlogError as exc:
+            code, message = _code(exc)
+            return code, message, -1, "", -1
+        return errors.NONE, None, found["node_id"], address[0], address[1]
+
+    async def answer() -> Reply:
+        found = [(key, await one(key)) for key in keys]
+        if batched:
+            return R(throttle_time_ms=0, coordinators=[
+                R.Coordinator(key=key, node_id=node, host=host, port=port, error_code=code,
+                              error_message=message)
+                for key, (code, message, node, host, port) in found])  # fmt: skip
+        _, (code, message, node, host, port) = found[0]
+        return R(throttle_time_ms=0, error_code=code, error_message=message, node_id=node, host=host,
+                 port=port)
+
+    return Later(answer)
+
+
+# --------------------------------------------------------------------------- JoinGroup / SyncGroup
+
+
+async def handle_join_group(ctx: KafkaContext, call: Call) -> Reply:
+    request = call.request
+    version = call.version
+    client_id, client_host = _client(call)
+    session_timeout_ms = request.session_timeout_ms
+    rebalance_timeout_ms = request.rebalance_timeout_ms if version >= 1 else session_timeout_ms
+    fields: dict[str, Any] = {
+        "group_id": request.group_id,
+        "member_id": request.member_id or "",
+        "group_instance_id": request.group_instance_id if version >= 5 else None,
+        "protocol_type": request.protocol_type,
+        "protocols": [{"name": p.name, "metadata": bytes(p.metadata or b"")} for p in request.protocols or []],
+        "session_timeout_ms": session_timeout_ms,
+        "rebalance_timeout_ms": rebalance_timeout_ms,
+        "client_id": client_id,
+        "client_host": client_host,
+        "timeout_ms": _wait_ms(ctx, rebalance_timeout_ms),
+    }
+    R = JoinGroupResponse
+
+    def failed(code: int, member_id: str) -> Any:
+        return R(throttle_time_ms=0, error_code=code, generation_id=-1, protocol_type=None,
+                 protocol_name=None if version >= 7 else "", leader="", skip_assignment=False,
+                 member_id=member_id, members=[])
+
+    async def answer() -> Reply:
+        try:
+            try:
+                result = await ctx.call("join_group", fields) or {}
+            except MemberIdRequiredError as exc:
+                if version >= 4 or not exc.member_id:
+                    raise
+                # Before KIP-394 a client never sees MEMBER_ID_REQUIRED: join with the id now.
+                result = await ctx.call("join_group", {**fields, "member_id": exc.member_id}) or {}
+        except MemberIdRequiredError as exc:
+            return failed(errors.kafka_error_code(exc.code), exc.member_id or "")
+        except RaftlogError as exc:
+            return failed(_code(exc)[0], fields["member_id"])
+        return R(
+            throttle_time_ms=0, error_code=errors.NONE, generation_id=result["generation_id"],
+            protocol_type=result.get("protocol_type"), protocol_name=result.get("protocol_name") or "",
+            leader=result.get("leader") or "", skip_assignment=False, member_id=result["member_id"],
+            members=[R.JoinGroupResponseMember(member_id=m["member_id"],
+                                               group_instance_id=m.get("group_instance_id"),
+                                               metadata=m["metadata"])
+                     for m in result.get("members") or ()],
+        )  # fmt: skip
+
+    return Later(answer)
+
+
+async def handle_sync_group(ctx: KafkaContext, call: Call) -> Reply:
+    request = call.request
+    version = call.version
+    fields: dict[str, Any] = {
+        "group_id": request.group_id,
+        "member_id": request.member_id,
+        "generation_id": request.generation_id,
+        "group_instance_id": request.group_instance_id if version >= 3 else None,
+        "protocol_type": request.protocol_type if version >= 5 else None,
+        "protocol_name": request.protocol_name if version >= 5 else None,
+        # Followers send an empty list; the coordinator only stores the leader's plan.
+        "assignments": [{"member_id": a.member_id, "assignment": bytes(a.assignment or b"")}
+                        for a in request.assignments or []],
+        "timeout_ms": _wait_ms(ctx),
+    }
+    R = SyncGroupResponse
+
+    async def answer() -> Reply:
+        try:
+            result = await ctx.call("sync_group", fields) or {}
+        except RaftlogError as exc:
+            return R(throttle_time_ms=0, error_code=_code(exc)[0], protocol_type=None, protocol_name=None,
+                     assignment=b"")
+        return R(throttle_time_ms=0, error_code=errors.NONE, protocol_type=result.get("protocol_type"),
+                 protocol_name=result.get("protocol_name"), assignment=result.get("assignment") or b"")
+
+    return Later(answer)
+
+
+# --------------------------------------------------------------------------- Heartbeat / LeaveGroup
+
+
+async def handle_heartbeat(ctx: KafkaContext, call: Call) -> Reply:
+    request = call.request
+    fields = {
+        "group_id": request.group_id, "member_id": request.member_id,
+        "generation_id": request.generation_id,
+        "group_instance_id": request.group_instance_id if call.version >= 3 else None,
+    }  # fmt: skip
+    try:
+        await ctx.call("heartbeat", fields)
+    except RaftlogError as exc:
+        return HeartbeatResponse(throttle_time_ms=0, error_code=_code(exc)[0])
+    return HeartbeatResponse(throttle_time_ms=0, error_code=errors.NONE)
+
+
+async def handle_leave_group(ctx: KafkaContext, call: Call) -> Reply:
+    request = call.request
+    R = LeaveGroupResponse
+    if call.version >= 3:
+        members = [{"member_id": m.member_id or "", "group_instance_id": m.group_instance_id}
+                   for m in request.members or []]
+    else:
+        members = [{"member_id": request.member_id, "group_instance_id": None}]
+    try:
+        result = await ctx.call("leave_group", {"group_id": request.group_id, "members": members}) or {}
+    except RaftlogError as exc:
+        return R(throttle_time_ms=0, error_code=_code(exc)[0], members=[])
+    answered = list(result.get("members") or ())
+    if call.version < 3:
+        code = _wire_code(answered[0].get("error")) if answered else errors.NONE
+        return R(throttle_time_ms=0, error_code=code)
+    return R(throttle_time_ms=0, error_code=errors.NONE, members=[
+        R.MemberResponse(member_id=m["member_id"], group_instance_id=m.get("group_instance_id"),
+                         error_code=_wire_code(m.get("error")))
+        for m in answered])  # fmt: skip
+
+
+# --------------------------------------------------------------------------- offsets
+
+
+async def handle_offset_commit(ctx: KafkaContext, call: Call) -> Reply:
+    request = call.request
+    version = call.version
+    offsets = []
+    order: list[tuple[str, list[int]]] = []
+    for t in request.topics or []:
+        indexes = []
+        for p in t.partitions or []:
+            epoch = p.committed_leader_epoch if version >= 6 else -1
+            offsets.append({
+                "topic": t.name, "partition": p.partition_index, "offset": p.committed_offset,
+                "leader_epoch": epoch if epoch is not None and epoch >= 0 else None,
+                "metadata": p.committed_metadata or "",
+            })  # fmt: skip
+            indexes.append(p.partition_index)
+        order.append((t.name, indexes))
+    fields = {
+        "group_id": request.group_id,
+        "member_id": request.member_id or "",
+        "generation_id": request.generation_id_or_member_epoch,
+        "group_instance_id": request.group_instance_id if version >= 7 else None,
+        "offsets": offsets,
+        "timeout_ms": _wait_ms(ctx),
+    }
+    R = OffsetCommitResponse
+    T = R.OffsetCommitResponseTopic
+
+    def response(code_of: Mapping[tuple[str, int], int], default: int) -> Any:
+        return R(throttle_time_ms=0, topics=[
+            T(name=name, partitions=[
+                T.OffsetCommitResponsePartition(partition_index=p, error_code=code_of.get((name, p), default))
+                for p in indexes])
+            for name, indexes in order])  # fmt: skip
+
+    async def answer() -> Reply:
+        try:
+            result = await ctx.call("offset_commit", fields) or {}
+        except RaftlogError as exc:  # the whole commit refused: every partition says why
+            return response({}, _code(exc)[0])
+        codes = {(r["topic"], r["partition"]): _wire_code(r.get("error")) for r in result.get("partitions") or ()}
+        return response(codes, errors.NONE)
+
+    return Later(answer)
+
+
+async def _fetch_offsets(ctx: KafkaContext, group_id: str,
+                         topics: Iterable[tuple[str, Iterable[int]]] | None) -> dict[str, list[dict[str, Any]]]:
+    """{topic: [{partition, offset, leader_epoch, metadata}]} in request order (every
+    committed partition when `topics` is None). Raises the group's error."""
+    partitions = None if topics is None else [
+        {"topic": t, "partition": p} for t, parts in topics for p in parts]
+    result = await ctx.call("offset_fetch", {"group_id": group_id, "partitions": partitions}) or {}
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in result.get("partitions") or ():
+        out.setdefault(r["topic"], []).append(r)
+    return out
+
+
+async def handle_offset_fetch(ctx: KafkaContext, call: Call) -> Reply:
+    request = call.request
+    version = call.version
+    R = OffsetFetchResponse
+    if version >= 8:
+        G = R.OffsetFetchResponseGroup
+        GT = G.OffsetFetchResponseTopics
+        groups = []
+        for g in request.groups or []:
+            wanted = None if g.topics is None else [(t.name, t.partition_indexes or []) for t in g.topics]
+            try:
+                found = await _fetch_offsets(ctx, g.group_id, wanted)
+            except RaftlogError as exc:
+                groups.append(G(group_id=g.group_id, topics=[], error_code=_code(exc)[0]))
+                continue
+            groups.append(G(group_id=g.group_id, error_code=errors.NONE, topics=[
+                GT(name=name, partitions=[
+                    GT.OffsetFetchResponsePartitions(
+                        partition_index=r["partition"], committed_offset=r["offset"],
+                        committed_leader_epoch=r["leader_epoch"], metadata=r["metadata"],
+                        error_code=errors.NONE)
+                    for r in rows])
+                for name, rows in found.items()]))  # fmt: skip
+        return R(throttle_time_ms=0, groups=groups)
+    T = R.OffsetFetchResponseTopic
+    P = T.OffsetFetchResponsePartition
+    wanted = None if request.topics is None else [(t.name, t.partition_indexes or []) for t in request.topics]
+    try:
+        found = await _fetch_offsets(ctx, request.group_id, wanted)
+    except RaftlogError as exc:
+        code = _code(exc)[0]
+        if version >= 2:
+            return R(throttle_time_ms=0, error_code=code, topics=[])
+        return R(throttle_time_ms=0, topics=[  # v1: no top-level error, each partition says it
+            T(name=name, partitions=[P(partition_index=p, committed_offset=-1, committed_leader_epoch=-1,
+                                       metadata="", error_code=code) for p in parts])
+            for name, parts in wanted or []])  # fmt: skip
+    return R(throttle_time_ms=0, error_code=errors.NONE, topics=[
+        T(name=name, partitions=[
+            P(partition_index=r["partition"], committed_offset=r["offset"],
+              committed_leader_epoch=r["leader_epoch"], metadata=r["metadata"], error_code=errors.NONE)
+            for r in rows])
+        for name, rows in found.items()])  # fmt: skip
+
+
+# --------------------------------------------------------------------------- admin
+
+
+async def handle_describe_groups(ctx: KafkaContext, call: Call) -> Reply:
+    request = call.request
+    R = DescribeGroupsResponse
+    D = R.DescribedGroup
+    ids = list(request.groups or [])
+
+    def failed(gid: str, code: int, message: str | None) -> Any:
+        return D(error_code=code, error_message=message, group_id=gid, group_state="", protocol_type="",
+                 protocol_data="", members=[], authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+
+    try:
+        result = await ctx.call("describe_groups", {"group_ids": ids}) or {}
+    except RaftlogError as exc:  # the request as a whole (e.g. too many ids): each group says it
+        code, message = _code(exc)
+        return R(throttle_time_ms=0, groups=[failed(gid, code, message) for gid in ids])
+    out = []
+    for g in result.get("groups") or ():
+        if g.get("error") is not None:
+            out.append(failed(g["group_id"], _wire_code(g["error"]), error_from_wire(g["error"]).message))
+            continue
+        if call.version >= 6 and g["state"] == "Dead":
+            out.append(failed(g["group_id"], GROUP_ID_NOT_FOUND, f"group {g['group_id']!r} does not exist"))
+            continue
+        out.append(D(
+            error_code=errors.NONE, error_message=None, group_id=g["group_id"], group_state=g["state"],
+            protocol_type=g.get("protocol_type") or "", protocol_data=g.get("protocol") or "",
+            members=[D.DescribedGroupMember(
+                member_id=m["member_id"], group_instance_id=m.get("group_instance_id"),
+                client_id=m.get("client_id") or "", client_host=m.get("client_host") or "",
+                member_metadata=m.get("metadata") or b"", member_assignment=m.get("assignment") or b"")
+                for m in g.get("members") or ()],
+            authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+        ))  # fmt: skip
+    return R(throttle_time_ms=0, groups=out)
+
+
+async def handle_list_groups(ctx: KafkaContext, call: Call) -> Reply:
+    request = call.request
+    R = ListGroupsResponse
+    states = list(request.states_filter) if call.version >= 4 and request.states_filter else None
+    types = [t.lower() for t in request.types_filter] if call.version >= 5 and request.types_filter else None
+    if types is not None and "classic" not in types:
+        return R(throttle_time_ms=0, error_code=errors.NONE, groups=[])  # only classic groups here
+    try:
+        result = await ctx.call("list_groups", {"states": states}) or {}
+    except RaftlogError as exc:
+        return R(throttle_time_ms=0, error_code=_code(exc)[0], groups=[])
+    return R(throttle_time_ms=0, error_code=errors.NONE, groups=[
+        R.ListedGroup(group_id=g["group_id"], protocol_type=g.get("protocol_type") or "",
+                      group_state=g.get("state") or "", group_type="classic")
+        for g in result.get("groups") or ()])  # fmt: skip
+
+
+async def handle_delete_groups(ctx: KafkaContext, call: Call) -> Reply:
+    ids = list(call.request.groups_names or [])
+    R = DeleteGroupsResponse
+
+    async def answer() -> Reply:
+        try:
+            result = await ctx.call("delete_groups", {"group_ids": ids, "timeout_ms": _wait_ms(ctx)}) or {}
+        except RaftlogError as exc:
+            code = _code(exc)[0]
+            return R(throttle_time_ms=0, results=[R.DeletableGroupResult(group_id=g, error_code=code) for g in ids])
+        return R(throttle_time_ms=0, results=[
+            R.DeletableGroupResult(group_id=g["group_id"], error_code=_wire_code(g.get("error")))
+            for g in result.get("groups") or ()])  # fmt: skip
+
+    return Later(answer)
+
+
+HANDLERS: Final = {
+    OFFSET_COMMIT_KEY: handle_offset_commit,
+    OFFSET_FETCH_KEY: handle_offset_fetch,
+    FIND_COORDINATOR_KEY: handle_find_coordinator,
+    JOIN_GROUP_KEY: handle_join_group,
+    HEARTBEAT_KEY: handle_heartbeat,
+    LEAVE_GROUP_KEY: handle_leave_group,
+    SYNC_GROUP_KEY: handle_sync_group,
+    DESCRIBE_GROUPS_KEY: handle_describe_groups,
+    LIST_GROUPS_KEY: handle_list_groups,
+    DELETE_GROUPS_KEY: handle_delete_groups,
+}

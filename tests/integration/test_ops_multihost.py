@@ -1,0 +1,217 @@
+"""Issue 20, several hosts: README's three-host example, run as written in three Linux network namespaces (one address each on a bridge, from 198.18.0.0/15, no route out), node 1 configured by flags, node 2 by environment and node 3 by node.toml, forms a cluster on the default ports (plaintext, allowed explicitly: the client's TLS/SASL is issue 16's); no node binds or advertises 127.0.0.1; produce, consume and a leader kill work across them. Skipped (with the reason) where namespaces cannot be made."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import random
+import re
+import secrets
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from raftlog.cli.cluster import NodeProcess, stop_all
+
+_spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
+harness = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("node_harness", harness)
+_spec.loader.exec_module(harness)
+
+RAFTLOG = [sys.executable, "-m", "raftlog.cli"]
+README = Path(__file__).resolve().parents[2] / "README.md"
+NODES = 3
+SETTINGS = {"RAFTLOG_HEARTBEAT_MS": "300", "RAFTLOG_SESSION_TIMEOUT_MS": "2000"}
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, text=True, timeout=30)
+
+
+class Hosts:
+    """Three namespaces on one bridge; the bridge's own address (in this namespace) lets the
+    test reach them as a client would. Names carry a random tag: parallel runs never meet."""
+
+    def __init__(self) -> None:
+        tag = secrets.token_hex(3)
+        self.bridge = f"rl{tag}br"
+        subnet = random.Random().randrange(0, 512)  # a /24 inside 198.18.0.0/15
+        prefix = f"198.{18 + subnet // 256}.{subnet % 256}"
+        self.client_ip = f"{prefix}.254"
+        self.namespaces = [f"rl{tag}n{i}" for i in range(1, NODES + 1)]
+        self.ips = [f"{prefix}.{i}" for i in range(1, NODES + 1)]
+        self._made: list[tuple[str, ...]] = []
+
+    def make(self) -> None:
+        _ip("link", "add", self.bridge, "type", "bridge")
+        self._made.append(("link", "del", self.bridge))
+        _ip("addr", "add", f"{self.client_ip}/24", "dev", self.bridge)
+        _ip("link", "set", self.bridge, "up")
+        for i, (ns, ip) in enumerate(zip(self.namespaces, self.ips), 1):
+            _ip("netns", "add", ns)
+            self._made.append(("netns", "del", ns))
+            host_end, ns_end = f"{self.bridge[:-2]}h{i}", f"{self.bridge[:-2]}c{i}"
+            _ip("link", "add", host_end, "type", "veth", "peer", "name", ns_end)
+            _ip("link", "set", ns_end, "netns", ns)
+            _ip("link", "set", host_end, "master", self.bridge)
+            _ip("link", "set", host_end, "up")
+            _ip("-n", ns, "addr", "add", f"{ip}/24", "dev", ns_end)
+            _ip("-n", ns, "link", "set", ns_end, "up")
+            _ip("-n", ns, "link", "set", "lo", "up")  # only a connected /24: no route out
+
+    def remove(self) -> None:
+        for args in reversed(self._made):  # netns del takes its veth end (and the pair) along
+            subprocess.run(["ip", *args], capture_output=True, timeout=30)
+
+    def listeners(self, ns: str) -> list[str]:
+        out = subprocess.run(["ip", "netns", "exec", ns, "ss", "-Hltn"], check=True, capture_output=True,
+                             text=True, timeout=30).stdout
+        return [line.split()[3] for line in out.splitlines() if line.strip()]
+
+
+@pytest.fixture
+def hosts():
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root (CI runs scripts/test as root)")
+    if shutil.which("ip") is None or shutil.which("ss") is None:
+        pytest.skip("the `ip` and `ss` tools (iproute2) are missing")
+    made = Hosts()
+    try:
+        made.make()
+    except subprocess.CalledProcessError as exc:
+        made.remove()
+        pytest.skip(f"cannot make network namespaces here: {' '.join(exc.cmd)}: {exc.stderr.strip()}")
+    try:
+        yield made
+    finally:
+        made.remove()
+
+
+class NamespacedNode(NodeProcess):
+    """A README host block run by bash inside a namespace (`ip netns exec` and the block's
+    `exec raftlog node start` exec it: the PID is the node's)."""
+
+    def __init__(self, node_id: int, ns: str, script: str, log_path: Path, env: dict[str, str]) -> None:
+        super().__init__(node_id, log_path.with_name("unused.toml"), log_path, env=env)
+        self._argv = ["ip", "netns", "exec", ns, "bash", "-e", "-c", script]
+
+    def argv(self) -> list[str]:
+        return self._argv
+
+
+def readme_host_blocks() -> dict[str, str]:
+    """README's blocks marked `<!-- readme-test: hosts -->` and `host N`, by marker."""
+    marked = re.findall(r"<!-- readme-test: (hosts|host \d) -->\n```\w+\n(.*?)```", README.read_text(), re.S)
+    return dict(marked)
+
+
+def cli(bootstrap: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "RAFTLOG_DEBUG"}
+    return subprocess.run([*RAFTLOG, *args, "--bootstrap", bootstrap], input=stdin, capture_output=True,
+                          text=True, env=env, timeout=120)
+
+
+def test_three_hosts(hosts, tmp_path):
+    """README's three-host example, run as written: only its addresses 10.0.0.1-3 become the
+    namespaces' and /var/lib/raftlog a directory per node."""
+    blocks = readme_host_blocks()
+    assert sorted(blocks) == ["host 1", "host 2", "host 3", "hosts"], sorted(blocks)
+
+    def as_here(text: str, node_id: int | None = None) -> str:
+        for i, ip in enumerate(hosts.ips, 1):
+            text = text.replace(f"10.0.0.{i}", ip)
+        if node_id is not None:
+            text = text.replace("/var/lib/raftlog", str(tmp_path / f"node-{node_id}"))
+        return text
+
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTLOG_")} | SETTINGS
+    base_env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{base_env.get('PATH', '')}"  # `raftlog`
+    made = subprocess.run(["bash", "-e", "-c", blocks["hosts"]], cwd=tmp_path, env=base_env, capture_output=True,
+                          text=True, timeout=60)
+    assert made.returncode == 0, made
+    cluster_id = (tmp_path / "cluster-id").read_text().strip()
+    secret = (tmp_path / "secret").read_text().strip()
+    assert cluster_id and len(secret) >= 32 and (tmp_path / "secret").stat().st_mode & 0o077 == 0
+
+    nodes: dict[int, NamespacedNode] = {}
+    for i in (1, 2):  # host 1 by flags, host 2 by environment: shell blocks ending in `raftlog node start`
+        script = re.sub(r"^raftlog node start", "exec raftlog node start", as_here(blocks[f"host {i}"], i),
+                        flags=re.M)
+        assert "exec raftlog node start" in script, script
+        nodes[i] = NamespacedNode(i, hosts.namespaces[i - 1], f"cd {shlex.quote(str(tmp_path))}\n{script}",
+                                  tmp_path / f"node-{i}.log", base_env)
+    # Host 3 by node.toml, with the two files' contents in place of CLUSTER_ID and SECRET.
+    toml = tmp_path / "node.toml"
+    toml.write_text(as_here(blocks["host 3"], 3).replace('"CLUSTER_ID"', json.dumps(cluster_id))
+                    .replace('"SECRET"', json.dumps(secret)))
+    os.chmod(toml, 0o600)
+    nodes[3] = NamespacedNode(3, hosts.namespaces[2], f"exec raftlog node start --config {shlex.quote(str(toml))}",
+                              tmp_path / "node-3.log", base_env)
+    bootstrap = ",".join(f"{ip}:9093" for ip in hosts.ips)
+    try:
+        for node in nodes.values():
+            node.start()
+
+        def ready():
+            status = harness.ok(harness.raw_call(f"{hosts.ips[0]}:9093", "cluster_status", timeout_s=5))
+            unfenced = [b for b in status["brokers"] if not b["fenced"]]
+            return status if status.get("controller_id") is not None and len(unfenced) == NODES else None
+        status = wait_for(nodes, ready, 60, "three registered brokers")
+
+        # Nothing binds or advertises 127.0.0.1 (or a wildcard).
+        for ns, ip in zip(hosts.namespaces, hosts.ips):
+            bound = hosts.listeners(ns)
+            assert sorted(bound) == sorted(f"{ip}:{port}" for port in range(9092, 9097)), (ns, bound)
+        advertised = json.dumps(status)
+        assert "127.0.0.1" not in advertised and "0.0.0.0" not in advertised, advertised
+        for b in status["brokers"]:
+            assert (b["host"], b["kafka"]) == (hosts.ips[b["id"] - 1], f"{hosts.ips[b['id'] - 1]}:9092")
+
+        created = cli(bootstrap, "topics", "create", "events", "--partitions", "3", "--replication-factor", "3")
+        assert created.returncode == 0, created
+        first = "".join(f"a{i}\n" for i in range(100))
+        produced = cli(bootstrap, "produce", "events", stdin=first)
+        assert produced.returncode == 0, produced
+
+        # Kill the leader of partition 0 (SIGKILL by PID); the others carry on.
+        topic = json.loads(cli(bootstrap, "topics", "describe", "events", "--json").stdout)["events"]
+        leader = topic["partitions"][0]["leader"]
+        nodes[leader].kill()
+        survivors = ",".join(f"{hosts.ips[i - 1]}:9093" for i in nodes if i != leader)
+
+        def produced_again():
+            done = cli(survivors, "produce", "events", "--key-separator", ":",
+                       stdin="".join(f"k{i}:b{i}\n" for i in range(100)))
+            return done if done.returncode == 0 else None
+        wait_for(nodes, produced_again, 60, "a produce after the leader kill")
+        consumed = cli(survivors, "consume", "events", "--from-beginning", "--max-messages", "200",
+                       "--timeout-ms", "20000")
+        assert consumed.returncode == 0, consumed
+        values = consumed.stdout.split()
+        assert sorted(values) == sorted([f"a{i}" for i in range(100)] + [f"b{i}" for i in range(100)])
+    finally:
+        stop_all(nodes.values())
+
+
+def wait_for(nodes, predicate, timeout_s: float, what: str):
+    """Poll under a deadline; on failure show the nodes' log tails."""
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while True:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except (OSError, harness.RaftlogError, KeyError, ValueError) as exc:
+            last = exc
+        if time.monotonic() >= deadline:
+            tails = "\n".join(f"--- node {i}:\n{n.log_tail(10)}" for i, n in nodes.items())
+            raise AssertionError(f"timed out waiting for {what}; last: {last!r}\n{tails}")
+        threading.Event().wait(0.2)  # the poll interval under a deadline
