@@ -15,7 +15,8 @@ is the high watermark). Fetch sessions (KIP-227) are not kept: every answer has 
 0, which tells the client to send full requests. Raft's control batches are in the stream
 as Kafka's are; clients skip them.
 
-ACLs: READ on each fetched topic, DESCRIBE on each topic of ListOffsets (checked before the replicas are asked; a refused topic's partitions
+ACLs: READ on each fetched topic, DESCRIBE on each topic of ListOffsets and
+OffsetForLeaderEpoch (checked before the replicas are asked; a refused topic's partitions
 answer TOPIC_AUTHORIZATION_FAILED). A topic named by id is checked by its name, as Kafka does.
 
 ListOffsets: earliest (-2: log start offset; -4, earliest local, the same: no tiered
@@ -193,10 +194,15 @@ async def handle_offset_for_leader_epoch(ctx: KafkaContext, call: Call) -> Reply
     R = OffsetForLeaderEpochResponse
     asked = [(t.topic, p.partition, p.current_leader_epoch, p.leader_epoch)
              for t in request.topics for p in t.partitions]
+    allowed = _allowed(ctx, Operation.DESCRIBE, [t for t, _, _, _ in asked])
+    permitted = [(t, p, e) for t, p, _, e in asked if allowed[t]]
     if ctx.replicas is None:
-        results = [{"topic": t, "partition": p, "error": {"code": "NOT_LEADER"}} for t, p, _, _ in asked]
+        found = [{"topic": t, "partition": p, "error": {"code": "NOT_LEADER"}} for t, p, _ in permitted]
     else:
-        results = ctx.replicas.epoch_end_offsets([(t, p, e) for t, p, _, e in asked])
+        found = ctx.replicas.epoch_end_offsets(permitted) if permitted else []
+    answers = iter(found)
+    results = [next(answers) if allowed[t] else {"topic": t, "partition": p, "error": {"code": "TOPIC_AUTHORIZATION_FAILED"}}
+               for t, p, _, _ in asked]
     topics: dict[str, list[Any]] = {}
     for (topic, partition, current, _), entry in zip(asked, results):
         error = entry.get("error")
