@@ -224,6 +224,9 @@ def probe(addresses: list[str]) -> list[str]:
             return addresses[i:] + addresses[:i]
         problems.append((address, why))
     hint = "set --bootstrap or RAFTLOG_BOOTSTRAP; start a local cluster with scripts/quorum"
+    if security() is None and not all(why.startswith(_CANNOT_CONNECT) for _, why in problems):
+        # A TLS listener closes on a plaintext hello: the likeliest cause is a secure cluster.
+        hint = "if the cluster is secure, give --command-config FILE or set RAFTLOG_COMMAND_CONFIG; " + hint
     if all(why.startswith(_CANNOT_CONNECT) for _, why in problems):
         reasons = sorted({why.removeprefix(_CANNOT_CONNECT).strip(" ()") for _, why in problems})
         raise CliFailure(f"no raftlog node reachable at {', '.join(addresses)} ({'; '.join(reasons)}); {hint}")

@@ -33,7 +33,7 @@ from raftlog.cli import groups as _groups
 from raftlog.cli import partitions as _partitions
 from raftlog.cli import records as _records
 from raftlog.cli import users as _users
-from raftlog.base.errors import RaftlogError, UnknownTopicOrPartitionError
+from raftlog.base.errors import ClusterAuthorizationFailedError, RaftlogError, UnknownTopicOrPartitionError
 from raftlog.cli.common import (
     EXIT_NO_CONTROLLER,
     TOPIC_MAX_REPLICATION_FACTOR,
@@ -370,7 +370,11 @@ def topics_create(ctx: click.Context, name: str, partitions: int, replication_fa
     pairs = _parse_pairs(configs, "--config")
     with admin_from_context(ctx) as admin:
         if replication_factor is None:
-            live = sum(1 for b in admin.cluster_status().brokers if not b.get("fenced"))
+            try:
+                live = sum(1 for b in admin.cluster_status().brokers if not b.get("fenced"))
+            except ClusterAuthorizationFailedError:
+                # A user without DESCRIBE on the cluster (ACLs): the brokers metadata lists.
+                live = len(describe(admin, []).brokers)
             replication_factor = max(1, min(TOPIC_MAX_REPLICATION_FACTOR, live))
         topic = admin.create_topic(name, partitions, replication_factor, pairs or None)
         try:
