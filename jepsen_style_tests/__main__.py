@@ -48,6 +48,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--name", default=None, help="test name (default: workload-nemeses)")
     run.add_argument("--keep-data", action="store_true", help="keep node data dirs of a valid run")
     run.add_argument("--log-level", default="WARNING", help="the harness's own logging (default WARNING)")
+    run.add_argument("--secure", action="store_true",
+                     help="run against a secure cluster (as raftlog cluster up --secure: TLS, SASL/SCRAM, ACLs, mTLS peers)")
     run.add_argument("--damage-node", type=int, default=None,
                      help="the node the storage faults (corrupt, bitflip, disk-full) hit (default: drawn)")
     run.add_argument("--flush-policy", default="always", choices=["always", "interval"],
@@ -78,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         workload=args.workload, nemesis=nemesis, time_limit_s=args.time_limit, rate=args.rate,
         nodes=args.nodes, partitions=args.partitions, concurrency=args.concurrency,
         fault_interval_s=args.fault_interval, recovery_s=args.recovery, seed=args.seed,
-        store=args.store, test_name=args.name, keep_data=args.keep_data,
+        store=args.store, test_name=args.name, keep_data=args.keep_data, secure=args.secure,
         damage_node=args.damage_node, power_node=args.power_node, flush_policy=args.flush_policy,
         port_range=_port_range(parser, args.ports),
     )  # fmt: skip

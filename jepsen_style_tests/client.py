@@ -60,7 +60,9 @@ class ClientOptions:
 
     def __init__(self, *, send_timeout_ms: int = 6000, request_timeout_ms: int = 3000, position_timeout_ms: int = 200,
                  session_timeout_ms: int = 6000, heartbeat_interval_ms: int = 1000,
-                 max_poll_interval_ms: int = 10_000, partition_assignment_strategy: str = "range"):
+                 max_poll_interval_ms: int = 10_000, partition_assignment_strategy: str = "range",
+                 security: Any = None):
+        self.security = security  # a secure cluster's client settings (`--secure`), else None
         self.send_timeout_ms = send_timeout_ms
         self.request_timeout_ms = request_timeout_ms
         self.position_timeout_ms = position_timeout_ms
@@ -107,7 +109,7 @@ class Client:
         if self._producer is None:
             o = self.options
             self._producer = Producer(
-                self.bootstrap, acks="all", enable_idempotence=True, linger_ms=0,
+                self.bootstrap, acks="all", enable_idempotence=True, linger_ms=0, security=o.security,
                 delivery_timeout_ms=o.send_timeout_ms, request_timeout_ms=o.request_timeout_ms,
                 max_block_ms=o.send_timeout_ms,
             )  # fmt: skip
@@ -118,7 +120,8 @@ class Client:
             self._close_consumer()  # assigned and subscribed consumers do not mix
         if self._consumer is None:
             self._consumer = Consumer(
-                self.bootstrap, auto_offset_reset="earliest", request_timeout_ms=self.options.request_timeout_ms
+                self.bootstrap, auto_offset_reset="earliest", request_timeout_ms=self.options.request_timeout_ms,
+                security=self.options.security,
             )
         return self._consumer
 
@@ -128,7 +131,7 @@ class Client:
         if self._consumer is None:
             o = self.options
             self._consumer = Consumer(
-                self.bootstrap, group_id=group_id, auto_offset_reset="earliest",
+                self.bootstrap, group_id=group_id, auto_offset_reset="earliest", security=o.security,
                 request_timeout_ms=o.request_timeout_ms, session_timeout_ms=o.session_timeout_ms,
                 heartbeat_interval_ms=o.heartbeat_interval_ms, max_poll_interval_ms=o.max_poll_interval_ms,
                 partition_assignment_strategy=o.partition_assignment_strategy, enable_auto_commit=False,
@@ -232,7 +235,8 @@ class Client:
 
     def _end_offsets(self, keys: list[str]) -> tuple[str, Any, str | None, dict[str, Any]]:
         # A throwaway consumer: seek_to_end resolves each high watermark (list_offsets -1).
-        with Consumer(self.bootstrap, request_timeout_ms=self.options.request_timeout_ms) as consumer:
+        with Consumer(self.bootstrap, request_timeout_ms=self.options.request_timeout_ms,
+                      security=self.options.security) as consumer:
             consumer.assign([_tp(k) for k in keys])
             consumer.seek_to_end()
             ends = {k: consumer.position(_tp(k), timeout_ms=self.options.request_timeout_ms) for k in keys}

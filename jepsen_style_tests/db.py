@@ -54,6 +54,7 @@ from raftlog.cli.cluster import (
     stop_all,
     write_node_config,
 )
+from raftlog.cli.secure import SecureMaterial
 from raftlog.node.config import NodeConfig, new_cluster_id
 
 from .history import HarnessError
@@ -92,6 +93,7 @@ class LocalCluster:
         host: str = "127.0.0.1",
         settings: Mapping[str, Any] | None = None,
         stop_grace_s: float = STOP_GRACE_S,
+        secure: bool = False,
         port_range: tuple[int, int] | None = None,
     ):
         if not 1 <= size <= MAX_NODES:
@@ -112,6 +114,13 @@ class LocalCluster:
         self.configs: dict[int, NodeConfig] = build_node_configs(
             self.root, self.cluster_id, self._secret, self.ports, host=host, settings=self.settings
         )
+        # `secure`: what `raftlog cluster up --secure` runs (TLS + SASL/SCRAM clients, mutual-TLS
+        # peers, ACLs); clients and the harness log in as its admin (`client_security`).
+        self.client_security: Any = None
+        if secure:
+            material, _ = SecureMaterial.ensure(self.root, self.node_ids, [host])
+            self.configs = {n: dataclasses.replace(c, **material.node_settings(n)) for n, c in self.configs.items()}
+            self.client_security = material.admin_security()
         self.processes: dict[int, NodeProcess] = {}
         self.paused: set[int] = set()
         self._closed = False
@@ -300,7 +309,8 @@ class LocalCluster:
         if not live:
             return None
         try:
-            with Admin([self.client_address(n) for n in sorted(live)], request_timeout_ms=timeout_ms) as admin:
+            with Admin([self.client_address(n) for n in sorted(live)], request_timeout_ms=timeout_ms,
+                       security=self.client_security) as admin:
                 status = admin.cluster_status(timeout_ms=timeout_ms)
         except (RaftlogError, OSError):
             return None

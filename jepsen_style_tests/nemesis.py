@@ -192,7 +192,8 @@ class Nemesis:
         running = self.db.running()
         if not running:
             raise _Unresolved("no node running")
-        with Admin([self.db.client_address(n) for n in running], request_timeout_ms=LOOKUP_TIMEOUT_MS) as admin:
+        with Admin([self.db.client_address(n) for n in running], request_timeout_ms=LOOKUP_TIMEOUT_MS,
+                   security=self.db.client_security) as admin:
             return admin.cluster_status(timeout_ms=LOOKUP_TIMEOUT_MS)
 
     def _leaders(self) -> dict[str, int]:
@@ -202,7 +203,8 @@ class Nemesis:
         if not running:
             raise _Unresolved("no node running")
         topics = sorted({parse_key(k)[0] for k in self.keys})
-        with Admin([self.db.client_address(n) for n in running], request_timeout_ms=LOOKUP_TIMEOUT_MS) as admin:
+        with Admin([self.db.client_address(n) for n in running], request_timeout_ms=LOOKUP_TIMEOUT_MS,
+                   security=self.db.client_security) as admin:
             described = admin.describe_topics(topics, timeout_ms=LOOKUP_TIMEOUT_MS)
         return {
             f"{t}-{p.partition}": p.leader for t, info in described.items() for p in info.partitions

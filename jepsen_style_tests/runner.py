@@ -92,6 +92,7 @@ class RunConfig:
     test_name: str | None = None
     keep_data: bool = False
     network: bool = True
+    secure: bool = False  # the cluster of `raftlog cluster up --secure` (TLS, SASL, ACLs, mTLS peers)
     damage_node: int | None = None  # the node the storage faults hit (default: drawn by the seed)
     power_node: int | None = None  # the node power-loss hits (default: see `power_node_for`)
     # Inclusive (low, high): every listener of the run (nodes and fault proxies) in it; any free
@@ -150,7 +151,8 @@ class _Interpreter:
 
     def __init__(self, gen: g.Generator, writer: HistoryWriter, *, concurrency: int, rng: random.Random,
                  bootstrap: Sequence[str], nemesis: Nemesis, out: TextIO | None,
-                 client_class: Callable[..., Any] = Client):
+                 client_class: Callable[..., Any] = Client, security: Any = None):
+        self.security = security
         self.gen: g.Generator | None = gen
         self.writer = writer
         self.concurrency = concurrency
@@ -191,7 +193,8 @@ class _Interpreter:
             else:
                 client = self.clients.get(invoke.process)
                 if client is None:
-                    client = self.clients[invoke.process] = self.client_class(self.bootstrap, options=ClientOptions())
+                    client = self.clients[invoke.process] = self.client_class(
+                        self.bootstrap, options=ClientOptions(security=self.security))
                 kind, value, error, extra = await client.invoke(invoke)
         except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:
             log.warning("op %s on %s raised %r", invoke.f, invoke.process, exc)
@@ -322,7 +325,7 @@ def _create_topic(db: LocalCluster, partitions: int, replication_factor: int,
     from raftlog.base.errors import RaftlogError
 
     deadline = time.monotonic() + READY_TIMEOUT_S
-    with Admin(db.bootstrap(), request_timeout_ms=10_000) as admin:
+    with Admin(db.bootstrap(), request_timeout_ms=10_000, security=db.client_security) as admin:
         admin.create_topic(TOPIC, partitions, replication_factor, {"flush_policy": "always", **(configs or {})})
         while True:
             try:
@@ -361,7 +364,9 @@ async def run(config: RunConfig, *, out: TextIO | None = sys.stdout) -> RunOutco
     if out is not None:
         out.write(f"run {config.name()} seed={seed} dir={directory}\n")
         out.flush()
-    db = LocalCluster(directory / "cluster", config.nodes, port_range=config.port_range)
+    if config.secure and config.workload in KAFKA_WORKLOADS:
+        raise ValueError(f"the {config.workload} workload does not run against a secure cluster (--secure) yet")
+    db = LocalCluster(directory / "cluster", config.nodes, secure=config.secure, port_range=config.port_range)
     if set(config.nemesis) & {*STORAGE_FAULTS, *POWER_FAULTS} and config.damage_node is None:
         config = dataclasses.replace(config, damage_node=random.Random(seed ^ 0xD15C).choice(db.node_ids))
     if set(config.nemesis) & set(POWER_FAULTS):
@@ -396,7 +401,8 @@ async def run(config: RunConfig, *, out: TextIO | None = sys.stdout) -> RunOutco
                 kafka = config.workload in KAFKA_WORKLOADS
                 interpreter = _Interpreter(gen, writer, concurrency=config.concurrency, rng=rng,
                                            bootstrap=db.kafka_bootstrap() if kafka else db.bootstrap(),
-                                           nemesis=nemesis, out=out, client_class=KafkaClient if kafka else Client)
+                                           nemesis=nemesis, out=out, client_class=KafkaClient if kafka else Client,
+                                           security=db.client_security)
                 ops = await interpreter.run()
             nursery.cancel_scope.cancel()
     finally:

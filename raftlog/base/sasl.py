@@ -21,7 +21,8 @@ Invariants and rules:
   order, malformed, over MAX_MESSAGE_BYTES, or with a wrong proof raises
   SaslAuthenticationFailedError and the exchange is dead (the listener closes the connection).
 * Replay: the final message must carry exactly this exchange's nonce (client nonce + a fresh
-  server nonce), so a recorded final message fails in any other exchange; and a client nonce
+  server nonce; librdkafka's form, the client nonce once more in front, is accepted too, as
+  Kafka does), so a recorded final message fails in any other exchange; and a client nonce
   seen in the last `NonceCache` window is refused at the first message.
 * An unknown user gets a server-first message like a known one (salt and iteration count
   derived from a per-process secret), and fails at the proof: the answer does not tell
@@ -512,7 +513,15 @@ class ScramServer:
             raise _fail("authentication failed: malformed SCRAM client-final message")
         if _b64decode(attrs[0][1], "channel binding") != self._gs2_header.encode():
             raise _fail("authentication failed: SCRAM channel binding differs from the first message")
-        if not hmac.compare_digest(attrs[1][1].encode(), self._nonce.encode()):
+        # The nonce is this exchange's; librdkafka sends its client nonce again in front of it
+        # (client nonce + the server's whole nonce), which Kafka accepts (its ScramSaslServer
+        # checks `endsWith`): so do we. Either way it ends with this exchange's fresh server
+        # nonce, and the proof covers the message exactly as sent.
+        final_nonce = attrs[1][1]
+        client_nonce = self._nonce[: len(self._nonce) - len(self._server_nonce)]
+        if final_nonce.startswith(client_nonce + client_nonce):
+            final_nonce = final_nonce[len(client_nonce):]
+        if not hmac.compare_digest(final_nonce.encode(), self._nonce.encode()):
             raise _fail("authentication failed: SCRAM nonce does not match this exchange")
         proof = _b64decode(attrs[-1][1], "proof")
         credential = self._credential

@@ -1,16 +1,23 @@
 """A local cluster on one machine: node configs, node processes, and `raftlog cluster up`.
 
-    raftlog cluster up [--nodes 3] [--data-dir ./raftlog-data] [--base-port 9092]
+    raftlog cluster up [--nodes 3] [--data-dir ./raftlog-data] [--base-port 9092] [--secure]
 
 Layout under the data dir (created on first run, reused after):
 
-    cluster.toml            cluster id, secret, node count, ports (mode 0600: holds the secret)
+    cluster.toml            cluster id, secret, node count, ports, secure (mode 0600: holds the secret)
     bootstrap               every node's client address, comma-separated (the CLI's default)
     supervisor.pid          the running `cluster up` (removed when it stops)
     node-<i>/node.toml      that node's config (mode 0600)
     node-<i>/node.pid       the running node (pidfile.py)
     node-<i>/node.log       its log lines (stdout and stderr)
     node-<i>/...            its data (meta.properties, quorum/, partitions later)
+    client.properties, tls/, bootstrap_credentials, http_token
+                            with --secure: the CA, node certificates, the admin's login
+                            (raftlog/cli/secure.py)
+
+`--secure` (first run only; the data dir remembers it): TLS and SASL/SCRAM on the client and
+Kafka listeners, mutual TLS between nodes, ACLs, /metrics behind a token, and an admin user
+whose login is <data-dir>/client.properties.
 
 Node i (1-based) listens on 127.0.0.1 at base_port + 10*(i-1) + {0 kafka, 1 client (native),
 2 peer, 3 quorum, 4 http}: with the default base port node 1's Kafka listener is 9092, Kafka's
@@ -44,6 +51,7 @@ from types import MappingProxyType
 from typing import Any, Final, TextIO
 
 from raftlog.base.errors import ConfigError
+from raftlog.cli.secure import SecureMaterial
 from raftlog.node.config import HostPort, Listeners, NodeConfig, config_to_toml, load_config, new_cluster_id
 from raftlog.node.pidfile import NODE_PID_FILE, SUPERVISOR_PID_FILE, claim, release, running_pid
 
@@ -160,23 +168,35 @@ class ClusterLayout:
     nodes: int
     base_port: int
     host: str = DEFAULT_HOST
+    secure: bool = False
 
     def ports(self) -> dict[int, NodePorts]:
         return {i + 1: NodePorts.from_base(self.base_port, i) for i in range(self.nodes)}
 
+    def secure_material(self) -> tuple[SecureMaterial, bool]:
+        """A secure cluster's CA, certificates and admin login, made where missing."""
+        return SecureMaterial.ensure(self.root, self.ports(), [self.host])
+
     def configs(self) -> dict[int, NodeConfig]:
-        return build_node_configs(self.root, self.cluster_id, self.cluster_secret, self.ports(), host=self.host)
+        configs = build_node_configs(self.root, self.cluster_id, self.cluster_secret, self.ports(), host=self.host)
+        if self.secure:
+            material = SecureMaterial(self.root)
+            configs = {i: dataclasses.replace(c, **material.node_settings(i)) for i, c in configs.items()}
+        return configs
 
     @classmethod
-    def load_or_create(cls, root: Path, nodes: int | None, base_port: int | None) -> tuple["ClusterLayout", bool]:
+    def load_or_create(cls, root: Path, nodes: int | None, base_port: int | None,
+                       secure: bool = False) -> tuple["ClusterLayout", bool]:
         """Read root/cluster.toml, or create it (new cluster id and secret). Returns (layout,
-        created). Raises ConfigError when the stored layout contradicts `nodes`/`base_port`."""
+        created). Raises ConfigError when the stored layout contradicts `nodes`/`base_port`,
+        or `secure` asks for security a plaintext cluster was made without."""
         path = root / CLUSTER_FILE
         if path.exists():
             try:
                 stored = tomllib.loads(path.read_text())
                 layout = cls(root, stored["cluster_id"], stored["cluster_secret"], int(stored["nodes"]),
-                             int(stored["base_port"]), stored.get("host", DEFAULT_HOST))
+                             int(stored["base_port"]), stored.get("host", DEFAULT_HOST),
+                             bool(stored.get("secure", False)))
             except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
                 raise ConfigError(f"{path}: unreadable cluster file ({exc}); move it away to start afresh") from None
             for name, wanted, have in (("--nodes", nodes, layout.nodes), ("--base-port", base_port, layout.base_port)):
@@ -185,6 +205,11 @@ class ClusterLayout:
                         f"{root} holds a cluster of {layout.nodes} node(s) at base port {layout.base_port}; "
                         f"{name} {wanted} differs (use another --data-dir for a different cluster)"
                     )
+            if secure and not layout.secure:
+                raise ConfigError(
+                    f"{root} holds a cluster made without --secure; its nodes and clients run in plaintext. "
+                    "Use another --data-dir for a secure cluster"
+                )
             return layout, False
         nodes = 3 if nodes is None else nodes
         base_port = DEFAULT_BASE_PORT if base_port is None else base_port
@@ -192,11 +217,12 @@ class ClusterLayout:
             raise ConfigError(f"--nodes must be 1..{MAX_NODES}, got {nodes}")
         if not 1024 <= base_port <= 65535 - PORT_STRIDE * nodes:
             raise ConfigError(f"--base-port must be 1024..{65535 - PORT_STRIDE * nodes}, got {base_port}")
-        layout = cls(root, new_cluster_id(), secrets.token_urlsafe(32), nodes, base_port)
+        layout = cls(root, new_cluster_id(), secrets.token_urlsafe(32), nodes, base_port, secure=secure)
         write_private(path, (
             "# raftlog cluster up: this cluster's identity and ports (keep private: holds the secret)\n"
             f'cluster_id = "{layout.cluster_id}"\ncluster_secret = "{layout.cluster_secret}"\n'
             f"nodes = {nodes}\nbase_port = {base_port}\nhost = \"{layout.host}\"\n"
+            f"secure = {'true' if secure else 'false'}\n"
         ))  # fmt: skip
         return layout, True
 
@@ -352,10 +378,10 @@ def stop_all(processes: Iterable[NodeProcess], grace_s: float = STOP_GRACE_S) ->
 # ---------------------------------------------------------------------------- cluster up
 
 
-def _status(bootstrap: list[str]) -> Any:
+def _status(bootstrap: list[str], security: Any = None) -> Any:
     from raftlog.client import Admin  # the client is only needed by the supervisor
 
-    with Admin(bootstrap, request_timeout_ms=3000) as admin:
+    with Admin(bootstrap, request_timeout_ms=3000, security=security) as admin:
         return admin.cluster_status(timeout_ms=3000)
 
 
@@ -365,10 +391,11 @@ def cluster_up(
     base_port: int | None,
     *,
     out: TextIO,
-    status: Callable[[list[str]], Any] = _status,
+    status: Callable[..., Any] = _status,
     ready_timeout_s: float = READY_TIMEOUT_S,
     restart: bool = True,
     console_port: int | None = None,
+    secure: bool = False,
 ) -> int:
     """Start (or restart) the local cluster under `root`, wait until it has a controller and
     every broker is registered and unfenced, print a table, and supervise until SIGINT or
@@ -376,10 +403,17 @@ def cluster_up(
     most MAX_RESTARTS times each, so a crash loop ends). With `console_port` (0: any free
     port) the web console runs beside the nodes (raftlog/console/process.py), logs to
     <root>/console.log, is printed with its URL and stopped with them; a console that cannot
-    start (port taken) is reported and the cluster runs on without it. Returns the exit code
-    (0: started and stopped cleanly). Raises ConfigError for a bad layout."""
+    start (port taken) is reported and the cluster runs on without it. With `secure` (or a
+    data dir made with it) the nodes run secured (raftlog/cli/secure.py), the supervisor logs
+    in as the admin, and the console asks its visitors to log in. Returns the exit code (0:
+    started and stopped cleanly). Raises ConfigError for a bad layout."""
     root = root.resolve()
-    layout, created = ClusterLayout.load_or_create(root, nodes, base_port)
+    layout, created = ClusterLayout.load_or_create(root, nodes, base_port, secure)
+    security = None
+    material_created = False
+    if layout.secure:
+        material, material_created = layout.secure_material()
+        security = material.admin_security()
     configs = layout.configs()
     _refuse_running(root, configs)
     busy = [(i, name, getattr(ports, name)) for i, ports in layout.ports().items()
@@ -416,12 +450,16 @@ def cluster_up(
         out.flush()
         for p in processes.values():
             p.start()
-        ready = _wait_ready(processes, bootstrap, layout.nodes, status, ready_timeout_s, stop, out)
+        ask = status if security is None else (lambda b: status(b, security))
+        ready = _wait_ready(processes, bootstrap, layout.nodes, ask, ready_timeout_s, stop, out)
         if ready is None:
             return _shutdown(processes, out, failed=True)
-        console = _start_console(root, configs, console_port, out) if console_port is not None else None
+        console_config = SecureMaterial(root).client_properties if layout.secure else None
+        console = (_start_console(root, configs, console_port, out, console_config)
+                   if console_port is not None else None)
         _print_table(out, configs, processes, ready,
-                     console=None if console is None else f"{console[1]} (pid {console[0].pid}, log {root / 'console.log'})")
+                     console=None if console is None else f"{console[1]} (pid {console[0].pid}, log {root / 'console.log'})",
+                     secure_root=root if layout.secure else None, first_secure_run=material_created)
         restarts: dict[int, int] = {}
         while not stop.wait(0.5):
             for node_id, p in processes.items():
@@ -497,12 +535,17 @@ def _wait_ready(processes: Mapping[int, NodeProcess], bootstrap: list[str], node
     return None
 
 
-def _start_console(root: Path, configs: Mapping[int, NodeConfig], port: int, out: TextIO) -> Any:
-    """(ConsoleChild, url) of the web console for this cluster, or None (said on `out`)."""
+def _start_console(root: Path, configs: Mapping[int, NodeConfig], port: int, out: TextIO,
+                   command_config: Path | None = None) -> Any:
+    """(ConsoleChild, url) of the web console for this cluster, or None (said on `out`).
+    `command_config`: a secure cluster's client.properties (the console takes its protocol and
+    CA, never its login: visitors log in as themselves)."""
     from raftlog.console.process import ConsoleChild
 
     child = ConsoleChild([str(c.listeners.client) for c in configs.values()],
                          [str(c.listeners.http) for c in configs.values()], port=port, log_path=root / "console.log")
+    if command_config is not None:
+        child.argv += ["--command-config", str(command_config)]
     url = child.start()
     if url is None:
         out.write(f"web console not started: {child.problem} (pick a port with --console-port, or --no-console)\n")
@@ -512,7 +555,8 @@ def _start_console(root: Path, configs: Mapping[int, NodeConfig], port: int, out
 
 
 def _print_table(out: TextIO, configs: Mapping[int, NodeConfig], processes: Mapping[int, NodeProcess],
-                 status: Any, console: str | None = None) -> None:
+                 status: Any, console: str | None = None, *, secure_root: Path | None = None,
+                 first_secure_run: bool = False) -> None:
     rows = [("NODE", "KAFKA", "CLIENT", "ROLES", "CONTROLLER", "PID", "LOG")]
     for node_id, config in configs.items():
         rows.append((
@@ -531,10 +575,41 @@ def _print_table(out: TextIO, configs: Mapping[int, NodeConfig], processes: Mapp
     if Path(DEFAULT_DATA_DIR).resolve() != root:
         # The CLI finds ./raftlog-data/bootstrap by itself; any other data dir needs this.
         out.write(f"first:  export RAFTLOG_BOOTSTRAP={every}\n")
+    if secure_root is not None:
+        first = configs[min(configs)].listeners.client
+        hint = "" if str(first) == f"{DEFAULT_HOST}:{DEFAULT_BASE_PORT + 1}" else f" --bootstrap {first}"
+        _print_secure(out, configs, secure_root, first_secure_run, hint, console)
+        return
     out.write(
         f"try:  raftlog topics create demo --partitions 6 --replication-factor {min(3, len(configs))}\n"
         "      raftlog topics describe demo\n      raftlog cluster status\n"
         + (f"console: {console}\n" if console else "")
+        + "stop: Ctrl-C (stops every node cleanly)\n"
+    )  # fmt: skip
+    out.flush()
+
+
+def _print_secure(out: TextIO, configs: Mapping[int, NodeConfig], root: Path, first_run: bool, hint: str,
+                  console: str | None) -> None:
+    material = SecureMaterial(root)
+    props = material.client_properties
+    kafka = configs[min(configs)].listeners.kafka
+    http = configs[min(configs)].listeners.http
+    rf = min(3, len(configs))
+    if first_run:
+        out.write(
+            "secure cluster: TLS + SASL/SCRAM on the client and Kafka listeners, mutual TLS between nodes, ACLs on.\n"
+            f"created its CA ({material.ca_file}), node certificates and an admin user (a super user);\n"
+            f"the admin's login is {props} (mode 0600; its password is nowhere else: keep the file safe).\n"
+        )  # fmt: skip
+    out.write(
+        f"use it:  export RAFTLOG_COMMAND_CONFIG={props}\n"
+        f"         raftlog topics create demo --partitions 6 --replication-factor {rf}{hint}\n"
+        f"         raftlog --help   (every command takes --command-config {props})\n"
+        f"         kcat -F {props} -b {kafka} -L\n"
+        f"         raftlog users add alice{hint}; raftlog acls add --allow alice --operation write --topic demo{hint}\n"
+        f"metrics: curl -H \"Authorization: Bearer $(cat {material.http_token_file})\" http://{http}/metrics\n"
+        + (f"console: {console} (log in as a SCRAM user, e.g. admin with the password in {props})\n" if console else "")
         + "stop: Ctrl-C (stops every node cleanly)\n"
     )  # fmt: skip
     out.flush()

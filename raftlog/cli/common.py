@@ -1,6 +1,11 @@
-"""What every `raftlog` command shares: the bootstrap option and its check, one-line failures
-(`friendly`), JSON and table output. Every command module imports these public names from
-here; no command module imports another.
+"""What every `raftlog` command shares: the bootstrap option and its check, the security
+settings (`--command-config`), one-line failures (`friendly`), JSON and table output. Every
+command module imports these public names from here; no command module imports another.
+
+Security: every command that talks to the cluster takes `--command-config FILE` (Kafka's CLI
+convention; env RAFTLOG_COMMAND_CONFIG), a client.properties in librdkafka/Kafka form
+(`raftlog cluster up --secure` writes one). It is read once, when the option is parsed, and
+every client the command opens gets it: `client_kwargs()` / `security()`.
 """
 
 from __future__ import annotations
@@ -67,15 +72,15 @@ def friendly(fn: F) -> F:
                 raise
             click.echo(f"raftlog: {exc}", err=True)
             ctx.exit(2)
-        except RaftlogError as exc:
-            if debug:
-                raise
-            click.echo(f"raftlog: {describe_error(exc)}", err=True)
-            ctx.exit(1)
         except _client_errors() as exc:
             if debug:
                 raise
-            click.echo(f"raftlog: {exc}", err=True)
+            click.echo(f"raftlog: {exc}{_security_hint(exc)}", err=True)
+            ctx.exit(1)
+        except RaftlogError as exc:
+            if debug:
+                raise
+            click.echo(f"raftlog: {describe_error(exc)}{_security_hint(exc)}", err=True)
             ctx.exit(1)
 
     return wrapper  # type: ignore[return-value]
@@ -85,6 +90,30 @@ def _client_errors() -> tuple[type[BaseException], ...]:
     from raftlog.client import ClientClosedError, ConnectionLostError, NoBrokerAvailableError
 
     return (NoBrokerAvailableError, ConnectionLostError, ClientClosedError)
+
+
+def _security_hint(exc: BaseException) -> str:
+    """What to try when a failure looks like the wrong security settings."""
+    from raftlog.base.errors import (
+        IllegalSaslStateError,
+        SaslAuthenticationFailedError,
+        UnsupportedSaslMechanismError,
+    )
+    from raftlog.client import ConnectionLostError, NoBrokerAvailableError
+    from raftlog.client.errors import SslAuthenticationFailedError
+
+    given = (click.get_current_context().find_root().obj or {}).get("command_config")
+    if isinstance(exc, IllegalSaslStateError):
+        if given is None:
+            return " (this cluster wants a login: give --command-config FILE or set RAFTLOG_COMMAND_CONFIG)"
+        return f" (the listener wants a SASL login: check security.protocol and sasl.* in {given})"
+    if isinstance(exc, (SaslAuthenticationFailedError, UnsupportedSaslMechanismError)):
+        return f" (check sasl.username, sasl.password and sasl.mechanism in {given})" if given else ""
+    if isinstance(exc, SslAuthenticationFailedError):
+        return f" (check security.protocol and ssl.ca.location in {given})" if given else ""
+    if isinstance(exc, (ConnectionLostError, NoBrokerAvailableError)) and given is None:
+        return " (if the cluster is secure, give --command-config FILE or set RAFTLOG_COMMAND_CONFIG)"
+    return ""
 
 
 def describe_error(exc: RaftlogError) -> str:
@@ -139,6 +168,12 @@ def _hello(address: str, timeout_s: float) -> str | None:
         sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s)
     except OSError as exc:
         return f"{_CANNOT_CONNECT} ({exc.strerror or exc})"
+    found = security()
+    if found is not None and found.tls:
+        # A TLS listener answers no plaintext question: that it accepts the connection is
+        # all the probe asks (the client's own handshake says the rest).
+        sock.close()
+        return None
     decoder = FrameDecoder(1 << 20)
     received = bytearray()
     try:
@@ -189,6 +224,9 @@ def probe(addresses: list[str]) -> list[str]:
             return addresses[i:] + addresses[:i]
         problems.append((address, why))
     hint = "set --bootstrap or RAFTLOG_BOOTSTRAP; start a local cluster with scripts/quorum"
+    if security() is None and not all(why.startswith(_CANNOT_CONNECT) for _, why in problems):
+        # A TLS listener closes on a plaintext hello: the likeliest cause is a secure cluster.
+        hint = "if the cluster is secure, give --command-config FILE or set RAFTLOG_COMMAND_CONFIG; " + hint
     if all(why.startswith(_CANNOT_CONNECT) for _, why in problems):
         reasons = sorted({why.removeprefix(_CANNOT_CONNECT).strip(" ()") for _, why in problems})
         raise CliFailure(f"no raftlog node reachable at {', '.join(addresses)} ({'; '.join(reasons)}); {hint}")
@@ -224,7 +262,38 @@ def admin_from_context(ctx: click.Context) -> Any:
 
     opts = ctx.obj
     addresses = connect(opts["bootstrap"])
-    return Admin(addresses, request_timeout_ms=int(opts["timeout"] * 1000))
+    return Admin(addresses, request_timeout_ms=int(opts["timeout"] * 1000), **client_kwargs())
+
+
+def _load_command_config(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """--command-config's callback: read the file now (a bad one stops the command before it
+    connects anywhere, naming the key at fault, never a value)."""
+    from raftlog.base.client_properties import ClientSecurity
+
+    root = ctx.find_root()
+    root.ensure_object(dict)
+    if not value:
+        return
+    try:
+        security = ClientSecurity.from_file(value)
+    except RaftlogError as exc:  # InvalidConfigError: it names the key, never a value
+        raise click.BadParameter(f"{value}: {exc.message}", ctx=ctx, param=param) from None
+    root.obj["security"] = security
+    root.obj["command_config"] = value
+
+
+def security() -> Any:
+    """The ClientSecurity of --command-config / RAFTLOG_COMMAND_CONFIG, or None."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return None
+    return (ctx.find_root().obj or {}).get("security")
+
+
+def client_kwargs() -> dict[str, Any]:
+    """Keyword arguments that give a raftlog client this command's security settings."""
+    found = security()
+    return {} if found is None else {"security": found}
 
 
 def emit_json(value: Any) -> None:
@@ -237,13 +306,24 @@ def table(rows: list[tuple[str, ...]]) -> None:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
 
 
+def command_config_option(fn: F) -> F:
+    """--command-config FILE (env RAFTLOG_COMMAND_CONFIG): the client.properties to connect with."""
+    return click.option(
+        "--command-config", type=click.Path(dir_okay=False), envvar="RAFTLOG_COMMAND_CONFIG",
+        expose_value=False, is_eager=True, callback=_load_command_config,
+        help="Client properties (security.protocol, sasl.*, ssl.*) as for Kafka's tools and "
+             "kcat -F; `raftlog cluster up --secure` writes one (env RAFTLOG_COMMAND_CONFIG).",
+    )(fn)
+
+
 BOOTSTRAP_HELP = ("host:port[,host:port...] of any nodes' client listeners; each is tried (env "
                   "RAFTLOG_BOOTSTRAP; default: ./raftlog-data/bootstrap as `raftlog cluster up` wrote it, "
                   f"else {DEFAULT_BOOTSTRAP}).")
 
 
 def connection_options(fn: F) -> F:
-    """--bootstrap and --timeout, for every command that talks to the cluster."""
+    """--bootstrap, --timeout and --command-config, for every command that talks to the cluster."""
+    fn = command_config_option(fn)
     fn = click.option("--timeout", type=click.FloatRange(0.5, 600), default=15.0, show_default=True,
                       help="Seconds to wait for an answer.")(fn)
     fn = click.option("--bootstrap", envvar="RAFTLOG_BOOTSTRAP", default=None, metavar="HOST:PORT[,...]",

@@ -17,14 +17,14 @@ from typing import Any
 
 import click
 
-from raftlog.cli.common import CliFailure, admin_options, connect, emit_json, friendly, table
+from raftlog.cli.common import CliFailure, admin_options, client_kwargs, connect, emit_json, friendly, table
 
 __all__ = ["groups"]
 
 def _group_admin(bootstrap: str, timeout: float) -> Any:
     from raftlog.client.group_admin import GroupAdmin
 
-    return GroupAdmin(connect(bootstrap), request_timeout_ms=int(timeout * 1000))
+    return GroupAdmin(connect(bootstrap), request_timeout_ms=int(timeout * 1000), **client_kwargs())
 
 
 def _s(v: Any) -> str:

@@ -6,10 +6,13 @@
     raftlog topics create|list|describe|delete|alter
     raftlog partitions recover TOPIC PARTITION --broker N --unclean   (raftlog/cli/partitions.py)
     raftlog console [--port 8080]                   the web console (raftlog/cli/console.py, raftlog/console/)
+    raftlog acls add|list|remove, raftlog users add|list|remove   (acls.py, users.py)
 
 Admin commands talk to `--bootstrap` (default 127.0.0.1:9093, or $RAFTLOG_BOOTSTRAP) through
 the blocking client `raftlog.client.Admin`; any node answers (it forwards to the
-controller). Output: human tables by default, `--json` for scripts. Failures print one line
+controller), with the security settings of `--command-config FILE` / $RAFTLOG_COMMAND_CONFIG
+(a client.properties; `cluster up --secure` writes one). Output: human tables by default,
+`--json` for scripts. Failures print one line
 and exit 1 (2 for a bad configuration); `raftlog --debug ...` shows the traceback instead.
 What is printed here is the command's user-facing output, not logging.
 Shell completion comes with click: `eval "$(_RAFTLOG_COMPLETE=bash_source raftlog)"`.
@@ -25,10 +28,12 @@ from typing import Any
 import click
 
 from raftlog.cli import console as _console
+from raftlog.cli import acls as _acls
 from raftlog.cli import groups as _groups
 from raftlog.cli import partitions as _partitions
 from raftlog.cli import records as _records
-from raftlog.base.errors import RaftlogError, UnknownTopicOrPartitionError
+from raftlog.cli import users as _users
+from raftlog.base.errors import ClusterAuthorizationFailedError, RaftlogError, UnknownTopicOrPartitionError
 from raftlog.cli.common import (
     EXIT_NO_CONTROLLER,
     TOPIC_MAX_REPLICATION_FACTOR,
@@ -37,6 +42,7 @@ from raftlog.cli.common import (
     describe,
     admin_from_context,
     admin_options,
+    command_config_option,
     emit_json,
     friendly,
     store,
@@ -50,6 +56,7 @@ from raftlog.cli.common import (
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(version(), "--version", prog_name="raftlog")
 @click.option("--debug", is_flag=True, envvar="RAFTLOG_DEBUG", help="Show tracebacks on errors.")
+@command_config_option
 @click.pass_context
 def main(ctx: click.Context, debug: bool) -> None:
     """raftlog: a Kafka-like replicated commit log.
@@ -176,9 +183,12 @@ def cluster_new_id() -> None:
 @click.option("--console-port", type=click.IntRange(0, 65535), default=8080, show_default=True,
               help="Serve the web console on 127.0.0.1 at this port (0: any free port).")
 @click.option("--no-console", is_flag=True, help="Do not start the web console.")
+@click.option("--secure", is_flag=True,
+              help="First run: TLS, SASL/SCRAM, ACLs and mutual-TLS peers; writes <data-dir>/client.properties "
+                   "(the admin's login) for --command-config and kcat -F. Later runs keep what the data dir has.")
 @friendly
 def cluster_up_cmd(nodes: int | None, data_dir: str, base_port: int | None, restart: bool, console_port: int,
-                   no_console: bool) -> None:
+                   no_console: bool, secure: bool) -> None:
     """Start N nodes on 127.0.0.1 and supervise them until Ctrl-C.
 
     Generates a cluster id, a cluster secret and each node's node.toml on first run (in
@@ -186,15 +196,20 @@ def cluster_up_cmd(nodes: int | None, data_dir: str, base_port: int | None, rest
     registered; prints where each node listens. Each node logs to <data-dir>/node-<i>/node.log.
     The web console (raftlog console) starts beside them, at the URL printed.
 
+    With --secure (first run) it also makes a cluster CA, a certificate per node, an admin
+    user with a random password (stored in the cluster only as SCRAM keys) and
+    <data-dir>/client.properties (mode 0600) that logs in as it, and prints how to use it.
+
     \b
     Example:
       raftlog cluster up                      # three nodes, node 1: kafka 9092, native client 9093
       raftlog cluster up --nodes 1 --data-dir /tmp/one --base-port 19092
+      raftlog cluster up --secure --data-dir ./secure-data
     """
     from raftlog.cli.cluster import cluster_up
 
     code = cluster_up(Path(data_dir), nodes, base_port, out=sys.stdout, restart=restart,
-                      console_port=None if no_console else console_port)
+                      console_port=None if no_console else console_port, secure=secure)
     sys.exit(code)
 
 
@@ -355,7 +370,11 @@ def topics_create(ctx: click.Context, name: str, partitions: int, replication_fa
     pairs = _parse_pairs(configs, "--config")
     with admin_from_context(ctx) as admin:
         if replication_factor is None:
-            live = sum(1 for b in admin.cluster_status().brokers if not b.get("fenced"))
+            try:
+                live = sum(1 for b in admin.cluster_status().brokers if not b.get("fenced"))
+            except ClusterAuthorizationFailedError:
+                # A user without DESCRIBE on the cluster (ACLs): the brokers metadata lists.
+                live = len(describe(admin, []).brokers)
             replication_factor = max(1, min(TOPIC_MAX_REPLICATION_FACTOR, live))
         topic = admin.create_topic(name, partitions, replication_factor, pairs or None)
         try:
@@ -504,3 +523,5 @@ main.add_command(_records.perf)
 main.add_command(_groups.groups)
 main.add_command(_partitions.partitions)
 main.add_command(_console.console_cmd)
+main.add_command(_acls.acls)
+main.add_command(_users.users)

@@ -12,13 +12,20 @@ contacting anybody. Registered on the root group by raftlog/cli/main.py.
 
 from __future__ import annotations
 
-import socket
 import time
 from typing import Any
 
 import click
 
-from raftlog.cli.common import BOOTSTRAP_HELP, CliFailure, connect, emit_json, friendly
+from raftlog.cli.common import (
+    BOOTSTRAP_HELP,
+    CliFailure,
+    client_kwargs,
+    command_config_option,
+    connect,
+    emit_json,
+    friendly,
+)
 
 __all__ = ["partitions", "recover_partition"]
 
@@ -26,20 +33,24 @@ MAX_RESPONSE_FRAME_BYTES = 1 << 20  # the answer is {} or an error: small
 _RISK = "records acknowledged but missing from that replica's log are lost for good"
 
 
-def recover_partition(address: str, topic: str, partition: int, *, timeout_s: float) -> dict[str, Any]:
+def recover_partition(address: str, topic: str, partition: int, *, timeout_s: float,
+                      security: Any = None) -> dict[str, Any]:
     """Send one `recover_partition` (unclean: true) to the node at `address` over a fresh
-    socket, without retry (a second try would only be refused as "not flagged"). Returns the
-    ok fields. Raises the node's RaftlogError, OSError (unreachable, closed), or
-    RequestTimedOutError (no answer in `timeout_s`: the flag may or may not be cleared)."""
+    socket (TLS and logged in as `security`, a ClientSecurity, says), without retry (a
+    second try would only be refused as "not flagged"). Returns the ok fields. Raises the
+    node's RaftlogError, OSError (unreachable, closed), or RequestTimedOutError (no answer in
+    `timeout_s`: the flag may or may not be cleared)."""
     from raftlog.base.errors import RequestTimedOutError
     from raftlog.base.protocol import FrameDecoder, encode_frame, parse_response
+    from raftlog.client.network_blocking import open_socket
 
     host, _, port = address.rpartition(":")
     frame = encode_frame({"v": 1, "id": 1, "op": "recover_partition", "topic": topic,
                           "partition": partition, "unclean": True})
     decoder = FrameDecoder(max_frame_bytes=MAX_RESPONSE_FRAME_BYTES)
     deadline = time.monotonic() + timeout_s
-    with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s) as sock:
+    with open_socket((host.strip("[]"), int(port)), timeout_s=timeout_s, security=security,
+                     decoder=decoder) as sock:
         sock.sendall(frame)
         while True:
             left = deadline - time.monotonic()
@@ -78,6 +89,7 @@ def partitions() -> None:
               help="Seconds to wait for an answer.")
 @click.option("--bootstrap", envvar="RAFTLOG_BOOTSTRAP", default=None, metavar="HOST:PORT[,...]",
               help=BOOTSTRAP_HELP)
+@command_config_option
 @friendly
 def partitions_recover(topic: str, partition: int, broker_id: int, unclean: bool, as_json: bool,
                        timeout: float, bootstrap: str) -> None:
@@ -105,7 +117,7 @@ def partitions_recover(topic: str, partition: int, broker_id: int, unclean: bool
         raise CliFailure(f"refusing to recover {name} without --unclean: records acknowledged but missing "
                          f"from broker {broker_id}'s replica are lost for good")
     addresses = connect(bootstrap)
-    with Admin(addresses, request_timeout_ms=int(timeout * 1000)) as admin:
+    with Admin(addresses, request_timeout_ms=int(timeout * 1000), **client_kwargs()) as admin:
         status = admin.cluster_status()
     found = [b for b in status.brokers if b.get("id") == broker_id]
     if not found:
@@ -113,7 +125,7 @@ def partitions_recover(topic: str, partition: int, broker_id: int, unclean: bool
         raise CliFailure(f"broker {broker_id} is not registered (brokers: {known})")
     address = f"{found[0]['host']}:{found[0]['port']}"
     try:
-        recover_partition(address, topic, partition, timeout_s=timeout)
+        recover_partition(address, topic, partition, timeout_s=timeout, **client_kwargs())
     except OSError as exc:
         raise CliFailure(f"broker {broker_id} at {address} is not reachable: {exc}") from None
     if as_json:

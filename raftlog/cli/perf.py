@@ -328,13 +328,15 @@ def run_producer(bootstrap: str, topic: str, records: int, record_bytes: int, *,
                  acks: str = "all", linger_ms: int = 5, batch_bytes: int | None = None,
                  compression: str | None = None, throughput: float = 0,
                  progress: Callable[[str], None] | None = None,
-                 report_interval_s: float = 1.0, warmup_records: int = 0) -> ProduceResult:
+                 report_interval_s: float = 1.0, warmup_records: int = 0,
+                 security: dict[str, str] | None = None) -> ProduceResult:
     """Send `records` records of `record_bytes` random-ish bytes as fast as allowed
     (`throughput` records/s, 0 = unlimited); wait for every ack; return the figures.
 
     With `warmup_records` (Kafka's --warmup-records, KIP-1052), that many records go first,
     as fast as allowed, and are waited for; the clock starts after them, so connections,
-    metadata and the producer id are set up and the figures are of the steady state only."""
+    metadata and the producer id are set up and the figures are of the steady state only.
+    `security`: client properties (Kafka's keys) for a secure cluster."""
     from raftlog.client import Producer
 
     payload = (os.urandom(16).hex().encode() * (record_bytes // 32 + 1))[:record_bytes]
@@ -364,7 +366,8 @@ def run_producer(bootstrap: str, topic: str, records: int, record_bytes: int, *,
                 window.add_latency(sum_us, n, (done_s - send_s[first]) * 1e6)
 
     throttle = Throttler(throughput)
-    with Producer(bootstrap, **_producer_options(acks, linger_ms, batch_bytes, compression)) as p:
+    with Producer(bootstrap, security=security,
+                  **_producer_options(acks, linger_ms, batch_bytes, compression)) as p:
         send = p.send
         if warmup_records:
             for _ in range(warmup_records):
@@ -402,16 +405,17 @@ def run_producer(bootstrap: str, topic: str, records: int, record_bytes: int, *,
 def run_consumer(bootstrap: str, topic: str, records: int, *, timeout_s: float = 60.0,
                  progress: Callable[[str], None] | None = None,
                  report_interval_s: float = 1.0,
-                 fetch_max_bytes: int = 8 * MB, max_partition_fetch_bytes: int = 4 * MB) -> ConsumeResult:
+                 fetch_max_bytes: int = 8 * MB, max_partition_fetch_bytes: int = 4 * MB,
+                 security: dict[str, str] | None = None) -> ConsumeResult:
     """Read `records` records of `topic` from the beginning (every partition), or until
     `timeout_s` passes with no record; return the figures."""
     from raftlog.client import Consumer
 
     clock = time.perf_counter
     with Consumer(bootstrap, auto_offset_reset="earliest", max_poll_records=100_000,
-                  fetch_max_bytes=fetch_max_bytes,
+                  fetch_max_bytes=fetch_max_bytes, security=security,
                   max_partition_fetch_bytes=max_partition_fetch_bytes) as c:
-        parts = _partitions(bootstrap, topic)
+        parts = _partitions(bootstrap, topic, security)
         c.assign([(topic, p) for p in parts])
         c.seek_to_beginning()
         freeze_setup_objects()
@@ -443,10 +447,10 @@ def run_consumer(bootstrap: str, topic: str, records: int, *, timeout_s: float =
     return ConsumeResult(got, nbytes, elapsed, first)
 
 
-def _partitions(bootstrap: str, topic: str) -> list[int]:
+def _partitions(bootstrap: str, topic: str, security: dict[str, str] | None = None) -> list[int]:
     from raftlog.client import Admin
 
-    with Admin(bootstrap, request_timeout_ms=15_000) as admin:
+    with Admin(bootstrap, request_timeout_ms=15_000, security=security) as admin:
         info = admin.describe_topics([topic])[topic]
     return [p.partition for p in info.partitions]
 

@@ -36,11 +36,13 @@ from raftlog.cli.common import (
     TOPIC_MAX_REPLICATION_FACTOR,
     TOPIC_PARTITIONS,
     CliFailure,
+    client_kwargs,
     connect,
     connection_options,
     describe,
     friendly,
     offline_summary,
+    security,
 )
 
 __all__ = ["produce_cmd", "consume_cmd", "perf"]
@@ -106,6 +108,12 @@ def _auto_create(admin: Any, topic: str) -> Any:
                 return info  # leaders still being elected: the producer waits for them
             raise CliFailure(f"created topic {topic!r} but it did not show up in metadata")
         time.sleep(0.05)  # polling the metadata under a deadline
+
+
+def _properties() -> dict[str, str] | None:
+    """--command-config's settings as plain client properties (for perf's producer processes)."""
+    found = security()
+    return None if found is None else found.to_properties()
 
 
 def _wait_for_leaders(admin: Any, topic: str, partitions: list[int] | None, *, need_controller: bool,
@@ -207,7 +215,7 @@ def produce_cmd(ctx: click.Context, topic: str, file_path: str | None, key_separ
     hdrs = _parse_headers(headers)
     addresses = connect(bootstrap)
     timeout_ms = int(timeout * 1000)
-    with Admin(addresses, request_timeout_ms=timeout_ms) as admin:
+    with Admin(addresses, request_timeout_ms=timeout_ms, **client_kwargs()) as admin:
         info = _describe(admin, topic)
         if info is None:
             if not create:
@@ -261,7 +269,8 @@ def produce_cmd(ctx: click.Context, topic: str, file_path: str | None, key_separ
     # A record not acknowledged within --timeout fails with why (no leader, no producer id,
     # ...) rather than being dropped unsaid when the producer closes.
     producer = Producer(addresses, request_timeout_ms=max(timeout_ms, 1000),
-                        delivery_timeout_ms=max(timeout_ms, 1000) + linger_ms, **options)
+                        delivery_timeout_ms=max(timeout_ms, 1000) + linger_ms, **options,
+                        **client_kwargs())
     try:
         if bar is not None:
             bar.__enter__()
@@ -412,7 +421,7 @@ def consume_cmd(ctx: click.Context, topic: str, from_beginning: bool, partition:
         raise click.UsageError("--group reads the partitions the group assigns from its committed "
                                "offsets: leave out --partition/--offset")
     addresses = connect(bootstrap)
-    with Admin(addresses, request_timeout_ms=int(timeout * 1000)) as admin:
+    with Admin(addresses, request_timeout_ms=int(timeout * 1000), **client_kwargs()) as admin:
         info = _require_topic(admin, topic)
         count = len(info.partitions)
         if partition is not None and partition >= count:
@@ -440,7 +449,7 @@ def consume_cmd(ctx: click.Context, topic: str, from_beginning: bool, partition:
     seen = 0
     group_options = {} if group is None else {"group_id": group, "enable_auto_commit": True}
     consumer = Consumer(addresses, auto_offset_reset="earliest" if from_beginning else "latest",
-                        request_timeout_ms=int(timeout * 1000), **group_options)
+                        request_timeout_ms=int(timeout * 1000), **group_options, **client_kwargs())
     try:
         tps = [(topic, p) for p in parts]
         if group is not None:
@@ -532,13 +541,14 @@ def perf_produce(ctx: click.Context, topic: str, records: int, record_bytes: int
     from raftlog.cli.perf import format_produce, produce_perf, summarize_produce
 
     addresses = connect(bootstrap)
-    with Admin(addresses, request_timeout_ms=int(timeout * 1000)) as admin:
+    with Admin(addresses, request_timeout_ms=int(timeout * 1000), **client_kwargs()) as admin:
         _require_topic(admin, topic)
     try:
         result = produce_perf(",".join(addresses), topic, records, record_bytes, producers=producers,
                               throughput=throughput, progress=None if quiet else _progress,
                               acks=acks, linger_ms=linger_ms, batch_bytes=batch_bytes,
-                              compression=compression, warmup_records=warmup_records)
+                              compression=compression, warmup_records=warmup_records,
+                              security=_properties())
     except RuntimeError as exc:
         raise CliFailure(f"perf produce failed: {exc}") from None
     summary = summarize_produce(result)
@@ -573,10 +583,10 @@ def perf_consume(ctx: click.Context, topic: str, records: int, idle_timeout: flo
     from raftlog.cli.perf import format_consume, run_consumer, summarize_consume
 
     addresses = connect(bootstrap)
-    with Admin(addresses, request_timeout_ms=int(timeout * 1000)) as admin:
+    with Admin(addresses, request_timeout_ms=int(timeout * 1000), **client_kwargs()) as admin:
         _require_topic(admin, topic)
     result = run_consumer(",".join(addresses), topic, records, timeout_s=idle_timeout,
-                          progress=None if quiet else _progress)
+                          progress=None if quiet else _progress, security=_properties())
     summary = summarize_consume(result)
     click.echo(json.dumps(summary, sort_keys=True) if as_json else format_consume(summary))
     if result.records < records:

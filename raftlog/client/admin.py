@@ -8,9 +8,12 @@ No I/O, no clock, no threads.
 
 from __future__ import annotations
 
+import secrets
 from typing import Any, Callable, Iterable, NamedTuple
 
-from raftlog.base.errors import UnknownTopicOrPartitionError
+from raftlog.base.acl import AclBinding, AclFilter
+from raftlog.base.errors import UnknownTopicOrPartitionError, error_from_wire
+from raftlog.base.sasl import DEFAULT_ITERATIONS, SCRAM_MECHANISMS, salted_password
 from raftlog.client.core import Call, ClientCore
 from raftlog.client.request import (
     ClusterStatus,
@@ -36,6 +39,12 @@ __all__ = [
     "list_topics_op",
     "alter_configs_op",
     "cluster_status_op",
+    "create_acls_op",
+    "describe_acls_op",
+    "delete_acls_op",
+    "describe_users_op",
+    "upsert_user_op",
+    "delete_user_op",
 ]
 
 
@@ -119,3 +128,77 @@ def cluster_status_op() -> AdminOp:
     """-> ClusterStatus."""
     parse: Callable[[dict], ClusterStatus] = parse_cluster_status
     return AdminOp(cluster_status_request(), parse)
+
+
+# ---------------------------------------------------------------- ACLs and SCRAM users
+
+
+def _raise_first_error(results: Any) -> list[dict]:
+    results = list(results or ())
+    for r in results:
+        if isinstance(r, dict) and r.get("error") is not None:
+            raise error_from_wire(r["error"])
+    return results
+
+
+def create_acls_op(acls: Iterable[AclBinding]) -> AdminOp:
+    """-> None; raises the first ACL's error (the others may have been created: it is
+    idempotent, so send them again)."""
+    request = {"op": "create_acls", "acls": [a.to_obj() for a in acls]}
+    return AdminOp(request, lambda r: _raise_first_error(r.get("results")) and None)
+
+
+def describe_acls_op(acl_filter: AclFilter | None = None) -> AdminOp:
+    """-> [AclBinding] matching the filter (default: every ACL)."""
+    request = {"op": "describe_acls", "filter": (acl_filter or AclFilter()).to_obj()}
+    return AdminOp(request, lambda r: [AclBinding.from_obj(a) for a in r.get("acls") or ()])
+
+
+def delete_acls_op(filters: Iterable[AclFilter]) -> AdminOp:
+    """-> [AclBinding] deleted (by every filter); raises the first filter's error."""
+    request = {"op": "delete_acls", "filters": [f.to_obj() for f in filters]}
+
+    def parse(r: dict) -> list[AclBinding]:
+        return [AclBinding.from_obj(a) for res in _raise_first_error(r.get("results")) for a in res.get("acls") or ()]
+
+    return AdminOp(request, parse)
+
+
+def describe_users_op(users: Iterable[str] | None = None) -> AdminOp:
+    """-> {user: {mechanism: iterations}} of the users that have SCRAM credentials (all of
+    them when `users` is None; a named user without any raises ResourceNotFoundError)."""
+    request = {"op": "describe_user_scram_credentials", "users": None if users is None else list(users)}
+
+    def parse(r: dict) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for u in r.get("users") or ():
+            if u.get("error") is not None:
+                raise error_from_wire(u["error"])
+            out[u["user"]] = {c["mechanism"]: c["iterations"] for c in u.get("credentials") or ()}
+        return out
+
+    return AdminOp(request, parse)
+
+
+def upsert_user_op(user: str, password: str, mechanisms: Iterable[str] = tuple(SCRAM_MECHANISMS),
+                   iterations: int = DEFAULT_ITERATIONS) -> AdminOp:
+    """-> None: set `user`'s SCRAM credentials for each mechanism. The password never leaves
+    the client: what is sent is the salted password (PBKDF2 with a fresh salt, as Kafka's
+    AlterUserScramCredentials), and the node keeps only keys derived from it. It still lets
+    its holder log in: send it over TLS only."""
+    upsertions = []
+    for mechanism in mechanisms:
+        salt = secrets.token_bytes(32)
+        upsertions.append({"name": user, "mechanism": mechanism, "iterations": iterations, "salt": salt,
+                           "salted_password": salted_password(mechanism, password, salt, iterations)})
+    request = {"op": "alter_user_scram_credentials", "upsertions": upsertions, "deletions": []}
+    return AdminOp(request, lambda r: _raise_first_error(r.get("results")) and None)
+
+
+def delete_user_op(user: str, mechanisms: Iterable[str]) -> AdminOp:
+    """-> None: remove `user`'s SCRAM credentials of these mechanisms (all or none: one the
+    user lacks raises ResourceNotFoundError and nothing is removed; `describe_users_op`
+    says which it has). Its open connections fail their next request."""
+    request = {"op": "alter_user_scram_credentials", "upsertions": [],
+               "deletions": [{"name": user, "mechanism": m} for m in mechanisms]}
+    return AdminOp(request, lambda r: _raise_first_error(r.get("results")) and None)

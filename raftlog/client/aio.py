@@ -17,7 +17,9 @@ Time: each client reads one clock, its `clock` option (clock.py), by default
 `network_aio.TRIO_CLOCK` (trio's clock for deadlines, the wall clock for timestamps): under
 `trio.testing.MockClock` the cores' deadlines and trio's timeouts move together. Streams:
 the `connect` option (`async (host, port) -> trio.abc.Stream`, default trio.open_tcp_stream)
-opens every connection; a test hands in one that returns in-memory streams.
+opens every connection; a test hands in one that returns in-memory streams. Security: the
+`security` option as in the blocking shell (Kafka's client keys as a dict, a properties path,
+or a ClientSecurity): TLS on trio's SSLStream, then the SASL login (network_aio.py).
 
 Concurrency: all methods run in the owning trio thread. Cancel-safety: cancelling `send`
 while it waits for buffer space or metadata leaves nothing queued; cancelling a wait on a
@@ -38,12 +40,20 @@ from raftlog.client.admin import (
     AdminOp,
     alter_configs_op,
     cluster_status_op,
+    create_acls_op,
     create_partitions_op,
     create_topic_op,
+    delete_acls_op,
     delete_topic_op,
+    delete_user_op,
+    describe_acls_op,
     describe_topics_op,
+    describe_users_op,
     list_topics_op,
+    upsert_user_op,
 )
+from raftlog.base.acl import AclBinding, AclFilter
+from raftlog.base.sasl import DEFAULT_ITERATIONS, SCRAM_MECHANISMS
 from raftlog.client.clock import Clock
 from raftlog.client.consumer import ConsumerCore, ConsumerMethods, ConsumerRecord
 from raftlog.client.core import ClientCore
@@ -53,6 +63,7 @@ from raftlog.client.group_aio import TrioGroup
 from raftlog.client.network_aio import TRIO_CLOCK, Connect, Network, step
 from raftlog.client.producer import NO_METADATA, ProducerCore
 from raftlog.client.request import ClusterStatus, TopicInfo
+from raftlog.client.security import SecurityOption, client_security
 
 __all__ = ["Producer", "Consumer", "Admin", "RecordHandle"]
 
@@ -106,7 +117,9 @@ class _AsyncClient:
 
     _core: ClientCore
 
-    def __init__(self, request_timeout_ms: int, clock: Clock, connect: Connect | None):
+    def __init__(self, request_timeout_ms: int, clock: Clock, connect: Connect | None,
+                 security: SecurityOption = None):
+        self._security = client_security(security)
         self._request_timeout_ms = request_timeout_ms
         self._clock = clock
         self._connect = connect
@@ -122,7 +135,7 @@ class _AsyncClient:
         self._stack = stack
         self._net = Network(self._core, self._nursery, clock=self._clock, connect=self._connect,
                             connect_timeout_ms=min(self._request_timeout_ms, 10_000),
-                            send_timeout_ms=self._request_timeout_ms)
+                            send_timeout_ms=self._request_timeout_ms, security=self._security)
         await self._started(self._nursery)
         return self
 
@@ -181,9 +194,10 @@ class Producer(_AsyncClient):
         rng: random.Random | None = None,
         clock: Clock = TRIO_CLOCK,
         connect: Connect | None = None,
+        security: SecurityOption = None,
         **options: Any,
     ):
-        super().__init__(request_timeout_ms, clock, connect)
+        super().__init__(request_timeout_ms, clock, connect, security)
         self._core = ProducerCore(
             bootstrap, rng=rng or random.Random(), future_factory=_BatchFuture, acks=acks,
             linger_ms=linger_ms, batch_bytes=batch_bytes, buffer_bytes=buffer_bytes,
@@ -333,9 +347,10 @@ class Consumer(_AsyncClient, ConsumerMethods):
         rng: random.Random | None = None,
         clock: Clock = TRIO_CLOCK,
         connect: Connect | None = None,
+        security: SecurityOption = None,
         **options: Any,
     ):
-        super().__init__(request_timeout_ms, clock, connect)
+        super().__init__(request_timeout_ms, clock, connect, security)
         # Consumer groups (group_aio.py): group options are the group's, not the core's.
         group_options = {k: options.pop(k) for k in list(options) if k in GROUP_OPTIONS}
         rng = rng or random.Random()
@@ -353,7 +368,7 @@ class Consumer(_AsyncClient, ConsumerMethods):
                 heartbeat_interval_ms=heartbeat_interval_ms, rebalance_timeout_ms=rebalance_timeout_ms,
                 partition_assignment_strategy=partition_assignment_strategy,
                 group_instance_id=group_instance_id, request_timeout_ms=request_timeout_ms,
-                rng=rng, clock=clock, connect=connect, **group_options,
+                rng=rng, clock=clock, connect=connect, security=self._security, **group_options,
             )  # fmt: skip
 
     async def _started(self, nursery: trio.Nursery) -> None:
@@ -430,8 +445,8 @@ class Admin(_AsyncClient):
 
     def __init__(self, bootstrap: str | Iterable[str], *, request_timeout_ms: int = 30_000,
                  rng: random.Random | None = None, clock: Clock = TRIO_CLOCK,
-                 connect: Connect | None = None, **options: Any):
-        super().__init__(request_timeout_ms, clock, connect)
+                 connect: Connect | None = None, security: SecurityOption = None, **options: Any):
+        super().__init__(request_timeout_ms, clock, connect, security)
         self._core = AdminCore(bootstrap, rng=rng or random.Random(),
                                request_timeout_ms=request_timeout_ms, **options)
 
@@ -485,3 +500,34 @@ class Admin(_AsyncClient):
 
     async def cluster_status(self, *, timeout_ms: int | None = None) -> ClusterStatus:
         return await self._op(cluster_status_op(), timeout_ms)
+
+    # ---- ACLs and SCRAM users (Kafka's kafka-acls / kafka-configs --entity-type users) ----
+
+    async def create_acls(self, acls: Iterable[AclBinding], *, timeout_ms: int | None = None) -> None:
+        """Create ACLs (an existing one counts as created); raises the first one's error."""
+        await self._op(create_acls_op(acls), timeout_ms)
+
+    async def describe_acls(self, acl_filter: AclFilter | None = None, *,
+                      timeout_ms: int | None = None) -> list[AclBinding]:
+        """The ACLs matching `acl_filter` (default: all)."""
+        return await self._op(describe_acls_op(acl_filter), timeout_ms)
+
+    async def delete_acls(self, filters: Iterable[AclFilter], *, timeout_ms: int | None = None) -> list[AclBinding]:
+        """Delete every ACL matching any filter; returns those deleted."""
+        return await self._op(delete_acls_op(filters), timeout_ms)
+
+    async def describe_users(self, users: Iterable[str] | None = None, *,
+                       timeout_ms: int | None = None) -> dict[str, dict[str, int]]:
+        """{user: {mechanism: iterations}} of SCRAM users (all when `users` is None)."""
+        return await self._op(describe_users_op(users), timeout_ms)
+
+    async def upsert_user(self, user: str, password: str, *, mechanisms: Iterable[str] = tuple(SCRAM_MECHANISMS),
+                    iterations: int = DEFAULT_ITERATIONS, timeout_ms: int | None = None) -> None:
+        """Create or change `user`'s SCRAM credentials. Only a salted password is sent (never
+        the password), but it lets its holder log in: use a TLS connection."""
+        await self._op(upsert_user_op(user, password, mechanisms, iterations), timeout_ms)
+
+    async def delete_user(self, user: str, *, timeout_ms: int | None = None) -> None:
+        """Remove every SCRAM credential of `user`; raises ResourceNotFoundError if it has none."""
+        mechanisms = (await self.describe_users([user], timeout_ms=timeout_ms)).get(user, {})
+        await self._op(delete_user_op(user, sorted(mechanisms)), timeout_ms)

@@ -7,7 +7,10 @@ poll-driven on the caller's thread (`poll()` / each admin call drives the socket
 answer or deadline); a Consumer in a group adds one heartbeat thread (group_blocking.py).
 
 Connections: one TCP connection per broker id, many requests in flight on it, answers matched
-by id (in the core). Sends use `sendall` on a socket with a timeout; reads use a selector, so
+by id (in the core). Every client takes `security=`: a dict of Kafka's client keys
+(`security.protocol`, `sasl.mechanism`, `sasl.username`, `sasl.password`, `ssl.ca.location`,
+...), a client.properties path, or a ClientSecurity (raftlog/client/security.py); each new
+connection then does TLS and the SASL login first. Sends use `sendall` on a socket with a timeout; reads use a selector, so
 the one thread that drives a core waits on all its connections at once.
 
 Time: each client reads one clock, its `clock` option (clock.py; default the system's
@@ -33,12 +36,20 @@ from raftlog.client.admin import (
     AdminOp,
     alter_configs_op,
     cluster_status_op,
+    create_acls_op,
     create_partitions_op,
     create_topic_op,
+    delete_acls_op,
     delete_topic_op,
+    delete_user_op,
+    describe_acls_op,
     describe_topics_op,
+    describe_users_op,
     list_topics_op,
+    upsert_user_op,
 )
+from raftlog.base.acl import AclBinding, AclFilter
+from raftlog.base.sasl import DEFAULT_ITERATIONS, SCRAM_MECHANISMS
 from raftlog.client.clock import SYSTEM_CLOCK, Clock
 from raftlog.client.consumer import ConsumerCore, ConsumerMethods, ConsumerRecord
 from raftlog.client.errors import ClientClosedError
@@ -48,6 +59,7 @@ from raftlog.client.metadata_cache import MetadataCache
 from raftlog.client.network_blocking import Network, step
 from raftlog.client.producer import NO_METADATA, ProducerCore
 from raftlog.client.request import ClusterStatus, TopicInfo, delete_records_request
+from raftlog.client.security import SecurityOption, client_security
 
 DELETE_RECORDS_ROUNDS = 10  # a leader move per round at most: bounded retries
 
@@ -134,8 +146,10 @@ class Producer:
         max_in_flight_per_partition: int = 5,
         rng: random.Random | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        security: SecurityOption = None,
         **options: Any,
     ):
+        security = client_security(security)  # first: a bad setting fails before any thread starts
         self._core = ProducerCore(
             bootstrap,
             rng=rng or random.Random(),
@@ -157,7 +171,7 @@ class Producer:
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._net = Network(self._core, clock=clock, connect_timeout_ms=min(request_timeout_ms, 10_000),
-                            send_timeout_ms=request_timeout_ms, wakeup=True)
+                            send_timeout_ms=request_timeout_ms, wakeup=True, security=security)
         self._closing = False
         self._closed = False
         self._flushers = 0
@@ -281,10 +295,11 @@ class Producer:
                         break
                     wait_ms = core.wait_ms(now, None)
                 failed = net.perform(actions)
-                wait_ms = 0 if failed else max(0, wait_ms - (clock.monotonic_ms() - now))
+                refused = net.take_refused()
+                wait_ms = 0 if failed or refused else max(0, wait_ms - (clock.monotonic_ms() - now))
                 responses, lost = net.wait(wait_ms / 1000)
                 with self._lock:
-                    core.on_input(responses, [*failed, *lost], clock.monotonic_ms())
+                    core.on_input(responses, [*failed, *lost], clock.monotonic_ms(), refused)
                     self._changed.notify_all()
         except BaseException:
             log.exception("producer I/O thread failed")
@@ -327,8 +342,10 @@ class Consumer(ConsumerMethods):
         consumer_timeout_ms: int | None = None,
         rng: random.Random | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        security: SecurityOption = None,
         **options: Any,
     ):
+        security = client_security(security)
         # Consumer groups (group_blocking.py): group options are the group's, not the core's.
         group_options = {k: options.pop(k) for k in list(options) if k in GROUP_OPTIONS}
         self._core = ConsumerCore(
@@ -339,14 +356,14 @@ class Consumer(ConsumerMethods):
         )
         self._clock = clock
         self._net = Network(self._core, clock=clock, connect_timeout_ms=min(request_timeout_ms, 10_000),
-                            send_timeout_ms=request_timeout_ms)
+                            send_timeout_ms=request_timeout_ms, security=security)
         self._request_timeout_ms = request_timeout_ms
         self._consumer_timeout_ms = consumer_timeout_ms
         self._closed = False
         self._group: BlockingGroup | None = None
         if group_options.get("group_id") is not None:
             self._group = BlockingGroup(self._core, bootstrap, request_timeout_ms=request_timeout_ms,
-                                        clock=clock, **group_options)
+                                        clock=clock, security=security, **group_options)
 
     def _step_until(self, deadline_ms: int | None) -> None:
         step(self._core, self._net, deadline_ms)
@@ -438,12 +455,14 @@ class Admin:
     client: the Spark source, the CLI)."""
 
     def __init__(self, bootstrap: str | Iterable[str], *, request_timeout_ms: int = 30_000,
-                 rng: random.Random | None = None, clock: Clock = SYSTEM_CLOCK, **options: Any):
+                 rng: random.Random | None = None, clock: Clock = SYSTEM_CLOCK,
+                 security: SecurityOption = None, **options: Any):
+        security = client_security(security)
         self._core = AdminCore(bootstrap, rng=rng or random.Random(),
                                request_timeout_ms=request_timeout_ms, **options)
         self._clock = clock
         self._net = Network(self._core, clock=clock, connect_timeout_ms=min(request_timeout_ms, 10_000),
-                            send_timeout_ms=request_timeout_ms)
+                            send_timeout_ms=request_timeout_ms, security=security)
 
     def _op(self, op: AdminOp, timeout_ms: int | None) -> Any:
         return op.parse(self.request(op.request, timeout_ms=timeout_ms))
@@ -518,6 +537,37 @@ class Admin:
 
     def cluster_status(self, *, timeout_ms: int | None = None) -> ClusterStatus:
         return self._op(cluster_status_op(), timeout_ms)
+
+    # ---- ACLs and SCRAM users (Kafka's kafka-acls / kafka-configs --entity-type users) ----
+
+    def create_acls(self, acls: Iterable[AclBinding], *, timeout_ms: int | None = None) -> None:
+        """Create ACLs (an existing one counts as created); raises the first one's error."""
+        self._op(create_acls_op(acls), timeout_ms)
+
+    def describe_acls(self, acl_filter: AclFilter | None = None, *,
+                      timeout_ms: int | None = None) -> list[AclBinding]:
+        """The ACLs matching `acl_filter` (default: all)."""
+        return self._op(describe_acls_op(acl_filter), timeout_ms)
+
+    def delete_acls(self, filters: Iterable[AclFilter], *, timeout_ms: int | None = None) -> list[AclBinding]:
+        """Delete every ACL matching any filter; returns those deleted."""
+        return self._op(delete_acls_op(filters), timeout_ms)
+
+    def describe_users(self, users: Iterable[str] | None = None, *,
+                       timeout_ms: int | None = None) -> dict[str, dict[str, int]]:
+        """{user: {mechanism: iterations}} of SCRAM users (all when `users` is None)."""
+        return self._op(describe_users_op(users), timeout_ms)
+
+    def upsert_user(self, user: str, password: str, *, mechanisms: Iterable[str] = tuple(SCRAM_MECHANISMS),
+                    iterations: int = DEFAULT_ITERATIONS, timeout_ms: int | None = None) -> None:
+        """Create or change `user`'s SCRAM credentials. Only a salted password is sent (never
+        the password), but it lets its holder log in: use a TLS connection."""
+        self._op(upsert_user_op(user, password, mechanisms, iterations), timeout_ms)
+
+    def delete_user(self, user: str, *, timeout_ms: int | None = None) -> None:
+        """Remove every SCRAM credential of `user`; raises ResourceNotFoundError if it has none."""
+        mechanisms = (self.describe_users([user], timeout_ms=timeout_ms)).get(user, {})
+        self._op(delete_user_op(user, sorted(mechanisms)), timeout_ms)
 
     def delete_records(self, offsets: dict[tuple[str, int], int], *,
                        timeout_ms: int | None = None) -> dict[tuple[str, int], int]:

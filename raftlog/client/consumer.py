@@ -247,6 +247,10 @@ class ConsumerCore(ClientCore):
                 break
         return out
 
+    def _on_auth_failed(self, error: RaftlogError, now_ms: int) -> None:
+        if not any(e is error for e in self._errors):
+            self._errors.append(error)  # poll() raises it
+
     def raise_pending_error(self) -> None:
         """Raise the oldest fetch/reset error not yet handed to the user, if any."""
         if self._errors:

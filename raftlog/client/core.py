@@ -10,6 +10,7 @@ calls:
     actions = core.poll(now_ms)            # Send(broker_id, request) / Close(broker_id)
     core.on_response(broker_id, msg, now_ms)
     core.on_disconnect(broker_id, now_ms)  # connect failed or connection lost
+    core.on_auth_failure(broker_id, error, now_ms)  # the node refused our credentials (TLS/SASL)
     core.next_wakeup_ms(now_ms)            # when poll has something to do without I/O
 
 and asks `core.address(broker_id)` where to connect. Request ids are unique across the core
@@ -25,6 +26,10 @@ Invariants:
   UNKNOWN_TOPIC_OR_PARTITION or a lost connection schedules a metadata refresh.
 * Answers and failures reach their handlers through `RESPONSE_HANDLERS` and
   `FAILURE_HANDLERS`, tables keyed by the request's kind.
+* An authentication failure (`on_auth_failure`: wrong password, certificate refused) is
+  definite and the same on every retry: what waits on it fails with that error at once
+  (Kafka's AuthenticationException), rather than retrying to the deadline. Later requests
+  try again after the reconnect backoff (the credentials may be fixed meanwhile).
 """
 
 from __future__ import annotations
@@ -168,6 +173,8 @@ class ClientCore:
         self._metadata_attempts = 0
         self._metadata_retry_at_ms = 0
         self._calls: list[Call] = []
+        # The last authentication failure, until a broker answers again.
+        self.auth_error: RaftlogError | None = None
         self._foreign: dict[int, str] = {}  # broker id -> what answered there instead of raftlog
         self._answered: set[int] = set()  # bootstrap ids that answered at least once
         self._silent_closes: dict[int, int] = {}  # bootstrap id -> closed with requests, no answer
@@ -206,6 +213,7 @@ class ClientCore:
             return  # late answer to a request we gave up on
         self._failures.pop(broker_id, None)
         self._down_until_ms.pop(broker_id, None)
+        self.auth_error = None
         self._foreign.pop(broker_id, None)
         self._answered.add(broker_id)
         self.RESPONSE_HANDLERS[p.kind](self, p, msg, now_ms)
@@ -267,12 +275,33 @@ class ClientCore:
             self.metadata.invalidate_broker(broker_id)
         self._metadata_due = True
 
-    def on_input(self, responses: Iterable[tuple[int, Any]], lost: Iterable[int], now_ms: int) -> None:
-        """What a shell read in one wait: answers (broker_id, msg), then lost connections."""
+    def on_auth_failure(self, broker_id: int, error: RaftlogError, now_ms: int) -> None:
+        """The node refused this client's credentials on a new connection to broker_id (SASL
+        or TLS). Definite and not retriable: every request registered for that broker, every
+        call not in flight, and what the subclass keeps waiting (`_on_auth_failed`) fail
+        with `error` now; the broker is backed off like a failed connect."""
+        self.auth_error = error
+        n = self._failures.get(broker_id, 0) + 1
+        self._failures[broker_id] = n
+        self._down_until_ms[broker_id] = now_ms + self.reconnect.backoff(n)
+        for rid in [rid for rid, p in self._pending.items() if p.broker_id == broker_id]:
+            p = self._pending.pop(rid)
+            self.FAILURE_HANDLERS[p.kind](self, p, error, now_ms)
+        for c in self._calls:
+            if not c.done and not c.in_flight:
+                c.done, c.error = True, error
+        self._on_auth_failed(error, now_ms)
+
+    def on_input(self, responses: Iterable[tuple[int, Any]], lost: Iterable[int], now_ms: int,
+                 refused: Iterable[tuple[int, RaftlogError]] = ()) -> None:
+        """What a shell read in one wait: answers (broker_id, msg), then lost connections,
+        then connections whose login was refused (broker_id, error)."""
         for broker_id, msg in responses:
             self.on_response(broker_id, msg, now_ms)
         for broker_id in lost:
             self.on_disconnect(broker_id, now_ms)
+        for broker_id, error in refused:
+            self.on_auth_failure(broker_id, error, now_ms)
 
     def wait_ms(self, now_ms: int, deadline_ms: int | None, max_wait_ms: int = 1000) -> int:
         """How long a shell may wait for input before it polls again: until the next timed
@@ -552,6 +581,9 @@ class ClientCore:
 
     def _more_wakeup_ms(self, now_ms: int) -> int | None:
         return None
+
+    def _on_auth_failed(self, error: RaftlogError, now_ms: int) -> None:
+        """Fail the subclass's own waiting work with an authentication error."""
 
     # ---- dispatch by request kind (subclasses extend both tables) ----
 

@@ -5,7 +5,9 @@
      │    ├── BufferFullError           BUFFER_FULL         send() found buffer_bytes used up (after max_block_ms)
      │    ├── DeliveryTimedOutError     DELIVERY_TIMED_OUT  a batch never left the client before delivery_timeout_ms
      │    ├── ClientClosedError         CLIENT_CLOSED       the producer/consumer/admin was closed
-     │    └── NoBrokerAvailableError    BROKER_NOT_AVAILABLE no broker could be reached before the deadline
+     │    ├── NoBrokerAvailableError    BROKER_NOT_AVAILABLE no broker could be reached before the deadline
+     │    └── SslAuthenticationFailedError SSL_AUTHENTICATION_FAILED the TLS handshake failed on certificates
+     │                                  (wrong CA, name mismatch, client certificate refused, not a TLS port)
      └── UnknownOutcomeError
           └── ConnectionLostError       NETWORK_EXCEPTION   the connection closed with the request in flight
 
@@ -27,6 +29,7 @@ __all__ = [
     "ClientClosedError",
     "NoBrokerAvailableError",
     "ConnectionLostError",
+    "SslAuthenticationFailedError",
 ]
 
 
@@ -47,6 +50,13 @@ class ClientClosedError(RejectedError):
 class NoBrokerAvailableError(RejectedError):
     code = "BROKER_NOT_AVAILABLE"
     retriable = True
+
+
+class SslAuthenticationFailedError(RejectedError):
+    """The TLS handshake failed on certificates or protocol (Kafka's SslAuthenticationException):
+    retrying with the same settings cannot succeed, so it is not retriable."""
+
+    code = "SSL_AUTHENTICATION_FAILED"
 
 
 class ConnectionLostError(UnknownOutcomeError):

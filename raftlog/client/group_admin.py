@@ -17,6 +17,7 @@ from raftlog.client.clock import SYSTEM_CLOCK, Clock
 from raftlog.client.request import check_response, list_offsets_request
 from raftlog.client.group import GroupCore, ResetSpec, TopicPartition, parse_offset_fetch, plan_offset_reset
 from raftlog.client.network_blocking import Network, step
+from raftlog.client.security import SecurityOption, client_security
 
 __all__ = ["GroupAdmin"]
 
@@ -48,12 +49,15 @@ class GroupAdmin:
     """
 
     def __init__(self, bootstrap: str | Iterable[str], *, request_timeout_ms: int = 30_000,
-                 rng: random.Random | None = None, clock: Clock = SYSTEM_CLOCK):
+                 rng: random.Random | None = None, clock: Clock = SYSTEM_CLOCK,
+                 security: SecurityOption = None):
         self._bootstrap = bootstrap
         self._rng = rng or random.Random()
         self._timeout_ms = request_timeout_ms
         self._clock = clock
-        self.admin = Admin(bootstrap, request_timeout_ms=request_timeout_ms, rng=self._rng, clock=clock)
+        self._security = client_security(security)
+        self.admin = Admin(bootstrap, request_timeout_ms=request_timeout_ms, rng=self._rng, clock=clock,
+                           security=self._security)
         self._cores: dict[str, tuple[GroupCore, Any]] = {}
 
     def _coord(self, group_id: str, request: dict) -> dict:
@@ -63,7 +67,7 @@ class GroupAdmin:
                 old_net.close()
             core = GroupCore(self._bootstrap, group_id, rng=self._rng, request_timeout_ms=self._timeout_ms)
             net = Network(core, clock=self._clock, connect_timeout_ms=min(self._timeout_ms, 10_000),
-                          send_timeout_ms=self._timeout_ms)
+                          send_timeout_ms=self._timeout_ms, security=self._security)
             self._cores[group_id] = (core, net)
         core, net = self._cores[group_id]
         call = core.coord_call({**request, "group_id": group_id}, self._clock.monotonic_ms())

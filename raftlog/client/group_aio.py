@@ -30,6 +30,7 @@ from typing import Any
 
 import trio
 
+from raftlog.base.client_properties import ClientSecurity
 from raftlog.client.clock import Clock
 from raftlog.client.consumer import ConsumerCore
 from raftlog.client.core import Call
@@ -71,11 +72,12 @@ class TrioGroup(GroupSession):
 
     def __init__(self, consumer_core: ConsumerCore, bootstrap: str | Iterable[str], *,
                  request_timeout_ms: int = 30_000, clock: Clock = TRIO_CLOCK,
-                 connect: Connect | None = None, **options: Any):
-        """`options`: new_group's (group.py), defaults included."""
+                 connect: Connect | None = None, security: ClientSecurity | None = None, **options: Any):
+        """`options`: new_group's (group.py), defaults included; `security`: the Consumer's."""
         super().__init__(consumer_core, bootstrap, clock=clock, request_timeout_ms=request_timeout_ms,
                          **options)
         self._connect = connect
+        self._security = security
         self._net: Network | None = None  # made in start()
         self._lock = trio.Lock()  # join/sync vs heartbeat round trips
         self._changed = trio.Event()  # set (and replaced) after every driver step
@@ -89,7 +91,7 @@ class TrioGroup(GroupSession):
         """Open the group's network in `nursery` and start the driver and heartbeat tasks."""
         self._net = Network(self.core, nursery, clock=self.clock, connect=self._connect,
                             connect_timeout_ms=min(self.request_timeout_ms, 10_000),
-                            send_timeout_ms=self.request_timeout_ms)
+                            send_timeout_ms=self.request_timeout_ms, security=self._security)
         await nursery.start(self._drive_network)
         nursery.start_soon(self._heartbeat_loop)
 

@@ -21,6 +21,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from raftlog.base.client_properties import ClientSecurity
 from raftlog.base.errors import RaftlogError
 from raftlog.client.clock import SYSTEM_CLOCK, Clock
 from raftlog.client.consumer import ConsumerCore
@@ -46,12 +47,13 @@ class BlockingGroup(GroupSession):
     """Group membership for one blocking Consumer (its ConsumerCore is `consumer_core`)."""
 
     def __init__(self, consumer_core: ConsumerCore, bootstrap: str | Iterable[str], *,
-                 request_timeout_ms: int = 30_000, clock: Clock = SYSTEM_CLOCK, **options: Any):
-        """`options`: new_group's (group.py), defaults included."""
+                 request_timeout_ms: int = 30_000, clock: Clock = SYSTEM_CLOCK,
+                 security: ClientSecurity | None = None, **options: Any):
+        """`options`: new_group's (group.py), defaults included; `security`: the Consumer's."""
         super().__init__(consumer_core, bootstrap, clock=clock, request_timeout_ms=request_timeout_ms,
                          **options)
         self._net = Network(self.core, clock=clock, connect_timeout_ms=min(request_timeout_ms, 10_000),
-                            send_timeout_ms=request_timeout_ms)
+                            send_timeout_ms=request_timeout_ms, security=security)
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

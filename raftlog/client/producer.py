@@ -160,6 +160,14 @@ class ProducerCore(ClientCore):
         in all, then raises `blocked_error`. Raises ValueError, MessageTooLargeError."""
         n = self.partition_count(topic)
         if n is None:
+            if self.auth_error is not None:
+                raise self.auth_error  # no metadata will come with these credentials
+            error = self.topic_error(topic)
+            if error is not None and not error.retriable:
+                # e.g. TOPIC_AUTHORIZATION_FAILED: waiting will not change it. Raised once per
+                # metadata answer (as Kafka's producer does), so a later ACL change is seen.
+                self.metadata.topic_errors.pop(topic, None)
+                raise error
             return NO_METADATA
         if headers is not None and not isinstance(headers, (list, tuple)):
             headers = list(headers)
@@ -322,6 +330,10 @@ class ProducerCore(ClientCore):
             self._pid_error = exc
             self._pid_retry_at_ms = now_ms + self.retry.backoff(self._pid_attempts)
             log.info("init_producer_id failed (%s); retrying", exc)
+            if isinstance(exc, RaftlogError) and not exc.retriable:
+                # e.g. CLUSTER_AUTHORIZATION_FAILED (no IDEMPOTENT_WRITE, no WRITE anywhere):
+                # nothing is sent without a producer id, so what waits fails with the reason.
+                self._fail_unsent(exc)
             return
         self._pid_needed = False
         self._pid_error = None
@@ -420,6 +432,15 @@ class ProducerCore(ClientCore):
                 + (f" ({why})" if (why := self.waiting_reason(b.topic, b.partition)) else "")
             )
         return exc
+
+    def _on_auth_failed(self, error: RaftlogError, now_ms: int) -> None:
+        self._fail_unsent(error)
+
+    def _fail_unsent(self, error: RaftlogError) -> None:
+        # Batches no attempt has sent were definitely not written: fail them with the reason.
+        for topic in {t for t, _ in self.accumulator.pending_partitions()}:
+            for b in self.accumulator.never_sent(topic):
+                self.accumulator.fail(b, error)
 
     def _after_metadata(self, now_ms: int) -> None:
         self.accumulator.node_max_request_bytes = self.metadata.max_request_bytes

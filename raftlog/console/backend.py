@@ -79,14 +79,9 @@ class ClientSet:
     """One user's clients: a GroupAdmin (groups) and its Admin (everything else)."""
 
     def __init__(self, bootstrap: list[str], options: Mapping[str, Any], request_timeout_ms: int) -> None:
-        try:
-            self.groups = GroupAdmin(bootstrap, request_timeout_ms=request_timeout_ms, **dict(options))
-        except TypeError:
-            if not options:
-                raise
-            # The client does not take security options yet (issue 16 adds TLS and SASL).
-            raise BadInputError("command-config", "this raftlog client cannot connect with "
-                                f"{sorted(options)} yet: TLS and SASL come with issue 16") from None
+        # options: {"security": Kafka's client keys} on a secure cluster (the client does TLS
+        # and the SASL login; a bad CA file or a refused login raises a RaftlogError).
+        self.groups = GroupAdmin(bootstrap, request_timeout_ms=request_timeout_ms, **dict(options))
         self.admin = self.groups.admin
         self.bootstrap = bootstrap
         self.options = dict(options)

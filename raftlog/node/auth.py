@@ -67,6 +67,7 @@ __all__ = [
     "Session",
     "client_session_factory",
     "peer_session_factory",
+    "send_tls_alert",
 ]
 
 logger = logging.getLogger(__name__)
@@ -305,3 +306,20 @@ def client_session_factory(
 
     return new_session
 
+
+
+async def send_tls_alert(tls: trio.SSLStream[Any], transport: trio.abc.Stream, timeout_s: float = 1.0) -> None:
+    """After a server-side handshake failed, send the alert OpenSSL queued for the client
+    (certificate required, unknown CA, ...), so the client learns it was refused instead of
+    seeing a bare close it would retry as a lost connection (TLS 1.3: the client's handshake
+    has already ended when the server checks its certificate). trio keeps those bytes in the
+    stream's outgoing BIO and drops them when the handshake raises; best effort, bounded."""
+    bio = getattr(tls, "_outgoing", None)
+    if not isinstance(bio, ssl.MemoryBIO) or not bio.pending:
+        return
+    alert = bio.read()
+    with trio.move_on_after(timeout_s):
+        try:
+            await transport.send_all(alert)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            logger.debug("TLS alert not sent: %r", exc)

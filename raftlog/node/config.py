@@ -46,7 +46,7 @@ Invariants:
   harness. Keys and values are normalised "host:port" strings; empty by default.
 * `cluster_secret` and `http_token` never appear in repr() or logs.
 * Security (issue 16; PROTOCOL.md "Authentication and authorization"): `security_protocol`
-  of the client listener (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL; TLS needs `tls_cert_file`
+  of the client and Kafka listeners (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL; TLS needs `tls_cert_file`
   and `tls_key_file`), `sasl_mechanisms`, `ssl_client_auth` (none/requested/required: mTLS
   principals, checked against `tls_ca_file`), `peer_tls` (mutual TLS with node certificates on
   the peer listener; without it peers use the HMAC handshake), `acls_enabled` (default: on
@@ -54,8 +54,8 @@ Invariants:
   when set), `bootstrap_credentials_file` (salted SCRAM keys the controller seeds into an
   empty credential store; `raftlog cluster up --secure` writes it). Safe default: a listener bound to a non-loopback address without TLS and
   authentication (client: SASL_SSL or SSL with required client certificates; peer: peer_tls;
-  http: http_token; kafka: not served on a secured node until it speaks SASL) refuses to start
-  unless `allow_plaintext = true`.
+  http: http_token; kafka: as client, whose settings it shares) refuses to start unless
+  `allow_plaintext = true`.
 * `ensure_meta_properties` ties a data dir to one (cluster_id, node_id) for life, like
   Kafka's meta.properties; it writes the file atomically and fsyncs it and its directory.
 
@@ -697,10 +697,8 @@ def _check_security(config: NodeConfig, fail: Callable[[str, str], ConfigError])
         or (config.security_protocol == "SSL" and config.ssl_client_auth == "required"),
         "peer": config.peer_tls,
         "http": config.http_token is not None,
-        # No TLS/SASL on the Kafka listener yet: a node with a secured client listener does not
-        # open it (raftlog/node/main.py), and an open one must stay on loopback.
-        "kafka": config.client_tls or config.client_sasl or config.authorizer_enabled,
     }
+    secure["kafka"] = secure["client"]  # the Kafka listener has the client listener's security
     for name, ok in secure.items():
         address: HostPort = getattr(config.listeners, name)
         if not ok and not _is_loopback(address.host):

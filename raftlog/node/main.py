@@ -17,8 +17,10 @@ may be called before the service's own `run()` has started (the metadata log rep
 disk as soon as the quorum runs): keep the latest image and act on it once running.
 
 Security (issue 16): the peer listener admits members only (peer_security_of); the client
-listener gets TLS/SASL sessions and, with ACLs enabled, every client op behind the ACL guard
-(client_security_of, raftlog/node/authorize.py); /metrics needs `http_token` when set.
+and Kafka listeners get the same TLS/SASL sessions and, with ACLs enabled, every client op
+behind the ACL guard (client_security_of, raftlog/node/authorize.py; the Kafka listener runs
+the guarded handlers as each connection's principal, raftlog/node/kafka/context.py);
+/metrics needs `http_token` when set.
 
 Start order: meta.properties checked (a data dir of another cluster is refused before
 anything is written), peer pool, services (quorum bound), peer listener, client listener,
@@ -210,10 +212,12 @@ async def run_node(
     services = build_services(config, metadata, peers, registry)
     client_handlers = merge_handlers([(s.name, s.client_handlers) for s in services])
     client_security = client_security_of(config, lambda: metadata.image)
+    authorizer_of = None
     if config.authorizer_enabled:
         authorizers = AuthorizerCache(lambda: metadata.image, super_users=frozenset(config.super_users),
                                       allow_if_no_acls=config.allow_everyone_if_no_acl_found)
-        client_handlers = guard_handlers(client_handlers, authorizer_of=authorizers.current)
+        authorizer_of = authorizers.current
+        client_handlers = guard_handlers(client_handlers, authorizer_of=authorizer_of)
     peer_handlers = merge_handlers([(s.name, s.peer_handlers) for s in services])
     for service in services:
         if service is not metadata:
@@ -257,27 +261,24 @@ async def run_node(
         ports["http"] = await nursery.start(partial(
             serve_http, registry, health, listen.http.host, listen.http.port, token=config.http_token,
         ))  # fmt: skip
-        if client_security is None:
-            kafka_ctx = KafkaContext(
-                node_id=config.node_id, cluster_id=cluster_id, client_handlers=client_handlers,
-                metadata=metadata,
-                replicas=next((s for s in services if isinstance(s, ReplicaManager)), None),
-                auto_create_topics=config.auto_create_topics,
-                default_partitions=config.default_partitions,
-                default_replication_factor=config.default_replication_factor,
-                request_timeout_ms=config.request_timeout_ms,
-            )  # fmt: skip
-            ports["kafka"] = await nursery.start(partial(
-                serve_kafka, kafka_ctx, listen.kafka.host, listen.kafka.port,
-                max_request_bytes=config.max_frame_bytes, request_timeout_ms=config.request_timeout_ms,
-                max_in_flight=config.max_in_flight, max_connections=config.max_connections,
-                registry=registry,
-            ))  # fmt: skip
-        else:
-            # The Kafka listener has no TLS/SASL yet (issue 16's third part): on a node whose
-            # client listener is secured it would be an open side door, so it stays closed.
-            log_event(logger, "kafka_listener_disabled", level=logging.WARNING,
-                      reason="the Kafka listener has no TLS/SASL yet; the client listener is secured")
+        # The Kafka listener has the client listener's security: the same TLS context, SASL
+        # sessions (one failed-login throttle and replay window for both) and ACLs.
+        kafka_ctx = KafkaContext(
+            node_id=config.node_id, cluster_id=cluster_id, client_handlers=client_handlers,
+            metadata=metadata,
+            replicas=next((s for s in services if isinstance(s, ReplicaManager)), None),
+            auto_create_topics=config.auto_create_topics,
+            default_partitions=config.default_partitions,
+            default_replication_factor=config.default_replication_factor,
+            request_timeout_ms=config.request_timeout_ms,
+            authorizer_of=authorizer_of,
+        )  # fmt: skip
+        ports["kafka"] = await nursery.start(partial(
+            serve_kafka, kafka_ctx, listen.kafka.host, listen.kafka.port,
+            max_request_bytes=config.max_frame_bytes, request_timeout_ms=config.request_timeout_ms,
+            max_in_flight=config.max_in_flight, max_connections=config.max_connections,
+            registry=registry, security=client_security,
+        ))  # fmt: skip
         # Everything built so far (modules, services, replicas) lives as long as the node:
         # out of the cyclic GC's reach, a full collection no longer walks it. Measured: a
         # full collection of the node's startup objects took ~17 ms, a pause that reached the

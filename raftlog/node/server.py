@@ -67,7 +67,7 @@ from raftlog.base.protocol import (
     ok_response,
     parse_request,
 )
-from raftlog.node.auth import AUTH_OPS, ListenerSecurity, Session
+from raftlog.node.auth import AUTH_OPS, ListenerSecurity, Session, send_tls_alert
 
 __all__ = ["Handler", "serve", "request_deadline_ms", "close_gracefully", "DEADLINE_MARGIN_MS"]
 
@@ -466,6 +466,7 @@ async def _connection_task(
                     logger, "conn_tls_failed", level=logging.DEBUG,
                     listener=listener.name, peer=peer, reason=str(cause)[:200] or type(cause).__name__,
                 )  # fmt: skip
+                await send_tls_alert(tls, stream)
                 await trio.aclose_forcefully(tls)
                 return
             secured, certificate = tls, tls.getpeercert()

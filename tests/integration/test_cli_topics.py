@@ -28,7 +28,7 @@ def _free_base_port() -> int:
     rng = random.Random()
     for _ in range(200):
         base = rng.randrange(20000, 60000, PORT_STRIDE)
-        if not any(port_in_use("127.0.0.1", base + PORT_STRIDE * i + k) for i in range(NODES) for k in range(4)):
+        if not any(port_in_use("127.0.0.1", base + PORT_STRIDE * i + k) for i in range(NODES) for k in range(5)):
             return base
     raise AssertionError("no free port range found")
 

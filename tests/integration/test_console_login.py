@@ -1,4 +1,4 @@
-"""A console started for a secure cluster (SASL in --command-config) sends visitors to a login form, refuses forms without the session's CSRF token, never shows or logs the password, and answers a login the client cannot perform with a clear page; a plaintext console needs no login."""
+"""A console started for a secure cluster (SASL in --command-config) sends visitors to a login form, refuses forms without the session's CSRF token, never shows or logs the password, and answers a login the client cannot perform with a clear page; a plaintext console needs no login. (A real login against a secure cluster: test_secure_cli.py.)"""
 
 from __future__ import annotations
 
@@ -67,10 +67,10 @@ def test_secure_console_asks_for_a_login_and_guards_its_forms(secure_console):
     # A login form without the session's token is refused before anything else happens.
     status, _, page = fetch(opener(), url + "/login", {"username": "alice", "password": PASSWORD})
     assert status == 403 and "security token" in page
-    # With it: the client is asked to log in as alice; today's client has no SASL, and says so.
+    # With it: the client is asked to log in as alice; the file's CA does not exist, and it says so.
     status, _, page = fetch(o, url + "/login?next=/topics", {"csrf": csrf_of(page_of(o, url)), "username": "alice",
                                                              "password": PASSWORD})
-    assert status == 401 and "login failed" in page and "cannot connect" in page, page[-1500:]
+    assert status == 401 and "login failed" in page and "ssl.ca.location" in page, page[-1500:]
     assert PASSWORD not in page and "Traceback" not in page
     # Still not logged in: pages keep sending us to the form.
     status, where, _ = fetch(o, url + "/groups")

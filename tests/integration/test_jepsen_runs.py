@@ -1,4 +1,4 @@
-"""Short fault-injection runs against a real 3-node cluster (RF=3, acks=all, flush always) end valid: no lost, duplicated or reordered writes under kill, pause, partition, leader-kill and storage-damage nemeses (torn tails, bit flips anywhere in any segment or index file, a full disk), and power loss of one node or of all (every write not fsynced dropped) where a FUSE filesystem can be mounted; through the native protocol and (the kafka workload) through Kafka's with confluent-kafka; and a SIGKILLed `cluster up` supervisor leaves nothing running (supervisor-kill)."""
+"""Short fault-injection runs against a real 3-node cluster (RF=3, acks=all, flush always) end valid: no lost, duplicated or reordered writes under kill, pause, partition, leader-kill and storage-damage nemeses (torn tails, bit flips anywhere in any segment or index file, a full disk), and power loss of one node or of all (every write not fsynced dropped) where a FUSE filesystem can be mounted; through the native protocol and (the kafka workload) through Kafka's with confluent-kafka; and a SIGKILLed `cluster up` supervisor leaves nothing running (supervisor-kill); and against a secure cluster (--secure)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pytest
 
 from jepsen_style_tests.lazyfs import LazyFsError, LazyFsMount, cannot_mount
 from jepsen_style_tests.runner import RunConfig, run
+from raftlog.base.client_properties import load_properties
 
 # Seconds of workload per run (setup and final reads add ~10 s): override with
 # RAFTLOG_JEPSEN_TIME_S for longer local runs.
@@ -85,6 +86,19 @@ async def test_power_loss_all_catches_a_topic_that_acknowledges_before_fsync(tmp
     flagged = sum(outcome.result.counts.get(k, 0) for k in ("lost-write", "inconsistent-offsets", "unseen"))
     unseen = [r for r in outcome.result.unknown_reasons if "acknowledged value(s) unseen" in r]
     assert flagged or unseen, (outcome.verdict, outcome.result.counts, list(outcome.result.unknown_reasons), where)
+
+
+@pytest.mark.jepsen
+async def test_secure_cluster_run_is_valid(tmp_path):
+    # scripts/jepsen run --secure: the cluster of `cluster up --secure` (TLS + SASL/SCRAM
+    # clients, ACLs, mutual-TLS peers through the partition proxies) under kills and partitions.
+    outcome = await _valid_run(tmp_path, ("kill", "partition"), min(TIME_LIMIT_S, 22.0), secure=True)
+    properties = outcome.files.directory / "cluster" / "client.properties"
+    password = load_properties(properties)["sasl.password"]
+    # The admin's password is in no log and no history the run wrote (only in client.properties).
+    written = [f for f in outcome.files.directory.rglob("*") if f.is_file() and f != properties
+               and f.suffix in (".log", ".jsonl", ".json", ".txt", ".edn")]
+    assert written and not [f for f in written if password.encode() in f.read_bytes()]
 
 
 @pytest.mark.jepsen

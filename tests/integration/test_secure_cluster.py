@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import importlib.util
 import json
@@ -227,6 +228,17 @@ def test_metrics_need_the_token_and_count_failed_logins(secure):
     with urllib.request.urlopen(request, timeout=5) as response:
         text = response.read().decode()
     assert "raftlog_auth_failures_total" in text and "raftlog_tls_handshake_failures_total" in text
+    # HTTP Basic with the token as password (scrapers that only do Basic); any other password: 401.
+    for password, status in ((HTTP_TOKEN, 200), ("not-the-token", 401)):
+        basic = base64.b64encode(f"prometheus:{password}".encode()).decode()
+        request = urllib.request.Request(url, headers={"Authorization": f"Basic {basic}"})
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                got = response.status
+        except urllib.error.HTTPError as exc:
+            with exc:
+                got = exc.code
+        assert got == status, (password == HTTP_TOKEN, got)
     code, health = secure.health(1)
     assert code == 200 and HTTP_TOKEN not in json.dumps(health)
 

@@ -10,6 +10,10 @@ DeleteRecords runs the replica manager's `delete_records` (the native op's code)
 partition's leader, every replica's log start moves up to the offset (-1: the high
 watermark), answered with the low watermark once a majority holds it (partition/raft.py
 "Log start"); an offset past the high watermark gets OFFSET_OUT_OF_RANGE.
+ACLs: DeleteRecords checks DELETE on each topic here (it runs the replica manager
+directly); the others run native ops, whose guard (raftlog/node/authorize.py) applies the
+connection's principal: DELETE on a deleted topic (by name or id), ALTER on a grown one,
+CREATE on the cluster or topic for CreateTopics, DESCRIBE on the cluster for DescribeCluster.
 CreatePartitions runs the native `create_partitions` (the controller adds the partitions
 and places them; `count` is the new total); manual assignments are refused
 (INVALID_REQUEST); `validate_only` checks without changing anything.
@@ -30,6 +34,7 @@ from kafka.protocol.admin.topics import (
 )
 
 from metadata.topic_config import normalize_configs
+from raftlog.base.acl import CLUSTER_NAME, Operation, ResourceType
 from raftlog.base.errors import InvalidRequestError, RaftlogError
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.context import Call, KafkaContext, Later, Reply
@@ -137,14 +142,21 @@ async def handle_create_partitions(ctx: KafkaContext, call: Call) -> Reply:
 async def handle_delete_records(ctx: KafkaContext, call: Call) -> Reply:
     request = call.request
     R = DeleteRecordsResponse
-    parts = [(t.name, p.partition_index, p.offset) for t in request.topics for p in t.partitions]
+    # ACLs before any effect: DELETE on each topic (Kafka's DeleteRecords rule).
+    allowed = {t.name: ctx.allowed(Operation.DELETE, ResourceType.TOPIC, t.name) for t in request.topics}
+    refused = [{"topic": t.name, "partition": p.partition_index, "error": {"code": "TOPIC_AUTHORIZATION_FAILED"}}
+               for t in request.topics if not allowed[t.name] for p in t.partitions]
+    parts = [(t.name, p.partition_index, p.offset) for t in request.topics if allowed[t.name] for p in t.partitions]
     timeout_ms = max(0, min(request.timeout_ms, ctx.request_timeout_ms - 1000))
 
     async def answer() -> Reply:
         if ctx.replicas is None:
             results = [{"topic": t, "partition": p, "error": {"code": "NOT_LEADER"}} for t, p, _ in parts]
-        else:
+        elif parts:
             results = await ctx.replicas.delete_records(parts, trio.current_time() + timeout_ms / 1000)
+        else:
+            results = []
+        results = [*results, *refused]
         topics: dict[str, list[Any]] = {}
         for entry in results:
             error = entry.get("error")
@@ -161,6 +173,10 @@ async def handle_delete_records(ctx: KafkaContext, call: Call) -> Reply:
 
 async def handle_describe_cluster(ctx: KafkaContext, call: Call) -> Reply:
     R = DescribeClusterResponse
+    if not ctx.allowed(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):  # Kafka's rule
+        return R(throttle_time_ms=0, error_code=errors.CLUSTER_AUTHORIZATION_FAILED,
+                 error_message="not authorized to describe the cluster", endpoint_type=1, cluster_id=ctx.cluster_id,
+                 controller_id=-1, brokers=[], authorized_operations=None)
     image = ctx.metadata.image
 
     def fenced(broker_id: int) -> bool:  # v2+

@@ -16,18 +16,32 @@ A handler returns one of:
 Handlers are called one at a time per connection, in request order, so what a handler does
 before returning (e.g. Produce's appends) happens in request order; responses are written
 in request order too (Kafka's guarantee), whatever order the `Later`s finish in.
+
+Security (issue 16): each connection's `ConnectionState` holds its authentication session
+(raftlog/node/auth.py: SASL, or the mTLS/anonymous principal) and is the *current connection*
+of everything its requests run (a context variable the listener sets for the connection's
+task; the `Later`s it starts inherit it). `ctx.call` passes that connection's principal and
+host to the native handler, so with ACLs on (the node guards `client_handlers`,
+raftlog/node/authorize.py) every Kafka request is checked exactly as its native twin. A
+handler that reaches the replicas or the image directly (produce, fetch, list offsets,
+describe cluster, ...) checks first with `ctx.allowed(operation, resource_type, name)`;
+without a current connection on a node with ACLs both fail closed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import trio
 
-from raftlog.base.errors import InvalidRequestError
+from metadata.authorizer import Authorizer
+from raftlog.base.acl import ANONYMOUS, Operation, ResourceType
+from raftlog.base.errors import ClusterAuthorizationFailedError, InvalidRequestError
 from raftlog.base.protocol import Request
+from raftlog.node.auth import Session
 from raftlog.node.kafka.wire import Chunk, Header
 
 if TYPE_CHECKING:  # kafka-python loads on the first Kafka request, not with the node
@@ -35,9 +49,18 @@ if TYPE_CHECKING:  # kafka-python loads on the first Kafka request, not with the
 
 DISK_THREADS = 4
 
-__all__ = ["KafkaContext", "ConnectionState", "Call", "Encoded", "Later", "Reply", "Handler"]
+__all__ = [
+    "KafkaContext", "ConnectionState", "Call", "Encoded", "Later", "Reply", "Handler", "current_connection",
+]
 
 NativeHandler = Callable[[Request], Awaitable[Mapping[str, Any] | None]]
+
+# The connection whose request is running (set by the listener for the connection's task).
+_CONNECTION: ContextVar["ConnectionState | None"] = ContextVar("kafka_connection", default=None)
+
+
+def current_connection() -> "ConnectionState | None":
+    return _CONNECTION.get()
 
 
 @dataclass
@@ -53,6 +76,8 @@ class KafkaContext:
     default_partitions: int = 1
     default_replication_factor: int = 1
     request_timeout_ms: int = 30_000
+    # With ACLs on: the node's current authorizer (client_handlers are then guarded too).
+    authorizer_of: Callable[[], Authorizer] | None = None
     cache: dict[str, Any] = field(default_factory=dict)  # derived from an image, keyed by use
     # Blocking disk work of the listener (sending zero-copy fetch ranges) runs
     # in worker threads, at most this many at once.
@@ -60,32 +85,66 @@ class KafkaContext:
     _next_id: int = 0
 
     async def call(self, op: str, fields: Mapping[str, Any]) -> Mapping[str, Any] | None:
-        """Run the native client handler of `op` with `fields`; raises what it raises
-        (RaftlogError subclasses for definite and unknown-outcome failures)."""
+        """Run the native client handler of `op` with `fields`, as the current connection's
+        principal; raises what it raises (RaftlogError subclasses for definite and
+        unknown-outcome failures, e.g. TOPIC_AUTHORIZATION_FAILED from the ACL guard)."""
         handler = self.client_handlers.get(op)
         if handler is None:
             raise InvalidRequestError(f"this node does not serve {op}")
         self._next_id = (self._next_id + 1) & 0x7FFFFFFF
-        return await handler(Request(self._next_id, op, fields))
+        principal = host = None
+        if self.authorizer_of is not None:
+            connection = _CONNECTION.get()
+            if connection is None:
+                raise ClusterAuthorizationFailedError(f"{op}: no connection to authorize")
+            principal, host = connection.principal, connection.host
+        return await handler(Request(self._next_id, op, fields, principal, host))
+
+    def allowed(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:
+        """Whether the current connection's principal may do `operation` on the resource
+        (always, without ACLs; never, with ACLs but no current connection)."""
+        if self.authorizer_of is None:
+            return True
+        connection = _CONNECTION.get()
+        if connection is None:
+            return False
+        return self.authorizer_of().authorize(connection.principal, connection.host, operation, resource_type, name)
 
 
 @dataclass
 class ConnectionState:
-    """Per-connection state. `principal` is who the connection authenticated as: today every
-    connection is anonymous (`authenticate()` is a no-op that accepts); the security work
-    fills in SASL (SaslHandshake/SaslAuthenticate handlers set `principal`, and the listener
-    refuses other requests until `authenticated`)."""
+    """Per-connection state. `session` (raftlog/node/auth.py; None on a listener without
+    security) says who the connection is: complete at once for PLAINTEXT/SSL (the client
+    certificate's principal, or User:ANONYMOUS), after SaslHandshake + SaslAuthenticate for
+    SASL (sasl.py). Until then the listener runs only ApiVersions and those two.
+    `close_reason`, when a handler sets it, closes the connection after that response."""
 
     peer: str
-    principal: str = "User:ANONYMOUS"
-    authenticated: bool = True
+    session: Session | None = None
     api_versions_seen: bool = False
     client_software: tuple[str, str] | None = None
+    close_reason: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def host(self) -> str:
+        return self.peer.rsplit(":", 1)[0]
+
+    @property
+    def principal(self) -> str:
+        return ANONYMOUS if self.session is None else self.session.principal
+
+    @property
+    def authenticated(self) -> bool:
+        return self.session is None or self.session.complete
+
     def authenticate(self) -> bool:
-        """Whether requests other than the authentication ones may run. No-op today."""
+        """Whether requests other than the authentication ones may run."""
         return self.authenticated
+
+    def enter(self) -> None:
+        """Make this the current connection of the calling task (and the tasks it starts)."""
+        _CONNECTION.set(self)
 
 
 @dataclass(frozen=True, slots=True)

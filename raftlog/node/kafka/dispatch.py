@@ -18,8 +18,9 @@ from typing import Final
 
 from kafka.protocol.api_message import ApiMessage
 
-from raftlog.node.kafka import admin, configs, errors, fetch, groups, metadata, produce, versions
+from raftlog.node.kafka import acls, admin, configs, errors, fetch, groups, metadata, produce, sasl, versions
 from raftlog.node.kafka.codec import (
+    API_VERSIONS_KEY,
     REQUEST_CLASSES,
     RESPONSE_CLASSES,
     decode_body,
@@ -30,6 +31,8 @@ from raftlog.node.kafka.context import Handler
 
 __all__ = [
     "HANDLERS",
+    "BEFORE_LOGIN",
+    "SASL_AUTHENTICATE_KEY",
     "api_name",
     "error_response",
     "is_known_api",
@@ -49,7 +52,13 @@ HANDLERS: Final[dict[int, Handler]] = {
     **admin.HANDLERS,
     **configs.HANDLERS,
     **groups.HANDLERS,
+    **sasl.HANDLERS,
+    **acls.HANDLERS,
 }
+
+# Before a SASL login completes, only these run (ApiVersions, SaslHandshake, SaslAuthenticate).
+BEFORE_LOGIN: Final = frozenset({API_VERSIONS_KEY, *sasl.AUTH_KEYS})
+SASL_AUTHENTICATE_KEY: Final = sasl.SASL_AUTHENTICATE_KEY
 
 supported = versions.supported
 

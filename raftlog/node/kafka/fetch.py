@@ -15,6 +15,10 @@ is the high watermark). Fetch sessions (KIP-227) are not kept: every answer has 
 0, which tells the client to send full requests. Raft's control batches are in the stream
 as Kafka's are; clients skip them.
 
+ACLs: READ on each fetched topic, DESCRIBE on each topic of ListOffsets and
+OffsetForLeaderEpoch (checked before the replicas are asked; a refused topic's partitions
+answer TOPIC_AUTHORIZATION_FAILED). A topic named by id is checked by its name, as Kafka does.
+
 ListOffsets: earliest (-2: log start offset; -4, earliest local, the same: no tiered
 storage), latest (-1: high watermark), max timestamp (-3, v7+: batch granularity), latest
 tiered (-5) and earliest pending upload (-6): offset -1 (no tiered storage, as Kafka answers
@@ -33,6 +37,7 @@ from typing import Any, Final
 from kafka.protocol.consumer.fetch import FetchResponse
 from kafka.protocol.consumer.offsets import ListOffsetsResponse, OffsetForLeaderEpochResponse
 
+from raftlog.base.acl import Operation, ResourceType
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.codec import encode_response, placeholder
 from raftlog.node.kafka.context import Call, Encoded, KafkaContext, Later, Reply
@@ -54,6 +59,10 @@ MAX_FETCH_WAIT_MS: Final = 60_000
 DEFAULT_MAX_BYTES: Final = 50 << 20
 
 
+def _allowed(ctx: KafkaContext, operation: Operation, names: list[str]) -> dict[str, bool]:
+    return {name: ctx.allowed(operation, ResourceType.TOPIC, name) for name in dict.fromkeys(names)}
+
+
 async def handle_fetch(ctx: KafkaContext, call: Call) -> Reply:
     request = call.request
     R = FetchResponse
@@ -66,7 +75,8 @@ async def handle_fetch(ctx: KafkaContext, call: Call) -> Reply:
         for p in t.partitions:
             wanted.append((name, t.topic_id if by_id else None, p.partition, p.fetch_offset,
                            max(1, p.partition_max_bytes)))
-    parts = [(n, p, o, b) for n, _, p, o, b in wanted if n is not None]
+    allowed = _allowed(ctx, Operation.READ, [n for n, *_ in wanted if n is not None])
+    parts = [(n, p, o, b) for n, _, p, o, b in wanted if n is not None and allowed[n]]
     max_bytes = getattr(request, "max_bytes", DEFAULT_MAX_BYTES) or DEFAULT_MAX_BYTES
     max_wait_ms = max(0, min(request.max_wait_ms, MAX_FETCH_WAIT_MS, ctx.request_timeout_ms - 1000))
 
@@ -88,6 +98,8 @@ async def handle_fetch(ctx: KafkaContext, call: Call) -> Reply:
             for name, topic_id, partition, _, _ in wanted:
                 if name is None:
                     entry = {"partition": partition, "error": {"code": "UNKNOWN_TOPIC_ID"}}
+                elif not allowed[name]:
+                    entry = {"partition": partition, "error": {"code": "TOPIC_AUTHORIZATION_FAILED"}}
                 else:
                     entry = next(found)
                 error = entry.get("error")
@@ -136,10 +148,11 @@ async def handle_list_offsets(ctx: KafkaContext, call: Call) -> Reply:
     request = call.request
     R = ListOffsetsResponse
     asked = [(t.name, p.partition_index, p.timestamp) for t in request.topics for p in t.partitions]
+    allowed = _allowed(ctx, Operation.DESCRIBE, [t for t, _, _ in asked])
     # No tiered storage: the earliest local offset (-4) is the earliest; the latest tiered
     # (-5) and earliest pending upload (-6) offsets do not exist (Kafka answers -1 then).
     parts = [(t, p, EARLIEST if ts == EARLIEST_LOCAL else ts) for t, p, ts in asked
-             if ts not in NO_TIERED_STORAGE]
+             if allowed[t] and ts not in NO_TIERED_STORAGE]
 
     async def answer() -> Reply:
         if ctx.replicas is None:
@@ -149,7 +162,8 @@ async def handle_list_offsets(ctx: KafkaContext, call: Call) -> Reply:
         else:
             found = []
         answers = iter(found)
-        results = [{"topic": t, "partition": p, "offset": -1, "timestamp": -1} if ts in NO_TIERED_STORAGE
+        results = [{"topic": t, "partition": p, "error": {"code": "TOPIC_AUTHORIZATION_FAILED"}} if not allowed[t]
+                   else {"topic": t, "partition": p, "offset": -1, "timestamp": -1} if ts in NO_TIERED_STORAGE
                    else next(answers) for t, p, ts in asked]
         topics: dict[str, list[Any]] = {}
         for entry in results:
@@ -180,10 +194,15 @@ async def handle_offset_for_leader_epoch(ctx: KafkaContext, call: Call) -> Reply
     R = OffsetForLeaderEpochResponse
     asked = [(t.topic, p.partition, p.current_leader_epoch, p.leader_epoch)
              for t in request.topics for p in t.partitions]
+    allowed = _allowed(ctx, Operation.DESCRIBE, [t for t, _, _, _ in asked])
+    permitted = [(t, p, e) for t, p, _, e in asked if allowed[t]]
     if ctx.replicas is None:
-        results = [{"topic": t, "partition": p, "error": {"code": "NOT_LEADER"}} for t, p, _, _ in asked]
+        found = [{"topic": t, "partition": p, "error": {"code": "NOT_LEADER"}} for t, p, _ in permitted]
     else:
-        results = ctx.replicas.epoch_end_offsets([(t, p, e) for t, p, _, e in asked])
+        found = ctx.replicas.epoch_end_offsets(permitted) if permitted else []
+    answers = iter(found)
+    results = [next(answers) if allowed[t] else {"topic": t, "partition": p, "error": {"code": "TOPIC_AUTHORIZATION_FAILED"}}
+               for t, p, _, _ in asked]
     topics: dict[str, list[Any]] = {}
     for (topic, partition, current, _), entry in zip(asked, results):
         error = entry.get("error")

@@ -22,6 +22,18 @@ awaiting their response (then the reader stops reading, and TCP pushes back); ev
 under `request_timeout_ms`; a writer stuck that long on a client that does not read closes
 the connection.
 
+Security (`security=ListenerSecurity(...)`, raftlog/node/auth.py, the client listener's
+settings): with a TLS context every connection starts with a TLS handshake (bounded by
+`tls_handshake_timeout_s`; a failure closes it and counts in
+raftlog_tls_handshake_failures_total{listener="kafka"}); fetched records then go through
+the TLS stream (read from the segment in a worker thread) instead of os.sendfile. Each
+connection gets a session; until it is complete (SASL: sasl.py) only ApiVersions,
+SaslHandshake and SaslAuthenticate run, and anything else closes the connection; a failed
+login counts in raftlog_auth_failures_total{listener="kafka"}. Before each later request the
+session is checked (a user removed while connected is closed). The connection is the current
+connection of its requests (context.py), so `ctx.call` and `ctx.allowed` apply its
+principal's ACLs.
+
 Bad input: a frame over `max_request_bytes` (or a negative size), a header or body that does
 not decode (truncated, garbage), an api key Kafka does not define: one log line
 (`kafka_conn_closed` with the reason) and the connection is closed, as Kafka does; earlier
@@ -46,7 +58,9 @@ from typing import Any, Final, NoReturn
 
 import trio
 
+from raftlog.base.errors import RaftlogError
 from raftlog.base.eventlog import log_event
+from raftlog.node.auth import ListenerSecurity, send_tls_alert
 from raftlog.base.metrics import MetricsRegistry
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.context import Call, ConnectionState, Encoded, Handler, KafkaContext, Later
@@ -61,6 +75,8 @@ WRITE_COALESCE_BYTES: Final = 1 << 20
 ACCEPT_BACKOFF_S: Final = 0.1
 _SIZE: Final = struct.Struct(">i")
 _RESOURCE_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+SASL_AUTHENTICATION_FAILED: Final = 58
+TLS_READ_CHUNK: Final = 1 << 20  # fetched records over TLS: read from the segment this much at a time
 
 
 class _Close(Exception):
@@ -73,14 +89,16 @@ class _Close(Exception):
 
 
 class _Slot:
-    """One request's place in the response order."""
+    """One request's place in the response order. `close_after`: close once this response
+    is written (a failed login's answer)."""
 
-    __slots__ = ("done", "chunks", "close")
+    __slots__ = ("done", "chunks", "close", "close_after")
 
     def __init__(self) -> None:
         self.done = trio.Event()
         self.chunks: list[Chunk] | None = None
         self.close: _Close | None = None
+        self.close_after: _Close | None = None
 
 
 PROTOCOL_MODULE: Final = "raftlog.node.kafka.dispatch"
@@ -96,8 +114,10 @@ class _Listener:
     def __init__(
         self, ctx: KafkaContext, handlers: Mapping[int, Handler] | None, *, max_request_bytes: int,
         request_timeout_ms: int, max_in_flight: int, registry: MetricsRegistry | None,
+        security: ListenerSecurity | None = None,
     ) -> None:  # fmt: skip
         self.ctx = ctx
+        self.security = security
         self._handlers = handlers
         self.handlers: dict[int, Handler] = {}
         self.proto: ModuleType | None = None  # dispatch.py once loaded
@@ -125,6 +145,16 @@ class _Listener:
         registry.gauge(
             "raftlog_connections", "Open connections, by listener.", ("listener",)
         ).labels(listener="kafka").set_function(lambda: self.connections)
+        self.auth_failures_total = registry.counter(
+            "raftlog_auth_failures_total",
+            "Failed authentications (SASL logins, peer handshakes), by listener.",
+            ("listener",),
+        )
+        self.tls_handshake_failures_total = registry.counter(
+            "raftlog_tls_handshake_failures_total",
+            "Connections closed because their TLS handshake failed, by listener.",
+            ("listener",),
+        )
 
     async def load(self) -> None:
         """Load the protocol half once (the first request of any connection); concurrent
@@ -148,13 +178,18 @@ class _Listener:
 
 
 class _Connection:
-    def __init__(self, stream: trio.SocketStream, listener: _Listener, peer: str) -> None:
+    def __init__(self, stream: trio.abc.Stream, listener: _Listener, peer: str, session: Any = None,
+                 socket_stream: trio.SocketStream | None = None) -> None:
         self.stream = stream
+        # The raw socket for os.sendfile; None over TLS (records then go through the stream).
+        self.socket_stream = socket_stream if socket_stream is not None else (
+            stream if isinstance(stream, trio.SocketStream) else None)
         self.listener = listener
-        self.state = ConnectionState(peer=peer)
+        self.state = ConnectionState(peer=peer, session=session)
         self.cancel_scope: trio.CancelScope | None = None
 
     async def run(self) -> None:
+        self.state.enter()  # this task's (and its children's) current connection: ACLs
         send, receive = trio.open_memory_channel[_Slot](self.listener.max_in_flight)
         async with trio.open_nursery() as connection:
             self.cancel_scope = connection.cancel_scope
@@ -211,7 +246,13 @@ class _Connection:
                 raise _Close("unknown_api_key", api_key=header.api_key,
                              correlation_id=header.correlation_id)
             if not self.state.authenticate():
-                raise _Close("not_authenticated", api=proto.api_name(header.api_key))
+                if header.api_key not in proto.BEFORE_LOGIN:
+                    raise _Close("not_authenticated", api=proto.api_name(header.api_key))
+            elif self.state.session is not None:
+                try:
+                    self.state.session.check()  # a user removed while connected is cut off
+                except RaftlogError:
+                    raise _Close("credentials_removed", api=proto.api_name(header.api_key)) from None
             if handler is None or not proto.supported(header.api_key, header.api_version):
                 self._finish(slot, header, started, self._unsupported(header))
                 return None
@@ -223,6 +264,10 @@ class _Connection:
                 requests.start_soon(self._run_later, reply, slot, header, started)
             else:
                 self._finish(slot, header, started, reply)
+            if self.state.close_reason is not None:  # e.g. a failed login: answer, then close
+                close = _Close(self.state.close_reason, api=listener.proto.api_name(header.api_key))
+                slot.close_after = close
+                return close
             return None
         except CodecError as exc:
             close = _Close("malformed_request", reason_detail=str(exc),
@@ -292,6 +337,8 @@ class _Connection:
                 slot.chunks = proto.encode_response(header, reply)
                 error = getattr(reply, "error_code", 0)
                 code = "OK" if not error else str(error)
+                if error == SASL_AUTHENTICATION_FAILED and header.api_key == proto.SASL_AUTHENTICATE_KEY:
+                    listener.auth_failures_total.labels(listener="kafka").inc()
         except Exception as exc:  # noqa: BLE001 - a response that does not encode is a bug
             log_event(logger, "kafka_response_unencodable", level=logging.ERROR, exc_info=exc,
                       api=op, version=header.api_version)
@@ -341,6 +388,15 @@ class _Connection:
                     return
                 finally:
                     self._release(slot.chunks)
+                if slot.close_after is not None:  # answered; now close (a failed login)
+                    self._log_close(slot.close_after)
+                    self._drain_and_release(receive)
+                    if isinstance(self.stream, trio.abc.HalfCloseableStream):
+                        with trio.move_on_after(1):  # let the answer arrive before the close
+                            await self.stream.send_eof()
+                    assert self.cancel_scope is not None
+                    self.cancel_scope.cancel()
+                    return
 
     @staticmethod
     def _release(chunks: list[Chunk] | None) -> None:
@@ -379,8 +435,12 @@ class _Connection:
         """os.sendfile from the segment straight to the socket (Kafka's zero-copy), in a
         worker thread: reading a page that is not cached blocks. The socket is non-blocking,
         so each call sends what fits and the loop waits for room on the trio thread.
-        Cancel-safe: a running call is waited for (the range's descriptor stays open)."""
-        sock = self.stream.socket
+        Cancel-safe: a running call is waited for (the range's descriptor stays open). Over
+        TLS the range is read in a worker thread and written through the TLS stream."""
+        if self.socket_stream is None:
+            await self._send_file_range(part)
+            return
+        sock = self.socket_stream.socket
         limiter = self.listener.ctx.disk_limiter
         offset, remaining = part.offset, part.length
         while remaining > 0:
@@ -396,6 +456,18 @@ class _Connection:
             remaining -= sent
         await trio.lowlevel.checkpoint()
 
+    async def _send_file_range(self, part: FileRange) -> None:
+        offset, remaining = part.offset, part.length
+        while remaining > 0:
+            size = min(remaining, TLS_READ_CHUNK)
+            data = await trio.to_thread.run_sync(os.pread, part.fd, size, offset,
+                                                limiter=self.listener.ctx.disk_limiter)
+            if not data:
+                raise trio.BrokenResourceError("segment file ended before the fetch range")
+            await self.stream.send_all(data)
+            offset += len(data)
+            remaining -= len(data)
+
 
 def _peer_name(stream: trio.SocketStream) -> str:
     try:
@@ -409,8 +481,31 @@ async def _connection_task(stream: trio.SocketStream, listener: _Listener, slots
     peer = _peer_name(stream)
     listener.connections += 1
     try:
-        async with stream:
-            await _Connection(stream, listener, peer).run()
+        security = listener.security
+        if security is None:
+            async with stream:
+                await _Connection(stream, listener, peer).run()
+            return
+        secured: trio.abc.Stream = stream
+        certificate = None
+        if security.ssl_context is not None:
+            tls = trio.SSLStream(stream, security.ssl_context, server_side=True)
+            try:
+                with trio.fail_after(security.tls_handshake_timeout_s):
+                    await tls.do_handshake()
+            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError) as exc:
+                listener.tls_handshake_failures_total.labels(listener="kafka").inc()
+                cause = exc.__cause__ if exc.__cause__ is not None else exc
+                log_event(logger, "kafka_conn_tls_failed", level=logging.DEBUG, peer=peer,
+                          reason=str(cause)[:200] or type(cause).__name__)
+                await send_tls_alert(tls, stream)
+                await trio.aclose_forcefully(tls)
+                return
+            secured, certificate = tls, tls.getpeercert()
+        session = security.new_session(peer.rsplit(":", 1)[0], certificate)
+        async with secured:
+            await _Connection(secured, listener, peer, session, socket_stream=None if secured is not stream
+                              else stream).run()
     except* Exception as group:  # a bug in one connection must not stop the listener
         log_event(logger, "kafka_conn_failed", level=logging.ERROR, exc_info=group, peer=peer)
     finally:
@@ -449,16 +544,19 @@ async def serve_kafka(
     max_connections: int = 1024,
     handlers: Mapping[int, Handler] | None = None,
     registry: MetricsRegistry | None = None,
+    security: ListenerSecurity | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
     """Listen on host:port and serve Kafka's protocol until cancelled. Reports readiness with
-    the bound port (port 0 picks a free one). Raises OSError if it cannot bind."""
+    the bound port (port 0 picks a free one). `security`: TLS and/or SASL sessions (the
+    module docstring). Raises OSError if it cannot bind."""
     if max_in_flight < 1 or max_connections < 1 or request_timeout_ms < 1 or max_request_bytes < 64:
         raise ValueError("max_in_flight, max_connections, request_timeout_ms >= 1; "
                          "max_request_bytes >= 64")
     listener = _Listener(
         ctx, handlers, max_request_bytes=max_request_bytes,
         request_timeout_ms=request_timeout_ms, max_in_flight=max_in_flight, registry=registry,
+        security=security,
     )  # fmt: skip
     socket_listeners = await trio.open_tcp_listeners(port, host=host or None)
     if port == 0 and len(socket_listeners) > 1:

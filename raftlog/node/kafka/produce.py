@@ -14,6 +14,10 @@ versions.py) and answered UNSUPPORTED_VERSION per partition. Transactions are no
 a transactional produce gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED per partition (what Kafka
 answers to a producer that may not use transactions).
 
+ACLs: WRITE on each topic (checked before anything is appended; a refused topic's partitions
+answer TOPIC_AUTHORIZATION_FAILED). InitProducerId runs the native op, so its rule is the
+native one (IDEMPOTENT_WRITE on the cluster or WRITE on some topic).
+
 InitProducerId: a new producer id (epoch 0) from the node's block, the native op's code. A
 transactional id is refused the same way; a request to bump an existing producer's epoch
 (v3+ with producer_id >= 0) gets a fresh id (the old one is abandoned, as after a restart).
@@ -27,6 +31,7 @@ import trio
 from kafka.protocol.producer.produce import ProduceResponse
 from kafka.protocol.producer.transaction import InitProducerIdResponse
 
+from raftlog.base.acl import Operation, ResourceType
 from raftlog.base.errors import RaftlogError
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.context import Call, KafkaContext, Later, Reply
@@ -39,6 +44,7 @@ PRODUCE_KEY: Final = 0
 INIT_PRODUCER_ID_KEY: Final = 22
 TOPIC_IDS_VERSION: Final = 13  # KIP-516: Produce v13 names topics by id
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Final = 53
+TOPIC_AUTHORIZATION_FAILED: Final = errors.KAFKA_ERROR_CODES["TOPIC_AUTHORIZATION_FAILED"]
 
 
 def _partition_response(index: int, code: int, base_offset: int = -1, message: str | None = None) -> Any:
@@ -86,6 +92,11 @@ async def handle_produce(ctx: KafkaContext, call: Call) -> Reply:
     bad: dict[tuple[int, int], tuple[int, str]] = {}  # (topic entry index, partition)
     names = _topic_names(ctx, call)
     for i, (t, name) in enumerate(zip(request.topic_data, names)):
+        # ACLs before any effect; a topic named by id is checked by its name, as Kafka does.
+        if name is not None and not ctx.allowed(Operation.WRITE, ResourceType.TOPIC, name):
+            for p in t.partition_data:
+                bad[(i, p.index)] = (TOPIC_AUTHORIZATION_FAILED, f"not authorized to write topic {name!r:.80}")
+            continue
         for p in t.partition_data:
             if name is None:
                 bad[(i, p.index)] = (errors.UNKNOWN_TOPIC_ID, "unknown topic id")
@@ -95,7 +106,7 @@ async def handle_produce(ctx: KafkaContext, call: Call) -> Reply:
                 parts.append((name, p.index, bytes(p.records)))
     timeout_ms = max(0, min(request.timeout_ms, ctx.request_timeout_ms))
     deadline = trio.current_time() + timeout_ms / 1000
-    results, waits = await ctx.replicas.append_partitions(parts, acks=acks)
+    results, waits = await ctx.replicas.append_partitions(parts, acks=acks) if parts else ([], [])
     if acks == 0:
         return None
 

@@ -21,6 +21,8 @@ key (checked by the unit tests) and every key here must have a handler in
   takes a closed connection for "no Kafka here"), ListOffsets 1-11 (v7 max timestamp; v8-11 tiered-storage timestamps,
   answered as without tiered storage), DeleteTopics 1-6 (v6 by topic id), DescribeCluster
   0-2 (v2 flags fenced brokers), the other admin APIs at their full schema ranges.
+  SaslHandshake 1 and SaslAuthenticate 0-2 (sasl.py), the ACL and SCRAM APIs (acls.py) at
+  the ranges Kafka 4 serves.
 * The group APIs (groups.py) at their full classic-protocol ranges below topic ids: JoinGroup
   0-9, SyncGroup 0-5, Heartbeat 0-4, LeaveGroup 0-5, OffsetCommit 2-9, OffsetFetch 1-9,
   FindCoordinator 0-5, DescribeGroups 0-6, ListGroups 0-5, DeleteGroups 0-2. The KIP-848
@@ -57,16 +59,23 @@ SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     14: (0, 5),  # SyncGroup
     15: (0, 6),  # DescribeGroups
     16: (0, 5),  # ListGroups
+    17: (0, 1),  # SaslHandshake (librdkafka wants v0 listed; a v0 request is refused: sasl.py)
     18: (0, 4),  # ApiVersions
     19: (2, 7),  # CreateTopics
     20: (1, 6),  # DeleteTopics (v6: by name or topic id)
     21: (0, 2),  # DeleteRecords
     37: (0, 3),  # CreatePartitions
     22: (0, 4),  # InitProducerId
+    29: (1, 3),  # DescribeAcls
+    30: (1, 3),  # CreateAcls
+    31: (1, 3),  # DeleteAcls
     32: (1, 4),  # DescribeConfigs
     33: (0, 2),  # AlterConfigs
+    36: (0, 2),  # SaslAuthenticate
     42: (0, 2),  # DeleteGroups
     44: (0, 1),  # IncrementalAlterConfigs
+    50: (0, 0),  # DescribeUserScramCredentials
+    51: (0, 0),  # AlterUserScramCredentials
     60: (0, 2),  # DescribeCluster (v2: fenced brokers flagged)
 }
 

@@ -281,3 +281,39 @@ def test_credential_from_a_salted_password_equals_the_direct_one(mechanism):
     assert credential_from_salted_password(mechanism, salt, salted, 4096) == direct
     with pytest.raises(UnacceptableCredentialError):
         credential_from_salted_password(mechanism, salt, b"short", 4096)
+
+
+def test_librdkafkas_final_nonce_form_is_accepted_and_still_bound_to_the_exchange():
+    # librdkafka (kcat, confluent-kafka) sends r=<client nonce><server's whole nonce>; Kafka
+    # accepts it. The proof is over the message as sent, so it still has to be right.
+    import hashlib
+    import hmac
+
+    cred = scram_credential("SCRAM-SHA-512", PASSWORD)
+    lookup = store(("alice", cred))
+
+    def librdkafka_final(server_first: bytes, client_first_bare: str, cnonce: str, password: str) -> bytes:
+        attrs = dict(part.split("=", 1) for part in server_first.decode().split(","))
+        salted = hashlib.pbkdf2_hmac("sha512", password.encode(), base64.b64decode(attrs["s"]), int(attrs["i"]))
+        client_key = hmac.new(salted, b"Client Key", "sha512").digest()
+        stored = hashlib.sha512(client_key).digest()
+        without_proof = f"c=biws,r={cnonce}{attrs['r']}"
+        auth = f"{client_first_bare},{server_first.decode()},{without_proof}".encode()
+        proof = bytes(a ^ b for a, b in zip(client_key, hmac.new(stored, auth, "sha512").digest()))
+        return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+    cnonce = "rdkafkaNonce0123456789"
+    server = ScramServer("SCRAM-SHA-512", lookup, nonces=NonceCache())
+    first = server.step(f"n,,n=alice,r={cnonce}".encode())
+    assert server.step(librdkafka_final(first, f"n=alice,r={cnonce}", cnonce, PASSWORD)).startswith(b"v=")
+    assert server.principal == "User:alice"
+    # The same form with a wrong password, or with another exchange's server nonce, fails.
+    server = ScramServer("SCRAM-SHA-512", lookup, nonces=NonceCache())
+    first = server.step(f"n,,n=alice,r={cnonce}x".encode())
+    with pytest.raises(SaslAuthenticationFailedError):
+        server.step(librdkafka_final(first, f"n=alice,r={cnonce}x", cnonce + "x", "wrong"))
+    server = ScramServer("SCRAM-SHA-512", lookup, nonces=NonceCache())
+    server.step(f"n,,n=alice,r={cnonce}y".encode())
+    other = ScramServer("SCRAM-SHA-512", lookup, nonces=NonceCache()).step(f"n,,n=alice,r={cnonce}y".encode())
+    with pytest.raises(SaslAuthenticationFailedError, match="nonce"):
+        server.step(librdkafka_final(other, f"n=alice,r={cnonce}y", cnonce + "y", PASSWORD))
