@@ -39,6 +39,7 @@ from raftlog.client.errors import SslAuthenticationFailedError
 
 RAFTLOG = [sys.executable, "-m", "raftlog.cli"]
 BOB_PASSWORD = "bob-" + "x7Qe1-secret"
+CAROL_PASSWORD = "carol-" + "Zr8-secret"
 
 
 def _free_base_port() -> int:
@@ -392,11 +393,21 @@ def test_the_console_logs_in_with_a_users_scram_credentials(cluster):
                                                                  "password": admin_password(cluster)})
     assert status == 200 and "console-t" in page, page[-1000:]
     assert admin_password(cluster) not in page
+    # A user with no ACLs logs in too, and the cluster's refusals are the console's 403s.
+    ok(raftlog(cluster, "users", "add", "carol", "--password-stdin", stdin=CAROL_PASSWORD + "\n",
+               config=cluster.properties))
+    carol = _browser()
+    status, page = _fetch(carol, url + "/login")
+    status, page = _fetch(carol, url + "/login?next=/", {"csrf": _csrf(page), "username": "carol",
+                                                          "password": CAROL_PASSWORD})
+    # Logged in, then the overview: describing the cluster is refused to her.
+    assert status == 403 and "Not allowed for your user" in page, page[-1000:]
+    assert "CLUSTER_AUTHORIZATION_FAILED" in page and CAROL_PASSWORD not in page
 
 
 def test_zz_no_log_holds_a_secret(cluster):
     # Last in this module: every log the cluster and its tools wrote, grepped for the passwords.
-    secrets_ = [admin_password(cluster), BOB_PASSWORD]
+    secrets_ = [admin_password(cluster), BOB_PASSWORD, CAROL_PASSWORD]
     for path in [*cluster.data_dir.rglob("*.log")]:
         text = path.read_text(errors="replace")
         for secret in secrets_:
