@@ -48,7 +48,8 @@ def _placement(c: Any, node_id: int, topic: str) -> list[tuple] | None:
     yet (a node catching up after a restart)."""
     md = c.call(node_id, "metadata", topics=[topic])
     (entry,) = md["topics"]
-    if entry.get("error", {}).get("code") == "UNKNOWN_TOPIC_OR_PARTITION":
+    error = entry.get("error")
+    if (error.get("code") if isinstance(error, dict) else error) == "UNKNOWN_TOPIC_OR_PARTITION":
         return None
     assert "error" not in entry, entry
     return [(p["partition"], tuple(p["replicas"]), p["preferred_leader"]) for p in entry["partitions"]]
