@@ -44,6 +44,7 @@ __all__ = [
     "MAX_NESTING_DEPTH",
     "encode_frame",
     "foreign_protocol",
+    "FirstBytes",
     "FrameDecoder",
     "Request",
     "Response",
@@ -83,6 +84,28 @@ def foreign_protocol(first_bytes: bytes | bytearray) -> str | None:
     if length < 1 << 20:
         return "a Kafka-protocol listener"  # a sane length but no CBOR map: Kafka's framing
     return "something else"
+
+
+class FirstBytes:
+    """The first bytes a server sent on one connection, judged by foreign_protocol as they
+    arrive. Only the start of the connection says what spoke: bytes later in a frame (a
+    large answer arrives in several reads) are anything at all and are not judged."""
+
+    __slots__ = ("_head", "judged")
+
+    def __init__(self) -> None:
+        self._head = bytearray()
+        self.judged = False
+
+    def check(self, data: bytes | bytearray) -> str | None:
+        """Feed the bytes of one read; what spoke if the connection's first bytes are not a
+        raftlog frame, else None (always None once enough bytes were judged)."""
+        if self.judged:
+            return None
+        self._head += data[: FRAME_HEADER_BYTES + 1 - len(self._head)]
+        what = foreign_protocol(self._head)
+        self.judged = what is not None or len(self._head) > FRAME_HEADER_BYTES
+        return what
 
 
 def encode_frame(message: Mapping[str, Any], *, max_frame_bytes: int | None = None) -> bytes:

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import click
 
 from raftlog.base.errors import ConfigError, RaftlogError
-from raftlog.base.protocol import FRAME_HEADER_BYTES, FrameDecoder, encode_frame, foreign_protocol
+from raftlog.base.protocol import FirstBytes, FrameDecoder, encode_frame
 
 # With no --bootstrap and no RAFTLOG_BOOTSTRAP: the list `raftlog cluster up` wrote into
 # ./raftlog-data (its default data dir), else the three nodes of a default `cluster up`.
@@ -175,7 +175,7 @@ def _hello(address: str, timeout_s: float) -> str | None:
         sock.close()
         return None
     decoder = FrameDecoder(1 << 20)
-    received = bytearray()
+    first = FirstBytes()
     try:
         with sock:
             sock.settimeout(timeout_s)
@@ -183,29 +183,25 @@ def _hello(address: str, timeout_s: float) -> str | None:
             # at once (400) instead of waiting for one; a raftlog node ignores the field.
             sock.sendall(encode_frame({"v": 1, "id": 1, "op": "metadata", "topics": [], "hello": "\r\n\r\n"}))
             while True:
-                what = foreign_protocol(received)
-                if what is not None:
-                    return f"answered {what}, not the raftlog protocol"
-                if len(received) > FRAME_HEADER_BYTES:
-                    decoder.feed(received)
-                    received.clear()
-                    try:
-                        message = decoder.next_frame()
-                    except RaftlogError as exc:
-                        return f"answered something that is not the raftlog protocol ({exc})"
-                    if message is None:
-                        received += sock.recv(1 << 16) or b""
-                        continue
-                    error = message.get("error")
-                    text = str(error.get("message", "")) if isinstance(error, dict) else ""
-                    # The peer listener knows no client op, or first wants a peer handshake.
-                    if "unknown op" in text or "peer authentication" in text:
-                        return "answered as a raftlog peer listener, not the client listener"
-                    return None
                 data = sock.recv(1 << 16)
                 if not data:
                     return "closed the connection without answering: not the raftlog protocol"
-                received += data
+                what = first.check(data)
+                if what is not None:
+                    return f"answered {what}, not the raftlog protocol"
+                decoder.feed(data)
+                try:
+                    message = decoder.next_frame()
+                except RaftlogError as exc:
+                    return f"answered something that is not the raftlog protocol ({exc})"
+                if message is None:
+                    continue
+                error = message.get("error")
+                text = str(error.get("message", "")) if isinstance(error, dict) else ""
+                # The peer listener knows no client op, or first wants a peer handshake.
+                if "unknown op" in text or "peer authentication" in text:
+                    return "answered as a raftlog peer listener, not the client listener"
+                return None
     except TimeoutError:
         return f"accepted the connection but gave no raftlog answer within {timeout_s:g} s"
     except OSError as exc:

@@ -26,7 +26,7 @@ import trio
 
 from raftlog.base.client_properties import ClientSecurity
 from raftlog.base.errors import RaftlogError
-from raftlog.base.protocol import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame, foreign_protocol
+from raftlog.base.protocol import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FirstBytes, encode_frame
 from raftlog.client.clock import Clock
 from raftlog.client.core import ClientCore, Close
 from raftlog.client.security import NativeLogin, tls_failure
@@ -172,18 +172,17 @@ class Network:
 
     async def _reader(self, conn: Connection) -> None:
         decoder = conn.decoder
-        answered = False  # a whole raftlog frame came (else first bytes are checked)
+        first = FirstBytes()  # what the connection's first bytes say spoke
         try:
             while True:
                 data = await conn.stream.receive_some(_RECV_BYTES)
                 if not data:
                     break
-                if not answered and (what := foreign_protocol(data)) is not None:
+                if (what := first.check(data)) is not None:
                     self._core.note_foreign(conn.broker_id, what)  # said once, in one line
                     break
                 decoder.feed(data)
                 while (msg := decoder.next_frame()) is not None:
-                    answered = True
                     await self.inbox_send.send((conn, msg))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             # TLS 1.3 without SASL: a refused client certificate shows on the first read.

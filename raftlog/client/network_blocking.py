@@ -22,7 +22,7 @@ import ssl
 
 from raftlog.base.client_properties import ClientSecurity
 from raftlog.base.errors import RaftlogError
-from raftlog.base.protocol import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, encode_frame, foreign_protocol
+from raftlog.base.protocol import DEFAULT_MAX_FRAME_BYTES, FrameDecoder, FirstBytes, encode_frame
 from raftlog.client.clock import SYSTEM_CLOCK, Clock
 from raftlog.client.core import ClientCore, Close
 from raftlog.client.security import NativeLogin, tls_failure
@@ -35,14 +35,14 @@ _RECV_BYTES = 1 << 20
 
 
 class Connection:
-    __slots__ = ("broker_id", "sock", "decoder", "tls", "answered")
+    __slots__ = ("broker_id", "sock", "decoder", "tls", "first")
 
     def __init__(self, broker_id: int, sock: socket.socket, decoder: FrameDecoder):
         self.broker_id = broker_id
         self.sock = sock
         self.decoder = decoder
         self.tls = isinstance(sock, ssl.SSLSocket)
-        self.answered = False  # a whole raftlog frame came (else first bytes are checked)
+        self.first = FirstBytes()  # what the connection's first bytes say spoke
 
 
 def open_socket(addr: tuple[str, int], *, timeout_s: float, security: ClientSecurity | None = None,
@@ -244,14 +244,13 @@ class Network:
                     lost.append(conn.broker_id)
                 continue
             conn.decoder.feed(data)
-            if not conn.answered and (what := foreign_protocol(data)) is not None:
+            if (what := conn.first.check(data)) is not None:
                 self._core.note_foreign(conn.broker_id, what)  # said once, in one line
                 if self._drop(conn.broker_id):
                     lost.append(conn.broker_id)
                 continue
             try:
                 while (msg := conn.decoder.next_frame()) is not None:
-                    conn.answered = True
                     responses.append((conn.broker_id, msg))
             except RaftlogError as exc:
                 log.warning("broker %s sent a bad frame (%s); reconnecting", conn.broker_id, exc)

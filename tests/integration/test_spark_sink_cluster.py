@@ -154,10 +154,6 @@ def _fail_once(marker: str, bootstrap: str, sink: str, at_id: int):
     return check
 
 
-@pytest.mark.skip(reason="regressed on main after the storage-integrity and Kafka-offset merges (issue 17 "
-                  "left open): while the injected UDF waits, the source's first fetch of "
-                  "eo-restart-src-1 gets no answer for 30 s (ReadTimedOut) instead of the injected "
-                  "failure; reproduces at load 3")
 def test_a_batch_failing_mid_write_then_restarted_from_the_checkpoint_is_exactly_once(
         spark, bootstrap, tmp_path):
     from pyspark.sql import functions as F

@@ -23,6 +23,7 @@ from raftlog.base.protocol import (
     DEFAULT_MAX_FRAME_BYTES,
     MAX_NESTING_DEPTH,
     PROTOCOL_VERSION,
+    FirstBytes,
     FrameDecoder,
     Request,
     encode_frame,
@@ -304,3 +305,18 @@ def test_every_error_is_a_definite_failure_or_an_unknown_outcome():
 
 def test_protocol_version_is_one():
     assert PROTOCOL_VERSION == 1
+
+
+def test_only_a_connections_first_bytes_say_what_spoke():
+    # A large answer arrives in several reads; the middle of a frame is not judged (it was,
+    # and a Spark task's first big fetch was taken for "something else" and dropped).
+    frame = encode_frame({"v": 1, "id": 1, "records": bytes(range(256)) * 4096})
+    first = FirstBytes()
+    assert [first.check(frame[i:i + 4096]) for i in range(0, len(frame), 4096)] == [None] * (
+        -(-len(frame) // 4096))
+    # The first bytes may come one at a time and are still judged once there are enough.
+    http = FirstBytes()
+    assert [http.check(bytes([b])) for b in b"HTTP/1.1 400"][:6] == [None] * 3 + ["HTTP", None, None]
+    kafka = FirstBytes()
+    assert kafka.check(b"\x00\x00") is None
+    assert kafka.check(b"\x00\x08\x00\x00\x00\x01") == "a Kafka-protocol listener"
