@@ -355,6 +355,12 @@ def test_create_partitions_from_confluent_and_kafka_python(cluster):
     p = CKProducer({"bootstrap.servers": cluster.kafka_bootstrap(), "acks": "all", "topic.metadata.refresh.interval.ms": 500})
     p.produce("grow", b"in-5", partition=5)
     assert p.flush(TIMEOUT_S) == 0
+    # Each node's metadata learns of new partitions on its own, as in Kafka; a consumer that
+    # asks a node which does not know partition 5 yet would wait for its next refresh.
+    for n in (1, 2, 3):
+        one = AdminClient({"bootstrap.servers": cluster.kafka(n)})
+        cluster.wait_for(lambda: len(one.list_topics("grow", timeout=TIMEOUT_S).topics["grow"].partitions) == 6,
+                         20, f"node {n} knows grow's 6 partitions")
     [m] = ck_consume(cluster.kafka_bootstrap(), "grow", 6, 1)
     assert (m.partition(), m.offset(), m.value()) == (5, 0, b"in-5")
 
