@@ -19,7 +19,8 @@ or no answer by the deadline -> REQUEST_TIMED_OUT; EnvelopeTooLargeError -> MESS
 rejected envelope -> its outcome's code (e.g. TOPIC_ALREADY_EXISTS).
 
 Ops, dispatched through the tables at the end of this module: peer ops `broker_register`,
-`broker_heartbeat`, `broker_shutdown`, `report_partition_leader`, `allocate_producer_ids`,
+`broker_heartbeat`, `broker_shutdown`, `report_partition_leader` (one; kept for older
+brokers), `report_partition_leaders` (a batch: one result, few proposals), `allocate_producer_ids`,
 `controller_forward` (an admin op forwarded by another node; never forwarded again, so no
 loops), and the admin ops `create_topic`, `create_partitions`, `delete_topic`,
 `alter_configs`, `cluster_status`.
@@ -367,6 +368,10 @@ class ActiveController:
         )  # fmt: skip
         return {"changed": bool(await self.propose(result, deadline))}
 
+    async def _report_partition_leaders(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
+        reports = field(fields, "reports", list)
+        return {"results": await self.propose(ctl.partition_leader_reports(reports, now_ms=self._clock_ms()), deadline)}
+
     async def _allocate_producer_ids(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
         block = await self.propose(
             ctl.allocate_producer_ids(field(fields, "broker_id", int), now_ms=self._clock_ms()), deadline
@@ -442,6 +447,7 @@ CONTROLLER_OPS: Final[Mapping[str, _OpHandler]] = {
     "broker_heartbeat": ActiveController._broker_heartbeat,
     "broker_shutdown": ActiveController._broker_shutdown,
     "report_partition_leader": ActiveController._report_partition_leader,
+    "report_partition_leaders": ActiveController._report_partition_leaders,
     "allocate_producer_ids": ActiveController._allocate_producer_ids,
     "controller_forward": ActiveController._controller_forward,
 }

@@ -57,6 +57,8 @@ Public API (now_ms is keyword-only except in tick/preferred_leader_moves):
     .describe_configs(name) -> tuple[ConfigEntry, ...]
     .partition_leader_report(topic, partition, leader, leader_epoch, *, now_ms, topic_id=None)
         -> ControllerResult[bool]   (True if a PartitionChange is proposed)
+    .partition_leader_reports(reports, *, now_ms) -> ControllerResult[list[dict]]
+        (the same for many LeaderReports at once, in one result; per report {"changed"} or {"error"})
     .preferred_leader_moves(now_ms, max_moves=None) -> tuple[LeaderMove, ...]
     .allocate_producer_ids(broker_id, *, now_ms) -> ControllerResult[ProducerIdBlock]
     .ensure_internal_topics(now_ms) -> ControllerResult[CreateTopicResponse | None]
@@ -108,6 +110,7 @@ from raftlog.base.errors import (
 from metadata.errors import InvalidRecordError, ProducerIdsExhaustedError
 from metadata.image import MetadataImage, PartitionState, TopicImage
 from raftlog.base.acl import AclBinding, AclFilter
+from raftlog.base.protocol import field
 from raftlog.base.sasl import SCRAM_MECHANISMS, credential_from_salted_password
 from metadata.records import (
     INT64_MAX,
@@ -152,6 +155,7 @@ MAX_PENDING = 100_000  # marks are per broker/topic/partition; this only guards 
 _TOPIC_NAME_RE = re.compile(r"[a-zA-Z0-9._-]+\Z")
 # Envelope map framing around the records array: keys, request id, epoch, array header.
 _ENVELOPE_OVERHEAD_BYTES = 160
+MAX_LEADER_REPORTS = 1000  # per partition_leader_reports request (~4 envelopes of PartitionChanges)
 MAX_ACL_ITEMS = 100  # bindings or filters per request (each create/alter fits one envelope)
 MAX_ACLS_PER_ENVELOPE = 200  # RemoveAcl records are ~50 bytes: far under MAX_ENVELOPE_BYTES
 
@@ -192,6 +196,42 @@ class CreateTopicResponse:
     name: str
     topic_id: str
     partitions: tuple[PartitionState, ...]
+
+
+@dataclass(frozen=True)
+class LeaderReport:
+    """One item of `partition_leader_reports`: `leader` leads `topic`-`partition` in
+    `leader_epoch` (`topic_id`, when given, must match the topic's)."""
+
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    topic_id: str | None = None
+
+    @classmethod
+    def from_obj(cls, obj: Any, where: str = "") -> "LeaderReport":
+        """From its wire map {topic, partition, leader_id, leader_epoch, topic_id?}. Raises
+        InvalidRequestError naming the field."""
+        if not isinstance(obj, Mapping):
+            raise InvalidRequestError(f"{where or 'a leader report'} must be a map", field=where or "reports")
+        return cls(field(obj, "topic", str, where=where), field(obj, "partition", int, min_value=0, where=where),
+                   field(obj, "leader_id", int, min_value=-1, where=where),
+                   field(obj, "leader_epoch", int, min_value=0, where=where),
+                   field(obj, "topic_id", str, default=None, nullable=True, where=where))
+
+    def to_obj(self) -> dict[str, Any]:
+        obj: dict[str, Any] = {"topic": self.topic, "partition": self.partition,
+                               "leader_id": self.leader, "leader_epoch": self.leader_epoch}
+        if self.topic_id is not None:
+            obj["topic_id"] = self.topic_id
+        return obj
+
+
+def _newer_leader(a: PartitionChange, b: PartitionChange) -> bool:
+    """Of two changes for one partition, is `a` the newer news (higher epoch, or the same
+    epoch naming a leader where `b` named none)?"""
+    return a.leader_epoch > b.leader_epoch or (a.leader_epoch == b.leader_epoch and b.leader == -1 and a.leader != -1)
 
 
 @dataclass(frozen=True)
@@ -678,8 +718,64 @@ class Controller:
         unknown) and newer than any change already in flight. Raises
         UnknownTopicOrPartitionError, InvalidRequestError (leader not a replica)."""
         self._check_active()
+        change = self._leader_change(LeaderReport(topic, partition, leader, leader_epoch, topic_id), now_ms)
+        if change is None:
+            return ControllerResult((), False)
+        result = self._result([change], True)
+        self._mark(("leader", change.topic_id, partition), result.envelopes[0], now_ms, tag=leader_epoch)
+        return result
+
+    def partition_leader_reports(
+        self, reports: list[Any] | tuple[Any, ...], *, now_ms: int
+    ) -> ControllerResult[list[dict[str, Any]]]:
+        """Many leader reports (LeaderReports or their wire maps) at once, each judged as
+        `partition_leader_report` judges one; every PartitionChange goes into one result
+        (envelopes of at most max_envelope_bytes, ~300 changes each), so a broker that just
+        won hundreds of elections costs the quorum a few proposals, not hundreds. Response:
+        one entry per report, in order: {"changed": bool} or {"error": wire error} (a bad or
+        unknown one does not fail the others; of two reports for one partition the newer
+        wins, the other answers changed false). Raises InvalidRequestError (not a list, more
+        than MAX_LEADER_REPORTS)."""
+        self._check_active()
+        if not isinstance(reports, (list, tuple)) or len(reports) > MAX_LEADER_REPORTS:
+            raise InvalidRequestError(
+                f"reports must be a list of at most {MAX_LEADER_REPORTS} leader reports", field="reports")
+        results: list[dict[str, Any]] = []
+        chosen: dict[tuple[str, int], tuple[int, PartitionChange]] = {}  # key -> (result index, change)
+        for i, item in enumerate(reports):
+            try:
+                report = item if isinstance(item, LeaderReport) else LeaderReport.from_obj(item, f"reports[{i}]")
+                change = self._leader_change(report, now_ms)
+            except RaftlogError as exc:
+                results.append({"error": exc.to_wire()})
+                continue
+            results.append({"changed": change is not None})
+            if change is None:
+                continue
+            key = (change.topic_id, change.partition)
+            earlier = chosen.get(key)
+            if earlier is not None:
+                if _newer_leader(change, earlier[1]):
+                    results[earlier[0]] = {"changed": False}
+                else:
+                    results[-1] = {"changed": False}
+                    continue
+            chosen[key] = (i, change)
+        changes = [change for _, change in sorted(chosen.values(), key=lambda entry: entry[0])]
+        envelopes = self._pack(changes) if changes else []
+        for env in envelopes:
+            for rec in env.records:
+                assert isinstance(rec, PartitionChange)
+                self._mark(("leader", rec.topic_id, rec.partition), env, now_ms, tag=rec.leader_epoch)
+        return ControllerResult(tuple(envelopes), results)
+
+    def _leader_change(self, report: LeaderReport, now_ms: int) -> PartitionChange | None:
+        """The PartitionChange a report calls for, or None (not newer than the image or than
+        a change in flight). Raises UnknownTopicOrPartitionError, InvalidRequestError."""
+        topic, partition, leader, leader_epoch = report.topic, report.partition, report.leader, report.leader_epoch
         t = self._image.topic(topic)
-        if t is None or (topic_id is not None and t.topic_id != topic_id) or not 0 <= partition < len(t.partitions):
+        if t is None or (report.topic_id is not None and t.topic_id != report.topic_id) \
+                or not 0 <= partition < len(t.partitions):
             raise UnknownTopicOrPartitionError(f"unknown partition {topic}-{partition}")
         cur = t.partitions[partition]
         if type(leader) is not int or type(leader_epoch) is not int or leader_epoch < 0:
@@ -689,13 +785,10 @@ class Controller:
         newer = leader_epoch > cur.leader_epoch or (
             leader_epoch == cur.leader_epoch and cur.leader == -1 and leader != -1
         )
-        key = ("leader", t.topic_id, partition)
-        in_flight = self._pending_tag(key, now_ms)
+        in_flight = self._pending_tag(("leader", t.topic_id, partition), now_ms)
         if not newer or (in_flight is not None and in_flight >= leader_epoch):
-            return ControllerResult((), False)
-        result = self._result([PartitionChange(t.topic_id, partition, leader, leader_epoch)], True)
-        self._mark(key, result.envelopes[0], now_ms, tag=leader_epoch)
-        return result
+            return None
+        return PartitionChange(t.topic_id, partition, leader, leader_epoch)
 
     def preferred_leader_moves(self, now_ms: int, max_moves: int | None = None) -> tuple[LeaderMove, ...]:
         """Partitions whose known leader is not the preferred leader while the preferred

@@ -30,10 +30,12 @@ alter_configs (controller; forwarded to it with the peer op `controller_forward`
 node is not it), describe_configs (local image), cluster_status (the controller's view when it
 can be reached within a second or two, else this node's own).
 Peer ops: the controller ops (broker_register, broker_heartbeat, broker_shutdown,
-report_partition_leader, allocate_producer_ids, controller_forward), metadata_fetch (voters).
+report_partition_leader, report_partition_leaders, allocate_producer_ids, controller_forward),
+metadata_fetch (voters).
 
 To other services: `image`, `node_id`, `controller_id`, `applied_index`,
-`await report_partition_leader(...)`, `await allocate_producer_ids()`, `peer_address(id)`,
+`await report_partition_leader(...)`, `await report_partition_leaders([LeaderReport])`,
+`await allocate_producer_ids()`, `peer_address(id)`,
 `client_address(id)`, `await wait_for(predicate, timeout_s)`, `controller_problem()`.
 
 Truth under failure (issue 20): `controller_problem()` says why this node cannot vouch for
@@ -70,7 +72,7 @@ from metadata.active_controller import (
     partition_entries,
 )
 from metadata.broker_lifecycle import BrokerLifecycle
-from metadata.controller import Controller
+from metadata.controller import Controller, LeaderReport
 from metadata.image import MetadataImage, TopicImage
 from metadata.loader import MetadataLoader, hostport
 from metadata.log_fetch import MetadataFetcher, answer_fetch
@@ -83,6 +85,7 @@ from raftlog.base.errors import (
     RaftlogError,
     RequestTimedOutError,
     SecurityDisabledError,
+    UnknownServerError,
     UnknownTopicOrPartitionError,
 )
 from raftlog.base.eventlog import log_event
@@ -281,6 +284,20 @@ class MetadataService:
                   "leader_epoch": leader_epoch}
         result = await self._controller_call("report_partition_leader", fields, timeout_s)
         return bool(result.get("changed"))
+
+    async def report_partition_leaders(
+        self, reports: list[LeaderReport], *, timeout_s: float = 5.0
+    ) -> list[dict[str, Any]]:
+        """Tell the active controller who leads many partitions, in one call (at most
+        MAX_LEADER_REPORTS): one result per report, in order, {"changed": bool} or {"error":
+        wire error}. Raises NotControllerError, RequestTimedOutError, PeerUnavailableError
+        for the whole call."""
+        fields = {"reports": [r.to_obj() for r in reports]}
+        result = await self._controller_call("report_partition_leaders", fields, timeout_s)
+        results = result.get("results")
+        if not isinstance(results, list) or len(results) != len(reports):
+            raise UnknownServerError("report_partition_leaders: the answer does not match the reports")
+        return results
 
     async def allocate_producer_ids(self, *, timeout_s: float = 5.0) -> tuple[int, int]:
         """A fresh block of producer ids for this broker: (first_producer_id, size)."""

@@ -5,7 +5,7 @@ init_producer_id, plus the replication peer ops.
     ReplicaManager(config: NodeConfig, metadata: MetadataService, peers: PeerPool)
 
 What it uses of `metadata`: `image`, `peer_address(id)`, `client_address(id)`,
-`await report_partition_leader(topic, partition, leader_id, leader_epoch)`,
+`await report_partition_leaders([LeaderReport])` (per-report results),
 `await allocate_producer_ids()`.
 
 * Replicas: `on_image` only records the image; a reconcile task (debounced: images replayed
@@ -15,9 +15,10 @@ What it uses of `metadata`: `image`, `peer_address(id)`, `client_address(id)`,
   directory's `partition.metadata` names the topic id). A new, empty partition's preferred
   leader runs for election at once instead of after an election timeout.
 * Ticks: every core's `tick()` every `tick_ms` (50) from one task.
-* Leadership: a replica that becomes leader reports (leader, epoch) to the controller in a
-  task with bounded retries; a slow check re-reports when the image still disagrees. Never
-  on the data path.
+* Leadership: a replica that becomes leader queues a report of (leader, epoch) for the
+  controller; one task sends what is queued in batches (`report_partition_leaders`, up to
+  MAX_REPORTS_PER_CALL, one call in flight) with bounded retries; a slow check re-reports
+  when the image still disagrees. Never on the data path.
 * Maintenance: retention and compaction, one replica at a time, every MAINTAIN_INTERVAL_S,
   below each replica's high watermark, in worker threads (`Replica.maintain`; the node's
   `DiskWork` limiters bound every kind of disk work its replicas do).
@@ -71,6 +72,7 @@ from typing import Any, Final
 import cbor2
 import trio
 
+from metadata.controller import LeaderReport
 from metadata.image import MetadataImage, PartitionState, TopicImage
 from partition.errors import StorageDamageError
 from partition.log import RepairReport
@@ -110,7 +112,7 @@ MAINTAIN_INTERVAL_S: Final = 5.0
 REPORT_CHECK_S: Final = 2.0
 REPORT_ATTEMPTS: Final = 20
 REPORT_BACKOFF_S: Final = (0.05, 2.0)
-MAX_REPORTS_IN_FLIGHT: Final = 8
+MAX_REPORTS_PER_CALL: Final = 500  # leader reports in one report_partition_leaders call (one in flight)
 DEFAULT_PRODUCE_TIMEOUT_MS: Final = 30_000
 MAX_DELETE_PARTITIONS: Final = 10_000  # one waiting task each
 DEFAULT_FETCH_MAX_WAIT_MS: Final = 500
@@ -169,7 +171,8 @@ class ReplicaManager:
         self._image_changed = trio.Event()
         self._nursery: trio.Nursery | None = None
         self._reporting: dict[tuple[str, int], int] = {}  # key -> epoch being reported
-        self._report_slots = trio.Semaphore(MAX_REPORTS_IN_FLIGHT)
+        self._report_queue: dict[tuple[str, int], tuple[Replica, int, int]] = {}  # key -> (replica, epoch, attempts)
+        self._report_wake = trio.Event()
         self._pid_next = 0
         self._pid_end = 0
         self._pid_lock = trio.Lock()
@@ -208,6 +211,7 @@ class ReplicaManager:
                 nursery.start_soon(self._reconcile_loop)
                 nursery.start_soon(self._tick_loop)
                 nursery.start_soon(self._maintain_loop)
+                nursery.start_soon(self._report_loop)
                 nursery.start_soon(self._report_check_loop)
                 nursery.start_soon(self._reopen_loop)
                 nursery.start_soon(self._scrub_loop)
@@ -856,35 +860,68 @@ class ReplicaManager:
         if self._reporting.get(key, -1) >= epoch:
             return
         self._reporting[key] = epoch
-        assert self._nursery is not None
-        self._nursery.start_soon(self._report, r, epoch)
+        self._report_queue[key] = (r, epoch, 0)  # one per replica: bounded by the replicas
+        self._report_wake.set()
 
-    async def _report(self, r: Replica, epoch: int) -> None:
-        key = (r.topic, r.partition)
+    async def _report_loop(self) -> None:
+        """Send queued leader reports to the controller, up to MAX_REPORTS_PER_CALL in each
+        `report_partition_leaders` call, one call at a time: reports that arrive while a call
+        is in flight go together in the next (after a node dies this broker wins hundreds of
+        elections within a second or two; one proposal each queued them behind the metadata
+        quorum's commit latency). A report whose call or item fails is retried with backoff,
+        at most REPORT_ATTEMPTS times, while its replica still leads in that epoch."""
         delay = REPORT_BACKOFF_S[0]
-        try:
-            async with self._report_slots:
-                for _ in range(REPORT_ATTEMPTS):
-                    if not (r.is_leader and r.leader_epoch == epoch) or r.closed:
-                        return
-                    try:
-                        await self.metadata.report_partition_leader(
-                            r.topic, r.partition, self.node_id, epoch
-                        )
-                        return
-                    except RaftlogError as exc:
-                        log_event(logger, "leader_report_failed", level=logging.DEBUG,
-                                  topic=r.topic, partition=r.partition, epoch=epoch,
-                                  reason=str(exc))
+        while True:
+            await self._report_wake.wait()
+            self._report_wake = trio.Event()
+            while self._report_queue:
+                batch: list[tuple[Replica, int, int]] = []
+                while self._report_queue and len(batch) < MAX_REPORTS_PER_CALL:
+                    key = next(iter(self._report_queue))
+                    r, epoch, attempts = self._report_queue.pop(key)
+                    if r.is_leader and r.leader_epoch == epoch and not r.closed:
+                        batch.append((r, epoch, attempts))
+                    else:
+                        self._report_done(key, epoch)
+                if not batch:
+                    break
+                t0 = trio.current_time()
+                try:
+                    results = await self.metadata.report_partition_leaders(
+                        [LeaderReport(r.topic, r.partition, self.node_id, epoch) for r, epoch, _ in batch])
+                except RaftlogError as exc:
+                    log_event(logger, "leader_reports_failed", level=logging.INFO, reports=len(batch),
+                              reason=str(exc))
+                    results = [{"error": exc.to_wire()}] * len(batch)
+                failed = 0
+                for (r, epoch, attempts), result in zip(batch, results):
+                    key = (r.topic, r.partition)
+                    if "error" not in result:
+                        self._report_done(key, epoch)
+                        continue
+                    failed += 1
+                    log_event(logger, "leader_report_failed", level=logging.DEBUG, topic=r.topic,
+                              partition=r.partition, epoch=epoch, reason=str(result["error"]))
+                    if attempts + 1 >= REPORT_ATTEMPTS or self._reporting.get(key) != epoch \
+                            or key in self._report_queue:
+                        self._report_done(key, epoch)  # given up (the check loop tries again) or superseded
+                    else:
+                        self._report_queue[key] = (r, epoch, attempts + 1)
+                log_event(logger, "leader_reports_sent", reports=len(batch), failed=failed,
+                          took_ms=int((trio.current_time() - t0) * 1000))
+                if failed:
                     await trio.sleep(delay * (0.5 + self._rng.random()))
                     delay = min(delay * 2, REPORT_BACKOFF_S[1])
-        finally:
-            if self._reporting.get(key) == epoch:
-                del self._reporting[key]
+                else:
+                    delay = REPORT_BACKOFF_S[0]
+
+    def _report_done(self, key: tuple[str, int], epoch: int) -> None:
+        if self._reporting.get(key) == epoch:
+            del self._reporting[key]
 
     async def _report_check_loop(self) -> None:
         """Re-report leaderships the image still does not show (a lost report, a controller
-        change); bounded by MAX_REPORTS_IN_FLIGHT."""
+        change, a report given up after REPORT_ATTEMPTS)."""
         while True:
             await trio.sleep(REPORT_CHECK_S)
             image = self._image_now()

@@ -41,9 +41,9 @@ class FakeMetadata:
     def client_address(self, broker_id: int) -> str | None:
         return self.group.client_addresses.get(broker_id)
 
-    async def report_partition_leader(self, topic, partition, leader_id, leader_epoch, **kw):
-        self.reports.append((topic, partition, leader_id, leader_epoch))
-        return True
+    async def report_partition_leaders(self, reports, **kw):
+        self.reports.extend((r.topic, r.partition, r.leader, r.leader_epoch) for r in reports)
+        return [{"changed": True} for _ in reports]
 
     async def allocate_producer_ids(self, **kw):
         first = self._next_pid

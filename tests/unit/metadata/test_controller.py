@@ -5,10 +5,12 @@ import random
 import pytest
 
 from metadata.controller import (
+    MAX_LEADER_REPORTS,
     OFFSETS_TOPIC,
     PRODUCER_ID_BLOCK_SIZE,
     Controller,
     ControllerResult,
+    LeaderReport,
 )
 from metadata.delta import replay_decoded, replay_envelope
 from raftlog.base.errors import (
@@ -434,6 +436,57 @@ def test_partition_leader_reports_only_when_newer():
         cl.c.partition_leader_report("t", 1, a, 5, now_ms=6)
     with pytest.raises(UnknownTopicOrPartitionError):
         cl.c.partition_leader_report("t", 0, a, 5, now_ms=6, topic_id="old-incarnation")
+
+
+def test_partition_leader_reports_in_one_result_answered_per_report():
+    cl = Cluster(brokers=3)
+    resp = cl.commit(cl.c.create_topic("t", 4, 3, now_ms=0))
+    p = resp.partitions
+    result = cl.c.partition_leader_reports([
+        LeaderReport("t", 0, p[0].replicas[1], 1),
+        {"topic": "t", "partition": 1, "leader_id": p[1].replicas[2], "leader_epoch": 3},
+        LeaderReport("nope", 0, 1, 1),                       # unknown topic: only this one fails
+        LeaderReport("t", 2, 99, 1),                         # not a replica
+        {"topic": "t", "partition": "2"},                    # malformed
+        LeaderReport("t", 3, p[3].replicas[0], 2, topic_id="old-incarnation"),
+    ], now_ms=0)
+    assert kinds(result) == ["PartitionChange", "PartitionChange"] and len(result.envelopes) == 1
+    r = result.response
+    assert r[0] == {"changed": True} and r[1] == {"changed": True}
+    assert [e["error"]["code"] for e in r[2:]] == [
+        "UNKNOWN_TOPIC_OR_PARTITION", "INVALID_REQUEST", "INVALID_REQUEST", "UNKNOWN_TOPIC_OR_PARTITION"]
+    # in flight: the same news again (batched or single) proposes nothing
+    again = cl.c.partition_leader_reports([LeaderReport("t", 0, p[0].replicas[1], 1)], now_ms=1)
+    assert again.envelopes == () and again.response == [{"changed": False}]
+    assert cl.c.partition_leader_report("t", 1, p[1].replicas[2], 3, now_ms=1).envelopes == ()
+    cl.commit(result)
+    assert (cl.image.partition("t", 0).leader, cl.image.partition("t", 0).leader_epoch) == (p[0].replicas[1], 1)
+    assert (cl.image.partition("t", 1).leader, cl.image.partition("t", 1).leader_epoch) == (p[1].replicas[2], 3)
+    stale = cl.c.partition_leader_reports([LeaderReport("t", 1, p[1].replicas[0], 2)], now_ms=2)
+    assert stale.envelopes == () and stale.response == [{"changed": False}]
+    with pytest.raises(InvalidRequestError):
+        cl.c.partition_leader_reports("not a list", now_ms=2)
+    with pytest.raises(InvalidRequestError):
+        cl.c.partition_leader_reports([LeaderReport("t", 0, 1, 9)] * (MAX_LEADER_REPORTS + 1), now_ms=2)
+
+
+def test_partition_leader_reports_newer_of_two_wins_and_big_batches_split_into_envelopes():
+    cl = Cluster(brokers=3)
+    n = 700
+    resp = cl.commit(cl.c.create_topic("big", n, 3, now_ms=0))
+    a, b = resp.partitions[0].replicas[0], resp.partitions[0].replicas[1]
+    twice = cl.c.partition_leader_reports(
+        [LeaderReport("big", 0, a, 1), LeaderReport("big", 0, b, 2), LeaderReport("big", 0, a, 1)], now_ms=0)
+    assert twice.response == [{"changed": False}, {"changed": True}, {"changed": False}]
+    assert [(r.leader, r.leader_epoch) for r in twice.records] == [(b, 2)]
+    cl.commit(twice)
+    reports = [LeaderReport("big", p.partition, p.replicas[1], 5) for p in resp.partitions]
+    result = cl.c.partition_leader_reports(reports, now_ms=1)
+    assert all(r == {"changed": True} for r in result.response)
+    assert len(result.records) == n and 1 < len(result.envelopes) <= 4
+    assert all(len(encode_envelope(env)) <= MAX_ENVELOPE_BYTES for env in result.envelopes)
+    cl.commit(result)
+    assert all(cl.image.partition("big", p.partition).leader_epoch == 5 for p in resp.partitions)
 
 
 def test_preferred_leader_moves_wait_settle_and_are_bounded():

@@ -1,4 +1,4 @@
-"""In one trio run: PeerPool multiplexes calls over one connection (answers out of order, typed errors, backoff, timeouts, lost connections), and MetadataService on a single voter registers its broker, answers admin ops, records leader reports and producer-id blocks, and feeds a broker-only service over metadata_fetch."""
+"""In one trio run: PeerPool multiplexes calls over one connection (answers out of order, typed errors, backoff, timeouts, lost connections), and MetadataService on a single voter registers its broker, answers admin ops, records leader reports (one and in batches) and producer-id blocks, and feeds a broker-only service over metadata_fetch."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 import trio
 import trio.testing
 
+from metadata.controller import LeaderReport
 from metadata.service import MetadataService
 from raftlog.cli.cluster import free_ports
 from raftlog.node.config import HostPort, Listeners, NodeConfig
@@ -159,4 +160,10 @@ async def test_single_voter_service_and_a_broker_only_node(tmp_path):
         assert [t["name"] for t in md["topics"]] == ["t", "nope"] and md["topics"][1]["error"]
         status = await s2.client_handlers["cluster_status"](Request(3, "cluster_status", {}))
         assert status["controller_id"] == 1 and status["answered_by"] == 1  # the controller's view
+        # A batch of leader reports from the broker-only node, over the peer link: per report.
+        results = await s2.report_partition_leaders(
+            [LeaderReport("t", 1, 1, 4), LeaderReport("nope", 0, 1, 1), LeaderReport("t", 0, 1, 1)])
+        assert results[0] == {"changed": True} and results[2] == {"changed": False}  # epoch 1 < 3
+        assert results[1]["error"]["code"] == "UNKNOWN_TOPIC_OR_PARTITION"
+        assert s1.image.partition("t", 1).leader_epoch == 4
         nursery.cancel_scope.cancel()
