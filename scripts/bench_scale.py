@@ -39,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+from datetime import datetime, timezone
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -345,6 +346,7 @@ def main() -> int:
             survivors = {1, 2, 3} - {victim}
             via = min(survivors)
             t0 = time.monotonic()
+            killed_at = datetime.now(timezone.utc).strftime("%H:%M:%S.%f")[:-3] + "Z"  # to line up with node logs
             cluster.procs[victim].kill()
             first_led: dict[tuple[str, int], float] = {}
             deadline = t0 + 300
@@ -378,7 +380,7 @@ def main() -> int:
 
             cluster.wait(serving, 300, f"node {victim} serving")
             restart_s.append(time.monotonic() - t1)
-            print(f"run {run + 1}: killed node {victim} ({len(orphans)} partitions led there): every "
+            print(f"run {run + 1}: killed node {victim} at {killed_at} ({len(orphans)} partitions led there): every "
                   f"partition led after {all_led_s[-1]:.2f} s, median per partition {per_part:.2f} s; "
                   f"restart to serving {restart_s[-1]:.2f} s", flush=True)
         if args.runs:
