@@ -21,7 +21,8 @@ ports, data in a temp dir, every process stopped by PID at the end) it measures:
   names a live leader for every partition (and the median per partition of those that lost
   their leader; both as the controller records them, so a killed controller adds its own
   failover), then restart it and time until it serves again (/health ok with every replica
-  open and the broker unfenced).
+  open and the broker unfenced), and the time until every leader is back on its preferred
+  broker (the controller's batched leader moves), so the next kill finds a balanced cluster.
 
 Targets (issue 19) print beside each figure.
 """
@@ -266,6 +267,8 @@ def main() -> int:
     ap.add_argument("--load-s", type=float, default=10.0)
     ap.add_argument("--heartbeat-ms", type=int, default=1500)
     ap.add_argument("--session-timeout-ms", type=int, default=9000)
+    ap.add_argument("--rebalance-s", type=float, default=120.0,
+                    help="after a restart, wait this long for every leader to be back on its preferred broker")
     ap.add_argument("--keep", help="data directory to use and keep (default: a temp dir)")
     args = ap.parse_args()
     per_topic = max(1, args.partitions // TOPICS)
@@ -338,6 +341,7 @@ def main() -> int:
         all_led_s: list[float] = []
         per_part_s: list[float] = []
         restart_s: list[float] = []
+        rebalance_s: list[str] = []
         for run in range(args.runs):
             victim = run % 3 + 1
             cluster.wait(cluster.ready, 120, "a ready cluster")
@@ -380,9 +384,24 @@ def main() -> int:
 
             cluster.wait(serving, 300, f"node {victim} serving")
             restart_s.append(time.monotonic() - t1)
+            # Before the next kill, the controller moves leaders back (preferred leaders, in
+            # batches): otherwise the next victim leads its own and the last victim's share.
+            t2 = time.monotonic()
+            home = 0
+            while time.monotonic() < t2 + args.rebalance_s:
+                try:
+                    home = sum(1 for p in cluster.partitions(via, topics).values() if p["leader"] == p["preferred_leader"])
+                except (OSError, RaftlogError):
+                    home = 0  # the cluster is still settling
+                if home == total:
+                    break
+                threading.Event().wait(POLL_S * 10)
+            rebalance_s.append(f"{time.monotonic() - t2:.1f} s" if home == total else
+                               f"not within {args.rebalance_s:g} s ({home} of {total} there)")
             print(f"run {run + 1}: killed node {victim} at {killed_at} ({len(orphans)} partitions led there): every "
                   f"partition led after {all_led_s[-1]:.2f} s, median per partition {per_part:.2f} s; "
-                  f"restart to serving {restart_s[-1]:.2f} s", flush=True)
+                  f"restart to serving {restart_s[-1]:.2f} s; every leader back on its preferred "
+                  f"broker after {rebalance_s[-1]}", flush=True)
         if args.runs:
             print(f"every partition led after a kill: median {statistics.median(all_led_s):.2f} s [target < 5 s]")
             print(f"partition failover (median per partition, median of runs): "
