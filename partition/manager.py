@@ -164,7 +164,8 @@ class ReplicaManager:
         )
         self._rng = rng if rng is not None else random.Random()
         self._clock_ms = clock_ms
-        self.links = ReplicationLinks(self.node_id, peers, metadata.peer_address, self.replica)
+        self.links = ReplicationLinks(self.node_id, peers, metadata.peer_address, self.replica,
+                                      on_unreachable=self._leader_unreachable)
         self._replicas: dict[tuple[str, int], Replica] = {}
         self._deleting: dict[Path, trio.Event] = {}
         self._image: MetadataImage | None = None
@@ -847,6 +848,12 @@ class ReplicaManager:
                 if r.attached:
                     await r.maintain()
                     await trio.sleep(0)
+
+    async def _leader_unreachable(self, broker_id: int) -> None:
+        """A fetch to `broker_id` was refused: its followers here run soon (raft.py)."""
+        for r in list(self._replicas.values()):
+            if r.attached and not r.is_leader and r.leader_id == broker_id:
+                await r.leader_unreachable(broker_id)
 
     # ------------------------------------------------------------------ leadership reports
 

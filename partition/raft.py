@@ -132,6 +132,8 @@ The contract with the shell (read this before writing one)
    the next FetchRequest that reports it. `LowWatermarkChanged(offset)` (leader): a majority
    holds log starts >= offset: answer DeleteRecords requests up to it. `start_election()`
    runs for election now (a new partition's preferred leader, instead of waiting a timeout).
+   `leader_unreachable(broker_id)`: a connection to that broker was refused; its followers
+   run soon (staggered) instead of after a full, load-stretched election timeout.
 
 Damaged storage (protocol-aware recovery, Alagappan et al., FAST'18)
 --------------------------------------------------------------------
@@ -277,6 +279,9 @@ class LogState:
     log_end_offset: int = 0
     flushed_offset: int = 0
     epochs: tuple[tuple[int, int], ...] = ()
+
+
+UNREACHABLE_WINDOW_DIVISOR = 2  # leader_unreachable: each follower's window, election_timeout/2 wide
 
 
 @dataclass(frozen=True, slots=True)
@@ -535,6 +540,7 @@ class RaftCore:
         self._election_elapsed = 0
         self._election_timeout = 0
         self._reset_election_timer()
+        self._unreachable_seen: tuple[int, int] | None = None  # (epoch, leader) leader_unreachable acted on
         # Counters for /metrics (read-only outside): candidacies started, and changes of the
         # (epoch, leader) this replica announced.
         self.elections_started = 0
@@ -779,6 +785,32 @@ class RaftCore:
         out = self._out = []
         if self._role in (_UNATTACHED, _RESIGNED, _PROSPECTIVE) and not self._needs_catch_up:
             self._start_prevote()
+        return out
+
+    def leader_unreachable(self, broker_id: int) -> list[Effect]:
+        """The shell could not even connect to broker `broker_id` (refused: nothing listens
+        there, e.g. its process died). A follower of it drops its lease (grants pre-votes)
+        and runs soon instead of after a whole election timeout, whose ticks slow down with
+        the node's load (at 1,000 partitions a dead leader was noticed seconds late). Of the
+        leader's followers each runs at a random tick of its own window (election timeout
+        / UNREACHABLE_WINDOW_DIVISOR wide; who goes first rotates with the epoch), so the
+        first one's requests find the others granting rather than running themselves (no
+        split vote), and a broker's hundreds of orphaned groups do not all run in the same
+        tick (all at once, their elections took 1.5 s instead of 0.3 s and overloaded the
+        node into false elections of healthy groups). Pre-vote still
+        guards a live leader: a follower that hears from it keeps its lease and refuses.
+        A no-op unless this replica follows `broker_id`."""
+        out = self._out = []
+        if self._role is not _FOLLOWER or self._leader_id != broker_id or self._needs_catch_up:
+            return out
+        if self._unreachable_seen == (self._epoch, broker_id):
+            return out  # said again (every refused fetch): the timer set the first time stands
+        self._unreachable_seen = (self._epoch, broker_id)
+        others = [v for v in self.voters if v != broker_id]
+        rank = (others.index(self.replica_id) - self._epoch) % len(others)
+        window = max(1, self._cfg.election_timeout_ticks // UNREACHABLE_WINDOW_DIVISOR)
+        self._election_elapsed = max(self._election_elapsed, self._cfg.election_timeout_ticks)  # no lease
+        self._election_timeout = self._election_elapsed + 1 + rank * window + self._rng.randrange(window)
         return out
 
     def clear_catch_up(self) -> list[Effect]:

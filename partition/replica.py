@@ -612,6 +612,12 @@ class Replica:
         if self.online:
             await self._event(RaftCore.start_election)
 
+    async def leader_unreachable(self, broker_id: int) -> None:
+        """A connection to broker `broker_id` was refused (raft.py `leader_unreachable`).
+        Skipped while busy, like a tick: the next refused fetch says it again."""
+        if self.online and not self._lock.locked():
+            await self._event(RaftCore.leader_unreachable, broker_id)
+
     async def clear_catch_up(self) -> bool:
         """Operator override (unclean recovery, raft.py "Damaged storage"): clear this
         replica's needs_catch_up durably, then run for election at once. Returns False (and

@@ -15,6 +15,11 @@ The cores exchange one-way messages (partition/raft.py). This module moves them:
   carrying the durable offset that moves the high watermark) goes out at once in a new
   request instead of waiting for the outstanding long poll; with nothing to send and fetches
   unanswered, one request stays parked at the leader as the return path.
+* A `replica_fetch` the peer pool could not send because the connection was refused
+  (nothing listens at the leader broker's address: its process died) calls
+  `on_unreachable(broker_id)`; the replica manager tells that broker's followers here
+  (raft.py `leader_unreachable`), which run for election at once, staggered, instead of
+  after an election timeout that slows down with the node's load.
 * Every other Raft message (votes, begin/end epoch, timeout-now) rides on `raft`, a one-way
   batch answered at once; replies travel back the same way, on the other broker's link.
 
@@ -57,7 +62,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 import trio
@@ -261,8 +266,10 @@ class ReplicationLinks:
         *,
         session_max_wait_ms: int = SESSION_MAX_WAIT_MS,
         session_max_bytes: int = SESSION_MAX_BYTES,
+        on_unreachable: Callable[[int], Awaitable[None]] | None = None,
     ):
         self.node_id = node_id
+        self.on_unreachable = on_unreachable
         self.peers = peers
         self.peer_address = peer_address
         self.lookup = lookup
@@ -365,6 +372,9 @@ class ReplicationLinks:
                 if link.failures == 1 or not isinstance(exc, PeerUnavailableError):
                     log_event(logger, "replica_fetch_failed", level=logging.DEBUG,
                               broker_id=link.broker_id, reason=str(exc))
+                if isinstance(exc, PeerUnavailableError) and exc.details.get("refused") \
+                        and self.on_unreachable is not None:
+                    await self.on_unreachable(link.broker_id)  # its followers need not wait a timeout
                 return
             link.failures = 0
             responses = result.get("responses")

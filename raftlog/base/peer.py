@@ -78,6 +78,15 @@ class _Waiter:
     error: RaftlogError | None = None
 
 
+def _refused(exc: BaseException) -> bool:
+    """Was a connect refused (nothing listens there), as opposed to timing out? trio's
+    open_tcp_stream raises a plain OSError caused by the group of every attempt's error."""
+    cause = exc.__cause__
+    if isinstance(cause, BaseExceptionGroup):
+        return all(isinstance(e, ConnectionRefusedError) for e in cause.exceptions)
+    return isinstance(exc, ConnectionRefusedError) or isinstance(cause, ConnectionRefusedError)
+
+
 class _Link:
     """State of one peer address. `stream` is None while disconnected."""
 
@@ -90,6 +99,7 @@ class _Link:
         self.slots = trio.Semaphore(max_in_flight)
         self.pending: dict[int, _Waiter] = {}
         self.failures = 0
+        self.refused = False  # the last connect attempt was refused (nothing listens there)
         self.retry_at = -math.inf  # trio clock
         self.last_used = 0.0
 
@@ -226,7 +236,7 @@ class PeerPool:
                 raise PeerUnavailableError(
                     f"{link.address}: reconnect backoff ({link.retry_at - now:.2f} s left, "
                     f"{link.failures} failed attempt(s))",
-                    address=link.address,
+                    address=link.address, refused=link.refused,
                 )
             host, port = _split(self._dial_overrides.get(link.address, link.address))
             stream: trio.abc.Stream | None = None
@@ -248,8 +258,9 @@ class PeerPool:
                     logger, "peer_connect_failed", level=logging.DEBUG,
                     address=link.address, failures=link.failures, reason=str(exc) or type(exc).__name__,
                 )  # fmt: skip
+                link.refused = _refused(exc)
                 raise PeerUnavailableError(f"{link.address}: cannot connect ({exc or 'timeout'})",
-                                      address=link.address) from None
+                                      address=link.address, refused=link.refused) from None
             link.failures = 0
             link.retry_at = -math.inf
             link.stream = stream

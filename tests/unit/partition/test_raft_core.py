@@ -767,3 +767,34 @@ def test_a_deletion_held_by_a_majority_survives_a_leader_elected_without_it():
     h.tick(3)
     assert h.log_start[lagging] == 8  # adopted from the holder's fetch report
     assert new.log_start_offset == 8
+
+
+def test_followers_of_an_unreachable_leader_elect_at_once_without_a_split_vote():
+    for seed in range(20):
+        h = Harness(3, seed=seed)
+        old = h.elect()
+        h.tick(3)
+        followers = [i for i in h.voters if i != old.replica_id]
+        h.cut.add(old.replica_id)  # killed: its port refuses connections
+        for i in followers:
+            h.apply(i, h.cores[i].leader_unreachable(old.replica_id))
+        ticks = 0
+        while h.leader() is None or not h.leader().may_accept_writes:
+            h.tick(nodes=followers)
+            ticks += 1
+            assert ticks < CFG.election_timeout_ticks, "no faster than a plain election timeout"
+        new = h.leader()
+        assert new.replica_id in followers and new.epoch == old.epoch + 1  # one round: no split vote
+
+
+def test_a_follower_told_its_live_leader_is_unreachable_does_not_depose_it():
+    h = Harness(3, seed=4)
+    leader = h.elect()
+    h.tick(3)
+    a, b = [i for i in h.voters if i != leader.replica_id]
+    h.apply(a, h.cores[a].leader_unreachable(leader.replica_id))  # a false alarm, for `a` only
+    h.tick(2 * CFG.election_timeout_ticks)
+    assert h.leader() is leader and leader.epoch == h.cores[a].epoch == h.cores[b].epoch
+    assert h.cores[a].leader_id == leader.replica_id
+    # Not a follower of that broker: nothing happens.
+    assert h.cores[a].leader_unreachable(b) == [] and h.cores[a].role is Role.FOLLOWER
