@@ -544,6 +544,7 @@ class RaftCore:
         # Counters for /metrics (read-only outside): candidacies started, and changes of the
         # (epoch, leader) this replica announced.
         self.elections_started = 0
+        self.leader_unreachable_signals = 0  # leader_unreachable calls acted on
         self.leader_changes = 0
         self._grants: set[int] = set()
 
@@ -806,6 +807,7 @@ class RaftCore:
         if self._unreachable_seen == (self._epoch, broker_id):
             return out  # said again (every refused fetch): the timer set the first time stands
         self._unreachable_seen = (self._epoch, broker_id)
+        self.leader_unreachable_signals += 1
         others = [v for v in self.voters if v != broker_id]
         rank = (others.index(self.replica_id) - self._epoch) % len(others)
         window = max(1, self._cfg.election_timeout_ticks // UNREACHABLE_WINDOW_DIVISOR)

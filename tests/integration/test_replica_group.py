@@ -79,12 +79,15 @@ class Group:
     async def start(self, i: int) -> None:
         self.managers[i] = await self.nursery.start(self._node, i)
 
-    async def stop(self, i: int) -> None:
+    async def stop(self, i: int, *, forget_address: bool = True) -> None:
+        """Stop node i; `forget_address=False` keeps its (now refusing) address in the image,
+        as the metadata keeps a dead broker's until it re-registers."""
         self.scopes.pop(i).cancel()
         await self.stopped.pop(i).wait()
         self.managers.pop(i)
-        self.peer_addresses.pop(i, None)
-        self.client_addresses.pop(i, None)
+        if forget_address:
+            self.peer_addresses.pop(i, None)
+            self.client_addresses.pop(i, None)
 
     async def _node(self, i: int, task_status=trio.TASK_STATUS_IGNORED) -> None:
         scope = self.scopes[i] = trio.CancelScope()
@@ -244,6 +247,19 @@ async def test_leader_loss_elects_a_new_leader_that_keeps_acked_writes_and_dedup
     others = tuple(group.managers)
     await _wait_logs_equal(group, others)
     assert group.managers[leader].replica(TOPIC, 0).is_leader is False
+
+
+async def test_followers_of_a_stopped_leader_hear_its_port_refuse_and_elect(group):
+    leader = await group.wait_leader()
+    await group.produce(leader, _batch(b"before"))
+    followers = [i for i in group.managers if i != leader]
+    await group.stop(leader, forget_address=False)  # its listeners close: connections are refused
+    new = await group.wait_leader(not_=leader)
+    assert new in followers
+    # The refused fetches reached the followers' cores (partition/raft.py leader_unreachable).
+    assert sum(group.managers[i].replica(TOPIC, 0).core.leader_unreachable_signals for i in followers) >= 1
+    await group.produce(new, _batch(b"after"))
+    assert await group.read_all(new) == [b"before", b"after"]
 
 
 async def test_a_follower_that_diverged_is_truncated_to_the_new_leaders_log(group):
