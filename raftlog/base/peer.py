@@ -19,7 +19,9 @@ Invariants and limits:
 * At most `max_addresses` addresses are tracked; idle ones are forgotten first.
 * A failed connect puts the address in backoff (doubling from `backoff_initial_s` up to
   `backoff_max_s`, reset on success); calls during backoff fail at once with
-  PeerUnavailableError, so callers' retry loops do not hammer a dead peer.
+  PeerUnavailableError, so callers' retry loops do not hammer a dead peer. Its detail
+  `refused` says the last connect was refused (nothing listens there: a dead process, not
+  a slow or unreachable host); partition/replication.py lets followers of such a leader run.
 * Error semantics: PeerUnavailableError = nothing was sent (definite); RequestTimedOutError = sent
   (or maybe sent) and no answer within `timeout_s` or the connection broke: the outcome is
   unknown; any other RaftlogError = the peer's error response (error_from_wire).
