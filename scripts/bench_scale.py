@@ -112,11 +112,13 @@ def batch_bytes() -> bytes:
 
 
 class Cluster:
-    def __init__(self, root: Path, settings: dict[str, Any]):
+    def __init__(self, root: Path, settings: dict[str, Any], base_port: int | None = None):
         self.root = root
+        ports = {i: NodePorts(*(free_ports(5) if base_port is None else
+                                range(base_port + 5 * (i - 1), base_port + 5 * i)))
+                 for i in (1, 2, 3)}
         self.configs = build_node_configs(root, new_cluster_id(), secrets.token_urlsafe(24),
-                                          {i: NodePorts(*free_ports(5)) for i in (1, 2, 3)},
-                                          settings=settings)
+                                          ports, settings=settings)
         self.procs: dict[int, NodeProcess] = {}
         self.led_now = 0
 
@@ -266,13 +268,15 @@ def main() -> int:
     ap.add_argument("--heartbeat-ms", type=int, default=1500)
     ap.add_argument("--session-timeout-ms", type=int, default=9000)
     ap.add_argument("--keep", help="data directory to use and keep (default: a temp dir)")
+    ap.add_argument("--base-port", type=int, default=None,
+                    help="use the 15 ports from here (default: free ports the kernel does not hand out)")
     args = ap.parse_args()
     per_topic = max(1, args.partitions // TOPICS)
     total = per_topic * TOPICS
 
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="scale-bench-"))
     settings = {"heartbeat_ms": args.heartbeat_ms, "session_timeout_ms": args.session_timeout_ms}
-    cluster = Cluster(root, settings)
+    cluster = Cluster(root, settings, args.base_port)
     try:
         for i in (1, 2, 3):
             cluster.start(i)
