@@ -91,6 +91,7 @@ class FileSlice:
 
 __all__ = [
     "FileSlice",
+    "ResumePoint",
     "Segment",
     "SegmentScan",
     "SegmentVerifier",
@@ -240,6 +241,22 @@ def parse_header_prefix(data, off: int = 0) -> Header:
 
 
 @dataclass(frozen=True)
+class ResumePoint:
+    """Where the recovery of an active segment may start (partition/log.py "recovery point"):
+    every batch in [0, position) was checked and fsynced, the last ending just before
+    `next_offset` with epoch `last_epoch`; the indexes and index state describe that prefix."""
+
+    position: int
+    next_offset: int
+    last_epoch: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    bytes_since_index: int
+    index: OffsetIndex
+    timeindex: TimeIndex
+
+
+@dataclass(frozen=True)
 class SegmentScan:
     """What a CRC scan of a segment found: the intact prefix and what was cut after it."""
 
@@ -269,12 +286,14 @@ class SegmentVerifier:
 
     def __init__(self, seg: "Segment", *, end: int | None = None, min_epoch: int = -1,
                  max_offset: int | None = None, check_index: bool = False,
-                 keep_headers: bool = False):
+                 keep_headers: bool = False, start: int = 0, next_offset: int | None = None):
         self.seg = seg
         self.end = seg.size_bytes if end is None else end
         self.max_offset = max_offset
-        self.valid_bytes = 0
-        self.next_offset = seg.base_offset
+        # `start` > 0: resume after a prefix checked earlier (recovery from an offset-granular
+        # recovery point), whose batches end just before `next_offset`.
+        self.valid_bytes = start
+        self.next_offset = seg.base_offset if next_offset is None else next_offset
         self.last_epoch = min_epoch
         self.damage: str | None = None
         self.damage_offset = seg.base_offset
@@ -671,14 +690,23 @@ class Segment:
     # ------------------------------------------------------------------ recovery scan
 
     def recover(self, *, index_interval_bytes: int, min_epoch: int = -1,
-                max_offset: int | None = None) -> SegmentScan:
+                max_offset: int | None = None, resume: "ResumePoint | None" = None) -> SegmentScan:
         """CRC-scan the whole segment (`SegmentVerifier`), keep the intact prefix, cut the
         rest off the file, and rebuild the in-memory indexes. `min_epoch`: the previous
         segment's last epoch; `max_offset`: the next segment's base offset, if one stays.
-        Returns the SegmentScan. The cut is not fsynced here (the log does it)."""
+        With `resume` (an offset-granular recovery point: a prefix fsynced and checked before
+        the crash, with its indexes) the scan starts at its position and the indexes go on
+        from its state; the caller has checked that the file is at least that long.
+        Returns the SegmentScan (bytes and headers from where the scan started). The cut is
+        not fsynced here (the log does it)."""
         size = os.fstat(self.fd).st_size
-        check = SegmentVerifier(self, end=size, min_epoch=min_epoch, max_offset=max_offset,
-                                keep_headers=True).run()
+        if resume is None:
+            check = SegmentVerifier(self, end=size, min_epoch=min_epoch, max_offset=max_offset,
+                                    keep_headers=True).run()
+        else:
+            check = SegmentVerifier(self, end=size, min_epoch=max(min_epoch, resume.last_epoch),
+                                    max_offset=max_offset, keep_headers=True,
+                                    start=resume.position, next_offset=resume.next_offset).run()
         valid = check.headers or []
         valid_bytes = check.valid_bytes
         dropped = size - valid_bytes
@@ -689,6 +717,13 @@ class Segment:
             self._cached_from = min(self._cached_from, valid_bytes & ~(_PAGE_BYTES - 1))
         self.size_bytes = valid_bytes
         self._reset_indexes()
+        if resume is not None:
+            self.index, self.timeindex = resume.index, resume.timeindex
+            self.max_timestamp = resume.max_timestamp
+            self.offset_of_max_timestamp = resume.offset_of_max_timestamp
+            self.bytes_since_index = resume.bytes_since_index
+            self.next_offset = resume.next_offset
+            self.last_epoch = resume.last_epoch
         for p, h in valid:
             self._index_batch(p, h.base_offset, h.next_offset, h.max_timestamp, h.size,
                               h.partition_leader_epoch, index_interval_bytes)
