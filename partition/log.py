@@ -424,10 +424,9 @@ class LeaderEpochCache:
 class Log:
     """A partition's log. Open with `Log.open`; see the module docstring for invariants."""
 
-    def __init__(self, directory: Path, config: LogConfig, dir_fd: int):
+    def __init__(self, directory: Path, config: LogConfig):
         self.directory = directory
         self.config = config
-        self._dir_fd = dir_fd
         self._segments: list[Segment] = []
         self._bases: list[int] = []
         self._pending: list[Segment] = []
@@ -467,8 +466,7 @@ class Log:
         started = time.perf_counter()
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        log = cls(directory, config, dir_fd)
+        log = cls(directory, config)
         try:
             log._recover(now_ms, started)
         except BaseException:
@@ -496,7 +494,8 @@ class Log:
 
     def _recover(self, now_ms: int, started: float) -> None:
         cfg = self.config
-        swaps = cleaner.recover_swaps(self.directory, self._dir_fd)
+        with self._dir() as dir_fd:
+            swaps = cleaner.recover_swaps(self.directory, dir_fd)
         bases = self._segment_files()
         ckpt_start = _read_offset_checkpoint(self.directory, LOG_START_CHECKPOINT)
         log_start = ckpt_start if ckpt_start is not None else (bases[0] if bases else 0)
@@ -607,7 +606,7 @@ class Log:
         for seg in scanned:
             seg.fsync()
             seg.fsync_index_files()
-        os.fsync(self._dir_fd)
+        self._fsync_dir()
         self.flushed_offset = self.log_end_offset
         self._clean_below = clean_below
         self._set_recovery_point(active.base_offset)
@@ -652,6 +651,20 @@ class Log:
                            point.max_timestamp, point.offset_of_max_timestamp,
                            point.bytes_since_index, index, timeindex)
 
+    @contextmanager
+    def _dir(self) -> Iterator[int]:
+        """An fd of the log's directory for one durable step. Opened on demand, not kept: a
+        node with 1,000 partitions would otherwise hold 1,000 directory fds (issue 19)."""
+        fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    def _fsync_dir(self) -> None:
+        with self._dir() as fd:
+            os.fsync(fd)
+
     def _rebuild_epochs(self, scanned: list[Segment]) -> LeaderEpochCache:
         if self.size_bytes():
             logger.warning("log %s: rebuilding the leader-epoch cache from the segments",
@@ -672,18 +685,16 @@ class Log:
     # ------------------------------------------------------------------ checkpoints
 
     def _write_epochs(self) -> None:
-        write_durably(self.directory, EPOCH_CHECKPOINT, self._epochs.encode(), dir_fd=self._dir_fd)
+        write_durably(self.directory, EPOCH_CHECKPOINT, self._epochs.encode())
 
     def _write_log_start(self) -> None:
         write_durably(self.directory, LOG_START_CHECKPOINT,
-                      _encode_checkpoint(LOG_START_CHECKPOINT, [str(self.log_start_offset)]),
-                      dir_fd=self._dir_fd)
+                      _encode_checkpoint(LOG_START_CHECKPOINT, [str(self.log_start_offset)]))
 
     def _set_recovery_point(self, clean_below: int) -> None:
         if clean_below != self._clean_below:
             write_durably(self.directory, RECOVERY_POINT_CHECKPOINT,
-                          _encode_checkpoint(RECOVERY_POINT_CHECKPOINT, [str(clean_below)]),
-                          dir_fd=self._dir_fd)
+                          _encode_checkpoint(RECOVERY_POINT_CHECKPOINT, [str(clean_below)]))
             self._clean_below = clean_below
 
     def recovery_snapshot(self, min_bytes: int = RECOVERY_POINT_MIN_BYTES) -> ActiveCheckpoint | None:
@@ -714,8 +725,7 @@ class Log:
             try:
                 if self.flushed_offset < point.next_offset:
                     self._flush_locked()
-                write_durably(self.directory, ACTIVE_POINT_CHECKPOINT, point.encode(),
-                              dir_fd=self._dir_fd)
+                write_durably(self.directory, ACTIVE_POINT_CHECKPOINT, point.encode())
             except OSError as e:
                 self._fail(e)
                 raise LogClosedError(f"recovery point write failed: {e}") from e
@@ -731,7 +741,7 @@ class Log:
             os.unlink(self.directory / ACTIVE_POINT_CHECKPOINT)
         except FileNotFoundError:
             return
-        os.fsync(self._dir_fd)
+        self._fsync_dir()
 
     # ------------------------------------------------------------------ state checks
 
@@ -1261,7 +1271,7 @@ class Log:
                 s.fsync_index_files()
             active.fsync()
             if dir_dirty:
-                os.fsync(self._dir_fd)
+                self._fsync_dir()
             self._drop_behind(pending, active, active_bytes)
         except BaseException:
             with self._lock:
@@ -1482,8 +1492,9 @@ class Log:
                     break
                 self._cleaner_crash_point("cleaned_written")
                 try:
-                    cleaner.install(self.directory, self._dir_fd, old.base_offset,
-                                    self._cleaner_crash_point)
+                    with self._dir() as dir_fd:
+                        cleaner.install(self.directory, dir_fd, old.base_offset,
+                                        self._cleaner_crash_point)
                     new = Segment.open_existing(self.directory, old.base_offset,
                                                 max_index_bytes=self.config.max_index_bytes)
                     new.load_indexes(next_base_offset=self._segments[i + 1].base_offset,
@@ -1544,8 +1555,7 @@ class Log:
                     # Clean shutdown: the next open scans only what a crash may have torn.
                     point = self.recovery_snapshot(RECOVERY_POINT_CLOSE_MIN_BYTES)
                     if point is not None:
-                        write_durably(self.directory, ACTIVE_POINT_CHECKPOINT, point.encode(),
-                                      dir_fd=self._dir_fd)
+                        write_durably(self.directory, ACTIVE_POINT_CHECKPOINT, point.encode())
             finally:
                 with self._lock:
                     self._closed = True
@@ -1553,7 +1563,6 @@ class Log:
                         s.close()
                     for s in self._pending:
                         s.close()
-                os.close(self._dir_fd)
 
     def _abandon(self) -> None:
         """Close every fd without writing anything: what a crash leaves (tests, failed open)."""
@@ -1562,7 +1571,6 @@ class Log:
         self._closed = True
         for s in self._segments + self._pending:
             s.close()
-        os.close(self._dir_fd)
 
 
 def _read_or_none(path: Path) -> bytes | None:
