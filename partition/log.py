@@ -607,6 +607,8 @@ class Log:
             seg.fsync()
             seg.fsync_index_files()
         self._fsync_dir()
+        for seg in self._segments[:-1]:
+            seg.make_evictable()  # sealed and durable: the file cache may close it
         self.flushed_offset = self.log_end_offset
         self._clean_below = clean_below
         self._set_recovery_point(active.base_offset)
@@ -1102,6 +1104,7 @@ class Log:
                 for s in later:
                     self._close_segment(s)
                     s.delete_files()
+                seg.keep_open()  # the active segment now
                 scan = seg.recover(index_interval_bytes=self.config.index_interval_bytes,
                                    max_offset=nxt)
                 seg.created_ms = None
@@ -1201,6 +1204,7 @@ class Log:
         for s in later:
             self._close_segment(s)
             s.delete_files()
+        seg.keep_open()  # the active segment again
         seg.truncate_to(offset, index_interval_bytes=self.config.index_interval_bytes)
         new_end = seg.next_offset if seg.next_offset is not None else seg.base_offset
         if new_end < self.log_start_offset:
@@ -1282,6 +1286,8 @@ class Log:
                 for s in pending:
                     s.unpin()
                 active.unpin()
+        for s in pending:
+            s.make_evictable()
         with self._lock:
             self._pending = [s for s in self._pending if s not in pending]
             if target > self.flushed_offset:
@@ -1499,6 +1505,7 @@ class Log:
                                                 max_index_bytes=self.config.max_index_bytes)
                     new.load_indexes(next_base_offset=self._segments[i + 1].base_offset,
                                      index_interval_bytes=self.config.index_interval_bytes)
+                    new.make_evictable()  # the cleaner fsynced it
                 except OSError as e:
                     self._fail(e)
                     raise LogClosedError(f"compaction failed: {e}") from e
