@@ -739,7 +739,7 @@ class Replica:
         try:
             await trio.to_thread.run_sync(log.write_recovery_point, point, limiter=self.disk.io)
         except (LogClosedError, OSError) as exc:
-            if self.log is log:
+            if self.log is log and not self.closed:
                 self._go_offline(exc)
             return False
         return True
@@ -1265,7 +1265,7 @@ class Replica:
                     await trio.to_thread.run_sync(log.write_recovery_point, point,
                                                   limiter=self.disk.io)
                 except (LogClosedError, OSError) as exc:
-                    if self.log is log:
+                    if self.log is log and not self.closed:
                         self._go_offline(exc)
                     return
         if report and self.core is core:  # a repair or reopen meanwhile: the new core has its own
