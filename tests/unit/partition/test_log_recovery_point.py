@@ -262,3 +262,24 @@ async def test_the_replicas_maintenance_writes_the_point_and_a_restart_resumes_f
     assert again.log.recovery.resumed_at == position
     assert again.log.log_end_offset == end and again.online
     again.log.close()
+
+
+async def test_a_flush_writes_the_point_once_enough_bytes_passed_it(tmp_path, monkeypatch):
+    import partition.replica as replica_module
+
+    d = tmp_path / "t-0"
+    r = _replica(d)
+    r.open()
+    append(r.log, 10)
+    monkeypatch.setattr(replica_module, "RECOVERY_POINT_FLUSH_BYTES", 1 << 30)
+    await r._flush_task(report=False)
+    assert not (d / ACTIVE_POINT_CHECKPOINT).exists()
+    append(r.log, 3, start_ts=2000)
+    monkeypatch.setattr(replica_module, "RECOVERY_POINT_FLUSH_BYTES", 0)
+    await r._flush_task(report=False)
+    assert r.log._active_point == (0, r.log._active.size_bytes)
+    r.log._abandon()
+    again = _replica(d)
+    again.open()
+    assert again.log.recovery.resumed_at is not None and again.log.log_end_offset == 13 * 3
+    again.log.close()
