@@ -106,6 +106,33 @@ class ListenerSecurity:
     new_session: Callable[[str, Mapping[str, Any] | None], Session]
     tls_handshake_timeout_s: float = 10.0
 
+    async def accept(
+        self, stream: trio.SocketStream, peer: str, *, listener: str, tls_failures: Any
+    ) -> tuple[trio.abc.Stream, Session] | None:
+        """One accepted connection, secured: (the stream to talk on, its new session). The
+        TLS handshake runs first when the listener has TLS; when it fails the failure is
+        counted in `tls_failures` (labelled by listener) and logged, the client gets the
+        alert OpenSSL queued, the connection is closed, and None is returned."""
+        secured: trio.abc.Stream = stream
+        certificate = None
+        if self.ssl_context is not None:
+            tls = trio.SSLStream(stream, self.ssl_context, server_side=True)
+            try:
+                with trio.fail_after(self.tls_handshake_timeout_s):
+                    await tls.do_handshake()
+            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError) as exc:
+                tls_failures.labels(listener=listener).inc()
+                cause = exc.__cause__ if exc.__cause__ is not None else exc
+                log_event(
+                    logger, "conn_tls_failed", level=logging.DEBUG,
+                    listener=listener, peer=peer, reason=str(cause)[:200] or type(cause).__name__,
+                )  # fmt: skip
+                await send_tls_alert(tls, stream)
+                await trio.aclose_forcefully(tls)
+                return None
+            secured, certificate = tls, tls.getpeercert()
+        return secured, self.new_session(peer.rsplit(":", 1)[0], certificate)
+
 
 class LoginThrottle:
     """Per-host failed-login delays: the n-th failure in a row from a host waits

@@ -67,7 +67,7 @@ from raftlog.base.protocol import (
     ok_response,
     parse_request,
 )
-from raftlog.node.auth import AUTH_OPS, ListenerSecurity, Session, send_tls_alert
+from raftlog.node.auth import AUTH_OPS, ListenerSecurity, Session
 
 __all__ = ["Handler", "serve", "request_deadline_ms", "close_gracefully", "DEADLINE_MARGIN_MS"]
 
@@ -452,25 +452,11 @@ async def _connection_task(
             async with stream:
                 await _Connection(stream, listener, peer).run()
             return
-        secured: trio.abc.Stream = stream
-        certificate = None
-        if security.ssl_context is not None:
-            tls = trio.SSLStream(stream, security.ssl_context, server_side=True)
-            try:
-                with trio.fail_after(security.tls_handshake_timeout_s):
-                    await tls.do_handshake()
-            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError) as exc:
-                listener.tls_handshake_failures_total.labels(listener=listener.name).inc()
-                cause = exc.__cause__ if exc.__cause__ is not None else exc
-                log_event(
-                    logger, "conn_tls_failed", level=logging.DEBUG,
-                    listener=listener.name, peer=peer, reason=str(cause)[:200] or type(cause).__name__,
-                )  # fmt: skip
-                await send_tls_alert(tls, stream)
-                await trio.aclose_forcefully(tls)
-                return
-            secured, certificate = tls, tls.getpeercert()
-        session = security.new_session(peer.rsplit(":", 1)[0], certificate)
+        accepted = await security.accept(stream, peer, listener=listener.name,
+                                         tls_failures=listener.tls_handshake_failures_total)
+        if accepted is None:
+            return
+        secured, session = accepted
         async with secured:
             await _Connection(secured, listener, peer, session).run()
     except* Exception as group:  # a bug in one connection must not stop the listener

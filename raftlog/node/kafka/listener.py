@@ -60,7 +60,7 @@ import trio
 
 from raftlog.base.errors import RaftlogError
 from raftlog.base.eventlog import log_event
-from raftlog.node.auth import ListenerSecurity, send_tls_alert
+from raftlog.node.auth import ListenerSecurity
 from raftlog.base.metrics import MetricsRegistry
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.context import Call, ConnectionState, Encoded, Handler, KafkaContext, Later
@@ -486,23 +486,11 @@ async def _connection_task(stream: trio.SocketStream, listener: _Listener, slots
             async with stream:
                 await _Connection(stream, listener, peer).run()
             return
-        secured: trio.abc.Stream = stream
-        certificate = None
-        if security.ssl_context is not None:
-            tls = trio.SSLStream(stream, security.ssl_context, server_side=True)
-            try:
-                with trio.fail_after(security.tls_handshake_timeout_s):
-                    await tls.do_handshake()
-            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError) as exc:
-                listener.tls_handshake_failures_total.labels(listener="kafka").inc()
-                cause = exc.__cause__ if exc.__cause__ is not None else exc
-                log_event(logger, "kafka_conn_tls_failed", level=logging.DEBUG, peer=peer,
-                          reason=str(cause)[:200] or type(cause).__name__)
-                await send_tls_alert(tls, stream)
-                await trio.aclose_forcefully(tls)
-                return
-            secured, certificate = tls, tls.getpeercert()
-        session = security.new_session(peer.rsplit(":", 1)[0], certificate)
+        accepted = await security.accept(stream, peer, listener="kafka",
+                                         tls_failures=listener.tls_handshake_failures_total)
+        if accepted is None:
+            return
+        secured, session = accepted
         async with secured:
             await _Connection(secured, listener, peer, session, socket_stream=None if secured is not stream
                               else stream).run()
