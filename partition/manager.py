@@ -85,7 +85,7 @@ from partition.replica import (
     log_config_for,
 )
 from partition.replication import ReplicationLinks
-from partition.segment import SegmentVerifier
+from partition.segment import DEFAULT_MAX_OPEN_SEGMENTS, FILE_CACHE, SegmentVerifier
 from partition.telemetry import ReplicaTelemetry, batch_records, slice_records
 from raftlog.base.errors import (
     InvalidRequestError,
@@ -182,6 +182,7 @@ class ReplicaManager:
         self._scrub_limiter = trio.CapacityLimiter(1)
         self.scrub_bytes_per_s: int = getattr(config, "scrub_bytes_per_s", DEFAULT_SCRUB_BYTES_PER_S)
         self.scrub_interval_ms: int = getattr(config, "scrub_interval_ms", DEFAULT_SCRUB_INTERVAL_MS)
+        FILE_CACHE.set_max_open(getattr(config, "log_open_files_max", DEFAULT_MAX_OPEN_SEGMENTS))
         self.scrub_passes = 0
         self._reopen_at: dict[tuple[str, int], float] = {}
         self._open_failed: dict[tuple[str, int], Replica] = {}

@@ -41,6 +41,12 @@ readers. A busy lock never stalls other partitions: `tick()` skips a replica who
 held, and `deliver()` queues a message (bounded, MAX_INBOX; oldest dropped, Raft retries) for
 a task that hands it to the core when the lock frees.
 
+Recovery point (issue 19): the maintenance pass (every few seconds) and a finished flush
+write the log's offset-granular recovery point (partition/log.py) when the active segment grew
+by RECOVERY_POINT_MIN_BYTES / RECOVERY_POINT_FLUSH_BYTES past it: the writer's snapshot under
+the lock, its fsync and write in a worker thread (DiskWork.io). A restart then CRC-scans only
+the bytes past it.
+
 Damage (DESIGN §9 "Integrity"). Every read path checks CRCs (partition/log.py): the leader's
 consumer reads (bytes or zero-copy slices) and replica-fetch answers, the follower's check of what it fetched
 (partition/replication.py), recovery at open, and the manager's scrubber. A read that finds
@@ -97,7 +103,14 @@ from metadata.topic_config import TopicConfig
 from partition.batch import CONTROL_LEADER_CHANGE, Header, control_batch, iter_headers
 from partition.cleaner import CleanAborted
 from partition.errors import CorruptRecordError, LogClosedError, RaftStateError, StorageDamageError
-from partition.log import LOG_START_CHECKPOINT, Log, LogConfig, RepairReport
+from partition.log import (
+    LOG_START_CHECKPOINT,
+    RECOVERY_POINT_FLUSH_BYTES,
+    RECOVERY_POINT_MIN_BYTES,
+    Log,
+    LogConfig,
+    RepairReport,
+)
 from partition.producer_state import ProducerStateManager
 from partition.raft import (
     AdvanceLogStart,
@@ -669,6 +682,8 @@ class Replica:
         None when offline."""
         if not self.online:
             return None
+        if not await self.checkpoint_recovery_point():
+            return None
         plan = None
         async with self._lock:
             if not self.online:
@@ -717,6 +732,26 @@ class Replica:
         done.update(compacted_segments=res.segments_rewritten, records_removed=res.records_removed,
                     bytes_reclaimed=res.bytes_reclaimed)
         return done
+
+    async def checkpoint_recovery_point(self, min_bytes: int | None = None) -> bool:
+        """The periodic offset-granular recovery point (partition/log.py): the writer's
+        snapshot of the active segment under the lock (no I/O), then its fsync and durable
+        write in a worker thread (DiskWork.io) beside appends. Returns False when the
+        replica is (or went) offline."""
+        async with self._lock:
+            if not self.online:
+                return False
+            log = self.log
+            point = log.recovery_snapshot(RECOVERY_POINT_MIN_BYTES if min_bytes is None else min_bytes)
+        if point is None:
+            return True
+        try:
+            await trio.to_thread.run_sync(log.write_recovery_point, point, limiter=self.disk.io)
+        except (LogClosedError, OSError) as exc:
+            if self.log is log and not self.closed:
+                self._go_offline(exc)
+            return False
+        return True
 
     async def _event(self, method: Callable[..., list], *args: Any) -> None:
         """`method(core, *args)` under the lock, its effects executed. `method` is an unbound
@@ -1240,6 +1275,18 @@ class Replica:
             self._flush_idle.set()
         if offset is None:
             return
+        if self.log is log and not self._lock.locked():
+            # The writer's snapshot (no await: no append or cut runs meanwhile); a fast
+            # writer's recovery point then trails by a bounded number of bytes.
+            point = log.recovery_snapshot(RECOVERY_POINT_FLUSH_BYTES)
+            if point is not None:
+                try:
+                    await trio.to_thread.run_sync(log.write_recovery_point, point,
+                                                  limiter=self.disk.io)
+                except (LogClosedError, OSError) as exc:
+                    if self.log is log and not self.closed:
+                        self._go_offline(exc)
+                    return
         if report and self.core is core:  # a repair or reopen meanwhile: the new core has its own
             await self._event(_flushed_if_core, core, offset)
         if self._report_flush_after and self.online:

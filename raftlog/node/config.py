@@ -225,6 +225,9 @@ class NodeConfig:
     # starting a pass at most every scrub_interval_ms.
     scrub_bytes_per_s: int = 4 << 20
     scrub_interval_ms: int = 3_600_000
+    # Sealed segments' files kept open at most (an LRU; partition/segment.py "Open files"):
+    # the active segments' files stay open besides, one per partition.
+    log_open_files_max: int = 512
     topic_defaults: Mapping[str, str] = dataclasses.field(
         default_factory=lambda: MappingProxyType({})
     )
@@ -464,6 +467,7 @@ _KEYS: Final[dict[str, _Key]] = {
     "auto_create_topics": _Key(_to_bool, "auto_create_topics"),
     "scrub_bytes_per_s": _Key(_to_int, "scrub_bytes_per_s"),
     "scrub_interval_ms": _Key(_to_int, "scrub_interval_ms"),
+    "log_open_files_max": _Key(_to_int, "log_open_files_max"),
     "topic_defaults": _Key(_to_str_map, "topic_defaults"),
     "dial_overrides": _Key(_to_dial_overrides, "dial_overrides"),
     "security_protocol": _Key(lambda v: _to_choice(v, SECURITY_PROTOCOLS, upper=True), "security_protocol"),
@@ -495,6 +499,7 @@ _INT_RANGES: Final = {
     "default_replication_factor": (1, 1_000),
     "scrub_bytes_per_s": (0, 1 << 40),
     "scrub_interval_ms": (1, 365 * 24 * 3_600_000),
+    "log_open_files_max": (1, 1_000_000),
 }
 
 
