@@ -96,12 +96,14 @@ __all__ = [
     "load_config",
     "config_to_toml",
     "ensure_meta_properties",
+    "take_incarnation",
     "new_cluster_id",
 ]
 
 ROLES: Final = frozenset({"controller", "broker"})
 ENV_PREFIX: Final = "RAFTLOG_"
 META_PROPERTIES: Final = "meta.properties"
+INCARNATION_FILE: Final = "broker.incarnation"  # the incarnation id that runs (ran) here
 META_VERSION: Final = 1
 LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 MIN_SECRET_CHARS: Final = 16
@@ -797,6 +799,22 @@ def _write_atomically(path: Path, text: str) -> None:
         os.fsync(directory)  # the rename itself must survive a crash
     finally:
         os.close(directory)
+
+
+def take_incarnation(data_dir: Path | str) -> tuple[str | None, str]:
+    """(the broker incarnation id that last ran on `data_dir` or None, a new one for this
+    process), the new one written in its place first (atomically, durably). Call only after
+    claiming the data dir (pidfile.claim): then the previous process is gone, and the
+    controller lets this one replace it at once (Controller.register_broker). An unreadable
+    file counts as no predecessor (the registration then waits out the old session)."""
+    path = Path(data_dir) / INCARNATION_FILE
+    try:
+        previous = path.read_text(encoding="ascii").strip() or None
+    except (OSError, UnicodeDecodeError):
+        previous = None
+    new = base64.urlsafe_b64encode(os.urandom(9)).decode("ascii")
+    _write_atomically(path, new + "\n")
+    return previous, new
 
 
 def ensure_meta_properties(data_dir: Path | str, node_id: int, cluster_id: str | None) -> str:
