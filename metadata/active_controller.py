@@ -340,6 +340,7 @@ class ActiveController:
             field(fields, "rack", str, default=None, nullable=True), now_ms=self._clock_ms(),
             kafka_host=field(fields, "kafka_host", str, default=None, nullable=True),
             kafka_port=field(fields, "kafka_port", int, default=None, nullable=True),
+            previous_incarnation_id=field(fields, "previous_incarnation_id", str, default=None, nullable=True),
         )  # fmt: skip
         response = await self.propose(result, deadline)
         return {"broker_id": response.broker_id, "incarnation_id": response.incarnation_id}

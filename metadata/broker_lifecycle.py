@@ -38,13 +38,18 @@ class BrokerLifecycle:
     controller, here or over the peer pool."""
 
     def __init__(self, config: Any, controller_call: ControllerCall, rng: random.Random,
-                 clock_ms: Callable[[], int]) -> None:
+                 clock_ms: Callable[[], int], *,
+                 incarnation: tuple[str | None, str] | None = None) -> None:
+        """`incarnation`: (the incarnation that last ran on this node's data dir or None,
+        this process's), as the node keeps them (Controller.register_broker); default: a
+        new id and no predecessor."""
         self.node_id: int = config.node_id
         self._clock_ms = clock_ms
         self._config = config
         self._controller_call = controller_call
         self._rng = rng
-        self.incarnation_id = secrets.token_urlsafe(12)
+        self.previous_incarnation_id, self.incarnation_id = (
+            incarnation if incarnation is not None else (None, secrets.token_urlsafe(12)))
         self.registered = False
         self.fenced = True
         self._shutting_down = False
@@ -73,6 +78,8 @@ class BrokerLifecycle:
         kafka = self._config.advertised("kafka") if getattr(self._config.listeners, "kafka", None) else None
         if kafka is not None:
             registration |= {"kafka_host": kafka.host, "kafka_port": kafka.port}
+        if self.previous_incarnation_id is not None:
+            registration["previous_incarnation_id"] = self.previous_incarnation_id
         failures = 0
         self._started_ms = self._clock_ms()
         while not self._shutting_down:

@@ -387,12 +387,16 @@ class Controller:
         now_ms: int,
         kafka_host: str | None = None,
         kafka_port: int | None = None,
+        previous_incarnation_id: str | None = None,
     ) -> ControllerResult[RegisterBrokerResponse]:
         """Register a broker process. A new incarnation of a known id is refused with
         DuplicateBrokerRegistrationError while the old incarnation is unfenced, not shutting
-        down, and heard from within session_timeout_ms (two live processes with one id). The
-        broker is fenced until its first heartbeat after the record applies. Raises
-        InvalidRequestError for bad fields."""
+        down, and heard from within session_timeout_ms (two live processes with one id),
+        unless the new one names the old as `previous_incarnation_id`: the incarnation that
+        last ran on its data dir, which it could only take over once that process was gone
+        (the node's pid-file claim), so a restart after a SIGKILL need not wait out the
+        session. The broker is fenced until its first heartbeat after the record applies.
+        Raises InvalidRequestError for bad fields."""
         self._check_active()
         try:
             record = RegisterBroker(broker_id, incarnation_id, host, port, peer_host, peer_port, rack,
@@ -403,7 +407,8 @@ class Controller:
         if old is not None and old.incarnation_id != incarnation_id:
             silent_ms = now_ms - self._last_heartbeat_ms.get(broker_id, now_ms)
             if not old.fenced and self._shutting_down.get(broker_id) != old.incarnation_id \
-                    and silent_ms <= self.session_timeout_ms:
+                    and silent_ms <= self.session_timeout_ms \
+                    and old.incarnation_id != previous_incarnation_id:
                 raise DuplicateBrokerRegistrationError(
                     f"broker {broker_id} is registered by live incarnation {old.incarnation_id} "
                     f"(heard {silent_ms} ms ago; session {self.session_timeout_ms} ms)"

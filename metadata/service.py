@@ -123,6 +123,7 @@ class MetadataService:
         clock_ms: Callable[[], int] = _trio_ms,
         rng: random.Random | None = None,
         bootstrap_credentials: tuple[UserScramCredential, ...] = (),
+        incarnation: tuple[str | None, str] | None = None,
     ) -> None:
         self.config = config
         self.node_id = config.node_id
@@ -137,7 +138,8 @@ class MetadataService:
         # (topic, partition) -> (a replica is open here, the leader it knows or None); set by
         # the node to its ReplicaManager's `local_leader` on brokers.
         self.partition_view: Callable[[str, int], tuple[bool, int | None]] | None = None
-        self._broker = BrokerLifecycle(config, self._controller_call, rng, clock_ms) if config.is_broker else None
+        self._broker = BrokerLifecycle(config, self._controller_call, rng, clock_ms,
+                                       incarnation=incarnation) if config.is_broker else None
         self._quorum: Quorum | None = None
         self._active: ActiveController | None = None
         self._fetcher: MetadataFetcher | None = None

@@ -8,7 +8,14 @@ Files in the log directory:
   retention leaves it where no segment starts.
 * `recovery-point-offset-checkpoint`: the base offset of the first segment that may not be
   durable. Every segment below it was fsynced (data and index files) after it was sealed.
-All three are `<kind>\\n<count>\\n<lines>\\ncrc32c <hex>\\n`, replaced atomically (tmp file,
+* `recovery-point-active`: the offset-granular part of the recovery point (issue 19): the
+  active segment's base, a byte position and offset up to which its batches were checked and
+  fsynced, and its indexes and index state for that prefix (binary, CRC-32C at the end; see
+  `ActiveCheckpoint`). Written every few seconds by the replica (`recovery_snapshot` +
+  `write_recovery_point`) and at `close`; removed (durably) before any cut of the log. A
+  missing, damaged or stale one (another base, a file shorter than its position, an index
+  that does not match) is ignored: the active segment is then scanned whole.
+The first three are `<kind>\\n<count>\\n<lines>\\ncrc32c <hex>\\n`, replaced atomically (tmp file,
 fsync, rename, fsync dir); a missing or bad one is rebuilt from the segments (epochs), or
 taken as the safe default (log start: the first segment; recovery point: 0, scan all).
 
@@ -22,7 +29,8 @@ Invariants:
   [log_start_offset, log_end_offset); the cache entry for an epoch is durable before any
   batch of that epoch is written (so a durable batch never has an unknown epoch).
 * Recovery on open CRC-scans only segments at or above the recovery point (normally just the
-  active one); segments below it are trusted through their sanity-checked indexes. The first
+  active one); segments below it are trusted through their sanity-checked indexes. The
+  active segment is scanned from its offset-granular point when one applies. The first
   bad batch ends the log: the tail is cut and later segments deleted (RecoveryReport).
 * Retention and compaction touch only closed segments; compaction only fsynced ones.
 
@@ -99,6 +107,7 @@ from partition.batch import (
     verify_crc,
 )
 from partition.errors import CorruptRecordError, LogClosedError, StorageDamageError
+from partition.index import IndexCorrupt, OffsetIndex, TimeIndex
 from partition.segment import (
     FileSlice,
     INDEX_SUFFIX,
@@ -108,6 +117,7 @@ from partition.segment import (
     TMP_SUFFIX,
     Segment,
     SegmentVerifier,
+    ResumePoint,
     parse_segment_name,
     read_whole_file_or_none,
     write_durably,
@@ -123,6 +133,8 @@ __all__ = [
     "Log", "LogConfig", "RecoveryReport", "RepairReport", "CompactionPlan", "LeaderEpochCache",
     "InvalidAppendError", "NonContiguousAppend", "EpochRegression",
     "EPOCH_CHECKPOINT", "LOG_START_CHECKPOINT", "RECOVERY_POINT_CHECKPOINT",
+    "ACTIVE_POINT_CHECKPOINT", "ActiveCheckpoint", "RECOVERY_POINT_MIN_BYTES",
+    "RECOVERY_POINT_FLUSH_BYTES",
 ]
 
 logger = logging.getLogger(__name__)
@@ -134,6 +146,19 @@ _LEADER_EPOCH = struct.Struct(">i")
 EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+ACTIVE_POINT_CHECKPOINT = "recovery-point-active"
+# A new offset-granular point is written once the active segment holds this many bytes past
+# the last one (periodically and at close): what a restart scans is bounded by it plus what
+# was written since the last checkpoint, and idle or slow partitions cost no fsyncs.
+RECOVERY_POINT_MIN_BYTES = 4 << 20
+RECOVERY_POINT_CLOSE_MIN_BYTES = 1 << 20
+# ... and after a flush once this many bytes are past it (a fast writer's 5 s can be a GiB).
+RECOVERY_POINT_FLUSH_BYTES = 64 << 20
+_ACTIVE_MAGIC = b"RPA1"
+# magic, base, position, next_offset, last_epoch, max_timestamp, offset_of_max_timestamp,
+# bytes_since_index, index bytes, timeindex bytes; then the two indexes, then CRC-32C.
+_ACTIVE_HEAD = struct.Struct(">4sqqqiqqqII")
+_CRC = struct.Struct(">I")
 
 
 class InvalidAppendError(InvalidRequestError):
@@ -200,6 +225,9 @@ class RecoveryReport:
     duration_ms: float
     swaps_recovered: list[str] = field(default_factory=list)
     segments_scanned: int = 0
+    # Where the active segment's scan started (its offset-granular recovery point), or None
+    # when it was scanned from the start.
+    resumed_at: int | None = None
 
 
 @dataclass(frozen=True)
@@ -272,6 +300,49 @@ def _read_offset_checkpoint(directory: Path, name: str) -> int | None:
         return int(lines[0])
     except ValueError:
         return None
+
+
+@dataclass(frozen=True)
+class ActiveCheckpoint:
+    """The offset-granular recovery point of the active segment (module docstring): taken by
+    the writer (`Log.recovery_snapshot`, no I/O), made durable by `write_recovery_point`.
+    `generation` is the log's cut counter when taken (a cut since makes it void)."""
+
+    base: int
+    position: int
+    next_offset: int
+    last_epoch: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    bytes_since_index: int
+    index: bytes
+    timeindex: bytes
+    generation: int = 0
+
+    def encode(self) -> bytes:
+        raw = _ACTIVE_HEAD.pack(_ACTIVE_MAGIC, self.base, self.position, self.next_offset,
+                                self.last_epoch, self.max_timestamp, self.offset_of_max_timestamp,
+                                self.bytes_since_index, len(self.index), len(self.timeindex))
+        raw += self.index + self.timeindex
+        return raw + _CRC.pack(google_crc32c.value(raw))
+
+    @classmethod
+    def decode(cls, data: bytes) -> "ActiveCheckpoint | None":
+        """The checkpoint in `data`, or None if it is not a whole, valid one."""
+        if len(data) < _ACTIVE_HEAD.size + _CRC.size:
+            return None
+        raw = data[:-_CRC.size]
+        if _CRC.unpack_from(data, len(raw))[0] != google_crc32c.value(raw):
+            return None
+        (magic, base, position, next_offset, last_epoch, max_ts, off_max_ts, since, n_index,
+         n_time) = _ACTIVE_HEAD.unpack_from(raw)
+        if magic != _ACTIVE_MAGIC or len(raw) != _ACTIVE_HEAD.size + n_index + n_time:
+            return None
+        if base < 0 or position <= 0 or next_offset <= base or since < 0:
+            return None
+        at = _ACTIVE_HEAD.size
+        return cls(base, position, next_offset, last_epoch, max_ts, off_max_ts, since,
+                   raw[at:at + n_index], raw[at + n_index:])
 
 
 # ------------------------------------------------------------------------------ epoch cache
@@ -353,10 +424,9 @@ class LeaderEpochCache:
 class Log:
     """A partition's log. Open with `Log.open`; see the module docstring for invariants."""
 
-    def __init__(self, directory: Path, config: LogConfig, dir_fd: int):
+    def __init__(self, directory: Path, config: LogConfig):
         self.directory = directory
         self.config = config
-        self._dir_fd = dir_fd
         self._segments: list[Segment] = []
         self._bases: list[int] = []
         self._pending: list[Segment] = []
@@ -375,6 +445,10 @@ class Log:
         # Compaction bookkeeping (in memory: after a restart the first maintain cleans once).
         self._compacted_below = -1
         self._next_tombstone_expiry_ms: int | None = None
+        # The durable offset-granular point (base, position), None if none applies; the cut
+        # counter that voids snapshots taken before a truncation or repair.
+        self._active_point: tuple[int, int] | None = None
+        self._cut_generation = 0
         # Test seam: called after each durable step of a compaction swap.
         self._cleaner_crash_point: Callable[[str], None] = lambda step: None
 
@@ -392,8 +466,7 @@ class Log:
         started = time.perf_counter()
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        log = cls(directory, config, dir_fd)
+        log = cls(directory, config)
         try:
             log._recover(now_ms, started)
         except BaseException:
@@ -408,6 +481,7 @@ class Log:
         for fname in names:
             if fname.endswith(TMP_SUFFIX):
                 os.unlink(self.directory / fname)
+                self._dir_dirty = True
                 continue
             base = parse_segment_name(fname)
             if base is not None:
@@ -417,19 +491,26 @@ class Log:
                 b = parse_segment_name(fname, suffix)
                 if b is not None and f"{b:020d}{LOG_SUFFIX}" not in present:
                     os.unlink(self.directory / fname)  # an index without its segment
+                    self._dir_dirty = True
         return sorted(bases)
 
     def _recover(self, now_ms: int, started: float) -> None:
         cfg = self.config
-        swaps = cleaner.recover_swaps(self.directory, self._dir_fd)
+        with self._dir() as dir_fd:
+            swaps = cleaner.recover_swaps(self.directory, dir_fd)
+        self._dir_dirty = bool(swaps)
         bases = self._segment_files()
         ckpt_start = _read_offset_checkpoint(self.directory, LOG_START_CHECKPOINT)
         log_start = ckpt_start if ckpt_start is not None else (bases[0] if bases else 0)
         # Segments wholly below the log start: a retention whose unlink did not happen.
         while len(bases) > 1 and bases[1] <= log_start:
             self._unlink_segment_files(bases.pop(0))
+            self._dir_dirty = True
         clean_below = _read_offset_checkpoint(self.directory, RECOVERY_POINT_CHECKPOINT) or 0
+        point = self._read_active_point()
+        resumed_at: int | None = None
         if not bases:
+            self._dir_dirty = True
             self._segments = [Segment.create(self.directory, log_start,
                                              max_index_bytes=cfg.max_index_bytes)]
         else:
@@ -454,6 +535,7 @@ class Log:
                     if seg.load_indexes(next_base_offset=next_base,
                                         index_interval_bytes=cfg.index_interval_bytes):
                         rebuilt += [seg.index_path.name, seg.timeindex_path.name]
+                        self._dir_dirty = True
                     i += 1
                     continue
                 except StorageDamageError as e:
@@ -462,18 +544,25 @@ class Log:
                     logger.warning("log %s: %s; scanning segment %s", self.directory, e, seg.name)
             old_index = _read_or_none(seg.index_path)
             old_timeindex = _read_or_none(seg.timeindex_path)
+            resume = self._resume_point(seg, point) if last else None
             scan = seg.recover(index_interval_bytes=cfg.index_interval_bytes, min_epoch=prev_epoch,
-                               max_offset=None if last else self._segments[i + 1].base_offset)
+                               max_offset=None if last else self._segments[i + 1].base_offset,
+                               resume=resume)
+            if resume is not None:
+                resumed_at = resume.position
+                self._active_point = (seg.base_offset, resume.position)
             scanned.append(seg)
             scanned_headers.extend(h for _, h in scan.headers)
             if scan.headers:
                 prev_epoch = scan.headers[-1][1].partition_leader_epoch
             if not last:
                 seg.seal()
+                self._dir_dirty = True
             else:
                 seg.created_ms = now_ms if seg.size_bytes else None
-            if seg.size_bytes and (old_index != seg.index.to_bytes() and not last
-                                   or old_index is None and len(seg.index)):
+            if seg.size_bytes and resume is None and (
+                    old_index != seg.index.to_bytes() and not last
+                    or old_index is None and len(seg.index)):
                 rebuilt.append(seg.index_path.name)
             if seg.size_bytes and not last and old_timeindex != seg.timeindex.to_bytes():
                 rebuilt.append(seg.timeindex_path.name)
@@ -490,6 +579,7 @@ class Log:
                     offsets_lost += _count_records(later)
                     later.close()
                     later.delete_files()
+                    self._dir_dirty = True
                     logger.warning("log %s: deleted segment %s after the cut",
                                    self.directory, later.name)
                 del self._segments[i + 1:]
@@ -521,17 +611,78 @@ class Log:
         if ckpt_start != self.log_start_offset:
             self._write_log_start()
         # Make what recovery kept durable, then move the recovery point up to the active one.
+        # A clean restart spends no fsyncs on what was durable already (issue 19: four per
+        # partition, a third of a replica's open): the active segment's bytes up to its
+        # recovery point, its index files (never trusted: recovery rebuilds them), and the
+        # directory when recovery changed no name in it.
         for seg in scanned:
-            seg.fsync()
-            seg.fsync_index_files()
-        os.fsync(self._dir_fd)
+            if not (seg is active and resumed_at is not None and resumed_at == seg.size_bytes
+                    and not bytes_dropped):
+                seg.fsync()
+            if seg is not active:
+                seg.fsync_index_files()
+        if self._dir_dirty or bytes_dropped:
+            self._fsync_dir()
+        self._dir_dirty = False
+        for seg in self._segments[:-1]:
+            seg.make_evictable()  # sealed and durable: the file cache may close it
         self.flushed_offset = self.log_end_offset
         self._clean_below = clean_below
         self._set_recovery_point(active.base_offset)
         self.recovery = RecoveryReport(
             segment=cut_segment, bytes_dropped=bytes_dropped, offsets_lost=offsets_lost,
             indexes_rebuilt=rebuilt, duration_ms=(time.perf_counter() - started) * 1000,
-            swaps_recovered=swaps, segments_scanned=len(scanned))
+            swaps_recovered=swaps, segments_scanned=len(scanned), resumed_at=resumed_at)
+
+    def _read_active_point(self) -> ActiveCheckpoint | None:
+        data = _read_or_none(self.directory / ACTIVE_POINT_CHECKPOINT)
+        if data is None:
+            return None
+        point = ActiveCheckpoint.decode(data)
+        if point is None:
+            logger.warning("%s/%s is damaged; ignoring it", self.directory, ACTIVE_POINT_CHECKPOINT)
+        return point
+
+    def _resume_point(self, seg: Segment, point: ActiveCheckpoint | None) -> ResumePoint | None:
+        """Where recovery of the active segment `seg` may start: `point` when it names this
+        segment, the file still holds its position, and its indexes describe that prefix
+        (sane, inside it, the last offset entry naming the batch there); else None (scan
+        all)."""
+        if point is None or point.base != seg.base_offset:
+            return None
+        try:
+            if os.fstat(seg.fd).st_size < point.position:
+                raise IndexCorrupt(f"file shorter than the point's position {point.position}")
+            index = OffsetIndex.from_bytes(point.index, max_entries=seg.index.max_entries,
+                                           segment_bytes=point.position)
+            timeindex = TimeIndex.from_bytes(point.timeindex, max_entries=seg.timeindex.max_entries)
+            if len(timeindex) and seg.base_offset + timeindex.rel_offsets[-1] >= point.next_offset:
+                raise IndexCorrupt("timeindex names an offset past the point")
+            if len(index):
+                if seg.base_offset + index.rel_offsets[-1] >= point.next_offset:
+                    raise IndexCorrupt("index names an offset past the point")
+                seg._check_index_entry(index, len(index) - 1)
+        except (OSError, IndexCorrupt) as e:
+            logger.warning("log %s: recovery point of %s not used (%s); scanning it whole",
+                           self.directory, seg.name, e)
+            return None
+        return ResumePoint(point.position, point.next_offset, point.last_epoch,
+                           point.max_timestamp, point.offset_of_max_timestamp,
+                           point.bytes_since_index, index, timeindex)
+
+    @contextmanager
+    def _dir(self) -> Iterator[int]:
+        """An fd of the log's directory for one durable step. Opened on demand, not kept: a
+        node with 1,000 partitions would otherwise hold 1,000 directory fds (issue 19)."""
+        fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    def _fsync_dir(self) -> None:
+        with self._dir() as fd:
+            os.fsync(fd)
 
     def _rebuild_epochs(self, scanned: list[Segment]) -> LeaderEpochCache:
         if self.size_bytes():
@@ -553,19 +704,63 @@ class Log:
     # ------------------------------------------------------------------ checkpoints
 
     def _write_epochs(self) -> None:
-        write_durably(self.directory, EPOCH_CHECKPOINT, self._epochs.encode(), dir_fd=self._dir_fd)
+        write_durably(self.directory, EPOCH_CHECKPOINT, self._epochs.encode())
 
     def _write_log_start(self) -> None:
         write_durably(self.directory, LOG_START_CHECKPOINT,
-                      _encode_checkpoint(LOG_START_CHECKPOINT, [str(self.log_start_offset)]),
-                      dir_fd=self._dir_fd)
+                      _encode_checkpoint(LOG_START_CHECKPOINT, [str(self.log_start_offset)]))
 
     def _set_recovery_point(self, clean_below: int) -> None:
         if clean_below != self._clean_below:
             write_durably(self.directory, RECOVERY_POINT_CHECKPOINT,
-                          _encode_checkpoint(RECOVERY_POINT_CHECKPOINT, [str(clean_below)]),
-                          dir_fd=self._dir_fd)
+                          _encode_checkpoint(RECOVERY_POINT_CHECKPOINT, [str(clean_below)]))
             self._clean_below = clean_below
+
+    def recovery_snapshot(self, min_bytes: int = RECOVERY_POINT_MIN_BYTES) -> ActiveCheckpoint | None:
+        """Writer, no I/O: the active segment's offset-granular recovery point as it stands
+        (its indexes copied), or None when it would cover fewer than `min_bytes` new bytes
+        (or the log is closed). Make it durable with `write_recovery_point` (any thread)."""
+        if self._closed or self._failed is not None:
+            return None
+        a = self._active
+        covered = self._active_point[1] if (self._active_point is not None
+                                            and self._active_point[0] == a.base_offset) else 0
+        if a.size_bytes == 0 or a.size_bytes - covered < max(min_bytes, 1):
+            return None
+        return ActiveCheckpoint(a.base_offset, a.size_bytes, a.next_offset, a.last_epoch,
+                                a.max_timestamp, a.offset_of_max_timestamp, a.bytes_since_index,
+                                a.index.to_bytes(), a.timeindex.to_bytes(), self._cut_generation)
+
+    def write_recovery_point(self, point: ActiveCheckpoint) -> bool:
+        """Make `point` durable: fsync the log first if it holds bytes the point covers that
+        are not yet flushed, then replace the checkpoint atomically. False (nothing written)
+        when a truncation or repair came after the snapshot. Blocking; any thread (it waits
+        for a running flush). Raises LogClosedError (an fsync or write failed)."""
+        self._check_open()
+        with self._flush_lock:
+            self._check_open()
+            if point.generation != self._cut_generation:
+                return False
+            try:
+                if self.flushed_offset < point.next_offset:
+                    self._flush_locked()
+                write_durably(self.directory, ACTIVE_POINT_CHECKPOINT, point.encode())
+            except OSError as e:
+                self._fail(e)
+                raise LogClosedError(f"recovery point write failed: {e}") from e
+            self._active_point = (point.base, point.position)
+            return True
+
+    def _drop_active_point(self) -> None:
+        """Before any cut (under _flush_lock): void snapshots taken so far and remove the
+        durable point, so that a crash from here on scans the active segment whole."""
+        self._cut_generation += 1
+        self._active_point = None
+        try:
+            os.unlink(self.directory / ACTIVE_POINT_CHECKPOINT)
+        except FileNotFoundError:
+            return
+        self._fsync_dir()
 
     # ------------------------------------------------------------------ state checks
 
@@ -914,6 +1109,7 @@ class Log:
             if check.damage is None:
                 return None
             try:
+                self._drop_active_point()
                 self._set_recovery_point(min(self._clean_below, seg.base_offset))
                 with self._lock:
                     del self._segments[i + 1:]
@@ -925,6 +1121,7 @@ class Log:
                 for s in later:
                     self._close_segment(s)
                     s.delete_files()
+                seg.keep_open()  # the active segment now
                 scan = seg.recover(index_interval_bytes=self.config.index_interval_bytes,
                                    max_offset=nxt)
                 seg.created_ms = None
@@ -1014,6 +1211,7 @@ class Log:
         later = self._segments[i + 1:]
         # First lower the recovery point: a crash from here on must find this segment
         # scanned, not trusted through index files that no longer match it.
+        self._drop_active_point()
         self._set_recovery_point(min(self._clean_below, seg.base_offset))
         with self._lock:
             del self._segments[i + 1:]
@@ -1023,6 +1221,7 @@ class Log:
         for s in later:
             self._close_segment(s)
             s.delete_files()
+        seg.keep_open()  # the active segment again
         seg.truncate_to(offset, index_interval_bytes=self.config.index_interval_bytes)
         new_end = seg.next_offset if seg.next_offset is not None else seg.base_offset
         if new_end < self.log_start_offset:
@@ -1035,6 +1234,7 @@ class Log:
             self._write_epochs()
 
     def _truncate_fully_locked(self, start: int) -> None:
+        self._drop_active_point()
         old = self._segments
         with self._lock:
             self._segments = []
@@ -1092,7 +1292,7 @@ class Log:
                 s.fsync_index_files()
             active.fsync()
             if dir_dirty:
-                os.fsync(self._dir_fd)
+                self._fsync_dir()
             self._drop_behind(pending, active, active_bytes)
         except BaseException:
             with self._lock:
@@ -1103,6 +1303,8 @@ class Log:
                 for s in pending:
                     s.unpin()
                 active.unpin()
+        for s in pending:
+            s.make_evictable()
         with self._lock:
             self._pending = [s for s in self._pending if s not in pending]
             if target > self.flushed_offset:
@@ -1313,12 +1515,14 @@ class Log:
                     break
                 self._cleaner_crash_point("cleaned_written")
                 try:
-                    cleaner.install(self.directory, self._dir_fd, old.base_offset,
-                                    self._cleaner_crash_point)
+                    with self._dir() as dir_fd:
+                        cleaner.install(self.directory, dir_fd, old.base_offset,
+                                        self._cleaner_crash_point)
                     new = Segment.open_existing(self.directory, old.base_offset,
                                                 max_index_bytes=self.config.max_index_bytes)
                     new.load_indexes(next_base_offset=self._segments[i + 1].base_offset,
                                      index_interval_bytes=self.config.index_interval_bytes)
+                    new.make_evictable()  # the cleaner fsynced it
                 except OSError as e:
                     self._fail(e)
                     raise LogClosedError(f"compaction failed: {e}") from e
@@ -1372,6 +1576,10 @@ class Log:
                 if self._failed is None:
                     self._flush_locked()
                     self._active.write_index_files()
+                    # Clean shutdown: the next open scans only what a crash may have torn.
+                    point = self.recovery_snapshot(RECOVERY_POINT_CLOSE_MIN_BYTES)
+                    if point is not None:
+                        write_durably(self.directory, ACTIVE_POINT_CHECKPOINT, point.encode())
             finally:
                 with self._lock:
                     self._closed = True
@@ -1379,7 +1587,6 @@ class Log:
                         s.close()
                     for s in self._pending:
                         s.close()
-                os.close(self._dir_fd)
 
     def _abandon(self) -> None:
         """Close every fd without writing anything: what a crash leaves (tests, failed open)."""
@@ -1388,7 +1595,6 @@ class Log:
         self._closed = True
         for s in self._segments + self._pending:
             s.close()
-        os.close(self._dir_fd)
 
 
 def _read_or_none(path: Path) -> bytes | None:

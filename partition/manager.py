@@ -83,10 +83,11 @@ from partition.replica import (
     Replica,
     ReplicaObserver,
     ReplicaSettings,
+    fetch_wait_ticks,
     log_config_for,
 )
 from partition.replication import ReplicationLinks
-from partition.segment import SegmentVerifier
+from partition.segment import DEFAULT_MAX_OPEN_SEGMENTS, FILE_CACHE, SegmentVerifier
 from partition.telemetry import ReplicaTelemetry, batch_records, slice_records
 from raftlog.base.errors import (
     InvalidRequestError,
@@ -113,6 +114,7 @@ REPORT_CHECK_S: Final = 2.0
 REPORT_ATTEMPTS: Final = 20
 REPORT_BACKOFF_S: Final = (0.05, 2.0)
 MAX_REPORTS_PER_CALL: Final = 500  # leader reports in one report_partition_leaders call (one in flight)
+TICK_YIELD_EVERY: Final = 100  # the tick loop lets other tasks run after this many replicas
 DEFAULT_PRODUCE_TIMEOUT_MS: Final = 30_000
 MAX_DELETE_PARTITIONS: Final = 10_000  # one waiting task each
 DEFAULT_FETCH_MAX_WAIT_MS: Final = 500
@@ -184,6 +186,7 @@ class ReplicaManager:
         self._scrub_limiter = trio.CapacityLimiter(1)
         self.scrub_bytes_per_s: int = getattr(config, "scrub_bytes_per_s", DEFAULT_SCRUB_BYTES_PER_S)
         self.scrub_interval_ms: int = getattr(config, "scrub_interval_ms", DEFAULT_SCRUB_INTERVAL_MS)
+        FILE_CACHE.set_max_open(getattr(config, "log_open_files_max", DEFAULT_MAX_OPEN_SEGMENTS))
         self.scrub_passes = 0
         self._reopen_at: dict[tuple[str, int], float] = {}
         self._open_failed: dict[tuple[str, int], Replica] = {}
@@ -746,15 +749,22 @@ class ReplicaManager:
     async def _tick_loop(self) -> None:
         tick_s = self.settings.tick_ms / 1000
         next_at = trio.current_time()
+        answer_every = fetch_wait_ticks(self.settings)
+        ticks = 0
         while True:
             next_at += tick_s
             now = trio.current_time()
             if next_at < now - tick_s:
                 next_at = now  # fell behind (a loaded machine): do not burst to catch up
             await trio.sleep_until(next_at)
-            for r in list(self._replicas.values()):
+            ticks += 1
+            answer = ticks % answer_every == 0  # parked fetches together (RaftCore.tick)
+            for i, r in enumerate(list(self._replicas.values())):
                 if r.attached:
-                    await r.tick()
+                    # Does not yield when the tick does nothing (Replica._event).
+                    await r.tick(answer_parked=answer)
+                if i % TICK_YIELD_EVERY == TICK_YIELD_EVERY - 1:
+                    await trio.lowlevel.checkpoint()
 
     def free_bytes(self) -> int | None:
         """Bytes free for us on the data dir's file system (None if it cannot be read)."""

@@ -632,12 +632,18 @@ class RaftCore:
 
     # ------------------------------------------------------------------------- events
 
-    def tick(self) -> list[Effect]:
-        """One tick of `tick_ms` has passed."""
+    def tick(self, *, answer_parked: bool = False) -> list[Effect]:
+        """One tick of `tick_ms` has passed. `answer_parked`: a leader also answers every
+        parked fetch now, however long it waited. The shell says so on the same tick for all
+        its partitions, every `fetch_max_wait_ticks`: then the idle answers to one follower
+        broker leave together, one round trip per broker pair instead of one per partition at
+        staggered times (no wait grows: a parked fetch still goes at `fetch_max_wait_ticks`)."""
         out = self._out = []
         role = self._role
         if role is _LEADER:
             self._tick_leader()
+            if answer_parked and self._role is _LEADER:
+                self._answer_parked()
             return out
         if role is _FOLLOWER:
             if self._fetch_inflight:

@@ -20,9 +20,11 @@ ports, data in a temp dir, every process stopped by PID at the end) it measures:
 * --runs times: SIGKILL one node (each in turn), the time until `metadata` on a survivor
   names a live leader for every partition (and the median per partition of those that lost
   their leader; both as the controller records them, so a killed controller adds its own
-  failover), then restart it and time until it serves again (/health ok with every replica
-  open and the broker unfenced), and the time until every leader is back on its preferred
-  broker (the controller's batched leader moves), so the next kill finds a balanced cluster.
+  failover), then restart it and time until it serves again (/health ok, the broker
+  unfenced, and every replica open: counted from the node's `replica_opened` log events,
+  since /health counts the replicas it knows, open or not), and the time until every
+  leader is back on its preferred broker (the controller's batched leader moves), so the
+  next kill finds a balanced cluster.
 
 Targets (issue 19) print beside each figure.
 """
@@ -114,11 +116,13 @@ def batch_bytes() -> bytes:
 
 
 class Cluster:
-    def __init__(self, root: Path, settings: dict[str, Any]):
+    def __init__(self, root: Path, settings: dict[str, Any], base_port: int | None = None):
         self.root = root
+        ports = {i: NodePorts(*(free_ports(5) if base_port is None else
+                                range(base_port + 5 * (i - 1), base_port + 5 * i)))
+                 for i in (1, 2, 3)}
         self.configs = build_node_configs(root, new_cluster_id(), secrets.token_urlsafe(24),
-                                          {i: NodePorts(*free_ports(5)) for i in (1, 2, 3)},
-                                          settings=settings)
+                                          ports, settings=settings)
         self.procs: dict[int, NodeProcess] = {}
         self.led_now = 0
 
@@ -270,13 +274,15 @@ def main() -> int:
     ap.add_argument("--rebalance-s", type=float, default=120.0,
                     help="after a restart, wait this long for every leader to be back on its preferred broker")
     ap.add_argument("--keep", help="data directory to use and keep (default: a temp dir)")
+    ap.add_argument("--base-port", type=int, default=None,
+                    help="use the 15 ports from here (default: free ports the kernel does not hand out)")
     args = ap.parse_args()
     per_topic = max(1, args.partitions // TOPICS)
     total = per_topic * TOPICS
 
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="scale-bench-"))
     settings = {"heartbeat_ms": args.heartbeat_ms, "session_timeout_ms": args.session_timeout_ms}
-    cluster = Cluster(root, settings)
+    cluster = Cluster(root, settings, args.base_port)
     try:
         for i in (1, 2, 3):
             cluster.start(i)
@@ -373,9 +379,17 @@ def main() -> int:
             per_part = statistics.median(first_led.values()) if first_led else 0.0
             per_part_s.append(per_part)
 
+            node_log = cluster.configs[victim].data_dir / "node.log"
+            log_from = node_log.stat().st_size if node_log.exists() else 0
             cluster.start(victim)
             t1 = time.monotonic()
             expected = sum(1 for p in parts.values() if victim in p["replicas"])
+
+            def opened() -> bool:
+                # /health counts the replicas it knows, open or not: count the opens it logged.
+                with open(node_log, "rb") as f:
+                    f.seek(log_from)
+                    return f.read().count(b"event=replica_opened") >= expected
 
             def serving() -> bool:
                 h = cluster.health(victim)
@@ -383,6 +397,7 @@ def main() -> int:
                 return h.get("ok") is True and rm.get("replicas", 0) >= expected and cluster.ready()
 
             cluster.wait(serving, 300, f"node {victim} serving")
+            cluster.wait(opened, 300, f"node {victim}'s {expected} replicas open")
             restart_s.append(time.monotonic() - t1)
             # Before the next kill, the controller moves leaders back (preferred leaders, in
             # batches): otherwise the next victim leads its own and the last victim's share.
@@ -400,8 +415,9 @@ def main() -> int:
                                f"not within {args.rebalance_s:g} s ({home} of {total} there)")
             print(f"run {run + 1}: killed node {victim} at {killed_at} ({len(orphans)} partitions led there): every "
                   f"partition led after {all_led_s[-1]:.2f} s, median per partition {per_part:.2f} s; "
-                  f"restart to serving {restart_s[-1]:.2f} s; every leader back on its preferred "
-                  f"broker after {rebalance_s[-1]}", flush=True)
+                  f"restart to serving (unfenced, /health ok, every replica open) "
+                  f"{restart_s[-1]:.2f} s; every leader back on its preferred broker after "
+                  f"{rebalance_s[-1]}", flush=True)
         if args.runs:
             print(f"every partition led after a kill: median {statistics.median(all_led_s):.2f} s [target < 5 s]")
             print(f"partition failover (median per partition, median of runs): "

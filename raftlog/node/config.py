@@ -96,12 +96,14 @@ __all__ = [
     "load_config",
     "config_to_toml",
     "ensure_meta_properties",
+    "take_incarnation",
     "new_cluster_id",
 ]
 
 ROLES: Final = frozenset({"controller", "broker"})
 ENV_PREFIX: Final = "RAFTLOG_"
 META_PROPERTIES: Final = "meta.properties"
+INCARNATION_FILE: Final = "broker.incarnation"  # the incarnation id that runs (ran) here
 META_VERSION: Final = 1
 LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 MIN_SECRET_CHARS: Final = 16
@@ -225,6 +227,9 @@ class NodeConfig:
     # starting a pass at most every scrub_interval_ms.
     scrub_bytes_per_s: int = 4 << 20
     scrub_interval_ms: int = 3_600_000
+    # Sealed segments' files kept open at most (an LRU; partition/segment.py "Open files"):
+    # the active segments' files stay open besides, one per partition.
+    log_open_files_max: int = 512
     topic_defaults: Mapping[str, str] = dataclasses.field(
         default_factory=lambda: MappingProxyType({})
     )
@@ -464,6 +469,7 @@ _KEYS: Final[dict[str, _Key]] = {
     "auto_create_topics": _Key(_to_bool, "auto_create_topics"),
     "scrub_bytes_per_s": _Key(_to_int, "scrub_bytes_per_s"),
     "scrub_interval_ms": _Key(_to_int, "scrub_interval_ms"),
+    "log_open_files_max": _Key(_to_int, "log_open_files_max"),
     "topic_defaults": _Key(_to_str_map, "topic_defaults"),
     "dial_overrides": _Key(_to_dial_overrides, "dial_overrides"),
     "security_protocol": _Key(lambda v: _to_choice(v, SECURITY_PROTOCOLS, upper=True), "security_protocol"),
@@ -495,6 +501,7 @@ _INT_RANGES: Final = {
     "default_replication_factor": (1, 1_000),
     "scrub_bytes_per_s": (0, 1 << 40),
     "scrub_interval_ms": (1, 365 * 24 * 3_600_000),
+    "log_open_files_max": (1, 1_000_000),
 }
 
 
@@ -792,6 +799,22 @@ def _write_atomically(path: Path, text: str) -> None:
         os.fsync(directory)  # the rename itself must survive a crash
     finally:
         os.close(directory)
+
+
+def take_incarnation(data_dir: Path | str) -> tuple[str | None, str]:
+    """(the broker incarnation id that last ran on `data_dir` or None, a new one for this
+    process), the new one written in its place first (atomically, durably). Call only after
+    claiming the data dir (pidfile.claim): then the previous process is gone, and the
+    controller lets this one replace it at once (Controller.register_broker). An unreadable
+    file counts as no predecessor (the registration then waits out the old session)."""
+    path = Path(data_dir) / INCARNATION_FILE
+    try:
+        previous = path.read_text(encoding="ascii").strip() or None
+    except (OSError, UnicodeDecodeError):
+        previous = None
+    new = base64.urlsafe_b64encode(os.urandom(9)).decode("ascii")
+    _write_atomically(path, new + "\n")
+    return previous, new
 
 
 def ensure_meta_properties(data_dir: Path | str, node_id: int, cluster_id: str | None) -> str:

@@ -62,7 +62,7 @@ from raftlog.base.tls import client_context, server_context
 from raftlog.node.auth import ListenerSecurity, client_session_factory, peer_session_factory
 from raftlog.node.authorize import AuthorizerCache, guard_handlers
 from raftlog.node.metadata_quorum import MetadataQuorum, QuorumConfig
-from raftlog.node.config import NodeConfig, ensure_meta_properties, load_config
+from raftlog.node.config import NodeConfig, ensure_meta_properties, load_config, take_incarnation
 from raftlog.node.http import serve_http
 from raftlog.node.kafka.context import KafkaContext
 from raftlog.node.kafka.listener import serve_kafka
@@ -207,8 +207,9 @@ async def run_node(
     peers, peer_security = peer_security_of(config)
     bootstrap = () if config.bootstrap_credentials_file is None else await trio.to_thread.run_sync(
         read_bootstrap_credentials, config.bootstrap_credentials_file)
+    incarnation = await trio.to_thread.run_sync(take_incarnation, config.data_dir) if config.is_broker else None
     metadata = MetadataService(config, cluster_id, peers, quorum_factory=quorum_factory(config),
-                               registry=registry, bootstrap_credentials=bootstrap)
+                               registry=registry, bootstrap_credentials=bootstrap, incarnation=incarnation)
     services = build_services(config, metadata, peers, registry)
     client_handlers = merge_handlers([(s.name, s.client_handlers) for s in services])
     client_security = client_security_of(config, lambda: metadata.image)

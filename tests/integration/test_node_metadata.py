@@ -152,8 +152,15 @@ def test_controller_sigkill_fails_over(cluster):
     assert after == before
     created = cluster.call(survivor, "create_topic", name="after-failover", partitions=3, replication_factor=2)
     assert len(created["partitions"]) == 3
+    log_path = cluster.processes[old].log_path
+    restarted_from = log_path.stat().st_size
     cluster.start(old)  # it comes back as a follower and its broker registers again
     cluster.wait_ready(timeout_s=20, brokers=[1, 2, 3, 4])
+    # The new controller gave the killed incarnation a fresh session, yet the restarted process
+    # replaces it at once: it names it as the predecessor on its data dir.
+    restarted = log_path.read_bytes()[restarted_from:]
+    assert b"broker_registered" in restarted
+    assert b"DUPLICATE_BROKER_REGISTRATION" not in restarted
     placed = _placement(cluster, survivor, "after-failover")
     assert placed is not None
     assert cluster.wait_for(lambda: _placement(cluster, old, "after-failover") == placed, 30,

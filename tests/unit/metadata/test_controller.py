@@ -198,6 +198,17 @@ def test_duplicate_registration_refused_while_old_incarnation_lives():
         cl.c.heartbeat(7, "x", now_ms=9002)
 
 
+def test_the_next_incarnation_on_the_same_data_dir_replaces_the_old_at_once():
+    cl = Cluster(brokers=1)
+    cl.now_ms = 3000
+    with pytest.raises(DuplicateBrokerRegistrationError):  # names another predecessor
+        cl.c.register_broker(1, "new", "h", 1, "h", 2, now_ms=3000, previous_incarnation_id="inc-0")
+    cl.commit(cl.c.register_broker(1, "new", "h", 1, "h", 2, now_ms=3000, previous_incarnation_id="inc-1"))
+    assert cl.image.broker(1).incarnation_id == "new" and cl.image.broker(1).fenced
+    with pytest.raises(StaleBrokerEpochError):  # the old process, were it alive, must stop
+        cl.c.heartbeat(1, "inc-1", now_ms=3001)
+
+
 def test_controlled_shutdown_fences_and_allows_immediate_restart():
     cl = Cluster(brokers=1)
     result = cl.c.controlled_shutdown(1, "inc-1", now_ms=100)

@@ -549,6 +549,21 @@ def test_leader_parks_caught_up_fetch_until_data_or_max_wait():
     assert all(c.high_watermark == 2 for c in h.cores.values())
 
 
+def test_a_tick_told_to_answers_every_parked_fetch_at_once():
+    h = Harness(3, seed=2)
+    leader = h.elect()
+    h.write(leader.replica_id)
+    h.tick(3)
+    assert sum(p.parked is not None for p in leader._peers.values()) == 2
+    answers = [e for e in leader.tick() if type(e) is Send]
+    assert answers == []  # a plain tick waits for fetch_max_wait_ticks
+    answers = [e for e in leader.tick(answer_parked=True) if type(e) is Send]
+    assert sorted(type(e.message).__name__ for e in answers) == ["FetchResponse"] * 2
+    assert all(p.parked is None for p in leader._peers.values())
+    follower = next(c for c in h.cores.values() if c is not leader)
+    assert follower.tick(answer_parked=True) == follower.tick() == []  # leaders only
+
+
 # ------------------------------------------------------------------ leadership transfer
 
 

@@ -9,6 +9,7 @@ from raftlog.node.config import (
     HostPort,
     NodeConfig,
     config_to_toml,
+    take_incarnation,
     ensure_meta_properties,
     load_config,
     new_cluster_id,
@@ -320,3 +321,11 @@ advertised_host = "node1"
 def test_bad_security_settings_name_the_key(tmp_path, extra, key):
     with pytest.raises(ConfigError, match=key):
         load_config(write(tmp_path, MINIMAL.replace('cluster_secret', extra + 'cluster_secret')), env={})
+
+
+def test_each_start_on_a_data_dir_names_the_incarnation_before_it(tmp_path):
+    first_previous, first = take_incarnation(tmp_path)
+    second_previous, second = take_incarnation(tmp_path)
+    assert first_previous is None and second_previous == first and second != first
+    (tmp_path / "broker.incarnation").write_bytes(b"\xff\xfe")  # unreadable: no predecessor
+    assert take_incarnation(tmp_path)[0] is None
