@@ -33,15 +33,6 @@ _spec.loader.exec_module(harness)
 
 TIMEOUT_S = 30
 
-# kafka-python 3.0.12 leaks the socket of a connect that fails (net/inet.py `connect` never
-# closes it), e.g. to a node busy in a leader change on a loaded machine; pytest then fails
-# the test on its ResourceWarning. Only that socket is ignored: never connected (0.0.0.0
-# with no peer); any other leak still fails.
-KAFKA_PYTHON_CONNECT_LEAK = pytest.mark.filterwarnings(
-    r"ignore:Exception ignored in. <socket\.socket fd=\d+, family=2, type=1, proto=6, "
-    r"laddr=\('0\.0\.0\.0', \d+\)>\n:pytest.PytestUnraisableExceptionWarning")
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[harness.NodeCluster]:
     with harness.NodeCluster(tmp_path_factory.mktemp("kafka-compat"), size=3) as c:
@@ -152,7 +143,6 @@ def test_confluent_idempotent_produce_across_leader_kill_is_exactly_once(cluster
     cluster.wait_ready(timeout_s=60)
 
 
-@KAFKA_PYTHON_CONNECT_LEAK
 def test_kafka_python_assign_seek_and_offsets_for_times(cluster):
     kafka = pytest.importorskip("kafka")
     topic = "kp"
@@ -178,7 +168,6 @@ def test_kafka_python_assign_seek_and_offsets_for_times(cluster):
     consumer.close()
 
 
-@KAFKA_PYTHON_CONNECT_LEAK
 def test_kafka_python_every_codec_it_has(cluster):
     kafka = pytest.importorskip("kafka")
     topic = "kp-codecs"
@@ -333,7 +322,6 @@ def test_confluent_admin_topics_and_configs(cluster):
     cluster.wait_for(lambda: "adm" not in admin.list_topics(timeout=TIMEOUT_S).topics, 20, "adm deleted")
 
 
-@KAFKA_PYTHON_CONNECT_LEAK
 def test_create_partitions_from_confluent_and_kafka_python(cluster):
     admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap()})
     admin.create_topics([NewTopic("grow", 2, 3)])["grow"].result(TIMEOUT_S)
@@ -365,7 +353,6 @@ def test_create_partitions_from_confluent_and_kafka_python(cluster):
     assert (m.partition(), m.offset(), m.value()) == (5, 0, b"in-5")
 
 
-@KAFKA_PYTHON_CONNECT_LEAK
 def test_delete_records_from_confluent_and_kafka_python(cluster):
     topic = "trim"
     create(cluster, topic, 1)
