@@ -155,12 +155,16 @@ def test_controller_sigkill_fails_over(cluster):
     log_path = cluster.processes[old].log_path
     restarted_from = log_path.stat().st_size
     cluster.start(old)  # it comes back as a follower and its broker registers again
-    cluster.wait_ready(timeout_s=20, brokers=[1, 2, 3, 4])
     # The new controller gave the killed incarnation a fresh session, yet the restarted process
-    # replaces it at once: it names it as the predecessor on its data dir.
-    restarted = log_path.read_bytes()[restarted_from:]
-    assert b"broker_registered" in restarted
-    assert b"DUPLICATE_BROKER_REGISTRATION" not in restarted
+    # replaces it at once: it names it as the predecessor on its data dir. (wait_ready alone
+    # could pass before: the image still shows the killed incarnation registered.)
+    def log_once_registered() -> bytes | None:
+        out = log_path.read_bytes()[restarted_from:]
+        return out if b"broker_registered" in out else None
+
+    registered = cluster.wait_for(log_once_registered, 30, "the restarted broker registered")
+    assert b"DUPLICATE_BROKER_REGISTRATION" not in registered
+    cluster.wait_ready(timeout_s=20, brokers=[1, 2, 3, 4])
     placed = _placement(cluster, survivor, "after-failover")
     assert placed is not None
     assert cluster.wait_for(lambda: _placement(cluster, old, "after-failover") == placed, 30,
