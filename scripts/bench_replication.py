@@ -39,6 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from partition.batch import BatchBuilder  # noqa: E402
 from raftlog.cli.cluster import NodePorts, NodeProcess, build_node_configs, free_ports, stop_all, write_node_config  # noqa: E402
 from raftlog.node.config import new_cluster_id  # noqa: E402
+
+from bench_scale import cpu_seconds  # noqa: E402  (this directory, sys.path[0])
 from raftlog.base.errors import RaftlogError, error_from_wire  # noqa: E402
 from raftlog.base.protocol import FrameDecoder, encode_frame  # noqa: E402
 
@@ -219,23 +221,14 @@ def run_worker(address: str, topic: str, batch_bytes: int, seconds: float, windo
     return json.loads(out.stdout)
 
 
-def cpu_s(pids: list[int]) -> float:
-    """CPU seconds (user + system) the processes have used so far, from /proc/PID/stat."""
-    total = 0
-    for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
-    return total / os.sysconf("SC_CLK_TCK")
-
-
 def measured_run(cluster: "Cluster", address: str, topic: str, batch_bytes: int, seconds: float,
                  window: int) -> dict:
     """run_worker, plus `cpu_us_per_record`: the three nodes' CPU time over the run divided
     by the records acknowledged (the leader's and the followers' work together)."""
     pids = [p.pid for p in cluster.procs.values() if p.alive()]
-    before = cpu_s(pids)
+    before = sum(cpu_seconds(p) for p in pids)
     m = run_worker(address, topic, batch_bytes, seconds, window)
-    used = cpu_s(pids) - before
+    used = sum(cpu_seconds(p) for p in pids) - before
     m["cpu_us_per_record"] = used * 1e6 / max(1.0, m["records_per_s"] * seconds)
     return m
 
