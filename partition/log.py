@@ -1367,6 +1367,15 @@ class Log:
             done["bytes_reclaimed"] = res.bytes_reclaimed
         return done
 
+    def roll_or_retention_due(self, now_ms: int, *, high_watermark: int | None = None) -> bool:
+        """Writer (no I/O): whether `roll_and_retain` would change anything now. The replica
+        asks first, so an idle partition's maintenance costs no worker-thread hand-off."""
+        self._check_open()
+        a = self._active
+        if a.size_bytes and a.created_ms is not None and now_ms - a.created_ms >= self.config.segment_ms:
+            return True
+        return self.config.deletes and self._retention_count(now_ms, high_watermark) > 0
+
     def roll_and_retain(self, now_ms: int, *, high_watermark: int | None = None) -> dict:
         """Writer: roll the active segment if older than segment_ms; under "delete", drop the
         oldest CLOSED segments past retention_ms (by their largest timestamp) or beyond
@@ -1390,22 +1399,7 @@ class Log:
         return done
 
     def _apply_retention(self, now_ms: int, high_watermark: int | None) -> list[str]:
-        cfg = self.config
-        closed = self._segments[:-1]
-        k = 0
-        if cfg.retention_ms >= 0:
-            while k < len(closed) and now_ms - closed[k].max_timestamp > cfg.retention_ms:
-                k += 1
-        if cfg.retention_bytes >= 0:
-            excess = self.size_bytes() - cfg.retention_bytes
-            j = 0
-            while j < len(closed) and excess - closed[j].size_bytes >= 0:
-                excess -= closed[j].size_bytes
-                j += 1
-            k = max(k, j)
-        if high_watermark is not None:
-            while k and self._segments[k].base_offset > high_watermark:
-                k -= 1
+        k = self._retention_count(now_ms, high_watermark)
         if k == 0:
             return []
         gone = self._segments[:k]
@@ -1424,6 +1418,26 @@ class Log:
             self._close_segment(s)
             s.delete_files()
         return [s.name for s in gone]
+
+    def _retention_count(self, now_ms: int, high_watermark: int | None) -> int:
+        """How many of the oldest closed segments retention would delete now (no I/O)."""
+        cfg = self.config
+        closed = self._segments[:-1]
+        k = 0
+        if cfg.retention_ms >= 0:
+            while k < len(closed) and now_ms - closed[k].max_timestamp > cfg.retention_ms:
+                k += 1
+        if cfg.retention_bytes >= 0:
+            excess = self.size_bytes() - cfg.retention_bytes
+            j = 0
+            while j < len(closed) and excess - closed[j].size_bytes >= 0:
+                excess -= closed[j].size_bytes
+                j += 1
+            k = max(k, j)
+        if high_watermark is not None:
+            while k and self._segments[k].base_offset > high_watermark:
+                k -= 1
+        return k
 
     def advance_start(self, offset: int) -> list[str]:
         """DeleteRecords (partition/raft.py "Log start"): raise log_start_offset to `offset`

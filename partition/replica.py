@@ -365,6 +365,7 @@ class Replica:
         rng: random.Random | None = None,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         on_leadership: Callable[["Replica"], None] = lambda replica: None,
+        on_ticking: Callable[["Replica"], None] = lambda replica: None,
         disk: DiskWork | None = None,
         observer: ReplicaObserver | None = None,
     ):
@@ -380,6 +381,8 @@ class Replica:
         self._rng = rng if rng is not None else random.Random()
         self._clock_ms = clock_ms
         self._on_leadership = on_leadership
+        self._on_ticking = on_ticking
+        self.ticking = True  # the manager ticks it (until a tick finds `needs_tick` false)
         self.log: Log | None = None
         self.core: RaftCore | None = None
         self.producers = ProducerStateManager(max_producers=settings.max_producers)
@@ -514,6 +517,7 @@ class Replica:
         """Stop: fail waiters, wait for a running flush, close the log (flushes it)."""
         if self.closed:
             return
+        self._abandon_core()
         self.closed = True
         self._fail_waiters(KafkaStorageError(f"{self.topic}-{self.partition}: replica closed"))
         self._wake_watchers()
@@ -558,10 +562,34 @@ class Replica:
             out.update(role=s["role"], epoch=s["epoch"], leader_id=s["leader_id"],
                        log_end_offset=s["log_end_offset"], flushed_offset=s["flushed_offset"],
                        high_watermark=s["high_watermark"],
-                       needs_catch_up=s["needs_catch_up"])
+                       needs_catch_up=s["needs_catch_up"], quiescent=s["quiescent"])
         if self.log is not None:
             out["log_start_offset"] = self.log.log_start_offset
         return out
+
+    def needs_tick(self) -> bool:
+        """Whether ticks would do anything: online, and its core not quiescent (raft.py
+        "Quiescence") or an interval flush pending. Once false, the manager stops ticking
+        this replica until an event makes it true again (then `on_ticking` is called)."""
+        core = self.core
+        if core is None or not self.online:
+            return False
+        if not core.quiescent:
+            return True
+        log = self.log
+        return (self.topic_config.flush_policy == "interval" and log is not None
+                and log.flushed_offset < log.log_end_offset)
+
+    def quiescent_on(self, broker_id: int) -> bool:
+        """A follower of broker `broker_id` whose fetch that leader holds."""
+        core = self.core
+        return (core is not None and self.online and core.role is Role.FOLLOWER
+                and core.leader_id == broker_id and core.quiescent)
+
+    def _check_ticking(self) -> None:
+        if not self.ticking and self.needs_tick():
+            self.ticking = True
+            self._on_ticking(self)
 
     def check_online(self) -> None:
         if self.offline_reason is not None:
@@ -635,10 +663,26 @@ class Replica:
             await self._event(RaftCore.start_election)
 
     async def leader_unreachable(self, broker_id: int) -> None:
-        """A connection to broker `broker_id` was refused (raft.py `leader_unreachable`).
-        Skipped while busy, like a tick: the next refused fetch says it again."""
-        if self.online and not self._lock.locked():
+        """A connection to broker `broker_id` was refused or its link went silent (raft.py
+        `leader_unreachable`). Skipped while busy, like a tick, unless quiescent: the next
+        refused fetch says it again, but a silence is reported once."""
+        if self.online and (not self._lock.locked() or self.quiescent_on(broker_id)):
             await self._event(RaftCore.leader_unreachable, broker_id)
+
+    async def wake(self, broker_id: int) -> None:
+        """The link to broker `broker_id` broke (raft.py `wake`)."""
+        if self.online:
+            await self._event(RaftCore.wake, broker_id)
+
+    async def follower_silent(self, broker_id: int) -> None:
+        """Broker `broker_id` sent nothing for a while (raft.py `follower_silent`)."""
+        if self.online:
+            await self._event(RaftCore.follower_silent, broker_id)
+
+    async def follower_heard(self, broker_id: int) -> None:
+        """Broker `broker_id` is heard again (raft.py `follower_heard`)."""
+        if self.online:
+            await self._event(RaftCore.follower_heard, broker_id)
 
     async def clear_catch_up(self) -> bool:
         """Operator override (unclean recovery, raft.py "Damaged storage"): clear this
@@ -699,9 +743,12 @@ class Replica:
                 before = log.log_start_offset
                 now = self._clock_ms()
                 hw = self.core.high_watermark
-                done = await trio.to_thread.run_sync(
-                    partial(log.roll_and_retain, now, high_watermark=hw),
-                    limiter=self.disk.maintenance)
+                if log.roll_or_retention_due(now, high_watermark=hw):
+                    done = await trio.to_thread.run_sync(
+                        partial(log.roll_and_retain, now, high_watermark=hw),
+                        limiter=self.disk.maintenance)
+                else:  # the usual case: no worker-thread hand-off for nothing
+                    done = {"rolled": False, "deleted_segments": [], "log_start_offset": before}
                 if log.log_start_offset > before:
                     await self._execute(self.core.log_start_advanced(log.log_start_offset))
                 plan = log.plan_compaction(now, high_watermark=hw)
@@ -777,6 +824,7 @@ class Replica:
             effects = method(self.core, *args)
             if effects:
                 await self._execute(effects)
+            self._check_ticking()
         except (RaftStateError, LogClosedError, OSError, QuorumStateCorruptError) as exc:
             self._go_offline(exc)
         finally:
@@ -865,6 +913,7 @@ class Replica:
             f"{self.name}: leader stepped down to repair damaged storage; the write may still"
             " be committed by the next leader"))
         self._build_core(log, state)
+        self._check_ticking()
         self.damaged = None
         if report is not None:
             self.repairs += 1
@@ -912,6 +961,7 @@ class Replica:
             self._build_core(log, state)
             self.offline_reason = self.offline_kind = self.offline_since_ms = None
             self.reopen_failures = 0
+            self._check_ticking()
             self.observer.reopened(self, True)
             log_event(logger, "replica_reopened", level=logging.WARNING, topic=self.topic,
                       partition=self.partition, log_end_offset=log.log_end_offset,
@@ -1194,6 +1244,7 @@ class Replica:
                 self._on_low_watermark(eff.low_watermark)
             else:
                 raise RaftStateError(f"unknown effect {eff!r}")
+        self._check_ticking()
 
     async def _send(self, to: int, message: Any) -> None:
         if type(message) is FetchResponse and message.read_offset is not None:
@@ -1333,6 +1384,16 @@ class Replica:
         log_event(logger, "replica_log_reset", level=logging.WARNING, topic=self.topic,
                   partition=self.partition, log_start_offset=offset)
 
+    def _abandon_core(self) -> None:
+        """The core stops being used (offline, closed): release what other voters wait on
+        here (raft.py `abandon`: parked fetches answered NOT_LEADER, a held fetch of ours
+        replaced by one that is not held). Only sends; never blocks."""
+        core = self.core
+        if core is None or self.closed:
+            return
+        for eff in core.abandon():
+            self.transport.send(self, eff.to, eff.message)
+
     def _go_offline(self, exc: BaseException) -> None:
         if self.offline_reason is not None:
             return
@@ -1341,6 +1402,7 @@ class Replica:
         self.offline_since_ms = self._clock_ms()
         log_event(logger, "replica_offline", level=logging.ERROR, topic=self.topic,
                   partition=self.partition, reason=self.offline_reason, kind=self.offline_kind)
+        self._abandon_core()
         self.observer.went_offline(self, self.offline_kind)
         self._fail_waiters(KafkaStorageError(f"{self.name} went offline: {exc}"))
         was_leader = self.is_leader

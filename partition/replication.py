@@ -22,6 +22,17 @@ The cores exchange one-way messages (partition/raft.py). This module moves them:
   after an election timeout that slows down with the node's load.
 * Every other Raft message (votes, begin/end epoch, timeout-now) rides on `raft`, a one-way
   batch answered at once; replies travel back the same way, on the other broker's link.
+* Quiescent partitions (partition/raft.py "Quiescence"): a held fetch's `FetchHeld` and its
+  eventual answer travel in the outbox like any fetch response. While any partition's fetch
+  is held at a leader broker, the session keeps one `replica_fetch` parked there (the return
+  path; an empty long poll every `session_max_wait_ms` when nothing happens), and the links
+  watch each other broker for the replica manager (`watch`, from its tick loop): a
+  follower's link to a leader with held fetches and no answered `replica_fetch` for
+  `silence_ms` is reported silent (its followers run: `leader_unreachable`), a follower
+  broker that sent no `replica_fetch` for `silence_ms` is reported silent to the leaders
+  here (`follower_silent`) and heard again at its next one (`follower_heard`), and a failed
+  `replica_fetch` reports the link broken (`on_broken`: quiescent followers of that leader
+  fetch at once, since their held fetches may have died with its process).
 
 Records are never decoded: the leader's `log.read` bytes go into the CBOR answer as they
 are; the follower reads the batch headers (and checks the CRCs) to build the
@@ -33,12 +44,13 @@ Peer ops (fields; every message names its partition with `topic` and `partition`
 
 `replica_fetch` {broker_id: int (the follower), max_wait_ms: int <= 10000, max_bytes: int,
     fetches: [{topic, partition, epoch, fetch_offset, last_fetched_epoch, flushed_offset,
-    fetch_id, log_start_offset (absent: 0)}]}
+    fetch_id, log_start_offset (absent: 0), quiescent: true (absent: false; hold it)}]}
     -> {responses: [{topic, partition, epoch, leader_id: int|null, fetch_id, error: str|null
     ("FENCED_LEADER_EPOCH" | "NOT_LEADER" | "OFFSET_OUT_OF_RANGE"), high_watermark,
     fetch_offset, diverging_epoch: int|null, diverging_end_offset, read_offset: int|null,
     records: bytes|null (whole RecordBatch v2 batches), log_start_offset (the leader's; the
-    follower raises its own to it, up to its high watermark: DeleteRecords)}]}
+    follower raises its own to it, up to its high watermark: DeleteRecords)}
+    | {topic, partition, epoch, fetch_id, held: true} (FetchHeld: that fetch is held)]}
     Answers queued for the follower broker, at least one if any, then more while under
     `max_bytes`; an empty list after `max_wait_ms`. A fetch for a partition this broker does
     not host is dropped (the follower's core re-sends after its fetch timeout).
@@ -52,8 +64,9 @@ Peer ops (fields; every message names its partition with `topic` and `partition`
     the controller asks the current leader to hand over to `target`; NOT_LEADER otherwise.
 
 Limits: per remote broker, at most one queued FetchRequest per partition (newest wins), at
-most MAX_QUEUED_MESSAGES other messages (oldest dropped), at most one queued FetchResponse per
-partition (newest wins), MAX_FETCH_RPCS_PER_LEADER requests in flight.
+most MAX_QUEUED_MESSAGES other messages (oldest dropped), at most one queued FetchResponse or
+FetchHeld per partition (newest wins), MAX_FETCH_RPCS_PER_LEADER requests in flight, `held`
+keys at most one per partition.
 
 Concurrency: trio-thread only.
 """
@@ -72,6 +85,7 @@ from partition.errors import CorruptRecordError
 from partition.raft import (
     BeginQuorumEpoch,
     EndQuorumEpoch,
+    FetchHeld,
     FetchRequest,
     FetchResponse,
     TimeoutNow,
@@ -91,6 +105,8 @@ __all__ = [
     "decode_fetch_request",
     "encode_fetch_response",
     "decode_fetch_response",
+    "encode_fetch_held",
+    "decode_fetch_held",
     "MAX_FETCH_RPCS_PER_LEADER",
 ]
 
@@ -103,6 +119,7 @@ SESSION_MAX_WAIT_MS: Final = 500
 SESSION_MAX_BYTES: Final = 32 << 20
 MAX_WAIT_MS_LIMIT: Final = 10_000
 AWAIT_ANSWER_S: Final = 3.0  # keep a poll parked for a fetch sent this recently
+DEFAULT_SILENCE_MS: Final = 1_250  # `watch`: a link this long without a replica_fetch is silent
 FAILURE_BACKOFF_S: Final = 0.1
 RAFT_CALL_TIMEOUT_S: Final = 2.0
 
@@ -112,10 +129,13 @@ ReplicaLookup = Callable[[str, int], Any]  # -> partition.replica.Replica | None
 
 
 def encode_fetch_request(topic: str, partition: int, m: FetchRequest) -> dict[str, Any]:
-    return {"topic": topic, "partition": partition, "epoch": m.epoch,
-            "fetch_offset": m.fetch_offset, "last_fetched_epoch": m.last_fetched_epoch,
-            "flushed_offset": m.flushed_offset, "fetch_id": m.fetch_id,
-            "log_start_offset": m.log_start_offset}
+    d = {"topic": topic, "partition": partition, "epoch": m.epoch,
+         "fetch_offset": m.fetch_offset, "last_fetched_epoch": m.last_fetched_epoch,
+         "flushed_offset": m.flushed_offset, "fetch_id": m.fetch_id,
+         "log_start_offset": m.log_start_offset}
+    if m.quiescent:
+        d["quiescent"] = True  # absent = false: an older leader never holds it
+    return d
 
 
 def decode_fetch_request(d: Mapping[str, Any], sender: int, where: str) -> tuple[str, int, FetchRequest]:
@@ -127,7 +147,21 @@ def decode_fetch_request(d: Mapping[str, Any], sender: int, where: str) -> tuple
             field(d, "last_fetched_epoch", int, where=where),
             field(d, "flushed_offset", int, where=where), field(d, "fetch_id", int, where=where),
             field(d, "log_start_offset", int, default=0, min_value=0, where=where),
+            field(d, "quiescent", bool, default=False, where=where),
         ),
+    )  # fmt: skip
+
+
+def encode_fetch_held(topic: str, partition: int, m: FetchHeld) -> dict[str, Any]:
+    return {"topic": topic, "partition": partition, "epoch": m.epoch, "fetch_id": m.fetch_id,
+            "held": True}
+
+
+def decode_fetch_held(d: Mapping[str, Any], sender: int, where: str) -> tuple[str, int, FetchHeld]:
+    return (
+        field(d, "topic", str, where=where),
+        field(d, "partition", int, min_value=0, where=where),
+        FetchHeld(sender, field(d, "epoch", int, where=where), field(d, "fetch_id", int, where=where)),
     )  # fmt: skip
 
 
@@ -248,10 +282,17 @@ class _Link:
         self.raft_sending = False
         self.wake = trio.Event()
         self.session_started = False
+        self.held: set[tuple[str, int]] = set()  # our fetches this leader broker holds
+        self.held_checked_at = trio.current_time()
+        self.last_ok = trio.current_time()  # our last replica_fetch it answered
+        self.leader_silent = False  # reported by `watch` (until it answers again)
         # leader side: answers waiting for this follower broker's next replica_fetch
-        self.outbox: dict[tuple[str, int], FetchResponse] = {}
+        self.outbox: dict[tuple[str, int], FetchResponse | FetchHeld] = {}
         self.outbox_event = trio.Event()
         self.failures = 0
+        self.last_request_at: float | None = None  # its last replica_fetch here
+        self.follower_silent = False  # reported by `watch` (until it fetches again)
+        self.follower_heard = False  # it fetched again: `watch` reports it
 
 
 class ReplicationLinks:
@@ -266,10 +307,17 @@ class ReplicationLinks:
         *,
         session_max_wait_ms: int = SESSION_MAX_WAIT_MS,
         session_max_bytes: int = SESSION_MAX_BYTES,
+        silence_ms: int = DEFAULT_SILENCE_MS,
         on_unreachable: Callable[[int], Awaitable[None]] | None = None,
+        on_broken: Callable[[int], Awaitable[None]] | None = None,
     ):
+        if silence_ms < 2 * session_max_wait_ms:
+            raise ValueError("silence_ms must be at least twice session_max_wait_ms: an idle "
+                             "session's long poll would look like silence")
         self.node_id = node_id
         self.on_unreachable = on_unreachable
+        self.on_broken = on_broken
+        self.silence_s = silence_ms / 1000
         self.peers = peers
         self.peer_address = peer_address
         self.lookup = lookup
@@ -289,9 +337,37 @@ class ReplicationLinks:
     def status(self) -> dict[str, Any]:
         return {
             str(b): {"in_flight": link.in_flight, "queued_fetches": len(link.fetches),
-                     "queued_messages": len(link.messages), "outbox": len(link.outbox)}
+                     "queued_messages": len(link.messages), "outbox": len(link.outbox),
+                     "held": len(link.held), "leader_silent": link.leader_silent,
+                     "follower_silent": link.follower_silent}
             for b, link in sorted(self._links.items())
         }
+
+    def watch(self, now: float) -> tuple[list[int], list[int], list[int]]:
+        """The links' news since the last call, for the replica manager's tick loop (module
+        docstring): (leader brokers gone silent on fetches they hold, follower brokers gone
+        silent, follower brokers heard again). Each silence is reported once, until the link
+        is heard from again."""
+        leaders: list[int] = []
+        silent: list[int] = []
+        heard: list[int] = []
+        limit = self.silence_s
+        for b, link in self._links.items():
+            if link.held and not link.leader_silent and now - link.last_ok > limit:
+                link.leader_silent = True
+                leaders.append(b)
+            if (link.last_request_at is not None and not link.follower_silent
+                    and now - link.last_request_at > limit):
+                link.follower_silent = True
+                silent.append(b)
+            if link.follower_heard:
+                link.follower_heard = False
+                heard.append(b)
+        return leaders, silent, heard
+
+    def silent_followers(self) -> list[int]:
+        """Follower brokers reported silent and not heard from since."""
+        return [b for b, link in self._links.items() if link.follower_silent]
 
     def _link(self, broker_id: int) -> _Link:
         link = self._links.get(broker_id)
@@ -306,13 +382,14 @@ class ReplicationLinks:
         link = self._link(to)
         key = (replica.topic, replica.partition)
         kind = type(message)
-        if kind is FetchResponse:
+        if kind is FetchResponse or kind is FetchHeld:
             link.outbox.pop(key, None)  # keep insertion order = readiness order
             link.outbox[key] = message
             link.outbox_event.set()
             return
         if kind is FetchRequest:
             link.fetches[key] = message
+            link.held.discard(key)
         else:
             if len(link.messages) >= MAX_QUEUED_MESSAGES:
                 link.messages.popleft()
@@ -341,12 +418,27 @@ class ReplicationLinks:
                         link.awaiting[key] = now
                     link.in_flight += 1
                     nursery.start_soon(self._fetch_call, link, fetches)
-                elif link.in_flight == 0 and link.awaiting:
-                    link.in_flight += 1
+                elif link.in_flight == 0 and (link.awaiting or self._still_held(link)):
+                    link.in_flight += 1  # the return path for answers (and the link's pulse)
                     nursery.start_soon(self._fetch_call, link, {})
                 else:
                     link.wake = trio.Event()
                     await link.wake.wait()
+
+    def _still_held(self, link: _Link) -> bool:
+        """Whether any replica here still waits on a fetch this leader broker holds. Every
+        AWAIT_ANSWER_S it forgets keys whose replica stopped waiting (closed, moved on,
+        another role) without saying so: until then they cost only this long poll."""
+        now = trio.current_time()
+        if link.held and now - link.held_checked_at > AWAIT_ANSWER_S:
+            link.held_checked_at = now
+            for key in [k for k in link.held if not self._quiescent_on(k, link.broker_id)]:
+                link.held.discard(key)
+        return bool(link.held)
+
+    def _quiescent_on(self, key: tuple[str, int], broker_id: int) -> bool:
+        replica = self.lookup(*key)
+        return replica is not None and replica.quiescent_on(broker_id)
 
     async def _fetch_call(self, link: _Link, fetches: dict[tuple[str, int], FetchRequest]) -> None:
         failed = False
@@ -375,14 +467,23 @@ class ReplicationLinks:
                 if isinstance(exc, PeerUnavailableError) and exc.details.get("refused") \
                         and self.on_unreachable is not None:
                     await self.on_unreachable(link.broker_id)  # its followers need not wait a timeout
+                if link.held and self.on_broken is not None:
+                    await self.on_broken(link.broker_id)  # held fetches may have died with it
                 return
             link.failures = 0
+            link.last_ok = trio.current_time()
+            link.leader_silent = False
             responses = result.get("responses")
             if not isinstance(responses, list):
                 return
             for i, d in enumerate(responses):
                 try:
-                    topic, partition, m = decode_fetch_response(d, link.broker_id, f"responses[{i}]")
+                    if type(d) is dict and d.get("held") is True:
+                        topic, partition, m = decode_fetch_held(d, link.broker_id, f"responses[{i}]")
+                        link.held.add((topic, partition))
+                    else:
+                        topic, partition, m = decode_fetch_response(d, link.broker_id, f"responses[{i}]")
+                        link.held.discard((topic, partition))
                 except InvalidRequestError as exc:
                     log_event(logger, "replica_fetch_bad_response", level=logging.WARNING,
                               broker_id=link.broker_id, reason=exc.message)
@@ -433,6 +534,10 @@ class ReplicationLinks:
         fetches = field(request, "fetches", list, items=dict)
         decoded = [decode_fetch_request(d, sender, f"fetches[{i}]") for i, d in enumerate(fetches)]
         link = self._link(sender)
+        link.last_request_at = trio.current_time()
+        if link.follower_silent:
+            link.follower_silent = False
+            link.follower_heard = True
         for topic, partition, m in decoded:
             replica = self.lookup(topic, partition)
             if replica is not None:
@@ -447,6 +552,10 @@ class ReplicationLinks:
         while link.outbox and (not out or size < max_bytes):
             key = next(iter(link.outbox))
             m = link.outbox.pop(key)
+            if type(m) is FetchHeld:
+                out.append(encode_fetch_held(key[0], key[1], m))
+                size += 64
+                continue
             records = m.records
             if records is not None and out and size + len(records) > max_bytes:
                 link.outbox[key] = m  # the next request takes it
