@@ -801,10 +801,10 @@ class ReplicaManager:
         for b in leaders:
             log_event(logger, "replica_link_silent", level=logging.INFO, broker_id=b, side="leader")
             await self._leader_unreachable(b)
-        for b in silent:
-            log_event(logger, "replica_link_silent", level=logging.INFO, broker_id=b, side="follower")
+        for b in silent:  # often only a broker that follows nothing led here: debug
+            log_event(logger, "replica_link_silent", level=logging.DEBUG, broker_id=b, side="follower")
         for b in heard:
-            log_event(logger, "replica_link_heard", level=logging.INFO, broker_id=b)
+            log_event(logger, "replica_link_heard", level=logging.DEBUG, broker_id=b)
         if silent or heard:
             for r in list(self._replicas.values()):
                 if r.attached and r.is_leader:
