@@ -426,14 +426,21 @@ def field(
 
     Raises InvalidRequestError(field=<name>) naming the field and what was wrong.
     """
-    mapping = source.fields if isinstance(source, Request) else source
-    request_id = source.id if isinstance(source, Request) else None
+    if type(source) is Request:
+        mapping, request_id = source.fields, source.id
+    else:
+        mapping, request_id = source, None
+    value = mapping.get(name, _REQUIRED)
+    # Fast path (every field of every request and peer answer): present, exactly the type,
+    # in bounds; anything else takes the checks below, which say what is wrong.
+    if (type(value) is kind and items is None and (min_value is None or value >= min_value)
+            and (max_value is None or value <= max_value)):
+        return value
     label = f"{where}.{name}" if where else name
-    if name not in mapping:
+    if value is _REQUIRED:
         if default is _REQUIRED:
             raise InvalidRequestError(f"missing field '{label}'", field=label, request_id=request_id)
         return default
-    value = mapping[name]
     if value is None and nullable:
         return None
     if not _has_type(value, kind):
