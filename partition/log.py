@@ -85,7 +85,7 @@ import struct
 import threading
 import time
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -812,11 +812,14 @@ class Log:
         self._write(parts, entries, [(leader_epoch, first)], now_ms, size=len(view))
         return first, offset - 1
 
-    def append_replicated(self, batches: bytes | bytearray | memoryview, *, now_ms: int) -> int:
-        """Follower path: append batches that already carry offsets and epochs.
+    def append_replicated(self, batches: bytes | bytearray | memoryview, *, now_ms: int,
+                          checked: Sequence[tuple[int, Header]] | None = None) -> int:
+        """Follower path: append batches that already carry offsets and epochs, in one write.
 
         The first batch must start at log_end_offset, base offsets must then increase past
-        each batch's last offset (gaps allowed) and epochs must not decrease; CRCs are checked.
+        each batch's last offset (gaps allowed) and epochs must not decrease; CRCs are checked
+        (`checked`: the (position, Header) of every batch of `batches`, from the caller's own
+        check of these very bytes, header and CRC-32C (batch.CheckedBatches): not done again).
         Returns the new log_end_offset. Raises NonContiguousAppend, EpochRegression,
         CorruptRecordError, MessageTooLargeError, LogClosedError. Nothing is written if any
         batch is refused."""
@@ -829,7 +832,10 @@ class Log:
         expected = self.log_end_offset
         last_epoch = self._epochs.last_epoch
         limit = self.config.max_batch_bytes
-        for pos, h in iter_headers(view, verify=True):
+        if checked is not None:
+            if not checked or checked[0][0] != 0 or checked[-1][0] + checked[-1][1].size != len(view):
+                raise CorruptRecordError("checked batches do not cover the append")
+        for pos, h in (checked if checked is not None else iter_headers(view, verify=True)):
             if h.size > limit:
                 raise MessageTooLargeError(f"batch of {h.size} bytes > max_batch_bytes {limit}")
             if (h.base_offset != expected) if not entries else (h.base_offset < expected):

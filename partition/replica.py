@@ -20,7 +20,15 @@ The core decides, this module does the I/O, following raft.py's "contract with t
 * Send(FetchResponse with read_offset): the leader reads `log.read(read_offset, max_bytes)`
   right there, before any later effect (so before any later TruncateTo), and the bytes go to
   the transport untouched. A read that finds damage drops the response (the follower asks
-  again) and reports the damage (below).
+  again) and reports the damage (below). Where the transport sends file slices
+  (`file_slices`: plain TCP peers, partition/replication.py) it gets `log.read_slice`
+  instead, checked the same way, and its bytes are read later, by os.sendfile. So that they
+  are still the bytes of that moment, every cut of the log (TruncateTo, TruncateFully, a
+  repair, a reopen) first bumps `log_cuts` on the trio thread, before its worker thread
+  starts; a slice is `intact()` only while `log_cuts` is what it was when the slice was made,
+  and the sender asks before each os.sendfile call (on the trio thread), so every byte it
+  sends was read before any cut began. A slice found no longer intact closes the follower's
+  connection; its fetch comes again.
 * A RaftStateError, a failed log (LogClosedError) or an OSError takes the replica offline:
   every request then answers KAFKA_STORAGE_ERROR; the node stays up, and the manager calls
   `reopen()` with backoff: the replica is opened again from disk exactly as a restart would
@@ -100,7 +108,7 @@ import google_crc32c
 import trio
 
 from metadata.topic_config import TopicConfig
-from partition.batch import CONTROL_LEADER_CHANGE, Header, control_batch, iter_headers
+from partition.batch import CONTROL_LEADER_CHANGE, CheckedBatches, Header, control_batch, iter_headers
 from partition.cleaner import CleanAborted
 from partition.errors import CorruptRecordError, LogClosedError, RaftStateError, StorageDamageError
 from partition.log import (
@@ -152,6 +160,7 @@ __all__ = [
     "Replica",
     "AckWaiter",
     "Transport",
+    "LogSlice",
     "read_quorum_state",
     "write_quorum_state",
     "raft_config_for",
@@ -182,6 +191,35 @@ class QuorumStateCorruptError(KafkaStorageError):
 class Transport(Protocol):
     def send(self, replica: "Replica", to: int, message: Any) -> None:
         """Queue a Raft message to voter `to` (may drop it; Raft retries)."""
+
+    # Optional: true when FetchResponses may carry a log slice instead of bytes (absent: false).
+    # file_slices: bool
+
+
+class LogSlice:
+    """A FileSlice of a replica's log in a FetchResponse (raftlog.base.protocol.FilePart):
+    intact while no cut of the log began since it was made (module docstring, "Send")."""
+
+    __slots__ = ("fd", "offset", "length", "_replica", "_cuts")
+
+    def __init__(self, piece: FileSlice, replica: "Replica") -> None:
+        self.fd = piece.fd
+        self.offset = piece.offset
+        self.length = piece.length
+        self._replica = replica
+        self._cuts = replica.log_cuts
+
+    def __len__(self) -> int:
+        return self.length
+
+    def intact(self) -> bool:
+        return self._replica.log_cuts == self._cuts and self.fd >= 0
+
+    def close(self) -> None:
+        """Idempotent."""
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
 
 
 @dataclass
@@ -420,6 +458,8 @@ class Replica:
         self.damaged: dict[str, Any] | None = None
         self.repairs = 0
         self._cleaning = False
+        # Bumped on the trio thread before any cut of the log starts (LogSlice.intact).
+        self.log_cuts = 0
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -906,6 +946,7 @@ class Replica:
         await trio.to_thread.run_sync(write_quorum_state, self.directory, state)
         await self._flush_idle.wait()
         log = self.log
+        self.log_cuts += 1
         report = await trio.to_thread.run_sync(log.repair, base, limiter=self.disk.io)
         self.producers.clear()
         self._producers_dirty = True  # rebuilt (in a thread) before this replica's next write
@@ -938,6 +979,7 @@ class Replica:
                 return self.online
             await self._flush_idle.wait()
             old = self.log
+            self.log_cuts += 1  # recovery may cut the files the old log's slices read
 
             def reload() -> tuple[Log, QuorumState]:
                 if old is not None:
@@ -1227,6 +1269,7 @@ class Replica:
                 self._on_leadership_changed(eff)
             elif kind is TruncateTo:
                 await self._flush_idle.wait()
+                self.log_cuts += 1
                 await trio.to_thread.run_sync(self.log.truncate_to, eff.offset,
                                               limiter=self.disk.io)
                 if self.log.log_end_offset > eff.offset:
@@ -1237,6 +1280,7 @@ class Replica:
                           offset=eff.offset)
             elif kind is TruncateFully:
                 await self._flush_idle.wait()
+                self.log_cuts += 1
                 await self._reset_log(eff.offset)
             elif kind is AdvanceLogStart:
                 await self._advance_log_start(eff.offset)
@@ -1248,14 +1292,17 @@ class Replica:
 
     async def _send(self, to: int, message: Any) -> None:
         if type(message) is FetchResponse and message.read_offset is not None:
+            slices = getattr(self.transport, "file_slices", False)
             try:
                 records = await self._read(self.log, message.read_offset,
-                                           self.settings.replica_fetch_max_bytes)
+                                           self.settings.replica_fetch_max_bytes, zero_copy=slices)
             except OffsetOutOfRangeError:
                 return  # the follower's fetch times out and comes again
             except StorageDamageError as exc:
                 self.report_damage(exc, found_by="replica_fetch")
                 return  # never send damaged bytes; the follower asks again
+            if slices and records is not None:
+                records = LogSlice(records, self)
             message = message.with_records(records, ())
         self.transport.send(self, to, message)
 
@@ -1267,14 +1314,18 @@ class Replica:
             raise RaftStateError(f"control batch landed at {first}, expected {eff.offset}")
 
     def _append_replicated(self, eff: AppendReplicated) -> None:
+        records = eff.records
+        checked = records.headers if type(records) is CheckedBatches else None
+        data = records.data if checked is not None else records
         try:
-            end = self.log.append_replicated(eff.records, now_ms=self._clock_ms())
+            end = self.log.append_replicated(data, now_ms=self._clock_ms(), checked=checked)
         except (CorruptRecordError, MessageTooLargeError) as exc:
             # The core already counted these offsets: the mirror would be wrong from here on.
             raise RaftStateError(f"replicated batches refused by the log: {exc}") from exc
         if end != eff.end_offset:
             raise RaftStateError(f"replicated append ended at {end}, expected {eff.end_offset}")
-        self.producers.apply_headers(h for _, h in iter_headers(eff.records, verify=False))
+        self.producers.apply_headers(h for _, h in (checked if checked is not None else
+                                                    iter_headers(data, verify=False)))
 
     def _on_high_watermark(self, hw: int) -> None:
         self.high_watermark = hw

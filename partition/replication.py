@@ -34,23 +34,35 @@ The cores exchange one-way messages (partition/raft.py). This module moves them:
   `replica_fetch` reports the link broken (`on_broken`: quiescent followers of that leader
   fetch at once, since their held fetches may have died with its process).
 
-Records are never decoded: the leader's `log.read` bytes go into the CBOR answer as they
-are; the follower reads the batch headers (and checks the CRCs) to build the
-(base_offset, last_offset, epoch) summary the core needs, drops a leading batch that starts
-before the fetch offset, and refuses (drops; the fetch is retried) a response whose batch
-straddles the fetch offset or fails its CRC. A dropped message is always safe: Raft retries.
+Records are never decoded, and not copied on the way (issue 19): a follower asks for them as
+an attachment (`attach: true`, PROTOCOL.md "Attachments"). The leader's replica puts a file
+slice of its log into the answer where the peer links are plain TCP (`file_slices`; the
+slice's range was CRC-checked once, partition/log.py `read_slice`, and it is "intact" only
+while no cut of the log began since: partition/replica.py), the log's bytes over TLS; the
+answer's CBOR holds each response's range (`records_at`, `records_bytes`) and the listener
+sends the slices with os.sendfile after the frame. The follower's peer pool reads the
+attachment into one buffer; each response's records are a view of it. The follower reads the
+batch headers and checks the CRCs (once: the log and the producer state reuse that walk,
+batch.CheckedBatches) to build the (base_offset, last_offset, epoch) summary the core needs,
+drops a leading batch that starts before the fetch offset, and refuses (drops; the fetch is
+retried) a response whose batch straddles the fetch offset or fails its CRC. A dropped message
+is always safe: Raft retries. An answer that does not decode (a range outside its attachment,
+a bad field) is dropped whole and its connection closed (`replica_fetch_bad_response`).
 
 Peer ops (fields; every message names its partition with `topic` and `partition`):
 
 `replica_fetch` {broker_id: int (the follower), max_wait_ms: int <= 10000, max_bytes: int,
-    fetches: [{topic, partition, epoch, fetch_offset, last_fetched_epoch, flushed_offset,
-    fetch_id, log_start_offset (absent: 0), quiescent: true (absent: false; hold it)}]}
+    attach: bool (absent: false), fetches: [{topic, partition, epoch, fetch_offset,
+    last_fetched_epoch, flushed_offset, fetch_id, log_start_offset (absent: 0), quiescent:
+    true (absent: false; hold it)}]}
     -> {responses: [{topic, partition, epoch, leader_id: int|null, fetch_id, error: str|null
     ("FENCED_LEADER_EPOCH" | "NOT_LEADER" | "OFFSET_OUT_OF_RANGE"), high_watermark,
     fetch_offset, diverging_epoch: int|null, diverging_end_offset, read_offset: int|null,
-    records: bytes|null (whole RecordBatch v2 batches), log_start_offset (the leader's; the
-    follower raises its own to it, up to its high watermark: DeleteRecords)}
-    | {topic, partition, epoch, fetch_id, held: true} (FetchHeld: that fetch is held)]}
+    records: bytes|null (whole RecordBatch v2 batches; without `attach`), records_at,
+    records_bytes (with `attach`, where there are records: their range in the attachment),
+    log_start_offset (the leader's; the follower raises its own to it, up to its high
+    watermark: DeleteRecords)} | {topic, partition, epoch, fetch_id, held: true} (FetchHeld:
+    that fetch is held)], attachment_bytes (with `attach`)}
     Answers queued for the follower broker, at least one if any, then more while under
     `max_bytes`; an empty list after `max_wait_ms`. A fetch for a partition this broker does
     not host is dropped (the follower's core re-sends after its fetch timeout).
@@ -80,8 +92,9 @@ from typing import Any, Final
 
 import trio
 
-from partition.batch import iter_headers
+from partition.batch import CheckedBatches, iter_headers
 from partition.errors import CorruptRecordError
+from partition.segment import pread_exact
 from partition.raft import (
     BeginQuorumEpoch,
     EndQuorumEpoch,
@@ -95,7 +108,7 @@ from partition.raft import (
 from raftlog.base.errors import InvalidRequestError, PeerUnavailableError, RaftlogError
 from raftlog.base.eventlog import log_event
 from raftlog.base.peer import PeerPool
-from raftlog.base.protocol import Request, field
+from raftlog.base.protocol import Attached, Request, field
 
 __all__ = [
     "ReplicationLinks",
@@ -165,26 +178,49 @@ def decode_fetch_held(d: Mapping[str, Any], sender: int, where: str) -> tuple[st
     )  # fmt: skip
 
 
-def encode_fetch_response(topic: str, partition: int, m: FetchResponse) -> dict[str, Any]:
+def encode_fetch_response(
+    topic: str, partition: int, m: FetchResponse, *, records_at: int | None = None
+) -> dict[str, Any]:
+    """The response's CBOR map: its records inline (`records`, bytes), or with `records_at`
+    their range in the answer's attachment (`records_at`, `records_bytes`: m.records' length)."""
+    d = {"topic": topic, "partition": partition, "epoch": m.epoch, "leader_id": m.leader_id,
+         "fetch_id": m.fetch_id, "error": m.error, "high_watermark": m.high_watermark,
+         "fetch_offset": m.fetch_offset, "diverging_epoch": m.diverging_epoch,
+         "diverging_end_offset": m.diverging_end_offset, "read_offset": m.read_offset,
+         "log_start_offset": m.log_start_offset}
     records = m.records
-    if records is not None and type(records) is not bytes:
-        records = bytes(records)
-    return {"topic": topic, "partition": partition, "epoch": m.epoch, "leader_id": m.leader_id,
-            "fetch_id": m.fetch_id, "error": m.error, "high_watermark": m.high_watermark,
-            "fetch_offset": m.fetch_offset, "diverging_epoch": m.diverging_epoch,
-            "diverging_end_offset": m.diverging_end_offset, "read_offset": m.read_offset,
-            "records": records, "log_start_offset": m.log_start_offset}
+    if records_at is not None:
+        d["records_at"] = records_at
+        d["records_bytes"] = len(records)
+    else:
+        if records is not None and type(records) is not bytes:
+            records = bytes(records)
+        d["records"] = records
+    return d
 
 
 def decode_fetch_response(
-    d: Mapping[str, Any], sender: int, where: str
+    d: Mapping[str, Any], sender: int, where: str, attachment: memoryview | None = None
 ) -> tuple[str, int, FetchResponse | None]:
-    """The response with its `batches` summary filled from the record headers; None when it
-    must be dropped (a CRC failure, or a batch straddling the fetch offset)."""
+    """The response with its `batches` summary filled from the record headers and its
+    records a batch.CheckedBatches (a view of `attachment`, the answer's, when it names a
+    range there); None when it must be dropped (a CRC failure, a batch straddling the fetch
+    offset). Raises InvalidRequestError naming the bad field (a range outside the
+    attachment among them)."""
     topic = field(d, "topic", str, where=where)
     partition = field(d, "partition", int, min_value=0, where=where)
     fetch_offset = field(d, "fetch_offset", int, where=where)
-    records = field(d, "records", bytes, nullable=True, where=where)
+    if "records_at" in d:
+        at = field(d, "records_at", int, min_value=0, where=where)
+        size = field(d, "records_bytes", int, min_value=0, where=where)
+        total = 0 if attachment is None else len(attachment)
+        if at + size > total:
+            raise InvalidRequestError(
+                f"records [{at}, {at + size}) outside the attachment of {total} bytes",
+                field=f"{where}.records_at")
+        records: Any = attachment[at : at + size] if size else None  # type: ignore[index]
+    else:
+        records = field(d, "records", bytes, nullable=True, where=where)
     m = FetchResponse(
         sender, field(d, "epoch", int, where=where),
         field(d, "leader_id", int, nullable=True, where=where),
@@ -198,11 +234,12 @@ def decode_fetch_response(
     if not records:
         return topic, partition, m
     summary = []
+    checked = []
     skip = 0
     try:
         for pos, h in iter_headers(records, verify=True):
             if h.base_offset < fetch_offset:
-                if h.last_offset >= fetch_offset:
+                if h.last_offset >= fetch_offset or summary:
                     log_event(logger, "replica_fetch_straddle", level=logging.WARNING,
                               topic=topic, partition=partition, fetch_offset=fetch_offset,
                               base_offset=h.base_offset)
@@ -210,6 +247,7 @@ def decode_fetch_response(
                 skip = pos + h.size
                 continue
             summary.append((h.base_offset, h.last_offset, h.partition_leader_epoch))
+            checked.append((pos - skip, h))
     except CorruptRecordError as exc:
         log_event(logger, "replica_fetch_corrupt", level=logging.WARNING, topic=topic,
                   partition=partition, fetch_offset=fetch_offset, reason=str(exc))
@@ -217,8 +255,8 @@ def decode_fetch_response(
     if not summary:
         return topic, partition, m
     if skip:
-        records = records[skip:]
-    return topic, partition, m.with_records(records, tuple(summary))
+        records = memoryview(records)[skip:]
+    return topic, partition, m.with_records(CheckedBatches(records, checked), tuple(summary))
 
 
 _TYPES: Final = {
@@ -264,6 +302,32 @@ def decode_message(d: Mapping[str, Any], sender: int, where: str) -> tuple[str, 
     else:
         raise InvalidRequestError(f"unknown raft message type {kind!r:.40}", field=f"{where}.type")
     return topic, partition, m
+
+
+def _release(records: Any) -> None:
+    """Close a file slice (partition/replica.py) an answer no longer sends."""
+    if records is not None and not isinstance(records, (bytes, bytearray, memoryview)):
+        records.close()
+
+
+async def _inline(taken: list[tuple[tuple[str, int], FetchResponse]]) -> list[dict[str, Any]]:
+    """The responses with their records inline (a follower that did not ask for an
+    attachment): a file slice is read in a worker thread and used only if still intact."""
+    out = []
+    try:
+        for (topic, partition), m in taken:
+            records = m.records
+            if records is not None and not isinstance(records, (bytes, bytearray, memoryview)):
+                data = await trio.to_thread.run_sync(pread_exact, records.fd, records.length,
+                                                     records.offset)
+                if not records.intact() or len(data) != records.length:
+                    continue  # the log was cut meanwhile: dropped, the fetch comes again
+                m = m.with_records(data, m.batches)
+            out.append(encode_fetch_response(topic, partition, m))
+    finally:
+        for _, m in taken:
+            _release(m.records)
+    return out
 
 
 # -------------------------------------------------------------------------------- links
@@ -315,6 +379,10 @@ class ReplicationLinks:
             raise ValueError("silence_ms must be at least twice session_max_wait_ms: an idle "
                              "session's long poll would look like silence")
         self.node_id = node_id
+        # Leaders answer with file slices of their logs (sent with os.sendfile) where the
+        # peer connections are plain TCP; over TLS the bytes must pass through the stream, so
+        # the replicas read them (partition/replica.py `_send`).
+        self.file_slices = not peers.tls
         self.on_unreachable = on_unreachable
         self.on_broken = on_broken
         self.silence_s = silence_ms / 1000
@@ -360,6 +428,12 @@ class ReplicationLinks:
                     and now - link.last_request_at > limit):
                 link.follower_silent = True
                 silent.append(b)
+                # Nobody collects these now: close their file slices (a broker that never
+                # returns would keep a descriptor per partition). Raft asks again if it does.
+                for m in link.outbox.values():
+                    if type(m) is FetchResponse:
+                        _release(m.records)
+                link.outbox.clear()
             if link.follower_heard:
                 link.follower_heard = False
                 heard.append(b)
@@ -383,7 +457,9 @@ class ReplicationLinks:
         key = (replica.topic, replica.partition)
         kind = type(message)
         if kind is FetchResponse or kind is FetchHeld:
-            link.outbox.pop(key, None)  # keep insertion order = readiness order
+            old = link.outbox.pop(key, None)  # keep insertion order = readiness order
+            if old is not None and type(old) is FetchResponse:
+                _release(old.records)
             link.outbox[key] = message
             link.outbox_event.set()
             return
@@ -451,10 +527,11 @@ class ReplicationLinks:
                 "broker_id": self.node_id,
                 "max_wait_ms": self.session_max_wait_ms,
                 "max_bytes": self.session_max_bytes,
+                "attach": True,
                 "fetches": [encode_fetch_request(t, p, m) for (t, p), m in fetches.items()],
             }
             try:
-                result = await self.peers.call(
+                result, attachment = await self.peers.call_attached(
                     address, "replica_fetch", fields,
                     timeout_s=self.session_max_wait_ms / 1000 + RAFT_CALL_TIMEOUT_S,
                 )  # fmt: skip
@@ -473,21 +550,16 @@ class ReplicationLinks:
             link.failures = 0
             link.last_ok = trio.current_time()
             link.leader_silent = False
-            responses = result.get("responses")
-            if not isinstance(responses, list):
+            decoded = self._decode_answer(result, attachment, link.broker_id)
+            if decoded is None:
+                failed = True
+                self.peers.close_connection(address, "bad replica_fetch answer")
                 return
-            for i, d in enumerate(responses):
-                try:
-                    if type(d) is dict and d.get("held") is True:
-                        topic, partition, m = decode_fetch_held(d, link.broker_id, f"responses[{i}]")
-                        link.held.add((topic, partition))
-                    else:
-                        topic, partition, m = decode_fetch_response(d, link.broker_id, f"responses[{i}]")
-                        link.held.discard((topic, partition))
-                except InvalidRequestError as exc:
-                    log_event(logger, "replica_fetch_bad_response", level=logging.WARNING,
-                              broker_id=link.broker_id, reason=exc.message)
-                    continue
+            for topic, partition, m in decoded:
+                if type(m) is FetchHeld:
+                    link.held.add((topic, partition))
+                else:
+                    link.held.discard((topic, partition))
                 sent = link.awaiting.get((topic, partition))
                 if sent is not None:
                     del link.awaiting[(topic, partition)]
@@ -501,6 +573,26 @@ class ReplicationLinks:
                 await trio.sleep(FAILURE_BACKOFF_S)
             link.in_flight -= 1
             link.wake.set()
+
+    @staticmethod
+    def _decode_answer(result: Mapping[str, Any], attachment: bytearray, broker_id: int
+                       ) -> list[tuple[str, int, FetchResponse | FetchHeld | None]] | None:
+        """Every response of a `replica_fetch` answer, decoded before any is used; None
+        (logged) when any of them does not decode: then none is used."""
+        view = memoryview(attachment) if attachment else None
+        decoded: list[tuple[str, int, FetchResponse | FetchHeld | None]] = []
+        try:
+            responses = field(result, "responses", list, items=dict)
+            for i, d in enumerate(responses):
+                if d.get("held") is True:
+                    decoded.append(decode_fetch_held(d, broker_id, f"responses[{i}]"))
+                else:
+                    decoded.append(decode_fetch_response(d, broker_id, f"responses[{i}]", view))
+        except InvalidRequestError as exc:
+            log_event(logger, "replica_fetch_bad_response", level=logging.WARNING,
+                      broker_id=broker_id, reason=exc.message)
+            return None
+        return decoded
 
     async def _raft_sender(self, link: _Link) -> None:
         try:
@@ -531,6 +623,7 @@ class ReplicationLinks:
         sender = field(request, "broker_id", int)
         max_wait_ms = field(request, "max_wait_ms", int, min_value=0, max_value=MAX_WAIT_MS_LIMIT)
         max_bytes = field(request, "max_bytes", int, min_value=1)
+        attach = field(request, "attach", bool, default=False)
         fetches = field(request, "fetches", list, items=dict)
         decoded = [decode_fetch_request(d, sender, f"fetches[{i}]") for i, d in enumerate(fetches)]
         link = self._link(sender)
@@ -547,22 +640,34 @@ class ReplicationLinks:
                 if link.outbox_event.is_set():
                     link.outbox_event = trio.Event()
                 await link.outbox_event.wait()
-        out = []
+        taken = []
+        held = []  # FetchHeld: no records, inline either way
         size = 0
-        while link.outbox and (not out or size < max_bytes):
+        while link.outbox and (not taken or size < max_bytes):
             key = next(iter(link.outbox))
             m = link.outbox.pop(key)
             if type(m) is FetchHeld:
-                out.append(encode_fetch_held(key[0], key[1], m))
-                size += 64
+                held.append(encode_fetch_held(key[0], key[1], m))
                 continue
             records = m.records
-            if records is not None and out and size + len(records) > max_bytes:
+            if records is not None and taken and size + len(records) > max_bytes:
                 link.outbox[key] = m  # the next request takes it
                 break
-            out.append(encode_fetch_response(key[0], key[1], m))
+            taken.append((key, m))
             size += 64 + (len(records) if records is not None else 0)
-        return {"responses": out}
+        if not attach:
+            return {"responses": held + await _inline(taken)}
+        out = held
+        parts = []
+        at = 0
+        for (topic, partition), m in taken:
+            if m.records is not None and len(m.records):
+                out.append(encode_fetch_response(topic, partition, m, records_at=at))
+                parts.append(m.records)
+                at += len(m.records)
+            else:
+                out.append(encode_fetch_response(topic, partition, m))
+        return Attached({"responses": out}, parts)
 
     async def _handle_raft(self, request: Request) -> dict[str, Any]:
         sender = field(request, "broker_id", int)
