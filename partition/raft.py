@@ -1383,6 +1383,11 @@ class RaftCore:
                 self._respond_fetch(peer, peer.parked)
 
     def _respond_fetch(self, peer: _Peer, req: FetchRequest) -> None:
+        if peer.held and not peer.silent:
+            # Held until now: live as far as the link shows. It counts as fetching in this
+            # check-quorum window, which stood still while we were quiescent and may close
+            # before its next fetch is back.
+            self._cq_fetched.add(req.sender)
         peer.parked = None
         peer.held = False
         peer.hw_sent = self._hw
