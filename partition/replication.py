@@ -88,6 +88,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from typing import Any, Final
 
 import trio
@@ -108,7 +109,7 @@ from partition.raft import (
 from raftlog.base.errors import InvalidRequestError, PeerUnavailableError, RaftlogError
 from raftlog.base.eventlog import log_event
 from raftlog.base.peer import PeerPool
-from raftlog.base.protocol import Attached, Request, field
+from raftlog.base.protocol import Attached, Later, Request, field, inline_handler
 
 __all__ = [
     "ReplicationLinks",
@@ -135,6 +136,7 @@ AWAIT_ANSWER_S: Final = 3.0  # keep a poll parked for a fetch sent this recently
 DEFAULT_SILENCE_MS: Final = 1_250  # `watch`: a link this long without a replica_fetch is silent
 FAILURE_BACKOFF_S: Final = 0.1
 RAFT_CALL_TIMEOUT_S: Final = 2.0
+INLINE_BUDGET_S: Final = 0.002  # a replica_fetch's fetches delivered in the reader, at most this long
 
 ReplicaLookup = Callable[[str, int], Any]  # -> partition.replica.Replica | None
 
@@ -308,6 +310,30 @@ def _release(records: Any) -> None:
     """Close a file slice (partition/replica.py) an answer no longer sends."""
     if records is not None and not isinstance(records, (bytes, bytearray, memoryview)):
         records.close()
+
+
+def _take(link: _Link, max_bytes: int) -> tuple[list[tuple[tuple[str, int], FetchResponse]],
+                                                  list[dict[str, Any]]]:
+    """Take the link's queued answers in readiness order: (the FetchResponses, at least one
+    if any, then more while under `max_bytes`; the FetchHeld entries met on the way, encoded:
+    they carry no records, inline either way)."""
+    taken: list[tuple[tuple[str, int], FetchResponse]] = []
+    held = []
+    size = 0
+    outbox = link.outbox
+    while outbox and (not taken or size < max_bytes):
+        key = next(iter(outbox))
+        m = outbox.pop(key)
+        if type(m) is FetchHeld:
+            held.append(encode_fetch_held(key[0], key[1], m))
+            continue
+        records = m.records
+        if records is not None and taken and size + len(records) > max_bytes:
+            outbox[key] = m  # the next request takes it
+            break
+        taken.append((key, m))
+        size += 64 + (len(records) if records is not None else 0)
+    return taken, held
 
 
 async def _inline(taken: list[tuple[tuple[str, int], FetchResponse]]) -> list[dict[str, Any]]:
@@ -619,7 +645,16 @@ class ReplicationLinks:
 
     # ---------------------------------------------------------------- leader side
 
-    async def _handle_replica_fetch(self, request: Request) -> dict[str, Any]:
+    @inline_handler
+    async def _handle_replica_fetch(self, request: Request) -> Attached | Later:
+        """Run in the listener's reader (protocol.inline_handler): the fetches go to their
+        cores at once, and an outbox with answers is answered at once; the long poll (an
+        empty outbox) and a follower that takes no attachment (its file slices are read in
+        a worker thread) are answered from a request task (`Later`). A core that waits for
+        the disk (a cold read for a follower catching up, a quorum-state fsync) holds up the
+        follower broker's other requests on this connection: past INLINE_BUDGET_S the rest
+        of the fetches go to the cores from the request task too."""
+        started = trio.current_time()
         sender = field(request, "broker_id", int)
         max_wait_ms = field(request, "max_wait_ms", int, min_value=0, max_value=MAX_WAIT_MS_LIMIT)
         max_bytes = field(request, "max_bytes", int, min_value=1)
@@ -631,7 +666,24 @@ class ReplicationLinks:
         if link.follower_silent:
             link.follower_silent = False
             link.follower_heard = True
-        for topic, partition, m in decoded:
+        for i, (topic, partition, m) in enumerate(decoded):
+            if trio.current_time() - started > INLINE_BUDGET_S:
+                return Later(partial(self._wait_and_answer, link, max_wait_ms, max_bytes, attach,
+                                     decoded[i:]))
+            replica = self.lookup(topic, partition)
+            if replica is not None:
+                await replica.deliver(m)
+        if attach and (link.outbox or max_wait_ms == 0):
+            return self._answer(link, max_bytes)
+        return Later(partial(self._wait_and_answer, link, max_wait_ms, max_bytes, attach))
+
+    async def _wait_and_answer(self, link: _Link, max_wait_ms: int, max_bytes: int,
+                               attach: bool, undelivered: list[tuple[str, int, Any]] = ()
+                               ) -> dict[str, Any] | Attached:
+        """The rest of a `replica_fetch` in its request task: deliver what the reader left
+        undelivered, wait up to `max_wait_ms` for an answer in the follower broker's outbox
+        (the long poll), then answer with what is there (an empty list after the wait)."""
+        for topic, partition, m in undelivered:
             replica = self.lookup(topic, partition)
             if replica is not None:
                 await replica.deliver(m)
@@ -640,24 +692,16 @@ class ReplicationLinks:
                 if link.outbox_event.is_set():
                     link.outbox_event = trio.Event()
                 await link.outbox_event.wait()
-        taken = []
-        held = []  # FetchHeld: no records, inline either way
-        size = 0
-        while link.outbox and (not taken or size < max_bytes):
-            key = next(iter(link.outbox))
-            m = link.outbox.pop(key)
-            if type(m) is FetchHeld:
-                held.append(encode_fetch_held(key[0], key[1], m))
-                continue
-            records = m.records
-            if records is not None and taken and size + len(records) > max_bytes:
-                link.outbox[key] = m  # the next request takes it
-                break
-            taken.append((key, m))
-            size += 64 + (len(records) if records is not None else 0)
         if not attach:
+            taken, held = _take(link, max_bytes)
             return {"responses": held + await _inline(taken)}
-        out = held
+        return self._answer(link, max_bytes)
+
+    @staticmethod
+    def _answer(link: _Link, max_bytes: int) -> Attached:
+        """The answers queued for the link's follower broker (at least one if any, then more
+        while under `max_bytes`), their records as the attachment."""
+        taken, out = _take(link, max_bytes)
         parts = []
         at = 0
         for (topic, partition), m in taken:

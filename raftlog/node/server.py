@@ -7,7 +7,10 @@ response and must be cancel-safe (the deadline cancels them).
 
 Per connection, a reader task decodes frames and starts a request task per request; a writer
 task drains a bounded channel of encoded responses. Responses go out as requests complete,
-in any order, matched by `id` (PROTOCOL.md).
+in any order, matched by `id` (PROTOCOL.md). The handler of a cheap op marked
+`inline_handler` (raftlog/base/protocol.py; `replica_fetch`) runs in the reader itself, with
+no task, deadline or slot, and hands back `Later(wait)` for what must wait (its long poll),
+which then runs in a request task like any other; its errors are answered the same way.
 
 Limits (everything bounded):
 * at most `max_connections` connections: past that the accept loop waits (the kernel backlog
@@ -74,6 +77,7 @@ from raftlog.base.protocol import (
     ATTACHMENT_FIELD,
     Attached,
     FrameDecoder,
+    Later,
     Request,
     encode_frame,
     error_response,
@@ -130,6 +134,15 @@ def _answer(request: Request, result: Mapping[str, Any] | Attached | None) -> di
     return ok_response(request.id, **result)
 
 
+def _waiting(later: Later) -> Handler:
+    """The rest of an inline handler's request (its Later) as a handler of its own."""
+
+    async def wait(request: Request) -> Mapping[str, Any] | Attached | None:
+        return await later.wait()
+
+    return wait
+
+
 def request_deadline_ms(timeout_ms: int | None, request_timeout_ms: int) -> int:
     """The server deadline of one request: the request's `timeout_ms` plus a margin, capped
     by the server's `request_timeout_ms`; that cap alone when the request has none."""
@@ -153,6 +166,8 @@ class _Listener:
         security: ListenerSecurity | None = None,
     ) -> None:
         self.handlers = dict(handlers)
+        # Ops whose handlers run in the connection's reader (protocol.inline_handler).
+        self.inline_ops = frozenset(op for op, h in self.handlers.items() if getattr(h, "inline", False))
         self.security = security
         self.name = name
         self.max_frame_bytes = max_frame_bytes
@@ -355,6 +370,9 @@ class _Connection:
             await self._queue(send, encode_frame(error_response(exc.request_id or 0, exc)))
             return False
         deadline_ms = request_deadline_ms(timeout_ms, listener.request_timeout_ms)
+        if request.op in listener.inline_ops:
+            await self._run_inline(handler, request, deadline_ms, requests, send)
+            return False
         await self._take_slot()
         self.in_flight_ids.add(request.id)
         requests.start_soon(self._run_request, handler, request, deadline_ms, send)
@@ -368,6 +386,26 @@ class _Connection:
             self.slots.acquire_nowait()
         except trio.WouldBlock:
             await self.slots.acquire()
+
+    async def _run_inline(self, handler: Handler, request: Request, deadline_ms: int,
+                          requests: trio.Nursery, send: trio.MemorySendChannel[_Item]) -> None:
+        """A request of an inline handler (protocol.inline_handler), in the reader: answered
+        at once, with no task, deadline or slot of its own, unless the handler returns
+        Later(wait): then `wait` runs in a request task as any handler does. Errors are
+        answered as `_call` answers them."""
+        started = trio.current_time()
+        try:
+            result = await handler(request)
+        except Exception as exc:  # as in _call
+            response: Any = self._failed(request, exc)
+        else:
+            if type(result) is Later:
+                await self._take_slot()
+                self.in_flight_ids.add(request.id)
+                requests.start_soon(self._run_request, _waiting(result), request, deadline_ms, send)
+                return
+            response = _answer(request, result)
+        await self._respond(request, response, started, send)
 
     async def _authenticate(
         self, session: Session, request: Request, send: trio.MemorySendChannel[_Item]
@@ -431,11 +469,14 @@ class _Connection:
     async def _call(
         self, handler: Handler, request: Request, deadline_ms: int
     ) -> dict[str, Any] | Attached | None:
-        """Run the handler under the deadline; return the response map (None: no response),
-        or for an answer with an attachment, Attached(response map, parts)."""
+        """Run the handler under the deadline (and what it hands back as Later, under the
+        same one); return the response map (None: no response), or for an answer with an
+        attachment, Attached(response map, parts)."""
         try:
             with trio.fail_after(deadline_ms / 1000):
                 result = await handler(request)
+                if type(result) is Later:
+                    result = await result.wait()
         except trio.TooSlowError:
             return error_response(request.id, RequestTimedOutError(
                 f"no answer to {request.op} within {deadline_ms} ms; it may still take effect"))
