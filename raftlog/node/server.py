@@ -33,10 +33,12 @@ Afterwards each request carries the session's principal and the client's host, a
 
 Attachments (PROTOCOL.md "Attachments"): a handler may answer `Attached(fields, parts)`; the
 response gets `attachment_bytes` and the parts follow its frame. Buffers go out with the
-frames around them (sendmsg, no join); a FilePart goes with os.sendfile from its file straight
-to the socket, on the trio thread (the replica that made it read or warmed its range into the
-page cache, and the socket is non-blocking: each call sends what fits), asking `intact()`
-before each call; over TLS it is read in a worker thread and written through the stream. A
+frames around them (one writev, no join); a FilePart goes with os.sendfile from its file
+straight to the socket, on the trio thread (the replica that made it read or warmed its range
+into the page cache, and the socket is non-blocking: each call sends what fits), asking
+`intact()` before each call; over TLS it is read in a worker thread and written through the
+stream. On a plain socket the writer sends what the socket takes at once, and waits (under
+the write deadline) only when it is full. A
 part no longer intact, or a file shorter than its range, closes the connection mid-answer
 (`conn_attachment_failed`): the peer sees a lost connection, never other bytes. Every
 FilePart is closed once sent or dropped (also when the connection ends with it queued).
@@ -141,6 +143,35 @@ def _waiting(later: Later) -> Handler:
         return await later.wait()
 
     return wait
+
+
+class _FileRange:
+    """A FilePart being sent: where the next os.sendfile starts, and how much is left."""
+
+    __slots__ = ("part", "offset", "remaining")
+
+    def __init__(self, part: Any) -> None:
+        self.part = part
+        self.offset = part.offset
+        self.remaining = part.length
+
+
+def _pieces(items: list[_Item]) -> list[Any]:
+    """What a plain socket sends for `items`, in order: byte views (frames, buffer parts;
+    none empty) and _FileRanges."""
+    pieces: list[Any] = []
+    for item in items:
+        if type(item) is bytes:
+            pieces.append(memoryview(item))
+            continue
+        pieces.append(memoryview(item.frame))
+        for part in item.attached.parts:
+            if isinstance(part, _BUFFERS):
+                if len(part):
+                    pieces.append(memoryview(part).cast("B"))
+            elif part.length:
+                pieces.append(_FileRange(part))
+    return pieces
 
 
 def request_deadline_ms(timeout_ms: int | None, request_timeout_ms: int) -> int:
@@ -538,8 +569,17 @@ class _Connection:
                         items.append(more)
                         size += len(more) if type(more) is bytes else more.attached.length
                     try:
-                        with trio.fail_after(write_timeout_s):
-                            await self._send_items(items)
+                        if self.socket_stream is None:
+                            with trio.fail_after(write_timeout_s):
+                                await self._send_items(items)
+                        else:
+                            pieces = _pieces(items)
+                            if not self._push(pieces):  # the socket is full: wait for room
+                                with trio.fail_after(write_timeout_s):
+                                    while True:
+                                        await trio.lowlevel.wait_writable(self.socket_stream.socket)
+                                        if self._push(pieces):
+                                            break
                     except (
                         trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, OSError
                     ) as exc:  # fmt: skip
@@ -561,9 +601,54 @@ class _Connection:
                     except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                         break
 
+    def _push(self, pieces: list[Any]) -> bool:
+        """Send what the plain socket takes now, without waiting, from `pieces` (_pieces;
+        consumed in place): consecutive buffers with one writev, file parts with os.sendfile
+        (asking `intact()` before each call). True once everything is sent. Raises OSError
+        (the connection broke) and trio.BrokenResourceError (a file part no longer intact
+        or shorter than its range: module docstring "Attachments").
+
+        Most answers fit in the socket's buffer: they go out here, from the writer's loop,
+        with no deadline and no pass through trio's scheduler (a send_all costs two, and a
+        cancel scope more)."""
+        fd = self.socket_stream.socket.fileno()  # type: ignore[union-attr]
+        while pieces:
+            head = pieces[0]
+            if type(head) is memoryview:
+                run = []
+                for piece in pieces:
+                    if type(piece) is not memoryview or len(run) == MAX_IOV:
+                        break
+                    run.append(piece)
+                try:
+                    n = os.writev(fd, run)
+                except BlockingIOError:
+                    return False
+                for piece in run:
+                    if n < len(piece):
+                        pieces[0] = piece[n:]
+                        return False  # partly sent: the socket's buffer is full
+                    n -= len(piece)
+                    pieces.pop(0)
+                continue
+            if not head.part.intact():
+                self._attachment_failed("file range changed while being sent")
+            try:
+                sent = os.sendfile(fd, head.part.fd, head.offset, head.remaining)
+            except BlockingIOError:
+                return False
+            if sent == 0:
+                self._attachment_failed("file ended before the range")
+            head.offset += sent
+            head.remaining -= sent
+            if head.remaining:
+                return False
+            pieces.pop(0)
+        return True
+
     async def _send_items(self, items: list[_Item]) -> None:
-        """Send frames and their attachments in order: consecutive buffers together, file
-        parts on their own (module docstring "Attachments")."""
+        """Over TLS: send frames and their attachments in order, consecutive buffers
+        together, file parts read in a worker thread (module docstring "Attachments")."""
         if len(items) == 1 and type(items[0]) is bytes:
             await self.stream.send_all(items[0])
             return
@@ -588,55 +673,28 @@ class _Connection:
         if len(buffers) == 1:
             await self.stream.send_all(buffers[0])
             return
-        if self.socket_stream is None:  # TLS: small ones joined, large ones as they are
-            small: list[Any] = []
-            for b in buffers:
-                if len(b) < TLS_JOIN_BYTES:
-                    small.append(b)
-                    continue
-                if small:
-                    await self.stream.send_all(b"".join(small))
-                    small = []
-                await self.stream.send_all(b)
+        small: list[Any] = []  # TLS: small ones joined, large ones as they are
+        for b in buffers:
+            if len(b) < TLS_JOIN_BYTES:
+                small.append(b)
+                continue
             if small:
                 await self.stream.send_all(b"".join(small))
-            return
-        sock = self.socket_stream.socket
-        views = [memoryview(b).cast("B") for b in buffers if len(b)]
-        while views:
-            n = await sock.sendmsg(views[:MAX_IOV])
-            while views and n >= len(views[0]):
-                n -= len(views[0])
-                views.pop(0)
-            if n:
-                views[0] = views[0][n:]
+                small = []
+            await self.stream.send_all(b)
+        if small:
+            await self.stream.send_all(b"".join(small))
 
     async def _send_file_part(self, part: Any) -> None:
+        """TLS: read (in a worker thread) and write through the stream."""
         offset, remaining = part.offset, part.length
-        if self.socket_stream is None:  # TLS: read (in a worker thread) and write through it
-            while remaining > 0:
-                data = await trio.to_thread.run_sync(os.pread, part.fd, min(remaining, TLS_READ_CHUNK), offset)
-                if not data or not part.intact():
-                    self._attachment_failed("file range changed or ended while being sent")
-                await self.stream.send_all(data)
-                offset += len(data)
-                remaining -= len(data)
-            return
-        sock = self.socket_stream.socket
-        fileno = sock.fileno()
         while remaining > 0:
-            if not part.intact():
-                self._attachment_failed("file range changed while being sent")
-            try:
-                sent = os.sendfile(fileno, part.fd, offset, remaining)
-            except BlockingIOError:
-                await trio.lowlevel.wait_writable(sock)
-                continue
-            if sent == 0:
-                self._attachment_failed("file ended before the range")
-            offset += sent
-            remaining -= sent
-        await trio.lowlevel.checkpoint()
+            data = await trio.to_thread.run_sync(os.pread, part.fd, min(remaining, TLS_READ_CHUNK), offset)
+            if not data or not part.intact():
+                self._attachment_failed("file range changed or ended while being sent")
+            await self.stream.send_all(data)
+            offset += len(data)
+            remaining -= len(data)
 
     def _attachment_failed(self, reason: str) -> NoReturn:
         log_event(logger, "conn_attachment_failed", level=logging.WARNING,
