@@ -35,13 +35,16 @@ Invariants and limits:
   e.g. a fault-injection proxy in front of the peer.
 * Attachments (PROTOCOL.md "Attachments"): `call_attached` returns an answer's attachment
   too. The reader takes it into ONE buffer: what its last receive already brought past the
-  frame, then the rest with recv_into straight from the socket (through the stream over TLS).
+  frame, then the rest with readv straight from the socket, waiting only while none has
+  arrived (through the stream over TLS).
   An attachment over `max_frame_bytes`, a stream that ends inside one, or one stalled for
   ATTACHMENT_STALL_S closes the connection (`peer_bad_response` / `peer_disconnected` log
   lines; the calls in flight fail as a lost connection). `close_connection` lets a caller
   that finds an answer bad close it as well.
 * Concurrency: trio-thread only. `call` is cancel-safe: a cancelled call leaves its request
-  possibly delivered (unknown outcome), and its late answer is dropped.
+  possibly delivered (unknown outcome), and its late answer is dropped. On a plain socket a
+  call writes its frame directly when the socket takes it (no pass through trio's scheduler
+  for a free slot, a free send lock or the write), so a call costs one wait: its answer's.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import os
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -229,8 +233,14 @@ class PeerPool:
         link = self._link(address)
         link.last_used = trio.current_time()
         with trio.move_on_at(deadline) as scope:
-            async with link.slots:
+            try:  # a free slot without a pass through the scheduler (the answer's wait is one)
+                link.slots.acquire_nowait()
+            except trio.WouldBlock:
+                await link.slots.acquire()
+            try:
                 return await self._call_on(link, op, fields, deadline)
+            finally:
+                link.slots.release()
         assert scope.cancelled_caught
         raise RequestTimedOutError(f"{op} to {address}: no answer within {timeout_s:.3g} s")
 
@@ -244,21 +254,7 @@ class PeerPool:
         waiter = _Waiter()
         link.pending[request_id] = waiter
         try:
-            async with link.send_lock:
-                sending = True
-                try:
-                    await stream.send_all(frame)
-                    sending = False
-                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                    raise RequestTimedOutError(
-                        f"{op} to {link.address}: connection lost while sending; outcome unknown"
-                    ) from None
-                finally:
-                    if sending:
-                        # Failed or cancelled mid-frame: the byte stream can no longer be
-                        # trusted (a partial frame may be out), so the connection goes.
-                        if link.stream is stream:
-                            self._disconnect(link, "send interrupted")
+            await self._send_frame(link, stream, frame, op)
             await waiter.event.wait()
         finally:
             link.pending.pop(request_id, None)
@@ -266,6 +262,42 @@ class PeerPool:
             raise waiter.error
         assert waiter.fields is not None
         return dict(waiter.fields), waiter.attachment if waiter.attachment is not None else _EMPTY
+
+    async def _send_frame(self, link: _Link, stream: trio.abc.Stream, frame: bytes, op: str) -> None:
+        """Send one request frame under the link's send lock. On a plain socket what it
+        takes at once is written directly (most frames: no pass through trio's scheduler,
+        which a free lock and a send_all would each cost); the rest with send_all. Raises
+        RequestTimedOutError (the connection broke: outcome unknown)."""
+        lock = link.send_lock
+        if lock.locked():
+            await lock.acquire()
+        else:
+            lock.acquire_nowait()
+        try:
+            sending = True
+            try:
+                rest: Any = frame
+                if type(stream) is trio.SocketStream:
+                    try:
+                        n = os.write(stream.socket.fileno(), frame)
+                    except BlockingIOError:
+                        n = 0
+                    rest = memoryview(frame)[n:] if n else frame
+                if rest:
+                    await stream.send_all(rest)
+                sending = False
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                raise RequestTimedOutError(
+                    f"{op} to {link.address}: connection lost while sending; outcome unknown"
+                ) from None
+            finally:
+                if sending:
+                    # Failed or cancelled mid-frame: the byte stream can no longer be
+                    # trusted (a partial frame may be out), so the connection goes.
+                    if link.stream is stream:
+                        self._disconnect(link, "send interrupted")
+        finally:
+            lock.release()
 
     async def _connected(self, link: _Link, deadline: float) -> trio.abc.Stream:
         if link.stream is not None:
@@ -399,13 +431,20 @@ class PeerPool:
             got = decoder.take_buffered(view)
             sock = stream.socket if isinstance(stream, trio.SocketStream) else None
             while got < size:
-                with trio.fail_after(self.attachment_stall_s):
-                    if sock is not None:
-                        n = await sock.recv_into(view[got:], size - got)
-                    else:
+                if sock is not None:
+                    # What has arrived is read at once; only an empty socket is waited on
+                    # (no deadline and no pass through the scheduler per chunk).
+                    try:
+                        n = os.readv(sock.fileno(), [view[got:]])
+                    except BlockingIOError:
+                        with trio.fail_after(self.attachment_stall_s):
+                            await trio.lowlevel.wait_readable(sock)
+                        continue
+                else:
+                    with trio.fail_after(self.attachment_stall_s):
                         data = await stream.receive_some(min(size - got, 1 << 20))
-                        n = len(data)
-                        view[got : got + n] = data
+                    n = len(data)
+                    view[got : got + n] = data
                 if n == 0:
                     return None
                 got += n
