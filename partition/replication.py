@@ -368,10 +368,10 @@ class _Link:
         self.fetches: dict[tuple[str, int], FetchRequest] = {}
         self.messages: deque[tuple[str, int, Any]] = deque()
         self.awaiting: dict[tuple[str, int], float] = {}  # fetch sent, answer not seen
-        self.in_flight = 0
+        self.in_flight = 0  # fetch calls
+        self.callers = 0  # ReplicationLinks._caller loops
+        self.idle: trio.Event | None = None  # set by _kick: the idle caller has work
         self.raft_sending = False
-        self.wake = trio.Event()
-        self.session_started = False
         self.held: set[tuple[str, int]] = set()  # our fetches this leader broker holds
         self.held_checked_at = trio.current_time()
         self.last_ok = trio.current_time()  # our last replica_fetch it answered
@@ -426,7 +426,10 @@ class ReplicationLinks:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             task_status.started()
-            await trio.sleep_forever()
+            try:
+                await trio.sleep_forever()
+            finally:
+                self._nursery = None  # closing: what is sent from now on is dropped
 
     def status(self) -> dict[str, Any]:
         return {
@@ -497,35 +500,68 @@ class ReplicationLinks:
                 link.messages.popleft()
                 self.dropped_messages += 1
             link.messages.append((replica.topic, replica.partition, message))
-        if not link.session_started and self._nursery is not None:
-            link.session_started = True
-            self._nursery.start_soon(self._session, link)
-        link.wake.set()
+        self._kick(link)
 
     # ---------------------------------------------------------------- follower side
 
-    async def _session(self, link: _Link) -> None:
-        async with trio.open_nursery() as nursery:
+    def _kick(self, link: _Link) -> None:
+        """Something may be due on the link: the raft sender runs, and a fetch call goes out
+        from the link's idle caller, or from a new one while fewer than
+        MAX_FETCH_RPCS_PER_LEADER exist. Never blocks."""
+        nursery = self._nursery
+        if nursery is None:
+            return  # not running yet: the next send after `run` starts them
+        if link.messages and not link.raft_sending:
+            link.raft_sending = True
+            nursery.start_soon(self._raft_sender, link)
+        if link.idle is not None:
+            link.idle.set()
+        elif link.callers < MAX_FETCH_RPCS_PER_LEADER and self._call_due(link):
+            link.callers += 1
+            nursery.start_soon(self._caller, link)
+
+    def _call_due(self, link: _Link) -> bool:
+        return bool((link.fetches and link.in_flight < MAX_FETCH_RPCS_PER_LEADER)
+                    or (link.in_flight == 0 and (link.awaiting or link.held)))
+
+    async def _caller(self, link: _Link) -> None:
+        """A loop of `replica_fetch` calls to one leader broker: the link's calls run in at
+        most MAX_FETCH_RPCS_PER_LEADER of these, each making the next call itself once its
+        answer is handled (no task per call, no hop through another task). One with nothing
+        to do waits for `_kick` as the link's idle caller, or ends when another waits."""
+        try:
             while True:
-                if link.messages and not link.raft_sending:
-                    link.raft_sending = True
-                    nursery.start_soon(self._raft_sender, link)
-                now = trio.current_time()
-                if link.awaiting:
-                    for key in [k for k, t in link.awaiting.items() if now - t > AWAIT_ANSWER_S]:
-                        del link.awaiting[key]
-                if link.fetches and link.in_flight < MAX_FETCH_RPCS_PER_LEADER:
-                    fetches, link.fetches = link.fetches, {}
-                    for key in fetches:
-                        link.awaiting[key] = now
-                    link.in_flight += 1
-                    nursery.start_soon(self._fetch_call, link, fetches)
-                elif link.in_flight == 0 and (link.awaiting or self._still_held(link)):
-                    link.in_flight += 1  # the return path for answers (and the link's pulse)
-                    nursery.start_soon(self._fetch_call, link, {})
-                else:
-                    link.wake = trio.Event()
-                    await link.wake.wait()
+                fetches = self._next_call(link)
+                if fetches is not None:
+                    await self._fetch_call(link, fetches)
+                    continue
+                if link.idle is not None:
+                    return
+                link.idle = idle = trio.Event()
+                try:
+                    await idle.wait()
+                finally:
+                    link.idle = None
+        finally:
+            link.callers -= 1
+
+    def _next_call(self, link: _Link) -> dict[tuple[str, int], FetchRequest] | None:
+        """The fetches of the link's next call (taken from the queue; {} for the return path
+        of answers, and the link's pulse), or None when none is due."""
+        now = trio.current_time()
+        if link.awaiting:
+            for key in [k for k, t in link.awaiting.items() if now - t > AWAIT_ANSWER_S]:
+                del link.awaiting[key]
+        if link.fetches and link.in_flight < MAX_FETCH_RPCS_PER_LEADER:
+            fetches, link.fetches = link.fetches, {}
+            for key in fetches:
+                link.awaiting[key] = now
+            link.in_flight += 1
+            return fetches
+        if link.in_flight == 0 and (link.awaiting or self._still_held(link)):
+            link.in_flight += 1  # the return path for answers (and the link's pulse)
+            return {}
+        return None
 
     def _still_held(self, link: _Link) -> bool:
         """Whether any replica here still waits on a fetch this leader broker holds. Every
@@ -598,7 +634,6 @@ class ReplicationLinks:
             if failed:
                 await trio.sleep(FAILURE_BACKOFF_S)
             link.in_flight -= 1
-            link.wake.set()
 
     @staticmethod
     def _decode_answer(result: Mapping[str, Any], attachment: bytearray, broker_id: int
@@ -641,7 +676,8 @@ class ReplicationLinks:
                     await trio.sleep(FAILURE_BACKOFF_S)
         finally:
             link.raft_sending = False
-            link.wake.set()
+            if link.messages:
+                self._kick(link)  # queued while this one was finishing
 
     # ---------------------------------------------------------------- leader side
 
