@@ -75,6 +75,7 @@ from raftlog.base.errors import (
 )
 from raftlog.base.eventlog import log_event
 from raftlog.base.metrics import MetricsRegistry
+from raftlog.base.peer import StreamReader
 from raftlog.base.protocol import (
     ATTACHMENT_FIELD,
     Attached,
@@ -320,10 +321,11 @@ class _Connection:
     ) -> str:
         """Returns "eof" (client finished), "fatal" (undecodable frame answered), "abort"."""
         decoder = FrameDecoder(self.listener.max_frame_bytes)
+        reader = StreamReader(self.stream)
         while True:
             try:
-                data = await self.stream.receive_some(RECEIVE_CHUNK_BYTES)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                data = await reader.receive(RECEIVE_CHUNK_BYTES)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 return "abort"
             if not data:
                 if decoder.buffered_bytes:
@@ -541,6 +543,17 @@ class _Connection:
         await self._queue(send, frame)
 
     async def _queue(self, send: trio.MemorySendChannel[_Item], item: _Item) -> None:
+        try:
+            # Handed to the waiting writer (or its buffer) without a pass through the
+            # scheduler; only a full channel waits.
+            send.send_nowait(item)
+            return
+        except trio.WouldBlock:
+            pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            _release(item)
+            log_event(logger, "response_dropped", level=logging.DEBUG, peer=self.peer)
+            return
         try:
             await send.send(item)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
