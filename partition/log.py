@@ -42,11 +42,8 @@ of every batch it returns (and that offsets increase from the batch it located),
 StorageDamageError (segment, position, offset) instead of returning bad bytes; `read_slice`
 (zero-copy senders) checks the range the same way before it makes the slice; `locate`
 checks the index entry it starts from. Each byte is checked once: a segment remembers the
-ranges a read or a SegmentVerifier (recovery, the scrubber) checked, and those an append wrote
-(`append` and `append_replicated` check every batch's header and CRC-32C in memory before they
-write it), and later reads of them skip the CRCs (partition/segment.py "checked once"): a
-leader's answers to replica fetches, which read the tail it just appended, read no byte of it
-back. Bytes damaged on disk after their check are the scrubber's to find, or a restart's. `check_segment` runs the full check of one segment
+ranges a read or a SegmentVerifier (recovery, the scrubber) checked, and later reads of them
+skip the CRCs (partition/segment.py "checked once"). `check_segment` runs the full check of one segment
 (partition/segment.py `SegmentVerifier`, optionally with its indexes); `pinned_segment` lets a
 scrubber run it in paced steps. What to do about damage is the replica's decision: `repair`
 cuts the log at the first bad batch of a segment (deleting later segments, as recovery does)

@@ -25,12 +25,9 @@ Invariants (as Kafka's LogSegment):
   base when given), and partition leader epochs never decrease. It can also check the
   in-memory indexes against the batches it reads.
 * Bytes are checked once (DESIGN §9 "Integrity"): each segment keeps the byte ranges whose
-  batches a read or a SegmentVerifier has checked since this process opened it, or that
-  `append` wrote here from buffers the log had checked in memory (header and CRC-32C, the
-  leader's and the follower's appends alike; so the first read of a fresh tail, the
-  leader's answer to a replica fetch, reads and checks nothing again) (`unverified` /
-  `mark_verified`, at most MAX_VERIFIED_RANGES ranges, whole batches), and reads skip the
-  CRCs of those. A cut of the file (`truncate_to`, `recover`) drops the ranges
+  batches a read or a SegmentVerifier has checked since this process opened it
+  (`unverified` / `mark_verified`, at most MAX_VERIFIED_RANGES ranges, whole batches), and
+  reads skip the CRCs of those. A cut of the file (`truncate_to`, `recover`) drops the ranges
   past the cut and bumps `verified_version`; a check that read its bytes under an older
   version marks nothing and trusts no range (a reader racing a repair). Bytes damaged on
   disk after their check are the scrubber's to find (it re-checks every sealed segment) or a
@@ -900,15 +897,13 @@ class Segment:
     def append(self, data, entries: list[tuple[int, int, int, int, int, int]], *,
                index_interval_bytes: int, now_ms: int) -> None:
         """Write `data` (whole, checked batches; one buffer or a list of buffers that are
-        written back to back) at the end of the file and index it. The range written counts
-        as checked (module docstring "checked once"): the caller checked these very bytes.
+        written back to back) at the end of the file and index it.
 
         `entries`: one (position in data, size, base_offset, next_offset, max_timestamp,
         partition_leader_epoch) per batch, offsets as stamped. Not fsynced."""
         start = self.size_bytes
         total_bytes = sum(len(b) for b in data) if isinstance(data, list) else len(data)
         self._io(pwrite_all, data, start)
-        self.mark_verified(start, start + total_bytes, self.verified_version)
         if self.created_ms is None:
             self.created_ms = now_ms
         for p, size, base, nxt, max_ts, epoch in entries:
