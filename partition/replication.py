@@ -88,6 +88,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from typing import Any, Final
 
 import trio
@@ -108,7 +109,7 @@ from partition.raft import (
 from raftlog.base.errors import InvalidRequestError, PeerUnavailableError, RaftlogError
 from raftlog.base.eventlog import log_event
 from raftlog.base.peer import PeerPool
-from raftlog.base.protocol import Attached, Request, field
+from raftlog.base.protocol import Attached, Later, Request, field, inline_handler
 
 __all__ = [
     "ReplicationLinks",
@@ -135,6 +136,7 @@ AWAIT_ANSWER_S: Final = 3.0  # keep a poll parked for a fetch sent this recently
 DEFAULT_SILENCE_MS: Final = 1_250  # `watch`: a link this long without a replica_fetch is silent
 FAILURE_BACKOFF_S: Final = 0.1
 RAFT_CALL_TIMEOUT_S: Final = 2.0
+INLINE_BUDGET_S: Final = 0.002  # a replica_fetch's fetches delivered in the reader, at most this long
 
 ReplicaLookup = Callable[[str, int], Any]  # -> partition.replica.Replica | None
 
@@ -310,6 +312,30 @@ def _release(records: Any) -> None:
         records.close()
 
 
+def _take(link: _Link, max_bytes: int) -> tuple[list[tuple[tuple[str, int], FetchResponse]],
+                                                  list[dict[str, Any]]]:
+    """Take the link's queued answers in readiness order: (the FetchResponses, at least one
+    if any, then more while under `max_bytes`; the FetchHeld entries met on the way, encoded:
+    they carry no records, inline either way)."""
+    taken: list[tuple[tuple[str, int], FetchResponse]] = []
+    held = []
+    size = 0
+    outbox = link.outbox
+    while outbox and (not taken or size < max_bytes):
+        key = next(iter(outbox))
+        m = outbox.pop(key)
+        if type(m) is FetchHeld:
+            held.append(encode_fetch_held(key[0], key[1], m))
+            continue
+        records = m.records
+        if records is not None and taken and size + len(records) > max_bytes:
+            outbox[key] = m  # the next request takes it
+            break
+        taken.append((key, m))
+        size += 64 + (len(records) if records is not None else 0)
+    return taken, held
+
+
 async def _inline(taken: list[tuple[tuple[str, int], FetchResponse]]) -> list[dict[str, Any]]:
     """The responses with their records inline (a follower that did not ask for an
     attachment): a file slice is read in a worker thread and used only if still intact."""
@@ -342,10 +368,10 @@ class _Link:
         self.fetches: dict[tuple[str, int], FetchRequest] = {}
         self.messages: deque[tuple[str, int, Any]] = deque()
         self.awaiting: dict[tuple[str, int], float] = {}  # fetch sent, answer not seen
-        self.in_flight = 0
+        self.in_flight = 0  # fetch calls
+        self.callers = 0  # ReplicationLinks._caller loops
+        self.idle: trio.Event | None = None  # set by _kick: the idle caller has work
         self.raft_sending = False
-        self.wake = trio.Event()
-        self.session_started = False
         self.held: set[tuple[str, int]] = set()  # our fetches this leader broker holds
         self.held_checked_at = trio.current_time()
         self.last_ok = trio.current_time()  # our last replica_fetch it answered
@@ -400,7 +426,10 @@ class ReplicationLinks:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             task_status.started()
-            await trio.sleep_forever()
+            try:
+                await trio.sleep_forever()
+            finally:
+                self._nursery = None  # closing: what is sent from now on is dropped
 
     def status(self) -> dict[str, Any]:
         return {
@@ -471,35 +500,68 @@ class ReplicationLinks:
                 link.messages.popleft()
                 self.dropped_messages += 1
             link.messages.append((replica.topic, replica.partition, message))
-        if not link.session_started and self._nursery is not None:
-            link.session_started = True
-            self._nursery.start_soon(self._session, link)
-        link.wake.set()
+        self._kick(link)
 
     # ---------------------------------------------------------------- follower side
 
-    async def _session(self, link: _Link) -> None:
-        async with trio.open_nursery() as nursery:
+    def _kick(self, link: _Link) -> None:
+        """Something may be due on the link: the raft sender runs, and a fetch call goes out
+        from the link's idle caller, or from a new one while fewer than
+        MAX_FETCH_RPCS_PER_LEADER exist. Never blocks."""
+        nursery = self._nursery
+        if nursery is None:
+            return  # not running yet: the next send after `run` starts them
+        if link.messages and not link.raft_sending:
+            link.raft_sending = True
+            nursery.start_soon(self._raft_sender, link)
+        if link.idle is not None:
+            link.idle.set()
+        elif link.callers < MAX_FETCH_RPCS_PER_LEADER and self._call_due(link):
+            link.callers += 1
+            nursery.start_soon(self._caller, link)
+
+    def _call_due(self, link: _Link) -> bool:
+        return bool((link.fetches and link.in_flight < MAX_FETCH_RPCS_PER_LEADER)
+                    or (link.in_flight == 0 and (link.awaiting or link.held)))
+
+    async def _caller(self, link: _Link) -> None:
+        """A loop of `replica_fetch` calls to one leader broker: the link's calls run in at
+        most MAX_FETCH_RPCS_PER_LEADER of these, each making the next call itself once its
+        answer is handled (no task per call, no hop through another task). One with nothing
+        to do waits for `_kick` as the link's idle caller, or ends when another waits."""
+        try:
             while True:
-                if link.messages and not link.raft_sending:
-                    link.raft_sending = True
-                    nursery.start_soon(self._raft_sender, link)
-                now = trio.current_time()
-                if link.awaiting:
-                    for key in [k for k, t in link.awaiting.items() if now - t > AWAIT_ANSWER_S]:
-                        del link.awaiting[key]
-                if link.fetches and link.in_flight < MAX_FETCH_RPCS_PER_LEADER:
-                    fetches, link.fetches = link.fetches, {}
-                    for key in fetches:
-                        link.awaiting[key] = now
-                    link.in_flight += 1
-                    nursery.start_soon(self._fetch_call, link, fetches)
-                elif link.in_flight == 0 and (link.awaiting or self._still_held(link)):
-                    link.in_flight += 1  # the return path for answers (and the link's pulse)
-                    nursery.start_soon(self._fetch_call, link, {})
-                else:
-                    link.wake = trio.Event()
-                    await link.wake.wait()
+                fetches = self._next_call(link)
+                if fetches is not None:
+                    await self._fetch_call(link, fetches)
+                    continue
+                if link.idle is not None:
+                    return
+                link.idle = idle = trio.Event()
+                try:
+                    await idle.wait()
+                finally:
+                    link.idle = None
+        finally:
+            link.callers -= 1
+
+    def _next_call(self, link: _Link) -> dict[tuple[str, int], FetchRequest] | None:
+        """The fetches of the link's next call (taken from the queue; {} for the return path
+        of answers, and the link's pulse), or None when none is due."""
+        now = trio.current_time()
+        if link.awaiting:
+            for key in [k for k, t in link.awaiting.items() if now - t > AWAIT_ANSWER_S]:
+                del link.awaiting[key]
+        if link.fetches and link.in_flight < MAX_FETCH_RPCS_PER_LEADER:
+            fetches, link.fetches = link.fetches, {}
+            for key in fetches:
+                link.awaiting[key] = now
+            link.in_flight += 1
+            return fetches
+        if link.in_flight == 0 and (link.awaiting or self._still_held(link)):
+            link.in_flight += 1  # the return path for answers (and the link's pulse)
+            return {}
+        return None
 
     def _still_held(self, link: _Link) -> bool:
         """Whether any replica here still waits on a fetch this leader broker holds. Every
@@ -572,7 +634,6 @@ class ReplicationLinks:
             if failed:
                 await trio.sleep(FAILURE_BACKOFF_S)
             link.in_flight -= 1
-            link.wake.set()
 
     @staticmethod
     def _decode_answer(result: Mapping[str, Any], attachment: bytearray, broker_id: int
@@ -615,11 +676,21 @@ class ReplicationLinks:
                     await trio.sleep(FAILURE_BACKOFF_S)
         finally:
             link.raft_sending = False
-            link.wake.set()
+            if link.messages:
+                self._kick(link)  # queued while this one was finishing
 
     # ---------------------------------------------------------------- leader side
 
-    async def _handle_replica_fetch(self, request: Request) -> dict[str, Any]:
+    @inline_handler
+    async def _handle_replica_fetch(self, request: Request) -> Attached | Later:
+        """Run in the listener's reader (protocol.inline_handler): the fetches go to their
+        cores at once, and an outbox with answers is answered at once; the long poll (an
+        empty outbox) and a follower that takes no attachment (its file slices are read in
+        a worker thread) are answered from a request task (`Later`). A core that waits for
+        the disk (a cold read for a follower catching up, a quorum-state fsync) holds up the
+        follower broker's other requests on this connection: past INLINE_BUDGET_S the rest
+        of the fetches go to the cores from the request task too."""
+        started = trio.current_time()
         sender = field(request, "broker_id", int)
         max_wait_ms = field(request, "max_wait_ms", int, min_value=0, max_value=MAX_WAIT_MS_LIMIT)
         max_bytes = field(request, "max_bytes", int, min_value=1)
@@ -631,7 +702,24 @@ class ReplicationLinks:
         if link.follower_silent:
             link.follower_silent = False
             link.follower_heard = True
-        for topic, partition, m in decoded:
+        for i, (topic, partition, m) in enumerate(decoded):
+            if trio.current_time() - started > INLINE_BUDGET_S:
+                return Later(partial(self._wait_and_answer, link, max_wait_ms, max_bytes, attach,
+                                     decoded[i:]))
+            replica = self.lookup(topic, partition)
+            if replica is not None:
+                await replica.deliver(m)
+        if attach and (link.outbox or max_wait_ms == 0):
+            return self._answer(link, max_bytes)
+        return Later(partial(self._wait_and_answer, link, max_wait_ms, max_bytes, attach))
+
+    async def _wait_and_answer(self, link: _Link, max_wait_ms: int, max_bytes: int,
+                               attach: bool, undelivered: list[tuple[str, int, Any]] = ()
+                               ) -> dict[str, Any] | Attached:
+        """The rest of a `replica_fetch` in its request task: deliver what the reader left
+        undelivered, wait up to `max_wait_ms` for an answer in the follower broker's outbox
+        (the long poll), then answer with what is there (an empty list after the wait)."""
+        for topic, partition, m in undelivered:
             replica = self.lookup(topic, partition)
             if replica is not None:
                 await replica.deliver(m)
@@ -640,24 +728,16 @@ class ReplicationLinks:
                 if link.outbox_event.is_set():
                     link.outbox_event = trio.Event()
                 await link.outbox_event.wait()
-        taken = []
-        held = []  # FetchHeld: no records, inline either way
-        size = 0
-        while link.outbox and (not taken or size < max_bytes):
-            key = next(iter(link.outbox))
-            m = link.outbox.pop(key)
-            if type(m) is FetchHeld:
-                held.append(encode_fetch_held(key[0], key[1], m))
-                continue
-            records = m.records
-            if records is not None and taken and size + len(records) > max_bytes:
-                link.outbox[key] = m  # the next request takes it
-                break
-            taken.append((key, m))
-            size += 64 + (len(records) if records is not None else 0)
         if not attach:
+            taken, held = _take(link, max_bytes)
             return {"responses": held + await _inline(taken)}
-        out = held
+        return self._answer(link, max_bytes)
+
+    @staticmethod
+    def _answer(link: _Link, max_bytes: int) -> Attached:
+        """The answers queued for the link's follower broker (at least one if any, then more
+        while under `max_bytes`), their records as the attachment."""
+        taken, out = _take(link, max_bytes)
         parts = []
         at = 0
         for (topic, partition), m in taken:

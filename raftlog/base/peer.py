@@ -35,13 +35,16 @@ Invariants and limits:
   e.g. a fault-injection proxy in front of the peer.
 * Attachments (PROTOCOL.md "Attachments"): `call_attached` returns an answer's attachment
   too. The reader takes it into ONE buffer: what its last receive already brought past the
-  frame, then the rest with recv_into straight from the socket (through the stream over TLS).
+  frame, then the rest with readv straight from the socket, waiting only while none has
+  arrived (through the stream over TLS).
   An attachment over `max_frame_bytes`, a stream that ends inside one, or one stalled for
   ATTACHMENT_STALL_S closes the connection (`peer_bad_response` / `peer_disconnected` log
   lines; the calls in flight fail as a lost connection). `close_connection` lets a caller
   that finds an answer bad close it as well.
 * Concurrency: trio-thread only. `call` is cancel-safe: a cancelled call leaves its request
-  possibly delivered (unknown outcome), and its late answer is dropped.
+  possibly delivered (unknown outcome), and its late answer is dropped. On a plain socket a
+  call writes its frame directly when the socket takes it (no pass through trio's scheduler
+  for a free slot, a free send lock or the write), so a call costs one wait: its answer's.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import os
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -75,7 +79,7 @@ from raftlog.base.protocol import (
     parse_response,
 )
 
-__all__ = ["PeerPool"]
+__all__ = ["PeerPool", "StreamReader"]
 
 logger = logging.getLogger(__name__)
 
@@ -229,8 +233,14 @@ class PeerPool:
         link = self._link(address)
         link.last_used = trio.current_time()
         with trio.move_on_at(deadline) as scope:
-            async with link.slots:
+            try:  # a free slot without a pass through the scheduler (the answer's wait is one)
+                link.slots.acquire_nowait()
+            except trio.WouldBlock:
+                await link.slots.acquire()
+            try:
                 return await self._call_on(link, op, fields, deadline)
+            finally:
+                link.slots.release()
         assert scope.cancelled_caught
         raise RequestTimedOutError(f"{op} to {address}: no answer within {timeout_s:.3g} s")
 
@@ -244,21 +254,7 @@ class PeerPool:
         waiter = _Waiter()
         link.pending[request_id] = waiter
         try:
-            async with link.send_lock:
-                sending = True
-                try:
-                    await stream.send_all(frame)
-                    sending = False
-                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                    raise RequestTimedOutError(
-                        f"{op} to {link.address}: connection lost while sending; outcome unknown"
-                    ) from None
-                finally:
-                    if sending:
-                        # Failed or cancelled mid-frame: the byte stream can no longer be
-                        # trusted (a partial frame may be out), so the connection goes.
-                        if link.stream is stream:
-                            self._disconnect(link, "send interrupted")
+            await self._send_frame(link, stream, frame, op)
             await waiter.event.wait()
         finally:
             link.pending.pop(request_id, None)
@@ -266,6 +262,42 @@ class PeerPool:
             raise waiter.error
         assert waiter.fields is not None
         return dict(waiter.fields), waiter.attachment if waiter.attachment is not None else _EMPTY
+
+    async def _send_frame(self, link: _Link, stream: trio.abc.Stream, frame: bytes, op: str) -> None:
+        """Send one request frame under the link's send lock. On a plain socket what it
+        takes at once is written directly (most frames: no pass through trio's scheduler,
+        which a free lock and a send_all would each cost); the rest with send_all. Raises
+        RequestTimedOutError (the connection broke: outcome unknown)."""
+        lock = link.send_lock
+        if lock.locked():
+            await lock.acquire()
+        else:
+            lock.acquire_nowait()
+        try:
+            sending = True
+            try:
+                rest: Any = frame
+                if type(stream) is trio.SocketStream:
+                    try:
+                        n = os.write(stream.socket.fileno(), frame)
+                    except BlockingIOError:
+                        n = 0
+                    rest = memoryview(frame)[n:] if n else frame
+                if rest:
+                    await stream.send_all(rest)
+                sending = False
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                raise RequestTimedOutError(
+                    f"{op} to {link.address}: connection lost while sending; outcome unknown"
+                ) from None
+            finally:
+                if sending:
+                    # Failed or cancelled mid-frame: the byte stream can no longer be
+                    # trusted (a partial frame may be out), so the connection goes.
+                    if link.stream is stream:
+                        self._disconnect(link, "send interrupted")
+        finally:
+            lock.release()
 
     async def _connected(self, link: _Link, deadline: float) -> trio.abc.Stream:
         if link.stream is not None:
@@ -345,8 +377,9 @@ class PeerPool:
         decoder = FrameDecoder(self.max_frame_bytes)
         reason = "closed by peer"
         try:
+            reader = StreamReader(stream)
             while True:
-                data = await stream.receive_some(RECEIVE_CHUNK_BYTES)
+                data = await reader.receive(RECEIVE_CHUNK_BYTES)
                 if not data:
                     break
                 decoder.feed(data)
@@ -399,13 +432,20 @@ class PeerPool:
             got = decoder.take_buffered(view)
             sock = stream.socket if isinstance(stream, trio.SocketStream) else None
             while got < size:
-                with trio.fail_after(self.attachment_stall_s):
-                    if sock is not None:
-                        n = await sock.recv_into(view[got:], size - got)
-                    else:
+                if sock is not None:
+                    # What has arrived is read at once; only an empty socket is waited on
+                    # (no deadline and no pass through the scheduler per chunk).
+                    try:
+                        n = os.readv(sock.fileno(), [view[got:]])
+                    except BlockingIOError:
+                        with trio.fail_after(self.attachment_stall_s):
+                            await trio.lowlevel.wait_readable(sock)
+                        continue
+                else:
+                    with trio.fail_after(self.attachment_stall_s):
                         data = await stream.receive_some(min(size - got, 1 << 20))
-                        n = len(data)
-                        view[got : got + n] = data
+                    n = len(data)
+                    view[got : got + n] = data
                 if n == 0:
                     return None
                 got += n
@@ -447,6 +487,47 @@ class PeerPool:
         link = _Link(address, self.max_in_flight)
         self._links[address] = link
         return link
+
+
+class StreamReader:
+    """`receive(max_bytes)`: `stream.receive_some` for the reader of a connection. On a plain
+    socket what has arrived is read at once, with no pass through trio's scheduler (that
+    costs one per message); after a read that emptied the socket (less than `max_bytes`) the
+    next one waits for it to be readable first (no read that only says it is empty), and a
+    reader that never finds it empty yields every READS_PER_CHECKPOINT reads. Raises OSError
+    (plain socket) or trio.BrokenResourceError / trio.ClosedResourceError, as receive_some
+    does."""
+
+    READS_PER_CHECKPOINT: Final = 16
+
+    __slots__ = ("_stream", "_sock", "_reads", "_drained")
+
+    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
+        self._stream = stream
+        self._sock = stream.socket if type(stream) is trio.SocketStream else None
+        self._reads = 0
+        self._drained = False
+
+    async def receive(self, max_bytes: int) -> bytes:
+        sock = self._sock
+        if sock is None:
+            return await self._stream.receive_some(max_bytes)
+        if self._drained:
+            self._reads = 0
+            await trio.lowlevel.wait_readable(sock)
+        else:
+            self._reads += 1
+            if self._reads >= self.READS_PER_CHECKPOINT:
+                self._reads = 0
+                await trio.lowlevel.checkpoint()
+        while True:
+            try:
+                data = os.read(sock.fileno(), max_bytes)
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(sock)
+                continue
+            self._drained = len(data) < max_bytes
+            return data
 
 
 def _split(address: str) -> tuple[str, int]:

@@ -24,15 +24,18 @@ parts after the frame. A part is a bytes-like object or a `FilePart` (a range of
 sent with os.sendfile where the stream is a plain socket). The reader of an attachment takes
 the bytes its decoder has already buffered past the frame (`FrameDecoder.take_buffered`) and
 reads the rest into the same buffer.
+
+Inline handlers: a cheap op's handler marked `inline_handler` runs in the listener's reader
+(no task of its own); the part of it that must wait comes back as `Later(wait)`.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 from raftlog.base import cbor
 from raftlog.base.cbor import MAX_NESTING_DEPTH
@@ -57,6 +60,8 @@ __all__ = [
     "ATTACHMENT_FIELD",
     "ATTACHMENT_STALL_S",
     "Attached",
+    "Later",
+    "inline_handler",
     "FilePart",
     "attachment_length",
     "part_length",
@@ -79,6 +84,8 @@ ATTACHMENT_FIELD: Final = "attachment_bytes"
 ATTACHMENT_STALL_S: Final = 30.0  # no byte of an attachment for this long: the connection goes
 
 _HEADER = struct.Struct(">I")
+_H = TypeVar("_H", bound=Callable[..., Any])
+
 
 def foreign_protocol(first_bytes: bytes | bytearray) -> str | None:
     """What spoke, when the first bytes a server sent are not a raftlog frame: "HTTP",
@@ -279,6 +286,27 @@ class Attached:
         for part in self.parts:
             if not isinstance(part, _BUFFER_TYPES):
                 part.close()
+
+
+@dataclass(frozen=True, slots=True)
+class Later:
+    """A handler's answer that is not ready yet: the listener awaits `wait()` in a task of
+    the request's own, under its deadline, and answers with what that returns (fields,
+    Attached or None) or raises, as for any handler's result. What an `inline_handler`
+    returns when it must wait (a long poll)."""
+
+    wait: Callable[[], Awaitable[Any]]
+
+
+def inline_handler(handler: _H) -> _H:
+    """Mark an async handler `handler(Request)` that the listener may run in the
+    connection's reader, without a task, a deadline and a slot of its own (together ~30 us
+    of scheduling per request: most of what a cheap op costs). Such a handler must answer
+    at once: it may await only what does not wait for long (no long poll, no peer), and
+    returns `Later(wait)` for any part that must wait (a long poll), which the listener
+    runs as an ordinary request. Other requests on the connection wait while it runs."""
+    handler.inline = True  # type: ignore[attr-defined]
+    return handler
 
 
 def attachment_length(fields: Mapping[str, Any], max_bytes: int) -> int:

@@ -7,7 +7,10 @@ response and must be cancel-safe (the deadline cancels them).
 
 Per connection, a reader task decodes frames and starts a request task per request; a writer
 task drains a bounded channel of encoded responses. Responses go out as requests complete,
-in any order, matched by `id` (PROTOCOL.md).
+in any order, matched by `id` (PROTOCOL.md). The handler of a cheap op marked
+`inline_handler` (raftlog/base/protocol.py; `replica_fetch`) runs in the reader itself, with
+no task, deadline or slot, and hands back `Later(wait)` for what must wait (its long poll),
+which then runs in a request task like any other; its errors are answered the same way.
 
 Limits (everything bounded):
 * at most `max_connections` connections: past that the accept loop waits (the kernel backlog
@@ -30,10 +33,12 @@ Afterwards each request carries the session's principal and the client's host, a
 
 Attachments (PROTOCOL.md "Attachments"): a handler may answer `Attached(fields, parts)`; the
 response gets `attachment_bytes` and the parts follow its frame. Buffers go out with the
-frames around them (sendmsg, no join); a FilePart goes with os.sendfile from its file straight
-to the socket, on the trio thread (the replica that made it read or warmed its range into the
-page cache, and the socket is non-blocking: each call sends what fits), asking `intact()`
-before each call; over TLS it is read in a worker thread and written through the stream. A
+frames around them (one writev, no join); a FilePart goes with os.sendfile from its file
+straight to the socket, on the trio thread (the replica that made it read or warmed its range
+into the page cache, and the socket is non-blocking: each call sends what fits), asking
+`intact()` before each call; over TLS it is read in a worker thread and written through the
+stream. On a plain socket the writer sends what the socket takes at once, and waits (under
+the write deadline) only when it is full. A
 part no longer intact, or a file shorter than its range, closes the connection mid-answer
 (`conn_attachment_failed`): the peer sees a lost connection, never other bytes. Every
 FilePart is closed once sent or dropped (also when the connection ends with it queued).
@@ -45,6 +50,11 @@ the connection stays; a handler raising a RaftlogError, or another package's typ
 `code` is a PROTOCOL.md code, gets that error; anything else gets UNKNOWN_SERVER_ERROR, its
 traceback is logged, and the connection stays. Nothing one connection does stops the
 listener.
+
+Size (issue 13's ~800-line rule): over it since the plain-socket write path (issue 19: what
+the socket takes goes out at once, no pass through the scheduler) joined the TLS one; the
+seam is the connection's writer (`_write_loop`, `_send_pieces`, `_push`, `_pieces` and the
+TLS senders, ~200 lines), which could move to a module of its own.
 """
 
 from __future__ import annotations
@@ -70,10 +80,12 @@ from raftlog.base.errors import (
 )
 from raftlog.base.eventlog import log_event
 from raftlog.base.metrics import MetricsRegistry
+from raftlog.base.peer import StreamReader
 from raftlog.base.protocol import (
     ATTACHMENT_FIELD,
     Attached,
     FrameDecoder,
+    Later,
     Request,
     encode_frame,
     error_response,
@@ -121,6 +133,53 @@ def _release(item: _Item) -> None:
         item.attached.close()
 
 
+def _answer(request: Request, result: Mapping[str, Any] | Attached | None) -> dict[str, Any] | Attached | None:
+    """A handler's result as the response to `request` (None: no response)."""
+    if result is None:
+        return None
+    if type(result) is Attached:
+        return Attached(ok_response(request.id, **result.fields), result.parts)
+    return ok_response(request.id, **result)
+
+
+def _waiting(later: Later) -> Handler:
+    """The rest of an inline handler's request (its Later) as a handler of its own."""
+
+    async def wait(request: Request) -> Mapping[str, Any] | Attached | None:
+        return await later.wait()
+
+    return wait
+
+
+class _FileRange:
+    """A FilePart being sent: where the next os.sendfile starts, and how much is left."""
+
+    __slots__ = ("part", "offset", "remaining")
+
+    def __init__(self, part: Any) -> None:
+        self.part = part
+        self.offset = part.offset
+        self.remaining = part.length
+
+
+def _pieces(items: list[_Item]) -> list[Any]:
+    """What a plain socket sends for `items`, in order: byte views (frames, buffer parts;
+    none empty) and _FileRanges."""
+    pieces: list[Any] = []
+    for item in items:
+        if type(item) is bytes:
+            pieces.append(memoryview(item))
+            continue
+        pieces.append(memoryview(item.frame))
+        for part in item.attached.parts:
+            if isinstance(part, _BUFFERS):
+                if len(part):
+                    pieces.append(memoryview(part).cast("B"))
+            elif part.length:
+                pieces.append(_FileRange(part))
+    return pieces
+
+
 def request_deadline_ms(timeout_ms: int | None, request_timeout_ms: int) -> int:
     """The server deadline of one request: the request's `timeout_ms` plus a margin, capped
     by the server's `request_timeout_ms`; that cap alone when the request has none."""
@@ -144,6 +203,8 @@ class _Listener:
         security: ListenerSecurity | None = None,
     ) -> None:
         self.handlers = dict(handlers)
+        # Ops whose handlers run in the connection's reader (protocol.inline_handler).
+        self.inline_ops = frozenset(op for op, h in self.handlers.items() if getattr(h, "inline", False))
         self.security = security
         self.name = name
         self.max_frame_bytes = max_frame_bytes
@@ -174,11 +235,27 @@ class _Listener:
             "Failed authentications (SASL logins, peer handshakes), by listener.",
             ("listener",),
         )
+        # Series of answered requests, bounded by the ops here times the registry's codes.
+        self._answers: dict[tuple[str, str], Any] = {}
+        self._latency: dict[str, Any] = {}
         self.tls_handshake_failures_total = registry.counter(
             "raftlog_tls_handshake_failures_total",
             "Connections closed because their TLS handshake failed, by listener.",
             ("listener",),
         )
+
+    def answered(self, op: str, code: str, latency_ms: float) -> None:
+        """Count one answer of a known op (raftlog_requests_total and the latency histogram).
+        The series are looked up once per (op, code): `labels()` per request cost ~2 us each."""
+        counter = self._answers.get((op, code))
+        if counter is None:
+            counter = self._answers[(op, code)] = self.requests_total.labels(
+                listener=self.name, op=op, code=code)
+        counter.inc()
+        latency = self._latency.get(op)
+        if latency is None:
+            latency = self._latency[op] = self.request_latency_ms.labels(listener=self.name, op=op)
+        latency.observe(latency_ms)
 
     def op_label(self, op: object) -> str:
         # Label values must come from a small set: unknown ops are counted together.
@@ -249,10 +326,11 @@ class _Connection:
     ) -> str:
         """Returns "eof" (client finished), "fatal" (undecodable frame answered), "abort"."""
         decoder = FrameDecoder(self.listener.max_frame_bytes)
+        reader = StreamReader(self.stream)
         while True:
             try:
-                data = await self.stream.receive_some(RECEIVE_CHUNK_BYTES)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                data = await reader.receive(RECEIVE_CHUNK_BYTES)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 return "abort"
             if not data:
                 if decoder.buffered_bytes:
@@ -330,12 +408,42 @@ class _Connection:
             await self._queue(send, encode_frame(error_response(exc.request_id or 0, exc)))
             return False
         deadline_ms = request_deadline_ms(timeout_ms, listener.request_timeout_ms)
-        # Backpressure: with max_in_flight requests running, the reader waits here and stops
-        # reading the socket.
-        await self.slots.acquire()
+        if request.op in listener.inline_ops:
+            await self._run_inline(handler, request, deadline_ms, requests, send)
+            return False
+        await self._take_slot()
         self.in_flight_ids.add(request.id)
         requests.start_soon(self._run_request, handler, request, deadline_ms, send)
         return False
+
+    async def _take_slot(self) -> None:
+        # Backpressure: with max_in_flight requests running, the reader waits here and stops
+        # reading the socket. A free slot is taken without a pass through the scheduler (the
+        # reader's receive is its checkpoint).
+        try:
+            self.slots.acquire_nowait()
+        except trio.WouldBlock:
+            await self.slots.acquire()
+
+    async def _run_inline(self, handler: Handler, request: Request, deadline_ms: int,
+                          requests: trio.Nursery, send: trio.MemorySendChannel[_Item]) -> None:
+        """A request of an inline handler (protocol.inline_handler), in the reader: answered
+        at once, with no task, deadline or slot of its own, unless the handler returns
+        Later(wait): then `wait` runs in a request task as any handler does. Errors are
+        answered as `_call` answers them."""
+        started = trio.current_time()
+        try:
+            result = await handler(request)
+        except Exception as exc:  # as in _call
+            response: Any = self._failed(request, exc)
+        else:
+            if type(result) is Later:
+                await self._take_slot()
+                self.in_flight_ids.add(request.id)
+                requests.start_soon(self._run_request, _waiting(result), request, deadline_ms, send)
+                return
+            response = _answer(request, result)
+        await self._respond(request, response, started, send)
 
     async def _authenticate(
         self, session: Session, request: Request, send: trio.MemorySendChannel[_Item]
@@ -373,56 +481,57 @@ class _Connection:
         deadline_ms: int,
         send: trio.MemorySendChannel[_Item],
     ) -> None:
-        listener = self.listener
         started = trio.current_time()
         try:
             response = await self._call(handler, request, deadline_ms)
-            attached = None
-            if type(response) is Attached:
-                attached, response = response, dict(response.fields)
-            error = None if response is None else response.get("error")
-            code = "OK" if error is None else error["code"]
-            listener.requests_total.labels(listener=listener.name, op=request.op, code=code).inc()
-            listener.request_latency_ms.labels(listener=listener.name, op=request.op).observe(
-                (trio.current_time() - started) * 1000
-            )
-            if attached is not None:
-                await self._queue_attached(send, response, attached)
-            elif response is not None:
-                await self._queue(send, listener.encode(response))
+            await self._respond(request, response, started, send)
         finally:
             self.in_flight_ids.discard(request.id)
             self.slots.release()
 
+    async def _respond(self, request: Request, response: dict[str, Any] | Attached | None,
+                       started: float, send: trio.MemorySendChannel[_Item]) -> None:
+        """Count the answer and queue it for the writer."""
+        listener = self.listener
+        attached = None
+        if type(response) is Attached:
+            attached, response = response, dict(response.fields)
+        error = None if response is None else response.get("error")
+        listener.answered(request.op, "OK" if error is None else error["code"],
+                          (trio.current_time() - started) * 1000)
+        if attached is not None:
+            await self._queue_attached(send, response, attached)
+        elif response is not None:
+            await self._queue(send, listener.encode(response))
+
     async def _call(
         self, handler: Handler, request: Request, deadline_ms: int
     ) -> dict[str, Any] | Attached | None:
-        """Run the handler under the deadline; return the response map (None: no response),
-        or for an answer with an attachment, Attached(response map, parts)."""
+        """Run the handler under the deadline (and what it hands back as Later, under the
+        same one); return the response map (None: no response), or for an answer with an
+        attachment, Attached(response map, parts)."""
         try:
             with trio.fail_after(deadline_ms / 1000):
                 result = await handler(request)
-            if result is None:
-                return None
-            if type(result) is Attached:
-                return Attached(ok_response(request.id, **result.fields), result.parts)
-            return ok_response(request.id, **result)
+                if type(result) is Later:
+                    result = await result.wait()
         except trio.TooSlowError:
-            error: RaftlogError = RequestTimedOutError(
-                f"no answer to {request.op} within {deadline_ms} ms; it may still take effect"
-            )
+            return error_response(request.id, RequestTimedOutError(
+                f"no answer to {request.op} within {deadline_ms} ms; it may still take effect"))
         except Exception as exc:  # a handler bug answers one request, not the connection
-            wire_error = as_wire_error(exc)
-            if wire_error is None:
-                log_event(
-                    logger, "handler_failed", level=logging.ERROR, exc_info=exc,
-                    listener=self.listener.name, op=request.op, id=request.id, peer=self.peer,
-                )  # fmt: skip
-                wire_error = UnknownServerError(
-                    f"{type(exc).__name__} while handling {request.op}"
-                )
-            error = wire_error
-        return error_response(request.id, error)
+            return self._failed(request, exc)
+        return _answer(request, result)
+
+    def _failed(self, request: Request, exc: Exception) -> dict[str, Any]:
+        """The error response for a handler's exception (a bug: UNKNOWN_SERVER_ERROR, logged)."""
+        wire_error = as_wire_error(exc)
+        if wire_error is None:
+            log_event(
+                logger, "handler_failed", level=logging.ERROR, exc_info=exc,
+                listener=self.listener.name, op=request.op, id=request.id, peer=self.peer,
+            )  # fmt: skip
+            wire_error = UnknownServerError(f"{type(exc).__name__} while handling {request.op}")
+        return error_response(request.id, wire_error)
 
     async def _queue_attached(self, send: trio.MemorySendChannel[_Item], response: dict[str, Any],
                               attached: Attached) -> None:
@@ -439,6 +548,17 @@ class _Connection:
         await self._queue(send, frame)
 
     async def _queue(self, send: trio.MemorySendChannel[_Item], item: _Item) -> None:
+        try:
+            # Handed to the waiting writer (or its buffer) without a pass through the
+            # scheduler; only a full channel waits.
+            send.send_nowait(item)
+            return
+        except trio.WouldBlock:
+            pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            _release(item)
+            log_event(logger, "response_dropped", level=logging.DEBUG, peer=self.peer)
+            return
         try:
             await send.send(item)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -467,8 +587,11 @@ class _Connection:
                         items.append(more)
                         size += len(more) if type(more) is bytes else more.attached.length
                     try:
-                        with trio.fail_after(write_timeout_s):
-                            await self._send_items(items)
+                        if self.socket_stream is None:
+                            with trio.fail_after(write_timeout_s):
+                                await self._send_items(items)
+                        else:
+                            await self._send_pieces(_pieces(items), write_timeout_s)
                     except (
                         trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, OSError
                     ) as exc:  # fmt: skip
@@ -490,9 +613,65 @@ class _Connection:
                     except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                         break
 
+    async def _send_pieces(self, pieces: list[Any], write_timeout_s: float) -> None:
+        """Send `pieces` on the plain socket: at once, or waiting for room under the write
+        deadline. (Corking the socket so that a frame leaves with its attachment, TCP_CORK
+        or MSG_MORE on the frame, delayed answers by up to 200 ms here: not done.)"""
+        if not self._push(pieces):  # the socket is full: wait for room
+            with trio.fail_after(write_timeout_s):
+                while True:
+                    await trio.lowlevel.wait_writable(self.socket_stream.socket)  # type: ignore[union-attr]
+                    if self._push(pieces):
+                        break
+
+    def _push(self, pieces: list[Any]) -> bool:
+        """Send what the plain socket takes now, without waiting, from `pieces` (_pieces;
+        consumed in place): consecutive buffers with one writev, file parts with os.sendfile
+        (asking `intact()` before each call). True once everything is sent. Raises OSError
+        (the connection broke) and trio.BrokenResourceError (a file part no longer intact
+        or shorter than its range: module docstring "Attachments").
+
+        Most answers fit in the socket's buffer: they go out here, from the writer's loop,
+        with no deadline and no pass through trio's scheduler (a send_all costs two, and a
+        cancel scope more)."""
+        fd = self.socket_stream.socket.fileno()  # type: ignore[union-attr]
+        while pieces:
+            head = pieces[0]
+            if type(head) is memoryview:
+                run = []
+                for piece in pieces:
+                    if type(piece) is not memoryview or len(run) == MAX_IOV:
+                        break
+                    run.append(piece)
+                try:
+                    n = os.writev(fd, run)
+                except BlockingIOError:
+                    return False
+                for piece in run:
+                    if n < len(piece):
+                        pieces[0] = piece[n:]
+                        return False  # partly sent: the socket's buffer is full
+                    n -= len(piece)
+                    pieces.pop(0)
+                continue
+            if not head.part.intact():
+                self._attachment_failed("file range changed while being sent")
+            try:
+                sent = os.sendfile(fd, head.part.fd, head.offset, head.remaining)
+            except BlockingIOError:
+                return False
+            if sent == 0:
+                self._attachment_failed("file ended before the range")
+            head.offset += sent
+            head.remaining -= sent
+            if head.remaining:
+                return False
+            pieces.pop(0)
+        return True
+
     async def _send_items(self, items: list[_Item]) -> None:
-        """Send frames and their attachments in order: consecutive buffers together, file
-        parts on their own (module docstring "Attachments")."""
+        """Over TLS: send frames and their attachments in order, consecutive buffers
+        together, file parts read in a worker thread (module docstring "Attachments")."""
         if len(items) == 1 and type(items[0]) is bytes:
             await self.stream.send_all(items[0])
             return
@@ -517,55 +696,28 @@ class _Connection:
         if len(buffers) == 1:
             await self.stream.send_all(buffers[0])
             return
-        if self.socket_stream is None:  # TLS: small ones joined, large ones as they are
-            small: list[Any] = []
-            for b in buffers:
-                if len(b) < TLS_JOIN_BYTES:
-                    small.append(b)
-                    continue
-                if small:
-                    await self.stream.send_all(b"".join(small))
-                    small = []
-                await self.stream.send_all(b)
+        small: list[Any] = []  # TLS: small ones joined, large ones as they are
+        for b in buffers:
+            if len(b) < TLS_JOIN_BYTES:
+                small.append(b)
+                continue
             if small:
                 await self.stream.send_all(b"".join(small))
-            return
-        sock = self.socket_stream.socket
-        views = [memoryview(b).cast("B") for b in buffers if len(b)]
-        while views:
-            n = await sock.sendmsg(views[:MAX_IOV])
-            while views and n >= len(views[0]):
-                n -= len(views[0])
-                views.pop(0)
-            if n:
-                views[0] = views[0][n:]
+                small = []
+            await self.stream.send_all(b)
+        if small:
+            await self.stream.send_all(b"".join(small))
 
     async def _send_file_part(self, part: Any) -> None:
+        """TLS: read (in a worker thread) and write through the stream."""
         offset, remaining = part.offset, part.length
-        if self.socket_stream is None:  # TLS: read (in a worker thread) and write through it
-            while remaining > 0:
-                data = await trio.to_thread.run_sync(os.pread, part.fd, min(remaining, TLS_READ_CHUNK), offset)
-                if not data or not part.intact():
-                    self._attachment_failed("file range changed or ended while being sent")
-                await self.stream.send_all(data)
-                offset += len(data)
-                remaining -= len(data)
-            return
-        sock = self.socket_stream.socket
-        fileno = sock.fileno()
         while remaining > 0:
-            if not part.intact():
-                self._attachment_failed("file range changed while being sent")
-            try:
-                sent = os.sendfile(fileno, part.fd, offset, remaining)
-            except BlockingIOError:
-                await trio.lowlevel.wait_writable(sock)
-                continue
-            if sent == 0:
-                self._attachment_failed("file ended before the range")
-            offset += sent
-            remaining -= sent
-        await trio.lowlevel.checkpoint()
+            data = await trio.to_thread.run_sync(os.pread, part.fd, min(remaining, TLS_READ_CHUNK), offset)
+            if not data or not part.intact():
+                self._attachment_failed("file range changed or ended while being sent")
+            await self.stream.send_all(data)
+            offset += len(data)
+            remaining -= len(data)
 
     def _attachment_failed(self, reason: str) -> NoReturn:
         log_event(logger, "conn_attachment_failed", level=logging.WARNING,

@@ -1,8 +1,9 @@
-"""Replica fetch answers with attachments over real sockets: a follower takes the records of a good answer from one buffer, and a bad one (attachment over the frame limit, a bad length, a range outside it, a stream that ends or stalls inside it) is a logged error, a closed connection and nothing delivered, after which the links fetch again; the listener sends file parts with os.sendfile and closes the connection when one is no longer intact."""
+"""Replica fetch answers with attachments over real sockets: a follower takes the records of a good answer from one buffer, and a bad one (attachment over the frame limit, a bad length, a range outside it, a stream that ends or stalls inside it) is a logged error, a closed connection and nothing delivered, after which the links fetch again; the listener sends file parts with os.sendfile (waiting for room in a full socket anywhere in an answer) and closes the connection when one is no longer intact."""
 
 from __future__ import annotations
 
 import os
+import socket
 import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -302,6 +303,48 @@ async def test_listener_sends_file_parts_and_buffers_after_the_frame(tmp_path):
     assert fields["n"] == 1 and fields["attachment_bytes"] == 200_000 + 7 + 10 + 3
     assert bytes(attachment) == content[1000:201_000] + b"between" + content[5:15] + b"end"
     assert all(p.closed for p in parts)
+
+
+async def test_a_slow_reader_gets_every_byte_of_answers_larger_than_the_socket_buffers(tmp_path):
+    """The writer sends what the socket takes and waits for room wherever it fills: inside
+    a frame's buffers, between parts, inside a file part."""
+    path = tmp_path / "segment"
+    content = os.urandom(1 << 20)
+    path.write_bytes(content)
+    head, sizes = os.urandom(3) * (1 << 16), (7, 512 << 10, 256 << 10)
+    sent: list[Part] = []
+
+    def make() -> Attached:
+        parts = [Part(path, sizes[0], sizes[1]), Part(path, 0, sizes[2])]
+        sent.extend(parts)
+        return Attached({"n": len(sent)}, [head, parts[0], b"mid", parts[1]])
+
+    one = len(head) + sizes[1] + 3 + sizes[2]
+    want = content[sizes[0]: sizes[0] + sizes[1]], content[: sizes[2]]
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(serve_answer, make)
+        sock = trio.socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window: the listener's socket fills
+        await sock.connect(("127.0.0.1", port))
+        stream = trio.SocketStream(sock)
+        for i in (1, 2):
+            await stream.send_all(encode_frame({"v": 1, "id": i, "op": "get"}))
+        got = bytearray()
+        with trio.fail_after(20):
+            while len(got) < 4 or len(got) < 2 * (4 + struct.unpack(">I", got[:4])[0] + one):
+                await trio.sleep(0.001)  # a slow reader
+                data = await stream.receive_some(8192)
+                assert data
+                got += data
+        await stream.aclose()
+        nursery.cancel_scope.cancel()
+    at = 0
+    for _ in (1, 2):
+        frame_len = struct.unpack(">I", got[at: at + 4])[0]
+        body = got[at + 4 + frame_len: at + 4 + frame_len + one]
+        assert body == head + want[0] + b"mid" + want[1]
+        at += 4 + frame_len + one
+    assert at == len(got) and all(p.closed for p in sent)
 
 
 @pytest.mark.parametrize("file_bytes,intact,reason", [

@@ -1,4 +1,4 @@
-"""A live trio listener answers many in-flight requests out of order by id, enforces deadlines, frame limits, backpressure and connection limits, and survives bad clients."""
+"""A live trio listener answers many in-flight requests out of order by id, enforces deadlines, frame limits, backpressure and connection limits, runs inline handlers in the reader (their Later under the deadline, their errors answered alike), and survives bad clients."""
 
 import logging
 import random
@@ -13,7 +13,7 @@ import trio
 from partition.errors import CorruptRecordError
 from raftlog.base.errors import NotLeaderError
 from raftlog.base.metrics import MetricsRegistry
-from raftlog.base.protocol import FrameDecoder, Request, encode_frame
+from raftlog.base.protocol import FrameDecoder, Later, Request, encode_frame, inline_handler
 from raftlog.node.server import DEADLINE_MARGIN_MS, request_deadline_ms, serve
 
 RECEIVE_TIMEOUT_S = 10
@@ -38,7 +38,10 @@ class Harness:
             "unencodable": self.unencodable,
             "huge": self.huge,
             "foreign": self.foreign,
+            "inline": self.inline,
         }
+        self.inline_tasks: list[trio.lowlevel.Task] = []
+        self.reader_tasks: set[trio.lowlevel.Task] = set()
 
     async def echo(self, request: Request):
         return dict(request.fields)
@@ -70,6 +73,24 @@ class Harness:
 
     async def huge(self, request: Request):
         return {"blob": b"\x00" * (2 << 20)}
+
+    @inline_handler
+    async def inline(self, request: Request):
+        """Answers at once, raises, or waits in a request task (`then`: a Later)."""
+        self.inline_tasks.append(trio.lowlevel.current_task())
+        then = request.fields.get("then")
+        if then == "raise":
+            raise NotLeaderError(leader_id=3, leader="127.0.0.1:9193")
+        if then == "crash":
+            raise ValueError("inline kaboom")
+        if then is None:
+            return {"answered": "inline"}
+
+        async def wait():
+            self.reader_tasks.add(trio.lowlevel.current_task())
+            return await self.handlers[then](request)
+
+        return Later(wait)
 
 
 class Client:
@@ -189,6 +210,32 @@ async def test_handler_bug_is_unknown_server_error_and_logged(client, caplog):
     failed = [r for r in caplog.records if r.getMessage() == "handler_failed"]
     assert failed and failed[0].exc_info is not None  # with its traceback
     assert (await client.call(10, "echo"))["ok"] is True
+
+
+async def test_inline_handler_answers_in_the_reader_and_waits_in_a_task(client, server, caplog):
+    assert (await client.call(1, "inline")) == {"id": 1, "ok": True, "answered": "inline"}
+    assert (await client.call(2, "inline", then="echo", x=1)) == {"id": 2, "ok": True, "then": "echo", "x": 1}
+    reader = server.inline_tasks[0]
+    assert all(t is reader for t in server.inline_tasks)  # the connection's reader each time
+    assert reader not in server.reader_tasks  # a Later runs in a request task of its own
+    # Errors are answered as any handler's.
+    error = (await client.call(3, "inline", then="raise"))["error"]
+    assert (error["code"], error["leader_id"]) == ("NOT_LEADER", 3)
+    with caplog.at_level(logging.ERROR, logger="raftlog.node.server"):
+        assert (await client.call(4, "inline", then="crash"))["error"]["code"] == "UNKNOWN_SERVER_ERROR"
+    assert any(r.getMessage() == "handler_failed" for r in caplog.records)
+    # A Later waits under the request's deadline, and other requests overtake it.
+    await client.request(5, "inline", then="hang", timeout_ms=300)
+    await client.request(6, "inline", then="gated", gate="g")
+    await server.started["g"].wait()
+    assert (await client.call(7, "inline"))["id"] == 7
+    response = await client.receive()
+    assert response["id"] == 5 and response["error"]["code"] == "REQUEST_TIMED_OUT"
+    server.gates["g"].set()
+    assert await client.receive() == {"id": 6, "ok": True, "gate": "g"}
+    counter = server.registry.counter("raftlog_requests_total", "", ("listener", "op", "code"))
+    assert counter.value(listener="client", op="inline", code="OK") == 4
+    assert counter.value(listener="client", op="inline", code="REQUEST_TIMED_OUT") == 1
 
 
 async def test_raftlog_error_carries_details(client):
