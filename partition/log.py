@@ -15,6 +15,15 @@ Files in the log directory:
   `write_recovery_point`) and at `close`; removed (durably) before any cut of the log. A
   missing, damaged or stale one (another base, a file shorter than its position, an index
   that does not match) is ignored: the active segment is then scanned whole.
+* `producer-snapshot`: the replica's producer state as of an offset S (issue 19; format in
+  partition/producer_state.py "Snapshot"), so that a restart walks batch headers only from S
+  (`load_producer_state`) instead of the whole log. Written beside the recovery point by the
+  replica (`producer_snapshot` + `write_producer_snapshot`: the log is fsynced up to S first),
+  and removed durably before any cut that reaches below S, as the recovery point is: a
+  truncation or repair below S, a reset, the log start moving past S, and a compaction that
+  empties a producer's batch below S. One that is damaged, past the log end, below the log
+  start, of another leader epoch at S-1, or whose S falls inside a batch is not used (and
+  removed): the walk then covers the whole log.
 The first three are `<kind>\\n<count>\\n<lines>\\ncrc32c <hex>\\n`, replaced atomically (tmp file,
 fsync, rename, fsync dir); a missing or bad one is rebuilt from the segments (epochs), or
 taken as the safe default (log start: the first segment; recovery point: 0, scan all).
@@ -108,6 +117,7 @@ from partition.batch import (
 )
 from partition.errors import CorruptRecordError, LogClosedError, StorageDamageError
 from partition.index import IndexCorrupt, OffsetIndex, TimeIndex
+from partition.producer_state import MAX_SNAPSHOT_BYTES, ProducerSnapshot, ProducerStateManager
 from partition.segment import (
     FileSlice,
     INDEX_SUFFIX,
@@ -134,7 +144,8 @@ __all__ = [
     "InvalidAppendError", "NonContiguousAppend", "EpochRegression",
     "EPOCH_CHECKPOINT", "LOG_START_CHECKPOINT", "RECOVERY_POINT_CHECKPOINT",
     "ACTIVE_POINT_CHECKPOINT", "ActiveCheckpoint", "RECOVERY_POINT_MIN_BYTES",
-    "RECOVERY_POINT_FLUSH_BYTES",
+    "RECOVERY_POINT_FLUSH_BYTES", "RECOVERY_POINT_CLOSE_MIN_BYTES",
+    "PRODUCER_SNAPSHOT_CHECKPOINT", "ProducerCheckpoint", "ProducerStateLoad",
 ]
 
 logger = logging.getLogger(__name__)
@@ -147,6 +158,7 @@ EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 ACTIVE_POINT_CHECKPOINT = "recovery-point-active"
+PRODUCER_SNAPSHOT_CHECKPOINT = "producer-snapshot"
 # A new offset-granular point is written once the active segment holds this many bytes past
 # the last one (periodically and at close): what a restart scans is bounded by it plus what
 # was written since the last checkpoint, and idle or slow partitions cost no fsyncs.
@@ -345,6 +357,26 @@ class ActiveCheckpoint:
                    raw[at:at + n_index], raw[at + n_index:])
 
 
+@dataclass(frozen=True)
+class ProducerCheckpoint:
+    """A producer-state snapshot taken by the writer (`Log.producer_snapshot`, no I/O), to
+    be made durable by `write_producer_snapshot`; `generation` as in ActiveCheckpoint."""
+
+    snapshot: ProducerSnapshot
+    generation: int
+
+
+@dataclass(frozen=True)
+class ProducerStateLoad:
+    """What `Log.load_producer_state` did: the snapshot offset it started from (None: the
+    whole log was walked; `unused` then says why no snapshot served) and the batch headers
+    it walked."""
+
+    snapshot_offset: int | None
+    batches_walked: int
+    unused: str | None = None
+
+
 # ------------------------------------------------------------------------------ epoch cache
 
 class LeaderEpochCache:
@@ -394,6 +426,12 @@ class LeaderEpochCache:
             return False
         self.entries = [(self.entries[i - 1][0], start_offset)] + self.entries[i:]
         return True
+
+    def epoch_at(self, offset: int) -> int:
+        """The epoch of the entry covering `offset` (the last one starting at or below it);
+        -1 below every entry."""
+        i = bisect_right([s for _, s in self.entries], offset) - 1
+        return self.entries[i][0] if i >= 0 else -1
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """KIP-279/KIP-595: (largest known epoch <= `epoch`, the start offset of the next
@@ -449,6 +487,9 @@ class Log:
         # counter that voids snapshots taken before a truncation or repair.
         self._active_point: tuple[int, int] | None = None
         self._cut_generation = 0
+        # S of the durable producer snapshot (None: there is none); why open refused one.
+        self._producer_snapshot_offset: int | None = None
+        self._producer_snapshot_refused: str | None = None
         # Test seam: called after each durable step of a compaction swap.
         self._cleaner_crash_point: Callable[[str], None] = lambda step: None
 
@@ -610,6 +651,7 @@ class Log:
             self._write_epochs()
         if ckpt_start != self.log_start_offset:
             self._write_log_start()
+        self._check_producer_snapshot()
         # Make what recovery kept durable, then move the recovery point up to the active one.
         # A clean restart spends no fsyncs on what was durable already (issue 19: four per
         # partition, a third of a replica's open): the active segment's bytes up to its
@@ -751,16 +793,157 @@ class Log:
             self._active_point = (point.base, point.position)
             return True
 
-    def _drop_active_point(self) -> None:
+    def _before_cut(self, cut_offset: int | None) -> None:
         """Before any cut (under _flush_lock): void snapshots taken so far and remove the
-        durable point, so that a crash from here on scans the active segment whole."""
+        durable point, so that a crash from here on scans the active segment whole; and the
+        producer snapshot when the cut may reach below its offset (`cut_offset`: the lowest
+        offset the cut may remove; None: all of them). Durable when it returns."""
         self._cut_generation += 1
         self._active_point = None
-        try:
-            os.unlink(self.directory / ACTIVE_POINT_CHECKPOINT)
-        except FileNotFoundError:
+        gone = _unlink_if_present(self.directory / ACTIVE_POINT_CHECKPOINT)
+        at = self._producer_snapshot_offset
+        if cut_offset is None or at is None or cut_offset < at:
+            # (at is None: none is known, but during open, before it is checked, one may be there)
+            self._producer_snapshot_offset = None
+            gone |= _unlink_if_present(self.directory / PRODUCER_SNAPSHOT_CHECKPOINT)
+        if gone:
+            self._fsync_dir()
+
+    # ------------------------------------------------------------------ producer snapshot
+
+    @property
+    def producer_snapshot_offset(self) -> int | None:
+        """S of the durable producer snapshot; None when there is none."""
+        return self._producer_snapshot_offset
+
+    def producer_snapshot(self, state: ProducerStateManager,
+                          min_bytes: int = RECOVERY_POINT_MIN_BYTES) -> ProducerCheckpoint | None:
+        """Writer, no I/O: `state` (the producer state of this log as it stands: the caller
+        holds the writer's place) as of log_end_offset, or None when it is not `exact`, the
+        log holds fewer than `min_bytes` past the durable snapshot (past the log start when
+        there is none), or the log is closed. O(producers). Make it durable with
+        `write_producer_snapshot` (any thread)."""
+        if self._closed or self._failed is not None or not state.exact:
+            return None
+        end = self.log_end_offset
+        prev = self._producer_snapshot_offset
+        if end == prev or end <= self.log_start_offset:
+            return None
+        since = self.bytes_behind_end(self.log_start_offset if prev is None else prev)
+        if since < max(min_bytes, 1):
+            return None
+        return ProducerCheckpoint(state.snapshot(end, self._epochs.epoch_at(end - 1)),
+                                  self._cut_generation)
+
+    def write_producer_snapshot(self, ckpt: ProducerCheckpoint) -> bool:
+        """Make `ckpt` durable: fsync the log first if it holds offsets below the snapshot's
+        that are not yet flushed, then replace the file atomically. False (nothing written)
+        when a cut or a move of the log start came after the snapshot. Blocking; any thread
+        (it waits for a running flush). Raises LogClosedError (an fsync or write failed)."""
+        self._check_open()
+        data = ckpt.snapshot.encode()
+        with self._flush_lock:
+            self._check_open()
+            if ckpt.generation != self._cut_generation:
+                return False
+            try:
+                if self.flushed_offset < ckpt.snapshot.offset:
+                    self._flush_locked()
+                write_durably(self.directory, PRODUCER_SNAPSHOT_CHECKPOINT, data)
+            except OSError as e:
+                self._fail(e)
+                raise LogClosedError(f"producer snapshot write failed: {e}") from e
+            self._producer_snapshot_offset = ckpt.snapshot.offset
+            self._producer_snapshot_refused = None
+            return True
+
+    def discard_producer_snapshot(self) -> None:
+        """Writer: remove the producer snapshot durably and void any taken so far (before
+        the replica resets the log, or when one turns out not to fit it). Blocking.
+        Raises LogClosedError."""
+        self._check_open()
+        with self._flush_lock:
+            self._void_producer_snapshots(drop=True)
+
+    def _void_producer_snapshots(self, *, drop: bool) -> None:
+        """Under _flush_lock: void the producer snapshots taken so far; with `drop`, remove
+        the durable one too, durably."""
+        self._cut_generation += 1
+        if not drop:
             return
-        self._fsync_dir()
+        self._producer_snapshot_offset = None
+        try:
+            if _unlink_if_present(self.directory / PRODUCER_SNAPSHOT_CHECKPOINT):
+                self._fsync_dir()
+        except OSError as e:
+            self._fail(e)
+            raise LogClosedError(f"producer snapshot removal failed: {e}") from e
+
+    def load_producer_state(self, state: ProducerStateManager, *,
+                            use_snapshot: bool = True) -> ProducerStateLoad:
+        """Writer (blocking: at open, or with the replica's lock held): rebuild `state` from
+        the durable producer snapshot and the batch headers from its offset to the log end;
+        or, when there is none or it does not fit this log (module docstring), from every
+        batch header of the log (a snapshot whose offset falls inside a batch is removed).
+        Returns a ProducerStateLoad. Raises StorageDamageError (a header in the walk does not
+        parse: the replica repairs and calls again), LogClosedError."""
+        self._check_open()
+        snap, why = (self._read_producer_snapshot(state.max_producers) if use_snapshot
+                     else (None, "not asked"))
+        if why == "none" and self._producer_snapshot_refused is not None:
+            why = self._producer_snapshot_refused  # open removed it
+        self._producer_snapshot_refused = None
+        state.clear()
+        if snap is not None:
+            try:
+                state.load(snap, log_start_offset=self.log_start_offset)
+                walked = _apply_counted(state, self.batch_headers(snap.offset), from_offset=snap.offset)
+                return ProducerStateLoad(snap.offset, walked)
+            except _SnapshotMisfit as e:
+                why = str(e)
+                self.discard_producer_snapshot()
+            except StorageDamageError as e:
+                if e.what != "index":
+                    raise
+                why = f"the index led the walk astray ({e})"  # the scrubber or a read rebuilds it
+            logger.warning("log %s: %s not used: %s; walking the whole log", self.directory,
+                           PRODUCER_SNAPSHOT_CHECKPOINT, why)
+            state.clear()
+        return ProducerStateLoad(None, _apply_counted(state, self.batch_headers()), why)
+
+    def _read_producer_snapshot(self, max_producers: int | None) -> tuple[ProducerSnapshot | None, str]:
+        """(the durable producer snapshot, "") if it is whole and fits this log as it stands;
+        else (None, why)."""
+        data = _read_or_none(self.directory / PRODUCER_SNAPSHOT_CHECKPOINT, MAX_SNAPSHOT_BYTES + 1)
+        if data is None:
+            return None, "none"
+        snap = ProducerSnapshot.decode(data, max_producers=max_producers)
+        if snap is None:
+            return None, "damaged, or more producers than max_producers"
+        at, start, end = snap.offset, self.log_start_offset, self.log_end_offset
+        if at > end:
+            return None, f"its offset {at} is past the log end {end}"
+        if at < start:
+            return None, f"its offset {at} is below the log start {start}"
+        if at > start and self._epochs.epoch_at(at - 1) != snap.last_epoch:
+            return None, (f"the log's leader epoch at {at - 1} is {self._epochs.epoch_at(at - 1)}, "
+                          f"the snapshot's {snap.last_epoch}")
+        return snap, ""
+
+    def _check_producer_snapshot(self) -> None:
+        """Open, before the directory fsync: keep the producer snapshot only if it fits the
+        recovered log. One that does not is unlinked, durably before anything is appended:
+        after a recovery that cut below its offset, a log grown past it again would seem to
+        fit."""
+        snap, why = self._read_producer_snapshot(None)
+        if snap is not None:
+            self._producer_snapshot_offset = snap.offset
+        elif why != "none":
+            logger.warning("log %s: %s not used: %s; removing it", self.directory,
+                           PRODUCER_SNAPSHOT_CHECKPOINT, why)
+            os.unlink(self.directory / PRODUCER_SNAPSHOT_CHECKPOINT)
+            self._dir_dirty = True
+            self._producer_snapshot_refused = why
 
     # ------------------------------------------------------------------ state checks
 
@@ -1001,23 +1184,30 @@ class Log:
         _, pos = seg.index.lookup(max(0, min(offset - seg.base_offset, INT32_MAX)))
         return seg.size_bytes - pos + sum(s.size_bytes for s in segments[i + 1:])
 
-    def batch_headers(self) -> Iterator[Header]:
-        """The header of every batch holding an offset at or above log_start_offset, in offset
-        order, reading headers only (a few KiB per batch, not the records): rebuilding state
-        from a whole log (the producers' windows) costs ~1/20 of a full read, and on a cold
-        page cache (drop-behind, a reboot) that is the difference between milliseconds and
-        seconds per GiB. A reader; raises StorageDamageError on a header that does not parse."""
+    def batch_headers(self, start: int | None = None) -> Iterator[Header]:
+        """The header of every batch holding an offset at or above log_start_offset (and
+        `start` if given), in offset order, reading headers only (a few KiB per batch, not the
+        records): rebuilding state from a whole log (the producers' windows) costs ~1/20 of a
+        full read, and on a cold page cache (drop-behind, a reboot) that is the difference
+        between milliseconds and seconds per GiB. With `start` the walk begins at the offset
+        index's entry for it (checked: StorageDamageError what="index" when it names another
+        batch). A reader; raises StorageDamageError on a header that does not parse."""
         self._check_open()
-        start = self.log_start_offset
-        seg = self._pin_segment_at(start)
+        begin = self.log_start_offset if start is None else max(start, self.log_start_offset)
+        seg = self._pin_segment_at(begin)
+        pos, expect = 0, None
+        if seg is not None and start is not None and begin > seg.base_offset:
+            entry, pos = seg.index.lookup(min(begin - seg.base_offset, INT32_MAX))
+            expect = seg.base_offset + entry if pos else None
         while seg is not None:
             try:
-                for _, h in seg.walk(0, seg.size_bytes):
-                    if h.next_offset > start:
+                for _, h in seg.walk(pos, seg.size_bytes, expect_offset=expect):
+                    if h.next_offset > begin:
                         yield h
             finally:
                 self._unpin(seg)
-            seg = self._pin_segment_at(start, after=seg)
+            pos, expect = 0, None
+            seg = self._pin_segment_at(begin, after=seg)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) for ListOffsets at batch granularity: the first batch (at or
@@ -1109,7 +1299,7 @@ class Log:
             if check.damage is None:
                 return None
             try:
-                self._drop_active_point()
+                self._before_cut(seg.base_offset)
                 self._set_recovery_point(min(self._clean_below, seg.base_offset))
                 with self._lock:
                     del self._segments[i + 1:]
@@ -1211,7 +1401,7 @@ class Log:
         later = self._segments[i + 1:]
         # First lower the recovery point: a crash from here on must find this segment
         # scanned, not trusted through index files that no longer match it.
-        self._drop_active_point()
+        self._before_cut(offset)
         self._set_recovery_point(min(self._clean_below, seg.base_offset))
         with self._lock:
             del self._segments[i + 1:]
@@ -1234,7 +1424,7 @@ class Log:
             self._write_epochs()
 
     def _truncate_fully_locked(self, start: int) -> None:
-        self._drop_active_point()
+        self._before_cut(None)
         old = self._segments
         with self._lock:
             self._segments = []
@@ -1412,6 +1602,10 @@ class Log:
         new_start = self._segments[k].base_offset
         if new_start <= self.log_start_offset:
             new_start = self.log_start_offset
+        else:
+            with self._flush_lock:
+                at = self._producer_snapshot_offset
+                self._void_producer_snapshots(drop=at is not None and at < new_start)
         self.log_start_offset = new_start
         self._write_log_start()  # before any file goes: reopen then drops what is below
         if self._epochs.truncate_from_start(new_start):
@@ -1437,6 +1631,9 @@ class Log:
         if not self.log_start_offset < offset <= self.log_end_offset:
             raise ValueError(f"log start {offset} outside ({self.log_start_offset}, "
                              f"{self.log_end_offset}]")
+        with self._flush_lock:
+            at = self._producer_snapshot_offset
+            self._void_producer_snapshots(drop=at is not None and at < offset)
         self.log_start_offset = offset
         self._write_log_start()
         # An empty log keeps no epoch (an entry must start below the end: the next leader's
@@ -1513,6 +1710,12 @@ class Log:
                     still_ours = 0 <= i < len(self._segments) - 1
                 if not still_ours:
                     break
+                if c.emptied:
+                    # Batches of producers go: a snapshot past one of them may name it (and
+                    # one taken meanwhile from a state that names one must not be written).
+                    with self._flush_lock:
+                        at = self._producer_snapshot_offset
+                        self._void_producer_snapshots(drop=at is not None and c.emptied[0] < at)
                 self._cleaner_crash_point("cleaned_written")
                 try:
                     with self._dir() as dir_fd:
@@ -1530,6 +1733,7 @@ class Log:
                     self._segments[i] = new
                 self._close_segment(old)
                 result.segments_rewritten.append(old.name)
+                result.batches_emptied.extend(c.emptied)
                 cleaned.pop(0)
             else:
                 self._compacted_below = plan.upto
@@ -1597,9 +1801,45 @@ class Log:
             s.close()
 
 
-def _read_or_none(path: Path) -> bytes | None:
+class _SnapshotMisfit(Exception):
+    """The producer snapshot's offset falls inside a batch of this log."""
+
+
+def _apply_counted(state: ProducerStateManager, headers: Iterator[Header], *,
+                   from_offset: int | None = None) -> int:
+    """`state.apply_headers(headers)`; returns how many headers it took. With `from_offset`,
+    the first must start at or after it (raises _SnapshotMisfit)."""
+    walked = 0
+
+    def counted() -> Iterator[Header]:
+        nonlocal walked
+        for h in headers:
+            if not walked and from_offset is not None and h.base_offset < from_offset:
+                raise _SnapshotMisfit(f"its offset {from_offset} lies inside the batch "
+                                      f"{h.base_offset}-{h.last_offset}")
+            walked += 1
+            yield h
+
     try:
-        return path.read_bytes()
+        state.apply_headers(counted())
+    finally:
+        headers.close()  # unpin now, not at garbage collection
+    return walked
+
+
+def _unlink_if_present(path: Path) -> bool:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _read_or_none(path: Path, max_bytes: int = -1) -> bytes | None:
+    """The file's bytes (at most `max_bytes` of them if given), None if it does not exist."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(max_bytes)
     except FileNotFoundError:
         return None
 
