@@ -188,7 +188,7 @@ INLINE_READ_MAX_BYTES: Final = 256 << 10  # larger reads (and their CRC checks) 
 HOT_TAIL_BYTES: Final = 16 << 20  # reads further back than this are cold (a log that keeps all)
 DISK_IO_THREADS: Final = 8  # a node's worker threads for reads, truncations, checks, repairs
 MAX_INBOX: Final = 1024  # Raft messages queued for a busy replica (oldest dropped)
-LOUD_PRODUCER_WALK_BATCHES: Final = 100_000  # an open that walked more headers says so
+LOUD_PRODUCER_WALK_BATCHES: Final = 1_000  # an open that walked more headers says so
 
 
 class QuorumStateCorruptError(KafkaStorageError):
@@ -493,12 +493,14 @@ class Replica:
         cut = False
         for _ in range(64):  # each repair shortens the log; bounded anyway
             try:
+                started = time.perf_counter()
                 loaded = self._rebuild_producers(log)
                 if loaded.batches_walked >= LOUD_PRODUCER_WALK_BATCHES or (
                         loaded.unused not in (None, "none")):
                     log_event(logger, "replica_producers_loaded", topic=self.topic,
                               partition=self.partition, snapshot_offset=loaded.snapshot_offset,
-                              batches_walked=loaded.batches_walked, snapshot_unused=loaded.unused)
+                              batches_walked=loaded.batches_walked, snapshot_unused=loaded.unused,
+                              duration_ms=round((time.perf_counter() - started) * 1000, 1))
                 return cut
             except StorageDamageError as exc:
                 self.observer.damage_found(self, "open", exc.what)
