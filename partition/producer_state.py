@@ -89,10 +89,9 @@ NO_PRODUCER_ID = -1
 _SNAPSHOT_MAGIC = b"RLPS"
 _SNAPSHOT_HEAD = struct.Struct(">4sII")  # magic, body length, CRC-32C of the body
 _SNAPSHOT_KEYS = frozenset({"v", "offset", "last_epoch", "evicted_at", "producers"})
-# About 40 bytes a batch: a snapshot of the default 10,000 producers x 5 batches is ~2.2 MB.
-_SNAPSHOT_BYTES_PER_PRODUCER = 32 + 48 * MAX_BATCHES
-# A file larger than this is not read (the bound of a snapshot of DEFAULT_MAX_PRODUCERS x 4).
-MAX_SNAPSHOT_BYTES = 64 + 4 * DEFAULT_MAX_PRODUCERS * _SNAPSHOT_BYTES_PER_PRODUCER
+# A snapshot takes ~160 bytes per producer with a full window (the default 10,000 producers:
+# ~1.6 MB); a file larger than this (~400,000 producers) is not read.
+MAX_SNAPSHOT_BYTES = 64 << 20
 _INT16_MIN, _INT16_MAX = -(1 << 15), (1 << 15) - 1
 _INT64_MAX = (1 << 63) - 1
 

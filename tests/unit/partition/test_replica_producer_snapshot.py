@@ -224,7 +224,11 @@ async def test_snapshots_of_another_log_fall_back_to_the_whole_walk(tmp_path):
     f.log._abandon()
     pristine = tmp_path / "pristine"
     shutil.copytree(tmp_path / "p", pristine)
-    headers = list(Log.open(pristine, LogConfig(), now_ms=0).batch_headers())
+    copy = tmp_path / "copy"
+    shutil.copytree(pristine, copy)
+    log = Log.open(copy, LogConfig(), now_ms=0)
+    headers = list(log.batch_headers())
+    log.close()
     inside = next(h for h in headers if h.base_offset >= 6 and h.last_offset > h.base_offset)
     below = ProducerSnapshot.decode((tmp_path / "p" / PRODUCER_SNAPSHOT_CHECKPOINT).read_bytes())
     below = tuple((pid, epoch, kept) for pid, epoch, batches in below.producers
@@ -240,7 +244,7 @@ async def test_snapshots_of_another_log_fall_back_to_the_whole_walk(tmp_path):
         _rewrite_snapshot(d, **change)
         r = _reopen(d)
         assert r.producers_loaded.snapshot_offset is None, reason
-        assert reason in r.producers_loaded.unused or reason == "past the log end", r.producers_loaded
+        assert reason in r.producers_loaded.unused, r.producers_loaded
         assert _dump(r.producers) == _dump(_whole_walk(r.log)), reason
         assert not (d / PRODUCER_SNAPSHOT_CHECKPOINT).exists(), reason
         r.log.close()
