@@ -56,6 +56,7 @@ __all__ = [
     "read_header",
     "verify_crc",
     "iter_headers",
+    "CheckedBatches",
     "scan_valid_prefix",
     "stamp",
     "decode_batch",
@@ -238,6 +239,23 @@ def iter_headers(buf, pos: int = 0, *, verify: bool = True) -> Iterator[tuple[in
             verify_crc(buf, pos, h)
         yield pos, h
         pos += LOG_OVERHEAD + h.batch_length
+
+
+class CheckedBatches:
+    """Whole batches (`data`: any buffer) whose headers and CRC-32Cs were checked, with what
+    that check found: `headers`, the (position in data, Header) of each batch. What a
+    follower hands the log, so the bytes it fetched are walked and CRC-checked once
+    (partition/replication.py) instead of again by the log and the producer state. Its
+    length is that of `data` (an opaque `records` for partition/raft.py)."""
+
+    __slots__ = ("data", "headers")
+
+    def __init__(self, data, headers: Sequence[tuple[int, Header]]):
+        self.data = data
+        self.headers = headers
+
+    def __len__(self) -> int:
+        return len(self.data)
 
 
 def scan_valid_prefix(buf, pos: int = 0) -> tuple[int, list[tuple[int, Header]]]:

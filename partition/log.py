@@ -94,7 +94,7 @@ import struct
 import threading
 import time
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -995,11 +995,14 @@ class Log:
         self._write(parts, entries, [(leader_epoch, first)], now_ms, size=len(view))
         return first, offset - 1
 
-    def append_replicated(self, batches: bytes | bytearray | memoryview, *, now_ms: int) -> int:
-        """Follower path: append batches that already carry offsets and epochs.
+    def append_replicated(self, batches: bytes | bytearray | memoryview, *, now_ms: int,
+                          checked: Sequence[tuple[int, Header]] | None = None) -> int:
+        """Follower path: append batches that already carry offsets and epochs, in one write.
 
         The first batch must start at log_end_offset, base offsets must then increase past
-        each batch's last offset (gaps allowed) and epochs must not decrease; CRCs are checked.
+        each batch's last offset (gaps allowed) and epochs must not decrease; CRCs are checked
+        (`checked`: the (position, Header) of every batch of `batches`, from the caller's own
+        check of these very bytes, header and CRC-32C (batch.CheckedBatches): not done again).
         Returns the new log_end_offset. Raises NonContiguousAppend, EpochRegression,
         CorruptRecordError, MessageTooLargeError, LogClosedError. Nothing is written if any
         batch is refused."""
@@ -1012,7 +1015,10 @@ class Log:
         expected = self.log_end_offset
         last_epoch = self._epochs.last_epoch
         limit = self.config.max_batch_bytes
-        for pos, h in iter_headers(view, verify=True):
+        if checked is not None:
+            if not checked or checked[0][0] != 0 or checked[-1][0] + checked[-1][1].size != len(view):
+                raise CorruptRecordError("checked batches do not cover the append")
+        for pos, h in (checked if checked is not None else iter_headers(view, verify=True)):
             if h.size > limit:
                 raise MessageTooLargeError(f"batch of {h.size} bytes > max_batch_bytes {limit}")
             if (h.base_offset != expected) if not entries else (h.base_offset < expected):
@@ -1557,6 +1563,15 @@ class Log:
             done["bytes_reclaimed"] = res.bytes_reclaimed
         return done
 
+    def roll_or_retention_due(self, now_ms: int, *, high_watermark: int | None = None) -> bool:
+        """Writer (no I/O): whether `roll_and_retain` would change anything now. The replica
+        asks first, so an idle partition's maintenance costs no worker-thread hand-off."""
+        self._check_open()
+        a = self._active
+        if a.size_bytes and a.created_ms is not None and now_ms - a.created_ms >= self.config.segment_ms:
+            return True
+        return self.config.deletes and self._retention_count(now_ms, high_watermark) > 0
+
     def roll_and_retain(self, now_ms: int, *, high_watermark: int | None = None) -> dict:
         """Writer: roll the active segment if older than segment_ms; under "delete", drop the
         oldest CLOSED segments past retention_ms (by their largest timestamp) or beyond
@@ -1580,22 +1595,7 @@ class Log:
         return done
 
     def _apply_retention(self, now_ms: int, high_watermark: int | None) -> list[str]:
-        cfg = self.config
-        closed = self._segments[:-1]
-        k = 0
-        if cfg.retention_ms >= 0:
-            while k < len(closed) and now_ms - closed[k].max_timestamp > cfg.retention_ms:
-                k += 1
-        if cfg.retention_bytes >= 0:
-            excess = self.size_bytes() - cfg.retention_bytes
-            j = 0
-            while j < len(closed) and excess - closed[j].size_bytes >= 0:
-                excess -= closed[j].size_bytes
-                j += 1
-            k = max(k, j)
-        if high_watermark is not None:
-            while k and self._segments[k].base_offset > high_watermark:
-                k -= 1
+        k = self._retention_count(now_ms, high_watermark)
         if k == 0:
             return []
         gone = self._segments[:k]
@@ -1618,6 +1618,26 @@ class Log:
             self._close_segment(s)
             s.delete_files()
         return [s.name for s in gone]
+
+    def _retention_count(self, now_ms: int, high_watermark: int | None) -> int:
+        """How many of the oldest closed segments retention would delete now (no I/O)."""
+        cfg = self.config
+        closed = self._segments[:-1]
+        k = 0
+        if cfg.retention_ms >= 0:
+            while k < len(closed) and now_ms - closed[k].max_timestamp > cfg.retention_ms:
+                k += 1
+        if cfg.retention_bytes >= 0:
+            excess = self.size_bytes() - cfg.retention_bytes
+            j = 0
+            while j < len(closed) and excess - closed[j].size_bytes >= 0:
+                excess -= closed[j].size_bytes
+                j += 1
+            k = max(k, j)
+        if high_watermark is not None:
+            while k and self._segments[k].base_offset > high_watermark:
+                k -= 1
+        return k
 
     def advance_start(self, offset: int) -> list[str]:
         """DeleteRecords (partition/raft.py "Log start"): raise log_start_offset to `offset`

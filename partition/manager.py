@@ -14,7 +14,15 @@ What it uses of `metadata`: `image`, `peer_address(id)`, `client_address(id)`,
   a worker thread) and closes and deletes those whose topic is gone (or was recreated: the
   directory's `partition.metadata` names the topic id). A new, empty partition's preferred
   leader runs for election at once instead of after an election timeout.
-* Ticks: every core's `tick()` every `tick_ms` (50) from one task.
+* Ticks: every core's `tick()` every `tick_ms` (50) from one task, except quiescent ones
+  (partition/raft.py "Quiescence": an idle group holds its followers' fetches and its ticks
+  do nothing): a replica leaves the tick set when a tick finds `needs_tick()` false and
+  rejoins it at the event that makes it true (`on_ticking`), so 1,000 idle partitions cost
+  no tick at all. The same task watches the replication links (partition/replication.py
+  `watch`) and tells the replicas: a silent leader broker -> `leader_unreachable` to its
+  followers, a silent follower broker -> `follower_silent` to the leaders here (and to each
+  new leader while it stays silent), heard again -> `follower_heard`; a broken link to a
+  leader -> `wake` to its quiescent followers.
 * Leadership: a replica that becomes leader queues a report of (leader, epoch) for the
   controller; one task sends what is queued in batches (`report_partition_leaders`, up to
   MAX_REPORTS_PER_CALL, one call in flight) with bounded retries; a slow check re-reports
@@ -86,7 +94,7 @@ from partition.replica import (
     fetch_wait_ticks,
     log_config_for,
 )
-from partition.replication import ReplicationLinks
+from partition.replication import SESSION_MAX_WAIT_MS, ReplicationLinks
 from partition.segment import DEFAULT_MAX_OPEN_SEGMENTS, FILE_CACHE, SegmentVerifier
 from partition.telemetry import ReplicaTelemetry, batch_records, slice_records
 from raftlog.base.errors import (
@@ -166,9 +174,16 @@ class ReplicaManager:
         )
         self._rng = rng if rng is not None else random.Random()
         self._clock_ms = clock_ms
-        self.links = ReplicationLinks(self.node_id, peers, metadata.peer_address, self.replica,
-                                      on_unreachable=self._leader_unreachable)
+        # A link is silent after an election timeout (and a parked fetch's wait) without a
+        # replica_fetch; an idle session's long poll comes back well within that.
+        silence_ms = self.settings.election_timeout_ms + self.settings.fetch_max_wait_ms
+        self.links = ReplicationLinks(
+            self.node_id, peers, metadata.peer_address, self.replica,
+            session_max_wait_ms=min(SESSION_MAX_WAIT_MS, silence_ms // 2), silence_ms=silence_ms,
+            on_unreachable=self._leader_unreachable, on_broken=self._leader_link_broken,
+        )  # fmt: skip
         self._replicas: dict[tuple[str, int], Replica] = {}
+        self._ticking: dict[tuple[str, int], Replica] = {}  # the tick loop's replicas
         self._deleting: dict[Path, trio.Event] = {}
         self._image: MetadataImage | None = None
         self._image_changed = trio.Event()
@@ -228,6 +243,7 @@ class ReplicaManager:
                 for replica in list(self._replicas.values()):
                     await replica.close()
                 self._replicas.clear()
+                self._ticking.clear()
 
     def on_image(self, image: MetadataImage) -> None:
         self._image = image
@@ -249,6 +265,7 @@ class ReplicaManager:
             "ok": not offline,
             "replicas": len(self._replicas),
             "leaders": sum(1 for r in self._replicas.values() if r.is_leader),
+            "ticking": len(self._ticking),
             "offline": offline,
             "storage": {
                 "disk_full": "disk_full" in kinds,
@@ -662,6 +679,7 @@ class ReplicaManager:
             w = wanted.get(key)
             if w is None or w[0].topic_id != r.topic_id:
                 del self._replicas[key]
+                self._ticking.pop(key, None)
                 done = self._deleting.setdefault(r.directory, trio.Event())
                 self._nursery.start_soon(self._remove_replica, r, done)
                 continue
@@ -680,9 +698,10 @@ class ReplicaManager:
                 topic_config=topic.effective_config(), transport=self.links,
                 settings=self.settings, rng=random.Random(self._rng.getrandbits(64)),
                 clock_ms=self._clock_ms, on_leadership=self._on_leadership,
-                disk=self.disk, observer=self._metrics,
+                on_ticking=self._on_ticking, disk=self.disk, observer=self._metrics,
             )  # fmt: skip
             self._replicas[key] = r
+            self._ticking[key] = r
             self._nursery.start_soon(self._open_replica, r, p)
 
     async def _open_replica(self, r: Replica, p: PartitionState) -> None:
@@ -759,12 +778,50 @@ class ReplicaManager:
             await trio.sleep_until(next_at)
             ticks += 1
             answer = ticks % answer_every == 0  # parked fetches together (RaftCore.tick)
-            for i, r in enumerate(list(self._replicas.values())):
+            for i, (key, r) in enumerate(list(self._ticking.items())):
                 if r.attached:
                     # Does not yield when the tick does nothing (Replica._event).
                     await r.tick(answer_parked=answer)
+                    if not r.needs_tick() and self._ticking.get(key) is r:
+                        r.ticking = False  # quiescent (or offline): until on_ticking
+                        del self._ticking[key]
                 if i % TICK_YIELD_EVERY == TICK_YIELD_EVERY - 1:
                     await trio.lowlevel.checkpoint()
+            await self._watch_links()
+
+    def _on_ticking(self, r: Replica) -> None:
+        """A replica needs ticks again (Replica._check_ticking)."""
+        key = (r.topic, r.partition)
+        if self._replicas.get(key) is r:
+            self._ticking[key] = r
+
+    async def _watch_links(self) -> None:
+        """Act on the replication links' news (module docstring "Ticks")."""
+        leaders, silent, heard = self.links.watch(trio.current_time())
+        for b in leaders:
+            log_event(logger, "replica_link_silent", level=logging.INFO, broker_id=b, side="leader")
+            await self._leader_unreachable(b)
+        for b in silent:  # often only a broker that follows nothing led here: debug
+            log_event(logger, "replica_link_silent", level=logging.DEBUG, broker_id=b, side="follower")
+        for b in heard:
+            log_event(logger, "replica_link_heard", level=logging.DEBUG, broker_id=b)
+        if silent or heard:
+            for r in list(self._replicas.values()):
+                if r.attached and r.is_leader:
+                    for b in silent:
+                        await r.follower_silent(b)
+                    for b in heard:
+                        await r.follower_heard(b)
+
+    async def _leader_link_broken(self, broker_id: int) -> None:
+        """A replica_fetch to `broker_id` failed: its quiescent followers here fetch now."""
+        for r in list(self._replicas.values()):
+            if r.attached and r.quiescent_on(broker_id):
+                await r.wake(broker_id)
+
+    async def _silence_new_leader(self, r: Replica, brokers: list[int]) -> None:
+        for b in brokers:
+            await r.follower_silent(b)
 
     def free_bytes(self) -> int | None:
         """Bytes free for us on the data dir's file system (None if it cannot be read)."""
@@ -870,6 +927,9 @@ class ReplicaManager:
     def _on_leadership(self, r: Replica) -> None:
         if r.is_leader and self._nursery is not None:
             self._start_report(r)
+            silent = self.links.silent_followers()
+            if silent:  # a new leader learns which voters' brokers are silent now
+                self._nursery.start_soon(self._silence_new_leader, r, silent)
 
     def _start_report(self, r: Replica) -> None:
         key = (r.topic, r.partition)

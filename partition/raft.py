@@ -132,8 +132,17 @@ The contract with the shell (read this before writing one)
    the next FetchRequest that reports it. `LowWatermarkChanged(offset)` (leader): a majority
    holds log starts >= offset: answer DeleteRecords requests up to it. `start_election()`
    runs for election now (a new partition's preferred leader, instead of waiting a timeout).
-   `leader_unreachable(broker_id)`: a connection to that broker was refused; its followers
-   run soon (staggered) instead of after a full, load-stretched election timeout.
+   `leader_unreachable(broker_id)`: a connection to that broker was refused, or the link to
+   it has been silent for an election timeout; its followers run soon (staggered) instead of
+   after a full, load-stretched election timeout.
+11. Quiescence (below): `quiescent` true means `tick()` does nothing, so the shell may stop
+   calling it; it must call it again once any other event made `quiescent` false. The shell
+   keeps the session with each other broker alive and tells the core what it sees of it:
+   `wake(broker_id)` when the connection to that broker broke (a held fetch may have died
+   with the leader's process), `leader_unreachable(broker_id)` when it stays silent for an
+   election timeout (or refuses connections), `follower_silent(broker_id)` when that broker
+   has sent nothing for an election timeout (a leader stops counting it). Before it drops a
+   core (offline, reopen, close), it sends what `abandon()` returns.
 
 Damaged storage (protocol-aware recovery, Alagappan et al., FAST'18)
 --------------------------------------------------------------------
@@ -188,6 +197,35 @@ makes followers fetch at once), a leader elected from the minority that had not 
 may still serve records below the deleted offset. Retention's moves take the same path, so
 all replicas converge on the largest log start.
 
+Quiescence (issue 19: 1,000 idle partitions per node must cost next to nothing)
+-------------------------------------------------------------------------------
+An idle partition stops exchanging per-partition messages and stops counting ticks, like
+CockroachDB's quiescent ranges: the liveness of a quiescent group is the liveness of the
+links between brokers, which the shell watches once per broker pair (contract 11).
+* A follower that got a response bringing no records, holding the leader's whole log
+  durably with the high watermark at its end (and not flagged needs_catch_up), sends its
+  next fetch with `quiescent=True`: "hold this until there is news". The leader parks such a
+  fetch as HELD when the follower is caught up (fetch offset = log end, durable to it, has
+  the current HW and log start) and tells it so with `FetchHeld(fetch_id)`; the follower is
+  quiescent only from that message on (a lost request or FetchHeld just leaves it ticking).
+* A held fetch has no timeout. It is answered as any parked fetch is: data appended, the
+  high watermark or the log start moved. A leader that stops leading answers every parked
+  fetch NOT_LEADER (with its epoch and leader hint), so no follower waits on a fetch nobody
+  holds; `abandon()` does the same for a shell that drops a core without a role change.
+* A quiescent follower's tick does nothing (its lease and fetch timer are frozen: its
+  leader is alive as far as the broker link shows). It resumes on any fetch response, any
+  role change, `wake`, `leader_unreachable`, a BeginQuorumEpoch from its leader (the
+  leader's wake for an answer that was lost), and a pre-vote request: it refuses that one
+  (its lease holds) but fetches at once to check its leader, so a held fetch that was lost
+  without a trace only delays an election by one election timeout.
+* A leader is quiescent when every other voter is silent (`follower_silent`, the shell's
+  word that its broker sent nothing for an election timeout) or has its fetch held, the
+  held ones that are not silent plus itself a majority, with no transfer and no persist
+  pending. Its tick then does nothing. While it ticks for other reasons, held voters count as fetching (check
+  quorum, in sync) and their idle timers stand still; a voter neither held nor parked and
+  idle for half an election timeout is sent BeginQuorumEpoch again (backing off), which
+  wakes a follower whose answer was lost.
+
 Invariants (checked by tests/sim after every step): at most one leader per epoch; a
 committed offset is never lost or changed; two replicas agree below the smaller of their high
 watermarks; a high watermark never goes back. Per-event work is O(number of voters).
@@ -214,6 +252,7 @@ __all__ = [
     "AppendReplicated",
     "BeginQuorumEpoch",
     "EndQuorumEpoch",
+    "FetchHeld",
     "FetchRequest",
     "FetchResponse",
     "Flush",
@@ -282,6 +321,7 @@ class LogState:
 
 
 UNREACHABLE_WINDOW_DIVISOR = 2  # leader_unreachable: each follower's window, election_timeout/2 wide
+WAKE_BACKOFF_MAX_TIMEOUTS = 8  # a leader's wakes of an idle voter back off to one per 8 election timeouts
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,6 +399,16 @@ class FetchRequest:
     flushed_offset: int
     fetch_id: int
     log_start_offset: int = 0  # the follower's (DeleteRecords); absent from old peers: 0
+    quiescent: bool = False  # "hold this until there is news" (module docstring "Quiescence")
+
+
+@dataclass(frozen=True, slots=True)
+class FetchHeld:
+    """Leader -> follower: the fetch `fetch_id` is held until there is news (no timeout)."""
+
+    sender: int
+    epoch: int
+    fetch_id: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -391,7 +441,7 @@ class FetchResponse:
 
 Message = (
     VoteRequest | VoteResponse | BeginQuorumEpoch | EndQuorumEpoch | TimeoutNow
-    | FetchRequest | FetchResponse
+    | FetchRequest | FetchResponse | FetchHeld
 )
 
 # ----------------------------------------------------------------------------------- effects
@@ -470,7 +520,7 @@ class _Peer:
     """What a leader knows of one other voter (reset at every election)."""
 
     __slots__ = ("fetch_offset", "durable_offset", "hw_sent", "parked", "parked_ticks", "fetched",
-                 "idle_ticks", "log_start", "caught_up_ticks")
+                 "idle_ticks", "log_start", "caught_up_ticks", "held", "silent", "wake_at")
 
     def __init__(self) -> None:
         self.log_start = 0  # as its last consistent fetch reported it
@@ -482,6 +532,9 @@ class _Peer:
         self.parked_ticks = 0
         self.fetched = False  # has fetched in this epoch (stop BeginQuorumEpoch re-sends)
         self.caught_up_ticks = -1  # leader ticks since a fetch of ours reached our end (-1: never)
+        self.held = False  # `parked` is held: no timeout (module docstring "Quiescence")
+        self.silent = False  # the shell says its broker went silent (follower_silent)
+        self.wake_at = 0  # idle_ticks at which BeginQuorumEpoch goes again (0: not set)
 
 
 class RaftCore:
@@ -557,6 +610,8 @@ class RaftCore:
         self._fetch_elapsed = 0
         self._fetch_after_flush = False
         self._flush_wait_ticks = 0
+        self._quiesced = False  # follower: our in-flight fetch is held by the leader
+        self._orphans: list[tuple[int, int]] = []  # (voter, fetch id) parked when leadership ended
 
         self._peers: dict[int, _Peer] = {}
         self._epoch_start_offset = -1
@@ -616,6 +671,24 @@ class RaftCore:
         return self._ep_epochs[-1] if self._ep_epochs else 0
 
     @property
+    def quiescent(self) -> bool:
+        """True while `tick()` does nothing (module docstring "Quiescence"): a follower whose
+        fetch the leader holds, or a leader all of whose voters are held or silent."""
+        role = self._role
+        if role is _FOLLOWER:
+            return self._quiesced
+        if role is not _LEADER or self._qs_pending or self._transfer_target is not None:
+            return False
+        live = 1
+        for peer in self._peers.values():
+            if peer.silent:
+                continue
+            if not peer.held:
+                return False
+            live += 1
+        return live >= self._majority
+
+    @property
     def may_accept_writes(self) -> bool:
         """True iff this replica leads a durable epoch and is not handing leadership over."""
         return (
@@ -637,13 +710,16 @@ class RaftCore:
         parked fetch now, however long it waited. The shell says so on the same tick for all
         its partitions, every `fetch_max_wait_ticks`: then the idle answers to one follower
         broker leave together, one round trip per broker pair instead of one per partition at
-        staggered times (no wait grows: a parked fetch still goes at `fetch_max_wait_ticks`)."""
+        staggered times (no wait grows: a parked fetch still goes at `fetch_max_wait_ticks`).
+        Held fetches are not answered here, and a quiescent core does nothing at all."""
         out = self._out = []
+        if self.quiescent:
+            return out
         role = self._role
         if role is _LEADER:
             self._tick_leader()
             if answer_parked and self._role is _LEADER:
-                self._answer_parked()
+                self._answer_parked(held=False)
             return out
         if role is _FOLLOWER:
             if self._fetch_inflight:
@@ -678,6 +754,8 @@ class RaftCore:
             self._on_fetch_request(message)
         elif kind is FetchResponse:
             self._on_fetch_response(message)
+        elif kind is FetchHeld:
+            self._on_fetch_held(message)
         elif kind is VoteRequest:
             self._on_vote_request(message)
         elif kind is VoteResponse:
@@ -781,7 +859,7 @@ class RaftCore:
         if peer is None:
             return f"transfer target {target} is not a voter"
         recent = 0 <= peer.caught_up_ticks <= self._cfg.election_timeout_ticks
-        if not peer.fetched or (peer.durable_offset < self._hw and not recent):
+        if not peer.fetched or peer.silent or (peer.durable_offset < self._hw and not recent):
             return (f"transfer target {target} is behind: durable offset {peer.durable_offset}"
                     f" < high watermark {self._hw}, not caught up lately")
         return None
@@ -813,12 +891,70 @@ class RaftCore:
         if self._unreachable_seen == (self._epoch, broker_id):
             return out  # said again (every refused fetch): the timer set the first time stands
         self._unreachable_seen = (self._epoch, broker_id)
+        self._quiesced = False
         self.leader_unreachable_signals += 1
         others = [v for v in self.voters if v != broker_id]
         rank = (others.index(self.replica_id) - self._epoch) % len(others)
         window = max(1, self._cfg.election_timeout_ticks // UNREACHABLE_WINDOW_DIVISOR)
         self._election_elapsed = max(self._election_elapsed, self._cfg.election_timeout_ticks)  # no lease
         self._election_timeout = self._election_elapsed + 1 + rank * window + self._rng.randrange(window)
+        return out
+
+    def wake(self, broker_id: int) -> list[Effect]:
+        """The shell's connection to broker `broker_id` broke: a quiescent follower of it
+        fetches now, since its held fetch may have gone with the leader's process (a leader
+        restarted within an election timeout holds nothing). A no-op otherwise."""
+        out = self._out = []
+        if self._role is _FOLLOWER and self._quiesced and self._leader_id == broker_id:
+            self._send_fetch()
+        return out
+
+    def follower_silent(self, broker_id: int) -> list[Effect]:
+        """The shell heard nothing from broker `broker_id` for an election timeout. A leader
+        stops counting that voter as live (check quorum, in sync) even if it holds its fetch,
+        and stops waking it; `follower_heard` or the voter's next fetch undoes this. The held
+        fetch stays held: a silence that was only a stall costs nothing. A no-op otherwise."""
+        out = self._out = []
+        peer = self._peers.get(broker_id) if self._role is _LEADER else None
+        if peer is not None and not peer.silent:
+            peer.silent = True
+            self._cq_fetched.discard(broker_id)  # an isolated leader resigns within a window
+        return out
+
+    def follower_heard(self, broker_id: int) -> list[Effect]:
+        """The shell hears from broker `broker_id` again after `follower_silent`: a leader
+        ticks for that voter again (BeginQuorumEpoch goes to it if it has not fetched in our
+        epoch), so a rejoining replica follows at once. A no-op otherwise."""
+        out = self._out = []
+        peer = self._peers.get(broker_id) if self._role is _LEADER else None
+        if peer is not None:
+            peer.silent = False
+        return out
+
+    def abandon(self) -> list[Effect]:
+        """For a shell about to stop using this core without a role change (the replica goes
+        offline, is reopened or repaired, or closes): the messages that release what other
+        voters wait on here. A leader answers its parked fetches NOT_LEADER (a quiescent
+        follower would wait for them forever); a quiescent follower sends a fetch that is not
+        held, so its leader stops counting it as live. Returns Send effects only, never held
+        back by a pending persist (they claim nothing); the core is not to be used after."""
+        out: list[Effect] = []
+        if self._role is _LEADER:
+            for v, peer in self._peers.items():
+                if peer.parked is not None:
+                    out.append(Send(v, FetchResponse(
+                        self.replica_id, self._epoch, None, peer.parked.fetch_id, NOT_LEADER,
+                    )))  # fmt: skip
+                    peer.parked = None
+                    peer.held = False
+        elif self._role is _FOLLOWER and self._quiesced and self._leader_id is not None:
+            self._quiesced = False
+            self._fetch_id += 1
+            durable = self._flushed if self._require_flush else self._end
+            out.append(Send(self._leader_id, FetchRequest(
+                self.replica_id, self._epoch, self._end, self.last_epoch, durable, self._fetch_id,
+                self._log_start,
+            )))  # fmt: skip
         return out
 
     def clear_catch_up(self) -> list[Effect]:
@@ -877,6 +1013,7 @@ class RaftCore:
             self._log_start = log_start_offset
             if self._role is _LEADER:
                 self._maybe_advance_low_wm()
+                self._answer_parked()  # held followers learn the new log start
         return out
 
     def resign(self) -> list[Effect]:
@@ -888,12 +1025,15 @@ class RaftCore:
 
     def follower_states(self) -> dict[int, tuple[int, bool]]:
         """On the leader, every other voter's (fetch_offset, in_sync): in sync means it sent
-        a fetch within the last check-quorum period (Kafka's ISR rule, by time). Followers
-        not heard from in this epoch have fetch_offset -1. Empty on a non-leader."""
+        a fetch within the last check-quorum period (Kafka's ISR rule, by time), or its fetch
+        is held (a quiescent follower; its broker is live, else the shell said
+        `follower_silent`). Followers not heard from in this epoch have fetch_offset -1.
+        Empty on a non-leader."""
         if self._role is not _LEADER:
             return {}
         limit = self._cfg.check_quorum_ticks
-        return {v: (p.fetch_offset, p.fetched and p.idle_ticks < limit) for v, p in self._peers.items()}
+        return {v: (p.fetch_offset, p.fetched and not p.silent and (p.held or p.idle_ticks < limit))
+                for v, p in self._peers.items()}
 
     def status(self) -> dict[str, Any]:
         """A snapshot for logs and debugging."""
@@ -911,6 +1051,7 @@ class RaftCore:
             "transfer_target": self._transfer_target,
             "needs_catch_up": self._needs_catch_up,
             "unclean_election": self._unclean_election,
+            "quiescent": self.quiescent,
         }
 
     # ---------------------------------------------------------------------- internals
@@ -1008,6 +1149,8 @@ class RaftCore:
         if offset > self._log_start:
             self._log_start = offset
             self._emit(AdvanceLogStart(offset))
+            if self._role is _LEADER:
+                self._answer_parked()  # held followers learn the new log start
 
     def _adopt_reported_log_start(self) -> None:
         # A voter reported a log start above ours: some leader deleted below it, and it was
@@ -1031,14 +1174,26 @@ class RaftCore:
     # -- role changes
 
     def _leave_leader(self) -> None:
-        # Parked fetches are dropped: followers re-send and learn the new state then.
+        # Parked fetches are answered NOT_LEADER once the new role is set (_release_parked):
+        # a quiescent follower's held fetch would otherwise wait for nobody.
+        self._orphans = [(v, p.parked.fetch_id) for v, p in self._peers.items() if p.parked is not None]
         self._peers = {}
         self._transfer_target = None
+
+    def _release_parked(self) -> None:
+        """After leaving leadership: answer the fetches that were parked, with our epoch and
+        leader hint as they are now."""
+        orphans, self._orphans = self._orphans, []
+        for v, fetch_id in orphans:
+            self._send(v, FetchResponse(
+                self.replica_id, self._epoch, self._active_leader(), fetch_id, NOT_LEADER,
+            ))  # fmt: skip
 
     def _become_unattached(self, epoch: int, *, lease_expired: bool = False) -> None:
         if self._role is _LEADER:
             self._leave_leader()
         self._role = _UNATTACHED
+        self._quiesced = False
         voted = self._voted_for if epoch == self._epoch else None
         self._set_quorum_state(epoch, voted, None)
         self._fetch_inflight = False
@@ -1048,16 +1203,19 @@ class RaftCore:
             half = self._cfg.election_timeout_ticks // 2
             self._election_timeout = self._rng.randrange(1, half + 2)
         self._announce()
+        self._release_parked()
 
     def _become_follower(self, epoch: int, leader_id: int) -> None:
         if self._role is _LEADER:
             self._leave_leader()
         self._role = _FOLLOWER
+        self._quiesced = False
         self._unclean_election = False
         voted = self._voted_for if epoch == self._epoch else None
         self._set_quorum_state(epoch, voted, leader_id)
         self._reset_election_timer()
         self._announce()
+        self._release_parked()
         self._fetch_after_flush = False
         self._flush_wait_ticks = 0
         self._send_fetch()
@@ -1072,10 +1230,12 @@ class RaftCore:
         if self._role is _LEADER:
             self._leave_leader()
         self._role = _PROSPECTIVE
+        self._quiesced = False
         self._fetch_inflight = False
         self._grants = {self.replica_id}
         self._reset_election_timer()
         self._announce()
+        self._release_parked()
         if len(self._grants) >= self._majority:
             self._start_candidacy()
             return
@@ -1087,6 +1247,7 @@ class RaftCore:
     def _start_candidacy(self) -> None:
         self.elections_started += 1
         self._role = _CANDIDATE
+        self._quiesced = False
         self._fetch_inflight = False
         self._set_quorum_state(self._epoch + 1, self.replica_id, None)
         self._grants = {self.replica_id}
@@ -1140,12 +1301,15 @@ class RaftCore:
             self._send(v, end)
         self._reset_election_timer()
         self._announce()
+        self._release_parked()
 
     # -- leader
 
     def _tick_leader(self) -> None:
         cfg = self._cfg
-        for peer in self._peers.values():
+        for v, peer in self._peers.items():
+            if peer.held:
+                continue  # alive as far as its broker's link shows: no timers
             peer.idle_ticks += 1
             if peer.caught_up_ticks >= 0:
                 peer.caught_up_ticks += 1
@@ -1153,6 +1317,16 @@ class RaftCore:
                 peer.parked_ticks += 1
                 if peer.parked_ticks >= cfg.fetch_max_wait_ticks:
                     self._respond_fetch(peer, peer.parked)
+            elif peer.fetched and not peer.silent:
+                # Neither fetching nor parked: maybe a quiescent follower whose answer was
+                # lost. BeginQuorumEpoch wakes it (a no-op for one that is not quiescent),
+                # again at doubling intervals (a dead replica on a live broker costs little).
+                if peer.wake_at == 0:
+                    peer.wake_at = max(1, cfg.election_timeout_ticks // 2)
+                if peer.idle_ticks >= peer.wake_at:
+                    peer.wake_at = min(2 * peer.wake_at, peer.idle_ticks
+                                       + WAKE_BACKOFF_MAX_TIMEOUTS * cfg.election_timeout_ticks)
+                    self._send(v, BeginQuorumEpoch(self.replica_id, self._epoch))
         self._begin_elapsed += 1
         if self._begin_elapsed >= cfg.begin_quorum_resend_ticks:
             self._begin_elapsed = 0
@@ -1163,7 +1337,11 @@ class RaftCore:
                     self._send(v, begin)
         self._cq_elapsed += 1
         if self._cq_elapsed >= cfg.check_quorum_ticks:
-            if len(self._cq_fetched) + 1 < self._majority:
+            alive = len(self._cq_fetched) + 1
+            for v, peer in self._peers.items():
+                if peer.held and not peer.silent and v not in self._cq_fetched:
+                    alive += 1
+            if alive < self._majority:
                 self._resign()
                 return
             self._cq_elapsed = 0
@@ -1186,13 +1364,15 @@ class RaftCore:
             self._adopt_reported_log_start()
             self._answer_parked()
 
-    def _answer_parked(self) -> None:
+    def _answer_parked(self, *, held: bool = True) -> None:
+        """Answer every parked fetch (`held=False`: leave held ones parked)."""
         for peer in self._peers.values():
-            if peer.parked is not None:
+            if peer.parked is not None and (held or not peer.held):
                 self._respond_fetch(peer, peer.parked)
 
     def _respond_fetch(self, peer: _Peer, req: FetchRequest) -> None:
         peer.parked = None
+        peer.held = False
         peer.hw_sent = self._hw
         f = req.fetch_offset
         self._send(
@@ -1226,6 +1406,10 @@ class RaftCore:
             return
         peer = self._peers[m.sender]
         peer.idle_ticks = 0
+        peer.wake_at = 0
+        peer.silent = False
+        peer.parked = None  # superseded: the follower has one fetch in flight
+        peer.held = False
         self._cq_fetched.add(m.sender)
         f = m.fetch_offset
         if f < self._log_start:
@@ -1251,7 +1435,6 @@ class RaftCore:
             peer.caught_up_ticks = 0
         durable = m.flushed_offset if self._require_flush else f
         peer.durable_offset = durable if durable < f else f
-        peer.parked = None
         if m.log_start_offset > peer.log_start:
             peer.log_start = m.log_start_offset
             self._adopt_reported_log_start()
@@ -1262,22 +1445,33 @@ class RaftCore:
         else:
             peer.parked = m
             peer.parked_ticks = 0
+            if m.quiescent and peer.durable_offset == f and m.log_start_offset >= self._log_start:
+                peer.held = True  # no timeout: answered when there is news
+                self._send(m.sender, FetchHeld(self.replica_id, self._epoch, m.fetch_id))
         if self._transfer_target == m.sender:
             self._maybe_send_timeout_now()
 
     # -- follower
 
-    def _send_fetch(self) -> None:
+    def _send_fetch(self, *, quiescent: bool = False) -> None:
         self._fetch_id += 1
         self._fetch_inflight = True
         self._fetch_elapsed = 0
         self._fetch_after_flush = False
         self._flush_wait_ticks = 0
+        self._quiesced = False
         durable = self._flushed if self._require_flush else self._end
         self._send(self._leader_id, FetchRequest(
             self.replica_id, self._epoch, self._end, self.last_epoch, durable, self._fetch_id,
-            self._log_start,
+            self._log_start, quiescent,
         ))  # fmt: skip
+
+    def _on_fetch_held(self, m: FetchHeld) -> None:
+        if (
+            m.epoch == self._epoch and self._role is _FOLLOWER and m.sender == self._leader_id
+            and self._fetch_inflight and m.fetch_id == self._fetch_id
+        ):
+            self._quiesced = True
 
     def _on_fetch_response(self, m: FetchResponse) -> None:
         if m.epoch > self._epoch:
@@ -1292,6 +1486,8 @@ class RaftCore:
         ):
             return  # stale, duplicated or reordered
         self._fetch_inflight = False
+        self._quiesced = False
+        self._unreachable_seen = None  # the leader answered: a later silence counts again
         if m.error == OFFSET_OUT_OF_RANGE:
             self._election_elapsed = 0
             if m.log_start_offset > self._end:
@@ -1334,7 +1530,12 @@ class RaftCore:
             self._fetch_after_flush = True
             self._flush_wait_ticks = 0
         else:
-            self._send_fetch()
+            # Nothing came and nothing is pending here: ask the leader to hold the next fetch
+            # until there is news (module docstring "Quiescence").
+            self._send_fetch(quiescent=(
+                not m.batches and self._hw == self._end and self._flushed == self._end
+                and not self._needs_catch_up and self._log_start >= m.log_start_offset
+            ))  # fmt: skip
 
     def _maybe_caught_up(self) -> None:
         # Caught up = we durably hold (a) the leader's high watermark as of a fetch we sent
@@ -1396,6 +1597,10 @@ class RaftCore:
             self._send(m.sender, VoteResponse(
                 self.replica_id, self._epoch, granted, True, self._active_leader(),
             ))  # fmt: skip
+            if self._quiesced:
+                # Somebody misses our leader. Our lease holds (refused above), but check the
+                # leader with a fetch now: if it no longer holds ours, the lease runs out.
+                self._send_fetch()
             return
         if m.epoch > self._epoch:
             self._become_unattached(m.epoch)
@@ -1446,6 +1651,8 @@ class RaftCore:
         elif m.epoch == self._epoch and self._role is not _LEADER and self._role is not _RESIGNED:
             if self._role is not _FOLLOWER or self._leader_id != m.sender:
                 self._become_follower(m.epoch, m.sender)
+            elif self._quiesced:
+                self._send_fetch()  # the leader's wake: the answer to our held fetch was lost
 
     def _on_end_quorum_epoch(self, m: EndQuorumEpoch) -> None:
         if m.epoch == self._epoch and self._role is _FOLLOWER and self._leader_id == m.sender:

@@ -20,7 +20,15 @@ The core decides, this module does the I/O, following raft.py's "contract with t
 * Send(FetchResponse with read_offset): the leader reads `log.read(read_offset, max_bytes)`
   right there, before any later effect (so before any later TruncateTo), and the bytes go to
   the transport untouched. A read that finds damage drops the response (the follower asks
-  again) and reports the damage (below).
+  again) and reports the damage (below). Where the transport sends file slices
+  (`file_slices`: plain TCP peers, partition/replication.py) it gets `log.read_slice`
+  instead, checked the same way, and its bytes are read later, by os.sendfile. So that they
+  are still the bytes of that moment, every cut of the log (TruncateTo, TruncateFully, a
+  repair, a reopen) first bumps `log_cuts` on the trio thread, before its worker thread
+  starts; a slice is `intact()` only while `log_cuts` is what it was when the slice was made,
+  and the sender asks before each os.sendfile call (on the trio thread), so every byte it
+  sends was read before any cut began. A slice found no longer intact closes the follower's
+  connection; its fetch comes again.
 * A RaftStateError, a failed log (LogClosedError) or an OSError takes the replica offline:
   every request then answers KAFKA_STORAGE_ERROR; the node stays up, and the manager calls
   `reopen()` with backoff: the replica is opened again from disk exactly as a restart would
@@ -111,7 +119,7 @@ import google_crc32c
 import trio
 
 from metadata.topic_config import TopicConfig
-from partition.batch import CONTROL_LEADER_CHANGE, Header, control_batch, iter_headers
+from partition.batch import CONTROL_LEADER_CHANGE, CheckedBatches, Header, control_batch, iter_headers
 from partition.cleaner import CleanAborted
 from partition.errors import CorruptRecordError, LogClosedError, RaftStateError, StorageDamageError
 from partition.log import (
@@ -167,6 +175,7 @@ __all__ = [
     "Replica",
     "AckWaiter",
     "Transport",
+    "LogSlice",
     "read_quorum_state",
     "write_quorum_state",
     "raft_config_for",
@@ -198,6 +207,35 @@ class QuorumStateCorruptError(KafkaStorageError):
 class Transport(Protocol):
     def send(self, replica: "Replica", to: int, message: Any) -> None:
         """Queue a Raft message to voter `to` (may drop it; Raft retries)."""
+
+    # Optional: true when FetchResponses may carry a log slice instead of bytes (absent: false).
+    # file_slices: bool
+
+
+class LogSlice:
+    """A FileSlice of a replica's log in a FetchResponse (raftlog.base.protocol.FilePart):
+    intact while no cut of the log began since it was made (module docstring, "Send")."""
+
+    __slots__ = ("fd", "offset", "length", "_replica", "_cuts")
+
+    def __init__(self, piece: FileSlice, replica: "Replica") -> None:
+        self.fd = piece.fd
+        self.offset = piece.offset
+        self.length = piece.length
+        self._replica = replica
+        self._cuts = replica.log_cuts
+
+    def __len__(self) -> int:
+        return self.length
+
+    def intact(self) -> bool:
+        return self._replica.log_cuts == self._cuts and self.fd >= 0
+
+    def close(self) -> None:
+        """Idempotent."""
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
 
 
 @dataclass
@@ -381,6 +419,7 @@ class Replica:
         rng: random.Random | None = None,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         on_leadership: Callable[["Replica"], None] = lambda replica: None,
+        on_ticking: Callable[["Replica"], None] = lambda replica: None,
         disk: DiskWork | None = None,
         observer: ReplicaObserver | None = None,
     ):
@@ -396,6 +435,8 @@ class Replica:
         self._rng = rng if rng is not None else random.Random()
         self._clock_ms = clock_ms
         self._on_leadership = on_leadership
+        self._on_ticking = on_ticking
+        self.ticking = True  # the manager ticks it (until a tick finds `needs_tick` false)
         self.log: Log | None = None
         self.core: RaftCore | None = None
         self.producers = ProducerStateManager(max_producers=settings.max_producers)
@@ -434,6 +475,8 @@ class Replica:
         self.damaged: dict[str, Any] | None = None
         self.repairs = 0
         self._cleaning = False
+        # Bumped on the trio thread before any cut of the log starts (LogSlice.intact).
+        self.log_cuts = 0
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -545,6 +588,7 @@ class Replica:
         """Stop: fail waiters, wait for a running flush, close the log (flushes it)."""
         if self.closed:
             return
+        self._abandon_core()
         self.closed = True
         self._fail_waiters(KafkaStorageError(f"{self.topic}-{self.partition}: replica closed"))
         self._wake_watchers()
@@ -593,10 +637,34 @@ class Replica:
             out.update(role=s["role"], epoch=s["epoch"], leader_id=s["leader_id"],
                        log_end_offset=s["log_end_offset"], flushed_offset=s["flushed_offset"],
                        high_watermark=s["high_watermark"],
-                       needs_catch_up=s["needs_catch_up"])
+                       needs_catch_up=s["needs_catch_up"], quiescent=s["quiescent"])
         if self.log is not None:
             out["log_start_offset"] = self.log.log_start_offset
         return out
+
+    def needs_tick(self) -> bool:
+        """Whether ticks would do anything: online, and its core not quiescent (raft.py
+        "Quiescence") or an interval flush pending. Once false, the manager stops ticking
+        this replica until an event makes it true again (then `on_ticking` is called)."""
+        core = self.core
+        if core is None or not self.online:
+            return False
+        if not core.quiescent:
+            return True
+        log = self.log
+        return (self.topic_config.flush_policy == "interval" and log is not None
+                and log.flushed_offset < log.log_end_offset)
+
+    def quiescent_on(self, broker_id: int) -> bool:
+        """A follower of broker `broker_id` whose fetch that leader holds."""
+        core = self.core
+        return (core is not None and self.online and core.role is Role.FOLLOWER
+                and core.leader_id == broker_id and core.quiescent)
+
+    def _check_ticking(self) -> None:
+        if not self.ticking and self.needs_tick():
+            self.ticking = True
+            self._on_ticking(self)
 
     def check_online(self) -> None:
         if self.offline_reason is not None:
@@ -670,10 +738,26 @@ class Replica:
             await self._event(RaftCore.start_election)
 
     async def leader_unreachable(self, broker_id: int) -> None:
-        """A connection to broker `broker_id` was refused (raft.py `leader_unreachable`).
-        Skipped while busy, like a tick: the next refused fetch says it again."""
-        if self.online and not self._lock.locked():
+        """A connection to broker `broker_id` was refused or its link went silent (raft.py
+        `leader_unreachable`). Skipped while busy, like a tick, unless quiescent: the next
+        refused fetch says it again, but a silence is reported once."""
+        if self.online and (not self._lock.locked() or self.quiescent_on(broker_id)):
             await self._event(RaftCore.leader_unreachable, broker_id)
+
+    async def wake(self, broker_id: int) -> None:
+        """The link to broker `broker_id` broke (raft.py `wake`)."""
+        if self.online:
+            await self._event(RaftCore.wake, broker_id)
+
+    async def follower_silent(self, broker_id: int) -> None:
+        """Broker `broker_id` sent nothing for a while (raft.py `follower_silent`)."""
+        if self.online:
+            await self._event(RaftCore.follower_silent, broker_id)
+
+    async def follower_heard(self, broker_id: int) -> None:
+        """Broker `broker_id` is heard again (raft.py `follower_heard`)."""
+        if self.online:
+            await self._event(RaftCore.follower_heard, broker_id)
 
     async def clear_catch_up(self) -> bool:
         """Operator override (unclean recovery, raft.py "Damaged storage"): clear this
@@ -734,9 +818,12 @@ class Replica:
                 before = log.log_start_offset
                 now = self._clock_ms()
                 hw = self.core.high_watermark
-                done = await trio.to_thread.run_sync(
-                    partial(log.roll_and_retain, now, high_watermark=hw),
-                    limiter=self.disk.maintenance)
+                if log.roll_or_retention_due(now, high_watermark=hw):
+                    done = await trio.to_thread.run_sync(
+                        partial(log.roll_and_retain, now, high_watermark=hw),
+                        limiter=self.disk.maintenance)
+                else:  # the usual case: no worker-thread hand-off for nothing
+                    done = {"rolled": False, "deleted_segments": [], "log_start_offset": before}
                 if log.log_start_offset > before:
                     await self._execute(self.core.log_start_advanced(log.log_start_offset))
                 plan = log.plan_compaction(now, high_watermark=hw)
@@ -838,6 +925,7 @@ class Replica:
             effects = method(self.core, *args)
             if effects:
                 await self._execute(effects)
+            self._check_ticking()
         except (RaftStateError, LogClosedError, OSError, QuorumStateCorruptError) as exc:
             self._go_offline(exc)
         finally:
@@ -919,6 +1007,7 @@ class Replica:
         await trio.to_thread.run_sync(write_quorum_state, self.directory, state)
         await self._flush_idle.wait()
         log = self.log
+        self.log_cuts += 1
         report = await trio.to_thread.run_sync(log.repair, base, limiter=self.disk.io)
         self.producers.clear()
         self._producers_dirty = True  # rebuilt (in a thread) before this replica's next write
@@ -926,6 +1015,7 @@ class Replica:
             f"{self.name}: leader stepped down to repair damaged storage; the write may still"
             " be committed by the next leader"))
         self._build_core(log, state)
+        self._check_ticking()
         self.damaged = None
         if report is not None:
             self.repairs += 1
@@ -950,6 +1040,7 @@ class Replica:
                 return self.online
             await self._flush_idle.wait()
             old = self.log
+            self.log_cuts += 1  # recovery may cut the files the old log's slices read
 
             def reload() -> tuple[Log, QuorumState]:
                 if old is not None:
@@ -973,6 +1064,7 @@ class Replica:
             self._build_core(log, state)
             self.offline_reason = self.offline_kind = self.offline_since_ms = None
             self.reopen_failures = 0
+            self._check_ticking()
             self.observer.reopened(self, True)
             log_event(logger, "replica_reopened", level=logging.WARNING, topic=self.topic,
                       partition=self.partition, log_end_offset=log.log_end_offset,
@@ -1238,6 +1330,7 @@ class Replica:
                 self._on_leadership_changed(eff)
             elif kind is TruncateTo:
                 await self._flush_idle.wait()
+                self.log_cuts += 1
                 await trio.to_thread.run_sync(self.log.truncate_to, eff.offset,
                                               limiter=self.disk.io)
                 if self.log.log_end_offset > eff.offset:
@@ -1248,6 +1341,7 @@ class Replica:
                           offset=eff.offset)
             elif kind is TruncateFully:
                 await self._flush_idle.wait()
+                self.log_cuts += 1
                 await self._reset_log(eff.offset)
             elif kind is AdvanceLogStart:
                 await self._advance_log_start(eff.offset)
@@ -1255,17 +1349,21 @@ class Replica:
                 self._on_low_watermark(eff.low_watermark)
             else:
                 raise RaftStateError(f"unknown effect {eff!r}")
+        self._check_ticking()
 
     async def _send(self, to: int, message: Any) -> None:
         if type(message) is FetchResponse and message.read_offset is not None:
+            slices = getattr(self.transport, "file_slices", False)
             try:
                 records = await self._read(self.log, message.read_offset,
-                                           self.settings.replica_fetch_max_bytes)
+                                           self.settings.replica_fetch_max_bytes, zero_copy=slices)
             except OffsetOutOfRangeError:
                 return  # the follower's fetch times out and comes again
             except StorageDamageError as exc:
                 self.report_damage(exc, found_by="replica_fetch")
                 return  # never send damaged bytes; the follower asks again
+            if slices and records is not None:
+                records = LogSlice(records, self)
             message = message.with_records(records, ())
         self.transport.send(self, to, message)
 
@@ -1277,14 +1375,18 @@ class Replica:
             raise RaftStateError(f"control batch landed at {first}, expected {eff.offset}")
 
     def _append_replicated(self, eff: AppendReplicated) -> None:
+        records = eff.records
+        checked = records.headers if type(records) is CheckedBatches else None
+        data = records.data if checked is not None else records
         try:
-            end = self.log.append_replicated(eff.records, now_ms=self._clock_ms())
+            end = self.log.append_replicated(data, now_ms=self._clock_ms(), checked=checked)
         except (CorruptRecordError, MessageTooLargeError) as exc:
             # The core already counted these offsets: the mirror would be wrong from here on.
             raise RaftStateError(f"replicated batches refused by the log: {exc}") from exc
         if end != eff.end_offset:
             raise RaftStateError(f"replicated append ended at {end}, expected {eff.end_offset}")
-        self.producers.apply_headers(h for _, h in iter_headers(eff.records, verify=False))
+        self.producers.apply_headers(h for _, h in (checked if checked is not None else
+                                                    iter_headers(data, verify=False)))
 
     def _on_high_watermark(self, hw: int) -> None:
         self.high_watermark = hw
@@ -1394,6 +1496,16 @@ class Replica:
         log_event(logger, "replica_log_reset", level=logging.WARNING, topic=self.topic,
                   partition=self.partition, log_start_offset=offset)
 
+    def _abandon_core(self) -> None:
+        """The core stops being used (offline, closed): release what other voters wait on
+        here (raft.py `abandon`: parked fetches answered NOT_LEADER, a held fetch of ours
+        replaced by one that is not held). Only sends; never blocks."""
+        core = self.core
+        if core is None or self.closed:
+            return
+        for eff in core.abandon():
+            self.transport.send(self, eff.to, eff.message)
+
     def _go_offline(self, exc: BaseException) -> None:
         if self.offline_reason is not None:
             return
@@ -1402,6 +1514,7 @@ class Replica:
         self.offline_since_ms = self._clock_ms()
         log_event(logger, "replica_offline", level=logging.ERROR, topic=self.topic,
                   partition=self.partition, reason=self.offline_reason, kind=self.offline_kind)
+        self._abandon_core()
         self.observer.went_offline(self, self.offline_kind)
         self._fail_waiters(KafkaStorageError(f"{self.name} went offline: {exc}"))
         was_leader = self.is_leader

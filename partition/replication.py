@@ -22,23 +22,47 @@ The cores exchange one-way messages (partition/raft.py). This module moves them:
   after an election timeout that slows down with the node's load.
 * Every other Raft message (votes, begin/end epoch, timeout-now) rides on `raft`, a one-way
   batch answered at once; replies travel back the same way, on the other broker's link.
+* Quiescent partitions (partition/raft.py "Quiescence"): a held fetch's `FetchHeld` and its
+  eventual answer travel in the outbox like any fetch response. While any partition's fetch
+  is held at a leader broker, the session keeps one `replica_fetch` parked there (the return
+  path; an empty long poll every `session_max_wait_ms` when nothing happens), and the links
+  watch each other broker for the replica manager (`watch`, from its tick loop): a
+  follower's link to a leader with held fetches and no answered `replica_fetch` for
+  `silence_ms` is reported silent (its followers run: `leader_unreachable`), a follower
+  broker that sent no `replica_fetch` for `silence_ms` is reported silent to the leaders
+  here (`follower_silent`) and heard again at its next one (`follower_heard`), and a failed
+  `replica_fetch` reports the link broken (`on_broken`: quiescent followers of that leader
+  fetch at once, since their held fetches may have died with its process).
 
-Records are never decoded: the leader's `log.read` bytes go into the CBOR answer as they
-are; the follower reads the batch headers (and checks the CRCs) to build the
-(base_offset, last_offset, epoch) summary the core needs, drops a leading batch that starts
-before the fetch offset, and refuses (drops; the fetch is retried) a response whose batch
-straddles the fetch offset or fails its CRC. A dropped message is always safe: Raft retries.
+Records are never decoded, and not copied on the way (issue 19): a follower asks for them as
+an attachment (`attach: true`, PROTOCOL.md "Attachments"). The leader's replica puts a file
+slice of its log into the answer where the peer links are plain TCP (`file_slices`; the
+slice's range was CRC-checked once, partition/log.py `read_slice`, and it is "intact" only
+while no cut of the log began since: partition/replica.py), the log's bytes over TLS; the
+answer's CBOR holds each response's range (`records_at`, `records_bytes`) and the listener
+sends the slices with os.sendfile after the frame. The follower's peer pool reads the
+attachment into one buffer; each response's records are a view of it. The follower reads the
+batch headers and checks the CRCs (once: the log and the producer state reuse that walk,
+batch.CheckedBatches) to build the (base_offset, last_offset, epoch) summary the core needs,
+drops a leading batch that starts before the fetch offset, and refuses (drops; the fetch is
+retried) a response whose batch straddles the fetch offset or fails its CRC. A dropped message
+is always safe: Raft retries. An answer that does not decode (a range outside its attachment,
+a bad field) is dropped whole and its connection closed (`replica_fetch_bad_response`).
 
 Peer ops (fields; every message names its partition with `topic` and `partition`):
 
 `replica_fetch` {broker_id: int (the follower), max_wait_ms: int <= 10000, max_bytes: int,
-    fetches: [{topic, partition, epoch, fetch_offset, last_fetched_epoch, flushed_offset,
-    fetch_id, log_start_offset (absent: 0)}]}
+    attach: bool (absent: false), fetches: [{topic, partition, epoch, fetch_offset,
+    last_fetched_epoch, flushed_offset, fetch_id, log_start_offset (absent: 0), quiescent:
+    true (absent: false; hold it)}]}
     -> {responses: [{topic, partition, epoch, leader_id: int|null, fetch_id, error: str|null
     ("FENCED_LEADER_EPOCH" | "NOT_LEADER" | "OFFSET_OUT_OF_RANGE"), high_watermark,
     fetch_offset, diverging_epoch: int|null, diverging_end_offset, read_offset: int|null,
-    records: bytes|null (whole RecordBatch v2 batches), log_start_offset (the leader's; the
-    follower raises its own to it, up to its high watermark: DeleteRecords)}]}
+    records: bytes|null (whole RecordBatch v2 batches; without `attach`), records_at,
+    records_bytes (with `attach`, where there are records: their range in the attachment),
+    log_start_offset (the leader's; the follower raises its own to it, up to its high
+    watermark: DeleteRecords)} | {topic, partition, epoch, fetch_id, held: true} (FetchHeld:
+    that fetch is held)], attachment_bytes (with `attach`)}
     Answers queued for the follower broker, at least one if any, then more while under
     `max_bytes`; an empty list after `max_wait_ms`. A fetch for a partition this broker does
     not host is dropped (the follower's core re-sends after its fetch timeout).
@@ -52,8 +76,9 @@ Peer ops (fields; every message names its partition with `topic` and `partition`
     the controller asks the current leader to hand over to `target`; NOT_LEADER otherwise.
 
 Limits: per remote broker, at most one queued FetchRequest per partition (newest wins), at
-most MAX_QUEUED_MESSAGES other messages (oldest dropped), at most one queued FetchResponse per
-partition (newest wins), MAX_FETCH_RPCS_PER_LEADER requests in flight.
+most MAX_QUEUED_MESSAGES other messages (oldest dropped), at most one queued FetchResponse or
+FetchHeld per partition (newest wins), MAX_FETCH_RPCS_PER_LEADER requests in flight, `held`
+keys at most one per partition.
 
 Concurrency: trio-thread only.
 """
@@ -67,11 +92,13 @@ from typing import Any, Final
 
 import trio
 
-from partition.batch import iter_headers
+from partition.batch import CheckedBatches, iter_headers
 from partition.errors import CorruptRecordError
+from partition.segment import pread_exact
 from partition.raft import (
     BeginQuorumEpoch,
     EndQuorumEpoch,
+    FetchHeld,
     FetchRequest,
     FetchResponse,
     TimeoutNow,
@@ -81,7 +108,7 @@ from partition.raft import (
 from raftlog.base.errors import InvalidRequestError, PeerUnavailableError, RaftlogError
 from raftlog.base.eventlog import log_event
 from raftlog.base.peer import PeerPool
-from raftlog.base.protocol import Request, field
+from raftlog.base.protocol import Attached, Request, field
 
 __all__ = [
     "ReplicationLinks",
@@ -91,6 +118,8 @@ __all__ = [
     "decode_fetch_request",
     "encode_fetch_response",
     "decode_fetch_response",
+    "encode_fetch_held",
+    "decode_fetch_held",
     "MAX_FETCH_RPCS_PER_LEADER",
 ]
 
@@ -103,6 +132,7 @@ SESSION_MAX_WAIT_MS: Final = 500
 SESSION_MAX_BYTES: Final = 32 << 20
 MAX_WAIT_MS_LIMIT: Final = 10_000
 AWAIT_ANSWER_S: Final = 3.0  # keep a poll parked for a fetch sent this recently
+DEFAULT_SILENCE_MS: Final = 1_250  # `watch`: a link this long without a replica_fetch is silent
 FAILURE_BACKOFF_S: Final = 0.1
 RAFT_CALL_TIMEOUT_S: Final = 2.0
 
@@ -112,10 +142,13 @@ ReplicaLookup = Callable[[str, int], Any]  # -> partition.replica.Replica | None
 
 
 def encode_fetch_request(topic: str, partition: int, m: FetchRequest) -> dict[str, Any]:
-    return {"topic": topic, "partition": partition, "epoch": m.epoch,
-            "fetch_offset": m.fetch_offset, "last_fetched_epoch": m.last_fetched_epoch,
-            "flushed_offset": m.flushed_offset, "fetch_id": m.fetch_id,
-            "log_start_offset": m.log_start_offset}
+    d = {"topic": topic, "partition": partition, "epoch": m.epoch,
+         "fetch_offset": m.fetch_offset, "last_fetched_epoch": m.last_fetched_epoch,
+         "flushed_offset": m.flushed_offset, "fetch_id": m.fetch_id,
+         "log_start_offset": m.log_start_offset}
+    if m.quiescent:
+        d["quiescent"] = True  # absent = false: an older leader never holds it
+    return d
 
 
 def decode_fetch_request(d: Mapping[str, Any], sender: int, where: str) -> tuple[str, int, FetchRequest]:
@@ -127,30 +160,67 @@ def decode_fetch_request(d: Mapping[str, Any], sender: int, where: str) -> tuple
             field(d, "last_fetched_epoch", int, where=where),
             field(d, "flushed_offset", int, where=where), field(d, "fetch_id", int, where=where),
             field(d, "log_start_offset", int, default=0, min_value=0, where=where),
+            field(d, "quiescent", bool, default=False, where=where),
         ),
     )  # fmt: skip
 
 
-def encode_fetch_response(topic: str, partition: int, m: FetchResponse) -> dict[str, Any]:
+def encode_fetch_held(topic: str, partition: int, m: FetchHeld) -> dict[str, Any]:
+    return {"topic": topic, "partition": partition, "epoch": m.epoch, "fetch_id": m.fetch_id,
+            "held": True}
+
+
+def decode_fetch_held(d: Mapping[str, Any], sender: int, where: str) -> tuple[str, int, FetchHeld]:
+    return (
+        field(d, "topic", str, where=where),
+        field(d, "partition", int, min_value=0, where=where),
+        FetchHeld(sender, field(d, "epoch", int, where=where), field(d, "fetch_id", int, where=where)),
+    )  # fmt: skip
+
+
+def encode_fetch_response(
+    topic: str, partition: int, m: FetchResponse, *, records_at: int | None = None
+) -> dict[str, Any]:
+    """The response's CBOR map: its records inline (`records`, bytes), or with `records_at`
+    their range in the answer's attachment (`records_at`, `records_bytes`: m.records' length)."""
+    d = {"topic": topic, "partition": partition, "epoch": m.epoch, "leader_id": m.leader_id,
+         "fetch_id": m.fetch_id, "error": m.error, "high_watermark": m.high_watermark,
+         "fetch_offset": m.fetch_offset, "diverging_epoch": m.diverging_epoch,
+         "diverging_end_offset": m.diverging_end_offset, "read_offset": m.read_offset,
+         "log_start_offset": m.log_start_offset}
     records = m.records
-    if records is not None and type(records) is not bytes:
-        records = bytes(records)
-    return {"topic": topic, "partition": partition, "epoch": m.epoch, "leader_id": m.leader_id,
-            "fetch_id": m.fetch_id, "error": m.error, "high_watermark": m.high_watermark,
-            "fetch_offset": m.fetch_offset, "diverging_epoch": m.diverging_epoch,
-            "diverging_end_offset": m.diverging_end_offset, "read_offset": m.read_offset,
-            "records": records, "log_start_offset": m.log_start_offset}
+    if records_at is not None:
+        d["records_at"] = records_at
+        d["records_bytes"] = len(records)
+    else:
+        if records is not None and type(records) is not bytes:
+            records = bytes(records)
+        d["records"] = records
+    return d
 
 
 def decode_fetch_response(
-    d: Mapping[str, Any], sender: int, where: str
+    d: Mapping[str, Any], sender: int, where: str, attachment: memoryview | None = None
 ) -> tuple[str, int, FetchResponse | None]:
-    """The response with its `batches` summary filled from the record headers; None when it
-    must be dropped (a CRC failure, or a batch straddling the fetch offset)."""
+    """The response with its `batches` summary filled from the record headers and its
+    records a batch.CheckedBatches (a view of `attachment`, the answer's, when it names a
+    range there); None when it must be dropped (a CRC failure, a batch straddling the fetch
+    offset). Raises InvalidRequestError naming the bad field (a range outside the
+    attachment among them)."""
     topic = field(d, "topic", str, where=where)
     partition = field(d, "partition", int, min_value=0, where=where)
     fetch_offset = field(d, "fetch_offset", int, where=where)
-    records = field(d, "records", bytes, nullable=True, where=where)
+    if "records_at" in d:
+        at = field(d, "records_at", int, min_value=0, where=where)
+        size = field(d, "records_bytes", int, min_value=0, where=where)
+        total = 0 if attachment is None else len(attachment)
+        if at + size > total:
+            raise InvalidRequestError(
+                f"records [{at}, {at + size}) outside the attachment of {total} bytes",
+                field=f"{where}.records_at")
+        records: Any = attachment[at : at + size] if size else None  # type: ignore[index]
+    else:
+        records = field(d, "records", bytes, nullable=True, where=where)
     m = FetchResponse(
         sender, field(d, "epoch", int, where=where),
         field(d, "leader_id", int, nullable=True, where=where),
@@ -164,11 +234,12 @@ def decode_fetch_response(
     if not records:
         return topic, partition, m
     summary = []
+    checked = []
     skip = 0
     try:
         for pos, h in iter_headers(records, verify=True):
             if h.base_offset < fetch_offset:
-                if h.last_offset >= fetch_offset:
+                if h.last_offset >= fetch_offset or summary:
                     log_event(logger, "replica_fetch_straddle", level=logging.WARNING,
                               topic=topic, partition=partition, fetch_offset=fetch_offset,
                               base_offset=h.base_offset)
@@ -176,6 +247,7 @@ def decode_fetch_response(
                 skip = pos + h.size
                 continue
             summary.append((h.base_offset, h.last_offset, h.partition_leader_epoch))
+            checked.append((pos - skip, h))
     except CorruptRecordError as exc:
         log_event(logger, "replica_fetch_corrupt", level=logging.WARNING, topic=topic,
                   partition=partition, fetch_offset=fetch_offset, reason=str(exc))
@@ -183,8 +255,8 @@ def decode_fetch_response(
     if not summary:
         return topic, partition, m
     if skip:
-        records = records[skip:]
-    return topic, partition, m.with_records(records, tuple(summary))
+        records = memoryview(records)[skip:]
+    return topic, partition, m.with_records(CheckedBatches(records, checked), tuple(summary))
 
 
 _TYPES: Final = {
@@ -232,6 +304,32 @@ def decode_message(d: Mapping[str, Any], sender: int, where: str) -> tuple[str, 
     return topic, partition, m
 
 
+def _release(records: Any) -> None:
+    """Close a file slice (partition/replica.py) an answer no longer sends."""
+    if records is not None and not isinstance(records, (bytes, bytearray, memoryview)):
+        records.close()
+
+
+async def _inline(taken: list[tuple[tuple[str, int], FetchResponse]]) -> list[dict[str, Any]]:
+    """The responses with their records inline (a follower that did not ask for an
+    attachment): a file slice is read in a worker thread and used only if still intact."""
+    out = []
+    try:
+        for (topic, partition), m in taken:
+            records = m.records
+            if records is not None and not isinstance(records, (bytes, bytearray, memoryview)):
+                data = await trio.to_thread.run_sync(pread_exact, records.fd, records.length,
+                                                     records.offset)
+                if not records.intact() or len(data) != records.length:
+                    continue  # the log was cut meanwhile: dropped, the fetch comes again
+                m = m.with_records(data, m.batches)
+            out.append(encode_fetch_response(topic, partition, m))
+    finally:
+        for _, m in taken:
+            _release(m.records)
+    return out
+
+
 # -------------------------------------------------------------------------------- links
 
 
@@ -248,10 +346,17 @@ class _Link:
         self.raft_sending = False
         self.wake = trio.Event()
         self.session_started = False
+        self.held: set[tuple[str, int]] = set()  # our fetches this leader broker holds
+        self.held_checked_at = trio.current_time()
+        self.last_ok = trio.current_time()  # our last replica_fetch it answered
+        self.leader_silent = False  # reported by `watch` (until it answers again)
         # leader side: answers waiting for this follower broker's next replica_fetch
-        self.outbox: dict[tuple[str, int], FetchResponse] = {}
+        self.outbox: dict[tuple[str, int], FetchResponse | FetchHeld] = {}
         self.outbox_event = trio.Event()
         self.failures = 0
+        self.last_request_at: float | None = None  # its last replica_fetch here
+        self.follower_silent = False  # reported by `watch` (until it fetches again)
+        self.follower_heard = False  # it fetched again: `watch` reports it
 
 
 class ReplicationLinks:
@@ -266,10 +371,21 @@ class ReplicationLinks:
         *,
         session_max_wait_ms: int = SESSION_MAX_WAIT_MS,
         session_max_bytes: int = SESSION_MAX_BYTES,
+        silence_ms: int = DEFAULT_SILENCE_MS,
         on_unreachable: Callable[[int], Awaitable[None]] | None = None,
+        on_broken: Callable[[int], Awaitable[None]] | None = None,
     ):
+        if silence_ms < 2 * session_max_wait_ms:
+            raise ValueError("silence_ms must be at least twice session_max_wait_ms: an idle "
+                             "session's long poll would look like silence")
         self.node_id = node_id
+        # Leaders answer with file slices of their logs (sent with os.sendfile) where the
+        # peer connections are plain TCP; over TLS the bytes must pass through the stream, so
+        # the replicas read them (partition/replica.py `_send`).
+        self.file_slices = not peers.tls
         self.on_unreachable = on_unreachable
+        self.on_broken = on_broken
+        self.silence_s = silence_ms / 1000
         self.peers = peers
         self.peer_address = peer_address
         self.lookup = lookup
@@ -289,9 +405,43 @@ class ReplicationLinks:
     def status(self) -> dict[str, Any]:
         return {
             str(b): {"in_flight": link.in_flight, "queued_fetches": len(link.fetches),
-                     "queued_messages": len(link.messages), "outbox": len(link.outbox)}
+                     "queued_messages": len(link.messages), "outbox": len(link.outbox),
+                     "held": len(link.held), "leader_silent": link.leader_silent,
+                     "follower_silent": link.follower_silent}
             for b, link in sorted(self._links.items())
         }
+
+    def watch(self, now: float) -> tuple[list[int], list[int], list[int]]:
+        """The links' news since the last call, for the replica manager's tick loop (module
+        docstring): (leader brokers gone silent on fetches they hold, follower brokers gone
+        silent, follower brokers heard again). Each silence is reported once, until the link
+        is heard from again."""
+        leaders: list[int] = []
+        silent: list[int] = []
+        heard: list[int] = []
+        limit = self.silence_s
+        for b, link in self._links.items():
+            if link.held and not link.leader_silent and now - link.last_ok > limit:
+                link.leader_silent = True
+                leaders.append(b)
+            if (link.last_request_at is not None and not link.follower_silent
+                    and now - link.last_request_at > limit):
+                link.follower_silent = True
+                silent.append(b)
+                # Nobody collects these now: close their file slices (a broker that never
+                # returns would keep a descriptor per partition). Raft asks again if it does.
+                for m in link.outbox.values():
+                    if type(m) is FetchResponse:
+                        _release(m.records)
+                link.outbox.clear()
+            if link.follower_heard:
+                link.follower_heard = False
+                heard.append(b)
+        return leaders, silent, heard
+
+    def silent_followers(self) -> list[int]:
+        """Follower brokers reported silent and not heard from since."""
+        return [b for b, link in self._links.items() if link.follower_silent]
 
     def _link(self, broker_id: int) -> _Link:
         link = self._links.get(broker_id)
@@ -306,13 +456,16 @@ class ReplicationLinks:
         link = self._link(to)
         key = (replica.topic, replica.partition)
         kind = type(message)
-        if kind is FetchResponse:
-            link.outbox.pop(key, None)  # keep insertion order = readiness order
+        if kind is FetchResponse or kind is FetchHeld:
+            old = link.outbox.pop(key, None)  # keep insertion order = readiness order
+            if old is not None and type(old) is FetchResponse:
+                _release(old.records)
             link.outbox[key] = message
             link.outbox_event.set()
             return
         if kind is FetchRequest:
             link.fetches[key] = message
+            link.held.discard(key)
         else:
             if len(link.messages) >= MAX_QUEUED_MESSAGES:
                 link.messages.popleft()
@@ -341,12 +494,27 @@ class ReplicationLinks:
                         link.awaiting[key] = now
                     link.in_flight += 1
                     nursery.start_soon(self._fetch_call, link, fetches)
-                elif link.in_flight == 0 and link.awaiting:
-                    link.in_flight += 1
+                elif link.in_flight == 0 and (link.awaiting or self._still_held(link)):
+                    link.in_flight += 1  # the return path for answers (and the link's pulse)
                     nursery.start_soon(self._fetch_call, link, {})
                 else:
                     link.wake = trio.Event()
                     await link.wake.wait()
+
+    def _still_held(self, link: _Link) -> bool:
+        """Whether any replica here still waits on a fetch this leader broker holds. Every
+        AWAIT_ANSWER_S it forgets keys whose replica stopped waiting (closed, moved on,
+        another role) without saying so: until then they cost only this long poll."""
+        now = trio.current_time()
+        if link.held and now - link.held_checked_at > AWAIT_ANSWER_S:
+            link.held_checked_at = now
+            for key in [k for k in link.held if not self._quiescent_on(k, link.broker_id)]:
+                link.held.discard(key)
+        return bool(link.held)
+
+    def _quiescent_on(self, key: tuple[str, int], broker_id: int) -> bool:
+        replica = self.lookup(*key)
+        return replica is not None and replica.quiescent_on(broker_id)
 
     async def _fetch_call(self, link: _Link, fetches: dict[tuple[str, int], FetchRequest]) -> None:
         failed = False
@@ -359,10 +527,11 @@ class ReplicationLinks:
                 "broker_id": self.node_id,
                 "max_wait_ms": self.session_max_wait_ms,
                 "max_bytes": self.session_max_bytes,
+                "attach": True,
                 "fetches": [encode_fetch_request(t, p, m) for (t, p), m in fetches.items()],
             }
             try:
-                result = await self.peers.call(
+                result, attachment = await self.peers.call_attached(
                     address, "replica_fetch", fields,
                     timeout_s=self.session_max_wait_ms / 1000 + RAFT_CALL_TIMEOUT_S,
                 )  # fmt: skip
@@ -375,18 +544,22 @@ class ReplicationLinks:
                 if isinstance(exc, PeerUnavailableError) and exc.details.get("refused") \
                         and self.on_unreachable is not None:
                     await self.on_unreachable(link.broker_id)  # its followers need not wait a timeout
+                if link.held and self.on_broken is not None:
+                    await self.on_broken(link.broker_id)  # held fetches may have died with it
                 return
             link.failures = 0
-            responses = result.get("responses")
-            if not isinstance(responses, list):
+            link.last_ok = trio.current_time()
+            link.leader_silent = False
+            decoded = self._decode_answer(result, attachment, link.broker_id)
+            if decoded is None:
+                failed = True
+                self.peers.close_connection(address, "bad replica_fetch answer")
                 return
-            for i, d in enumerate(responses):
-                try:
-                    topic, partition, m = decode_fetch_response(d, link.broker_id, f"responses[{i}]")
-                except InvalidRequestError as exc:
-                    log_event(logger, "replica_fetch_bad_response", level=logging.WARNING,
-                              broker_id=link.broker_id, reason=exc.message)
-                    continue
+            for topic, partition, m in decoded:
+                if type(m) is FetchHeld:
+                    link.held.add((topic, partition))
+                else:
+                    link.held.discard((topic, partition))
                 sent = link.awaiting.get((topic, partition))
                 if sent is not None:
                     del link.awaiting[(topic, partition)]
@@ -400,6 +573,26 @@ class ReplicationLinks:
                 await trio.sleep(FAILURE_BACKOFF_S)
             link.in_flight -= 1
             link.wake.set()
+
+    @staticmethod
+    def _decode_answer(result: Mapping[str, Any], attachment: bytearray, broker_id: int
+                       ) -> list[tuple[str, int, FetchResponse | FetchHeld | None]] | None:
+        """Every response of a `replica_fetch` answer, decoded before any is used; None
+        (logged) when any of them does not decode: then none is used."""
+        view = memoryview(attachment) if attachment else None
+        decoded: list[tuple[str, int, FetchResponse | FetchHeld | None]] = []
+        try:
+            responses = field(result, "responses", list, items=dict)
+            for i, d in enumerate(responses):
+                if d.get("held") is True:
+                    decoded.append(decode_fetch_held(d, broker_id, f"responses[{i}]"))
+                else:
+                    decoded.append(decode_fetch_response(d, broker_id, f"responses[{i}]", view))
+        except InvalidRequestError as exc:
+            log_event(logger, "replica_fetch_bad_response", level=logging.WARNING,
+                      broker_id=broker_id, reason=exc.message)
+            return None
+        return decoded
 
     async def _raft_sender(self, link: _Link) -> None:
         try:
@@ -430,9 +623,14 @@ class ReplicationLinks:
         sender = field(request, "broker_id", int)
         max_wait_ms = field(request, "max_wait_ms", int, min_value=0, max_value=MAX_WAIT_MS_LIMIT)
         max_bytes = field(request, "max_bytes", int, min_value=1)
+        attach = field(request, "attach", bool, default=False)
         fetches = field(request, "fetches", list, items=dict)
         decoded = [decode_fetch_request(d, sender, f"fetches[{i}]") for i, d in enumerate(fetches)]
         link = self._link(sender)
+        link.last_request_at = trio.current_time()
+        if link.follower_silent:
+            link.follower_silent = False
+            link.follower_heard = True
         for topic, partition, m in decoded:
             replica = self.lookup(topic, partition)
             if replica is not None:
@@ -442,18 +640,34 @@ class ReplicationLinks:
                 if link.outbox_event.is_set():
                     link.outbox_event = trio.Event()
                 await link.outbox_event.wait()
-        out = []
+        taken = []
+        held = []  # FetchHeld: no records, inline either way
         size = 0
-        while link.outbox and (not out or size < max_bytes):
+        while link.outbox and (not taken or size < max_bytes):
             key = next(iter(link.outbox))
             m = link.outbox.pop(key)
+            if type(m) is FetchHeld:
+                held.append(encode_fetch_held(key[0], key[1], m))
+                continue
             records = m.records
-            if records is not None and out and size + len(records) > max_bytes:
+            if records is not None and taken and size + len(records) > max_bytes:
                 link.outbox[key] = m  # the next request takes it
                 break
-            out.append(encode_fetch_response(key[0], key[1], m))
+            taken.append((key, m))
             size += 64 + (len(records) if records is not None else 0)
-        return {"responses": out}
+        if not attach:
+            return {"responses": held + await _inline(taken)}
+        out = held
+        parts = []
+        at = 0
+        for (topic, partition), m in taken:
+            if m.records is not None and len(m.records):
+                out.append(encode_fetch_response(topic, partition, m, records_at=at))
+                parts.append(m.records)
+                at += len(m.records)
+            else:
+                out.append(encode_fetch_response(topic, partition, m))
+        return Attached({"responses": out}, parts)
 
     async def _handle_raft(self, request: Request) -> dict[str, Any]:
         sender = field(request, "broker_id", int)

@@ -152,7 +152,7 @@ class ReplicaTelemetry:
         size: dict[tuple[str, int], int] = {}
         led: dict[tuple[str, int], int] = {}
         lag: dict[tuple[str, int, int], int] = {}
-        elections = changes = 0
+        elections = changes = quiescent = 0
         fsync_counts: list[int] = [0] * (len(FSYNC_BUCKETS_S) + 1)
         fsync_total, fsync_count = 0.0, 0
         for r in replicas:
@@ -162,6 +162,8 @@ class ReplicaTelemetry:
             hw[key] = core.high_watermark
             elections += core.elections_started
             changes += core.leader_changes
+            if core.quiescent:
+                quiescent += 1
             log = r.log
             if log is not None:
                 start[key] = log.log_start_offset
@@ -203,6 +205,9 @@ class ReplicaTelemetry:
             gauge_family("raftlog_replica_manager_partition_count",
                          "Partition replicas open on this broker. Kafka: PartitionCount.", (),
                          {(): len(replicas)}),
+            gauge_family("raftlog_replica_manager_quiescent_partitions",
+                         "Partition replicas here whose Raft group is idle and quiescent: their "
+                         "fetches are held, nothing ticks (issue 19).", (), {(): quiescent}),
             counter_family("raftlog_topic_bytes_in_total",
                            "Record-batch bytes appended as leader, by topic. Kafka: BytesInPerSec; "
                            "Redpanda: redpanda_kafka_request_bytes_total{request=produce}.",

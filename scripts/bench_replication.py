@@ -4,10 +4,12 @@ acks=all, flush_policy=always, pre-built batches of 16 KiB and 256 KiB (100-byte
 sent from a separate process; then partition-leader failover time.
 
     .venv/bin/python scripts/bench_replication.py [--runs 3] [--seconds 4] [--window 8]
-        [--failovers 5] [--keep DIR]
+        [--failovers 5] [--sizes 16,256] [--base-port PORT] [--keep DIR]
 
 Per (replication factor, batch size) it prints batches/s, MB/s, records/s and p50/p99
-produce latency (medians of --runs runs), the RF=3 / RF=1 ratios, the latency of one
+produce latency (medians of --runs runs), the CPU per record of each node (user + system,
+from /proc/PID/stat: the leader's and each follower's share), the RF=3 / RF=1 ratios, the
+latency of one
 producer sending one 16 KiB batch at a time (window 1), and the median of --failovers
 leader failovers (SIGKILL the partition leader, time until a produce to that partition
 succeeds; the killed node is restarted and caught up before the next one). Targets (issue
@@ -40,7 +42,7 @@ from partition.batch import BatchBuilder  # noqa: E402
 from raftlog.cli.cluster import NodePorts, NodeProcess, build_node_configs, free_ports, stop_all, write_node_config  # noqa: E402
 from raftlog.node.config import new_cluster_id  # noqa: E402
 
-from bench_scale import cpu_seconds  # noqa: E402  (this directory, sys.path[0])
+from bench_scale import cpu_times  # noqa: E402  (this directory, sys.path[0])
 from raftlog.base.errors import RaftlogError, error_from_wire  # noqa: E402
 from raftlog.base.protocol import FrameDecoder, encode_frame  # noqa: E402
 
@@ -135,9 +137,11 @@ def worker(address: str, topic: str, batch_bytes: int, seconds: float, window: i
 
 
 class Cluster:
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, base_port: int | None = None):
         self.root = root
-        self.ports = {i: NodePorts(*free_ports(5)) for i in (1, 2, 3)}
+        self.ports = {i: NodePorts(*(free_ports(5) if base_port is None else
+                                     range(base_port + 5 * (i - 1), base_port + 5 * i)))
+                      for i in (1, 2, 3)}
         self.configs = build_node_configs(root, new_cluster_id(), secrets.token_urlsafe(24),
                                           self.ports, settings=SETTINGS)
         self.procs: dict[int, NodeProcess] = {}
@@ -224,13 +228,30 @@ def run_worker(address: str, topic: str, batch_bytes: int, seconds: float, windo
 def measured_run(cluster: "Cluster", address: str, topic: str, batch_bytes: int, seconds: float,
                  window: int) -> dict:
     """run_worker, plus `cpu_us_per_record`: the three nodes' CPU time over the run divided
-    by the records acknowledged (the leader's and the followers' work together)."""
-    pids = [p.pid for p in cluster.procs.values() if p.alive()]
-    before = sum(cpu_seconds(p) for p in pids)
+    by the records acknowledged (the leader's and the followers' work together), and each
+    node's user and system share of it (`user_us_n<id>`, `sys_us_n<id>`)."""
+    pids = {i: p.pid for i, p in cluster.procs.items() if p.alive()}
+    before = {i: cpu_times(pid) for i, pid in pids.items()}
     m = run_worker(address, topic, batch_bytes, seconds, window)
-    used = sum(cpu_seconds(p) for p in pids) - before
-    m["cpu_us_per_record"] = used * 1e6 / max(1.0, m["records_per_s"] * seconds)
+    after = {i: cpu_times(pid) for i, pid in pids.items()}
+    records = max(1.0, m["records_per_s"] * seconds)
+    for i in pids:
+        m[f"user_us_n{i}"] = (after[i][0] - before[i][0]) * 1e6 / records
+        m[f"sys_us_n{i}"] = (after[i][1] - before[i][1]) * 1e6 / records
+    m["cpu_us_per_record"] = sum(m[f"user_us_n{i}"] + m[f"sys_us_n{i}"] for i in pids)
     return m
+
+
+def node_split(m: dict, leader: int, replicas: int) -> str:
+    """Each node's CPU per record, the leader first: "leader 2 1.23 (0.80u+0.43s), ..."."""
+    parts = []
+    for i in sorted((1, 2, 3), key=lambda i: (i != leader, i)):
+        if f"user_us_n{i}" not in m:
+            continue
+        role = "leader" if i == leader else ("follower" if replicas > 1 else "idle")
+        u, s = m[f"user_us_n{i}"], m[f"sys_us_n{i}"]
+        parts.append(f"{role} {i} {u + s:.2f} ({u:.2f}u+{s:.2f}s)")
+    return ", ".join(parts)
 
 
 def median_of(results: list[dict]) -> dict:
@@ -243,6 +264,9 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--window", type=int, default=8, help="produce requests in flight")
     ap.add_argument("--failovers", type=int, default=5)
+    ap.add_argument("--sizes", default="16,256", help="batch sizes in KiB, comma-separated")
+    ap.add_argument("--base-port", type=int, default=None,
+                    help="use the 15 ports from here (default: free ports the kernel does not hand out)")
     ap.add_argument("--keep", help="data directory to use and keep (default: a temp dir)")
     ap.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -252,7 +276,8 @@ def main() -> int:
         return 0
 
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-replication-"))
-    cluster = Cluster(root)
+    cluster = Cluster(root, args.base_port)
+    sizes = [int(k) << 10 for k in args.sizes.split(",")]
     try:
         for i in (1, 2, 3):
             cluster.start(i)
@@ -263,10 +288,11 @@ def main() -> int:
         leaders = {t: cluster.wait(lambda t=t: cluster.leader(t), 30, f"a leader of {t}")
                    for t in ("rf3", "rf1")}
         print(f"nodes: 3 local processes; leaders: {leaders}; {os.cpu_count()} CPUs; "
+              f"load {os.getloadavg()[0]:.2f}; "
               f"{args.runs} runs x {args.seconds:g} s, window {args.window}, "
               f"{RECORD_BYTES}-byte records, acks=all, flush_policy=always")
         rows = {}
-        for size in (16 << 10, 256 << 10):
+        for size in sizes:
             for topic in ("rf3", "rf1"):
                 results = [measured_run(cluster, cluster.client(leaders[topic]), topic, size,
                                         args.seconds, args.window) for _ in range(args.runs)]
@@ -276,12 +302,15 @@ def main() -> int:
                       f"{m['mb_per_s']:7.1f} MB/s {m['records_per_s']:10.0f} records/s "
                       f"p50 {m['p50_ms']:6.2f} ms p99 {m['p99_ms']:7.2f} ms "
                       f"CPU {m['cpu_us_per_record']:.2f} us/record (errors {m['errors']:.0f})")
-        for size in (16 << 10, 256 << 10):
+                print(f"    CPU us/record per node: "
+                      f"{node_split(m, leaders[topic], 3 if topic == 'rf3' else 1)}")
+        for size in sizes:
             ratio = rows[("rf3", size)]["records_per_s"] / rows[("rf1", size)]["records_per_s"]
             cpu = rows[("rf3", size)]["cpu_us_per_record"] / rows[("rf1", size)]["cpu_us_per_record"]
             print(f"ratio RF3/RF1 {size >> 10} KiB: records/s {ratio:.2f} [target >= 0.5]; "
                   f"CPU per record (all nodes) {cpu:.2f} [target <= 2: followers cheaper than a "
                   f"second leader]")
+        print(f"load {os.getloadavg()[0]:.2f}")
         single = median_of([run_worker(cluster.client(leaders["rf3"]), "rf3", 16 << 10,
                                        args.seconds, 1) for _ in range(args.runs)])
         print(f"rf3 16 KiB one at a time (window 1): p50 {single['p50_ms']:.2f} ms "

@@ -33,6 +33,13 @@ Invariants and limits:
 * `dial_overrides` ({address: address to dial}, config key `dial_overrides`): the link keeps
   its address (the peer's identity: logs, status, backoff) but connects to the mapped one,
   e.g. a fault-injection proxy in front of the peer.
+* Attachments (PROTOCOL.md "Attachments"): `call_attached` returns an answer's attachment
+  too. The reader takes it into ONE buffer: what its last receive already brought past the
+  frame, then the rest with recv_into straight from the socket (through the stream over TLS).
+  An attachment over `max_frame_bytes`, a stream that ends inside one, or one stalled for
+  ATTACHMENT_STALL_S closes the connection (`peer_bad_response` / `peer_disconnected` log
+  lines; the calls in flight fail as a lost connection). `close_connection` lets a caller
+  that finds an answer bad close it as well.
 * Concurrency: trio-thread only. `call` is cancel-safe: a cancelled call leaves its request
   possibly delivered (unknown outcome), and its late answer is dropped.
 """
@@ -51,6 +58,7 @@ import trio
 
 from raftlog.base.errors import (
     InvalidRequestError,
+    MessageTooLargeError,
     PeerUnavailableError,
     RaftlogError,
     RequestTimedOutError,
@@ -58,9 +66,11 @@ from raftlog.base.errors import (
 from raftlog.base.eventlog import log_event
 from raftlog.base.peer_auth import PeerAuthDialer
 from raftlog.base.protocol import (
+    ATTACHMENT_STALL_S,
     PEER_MAX_FRAME_BYTES,
     PROTOCOL_VERSION,
     FrameDecoder,
+    attachment_length,
     encode_frame,
     parse_response,
 )
@@ -69,7 +79,10 @@ __all__ = ["PeerPool"]
 
 logger = logging.getLogger(__name__)
 
-RECEIVE_CHUNK_BYTES: Final = 256 << 10
+# A receive may bring the start of an attachment along with its frame; the reader copies
+# that part (at most this much) out of the decoder, the rest arrives in place.
+RECEIVE_CHUNK_BYTES: Final = 64 << 10
+_EMPTY: Final = bytearray()
 _ID_LIMIT: Final = (1 << 62)
 
 
@@ -78,6 +91,7 @@ class _Waiter:
     event: trio.Event = field(default_factory=trio.Event)
     fields: Mapping[str, Any] | None = None
     error: RaftlogError | None = None
+    attachment: bytearray | None = None
 
 
 def _refused(exc: BaseException) -> bool:
@@ -123,6 +137,7 @@ class PeerPool:
         connect_timeout_s: float = 2.0,
         backoff_initial_s: float = 0.05,
         backoff_max_s: float = 2.0,
+        attachment_stall_s: float = ATTACHMENT_STALL_S,
         dial_overrides: Mapping[str, str] | None = None,
         auth_key: bytes | None = None,
         ssl_context: ssl.SSLContext | None = None,
@@ -136,12 +151,18 @@ class PeerPool:
         self.connect_timeout_s = connect_timeout_s
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
+        self.attachment_stall_s = attachment_stall_s
         self._dial_overrides = dict(dial_overrides or {})
         self._auth_key = auth_key
         self._ssl_context = ssl_context
         self._links: dict[str, _Link] = {}
         self._ids = itertools.count(1)
         self._nursery: trio.Nursery | None = None
+
+    @property
+    def tls(self) -> bool:
+        """Whether connections are TLS (else plain TCP, where a peer may use os.sendfile)."""
+        return self._ssl_context is not None
 
     # -- lifecycle --
 
@@ -183,6 +204,25 @@ class PeerPool:
         the peer's RaftlogError (its error response), MessageTooLargeError (the request frame is
         over max_frame_bytes; not sent).
         """
+        return (await self._call(address, op, fields, timeout_s))[0]
+
+    async def call_attached(
+        self, address: str, op: str, fields: Mapping[str, Any], timeout_s: float
+    ) -> tuple[dict[str, Any], bytearray]:
+        """`call`, for an op whose answer may carry an attachment (PROTOCOL.md "Attachments"):
+        (the ok response's fields, its attachment: empty when it has none). Raises as `call`."""
+        return await self._call(address, op, fields, timeout_s)
+
+    def close_connection(self, address: str, reason: str) -> None:
+        """Close the connection to `address` (a caller found its answers bad): the requests
+        in flight on it fail as a lost connection; the next call connects again."""
+        link = self._links.get(address)
+        if link is not None and link.stream is not None:
+            self._disconnect(link, reason)
+
+    async def _call(
+        self, address: str, op: str, fields: Mapping[str, Any], timeout_s: float
+    ) -> tuple[dict[str, Any], bytearray]:
         if self._nursery is None:
             raise PeerUnavailableError("the peer pool is not running", address=address)
         deadline = trio.current_time() + max(0.0, timeout_s)
@@ -196,7 +236,7 @@ class PeerPool:
 
     async def _call_on(
         self, link: _Link, op: str, fields: Mapping[str, Any], deadline: float
-    ) -> dict[str, Any]:
+    ) -> tuple[dict[str, Any], bytearray]:
         stream = await self._connected(link, deadline)
         request_id = next(self._ids) % _ID_LIMIT or 1
         message = {**fields, "v": PROTOCOL_VERSION, "id": request_id, "op": op}
@@ -225,7 +265,7 @@ class PeerPool:
         if waiter.error is not None:
             raise waiter.error
         assert waiter.fields is not None
-        return dict(waiter.fields)
+        return dict(waiter.fields), waiter.attachment if waiter.attachment is not None else _EMPTY
 
     async def _connected(self, link: _Link, deadline: float) -> trio.abc.Stream:
         if link.stream is not None:
@@ -315,20 +355,61 @@ class PeerPool:
                     if response.id == 0:  # the peer could not read our stream: it closes
                         reason = f"peer refused a frame: {response.error}"
                         return
+                    attachment = None
+                    size = attachment_length(response.fields, self.max_frame_bytes)
+                    if size:
+                        attachment = await self._read_attachment(stream, decoder, size)
+                        if attachment is None:
+                            reason = f"closed inside an attachment of {size} bytes"
+                            log_event(logger, "peer_bad_response", level=logging.WARNING,
+                                      address=link.address, reason=reason)
+                            return
                     waiter = link.pending.get(response.id)
                     if waiter is None or waiter.event.is_set():
                         continue  # its caller gave up (timeout/cancel): drop the late answer
                     waiter.fields, waiter.error = response.fields, response.error
+                    waiter.attachment = attachment
                     waiter.event.set()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             reason = f"receive failed: {type(exc).__name__}"
+        except trio.TooSlowError:
+            reason = f"no byte of an attachment for {self.attachment_stall_s:g} s"
+            log_event(logger, "peer_bad_response", level=logging.WARNING, address=link.address,
+                      reason=reason)
         except InvalidRequestError as exc:  # an undecodable or malformed response frame
             reason = f"bad response: {exc.message}"
+            log_event(logger, "peer_bad_response", level=logging.WARNING, address=link.address,
+                      reason=reason)
+        except MessageTooLargeError as exc:  # a frame or an attachment over the limit
+            reason = f"bad response: {exc.message}"
+            log_event(logger, "peer_bad_response", level=logging.WARNING, address=link.address,
+                      reason=reason)
         finally:
             if link.generation == generation:
                 self._disconnect(link, reason)
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(stream)
+
+    async def _read_attachment(self, stream: trio.abc.Stream, decoder: FrameDecoder,
+                               size: int) -> bytearray | None:
+        """The `size` bytes after the frame just decoded, in one buffer; None when the stream
+        ends first. Raises trio.TooSlowError when no byte comes for attachment_stall_s."""
+        buffer = bytearray(size)
+        with memoryview(buffer) as view:
+            got = decoder.take_buffered(view)
+            sock = stream.socket if isinstance(stream, trio.SocketStream) else None
+            while got < size:
+                with trio.fail_after(self.attachment_stall_s):
+                    if sock is not None:
+                        n = await sock.recv_into(view[got:], size - got)
+                    else:
+                        data = await stream.receive_some(min(size - got, 1 << 20))
+                        n = len(data)
+                        view[got : got + n] = data
+                if n == 0:
+                    return None
+                got += n
+        return buffer
 
     def _disconnect(self, link: _Link, reason: str) -> None:
         """Drop the link's stream and fail every request in flight on it (unknown outcome)."""

@@ -16,15 +16,23 @@ Invariants:
 * A frame must hold exactly one CBOR item: trailing bytes inside a frame are an error.
 * After a malformed but complete frame the decoder stays aligned on the next frame; after an
   oversized announcement it is poisoned (the stream cannot be re-aligned) and keeps raising.
+
+Attachments (PROTOCOL.md "Attachments"): an ok response may be followed by raw bytes, as many
+as its map's `attachment_bytes` says (`attachment_length` checks it). A handler answers with
+one by returning `Attached(fields, parts)`; the listener adds `attachment_bytes` and sends the
+parts after the frame. A part is a bytes-like object or a `FilePart` (a range of an open file,
+sent with os.sendfile where the stream is a plain socket). The reader of an attachment takes
+the bytes its decoder has already buffered past the frame (`FrameDecoder.take_buffered`) and
+reads the rest into the same buffer.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from raftlog.base import cbor
 from raftlog.base.cbor import MAX_NESTING_DEPTH
@@ -46,6 +54,12 @@ __all__ = [
     "foreign_protocol",
     "FirstBytes",
     "FrameDecoder",
+    "ATTACHMENT_FIELD",
+    "ATTACHMENT_STALL_S",
+    "Attached",
+    "FilePart",
+    "attachment_length",
+    "part_length",
     "Request",
     "Response",
     "parse_request",
@@ -61,6 +75,8 @@ PEER_MAX_FRAME_BYTES: Final = 128 << 20  # peer listener (replica fetches carry 
 FRAME_HEADER_BYTES: Final = 4
 MAX_FRAME_BYTES_LIMIT: Final = (1 << 32) - 1  # what a u32 length can say
 MAX_REQUEST_ID: Final = (1 << 63) - 1
+ATTACHMENT_FIELD: Final = "attachment_bytes"
+ATTACHMENT_STALL_S: Final = 30.0  # no byte of an attachment for this long: the connection goes
 
 _HEADER = struct.Struct(">I")
 
@@ -168,6 +184,19 @@ class FrameDecoder:
         """Bytes received but not yet returned as frames (a partial frame at a clean EOF)."""
         return len(self._buffer) - self._start
 
+    def take_buffered(self, into: memoryview) -> int:
+        """Move bytes received past the last frame returned (the start of its attachment)
+        into `into`, at most len(into); returns how many. They are not decoded as frames."""
+        available = len(self._buffer) - self._start
+        n = min(available, len(into))
+        if n:
+            into[:n] = memoryview(self._buffer)[self._start : self._start + n]
+            self._start += n
+            if self._start == len(self._buffer):
+                self._buffer.clear()
+                self._start = 0
+        return n
+
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Append received bytes. Never raises for content; errors come from next_frame()."""
         if self._start and self._start * 2 >= len(self._buffer):
@@ -205,6 +234,66 @@ class FrameDecoder:
             self._buffer.clear()
             self._start = 0
         return _decode_body(body)
+
+
+class FilePart(Protocol):
+    """`length` bytes of an open file from `offset`, through `fd`, owned by the answer that
+    carries it: the listener sends it (os.sendfile on a plain socket, else read and written
+    through the stream) and then calls `close()`, also when it is never sent. `intact()` says
+    whether the range still holds what it held when the part was made: the listener asks
+    before each os.sendfile call (and after each read), and closes the connection when it no
+    longer does (the peer then sees a lost connection, never bytes of another time)."""
+
+    fd: int
+    offset: int
+    length: int
+
+    def intact(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+_BUFFER_TYPES: Final = (bytes, bytearray, memoryview)
+
+
+def part_length(part: Any) -> int:
+    """Bytes in one attachment part (a bytes-like object or a FilePart)."""
+    return len(part) if isinstance(part, _BUFFER_TYPES) else part.length
+
+
+@dataclass(frozen=True, slots=True)
+class Attached:
+    """A handler's ok answer with an attachment: `fields` as any answer's, then `parts`
+    (bytes-like objects and FileParts) back to back after the frame. The listener adds
+    `attachment_bytes` to the fields. `close()` releases the file parts (the listener calls
+    it once they are sent, or dropped)."""
+
+    fields: Mapping[str, Any]
+    parts: Sequence[Any]
+
+    @property
+    def length(self) -> int:
+        return sum(part_length(p) for p in self.parts)
+
+    def close(self) -> None:
+        for part in self.parts:
+            if not isinstance(part, _BUFFER_TYPES):
+                part.close()
+
+
+def attachment_length(fields: Mapping[str, Any], max_bytes: int) -> int:
+    """How many attachment bytes follow a response with these fields (0: none). Raises
+    MessageTooLargeError over `max_bytes`, InvalidRequestError when `attachment_bytes` is not
+    an integer >= 0: either way the stream cannot be followed any further."""
+    n = fields.get(ATTACHMENT_FIELD)
+    if n is None:
+        return 0
+    if not _is_int(n) or n < 0:
+        raise InvalidRequestError(f"'{ATTACHMENT_FIELD}' must be an integer >= 0, got {n!r:.40}",
+                                  field=ATTACHMENT_FIELD)
+    if n > max_bytes:
+        raise MessageTooLargeError(f"attachment of {n} bytes is over the limit of {max_bytes} bytes")
+    return n
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,14 +426,21 @@ def field(
 
     Raises InvalidRequestError(field=<name>) naming the field and what was wrong.
     """
-    mapping = source.fields if isinstance(source, Request) else source
-    request_id = source.id if isinstance(source, Request) else None
+    if type(source) is Request:
+        mapping, request_id = source.fields, source.id
+    else:
+        mapping, request_id = source, None
+    value = mapping.get(name, _REQUIRED)
+    # Fast path (every field of every request and peer answer): present, exactly the type,
+    # in bounds; anything else takes the checks below, which say what is wrong.
+    if (type(value) is kind and items is None and (min_value is None or value >= min_value)
+            and (max_value is None or value <= max_value)):
+        return value
     label = f"{where}.{name}" if where else name
-    if name not in mapping:
+    if value is _REQUIRED:
         if default is _REQUIRED:
             raise InvalidRequestError(f"missing field '{label}'", field=label, request_id=request_id)
         return default
-    value = mapping[name]
     if value is None and nullable:
         return None
     if not _has_type(value, kind):

@@ -28,6 +28,16 @@ is answered and closes the connection (raftlog_auth_failures_total counts failed
 Afterwards each request carries the session's principal and the client's host, and
 `session.check()` runs before each request (a user removed while connected is closed).
 
+Attachments (PROTOCOL.md "Attachments"): a handler may answer `Attached(fields, parts)`; the
+response gets `attachment_bytes` and the parts follow its frame. Buffers go out with the
+frames around them (sendmsg, no join); a FilePart goes with os.sendfile from its file straight
+to the socket, on the trio thread (the replica that made it read or warmed its range into the
+page cache, and the socket is non-blocking: each call sends what fits), asking `intact()`
+before each call; over TLS it is read in a worker thread and written through the stream. A
+part no longer intact, or a file shorter than its range, closes the connection mid-answer
+(`conn_attachment_failed`): the peer sees a lost connection, never other bytes. Every
+FilePart is closed once sent or dropped (also when the connection ends with it queued).
+
 Failure rules: a frame that cannot be decoded (oversized, malformed CBOR, not a map) gets an
 error with id 0 and the connection is closed (the byte stream can no longer be trusted); a
 decoded map with a bad envelope, an unknown op or a bad `timeout_ms` gets INVALID_REQUEST and
@@ -42,8 +52,9 @@ from __future__ import annotations
 import errno
 import logging
 import math
+import os
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final, NoReturn
+from typing import Any, Final, NoReturn, Union
 
 import cbor2
 import trio
@@ -60,6 +71,8 @@ from raftlog.base.errors import (
 from raftlog.base.eventlog import log_event
 from raftlog.base.metrics import MetricsRegistry
 from raftlog.base.protocol import (
+    ATTACHMENT_FIELD,
+    Attached,
     FrameDecoder,
     Request,
     encode_frame,
@@ -84,6 +97,28 @@ LINGER_S: Final = 1.0  # after a fatal frame: how long to discard input so the e
 LINGER_MAX_BYTES: Final = 16 << 20
 ACCEPT_BACKOFF_S: Final = 0.1
 _RESOURCE_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+_BUFFERS: Final = (bytes, bytearray, memoryview)
+MAX_IOV: Final = 512  # buffers per sendmsg (IOV_MAX is 1024 on Linux)
+TLS_READ_CHUNK: Final = 1 << 20  # a FilePart over TLS is read this much at a time
+TLS_JOIN_BYTES: Final = 64 << 10  # over TLS, smaller buffers are joined into one send
+
+
+class _Outgoing:
+    """A response frame and the attachment parts that follow it."""
+
+    __slots__ = ("frame", "attached")
+
+    def __init__(self, frame: bytes, attached: Attached) -> None:
+        self.frame = frame
+        self.attached = attached
+
+
+_Item = Union[bytes, _Outgoing]  # what the writer sends: a frame, or a frame with its attachment
+
+
+def _release(item: _Item) -> None:
+    if type(item) is _Outgoing:
+        item.attached.close()
 
 
 def request_deadline_ms(timeout_ms: int | None, request_timeout_ms: int) -> int:
@@ -151,25 +186,38 @@ class _Listener:
 
     def encode(self, response: Mapping[str, Any]) -> bytes:
         """Encode a response frame; one that cannot be sent becomes an error response."""
+        return self.encode_or_error(response)[0]
+
+    def encode_or_error(self, response: Mapping[str, Any], attachment_bytes: int = 0) -> tuple[bytes, bool]:
+        """(frame, True) for `response`, or (an error response's frame, False) when it cannot
+        be sent: over max_frame_bytes (its attachment of `attachment_bytes` too), or not
+        encodable."""
         request_id = response["id"]
         try:
-            return encode_frame(response, max_frame_bytes=self.max_frame_bytes)
+            if attachment_bytes > self.max_frame_bytes:
+                raise MessageTooLargeError(f"attachment of {attachment_bytes} bytes is over the "
+                                           f"limit of {self.max_frame_bytes} bytes")
+            return encode_frame(response, max_frame_bytes=self.max_frame_bytes), True
         except MessageTooLargeError as exc:
-            return encode_frame(error_response(request_id, exc))
+            return encode_frame(error_response(request_id, exc)), False
         except (cbor2.CBOREncodeError, TypeError, ValueError) as exc:
             log_event(
                 logger, "response_unencodable", level=logging.ERROR, exc_info=exc,
                 listener=self.name, id=request_id,
             )  # fmt: skip
             error = UnknownServerError(f"response could not be encoded: {type(exc).__name__}")
-            return encode_frame(error_response(request_id, error))
+            return encode_frame(error_response(request_id, error)), False
 
 
 class _Connection:
     def __init__(
-        self, stream: trio.abc.Stream, listener: _Listener, peer: str, session: Session | None = None
+        self, stream: trio.abc.Stream, listener: _Listener, peer: str, session: Session | None = None,
+        socket_stream: trio.SocketStream | None = None,
     ) -> None:
         self.stream = stream
+        # The plain socket under `stream` (os.sendfile, sendmsg); None over TLS.
+        self.socket_stream = socket_stream if socket_stream is not None else (
+            stream if isinstance(stream, trio.SocketStream) else None)
         self.listener = listener
         self.peer = peer
         self.session = session
@@ -180,7 +228,7 @@ class _Connection:
 
     async def run(self) -> None:
         listener = self.listener
-        send, receive = trio.open_memory_channel[bytes](listener.max_in_flight)
+        send, receive = trio.open_memory_channel[_Item](listener.max_in_flight)
         outcome = "abort"
         async with trio.open_nursery() as connection:
             self.cancel_scope = connection.cancel_scope
@@ -197,7 +245,7 @@ class _Connection:
             await self._linger()
 
     async def _read_loop(
-        self, requests: trio.Nursery, send: trio.MemorySendChannel[bytes]
+        self, requests: trio.Nursery, send: trio.MemorySendChannel[_Item]
     ) -> str:
         """Returns "eof" (client finished), "fatal" (undecodable frame answered), "abort"."""
         decoder = FrameDecoder(self.listener.max_frame_bytes)
@@ -242,7 +290,7 @@ class _Connection:
         self,
         frame: dict[str, Any],
         requests: trio.Nursery,
-        send: trio.MemorySendChannel[bytes],
+        send: trio.MemorySendChannel[_Item],
     ) -> bool:
         """Start the request's task; True when the connection must close (an auth failure)."""
         listener = self.listener
@@ -290,7 +338,7 @@ class _Connection:
         return False
 
     async def _authenticate(
-        self, session: Session, request: Request, send: trio.MemorySendChannel[bytes]
+        self, session: Session, request: Request, send: trio.MemorySendChannel[_Item]
     ) -> bool:
         """One auth op, in the reader (so in order). True when the connection must close."""
         listener = self.listener
@@ -307,7 +355,7 @@ class _Connection:
         await self._queue(send, listener.encode(ok_response(request.id, **fields)))
         return False
 
-    async def _refuse(self, request: Request, exc: RaftlogError, send: trio.MemorySendChannel[bytes]) -> None:
+    async def _refuse(self, request: Request, exc: RaftlogError, send: trio.MemorySendChannel[_Item]) -> None:
         listener = self.listener
         if isinstance(exc, SaslAuthenticationFailedError):
             listener.auth_failures_total.labels(listener=listener.name).inc()
@@ -323,19 +371,24 @@ class _Connection:
         handler: Handler,
         request: Request,
         deadline_ms: int,
-        send: trio.MemorySendChannel[bytes],
+        send: trio.MemorySendChannel[_Item],
     ) -> None:
         listener = self.listener
         started = trio.current_time()
         try:
             response = await self._call(handler, request, deadline_ms)
+            attached = None
+            if type(response) is Attached:
+                attached, response = response, dict(response.fields)
             error = None if response is None else response.get("error")
             code = "OK" if error is None else error["code"]
             listener.requests_total.labels(listener=listener.name, op=request.op, code=code).inc()
             listener.request_latency_ms.labels(listener=listener.name, op=request.op).observe(
                 (trio.current_time() - started) * 1000
             )
-            if response is not None:
+            if attached is not None:
+                await self._queue_attached(send, response, attached)
+            elif response is not None:
                 await self._queue(send, listener.encode(response))
         finally:
             self.in_flight_ids.discard(request.id)
@@ -343,13 +396,16 @@ class _Connection:
 
     async def _call(
         self, handler: Handler, request: Request, deadline_ms: int
-    ) -> dict[str, Any] | None:
-        """Run the handler under the deadline; return the response map (None: no response)."""
+    ) -> dict[str, Any] | Attached | None:
+        """Run the handler under the deadline; return the response map (None: no response),
+        or for an answer with an attachment, Attached(response map, parts)."""
         try:
             with trio.fail_after(deadline_ms / 1000):
                 result = await handler(request)
             if result is None:
                 return None
+            if type(result) is Attached:
+                return Attached(ok_response(request.id, **result.fields), result.parts)
             return ok_response(request.id, **result)
         except trio.TooSlowError:
             error: RaftlogError = RequestTimedOutError(
@@ -368,42 +424,153 @@ class _Connection:
             error = wire_error
         return error_response(request.id, error)
 
-    async def _queue(self, send: trio.MemorySendChannel[bytes], frame: bytes) -> None:
+    async def _queue_attached(self, send: trio.MemorySendChannel[_Item], response: dict[str, Any],
+                              attached: Attached) -> None:
+        """Queue an ok answer and its attachment (the parts are released on every path)."""
         try:
-            await send.send(frame)
+            total = attached.length
+            frame, ok = self.listener.encode_or_error({**response, ATTACHMENT_FIELD: total}, total)
+            if ok and total:
+                item, attached = _Outgoing(frame, attached), Attached({}, ())  # the item owns it
+                await self._queue(send, item)
+                return
+        finally:
+            attached.close()
+        await self._queue(send, frame)
+
+    async def _queue(self, send: trio.MemorySendChannel[_Item], item: _Item) -> None:
+        try:
+            await send.send(item)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             # The writer has gone (the client stopped reading or reset); the connection is
             # being torn down, so this response has nowhere to go.
+            _release(item)
             log_event(logger, "response_dropped", level=logging.DEBUG, peer=self.peer)
+        except BaseException:
+            _release(item)
+            raise
 
-    async def _write_loop(self, receive: trio.MemoryReceiveChannel[bytes]) -> None:
+    async def _write_loop(self, receive: trio.MemoryReceiveChannel[_Item]) -> None:
         write_timeout_s = self.listener.request_timeout_ms / 1000
         async with receive:
-            async for frame in receive:
-                chunks = [frame]
-                size = len(frame)
-                while size < WRITE_COALESCE_BYTES:
+            try:
+                async for item in receive:
+                    items = [item]
+                    size = len(item) if type(item) is bytes else item.attached.length
+                    while size < WRITE_COALESCE_BYTES:
+                        try:
+                            more = receive.receive_nowait()
+                        except trio.WouldBlock:
+                            break
+                        except trio.EndOfChannel:
+                            break
+                        items.append(more)
+                        size += len(more) if type(more) is bytes else more.attached.length
                     try:
-                        more = receive.receive_nowait()
-                    except trio.WouldBlock:
+                        with trio.fail_after(write_timeout_s):
+                            await self._send_items(items)
+                    except (
+                        trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, OSError
+                    ) as exc:  # fmt: skip
+                        log_event(
+                            logger, "conn_write_failed", level=logging.DEBUG,
+                            listener=self.listener.name, peer=self.peer, reason=str(exc) or type(exc).__name__,
+                        )  # fmt: skip
+                        assert self.cancel_scope is not None
+                        self.cancel_scope.cancel()
+                        return
+                    finally:
+                        for sent in items:
+                            _release(sent)
+            finally:
+                # Answers that will never be sent still own file descriptors.
+                while True:
+                    try:
+                        _release(receive.receive_nowait())
+                    except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                         break
-                    except trio.EndOfChannel:
-                        break
-                    chunks.append(more)
-                    size += len(more)
-                try:
-                    with trio.fail_after(write_timeout_s):
-                        await self.stream.send_all(b"".join(chunks) if len(chunks) > 1 else frame)
-                except (
-                    trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError
-                ) as exc:  # fmt: skip
-                    log_event(
-                        logger, "conn_write_failed", level=logging.DEBUG,
-                        listener=self.listener.name, peer=self.peer, reason=type(exc).__name__,
-                    )  # fmt: skip
-                    assert self.cancel_scope is not None
-                    self.cancel_scope.cancel()
-                    return
+
+    async def _send_items(self, items: list[_Item]) -> None:
+        """Send frames and their attachments in order: consecutive buffers together, file
+        parts on their own (module docstring "Attachments")."""
+        if len(items) == 1 and type(items[0]) is bytes:
+            await self.stream.send_all(items[0])
+            return
+        buffers: list[Any] = []
+        for item in items:
+            if type(item) is bytes:
+                buffers.append(item)
+                continue
+            buffers.append(item.frame)
+            for part in item.attached.parts:
+                if isinstance(part, _BUFFERS):
+                    buffers.append(part)
+                    continue
+                await self._send_buffers(buffers)
+                buffers = []
+                await self._send_file_part(part)
+        await self._send_buffers(buffers)
+
+    async def _send_buffers(self, buffers: list[Any]) -> None:
+        if not buffers:
+            return
+        if len(buffers) == 1:
+            await self.stream.send_all(buffers[0])
+            return
+        if self.socket_stream is None:  # TLS: small ones joined, large ones as they are
+            small: list[Any] = []
+            for b in buffers:
+                if len(b) < TLS_JOIN_BYTES:
+                    small.append(b)
+                    continue
+                if small:
+                    await self.stream.send_all(b"".join(small))
+                    small = []
+                await self.stream.send_all(b)
+            if small:
+                await self.stream.send_all(b"".join(small))
+            return
+        sock = self.socket_stream.socket
+        views = [memoryview(b).cast("B") for b in buffers if len(b)]
+        while views:
+            n = await sock.sendmsg(views[:MAX_IOV])
+            while views and n >= len(views[0]):
+                n -= len(views[0])
+                views.pop(0)
+            if n:
+                views[0] = views[0][n:]
+
+    async def _send_file_part(self, part: Any) -> None:
+        offset, remaining = part.offset, part.length
+        if self.socket_stream is None:  # TLS: read (in a worker thread) and write through it
+            while remaining > 0:
+                data = await trio.to_thread.run_sync(os.pread, part.fd, min(remaining, TLS_READ_CHUNK), offset)
+                if not data or not part.intact():
+                    self._attachment_failed("file range changed or ended while being sent")
+                await self.stream.send_all(data)
+                offset += len(data)
+                remaining -= len(data)
+            return
+        sock = self.socket_stream.socket
+        fileno = sock.fileno()
+        while remaining > 0:
+            if not part.intact():
+                self._attachment_failed("file range changed while being sent")
+            try:
+                sent = os.sendfile(fileno, part.fd, offset, remaining)
+            except BlockingIOError:
+                await trio.lowlevel.wait_writable(sock)
+                continue
+            if sent == 0:
+                self._attachment_failed("file ended before the range")
+            offset += sent
+            remaining -= sent
+        await trio.lowlevel.checkpoint()
+
+    def _attachment_failed(self, reason: str) -> NoReturn:
+        log_event(logger, "conn_attachment_failed", level=logging.WARNING,
+                  listener=self.listener.name, peer=self.peer, reason=reason)
+        raise trio.BrokenResourceError(reason)
 
     async def _linger(self) -> None:
         if isinstance(self.stream, trio.abc.HalfCloseableStream):
@@ -458,7 +625,8 @@ async def _connection_task(
             return
         secured, session = accepted
         async with secured:
-            await _Connection(secured, listener, peer, session).run()
+            await _Connection(secured, listener, peer, session,
+                              socket_stream=stream if secured is stream else None).run()
     except* Exception as group:  # a bug in one connection must not stop the listener
         # except*: a cancellation travelling with the bug (shutdown) still propagates.
         log_event(

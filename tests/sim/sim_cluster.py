@@ -8,6 +8,13 @@ durable, crashes with storage damage (a random suffix of the FLUSHED log is gone
 the replica restarts with `needs_catch_up` as partition/replica.py sets it from its log
 recovery; at most one replica is flagged at a time, so the unflagged replicas can still
 elect), restarts, clients writing to whoever accepts writes, and leadership transfers.
+Like the replica manager, each node watches its links to the others (raft.py contract 11,
+"Quiescence"): a link that breaks (a cut, the other node crashing) wakes the quiescent
+followers across it at once; after an election timeout of silence the node calls
+`leader_unreachable` and `follower_silent` about the other side (and `follower_silent` again
+for leaderships it wins while the link stays down), and `follower_heard` once it heals.
+Messages dropped at random model losses inside a live link (a full inbox, a dropped frame):
+the watch does not see those.
 
 The shell here obeys the contract of partition/raft.py (effects in order; nothing after a
 PersistQuorumState until it is confirmed is ever returned by the core, so the sim just
@@ -89,6 +96,9 @@ class SimParams:
     crash_in_fsync_p: float = 0.03  # a quorum-state fsync is cut short by a crash
     damage_p: float = 0.3  # a nemesis crash also damages storage (cuts flushed entries)
     client_every_units: int = 6
+    # Clients go quiet now and then (their own random stream), so groups quiesce under faults.
+    client_pause_p: float = 0.01  # per client event
+    client_pause_units: tuple[int, int] = (150, 900)
     nemesis_every_units: int = 150
     max_fetch_entries: int = 8
     max_pending_writes: int = 64
@@ -124,7 +134,7 @@ class MemLog:
 class SimNode:
     __slots__ = (
         "id", "core", "log", "up", "incarnation", "durable_qs", "pending_persists",
-        "hw", "pending_writes", "flush_end", "flush_cap", "lost",
+        "hw", "pending_writes", "flush_end", "flush_cap", "lost", "silent_ticks",
     )  # fmt: skip
 
     def __init__(self, node_id: int) -> None:
@@ -140,6 +150,7 @@ class SimNode:
         self.flush_end = -1  # log end when the outstanding flush was issued
         self.flush_cap = -1
         self.lost: dict[int, tuple[int, int]] = {}  # offset -> (epoch, id) cut by damage
+        self.silent_ticks: dict[int, int] = {}  # other node -> ticks its link has been down
 
 
 class Cluster:
@@ -150,6 +161,8 @@ class Cluster:
         # Damage draws from its own stream, so adding it left the other faults' schedule
         # (and the seeds that catch the older planted bugs) as it was.
         self.damage_rng = random.Random(seed * 7919 + 1)
+        self.pause_rng = random.Random(seed * 104729 + 3)
+        self.clients_paused_until = 0
         n = self.p.n
         self.voters = tuple(range(1, n + 1))
         self.majority = n // 2 + 1
@@ -176,7 +189,7 @@ class Cluster:
         self.next_id = 1
         self.next_control = -1
         self.stats = {"acked": 0, "elections": 0, "crashes": 0, "transfers": 0, "truncations": 0,
-                      "damaged": 0}
+                      "damaged": 0, "quiescent_ticks": 0}
 
         for node in self.nodes.values():
             self._start(node)
@@ -193,6 +206,7 @@ class Cluster:
         node.incarnation += 1
         node.up = True
         node.hw = 0
+        node.silent_ticks = {}
         node.pending_writes.clear()
         node.pending_persists = []
         node.flush_end = -1
@@ -313,7 +327,10 @@ class Cluster:
             if node.incarnation != b:
                 return
             self._push(TICK_UNITS, _TICK, a, b, None)
+            if node.core.quiescent:
+                self.stats["quiescent_ticks"] += 1
             self._apply(node, node.core.tick())
+            self._watch_links(node)
         elif kind == _FLUSH:
             node = self.nodes[a]
             if node.incarnation != b:
@@ -335,7 +352,9 @@ class Cluster:
             self._apply(node, node.core.quorum_state_persisted(c))
         elif kind == _CLIENT:
             self._push(self.rng.randint(1, 2 * self.p.client_every_units), _CLIENT, 0, None, None)
-            if self.clients:
+            if self.pause_rng.random() < self.p.client_pause_p:
+                self.clients_paused_until = self.now + self.pause_rng.randint(*self.p.client_pause_units)
+            if self.clients and self.now >= self.clients_paused_until:
                 self._client_write()
         elif kind == _CRASH:
             node = self.nodes[a]
@@ -348,6 +367,24 @@ class Cluster:
                 self._nemesis()
 
     # ------------------------------------------------------------- the shell part
+
+    def _watch_links(self, node: SimNode) -> None:
+        """The replica manager's watch of its links (module docstring)."""
+        silence = self.p.config.election_timeout_ticks
+        for other in self.voters:
+            if other == node.id:
+                continue
+            if self.nodes[other].up and not self.blocked[node.id][other] and not self.blocked[other][node.id]:
+                if node.silent_ticks.pop(other, 0) >= silence:
+                    self._apply(node, node.core.follower_heard(other))
+                continue
+            n = node.silent_ticks[other] = node.silent_ticks.get(other, 0) + 1
+            if n == 1:
+                self._apply(node, node.core.wake(other))
+            if n == silence:
+                self._apply(node, node.core.leader_unreachable(other))
+            if n >= silence and node.core.role is Role.LEADER:
+                self._apply(node, node.core.follower_silent(other))
 
     def _apply(self, node: SimNode, effects: list) -> None:
         for eff in effects:

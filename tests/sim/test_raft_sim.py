@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from partition.raft import RaftCore, Send
+from partition.raft import RaftCore, Role, Send
 
 
 def _load_sim():
@@ -131,13 +131,51 @@ class _VotesWhileCatchingUp(RaftCore):
             self._needs_catch_up = saved
 
 
+class _HeldMeansCaughtUp(RaftCore):
+    """Planted bug (quiescence): the leader takes a follower whose fetch it held for one that
+    has every entry it appends, counting it toward the high watermark without a fetch."""
+
+    def _respond_fetch(self, peer, req):
+        was_held = peer.held
+        super()._respond_fetch(peer, req)
+        if was_held:
+            peer.durable_offset = self._end
+
+
+class _IgnoresWakes(RaftCore):
+    """Planted bug (quiescence): a quiescent follower ignores its leader's wake
+    (BeginQuorumEpoch) and does not check its leader on a pre-vote, so one whose held fetch
+    was answered into the void waits forever (caught as no convergence after healing)."""
+
+    def _on_begin_quorum_epoch(self, m):
+        if self._quiesced and m.epoch == self._epoch and m.sender == self._leader_id:
+            return
+        super()._on_begin_quorum_epoch(m)
+
+    def _on_vote_request(self, m):
+        quiesced, self._quiesced = self._quiesced, False
+        epoch = self._epoch
+        super()._on_vote_request(m)
+        if quiesced and self._role is Role.FOLLOWER and self._epoch == epoch:
+            self._quiesced = True
+            self._out = [e for e in self._out if not (type(e) is Send and e.to == self._leader_id)]
+
+
+def test_groups_quiesce_under_faults():
+    totals = {}
+    for seed in range(10):
+        stats = sim.run_seed(seed, CI_STEPS).stats
+        totals["quiescent_ticks"] = totals.get("quiescent_ticks", 0) + stats["quiescent_ticks"]
+    assert totals["quiescent_ticks"] >= 500  # the faults above also hit quiescent groups
+
+
 PLANTED_SEEDS = 500  # _CountsUnflushedEnd is the rarest catch (a leader's fsync must lag)
 
 
 @pytest.mark.parametrize(
     "mutant",
     [_CountsUnflushedEnd, _VotesTwice, _IgnoresLogOnVote, _SendsBeforePersist,
-     _VotesWhileCatchingUp],
+     _VotesWhileCatchingUp, _HeldMeansCaughtUp, _IgnoresWakes],
 )
 def test_planted_bugs_are_caught(mutant):
     for seed in range(PLANTED_SEEDS):

@@ -11,6 +11,7 @@ from partition.raft import (
     AppendControl,
     AppendReplicated,
     BeginQuorumEpoch,
+    FetchHeld,
     FetchRequest,
     FetchResponse,
     Flush,
@@ -44,7 +45,10 @@ CFG = RaftConfig(
 
 class Harness:
     """A tiny in-memory shell: logs as lists of epochs, a lossless network with cuts,
-    fsyncs that complete at once (or on demand when `auto_persist` is off)."""
+    fsyncs that complete at once (or on demand when `auto_persist` is off). It watches the
+    links between nodes as the replica manager does (raft.py contract 11): a cut wakes the
+    quiescent followers across it at once, and after an election timeout of silence the
+    nodes on either side hear `leader_unreachable` / `follower_silent` about each other."""
 
     def __init__(self, n, *, seed=0, states=None, max_read=64, config=CFG):
         self.voters = tuple(range(1, n + 1))
@@ -70,6 +74,7 @@ class Harness:
         self.hw_seen = {i: [] for i in self.voters}
         self.log_start = {i: 0 for i in self.voters}
         self.low_wm_seen = {i: [] for i in self.voters}
+        self.silent_ticks = {}  # (node, other) -> ticks the link between them has been cut
 
     def apply(self, i, effects):
         log = self.logs[i]
@@ -136,7 +141,26 @@ class Harness:
         for _ in range(ticks):
             for i in nodes or self.voters:
                 self.apply(i, self.cores[i].tick())
+                self.watch_links(i)
             self.deliver()
+
+    def watch_links(self, i):
+        silence = self.cores[i]._cfg.election_timeout_ticks
+        core = self.cores[i]
+        for j in self.voters:
+            if j == i:
+                continue
+            if i not in self.cut and j not in self.cut:
+                if self.silent_ticks.pop((i, j), 0) >= silence:
+                    self.apply(i, core.follower_heard(j))
+                continue
+            n = self.silent_ticks[(i, j)] = self.silent_ticks.get((i, j), 0) + 1
+            if n == 1:
+                self.apply(i, core.wake(j))
+            if n == silence:
+                self.apply(i, core.leader_unreachable(j))
+            if n >= silence:
+                self.apply(i, core.follower_silent(j))  # leaders elected since, too
 
     def leader(self):
         leaders = [c for c in self.cores.values() if c.role is Role.LEADER]
@@ -279,17 +303,21 @@ def test_follower_drops_an_uncommitted_old_epoch_for_a_leader_with_an_empty_log(
 
 
 def test_isolated_leader_resigns_after_check_quorum_window_and_not_before():
+    """Quiescent, the leader counts held followers as live until the shell says their
+    brokers went silent (an election timeout), then resigns within a check-quorum window."""
     h = Harness(3, seed=5)
     leader = h.elect()
     h.tick(1)
+    assert leader.quiescent
     h.cut.add(leader.replica_id)
-    for _ in range(CFG.check_quorum_ticks - 1):
-        h.apply(leader.replica_id, leader.tick())
+    h.tick(CFG.check_quorum_ticks - 1, nodes=[leader.replica_id])
     assert leader.role is Role.LEADER  # a window that began before the cut may still pass
-    for _ in range(CFG.check_quorum_ticks + 1):
-        h.apply(leader.replica_id, leader.tick())
+    h.tick(CFG.election_timeout_ticks + 1, nodes=[leader.replica_id])
     assert leader.role is Role.RESIGNED and not leader.may_accept_writes
-    assert h.effects[leader.replica_id][-1] == LeadershipChanged(leader.epoch, None)
+    assert LeadershipChanged(leader.epoch, None) in h.effects[leader.replica_id][-3:]
+    # ... and answers the held fetches it leaves behind, so nobody waits on them.
+    released = _sends(h.effects[leader.replica_id][-3:], FetchResponse)
+    assert sorted(m.error for m in released) == ["NOT_LEADER"] * 2
 
 
 def test_prevote_keeps_a_rejoining_partitioned_node_from_disrupting():
@@ -554,7 +582,13 @@ def test_a_tick_told_to_answers_every_parked_fetch_at_once():
     leader = h.elect()
     h.write(leader.replica_id)
     h.tick(3)
-    assert sum(p.parked is not None for p in leader._peers.values()) == 2
+    assert sum(p.held for p in leader._peers.values()) == 2 and leader.quiescent
+    assert leader.tick(answer_parked=True) == []  # held fetches wait for news
+    for i in h.voters:
+        if i != leader.replica_id:
+            h.apply(i, h.cores[i].wake(leader.replica_id))  # fetches that are not held
+    h.deliver()
+    assert sum(p.parked is not None and not p.held for p in leader._peers.values()) == 2
     answers = [e for e in leader.tick() if type(e) is Send]
     assert answers == []  # a plain tick waits for fetch_max_wait_ticks
     answers = [e for e in leader.tick(answer_parked=True) if type(e) is Send]
@@ -753,7 +787,9 @@ def test_delete_records_moves_every_log_start_and_answers_at_a_majority():
     with pytest.raises(NotLeaderError):
         follower.delete_records(3)
     effects = leader.delete_records(6)
-    assert effects == [AdvanceLogStart(6)]  # here at once; a majority only once reported
+    assert effects[0] == AdvanceLogStart(6)  # here at once; a majority only once reported
+    # Held (quiescent) followers are answered at once: the news is the new log start.
+    assert [(type(e.message), e.message.log_start_offset) for e in effects[1:]] == [(FetchResponse, 6)] * 2
     h.apply(lid, effects)
     assert leader.low_watermark == 0
     h.tick(3)
@@ -774,8 +810,10 @@ def test_a_deletion_held_by_a_majority_survives_a_leader_elected_without_it():
     h.tick(3)
     assert h.log_start[holder] == 8 and h.low_wm_seen[old.replica_id] == [8]
     assert h.log_start[lagging] == 0
-    # The old leader goes; the lagging replica (same log otherwise) wins with the holder's vote.
+    # The old leader goes; the lagging replica (same log otherwise) wins with the holder's vote
+    # (the holder's own vote requests are held back, so it cannot win first).
     h.cut = {old.replica_id}
+    h.hold = lambda src, dst, m: type(m) is VoteRequest and src == holder
     h.run_until(lambda: h.leader() is not None and h.leader().replica_id == lagging
                 and h.leader().may_accept_writes, 300)
     new = h.cores[lagging]
@@ -813,3 +851,135 @@ def test_a_follower_told_its_live_leader_is_unreachable_does_not_depose_it():
     assert h.cores[a].leader_id == leader.replica_id
     # Not a follower of that broker: nothing happens.
     assert h.cores[a].leader_unreachable(b) == [] and h.cores[a].role is Role.FOLLOWER
+
+
+# ------------------------------------------------------------------------------ quiescence
+
+
+def _quiesced(n=3, seed=21):
+    h = Harness(n, seed=seed)
+    leader = h.elect()
+    h.write(leader.replica_id, 2)
+    h.tick(4)
+    assert all(c.quiescent for c in h.cores.values()), [c.status() for c in h.cores.values()]
+    return h, leader
+
+
+def test_an_idle_group_quiesces_and_then_sends_nothing_and_counts_nothing():
+    h, leader = _quiesced()
+    held = [m for i in h.voters for m in _sends(h.effects[leader.replica_id], FetchHeld)]
+    assert held, "the followers' fetches were held, and the leader said so"
+    before = {i: len(h.effects[i]) for i in h.voters}
+    elapsed = {i: h.cores[i]._election_elapsed for i in h.voters}
+    h.tick(20 * CFG.election_timeout_ticks)
+    assert {i: len(h.effects[i]) for i in h.voters} == before  # no message, no effect at all
+    assert {i: h.cores[i]._election_elapsed for i in h.voters} == elapsed  # timers stand still
+    end = len(h.logs[leader.replica_id])
+    assert leader.follower_states() == {v: (end, True) for v in h.voters if v != leader.replica_id}
+
+
+def test_a_write_to_a_quiescent_group_answers_the_held_fetches_at_once():
+    h, leader = _quiesced()
+    first = len(h.logs[leader.replica_id])
+    h.logs[leader.replica_id].append(leader.epoch)
+    effects = leader.leader_appended(first, first)
+    answers = _sends(effects, FetchResponse)
+    # The records go out in the same step as the append: no extra round trip to wake anyone.
+    assert sorted(m.read_offset for m in answers) == [first, first]
+    h.apply(leader.replica_id, effects)
+    h.deliver()
+    assert all(h.logs[i] == h.logs[leader.replica_id] for i in h.voters)
+    assert leader.high_watermark == first + 1
+    h.tick(4)
+    assert all(c.quiescent for c in h.cores.values())  # and quiet again
+
+
+def test_a_lost_fetch_held_leaves_the_follower_ticking_until_it_is_held():
+    h = Harness(3, seed=22)
+    h.hold = lambda src, dst, m: type(m) is FetchHeld  # never arrives
+    leader = h.elect()
+    h.tick(6)
+    followers = [c for c in h.cores.values() if c is not leader]
+    assert not any(c.quiescent for c in followers)
+    # Their fetches time out and go again (still asking to be held): they never wait on a
+    # fetch they were not told is held.
+    sent = [m for c in followers for m in _sends(h.effects[c.replica_id], FetchRequest)]
+    assert len(sent) >= 4 and sent[-1].quiescent
+    h.hold = None
+    h.inbox.clear()
+    h.tick(CFG.fetch_request_timeout_ticks + 2)
+    assert all(c.quiescent for c in h.cores.values())
+
+
+def test_a_lost_answer_to_a_held_fetch_is_recovered_by_the_leaders_wake():
+    h, leader = _quiesced()
+    lost = next(i for i in h.voters if i != leader.replica_id)
+    h.hold = lambda src, dst, m: type(m) is FetchResponse and dst == lost
+    h.write(leader.replica_id)
+    h.deliver()
+    h.inbox = [m for m in h.inbox if m[1] != lost]  # the answer is gone for good
+    h.hold = None
+    assert h.cores[lost].quiescent  # it still waits for the answer it will never get
+    h.tick(CFG.election_timeout_ticks)
+    wakes = _sends(h.effects[leader.replica_id], BeginQuorumEpoch)
+    assert wakes and h.logs[lost] == h.logs[leader.replica_id]
+    assert leader.epoch == h.cores[lost].epoch  # woken, not deposed
+
+
+def test_a_pre_vote_makes_a_quiescent_follower_check_its_leader_and_refuse():
+    h, leader = _quiesced()
+    a, b = [i for i in h.voters if i != leader.replica_id]
+    fa = h.cores[a]
+    effects = fa.handle(VoteRequest(b, leader.epoch + 1, fa.last_epoch, fa.log_end_offset, True))
+    vote = _sends(effects, VoteResponse)[0]
+    assert not vote.granted and vote.leader_id == leader.replica_id  # its lease holds
+    check = _sends(effects, FetchRequest)
+    assert len(check) == 1 and not check[0].quiescent and not fa.quiescent
+
+
+def test_a_leader_that_steps_down_answers_held_fetches_with_the_news():
+    h, leader = _quiesced()
+    a, b = [i for i in h.voters if i != leader.replica_id]
+    old_epoch = leader.epoch
+    effects = leader.handle(VoteRequest(a, old_epoch + 1, leader.last_epoch, leader.log_end_offset, False))
+    if effects and type(effects[0]) is PersistQuorumState:
+        effects += leader.quorum_state_persisted(effects[0].version)
+    released = _sends(effects, FetchResponse)
+    assert sorted(m.sender for m in released) == [leader.replica_id] * 2
+    # In the new epoch: the followers move to it at once instead of electing in the old one.
+    assert all(m.error == "NOT_LEADER" and m.epoch == old_epoch + 1 for m in released)
+
+
+def test_abandon_releases_what_others_wait_on():
+    h, leader = _quiesced()
+    out = leader.abandon()
+    assert sorted(e.to for e in out) == sorted(i for i in h.voters if i != leader.replica_id)
+    assert all(type(e.message) is FetchResponse and e.message.error == "NOT_LEADER" for e in out)
+    assert leader.abandon() == []  # released once
+    follower = next(c for c in h.cores.values() if c is not leader)
+    (send,) = follower.abandon()
+    assert send.to == leader.replica_id and type(send.message) is FetchRequest
+    assert not send.message.quiescent  # the leader stops counting it as held
+
+
+def test_silence_and_return_of_a_followers_broker():
+    h, leader = _quiesced()
+    a, b = [i for i in h.voters if i != leader.replica_id]
+    assert leader.follower_silent(a) == []
+    end = len(h.logs[leader.replica_id])
+    assert leader.follower_states()[a] == (end, False)  # not in sync while silent
+    assert leader.quiescent  # b is held: with the leader a majority
+    leader.follower_silent(b)
+    assert not leader.quiescent  # no majority held: it ticks (check quorum runs)
+    leader.follower_heard(a)
+    leader.follower_heard(b)
+    assert leader.quiescent and leader.follower_states()[a] == (end, True)
+
+
+def test_wake_makes_a_quiescent_follower_fetch_from_that_broker_only():
+    h, leader = _quiesced()
+    follower = next(c for c in h.cores.values() if c is not leader)
+    other = next(i for i in h.voters if i not in (leader.replica_id, follower.replica_id))
+    assert follower.wake(other) == [] and follower.quiescent
+    (fetch,) = _sends(follower.wake(leader.replica_id), FetchRequest)
+    assert not fetch.quiescent and not follower.quiescent
