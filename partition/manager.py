@@ -800,7 +800,7 @@ class ReplicaManager:
         leaders, silent, heard = self.links.watch(trio.current_time())
         for b in leaders:
             log_event(logger, "replica_link_silent", level=logging.INFO, broker_id=b, side="leader")
-            await self._leader_unreachable(b)
+            await self._leader_unreachable(b, refused=False)
         for b in silent:  # often only a broker that follows nothing led here: debug
             log_event(logger, "replica_link_silent", level=logging.DEBUG, broker_id=b, side="follower")
         for b in heard:
@@ -916,11 +916,12 @@ class ReplicaManager:
                     await r.maintain()
                     await trio.sleep(0)
 
-    async def _leader_unreachable(self, broker_id: int) -> None:
-        """A fetch to `broker_id` was refused: its followers here run soon (raft.py)."""
+    async def _leader_unreachable(self, broker_id: int, *, refused: bool = True) -> None:
+        """A fetch to `broker_id` was refused (or, `refused=False`, its link went silent):
+        its followers here run soon (raft.py `leader_unreachable`)."""
         for r in list(self._replicas.values()):
             if r.attached and not r.is_leader and r.leader_id == broker_id:
-                await r.leader_unreachable(broker_id)
+                await r.leader_unreachable(broker_id, refused=refused)
 
     # ------------------------------------------------------------------ leadership reports
 

@@ -737,12 +737,12 @@ class Replica:
         if self.online:
             await self._event(RaftCore.start_election)
 
-    async def leader_unreachable(self, broker_id: int) -> None:
+    async def leader_unreachable(self, broker_id: int, *, refused: bool = False) -> None:
         """A connection to broker `broker_id` was refused or its link went silent (raft.py
         `leader_unreachable`). Skipped while busy, like a tick, unless quiescent: the next
         refused fetch says it again, but a silence is reported once."""
         if self.online and (not self._lock.locked() or self.quiescent_on(broker_id)):
-            await self._event(RaftCore.leader_unreachable, broker_id)
+            await self._event(partial(RaftCore.leader_unreachable, refused=refused), broker_id)
 
     async def wake(self, broker_id: int) -> None:
         """The link to broker `broker_id` broke (raft.py `wake`)."""

@@ -10,8 +10,9 @@ recovery; at most one replica is flagged at a time, so the unflagged replicas ca
 elect), restarts, clients writing to whoever accepts writes, and leadership transfers.
 Like the replica manager, each node watches its links to the others (raft.py contract 11,
 "Quiescence"): a link that breaks (a cut, the other node crashing) wakes the quiescent
-followers across it at once; after an election timeout of silence the node calls
-`leader_unreachable` and `follower_silent` about the other side (and `follower_silent` again
+followers across it at once (and a crashed node's port refuses connections:
+`leader_unreachable(refused=True)` at once); after an election timeout of silence the node
+calls `leader_unreachable` and `follower_silent` about the other side (and `follower_silent` again
 for leaderships it wins while the link stays down), and `follower_heard` once it heals.
 Messages dropped at random model losses inside a live link (a full inbox, a dropped frame):
 the watch does not see those.
@@ -381,6 +382,8 @@ class Cluster:
             n = node.silent_ticks[other] = node.silent_ticks.get(other, 0) + 1
             if n == 1:
                 self._apply(node, node.core.wake(other))
+                if not self.nodes[other].up:  # its port refuses connections at once
+                    self._apply(node, node.core.leader_unreachable(other, refused=True))
             if n == silence:
                 self._apply(node, node.core.leader_unreachable(other))
             if n >= silence and node.core.role is Role.LEADER:

@@ -983,3 +983,31 @@ def test_wake_makes_a_quiescent_follower_fetch_from_that_broker_only():
     assert follower.wake(other) == [] and follower.quiescent
     (fetch,) = _sends(follower.wake(leader.replica_id), FetchRequest)
     assert not fetch.quiescent and not follower.quiescent
+
+
+def test_followers_of_a_leader_whose_port_refuses_skip_the_pre_vote():
+    h, leader = _quiesced(seed=23)
+    followers = [i for i in h.voters if i != leader.replica_id]
+    seen = {i: len(h.effects[i]) for i in followers}
+    h.cut.add(leader.replica_id)
+    for i in followers:
+        h.apply(i, h.cores[i].leader_unreachable(leader.replica_id, refused=True))
+    h.run_until(lambda: h.leader() is not None and h.leader().may_accept_writes, 3 * CFG.election_timeout_ticks)
+    requests = [m for i in followers for m in _sends(h.effects[i][seen[i]:], VoteRequest)]
+    assert requests and not any(m.pre_vote for m in requests)  # straight to the real vote
+    assert h.leader().epoch == leader.epoch + 1
+
+
+def test_a_write_after_a_long_quiet_does_not_make_the_leader_resign():
+    """Quiescent, the leader's check-quorum window stands still; the held fetches it answers
+    at the next write count as fetches in it, so the window closing right after does not
+    find an empty quorum (seen: hundreds of leaders resigned when a load woke them)."""
+    for elapsed in range(CFG.check_quorum_ticks):
+        h, leader = _quiesced(seed=24)
+        leader._cq_elapsed = elapsed  # wherever the window stood when the group went quiet
+        leader._cq_fetched.clear()
+        epoch = leader.epoch
+        h.write(leader.replica_id)
+        for _ in range(CFG.check_quorum_ticks - elapsed):  # to the end of that window
+            h.apply(leader.replica_id, leader.tick())  # before any follower's fetch is back
+        assert leader.role is Role.LEADER and leader.epoch == epoch, elapsed
