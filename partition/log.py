@@ -15,15 +15,18 @@ Files in the log directory:
   `write_recovery_point`) and at `close`; removed (durably) before any cut of the log. A
   missing, damaged or stale one (another base, a file shorter than its position, an index
   that does not match) is ignored: the active segment is then scanned whole.
-* `producer-snapshot`: the replica's producer state as of an offset S (issue 19; format in
-  partition/producer_state.py "Snapshot"), so that a restart walks batch headers only from S
-  (`load_producer_state`) instead of the whole log. Written beside the recovery point by the
-  replica (`producer_snapshot` + `write_producer_snapshot`: the log is fsynced up to S first),
-  and removed durably before any cut that reaches below S, as the recovery point is: a
-  truncation or repair below S, a reset, the log start moving past S, and a compaction that
-  empties a producer's batch below S. One that is damaged, past the log end, below the log
-  start, of another leader epoch at S-1, or whose S falls inside a batch is not used (and
-  removed): the walk then covers the whole log.
+* `producer-snapshot-<S:020d>`: the replica's producer state as of an offset S (issue 19;
+  format in partition/producer_state.py "Snapshot"), so that a restart walks batch headers
+  only from S (`load_producer_state`) instead of the whole log. Written beside the recovery
+  point by the replica (`producer_snapshot` + `write_producer_snapshot`: the log is fsynced up
+  to S first); the newest PRODUCER_SNAPSHOTS_KEPT are kept, since S is the log end when taken
+  and a new leader's truncation of the uncommitted tail can cut below the newest one: the one
+  before it, older by a checkpoint interval, is then below the cut. Each is removed durably
+  before any cut that reaches below its S, as the recovery point is: a truncation or repair
+  below S, a reset, the log start moving past S, and a compaction that empties a producer's
+  batch below S. One that is damaged, past the log end, below the log start, of another
+  leader epoch at S-1, or whose S falls inside a batch is not used (and removed): the next
+  older one, else a walk of the whole log, serves instead.
 The first three are `<kind>\\n<count>\\n<lines>\\ncrc32c <hex>\\n`, replaced atomically (tmp file,
 fsync, rename, fsync dir); a missing or bad one is rebuilt from the segments (epochs), or
 taken as the safe default (log start: the first segment; recovery point: 0, scan all).
@@ -145,7 +148,8 @@ __all__ = [
     "EPOCH_CHECKPOINT", "LOG_START_CHECKPOINT", "RECOVERY_POINT_CHECKPOINT",
     "ACTIVE_POINT_CHECKPOINT", "ActiveCheckpoint", "RECOVERY_POINT_MIN_BYTES",
     "RECOVERY_POINT_FLUSH_BYTES", "RECOVERY_POINT_CLOSE_MIN_BYTES",
-    "PRODUCER_SNAPSHOT_CHECKPOINT", "ProducerCheckpoint", "ProducerStateLoad",
+    "PRODUCER_SNAPSHOT_PREFIX", "PRODUCER_SNAPSHOTS_KEPT", "producer_snapshot_name",
+    "ProducerCheckpoint", "ProducerStateLoad",
 ]
 
 logger = logging.getLogger(__name__)
@@ -158,7 +162,8 @@ EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 ACTIVE_POINT_CHECKPOINT = "recovery-point-active"
-PRODUCER_SNAPSHOT_CHECKPOINT = "producer-snapshot"
+PRODUCER_SNAPSHOT_PREFIX = "producer-snapshot-"
+PRODUCER_SNAPSHOTS_KEPT = 2  # the newest, and one older by a checkpoint interval (docstring)
 # A new offset-granular point is written once the active segment holds this many bytes past
 # the last one (periodically and at close): what a restart scans is bounded by it plus what
 # was written since the last checkpoint, and idle or slow partitions cost no fsyncs.
@@ -487,8 +492,8 @@ class Log:
         # counter that voids snapshots taken before a truncation or repair.
         self._active_point: tuple[int, int] | None = None
         self._cut_generation = 0
-        # S of the durable producer snapshot (None: there is none); why open refused one.
-        self._producer_snapshot_offset: int | None = None
+        # S of each durable producer snapshot, ascending; why open refused one.
+        self._producer_snapshots: list[int] = []
         self._producer_snapshot_refused: str | None = None
         # Test seam: called after each durable step of a compaction swap.
         self._cleaner_crash_point: Callable[[str], None] = lambda step: None
@@ -651,7 +656,7 @@ class Log:
             self._write_epochs()
         if ckpt_start != self.log_start_offset:
             self._write_log_start()
-        self._check_producer_snapshot()
+        self._check_producer_snapshots()
         # Make what recovery kept durable, then move the recovery point up to the active one.
         # A clean restart spends no fsyncs on what was durable already (issue 19: four per
         # partition, a third of a replica's open): the active segment's bytes up to its
@@ -796,37 +801,33 @@ class Log:
     def _before_cut(self, cut_offset: int | None) -> None:
         """Before any cut (under _flush_lock): void snapshots taken so far and remove the
         durable point, so that a crash from here on scans the active segment whole; and the
-        producer snapshot when the cut may reach below its offset (`cut_offset`: the lowest
+        producer snapshots whose offset the cut may reach below (`cut_offset`: the lowest
         offset the cut may remove; None: all of them). Durable when it returns."""
         self._cut_generation += 1
         self._active_point = None
         gone = _unlink_if_present(self.directory / ACTIVE_POINT_CHECKPOINT)
-        at = self._producer_snapshot_offset
-        if cut_offset is None or at is None or cut_offset < at:
-            # (at is None: none is known, but during open, before it is checked, one may be there)
-            self._producer_snapshot_offset = None
-            gone |= _unlink_if_present(self.directory / PRODUCER_SNAPSHOT_CHECKPOINT)
+        gone |= self._unlink_producer_snapshots(lambda at: cut_offset is None or cut_offset < at)
         if gone:
             self._fsync_dir()
 
-    # ------------------------------------------------------------------ producer snapshot
+    # ------------------------------------------------------------------ producer snapshots
 
     @property
     def producer_snapshot_offset(self) -> int | None:
-        """S of the durable producer snapshot; None when there is none."""
-        return self._producer_snapshot_offset
+        """S of the newest durable producer snapshot; None when there is none."""
+        return self._producer_snapshots[-1] if self._producer_snapshots else None
 
     def producer_snapshot(self, state: ProducerStateManager,
                           min_bytes: int = RECOVERY_POINT_MIN_BYTES) -> ProducerCheckpoint | None:
         """Writer, no I/O: `state` (the producer state of this log as it stands: the caller
         holds the writer's place) as of log_end_offset, or None when it is not `exact`, the
-        log holds fewer than `min_bytes` past the durable snapshot (past the log start when
-        there is none), or the log is closed. O(producers). Make it durable with
+        log holds fewer than `min_bytes` past the newest durable snapshot (past the log start
+        when there is none), or the log is closed. O(producers). Make it durable with
         `write_producer_snapshot` (any thread)."""
         if self._closed or self._failed is not None or not state.exact:
             return None
         end = self.log_end_offset
-        prev = self._producer_snapshot_offset
+        prev = self.producer_snapshot_offset
         if end == prev or end <= self.log_start_offset:
             return None
         since = self.bytes_behind_end(self.log_start_offset if prev is None else prev)
@@ -837,90 +838,106 @@ class Log:
 
     def write_producer_snapshot(self, ckpt: ProducerCheckpoint) -> bool:
         """Make `ckpt` durable: fsync the log first if it holds offsets below the snapshot's
-        that are not yet flushed, then replace the file atomically. False (nothing written)
-        when a cut or a move of the log start came after the snapshot. Blocking; any thread
-        (it waits for a running flush). Raises LogClosedError (an fsync or write failed)."""
+        that are not yet flushed, then write its file atomically, the oldest kept one removed
+        in the same directory fsync. False (nothing written) when a cut or a move of the log
+        start came after the snapshot. Blocking; any thread (it waits for a running flush).
+        Raises LogClosedError (an fsync or write failed)."""
         self._check_open()
         data = ckpt.snapshot.encode()
+        at = ckpt.snapshot.offset
         with self._flush_lock:
             self._check_open()
             if ckpt.generation != self._cut_generation:
                 return False
             try:
-                if self.flushed_offset < ckpt.snapshot.offset:
+                if self.flushed_offset < at:
                     self._flush_locked()
-                write_durably(self.directory, PRODUCER_SNAPSHOT_CHECKPOINT, data)
+                assert all(s < at for s in self._producer_snapshots), (self._producer_snapshots, at)
+                doomed = set(self._producer_snapshots[:max(0, len(self._producer_snapshots)
+                                                           - PRODUCER_SNAPSHOTS_KEPT + 1)])
+                self._unlink_producer_snapshots(lambda s: s in doomed)
+                write_durably(self.directory, producer_snapshot_name(at), data)  # fsyncs the dir
             except OSError as e:
                 self._fail(e)
                 raise LogClosedError(f"producer snapshot write failed: {e}") from e
-            self._producer_snapshot_offset = ckpt.snapshot.offset
+            self._producer_snapshots.append(at)
             self._producer_snapshot_refused = None
             return True
 
-    def discard_producer_snapshot(self) -> None:
-        """Writer: remove the producer snapshot durably and void any taken so far (before
-        the replica resets the log, or when one turns out not to fit it). Blocking.
-        Raises LogClosedError."""
+    def discard_producer_snapshots(self) -> None:
+        """Writer: remove every producer snapshot durably and void any taken so far (before
+        the replica resets the log). Blocking. Raises LogClosedError."""
         self._check_open()
         with self._flush_lock:
-            self._void_producer_snapshots(drop=True)
+            self._void_producer_snapshots(lambda at: True)
 
-    def _void_producer_snapshots(self, *, drop: bool) -> None:
-        """Under _flush_lock: void the producer snapshots taken so far; with `drop`, remove
-        the durable one too, durably."""
+    def _void_producer_snapshots(self, doomed: Callable[[int], bool]) -> None:
+        """Under _flush_lock: void the producer snapshots taken so far; remove the durable
+        ones `doomed(offset)` names, durably."""
         self._cut_generation += 1
-        if not drop:
-            return
-        self._producer_snapshot_offset = None
         try:
-            if _unlink_if_present(self.directory / PRODUCER_SNAPSHOT_CHECKPOINT):
+            if self._unlink_producer_snapshots(doomed):
                 self._fsync_dir()
         except OSError as e:
             self._fail(e)
             raise LogClosedError(f"producer snapshot removal failed: {e}") from e
 
+    def _unlink_producer_snapshots(self, doomed: Callable[[int], bool]) -> bool:
+        """Unlink the producer snapshot files (as the directory lists them: during open, before
+        they are checked, they are not known yet) whose offset `doomed` names; the caller
+        fsyncs the directory. Returns whether any went."""
+        gone = False
+        for name in os.listdir(self.directory):
+            at = _producer_snapshot_offset_of(name)
+            if at is not None and doomed(at):
+                gone |= _unlink_if_present(self.directory / name)
+        self._producer_snapshots = [at for at in self._producer_snapshots if not doomed(at)]
+        return gone
+
     def load_producer_state(self, state: ProducerStateManager, *,
                             use_snapshot: bool = True) -> ProducerStateLoad:
         """Writer (blocking: at open, or with the replica's lock held): rebuild `state` from
-        the durable producer snapshot and the batch headers from its offset to the log end;
-        or, when there is none or it does not fit this log (module docstring), from every
-        batch header of the log (a snapshot whose offset falls inside a batch is removed).
-        Returns a ProducerStateLoad. Raises StorageDamageError (a header in the walk does not
-        parse: the replica repairs and calls again), LogClosedError."""
+        the newest durable producer snapshot that fits this log (module docstring) and the
+        batch headers from its offset to the log end; or, when none does, from every batch
+        header of the log. One found not to fit (damaged, or its offset inside a batch) is
+        removed. Returns a ProducerStateLoad. Raises StorageDamageError (a header in the walk
+        does not parse: the replica repairs and calls again), LogClosedError."""
         self._check_open()
-        snap, why = (self._read_producer_snapshot(state.max_producers) if use_snapshot
-                     else (None, "not asked"))
-        if why == "none" and self._producer_snapshot_refused is not None:
-            why = self._producer_snapshot_refused  # open removed it
+        why = "not asked" if not use_snapshot else (self._producer_snapshot_refused or "none")
         self._producer_snapshot_refused = None
-        state.clear()
-        if snap is not None:
+        for at in reversed(self._producer_snapshots if use_snapshot else []):
+            state.clear()
+            snap, why = self._read_producer_snapshot(at, state.max_producers)
             try:
-                state.load(snap, log_start_offset=self.log_start_offset)
-                walked = _apply_counted(state, self.batch_headers(snap.offset), from_offset=snap.offset)
-                return ProducerStateLoad(snap.offset, walked)
+                if snap is not None:
+                    state.load(snap, log_start_offset=self.log_start_offset)
+                    walked = _apply_counted(state, self.batch_headers(at), from_offset=at)
+                    return ProducerStateLoad(at, walked)
             except _SnapshotMisfit as e:
                 why = str(e)
-                self.discard_producer_snapshot()
             except StorageDamageError as e:
                 if e.what != "index":
                     raise
                 why = f"the index led the walk astray ({e})"  # the scrubber or a read rebuilds it
-            logger.warning("log %s: %s not used: %s; walking the whole log", self.directory,
-                           PRODUCER_SNAPSHOT_CHECKPOINT, why)
-            state.clear()
+                logger.warning("log %s: %s not used: %s", self.directory, producer_snapshot_name(at), why)
+                continue
+            logger.warning("log %s: %s not used: %s; removing it", self.directory,
+                           producer_snapshot_name(at), why)
+            with self._flush_lock:
+                self._void_producer_snapshots(lambda s, at=at: s == at)
+        state.clear()
         return ProducerStateLoad(None, _apply_counted(state, self.batch_headers()), why)
 
-    def _read_producer_snapshot(self, max_producers: int | None) -> tuple[ProducerSnapshot | None, str]:
-        """(the durable producer snapshot, "") if it is whole and fits this log as it stands;
-        else (None, why)."""
-        data = _read_or_none(self.directory / PRODUCER_SNAPSHOT_CHECKPOINT, MAX_SNAPSHOT_BYTES + 1)
+    def _read_producer_snapshot(self, at: int, max_producers: int | None) -> tuple[ProducerSnapshot | None, str]:
+        """(the durable producer snapshot at `at`, "") if it is whole and fits this log as it
+        stands; else (None, why)."""
+        data = _read_or_none(self.directory / producer_snapshot_name(at), MAX_SNAPSHOT_BYTES + 1)
         if data is None:
-            return None, "none"
+            return None, "gone"
         snap = ProducerSnapshot.decode(data, max_producers=max_producers)
-        if snap is None:
+        if snap is None or snap.offset != at:
             return None, "damaged, or more producers than max_producers"
-        at, start, end = snap.offset, self.log_start_offset, self.log_end_offset
+        start, end = self.log_start_offset, self.log_end_offset
         if at > end:
             return None, f"its offset {at} is past the log end {end}"
         if at < start:
@@ -930,20 +947,28 @@ class Log:
                           f"the snapshot's {snap.last_epoch}")
         return snap, ""
 
-    def _check_producer_snapshot(self) -> None:
-        """Open, before the directory fsync: keep the producer snapshot only if it fits the
-        recovered log. One that does not is unlinked, durably before anything is appended:
-        after a recovery that cut below its offset, a log grown past it again would seem to
-        fit."""
-        snap, why = self._read_producer_snapshot(None)
-        if snap is not None:
-            self._producer_snapshot_offset = snap.offset
-        elif why != "none":
-            logger.warning("log %s: %s not used: %s; removing it", self.directory,
-                           PRODUCER_SNAPSHOT_CHECKPOINT, why)
-            os.unlink(self.directory / PRODUCER_SNAPSHOT_CHECKPOINT)
+    def _check_producer_snapshots(self) -> None:
+        """Open, before the directory fsync: keep the newest PRODUCER_SNAPSHOTS_KEPT producer
+        snapshots that fit the recovered log. The others are unlinked, durably before
+        anything is appended: after a recovery that cut below a snapshot's offset, a log
+        grown past it again would seem to fit."""
+        found = sorted(at for at in map(_producer_snapshot_offset_of, os.listdir(self.directory))
+                       if at is not None)
+        good = []
+        for at in reversed(found):
+            snap, why = self._read_producer_snapshot(at, None)
+            if snap is not None and len(good) < PRODUCER_SNAPSHOTS_KEPT:
+                good.append(at)
+                continue
+            if snap is None:
+                logger.warning("log %s: %s not used: %s; removing it", self.directory,
+                               producer_snapshot_name(at), why)
+                self._producer_snapshot_refused = self._producer_snapshot_refused or why
+            os.unlink(self.directory / producer_snapshot_name(at))
             self._dir_dirty = True
-            self._producer_snapshot_refused = why
+        self._producer_snapshots = sorted(good)
+        if good:
+            self._producer_snapshot_refused = None  # one serves
 
     # ------------------------------------------------------------------ state checks
 
@@ -1604,8 +1629,7 @@ class Log:
             new_start = self.log_start_offset
         else:
             with self._flush_lock:
-                at = self._producer_snapshot_offset
-                self._void_producer_snapshots(drop=at is not None and at < new_start)
+                self._void_producer_snapshots(lambda at: at < new_start)
         self.log_start_offset = new_start
         self._write_log_start()  # before any file goes: reopen then drops what is below
         if self._epochs.truncate_from_start(new_start):
@@ -1652,8 +1676,7 @@ class Log:
             raise ValueError(f"log start {offset} outside ({self.log_start_offset}, "
                              f"{self.log_end_offset}]")
         with self._flush_lock:
-            at = self._producer_snapshot_offset
-            self._void_producer_snapshots(drop=at is not None and at < offset)
+            self._void_producer_snapshots(lambda at: at < offset)
         self.log_start_offset = offset
         self._write_log_start()
         # An empty log keeps no epoch (an entry must start below the end: the next leader's
@@ -1734,8 +1757,7 @@ class Log:
                     # Batches of producers go: a snapshot past one of them may name it (and
                     # one taken meanwhile from a state that names one must not be written).
                     with self._flush_lock:
-                        at = self._producer_snapshot_offset
-                        self._void_producer_snapshots(drop=at is not None and c.emptied[0] < at)
+                        self._void_producer_snapshots(lambda at: c.emptied[0] < at)
                 self._cleaner_crash_point("cleaned_written")
                 try:
                     with self._dir() as dir_fd:
@@ -1845,6 +1867,19 @@ def _apply_counted(state: ProducerStateManager, headers: Iterator[Header], *,
     finally:
         headers.close()  # unpin now, not at garbage collection
     return walked
+
+
+def producer_snapshot_name(offset: int) -> str:
+    """The file name of the producer snapshot at `offset`."""
+    return f"{PRODUCER_SNAPSHOT_PREFIX}{offset:020d}"
+
+
+def _producer_snapshot_offset_of(name: str) -> int | None:
+    """The offset a producer snapshot's file name carries; None for any other name."""
+    tail = name[len(PRODUCER_SNAPSHOT_PREFIX):]
+    if not name.startswith(PRODUCER_SNAPSHOT_PREFIX) or len(tail) != 20 or not tail.isdigit():
+        return None
+    return int(tail)
 
 
 def _unlink_if_present(path: Path) -> bool:

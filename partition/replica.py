@@ -1477,7 +1477,7 @@ class Replica:
         directory = self.directory
 
         def work() -> Log:
-            old.discard_producer_snapshot()  # durably gone before any segment goes
+            old.discard_producer_snapshots()  # durably gone before any segment goes
             old.close()
             for name in os.listdir(directory):
                 if name not in _KEEP_ON_RESET:

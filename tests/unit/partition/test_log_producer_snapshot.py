@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from partition.batch import BatchBuilder
-from partition.log import ACTIVE_POINT_CHECKPOINT, PRODUCER_SNAPSHOT_CHECKPOINT, Log, LogConfig
+from partition.log import ACTIVE_POINT_CHECKPOINT, PRODUCER_SNAPSHOT_PREFIX, Log, LogConfig
 from partition.producer_state import ProducerStateManager
 
 CFG = LogConfig(segment_bytes=1200, index_interval_bytes=200, retention_ms=-1)
@@ -20,6 +20,12 @@ def fill(log, state, count, pid=7, key=b"k", start_seq=0):
     for i in range(count):
         first, last = log.append(batch(pid, start_seq + i, key), leader_epoch=1, now_ms=0)
         state.record(pid, 0, start_seq + i, start_seq + i, first, last)
+
+
+def snapshot_files(directory):
+    """The offsets of the producer snapshot files in `directory`, ascending."""
+    return sorted(int(p.name[len(PRODUCER_SNAPSHOT_PREFIX):]) for p in directory.iterdir()
+                  if p.name.startswith(PRODUCER_SNAPSHOT_PREFIX) and not p.name.endswith(".tmp"))
 
 
 def whole_walk(log):
@@ -52,7 +58,7 @@ def test_a_cut_after_the_snapshot_was_taken_voids_it(tmp_path):
     ckpt = log.producer_snapshot(state, min_bytes=0)
     log.truncate_to(3)
     assert not log.write_producer_snapshot(ckpt)  # it names batches the log no longer has
-    assert not (tmp_path / PRODUCER_SNAPSHOT_CHECKPOINT).exists()
+    assert snapshot_files(tmp_path) == []
     state.truncate(3)
     assert log.producer_snapshot(state, min_bytes=0) is None  # a full window was cut: inexact
     log.close()
@@ -67,9 +73,9 @@ def test_compaction_that_empties_a_producer_batch_below_it_removes_it_first(tmp_
     log.flush()
     seen = []
     log._cleaner_crash_point = lambda step: seen.append(
-        (step, (tmp_path / PRODUCER_SNAPSHOT_CHECKPOINT).exists()))
+        (step, snapshot_files(tmp_path)))
     done = log.maintain(now_ms=0)
-    assert done["compacted_segments"] and seen and seen[0] == ("cleaned_written", False)
+    assert done["compacted_segments"] and seen and seen[0] == ("cleaned_written", [])
     assert log.producer_snapshot_offset is None
     assert state.batches_removed(range(at)) and not state.exact  # the replica's side
     log.close()
@@ -99,7 +105,7 @@ def test_retention_past_it_removes_it_before_the_new_log_start(tmp_path):
     log.maintain(now_ms=0)
     assert log.log_start_offset > at
     assert log.producer_snapshot_offset is None
-    assert not (tmp_path / PRODUCER_SNAPSHOT_CHECKPOINT).exists()
+    assert snapshot_files(tmp_path) == []
     log.close()
 
 
@@ -134,7 +140,7 @@ def test_a_recovery_that_cuts_below_it_removes_it_durably_at_open(tmp_path):
     log = Log.open(tmp_path, CFG, now_ms=0)
     assert log.log_end_offset < at and log.recovery.bytes_dropped
     assert log.producer_snapshot_offset is None
-    assert not (tmp_path / PRODUCER_SNAPSHOT_CHECKPOINT).exists()
+    assert snapshot_files(tmp_path) == []
     state = ProducerStateManager()
     state.apply_headers(log.batch_headers())
     fill(log, state, 3, start_seq=5)  # past S again, with other batches

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import partition.segment as segment_module
 from metadata.topic_config import TopicConfig
 from partition.batch import BatchBuilder, iter_headers, stamp
-from partition.log import PRODUCER_SNAPSHOT_CHECKPOINT, Log, LogConfig
+from partition.log import PRODUCER_SNAPSHOT_PREFIX, Log, LogConfig, producer_snapshot_name
 from partition.producer_state import ProducerSnapshot, ProducerStateManager
 from partition.raft import AdvanceLogStart, AppendReplicated, TruncateFully, TruncateTo
 from partition.replica import Replica, ReplicaSettings
@@ -44,6 +44,12 @@ def _batch(pid, epoch, seq, n, *, offset=None, leader_epoch=1):
     if offset is not None:
         stamp(raw, 0, offset, leader_epoch)
     return bytes(raw)
+
+
+def _snapshots(directory):
+    """The offsets of the producer snapshot files in `directory`, ascending."""
+    return sorted(int(p.name[len(PRODUCER_SNAPSHOT_PREFIX):]) for p in directory.iterdir()
+                  if p.name.startswith(PRODUCER_SNAPSHOT_PREFIX) and not p.name.endswith(".tmp"))
 
 
 def _whole_walk(log):
@@ -105,7 +111,7 @@ OPS = st.lists(st.one_of(
 ), min_size=8, max_size=50)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=75, deadline=None)
 @given(OPS)
 def test_a_restart_after_a_crash_rebuilds_the_whole_walks_state(ops):
     """Reference: the producer state a walk of the reopened log's every batch header gives.
@@ -199,23 +205,25 @@ def _corrupt(path, at):
 
 
 async def test_a_damaged_snapshot_falls_back_to_the_whole_walk_and_is_removed(tmp_path):
-    f, _ = await _filled(tmp_path / "p")
+    f, at = await _filled(tmp_path / "p")
     f.log._abandon()
-    path = tmp_path / "p" / PRODUCER_SNAPSHOT_CHECKPOINT
+    path = tmp_path / "p" / producer_snapshot_name(at)
     _corrupt(path, len(path.read_bytes()) - 2)
     r = _reopen(tmp_path / "p")
     assert r.producers_loaded.snapshot_offset is None and "damaged" in r.producers_loaded.unused
     assert _dump(r.producers) == _dump(_whole_walk(r.log))
-    assert not path.exists() and r.log.producer_snapshot_offset is None
+    assert _snapshots(tmp_path / "p") == [] and r.log.producer_snapshot_offset is None
     r.log.close()
 
 
-def _rewrite_snapshot(directory, **changes):
-    path = directory / PRODUCER_SNAPSHOT_CHECKPOINT
+def _rewrite_snapshot(directory, at, **changes):
+    """The snapshot at `at` replaced by one with `changes` (under the name its offset gives)."""
+    path = directory / producer_snapshot_name(at)
     snap = ProducerSnapshot.decode(path.read_bytes())
     fields = {"offset": snap.offset, "last_epoch": snap.last_epoch,
               "evicted_at": snap.evicted_at, "producers": snap.producers} | changes
-    path.write_bytes(ProducerSnapshot(**fields).encode())
+    path.unlink()
+    (directory / producer_snapshot_name(fields["offset"])).write_bytes(ProducerSnapshot(**fields).encode())
 
 
 async def test_snapshots_of_another_log_fall_back_to_the_whole_walk(tmp_path):
@@ -230,7 +238,7 @@ async def test_snapshots_of_another_log_fall_back_to_the_whole_walk(tmp_path):
     headers = list(log.batch_headers())
     log.close()
     inside = next(h for h in headers if h.base_offset >= 6 and h.last_offset > h.base_offset)
-    below = ProducerSnapshot.decode((tmp_path / "p" / PRODUCER_SNAPSHOT_CHECKPOINT).read_bytes())
+    below = ProducerSnapshot.decode((tmp_path / "p" / producer_snapshot_name(at)).read_bytes())
     below = tuple((pid, epoch, kept) for pid, epoch, batches in below.producers
                   if (kept := tuple(b for b in batches if b.last_offset <= inside.base_offset)))
     cases = {
@@ -241,12 +249,12 @@ async def test_snapshots_of_another_log_fall_back_to_the_whole_walk(tmp_path):
     for reason, change in cases.items():
         d = tmp_path / reason.replace(" ", "-")
         shutil.copytree(pristine, d)
-        _rewrite_snapshot(d, **change)
+        _rewrite_snapshot(d, at, **change)
         r = _reopen(d)
         assert r.producers_loaded.snapshot_offset is None, reason
         assert reason in r.producers_loaded.unused, r.producers_loaded
         assert _dump(r.producers) == _dump(_whole_walk(r.log)), reason
-        assert not (d / PRODUCER_SNAPSHOT_CHECKPOINT).exists(), reason
+        assert _snapshots(d) == [], reason
         r.log.close()
     # Below the log start: DeleteRecords past S removes it (durably, before the new start).
     d = tmp_path / "below"
@@ -254,26 +262,26 @@ async def test_snapshots_of_another_log_fall_back_to_the_whole_walk(tmp_path):
     f = Follower(d)
     assert f.log.producer_snapshot_offset == at
     await f.effect(AdvanceLogStart(at + 2))
-    assert f.log.producer_snapshot_offset is None and not (d / PRODUCER_SNAPSHOT_CHECKPOINT).exists()
+    assert f.log.producer_snapshot_offset is None and _snapshots(d) == []
     f.log.close()
 
 
 async def test_a_truncation_below_the_snapshot_removes_it_before_the_cut(tmp_path, monkeypatch):
     f, at = await _filled(tmp_path / "p")
-    path = tmp_path / "p" / PRODUCER_SNAPSHOT_CHECKPOINT
+    d = tmp_path / "p"
     seen = []
     real = segment_module.Segment.truncate_to
 
     def watching(seg, offset, **kw):
-        seen.append((offset, path.exists()))
+        seen.append((offset, _snapshots(d)))
         return real(seg, offset, **kw)
 
     monkeypatch.setattr(segment_module.Segment, "truncate_to", watching)
     await f.effect(TruncateTo(at + 2))  # above S: the snapshot still describes the log below it
-    assert seen == [(at + 2, True)] and f.log.producer_snapshot_offset == at
+    assert seen == [(at + 2, [at])] and f.log.producer_snapshot_offset == at
     await f.effect(TruncateTo(at - 3))
-    assert seen[-1] == (at - 3, False)  # gone before the segment was cut
-    assert f.log.producer_snapshot_offset is None and not path.exists()
+    assert seen[-1] == (at - 3, [])  # gone before the segment was cut
+    assert f.log.producer_snapshot_offset is None and _snapshots(d) == []
     await f.append(0, 4)  # the log grows past S again with other batches: nothing stale to load
     f.log._abandon()
     r = _reopen(tmp_path / "p")
@@ -284,13 +292,13 @@ async def test_a_truncation_below_the_snapshot_removes_it_before_the_cut(tmp_pat
 
 async def test_a_log_reset_removes_the_snapshot_before_the_segments(tmp_path, monkeypatch):
     f, _ = await _filled(tmp_path / "p")
-    path = tmp_path / "p" / PRODUCER_SNAPSHOT_CHECKPOINT
+    d = tmp_path / "p"
     seen = []
     real_unlink = os.unlink
 
     def watching(name, *a, **kw):
         if str(name).endswith(".log"):
-            seen.append(path.exists())
+            seen.append(_snapshots(d))
         return real_unlink(name, *a, **kw)
 
     monkeypatch.setattr(os, "unlink", watching)
@@ -425,4 +433,40 @@ async def test_a_single_voter_with_damage_found_at_open_writes_on_but_snapshots_
     assert await r.checkpoint_recovery_point(min_bytes=0)
     assert r.log.producer_snapshot_offset is None
     await r.close()
-    assert not (d / PRODUCER_SNAPSHOT_CHECKPOINT).exists()
+    assert _snapshots(d) == []
+
+
+async def test_a_new_leaders_cut_below_the_newest_snapshot_leaves_the_one_before(tmp_path):
+    """The newest snapshot was taken at the log end, in a tail a new leader then cuts; the
+    one before it serves the restart and the next checkpoint's rebuild."""
+    f, first = await _filled(tmp_path / "p")
+    for _ in range(6):
+        await f.append(0, 1)  # producer 100's window is full
+    assert await f.r.checkpoint_recovery_point(min_bytes=0)
+    newest = f.log.producer_snapshot_offset
+    assert _snapshots(tmp_path / "p") == [first, newest]
+    await f.append(1, 1)
+    assert await f.r.checkpoint_recovery_point(min_bytes=0)  # the oldest goes, two are kept
+    assert _snapshots(tmp_path / "p") == [newest, f.log.log_end_offset]
+    await f.effect(TruncateTo(newest))  # the tail a new leader never had
+    assert _snapshots(tmp_path / "p") == [newest] == [f.log.producer_snapshot_offset]
+    await f.effect(TruncateTo(newest - 4))  # again, below that one: a lossy cut of a full window
+    assert _snapshots(tmp_path / "p") == [] and not f.r.producers.exact
+    f.log._abandon()
+
+    f, first = await _filled(tmp_path / "q")
+    for _ in range(6):
+        await f.append(0, 1)
+    assert await f.r.checkpoint_recovery_point(min_bytes=0)
+    newest = f.log.producer_snapshot_offset
+    await f.effect(TruncateTo(newest - 3))  # between the two: only the newest goes
+    assert _snapshots(tmp_path / "q") == [first] and not f.r.producers.exact
+    assert await f.r.checkpoint_recovery_point(min_bytes=0)  # rebuilt from `first`, then snapshotted
+    assert f.r.producers.exact and f.r.producers_loaded.snapshot_offset == first
+    assert _snapshots(tmp_path / "q") == [first, newest - 3]
+    await f.append(2, 1)
+    f.log._abandon()
+    r = _reopen(tmp_path / "q")
+    assert r.producers_loaded.snapshot_offset == newest - 3 and r.producers_loaded.batches_walked == 1
+    assert _dump(r.producers) == _dump(_whole_walk(r.log))
+    r.log.close()
