@@ -41,6 +41,7 @@ import argparse
 import json
 import os
 import secrets
+import shlex
 import shutil
 import socket
 import statistics
@@ -348,8 +349,10 @@ def active_open_note(node_log: Path, log_from: int) -> str:
                  if "event=replica_producers_loaded" in ln and f"topic={ACTIVE_TOPIC} " in ln]
     if not lines:
         return f" ({ACTIVE_TOPIC}'s producer state: fewer than 1,000 headers walked)"
-    fields = dict(kv.split("=", 1) for kv in lines[-1].split() if "=" in kv)
-    return (f" ({ACTIVE_TOPIC}'s producer state: snapshot at {fields.get('snapshot_offset')}, "
+    fields = dict(kv.split("=", 1) for kv in shlex.split(lines[-1]) if "=" in kv)
+    unused = "" if fields.get("snapshot_offset") != "null" else \
+        f" (no snapshot: {fields.get('snapshot_unused')})"
+    return (f" ({ACTIVE_TOPIC}'s producer state: snapshot at {fields.get('snapshot_offset')}{unused}, "
             f"{fields.get('batches_walked')} headers walked in {fields.get('duration_ms')} ms)")
 
 
