@@ -334,9 +334,15 @@ def fill_active_segment(cluster: Cluster, mib: int, producers: int) -> tuple[flo
         t.join()
     if failed:
         raise SystemExit(f"filling {ACTIVE_TOPIC} failed: {failed[0]!r}")
-    cluster.wait(lambda: all(segment_bytes_on(cluster, i, ACTIVE_TOPIC) >= target for i in (1, 2, 3)),
-                 300, f"every node holding the {mib} MiB of {ACTIVE_TOPIC}")
-    return time.monotonic() - t0, {i: segment_bytes_on(cluster, i, ACTIVE_TOPIC) for i in (1, 2, 3)}
+    deadline = time.monotonic() + 600
+    while True:
+        held = {i: segment_bytes_on(cluster, i, ACTIVE_TOPIC) for i in (1, 2, 3)}
+        if all(b >= target for b in held.values()):
+            return time.monotonic() - t0, held
+        if time.monotonic() > deadline:
+            raise SystemExit(f"not every node holds the {mib} MiB of {ACTIVE_TOPIC} 600 s after the "
+                             f"producers were done (MiB: {fmt_nodes({i: b / 2**20 for i, b in held.items()}, '.0f')})")
+        threading.Event().wait(POLL_S * 10)
 
 
 def active_open_note(node_log: Path, log_from: int) -> str:
