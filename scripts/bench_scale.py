@@ -309,11 +309,12 @@ def fill_active_segment(cluster: Cluster, mib: int, producers: int) -> tuple[flo
 
     def write() -> None:
         # Records that failed (an election that outlasted the delivery timeout, say) are sent
-        # again, a few rounds at most: what counts is that the bytes end up in the log.
+        # again, a few rounds at most: what counts is that the bytes end up in the log. A send
+        # may block for minutes when the machine is loaded (load ~20: 60 s were not enough).
         try:
             with Producer([cluster.client(i) for i in (1, 2, 3)], acks="all", linger_ms=5,
                           batch_bytes=ACTIVE_BATCH_BYTES, enable_idempotence=True,
-                          delivery_timeout_ms=300_000) as producer:
+                          delivery_timeout_ms=300_000, max_block_ms=600_000) as producer:
                 todo = each
                 for _ in range(ACTIVE_FILL_ROUNDS):
                     futures = [producer.send(ACTIVE_TOPIC, value, partition=0) for _ in range(todo)]
