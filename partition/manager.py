@@ -917,10 +917,13 @@ class ReplicaManager:
                     await trio.sleep(0)
 
     async def _leader_unreachable(self, broker_id: int, *, refused: bool = True) -> None:
-        """A fetch to `broker_id` was refused (or, `refused=False`, its link went silent):
-        its followers here run soon (raft.py `leader_unreachable`)."""
+        """A fetch to `broker_id` was refused: its followers here run soon (raft.py
+        `leader_unreachable`). `refused=False`: its link went silent while it held fetches of
+        ours; only the quiescent followers hear of it (the others' own fetches time out as
+        they always did: under a heavy load a slow link is no dead leader)."""
         for r in list(self._replicas.values()):
-            if r.attached and not r.is_leader and r.leader_id == broker_id:
+            if r.attached and not r.is_leader and r.leader_id == broker_id and (
+                    refused or r.quiescent_on(broker_id)):
                 await r.leader_unreachable(broker_id, refused=refused)
 
     # ------------------------------------------------------------------ leadership reports

@@ -202,9 +202,11 @@ Quiescence (issue 19: 1,000 idle partitions per node must cost next to nothing)
 An idle partition stops exchanging per-partition messages and stops counting ticks, like
 CockroachDB's quiescent ranges: the liveness of a quiescent group is the liveness of the
 links between brokers, which the shell watches once per broker pair (contract 11).
-* A follower that got a response bringing no records, holding the leader's whole log
-  durably with the high watermark at its end (and not flagged needs_catch_up), sends its
-  next fetch with `quiescent=True`: "hold this until there is news". The leader parks such a
+* A follower that got a response bringing no news (no records, no new high watermark: the
+  leader parked its fetch for the whole wait), holding the leader's whole log durably with
+  the high watermark at its end (and not flagged needs_catch_up), sends its next fetch with
+  `quiescent=True`: "hold this until there is news". (After every response, under load,
+  it would cost two messages more per write.) The leader parks such a
   fetch as HELD when the follower is caught up (fetch offset = log end, durable to it, has
   the current HW and log start) and tells it so with `FetchHeld(fetch_id)`; the follower is
   quiescent only from that message on (a lost request or FetchHeld just leaves it ticking).
@@ -1532,6 +1534,7 @@ class RaftCore:
             self._catch_up_hw = hw
         if hw > self._end:
             hw = self._end
+        news = bool(m.batches) or hw > self._hw
         if hw > self._hw:
             self._hw = hw
             self._emit(HighWatermarkChanged(hw))
@@ -1547,10 +1550,12 @@ class RaftCore:
             self._fetch_after_flush = True
             self._flush_wait_ticks = 0
         else:
-            # Nothing came and nothing is pending here: ask the leader to hold the next fetch
-            # until there is news (module docstring "Quiescence").
+            # The leader parked our fetch for its whole wait and nothing came (no records, no
+            # new high watermark), and nothing is pending here: ask it to hold the next one
+            # until there is news (module docstring "Quiescence"). Not after a response that
+            # brought news: under load that would cost two messages more per write.
             self._send_fetch(quiescent=(
-                not m.batches and self._hw == self._end and self._flushed == self._end
+                not news and self._hw == self._end and self._flushed == self._end
                 and not self._needs_catch_up and self._log_start >= m.log_start_offset
             ))  # fmt: skip
 

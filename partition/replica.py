@@ -1117,8 +1117,8 @@ class Replica:
                         if acks == -1 and dup.last_offset >= core.high_watermark:
                             waiter = self._add_waiter(dup.last_offset)
                         return AppendResult(dup.first_offset, dup.last_offset, True, waiter)
-                first, last = self.log.append(records, leader_epoch=core.epoch,
-                                              now_ms=self._clock_ms())
+                first, last = await self._log_append(core.epoch, self.log.append, records,
+                                                     leader_epoch=core.epoch, now_ms=self._clock_ms())
                 if idem:
                     h = idem[0]
                     self.producers.record(h.producer_id, h.producer_epoch, h.base_sequence,
@@ -1320,12 +1320,12 @@ class Replica:
             elif kind is HighWatermarkChanged:
                 self._on_high_watermark(eff.high_watermark)
             elif kind is AppendReplicated:
-                self._append_replicated(eff)
+                await self._append_replicated(eff)
             elif kind is PersistQuorumState:
                 await trio.to_thread.run_sync(write_quorum_state, self.directory, eff.state)
                 queue.extend(self.core.quorum_state_persisted(eff.version))
             elif kind is AppendControl:
-                self._append_control(eff)
+                await self._append_control(eff)
             elif kind is LeadershipChanged:
                 self._on_leadership_changed(eff)
             elif kind is TruncateTo:
@@ -1367,19 +1367,35 @@ class Replica:
             message = message.with_records(records, ())
         self.transport.send(self, to, message)
 
-    def _append_control(self, eff: AppendControl) -> None:
+    async def _log_append(self, epoch: int, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """A log append (a writer call, under the lock): on the trio thread, except the first
+        one of an epoch the log does not know yet, which fsyncs the leader-epoch checkpoint
+        before it writes its batch (partition/log.py "Epoch cache"): in a worker thread. After
+        elections (hundreds at once when a node dies) those fsyncs on the loop had stalled
+        every partition of the node (seen: seconds, under disk contention)."""
+        if epoch > self.log.last_epoch():
+            return await trio.to_thread.run_sync(partial(call, *args, **kwargs), limiter=self.disk.io)
+        return call(*args, **kwargs)
+
+    async def _append_control(self, eff: AppendControl) -> None:
         batch = control_batch(CONTROL_LEADER_CHANGE, timestamp_ms=self._clock_ms(),
                               partition_leader_epoch=eff.epoch)
-        first, _ = self.log.append(batch, leader_epoch=eff.epoch, now_ms=self._clock_ms())
+        first, _ = await self._log_append(eff.epoch, self.log.append, batch, leader_epoch=eff.epoch,
+                                          now_ms=self._clock_ms())
         if first != eff.offset:
             raise RaftStateError(f"control batch landed at {first}, expected {eff.offset}")
 
-    def _append_replicated(self, eff: AppendReplicated) -> None:
+    async def _append_replicated(self, eff: AppendReplicated) -> None:
         records = eff.records
         checked = records.headers if type(records) is CheckedBatches else None
         data = records.data if checked is not None else records
+        last = checked[-1][1] if checked else None
+        if last is None:
+            last = next(reversed([h for _, h in iter_headers(data, verify=False)]), None)
+        epoch = last.partition_leader_epoch if last is not None else -1
         try:
-            end = self.log.append_replicated(data, now_ms=self._clock_ms(), checked=checked)
+            end = await self._log_append(epoch, self.log.append_replicated, data,
+                                         now_ms=self._clock_ms(), checked=checked)
         except (CorruptRecordError, MessageTooLargeError) as exc:
             # The core already counted these offsets: the mirror would be wrong from here on.
             raise RaftStateError(f"replicated batches refused by the log: {exc}") from exc
