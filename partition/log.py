@@ -1454,6 +1454,15 @@ class Log:
         if self._epochs.truncate_from_end(new_end):
             self._write_epochs()
 
+    def _epochs_from_start(self, start: int) -> bool:
+        """The epoch cache after the log start moved to `start`: epochs wholly below it go,
+        and an emptied log keeps none (an entry must start below the end, as open leaves it:
+        the next leader's epoch starts there). Returns whether the cache changed."""
+        changed = self._epochs.truncate_from_start(start)
+        if start >= self.log_end_offset:
+            changed |= self._epochs.truncate_from_end(self.log_end_offset)
+        return changed
+
     def _truncate_fully_locked(self, start: int) -> None:
         self._before_cut(None)
         old = self._segments
@@ -1632,7 +1641,7 @@ class Log:
                 self._void_producer_snapshots(lambda at: at < new_start)
         self.log_start_offset = new_start
         self._write_log_start()  # before any file goes: reopen then drops what is below
-        if self._epochs.truncate_from_start(new_start):
+        if self._epochs_from_start(new_start):
             self._write_epochs()
         with self._lock:
             del self._segments[:k]
@@ -1679,12 +1688,7 @@ class Log:
             self._void_producer_snapshots(lambda at: at < offset)
         self.log_start_offset = offset
         self._write_log_start()
-        # An empty log keeps no epoch (an entry must start below the end: the next leader's
-        # epoch starts at this offset).
-        changed = self._epochs.truncate_from_start(offset)
-        if offset == self.log_end_offset:
-            changed |= self._epochs.truncate_from_end(offset)
-        if changed:
+        if self._epochs_from_start(offset):
             self._write_epochs()
         k = 0
         while k < len(self._segments) - 1 and self._segments[k + 1].base_offset <= offset:

@@ -81,6 +81,7 @@ class LogMachine(RuleBasedStateMachine):
             before = [e for e in self.epochs if e[1] <= new_start]
             self.epochs = ([(before[-1][0], new_start)] if before else []) + \
                 [e for e in self.epochs if e[1] > new_start]
+            self.epochs = [e for e in self.epochs if e[1] < self.leo]  # an emptied log keeps none
 
     @rule()
     def compact(self):
