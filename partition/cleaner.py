@@ -21,8 +21,10 @@ What survives (Kafka's rules, with the differences named):
 Offsets never change: a filtered batch keeps its base offset, last offset delta, base
 timestamp, producer fields and attributes; the surviving records are copied byte for byte (their
 offset and timestamp deltas stay valid because the base values stay), so offset deltas inside
-a batch may skip values, which Kafka allows. An emptied batch is dropped; an emptied segment
-stays as an empty file (its base offset keeps the segment map simple).
+a batch may skip values, which Kafka allows. An emptied batch is dropped (an idempotent
+producer's is reported, `CleanedSegment.emptied`: producer state may name it, and Kafka's rule
+of keeping each producer's last batch is not followed here); an emptied segment stays as an
+empty file (its base offset keeps the segment map simple).
 
 Crash safety of one segment's swap (each step fsyncs what it wrote, then the directory):
   1. write `<base>.log.cleaned`, `.index.cleaned`, `.timeindex.cleaned`; fsync; fsync dir
@@ -101,6 +103,9 @@ class CleanResult:
     bytes_reclaimed: int = 0
     # Earliest now_ms at which a kept tombstone may expire (None: no tombstone kept).
     next_tombstone_expiry_ms: int | None = None
+    # Base offsets of the idempotent producers' batches no record of which survived (filled by
+    # the log's install, for the segments swapped in): producer state may name them.
+    batches_emptied: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -110,6 +115,7 @@ class CleanedSegment:
     segment: Segment
     records_removed: int
     new_size: int
+    emptied: tuple[int, ...] = ()  # base offsets of producer batches dropped whole, ascending
 
 
 class CleanAborted(Exception):
@@ -227,6 +233,7 @@ def clean(directory: Path, segments: list[Segment], *, now_ms: int, delete_reten
 
             out = bytearray()
             removed = 0
+            emptied = []
             for _, h, data in seg.batch_bytes():
                 if h.is_control:
                     out += data
@@ -235,6 +242,8 @@ def clean(directory: Path, segments: list[Segment], *, now_ms: int, delete_reten
                 removed += n
                 if new is not None:
                     out += new
+                elif h.producer_id >= 0:
+                    emptied.append(h.base_offset)
             if kept_tombstone:
                 expiry = seg.max_timestamp + delete_retention_ms + 1
                 if result.next_tombstone_expiry_ms is None or expiry < result.next_tombstone_expiry_ms:
@@ -245,7 +254,7 @@ def clean(directory: Path, segments: list[Segment], *, now_ms: int, delete_reten
                 bytes(out), seg.base_offset, index_interval_bytes=index_interval_bytes,
                 max_index_bytes=max_index_bytes)
             _write_cleaned(directory, seg.base_offset, (bytes(out), index_bytes, timeindex_bytes))
-            cleaned.append(CleanedSegment(seg, removed, len(out)))
+            cleaned.append(CleanedSegment(seg, removed, len(out), tuple(emptied)))
             result.records_removed += removed
             result.bytes_reclaimed += seg.size_bytes - len(out)
         if cleaned:

@@ -15,6 +15,18 @@ Files in the log directory:
   `write_recovery_point`) and at `close`; removed (durably) before any cut of the log. A
   missing, damaged or stale one (another base, a file shorter than its position, an index
   that does not match) is ignored: the active segment is then scanned whole.
+* `producer-snapshot-<S:020d>`: the replica's producer state as of an offset S (issue 19;
+  format in partition/producer_state.py "Snapshot"), so that a restart walks batch headers
+  only from S (`load_producer_state`) instead of the whole log. Written beside the recovery
+  point by the replica (`producer_snapshot` + `write_producer_snapshot`: the log is fsynced up
+  to S first); the newest PRODUCER_SNAPSHOTS_KEPT are kept, since S is the log end when taken
+  and a new leader's truncation of the uncommitted tail can cut below the newest one: the one
+  before it, older by a checkpoint interval, is then below the cut. Each is removed durably
+  before any cut that reaches below its S, as the recovery point is: a truncation or repair
+  below S, a reset, the log start moving past S, and a compaction that empties a producer's
+  batch below S. One that is damaged, past the log end, below the log start, of another
+  leader epoch at S-1, or whose S falls inside a batch is not used (and removed): the next
+  older one, else a walk of the whole log, serves instead.
 The first three are `<kind>\\n<count>\\n<lines>\\ncrc32c <hex>\\n`, replaced atomically (tmp file,
 fsync, rename, fsync dir); a missing or bad one is rebuilt from the segments (epochs), or
 taken as the safe default (log start: the first segment; recovery point: 0, scan all).
@@ -108,6 +120,7 @@ from partition.batch import (
 )
 from partition.errors import CorruptRecordError, LogClosedError, StorageDamageError
 from partition.index import IndexCorrupt, OffsetIndex, TimeIndex
+from partition.producer_state import MAX_SNAPSHOT_BYTES, ProducerSnapshot, ProducerStateManager
 from partition.segment import (
     FileSlice,
     INDEX_SUFFIX,
@@ -134,7 +147,9 @@ __all__ = [
     "InvalidAppendError", "NonContiguousAppend", "EpochRegression",
     "EPOCH_CHECKPOINT", "LOG_START_CHECKPOINT", "RECOVERY_POINT_CHECKPOINT",
     "ACTIVE_POINT_CHECKPOINT", "ActiveCheckpoint", "RECOVERY_POINT_MIN_BYTES",
-    "RECOVERY_POINT_FLUSH_BYTES",
+    "RECOVERY_POINT_FLUSH_BYTES", "RECOVERY_POINT_CLOSE_MIN_BYTES",
+    "PRODUCER_SNAPSHOT_PREFIX", "PRODUCER_SNAPSHOTS_KEPT", "producer_snapshot_name",
+    "ProducerCheckpoint", "ProducerStateLoad",
 ]
 
 logger = logging.getLogger(__name__)
@@ -147,6 +162,8 @@ EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 ACTIVE_POINT_CHECKPOINT = "recovery-point-active"
+PRODUCER_SNAPSHOT_PREFIX = "producer-snapshot-"
+PRODUCER_SNAPSHOTS_KEPT = 2  # the newest, and one older by a checkpoint interval (docstring)
 # A new offset-granular point is written once the active segment holds this many bytes past
 # the last one (periodically and at close): what a restart scans is bounded by it plus what
 # was written since the last checkpoint, and idle or slow partitions cost no fsyncs.
@@ -345,6 +362,26 @@ class ActiveCheckpoint:
                    raw[at:at + n_index], raw[at + n_index:])
 
 
+@dataclass(frozen=True)
+class ProducerCheckpoint:
+    """A producer-state snapshot taken by the writer (`Log.producer_snapshot`, no I/O), to
+    be made durable by `write_producer_snapshot`; `generation` as in ActiveCheckpoint."""
+
+    snapshot: ProducerSnapshot
+    generation: int
+
+
+@dataclass(frozen=True)
+class ProducerStateLoad:
+    """What `Log.load_producer_state` did: the snapshot offset it started from (None: the
+    whole log was walked; `unused` then says why no snapshot served) and the batch headers
+    it walked."""
+
+    snapshot_offset: int | None
+    batches_walked: int
+    unused: str | None = None
+
+
 # ------------------------------------------------------------------------------ epoch cache
 
 class LeaderEpochCache:
@@ -394,6 +431,12 @@ class LeaderEpochCache:
             return False
         self.entries = [(self.entries[i - 1][0], start_offset)] + self.entries[i:]
         return True
+
+    def epoch_at(self, offset: int) -> int:
+        """The epoch of the entry covering `offset` (the last one starting at or below it);
+        -1 below every entry."""
+        i = bisect_right([s for _, s in self.entries], offset) - 1
+        return self.entries[i][0] if i >= 0 else -1
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """KIP-279/KIP-595: (largest known epoch <= `epoch`, the start offset of the next
@@ -449,6 +492,9 @@ class Log:
         # counter that voids snapshots taken before a truncation or repair.
         self._active_point: tuple[int, int] | None = None
         self._cut_generation = 0
+        # S of each durable producer snapshot, ascending; why open refused one.
+        self._producer_snapshots: list[int] = []
+        self._producer_snapshot_refused: str | None = None
         # Test seam: called after each durable step of a compaction swap.
         self._cleaner_crash_point: Callable[[str], None] = lambda step: None
 
@@ -610,6 +656,7 @@ class Log:
             self._write_epochs()
         if ckpt_start != self.log_start_offset:
             self._write_log_start()
+        self._check_producer_snapshots()
         # Make what recovery kept durable, then move the recovery point up to the active one.
         # A clean restart spends no fsyncs on what was durable already (issue 19: four per
         # partition, a third of a replica's open): the active segment's bytes up to its
@@ -751,16 +798,177 @@ class Log:
             self._active_point = (point.base, point.position)
             return True
 
-    def _drop_active_point(self) -> None:
+    def _before_cut(self, cut_offset: int | None) -> None:
         """Before any cut (under _flush_lock): void snapshots taken so far and remove the
-        durable point, so that a crash from here on scans the active segment whole."""
+        durable point, so that a crash from here on scans the active segment whole; and the
+        producer snapshots whose offset the cut may reach below (`cut_offset`: the lowest
+        offset the cut may remove; None: all of them). Durable when it returns."""
         self._cut_generation += 1
         self._active_point = None
+        gone = _unlink_if_present(self.directory / ACTIVE_POINT_CHECKPOINT)
+        gone |= self._unlink_producer_snapshots(lambda at: cut_offset is None or cut_offset < at)
+        if gone:
+            self._fsync_dir()
+
+    # ------------------------------------------------------------------ producer snapshots
+
+    @property
+    def producer_snapshot_offset(self) -> int | None:
+        """S of the newest durable producer snapshot; None when there is none."""
+        return self._producer_snapshots[-1] if self._producer_snapshots else None
+
+    def producer_snapshot(self, state: ProducerStateManager,
+                          min_bytes: int = RECOVERY_POINT_MIN_BYTES) -> ProducerCheckpoint | None:
+        """Writer, no I/O: `state` (the producer state of this log as it stands: the caller
+        holds the writer's place) as of log_end_offset, or None when it is not `exact`, the
+        log holds fewer than `min_bytes` past the newest durable snapshot (past the log start
+        when there is none), or the log is closed. O(producers). Make it durable with
+        `write_producer_snapshot` (any thread)."""
+        if self._closed or self._failed is not None or not state.exact:
+            return None
+        end = self.log_end_offset
+        prev = self.producer_snapshot_offset
+        if end == prev or end <= self.log_start_offset:
+            return None
+        since = self.bytes_behind_end(self.log_start_offset if prev is None else prev)
+        if since < max(min_bytes, 1):
+            return None
+        return ProducerCheckpoint(state.snapshot(end, self._epochs.epoch_at(end - 1)),
+                                  self._cut_generation)
+
+    def write_producer_snapshot(self, ckpt: ProducerCheckpoint) -> bool:
+        """Make `ckpt` durable: fsync the log first if it holds offsets below the snapshot's
+        that are not yet flushed, then write its file atomically, the oldest kept one removed
+        in the same directory fsync. False (nothing written) when a cut or a move of the log
+        start came after the snapshot. Blocking; any thread (it waits for a running flush).
+        Raises LogClosedError (an fsync or write failed)."""
+        self._check_open()
+        data = ckpt.snapshot.encode()
+        at = ckpt.snapshot.offset
+        with self._flush_lock:
+            self._check_open()
+            if ckpt.generation != self._cut_generation:
+                return False
+            try:
+                if self.flushed_offset < at:
+                    self._flush_locked()
+                assert all(s < at for s in self._producer_snapshots), (self._producer_snapshots, at)
+                doomed = set(self._producer_snapshots[:max(0, len(self._producer_snapshots)
+                                                           - PRODUCER_SNAPSHOTS_KEPT + 1)])
+                self._unlink_producer_snapshots(lambda s: s in doomed)
+                write_durably(self.directory, producer_snapshot_name(at), data)  # fsyncs the dir
+            except OSError as e:
+                self._fail(e)
+                raise LogClosedError(f"producer snapshot write failed: {e}") from e
+            self._producer_snapshots.append(at)
+            self._producer_snapshot_refused = None
+            return True
+
+    def discard_producer_snapshots(self) -> None:
+        """Writer: remove every producer snapshot durably and void any taken so far (before
+        the replica resets the log). Blocking. Raises LogClosedError."""
+        self._check_open()
+        with self._flush_lock:
+            self._void_producer_snapshots(lambda at: True)
+
+    def _void_producer_snapshots(self, doomed: Callable[[int], bool]) -> None:
+        """Under _flush_lock: void the producer snapshots taken so far; remove the durable
+        ones `doomed(offset)` names, durably."""
+        self._cut_generation += 1
         try:
-            os.unlink(self.directory / ACTIVE_POINT_CHECKPOINT)
-        except FileNotFoundError:
-            return
-        self._fsync_dir()
+            if self._unlink_producer_snapshots(doomed):
+                self._fsync_dir()
+        except OSError as e:
+            self._fail(e)
+            raise LogClosedError(f"producer snapshot removal failed: {e}") from e
+
+    def _unlink_producer_snapshots(self, doomed: Callable[[int], bool]) -> bool:
+        """Unlink the producer snapshot files (as the directory lists them: during open, before
+        they are checked, they are not known yet) whose offset `doomed` names; the caller
+        fsyncs the directory. Returns whether any went."""
+        gone = False
+        for name in os.listdir(self.directory):
+            at = _producer_snapshot_offset_of(name)
+            if at is not None and doomed(at):
+                gone |= _unlink_if_present(self.directory / name)
+        self._producer_snapshots = [at for at in self._producer_snapshots if not doomed(at)]
+        return gone
+
+    def load_producer_state(self, state: ProducerStateManager, *,
+                            use_snapshot: bool = True) -> ProducerStateLoad:
+        """Writer (blocking: at open, or with the replica's lock held): rebuild `state` from
+        the newest durable producer snapshot that fits this log (module docstring) and the
+        batch headers from its offset to the log end; or, when none does, from every batch
+        header of the log. One found not to fit (damaged, or its offset inside a batch) is
+        removed. Returns a ProducerStateLoad. Raises StorageDamageError (a header in the walk
+        does not parse: the replica repairs and calls again), LogClosedError."""
+        self._check_open()
+        why = "not asked" if not use_snapshot else (self._producer_snapshot_refused or "none")
+        self._producer_snapshot_refused = None
+        for at in reversed(self._producer_snapshots if use_snapshot else []):
+            state.clear()
+            snap, why = self._read_producer_snapshot(at, state.max_producers)
+            try:
+                if snap is not None:
+                    state.load(snap, log_start_offset=self.log_start_offset)
+                    walked = _apply_counted(state, self.batch_headers(at), from_offset=at)
+                    return ProducerStateLoad(at, walked)
+            except _SnapshotMisfit as e:
+                why = str(e)
+            except StorageDamageError as e:
+                if e.what != "index":
+                    raise
+                why = f"the index led the walk astray ({e})"  # the scrubber or a read rebuilds it
+                logger.warning("log %s: %s not used: %s", self.directory, producer_snapshot_name(at), why)
+                continue
+            logger.warning("log %s: %s not used: %s; removing it", self.directory,
+                           producer_snapshot_name(at), why)
+            with self._flush_lock:
+                self._void_producer_snapshots(lambda s, at=at: s == at)
+        state.clear()
+        return ProducerStateLoad(None, _apply_counted(state, self.batch_headers()), why)
+
+    def _read_producer_snapshot(self, at: int, max_producers: int | None) -> tuple[ProducerSnapshot | None, str]:
+        """(the durable producer snapshot at `at`, "") if it is whole and fits this log as it
+        stands; else (None, why)."""
+        data = _read_or_none(self.directory / producer_snapshot_name(at), MAX_SNAPSHOT_BYTES + 1)
+        if data is None:
+            return None, "gone"
+        snap = ProducerSnapshot.decode(data, max_producers=max_producers)
+        if snap is None or snap.offset != at:
+            return None, "damaged, or more producers than max_producers"
+        start, end = self.log_start_offset, self.log_end_offset
+        if at > end:
+            return None, f"its offset {at} is past the log end {end}"
+        if at < start:
+            return None, f"its offset {at} is below the log start {start}"
+        if at > start and self._epochs.epoch_at(at - 1) != snap.last_epoch:
+            return None, (f"the log's leader epoch at {at - 1} is {self._epochs.epoch_at(at - 1)}, "
+                          f"the snapshot's {snap.last_epoch}")
+        return snap, ""
+
+    def _check_producer_snapshots(self) -> None:
+        """Open, before the directory fsync: keep the newest PRODUCER_SNAPSHOTS_KEPT producer
+        snapshots that fit the recovered log. The others are unlinked, durably before
+        anything is appended: after a recovery that cut below a snapshot's offset, a log
+        grown past it again would seem to fit."""
+        found = sorted(at for at in map(_producer_snapshot_offset_of, os.listdir(self.directory))
+                       if at is not None)
+        good = []
+        for at in reversed(found):
+            snap, why = self._read_producer_snapshot(at, None)
+            if snap is not None and len(good) < PRODUCER_SNAPSHOTS_KEPT:
+                good.append(at)
+                continue
+            if snap is None:
+                logger.warning("log %s: %s not used: %s; removing it", self.directory,
+                               producer_snapshot_name(at), why)
+                self._producer_snapshot_refused = self._producer_snapshot_refused or why
+            os.unlink(self.directory / producer_snapshot_name(at))
+            self._dir_dirty = True
+        self._producer_snapshots = sorted(good)
+        if good:
+            self._producer_snapshot_refused = None  # one serves
 
     # ------------------------------------------------------------------ state checks
 
@@ -1007,23 +1215,30 @@ class Log:
         _, pos = seg.index.lookup(max(0, min(offset - seg.base_offset, INT32_MAX)))
         return seg.size_bytes - pos + sum(s.size_bytes for s in segments[i + 1:])
 
-    def batch_headers(self) -> Iterator[Header]:
-        """The header of every batch holding an offset at or above log_start_offset, in offset
-        order, reading headers only (a few KiB per batch, not the records): rebuilding state
-        from a whole log (the producers' windows) costs ~1/20 of a full read, and on a cold
-        page cache (drop-behind, a reboot) that is the difference between milliseconds and
-        seconds per GiB. A reader; raises StorageDamageError on a header that does not parse."""
+    def batch_headers(self, start: int | None = None) -> Iterator[Header]:
+        """The header of every batch holding an offset at or above log_start_offset (and
+        `start` if given), in offset order, reading headers only (a few KiB per batch, not the
+        records): rebuilding state from a whole log (the producers' windows) costs ~1/20 of a
+        full read, and on a cold page cache (drop-behind, a reboot) that is the difference
+        between milliseconds and seconds per GiB. With `start` the walk begins at the offset
+        index's entry for it (checked: StorageDamageError what="index" when it names another
+        batch). A reader; raises StorageDamageError on a header that does not parse."""
         self._check_open()
-        start = self.log_start_offset
-        seg = self._pin_segment_at(start)
+        begin = self.log_start_offset if start is None else max(start, self.log_start_offset)
+        seg = self._pin_segment_at(begin)
+        pos, expect = 0, None
+        if seg is not None and start is not None and begin > seg.base_offset:
+            entry, pos = seg.index.lookup(min(begin - seg.base_offset, INT32_MAX))
+            expect = seg.base_offset + entry if pos else None
         while seg is not None:
             try:
-                for _, h in seg.walk(0, seg.size_bytes):
-                    if h.next_offset > start:
+                for _, h in seg.walk(pos, seg.size_bytes, expect_offset=expect):
+                    if h.next_offset > begin:
                         yield h
             finally:
                 self._unpin(seg)
-            seg = self._pin_segment_at(start, after=seg)
+            pos, expect = 0, None
+            seg = self._pin_segment_at(begin, after=seg)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) for ListOffsets at batch granularity: the first batch (at or
@@ -1115,7 +1330,7 @@ class Log:
             if check.damage is None:
                 return None
             try:
-                self._drop_active_point()
+                self._before_cut(seg.base_offset)
                 self._set_recovery_point(min(self._clean_below, seg.base_offset))
                 with self._lock:
                     del self._segments[i + 1:]
@@ -1217,7 +1432,7 @@ class Log:
         later = self._segments[i + 1:]
         # First lower the recovery point: a crash from here on must find this segment
         # scanned, not trusted through index files that no longer match it.
-        self._drop_active_point()
+        self._before_cut(offset)
         self._set_recovery_point(min(self._clean_below, seg.base_offset))
         with self._lock:
             del self._segments[i + 1:]
@@ -1249,7 +1464,7 @@ class Log:
         return changed
 
     def _truncate_fully_locked(self, start: int) -> None:
-        self._drop_active_point()
+        self._before_cut(None)
         old = self._segments
         with self._lock:
             self._segments = []
@@ -1421,6 +1636,9 @@ class Log:
         new_start = self._segments[k].base_offset
         if new_start <= self.log_start_offset:
             new_start = self.log_start_offset
+        else:
+            with self._flush_lock:
+                self._void_producer_snapshots(lambda at: at < new_start)
         self.log_start_offset = new_start
         self._write_log_start()  # before any file goes: reopen then drops what is below
         if self._epochs_from_start(new_start):
@@ -1466,6 +1684,8 @@ class Log:
         if not self.log_start_offset < offset <= self.log_end_offset:
             raise ValueError(f"log start {offset} outside ({self.log_start_offset}, "
                              f"{self.log_end_offset}]")
+        with self._flush_lock:
+            self._void_producer_snapshots(lambda at: at < offset)
         self.log_start_offset = offset
         self._write_log_start()
         if self._epochs_from_start(offset):
@@ -1537,6 +1757,11 @@ class Log:
                     still_ours = 0 <= i < len(self._segments) - 1
                 if not still_ours:
                     break
+                if c.emptied:
+                    # Batches of producers go: a snapshot past one of them may name it (and
+                    # one taken meanwhile from a state that names one must not be written).
+                    with self._flush_lock:
+                        self._void_producer_snapshots(lambda at: c.emptied[0] < at)
                 self._cleaner_crash_point("cleaned_written")
                 try:
                     with self._dir() as dir_fd:
@@ -1554,6 +1779,7 @@ class Log:
                     self._segments[i] = new
                 self._close_segment(old)
                 result.segments_rewritten.append(old.name)
+                result.batches_emptied.extend(c.emptied)
                 cleaned.pop(0)
             else:
                 self._compacted_below = plan.upto
@@ -1621,9 +1847,58 @@ class Log:
             s.close()
 
 
-def _read_or_none(path: Path) -> bytes | None:
+class _SnapshotMisfit(Exception):
+    """The producer snapshot's offset falls inside a batch of this log."""
+
+
+def _apply_counted(state: ProducerStateManager, headers: Iterator[Header], *,
+                   from_offset: int | None = None) -> int:
+    """`state.apply_headers(headers)`; returns how many headers it took. With `from_offset`,
+    the first must start at or after it (raises _SnapshotMisfit)."""
+    walked = 0
+
+    def counted() -> Iterator[Header]:
+        nonlocal walked
+        for h in headers:
+            if not walked and from_offset is not None and h.base_offset < from_offset:
+                raise _SnapshotMisfit(f"its offset {from_offset} lies inside the batch "
+                                      f"{h.base_offset}-{h.last_offset}")
+            walked += 1
+            yield h
+
     try:
-        return path.read_bytes()
+        state.apply_headers(counted())
+    finally:
+        headers.close()  # unpin now, not at garbage collection
+    return walked
+
+
+def producer_snapshot_name(offset: int) -> str:
+    """The file name of the producer snapshot at `offset`."""
+    return f"{PRODUCER_SNAPSHOT_PREFIX}{offset:020d}"
+
+
+def _producer_snapshot_offset_of(name: str) -> int | None:
+    """The offset a producer snapshot's file name carries; None for any other name."""
+    tail = name[len(PRODUCER_SNAPSHOT_PREFIX):]
+    if not name.startswith(PRODUCER_SNAPSHOT_PREFIX) or len(tail) != 20 or not tail.isdigit():
+        return None
+    return int(tail)
+
+
+def _unlink_if_present(path: Path) -> bool:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _read_or_none(path: Path, max_bytes: int = -1) -> bytes | None:
+    """The file's bytes (at most `max_bytes` of them if given), None if it does not exist."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(max_bytes)
     except FileNotFoundError:
         return None
 

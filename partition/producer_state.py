@@ -22,8 +22,26 @@ Invariants:
 * The state is a function of the log: `apply_headers` over the log's batch headers, in offset
   order, rebuilds it (recovery, and a truncation that empties a producer's window). Appends
   record a batch only after the log accepted it. Only headers are read, never records.
+  `exact` says whether that still holds: a truncation that may have forgotten batches the
+  log still holds (a full window cut, a producer emptied, an eviction undone) or a compaction
+  that removed a batch the state names clears it until the next `clear`. Batches wholly below
+  the log start do not count: retention leaves them, `load` drops them.
 * Everything is bounded: `MAX_BATCHES` per producer, `max_producers` per partition (the
-  producer with the oldest last write is forgotten first).
+  producer with the oldest last write is forgotten first). Producers are kept in the order of
+  their last batch's offset, which is the order a walk of the log records them in.
+
+Snapshot (issue 19; Kafka's ProducerStateManager `.snapshot` files): `snapshot(offset, ...)`
+copies an exact state as of `offset` S (every batch below S applied, none above), `encode`
+makes the bytes the log keeps in its `producer-snapshot` file (partition/log.py writes,
+removes and validates it against the log), `decode` reads them back or says None, and
+`load(snapshot, log_start_offset)` installs one, after which `apply_headers` over the log's
+batches from S gives the state of the whole walk. The bytes: "RLPS", u32 body length, u32
+CRC-32C of the body, then the body in canonical CBOR {"v": 1, "offset": S, "last_epoch": the
+log's leader epoch at S-1 (-1 if none), "evicted_at": offset of the batch whose record last
+evicted a producer (-1 if none), "producers": [[producer_id, producer_epoch, [[base_sequence,
+last_sequence, first_offset, last_offset], ...]], ...] in last-write order}. `decode` refuses
+anything a real state could not be: offsets at or past S, unordered batches or producers, a
+producer twice, more than `max_producers` entries or `MAX_BATCHES` batches, values out of range.
 
 Public API:
     ProducerStateManager(max_producers=...)
@@ -32,15 +50,22 @@ Public API:
     .record(producer_id, producer_epoch, base_sequence, last_sequence, first_offset, last_offset)
     .apply_headers(headers: Iterable[Header])      replicated / replayed batches (no checks)
     .truncate(offset) -> bool     drop batches at or above offset; True = rebuild from the log
-    .clear(), .entry(producer_id), len()
+    .batches_removed(first_offsets)   compaction emptied these batches
+    .clear(), .entry(producer_id), len(), .exact
+    .snapshot(offset, last_epoch) -> ProducerSnapshot;  .load(snapshot, log_start_offset=...)
+    ProducerSnapshot.encode() -> bytes;  ProducerSnapshot.decode(data, max_producers=...) -> ... | None
 """
 
 from __future__ import annotations
 
+import struct
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Iterable, NamedTuple
 
+import google_crc32c
+
+from raftlog.base import cbor
 from raftlog.base.errors import (
     DuplicateSequenceNumberError,
     InvalidProducerEpochError,
@@ -50,8 +75,10 @@ from raftlog.base.errors import (
 __all__ = [
     "MAX_BATCHES",
     "DEFAULT_MAX_PRODUCERS",
+    "MAX_SNAPSHOT_BYTES",
     "Duplicate",
     "ProducerEntry",
+    "ProducerSnapshot",
     "ProducerStateManager",
 ]
 
@@ -59,6 +86,14 @@ MAX_BATCHES = 5  # Kafka keeps the last 5 batches per producer (max.in.flight <=
 DEFAULT_MAX_PRODUCERS = 10_000
 SEQUENCE_MODULO = 1 << 31
 NO_PRODUCER_ID = -1
+_SNAPSHOT_MAGIC = b"RLPS"
+_SNAPSHOT_HEAD = struct.Struct(">4sII")  # magic, body length, CRC-32C of the body
+_SNAPSHOT_KEYS = frozenset({"v", "offset", "last_epoch", "evicted_at", "producers"})
+# A snapshot takes ~160 bytes per producer with a full window (the default 10,000 producers:
+# ~1.6 MB); a file larger than this (~400,000 producers) is not read.
+MAX_SNAPSHOT_BYTES = 64 << 20
+_INT16_MIN, _INT16_MAX = -(1 << 15), (1 << 15) - 1
+_INT64_MAX = (1 << 63) - 1
 
 
 class Duplicate(NamedTuple):
@@ -89,6 +124,92 @@ class ProducerEntry:
         return self.batches[-1].last_offset if self.batches else -1
 
 
+@dataclass(frozen=True)
+class ProducerSnapshot:
+    """The producer state as of `offset` S: what every batch below S left, nothing above
+    (module docstring "Snapshot"). `last_epoch`: the log's leader epoch at S-1 (-1 if none),
+    so that a log that changed below S without removing the snapshot is not taken for this
+    one. `evicted_at`: the offset of the batch whose record last evicted a producer (-1)."""
+
+    offset: int
+    last_epoch: int
+    evicted_at: int
+    producers: tuple[tuple[int, int, tuple[_Batch, ...]], ...]  # (id, epoch, batches), last write last
+
+    def encode(self) -> bytes:
+        """The file's bytes: header (magic, body length, CRC-32C) and canonical CBOR body."""
+        body = cbor.dumps({
+            "v": 1, "offset": self.offset, "last_epoch": self.last_epoch,
+            "evicted_at": self.evicted_at,
+            "producers": [[pid, epoch, [list(b) for b in batches]]
+                          for pid, epoch, batches in self.producers],
+        })  # fmt: skip
+        return _SNAPSHOT_HEAD.pack(_SNAPSHOT_MAGIC, len(body), google_crc32c.value(body)) + body
+
+    @classmethod
+    def decode(cls, data: bytes, *, max_producers: int | None = None) -> "ProducerSnapshot | None":
+        """The snapshot in `data`, or None when it is not a whole, valid one (a torn or
+        damaged file, another format, or values no real state has; module docstring)."""
+        if len(data) < _SNAPSHOT_HEAD.size or len(data) > MAX_SNAPSHOT_BYTES:
+            return None
+        magic, length, crc = _SNAPSHOT_HEAD.unpack_from(data)
+        body = data[_SNAPSHOT_HEAD.size:]
+        if magic != _SNAPSHOT_MAGIC or length != len(body) or crc != google_crc32c.value(body):
+            return None
+        try:
+            obj = cbor.loads(body, what="producer snapshot", max_bytes=MAX_SNAPSHOT_BYTES,
+                             error=ValueError, canonical=True)
+        except ValueError:
+            return None
+        if type(obj) is not dict or obj.keys() != _SNAPSHOT_KEYS or obj["v"] != 1:
+            return None
+        offset, last_epoch, evicted_at = obj["offset"], obj["last_epoch"], obj["evicted_at"]
+        raw = obj["producers"]
+        if not (_is_int(offset, 0, _INT64_MAX) and _is_int(last_epoch, -1, _INT64_MAX)
+                and _is_int(evicted_at, -1, offset - 1) and type(raw) is list):
+            return None
+        if max_producers is not None and len(raw) > max_producers:
+            return None
+        producers = []
+        seen: set[int] = set()
+        prev_last = -1
+        for item in raw:
+            entry = _decode_entry(item, offset)
+            if entry is None or entry[0] in seen or entry[2][-1].last_offset <= prev_last:
+                return None
+            seen.add(entry[0])
+            prev_last = entry[2][-1].last_offset
+            producers.append(entry)
+        return cls(offset, last_epoch, evicted_at, tuple(producers))
+
+
+def _is_int(v: object, lo: int, hi: int) -> bool:
+    return type(v) is int and lo <= v <= hi
+
+
+def _decode_entry(item: object, offset: int) -> tuple[int, int, tuple[_Batch, ...]] | None:
+    """(producer id, epoch, batches) of one snapshot entry, or None if it is not valid:
+    1..MAX_BATCHES batches, offsets ascending and below `offset`, values in range."""
+    if type(item) is not list or len(item) != 3:
+        return None
+    pid, epoch, raw = item
+    if not (_is_int(pid, 0, _INT64_MAX) and _is_int(epoch, _INT16_MIN, _INT16_MAX)
+            and type(raw) is list and 1 <= len(raw) <= MAX_BATCHES):
+        return None
+    batches = []
+    prev_last = -1
+    for b in raw:
+        if type(b) is not list or len(b) != 4:
+            return None
+        base_seq, last_seq, first, last = b
+        if not (_is_int(base_seq, -1, SEQUENCE_MODULO - 1) and _is_int(last_seq, -1, SEQUENCE_MODULO - 1)
+                and _is_int(first, prev_last + 1, offset - 1) and _is_int(last, first, offset - 1)):
+            return None
+        batches.append(_Batch(base_seq, last_seq, first, last))
+        prev_last = last
+    return pid, epoch, tuple(batches)
+
+
 class ProducerStateManager:
     """Producer entries of one partition. Concurrency: none (the partition's owner task)."""
 
@@ -98,6 +219,10 @@ class ProducerStateManager:
         self.max_producers = max_producers
         # Ordered by last write (move_to_end on every record): eviction takes the oldest.
         self._entries: OrderedDict[int, ProducerEntry] = OrderedDict()
+        # Whether the state is what a walk of the log gives (module docstring "Invariants").
+        self.exact = True
+        # The last offset of the batch whose record last evicted a producer; -1 if none.
+        self._evicted_at = -1
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -106,7 +231,10 @@ class ProducerStateManager:
         return self._entries.get(producer_id)
 
     def clear(self) -> None:
+        """Forget everything: the state of an empty log (exact again)."""
         self._entries.clear()
+        self.exact = True
+        self._evicted_at = -1
 
     def check(
         self, producer_id: int, producer_epoch: int, base_sequence: int, last_sequence: int
@@ -190,6 +318,7 @@ class ProducerStateManager:
         self._entries.move_to_end(producer_id)
         while len(self._entries) > self.max_producers:
             self._entries.popitem(last=False)
+            self._evicted_at = last_offset
 
     def apply_headers(self, headers: Iterable) -> None:
         """Record stamped batches (batch.Header objects: base_offset, producer_id, ...) in
@@ -208,18 +337,68 @@ class ProducerStateManager:
         """The log lost every offset >= `offset`: drop those batches. Returns True when a
         producer lost its whole window while it may have older batches still in the log; the
         caller must then rebuild from the log (otherwise a retry of such an older batch could
-        look new)."""
+        look new). Clears `exact` when the result may differ from a walk of the cut log: a
+        full window lost batches (the walk would remember older ones), a producer was emptied
+        (the walk may find an older epoch's batches), or a cut batch had evicted a producer."""
         rebuild = False
+        changed = False
         gone = []
         for pid, e in self._entries.items():
             if not e.batches or e.batches[-1].last_offset < offset:
                 continue
+            changed = True
             full = len(e.batches) == MAX_BATCHES
             while e.batches and e.batches[-1].last_offset >= offset:
                 e.batches.pop()
+            if full or not e.batches:
+                self.exact = False
             if not e.batches:
                 gone.append(pid)
                 rebuild |= full
         for pid in gone:
             del self._entries[pid]
+        if self._evicted_at >= offset:
+            self.exact = False
+        if changed:
+            # Keep the last-write order a walk of the cut log would give (eviction uses it).
+            self._entries = OrderedDict(sorted(self._entries.items(), key=lambda kv: kv[1].last_offset))
         return rebuild
+
+    def batches_removed(self, first_offsets: Iterable[int]) -> bool:
+        """Compaction removed the batches starting at `first_offsets` from the log. Returns
+        whether the state names one; then it is no longer what a walk of the log gives
+        (`exact` clears), though it still answers retries of them."""
+        gone = set(first_offsets)
+        if not gone:
+            return False
+        named = any(b.first_offset in gone for e in self._entries.values() for b in e.batches)
+        if named:
+            self.exact = False
+        return named
+
+    def snapshot(self, offset: int, last_epoch: int) -> ProducerSnapshot:
+        """A copy of the state as of `offset` (every batch recorded lies below it; the
+        caller takes it where that holds, and only while `exact`). O(producers)."""
+        if self._entries:
+            last = next(reversed(self._entries.values()))
+            assert not last.batches or last.batches[-1].last_offset < offset, (last, offset)
+        return ProducerSnapshot(
+            offset, last_epoch, self._evicted_at,
+            tuple((pid, e.producer_epoch, tuple(e.batches))
+                  for pid, e in self._entries.items() if e.batches),
+        )  # fmt: skip
+
+    def load(self, snapshot: ProducerSnapshot, *, log_start_offset: int) -> None:
+        """Replace the state with `snapshot`'s, without the batches wholly below
+        `log_start_offset` (retention or DeleteRecords removed them; a walk of the log would
+        not see them). Exact afterwards: `apply_headers` over the log's batches from
+        `snapshot.offset` then gives the whole walk's state. Raises ValueError when the
+        snapshot holds more producers than `max_producers`."""
+        if len(snapshot.producers) > self.max_producers:
+            raise ValueError(f"snapshot of {len(snapshot.producers)} producers > {self.max_producers}")
+        self.clear()
+        for pid, epoch, batches in snapshot.producers:
+            kept = [b for b in batches if b.last_offset >= log_start_offset]
+            if kept:
+                self._entries[pid] = ProducerEntry(epoch, deque(kept, maxlen=MAX_BATCHES))
+        self._evicted_at = snapshot.evicted_at

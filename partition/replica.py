@@ -55,6 +55,17 @@ by RECOVERY_POINT_MIN_BYTES / RECOVERY_POINT_FLUSH_BYTES past it: the writer's s
 the lock, its fsync and write in a worker thread (DiskWork.io). A restart then CRC-scans only
 the bytes past it.
 
+Producer snapshot (issue 19). At the same moments (and at close, with
+RECOVERY_POINT_CLOSE_MIN_BYTES) the producer state is snapshotted as of the log end S when the
+log grew by as many bytes past the last snapshot: a copy under the lock (or, in the flush
+task, while nobody holds it), encoded and written durably in the worker thread after the log
+is fsynced up to S (`Log.producer_snapshot` / `write_producer_snapshot`). Only an exact state
+is snapshotted (partition/producer_state.py: not dirty, and no truncation or compaction made
+it differ from a walk of the log); a state that stopped being exact is rebuilt at the next
+checkpoint from the snapshot and the headers after it when the log still has one. Open
+(`_rebuild_producers_at_open`) loads it and walks only the batch headers from S; the log
+removes it before any cut below S, and ignores one that does not fit (the whole walk then).
+
 Damage (DESIGN §9 "Integrity"). Every read path checks CRCs (partition/log.py): the leader's
 consumer reads (bytes or zero-copy slices) and replica-fetch answers, the follower's check of what it fetched
 (partition/replication.py), recovery at open, and the manager's scrubber. A read that finds
@@ -113,10 +124,14 @@ from partition.cleaner import CleanAborted
 from partition.errors import CorruptRecordError, LogClosedError, RaftStateError, StorageDamageError
 from partition.log import (
     LOG_START_CHECKPOINT,
+    RECOVERY_POINT_CLOSE_MIN_BYTES,
     RECOVERY_POINT_FLUSH_BYTES,
     RECOVERY_POINT_MIN_BYTES,
+    ActiveCheckpoint,
     Log,
     LogConfig,
+    ProducerCheckpoint,
+    ProducerStateLoad,
     RepairReport,
 )
 from partition.producer_state import ProducerStateManager
@@ -182,6 +197,7 @@ INLINE_READ_MAX_BYTES: Final = 256 << 10  # larger reads (and their CRC checks) 
 HOT_TAIL_BYTES: Final = 16 << 20  # reads further back than this are cold (a log that keeps all)
 DISK_IO_THREADS: Final = 8  # a node's worker threads for reads, truncations, checks, repairs
 MAX_INBOX: Final = 1024  # Raft messages queued for a busy replica (oldest dropped)
+LOUD_PRODUCER_WALK_BATCHES: Final = 1_000  # an open that walked more headers says so
 
 
 class QuorumStateCorruptError(KafkaStorageError):
@@ -446,6 +462,7 @@ class Replica:
         self.core: RaftCore | None = None
         self.producers = ProducerStateManager(max_producers=settings.max_producers)
         self._producers_dirty = False
+        self.producers_loaded: ProducerStateLoad | None = None  # how the last rebuild went
         self._lock = trio.StrictFIFOLock()
         self._nursery: trio.Nursery | None = None
         self._flushing = False
@@ -531,13 +548,23 @@ class Replica:
         return log, state
 
     def _rebuild_producers_at_open(self, log: Log) -> bool:
-        """Producer state from the whole log's headers; a header that does not walk (damage
-        in a segment recovery trusted) is cut like a torn tail when other voters can supply
-        the rest, else the state covers what precedes it. Returns whether data was cut."""
+        """Producer state from the producer snapshot and the headers after it, or from the
+        whole log's headers without one (`_rebuild_producers`); a header that does not walk
+        (damage in a segment recovery trusted) is cut like a torn tail when other voters can
+        supply the rest, else the state covers what precedes it (a repair below the snapshot
+        removes it, so the next try walks the whole log). Damage below the snapshot is not
+        walked here: reads and the scrubber find it. Returns whether data was cut."""
         cut = False
         for _ in range(64):  # each repair shortens the log; bounded anyway
             try:
-                self._rebuild_producers(log)
+                started = time.perf_counter()
+                loaded = self._rebuild_producers(log)
+                if loaded.batches_walked >= LOUD_PRODUCER_WALK_BATCHES or (
+                        loaded.unused not in (None, "none")):
+                    log_event(logger, "replica_producers_loaded", topic=self.topic,
+                              partition=self.partition, snapshot_offset=loaded.snapshot_offset,
+                              batches_walked=loaded.batches_walked, snapshot_unused=loaded.unused,
+                              duration_ms=round((time.perf_counter() - started) * 1000, 1))
                 return cut
             except StorageDamageError as exc:
                 self.observer.damage_found(self, "open", exc.what)
@@ -547,6 +574,10 @@ class Replica:
                 if len(self.voters) == 1:
                     self.damaged = {"segment": exc.segment, "offset": exc.offset,
                                     "reason": str(exc), "found_by": "open"}
+                    # The state covers what precedes the damage (nobody to repair from):
+                    # serve with it, but never snapshot it as the state of this log.
+                    self._producers_dirty = False
+                    self.producers.exact = False
                     return cut
                 report = log.repair(exc.segment)
                 if report is None:
@@ -586,8 +617,12 @@ class Replica:
             async with self._lock:
                 await self._flush_idle.wait()
                 if self.log is not None:
+                    log = self.log
+                    pstate = None
+                    if self.offline_reason is None and not self._producers_dirty:
+                        pstate = log.producer_snapshot(self.producers, RECOVERY_POINT_CLOSE_MIN_BYTES)
                     try:
-                        await trio.to_thread.run_sync(self.log.close)
+                        await trio.to_thread.run_sync(_snapshot_and_close, log, pstate)
                     except (OSError, RaftlogError) as exc:
                         log_event(logger, "replica_close_failed", level=logging.WARNING,
                                   topic=self.topic, partition=self.partition, reason=str(exc))
@@ -843,24 +878,50 @@ class Replica:
             except (LogClosedError, OSError) as exc:
                 self._go_offline(exc)
                 return None
+            self.producers.batches_removed(res.batches_emptied)  # not exact if it named one
         done.update(compacted_segments=res.segments_rewritten, records_removed=res.records_removed,
                     bytes_reclaimed=res.bytes_reclaimed)
         return done
 
     async def checkpoint_recovery_point(self, min_bytes: int | None = None) -> bool:
-        """The periodic offset-granular recovery point (partition/log.py): the writer's
-        snapshot of the active segment under the lock (no I/O), then its fsync and durable
-        write in a worker thread (DiskWork.io) beside appends. Returns False when the
-        replica is (or went) offline."""
+        """The periodic offset-granular recovery point (partition/log.py) and producer
+        snapshot (module docstring): the writer's snapshots under the lock (no I/O), then
+        their fsyncs and durable writes in a worker thread (DiskWork.io) beside appends,
+        each only when the log grew by `min_bytes` (default RECOVERY_POINT_MIN_BYTES) past
+        it. A producer state that is dirty or no longer exact is first rebuilt, in a worker
+        thread under the lock, when the log has a snapshot to start from. Returns False when
+        the replica is (or went) offline."""
+        min_bytes = RECOVERY_POINT_MIN_BYTES if min_bytes is None else min_bytes
         async with self._lock:
             if not self.online:
                 return False
             log = self.log
-            point = log.recovery_snapshot(RECOVERY_POINT_MIN_BYTES if min_bytes is None else min_bytes)
-        if point is None:
+            if (self._producers_dirty or not self.producers.exact) and log.producer_snapshot_offset is not None:
+                try:
+                    await trio.to_thread.run_sync(self._rebuild_producers, log, limiter=self.disk.io)
+                except StorageDamageError as exc:  # dirty until a repair; no snapshot meanwhile
+                    self.report_damage(exc, found_by="producer_state")
+                except (LogClosedError, OSError) as exc:
+                    self._go_offline(exc)
+                    return False
+            point, pstate = self._checkpoints(log, min_bytes)
+        return await self._write_checkpoints(log, point, pstate)
+
+    def _checkpoints(self, log: Log, min_bytes: int) -> tuple[ActiveCheckpoint | None, ProducerCheckpoint | None]:
+        """The writer's snapshots (no I/O, no await: the caller holds the writer's place):
+        the recovery point and the producer state, each None when not due."""
+        point = log.recovery_snapshot(min_bytes)
+        pstate = None if self._producers_dirty else log.producer_snapshot(self.producers, min_bytes)
+        return point, pstate
+
+    async def _write_checkpoints(self, log: Log, point: ActiveCheckpoint | None,
+                                 pstate: ProducerCheckpoint | None) -> bool:
+        """Make `_checkpoints`' snapshots durable in a worker thread. Returns False when the
+        replica went offline (a failed write)."""
+        if point is None and pstate is None:
             return True
         try:
-            await trio.to_thread.run_sync(log.write_recovery_point, point, limiter=self.disk.io)
+            await trio.to_thread.run_sync(_write_checkpoints, log, point, pstate, limiter=self.disk.io)
         except (LogClosedError, OSError) as exc:
             if self.log is log and not self.closed:
                 self._go_offline(exc)
@@ -1428,18 +1489,13 @@ class Replica:
             self._flush_idle.set()
         if offset is None:
             return
-        if self.log is log and not self._lock.locked():
-            # The writer's snapshot (no await: no append or cut runs meanwhile); a fast
-            # writer's recovery point then trails by a bounded number of bytes.
-            point = log.recovery_snapshot(RECOVERY_POINT_FLUSH_BYTES)
-            if point is not None:
-                try:
-                    await trio.to_thread.run_sync(log.write_recovery_point, point,
-                                                  limiter=self.disk.io)
-                except (LogClosedError, OSError) as exc:
-                    if self.log is log and not self.closed:
-                        self._go_offline(exc)
-                    return
+        if self.log is log and not self._lock.locked() and self.online:
+            # The writer's snapshots (no await: no append or cut runs meanwhile); a fast
+            # writer's recovery point and producer snapshot then trail by a bounded number
+            # of bytes.
+            point, pstate = self._checkpoints(log, RECOVERY_POINT_FLUSH_BYTES)
+            if not await self._write_checkpoints(log, point, pstate):
+                return
         if report and self.core is core:  # a repair or reopen meanwhile: the new core has its own
             await self._event(_flushed_if_core, core, offset)
         if self._report_flush_after and self.online:
@@ -1448,11 +1504,15 @@ class Replica:
 
     # ---------------------------------------------------------------- state helpers
 
-    def _rebuild_producers(self, log: Log) -> None:
-        """Producer state from the batch headers of the whole log (headers only)."""
-        self.producers.clear()
-        self.producers.apply_headers(log.batch_headers())
+    def _rebuild_producers(self, log: Log) -> ProducerStateLoad:
+        """Producer state from the log's producer snapshot and the batch headers after it, or
+        from every batch header when no snapshot fits (headers only; Log.load_producer_state).
+        Blocking: at open, or in a worker thread under the lock. Raises StorageDamageError
+        (the state then stays dirty), LogClosedError."""
+        self._producers_dirty = True  # until the walk completes
+        self.producers_loaded = log.load_producer_state(self.producers)
         self._producers_dirty = False
+        return self.producers_loaded
 
     async def _reset_log(self, offset: int) -> None:
         """TruncateFully: close, delete the log files, write the new log start, reopen.
@@ -1462,6 +1522,7 @@ class Replica:
         directory = self.directory
 
         def work() -> Log:
+            old.discard_producer_snapshots()  # durably gone before any segment goes
             old.close()
             for name in os.listdir(directory):
                 if name not in _KEEP_ON_RESET:
@@ -1520,6 +1581,24 @@ def _max_timestamp(log: Log, high_watermark: int) -> tuple[int, int]:
         if not h.is_control and h.max_timestamp > best_ts:
             best_offset, best_ts = h.last_offset, h.max_timestamp
     return best_offset, best_ts
+
+
+def _write_checkpoints(log: Log, point: ActiveCheckpoint | None,
+                       pstate: ProducerCheckpoint | None) -> None:
+    """Blocking: the recovery point, then the producer snapshot, each made durable."""
+    if point is not None:
+        log.write_recovery_point(point)
+    if pstate is not None:
+        log.write_producer_snapshot(pstate)
+
+
+def _snapshot_and_close(log: Log, pstate: ProducerCheckpoint | None) -> None:
+    """Blocking: the producer snapshot taken at close (if any), then `log.close()` in any case."""
+    try:
+        if pstate is not None:
+            log.write_producer_snapshot(pstate)
+    finally:
+        log.close()
 
 
 def _read_or_none(path: Path) -> bytes | None:
