@@ -840,7 +840,8 @@ class Log:
         """Make `ckpt` durable: fsync the log first if it holds offsets below the snapshot's
         that are not yet flushed, then write its file atomically, the oldest kept one removed
         in the same directory fsync. False (nothing written) when a cut or a move of the log
-        start came after the snapshot. Blocking; any thread (it waits for a running flush).
+        start came after the snapshot, or a snapshot at its offset or later was written since
+        it was taken (the flush task's and the maintenance pass's can be taken together). Blocking; any thread (it waits for a running flush).
         Raises LogClosedError (an fsync or write failed)."""
         self._check_open()
         data = ckpt.snapshot.encode()
@@ -850,9 +851,10 @@ class Log:
             if ckpt.generation != self._cut_generation:
                 return False
             try:
+                if self._producer_snapshots and self._producer_snapshots[-1] >= at:
+                    return False  # another checkpoint (flush, maintenance) wrote it or a newer one
                 if self.flushed_offset < at:
                     self._flush_locked()
-                assert all(s < at for s in self._producer_snapshots), (self._producer_snapshots, at)
                 doomed = set(self._producer_snapshots[:max(0, len(self._producer_snapshots)
                                                            - PRODUCER_SNAPSHOTS_KEPT + 1)])
                 self._unlink_producer_snapshots(lambda s: s in doomed)

@@ -52,6 +52,24 @@ def test_the_snapshot_is_written_after_the_log_is_durable_up_to_it(tmp_path):
     log.close()
 
 
+def test_two_snapshots_taken_at_the_same_end_write_one_file(tmp_path):
+    """The flush task and the maintenance pass may both take one before either is written:
+    the second write is a no-op (before, an assertion in a worker thread stopped the node)."""
+    log, state = Log.open(tmp_path, CFG, now_ms=0), ProducerStateManager()
+    fill(log, state, 5)
+    first, second = (log.producer_snapshot(state, min_bytes=0) for _ in range(2))
+    assert first.snapshot.offset == second.snapshot.offset == 5
+    assert log.write_producer_snapshot(second)
+    assert not log.write_producer_snapshot(first)
+    fill(log, state, 3, start_seq=5)
+    older = log.producer_snapshot(state, min_bytes=0)
+    fill(log, state, 2, start_seq=8)
+    assert snapshot_now(log, state) == 10
+    assert not log.write_producer_snapshot(older)  # older than the newest: nothing to add
+    assert snapshot_files(tmp_path) == [5, 10] and log.producer_snapshot_offset == 10
+    log.close()
+
+
 def test_a_cut_after_the_snapshot_was_taken_voids_it(tmp_path):
     log, state = Log.open(tmp_path, CFG, now_ms=0), ProducerStateManager()
     fill(log, state, 5)
