@@ -121,6 +121,7 @@ MAINTAIN_INTERVAL_S: Final = 5.0
 REPORT_CHECK_S: Final = 2.0
 REPORT_ATTEMPTS: Final = 20
 REPORT_BACKOFF_S: Final = (0.05, 2.0)
+REPORT_CONTROLLER_POLL_S: Final = 0.05  # during a backoff: has another controller become known?
 MAX_REPORTS_PER_CALL: Final = 500  # leader reports in one report_partition_leaders call (one in flight)
 TICK_YIELD_EVERY: Final = 100  # the tick loop lets other tasks run after this many replicas
 DEFAULT_PRODUCE_TIMEOUT_MS: Final = 30_000
@@ -967,6 +968,7 @@ class ReplicaManager:
                 if not batch:
                     break
                 t0 = trio.current_time()
+                controller_id = getattr(self.metadata, "controller_id", None)
                 try:
                     results = await self.metadata.report_partition_leaders(
                         [LeaderReport(r.topic, r.partition, self.node_id, epoch) for r, epoch, _ in batch])
@@ -991,10 +993,22 @@ class ReplicaManager:
                 log_event(logger, "leader_reports_sent", reports=len(batch), failed=failed,
                           took_ms=int((trio.current_time() - t0) * 1000))
                 if failed:
-                    await trio.sleep(delay * (0.5 + self._rng.random()))
+                    await self._report_backoff(delay * (0.5 + self._rng.random()), controller_id)
                     delay = min(delay * 2, REPORT_BACKOFF_S[1])
                 else:
                     delay = REPORT_BACKOFF_S[0]
+
+    async def _report_backoff(self, seconds: float, controller_id: int | None) -> None:
+        """Wait out a failed report call's backoff, or only until another active controller is
+        known than the one it went to: when the controller's node died with the leader's, the
+        reports failed until a new controller was active, and the backoff (up to 2 s) then kept
+        hundreds of new leaders out of the metadata for longer than the failover itself."""
+        with trio.move_on_after(seconds):
+            while True:
+                await trio.sleep(REPORT_CONTROLLER_POLL_S)
+                now = getattr(self.metadata, "controller_id", None)
+                if now is not None and now != controller_id:
+                    return
 
     def _report_done(self, key: tuple[str, int], epoch: int) -> None:
         if self._reporting.get(key) == epoch:

@@ -1,9 +1,10 @@
-"""A ReplicaManager on a real single-voter MetadataService reports the leaderships its replicas win in batches (report_partition_leaders, one call in flight, at most MAX_REPORTS_PER_CALL each), and every one lands in the image."""
+"""A ReplicaManager on a real single-voter MetadataService reports the leaderships its replicas win in batches (report_partition_leaders, one call in flight, at most MAX_REPORTS_PER_CALL each), and every one lands in the image; a failed call is retried as soon as another controller is known."""
 
 from __future__ import annotations
 
 import secrets
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import trio
@@ -99,3 +100,30 @@ async def test_a_batch_holds_at_most_max_reports_per_call(tmp_path, monkeypatch)
     md, leaders = await _run(tmp_path)
     assert all(leader == 1 for leader, _ in leaders.values())
     assert max(md.batches) <= 5 and sum(md.batches) >= PARTITIONS and md.max_in_flight == 1
+
+
+async def test_a_failed_report_is_retried_once_another_controller_is_known(autojump_clock):
+    """The backoff after a failed call (up to 2 s) ends early when a controller other than the
+    one the call went to becomes known: after the controller's node died, reports waited out
+    the backoff long after the new controller was active."""
+    metadata = SimpleNamespace(controller_id=None)
+    mgr = SimpleNamespace(metadata=metadata)
+
+    async def backoff(seconds, controller_id):
+        t0 = trio.current_time()
+        await ReplicaManager._report_backoff(mgr, seconds, controller_id)
+        return trio.current_time() - t0
+
+    assert await backoff(2.0, None) >= 2.0  # nobody known: the whole backoff
+    metadata.controller_id = 3
+    assert await backoff(2.0, 3) >= 2.0  # still the controller the call went to
+    async with trio.open_nursery() as nursery:
+        took: list[float] = []
+
+        async def wait():
+            took.append(await backoff(2.0, 3))
+
+        nursery.start_soon(wait)
+        await trio.sleep(0.3)
+        metadata.controller_id = 1  # a new active controller
+    assert 0.3 <= took[0] < 0.3 + 2 * manager_module.REPORT_CONTROLLER_POLL_S
