@@ -143,6 +143,18 @@ async def test_mixed_ten_minute_run_is_valid(tmp_path):
 
 
 @pytest.mark.jepsen
+@pytest.mark.slow
+async def test_thousand_partitions_run_is_valid(tmp_path):
+    """Issue 19: the queue workload spread over 1,000 partitions (RF 3: ~333 led by each node)
+    under node kills and network partitions. The seed draws a schedule with both."""
+    # Documented command: scripts/jepsen run --workload queue --nemesis kill,partition
+    #   --partitions 1000 --time-limit 60 --rate 100
+    outcome = await _valid_run(tmp_path, ("kill", "partition"), 60.0, partitions=1000, fault_interval_s=10,
+                               recovery_s=5, seed=2298777459)
+    assert {w.name for w in outcome.history.fault_windows()} == {"kill", "partition"}
+
+
+@pytest.mark.jepsen
 async def test_supervisor_kill_leaves_nothing_running(tmp_path):
     """Issue 20: "A fault-suite nemesis kills the supervisor and checks nothing is left"."""
     config = RunConfig(nemesis=("supervisor-kill",), time_limit_s=min(TIME_LIMIT_S, 20.0), rate=50, nodes=3,
