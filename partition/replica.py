@@ -655,7 +655,13 @@ class Replica:
             out["repairs"] = self.repairs
         if self.core is not None:
             s = self.core.status()
-            out.update(role=s["role"], epoch=s["epoch"], leader_id=s["leader_id"],
+            role, leader_id = s["role"], s["leader_id"]
+            if role == "leader" and not self.is_leader:
+                # Elected, but its epoch is not durable yet: it serves nothing as leader until
+                # then (the LeaderChange waits for the quorum-state fsync), so it does not say so
+                # either (a client that trusted /health got NOT_LEADER from it meanwhile).
+                role, leader_id = "candidate", None
+            out.update(role=role, epoch=s["epoch"], leader_id=leader_id,
                        log_end_offset=s["log_end_offset"], flushed_offset=s["flushed_offset"],
                        high_watermark=s["high_watermark"],
                        needs_catch_up=s["needs_catch_up"], quiescent=s["quiescent"])
