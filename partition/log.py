@@ -841,8 +841,9 @@ class Log:
         that are not yet flushed, then write its file atomically, the oldest kept one removed
         in the same directory fsync. False (nothing written) when a cut or a move of the log
         start came after the snapshot, or a snapshot at its offset or later was written since
-        it was taken (the flush task's and the maintenance pass's can be taken together). Blocking; any thread (it waits for a running flush).
-        Raises LogClosedError (an fsync or write failed)."""
+        it was taken (the flush task's and the maintenance pass's can be taken together).
+        Blocking; any thread (it waits for a running flush). Raises LogClosedError (an fsync
+        or write failed)."""
         self._check_open()
         data = ckpt.snapshot.encode()
         at = ckpt.snapshot.offset

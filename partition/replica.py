@@ -155,6 +155,7 @@ from partition.raft import (
     TruncateTo,
 )
 from partition.segment import FileSlice, write_durably
+from raftlog.base.aio import acquire_free
 from raftlog.base.errors import (
     InvalidRequestError,
     KafkaStorageError,
@@ -323,10 +324,7 @@ async def _in_thread(fn: Callable[[], Any], limiter: trio.CapacityLimiter) -> An
     included, load 6): for the flushes, one per group commit of every replica.
     Returns what `fn` returns, raises what it raises; like to_thread's default, not
     cancellable once started (the caller waits for `fn`)."""
-    try:
-        limiter.acquire_nowait()
-    except trio.WouldBlock:
-        await limiter.acquire()
+    await acquire_free(limiter)
     try:
         task = trio.lowlevel.current_task()
         token = trio.lowlevel.current_trio_token()
@@ -942,10 +940,7 @@ class Replica:
         a trio lock always yields once): most events are ticks that do nothing, and at 1,000
         partitions 20,000 of those a second each cost a round of trio's loop and an epoll
         call. Callers that loop (the tick loop, the inbox pump) yield themselves."""
-        if self._lock.locked():
-            await self._lock.acquire()
-        else:
-            self._lock.acquire_nowait()
+        await acquire_free(self._lock)
         try:
             if not self.online:
                 return
@@ -1128,10 +1123,7 @@ class Replica:
             )
         # The lock as `_event` takes it: uncontended, without a pass through the scheduler (a
         # produce holding it across that yield made the fetches arriving meanwhile queue).
-        if self._lock.locked():
-            await self._lock.acquire()
-        else:
-            self._lock.acquire_nowait()
+        await acquire_free(self._lock)
         try:
             self.check_leader()
             core = self.core

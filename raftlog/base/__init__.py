@@ -3,6 +3,7 @@
 * `errors`: the one registry of wire error codes (definite failures vs unknown outcomes);
 * `protocol`: the native protocol's frame codec and request/response shapes (PROTOCOL.md);
 * `peer`: address-keyed links between nodes over that protocol;
+* `aio`: small trio helpers (`acquire_free`);
 * `eventlog`: structured one-line logging; `metrics`: metric primitives for /metrics;
 * `topics`: internal topic names and the group -> `__consumer_offsets` partition hash;
 * security shared by clients and nodes: `sasl` (SCRAM and PLAIN exchanges), `peer_auth` (the

@@ -60,6 +60,7 @@ from typing import Any, Final
 
 import trio
 
+from raftlog.base.aio import acquire_free
 from raftlog.base.errors import (
     InvalidRequestError,
     MessageTooLargeError,
@@ -233,10 +234,7 @@ class PeerPool:
         link = self._link(address)
         link.last_used = trio.current_time()
         with trio.move_on_at(deadline) as scope:
-            try:  # a free slot without a pass through the scheduler (the answer's wait is one)
-                link.slots.acquire_nowait()
-            except trio.WouldBlock:
-                await link.slots.acquire()
+            await acquire_free(link.slots)  # the answer's wait is the checkpoint
             try:
                 return await self._call_on(link, op, fields, deadline)
             finally:
@@ -269,10 +267,7 @@ class PeerPool:
         which a free lock and a send_all would each cost); the rest with send_all. Raises
         RequestTimedOutError (the connection broke: outcome unknown)."""
         lock = link.send_lock
-        if lock.locked():
-            await lock.acquire()
-        else:
-            lock.acquire_nowait()
+        await acquire_free(lock)
         try:
             sending = True
             try:

@@ -69,6 +69,7 @@ from typing import Any, Final, NoReturn, Union
 import cbor2
 import trio
 
+from raftlog.base.aio import acquire_free
 from raftlog.base.errors import (
     InvalidRequestError,
     MessageTooLargeError,
@@ -420,10 +421,7 @@ class _Connection:
         # Backpressure: with max_in_flight requests running, the reader waits here and stops
         # reading the socket. A free slot is taken without a pass through the scheduler (the
         # reader's receive is its checkpoint).
-        try:
-            self.slots.acquire_nowait()
-        except trio.WouldBlock:
-            await self.slots.acquire()
+        await acquire_free(self.slots)
 
     async def _run_inline(self, handler: Handler, request: Request, deadline_ms: int,
                           requests: trio.Nursery, send: trio.MemorySendChannel[_Item]) -> None:

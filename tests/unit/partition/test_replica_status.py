@@ -27,7 +27,7 @@ async def test_an_elected_core_is_a_leader_in_the_status_only_once_the_replica_s
     with trio.fail_after(WAIT_S):
         while not r.is_leader:
             await r.tick()
-            await trio.sleep(0.001)
+            await trio.sleep(0)  # the worker thread's fsyncs: polled under the deadline
     assert (r.status()["role"], r.status()["leader_id"]) == ("leader", 1)
     # The shell between the core's election and the LeaderChange it holds back (as in a
     # leader transfer to a follower whose quorum-state fsync is slow).
