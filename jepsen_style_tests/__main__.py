@@ -76,6 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     nemesis = () if args.nemesis in ("", "none") else tuple(n.strip() for n in args.nemesis.split(",") if n.strip())
+    if args.partitions < 1 or args.nodes < 1 or args.concurrency < 1:
+        parser.error("--partitions, --nodes and --concurrency must be at least 1")
+    unknown = sorted(set(nemesis) - set(FAULT_NAMES))
+    if unknown:
+        parser.error(f"unknown nemesis {', '.join(unknown)}; known: {', '.join(FAULT_NAMES)}")
     config = RunConfig(
         workload=args.workload, nemesis=nemesis, time_limit_s=args.time_limit, rate=args.rate,
         nodes=args.nodes, partitions=args.partitions, concurrency=args.concurrency,

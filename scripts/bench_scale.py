@@ -396,7 +396,9 @@ def main() -> int:
     ap.add_argument("--base-port", type=int, default=None,
                     help="use the 15 ports from here (default: free ports the kernel does not hand out)")
     args = ap.parse_args()
-    per_topic = max(1, args.partitions // TOPICS)
+    if args.partitions < TOPICS:
+        ap.error(f"--partitions must be at least {TOPICS}, one per topic (got {args.partitions})")
+    per_topic = args.partitions // TOPICS  # rounded down to a multiple of TOPICS
     total = per_topic * TOPICS
 
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="scale-bench-"))

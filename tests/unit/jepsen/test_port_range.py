@@ -1,10 +1,10 @@
-"""A fault run kept to a port range: the command line reads --ports LOW-HIGH strictly, and the ports picked are free ones of the range, never one a listener holds."""
+"""The fault-run command line refuses bad settings (counts below 1, unknown nemeses) before anything starts; a fault run kept to a port range: the command line reads --ports LOW-HIGH strictly, and the ports picked are free ones of the range, never one a listener holds."""
 
 import socket
 
 import pytest
 
-from jepsen_style_tests.__main__ import _parser, _port_range
+from jepsen_style_tests.__main__ import _parser, _port_range, main
 from jepsen_style_tests.db import DbError, ports_in
 
 
@@ -33,3 +33,14 @@ def test_ports_in_skips_held_ports_and_says_when_too_few():
             ports_in((port, port), 1)
     with pytest.raises(DbError, match="bad port range"):
         ports_in((5, 4), 1)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--partitions", "0"], "must be at least 1"),
+    (["--nodes", "-1"], "must be at least 1"),
+    (["--nemesis", "kil,pause"], "unknown nemesis kil; known: kill"),
+])
+def test_bad_run_settings_are_usage_errors_before_anything_starts(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["run", *argv])
+    assert exc.value.code == 2 and message in capsys.readouterr().err
