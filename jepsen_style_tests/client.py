@@ -33,8 +33,9 @@ is no longer owned in the new generation. ``offset-fetch`` still completes ``fai
 ``unsupported``.
 
 Bounds: every op is bounded by the client's own deadlines (`send_timeout_ms`, `poll_ms` +
-`request_timeout_ms`); the worker thread is never abandoned, so a closed client owns no
-thread. Concurrency: one op at a time per `Client` (the runner guarantees it).
+`request_timeout_ms`). The runner also bounds each op and each close (`runner.OP_TIMEOUT_S`):
+cancelled, `invoke` and `close` return at once and leave the worker thread behind with the
+client, which the runner then drops without using it again. Concurrency: one op at a time per `Client` (the runner guarantees it).
 """
 
 from __future__ import annotations
@@ -157,13 +158,13 @@ class Client:
         self._close_consumer()
 
     async def close(self) -> None:
-        await trio.to_thread.run_sync(self.close_sync)
+        await trio.to_thread.run_sync(self.close_sync, abandon_on_cancel=True)
 
     # ------------------------------------------------------------------ ops
 
     async def invoke(self, op: Op) -> tuple[str, Any, str | None, dict[str, Any]]:
         """Performs `op`; returns ``(type, value, error, extra)`` of its completion."""
-        return await trio.to_thread.run_sync(self.invoke_sync, op)
+        return await trio.to_thread.run_sync(self.invoke_sync, op, abandon_on_cancel=True)
 
     def invoke_sync(self, op: Op) -> tuple[str, Any, str | None, dict[str, Any]]:
         """The blocking twin of `invoke` (runs in a worker thread)."""

@@ -32,9 +32,11 @@ layout, so a librdkafka that changes it turns the group checks off instead of fe
 wrong facts. A generation is reported only if it reads the same before and after the
 assignment is read.
 
-Bounds: every librdkafka call has a timeout (the client's `ClientOptions`), ``socket.timeout.ms``
-bounds requests, closes are bounded by librdkafka's own close (LeaveGroup with socket timeout).
-Concurrency: one op at a time per client (the runner guarantees it).
+Bounds: every librdkafka call has a timeout (the client's `ClientOptions`) and
+``socket.timeout.ms`` bounds requests, but a consumer's close (and a synchronous commit) waits
+for librdkafka without a deadline of ours. So, as with `client.Client`, the runner bounds each
+op and each close (`runner.OP_TIMEOUT_S`); a cancelled `invoke` or `close` returns at once and
+leaves its thread, still inside librdkafka, behind with the client. Concurrency: one op at a time per client (the runner guarantees it).
 """
 
 from __future__ import annotations
@@ -182,12 +184,12 @@ class KafkaClient:
         self._close_consumer()
 
     async def close(self) -> None:
-        await trio.to_thread.run_sync(self.close_sync)
+        await trio.to_thread.run_sync(self.close_sync, abandon_on_cancel=True)
 
     # ------------------------------------------------------------------ ops
 
     async def invoke(self, op: Op) -> tuple[str, Any, str | None, dict[str, Any]]:
-        return await trio.to_thread.run_sync(self.invoke_sync, op)
+        return await trio.to_thread.run_sync(self.invoke_sync, op, abandon_on_cancel=True)
 
     def invoke_sync(self, op: Op) -> tuple[str, Any, str | None, dict[str, Any]]:
         f = op.f

@@ -71,6 +71,14 @@ WORKLOADS = ("queue", "group", "kafka", "kafka-assign")
 KAFKA_WORKLOADS = ("kafka", "kafka-assign")
 GROUP_ID = "jepsen"  # the one consumer group of the group workload
 MAX_OPS = 2_000_000  # a bound on one history (about 1 GB of JSON at most)
+# A client op's own deadlines end it within ~15 s (a send's 6 s timeout, a join's 10 s rebalance
+# timeout, ...). One that outlives OP_TIMEOUT_S anyway ends info ``op-timeout`` and its client
+# is abandoned with its worker thread; a close that outlives CLOSE_TIMEOUT_S is abandoned the
+# same way. librdkafka's consumer close and synchronous commit have no deadline (its issue
+# 3740: a close retries its coordinator query forever while no broker answers), and a CI run
+# of the kafka workload under kills hung for its whole 90 minutes.
+OP_TIMEOUT_S = 60.0
+CLOSE_TIMEOUT_S = 20.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,6 +154,14 @@ def workload(config: RunConfig, keys: Sequence[str], rng: random.Random) -> g.Ge
     return g.phases(g.any_of(*main), final)
 
 
+async def _close(client: Any) -> None:
+    """Closes a client within CLOSE_TIMEOUT_S, or abandons it (its close goes on in its thread)."""
+    with trio.move_on_after(CLOSE_TIMEOUT_S) as scope:
+        await client.close()
+    if scope.cancelled_caught:
+        log.warning("closing a %s outlived %.0f s: abandoned", type(client).__name__, CLOSE_TIMEOUT_S)
+
+
 class _Interpreter:
     """Runs a generator against real clients and the nemesis (see the module docstring)."""
 
@@ -195,7 +211,15 @@ class _Interpreter:
                 if client is None:
                     client = self.clients[invoke.process] = self.client_class(
                         self.bootstrap, options=ClientOptions(security=self.security))
-                kind, value, error, extra = await client.invoke(invoke)
+                answer = None
+                with trio.move_on_after(OP_TIMEOUT_S):
+                    answer = await client.invoke(invoke)
+                if answer is None:
+                    log.warning("op %s on %s outlived %.0f s: its client is abandoned", invoke.f, invoke.process,
+                                OP_TIMEOUT_S)
+                    del self.clients[invoke.process]  # not closed: its thread may still be inside it
+                    answer = "info", invoke.value, "op-timeout", {}
+                kind, value, error, extra = answer
         except (OSError, RuntimeError, ValueError, KeyError, TypeError) as exc:
             log.warning("op %s on %s raised %r", invoke.f, invoke.process, exc)
             kind, value, error = "info", invoke.value, type(exc).__name__
@@ -225,7 +249,7 @@ class _Interpreter:
         if completion.type == "info" and process != NEMESIS:
             old = self.clients.pop(process, None)
             if old is not None:
-                await old.close()
+                await _close(old)
             self.processes[self.processes.index(process)] = process + self.concurrency
             self.free.add(process + self.concurrency)
         else:
@@ -274,8 +298,9 @@ class _Interpreter:
                             break
                         await self._complete(done)
         finally:
-            for client in self.clients.values():
-                await client.close()
+            with trio.CancelScope(shield=True):  # each close is bounded
+                for client in self.clients.values():
+                    await _close(client)
             self._progress(force=True)
         return self.ops
 

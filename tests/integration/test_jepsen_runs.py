@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+import trio
 
 from jepsen_style_tests.lazyfs import LazyFsError, LazyFsMount, cannot_mount
 from jepsen_style_tests.runner import RunConfig, run
@@ -14,14 +15,22 @@ from raftlog.base.client_properties import load_properties
 # RAFTLOG_JEPSEN_TIME_S for longer local runs.
 TIME_LIMIT_S = float(os.environ.get("RAFTLOG_JEPSEN_TIME_S", "25"))
 MIXED_TIME_LIMIT_S = float(os.environ.get("RAFTLOG_JEPSEN_MIXED_TIME_S", "600"))
+# Beyond its workload, a run needs setup (the nodes' readiness alone may take 60 s), recovery,
+# final reads (60 s at most) and teardown: a run that outlives this by far has hung.
+RUN_MARGIN_S = 300.0
 ALL_NEMESES = ("kill", "pause", "partition", "leader-kill", "controller-kill", "rolling", "corrupt")
+
+
+async def _bounded_run(config: RunConfig):
+    with trio.fail_after(config.time_limit_s + RUN_MARGIN_S):
+        return await run(config, out=None)
 
 
 async def _valid_run(tmp_path, nemesis: tuple[str, ...], time_limit_s: float, *, min_sends: int = 50, **overrides):
     settings = dict(rate=100, nodes=3, partitions=4, concurrency=6, fault_interval_s=8, recovery_s=4)
     config = RunConfig(nemesis=nemesis, time_limit_s=time_limit_s, store=str(tmp_path / "store"),
                        **{**settings, **overrides})
-    outcome = await run(config, out=None)
+    outcome = await _bounded_run(config)
     where = f"seed={outcome.seed} dir={outcome.files.directory}"
     counts = outcome.history.counts()
     # An unknown verdict fails too: these runs always acknowledge sends and read to the end.
@@ -78,7 +87,7 @@ async def test_power_loss_all_catches_a_topic_that_acknowledges_before_fsync(tmp
     config = RunConfig(nemesis=("power-loss-all",), time_limit_s=max(TIME_LIMIT_S, 30.0), rate=100, nodes=3,
                        partitions=4, concurrency=6, fault_interval_s=16, recovery_s=4,
                        store=str(tmp_path / "store"), flush_policy="interval")  # fmt: skip
-    outcome = await run(config, out=None)
+    outcome = await _bounded_run(config)
     where = f"seed={outcome.seed} dir={outcome.files.directory}"
     # Invalid (lost or reordered acknowledged writes), or unknown when the damaged partitions
     # cannot even be read to their end (acknowledged values unseen): never valid.
@@ -160,7 +169,7 @@ async def test_supervisor_kill_leaves_nothing_running(tmp_path):
     config = RunConfig(nemesis=("supervisor-kill",), time_limit_s=min(TIME_LIMIT_S, 20.0), rate=50, nodes=3,
                        partitions=2, concurrency=3, fault_interval_s=8, recovery_s=2,
                        store=str(tmp_path / "store"))
-    outcome = await run(config, out=None)
+    outcome = await _bounded_run(config)
     where = f"seed={outcome.seed} dir={outcome.files.directory}"
     kills = [p for p in outcome.history.pairs() if p.f == "kill-supervisor"]
     assert kills and all(p.type == "ok" for p in kills), (kills, where)
