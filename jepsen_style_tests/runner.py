@@ -187,6 +187,7 @@ class _Interpreter:
         self._done_send, self._done_receive = send_channel, receive_channel
         self._start = 0.0
         self._next_progress = PROGRESS_EVERY_S
+        self._nursery: Any = None  # run()'s: ops, and the closes of retired clients
 
     def now_ns(self) -> int:
         return int((trio.current_time() - self._start) * 1e9)
@@ -249,7 +250,7 @@ class _Interpreter:
         if completion.type == "info" and process != NEMESIS:
             old = self.clients.pop(process, None)
             if old is not None:
-                await _close(old)
+                self._nursery.start_soon(_close, old)  # the run goes on meanwhile
             self.processes[self.processes.index(process)] = process + self.concurrency
             self.free.add(process + self.concurrency)
         else:
@@ -259,6 +260,7 @@ class _Interpreter:
         self._start = trio.current_time()
         try:
             async with trio.open_nursery() as nursery:
+                self._nursery = nursery
                 while True:
                     self._progress()
                     ctx = self._context()

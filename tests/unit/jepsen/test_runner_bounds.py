@@ -1,6 +1,7 @@
 """The runner bounds every client op and close (`runner.OP_TIMEOUT_S`, `CLOSE_TIMEOUT_S`): a client
 whose call never returns (librdkafka's close and synchronous commit wait without a deadline)
-ends its op info ``op-timeout``, is dropped without being used again, and the run goes on."""
+ends its op info ``op-timeout``, is dropped without being used again, and the run goes on; a
+retired client's close runs beside the run, and is abandoned once it outlives its bound."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ from jepsen_style_tests import runner
 from jepsen_style_tests.history import HistoryWriter
 
 
-class _StuckOnce:
-    """A client whose first client's first op blocks its thread until `release` is set; every
-    other op completes ok at once. Its close blocks the same way while the op is stuck."""
+class _FirstOneStuck:
+    """A client of which the first one made blocks its thread in its first op (`op`) or in its
+    close (`close`) until `release` is set; every other call completes at once (sends ok)."""
 
-    made: list[_StuckOnce] = []
+    stuck_in = "op"
+    made: list["_FirstOneStuck"] = []
     release = threading.Event()
 
     def __init__(self, bootstrap, *, options=None):
@@ -26,18 +28,16 @@ class _StuckOnce:
         self.closed = False
         self.made.append(self)
 
-    def _stuck(self) -> bool:
-        return self is self.made[0]
-
     def invoke_sync(self, op):
         self.ops.append(op.f)
-        if self._stuck():
-            self.release.wait(30)
-            return "ok", op.value, None, {}
+        if self is self.made[0]:
+            if self.stuck_in == "op":
+                self.release.wait(30)
+            return "info", op.value, "lost", {}
         return "ok", [op.value[0], [len(self.ops) - 1, op.value[1]]], None, {}
 
     def close_sync(self):
-        if self._stuck():
+        if self is self.made[0] and self.stuck_in == "close":
             self.release.wait(30)
         self.closed = True
 
@@ -48,24 +48,37 @@ class _StuckOnce:
         await trio.to_thread.run_sync(self.close_sync, abandon_on_cancel=True)
 
 
-async def test_a_stuck_op_ends_info_and_its_client_is_abandoned(tmp_path, monkeypatch):
-    monkeypatch.setattr(runner, "OP_TIMEOUT_S", 0.3)
-    monkeypatch.setattr(runner, "CLOSE_TIMEOUT_S", 0.3)
-    _StuckOnce.made.clear()
-    _StuckOnce.release.clear()
-    gen = g.clients(g.sends(["t-0"]))
-    gen = g.any_of(g.time_limit(int(1.0 * g.SEC_NS), gen))
+async def _run(tmp_path, stuck_in: str, seconds: float):
+    _FirstOneStuck.stuck_in = stuck_in
+    _FirstOneStuck.made = []
+    _FirstOneStuck.release.clear()
+    gen = g.any_of(g.time_limit(int(seconds * g.SEC_NS), g.clients(g.sends(["t-0"]))))
     try:
         with HistoryWriter(tmp_path / "history.jsonl") as writer, trio.fail_after(10):
             interpreter = runner._Interpreter(gen, writer, concurrency=1, rng=random.Random(1), bootstrap=["x:1"],
-                                              nemesis=None, out=None, client_class=_StuckOnce)
+                                              nemesis=None, out=None, client_class=_FirstOneStuck)
             ops = await interpreter.run()
     finally:
-        _StuckOnce.release.set()
-    completions = [op for op in ops if op.type != "invoke"]
+        _FirstOneStuck.release.set()
+    return [op for op in ops if op.type != "invoke"], _FirstOneStuck.made
+
+
+async def test_a_stuck_op_ends_info_and_its_client_is_abandoned(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "OP_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(runner, "CLOSE_TIMEOUT_S", 0.3)
+    completions, (stuck, *others) = await _run(tmp_path, "op", 1.0)
     assert completions[0].type == "info" and completions[0].error == "op-timeout", completions[0]
     assert completions[0].process == 0 and completions[1].process == 1  # the worker goes on as a new process
-    assert [op.type for op in completions[1:]] == ["ok"] * (len(completions) - 1) and len(completions) > 2
-    stuck, *others = _StuckOnce.made
+    assert len(completions) > 2 and all(op.type == "ok" for op in completions[1:])
     assert stuck.ops == ["send"] and not stuck.closed  # never used or closed again
     assert others and all(c.closed for c in others)  # the run's end closes the live client
+
+
+async def test_a_stuck_close_neither_stalls_the_run_nor_keeps_it_alive(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "CLOSE_TIMEOUT_S", 1.5)
+    completions, (stuck, *others) = await _run(tmp_path, "close", 1.0)
+    assert completions[0].type == "info" and completions[0].error == "lost"
+    # The retired client's close hung for the whole workload: the sends went on beside it.
+    later = [op for op in completions[1:] if op.time_ns < 0.9 * g.SEC_NS]
+    assert len(later) > 2 and all(op.type == "ok" for op in later), completions
+    assert not stuck.closed and others and all(c.closed for c in others)
