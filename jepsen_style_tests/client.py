@@ -35,7 +35,8 @@ is no longer owned in the new generation. ``offset-fetch`` still completes ``fai
 Bounds: every op is bounded by the client's own deadlines (`send_timeout_ms`, `poll_ms` +
 `request_timeout_ms`). The runner also bounds each op and each close (`runner.OP_TIMEOUT_S`):
 cancelled, `invoke` and `close` return at once and leave the worker thread behind with the
-client, which the runner then drops without using it again. Concurrency: one op at a time per `Client` (the runner guarantees it).
+client, which the runner then drops without using it again. Concurrency: one op at a time
+per `Client` (the runner guarantees it).
 """
 
 from __future__ import annotations

@@ -36,7 +36,8 @@ Bounds: every librdkafka call has a timeout (the client's `ClientOptions`) and
 ``socket.timeout.ms`` bounds requests, but a consumer's close (and a synchronous commit) waits
 for librdkafka without a deadline of ours. So, as with `client.Client`, the runner bounds each
 op and each close (`runner.OP_TIMEOUT_S`); a cancelled `invoke` or `close` returns at once and
-leaves its thread, still inside librdkafka, behind with the client. Concurrency: one op at a time per client (the runner guarantees it).
+leaves its thread, still inside librdkafka, behind with the client. Concurrency: one op at a
+time per client (the runner guarantees it).
 """
 
 from __future__ import annotations
