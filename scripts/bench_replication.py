@@ -274,10 +274,17 @@ def main() -> int:
         address, topic, size, seconds, window = args.worker
         print(json.dumps(worker(address, topic, int(size), float(seconds), int(window))))
         return 0
+    if args.runs < 1 or args.window < 1 or args.failovers < 0 or not args.seconds > 0:
+        ap.error("--runs and --window must be at least 1, --seconds above 0, --failovers at least 0")
+    try:
+        sizes = [int(k) << 10 for k in args.sizes.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) <= 0 or max(sizes) > 1 << 20:
+        ap.error(f"--sizes takes batch sizes in KiB from 1 to 1024, comma-separated (got {args.sizes!r})")
 
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-replication-"))
     cluster = Cluster(root, args.base_port)
-    sizes = [int(k) << 10 for k in args.sizes.split(",")]
     try:
         for i in (1, 2, 3):
             cluster.start(i)

@@ -1,6 +1,7 @@
 """`scripts/bench NAME` starts every benchmark the way `python scripts/bench_NAME.py` would:
 each one's options parse, and imports of sibling scripts resolve (bench_replication imports
-bench_scale; a SIGTERM wrapper once ran them from the caller's directory and it failed)."""
+bench_scale; a SIGTERM wrapper once ran them from the caller's directory and it failed); bench
+replication's bad settings are usage errors, not tracebacks after the nodes started."""
 
 import pathlib
 import subprocess
@@ -23,3 +24,12 @@ def test_an_unknown_bench_is_a_usage_error(tmp_path):
     done = subprocess.run([str(ROOT / "scripts" / "bench"), "nosuch"], cwd=tmp_path, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 2 and "usage: scripts/bench NAME" in done.stderr
+
+
+@pytest.mark.parametrize("argv", [["--window", "0"], ["--runs", "0"], ["--seconds", "0"], ["--sizes", "16,x"],
+                                  ["--sizes", "0"]])
+def test_bench_replication_refuses_bad_settings_before_starting_nodes(argv, tmp_path):
+    done = subprocess.run([str(ROOT / "scripts" / "bench"), "replication", *argv], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "bench_replication.py: error:" in done.stderr, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr

@@ -23,11 +23,14 @@ async def test_an_elected_core_is_a_leader_in_the_status_only_once_the_replica_s
                 clock_ms=lambda: 1000)
     await trio.to_thread.run_sync(r.open)
     r.attach(nursery)
+    changed = trio.Event()
+    r.watch(changed)  # set at the replica's next leadership or high-watermark change
     await r.start_election()
     with trio.fail_after(WAIT_S):
         while not r.is_leader:
-            await r.tick()
-            await trio.sleep(0)  # the worker thread's fsyncs: polled under the deadline
+            await changed.wait()
+            changed = trio.Event()
+            r.watch(changed)
     assert (r.status()["role"], r.status()["leader_id"]) == ("leader", 1)
     # The shell between the core's election and the LeaderChange it holds back (as in a
     # leader transfer to a follower whose quorum-state fsync is slow).
