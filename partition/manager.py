@@ -82,6 +82,7 @@ import trio
 
 from metadata.controller import LeaderReport
 from metadata.image import MetadataImage, PartitionState, TopicImage
+from metadata.topic_config import TopicConfig
 from partition.errors import StorageDamageError
 from partition.log import RepairReport
 from partition.replica import (
@@ -671,6 +672,16 @@ class ReplicaManager:
 
     def _reconcile(self, image: MetadataImage) -> None:
         wanted: dict[tuple[str, int], tuple[TopicImage, PartitionState]] = {}
+        # Each topic's configs parsed once, not once per replica (13 us a parse: at 1,000
+        # replicas, 13 ms of every image change, and a failover's leader moves make dozens).
+        parsed: dict[str, TopicConfig] = {}
+
+        def config_of(topic: TopicImage) -> TopicConfig:
+            config = parsed.get(topic.name)
+            if config is None:
+                config = parsed[topic.name] = topic.effective_config()
+            return config
+
         for topic in image.topics.values():
             for p in topic.partitions:
                 if self.node_id in p.replicas:
@@ -684,7 +695,7 @@ class ReplicaManager:
                 done = self._deleting.setdefault(r.directory, trio.Event())
                 self._nursery.start_soon(self._remove_replica, r, done)
                 continue
-            config = w[0].effective_config()
+            config = config_of(w[0])
             if config != r.topic_config:
                 r.topic_config = config
                 if r.log is not None and r.online:
@@ -696,7 +707,7 @@ class ReplicaManager:
                 topic=topic.name, partition=p.partition, topic_id=topic.topic_id,
                 replica_id=self.node_id, voters=p.replicas,
                 directory=self.data_dir / f"{topic.name}-{p.partition}",
-                topic_config=topic.effective_config(), transport=self.links,
+                topic_config=config_of(topic), transport=self.links,
                 settings=self.settings, rng=random.Random(self._rng.getrandbits(64)),
                 clock_ms=self._clock_ms, on_leadership=self._on_leadership,
                 on_ticking=self._on_ticking, disk=self.disk, observer=self._metrics,
