@@ -296,13 +296,14 @@ class ReplicaManager:
     def replicas(self) -> list[Replica]:
         return [r for r in self._replicas.values() if r.attached]
 
-    def local_leader(self, topic: str, partition: int) -> tuple[bool, int | None]:
-        """(a replica of it is open here, the leader that replica knows or None): the
-        partition's Raft group's own word, for the metadata answers (metadata/service.py)."""
+    def local_leader(self, topic: str, partition: int) -> tuple[bool, int | None, int]:
+        """(a replica of it is open here, the leader that replica knows or None, the epoch
+        it knows): the partition's Raft group's own word, for the metadata answers
+        (metadata/service.py)."""
         r = self.replica(topic, partition)
         if r is None or r.core is None or not r.online:
-            return False, None
-        return True, r.core.leader_id
+            return False, None, -1
+        return True, r.core.leader_id, r.core.epoch
 
     def _image_now(self) -> MetadataImage:
         image = getattr(self.metadata, "image", None)

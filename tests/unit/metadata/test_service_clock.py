@@ -1,4 +1,4 @@
-"""On trio's MockClock, the metadata service's broker timers act at the virtual times they promise: the local broker heartbeats every heartbeat_ms (±10 %), the active controller fences a broker silent for more than session_timeout_ms (and not before), a heartbeat unfences it, and a controlled shutdown fences at once and stops the heartbeats."""
+"""On trio's MockClock, the metadata service's broker timers act at the virtual times they promise: the local broker heartbeats every heartbeat_ms (±10 %), the active controller fences a broker silent for more than session_timeout_ms (and not before), a heartbeat unfences it, and a controlled shutdown fences at once and stops the heartbeats. Beside the timers: a metadata answer names the leader a replica on this node knows when its epoch is newer than the image's."""
 
 from __future__ import annotations
 
@@ -142,4 +142,35 @@ async def test_a_controlled_shutdown_fences_at_once_and_stops_heartbeats(autojum
         assert service.image.broker(1).fenced
         status = await service.client_handlers["cluster_status"](Request(1, "cluster_status", {}))
         assert status["brokers"][0]["last_heartbeat_age_ms"] >= 3 * SESSION_S * 1000
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_metadata_answer_names_the_leader_a_local_replica_knows_at_a_newer_epoch(
+    autojump_clock, tmp_path
+):
+    async with trio.open_nursery() as nursery:
+        service = await _started(nursery, tmp_path)
+        await service.client_handlers["create_topic"](
+            Request(1, "create_topic", {"name": "t", "partitions": 1, "replication_factor": 1}))
+        await service.wait_for(lambda image: image.topic("t") is not None and image.topic("t").complete, 10)
+        await _peer(service, "report_partition_leader", topic="t", partition=0, leader_id=1, leader_epoch=2)
+        image_p = service.image.topic("t").partitions[0]
+        assert (image_p.leader, image_p.leader_epoch) == (1, 2)
+
+        async def answered(view: tuple[bool, int | None, int]) -> dict[str, Any]:
+            service.partition_view = lambda topic, partition: view
+            md = await service.client_handlers["metadata"](Request(1, "metadata", {"topics": ["t"]}))
+            (part,) = md["topics"][0]["partitions"]
+            return part
+
+        newer = await answered((True, 1, image_p.leader_epoch + 3))
+        assert (newer["leader"], newer["leader_epoch"], newer["offline"]) == (1, image_p.leader_epoch + 3, False)
+        # Not newer: the image stands (an older or equal epoch never overrides it).
+        for epoch in (image_p.leader_epoch, image_p.leader_epoch - 1):
+            same = await answered((True, 5, epoch))
+            assert (same["leader"], same["leader_epoch"]) == (image_p.leader, image_p.leader_epoch)
+        # A replica here that knows no leader: the image's leader, marked offline.
+        none = await answered((True, None, image_p.leader_epoch + 5))
+        assert (none["leader"], none["leader_epoch"]) == (image_p.leader, image_p.leader_epoch)
+        assert none["offline"] and "sees none" in none["offline_reason"]
         nursery.cancel_scope.cancel()
