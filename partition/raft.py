@@ -674,6 +674,13 @@ class RaftCore:
     def last_epoch(self) -> int:
         return self._ep_epochs[-1] if self._ep_epochs else 0
 
+    def runs_on_next_tick(self) -> bool:
+        """True when the next `tick()` starts a pre-vote or a candidacy (a candidacy persists
+        the quorum state first). A query: it changes nothing. The shell runs such a tick
+        where waiting on its fsync holds up no other partition."""
+        return (self._role is not _LEADER and not self.quiescent and not self._needs_catch_up
+                and self._election_elapsed + 1 >= self._election_timeout)
+
     @property
     def quiescent(self) -> bool:
         """True while `tick()` does nothing (module docstring "Quiescence"): a follower whose

@@ -57,6 +57,7 @@ reports damage, which the log re-checks under the writer before acting (never on
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import struct
@@ -275,6 +276,78 @@ def write_durably(directory: Path, name: str, data: bytes, *, dir_fd: int | None
         os.fsync(dfd)
     finally:
         os.close(dfd)
+
+
+def _load_syncfs() -> Callable[[int], int] | None:
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).syncfs
+    except (AttributeError, OSError):
+        return None  # not Linux: write_durably_many falls back to an fsync per file
+    fn.argtypes = [ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_SYNCFS = _load_syncfs()
+
+
+def write_durably_many(files: list[tuple[Path, str, bytes]]) -> list[OSError | None]:
+    """`write_durably` for many files at once (group commit): every temp file written, one
+    syncfs(2) of their filesystem, every rename, one more syncfs; so a crash leaves each file
+    with its old or its new contents, as one by one would. Returns an OSError or None per
+    file, in order: one file's failure (a missing directory, a full disk) fails only it; a
+    failed syncfs fails every file it covered. On ext4 every fsync is a journal commit, one
+    after another whichever threads ask: 333 files took 50-80 ms with two fsyncs each, in
+    one thread or in 40, and 20-35 ms like this (this machine's disk, idle). Where syncfs
+    does not exist, it is write_durably file by file."""
+    errors: list[OSError | None] = [None] * len(files)
+    if _SYNCFS is None:
+        for i, (directory, name, data) in enumerate(files):
+            try:
+                write_durably(directory, name, data)
+            except OSError as exc:
+                errors[i] = exc
+        return errors
+    per_fs: dict[int, int] = {}  # st_dev -> an open fd on that filesystem, for syncfs
+    fs_of = [-1] * len(files)
+    try:
+        for i, (directory, name, data) in enumerate(files):
+            try:
+                fd = os.open(directory / (name + TMP_SUFFIX), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            except OSError as exc:
+                errors[i] = exc
+                continue
+            try:
+                pwrite_all(fd, data, 0)
+                fs_of[i] = os.fstat(fd).st_dev
+            except OSError as exc:
+                errors[i] = exc
+            if errors[i] is None and fs_of[i] not in per_fs:
+                per_fs[fs_of[i]] = fd
+            else:
+                os.close(fd)
+        _syncfs_each(per_fs, fs_of, errors, "the temp files")
+        for i, (directory, name, _) in enumerate(files):
+            if errors[i] is None:
+                try:
+                    os.replace(directory / (name + TMP_SUFFIX), directory / name)
+                except OSError as exc:
+                    errors[i] = exc
+        _syncfs_each(per_fs, fs_of, errors, "the renames")
+    finally:
+        for fd in per_fs.values():
+            os.close(fd)
+    return errors
+
+
+def _syncfs_each(per_fs: dict[int, int], fs_of: list[int], errors: list[OSError | None], what: str) -> None:
+    for dev, fd in per_fs.items():
+        if _SYNCFS(fd) == 0:
+            continue
+        err = ctypes.get_errno()
+        for i, d in enumerate(fs_of):
+            if d == dev and errors[i] is None:
+                errors[i] = OSError(err, f"syncfs of {what}: {os.strerror(err)}")
 
 
 def write_whole_file(path: Path, data: bytes) -> None:

@@ -840,6 +840,53 @@ def test_followers_of_an_unreachable_leader_elect_at_once_without_a_split_vote()
         assert new.replica_id in followers and new.epoch == old.epoch + 1  # one round: no split vote
 
 
+
+class _ElectionChecked(Harness):
+    """Checks, before every tick of every core, that `runs_on_next_tick()` says whether that
+    tick starts an election (a pre-vote request or a candidacy's quorum-state write): the
+    replica shell runs exactly those ticks in the replica's own task."""
+
+    due_ticks = 0
+
+    def tick(self, ticks=1, nodes=None):
+        for _ in range(ticks):
+            for i in nodes or self.voters:
+                core = self.cores[i]
+                due = core.runs_on_next_tick()
+                effects = core.tick()
+                started = any(type(e) is PersistQuorumState or type(e) is Send and type(e.message) is VoteRequest
+                              for e in effects)
+                assert due == started, (i, core.status(), effects)
+                self.due_ticks += due
+                self.apply(i, effects)
+                self.watch_links(i)
+            self.deliver()
+
+
+def test_runs_on_next_tick_says_exactly_which_ticks_start_an_election():
+    due = 0
+    for seed in range(12):
+        h = _ElectionChecked(3, seed=seed)
+        old = h.elect()
+        h.write(old.replica_id, 2)
+        h.tick(5)
+        others = [i for i in h.voters if i != old.replica_id]
+        h.cut.add(old.replica_id)  # killed
+        if seed % 2:
+            for i in others:
+                h.apply(i, h.cores[i].leader_unreachable(old.replica_id, refused=True))
+        h.run_until(lambda: h.leader() is not None and h.leader().replica_id != old.replica_id)
+        h.cut = {others[0]}  # a follower cut off: it runs again and again, refused pre-votes
+        h.tick(3 * CFG.election_timeout_ticks)
+        h.cut = set()
+        h.tick(3 * CFG.election_timeout_ticks)
+        due += h.due_ticks
+    single = _ElectionChecked(1)
+    single.elect()
+    assert single.due_ticks == 1
+    assert due > 12 * 3  # every seed elected twice and its cut-off follower kept running
+
+
 def test_a_follower_told_its_live_leader_is_unreachable_does_not_depose_it():
     h = Harness(3, seed=4)
     leader = h.elect()

@@ -1,0 +1,70 @@
+"""Group commit of quorum-state files: `write_durably_many` replaces every file it can and
+fails only the ones it cannot; `QuorumStateCommits` writes concurrent replicas' quorum states
+in shared batches, each readable afterwards, and hands each writer its own error."""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+import trio
+
+from partition.raft import QuorumState
+from partition.replica import QuorumStateCommits, read_quorum_state
+from partition.segment import TMP_SUFFIX, write_durably_many
+
+
+def test_write_durably_many_replaces_each_file_and_fails_only_the_bad_ones(tmp_path):
+    dirs = [tmp_path / f"p{i}" for i in range(5)]
+    for d in dirs:
+        d.mkdir()
+        (d / "f").write_bytes(b"old")
+    missing = tmp_path / "gone"
+    errors = write_durably_many([(d, "f", b"new %d" % i) for i, d in enumerate(dirs)] + [(missing, "f", b"x")])
+    assert errors[:5] == [None] * 5
+    assert isinstance(errors[5], OSError) and errors[5].errno == errno.ENOENT
+    assert [(d / "f").read_bytes() for d in dirs] == [b"new %d" % i for i in range(5)]
+    assert not list(tmp_path.rglob("*" + TMP_SUFFIX))
+    assert write_durably_many([]) == []
+
+
+async def test_concurrent_writes_share_batches_and_each_is_durable(tmp_path):
+    commits = QuorumStateCommits()
+    dirs = [tmp_path / f"t-{i}" for i in range(200)]
+    for d in dirs:
+        d.mkdir()
+    failed: list[OSError] = []
+
+    async def write(i: int, d) -> None:
+        try:
+            await commits.write(nursery, d, QuorumState(i + 1, 2, None))
+        except OSError as exc:
+            failed.append(exc)
+
+    async with trio.open_nursery() as nursery:
+        for i, d in enumerate(dirs):
+            nursery.start_soon(write, i, d)
+        nursery.start_soon(write, 0, tmp_path / "missing")
+    assert [read_quorum_state(d) for d in dirs] == [QuorumState(i + 1, 2, None) for i in range(len(dirs))]
+    assert len(failed) == 1 and failed[0].errno == errno.ENOENT  # only the write that could not be made
+    assert commits.writes == len(dirs) + 1
+    assert commits.batches < 10  # shared: one per file would be 201
+
+
+async def test_a_cancelled_writer_still_waits_for_its_write(tmp_path):
+    commits = QuorumStateCommits()
+    async with trio.open_nursery() as nursery:
+        with trio.CancelScope() as scope:
+            scope.cancel()  # cancelled before it even asks: the write is made all the same
+            await commits.write(nursery, tmp_path, QuorumState(7, 1, 1))
+        assert read_quorum_state(tmp_path) == QuorumState(7, 1, 1)
+
+
+@pytest.mark.parametrize("n", [1, 3])
+async def test_a_lone_write_is_its_own_batch(tmp_path, n):
+    commits = QuorumStateCommits()
+    async with trio.open_nursery() as nursery:
+        for i in range(n):
+            await commits.write(nursery, tmp_path, QuorumState(i, None, None))
+    assert read_quorum_state(tmp_path) == QuorumState(n - 1, None, None)
+    assert commits.batches == n
