@@ -298,8 +298,10 @@ def write_durably_many(files: list[tuple[Path, str, bytes]]) -> list[OSError | N
     file, in order: one file's failure (a missing directory, a full disk) fails only it; a
     failed syncfs fails every file it covered. On ext4 every fsync is a journal commit, one
     after another whichever threads ask: 333 files took 50-80 ms with two fsyncs each, in
-    one thread or in 40, and 20-35 ms like this (this machine's disk, idle). Where syncfs
-    does not exist, it is write_durably file by file."""
+    one thread or in 40, and 20-35 ms like this (this machine's disk, idle). syncfs also
+    writes back every other dirty page of that filesystem: on a data disk of the node's own,
+    its appends not yet flushed (few: each group commit flushes them). Where syncfs does not
+    exist, it is write_durably file by file."""
     errors: list[OSError | None] = [None] * len(files)
     if _SYNCFS is None:
         for i, (directory, name, data) in enumerate(files):

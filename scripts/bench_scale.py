@@ -566,7 +566,7 @@ def main() -> int:
             print(f"every partition led after a kill: median {statistics.median(all_led_s):.2f} s [target < 5 s]")
             apart = [t for t, c in zip(per_part_s, with_controller) if not c]
             split = (f"; {statistics.median(apart):.2f} s in the {len(apart)} run(s) whose victim did not host "
-                     f"the active controller (the others wait for a new controller too)") if apart and len(apart) < len(per_part_s) else ""
+                     f"the active controller (the others lost the controller too)") if apart and len(apart) < len(per_part_s) else ""
             print(f"partition failover (median per partition, median of runs): "
                   f"{statistics.median(per_part_s):.2f} s [target < 1 s]{split}")
             caveat = "" if args.active_segment_mib >= 1024 else (
