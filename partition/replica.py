@@ -12,8 +12,8 @@ The core decides, this module does the I/O, following raft.py's "contract with t
   voted_for, leader_id, needs_catch_up} (a file without needs_catch_up reads as false; open
   sets it, durably, when log recovery dropped data), written to a temp file, fsynced,
   renamed, directory fsynced; only then `quorum_state_persisted(version)`. An attached
-  replica's write joins the node's group commit (`QuorumStateCommits`: the fsyncs are two
-  syncfs per batch).
+  replica's write joins the node's group commit (`QuorumStateCommits`: two syncfs per batch
+  instead of two fsyncs per file, on filesystems whose syncfs makes files durable).
 * Flush: one `log.flush()` in a worker thread (group commit), reported exactly once with
   `flushed(offset)`. A truncation waits until no flush thread runs, then truncates in a
   worker thread.
@@ -373,8 +373,9 @@ class _QuorumStateWrite:
 
 class QuorumStateCommits:
     """Group commit of one node's quorum-state writes (`DiskWork.quorum_states`). A write
-    joins the next batch; one worker thread writes a batch with `write_quorum_states`, two
-    syncfs for all of it instead of two fsyncs per file, and a batch takes whatever arrived
+    joins the next batch; one worker thread writes a batch with `write_quorum_states` (two
+    syncfs for all of it instead of two fsyncs per file, where syncfs makes files durable:
+    segment.write_durably_many), and a batch takes whatever arrived
     while the one before was written. When a node dies, its followers on the others run
     hundreds of elections at once, and each chains three quorum-state writes (the
     candidate's vote, the voter's, the new leader's): one at a time they queued behind each

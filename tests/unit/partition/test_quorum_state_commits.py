@@ -5,12 +5,14 @@ in shared batches, each readable afterwards, and hands each writer its own error
 from __future__ import annotations
 
 import errno
+import os
 
 import pytest
 import trio
 
 from partition.raft import QuorumState
 from partition.replica import QuorumStateCommits, read_quorum_state
+from partition import segment
 from partition.segment import TMP_SUFFIX, write_durably_many
 
 
@@ -68,3 +70,29 @@ async def test_a_lone_write_is_its_own_batch(tmp_path, n):
             await commits.write(nursery, tmp_path, QuorumState(i, None, None))
     assert read_quorum_state(tmp_path) == QuorumState(n - 1, None, None)
     assert commits.batches == n
+
+
+@pytest.mark.parametrize("trusted", [True, False])
+def test_syncfs_only_where_it_makes_files_durable(tmp_path, monkeypatch, trusted):
+    """A filesystem whose syncfs is not known to make files durable (FUSE: the kernel does
+    not pass syncfs on to its server) gets write_durably's fsyncs, file by file."""
+    calls: list[int] = []
+
+    def fake_syncfs(fd: int) -> int:
+        calls.append(fd)
+        return 0
+
+    monkeypatch.setattr(segment, "_SYNCFS", fake_syncfs)
+    monkeypatch.setattr(segment, "_syncfs_ok", {tmp_path.stat().st_dev: trusted})
+    fsyncs: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd))[1])
+    dirs = [tmp_path / f"p{i}" for i in range(4)]
+    for d in dirs:
+        d.mkdir()
+    assert write_durably_many([(d, "f", b"v") for d in dirs]) == [None] * 4
+    assert all((d / "f").read_bytes() == b"v" for d in dirs)
+    if trusted:
+        assert len(calls) == 2 and fsyncs == []  # temp files, then renames
+    else:
+        assert calls == [] and len(fsyncs) == 8  # each file and its directory
