@@ -378,10 +378,6 @@ def _check_offset(admin: Any, topic: str, parts: list[int], offset: int) -> None
                          + " (the end is where the next record will go)")
 
 
-class _Stop(Exception):
-    """SIGTERM: end the consume loop like Ctrl-C."""
-
-
 @click.command("consume")
 @click.argument("topic")
 @click.option("--from-beginning", is_flag=True, help="Start at the earliest offset (default: only new records).")
@@ -441,9 +437,14 @@ def consume_cmd(ctx: click.Context, topic: str, from_beginning: bool, partition:
     out = sys.stdout.buffer
     fmt_record = _formatter(fmt, separator.encode())
     previous = signal.getsignal(signal.SIGTERM)
+    stopping = False
 
     def on_term(signum: int, frame: Any) -> None:
-        raise _Stop()
+        # A flag the loop reads between polls (each at most 500 ms), not an exception: raised
+        # from a signal handler, one can land in a finalizer, which prints and drops it, and
+        # the consume went on following (seen in CI).
+        nonlocal stopping
+        stopping = True
 
     signal.signal(signal.SIGTERM, on_term)
     seen = 0
@@ -464,7 +465,7 @@ def consume_cmd(ctx: click.Context, topic: str, from_beginning: bool, partition:
             else:
                 consumer.seek_to_end()
         idle_since = time.monotonic()
-        while max_messages is None or seen < max_messages:
+        while not stopping and (max_messages is None or seen < max_messages):
             wait_ms = 500
             if timeout_ms is not None:
                 left = timeout_ms - (time.monotonic() - idle_since) * 1000
@@ -479,7 +480,7 @@ def consume_cmd(ctx: click.Context, topic: str, from_beginning: bool, partition:
             out.write(b"".join(fmt_record(r) for r in records))
             out.flush()
             seen += len(records)
-    except (KeyboardInterrupt, _Stop):
+    except KeyboardInterrupt:
         pass
     except BrokenPipeError:
         # The reader went away (`| head`): not an error. Point stdout at /dev/null so the

@@ -112,7 +112,7 @@ def test_sigterm_ends_a_following_consume_with_exit_0(cluster):
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.wait()
+        proc.communicate()  # reaps it and closes its pipes (left open, a later test saw them)
 
 
 def test_user_errors_are_one_line(cluster):
