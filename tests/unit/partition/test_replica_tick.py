@@ -27,10 +27,12 @@ async def test_the_tick_that_starts_a_candidacy_does_not_wait_for_its_fsync(tmp_
     r.open()
     release = threading.Event()
     writes: list[object] = []
+    began = trio.Event()
     real_write = replica_module.write_quorum_states
 
-    def held_write(batch):
+    def held_write(batch):  # in the group commit's worker thread
         writes.extend(state for _, state in batch)
+        trio.from_thread.run_sync(began.set)
         assert release.wait(30), "the test never released the fsync"
         return real_write(batch)
 
@@ -47,15 +49,16 @@ async def test_the_tick_that_starts_a_candidacy_does_not_wait_for_its_fsync(tmp_
             with trio.fail_after(5):  # the tick loop used to wait here until the fsync ended
                 await r.tick()
             with trio.fail_after(5):
-                while not writes:  # the candidacy's write, begun by the replica's own task
-                    await trio.sleep(0.01)
+                await began.wait()  # the candidacy's write, begun by the replica's own task
             with trio.fail_after(5):
                 await r.tick()  # the tick loop goes on meanwhile; this replica's tick is skipped
             assert r.skipped_ticks >= 1 and not r.is_leader and writes[0].voted_for == 1
             release.set()
             with trio.fail_after(10):
                 while not r.is_leader:  # the candidacy's write, then the leader's own
-                    await trio.sleep(0.01)
+                    changed = trio.Event()
+                    r.watch(changed)  # set at the next leadership or high-watermark change
+                    await changed.wait()
             assert r.core.epoch == writes[0].epoch and len(writes) == 2
             nursery.cancel_scope.cancel()
     finally:
