@@ -11,6 +11,8 @@ to the group's coordinator, found with `find_coordinator` (asked of any broker).
 with backoff until the call's deadline on NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE /
 a lost connection (the coordinator is looked up again) and on COORDINATOR_LOAD_IN_PROGRESS or
 REQUEST_TIMED_OUT (same coordinator). Any other error ends the call (the membership decides).
+A sync commit (`retry_commit`) is retried the same way when its answer's partitions failed
+only with those errors (`commit_retry_error`).
 Every group op is safe to resend: a join or sync sent twice is answered as one, a heartbeat
 or a commit of the same offsets changes nothing more.
 
@@ -125,6 +127,24 @@ _REFIND = (NotCoordinatorError, CoordinatorNotAvailableError)
 _RETRY_SAME = (CoordinatorLoadInProgressError, RequestTimedOutError)
 
 
+class CoordCall(Call):
+    """A call to the coordinator. With `retry_commit`, a commit answer whose partitions all
+    failed retriably (the append did not land: the coordinator moved, or the append timed
+    out) is retried like a coordinator error, until the call's deadline: Kafka's commitSync.
+    Async commits are not (an older commit sent again could land after a newer one)."""
+
+    __slots__ = ("retry_commit",)
+
+
+def commit_retry_error(msg: dict) -> dict | None:
+    """The error to retry a commit answer on: the first per-partition error, if every failed
+    partition failed with a coordinator error (`_REFIND` or `_RETRY_SAME`); else None."""
+    errors = [r["error"] for r in msg.get("partitions") or () if r.get("error") is not None]
+    if errors and all(isinstance(error_from_wire(e), _REFIND + _RETRY_SAME) for e in errors):
+        return errors[0]
+    return None
+
+
 def find_coordinator_request(group_id: str) -> dict:
     return {"op": "find_coordinator", "group_id": group_id}
 
@@ -177,10 +197,12 @@ class GroupCore(ClientCore):
             return self._coordinator_address
         return super().address(broker_id)
 
-    def coord_call(self, request: dict, now_ms: int, timeout_ms: int | None = None) -> Call:
+    def coord_call(self, request: dict, now_ms: int, timeout_ms: int | None = None, *,
+                   retry_commit: bool = False) -> Call:
         if len(self._coord_calls) >= MAX_COORD_CALLS:
             raise RaftlogError(f"more than {MAX_COORD_CALLS} coordinator calls pending")
-        call = Call(request, None, now_ms + (timeout_ms or self.request_timeout_ms))
+        call = CoordCall(request, None, now_ms + (timeout_ms or self.request_timeout_ms))
+        call.retry_commit = retry_commit
         self._coord_calls.append(call)
         return call
 
@@ -247,9 +269,11 @@ class GroupCore(ClientCore):
         self._find_retry_at_ms = now_ms + self.retry.backoff(self._find_attempts)
 
     def _on_coord_response(self, p: Pending, msg: dict, now_ms: int) -> None:
-        c: Call = p.ctx
+        c: CoordCall = p.ctx
         c.in_flight = False
         err = msg.get("error")
+        if err is None and c.retry_commit:
+            err = commit_retry_error(msg)
         if err is None:
             c.done, c.result, c.error = True, msg, None
             return

@@ -132,7 +132,7 @@ class TrioGroup(GroupSession):
         if isinstance(effect, UserCallback):
             return await call_back(effect.fn, effect.partitions)
         if isinstance(effect, CoordRequest):
-            return await self._run(effect.request, effect.timeout_ms)
+            return await self._run(effect.request, effect.timeout_ms, retry_commit=effect.retry_commit)
         assert isinstance(effect, BrokerRequest), effect
         return await self._any(effect.request, effect.timeout_ms)
 
@@ -146,9 +146,10 @@ class TrioGroup(GroupSession):
             await self._changed.wait()
         return call.value()
 
-    async def _run(self, request: dict, timeout_ms: int | None = None) -> dict:
+    async def _run(self, request: dict, timeout_ms: int | None = None, *, retry_commit: bool = False) -> dict:
         """The coordinator's ok answer to `request` (raises its error)."""
-        return await self._wait(self.core.coord_call(request, self.clock.monotonic_ms(), timeout_ms))
+        return await self._wait(self.core.coord_call(request, self.clock.monotonic_ms(), timeout_ms,
+                                                     retry_commit=retry_commit))
 
     async def _any(self, request: dict, timeout_ms: int | None = None) -> dict:
         """Any broker's ok answer to `request` (raises its error)."""

@@ -69,7 +69,7 @@ class BlockingGroup(GroupSession):
             return effect.fn(effect.partitions)
         now = self.clock.monotonic_ms()
         if isinstance(effect, CoordRequest):
-            call = self.core.coord_call(effect.request, now, effect.timeout_ms)
+            call = self.core.coord_call(effect.request, now, effect.timeout_ms, retry_commit=effect.retry_commit)
         else:
             assert isinstance(effect, BrokerRequest), effect
             call = self.core.submit(effect.request, now, timeout_ms=effect.timeout_ms)

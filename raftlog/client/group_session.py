@@ -69,10 +69,12 @@ Callback = Callable[[list[TopicPartition]], Any] | None
 
 
 class CoordRequest(NamedTuple):
-    """Effect: send `request` to the group's coordinator; resume with its ok answer."""
+    """Effect: send `request` to the group's coordinator; resume with its ok answer.
+    `retry_commit`: a sync commit (GroupCore.coord_call)."""
 
     request: dict
     timeout_ms: int | None = None
+    retry_commit: bool = False
 
 
 class BrokerRequest(NamedTuple):
@@ -251,7 +253,7 @@ class GroupSession:
         if offsets is None:
             offsets = self.positions()
         if offsets:
-            check_commit((yield CoordRequest(self.membership.commit_request(dict(offsets)))))
+            check_commit((yield CoordRequest(self.membership.commit_request(dict(offsets)), retry_commit=True)))
 
     def commit_async(self, offsets: Mapping[TopicPartition, int] | None = None) -> bool:
         """Queue a commit and return at once (True if one was queued); `reap_async_commits`

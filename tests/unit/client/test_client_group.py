@@ -260,6 +260,52 @@ def test_group_core_gives_up_at_the_deadline():
     assert CoordinatorNotAvailableError.retriable
 
 
+
+def _commit_answered(core, call, answers):
+    """Find coordinator 2, then answer each commit the core sends with the next of `answers`
+    (a list of per-partition error codes, None = ok); returns how many commits were sent."""
+    now, sent = 0, 0
+    while not call.done and now < 20_000:
+        for s in _sends(core, now):
+            if s.request["op"] == "find_coordinator":
+                core.on_response(s.broker_id, {"id": s.request["id"], "ok": True, "node_id": 2,
+                                               "host": "h", "port": 9}, now)
+                continue
+            codes = answers[min(sent, len(answers) - 1)]
+            sent += 1
+            core.on_response(2, {"id": s.request["id"], "ok": True, "partitions": [
+                {"topic": "t", "partition": p, **({} if c is None else {"error": {"code": c, "message": ""}})}
+                for p, c in enumerate(codes)]}, now)
+        now += 20
+    return sent
+
+
+def test_a_sync_commit_is_retried_while_its_partitions_fail_only_with_coordinator_errors():
+    def commit(retry_commit):
+        core = GroupCore(["127.0.0.1:1"], "g", rng=random.Random(0), request_timeout_ms=5000)
+        return core, core.coord_call({"op": "offset_commit", "group_id": "g"}, 0, 5000, retry_commit=retry_commit)
+
+    # The append did not land (the coordinator moved, then timed out): sent again, then ok.
+    core, call = commit(True)
+    sent = _commit_answered(core, call, [["NOT_COORDINATOR", "NOT_COORDINATOR"],
+                                         ["COORDINATOR_NOT_AVAILABLE", None], [None, None]])
+    assert sent == 3 and call.value()["partitions"][0].get("error") is None
+    # An async commit (no retry_commit) ends with the answer, errors and all.
+    core, call = commit(False)
+    assert _commit_answered(core, call, [["COORDINATOR_NOT_AVAILABLE", None], [None, None]]) == 1
+    assert call.value()["partitions"][0]["error"]["code"] == "COORDINATOR_NOT_AVAILABLE"
+    # A partition error a resend cannot cure ends a sync commit at once.
+    core, call = commit(True)
+    assert _commit_answered(core, call, [["COORDINATOR_NOT_AVAILABLE", "OFFSET_METADATA_TOO_LARGE"],
+                                         [None, None]]) == 1
+    # Retried until the call's deadline, then the coordinator error is the call's error.
+    core, call = commit(True)
+    assert _commit_answered(core, call, [["REQUEST_TIMED_OUT", None]]) > 2
+    with pytest.raises(RaftlogError) as failed:
+        call.value()
+    assert failed.value.code == "REQUEST_TIMED_OUT"
+
+
 # ---- offset reset planning (the admin's side) ------------------------------------------
 
 
