@@ -241,7 +241,11 @@ KINDS: dict[str, type[Member]] = {
 
 def everything_once(members: list[Member], expected: list[str]) -> None:
     counts = Counter(v for m in members for v in m.values())
-    assert not [v for v, n in counts.items() if n > 1], "a record was read twice"
+    twice = {v for v, n in counts.items() if n > 1}
+    # Who read each record read twice, where, in reading order: what tells a re-read
+    # partition (a lost commit, a reset position) from two owners at once.
+    assert not twice, "records read twice: " + "; ".join(
+        f"{m.name}: {[(p, o) for p, o, v in m.records if v in twice][:12]}" for m in members)
     assert sorted(counts) == sorted(expected)
 
 
