@@ -99,9 +99,13 @@ from partition.replication import SESSION_MAX_WAIT_MS, ReplicationLinks
 from partition.segment import DEFAULT_MAX_OPEN_SEGMENTS, FILE_CACHE, SegmentVerifier
 from partition.telemetry import ReplicaTelemetry, batch_records, slice_records
 from raftlog.base.errors import (
+    CoordinatorLoadInProgressError,
     InvalidRequestError,
+    NotControllerError,
     NotLeaderError,
+    PeerUnavailableError,
     RaftlogError,
+    RequestTimedOutError,
     UnknownServerError,
     UnknownTopicOrPartitionError,
     as_wire_error,
@@ -580,9 +584,19 @@ class ReplicaManager:
         return {"partitions": await self.delete_records(parts, deadline)}
 
     async def _init_producer_id(self, request: Request) -> dict[str, Any]:
+        """A producer id from this broker's block; a new block comes from the controller.
+        Without a reachable controller (failing over, or its node down) the answer is
+        COORDINATOR_LOAD_IN_PROGRESS, retriable, as Kafka answers when its producer id block
+        is not ready: the producer asks again, where NOT_CONTROLLER (or the peer link's own
+        PEER_UNAVAILABLE) would fail its records."""
         async with self._pid_lock:
             if self._pid_next >= self._pid_end:
-                first, size = await self.metadata.allocate_producer_ids()
+                try:
+                    first, size = await self.metadata.allocate_producer_ids()
+                except (NotControllerError, PeerUnavailableError, RequestTimedOutError) as exc:
+                    raise CoordinatorLoadInProgressError(
+                        f"no producer id block yet: the controller is not reachable ({exc})",
+                        request_id=request.id) from None
                 self._pid_next, self._pid_end = first, first + size
             pid = self._pid_next
             self._pid_next += 1

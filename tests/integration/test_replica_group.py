@@ -12,7 +12,13 @@ from metadata.image import BrokerRegistration, MetadataImage, PartitionState, To
 from partition.batch import BatchBuilder, decode_batches
 from partition.manager import ReplicaManager
 from partition.replica import ReplicaSettings
-from raftlog.base.errors import InvalidRequestError, RaftlogError
+from raftlog.base.errors import (
+    InvalidRequestError,
+    NotControllerError,
+    PeerUnavailableError,
+    RaftlogError,
+    RequestTimedOutError,
+)
 from raftlog.base.peer import PeerPool
 from raftlog.base.protocol import PEER_MAX_FRAME_BYTES
 from raftlog.node.server import serve
@@ -30,6 +36,7 @@ class FakeMetadata:
         self.node_id = node_id
         self.reports: list[tuple[str, int, int, int]] = []
         self._next_pid = node_id * 1000
+        self.controller_down: BaseException | None = None  # raised by allocate_producer_ids
 
     @property
     def image(self) -> MetadataImage:
@@ -46,6 +53,8 @@ class FakeMetadata:
         return [{"changed": True} for _ in reports]
 
     async def allocate_producer_ids(self, **kw):
+        if self.controller_down is not None:
+            raise self.controller_down
         first = self._next_pid
         self._next_pid += 10
         return first, 10
@@ -308,6 +317,18 @@ async def test_idempotent_duplicates_and_bad_input_get_their_errors(group):
     assert [p["offset"] for p in r["partitions"]] == [0, 1, 0, -1]  # one record, at offset 0
     pid = await group.call(leader, "init_producer_id")
     assert pid == {"producer_id": leader * 1000, "producer_epoch": 0}
+    # Another broker, with no producer id block yet, while the controller cannot be reached:
+    # an error the producer retries (NOT_CONTROLLER and PEER_UNAVAILABLE would fail its
+    # records), then an id once the controller answers.
+    other = next(i for i in group.managers if i != leader)
+    for down in (PeerUnavailableError("127.0.0.1:1: cannot connect"), NotControllerError("none known"),
+                 RequestTimedOutError("no answer")):
+        group.managers[other].metadata.controller_down = down
+        with pytest.raises(RaftlogError) as err:
+            await group.call(other, "init_producer_id")
+        assert err.value.code == "COORDINATOR_LOAD_IN_PROGRESS" and err.value.retriable
+    group.managers[other].metadata.controller_down = None
+    assert await group.call(other, "init_producer_id") == {"producer_id": other * 1000, "producer_epoch": 0}
     r = await group.call(leader, "fetch", partitions=[{"topic": "nope", "partition": 0,
                                                        "fetch_offset": 0}], max_wait_ms=0)
     assert r["partitions"][0]["error"]["code"] == "UNKNOWN_TOPIC_OR_PARTITION"
