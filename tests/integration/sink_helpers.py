@@ -45,9 +45,10 @@ def produce_ids(bootstrap: str, topic: str, first: int, count: int) -> None:
 
     with Producer(bootstrap, acks="all", linger_ms=5, batch_bytes=256 * 1024,
                   delivery_timeout_ms=120_000) as p:
-        for i in range(first, first + count):
-            p.send(topic, b"id-%07d" % i, key=b"k%d" % (i % KEYS))
+        futures = [p.send(topic, b"id-%07d" % i, key=b"k%d" % (i % KEYS)) for i in range(first, first + count)]
         p.flush(120)
+        for f in futures:  # flush waits for failures too: each record must be acked
+            f.result(0)
 
 
 def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:

@@ -114,9 +114,10 @@ def _produce(bootstrap, start: int, end: int) -> None:
     from raftlog.client import Producer
 
     with Producer(bootstrap, linger_ms=2) as p:
-        for i in range(start, end):
-            p.send(TOPIC, str(i).encode(), partition=i % 6)
+        futures = [p.send(TOPIC, str(i).encode(), partition=i % 6) for i in range(start, end)]
         p.flush(30)
+        for f in futures:  # flush waits for failures too: each record must be acked
+            f.result(0)
 
 
 def _committed(cluster, node: int, group: str) -> dict[int, int]:

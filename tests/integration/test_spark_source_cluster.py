@@ -72,16 +72,17 @@ def produce(cluster, topic: str, per_partition: dict[int, range], *, flush_every
 
     with Producer(cluster.bootstrap(), acks="all", linger_ms=5, request_timeout_ms=5_000,
                   delivery_timeout_ms=60_000) as producer:
-        sent = 0
+        futures = []
         for p, numbers in per_partition.items():
             for i in numbers:
                 key = None if i % 10 == 9 else b"k-%d-%d" % (p, i)
-                producer.send(topic, b"v-%d-%d" % (p, i), key=key, partition=p,
-                              timestamp=BASE_TS_MS + i)
-                sent += 1
-                if flush_every and sent % flush_every == 0:
+                futures.append(producer.send(topic, b"v-%d-%d" % (p, i), key=key, partition=p,
+                                             timestamp=BASE_TS_MS + i))
+                if flush_every and len(futures) % flush_every == 0:
                     producer.flush(60)
         producer.flush(60)
+        for f in futures:  # flush waits for failures too: each record must be acked
+            f.result(0)
 
 
 def client_read(cluster, topic: str, partitions: int) -> list[tuple]:
