@@ -45,6 +45,7 @@ import sys
 import threading
 import time
 import tomllib
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -244,21 +245,37 @@ def free_ports(count: int, host: str = DEFAULT_HOST) -> list[int]:
     Where the kernel says its ephemeral range (Linux), they are picked at random BELOW it:
     a port the kernel handed out for port 0 is an ephemeral one, and any outgoing connection
     (a node already running dials its peers) may take it before our listener binds it, which
-    made cluster starts fail with EADDRINUSE now and then. Elsewhere: the kernel's choice."""
+    made cluster starts fail with EADDRINUSE now and then. Elsewhere: the kernel's choice.
+
+    A port this process handed out lately (the last `_HANDED_OUT.maxlen`) is not handed out
+    again: its listener may not be bound yet (a cluster asks for each node's ports in turn,
+    and two nodes given one port failed to start)."""
     span = _ephemeral_range()
     if span is None or span[0] - LOWEST_LISTEN_PORT < 1000:
-        return _kernel_ports(count, host)
+        return _handed_out(_kernel_ports(count, host))
     rng = secrets.SystemRandom()
     chosen: list[int] = []
+    with _HANDED_OUT_LOCK:
+        recent = set(_HANDED_OUT)
     for _ in range(count * 50):
         if len(chosen) == count:
             break
         port = rng.randrange(LOWEST_LISTEN_PORT, span[0])
-        if port not in chosen and not port_in_use(host, port):
+        if port not in chosen and port not in recent and not port_in_use(host, port):
             chosen.append(port)
     if len(chosen) < count:
-        return _kernel_ports(count, host)
-    return chosen
+        return _handed_out(_kernel_ports(count, host))
+    return _handed_out(chosen)
+
+
+_HANDED_OUT: Final[deque[int]] = deque(maxlen=4096)
+_HANDED_OUT_LOCK: Final = threading.Lock()
+
+
+def _handed_out(ports: list[int]) -> list[int]:
+    with _HANDED_OUT_LOCK:
+        _HANDED_OUT.extend(ports)
+    return ports
 
 
 def _kernel_ports(count: int, host: str) -> list[int]:

@@ -1,6 +1,7 @@
-"""free_ports: distinct ports that bind, chosen below the kernel's ephemeral range (so an outgoing connection cannot take one before its listener binds it)."""
+"""free_ports: distinct ports that bind, chosen below the kernel's ephemeral range (so an outgoing connection cannot take one before its listener binds it), and never one it handed out lately (its listener may not be bound yet)."""
 
 import socket
+from collections import deque
 
 from raftlog.cli.cluster import LOWEST_LISTEN_PORT, _ephemeral_range, free_ports
 
@@ -29,7 +30,15 @@ def test_a_port_with_a_listener_is_never_chosen(monkeypatch):
             return next(picks)
 
     monkeypatch.setattr("raftlog.cli.cluster.secrets.SystemRandom", Scripted)
+    monkeypatch.setattr("raftlog.cli.cluster._HANDED_OUT", deque(maxlen=8))  # forget them
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", busy))
         listener.listen()
         assert free_ports(1) == [free]
+
+
+def test_a_port_handed_out_lately_is_not_handed_out_again():
+    # Nothing binds these: a cluster's nodes ask one after another, before any listens.
+    asked = [free_ports(5) for _ in range(200)]
+    every = [p for ports in asked for p in ports]
+    assert len(set(every)) == len(every) == 1000
