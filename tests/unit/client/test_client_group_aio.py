@@ -114,7 +114,7 @@ class ScriptedCoordinator:
         self.generation = 0
         self.cancel_at_fetch: trio.CancelScope | None = None
 
-    async def run(self, req, timeout_ms=None):
+    async def run(self, req, timeout_ms=None, *, retry_commit=False):
         from raftlog.client.assignor import Assignment, encode_assignment
 
         await trio.lowlevel.checkpoint()
