@@ -15,13 +15,14 @@ import importlib.metadata
 import json
 import os
 import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
-from raftlog.base.errors import ConfigError, RaftlogError
+from raftlog.base.errors import ConfigError, RaftlogError, UnknownTopicOrPartitionError
 from raftlog.base.protocol import FirstBytes, FrameDecoder, encode_frame
 
 # With no --bootstrap and no RAFTLOG_BOOTSTRAP: the list `raftlog cluster up` wrote into
@@ -241,6 +242,28 @@ def describe(admin: Any, names: list[str] | None, *, internal: bool = False) -> 
     from raftlog.client.request import metadata_request, parse_metadata
 
     return parse_metadata(admin.request(metadata_request(names, internal=internal)))
+
+
+def describe_topic(admin: Any, topic: str) -> Any | None:
+    """The topic's TopicInfo, or None when it does not exist (yet, on the answering node)."""
+    try:
+        return admin.describe_topics([topic])[topic]
+    except RaftlogError as exc:
+        if isinstance(exc, UnknownTopicOrPartitionError):
+            return None
+        raise
+
+
+def await_leaders(admin: Any, topic: str, timeout_s: float) -> Any | None:
+    """The TopicInfo of a topic just created, once every partition has a leader (their first
+    election takes moments), or the last one seen after `timeout_s` (None: never seen)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        info = describe_topic(admin, topic)
+        if (info is not None and all(p.leader is not None for p in info.partitions)) \
+                or time.monotonic() >= deadline:
+            return info
+        time.sleep(0.05)  # polling the metadata under a deadline
 
 
 def offline_summary(topic: Any, partitions: list[int] | None = None) -> list[str]:

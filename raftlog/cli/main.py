@@ -41,6 +41,7 @@ from raftlog.cli.common import (
     CliFailure,
     describe,
     admin_from_context,
+    await_leaders,
     admin_options,
     command_config_option,
     emit_json,
@@ -49,6 +50,8 @@ from raftlog.cli.common import (
     table,
     version,
 )
+
+CREATE_LEADERS_WAIT_S = 10.0  # `topics create` shows the new partitions led, waiting at most this
 
 # ----------------------------------------------------------------------------- root
 
@@ -377,8 +380,8 @@ def topics_create(ctx: click.Context, name: str, partitions: int, replication_fa
                 live = len(describe(admin, []).brokers)
             replication_factor = max(1, min(TOPIC_MAX_REPLICATION_FACTOR, live))
         topic = admin.create_topic(name, partitions, replication_factor, pairs or None)
-        try:
-            topic = admin.describe_topics([name])[name]  # with configs and internal flag
+        try:  # with configs and internal flag, and led: the first elections take moments
+            topic = await_leaders(admin, name, min(timeout, CREATE_LEADERS_WAIT_S)) or topic
         except RaftlogError:
             pass  # created; the first answer is enough to show
     if as_json:

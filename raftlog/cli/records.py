@@ -30,16 +30,18 @@ from typing import Any, BinaryIO, Callable, Iterator
 
 import click
 
-from raftlog.base.errors import RaftlogError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from raftlog.base.errors import RaftlogError, TopicAlreadyExistsError
 from raftlog.base.topics import OFFSETS_TOPIC, partition_for_group
 from raftlog.cli.common import (
     TOPIC_MAX_REPLICATION_FACTOR,
     TOPIC_PARTITIONS,
     CliFailure,
+    await_leaders,
     client_kwargs,
     connect,
     connection_options,
     describe,
+    describe_topic,
     friendly,
     offline_summary,
     security,
@@ -70,18 +72,8 @@ def _near_names(admin: Any, name: str) -> str:
     return "; there are no topics yet (raftlog topics create NAME)"
 
 
-def _describe(admin: Any, topic: str) -> Any | None:
-    """The topic's TopicInfo, or None when it does not exist."""
-    try:
-        return admin.describe_topics([topic])[topic]
-    except RaftlogError as exc:
-        if isinstance(exc, UnknownTopicOrPartitionError):
-            return None
-        raise
-
-
 def _require_topic(admin: Any, topic: str) -> Any:
-    info = _describe(admin, topic)
+    info = describe_topic(admin, topic)
     if info is None:
         raise CliFailure(f"unknown topic {topic!r}{_near_names(admin, topic)}")
     return info
@@ -98,16 +90,10 @@ def _auto_create(admin: Any, topic: str) -> Any:
     except RaftlogError as exc:
         if not isinstance(exc, TopicAlreadyExistsError):  # someone else made it meanwhile: fine
             raise
-    deadline = time.monotonic() + 10
-    while True:
-        info = _describe(admin, topic)
-        if info is not None and all(p.leader is not None for p in info.partitions):
-            return info
-        if time.monotonic() >= deadline:
-            if info is not None:
-                return info  # leaders still being elected: the producer waits for them
-            raise CliFailure(f"created topic {topic!r} but it did not show up in metadata")
-        time.sleep(0.05)  # polling the metadata under a deadline
+    info = await_leaders(admin, topic, 10)  # not all led yet: the producer waits for them
+    if info is None:
+        raise CliFailure(f"created topic {topic!r} but it did not show up in metadata")
+    return info
 
 
 def _properties() -> dict[str, str] | None:
@@ -216,7 +202,7 @@ def produce_cmd(ctx: click.Context, topic: str, file_path: str | None, key_separ
     addresses = connect(bootstrap)
     timeout_ms = int(timeout * 1000)
     with Admin(addresses, request_timeout_ms=timeout_ms, **client_kwargs()) as admin:
-        info = _describe(admin, topic)
+        info = describe_topic(admin, topic)
         if info is None:
             if not create:
                 raise CliFailure(f"unknown topic {topic!r}{_near_names(admin, topic)} "

@@ -144,6 +144,8 @@ def test_create_describe_list_json(bootstrap):
     created = json.loads(run("topics", "create", "demo", "--partitions", "6", "--replication-factor", "3",
                              "--json", bootstrap=bootstrap).stdout)
     assert len(created["partitions"]) == 6
+    # Shown once led (the first elections take moments), not as six offline partitions.
+    assert all(p["leader"] is not None and not p["offline"] for p in created["partitions"])
     assert Counter(p["preferred_leader"] for p in created["partitions"]) == {1: 2, 2: 2, 3: 2}
     described = json.loads(run("topics", "describe", "demo", "--json", bootstrap=bootstrap).stdout)
     # Leaders may be elected between the two calls; placement must be identical.
@@ -158,7 +160,8 @@ def test_create_describe_list_json(bootstrap):
 
 
 def test_alter_delete_and_status(bootstrap):
-    run("topics", "create", "scratch", bootstrap=bootstrap)
+    created = run("topics", "create", "scratch", bootstrap=bootstrap).stdout
+    assert "created topic scratch" in created and "OFFLINE" not in created, created
     altered = json.loads(run("topics", "alter", "scratch", "--set", "retention_ms=60000", "--json",
                              bootstrap=bootstrap).stdout)
     assert altered["configs"] == {"retention_ms": "60000"}
