@@ -100,6 +100,7 @@ class Member:
         self.records: list[tuple[int, int, str]] = []      # (partition, offset, value)
         self.assigned: tuple[int, ...] = ()
         self.error: BaseException | None = None
+        self.commit_errors: list[tuple[int, str]] = []  # (partition, error) of commits that failed
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
@@ -155,7 +156,11 @@ class ConfluentMember(Member):
                         raise KafkaException(m.error())
                     got.append((m.partition(), m.offset(), m.value().decode()))
                 if got:
-                    c.commit(asynchronous=False)
+                    # A sync commit raises only when the whole request failed: a refused
+                    # commit (e.g. REBALANCE_IN_PROGRESS) is in each partition's .error.
+                    for tp in c.commit(asynchronous=False) or ():
+                        if tp.error is not None:
+                            self.commit_errors.append((tp.partition, tp.error.name()))
                 self._got(got, [tp.partition for tp in c.assignment()])
         finally:
             c.close()
@@ -245,7 +250,8 @@ def everything_once(members: list[Member], expected: list[str]) -> None:
     # Who read each record read twice, where, in reading order: what tells a re-read
     # partition (a lost commit, a reset position) from two owners at once.
     assert not twice, "records read twice: " + "; ".join(
-        f"{m.name}: {[(p, o) for p, o, v in m.records if v in twice][:12]}" for m in members)
+        f"{m.name}: {[(p, o) for p, o, v in m.records if v in twice][:12]}, failed commits"
+        f" {m.commit_errors[:6]}" for m in members)
     assert sorted(counts) == sorted(expected)
 
 
