@@ -126,3 +126,31 @@ def test_stamp_then_recover_rejects_backwards_offsets(tmp_path):
 def test_parse_segment_name_ignores_other_files(name):
     from partition.segment import parse_segment_name
     assert parse_segment_name(name) is None
+
+
+def test_pwrite_all_writes_every_byte_in_calls_of_at_most_the_chunk(tmp_path, monkeypatch):
+    import os
+
+    from partition import segment
+
+    calls = []
+    real = os.pwritev
+
+    def counting_pwritev(fd, buffers, pos):
+        calls.append(sum(len(b) for b in buffers))
+        return real(fd, buffers, pos)
+
+    monkeypatch.setattr(segment, "WRITE_CHUNK_BYTES", 1000)
+    monkeypatch.setattr(segment.os, "pwritev", counting_pwritev)
+    one = bytes(range(256)) * 17  # 4,352 bytes: five calls
+    parts = [b"a" * 999, b"", bytearray(b"b" * 2), memoryview(b"c" * 2500), b"d"]
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
+    try:
+        segment.pwrite_all(fd, one, 10)
+        assert calls == [1000, 1000, 1000, 1000, 352]
+        calls.clear()
+        segment.pwrite_all(fd, parts, 10 + len(one))
+        assert calls == [1000, 1000, 1000, 502]
+        assert os.pread(fd, 10_000, 0) == bytes(10) + one + b"".join(parts)
+    finally:
+        os.close(fd)
