@@ -254,7 +254,10 @@ def describe_topic(admin: Any, topic: str) -> Any | None:
         raise
 
 
-def await_leaders(admin: Any, topic: str, timeout_s: float) -> Any | None:
+NEW_TOPIC_LEADERS_WAIT_S = 10.0  # a topic just created: its first elections take moments
+
+
+def await_leaders(admin: Any, topic: str, timeout_s: float = NEW_TOPIC_LEADERS_WAIT_S) -> Any | None:
     """The TopicInfo of a topic just created, once every partition has a leader (their first
     election takes moments), or the last one seen after `timeout_s` (None: never seen)."""
     deadline = time.monotonic() + timeout_s

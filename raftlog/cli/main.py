@@ -36,6 +36,7 @@ from raftlog.cli import users as _users
 from raftlog.base.errors import ClusterAuthorizationFailedError, RaftlogError, UnknownTopicOrPartitionError
 from raftlog.cli.common import (
     EXIT_NO_CONTROLLER,
+    NEW_TOPIC_LEADERS_WAIT_S,
     TOPIC_MAX_REPLICATION_FACTOR,
     TOPIC_PARTITIONS,
     CliFailure,
@@ -50,8 +51,6 @@ from raftlog.cli.common import (
     table,
     version,
 )
-
-CREATE_LEADERS_WAIT_S = 10.0  # `topics create` shows the new partitions led, waiting at most this
 
 # ----------------------------------------------------------------------------- root
 
@@ -381,7 +380,7 @@ def topics_create(ctx: click.Context, name: str, partitions: int, replication_fa
             replication_factor = max(1, min(TOPIC_MAX_REPLICATION_FACTOR, live))
         topic = admin.create_topic(name, partitions, replication_factor, pairs or None)
         try:  # with configs and internal flag, and led: the first elections take moments
-            topic = await_leaders(admin, name, min(timeout, CREATE_LEADERS_WAIT_S)) or topic
+            topic = await_leaders(admin, name, min(timeout, NEW_TOPIC_LEADERS_WAIT_S)) or topic
         except RaftlogError:
             pass  # created; the first answer is enough to show
     if as_json:

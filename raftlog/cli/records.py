@@ -90,7 +90,7 @@ def _auto_create(admin: Any, topic: str) -> Any:
     except RaftlogError as exc:
         if not isinstance(exc, TopicAlreadyExistsError):  # someone else made it meanwhile: fine
             raise
-    info = await_leaders(admin, topic, 10)  # not all led yet: the producer waits for them
+    info = await_leaders(admin, topic)  # not all led yet: the producer waits for them
     if info is None:
         raise CliFailure(f"created topic {topic!r} but it did not show up in metadata")
     return info
