@@ -207,6 +207,11 @@ class Cluster:
         raise SystemExit(f"timed out waiting for {what}: {last!r}")
 
     def ready(self) -> bool:
+        """Every started node is up, unfenced, and a controller is named. A node that exited
+        (its port taken, say) ends the bench with its log, not later as a refused connection."""
+        for i, p in sorted(self.procs.items()):
+            if not p.alive():
+                raise SystemExit(f"node {i} exited with {p.returncode()}:\n{p.log_tail()}")
         st = self.call(self.live()[0], "cluster_status")
         unfenced = {b["id"] for b in st["brokers"] if not b["fenced"]}
         return st.get("controller_id") is not None and set(self.live()) <= unfenced
