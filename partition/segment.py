@@ -237,7 +237,7 @@ def pread_exact(fd: int, n: int, pos: int) -> bytes:
 # (1-3 MiB at 256 KiB batches) at once; on this machine (2-vCPU VM, Linux 6.18, ext4) perf
 # put 15-26% of a follower's CPU in that one pwrite's copy into the page cache, against ~2%
 # for the leader's 256 KiB writes of the same bytes. In 256 KiB calls the followers' system
-# CPU per record fell 9-33% and RF=3 records/s rose 3-14% (`scripts/bench replication
+# CPU per record fell 8-33% and RF=3 records/s rose 2.5-15% (`scripts/bench replication
 # --sizes 256 --failovers 0`, 3 interleaved pairs).
 WRITE_CHUNK_BYTES = 256 << 10
 
