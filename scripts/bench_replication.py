@@ -48,7 +48,7 @@ from partition.batch import BatchBuilder  # noqa: E402
 from raftlog.cli.cluster import NodePorts, NodeProcess, build_node_configs, free_ports, stop_all, write_node_config  # noqa: E402
 from raftlog.node.config import new_cluster_id  # noqa: E402
 
-from bench_scale import cpu_times  # noqa: E402  (this directory, sys.path[0])
+from bench_scale import check_started, cpu_times  # noqa: E402  (this directory, sys.path[0])
 from raftlog.base.errors import RaftlogError, error_from_wire  # noqa: E402
 from raftlog.base.protocol import FrameDecoder, encode_frame  # noqa: E402
 
@@ -208,10 +208,8 @@ class Cluster:
 
     def ready(self) -> bool:
         """Every started node is up, unfenced, and a controller is named. A node that exited
-        (its port taken, say) ends the bench with its log, not later as a refused connection."""
-        for i, p in sorted(self.procs.items()):
-            if not p.alive():
-                raise SystemExit(f"node {i} exited with {p.returncode()}:\n{p.log_tail()}")
+        (its port taken, say) ends the bench with its log (`check_started`)."""
+        check_started(self.procs)
         st = self.call(self.live()[0], "cluster_status")
         unfenced = {b["id"] for b in st["brokers"] if not b["fenced"]}
         return st.get("controller_id") is not None and set(self.live()) <= unfenced

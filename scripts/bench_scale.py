@@ -54,7 +54,7 @@ from datetime import datetime, timezone
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -104,6 +104,14 @@ class Conn:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def check_started(procs: Mapping[int, NodeProcess]) -> None:
+    """End the bench with its log tail if a node started here exited (its port taken, say),
+    instead of later as a refused connection or a timeout that names no cause."""
+    for i, p in sorted(procs.items()):
+        if not p.alive():
+            raise SystemExit(f"node {i} exited with {p.returncode()}:\n{p.log_tail()}")
 
 
 def cpu_times(pid: int) -> tuple[float, float]:
@@ -188,6 +196,9 @@ class Cluster:
                          f"(partitions led: {self.led_now})")
 
     def ready(self) -> bool:
+        """Every started node is up, unfenced, and a controller is named (a node that
+        exited ends the bench: `check_started`)."""
+        check_started(self.procs)
         st = self.call(self.live()[0], "cluster_status", 5.0)
         unfenced = {b["id"] for b in st["brokers"] if not b["fenced"]}
         return st.get("controller_id") is not None and set(self.live()) <= unfenced
