@@ -32,16 +32,10 @@ Afterwards each request carries the session's principal and the client's host, a
 `session.check()` runs before each request (a user removed while connected is closed).
 
 Attachments (PROTOCOL.md "Attachments"): a handler may answer `Attached(fields, parts)`; the
-response gets `attachment_bytes` and the parts follow its frame. Buffers go out with the
-frames around them (one writev, no join); a FilePart goes with os.sendfile from its file
-straight to the socket, on the trio thread (the replica that made it read or warmed its range
-into the page cache, and the socket is non-blocking: each call sends what fits), asking
-`intact()` before each call; over TLS it is read in a worker thread and written through the
-stream. On a plain socket the writer sends what the socket takes at once, and waits (under
-the write deadline) only when it is full. A
-part no longer intact, or a file shorter than its range, closes the connection mid-answer
-(`conn_attachment_failed`): the peer sees a lost connection, never other bytes. Every
-FilePart is closed once sent or dropped (also when the connection ends with it queued).
+response gets `attachment_bytes` and the parts follow its frame. The connection's writer
+(raftlog/node/writer.py) sends them: buffers with one writev, file parts with os.sendfile
+(read in a worker thread over TLS); a part no longer intact closes the connection
+mid-answer. Every FilePart is closed once sent or dropped.
 
 Failure rules: a frame that cannot be decoded (oversized, malformed CBOR, not a map) gets an
 error with id 0 and the connection is closed (the byte stream can no longer be trusted); a
@@ -50,11 +44,6 @@ the connection stays; a handler raising a RaftlogError, or another package's typ
 `code` is a PROTOCOL.md code, gets that error; anything else gets UNKNOWN_SERVER_ERROR, its
 traceback is logged, and the connection stays. Nothing one connection does stops the
 listener.
-
-Size (issue 13's ~800-line rule): over it since the plain-socket write path (issue 19: what
-the socket takes goes out at once, no pass through the scheduler) joined the TLS one; the
-seam is the connection's writer (`_write_loop`, `_send_pieces`, `_push`, `_pieces` and the
-TLS senders, ~200 lines), which could move to a module of its own.
 """
 
 from __future__ import annotations
@@ -62,9 +51,8 @@ from __future__ import annotations
 import errno
 import logging
 import math
-import os
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final, NoReturn, Union
+from typing import Any, Final, NoReturn
 
 import cbor2
 import trio
@@ -94,6 +82,7 @@ from raftlog.base.protocol import (
     parse_request,
 )
 from raftlog.node.auth import AUTH_OPS, ListenerSecurity, Session
+from raftlog.node.writer import ConnectionWriter, Item, Outgoing, release
 
 __all__ = ["Handler", "serve", "request_deadline_ms", "close_gracefully", "DEADLINE_MARGIN_MS"]
 
@@ -105,33 +94,10 @@ Handler = Callable[[Request], Awaitable[Mapping[str, Any] | None]]
 # watermark); the server's deadline sits a little later so the handler's answer wins the race.
 DEADLINE_MARGIN_MS: Final = 500
 RECEIVE_CHUNK_BYTES: Final = 256 << 10
-WRITE_COALESCE_BYTES: Final = 1 << 20  # join small queued responses into one send_all
 LINGER_S: Final = 1.0  # after a fatal frame: how long to discard input so the error is read
 LINGER_MAX_BYTES: Final = 16 << 20
 ACCEPT_BACKOFF_S: Final = 0.1
 _RESOURCE_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
-_BUFFERS: Final = (bytes, bytearray, memoryview)
-MAX_IOV: Final = 512  # buffers per sendmsg (IOV_MAX is 1024 on Linux)
-TLS_READ_CHUNK: Final = 1 << 20  # a FilePart over TLS is read this much at a time
-TLS_JOIN_BYTES: Final = 64 << 10  # over TLS, smaller buffers are joined into one send
-
-
-class _Outgoing:
-    """A response frame and the attachment parts that follow it."""
-
-    __slots__ = ("frame", "attached")
-
-    def __init__(self, frame: bytes, attached: Attached) -> None:
-        self.frame = frame
-        self.attached = attached
-
-
-_Item = Union[bytes, _Outgoing]  # what the writer sends: a frame, or a frame with its attachment
-
-
-def _release(item: _Item) -> None:
-    if type(item) is _Outgoing:
-        item.attached.close()
 
 
 def _answer(request: Request, result: Mapping[str, Any] | Attached | None) -> dict[str, Any] | Attached | None:
@@ -150,35 +116,6 @@ def _waiting(later: Later) -> Handler:
         return await later.wait()
 
     return wait
-
-
-class _FileRange:
-    """A FilePart being sent: where the next os.sendfile starts, and how much is left."""
-
-    __slots__ = ("part", "offset", "remaining")
-
-    def __init__(self, part: Any) -> None:
-        self.part = part
-        self.offset = part.offset
-        self.remaining = part.length
-
-
-def _pieces(items: list[_Item]) -> list[Any]:
-    """What a plain socket sends for `items`, in order: byte views (frames, buffer parts;
-    none empty) and _FileRanges."""
-    pieces: list[Any] = []
-    for item in items:
-        if type(item) is bytes:
-            pieces.append(memoryview(item))
-            continue
-        pieces.append(memoryview(item.frame))
-        for part in item.attached.parts:
-            if isinstance(part, _BUFFERS):
-                if len(part):
-                    pieces.append(memoryview(part).cast("B"))
-            elif part.length:
-                pieces.append(_FileRange(part))
-    return pieces
 
 
 def request_deadline_ms(timeout_ms: int | None, request_timeout_ms: int) -> int:
@@ -293,24 +230,24 @@ class _Connection:
         socket_stream: trio.SocketStream | None = None,
     ) -> None:
         self.stream = stream
-        # The plain socket under `stream` (os.sendfile, sendmsg); None over TLS.
-        self.socket_stream = socket_stream if socket_stream is not None else (
-            stream if isinstance(stream, trio.SocketStream) else None)
         self.listener = listener
         self.peer = peer
         self.session = session
         self.client_host = peer.rsplit(":", 1)[0]
         self.slots = trio.Semaphore(listener.max_in_flight)
         self.in_flight_ids: set[int] = set()
-        self.cancel_scope: trio.CancelScope | None = None
+        # The plain socket under `stream` (os.sendfile, writev); None over TLS.
+        self.writer = ConnectionWriter(
+            stream, socket_stream if socket_stream is not None else (
+                stream if isinstance(stream, trio.SocketStream) else None),
+            listener.request_timeout_ms / 1000, listener.name, peer)
 
     async def run(self) -> None:
         listener = self.listener
-        send, receive = trio.open_memory_channel[_Item](listener.max_in_flight)
+        send, receive = trio.open_memory_channel[Item](listener.max_in_flight)
         outcome = "abort"
         async with trio.open_nursery() as connection:
-            self.cancel_scope = connection.cancel_scope
-            connection.start_soon(self._write_loop, receive)
+            connection.start_soon(self.writer.run, receive, connection.cancel_scope)
             async with send:
                 async with trio.open_nursery() as requests:
                     outcome = await self._read_loop(requests, send)
@@ -323,7 +260,7 @@ class _Connection:
             await self._linger()
 
     async def _read_loop(
-        self, requests: trio.Nursery, send: trio.MemorySendChannel[_Item]
+        self, requests: trio.Nursery, send: trio.MemorySendChannel[Item]
     ) -> str:
         """Returns "eof" (client finished), "fatal" (undecodable frame answered), "abort"."""
         decoder = FrameDecoder(self.listener.max_frame_bytes)
@@ -369,7 +306,7 @@ class _Connection:
         self,
         frame: dict[str, Any],
         requests: trio.Nursery,
-        send: trio.MemorySendChannel[_Item],
+        send: trio.MemorySendChannel[Item],
     ) -> bool:
         """Start the request's task; True when the connection must close (an auth failure)."""
         listener = self.listener
@@ -424,7 +361,7 @@ class _Connection:
         await acquire_free(self.slots)
 
     async def _run_inline(self, handler: Handler, request: Request, deadline_ms: int,
-                          requests: trio.Nursery, send: trio.MemorySendChannel[_Item]) -> None:
+                          requests: trio.Nursery, send: trio.MemorySendChannel[Item]) -> None:
         """A request of an inline handler (protocol.inline_handler), in the reader: answered
         at once, with no task, deadline or slot of its own, unless the handler returns
         Later(wait): then `wait` runs in a request task as any handler does. Errors are
@@ -444,7 +381,7 @@ class _Connection:
         await self._respond(request, response, started, send)
 
     async def _authenticate(
-        self, session: Session, request: Request, send: trio.MemorySendChannel[_Item]
+        self, session: Session, request: Request, send: trio.MemorySendChannel[Item]
     ) -> bool:
         """One auth op, in the reader (so in order). True when the connection must close."""
         listener = self.listener
@@ -461,7 +398,7 @@ class _Connection:
         await self._queue(send, listener.encode(ok_response(request.id, **fields)))
         return False
 
-    async def _refuse(self, request: Request, exc: RaftlogError, send: trio.MemorySendChannel[_Item]) -> None:
+    async def _refuse(self, request: Request, exc: RaftlogError, send: trio.MemorySendChannel[Item]) -> None:
         listener = self.listener
         if isinstance(exc, SaslAuthenticationFailedError):
             listener.auth_failures_total.labels(listener=listener.name).inc()
@@ -477,7 +414,7 @@ class _Connection:
         handler: Handler,
         request: Request,
         deadline_ms: int,
-        send: trio.MemorySendChannel[_Item],
+        send: trio.MemorySendChannel[Item],
     ) -> None:
         started = trio.current_time()
         try:
@@ -488,7 +425,7 @@ class _Connection:
             self.slots.release()
 
     async def _respond(self, request: Request, response: dict[str, Any] | Attached | None,
-                       started: float, send: trio.MemorySendChannel[_Item]) -> None:
+                       started: float, send: trio.MemorySendChannel[Item]) -> None:
         """Count the answer and queue it for the writer."""
         listener = self.listener
         attached = None
@@ -531,21 +468,21 @@ class _Connection:
             wire_error = UnknownServerError(f"{type(exc).__name__} while handling {request.op}")
         return error_response(request.id, wire_error)
 
-    async def _queue_attached(self, send: trio.MemorySendChannel[_Item], response: dict[str, Any],
+    async def _queue_attached(self, send: trio.MemorySendChannel[Item], response: dict[str, Any],
                               attached: Attached) -> None:
         """Queue an ok answer and its attachment (the parts are released on every path)."""
         try:
             total = attached.length
             frame, ok = self.listener.encode_or_error({**response, ATTACHMENT_FIELD: total}, total)
             if ok and total:
-                item, attached = _Outgoing(frame, attached), Attached({}, ())  # the item owns it
+                item, attached = Outgoing(frame, attached), Attached({}, ())  # the item owns it
                 await self._queue(send, item)
                 return
         finally:
             attached.close()
         await self._queue(send, frame)
 
-    async def _queue(self, send: trio.MemorySendChannel[_Item], item: _Item) -> None:
+    async def _queue(self, send: trio.MemorySendChannel[Item], item: Item) -> None:
         try:
             # Handed to the waiting writer (or its buffer) without a pass through the
             # scheduler; only a full channel waits.
@@ -554,7 +491,7 @@ class _Connection:
         except trio.WouldBlock:
             pass
         except (trio.BrokenResourceError, trio.ClosedResourceError):
-            _release(item)
+            release(item)
             log_event(logger, "response_dropped", level=logging.DEBUG, peer=self.peer)
             return
         try:
@@ -562,165 +499,11 @@ class _Connection:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             # The writer has gone (the client stopped reading or reset); the connection is
             # being torn down, so this response has nowhere to go.
-            _release(item)
+            release(item)
             log_event(logger, "response_dropped", level=logging.DEBUG, peer=self.peer)
         except BaseException:
-            _release(item)
+            release(item)
             raise
-
-    async def _write_loop(self, receive: trio.MemoryReceiveChannel[_Item]) -> None:
-        write_timeout_s = self.listener.request_timeout_ms / 1000
-        async with receive:
-            try:
-                async for item in receive:
-                    items = [item]
-                    size = len(item) if type(item) is bytes else item.attached.length
-                    while size < WRITE_COALESCE_BYTES:
-                        try:
-                            more = receive.receive_nowait()
-                        except trio.WouldBlock:
-                            break
-                        except trio.EndOfChannel:
-                            break
-                        items.append(more)
-                        size += len(more) if type(more) is bytes else more.attached.length
-                    try:
-                        if self.socket_stream is None:
-                            with trio.fail_after(write_timeout_s):
-                                await self._send_items(items)
-                        else:
-                            await self._send_pieces(_pieces(items), write_timeout_s)
-                    except (
-                        trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, OSError
-                    ) as exc:  # fmt: skip
-                        log_event(
-                            logger, "conn_write_failed", level=logging.DEBUG,
-                            listener=self.listener.name, peer=self.peer, reason=str(exc) or type(exc).__name__,
-                        )  # fmt: skip
-                        assert self.cancel_scope is not None
-                        self.cancel_scope.cancel()
-                        return
-                    finally:
-                        for sent in items:
-                            _release(sent)
-            finally:
-                # Answers that will never be sent still own file descriptors.
-                while True:
-                    try:
-                        _release(receive.receive_nowait())
-                    except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                        break
-
-    async def _send_pieces(self, pieces: list[Any], write_timeout_s: float) -> None:
-        """Send `pieces` on the plain socket: at once, or waiting for room under the write
-        deadline. (Corking the socket so that a frame leaves with its attachment, TCP_CORK
-        or MSG_MORE on the frame, delayed answers by up to 200 ms here: not done.)"""
-        if not self._push(pieces):  # the socket is full: wait for room
-            with trio.fail_after(write_timeout_s):
-                while True:
-                    await trio.lowlevel.wait_writable(self.socket_stream.socket)  # type: ignore[union-attr]
-                    if self._push(pieces):
-                        break
-
-    def _push(self, pieces: list[Any]) -> bool:
-        """Send what the plain socket takes now, without waiting, from `pieces` (_pieces;
-        consumed in place): consecutive buffers with one writev, file parts with os.sendfile
-        (asking `intact()` before each call). True once everything is sent. Raises OSError
-        (the connection broke) and trio.BrokenResourceError (a file part no longer intact
-        or shorter than its range: module docstring "Attachments").
-
-        Most answers fit in the socket's buffer: they go out here, from the writer's loop,
-        with no deadline and no pass through trio's scheduler (a send_all costs two, and a
-        cancel scope more)."""
-        fd = self.socket_stream.socket.fileno()  # type: ignore[union-attr]
-        while pieces:
-            head = pieces[0]
-            if type(head) is memoryview:
-                run = []
-                for piece in pieces:
-                    if type(piece) is not memoryview or len(run) == MAX_IOV:
-                        break
-                    run.append(piece)
-                try:
-                    n = os.writev(fd, run)
-                except BlockingIOError:
-                    return False
-                for piece in run:
-                    if n < len(piece):
-                        pieces[0] = piece[n:]
-                        return False  # partly sent: the socket's buffer is full
-                    n -= len(piece)
-                    pieces.pop(0)
-                continue
-            if not head.part.intact():
-                self._attachment_failed("file range changed while being sent")
-            try:
-                sent = os.sendfile(fd, head.part.fd, head.offset, head.remaining)
-            except BlockingIOError:
-                return False
-            if sent == 0:
-                self._attachment_failed("file ended before the range")
-            head.offset += sent
-            head.remaining -= sent
-            if head.remaining:
-                return False
-            pieces.pop(0)
-        return True
-
-    async def _send_items(self, items: list[_Item]) -> None:
-        """Over TLS: send frames and their attachments in order, consecutive buffers
-        together, file parts read in a worker thread (module docstring "Attachments")."""
-        if len(items) == 1 and type(items[0]) is bytes:
-            await self.stream.send_all(items[0])
-            return
-        buffers: list[Any] = []
-        for item in items:
-            if type(item) is bytes:
-                buffers.append(item)
-                continue
-            buffers.append(item.frame)
-            for part in item.attached.parts:
-                if isinstance(part, _BUFFERS):
-                    buffers.append(part)
-                    continue
-                await self._send_buffers(buffers)
-                buffers = []
-                await self._send_file_part(part)
-        await self._send_buffers(buffers)
-
-    async def _send_buffers(self, buffers: list[Any]) -> None:
-        if not buffers:
-            return
-        if len(buffers) == 1:
-            await self.stream.send_all(buffers[0])
-            return
-        small: list[Any] = []  # TLS: small ones joined, large ones as they are
-        for b in buffers:
-            if len(b) < TLS_JOIN_BYTES:
-                small.append(b)
-                continue
-            if small:
-                await self.stream.send_all(b"".join(small))
-                small = []
-            await self.stream.send_all(b)
-        if small:
-            await self.stream.send_all(b"".join(small))
-
-    async def _send_file_part(self, part: Any) -> None:
-        """TLS: read (in a worker thread) and write through the stream."""
-        offset, remaining = part.offset, part.length
-        while remaining > 0:
-            data = await trio.to_thread.run_sync(os.pread, part.fd, min(remaining, TLS_READ_CHUNK), offset)
-            if not data or not part.intact():
-                self._attachment_failed("file range changed or ended while being sent")
-            await self.stream.send_all(data)
-            offset += len(data)
-            remaining -= len(data)
-
-    def _attachment_failed(self, reason: str) -> NoReturn:
-        log_event(logger, "conn_attachment_failed", level=logging.WARNING,
-                  listener=self.listener.name, peer=self.peer, reason=reason)
-        raise trio.BrokenResourceError(reason)
 
     async def _linger(self) -> None:
         if isinstance(self.stream, trio.abc.HalfCloseableStream):
