@@ -18,6 +18,10 @@ paced"). CPU per record depends on the load (at twice the records/s, fsyncs and 
 shared by twice the batches), so the CPU ratio, RF=3's three nodes against the RF=1 leader,
 is printed both at the same records/s (against the paced run) and at the same window.
 
+The three runs are interleaved (RF=3, RF=1, RF=1 paced; --runs times), and each ratio is
+the median of the runs' own ratios: this machine's background load drifts within a minute,
+and a ratio of medians taken a minute apart moved with it.
+
 Targets (issue 4): RF=3 256 KiB >= 300,000 records/s; RF=3 >= 0.5 x RF=1; window-1 16 KiB p50
 < 3 ms; (issue 19) CPU per record of RF=3's three nodes <= 2 x the RF=1 leader's; failover
 < 1 s.
@@ -53,6 +57,7 @@ from raftlog.base.errors import RaftlogError, error_from_wire  # noqa: E402
 from raftlog.base.protocol import FrameDecoder, encode_frame  # noqa: E402
 
 RECORD_BYTES = 100
+LABELS = ("rf3", "rf1", "rf1 paced")
 SETTINGS = {"heartbeat_ms": 300, "session_timeout_ms": 2000}
 
 
@@ -336,16 +341,27 @@ def main() -> int:
               f"load {os.getloadavg()[0]:.2f}; "
               f"{args.runs} runs x {args.seconds:g} s, window {args.window}, "
               f"{RECORD_BYTES}-byte records, acks=all, flush_policy=always")
-        rows = {}
+        per_run: dict[int, list[tuple[float, float, float]]] = {}
         for size in sizes:
-            # RF=1 twice: as fast as the window lets it, and paced at the RF=3 run's rate
-            # (module docstring: the CPU ratio at the same records/s and at the same window).
-            for topic, label in (("rf3", "rf3"), ("rf1", "rf1"), ("rf1", "rf1 paced")):
-                rate = rows[("rf3", size)]["batches_per_s"] if label == "rf1 paced" else 0.0
-                results = [measured_run(cluster, cluster.client(leaders[topic]), topic, size,
-                                        args.seconds, args.window, rate) for _ in range(args.runs)]
-                m = median_of(results)
-                rows[(label, size)] = m
+            # Interleaved (module docstring): each run is RF=3, then RF=1 as fast as the window
+            # lets it, then RF=1 paced at that RF=3 run's batches/s; each run's ratios are
+            # taken within it, and their median is printed.
+            runs: dict[str, list[dict]] = {label: [] for label in LABELS}
+            for _ in range(args.runs):
+                rf3 = measured_run(cluster, cluster.client(leaders["rf3"]), "rf3", size,
+                                   args.seconds, args.window)
+                rf1 = measured_run(cluster, cluster.client(leaders["rf1"]), "rf1", size,
+                                   args.seconds, args.window)
+                paced = measured_run(cluster, cluster.client(leaders["rf1"]), "rf1", size,
+                                     args.seconds, args.window, rf3["batches_per_s"])
+                for label, m in zip(LABELS, (rf3, rf1, paced)):
+                    runs[label].append(m)
+                per_run.setdefault(size, []).append((
+                    rf3["records_per_s"] / rf1["records_per_s"],
+                    rf3["cpu_us_per_record"] / node_cpu(paced, leaders["rf1"]),
+                    rf3["cpu_us_per_record"] / node_cpu(rf1, leaders["rf1"])))
+            for label, topic in zip(LABELS, ("rf3", "rf1", "rf1")):
+                m = median_of(runs[label])
                 print(f"{label:<9} {size >> 10:>3} KiB: {m['batches_per_s']:8.1f} batches/s "
                       f"{m['mb_per_s']:7.1f} MB/s {m['records_per_s']:10.0f} records/s "
                       f"p50 {m['p50_ms']:6.2f} ms p99 {m['p99_ms']:7.2f} ms "
@@ -353,14 +369,13 @@ def main() -> int:
                 print(f"    CPU us/record per node: "
                       f"{node_split(m, leaders[topic], 3 if topic == 'rf3' else 1)}")
         for size in sizes:
-            rf3, rf1, paced = (rows[(label, size)] for label in ("rf3", "rf1", "rf1 paced"))
-            ratio = rf3["records_per_s"] / rf1["records_per_s"]
-            cpu = rf3["cpu_us_per_record"] / node_cpu(paced, leaders["rf1"])
-            same_window = rf3["cpu_us_per_record"] / node_cpu(rf1, leaders["rf1"])
+            ratio, cpu, same_window = (statistics.median(r[k] for r in per_run[size]) for k in range(3))
             print(f"ratio RF3/RF1 {size >> 10} KiB: records/s {ratio:.2f} [target >= 0.5]")
             print(f"    CPU per record, RF=3's three nodes / the RF=1 leader: {cpu:.2f} at the same "
                   f"records/s, {same_window:.2f} at the same window (RF=1 at {1 / ratio:.1f}x the "
                   f"records/s) [target <= 2: followers cheaper than a second leader]")
+            print("    each run's own ratio: " + ", ".join(f"{c:.2f}" for _, c, _ in per_run[size])
+                  + " at the same records/s")
         print(f"load {os.getloadavg()[0]:.2f}")
         single = median_of([run_worker(cluster.client(leaders["rf3"]), "rf3", 16 << 10,
                                        args.seconds, 1) for _ in range(args.runs)])
