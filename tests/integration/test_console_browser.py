@@ -20,7 +20,7 @@ import pytest
 
 selenium = pytest.importorskip("selenium")
 from selenium import webdriver  # noqa: E402
-from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException  # noqa: E402
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException, WebDriverException  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
@@ -112,9 +112,20 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chro
 
 def wait(driver: webdriver.Chrome, condition: Callable[[Any], Any], timeout_s: float = 20, what: str = "") -> Any:
     # A click that loads a new page leaves the old page's elements stale for a moment: retry.
+    def retried(d: Any) -> Any:
+        try:
+            return condition(d)
+        except WebDriverException as exc:
+            # Chromium reports an element swapped out of the page between the find and the read
+            # (an htmx swap) now and then as this "unknown error" instead of a stale reference:
+            # the same race, retried the same way.
+            if "does not belong to the document" not in (exc.msg or ""):
+                raise
+            return False
+
     return WebDriverWait(driver, timeout_s, poll_frequency=0.1,
                          ignored_exceptions=(StaleElementReferenceException, NoSuchElementException)
-                         ).until(condition, message=what)
+                         ).until(retried, message=what)
 
 
 def shoot(driver: webdriver.Chrome, shots: Path, name: str) -> None:
