@@ -214,6 +214,9 @@ class Transport(Protocol):
 
     # Optional: true when FetchResponses may carry a log slice instead of bytes (absent: false).
     # file_slices: bool
+    # Optional: whether broker `broker_id` answered this broker just now (raft.py
+    # `leader_alive`; absent: never asked).
+    # def answering(self, broker_id: int) -> bool
 
 
 class LogSlice:
@@ -785,16 +788,23 @@ class Replica:
         (`RaftCore.runs_on_next_tick`) is run by the replica's own task instead: a
         candidacy writes the quorum state first, and after a node died, hundreds of them
         waited in the tick loop one after another (single passes took 0.4-1.3 s, so the
-        last candidacies began 1.6 s after the kill instead of within the 0.5 s window)."""
+        last candidacies began 1.6 s after the kill instead of within the 0.5 s window).
+        Before such a tick, a follower whose leader's broker answers this one still waits
+        (raft.py `leader_alive`)."""
         if not self.online:
             return
         if self._lock.locked() or self._tick_queued:
             self.skipped_ticks += 1
             return
         if self._nursery is not None and self.core.runs_on_next_tick():
-            self._tick_queued = True
-            self._start_pump()
-            return
+            leader = self.core.leader_id
+            answering = getattr(self.transport, "answering", None)
+            if leader is not None and answering is not None and answering(leader):
+                await self._event(RaftCore.leader_alive, leader)
+            if self.core.runs_on_next_tick():
+                self._tick_queued = True
+                self._start_pump()
+                return
         await self._event(_tick_answering if answer_parked else RaftCore.tick)
         if (self.topic_config.flush_policy == "interval" and not self._flushing
                 and self.log is not None and self.log.flushed_offset < self.log.log_end_offset):

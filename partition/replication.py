@@ -468,6 +468,15 @@ class ReplicationLinks:
                 heard.append(b)
         return leaders, silent, heard
 
+    def answering(self, broker_id: int) -> bool:
+        """Whether broker `broker_id` answered one of our `replica_fetch` calls within the
+        last half `silence_ms`: its process runs and reaches us (raft.py `leader_alive`).
+        A stopped or cut-off leader broker stops answering well within an election timeout,
+        so its followers still run on time."""
+        link = self._links.get(broker_id)
+        return (link is not None and link.failures == 0
+                and trio.current_time() - link.last_ok <= self.silence_s / 2)
+
     def silent_followers(self) -> list[int]:
         """Follower brokers reported silent and not heard from since."""
         return [b for b, link in self._links.items() if link.follower_silent]

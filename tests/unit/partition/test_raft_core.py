@@ -7,6 +7,7 @@ import random
 import pytest
 
 from partition.raft import (
+    LEADER_ALIVE_GRACE_TIMEOUTS,
     AdvanceLogStart,
     AppendControl,
     AppendReplicated,
@@ -1058,3 +1059,54 @@ def test_a_write_after_a_long_quiet_does_not_make_the_leader_resign():
         for _ in range(CFG.check_quorum_ticks - elapsed):  # to the end of that window
             h.apply(leader.replica_id, leader.tick())  # before any follower's fetch is back
         assert leader.role is Role.LEADER and leader.epoch == epoch, elapsed
+
+
+def _ticks_until_a_follower_runs(h, follower, leader_id, *, alive, limit):
+    """Writes at the leader and ticks every node until `follower` runs for election (sends
+    a pre-vote request); before a tick that would start it, tells the follower that its
+    leader's broker answers when `alive` (as the replica shell does)."""
+    for ticks in range(1, limit + 1):
+        core = h.cores[follower]
+        if alive and core.runs_on_next_tick():
+            h.apply(follower, core.leader_alive(leader_id))
+        if h.cores[leader_id].may_accept_writes:
+            h.write(leader_id)  # under load: no partition goes quiescent
+        asked = len(_sends(h.effects[follower], VoteRequest))
+        h.tick()
+        if len(_sends(h.effects[follower], VoteRequest)) > asked:
+            return ticks
+    raise AssertionError(f"{follower} did not run in {limit} ticks: {h.cores[follower].status()}")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_follower_whose_leader_broker_answers_waits_longer_but_not_for_ever(seed):
+    t = CFG.election_timeout_ticks
+    runs = {}
+    for alive in (False, True):
+        h = Harness(3, seed=seed)
+        leader = h.elect()
+        h.tick(3)
+        a = next(i for i in h.voters if i != leader.replica_id)
+        # The leader broker answers the other follower, and `a`'s fetches never.
+        h.hold = lambda src, dst, msg: src == leader.replica_id and dst == a and type(msg) is FetchResponse
+        runs[alive] = _ticks_until_a_follower_runs(h, a, leader.replica_id, alive=alive,
+                                                   limit=(2 + 2 * LEADER_ALIVE_GRACE_TIMEOUTS) * t)
+    assert runs[False] < 3 * t  # one randomized election timeout after the writes began
+    # The same seed draws the same timeout: the grace adds whole election timeouts, and no
+    # more (the first may be a tick short: the timer does not go below zero).
+    assert LEADER_ALIVE_GRACE_TIMEOUTS * t - 1 <= runs[True] - runs[False] <= LEADER_ALIVE_GRACE_TIMEOUTS * t
+
+
+def test_leader_alive_is_a_no_op_before_the_timer_runs_out_and_after_leader_unreachable():
+    h = Harness(3, seed=2)
+    leader = h.elect()
+    h.tick(3)
+    a = next(i for i in h.voters if i != leader.replica_id)
+    core = h.cores[a]
+    before = core.status()
+    assert core.leader_alive(leader.replica_id) == [] and core.status() == before  # not due
+    h.cut.add(leader.replica_id)
+    h.apply(a, core.leader_unreachable(leader.replica_id, refused=True))
+    ticks = _ticks_until_a_follower_runs(h, a, leader.replica_id, alive=True, limit=2 * CFG.election_timeout_ticks)
+    assert ticks < CFG.election_timeout_ticks  # as soon as without leader_alive
+
