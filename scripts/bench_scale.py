@@ -17,8 +17,8 @@ ports, data in a temp dir, every process stopped by PID at the end) it measures:
 * produce throughput over all partitions (one connection per leader, every request carries
   one small batch for each partition that node leads) and the elections that happened during
   that load without any fault (false elections: the candidacies the nodes' replicas started
-  meanwhile, their `raftlog_raft_elections_total`; the leader epochs in `metadata` lag behind
-  by the leaders' next reports, and missed some);
+  meanwhile, their `raftlog_raft_elections_total`, not the leader epochs in `metadata`, which
+  follow the leaders' reports with a lag);
 * before the kill/restart runs, `--active-segment-mib` (0: skipped) of 16 KiB batches from
   `--active-producers` idempotent producers (producer ids from `init_producer_id`, epochs and
   sequences set, so the producer state matters) into one more topic of 1 partition RF 3 whose
