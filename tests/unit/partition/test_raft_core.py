@@ -1103,10 +1103,10 @@ def test_leader_alive_is_a_no_op_before_the_timer_runs_out_and_after_leader_unre
     h.tick(3)
     a = next(i for i in h.voters if i != leader.replica_id)
     core = h.cores[a]
-    before = core.status()
-    assert core.leader_alive(leader.replica_id) == [] and core.status() == before  # not due
+    before = (core._election_elapsed, core._graced)
+    assert core.leader_alive(leader.replica_id) == []  # not due: its timer is not touched
+    assert (core._election_elapsed, core._graced) == before
     h.cut.add(leader.replica_id)
     h.apply(a, core.leader_unreachable(leader.replica_id, refused=True))
     ticks = _ticks_until_a_follower_runs(h, a, leader.replica_id, alive=True, limit=2 * CFG.election_timeout_ticks)
     assert ticks < CFG.election_timeout_ticks  # as soon as without leader_alive
-
