@@ -27,6 +27,7 @@ sys.modules.setdefault("node_harness", harness)
 _spec.loader.exec_module(harness)
 
 UNKNOWN_TOPIC_ID = 100
+NOT_LEADER_OR_FOLLOWER = 6
 TOPIC = "by-id"
 
 
@@ -169,7 +170,16 @@ def test_a_damaged_batch_is_never_sent_zero_copy(node, conn):
                                        allow_auto_topic_creation=False,
                                        include_topic_authorized_operations=False), MetadataResponse, 13)
     tid = md.topics[0].topic_id
-    assert produce(conn, tid, batch(b"intact" * 20)).error_code == 0
+
+    def taken() -> bool:
+        # Metadata may name the leader before its replica takes writes (its election or the
+        # new epoch's quorum-state write still running); until then the node answers
+        # NOT_LEADER_OR_FOLLOWER and writes nothing, and a Kafka producer retries it too.
+        code = produce(conn, tid, batch(b"intact" * 20)).error_code
+        assert code in (0, NOT_LEADER_OR_FOLLOWER), code
+        return code == 0
+
+    node.wait_for(taken, 20, "the leader taking writes")
     [segment] = (node.configs[1].data_dir / "partitions" / "damaged-0").glob("*.log")
     with open(segment, "r+b") as f:  # in place, as a disk would: the node's descriptor sees it
         f.seek(70)
