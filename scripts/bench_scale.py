@@ -28,11 +28,12 @@ ports, data in a temp dir, every process stopped by PID at the end) it measures:
 * --runs times: SIGKILL one node (each in turn), the time until `metadata` on a survivor
   names a live leader for every partition (and the median per partition of those that lost
   their leader; both as the controller records them, so a killed controller adds its own
-  failover), then restart it and time until it serves again (/health ok, the broker
-  unfenced, and every replica open: counted from the node's `replica_opened` log events,
-  since /health counts the replicas it knows, open or not), and the time until every
-  leader is back on its preferred broker (the controller's batched leader moves), so the
-  next kill finds a balanced cluster.
+  failover; and the candidacies the survivors' replicas started meanwhile per partition
+  that lost its leader: above 1, split votes and retries), then restart it and time until
+  it serves again (/health ok, the broker unfenced, and every replica open: counted from
+  the node's `replica_opened` log events, since /health counts the replicas it knows, open
+  or not), and the time until every leader is back on its preferred broker (the
+  controller's batched leader moves), so the next kill finds a balanced cluster.
 
 Targets (issue 19) print beside each figure.
 """
@@ -56,7 +57,7 @@ from datetime import datetime, timezone
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -65,6 +66,7 @@ from partition.manager import PARTITIONS_DIR  # noqa: E402
 from raftlog import Producer  # noqa: E402
 from raftlog.base.errors import RaftlogError, error_from_wire  # noqa: E402
 from raftlog.base.protocol import FrameDecoder, encode_frame  # noqa: E402
+from raftlog.base.topics import INTERNAL_TOPICS  # noqa: E402
 from raftlog.cli.cluster import NodePorts, NodeProcess, build_node_configs, free_ports, stop_all, write_node_config  # noqa: E402
 from raftlog.node.config import new_cluster_id  # noqa: E402
 
@@ -213,6 +215,17 @@ class Cluster:
                 raise KeyError(t["name"])
             for p in t["partitions"]:
                 out[(t["name"], p["partition"])] = p
+        return out
+
+    def internal_partitions(self, via: int) -> dict[tuple[str, int], dict]:
+        """The partitions of the internal topics that exist (__consumer_offsets is created
+        at a group's first request)."""
+        out = {}
+        for name in sorted(INTERNAL_TOPICS):
+            try:
+                out.update(self.partitions(via, [name]))
+            except KeyError:
+                pass
         return out
 
     def all_led(self, via: int, topics: list[str], expected: int, live: set[int]) -> dict | None:
@@ -381,10 +394,11 @@ def active_open_note(node_log: Path, log_from: int) -> str:
             f"{fields.get('batches_walked')} headers walked in {fields.get('duration_ms')} ms)")
 
 
-def elections_started(cluster: Cluster) -> int:
-    """Candidacies the replicas of every node have started so far (/metrics)."""
+def elections_started(cluster: Cluster, nodes: Iterable[int] | None = None) -> int:
+    """Candidacies the replicas of `nodes` (default: every live node) have started so far
+    (/metrics)."""
     total = 0
-    for i in cluster.live():
+    for i in cluster.live() if nodes is None else nodes:
         listener = cluster.configs[i].listeners.http
         with urllib.request.urlopen(f"http://{listener.host}:{listener.port}/metrics", timeout=10) as r:
             for line in r.read().decode().splitlines():
@@ -505,6 +519,7 @@ def main() -> int:
         restart_s: list[float] = []
         rebalance_s: list[str] = []
         with_controller: list[bool] = []  # the victim hosted the active controller
+        per_orphan: list[float] = []  # candidacies per partition that lost its leader
         for run in range(args.runs):
             victim = run % 3 + 1
             cluster.wait(cluster.ready, 120, "a ready cluster")
@@ -514,6 +529,10 @@ def main() -> int:
             via = min(survivors)
             controller = cluster.health(via).get("metadata", {}).get("controller_id")
             with_controller.append(controller == victim)
+            # Their replicas' candidacies count every partition led there, internal ones too.
+            led_there = len(orphans) + sum(
+                1 for p in cluster.internal_partitions(via).values() if p["leader"] == victim)
+            candidacies = elections_started(cluster, survivors)
             t0 = time.monotonic()
             killed_at = datetime.now(timezone.utc).strftime("%H:%M:%S.%f")[:-3] + "Z"  # to line up with node logs
             cluster.procs[victim].kill()
@@ -536,6 +555,8 @@ def main() -> int:
                 raise SystemExit(f"not every partition led 300 s after killing node {victim}")
             all_led_s.append(time.monotonic() - t0)
             per_part = statistics.median(first_led.values()) if first_led else 0.0
+            candidacies = elections_started(cluster, survivors) - candidacies
+            per_orphan.append(candidacies / led_there if led_there else 0.0)
             per_part_s.append(per_part)
 
             node_log = cluster.configs[victim].data_dir / "node.log"
@@ -578,7 +599,9 @@ def main() -> int:
                                f"not within {args.rebalance_s:g} s ({home} of {total} there)")
             hosted = ", the active controller among them" if with_controller[-1] else ""
             print(f"run {run + 1}: killed node {victim} at {killed_at} ({len(orphans)} partitions led there{hosted}): every "
-                  f"partition led after {all_led_s[-1]:.2f} s, median per partition {per_part:.2f} s; "
+                  f"partition led after {all_led_s[-1]:.2f} s, median per partition {per_part:.2f} s, "
+                  f"{candidacies} candidacies ({per_orphan[-1]:.2f} per partition that lost its leader, "
+                  f"{led_there} with the internal ones); "
                   f"restart to serving (unfenced, /health ok, every replica open{active and ', ' + ACTIVE_TOPIC + ' among them'}) "
                   f"{restart_s[-1]:.2f} s{active_note}; every leader back on its preferred "
                   f"broker after {rebalance_s[-1]}", flush=True)
@@ -589,6 +612,8 @@ def main() -> int:
                      f"the active controller (the others lost the controller too)") if apart and len(apart) < len(per_part_s) else ""
             print(f"partition failover (median per partition, median of runs): "
                   f"{statistics.median(per_part_s):.2f} s [target < 1 s]{split}")
+            print(f"candidacies per partition that lost its leader (1.00: every election won at "
+                  f"the first try; more: split votes, retries): median {statistics.median(per_orphan):.2f}")
             caveat = "" if args.active_segment_mib >= 1024 else (
                 f"; here {args.active_segment_mib} MiB" if active else "; here small segments only")
             print(f"node restart to serving with {total} partitions{active}: median "
