@@ -13,6 +13,8 @@ FOLLOWER     knows the leader of its epoch and fetches from it.
 PROSPECTIVE  ran out of patience (no successful fetch for a randomized election timeout) and
              asks for pre-votes; pre-votes never change anybody's epoch or vote (KIP-996).
 CANDIDATE    won the pre-vote, bumped the epoch, voted for itself, asks for real votes.
+             Refused by half its fellow voters (a split vote), it runs again within a
+             stagger window of its own instead of a whole election timeout.
 LEADER       won a majority of votes; appends a control batch in its epoch (unless its log
              is empty with nothing uncommitted below it: a new partition's first record is
              at offset 0); serves fetches.
@@ -609,6 +611,7 @@ class RaftCore:
         self.leader_unreachable_signals = 0  # leader_unreachable calls acted on
         self.leader_changes = 0
         self._grants: set[int] = set()
+        self._refusals: set[int] = set()  # candidate: voters that refused us this epoch
 
         # Fetch ids start at random on every construction (every restart), so that a delayed
         # response to a fetch of the last incarnation does not pass for one of ours: a stale
@@ -1298,6 +1301,7 @@ class RaftCore:
         self._fetch_inflight = False
         self._set_quorum_state(self._epoch + 1, self.replica_id, None)
         self._grants = {self.replica_id}
+        self._refusals = set()
         self._reset_election_timer()
         self._announce()
         if len(self._grants) >= self._majority:
@@ -1707,10 +1711,33 @@ class RaftCore:
                 # sending each other back to it, a full election timeout each time.
                 self._election_elapsed = self._cfg.election_timeout_ticks
             return
-        if self._role is _CANDIDATE and m.epoch == self._epoch and m.granted:
-            self._grants.add(m.sender)
-            if len(self._grants) >= self._majority:
-                self._become_leader()
+        if self._role is _CANDIDATE and m.epoch == self._epoch:
+            if m.granted:
+                self._grants.add(m.sender)
+                if len(self._grants) >= self._majority:
+                    self._become_leader()
+            elif m.sender not in self._refusals:
+                self._refusals.add(m.sender)
+                if 2 * len(self._refusals) >= len(self._others):
+                    self._retry_split_vote()
+
+    def _retry_split_vote(self) -> None:
+        """A candidate refused by half its fellow voters (most often they voted for another
+        this epoch: in a group of three, the other survivor of a dead leader ran at the
+        same time) can win only with every vote still out, and a dead leader's never comes.
+        Instead of a whole randomized election timeout (1-2 s, longer as ticks slow under
+        load: the tail of a node kill's failover), each contender runs again within its
+        own stagger window (as `leader_unreachable`: ranked among the refusers and itself,
+        first place rotating with the epoch), so the first one's pre-vote and vote find the
+        other granting. Only the timing changes: the retry is a pre-vote, which a live
+        leader's lease refuses, and so does a voter whose log is ahead of ours."""
+        contenders = sorted(self._refusals | {self.replica_id})
+        rank = (contenders.index(self.replica_id) - self._epoch) % len(contenders)
+        window = max(1, self._cfg.election_timeout_ticks // UNREACHABLE_WINDOW_DIVISOR)
+        retry = 1 + rank * window + self._rng.randrange(window)
+        if retry < self._election_timeout - self._election_elapsed:
+            self._election_elapsed = 0
+            self._election_timeout = retry
 
     def _on_begin_quorum_epoch(self, m: BeginQuorumEpoch) -> None:
         if m.epoch > self._epoch:

@@ -842,6 +842,32 @@ def test_followers_of_an_unreachable_leader_elect_at_once_without_a_split_vote()
 
 
 
+def test_after_a_split_vote_the_two_candidates_run_again_one_after_the_other():
+    for seed in range(20):
+        h = Harness(3, seed=seed)
+        old = h.elect()
+        h.tick(3)
+        followers = [i for i in h.voters if i != old.replica_id]
+        h.cut.add(old.replica_id)
+        for i in followers:
+            h.apply(i, h.cores[i].leader_unreachable(old.replica_id, refused=True))
+        # Both run before either hears the other (a slow vote under load): a split vote.
+        h.hold = lambda src, dst, m: type(m) is VoteRequest
+        h.run_until(lambda: all(h.cores[i].role is Role.CANDIDATE for i in followers), 50)
+        split = old.epoch + 1
+        assert [h.cores[i].epoch for i in followers] == [split, split]
+        h.hold = None
+        h.deliver()
+        assert all(h.cores[i].role is Role.CANDIDATE for i in followers)  # each refused the other
+        ticks = 0
+        while h.leader() is None or not h.leader().may_accept_writes:
+            h.tick(nodes=followers)
+            ticks += 1
+            assert ticks < CFG.election_timeout_ticks, "no faster than a candidate's own timeout"
+        assert h.leader().epoch == split + 1  # one more round, not two more splits
+
+
+
 class _ElectionChecked(Harness):
     """Checks, before every tick of every core, that `runs_on_next_tick()` says whether that
     tick starts an election (a pre-vote request or a candidacy's quorum-state write): the
