@@ -823,34 +823,39 @@ def test_a_deletion_held_by_a_majority_survives_a_leader_elected_without_it():
     assert new.log_start_offset == 8
 
 
+def _leader_killed(seed, *, refused=False):
+    """A 3-voter group whose elected leader is then cut off, its followers told
+    `leader_unreachable`: (harness, old leader, followers)."""
+    h = Harness(3, seed=seed)
+    old = h.elect()
+    h.tick(3)
+    followers = [i for i in h.voters if i != old.replica_id]
+    h.cut.add(old.replica_id)
+    for i in followers:
+        h.apply(i, h.cores[i].leader_unreachable(old.replica_id, refused=refused))
+    return h, old, followers
+
+
+def _ticks_until_led(h, nodes):
+    ticks = 0
+    while h.leader() is None or not h.leader().may_accept_writes:
+        h.tick(nodes=nodes)
+        ticks += 1
+        assert ticks < CFG.election_timeout_ticks, "no faster than a plain election timeout"
+    return ticks
+
+
 def test_followers_of_an_unreachable_leader_elect_at_once_without_a_split_vote():
     for seed in range(20):
-        h = Harness(3, seed=seed)
-        old = h.elect()
-        h.tick(3)
-        followers = [i for i in h.voters if i != old.replica_id]
-        h.cut.add(old.replica_id)  # killed: its port refuses connections
-        for i in followers:
-            h.apply(i, h.cores[i].leader_unreachable(old.replica_id))
-        ticks = 0
-        while h.leader() is None or not h.leader().may_accept_writes:
-            h.tick(nodes=followers)
-            ticks += 1
-            assert ticks < CFG.election_timeout_ticks, "no faster than a plain election timeout"
+        h, old, followers = _leader_killed(seed)
+        _ticks_until_led(h, followers)
         new = h.leader()
         assert new.replica_id in followers and new.epoch == old.epoch + 1  # one round: no split vote
 
 
-
 def test_after_a_split_vote_the_two_candidates_run_again_one_after_the_other():
     for seed in range(20):
-        h = Harness(3, seed=seed)
-        old = h.elect()
-        h.tick(3)
-        followers = [i for i in h.voters if i != old.replica_id]
-        h.cut.add(old.replica_id)
-        for i in followers:
-            h.apply(i, h.cores[i].leader_unreachable(old.replica_id, refused=True))
+        h, old, followers = _leader_killed(seed, refused=True)
         # Both run before either hears the other (a slow vote under load): a split vote.
         h.hold = lambda src, dst, m: type(m) is VoteRequest
         h.run_until(lambda: all(h.cores[i].role is Role.CANDIDATE for i in followers), 50)
@@ -859,13 +864,8 @@ def test_after_a_split_vote_the_two_candidates_run_again_one_after_the_other():
         h.hold = None
         h.deliver()
         assert all(h.cores[i].role is Role.CANDIDATE for i in followers)  # each refused the other
-        ticks = 0
-        while h.leader() is None or not h.leader().may_accept_writes:
-            h.tick(nodes=followers)
-            ticks += 1
-            assert ticks < CFG.election_timeout_ticks, "no faster than a candidate's own timeout"
+        _ticks_until_led(h, followers)  # not a candidate's own timeout (at least one more)
         assert h.leader().epoch == split + 1  # one more round, not two more splits
-
 
 
 class _ElectionChecked(Harness):
