@@ -922,11 +922,8 @@ class RaftCore:
         self._unreachable_refused = refused
         self._quiesced = False
         self.leader_unreachable_signals += 1
-        others = [v for v in self.voters if v != broker_id]
-        rank = (others.index(self.replica_id) - self._epoch) % len(others)
-        window = max(1, self._cfg.election_timeout_ticks // UNREACHABLE_WINDOW_DIVISOR)
         self._election_elapsed = max(self._election_elapsed, self._cfg.election_timeout_ticks)  # no lease
-        self._election_timeout = self._election_elapsed + 1 + rank * window + self._rng.randrange(window)
+        self._election_timeout = self._election_elapsed + self._stagger([v for v in self.voters if v != broker_id])
         return out
 
     def leader_alive(self, broker_id: int) -> list[Effect]:
@@ -1700,9 +1697,8 @@ class RaftCore:
                     # know is gone and waiting a whole timeout. Once per leader_unreachable:
                     # with only a partial partition, the responder's lease is right.
                     self._unreachable_retried = True
-                    window = max(1, self._cfg.election_timeout_ticks // UNREACHABLE_WINDOW_DIVISOR)
                     self._election_elapsed = 0
-                    self._election_timeout = 1 + self._rng.randrange(window)
+                    self._election_timeout = self._stagger([self.replica_id])
                     return
                 self._become_follower(self._epoch, m.leader_id)  # a live leader exists
                 # ... or so the responder believes: we have not heard from it ourselves, so
@@ -1731,13 +1727,19 @@ class RaftCore:
         first place rotating with the epoch), so the first one's pre-vote and vote find the
         other granting. Only the timing changes: the retry is a pre-vote, which a live
         leader's lease refuses, and so does a voter whose log is ahead of ours."""
-        contenders = sorted(self._refusals | {self.replica_id})
-        rank = (contenders.index(self.replica_id) - self._epoch) % len(contenders)
-        window = max(1, self._cfg.election_timeout_ticks // UNREACHABLE_WINDOW_DIVISOR)
-        retry = 1 + rank * window + self._rng.randrange(window)
+        retry = self._stagger(sorted(self._refusals | {self.replica_id}))
         if retry < self._election_timeout - self._election_elapsed:
             self._election_elapsed = 0
             self._election_timeout = retry
+
+    def _stagger(self, contenders: list[int]) -> int:
+        """Ticks until this replica runs, one of `contenders` (this replica among them, in
+        an order all of them share) who would otherwise run at once: each gets a window of
+        its own, election timeout / UNREACHABLE_WINDOW_DIVISOR wide, in rank order (first
+        place rotating with the epoch), and runs at a random tick of it."""
+        rank = (contenders.index(self.replica_id) - self._epoch) % len(contenders)
+        window = max(1, self._cfg.election_timeout_ticks // UNREACHABLE_WINDOW_DIVISOR)
+        return 1 + rank * window + self._rng.randrange(window)
 
     def _on_begin_quorum_epoch(self, m: BeginQuorumEpoch) -> None:
         if m.epoch > self._epoch:
