@@ -66,7 +66,8 @@ is fsynced up to S (`Log.producer_snapshot` / `write_producer_snapshot`). Only a
 is snapshotted (partition/producer_state.py: not dirty, and no truncation or compaction made
 it differ from a walk of the log); a state that stopped being exact is rebuilt at the next
 checkpoint from the snapshot and the headers after it when the log still has one. Open
-(`_rebuild_producers_at_open`) loads it and walks only the batch headers from S; the log
+(`_rebuild_producers_at_open`) loads it and walks only the batch headers from S (those
+the recovery scan just checked, when it began at or below S: not read twice); the log
 removes it before any cut below S, and ignores one that does not fit (the whole walk then).
 
 Damage (DESIGN §9 "Integrity"). Every read path checks CRCs (partition/log.py): the leader's

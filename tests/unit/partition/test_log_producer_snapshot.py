@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from partition.batch import BatchBuilder
 from partition.log import ACTIVE_POINT_CHECKPOINT, PRODUCER_SNAPSHOT_PREFIX, Log, LogConfig
 from partition.producer_state import ProducerStateManager
@@ -178,4 +180,67 @@ def test_headers_from_an_offset_start_at_its_batch(tmp_path):
     for start in (0, 1, 2, 37, 38, 41, 79, 80):
         got = [h.base_offset for h in log.batch_headers(start)]
         assert got == [b for b in range(0, 80, 2) if b + 1 >= start], start
+    log.close()
+
+
+ONE_SEGMENT = LogConfig(segment_bytes=1 << 20, index_interval_bytes=200, retention_ms=-1)
+
+
+def reopened_unwalkable(tmp_path, config):
+    """Reopen the log at tmp_path after a crash (recovery scans the active segment from its
+    point, if any): (the log, the producers a whole walk gives), with batch_headers failing."""
+    log = Log.open(tmp_path, config, now_ms=0)
+    expected = whole_walk(log)
+
+    def unwalkable(start=None):
+        raise AssertionError(f"read the headers from disk again (from {start})")
+        yield
+
+    log.batch_headers = unwalkable
+    return log, expected
+
+
+def crash(log):
+    log.flush()
+    log._abandon()
+
+
+def test_the_rebuild_after_open_takes_the_headers_recovery_just_checked(tmp_path):
+    log, state = Log.open(tmp_path, ONE_SEGMENT, now_ms=0), ProducerStateManager()
+    fill(log, state, 4)
+    at = snapshot_now(log, state)
+    fill(log, state, 3, pid=8)
+    crash(log)
+    for use_snapshot in (True, False):
+        log, expected = reopened_unwalkable(tmp_path, ONE_SEGMENT)
+        loaded = ProducerStateManager()
+        got = log.load_producer_state(loaded, use_snapshot=use_snapshot)
+        assert got.snapshot_offset == (at if use_snapshot else None)
+        assert got.batches_walked == (3 if use_snapshot else 7)
+        assert loaded.snapshot(1 << 62, -1).producers == expected
+        log._abandon()
+
+
+def test_headers_recovery_did_not_scan_or_that_changed_since_are_read_from_disk(tmp_path):
+    log, state = Log.open(tmp_path, CFG, now_ms=0), ProducerStateManager()
+    fill(log, state, 3)
+    assert snapshot_now(log, state) == 3  # in the first segment: the scan covers only the last
+    fill(log, state, 30, start_seq=3)
+    assert len(log._segments) > 2
+    crash(log)
+    log, _ = reopened_unwalkable(tmp_path, CFG)
+    with pytest.raises(AssertionError, match=r"from disk again \(from 3\)"):
+        log.load_producer_state(ProducerStateManager())
+    log._abandon()
+    # Appended after open: the scan no longer reaches the log end.
+    one = tmp_path / "one-segment"
+    log, state = Log.open(one, ONE_SEGMENT, now_ms=0), ProducerStateManager()
+    fill(log, state, 3)
+    crash(log)
+    log = Log.open(one, ONE_SEGMENT, now_ms=0)
+    fill(log, state, 2, pid=9)
+    loaded = ProducerStateManager()
+    log.load_producer_state(loaded, use_snapshot=False)
+    producers = loaded.snapshot(1 << 62, -1).producers
+    assert producers == whole_walk(log) and 9 in [p[0] for p in producers]
     log.close()
