@@ -16,11 +16,12 @@ What it uses of `metadata`: `image`, `peer_address(id)`, `client_address(id)`,
   leader runs for election at once instead of after an election timeout. Opening: at most
   OPEN_THREADS replicas that have data on disk open at once. Their open is mostly Python
   (the recovery scan and the producer walk, over a warm page cache); eight at once (the
-  DiskWork pool) left a node restarted with 1,000 replicas after a load so short of the GIL
-  that its links to the leaders fell silent, and the followers opened so far ran pre-votes
-  against live leaders while the rest waited (~800-2,300 leader changes logged during the
-  open instead of ~320). A new replica's open mostly waits on fsyncs: it takes the DiskWork
-  pool (with two threads, creating 1,000 partitions took 30% longer).
+  DiskWork pool) left a node restarted with 1,000 replicas after a load so busy (short of
+  the GIL, most likely) that its links to the leaders fell silent, and the followers opened
+  so far ran pre-votes against live leaders while the rest waited (450-3,000 leader
+  changes logged during the open instead of ~320). A new replica's open mostly waits on
+  fsyncs: it takes the DiskWork pool (with two threads, creating 1,000 partitions took 30%
+  longer).
 * Ticks: every core's `tick()` every `tick_ms` (50) from one task, except quiescent ones
   (partition/raft.py "Quiescence": an idle group holds its followers' fetches and its ticks
   do nothing): a replica leaves the tick set when a tick finds `needs_tick()` false and
