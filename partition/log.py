@@ -254,7 +254,7 @@ class _ScannedTail:
     (`shape`: end offset, cut generation, active base), which must still hold to use them."""
 
     first_offset: int
-    headers: list[Header]
+    headers: list[tuple[int, Header]]  # (position, header), as SegmentScan has them
     shape: tuple[int, int, int]
 
 
@@ -583,7 +583,7 @@ class Log:
         offsets_lost = 0
         scanned: list[Segment] = []
         scanned_headers = []
-        tail: tuple[int, list[Header]] | None = None  # the last segment's scan
+        tail: tuple[int, list[tuple[int, Header]]] | None = None  # the last segment's scan
         prev_epoch = -1
         i = 0
         while i < len(self._segments):
@@ -612,8 +612,7 @@ class Log:
                 resumed_at = resume.position
                 self._active_point = (seg.base_offset, resume.position)
             if last:
-                tail = (seg.base_offset if resume is None else resume.next_offset,
-                        [h for _, h in scan.headers])
+                tail = (seg.base_offset if resume is None else resume.next_offset, scan.headers)
             scanned.append(seg)
             scanned_headers.extend(h for _, h in scan.headers)
             if scan.headers:
@@ -964,7 +963,7 @@ class Log:
         begin = self.log_start_offset if start is None else max(start, self.log_start_offset)
         if tail is None or tail.first_offset > begin:
             return self.batch_headers(start)
-        return (h for h in tail.headers if h.next_offset > begin)
+        return (h for _, h in tail.headers if h.next_offset > begin)
 
     def _read_producer_snapshot(self, at: int, max_producers: int | None) -> tuple[ProducerSnapshot | None, str]:
         """(the durable producer snapshot at `at`, "") if it is whole and fits this log as it

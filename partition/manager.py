@@ -14,14 +14,14 @@ What it uses of `metadata`: `image`, `peer_address(id)`, `client_address(id)`,
   a worker thread) and closes and deletes those whose topic is gone (or was recreated: the
   directory's `partition.metadata` names the topic id). A new, empty partition's preferred
   leader runs for election at once instead of after an election timeout. Opening: at most
-  OPEN_THREADS replicas that have data on disk open at once. Their open is mostly Python
-  (the recovery scan and the producer walk, over a warm page cache); eight at once (the
-  DiskWork pool) left a node restarted with 1,000 replicas after a load so busy (short of
-  the GIL, most likely) that its links to the leaders fell silent, and the followers opened
-  so far ran pre-votes against live leaders while the rest waited (450-3,000 leader
-  changes logged during the open instead of ~320). A new replica's open mostly waits on
-  fsyncs: it takes the DiskWork pool (with two threads, creating 1,000 partitions took 30%
-  longer).
+  OPEN_THREADS replicas whose directory was there at start open at once (`run` lists them,
+  so no stat runs on the trio thread). Their open is mostly Python (the recovery scan and
+  the producer walk, over a warm page cache); eight at once (the DiskWork pool) left a node
+  restarted with 1,000 replicas after a load so busy (short of the GIL, most likely) that
+  its links to the leaders fell silent, and the followers opened so far ran pre-votes
+  against live leaders while the rest waited (450-3,000 leader changes logged during the
+  open instead of ~320). A new replica's open mostly waits on fsyncs: it takes the
+  DiskWork pool (with two threads, creating 1,000 partitions took 30% longer).
 * Ticks: every core's `tick()` every `tick_ms` (50) from one task, except quiescent ones
   (partition/raft.py "Quiescence": an idle group holds its followers' fetches and its ticks
   do nothing): a replica leaves the tick set when a tick finds `needs_tick()` false and
@@ -215,6 +215,7 @@ class ReplicaManager:
         self.disk = DiskWork()
         self._scrub_limiter = trio.CapacityLimiter(1)
         self._open_limiter = trio.CapacityLimiter(OPEN_THREADS)
+        self._on_disk_at_start: set[str] = set()  # replica directories found by `run`
         self.scrub_bytes_per_s: int = getattr(config, "scrub_bytes_per_s", DEFAULT_SCRUB_BYTES_PER_S)
         self.scrub_interval_ms: int = getattr(config, "scrub_interval_ms", DEFAULT_SCRUB_INTERVAL_MS)
         FILE_CACHE.set_max_open(getattr(config, "log_open_files_max", DEFAULT_MAX_OPEN_SEGMENTS))
@@ -238,7 +239,11 @@ class ReplicaManager:
     # ------------------------------------------------------------------ NodeService
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        await trio.to_thread.run_sync(lambda: self.data_dir.mkdir(parents=True, exist_ok=True))
+        def prepare() -> set[str]:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            return set(os.listdir(self.data_dir))
+
+        self._on_disk_at_start = await trio.to_thread.run_sync(prepare)
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
@@ -742,7 +747,9 @@ class ReplicaManager:
             await pending.wait()
         try:
             # A replica with data recovers it (mostly Python); a new one mostly waits on fsyncs.
-            limiter = self._open_limiter if r.directory.exists() else self.disk.io
+            found = r.directory.name in self._on_disk_at_start
+            self._on_disk_at_start.discard(r.directory.name)
+            limiter = self._open_limiter if found else self.disk.io
             await trio.to_thread.run_sync(self._prepare_and_open, r, limiter=limiter)
         except (OSError, RaftlogError) as exc:
             r.offline_reason = f"open failed: {type(exc).__name__}: {exc}"
