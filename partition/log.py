@@ -55,9 +55,15 @@ StorageDamageError (segment, position, offset) instead of returning bad bytes; `
 (zero-copy senders) checks the range the same way before it makes the slice; `locate`
 checks the index entry it starts from. Each byte is checked once: a segment remembers the
 ranges a read or a SegmentVerifier (recovery, the scrubber) checked, and later reads of them
-skip the CRCs (partition/segment.py "checked once"). `check_segment` runs the full check of one segment
-(partition/segment.py `SegmentVerifier`, optionally with its indexes); `pinned_segment` lets a
-scrubber run it in paced steps. What to do about damage is the replica's decision: `repair`
+skip the CRCs (partition/segment.py "checked once"). So do reads of the active segment's
+cached tail (`config.hot_tail_bytes`, which `_drop_behind` keeps in the page cache) where this
+process wrote it: `append` and `append_replicated` checked those batches' CRCs before the
+write, and a read there most likely gets the page cache's copy of what was written, so a check
+would re-check the same memory (it was ~15% of an RF=3 leader's CPU: every follower fetch read
+and checked the bytes just appended, in a worker thread). Bytes that fall out of the tail, or
+that a restart finds, are checked when first read. `check_segment` runs the full check of one
+segment (partition/segment.py `SegmentVerifier`, optionally with its indexes); `pinned_segment`
+lets a scrubber run it in paced steps. What to do about damage is the replica's decision: `repair`
 cuts the log at the first bad batch of a segment (deleting later segments, as recovery does)
 only if the check, run again by the writer, still finds it; `rebuild_indexes` rewrites a
 segment's indexes when only they disagree with its batches.
@@ -164,6 +170,8 @@ RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 ACTIVE_POINT_CHECKPOINT = "recovery-point-active"
 PRODUCER_SNAPSHOT_PREFIX = "producer-snapshot-"
 PRODUCER_SNAPSHOTS_KEPT = 2  # the newest, and one older by a checkpoint interval (docstring)
+# LogConfig.cache_tail_bytes's default, and the hot tail of a log that keeps everything cached.
+CACHED_TAIL_BYTES = 16 << 20
 # A new offset-granular point is written once the active segment holds this many bytes past
 # the last one (periodically and at close): what a restart scans is bounded by it plus what
 # was written since the last checkpoint, and idle or slow partitions cost no fsyncs.
@@ -205,7 +213,12 @@ class LogConfig:
     max_batch_bytes: int = 8 << 20  # larger batches -> MessageTooLargeError
     # Flushed bytes more than this far behind the end are dropped from the page cache
     # (drop-behind); -1 keeps everything cached. See `_drop_behind`.
-    cache_tail_bytes: int = 16 << 20
+    cache_tail_bytes: int = CACHED_TAIL_BYTES
+
+    @property
+    def hot_tail_bytes(self) -> int:
+        """How far behind the end a read still counts as a read of the cached tail."""
+        return self.cache_tail_bytes if self.cache_tail_bytes >= 0 else CACHED_TAIL_BYTES
 
     def __post_init__(self):
         if not 100 <= self.segment_bytes <= INT32_MAX:
@@ -1111,7 +1124,7 @@ class Log:
             self._write_epochs()
         try:
             self._active.append(data, entries, index_interval_bytes=self.config.index_interval_bytes,
-                                now_ms=now_ms)
+                                now_ms=now_ms, trusted_tail=self.config.hot_tail_bytes)
         except OSError as e:
             self._fail(e)
             raise LogClosedError(f"write failed: {e}") from e
@@ -1174,7 +1187,7 @@ class Log:
             seg, pos, h = found
             version = seg.verified_version
             data = seg.read_at(pos, h, max_bytes, max_offset)
-            _check_read(seg, pos, h, data, 0, version)
+            _check_read(seg, pos, h, data, 0, version, self._trusted_from(seg))
             return data
 
     def read_slice(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
@@ -1191,13 +1204,15 @@ class Log:
             seg, pos, h = found
             version = seg.verified_version
             end = seg.read_end(pos, h, max_bytes, max_offset)
+            trusted = self._trusted_from(seg)
             if warm:
-                _check_read(seg, pos, h, seg.read_range(pos, end, h.base_offset), 0, version)
+                _check_read(seg, pos, h, seg.read_range(pos, end, h.base_offset), 0, version,
+                            trusted)
             else:
-                for a, b in seg.unverified(pos, end, version):
+                for a, b in seg.unverified(pos, end, version, trusted):
                     data = seg.read_range(a, b, h.base_offset)
-                    _check_read(seg, pos, h, data, a - pos, version)
-                seg.mark_verified(pos, end, version)
+                    _check_read(seg, pos, h, data, a - pos, version, trusted)
+                seg.mark_verified(pos, min(end, max(pos, trusted)), version)
             return FileSlice(os.dup(seg.fd), pos, end - pos)
 
     def unverified_bytes(self, offset: int, max_bytes: int) -> int:
@@ -1210,7 +1225,16 @@ class Log:
                 return 0
             seg = self._segments[i]
         _, pos = seg.index.lookup(max(0, min(offset - seg.base_offset, INT32_MAX)))
-        return sum(b - a for a, b in seg.unverified(pos, min(seg.size_bytes, pos + max_bytes)))
+        return sum(b - a for a, b in seg.unverified(pos, min(seg.size_bytes, pos + max_bytes),
+                                                    trusted=self._trusted_from(seg)))
+
+    def _trusted_from(self, seg: Segment) -> int:
+        """Where reads of `seg` may take bytes as checked by their write ("Integrity"): in
+        the active segment, this process's own appends within the cached tail; nowhere in
+        the others (size_bytes). A reader."""
+        if seg is not self._segments[-1]:
+            return seg.size_bytes
+        return seg.trusted_from()
 
     @contextmanager
     def _located(self, offset: int, max_offset: int | None) -> Iterator[tuple[Segment, int, Header] | None]:
@@ -1950,19 +1974,21 @@ def _count_records(seg: Segment) -> int:
     return n
 
 
-def _check_read(seg: Segment, pos: int, first: Header, data, skip: int, version: int) -> None:
+def _check_read(seg: Segment, pos: int, first: Header, data, skip: int, version: int,
+                trusted: int) -> None:
     """The read-path check ("Integrity") of bytes read from `seg`: `data` holds the segment's
     bytes from `pos + skip`, where `pos` is the start of the batch `first` that `locate`
     found. Every batch in it that no earlier check covered (Segment.unverified under
-    `version`) must have a sane header and a good CRC-32C, and base offsets must increase
-    from `first`'s within the segment's offset range; then the range is marked checked.
-    Raises StorageDamageError naming the first bad batch."""
+    `version`, bytes from `trusted` on taken as checked by their write) must have a sane
+    header and a good CRC-32C, and base offsets must increase from `first`'s within the
+    segment's offset range; then the range below `trusted` is marked checked. Raises
+    StorageDamageError naming the first bad batch."""
     start = pos + skip
     end = start + len(data)
-    for a, b in seg.unverified(start, end, version):
+    for a, b in seg.unverified(start, end, version, trusted):
         _check_batches(seg, data, a - start, b - start, start,
                        first.base_offset if a == pos else None, first.next_offset)
-    seg.mark_verified(start, end, version)
+    seg.mark_verified(start, min(end, max(start, trusted)), version)
 
 
 # The whole RecordBatch v2 header as a plain tuple: the read-path check parses one per batch,

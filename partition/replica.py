@@ -199,7 +199,6 @@ _CRC = struct.Struct(">I")
 REPLICA_MAX_BATCH_BYTES = 64 << 20
 MAX_PRODUCE_BATCHES = 10_000  # batches in one partition's `records` of one produce request
 INLINE_READ_MAX_BYTES: Final = 256 << 10  # larger reads (and their CRC checks) go to a thread
-HOT_TAIL_BYTES: Final = 16 << 20  # reads further back than this are cold (a log that keeps all)
 DISK_IO_THREADS: Final = 8  # a node's worker threads for reads, truncations, checks, repairs
 MAX_INBOX: Final = 1024  # Raft messages queued for a busy replica (oldest dropped)
 LOUD_PRODUCER_WALK_BATCHES: Final = 1_000  # an open that walked more headers says so
@@ -1395,8 +1394,7 @@ class Replica:
         cancelled meanwhile (to_thread does not abandon the thread), so it is never lost
         unclosed."""
         behind = log.bytes_behind_end(offset)
-        tail = log.config.cache_tail_bytes if log.config.cache_tail_bytes >= 0 else HOT_TAIL_BYTES
-        hot = behind <= tail
+        hot = behind <= log.config.hot_tail_bytes
         if zero_copy:
             if hot and log.unverified_bytes(offset, max_bytes) <= INLINE_READ_MAX_BYTES:
                 return log.read_slice(offset, max_bytes, max_offset=max_offset)

@@ -31,7 +31,11 @@ Invariants (as Kafka's LogSegment):
   past the cut and bumps `verified_version`; a check that read its bytes under an older
   version marks nothing and trusts no range (a reader racing a repair). Bytes damaged on
   disk after their check are the scrubber's to find (it re-checks every sealed segment) or a
-  restart's (the ranges live in memory only).
+  restart's (the ranges live in memory only). A segment also remembers where this process's
+  own appends begin (`append` takes whole batches whose CRCs its caller checked): the log
+  lets reads take those bytes as checked while they lie in its cached tail (`trusted_from`,
+  partition/log.py "Integrity"), where the page cache most likely still holds what was
+  written; older ones are checked when first read, which is then likely a read from disk.
 
 Size (issue 13's ~800-line rule): over it since the integrity checks joined the reads; the
 seam is `SegmentVerifier` with the checked ranges (~250 lines), which could move to its own
@@ -139,6 +143,7 @@ INDEX_SAMPLE_ENTRIES = 256
 # Checked byte ranges a segment remembers (module docstring); past this the smallest go.
 # Readers at a few positions (followers at the tail, a consumer catching up) need a handful.
 MAX_VERIFIED_RANGES = 16
+TRUST_MARK_SPACING = 1 << 20  # how finely `trusted_from` follows the end (~17 marks at 16 MiB)
 
 
 class FileCache:
@@ -623,6 +628,12 @@ class Segment:
         self._verified: list[tuple[int, int]] = []
         self.verified_version = 0
         self._verified_lock = threading.Lock()
+        # Where reads may take bytes as checked by their write ("checked once"): the oldest
+        # of `_append_marks` (starts of this process's appends, whole batches, at least
+        # TRUST_MARK_SPACING apart, none further behind the end than `append`'s
+        # trusted_tail), or None. Only the writer changes them.
+        self._append_marks: deque[int] = deque()
+        self._written_from: int | None = None
 
     # ------------------------------------------------------------------ paths, open, close
 
@@ -749,13 +760,25 @@ class Segment:
 
     # ------------------------------------------------------------------ checked ranges
 
-    def unverified(self, start: int, end: int, version: int | None = None) -> list[tuple[int, int]]:
+    def trusted_from(self) -> int:
+        """Where the bytes start that a read may take as checked by their write (module
+        docstring "checked once"): the start of one of this process's appends, at most
+        `trusted_tail` behind the end as of the last append; size_bytes where there is none.
+        Any thread."""
+        written = self._written_from
+        return self.size_bytes if written is None else written
+
+    def unverified(self, start: int, end: int, version: int | None = None,
+                   trusted: int | None = None) -> list[tuple[int, int]]:
         """The parts of [start, end) no check has covered, in order ([] when all of it was
-        checked); the whole range when `version` (what `verified_version` was before the
-        caller read its bytes) is no longer current. Any thread."""
+        checked), bytes from `trusted` on (`trusted_from`) counting as checked; the whole
+        range when `version` (what `verified_version` was before the caller read its bytes)
+        is no longer current. Any thread."""
         with self._verified_lock:
             if version is not None and version != self.verified_version:
                 return [(start, end)] if start < end else []
+            if trusted is not None and trusted < end:
+                end = max(start, trusted)
             gaps: list[tuple[int, int]] = []
             at = start
             for a, b in self._verified:
@@ -798,6 +821,10 @@ class Segment:
         with self._verified_lock:
             self._verified = [(a, min(b, cut)) for a, b in self._verified if a < cut]
             self.verified_version += 1
+            marks = self._append_marks
+            while marks and marks[-1] >= cut:
+                marks.pop()
+            self._written_from = marks[0] if marks else None
 
     def drop_cached(self, end: int) -> None:
         """Advise the kernel to drop cached pages of this file below byte `end` (only call for
@@ -996,15 +1023,24 @@ class Segment:
     # ------------------------------------------------------------------ append
 
     def append(self, data, entries: list[tuple[int, int, int, int, int, int]], *,
-               index_interval_bytes: int, now_ms: int) -> None:
+               index_interval_bytes: int, now_ms: int, trusted_tail: int = 0) -> None:
         """Write `data` (whole, checked batches; one buffer or a list of buffers that are
-        written back to back) at the end of the file and index it.
+        written back to back) at the end of the file and index it. Reads may take the
+        appended bytes as checked (`trusted_from`) while they are at most `trusted_tail`
+        bytes behind the end (0: never).
 
         `entries`: one (position in data, size, base_offset, next_offset, max_timestamp,
         partition_leader_epoch) per batch, offsets as stamped. Not fsynced."""
         start = self.size_bytes
         total_bytes = sum(len(b) for b in data) if isinstance(data, list) else len(data)
         self._io(pwrite_all, data, start)
+        marks = self._append_marks
+        oldest = start + total_bytes - trusted_tail
+        while marks and marks[0] < oldest:
+            marks.popleft()
+        if start >= oldest and (not marks or start - marks[-1] >= TRUST_MARK_SPACING):
+            marks.append(start)
+        self._written_from = marks[0] if marks else None
         if self.created_ms is None:
             self.created_ms = now_ms
         for p, size, base, nxt, max_ts, epoch in entries:

@@ -1,4 +1,4 @@
-"""Reads check each byte once and never trust a stale check: a segment's checked ranges merge and stay bounded, a cut forgets the bytes past it, a zero-copy slice is checked before it is made, and the fast read-path check refuses exactly the batches read_header / verify_crc refuse."""
+"""Reads check each byte once and never trust a stale check: a segment's checked ranges merge and stay bounded, a cut forgets the bytes past it, a zero-copy slice is checked before it is made, the fast read-path check refuses exactly the batches read_header / verify_crc refuse, and this process's own appends count as checked only while they lie in the active segment's cached tail."""
 
 import os
 
@@ -10,7 +10,8 @@ from partition.errors import CorruptRecordError, StorageDamageError
 from partition.log import Log, LogConfig, _check_batches
 from partition.segment import MAX_VERIFIED_RANGES, pread_exact
 
-CFG = LogConfig(segment_bytes=3000, index_interval_bytes=200, retention_ms=-1)
+# No cached tail: no byte counts as checked by its write, so reads check what they read.
+CFG = LogConfig(segment_bytes=3000, index_interval_bytes=200, retention_ms=-1, cache_tail_bytes=0)
 
 
 def mk(i, n=4):
@@ -210,4 +211,81 @@ def test_the_fast_check_refuses_exactly_what_the_full_header_check_refuses(tmp_p
                 assert got == want, (pos, mask, exact)
                 cases += 1
     assert cases > 1000
+    log.close()
+
+
+def _batches_by_segment(log):
+    return [[h.base_offset for _, h in s.walk(0, s.size_bytes)] for s in log._segments]
+
+
+def test_own_appends_in_the_active_segments_cached_tail_count_as_checked(tmp_path, crcs):
+    log = Log.open(tmp_path, LogConfig(segment_bytes=3000, index_interval_bytes=200,
+                                       retention_ms=-1), now_ms=0)  # default cached tail: 16 MiB
+    fill(log)
+    *sealed, active = _batches_by_segment(log)
+    assert sealed and active
+    crcs.clear()
+    assert read_all(log) == [o for seg in sealed for o in seg] + active
+    assert len(crcs) == sum(map(len, sealed))  # the active segment's batches: no CRC
+    seg = log._segments[-1]
+    assert log.unverified_bytes(active[0], 1 << 20) == 0
+    assert seg.unverified(0, seg.size_bytes) == [(0, seg.size_bytes)]  # trusted, not marked
+    # A slice of the tail is made without reading it.
+    s = log.read_slice(active[0], 1 << 20)
+    assert pread_exact(s.fd, s.length, s.offset) == log.read(active[0], 1 << 20)
+    s.close()
+    log.close()
+    # What a restart finds is nobody's write: reads check what recovery's scan did not.
+    log = Log.open(tmp_path, log.config, now_ms=0)
+    seg = log._segments[-1]
+    assert seg.trusted_from() == seg.size_bytes > 0
+    crcs.clear()
+    read_all(log)
+    assert len(crcs) == sum(map(len, sealed))
+    log.close()
+
+
+def test_own_appends_behind_the_cached_tail_and_damage_there_are_checked(tmp_path, crcs):
+    cfg = LogConfig(segment_bytes=1 << 20, index_interval_bytes=200, retention_ms=-1,
+                    cache_tail_bytes=2000)
+    log = Log.open(tmp_path, cfg, now_ms=0)
+    fill(log)  # ~10 KiB in one segment
+    seg = log._segments[-1]
+    batches = list(seg.walk(0, seg.size_bytes))
+    trusted = seg.trusted_from()
+    assert seg.size_bytes - 2000 <= trusted < seg.size_bytes
+    assert trusted in [p for p, _ in batches]  # a batch boundary: the check stops between batches
+    behind = [h for p, h in batches if p < trusted]
+    assert len(behind) >= 10
+    crcs.clear()
+    read_all(log)
+    assert len(crcs) == len(behind)
+    # Damage behind the tail is found by the first read there.
+    log2 = Log.open(tmp_path / "two", cfg, now_ms=0)
+    fill(log2)
+    seg2 = log2._segments[-1]
+    p, h = list(seg2.walk(0, seg2.size_bytes))[3]
+    assert p < seg2.trusted_from()
+    flip(seg2.log_path, p + 100)
+    with pytest.raises(StorageDamageError) as e:
+        log2.read(0, 1 << 20)
+    assert (e.value.position, e.value.offset) == (p, h.base_offset)
+    log.close()
+    log2.close()
+
+
+def test_a_cut_drops_the_trust_past_it_and_the_bytes_written_after_it_are_trusted(tmp_path, crcs):
+    cfg = LogConfig(segment_bytes=1 << 20, index_interval_bytes=200, retention_ms=-1)
+    log = Log.open(tmp_path, cfg, now_ms=0)
+    fill(log, 10)
+    seg = log._segments[-1]
+    assert seg.trusted_from() == 0
+    cut_pos, cut_h = list(seg.walk(0, seg.size_bytes))[4]
+    log.truncate_to(cut_h.base_offset)
+    assert seg.trusted_from() == 0 and seg.size_bytes == cut_pos  # bytes before the cut: ours
+    fill(log, 3, first=50)
+    crcs.clear()
+    assert len(read_all(log)) == 7 and crcs == []
+    seg._forget_verified_from(0)  # a cut below every append: nothing is trusted
+    assert seg.trusted_from() == seg.size_bytes > 0
     log.close()
