@@ -843,9 +843,13 @@ class Segment:
 
     def seal(self) -> None:
         """Close the segment for appends: final timeindex entry, index files written (not
-        fsynced: the log's flush does that before it trusts the segment)."""
+        fsynced: the log's flush does that before it trusts the segment). Reads trust only
+        the active segment's own appends ("checked once"): the marks go, so that a segment a
+        truncation makes active again, long after its bytes left the cached tail, has none."""
         self.timeindex.maybe_append(self.max_timestamp, self.offset_of_max_timestamp - self.base_offset)
         self.write_index_files()
+        self._append_marks.clear()
+        self._written_from = None
 
     def write_index_files(self) -> None:
         write_whole_file(self.index_path, self.index.to_bytes())

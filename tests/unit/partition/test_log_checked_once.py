@@ -289,3 +289,16 @@ def test_a_cut_drops_the_trust_past_it_and_the_bytes_written_after_it_are_truste
     seg._forget_verified_from(0)  # a cut below every append: nothing is trusted
     assert seg.trusted_from() == seg.size_bytes > 0
     log.close()
+    # A sealed segment that a truncation makes active again trusts nothing it had.
+    log = Log.open(tmp_path / "two", LogConfig(segment_bytes=3000, index_interval_bytes=200,
+                                               retention_ms=-1), now_ms=0)
+    fill(log)
+    first = log._segments[0]
+    assert len(log._segments) > 2 and first.trusted_from() == first.size_bytes
+    pos, h = list(first.walk(0, first.size_bytes))[-1]
+    log.truncate_to(h.base_offset)
+    assert log._segments == [first] and first.trusted_from() == first.size_bytes == pos
+    crcs.clear()
+    read_all(log)
+    assert len(crcs) == len(list(first.walk(0, first.size_bytes))) > 0
+    log.close()
