@@ -37,10 +37,11 @@ The cores exchange one-way messages (partition/raft.py). This module moves them:
 Records are never decoded, and not copied on the way (issue 19): a follower asks for them as
 an attachment (`attach: true`, PROTOCOL.md "Attachments"). The leader's replica puts a file
 slice of its log into the answer where the peer links are plain TCP (`file_slices`; the
-slice's range was CRC-checked once, partition/log.py `read_slice`, and it is "intact" only
-while no cut of the log began since: partition/replica.py), the log's bytes over TLS; the
-answer's CBOR holds each response's range (`records_at`, `records_bytes`) and the listener
-sends the slices with os.sendfile after the frame. The follower's peer pool reads the
+slice's range was CRC-checked once, or is the leader's own append still in its cached tail,
+partition/log.py "Integrity" and `read_slice`, and it is "intact" only while no cut of the
+log began since: partition/replica.py), the log's bytes over TLS; the answer's CBOR holds
+each response's range (`records_at`, `records_bytes`) and the listener sends the slices with
+os.sendfile after the frame. The follower's peer pool reads the
 attachment into one buffer; each response's records are a view of it. The follower reads the
 batch headers and checks the CRCs (once: the log and the producer state reuse that walk,
 batch.CheckedBatches) to build the (base_offset, last_offset, epoch) summary the core needs,
