@@ -55,16 +55,17 @@ StorageDamageError (segment, position, offset) instead of returning bad bytes; `
 (zero-copy senders) checks the range the same way before it makes the slice; `locate`
 checks the index entry it starts from. Each byte is checked once: a segment remembers the
 ranges a read or a SegmentVerifier (recovery, the scrubber) checked, and later reads of them
-skip the CRCs (partition/segment.py "checked once"). So do reads of the active segment's
-cached tail (`config.hot_tail_bytes`, which `_drop_behind` keeps in the page cache) where this
-process wrote it: `append` and `append_replicated` checked those batches' CRCs before the
-write, and a read there most likely gets the page cache's copy of what was written, so a check
-would re-check the same memory (it was ~15% of an RF=3 leader's CPU: every follower fetch read
-and checked the bytes just appended, in a worker thread). Bytes that fall out of the tail, or
-that a restart finds, are checked when first read. `check_segment` runs the full check of one
-segment (partition/segment.py `SegmentVerifier`, optionally with its indexes); `pinned_segment`
-lets a scrubber run it in paced steps. What to do about damage is the replica's decision: `repair`
-cuts the log at the first bad batch of a segment (deleting later segments, as recovery does)
+skip the CRCs (partition/segment.py "checked once"). A leader's reads for its followers
+(`own_tail`) also skip the bytes this process appended itself while they are in the active
+segment's cached tail (`config.hot_tail_bytes`, which `_drop_behind` keeps in the page cache):
+the append checked those CRCs before the write, a read there most likely gets the page cache's
+copy of what was written, and the follower checks every CRC it receives. Re-checking them was
+~15% of an RF=3 leader's CPU (every follower fetch read back and checked the bytes just
+appended, in a worker thread). The replica asks a checked read when a follower asks for the
+same offset again (it may have refused the bytes), so damage there is still found; consumers'
+reads always check. `check_segment` runs the full check of one segment (partition/segment.py
+`SegmentVerifier`, optionally with its indexes); `pinned_segment` lets a scrubber run it in
+paced steps. What to do about damage is the replica's decision: `repair` cuts the log at the first bad batch of a segment (deleting later segments, as recovery does)
 only if the check, run again by the writer, still finds it; `rebuild_indexes` rewrites a
 segment's indexes when only they disagree with its batches.
 
@@ -1172,13 +1173,15 @@ class Log:
         with self._lock:
             seg.unpin()
 
-    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> bytes:
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
+             own_tail: bool = False) -> bytes:
         """Whole batches from the batch that holds `offset` (or, in a compaction gap, the next
         one), within one segment: at least one batch even if larger than max_bytes, then more
         while they fit; never a batch whose base_offset >= max_offset (pass the high watermark).
         `offset == log_end_offset` (or >= max_offset) gives b"". Records are not decoded and
         the first batch may start before `offset` (clients skip). Every batch returned has had
-        its header and CRC-32C checked ("Integrity"). Raises OffsetOutOfRangeError for offset
+        its header and CRC-32C checked ("Integrity"), or with `own_tail`, is this process's
+        own append in the active segment's cached tail. Raises OffsetOutOfRangeError for offset
         < log_start_offset or > log_end_offset; StorageDamageError; LogClosedError. A reader
         (module docstring): any thread."""
         with self._located(offset, max_offset) as found:
@@ -1187,11 +1190,11 @@ class Log:
             seg, pos, h = found
             version = seg.verified_version
             data = seg.read_at(pos, h, max_bytes, max_offset)
-            _check_read(seg, pos, h, data, 0, version, self._trusted_from(seg))
+            _check_read(seg, pos, h, data, 0, version, self._trusted_from(seg, own_tail))
             return data
 
     def read_slice(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
-                   warm: bool = False) -> FileSlice | None:
+                   warm: bool = False, own_tail: bool = False) -> FileSlice | None:
         """What `read` would return, as a FileSlice of the segment file (the caller closes
         it; zero-copy senders), or None where `read` returns b"". Before the slice is made,
         the parts of its range not yet checked are read and checked as `read` checks them,
@@ -1204,7 +1207,7 @@ class Log:
             seg, pos, h = found
             version = seg.verified_version
             end = seg.read_end(pos, h, max_bytes, max_offset)
-            trusted = self._trusted_from(seg)
+            trusted = self._trusted_from(seg, own_tail)
             if warm:
                 _check_read(seg, pos, h, seg.read_range(pos, end, h.base_offset), 0, version,
                             trusted)
@@ -1215,7 +1218,7 @@ class Log:
                 seg.mark_verified(pos, min(end, max(pos, trusted)), version)
             return FileSlice(os.dup(seg.fd), pos, end - pos)
 
-    def unverified_bytes(self, offset: int, max_bytes: int) -> int:
+    def unverified_bytes(self, offset: int, max_bytes: int, *, own_tail: bool = False) -> int:
         """About how many bytes of a read of `offset` (at most max_bytes) are still to be
         checked (an index lookup, no I/O): what decides where a zero-copy read runs. A
         reader."""
@@ -1226,13 +1229,13 @@ class Log:
             seg = self._segments[i]
         _, pos = seg.index.lookup(max(0, min(offset - seg.base_offset, INT32_MAX)))
         return sum(b - a for a, b in seg.unverified(pos, min(seg.size_bytes, pos + max_bytes),
-                                                    trusted=self._trusted_from(seg)))
+                                                    trusted=self._trusted_from(seg, own_tail)))
 
-    def _trusted_from(self, seg: Segment) -> int:
-        """Where reads of `seg` may take bytes as checked by their write ("Integrity"): in
-        the active segment, this process's own appends within the cached tail; nowhere in
-        the others (size_bytes). A reader."""
-        if seg is not self._segments[-1]:
+    def _trusted_from(self, seg: Segment, own_tail: bool) -> int:
+        """Where a read of `seg` may take bytes as checked by their write ("Integrity"): with
+        `own_tail`, in the active segment, this process's own appends within the cached tail;
+        nowhere else (size_bytes). A reader."""
+        if not own_tail or seg is not self._segments[-1]:
             return seg.size_bytes
         return seg.trusted_from()
 

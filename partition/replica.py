@@ -566,6 +566,7 @@ class Replica:
         # Damage: segments (base offsets) reported by a read and not yet re-checked; the
         # last confirmed damage ({"segment", "offset", "reason", ...}) while unrepaired.
         self._damage_reports: dict[int, str] = {}
+        self._served: dict[int, int] = {}  # follower broker -> read offset of its last answer
         self._damage_task = False
         self.damaged: dict[str, Any] | None = None
         self.repairs = 0
@@ -1383,28 +1384,32 @@ class Replica:
             raise
 
     async def _read(self, log: Log, offset: int, max_bytes: int, *,
-                    max_offset: int | None = None, zero_copy: bool = False) -> Any:
+                    max_offset: int | None = None, zero_copy: bool = False,
+                    own_tail: bool = False) -> Any:
         """`log.read` inline when it touches only the cached tail and little of it, else in a
         worker thread (module docstring "Threads and disk"). With `zero_copy`,
         `log.read_slice`: it reads only the bytes still to be checked (once per byte), so it
         runs inline when it stays in the cached tail and those are few; else in a worker
         thread, which for a cold range also reads the rest into the page cache, so that
         the sender's sendfile on the trio thread does not wait on the disk either.
+        `own_tail`: a read for a follower (partition/log.py "Integrity").
         Concurrency: a slice made in a worker thread is returned even when the caller is
         cancelled meanwhile (to_thread does not abandon the thread), so it is never lost
         unclosed."""
         behind = log.bytes_behind_end(offset)
         hot = behind <= log.config.hot_tail_bytes
         if zero_copy:
-            if hot and log.unverified_bytes(offset, max_bytes) <= INLINE_READ_MAX_BYTES:
-                return log.read_slice(offset, max_bytes, max_offset=max_offset)
+            if hot and log.unverified_bytes(offset, max_bytes, own_tail=own_tail) <= INLINE_READ_MAX_BYTES:
+                return log.read_slice(offset, max_bytes, max_offset=max_offset, own_tail=own_tail)
             return await trio.to_thread.run_sync(
-                partial(log.read_slice, offset, max_bytes, max_offset=max_offset, warm=not hot),
+                partial(log.read_slice, offset, max_bytes, max_offset=max_offset, warm=not hot,
+                        own_tail=own_tail),
                 limiter=self.disk.io)
         if hot and min(behind, max_bytes) <= INLINE_READ_MAX_BYTES:
-            return log.read(offset, max_bytes, max_offset=max_offset)
+            return log.read(offset, max_bytes, max_offset=max_offset, own_tail=own_tail)
         return await trio.to_thread.run_sync(
-            partial(log.read, offset, max_bytes, max_offset=max_offset), limiter=self.disk.io)
+            partial(log.read, offset, max_bytes, max_offset=max_offset, own_tail=own_tail),
+            limiter=self.disk.io)
 
     async def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """Log.offset_for_timestamp in a worker thread (it may walk cold segments)."""
@@ -1482,9 +1487,15 @@ class Replica:
     async def _send(self, to: int, message: Any) -> None:
         if type(message) is FetchResponse and message.read_offset is not None:
             slices = getattr(self.transport, "file_slices", False)
+            # The leader's own tail goes unchecked (partition/log.py "Integrity"), but not to
+            # a follower asking for the same offset again: it may have refused those bytes
+            # (its CRC check), and this read finds the damage.
+            again = self._served.get(to) == message.read_offset
+            self._served[to] = message.read_offset
             try:
                 records = await self._read(self.log, message.read_offset,
-                                           self.settings.replica_fetch_max_bytes, zero_copy=slices)
+                                           self.settings.replica_fetch_max_bytes, zero_copy=slices,
+                                           own_tail=not again)
             except OffsetOutOfRangeError:
                 return  # the follower's fetch times out and comes again
             except StorageDamageError as exc:

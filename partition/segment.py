@@ -33,9 +33,9 @@ Invariants (as Kafka's LogSegment):
   disk after their check are the scrubber's to find (it re-checks every sealed segment) or a
   restart's (the ranges live in memory only). A segment also remembers where this process's
   own appends begin (`append` takes whole batches whose CRCs its caller checked): the log
-  lets reads take those bytes as checked while they lie in its cached tail (`trusted_from`,
-  partition/log.py "Integrity"), where the page cache most likely still holds what was
-  written; older ones are checked when first read, which is then likely a read from disk.
+  lets a leader's reads for its followers take those bytes as checked while they lie in its
+  cached tail (`trusted_from`, partition/log.py "Integrity"), where the page cache most
+  likely still holds what was written; other reads, and reads of older bytes, check them.
 
 Size (issue 13's ~800-line rule): over it since the integrity checks joined the reads; the
 seam is `SegmentVerifier` with the checked ranges (~250 lines), which could move to its own

@@ -1,4 +1,4 @@
-"""Reads check each byte once and never trust a stale check: a segment's checked ranges merge and stay bounded, a cut forgets the bytes past it, a zero-copy slice is checked before it is made, the fast read-path check refuses exactly the batches read_header / verify_crc refuse, and this process's own appends count as checked only while they lie in the active segment's cached tail."""
+"""Reads check each byte once and never trust a stale check: a segment's checked ranges merge and stay bounded, a cut forgets the bytes past it, a zero-copy slice is checked before it is made, the fast read-path check refuses exactly the batches read_header / verify_crc refuse, and a leader's reads for its followers take this process's own appends as checked only while they lie in the active segment's cached tail."""
 
 import os
 
@@ -10,8 +10,7 @@ from partition.errors import CorruptRecordError, StorageDamageError
 from partition.log import Log, LogConfig, _check_batches
 from partition.segment import MAX_VERIFIED_RANGES, pread_exact
 
-# No cached tail: no byte counts as checked by its write, so reads check what they read.
-CFG = LogConfig(segment_bytes=3000, index_interval_bytes=200, retention_ms=-1, cache_tail_bytes=0)
+CFG = LogConfig(segment_bytes=3000, index_interval_bytes=200, retention_ms=-1)
 
 
 def mk(i, n=4):
@@ -27,10 +26,10 @@ def fill(log, batches=30, first=0):
     log.flush()
 
 
-def read_all(log):
+def read_all(log, own_tail=False):
     offset, out = log.log_start_offset, []
     while offset < log.log_end_offset:
-        data = log.read(offset, 1 << 20)
+        data = log.read(offset, 1 << 20, own_tail=own_tail)
         for _, h in iter_headers(data, verify=False):
             offset = max(offset, h.next_offset)
             out.append(h.base_offset)
@@ -218,21 +217,25 @@ def _batches_by_segment(log):
     return [[h.base_offset for _, h in s.walk(0, s.size_bytes)] for s in log._segments]
 
 
-def test_own_appends_in_the_active_segments_cached_tail_count_as_checked(tmp_path, crcs):
-    log = Log.open(tmp_path, LogConfig(segment_bytes=3000, index_interval_bytes=200,
-                                       retention_ms=-1), now_ms=0)  # default cached tail: 16 MiB
+def test_own_appends_in_the_active_segments_cached_tail_count_as_checked_for_followers(tmp_path, crcs):
+    log = Log.open(tmp_path, CFG, now_ms=0)  # the default cached tail: 16 MiB
     fill(log)
     *sealed, active = _batches_by_segment(log)
     assert sealed and active
     crcs.clear()
-    assert read_all(log) == [o for seg in sealed for o in seg] + active
+    assert read_all(log, own_tail=True) == [o for seg in sealed for o in seg] + active
     assert len(crcs) == sum(map(len, sealed))  # the active segment's batches: no CRC
     seg = log._segments[-1]
-    assert log.unverified_bytes(active[0], 1 << 20) == 0
+    assert log.unverified_bytes(active[0], 1 << 20, own_tail=True) == 0
+    assert log.unverified_bytes(active[0], 1 << 20) == seg.size_bytes
     assert seg.unverified(0, seg.size_bytes) == [(0, seg.size_bytes)]  # trusted, not marked
-    # A slice of the tail is made without reading it.
-    s = log.read_slice(active[0], 1 << 20)
+    # A follower's slice of the tail is made without reading it.
+    crcs.clear()
+    s = log.read_slice(active[0], 1 << 20, own_tail=True)
+    assert crcs == [] and s.length == seg.size_bytes
+    # Any other read checks them (a consumer's), and marks them checked.
     assert pread_exact(s.fd, s.length, s.offset) == log.read(active[0], 1 << 20)
+    assert len(crcs) == len(active) and seg.unverified(0, seg.size_bytes) == []
     s.close()
     log.close()
     # What a restart finds is nobody's write: reads check what recovery's scan did not.
@@ -258,7 +261,7 @@ def test_own_appends_behind_the_cached_tail_and_damage_there_are_checked(tmp_pat
     behind = [h for p, h in batches if p < trusted]
     assert len(behind) >= 10
     crcs.clear()
-    read_all(log)
+    read_all(log, own_tail=True)
     assert len(crcs) == len(behind)
     # Damage behind the tail is found by the first read there.
     log2 = Log.open(tmp_path / "two", cfg, now_ms=0)
@@ -268,7 +271,7 @@ def test_own_appends_behind_the_cached_tail_and_damage_there_are_checked(tmp_pat
     assert p < seg2.trusted_from()
     flip(seg2.log_path, p + 100)
     with pytest.raises(StorageDamageError) as e:
-        log2.read(0, 1 << 20)
+        log2.read(0, 1 << 20, own_tail=True)
     assert (e.value.position, e.value.offset) == (p, h.base_offset)
     log.close()
     log2.close()
@@ -285,7 +288,7 @@ def test_a_cut_drops_the_trust_past_it_and_the_bytes_written_after_it_are_truste
     assert seg.trusted_from() == 0 and seg.size_bytes == cut_pos  # bytes before the cut: ours
     fill(log, 3, first=50)
     crcs.clear()
-    assert len(read_all(log)) == 7 and crcs == []
+    assert len(read_all(log, own_tail=True)) == 7 and crcs == []
     seg._forget_verified_from(0)  # a cut below every append: nothing is trusted
     assert seg.trusted_from() == seg.size_bytes > 0
     log.close()
@@ -299,6 +302,6 @@ def test_a_cut_drops_the_trust_past_it_and_the_bytes_written_after_it_are_truste
     log.truncate_to(h.base_offset)
     assert log._segments == [first] and first.trusted_from() == first.size_bytes == pos
     crcs.clear()
-    read_all(log)
+    read_all(log, own_tail=True)
     assert len(crcs) == len(list(first.walk(0, first.size_bytes))) > 0
     log.close()

@@ -72,3 +72,30 @@ async def test_without_file_slices_the_answer_carries_the_bytes(tmp_path):
     records = transport.sent[0][1].records
     assert type(records) is bytes and len(records) == len(_batch(0))
     await r.close()
+
+
+async def test_a_follower_asking_for_the_same_offset_again_gets_a_checked_read(tmp_path):
+    """The leader sends its own fresh tail unchecked (the follower checks every CRC); a
+    follower that asks for the same offset again may have refused those bytes, so that read
+    is checked: damage in the tail is found, and never sent twice."""
+    transport = _Capture(file_slices=True)
+    r = _replica(tmp_path / "t-0", transport)
+    await trio.to_thread.run_sync(r.open)
+    data = b"".join(_batch(i) for i in range(10))
+    r.log.append(data, leader_epoch=1, now_ms=1000)
+    seg = r.log._segments[-1]
+    pos = [p for p, _ in iter_headers(data)][6]
+    with open(seg.log_path, "r+b") as f:  # damage in place, under the running replica
+        f.seek(pos + 100)
+        byte = f.read(1)
+        f.seek(pos + 100)
+        f.write(bytes([byte[0] ^ 0x10]))
+    await r._send(2, _answer(0))
+    await r._send(3, _answer(0))  # another follower's first ask: unchecked too
+    assert [to for to, _ in transport.sent] == [2, 3] and not r._damage_reports
+    for _, m in transport.sent:
+        m.records.close()
+    await r._send(2, _answer(0))  # follower 2 asks again: checked, found, nothing sent
+    assert [to for to, _ in transport.sent] == [2, 3]
+    assert r._damage_reports == {seg.base_offset: "replica_fetch"}
+    await r.close()
