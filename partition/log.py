@@ -65,9 +65,10 @@ appended, in a worker thread). The replica asks a checked read when a follower a
 same offset again (it may have refused the bytes), so damage there is still found; consumers'
 reads always check. `check_segment` runs the full check of one segment (partition/segment.py
 `SegmentVerifier`, optionally with its indexes); `pinned_segment` lets a scrubber run it in
-paced steps. What to do about damage is the replica's decision: `repair` cuts the log at the first bad batch of a segment (deleting later segments, as recovery does)
-only if the check, run again by the writer, still finds it; `rebuild_indexes` rewrites a
-segment's indexes when only they disagree with its batches.
+paced steps. What to do about damage is the replica's decision: `repair` cuts the log at the
+first bad batch of a segment (deleting later segments, as recovery does) only if the check,
+run again by the writer, still finds it; `rebuild_indexes` rewrites a segment's indexes when
+only they disagree with its batches.
 
 Concurrency: three kinds of callers, in any threads.
 * The WRITER: every call that changes the log (append, append_replicated, truncate_to, repair,
