@@ -36,7 +36,8 @@ Invariants and limits:
 * Attachments (PROTOCOL.md "Attachments"): `call_attached` returns an answer's attachment
   too. The reader takes it into ONE buffer: what its last receive already brought past the
   frame, then the rest with readv straight from the socket, waiting only while none has
-  arrived (through the stream over TLS).
+  arrived, and then for the rest or 1 MiB of it at once (SO_RCVLOWAT; through the stream
+  over TLS).
   An attachment over `max_frame_bytes`, a stream that ends inside one, or one stalled for
   ATTACHMENT_STALL_S closes the connection (`peer_bad_response` / `peer_disconnected` log
   lines; the calls in flight fail as a lost connection). `close_connection` lets a caller
@@ -49,10 +50,12 @@ Invariants and limits:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import math
 import os
+import socket
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -87,6 +90,7 @@ logger = logging.getLogger(__name__)
 # A receive may bring the start of an attachment along with its frame; the reader copies
 # that part (at most this much) out of the decoder, the rest arrives in place.
 RECEIVE_CHUNK_BYTES: Final = 64 << 10
+RCVLOWAT_MAX: Final = 1 << 20  # the most an attachment's reader waits for before it wakes
 _EMPTY: Final = bytearray()
 _ID_LIMIT: Final = (1 << 62)
 
@@ -401,7 +405,7 @@ class PeerPool:
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             reason = f"receive failed: {type(exc).__name__}"
         except trio.TooSlowError:
-            reason = f"no byte of an attachment for {self.attachment_stall_s:g} s"
+            reason = f"an attachment stalled for {self.attachment_stall_s:g} s"
             log_event(logger, "peer_bad_response", level=logging.WARNING, address=link.address,
                       reason=reason)
         except InvalidRequestError as exc:  # an undecodable or malformed response frame
@@ -421,29 +425,44 @@ class PeerPool:
     async def _read_attachment(self, stream: trio.abc.Stream, decoder: FrameDecoder,
                                size: int) -> bytearray | None:
         """The `size` bytes after the frame just decoded, in one buffer; None when the stream
-        ends first. Raises trio.TooSlowError when no byte comes for attachment_stall_s."""
+        ends first. Raises trio.TooSlowError when the rest (or RCVLOWAT_MAX bytes of it) has
+        not come within attachment_stall_s."""
         buffer = bytearray(size)
         with memoryview(buffer) as view:
             got = decoder.take_buffered(view)
             sock = stream.socket if isinstance(stream, trio.SocketStream) else None
-            while got < size:
-                if sock is not None:
-                    # What has arrived is read at once; only an empty socket is waited on
-                    # (no deadline and no pass through the scheduler per chunk).
+            if sock is None:
+                while got < size:
+                    with trio.fail_after(self.attachment_stall_s):
+                        data = await stream.receive_some(min(size - got, 1 << 20))
+                    if not data:
+                        return None
+                    view[got : got + len(data)] = data
+                    got += len(data)
+                return buffer
+            lowat = 1
+            try:
+                while got < size:
+                    # What has arrived is read at once; only an empty socket is waited on (no
+                    # deadline and no pass through the scheduler per chunk), and then until
+                    # the rest has come (SO_RCVLOWAT: the kernel wakes us once, not once per
+                    # segment the sender's window let through).
                     try:
                         n = os.readv(sock.fileno(), [view[got:]])
                     except BlockingIOError:
+                        want = min(size - got, RCVLOWAT_MAX)
+                        if want != lowat:
+                            lowat = _receive_low_water(sock, want)
                         with trio.fail_after(self.attachment_stall_s):
                             await trio.lowlevel.wait_readable(sock)
                         continue
-                else:
-                    with trio.fail_after(self.attachment_stall_s):
-                        data = await stream.receive_some(min(size - got, 1 << 20))
-                    n = len(data)
-                    view[got : got + n] = data
-                if n == 0:
-                    return None
-                got += n
+                    if n == 0:
+                        return None
+                    got += n
+            finally:
+                if lowat != 1:
+                    with contextlib.suppress(OSError):  # closed by a cancellation meanwhile
+                        _receive_low_water(sock, 1)
         return buffer
 
     def _disconnect(self, link: _Link, reason: str) -> None:
@@ -532,3 +551,11 @@ def _split(address: str) -> tuple[str, int]:
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     return host, int(port)
+
+
+def _receive_low_water(sock: trio.socket.SocketType, nbytes: int) -> int:
+    """Set the socket's SO_RCVLOWAT: epoll reports it readable once `nbytes` have arrived
+    (or the stream ended, or the receive window filled: the kernel never waits past that).
+    Returns `nbytes`."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, nbytes)
+    return nbytes

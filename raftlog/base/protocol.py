@@ -81,7 +81,7 @@ FRAME_HEADER_BYTES: Final = 4
 MAX_FRAME_BYTES_LIMIT: Final = (1 << 32) - 1  # what a u32 length can say
 MAX_REQUEST_ID: Final = (1 << 63) - 1
 ATTACHMENT_FIELD: Final = "attachment_bytes"
-ATTACHMENT_STALL_S: Final = 30.0  # no byte of an attachment for this long: the connection goes
+ATTACHMENT_STALL_S: Final = 30.0  # an attachment stalled this long: the connection goes
 
 _HEADER = struct.Struct(">I")
 _H = TypeVar("_H", bound=Callable[..., Any])

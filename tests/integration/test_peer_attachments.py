@@ -17,6 +17,7 @@ from partition.raft import FetchRequest, FetchResponse
 from partition.replication import ReplicationLinks, encode_fetch_response
 from raftlog.base.errors import RaftlogError, RequestTimedOutError
 from raftlog.base.eventlog import _FIELDS_ATTR as FIELDS_ATTR
+from raftlog.base import peer as peer_module
 from raftlog.base.peer import PeerPool
 from raftlog.base.protocol import Attached, FrameDecoder, encode_frame, parse_request
 from raftlog.node.server import serve
@@ -226,7 +227,7 @@ async def test_stalled_attachment_closes_after_the_stall_limit(caplog):
 
     got, _ = await run_follower(bad_then_good(bad, stall=True), want=2, stall_s=0.3)
     no_partition_0_delivered(got)
-    assert "no byte of an attachment for 0.3 s" in logged(caplog)
+    assert "an attachment stalled for 0.3 s" in logged(caplog)
 
 
 async def test_corrupt_records_in_the_attachment_are_dropped_not_delivered():
@@ -384,3 +385,42 @@ async def test_plain_call_still_reads_past_an_attachment(tmp_path):
         second, attachment = await pool.call_attached(f"127.0.0.1:{port}", "get", {}, timeout_s=5)
         nursery.cancel_scope.cancel()
     assert first["i"] == 1 and second["i"] == 2 and bytes(attachment) == b"y" * 5000
+
+
+async def test_the_rest_of_an_attachment_is_awaited_at_once_then_every_byte_wakes_again(monkeypatch):
+    """Once the socket runs dry inside an attachment, the reader waits for the rest of it
+    in one piece (SO_RCVLOWAT set to what is missing), and sets the mark back to one byte
+    after: the small answer that follows is read at once, not after the call's timeout."""
+    rest_awaited = trio.Event()
+    marks: list[int] = []
+    real_mark = peer_module._receive_low_water
+
+    def mark(sock, nbytes: int) -> int:
+        marks.append(nbytes)
+        if nbytes > 1:
+            rest_awaited.set()
+        return real_mark(sock, nbytes)
+
+    monkeypatch.setattr(peer_module, "_receive_low_water", mark)
+    data = os.urandom(300_000)
+
+    async def answer(stream: trio.SocketStream, request: dict) -> bool:
+        if "small" not in request:
+            await stream.send_all(raw_frame({"id": request["id"], "ok": True,
+                                             "attachment_bytes": len(data)}) + data[:1000])
+            await rest_awaited.wait()  # the reader has run dry and waits for the rest
+            await stream.send_all(data[1000:])
+        else:
+            await stream.send_all(raw_frame({"id": request["id"], "ok": True, "small": True}))
+        return True
+
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(fake_leader, answer)
+        pool = PeerPool(1, max_frame_bytes=MAX_FRAME)
+        await nursery.start(pool.run)
+        fields, attachment = await pool.call_attached(f"127.0.0.1:{port}", "get", {}, timeout_s=5)
+        small = await pool.call(f"127.0.0.1:{port}", "get", {"small": True}, timeout_s=5)
+        nursery.cancel_scope.cancel()
+    assert bytes(attachment) == data
+    assert marks == [len(data) - 1000, 1]
+    assert small["small"] is True
