@@ -49,10 +49,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from partition.batch import BatchBuilder  # noqa: E402
-from raftlog.cli.cluster import NodePorts, NodeProcess, build_node_configs, free_ports, stop_all, write_node_config  # noqa: E402
+from raftlog.cli.cluster import NodeProcess, build_node_configs, stop_all, write_node_config  # noqa: E402
 from raftlog.node.config import new_cluster_id  # noqa: E402
 
-from bench_scale import check_started, cpu_times  # noqa: E402  (this directory, sys.path[0])
+from bench_scale import check_started, cpu_times, node_ports  # noqa: E402  (this directory, sys.path[0])
 from raftlog.base.errors import RaftlogError, error_from_wire  # noqa: E402
 from raftlog.base.protocol import FrameDecoder, encode_frame  # noqa: E402
 
@@ -171,9 +171,7 @@ def worker(address: str, topic: str, batch_bytes: int, seconds: float, window: i
 class Cluster:
     def __init__(self, root: Path, base_port: int | None = None):
         self.root = root
-        self.ports = {i: NodePorts(*(free_ports(5) if base_port is None else
-                                     range(base_port + 5 * (i - 1), base_port + 5 * i)))
-                      for i in (1, 2, 3)}
+        self.ports = node_ports(base_port)
         self.configs = build_node_configs(root, new_cluster_id(), secrets.token_urlsafe(24),
                                           self.ports, settings=SETTINGS)
         self.procs: dict[int, NodeProcess] = {}

@@ -67,7 +67,10 @@ from raftlog import Producer  # noqa: E402
 from raftlog.base.errors import RaftlogError, error_from_wire  # noqa: E402
 from raftlog.base.protocol import FrameDecoder, encode_frame  # noqa: E402
 from raftlog.base.topics import INTERNAL_TOPICS  # noqa: E402
-from raftlog.cli.cluster import NodePorts, NodeProcess, build_node_configs, free_ports, stop_all, write_node_config  # noqa: E402
+from raftlog.cli.cluster import (  # noqa: E402
+    DEFAULT_HOST, NodePorts, NodeProcess, build_node_configs, free_ports, port_in_use, stop_all,
+    write_node_config,
+)
 from raftlog.node.config import new_cluster_id  # noqa: E402
 
 TOPICS = 10
@@ -147,12 +150,25 @@ def batch_bytes() -> bytes:
     return b.build()
 
 
+def node_ports(base_port: int | None) -> dict[int, NodePorts]:
+    """The three nodes' listener ports: free ones, or five per node from `base_port`. Those
+    are refused at once when any is taken: a node that cannot bind exits, but the bench may
+    already have reached whatever holds the port (seen: a second bench ran against the first
+    one's cluster and failed with TOPIC_ALREADY_EXISTS, naming no port)."""
+    if base_port is None:
+        return {i: NodePorts(*free_ports(5)) for i in (1, 2, 3)}
+    numbers = range(base_port, base_port + 15)
+    taken = [port for port in numbers if port_in_use(DEFAULT_HOST, port)]
+    if taken:
+        raise SystemExit(f"port {taken[0]} is in use (another cluster or bench?): pick other "
+                         f"ports with --base-port, or leave it out for free ones")
+    return {i: NodePorts(*numbers[5 * (i - 1) : 5 * i]) for i in (1, 2, 3)}
+
+
 class Cluster:
     def __init__(self, root: Path, settings: dict[str, Any], base_port: int | None = None):
         self.root = root
-        ports = {i: NodePorts(*(free_ports(5) if base_port is None else
-                                range(base_port + 5 * (i - 1), base_port + 5 * i)))
-                 for i in (1, 2, 3)}
+        ports = node_ports(base_port)
         self.configs = build_node_configs(root, new_cluster_id(), secrets.token_urlsafe(24),
                                           ports, settings=settings)
         self.procs: dict[int, NodeProcess] = {}
