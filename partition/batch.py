@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from itertools import islice, repeat
 from typing import Iterator, Sequence
 
-import google_crc32c
+from crc32c import crc32c
 
 from partition.compression import DEFAULT_MAX_DECOMPRESSED_BYTES, Compression
 from partition.compression import available as _codec_available
@@ -206,12 +206,9 @@ def read_header(buf, pos: int = 0) -> Header:
 
 
 def _crc_of(buf, start: int, end: int) -> int:
-    # google_crc32c's C function takes only read-only bytes (not bytearray/memoryview).
-    if type(buf) is bytes:
-        if start == 0 and end == len(buf):
-            return google_crc32c.value(buf)
-        return google_crc32c.value(buf[start:end])
-    return google_crc32c.value(bytes(memoryview(buf)[start:end]))
+    if start == 0 and end == len(buf):
+        return crc32c(buf)
+    return crc32c(memoryview(buf)[start:end])  # checked where it lies, not copied
 
 
 def verify_crc(buf, pos: int = 0, header: Header | None = None) -> Header:
@@ -555,7 +552,7 @@ class BatchBuilder:
             self._base_sequence,
             self._count,
         )
-        crc = google_crc32c.extend(google_crc32c.value(tail), payload)
+        crc = crc32c(payload, crc32c(tail))
         head = _HEADER_HEAD.pack(
             self._base_offset,
             HEADER_BYTES - LOG_OVERHEAD + len(payload),

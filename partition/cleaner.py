@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-import google_crc32c
+from crc32c import crc32c
 
 from partition.batch import (
     HEADER_BYTES,
@@ -181,7 +181,7 @@ def filter_batch(batch: bytes, keep: Callable[[int, bytes | None, bytes | None],
         max_ts = max(r.timestamp for r, k in zip(records, kept) if k)
     tail = _HEADER_TAIL.pack(h.attributes, h.last_offset_delta, h.base_timestamp, max_ts,
                              h.producer_id, h.producer_epoch, h.base_sequence, n_kept)
-    crc = google_crc32c.extend(google_crc32c.value(tail), new_payload)
+    crc = crc32c(new_payload, crc32c(tail))
     head = _HEADER_HEAD.pack(h.base_offset, HEADER_BYTES - LOG_OVERHEAD + len(new_payload),
                              h.partition_leader_epoch, MAGIC, crc)
     return b"".join((head, tail, new_payload)), removed

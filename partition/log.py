@@ -111,7 +111,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import google_crc32c
+from crc32c import crc32c
 
 from partition import cleaner
 from partition.batch import (
@@ -302,7 +302,7 @@ class CompactionPlan:
 def _encode_checkpoint(kind: str, lines: list[str]) -> bytes:
     body = f"{kind}\n{len(lines)}\n" + "".join(line + "\n" for line in lines)
     raw = body.encode()
-    return raw + f"crc32c {google_crc32c.value(raw):08x}\n".encode()
+    return raw + f"crc32c {crc32c(raw):08x}\n".encode()
 
 
 def _decode_checkpoint(kind: str, data: bytes) -> list[str] | None:
@@ -312,7 +312,7 @@ def _decode_checkpoint(kind: str, data: bytes) -> list[str] | None:
         return None
     raw = data[:cut]
     try:
-        if int(data[cut + 7:].strip(), 16) != google_crc32c.value(raw):
+        if int(data[cut + 7:].strip(), 16) != crc32c(raw):
             return None
         lines = raw.decode().split("\n")
         if lines[0] != kind or lines[-1] != "":
@@ -367,7 +367,7 @@ class ActiveCheckpoint:
                                 self.last_epoch, self.max_timestamp, self.offset_of_max_timestamp,
                                 self.bytes_since_index, len(self.index), len(self.timeindex))
         raw += self.index + self.timeindex
-        return raw + _CRC.pack(google_crc32c.value(raw))
+        return raw + _CRC.pack(crc32c(raw))
 
     @classmethod
     def decode(cls, data: bytes) -> "ActiveCheckpoint | None":
@@ -375,7 +375,7 @@ class ActiveCheckpoint:
         if len(data) < _ACTIVE_HEAD.size + _CRC.size:
             return None
         raw = data[:-_CRC.size]
-        if _CRC.unpack_from(data, len(raw))[0] != google_crc32c.value(raw):
+        if _CRC.unpack_from(data, len(raw))[0] != crc32c(raw):
             return None
         (magic, base, position, next_offset, last_epoch, max_ts, off_max_ts, since, n_index,
          n_time) = _ACTIVE_HEAD.unpack_from(raw)
@@ -2010,7 +2010,7 @@ def _check_batches(seg: Segment, data: bytes, lo: int, hi: int, at: int, exact: 
     p = lo
     expected = exact if exact is not None else floor
     seg_base = seg.base_offset
-    crc32c = google_crc32c.value
+    view = memoryview(data)  # each batch's CRC is taken where it lies, not from a copy
     unpack = _BATCH_HEADER.unpack_from
     while p < hi:
         if hi - p >= HEADER_BYTES:
@@ -2020,7 +2020,7 @@ def _check_batches(seg: Segment, data: bytes, lo: int, hi: int, at: int, exact: 
                     and count >= 0 and attrs & _CODEC_MASK <= Compression.ZSTD
                     and (base == exact if p == lo and exact is not None else base >= expected)
                     and base >= seg_base and base + delta - seg_base <= INT32_MAX
-                    and crc32c(data[p + CRC_START:nxt]) == crc):
+                    and crc32c(view[p + CRC_START:nxt]) == crc):
                 expected = base + delta + 1
                 p = nxt
                 continue

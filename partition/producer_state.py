@@ -63,7 +63,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Iterable, NamedTuple
 
-import google_crc32c
+from crc32c import crc32c
 
 from raftlog.base import cbor
 from raftlog.base.errors import (
@@ -144,7 +144,7 @@ class ProducerSnapshot:
             "producers": [[pid, epoch, [list(b) for b in batches]]
                           for pid, epoch, batches in self.producers],
         })  # fmt: skip
-        return _SNAPSHOT_HEAD.pack(_SNAPSHOT_MAGIC, len(body), google_crc32c.value(body)) + body
+        return _SNAPSHOT_HEAD.pack(_SNAPSHOT_MAGIC, len(body), crc32c(body)) + body
 
     @classmethod
     def decode(cls, data: bytes, *, max_producers: int | None = None) -> "ProducerSnapshot | None":
@@ -154,7 +154,7 @@ class ProducerSnapshot:
             return None
         magic, length, crc = _SNAPSHOT_HEAD.unpack_from(data)
         body = data[_SNAPSHOT_HEAD.size:]
-        if magic != _SNAPSHOT_MAGIC or length != len(body) or crc != google_crc32c.value(body):
+        if magic != _SNAPSHOT_MAGIC or length != len(body) or crc != crc32c(body):
             return None
         try:
             obj = cbor.loads(body, what="producer snapshot", max_bytes=MAX_SNAPSHOT_BYTES,

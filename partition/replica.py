@@ -119,7 +119,7 @@ from pathlib import Path
 from typing import Any, Callable, Final, Protocol
 
 import cbor2
-import google_crc32c
+from crc32c import crc32c
 import trio
 
 from metadata.topic_config import TopicConfig
@@ -352,7 +352,7 @@ def _quorum_state_bytes(state: QuorumState) -> bytes:
          "needs_catch_up": state.needs_catch_up},
         canonical=True,
     )
-    return _CRC.pack(google_crc32c.value(body)) + body
+    return _CRC.pack(crc32c(body)) + body
 
 
 def write_quorum_state(directory: Path, state: QuorumState) -> None:
@@ -429,7 +429,7 @@ def read_quorum_state(directory: Path) -> QuorumState:
         data = (directory / QUORUM_STATE_FILE).read_bytes()
     except FileNotFoundError:
         return QuorumState()
-    if len(data) < _CRC.size or _CRC.unpack_from(data)[0] != google_crc32c.value(data[4:]):
+    if len(data) < _CRC.size or _CRC.unpack_from(data)[0] != crc32c(data[4:]):
         raise QuorumStateCorruptError(f"{directory / QUORUM_STATE_FILE}: bad CRC")
     try:
         obj = cbor2.loads(data[4:])
@@ -448,7 +448,7 @@ def read_quorum_state(directory: Path) -> QuorumState:
 def _checkpoint_bytes(kind: str, lines: list[str]) -> bytes:
     # The format log.py documents for its checkpoints: kind, count, lines, crc32c line.
     raw = (f"{kind}\n{len(lines)}\n" + "".join(line + "\n" for line in lines)).encode()
-    return raw + f"crc32c {google_crc32c.value(raw):08x}\n".encode()
+    return raw + f"crc32c {crc32c(raw):08x}\n".encode()
 
 
 # ----------------------------------------------------------------------------- waiters

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import cbor2
-import google_crc32c
+from crc32c import crc32c
 
 from metadata.quorum import QuorumStorageError
 
@@ -76,7 +76,7 @@ def fsync_dir(path: Path) -> None:
 
 
 def _crc(data: bytes) -> int:
-    return google_crc32c.value(data)
+    return crc32c(data)
 
 
 def write_blob(path: Path, magic: bytes, obj: Any, *, replace: bool) -> None:
