@@ -646,11 +646,11 @@ class ReplicationLinks:
             link.in_flight -= 1
 
     @staticmethod
-    def _decode_answer(result: Mapping[str, Any], attachment: bytearray, broker_id: int
+    def _decode_answer(result: Mapping[str, Any], attachment: memoryview, broker_id: int
                        ) -> list[tuple[str, int, FetchResponse | FetchHeld | None]] | None:
         """Every response of a `replica_fetch` answer, decoded before any is used; None
         (logged) when any of them does not decode: then none is used."""
-        view = memoryview(attachment) if attachment else None
+        view = attachment if attachment else None
         decoded: list[tuple[str, int, FetchResponse | FetchHeld | None]] = []
         try:
             responses = field(result, "responses", list, items=dict)

@@ -37,7 +37,9 @@ Invariants and limits:
   too. The reader takes it into ONE buffer: what its last receive already brought past the
   frame, then the rest with readv straight from the socket, waiting only while none has
   arrived, and then for the rest or 1 MiB of it at once (SO_RCVLOWAT; through the stream
-  over TLS).
+  over TLS). The connection's reader reads attachments into buffers it keeps
+  (`_attachment_buffer`): one is used again once no view of it is left (its caller is
+  done), so a buffer is not allocated and zeroed anew for each answer.
   An attachment over `max_frame_bytes`, a stream that ends inside one, or one stalled for
   ATTACHMENT_STALL_S closes the connection (`peer_bad_response` / `peer_disconnected` log
   lines; the calls in flight fail as a lost connection). `close_connection` lets a caller
@@ -91,7 +93,11 @@ logger = logging.getLogger(__name__)
 # that part (at most this much) out of the decoder, the rest arrives in place.
 RECEIVE_CHUNK_BYTES: Final = 64 << 10
 RCVLOWAT_MAX: Final = 1 << 20  # the most an attachment's reader waits for before it wakes
-_EMPTY: Final = bytearray()
+# A connection's reader keeps this many attachment buffers (two answers may follow each other
+# before their caller runs), of whole MiB, none over KEPT_BUFFER_MAX.
+KEPT_BUFFERS: Final = 2
+KEPT_BUFFER_MAX: Final = 16 << 20
+_EMPTY: Final = memoryview(b"")
 _ID_LIMIT: Final = (1 << 62)
 
 
@@ -100,7 +106,7 @@ class _Waiter:
     event: trio.Event = field(default_factory=trio.Event)
     fields: Mapping[str, Any] | None = None
     error: RaftlogError | None = None
-    attachment: bytearray | None = None
+    attachment: memoryview | None = None
 
 
 def _refused(exc: BaseException) -> bool:
@@ -217,7 +223,7 @@ class PeerPool:
 
     async def call_attached(
         self, address: str, op: str, fields: Mapping[str, Any], timeout_s: float
-    ) -> tuple[dict[str, Any], bytearray]:
+    ) -> tuple[dict[str, Any], memoryview]:
         """`call`, for an op whose answer may carry an attachment (PROTOCOL.md "Attachments"):
         (the ok response's fields, its attachment: empty when it has none). Raises as `call`."""
         return await self._call(address, op, fields, timeout_s)
@@ -231,7 +237,7 @@ class PeerPool:
 
     async def _call(
         self, address: str, op: str, fields: Mapping[str, Any], timeout_s: float
-    ) -> tuple[dict[str, Any], bytearray]:
+    ) -> tuple[dict[str, Any], memoryview]:
         if self._nursery is None:
             raise PeerUnavailableError("the peer pool is not running", address=address)
         deadline = trio.current_time() + max(0.0, timeout_s)
@@ -248,7 +254,7 @@ class PeerPool:
 
     async def _call_on(
         self, link: _Link, op: str, fields: Mapping[str, Any], deadline: float
-    ) -> tuple[dict[str, Any], bytearray]:
+    ) -> tuple[dict[str, Any], memoryview]:
         stream = await self._connected(link, deadline)
         request_id = next(self._ids) % _ID_LIMIT or 1
         message = {**fields, "v": PROTOCOL_VERSION, "id": request_id, "op": op}
@@ -375,6 +381,7 @@ class PeerPool:
     async def _reader(self, link: _Link, stream: trio.abc.Stream, generation: int) -> None:
         decoder = FrameDecoder(self.max_frame_bytes)
         reason = "closed by peer"
+        kept: list[bytearray] = []
         try:
             reader = StreamReader(stream)
             while True:
@@ -390,7 +397,8 @@ class PeerPool:
                     attachment = None
                     size = attachment_length(response.fields, self.max_frame_bytes)
                     if size:
-                        attachment = await self._read_attachment(stream, decoder, size)
+                        buffer = _attachment_buffer(kept, size)
+                        attachment = await self._read_attachment(stream, decoder, buffer, size)
                         if attachment is None:
                             reason = f"closed inside an attachment of {size} bytes"
                             log_event(logger, "peer_bad_response", level=logging.WARNING,
@@ -423,12 +431,11 @@ class PeerPool:
                 await trio.aclose_forcefully(stream)
 
     async def _read_attachment(self, stream: trio.abc.Stream, decoder: FrameDecoder,
-                               size: int) -> bytearray | None:
-        """The `size` bytes after the frame just decoded, in one buffer; None when the stream
-        ends first. Raises trio.TooSlowError when the rest (or RCVLOWAT_MAX bytes of it) has
-        not come within attachment_stall_s."""
-        buffer = bytearray(size)
-        with memoryview(buffer) as view:
+                               buffer: bytearray, size: int) -> memoryview | None:
+        """The `size` bytes after the frame just decoded, read into the start of `buffer`
+        (a view of them); None when the stream ends first. Raises trio.TooSlowError when the
+        rest (or RCVLOWAT_MAX bytes of it) has not come within attachment_stall_s."""
+        with memoryview(buffer)[:size] as view:
             got = decoder.take_buffered(view)
             sock = stream.socket if isinstance(stream, trio.SocketStream) else None
             if sock is None:
@@ -439,7 +446,7 @@ class PeerPool:
                         return None
                     view[got : got + len(data)] = data
                     got += len(data)
-                return buffer
+                return memoryview(buffer)[:size]
             lowat = 1
             try:
                 while got < size:
@@ -463,7 +470,7 @@ class PeerPool:
                 if lowat != 1:
                     with contextlib.suppress(OSError):  # closed by a cancellation meanwhile
                         _receive_low_water(sock, 1)
-        return buffer
+        return memoryview(buffer)[:size]
 
     def _disconnect(self, link: _Link, reason: str) -> None:
         """Drop the link's stream and fail every request in flight on it (unknown outcome)."""
@@ -551,6 +558,31 @@ def _split(address: str) -> tuple[str, int]:
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     return host, int(port)
+
+
+def _attachment_buffer(kept: list[bytearray], size: int) -> bytearray:
+    """A buffer of at least `size` bytes for the next attachment: a kept one of which no
+    view is left (a bytearray cannot be resized while a view of it lives), else a new one,
+    kept in place of a free one too small, or while fewer than KEPT_BUFFERS are."""
+    free = -1
+    for i, buffer in enumerate(kept):
+        try:
+            buffer.append(0)  # within its allocation (see below): nothing is copied
+        except BufferError:
+            continue  # still in use
+        del buffer[-1]
+        if len(buffer) >= size:
+            return buffer
+        free = i
+    capacity = -(-size // (1 << 20)) << 20
+    buffer = bytearray(capacity + 1)
+    del buffer[-1]  # the byte past the end stays allocated, for the append above
+    if capacity <= KEPT_BUFFER_MAX:
+        if free >= 0:
+            kept[free] = buffer
+        elif len(kept) < KEPT_BUFFERS:
+            kept.append(buffer)
+    return buffer
 
 
 def _receive_low_water(sock: trio.socket.SocketType, nbytes: int) -> int:

@@ -424,3 +424,31 @@ async def test_the_rest_of_an_attachment_is_awaited_at_once_then_every_byte_wake
     assert bytes(attachment) == data
     assert marks == [len(data) - 1000, 1]
     assert small["small"] is True
+
+
+async def test_an_attachment_still_held_is_never_overwritten_and_a_released_buffer_is_used_again():
+    """The reader reads each attachment into a buffer it keeps: never into one a caller
+    still holds a view of, and again into one whose views are all gone."""
+    contents = [bytes([i]) * 200_000 for i in range(3)]
+
+    async def answer(stream: trio.SocketStream, request: dict) -> bool:
+        data = contents[request["n"]]
+        await stream.send_all(raw_frame({"id": request["id"], "ok": True,
+                                         "attachment_bytes": len(data)}) + data)
+        return True
+
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(fake_leader, answer)
+        pool = PeerPool(1, max_frame_bytes=MAX_FRAME)
+        await nursery.start(pool.run)
+        address = f"127.0.0.1:{port}"
+        _, first = await pool.call_attached(address, "get", {"n": 0}, timeout_s=5)
+        _, second = await pool.call_attached(address, "get", {"n": 1}, timeout_s=5)
+        assert bytes(first) == contents[0] and bytes(second) == contents[1]
+        assert id(second.obj) != id(first.obj)  # the first is still held
+        second_buffer = second.obj
+        second.release()
+        _, third = await pool.call_attached(address, "get", {"n": 2}, timeout_s=5)
+        nursery.cancel_scope.cancel()
+    assert bytes(third) == contents[2] and bytes(first) == contents[0]
+    assert id(third.obj) == id(second_buffer)  # its view was released: the same buffer again
