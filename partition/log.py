@@ -1126,7 +1126,8 @@ class Log:
             self._write_epochs()
         try:
             self._active.append(data, entries, index_interval_bytes=self.config.index_interval_bytes,
-                                now_ms=now_ms, trusted_tail=self.config.hot_tail_bytes)
+                                now_ms=now_ms, trusted_tail=self.config.hot_tail_bytes,
+                                reserve_limit=self.config.segment_bytes)
         except OSError as e:
             self._fail(e)
             raise LogClosedError(f"write failed: {e}") from e
@@ -1891,6 +1892,7 @@ class Log:
                 if self._failed is None:
                     self._flush_locked()
                     self._active.write_index_files()
+                    self._active.release_reserved()
                     # Clean shutdown: the next open scans only what a crash may have torn.
                     point = self.recovery_snapshot(RECOVERY_POINT_CLOSE_MIN_BYTES)
                     if point is not None:
