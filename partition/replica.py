@@ -119,8 +119,8 @@ from pathlib import Path
 from typing import Any, Callable, Final, Protocol
 
 import cbor2
-from crc32c import crc32c
 import trio
+from crc32c import crc32c
 
 from metadata.topic_config import TopicConfig
 from partition.batch import CONTROL_LEADER_CHANGE, CheckedBatches, Header, control_batch, iter_headers

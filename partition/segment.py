@@ -55,10 +55,11 @@ its appends reach them (`fallocate` with FALLOC_FL_KEEP_SIZE: the file's size st
 of its data, so nothing past it is ever read or recovered): as much as it holds, at most
 RESERVE_AHEAD_MAX, none while under RESERVE_AHEAD_MIN, never past the log's segment size.
 A buffered write into allocated blocks skips ext4's delayed allocation, which was ~60% of a
-follower's write CPU (perf, `scripts/bench replication --sizes 256`). `seal`, `release_reserved` (a clean close) and a
-cut free what was not used (ftruncate, which on ext4 frees blocks past the size); after a
-crash the blocks stay until the segment is sealed or deleted. A file system that cannot
-(EOPNOTSUPP) or a full disk (ENOSPC) just writes without.
+follower's write CPU (perf, `scripts/bench replication --sizes 256`). `seal`,
+`release_reserved` (a clean close) and a cut free what was not used (ftruncate, which on
+ext4 frees blocks past the size); after a crash the blocks stay until the segment is sealed
+or deleted. A file system that cannot (EOPNOTSUPP, FUSE) or a full disk (ENOSPC) just
+writes without.
 
 Concurrency: a segment is changed (append, truncate, seal, index rebuild) only by the log's
 single writer (partition/log.py "Concurrency"); flushes and readers in other threads use its
