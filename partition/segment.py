@@ -57,8 +57,8 @@ RESERVE_AHEAD_MAX, none while under RESERVE_AHEAD_MIN, never past the log's segm
 A buffered write into allocated blocks skips ext4's delayed allocation, which was ~60% of a
 follower's write CPU (perf, `scripts/bench replication --sizes 256`). `seal`,
 `release_reserved` (a clean close) and a cut free what was not used (ftruncate, which on
-ext4 frees blocks past the size); after a crash the blocks stay until the segment is sealed
-or deleted. A file system that cannot (EOPNOTSUPP, FUSE) or a full disk (ENOSPC) just
+ext4 frees blocks past the size); a segment reopened after a crash counts the blocks it
+finds past its size as reserved, so its next seal or clean close frees them. A file system that cannot (EOPNOTSUPP, FUSE) or a full disk (ENOSPC) just
 writes without.
 
 Concurrency: a segment is changed (append, truncate, seal, index rebuild) only by the log's
@@ -692,10 +692,14 @@ class Segment:
     def open_existing(cls, directory: Path, base_offset: int, *, max_index_bytes: int) -> "Segment":
         path = directory / (segment_name(base_offset) + LOG_SUFFIX)
         fd = os.open(path, os.O_RDWR)
-        size = os.fstat(fd).st_size
-        return cls(directory, base_offset, fd, size,
-                   max_index_entries=max_index_bytes // OFFSET_ENTRY_BYTES,
-                   max_time_entries=max_index_bytes // TIME_ENTRY_BYTES)
+        st = os.fstat(fd)
+        seg = cls(directory, base_offset, fd, st.st_size,
+                  max_index_entries=max_index_bytes // OFFSET_ENTRY_BYTES,
+                  max_time_entries=max_index_bytes // TIME_ENTRY_BYTES)
+        # Blocks past the size's last one: a reserve a crash left ("Disk blocks ahead"),
+        # freed like one of our own.
+        seg._reserved_to = max(st.st_size, st.st_blocks * 512 - st.st_blksize + 1)
+        return seg
 
     @property
     def fd(self) -> int:
@@ -1020,7 +1024,8 @@ class Segment:
         dropped = size - valid_bytes
         lost = self._count_lost(valid_bytes, size, check.next_offset) if dropped else 0
         if dropped:
-            os.ftruncate(self.fd, valid_bytes)
+            os.ftruncate(self.fd, valid_bytes)  # also frees any blocks reserved past it
+            self._reserved_to = valid_bytes
             self._forget_verified_from(valid_bytes)
             self._cached_from = min(self._cached_from, valid_bytes & ~(_PAGE_BYTES - 1))
         self.size_bytes = valid_bytes

@@ -1,7 +1,7 @@
 """Disk blocks ahead (partition/segment.py): an active segment past RESERVE_AHEAD_MIN has disk
 blocks allocated past its end while its size stays the end of its data; a seal, a clean close
 and a cut free them; a segment that cannot reserve just writes; a log reopened after a crash
-with blocks still reserved reads and appends as before."""
+with blocks still reserved reads and appends as before, and frees them at its next close."""
 
 import os
 
@@ -95,3 +95,17 @@ def test_a_log_reopened_after_a_crash_with_blocks_reserved_reads_and_appends_as_
     assert again.log_end_offset == 45
     again.close()
     assert allocated(path) <= os.path.getsize(path) + 4096
+
+
+def test_a_reserve_left_by_a_crash_is_freed_by_the_next_close_without_any_append(tmp_path):
+    log = Log.open(tmp_path, config(), now_ms=0)
+    fill(log, 40)
+    path = log._segments[-1].log_path
+    assert allocated(path) > os.path.getsize(path) + BATCH_BYTES
+    log._abandon()
+    again = Log.open(tmp_path, config(), now_ms=0)
+    again.close()
+    assert allocated(path) <= os.path.getsize(path) + 4096
+    untouched = Log.open(tmp_path, config(), now_ms=0)  # nothing past the size: nothing to free
+    assert untouched._segments[-1]._reserved_to == os.path.getsize(path)
+    untouched.close()
