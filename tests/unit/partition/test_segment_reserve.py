@@ -70,6 +70,19 @@ def test_a_roll_seals_the_old_segment_without_its_reserve_and_none_reaches_past_
     log.close()
 
 
+def test_a_roll_by_age_frees_the_reserve_the_old_segment_still_had(tmp_path):
+    cfg = LogConfig(segment_bytes=64 << 20, segment_ms=1000, index_interval_bytes=4096,
+                    retention_ms=-1)
+    log = Log.open(tmp_path, cfg, now_ms=0)
+    fill(log, 40)  # ~2.6 MiB, blocks reserved well past it
+    old = log._segments[-1]
+    assert allocated(old.log_path) > old.size_bytes + RESERVE_AHEAD_MIN // 2
+    log.append(batch(40), leader_epoch=1, now_ms=5000)  # past segment_ms: a roll first
+    assert log._segments[-1] is not old
+    assert released(old.log_path)
+    log.close()
+
+
 def test_without_fallocate_appends_still_land_and_read_back(tmp_path, monkeypatch):
     calls = []
 
