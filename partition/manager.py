@@ -26,11 +26,13 @@ What it uses of `metadata`: `image`, `peer_address(id)`, `client_address(id)`,
   (partition/raft.py "Quiescence": an idle group holds its followers' fetches and its ticks
   do nothing): a replica leaves the tick set when a tick finds `needs_tick()` false and
   rejoins it at the event that makes it true (`on_ticking`), so 1,000 idle partitions cost
-  no tick at all. The same task watches the replication links (partition/replication.py
-  `watch`) and tells the replicas: a silent leader broker -> `leader_unreachable` to its
-  followers, a silent follower broker -> `follower_silent` to the leaders here (and to each
-  new leader while it stays silent), heard again -> `follower_heard`; a broken link to a
-  leader -> `wake` to its quiescent followers.
+  no tick at all. With none to tick, the task sleeps until one needs ticks again or the links
+  could have news (`next_news_at`; an idle node woke 20 times a second before). The same task
+  watches the replication links (partition/replication.py `watch`) and tells the replicas:
+  a silent leader broker -> `leader_unreachable` to its followers, a silent follower broker
+  -> `follower_silent` to the leaders here (and to each new leader while it stays silent),
+  heard again -> `follower_heard`; a broken link to a leader -> `wake` to its quiescent
+  followers.
 * Leadership: a replica that becomes leader queues a report of (leader, epoch) for the
   controller; one task sends what is queued in batches (`report_partition_leaders`, up to
   MAX_REPORTS_PER_CALL, one call in flight) with bounded retries; a slow check re-reports
@@ -196,9 +198,13 @@ class ReplicaManager:
             self.node_id, peers, metadata.peer_address, self.replica,
             session_max_wait_ms=min(SESSION_MAX_WAIT_MS, silence_ms // 2), silence_ms=silence_ms,
             on_unreachable=self._leader_unreachable, on_broken=self._leader_link_broken,
+            on_news=self._wake_ticks,
         )  # fmt: skip
         self._replicas: dict[tuple[str, int], Replica] = {}
         self._ticking: dict[tuple[str, int], Replica] = {}  # the tick loop's replicas
+        self._ticks_wanted = trio.Event()  # set when an idle tick loop has work again
+        self.tick_passes = 0  # of the tick loop (/health): an idle node makes few
+        self._leadership_listeners: list[Callable[[Replica], None]] = []
         self._deleting: dict[Path, trio.Event] = {}
         self._image: MetadataImage | None = None
         self._image_changed = trio.Event()
@@ -287,6 +293,7 @@ class ReplicaManager:
             "replicas": len(self._replicas),
             "leaders": sum(1 for r in self._replicas.values() if r.is_leader),
             "ticking": len(self._ticking),
+            "tick_passes": self.tick_passes,
             "offline": offline,
             "storage": {
                 "disk_full": "disk_full" in kinds,
@@ -739,6 +746,7 @@ class ReplicaManager:
             )  # fmt: skip
             self._replicas[key] = r
             self._ticking[key] = r
+            self._ticks_wanted.set()
             self._nursery.start_soon(self._open_replica, r, p)
 
     async def _open_replica(self, r: Replica, p: PartitionState) -> None:
@@ -812,12 +820,16 @@ class ReplicaManager:
         answer_every = fetch_wait_ticks(self.settings)
         ticks = 0
         while True:
+            if not self._ticking:
+                await self._wait_for_ticks()
+                next_at = trio.current_time()  # a full tick from now: no core's timer runs early
             next_at += tick_s
             now = trio.current_time()
             if next_at < now - tick_s:
                 next_at = now  # fell behind (a loaded machine): do not burst to catch up
             await trio.sleep_until(next_at)
             ticks += 1
+            self.tick_passes += 1
             answer = ticks % answer_every == 0  # parked fetches together (RaftCore.tick)
             for i, (key, r) in enumerate(list(self._ticking.items())):
                 if r.attached:
@@ -830,11 +842,22 @@ class ReplicaManager:
                     await trio.lowlevel.checkpoint()
             await self._watch_links()
 
+    async def _wait_for_ticks(self) -> None:
+        """No replica needs ticks: sleep until one does (`_on_ticking`), the links could have
+        news (`ReplicationLinks.next_news_at`), or a follower broker is heard again."""
+        wanted = self._ticks_wanted = trio.Event()
+        with trio.move_on_at(self.links.next_news_at(trio.current_time())):
+            await wanted.wait()
+
+    def _wake_ticks(self) -> None:
+        self._ticks_wanted.set()
+
     def _on_ticking(self, r: Replica) -> None:
         """A replica needs ticks again (Replica._check_ticking)."""
         key = (r.topic, r.partition)
         if self._replicas.get(key) is r:
             self._ticking[key] = r
+            self._ticks_wanted.set()
 
     async def _watch_links(self) -> None:
         """Act on the replication links' news (module docstring "Ticks")."""
@@ -969,7 +992,14 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------ leadership reports
 
+    def add_leadership_listener(self, listener: Callable[[Replica], None]) -> None:
+        """Call `listener(replica)` (no await, on the trio thread) whenever a local replica
+        gains or loses leadership, or leads in a new epoch."""
+        self._leadership_listeners.append(listener)
+
     def _on_leadership(self, r: Replica) -> None:
+        for listener in self._leadership_listeners:
+            listener(r)
         if r.is_leader and self._nursery is not None:
             self._start_report(r)
             silent = self.links.silent_followers()

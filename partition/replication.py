@@ -401,6 +401,7 @@ class ReplicationLinks:
         silence_ms: int = DEFAULT_SILENCE_MS,
         on_unreachable: Callable[[int], Awaitable[None]] | None = None,
         on_broken: Callable[[int], Awaitable[None]] | None = None,
+        on_news: Callable[[], None] | None = None,
     ):
         if silence_ms < 2 * session_max_wait_ms:
             raise ValueError("silence_ms must be at least twice session_max_wait_ms: an idle "
@@ -412,6 +413,7 @@ class ReplicationLinks:
         self.file_slices = not peers.tls
         self.on_unreachable = on_unreachable
         self.on_broken = on_broken
+        self.on_news = on_news  # a follower broker heard again: `watch` has news at once
         self.silence_s = silence_ms / 1000
         self.peers = peers
         self.peer_address = peer_address
@@ -468,6 +470,19 @@ class ReplicationLinks:
                 link.follower_heard = False
                 heard.append(b)
         return leaders, silent, heard
+
+    def next_news_at(self, now: float) -> float:
+        """The earliest time `watch` could report a silence it would not report now, at most
+        one silence limit from `now` (a silence that begins later is reported no earlier than
+        that). A follower broker heard again is news at once: `on_news` says so."""
+        limit = self.silence_s
+        at = now + limit
+        for link in self._links.values():
+            if link.held and not link.leader_silent:
+                at = min(at, link.last_ok + limit)
+            if link.last_request_at is not None and not link.follower_silent:
+                at = min(at, link.last_request_at + limit)
+        return at
 
     def answering(self, broker_id: int) -> bool:
         """Whether broker `broker_id` answered one of our `replica_fetch` calls within the
@@ -712,6 +727,8 @@ class ReplicationLinks:
         if link.follower_silent:
             link.follower_silent = False
             link.follower_heard = True
+            if self.on_news is not None:
+                self.on_news()
         for i, (topic, partition, m) in enumerate(decoded):
             if trio.current_time() - started > INLINE_BUDGET_S:
                 return Later(partial(self._wait_and_answer, link, max_wait_ms, max_bytes, attach,

@@ -19,6 +19,7 @@ _spec.loader.exec_module(harness)
 
 TOPIC = "idle"
 PARTITIONS = 6
+WINDOW_S = 3.0
 
 
 def _batch(value: bytes) -> bytes:
@@ -106,6 +107,25 @@ def test_idle_partitions_quiesce_and_wake_at_a_write(cluster):
             s = parts[f"{TOPIC}-{p}"]
             assert s["quiescent"] and s["high_watermark"] == s["log_end_offset"] == 1, (n, p, s)
     assert _read_values(cluster, 1, 0) == [b"w0"]
+
+
+def test_an_idle_node_does_not_run_its_tick_loop_every_tick(cluster):
+    """With every replica quiescent, the tick loop sleeps until the links could have news
+    (about once per silence limit, 1.25 s) instead of passing every 50 ms."""
+    def quiet_window() -> dict[int, int] | None:
+        """Each node's tick passes over WINDOW_S in which every replica stayed quiescent
+        (None if one woke meanwhile: a new group may wake once more after it first quiets)."""
+        cluster.wait_for(lambda: _all_quiet(cluster, (1, 2, 3)), 20, "every replica quiescent")
+        before = {n: _replicas(cluster, n)["tick_passes"] for n in (1, 2, 3)}
+        start = time.monotonic()
+        while time.monotonic() - start < WINDOW_S:
+            if not _all_quiet(cluster, (1, 2, 3)):
+                return None
+            time.sleep(0.25)
+        return {n: _replicas(cluster, n)["tick_passes"] - before[n] for n in (1, 2, 3)}
+
+    passes = cluster.wait_for(quiet_window, 60, "a window with every replica quiescent")
+    assert all(p <= WINDOW_S * 2 for p in passes.values()), passes  # 20 a second before
 
 
 @pytest.mark.parametrize("fault", ["kill", "pause", "restart"])
