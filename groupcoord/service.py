@@ -20,9 +20,11 @@ What the shell does for the core (the contract in coordinator.py's docstring):
   (bounded by COMMIT_TIMEOUT_S, Kafka's offsets.commit.timeout.ms) and reports
   `on_append_committed(append_id, base_offset)` or `on_append_failed(append_id, error)`. A full
   channel fails the append at once (COORDINATOR_NOT_AVAILABLE for the client: retriable).
-* Ownership: a watcher polls the local replicas of `__consumer_offsets` every
-  LEADERSHIP_POLL_S. A partition newly led here (or led in a new epoch) is `begin_load`ed,
-  then replayed in a task: first it waits until the high watermark reaches the log end seen
+* Ownership: a watcher looks at the local replicas of `__consumer_offsets` whenever one of
+  them gains or loses leadership (ReplicaManager.add_leadership_listener), and every
+  LEADERSHIP_CHECK_S besides (a failed load's retry; a 50 ms poll before woke an idle node 20
+  times a second). A partition newly led here (or led in a new epoch) is `begin_load`ed, then
+  replayed in a task: first it waits until the high watermark reaches the log end seen
   when leadership was noticed (so every record of earlier leaders is committed), then it reads
   from the log start to the high watermark in LOAD_CHUNK_BYTES chunks (`read_committed` +
   `decode_batches`, control batches skipped) into `load`, then `finish_load`. Meanwhile the
@@ -89,7 +91,7 @@ __all__ = ["GroupCoordinatorService", "OFFSETS_TOPIC"]
 
 logger = logging.getLogger(__name__)
 
-LEADERSHIP_POLL_S: Final = 0.05
+LEADERSHIP_CHECK_S: Final = 0.5  # besides each leadership change: a failed load's retry
 LOAD_CHUNK_BYTES: Final = 1 << 20
 LOAD_RETRY_MS: Final = 500
 COMMIT_TIMEOUT_S: Final = 5.0          # Kafka's offsets.commit.timeout.ms
@@ -144,6 +146,7 @@ class GroupCoordinatorService:
         self._waiters: dict[int, _Waiter] = {}
         self._deadline_ms: int | None = None
         self._timer_changed = trio.Event()
+        self._leadership_changed = trio.Event()
         self._owned: dict[int, int] = {}       # partition -> leader epoch loaded / loading
         self._load_failed_at_ms: dict[int, int] = {}
         self._append_send, self._append_recv = trio.open_memory_channel[Append](APPEND_QUEUE)
@@ -342,9 +345,18 @@ class GroupCoordinatorService:
     # ------------------------------------------------------------------ ownership
 
     async def _leadership_loop(self) -> None:
+        listen = getattr(self.replicas, "add_leadership_listener", None)
+        if listen is not None:
+            listen(self._on_replica_leadership)
         while True:
+            self._leadership_changed = trio.Event()
             self._check_leadership()
-            await trio.sleep(LEADERSHIP_POLL_S)
+            with trio.move_on_after(LEADERSHIP_CHECK_S):
+                await self._leadership_changed.wait()
+
+    def _on_replica_leadership(self, replica: Any) -> None:
+        if replica.topic == OFFSETS_TOPIC:
+            self._leadership_changed.set()
 
     def _check_leadership(self) -> None:
         now_ms = self._clock_ms()

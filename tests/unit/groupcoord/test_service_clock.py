@@ -1,4 +1,4 @@
-"""On trio's MockClock, the group coordinator service's timers act at the virtual times Kafka's protocol says: the initial rebalance delay, session expiry of a silent member, the rebalance timeout of a member that never rejoins, and a waiting join's own timeout."""
+"""On trio's MockClock, the group coordinator service's timers act at the virtual times Kafka's protocol says: the initial rebalance delay, session expiry of a silent member, the rebalance timeout of a member that never rejoins, and a waiting join's own timeout; and ownership follows a leadership change when the replicas report it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import trio
 import trio.testing
 
-from groupcoord.service import GroupCoordinatorService
+from groupcoord.service import LEADERSHIP_CHECK_S, GroupCoordinatorService
 from groupcoord.state import GroupState
 from partition.batch import read_header, stamp
 from raftlog.base.errors import (
@@ -32,6 +32,8 @@ class MemoryOffsetsPartition:
     """A `__consumer_offsets` partition led here, as the service uses a Replica: appends commit
     at once (acks=all answered with no waiter), reads return whole stamped batches. In memory,
     because a real replica fsyncs in worker threads, and MockClock would jump while they run."""
+
+    topic = OFFSETS_TOPIC
 
     def __init__(self) -> None:
         self.is_leader = True
@@ -68,9 +70,20 @@ class MemoryOffsetsPartition:
 class MemoryReplicas:
     def __init__(self) -> None:
         self.partitions = {p: MemoryOffsetsPartition() for p in range(OFFSETS_TOPIC_PARTITIONS)}
+        self.listeners: list[Any] = []
 
     def replica(self, topic: str, partition: int) -> MemoryOffsetsPartition | None:
         return self.partitions.get(partition) if topic == OFFSETS_TOPIC else None
+
+    def add_leadership_listener(self, listener: Any) -> None:
+        self.listeners.append(listener)
+
+    def lose_leadership(self, partition: int, *, tell: bool = True) -> None:
+        r = self.partitions[partition]
+        r.is_leader = False
+        if tell:
+            for listener in self.listeners:
+                listener(r)
 
 
 def trio_ms() -> int:
@@ -216,4 +229,23 @@ async def test_a_waiting_join_gives_up_at_its_own_timeout_and_the_core_forgets_i
         waited = trio.current_time() - start
         assert 5.0 <= waited <= 5.0 + TICK_SLACK_S, waited
         assert service.core.pending_count() == 0 and service.health()["waiters"] == 0
+        nursery.cancel_scope.cancel()
+
+
+async def _until_unloaded(service: GroupCoordinatorService, partition: int) -> float:
+    start = trio.current_time()
+    with trio.fail_after(5):  # virtual seconds
+        while partition in service.health()["partitions_active"]:
+            await trio.sleep(0.001)
+    return trio.current_time() - start
+
+
+async def test_ownership_follows_a_reported_leadership_change_at_once(autojump_clock):
+    async with trio.open_nursery() as nursery:
+        service = await started_service(nursery)
+        service.replicas.lose_leadership(3)
+        assert await _until_unloaded(service, 3) <= TICK_SLACK_S
+        # A change nobody reports is still noticed, by the watcher's slow check.
+        service.replicas.lose_leadership(4, tell=False)
+        assert TICK_SLACK_S < await _until_unloaded(service, 4) <= LEADERSHIP_CHECK_S + TICK_SLACK_S
         nursery.cancel_scope.cancel()
