@@ -58,8 +58,8 @@ A buffered write into allocated blocks skips ext4's delayed allocation, which wa
 follower's write CPU (perf, `scripts/bench replication --sizes 256`). `seal`,
 `release_reserved` (a clean close) and a cut free what was not used (ftruncate, which on
 ext4 frees blocks past the size); a segment reopened after a crash counts the blocks it
-finds past its size as reserved, so its next seal or clean close frees them. A file system that cannot (EOPNOTSUPP, FUSE) or a full disk (ENOSPC) just
-writes without.
+finds past its size as reserved, so its next seal or clean close frees them. A file system
+that cannot (EOPNOTSUPP, FUSE) or a full disk (ENOSPC) just writes without.
 
 Concurrency: a segment is changed (append, truncate, seal, index rebuild) only by the log's
 single writer (partition/log.py "Concurrency"); flushes and readers in other threads use its
