@@ -9,11 +9,13 @@ The core decides, this module does the I/O, following raft.py's "contract with t
   reads, enqueueing a send); the executor awaits only to fsync the quorum state (in a worker
   thread) and to let a running flush finish before a truncation.
 * PersistQuorumState: `quorum-state` = u32 big-endian CRC-32C + canonical CBOR {epoch,
-  voted_for, leader_id, needs_catch_up} (a file without needs_catch_up reads as false; open
-  sets it, durably, when log recovery dropped data), written to a temp file, fsynced,
-  renamed, directory fsynced; only then `quorum_state_persisted(version)`. An attached
-  replica's write joins the node's group commit (`QuorumStateCommits`: two syncfs per batch
-  instead of two fsyncs per file, on filesystems whose syncfs makes files durable).
+  voted_for, leader_id, needs_catch_up}, zero-padded to 512 bytes (a file without
+  needs_catch_up reads as false; open sets it, durably, when log recovery dropped data; a
+  file without padding, from an older version, reads the same), overwritten in place and
+  fdatasynced (a first write, or one over an unpadded file, writes a temp file and renames
+  it); only then `quorum_state_persisted(version)`. An attached replica's write joins the
+  node's group commit (`QuorumStateCommits`: one syncfs per batch instead of an fdatasync
+  per file, on filesystems whose syncfs makes files durable).
 * Flush: one `log.flush()` in a worker thread (group commit), reported exactly once with
   `flushed(offset)`. A truncation waits until no flush thread runs, then truncates in a
   worker thread.
@@ -107,6 +109,7 @@ Invariants:
 from __future__ import annotations
 
 import errno
+import io
 import logging
 import os
 import random
@@ -158,7 +161,13 @@ from partition.raft import (
     TruncateFully,
     TruncateTo,
 )
-from partition.segment import FileSlice, write_durably, write_durably_many
+from partition.segment import (
+    ATOMIC_OVERWRITE_BYTES,
+    FileSlice,
+    overwrite_durably,
+    overwrite_durably_many,
+    write_durably,
+)
 from raftlog.base.aio import acquire_free
 from raftlog.base.errors import (
     InvalidRequestError,
@@ -194,6 +203,9 @@ QUORUM_STATE_FILE = "quorum-state"
 PARTITION_METADATA_FILE = "partition.metadata"
 _KEEP_ON_RESET = frozenset({QUORUM_STATE_FILE, PARTITION_METADATA_FILE})
 _CRC = struct.Struct(">I")
+# quorum-state's size: CRC and CBOR, zero-padded to one sector, so that it is overwritten in
+# place (segment.overwrite_durably). Files of older versions hold no padding and read the same.
+QUORUM_STATE_BYTES: Final = ATOMIC_OVERWRITE_BYTES
 # The follower's log must take whatever a leader accepted, whatever max_message_bytes says now:
 # the producer limit is checked on the leader path only.
 REPLICA_MAX_BATCH_BYTES = 64 << 20
@@ -351,19 +363,20 @@ def _quorum_state_bytes(state: QuorumState) -> bytes:
         {"epoch": state.epoch, "voted_for": state.voted_for, "leader_id": state.leader_id,
          "needs_catch_up": state.needs_catch_up},
         canonical=True,
-    )
+    ).ljust(QUORUM_STATE_BYTES - _CRC.size, b"\0")
     return _CRC.pack(crc32c(body)) + body
 
 
 def write_quorum_state(directory: Path, state: QuorumState) -> None:
-    """Write `quorum-state` durably (temp file, fsync, rename, fsync dir). Blocking."""
-    write_durably(directory, QUORUM_STATE_FILE, _quorum_state_bytes(state))
+    """Write `quorum-state` durably: in place, fdatasynced, once it has the padded size
+    (segment.overwrite_durably). Blocking."""
+    overwrite_durably(directory, QUORUM_STATE_FILE, _quorum_state_bytes(state))
 
 
 def write_quorum_states(writes: list[tuple[Path, QuorumState]]) -> list[OSError | None]:
     """Many replicas' `quorum-state` files at once, each as durably as `write_quorum_state`
-    writes one (segment.write_durably_many): an OSError or None per write. Blocking."""
-    return write_durably_many([(d, QUORUM_STATE_FILE, _quorum_state_bytes(st)) for d, st in writes])
+    writes one (segment.overwrite_durably_many): an OSError or None per write. Blocking."""
+    return overwrite_durably_many([(d, QUORUM_STATE_FILE, _quorum_state_bytes(st)) for d, st in writes])
 
 
 @dataclass(eq=False)
@@ -376,9 +389,9 @@ class _QuorumStateWrite:
 
 class QuorumStateCommits:
     """Group commit of one node's quorum-state writes (`DiskWork.quorum_states`). A write
-    joins the next batch; one worker thread writes a batch with `write_quorum_states` (two
-    syncfs for all of it instead of two fsyncs per file, where syncfs makes files durable:
-    segment.write_durably_many), and a batch takes whatever arrived
+    joins the next batch; one worker thread writes a batch with `write_quorum_states` (one
+    syncfs for all of it instead of an fdatasync per file, where syncfs makes files durable:
+    segment.overwrite_durably_many), and a batch takes whatever arrived
     while the one before was written. When a node dies, its followers on the others run
     hundreds of elections at once, and each chains three quorum-state writes (the
     candidate's vote, the voter's, the new leader's): one at a time they queued behind each
@@ -432,7 +445,10 @@ def read_quorum_state(directory: Path) -> QuorumState:
     if len(data) < _CRC.size or _CRC.unpack_from(data)[0] != crc32c(data[4:]):
         raise QuorumStateCorruptError(f"{directory / QUORUM_STATE_FILE}: bad CRC")
     try:
-        obj = cbor2.loads(data[4:])
+        body = io.BytesIO(data[_CRC.size:])
+        obj = cbor2.load(body)
+        if body.read().strip(b"\0"):
+            raise ValueError("bytes after the state are not padding")
         # Files written before needs_catch_up existed lack it: nothing was flagged then.
         state = QuorumState(obj["epoch"], obj["voted_for"], obj["leader_id"],
                             obj.get("needs_catch_up", False))

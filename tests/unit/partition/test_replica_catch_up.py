@@ -12,6 +12,7 @@ from metadata.topic_config import TopicConfig
 from partition.batch import BatchBuilder
 from partition.raft import QuorumState
 from partition.replica import (
+    QUORUM_STATE_BYTES,
     QUORUM_STATE_FILE,
     QuorumStateCorruptError,
     Replica,
@@ -44,9 +45,30 @@ def test_quorum_state_round_trips_the_flag_and_reads_old_files_as_unflagged(tmp_
     old = cbor2.dumps({"epoch": 3, "voted_for": 2, "leader_id": None}, canonical=True)
     (tmp_path / QUORUM_STATE_FILE).write_bytes(google_crc32c.value(old).to_bytes(4, "big") + old)
     assert read_quorum_state(tmp_path) == QuorumState(3, 2, None, False)
+    write_quorum_state(tmp_path, QuorumState(4, 2, None))  # an old, unpadded file is replaced
+    assert (tmp_path / QUORUM_STATE_FILE).stat().st_size == QUORUM_STATE_BYTES
+    assert read_quorum_state(tmp_path) == QuorumState(4, 2, None, False)
     bad = cbor2.dumps({"epoch": 3, "voted_for": 2, "leader_id": None, "needs_catch_up": 1},
                       canonical=True)
     (tmp_path / QUORUM_STATE_FILE).write_bytes(google_crc32c.value(bad).to_bytes(4, "big") + bad)
+    with pytest.raises(QuorumStateCorruptError):
+        read_quorum_state(tmp_path)
+
+
+@pytest.mark.parametrize("at", [4, QUORUM_STATE_BYTES - 1])
+def test_a_flipped_bit_in_the_state_or_its_padding_is_corruption(tmp_path, at):
+    write_quorum_state(tmp_path, QuorumState(3, 2, 2))
+    data = bytearray((tmp_path / QUORUM_STATE_FILE).read_bytes())
+    data[at] ^= 0x10
+    (tmp_path / QUORUM_STATE_FILE).write_bytes(data)
+    with pytest.raises(QuorumStateCorruptError):
+        read_quorum_state(tmp_path)
+
+
+def test_bytes_after_the_state_that_are_not_padding_are_corruption(tmp_path):
+    body = cbor2.dumps({"epoch": 3, "voted_for": 2, "leader_id": None}, canonical=True)
+    body = (body + b"\x01").ljust(QUORUM_STATE_BYTES - 4, b"\0")  # with a CRC that matches
+    (tmp_path / QUORUM_STATE_FILE).write_bytes(google_crc32c.value(body).to_bytes(4, "big") + body)
     with pytest.raises(QuorumStateCorruptError):
         read_quorum_state(tmp_path)
 
