@@ -80,30 +80,39 @@ async def test_a_lone_write_is_its_own_batch(tmp_path, n):
     assert commits.batches == n
 
 
+def _count_syncs(tmp_path, monkeypatch, trusted: bool) -> dict[str, list[int]]:
+    """Record the syncfs (faked: `trusted` says whether tmp_path's filesystem is one whose
+    syncfs makes files durable), fsync and fdatasync calls that follow."""
+    calls: dict[str, list[int]] = {"syncfs": [], "fsync": [], "fdatasync": []}
+    monkeypatch.setattr(segment, "_SYNCFS", lambda fd: (calls["syncfs"].append(fd), 0)[1])
+    monkeypatch.setattr(segment, "_syncfs_ok", {tmp_path.stat().st_dev: trusted})
+    for name in ("fsync", "fdatasync"):
+        real = getattr(os, name)
+        monkeypatch.setattr(os, name, lambda fd, real=real, name=name: (calls[name].append(fd), real(fd))[1])
+    return calls
+
+
+def _dirs(tmp_path, n: int, contents: bytes | None = None) -> list:
+    dirs = [tmp_path / f"p{i}" for i in range(n)]
+    for d in dirs:
+        d.mkdir()
+        if contents is not None:
+            (d / "f").write_bytes(contents)
+    return dirs
+
+
 @pytest.mark.parametrize("trusted", [True, False])
 def test_syncfs_only_where_it_makes_files_durable(tmp_path, monkeypatch, trusted):
     """A filesystem whose syncfs is not known to make files durable (FUSE: the kernel does
     not pass syncfs on to its server) gets write_durably's fsyncs, file by file."""
-    calls: list[int] = []
-
-    def fake_syncfs(fd: int) -> int:
-        calls.append(fd)
-        return 0
-
-    monkeypatch.setattr(segment, "_SYNCFS", fake_syncfs)
-    monkeypatch.setattr(segment, "_syncfs_ok", {tmp_path.stat().st_dev: trusted})
-    fsyncs: list[int] = []
-    real_fsync = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd))[1])
-    dirs = [tmp_path / f"p{i}" for i in range(4)]
-    for d in dirs:
-        d.mkdir()
+    calls = _count_syncs(tmp_path, monkeypatch, trusted)
+    dirs = _dirs(tmp_path, 4)
     assert write_durably_many([(d, "f", b"v") for d in dirs]) == [None] * 4
     assert all((d / "f").read_bytes() == b"v" for d in dirs)
     if trusted:
-        assert len(calls) == 2 and fsyncs == []  # temp files, then renames
+        assert len(calls["syncfs"]) == 2 and calls["fsync"] == []  # temp files, then renames
     else:
-        assert calls == [] and len(fsyncs) == 8  # each file and its directory
+        assert calls["syncfs"] == [] and len(calls["fsync"]) == 8  # each file and its directory
 
 
 def test_overwrite_durably_many_writes_in_place_and_renames_only_what_it_must(tmp_path):
@@ -134,22 +143,15 @@ def test_an_overwrite_larger_than_one_sector_is_refused(tmp_path):
 
 @pytest.mark.parametrize("trusted", [True, False])
 def test_overwrites_share_one_syncfs_only_where_it_makes_files_durable(tmp_path, monkeypatch, trusted):
-    calls: list[int] = []
-    monkeypatch.setattr(segment, "_SYNCFS", lambda fd: (calls.append(fd), 0)[1])
-    monkeypatch.setattr(segment, "_syncfs_ok", {tmp_path.stat().st_dev: trusted})
-    datasyncs: list[int] = []
-    real_fdatasync = os.fdatasync
-    monkeypatch.setattr(os, "fdatasync", lambda fd: (datasyncs.append(fd), real_fdatasync(fd))[1])
-    dirs = [tmp_path / f"p{i}" for i in range(4)]
-    for d in dirs:
-        d.mkdir()
-        (d / "f").write_bytes(b"u")
+    calls = _count_syncs(tmp_path, monkeypatch, trusted)
+    dirs = _dirs(tmp_path, 4, b"u")
     assert overwrite_durably_many([(d, "f", b"v") for d in dirs]) == [None] * 4
     assert all((d / "f").read_bytes() == b"v" for d in dirs)
+    assert calls["fsync"] == []  # no temp file, no directory
     if trusted:
-        assert len(calls) == 1 and datasyncs == []
+        assert len(calls["syncfs"]) == 1 and calls["fdatasync"] == []
     else:
-        assert calls == [] and len(datasyncs) == 4
+        assert calls["syncfs"] == [] and len(calls["fdatasync"]) == 4
 
 
 def test_quorum_states_are_one_sector_overwritten_in_place(tmp_path):
