@@ -49,7 +49,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from partition.batch import BatchBuilder  # noqa: E402
-from raftlog.cli.cluster import NodeProcess, build_node_configs, stop_all, write_node_config  # noqa: E402
+from raftlog.cli.cluster import NodePorts, NodeProcess, build_node_configs, stop_all, write_node_config  # noqa: E402
 from raftlog.node.config import new_cluster_id  # noqa: E402
 
 from bench_scale import check_started, cpu_times, node_ports  # noqa: E402  (this directory, sys.path[0])
@@ -169,9 +169,9 @@ def worker(address: str, topic: str, batch_bytes: int, seconds: float, window: i
 
 
 class Cluster:
-    def __init__(self, root: Path, base_port: int | None = None):
+    def __init__(self, root: Path, ports: dict[int, NodePorts]):
         self.root = root
-        self.ports = node_ports(base_port)
+        self.ports = ports
         self.configs = build_node_configs(root, new_cluster_id(), secrets.token_urlsafe(24),
                                           self.ports, settings=SETTINGS)
         self.procs: dict[int, NodeProcess] = {}
@@ -324,8 +324,9 @@ def main() -> int:
     if not sizes or min(sizes) <= 0 or max(sizes) > 1 << 20:
         ap.error(f"--sizes takes batch sizes in KiB from 1 to 1024, comma-separated (got {args.sizes!r})")
 
+    ports = node_ports(args.base_port)  # before the data directory: a taken port leaves nothing behind
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-replication-"))
-    cluster = Cluster(root, args.base_port)
+    cluster = Cluster(root, ports)
     try:
         for i in (1, 2, 3):
             cluster.start(i)

@@ -166,9 +166,8 @@ def node_ports(base_port: int | None) -> dict[int, NodePorts]:
 
 
 class Cluster:
-    def __init__(self, root: Path, settings: dict[str, Any], base_port: int | None = None):
+    def __init__(self, root: Path, settings: dict[str, Any], ports: dict[int, NodePorts]):
         self.root = root
-        ports = node_ports(base_port)
         self.configs = build_node_configs(root, new_cluster_id(), secrets.token_urlsafe(24),
                                           ports, settings=settings)
         self.procs: dict[int, NodeProcess] = {}
@@ -452,9 +451,10 @@ def main() -> int:
     per_topic = args.partitions // TOPICS  # rounded down to a multiple of TOPICS
     total = per_topic * TOPICS
 
+    ports = node_ports(args.base_port)  # before the data directory: a taken port leaves nothing behind
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="scale-bench-"))
     settings = {"heartbeat_ms": args.heartbeat_ms, "session_timeout_ms": args.session_timeout_ms}
-    cluster = Cluster(root, settings, args.base_port)
+    cluster = Cluster(root, settings, ports)
     try:
         for i in (1, 2, 3):
             cluster.start(i)
