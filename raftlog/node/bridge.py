@@ -757,7 +757,7 @@ class Voter:
 
     def __init__(self, config: QuorumConfig, events: VoterEvents) -> None:
         quorum_dir = Path(config.data_dir) / "quorum"
-        quorum_dir.mkdir(parents=True, exist_ok=True)
+        quorum_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         journal_path = quorum_dir / "journal"
         journal = _Journal(JournalFile(journal_path, quorum_dir / "dump"))
         sync_obj: _QuorumSyncObj | None = None
