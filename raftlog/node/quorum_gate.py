@@ -80,6 +80,8 @@ def max_frame_bytes(max_command_bytes: int, batch_bytes: int, dump_chunk_bytes: 
 
 # The bridge's settings: commands up to 1 MiB, batches of max(256 KiB, 4 x command), PySyncObj's
 # default 64 KiB dump chunks: 6 MiB + 64 of entries, 18 MiB + 4288 pickled, 24.0 MiB on the wire.
+# (The worst append measured, tests/unit/raftlog/test_quorum_gate.py: 5.5 MiB; zlib takes back
+# most of what pickling adds, which this bound does not count on.)
 MAX_FRAME_BYTES: Final = max_frame_bytes(1024 * 1024, max(2**18, 4 * 1024 * 1024), 2**16)
 
 
