@@ -72,9 +72,9 @@ May import: metadata.quorum (its errors), raftlog/node/quorum_journal.py and quo
 from __future__ import annotations
 
 import dataclasses
+import errno
 import io
 import logging
-import errno
 import os
 import pickle
 import socket
@@ -191,8 +191,6 @@ def _install_pickle_guard() -> None:
     stdlib.dispatch[pickle.SHORT_BINSTRING[0]] = stdlib.load_short_binstring
     stdlib.dispatch[pickle.BINSTRING[0]] = stdlib.load_binstring
     pysyncobj.syncobj.createJournal = _create_journal
-    _install_read_guard()
-
 
 
 # --------------------------------------------------------------------------------------------
@@ -820,3 +818,4 @@ class Voter:
 
 
 _install_pickle_guard()
+_install_read_guard()
