@@ -31,6 +31,8 @@ import logging
 import threading
 from typing import Final
 
+from raftlog.base.eventlog import log_event
+
 __all__ = [
     "PREAUTH_MAX_FRAME_BYTES", "MAX_FRAME_BYTES", "READ_BUDGET_BYTES", "MAX_UNKNOWN_CONNECTIONS",
     "PREAUTH_TIMEOUT_S", "max_frame_bytes", "length_refusal", "preauth_bytes_wanted", "RefusalLog",
@@ -120,8 +122,8 @@ class RefusalLog:
             if first:
                 self._logged.add(address)
         if first:
-            logger.warning("quorum port: closed a connection from %s (%s); further refusals "
-                           "from this address are only counted", address, reason)
+            log_event(logger, "quorum_conn_refused", level=logging.WARNING, peer=address, reason=reason,
+                      note="further refusals from this address are only counted")
 
     def counts(self) -> dict[str, int]:
         with self._lock:

@@ -84,5 +84,5 @@ def test_refusals_are_counted_by_reason_and_logged_once_per_address(caplog):
         log.refuse("10.0.0.9", "frame_too_large")
         log.refuse("10.0.0.8", "preauth_timeout")
     assert log.counts() == {"preauth_timeout": 4, "frame_too_large": 1}
-    assert [r.getMessage().split(" (")[0] for r in caplog.records] == [
-        "quorum port: closed a connection from 10.0.0.9", "quorum port: closed a connection from 10.0.0.8"]
+    assert [(r.getMessage(), r.raftlog_fields["peer"]) for r in caplog.records] == [
+        ("quorum_conn_refused", "10.0.0.9"), ("quorum_conn_refused", "10.0.0.8")]
