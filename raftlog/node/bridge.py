@@ -212,9 +212,10 @@ def _refuse(conn: Any, reason: str) -> None:
 
 def _peer_of(conn: Any) -> str:
     try:
-        return str(conn._TcpConnection__socket.getpeername()[0])
+        peer = conn._TcpConnection__socket.getpeername()
     except (AttributeError, OSError):
         return "?"
+    return str(peer[0] if isinstance(peer, tuple) else peer) or "?"
 
 
 def _read_buffer(conn: Any) -> bytearray:
