@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import random
+import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
@@ -182,6 +183,7 @@ class ActiveController:
                 self._loader.image, term, self._clock_ms(), random.Random(self._rng.getrandbits(64)),
                 session_timeout_ms=self._config.session_timeout_ms,
                 offsets_replication_factor=self._offsets_replication_factor(),
+                random_bytes=secrets.token_bytes,  # ids from the OS's CSPRNG, not the seeded rng
             )  # fmt: skip
         except NotControllerError as exc:
             log_event(logger, "controller_activation_refused", level=logging.WARNING, reason=str(exc))

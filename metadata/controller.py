@@ -1,4 +1,5 @@
-"""The active controller's decisions (pure: `now_ms` and `random.Random` are injected).
+"""The active controller's decisions (pure: `now_ms`, `random.Random` and a random-bytes
+source for ids are injected).
 
 Kafka-coordinator style: every decision returns a `ControllerResult(envelopes, response)`
 and never changes the image. The service proposes each envelope through the quorum, in
@@ -85,6 +86,8 @@ import base64
 import logging
 import random
 import re
+import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Mapping, TypeVar
 
@@ -276,9 +279,13 @@ class Controller:
         max_leader_moves: int = DEFAULT_MAX_LEADER_MOVES,
         offsets_replication_factor: int = 3,
         max_envelope_bytes: int = MAX_ENVELOPE_BYTES,
+        random_bytes: Callable[[int], bytes] = secrets.token_bytes,
     ):
         """`offsets_replication_factor`: RF of `__consumer_offsets`, created once that many
-        brokers are unfenced (pass min(3, cluster size) for small clusters)."""
+        brokers are unfenced (pass min(3, cluster size) for small clusters). `random_bytes(n)`
+        makes topic and ACL ids: the OS's CSPRNG by default, since an id is not to be guessed
+        from others (issue 39); tests that want repeatable ids pass a seeded `rng.randbytes`.
+        `rng` makes the request tag."""
         if controller_epoch < image.controller_epoch:
             raise NotControllerError(
                 f"controller epoch {controller_epoch} is older than the image's {image.controller_epoch}"
@@ -286,6 +293,7 @@ class Controller:
         self._image = image
         self.controller_epoch = controller_epoch
         self._rng = rng
+        self._random_bytes = random_bytes
         self.session_timeout_ms = session_timeout_ms
         self.proposal_timeout_ms = proposal_timeout_ms
         self.leader_settle_ms = leader_settle_ms
@@ -542,7 +550,7 @@ class Controller:
 
     def _new_topic_id(self) -> str:
         while True:
-            topic_id = _b64(self._rng.getrandbits(128).to_bytes(16, "big"))
+            topic_id = _b64(self._random_bytes(16))
             if self._image.topic_by_id(topic_id) is None:
                 return topic_id
 
@@ -876,7 +884,7 @@ class Controller:
             if binding in existing or binding in new or self._pending_tag(("acl", binding), now_ms) is not None:
                 continue
             new.append(binding)
-            records.append(Acl.of(_b64(self._rng.getrandbits(128).to_bytes(16, "big")), binding))
+            records.append(Acl.of(_b64(self._random_bytes(16)), binding))
         result = self._result(records, results)
         for binding in new:
             self._mark(("acl", binding), result.envelopes[0], now_ms)

@@ -94,7 +94,7 @@ from raftlog.base.errors import (
     UnknownTopicOrPartitionError,
 )
 from raftlog.base.eventlog import log_event
-from raftlog.base.metrics import Metric, MetricsRegistry, gauge_family
+from raftlog.base.metrics import Metric, MetricsRegistry, counter_family, gauge_family
 from raftlog.base.peer import PeerPool
 from raftlog.base.protocol import Request, field
 
@@ -354,7 +354,15 @@ class MetadataService:
         offline = len(image.offline_partitions()) if active else 0
         fenced = len(image.fenced_broker_ids()) if active else 0
         unfenced = len(image.unfenced_broker_ids()) if active else 0
+        guard: dict[str, Any] = {} if self._quorum is None else self._quorum.status()
         return [
+            counter_family("raftlog_quorum_refused_connections_total",
+                           "Connections the metadata quorum port closed before or instead of "
+                           "trusting them (issue 39), by reason (voters only).", ("reason",),
+                           {(r,): n for r, n in guard.get("refused_connections", {}).items()}),
+            counter_family("raftlog_quorum_unpickle_rejections_total",
+                           "Authenticated quorum messages refused by the unpickling whitelist.",
+                           (), {(): guard["unpickle_rejections"]} if "unpickle_rejections" in guard else {}),
             gauge_family("raftlog_controller_active_controller_count",
                          "1 on the active controller, else 0. Kafka: ActiveControllerCount; "
                          "Redpanda: redpanda_cluster_controller_is_leader.", (), {(): 1 if active else 0}),

@@ -273,7 +273,7 @@ def install(directory: Path, dir_fd: int, base_offset: int,
     (module docstring, steps 2-4), fsyncing the directory after each. The caller then swaps
     its in-memory segment. Raises OSError."""
     name = segment_name(base_offset)
-    fd = os.open(directory / (name + SWAP_SUFFIX), os.O_WRONLY | os.O_CREAT, 0o644)
+    fd = os.open(directory / (name + SWAP_SUFFIX), os.O_WRONLY | os.O_CREAT, 0o600)
     os.close(fd)
     _fsync_dir(dir_fd)
     crash_point("swap_marked")
@@ -323,7 +323,7 @@ def _write_cleaned(directory: Path, base_offset: int, contents: tuple[bytes, byt
     name = segment_name(base_offset)
     for suffix, data in zip(_SUFFIXES, contents):
         fd = os.open(directory / (name + suffix + CLEANED_SUFFIX),
-                     os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                     os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             pwrite_all(fd, data, 0)
             os.fsync(fd)

@@ -539,7 +539,7 @@ class Log:
         RecoveryReport. Raises OSError on I/O failure."""
         started = time.perf_counter()
         directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         log = cls(directory, config)
         try:
             log._recover(now_ms, started)

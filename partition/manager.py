@@ -246,7 +246,7 @@ class ReplicaManager:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         def prepare() -> set[str]:
-            self.data_dir.mkdir(parents=True, exist_ok=True)
+            self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             return set(os.listdir(self.data_dir))
 
         self._on_disk_at_start = await trio.to_thread.run_sync(prepare)

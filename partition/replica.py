@@ -606,7 +606,7 @@ class Replica:
         needs_catch_up durably when recovery, or a header damaged in a trusted segment found
         by the producer-state rebuild, cut data (raft.py "Damaged storage")."""
         d = self.directory
-        d.mkdir(parents=True, exist_ok=True)
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
         meta = cbor2.dumps({"topic": self.topic, "partition": self.partition,
                             "topic_id": self.topic_id}, canonical=True)
         if _read_or_none(d / PARTITION_METADATA_FILE) != meta:

@@ -289,7 +289,7 @@ def write_durably(directory: Path, name: str, data: bytes, *, dir_fd: int | None
     write a temp file, fsync it, rename it over, fsync the directory (`dir_fd` if the caller
     keeps one open)."""
     tmp = directory / (name + TMP_SUFFIX)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         pwrite_all(fd, data, 0)
         os.fsync(fd)
@@ -367,7 +367,7 @@ def write_durably_many(files: list[tuple[Path, str, bytes]]) -> list[OSError | N
             if not _syncfs_makes_durable(directory, dev):
                 write_durably(directory, name, data)
                 continue
-            fd = os.open(directory / (name + TMP_SUFFIX), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            fd = os.open(directory / (name + TMP_SUFFIX), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
                 pwrite_all(fd, data, 0)
             finally:
@@ -491,7 +491,7 @@ def _syncfs_all(files: list[tuple[Path, str, bytes]], indexes: list[int],
 
 def write_whole_file(path: Path, data: bytes) -> None:
     """Replace the contents of `path` (no fsync; callers fsync when it must be durable)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         pwrite_all(fd, data, 0)
     finally:
@@ -760,7 +760,7 @@ class Segment:
     def create(cls, directory: Path, base_offset: int, *, max_index_bytes: int) -> "Segment":
         """A new empty segment file (O_EXCL: an existing file of that name is a bug)."""
         path = directory / (segment_name(base_offset) + LOG_SUFFIX)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         return cls(directory, base_offset, fd, 0,
                    max_index_entries=max_index_bytes // OFFSET_ENTRY_BYTES,
                    max_time_entries=max_index_bytes // TIME_ENTRY_BYTES)

@@ -184,10 +184,11 @@ def write_private_file(path: str | os.PathLike[str], data: bytes) -> None:
 
 
 def write_public_file(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write a certificate (public) file, 0644, atomically."""
+    """Write a certificate file, atomically: 0600 like every file raftlog makes (not secret,
+    but other local users need no copy; hand the CA certificate to clients deliberately)."""
     path = os.fspath(path)
     tmp = f"{path}.tmp{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
         f.flush()

@@ -139,7 +139,7 @@ def build_node_configs(
 
 def write_private(path: Path, text: str) -> None:
     """Write `text` to `path` readable by the owner only (0600), atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     temp = path.with_name(path.name + ".tmp")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
@@ -324,8 +324,8 @@ class NodeProcess:
         return argv
 
     def start(self) -> "NodeProcess":
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
+        self.log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with open(os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab") as log:
             self.proc = subprocess.Popen(
                 self.argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 env=self.env, start_new_session=True,

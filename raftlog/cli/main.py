@@ -208,8 +208,12 @@ def cluster_up_cmd(nodes: int | None, data_dir: str, base_port: int | None, rest
       raftlog cluster up --nodes 1 --data-dir /tmp/one --base-port 19092
       raftlog cluster up --secure --data-dir ./secure-data
     """
-    from raftlog.cli.cluster import cluster_up
+    import os
 
+    from raftlog.cli.cluster import cluster_up
+    from raftlog.node.pidfile import PRIVATE_UMASK
+
+    os.umask(PRIVATE_UMASK)  # its keys, certificates, configs and logs: 0600 / 0700 (pidfile.py)
     code = cluster_up(Path(data_dir), nodes, base_port, out=sys.stdout, restart=restart,
                       console_port=None if no_console else console_port, secure=secure)
     sys.exit(code)

@@ -107,6 +107,7 @@ def partitions_recover(topic: str, partition: int, broker_id: int, unclean: bool
     \b
     Example:
       curl -s http://127.0.0.1:9096/health      # find flagged replicas, their log_end_offset
+                                                # (-H "Authorization: Bearer TOKEN" with http_token)
       raftlog partitions recover events 3 --broker 2 --unclean
       raftlog topics describe events            # a leader appears within a few seconds
     """

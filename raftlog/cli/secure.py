@@ -118,7 +118,7 @@ class SecureMaterial:
         admin are new). `admin_password` (tests) instead of a random one. Raises ConfigError
         when the CA exists but the admin's file is gone (its password cannot be recovered)."""
         material = cls(Path(root))
-        material.tls_dir.mkdir(parents=True, exist_ok=True)
+        material.tls_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         created = not material.ca_file.exists()
         if created:
             ca = new_ca(f"raftlog cluster {material.root.name}")

@@ -6,7 +6,9 @@
 * `config`: NodeConfig from TOML, RAFTLOG_* and flags;
 * `metadata_quorum`: the metadata quorum's trio API (metadata/quorum.py's port) over `bridge`,
   PySyncObj with our guardrails (the only module that imports pysyncobj or pickle), which
-  keeps its journal, meta and dump files in `quorum_journal`'s CRC-checked formats.
+  keeps its journal, meta and dump files in `quorum_journal`'s CRC-checked formats and holds
+  strangers on its port to `quorum_gate`'s limits;
+* `pidfile`: who runs on a data dir, and that it is private (umask 077, no group/other write).
 
 May import: raftlog.base, metadata, partition, groupcoord. Never raftlog.client or raftlog.cli;
 the services below never import this package (the node hands them what they need).

@@ -23,6 +23,11 @@ Security guardrails (PySyncObj pickles every message, command, and its journal m
   a global outside ``_ALLOWED_GLOBALS``. Importing pysyncobj also patches the stdlib's
   pure-Python ``pickle._Unpickler`` dispatch table; that is undone here.
 * The listener binds ``self_address`` only (PySyncObj binds 0.0.0.0 by default).
+* Nothing is buffered for a stranger (issue 39): PySyncObj's TcpConnection read and parse
+  methods are replaced (patched once, at import) so that a frame's length is checked when its
+  header arrives, a connection reads only a small first frame until one frame has
+  authenticated, reads are budgeted per poll event, and unidentified incoming connections
+  are few and short-lived. The limits and their arithmetic: raftlog/node/quorum_gate.py.
 * The journal, meta file and log-compaction dump are our own formats (CRC-32C framed; canonical
   CBOR), not pickle: raftlog/node/quorum_journal.py, which also says what a damaged byte does.
 
@@ -57,17 +62,25 @@ vouched for (Raft's "index of last new entry"), so nothing unverified is counted
 
 Known limits: the whole list stays in RAM and every dump holds all of it (fine for metadata in
 the MiB range); each command costs about twice its size on the wire (pickled bytes).
-May import: metadata.quorum (its errors) and raftlog/node/quorum_journal.py.
+Size: ~820 lines, over the 800 guideline because everything that reaches into PySyncObj
+0.3.17's internals (pickle guard, read guard, journal adapter, transport and SyncObj
+subclasses) stays in the one module the version pin guards. Where to cut: the pure
+`trim_append_entries` could move beside quorum_gate.py's policy.
+May import: metadata.quorum (its errors), raftlog/node/quorum_journal.py and quorum_gate.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import io
 import logging
 import os
 import pickle
+import socket
+import struct
 import threading
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, NamedTuple, Protocol
@@ -79,10 +92,11 @@ import pysyncobj.version
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjException, replicated
 from pysyncobj.dns_resolver import globalDnsResolver
 from pysyncobj.monotonic import monotonic as _pysyncobj_monotonic
-from pysyncobj.tcp_connection import CONNECTION_STATE
+from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
 from pysyncobj.transport import TCPTransport
 
 from metadata.quorum import QuorumBindError, QuorumStorageError
+from raftlog.node import quorum_gate
 from raftlog.node.quorum_journal import DUMP_MAGIC, JournalFile, fsync_dir, read_dump, write_blob
 
 __all__ = [
@@ -93,6 +107,7 @@ __all__ = [
     "ProposalOutcome",
     "MAX_PENDING_PROPOSALS",
     "unpickle_rejections",
+    "quorum_refusals",
     "restricted_load",
     "restricted_loads",
 ]
@@ -177,6 +192,150 @@ def _install_pickle_guard() -> None:
     stdlib.dispatch[pickle.BINSTRING[0]] = stdlib.load_binstring
     pysyncobj.syncobj.createJournal = _create_journal
 
+
+# --------------------------------------------------------------------------------------------
+# Read guard: PySyncObj's TcpConnection reads, with quorum_gate's limits (patched at import)
+
+_refusal_log = quorum_gate.RefusalLog()
+_AGAIN = (errno.EAGAIN, errno.EWOULDBLOCK)
+
+
+def quorum_refusals() -> dict[str, int]:
+    """Connections this process's quorum port closed, by reason (quorum_gate.py)."""
+    return _refusal_log.counts()
+
+
+def _refuse(conn: Any, reason: str) -> None:
+    _refusal_log.refuse(getattr(conn, "_rl_peer", None) or _peer_of(conn), reason)
+    conn.disconnect()
+
+
+def _peer_of(conn: Any) -> str:
+    try:
+        peer = conn._TcpConnection__socket.getpeername()
+    except (AttributeError, OSError):
+        return "?"
+    return str(peer[0] if isinstance(peer, tuple) else peer) or "?"
+
+
+def _read_buffer(conn: Any) -> bytearray:
+    # PySyncObj resets the buffer to bytes() on (dis)connect; a bytearray appends in place.
+    buffer = conn._TcpConnection__readBuffer
+    if not isinstance(buffer, bytearray):
+        buffer = conn._TcpConnection__readBuffer = bytearray(buffer)
+    return buffer
+
+
+def _header_length(buffer: bytearray) -> int | None:
+    if len(buffer) < quorum_gate.HEADER_BYTES:
+        return None
+    return int(struct.unpack_from("i", buffer)[0])
+
+
+def _guarded_read_some(conn: Any, budget: int) -> int:
+    """One recv (replaces __processRead): bytes read, 0 when nothing more is wanted now."""
+    buffer = _read_buffer(conn)
+    want = min(conn._TcpConnection__recvBufferSize, budget)
+    if not conn._rl_authenticated:
+        want = min(want, quorum_gate.preauth_bytes_wanted(len(buffer), _header_length(buffer)))
+        if want <= 0:
+            return 0  # its first frame is whole: authenticate it before reading more
+    sock = conn._TcpConnection__socket
+    try:
+        incoming = sock.recv(want)
+    except OSError as exc:
+        if exc.errno not in _AGAIN:
+            conn.disconnect()
+        return 0
+    if not incoming or sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+        conn.disconnect()
+        return 0
+    before = len(buffer)
+    buffer += incoming
+    if before < quorum_gate.HEADER_BYTES <= len(buffer):  # the first frame's length, at once
+        reason = quorum_gate.length_refusal(_header_length(buffer) or 0, conn._rl_authenticated)
+        if reason is not None:
+            _refuse(conn, reason)
+            return 0
+    return len(incoming)
+
+
+def _guarded_try_read(conn: Any) -> None:
+    """Replaces __tryReadBuffer: at most READ_BUDGET_BYTES per read event (was: until EAGAIN)."""
+    budget = quorum_gate.READ_BUDGET_BYTES
+    while budget > 0:
+        got = _guarded_read_some(conn, budget)
+        if got <= 0:
+            break
+        budget -= got
+    conn._TcpConnection__lastReadTime = _pysyncobj_monotonic()
+
+
+def _guarded_parse(conn: Any) -> Any:
+    """Replaces __processParseMessage: refuses a bad length before waiting for its body;
+    marks the connection authenticated once a token decrypts."""
+    buffer = _read_buffer(conn)
+    length = _header_length(buffer)
+    if length is None:
+        return None
+    reason = quorum_gate.length_refusal(length, conn._rl_authenticated)
+    if reason is not None:
+        _refuse(conn, reason)
+        return None
+    end = quorum_gate.HEADER_BYTES + length
+    if len(buffer) < end:
+        return None
+    data = bytes(buffer[quorum_gate.HEADER_BYTES:end])
+    try:
+        encryptor = conn.encryptor
+        if encryptor is not None:
+            timestamp = encryptor.extract_timestamp(data)  # checks the HMAC first
+            if timestamp < conn.recvLastTimestamp:
+                raise ValueError("frame timestamp went back")
+            conn.recvLastTimestamp = timestamp
+            data = encryptor.decrypt(data)
+            conn._rl_authenticated = True
+        message = restricted_loads(zlib.decompress(data))
+        if conn.recvRandKey:
+            rand_key, message = message
+            if rand_key != conn.recvRandKey:
+                raise ValueError("wrong connection key")
+    except Exception:  # noqa: BLE001 - any bad frame ends the connection, as PySyncObj's did
+        if conn._rl_authenticated:
+            conn.disconnect()
+        else:
+            _refuse(conn, "not_authenticated")
+        return None
+    if encryptor is None:
+        conn._rl_authenticated = True
+    del buffer[:end]
+    return message
+
+
+_stock_connect = TcpConnection.connect
+_stock_disconnect = TcpConnection.disconnect
+
+
+def _guarded_connect(conn: Any, host: str, port: int) -> bool:
+    conn._rl_authenticated = False
+    return bool(_stock_connect(conn, host, port))
+
+
+def _guarded_disconnect(conn: Any) -> None:
+    conn._rl_authenticated = False
+    _stock_disconnect(conn)
+
+
+def _install_read_guard() -> None:
+    """Idempotent. Replaces 0.3.17's name-mangled read path on every TcpConnection."""
+    cls: Any = TcpConnection
+    cls._rl_authenticated = False
+    cls._rl_peer = None
+    cls._rl_accepted_at = 0.0
+    cls._TcpConnection__tryReadBuffer = _guarded_try_read
+    cls._TcpConnection__processParseMessage = _guarded_parse
+    cls.connect = _guarded_connect
+    cls.disconnect = _guarded_disconnect
 
 # --------------------------------------------------------------------------------------------
 # Journal: PySyncObj's interface over our file format
@@ -293,8 +452,8 @@ def trim_append_entries(message: dict[str, Any], entries: Any) -> tuple[dict[str
 
 
 class _DurableTransport(TCPTransport):
-    """Holds back acknowledgements until the entries they cover are fsynced, and dials
-    through ``QuorumConfig.dial_overrides``.
+    """Holds back acknowledgements until the entries they cover are fsynced, dials through
+    ``QuorumConfig.dial_overrides``, and limits unidentified incoming connections (quorum_gate).
 
     A follower's ``next_node_idx`` promises its entries are stored. Acks produced while
     handling one poll batch are queued and released after a single fdatasync (at the next
@@ -331,6 +490,20 @@ class _DurableTransport(TCPTransport):
         if target is None:
             return self._connections[node].connect(node.ip, node.port)
         return self._connections[node].connect(globalDnsResolver().resolve(target[0]), target[1])
+
+    def _onNewIncomingConnection(self, conn: Any) -> None:  # noqa: N802
+        super()._onNewIncomingConnection(conn)
+        conn._rl_accepted_at = _pysyncobj_monotonic()
+        conn._rl_peer = _peer_of(conn)
+        if len(self._unknownConnections) > quorum_gate.MAX_UNKNOWN_CONNECTIONS:
+            _refuse(conn, "too_many_unidentified")  # the newest goes; it leaves the set
+
+    def _onTick(self) -> None:  # noqa: N802
+        super()._onTick()
+        deadline = _pysyncobj_monotonic() - quorum_gate.PREAUTH_TIMEOUT_S
+        for conn in list(self._unknownConnections):
+            if not conn._rl_authenticated and conn._rl_accepted_at < deadline:
+                _refuse(conn, "preauth_timeout")
 
     def send(self, node: Any, message: Any) -> bool:
         if isinstance(message, dict) and message.get("type") == "next_node_idx":
@@ -583,7 +756,7 @@ class Voter:
 
     def __init__(self, config: QuorumConfig, events: VoterEvents) -> None:
         quorum_dir = Path(config.data_dir) / "quorum"
-        quorum_dir.mkdir(parents=True, exist_ok=True)
+        quorum_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         journal_path = quorum_dir / "journal"
         journal = _Journal(JournalFile(journal_path, quorum_dir / "dump"))
         sync_obj: _QuorumSyncObj | None = None
@@ -646,3 +819,4 @@ class Voter:
 
 
 _install_pickle_guard()
+_install_read_guard()

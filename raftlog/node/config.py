@@ -856,7 +856,7 @@ def ensure_meta_properties(data_dir: Path | str, node_id: int, cluster_id: str |
     if not _CLUSTER_ID_RE.match(cluster_id):
         raise ConfigError(f"cluster_id {cluster_id!r}: use 1 to 64 characters from A-Z a-z 0-9 _ -")
     try:
-        data_dir.mkdir(parents=True, exist_ok=True)
+        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         _write_atomically(
             path,
             "# raftlog meta.properties: binds this data dir to one cluster and node\n"

@@ -4,9 +4,11 @@
     GET /metrics  -> 200, Prometheus text format 0.0.4 from the registry
     other paths   -> 404; other methods -> 405; a request we cannot parse -> 400
 
-With a `token` (the node's `http_token`, issue 16), everything but /health needs
+With a `token` (the node's `http_token`, issue 16), /metrics needs
 `Authorization: Bearer <token>` or HTTP Basic auth whose password is the token (any user
-name, for scrapers that only do Basic); else 401. /health stays open and holds no secret.
+name, for scrapers that only do Basic); else 401. /health stays open for probes, but without
+the token it says only whether the node and each component are up (`health_summary`: no
+topic, partition, offset or broker detail, which Metadata would filter by ACL; issue 39).
 
 One request per connection (`Connection: close`), no request bodies, no keep-alive: scrapers
 and probes need nothing more, and it keeps the parser to a request line and headers.
@@ -33,7 +35,7 @@ from raftlog.base.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from raftlog.base.metrics import MetricsRegistry
 from raftlog.node.server import close_gracefully
 
-__all__ = ["serve_http", "parse_request_head", "MAX_HEAD_BYTES"]
+__all__ = ["serve_http", "parse_request_head", "health_summary", "MAX_HEAD_BYTES"]
 
 logger = logging.getLogger(__name__)
 
@@ -145,6 +147,15 @@ def authorized(head: bytes, token: str) -> bool:
     return False
 
 
+def health_summary(report: Mapping[str, Any]) -> dict[str, Any]:
+    """What /health tells a caller without the token: overall `ok` and "up"/"down" for each
+    component of `report` (each map in it; down when its own "ok" is not True). Pure."""
+    components = {name: "up" if part.get("ok", True) is True else "down"
+                  for name, part in report.items() if isinstance(part, Mapping)}
+    return {"ok": report.get("ok") is True, "components": components,
+            "details": "send this node's http_token for details"}
+
+
 def _route(
     method: str, path: str, registry: MetricsRegistry, health: Callable[[], Mapping[str, Any]],
     allowed: bool = True,
@@ -168,6 +179,8 @@ def _route(
     except Exception as exc:  # a broken health probe is itself an unhealthy node
         log_event(logger, "health_failed", level=logging.ERROR, exc_info=exc)
         report, status = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}, 503
+    if not allowed:
+        report = health_summary(report)
     body = json.dumps(report, default=str, sort_keys=True).encode()
     return _response(status, "application/json", body)
 
@@ -221,8 +234,8 @@ async def serve_http(
     token: str | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
-    """Serve /health and /metrics on host:port until cancelled (/metrics behind `token`
-    when given).
+    """Serve /health and /metrics on host:port until cancelled (/metrics and /health's
+    details behind `token` when given).
 
     `health()` returns a JSON-able map; `"ok": True` in it means 200, anything else 503 (a
     `health()` that raises is reported as 503 too). It runs on the trio thread: keep it cheap.

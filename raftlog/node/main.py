@@ -66,7 +66,9 @@ from raftlog.node.config import NodeConfig, ensure_meta_properties, load_config,
 from raftlog.node.http import serve_http
 from raftlog.node.kafka.context import KafkaContext
 from raftlog.node.kafka.listener import serve_kafka
-from raftlog.node.pidfile import NODE_PID_FILE, claim, die_with_parent, parent_gone, release
+from raftlog.node.pidfile import (
+    NODE_PID_FILE, PRIVATE_UMASK, check_private, claim, die_with_parent, parent_gone, release,
+)
 from raftlog.node.server import serve
 
 __all__ = [
@@ -328,12 +330,14 @@ def main(config_path: str | None, overrides: Mapping[str, Any] | None = None,
          env: Mapping[str, str] | None = None, *, supervisor_pid: int | None = None) -> int:
     """Load the configuration, check the data dir, run the node. Returns the exit code.
     `supervisor_pid`: stop when that process (our parent) dies (pidfile.die_with_parent)."""
+    os.umask(PRIVATE_UMASK)  # every file and directory the node makes: 0600 / 0700 (pidfile.py)
     if supervisor_pid is not None and not die_with_parent(supervisor_pid):
         sys.stderr.write(f"raftlog node: supervisor {supervisor_pid} is gone; not starting\n")
         return EXIT_FAILURE
     try:
         config = load_config(config_path, env=os.environ if env is None else env, overrides=overrides)
         config.controller_peer_addresses()  # fail now, not at the first broker RPC
+        check_private(config.data_dir)
         cluster_id = ensure_meta_properties(config.data_dir, config.node_id, config.cluster_id)
         pid_path = config.data_dir / NODE_PID_FILE
         claim(pid_path)  # refuses a data dir another live node holds

@@ -52,6 +52,7 @@ from raftlog.node.bridge import (
     QuorumConfig,
     Voter,
     VoterStatus,
+    quorum_refusals,
     unpickle_rejections,
 )
 
@@ -166,6 +167,7 @@ class MetadataQuorum:
             "raft_last_applied": self._raft_last_applied,
             "pending_proposals": len(self._pending),
             "unpickle_rejections": unpickle_rejections(),
+            "refused_connections": quorum_refusals(),
         }
 
     # -- lifecycle --

@@ -4,6 +4,13 @@
     claim(path)                           # write our pid there; ConfigError if one still runs
     release(path)                         # at a clean exit (a killed process leaves it: stale)
     die_with_parent(supervisor_pid)       # Linux: SIGTERM when the supervisor dies
+    check_private(data_dir)               # ConfigError: others may write it, or not ours
+
+Private data (issue 39): a node runs under umask 077 (`PRIVATE_UMASK`, set first thing in
+raftlog/node/main.py and by `raftlog cluster up`), so every file and directory it makes is
+0600/0700 whatever the user's umask, its libraries' files included (PySyncObj, logging), and
+our own os.open/mkdir calls name those modes too. It refuses a data dir that group or other
+may write (they could swap its files) or that another user owns.
 
 A node writes `<data_dir>/node.pid` when it starts and removes it when it stops; `raftlog
 cluster up` writes `<data-dir>/supervisor.pid`. A pid file left by a killed process is
@@ -23,18 +30,20 @@ import ctypes
 import ctypes.util
 import os
 import signal
+import stat
 import sys
 from pathlib import Path
 from typing import Final
 
 from raftlog.base.errors import ConfigError
 
-__all__ = ["NODE_PID_FILE", "SUPERVISOR_PID_FILE", "running_pid", "claim", "release",
-           "die_with_parent", "parent_gone", "is_raftlog_process"]
+__all__ = ["NODE_PID_FILE", "SUPERVISOR_PID_FILE", "PRIVATE_UMASK", "running_pid", "claim", "release",
+           "die_with_parent", "parent_gone", "is_raftlog_process", "check_private"]
 
 NODE_PID_FILE: Final = "node.pid"
 SUPERVISOR_PID_FILE: Final = "supervisor.pid"
 _PR_SET_PDEATHSIG: Final = 1
+PRIVATE_UMASK: Final = 0o077
 _MARKERS: Final = (b"raftlog",)
 
 
@@ -110,3 +119,22 @@ def die_with_parent(supervisor_pid: int) -> bool:
 def parent_gone(supervisor_pid: int) -> bool:
     """True when our parent is no longer `supervisor_pid` (we were re-parented)."""
     return os.getppid() != supervisor_pid
+
+
+def check_private(data_dir: Path) -> None:
+    """Raise ConfigError when `data_dir` exists and group or other may write it, or another
+    user owns it (the message names the path, its mode and the fix). A missing dir passes:
+    the node makes it 0700."""
+    try:
+        st = os.stat(data_dir)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ConfigError(f"{data_dir}: cannot check the data dir: {exc.strerror}") from None
+    mode = stat.S_IMODE(st.st_mode)
+    if st.st_uid != os.geteuid():
+        raise ConfigError(f"{data_dir}: data dir (mode {mode:04o}) is owned by uid {st.st_uid}, not by "
+                          f"this user (uid {os.geteuid()}); run the node as its owner")
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ConfigError(f"{data_dir}: data dir has mode {mode:04o}: other users may write it; "
+                          f"`chmod 700 {data_dir}` first")

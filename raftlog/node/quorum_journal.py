@@ -200,7 +200,7 @@ class JournalFile:
         self._offsets: list[int] = []
         self._dirty = False
         self._dir_dirty = not path.exists() or not self._meta_path.exists()
-        self._fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             self._end = self._load()
             self._meta = self._load_meta()

@@ -272,3 +272,56 @@ def test_a_user_without_acls_is_refused(secure, case, refusal, user):
         assert codes == [refusal] * len(codes), codes
     else:  # the super user passes the same check (whatever the request's own outcome)
         assert refusal not in codes, codes
+
+
+def test_metadata_by_id_for_a_topic_the_user_may_not_describe_names_no_topic(secure):
+    # Issue 39: Kafka answers an unauthorized id with a null name; an unknown id likewise.
+    unknown = uuid.uuid4()
+    conn = Conn.login(secure, "nobody", NOBODY_PASSWORD)
+    try:
+        r = conn.call(MetadataRequest, 12, topics=[
+            MetadataRequest.MetadataRequestTopic(name=None, topic_id=secure.topic_ids[TOPIC]),
+            MetadataRequest.MetadataRequestTopic(name=None, topic_id=unknown)],
+            allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    finally:
+        conn.close()
+    answers = {t.topic_id: t for t in r.topics}
+    assert set(answers) == {secure.topic_ids[TOPIC], unknown}, r
+    refused = answers[secure.topic_ids[TOPIC]]
+    assert (refused.error_code, refused.name, refused.partitions) == (TOPIC_AUTHORIZATION_FAILED, None, [])
+    assert (answers[unknown].error_code, answers[unknown].name) == (100, None)  # UNKNOWN_TOPIC_ID
+    assert TOPIC not in repr(r)
+
+
+def test_offset_fetch_of_an_allowed_group_answers_each_unreadable_partition(secure):
+    # Issue 39: the handler crashed (KeyError: 'offset') on the authorizer's per-partition refusal.
+    from raftlog.base.acl import AclBinding
+
+    group = "acl-reader-g"
+    with Admin(secure.bootstrap(), request_timeout_ms=15_000, security=secure.material.admin_security()) as admin:
+        admin.upsert_user("reader", NOBODY_PASSWORD)
+        admin.create_acls([AclBinding("group", group, "literal", "User:reader", "*", "read", "allow")])
+    G8 = OffsetFetchRequest.OffsetFetchRequestGroup
+
+    def fetch(version: int) -> Any:
+        conn = Conn.login(secure, "reader", NOBODY_PASSWORD)
+        try:
+            if version >= 8:
+                r = conn.call(OffsetFetchRequest, 8, require_stable=False, groups=[G8(group_id=group, topics=[
+                    G8.OffsetFetchRequestTopics(name=TOPIC, partition_indexes=[0])])])
+                return r if r.groups and r.groups[0].error_code != GROUP_AUTHORIZATION_FAILED else None
+            r = conn.call(OffsetFetchRequest, 7, group_id=group, require_stable=False, topics=[
+                OffsetFetchRequest.OffsetFetchRequestTopic(name=TOPIC, partition_indexes=[0])])
+            return r if r.error_code != GROUP_AUTHORIZATION_FAILED else None  # the ACL not applied yet
+        finally:
+            conn.close()
+
+    old = secure.wait_for(lambda: fetch(7), 30, "OffsetFetch v7 past the group's ACL")
+    new = secure.wait_for(lambda: fetch(8), 30, "OffsetFetch v8 past the group's ACL")
+    assert old.error_code == 0
+    assert [(t.name, p.partition_index, p.committed_offset, p.error_code) for t in old.topics for p in t.partitions] \
+        == [(TOPIC, 0, -1, TOPIC_AUTHORIZATION_FAILED)]
+    (g,) = new.groups
+    assert g.error_code == 0
+    assert [(t.name, p.partition_index, p.committed_offset, p.error_code) for t in g.topics for p in t.partitions] \
+        == [(TOPIC, 0, -1, TOPIC_AUTHORIZATION_FAILED)]

@@ -314,6 +314,16 @@ async def _fetch_offsets(ctx: KafkaContext, group_id: str,
     return out
 
 
+def _committed(cls: Any, r: Mapping[str, Any]) -> Any:
+    """One OffsetFetch partition answer: the committed offset, or the partition's own error
+    (TOPIC_AUTHORIZATION_FAILED for a topic the principal may not read) with no offset."""
+    if r.get("error") is not None:
+        return cls(partition_index=r["partition"], committed_offset=-1, committed_leader_epoch=-1,
+                   metadata="", error_code=_wire_code(r["error"]))
+    return cls(partition_index=r["partition"], committed_offset=r["offset"],
+               committed_leader_epoch=r["leader_epoch"], metadata=r["metadata"], error_code=errors.NONE)
+
+
 async def handle_offset_fetch(ctx: KafkaContext, call: Call) -> Reply:
     request = call.request
     version = call.version
@@ -330,12 +340,7 @@ async def handle_offset_fetch(ctx: KafkaContext, call: Call) -> Reply:
                 groups.append(G(group_id=g.group_id, topics=[], error_code=_code(exc)[0]))
                 continue
             groups.append(G(group_id=g.group_id, error_code=errors.NONE, topics=[
-                GT(name=name, partitions=[
-                    GT.OffsetFetchResponsePartitions(
-                        partition_index=r["partition"], committed_offset=r["offset"],
-                        committed_leader_epoch=r["leader_epoch"], metadata=r["metadata"],
-                        error_code=errors.NONE)
-                    for r in rows])
+                GT(name=name, partitions=[_committed(GT.OffsetFetchResponsePartitions, r) for r in rows])
                 for name, rows in found.items()]))  # fmt: skip
         return R(throttle_time_ms=0, groups=groups)
     T = R.OffsetFetchResponseTopic
@@ -352,10 +357,7 @@ async def handle_offset_fetch(ctx: KafkaContext, call: Call) -> Reply:
                                        metadata="", error_code=code) for p in parts])
             for name, parts in wanted or []])  # fmt: skip
     return R(throttle_time_ms=0, error_code=errors.NONE, topics=[
-        T(name=name, partitions=[
-            P(partition_index=r["partition"], committed_offset=r["offset"],
-              committed_leader_epoch=r["leader_epoch"], metadata=r["metadata"], error_code=errors.NONE)
-            for r in rows])
+        T(name=name, partitions=[_committed(P, r) for r in rows])
         for name, rows in found.items()])  # fmt: skip
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import logging
 import uuid
+from collections.abc import Mapping
 from typing import Any, Final
 
 from kafka.protocol.metadata.metadata import MetadataResponse
@@ -78,16 +79,24 @@ def brokers(ctx: KafkaContext) -> list[tuple[int, str, int, str | None]]:
 async def handle_metadata(ctx: KafkaContext, call: Call) -> Reply:
     request = call.request
     names: list[str] | None = None
+    # Topics asked for by id only: {name: id}, so a refusal names none of them (Kafka: a null
+    # name), and the ids we do not know.
+    by_id_only: dict[str, uuid.UUID] = {}
+    unknown_ids: list[uuid.UUID] = []
     if request.topics is not None:
-        by_id = {t.topic_id: t for t in ctx.metadata.image.topics.values()}
+        ids = names_by_uuid(ctx)
         names = []
         for t in request.topics:
             if t.name is not None:
                 names.append(t.name)
             elif getattr(t, "topic_id", None) is not None:
-                found = next((x for tid, x in by_id.items() if topic_uuid(tid) == t.topic_id), None)
-                if found is not None:
-                    names.append(found.name)
+                name = ids.get(t.topic_id)
+                if name is None:
+                    unknown_ids.append(t.topic_id)
+                else:
+                    names.append(name)
+                    by_id_only[name] = t.topic_id
+        by_id_only = {n: i for n, i in by_id_only.items() if names.count(n) == 1}
         if call.version == 0 and not names:
             names = None  # v0: an empty list means every topic
     allow_create = ctx.auto_create_topics and getattr(request, "allow_auto_topic_creation", True)
@@ -107,7 +116,7 @@ async def handle_metadata(ctx: KafkaContext, call: Call) -> Reply:
                 for t in topics:
                     if t["name"] in created and t.get("error") == "UNKNOWN_TOPIC_OR_PARTITION":
                         t["error"] = "LEADER_NOT_AVAILABLE"
-        return _response(ctx, call, result, topics)
+        return _response(ctx, call, result, topics, by_id_only, unknown_ids)
 
     return Later(answer)
 
@@ -127,14 +136,23 @@ async def _auto_create(ctx: KafkaContext, names: list[str]) -> set[str]:
     return created
 
 
-def _response(ctx: KafkaContext, call: Call, result: Any, topics: list[dict[str, Any]]) -> MetadataResponse:
+def _response(ctx: KafkaContext, call: Call, result: Any, topics: list[dict[str, Any]],
+              by_id_only: Mapping[str, uuid.UUID] | None = None,
+              unknown_ids: list[uuid.UUID] | None = None) -> MetadataResponse:
     R = MetadataResponse
     topic_ids = ctx.metadata.image.topic_ids
-    out_topics = []
+    by_id_only = by_id_only or {}
+    out_topics = [R.MetadataResponseTopic(error_code=errors.UNKNOWN_TOPIC_ID, name=None, topic_id=i,
+                                          is_internal=False, partitions=[]) for i in unknown_ids or ()]
     for t in topics:
         error = t.get("error")
         if error is not None:
             code = errors.LEADER_NOT_AVAILABLE if error == "LEADER_NOT_AVAILABLE" else errors.kafka_error_code(error)
+            asked_id = by_id_only.get(t["name"])
+            if asked_id is not None:  # asked for by id: answer by id, never with the name
+                out_topics.append(R.MetadataResponseTopic(
+                    error_code=code, name=None, topic_id=asked_id, is_internal=False, partitions=[]))
+                continue
             out_topics.append(R.MetadataResponseTopic(
                 error_code=code, name=t["name"], topic_id=ZERO_UUID, is_internal=False, partitions=[],
             ))  # fmt: skip

@@ -1,5 +1,6 @@
 """Controller decisions on an injected clock: placement balance, fencing timelines, validation errors, leadership, producer ids, internal topics."""
 
+import base64
 import random
 
 import pytest
@@ -48,6 +49,7 @@ class Cluster:
     def __init__(self, brokers=0, epoch=1, seed=0, **kwargs):
         self.now_ms = 0
         self.image = MetadataImage.empty()
+        kwargs.setdefault("random_bytes", random.Random(seed).randbytes)  # repeatable ids
         self.c = Controller(self.image, epoch, self.now_ms, random.Random(seed), **kwargs)
         self.commit(self.c.noop())
         for b in range(1, brokers + 1):
@@ -593,3 +595,19 @@ def test_result_records_are_the_envelope_records():
     assert UnfenceBroker(1, "i") != FenceBroker(1, "i")
     assert ProducerIdBlock(1, 0, 1) == ProducerIdBlock(1, 0, 1)
     assert PartitionChange("x", 0, -1, 0).replicas is None
+
+
+def test_topic_ids_come_from_the_random_bytes_source_not_the_seeded_rng():
+    made = []
+
+    def source(n: int) -> bytes:
+        made.append(n)
+        return bytes(range(n))
+
+    cl = Cluster(brokers=1, random_bytes=source)
+    result = cl.c.create_topic("ids", 1, 1, now_ms=0)
+    assert made == [16]
+    assert result.records[0].topic_id == base64.urlsafe_b64encode(bytes(range(16))).rstrip(b"=").decode()
+    # By default (the node's way) two controllers seeded alike still make unrelated ids.
+    ids = {Controller(MetadataImage.empty(), 1, 0, random.Random(7))._new_topic_id() for _ in range(2)}
+    assert len(ids) == 2
