@@ -271,7 +271,8 @@ class _Connection:
     async def _read_loop(
         self, requests: trio.Nursery, send: trio.MemorySendChannel[Item]
     ) -> str:
-        """Returns "eof" (client finished), "fatal" (undecodable frame answered), "abort"."""
+        """Returns "eof" (client finished), "fatal" (undecodable frame answered), "abort"
+        (gone, or an oversized frame before authentication: answered, closed without linger)."""
         decoder = FrameDecoder(self._max_frame_bytes())
         reader = StreamReader(self.stream)
         while True:
@@ -304,8 +305,11 @@ class _Connection:
                         reason=exc.message,
                     )  # fmt: skip
                     if isinstance(exc, MessageTooLargeError) and self.session is not None and not self.session.complete:
+                        # A stranger: answered, then closed at once (no linger reading its body).
                         exc = MessageTooLargeError(f"{exc.message}: authenticate first")
-                    elif isinstance(exc, MessageTooLargeError) and self.listener.name == "client":
+                        await self._queue(send, encode_frame(error_response(0, exc)))
+                        return "abort"
+                    if isinstance(exc, MessageTooLargeError) and self.listener.name == "client":
                         exc = MessageTooLargeError(
                             f"{exc.message}: raise the node's limit with --max-request-bytes "
                             "(max_frame_bytes in node.toml)")
