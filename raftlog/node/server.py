@@ -33,8 +33,9 @@ raftlog_tls_handshake_failures_total). Each connection gets a session; until it 
 the reader handles only its auth ops, one at a time and in order, and any failure or other op
 is answered and closes the connection (raftlog_auth_failures_total counts failed logins).
 Afterwards each request carries the session's principal and the client's host, and
-`session.check()` runs before each request (a user removed while connected, or a session
-older than `connections_max_reauth_ms` that did not log in again, is answered and closed).
+`session.check()` runs before each request (a user removed while connected is answered and
+closed; a session older than `connections_max_reauth_ms` that did not log in again is closed
+unanswered, as Kafka does, so that the client reconnects).
 
 Attachments (PROTOCOL.md "Attachments"): a handler may answer `Attached(fields, parts)`; the
 response gets `attachment_bytes` and the parts follow its frame. The connection's writer
@@ -342,6 +343,12 @@ class _Connection:
                     return await self._authenticate(session, request, send)
                 try:
                     session.check()
+                except SessionExpiredError as exc:
+                    # KIP-368: closed unanswered, as Kafka does; the client connects and logs
+                    # in again (an error answer would read as a failed login to give up on).
+                    log_event(logger, "conn_session_expired", level=logging.INFO, listener=listener.name,
+                              peer=self.peer, reason=exc.message)
+                    return True
                 except RaftlogError as exc:
                     await self._refuse(request, exc, send)
                     return True
@@ -424,7 +431,7 @@ class _Connection:
 
     async def _refuse(self, request: Request, exc: RaftlogError, send: trio.MemorySendChannel[Item]) -> None:
         listener = self.listener
-        if isinstance(exc, SaslAuthenticationFailedError) and not isinstance(exc, SessionExpiredError):
+        if isinstance(exc, SaslAuthenticationFailedError):
             listener.auth_failures_total.labels(listener=listener.name).inc()
         listener.requests_total.labels(listener=listener.name, op=listener.op_label(request.op), code=exc.code).inc()
         log_event(
