@@ -109,6 +109,7 @@ class ConnectionGate:
         self._budgets: dict[str, int] = {}
         self._per_ip: dict[str, int] = {}  # only addresses with a connection open: bounded by them
         self._refusals = OnceLog()
+        self._timeouts = OnceLog()
         registry = registry if registry is not None else MetricsRegistry()
         self.refused_total = registry.counter(
             "raftlog_connections_refused_total",
@@ -148,6 +149,14 @@ class ConnectionGate:
             self._per_ip[host] = left
         else:
             del self._per_ip[host]
+
+    def timed_out(self, listener: str, host: str, reason: str) -> None:
+        """Count a connection closed by its timer; a stranger that did not log in in time is
+        logged once per address (an idle close is routine: debug)."""
+        self.closed_total.labels(listener=listener, reason=reason).inc()
+        stranger = reason == "preauth_timeout" and self._timeouts.first(host)
+        log_event(logger, "conn_timed_out", level=logging.WARNING if stranger else logging.DEBUG,
+                  listener=listener, address=host, reason=reason)
 
     def refused(self, listener: str, host: str, reason: str) -> None:
         self.refused_total.labels(listener=listener, reason=reason).inc()
@@ -228,10 +237,7 @@ async def _run(stream: trio.SocketStream, peer: str, host: str, gate: Connection
         async with trio.open_nursery() as nursery:
 
             async def watchdog() -> None:
-                reason = await liveness.watch()
-                gate.closed_total.labels(listener=listener, reason=reason).inc()
-                log_event(logger, "conn_timed_out", level=logging.INFO, listener=listener, peer=peer,
-                          reason=reason)
+                gate.timed_out(listener, host, await liveness.watch())
                 nursery.cancel_scope.cancel()
 
             nursery.start_soon(watchdog)
