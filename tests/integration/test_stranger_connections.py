@@ -1,4 +1,4 @@
-"""Issue 39's strangers against real nodes, plain and secure (TLS+SASL): 1,100 idle connections to the Kafka and the native client port do not lock a node out (a new client is served, the per-address limit closes the extra ones at once, the timers close the idle and the unauthenticated ones, /metrics counts them); an oversized frame before authentication on the native client, peer and Kafka ports closes the connection with the node's RSS within a bound; 40 parallel connections guess passwords no faster than one address may; a SASL session past connections_max_reauth_ms is closed, and may log in again on its connection before that."""
+"""Issue 39's strangers against real nodes, plain and secure (TLS+SASL): 1,100 idle connections to the Kafka and the native client port do not lock a node out (a new client is served, the per-address limit closes the extra ones at once, the timers close the idle and the unauthenticated ones, /metrics counts them); an oversized frame before authentication on the native client, peer and Kafka ports closes the connection with the node's RSS within a bound; 40 parallel connections guess passwords no faster than one address may; a SASL session past connections_max_reauth_ms is closed, and may log in again on its connection before that (librdkafka does, and keeps producing)."""
 
 from __future__ import annotations
 
@@ -439,3 +439,29 @@ def test_a_session_past_its_lifetime_is_closed_and_may_log_in_again_before(secur
                 while time.monotonic() < deadline:
                     assert "brokers" in exchange("metadata")
                     threading.Event().wait(0.5)  # the pace of the poll, bounded by the deadline
+
+
+def test_a_kafka_client_logs_in_again_before_its_session_ends(secure):
+    """librdkafka reads session_lifetime_ms and re-authenticates on its connection (KIP-368):
+    producing across several lifetimes loses nothing and no session is cut off."""
+    conf = load_properties(secure.material.client_properties)
+    conf.update({"bootstrap.servers": secure.kafka(1), "message.timeout.ms": 30_000})
+    def seen() -> tuple[float, float]:
+        text = metrics(secure)
+        return (counter(text, "raftlog_frame_errors_total", code="session_expired", listener="kafka"),
+                counter(text, "raftlog_requests_total", listener="kafka", op="SaslAuthenticate", code="OK"))
+
+    expired_before, logins_before = seen()
+    producer = KProducer(conf)
+    outcomes: list[Any] = []
+    deadline = time.monotonic() + 3 * REAUTH_MS / 1000
+    sent = 0
+    while time.monotonic() < deadline and sent < 200:  # bounded either way
+        producer.produce("lifetimes", b"%d" % sent, on_delivery=lambda err, msg: outcomes.append(err))
+        sent += 1
+        assert producer.flush(30) == 0
+        threading.Event().wait(0.25)  # the pace of the producer, bounded by the deadline
+    assert outcomes == [None] * sent
+    expired_after, logins_after = seen()
+    assert expired_after == expired_before  # no session was cut off ...
+    assert logins_after - logins_before >= 3 * 2  # ... because it logged in again (SCRAM: 2 rounds a login)
