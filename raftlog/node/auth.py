@@ -18,9 +18,12 @@ Sessions:
 
 Failures: a session raises a RaftlogError (SASL_AUTHENTICATION_FAILED, ILLEGAL_SASL_STATE,
 UNSUPPORTED_SASL_MECHANISM); the listener answers it and closes the connection. A failed login
-costs the caller a delay from `LoginThrottle` (per host, doubling, bounded), so guessing is
-slow while other clients are served as usual; the listener counts failures
-(`raftlog_auth_failures_total`).
+costs the caller a delay from `LoginThrottle` (per host, doubling, bounded), and one address
+gets one login step at a time across all its connections and both client listeners
+(`LoginThrottle.turn`), so guessing is slow however many connections it opens, while other
+clients are served as usual; the listener counts failures (`raftlog_auth_failures_total`).
+A SASL session may have a lifetime (`connections_max_reauth_ms`, KIP-368): re-authentication
+on the connection renews it, else the next request after it ends closes the connection.
 
 Concurrency: trio-thread only. PLAIN's PBKDF2 runs in a worker thread (`trio.to_thread`, at
 most PBKDF2_THREADS at once), so a flood of PLAIN logins does not stall the event loop.
@@ -31,7 +34,8 @@ from __future__ import annotations
 import logging
 import ssl
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -56,6 +60,7 @@ from raftlog.base.sasl import (
     new_server,
 )
 from raftlog.base.tls import node_id_of_certificate, principal_of_certificate
+from raftlog.node.gate import OnceLog
 
 __all__ = [
     "AUTH_OPS",
@@ -65,6 +70,7 @@ __all__ = [
     "PeerSession",
     "SaslSession",
     "Session",
+    "SessionExpiredError",
     "client_session_factory",
     "peer_session_factory",
     "send_tls_alert",
@@ -76,7 +82,6 @@ PEER_AUTH_OPS: Final = frozenset({"peer_auth_hello", "peer_auth_finish"})
 SASL_OPS: Final = frozenset({"sasl_handshake", "sasl_authenticate"})
 AUTH_OPS: Final = PEER_AUTH_OPS | SASL_OPS
 PBKDF2_THREADS: Final = 2
-MAX_LOGGED_ADDRESSES: Final = 4096
 
 _pbkdf2_limiter: trio.CapacityLimiter | None = None
 
@@ -138,7 +143,13 @@ class LoginThrottle:
     """Per-host failed-login delays: the n-th failure in a row from a host waits
     min(max_delay_ms, base_delay_ms * 2**(n-1)) before its answer; a success or `forget_ms`
     without failures resets it. At most `max_hosts` hosts are tracked (oldest dropped).
-    Pure: the caller passes `now_ms`."""
+    `failed` and `succeeded` are pure: the caller passes `now_ms`.
+
+    Across connections (issue 39): a login step runs inside `turn(host)`, which lets one step
+    per host run at a time, and a failure waits out its delay inside its turn. So parallel
+    connections from one address guess no faster than one connection does (the delays add
+    up instead of running side by side), while other addresses are not slowed. The table of
+    turns holds only hosts with a step running or waiting: bounded by the connections."""
 
     def __init__(self, *, base_delay_ms: int = 100, max_delay_ms: int = 3000, forget_ms: int = 60_000,
                  max_hosts: int = 10_000) -> None:
@@ -147,6 +158,23 @@ class LoginThrottle:
         self.forget_ms = forget_ms
         self.max_hosts = max_hosts
         self._failures: OrderedDict[str, tuple[int, int]] = OrderedDict()  # host -> (count, last_ms)
+        self._turns: dict[str, tuple[trio.Lock, list[int]]] = {}  # host -> (its lock, [users])
+
+    @asynccontextmanager
+    async def turn(self, host: str) -> AsyncIterator[None]:
+        """Hold the host's one login turn (wait for it first). Cancel-safe."""
+        entry = self._turns.get(host)
+        if entry is None:
+            entry = self._turns[host] = (trio.Lock(), [0])
+        lock, users = entry
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._turns[host]
 
     def failed(self, host: str, now_ms: int) -> int:
         """Record a failure; return the delay (ms) to wait before answering it."""
@@ -163,26 +191,11 @@ class LoginThrottle:
         self._failures.pop(host, None)
 
 
-class _OnceLog:
-    """Log a refusal once per remote address (bounded)."""
-
-    def __init__(self) -> None:
-        self._seen: OrderedDict[str, None] = OrderedDict()
-
-    def first(self, address: str) -> bool:
-        if address in self._seen:
-            return False
-        self._seen[address] = None
-        while len(self._seen) > MAX_LOGGED_ADDRESSES:
-            self._seen.popitem(last=False)
-        return True
-
-
 # --- the peer listener --------------------------------------------------------------------------
 
 
 class PeerSession:
-    def __init__(self, key: bytes | None, host: str, node_id: int | None, refused: _OnceLog) -> None:
+    def __init__(self, key: bytes | None, host: str, node_id: int | None, refused: OnceLog) -> None:
         self._acceptor = PeerAuthAcceptor(key) if key is not None else None
         self._host = host
         self._refused = refused
@@ -215,7 +228,7 @@ class PeerSession:
 def peer_session_factory(key: bytes | None) -> Callable[[str, Mapping[str, Any] | None], PeerSession]:
     """Sessions of the peer listener: a node certificate (TLS) or the HMAC handshake with
     `key` (None: TLS only; a connection without a node certificate gets nothing)."""
-    refused = _OnceLog()
+    refused = OnceLog()
 
     def new_session(host: str, certificate: Mapping[str, Any] | None) -> PeerSession:
         return PeerSession(key, host, node_id_of_certificate(certificate), refused)
@@ -241,8 +254,19 @@ class OpenSession:
         return None
 
 
+class SessionExpiredError(SaslAuthenticationFailedError):
+    """The session is older than `connections_max_reauth_ms` and was not renewed (KIP-368):
+    the connection is closed; the client connects and logs in again."""
+
+
 class SaslSession:
-    """SASL on a client listener (Kafka's SaslHandshake + SaslAuthenticate, native form)."""
+    """SASL on a client listener (Kafka's SaslHandshake + SaslAuthenticate, native form).
+
+    With `reauth_ms` (Kafka's connections.max.reauth.ms; 0: off) a session lives that long
+    after its login: `check()` fails once it is older, and before that the client may log in
+    again on the same connection (KIP-368: a new handshake and authenticate rounds; the
+    principal must stay the same), which starts a new lifetime. Requests keep running as
+    the session's principal meanwhile."""
 
     def __init__(
         self,
@@ -254,6 +278,7 @@ class SaslSession:
         nonces: NonceCache,
         throttle: LoginThrottle,
         clock_ms: Callable[[], int],
+        reauth_ms: int = 0,
     ) -> None:
         self._host = host
         self._mechanisms = tuple(m for m in mechanisms if tls or m != "PLAIN")
@@ -263,51 +288,67 @@ class SaslSession:
         self._clock_ms = clock_ms
         self._server: ScramServer | PlainServer | None = None
         self._user: str | None = None
+        self.reauth_ms = reauth_ms
+        self.authenticated_ms: int | None = None  # when the last login completed
         self.complete = False
         self.principal = ANONYMOUS
 
     def __repr__(self) -> str:
         return f"SaslSession(user={self._user!r}, complete={self.complete})"
 
+    @property
+    def lifetime_ms(self) -> int:
+        """What SaslAuthenticate v1+ reports as session_lifetime_ms: 0 without a limit."""
+        return self.reauth_ms
+
     async def handle(self, request: Request) -> dict[str, Any]:
-        if self.complete or request.op not in SASL_OPS:
-            raise IllegalSaslStateError(
-                "authenticate first (sasl_handshake, then sasl_authenticate)" if not self.complete
-                else "already authenticated"
-            )
+        if request.op not in SASL_OPS:
+            raise IllegalSaslStateError("authenticate first (sasl_handshake, then sasl_authenticate)")
         if request.op == "sasl_handshake":
-            if self._server is not None:
-                raise IllegalSaslStateError("one sasl_handshake per connection")
+            if self.complete and not self.reauth_ms:
+                raise IllegalSaslStateError("already authenticated")
+            if self._server is not None and not self._server.done:
+                raise IllegalSaslStateError("one sasl_handshake per login")
             mechanism = request.fields.get("mechanism")
             if type(mechanism) is not str:
                 raise InvalidRequestError("field 'mechanism' must be a string", field="mechanism")
             self._server = new_server(mechanism, self._lookup, nonces=self._nonces,
                                       now_ms=self._clock_ms(), enabled=self._mechanisms)
             return {"mechanisms": list(self._mechanisms)}
-        if self._server is None:
-            raise IllegalSaslStateError("sasl_handshake comes before sasl_authenticate")
+        if self._server is None or self._server.done:
+            raise IllegalSaslStateError("sasl_handshake comes before sasl_authenticate"
+                                        if not self.complete else "already authenticated")
         auth_bytes = request.fields.get("auth_bytes")
         if type(auth_bytes) is not bytes:
             raise InvalidRequestError("field 'auth_bytes' must be bytes", field="auth_bytes")
         server = self._server
-        try:
-            if isinstance(server, PlainServer):  # one PBKDF2: off the event loop
-                answer = await trio.to_thread.run_sync(server.step, auth_bytes, limiter=_limiter())
-            else:
-                answer = server.step(auth_bytes)
-        except SaslAuthenticationFailedError:
-            await trio.sleep(self._throttle.failed(self._host, self._clock_ms()) / 1000)
-            raise
+        async with self._throttle.turn(self._host):  # one step per address at a time
+            try:
+                if isinstance(server, PlainServer):  # one PBKDF2: off the event loop
+                    answer = await trio.to_thread.run_sync(server.step, auth_bytes, limiter=_limiter())
+                else:
+                    answer = server.step(auth_bytes)
+            except SaslAuthenticationFailedError:
+                await trio.sleep(self._throttle.failed(self._host, self._clock_ms()) / 1000)
+                raise
         if not server.done:
             return {"auth_bytes": answer, "complete": False}
-        self._throttle.succeeded(self._host)
         assert server.principal is not None and server.username is not None
+        if self.complete and server.principal != self.principal:
+            raise SaslAuthenticationFailedError("re-authentication must keep the session's principal")
+        self._throttle.succeeded(self._host)
         self._user, self.principal, self.complete = server.username, server.principal, True
-        return {"auth_bytes": answer, "complete": True, "principal": server.principal}
+        self.authenticated_ms = self._clock_ms()
+        return {"auth_bytes": answer, "complete": True, "principal": server.principal,
+                "session_lifetime_ms": self.lifetime_ms}
 
     def check(self) -> None:
-        """Fail (and close) once the user has no credential left."""
-        assert self._user is not None
+        """Fail (and close) once the user has no credential left, or the session is older
+        than `reauth_ms`."""
+        assert self._user is not None and self.authenticated_ms is not None
+        if self.reauth_ms and self._clock_ms() - self.authenticated_ms > self.reauth_ms:
+            raise SessionExpiredError(
+                f"the session expired after connections_max_reauth_ms ({self.reauth_ms} ms): log in again")
         if all(self._lookup(self._user, m) is None for m in ("SCRAM-SHA-512", "SCRAM-SHA-256")):
             raise SaslAuthenticationFailedError("authentication failed: the user's credentials were removed")
 
@@ -320,8 +361,11 @@ def client_session_factory(
     mechanisms: tuple[str, ...] = MECHANISMS,
     clock_ms: Callable[[], int],
     throttle: LoginThrottle | None = None,
+    reauth_ms: int = 0,
 ) -> Callable[[str, Mapping[str, Any] | None], Session]:
-    """Sessions of a client listener (Kafka's SASL_SSL when `sasl` and `tls`, and so on)."""
+    """Sessions of a client listener (Kafka's SASL_SSL when `sasl` and `tls`, and so on).
+    One `throttle` (and replay window) for every connection of every listener that uses
+    this factory; `reauth_ms`: SaslSession's session lifetime (0: none)."""
     nonces = NonceCache()
     throttle = throttle if throttle is not None else LoginThrottle()
 
@@ -329,7 +373,7 @@ def client_session_factory(
         if not sasl:
             return OpenSession(principal_of_certificate(certificate) or ANONYMOUS)
         return SaslSession(host=host, tls=tls, mechanisms=mechanisms, lookup=lookup, nonces=nonces,
-                           throttle=throttle, clock_ms=clock_ms)
+                           throttle=throttle, clock_ms=clock_ms, reauth_ms=reauth_ms)
 
     return new_session
 

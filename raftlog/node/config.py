@@ -249,6 +249,20 @@ class NodeConfig:
     allow_plaintext: bool = False
     http_token: str | None = dataclasses.field(default=None, repr=False)
     bootstrap_credentials_file: Path | None = None
+    # -- connection limits (issue 39; Kafka's names; raftlog/node/gate.py) --
+    # max_connections above is Kafka's broker-wide max.connections: the client and Kafka
+    # listeners together; the peer listener has a budget of its own of the same size.
+    max_connections_per_ip: int = 256  # over every listener (Kafka's max.connections.per.ip)
+    max_connections_per_ip_overrides: str = ""  # "address:count,..." (normalised)
+    connections_max_idle_ms: int = 600_000  # 0: off
+    connections_preauth_timeout_ms: int = 10_000  # accept to a complete session; 0: off
+    connections_max_reauth_ms: int = 0  # KIP-368 SASL session lifetime; 0: off
+    sasl_server_max_receive_size: int = 524_288  # Kafka listener, before the login (bytes)
+
+    @property
+    def per_ip_overrides(self) -> dict[str, int]:
+        """max_connections_per_ip_overrides as {address: count}."""
+        return _parse_per_ip_overrides(self.max_connections_per_ip_overrides)
 
     @property
     def client_tls(self) -> bool:
@@ -395,6 +409,29 @@ def _to_dial_overrides(value: Any) -> Mapping[str, str]:
     return MappingProxyType(result)
 
 
+def _parse_per_ip_overrides(text: str) -> dict[str, int]:
+    """{address: count} from Kafka's "address:count,address:count" (IPv6 as "[::1]:5")."""
+    result: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        host, colon, count = item.rpartition(":")
+        host = host.strip().strip("[]")
+        if not colon or not host or not count.strip().isdigit():
+            raise ValueError(f"expected \"address:count,...\", got {item!r:.60}")
+        if host in result:
+            raise ValueError(f"{host} is listed twice")
+        result[host] = int(count)
+    return result
+
+
+def _to_per_ip_overrides(value: Any) -> str:
+    """Kafka's max.connections.per.ip.overrides ("address:count,...") or a table {address =
+    count}, normalised to "address:count,..." (so the config stays one plain string)."""
+    if isinstance(value, Mapping):
+        value = ",".join(f"{k}:{_to_int(v)}" for k, v in value.items())
+    parsed = _parse_per_ip_overrides(_to_str(value))
+    return ",".join(f"[{h}]:{n}" if ":" in h else f"{h}:{n}" for h, n in parsed.items())
+
+
 SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS: Final = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
 
@@ -485,6 +522,13 @@ _KEYS: Final[dict[str, _Key]] = {
     "allow_plaintext": _Key(_to_bool, "allow_plaintext"),
     "http_token": _Key(_to_nonempty_str, "http_token"),
     "bootstrap_credentials_file": _Key(_to_path, "bootstrap_credentials_file"),
+    # connection limits (issue 39)
+    "max_connections_per_ip": _Key(_to_int, "max_connections_per_ip"),
+    "max_connections_per_ip_overrides": _Key(_to_per_ip_overrides, "max_connections_per_ip_overrides"),
+    "connections_max_idle_ms": _Key(_to_int, "connections_max_idle_ms"),
+    "connections_preauth_timeout_ms": _Key(_to_int, "connections_preauth_timeout_ms"),
+    "connections_max_reauth_ms": _Key(_to_int, "connections_max_reauth_ms"),
+    "sasl_server_max_receive_size": _Key(_to_int, "sasl_server_max_receive_size"),
 }
 _NESTED_TABLES: Final = ("listeners",)  # tables whose keys are config keys themselves
 _INT_RANGES: Final = {
@@ -502,6 +546,12 @@ _INT_RANGES: Final = {
     "scrub_bytes_per_s": (0, 1 << 40),
     "scrub_interval_ms": (1, 365 * 24 * 3_600_000),
     "log_open_files_max": (1, 1_000_000),
+    # connection limits (issue 39)
+    "max_connections_per_ip": (0, 1_000_000),
+    "connections_max_idle_ms": (0, 7 * 24 * 3_600_000),
+    "connections_preauth_timeout_ms": (0, 3_600_000),
+    "connections_max_reauth_ms": (0, 365 * 24 * 3_600_000),
+    "sasl_server_max_receive_size": (1024, MAX_FRAME_BYTES_LIMIT),
 }
 
 

@@ -65,6 +65,7 @@ from raftlog.node.metadata_quorum import MetadataQuorum, QuorumConfig
 from raftlog.node.config import NodeConfig, ensure_meta_properties, load_config, take_incarnation
 from raftlog.node.http import serve_http
 from raftlog.node.kafka.context import KafkaContext
+from raftlog.node.gate import ConnectionGate, raise_fd_limit
 from raftlog.node.kafka.listener import serve_kafka
 from raftlog.node.pidfile import (
     NODE_PID_FILE, PRIVATE_UMASK, check_private, claim, die_with_parent, parent_gone, release,
@@ -80,6 +81,7 @@ logger = logging.getLogger(__name__)
 
 DRAIN_TIMEOUT_S: Final = 5.0
 PARENT_POLL_S: Final = 0.5
+FD_HEADROOM: Final = 256  # descriptors besides connections and segment files (peers, quorum, logs)
 EXIT_OK: Final = 0
 EXIT_FAILURE: Final = 1
 EXIT_CONFIG: Final = 2
@@ -166,8 +168,24 @@ def client_security_of(config: NodeConfig, image_of: Callable[[], MetadataImage]
         sasl=config.client_sasl, tls=config.client_tls,
         lookup=lambda user, mechanism: image_of().scram_credential(user, mechanism),
         mechanisms=config.sasl_mechanisms, clock_ms=lambda: int(trio.current_time() * 1000),
+        reauth_ms=config.connections_max_reauth_ms,
     )  # fmt: skip
     return ListenerSecurity(ssl_context=context, new_session=factory)
+
+
+def gate_of(config: NodeConfig, registry: MetricsRegistry) -> ConnectionGate:
+    """The node's connection limits and timers (raftlog/node/gate.py), from its settings. The
+    descriptor limit is lifted first (raise_fd_limit); a limit still below what the settings
+    allow is logged: connections past it fail at accept (EMFILE) instead of being refused."""
+    soft, hard = raise_fd_limit()
+    wanted = 2 * config.max_connections + config.log_open_files_max + FD_HEADROOM
+    if soft < wanted:
+        log_event(logger, "fd_limit_low", level=logging.WARNING, soft=soft, hard=hard, wanted=wanted)
+    return ConnectionGate(
+        max_connections=config.max_connections, max_connections_per_ip=config.max_connections_per_ip,
+        per_ip_overrides=config.per_ip_overrides, idle_ms=config.connections_max_idle_ms,
+        preauth_timeout_ms=config.connections_preauth_timeout_ms, registry=registry,
+    )  # fmt: skip
 
 
 def merge_handlers(tables: Sequence[tuple[str, Mapping[str, Handler]]]) -> dict[str, Handler]:
@@ -244,6 +262,7 @@ async def run_node(
         return report
 
     listen = config.listeners
+    gate = gate_of(config, registry)  # one per node: every listener's connections count together
     async with trio.open_nursery() as nursery:
         await nursery.start(peers.run)
         for service in services:
@@ -252,14 +271,12 @@ async def run_node(
         ports["peer"] = await nursery.start(partial(
             serve, peer_handlers, listen.peer.host, listen.peer.port, name="peer",
             max_frame_bytes=config.peer_max_frame_bytes, request_timeout_ms=config.request_timeout_ms,
-            max_in_flight=config.max_in_flight, max_connections=config.max_connections, registry=registry,
-            security=peer_security,
+            max_in_flight=config.max_in_flight, registry=registry, security=peer_security, gate=gate,
         ))  # fmt: skip
         ports["client"] = await nursery.start(partial(
             serve, client_handlers, listen.client.host, listen.client.port, name="client",
             max_frame_bytes=config.max_frame_bytes, request_timeout_ms=config.request_timeout_ms,
-            max_in_flight=config.max_in_flight, max_connections=config.max_connections, registry=registry,
-            security=client_security,
+            max_in_flight=config.max_in_flight, registry=registry, security=client_security, gate=gate,
         ))  # fmt: skip
         ports["http"] = await nursery.start(partial(
             serve_http, registry, health, listen.http.host, listen.http.port, token=config.http_token,
@@ -279,8 +296,8 @@ async def run_node(
         ports["kafka"] = await nursery.start(partial(
             serve_kafka, kafka_ctx, listen.kafka.host, listen.kafka.port,
             max_request_bytes=config.max_frame_bytes, request_timeout_ms=config.request_timeout_ms,
-            max_in_flight=config.max_in_flight, max_connections=config.max_connections,
-            registry=registry, security=client_security,
+            max_in_flight=config.max_in_flight, sasl_max_receive_bytes=config.sasl_server_max_receive_size,
+            registry=registry, security=client_security, gate=gate,
         ))  # fmt: skip
         # Everything built so far (modules, services, replicas) lives as long as the node:
         # out of the cyclic GC's reach, a full collection no longer walks it. Measured: a

@@ -13,14 +13,18 @@ no task, deadline or slot, and hands back `Later(wait)` for what must wait (its 
 which then runs in a request task like any other; its errors are answered the same way.
 
 Limits (everything bounded):
-* at most `max_connections` connections: past that the accept loop waits (the kernel backlog
-  holds the rest);
+* connections are admitted by the node's `ConnectionGate` (raftlog/node/gate.py, shared with
+  the Kafka listener): past `max_connections` (or the per-address limit) a new connection is
+  accepted and closed at once; the gate's timers close a connection not authenticated in
+  time or idle too long;
 * at most `max_in_flight` requests per connection: past that the reader stops reading, so
   TCP pushes back on the client;
 * the response channel holds `max_in_flight` frames; a writer stuck for `request_timeout_ms`
   on a client that does not read closes the connection;
 * every request runs under `request_deadline_ms(...)` and answers REQUEST_TIMED_OUT after it;
-* frames over `max_frame_bytes` either way get MESSAGE_TOO_LARGE.
+* frames over `max_frame_bytes` either way get MESSAGE_TOO_LARGE; until the session is
+  complete (SASL, the peer handshake) the limit is PRE_AUTH_MAX_FRAME_BYTES (64 KiB), refused
+  when the header arrives, before any of the body is buffered.
 
 Security (`security=ListenerSecurity(...)`, raftlog/node/auth.py; PROTOCOL.md "Authentication
 and authorization"): with a TLS context every connection starts with a TLS handshake (bounded
@@ -29,7 +33,9 @@ raftlog_tls_handshake_failures_total). Each connection gets a session; until it 
 the reader handles only its auth ops, one at a time and in order, and any failure or other op
 is answered and closes the connection (raftlog_auth_failures_total counts failed logins).
 Afterwards each request carries the session's principal and the client's host, and
-`session.check()` runs before each request (a user removed while connected is closed).
+`session.check()` runs before each request (a user removed while connected is answered and
+closed; a session older than `connections_max_reauth_ms` that did not log in again is closed
+unanswered, as Kafka does, so that the client reconnects).
 
 Attachments (PROTOCOL.md "Attachments"): a handler may answer `Attached(fields, parts)`; the
 response gets `attachment_bytes` and the parts follow its frame. The connection's writer
@@ -48,9 +54,9 @@ listener.
 
 from __future__ import annotations
 
-import errno
 import logging
 import math
+from functools import partial
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, NoReturn
 
@@ -81,7 +87,8 @@ from raftlog.base.protocol import (
     ok_response,
     parse_request,
 )
-from raftlog.node.auth import AUTH_OPS, ListenerSecurity, Session
+from raftlog.node.auth import AUTH_OPS, ListenerSecurity, Session, SessionExpiredError
+from raftlog.node.gate import ConnectionGate, Liveness, accept_loop
 from raftlog.node.writer import ConnectionWriter, Item, Outgoing, release
 
 __all__ = ["Handler", "serve", "request_deadline_ms", "close_gracefully", "DEADLINE_MARGIN_MS"]
@@ -96,8 +103,9 @@ DEADLINE_MARGIN_MS: Final = 500
 RECEIVE_CHUNK_BYTES: Final = 256 << 10
 LINGER_S: Final = 1.0  # after a fatal frame: how long to discard input so the error is read
 LINGER_MAX_BYTES: Final = 16 << 20
-ACCEPT_BACKOFF_S: Final = 0.1
-_RESOURCE_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+# Until a connection's session is complete (SASL, the peer handshake) no frame may announce
+# more than this: auth frames are a few hundred bytes, and a stranger gets no buffer.
+PRE_AUTH_MAX_FRAME_BYTES: Final = 64 << 10
 
 
 def _answer(request: Request, result: Mapping[str, Any] | Attached | None) -> dict[str, Any] | Attached | None:
@@ -227,12 +235,14 @@ class _Listener:
 class _Connection:
     def __init__(
         self, stream: trio.abc.Stream, listener: _Listener, peer: str, session: Session | None = None,
-        socket_stream: trio.SocketStream | None = None,
+        socket_stream: trio.SocketStream | None = None, liveness: Liveness | None = None,
     ) -> None:
         self.stream = stream
         self.listener = listener
         self.peer = peer
         self.session = session
+        self.liveness = liveness if liveness is not None else Liveness(0, 0)
+        self.liveness.busy = lambda: bool(self.in_flight_ids)
         self.client_host = peer.rsplit(":", 1)[0]
         self.slots = trio.Semaphore(listener.max_in_flight)
         self.in_flight_ids: set[int] = set()
@@ -262,14 +272,16 @@ class _Connection:
     async def _read_loop(
         self, requests: trio.Nursery, send: trio.MemorySendChannel[Item]
     ) -> str:
-        """Returns "eof" (client finished), "fatal" (undecodable frame answered), "abort"."""
-        decoder = FrameDecoder(self.listener.max_frame_bytes)
+        """Returns "eof" (client finished), "fatal" (undecodable frame answered), "abort"
+        (gone, or an oversized frame before authentication: answered, closed without linger)."""
+        decoder = FrameDecoder(self._max_frame_bytes())
         reader = StreamReader(self.stream)
         while True:
             try:
                 data = await reader.receive(RECEIVE_CHUNK_BYTES)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 return "abort"
+            self.liveness.touch()
             if not data:
                 if decoder.buffered_bytes:
                     log_event(
@@ -280,6 +292,8 @@ class _Connection:
                 return "eof"
             decoder.feed(data)
             while True:
+                # Checked before each frame's header: the session completes between frames.
+                decoder.max_frame_bytes = self._max_frame_bytes()
                 try:
                     frame = decoder.next_frame()
                 except (MessageTooLargeError, InvalidRequestError) as exc:
@@ -291,6 +305,11 @@ class _Connection:
                         listener=self.listener.name, peer=self.peer, code=exc.code,
                         reason=exc.message,
                     )  # fmt: skip
+                    if isinstance(exc, MessageTooLargeError) and self.session is not None and not self.session.complete:
+                        # A stranger: answered, then closed at once (no linger reading its body).
+                        exc = MessageTooLargeError(f"{exc.message}: authenticate first")
+                        await self._queue(send, encode_frame(error_response(0, exc)))
+                        return "abort"
                     if isinstance(exc, MessageTooLargeError) and self.listener.name == "client":
                         exc = MessageTooLargeError(
                             f"{exc.message}: raise the node's limit with --max-request-bytes "
@@ -301,6 +320,12 @@ class _Connection:
                     break
                 if await self._dispatch(frame, requests, send):
                     return "fatal"
+
+    def _max_frame_bytes(self) -> int:
+        """The listener's frame limit; PRE_AUTH_MAX_FRAME_BYTES until the session is complete."""
+        if self.session is None or self.session.complete:
+            return self.listener.max_frame_bytes
+        return min(PRE_AUTH_MAX_FRAME_BYTES, self.listener.max_frame_bytes)
 
     async def _dispatch(
         self,
@@ -318,6 +343,12 @@ class _Connection:
                     return await self._authenticate(session, request, send)
                 try:
                     session.check()
+                except SessionExpiredError as exc:
+                    # KIP-368: closed unanswered, as Kafka does; the client connects and logs
+                    # in again (an error answer would read as a failed login to give up on).
+                    log_event(logger, "conn_session_expired", level=logging.INFO, listener=listener.name,
+                              peer=self.peer, reason=exc.message)
+                    return True
                 except RaftlogError as exc:
                     await self._refuse(request, exc, send)
                     return True
@@ -483,6 +514,7 @@ class _Connection:
         await self._queue(send, frame)
 
     async def _queue(self, send: trio.MemorySendChannel[Item], item: Item) -> None:
+        self.liveness.touch()  # an answer is traffic: a long poll's end keeps the connection alive
         try:
             # Handed to the waiting writer (or its buffer) without a pass through the
             # scheduler; only a full channel waits.
@@ -532,33 +564,26 @@ async def close_gracefully(
         return  # the peer is gone already: nothing left to protect
 
 
-def _peer_name(stream: trio.SocketStream) -> str:
-    try:
-        host, port, *_ = stream.socket.getpeername()
-    except OSError:
-        return "?"
-    return f"{host}:{port}"
-
-
 async def _connection_task(
-    stream: trio.SocketStream, listener: _Listener, connection_slots: trio.Semaphore
+    stream: trio.SocketStream, peer: str, liveness: Liveness, listener: _Listener
 ) -> None:
-    peer = _peer_name(stream)
     listener.connections += 1
     log_event(logger, "conn_open", level=logging.DEBUG, listener=listener.name, peer=peer)
     try:
         security = listener.security
         if security is None:
             async with stream:
-                await _Connection(stream, listener, peer).run()
+                await _Connection(stream, listener, peer, liveness=liveness).run()
             return
+        liveness.authenticated = lambda: False  # until the session is complete
         accepted = await security.accept(stream, peer, listener=listener.name,
                                          tls_failures=listener.tls_handshake_failures_total)
         if accepted is None:
             return
         secured, session = accepted
+        liveness.authenticated = lambda: session.complete
         async with secured:
-            await _Connection(secured, listener, peer, session,
+            await _Connection(secured, listener, peer, session, liveness=liveness,
                               socket_stream=stream if secured is stream else None).run()
     except* Exception as group:  # a bug in one connection must not stop the listener
         # except*: a cancellation travelling with the bug (shutdown) still propagates.
@@ -568,33 +593,7 @@ async def _connection_task(
         )  # fmt: skip
     finally:
         listener.connections -= 1
-        connection_slots.release()
         log_event(logger, "conn_closed", level=logging.DEBUG, listener=listener.name, peer=peer)
-
-
-async def _accept_loop(
-    socket_listener: trio.SocketListener,
-    listener: _Listener,
-    connection_slots: trio.Semaphore,
-    nursery: trio.Nursery,
-) -> NoReturn:
-    async with socket_listener:
-        while True:
-            # Past max_connections we stop accepting; the kernel backlog queues the rest.
-            await connection_slots.acquire()
-            try:
-                stream = await socket_listener.accept()
-            except OSError as exc:
-                connection_slots.release()
-                if exc.errno not in _RESOURCE_ERRNOS:
-                    raise
-                log_event(
-                    logger, "accept_failed", level=logging.WARNING,
-                    listener=listener.name, reason=exc.strerror,
-                )  # fmt: skip
-                await trio.sleep(ACCEPT_BACKOFF_S)  # out of descriptors: let connections end
-                continue
-            nursery.start_soon(_connection_task, stream, listener, connection_slots)
 
 
 async def serve(
@@ -609,6 +608,7 @@ async def serve(
     name: str = "client",
     registry: MetricsRegistry | None = None,
     security: ListenerSecurity | None = None,
+    gate: ConnectionGate | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
     """Listen on host:port and serve the native protocol until cancelled.
@@ -618,7 +618,9 @@ async def serve(
     metrics (raftlog_requests_total, raftlog_request_latency_ms, raftlog_frame_errors_total,
     raftlog_connections, and with `security` raftlog_auth_failures_total and
     raftlog_tls_handshake_failures_total), labelled with `name`. `security` adds TLS and/or
-    per-connection authentication (module docstring). Raises OSError if it cannot bind.
+    per-connection authentication (module docstring). `gate`: the node's connection limits
+    and timers (raftlog/node/gate.py, shared by its listeners); by default one of this
+    listener's own with `max_connections` and no timers. Raises OSError if it cannot bind.
 
     Concurrency: handlers of one connection run concurrently; handlers must be cancel-safe.
     """
@@ -642,10 +644,12 @@ async def serve(
             await extra.aclose()
         socket_listeners = socket_listeners[:1]
     actual_port = socket_listeners[0].socket.getsockname()[1]
-    connection_slots = trio.Semaphore(max_connections)
+    if gate is None:
+        gate = ConnectionGate(max_connections=max_connections, registry=registry)
+    handle = partial(_connection_task, listener=listener)
     async with trio.open_nursery() as nursery:
         for socket_listener in socket_listeners:
-            nursery.start_soon(_accept_loop, socket_listener, listener, connection_slots, nursery)
+            nursery.start_soon(accept_loop, socket_listener, gate, name, handle, nursery)
         log_event(
             logger, "listening", listener=name, host=host, port=actual_port,
             max_frame_bytes=max_frame_bytes, max_in_flight=max_in_flight,

@@ -67,15 +67,17 @@ def _exchange(sock: Any, decoder: FrameDecoder, address: str, request_id: int, o
 
 
 def raw_call(address: str, op: str, timeout_s: float = 10.0, security: ClientSecurity | None = None,
-             **fields: Any) -> dict[str, Any]:
+             source: str | None = None, **fields: Any) -> dict[str, Any]:
     """One request to one node's listener over a fresh blocking socket; returns the whole
     response map (ok or error). With `security` (a client.properties' settings) the socket is
     TLS and/or logs in with SASL first (a failed login is returned as the response). Raises
-    OSError when the node cannot be reached."""
+    OSError when the node cannot be reached. `source`: the local address to connect from (a
+    127.0.0.0/8 address stands for another client host)."""
     host, _, port = address.rpartition(":")
     decoder = FrameDecoder(max_frame_bytes=1 << 30)
     with contextlib.ExitStack() as stack:
-        sock: Any = stack.enter_context(socket.create_connection((host, int(port)), timeout=timeout_s))
+        sock: Any = stack.enter_context(socket.create_connection(
+            (host, int(port)), timeout=timeout_s, source_address=None if source is None else (source, 0)))
         context = None if security is None else security.ssl_context()
         if context is not None:
             sock = stack.enter_context(context.wrap_socket(sock, server_hostname=host))

@@ -328,15 +328,26 @@ async def test_backpressure_stops_reading_when_in_flight_is_full(nursery):
         assert (await client.receive())["id"] == 2
 
 
-async def test_connection_limit_queues_new_connections(nursery):
+async def test_connection_limit_refuses_new_connections_at_once(nursery):
     harness = await start(nursery, max_connections=1)
     first = await Client.connect(harness.port)
     assert (await first.call(1, "echo"))["ok"] is True
-    second = await Client.connect(harness.port)  # the kernel accepts; the server waits
+    second = await Client.connect(harness.port)  # the kernel accepts; the server closes it
     async with second.stream:
-        await second.request(2, "echo")
-        await first.aclose()
-        assert (await second.receive())["id"] == 2
+        assert await second.receive() is None  # closed unanswered, not left in the backlog
+    await first.aclose()
+    with trio.fail_after(10):  # the slot is free again once the server has seen `first` go
+        while True:
+            third = await Client.connect(harness.port)
+            async with third.stream:
+                try:
+                    await third.request(3, "echo")
+                    answer = await third.receive()
+                except trio.BrokenResourceError:
+                    answer = None
+            if answer is not None:
+                break
+    assert answer["ok"] is True
 
 
 async def test_half_closed_client_still_gets_answers(client):

@@ -16,8 +16,12 @@ first request on any connection loads `dispatch.py` (the API table, codecs) in a
 thread, while the trio loop keeps serving, and every later request uses it. How an API is
 added: dispatch.py.
 
-Limits (everything bounded): at most `max_connections` connections (then the accept loop
-waits); frames up to `max_request_bytes`; at most `max_in_flight` requests per connection
+Limits (everything bounded): connections admitted by the node's `ConnectionGate`
+(raftlog/node/gate.py, shared with the native listeners: `max_connections`, the per-address
+limit, the pre-authentication and idle timers; a connection over a limit is closed at once);
+frames up to `max_request_bytes`, and until the session is complete up to
+`sasl_max_receive_bytes` (Kafka's sasl.server.max.receive.size, 512 KiB), refused as soon as
+the size arrives; at most `max_in_flight` requests per connection
 awaiting their response (then the reader stops reading, and TCP pushes back); every request
 under `request_timeout_ms`; a writer stuck that long on a client that does not read closes
 the connection.
@@ -30,7 +34,8 @@ the TLS stream (read from the segment in a worker thread) instead of os.sendfile
 connection gets a session; until it is complete (SASL: sasl.py) only ApiVersions,
 SaslHandshake and SaslAuthenticate run, and anything else closes the connection; a failed
 login counts in raftlog_auth_failures_total{listener="kafka"}. Before each later request the
-session is checked (a user removed while connected is closed). The connection is the current
+session is checked (a user removed while connected is closed, and so is a session older
+than `connections_max_reauth_ms` that did not log in again: KIP-368, no answer, as Kafka). The connection is the current
 connection of its requests (context.py), so `ctx.call` and `ctx.allowed` apply its
 principal's ACLs.
 
@@ -47,12 +52,12 @@ connection. Requests before ApiVersions are served (Kafka does; old clients skip
 
 from __future__ import annotations
 
-import errno
 import importlib
 import logging
 import os
 import struct
 from collections.abc import Mapping
+from functools import partial
 from types import ModuleType
 from typing import Any, Final, NoReturn
 
@@ -60,7 +65,8 @@ import trio
 
 from raftlog.base.errors import RaftlogError
 from raftlog.base.eventlog import log_event
-from raftlog.node.auth import ListenerSecurity
+from raftlog.node.auth import ListenerSecurity, SessionExpiredError
+from raftlog.node.gate import ConnectionGate, Liveness, accept_loop
 from raftlog.base.metrics import MetricsRegistry
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.context import Call, ConnectionState, Encoded, Handler, KafkaContext, Later
@@ -72,9 +78,8 @@ logger = logging.getLogger(__name__)
 
 RECEIVE_CHUNK_BYTES: Final = 256 << 10
 WRITE_COALESCE_BYTES: Final = 1 << 20
-ACCEPT_BACKOFF_S: Final = 0.1
 _SIZE: Final = struct.Struct(">i")
-_RESOURCE_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+SASL_SERVER_MAX_RECEIVE_SIZE: Final = 524288  # Kafka's sasl.server.max.receive.size default
 SASL_AUTHENTICATION_FAILED: Final = 58
 TLS_READ_CHUNK: Final = 1 << 20  # fetched records over TLS: read from the segment this much at a time
 
@@ -114,9 +119,10 @@ class _Listener:
     def __init__(
         self, ctx: KafkaContext, handlers: Mapping[int, Handler] | None, *, max_request_bytes: int,
         request_timeout_ms: int, max_in_flight: int, registry: MetricsRegistry | None,
-        security: ListenerSecurity | None = None,
+        security: ListenerSecurity | None = None, sasl_max_receive_bytes: int = 0,
     ) -> None:  # fmt: skip
         self.ctx = ctx
+        self.sasl_max_receive_bytes = sasl_max_receive_bytes or SASL_SERVER_MAX_RECEIVE_SIZE
         self.security = security
         self._handlers = handlers
         self.handlers: dict[int, Handler] = {}
@@ -179,8 +185,11 @@ class _Listener:
 
 class _Connection:
     def __init__(self, stream: trio.abc.Stream, listener: _Listener, peer: str, session: Any = None,
-                 socket_stream: trio.SocketStream | None = None) -> None:
+                 socket_stream: trio.SocketStream | None = None, liveness: Liveness | None = None) -> None:
         self.stream = stream
+        self.liveness = liveness if liveness is not None else Liveness(0, 0)
+        self.waiting = 0  # Later tasks in flight: the connection is not idle
+        self.liveness.busy = lambda: self.waiting > 0
         # The raw socket for os.sendfile; None over TLS (records then go through the stream).
         self.socket_stream = socket_stream if socket_stream is not None else (
             stream if isinstance(stream, trio.SocketStream) else None)
@@ -206,10 +215,13 @@ class _Connection:
             while True:
                 if len(buffer) >= 4:
                     size = _SIZE.unpack_from(buffer, 0)[0]
-                    if size < 0 or size > listener.max_request_bytes:
+                    if self.state.authenticated:
+                        limit, reason = listener.max_request_bytes, "frame_too_large"
+                    else:  # Kafka's sasl.server.max.receive.size: nothing big before the login
+                        limit, reason = listener.sasl_max_receive_bytes, "frame_too_large_before_authentication"
+                    if size < 0 or size > limit:
                         await self._close_after(send, _Close(
-                            "frame_too_large" if size > 0 else "frame_size_negative",
-                            size=size, max_request_bytes=listener.max_request_bytes,
+                            reason if size > 0 else "frame_size_negative", size=size, max_bytes=limit,
                         ))  # fmt: skip
                         return
                     if len(buffer) >= 4 + size:
@@ -218,6 +230,7 @@ class _Connection:
                     data = await self.stream.receive_some(RECEIVE_CHUNK_BYTES)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     return
+                self.liveness.touch()
                 if not data:
                     if buffer:
                         self._log_close(_Close("truncated_frame", buffered_bytes=len(buffer)))
@@ -251,6 +264,8 @@ class _Connection:
             elif self.state.session is not None:
                 try:
                     self.state.session.check()  # a user removed while connected is cut off
+                except SessionExpiredError:  # KIP-368: past connections.max.reauth.ms, Kafka closes
+                    raise _Close("session_expired", api=proto.api_name(header.api_key)) from None
                 except RaftlogError:
                     raise _Close("credentials_removed", api=proto.api_name(header.api_key)) from None
             if handler is None or not proto.supported(header.api_key, header.api_version):
@@ -261,6 +276,7 @@ class _Connection:
             with trio.fail_after(listener.request_timeout_ms / 1000):
                 reply = await handler(listener.ctx, call)
             if isinstance(reply, Later):
+                self.waiting += 1
                 requests.start_soon(self._run_later, reply, slot, header, started)
             else:
                 self._finish(slot, header, started, reply)
@@ -289,6 +305,8 @@ class _Connection:
                 reply = await later.fn()
         except Exception as exc:  # noqa: BLE001 - TooSlowError and handler bugs alike
             reply = self._failure(header, exc)
+        finally:
+            self.waiting -= 1
         self._finish(slot, header, started, reply)
 
     def _failure(self, header: Header, exc: Exception) -> Any:
@@ -375,6 +393,7 @@ class _Connection:
                     return
                 if slot.chunks is None:
                     continue  # acks=0: no response
+                self.liveness.touch()  # an answer is traffic
                 try:
                     with trio.fail_after(write_timeout_s):
                         await self._send_chunks(slot.chunks)
@@ -469,56 +488,28 @@ class _Connection:
             remaining -= len(data)
 
 
-def _peer_name(stream: trio.SocketStream) -> str:
-    try:
-        host, port, *_ = stream.socket.getpeername()
-    except OSError:
-        return "?"
-    return f"{host}:{port}"
-
-
-async def _connection_task(stream: trio.SocketStream, listener: _Listener, slots: trio.Semaphore) -> None:
-    peer = _peer_name(stream)
+async def _connection_task(stream: trio.SocketStream, peer: str, liveness: Liveness, listener: _Listener) -> None:
     listener.connections += 1
     try:
         security = listener.security
         if security is None:
             async with stream:
-                await _Connection(stream, listener, peer).run()
+                await _Connection(stream, listener, peer, liveness=liveness).run()
             return
+        liveness.authenticated = lambda: False  # until the session is complete
         accepted = await security.accept(stream, peer, listener="kafka",
                                          tls_failures=listener.tls_handshake_failures_total)
         if accepted is None:
             return
         secured, session = accepted
+        liveness.authenticated = lambda: session.complete
         async with secured:
-            await _Connection(secured, listener, peer, session, socket_stream=None if secured is not stream
-                              else stream).run()
+            await _Connection(secured, listener, peer, session, liveness=liveness,
+                              socket_stream=None if secured is not stream else stream).run()
     except* Exception as group:  # a bug in one connection must not stop the listener
         log_event(logger, "kafka_conn_failed", level=logging.ERROR, exc_info=group, peer=peer)
     finally:
         listener.connections -= 1
-        slots.release()
-
-
-async def _accept_loop(
-    socket_listener: trio.SocketListener, listener: _Listener, slots: trio.Semaphore,
-    nursery: trio.Nursery,
-) -> NoReturn:  # fmt: skip
-    async with socket_listener:
-        while True:
-            await slots.acquire()  # past max_connections the kernel backlog queues the rest
-            try:
-                stream = await socket_listener.accept()
-            except OSError as exc:
-                slots.release()
-                if exc.errno not in _RESOURCE_ERRNOS:
-                    raise
-                log_event(logger, "accept_failed", level=logging.WARNING, listener="kafka",
-                          reason=exc.strerror)
-                await trio.sleep(ACCEPT_BACKOFF_S)  # out of descriptors: let connections end
-                continue
-            nursery.start_soon(_connection_task, stream, listener, slots)
 
 
 async def serve_kafka(
@@ -530,21 +521,26 @@ async def serve_kafka(
     request_timeout_ms: int,
     max_in_flight: int = 256,
     max_connections: int = 1024,
+    sasl_max_receive_bytes: int = SASL_SERVER_MAX_RECEIVE_SIZE,
     handlers: Mapping[int, Handler] | None = None,
     registry: MetricsRegistry | None = None,
     security: ListenerSecurity | None = None,
+    gate: ConnectionGate | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
     """Listen on host:port and serve Kafka's protocol until cancelled. Reports readiness with
     the bound port (port 0 picks a free one). `security`: TLS and/or SASL sessions (the
-    module docstring). Raises OSError if it cannot bind."""
+    module docstring); until a connection's session is complete no frame may be over
+    `sasl_max_receive_bytes` (Kafka's sasl.server.max.receive.size). `gate`: the node's
+    connection limits and timers (raftlog/node/gate.py); by default one of this listener's
+    own with `max_connections` and no timers. Raises OSError if it cannot bind."""
     if max_in_flight < 1 or max_connections < 1 or request_timeout_ms < 1 or max_request_bytes < 64:
         raise ValueError("max_in_flight, max_connections, request_timeout_ms >= 1; "
                          "max_request_bytes >= 64")
     listener = _Listener(
         ctx, handlers, max_request_bytes=max_request_bytes,
         request_timeout_ms=request_timeout_ms, max_in_flight=max_in_flight, registry=registry,
-        security=security,
+        security=security, sasl_max_receive_bytes=sasl_max_receive_bytes,
     )  # fmt: skip
     socket_listeners = await trio.open_tcp_listeners(port, host=host or None)
     if port == 0 and len(socket_listeners) > 1:
@@ -552,10 +548,12 @@ async def serve_kafka(
             await extra.aclose()
         socket_listeners = socket_listeners[:1]
     actual_port = socket_listeners[0].socket.getsockname()[1]
-    slots = trio.Semaphore(max_connections)
+    if gate is None:
+        gate = ConnectionGate(max_connections=max_connections, registry=registry)
+    handle = partial(_connection_task, listener=listener)
     async with trio.open_nursery() as nursery:
         for socket_listener in socket_listeners:
-            nursery.start_soon(_accept_loop, socket_listener, listener, slots, nursery)
+            nursery.start_soon(accept_loop, socket_listener, gate, "kafka", handle, nursery)
         log_event(logger, "listening", listener="kafka", host=host, port=actual_port,
                   max_request_bytes=max_request_bytes, max_in_flight=max_in_flight)
         task_status.started(actual_port)

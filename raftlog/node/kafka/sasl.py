@@ -13,7 +13,10 @@ wrong), after the throttle's delay, and the connection is closed after that answ
 Kafka does.
 
 On a listener without SASL (PLAINTEXT, SSL), or after the login, both answer
-ILLEGAL_SASL_STATE and the connection is closed: the client expects another listener.
+ILLEGAL_SASL_STATE and the connection is closed: the client expects another listener. With
+`connections_max_reauth_ms` (KIP-368) SaslAuthenticate v1+ reports the session's lifetime in
+`session_lifetime_ms`, and a logged-in connection may log in again with both (the same
+principal), which renews it; a session past its lifetime is closed at its next request.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
 from raftlog.base.errors import RaftlogError, UnsupportedSaslMechanismError
 from raftlog.base.protocol import Request
-from raftlog.node.auth import OpenSession
+from raftlog.node.auth import SaslSession, Session
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.context import Call, KafkaContext, Reply
 
@@ -35,10 +38,16 @@ SASL_AUTHENTICATE_KEY: Final = 36
 AUTH_KEYS: Final = frozenset({SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY})
 
 
+def _expects_login(session: Session | None) -> bool:
+    """A SASL session not logged in yet, or one with a lifetime (KIP-368: it may log in again
+    on the same connection)."""
+    return isinstance(session, SaslSession) and (not session.complete or session.reauth_ms > 0)
+
+
 async def handle_sasl_handshake(ctx: KafkaContext, call: Call) -> Reply:
     state = call.connection
     session = state.session
-    if session is None or isinstance(session, OpenSession) or session.complete:
+    if not _expects_login(session):
         state.close_reason = "sasl_not_expected"
         return SaslHandshakeResponse(error_code=errors.KAFKA_ERROR_CODES["ILLEGAL_SASL_STATE"], mechanisms=[])
     if call.version == 0:  # the raw-token flow that follows v0 is not served
@@ -62,11 +71,12 @@ async def handle_sasl_authenticate(ctx: KafkaContext, call: Call) -> Reply:
     state = call.connection
     session = state.session
     R = SaslAuthenticateResponse
-    if session is None or isinstance(session, OpenSession) or session.complete:
+    if not _expects_login(session):
         state.close_reason = "sasl_not_expected"
         return R(error_code=errors.KAFKA_ERROR_CODES["ILLEGAL_SASL_STATE"],
                  error_message="this connection does not expect SaslAuthenticate", auth_bytes=b"",
                  session_lifetime_ms=0)
+    assert isinstance(session, SaslSession)
     auth_bytes = call.request.auth_bytes
     try:
         answer = await session.handle(Request(0, "sasl_authenticate", {"auth_bytes": bytes(auth_bytes or b"")}))
@@ -75,7 +85,7 @@ async def handle_sasl_authenticate(ctx: KafkaContext, call: Call) -> Reply:
         return R(error_code=errors.kafka_error_code(exc.code), error_message=exc.message, auth_bytes=b"",
                  session_lifetime_ms=0)
     return R(error_code=errors.NONE, error_message=None, auth_bytes=answer.get("auth_bytes", b""),
-             session_lifetime_ms=0)
+             session_lifetime_ms=answer.get("session_lifetime_ms", 0))
 
 
 HANDLERS: Final = {SASL_HANDSHAKE_KEY: handle_sasl_handshake, SASL_AUTHENTICATE_KEY: handle_sasl_authenticate}

@@ -1,6 +1,9 @@
-"""Failed logins are rate-limited per host: each failure in a row from a host doubles the wait before its answer up to a cap, a success or a quiet spell resets it, other hosts are not slowed, and the table of hosts is bounded."""
+"""Failed logins are rate-limited per host: each failure in a row from a host doubles the wait before its answer up to a cap, a success or a quiet spell resets it, other hosts are not slowed, the table of hosts is bounded, and one host gets one login step at a time across its connections."""
 
 from __future__ import annotations
+
+import trio
+import trio.testing
 
 from raftlog.node.auth import LoginThrottle
 
@@ -37,3 +40,34 @@ def test_the_host_table_is_bounded():
         throttle.failed(host, now_ms=1)
     assert len(throttle._failures) == 3
     assert throttle.failed("first", now_ms=2) == 100
+
+
+async def test_one_login_step_per_host_at_a_time_across_connections():
+    """Parallel connections from one host take turns (so their failure delays add up); another
+    host is not held up; the table of turns empties once nobody waits."""
+    throttle = LoginThrottle()
+    order: list[str] = []
+    inside = trio.Event()
+    release = trio.Event()
+
+    async def first() -> None:
+        async with throttle.turn("h"):
+            order.append("first in")
+            inside.set()
+            await release.wait()
+            order.append("first out")
+
+    async def second() -> None:
+        async with throttle.turn("h"):
+            order.append("second in")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(first)
+        await inside.wait()
+        nursery.start_soon(second)
+        await trio.testing.wait_all_tasks_blocked()
+        async with throttle.turn("other"):  # not blocked by h's turn
+            order.append("other")
+        release.set()
+    assert order == ["first in", "other", "first out", "second in"]
+    assert throttle._turns == {}
