@@ -300,11 +300,12 @@ class Later:
 
 def inline_handler(handler: _H) -> _H:
     """Mark an async handler `handler(Request)` that the listener may run in the
-    connection's reader, without a task, a deadline and a slot of its own (together ~30 us
-    of scheduling per request: most of what a cheap op costs). Such a handler must answer
-    at once: it may await only what does not wait for long (no long poll, no peer), and
-    returns `Later(wait)` for any part that must wait (a long poll), which the listener
-    runs as an ordinary request. Other requests on the connection wait while it runs."""
+    connection's reader, without a task and a slot of its own (together ~30 us of
+    scheduling per request: most of what a cheap op costs), so in request order. Such a
+    handler must answer at once: it may await only what does not wait for long (no long
+    poll, no peer), and returns `Later(wait)` for any part that must wait (a long poll,
+    acks=all), which the listener runs as an ordinary request. Other requests on the
+    connection wait while it runs; the request's deadline still holds."""
     handler.inline = True  # type: ignore[attr-defined]
     return handler
 

@@ -8,9 +8,10 @@ response and must be cancel-safe (the deadline cancels them).
 Per connection, a reader task decodes frames and starts a request task per request; a writer
 task drains a bounded channel of encoded responses. Responses go out as requests complete,
 in any order, matched by `id` (PROTOCOL.md). The handler of a cheap op marked
-`inline_handler` (raftlog/base/protocol.py; `replica_fetch`) runs in the reader itself, with
-no task, deadline or slot, and hands back `Later(wait)` for what must wait (its long poll),
-which then runs in a request task like any other; its errors are answered the same way.
+`inline_handler` (raftlog/base/protocol.py; `replica_fetch`, `produce`) runs in the reader
+itself, in request order, under the request's deadline but with no task or slot, and hands
+back `Later(wait)` for what must wait (a long poll, acks=all), which then runs in a request
+task like any other under what is left of the deadline; its errors are answered the same way.
 
 Limits (everything bounded):
 * at most `max_connections` connections: past that the accept loop waits (the kernel backlog
@@ -116,6 +117,11 @@ def _waiting(later: Later) -> Handler:
         return await later.wait()
 
     return wait
+
+
+def _timed_out(request: Request, deadline_ms: int) -> dict[str, Any]:
+    return error_response(request.id, RequestTimedOutError(
+        f"no answer to {request.op} within {deadline_ms} ms; it may still take effect"))
 
 
 def request_deadline_ms(timeout_ms: int | None, request_timeout_ms: int) -> int:
@@ -363,19 +369,24 @@ class _Connection:
     async def _run_inline(self, handler: Handler, request: Request, deadline_ms: int,
                           requests: trio.Nursery, send: trio.MemorySendChannel[Item]) -> None:
         """A request of an inline handler (protocol.inline_handler), in the reader: answered
-        at once, with no task, deadline or slot of its own, unless the handler returns
-        Later(wait): then `wait` runs in a request task as any handler does. Errors are
-        answered as `_call` answers them."""
+        at once, with no task or slot of its own, unless the handler returns Later(wait):
+        then `wait` runs in a request task as any handler does, under what is left of the
+        request's deadline (the inline part counts). Errors, and the deadline, are answered
+        as `_call` answers them."""
         started = trio.current_time()
         try:
-            result = await handler(request)
+            with trio.fail_after(deadline_ms / 1000):
+                result = await handler(request)
+        except trio.TooSlowError:
+            response: Any = _timed_out(request, deadline_ms)
         except Exception as exc:  # as in _call
-            response: Any = self._failed(request, exc)
+            response = self._failed(request, exc)
         else:
             if type(result) is Later:
                 await self._take_slot()
                 self.in_flight_ids.add(request.id)
-                requests.start_soon(self._run_request, _waiting(result), request, deadline_ms, send)
+                left_ms = max(0, deadline_ms - int((trio.current_time() - started) * 1000))
+                requests.start_soon(self._run_request, _waiting(result), request, left_ms, send)
                 return
             response = _answer(request, result)
         await self._respond(request, response, started, send)
@@ -451,8 +462,7 @@ class _Connection:
                 if type(result) is Later:
                     result = await result.wait()
         except trio.TooSlowError:
-            return error_response(request.id, RequestTimedOutError(
-                f"no answer to {request.op} within {deadline_ms} ms; it may still take effect"))
+            return _timed_out(request, deadline_ms)
         except Exception as exc:  # a handler bug answers one request, not the connection
             return self._failed(request, exc)
         return _answer(request, result)
