@@ -6,8 +6,8 @@
    client port (a ``metadata`` request, logged in as the run's admin on a secure cluster) and
    to its Kafka port (ApiVersions, answered before authentication as Kafka does), each
    answered within `PROBE_TIMEOUT_S`;
-2. *lying batches*: as a producer the cluster lets write (plain cluster: anyone), raw Kafka
-   Produce requests (v3, acks=all) to the leader of a side topic `STRANGER_TOPIC` carrying a
+2. *lying batches*: as a producer the cluster lets write (plain cluster: anyone; secure: the
+   run's admin, logged in with SASL PLAIN over TLS), raw Kafka Produce requests (v3, acks=all) to the leader of a side topic `STRANGER_TOPIC` carrying a
    RecordBatch v2 with a valid CRC that lies (`lying_batch`): whether each was ACCEPTED
    (error code 0) or refused, with the code;
 3. *oversized frames*: one unauthenticated connection to each node's quorum, peer, native and
@@ -67,7 +67,7 @@ PRODUCE_TIMEOUT_S = 15.0
 CONSECUTIVE_CONNECT_FAILURES = 3  # then a listener is taken to refuse the stranger
 LYING_KINDS = ("records-count", "offset-deltas")
 _CRC_AT, _ATTRIBUTES_AT, _LAST_OFFSET_DELTA_AT, _COUNT_AT = 17, 21, 23, 57
-_API_VERSIONS, _PRODUCE = 18, 0
+_API_VERSIONS, _PRODUCE, _SASL_HANDSHAKE, _SASL_AUTHENTICATE = 18, 0, 17, 36
 
 
 def lying_batch(kind: str, *, timestamp_ms: int = 1_000) -> bytes:
@@ -256,10 +256,6 @@ class Stranger:
     # ------------------------------------------------------------------ lying batches
 
     def _lying(self) -> list[dict[str, Any]]:
-        if self.db.client_security is not None:
-            # A raw Kafka login (SASL over TLS) is not written here: the plain cluster's
-            # producers need none, and the secure runs test logins elsewhere.
-            return [{"kind": k, "skipped": "secure cluster"} for k in LYING_KINDS]
         try:
             leader = self._side_topic_leader()
         except Exception as exc:  # noqa: BLE001 — recorded in the history, the attack goes on
@@ -270,6 +266,7 @@ class Stranger:
             entry: dict[str, Any] = {"kind": kind, "node": leader}
             try:
                 with self._kafka_connection(leader, source=True) as sock:
+                    _kafka_login(sock, self.db.client_security)
                     code, base_offset = _produce(sock, i + 2, STRANGER_TOPIC, 0, lying_batch(kind))
                 entry.update(error_code=code, base_offset=base_offset, accepted=code == 0)
             except (OSError, ValueError) as exc:
@@ -376,6 +373,21 @@ def _kafka_call(sock: Any, api_key: int, version: int, correlation_id: int, body
     if struct.unpack(">i", frame[:4])[0] != correlation_id:
         raise ValueError("answer to another request")
     return frame[4:]
+
+
+def _kafka_login(sock: Any, security: Any) -> None:
+    """SASL PLAIN (over the TLS `sock` already is) as the run's admin, when the cluster has
+    logins; nothing otherwise. Raises ValueError when the node refuses."""
+    if security is None or not getattr(security, "mechanism", None):
+        return
+    mechanism = b"PLAIN"
+    answer = _kafka_call(sock, _SASL_HANDSHAKE, 1, 100, struct.pack(">h", len(mechanism)) + mechanism)
+    if struct.unpack_from(">h", answer)[0]:
+        raise ValueError(f"SaslHandshake refused: error code {struct.unpack_from('>h', answer)[0]}")
+    token = b"\0" + security.username.encode() + b"\0" + security.password.encode()
+    answer = _kafka_call(sock, _SASL_AUTHENTICATE, 0, 101, struct.pack(">i", len(token)) + token)
+    if struct.unpack_from(">h", answer)[0]:
+        raise ValueError(f"SaslAuthenticate refused: error code {struct.unpack_from('>h', answer)[0]}")
 
 
 def _produce(sock: Any, correlation_id: int, topic: str, partition: int, records: bytes) -> tuple[int, int]:

@@ -386,7 +386,7 @@ class _Connection:
                 await self._take_slot()
                 self.in_flight_ids.add(request.id)
                 left_ms = max(0, deadline_ms - int((trio.current_time() - started) * 1000))
-                requests.start_soon(self._run_request, _waiting(result), request, left_ms, send)
+                requests.start_soon(self._run_request, _waiting(result), request, left_ms, send, started)
                 return
             response = _answer(request, result)
         await self._respond(request, response, started, send)
@@ -426,8 +426,10 @@ class _Connection:
         request: Request,
         deadline_ms: int,
         send: trio.MemorySendChannel[Item],
+        started: float | None = None,
     ) -> None:
-        started = trio.current_time()
+        # `started`: when the reader began the request (an inline handler's Later): its latency.
+        started = trio.current_time() if started is None else started
         try:
             response = await self._call(handler, request, deadline_ms)
             await self._respond(request, response, started, send)

@@ -140,7 +140,9 @@ def test_non_retriable_error_fails_batch_at_once():
     assert isinstance(b.future.error, MessageTooLargeError)
 
 
-def test_duplicate_sequence_is_success_and_out_of_order_after_earlier_failure_retries():
+def two_batches_in_flight():
+    """A producer with two batches of partition 0 in flight (and a third waiting): the core,
+    the two requests and their batches."""
     core = ready_producer(leaders=(1,), batch_bytes=256)
     for _ in range(6):
         core.send("t", b"x" * 80, None, None, 0, 1, 0, 1)
@@ -148,6 +150,11 @@ def test_duplicate_sequence_is_success_and_out_of_order_after_earlier_failure_re
     r2 = sends(core.poll(1), "produce")[0]
     b1, b2 = core._pending[r1.request["id"]].ctx[0], core._pending[r2.request["id"]].ctx[0]
     assert b2.base_sequence == b1.base_sequence + b1.record_count
+    return core, r1, r2, b1, b2
+
+
+def test_duplicate_sequence_is_success_and_out_of_order_after_earlier_failure_retries():
+    core, r1, r2, b1, b2 = two_batches_in_flight()
     core.on_response(1, {"id": r1.request["id"], "ok": True, "partitions": [
         {"topic": "t", "partition": 0, "error": {"code": "NOT_ENOUGH_REPLICAS", "message": ""}}]}, 2)
     core.on_response(1, {"id": r2.request["id"], "ok": True, "partitions": [
@@ -575,12 +582,7 @@ def test_a_batch_fails_only_after_delivery_timeout_ms_with_an_unknown_outcome():
 
 
 def test_a_batch_that_overtook_an_acknowledged_one_is_retried_not_failed():
-    core = ready_producer(leaders=(1,), batch_bytes=256)
-    for _ in range(6):
-        core.send("t", b"x" * 80, None, None, 0, 1, 0, 1)
-    r1 = sends(core.poll(1), "produce")[0]
-    r2 = sends(core.poll(1), "produce")[0]
-    b1, b2 = core._pending[r1.request["id"]].ctx[0], core._pending[r2.request["id"]].ctx[0]
+    core, r1, r2, b1, b2 = two_batches_in_flight()
     # The leader got r2 first (it expected b1's sequence), then r1; r1's ack comes first.
     core.on_response(1, {"id": r1.request["id"], "ok": True, "partitions": [
         {"topic": "t", "partition": 0, "base_offset": 0}]}, 2)
