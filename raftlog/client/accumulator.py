@@ -459,8 +459,7 @@ class Accumulator:
     def complete(self, b: ProducerBatch, base_offset: int) -> None:
         """The broker acknowledged `b` at `base_offset` (-1 when acks=0 or unknown)."""
         q = self._queue(b)
-        if (b.base_sequence >= 0 and b.producer_id == self.producer_id and q.in_flight[0] is b
-                and not (q.waiting and q.waiting[0].attempts)):
+        if b.base_sequence >= 0 and b.producer_id == self.producer_id and _oldest_unacked(q, b):
             q.acked_sequence = (b.base_sequence + b.record_count - b.skipped) & 0x7FFFFFFF
         q.in_flight.remove(b)
         b.in_flight = False
@@ -571,6 +570,19 @@ class Accumulator:
         b.builder = None
         self.buffered_bytes -= b.reserved_bytes
         b.reserved_bytes = 0
+
+
+def _oldest_unacked(q: _PartitionQueue, b: ProducerBatch) -> bool:
+    """No batch of b's partition sealed before b is unacknowledged: b is the first in flight
+    and no retry waiting (retries wait at the front of the queue) comes before it."""
+    if q.in_flight[0] is not b:
+        return False
+    for w in q.waiting:
+        if not w.attempts:
+            return True
+        if _seq_before(w, b):
+            return False
+    return True
 
 
 def _seq_before(a: ProducerBatch, b: ProducerBatch) -> bool:

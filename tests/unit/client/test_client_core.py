@@ -605,3 +605,40 @@ def test_a_batch_that_overtook_an_acknowledged_one_is_retried_not_failed():
         {"topic": "t", "partition": 0, "error": {"code": "OUT_OF_ORDER_SEQUENCE_NUMBER", "message": "",
                                                  "expected_sequence": b3.base_sequence + 50}}]}, 2003)
     assert isinstance(b3.future.error, OutOfOrderSequenceNumberError)
+
+
+def test_batches_reordered_at_the_leader_are_all_retried_whatever_order_their_answers_come_in():
+    """The node of issue 39 ran pipelined requests in any order: of four batches the leader
+    appended b1 and refused b2, b3, b4 (each expecting the sequence after the last it had).
+    b3's refusal comes first, then b1's ack, then b2's and b4's: nothing fails, the producer
+    id is kept, and the retries go out one by one in sequence order."""
+    core = ready_producer(leaders=(1,), batch_bytes=256)
+    for _ in range(12):
+        core.send("t", b"x" * 80, None, None, 0, 1, 0, 1)
+    reqs = [sends(core.poll(1), "produce")[0] for _ in range(4)]
+    b1, b2, b3, b4 = (core._pending[r.request["id"]].ctx[0] for r in reqs)
+
+    def refuse(req, expected, now):
+        core.on_response(1, {"id": req.request["id"], "ok": True, "partitions": [
+            {"topic": "t", "partition": 0, "error": {"code": "OUT_OF_ORDER_SEQUENCE_NUMBER", "message": "",
+                                                     "expected_sequence": expected}}]}, now)
+
+    def ack(req, offset, now):
+        core.on_response(1, {"id": req.request["id"], "ok": True, "partitions": [
+            {"topic": "t", "partition": 0, "base_offset": offset}]}, now)
+
+    refuse(reqs[2], b1.base_sequence, 2)
+    ack(reqs[0], 0, 3)
+    refuse(reqs[1], b1.base_sequence, 4)
+    refuse(reqs[3], b2.base_sequence, 5)
+    assert not any(b.done for b in (b2, b3, b4)) and b1.future.result == 0
+    offset, now = b1.record_count, 5
+    for b in (b2, b3, b4):
+        now += 2000
+        acts = core.poll(now)
+        assert not sends(acts, "init_producer_id")
+        [again] = sends(acts, "produce")
+        assert again.request["partitions"][0]["records"] == b.payload  # alone, in sequence order
+        ack(again, offset, now)
+        assert b.future.result == offset
+        offset += b.record_count
