@@ -36,10 +36,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import logging
 import socket
 import struct
-import sys
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -51,8 +49,6 @@ from partition.batch import HEADER_BYTES, BatchBuilder
 from .db import LocalCluster
 
 __all__ = ["LYING_KINDS", "Stranger", "lying_batch", "STRANGER_TOPIC", "SOURCE_HOST"]
-
-log = logging.getLogger(__name__)
 
 STRANGER_TOPIC = "jepsen-stranger"
 SOURCE_HOST = "127.0.0.66"
@@ -233,7 +229,7 @@ class Stranger:
     def _stream(self, node: int, kind: str, port: int) -> dict[str, Any]:
         """Announce a 2 GiB frame, stream up to stream_bytes of it: what the node did."""
         # PySyncObj's TCP framing is struct 'i' (native order); ours and Kafka's are big-endian.
-        header = struct.pack("<i" if kind == "quorum" and sys.byteorder == "little" else ">i", ANNOUNCED_BYTES)
+        header = struct.pack("=i" if kind == "quorum" else ">i", ANNOUNCED_BYTES)
         try:
             sock = self._connect((self.db.host, port))
         except OSError as exc:

@@ -311,7 +311,8 @@ def guard_handlers(handlers: Mapping[str, Handler], *, authorizer_of: Callable[[
             return await policy(request, check, handler)
 
         # An inline handler stays inline behind its policy (policies await nothing else).
-        run.inline = getattr(handler, "inline", False)  # type: ignore[attr-defined]
+        for mark in ("inline", "inline_deadline"):
+            setattr(run, mark, getattr(handler, mark, False))
         return run
 
     return {op: guarded(op, handler) for op, handler in handlers.items()}

@@ -9,8 +9,8 @@ Per connection, a reader task decodes frames and starts a request task per reque
 task drains a bounded channel of encoded responses. Responses go out as requests complete,
 in any order, matched by `id` (PROTOCOL.md). The handler of a cheap op marked
 `inline_handler` (raftlog/base/protocol.py; `replica_fetch`, `produce`) runs in the reader
-itself, in request order, under the request's deadline but with no task or slot, and hands
-back `Later(wait)` for what must wait (a long poll, acks=all), which then runs in a request
+itself, in request order, with no task or slot (`produce`'s under the request's deadline:
+`inline_handler_under_deadline`), and hands back `Later(wait)` for what must wait (a long poll, acks=all), which then runs in a request
 task like any other under what is left of the deadline; its errors are answered the same way.
 
 Limits (everything bounded):
@@ -49,6 +49,7 @@ listener.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import math
@@ -98,6 +99,7 @@ RECEIVE_CHUNK_BYTES: Final = 256 << 10
 LINGER_S: Final = 1.0  # after a fatal frame: how long to discard input so the error is read
 LINGER_MAX_BYTES: Final = 16 << 20
 ACCEPT_BACKOFF_S: Final = 0.1
+_NO_DEADLINE: Final = contextlib.nullcontext()  # an inline handler's part without a cancel scope
 _RESOURCE_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 
 
@@ -149,6 +151,9 @@ class _Listener:
         self.handlers = dict(handlers)
         # Ops whose handlers run in the connection's reader (protocol.inline_handler).
         self.inline_ops = frozenset(op for op, h in self.handlers.items() if getattr(h, "inline", False))
+        # Those whose inline part runs under the request's deadline (inline_handler_under_deadline).
+        self.deadline_inline_ops = frozenset(
+            op for op, h in self.handlers.items() if getattr(h, "inline_deadline", False))
         self.security = security
         self.name = name
         self.max_frame_bytes = max_frame_bytes
@@ -369,13 +374,15 @@ class _Connection:
     async def _run_inline(self, handler: Handler, request: Request, deadline_ms: int,
                           requests: trio.Nursery, send: trio.MemorySendChannel[Item]) -> None:
         """A request of an inline handler (protocol.inline_handler), in the reader: answered
-        at once, with no task or slot of its own, unless the handler returns Later(wait):
-        then `wait` runs in a request task as any handler does, under what is left of the
-        request's deadline (the inline part counts). Errors, and the deadline, are answered
-        as `_call` answers them."""
+        at once, with no task or slot of its own (and no deadline, unless the handler is
+        `inline_handler_under_deadline`), unless the handler returns Later(wait): then `wait`
+        runs in a request task as any handler does, under what is left of the request's
+        deadline (the inline part counts). Errors, and the deadline, are answered as `_call`
+        answers them."""
         started = trio.current_time()
         try:
-            with trio.fail_after(deadline_ms / 1000):
+            with (trio.fail_after(deadline_ms / 1000) if request.op in self.listener.deadline_inline_ops
+                  else _NO_DEADLINE):
                 result = await handler(request)
         except trio.TooSlowError:
             response: Any = _timed_out(request, deadline_ms)

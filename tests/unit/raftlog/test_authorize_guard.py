@@ -162,9 +162,9 @@ def test_every_documented_op_has_a_policy():
 
 
 async def test_an_inline_produce_stays_inline_and_its_later_answer_gets_the_refusals():
-    from raftlog.base.protocol import Later, inline_handler
+    from raftlog.base.protocol import Later, inline_handler_under_deadline
 
-    @inline_handler
+    @inline_handler_under_deadline
     async def produce(request):  # appends at once, answers after acks=all (Later)
         async def answer():
             return {"partitions": [{"topic": p["topic"], "partition": p["partition"], "base_offset": 0}
@@ -173,7 +173,7 @@ async def test_an_inline_produce_stays_inline_and_its_later_answer_gets_the_refu
 
     authorizer = Authorizer([acl("topic", "public", "write")])
     guard = guard_handlers({"produce": produce}, authorizer_of=lambda: authorizer)["produce"]
-    assert guard.inline  # the listener runs it in the reader: a connection's appends keep their order
+    assert guard.inline and guard.inline_deadline  # in the reader (appends keep their order), under the deadline
     later = await guard(req("produce", acks=-1, partitions=[{"topic": "public", "partition": 0},
                                                              {"topic": "secret", "partition": 0}]))
     assert type(later) is Later
