@@ -272,6 +272,8 @@ def summarize_produce(r: ProduceResult) -> dict[str, Any]:
     }
     for p in PERCENTILES:
         out[f"latency_p{_pname(p)}_ms"] = round(h.percentile_us(p) / 1000, 2)
+    if r.first_error is not None:
+        out["first_error"] = r.first_error  # why records failed, for --json readers too
     return out
 
 

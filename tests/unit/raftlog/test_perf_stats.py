@@ -107,6 +107,9 @@ def test_summaries_and_the_report_line():
     assert s["latency_max_ms"] == 40.0 and "latency_p999_ms" in s
     line = format_produce(s)
     assert line.startswith("100 records sent, 200.0 records/s (2.00 MB/s)") and "99.9th" in line
+    assert "first_error" not in s
+    failed = summarize_produce(ProduceResult(90, 9000, 0.5, 10, h, "OutOfOrderSequenceNumberError: gap"))
+    assert failed["errors"] == 10 and failed["first_error"] == "OutOfOrderSequenceNumberError: gap"
     c = summarize_consume(ConsumeResult(1000, 2 * 1024 * 1024, 2.0, 0.25))
     assert c["records_per_s"] == 500.0 and c["mb_per_s"] == 1.0 and c["first_record_ms"] == 250.0
 
