@@ -8,7 +8,10 @@ Nemeses: kill, pause, partition, leader-kill, controller-kill, rolling, corrupt,
 bitflip (bits flipped anywhere in a segment or index file of one node), disk-full (one node's
 partition storage is a small tmpfs that fills up and empties again; root only), power-loss (one
 node's data dir is a FUSE filesystem that drops every write not fsynced when the node is
-killed; needs /dev/fuse), power-loss-all (the same to every node at once) (or "none").
+killed; needs /dev/fuse), power-loss-all (the same to every node at once), stranger (idle
+connections, oversized unauthenticated frames to every port and lying record batches, from
+127.0.0.66; invalid if a lying batch is accepted or a node stops serving other clients)
+(or "none"). Faults are drawn in rounds: every named nemesis once per round.
 Prints a progress line every few seconds and the verdict; writes store/<test>/<timestamp>/.
 Exit code: 0 valid, 1 invalid, 2 unknown.
 """
@@ -23,10 +26,16 @@ from .nemesis import FAULT_NAMES
 from .runner import RunConfig, run_main
 
 
+# The docstring's paragraph on the nemeses, shown by --help and run --help.
+NEMESES_HELP = next(p for p in __doc__.split("\n\n") if p.startswith("Nemeses:"))
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m jepsen_style_tests", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m jepsen_style_tests", description=__doc__.split("\n")[0],
+                                     epilog=NEMESES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
-    run = commands.add_parser("run", help="run one test against a local cluster")
+    run = commands.add_parser("run", help="run one test against a local cluster", epilog=NEMESES_HELP,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("--workload", default="queue", choices=["queue", "group", "kafka", "kafka-assign"],
                      help="queue: sends, polls and manual assigns (Jepsen's Kafka queue); group: sends, "
                           "polls, subscribes to one consumer group and commits; kafka, kafka-assign: the "

@@ -50,6 +50,14 @@ Anomalies (a case is a dict; ``op``/``ops`` fields are history indexes):
 ``orphaned-process``      operations check: an ``ok`` ``kill-supervisor`` nemesis op whose side
                           cluster left processes running (``left``) or ports held
                           (``ports_held``) after its supervisor was SIGKILLed.
+``lying-batch-accepted``  stranger check: an ``ok`` ``start-stranger`` op whose lying record
+                          batches (header and records disagree, valid CRC) a leader accepted
+                          (error code 0) instead of refusing.
+``stranger-starved-clients``
+                          stranger check: an ``ok`` ``start-stranger``/``stop-stranger`` op in
+                          which a node that served a fresh client at the stranger's baseline
+                          (native client port, Kafka port) did not serve one while the
+                          stranger held its idle connections and oversized frames open.
 
 Per-process poll tracking follows Jepsen: an ``ok`` ``assign``/``subscribe`` keeps only the
 keys it names (``seek_to_beginning`` forgets all); keys in an op's ``rebalance_log`` are not
@@ -92,6 +100,8 @@ ANOMALIES = (
     "double-assignment",
     "nonmonotonic-commit",
     "orphaned-process",
+    "lying-batch-accepted",
+    "stranger-starved-clients",
 )
 
 _EXAMPLE_LIST_MAX = 32  # values listed in one case (unseen, poll-skip); counts say the rest
@@ -232,6 +242,25 @@ def _orphans(history: History, found: dict[str, list[dict[str, Any]]]) -> None:
             if left or held:
                 found["orphaned-process"].append({"op": op.index, "left": left, "ports_held": held,
                                                   "supervisor": op.value.get("supervisor")})
+
+
+def _stranger(history: History, found: dict[str, list[dict[str, Any]]]) -> None:
+    """``lying-batch-accepted`` and ``stranger-starved-clients`` (stranger.py's op values)."""
+    baseline: Mapping[str, Any] = {}
+    for op in history:
+        if op.type != "ok" or op.f not in ("start-stranger", "stop-stranger") or not isinstance(op.value, Mapping):
+            continue
+        if op.f == "start-stranger":
+            baseline = op.value.get("baseline") or {}
+            for entry in op.value.get("lying") or ():
+                if isinstance(entry, Mapping) and entry.get("accepted"):
+                    found["lying-batch-accepted"].append({"op": op.index, **entry})
+        for node, listeners in sorted((op.value.get("served") or {}).items()):
+            before = baseline.get(node) or {}
+            starved = sorted(k for k, ok in listeners.items() if not ok and before.get(k))
+            if starved:
+                found["stranger-starved-clients"].append({"op": op.index, "f": op.f, "node": node,
+                                                          "listeners": starved})
 
 
 def check(history: History | Iterable[Op], *, allowed: Iterable[str] = ()) -> CheckResult:
@@ -392,6 +421,7 @@ def check(history: History | Iterable[Op], *, allowed: Iterable[str] = ()) -> Ch
     _double_assignment(history, found)
     _nonmonotonic_commit(history, found)
     _orphans(history, found)
+    _stranger(history, found)
 
     anomalies = {name: found[name] for name in ANOMALIES if found.get(name)}
     bad = tuple(name for name in anomalies if name not in allowed_set)

@@ -35,7 +35,8 @@ Op shapes are documented in `jepsen_style_tests.history`. Nemesis ops go to proc
 here emit: `sends` -> ``send [key, v]``; `polls` -> ``poll`` (extra ``poll_ms``); `reassigns`
 -> ``assign``/``subscribe [key, ...]``; `fault_cycle` -> the start/stop specs of its `Fault`s;
 `final_reads` -> ``end-offsets [key, ...]``, ``assign`` (extra ``seek_to_beginning``), ``poll``;
-`final_phase` -> ``stop-partition``, ``stop-delay``, ``stop-pause``, ``stop-kill`` first.
+`final_phase` -> ``stop-stranger``, ``stop-partition``, ``stop-delay``, ``stop-pause``,
+``stop-disk-full``, ``stop-kill`` first.
 
 The interpreter contract (what `simulate` does and the runner must do the same way):
 
@@ -660,6 +661,7 @@ class _FaultCycle(Generator):
     fault_ns: int
     active: Fault | None
     due_ns: int | None
+    round_left: tuple[str, ...] = ()  # fault names not yet drawn in this round
 
     def op(self, ctx: Context) -> Step | None:
         due = self.due_ns if self.due_ns is not None else ctx.time_ns + self.quiet_ns
@@ -668,9 +670,12 @@ class _FaultCycle(Generator):
         if NEMESIS not in ctx.free:
             return Pending(), replace(self, due_ns=due)
         if self.active is None:
-            fault = ctx.rng.choice(self.faults)
+            left = self.round_left or tuple(dict.fromkeys(f.name for f in self.faults))
+            name = ctx.rng.choice(left)
+            fault = ctx.rng.choice([f for f in self.faults if f.name == name])
             emitted = _invoke(ctx, {**fault.start, "process": NEMESIS})
-            return emitted, replace(self, active=fault, due_ns=ctx.time_ns + self.fault_ns)
+            return emitted, replace(self, active=fault, due_ns=ctx.time_ns + self.fault_ns,
+                                    round_left=tuple(n for n in left if n != name))
         emitted = _invoke(ctx, {**self.active.stop, "process": NEMESIS})
         return emitted, replace(self, active=None, due_ns=ctx.time_ns + self.quiet_ns)
 
@@ -678,6 +683,9 @@ class _FaultCycle(Generator):
 def fault_cycle(faults: Sequence[Fault], *, quiet_ns: int, fault_ns: int) -> Generator:
     """Forever: wait `quiet_ns`, start a fault chosen at random, wait `fault_ns`, stop it.
 
+    Faults are drawn in rounds: each round draws every fault name once, in random order, and
+    a fault of that name at random (a name with five shapes, such as a partition, does not
+    crowd out a name with one), so a run of k cycles meets k distinct names, up to all.
     Wrap in `time_limit`; the final phase heals whatever is left on."""
     if not faults:
         raise GeneratorError("fault_cycle needs at least one fault")
@@ -757,6 +765,7 @@ def final_phase(
     keys: Sequence[str],
     *,
     heal: Sequence[Mapping[str, Any]] = (
+        {"f": "stop-stranger"},
         {"f": "stop-partition"},
         {"f": "stop-delay"},
         {"f": "stop-pause"},

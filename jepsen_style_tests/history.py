@@ -74,6 +74,13 @@ f                           invoke value                                      ok
 ``kill-supervisor``         ``None`` (a side `cluster up`, supervisor.py)      ``{"supervisor",
                                                                               "pids", "left",
                                                                               "ports_held"}``
+``start-stranger``          ``None`` or ``{"idle_per_listener": n, ...}``     ``{"baseline",
+                            (stranger.py)                                     "lying", "idle",
+                                                                              "oversized",
+                                                                              "served", ...}``
+``stop-stranger``           ``None``                                          ``{"served",
+                                                                              "held",
+                                                                              "closed_by_node"}``
 ==========================  ================================================  ================
 
 Invariants checked by `History`: indexes are dense positions; each process has at most one

@@ -36,6 +36,11 @@ stop-disk-full         None                                   [nodes whose fille
 power-loss             {"node": n} | {"nodes": "all"}         per node what its disk dropped
                                                               (killed, every write it had not
                                                               fsynced dropped, started again)
+start-stranger         None | {"idle_per_listener": n,        what the stranger saw (stranger.py):
+                       "stream_bytes": b}                     "baseline", "lying", "oversized",
+                                                              "rss_growth_bytes", "idle", "served"
+stop-stranger          None                                   {"served", "held", "closed_by_node"}
+                                                              (its connections closed)
 =====================  =====================================  ==================================
 
 "leader" means the leader of a partition of the run's topic drawn at random; "controller" the
@@ -45,7 +50,10 @@ active controller. A target that cannot be resolved (no leader known) completes 
 `faults(names, ...)` builds the `generator.Fault` menu for `generator.fault_cycle` from short
 names: ``kill``, ``pause``, ``partition``, ``leader-kill``, ``controller-kill``, ``rolling``,
 ``corrupt``, ``delay``, ``bitflip``, ``disk-full``, ``power-loss``, ``power-loss-all``,
-``supervisor-kill``. The storage faults (``corrupt``, ``bitflip``, ``disk-full``) all hit one
+``supervisor-kill``, ``stranger`` (a client breaking the rules: idle connections, oversized
+unauthenticated frames to every port, lying record batches; `jepsen_style_tests.stranger`;
+the checker makes a run invalid when a lying batch is accepted or a node stops serving other
+clients meanwhile). The storage faults (``corrupt``, ``bitflip``, ``disk-full``) all hit one
 `damage_node`: a minority, so every committed entry
 keeps intact copies on a majority. ``disk-full`` needs the run to have given that node a small
 disk (`LocalCluster.make_small_disk`, root only; the runner leaves the fault out and says why
@@ -66,7 +74,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import trio
@@ -75,6 +83,7 @@ from . import net
 from .db import LocalCluster
 from .generator import Fault
 from .history import HarnessError, Op, parse_key
+from .stranger import Stranger
 from .supervisor import supervisor_kill
 
 __all__ = ["Nemesis", "NemesisError", "faults", "FAULT_NAMES"]
@@ -82,7 +91,7 @@ __all__ = ["Nemesis", "NemesisError", "faults", "FAULT_NAMES"]
 log = logging.getLogger(__name__)
 
 FAULT_NAMES = ("kill", "pause", "partition", "leader-kill", "controller-kill", "rolling", "corrupt", "delay",
-               "bitflip", "disk-full", "power-loss", "power-loss-all", "supervisor-kill")
+               "bitflip", "disk-full", "power-loss", "power-loss-all", "supervisor-kill", "stranger")
 STORAGE_FAULTS = ("corrupt", "bitflip", "disk-full")
 POWER_FAULTS = ("power-loss", "power-loss-all")
 PARTITION_SHAPES = ("isolate-one", "isolate-leader", "isolate-controller", "halves", "majorities-ring")
@@ -143,6 +152,8 @@ def faults(names: Iterable[str], *, damage_node: int | None = None, power_node: 
             menu.append(Fault("power-loss", {"f": "power-loss", "value": {"node": power_node}}, {"f": "stop-kill"}))
         elif name == "power-loss-all":
             menu.append(Fault("power-loss", {"f": "power-loss", "value": {"nodes": "all"}}, {"f": "stop-kill"}))
+        elif name == "stranger":
+            menu.append(Fault("stranger", {"f": "start-stranger", "value": None}, {"f": "stop-stranger"}))
         else:
             raise NemesisError(f"unknown fault {name!r}; known: {', '.join(FAULT_NAMES)}")
     if not menu:
@@ -170,14 +181,15 @@ class Nemesis:
         self.keys = tuple(keys)
         self.mode = mode
         self.killed: set[int] = set()
+        self.stranger: Stranger | None = None
 
     async def invoke(self, op: Op) -> tuple[str, Any, str | None]:
         """Performs `op`; returns ``(type, value, error)`` of its completion."""
-        handler = getattr(self, "_" + op.f.replace("-", "_"), None)
+        handler = HANDLERS.get(op.f)
         if handler is None:
             return "fail", op.value, "unknown-nemesis-op"
         try:
-            return "ok", await handler(op.value), None
+            return "ok", await handler(self, op.value), None
         except _Unresolved as exc:
             return "fail", op.value, f"unresolved: {exc}"
         except (HarnessError, OSError, RuntimeError, ValueError) as exc:
@@ -378,3 +390,41 @@ class Nemesis:
             return await trio.to_thread.run_sync(lambda: self.db.damage_tail(node, mode=mode, rng=rng, keys=self.keys))
         finally:
             await trio.to_thread.run_sync(self.db.start, node)
+
+    # ------------------------------------------------------------------ the stranger
+
+    async def _start_stranger(self, value: Any) -> dict[str, Any]:
+        """Idle connections, oversized frames, lying batches (stranger.py); what it saw."""
+        if self.stranger is not None:
+            await trio.to_thread.run_sync(self.stranger.close)
+        options = dict(value) if isinstance(value, Mapping) else {}
+        self.stranger = Stranger(self.db, **options)
+        return await trio.to_thread.run_sync(self.stranger.attack)
+
+    async def _stop_stranger(self, _value: Any) -> dict[str, Any] | None:
+        stranger, self.stranger = self.stranger, None
+        if stranger is None:
+            return None
+        return await trio.to_thread.run_sync(stranger.release)
+
+
+# Every nemesis op, by its ``f``: the one place an op name meets its code.
+HANDLERS: dict[str, Callable[[Nemesis, Any], Awaitable[Any]]] = {
+    "start-partition": Nemesis._start_partition,
+    "stop-partition": Nemesis._stop_partition,
+    "start-delay": Nemesis._start_delay,
+    "stop-delay": Nemesis._stop_delay,
+    "start-kill": Nemesis._start_kill,
+    "stop-kill": Nemesis._stop_kill,
+    "start-pause": Nemesis._start_pause,
+    "stop-pause": Nemesis._stop_pause,
+    "rolling-restart": Nemesis._rolling_restart,
+    "kill-supervisor": Nemesis._kill_supervisor,
+    "bitflip": Nemesis._bitflip,
+    "power-loss": Nemesis._power_loss,
+    "start-disk-full": Nemesis._start_disk_full,
+    "stop-disk-full": Nemesis._stop_disk_full,
+    "corrupt-tail": Nemesis._corrupt_tail,
+    "start-stranger": Nemesis._start_stranger,
+    "stop-stranger": Nemesis._stop_stranger,
+}

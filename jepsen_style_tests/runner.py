@@ -433,6 +433,8 @@ async def run(config: RunConfig, *, out: TextIO | None = sys.stdout) -> RunOutco
                 ops = await interpreter.run()
             nursery.cancel_scope.cancel()
     finally:
+        if nemesis.stranger is not None:
+            nemesis.stranger.close()  # a run cut short holds the stranger's sockets still
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(db.close)
     history = History(ops)

@@ -123,7 +123,7 @@ from raftlog.base.errors import (
 from raftlog.base.eventlog import log_event
 from raftlog.base.metrics import MetricsRegistry
 from raftlog.base.peer import PeerPool
-from raftlog.base.protocol import Request, field
+from raftlog.base.protocol import Later, Request, field, inline_handler_under_deadline
 
 __all__ = ["ReplicaManager", "PARTITIONS_DIR"]
 
@@ -367,7 +367,15 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------ client ops
 
-    async def _produce(self, request: Request) -> dict[str, Any] | None:
+    @inline_handler_under_deadline
+    async def _produce(self, request: Request) -> dict[str, Any] | Later | None:
+        """Run in the listener's reader (protocol.inline_handler), so a connection's produce
+        requests append in request order, as the Kafka listener's do: an idempotent producer
+        pipelines up to 5 batches per partition, and request tasks start in any order (trio
+        runs a batch of new tasks in either order), so a later batch could reach the leader
+        first and be refused OUT_OF_ORDER_SEQUENCE_NUMBER (issue 39: records failed under
+        load). The append waits on the replica's lock: under the request's deadline. The
+        acks=all wait runs in the request's own task (`Later`)."""
         acks = field(request, "acks", int)
         if acks not in (0, 1, -1):
             raise InvalidRequestError("acks must be 0, 1 or -1", field="acks", request_id=request.id)
@@ -381,10 +389,16 @@ class ReplicaManager:
                           field(d, "records", bytes, where=where)))
         deadline = trio.current_time() + timeout_ms / 1000
         results, waits = await self.append_partitions(parts, acks=acks)
-        await self.wait_appends(waits, deadline)
         if acks == 0:
             return None
-        return {"partitions": results}
+        if not waits:
+            return {"partitions": results}
+
+        async def finish() -> dict[str, Any]:
+            await self.wait_appends(waits, deadline)
+            return {"partitions": results}
+
+        return Later(finish)
 
     async def append_partitions(
         self, parts: list[tuple[str, int, bytes]], *, acks: int

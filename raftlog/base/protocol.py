@@ -62,6 +62,7 @@ __all__ = [
     "Attached",
     "Later",
     "inline_handler",
+    "inline_handler_under_deadline",
     "FilePart",
     "attachment_length",
     "part_length",
@@ -300,12 +301,23 @@ class Later:
 
 def inline_handler(handler: _H) -> _H:
     """Mark an async handler `handler(Request)` that the listener may run in the
-    connection's reader, without a task, a deadline and a slot of its own (together ~30 us
-    of scheduling per request: most of what a cheap op costs). Such a handler must answer
-    at once: it may await only what does not wait for long (no long poll, no peer), and
-    returns `Later(wait)` for any part that must wait (a long poll), which the listener
-    runs as an ordinary request. Other requests on the connection wait while it runs."""
+    connection's reader, without a task and a slot of its own (together ~30 us of
+    scheduling per request: most of what a cheap op costs), so in request order. Such a
+    handler must answer at once: it may await only what does not wait for long (no long
+    poll, no peer), and returns `Later(wait)` for any part that must wait (a long poll,
+    acks=all), which the listener runs as an ordinary request. Other requests on the
+    connection wait while it runs; the request's deadline holds for the `Later` (and, with
+    `inline_handler_under_deadline`, for the inline part too)."""
     handler.inline = True  # type: ignore[attr-defined]
+    return handler
+
+
+def inline_handler_under_deadline(handler: _H) -> _H:
+    """`inline_handler` for a handler whose inline part may wait on another task (a lock):
+    the listener runs that part under the request's deadline too (a cancel scope: a few us,
+    which the cheapest inline ops do without) and answers REQUEST_TIMED_OUT at it."""
+    handler = inline_handler(handler)
+    handler.inline_deadline = True  # type: ignore[attr-defined]
     return handler
 
 

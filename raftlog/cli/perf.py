@@ -219,15 +219,17 @@ class ProduceResult:
     elapsed_s: float
     errors: int
     histogram: LatencyHistogram
+    first_error: str | None = None  # why the first failed record failed ("Class: message")
 
     def to_json(self) -> dict[str, Any]:
         return {"records": self.records, "bytes": self.bytes, "elapsed_s": self.elapsed_s,
-                "errors": self.errors, "histogram": self.histogram.to_json()}
+                "errors": self.errors, "histogram": self.histogram.to_json(),
+                "first_error": self.first_error}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ProduceResult:
         return cls(int(d["records"]), int(d["bytes"]), float(d["elapsed_s"]), int(d["errors"]),
-                   LatencyHistogram.from_json(d["histogram"]))
+                   LatencyHistogram.from_json(d["histogram"]), d.get("first_error"))
 
 
 @dataclass
@@ -244,13 +246,15 @@ def merge_produce(results: Iterable[ProduceResult]) -> ProduceResult:
     h = LatencyHistogram()
     records = nbytes = errors = 0
     elapsed = 0.0
+    first_error = None
     for r in results:
         records += r.records
         nbytes += r.bytes
         errors += r.errors
         elapsed = max(elapsed, r.elapsed_s)
         h.merge(r.histogram)
-    return ProduceResult(records, nbytes, elapsed, errors, h)
+        first_error = first_error or r.first_error
+    return ProduceResult(records, nbytes, elapsed, errors, h, first_error)
 
 
 def summarize_produce(r: ProduceResult) -> dict[str, Any]:
@@ -268,6 +272,8 @@ def summarize_produce(r: ProduceResult) -> dict[str, Any]:
     }
     for p in PERCENTILES:
         out[f"latency_p{_pname(p)}_ms"] = round(h.percentile_us(p) / 1000, 2)
+    if r.first_error is not None:
+        out["first_error"] = r.first_error  # why records failed, for --json readers too
     return out
 
 
@@ -305,9 +311,12 @@ def format_consume(s: dict[str, Any]) -> str:
 
 
 def _producer_options(acks: str, linger_ms: int, batch_bytes: int | None,
-                      compression: str | None) -> dict[str, Any]:
+                      compression: str | None, request_timeout_ms: int,
+                      delivery_timeout_ms: int) -> dict[str, Any]:
     opts: dict[str, Any] = {"acks": acks, "linger_ms": linger_ms,
-                            "enable_idempotence": acks in ("all", "-1")}
+                            "enable_idempotence": acks in ("all", "-1"),
+                            "request_timeout_ms": request_timeout_ms,
+                            "delivery_timeout_ms": delivery_timeout_ms}
     if batch_bytes:
         opts["batch_bytes"] = batch_bytes
         opts["buffer_bytes"] = max(32 * MB, 4 * batch_bytes)
@@ -329,6 +338,7 @@ def run_producer(bootstrap: str, topic: str, records: int, record_bytes: int, *,
                  compression: str | None = None, throughput: float = 0,
                  progress: Callable[[str], None] | None = None,
                  report_interval_s: float = 1.0, warmup_records: int = 0,
+                 request_timeout_ms: int = 30_000, delivery_timeout_ms: int = 120_000,
                  security: dict[str, str] | None = None) -> ProduceResult:
     """Send `records` records of `record_bytes` random-ish bytes as fast as allowed
     (`throughput` records/s, 0 = unlimited); wait for every ack; return the figures.
@@ -336,7 +346,9 @@ def run_producer(bootstrap: str, topic: str, records: int, record_bytes: int, *,
     With `warmup_records` (Kafka's --warmup-records, KIP-1052), that many records go first,
     as fast as allowed, and are waited for; the clock starts after them, so connections,
     metadata and the producer id are set up and the figures are of the steady state only.
-    `security`: client properties (Kafka's keys) for a secure cluster."""
+    `security`: client properties (Kafka's keys) for a secure cluster. A request unanswered
+    for `request_timeout_ms` is retried; a record fails after `delivery_timeout_ms` (Kafka's
+    request.timeout.ms and delivery.timeout.ms), and the result counts it in `errors`."""
     from raftlog.client import Producer
 
     payload = (os.urandom(16).hex().encode() * (record_bytes // 32 + 1))[:record_bytes]
@@ -344,6 +356,7 @@ def run_producer(bootstrap: str, topic: str, records: int, record_bytes: int, *,
     hist = LatencyHistogram()
     lock = threading.Lock()
     errors = [0]
+    first_error: list[str] = []
     clock = time.perf_counter
     window = WindowStats(clock())  # replaced when the timed run starts (after a warm-up)
 
@@ -355,9 +368,12 @@ def run_producer(bootstrap: str, topic: str, records: int, record_bytes: int, *,
         # down what it measures. Send times of a batch only grow: the first is the oldest.
         done_s = clock()
         n = fut.batch_record_count
-        if fut.exception() is not None:
+        exc = fut.exception()
+        if exc is not None:
             with lock:
                 errors[0] += n
+                if not first_error:
+                    first_error.append(f"{type(exc).__name__}: {exc}")
             return
         acked.append((done_s, first, n))
         if progress is not None and n:
@@ -367,7 +383,8 @@ def run_producer(bootstrap: str, topic: str, records: int, record_bytes: int, *,
 
     throttle = Throttler(throughput)
     with Producer(bootstrap, security=security,
-                  **_producer_options(acks, linger_ms, batch_bytes, compression)) as p:
+                  **_producer_options(acks, linger_ms, batch_bytes, compression,
+                                      request_timeout_ms, delivery_timeout_ms)) as p:
         send = p.send
         if warmup_records:
             for _ in range(warmup_records):
@@ -399,7 +416,7 @@ def run_producer(bootstrap: str, topic: str, records: int, record_bytes: int, *,
     for done_s, first, n in acked:
         hist.record_many([(done_s - t) * 1e6 for t in send_s[first:first + n]])
     return ProduceResult(records - errors[0], (records - errors[0]) * record_bytes, elapsed,
-                         errors[0], hist)
+                         errors[0], hist, first_error[0] if first_error else None)
 
 
 def run_consumer(bootstrap: str, topic: str, records: int, *, timeout_s: float = 60.0,

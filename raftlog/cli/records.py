@@ -153,6 +153,26 @@ def _lines(stream: BinaryIO, on_bytes: Callable[[int], None] | None) -> Iterator
         yield raw
 
 
+def producer_timeout_options(fn: Any) -> Any:
+    """--request-timeout-ms and --delivery-timeout-ms, Kafka's producer settings of those names."""
+    fn = click.option("--delivery-timeout-ms", type=click.IntRange(1000, 86_400_000), default=120_000,
+                      show_default=True,
+                      help="How long a record may take, retries included, before it fails "
+                           "(Kafka's delivery.timeout.ms; >= --linger-ms + --request-timeout-ms).")(fn)
+    fn = click.option("--request-timeout-ms", type=click.IntRange(1000, 3_600_000), default=30_000,
+                      show_default=True,
+                      help="How long one produce request may go unanswered before it is retried "
+                           "(Kafka's request.timeout.ms).")(fn)
+    return fn
+
+
+def _check_producer_timeouts(linger_ms: int, request_timeout_ms: int, delivery_timeout_ms: int) -> None:
+    if delivery_timeout_ms < linger_ms + request_timeout_ms:
+        raise click.BadParameter(f"{delivery_timeout_ms} < --linger-ms + --request-timeout-ms "
+                                 f"({linger_ms + request_timeout_ms}), as in Kafka",
+                                 param_hint="--delivery-timeout-ms")
+
+
 @click.command("produce")
 @click.argument("topic")
 @click.option("--file", "-f", "file_path", type=click.Path(exists=True, dir_okay=False),
@@ -173,17 +193,21 @@ def _lines(stream: BinaryIO, on_bytes: Callable[[int], None] | None) -> Iterator
                    "max_message_bytes when that is larger).")
 @click.option("--create/--no-create", default=True, show_default=True,
               help=f"Create a missing topic ({AUTO_CREATE_PARTITIONS} partitions, RF min(3, brokers)).")
+@producer_timeout_options
 @connection_options
 @click.pass_context
 @friendly
 def produce_cmd(ctx: click.Context, topic: str, file_path: str | None, key_separator: str | None,
                 headers: tuple[str, ...], partition: int | None, acks: str, linger_ms: int,
                 batch_bytes: int | None, compression: str, max_request_bytes: int | None, create: bool,
-                bootstrap: str, timeout: float) -> None:
+                request_timeout_ms: int, delivery_timeout_ms: int, bootstrap: str, timeout: float) -> None:
     """Send one record per line of stdin (or --file) to TOPIC.
 
     Prints a summary on stderr at the end (records, bytes, partitions, time); stdout stays
-    empty. A missing topic is created with 3 partitions (see --no-create).
+    empty. A missing topic is created with 3 partitions (see --no-create). A produce request
+    unanswered for --request-timeout-ms is retried (idempotent with --acks all: never
+    written twice); a record fails after --delivery-timeout-ms. --timeout bounds the
+    commands' other waits (topic lookup and creation, metadata).
 
     \b
     Examples:
@@ -199,6 +223,7 @@ def produce_cmd(ctx: click.Context, topic: str, file_path: str | None, key_separ
     if sep == b"":
         raise click.BadParameter("must not be empty", param_hint="--key-separator")
     hdrs = _parse_headers(headers)
+    _check_producer_timeouts(linger_ms, request_timeout_ms, delivery_timeout_ms)
     addresses = connect(bootstrap)
     timeout_ms = int(timeout * 1000)
     with Admin(addresses, request_timeout_ms=timeout_ms, **client_kwargs()) as admin:
@@ -252,11 +277,11 @@ def produce_cmd(ctx: click.Context, topic: str, file_path: str | None, key_separ
     else:
         stream = sys.stdin.buffer
     interrupted = False
-    # A record not acknowledged within --timeout fails with why (no leader, no producer id,
-    # ...) rather than being dropped unsaid when the producer closes.
-    producer = Producer(addresses, request_timeout_ms=max(timeout_ms, 1000),
-                        delivery_timeout_ms=max(timeout_ms, 1000) + linger_ms, **options,
-                        **client_kwargs())
+    # A record not acknowledged within --delivery-timeout-ms fails with why (no leader, no
+    # producer id, ...) rather than being dropped unsaid when the producer closes.
+    producer = Producer(addresses, request_timeout_ms=request_timeout_ms,
+                        delivery_timeout_ms=delivery_timeout_ms, **options, **client_kwargs())
+    flush_s = delivery_timeout_ms / 1000 + 5  # delivery_timeout_ms ends each record before
     try:
         if bar is not None:
             bar.__enter__()
@@ -283,9 +308,9 @@ def produce_cmd(ctx: click.Context, topic: str, file_path: str | None, key_separ
         if file_path is not None:
             stream.close()
         try:
-            producer.flush(timeout=timeout + 5)  # delivery_timeout_ms ends each record before
+            producer.flush(timeout=flush_s)
         except TimeoutError:
-            click.echo(f"raftlog: not every record was acknowledged within {timeout:g} s", err=True)
+            click.echo(f"raftlog: not every record was acknowledged within {flush_s:g} s", err=True)
         producer.close(timeout=1)
     elapsed = time.monotonic() - start
     ok = stats["records"] - stats["failed"]
@@ -508,12 +533,14 @@ def _progress(line: str) -> None:
               help="Records each producer sends and waits for before the timed run (not counted).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
+@producer_timeout_options
 @connection_options
 @click.pass_context
 @friendly
 def perf_produce(ctx: click.Context, topic: str, records: int, record_bytes: int, acks: str,
                  batch_bytes: int | None, linger_ms: int, compression: str, throughput: float,
-                 producers: int, warmup_records: int, as_json: bool, quiet: bool, bootstrap: str,
+                 producers: int, warmup_records: int, as_json: bool, quiet: bool,
+                 request_timeout_ms: int, delivery_timeout_ms: int, bootstrap: str,
                  timeout: float) -> None:
     """Send RECORDS records as fast as allowed; report records/s, MB/s and per-record
     send-to-ack latency (avg, p50, p95, p99, p99.9, max). A progress line every second on stderr.
@@ -527,6 +554,7 @@ def perf_produce(ctx: click.Context, topic: str, records: int, record_bytes: int
     from raftlog.client import Admin
     from raftlog.cli.perf import format_produce, produce_perf, summarize_produce
 
+    _check_producer_timeouts(linger_ms, request_timeout_ms, delivery_timeout_ms)
     addresses = connect(bootstrap)
     with Admin(addresses, request_timeout_ms=int(timeout * 1000), **client_kwargs()) as admin:
         _require_topic(admin, topic)
@@ -535,7 +563,8 @@ def perf_produce(ctx: click.Context, topic: str, records: int, record_bytes: int
                               throughput=throughput, progress=None if quiet else _progress,
                               acks=acks, linger_ms=linger_ms, batch_bytes=batch_bytes,
                               compression=compression, warmup_records=warmup_records,
-                              security=_properties())
+                              request_timeout_ms=request_timeout_ms,
+                              delivery_timeout_ms=delivery_timeout_ms, security=_properties())
     except RuntimeError as exc:
         raise CliFailure(f"perf produce failed: {exc}") from None
     summary = summarize_produce(result)
@@ -544,7 +573,7 @@ def perf_produce(ctx: click.Context, topic: str, records: int, record_bytes: int
     else:
         click.echo(format_produce(summary))
     if result.errors:
-        raise CliFailure(f"{result.errors} records were not acknowledged")
+        raise CliFailure(f"{result.errors} records were not acknowledged (first: {result.first_error})")
 
 
 @perf.command("consume")

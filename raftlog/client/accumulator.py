@@ -155,12 +155,15 @@ class ProducerBatch:
 
 
 class _PartitionQueue:
-    __slots__ = ("waiting", "in_flight", "next_sequence")
+    __slots__ = ("waiting", "in_flight", "next_sequence", "acked_sequence")
 
     def __init__(self) -> None:
         self.waiting: deque[ProducerBatch] = deque()  # sealed retries + unsent; last may be open
         self.in_flight: list[ProducerBatch] = []  # in sequence order
         self.next_sequence = 0
+        # The sequence after the last batch acknowledged in order under the current producer
+        # id (what its leader expects next), or -1 before any.
+        self.acked_sequence = -1
 
 
 class Accumulator:
@@ -314,6 +317,7 @@ class Accumulator:
         for parts in self._queues.values():
             for q in parts.values():
                 q.next_sequence = 0
+                q.acked_sequence = -1
 
     def begin_flush(self) -> None:
         """Make every batch ready regardless of linger (flush/close)."""
@@ -455,6 +459,8 @@ class Accumulator:
     def complete(self, b: ProducerBatch, base_offset: int) -> None:
         """The broker acknowledged `b` at `base_offset` (-1 when acks=0 or unknown)."""
         q = self._queue(b)
+        if b.base_sequence >= 0 and b.producer_id == self.producer_id and _oldest_unacked(q, b):
+            q.acked_sequence = (b.base_sequence + b.record_count - b.skipped) & 0x7FFFFFFF
         q.in_flight.remove(b)
         b.in_flight = False
         b.base_offset = base_offset
@@ -521,6 +527,11 @@ class Accumulator:
                 return True
         return False
 
+    def is_next_sequence(self, b: ProducerBatch) -> bool:
+        """True if every batch of b's partition sealed before b is acknowledged, so its
+        leader expects b's sequence next (Kafka's TransactionManager.isNextSequence)."""
+        return b.base_sequence >= 0 and b.base_sequence == self._queue(b).acked_sequence
+
     def expire(self, now_ms: int, delivery_timeout_ms: int) -> list[ProducerBatch]:
         """Remove and return not-in-flight batches older than delivery_timeout_ms.
 
@@ -559,6 +570,19 @@ class Accumulator:
         b.builder = None
         self.buffered_bytes -= b.reserved_bytes
         b.reserved_bytes = 0
+
+
+def _oldest_unacked(q: _PartitionQueue, b: ProducerBatch) -> bool:
+    """No batch of b's partition sealed before b is unacknowledged: b is the first in flight
+    and no retry waiting (retries wait at the front of the queue) comes before it."""
+    if q.in_flight[0] is not b:
+        return False
+    for w in q.waiting:
+        if not w.attempts:
+            return True
+        if _seq_before(w, b):
+            return False
+    return True
 
 
 def _seq_before(a: ProducerBatch, b: ProducerBatch) -> bool:

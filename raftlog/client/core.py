@@ -572,6 +572,7 @@ class ClientCore:
             who = f"{addr[0]}:{addr[1]}" if addr is not None else "?"
             who = f"bootstrap address {who}" if p.broker_id < 0 else f"broker {p.broker_id} ({who})"
             exc = RequestTimedOutError(f"no answer from {who} within the request timeout")
+            log.info("%s request %d: %s; the connection is closed", p.kind, rid, exc.message)
             self.FAILURE_HANDLERS[p.kind](self, p, exc, now_ms)
 
     # ---- subclass hooks ----

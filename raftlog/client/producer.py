@@ -396,6 +396,14 @@ class ProducerCore(ClientCore):
             # (Kafka's Sender does the same), immediately, since nothing is wrong with it.
             acc.retry(b, now_ms)
             return
+        if isinstance(exc, OutOfOrderSequenceNumberError) and _overtaken(exc, b) and acc.is_next_sequence(b):
+            # b reached its leader before an earlier batch it was sent after, and that batch
+            # is acknowledged now: the leader expects b. Retried (Kafka's Sender retries the
+            # next sequence: TransactionManager.canRetry), within the delivery timeout.
+            t = self.retry.next_attempt_ms(b.attempts, now_ms, b.created_ms + self.delivery_timeout_ms)
+            if t is not None:
+                acc.retry(b, t)
+                return
         if isinstance(exc, OutOfOrderSequenceNumberError) and self.fixed_identity:
             # The leader holds this batch's head already (an earlier run of this identity cut
             # its records elsewhere): re-send only the tail, at once and alone.
@@ -462,6 +470,13 @@ class ProducerCore(ClientCore):
         "pid": _on_pid_failure,
         "produce": _on_produce_failure,
     }
+
+
+def _overtaken(exc: OutOfOrderSequenceNumberError, b: ProducerBatch) -> bool:
+    """The leader refused b while still expecting an earlier sequence of the same producer
+    (`expected_sequence` behind b's, modulo 2**31): an earlier batch had not arrived yet."""
+    expected = exc.details.get("expected_sequence")
+    return isinstance(expected, int) and 0 < (b.base_sequence - expected) % (1 << 31) < 1 << 30
 
 
 def _compression(c: Compression | int | str | None) -> Compression:

@@ -40,7 +40,7 @@ from raftlog.base.errors import (
     TopicAuthorizationFailedError,
 )
 from raftlog.base.eventlog import log_event
-from raftlog.base.protocol import Request
+from raftlog.base.protocol import Later, Request
 
 __all__ = ["AuthorizerCache", "POLICIES", "guard_handlers"]
 
@@ -146,12 +146,12 @@ def _partitions(operation: Operation, field: str = "partitions", answer_field: s
             check.require(group_operation, G, _str_field(request, "group_id"))
         entries = _list_field(request, field, nullable=group_operation is not None)
         if entries is None:  # offset_fetch of every committed partition: filter the answer
-            response = await handler(request)
-            if response is None:
-                return None
-            kept = [p for p in response.get(answer_field, [])
-                    if not isinstance(p, Mapping) or check.allowed(operation, T, str(p.get("topic")))]
-            return {**response, answer_field: kept}
+            def keep_allowed(response: Mapping[str, Any]) -> Mapping[str, Any]:
+                kept = [p for p in response.get(answer_field, [])
+                        if not isinstance(p, Mapping) or check.allowed(operation, T, str(p.get("topic")))]
+                return {**response, answer_field: kept}
+
+            return _then(await handler(request), keep_allowed)
         verdicts: dict[str, bool] = {}
         allowed, refused = [], []
         for entry in entries:
@@ -171,12 +171,21 @@ def _partitions(operation: Operation, field: str = "partitions", answer_field: s
             if request.op == "produce" and request.fields.get("acks") == 0:
                 return None
             return {answer_field: errors}
-        response = await handler(_with(request, **{field: allowed}))
-        if response is None:
-            return None
-        return {**response, answer_field: [*response.get(answer_field, []), *errors]}
+        return _then(await handler(_with(request, **{field: allowed})),
+                     lambda response: {**response, answer_field: [*response.get(answer_field, []), *errors]})
 
     return policy
+
+
+def _then(response: Any, change: Callable[[Mapping[str, Any]], Mapping[str, Any]]) -> Any:
+    """`change` applied to a handler's answer: at once, or to what its `Later` (an inline
+    handler's rest, e.g. produce's acks=all wait) answers; None (no answer) stays None."""
+    if type(response) is Later:
+        async def wait() -> Any:
+            return _then(await response.wait(), change)
+
+        return Later(wait)
+    return None if response is None else change(response)
 
 
 async def _metadata(request: Request, check: _Check, handler: Handler) -> Mapping[str, Any] | None:
@@ -301,6 +310,9 @@ def guard_handlers(handlers: Mapping[str, Handler], *, authorizer_of: Callable[[
             check = _Check(authorizer_of(), request.principal, request.client_host or "")
             return await policy(request, check, handler)
 
+        # An inline handler stays inline behind its policy (policies await nothing else).
+        for mark in ("inline", "inline_deadline"):
+            setattr(run, mark, getattr(handler, mark, False))
         return run
 
     return {op: guarded(op, handler) for op, handler in handlers.items()}

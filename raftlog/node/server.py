@@ -8,9 +8,10 @@ response and must be cancel-safe (the deadline cancels them).
 Per connection, a reader task decodes frames and starts a request task per request; a writer
 task drains a bounded channel of encoded responses. Responses go out as requests complete,
 in any order, matched by `id` (PROTOCOL.md). The handler of a cheap op marked
-`inline_handler` (raftlog/base/protocol.py; `replica_fetch`) runs in the reader itself, with
-no task, deadline or slot, and hands back `Later(wait)` for what must wait (its long poll),
-which then runs in a request task like any other; its errors are answered the same way.
+`inline_handler` (raftlog/base/protocol.py; `replica_fetch`, `produce`) runs in the reader
+itself, in request order, with no task or slot (`produce`'s under the request's deadline:
+`inline_handler_under_deadline`), and hands back `Later(wait)` for what must wait (a long poll, acks=all), which then runs in a request
+task like any other under what is left of the deadline; its errors are answered the same way.
 
 Limits (everything bounded):
 * connections are admitted by the node's `ConnectionGate` (raftlog/node/gate.py, shared with
@@ -54,6 +55,7 @@ listener.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from functools import partial
@@ -106,6 +108,7 @@ LINGER_MAX_BYTES: Final = 16 << 20
 # Until a connection's session is complete (SASL, the peer handshake) no frame may announce
 # more than this: auth frames are a few hundred bytes, and a stranger gets no buffer.
 PRE_AUTH_MAX_FRAME_BYTES: Final = 64 << 10
+_NO_DEADLINE: Final = contextlib.nullcontext()  # an inline handler's part without a cancel scope
 
 
 def _answer(request: Request, result: Mapping[str, Any] | Attached | None) -> dict[str, Any] | Attached | None:
@@ -124,6 +127,11 @@ def _waiting(later: Later) -> Handler:
         return await later.wait()
 
     return wait
+
+
+def _timed_out(request: Request, deadline_ms: int) -> dict[str, Any]:
+    return error_response(request.id, RequestTimedOutError(
+        f"no answer to {request.op} within {deadline_ms} ms; it may still take effect"))
 
 
 def request_deadline_ms(timeout_ms: int | None, request_timeout_ms: int) -> int:
@@ -151,6 +159,9 @@ class _Listener:
         self.handlers = dict(handlers)
         # Ops whose handlers run in the connection's reader (protocol.inline_handler).
         self.inline_ops = frozenset(op for op, h in self.handlers.items() if getattr(h, "inline", False))
+        # Those whose inline part runs under the request's deadline (inline_handler_under_deadline).
+        self.deadline_inline_ops = frozenset(
+            op for op, h in self.handlers.items() if getattr(h, "inline_deadline", False))
         self.security = security
         self.name = name
         self.max_frame_bytes = max_frame_bytes
@@ -394,19 +405,26 @@ class _Connection:
     async def _run_inline(self, handler: Handler, request: Request, deadline_ms: int,
                           requests: trio.Nursery, send: trio.MemorySendChannel[Item]) -> None:
         """A request of an inline handler (protocol.inline_handler), in the reader: answered
-        at once, with no task, deadline or slot of its own, unless the handler returns
-        Later(wait): then `wait` runs in a request task as any handler does. Errors are
-        answered as `_call` answers them."""
+        at once, with no task or slot of its own (and no deadline, unless the handler is
+        `inline_handler_under_deadline`), unless the handler returns Later(wait): then `wait`
+        runs in a request task as any handler does, under what is left of the request's
+        deadline (the inline part counts). Errors, and the deadline, are answered as `_call`
+        answers them."""
         started = trio.current_time()
         try:
-            result = await handler(request)
+            with (trio.fail_after(deadline_ms / 1000) if request.op in self.listener.deadline_inline_ops
+                  else _NO_DEADLINE):
+                result = await handler(request)
+        except trio.TooSlowError:
+            response: Any = _timed_out(request, deadline_ms)
         except Exception as exc:  # as in _call
-            response: Any = self._failed(request, exc)
+            response = self._failed(request, exc)
         else:
             if type(result) is Later:
                 await self._take_slot()
                 self.in_flight_ids.add(request.id)
-                requests.start_soon(self._run_request, _waiting(result), request, deadline_ms, send)
+                left_ms = max(0, deadline_ms - int((trio.current_time() - started) * 1000))
+                requests.start_soon(self._run_request, _waiting(result), request, left_ms, send, started)
                 return
             response = _answer(request, result)
         await self._respond(request, response, started, send)
@@ -446,8 +464,10 @@ class _Connection:
         request: Request,
         deadline_ms: int,
         send: trio.MemorySendChannel[Item],
+        started: float | None = None,
     ) -> None:
-        started = trio.current_time()
+        # `started`: when the reader began the request (an inline handler's Later): its latency.
+        started = trio.current_time() if started is None else started
         try:
             response = await self._call(handler, request, deadline_ms)
             await self._respond(request, response, started, send)
@@ -482,8 +502,7 @@ class _Connection:
                 if type(result) is Later:
                     result = await result.wait()
         except trio.TooSlowError:
-            return error_response(request.id, RequestTimedOutError(
-                f"no answer to {request.op} within {deadline_ms} ms; it may still take effect"))
+            return _timed_out(request, deadline_ms)
         except Exception as exc:  # a handler bug answers one request, not the connection
             return self._failed(request, exc)
         return _answer(request, result)

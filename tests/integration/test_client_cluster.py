@@ -1,8 +1,11 @@
-"""Both client shells against a real three-node cluster: acks=all produce read back by both shells, keyed records in their murmur2 partitions, seek and offsets_for_times, admin fails fast on an unknown topic, and a SIGKILL of a partition leader during an idempotent produce loses no acknowledged record and duplicates none."""
+"""Both client shells against a real three-node cluster: acks=all produce read back by both shells, keyed records in their murmur2 partitions, seek and offsets_for_times, admin fails fast on an unknown topic, pipelined produce requests append in request order, a leader silent past the request timeout gets every record acknowledged exactly once, and a SIGKILL of a partition leader during an idempotent produce loses no acknowledged record and duplicates none."""
 
 from __future__ import annotations
 
 import importlib.util
+import logging
+import signal
+import socket
 import sys
 import threading
 import time
@@ -15,7 +18,9 @@ import trio
 
 from raftlog import aio
 from raftlog.client import Admin, Consumer, Producer, partition_for_key
+from partition.batch import BatchBuilder
 from raftlog.base.errors import UnknownTopicOrPartitionError
+from raftlog.base.protocol import FrameDecoder, encode_frame
 
 _spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
 harness = importlib.util.module_from_spec(_spec)
@@ -117,6 +122,98 @@ def test_admin_fails_fast_on_unknown_topic(cluster):
         with pytest.raises(UnknownTopicOrPartitionError):
             admin.delete_topic("no-such-topic")
         assert time.monotonic() - start < 30  # answered, not retried until the 60 s timeout
+
+
+def leader_of(cluster, topic: str, partition: int = 0) -> int:
+    with Admin(cluster.bootstrap()) as admin:
+        return admin.describe_topics([topic])[topic].partitions[partition].leader
+
+
+def test_pipelined_idempotent_produce_requests_append_in_request_order(cluster):
+    """Issue 39: two produce requests of one producer for one partition written in one go
+    on one connection (as a producer pipelining 5 batches does) are appended in request
+    order; the node used to start their tasks in either order, refusing the second
+    OUT_OF_ORDER_SEQUENCE_NUMBER, and the producer failed its records."""
+    create(cluster, "pipelined", 1)
+    leader = leader_of(cluster, "pipelined")
+    pid = cluster.call(leader, "init_producer_id")
+    host, _, port = cluster.client(leader).rpartition(":")
+    decoder = FrameDecoder(max_frame_bytes=1 << 20)
+    codes: list[str] = []
+    rid = seq = 0
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        for _ in range(40):  # the old node reordered a pair half the time
+            frames = []
+            for _k in range(2):
+                builder = BatchBuilder()
+                builder.append(b"%d" % seq, timestamp_ms=1)
+                builder.set_producer_state(pid["producer_id"], pid["producer_epoch"], seq)
+                seq += 1
+                rid += 1
+                frames.append(encode_frame({"v": 1, "id": rid, "op": "produce", "acks": -1, "timeout_ms": 20_000,
+                                            "partitions": [{"topic": "pipelined", "partition": 0,
+                                                            "records": builder.build()}]}))
+            sock.sendall(b"".join(frames))
+            answers = []
+            while len(answers) < 2:
+                frame = decoder.next_frame()
+                if frame is None:
+                    data = sock.recv(1 << 16)
+                    assert data, "the node closed the connection"
+                    decoder.feed(data)
+                else:
+                    answers.append(frame)
+            codes += [p.get("error", {}).get("code", "OK") for a in answers for p in a["partitions"]]
+    assert codes == ["OK"] * 80
+    records = read_all(cluster.bootstrap(), "pipelined", 1, 80)
+    assert [int(r.value) for r in sorted(records, key=lambda r: r.offset)] == list(range(80))
+
+
+class _Seen(logging.Handler):
+    """Sets `event` when a log record's message contains `text`."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(logging.INFO)
+        self.text, self.event = text, threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.text in record.getMessage():
+            self.event.set()
+
+
+def test_a_leader_silent_past_request_timeout_gets_every_record_acknowledged_once(cluster):
+    """Issue 39: a partition leader that answers nothing (SIGSTOP) for longer than the
+    producer's request_timeout_ms, but not delivery_timeout_ms: its requests time out and
+    are retried with the same sequences (at whichever leader there is then), and every
+    record is acknowledged and written exactly once (read back and counted)."""
+    create(cluster, "silent", 1)
+    leader = leader_of(cluster, "silent")
+    total = 2000
+    seen = _Seen("within the request timeout")
+    core_log = logging.getLogger("raftlog.client.core")
+    core_log.addHandler(seen)
+    level = core_log.level
+    core_log.setLevel(logging.INFO)
+    try:
+        with Producer(cluster.bootstrap(), acks="all", linger_ms=2, request_timeout_ms=2000,
+                      delivery_timeout_ms=90_000) as p:
+            futs = [p.send("silent", b"%d" % i) for i in range(total // 2)]
+            p.flush(60)  # the first half is acknowledged by the leader
+            cluster.processes[leader].signal(signal.SIGSTOP)
+            try:
+                futs += [p.send("silent", b"%d" % i) for i in range(total // 2, total)]
+                # Resumed once a produce request to it has timed out at the producer.
+                assert seen.event.wait(60), "no request timed out"
+            finally:
+                cluster.processes[leader].signal(signal.SIGCONT)
+            p.flush(120)
+            results = [f.result(0) for f in futs]  # raises if any record failed
+    finally:
+        core_log.removeHandler(seen)
+        core_log.setLevel(level)
+    assert len(set(results)) == total  # each record its own offset
+    records = read_all(cluster.bootstrap(), "silent", 1, total)  # a duplicate would push one out
+    assert Counter(int(r.value) for r in records) == Counter(range(total))  # none lost, none twice
 
 
 def test_leader_kill_during_idempotent_produce_loses_and_duplicates_nothing(cluster):

@@ -1,4 +1,4 @@
-"""Short fault-injection runs against a real 3-node cluster (RF=3, acks=all, flush always) end valid: no lost, duplicated or reordered writes under kill, pause, partition, leader-kill and storage-damage nemeses (torn tails, bit flips anywhere in any segment or index file, a full disk), and power loss of one node or of all (every write not fsynced dropped) where a FUSE filesystem can be mounted; through the native protocol and (the kafka workload) through Kafka's with confluent-kafka; and a SIGKILLed `cluster up` supervisor leaves nothing running (supervisor-kill); and against a secure cluster (--secure)."""
+"""Short fault-injection runs against a real 3-node cluster (RF=3, acks=all, flush always) end valid: no lost, duplicated or reordered writes under kill, pause, partition, leader-kill and storage-damage nemeses (torn tails, bit flips anywhere in any segment or index file, a full disk), and power loss of one node or of all (every write not fsynced dropped) where a FUSE filesystem can be mounted; through the native protocol and (the kafka workload) through Kafka's with confluent-kafka; and a SIGKILLed `cluster up` supervisor leaves nothing running (supervisor-kill); and against a secure cluster (--secure); and a stranger (idle connections, oversized unauthenticated frames, lying batches) between kills and partitions is refused without starving other clients."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ async def _valid_run(tmp_path, nemesis: tuple[str, ...], time_limit_s: float, *,
     assert counts["send"].get("ok", 0) > min_sends, (counts, where)
     windows = outcome.history.fault_windows()
     assert windows and all(w.name in ("kill", "pause", "partition", "rolling-restart", "corrupt-tail", "bitflip",
-                                      "disk-full", "power-loss") for w in windows), (windows, where)  # fmt: skip
+                                      "disk-full", "power-loss", "stranger") for w in windows), (windows, where)  # fmt: skip
     failed_nemesis = [p for p in outcome.history.pairs() if p.process == "nemesis" and p.type == "info"]
     assert not failed_nemesis, (failed_nemesis[:3], where)
     return outcome
@@ -52,6 +52,24 @@ async def _valid_run(tmp_path, nemesis: tuple[str, ...], time_limit_s: float, *,
                          ids=lambda n: "+".join(n))
 async def test_short_run_is_valid(tmp_path, nemesis):
     await _valid_run(tmp_path, nemesis, TIME_LIMIT_S)
+
+
+@pytest.mark.jepsen
+async def test_stranger_mixed_with_kill_and_partition_run_is_valid(tmp_path):
+    """Issue 39: a stranger (1,100 idle connections per client listener, 2 GiB frames
+    announced to every port, lying record batches from a producer) between kills and
+    partitions: every lying batch refused, every node serving other clients meanwhile, and
+    the run valid. Fails on a node without issue 39's limits and batch validation: the
+    checker finds lying-batch-accepted and stranger-starved-clients."""
+    outcome = await _valid_run(tmp_path, ("stranger", "kill", "partition"), max(TIME_LIMIT_S, 36.0), min_sends=20)
+    where = f"seed={outcome.seed} dir={outcome.files.directory}"
+    attacks = [p for p in outcome.history.pairs() if p.f == "start-stranger" and p.type == "ok"]
+    assert attacks, (outcome.history.fault_windows(), where)  # fault rounds draw every name
+    for attack in attacks:
+        lying = attack.completion.value["lying"]
+        assert lying and all(e.get("accepted") is False and e.get("error_code") for e in lying), (lying, where)
+        idle = attack.completion.value["idle"]
+        assert all(n["opened"] + n["failed"] > 0 for per_node in idle.values() for n in per_node.values()), where
 
 
 def _fuse_or_skip(tmp_path) -> None:

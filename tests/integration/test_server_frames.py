@@ -1,4 +1,4 @@
-"""A live trio listener answers many in-flight requests out of order by id, enforces deadlines, frame limits, backpressure and connection limits, runs inline handlers in the reader (their Later under the deadline, their errors answered alike), and survives bad clients."""
+"""A live trio listener answers many in-flight requests out of order by id, enforces deadlines, frame limits, backpressure and connection limits, runs inline handlers in the reader (their Later under the deadline, and the inline part too where the handler asks, their errors answered alike), and survives bad clients."""
 
 import logging
 import random
@@ -13,7 +13,14 @@ import trio
 from partition.errors import CorruptRecordError
 from raftlog.base.errors import NotLeaderError
 from raftlog.base.metrics import MetricsRegistry
-from raftlog.base.protocol import FrameDecoder, Later, Request, encode_frame, inline_handler
+from raftlog.base.protocol import (
+    FrameDecoder,
+    Later,
+    Request,
+    encode_frame,
+    inline_handler,
+    inline_handler_under_deadline,
+)
 from raftlog.node.server import DEADLINE_MARGIN_MS, request_deadline_ms, serve
 
 RECEIVE_TIMEOUT_S = 10
@@ -39,7 +46,9 @@ class Harness:
             "huge": self.huge,
             "foreign": self.foreign,
             "inline": self.inline,
+            "inline_locked": self.inline_locked,
         }
+        self.lock = trio.Lock()  # what an inline_locked request's inline part waits for
         self.inline_tasks: list[trio.lowlevel.Task] = []
         self.reader_tasks: set[trio.lowlevel.Task] = set()
 
@@ -91,6 +100,13 @@ class Harness:
             return await self.handlers[then](request)
 
         return Later(wait)
+
+
+    @inline_handler_under_deadline
+    async def inline_locked(self, request: Request):
+        """Like produce's append: in the reader, in request order, waiting on a lock."""
+        async with self.lock:
+            return {"n": request.fields.get("n")}
 
 
 class Client:
@@ -365,3 +381,17 @@ async def test_truncated_frame_then_eof_closes_quietly(client, server):
     fresh = await Client.connect(server.port)
     async with fresh.stream:
         assert (await fresh.call(1, "echo"))["ok"] is True
+
+
+async def test_an_inline_part_that_waits_answers_request_timed_out_at_its_deadline(client, server):
+    """Issue 39: produce appends in the reader; an append stuck on its replica's lock is
+    answered REQUEST_TIMED_OUT at the request's deadline, and the requests behind it on the
+    connection are read and answered, in order, once it is."""
+    await server.lock.acquire()
+    await client.stream.send_all(b"".join(
+        encode_frame({"v": 1, "id": 10 + k, "op": "inline_locked", "n": k, "timeout_ms": 100}) for k in range(3)))
+    for k in range(3):
+        response = await client.receive()
+        assert response["id"] == 10 + k and response["error"]["code"] == "REQUEST_TIMED_OUT"
+    server.lock.release()
+    assert await client.call(20, "inline_locked", n=7) == {"id": 20, "ok": True, "n": 7}

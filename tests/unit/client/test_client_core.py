@@ -140,7 +140,9 @@ def test_non_retriable_error_fails_batch_at_once():
     assert isinstance(b.future.error, MessageTooLargeError)
 
 
-def test_duplicate_sequence_is_success_and_out_of_order_after_earlier_failure_retries():
+def two_batches_in_flight():
+    """A producer with two batches of partition 0 in flight (and a third waiting): the core,
+    the two requests and their batches."""
     core = ready_producer(leaders=(1,), batch_bytes=256)
     for _ in range(6):
         core.send("t", b"x" * 80, None, None, 0, 1, 0, 1)
@@ -148,6 +150,11 @@ def test_duplicate_sequence_is_success_and_out_of_order_after_earlier_failure_re
     r2 = sends(core.poll(1), "produce")[0]
     b1, b2 = core._pending[r1.request["id"]].ctx[0], core._pending[r2.request["id"]].ctx[0]
     assert b2.base_sequence == b1.base_sequence + b1.record_count
+    return core, r1, r2, b1, b2
+
+
+def test_duplicate_sequence_is_success_and_out_of_order_after_earlier_failure_retries():
+    core, r1, r2, b1, b2 = two_batches_in_flight()
     core.on_response(1, {"id": r1.request["id"], "ok": True, "partitions": [
         {"topic": "t", "partition": 0, "error": {"code": "NOT_ENOUGH_REPLICAS", "message": ""}}]}, 2)
     core.on_response(1, {"id": r2.request["id"], "ok": True, "partitions": [
@@ -518,3 +525,120 @@ def test_fixed_identity_resends_only_the_tail_the_leader_lacks():
         {"topic": "t", "partition": 0, "error": {"code": "OUT_OF_ORDER_SEQUENCE_NUMBER",
                                                  "message": "", "expected_sequence": 9}}]}, 5)
     assert isinstance(b2.future.error, OutOfOrderSequenceNumberError)
+
+
+# ---- request_timeout_ms (per request) vs delivery_timeout_ms (per record): issue 39 ----
+
+
+def drive(core, start_ms, until_ms, *, leaders=(1,), answer_produce=None, step_ms=50):
+    """Poll the core every step_ms (a mock clock) from start_ms up to until_ms, answering
+    metadata with `leaders` and reporting every Close as a lost connection, as a shell
+    does; produce requests go to `answer_produce(send, now_ms)` (None: never answered).
+    Returns the produce sends seen, with the time each was sent."""
+    seen = []
+    now = start_ms
+    while now <= until_ms:
+        for a in core.poll(now):
+            if isinstance(a, Close):
+                core.on_disconnect(a.broker_id, now)
+            elif a.request["op"] == "metadata":
+                core.on_response(a.broker_id, metadata_answer(a.request["id"], list(leaders)), now)
+            elif a.request["op"] == "produce":
+                seen.append((now, a))
+                if answer_produce is not None:
+                    answer_produce(a, now)
+        now += step_ms
+    return seen
+
+
+def test_a_request_timeout_is_retried_with_the_same_bytes_and_a_duplicate_counts_as_written():
+    core = ready_producer(leaders=(1,), request_timeout_ms=2000, delivery_timeout_ms=60_000)
+    b = core.send("t", b"v", None, None, 0, 1, 0, 1)
+    [(_, first)] = drive(core, 0, 2999)  # sent at 0; nothing answers
+    assert first.request["timeout_ms"] == 2000 and not b.done
+    # The client's deadline (the request's timeout plus 1 s for the trip) passes: the
+    # connection closes, the batch may have been written and is retried, not failed.
+    retries = drive(core, 3000, 6000, answer_produce=lambda s, now: core.on_response(1, {
+        "id": s.request["id"], "ok": True, "partitions": [{"topic": "t", "partition": 0, "error": {
+            "code": "DUPLICATE_SEQUENCE_NUMBER", "message": ""}}]}, now))
+    assert len(retries) == 1
+    _, again = retries[0]
+    assert again.request["partitions"][0]["records"] == first.request["partitions"][0]["records"]
+    assert b.maybe_written and b.attempts == 2
+    assert b.done and b.future.error is None  # the first attempt was written: acknowledged once
+
+
+def test_a_batch_fails_only_after_delivery_timeout_ms_with_an_unknown_outcome():
+    core = ready_producer(leaders=(1,), request_timeout_ms=2000, delivery_timeout_ms=30_000)
+    b = core.send("t", b"v", None, None, 0, 1, 0, 1)
+    sent = drive(core, 0, 26_000)
+    assert not b.done and len(sent) >= 6  # request after request timed out and was retried
+    assert all(s.request["timeout_ms"] <= 2000 for _, s in sent)
+    sent += drive(core, 26_050, 32_000)
+    assert b.done and isinstance(b.future.error, RequestTimedOutError)  # may have been written
+    last_at, last = sent[-1]
+    # No attempt is sent asking for more time than the record has left.
+    assert last_at + last.request["timeout_ms"] <= 30_000
+
+
+def test_a_batch_that_overtook_an_acknowledged_one_is_retried_not_failed():
+    core, r1, r2, b1, b2 = two_batches_in_flight()
+    # The leader got r2 first (it expected b1's sequence), then r1; r1's ack comes first.
+    core.on_response(1, {"id": r1.request["id"], "ok": True, "partitions": [
+        {"topic": "t", "partition": 0, "base_offset": 0}]}, 2)
+    core.on_response(1, {"id": r2.request["id"], "ok": True, "partitions": [
+        {"topic": "t", "partition": 0, "error": {"code": "OUT_OF_ORDER_SEQUENCE_NUMBER", "message": "",
+                                                 "expected_sequence": b1.base_sequence}}]}, 2)
+    assert b1.future.result == 0 and not b2.done
+    acts = core.poll(2000)
+    assert not sends(acts, "init_producer_id")  # the producer id is kept: nothing is broken
+    [again] = sends(acts, "produce")
+    assert again.request["partitions"][0]["records"] == b2.payload
+    core.on_response(1, {"id": again.request["id"], "ok": True, "partitions": [
+        {"topic": "t", "partition": 0, "base_offset": b1.record_count}]}, 2001)
+    assert b2.future.result == b1.record_count
+    # A gap the leader cannot fill (it expects a sequence past the batch) still fails it.
+    [r3] = sends(core.poll(2002), "produce")
+    b3 = core._pending[r3.request["id"]].ctx[0]
+    assert b3.base_sequence == b2.base_sequence + b2.record_count
+    core.on_response(1, {"id": r3.request["id"], "ok": True, "partitions": [
+        {"topic": "t", "partition": 0, "error": {"code": "OUT_OF_ORDER_SEQUENCE_NUMBER", "message": "",
+                                                 "expected_sequence": b3.base_sequence + 50}}]}, 2003)
+    assert isinstance(b3.future.error, OutOfOrderSequenceNumberError)
+
+
+def test_batches_reordered_at_the_leader_are_all_retried_whatever_order_their_answers_come_in():
+    """The node of issue 39 ran pipelined requests in any order: of four batches the leader
+    appended b1 and refused b2, b3, b4 (each expecting the sequence after the last it had).
+    b3's refusal comes first, then b1's ack, then b2's and b4's: nothing fails, the producer
+    id is kept, and the retries go out one by one in sequence order."""
+    core = ready_producer(leaders=(1,), batch_bytes=256)
+    for _ in range(12):
+        core.send("t", b"x" * 80, None, None, 0, 1, 0, 1)
+    reqs = [sends(core.poll(1), "produce")[0] for _ in range(4)]
+    b1, b2, b3, b4 = (core._pending[r.request["id"]].ctx[0] for r in reqs)
+
+    def refuse(req, expected, now):
+        core.on_response(1, {"id": req.request["id"], "ok": True, "partitions": [
+            {"topic": "t", "partition": 0, "error": {"code": "OUT_OF_ORDER_SEQUENCE_NUMBER", "message": "",
+                                                     "expected_sequence": expected}}]}, now)
+
+    def ack(req, offset, now):
+        core.on_response(1, {"id": req.request["id"], "ok": True, "partitions": [
+            {"topic": "t", "partition": 0, "base_offset": offset}]}, now)
+
+    refuse(reqs[2], b1.base_sequence, 2)
+    ack(reqs[0], 0, 3)
+    refuse(reqs[1], b1.base_sequence, 4)
+    refuse(reqs[3], b2.base_sequence, 5)
+    assert not any(b.done for b in (b2, b3, b4)) and b1.future.result == 0
+    offset, now = b1.record_count, 5
+    for b in (b2, b3, b4):
+        now += 2000
+        acts = core.poll(now)
+        assert not sends(acts, "init_producer_id")
+        [again] = sends(acts, "produce")
+        assert again.request["partitions"][0]["records"] == b.payload  # alone, in sequence order
+        ack(again, offset, now)
+        assert b.future.result == offset
+        offset += b.record_count

@@ -417,3 +417,30 @@ def test_orphaned_process_after_a_supervisor_kill():
     assert result.verdict == "invalid"
     (case,) = cases(result, "orphaned-process")
     assert case["left"] == ["node-1"] and case["ports_held"] == [28101] and case["supervisor"] == 20
+
+
+def test_the_stranger_makes_a_run_invalid_for_an_accepted_lying_batch_or_starved_clients():
+    """Issue 39: a lying batch a leader accepted, or a node that served a fresh client before
+    the stranger and not while it held on, makes the run invalid; refusals, and a node that
+    did not serve at the baseline either (restarting), do not."""
+    served = {"1": {"client": True, "kafka": True}, "2": {"client": False, "kafka": False}}
+    refused = [{"kind": "records-count", "node": 1, "error_code": 87, "accepted": False}]
+    b = sent(Builder(), K, 3)
+    b.poll(1, {K: [(i, i) for i in range(3)]})
+    b.invoke("nemesis", "start-stranger")
+    b.complete("nemesis", "start-stranger", "ok", {"baseline": served, "lying": refused, "served": served})
+    b.invoke("nemesis", "stop-stranger")
+    b.complete("nemesis", "stop-stranger", "ok", {"served": served, "held": 5, "closed_by_node": 5})
+    assert check(b.history()).verdict == "valid"
+    accepted = [{"kind": "offset-deltas", "node": 1, "error_code": 0, "base_offset": 7, "accepted": True}]
+    starved = {"1": {"client": True, "kafka": False}, "2": {"client": False, "kafka": False}}
+    b.invoke("nemesis", "start-stranger")
+    b.complete("nemesis", "start-stranger", "ok", {"baseline": served, "lying": accepted, "served": starved})
+    b.invoke("nemesis", "stop-stranger")
+    b.complete("nemesis", "stop-stranger", "ok", {"served": starved, "held": 5, "closed_by_node": 0})
+    result = check(b.history())
+    assert result.verdict == "invalid"
+    (lie,) = cases(result, "lying-batch-accepted")
+    assert lie["kind"] == "offset-deltas" and lie["base_offset"] == 7
+    assert [(c["f"], c["node"], c["listeners"]) for c in cases(result, "stranger-starved-clients")] == [
+        ("start-stranger", "1", ["kafka"]), ("stop-stranger", "1", ["kafka"])]

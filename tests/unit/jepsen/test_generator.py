@@ -206,7 +206,7 @@ def test_final_phase_heals_waits_then_reads_every_key_to_its_end():
     h = gen.simulate(gen.phases(main, final), log, concurrency=3, seed=11)
 
     heal = [o for o in invokes(h) if o.process == NEMESIS]
-    assert [o.f for o in heal] == ["stop-partition", "stop-delay", "stop-pause", "stop-disk-full", "stop-kill"]
+    assert [o.f for o in heal] == ["stop-stranger", "stop-partition", "stop-delay", "stop-pause", "stop-disk-full", "stop-kill"]
     last_send = max(o.time_ns for o in h if o.f == "send")
     heal_done = max(o.time_ns for o in h if o.process == NEMESIS)
     (ends,) = invokes(h, "end-offsets")
@@ -242,3 +242,15 @@ def test_final_reads_retry_end_offsets_and_reassign_after_info():
     assigns = invokes(h, "assign")
     assert [o.process for o in assigns] == [0, 1]  # process 0 crashed on its poll; 1 re-assigns
     assert [o.f for o in h][-2:] == ["poll", "poll"]
+
+
+def test_fault_cycle_draws_every_fault_name_once_per_round():
+    # Five partition shapes and one stranger: the stranger still comes once in every two cycles.
+    faults = [Fault("partition", {"f": "start-partition", "value": s}, {"f": "stop-partition"}) for s in "abcde"]
+    faults.append(Fault("stranger", {"f": "start-stranger"}, {"f": "stop-stranger"}))
+    h = gen.simulate(gen.time_limit(40 * SEC_NS, gen.nemesis(gen.fault_cycle(faults, quiet_ns=SEC_NS, fault_ns=SEC_NS))),
+                     ok_after(), concurrency=1, seed=7)
+    starts = [o.f for o in invokes(h) if o.f.startswith("start-")]
+    rounds = [set(starts[i:i + 2]) for i in range(0, len(starts) - 1, 2)]
+    assert len(rounds) >= 5 and all(r == {"start-partition", "start-stranger"} for r in rounds), starts
+    assert len({o.value for o in invokes(h, "start-partition")}) > 1  # the shapes still vary

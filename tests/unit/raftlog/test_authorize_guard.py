@@ -159,3 +159,23 @@ def test_every_documented_op_has_a_policy():
     documented = {row.split("|")[1].strip() for row in table.splitlines() if row.startswith("| `")}
     ops = {op.strip(" `") for cell in documented for op in cell.split(",") for op in op.split("/")}
     assert len(ops) > 20 and ops <= set(POLICIES), ops - set(POLICIES)
+
+
+async def test_an_inline_produce_stays_inline_and_its_later_answer_gets_the_refusals():
+    from raftlog.base.protocol import Later, inline_handler_under_deadline
+
+    @inline_handler_under_deadline
+    async def produce(request):  # appends at once, answers after acks=all (Later)
+        async def answer():
+            return {"partitions": [{"topic": p["topic"], "partition": p["partition"], "base_offset": 0}
+                                   for p in request.fields["partitions"]]}
+        return Later(answer)
+
+    authorizer = Authorizer([acl("topic", "public", "write")])
+    guard = guard_handlers({"produce": produce}, authorizer_of=lambda: authorizer)["produce"]
+    assert guard.inline and guard.inline_deadline  # in the reader (appends keep their order), under the deadline
+    later = await guard(req("produce", acks=-1, partitions=[{"topic": "public", "partition": 0},
+                                                             {"topic": "secret", "partition": 0}]))
+    assert type(later) is Later
+    answer = await later.wait()
+    assert [(p["topic"], "error" in p) for p in answer["partitions"]] == [("public", False), ("secret", True)]

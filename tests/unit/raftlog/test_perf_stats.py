@@ -75,9 +75,10 @@ def test_json_round_trip_through_text():
     h.record_many([1.0, 10.0, 1000.0, 123456.0])
     back = LatencyHistogram.from_json(json.loads(json.dumps(h.to_json())))
     assert back.counts == h.counts and back.count == 4 and back.max_us == h.max_us
-    r = ProduceResult(4, 400, 1.5, 0, h)
+    r = ProduceResult(4, 400, 1.5, 1, h, "RequestTimedOutError: no answer")
     r2 = ProduceResult.from_json(json.loads(json.dumps(r.to_json())))
-    assert (r2.records, r2.bytes, r2.elapsed_s, r2.errors) == (4, 400, 1.5, 0)
+    assert (r2.records, r2.bytes, r2.elapsed_s, r2.errors) == (4, 400, 1.5, 1)
+    assert r2.first_error == "RequestTimedOutError: no answer"  # the CLI says why records failed
 
 
 def test_throttler_keeps_the_target_rate():
@@ -91,8 +92,8 @@ def test_merge_produce_sums_and_takes_the_longest_run():
     h1, h2 = LatencyHistogram(), LatencyHistogram()
     h1.record(1000.0)
     h2.record(3000.0)
-    m = merge_produce([ProduceResult(10, 1000, 2.0, 1, h1), ProduceResult(20, 2000, 4.0, 0, h2)])
-    assert (m.records, m.bytes, m.elapsed_s, m.errors) == (30, 3000, 4.0, 1)
+    m = merge_produce([ProduceResult(10, 1000, 2.0, 0, h1), ProduceResult(20, 2000, 4.0, 1, h2, "E: x")])
+    assert (m.records, m.bytes, m.elapsed_s, m.errors, m.first_error) == (30, 3000, 4.0, 1, "E: x")
     assert m.histogram.count == 2 and m.histogram.max_us == 3000.0
 
 
@@ -106,6 +107,9 @@ def test_summaries_and_the_report_line():
     assert s["latency_max_ms"] == 40.0 and "latency_p999_ms" in s
     line = format_produce(s)
     assert line.startswith("100 records sent, 200.0 records/s (2.00 MB/s)") and "99.9th" in line
+    assert "first_error" not in s
+    failed = summarize_produce(ProduceResult(90, 9000, 0.5, 10, h, "OutOfOrderSequenceNumberError: gap"))
+    assert failed["errors"] == 10 and failed["first_error"] == "OutOfOrderSequenceNumberError: gap"
     c = summarize_consume(ConsumeResult(1000, 2 * 1024 * 1024, 2.0, 0.25))
     assert c["records_per_s"] == 500.0 and c["mb_per_s"] == 1.0 and c["first_record_ms"] == 250.0
 
