@@ -1,0 +1,284 @@
+"""Kafka's LogValidator for what clients append: every batch a producer sends is checked against
+its own records before the leader appends it, so no writer can store a batch that lies (a
+header claiming 2^31-1 records while holding one moved a partition's next offset past 2^31;
+offset deltas or record lengths that disagree with the header made every later read fail).
+
+    records = validate_client_records(records, max_message_bytes=..., max_decompressed_bytes=...)
+
+Pure: bytes in, bytes (or an error) out; no clock, no I/O. The caller (partition/manager.py
+`append_partitions`, where the Kafka listener's Produce and the native `produce` both pass)
+appends what it returns; batches the node writes itself (control batches, the group
+coordinator's) do not come through here, as Kafka validates only AppendOrigin.CLIENT this way.
+
+Checks, batch by batch; the first failure refuses the partition's whole `records` (nothing is
+stored) with the error Kafka's broker gives (LogValidator, UnifiedLog, KafkaApis):
+1. Header: magic 2 (INVALID_RECORD, as ProduceRequest.validateRecords); a header that reads and
+   a batch length inside the bytes (CORRUPT_MESSAGE); size <= `max_message_bytes`
+   (MESSAGE_TOO_LARGE); the CRC-32C (CORRUPT_MESSAGE).
+2. Counts: record_count >= 1 and last_offset_delta == record_count - 1 (INVALID_RECORD).
+3. Attributes: a control batch (INVALID_RECORD: "clients are not allowed to write control
+   records"); the transactional bit (TRANSACTIONAL_ID_AUTHORIZATION_FAILED: raftlog has no
+   transactions, and Kafka answers this for transactional records without an authorized
+   transactional id); the LogAppendTime bit (INVALID_TIMESTAMP: "producer should not set
+   timestamp type to LogAppendTime"; topics here are CreateTime).
+4. Producer fields: producer_id -1 (none), or >= 0 with producer_epoch >= 0 and
+   base_sequence >= 0 (INVALID_RECORD; Kafka checks the sequence, the epoch check is ours).
+5. Records, after decompression (bounded by `max_decompressed_bytes`: MESSAGE_TOO_LARGE past
+   it, CORRUPT_MESSAGE if the stream is bad): exactly record_count records filling the
+   section to its last byte; record i has offset delta i; every length varint well formed and
+   inside its record (key, value, header count, header key and value lengths); header keys
+   UTF-8; each record's fields consume exactly its length; timestamps fit in an int64
+   (INVALID_RECORD naming the record, as DefaultRecord's InvalidRecordException).
+6. Max timestamp: when the header's max timestamp is not the largest record timestamp, it is
+   rewritten (and the CRC recomputed), as Kafka's validator does with `setMaxTimestamp` for
+   CreateTime; the returned bytes are then a copy.
+
+Invariant (held by tests/unit/partition/test_validator*.py): whatever this accepts,
+`decode_batches` decodes to exactly record_count records per batch with offsets
+base_offset + 0, 1, ..., so raftlog's own consumer and Kafka clients read it.
+
+Not checked, as here by design: keys on compacted topics (the cleaner keeps null-key
+records, partition/cleaner.py), a timestamp window (no `message.timestamp.*.max.ms` topic
+configs yet), baseOffset 0 (the log stamps offsets anyway).
+
+Cost: the record walk reads each record's varints but copies no key or value; it is the
+produce path's per-record cost (`scripts/bench kafka`).
+"""
+
+from __future__ import annotations
+
+import struct
+
+from crc32c import crc32c
+
+from partition.batch import (
+    _ZZ1,
+    _ZZ2,
+    CRC_START,
+    HEADER_BYTES,
+    LOG_OVERHEAD,
+    MAGIC,
+    Header,
+    _varint_slow,
+    read_header,
+    verify_crc,
+)
+from partition.compression import Compression, decompress
+from partition.errors import CorruptRecordError
+from raftlog.base.errors import (
+    InvalidRecordError,
+    InvalidTimestampError,
+    MessageTooLargeError,
+    TransactionalIdAuthorizationFailedError,
+)
+
+__all__ = ["validate_client_records", "check_batch_header", "check_records"]
+
+_MAGIC_AT = 16
+_MAX_TIMESTAMP_AT = 35
+_CRC = struct.Struct(">I")
+_INT64 = struct.Struct(">q")
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+NO_PRODUCER_ID = -1
+# One- and two-byte zig-zag varints hold [-8192, 8191]: a timestamp delta read by the fast
+# paths leaves int64 only from a base timestamp this near the limits (refused, absurd anyway).
+_SMALL_DELTA = 1 << 13
+
+
+def _invalid(pos: int, what: str) -> InvalidRecordError:
+    return InvalidRecordError(f"batch at position {pos}: {what}")
+
+
+def check_batch_header(h: Header, pos: int) -> None:
+    """Steps 2-4 of the module docstring for one batch's header (pure, O(1)). Raises
+    InvalidRecordError, TransactionalIdAuthorizationFailedError or InvalidTimestampError."""
+    if h.record_count < 1:
+        raise _invalid(pos, f"record count {h.record_count} (a batch holds at least one record)")
+    if h.last_offset_delta != h.record_count - 1:
+        raise _invalid(pos, f"last offset delta {h.last_offset_delta} disagrees with the record "
+                            f"count {h.record_count}")
+    if h.is_control:
+        raise _invalid(pos, "clients may not write control batches")
+    if h.is_transactional:
+        raise TransactionalIdAuthorizationFailedError(
+            f"batch at position {pos}: transactional batch refused: this cluster has no transactions")
+    if h.attributes & 0x08:
+        raise InvalidTimestampError(
+            f"batch at position {pos}: timestamp type LogAppendTime is the broker's to set, not a producer's")
+    if h.producer_id != NO_PRODUCER_ID:
+        if h.producer_id < 0:
+            raise _invalid(pos, f"producer id {h.producer_id} (-1 for none, else >= 0)")
+        if h.producer_epoch < 0 or h.base_sequence < 0:
+            raise _invalid(pos, f"producer id {h.producer_id} with epoch {h.producer_epoch} and base "
+                                f"sequence {h.base_sequence} (both must be >= 0)")
+
+
+def check_records(data, start: int, end: int, count: int, base_timestamp: int, pos: int) -> int:
+    """Step 5 for one batch's records section data[start:end] (decompressed): walk the
+    `count` records without copying keys or values. Returns the largest record timestamp
+    (base_timestamp + the largest delta). Raises InvalidRecordError naming the record.
+
+    Accepts a subset of what partition.batch.decode_record_rows accepts (offset deltas must
+    be exactly 0..count-1 here), so an accepted section decodes."""
+    if not _INT64_MIN + _SMALL_DELTA <= base_timestamp <= _INT64_MAX - _SMALL_DELTA:
+        raise _invalid(pos, f"base timestamp {base_timestamp} too near the int64 limits")
+    zz1, zz2, slow = _ZZ1, _ZZ2, _varint_slow
+    p = start
+    ts_max = _INT64_MIN
+    i = 0
+    try:
+        for i in range(count):
+            # Varints inline (one byte, two bytes by table, else the general loop), as in
+            # decode_record_rows: a helper call per field would cost as much as the walk.
+            b = data[p]
+            if b < 0x80:
+                length = zz1[b]
+                p += 1
+            else:
+                c = data[p + 1]
+                if c < 0x80:
+                    length = zz2[(c << 8) | b]
+                    p += 2
+                else:
+                    length, p = slow(data, p, 5)
+            rend = p + length
+            if length < 6 or rend > end:
+                raise _invalid(pos, f"record {i}: length {length} does not fit the batch")
+            b = data[p + 1]  # data[p]: the record's attributes, unused
+            if b < 0x80:
+                ts = zz1[b]
+                p += 2
+            else:
+                c = data[p + 2]
+                if c < 0x80:
+                    ts = zz2[(c << 8) | b]
+                    p += 3
+                else:  # only a delta of 3+ bytes (|delta| >= _SMALL_DELTA) can leave int64
+                    ts, p = slow(data, p + 1, 10)
+                    if not _INT64_MIN <= base_timestamp + ts <= _INT64_MAX:
+                        raise _invalid(pos, f"record {i}: timestamp delta {ts} leaves int64")
+            if ts > ts_max:
+                ts_max = ts
+            b = data[p]
+            if b < 0x80:
+                delta = zz1[b]
+                p += 1
+            else:
+                c = data[p + 1]
+                if c < 0x80:
+                    delta = zz2[(c << 8) | b]
+                    p += 2
+                else:
+                    delta, p = slow(data, p, 5)
+            if delta != i:
+                raise _invalid(pos, f"record {i}: offset delta {delta} (expected {i})")
+            b = data[p]
+            if b == 1:  # null key
+                p += 1
+            else:
+                if b < 0x80:
+                    n = zz1[b]
+                    p += 1
+                else:
+                    n, p = slow(data, p, 5)
+                if n > 0:
+                    p += n
+                elif n < -1:
+                    raise _invalid(pos, f"record {i}: key length {n}")
+                if p > rend:
+                    raise _invalid(pos, f"record {i}: key length {n} runs past the record")
+            b = data[p]
+            if b < 0x80:
+                n = zz1[b]
+                p += 1
+            else:
+                c = data[p + 1]
+                if c < 0x80:
+                    n = zz2[(c << 8) | b]
+                    p += 2
+                else:
+                    n, p = slow(data, p, 5)
+            if n > 0:
+                p += n
+            elif n < -1:
+                raise _invalid(pos, f"record {i}: value length {n}")
+            if p >= rend:
+                raise _invalid(pos, f"record {i}: value length {n} runs past the record")
+            if data[p] == 0:
+                p += 1
+            else:
+                p = _check_headers(data, p, rend, pos, i)
+            if p != rend:
+                raise _invalid(pos, f"record {i}: length {length} disagrees with its fields ({p - rend:+d})")
+    except IndexError:
+        raise _invalid(pos, f"records end inside record {i} of {count}") from None
+    except CorruptRecordError as exc:  # _varint_slow's: a varint longer than its type
+        raise _invalid(pos, f"record {i}: {exc.message}") from None
+    if p != end:
+        raise _invalid(pos, f"{end - p} bytes left after the {count} records the header counts")
+    return base_timestamp + ts_max
+
+
+def _check_headers(data, p: int, end: int, pos: int, i: int) -> int:
+    count, p = _varint_slow(data, p, 5)
+    if count < 0 or 2 * count > end - p:
+        raise _invalid(pos, f"record {i}: header count {count}")
+    for _ in range(count):
+        n, p = _varint_slow(data, p, 5)
+        q = p + n
+        if n < 0 or q > end:
+            raise _invalid(pos, f"record {i}: header key length {n}")
+        try:
+            bytes(data[p:q]).decode("utf-8")
+        except UnicodeDecodeError:
+            raise _invalid(pos, f"record {i}: header key is not UTF-8") from None
+        p = q
+        n, p = _varint_slow(data, p, 5)
+        if n < -1 or p + n > end:
+            raise _invalid(pos, f"record {i}: header value length {n}")
+        if n > 0:
+            p += n
+    return p
+
+
+def validate_client_records(
+    records: bytes, *, max_message_bytes: int, max_decompressed_bytes: int
+) -> bytes | bytearray:
+    """Validate a producer's `records` (one or more RecordBatch v2) as the module docstring
+    says. Returns the bytes to append: `records` itself, or a corrected copy when a max
+    timestamp was rewritten. Raises (all RejectedError: nothing was stored) InvalidRecordError,
+    CorruptRecordError, MessageTooLargeError, InvalidTimestampError,
+    TransactionalIdAuthorizationFailedError, UnsupportedCompressionTypeError (a codec this
+    node cannot read)."""
+    fixes: list[tuple[int, int]] = []  # (batch position, true max timestamp)
+    pos = 0
+    total = len(records)
+    while pos < total:
+        if total - pos > _MAGIC_AT and records[pos + _MAGIC_AT] != MAGIC:
+            raise _invalid(pos, f"magic {records[pos + _MAGIC_AT]}: produce requests carry "
+                                f"RecordBatch v2 (magic {MAGIC}) only")
+        h = read_header(records, pos)  # what locates the batch: CORRUPT_MESSAGE
+        if h.size > max_message_bytes:
+            raise MessageTooLargeError(
+                f"batch at position {pos}: {h.size} bytes > max_message_bytes {max_message_bytes}")
+        verify_crc(records, pos, h)
+        check_batch_header(h, pos)
+        start = pos + HEADER_BYTES
+        end = pos + h.size
+        if h.compression is Compression.NONE:
+            max_timestamp = check_records(records, start, end, h.record_count, h.base_timestamp, pos)
+        else:
+            data = decompress(h.compression, memoryview(records)[start:end],
+                              max_decompressed_bytes=max_decompressed_bytes)
+            max_timestamp = check_records(data, 0, len(data), h.record_count, h.base_timestamp, pos)
+        if max_timestamp != h.max_timestamp:
+            fixes.append((pos, max_timestamp))
+        pos = end
+    if not fixes:
+        return records
+    fixed = bytearray(records)
+    for pos, max_timestamp in fixes:
+        _INT64.pack_into(fixed, pos + _MAX_TIMESTAMP_AT, max_timestamp)
+        end = pos + LOG_OVERHEAD + struct.unpack_from(">i", fixed, pos + 8)[0]
+        _CRC.pack_into(fixed, pos + 17, crc32c(memoryview(fixed)[pos + CRC_START:end]))
+    return fixed
