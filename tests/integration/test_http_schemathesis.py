@@ -20,8 +20,7 @@ from raftlog.node.openapi import OPENAPI  # noqa: E402
 _spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
 harness = importlib.util.module_from_spec(_spec)
 sys.modules.setdefault("node_harness", harness)
-_spec.loader.exec_module(sys.modules["node_harness"])
-harness = sys.modules["node_harness"]
+_spec.loader.exec_module(harness)
 
 TOKEN = secrets.token_urlsafe(16)
 REQUEST_TIMEOUT_S = 15  # a hang fails the run (requests' timeout), it never blocks it

@@ -26,8 +26,7 @@ from raftlog.base.errors import (
 _spec = importlib.util.spec_from_file_location("batch_forge", Path(__file__).with_name("batch_forge.py"))
 forge = importlib.util.module_from_spec(_spec)
 sys.modules.setdefault("batch_forge", forge)
-_spec.loader.exec_module(sys.modules["batch_forge"])
-forge = sys.modules["batch_forge"]
+_spec.loader.exec_module(forge)
 
 SHORT = settings(max_examples=300, derandomize=True, database=None, deadline=None,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
