@@ -27,8 +27,9 @@ stored) with the error Kafka's broker gives (LogValidator, UnifiedLog, KafkaApis
    it, CORRUPT_MESSAGE if the stream is bad): exactly record_count records filling the
    section to its last byte; record i has offset delta i; every length varint well formed and
    inside its record (key, value, header count, header key and value lengths); header keys
-   UTF-8; each record's fields consume exactly its length; timestamps fit in an int64
-   (INVALID_RECORD naming the record, as DefaultRecord's InvalidRecordException).
+   UTF-8; each record's fields consume exactly its length; timestamps fit in an int64 (and
+   the base timestamp is not within 2^13 of its limits) (INVALID_RECORD naming the record, as
+   DefaultRecord's InvalidRecordException).
 6. Max timestamp: when the header's max timestamp is not the largest record timestamp, it is
    rewritten (and the CRC recomputed), as Kafka's validator does with `setMaxTimestamp` for
    CreateTime; the returned bytes are then a copy.
@@ -41,8 +42,12 @@ Not checked, as here by design: keys on compacted topics (the cleaner keeps null
 records, partition/cleaner.py), a timestamp window (no `message.timestamp.*.max.ms` topic
 configs yet), baseOffset 0 (the log stamps offsets anyway).
 
-Cost: the record walk reads each record's varints but copies no key or value; it is the
-produce path's per-record cost (`scripts/bench kafka`).
+Cost: the record walk reads each record's varints but copies no key or value (about half of
+what decode_batch costs a record): ~450 ns a 100-byte record on the leader, which raised the
+three nodes' CPU for a million records produced by confluent-kafka (acks=all, RF=3) from
+~1.1 s to ~1.5 s (measured at load 2-5 on 2 cores; `scripts/bench kafka` throughput moved
+within its noise). A faster walk would check runs of same-shaped records with strided
+slices in C; not done.
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ from partition.batch import (
     LOG_OVERHEAD,
     MAGIC,
     Header,
+    TimestampType,
     _varint_slow,
     read_header,
     verify_crc,
@@ -102,7 +108,7 @@ def check_batch_header(h: Header, pos: int) -> None:
     if h.is_transactional:
         raise TransactionalIdAuthorizationFailedError(
             f"batch at position {pos}: transactional batch refused: this cluster has no transactions")
-    if h.attributes & 0x08:
+    if h.timestamp_type is TimestampType.LOG_APPEND_TIME:
         raise InvalidTimestampError(
             f"batch at position {pos}: timestamp type LogAppendTime is the broker's to set, not a producer's")
     if h.producer_id != NO_PRODUCER_ID:
