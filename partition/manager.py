@@ -435,7 +435,7 @@ class ReplicaManager:
         refusal (`produce_refused`, naming the client and the reason) and raises it."""
         check = partial(validate_client_records, records,
                         max_message_bytes=replica.topic_config.max_message_bytes,
-                        max_decompressed_bytes=VALIDATE_MAX_DECOMPRESSED_BYTES)
+                        max_decompressed_bytes=VALIDATE_MAX_DECOMPRESSED_BYTES, topic=replica.topic)
         try:
             if not _any_compressed(records):
                 return check()

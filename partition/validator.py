@@ -78,7 +78,7 @@ from raftlog.base.errors import (
     TransactionalIdAuthorizationFailedError,
 )
 
-__all__ = ["validate_client_records", "check_batch_header", "check_records"]
+__all__ = ["validate_client_records", "check_batch_header", "check_records", "batch_too_large"]
 
 _MAGIC_AT = 16
 _MAX_TIMESTAMP_AT = 35
@@ -247,15 +247,23 @@ def _check_headers(data, p: int, end: int, pos: int, i: int) -> int:
     return p
 
 
+def batch_too_large(size: int, max_message_bytes: int, topic: str) -> MessageTooLargeError:
+    """The refusal of a batch over its topic's limit, saying how to raise it (also the
+    replica's, partition/replica.py `append_as_leader`)."""
+    return MessageTooLargeError(
+        f"batch of {size} bytes > max_message_bytes {max_message_bytes} of {topic} (raise it: "
+        f"raftlog topics alter {topic} --set max_message_bytes=N; Kafka's max.message.bytes)")
+
+
 def validate_client_records(
-    records: bytes, *, max_message_bytes: int, max_decompressed_bytes: int
+    records: bytes, *, max_message_bytes: int, max_decompressed_bytes: int, topic: str = "the topic"
 ) -> bytes | bytearray:
     """Validate a producer's `records` (one or more RecordBatch v2) as the module docstring
     says. Returns the bytes to append: `records` itself, or a corrected copy when a max
     timestamp was rewritten. Raises (all RejectedError: nothing was stored) InvalidRecordError,
     CorruptRecordError, MessageTooLargeError, InvalidTimestampError,
     TransactionalIdAuthorizationFailedError, UnsupportedCompressionTypeError (a codec this
-    node cannot read)."""
+    node cannot read). `topic` names the topic in a MESSAGE_TOO_LARGE message."""
     fixes: list[tuple[int, int]] = []  # (batch position, true max timestamp)
     pos = 0
     total = len(records)
@@ -265,8 +273,7 @@ def validate_client_records(
                                 f"RecordBatch v2 (magic {MAGIC}) only")
         h = read_header(records, pos)  # what locates the batch: CORRUPT_MESSAGE
         if h.size > max_message_bytes:
-            raise MessageTooLargeError(
-                f"batch at position {pos}: {h.size} bytes > max_message_bytes {max_message_bytes}")
+            raise batch_too_large(h.size, max_message_bytes, topic)
         verify_crc(records, pos, h)
         check_batch_header(h, pos)
         start = pos + HEADER_BYTES
