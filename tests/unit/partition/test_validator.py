@@ -153,3 +153,48 @@ def test_wrong_max_timestamp_is_rewritten_as_kafka_does(codec):
     assert header.max_timestamp == 10_090
     assert [r.timestamp for r in list(decode_batches(fixed))[1][1]] == [10_000, 10_090, 9_960]
     assert validate(fixed) is fixed  # and it is now what a producer should have sent
+
+
+# Runs of same-shaped records are checked by strided slices (partition/validator.py
+# `_same_shape_run`): a lie anywhere inside a long run is still found, and an honest oddity
+# (a negative timestamp delta, a wider varint) still passes.
+RUN = 9_000  # past 8192: offset deltas of one, two and three bytes
+
+
+def run_of(n: int, odd: int | None = None, **change) -> bytes:
+    return forge.batch([forge.record(j, **{"ts_delta": j // 3, "value": b"v" * 100, **(change if j == odd else {})})
+                        for j in range(n)], max_timestamp=1_000 + (n - 1) // 3)
+
+
+@pytest.mark.parametrize("at", [5, 63, 64, 100, 4_000, 8_191, 8_192, RUN - 1])
+@pytest.mark.parametrize("lie", [
+    {"length_delta": 1}, {"length_delta": -1}, {"header_count": 1}, {"offset_delta": "next"},
+], ids=["longer", "shorter", "header_count", "offset_delta"])
+def test_a_lie_inside_a_long_run_is_found(at, lie):
+    if lie.get("offset_delta") == "next":
+        records = [forge.record(j if j != at else j + 1, ts_delta=j // 3, value=b"v" * 100) for j in range(RUN)]
+        raw = forge.batch(records, max_timestamp=1_000 + (RUN - 1) // 3)
+    else:
+        raw = run_of(RUN, at, **lie)
+    with pytest.raises(InvalidRecordError):
+        validate(raw)
+
+
+@pytest.mark.parametrize("change", [{"value": b"v" * 99}, {"key": b""}, {"key": b"k" * 200},
+                                    {"headers": [(b"h", b"x")]}, {"value": None}],
+                         ids=["shorter_value", "empty_key", "long_key", "a_header", "null_value"])
+def test_a_record_of_another_shape_inside_a_long_run_passes(change):
+    for at in (5, 64, 8_192, RUN - 1):
+        raw = run_of(RUN, at, **change)
+        assert validate(raw) is raw
+
+
+def test_honest_oddities_inside_a_long_run_pass():
+    honest = run_of(RUN)
+    assert validate(honest) is honest
+    records = [forge.record(j, ts_delta=(-5 if j == 500 else j // 3), value=b"v" * 100) for j in range(RUN)]
+    records[700] = forge.record(700, ts_delta=100_000, value=b"v" * 100)  # a three-byte delta, the largest
+    raw = forge.batch(records, max_timestamp=1_000 + 100_000)
+    assert validate(raw) is raw
+    wrong_max = forge.batch(records, max_timestamp=1_000 + (RUN - 1) // 3)
+    assert verify_crc(validate(wrong_max)).max_timestamp == 1_000 + 100_000
