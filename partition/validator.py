@@ -45,9 +45,11 @@ configs yet), baseOffset 0 (the log stamps offsets anyway).
 Cost: no key or value is copied. Records are walked one by one (~500-800 ns a record, about
 half of decode_batch's), except runs of records shaped like the one before them, checked with
 strided slices in C (`_same_shape_run`): a confluent-kafka batch of 100-byte records costs
-~55-70 ns a record. Measured (load 2-4, 2 cores): the three nodes' CPU for a million records
-produced by confluent-kafka, median 1.37 s before validation and 1.30 s with it (1.5 s with
-the walk alone); `scripts/bench kafka` and `scripts/bench e2e` moved within their noise.
+~55-90 ns a record; records built to break runs cost what the walk costs. Measured (2
+cores, 6 runs each, alternating): the three nodes' CPU for a million 100-byte records
+produced by confluent-kafka (acks=all, RF=3), median 0.89 s before validation and 0.98 s
+with it at load ~1 (the walk alone had added ~0.45 s at load 2-5); records/s the same
+(median 815k before, 835k after); `scripts/bench kafka` and `e2e` moved within their noise.
 """
 
 from __future__ import annotations
