@@ -84,6 +84,7 @@ import random
 import shutil
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
@@ -93,7 +94,8 @@ import trio
 from metadata.controller import LeaderReport
 from metadata.image import MetadataImage, PartitionState, TopicImage
 from metadata.topic_config import TopicConfig
-from partition.errors import StorageDamageError
+from partition.batch import DEFAULT_MAX_DECOMPRESSED_BYTES, iter_headers
+from partition.errors import CorruptRecordError, StorageDamageError
 from partition.log import RepairReport
 from partition.replica import (
     PARTITION_METADATA_FILE,
@@ -108,6 +110,7 @@ from partition.replica import (
 from partition.replication import SESSION_MAX_WAIT_MS, ReplicationLinks
 from partition.segment import DEFAULT_MAX_OPEN_SEGMENTS, FILE_CACHE, SegmentVerifier
 from partition.telemetry import ReplicaTelemetry, batch_records, slice_records
+from partition.validator import validate_client_records
 from raftlog.base.errors import (
     CoordinatorLoadInProgressError,
     InvalidRequestError,
@@ -115,6 +118,7 @@ from raftlog.base.errors import (
     NotLeaderError,
     PeerUnavailableError,
     RaftlogError,
+    RejectedError,
     RequestTimedOutError,
     UnknownServerError,
     UnknownTopicOrPartitionError,
@@ -157,6 +161,13 @@ DEFAULT_SCRUB_INTERVAL_MS: Final = 3_600_000
 SCRUB_STEP_BYTES: Final = 1 << 20  # one worker-thread read of the scrubber
 OPEN_THREADS: Final = 2  # replicas opened at once (module docstring, "Opening")
 SCRUB_IDLE_S: Final = 5.0  # nothing to scrub yet: look again after this
+# Produce validation (partition/validator.py): uncompressed records are walked on the trio
+# thread (a batch is at most max_message_bytes: a few ms); records holding a compressed batch
+# are decompressed (at most this many bytes a batch: what a consumer decodes by default) and
+# walked in a worker thread, one at a time, so a small batch that inflates to 64 MiB neither
+# stalls the event loop for seconds nor runs twice at once.
+VALIDATE_MAX_DECOMPRESSED_BYTES: Final = DEFAULT_MAX_DECOMPRESSED_BYTES
+VALIDATE_THREADS: Final = 1
 
 Handler = Callable[[Request], Awaitable[Mapping[str, Any] | None]]
 
@@ -221,6 +232,7 @@ class ReplicaManager:
         self.disk = DiskWork()
         self._scrub_limiter = trio.CapacityLimiter(1)
         self._open_limiter = trio.CapacityLimiter(OPEN_THREADS)
+        self._validate_limiter = trio.CapacityLimiter(VALIDATE_THREADS)
         self._on_disk_at_start: set[str] = set()  # replica directories found by `run`
         self.scrub_bytes_per_s: int = getattr(config, "scrub_bytes_per_s", DEFAULT_SCRUB_BYTES_PER_S)
         self.scrub_interval_ms: int = getattr(config, "scrub_interval_ms", DEFAULT_SCRUB_INTERVAL_MS)
@@ -388,7 +400,8 @@ class ReplicaManager:
                           field(d, "partition", int, min_value=0, where=where),
                           field(d, "records", bytes, where=where)))
         deadline = trio.current_time() + timeout_ms / 1000
-        results, waits = await self.append_partitions(parts, acks=acks)
+        client = {"listener": "native", "peer": request.client_host, "principal": request.principal}
+        results, waits = await self.append_partitions(parts, acks=acks, client=client)
         if acks == 0:
             return None
         if not waits:
@@ -401,11 +414,13 @@ class ReplicaManager:
         return Later(finish)
 
     async def append_partitions(
-        self, parts: list[tuple[str, int, bytes]], *, acks: int
+        self, parts: list[tuple[str, int, bytes]], *, acks: int, client: Mapping[str, Any] | None = None,
     ) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], Any]]]:
-        """The append half of a produce (shared by the native and the Kafka listener): append
-        each (topic, partition, records) on its leader replica, in order. Returns one entry
-        per part ({topic, partition, base_offset, log_append_time} or {..., error}) and the
+        """The append half of a produce (shared by the native and the Kafka listener): check
+        each (topic, partition, records) as Kafka's log validator does (partition/validator.py;
+        a refused part is logged with `client`, the fields naming who sent it, and nothing of
+        it is stored) and append it on its leader replica, in order. Returns one entry per
+        part ({topic, partition, base_offset, log_append_time} or {..., error}) and the
         acks=all waits to pass to `wait_appends`. Ordering: the appends are done (in the
         leader's log, in this order) when it returns, so a connection that calls it for one
         request after another keeps its requests' order."""
@@ -415,6 +430,7 @@ class ReplicaManager:
             entry: dict[str, Any] = {"topic": topic, "partition": partition}
             try:
                 replica = self._leader_replica(topic, partition)
+                records = await self._validated(replica, records, client)
                 res = await replica.append_as_leader(records, acks=acks)
                 if not res.duplicate:
                     self.telemetry.traffic.produced(topic, len(records), res.last_offset - res.first_offset + 1)
@@ -426,6 +442,22 @@ class ReplicaManager:
                 entry["error"] = self._error(exc, topic, partition)
             results.append(entry)
         return results, waits
+
+    async def _validated(self, replica: Replica, records: bytes, client: Mapping[str, Any] | None) -> bytes | bytearray:
+        """`records` as validate_client_records returns them: inline when uncompressed, in a
+        worker thread (VALIDATE_THREADS) when a batch must be decompressed first. Logs a
+        refusal (`produce_refused`, naming the client and the reason) and raises it."""
+        check = partial(validate_client_records, records,
+                        max_message_bytes=replica.topic_config.max_message_bytes,
+                        max_decompressed_bytes=VALIDATE_MAX_DECOMPRESSED_BYTES, topic=replica.topic)
+        try:
+            if not _any_compressed(records):
+                return check()
+            return await trio.to_thread.run_sync(check, limiter=self._validate_limiter)
+        except RejectedError as exc:
+            log_event(logger, "produce_refused", level=logging.WARNING, topic=replica.topic,
+                      partition=replica.partition, code=exc.code, reason=exc.message, **(client or {}))
+            raise
 
     @staticmethod
     async def wait_appends(waits: list[tuple[dict[str, Any], Any]], deadline: float) -> None:
@@ -1167,6 +1199,15 @@ class _StorageMetrics(ReplicaObserver):
 
     def reopened(self, replica: Replica, ok: bool) -> None:
         self._reopens.labels(outcome="ok" if ok else "failed").inc()
+
+
+def _any_compressed(records: bytes) -> bool:
+    """Whether any batch of `records` is compressed (headers only; bytes whose headers do
+    not read count as uncompressed: the validator refuses them without decompressing)."""
+    try:
+        return any(h.compression for _, h in iter_headers(records, verify=False))
+    except CorruptRecordError:
+        return False
 
 
 def _close_slices(results: list[dict[str, Any]]) -> None:

@@ -128,6 +128,7 @@ from crc32c import crc32c
 from metadata.topic_config import TopicConfig
 from partition.batch import CONTROL_LEADER_CHANGE, CheckedBatches, Header, control_batch, iter_headers
 from partition.cleaner import CleanAborted
+from partition.validator import batch_too_large
 from partition.errors import CorruptRecordError, LogClosedError, RaftStateError, StorageDamageError
 from partition.log import (
     LOG_START_CHECKPOINT,
@@ -1223,10 +1224,7 @@ class Replica:
         headers: list[Header] = []
         for _, h in iter_headers(records, verify=False):
             if h.size > limit:
-                raise MessageTooLargeError(
-                    f"batch of {h.size} bytes > max_message_bytes {limit} of {self.topic} (raise it: "
-                    f"raftlog topics alter {self.topic} --set max_message_bytes=N; Kafka's max.message.bytes)"
-                )
+                raise batch_too_large(h.size, limit, self.topic)
             if h.is_control:
                 raise InvalidRequestError("producers may not write control batches", field="records")
             headers.append(h)

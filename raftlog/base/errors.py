@@ -9,6 +9,9 @@ DESIGN §6), and every exception raised anywhere in raftlog derives from one of 
      │    ├── OffsetOutOfRangeError             OFFSET_OUT_OF_RANGE  (offset, log_start/end_offset)
      │    ├── MessageTooLargeError              MESSAGE_TOO_LARGE
      │    ├── CorruptMessageError               CORRUPT_MESSAGE
+     │    ├── InvalidRecordError                INVALID_RECORD  (a batch that disagrees with its records)
+     │    ├── InvalidTimestampError             INVALID_TIMESTAMP
+     │    ├── TransactionalIdAuthorizationFailedError  TRANSACTIONAL_ID_AUTHORIZATION_FAILED
      │    ├── UnsupportedCompressionTypeError   UNSUPPORTED_COMPRESSION_TYPE
      │    ├── InvalidRequestError               INVALID_REQUEST  (field, when one is to blame)
      │    ├── InvalidTopicError                 INVALID_TOPIC
@@ -206,6 +209,25 @@ class CorruptMessageError(RejectedError):
     code = "CORRUPT_MESSAGE"
     # Retriable as in Kafka: the bytes may have been damaged on the way.
     retriable = True
+
+
+class InvalidRecordError(RejectedError):
+    """A producer's batch whose header and records disagree (count, offset deltas, lengths)
+    or that a client may not write (a control batch): Kafka's InvalidRecordException, not
+    retriable (partition/validator.py)."""
+
+    code = "INVALID_RECORD"
+
+
+class InvalidTimestampError(RejectedError):
+    code = "INVALID_TIMESTAMP"
+
+
+class TransactionalIdAuthorizationFailedError(RejectedError):
+    """What Kafka answers to transactional records without an authorized transactional id;
+    raftlog has no transactions, so every transactional produce gets it."""
+
+    code = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
 
 
 class UnsupportedCompressionTypeError(RejectedError):

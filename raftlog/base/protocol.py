@@ -338,9 +338,10 @@ def attachment_length(fields: Mapping[str, Any], max_bytes: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """A parsed request: its `id`, its `op`, and every other field (read-only). On a listener
-    with authentication, `principal` ("User:<name>", or "User:ANONYMOUS") and `client_host`
-    (the connection's IP) say who sent it, for the ACL checks; None elsewhere."""
+    """A parsed request: its `id`, its `op`, and every other field (read-only). `client_host`
+    is the connection's IP (the node's listeners set it; a refused produce logs it). On a
+    listener with authentication, `principal` ("User:<name>", or "User:ANONYMOUS") says who
+    sent it, for the ACL checks; None elsewhere."""
 
     id: int
     op: str
@@ -362,10 +363,11 @@ def _is_int(value: Any) -> bool:
     return type(value) is int  # bool is an int subclass and must not pass
 
 
-def parse_request(frame: Mapping[str, Any]) -> Request:
+def parse_request(frame: Mapping[str, Any], client_host: str | None = None) -> Request:
     """Check the envelope of a decoded request map and split it.
 
-    Returns Request(id, op, fields without v/id/op). Raises InvalidRequestError with `field` set
+    Returns Request(id, op, fields without v/id/op, client_host as given: the address of the
+    connection it came on, for log lines and ACL checks). Raises InvalidRequestError with `field` set
     to the culprit; its `request_id` is the frame's id when that id is valid (else None, and
     the answer goes out with id 0).
     """
@@ -387,7 +389,7 @@ def parse_request(frame: Mapping[str, Any]) -> Request:
             f"'op' must be a non-empty string, got {op!r:.40}", field="op", request_id=request_id
         )
     fields = {k: v for k, v in frame.items() if k not in ("v", "id", "op")}
-    return Request(id=request_id, op=op, fields=MappingProxyType(fields))
+    return Request(id=request_id, op=op, fields=MappingProxyType(fields), client_host=client_host)
 
 
 def ok_response(request_id: int, **fields: Any) -> dict[str, Any]:

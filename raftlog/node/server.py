@@ -348,7 +348,7 @@ class _Connection:
         listener = self.listener
         session = self.session
         try:
-            request = parse_request(frame)
+            request = parse_request(frame, self.client_host)
             if session is not None:
                 if not session.complete or request.op in AUTH_OPS:
                     return await self._authenticate(session, request, send)

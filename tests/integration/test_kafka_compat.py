@@ -55,10 +55,14 @@ def create(cluster, name: str, partitions: int, rf: int = 3) -> None:
                          20, f"leaders of {name}")
 
 
-def ck_consume(bootstrap: str, topic: str, partitions: int, expect: int, offset: int = 0) -> list[Any]:
+def ck_consume(bootstrap: str, topic: str, partitions: int | list[int], expect: int, offset: int = 0) -> list[Any]:
+    """`expect` records read by confluent-kafka from `offset` of partitions 0..partitions-1 (or
+    of those listed), fewer if they do not come within TIMEOUT_S (test_kafka_lying_batches.py
+    uses it too)."""
     c = CKConsumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False})
     try:
-        c.assign([TopicPartition(topic, p, offset) for p in range(partitions)])
+        numbers = range(partitions) if isinstance(partitions, int) else partitions
+        c.assign([TopicPartition(topic, p, offset) for p in numbers])
         out: list[Any] = []
         deadline = time.monotonic() + TIMEOUT_S
         while len(out) < expect and time.monotonic() < deadline:

@@ -44,16 +44,18 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[harness.NodeClust
 
 
 class Conn:
-    """One Kafka connection speaking requests at chosen versions (header v2: flexible)."""
+    """One Kafka connection to node `node_id` speaking requests at chosen versions (header v2:
+    flexible). test_kafka_lying_batches.py uses it too."""
 
-    def __init__(self, node: harness.NodeCluster):
-        host, _, port = node.kafka(1).rpartition(":")
+    def __init__(self, node: harness.NodeCluster, node_id: int = 1, client_id: str = "versions-test"):
+        host, _, port = node.kafka(node_id).rpartition(":")
+        self.client_id = client_id
         self.sock = socket.create_connection((host, int(port)), timeout=15)
         self.next_id = 0
 
     def call(self, request: Any, response_cls: Any, version: int) -> Any:
         self.next_id += 1
-        request.with_header(correlation_id=self.next_id, client_id="versions-test")
+        request.with_header(correlation_id=self.next_id, client_id=self.client_id)
         self.sock.sendall(bytes(request.encode(version=version, header=True, framed=True)))
         (size,) = struct.unpack(">i", self._exact(4))
         frame = self._exact(size)

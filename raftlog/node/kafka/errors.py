@@ -73,6 +73,10 @@ KAFKA_ERROR_CODES: Final[dict[str, int]] = {
     "GROUP_ID_NOT_FOUND": 69,
     "FENCED_LEADER_EPOCH": 74,
     "UNSUPPORTED_COMPRESSION_TYPE": 76,
+    # Produce batch validation (partition/validator.py, issue 39).
+    "INVALID_TIMESTAMP": 32,
+    "TRANSACTIONAL_ID_AUTHORIZATION_FAILED": 53,
+    "INVALID_RECORD": 87,
     "STALE_BROKER_EPOCH": 77,
     "MEMBER_ID_REQUIRED": 79,
     "GROUP_MAX_SIZE_REACHED": 81,

@@ -1,8 +1,11 @@
 """Produce (key 0) and InitProducerId (key 22).
 
-Produce: each partition's `records` field is RecordBatch v2 bytes and goes unchanged to the
-partition leader's Raft append (`ReplicaManager.append_partitions`, the same code as the
-native produce; no record decoding: the replica checks headers and CRCs). The appends happen
+Produce: each partition's `records` field is RecordBatch v2 bytes and goes to the partition
+leader's Raft append (`ReplicaManager.append_partitions`, the same code as the native
+produce), which first checks every batch against its records as Kafka's log validator does
+(partition/validator.py: a lying batch gets INVALID_RECORD, CORRUPT_MESSAGE, INVALID_TIMESTAMP
+or TRANSACTIONAL_ID_AUTHORIZATION_FAILED for its partition, logged with this connection's
+client id and address; the request's other partitions go on). The appends happen
 before the handler returns, so a connection's produce requests append in request order (an
 idempotent producer's pipelined batches stay in sequence); the acks=all wait runs in a
 `Later`. acks=0 gets no response. Idempotent producers use our producer ids (InitProducerId
@@ -43,7 +46,7 @@ __all__ = ["HANDLERS"]
 PRODUCE_KEY: Final = 0
 INIT_PRODUCER_ID_KEY: Final = 22
 TOPIC_IDS_VERSION: Final = 13  # KIP-516: Produce v13 names topics by id
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Final = 53
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Final = errors.KAFKA_ERROR_CODES["TRANSACTIONAL_ID_AUTHORIZATION_FAILED"]
 TOPIC_AUTHORIZATION_FAILED: Final = errors.KAFKA_ERROR_CODES["TOPIC_AUTHORIZATION_FAILED"]
 
 
@@ -106,7 +109,9 @@ async def handle_produce(ctx: KafkaContext, call: Call) -> Reply:
                 parts.append((name, p.index, bytes(p.records)))
     timeout_ms = max(0, min(request.timeout_ms, ctx.request_timeout_ms))
     deadline = trio.current_time() + timeout_ms / 1000
-    results, waits = await ctx.replicas.append_partitions(parts, acks=acks) if parts else ([], [])
+    client = {"listener": "kafka", "client_id": call.header.client_id, "peer": call.connection.peer,
+              "principal": call.connection.principal}
+    results, waits = await ctx.replicas.append_partitions(parts, acks=acks, client=client) if parts else ([], [])
     if acks == 0:
         return None
 
