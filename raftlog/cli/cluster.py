@@ -471,8 +471,10 @@ def cluster_up(
         ready = _wait_ready(processes, bootstrap, layout.nodes, ask, ready_timeout_s, stop, out)
         if ready is None:
             return _shutdown(processes, out, failed=True)
-        console_config = SecureMaterial(root).client_properties if layout.secure else None
-        console = (_start_console(root, configs, console_port, out, console_config)
+        material = SecureMaterial(root) if layout.secure else None
+        console = (_start_console(root, configs, console_port, out,
+                                  None if material is None else material.client_properties,
+                                  None if material is None else material.http_token_file)
                    if console_port is not None else None)
         _print_table(out, configs, processes, ready,
                      console=None if console is None else f"{console[1]} (pid {console[0].pid}, log {root / 'console.log'})",
@@ -553,16 +555,19 @@ def _wait_ready(processes: Mapping[int, NodeProcess], bootstrap: list[str], node
 
 
 def _start_console(root: Path, configs: Mapping[int, NodeConfig], port: int, out: TextIO,
-                   command_config: Path | None = None) -> Any:
+                   command_config: Path | None = None, http_token_file: Path | None = None) -> Any:
     """(ConsoleChild, url) of the web console for this cluster, or None (said on `out`).
     `command_config`: a secure cluster's client.properties (the console takes its protocol and
-    CA, never its login: visitors log in as themselves)."""
+    CA, never its login: visitors log in as themselves); `http_token_file`: the nodes'
+    http_token, for /metrics and /health's details."""
     from raftlog.console.process import ConsoleChild
 
     child = ConsoleChild([str(c.listeners.client) for c in configs.values()],
                          [str(c.listeners.http) for c in configs.values()], port=port, log_path=root / "console.log")
     if command_config is not None:
         child.argv += ["--command-config", str(command_config)]
+    if http_token_file is not None:
+        child.argv += ["--node-http-token-file", str(http_token_file)]
     url = child.start()
     if url is None:
         out.write(f"web console not started: {child.problem} (pick a port with --console-port, or --no-console)\n")

@@ -12,6 +12,7 @@ not pay for Starlette and Jinja2).
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
@@ -42,6 +43,10 @@ def _addresses(text: str, what: str) -> tuple[str, ...]:
 @click.option("--node-http", envvar="RAFTLOG_NODE_HTTP", default="",
               help="host:port[,...] of the nodes' HTTP listeners, for live rates (/metrics) and "
                    "per-replica lag (/health) (env RAFTLOG_NODE_HTTP).")
+@click.option("--node-http-token-file", envvar="RAFTLOG_NODE_HTTP_TOKEN_FILE", type=click.Path(dir_okay=False),
+              help="File holding the nodes' http_token, sent to their HTTP listeners: a node with "
+                   "a token answers /metrics and /health's details only with it "
+                   "(env RAFTLOG_NODE_HTTP_TOKEN_FILE).")
 @click.option("--command-config", envvar="RAFTLOG_COMMAND_CONFIG", type=click.Path(dir_okay=False),
               help="Client properties of a secure cluster (security.protocol, sasl.mechanism, "
                    "ssl.ca.location); visitors then log in with their own SCRAM credentials.")
@@ -50,8 +55,8 @@ def _addresses(text: str, what: str) -> tuple[str, ...]:
 @click.option("--supervisor-pid", type=int, hidden=True,
               help="Stop when this process (our parent: raftlog cluster up) dies.")
 @friendly
-def console_cmd(bootstrap: str, host: str, port: int, node_http: str, command_config: str | None,
-                timeout: float, supervisor_pid: int | None) -> None:
+def console_cmd(bootstrap: str, host: str, port: int, node_http: str, node_http_token_file: str | None,
+                command_config: str | None, timeout: float, supervisor_pid: int | None) -> None:
     """Serve the web console: brokers, topics, messages, consumer groups and lag.
 
     It is a client of the cluster like this CLI (never part of a node): it needs only
@@ -79,8 +84,14 @@ def console_cmd(bootstrap: str, host: str, port: int, node_http: str, command_co
         security = cluster_security(read_properties(command_config)) if command_config else None
     except BadInputError as exc:
         raise CliFailure(exc.message, exit_code=2) from None
+    try:
+        node_http_token = Path(node_http_token_file).read_text().strip() if node_http_token_file else None
+    except OSError as exc:
+        raise CliFailure(f"--node-http-token-file: cannot read {node_http_token_file}: {exc.strerror}",
+                         exit_code=2) from None
     settings = ConsoleSettings(
         bootstrap=addresses, host=host, port=port, node_http=_addresses(node_http, "--node-http"),
+        node_http_token=node_http_token or None,
         request_timeout_ms=int(timeout * 1000),
         **({"security": security} if security is not None else {}),
     )  # fmt: skip

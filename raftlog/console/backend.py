@@ -411,10 +411,15 @@ def produce_one(cs: ClientSet, topic: TopicInfo, partition: int | None, key: byt
 # ---------------------------------------------------------------- node HTTP (health, metrics)
 
 
-def fetch_node_http(address: str, path: str, timeout_s: float = NODE_HTTP_TIMEOUT_S) -> tuple[int, bytes] | None:
-    """GET http://address/path -> (status, body), or None when the node does not answer."""
+def fetch_node_http(address: str, path: str, token: str | None = None,
+                    timeout_s: float = NODE_HTTP_TIMEOUT_S) -> tuple[int, bytes] | None:
+    """GET http://address/path -> (status, body), or None when the node does not answer.
+    `token`: the nodes' http_token (sent as a bearer token), which /metrics and the details of
+    /health need on a node that has one."""
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
     try:
-        with urllib.request.urlopen(f"http://{address}{path}", timeout=timeout_s) as response:
+        with urllib.request.urlopen(urllib.request.Request(f"http://{address}{path}", headers=headers),
+                                    timeout=timeout_s) as response:
             return response.status, response.read(MAX_NODE_HTTP_BYTES)
     except urllib.error.HTTPError as exc:
         try:
@@ -425,8 +430,8 @@ def fetch_node_http(address: str, path: str, timeout_s: float = NODE_HTTP_TIMEOU
         return None
 
 
-def node_health(address: str) -> dict | None:
-    got = fetch_node_http(address, "/health")
+def node_health(address: str, token: str | None = None) -> dict | None:
+    got = fetch_node_http(address, "/health", token)
     if got is None:
         return None
     try:
@@ -436,10 +441,10 @@ def node_health(address: str) -> dict | None:
     return body if isinstance(body, dict) else None
 
 
-def nodes_health(addresses: Iterable[str]) -> list[dict | None]:
+def nodes_health(addresses: Iterable[str], token: str | None = None) -> list[dict | None]:
     """Every node's /health at once (one short-lived thread per node, at most 16), in order."""
     addresses = list(addresses)[:16]
     if not addresses:
         return []
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(addresses), thread_name_prefix="console-health") as pool:
-        return list(pool.map(node_health, addresses))
+        return list(pool.map(lambda address: node_health(address, token), addresses))

@@ -144,7 +144,7 @@ class ConsoleState:
         previous_t = 0.0
 
         def scrape(address: str) -> dict:
-            got = fetch_node_http(address, "/metrics")
+            got = fetch_node_http(address, "/metrics", self.settings.node_http_token)
             if got is None or got[0] != 200:
                 return {}
             return parse_metrics(got[1][:MAX_METRICS_BYTES].decode("utf-8", "replace"))

@@ -244,18 +244,19 @@ async def topic_create(request: Request) -> Response:
     return RedirectResponse(f"/topics/{urllib.parse.quote(name, safe='')}?{_q(created=1)}", status_code=303)
 
 
-def _topic_page(cs: ClientSet, name: str, node_http: tuple[str, ...]) -> dict[str, Any]:
+def _topic_page(cs: ClientSet, name: str, node_http: tuple[str, ...], token: str | None) -> dict[str, Any]:
     info = backend.describe_topic(cs, name)
     status = cs.admin.cluster_status()
     configs = backend.describe_configs(cs, name)
-    health = [h for h in backend.nodes_health(node_http) if h is not None]
+    health = [h for h in backend.nodes_health(node_http, token) if h is not None]
     return {"info": info, "status": status, "configs": configs, "health": health}
 
 
 async def topic(request: Request) -> Response:
     name = request.path_params["topic"]
     state = _state(request)
-    data = await run_blocking(request, _topic_page, name, state.settings.node_http)
+    data = await run_blocking(request, _topic_page, name, state.settings.node_http,
+                              state.settings.node_http_token)
     info = data["info"]
     brokers = [dict(b) for b in data["status"].brokers]
     reachable = await broker_liveness(brokers)

@@ -393,6 +393,10 @@ def test_the_console_logs_in_with_a_users_scram_credentials(cluster):
                                                                  "password": admin_password(cluster)})
     assert status == 200 and "console-t" in page, page[-1000:]
     assert admin_password(cluster) not in page
+    # `cluster up` gave the console the nodes' http_token: per-replica log ends come from the
+    # node's /health details (without the token a node says only up or down: "1 (?)").
+    status, page = _fetch(browser, url + "/topics/console-t")
+    assert status == 200 and '<span class="replica">1 (0)' in page, page[-2000:]
     # A user with no ACLs logs in too, and the cluster's refusals are the console's 403s.
     ok(raftlog(cluster, "users", "add", "carol", "--password-stdin", stdin=CAROL_PASSWORD + "\n",
                config=cluster.properties))
