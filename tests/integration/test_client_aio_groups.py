@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -18,10 +15,7 @@ from raftlog import aio
 from raftlog.client import Admin, Consumer
 from raftlog.client.group_admin import GroupAdmin
 
-_spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-harness = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("node_harness", harness)
-_spec.loader.exec_module(harness)
+import node_harness as harness
 
 PARTITIONS = 4
 # A session longer than a takeover after a clean leave may take: a leave is seen by the

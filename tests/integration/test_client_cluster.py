@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import signal
 import socket
-import sys
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -22,10 +19,7 @@ from partition.batch import BatchBuilder
 from raftlog.base.errors import UnknownTopicOrPartitionError
 from raftlog.base.protocol import FrameDecoder, encode_frame
 
-_spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-harness = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("node_harness", harness)
-_spec.loader.exec_module(harness)
+import node_harness as harness
 
 
 @pytest.fixture(scope="module")

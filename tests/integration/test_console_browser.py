@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
 import json
 import os
 import shutil
@@ -28,10 +27,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 from raftlog.console.process import ConsoleChild  # noqa: E402
 
-_spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-harness = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("node_harness", harness)
-_spec.loader.exec_module(harness)
+import node_harness as harness  # noqa: E402
 
 RAFTLOG = [sys.executable, "-m", "raftlog.cli"]
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import shutil
 import subprocess
-import sys
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
@@ -22,10 +19,7 @@ from confluent_kafka import Consumer as CKConsumer  # noqa: E402
 from confluent_kafka import Producer as CKProducer  # noqa: E402
 from confluent_kafka import TopicPartition  # noqa: E402
 
-_spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-harness = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("node_harness", harness)
-_spec.loader.exec_module(harness)
+import node_harness as harness  # noqa: E402
 
 TIMEOUT_S = 30
 TOTAL = 3000  # records per idempotent run; the leader dies after the first third is acked

@@ -2,29 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import signal
 import subprocess
 import sys
 from collections import Counter
-from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
 from raftlog.base.errors import RaftlogError
 
-
-def _load_harness() -> Any:
-    spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-harness = _load_harness()
+import node_harness as harness
 
 
 @pytest.fixture(scope="module")

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import socket
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,17 +11,7 @@ from raftlog.base.errors import SaslAuthenticationFailedError, error_from_wire
 from raftlog.base.peer_auth import PeerAuthDialer, peer_key
 from raftlog.base.protocol import FrameDecoder, encode_frame
 
-
-def _load_harness() -> Any:
-    spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-harness = _load_harness()
+import node_harness as harness
 
 
 class RawPeer:
