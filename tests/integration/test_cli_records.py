@@ -8,23 +8,11 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Iterator
-
-import pytest
 
 from raftlog.client import Consumer, Producer, partition_for_key
 
-import node_harness as harness
 
 RAFTLOG = [sys.executable, "-m", "raftlog.cli"]
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[harness.NodeCluster]:
-    with harness.NodeCluster(tmp_path_factory.mktemp("cli-records"), size=3) as c:
-        c.start_all()
-        c.wait_ready(timeout_s=60)
-        yield c
 
 
 def run(cluster, *args: str, stdin: bytes | None = None, timeout: float = 60,

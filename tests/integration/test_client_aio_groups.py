@@ -6,7 +6,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Iterator
 
 import pytest
 import trio
@@ -23,14 +22,6 @@ PARTITIONS = 4
 SESSION_MS = 6000
 GROUP_OPTS = dict(session_timeout_ms=SESSION_MS, heartbeat_interval_ms=300, rebalance_timeout_ms=2 * SESSION_MS,
                   auto_offset_reset="earliest", max_wait_ms=200, request_timeout_ms=10_000)
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[harness.NodeCluster]:
-    with harness.NodeCluster(tmp_path_factory.mktemp("aio-groups"), size=3) as c:
-        c.start_all()
-        c.wait_ready(timeout_s=60)
-        yield c
 
 
 def create(cluster: harness.NodeCluster, name: str) -> None:

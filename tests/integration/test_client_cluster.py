@@ -8,7 +8,6 @@ import socket
 import threading
 import time
 from collections import Counter
-from typing import Iterator
 
 import pytest
 import trio
@@ -18,16 +17,6 @@ from raftlog.client import Admin, Consumer, Producer, partition_for_key
 from partition.batch import BatchBuilder
 from raftlog.base.errors import UnknownTopicOrPartitionError
 from raftlog.base.protocol import FrameDecoder, encode_frame
-
-import node_harness as harness
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[harness.NodeCluster]:
-    with harness.NodeCluster(tmp_path_factory.mktemp("client-cluster"), size=3) as c:
-        c.start_all()
-        c.wait_ready(timeout_s=60)
-        yield c
 
 
 def create(cluster, name: str, partitions: int) -> None:

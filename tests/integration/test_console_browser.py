@@ -27,7 +27,6 @@ from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 from raftlog.console.process import ConsoleChild  # noqa: E402
 
-import node_harness as harness  # noqa: E402
 
 RAFTLOG = [sys.executable, "-m", "raftlog.cli"]
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -47,14 +46,6 @@ def cli(*args: str, bootstrap: str, check: bool = True, stdin: str | None = None
     if check:
         assert p.returncode == 0, (args, p.stdout, p.stderr)
     return p
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    with harness.NodeCluster(tmp_path_factory.mktemp("console-cluster"), size=3) as c:
-        c.start_all()
-        c.wait_ready(60)
-        yield c
 
 
 @pytest.fixture(scope="module")

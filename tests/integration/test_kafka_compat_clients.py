@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import time
 from collections import Counter
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -19,7 +19,6 @@ from confluent_kafka import Consumer as CKConsumer  # noqa: E402
 from confluent_kafka import Producer as CKProducer  # noqa: E402
 from confluent_kafka import TopicPartition  # noqa: E402
 
-import node_harness as harness  # noqa: E402
 
 TIMEOUT_S = 30
 TOTAL = 3000  # records per idempotent run; the leader dies after the first third is acked
@@ -31,14 +30,6 @@ TOTAL = 3000  # records per idempotent run; the leader dies after the first thir
 pytestmark = pytest.mark.filterwarnings(
     r"ignore:Exception ignored in. <socket\.socket fd=\d+, family=2, type=1, proto=6, "
     r"laddr=\('0\.0\.0\.0', \d+\)>\n:pytest.PytestUnraisableExceptionWarning")
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[harness.NodeCluster]:
-    with harness.NodeCluster(tmp_path_factory.mktemp("kafka-cells"), size=3) as c:
-        c.start_all()
-        c.wait_ready(timeout_s=60)
-        yield c
 
 
 def create(cluster, name: str, partitions: int, rf: int = 3) -> None:

@@ -6,7 +6,7 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -15,14 +15,8 @@ from raftlog.base.errors import RaftlogError
 import node_harness as harness
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """One three-voter cluster shared by the tests below, which run in file order (the
-    destructive ones last)."""
-    with harness.NodeCluster(tmp_path_factory.mktemp("nodes"), size=3) as c:
-        c.start_all()
-        c.wait_ready(timeout_s=30)
-        yield c
+# The tests below share the module-scoped `cluster` (tests/integration/conftest.py) and run in
+# file order, the destructive ones last.
 
 
 def _error_code(fn: Any) -> str:

@@ -11,8 +11,6 @@ from raftlog.base.errors import SaslAuthenticationFailedError, error_from_wire
 from raftlog.base.peer_auth import PeerAuthDialer, peer_key
 from raftlog.base.protocol import FrameDecoder, encode_frame
 
-import node_harness as harness
-
 
 class RawPeer:
     """A blocking connection to a peer listener that keeps going between requests."""
@@ -42,14 +40,6 @@ class RawPeer:
 
     def close(self) -> None:
         self.sock.close()
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    with harness.NodeCluster(tmp_path_factory.mktemp("peer-auth"), size=3) as c:
-        c.start_all()
-        c.wait_ready(timeout_s=30)
-        yield c
 
 
 def peer_address(cluster: Any, node_id: int) -> str:

@@ -10,9 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-import node_harness as harness
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 MARKED = re.compile(r"<!-- readme-test: run -->\n```(\w+)\n(.*?)```", re.S)
@@ -27,14 +24,6 @@ def marked_blocks() -> list[tuple[str, str]]:
 def test_the_marked_blocks_are_the_examples():
     kinds = [lang for lang, _ in marked_blocks()]
     assert kinds == ["sh", "python", "python", "python"], kinds
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with harness.NodeCluster(tmp_path_factory.mktemp("readme"), size=3) as nodes:
-        nodes.start_all()
-        nodes.wait_ready()
-        yield nodes
 
 
 def _env(cluster) -> dict[str, str]:
