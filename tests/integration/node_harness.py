@@ -12,12 +12,10 @@ Rules it keeps: every process is started by this harness and stopped by its PID 
 then SIGKILL; `stop_all` runs on exit even when a test fails); waits poll a condition under
 a deadline (`wait_for`) and never sleep blindly; node logs stay in each node's data dir
 (`node.log`) and the last lines are shown when a wait fails. Other helpers reuse this
-module: keep it free of test-specific assertions. Test folders are not packages, so load it
-by path (as test_bridge_quorum.py loads bridge_node.py):
+module: keep it free of test-specific assertions. tests/conftest.py puts this folder on
+sys.path, so a test imports it by name (scripts outside tests/ load it by path):
 
-    spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-    harness = importlib.util.module_from_spec(spec); sys.modules["node_harness"] = harness
-    spec.loader.exec_module(harness)
+    import node_harness as harness
 """
 
 from __future__ import annotations

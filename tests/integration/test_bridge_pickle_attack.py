@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import os
 import pickle
 import socket
 import struct
-import sys
 import time
 import zlib
 from pathlib import Path
@@ -19,17 +17,7 @@ import pytest
 import raftlog.node.bridge as bridge
 
 
-def _load_harness() -> Any:
-    path = Path(__file__).with_name("bridge_node.py")
-    spec = importlib.util.spec_from_file_location("bridge_node_harness_attack", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-harness = _load_harness()
+import bridge_node as harness
 
 
 class _OpenFile:

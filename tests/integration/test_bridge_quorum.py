@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import threading
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -21,17 +19,7 @@ from metadata.quorum import (
 from raftlog.node.metadata_quorum import MetadataQuorum, QuorumConfig
 
 
-def _load_harness() -> Any:
-    path = Path(__file__).with_name("bridge_node.py")
-    spec = importlib.util.spec_from_file_location("bridge_node_harness", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-harness = _load_harness()
+import bridge_node as harness
 MAX_COMMAND = bytes(range(256)) * 256  # exactly max_command_bytes (64 KiB), worst-case pickling
 
 

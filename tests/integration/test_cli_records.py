@@ -2,34 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
-from typing import Iterator
-
-import pytest
 
 from raftlog.client import Consumer, Producer, partition_for_key
 
-_spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-harness = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("node_harness", harness)
-_spec.loader.exec_module(harness)
 
 RAFTLOG = [sys.executable, "-m", "raftlog.cli"]
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[harness.NodeCluster]:
-    with harness.NodeCluster(tmp_path_factory.mktemp("cli-records"), size=3) as c:
-        c.start_all()
-        c.wait_ready(timeout_s=60)
-        yield c
 
 
 def run(cluster, *args: str, stdin: bytes | None = None, timeout: float = 60,

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
-from typing import Iterator
 
 import pytest
 import trio
@@ -18,10 +14,7 @@ from raftlog import aio
 from raftlog.client import Admin, Consumer
 from raftlog.client.group_admin import GroupAdmin
 
-_spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-harness = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("node_harness", harness)
-_spec.loader.exec_module(harness)
+import node_harness as harness
 
 PARTITIONS = 4
 # A session longer than a takeover after a clean leave may take: a leave is seen by the
@@ -29,14 +22,6 @@ PARTITIONS = 4
 SESSION_MS = 6000
 GROUP_OPTS = dict(session_timeout_ms=SESSION_MS, heartbeat_interval_ms=300, rebalance_timeout_ms=2 * SESSION_MS,
                   auto_offset_reset="earliest", max_wait_ms=200, request_timeout_ms=10_000)
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[harness.NodeCluster]:
-    with harness.NodeCluster(tmp_path_factory.mktemp("aio-groups"), size=3) as c:
-        c.start_all()
-        c.wait_ready(timeout_s=60)
-        yield c
 
 
 def create(cluster: harness.NodeCluster, name: str) -> None:

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import signal
 import socket
-import sys
 import threading
 import time
 from collections import Counter
-from pathlib import Path
-from typing import Iterator
 
 import pytest
 import trio
@@ -21,19 +17,6 @@ from raftlog.client import Admin, Consumer, Producer, partition_for_key
 from partition.batch import BatchBuilder
 from raftlog.base.errors import UnknownTopicOrPartitionError
 from raftlog.base.protocol import FrameDecoder, encode_frame
-
-_spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-harness = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("node_harness", harness)
-_spec.loader.exec_module(harness)
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[harness.NodeCluster]:
-    with harness.NodeCluster(tmp_path_factory.mktemp("client-cluster"), size=3) as c:
-        c.start_all()
-        c.wait_ready(timeout_s=60)
-        yield c
 
 
 def create(cluster, name: str, partitions: int) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
 import json
 import os
 import shutil
@@ -28,10 +27,6 @@ from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 from raftlog.console.process import ConsoleChild  # noqa: E402
 
-_spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-harness = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("node_harness", harness)
-_spec.loader.exec_module(harness)
 
 RAFTLOG = [sys.executable, "-m", "raftlog.cli"]
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -51,14 +46,6 @@ def cli(*args: str, bootstrap: str, check: bool = True, stdin: str | None = None
     if check:
         assert p.returncode == 0, (args, p.stdout, p.stderr)
     return p
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    with harness.NodeCluster(tmp_path_factory.mktemp("console-cluster"), size=3) as c:
-        c.start_all()
-        c.wait_ready(60)
-        yield c
 
 
 @pytest.fixture(scope="module")

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import os
 import stat
-import sys
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -15,11 +13,7 @@ import pytest
 from raftlog.cli.secure import SecureMaterial
 from raftlog.client import Producer
 
-_spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-assert _spec is not None and _spec.loader is not None
-harness = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("node_harness", harness)
-_spec.loader.exec_module(harness)
+import node_harness as harness
 
 
 @pytest.fixture

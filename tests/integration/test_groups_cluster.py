@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -16,10 +15,7 @@ from pathlib import Path
 from raftlog.base.topics import partition_for_group
 from partition.batch import decode_batches
 
-_spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-harness = importlib.util.module_from_spec(_spec)
-sys.modules["node_harness"] = harness
-_spec.loader.exec_module(harness)
+import node_harness as harness
 
 CONSUMER = Path(__file__).with_name("group_consumer.py")
 TOPIC = "gt"

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import secrets
-import sys
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-_spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-assert _spec is not None and _spec.loader is not None
-harness = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("node_harness", harness)
-_spec.loader.exec_module(harness)
+import node_harness as harness
 
 TOPIC = "payroll-" + secrets.token_hex(4)
 

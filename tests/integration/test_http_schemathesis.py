@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
 import secrets
-import sys
 import urllib.request
-from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -17,10 +14,7 @@ schemathesis = pytest.importorskip("schemathesis")
 
 from raftlog.node.openapi import OPENAPI  # noqa: E402
 
-_spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-harness = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("node_harness", harness)
-_spec.loader.exec_module(harness)
+import node_harness as harness  # noqa: E402
 
 TOKEN = secrets.token_urlsafe(16)
 REQUEST_TIMEOUT_S = 15  # a hang fails the run (requests' timeout), it never blocks it

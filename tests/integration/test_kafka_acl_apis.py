@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import socket
 import ssl
 import struct
-import sys
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
@@ -39,10 +36,7 @@ from raftlog.cli.secure import SecureMaterial
 from raftlog.client import Admin
 from raftlog.node.kafka.codec import RESPONSE_CLASSES
 
-_spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-harness = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("node_harness", harness)
-_spec.loader.exec_module(harness)
+import node_harness as harness
 
 ADMIN_PASSWORD = "acl-apis-admin-Pw-" + "9c2e11"
 NOBODY_PASSWORD = "acl-apis-nobody-Pw-" + "51d0aa"

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import socket
 import struct
-import sys
-from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -14,10 +11,7 @@ from kafka.protocol.metadata.api_versions import ApiVersionsRequest, ApiVersions
 from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer.transaction import EndTxnRequest, EndTxnResponse
 
-_spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-harness = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("node_harness", harness)
-_spec.loader.exec_module(harness)
+import node_harness as harness
 
 UNSUPPORTED_VERSION = 35
 

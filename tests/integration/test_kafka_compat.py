@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -11,7 +10,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -26,19 +25,7 @@ from confluent_kafka.admin import (  # noqa: E402
     AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, NewTopic,
 )
 
-_spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-harness = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("node_harness", harness)
-_spec.loader.exec_module(harness)
-
 TIMEOUT_S = 30
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[harness.NodeCluster]:
-    with harness.NodeCluster(tmp_path_factory.mktemp("kafka-compat"), size=3) as c:
-        c.start_all()
-        c.wait_ready(timeout_s=60)
-        yield c
 
 
 def create(cluster, name: str, partitions: int, rf: int = 3) -> None:

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import shutil
 import subprocess
-import sys
 import time
 from collections import Counter
-from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -22,10 +19,6 @@ from confluent_kafka import Consumer as CKConsumer  # noqa: E402
 from confluent_kafka import Producer as CKProducer  # noqa: E402
 from confluent_kafka import TopicPartition  # noqa: E402
 
-_spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-harness = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("node_harness", harness)
-_spec.loader.exec_module(harness)
 
 TIMEOUT_S = 30
 TOTAL = 3000  # records per idempotent run; the leader dies after the first third is acked
@@ -37,14 +30,6 @@ TOTAL = 3000  # records per idempotent run; the leader dies after the first thir
 pytestmark = pytest.mark.filterwarnings(
     r"ignore:Exception ignored in. <socket\.socket fd=\d+, family=2, type=1, proto=6, "
     r"laddr=\('0\.0\.0\.0', \d+\)>\n:pytest.PytestUnraisableExceptionWarning")
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[harness.NodeCluster]:
-    with harness.NodeCluster(tmp_path_factory.mktemp("kafka-cells"), size=3) as c:
-        c.start_all()
-        c.wait_ready(timeout_s=60)
-        yield c
 
 
 def create(cluster, name: str, partitions: int, rf: int = 3) -> None:

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import socket
 import struct
-import sys
 import time
-from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
@@ -34,10 +31,7 @@ from raftlog.client.consumer_protocol import (
 from raftlog.node.kafka.codec import RESPONSE_CLASSES
 from raftlog.node.kafka.versions import SUPPORTED_VERSIONS
 
-_spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-harness = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("node_harness", harness)
-_spec.loader.exec_module(harness)
+import node_harness as harness
 
 NONE, NOT_COORDINATOR, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID = 0, 16, 22, 25
 INVALID_REQUEST, GROUP_ID_NOT_FOUND, MEMBER_ID_REQUIRED = 42, 69, 79

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -28,10 +26,7 @@ from confluent_kafka import ConsumerGroupState, KafkaError, KafkaException  # no
 from confluent_kafka import TopicPartition as CKTopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
-_spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-harness = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("node_harness", harness)
-_spec.loader.exec_module(harness)
+import node_harness as harness  # noqa: E402
 
 TIMEOUT_S = 60
 PARTITIONS = 4

@@ -11,6 +11,7 @@ from typing import Any, Iterator
 import pytest
 from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 
+import node_harness as harness
 from raftlog.client import Admin
 
 HERE = Path(__file__).parent
@@ -28,7 +29,6 @@ def _load(name: str, path: Path) -> ModuleType:
     return module
 
 
-harness = _load("node_harness", HERE / "node_harness.py")
 forge = _load("batch_forge", HERE.parent / "unit" / "partition" / "batch_forge.py")
 Conn = _load("kafka_wire_versions", HERE / "test_kafka_wire_versions.py").Conn
 ck_consume = _load("kafka_compat", HERE / "test_kafka_compat.py").ck_consume  # skips without confluent-kafka

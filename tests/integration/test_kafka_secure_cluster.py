@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import importlib.util
 import json
-import sys
 import time
-from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
@@ -33,10 +30,7 @@ from confluent_kafka.admin import (
 from raftlog.base.client_properties import load_properties
 from raftlog.cli.secure import SecureMaterial
 
-_spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-harness = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("node_harness", harness)
-_spec.loader.exec_module(harness)
+import node_harness as harness
 
 ADMIN_PASSWORD = "kafka-admin-Pw-" + "4f1c9e"
 CAROL_PASSWORD = "carol-Pw-" + "77ab0d"

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import socket
 import struct
-import sys
 import uuid
-from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
@@ -21,10 +18,7 @@ from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 from partition.batch import BatchBuilder, decode_batches
 from raftlog.client import Admin
 
-_spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-harness = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("node_harness", harness)
-_spec.loader.exec_module(harness)
+import node_harness as harness
 
 UNKNOWN_TOPIC_ID = 100
 NOT_LEADER_OR_FOLLOWER = 6

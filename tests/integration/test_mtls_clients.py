@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,17 +18,7 @@ from raftlog.base.errors import TopicAuthorizationFailedError
 from raftlog.client import Admin, Producer
 from raftlog.client.errors import SslAuthenticationFailedError
 
-
-def _load_harness() -> Any:
-    spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-harness = _load_harness()
+import node_harness as harness
 
 
 @dataclasses.dataclass

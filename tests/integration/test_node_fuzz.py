@@ -10,6 +10,8 @@ from typing import Any, Iterator
 
 import pytest
 
+import node_harness as harness
+
 
 def _load(name: str, filename: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(filename))
@@ -20,7 +22,6 @@ def _load(name: str, filename: str) -> ModuleType:
     return module
 
 
-harness = _load("node_harness", "node_harness.py")
 _fuzz = _load("server_fuzz_strategies", "test_server_fuzz.py")
 
 # The same hypothesis tests; pytest resolves their `node_address` fixture here, in this module.

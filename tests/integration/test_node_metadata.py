@@ -2,39 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.util
 import signal
 import subprocess
 import sys
 from collections import Counter
-from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from raftlog.base.errors import RaftlogError
 
-
-def _load_harness() -> Any:
-    spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+import node_harness as harness
 
 
-harness = _load_harness()
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """One three-voter cluster shared by the tests below, which run in file order (the
-    destructive ones last)."""
-    with harness.NodeCluster(tmp_path_factory.mktemp("nodes"), size=3) as c:
-        c.start_all()
-        c.wait_ready(timeout_s=30)
-        yield c
+# The tests below share the module-scoped `cluster` (tests/integration/conftest.py) and run in
+# file order, the destructive ones last.
 
 
 def _error_code(fn: Any) -> str:

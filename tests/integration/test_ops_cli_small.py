@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-_spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-harness = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("node_harness", harness)
-_spec.loader.exec_module(harness)
+import node_harness as harness
 
 RAFTLOG = [sys.executable, "-m", "raftlog.cli"]
 NODE_LIMIT = 2 << 20  # the node's max_frame_bytes here: 2 MiB

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 import urllib.request
 from pathlib import Path
 
@@ -12,10 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from raftlog.client import Consumer, Producer
 
-_spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-harness = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("node_harness", harness)
-_spec.loader.exec_module(harness)
+import node_harness as harness
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 TOPIC = "orders"

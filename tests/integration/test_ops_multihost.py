@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import random
@@ -20,10 +19,7 @@ import pytest
 
 from raftlog.cli.cluster import NodeProcess, stop_all
 
-_spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-harness = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("node_harness", harness)
-_spec.loader.exec_module(harness)
+import node_harness as harness
 
 RAFTLOG = [sys.executable, "-m", "raftlog.cli"]
 README = Path(__file__).resolve().parents[2] / "README.md"

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-_spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-harness = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("node_harness", harness)
-_spec.loader.exec_module(harness)
+import node_harness as harness
 
 RAFTLOG = [sys.executable, "-m", "raftlog.cli"]
 SESSION_MS = harness.TEST_SETTINGS["session_timeout_ms"]

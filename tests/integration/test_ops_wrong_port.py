@@ -3,23 +3,18 @@
 from __future__ import annotations
 
 import http.server
-import importlib.util
 import os
 import socket
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 import pytest
 
 from raftlog.base.protocol import foreign_protocol
 from raftlog.client import Admin, NoBrokerAvailableError
 
-_spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-harness = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("node_harness", harness)
-_spec.loader.exec_module(harness)
+import node_harness as harness
 
 RAFTLOG = [sys.executable, "-m", "raftlog.cli"]
 HANG_LIMIT_S = 12  # a bound on a hang (the issue saw 17 s), not a speed measurement

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 import time
@@ -14,10 +13,7 @@ from partition.raft import QuorumState, VoteRequest
 from partition.replica import read_quorum_state, write_quorum_state
 from partition.replication import decode_message, encode_message
 
-_spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-harness = importlib.util.module_from_spec(_spec)
-sys.modules["node_harness"] = harness
-_spec.loader.exec_module(harness)
+import node_harness as harness
 
 TOPIC = "recover"
 NODES = (1, 2, 3)

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import socket
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,18 +10,6 @@ import pytest
 from raftlog.base.errors import SaslAuthenticationFailedError, error_from_wire
 from raftlog.base.peer_auth import PeerAuthDialer, peer_key
 from raftlog.base.protocol import FrameDecoder, encode_frame
-
-
-def _load_harness() -> Any:
-    spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-harness = _load_harness()
 
 
 class RawPeer:
@@ -55,14 +40,6 @@ class RawPeer:
 
     def close(self) -> None:
         self.sock.close()
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    with harness.NodeCluster(tmp_path_factory.mktemp("peer-auth"), size=3) as c:
-        c.start_all()
-        c.wait_ready(timeout_s=30)
-        yield c
 
 
 def peer_address(cluster: Any, node_id: int) -> str:

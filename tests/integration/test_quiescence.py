@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import signal
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from partition.batch import BatchBuilder
 
-_spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-harness = importlib.util.module_from_spec(_spec)
-sys.modules["node_harness"] = harness
-_spec.loader.exec_module(harness)
+import node_harness as harness
 
 TOPIC = "idle"
 PARTITIONS = 6

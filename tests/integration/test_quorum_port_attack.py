@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import socket
 import struct
-import sys
 import threading
 import urllib.request
 from pathlib import Path
@@ -13,11 +11,7 @@ from typing import Any, Iterator
 
 import pytest
 
-_spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-assert _spec is not None and _spec.loader is not None
-harness = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("node_harness", harness)
-_spec.loader.exec_module(harness)
+import node_harness as harness
 
 ANNOUNCED_BYTES = 2**31 - 1  # "2 GiB": the largest length a signed 4-byte header can announce
 STREAM_BYTES = 64 << 20  # what each attacker streams after its headers, in all

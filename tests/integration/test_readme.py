@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -11,12 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-_spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-harness = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("node_harness", harness)
-_spec.loader.exec_module(harness)
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 MARKED = re.compile(r"<!-- readme-test: run -->\n```(\w+)\n(.*?)```", re.S)
@@ -31,14 +24,6 @@ def marked_blocks() -> list[tuple[str, str]]:
 def test_the_marked_blocks_are_the_examples():
     kinds = [lang for lang, _ in marked_blocks()]
     assert kinds == ["sh", "python", "python", "python"], kinds
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with harness.NodeCluster(tmp_path_factory.mktemp("readme"), size=3) as nodes:
-        nodes.start_all()
-        nodes.wait_ready()
-        yield nodes
 
 
 def _env(cluster) -> dict[str, str]:

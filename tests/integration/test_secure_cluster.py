@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import importlib.util
 import json
 import secrets
 import socket
 import ssl
-import sys
 import urllib.error
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,17 +22,7 @@ from raftlog.base.client_properties import ClientSecurity
 from raftlog.base.errors import RaftlogError
 from raftlog.base.sasl import salted_password, scram_credential
 
-
-def _load_harness() -> Any:
-    spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-harness = _load_harness()
+import node_harness as harness
 
 ADMIN_PASSWORD = "admin-" + secrets.token_urlsafe(18)
 ALICE_PASSWORD = "alice-" + secrets.token_urlsafe(18)

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -16,19 +14,9 @@ pytest.importorskip("pyarrow")
 from pyspark import cloudpickle  # noqa: E402
 
 
-def _load(name: str):
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-harness = _load("node_harness")
-helpers = _load("sink_helpers")
-spark = _load("spark_fixtures").spark
+import node_harness as harness  # noqa: E402
+import sink_helpers as helpers  # noqa: E402
+from spark_fixtures import spark  # noqa: E402
 
 # Spark's Python workers cannot import test modules by name: ship these by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

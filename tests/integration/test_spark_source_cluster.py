@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -14,19 +12,8 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 
-def _load(name: str):
-    # Test folders are not packages: load helpers by path, once (shared module objects).
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-harness = _load("node_harness")
-spark = _load("spark_fixtures").spark
+import node_harness as harness  # noqa: E402
+from spark_fixtures import spark  # noqa: E402
 
 pytestmark = pytest.mark.spark
 

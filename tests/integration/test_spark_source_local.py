@@ -1,9 +1,7 @@
 """SPARK API PLUMBING ONLY (no broker): a local SparkSession reads format("raftlog") through an in-memory provider: batch rows, AvailableNow batches split by maxOffsetsPerTrigger, and a checkpoint restart that reads exactly the new records."""
 
-import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -90,17 +88,7 @@ class PlumbingOnlyDataSource(RaftlogDataSource):
         return "raftlog_plumbing_only"
 
 
-def _load_shared(name):
-    # The one SparkSession of the test run lives in spark_fixtures.py (loaded by path, once).
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-spark = _load_shared("spark_fixtures").spark  # the session-scoped `spark` fixture
+from spark_fixtures import spark  # noqa: E402  (the session-scoped `spark` fixture)
 
 
 @pytest.fixture(scope="module", autouse=True)

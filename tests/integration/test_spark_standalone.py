@@ -32,10 +32,11 @@ def _load(name: str, path: Path | None = None):
     return module
 
 
-harness = _load("node_harness")
-helpers = _load("sink_helpers")
-spark_cluster = _load("spark_cluster")
-spark_fixtures = _load("spark_fixtures")
+import node_harness as harness  # noqa: E402
+import sink_helpers as helpers  # noqa: E402
+import spark_cluster  # noqa: E402
+import spark_fixtures  # noqa: E402
+
 pipeline = _load("spark_pipeline", ROOT / "scripts" / "spark_pipeline.py")
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

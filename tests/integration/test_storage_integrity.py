@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -15,10 +13,7 @@ import pytest
 from partition.batch import BatchBuilder, decode_batches, iter_headers
 from partition.manager import PARTITIONS_DIR
 
-_spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-harness = importlib.util.module_from_spec(_spec)
-sys.modules["node_harness"] = harness
-_spec.loader.exec_module(harness)
+import node_harness as harness
 
 TOPIC = "atrest"
 NODES = (1, 2, 3)

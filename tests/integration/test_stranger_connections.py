@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib.util
 import re
 import resource
 import selectors
 import socket
 import ssl
 import struct
-import sys
 import threading
 import time
 import urllib.request
@@ -36,10 +34,7 @@ from raftlog.base.sasl import ScramClient
 from raftlog.cli.secure import SecureMaterial
 from raftlog.node.auth import LoginThrottle
 
-_spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-harness = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("node_harness", harness)
-_spec.loader.exec_module(harness)
+import node_harness as harness
 
 FLOOD = 1_100  # idle connections per attack (the sweep's number)
 PER_IP = 50  # the test's max_connections_per_ip

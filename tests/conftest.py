@@ -1,0 +1,48 @@
+"""Shared by every test. A test's kind marker comes from where it lives, so no one has to remember
+to tag it: tests/unit/ and tests/sim/ are `unit` (one process, no node, no quorum, no child
+process), tests/integration/ is `cluster` (real node processes on loopback), and a test that
+drives Chromium through selenium is also `browser`. Explicit markers (`spark`, `jepsen`, `slow`)
+stay as the files set them. pyproject.toml declares each marker with its meaning.
+
+The helper modules of tests/integration/ (node_harness.py, bridge_node.py, ...) are importable by
+name from any test: `import node_harness as harness`. Test folders are not packages
+(--import-mode=importlib), so this is the one place that puts that folder on sys.path."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+INTEGRATION = TESTS / "integration"
+if str(INTEGRATION) not in sys.path:
+    sys.path.insert(0, str(INTEGRATION))
+
+# The top folder under tests/ -> the marker every test in it gets.
+KIND_BY_FOLDER = {"unit": "unit", "sim": "unit", "integration": "cluster"}
+BROWSER_FILES = frozenset({"test_console_browser.py"})
+
+
+def _uses_selenium(module: ModuleType | None) -> bool:
+    for value in vars(module).values() if module is not None else ():
+        name = value.__name__ if isinstance(value, ModuleType) else getattr(value, "__module__", None)
+        if isinstance(name, str) and name.split(".")[0] == "selenium":
+            return True
+    return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        path = Path(str(item.path)).resolve()
+        try:
+            folder = path.relative_to(TESTS).parts[0]
+        except ValueError:  # a test file outside tests/ named on the command line
+            continue
+        kind = KIND_BY_FOLDER.get(folder)
+        if kind is not None:
+            item.add_marker(kind)
+        if path.name in BROWSER_FILES or _uses_selenium(getattr(item, "module", None)):
+            item.add_marker("browser")
