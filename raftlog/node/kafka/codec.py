@@ -44,6 +44,7 @@ import kafka.protocol.sasl  # noqa: F401  (registers SaslHandshake / SaslAuthent
 from kafka.protocol.api_header import RequestHeader, ResponseHeader
 from kafka.protocol.api_message import ApiMessage
 
+import raftlog.node.kafka.schemas  # noqa: F401  (registers the Kafka 4 APIs kafka-python lacks)
 from raftlog.node.kafka.wire import (
     API_VERSIONS_KEY,
     Chunk,

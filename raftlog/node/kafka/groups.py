@@ -1,6 +1,6 @@
 """Consumer-group APIs: FindCoordinator (10), JoinGroup (11), Heartbeat (12), LeaveGroup (13),
 SyncGroup (14), OffsetCommit (8), OffsetFetch (9), DescribeGroups (15), ListGroups (16),
-DeleteGroups (42).
+DeleteGroups (42), and ConsumerGroupHeartbeat (68), answered "not supported".
 
 Protocol translation only: each handler runs the native op of the same name
 (groupcoord/service.py's client handlers: the same coordinator core, the same
@@ -23,6 +23,13 @@ Where Kafka and the native protocol differ, the difference is settled here:
 * Group-level errors go where the version has room for them: OffsetCommit has only
   per-partition codes (an error for the whole commit is repeated per partition), OffsetFetch
   v1 likewise, v2+ top-level; LeaveGroup below v3 answers the member's error top-level.
+* ConsumerGroupHeartbeat (68, the KIP-848 consumer protocol) is not served: it is listed in
+  ApiVersions (0-1) and every request is answered UNSUPPORTED_VERSION with a message naming
+  the protocol, as Kafka answers it when the consumer protocol is disabled. Listed, because
+  librdkafka (`group.protocol=consumer`) only marks the coordinator dead and queries it again,
+  with no error to the application and forever, when the broker does not list the API; the
+  answer is fatal to it at once ("ConsumerGroupHeartbeat fatal error: Broker: Unsupported
+  version"). Clients use the classic protocol (`group.protocol=classic`, the default).
 * DescribeGroups v6 answers GROUP_ID_NOT_FOUND for a group that does not exist (older
   versions: state Dead, no error), ListGroups v5 says every group is "classic".
 
@@ -58,6 +65,7 @@ from raftlog.base.errors import (
 )
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.context import Call, KafkaContext, Later, Reply
+from raftlog.node.kafka.schemas import ConsumerGroupHeartbeatResponse
 
 __all__ = ["HANDLERS"]
 
@@ -71,12 +79,17 @@ SYNC_GROUP_KEY: Final = 14
 DESCRIBE_GROUPS_KEY: Final = 15
 LIST_GROUPS_KEY: Final = 16
 DELETE_GROUPS_KEY: Final = 42
+CONSUMER_GROUP_HEARTBEAT_KEY: Final = 68
 
 GROUP_KEY_TYPE: Final = 0
 TRANSACTION_KEY_TYPE: Final = 1
 NO_TRANSACTIONS: Final = (
     "transactions are not supported by raftlog (no transaction coordinator): "
     "use an idempotent producer without transactional.id"
+)
+NO_CONSUMER_PROTOCOL: Final = (
+    "the KIP-848 consumer group protocol (group.protocol=consumer) is not supported by raftlog: "
+    "use group.protocol=classic"
 )
 GROUP_ID_NOT_FOUND: Final = 69
 AUTHORIZED_OPERATIONS_OMITTED: Final = None  # kafka-python: None encodes INT32_MIN, "not asked"
@@ -445,6 +458,14 @@ async def handle_delete_groups(ctx: KafkaContext, call: Call) -> Reply:
     return Later(answer)
 
 
+# --------------------------------------------------------------------------- ConsumerGroupHeartbeat
+
+
+async def handle_consumer_group_heartbeat(ctx: KafkaContext, call: Call) -> Reply:
+    return ConsumerGroupHeartbeatResponse(throttle_time_ms=0, error_code=errors.UNSUPPORTED_VERSION,
+                                          error_message=NO_CONSUMER_PROTOCOL, member_epoch=-1)
+
+
 HANDLERS: Final = {
     OFFSET_COMMIT_KEY: handle_offset_commit,
     OFFSET_FETCH_KEY: handle_offset_fetch,
@@ -456,4 +477,5 @@ HANDLERS: Final = {
     DESCRIBE_GROUPS_KEY: handle_describe_groups,
     LIST_GROUPS_KEY: handle_list_groups,
     DELETE_GROUPS_KEY: handle_delete_groups,
+    CONSUMER_GROUP_HEARTBEAT_KEY: handle_consumer_group_heartbeat,
 }
