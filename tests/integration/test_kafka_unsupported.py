@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import io
 import struct
 import sys
 import time
@@ -69,3 +70,81 @@ def test_kip848_consumer_gets_an_error_naming_the_protocol(node):
         consumer.close()
     assert errors, f"no error within {DEADLINE_S} s"
     assert any("ConsumerGroupHeartbeat" in e for e in errors), errors
+
+
+UNSERVED = sorted(k for k in codec.REQUEST_CLASSES if k not in versions.SUPPORTED_VERSIONS)
+
+
+def call(sock, message, version: int, correlation_id: int):
+    """Send `message` at `version`; the answer decoded in its own schema, which it must fill
+    exactly (a well-formed response), the header's correlation id checked."""
+    request(sock, message, correlation_id, version)
+    frame = read_frame(sock)
+    assert struct.unpack(">i", frame[:4])[0] == correlation_id
+    response_cls = codec.RESPONSE_CLASSES[message.API_KEY]
+    body = frame[5 if codec.is_flexible(message.API_KEY, version) else 4:]  # header v1: + empty tags
+    stream = io.BytesIO(body)
+    response = response_cls[version].decode(stream)
+    assert stream.tell() == len(body), "the answer is exactly one response of the schema"
+    return response
+
+
+def still_usable(sock, correlation_id: int) -> None:
+    request(sock, ApiVersionsRequest[0](), correlation_id, 0)
+    frame = read_frame(sock)
+    assert struct.unpack(">i", frame[:4])[0] == correlation_id
+    assert ApiVersionsResponse.decode(frame[4:], version=0).error_code == 0
+
+
+def top_error(response, api_key: int, version: int) -> int | None:
+    field = codec.RESPONSE_CLASSES[api_key]._struct.fields.get("error_code")
+    return response.error_code if field is not None and field.for_version_q(version) else None
+
+
+def test_unserved_apis_are_absent_from_api_versions(node):
+    # the transaction APIs and the operator APIs of issue 41, among others
+    assert {24, 25, 26, 28, 43, 45, 46, 55, 61, 65, 66, 75} <= set(UNSERVED)
+    with connect(node) as sock:
+        listed = {k.api_key for k in call(sock, ApiVersionsRequest[3](client_software_name="t",
+                                                                      client_software_version="1"), 3, 1).api_keys}
+    assert listed.isdisjoint(UNSERVED)
+
+
+@pytest.mark.parametrize("api_key", UNSERVED)
+def test_each_unserved_api_gets_unsupported_version_and_the_connection_stays(node, api_key):
+    cls = codec.REQUEST_CLASSES[api_key]
+    version = cls.max_version
+    with connect(node) as sock:
+        response = call(sock, cls[version](), version, 7)
+        if top_error(response, api_key, version) is not None:
+            assert response.error_code == UNSUPPORTED_VERSION
+        still_usable(sock, 8)
+
+
+def test_describe_topic_partitions_answers_per_topic(node):
+    from kafka.protocol.admin.topics import DescribeTopicPartitionsRequest as R
+    with connect(node) as sock:
+        response = call(sock, R[0](topics=[R.TopicRequest(name="a"), R.TopicRequest(name="b")],
+                                   response_partition_limit=10), 0, 3)
+        assert [(t.name, t.error_code) for t in response.topics] == [("a", UNSUPPORTED_VERSION),
+                                                                     ("b", UNSUPPORTED_VERSION)]
+        still_usable(sock, 4)
+
+
+def test_served_api_at_an_unserved_version_answers_per_item(node):
+    from kafka.protocol.consumer.fetch import FetchRequest as F
+    from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest as FC
+    assert versions.SUPPORTED_VERSIONS[1][0] > 3 and versions.SUPPORTED_VERSIONS[10][1] < 6
+    with connect(node) as sock:
+        fetch = F[3](replica_id=-1, max_wait_ms=10, min_bytes=1, max_bytes=1 << 20, topics=[
+            F.FetchTopic(topic="t", partitions=[F.FetchTopic.FetchPartition(partition=2, fetch_offset=0,
+                                                                             partition_max_bytes=1024)])])
+        response = call(sock, fetch, 3, 5)
+        assert [(t.topic, [(p.partition_index, p.error_code) for p in t.partitions])
+                for t in response.responses] == [("t", [(2, UNSUPPORTED_VERSION)])]
+        # kafka-python pinned to Kafka 4.0 asks FindCoordinator v6
+        response = call(sock, FC[6](key_type=0, coordinator_keys=["g1", "g2"]), 6, 6)
+        assert [(c.key, c.error_code) for c in response.coordinators] == [("g1", UNSUPPORTED_VERSION),
+                                                                          ("g2", UNSUPPORTED_VERSION)]
+        assert "not supported" in response.coordinators[0].error_message
+        still_usable(sock, 7)
