@@ -103,7 +103,7 @@ def top_error(response, api_key: int, version: int) -> int | None:
 
 def test_unserved_apis_are_absent_from_api_versions(node):
     # the transaction APIs and the operator APIs of issue 41, among others
-    assert {24, 25, 26, 28, 43, 45, 46, 55, 61, 65, 66, 75} <= set(UNSERVED)
+    assert {24, 25, 26, 28, 43, 45, 46, 55, 61, 65, 66, 69, 75} <= set(UNSERVED)
     with connect(node) as sock:
         listed = {k.api_key for k in call(sock, ApiVersionsRequest[3](client_software_name="t",
                                                                       client_software_version="1"), 3, 1).api_keys}
@@ -121,9 +121,13 @@ def test_each_unserved_api_gets_unsupported_version_and_the_connection_stays(nod
         still_usable(sock, 8)
 
 
-def test_describe_topic_partitions_answers_per_topic(node):
+def test_describe_topic_partitions_and_consumer_group_describe_answer_per_item(node):
     from kafka.protocol.admin.topics import DescribeTopicPartitionsRequest as R
+
+    from raftlog.node.kafka.schemas import ConsumerGroupDescribeRequest as CGD
     with connect(node) as sock:
+        response = call(sock, CGD[1](group_ids=["g"], include_authorized_operations=False), 1, 2)
+        assert [(g.group_id, g.error_code) for g in response.groups] == [("g", UNSUPPORTED_VERSION)]
         response = call(sock, R[0](topics=[R.TopicRequest(name="a"), R.TopicRequest(name="b")],
                                    response_partition_limit=10), 0, 3)
         assert [(t.name, t.error_code) for t in response.topics] == [("a", UNSUPPORTED_VERSION),
