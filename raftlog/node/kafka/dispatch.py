@@ -120,7 +120,7 @@ def _mirror(struct: Any, version: int, code: int, message: str | None, source: A
             fields[name] = [field.data_class(**_mirror(field, version, code, message, item))
                             for item in _items(source, name)]
         elif not field.is_array() and not field.is_struct():
-            if isinstance(source, str) and not isinstance(source, bool):
+            if isinstance(source, str):
                 if name in _KEY_FIELDS and not filled_key:
                     fields[name], filled_key = source, True
             elif isinstance(source, int) and not isinstance(source, bool):
