@@ -84,7 +84,12 @@ def error_response(api_key: int, version: int, code: int, request: ApiMessage | 
     cls = RESPONSE_CLASSES.get(api_key)
     if cls is None or not cls.min_version <= version <= cls.max_version:
         return None
-    return cls[version](**_mirror(cls._struct, version, code, message, request))
+    response = cls[version](**_mirror(cls._struct, version, code, message, request))
+    try:  # a request field copied into a response field of another type: answer without items
+        response.encode(version=version)
+    except Exception:  # noqa: BLE001 - any encode failure means the same
+        response = cls[version](**_mirror(cls._struct, version, code, message, None))
+    return response
 
 
 # Request field names for a response field of another name (Fetch's Topics -> Responses ...).
@@ -149,11 +154,3 @@ def api_versions_unsupported() -> ApiMessage:
     """KIP-511: the v0 ApiVersions answer (UNSUPPORTED_VERSION, the versions we serve)."""
     return versions.api_versions_response(errors.UNSUPPORTED_VERSION, version=0)
 
-
-def _in_versions(spec: str, version: int) -> bool:
-    if spec.endswith("+"):
-        return version >= int(spec[:-1])
-    if "-" in spec:
-        lo, hi = spec.split("-")
-        return int(lo) <= version <= int(hi)
-    return spec.isdigit() and version == int(spec)
