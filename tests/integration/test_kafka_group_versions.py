@@ -35,6 +35,7 @@ import node_harness as harness
 
 NONE, NOT_COORDINATOR, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID = 0, 16, 22, 25
 INVALID_REQUEST, GROUP_ID_NOT_FOUND, MEMBER_ID_REQUIRED = 42, 69, 79
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 COORDINATOR_LOAD_IN_PROGRESS = 14
 CLIENT_ID = "versions"
 TOPIC = "vt"
@@ -115,7 +116,8 @@ def test_a_members_life_at_every_version(cluster, i):
     if at(10, i) >= 1:
         r = (boot.call(FindCoordinatorRequest, at(10, i), key_type=1, coordinator_keys=["tx"]).coordinators[0]
              if at(10, i) >= 4 else boot.call(FindCoordinatorRequest, at(10, i), key="tx", key_type=1))
-        assert r.error_code == INVALID_REQUEST, "no transaction coordinator here"
+        assert r.error_code == TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "no transaction coordinator here"
+        assert "transactions are not supported" in r.error_message
     other = next(n for n in (1, 2, 3) if n != node_id)
     elsewhere = Conn(cluster.kafka(other))
     conn = Conn(address)

@@ -44,6 +44,7 @@ import kafka.protocol.sasl  # noqa: F401  (registers SaslHandshake / SaslAuthent
 from kafka.protocol.api_header import RequestHeader, ResponseHeader
 from kafka.protocol.api_message import ApiMessage
 
+import raftlog.node.kafka.schemas  # noqa: F401  (registers the Kafka 4 APIs kafka-python lacks)
 from raftlog.node.kafka.wire import (
     API_VERSIONS_KEY,
     Chunk,
@@ -121,13 +122,15 @@ def decode_header(frame: bytes | memoryview) -> tuple[Header, int]:
     return Header(api_key, api_version, raw.correlation_id, raw.client_id), stream.tell()
 
 
-def decode_body(header: Header, frame: bytes | memoryview, offset: int) -> ApiMessage:
+def decode_body(header: Header, frame: bytes | memoryview, offset: int, *, removed: bool = False) -> ApiMessage:
     """The request body as the versioned message class. Raises CodecError (unknown key,
-    version outside the schema, truncated or malformed body)."""
+    version outside the schema, truncated or malformed body). `removed`: also the versions
+    below the schema's validVersions that Kafka 4 removed (KIP-896), whose layout its fields'
+    version ranges still describe (an UNSUPPORTED_VERSION answer mirrors their items)."""
     cls = REQUEST_CLASSES.get(header.api_key)
     if cls is None:
         raise CodecError(f"unknown api key {header.api_key}")
-    lo, hi = cls.valid_versions
+    lo, hi = (0, cls.max_version) if removed else cls.valid_versions
     if not lo <= header.api_version <= hi:
         raise CodecError(f"{cls.__name__} v{header.api_version} is outside the schema's {lo}-{hi}")
     versioned = cls[header.api_version]

@@ -1,6 +1,6 @@
 """Consumer-group APIs: FindCoordinator (10), JoinGroup (11), Heartbeat (12), LeaveGroup (13),
 SyncGroup (14), OffsetCommit (8), OffsetFetch (9), DescribeGroups (15), ListGroups (16),
-DeleteGroups (42).
+DeleteGroups (42), and ConsumerGroupHeartbeat (68), answered "not supported".
 
 Protocol translation only: each handler runs the native op of the same name
 (groupcoord/service.py's client handlers: the same coordinator core, the same
@@ -10,8 +10,11 @@ protocols write Kafka's ConsumerProtocol bytes (raftlog/client/consumer_protocol
 
 Where Kafka and the native protocol differ, the difference is settled here:
 * FindCoordinator answers the coordinator's Kafka listener (the native op gives its native
-  address); v4+ batches keys. Only group keys (key_type 0): we have no transaction
-  coordinator, so a transactional key is INVALID_REQUEST.
+  address); v4+ batches keys. Only group keys (key_type 0) are served. A transaction key
+  (key_type 1) gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED with a message saying transactions
+  are not supported: the error Kafka gives a producer that may not use transactions, and one
+  librdkafka makes fatal at once (`rd_kafka_txn_handle_FindCoordinator`), where any other
+  code is retried until `init_transactions()` times out. Any other key type: INVALID_REQUEST.
 * JoinGroup below v4 predates KIP-394's MEMBER_ID_REQUIRED: the handler rejoins at once with
   the member id the coordinator handed out, as Kafka's broker does for those versions. v0 has
   no rebalance timeout: the session timeout stands in (Kafka's rule).
@@ -20,6 +23,13 @@ Where Kafka and the native protocol differ, the difference is settled here:
 * Group-level errors go where the version has room for them: OffsetCommit has only
   per-partition codes (an error for the whole commit is repeated per partition), OffsetFetch
   v1 likewise, v2+ top-level; LeaveGroup below v3 answers the member's error top-level.
+* ConsumerGroupHeartbeat (68, the KIP-848 consumer protocol) is not served: it is listed in
+  ApiVersions (0-1) and every request is answered UNSUPPORTED_VERSION with a message naming
+  the protocol, as Kafka answers it when the consumer protocol is disabled. Listed, because
+  librdkafka (`group.protocol=consumer`) only marks the coordinator dead and queries it again,
+  with no error to the application and forever, when the broker does not list the API; the
+  answer is fatal to it at once ("ConsumerGroupHeartbeat fatal error: Broker: Unsupported
+  version"). Clients use the classic protocol (`group.protocol=classic`, the default).
 * DescribeGroups v6 answers GROUP_ID_NOT_FOUND for a group that does not exist (older
   versions: state Dead, no error), ListGroups v5 says every group is "classic".
 
@@ -50,10 +60,12 @@ from raftlog.base.errors import (
     InvalidRequestError,
     MemberIdRequiredError,
     RaftlogError,
+    TransactionalIdAuthorizationFailedError,
     error_from_wire,
 )
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.context import Call, KafkaContext, Later, Reply
+from raftlog.node.kafka.schemas import ConsumerGroupHeartbeatResponse
 
 __all__ = ["HANDLERS"]
 
@@ -67,8 +79,18 @@ SYNC_GROUP_KEY: Final = 14
 DESCRIBE_GROUPS_KEY: Final = 15
 LIST_GROUPS_KEY: Final = 16
 DELETE_GROUPS_KEY: Final = 42
+CONSUMER_GROUP_HEARTBEAT_KEY: Final = 68
 
 GROUP_KEY_TYPE: Final = 0
+TRANSACTION_KEY_TYPE: Final = 1
+NO_TRANSACTIONS: Final = (
+    "transactions are not supported by raftlog (no transaction coordinator): "
+    "use an idempotent producer without transactional.id"
+)
+NO_CONSUMER_PROTOCOL: Final = (
+    "the KIP-848 consumer group protocol (group.protocol=consumer) is not supported by raftlog: "
+    "use group.protocol=classic"
+)
 GROUP_ID_NOT_FOUND: Final = 69
 AUTHORIZED_OPERATIONS_OMITTED: Final = None  # kafka-python: None encodes INT32_MIN, "not asked"
 
@@ -106,6 +128,8 @@ async def handle_find_coordinator(ctx: KafkaContext, call: Call) -> Reply:
     async def one(key: str) -> tuple[int, str | None, int, str, int]:
         """(error code, message, node id, host, port)."""
         try:
+            if key_type == TRANSACTION_KEY_TYPE:
+                raise TransactionalIdAuthorizationFailedError(NO_TRANSACTIONS)
             if key_type != GROUP_KEY_TYPE:
                 raise InvalidRequestError(f"coordinator key type {key_type}: only groups (0) are served")
             found = await ctx.call("find_coordinator", {"group_id": key}) or {}
@@ -434,6 +458,14 @@ async def handle_delete_groups(ctx: KafkaContext, call: Call) -> Reply:
     return Later(answer)
 
 
+# --------------------------------------------------------------------------- ConsumerGroupHeartbeat
+
+
+async def handle_consumer_group_heartbeat(ctx: KafkaContext, call: Call) -> Reply:
+    return ConsumerGroupHeartbeatResponse(throttle_time_ms=0, error_code=errors.UNSUPPORTED_VERSION,
+                                          error_message=NO_CONSUMER_PROTOCOL, member_epoch=-1)
+
+
 HANDLERS: Final = {
     OFFSET_COMMIT_KEY: handle_offset_commit,
     OFFSET_FETCH_KEY: handle_offset_fetch,
@@ -445,4 +477,5 @@ HANDLERS: Final = {
     DESCRIBE_GROUPS_KEY: handle_describe_groups,
     LIST_GROUPS_KEY: handle_list_groups,
     DELETE_GROUPS_KEY: handle_delete_groups,
+    CONSUMER_GROUP_HEARTBEAT_KEY: handle_consumer_group_heartbeat,
 }

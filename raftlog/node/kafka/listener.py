@@ -40,14 +40,17 @@ connection of its requests (context.py), so `ctx.call` and `ctx.allowed` apply i
 principal's ACLs.
 
 Bad input: a frame over `max_request_bytes` (or a negative size), a header or body that does
-not decode (truncated, garbage), an api key Kafka does not define: one log line
-(`kafka_conn_closed` with the reason) and the connection is closed, as Kafka does; earlier
-responses of that connection are still sent. A known API at a version or key we do not serve:
-an error answer (UNSUPPORTED_VERSION in the response's error field; ApiVersions per KIP-511:
-a v0 answer listing what we serve), or, for a response without an error field, a log line and
-a close. A handler bug: UNKNOWN_SERVER_ERROR where the response has an error field, else a
-close; its traceback is logged. Nothing one connection does stops the listener or another
-connection. Requests before ApiVersions are served (Kafka does; old clients skip it).
+not decode (truncated, garbage), an api key we have no schema for: one log line
+(`kafka_conn_closed` with the reason) and the connection is closed, as Kafka does for a key it
+does not know; earlier responses of that connection are still sent. An API whose schema we
+carry (kafka-python's, Kafka 4's, and schemas/) that we do not serve, or one we serve at a
+version we do not: at once, an answer in that API's layout at the request's version with
+UNSUPPORTED_VERSION in every error field (per topic, partition or key where its errors are
+per item, mirroring the request: dispatch.error_response), and the connection stays open;
+ApiVersions per KIP-511: a v0 answer listing what we serve. Only a version above the schema's
+is closed (one log line): no layout to answer in. A handler bug: UNKNOWN_SERVER_ERROR in the
+response's error fields; its traceback is logged. Nothing one connection does stops the
+listener or another connection. Requests before ApiVersions are served (Kafka does; old clients skip it).
 """
 
 from __future__ import annotations
@@ -269,7 +272,7 @@ class _Connection:
                 except RaftlogError:
                     raise _Close("credentials_removed", api=proto.api_name(header.api_key)) from None
             if handler is None or not proto.supported(header.api_key, header.api_version):
-                self._finish(slot, header, started, self._unsupported(header))
+                self._finish(slot, header, started, self._unsupported(header, frame, offset))
                 return None
             body = proto.decode_body(header, frame, offset)
             call = Call(header, body, self.state)
@@ -326,14 +329,20 @@ class _Connection:
             return _Close("handler_failed", api=proto.api_name(header.api_key), error=type(exc).__name__)
         return response
 
-    def _unsupported(self, header: Header) -> Any:
+    def _unsupported(self, header: Header, frame: bytes, offset: int) -> Any:
         proto = self.listener.proto
         if header.api_key == API_VERSIONS_KEY:
             # KIP-511: answer in v0 layout (header v0 too) with the versions we do serve.
             response = proto.api_versions_unsupported()
             return Encoded(proto.encode_response(header, response, version=0))
-        response = proto.error_response(header.api_key, header.api_version, errors.UNSUPPORTED_VERSION)
-        if response is None:
+        try:  # the request's topics, partitions or keys, for per-item errors
+            request = proto.decode_body(header, frame, offset, removed=True)
+        except CodecError:
+            request = None
+        response = proto.error_response(header.api_key, header.api_version, errors.UNSUPPORTED_VERSION,
+                                        request, f"{proto.api_name(header.api_key)} v{header.api_version} "
+                                        "is not supported by raftlog")
+        if response is None:  # a version Kafka's schema does not have either
             return _Close("unsupported_version", api=proto.api_name(header.api_key),
                           version=header.api_version)
         log_event(logger, "kafka_unsupported_version", level=logging.INFO,

@@ -26,7 +26,12 @@ key (checked by the unit tests) and every key here must have a handler in
 * The group APIs (groups.py) at their full classic-protocol ranges below topic ids: JoinGroup
   0-9, SyncGroup 0-5, Heartbeat 0-4, LeaveGroup 0-5, OffsetCommit 2-9, OffsetFetch 1-9,
   FindCoordinator 0-5, DescribeGroups 0-6, ListGroups 0-5, DeleteGroups 0-2. The KIP-848
-  consumer protocol (ConsumerGroupHeartbeat) is not served: clients use the classic one.
+  consumer protocol is not served: ConsumerGroupHeartbeat 0-1 is listed only so that
+  librdkafka sends it and gets its UNSUPPORTED_VERSION answer, a fatal error naming the API,
+  where an unlisted API leaves a `group.protocol=consumer` consumer looking for its
+  coordinator forever with no error (groups.py). Clients use the classic protocol.
+* Every other API Kafka 4 lists is absent, and a request for it is answered UNSUPPORTED_VERSION
+  (listener.py, dispatch.py).
 """
 
 from __future__ import annotations
@@ -77,6 +82,7 @@ SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     50: (0, 0),  # DescribeUserScramCredentials
     51: (0, 0),  # AlterUserScramCredentials
     60: (0, 2),  # DescribeCluster (v2: fenced brokers flagged)
+    68: (0, 1),  # ConsumerGroupHeartbeat: always UNSUPPORTED_VERSION (KIP-848 not served; groups.py)
 }
 
 

@@ -1,0 +1,154 @@
+"""What raftlog's Kafka listener does not serve is answered at once, never with silence or a closed connection: a confluent-kafka transactional producer's `init_transactions()` and a `group.protocol=consumer` (KIP-848) consumer each fail with an error that names the feature (before: the first waited out its 15 s timeout, the second read nothing with no error); a raw request at a version we do not serve, and a raw request of each API Kafka 4 lists that we do not serve, get a well-formed UNSUPPORTED_VERSION answer and the connection stays usable."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import struct
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from kafka.protocol.metadata.api_versions import ApiVersionsRequest, ApiVersionsResponse
+
+from raftlog.node.kafka import codec, versions
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka import Consumer as CKConsumer  # noqa: E402
+from confluent_kafka import KafkaException  # noqa: E402
+from confluent_kafka import Producer as CKProducer  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
+harness = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("node_harness", harness)
+_spec.loader.exec_module(harness)
+sys.path.insert(0, str(Path(__file__).parent))
+from test_kafka_bad_input import closed, connect, read_frame, request  # noqa: E402
+
+UNSUPPORTED_VERSION = 35
+# An upper bound on waiting, not a speed claim: before the fix each hang lasted 15 s or more.
+DEADLINE_S = 10
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[harness.NodeCluster]:
+    with harness.NodeCluster(tmp_path_factory.mktemp("kafka-unsupported"), size=1) as c:
+        c.start_all()
+        c.wait_ready(timeout_s=60)
+        yield c
+
+
+def test_transactional_producer_fails_at_once_naming_transactions(node):
+    producer = CKProducer({"bootstrap.servers": node.kafka(1), "transactional.id": "tx-1"})
+    with pytest.raises(KafkaException) as raised:
+        producer.init_transactions(DEADLINE_S)
+    error = raised.value.args[0]
+    assert error.fatal(), error  # fatal at once, not a timeout waited out
+    assert "transactions are not supported" in error.str(), error
+
+
+def test_kip848_consumer_gets_an_error_naming_the_protocol(node):
+    errors: list[str] = []
+    consumer = CKConsumer({
+        "bootstrap.servers": node.kafka(1), "group.id": "kip848", "group.protocol": "consumer",
+        "error_cb": lambda err: errors.append(err.str()),
+    })
+    try:
+        consumer.subscribe(["kip848-topic"])
+        deadline = time.monotonic() + DEADLINE_S
+        while not errors and time.monotonic() < deadline:
+            try:
+                message = consumer.poll(0.5)
+            except KafkaException as exc:
+                errors.append(exc.args[0].str())
+                break
+            if message is not None and message.error() is not None:
+                errors.append(message.error().str())
+    finally:
+        consumer.close()
+    assert errors, f"no error within {DEADLINE_S} s"
+    assert any("ConsumerGroupHeartbeat" in e for e in errors), errors
+
+
+UNSERVED = sorted(k for k in codec.REQUEST_CLASSES if k not in versions.SUPPORTED_VERSIONS)
+
+
+def call(sock, message, version: int, correlation_id: int):
+    """Send `message` at `version`; the answer decoded in its own schema, which it must fill
+    exactly (a well-formed response), the header's correlation id checked."""
+    request(sock, message, correlation_id, version)
+    frame = read_frame(sock)
+    assert struct.unpack(">i", frame[:4])[0] == correlation_id
+    response_cls = codec.RESPONSE_CLASSES[message.API_KEY]
+    body = frame[5 if codec.is_flexible(message.API_KEY, version) else 4:]  # header v1: + empty tags
+    stream = io.BytesIO(body)
+    response = response_cls[version].decode(stream)
+    assert stream.tell() == len(body), "the answer is exactly one response of the schema"
+    return response
+
+
+def still_usable(sock, correlation_id: int) -> None:
+    request(sock, ApiVersionsRequest[0](), correlation_id, 0)
+    frame = read_frame(sock)
+    assert struct.unpack(">i", frame[:4])[0] == correlation_id
+    assert ApiVersionsResponse.decode(frame[4:], version=0).error_code == 0
+
+
+def top_error(response, api_key: int, version: int) -> int | None:
+    field = codec.RESPONSE_CLASSES[api_key]._struct.fields.get("error_code")
+    return response.error_code if field is not None and field.for_version_q(version) else None
+
+
+def test_unserved_apis_are_absent_from_api_versions(node):
+    # the transaction APIs and the operator APIs of issue 41, among others
+    assert {24, 25, 26, 28, 43, 45, 46, 55, 61, 65, 66, 69, 75} <= set(UNSERVED)
+    with connect(node) as sock:
+        listed = {k.api_key for k in call(sock, ApiVersionsRequest[3](client_software_name="t",
+                                                                      client_software_version="1"), 3, 1).api_keys}
+    assert listed.isdisjoint(UNSERVED)
+
+
+@pytest.mark.parametrize("api_key", UNSERVED)
+def test_each_unserved_api_gets_unsupported_version_and_the_connection_stays(node, api_key):
+    cls = codec.REQUEST_CLASSES[api_key]
+    version = cls.max_version
+    with connect(node) as sock:
+        response = call(sock, cls[version](), version, 7)
+        if top_error(response, api_key, version) is not None:
+            assert response.error_code == UNSUPPORTED_VERSION
+        still_usable(sock, 8)
+
+
+def test_describe_topic_partitions_and_consumer_group_describe_answer_per_item(node):
+    from kafka.protocol.admin.topics import DescribeTopicPartitionsRequest as R
+
+    from raftlog.node.kafka.schemas import ConsumerGroupDescribeRequest as CGD
+    with connect(node) as sock:
+        response = call(sock, CGD[1](group_ids=["g"], include_authorized_operations=False), 1, 2)
+        assert [(g.group_id, g.error_code) for g in response.groups] == [("g", UNSUPPORTED_VERSION)]
+        response = call(sock, R[0](topics=[R.TopicRequest(name="a"), R.TopicRequest(name="b")],
+                                   response_partition_limit=10), 0, 3)
+        assert [(t.name, t.error_code) for t in response.topics] == [("a", UNSUPPORTED_VERSION),
+                                                                     ("b", UNSUPPORTED_VERSION)]
+        still_usable(sock, 4)
+
+
+def test_served_api_at_an_unserved_version_answers_per_item(node):
+    from kafka.protocol.consumer.fetch import FetchRequest as F
+    from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest as FC
+    assert versions.SUPPORTED_VERSIONS[1][0] > 3 and versions.SUPPORTED_VERSIONS[10][1] < 6
+    with connect(node) as sock:
+        fetch = F[3](replica_id=-1, max_wait_ms=10, min_bytes=1, max_bytes=1 << 20, topics=[
+            F.FetchTopic(topic="t", partitions=[F.FetchTopic.FetchPartition(partition=2, fetch_offset=0,
+                                                                             partition_max_bytes=1024)])])
+        response = call(sock, fetch, 3, 5)
+        assert [(t.topic, [(p.partition_index, p.error_code) for p in t.partitions])
+                for t in response.responses] == [("t", [(2, UNSUPPORTED_VERSION)])]
+        # kafka-python pinned to Kafka 4.0 asks FindCoordinator v6
+        response = call(sock, FC[6](key_type=0, coordinator_keys=["g1", "g2"]), 6, 6)
+        assert [(c.key, c.error_code) for c in response.coordinators] == [("g1", UNSUPPORTED_VERSION),
+                                                                          ("g2", UNSUPPORTED_VERSION)]
+        assert "not supported" in response.coordinators[0].error_message
+        still_usable(sock, 7)
