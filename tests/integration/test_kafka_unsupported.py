@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import struct
-import sys
 import time
-from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -20,11 +17,7 @@ from confluent_kafka import Consumer as CKConsumer  # noqa: E402
 from confluent_kafka import KafkaException  # noqa: E402
 from confluent_kafka import Producer as CKProducer  # noqa: E402
 
-_spec = importlib.util.spec_from_file_location("node_harness", Path(__file__).with_name("node_harness.py"))
-harness = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("node_harness", harness)
-_spec.loader.exec_module(harness)
-sys.path.insert(0, str(Path(__file__).parent))
+import node_harness as harness  # noqa: E402  (tests/conftest.py puts tests/integration on sys.path)
 from test_kafka_bad_input import closed, connect, read_frame, request  # noqa: E402
 
 UNSUPPORTED_VERSION = 35
