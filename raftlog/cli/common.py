@@ -205,6 +205,10 @@ def _hello(address: str, timeout_s: float) -> str | None:
                 return None
     except TimeoutError:
         return f"accepted the connection but gave no raftlog answer within {timeout_s:g} s"
+    except ConnectionResetError:
+        # Our question was refused unread: a listener that closes a stranger's frame at its
+        # header (the metadata quorum's port, issue 39) resets the connection.
+        return "reset the connection without answering: not the raftlog protocol"
     except OSError as exc:
         return f"connection failed ({exc.strerror or exc})"
 
