@@ -54,7 +54,7 @@ from typing import Any, Final, TextIO
 from raftlog.base.errors import ConfigError
 from raftlog.cli.secure import SecureMaterial
 from raftlog.node.config import HostPort, Listeners, NodeConfig, config_to_toml, load_config, new_cluster_id
-from raftlog.node.pidfile import NODE_PID_FILE, SUPERVISOR_PID_FILE, claim, release, running_pid
+from raftlog.node.pidfile import NODE_PID_FILE, SUPERVISOR_PID_FILE, check_private, claim, release, running_pid
 
 __all__ = [
     "DEFAULT_BASE_PORT",
@@ -425,6 +425,8 @@ def cluster_up(
     in as the admin, and the console asks its visitors to log in. Returns the exit code (0:
     started and stopped cleanly). Raises ConfigError for a bad layout."""
     root = root.resolve()
+    # The nodes' own dirs are 0700, but in a root others may write they could be swapped.
+    check_private(root)
     layout, created = ClusterLayout.load_or_create(root, nodes, base_port, secure)
     security = None
     material_created = False

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -76,3 +78,14 @@ def test_a_node_refuses_a_data_dir_others_may_write(tmp_path: Path) -> None:
         log = (data_dir / "node.log").read_text()
         assert f"{data_dir}: data dir has mode 0777: other users may write it" in log, log
         assert not (data_dir / "meta.properties").exists()  # refused before writing anything
+
+
+def test_cluster_up_refuses_a_data_dir_others_may_write(tmp_path: Path) -> None:
+    root = tmp_path / "shared"
+    root.mkdir()
+    root.chmod(0o777)
+    done = subprocess.run([sys.executable, "-m", "raftlog.cli", "cluster", "up", "--data-dir", str(root),
+                           "--no-console"], capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert f"{root}: data dir has mode 0777: other users may write it" in done.stderr, done.stderr
+    assert list(root.iterdir()) == []  # refused before making anything
