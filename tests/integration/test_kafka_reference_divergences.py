@@ -8,11 +8,14 @@ asked for."""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
 import pytest
 from kafka import KafkaConsumer
+from kafka.protocol.consumer.group import JoinGroupRequest, JoinGroupResponse
+from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.structs import OffsetAndMetadata
@@ -29,6 +32,9 @@ from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from test_kafka_wire_versions import Conn  # noqa: E402
 from test_kafka_groups import TIMEOUT_S, create, produce, wait_coordinators, wait_until  # noqa: E402
+
+
+MEMBER_ID_REQUIRED = 79
 
 
 @pytest.fixture(scope="module")
@@ -174,3 +180,42 @@ def test_offsets_for_times_is_the_first_record_at_or_after(cluster, kafka):
     finally:
         consumer.close()
     assert found == asked, found
+
+
+def join(conn: Conn, group: str, member_id: str, rebalance_timeout_ms: int) -> Any:
+    request = JoinGroupRequest[5](
+        group_id=group, session_timeout_ms=6000, rebalance_timeout_ms=rebalance_timeout_ms, member_id=member_id,
+        group_instance_id=None, protocol_type="consumer",
+        protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")])
+    return conn.call(request, JoinGroupResponse, 5)
+
+
+def test_join_within_the_initial_rebalance_delay_is_answered_with_the_group(cluster, kafka):
+    """Member B (rebalance timeout 10 s) starts the first rebalance, delayed 1 s; A (1 s) joins
+    within the delay, which is then extended up to 1 s more. Kafka answers A when the rebalance
+    completes; before, the listener's wait for A ended at A's 1 s and answered REQUEST_TIMED_OUT."""
+    group = "join-in-delay"
+    probe = Conn(cluster, 1)
+    try:
+        coordinator = probe.call(FindCoordinatorRequest[3](key=group, key_type=0), FindCoordinatorResponse, 3)
+    finally:
+        probe.sock.close()
+    assert coordinator.error_code == 0, coordinator
+    a, b = Conn(cluster, coordinator.node_id), Conn(cluster, coordinator.node_id)
+    answers: dict[str, Any] = {}
+    try:
+        first = join(b, group, "", 10_000)
+        assert first.error_code == MEMBER_ID_REQUIRED, first
+        waiter = threading.Thread(target=lambda: answers.update(b=join(b, group, first.member_id, 10_000)))
+        waiter.start()
+        wait_until(lambda: cluster.call(coordinator.node_id, "describe_groups", group_ids=[group])["groups"][0]
+                   .get("state") == "PreparingRebalance", "the first rebalance")
+        first = join(a, group, "", 1000)
+        assert first.error_code == MEMBER_ID_REQUIRED, first
+        answers["a"] = join(a, group, first.member_id, 1000)
+        waiter.join(TIMEOUT_S)
+    finally:
+        a.sock.close()
+        b.sock.close()
+    assert answers["a"].error_code == 0, answers["a"]
+    assert answers["b"].error_code == 0 and answers["b"].generation_id == answers["a"].generation_id, answers
