@@ -116,9 +116,6 @@ def _do_commit(ctx: CoordinatorContext, group_id: str, partition: int, commits: 
             err: RaftlogError = OffsetMetadataTooLargeError(
                 f"metadata over {ctx.config.offset_metadata_max_bytes} bytes")
             entry["error"] = {"code": err.code, "message": str(err)}
-        elif c.offset < 0:
-            err = InvalidRequestError("offset must be >= 0", field="offset")
-            entry["error"] = {"code": err.code, "message": str(err)}
         else:
             epoch = c.leader_epoch if c.leader_epoch is not None and c.leader_epoch >= 0 else None
             items.append((OffsetKey(group_id, c.topic, c.partition),

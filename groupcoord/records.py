@@ -132,7 +132,7 @@ class OffsetValue:
     expire_timestamp: int | None = None
 
     def __post_init__(self) -> None:
-        _int("offset_value.offset", self.offset, 0)
+        _int("offset_value.offset", self.offset)  # Kafka stores -1/-2 too: "no position"
         _str("offset_value.metadata", self.metadata, 0, MAX_METADATA_CHARS)
         _int("offset_value.commit_timestamp", self.commit_timestamp)
         if self.leader_epoch is not None:

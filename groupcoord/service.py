@@ -76,6 +76,7 @@ from raftlog.base.errors import (
     NotCoordinatorError,
     RaftlogError,
     RequestTimedOutError,
+    UnknownTopicOrPartitionError,
     as_wire_error,
 )
 from raftlog.base.eventlog import log_event
@@ -516,6 +517,16 @@ class GroupCoordinatorService:
                 field(d, "leader_epoch", int, default=None, nullable=True, where=w),
                 field(d, "metadata", str, default="", where=w),
             ))  # fmt: skip
+        # Kafka (KafkaApis.handleOffsetCommitRequest) answers a partition its metadata does not
+        # hold with UNKNOWN_TOPIC_OR_PARTITION and commits the others.
+        image = self.metadata.image
+        unknown = [{"topic": c.topic, "partition": c.partition,
+                    "error": UnknownTopicOrPartitionError(f"{c.topic}-{c.partition} does not exist").to_wire()}
+                   for c in offsets if image.partition(c.topic, c.partition) is None]
+        if unknown:
+            offsets = [c for c in offsets if image.partition(c.topic, c.partition) is not None]
+            if not offsets:
+                return {"partitions": unknown}
         result = self.core.offset_commit(
             group_id=field(request, "group_id", str),
             offsets=offsets,
@@ -524,7 +535,8 @@ class GroupCoordinatorService:
             group_instance_id=field(request, "group_instance_id", str, default=None, nullable=True),
             now_ms=self._clock_ms(),
         )
-        return await self._answer(self._apply(result), self._wait_ms(request))
+        answer = await self._answer(self._apply(result), self._wait_ms(request))
+        return {**answer, "partitions": [*answer.get("partitions", []), *unknown]} if unknown else answer
 
     async def _offset_fetch(self, request: Request) -> dict[str, Any]:
         raw = field(request, "partitions", list, items=dict, default=None, nullable=True)

@@ -77,7 +77,7 @@ from metadata.active_controller import (
     partition_entries,
 )
 from metadata.broker_lifecycle import BrokerLifecycle
-from metadata.controller import Controller, LeaderReport
+from metadata.controller import Controller, LeaderReport, validate_topic_name
 from metadata.image import MetadataImage, PartitionState, TopicImage
 from metadata.loader import MetadataLoader, hostport
 from metadata.log_fetch import MetadataFetcher, answer_fetch
@@ -85,6 +85,7 @@ from metadata.quorum import Quorum, QuorumFactory
 from metadata.records import UserScramCredential
 from metadata.topic_config import describe_configs
 from raftlog.base.errors import (
+    InvalidTopicError,
     NotControllerError,
     PeerUnavailableError,
     RaftlogError,
@@ -488,7 +489,7 @@ class MetadataService:
         internal = field(request, "internal", bool, default=False)
         if names:
             def all_known(image: MetadataImage) -> bool:
-                return all(_complete(image, n) is not None for n in names)
+                return all(_complete(image, n) is not None for n in names if _valid_topic_name(n))
             try:
                 await self.wait_for(all_known, MISSING_TOPIC_WAIT_S)
             except RequestTimedOutError:
@@ -501,8 +502,9 @@ class MetadataService:
         ]
         for name in dict.fromkeys(wanted):
             topic = _complete(image, name)
-            if topic is None:
-                topics.append({"name": name, "error": UnknownTopicOrPartitionError.code})
+            if topic is None:  # Kafka: a name no topic may have is INVALID_TOPIC_EXCEPTION
+                topics.append({"name": name, "error": UnknownTopicOrPartitionError.code
+                               if _valid_topic_name(name) else InvalidTopicError.code})
             else:
                 entry = _topic_entry(topic)
                 for p, part in zip(topic.partitions, entry["partitions"]):
@@ -605,3 +607,11 @@ def _complete(image: MetadataImage, name: str) -> TopicImage | None:
 def _topic_entry(topic: TopicImage) -> dict[str, Any]:
     return {"name": topic.name, "topic_id": topic.topic_id, "internal": topic.internal,
             "configs": dict(topic.configs), "partitions": partition_entries(topic)}
+
+
+def _valid_topic_name(name: str) -> bool:
+    try:
+        validate_topic_name(name)
+    except InvalidTopicError:
+        return False
+    return True

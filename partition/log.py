@@ -1307,9 +1307,9 @@ class Log:
             seg = self._pin_segment_at(begin, after=seg)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
-        """(offset, timestamp) for ListOffsets at batch granularity: the first batch (at or
-        after log_start_offset) whose max_timestamp >= timestamp_ms gives (its base offset, or
-        log_start_offset if that is later; its max_timestamp). None if no batch qualifies.
+        """(offset, timestamp) for ListOffsets, Kafka's rule: the first record (at or after
+        log_start_offset) whose timestamp >= timestamp_ms, with its timestamp (the batch holding
+        it is decoded: each record counts by its own timestamp). None if no record qualifies.
         A reader."""
         self._check_open()
         start = self.log_start_offset
@@ -1317,9 +1317,9 @@ class Log:
         while seg is not None:
             try:
                 if seg.max_timestamp >= timestamp_ms:
-                    h = seg.first_batch_for_timestamp(timestamp_ms, start)
-                    if h is not None:
-                        return max(h.base_offset, start), h.max_timestamp
+                    found = seg.first_record_for_timestamp(timestamp_ms, start)
+                    if found is not None:
+                        return found
             finally:
                 self._unpin(seg)
             seg = self._pin_segment_at(start, after=seg)

@@ -420,7 +420,7 @@ class ReplicaManager:
         each (topic, partition, records) as Kafka's log validator does (partition/validator.py;
         a refused part is logged with `client`, the fields naming who sent it, and nothing of
         it is stored) and append it on its leader replica, in order. Returns one entry per
-        part ({topic, partition, base_offset, log_append_time} or {..., error}) and the
+        part ({topic, partition, base_offset, log_append_time, log_start_offset} or {..., error}) and the
         acks=all waits to pass to `wait_appends`. Ordering: the appends are done (in the
         leader's log, in this order) when it returns, so a connection that calls it for one
         request after another keeps its requests' order."""
@@ -436,6 +436,7 @@ class ReplicaManager:
                     self.telemetry.traffic.produced(topic, len(records), res.last_offset - res.first_offset + 1)
                 entry["base_offset"] = res.first_offset
                 entry["log_append_time"] = -1
+                entry["log_start_offset"] = replica.log.log_start_offset  # Kafka's answer carries it
                 if res.waiter is not None:
                     waits.append((entry, res.waiter))
             except RaftlogError as exc:
@@ -467,7 +468,7 @@ class ReplicaManager:
             try:
                 await waiter.wait(deadline)
             except RaftlogError as exc:
-                del entry["base_offset"], entry["log_append_time"]
+                del entry["base_offset"], entry["log_append_time"], entry["log_start_offset"]
                 entry["error"] = exc.to_wire()
 
     async def _fetch(self, request: Request) -> dict[str, Any]:

@@ -89,6 +89,7 @@ from partition.batch import (
     LOG_OVERHEAD,
     MAGIC,
     Header,
+    decode_batch,
     read_header,
     scan_valid_prefix,
     verify_crc,
@@ -1292,13 +1293,19 @@ class Segment:
             data = self._io(pread_exact, h.size, pos)
             yield pos, h, data
 
-    def first_batch_for_timestamp(self, timestamp_ms: int, min_offset: int) -> Header | None:
-        """First batch (with last offset >= min_offset) whose max_timestamp >= timestamp_ms."""
+    def first_record_for_timestamp(self, timestamp_ms: int, min_offset: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record (offset >= min_offset) whose timestamp >=
+        timestamp_ms, as Kafka's LogSegment.findOffsetByTimestamp: the first batch whose
+        max_timestamp qualifies is decoded and its records looked at one by one."""
         rel = self.timeindex.lookup(timestamp_ms)
         _, start = self.index.lookup(rel)
-        for _, h in self.walk(start, self.size_bytes):
-            if h.max_timestamp >= timestamp_ms and h.last_offset >= min_offset:
-                return h
+        for pos, h in self.walk(start, self.size_bytes):
+            if h.max_timestamp < timestamp_ms or h.last_offset < min_offset:
+                continue
+            _, records = decode_batch(self.read_range(pos, pos + h.size, h.base_offset))
+            for r in records:
+                if r.timestamp >= timestamp_ms and r.offset >= min_offset:
+                    return r.offset, r.timestamp
         return None
 
     # ------------------------------------------------------------------ truncation

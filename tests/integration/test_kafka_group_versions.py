@@ -19,8 +19,6 @@ from kafka.protocol.consumer.group import (
 )
 from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest
 
-from raftlog.base.topics import OFFSETS_TOPIC
-from raftlog.client import Admin
 from raftlog.client.consumer_protocol import (
     Assignment,
     Subscription,
@@ -32,6 +30,7 @@ from raftlog.node.kafka.codec import RESPONSE_CLASSES
 from raftlog.node.kafka.versions import SUPPORTED_VERSIONS
 
 import node_harness as harness
+from test_kafka_groups import create, wait_coordinators
 
 NONE, NOT_COORDINATOR, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID = 0, 16, 22, 25
 INVALID_REQUEST, GROUP_ID_NOT_FOUND, MEMBER_ID_REQUIRED = 42, 69, 79
@@ -81,9 +80,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[harness.NodeCl
     with harness.NodeCluster(tmp_path_factory.mktemp("kafka-group-versions"), size=3) as c:
         c.start_all()
         c.wait_ready(timeout_s=60)
-        with Admin(c.bootstrap(), request_timeout_ms=15_000) as admin:
-            c.wait_for(lambda: all(p.leader is not None for p in admin.describe_topics(
-                [OFFSETS_TOPIC])[OFFSETS_TOPIC].partitions), 60, "__consumer_offsets leaders")
+        wait_coordinators(c)
+        create(c, TOPIC, 3)  # Kafka refuses a commit for a topic that does not exist
         yield c
 
 

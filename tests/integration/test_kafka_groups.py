@@ -39,12 +39,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[harness.NodeCl
     with harness.NodeCluster(tmp_path_factory.mktemp("kafka-groups"), size=3) as c:
         c.start_all()
         c.wait_ready(timeout_s=60)
-        # Every group has a coordinator before the first client asks (librdkafka's admin
-        # client stalls on a FindCoordinator answered COORDINATOR_NOT_AVAILABLE at start-up).
-        with Admin(c.bootstrap(), request_timeout_ms=15_000) as admin:
-            c.wait_for(lambda: all(p.leader is not None for p in admin.describe_topics(
-                [OFFSETS_TOPIC])[OFFSETS_TOPIC].partitions), 60, "__consumer_offsets leaders")
+        wait_coordinators(c)
         yield c
+
+
+def wait_coordinators(cluster) -> None:
+    """Every group has a coordinator before the first client asks (librdkafka's admin client
+    stalls on a FindCoordinator answered COORDINATOR_NOT_AVAILABLE at start-up)."""
+    with Admin(cluster.bootstrap(), request_timeout_ms=15_000) as admin:
+        cluster.wait_for(lambda: all(p.leader is not None for p in admin.describe_topics(
+            [OFFSETS_TOPIC])[OFFSETS_TOPIC].partitions), 60, "__consumer_offsets leaders")
 
 
 def create(cluster, name: str, partitions: int = PARTITIONS) -> None:

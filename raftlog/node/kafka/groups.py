@@ -110,6 +110,10 @@ def _client(call: Call) -> tuple[str, str]:
     return call.header.client_id or "", f"/{host.strip('[]')}"
 
 
+# Beyond the rebalance timeout, and under the 5 s the Java client adds to it for its own wait.
+JOIN_GRACE_MS: Final = 2_000
+
+
 def _wait_ms(ctx: KafkaContext, asked_ms: int | None = None) -> int:
     # The coordinator caps this below its own deadline; ask for the whole request timeout.
     return ctx.request_timeout_ms if asked_ms is None or asked_ms < 0 else min(asked_ms, ctx.request_timeout_ms)
@@ -174,7 +178,9 @@ async def handle_join_group(ctx: KafkaContext, call: Call) -> Reply:
         "rebalance_timeout_ms": rebalance_timeout_ms,
         "client_id": client_id,
         "client_host": client_host,
-        "timeout_ms": _wait_ms(ctx, rebalance_timeout_ms),
+        # The coordinator completes the join by the rebalance deadline (the first one delayed by
+        # up to the whole rebalance timeout): wait a little longer, or the answer races the wait.
+        "timeout_ms": _wait_ms(ctx, rebalance_timeout_ms + JOIN_GRACE_MS),
     }
     R = JoinGroupResponse
 

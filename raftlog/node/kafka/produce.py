@@ -50,10 +50,11 @@ TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Final = errors.KAFKA_ERROR_CODES["TRANSAC
 TOPIC_AUTHORIZATION_FAILED: Final = errors.KAFKA_ERROR_CODES["TOPIC_AUTHORIZATION_FAILED"]
 
 
-def _partition_response(index: int, code: int, base_offset: int = -1, message: str | None = None) -> Any:
+def _partition_response(index: int, code: int, base_offset: int = -1, message: str | None = None,
+                        log_start_offset: int = -1) -> Any:
     P = ProduceResponse.TopicProduceResponse.PartitionProduceResponse
     return P(index=index, error_code=code, base_offset=base_offset, log_append_time_ms=-1,
-             log_start_offset=-1, record_errors=[], error_message=message)
+             log_start_offset=log_start_offset, record_errors=[], error_message=message)
 
 
 def _topic_names(ctx: KafkaContext, call: Call) -> list[str | None]:
@@ -139,7 +140,8 @@ def _response(ctx: KafkaContext, request: Any, names: list[str | None], results:
             r = by_key[(name, p.index)]
             error = r.get("error")
             if error is None:
-                partitions.append(_partition_response(p.index, errors.NONE, r["base_offset"]))
+                partitions.append(_partition_response(p.index, errors.NONE, r["base_offset"],
+                                                      log_start_offset=r["log_start_offset"]))
                 continue
             code = errors.kafka_error_code(error.get("code"))
             out = _partition_response(p.index, code, message=error.get("message"))

@@ -232,13 +232,18 @@ def test_segment_ms_rolls(tmp_path):
     log.close()
 
 
-def test_offset_for_timestamp_batch_granularity(log):
+def test_offset_for_timestamp_is_the_first_record_at_or_after(log):
+    """Kafka's rule: the first record whose own timestamp >= the one asked for (inside a
+    batch too), with that record's timestamp; before, the batch's base offset and max."""
     for i in range(30):
         log.append(mk(ts=1000 + 10 * i), leader_epoch=0, now_ms=0)
-    assert log.offset_for_timestamp(0) == (0, 1002)
-    assert log.offset_for_timestamp(1105) == (33, 1112)  # batch 11: ts 1110..1112
-    assert log.offset_for_timestamp(1292) == (87, 1292)
+    assert log.offset_for_timestamp(0) == (0, 1000)
+    assert log.offset_for_timestamp(1105) == (33, 1110)  # batch 11: ts 1110..1112
+    assert log.offset_for_timestamp(1111) == (34, 1111)  # inside batch 11
+    assert log.offset_for_timestamp(1292) == (89, 1292)  # the last record of batch 29
     assert log.offset_for_timestamp(1293) is None
+    log.advance_start(35)  # DeleteRecords inside batch 11: its earlier records do not count
+    assert log.offset_for_timestamp(1105) == (35, 1112)
 
 
 def test_closed_log_refuses_everything(tmp_path):
