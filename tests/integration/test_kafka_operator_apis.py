@@ -17,6 +17,7 @@ from confluent_kafka.admin import ResourceType as CResourceType
 from kafka import KafkaAdminClient, TopicPartition
 from kafka.protocol.admin.cluster import DescribeQuorumRequest
 from kafka.protocol.admin.configs import DescribeConfigsRequest
+from kafka.protocol.admin.topics import DescribeTopicPartitionsRequest
 
 import node_harness as harness
 from test_kafka_bad_input import connect
@@ -115,6 +116,9 @@ def test_describe_topic_partitions_pages_with_a_cursor(ready: harness.NodeCluste
     for p in parts:
         assert sorted(p["replica_nodes"]) == [1, 2, 3] and p["leader_id"] in (1, 2, 3)
         assert p["eligible_leader_replicas"] in ([], None)
+    with connect(ready) as sock:  # no topics named: every topic, by name
+        every = call(sock, DescribeTopicPartitionsRequest[0](topics=[], response_partition_limit=100, cursor=None), 0, 1)
+    assert TOPIC in [t.name for t in every.topics], every
 
 
 def test_describe_producers_shows_the_idempotent_producer(ready: harness.NodeCluster) -> None:

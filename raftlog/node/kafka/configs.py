@@ -26,6 +26,7 @@ from kafka.protocol.admin.configs import (
 )
 
 from metadata.topic_config import KAFKA_NAMES, canonical_key, normalize_configs
+from raftlog.base.acl import CLUSTER_NAME, Operation, ResourceType
 from raftlog.base.errors import InvalidConfigError, InvalidRequestError
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.broker_configs import broker_entries
@@ -55,7 +56,9 @@ def _broker_result(ctx: KafkaContext, res: Any) -> Any:
     R = DescribeConfigsResponse
     Entry = R.DescribeConfigsResult.DescribeConfigsResourceResult
     code, message, entries = errors.NONE, None, []
-    if res.resource_name == "":
+    if not ctx.allowed(Operation.DESCRIBE_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME):  # Kafka's rule
+        code, message = errors.CLUSTER_AUTHORIZATION_FAILED, "not authorized to describe broker configs"
+    elif res.resource_name == "":
         pass  # the cluster-wide dynamic defaults, as Kafka answers "": raftlog has none yet
     elif ctx.node_config is None or res.resource_name != str(ctx.node_id):
         code = errors.INVALID_REQUEST

@@ -26,7 +26,8 @@ already knows.
   admin client sends each partition to its leader, as Kafka expects). Needs READ on the topic.
 * DescribeTopicPartitions (KIP-966): the topics asked (all, if none) in name order, their
   partitions from the cursor on, at most `response_partition_limit` partitions per answer,
-  and `next_cursor` where the next page starts. ISR: as in Metadata, every voter replica (Raft
+  and `next_cursor` where the next page starts (DESCRIBE on each topic, as in Kafka: a topic
+  asked by name is answered TOPIC_AUTHORIZATION_FAILED, and listing all leaves it out). ISR: as in Metadata, every voter replica (Raft
   has no ISR; the high watermark moves with a majority); eligible leader replicas empty.
 """
 
@@ -52,7 +53,7 @@ DESCRIBE_QUORUM_KEY: Final = 55
 DESCRIBE_PRODUCERS_KEY: Final = 61
 METADATA_TOPIC: Final = "__cluster_metadata"
 DESCRIBE_TOPIC_PARTITIONS_KEY: Final = 75
-TOPIC_AUTHORIZATION_FAILED: Final = 29
+TOPIC_AUTHORIZATION_FAILED: Final = errors.TOPIC_AUTHORIZATION_FAILED
 
 
 def _replica_sizes(replicas: list[Any]) -> list[tuple[str, int, int, int]]:
@@ -162,7 +163,7 @@ async def handle_describe_topic_partitions(ctx: KafkaContext, call: Call) -> Rep
     Topic, Partition = R.DescribeTopicPartitionsResponseTopic, R.DescribeTopicPartitionsResponseTopic.DescribeTopicPartitionsResponsePartition
     request = call.request
     image = ctx.metadata.image
-    names = sorted({t.name for t in request.topics} if request.topics else image.topics.keys())
+    names = sorted({t.name for t in request.topics} if request.topics else {t.name for t in image.topics.values()})
     cursor = request.cursor
     if cursor is not None:
         names = [n for n in names if n >= cursor.topic_name]
@@ -171,7 +172,10 @@ async def handle_describe_topic_partitions(ctx: KafkaContext, call: Call) -> Rep
     next_cursor = None
     for name in names:
         info = image.topic(name)
-        if info is None or not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name):
+        allowed = ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name)
+        if not request.topics and not allowed:
+            continue  # listing every topic: those the principal may not describe are left out, as in Kafka
+        if info is None or not allowed:
             code = errors.UNKNOWN_TOPIC_OR_PARTITION if info is None else TOPIC_AUTHORIZATION_FAILED
             topics.append(Topic(error_code=code, name=name, topic_id=topic_uuid(None), is_internal=False,
                                 partitions=[], topic_authorized_operations=-2147483648))
