@@ -221,6 +221,12 @@ class MetadataService:
         """This node's broker is fenced, or unregistered (True on a non-broker)."""
         return self._broker is None or self._broker.fenced
 
+    def quorum_status(self) -> dict[str, Any] | None:
+        """The metadata quorum's status on a voter (raftlog/node/metadata_quorum.py
+        `status()`: term, leader_id, raft_commit_index, log_end_index, match_index, ...);
+        None on a node that is not a voter."""
+        return None if self._quorum is None else self._quorum.status()
+
     def controller_problem(self) -> str | None:
         """Why this node cannot vouch for its metadata now (module docstring), or None."""
         voters = ", ".join(map(str, sorted(self._voter_quorum)))

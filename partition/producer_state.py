@@ -230,6 +230,10 @@ class ProducerStateManager:
     def entry(self, producer_id: int) -> ProducerEntry | None:
         return self._entries.get(producer_id)
 
+    def active(self) -> list[tuple[int, ProducerEntry]]:
+        """(producer id, entry) of every producer held, oldest write first (DescribeProducers)."""
+        return list(self._entries.items())
+
     def clear(self) -> None:
         """Forget everything: the state of an empty log (exact again)."""
         self._entries.clear()

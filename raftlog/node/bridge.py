@@ -534,6 +534,10 @@ class VoterStatus(NamedTuple):
     raft_commit_index: int
     raft_last_applied: int
     command_count: int
+    # The last index of this voter's Raft log, and on the leader each peer's match index
+    # ((address, index), sorted; empty on a follower): DescribeQuorum's log end offsets.
+    log_end_index: int = 0
+    match_index: tuple[tuple[str, int], ...] = ()
 
 
 class ProposalOutcome(NamedTuple):
@@ -658,6 +662,8 @@ class _QuorumSyncObj(SyncObj):
             self.raftCommitIndex,
             self.raftLastApplied,
             len(self._rl_commands),
+            self._SyncObj__getCurrentLogIndex(),
+            tuple(sorted((n.id, i) for n, i in self._SyncObj__raftMatchIndex.items())) if self._isLeader() else (),
         )
         if status != self._rl_published:
             self._rl_published = status

@@ -123,6 +123,8 @@ class MetadataQuorum:
         self._has_quorum = False
         self._raft_commit_index = 0
         self._raft_last_applied = 0
+        self._log_end_index = 0
+        self._match_index: dict[int, int] = {}
         self._committed_count = 0
         self._last_applied = 0
         self._reported_leader: tuple[int | None, int] = (None, 0)
@@ -165,6 +167,8 @@ class MetadataQuorum:
             "last_applied": self._last_applied,
             "raft_commit_index": self._raft_commit_index,
             "raft_last_applied": self._raft_last_applied,
+            "log_end_index": self._log_end_index,
+            "match_index": {str(k): v for k, v in sorted(self._match_index.items())},  # leader only
             "pending_proposals": len(self._pending),
             "unpickle_rejections": unpickle_rejections(),
             "refused_connections": quorum_refusals(),
@@ -252,6 +256,8 @@ class MetadataQuorum:
         self._has_quorum = status.has_quorum
         self._raft_commit_index = status.raft_commit_index
         self._raft_last_applied = status.raft_last_applied
+        self._log_end_index = status.log_end_index
+        self._match_index = {self._id_by_address[a]: i for a, i in status.match_index if a in self._id_by_address}
         self._committed_count = max(self._committed_count, status.command_count)
         key = (self._leader_id, status.term)
         if key != self._reported_leader and self._fatal_error is None:

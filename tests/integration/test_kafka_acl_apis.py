@@ -1,4 +1,4 @@
-"""On a secure node (SASL_SSL, ACLs on), a user with no ACLs is refused, as Kafka's authorizer refuses, by every Kafka API that reads or changes groups or topics beyond Metadata (the group APIs, DeleteRecords, CreatePartitions, OffsetForLeaderEpoch, ListOffsets, and Fetch/Produce/DeleteTopics naming topics by id), while the admin (a super user) gets past the same check with the same request."""
+"""On a secure node (SASL_SSL, ACLs on), a user with no ACLs is refused, as Kafka's authorizer refuses, by every Kafka API that reads or changes groups or topics beyond Metadata (the group APIs, DeleteRecords, CreatePartitions, OffsetForLeaderEpoch, ListOffsets, Fetch/Produce/DeleteTopics naming topics by id, and issue 41's broker DescribeConfigs, DescribeLogDirs, DescribeQuorum, DescribeProducers and DescribeTopicPartitions), while the admin (a super user) gets past the same check with the same request."""
 
 from __future__ import annotations
 
@@ -11,8 +11,16 @@ from collections.abc import Callable
 from typing import Any, Iterator
 
 import pytest
+from kafka.protocol.admin.cluster import DescribeLogDirsRequest, DescribeQuorumRequest
+from kafka.protocol.admin.configs import DescribeConfigsRequest
 from kafka.protocol.admin.groups import DeleteGroupsRequest, DescribeGroupsRequest, ListGroupsRequest
-from kafka.protocol.admin.topics import CreatePartitionsRequest, DeleteRecordsRequest, DeleteTopicsRequest
+from kafka.protocol.admin.topics import (
+    CreatePartitionsRequest,
+    DeleteRecordsRequest,
+    DeleteTopicsRequest,
+    DescribeTopicPartitionsRequest,
+)
+from kafka.protocol.admin.transactions import DescribeProducersRequest
 from kafka.protocol.consumer.fetch import FetchRequest
 from kafka.protocol.consumer.group import (
     HeartbeatRequest,
@@ -41,7 +49,7 @@ import node_harness as harness
 ADMIN_PASSWORD = "acl-apis-admin-Pw-" + "9c2e11"
 NOBODY_PASSWORD = "acl-apis-nobody-Pw-" + "51d0aa"
 TOPIC, GROUP = "acl-t", "acl-g"
-TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED = 29, 30
+TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED = 29, 30, 31
 
 
 @pytest.fixture(scope="module")
@@ -244,12 +252,43 @@ def delete_topic_by_id(c: Conn, s: Any, user: str) -> list[int]:
     return [x.error_code for x in r.responses]
 
 
-G, T_ = GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED
+def broker_configs(c: Conn, s: Any, user: str) -> list[int]:
+    R = DescribeConfigsRequest.DescribeConfigsResource
+    r = c.call(DescribeConfigsRequest, 4, include_synonyms=False, include_documentation=False, resources=[
+        R(resource_type=4, resource_name="1", configuration_keys=None)])
+    return [x.error_code for x in r.results]
+
+
+def describe_log_dirs(c: Conn, s: Any, user: str) -> list[int]:
+    return [c.call(DescribeLogDirsRequest, 4, topics=None).error_code]
+
+
+def describe_quorum(c: Conn, s: Any, user: str) -> list[int]:
+    T = DescribeQuorumRequest.TopicData
+    return [c.call(DescribeQuorumRequest, 2, topics=[T(topic_name="__cluster_metadata", partitions=[
+        T.PartitionData(partition_index=0)])]).error_code]
+
+
+def describe_producers(c: Conn, s: Any, user: str) -> list[int]:
+    r = c.call(DescribeProducersRequest, 0, topics=[
+        DescribeProducersRequest.TopicRequest(name=TOPIC, partition_indexes=[0])])
+    return [p.error_code for t in r.topics for p in t.partitions]
+
+
+def describe_topic_partitions(c: Conn, s: Any, user: str) -> list[int]:
+    r = c.call(DescribeTopicPartitionsRequest, 0, topics=[DescribeTopicPartitionsRequest.TopicRequest(name=TOPIC)],
+               response_partition_limit=10, cursor=None)
+    return [t.error_code for t in r.topics]
+
+
+G, T_, C = GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED
 CASES: list[tuple[Callable[[Conn, Any, str], list[int]], int]] = [
     (find_coordinator, G), (join_group, G), (sync_group, G), (heartbeat, G), (leave_group, G),
     (offset_commit, G), (offset_fetch, G), (describe_groups, G), (list_groups, G), (delete_groups, G),
     (delete_records, T_), (create_partitions, T_), (offset_for_leader_epoch, T_), (list_offsets, T_),
     (fetch_by_id, T_), (produce_by_id, T_), (delete_topic_by_id, T_),
+    (broker_configs, C), (describe_log_dirs, C), (describe_quorum, C), (describe_producers, T_),
+    (describe_topic_partitions, T_),
 ]
 
 
@@ -319,3 +358,15 @@ def test_offset_fetch_of_an_allowed_group_answers_each_unreadable_partition(secu
     assert g.error_code == 0
     assert [(t.name, p.partition_index, p.committed_offset, p.error_code) for t in g.topics for p in t.partitions] \
         == [(TOPIC, 0, -1, TOPIC_AUTHORIZATION_FAILED)]
+
+
+def test_describe_topic_partitions_of_every_topic_leaves_out_what_the_user_may_not_describe(secure):
+    names = {}
+    for user, password in (("nobody", NOBODY_PASSWORD), ("admin", ADMIN_PASSWORD)):
+        conn = Conn.login(secure, user, password)
+        try:
+            r = conn.call(DescribeTopicPartitionsRequest, 0, topics=[], response_partition_limit=100, cursor=None)
+        finally:
+            conn.close()
+        names[user] = [t.name for t in r.topics]
+    assert names["nobody"] == [] and TOPIC in names["admin"], names

@@ -5,7 +5,9 @@ Names are Kafka's (`retention.ms`, `cleanup.policy`, `segment.bytes`, `max.messa
 DescribeConfigs returns every key with its value, whether it is the default, and its source
 (DYNAMIC_TOPIC_CONFIG for a value set on the topic, DEFAULT_CONFIG otherwise), type and
 documentation; answered from the node's image by the native `describe_configs` code. Broker
-resources answer with no entries (no broker configs are dynamic here).
+resources answer with the node's own settings under Kafka's names, read-only
+(broker_configs.py); AlterConfigs and IncrementalAlterConfigs of a broker are refused with
+INVALID_REQUEST (`BROKER_READ_ONLY`).
 
 AlterConfigs replaces a topic's whole set (keys it does not list go back to their defaults,
 as in Kafka); IncrementalAlterConfigs SETs and DELETEs keys (APPEND / SUBTRACT are refused
@@ -24,8 +26,10 @@ from kafka.protocol.admin.configs import (
 )
 
 from metadata.topic_config import KAFKA_NAMES, canonical_key, normalize_configs
+from raftlog.base.acl import CLUSTER_NAME, Operation, ResourceType
 from raftlog.base.errors import InvalidConfigError, InvalidRequestError
 from raftlog.node.kafka import errors
+from raftlog.node.kafka.broker_configs import broker_entries
 from raftlog.node.kafka.context import Call, KafkaContext, Later, Reply
 
 __all__ = ["HANDLERS"]
@@ -40,6 +44,30 @@ SOURCE_DEFAULT: Final = 5
 TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_LIST = 2, 3, 5, 7
 _TYPES: Final = {"int": TYPE_INT, "long": TYPE_LONG, "list": TYPE_LIST, "enum": TYPE_STRING}
 OP_SET, OP_DELETE = 0, 1
+BROKER_READ_ONLY: Final = ("broker configs are read-only in raftlog for now: set them in the node's "
+                           "config file or RAFTLOG_* environment and restart the node")
+
+
+def _not_alterable(resource_type: int) -> str:
+    return BROKER_READ_ONLY if resource_type == BROKER else "only topic configs can be altered"
+
+
+def _broker_result(ctx: KafkaContext, res: Any) -> Any:
+    R = DescribeConfigsResponse
+    Entry = R.DescribeConfigsResult.DescribeConfigsResourceResult
+    code, message, entries = errors.NONE, None, []
+    if not ctx.allowed(Operation.DESCRIBE_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME):  # Kafka's rule
+        code, message = errors.CLUSTER_AUTHORIZATION_FAILED, "not authorized to describe broker configs"
+    elif res.resource_name == "":
+        pass  # the cluster-wide dynamic defaults, as Kafka answers "": raftlog has none yet
+    elif ctx.node_config is None or res.resource_name != str(ctx.node_id):
+        code = errors.INVALID_REQUEST
+        message = f"Unexpected broker id, expected {ctx.node_id} or empty string, but received {res.resource_name}"
+    else:
+        keys = None if res.configuration_keys is None else set(res.configuration_keys)
+        entries = [Entry(**e, synonyms=[]) for e in broker_entries(ctx.node_config, keys)]
+    return R.DescribeConfigsResult(error_code=code, error_message=message, resource_type=res.resource_type,
+                                   resource_name=res.resource_name, configs=entries)
 
 
 async def handle_describe_configs(ctx: KafkaContext, call: Call) -> Reply:
@@ -48,10 +76,12 @@ async def handle_describe_configs(ctx: KafkaContext, call: Call) -> Reply:
     Entry = R.DescribeConfigsResult.DescribeConfigsResourceResult
     results = []
     for res in request.resources:
+        if res.resource_type == BROKER:
+            results.append(_broker_result(ctx, res))
+            continue
         if res.resource_type != TOPIC:
-            code = errors.NONE if res.resource_type == BROKER else errors.INVALID_REQUEST
             results.append(R.DescribeConfigsResult(
-                error_code=code, error_message=None if code == errors.NONE else "only topic and broker resources",
+                error_code=errors.INVALID_REQUEST, error_message="only topic and broker resources",
                 resource_type=res.resource_type, resource_name=res.resource_name, configs=[]))
             continue
         try:
@@ -89,7 +119,7 @@ async def handle_alter_configs(ctx: KafkaContext, call: Call) -> Reply:
         out = []
         for res in request.resources:
             if res.resource_type != TOPIC:
-                code, message = errors.INVALID_REQUEST, "only topic configs can be altered"
+                code, message = errors.INVALID_REQUEST, _not_alterable(res.resource_type)
             else:
                 new = {c.name: c.value for c in res.configs if c.value is not None}
                 code, message = await _replace(ctx, res.resource_name, new, request.validate_only)
@@ -121,7 +151,7 @@ async def handle_incremental_alter_configs(ctx: KafkaContext, call: Call) -> Rep
 
     async def one(res: Any) -> tuple[int, str | None]:
         if res.resource_type != TOPIC:
-            return errors.INVALID_REQUEST, "only topic configs can be altered"
+            return errors.INVALID_REQUEST, _not_alterable(res.resource_type)
         set_: dict[str, str] = {}
         delete: list[str] = []
         try:

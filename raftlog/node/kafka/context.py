@@ -76,6 +76,7 @@ class KafkaContext:
     default_partitions: int = 1
     default_replication_factor: int = 1
     request_timeout_ms: int = 30_000
+    node_config: Any | None = None  # raftlog.node.config.NodeConfig: broker configs (read-only)
     # With ACLs on: the node's current authorizer (client_handlers are then guarded too).
     authorizer_of: Callable[[], Authorizer] | None = None
     cache: dict[str, Any] = field(default_factory=dict)  # derived from an image, keyed by use

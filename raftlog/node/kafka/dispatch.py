@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from kafka.protocol.api_message import ApiMessage
 
-from raftlog.node.kafka import acls, admin, configs, errors, fetch, groups, metadata, produce, sasl, versions
+from raftlog.node.kafka import acls, admin, configs, describe, errors, fetch, groups, metadata, produce, sasl, versions
 from raftlog.node.kafka.codec import (
     API_VERSIONS_KEY,
     REQUEST_CLASSES,
@@ -52,6 +52,7 @@ HANDLERS: Final[dict[int, Handler]] = {
     **fetch.HANDLERS,
     **admin.HANDLERS,
     **configs.HANDLERS,
+    **describe.HANDLERS,
     **groups.HANDLERS,
     **sasl.HANDLERS,
     **acls.HANDLERS,

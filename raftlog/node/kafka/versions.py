@@ -30,6 +30,9 @@ key (checked by the unit tests) and every key here must have a handler in
   librdkafka sends it and gets its UNSUPPORTED_VERSION answer, a fatal error naming the API,
   where an unlisted API leaves a `group.protocol=consumer` consumer looking for its
   coordinator forever with no error (groups.py). Clients use the classic protocol.
+* The read-only operator APIs (describe.py): DescribeLogDirs 1-4 (v5's cordoned flag is
+  Kafka 4.2's), DescribeQuorum 0-2, DescribeProducers 0, DescribeTopicPartitions 0 (their
+  only versions).
 * Every other API Kafka 4 lists is absent, and a request for it is answered UNSUPPORTED_VERSION
   (listener.py, dispatch.py).
 """
@@ -82,6 +85,10 @@ SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     50: (0, 0),  # DescribeUserScramCredentials
     51: (0, 0),  # AlterUserScramCredentials
     60: (0, 2),  # DescribeCluster (v2: fenced brokers flagged)
+    35: (1, 4),  # DescribeLogDirs (v4: volume total/usable bytes; describe.py)
+    55: (0, 2),  # DescribeQuorum (the metadata quorum; v2 lists the voters' endpoints; describe.py)
+    61: (0, 0),  # DescribeProducers (describe.py)
+    75: (0, 0),  # DescribeTopicPartitions (KIP-966, paginated; describe.py)
     68: (0, 1),  # ConsumerGroupHeartbeat: always UNSUPPORTED_VERSION (KIP-848 not served; groups.py)
 }
 

@@ -1,0 +1,98 @@
+"""Broker configs for DescribeConfigs (32) of a BROKER resource (configs.py), read-only.
+
+Each entry is a setting of `raftlog/node/config.py` under Kafka's broker config name, with
+its value as Kafka prints it, its source (STATIC_BROKER_CONFIG when the node was started with
+a value other than raftlog's default, DEFAULT_CONFIG otherwise), read_only (every one: no
+broker config is dynamic in raftlog yet) and is_sensitive (a secret's value is null).
+
+Which broker answers: the one asked, as in Kafka (the Java AdminClient and kafka-python send
+a BROKER resource to that broker itself). A node answers for its own id; another id gets
+INVALID_REQUEST "Unexpected broker id", Kafka's answer to a request sent to the wrong
+broker. The cluster default (`""`) lists the cluster-wide dynamic defaults as Kafka does:
+raftlog has none yet, so the list is empty.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, Final
+
+__all__ = ["broker_entries", "SOURCE_STATIC_BROKER", "SOURCE_DEFAULT"]
+
+SOURCE_STATIC_BROKER: Final = 4
+SOURCE_DEFAULT: Final = 5
+TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_LIST, TYPE_PASSWORD = 1, 2, 3, 5, 7, 9
+
+
+def _listener(config: Any, address: Any) -> str:
+    return f"{config.security_protocol}://{address}"
+
+
+def _bool(value: bool | None) -> str:
+    return "true" if value else "false"
+
+
+# Kafka name -> (NodeConfig attribute, Kafka type, value as Kafka prints it, sensitive).
+_BROKER: Final[dict[str, tuple[str, int, Callable[[Any], str | None], bool]]] = {
+    "broker.id": ("node_id", TYPE_INT, lambda c: str(c.node_id), False),
+    "node.id": ("node_id", TYPE_INT, lambda c: str(c.node_id), False),
+    "process.roles": ("roles", TYPE_LIST, lambda c: ",".join(sorted(c.roles, reverse=True)), False),
+    "listeners": ("listeners", TYPE_STRING,
+                  lambda c: _listener(c, c.listeners.kafka), False),
+    "advertised.listeners": ("advertised_host", TYPE_STRING,
+                             lambda c: _listener(c, c.advertised("kafka")), False),
+    "log.dirs": ("data_dir", TYPE_STRING, lambda c: str(c.data_dir), False),
+    "num.partitions": ("default_partitions", TYPE_INT, lambda c: str(c.default_partitions), False),
+    "default.replication.factor": ("default_replication_factor", TYPE_INT,
+                                   lambda c: str(c.default_replication_factor), False),
+    "auto.create.topics.enable": ("auto_create_topics", TYPE_BOOLEAN,
+                                  lambda c: _bool(c.auto_create_topics), False),
+    "socket.request.max.bytes": ("max_frame_bytes", TYPE_INT, lambda c: str(c.max_frame_bytes), False),
+    "max.connections": ("max_connections", TYPE_INT, lambda c: str(c.max_connections), False),
+    "max.connections.per.ip": ("max_connections_per_ip", TYPE_INT,
+                               lambda c: str(c.max_connections_per_ip), False),
+    "max.connections.per.ip.overrides": ("max_connections_per_ip_overrides", TYPE_STRING,
+                                         lambda c: c.max_connections_per_ip_overrides, False),
+    "connections.max.idle.ms": ("connections_max_idle_ms", TYPE_LONG,
+                                lambda c: str(c.connections_max_idle_ms), False),
+    "connections.max.reauth.ms": ("connections_max_reauth_ms", TYPE_LONG,
+                                  lambda c: str(c.connections_max_reauth_ms), False),
+    "sasl.server.max.receive.size": ("sasl_server_max_receive_size", TYPE_INT,
+                                     lambda c: str(c.sasl_server_max_receive_size), False),
+    "sasl.enabled.mechanisms": ("sasl_mechanisms", TYPE_LIST, lambda c: ",".join(c.sasl_mechanisms), False),
+    "ssl.client.auth": ("ssl_client_auth", TYPE_STRING, lambda c: c.ssl_client_auth, False),
+    "super.users": ("super_users", TYPE_STRING, lambda c: ";".join(c.super_users), False),
+    "allow.everyone.if.no.acl.found": ("allow_everyone_if_no_acl_found", TYPE_BOOLEAN,
+                                       lambda c: _bool(c.allow_everyone_if_no_acl_found), False),
+    # The peer listener's and PySyncObj's shared secret: sensitive, never printed.
+    "raftlog.cluster.secret": ("cluster_secret", TYPE_PASSWORD, lambda c: None, True),
+}
+
+
+def _defaults(config: Any) -> dict[str, Any]:
+    out = {}
+    for f in dataclasses.fields(config):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return out
+
+
+def broker_entries(config: Any, keys: set[str] | None) -> list[dict[str, Any]]:
+    """The node's broker configs (those named in `keys`, or all) as dicts of Kafka's
+    DescribeConfigs entry fields."""
+    defaults = _defaults(config)
+    out = []
+    for name, (attr, kind, render, sensitive) in _BROKER.items():
+        if keys is not None and name not in keys:
+            continue
+        is_default = attr in defaults and getattr(config, attr) == defaults[attr]
+        out.append({
+            "name": name, "value": None if sensitive else render(config), "read_only": True,
+            "is_default": is_default, "config_source": SOURCE_DEFAULT if is_default else SOURCE_STATIC_BROKER,
+            "is_sensitive": sensitive, "config_type": kind,
+            "documentation": f"raftlog's {attr} (read-only: set at node start)",
+        })  # fmt: skip
+    return out
