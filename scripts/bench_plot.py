@@ -56,7 +56,8 @@ def _save(fig, path: Path, note: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     _pyplot().close(fig)
-    print(f"plot: {path}")
+    shown = path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT) else path
+    print(f"plot: {shown}")
     return path
 
 
