@@ -52,7 +52,10 @@ def _code(text: object) -> str:
 def _commands(cmd, name: str, parent=None) -> Iterator[tuple[str, object, object]]:
     import click
 
-    ctx = click.Context(cmd, info_name=name, parent=parent, terminal_width=100, max_content_width=100)
+    # The command's own context_settings (main's -h/--help), as click's own make_context applies
+    # them: click caches a command's help option, so every context must agree on its names.
+    settings = {**cmd.context_settings, "terminal_width": 100, "max_content_width": 100}
+    ctx = click.Context(cmd, info_name=name, parent=parent, **settings)
     yield ctx.command_path, cmd, ctx
     if isinstance(cmd, click.Group):
         for sub_name in cmd.list_commands(ctx):

@@ -61,3 +61,16 @@ def test_metrics_are_read_from_the_registering_calls():
     assert families["raftlog_log_fsync_seconds"][0] == "histogram"
     assert all(labels != ("?",) for _, labels, _, _ in families.values()), families
     assert all(help_text for _, _, help_text, _ in families.values())
+
+
+def test_cli_page_does_not_depend_on_what_ran_before():
+    # click caches each command's help option at its first use: a page generated after the
+    # commands ran the usual way (as other tests run them) must be the same page.
+    from click.testing import CliRunner
+
+    from raftlog.cli.main import main
+
+    before = docs_reference.cli_page()
+    for args in (["--help"], ["topics", "--help"], ["perf", "produce", "--help"], ["node", "start", "-h"]):
+        assert CliRunner().invoke(main, args).exit_code == 0, args
+    assert docs_reference.cli_page() == before
