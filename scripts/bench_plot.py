@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import textwrap
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -51,8 +52,10 @@ def _pyplot():
 
 
 def _save(fig, path: Path, note: str) -> Path:
-    fig.text(0.01, 0.01, note, fontsize=7, color="#555555")
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    width_chars = int(fig.get_figwidth() * 17)  # what fits at 7 pt
+    lines = textwrap.wrap(note, width_chars, break_on_hyphens=False) or [""]
+    fig.text(0.01, 0.01, "\n".join(lines), fontsize=7, color="#555555")
+    fig.tight_layout(rect=(0, 0.02 + 0.035 * len(lines), 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     _pyplot().close(fig)
@@ -143,7 +146,7 @@ def idle_cpu(path: Path | None, title: str, series: Mapping[str, Mapping[str, fl
     if path is None or str(path) == "-" or not series:
         return None
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8, 4.2))
+    fig, ax = plt.subplots(figsize=(9, 4.6))
     nodes = list(next(iter(series.values())))
     width = 0.8 / len(series)
     for n, (label, values) in enumerate(series.items()):
@@ -156,5 +159,5 @@ def idle_cpu(path: Path | None, title: str, series: Mapping[str, Mapping[str, fl
     ax.axhline(target, color="red", linestyle="--", label=f"target < {target:g}%")
     ax.set_ylabel("CPU, % of one core")
     ax.legend(fontsize=8)
-    ax.set_title(title, fontsize=10)
+    ax.set_title(title, fontsize=9, wrap=True)
     return _save(fig, path, note)
