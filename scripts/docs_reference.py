@@ -91,19 +91,27 @@ def cli_page() -> str:
 
 def _field_comments(cls) -> dict[str, str]:
     """A dataclass field's comment in the source: the line's own `# ...`, or the comment lines
-    just above it."""
+    just above it, which also describe the fields right after it that have none of their own."""
     lines, _ = inspect.getsourcelines(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
     comments: dict[str, str] = {}
     above: list[str] = []
+    shared = ""
     for line in lines:
         stripped = line.strip()
         if stripped.startswith("#"):
             above.append(stripped.lstrip("#").strip())
             continue
         match = re.match(r"\s+(\w+): [^=]+(?:=.*?)?(?:\s+#\s*(.*))?$", line)
-        if match and match.group(1) in {f.name for f in dataclasses.fields(cls)}:
-            parts = [*above, match.group(2) or ""]
-            comments[match.group(1)] = " ".join(p for p in parts if p)
+        if match and match.group(1) in names:
+            if above and above[0].startswith("--"):
+                above = []  # a section header and what it says of the fields before it
+            if above:
+                shared = " ".join(above)
+            own = " ".join(part for part in (" ".join(above), match.group(2) or "") if part)
+            comments[match.group(1)] = own or shared
+        elif not line.startswith(" " * 8):  # a line that is not a field's continuation ends the run
+            shared = ""
         above = []
     return comments
 
@@ -149,7 +157,15 @@ def settings_page() -> str:
     from raftlog.cli.main import node_start
     from raftlog.node import config
 
+    from raftlog.node.kafka.broker_configs import _BROKER
+
     comments = _field_comments(config.NodeConfig)
+    # What the module docstring says of a key: "`key` (what it is)".
+    described = {m.group(1): m.group(2) for m in re.finditer(
+        r"`(\w+)`(?: of [^(`]*)? \(([^()]*(?:\([^()]*\)[^()]*)*)\)", " ".join((config.__doc__ or "").split()))}
+    kafka_names: dict[str, list[str]] = {}
+    for kafka_name, (field, *_) in _BROKER.items():
+        kafka_names.setdefault(field, []).append(kafka_name)
     flags = {param.name: param.opts[0] for param in node_start.params if param.opts}
     helps = {param.name: getattr(param, "help", "") or "" for param in node_start.params}
     rows = []
@@ -157,12 +173,13 @@ def settings_page() -> str:
         flag_name = key.replace(".", "_")
         low_high = config._INT_RANGES.get(key)
         accepts = f"{low_high[0]:,} to {low_high[1]:,}" if low_high else _choices(spec.convert)
-        meaning = helps.get(flag_name) or comments.get(spec.field, "")
+        meaning = helps.get(flag_name) or comments.get(spec.field) or described.get(key, "")
+        kafka = ", ".join(f"`{name}`" for name in kafka_names.get(spec.field, ()) if not name.startswith("raftlog."))
         flag = flags.get(flag_name, "")
         if key == "cluster_secret":
             flag = "--cluster-secret-file"
         rows.append(f"| `{key}` | {_cell(_default(config.NodeConfig, spec.field))} | {_cell(accepts)} | "
-                    f"`{config.env_name(key)}` | {_code(flag)} | {_cell(meaning)} |\n")
+                    f"`{config.env_name(key)}` | {_code(flag)} | {kafka} | {_cell(meaning)} |\n")
     doc = inspect.getdoc(config) or ""
     example = doc.split("\n\n")[1] if "\n\n" in doc else ""
     return "".join([
@@ -172,8 +189,8 @@ def settings_page() -> str:
         "error with a suggestion; every error names the key and where its value came from. "
         "A key `listeners.kafka` is `kafka = ...` under `[listeners]` in the file.\n\n",
         "```toml\n", inspect.cleandoc(example), "\n```\n\n",
-        "| TOML key | default | accepts | environment | flag of `raftlog node start` | meaning |\n",
-        "|---|---|---|---|---|---|\n", *rows,
+        "| TOML key | default | accepts | environment | flag of `raftlog node start` | Kafka's name | meaning |\n",
+        "|---|---|---|---|---|---|---|\n", *rows,
         "\n## Topic settings\n\n",
         "Per topic: `raftlog topics create NAME -c KEY=VALUE`, `raftlog topics alter NAME --set KEY=VALUE` "
         "(or a Kafka client's AlterConfigs under Kafka's name); the cluster-wide defaults in a node's "
