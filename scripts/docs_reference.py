@@ -342,7 +342,7 @@ def native_protocol_page() -> str:
         HEADER, "# Native protocol ops\n\n",
         "The native protocol (CBOR frames; the `raftlog` CLI and `raftlog.client`) on the client "
         "listener (9093) and, between nodes, on the peer listener (9094). Each op's request and "
-        "response fields, frames and attachments: `raftlog/PROTOCOL.md` in the repository. "
+        "response fields, frames and attachments: [the protocol](protocol.md) (`raftlog/PROTOCOL.md`). "
         "ACL: what a principal needs when the listener authenticates (the policy in "
         "`raftlog/node/authorize.py`: O = operation, T = topic, G = group, C = cluster); an op "
         "without a policy is allowed to super users only.\n\n",
