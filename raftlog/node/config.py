@@ -207,17 +207,27 @@ class NodeConfig:
     controller_peers: Mapping[int, HostPort] = dataclasses.field(
         default_factory=lambda: MappingProxyType({})
     )
+    # The same on every node (required): authenticates peers (the HMAC handshake) and is the
+    # metadata quorum's (PySyncObj's) password.
     cluster_secret: str | None = dataclasses.field(default=None, repr=False)
     log_level: str = "INFO"
     log_file: Path | None = None
+    # A broker heartbeats to the active controller this often.
     heartbeat_ms: int = 1500
+    # A broker whose heartbeats stop this long is fenced (more than heartbeat_ms).
     session_timeout_ms: int = 9000
+    # A partition replica that hears no leader this long runs for leader.
     election_timeout_ms: int = 1000
+    # The longest a listener works on one request before it answers REQUEST_TIMED_OUT.
     request_timeout_ms: int = 30000
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    # Largest frame on the peer listener (replication between nodes).
     peer_max_frame_bytes: int = PEER_MAX_FRAME_BYTES
+    # Connections at once on the client and Kafka listeners together (Kafka's max.connections).
     max_connections: int = 1024
     max_in_flight: int = 256  # per connection
+    # Partitions and replication factor of a topic created without them (Kafka's num.partitions,
+    # default.replication.factor).
     default_partitions: int = 1
     default_replication_factor: int = 1
     # Kafka's auto.create.topics.enable: a Kafka Metadata request naming an unknown topic
@@ -230,21 +240,29 @@ class NodeConfig:
     # Sealed segments' files kept open at most (an LRU; partition/segment.py "Open files"):
     # the active segments' files stay open besides, one per partition.
     log_open_files_max: int = 512
+    # Cluster-wide defaults of topic settings ({retention_ms = "..."}).
     topic_defaults: Mapping[str, str] = dataclasses.field(
         default_factory=lambda: MappingProxyType({})
     )
+    # Identity address -> address to dial instead (the fault harness's proxies; default none).
     dial_overrides: Mapping[str, str] = dataclasses.field(
         default_factory=lambda: MappingProxyType({})
     )
+    # Of the client and Kafka listeners; TLS needs tls_cert_file and tls_key_file.
     security_protocol: str = "PLAINTEXT"
+    # SASL mechanisms offered (PLAIN over TLS only).
     sasl_mechanisms: tuple[str, ...] = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
+    # The node's TLS certificate and key (PEM), and the CA that client certificates and peers
+    # are checked against.
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     tls_ca_file: Path | None = None
     ssl_client_auth: str = "none"
     peer_tls: bool = False
     acls_enabled: bool | None = None
+    # Principals ("User:alice") that every ACL check allows.
     super_users: tuple[str, ...] = ()
+    # Kafka's rule: a resource with no ACL at all is open to everyone when true.
     allow_everyone_if_no_acl_found: bool = False
     allow_plaintext: bool = False
     http_token: str | None = dataclasses.field(default=None, repr=False)
