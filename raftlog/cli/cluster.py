@@ -89,11 +89,13 @@ class NodePorts:
     quorum: int
     http: int
     kafka: int
+    schema_registry: int = 0  # 0: any free port
 
     @classmethod
     def from_base(cls, base_port: int, index: int) -> "NodePorts":
         first = base_port + PORT_STRIDE * index
-        return cls(client=first + 1, peer=first + 2, quorum=first + 3, http=first + 4, kafka=first)
+        return cls(client=first + 1, peer=first + 2, quorum=first + 3, http=first + 4, kafka=first,
+                   schema_registry=first + 5)
 
 
 def build_node_configs(
@@ -127,7 +129,7 @@ def build_node_configs(
             listeners=Listeners(
                 kafka=HostPort(host, p.kafka), client=HostPort(host, p.client),
                 peer=HostPort(host, p.peer), quorum=HostPort(host, p.quorum),
-                http=HostPort(host, p.http),
+                http=HostPort(host, p.http), schema_registry=HostPort(host, p.schema_registry),
             ),  # fmt: skip
             controller_quorum_voters=quorum,
             controller_peers=peers,
@@ -436,7 +438,7 @@ def cluster_up(
     configs = layout.configs()
     _refuse_running(root, configs)
     busy = [(i, name, getattr(ports, name)) for i, ports in layout.ports().items()
-            for name in ("kafka", "client", "peer", "quorum", "http") if port_in_use(layout.host, getattr(ports, name))]
+            for name in ("kafka", "client", "peer", "quorum", "http", "schema_registry") if port_in_use(layout.host, getattr(ports, name))]
     if busy:
         i, name, port = busy[0]
         raise ConfigError(

@@ -11,6 +11,7 @@ environment variables, then command-line overrides (each later source wins per k
     peer = "127.0.0.1:9094"
     quorum = "127.0.0.1:9095"
     http = "127.0.0.1:9096"
+    schema_registry = "127.0.0.1:8081"         # the Schema Registry (default: port 0, any free port)
     [controller_quorum_voters]                # or "1@host:port,2@host:port" (Kafka's format)
     1 = "127.0.0.1:9095"
     [controller_peers]                        # the voters' peer listeners, same formats
@@ -178,7 +179,7 @@ def parse_voters(value: Any) -> dict[int, HostPort]:
     return voters
 
 
-LISTENER_NAMES: Final = ("kafka", "client", "peer", "quorum", "http")
+LISTENER_NAMES: Final = ("kafka", "client", "peer", "quorum", "http", "schema_registry")
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +191,10 @@ class Listeners:
     quorum: HostPort = HostPort("127.0.0.1", 9095)
     http: HostPort = HostPort("127.0.0.1", 9096)
     kafka: HostPort = HostPort("127.0.0.1", 9092)  # last: callers pass the others positionally
+    # The Confluent-compatible Schema Registry (raftlog/node/registry/). Port 0 by default (any
+    # free port, printed in node_ready): Confluent's 8081 would clash between the nodes of one
+    # host; `cluster up` and the test harness give each node its own.
+    schema_registry: HostPort = HostPort("127.0.0.1", 0)
 
 
 @dataclass(frozen=True)
@@ -483,6 +488,7 @@ _KEYS: Final[dict[str, _Key]] = {
     "listeners.peer": _Key(parse_host_port, "listeners.peer"),
     "listeners.quorum": _Key(lambda v: parse_host_port(v, min_port=1), "listeners.quorum"),
     "listeners.http": _Key(parse_host_port, "listeners.http"),
+    "listeners.schema_registry": _Key(parse_host_port, "listeners.schema_registry"),
     "advertised_host": _Key(_to_nonempty_str, "advertised_host"),
     "controller_quorum_voters": _Key(
         lambda v: MappingProxyType(parse_voters(v)), "controller_quorum_voters"

@@ -132,7 +132,7 @@ class NodeCluster:
     # -- configuration --
 
     def _allocate(self, node_id: int) -> None:
-        self.ports[node_id] = NodePorts(*free_ports(5))
+        self.ports[node_id] = NodePorts(*free_ports(6))
 
     def _rebuild_configs(self, broker_only: Iterable[int]) -> None:
         configs = build_node_configs(
@@ -166,6 +166,10 @@ class NodeCluster:
 
     def http(self, node_id: int) -> str:
         return str(self.configs[node_id].listeners.http)
+
+    def schema_registry(self, node_id: int) -> str:
+        """The node's Schema Registry URL, "http://host:port"."""
+        return f"http://{self.configs[node_id].listeners.schema_registry}"
 
     def bootstrap(self) -> list[str]:
         return [self.client(n) for n in self.live()]
