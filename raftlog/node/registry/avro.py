@@ -52,6 +52,7 @@ def parse_avro(text: str, references: list[str] = ()) -> AvroSchema:  # type: ig
         for ref in references:
             fastavro.parse_schema(json.loads(ref), named_schemas=named)
         raw = json.loads(text)
+        _check_records(raw)
         parsed = fastavro.parse_schema(raw, named_schemas=named)
         canonical = to_parsing_canonical_form(raw) if not references else json.dumps(
             parsed, sort_keys=True, separators=(",", ":"))
@@ -60,6 +61,27 @@ def parse_avro(text: str, references: list[str] = ()) -> AvroSchema:  # type: ig
     except ValueError as exc:
         raise ValueError(f"invalid Avro schema: {exc}") from None
     return AvroSchema(parsed, named, canonical)
+
+
+def _check_records(schema: Any, depth: int = 0) -> None:
+    """fastavro takes a record without `fields`; the spec (and Confluent) do not."""
+    if depth > 200:
+        raise ValueError("nested too deeply")
+    if isinstance(schema, list):
+        for branch in schema:
+            _check_records(branch, depth + 1)
+    elif isinstance(schema, dict):
+        if schema.get("type") in ("record", "error"):
+            if not isinstance(schema.get("fields"), list):
+                raise ValueError(f"record {schema.get('name')!r} has no fields list")
+            for f in schema["fields"]:
+                if not isinstance(f, dict) or "type" not in f:
+                    raise ValueError(f"a field of record {schema.get('name')!r} has no type")
+                _check_records(f["type"], depth + 1)
+        else:
+            for key in ("type", "items", "values"):
+                if isinstance(schema.get(key), (dict, list)):
+                    _check_records(schema[key], depth + 1)
 
 
 def _type_of(schema: Any, named: dict[str, Any]) -> tuple[str, Any]:

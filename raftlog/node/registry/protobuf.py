@@ -24,6 +24,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from antlr4.error.ErrorListener import ErrorListener
 from google.protobuf import descriptor_pb2
 from google.protobuf.message import DecodeError
 from proto_schema_parser import ast
@@ -76,10 +77,24 @@ def parse_protobuf(text: str, references: list[str] = ()) -> ProtobufSchema:  # 
         if descriptor is not None and (descriptor.message_type or descriptor.enum_type or descriptor.name):
             return _from_descriptor(descriptor)
     try:
-        parsed = Parser().parse(text)
+        parsed = Parser(setup_lexer=_strict, setup_parser=_strict).parse(text)
+    except ValueError:
+        raise
     except Exception as exc:  # the parser raises its own (antlr) errors: any is "does not parse"
         raise ValueError(f"invalid Protobuf schema: {exc}") from None
     return _from_ast(parsed)
+
+
+class _Refuse(ErrorListener):  # type: ignore[misc]
+    """ANTLR's default listener prints a syntax error and recovers; a registry refuses."""
+
+    def syntaxError(self, recognizer: Any, offending: Any, line: int, column: int, msg: str, e: Any) -> None:
+        raise ValueError(f"invalid Protobuf schema: line {line}:{column} {msg}")
+
+
+def _strict(recognizer: Any) -> None:
+    recognizer.removeErrorListeners()
+    recognizer.addErrorListener(_Refuse())
 
 
 def _finish(package: str, messages: dict[str, dict[int, ProtoField]],

@@ -1,0 +1,132 @@
+"""The registry's REST API and state machine without a server: Confluent's routes, bodies and
+error codes over an in-memory port whose writes are replayed as records, as `_schemas` is."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from raftlog.node.registry.api import Call, handle
+from raftlog.node.registry.state import RegistryState
+
+USER = json.dumps({"type": "record", "name": "User", "fields": [{"name": "a", "type": "int"}]})
+USER_B = json.dumps({"type": "record", "name": "User",
+                     "fields": [{"name": "a", "type": "int"}, {"name": "b", "type": "string", "default": ""}]})
+
+
+class MemoryPort:
+    """The port with a log in memory: a write's records are applied as if read back."""
+
+    def __init__(self) -> None:
+        self.state = RegistryState()
+        self.log: list[tuple[bytes, bytes | None]] = []
+
+    def is_writer(self) -> bool:
+        return True
+
+    async def write(self, decide):
+        records, answer = decide(self.state)
+        for key, value in records:
+            self.log.append((key, value))
+            self.state.apply(len(self.log) - 1, key, value)
+        return answer
+
+    async def forward(self, call):  # pragma: no cover - never called: this port is the writer
+        raise AssertionError("not forwarded")
+
+    def replayed(self) -> RegistryState:
+        state = RegistryState()
+        for offset, (key, value) in enumerate(self.log):
+            state.apply(offset, key, value)
+        return state
+
+
+async def call(port, method, path, body=None, **query):
+    return await handle(port, Call(method, path, {k: str(v) for k, v in query.items()}, body))
+
+
+async def test_register_read_back_and_dedup():
+    port = MemoryPort()
+    assert await call(port, "POST", "/subjects/s-value/versions", {"schema": USER}) == (200, {"id": 1})
+    assert await call(port, "POST", "/subjects/s-value/versions", {"schema": USER}) == (200, {"id": 1})
+    assert await call(port, "POST", "/subjects/t-value/versions", {"schema": USER}) == (200, {"id": 1})
+    assert await call(port, "POST", "/subjects/s-value/versions", {"schema": USER_B}) == (200, {"id": 2})
+    assert await call(port, "GET", "/subjects") == (200, ["s-value", "t-value"])
+    assert await call(port, "GET", "/subjects/s-value/versions") == (200, [1, 2])
+    for version in ("latest", "-1", "2"):
+        status, body = await call(port, "GET", f"/subjects/s-value/versions/{version}")
+        assert status == 200 and (body["version"], body["id"]) == (2, 2)
+    assert (await call(port, "GET", "/schemas/ids/1"))[1] == {"schema": USER}
+    assert await call(port, "GET", "/schemas/ids/1/subjects") == (200, ["s-value", "t-value"])
+    assert await call(port, "GET", "/schemas/ids/1/versions") == (
+        200, [{"subject": "s-value", "version": 1}, {"subject": "t-value", "version": 1}])
+    status, found = await call(port, "POST", "/subjects/s-value", {"schema": USER})
+    assert status == 200 and found["version"] == 1
+    assert await call(port, "GET", "/schemas/types") == (200, ["AVRO", "JSON", "PROTOBUF"])
+    # The log replayed from the start gives the same state (what another node builds).
+    again = port.replayed()
+    assert again.subjects == port.state.subjects and again.max_id == 2
+
+
+async def test_config_mode_and_compatibility_endpoints():
+    port = MemoryPort()
+    assert await call(port, "GET", "/config") == (200, {"compatibilityLevel": "BACKWARD"})
+    assert (await call(port, "GET", "/config/x"))[1]["error_code"] == 40408
+    assert await call(port, "PUT", "/config/x", {"compatibility": "full"}) == (200, {"compatibility": "FULL"})
+    assert await call(port, "GET", "/config/x") == (200, {"compatibilityLevel": "FULL"})
+    assert (await call(port, "PUT", "/config", {"compatibility": "SIDEWAYS"}))[1]["error_code"] == 42203
+    await call(port, "POST", "/subjects/x/versions", {"schema": USER})
+    no_default = json.dumps({"type": "record", "name": "User",
+                             "fields": [{"name": "a", "type": "int"}, {"name": "b", "type": "string"}]})
+    status, body = await call(port, "POST", "/compatibility/subjects/x/versions/latest", {"schema": no_default},
+                              verbose="true")
+    assert status == 200 and body["is_compatible"] is False and body["messages"]
+    status, body = await call(port, "POST", "/subjects/x/versions", {"schema": no_default})
+    assert (status, body["error_code"]) == (409, 409)
+    assert await call(port, "PUT", "/mode/x", {"mode": "READONLY"}) == (200, {"mode": "READONLY"})
+    status, body = await call(port, "POST", "/subjects/x/versions", {"schema": USER_B})
+    assert (status, body["error_code"]) == (422, 42205)
+    assert await call(port, "DELETE", "/mode/x") == (200, {"mode": "READONLY"})
+    assert await call(port, "GET", "/mode") == (200, {"mode": "READWRITE"})
+
+
+async def test_soft_then_hard_delete_and_references():
+    port = MemoryPort()
+    await call(port, "POST", "/subjects/base/versions", {"schema": USER})
+    wrapper = json.dumps({"type": "record", "name": "Wrap", "fields": [{"name": "u", "type": "User"}]})
+    ref = {"name": "User", "subject": "base", "version": 1}
+    assert await call(port, "POST", "/subjects/wrap/versions", {"schema": wrapper, "references": [ref]}) == (200, {"id": 2})
+    assert await call(port, "GET", "/subjects/base/versions/1/referencedby") == (200, [2])
+    status, body = await call(port, "DELETE", "/subjects/base")
+    assert (status, body["error_code"]) == (422, 42206)  # still referenced
+    status, body = await call(port, "DELETE", "/subjects/wrap", permanent="true")
+    assert (status, body["error_code"]) == (404, 40405)  # hard delete needs a soft one first
+    assert await call(port, "DELETE", "/subjects/wrap") == (200, [1])
+    assert await call(port, "GET", "/subjects") == (200, ["base"])
+    assert await call(port, "GET", "/subjects", deleted="true") == (200, ["base", "wrap"])
+    assert await call(port, "DELETE", "/subjects/wrap", permanent="true") == (200, [1])
+    assert await call(port, "GET", "/subjects", deleted="true") == (200, ["base"])
+    assert await call(port, "DELETE", "/subjects/base/versions/1") == (200, 1)
+
+
+@pytest.mark.parametrize("method, path, body, status, code", [
+    ("POST", "/subjects/s/versions", {"schema": "{nope"}, 422, 42201),
+    ("POST", "/subjects/s/versions", {"schema": USER, "references": [{"name": "x", "subject": "missing", "version": 1}]}, 422, 42201),
+    ("POST", "/subjects/s/versions", [1, 2], 400, 400),
+    ("POST", "/subjects/s/versions", {"schema": USER, "schemaType": "XML"}, 400, 400),
+    ("POST", "/subjects/a%2Fb/versions", {"schema": USER}, 422, 42208),
+    ("POST", "/subjects/" + "x" * 10_000 + "/versions", {"schema": USER}, 422, 42208),
+    ("GET", "/subjects/nope/versions", None, 404, 40401),
+    ("GET", "/subjects/nope/versions/0", None, 422, 42202),
+    ("GET", "/subjects/nope/versions/abc", None, 422, 42202),
+    ("GET", "/schemas/ids/999", None, 404, 40403),
+    ("GET", "/schemas/ids/-1", None, 404, 40403),
+    ("GET", "/no/such/path", None, 404, 404),
+    ("PATCH", "/subjects", None, 405, 405),
+])
+async def test_bad_input_gets_confluent_errors(method, path, body, status, code):
+    port = MemoryPort()
+    got_status, got = await call(port, method, path, body)
+    assert (got_status, got["error_code"]) == (status, code) and got["message"]
+    assert await call(port, "GET", "/subjects") == (200, [])  # nothing was written
