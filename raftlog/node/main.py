@@ -295,6 +295,8 @@ async def run_node(
             serve_registry, schema_registry, listen.schema_registry.host, listen.schema_registry.port,
             authenticate=basic_authenticator(lambda: metadata.image, config.sasl_mechanisms) if config.client_sasl else None,
             ssl=(str(config.tls_cert_file), str(config.tls_key_file)) if config.client_tls else None,
+            allowed_of=None if authorizer_of is None else (
+                lambda principal, host: partial(authorizer_of().authorize, principal, host)),
         ))  # fmt: skip
         # The Kafka listener has the client listener's security: the same TLS context, SASL
         # sessions (one failed-login throttle and replay window for both) and ACLs.

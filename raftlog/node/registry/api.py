@@ -18,11 +18,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
+from raftlog.base.acl import Operation, ResourceType
 from raftlog.node.registry.compat import SCHEMA_TYPES, incompatibilities, parse_schema
 from raftlog.node.registry.errors import (
     BadRequestError, InvalidSubjectError, MethodNotAllowedError, NotFoundError, RegistryError,
     SubjectNotFoundError, VersionNotFoundError,
 )
+from raftlog.node.registry.policy import Allowed, check_call, topic_of
 from raftlog.node.registry.state import Record, RegistryState, parse_version
 
 __all__ = ["RegistryPort", "Call", "ROUTES", "handle", "check_subject", "MAX_SUBJECT_CHARS"]
@@ -319,14 +321,20 @@ def route(method: str, path: str) -> tuple[Handler, tuple[str, ...], bool]:
     raise NotFoundError(f"HTTP 404 Not Found: {path[:200]}")
 
 
-async def handle(port: RegistryPort, call: Call) -> tuple[int, Any]:
-    """Answer one call: (HTTP status, JSON-able body). Registry errors become Confluent's error
-    bodies; anything else propagates (the listener answers 500 and logs it)."""
+async def handle(port: RegistryPort, call: Call, allowed: Allowed | None = None) -> tuple[int, Any]:
+    """Answer one call: (HTTP status, JSON-able body). With `allowed` (the caller's ACL check)
+    the call is checked first (policy.py) and a subject listing filtered. Registry errors
+    become Confluent's error bodies; anything else propagates (the listener answers 500)."""
     try:
         handler, params, writes = route(call.method, call.path)
+        if allowed is not None:
+            check_call(allowed, call.method, call.path, params, writes)
         if writes and not port.is_writer():
             return await port.forward(call)
-        return 200, await handler(port, call, params)
+        answer = await handler(port, call, params)
+        if allowed is not None and handler is _subjects:
+            answer = [s for s in answer if allowed(Operation.DESCRIBE, ResourceType.TOPIC, topic_of(s))]
+        return 200, answer
     except RegistryError as exc:
         from raftlog.node.registry.errors import error_body
         return error_body(exc)

@@ -8,7 +8,8 @@ Limits: request bodies over `max_body_bytes` are refused with 413 (from Content-
 reading, or as soon as a chunked body passes it); heads over H11_MAX_HEAD_BYTES by Hypercorn;
 keep-alive connections idle KEEP_ALIVE_S are closed. A body that is not JSON is 400 (Confluent's
 error body). With `authenticate(user, password) -> bool` every request needs HTTP Basic auth
-(401 otherwise); the principal ("User:<name>") is passed on with the call.
+(401 otherwise); the principal ("User:<name>") is passed on with the call, and with
+`allowed_of(principal, host)` every call is checked against the cluster's ACLs (policy.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from hypercorn.trio import serve
 
 from raftlog.base.eventlog import log_event
 from raftlog.node.registry.api import Call, RegistryPort, handle
+from raftlog.node.registry.policy import Allowed
 from raftlog.node.registry.errors import BadRequestError, BodyTooLargeError, UnauthorizedError, error_body
 
 __all__ = ["serve_registry", "registry_app", "MAX_BODY_BYTES"]
@@ -41,6 +43,8 @@ REQUEST_TIMEOUT_S: Final = 30.0
 CONTENT_TYPE: Final = b"application/vnd.schemaregistry.v1+json"
 
 Authenticate = Callable[[str, str], Awaitable[bool]]
+# (principal, client host) -> the caller's ACL check, or None when ACLs are off.
+AllowedOf = Callable[[str, str], Allowed]
 
 
 def _principal(headers: list[tuple[bytes, bytes]]) -> tuple[str, str] | None:
@@ -75,7 +79,8 @@ async def _read_body(receive: Any, headers: list[tuple[bytes, bytes]], max_body_
 
 
 def registry_app(port: RegistryPort, authenticate: Authenticate | None = None,
-                 max_body_bytes: int = MAX_BODY_BYTES) -> Callable[..., Awaitable[None]]:
+                 max_body_bytes: int = MAX_BODY_BYTES, allowed_of: AllowedOf | None = None,
+                 ) -> Callable[..., Awaitable[None]]:
     """The ASGI app serving the registry API over `port`."""
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -128,8 +133,11 @@ def registry_app(port: RegistryPort, authenticate: Authenticate | None = None,
             query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
         except (UnauthorizedError, BadRequestError, BodyTooLargeError) as exc:
             return error_body(exc)
+        allowed = None
+        if allowed_of is not None and principal is not None:
+            allowed = allowed_of(principal, (scope.get("client") or ("", 0))[0])
         with trio.move_on_after(REQUEST_TIMEOUT_S):
-            return await handle(port, Call(scope["method"], path, query, body, principal))
+            return await handle(port, Call(scope["method"], path, query, body, principal), allowed)
         return 500, {"error_code": 50002, "message": "the request timed out"}
 
     return app
@@ -151,11 +159,11 @@ def _config(host: str, port: int, ssl: tuple[str, str] | None) -> Config:
 
 async def serve_registry(port: RegistryPort, host: str, listen_port: int, *,
                          authenticate: Authenticate | None = None, ssl: tuple[str, str] | None = None,
-                         max_body_bytes: int = MAX_BODY_BYTES,
+                         max_body_bytes: int = MAX_BODY_BYTES, allowed_of: AllowedOf | None = None,
                          task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve the registry on host:listen_port until cancelled; reports the bound port.
     Raises OSError when it cannot bind."""
-    app = registry_app(port, authenticate, max_body_bytes)
+    app = registry_app(port, authenticate, max_body_bytes, allowed_of)
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(partial(serve, app, _config(host, listen_port, ssl), mode="asgi"))  # type: ignore[arg-type]
         bound = int(binds[0].rsplit(":", 1)[1])

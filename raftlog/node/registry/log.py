@@ -36,6 +36,14 @@ class SchemasLog(Protocol):
         """This node's replica leads the partition now."""
         ...
 
+    def peer_address(self, node_id: int) -> str | None:
+        """The peer listener ("host:port") of node `node_id`, None when unknown."""
+        ...
+
+    async def read_here(self, offset: int) -> tuple[list[LogRecord], int]:
+        """`read`, from this node's replica only (it must lead). Raises NotLeaderError."""
+        ...
+
     async def ensure_topic(self) -> None:
         """Create `_schemas` (1 partition, compacted) unless it exists. Raises RaftlogError."""
         ...
@@ -88,6 +96,12 @@ class ReplicaSchemasLog:
         except RaftlogError as exc:
             if exc.code != "TOPIC_ALREADY_EXISTS":
                 raise
+
+    async def read_here(self, offset: int) -> tuple[list[LogRecord], int]:
+        r = self._replica()
+        if r is None or not r.is_leader:
+            raise NotLeaderError("this node does not lead _schemas")
+        return await read_local(r, offset)
 
     async def read(self, offset: int) -> tuple[list[LogRecord], int]:
         r = self._replica()

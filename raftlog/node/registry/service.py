@@ -30,7 +30,7 @@ from raftlog.base.eventlog import log_event
 from raftlog.base.protocol import Request
 from raftlog.node.registry.api import Call, handle
 from raftlog.node.registry.errors import ForwardingError, StoreError, StoreTimeoutError
-from raftlog.node.registry.log import SchemasLog, read_local, records_to_wire
+from raftlog.node.registry.log import SchemasLog, records_to_wire
 from raftlog.node.registry.state import Record, RegistryState
 
 __all__ = ["RegistryService"]
@@ -168,7 +168,7 @@ class RegistryService:
             if self.log.is_leader():
                 return await handle(self, call)
         leader = self.log.leader_id()
-        address = None if leader is None else self.log.peer_address(leader)  # type: ignore[attr-defined]
+        address = None if leader is None else self.log.peer_address(leader)
         if address is None:
             raise ForwardingError("no leader of _schemas is known; retry")
         fields = {"method": call.method, "path": call.path, "query": dict(call.query), "body": call.body,
@@ -186,11 +186,7 @@ class RegistryService:
         offset = request.fields.get("offset")
         if type(offset) is not int or offset < 0:
             offset = 0
-        replica = getattr(self.log, "_replica", lambda: None)()
-        if replica is None or not replica.is_leader:
-            from raftlog.base.errors import NotLeaderError
-            raise NotLeaderError("this node does not lead _schemas")
-        records, next_offset = await read_local(replica, offset)
+        records, next_offset = await self.log.read_here(offset)
         return {"records": records_to_wire(records), "next_offset": next_offset}
 
     async def _peer_forward(self, request: Request) -> dict[str, Any]:

@@ -130,3 +130,30 @@ async def test_bad_input_gets_confluent_errors(method, path, body, status, code)
     got_status, got = await call(port, method, path, body)
     assert (got_status, got["error_code"]) == (status, code) and got["message"]
     assert await call(port, "GET", "/subjects") == (200, [])  # nothing was written
+
+
+async def test_acls_guard_subjects_by_their_topic():
+    from raftlog.base.acl import Operation, ResourceType
+
+    port = MemoryPort()
+    await call(port, "POST", "/subjects/mine-value/versions", {"schema": USER})
+    await call(port, "POST", "/subjects/theirs-value/versions", {"schema": USER})
+    grants = {(Operation.DESCRIBE, ResourceType.TOPIC, "mine"), (Operation.WRITE, ResourceType.TOPIC, "mine")}
+
+    def allowed(operation, rt, name):
+        return (operation, rt, name) in grants
+
+    async def as_user(method, path, body=None):
+        return await handle(port, Call(method, path, {}, body, "User:carol"), allowed)
+
+    assert await as_user("GET", "/subjects") == (200, ["mine-value"])
+    assert (await as_user("GET", "/subjects/mine-value/versions"))[0] == 200
+    assert (await as_user("POST", "/subjects/mine-value/versions", {"schema": USER_B}))[0] == 200
+    for method, path, body in [("GET", "/subjects/theirs-value/versions", None),
+                               ("POST", "/subjects/theirs-value/versions", {"schema": USER_B}),
+                               ("DELETE", "/subjects/mine-value", None),  # ALTER, not granted
+                               ("PUT", "/config", {"compatibility": "NONE"})]:
+        status, body = await as_user(method, path, body)
+        assert (status, body["error_code"]) == (403, 40301)
+    assert (await as_user("GET", "/schemas/ids/1"))[0] == 200
+    assert await call(port, "GET", "/subjects/theirs-value/versions") == (200, [1])  # untouched
