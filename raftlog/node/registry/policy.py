@@ -40,6 +40,8 @@ def check_call(allowed: Allowed, method: str, path: str, params: tuple[str, ...]
     """Raise ForbiddenError unless the caller may make this call (route already matched)."""
     section = path.split("/", 2)[1] if path.count("/") >= 1 else ""
     if section in ("subjects", "compatibility") or (section in ("config", "mode") and params):
+        if not params:
+            return  # the subject listing: filtered by the caller
         subject = params[0]
         if not writes:
             operation = Operation.DESCRIBE
@@ -47,8 +49,6 @@ def check_call(allowed: Allowed, method: str, path: str, params: tuple[str, ...]
             operation = Operation.WRITE
         else:
             operation = Operation.ALTER
-        if section == "subjects" and not params:
-            return  # the listing: filtered by the caller
         if not allowed(operation, ResourceType.TOPIC, topic_of(subject)):
             raise ForbiddenError(f"User is denied operation {operation.value} on subject {subject[:200]}")
         return
