@@ -168,8 +168,9 @@ class NodeCluster:
         return str(self.configs[node_id].listeners.http)
 
     def schema_registry(self, node_id: int) -> str:
-        """The node's Schema Registry URL, "http://host:port"."""
-        return f"http://{self.configs[node_id].listeners.schema_registry}"
+        """The node's Schema Registry URL: "https://host:port" when its clients use TLS."""
+        config = self.configs[node_id]
+        return f"{'https' if config.client_tls else 'http'}://{config.listeners.schema_registry}"
 
     def bootstrap(self) -> list[str]:
         return [self.client(n) for n in self.live()]
