@@ -20,8 +20,9 @@ Kafka listeners, mutual TLS between nodes, ACLs, /metrics behind a token, and an
 whose login is <data-dir>/client.properties.
 
 Node i (1-based) listens on 127.0.0.1 at base_port + 10*(i-1) + {0 kafka, 1 client (native),
-2 peer, 3 quorum, 4 http}: with the default base port node 1's Kafka listener is 9092, Kafka's
-port (`kcat -b 127.0.0.1:9092`), and its native listener 9093 (the raftlog CLI's default).
+2 peer, 3 quorum, 4 http, 5 schema registry}: with the default base port node 1's Kafka
+listener is 9092, Kafka's port (`kcat -b 127.0.0.1:9092`), its native listener 9093 (the
+raftlog CLI's default) and its Schema Registry 9097 (`raftlog schemas`' default).
 
 Process rules (also used by the test harness and scripts/bench_failover.py): each node runs
 as `python -m raftlog.cli node start --config node.toml` in its own session (so a Ctrl-C at
@@ -598,6 +599,11 @@ def _print_table(out: TextIO, configs: Mapping[int, NodeConfig], processes: Mapp
     every = ",".join(str(c.listeners.client) for c in configs.values())
     root = configs[min(configs)].data_dir.parent
     out.write(f"bootstrap: {every} (in {root / BOOTSTRAP_FILE})\n")
+    scheme = "https" if configs[min(configs)].client_tls else "http"
+    registries = ",".join(f"{scheme}://{c.listeners.schema_registry}" for c in configs.values()
+                          if c.listeners.schema_registry.port)
+    if registries:  # confluent-kafka's SchemaRegistryClient takes the list as its url
+        out.write(f"schema registry: {registries}\n")
     if Path(DEFAULT_DATA_DIR).resolve() != root:
         # The CLI finds ./raftlog-data/bootstrap by itself; any other data dir needs this.
         out.write(f"first:  export RAFTLOG_BOOTSTRAP={every}\n")

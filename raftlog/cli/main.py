@@ -7,6 +7,7 @@
     raftlog partitions recover TOPIC PARTITION --broker N --unclean   (raftlog/cli/partitions.py)
     raftlog console [--port 8080]                   the web console (raftlog/cli/console.py, raftlog/console/)
     raftlog acls add|list|remove, raftlog users add|list|remove   (acls.py, users.py)
+    raftlog schemas register|list|describe|compatibility|delete    (schemas.py: the Schema Registry)
 
 Admin commands talk to `--bootstrap` (default 127.0.0.1:9093, or $RAFTLOG_BOOTSTRAP) through
 the blocking client `raftlog.client.Admin`; any node answers (it forwards to the
@@ -32,6 +33,7 @@ from raftlog.cli import acls as _acls
 from raftlog.cli import groups as _groups
 from raftlog.cli import partitions as _partitions
 from raftlog.cli import records as _records
+from raftlog.cli import schemas as _schemas
 from raftlog.cli import users as _users
 from raftlog.base.errors import ClusterAuthorizationFailedError, RaftlogError, UnknownTopicOrPartitionError
 from raftlog.cli.common import (
@@ -531,3 +533,4 @@ main.add_command(_partitions.partitions)
 main.add_command(_console.console_cmd)
 main.add_command(_acls.acls)
 main.add_command(_users.users)
+main.add_command(_schemas.schemas)
