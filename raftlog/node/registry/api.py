@@ -258,6 +258,12 @@ async def _delete_mode(port: RegistryPort, call: Call, m: tuple[str, ...]) -> An
     return {"mode": old}
 
 
+async def _associations(port: RegistryPort, call: Call, m: tuple[str, ...]) -> Any:
+    """Confluent's subject-topic associations (asked by confluent-kafka's serializers before
+    they fall back to TopicNameStrategy): raftlog has none to tell."""
+    return []
+
+
 async def _root(port: RegistryPort, call: Call, m: tuple[str, ...]) -> Any:
     return {}
 
@@ -269,6 +275,7 @@ ROUTES: Final[list[tuple[str, re.Pattern[str], Handler, bool]]] = [
     (method, re.compile(f"^{pattern}$"), handler, writes)
     for method, pattern, handler, writes in [
         ("GET", "/", _root, False),
+        ("GET", r"/associations/resources/([^/]+)/([^/]+)", _associations, False),
         ("GET", "/subjects", _subjects, False),
         ("GET", f"/subjects/{_S}/versions", _versions, False),
         ("POST", f"/subjects/{_S}/versions", _register, True),
