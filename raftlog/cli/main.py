@@ -181,7 +181,7 @@ def cluster_new_id() -> None:
 @click.option("--data-dir", type=click.Path(file_okay=False), default="./raftlog-data", show_default=True,
               help="Where the cluster lives; re-running on it restarts the same cluster.")
 @click.option("--base-port", type=click.IntRange(1024, 65000), default=None,
-              help="Node i listens on base+10*(i-1)+{0 kafka,1 client,2 peer,3 quorum,4 http} (default 9092: kcat -b 127.0.0.1:9092).")
+              help="Node i listens on base+10*(i-1)+{0 kafka,1 client,2 peer,3 quorum,4 http,5 schema registry} (default 9092: kcat -b 127.0.0.1:9092).")
 @click.option("--restart/--no-restart", default=True, show_default=True,
               help="Restart a node that exits (at most 5 times each).")
 @click.option("--console-port", type=click.IntRange(0, 65535), default=8080, show_default=True,
