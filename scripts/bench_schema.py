@@ -20,9 +20,7 @@ tests' harness); every node is stopped by its PID at the end, also on Ctrl-C or 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -30,26 +28,12 @@ import time
 import uuid
 from pathlib import Path
 
+from bench_kafka import _load, load_harness  # the harness loader and load average, as bench_kafka's
+
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = {"type": "record", "name": "Reading", "namespace": "bench",
           "fields": [{"name": "sensor", "type": "string"}, {"name": "seq", "type": "long"},
                      {"name": "value", "type": "double"}, {"name": "unit", "type": "string"}]}
-
-
-def load_harness():
-    path = ROOT / "tests" / "integration" / "node_harness.py"
-    spec = importlib.util.spec_from_file_location("node_harness", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["node_harness"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def _load() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "unknown"
 
 
 def produce(bootstrap: str, topic: str, values: list, serialize=None) -> float:

@@ -13,7 +13,8 @@ from typing import Any, Final, Protocol
 
 import trio
 
-from partition.batch import BatchBuilder, decode_batches
+from partition.batch import BatchBuilder
+from partition.keyed import KeyedRecord, keyed_records
 from raftlog.base.errors import NotLeaderError, RaftlogError
 from raftlog.base.protocol import Request
 
@@ -24,7 +25,7 @@ READ_CHUNK_BYTES: Final = 1 << 20
 COMMIT_TIMEOUT_S: Final = 10.0
 PEER_TIMEOUT_S: Final = 5.0
 
-LogRecord = tuple[int, bytes, bytes | None]  # (offset, key, value)
+LogRecord = KeyedRecord  # (offset, key, value)
 
 
 class SchemasLog(Protocol):
@@ -135,15 +136,7 @@ async def read_local(r: Any, offset: int) -> tuple[list[LogRecord], int]:
     if offset >= r.high_watermark:
         return [], offset
     data = await r.read_committed(offset, READ_CHUNK_BYTES)
-    records: list[LogRecord] = []
-    for h, recs in decode_batches(data):
-        if h.next_offset <= offset:
-            continue
-        if not h.is_control:
-            records.extend((rec.offset, rec.key, rec.value) for rec in recs
-                           if rec.key is not None and rec.offset >= offset)
-        offset = h.next_offset
-    return records, offset
+    return keyed_records(data, offset)
 
 
 def records_to_wire(records: list[LogRecord]) -> list[list[Any]]:
