@@ -12,6 +12,7 @@ their subjects and versions), soft and hard (?permanent=true) deletes, reference
 
 from __future__ import annotations
 
+import json
 import re
 from urllib.parse import unquote
 from collections.abc import Awaitable, Callable, Mapping
@@ -21,8 +22,8 @@ from typing import Any, Final, Protocol
 from raftlog.base.acl import Operation, ResourceType
 from raftlog.node.registry.compat import SCHEMA_TYPES, incompatibilities, parse_schema
 from raftlog.node.registry.errors import (
-    BadRequestError, InvalidSubjectError, MethodNotAllowedError, NotFoundError, RegistryError,
-    SubjectNotFoundError, VersionNotFoundError,
+    BadRequestError, InvalidSchemaError, InvalidSubjectError, MethodNotAllowedError, NotFoundError,
+    RegistryError, SchemaNotFoundError, SubjectNotFoundError, VersionNotFoundError, error_body,
 )
 from raftlog.node.registry.policy import Allowed, check_call, topic_of
 from raftlog.node.registry.state import Record, RegistryState, parse_version
@@ -81,9 +82,10 @@ def _schema_body(call: Call) -> tuple[str, str, tuple[tuple[str, str, int], ...]
     if not isinstance(body, dict):
         raise BadRequestError("the body must be a JSON object")
     text = body.get("schema")
-    if not isinstance(text, str) or not text:
-        raise BadRequestError("the body needs a \"schema\" string") if not isinstance(text, str) else \
-            parse_schema("AVRO", "")  # empty text: the parser's "invalid schema" (42201)
+    if not isinstance(text, str):
+        raise BadRequestError("the body needs a \"schema\" string")
+    if not text.strip():
+        raise InvalidSchemaError("Invalid schema: it is empty")
     schema_type = body.get("schemaType", "AVRO") or "AVRO"
     if schema_type not in SCHEMA_TYPES:
         raise BadRequestError(f"unknown schemaType {str(schema_type)[:40]!r}; one of {', '.join(SCHEMA_TYPES)}")
@@ -112,9 +114,8 @@ async def _get_version(port: RegistryPort, call: Call, m: tuple[str, ...]) -> An
 
 
 async def _get_version_schema(port: RegistryPort, call: Call, m: tuple[str, ...]) -> Any:
-    import json
-    return json.loads(port.state.version(m[0], m[1], _flag(call, "deleted")).schema) \
-        if port.state.version(m[0], m[1]).schema_type != "PROTOBUF" else port.state.version(m[0], m[1]).schema
+    v = port.state.version(m[0], m[1], _flag(call, "deleted"))
+    return v.schema if v.schema_type == "PROTOBUF" else json.loads(v.schema)  # Confluent: the raw schema
 
 
 async def _referenced_by(port: RegistryPort, call: Call, m: tuple[str, ...]) -> Any:
@@ -144,7 +145,6 @@ async def _lookup(port: RegistryPort, call: Call, m: tuple[str, ...]) -> Any:
     port.state.versions(m[0], deleted=True)  # 40401 for a subject we do not know
     found = port.state.lookup(m[0], schema_type, text, refs, deleted=_flag(call, "deleted"))
     if found is None:
-        from raftlog.node.registry.errors import SchemaNotFoundError
         raise SchemaNotFoundError("Schema not found")
     return found.to_json()
 
@@ -180,7 +180,6 @@ async def _id_versions(port: RegistryPort, call: Call, m: tuple[str, ...]) -> An
 
 
 def _id(text: str) -> int:
-    from raftlog.node.registry.errors import SchemaNotFoundError
     if not text.isdigit() or len(text) > 10:
         raise SchemaNotFoundError(f"Schema {text[:20]} not found")
     return int(text)
@@ -343,5 +342,4 @@ async def handle(port: RegistryPort, call: Call, allowed: Allowed | None = None)
             answer = [s for s in answer if allowed(Operation.DESCRIBE, ResourceType.TOPIC, topic_of(s))]
         return 200, answer
     except RegistryError as exc:
-        from raftlog.node.registry.errors import error_body
         return error_body(exc)

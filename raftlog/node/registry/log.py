@@ -3,7 +3,9 @@
 (`ReplicaSchemasLog`): the one place to repoint when the partition port is shared.
 
 Reads come from the leader: locally when this node leads, else over the peer op
-`registry_read` (served by service.py on the leader). Appends happen only on the leader.
+`registry_read` (served by service.py on the leader), a long poll: with nothing new the leader
+answers after LONG_POLL_MS or as soon as its high watermark moves. Appends happen only on the
+leader.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ SCHEMAS_TOPIC: Final = "_schemas"
 READ_CHUNK_BYTES: Final = 1 << 20
 COMMIT_TIMEOUT_S: Final = 10.0
 PEER_TIMEOUT_S: Final = 5.0
+LONG_POLL_MS: Final = 2000  # a follower's read waits this long on the leader for new records
 
 LogRecord = KeyedRecord  # (offset, key, value)
 
@@ -41,8 +44,9 @@ class SchemasLog(Protocol):
         """The peer listener ("host:port") of node `node_id`, None when unknown."""
         ...
 
-    async def read_here(self, offset: int) -> tuple[list[LogRecord], int]:
-        """`read`, from this node's replica only (it must lead). Raises NotLeaderError."""
+    async def read_here(self, offset: int, wait_s: float = 0.0) -> tuple[list[LogRecord], int]:
+        """`read`, from this node's replica only (it must lead); with nothing to read, waits up
+        to `wait_s` for something (a long poll). Raises NotLeaderError."""
         ...
 
     async def ensure_topic(self) -> None:
@@ -89,8 +93,8 @@ class ReplicaSchemasLog:
         image = self.metadata.image
         if image.topic(SCHEMAS_TOPIC) is not None:
             return
-        brokers = len(image.unfenced_broker_ids())
-        fields = {"name": SCHEMAS_TOPIC, "partitions": 1, "replication_factor": max(1, min(3, brokers)),
+        # RF as __consumer_offsets': 3, or every broker of a smaller cluster.
+        fields = {"name": SCHEMAS_TOPIC, "partitions": 1, "replication_factor": max(1, min(3, len(image.brokers))),
                   "configs": {"cleanup_policy": "compact"}, "timeout_ms": 10_000}
         try:
             await self.metadata.client_handlers["create_topic"](Request(0, "create_topic", fields))
@@ -98,10 +102,20 @@ class ReplicaSchemasLog:
             if exc.code != "TOPIC_ALREADY_EXISTS":
                 raise
 
-    async def read_here(self, offset: int) -> tuple[list[LogRecord], int]:
+    async def read_here(self, offset: int, wait_s: float = 0.0) -> tuple[list[LogRecord], int]:
         r = self._replica()
         if r is None or not r.is_leader:
             raise NotLeaderError("this node does not lead _schemas")
+        if wait_s > 0 and max(offset, r.log.log_start_offset) >= r.high_watermark:
+            wake = trio.Event()
+            r.watch(wake)  # set at the next high-watermark or leadership change
+            try:
+                with trio.move_on_after(wait_s):
+                    await wake.wait()
+            finally:
+                r.unwatch(wake)
+            if not r.is_leader:
+                raise NotLeaderError("this node no longer leads _schemas")
         return await read_local(r, offset)
 
     async def read(self, offset: int) -> tuple[list[LogRecord], int]:
@@ -112,7 +126,8 @@ class ReplicaSchemasLog:
         address = None if leader is None else self.peer_address(leader)
         if address is None:
             raise NotLeaderError("no leader of _schemas known")
-        answer = await self.peers.call(address, "registry_read", {"offset": offset}, timeout_s=PEER_TIMEOUT_S)
+        answer = await self.peers.call(address, "registry_read", {"offset": offset, "wait_ms": LONG_POLL_MS},
+                                       timeout_s=PEER_TIMEOUT_S)
         records = [(int(o), bytes(k), None if v is None else bytes(v)) for o, k, v in answer.get("records", [])]
         return records, int(answer.get("next_offset", offset))
 

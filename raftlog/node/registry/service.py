@@ -5,8 +5,8 @@ node leading `_schemas`-0, so ids stay unique and dense.
     RegistryService(config, schemas_log)        (raftlog/node/main.py builds it)
 
 * Tail: one task reads committed records from the leader (locally when leading, else over the
-  peer op `registry_read`) from `state.applied_offset + 1` and applies them. It polls every
-  TAIL_POLL_S when there is nothing new, or at once when kicked (after a local write). When
+  peer op `registry_read`, a long poll) from `state.applied_offset + 1` and applies them. With
+  nothing new it reads again after TAIL_POLL_S, or at once when kicked (a write waiting). When
   the leader is gone the state stays as it is: reads are answered from it meanwhile.
 * Writes (`write(decide)`, the API's port): on the leader, under one lock: catch up to the
   log's high watermark, run `decide` on the state, append its records with acks=all, apply up
@@ -29,7 +29,7 @@ from raftlog.base.errors import RaftlogError, RequestTimedOutError
 from raftlog.base.eventlog import log_event
 from raftlog.base.protocol import Request
 from raftlog.node.registry.api import Call, handle
-from raftlog.node.registry.errors import ForwardingError, StoreError, StoreTimeoutError
+from raftlog.node.registry.errors import ForwardingError, StoreError, StoreTimeoutError, error_body
 from raftlog.node.registry.log import SchemasLog, records_to_wire
 from raftlog.node.registry.state import Record, RegistryState
 
@@ -41,6 +41,7 @@ TAIL_POLL_S: Final = 0.25
 WRITE_TIMEOUT_S: Final = 15.0
 FORWARD_TIMEOUT_S: Final = 15.0
 CATCH_UP_TIMEOUT_S: Final = 10.0
+MAX_LONG_POLL_MS: Final = 3000  # below the peer call's timeout
 
 
 class RegistryService:
@@ -186,7 +187,9 @@ class RegistryService:
         offset = request.fields.get("offset")
         if type(offset) is not int or offset < 0:
             offset = 0
-        records, next_offset = await self.log.read_here(offset)
+        wait_ms = request.fields.get("wait_ms")
+        wait_s = min(max(wait_ms, 0), MAX_LONG_POLL_MS) / 1000 if type(wait_ms) is int else 0.0
+        records, next_offset = await self.log.read_here(offset, wait_s)
         return {"records": records_to_wire(records), "next_offset": next_offset}
 
     async def _peer_forward(self, request: Request) -> dict[str, Any]:
@@ -196,7 +199,6 @@ class RegistryService:
                     {str(k): str(v) for k, v in query.items()}, f.get("body"),
                     f.get("principal") if isinstance(f.get("principal"), str) else None)
         if not self.log.is_leader():
-            from raftlog.node.registry.errors import error_body
             status, body = error_body(ForwardingError("this node does not lead _schemas; retry"))
         else:
             status, body = await handle(self, call)

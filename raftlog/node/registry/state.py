@@ -85,8 +85,11 @@ class RegistryState:
 
     def apply(self, offset: int, key: bytes, value: bytes | None) -> None:
         """Apply one record read back from `_schemas` at `offset`. Records this version does
-        not know are skipped (a newer writer's)."""
-        self.applied_offset = max(self.applied_offset, offset)
+        not know are skipped (a newer writer's), and so are records at or below
+        `applied_offset` (read twice: applying an older record again would undo a newer one)."""
+        if offset <= self.applied_offset:
+            return
+        self.applied_offset = offset
         try:
             k = json.loads(key)
             v = None if value is None else json.loads(value)
@@ -287,8 +290,8 @@ class RegistryState:
         return [(record_key("CONFIG", subject), _json({"compatibilityLevel": level.upper()}))]
 
     def delete_level(self, subject: str | None) -> tuple[list[Record], str]:
-        if subject is not None:
-            self.versions(subject, deleted=True) if subject not in self.config else None
+        """Records that drop a level (the subject's, or the global one back to the default);
+        the level it had. Raises SubjectCompatibilityNotSetError for a subject without one."""
         old = self.level(subject, default_to_global=subject is None)
         return [(record_key("CONFIG", subject), None)], old
 
