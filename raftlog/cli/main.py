@@ -96,6 +96,8 @@ def node() -> None:
 @click.option("--peer", "listeners_peer", metavar="HOST:PORT", help="Peer listener (replication, controller RPCs).")
 @click.option("--quorum", "listeners_quorum", metavar="HOST:PORT", help="Quorum (PySyncObj) listener.")
 @click.option("--http", "listeners_http", metavar="HOST:PORT", help="HTTP listener (/health, /metrics).")
+@click.option("--schema-registry", "listeners_schema_registry", metavar="HOST:PORT",
+              help="Schema Registry listener (default: the HTTP listener's host, its port + 1).")
 @click.option("--advertised-host", metavar="HOST",
               help="The name others dial when a listener binds 0.0.0.0 (advertised_host).")
 @click.option("--voters", "controller_quorum_voters", metavar="ID@HOST:PORT,...",

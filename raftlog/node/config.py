@@ -11,7 +11,7 @@ environment variables, then command-line overrides (each later source wins per k
     peer = "127.0.0.1:9094"
     quorum = "127.0.0.1:9095"
     http = "127.0.0.1:9096"
-    schema_registry = "127.0.0.1:8081"         # the Schema Registry (default: port 0, any free port)
+    schema_registry = "127.0.0.1:9097"         # the Schema Registry (default: http's host, its port + 1)
     [controller_quorum_voters]                # or "1@host:port,2@host:port" (Kafka's format)
     1 = "127.0.0.1:9095"
     [controller_peers]                        # the voters' peer listeners, same formats
@@ -55,7 +55,8 @@ Invariants:
   when set), `bootstrap_credentials_file` (salted SCRAM keys the controller seeds into an
   empty credential store; `raftlog cluster up --secure` writes it). Safe default: a listener bound to a non-loopback address without TLS and
   authentication (client: SASL_SSL or SSL with required client certificates; peer: peer_tls;
-  http: http_token; kafka: as client, whose settings it shares) refuses to start unless
+  http: http_token; kafka: as client, whose settings it shares; schema_registry: SASL_SSL,
+  whose TLS and users it takes for HTTPS and Basic auth) refuses to start unless
   `allow_plaintext = true`.
 * `ensure_meta_properties` ties a data dir to one (cluster_id, node_id) for life, like
   Kafka's meta.properties; it writes the file atomically and fsyncs it and its directory.
@@ -191,10 +192,16 @@ class Listeners:
     quorum: HostPort = HostPort("127.0.0.1", 9095)
     http: HostPort = HostPort("127.0.0.1", 9096)
     kafka: HostPort = HostPort("127.0.0.1", 9092)  # last: callers pass the others positionally
-    # The Confluent-compatible Schema Registry (raftlog/node/registry/). Port 0 by default (any
-    # free port, printed in node_ready): Confluent's 8081 would clash between the nodes of one
-    # host; `cluster up` and the test harness give each node its own.
-    schema_registry: HostPort = HostPort("127.0.0.1", 0)
+    # The Confluent-compatible Schema Registry (raftlog/node/registry/). Default (None): the
+    # http listener's host and the next port (9097 beside the default 9096, as `cluster up`
+    # lays node 1 out; 0 when http's is 0). Confluent's 8081 would clash between the nodes of
+    # one host.
+    schema_registry: HostPort = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.schema_registry is None:
+            port = self.http.port + 1 if 0 < self.http.port < 65535 else 0
+            object.__setattr__(self, "schema_registry", HostPort(self.http.host, port))
 
 
 @dataclass(frozen=True)
@@ -660,7 +667,7 @@ def _build(raw: Mapping[str, tuple[Any, str]]) -> NodeConfig:
 
     listeners = Listeners(
         **{
-            name: values.get(f"listeners.{name}", getattr(Listeners(), name))
+            name: values.get(f"listeners.{name}", None if name == "schema_registry" else getattr(Listeners(), name))
             for name in LISTENER_NAMES
         }
     )
@@ -762,6 +769,8 @@ def _check_security(config: NodeConfig, fail: Callable[[str, str], ConfigError])
         "http": config.http_token is not None,
     }
     secure["kafka"] = secure["client"]  # the Kafka listener has the client listener's security
+    # The Schema Registry: HTTPS with the client listener's certificate, Basic auth by SCRAM users.
+    secure["schema_registry"] = config.security_protocol == "SASL_SSL"
     for name, ok in secure.items():
         address: HostPort = getattr(config.listeners, name)
         if not ok and not _is_loopback(address.host):

@@ -230,6 +230,11 @@ class RegistryState:
                     f"\"{subject}\", details: {problems}")
         if schema_id is None:
             schema_id = self._same_schema_id(schema_type, new.canonical, refs) or self.max_id + 1
+        else:  # IMPORT mode: the id is the caller's, but one id is one schema
+            taken = next((v for vs in self.subjects.values() for v in vs.values() if v.id == schema_id), None)
+            if taken is not None and (taken.schema_type != schema_type or taken.references != refs
+                                      or self.parsed(taken).canonical != new.canonical):
+                raise OperationNotPermittedError(f"Overwrite new schema with id {schema_id} is not permitted.")
         everything = self.subjects.get(subject, {})
         number = version if version is not None else (max(everything) + 1 if everything else 1)
         entry = Version(subject, number, schema_id, schema_type, text, refs)

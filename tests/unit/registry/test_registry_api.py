@@ -157,3 +157,16 @@ async def test_acls_guard_subjects_by_their_topic():
         assert (status, body["error_code"]) == (403, 40301)
     assert (await as_user("GET", "/schemas/ids/1"))[0] == 200
     assert await call(port, "GET", "/subjects/theirs-value/versions") == (200, [1])  # untouched
+
+
+async def test_import_mode_keeps_the_callers_ids_but_one_id_is_one_schema():
+    port = MemoryPort()
+    status, body = await call(port, "POST", "/subjects/a/versions", {"schema": USER, "id": 40})
+    assert (status, body["error_code"]) == (400, 400)  # ids only in IMPORT mode
+    assert await call(port, "PUT", "/mode", {"mode": "IMPORT"}) == (200, {"mode": "IMPORT"})
+    assert await call(port, "POST", "/subjects/a/versions", {"schema": USER, "id": 40, "version": 3}) == (200, {"id": 40})
+    assert (await call(port, "GET", "/subjects/a/versions/3"))[1]["id"] == 40
+    status, body = await call(port, "POST", "/subjects/b/versions", {"schema": USER_B, "id": 40})
+    assert (status, body["error_code"]) == (422, 42205)
+    await call(port, "PUT", "/mode", {"mode": "READWRITE"})
+    assert await call(port, "POST", "/subjects/b/versions", {"schema": USER_B}) == (200, {"id": 41})  # dense after imports
