@@ -5,7 +5,8 @@
 Listeners: kafka (Kafka's wire protocol, `raftlog.node.kafka.listener.serve_kafka`, over the same
 services), client (native protocol, `serve()`), peer (the same protocol for broker<->broker
 and broker->controller RPCs), quorum (PySyncObj, inside the MetadataService on voters),
-http (GET /health, GET /metrics).
+http (GET /health, GET /metrics), schema_registry (the Confluent-compatible Schema Registry,
+raftlog/node/registry/: HTTP on Hypercorn, its state in `_schemas`).
 
 Composition (`NodeService`, below): `build_services(config, metadata, peers)` lists the
 services; each brings `client_handlers` and `peer_handlers` (an op belongs to exactly one
