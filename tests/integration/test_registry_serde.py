@@ -139,3 +139,19 @@ def test_a_subject_deleted_and_registered_again(cluster):
     assert client.delete_subject(subject, permanent=True) == [1]
     assert client.register_schema(subject, Schema(json.dumps(USER), "AVRO")) == schema_id
     assert client.get_versions(subject) == [1]
+
+
+def test_concurrent_registrations_on_every_node_get_unique_dense_ids(cluster):
+    from concurrent.futures import ThreadPoolExecutor
+
+    clients = [_registry(cluster, n) for n in (1, 2, 3)]
+    tag = uuid.uuid4().hex[:6]
+
+    def register(i: int) -> int:
+        schema = {"type": "record", "name": f"C{tag}{i}", "fields": [{"name": "f", "type": "int"}]}
+        return clients[i % 3].register_schema(f"conc-{tag}-{i}", Schema(json.dumps(schema), "AVRO"))
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        ids = list(pool.map(register, range(24)))
+    assert len(set(ids)) == 24  # one writer: no id handed out twice
+    assert sorted(ids) == list(range(min(ids), min(ids) + 24))  # and none skipped
