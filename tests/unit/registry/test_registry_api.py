@@ -1,11 +1,16 @@
 """The registry's REST API and state machine without a server: Confluent's routes, bodies and
-error codes over an in-memory port whose writes are replayed as records, as `_schemas` is."""
+error codes over an in-memory port whose writes are replayed as records, as `_schemas` is; and
+a property: replaying the records of any sequence of writes gives the same state, one schema
+has one id, ids come without gaps, versions only grow."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from raftlog.node.registry.api import Call, handle
 from raftlog.node.registry.state import RegistryState
@@ -170,3 +175,71 @@ async def test_import_mode_keeps_the_callers_ids_but_one_id_is_one_schema():
     assert (status, body["error_code"]) == (422, 42205)
     await call(port, "PUT", "/mode", {"mode": "READWRITE"})
     assert await call(port, "POST", "/subjects/b/versions", {"schema": USER_B}) == (200, {"id": 41})  # dense after imports
+
+
+SUBJECTS = ["a", "b", "c"]
+
+
+def schema(n: int) -> str:
+    # Field f{n} with a default: every schema is compatible with every other (BACKWARD and FORWARD).
+    return json.dumps({"type": "record", "name": "R", "fields": [{"name": f"f{n}", "type": "int", "default": 0}]})
+
+
+op = st.one_of(
+    st.tuples(st.just("register"), st.sampled_from(SUBJECTS), st.integers(0, 4)),
+    st.tuples(st.just("delete"), st.sampled_from(SUBJECTS), st.booleans()),
+    st.tuples(st.just("level"), st.sampled_from(SUBJECTS), st.sampled_from(["NONE", "FULL", "BACKWARD_TRANSITIVE"])),
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(op, max_size=30))
+def test_replay_gives_the_same_state_and_ids_are_unique_and_dense(ops):
+    port = MemoryPort()
+    handed_out: set[int] = set()
+    versions_seen: dict[str, int] = {}
+
+    async def run() -> None:
+        for kind, subject, arg in ops:
+            if kind == "register":
+                status, body = await handle(port, Call("POST", f"/subjects/{subject}/versions", {}, {"schema": schema(arg)}))
+                assert status == 200, body
+                handed_out.add(body["id"])
+                latest = port.state.version(subject, "latest")
+                assert latest.version >= versions_seen.get(subject, 0)  # versions only grow
+                versions_seen[subject] = latest.version
+            elif kind == "delete":
+                await handle(port, Call("DELETE", f"/subjects/{subject}", {"permanent": str(arg).lower()}))
+            else:
+                await handle(port, Call("PUT", f"/config/{subject}", {}, {"compatibility": arg}))
+            ids_by_text: dict[str, set[int]] = {}
+            for versions in port.state.subjects.values():
+                for v in versions.values():
+                    ids_by_text.setdefault(v.schema, set()).add(v.id)
+            assert all(len(ids) == 1 for ids in ids_by_text.values())  # one schema, one id
+            assert len({next(iter(ids)) for ids in ids_by_text.values()}) == len(ids_by_text)  # one id, one schema
+
+    trio.run(run)
+    assert sorted(handed_out) == list(range(1, len(handed_out) + 1))  # no gaps
+    replayed = port.replayed()
+    assert replayed.subjects == port.state.subjects
+    assert replayed.config == port.state.config and replayed.max_id == port.state.max_id
+
+
+def test_a_schema_hard_deleted_everywhere_gets_a_new_id_never_an_old_one():
+    port = MemoryPort()
+
+    async def run() -> list[int]:
+        got = []
+        for method, path, body in [("POST", "/subjects/a/versions", {"schema": schema(0)}),
+                                   ("DELETE", "/subjects/a", None), ("DELETE", "/subjects/a?permanent=true", None),
+                                   ("POST", "/subjects/b/versions", {"schema": schema(1)}),
+                                   ("POST", "/subjects/a/versions", {"schema": schema(0)})]:
+            path, _, query = path.partition("?")
+            status, answer = await handle(port, Call(method, path, dict([query.split("=")]) if query else {}, body))
+            assert status == 200, answer
+            if method == "POST":
+                got.append(answer["id"])
+        return got
+
+    assert trio.run(run) == [1, 2, 3]
