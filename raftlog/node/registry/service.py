@@ -159,15 +159,14 @@ class RegistryService:
             raise StoreError(f"cannot create _schemas: {exc}") from None
         with trio.move_on_after(CATCH_UP_TIMEOUT_S):
             while not self.log.is_leader() and self.log.leader_id() is None:
-                await trio.sleep(0.05)
-        if self.log.leader_id() is not None and not self.log.is_leader():
-            raise ForwardingError("_schemas is led by another node; retry")
+                await trio.sleep(0.05)  # bounded: the new topic's first leader
+        if self.log.leader_id() is None:
+            raise ForwardingError("_schemas has no leader yet; retry")
 
     async def forward(self, call: Call) -> tuple[int, Any]:
-        if self.log.leader_id() is None:
-            await self._ensure_topic()
-            if self.log.is_leader():
-                return await handle(self, call)
+        await self._ensure_topic()
+        if self.log.is_leader():  # it became ours meanwhile (a new topic, an election)
+            return await handle(self, call)
         leader = self.log.leader_id()
         address = None if leader is None else self.log.peer_address(leader)
         if address is None:
