@@ -10,8 +10,9 @@ produce() to the last delivery (acks=all, RF=3, 6 partitions, linger.ms=5):
 * pre-serialised: the same Confluent-framed bytes, made before the clock starts.
 Prints records/s of both (median of --runs) and their ratio serialised / pre-serialised
 (target >= 0.9), the serializer's own rate without producing (its CPU per record, a bound on
-the serialised rate), and how many `_schemas` records the runs wrote (one registration per
-subject: the serializer caches the id and the registry is not asked per record).
+the serialised rate), how many `_schemas` records the runs wrote (one registration per
+subject) and how many registry requests each serialised run made (the nodes' /metrics: the
+serializer caches the id, so a handful, not one per record).
 
 The nodes are real processes on free loopback ports with a temp data dir (the integration
 tests' harness); every node is stopped by its PID at the end, also on Ctrl-C or failure.
@@ -67,6 +68,19 @@ def produce(bootstrap: str, topic: str, values: list, serialize=None) -> float:
     return len(values) / (time.perf_counter() - start)
 
 
+def registry_requests(cluster) -> int:
+    """Schema Registry requests the nodes have answered (their /metrics)."""
+    import urllib.request
+
+    total = 0.0
+    for node_id in cluster.live():
+        with urllib.request.urlopen(f"http://{cluster.http(node_id)}/metrics", timeout=10) as response:
+            for line in response.read().decode().splitlines():
+                if line.startswith("raftlog_schema_registry_requests_total{"):
+                    total += float(line.rsplit(" ", 1)[1])
+    return int(total)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=200_000)
@@ -91,7 +105,8 @@ def main() -> int:
         try:
             serialized: list[float] = []
             raw: list[float] = []
-            alone: list[float] = []  # the serializer by itself: the client's CPU per record
+            alone: list[float] = []
+            asked_per_run: list[int] = []  # registry requests during a serialised run  # the serializer by itself: the client's CPU per record
             before = cluster.health(1)[1]["registry"]["applied_offset"]
             for run in range(args.runs):
                 topics = [f"bench-schema-{uuid.uuid4().hex[:6]}" for _ in range(2)]
@@ -102,7 +117,9 @@ def main() -> int:
                 started = time.perf_counter()
                 framed = [serializer(v, ctx) for v in values]  # before the clock: the baseline's bytes
                 alone.append(len(values) / (time.perf_counter() - started))
+                asked = registry_requests(cluster)
                 serialized.append(produce(bootstrap, topics[0], values, serializer))
+                asked_per_run.append(registry_requests(cluster) - asked)
                 raw.append(produce(bootstrap, topics[1], framed))
                 print(f"run {run + 1}: AvroSerializer {serialized[-1]:,.0f} rec/s, pre-serialised {raw[-1]:,.0f} rec/s",
                       flush=True)
@@ -117,6 +134,7 @@ def main() -> int:
         print(f"AvroSerializer alone, no produce: {statistics.median(alone):,.0f} records/s (the client's own "
               "CPU per record: a bound on the serialised rate whatever the registry does)")
         print(f"_schemas records written during the runs: {after - before} (one registration per subject)")
+        print(f"registry requests during each serialised run of {args.records:,} records: {asked_per_run}")
     return 0
 
 

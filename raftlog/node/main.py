@@ -298,6 +298,7 @@ async def run_node(
             ssl=(str(config.tls_cert_file), str(config.tls_key_file)) if config.client_tls else None,
             allowed_of=None if authorizer_of is None else (
                 lambda principal, host: partial(authorizer_of().authorize, principal, host)),
+            metrics=registry,
         ))  # fmt: skip
         # The Kafka listener has the client listener's security: the same TLS context, SASL
         # sessions (one failed-login throttle and replay window for both) and ACLs.

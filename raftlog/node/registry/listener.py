@@ -28,6 +28,7 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 
 from raftlog.base.eventlog import log_event
+from raftlog.base.metrics import MetricsRegistry
 from raftlog.node.registry.api import Call, RegistryPort, handle
 from raftlog.node.registry.policy import Allowed
 from raftlog.node.registry.errors import BadRequestError, BodyTooLargeError, UnauthorizedError, error_body
@@ -80,8 +81,12 @@ async def _read_body(receive: Any, headers: list[tuple[bytes, bytes]], max_body_
 
 def registry_app(port: RegistryPort, authenticate: Authenticate | None = None,
                  max_body_bytes: int = MAX_BODY_BYTES, allowed_of: AllowedOf | None = None,
-                 ) -> Callable[..., Awaitable[None]]:
-    """The ASGI app serving the registry API over `port`."""
+                 metrics: MetricsRegistry | None = None) -> Callable[..., Awaitable[None]]:
+    """The ASGI app serving the registry API over `port`; counts its answers in `metrics`
+    (raftlog_schema_registry_requests_total{method, status})."""
+    answered = (metrics or MetricsRegistry()).counter(
+        "raftlog_schema_registry_requests_total",
+        "Schema Registry requests answered, by HTTP method and status.", ("method", "status"))
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -102,6 +107,7 @@ def registry_app(port: RegistryPort, authenticate: Authenticate | None = None,
         except Exception as exc:  # a bug: say 500 with Confluent's body, log it, keep serving
             log_event(logger, "registry_request_failed", level=logging.ERROR, exc_info=exc)
             status, answer = 500, {"error_code": 50001, "message": f"internal error: {type(exc).__name__}"}
+        answered.labels(method=scope.get("method", "")[:8], status=str(status)).inc()
         payload = json.dumps(answer).encode()
         response_headers = [(b"content-type", CONTENT_TYPE), (b"content-length", str(len(payload)).encode())]
         if status == 401:
@@ -160,10 +166,11 @@ def _config(host: str, port: int, ssl: tuple[str, str] | None) -> Config:
 async def serve_registry(port: RegistryPort, host: str, listen_port: int, *,
                          authenticate: Authenticate | None = None, ssl: tuple[str, str] | None = None,
                          max_body_bytes: int = MAX_BODY_BYTES, allowed_of: AllowedOf | None = None,
+                         metrics: MetricsRegistry | None = None,
                          task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve the registry on host:listen_port until cancelled; reports the bound port.
     Raises OSError when it cannot bind."""
-    app = registry_app(port, authenticate, max_body_bytes, allowed_of)
+    app = registry_app(port, authenticate, max_body_bytes, allowed_of, metrics)
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(partial(serve, app, _config(host, listen_port, ssl), mode="asgi"))  # type: ignore[arg-type]
         bound = int(binds[0].rsplit(":", 1)[1])
