@@ -335,6 +335,9 @@ async def handle(port: RegistryPort, call: Call, allowed: Allowed | None = None)
         handler, params, writes = route(call.method, call.path)
         if allowed is not None:
             check_call(allowed, call.method, call.path, params, writes)
+        if handler is _register:  # a schema that does not parse never reaches the writer
+            schema_type, text, refs = _schema_body(call)
+            parse_schema(schema_type, text, port.state.reference_texts(refs))
         if writes and not port.is_writer():
             return await port.forward(call)
         answer = await handler(port, call, params)

@@ -40,7 +40,7 @@ logger = logging.getLogger(__name__)
 TAIL_POLL_S: Final = 0.25
 WRITE_TIMEOUT_S: Final = 15.0
 FORWARD_TIMEOUT_S: Final = 15.0
-CATCH_UP_TIMEOUT_S: Final = 10.0
+CATCH_UP_TIMEOUT_S: Final = 20.0  # a new _schemas' first leader, or a forwarded write applied here
 MAX_LONG_POLL_MS: Final = 3000  # below the peer call's timeout
 
 
