@@ -27,7 +27,7 @@ What the shell does for the core (the contract in coordinator.py's docstring):
   replayed in a task: first it waits until the high watermark reaches the log end seen
   when leadership was noticed (so every record of earlier leaders is committed), then it reads
   from the log start to the high watermark in LOAD_CHUNK_BYTES chunks (`read_committed` +
-  `decode_batches`, control batches skipped) into `load`, then `finish_load`. Meanwhile the
+  `partition.keyed.keyed_records`, control batches skipped) into `load`, then `finish_load`. Meanwhile the
   partition's groups answer COORDINATOR_LOAD_IN_PROGRESS; groups of partitions not led here
   answer NOT_COORDINATOR. Losing leadership `unload`s (pending requests answered
   NOT_COORDINATOR). A load that fails is dropped and retried by the watcher.
@@ -69,7 +69,8 @@ from groupcoord.coordinator import (
     Pending,
     Result,
 )
-from partition.batch import BatchBuilder, decode_batches
+from partition.batch import BatchBuilder
+from partition.keyed import keyed_records
 from raftlog.base.errors import (
     CoordinatorNotAvailableError,
     InvalidRequestError,
@@ -405,14 +406,7 @@ class GroupCoordinatorService:
                 data = await r.read_committed(offset, LOAD_CHUNK_BYTES)
                 if not data:
                     break
-                records: list[tuple[int, bytes, bytes | None]] = []
-                for h, recs in decode_batches(data):
-                    if h.next_offset <= offset:
-                        continue
-                    if not h.is_control:
-                        records.extend((rec.offset, rec.key, rec.value) for rec in recs
-                                       if rec.key is not None and rec.offset >= offset)
-                    offset = h.next_offset
+                records, offset = keyed_records(data, offset)
                 applied += self.core.load(p, records)
                 await trio.sleep(0)  # one chunk at a time: the node keeps serving meanwhile
             if not ours():

@@ -56,7 +56,9 @@ DESIGN §6), and every exception raised anywhere in raftlog derives from one of 
      │    ├── SecurityDisabledError             SECURITY_DISABLED  (ACL ops without an authorizer)
      │    ├── ResourceNotFoundError             RESOURCE_NOT_FOUND  (e.g. no such SCRAM credential)
      │    ├── DuplicateResourceError            DUPLICATE_RESOURCE
-     │    └── UnacceptableCredentialError       UNACCEPTABLE_CREDENTIAL  (e.g. too few iterations)
+     │    ├── UnacceptableCredentialError       UNACCEPTABLE_CREDENTIAL  (e.g. too few iterations)
+     │    └── SchemaRegistryError               SCHEMA_REGISTRY_ERROR  (http_status, error_code:
+     │                                          Confluent's REST error; raftlog/node/registry/errors.py)
      └── UnknownOutcomeError the request may or may not have taken effect (Jepsen's `info`)
           ├── RequestTimedOutError              REQUEST_TIMED_OUT
           ├── KafkaStorageError                 KAFKA_STORAGE_ERROR  (a write may be on disk)
@@ -465,6 +467,14 @@ class UnacceptableCredentialError(RejectedError):
     """A credential the cluster refuses to store (e.g. a SCRAM iteration count out of range)."""
 
     code = "UNACCEPTABLE_CREDENTIAL"
+
+
+class SchemaRegistryError(RejectedError):
+    """The Schema Registry refused a request. Details: `http_status` and `error_code`, the
+    Confluent REST error (e.g. 404 / 40401 subject not found); raftlog/node/registry/errors.py
+    holds one subclass per Confluent code."""
+
+    code = "SCHEMA_REGISTRY_ERROR"
 
 
 class RequestTimedOutError(UnknownOutcomeError):

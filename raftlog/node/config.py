@@ -11,6 +11,7 @@ environment variables, then command-line overrides (each later source wins per k
     peer = "127.0.0.1:9094"
     quorum = "127.0.0.1:9095"
     http = "127.0.0.1:9096"
+    schema_registry = "127.0.0.1:9097"         # the Schema Registry (default: http's host, its port + 1)
     [controller_quorum_voters]                # or "1@host:port,2@host:port" (Kafka's format)
     1 = "127.0.0.1:9095"
     [controller_peers]                        # the voters' peer listeners, same formats
@@ -54,7 +55,8 @@ Invariants:
   when set), `bootstrap_credentials_file` (salted SCRAM keys the controller seeds into an
   empty credential store; `raftlog cluster up --secure` writes it). Safe default: a listener bound to a non-loopback address without TLS and
   authentication (client: SASL_SSL or SSL with required client certificates; peer: peer_tls;
-  http: http_token; kafka: as client, whose settings it shares) refuses to start unless
+  http: http_token; kafka: as client, whose settings it shares; schema_registry: SASL_SSL,
+  whose TLS and users it takes for HTTPS and Basic auth) refuses to start unless
   `allow_plaintext = true`.
 * `ensure_meta_properties` ties a data dir to one (cluster_id, node_id) for life, like
   Kafka's meta.properties; it writes the file atomically and fsyncs it and its directory.
@@ -178,7 +180,7 @@ def parse_voters(value: Any) -> dict[int, HostPort]:
     return voters
 
 
-LISTENER_NAMES: Final = ("kafka", "client", "peer", "quorum", "http")
+LISTENER_NAMES: Final = ("kafka", "client", "peer", "quorum", "http", "schema_registry")
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +192,16 @@ class Listeners:
     quorum: HostPort = HostPort("127.0.0.1", 9095)
     http: HostPort = HostPort("127.0.0.1", 9096)
     kafka: HostPort = HostPort("127.0.0.1", 9092)  # last: callers pass the others positionally
+    # The Confluent-compatible Schema Registry (raftlog/node/registry/). Default (None): the
+    # http listener's host and the next port (9097 beside the default 9096, as `cluster up`
+    # lays node 1 out; 0 when http's is 0). Confluent's 8081 would clash between the nodes of
+    # one host.
+    schema_registry: HostPort = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.schema_registry is None:
+            port = self.http.port + 1 if 0 < self.http.port < 65535 else 0
+            object.__setattr__(self, "schema_registry", HostPort(self.http.host, port))
 
 
 @dataclass(frozen=True)
@@ -501,6 +513,7 @@ _KEYS: Final[dict[str, _Key]] = {
     "listeners.peer": _Key(parse_host_port, "listeners.peer"),
     "listeners.quorum": _Key(lambda v: parse_host_port(v, min_port=1), "listeners.quorum"),
     "listeners.http": _Key(parse_host_port, "listeners.http"),
+    "listeners.schema_registry": _Key(parse_host_port, "listeners.schema_registry"),
     "advertised_host": _Key(_to_nonempty_str, "advertised_host"),
     "controller_quorum_voters": _Key(
         lambda v: MappingProxyType(parse_voters(v)), "controller_quorum_voters"
@@ -672,7 +685,7 @@ def _build(raw: Mapping[str, tuple[Any, str]]) -> NodeConfig:
 
     listeners = Listeners(
         **{
-            name: values.get(f"listeners.{name}", getattr(Listeners(), name))
+            name: values.get(f"listeners.{name}", None if name == "schema_registry" else getattr(Listeners(), name))
             for name in LISTENER_NAMES
         }
     )
@@ -774,6 +787,8 @@ def _check_security(config: NodeConfig, fail: Callable[[str, str], ConfigError])
         "http": config.http_token is not None,
     }
     secure["kafka"] = secure["client"]  # the Kafka listener has the client listener's security
+    # The Schema Registry: HTTPS with the client listener's certificate, Basic auth by SCRAM users.
+    secure["schema_registry"] = config.security_protocol == "SASL_SSL"
     for name, ok in secure.items():
         address: HostPort = getattr(config.listeners, name)
         if not ok and not _is_loopback(address.host):

@@ -5,7 +5,8 @@
 Listeners: kafka (Kafka's wire protocol, `raftlog.node.kafka.listener.serve_kafka`, over the same
 services), client (native protocol, `serve()`), peer (the same protocol for broker<->broker
 and broker->controller RPCs), quorum (PySyncObj, inside the MetadataService on voters),
-http (GET /health, GET /metrics).
+http (GET /health, GET /metrics), schema_registry (the Confluent-compatible Schema Registry,
+raftlog/node/registry/: HTTP on Hypercorn, its state in `_schemas`).
 
 Composition (`NodeService`, below): `build_services(config, metadata, peers)` lists the
 services; each brings `client_handlers` and `peer_handlers` (an op belongs to exactly one
@@ -67,6 +68,10 @@ from raftlog.node.http import serve_http
 from raftlog.node.kafka.context import KafkaContext
 from raftlog.node.gate import ConnectionGate, raise_fd_limit
 from raftlog.node.kafka.listener import serve_kafka
+from raftlog.node.registry.listener import serve_registry
+from raftlog.node.registry.log import ReplicaSchemasLog
+from raftlog.node.registry.service import RegistryService
+from raftlog.node.registry.auth import basic_authenticator
 from raftlog.node.pidfile import (
     NODE_PID_FILE, PRIVATE_UMASK, check_private, claim, die_with_parent, parent_gone, release,
 )
@@ -109,9 +114,12 @@ def build_services(config: NodeConfig, metadata: MetadataService, peers: PeerPoo
     Broker services join here, e.g.:
         if config.is_broker: services.append(ReplicaManager(config, metadata, peers))"""
     services: list[NodeService] = [metadata]
+    replicas = None
     if config.is_broker:
-        services.append(ReplicaManager(config, metadata, peers, registry=registry))
+        replicas = ReplicaManager(config, metadata, peers, registry=registry)
+        services.append(replicas)
         services.append(GroupCoordinatorService(config, metadata, services[-1]))
+    services.append(RegistryService(config.node_id, ReplicaSchemasLog(config.node_id, metadata, replicas, peers), peers))
     return services
 
 
@@ -281,6 +289,17 @@ async def run_node(
         ports["http"] = await nursery.start(partial(
             serve_http, registry, health, listen.http.host, listen.http.port, token=config.http_token,
         ))  # fmt: skip
+        # The Schema Registry: Basic auth with the cluster's SCRAM users when clients authenticate,
+        # over TLS when the client listener has it.
+        schema_registry = next(s for s in services if isinstance(s, RegistryService))
+        ports["schema_registry"] = await nursery.start(partial(
+            serve_registry, schema_registry, listen.schema_registry.host, listen.schema_registry.port,
+            authenticate=basic_authenticator(lambda: metadata.image, config.sasl_mechanisms) if config.client_sasl else None,
+            ssl=(str(config.tls_cert_file), str(config.tls_key_file)) if config.client_tls else None,
+            allowed_of=None if authorizer_of is None else (
+                lambda principal, host: partial(authorizer_of().authorize, principal, host)),
+            metrics=registry,
+        ))  # fmt: skip
         # The Kafka listener has the client listener's security: the same TLS context, SASL
         # sessions (one failed-login throttle and replay window for both) and ACLs.
         kafka_ctx = KafkaContext(
@@ -309,7 +328,7 @@ async def run_node(
             logger, "node_ready", node_id=config.node_id, cluster_id=cluster_id,
             roles=",".join(sorted(config.roles)), kafka=ports.get("kafka"), client=ports["client"],
             peer=ports["peer"],
-            http=ports["http"], pid=os.getpid(),
+            http=ports["http"], schema_registry=ports["schema_registry"], pid=os.getpid(),
         )  # fmt: skip
         task_status.started(ports)
         await stop.wait()

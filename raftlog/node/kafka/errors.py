@@ -95,6 +95,9 @@ KAFKA_ERROR_CODES: Final[dict[str, int]] = {
     "RESOURCE_NOT_FOUND": 91,
     "DUPLICATE_RESOURCE": 92,
     "UNACCEPTABLE_CREDENTIAL": 93,
+    # The Schema Registry's errors travel only between nodes (registry_forward) and over HTTP;
+    # a Kafka client never sees one, and would see Kafka's UNKNOWN_SERVER_ERROR.
+    "SCHEMA_REGISTRY_ERROR": -1,
     # Not a raftlog wire code: the Kafka handlers' own answer to a topic id they do not know
     # (Fetch v13+, Produce v13, DeleteTopics v6).
     "UNKNOWN_TOPIC_ID": UNKNOWN_TOPIC_ID,
