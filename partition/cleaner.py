@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
@@ -52,6 +51,8 @@ from crc32c import crc32c
 
 from partition.batch import (
     HEADER_BYTES,
+    HEADER_HEAD,
+    HEADER_TAIL,
     LOG_OVERHEAD,
     MAGIC,
     Compression,
@@ -89,8 +90,6 @@ logger = logging.getLogger(__name__)
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 _SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX)
-_HEADER_HEAD = struct.Struct(">qiibI")  # bytes [0, 21): outside the CRC
-_HEADER_TAIL = struct.Struct(">hiqqqhii")  # bytes [21, 61): under the CRC
 _MAX_DECOMPRESSED_BYTES = 256 << 20
 
 
@@ -179,10 +178,10 @@ def filter_batch(batch: bytes, keep: Callable[[int, bytes | None, bytes | None],
         max_ts = h.max_timestamp
     else:
         max_ts = max(r.timestamp for r, k in zip(records, kept) if k)
-    tail = _HEADER_TAIL.pack(h.attributes, h.last_offset_delta, h.base_timestamp, max_ts,
+    tail = HEADER_TAIL.pack(h.attributes, h.last_offset_delta, h.base_timestamp, max_ts,
                              h.producer_id, h.producer_epoch, h.base_sequence, n_kept)
     crc = crc32c(new_payload, crc32c(tail))
-    head = _HEADER_HEAD.pack(h.base_offset, HEADER_BYTES - LOG_OVERHEAD + len(new_payload),
+    head = HEADER_HEAD.pack(h.base_offset, HEADER_BYTES - LOG_OVERHEAD + len(new_payload),
                              h.partition_leader_epoch, MAGIC, crc)
     return b"".join((head, tail, new_payload)), removed
 

@@ -130,18 +130,17 @@ from partition.batch import CONTROL_LEADER_CHANGE, CheckedBatches, Header, contr
 from partition.cleaner import CleanAborted
 from partition.validator import batch_too_large
 from partition.errors import CorruptRecordError, LogClosedError, RaftStateError, StorageDamageError
-from partition.log import (
+from partition.checkpoint import (
     LOG_START_CHECKPOINT,
     RECOVERY_POINT_CLOSE_MIN_BYTES,
     RECOVERY_POINT_FLUSH_BYTES,
     RECOVERY_POINT_MIN_BYTES,
     ActiveCheckpoint,
-    Log,
-    LogConfig,
-    ProducerCheckpoint,
-    ProducerStateLoad,
-    RepairReport,
 )
+from partition.log import Log
+from partition.log_config import LogConfig
+from partition.log_integrity import RepairReport
+from partition.producer_snapshot import ProducerCheckpoint, ProducerStateLoad
 from partition.producer_state import ProducerStateManager
 from partition.raft import (
     AdvanceLogStart,

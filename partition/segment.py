@@ -75,7 +75,6 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import struct
 import threading
 from bisect import bisect_right
 from collections import OrderedDict, deque
@@ -85,9 +84,11 @@ from collections.abc import Callable, Iterator
 from typing import Any, Final, TypeVar
 
 from partition.batch import (
+    HEADER,
     HEADER_BYTES,
     LOG_OVERHEAD,
     MAGIC,
+    MIN_BATCH_LENGTH,
     Header,
     decode_batch,
     read_header,
@@ -141,10 +142,6 @@ LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIMEINDEX_SUFFIX = ".timeindex"
 INT32_MAX = 0x7FFFFFFF
-_MIN_BATCH_LENGTH = HEADER_BYTES - LOG_OVERHEAD
-# Header layout of RecordBatch v2 (see partition/batch.py); parsed here without the
-# "whole batch inside the buffer" check because the walk reads headers only.
-_HEADER = struct.Struct(">qiibIhiqqqhii")
 _WALK_CHUNK_BYTES = 8192
 _SCAN_CHUNK_BYTES = 8 << 20
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")  # drop_cached advises whole pages
@@ -521,10 +518,10 @@ def fsync_path(path: Path) -> bool:
 
 def parse_header_prefix(data, off: int = 0) -> Header:
     """Header fields at `off` (61 bytes must be there); checks magic and minimum length only."""
-    h = Header(*_HEADER.unpack_from(data, off))
+    h = Header(*HEADER.unpack_from(data, off))  # not read_header: the walk reads headers only
     if h.magic != MAGIC:
         raise CorruptRecordError(f"magic {h.magic} (expected {MAGIC})")
-    if h.batch_length < _MIN_BATCH_LENGTH or h.last_offset_delta < 0:
+    if h.batch_length < MIN_BATCH_LENGTH or h.last_offset_delta < 0:
         raise CorruptRecordError(
             f"batch length {h.batch_length} / last offset delta {h.last_offset_delta}")
     return h
@@ -1131,7 +1128,7 @@ class Segment:
             base = int.from_bytes(head[0:8], "big", signed=True)
             blen = int.from_bytes(head[8:12], "big", signed=True)
             delta = int.from_bytes(head[23:27], "big", signed=True)
-            if base < prev_next or delta < 0 or blen < _MIN_BATCH_LENGTH or delta > INT32_MAX:
+            if base < prev_next or delta < 0 or blen < MIN_BATCH_LENGTH or delta > INT32_MAX:
                 break
             lost += delta + 1
             prev_next = base + delta + 1
