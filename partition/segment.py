@@ -114,6 +114,11 @@ class FileSlice:
     offset: int
     length: int
 
+    def intact(self) -> bool:
+        """Always (raftlog.base.protocol.FilePart): the dup keeps the bytes readable; a maker
+        that must know whether they are still the log's wraps the slice (replica.LogSlice)."""
+        return True
+
     def close(self) -> None:
         os.close(self.fd)
 
