@@ -28,7 +28,6 @@ segment; recovery point: 0, scan all).
 from __future__ import annotations
 
 import logging
-import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +40,6 @@ __all__ = [
     "RECOVERY_POINT_MIN_BYTES", "RECOVERY_POINT_CLOSE_MIN_BYTES", "RECOVERY_POINT_FLUSH_BYTES",
     "ActiveCheckpoint", "encode_checkpoint", "decode_checkpoint", "read_checkpoint",
     "read_offset_checkpoint", "producer_snapshot_name", "producer_snapshot_offset_of",
-    "unlink_if_present", "read_or_none",
 ]
 
 logger = logging.getLogger(__name__)
@@ -166,20 +164,3 @@ def producer_snapshot_offset_of(name: str) -> int | None:
     if not name.startswith(PRODUCER_SNAPSHOT_PREFIX) or len(tail) != 20 or not tail.isdigit():
         return None
     return int(tail)
-
-
-def unlink_if_present(path: Path) -> bool:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        return False
-    return True
-
-
-def read_or_none(path: Path, max_bytes: int = -1) -> bytes | None:
-    """The file's bytes (at most `max_bytes` of them if given), None if it does not exist."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(max_bytes)
-    except FileNotFoundError:
-        return None

@@ -61,13 +61,13 @@ from partition.batch import (
 )
 from partition.compression import compress, decompress
 from partition.errors import CorruptRecordError
+from partition.file_io import pwrite_all
 from partition.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIMEINDEX_SUFFIX,
     Segment,
     parse_segment_name,
-    pwrite_all,
     segment_name,
 )
 

@@ -84,7 +84,6 @@ from partition.checkpoint import (
     ActiveCheckpoint,
     encode_checkpoint,
     producer_snapshot_name,
-    unlink_if_present,
 )
 from partition.epoch_cache import LeaderEpochCache
 from partition.errors import (
@@ -99,7 +98,8 @@ from partition.log_integrity import LogIntegrity, RepairReport, check_read
 from partition.log_loader import LogLoader, RecoveryReport, ScannedTail
 from partition.log_retention import CompactionPlan, LogRetention
 from partition.producer_snapshot import ProducerCheckpoint, ProducerSnapshots, ProducerStateLoad
-from partition.segment import INT32_MAX, FileSlice, Segment, write_durably
+from partition.file_io import unlink_if_present, write_durably
+from partition.segment import INT32_MAX, FileSlice, Segment
 from partition.telemetry import LatencyBuckets
 from raftlog.base.errors import MessageTooLargeError, OffsetOutOfRangeError
 

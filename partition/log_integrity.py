@@ -52,7 +52,8 @@ from partition.batch import (
 )
 from partition.errors import CorruptRecordError, LogClosedError, StorageDamageError
 from partition.log_loader import count_records
-from partition.segment import INT32_MAX, Segment, SegmentVerifier, read_whole_file_or_none
+from partition.file_io import read_or_none
+from partition.segment import INT32_MAX, Segment, SegmentVerifier
 
 __all__ = ["LogIntegrity", "RepairReport", "check_read"]
 
@@ -186,8 +187,8 @@ class LogIntegrity:
             if found is None or found[1] is None:
                 return None
             seg = found[0]
-            return (read_whole_file_or_none(seg.index_path) == seg.index.to_bytes()
-                    and read_whole_file_or_none(seg.timeindex_path) == seg.timeindex.to_bytes())
+            return (read_or_none(seg.index_path) == seg.index.to_bytes()
+                    and read_or_none(seg.timeindex_path) == seg.timeindex.to_bytes())
 
     def repair(self, base_offset: int) -> RepairReport | None:
         """The writer's answer to damage in the segment starting at `base_offset`: check it

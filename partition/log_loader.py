@@ -27,9 +27,9 @@ from partition.checkpoint import (
     ActiveCheckpoint,
     read_checkpoint,
     read_offset_checkpoint,
-    read_or_none,
 )
 from partition.epoch_cache import LeaderEpochCache
+from partition.file_io import TMP_SUFFIX, read_or_none
 from partition.errors import CorruptRecordError, StorageDamageError
 from partition.index import IndexCorrupt, OffsetIndex, TimeIndex
 from partition.log_config import LogConfig
@@ -37,7 +37,6 @@ from partition.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIMEINDEX_SUFFIX,
-    TMP_SUFFIX,
     ResumePoint,
     Segment,
     parse_segment_name,

@@ -32,13 +32,11 @@ from partition.checkpoint import (
     RECOVERY_POINT_MIN_BYTES,
     producer_snapshot_name,
     producer_snapshot_offset_of,
-    read_or_none,
-    unlink_if_present,
 )
 from partition.errors import LogClosedError, StorageDamageError
+from partition.file_io import read_or_none, unlink_if_present, write_durably
 from partition.log_loader import ScannedTail
 from partition.producer_state import MAX_SNAPSHOT_BYTES, ProducerSnapshot, ProducerStateManager
-from partition.segment import write_durably
 
 __all__ = ["ProducerSnapshots", "ProducerCheckpoint", "ProducerStateLoad"]
 

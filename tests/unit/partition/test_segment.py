@@ -131,7 +131,7 @@ def test_parse_segment_name_ignores_other_files(name):
 def test_pwrite_all_writes_every_byte_in_calls_of_at_most_the_chunk(tmp_path, monkeypatch):
     import os
 
-    from partition import segment
+    from partition import file_io as segment
 
     calls = []
     real = os.pwritev
