@@ -75,6 +75,7 @@ __all__ = [
     "COMPRESSION_MASK",
     "PARTITION_LEADER_EPOCH_AT",
     "LAST_OFFSET_DELTA_AT",
+    "INT32_MAX",
 ]
 
 HEADER_BYTES = 61
@@ -114,7 +115,7 @@ assert HEADER_HEAD.size == CRC_START and HEADER_TAIL.size == HEADER_BYTES - CRC_
 _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
 _UINT32 = struct.Struct(">I")
-_INT32_MAX = 0x7FFFFFFF
+INT32_MAX = 0x7FFFFFFF
 
 
 class TimestampType(enum.IntEnum):
@@ -178,7 +179,7 @@ class Header:
         """base_sequence + last_offset_delta, wrapping past int32 max like Kafka; -1 if none."""
         if self.base_sequence == NO_SEQUENCE:
             return NO_SEQUENCE
-        return (self.base_sequence + self.last_offset_delta) % (_INT32_MAX + 1)
+        return (self.base_sequence + self.last_offset_delta) % (INT32_MAX + 1)
 
 
 def _corrupt(pos: int, what: str) -> CorruptRecordError:

@@ -113,7 +113,6 @@ class CleanedSegment:
 
     segment: Segment
     records_removed: int
-    new_size: int
     emptied: tuple[int, ...] = ()  # base offsets of producer batches dropped whole, ascending
 
 
@@ -253,7 +252,7 @@ def clean(directory: Path, segments: list[Segment], *, now_ms: int, delete_reten
                 bytes(out), seg.base_offset, index_interval_bytes=index_interval_bytes,
                 max_index_bytes=max_index_bytes)
             _write_cleaned(directory, seg.base_offset, (bytes(out), index_bytes, timeindex_bytes))
-            cleaned.append(CleanedSegment(seg, removed, len(out), tuple(emptied)))
+            cleaned.append(CleanedSegment(seg, removed, tuple(emptied)))
             result.records_removed += removed
             result.bytes_reclaimed += seg.size_bytes - len(out)
         if cleaned:

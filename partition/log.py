@@ -99,7 +99,7 @@ from partition.log_loader import LogLoader, RecoveryReport, ScannedTail
 from partition.log_retention import CompactionPlan, LogRetention
 from partition.producer_snapshot import ProducerCheckpoint, ProducerSnapshots, ProducerStateLoad
 from partition.file_io import unlink_if_present, write_durably
-from partition.segment import INT32_MAX, FileSlice, Segment
+from partition.segment import DEFAULT_MAX_OPEN_SEGMENTS, INT32_MAX, FileCache, FileSlice, Segment
 from partition.telemetry import LatencyBuckets
 from raftlog.base.errors import MessageTooLargeError, OffsetOutOfRangeError
 
@@ -119,9 +119,11 @@ logger = logging.getLogger(__name__)
 class Log(LogLoader, LogIntegrity, LogRetention, ProducerSnapshots):
     """A partition's log. Open with `Log.open`; see the module docstring for invariants."""
 
-    def __init__(self, directory: Path, config: LogConfig):
+    def __init__(self, directory: Path, config: LogConfig, files: FileCache | None = None):
         self.directory = directory
         self.config = config
+        # The node's open-file cache of sealed segments; a log opened alone has its own.
+        self._files = files if files is not None else FileCache(DEFAULT_MAX_OPEN_SEGMENTS)
         self._segments: list[Segment] = []
         self._bases: list[int] = []
         self._pending: list[Segment] = []
@@ -353,7 +355,7 @@ class Log(LogLoader, LogIntegrity, LogRetention, ProducerSnapshots):
         old = self._active
         old.seal()
         new = Segment.create(self.directory, self.log_end_offset,
-                             max_index_bytes=self.config.max_index_bytes)
+                             max_index_bytes=self.config.max_index_bytes, files=self._files)
         with self._lock:
             self._segments.append(new)
             self._bases.append(new.base_offset)
@@ -616,7 +618,8 @@ class Log(LogLoader, LogIntegrity, LogRetention, ProducerSnapshots):
         for s in old:
             self._close_segment(s)
             s.delete_files()
-        new = Segment.create(self.directory, start, max_index_bytes=self.config.max_index_bytes)
+        new = Segment.create(self.directory, start, max_index_bytes=self.config.max_index_bytes,
+                             files=self._files)
         with self._lock:
             self._segments = [new]
             self._bases = [start]

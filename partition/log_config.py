@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from partition.segment import INT32_MAX
+from partition.batch import INT32_MAX
 
 __all__ = ["LogConfig", "CACHED_TAIL_BYTES"]
 

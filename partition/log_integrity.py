@@ -53,7 +53,8 @@ from partition.batch import (
 from partition.errors import CorruptRecordError, LogClosedError, StorageDamageError
 from partition.log_loader import count_records
 from partition.file_io import read_or_none
-from partition.segment import INT32_MAX, Segment, SegmentVerifier
+from partition.segment import INT32_MAX, Segment
+from partition.segment_verifier import SegmentVerifier
 
 __all__ = ["LogIntegrity", "RepairReport", "check_read"]
 

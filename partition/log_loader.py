@@ -33,11 +33,12 @@ from partition.file_io import TMP_SUFFIX, read_or_none
 from partition.errors import CorruptRecordError, StorageDamageError
 from partition.index import IndexCorrupt, OffsetIndex, TimeIndex
 from partition.log_config import LogConfig
+from partition.segment_verifier import ResumePoint
 from partition.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIMEINDEX_SUFFIX,
-    ResumePoint,
+    FileCache,
     Segment,
     parse_segment_name,
 )
@@ -90,18 +91,20 @@ class LogLoader:
     """Log's opening and recovery (module docstring)."""
 
     @classmethod
-    def open(cls, directory: Path, config: LogConfig, *, now_ms: int) -> Self:
+    def open(cls, directory: Path, config: LogConfig, *, now_ms: int,
+             files: FileCache | None = None) -> Self:
         """Open (creating if absent) the log in `directory` and recover it.
 
         Order: finish or roll back half-done compaction swaps; drop temp files and segments
         wholly below the log start; trust segments below the recovery point through their
         (checked, else rebuilt) indexes; CRC-scan the rest, cutting at the first bad batch;
         reload or rebuild the epoch cache; fsync what recovery changed. `.recovery` holds the
-        RecoveryReport. Raises OSError on I/O failure."""
+        RecoveryReport. `files`: the node's open-file cache of sealed segments (None: one of
+        the log's own). Raises OSError on I/O failure."""
         started = time.perf_counter()
         directory = Path(directory)
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        log = cls(directory, config)
+        log = cls(directory, config, files)
         try:
             log._recover(now_ms, started)
         except BaseException:
@@ -147,10 +150,12 @@ class LogLoader:
         if not bases:
             self._dir_dirty = True
             self._segments = [Segment.create(self.directory, log_start,
-                                             max_index_bytes=cfg.max_index_bytes)]
+                                             max_index_bytes=cfg.max_index_bytes,
+                                             files=self._files)]
         else:
             self._segments = [Segment.open_existing(self.directory, b,
-                                                    max_index_bytes=cfg.max_index_bytes)
+                                                    max_index_bytes=cfg.max_index_bytes,
+                                                    files=self._files)
                               for b in bases]
         self._bases = [s.base_offset for s in self._segments]
         rebuilt: list[str] = []

@@ -229,7 +229,8 @@ class LogRetention:
                         cleaner.install(self.directory, dir_fd, old.base_offset,
                                         self._cleaner_crash_point)
                     new = Segment.open_existing(self.directory, old.base_offset,
-                                                max_index_bytes=self.config.max_index_bytes)
+                                                max_index_bytes=self.config.max_index_bytes,
+                                                files=self._files)
                     new.load_indexes(next_base_offset=self._segments[i + 1].base_offset,
                                      index_interval_bytes=self.config.index_interval_bytes)
                     new.make_evictable()  # the cleaner fsynced it

@@ -77,6 +77,7 @@ from partition.quorum_state import (
     read_quorum_state,
     write_quorum_state,
 )
+from partition.segment import DEFAULT_MAX_OPEN_SEGMENTS, FileCache
 from partition.replica_settings import log_config_for
 from raftlog.base.aio import acquire_free
 from raftlog.base.errors import (
@@ -96,11 +97,13 @@ class DiskWork:
     """The bounded worker threads of one node's blocking disk work, shared by its replicas:
     `io` for cold reads, truncations, log resets, segment checks, repairs and reopens;
     `maintenance` for retention and compaction (one replica at a time); `quorum_states`, the
-    group commit of quorum-state writes."""
+    group commit of quorum-state writes. And `files`, the open-file cache of their logs'
+    sealed segments (partition/segment.py "Open files"), which the node sizes."""
 
     io: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(DISK_IO_THREADS))
     maintenance: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(1))
     quorum_states: QuorumStateCommits = field(default_factory=lambda: QuorumStateCommits())
+    files: FileCache = field(default_factory=lambda: FileCache(DEFAULT_MAX_OPEN_SEGMENTS))
 
 
 
@@ -174,7 +177,7 @@ class ReplicaStorage:
         if read_or_none(d / PARTITION_METADATA_FILE) != meta:
             write_durably(d, PARTITION_METADATA_FILE, meta)
         now = self._clock_ms()
-        log = Log.open(d, log_config_for(self.topic_config), now_ms=now)
+        log = Log.open(d, log_config_for(self.topic_config), now_ms=now, files=self.disk.files)
         try:
             if log.recovery is not None and log.recovery.segment is not None:
                 log_event(logger, "replica_tail_cut", level=logging.WARNING, topic=self.topic,
