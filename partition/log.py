@@ -573,16 +573,7 @@ class Log(LogLoader, LogIntegrity, LogRetention, ProducerSnapshots):
             return
         i = max(bisect_right(self._bases, offset) - 1, 0)
         seg = self._segments[i]
-        later = self._segments[i + 1:]
-        # First lower the recovery point: a crash from here on must find this segment
-        # scanned, not trusted through index files that no longer match it.
-        self._before_cut(offset)
-        self._set_recovery_point(min(self._clean_below, seg.base_offset))
-        with self._lock:
-            del self._segments[i + 1:]
-            del self._bases[i + 1:]
-            self._pending = [s for s in self._pending if s not in later and s is not seg]
-            self._dir_dirty = True
+        later = self._cut_after(i, offset)
         for s in later:
             self._close_segment(s)
             s.delete_files()
@@ -597,6 +588,23 @@ class Log(LogLoader, LogIntegrity, LogRetention, ProducerSnapshots):
             self.flushed_offset = min(self.flushed_offset, new_end)
         if self._epochs.truncate_from_end(new_end):
             self._write_epochs()
+
+    def _cut_after(self, i: int, cut_offset: int) -> list[Segment]:
+        """Under _flush_lock, the start of a cut inside the i-th segment (a truncation, a
+        repair): first lower the recovery point, since a crash from here on must find that
+        segment scanned, not trusted through index files that no longer match it; then take
+        every later segment out of the list. Returns those (the caller closes and deletes
+        them); the i-th is no longer pending a flush (the caller makes it active)."""
+        seg = self._segments[i]
+        later = self._segments[i + 1:]
+        self._before_cut(cut_offset)
+        self._set_recovery_point(min(self._clean_below, seg.base_offset))
+        with self._lock:
+            del self._segments[i + 1:]
+            del self._bases[i + 1:]
+            self._pending = [s for s in self._pending if s not in later and s is not seg]
+            self._dir_dirty = True
+        return later
 
     def _epochs_from_start(self, start: int) -> bool:
         """The epoch cache after the log start moved to `start`: epochs wholly below it go,

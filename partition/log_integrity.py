@@ -210,13 +210,7 @@ class LogIntegrity:
             if check.damage is None:
                 return None
             try:
-                self._before_cut(seg.base_offset)
-                self._set_recovery_point(min(self._clean_below, seg.base_offset))
-                with self._lock:
-                    del self._segments[i + 1:]
-                    del self._bases[i + 1:]
-                    self._pending = [s for s in self._pending if s not in later and s is not seg]
-                    self._dir_dirty = True
+                self._cut_after(i, seg.base_offset)
                 dropped = sum(s.size_bytes for s in later)
                 lost = sum(count_records(s) for s in later)
                 for s in later:
