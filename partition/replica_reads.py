@@ -53,6 +53,11 @@ class ReplicaReads:
         KafkaStorageError (offline, or damage found: this replica repairs it from a peer),
         StorageDamageError (CORRUPT_MESSAGE with the offset: damage and no peer to repair
         from), OffsetOutOfRangeError."""
+        data = await self._read_committed(fetch_offset, max_bytes, zero_copy=False)
+        return b"" if data is None else data
+
+    async def _read_committed(self, fetch_offset: int, max_bytes: int, *, zero_copy: bool) -> Any:
+        """`read_committed` / `read_committed_slice`: None when there is nothing to read."""
         self.check_leader()
         log = self.log
         if fetch_offset < log.log_start_offset or fetch_offset > log.log_end_offset:
@@ -60,9 +65,9 @@ class ReplicaReads:
                                         log_end_offset=log.log_end_offset)
         hw = self.high_watermark
         if fetch_offset >= hw:
-            return b""
+            return None
         try:
-            return await self._read(log, fetch_offset, max_bytes, max_offset=hw)
+            return await self._read(log, fetch_offset, max_bytes, max_offset=hw, zero_copy=zero_copy)
         except StorageDamageError as exc:
             raise self._damaged_read(exc) from None
         except LogClosedError as exc:
@@ -85,21 +90,7 @@ class ReplicaReads:
         closes it), None where that returns b"". The range is checked as `read_committed`'s
         bytes are (never a slice over a bad batch); the check runs where `_read` would read.
         Same errors."""
-        self.check_leader()
-        log = self.log
-        if fetch_offset < log.log_start_offset or fetch_offset > log.log_end_offset:
-            raise OffsetOutOfRangeError(offset=fetch_offset, log_start_offset=log.log_start_offset,
-                                        log_end_offset=log.log_end_offset)
-        hw = self.high_watermark
-        if fetch_offset >= hw:
-            return None
-        try:
-            return await self._read(log, fetch_offset, max_bytes, max_offset=hw, zero_copy=True)
-        except StorageDamageError as exc:
-            raise self._damaged_read(exc) from None
-        except LogClosedError as exc:
-            self._go_offline(exc)
-            raise
+        return await self._read_committed(fetch_offset, max_bytes, zero_copy=True)
 
     async def _read(self, log: Log, offset: int, max_bytes: int, *,
                     max_offset: int | None = None, zero_copy: bool = False,
