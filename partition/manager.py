@@ -108,7 +108,7 @@ from partition.replica import (
     log_config_for,
 )
 from partition.replication import SESSION_MAX_WAIT_MS, ReplicationLinks
-from partition.segment import DEFAULT_MAX_OPEN_SEGMENTS, FILE_CACHE, SegmentVerifier
+from partition.segment import DEFAULT_MAX_OPEN_SEGMENTS, SegmentVerifier
 from partition.telemetry import ReplicaTelemetry, batch_records, slice_records
 from partition.validator import validate_client_records
 from raftlog.base.errors import (
@@ -236,7 +236,7 @@ class ReplicaManager:
         self._on_disk_at_start: set[str] = set()  # replica directories found by `run`
         self.scrub_bytes_per_s: int = getattr(config, "scrub_bytes_per_s", DEFAULT_SCRUB_BYTES_PER_S)
         self.scrub_interval_ms: int = getattr(config, "scrub_interval_ms", DEFAULT_SCRUB_INTERVAL_MS)
-        FILE_CACHE.set_max_open(getattr(config, "log_open_files_max", DEFAULT_MAX_OPEN_SEGMENTS))
+        self.disk.files.set_max_open(getattr(config, "log_open_files_max", DEFAULT_MAX_OPEN_SEGMENTS))
         self.scrub_passes = 0
         self._reopen_at: dict[tuple[str, int], float] = {}
         self._open_failed: dict[tuple[str, int], Replica] = {}

@@ -11,7 +11,7 @@ import trio
 from metadata.image import BrokerRegistration, MetadataImage, PartitionState, TopicImage
 from partition.batch import BatchBuilder, decode_batches
 from partition.manager import ReplicaManager
-from partition.replica import ReplicaSettings
+from partition.replica_settings import ReplicaSettings
 from raftlog.base.errors import (
     InvalidRequestError,
     NotControllerError,

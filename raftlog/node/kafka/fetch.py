@@ -4,8 +4,9 @@ Fetch runs `ReplicaManager.fetch_partitions` (the native fetch's code: leader on
 high watermark, long poll on min_bytes / max_wait_ms, per-partition and per-request byte
 limits, at least one whole batch) with `zero_copy`: each partition's records are a slice of
 the segment file, and the response is encoded around placeholders (codec.encode_response)
-so the writer sends the header bytes, then the file range with os.sendfile (in a worker
-thread: a page evicted meanwhile would block). The ranges are checked as every read is
+so the writer sends the header bytes, then the file range with os.sendfile (the native
+listener's writer, raftlog/node/writer.py: on the trio thread, as the replica read or warmed
+the range into the page cache). The ranges are checked as every read is
 (partition/log.py "Integrity": `read_slice` checks each batch's header and CRC-32C before it
 makes a slice, once per byte, in a worker thread when the bytes are cold), so no damaged byte
 is sent: the partition answers KAFKA_STORAGE_ERROR while its replica repairs from a peer, or
