@@ -33,8 +33,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Final, Protocol
+from typing import Final, Protocol, TypeAlias
 
+from partition.segment import FileSlice
 from raftlog.base.errors import RaftlogError
 
 __all__ = [
@@ -137,14 +138,9 @@ class FetchRequest:
     zero_copy: bool = False  # records as RecordsSlice (the caller closes them), else bytes
 
 
-class RecordsSlice(Protocol):
-    """A range of a segment file to send with sendfile (partition/segment.py FileSlice)."""
-
-    fd: int
-    offset: int
-    length: int
-
-    def close(self) -> None: ...
+# A range of a segment file (fd, offset, length; `close()` by its holder) that a listener
+# sends with sendfile: the zero-copy fetch's records.
+RecordsSlice: TypeAlias = FileSlice
 
 
 @dataclass(slots=True)
