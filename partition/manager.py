@@ -3,11 +3,11 @@ replicas the metadata image assigns to this broker, plus the replication peer op
 are served by its `port` (partition/service.py PartitionService, the partition port of
 partition/port.py): the listeners call that, never the replicas.
 
-    ReplicaManager(config: NodeConfig, metadata: MetadataService, peers: PeerPool)
+    ReplicaManager(config: ManagerConfig, metadata: BrokerMetadata, peers: PeerPool)
 
-What it uses of `metadata`: `image`, `peer_address(id)`, `client_address(id)`,
-`await report_partition_leaders([LeaderReport])` (per-report results),
-`await allocate_producer_ids()`.
+What it uses of `metadata` (`BrokerMetadata`): `image`, `controller_id`, `peer_address(id)`,
+`client_address(id)`, `await report_partition_leaders([LeaderReport])` (per-report
+results), `await allocate_producer_ids()`.
 
 * Replicas: `on_image` only records the image; a reconcile task (debounced: images replayed
   at start arrive in bursts, and acting on an intermediate one could wipe a live replica)
@@ -68,7 +68,7 @@ import shutil
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import cbor2
 import trio
@@ -90,7 +90,7 @@ from partition.replica import (
 )
 from partition.replication import SESSION_MAX_WAIT_MS, ReplicationLinks
 from partition.segment import DEFAULT_MAX_OPEN_SEGMENTS, FILE_CACHE, SegmentVerifier
-from partition.service import PartitionService
+from partition.service import BrokerDirectory, PartitionService
 from partition.telemetry import ReplicaTelemetry, TopicTraffic
 from raftlog.base.errors import (
     InvalidRequestError,
@@ -128,6 +128,33 @@ DEFAULT_SCRUB_INTERVAL_MS: Final = 3_600_000
 SCRUB_STEP_BYTES: Final = 1 << 20  # one worker-thread read of the scrubber
 OPEN_THREADS: Final = 2  # replicas opened at once (module docstring, "Opening")
 SCRUB_IDLE_S: Final = 5.0  # nothing to scrub yet: look again after this
+class BrokerMetadata(BrokerDirectory, Protocol):
+    """What the manager (and its port, partition/service.py) uses of the metadata service
+    (metadata/service.py MetadataService)."""
+
+    @property
+    def image(self) -> MetadataImage: ...
+
+    @property
+    def controller_id(self) -> int | None: ...
+
+    def peer_address(self, broker_id: int) -> str | None: ...
+
+    async def report_partition_leaders(self, reports: list[LeaderReport]) -> list[dict[str, Any]]: ...
+
+
+class ManagerConfig(Protocol):
+    """The node settings the manager reads (raftlog/node/config.py NodeConfig); the others
+    (tick_ms, election_timeout_ms, scrub_*, log_open_files_max) are read with defaults until
+    the services' typed settings objects exist."""
+
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def data_dir(self) -> str | os.PathLike[str]: ...
+
+
 Handler = Callable[[Request], Awaitable[Mapping[str, Any] | None]]
 
 
@@ -142,8 +169,8 @@ class ReplicaManager:
 
     def __init__(
         self,
-        config: Any,
-        metadata: Any,
+        config: ManagerConfig,
+        metadata: BrokerMetadata,
         peers: PeerPool,
         *,
         settings: ReplicaSettings | None = None,
@@ -667,7 +694,7 @@ class ReplicaManager:
                 if not batch:
                     break
                 t0 = trio.current_time()
-                controller_id = getattr(self.metadata, "controller_id", None)
+                controller_id = self.metadata.controller_id
                 try:
                     results = await self.metadata.report_partition_leaders(
                         [LeaderReport(r.topic, r.partition, self.node_id, epoch) for r, epoch, _ in batch])
@@ -705,7 +732,7 @@ class ReplicaManager:
         with trio.move_on_after(seconds):
             while True:
                 await trio.sleep(REPORT_CONTROLLER_POLL_S)
-                now = getattr(self.metadata, "controller_id", None)
+                now = self.metadata.controller_id
                 if now is not None and now != controller_id:
                     return
 
