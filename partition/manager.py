@@ -77,13 +77,11 @@ from metadata.controller import LeaderReport
 from metadata.image import MetadataImage, PartitionState, TopicImage
 from metadata.topic_config import TopicConfig
 from partition.errors import StorageDamageError
-from partition.log import RepairReport
 from partition.replica import (
     PARTITION_METADATA_FILE,
     DiskWork,
     offline_kind as offline_kind_of,
     Replica,
-    ReplicaObserver,
     ReplicaSettings,
     fetch_wait_ticks,
     log_config_for,
@@ -91,6 +89,7 @@ from partition.replica import (
 from partition.replication import SESSION_MAX_WAIT_MS, ReplicationLinks
 from partition.segment import DEFAULT_MAX_OPEN_SEGMENTS, FILE_CACHE, SegmentVerifier
 from partition.service import BrokerDirectory, PartitionService
+from partition.storage_metrics import StorageMetrics
 from partition.telemetry import ReplicaTelemetry, TopicTraffic
 from raftlog.base.errors import (
     InvalidRequestError,
@@ -222,7 +221,8 @@ class ReplicaManager:
         self.scrub_passes = 0
         self._reopen_at: dict[tuple[str, int], float] = {}
         self._open_failed: dict[tuple[str, int], Replica] = {}
-        self._metrics = _StorageMetrics(registry if registry is not None else MetricsRegistry(), self)
+        self._metrics = StorageMetrics(registry if registry is not None else MetricsRegistry(),
+                                       lambda: self._replicas.values(), self.free_bytes)
         # The partition port (partition/port.py): the listeners' way in. Its native ops are
         # raftlog/node/native_partition.py's, behind the node's ACL guard.
         self.port = PartitionService(self, metadata)
@@ -753,60 +753,3 @@ class ReplicaManager:
                 if p is not None and (p.leader, p.leader_epoch) != (self.node_id, r.leader_epoch):
                     if p.leader_epoch <= r.leader_epoch:
                         self._start_report(r)
-
-
-class _StorageMetrics(ReplicaObserver):
-    """The replicas' storage events as metrics (module docstring), and the gauges."""
-
-    def __init__(self, registry: MetricsRegistry, manager: ReplicaManager):
-        self._scrub_bytes = registry.counter(
-            "raftlog_scrub_bytes_total", "Bytes of sealed segments the scrubber re-read.")
-        self._scrub_segments = registry.counter(
-            "raftlog_scrub_segments_total", "Sealed segments the scrubber checked whole.")
-        self._damage = registry.counter(
-            "raftlog_storage_damage_total",
-            "Damaged bytes at rest found (never served), by the path that found them.",
-            ("found_by", "what"))
-        self._repairs = registry.counter(
-            "raftlog_replica_repairs_total", "Logs cut at damage to refetch the rest from a peer.")
-        self._repair_bytes = registry.counter(
-            "raftlog_replica_repair_dropped_bytes_total", "Bytes repairs dropped (refetched).")
-        self._index_rebuilds = registry.counter(
-            "raftlog_index_rebuilds_total", "Segment indexes rebuilt after they disagreed.")
-        self._offline = registry.counter(
-            "raftlog_replica_offline_total", "Replicas that went offline, by kind.", ("kind",))
-        self._reopens = registry.counter(
-            "raftlog_replica_reopens_total", "Attempts to bring an offline replica back.",
-            ("outcome",))
-        offline_now = registry.gauge(
-            "raftlog_replicas_offline", "Replicas offline now, by kind.", ("kind",))
-        for kind in ("disk_full", "io_error", "state_error"):
-            offline_now.labels(kind=kind).set_function(
-                lambda kind=kind: sum(1 for r in list(manager._replicas.values())
-                                      if r.offline_reason is not None and r.offline_kind == kind))
-        registry.gauge("raftlog_data_dir_free_bytes",
-                       "Free bytes on the data directory's file system.").set_function(
-            lambda: manager.free_bytes() or 0)
-
-    def scrubbed(self, n: int) -> None:
-        self._scrub_bytes.inc(n)
-
-    def scrubbed_segment(self) -> None:
-        self._scrub_segments.inc()
-
-    def damage_found(self, replica: Replica, found_by: str, what: str) -> None:
-        self._damage.labels(found_by=found_by, what=what).inc()
-
-    def index_rebuilt(self, replica: Replica) -> None:
-        self._index_rebuilds.inc()
-
-    def repaired(self, replica: Replica, report: RepairReport) -> None:
-        self._repairs.inc()
-        self._repair_bytes.inc(report.bytes_dropped)
-
-    def went_offline(self, replica: Replica, kind: str) -> None:
-        self._offline.labels(kind=kind).inc()
-
-    def reopened(self, replica: Replica, ok: bool) -> None:
-        self._reopens.labels(outcome="ok" if ok else "failed").inc()
-
