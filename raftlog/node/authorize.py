@@ -1,7 +1,9 @@
-"""ACL enforcement for the native client listener: every op's handler is wrapped by its policy,
-which checks the request's principal against the ACLs before the handler runs (so a refused
-request has no effect), and answers refusals the way Kafka does (PROTOCOL.md "Authorization").
+"""The node's one ACL guard, for the native and the Kafka listener alike: it checks a request's
+principal against the ACLs before anything runs (so a refused request has no effect), and
+answers refusals the way Kafka does (PROTOCOL.md "Authorization").
 
+    guard = Guard(authorizer_of)                      # authorizer_of None: no ACLs
+    port = GuardedPartitions(partition_port, guard.access(principal, host))
     guarded = guard_handlers(client_handlers, authorizer_of=lambda: authorizers.current())
 
 Policies (one per op, in POLICIES; an op without one is allowed to super users only, so a new
