@@ -297,7 +297,7 @@ async def run_node(
             default_partitions=config.default_partitions,
             default_replication_factor=config.default_replication_factor,
             request_timeout_ms=config.request_timeout_ms,
-            node_config=config, authorizer_of=authorizer_of,
+            node_config=config, authorizer_of=authorizer_of, guard=guard,
         )  # fmt: skip
         ports["kafka"] = await nursery.start(partial(
             serve_kafka, kafka_ctx, listen.kafka.host, listen.kafka.port,

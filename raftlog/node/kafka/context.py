@@ -86,10 +86,13 @@ class KafkaContext:
     # in worker threads, at most this many at once.
     disk_limiter: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(DISK_THREADS))
     _next_id: int = 0
-    guard: Guard = field(init=False)
+    # The node's one ACL guard (raftlog/node/authorize.py), shared with the native listener;
+    # made from `authorizer_of` when not given.
+    guard: Guard | None = None
 
     def __post_init__(self) -> None:
-        self.guard = Guard(self.authorizer_of)
+        if self.guard is None:
+            self.guard = Guard(self.authorizer_of)
 
     async def call(self, op: str, fields: Mapping[str, Any]) -> Mapping[str, Any] | None:
         """Run the native client handler of `op` with `fields`, as the current connection's
@@ -110,10 +113,12 @@ class KafkaContext:
     def access(self) -> Access:
         """What the current connection's principal may do (everything, without ACLs;
         nothing, with ACLs but no current connection)."""
+        guard = self.guard
+        assert guard is not None  # __post_init__
         connection = _CONNECTION.get()
         if connection is None:
-            return self.guard.nobody()
-        return self.guard.access(connection.principal, connection.host)
+            return guard.nobody()
+        return guard.access(connection.principal, connection.host)
 
     def port(self) -> GuardedPartitions:
         """The partition port behind the current connection's ACLs. Raises NotLeaderError
