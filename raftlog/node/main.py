@@ -61,7 +61,8 @@ from raftlog.base.peer_auth import peer_key
 from raftlog.base.protocol import Request
 from raftlog.base.tls import client_context, server_context
 from raftlog.node.auth import ListenerSecurity, client_session_factory, peer_session_factory
-from raftlog.node.authorize import AuthorizerCache, guard_handlers
+from raftlog.node.authorize import AuthorizerCache, Guard, guard_handlers
+from raftlog.node.native_partition import partition_handlers
 from raftlog.node.metadata_quorum import MetadataQuorum, QuorumConfig
 from raftlog.node.config import NodeConfig, ensure_meta_properties, load_config, take_incarnation
 from raftlog.node.http import serve_http
@@ -239,13 +240,18 @@ async def run_node(
     metadata = MetadataService(config, cluster_id, peers, quorum_factory=quorum_factory(config),
                                registry=registry, bootstrap_credentials=bootstrap, incarnation=incarnation)
     services = build_services(config, metadata, peers, registry)
-    client_handlers = merge_handlers([(s.name, s.client_handlers) for s in services])
     client_security = client_security_of(config, lambda: metadata.image)
     authorizer_of = None
     if config.authorizer_enabled:
         authorizers = AuthorizerCache(lambda: metadata.image, super_users=frozenset(config.super_users),
                                       allow_if_no_acls=config.allow_everyone_if_no_acl_found)
         authorizer_of = authorizers.current
+    guard = Guard(authorizer_of)  # the one ACL guard of both listeners
+    replicas = next((s for s in services if isinstance(s, ReplicaManager)), None)
+    # The partition port's native adapter (its ops checked by the guard at the port).
+    port_handlers = [] if replicas is None else [("partitions", partition_handlers(replicas.port, guard))]
+    client_handlers = merge_handlers([(s.name, s.client_handlers) for s in services] + port_handlers)
+    if authorizer_of is not None:
         client_handlers = guard_handlers(client_handlers, authorizer_of=authorizer_of)
     peer_handlers = merge_handlers([(s.name, s.peer_handlers) for s in services])
     for service in services:
@@ -305,12 +311,12 @@ async def run_node(
         kafka_ctx = KafkaContext(
             node_id=config.node_id, cluster_id=cluster_id, client_handlers=client_handlers,
             metadata=metadata,
-            replicas=next((s for s in services if isinstance(s, ReplicaManager)), None),
+            replicas=None if replicas is None else replicas.port,
             auto_create_topics=config.auto_create_topics,
             default_partitions=config.default_partitions,
             default_replication_factor=config.default_replication_factor,
             request_timeout_ms=config.request_timeout_ms,
-            node_config=config, authorizer_of=authorizer_of,
+            node_config=config, authorizer_of=authorizer_of, guard=guard,
         )  # fmt: skip
         ports["kafka"] = await nursery.start(partial(
             serve_kafka, kafka_ctx, listen.kafka.host, listen.kafka.port,
