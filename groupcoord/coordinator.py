@@ -55,7 +55,7 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from groupcoord import admin, membership, replay
+from groupcoord import admin, consumer_group_ops, membership, replay
 from groupcoord import offsets as offset_handlers  # `offsets` is a parameter name below
 from groupcoord.context import (
     ACTIVE,
@@ -238,6 +238,26 @@ class GroupCoordinator:
         or with `error`: {code, message}]}. Top-level errors: COORDINATOR_NOT_AVAILABLE, routing."""
         return self._ctx.run(lambda: membership.leave_group(
             self._ctx, group_id=group_id, members=members, now_ms=now_ms))
+
+    # ==== KIP-848 consumer groups ========================================================
+
+    def consumer_group_heartbeat(self, *, group_id: str, member_id: str, member_epoch: int,
+                                 topics: Mapping[str, int], now_ms: int, **fields: Any) -> Result:
+        """ConsumerGroupHeartbeat (consumer_group_ops.heartbeat documents the fields and
+        errors). `topics`: {name: partition count} of the cluster's topics now. Ok response
+        (after its records are committed): {member_id, member_epoch, heartbeat_interval_ms,
+        assignment: sorted [(topic, partition)] or None (unchanged)}."""
+        return self._ctx.run(lambda: consumer_group_ops.heartbeat(
+            self._ctx, group_id=group_id, member_id=member_id, member_epoch=member_epoch, topics=topics,
+            now_ms=now_ms, **fields))
+
+    def consumer_group_describe(self, group_ids: Sequence[str]) -> Result:
+        """ConsumerGroupDescribe (consumer_group_ops.describe documents the response)."""
+        return self._ctx.run(lambda: consumer_group_ops.describe(self._ctx, group_ids))
+
+    def consumer_group(self, group_id: str) -> Any:
+        """The live KIP-848 group (tests and /metrics read it; the shell must not mutate it)."""
+        return self._ctx.consumer_groups.get(group_id)
 
     # ==== offsets ========================================================================
 

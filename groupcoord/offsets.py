@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from groupcoord import consumer_group_ops
 from groupcoord.context import (
     NO_GENERATION,
     CommitOffset,
@@ -80,6 +81,8 @@ def offset_commit(
             raise IllegalGenerationError(f"group {group_id!r} does not exist at generation {generation_id}")
         ctx.check_group_room()
         # The group appears in the cache when the first offset is committed.
+    elif consumer_group_ops.validate_commit(ctx, group_id, member_id, generation_id):
+        ctx.touch(group)  # a KIP-848 group: the member epoch was checked
     else:
         _validate_commit(ctx, group, member_id, generation_id, group_instance_id, now_ms)
         ctx.touch(group)
