@@ -249,9 +249,32 @@ def test_classic_group_upgrades_online_with_its_offsets(cluster):
     try:
         wait_until(lambda: len(proc.values()) >= 10, "the upgraded member's records", TIMEOUT_S)
         assert describe(cluster, group).group_state in ("Stable", "Reconciling", "Assigning")
+        # raftlog groups describe: the protocol, the epochs, the member's current vs target.
+        d = wait_until(lambda: cli_describe(cluster, group), "a Stable group in `raftlog groups describe`")
+        assert d["type"] == "consumer" and d["group_epoch"] >= 1 and d["assignment_epoch"] == d["group_epoch"]
+        (member,) = d["members"]
+        assert member["partitions"] == member["target"] == [[topic, 0], [topic, 1]]
+        assert [r["lag"] for r in d["partitions"]] == [0, 0]
+        text = subprocess.run([sys.executable, "-m", "raftlog.cli", "groups", "describe", group, "--bootstrap",
+                               ",".join(cluster.bootstrap())], capture_output=True, text=True, timeout=60).stdout
+        assert "protocol: consumer (KIP-848)" in text and "TARGET" in text, text
+        listed = subprocess.run([sys.executable, "-m", "raftlog.cli", "groups", "list", "--json", "--bootstrap",
+                                 ",".join(cluster.bootstrap())], capture_output=True, text=True, timeout=60).stdout
+        assert {g["group_id"]: g["type"] for g in json.loads(listed)}[group] == "consumer"
     finally:
         proc.stop()
     assert sorted(proc.values()) == sorted(f"new{i}" for i in range(10))
+
+
+def cli_describe(cluster, group: str) -> dict[str, Any] | None:
+    out = subprocess.run([sys.executable, "-m", "raftlog.cli", "groups", "describe", group, "--json",
+                          "--bootstrap", ",".join(cluster.bootstrap())], capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        return None
+    d = json.loads(out.stdout)
+    if d.get("state") != "Stable" or any(r["lag"] != 0 for r in d["partitions"]):
+        return None
+    return d
 
 
 def test_bad_input_gets_kafka_errors_and_the_group_keeps_serving(cluster):
