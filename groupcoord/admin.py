@@ -153,16 +153,7 @@ def reset_offsets(
     ctx.check_append_room()
     if group is None:
         ctx.check_group_room()
-    key = ctx.new_key(group_id)
     items: list[tuple[Key, Value | None]] = [
         (OffsetKey(group_id, t, p), OffsetValue(o, "", now_ms)) for (t, p), o in sorted(offsets.items())
     ]
-
-    def committed(now: int) -> None:
-        ctx.complete(key, response)
-
-    def failed(err: RaftlogError, now: int) -> None:
-        ctx.complete(key, err)
-
-    ctx.append(partition, items, committed, failed)
-    return Pending(key)
+    return ctx.append_then_answer(partition, items, group_id, response)

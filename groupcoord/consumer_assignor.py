@@ -53,13 +53,10 @@ def _range(members: Mapping[str, frozenset[str]], topics: Mapping[str, int]) -> 
         mids = sorted(mid for mid, subs in members.items() if t in subs)
         if not mids:
             continue
-        count = topics[t]
-        share, extra = divmod(count, len(mids))
-        start = 0
+        share, extra = divmod(topics[t], len(mids))
         for i, mid in enumerate(mids):
-            n = share + (1 if i < extra else 0)
-            out[mid].update((t, p) for p in range(start, start + n))
-            start += n
+            first = i * share + min(i, extra)  # the first `extra` members take one more each
+            out[mid].update((t, p) for p in range(first, first + share + (i < extra)))
     return {mid: frozenset(tps) for mid, tps in out.items()}
 
 

@@ -297,16 +297,7 @@ def _write(ctx: CoordinatorContext, group: Group, cg: ConsumerGroup, partition: 
     items = items + cg.changes()
     if not items:
         return response
-    key = ctx.new_key(group.group_id)
-
-    def committed(now: int) -> None:
-        ctx.complete(key, response)
-
-    def failed(err: RaftlogError, now: int) -> None:
-        ctx.complete(key, err)
-
-    ctx.append(partition, items, committed, failed)
-    return Pending(key)
+    return ctx.append_then_answer(partition, items, group.group_id, response)
 
 
 # ---------------------------------------------------------------------------- timers

@@ -266,6 +266,21 @@ class CoordinatorContext:
         self.fx.appends.append(Append(append_id, partition, records))
         return append_id
 
+    def append_then_answer(self, partition: int, items: list[tuple[Any, Any]], group_id: str,
+                           response: Response) -> Pending:
+        """Append `items` and answer a new pending request of `group_id` with `response` once
+        they are committed, or with the append's error if it fails."""
+        key = self.new_key(group_id)
+
+        def committed(now: int) -> None:
+            self.complete(key, response)
+
+        def failed(err: RaftlogError, now: int) -> None:
+            self.complete(key, err)
+
+        self.append(partition, items, committed, failed)
+        return Pending(key)
+
     def append_committed(self, append_id: int, base_offset: int, now_ms: int) -> None:
         inflight = self.appends.pop(append_id, None)
         if inflight is None:

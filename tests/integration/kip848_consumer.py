@@ -16,18 +16,12 @@ Stops on SIGTERM: closes (leaves the group with epoch -1).
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
-import time
 
 from confluent_kafka import Consumer, KafkaException
 
-
-def out(obj: dict) -> None:
-    obj["t"] = time.monotonic()
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
+from group_consumer import out  # the same JSON-lines events (this script's folder is on sys.path)
 
 
 def main() -> int:

@@ -17,7 +17,9 @@ import pytest
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer as CKConsumer  # noqa: E402
+from confluent_kafka import ConsumerGroupState, ConsumerGroupType  # noqa: E402
 from confluent_kafka import Producer as CKProducer  # noqa: E402
+from confluent_kafka.admin import AdminClient  # noqa: E402
 from kafka.protocol.consumer.group import JoinGroupRequest, OffsetCommitRequest  # noqa: E402
 
 import node_harness as harness  # noqa: E402
@@ -261,6 +263,15 @@ def test_classic_group_upgrades_online_with_its_offsets(cluster):
         listed = subprocess.run([sys.executable, "-m", "raftlog.cli", "groups", "list", "--json", "--bootstrap",
                                  ",".join(cluster.bootstrap())], capture_output=True, text=True, timeout=60).stdout
         assert {g["group_id"]: g["type"] for g in json.loads(listed)}[group] == "consumer"
+        # confluent-kafka's admin client: ListGroups v5 by type, ConsumerGroupDescribe.
+        admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap()})
+        typed = admin.list_consumer_groups(request_timeout=30, types={ConsumerGroupType.CONSUMER}).result()
+        assert group in {g.group_id for g in typed.valid}
+        classic_only = admin.list_consumer_groups(request_timeout=30, types={ConsumerGroupType.CLASSIC}).result()
+        assert group not in {g.group_id for g in classic_only.valid}
+        described = admin.describe_consumer_groups([group], request_timeout=30)[group].result()
+        assert described.type == ConsumerGroupType.CONSUMER and described.state == ConsumerGroupState.STABLE
+        assert sorted(tp.partition for tp in described.members[0].assignment.topic_partitions) == [0, 1]
     finally:
         proc.stop()
     assert sorted(proc.values()) == sorted(f"new{i}" for i in range(10))
