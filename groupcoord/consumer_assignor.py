@@ -95,22 +95,20 @@ def _uniform(
         if tp not in owned:
             best = min(mids, key=lambda m: (len(out[m]), m))
             out[best].add(tp)
-    # 3. Balance: move from the most loaded to an eligible member with at least two fewer.
+    # 3. Balance: a partition moves to the least loaded member eligible for it while that one
+    #    holds at least two fewer; passes over the partitions until none moves (bounded).
     owner = {tp: mid for mid, a in out.items() for tp in a}
     for _ in range(MAX_MOVES_FACTOR * len(eligible)):
-        moved = False
-        for src in sorted(out, key=lambda m: (-len(out[m]), m)):
-            for tp in sorted(out[src]):
-                dst = min(eligible[tp], key=lambda m: (len(out[m]), m))
-                if len(out[dst]) + 2 <= len(out[src]):
-                    out[src].discard(tp)
-                    out[dst].add(tp)
-                    owner[tp] = dst
-                    moved = True
-                    break
-            if moved:
-                break
-        if not moved:
+        moves = 0
+        for tp in sorted(owner):
+            src = owner[tp]
+            dst = min(eligible[tp], key=lambda m: (len(out[m]), m))
+            if len(out[dst]) + 2 <= len(out[src]):
+                out[src].discard(tp)
+                out[dst].add(tp)
+                owner[tp] = dst
+                moves += 1
+        if not moves:
             break
     return {mid: frozenset(tps) for mid, tps in out.items()}
 

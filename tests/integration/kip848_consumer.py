@@ -16,12 +16,11 @@ Stops on SIGTERM: closes (leaves the group with epoch -1).
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 
 from confluent_kafka import Consumer, KafkaException
 
-from group_consumer import out  # the same JSON-lines events (this script's folder is on sys.path)
+from group_consumer import out, stop_on_sigterm  # the same JSON-lines events (this script's folder is on sys.path)
 
 
 def main() -> int:
@@ -32,13 +31,7 @@ def main() -> int:
     ap.add_argument("--regex")
     ap.add_argument("--client-id", default="kip848-consumer")
     args = ap.parse_args()
-    stop = False
-
-    def on_term(signum, frame):
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, on_term)
+    stop = stop_on_sigterm()
     consumer = Consumer({
         "bootstrap.servers": args.bootstrap, "group.id": args.group, "group.protocol": "consumer",
         "client.id": args.client_id, "auto.offset.reset": "earliest", "enable.auto.commit": False,
@@ -55,7 +48,7 @@ def main() -> int:
     consumer.subscribe([f"^{args.regex}" if args.regex else args.topic], on_assign=assigned, on_revoke=revoked,
                        on_lost=revoked)
     try:
-        while not stop:
+        while not stop.is_set():
             message = consumer.poll(0.2)
             if message is None:
                 continue
