@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterator
@@ -272,6 +273,13 @@ def test_classic_group_upgrades_online_with_its_offsets(cluster):
         described = admin.describe_consumer_groups([group], request_timeout=30)[group].result()
         assert described.type == ConsumerGroupType.CONSUMER and described.state == ConsumerGroupState.STABLE
         assert sorted(tp.partition for tp in described.members[0].assignment.topic_partitions) == [0, 1]
+        # /metrics of the coordinator: the group's epochs, its member by state, its state.
+        node_id = cluster.call(1, "find_coordinator", group_id=group)["node_id"]
+        with urllib.request.urlopen(f"http://{cluster.http(node_id)}/metrics", timeout=30) as answer:
+            metrics = answer.read().decode()
+        assert f'raftlog_consumer_group_epoch{{epoch="assignment",group="{group}"}}' in metrics
+        assert f'raftlog_consumer_group_members{{group="{group}",state="stable"}} 1.0' in metrics
+        assert f'raftlog_group_state{{group="{group}",state="Stable"}} 1.0' in metrics
     finally:
         proc.stop()
     assert sorted(proc.values()) == sorted(f"new{i}" for i in range(10))

@@ -256,3 +256,35 @@ def test_replay_rebuilds_the_group():
     assert after == before
     assert {tp for m in after["groups"][0]["members"] if m["member_id"] == "b" for r in m["assignment"]
             for tp in r["partitions"]} == {0, 1}
+
+
+def test_revocation_not_acknowledged_within_the_rebalance_timeout_fences_the_member():
+    s = Shell()
+    a = Client(s, "a", rebalance_timeout_ms=5_000)
+    a.beat()
+    Client(s, "b")
+    a.s.hb("a", a.epoch)  # told to revoke; never acknowledges
+    assert s.c.consumer_group(G).members["a"].pending_revocation
+    s.tick(5_000)
+    assert "a" not in s.c.consumer_group(G).members
+    with pytest.raises(UnknownMemberIdError):
+        s.hb("a", a.epoch)
+
+
+def test_empty_consumer_group_converts_back_to_classic_with_its_offsets():
+    s = Shell(group_min_session_timeout_ms=1000, group_initial_rebalance_delay_ms=0)
+    a = Client(s, "a")
+    s.answer(s.c.offset_commit(group_id=G, offsets=[CommitOffset("orders", 2, 9)], member_id="a",
+                               generation_id=a.epoch, now_ms=0))
+    s.hb("a", -1)
+    r = s.c.join_group(group_id=G, member_id="", protocol_type="consumer", protocols=[("range", b"")],
+                       session_timeout_ms=10_000, rebalance_timeout_ms=10_000, now_ms=0)
+    s.absorb(r)
+    assert s.c.consumer_group(G) is None and r.response.member_id  # MEMBER_ID_REQUIRED: a classic group now
+    assert s.answer(s.c.offset_fetch(group_id=G, partitions=[("orders", 2)]))["partitions"][0]["offset"] == 9
+    p = s.c.partition_for(G)
+    fresh = GroupCoordinator(s.cfg, random.Random(1))  # the log says the same
+    fresh.begin_load(p)
+    fresh.load(p, s.log[p])
+    fresh.finish_load(p, s.now)
+    assert fresh.consumer_group(G) is None
