@@ -282,11 +282,14 @@ class GroupCoordinator:
             generation_id=generation_id, group_instance_id=group_instance_id,
         ))
 
-    def offset_fetch(self, *, group_id: str, partitions: Sequence[tuple[str, int]] | None = None) -> Result:
+    def offset_fetch(self, *, group_id: str, partitions: Sequence[tuple[str, int]] | None = None,
+                     member_id: str = "", member_epoch: int = NO_GENERATION) -> Result:
         """OffsetFetch: committed offsets of `partitions`, or of every partition the group has
         committed when None. Ok response: {partitions: [{topic, partition, offset (-1 none),
-        leader_epoch (-1 none), metadata}]}. Errors: routing."""
-        return self._ctx.run(lambda: offset_handlers.offset_fetch(self._ctx, group_id=group_id, partitions=partitions))
+        leader_epoch (-1 none), metadata}]}. Errors: routing; for a KIP-848 group asked by a
+        member (OffsetFetch v9): UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH."""
+        return self._ctx.run(lambda: offset_handlers.offset_fetch(
+            self._ctx, group_id=group_id, partitions=partitions, member_id=member_id, member_epoch=member_epoch))
 
     # ==== administration =================================================================
 

@@ -554,7 +554,9 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
              field(d, "partition", int, where=f"partitions[{i}]"))
             for i, d in enumerate(raw)
         ]
-        result = self.core.offset_fetch(group_id=field(request, "group_id", str), partitions=parts)
+        result = self.core.offset_fetch(group_id=field(request, "group_id", str), partitions=parts,
+                                        member_id=field(request, "member_id", str, default=""),
+                                        member_epoch=field(request, "member_epoch", int, default=-1))
         return await self._answer(self._apply(result), 0)
 
     async def _list_groups(self, request: Request) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from confluent_kafka import Consumer as CKConsumer  # noqa: E402
 from confluent_kafka import ConsumerGroupState, ConsumerGroupType  # noqa: E402
 from confluent_kafka import Producer as CKProducer  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
-from kafka.protocol.consumer.group import JoinGroupRequest, OffsetCommitRequest  # noqa: E402
+from kafka.protocol.consumer.group import JoinGroupRequest, OffsetCommitRequest, OffsetFetchRequest  # noqa: E402
 
 import node_harness as harness  # noqa: E402
 from raftlog.node.kafka.schemas import ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest  # noqa: E402
@@ -318,6 +318,11 @@ def test_bad_input_gets_kafka_errors_and_the_group_keeps_serving(cluster):
                 partition_index=0, committed_offset=1, committed_leader_epoch=-1, committed_metadata="")])])
     answer = raw(cluster, group, commit, 9)
     assert answer.topics[0].partitions[0].error_code == STALE_MEMBER_EPOCH
+    F = OffsetFetchRequest[9]
+    fetch = F(groups=[F.OffsetFetchRequestGroup(group_id=group, member_id="member-a",
+                                                member_epoch=joined.member_epoch + 1, topics=None)],
+              require_stable=False)
+    assert raw(cluster, group, fetch, 9).groups[0].error_code == STALE_MEMBER_EPOCH
     join = JoinGroupRequest[9](group_id=group, session_timeout_ms=10_000, rebalance_timeout_ms=10_000, member_id="",
                                group_instance_id=None, protocol_type="consumer", reason=None,
                                protocols=[JoinGroupRequest[9].JoinGroupRequestProtocol(name="range", metadata=b"")])

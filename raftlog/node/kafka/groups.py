@@ -321,12 +321,15 @@ async def handle_offset_commit(ctx: KafkaContext, call: Call) -> Reply:
 
 
 async def _fetch_offsets(ctx: KafkaContext, group_id: str,
-                         topics: Iterable[tuple[str, Iterable[int]]] | None) -> dict[str, list[dict[str, Any]]]:
+                         topics: Iterable[tuple[str, Iterable[int]]] | None,
+                         member: tuple[str, int] = ("", -1)) -> dict[str, list[dict[str, Any]]]:
     """{topic: [{partition, offset, leader_epoch, metadata}]} in request order (every
-    committed partition when `topics` is None). Raises the group's error."""
+    committed partition when `topics` is None). `member`: (member id, member epoch) of a
+    KIP-848 member (v9), checked by the coordinator. Raises the group's error."""
     partitions = None if topics is None else [
         {"topic": t, "partition": p} for t, parts in topics for p in parts]
-    result = await ctx.call("offset_fetch", {"group_id": group_id, "partitions": partitions}) or {}
+    result = await ctx.call("offset_fetch", {"group_id": group_id, "partitions": partitions,
+                                             "member_id": member[0], "member_epoch": member[1]}) or {}
     out: dict[str, list[dict[str, Any]]] = {}
     for r in result.get("partitions") or ():
         out.setdefault(r["topic"], []).append(r)
@@ -354,7 +357,8 @@ async def handle_offset_fetch(ctx: KafkaContext, call: Call) -> Reply:
         for g in request.groups or []:
             wanted = None if g.topics is None else [(t.name, t.partition_indexes or []) for t in g.topics]
             try:
-                found = await _fetch_offsets(ctx, g.group_id, wanted)
+                member = (g.member_id or "", g.member_epoch) if version >= 9 else ("", -1)
+                found = await _fetch_offsets(ctx, g.group_id, wanted, member)
             except RaftlogError as exc:
                 groups.append(G(group_id=g.group_id, topics=[], error_code=_code(exc)[0]))
                 continue

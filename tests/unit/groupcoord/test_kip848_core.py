@@ -190,6 +190,10 @@ def test_epochs_fence_and_commit_checks():
     s.answer(s.c.offset_commit(group_id=G, offsets=commit, member_id="a", generation_id=a.epoch, now_ms=0))
     fetched = s.answer(s.c.offset_fetch(group_id=G, partitions=[("orders", 0)]))
     assert fetched["partitions"][0]["offset"] == 42
+    fetched = s.answer(s.c.offset_fetch(group_id=G, partitions=[("orders", 0)], member_id="a", member_epoch=a.epoch))
+    assert fetched["partitions"][0]["offset"] == 42
+    with pytest.raises(StaleMemberEpochError):
+        s.answer(s.c.offset_fetch(group_id=G, partitions=[("orders", 0)], member_id="a", member_epoch=a.epoch - 1))
 
 
 def test_bad_input():
