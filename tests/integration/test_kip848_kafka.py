@@ -1,4 +1,4 @@
-"""KIP-848 consumer groups (`group.protocol=consumer`) with confluent-kafka on a three-node cluster: a group of three consumer processes, one SIGKILLed and one added, never has one partition with two owners at once and reads every record (twice only what the killed member read and had not committed), a new member resumes from the commits; a regex subscription follows new topics; a classic group upgrades online with its offsets; and bad input (stale epochs, a bad regex, a group of the other protocol) gets Kafka's error codes while the group keeps serving."""
+"""KIP-848 consumer groups (`group.protocol=consumer`) with confluent-kafka on a three-node cluster: a group of three consumer processes, one SIGKILLed and one added, never has one partition with two owners at once and reads every record (twice only what the killed member read and had not committed), a new member resumes from the commits; a SIGKILLed coordinator's successor replays the group (same epochs, same members); a regex subscription follows new topics; a classic group upgrades online with its offsets; and bad input (stale epochs, a bad regex, a group of the other protocol) gets Kafka's error codes while the group keeps serving."""
 
 from __future__ import annotations
 
@@ -123,6 +123,15 @@ def ownership(proc: Proc) -> dict[tuple[str, int], list[tuple[float, float]]]:
     return out
 
 
+def assert_one_owner_at_a_time(procs: list[Proc]) -> None:
+    """Each partition had one owner at a time (ownership as the members' callbacks saw it)."""
+    intervals = [(p.name, part, span) for p in procs for part, spans in ownership(p).items() for span in spans]
+    for i, (a, pa, (s1, e1)) in enumerate(intervals):
+        for b, pb, (s2, e2) in intervals[i + 1:]:
+            if a != b and pa == pb:
+                assert e1 <= s2 or e2 <= s1, f"{pa} owned by {a} {s1:.3f}..{e1:.3f} and {b} {s2:.3f}..{e2:.3f}"
+
+
 def test_three_members_one_killed_one_added(cluster):
     topic, group = "kip848-orders", "kip848-app"
     create(cluster, topic, PARTITIONS)
@@ -149,12 +158,7 @@ def test_three_members_one_killed_one_added(cluster):
     finally:
         for p in procs:
             p.stop()
-    # Each partition had one owner at a time (ownership as the members' callbacks saw it).
-    intervals = [(p.name, part, span) for p in procs for part, spans in ownership(p).items() for span in spans]
-    for i, (a, pa, (s1, e1)) in enumerate(intervals):
-        for b, pb, (s2, e2) in intervals[i + 1:]:
-            if a != b and pa == pb:
-                assert e1 <= s2 or e2 <= s1, f"{pa} owned by {a} {s1:.3f}..{e1:.3f} and {b} {s2:.3f}..{e2:.3f}"
+    assert_one_owner_at_a_time(procs)
     # Every record was read while its reader owned the partition.
     owned = {p.name: ownership(p) for p in procs}
     for p in procs:
@@ -187,8 +191,32 @@ def test_three_members_one_killed_one_added(cluster):
     assert sorted(late.values()) == ["d0", "d1", "d2"]
 
 
+def test_coordinator_failover_rebuilds_the_group(cluster):
+    topic, group = "kip848-failover", "kip848-failover-app"
+    create(cluster, topic, 4)
+    procs = [Proc(cluster, group, f"f{i}", "--topic", topic) for i in range(2)]
+    try:
+        wait_until(lambda: all(p.owned() for p in procs), "two members sharing the topic")
+        before = describe(cluster, group)
+        node_id = cluster.call(1, "find_coordinator", group_id=group)["node_id"]
+        cluster.kill(node_id)  # SIGKILL the coordinator: another node replays the group's records
+        try:
+            values = [f"f{i}" for i in range(40)]
+            produce(cluster, topic, values, partitions=4)
+            wait_until(lambda: set(values) <= {v for p in procs for v in p.values()}, "every record after failover")
+            after = cluster.wait_for(lambda: (d := describe(cluster, group)).error_code == 0 and d, TIMEOUT_S,
+                                     "the group at its new coordinator")
+            assert after.group_epoch >= before.group_epoch and len(after.members) == 2
+        finally:
+            cluster.start(node_id)
+    finally:
+        for p in procs:
+            p.stop()
+    assert_one_owner_at_a_time(procs)
+
+
 def coordinator(cluster, group: str) -> str:
-    found = cluster.call(1, "find_coordinator", group_id=group)
+    found = cluster.call(cluster.live()[0], "find_coordinator", group_id=group)
     return cluster.kafka(found["node_id"])
 
 
