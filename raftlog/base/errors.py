@@ -403,6 +403,36 @@ class GroupMaxSizeReachedError(RejectedError):
     code = "GROUP_MAX_SIZE_REACHED"
 
 
+class FencedMemberEpochError(RejectedError):
+    """KIP-848: the member's epoch is not the coordinator's (it was fenced): rejoin with epoch 0."""
+
+    code = "FENCED_MEMBER_EPOCH"
+
+
+class UnreleasedInstanceIdError(RejectedError):
+    """KIP-848: a static member's instance id is still held by a member that did not leave."""
+
+    code = "UNRELEASED_INSTANCE_ID"
+
+
+class UnsupportedAssignorError(RejectedError):
+    """KIP-848: the server-side assignor the member names is not one the broker has."""
+
+    code = "UNSUPPORTED_ASSIGNOR"
+
+
+class StaleMemberEpochError(RejectedError):
+    """KIP-848: an offset commit or fetch with a member epoch older than the member's."""
+
+    code = "STALE_MEMBER_EPOCH"
+
+
+class InvalidRegularExpressionError(RejectedError):
+    """KIP-848: a subscription regex that does not compile."""
+
+    code = "INVALID_REGULAR_EXPRESSION"
+
+
 class InvalidSessionTimeoutError(RejectedError):
     code = "INVALID_SESSION_TIMEOUT"
 

@@ -362,6 +362,8 @@ POLICIES: Final[Mapping[str, Policy]] = {
     "sync_group": _resource(O.READ, G, "group_id"),
     "heartbeat": _resource(O.READ, G, "group_id"),
     "leave_group": _resource(O.READ, G, "group_id"),
+    "consumer_group_heartbeat": _resource(O.READ, G, "group_id"),  # KIP-848, Kafka's rule
+    "consumer_group_describe": _groups_each(O.DESCRIBE),
     "offset_commit": _partitions(O.READ, "offsets", "partitions", group_operation=O.READ),
     "offset_fetch": _partitions(O.DESCRIBE, "partitions", "partitions", group_operation=O.DESCRIBE),
     "reset_offsets": _reset_offsets,

@@ -288,6 +288,10 @@ class NodeConfig:
     connections_preauth_timeout_ms: int = 10_000  # accept to a complete session; 0: off
     connections_max_reauth_ms: int = 0  # KIP-368 SASL session lifetime; 0: off
     sasl_server_max_receive_size: int = 524_288  # Kafka listener, before the login (bytes)
+    # -- KIP-848 consumer groups (issue 43; Kafka's group.consumer.* names; groupcoord/consumer_group_ops.py) --
+    group_consumer_assignor: str = "uniform"  # the server-side assignor when members name none
+    group_consumer_session_timeout_ms: int = 45_000  # a member silent this long is fenced
+    group_consumer_heartbeat_interval_ms: int = 5_000  # told to members in every heartbeat answer
 
     @property
     def per_ip_overrides(self) -> dict[str, int]:
@@ -560,6 +564,10 @@ _KEYS: Final[dict[str, _Key]] = {
     "connections_preauth_timeout_ms": _Key(_to_int, "connections_preauth_timeout_ms"),
     "connections_max_reauth_ms": _Key(_to_int, "connections_max_reauth_ms"),
     "sasl_server_max_receive_size": _Key(_to_int, "sasl_server_max_receive_size"),
+    # KIP-848 consumer groups (issue 43)
+    "group_consumer_assignor": _Key(lambda v: _to_choice(v, ("uniform", "range")), "group_consumer_assignor"),
+    "group_consumer_session_timeout_ms": _Key(_to_int, "group_consumer_session_timeout_ms"),
+    "group_consumer_heartbeat_interval_ms": _Key(_to_int, "group_consumer_heartbeat_interval_ms"),
 }
 _NESTED_TABLES: Final = ("listeners",)  # tables whose keys are config keys themselves
 _INT_RANGES: Final = {
@@ -583,6 +591,8 @@ _INT_RANGES: Final = {
     "connections_preauth_timeout_ms": (0, 3_600_000),
     "connections_max_reauth_ms": (0, 365 * 24 * 3_600_000),
     "sasl_server_max_receive_size": (1024, MAX_FRAME_BYTES_LIMIT),
+    "group_consumer_session_timeout_ms": (100, 3_600_000),
+    "group_consumer_heartbeat_interval_ms": (10, 3_600_000),
 }
 
 
@@ -712,6 +722,12 @@ def _build(raw: Mapping[str, tuple[Any, str]]) -> NodeConfig:
                     f"listeners.{name}",
                     "binds every interface; set advertised_host to the name others should dial",
                 )
+    if config.group_consumer_session_timeout_ms <= config.group_consumer_heartbeat_interval_ms:
+        blamed = ("group_consumer_session_timeout_ms" if "group_consumer_session_timeout_ms" in sources
+                  else "group_consumer_heartbeat_interval_ms")
+        raise fail(blamed, f"group_consumer_session_timeout_ms ({config.group_consumer_session_timeout_ms}) "
+                           f"must be more than group_consumer_heartbeat_interval_ms "
+                           f"({config.group_consumer_heartbeat_interval_ms})")
     if config.session_timeout_ms <= config.heartbeat_ms:
         blamed = "session_timeout_ms" if "session_timeout_ms" in sources else "heartbeat_ms"
         raise fail(

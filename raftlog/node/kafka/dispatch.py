@@ -19,7 +19,20 @@ from typing import Any, Final
 
 from kafka.protocol.api_message import ApiMessage
 
-from raftlog.node.kafka import acls, admin, configs, describe, errors, fetch, groups, metadata, produce, sasl, versions
+from raftlog.node.kafka import (
+    acls,
+    admin,
+    configs,
+    consumer_groups,
+    describe,
+    errors,
+    fetch,
+    groups,
+    metadata,
+    produce,
+    sasl,
+    versions,
+)
 from raftlog.node.kafka.codec import (
     API_VERSIONS_KEY,
     REQUEST_CLASSES,
@@ -54,6 +67,7 @@ HANDLERS: Final[dict[int, Handler]] = {
     **configs.HANDLERS,
     **describe.HANDLERS,
     **groups.HANDLERS,
+    **consumer_groups.HANDLERS,
     **sasl.HANDLERS,
     **acls.HANDLERS,
 }

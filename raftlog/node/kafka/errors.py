@@ -82,6 +82,12 @@ KAFKA_ERROR_CODES: Final[dict[str, int]] = {
     "MEMBER_ID_REQUIRED": 79,
     "GROUP_MAX_SIZE_REACHED": 81,
     "FENCED_INSTANCE_ID": 82,
+    # KIP-848 consumer groups (groupcoord/consumer_group_ops.py).
+    "FENCED_MEMBER_EPOCH": 110,
+    "UNRELEASED_INSTANCE_ID": 111,
+    "UNSUPPORTED_ASSIGNOR": 112,
+    "STALE_MEMBER_EPOCH": 113,
+    "INVALID_REGULAR_EXPRESSION": 128,
     "DUPLICATE_BROKER_REGISTRATION": 101,
     "BROKER_ID_NOT_REGISTERED": 102,
     # Security (issue 16).

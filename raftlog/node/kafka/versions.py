@@ -26,10 +26,8 @@ key (checked by the unit tests) and every key here must have a handler in
 * The group APIs (groups.py) at their full classic-protocol ranges below topic ids: JoinGroup
   0-9, SyncGroup 0-5, Heartbeat 0-4, LeaveGroup 0-5, OffsetCommit 2-9, OffsetFetch 1-9,
   FindCoordinator 0-5, DescribeGroups 0-6, ListGroups 0-5, DeleteGroups 0-2. The KIP-848
-  consumer protocol is not served: ConsumerGroupHeartbeat 0-1 is listed only so that
-  librdkafka sends it and gets its UNSUPPORTED_VERSION answer, a fatal error naming the API,
-  where an unlisted API leaves a `group.protocol=consumer` consumer looking for its
-  coordinator forever with no error (groups.py). Clients use the classic protocol.
+  consumer protocol (consumer_groups.py): ConsumerGroupHeartbeat 0-1 and ConsumerGroupDescribe
+  0-1, the versions librdkafka 2.12+ (`group.protocol=consumer`) and the Java client 4.x send.
 * The read-only operator APIs (describe.py): DescribeLogDirs 1-4 (v5's cordoned flag is
   Kafka 4.2's), DescribeQuorum 0-2, DescribeProducers 0, DescribeTopicPartitions 0 (their
   only versions).
@@ -89,7 +87,8 @@ SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     55: (0, 2),  # DescribeQuorum (the metadata quorum; v2 lists the voters' endpoints; describe.py)
     61: (0, 0),  # DescribeProducers (describe.py)
     75: (0, 0),  # DescribeTopicPartitions (KIP-966, paginated; describe.py)
-    68: (0, 1),  # ConsumerGroupHeartbeat: always UNSUPPORTED_VERSION (KIP-848 not served; groups.py)
+    68: (0, 1),  # ConsumerGroupHeartbeat (KIP-848; consumer_groups.py)
+    69: (0, 1),  # ConsumerGroupDescribe (KIP-848; consumer_groups.py)
 }
 
 
