@@ -626,7 +626,7 @@ class RaftCore:
         base_offset = -1
         if quorum_state.membership is not None:
             base, base_offset = quorum_state.membership, quorum_state.membership_offset
-        if replica_id not in base.members and not log_state.memberships:
+        if replica_id not in base.members and base_offset < 0 and not log_state.memberships:
             raise ValueError(f"replica {replica_id} is not one of the voters {base.voters}"
                              f" or learners {base.learners}")
         self.replica_id = replica_id
@@ -777,7 +777,7 @@ class RaftCore:
         the quorum state first). A query: it changes nothing. The shell runs such a tick
         where waiting on its fsync holds up no other partition."""
         return (self._role is not _LEADER and not self.quiescent and not self._needs_catch_up
-                and self._is_voter and self._election_elapsed + 1 >= self._election_timeout)
+                and self._can_campaign() and self._election_elapsed + 1 >= self._election_timeout)
 
     @property
     def quiescent(self) -> bool:
@@ -852,7 +852,7 @@ class RaftCore:
         # live leader's lease, so an operator's unclean candidate may win its pre-vote, and
         # once an operator clears its own flag the next tick runs for election.
         if self._election_elapsed >= self._election_timeout and not self._needs_catch_up:
-            if not self._is_voter:
+            if not self._can_campaign():
                 self._election_elapsed = 0  # a learner (or a removed replica) never runs
                 return out
             if (role is _FOLLOWER and self._unreachable_refused
@@ -993,7 +993,7 @@ class RaftCore:
         a new partition's preferred leader. A no-op for a leader, a follower or a candidate."""
         out = self._out = []
         if (self._role in (_UNATTACHED, _RESIGNED, _PROSPECTIVE) and not self._needs_catch_up
-                and self._is_voter):
+                and self._can_campaign()):
             self._start_prevote()
         return out
 
@@ -1016,7 +1016,7 @@ class RaftCore:
         A no-op unless this replica follows `broker_id`."""
         out = self._out = []
         if (self._role is not _FOLLOWER or self._leader_id != broker_id or self._needs_catch_up
-                or not self._is_voter):
+                or not self._can_campaign()):
             return out
         if self._unreachable_seen == (self._epoch, broker_id):
             return out  # said again (every refused fetch): the timer set the first time stands
@@ -1026,7 +1026,8 @@ class RaftCore:
         self._quiesced = False
         self.leader_unreachable_signals += 1
         self._election_elapsed = max(self._election_elapsed, self._cfg.election_timeout_ticks)  # no lease
-        self._election_timeout = self._election_elapsed + self._stagger([v for v in self.voters if v != broker_id])
+        contenders = sorted((set(self.voters) | {self.replica_id}) - {broker_id})
+        self._election_timeout = self._election_elapsed + self._stagger(contenders)
         return out
 
     def leader_alive(self, broker_id: int) -> list[Effect]:
@@ -1184,6 +1185,9 @@ class RaftCore:
             return out
         offset = self._end
         self._emit(AppendMembership(self._epoch, offset, membership))
+        if not self._ep_epochs or self._ep_epochs[-1] < self._epoch:
+            self._ep_epochs.append(self._epoch)  # the first entry of an epoch with no control batch
+            self._ep_starts.append(offset)
         self._end = offset + 1
         self._mem_offsets.append(offset)
         self._mem_entries.append(membership)
@@ -1283,6 +1287,15 @@ class RaftCore:
                 self._cq_fetched.discard(v)
         if self._transfer_target is not None and self._transfer_target not in self._voter_set:
             self._transfer_target = None
+
+    def _can_campaign(self) -> bool:
+        """A voter runs for election; so does a voter whose removal is not committed yet
+        (counting votes among the new voters, not its own), or a group whose only
+        up-to-date log sits on a leader that removed itself and lost its quorum before the
+        removal committed would never elect again."""
+        return self._is_voter or (
+            bool(self._mem_offsets) and self.replica_id in self._base_membership.voters
+        )
 
     def _fold_committed_memberships(self) -> None:
         """Membership entries below the high watermark are committed: the last becomes the
@@ -1507,7 +1520,7 @@ class RaftCore:
         self._reset_election_timer()
         self._announce()
         self._release_parked()
-        if len(self._grants) >= self._majority:
+        if len(self._grants & self._voter_set) >= self._majority:
             self._start_candidacy()
             return
         req = VoteRequest(self.replica_id, self._epoch + 1, self.last_epoch, self._end, True,
@@ -1525,7 +1538,7 @@ class RaftCore:
         self._refusals = set()
         self._reset_election_timer()
         self._announce()
-        if len(self._grants) >= self._majority:
+        if len(self._grants & self._voter_set) >= self._majority:
             self._become_leader()
             return
         req = VoteRequest(self.replica_id, self._epoch, self.last_epoch, self._end, False,
@@ -2006,6 +2019,6 @@ class RaftCore:
     def _on_timeout_now(self, m: TimeoutNow) -> None:
         if (
             m.epoch == self._epoch and self._role is _FOLLOWER and self._leader_id == m.sender
-            and not self._needs_catch_up and self._is_voter
+            and not self._needs_catch_up and self._can_campaign()
         ):
             self._start_candidacy()
