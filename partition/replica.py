@@ -152,6 +152,7 @@ from partition.raft import (
     HighWatermarkChanged,
     LeadershipChanged,
     LogState,
+    Membership,
     LowWatermarkChanged,
     PersistQuorumState,
     QuorumState,
@@ -171,6 +172,7 @@ from partition.segment import (
 )
 from raftlog.base.aio import acquire_free
 from raftlog.base.errors import (
+    InvalidReplicaAssignmentError,
     InvalidRequestError,
     KafkaStorageError,
     MessageTooLargeError,
@@ -360,9 +362,13 @@ async def _in_thread(fn: Callable[[], Any], limiter: trio.CapacityLimiter) -> An
 
 
 def _quorum_state_bytes(state: QuorumState) -> bytes:
+    obj: dict[str, Any] = {"epoch": state.epoch, "voted_for": state.voted_for,
+                           "leader_id": state.leader_id, "needs_catch_up": state.needs_catch_up}
+    if state.membership is not None:  # the committed membership folded out of the log
+        obj["membership"] = [list(state.membership.voters), list(state.membership.learners),
+                             state.membership_offset]
     body = cbor2.dumps(
-        {"epoch": state.epoch, "voted_for": state.voted_for, "leader_id": state.leader_id,
-         "needs_catch_up": state.needs_catch_up},
+        obj,
         canonical=True,
     ).ljust(QUORUM_STATE_BYTES - _CRC.size, b"\0")
     return _CRC.pack(crc32c(body)) + body
@@ -451,9 +457,13 @@ def read_quorum_state(directory: Path) -> QuorumState:
         if body.read().strip(b"\0"):
             raise ValueError("bytes after the state are not padding")
         # Files written before needs_catch_up existed lack it: nothing was flagged then.
+        membership, membership_offset = None, -1
+        if "membership" in obj:  # absent before membership changes existed
+            voters, learners, membership_offset = obj["membership"]
+            membership = Membership(tuple(voters), tuple(learners))
         state = QuorumState(obj["epoch"], obj["voted_for"], obj["leader_id"],
-                            obj.get("needs_catch_up", False))
-    except (cbor2.CBORDecodeError, KeyError, TypeError, ValueError) as exc:
+                            obj.get("needs_catch_up", False), membership, membership_offset)
+    except (cbor2.CBORDecodeError, KeyError, TypeError, ValueError, InvalidReplicaAssignmentError) as exc:
         raise QuorumStateCorruptError(f"{directory / QUORUM_STATE_FILE}: {exc}") from None
     if type(state.needs_catch_up) is not bool:
         raise QuorumStateCorruptError(f"{directory / QUORUM_STATE_FILE}: bad needs_catch_up")
