@@ -355,6 +355,10 @@ class QuorumState:
     needs_catch_up: bool = False
     membership: Membership | None = None  # None: the membership the shell constructs with
     membership_offset: int = -1
+    # The offset of the first membership entry in the log above `membership` (-1: none).
+    # Persisted before that entry is written: recovery scans the log from here for
+    # membership control batches (LogState.memberships) instead of reading all of it.
+    membership_scan_from: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -734,7 +738,8 @@ class RaftCore:
     def quorum_state(self) -> QuorumState:
         folded = self._base_membership_offset >= 0  # else the shell's own: nothing to keep
         return QuorumState(self._epoch, self._voted_for, self._leader_id, self._needs_catch_up,
-                           self._base_membership if folded else None, self._base_membership_offset)
+                           self._base_membership if folded else None, self._base_membership_offset,
+                           self._mem_offsets[0] if self._mem_offsets else -1)
 
     @property
     def membership(self) -> Membership:
@@ -1184,13 +1189,14 @@ class RaftCore:
         if membership == self._membership:
             return out
         offset = self._end
+        self._mem_offsets.append(offset)
+        self._mem_entries.append(membership)
+        self._persist_quorum_state()  # where recovery must look for it, before it is written
         self._emit(AppendMembership(self._epoch, offset, membership))
         if not self._ep_epochs or self._ep_epochs[-1] < self._epoch:
             self._ep_epochs.append(self._epoch)  # the first entry of an epoch with no control batch
             self._ep_starts.append(offset)
         self._end = offset + 1
-        self._mem_offsets.append(offset)
-        self._mem_entries.append(membership)
         self._set_membership(membership)
         if self._require_flush:
             self._request_flush()
@@ -1883,6 +1889,13 @@ class RaftCore:
             if not previous <= offset < expected:
                 raise RaftStateError(f"membership entry at {offset} outside [{self._end}, {expected})")
             previous = offset + 1
+        if m.memberships:
+            first = not self._mem_offsets
+            for offset, membership in m.memberships:
+                self._mem_offsets.append(offset)
+                self._mem_entries.append(membership)
+            if first:  # where recovery must look for them, durable before they are written
+                self._persist_quorum_state()
         self._emit(AppendReplicated(m.records, self._end, expected))
         for base, _last, epoch in m.batches:
             if not self._ep_epochs or epoch > self._ep_epochs[-1]:
@@ -1890,9 +1903,6 @@ class RaftCore:
                 self._ep_starts.append(base)
         self._end = expected
         if m.memberships:
-            for offset, membership in m.memberships:
-                self._mem_offsets.append(offset)
-                self._mem_entries.append(membership)
             self._set_membership(self._mem_entries[-1])
 
     # -- elections

@@ -367,6 +367,8 @@ def _quorum_state_bytes(state: QuorumState) -> bytes:
     if state.membership is not None:  # the committed membership folded out of the log
         obj["membership"] = [list(state.membership.voters), list(state.membership.learners),
                              state.membership_offset]
+    if state.membership_scan_from >= 0:  # membership entries in the log from here
+        obj["membership_scan_from"] = state.membership_scan_from
     body = cbor2.dumps(
         obj,
         canonical=True,
@@ -462,7 +464,8 @@ def read_quorum_state(directory: Path) -> QuorumState:
             voters, learners, membership_offset = obj["membership"]
             membership = Membership(tuple(voters), tuple(learners))
         state = QuorumState(obj["epoch"], obj["voted_for"], obj["leader_id"],
-                            obj.get("needs_catch_up", False), membership, membership_offset)
+                            obj.get("needs_catch_up", False), membership, membership_offset,
+                            obj.get("membership_scan_from", -1))
     except (cbor2.CBORDecodeError, KeyError, TypeError, ValueError, InvalidReplicaAssignmentError) as exc:
         raise QuorumStateCorruptError(f"{directory / QUORUM_STATE_FILE}: {exc}") from None
     if type(state.needs_catch_up) is not bool:

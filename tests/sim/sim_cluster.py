@@ -239,7 +239,11 @@ class Cluster:
             self.voters,
             rng=random.Random(self.rng.getrandbits(64)),
             quorum_state=node.durable_qs,
-            log_state=LogState(0, log.end, log.flushed, log.epoch_cache(), log.memberships()),
+            # As the replica's recovery does: membership entries only where the quorum state
+            # says to look for them.
+            log_state=LogState(0, log.end, log.flushed, log.epoch_cache(),
+                               log.memberships(node.durable_qs.membership_scan_from)
+                               if node.durable_qs.membership_scan_from >= 0 else ()),
             config=self.p.config,
             learners=() if node.id in self.voters else (node.id,),  # a spare: never votes
         )
