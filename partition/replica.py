@@ -116,7 +116,7 @@ import random
 import struct
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Final, Protocol
@@ -142,10 +142,12 @@ from partition.log import (
     ProducerStateLoad,
     RepairReport,
 )
+from partition.membership import membership_batch, scan_log
 from partition.producer_state import ProducerStateManager
 from partition.raft import (
     AdvanceLogStart,
     AppendControl,
+    AppendMembership,
     AppendReplicated,
     FetchResponse,
     Flush,
@@ -641,7 +643,7 @@ class Replica:
                 # no votes until caught up (raft.py "Damaged storage"). Durable before the
                 # core runs, since the next restart will find a clean log. A new, empty
                 # partition directory recovers nothing, so it is never flagged.
-                state = QuorumState(state.epoch, state.voted_for, state.leader_id, True)
+                state = replace(state, needs_catch_up=True)
                 write_quorum_state(d, state)
                 log_event(logger, "replica_needs_catch_up", level=logging.WARNING,
                           topic=self.topic, partition=self.partition,
@@ -698,7 +700,7 @@ class Replica:
         self.core = RaftCore(
             self.replica_id, self.voters, rng=self._rng, quorum_state=state,
             log_state=LogState(log.log_start_offset, log.log_end_offset, log.flushed_offset,
-                               tuple(log.epochs())),
+                               tuple(log.epochs()), scan_log(log, state.membership_scan_from)),
             high_watermark=0, config=raft_config_for(self.settings, self.topic_config),
         )  # fmt: skip
         self.leader_epoch = self.core.epoch
@@ -1152,8 +1154,7 @@ class Replica:
         was_leader = self.is_leader
         if self.core.role is Role.LEADER:
             await self._execute(self.core.resign())  # EndQuorumEpoch: the others elect at once
-        qs = self.core.quorum_state
-        state = QuorumState(qs.epoch, qs.voted_for, qs.leader_id, True)
+        state = replace(self.core.quorum_state, needs_catch_up=True)
         # Ordering: the flag is durable before any data goes, so a crash in between finds the
         # replica flagged (and the damage still there for the next check).
         await trio.to_thread.run_sync(write_quorum_state, self.directory, state)
@@ -1486,6 +1487,8 @@ class Replica:
                 queue.extend(self.core.quorum_state_persisted(eff.version))
             elif kind is AppendControl:
                 await self._append_control(eff)
+            elif kind is AppendMembership:
+                await self._append_control(eff)
             elif kind is LeadershipChanged:
                 self._on_leadership_changed(eff)
             elif kind is TruncateTo:
@@ -1543,9 +1546,13 @@ class Replica:
             return await trio.to_thread.run_sync(partial(call, *args, **kwargs), limiter=self.disk.io)
         return call(*args, **kwargs)
 
-    async def _append_control(self, eff: AppendControl) -> None:
-        batch = control_batch(CONTROL_LEADER_CHANGE, timestamp_ms=self._clock_ms(),
-                              partition_leader_epoch=eff.epoch)
+    async def _append_control(self, eff: AppendControl | AppendMembership) -> None:
+        if type(eff) is AppendMembership:
+            batch = membership_batch(eff.membership, timestamp_ms=self._clock_ms(),
+                                     partition_leader_epoch=eff.epoch)
+        else:
+            batch = control_batch(CONTROL_LEADER_CHANGE, timestamp_ms=self._clock_ms(),
+                                  partition_leader_epoch=eff.epoch)
         first, _ = await self._log_append(eff.epoch, self.log.append, batch, leader_epoch=eff.epoch,
                                           now_ms=self._clock_ms())
         if first != eff.offset:

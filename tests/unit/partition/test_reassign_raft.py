@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import random
 
+import cbor2
 import pytest
 
+from partition.batch import CONTROL_LEADER_CHANGE, BatchBuilder, control_batch, iter_headers
+from partition.errors import CorruptRecordError
+from partition.log import Log, LogConfig
+from partition.membership import CONTROL_MEMBERSHIP, membership_batch, memberships_in, scan_log
 from partition.raft import (
     AppendMembership,
     FetchRequest,
+    FetchResponse,
     LogState,
     Membership,
     PersistQuorumState,
@@ -21,6 +27,7 @@ from partition.raft import (
     TimeoutNow,
 )
 from partition.replica import read_quorum_state, write_quorum_state
+from partition.replication import decode_fetch_response, encode_fetch_response
 from raftlog.base.errors import InvalidReplicaAssignmentError, NotLeaderError, ReassignmentInProgressError
 
 CFG = RaftConfig(require_flush=False)
@@ -124,7 +131,7 @@ def test_removed_leader_hands_over_and_resigns_once_committed():
 
 
 def test_restart_keeps_memberships_from_log_and_quorum_state(tmp_path):
-    state = QuorumState(4, 1, 1, False, Membership((1, 2), (5,)), 10)
+    state = QuorumState(4, 1, 1, False, Membership((1, 2), (5,)), 10, 12)
     write_quorum_state(tmp_path, state)
     assert read_quorum_state(tmp_path) == state
     # The constructor's voters yield to the persisted membership, a later log entry to both.
@@ -134,3 +141,49 @@ def test_restart_keeps_memberships_from_log_and_quorum_state(tmp_path):
     core = RaftCore(5, (1, 2, 3), rng=random.Random(3), quorum_state=state, config=CFG,
                     log_state=LogState(0, 20, 20, ((4, 0),), ((8, Membership((1, 2, 3))),)))
     assert core.membership == state.membership  # an entry below the folded one is older
+
+
+# ------------------------------------------------------------------ membership batches
+
+
+def _client_batch(n: int) -> bytes:
+    b = BatchBuilder()
+    for i in range(n):
+        b.append(b"v%d" % i, key=b"k", timestamp_ms=i)
+    return b.build()
+
+
+def test_membership_batches_round_trip_through_log_fetch_and_recovery(tmp_path):
+    log = Log.open(tmp_path / "p0", LogConfig(segment_bytes=1500, retention_ms=-1), now_ms=0)
+    try:
+        log.append(_client_batch(3), leader_epoch=1, now_ms=0)
+        first = Membership((1, 2), (4,))
+        second = Membership((1, 2, 4))
+        assert log.append(membership_batch(first, timestamp_ms=0, partition_leader_epoch=1),
+                          leader_epoch=1, now_ms=0) == (3, 3)
+        log.append(control_batch(CONTROL_LEADER_CHANGE, timestamp_ms=0, partition_leader_epoch=2),
+                   leader_epoch=2, now_ms=0)  # another control batch: not a membership
+        for _ in range(20):  # several segments and reads
+            log.append(_client_batch(5), leader_epoch=2, now_ms=0)
+        at = log.log_end_offset
+        log.append(membership_batch(second, timestamp_ms=0, partition_leader_epoch=2),
+                   leader_epoch=2, now_ms=0)
+        log.append(_client_batch(2), leader_epoch=2, now_ms=0)
+        assert scan_log(log, -1) == ()
+        assert scan_log(log, 0) == ((3, first), (at, second))
+        assert scan_log(log, 4) == ((at, second),)
+        # A follower's shell finds them in the fetched bytes (replication.decode_fetch_response).
+        data = log.read(0, 1 << 20)
+        d = encode_fetch_response("t", 0, FetchResponse(1, 1, 1, 7, None, 0, 0, None, -1, 0, data))
+        _, _, m = decode_fetch_response(d, 1, "test")
+        assert m.memberships == ((3, first),) and m.batches[0] == (0, 2, 1)
+    finally:
+        log.close()
+
+
+def test_a_forged_membership_batch_is_corrupt():
+    bad = control_batch(CONTROL_MEMBERSHIP, timestamp_ms=0, partition_leader_epoch=1,
+                        value=cbor2.dumps({"voters": [2, 2, "x"], "learners": []}))
+    headers = list(iter_headers(bad))
+    with pytest.raises(CorruptRecordError):
+        memberships_in(bad, headers)
