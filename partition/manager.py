@@ -97,6 +97,7 @@ from metadata.topic_config import TopicConfig
 from partition.batch import DEFAULT_MAX_DECOMPRESSED_BYTES, iter_headers
 from partition.errors import CorruptRecordError, StorageDamageError
 from partition.log import RepairReport
+from partition.mover import Mover
 from partition.replica import (
     PARTITION_METADATA_FILE,
     DiskWork,
@@ -273,6 +274,7 @@ class ReplicaManager:
                 nursery.start_soon(self._report_check_loop)
                 nursery.start_soon(self._reopen_loop)
                 nursery.start_soon(self._scrub_loop)
+                nursery.start_soon(Mover(self.replicas, lambda: self._image, self.metadata).run)
                 if self._image is not None:
                     self._image_changed.set()
                 task_status.started()
@@ -784,7 +786,7 @@ class ReplicaManager:
                 continue
             r = Replica(
                 topic=topic.name, partition=p.partition, topic_id=topic.topic_id,
-                replica_id=self.node_id, voters=p.replicas,
+                replica_id=self.node_id, voters=p.original_replicas, learners=p.adding_replicas,
                 directory=self.data_dir / f"{topic.name}-{p.partition}",
                 topic_config=config, transport=self.links,
                 settings=self.settings, rng=random.Random(self._rng.getrandbits(64)),

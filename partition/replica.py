@@ -548,12 +548,14 @@ class Replica:
         on_ticking: Callable[["Replica"], None] = lambda replica: None,
         disk: DiskWork | None = None,
         observer: ReplicaObserver | None = None,
+        learners: tuple[int, ...] = (),
     ):
         self.topic = topic
         self.partition = partition
         self.topic_id = topic_id
         self.replica_id = replica_id
         self.voters = tuple(sorted(voters))
+        self.learners = tuple(sorted(learners))  # joining by a move (partition/mover.py)
         self.directory = Path(directory)
         self.topic_config = topic_config
         self.transport = transport
@@ -698,7 +700,7 @@ class Replica:
         """A core from the durable quorum state and the log, as at a restart (raft.py
         contract 7): a replica that led restarts RESIGNED; the high watermark restarts at 0."""
         self.core = RaftCore(
-            self.replica_id, self.voters, rng=self._rng, quorum_state=state,
+            self.replica_id, self.voters, learners=self.learners, rng=self._rng, quorum_state=state,
             log_state=LogState(log.log_start_offset, log.log_end_offset, log.flushed_offset,
                                tuple(log.epochs()), scan_log(log, state.membership_scan_from)),
             high_watermark=0, config=raft_config_for(self.settings, self.topic_config),
@@ -951,6 +953,13 @@ class Replica:
         if refusal is not None:
             raise ValueError(refusal)
         await self._event(RaftCore.transfer_leadership, target)
+
+    async def change_membership(self, membership: Membership) -> None:
+        """Leader: append a membership change (partition/raft.py `change_membership`).
+        Raises NotLeaderError, ReassignmentInProgressError, InvalidReplicaAssignmentError
+        (refused: nothing was written), KafkaStorageError."""
+        self.check_online()
+        await self._event(RaftCore.change_membership, membership)  # a refusal raises through
 
     async def resign(self) -> None:
         if self.online:
