@@ -124,3 +124,35 @@ def test_a_replica_moves_to_the_new_broker_under_acks_all_load(cluster):
     consumer.close()
     assert set(acked) <= set(seen), "an acknowledged record is missing"
     assert len(seen) == len(set(seen)), "a record was written twice"
+
+
+def test_kafka_admin_moves_lists_and_cancels(cluster):
+    """kafka-python's KafkaAdminClient speaks AlterPartitionReassignments and
+    ListPartitionReassignments to our Kafka listener: a move is listed, then cancelled;
+    an unknown broker is refused per partition."""
+    from kafka import KafkaAdminClient, TopicPartition
+    from kafka.errors import InvalidReplicationAssignmentError as KafkaInvalidReplicaAssignment
+
+    admin = KafkaAdminClient(bootstrap_servers=cluster.kafka_bootstrap(), request_timeout_ms=15_000)
+    try:
+        tp = TopicPartition(TOPIC, 1)
+        original = _replicas(cluster, 1)
+        refused = admin.alter_partition_reassignments({tp: [1, 2, 99]})
+        assert refused[tp] is KafkaInvalidReplicaAssignment and _replicas(cluster, 1) == original
+        # A move to a broker whose replica we then cancel before it can finish for certain:
+        # either the cancel finds the move (then the replicas go back) or it already ended.
+        new = next(b for b in (1, 2, 3, 4) if b not in original)
+        target = original[:-1] + [new]
+        assert admin.alter_partition_reassignments({tp: target}) == {tp: None}
+        listed = admin.list_partition_reassignments([tp])
+        cancelled = admin.alter_partition_reassignments({tp: None})
+        if cancelled[tp] is None:  # it was still moving
+            assert tp in listed and listed[tp]["adding_replicas"] == [new]
+            cluster.wait_for(lambda: not _moves(cluster) and sorted(_replicas(cluster, 1)) == sorted(original),
+                             60, "the cancelled move to end at the original replicas")
+        else:
+            assert cancelled[tp].__name__ == "NoReassignmentInProgressError"
+            assert sorted(_replicas(cluster, 1)) == sorted(target)
+        assert admin.list_partition_reassignments() == {}
+    finally:
+        admin.close()

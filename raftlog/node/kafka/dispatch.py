@@ -19,7 +19,20 @@ from typing import Any, Final
 
 from kafka.protocol.api_message import ApiMessage
 
-from raftlog.node.kafka import acls, admin, configs, describe, errors, fetch, groups, metadata, produce, sasl, versions
+from raftlog.node.kafka import (
+    acls,
+    admin,
+    configs,
+    describe,
+    errors,
+    fetch,
+    groups,
+    metadata,
+    produce,
+    reassign,
+    sasl,
+    versions,
+)
 from raftlog.node.kafka.codec import (
     API_VERSIONS_KEY,
     REQUEST_CLASSES,
@@ -53,6 +66,7 @@ HANDLERS: Final[dict[int, Handler]] = {
     **admin.HANDLERS,
     **configs.HANDLERS,
     **describe.HANDLERS,
+    **reassign.HANDLERS,
     **groups.HANDLERS,
     **sasl.HANDLERS,
     **acls.HANDLERS,
