@@ -4,6 +4,7 @@ is lost; bad plans are refused with Kafka's errors and change nothing."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -156,3 +157,24 @@ def test_kafka_admin_moves_lists_and_cancels(cluster):
         assert admin.list_partition_reassignments() == {}
     finally:
         admin.close()
+
+
+def test_cli_reassign_and_reassignments(cluster):
+    """`raftlog partitions reassign` refuses a bad plan with the reason and exit 1, and
+    `raftlog partitions reassignments` lists what is moving (nothing, here)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, RAFTLOG_BOOTSTRAP=",".join(cluster.bootstrap()))
+    env.pop("RAFTLOG_DEBUG", None)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "raftlog.cli", *args], capture_output=True,
+                              text=True, env=env, timeout=60)
+
+    bad = run("partitions", "reassign", TOPIC, "1", "--to-brokers", "1,2,99")
+    assert bad.returncode == 1 and "INVALID_REPLICA_ASSIGNMENT" in bad.stdout and "99" in bad.stdout, bad
+    assert run("partitions", "reassign", TOPIC, "1", "--to-brokers", "1,x").returncode != 0
+    listed = run("partitions", "reassignments", "--json")
+    assert listed.returncode == 0 and json.loads(listed.stdout) == [], listed
