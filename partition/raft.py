@@ -233,6 +233,25 @@ links between brokers, which the shell watches once per broker pair (contract 11
   idle for half an election timeout is sent BeginQuorumEpoch again (backing off), which
   wakes a follower whose answer was lost.
 
+Membership changes (docs/reassignment.md; tests/sim/sim_membership.py)
+---------------------------------------------------------------------
+The group's `Membership` is voters (elect, count toward every majority) and learners (fetch,
+never vote or count). A change is an entry: `change_membership` on the leader emits
+`AppendMembership(epoch, offset, membership)` (a control batch at exactly `offset`, not
+reported with `leader_appended`); a follower's shell lists the membership batches among
+fetched records in `FetchResponse.memberships` (`with_records(..., memberships)`). The last
+membership in the log is in force at once, committed or not; entries below the high
+watermark fold into the persisted `QuorumState.membership` (with its offset), and
+`QuorumState.membership_scan_from`, persisted before a first uncommitted entry is written,
+tells recovery where to look for the others (`LogState.memberships`). Single-server rule,
+with the dissertation's fix: one change in flight; none before an entry of the leader's
+epoch is committed; at most one voter added or removed; a new voter must be a caught-up
+learner. A leader whose removal commits hands over (TimeoutNow) and resigns on its next
+tick; a voter whose removal is not committed may still run (so a self-removed leader that
+lost its quorum does not leave a group that can never elect), counting the new voters only.
+A replica outside every membership it knows (removed) never runs; the leader ignores
+fetches from non-members.
+
 Invariants (checked by tests/sim after every step): at most one leader per epoch; a
 committed offset is never lost or changed; two replicas agree below the smaller of their high
 watermarks; a high watermark never goes back. Per-event work is O(number of voters).
@@ -289,7 +308,6 @@ __all__ = [
 ]
 
 FENCED_LEADER_EPOCH = "FENCED_LEADER_EPOCH"
-_IN_PROGRESS = "in progress"
 NOT_LEADER = "NOT_LEADER"
 OFFSET_OUT_OF_RANGE = "OFFSET_OUT_OF_RANGE"
 
@@ -1181,11 +1199,9 @@ class RaftCore:
         out = self._out = []
         if self._role is not _LEADER:
             raise NotLeaderError(leader_id=self._active_leader(), epoch=self._epoch)
-        refusal = self.membership_change_refusal(membership)
+        refusal = self._membership_refusal(membership)
         if refusal is not None:
-            if refusal.startswith(_IN_PROGRESS):
-                raise ReassignmentInProgressError(refusal)
-            raise InvalidReplicaAssignmentError(refusal)
+            raise refusal[0](refusal[1])
         if membership == self._membership:
             return out
         offset = self._end
@@ -1210,21 +1226,28 @@ class RaftCore:
         (Ongaro's dissertation, 4.1 and its fix): one change in flight at a time, none before
         an entry of this leader's epoch is committed, at most one voter added or removed,
         and a new voter must be a learner that has caught up. A query: no effects."""
+        refusal = self._membership_refusal(membership)
+        return None if refusal is None else refusal[1]
+
+    def _membership_refusal(self, membership: Membership) -> tuple[type[Exception], str] | None:
+        busy = ReassignmentInProgressError
         if self._role is not _LEADER:
-            return f"{_IN_PROGRESS}: replica {self.replica_id} does not lead"
+            return NotLeaderError, f"replica {self.replica_id} does not lead"
         if self._mem_offsets:
-            return f"{_IN_PROGRESS}: the membership change at offset {self._mem_offsets[-1]} is not committed"
+            return busy, f"the membership change at offset {self._mem_offsets[-1]} is not committed"
         if not self._epoch_committed or self._qs_pending:
-            return f"{_IN_PROGRESS}: nothing of epoch {self._epoch} is committed yet"
+            return busy, f"nothing of epoch {self._epoch} is committed yet"
         old = set(self._membership.voters)
         new = set(membership.voters)
+        bad = InvalidReplicaAssignmentError
         if len(old ^ new) > 1:
-            return (f"voters {sorted(old)} -> {sorted(new)} changes more than one voter:"
-                    " add or remove one at a time")
+            return bad, (f"voters {sorted(old)} -> {sorted(new)} changes more than one voter:"
+                         " add or remove one at a time")
         for added in new - old:
             if added not in self._membership.learners:
-                return f"replica {added} must join as a learner and catch up before it votes"
-            return self._behind(added, self._peers[added], "learner")
+                return bad, f"replica {added} must join as a learner and catch up before it votes"
+            behind = self._behind(added, self._peers[added], "learner")
+            return None if behind is None else (bad, behind)
         return None
 
     def resign(self) -> list[Effect]:

@@ -76,10 +76,10 @@ class _CountsRemovedVoter(RaftCore):
 class _TwoChangesInFlight(RaftCore):
     """Planted bug: a leader appends a membership change while the last is not committed."""
 
-    def membership_change_refusal(self, membership):
+    def _membership_refusal(self, membership):
         saved, self._mem_offsets = self._mem_offsets, []
         try:
-            return super().membership_change_refusal(membership)
+            return super()._membership_refusal(membership)
         finally:
             self._mem_offsets = saved
 
