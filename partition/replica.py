@@ -554,7 +554,7 @@ class Replica:
         self.partition = partition
         self.topic_id = topic_id
         self.replica_id = replica_id
-        self.voters = tuple(sorted(voters))
+        self._voters = tuple(sorted(voters))  # the voters it is built with (the metadata's)
         self.learners = tuple(sorted(learners))  # joining by a move (partition/mover.py)
         self.directory = Path(directory)
         self.topic_config = topic_config
@@ -700,7 +700,7 @@ class Replica:
         """A core from the durable quorum state and the log, as at a restart (raft.py
         contract 7): a replica that led restarts RESIGNED; the high watermark restarts at 0."""
         self.core = RaftCore(
-            self.replica_id, self.voters, learners=self.learners, rng=self._rng, quorum_state=state,
+            self.replica_id, self._voters, learners=self.learners, rng=self._rng, quorum_state=state,
             log_state=LogState(log.log_start_offset, log.log_end_offset, log.flushed_offset,
                                tuple(log.epochs()), scan_log(log, state.membership_scan_from)),
             high_watermark=0, config=raft_config_for(self.settings, self.topic_config),
@@ -737,6 +737,12 @@ class Replica:
                                   topic=self.topic, partition=self.partition, reason=str(exc))
 
     # ---------------------------------------------------------------- queries
+
+    @property
+    def voters(self) -> tuple[int, ...]:
+        """The group's voters: the membership in force (moves change it), before the core is
+        built the ones the replica was built with."""
+        return self.core.voters if self.core is not None else self._voters
 
     @property
     def name(self) -> str:
