@@ -77,6 +77,7 @@ from metadata.controller import LeaderReport
 from metadata.image import MetadataImage, PartitionState, TopicImage
 from metadata.topic_config import TopicConfig
 from partition.errors import StorageDamageError
+from partition.mover import Mover
 from partition.replica import (
     PARTITION_METADATA_FILE,
     DiskWork,
@@ -251,6 +252,7 @@ class ReplicaManager:
                 nursery.start_soon(self._report_check_loop)
                 nursery.start_soon(self._reopen_loop)
                 nursery.start_soon(self._scrub_loop)
+                nursery.start_soon(Mover(self.replicas, lambda: self._image, self.metadata).run)
                 if self._image is not None:
                     self._image_changed.set()
                 task_status.started()
@@ -393,7 +395,7 @@ class ReplicaManager:
                 continue
             r = Replica(
                 topic=topic.name, partition=p.partition, topic_id=topic.topic_id,
-                replica_id=self.node_id, voters=p.replicas,
+                replica_id=self.node_id, voters=p.original_replicas, learners=p.adding_replicas,
                 directory=self.data_dir / f"{topic.name}-{p.partition}",
                 topic_config=config, transport=self.links,
                 settings=self.settings, rng=random.Random(self._rng.getrandbits(64)),

@@ -27,8 +27,8 @@ import trio
 from crc32c import crc32c
 
 from partition.file_io import ATOMIC_OVERWRITE_BYTES, overwrite_durably, overwrite_durably_many
-from partition.raft import QuorumState
-from raftlog.base.errors import KafkaStorageError
+from partition.raft import Membership, QuorumState
+from raftlog.base.errors import InvalidReplicaAssignmentError, KafkaStorageError
 
 __all__ = [
     "QUORUM_STATE_FILE", "QUORUM_STATE_BYTES", "QuorumStateCorruptError", "QuorumStateCommits",
@@ -48,9 +48,15 @@ class QuorumStateCorruptError(KafkaStorageError):
 
 
 def _quorum_state_bytes(state: QuorumState) -> bytes:
+    obj: dict[str, object] = {"epoch": state.epoch, "voted_for": state.voted_for,
+                              "leader_id": state.leader_id, "needs_catch_up": state.needs_catch_up}
+    if state.membership is not None:  # the committed membership folded out of the log
+        obj["membership"] = [list(state.membership.voters), list(state.membership.learners),
+                             state.membership_offset]
+    if state.membership_scan_from >= 0:  # membership entries in the log from here
+        obj["membership_scan_from"] = state.membership_scan_from
     body = cbor2.dumps(
-        {"epoch": state.epoch, "voted_for": state.voted_for, "leader_id": state.leader_id,
-         "needs_catch_up": state.needs_catch_up},
+        obj,
         canonical=True,
     ).ljust(QUORUM_STATE_BYTES - _CRC.size, b"\0")
     return _CRC.pack(crc32c(body)) + body
@@ -139,9 +145,14 @@ def read_quorum_state(directory: Path) -> QuorumState:
         if body.read().strip(b"\0"):
             raise ValueError("bytes after the state are not padding")
         # Files written before needs_catch_up existed lack it: nothing was flagged then.
+        membership, membership_offset = None, -1
+        if "membership" in obj:  # absent before membership changes existed
+            voters, learners, membership_offset = obj["membership"]
+            membership = Membership(tuple(voters), tuple(learners))
         state = QuorumState(obj["epoch"], obj["voted_for"], obj["leader_id"],
-                            obj.get("needs_catch_up", False))
-    except (cbor2.CBORDecodeError, KeyError, TypeError, ValueError) as exc:
+                            obj.get("needs_catch_up", False), membership, membership_offset,
+                            obj.get("membership_scan_from", -1))
+    except (cbor2.CBORDecodeError, KeyError, TypeError, ValueError, InvalidReplicaAssignmentError) as exc:
         raise QuorumStateCorruptError(f"{directory / QUORUM_STATE_FILE}: {exc}") from None
     if type(state.needs_catch_up) is not bool:
         raise QuorumStateCorruptError(f"{directory / QUORUM_STATE_FILE}: bad needs_catch_up")

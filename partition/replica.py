@@ -78,11 +78,13 @@ from partition.checkpoint import (
 )
 from partition.log import Log
 from partition.log_integrity import RepairReport
+from partition.membership import membership_batch, scan_log
 from partition.producer_snapshot import ProducerStateLoad
 from partition.producer_state import ProducerStateManager
 from partition.raft import (
     AdvanceLogStart,
     AppendControl,
+    AppendMembership,
     AppendReplicated,
     FetchResponse,
     Flush,
@@ -90,6 +92,7 @@ from partition.raft import (
     LeadershipChanged,
     LogState,
     LowWatermarkChanged,
+    Membership,
     PersistQuorumState,
     QuorumState,
     RaftCore,
@@ -220,12 +223,14 @@ class Replica(ReplicaStorage, ReplicaReads, ReplicaWrites):
         on_ticking: Callable[["Replica"], None] = lambda replica: None,
         disk: DiskWork | None = None,
         observer: ReplicaObserver | None = None,
+        learners: tuple[int, ...] = (),
     ):
         self.topic = topic
         self.partition = partition
         self.topic_id = topic_id
         self.replica_id = replica_id
-        self.voters = tuple(sorted(voters))
+        self._voters = tuple(sorted(voters))  # the voters it is built with (the metadata's)
+        self.learners = tuple(sorted(learners))  # joining by a move (partition/mover.py)
         self.directory = Path(directory)
         self.topic_config = topic_config
         self.transport = transport
@@ -293,9 +298,9 @@ class Replica(ReplicaStorage, ReplicaReads, ReplicaWrites):
         """A core from the durable quorum state and the log, as at a restart (raft.py
         contract 7): a replica that led restarts RESIGNED; the high watermark restarts at 0."""
         self.core = RaftCore(
-            self.replica_id, self.voters, rng=self._rng, quorum_state=state,
+            self.replica_id, self._voters, learners=self.learners, rng=self._rng, quorum_state=state,
             log_state=LogState(log.log_start_offset, log.log_end_offset, log.flushed_offset,
-                               tuple(log.epochs())),
+                               tuple(log.epochs()), scan_log(log, state.membership_scan_from)),
             high_watermark=0, config=raft_config_for(self.settings, self.topic_config),
         )  # fmt: skip
         self.leader_epoch = self.core.epoch
@@ -330,6 +335,12 @@ class Replica(ReplicaStorage, ReplicaReads, ReplicaWrites):
                                   topic=self.topic, partition=self.partition, reason=str(exc))
 
     # ---------------------------------------------------------------- queries
+
+    @property
+    def voters(self) -> tuple[int, ...]:
+        """The group's voters: the membership in force (moves change it), before the core is
+        built the ones the replica was built with."""
+        return self.core.voters if self.core is not None else self._voters
 
     @property
     def name(self) -> str:
@@ -547,6 +558,13 @@ class Replica(ReplicaStorage, ReplicaReads, ReplicaWrites):
             raise ValueError(refusal)
         await self._event(RaftCore.transfer_leadership, target)
 
+    async def change_membership(self, membership: Membership) -> None:
+        """Leader: append a membership change (partition/raft.py `change_membership`).
+        Raises NotLeaderError, ReassignmentInProgressError, InvalidReplicaAssignmentError
+        (refused: nothing was written), KafkaStorageError."""
+        self.check_online()
+        await self._event(RaftCore.change_membership, membership)  # a refusal raises through
+
     async def resign(self) -> None:
         if self.online:
             await self._event(RaftCore.resign)
@@ -594,6 +612,8 @@ class Replica(ReplicaStorage, ReplicaReads, ReplicaWrites):
                     await trio.to_thread.run_sync(write_quorum_state, self.directory, eff.state)
                 queue.extend(self.core.quorum_state_persisted(eff.version))
             elif kind is AppendControl:
+                await self._append_control(eff)
+            elif kind is AppendMembership:
                 await self._append_control(eff)
             elif kind is LeadershipChanged:
                 self._on_leadership_changed(eff)
@@ -652,9 +672,13 @@ class Replica(ReplicaStorage, ReplicaReads, ReplicaWrites):
             return await trio.to_thread.run_sync(partial(call, *args, **kwargs), limiter=self.disk.io)
         return call(*args, **kwargs)
 
-    async def _append_control(self, eff: AppendControl) -> None:
-        batch = control_batch(CONTROL_LEADER_CHANGE, timestamp_ms=self._clock_ms(),
-                              partition_leader_epoch=eff.epoch)
+    async def _append_control(self, eff: AppendControl | AppendMembership) -> None:
+        if type(eff) is AppendMembership:
+            batch = membership_batch(eff.membership, timestamp_ms=self._clock_ms(),
+                                     partition_leader_epoch=eff.epoch)
+        else:
+            batch = control_batch(CONTROL_LEADER_CHANGE, timestamp_ms=self._clock_ms(),
+                                  partition_leader_epoch=eff.epoch)
         first, _ = await self._log_append(eff.epoch, self.log.append, batch, leader_epoch=eff.epoch,
                                           now_ms=self._clock_ms())
         if first != eff.offset:

@@ -46,7 +46,7 @@ import errno
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Callable, Final
 
@@ -192,7 +192,7 @@ class ReplicaStorage:
                 # no votes until caught up (raft.py "Damaged storage"). Durable before the
                 # core runs, since the next restart will find a clean log. A new, empty
                 # partition directory recovers nothing, so it is never flagged.
-                state = QuorumState(state.epoch, state.voted_for, state.leader_id, True)
+                state = replace(state, needs_catch_up=True)
                 write_quorum_state(d, state)
                 log_event(logger, "replica_needs_catch_up", level=logging.WARNING,
                           topic=self.topic, partition=self.partition,
@@ -418,8 +418,7 @@ class ReplicaStorage:
         was_leader = self.is_leader
         if self.core.role is Role.LEADER:
             await self._execute(self.core.resign())  # EndQuorumEpoch: the others elect at once
-        qs = self.core.quorum_state
-        state = QuorumState(qs.epoch, qs.voted_for, qs.leader_id, True)
+        state = replace(self.core.quorum_state, needs_catch_up=True)
         # Ordering: the flag is durable before any data goes, so a crash in between finds the
         # replica flagged (and the damage still there for the next check).
         await trio.to_thread.run_sync(write_quorum_state, self.directory, state)

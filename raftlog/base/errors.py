@@ -18,6 +18,9 @@ DESIGN §6), and every exception raised anywhere in raftlog derives from one of 
      │    ├── TopicAlreadyExistsError           TOPIC_ALREADY_EXISTS
      │    ├── InvalidPartitionsError            INVALID_PARTITIONS
      │    ├── InvalidReplicationFactorError     INVALID_REPLICATION_FACTOR
+     │    ├── InvalidReplicaAssignmentError     INVALID_REPLICA_ASSIGNMENT  (a bad replica set)
+     │    ├── ReassignmentInProgressError       REASSIGNMENT_IN_PROGRESS  (one change at a time)
+     │    ├── NoReassignmentInProgressError     NO_REASSIGNMENT_IN_PROGRESS  (nothing to cancel)
      │    ├── InvalidConfigError                INVALID_CONFIG  (key, when one is to blame)
      │    │    └── ConfigError                  (local only: a bad node configuration file/env/flag)
      │    ├── PeerUnavailableError              (local only: a peer link could not send the request)
@@ -262,6 +265,22 @@ class InvalidPartitionsError(RejectedError):
 
 class InvalidReplicationFactorError(RejectedError):
     code = "INVALID_REPLICATION_FACTOR"
+
+
+class InvalidReplicaAssignmentError(RejectedError):
+    """A replica set that cannot be: an unknown broker, a duplicate, none at all."""
+
+    code = "INVALID_REPLICA_ASSIGNMENT"
+
+
+class ReassignmentInProgressError(RejectedError):
+    """A replica move is under way (one membership change at a time): try again after it."""
+
+    code = "REASSIGNMENT_IN_PROGRESS"
+
+
+class NoReassignmentInProgressError(RejectedError):
+    code = "NO_REASSIGNMENT_IN_PROGRESS"
 
 
 class InvalidConfigError(RejectedError):

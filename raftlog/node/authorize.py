@@ -356,6 +356,8 @@ POLICIES: Final[Mapping[str, Policy]] = {
     "alter_configs": _resource(O.ALTER_CONFIGS, T, "name"),
     "describe_configs": _resource(O.DESCRIBE_CONFIGS, T, "name"),
     "cluster_status": _resource(O.DESCRIBE, C),
+    "alter_partition_reassignments": _resource(O.ALTER, C),  # Kafka's AlterPartitionReassignments rule
+    "list_partition_reassignments": _resource(O.DESCRIBE, C),
     "recover_partition": _at_port,
     "find_coordinator": _resource(O.DESCRIBE, G, "group_id"),
     "join_group": _resource(O.READ, G, "group_id"),

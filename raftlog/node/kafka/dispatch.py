@@ -30,6 +30,7 @@ from raftlog.node.kafka import (
     groups,
     metadata,
     produce,
+    reassign,
     sasl,
     versions,
 )
@@ -66,6 +67,7 @@ HANDLERS: Final[dict[int, Handler]] = {
     **admin.HANDLERS,
     **configs.HANDLERS,
     **describe.HANDLERS,
+    **reassign.HANDLERS,
     **groups.HANDLERS,
     **consumer_groups.HANDLERS,
     **sasl.HANDLERS,

@@ -31,6 +31,8 @@ key (checked by the unit tests) and every key here must have a handler in
 * The read-only operator APIs (describe.py): DescribeLogDirs 1-4 (v5's cordoned flag is
   Kafka 4.2's), DescribeQuorum 0-2, DescribeProducers 0, DescribeTopicPartitions 0 (their
   only versions).
+* AlterPartitionReassignments 0-1 and ListPartitionReassignments 0 (reassign.py): their
+  full schema ranges.
 * Every other API Kafka 4 lists is absent, and a request for it is answered UNSUPPORTED_VERSION
   (listener.py, dispatch.py).
 """
@@ -71,6 +73,8 @@ SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     20: (1, 6),  # DeleteTopics (v6: by name or topic id)
     21: (0, 2),  # DeleteRecords
     37: (0, 3),  # CreatePartitions
+    45: (0, 1),  # AlterPartitionReassignments (reassign.py; the Java Admin sends 0-1)
+    46: (0, 0),  # ListPartitionReassignments
     22: (0, 4),  # InitProducerId
     29: (1, 3),  # DescribeAcls
     30: (1, 3),  # CreateAcls
