@@ -26,7 +26,7 @@ from partition.raft import (
     Send,
     TimeoutNow,
 )
-from partition.replica import read_quorum_state, write_quorum_state
+from partition.quorum_state import read_quorum_state, write_quorum_state
 from partition.replication import decode_fetch_response, encode_fetch_response
 from raftlog.base.errors import InvalidReplicaAssignmentError, NotLeaderError, ReassignmentInProgressError
 
