@@ -318,6 +318,13 @@ def native_ops() -> dict[str, tuple[str, str]]:
             module = module or importlib.import_module(dotted)
             for op in _handler_ops(node.value, module):
                 ops[op] = (target.attr.removesuffix("_handlers"), path.relative_to(ROOT).as_posix())
+    # The partition ops' native adapter returns its table from `partition_handlers` (the port's ops).
+    adapter = ROOT / "raftlog/node/native_partition.py"
+    for node in ast.walk(ast.parse(adapter.read_text(), filename=str(adapter))):
+        if isinstance(node, ast.FunctionDef) and node.name == "partition_handlers":
+            table = next(n.value for n in ast.walk(node) if isinstance(n, ast.Return) and isinstance(n.value, ast.Dict))
+            for key in table.keys:
+                ops[key.value] = ("client", adapter.relative_to(ROOT).as_posix())
     return ops
 
 
