@@ -2,7 +2,7 @@
 metadata image assigns to this broker and serves produce / fetch / list_offsets /
 init_producer_id, plus the replication peer ops.
 
-    ReplicaManager(config: NodeConfig, metadata: MetadataService, peers: PeerPool)
+    ReplicaManager(settings: PartitionSettings, metadata: MetadataService, peers: PeerPool)
 
 What it uses of `metadata`: `image`, `peer_address(id)`, `client_address(id)`,
 `await report_partition_leaders([LeaderReport])` (per-report results),
@@ -103,12 +103,12 @@ from partition.replica import (
     offline_kind as offline_kind_of,
     Replica,
     ReplicaObserver,
-    ReplicaSettings,
     fetch_wait_ticks,
     log_config_for,
 )
 from partition.replication import SESSION_MAX_WAIT_MS, ReplicationLinks
-from partition.segment import DEFAULT_MAX_OPEN_SEGMENTS, FILE_CACHE, SegmentVerifier
+from partition.segment import FILE_CACHE, SegmentVerifier
+from partition.settings import PartitionSettings
 from partition.telemetry import ReplicaTelemetry, batch_records, slice_records
 from partition.validator import validate_client_records
 from raftlog.base.errors import (
@@ -156,8 +156,6 @@ REOPEN_CHECK_S: Final = 0.5
 REOPEN_BACKOFF_S: Final = 1.0
 REOPEN_BACKOFF_MAX_S: Final = 30.0
 MIN_FREE_BYTES: Final = 4 << 20  # below this, a replica offline for a full disk waits
-DEFAULT_SCRUB_BYTES_PER_S: Final = 4 << 20
-DEFAULT_SCRUB_INTERVAL_MS: Final = 3_600_000
 SCRUB_STEP_BYTES: Final = 1 << 20  # one worker-thread read of the scrubber
 OPEN_THREADS: Final = 2  # replicas opened at once (module docstring, "Opening")
 SCRUB_IDLE_S: Final = 5.0  # nothing to scrub yet: look again after this
@@ -183,23 +181,19 @@ class ReplicaManager:
 
     def __init__(
         self,
-        config: Any,
+        settings: PartitionSettings,
         metadata: Any,
         peers: PeerPool,
         *,
-        settings: ReplicaSettings | None = None,
         rng: random.Random | None = None,
         clock_ms: Callable[[], int] = _wall_ms,
         registry: MetricsRegistry | None = None,
     ):
-        self.node_id: int = config.node_id
-        self.data_dir = Path(config.data_dir) / PARTITIONS_DIR
+        self.node_id = settings.node_id
+        self.data_dir = Path(settings.data_dir) / PARTITIONS_DIR
         self.metadata = metadata
         self.peers = peers
-        self.settings = settings or ReplicaSettings(
-            tick_ms=getattr(config, "tick_ms", 50),
-            election_timeout_ms=getattr(config, "election_timeout_ms", 1000),
-        )
+        self.settings = settings.replica
         self._rng = rng if rng is not None else random.Random()
         self._clock_ms = clock_ms
         # A link is silent after an election timeout (and a parked fetch's wait) without a
@@ -234,9 +228,9 @@ class ReplicaManager:
         self._open_limiter = trio.CapacityLimiter(OPEN_THREADS)
         self._validate_limiter = trio.CapacityLimiter(VALIDATE_THREADS)
         self._on_disk_at_start: set[str] = set()  # replica directories found by `run`
-        self.scrub_bytes_per_s: int = getattr(config, "scrub_bytes_per_s", DEFAULT_SCRUB_BYTES_PER_S)
-        self.scrub_interval_ms: int = getattr(config, "scrub_interval_ms", DEFAULT_SCRUB_INTERVAL_MS)
-        FILE_CACHE.set_max_open(getattr(config, "log_open_files_max", DEFAULT_MAX_OPEN_SEGMENTS))
+        self.scrub_bytes_per_s = settings.scrub_bytes_per_s
+        self.scrub_interval_ms = settings.scrub_interval_ms
+        FILE_CACHE.set_max_open(settings.log_open_files_max)
         self.scrub_passes = 0
         self._reopen_at: dict[tuple[str, int], float] = {}
         self._open_failed: dict[tuple[str, int], Replica] = {}
