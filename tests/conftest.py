@@ -4,12 +4,20 @@ process), tests/integration/ is `cluster` (real node processes on loopback), and
 drives Chromium through selenium is also `browser`. Explicit markers (`spark`, `jepsen`, `slow`)
 stay as the files set them. pyproject.toml declares each marker with its meaning.
 
+Parallel runs (pytest-xdist, `scripts/test` runs `-n 2 --dist loadgroup`): each test file runs
+whole on one worker (its module-scoped fixtures, e.g. the 3-node `cluster`, start once), the
+Spark files together on one worker in name order (one SparkSession per process; the standalone
+file sorts last), and a file that sets its own `xdist_group` keeps it. Each worker picks ports
+from its own slice (RAFTLOG_PORT_SLICE, raftlog/cli/cluster.py `free_ports`; node processes and
+CLI children inherit it) and has its own temp dirs (pytest's basetemp per worker).
+
 The helper modules of tests/integration/ (node_harness.py, bridge_node.py, ...) are importable by
 name from any test: `import node_harness as harness`. Test folders are not packages
 (--import-mode=importlib), so this is the one place that puts that folder on sys.path."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -34,8 +42,20 @@ def _uses_selenium(module: ModuleType | None) -> bool:
     return False
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # "gw0", "gw1", ... on xdist workers
+    count = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if worker.startswith("gw") and worker[2:].isdigit() and count.isdigit():
+        os.environ["RAFTLOG_PORT_SLICE"] = f"{worker[2:]}/{count}"
+
+
+# tryfirst: before xdist's own hook reads the groups (loadgroup).
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            group = "spark" if item.get_closest_marker("spark") is not None else item.nodeid.split("::")[0]
+            item.add_marker(pytest.mark.xdist_group(group))
         path = Path(str(item.path)).resolve()
         try:
             folder = path.relative_to(TESTS).parts[0]
