@@ -755,8 +755,8 @@ def _is_loopback(host: str) -> bool:
 
 def _check_security(config: NodeConfig, fail: Callable[[str, str], ConfigError]) -> None:
     if config.client_tls or config.peer_tls:
-        for key in ("tls_cert_file", "tls_key_file"):
-            if getattr(config, key) is None:
+        for key, path in (("tls_cert_file", config.tls_cert_file), ("tls_key_file", config.tls_key_file)):
+            if path is None:
                 raise fail(key, "TLS (security_protocol SSL/SASL_SSL or peer_tls) needs a certificate and key")
     if (config.ssl_client_auth != "none" or config.peer_tls) and config.tls_ca_file is None:
         raise fail("tls_ca_file", "client certificates (ssl_client_auth, peer_tls) are checked against a CA file")
@@ -787,13 +787,13 @@ def _toml_string(text: str) -> str:
     return f'"{escaped}"'
 
 
-def config_to_toml(config: NodeConfig) -> str:
+def config_to_toml(node: NodeConfig) -> str:
     """Render a NodeConfig as TOML that load_config reads back to an equal NodeConfig
     (for `raftlog cluster up`). Includes the secret: write the file with mode 0600."""
     lines: list[str] = []
     tables: list[str] = []
-    for item in dataclasses.fields(config):
-        value = getattr(config, item.name)
+    for item in dataclasses.fields(node):
+        value = getattr(node, item.name)
         if value is None:
             continue
         if item.name == "listeners":
