@@ -4,12 +4,14 @@ process), tests/integration/ is `cluster` (real node processes on loopback), and
 drives Chromium through selenium is also `browser`. Explicit markers (`spark`, `jepsen`, `slow`)
 stay as the files set them. pyproject.toml declares each marker with its meaning.
 
-Parallel runs (pytest-xdist, `scripts/test` runs `-n 2 --dist loadgroup`): each test file runs
-whole on one worker (its module-scoped fixtures, e.g. the 3-node `cluster`, start once), the
-Spark files together on one worker in name order (one SparkSession per process; the standalone
-file sorts last), and a file that sets its own `xdist_group` keeps it. Each worker picks ports
-from its own slice (RAFTLOG_PORT_SLICE, raftlog/cli/cluster.py `free_ports`; node processes and
-CLI children inherit it) and has its own temp dirs (pytest's basetemp per worker).
+Parallel runs (pytest-xdist, `scripts/test` runs `-n 2 --dist loadfile`): each test file runs
+whole on one worker, in file order (its module-scoped fixtures, e.g. the 3-node `cluster`,
+start once; files are handed out in name order, so test_spark_standalone.py, which switches
+its worker's SparkSession to a standalone master, still runs after every local Spark file that
+worker gets). Each worker picks ports from its own slice (RAFTLOG_PORT_SLICE,
+raftlog/cli/cluster.py `free_ports`; node processes and CLI children inherit it) and has its
+own temp dirs (pytest's basetemp per worker). Not `--dist loadgroup`: pytest-xdist 3.8 renames
+a grouped test's `_nodeid`, which pytest 9 no longer reads, so its groups are ignored.
 
 The helper modules of tests/integration/ (node_harness.py, bridge_node.py, ...) are importable by
 name from any test: `import node_harness as harness`. Test folders are not packages
@@ -49,13 +51,8 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["RAFTLOG_PORT_SLICE"] = f"{worker[2:]}/{count}"
 
 
-# tryfirst: before xdist's own hook reads the groups (loadgroup).
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            group = "spark" if item.get_closest_marker("spark") is not None else item.nodeid.split("::")[0]
-            item.add_marker(pytest.mark.xdist_group(group))
         path = Path(str(item.path)).resolve()
         try:
             folder = path.relative_to(TESTS).parts[0]
