@@ -4,12 +4,22 @@ process), tests/integration/ is `cluster` (real node processes on loopback), and
 drives Chromium through selenium is also `browser`. Explicit markers (`spark`, `jepsen`, `slow`)
 stay as the files set them. pyproject.toml declares each marker with its meaning.
 
+Parallel runs (pytest-xdist, `scripts/test` runs `-n 2 --dist loadfile`): each test file runs
+whole on one worker, in file order (its module-scoped fixtures, e.g. the 3-node `cluster`,
+start once; files are handed out in name order, so test_spark_standalone.py, which switches
+its worker's SparkSession to a standalone master, still runs after every local Spark file that
+worker gets). Each worker picks ports from its own slice (RAFTLOG_PORT_SLICE,
+raftlog/cli/cluster.py `free_ports`; node processes and CLI children inherit it) and has its
+own temp dirs (pytest's basetemp per worker). Not `--dist loadgroup`: pytest-xdist 3.8 renames
+a grouped test's `_nodeid`, which pytest 9 no longer reads, so its groups are ignored.
+
 The helper modules of tests/integration/ (node_harness.py, bridge_node.py, ...) are importable by
 name from any test: `import node_harness as harness`. Test folders are not packages
 (--import-mode=importlib), so this is the one place that puts that folder on sys.path."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -32,6 +42,13 @@ def _uses_selenium(module: ModuleType | None) -> bool:
         if isinstance(name, str) and name.split(".")[0] == "selenium":
             return True
     return False
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # "gw0", "gw1", ... on xdist workers
+    count = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if worker.startswith("gw") and worker[2:].isdigit() and count.isdigit():
+        os.environ["RAFTLOG_PORT_SLICE"] = f"{worker[2:]}/{count}"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
