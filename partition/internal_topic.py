@@ -16,7 +16,8 @@ from typing import Protocol
 
 import trio
 
-from partition.replica import AppendResult, Replica
+from partition.replica import Replica
+from partition.replica_writes import AppendResult
 
 __all__ = ["LocalInternalTopics", "ReplicaPartition"]
 
