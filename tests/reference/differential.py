@@ -8,12 +8,27 @@ between two clusters (topic ids, timestamps, which node leads) and keep everythi
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from kafka_ref import java_client_argv
+
 T = TypeVar("T")
+
+# The Java client side of the suite: one program, a subcommand per scenario, JSON out.
+JAVA_CLIENT = Path(__file__).resolve().parent.parent / "conformance" / "java" / "ConformanceClient.java"
+
+
+def java_client(*args: str, timeout_s: float = 240.0) -> Any:
+    """Run one subcommand of ConformanceClient.java (compiled once); its JSON answer."""
+    done = subprocess.run(java_client_argv(JAVA_CLIENT, *args), capture_output=True, text=True, timeout=timeout_s)
+    assert done.returncode == 0, f"ConformanceClient {args[0]} failed ({done.returncode}): {done.stderr[-1500:]}"
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 @dataclass(frozen=True)
@@ -28,7 +43,14 @@ class Sides:
 def assert_same(answers: dict[str, Any], what: str) -> Any:
     """The common answer of both brokers; AssertionError naming `what` and both answers if not."""
     kafka, raftlog = answers["kafka"], answers["raftlog"]
-    assert raftlog == kafka, f"{what}: raftlog answered differently from Apache Kafka\n  kafka:   {kafka!r}\n  raftlog: {raftlog!r}"
+    if raftlog != kafka:
+        if isinstance(kafka, dict) and isinstance(raftlog, dict):  # name only the steps that differ
+            steps = sorted(set(kafka) | set(raftlog), key=str)
+            diff = "".join(f"\n  {k}:\n    kafka:   {kafka.get(k)!r}\n    raftlog: {raftlog.get(k)!r}"
+                           for k in steps if kafka.get(k) != raftlog.get(k))
+        else:
+            diff = f"\n  kafka:   {kafka!r}\n  raftlog: {raftlog!r}"
+        raise AssertionError(f"{what}: raftlog answered differently from Apache Kafka{diff}")
     return kafka
 
 

@@ -22,6 +22,7 @@ real three-node KRaft cluster on loopback, and Kafka's own command-line tools as
 from __future__ import annotations
 
 import base64
+import hashlib
 import os
 import re
 import shutil
@@ -169,6 +170,34 @@ def kafka_tool(tool: str, *args: str, input_text: str | None = None, timeout_s: 
     if check and done.returncode != 0:
         raise RuntimeError(f"{tool} {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()[-800:]}")
     return done
+
+
+def compiled(source: Path) -> Path:
+    """The classes directory of one Java source compiled against the cached jars with javac,
+    kept in the cache under the source's content hash (compiled once per content)."""
+    jars = ensure_jars()
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+    out = jars / "classes" / f"{source.stem}-{digest}"
+    if (out / ".complete").exists():
+        return out
+    javac = shutil.which("javac") if not os.environ.get("JAVA_HOME") else str(Path(os.environ["JAVA_HOME"]) / "bin" / "javac")
+    if not javac or not Path(javac).exists():
+        raise ReferenceUnavailable("no javac: the Java client scenarios need a JDK 17+, not only a JRE")
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    done = subprocess.run([javac, "-nowarn", "-d", str(out), "-cp", str(jars / "*"), str(source)],
+                          capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        raise RuntimeError(f"javac {source.name} failed: {done.stderr[-2000:]}")
+    (out / ".complete").write_text(digest + "\n")
+    return out
+
+
+def java_client_argv(source: Path, *args: str, heap_mb: int = TOOL_HEAP_MB) -> list[str]:
+    """The command line that runs the main class of `source` (compiled) with `args`."""
+    jars = ensure_jars()
+    log4j = _log4j(jars / "tools-log4j2.properties", level="WARN", target="SYSTEM_ERR")
+    return java_argv(source.stem, *args, heap_mb=heap_mb, log4j=log4j, extra_cp=[str(compiled(source))])
 
 
 class KafkaProcess(NodeProcess):
