@@ -150,10 +150,17 @@ def _log4j(path: Path, *, level: str, target: str) -> Path:
     return path
 
 
-def java_argv(main: str, *args: str, heap_mb: int, log4j: Path, extra_cp: Sequence[str] = ()) -> list[str]:
+# A broker's JVM flags as Kafka's bin/kafka-run-class.sh sets them; a short-lived tool's lighter.
+SERVER_JVM = ("-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:InitiatingHeapOccupancyPercent=35")
+TOOL_JVM = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")  # C1 only: starts faster
+PERF_JVM = ("-XX:+UseG1GC",)  # the perf tools run long enough for C2
+
+
+def java_argv(main: str, *args: str, heap_mb: int, log4j: Path, extra_cp: Sequence[str] = (),
+              jvm: Sequence[str] = TOOL_JVM) -> list[str]:
     """The command line that runs `main` on the cached jars (ensure_jars first)."""
     cp = os.pathsep.join([*extra_cp, str(cache_dir() / "*")])
-    return [java_bin(), f"-Xmx{heap_mb}m", f"-Xms{min(heap_mb, 64)}m", "-XX:+UseSerialGC",
+    return [java_bin(), f"-Xmx{heap_mb}m", f"-Xms{min(heap_mb, 64)}m", *jvm,
             "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={log4j}", "-cp", cp, main, *args]
 
 
@@ -163,8 +170,9 @@ def kafka_tool(tool: str, *args: str, input_text: str | None = None, timeout_s: 
     the finished process (stdout, stderr, returncode). Killed by PID at `timeout_s`."""
     jars = ensure_jars()
     log4j = _log4j(jars / "tools-log4j2.properties", level="WARN", target="SYSTEM_ERR")
-    argv = java_argv(TOOL_CLASSES[tool], *args, heap_mb=TOOL_HEAP_MB, log4j=log4j)
-    argv.insert(1, "-XX:TieredStopAtLevel=1")  # tools are short: C1 only starts faster
+    perf = tool.endswith(("-perf-test", "-e2e-latency"))
+    argv = java_argv(TOOL_CLASSES[tool], *args, heap_mb=512 if perf else TOOL_HEAP_MB, log4j=log4j,
+                     jvm=PERF_JVM if perf else TOOL_JVM)
     done = subprocess.run(argv, input=input_text, capture_output=True, text=True, timeout=timeout_s,
                           cwd=workdir, stdin=None if input_text is not None else subprocess.DEVNULL)
     if check and done.returncode != 0:
@@ -209,7 +217,7 @@ class KafkaProcess(NodeProcess):
 
     def argv(self) -> list[str]:
         log4j = _log4j(self.config_path.with_name("log4j2.properties"), level="INFO", target="SYSTEM_OUT")
-        return java_argv("kafka.Kafka", str(self.config_path), heap_mb=self.heap_mb, log4j=log4j)
+        return java_argv("kafka.Kafka", str(self.config_path), heap_mb=self.heap_mb, log4j=log4j, jvm=SERVER_JVM)
 
 
 def _cluster_uuid() -> str:
@@ -272,6 +280,12 @@ class KafkaCluster:
 
     def start(self, timeout_s: float = 180.0) -> None:
         """Format every node's storage, start every JVM, wait until every broker serves."""
+        self.format()
+        self.launch()
+        self.wait_serving(timeout_s)
+
+    def format(self) -> None:
+        """Write each node's server.properties and format its KRaft storage (kafka-storage format)."""
         jars = ensure_jars()
         cluster_id = _cluster_uuid()
         for n in range(1, self.size + 1):
@@ -285,11 +299,13 @@ class KafkaCluster:
                                  capture_output=True, text=True, timeout=180, cwd=jars)
             if fmt.returncode != 0:
                 raise RuntimeError(f"kafka-storage format (node {n}) failed: {(fmt.stdout + fmt.stderr)[-800:]}")
+
+    def launch(self) -> None:
+        """Start every node's JVM (formatted first); returns at once."""
         for n in range(1, self.size + 1):
             node_dir = self.root / f"node{n}"
             self.processes[n] = KafkaProcess(n, node_dir / "server.properties", node_dir / "server.log",
                                              self.heap_mb).start()
-        self.wait_serving(timeout_s)
 
     def wait_serving(self, timeout_s: float) -> None:
         """Until the metadata names every live broker and a controller (polled; raises on timeout
