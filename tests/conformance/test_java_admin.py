@@ -22,7 +22,6 @@ DIVERGENCES = {
     "describeConfigs_topic": "topic configs compression.type (and Kafka 4's cluster-wide min.insync.replicas) not listed",
     "describeConfigs_broker": "broker configs log.retention.hours and message.max.bytes not listed (#41)",
     "incrementalAlterConfigs": "IncrementalAlterConfigs APPEND/SUBTRACT refused",
-    "deleteConsumerGroupOffsets": "OffsetDelete (API 47) not served",
     "describeFeatures": "ApiVersions lists no finalized features (metadata.version): no KRaft feature levels (#41)",
 }
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from differential import Sides, assert_same
 from kafka_ref import kafka_tool
 
@@ -92,7 +90,6 @@ def test_console_producer_consumer_and_consumer_groups(sides: Sides, tmp_path: P
     assert same["reset_earliest"][0] == 0 and same["reset_earliest"][1]
 
 
-@pytest.mark.xfail(reason="raftlog differs: OffsetDelete (API 47) not served", strict=True)
 def test_consumer_groups_delete_offsets(sides: Sides) -> None:
     """--delete-offsets (OffsetDelete) removes an inactive group's committed offset of one
     partition and keeps the others; a group that does not exist is an error."""
