@@ -40,9 +40,18 @@ class Sides:
         return {"kafka": scenario(self.kafka), "raftlog": scenario(self.raftlog)}
 
 
-def assert_same(answers: dict[str, Any], what: str) -> Any:
-    """The common answer of both brokers; AssertionError naming `what` and both answers if not."""
+def assert_same(answers: dict[str, Any], what: str, known: dict[str, str] | None = None) -> Any:
+    """The common answer of both brokers; AssertionError naming `what` and both answers if not.
+    `known`: steps (keys of dict answers) where raftlog is known to differ, with the reason:
+    when only those differ the test is xfail with the reasons, and a plain pass once they agree."""
     kafka, raftlog = answers["kafka"], answers["raftlog"]
+    if known and isinstance(kafka, dict) and isinstance(raftlog, dict):
+        differing = {k for k in set(kafka) | set(raftlog) if kafka.get(k) != raftlog.get(k)}
+        if differing and differing <= set(known):
+            import pytest
+
+            pytest.xfail("; ".join(f"{k}: {known[k]} (Kafka {kafka.get(k)!r}, raftlog {raftlog.get(k)!r})"
+                                   for k in sorted(differing)))
     if raftlog != kafka:
         if isinstance(kafka, dict) and isinstance(raftlog, dict):  # name only the steps that differ
             steps = sorted(set(kafka) | set(raftlog), key=str)
