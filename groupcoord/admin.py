@@ -132,6 +132,13 @@ def delete_offsets(
     if not items:
         return response
     ctx.check_append_room()
+    return _append_then_answer(ctx, group_id, partition, items, response)
+
+
+def _append_then_answer(ctx: CoordinatorContext, group_id: str, partition: int,
+                        items: list[tuple[Key, Value | None]], response: Response) -> Pending:
+    """Append `items` (acks=all); the request is answered `response` once they commit, their
+    error if the append fails."""
     key = ctx.new_key(group_id)
 
     def committed(now: int) -> None:
@@ -177,16 +184,7 @@ def reset_offsets(
     ctx.check_append_room()
     if group is None:
         ctx.check_group_room()
-    key = ctx.new_key(group_id)
     items: list[tuple[Key, Value | None]] = [
         (OffsetKey(group_id, t, p), OffsetValue(o, "", now_ms)) for (t, p), o in sorted(offsets.items())
     ]
-
-    def committed(now: int) -> None:
-        ctx.complete(key, response)
-
-    def failed(err: RaftlogError, now: int) -> None:
-        ctx.complete(key, err)
-
-    ctx.append(partition, items, committed, failed)
-    return Pending(key)
+    return _append_then_answer(ctx, group_id, partition, items, response)

@@ -21,7 +21,6 @@ NOT_SERVED = {
 DIVERGENCES = {
     "describeConfigs_topic": "topic configs compression.type (and Kafka 4's cluster-wide min.insync.replicas) not listed",
     "describeConfigs_broker": "broker configs log.retention.hours and message.max.bytes not listed (#41)",
-    "incrementalAlterConfigs": "IncrementalAlterConfigs APPEND/SUBTRACT refused",
     "describeFeatures": "ApiVersions lists no finalized features (metadata.version): no KRaft feature levels (#41)",
 }
 
