@@ -88,8 +88,8 @@ def test_verifiable_producer_and_consumer(sides: Sides) -> None:
                     in_order = False
                 last[p["partition"]] = p["maxOffset"]
                 consumed.update((p["partition"], o) for o in range(p["minOffset"], p["maxOffset"] + 1))
-        return {"acked": len(acked), "every_acked_consumed": acked <= consumed, "in_order": in_order,
-                "partitions": sorted({p for p, _ in acked})}
+        # Which partitions the records went to is the sticky partitioner's random pick: not compared.
+        return {"acked": len(acked), "every_acked_consumed": acked <= consumed, "in_order": in_order}
 
     same = assert_same(sides.run(scenario), "kafka-verifiable-producer/-consumer")
     assert same["acked"] == RECORDS and same["every_acked_consumed"] and same["in_order"]
