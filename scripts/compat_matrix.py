@@ -2,7 +2,7 @@
 docs/compatibility.md from the last run of the conformance suite (issue 40).
 
     python -m pytest tests/conformance -p no:cacheprovider --junitxml=/tmp/conformance.xml
-    python scripts/compat_matrix.py /tmp/conformance.xml [--doc docs/compatibility.md]
+    python scripts/compat_matrix.py /tmp/conformance.xml [more.xml ...] [--doc docs/compatibility.md]
 
 Each test of tests/conformance/ runs one scenario on the reference Kafka and on raftlog and
 compares what a user sees, so its outcome is the row: passed = the same answer on both;
@@ -47,10 +47,15 @@ FEATURES = {
 }
 
 
-def rows(junit: Path) -> list[tuple[str, str, str, str]]:
-    """(client, feature, Kafka, raftlog) per test case of the report."""
+def rows(*reports: Path) -> list[tuple[str, str, str, str]]:
+    """(client, feature, Kafka, raftlog) per test case of the reports; a case in a later report
+    replaces the same case of an earlier one (a rerun of one file after a fix)."""
+    cases = {}
+    for junit in reports:
+        for case in ET.parse(junit).getroot().iter("testcase"):
+            cases[(case.get("classname", ""), case.get("name", ""))] = case
     out = []
-    for case in ET.parse(junit).getroot().iter("testcase"):
+    for case in cases.values():
         module = case.get("classname", "").rpartition(".")[2]
         if module not in CLIENTS:
             continue
@@ -80,13 +85,15 @@ def rows(junit: Path) -> list[tuple[str, str, str, str]]:
 def _short(text: str, limit: int = 160) -> str:
     text = re.sub(r"\s+", " ", text).strip()
     text = re.sub(r"^(Skipped|XFailed|reason): ", "", text)
+    text = re.sub(r"^(raftlog differs|not served by raftlog yet): ", "", text)
     text = re.sub(r"; Kafka answered .*| \(Kafka .*", "", text)
     text = text.replace("|", "\\|")
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def render(table: list[tuple[str, str, str, str]], junit: Path) -> str:
-    when = datetime.fromtimestamp(junit.stat().st_mtime, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+def render(table: list[tuple[str, str, str, str]], *reports: Path) -> str:
+    newest = max(junit.stat().st_mtime for junit in reports)
+    when = datetime.fromtimestamp(newest, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     same = sum(1 for r in table if r[3] == "same as Kafka")
     lines = [BEGIN,
              f"Generated {when} by `python scripts/compat_matrix.py` from `python -m pytest tests/conformance "
@@ -99,22 +106,24 @@ def render(table: list[tuple[str, str, str, str]], junit: Path) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("junit", type=Path, help="pytest's --junitxml report of tests/conformance")
+    ap.add_argument("junit", type=Path, nargs="+",
+                    help="pytest's --junitxml report(s) of tests/conformance (a later one's cases win)")
     ap.add_argument("--doc", type=Path, default=ROOT / "docs" / "compatibility.md")
     args = ap.parse_args()
-    if not args.junit.exists():
-        print(f"compat_matrix: no report at {args.junit}: run the suite with --junitxml first", file=sys.stderr)
+    missing = [str(j) for j in args.junit if not j.exists()]
+    if missing:
+        print(f"compat_matrix: no report at {', '.join(missing)}: run the suite with --junitxml first", file=sys.stderr)
         return 2
-    table = rows(args.junit)
+    table = rows(*args.junit)
     if not table:
-        print(f"compat_matrix: {args.junit} has no conformance test", file=sys.stderr)
+        print(f"compat_matrix: {' '.join(map(str, args.junit))} has no conformance test", file=sys.stderr)
         return 2
     text = args.doc.read_text() if args.doc.exists() else f"# Compatibility\n\n{BEGIN}\n{END}\n"
     if BEGIN not in text or END not in text:
         text = text.rstrip("\n") + f"\n\n{BEGIN}\n{END}\n"
     head, _, rest = text.partition(BEGIN)
     _, _, tail = rest.partition(END)
-    args.doc.write_text(head + render(table, args.junit) + tail)
+    args.doc.write_text(head + render(table, *args.junit) + tail)
     print(f"{args.doc}: {len(table)} rows")
     return 0
 

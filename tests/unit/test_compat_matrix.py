@@ -30,8 +30,8 @@ def test_rows_and_document(tmp_path, monkeypatch):
     rows = compat_matrix.rows(report)
     assert rows == [
         ("Java Admin client", "describeTopics", "yes", "same as Kafka"),
-        ("Java Admin client", "describeFeatures", "yes", "differs: raftlog differs: no finalized features (#41)"),
-        ("Java Admin client", "describeClientQuotas", "yes", "not served: not served by raftlog yet: #41 (client quotas)"),
+        ("Java Admin client", "describeFeatures", "yes", "differs: no finalized features (#41)"),
+        ("Java Admin client", "describeClientQuotas", "yes", "not served: #41 (client quotas)"),
         ("Java client (kafka-clients)", "idempotent producer, acks 0/1/all, compression: zstd", "yes",
          "FAILS: AssertionError: Java producer \\| zstd"),
         ("kafka-topics", "--create / --describe / --alter / --list / --delete", "not run (no reference Kafka)",

@@ -301,7 +301,12 @@ public class ConformanceClient {
                     new AlterConfigOp(new ConfigEntry("no.such.config", "1"), AlterConfigOp.OpType.SET)))).all().get());
             step(out, "createPartitions", () -> {
                 a.createPartitions(Map.of(topic, NewPartitions.increaseTo(4))).all().get();
-                return a.describeTopics(List.of(topic)).allTopicNames().get().get(topic).partitions().size();
+                // Kafka's brokers learn of the new partition a moment after the answer: ask again
+                // until the count moves, up to 30 s (raftlog's image has it at once).
+                int n = 0;
+                for (int i = 0; i < 60 && (n = a.describeTopics(List.of(topic)).allTopicNames().get().get(topic).partitions().size()) < 4; i++)
+                    Thread.sleep(500);
+                return n;
             });
             step(out, "createPartitions_decrease", () -> a.createPartitions(Map.of(topic, NewPartitions.increaseTo(2))).all().get());
             try (KafkaProducer<String, String> p = producer(bootstrap, "all", "none")) {
