@@ -221,7 +221,12 @@ class KafkaProcess(NodeProcess):
 
 
 def _cluster_uuid() -> str:
-    return base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode("ascii")
+    """A cluster id as Kafka's Uuid.randomUuid makes one: 16 random bytes, URL-safe base64,
+    never starting with "-" (kafka-storage's argument parser would take it for an option)."""
+    while True:
+        text = base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode("ascii")
+        if not text.startswith("-"):
+            return text
 
 
 class KafkaCluster:
