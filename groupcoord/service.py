@@ -165,6 +165,7 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
             "reset_offsets": self._reset_offsets,
             "consumer_group_heartbeat": self._consumer_group_heartbeat,  # KIP-848: consumer_group_service.py
             "consumer_group_describe": self._consumer_group_describe,
+            "offset_delete": self._offset_delete,
         }
         self.peer_handlers: Mapping[str, Handler] = {}
 
@@ -572,6 +573,21 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
                 assert wire is not None
                 out.append({"group_id": gid, "error": wire.to_wire()})
         return {"groups": out}
+
+    async def _offset_delete(self, request: Request) -> dict[str, Any]:
+        asked = [(field(d, "topic", str, where=f"partitions[{i}]"), field(d, "partition", int, where=f"partitions[{i}]"))
+                 for i, d in enumerate(field(request, "partitions", list, items=dict))]
+        # As for a commit, Kafka answers a partition its metadata does not hold with
+        # UNKNOWN_TOPIC_OR_PARTITION and deletes the others.
+        image = self.metadata.image
+        unknown = [{"topic": t, "partition": p,
+                    "error": UnknownTopicOrPartitionError(f"{t}-{p} does not exist").to_wire()}
+                   for t, p in asked if image.partition(t, p) is None]
+        known = [(t, p) for t, p in asked if image.partition(t, p) is not None]
+        result = self.core.delete_offsets(group_id=field(request, "group_id", str), partitions=known,
+                                          now_ms=self._clock_ms())
+        answer = await self._answer(self._apply(result), self._wait_ms(request))
+        return {**answer, "partitions": [*answer.get("partitions", []), *unknown]}
 
     async def _reset_offsets(self, request: Request) -> dict[str, Any]:
         offsets: dict[tuple[str, int], int] = {}

@@ -1,6 +1,7 @@
 """Shared by every test. A test's kind marker comes from where it lives, so no one has to remember
 to tag it: tests/unit/ and tests/sim/ are `unit` (one process, no node, no quorum, no child
-process), tests/integration/ is `cluster` (real node processes on loopback), and a test that
+process), tests/integration/ is `cluster` (real node processes on loopback), tests/reference/ is
+`reference` and tests/conformance/ both (a reference Apache Kafka beside raftlog), and a test that
 drives Chromium through selenium is also `browser`. Explicit markers (`spark`, `jepsen`, `slow`)
 stay as the files set them. pyproject.toml declares each marker with its meaning.
 
@@ -21,18 +22,23 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
 TESTS = Path(__file__).resolve().parent
 INTEGRATION = TESTS / "integration"
-if str(INTEGRATION) not in sys.path:
-    sys.path.insert(0, str(INTEGRATION))
+REFERENCE = TESTS / "reference"  # kafka_ref.py: the reference Apache Kafka (issue 40)
+for _folder in (INTEGRATION, REFERENCE):
+    if str(_folder) not in sys.path:
+        sys.path.insert(0, str(_folder))
 
-# The top folder under tests/ -> the marker every test in it gets.
-KIND_BY_FOLDER = {"unit": "unit", "sim": "unit", "integration": "cluster"}
+# The top folder under tests/ -> the markers every test in it gets.
+KIND_BY_FOLDER = {"unit": ("unit",), "sim": ("unit",), "integration": ("cluster",),
+                  "reference": ("reference",), "conformance": ("reference", "cluster")}
 BROWSER_FILES = frozenset({"test_console_browser.py"})
 
 
@@ -58,8 +64,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             folder = path.relative_to(TESTS).parts[0]
         except ValueError:  # a test file outside tests/ named on the command line
             continue
-        kind = KIND_BY_FOLDER.get(folder)
-        if kind is not None:
+        for kind in KIND_BY_FOLDER.get(folder, ()):
             item.add_marker(kind)
         if path.name in BROWSER_FILES or _uses_selenium(getattr(item, "module", None)):
             item.add_marker("browser")
+
+
+@pytest.fixture(scope="session")
+def reference_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real three-node Apache Kafka (tests/reference/kafka_ref.py), shared by every reference
+    and conformance test of the session, every JVM stopped by PID after the last. A machine
+    without Maven, JDK 17+ or Maven Central skips them with one reason; a download that fails
+    is an error."""
+    import kafka_ref
+
+    try:
+        kafka_ref.ensure_jars()
+    except kafka_ref.ReferenceUnavailable as e:
+        pytest.skip(f"reference Kafka unavailable: {e}")
+    with kafka_ref.running_kafka(tmp_path_factory.mktemp("kafka-ref")) as kafka:
+        yield kafka

@@ -49,6 +49,7 @@ DESIGN §6), and every exception raised anywhere in raftlog derives from one of 
      │    ├── InvalidGroupIdError               INVALID_GROUP_ID
      │    ├── OffsetMetadataTooLargeError       OFFSET_METADATA_TOO_LARGE
      │    ├── NonEmptyGroupError                NON_EMPTY_GROUP
+     │    ├── GroupSubscribedToTopicError       GROUP_SUBSCRIBED_TO_TOPIC  (OffsetDelete of a live group's topic)
      │    ├── SaslAuthenticationFailedError     SASL_AUTHENTICATION_FAILED  (no principal: which
      │    │                                     part was wrong is never said)
      │    ├── UnsupportedSaslMechanismError     UNSUPPORTED_SASL_MECHANISM  (mechanisms enabled)
@@ -404,6 +405,12 @@ class GroupIdNotFoundError(RejectedError):
 
 class NonEmptyGroupError(RejectedError):
     code = "NON_EMPTY_GROUP"
+
+
+class GroupSubscribedToTopicError(RejectedError):
+    """OffsetDelete for a topic the group's live members consume (Kafka's rule)."""
+
+    code = "GROUP_SUBSCRIBED_TO_TOPIC"
 
 
 class FencedInstanceIdError(RejectedError):
