@@ -270,6 +270,9 @@ class NodeConfig:
     connections_preauth_timeout_ms: int = 10_000  # accept to a complete session; 0: off
     connections_max_reauth_ms: int = 0  # KIP-368 SASL session lifetime; 0: off
     sasl_server_max_receive_size: int = 524_288  # Kafka listener, before the login (bytes)
+    # the REST proxy (issue 45): Confluent's consumer.instance.timeout.ms, and a bound on instances
+    consumer_instance_timeout_ms: int = 300_000
+    rest_max_consumer_instances: int = 1000
 
     @property
     def per_ip_overrides(self) -> dict[str, int]:
@@ -542,6 +545,8 @@ _KEYS: Final[dict[str, _Key]] = {
     "connections_preauth_timeout_ms": _Key(_to_int, "connections_preauth_timeout_ms"),
     "connections_max_reauth_ms": _Key(_to_int, "connections_max_reauth_ms"),
     "sasl_server_max_receive_size": _Key(_to_int, "sasl_server_max_receive_size"),
+    "consumer_instance_timeout_ms": _Key(_to_int, "consumer_instance_timeout_ms"),
+    "rest_max_consumer_instances": _Key(_to_int, "rest_max_consumer_instances"),
 }
 _NESTED_TABLES: Final = ("listeners",)  # tables whose keys are config keys themselves
 _INT_RANGES: Final = {
@@ -565,6 +570,8 @@ _INT_RANGES: Final = {
     "connections_preauth_timeout_ms": (0, 3_600_000),
     "connections_max_reauth_ms": (0, 365 * 24 * 3_600_000),
     "sasl_server_max_receive_size": (1024, MAX_FRAME_BYTES_LIMIT),
+    "consumer_instance_timeout_ms": (1000, 7 * 24 * 3_600_000),
+    "rest_max_consumer_instances": (1, 100_000),
 }
 
 
