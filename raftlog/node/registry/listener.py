@@ -29,7 +29,7 @@ from hypercorn.trio import serve
 
 from raftlog.base.eventlog import log_event
 from raftlog.base.metrics import MetricsRegistry
-from raftlog.node.registry.api import Call, RegistryPort, handle
+from raftlog.node.registry.api import ROUTES, Call, RegistryPort, handle
 from raftlog.node.registry.policy import Allowed
 from raftlog.node.registry.proxy import ProxyCall, ProxyContext, handle_proxy, is_proxy_path
 from raftlog.node.registry.proxy_groups import REST_ROUTES
@@ -126,6 +126,9 @@ def registry_app(port: RegistryPort, authenticate: Authenticate | None = None,
             response_headers.append((b"www-authenticate", b'Basic realm="raftlog schema registry"'))
         if status == 413:
             response_headers.append((b"connection", b"close"))
+        if status == 405:  # RFC 9110: say which methods the path has
+            raw_path = (scope.get("raw_path") or path.encode()).decode("latin-1")
+            response_headers.append((b"allow", ", ".join(allowed_methods(raw_path, proxy is not None)).encode()))
         await send({"type": "http.response.start", "status": status, "headers": response_headers})
         await send({"type": "http.response.body", "body": payload})
 
@@ -169,6 +172,13 @@ def registry_app(port: RegistryPort, authenticate: Authenticate | None = None,
         return 500, {"error_code": 50002, "message": "the request timed out"}
 
     return app
+
+
+def allowed_methods(path: str, with_proxy: bool) -> list[str]:
+    """The methods some route serves on `path` (raw)."""
+    path = path.split("?", 1)[0].rstrip("/") or "/"
+    routes = [(m, p) for m, p, *_ in ROUTES] + ([(m, p) for m, p, _ in REST_ROUTES] if with_proxy else [])
+    return sorted({m for m, pattern in routes if pattern.match(path)})
 
 
 def _config(host: str, port: int, ssl: tuple[str, str] | None) -> Config:

@@ -110,7 +110,7 @@ def _topic(ctx: ProxyContext, t: str) -> Any:
 
 def _partition(ctx: ProxyContext, t: str, p: str) -> tuple[Any, int]:
     topic = _topic(ctx, t)
-    if not p.isdigit() or not int(p) < len(topic.partitions):
+    if not (p.isascii() and p.isdigit()) or len(p) > 9 or not int(p) < len(topic.partitions):
         raise PartitionNotFoundError(f"Partition {p[:20]} of topic '{t}' not found.")
     return topic, int(p)
 
@@ -423,6 +423,7 @@ def _v2_part(ctx: ProxyContext, fmt: str, data: Any, schema_id: Any, schema_text
 async def _v2_produce(ctx: ProxyContext, call: ProxyCall, m: tuple[str, ...]) -> Any:
     fmt = v2_format(call.content_type)
     topic = _topic(ctx, m[0])
+    fixed = _partition(ctx, m[0], m[1])[1] if len(m) > 1 else None
     body = _object(call.body)
     raw = body.get("records")
     if not isinstance(raw, list) or not 0 < len(raw) <= MAX_BATCH_RECORDS:
@@ -430,7 +431,7 @@ async def _v2_produce(ctx: ProxyContext, call: ProxyCall, m: tuple[str, ...]) ->
     records = []
     for r in raw:
         r = _object(r, "a record")
-        wanted = int(m[1]) if len(m) > 1 and m[1].isdigit() else r.get("partition")
+        wanted = fixed if fixed is not None else r.get("partition")
         v3 = {"key": _v2_part(ctx, fmt, r.get("key"), body.get("key_schema_id"), body.get("key_schema"), "key"),
               "value": _v2_part(ctx, fmt, r.get("value"), body.get("value_schema_id"), body.get("value_schema"), "value"),
               "partition_id": wanted}
