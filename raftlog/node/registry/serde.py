@@ -26,7 +26,7 @@ import jsonschema
 
 from raftlog.node.registry.errors import RegistryError, SchemaNotFoundError
 from raftlog.node.registry.protobuf_codec import ProtobufCodecError, decode_message, encode_message
-from raftlog.node.registry.state import RegistryState, Version
+from raftlog.node.registry.state import Version
 
 __all__ = ["MAGIC", "Decoded", "UndecodableError", "EncodeError", "encode_with", "decode", "wire_header",
            "has_magic", "to_jsonable"]
@@ -59,7 +59,7 @@ def has_magic(raw: bytes | None) -> bool:
     return raw is not None and len(raw) >= _HEADER.size and raw[0] == MAGIC
 
 
-def _version_of(state: RegistryState, schema_id: int | None, subject: str | None, version: Any) -> Version:
+def _version_of(state: Any, schema_id: int | None, subject: str | None, version: Any) -> Version:
     if schema_id is not None:
         return state.by_id(schema_id)
     if subject is None:
@@ -67,9 +67,10 @@ def _version_of(state: RegistryState, schema_id: int | None, subject: str | None
     return state.version(subject, version)
 
 
-def encode_with(state: RegistryState, schema_type: str | None, data: Any, *, schema_id: int | None = None,
+def encode_with(state: Any, schema_type: str | None, data: Any, *, schema_id: int | None = None,
                 subject: str | None = None, version: Any = "latest") -> bytes:
-    """The record bytes of `data` under a registered schema (by id, or a subject's version).
+    """The record bytes of `data` under a registered schema (by id, or a subject's version;
+    `state`: a RegistryState, or anything with its `by_id`, `version` and `parsed`).
     Raises EncodeError (the data does not fit the schema, or the type does not match) and the
     registry's RegistryError (SchemaNotFoundError, SubjectNotFoundError, ...)."""
     v = _version_of(state, schema_id, subject, version)
@@ -124,8 +125,10 @@ def _zigzag(raw: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def decode(state: RegistryState, raw: bytes | None) -> Decoded:
-    """Decode record bytes in the wire format. Raises UndecodableError saying why not."""
+def decode(state: Any, raw: bytes | None, *, jsonable: bool = True) -> Decoded:
+    """Decode record bytes in the wire format (`state`: a RegistryState, or anything with its
+    `by_id` and `parsed`). With `jsonable` false the value keeps Avro's bytes as bytes.
+    Raises UndecodableError saying why not."""
     if raw is None:
         raise UndecodableError("null")
     if len(raw) < _HEADER.size:
@@ -153,7 +156,7 @@ def decode(state: RegistryState, raw: bytes | None) -> Decoded:
         raise
     except (ValueError, TypeError, KeyError, IndexError, EOFError, struct.error, ProtobufCodecError) as exc:
         raise UndecodableError(f"the payload does not decode with {v.schema_type} schema {schema_id}: {exc}") from None
-    return Decoded(v.schema_type, schema_id, to_jsonable(value))
+    return Decoded(v.schema_type, schema_id, to_jsonable(value) if jsonable else value)
 
 
 def _message_at(model: Any, indexes: list[int]) -> str:
