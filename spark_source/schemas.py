@@ -12,26 +12,24 @@ carries; one that does not decode (no magic byte, an unknown id, bytes that do n
 null struct and the reason in `value_error` (`key_error`). Sink: the struct column is encoded
 with the subject's latest schema (its id in each record's 5-byte header).
 
-The registry is read over HTTP (`RegistrySchemas`: schemas by id and subjects' latest versions,
-cached for the task's life); the wire format itself is raftlog/node/registry/serde.py's.
+The registry is read over HTTP (raftlog/node/registry/remote.py); the wire format itself is
+raftlog/node/registry/serde.py's.
 """
 
 from __future__ import annotations
 
 import json
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 import pyarrow as pa
 
-from raftlog.node.registry.compat import Parsed, parse_schema
-from raftlog.node.registry.errors import SchemaNotFoundError, SubjectNotFoundError, VersionNotFoundError
+from raftlog.node.registry.compat import Parsed
+from raftlog.node.registry.errors import SubjectNotFoundError, VersionNotFoundError
+from raftlog.node.registry.remote import RegistrySchemas
 from raftlog.node.registry.serde import EncodeError, UndecodableError, decode, encode_with
-from raftlog.node.registry.state import Version
 from spark_source.options import InvalidOption, SourceError
 
 __all__ = ["FORMAT_OPTIONS", "FormatOptions", "parse_format_options", "RegistrySchemas", "arrow_type_of",
@@ -39,7 +37,6 @@ __all__ = ["FORMAT_OPTIONS", "FormatOptions", "parse_format_options", "RegistryS
 
 FORMATS: Final = {"avro": "AVRO", "protobuf": "PROTOBUF", "json-schema": "JSON"}
 FORMAT_OPTIONS: Final = frozenset({"valueformat", "keyformat", "schemaregistryurl", "valuesubject", "keysubject"})
-HTTP_TIMEOUT_S: Final = 30.0
 MAX_DEPTH: Final = 32
 
 
@@ -84,57 +81,6 @@ def parse_format_options(raw: Mapping[str, str]) -> FormatOptions | None:
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
         raise InvalidOption(f"option schemaRegistryUrl={url!r}: expected http(s)://host:port of a schema registry")
     return FormatOptions(url, formats["value"], formats["key"], opts.get("valuesubject"), opts.get("keysubject"))
-
-
-class RegistrySchemas:
-    """The registry's schemas over HTTP, duck-typing RegistryState's `by_id`, `version` and
-    `parsed` for serde.py. Cached: an id's schema never changes."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url.rstrip("/")
-        self._by_id: dict[int, Version] = {}
-        self._parsed: dict[int, Parsed] = {}
-
-    def _get(self, path: str) -> Any:
-        try:
-            with urllib.request.urlopen(f"{self.url}{path}", timeout=HTTP_TIMEOUT_S) as response:
-                return json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            try:
-                body = json.loads(exc.read())
-            except ValueError:
-                body = {}
-            code = body.get("error_code") if isinstance(body, dict) else None
-            message = body.get("message", str(exc)) if isinstance(body, dict) else str(exc)
-            if code == 40403:
-                raise SchemaNotFoundError(message) from None
-            if code == 40401:
-                raise SubjectNotFoundError(message) from None
-            if code == 40402:
-                raise VersionNotFoundError(message) from None
-            raise SourceError(f"schema registry {self.url}: {exc.code} {message}") from None
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise SourceError(f"schema registry {self.url} is unreachable: {exc}") from None
-
-    def by_id(self, schema_id: int) -> Version:
-        v = self._by_id.get(schema_id)
-        if v is None:
-            body = self._get(f"/schemas/ids/{schema_id}")
-            v = Version("", 0, schema_id, body.get("schemaType", "AVRO"), body["schema"], ())
-            self._by_id[schema_id] = v
-        return v
-
-    def version(self, subject: str, version: Any = "latest") -> Version:
-        body = self._get(f"/subjects/{urllib.parse.quote(subject, safe='')}/versions/{version}")
-        v = Version(subject, body["version"], body["id"], body.get("schemaType", "AVRO"), body["schema"], ())
-        self._by_id.setdefault(v.id, v)
-        return v
-
-    def parsed(self, v: Version) -> Parsed:
-        p = self._parsed.get(v.id)
-        if p is None:
-            p = self._parsed[v.id] = parse_schema(v.schema_type, v.schema)
-        return p
 
 
 # ---------------------------------------------------------------------------------- types

@@ -41,7 +41,8 @@ status and Confluent's `error_code`, so the listener answers any of them as Conf
      ├── RecordNotEncodableError          422 42207   (data that does not fit its schema)
      ├── TooManyConsumersError            429 42901   (the bound on consumer instances)
      ├── KafkaError                       500 50002   (the cluster refused: the reason in the message)
-     └── KafkaRetriableError              503 50301   (no leader, a timeout: retry)
+     ├── KafkaRetriableError              503 50301   (no leader, a timeout: retry)
+     └── RegistryUnreachableError         503 50302   (remote.py: a registry over HTTP did not answer)
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ __all__ = [
     "BodyTooLargeError", "StoreError", "StoreTimeoutError", "ForwardingError", "error_body",
     "TopicNotFoundError", "PartitionNotFoundError", "ConsumerInstanceNotFoundError", "ConsumerAlreadyExistsError",
     "UnsupportedMediaTypeError", "InvalidConsumerConfigError", "RecordNotEncodableError", "TooManyConsumersError",
-    "KafkaError", "KafkaRetriableError",
+    "KafkaError", "KafkaRetriableError", "RegistryUnreachableError",
 ]
 
 
@@ -114,6 +115,7 @@ RecordNotEncodableError = _error("RecordNotEncodableError", 422, 42207)
 TooManyConsumersError = _error("TooManyConsumersError", 429, 42901)
 KafkaError = _error("KafkaError", 500, 50002)
 KafkaRetriableError = _error("KafkaRetriableError", 503, 50301)
+RegistryUnreachableError = _error("RegistryUnreachableError", 503, 50302)
 
 
 def error_body(exc: SchemaRegistryError) -> tuple[int, dict[str, Any]]:
