@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import unquote
 
+import trio
+
 from partition.batch import BatchBuilder
 from raftlog.base.errors import RaftlogError
 from raftlog.base.murmur2 import partition_for_key
@@ -317,17 +319,27 @@ def choose_partition(ctx: ProxyContext, topic: Any, key: bytes | None, wanted: A
 
 async def produce_records(ctx: ProxyContext, call: ProxyCall, topic: Any,
                           records: list[tuple[int, bytes | None, bytes | None, list[Any], int]]) -> list[Mapping[str, Any]]:
-    """Append (partition, key, value, headers, timestamp_ms) records, one batch per partition;
-    the partition answers in the records' partition order. Raises RegistryError."""
+    """Append (partition, key, value, headers, timestamp_ms) records, one batch per partition,
+    the partitions at once; the partition answers in the records' partition order. Raises
+    RegistryError (the first partition's refusal: the others' records may be appended, as with
+    a Kafka producer's batch to several partitions)."""
     by_partition: dict[int, BatchBuilder] = {}
     for p, key, value, headers, ts in records:
         by_partition.setdefault(p, BatchBuilder()).append(value, key, headers, timestamp_ms=ts)
-    answers = {}
-    for p, builder in by_partition.items():
+    answers: dict[int, Mapping[str, Any]] = {}
+    failures: list[RaftlogError] = []
+
+    async def one(p: int, batch: bytes) -> None:
         try:
-            answers[p] = await ctx.broker.produce(topic.name, p, builder.build(), call.principal, call.host)
+            answers[p] = await ctx.broker.produce(topic.name, p, batch, call.principal, call.host)
         except RaftlogError as exc:
-            raise kafka_error(exc) from None
+            failures.append(exc)
+
+    async with trio.open_nursery() as nursery:  # the partitions' appends wait for their acks together
+        for p, builder in by_partition.items():
+            nursery.start_soon(one, p, builder.build())
+    if failures:
+        raise kafka_error(failures[0])
     return [answers[p] for p in by_partition]
 
 
