@@ -83,6 +83,7 @@ def render(request: Request, template: str, status_code: int = 200, **context: A
         "user": session.credentials.username if session is not None and session.credentials else None,
         "secure": login_required(state.settings.security),
         "cluster_label": state.cluster_label,
+        "schemas_on": state.settings.schema_registry is not None,
         "fmt_ts": browse.format_timestamp,
         **context,
     }, status_code=status_code)
@@ -392,7 +393,8 @@ async def messages(request: Request) -> Response:
     links = {
         "next": None if page.next_cursor is None else f"?{_q(**base, **{'from': browse.format_cursor(page.next_cursor)})}",
         "prev": None if page.prev_cursor is None else f"?{_q(**base, **{'from': browse.format_cursor(page.prev_cursor)})}",
-        "formats": {f: f"?{_q(**{**params, 'format': f})}" for f in (*browse.FORMATS, *(('decoded',) if name == OFFSETS_TOPIC else ()))},
+        "formats": {f: f"?{_q(**{**params, 'format': f})}" for f in (*browse.FORMATS, *(('decoded',) if name == OFFSETS_TOPIC else ()))
+                    if f != "schema" or _state(request).settings.schema_registry is not None},
     }
     produced = params.get("produced")
     return render(request, "messages.html", info=data["info"], query=query, params=params, records=records,
