@@ -30,7 +30,9 @@ schema = schemathesis.openapi.from_dict(rest_openapi())
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[harness.NodeCluster]:
-    with harness.NodeCluster(tmp_path_factory.mktemp("rest-fuzz"), size=1) as c:
+    # Consumer instances idle 1 s expire (Confluent's consumer.instance.timeout.ms, at its floor here).
+    settings = {**harness.TEST_SETTINGS, "consumer_instance_timeout_ms": 1000}
+    with harness.NodeCluster(tmp_path_factory.mktemp("rest-fuzz"), size=1, settings=settings) as c:
         c.start_all()
         c.wait_ready(timeout_s=60)
         # _schemas exists and is led before the fuzzing (its creation is the registry's own
@@ -75,6 +77,25 @@ def test_rest_listener(node, case):
 @LONG
 def test_rest_listener_long(node, case):
     call(node, case)
+
+
+def test_an_idle_consumer_instance_expires(node):
+    def create() -> int:
+        """Create instance i1 of group idle: 200, or 409 while it exists (the try does not use it)."""
+        request = urllib.request.Request(f"{node.schema_registry(1)}/consumers/idle", method="POST",
+                                         data=json.dumps({"name": "i1"}).encode(),
+                                         headers={"Content-Type": "application/vnd.kafka.v2+json"})
+        try:
+            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as response:
+                return response.status
+        except urllib.error.HTTPError as exc:
+            with exc:
+                assert json.loads(exc.read())["error_code"] == 40902
+                return exc.code
+
+    assert create() == 200
+    assert create() == 409
+    node.wait_for(lambda: create() == 200, 30, "the idle instance to expire and its name to be free again")
 
 
 def test_node_still_serves_after_the_fuzzing(node):
