@@ -8,11 +8,20 @@ produce() to the last delivery (acks=all, RF=3, 6 partitions, linger.ms=5):
 * serialised: every value passed through AvroSerializer per record (the serializer registers
   the schema once and caches the id: the registry must not be hit per record);
 * pre-serialised: the same Confluent-framed bytes, made before the clock starts.
-Prints records/s of both (median of --runs) and their ratio serialised / pre-serialised
-(target >= 0.9), the serializer's own rate without producing (its CPU per record, a bound on
-the serialised rate), how many `_schemas` records the runs wrote (one registration per
-subject) and how many registry requests each serialised run made (the nodes' /metrics: the
-serializer caches the id, so a handful, not one per record).
+* fastavro direct: the same records encoded in the timed loop by fastavro's schemaless writer
+  plus the 5-byte header (the id looked up once): the same encoding work as the serializer
+  without its per-record Python wrapping, so serialised / fastavro-direct is what the
+  serializer and the registry cost beyond encoding Avro at all.
+Prints records/s of each (median of --runs), the ratios serialised / pre-serialised (target
+>= 0.9) and serialised / fastavro-direct, the serializer's own rate without producing (its
+CPU per record, a bound on the serialised rate), how many `_schemas` records the runs wrote
+(one registration per subject) and how many registry requests each serialised run made (the
+nodes' /metrics: the serializer caches the id, so a handful, not one per record).
+
+Then the REST proxy: --rest-records 100-byte JSON records POSTed to
+/v3/clusters/{id}/topics/{t}/records:batch in batches of 100 (--rest-connections keep-alive
+connections per node, 8 by default, all in parallel, each request waiting for acks=all), beside confluent-kafka
+producing the same 100-byte values (pre-encoded JSON) in the same run.
 
 The nodes are real processes on free loopback ports with a temp data dir (the integration
 tests' harness); every node is stopped by its PID at the end, also on Ctrl-C or failure.
@@ -68,6 +77,91 @@ def produce(bootstrap: str, topic: str, values: list, serialize=None) -> float:
     return len(values) / (time.perf_counter() - start)
 
 
+def fastavro_direct(schema_id: int):
+    """A serializer doing the serializer's encoding work with fastavro directly (header + body)."""
+    import io
+
+    import fastavro
+
+    parsed = fastavro.parse_schema(SCHEMA)
+    header = b"\x00" + schema_id.to_bytes(4, "big")
+
+    def serialize(value, ctx):
+        out = io.BytesIO()
+        out.write(header)
+        fastavro.schemaless_writer(out, parsed, value)
+        return out.getvalue()
+
+    return serialize
+
+
+def json_values(count: int) -> list[dict]:
+    """JSON records of exactly 100 bytes each (compact encoding)."""
+    out = []
+    for i in range(count):
+        record = {"sensor": f"s-{i % 100}", "seq": i, "pad": ""}
+        size = len(json.dumps(record, separators=(",", ":")))
+        record["pad"] = "x" * (100 - size)
+        out.append(record)
+    return out
+
+
+def rest_produce(cluster, topic: str, values: list[dict], batch: int = 100, connections: int = 8) -> float:
+    """Records/s of POSTing `values` in records:batch requests of `batch`, `connections`
+    keep-alive connections per node, each in a thread (a request waits for acks=all, so one
+    connection's rate is one batch per produce latency)."""
+    import http.client
+    import threading
+    import urllib.parse
+
+    cid = cluster.cluster_id
+    path = f"/v3/clusters/{cid}/topics/{topic}/records:batch"
+    chunks = [values[i:i + batch] for i in range(0, len(values), batch)]
+    nodes = sorted(cluster.live())
+    errors: list[str] = []
+
+    def worker(node_id: int, mine: list[list[dict]]) -> None:
+        address = urllib.parse.urlparse(cluster.schema_registry(node_id))
+        conn = http.client.HTTPConnection(address.hostname, address.port, timeout=60)
+        try:
+            for chunk in mine:
+                body = json.dumps({"entries": [{"id": str(j), "value": {"type": "JSON", "data": v}}
+                                               for j, v in enumerate(chunk)]}).encode()
+                conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+                response = conn.getresponse()
+                answer = response.read()
+                if response.status != 200:
+                    errors.append(f"{response.status} {answer[:200]!r}")
+                    return
+        finally:
+            conn.close()
+
+    deadline = time.monotonic() + 60  # the new topic in every node's image (created through another node)
+    for node_id in nodes:
+        address = urllib.parse.urlparse(cluster.schema_registry(node_id))
+        while True:
+            conn = http.client.HTTPConnection(address.hostname, address.port, timeout=30)
+            try:
+                conn.request("GET", f"/v3/clusters/{cid}/topics/{topic}")
+                if conn.getresponse().status == 200:
+                    break
+            finally:
+                conn.close()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"topic {topic} not visible on node {node_id}")
+            time.sleep(0.1)
+    lanes = [n for n in nodes for _ in range(connections)]
+    threads = [threading.Thread(target=worker, args=(n, chunks[i::len(lanes)])) for i, n in enumerate(lanes)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise RuntimeError(f"REST produce failed: {errors[:3]}")
+    return len(values) / (time.perf_counter() - start)
+
+
 def registry_requests(cluster) -> int:
     """Schema Registry requests the nodes have answered (their /metrics)."""
     import urllib.request
@@ -85,6 +179,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--rest-records", type=int, default=30_000)
+    parser.add_argument("--rest-connections", type=int, default=8, help="keep-alive connections per node")
     args = parser.parse_args()
     if args.records < 1 or args.runs < 1:
         parser.error("--records and --runs must be at least 1")
@@ -105,11 +201,14 @@ def main() -> int:
         try:
             serialized: list[float] = []
             raw: list[float] = []
+            direct: list[float] = []
+            rest: list[float] = []
+            kafka_json: list[float] = []
             alone: list[float] = []
             asked_per_run: list[int] = []  # registry requests during a serialised run  # the serializer by itself: the client's CPU per record
             before = cluster.health(1)[1]["registry"]["applied_offset"]
             for run in range(args.runs):
-                topics = [f"bench-schema-{uuid.uuid4().hex[:6]}" for _ in range(2)]
+                topics = [f"bench-schema-{uuid.uuid4().hex[:6]}" for _ in range(3)]
                 for f in admin.create_topics([NewTopic(t, 6, 3) for t in topics]).values():
                     f.result(60)
                 serializer = AvroSerializer(registry, json.dumps(SCHEMA))
@@ -121,8 +220,21 @@ def main() -> int:
                 serialized.append(produce(bootstrap, topics[0], values, serializer))
                 asked_per_run.append(registry_requests(cluster) - asked)
                 raw.append(produce(bootstrap, topics[1], framed))
-                print(f"run {run + 1}: AvroSerializer {serialized[-1]:,.0f} rec/s, pre-serialised {raw[-1]:,.0f} rec/s",
-                      flush=True)
+                schema_id = int.from_bytes(framed[0][1:5], "big")
+                direct.append(produce(bootstrap, topics[2], values, fastavro_direct(schema_id)))
+                print(f"run {run + 1}: AvroSerializer {serialized[-1]:,.0f} rec/s, pre-serialised {raw[-1]:,.0f} rec/s, "
+                      f"fastavro direct {direct[-1]:,.0f} rec/s", flush=True)
+            json_records = json_values(args.rest_records)
+            encoded = [json.dumps(v, separators=(",", ":")).encode() for v in json_records]
+            assert all(len(e) == 100 for e in encoded)
+            for run in range(args.runs):
+                topics = [f"bench-rest-{uuid.uuid4().hex[:6]}" for _ in range(2)]
+                for f in admin.create_topics([NewTopic(t, 6, 3) for t in topics]).values():
+                    f.result(60)
+                rest.append(rest_produce(cluster, topics[0], json_records, connections=args.rest_connections))
+                kafka_json.append(produce(bootstrap, topics[1], encoded))
+                print(f"run {run + 1}: REST proxy {rest[-1]:,.0f} rec/s, confluent-kafka {kafka_json[-1]:,.0f} rec/s "
+                      "(100 B JSON)", flush=True)
             after = cluster.health(1)[1]["registry"]["applied_offset"]
         finally:
             registry.close()
@@ -130,11 +242,19 @@ def main() -> int:
         print(f"records: {args.records:,} per run, {args.runs} runs, load average {_load()}")
         print(f"AvroSerializer produce: {s:,.0f} records/s (median)")
         print(f"pre-serialised produce: {r:,.0f} records/s (median)")
+        d = statistics.median(direct)
+        print(f"fastavro direct produce: {d:,.0f} records/s (median; the same encoding, no serializer)")
         print(f"ratio serialised / pre-serialised: {s / r:.2f} (target >= 0.90)")
+        print(f"ratio serialised / fastavro direct: {s / d:.2f} (what the serializer and registry cost beyond encoding)")
         print(f"AvroSerializer alone, no produce: {statistics.median(alone):,.0f} records/s (the client's own "
               "CPU per record: a bound on the serialised rate whatever the registry does)")
         print(f"_schemas records written during the runs: {after - before} (one registration per subject)")
         print(f"registry requests during each serialised run of {args.records:,} records: {asked_per_run}")
+        rp, kp = statistics.median(rest), statistics.median(kafka_json)
+        print(f"REST proxy produce, 100 B JSON in batches of 100 (records:batch, {args.rest_connections} "
+              f"connections per node): {rp:,.0f} records/s (median)")
+        print(f"confluent-kafka produce, the same 100 B values: {kp:,.0f} records/s (median)")
+        print(f"ratio REST proxy / confluent-kafka: {rp / kp:.2f}")
     return 0
 
 

@@ -21,11 +21,15 @@ batch) write progress to a consumer group. Batch `decode=offsets` reads
 `__consumer_offsets` as group, topic, partition, committed_offset, metadata,
 commit_timestamp (latest per key).
 
+Typed keys and values: `valueFormat` / `keyFormat` = avro | protobuf | json-schema with
+`schemaRegistryUrl` decode Confluent's wire format into struct columns (with `value_error` /
+`key_error` for records that do not decode) and encode them in the sink (`schemas`).
+
 Writing: `df.write.format("raftlog")` (at-least-once) and `df.writeStream.format("raftlog")`
 (exactly-once per micro-batch unless exactlyOnce=false; docs/spark-exactly-once.md) with
 Spark's Kafka sink columns: value, key, topic (or option topic), partition, headers.
 
-Modules: `options` (parsing, the error tree), `sink` (pure: sink options, schema check,
+Modules: `options` (parsing, the error tree), `schemas` (typed columns through a registry), `sink` (pure: sink options, schema check,
 rows, derived producer ids), `writer` (Spark's Arrow writers over the client's Producer), `planning` (pure: offsets JSON, ranges,
 admission control, splits), `arrow` (batches -> Arrow columns), `fetch` (Provider, the
 blocking cluster provider, the read loop), `source` (the DataSource and its readers).

@@ -90,6 +90,8 @@ _KNOWN = frozenset({
     "committogroup", "decode",
     "raftlog.fetch.max.bytes", "raftlog.request.timeout.ms", "raftlog.read.timeout.ms",
     "path",
+    # typed keys and values through a schema registry (spark_source/schemas.py)
+    "valueformat", "keyformat", "schemaregistryurl", "valuesubject", "keysubject",
 })
 # Kafka options that cannot work here, with the reason (clearer than "unknown option").
 _UNSUPPORTED = {

@@ -33,12 +33,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from raftlog.base.errors import InvalidRequestError
 from spark_source.options import InvalidOption, SourceError
+from spark_source.schemas import RegistrySchemas, encode_column, parse_format_options
 
 __all__ = [
     "InvalidRowError",
@@ -64,6 +66,8 @@ _KNOWN = frozenset({
     "raftlog.compression.type", "raftlog.request.timeout.ms", "raftlog.delivery.timeout.ms",
     "raftlog.max.block.ms", "raftlog.enable.idempotence", "roworder",
     "raftlog.sink.max.task.bytes",
+    # typed keys and values through a schema registry (spark_source/schemas.py)
+    "valueformat", "keyformat", "schemaregistryurl", "valuesubject", "keysubject",
     # Spark's own writeStream options reach the sink too.
     "checkpointlocation", "queryname",
 })
@@ -220,6 +224,9 @@ class SinkSchema:
     has_topic: bool
     has_partition: bool
     has_headers: bool
+    # valueFormat / keyFormat: the struct columns are encoded through the registry
+    formats: Any = None  # spark_source.schemas.FormatOptions
+
 
 
 def check_schema(fields: Sequence[tuple[str, str]], options: SinkOptions) -> SinkSchema:
@@ -227,11 +234,19 @@ def check_schema(fields: Sequence[tuple[str, str]], options: SinkOptions) -> Sin
     Spark's Kafka sink's rules (value required; string or binary key and value; a topic
     column unless the topic option is set)."""
     types = {name.lower(): t.replace(" ", "").lower() for name, t in fields}
+    formats = parse_format_options(options.raw)
+    typed = set() if formats is None else {p for p, f in (("key", formats.key_format),
+                                                           ("value", formats.value_format)) if f}
+    for name in typed:
+        if name in types and not types[name].startswith("struct<"):
+            raise InvalidOption(f"{name}Format is set: the {name} column must be a struct, got {types[name]}")
+        if options.topic is None:
+            formats.subject(name, None)  # raises unless the subject is given
     if "value" not in types:
         raise InvalidOption("required attribute 'value' not found: the sink writes the "
                             "'value' column (string or binary)")
     for name in ("key", "value"):
-        if name in types and types[name] not in ("string", "binary"):
+        if name in types and name not in typed and types[name] not in ("string", "binary"):
             raise InvalidOption(f"{name} attribute type must be a string or binary, got "
                                 f"{types[name]}")
     if "topic" in types and types["topic"] != "string":
@@ -246,7 +261,7 @@ def check_schema(fields: Sequence[tuple[str, str]], options: SinkOptions) -> Sin
                             f"{types['headers']}")
     return SinkSchema(has_key="key" in types,
                       has_topic="topic" in types and options.topic is None,
-                      has_partition="partition" in types, has_headers="headers" in types)
+                      has_partition="partition" in types, has_headers="headers" in types, formats=formats)
 
 
 # ---------------------------------------------------------------- rows
@@ -280,10 +295,29 @@ def _column(batch: pa.RecordBatch, name: str) -> pa.Array:
     raise KeyError(name)
 
 
+def _part(batch: pa.RecordBatch, name: str, schema: SinkSchema, topic: str | None) -> list:
+    col = _column(batch, name)
+    fmt = None if schema.formats is None else getattr(schema.formats, f"{name}_format")
+    if fmt is None:
+        return _bytes_list(col)
+    return encode_column(col, _schemas_of(schema.formats), fmt, schema.formats.subject(name, topic))
+
+
+_SCHEMAS: dict[str, Any] = {}
+
+
+def _schemas_of(formats: Any) -> Any:
+    """One registry reader per URL in this process (its cache lives as long as the task)."""
+    reader = _SCHEMAS.get(formats.registry_url)
+    if reader is None:
+        reader = _SCHEMAS[formats.registry_url] = RegistrySchemas(formats.registry_url)
+    return reader
+
+
 def columns_of(batch: pa.RecordBatch, schema: SinkSchema, topic: str | None) -> Columns:
     """The sink's columns of one Arrow batch. Raises InvalidRowError for a row with no topic."""
-    values = _bytes_list(_column(batch, "value"))
-    keys = _bytes_list(_column(batch, "key")) if schema.has_key else None
+    values = _part(batch, "value", schema, topic)
+    keys = _part(batch, "key", schema, topic) if schema.has_key else None
     if schema.has_topic:
         col = _column(batch, "topic")
         if col.null_count:

@@ -48,6 +48,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.types import StructType
 
 from spark_source.arrow import OFFSETS_SCHEMA_DDL, schema_ddl
+from spark_source.schemas import parse_format_options, typed_batches, typed_schema_ddl
 from spark_source.fetch import (
     ClusterProvider,
     ProviderFactory,
@@ -123,7 +124,10 @@ class RaftlogDataSource(DataSource):
         raw = str(opts.get("includeheaders", "false")).strip().lower()
         if raw not in ("true", "false"):
             raise InvalidOption(f"option includeHeaders={raw!r}: expected 'true' or 'false'")
-        return schema_ddl(raw == "true")
+        formats = parse_format_options(opts)
+        if formats is None:
+            return schema_ddl(raw == "true")
+        return typed_schema_ddl(schema_ddl(raw == "true"), formats, _single_topic(opts))
 
     def reader(self, schema: StructType) -> RaftlogBatchReader:
         return RaftlogBatchReader(parse_options(self.options, streaming=False),
@@ -153,6 +157,12 @@ class RaftlogDataSource(DataSource):
 
 
 # ---------------------------------------------------------------- shared helpers
+
+
+def _single_topic(opts) -> str | None:
+    """The one subscribed topic (the default subjects are named after it), else None."""
+    topics = [t.strip() for t in str(opts.get("subscribe", "")).split(",") if t.strip()]
+    return topics[0] if len(topics) == 1 else None
 
 
 def _sink(options, schema: StructType, overwrite: bool, *, streaming: bool):
@@ -199,8 +209,11 @@ def _read(factory: ProviderFactory, opts: SourceOptions,
                          fetch_max_bytes=opts.fetch_max_bytes,
                          read_timeout_ms=opts.read_timeout_ms,
                          fail_on_data_loss=opts.fail_on_data_loss)
+    formats = parse_format_options(opts.raw)
     if opts.decode == "offsets":
         yield from _latest_offsets(batches)
+    elif formats is not None:
+        yield from typed_batches(batches, formats, _single_topic(opts.raw))
     else:
         yield from batches
 

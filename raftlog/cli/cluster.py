@@ -592,6 +592,9 @@ def _start_console(root: Path, configs: Mapping[int, NodeConfig], port: int, out
         child.argv += ["--command-config", str(command_config)]
     if http_token_file is not None:
         child.argv += ["--node-http-token-file", str(http_token_file)]
+    registry = next((c.listeners.schema_registry for c in configs.values() if c.listeners.schema_registry.port), None)
+    if registry is not None and command_config is None:  # a secure cluster's registry wants each visitor's login
+        child.argv += ["--schema-registry", f"http://{registry}"]
     url = child.start()
     if url is None:
         out.write(f"web console not started: {child.problem} (pick a port with --console-port, or --no-console)\n")

@@ -33,6 +33,15 @@ def _addresses(text: str, what: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _registry_url(text: str) -> str | None:
+    text = text.strip().rstrip("/")
+    if not text:
+        return None
+    if not text.startswith(("http://", "https://")) or "://" not in text or not text.split("://", 1)[1]:
+        raise CliFailure(f"--schema-registry: expected http(s)://host:port, got {text!r}")
+    return text
+
+
 @click.command("console")
 @click.option("--bootstrap", envvar="RAFTLOG_BOOTSTRAP", default=DEFAULT_BOOTSTRAP, show_default=True,
               help="host:port[,host:port...] of any nodes' client listeners (env RAFTLOG_BOOTSTRAP).")
@@ -50,13 +59,17 @@ def _addresses(text: str, what: str) -> tuple[str, ...]:
 @click.option("--command-config", envvar="RAFTLOG_COMMAND_CONFIG", type=click.Path(dir_okay=False),
               help="Client properties of a secure cluster (security.protocol, sasl.mechanism, "
                    "ssl.ca.location); visitors then log in with their own SCRAM credentials.")
+@click.option("--schema-registry", envvar="RAFTLOG_SCHEMA_REGISTRY", default="",
+              help="URL of a schema registry (a node's, e.g. http://127.0.0.1:9097): the message browser "
+                   "decodes Avro/Protobuf/JSON Schema records and /schemas shows its subjects "
+                   "(env RAFTLOG_SCHEMA_REGISTRY).")
 @click.option("--timeout", type=click.FloatRange(0.5, 120), default=5.0, show_default=True,
               help="Seconds a page waits for the cluster before it says so.")
 @click.option("--supervisor-pid", type=int, hidden=True,
               help="Stop when this process (our parent: raftlog cluster up) dies.")
 @friendly
 def console_cmd(bootstrap: str, host: str, port: int, node_http: str, node_http_token_file: str | None,
-                command_config: str | None, timeout: float, supervisor_pid: int | None) -> None:
+                command_config: str | None, schema_registry: str, timeout: float, supervisor_pid: int | None) -> None:
     """Serve the web console: brokers, topics, messages, consumer groups and lag.
 
     It is a client of the cluster like this CLI (never part of a node): it needs only
@@ -92,6 +105,7 @@ def console_cmd(bootstrap: str, host: str, port: int, node_http: str, node_http_
     settings = ConsoleSettings(
         bootstrap=addresses, host=host, port=port, node_http=_addresses(node_http, "--node-http"),
         node_http_token=node_http_token or None,
+        schema_registry=_registry_url(schema_registry),
         request_timeout_ms=int(timeout * 1000),
         **({"security": security} if security is not None else {}),
     )  # fmt: skip

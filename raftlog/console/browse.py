@@ -61,7 +61,7 @@ FILTERED_FETCH_BYTES: Final = 256 << 10   # small rounds, so the time budget is 
 TAIL_SCAN_RECORDS: Final = 5_000  # seek=end with a filter searches this far back per partition
 SHOW_MAX_BYTES: Final = 64 << 10
 HEX_SHOW_MAX_BYTES: Final = 4 << 10
-FORMATS: Final = ("text", "json", "hex")
+FORMATS: Final = ("text", "json", "hex", "schema")  # schema: through the registry (views.py)
 DECODED: Final = "decoded"   # __consumer_offsets as a table (the page decides; bytes show as text)
 SEEKS: Final = ("beginning", "end", "offset", "timestamp")
 

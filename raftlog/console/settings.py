@@ -18,6 +18,7 @@ class ConsoleSettings:
     port: int = DEFAULT_PORT                      # 0: any free port (printed at start)
     node_http: tuple[str, ...] = ()               # host:port of the nodes' HTTP listeners (health, metrics)
     node_http_token: str | None = field(default=None, repr=False)  # the nodes' http_token, if they have one
+    schema_registry: str | None = None            # a registry's URL: decoded records, /schemas
     security: dict[str, str] = field(default_factory=lambda: {"security.protocol": "PLAINTEXT"})
     request_timeout_ms: int = 5000                # per cluster request made for a page
     scrape_interval_s: float = 2.0                # /metrics and group lag sampling

@@ -41,11 +41,12 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from groupcoord.errors import InvalidGroupRecordError
 from groupcoord.records import GroupKey, OffsetKey, decode_record
 from raftlog.base.topics import OFFSETS_TOPIC
-from raftlog.console import backend, browse
+from raftlog.console import backend, browse, schema_views
 from raftlog.console.auth import Credentials, check_csrf, client_config, config_key, login_required
 from raftlog.console.backend import ClientSet, classify_partitions
 from raftlog.console.errors import BadInputError, CsrfError, RaftlogError, UnknownGroupError, UnknownTopicOrPartitionError
 from raftlog.console.state import ConsoleState
+from raftlog.node.registry.errors import RegistryError
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,7 @@ def render(request: Request, template: str, status_code: int = 200, **context: A
         "user": session.credentials.username if session is not None and session.credentials else None,
         "secure": login_required(state.settings.security),
         "cluster_label": state.cluster_label,
+        "schemas_on": state.settings.schema_registry is not None,
         "fmt_ts": browse.format_timestamp,
         **context,
     }, status_code=status_code)
@@ -373,9 +375,17 @@ async def messages(request: Request) -> Response:
     page: browse.Page = data["page"]
     decoded = name == OFFSETS_TOPIC and params.get("format", "decoded") == "decoded"
     records = []
-    for r in page.records:
-        item = {"r": r, "key": browse.render_bytes(r.key, query.fmt), "value": browse.render_bytes(r.value, query.fmt),
-                "headers": [(h, browse.render_bytes(v, "text" if query.fmt == "json" else query.fmt)) for h, v in r.headers or ()]}
+    schema_parts: dict[int, tuple[browse.Rendered, browse.Rendered]] = {}
+    if query.fmt == "schema":  # keys and values decoded through the registry, in a worker thread
+        registry = schema_views.registry_of(request)
+        schema_parts = await schema_views.blocking(request, lambda: {
+            i: (schema_views.render_schema(registry, r.key), schema_views.render_schema(registry, r.value))
+            for i, r in enumerate(page.records)})
+    for i, r in enumerate(page.records):
+        key, value = schema_parts.get(i) or (browse.render_bytes(r.key, query.fmt), browse.render_bytes(r.value, query.fmt))
+        item = {"r": r, "key": key, "value": value,
+                "headers": [(h, browse.render_bytes(v, "text" if query.fmt in ("json", "schema") else query.fmt))
+                            for h, v in r.headers or ()]}
         if decoded:
             item["decoded"] = _decode_offsets_record(r)
         records.append(item)
@@ -383,7 +393,8 @@ async def messages(request: Request) -> Response:
     links = {
         "next": None if page.next_cursor is None else f"?{_q(**base, **{'from': browse.format_cursor(page.next_cursor)})}",
         "prev": None if page.prev_cursor is None else f"?{_q(**base, **{'from': browse.format_cursor(page.prev_cursor)})}",
-        "formats": {f: f"?{_q(**{**params, 'format': f})}" for f in (*browse.FORMATS, *(('decoded',) if name == OFFSETS_TOPIC else ()))},
+        "formats": {f: f"?{_q(**{**params, 'format': f})}" for f in (*browse.FORMATS, *(('decoded',) if name == OFFSETS_TOPIC else ()))
+                    if f != "schema" or _state(request).settings.schema_registry is not None},
     }
     produced = params.get("produced")
     return render(request, "messages.html", info=data["info"], query=query, params=params, records=records,
@@ -408,6 +419,7 @@ def _headers_field(text: str) -> list[tuple[str, bytes | None]]:
 async def produce(request: Request) -> Response:
     name = request.path_params["topic"]
     values = await form_of(request)
+    registry = schema_views.registry_of(request) if (values.get("subject") or "").strip() else None
 
     def work(cs: ClientSet) -> tuple[int, int]:
         info = backend.describe_topic(cs, name)
@@ -419,8 +431,12 @@ async def produce(request: Request) -> Response:
             partition = int(raw_p)
         key = values.get("key") or None
         value = values.get("value")
+        encoded = None if value is None else value.encode()
+        subject = (values.get("subject") or "").strip()
+        if subject and value is not None:  # the value is JSON, encoded with the subject's latest schema
+            encoded = schema_views.encode_value(registry, subject, value)
         return backend.produce_one(cs, info, partition, None if key is None else key.encode(),
-                                   None if value is None else value.encode(), _headers_field(values.get("headers") or ""))
+                                   encoded, _headers_field(values.get("headers") or ""))
 
     try:
         partition, offset = await run_blocking(request, work)
@@ -629,6 +645,43 @@ async def logout(request: Request) -> Response:
 
 async def healthz(request: Request) -> Response:
     return JSONResponse({"ok": True})
+
+
+# ---- schemas (the registry given with --schema-registry; raftlog/console/schema_views.py)
+
+
+async def schemas_page(request: Request) -> Response:
+    registry = schema_views.registry_of(request)
+    rows = await schema_views.blocking(request, schema_views.subjects, registry)
+    return render(request, "schemas.html", rows=rows, registry=registry.url)
+
+
+async def subject_page(request: Request) -> Response:
+    registry = schema_views.registry_of(request)
+    subject = request.path_params["subject"]
+    version = schema_views.version_param(request.query_params.get("v"), "latest")
+    other = request.query_params.get("diff")
+    other = schema_views.version_param(other, "latest") if other else None
+    try:
+        data = await schema_views.blocking(request, schema_views.subject, registry, subject, version, other)
+    except RegistryError as exc:
+        raise BadInputError("subject", exc.message) from None
+    return render(request, "subject.html", levels=schema_views.LEVELS, changed=request.query_params.get("changed"), **data)
+
+
+async def subject_config(request: Request) -> Response:
+    registry = schema_views.registry_of(request)
+    subject = request.path_params["subject"]
+    values = await form_of(request)
+    level = (values.get("level") or "").strip().upper()
+    if level not in schema_views.LEVELS:
+        raise BadInputError("compatibility", f"one of {', '.join(schema_views.LEVELS)}")
+    quoted = urllib.parse.quote(subject, safe="")
+    try:
+        await schema_views.blocking(request, registry.get, f"/config/{quoted}", "PUT", {"compatibility": level})
+    except RegistryError as exc:
+        raise BadInputError("compatibility", exc.message) from None
+    return RedirectResponse(f"/schemas/{quoted}?changed={level}", status_code=303)
 
 
 __all__ = ["run_blocking", "render", "config_key"]

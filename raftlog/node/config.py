@@ -297,6 +297,9 @@ class NodeConfig:
     group_consumer_assignor: str = "uniform"  # the server-side assignor when members name none
     group_consumer_session_timeout_ms: int = 45_000  # a member silent this long is fenced
     group_consumer_heartbeat_interval_ms: int = 5_000  # told to members in every heartbeat answer
+    # the REST proxy (issue 45): Confluent's consumer.instance.timeout.ms, and a bound on instances
+    consumer_instance_timeout_ms: int = 300_000
+    rest_max_consumer_instances: int = 1000
 
     @property
     def per_ip_overrides(self) -> dict[str, int]:
@@ -576,6 +579,8 @@ _KEYS: Final[dict[str, _Key]] = {
     "group_consumer_assignor": _Key(lambda v: _to_choice(v, ("uniform", "range")), "group_consumer_assignor"),
     "group_consumer_session_timeout_ms": _Key(_to_int, "group_consumer_session_timeout_ms"),
     "group_consumer_heartbeat_interval_ms": _Key(_to_int, "group_consumer_heartbeat_interval_ms"),
+    "consumer_instance_timeout_ms": _Key(_to_int, "consumer_instance_timeout_ms"),
+    "rest_max_consumer_instances": _Key(_to_int, "rest_max_consumer_instances"),
 }
 _NESTED_TABLES: Final = ("listeners",)  # tables whose keys are config keys themselves
 _INT_RANGES: Final = {
@@ -604,6 +609,8 @@ _INT_RANGES: Final = {
     "sasl_server_max_receive_size": (1024, MAX_FRAME_BYTES_LIMIT),
     "group_consumer_session_timeout_ms": (100, 3_600_000),
     "group_consumer_heartbeat_interval_ms": (10, 3_600_000),
+    "consumer_instance_timeout_ms": (1000, 7 * 24 * 3_600_000),
+    "rest_max_consumer_instances": (1, 100_000),
 }
 
 

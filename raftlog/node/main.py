@@ -74,6 +74,10 @@ from raftlog.node.registry.listener import serve_registry
 from raftlog.node.registry.log import ReplicaSchemasLog
 from raftlog.node.registry.service import RegistryService
 from raftlog.node.registry.auth import basic_authenticator
+from raftlog.node.registry.broker import NodeBroker
+from raftlog.node.registry.consumers import ConsumerInstances
+from raftlog.node.registry.proxy import ProxyContext
+from raftlog.node.registry.openapi import rest_openapi
 from raftlog.node.pidfile import (
     NODE_PID_FILE, PRIVATE_UMASK, check_private, claim, die_with_parent, parent_gone, release,
 )
@@ -131,6 +135,8 @@ def build_services(config: NodeConfig, metadata: MetadataService, peers: PeerPoo
         services.append(GroupCoordinatorService(group_settings(config), metadata,
                                                 LocalInternalTopics(replicas)))
     services.append(RegistryService(config.node_id, ReplicaSchemasLog(config.node_id, metadata, replicas, peers), peers))
+    if config.is_broker:  # the REST proxy's way to the partitions (peer op proxy_call)
+        services.append(NodeBroker(config.node_id, metadata.cluster_id, lambda: metadata.image, peers))
     return services
 
 
@@ -309,13 +315,19 @@ async def run_node(
         # The Schema Registry: Basic auth with the cluster's SCRAM users when clients authenticate,
         # over TLS when the client listener has it.
         schema_registry = next(s for s in services if isinstance(s, RegistryService))
+        broker = next((s for s in services if isinstance(s, NodeBroker)), None)
+        proxy = None
+        if broker is not None:  # the REST proxy runs the same (guarded) client handlers
+            broker.handlers = client_handlers
+            proxy = ProxyContext(broker, lambda: schema_registry.state, ConsumerInstances(
+                config.consumer_instance_timeout_ms, config.rest_max_consumer_instances))
         ports["schema_registry"] = await nursery.start(partial(
             serve_registry, schema_registry, listen.schema_registry.host, listen.schema_registry.port,
             authenticate=basic_authenticator(lambda: metadata.image, config.sasl_mechanisms) if config.client_sasl else None,
             ssl=(str(config.tls_cert_file), str(config.tls_key_file)) if config.client_tls else None,
             allowed_of=None if authorizer_of is None else (
                 lambda principal, host: partial(authorizer_of().authorize, principal, host)),
-            metrics=registry,
+            metrics=registry, proxy=proxy, openapi=rest_openapi,
         ))  # fmt: skip
         # The Kafka listener has the client listener's security: the same TLS context, SASL
         # sessions (one failed-login throttle and replay window for both) and ACLs.

@@ -180,7 +180,7 @@ async def _id_versions(port: RegistryPort, call: Call, m: tuple[str, ...]) -> An
 
 
 def _id(text: str) -> int:
-    if not text.isdigit() or len(text) > 10:
+    if not (text.isascii() and text.isdigit()) or len(text) > 10:
         raise SchemaNotFoundError(f"Schema {text[:20]} not found")
     return int(text)
 

@@ -30,7 +30,19 @@ status and Confluent's `error_code`, so the listener answers any of them as Conf
      ├── BodyTooLargeError                413 413
      ├── StoreError                       500 50001
      ├── StoreTimeoutError                500 50002
-     └── ForwardingError                  500 50003   (the writer is unknown or unreachable; retry)
+     ├── ForwardingError                  500 50003   (the writer is unknown or unreachable; retry)
+     │   the REST proxy's (Confluent REST Proxy's codes):
+     ├── TopicNotFoundError               404 40401
+     ├── PartitionNotFoundError           404 40402
+     ├── ConsumerInstanceNotFoundError    404 40403
+     ├── ConsumerAlreadyExistsError       409 40902
+     ├── UnsupportedMediaTypeError        415 415
+     ├── InvalidConsumerConfigError       422 42204
+     ├── RecordNotEncodableError          422 42207   (data that does not fit its schema)
+     ├── TooManyConsumersError            429 42901   (the bound on consumer instances)
+     ├── KafkaError                       500 50002   (the cluster refused: the reason in the message)
+     ├── KafkaRetriableError              503 50301   (no leader, a timeout: retry)
+     └── RegistryUnreachableError         503 50302   (remote.py: a registry over HTTP did not answer)
 """
 
 from __future__ import annotations
@@ -47,6 +59,9 @@ __all__ = [
     "InvalidModeError", "OperationNotPermittedError", "ReferenceExistsError", "InvalidSubjectError",
     "BadRequestError", "UnauthorizedError", "ForbiddenError", "NotFoundError", "MethodNotAllowedError",
     "BodyTooLargeError", "StoreError", "StoreTimeoutError", "ForwardingError", "error_body",
+    "TopicNotFoundError", "PartitionNotFoundError", "ConsumerInstanceNotFoundError", "ConsumerAlreadyExistsError",
+    "UnsupportedMediaTypeError", "InvalidConsumerConfigError", "RecordNotEncodableError", "TooManyConsumersError",
+    "KafkaError", "KafkaRetriableError", "RegistryUnreachableError",
 ]
 
 
@@ -90,6 +105,17 @@ BodyTooLargeError = _error("BodyTooLargeError", 413, 413)
 StoreError = _error("StoreError", 500, 50001)
 StoreTimeoutError = _error("StoreTimeoutError", 500, 50002)
 ForwardingError = _error("ForwardingError", 500, 50003)
+TopicNotFoundError = _error("TopicNotFoundError", 404, 40401)
+PartitionNotFoundError = _error("PartitionNotFoundError", 404, 40402)
+ConsumerInstanceNotFoundError = _error("ConsumerInstanceNotFoundError", 404, 40403)
+ConsumerAlreadyExistsError = _error("ConsumerAlreadyExistsError", 409, 40902)
+UnsupportedMediaTypeError = _error("UnsupportedMediaTypeError", 415, 415)
+InvalidConsumerConfigError = _error("InvalidConsumerConfigError", 422, 42204)
+RecordNotEncodableError = _error("RecordNotEncodableError", 422, 42207)
+TooManyConsumersError = _error("TooManyConsumersError", 429, 42901)
+KafkaError = _error("KafkaError", 500, 50002)
+KafkaRetriableError = _error("KafkaRetriableError", 503, 50301)
+RegistryUnreachableError = _error("RegistryUnreachableError", 503, 50302)
 
 
 def error_body(exc: SchemaRegistryError) -> tuple[int, dict[str, Any]]:

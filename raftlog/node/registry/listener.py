@@ -29,8 +29,10 @@ from hypercorn.trio import serve
 
 from raftlog.base.eventlog import log_event
 from raftlog.base.metrics import MetricsRegistry
-from raftlog.node.registry.api import Call, RegistryPort, handle
+from raftlog.node.registry.api import ROUTES, Call, RegistryPort, handle
 from raftlog.node.registry.policy import Allowed
+from raftlog.node.registry.proxy import ProxyCall, ProxyContext, handle_proxy, is_proxy_path
+from raftlog.node.registry.proxy_groups import REST_ROUTES
 from raftlog.node.registry.errors import BadRequestError, BodyTooLargeError, UnauthorizedError, error_body
 
 __all__ = ["serve_registry", "registry_app", "MAX_BODY_BYTES"]
@@ -42,6 +44,8 @@ H11_MAX_HEAD_BYTES: Final = 16 << 10
 KEEP_ALIVE_S: Final = 30
 REQUEST_TIMEOUT_S: Final = 30.0
 CONTENT_TYPE: Final = b"application/vnd.schemaregistry.v1+json"
+REST_V3_TYPE: Final = b"application/json"
+REST_V2_TYPE: Final = b"application/vnd.kafka.v2+json"
 
 Authenticate = Callable[[str, str], Awaitable[bool]]
 # (principal, client host) -> the caller's ACL check, or None when ACLs are off.
@@ -81,9 +85,11 @@ async def _read_body(receive: Any, headers: list[tuple[bytes, bytes]], max_body_
 
 def registry_app(port: RegistryPort, authenticate: Authenticate | None = None,
                  max_body_bytes: int = MAX_BODY_BYTES, allowed_of: AllowedOf | None = None,
-                 metrics: MetricsRegistry | None = None) -> Callable[..., Awaitable[None]]:
-    """The ASGI app serving the registry API over `port`; counts its answers in `metrics`
-    (raftlog_schema_registry_requests_total{method, status})."""
+                 metrics: MetricsRegistry | None = None, proxy: ProxyContext | None = None,
+                 openapi: Callable[[], dict[str, Any]] | None = None) -> Callable[..., Awaitable[None]]:
+    """The ASGI app serving the registry API over `port`, and with `proxy` the REST proxy
+    (proxy.py, proxy_groups.py) and `openapi()` at GET /openapi.json; counts its answers in
+    `metrics` (raftlog_schema_registry_requests_total{method, status})."""
     answered = (metrics or MetricsRegistry()).counter(
         "raftlog_schema_registry_requests_total",
         "Schema Registry requests answered, by HTTP method and status.", ("method", "status"))
@@ -108,12 +114,21 @@ def registry_app(port: RegistryPort, authenticate: Authenticate | None = None,
             log_event(logger, "registry_request_failed", level=logging.ERROR, exc_info=exc)
             status, answer = 500, {"error_code": 50001, "message": f"internal error: {type(exc).__name__}"}
         answered.labels(method=scope.get("method", "")[:8], status=str(status)).inc()
-        payload = json.dumps(answer).encode()
-        response_headers = [(b"content-type", CONTENT_TYPE), (b"content-length", str(len(payload)).encode())]
+        payload = b"" if status == 204 else json.dumps(answer).encode()
+        path = scope.get("path", "")
+        content_type = CONTENT_TYPE
+        if proxy is not None and is_proxy_path(path):
+            content_type = REST_V3_TYPE if path.startswith("/v3") else REST_V2_TYPE
+        elif path == "/openapi.json":
+            content_type = b"application/json"
+        response_headers = [(b"content-type", content_type), (b"content-length", str(len(payload)).encode())]
         if status == 401:
             response_headers.append((b"www-authenticate", b'Basic realm="raftlog schema registry"'))
         if status == 413:
             response_headers.append((b"connection", b"close"))
+        if status == 405:  # RFC 9110: say which methods the path has
+            raw_path = (scope.get("raw_path") or path.encode()).decode("latin-1")
+            response_headers.append((b"allow", ", ".join(allowed_methods(raw_path, proxy is not None)).encode()))
         await send({"type": "http.response.start", "status": status, "headers": response_headers})
         await send({"type": "http.response.body", "body": payload})
 
@@ -139,14 +154,31 @@ def registry_app(port: RegistryPort, authenticate: Authenticate | None = None,
             query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
         except (UnauthorizedError, BadRequestError, BodyTooLargeError) as exc:
             return error_body(exc)
+        client_host = (scope.get("client") or ("", 0))[0]
+        if openapi is not None and path == "/openapi.json" and scope["method"] == "GET":
+            return 200, openapi()
+        if proxy is not None and is_proxy_path(path):
+            content_type = next((v.decode("latin-1") for k, v in headers if k.lower() == b"content-type"),
+                                "application/json")
+            call = ProxyCall(scope["method"], path, query, body, principal, client_host, content_type)
+            with trio.move_on_after(REQUEST_TIMEOUT_S):
+                return await handle_proxy(proxy, call, REST_ROUTES)
+            return 504, {"error_code": 50401, "message": "the request timed out"}
         allowed = None
         if allowed_of is not None and principal is not None:
-            allowed = allowed_of(principal, (scope.get("client") or ("", 0))[0])
+            allowed = allowed_of(principal, client_host)
         with trio.move_on_after(REQUEST_TIMEOUT_S):
             return await handle(port, Call(scope["method"], path, query, body, principal), allowed)
         return 500, {"error_code": 50002, "message": "the request timed out"}
 
     return app
+
+
+def allowed_methods(path: str, with_proxy: bool) -> list[str]:
+    """The methods some route serves on `path` (raw)."""
+    path = path.split("?", 1)[0].rstrip("/") or "/"
+    routes = [(m, p) for m, p, *_ in ROUTES] + ([(m, p) for m, p, _ in REST_ROUTES] if with_proxy else [])
+    return sorted({m for m, pattern in routes if pattern.match(path)})
 
 
 def _config(host: str, port: int, ssl: tuple[str, str] | None) -> Config:
@@ -166,11 +198,12 @@ def _config(host: str, port: int, ssl: tuple[str, str] | None) -> Config:
 async def serve_registry(port: RegistryPort, host: str, listen_port: int, *,
                          authenticate: Authenticate | None = None, ssl: tuple[str, str] | None = None,
                          max_body_bytes: int = MAX_BODY_BYTES, allowed_of: AllowedOf | None = None,
-                         metrics: MetricsRegistry | None = None,
+                         metrics: MetricsRegistry | None = None, proxy: ProxyContext | None = None,
+                         openapi: Callable[[], dict[str, Any]] | None = None,
                          task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve the registry on host:listen_port until cancelled; reports the bound port.
     Raises OSError when it cannot bind."""
-    app = registry_app(port, authenticate, max_body_bytes, allowed_of, metrics)
+    app = registry_app(port, authenticate, max_body_bytes, allowed_of, metrics, proxy, openapi)
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(partial(serve, app, _config(host, listen_port, ssl), mode="asgi"))  # type: ignore[arg-type]
         bound = int(binds[0].rsplit(":", 1)[1])

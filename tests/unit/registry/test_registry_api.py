@@ -210,7 +210,7 @@ def test_replay_gives_the_same_state_and_ids_are_unique_and_dense(ops):
                 versions_seen[subject] = latest.version
             elif kind == "delete":
                 status, _ = await handle(port, Call("DELETE", f"/subjects/{subject}", {"permanent": str(arg).lower()}))
-                if arg and status == 200:  # hard-deleted: its versions start at 1 again, as in Confluent's
+                if arg and status == 200:  # hard-deleted: gone, so its versions start at 1 again (as Confluent's)
                     versions_seen.pop(subject, None)
             else:
                 await handle(port, Call("PUT", f"/config/{subject}", {}, {"compatibility": arg}))
