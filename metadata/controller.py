@@ -112,6 +112,8 @@ from raftlog.base.errors import (
 )
 from metadata.errors import InvalidRecordError, ProducerIdsExhaustedError
 from metadata.image import MetadataImage, PartitionState, TopicImage
+from metadata.decommission import drain_moves, drained, judge_decommission, judge_recommission, rack_map
+from metadata.placement import ring_placement
 from metadata.reassignment import (
     ReassignmentItem,
     ReassignmentStatus,
@@ -132,6 +134,7 @@ from metadata.records import (
     MAX_PARTITIONS,
     MAX_REPLICAS,
     AddPartitions,
+    BrokerState,
     Config,
     Envelope,
     FenceBroker,
@@ -159,6 +162,7 @@ DEFAULT_PROPOSAL_TIMEOUT_MS = 5000
 DEFAULT_LEADER_SETTLE_MS = 5000
 DEFAULT_LEADER_MOVE_RETRY_MS = 10_000
 DEFAULT_MAX_LEADER_MOVES = 8
+DEFAULT_MAX_DRAIN_MOVES = 8  # partitions moving at once while brokers drain (decommission.py)
 PRODUCER_ID_BLOCK_SIZE = 1000
 MAX_PENDING = 100_000  # marks are per broker/topic/partition; this only guards against leaks
 
@@ -284,6 +288,7 @@ class Controller:
         leader_settle_ms: int = DEFAULT_LEADER_SETTLE_MS,
         leader_move_retry_ms: int = DEFAULT_LEADER_MOVE_RETRY_MS,
         max_leader_moves: int = DEFAULT_MAX_LEADER_MOVES,
+        max_drain_moves: int = DEFAULT_MAX_DRAIN_MOVES,
         offsets_replication_factor: int = 3,
         max_envelope_bytes: int = MAX_ENVELOPE_BYTES,
         random_bytes: Callable[[int], bytes] = secrets.token_bytes,
@@ -306,6 +311,7 @@ class Controller:
         self.leader_settle_ms = leader_settle_ms
         self.leader_move_retry_ms = leader_move_retry_ms
         self.max_leader_moves = max_leader_moves
+        self.max_drain_moves = max_drain_moves
         self.offsets_replication_factor = offsets_replication_factor
         self.max_envelope_bytes = max_envelope_bytes
         # A random tag keeps request ids unique even if the service builds two Controllers
@@ -458,7 +464,8 @@ class Controller:
         shutting_down = self._shutting_down.get(broker_id) == incarnation_id
         response = HeartbeatResponse(reg.fenced, shutting_down, self.controller_epoch)
         key = ("unfence", broker_id, incarnation_id)
-        if not reg.fenced or shutting_down or self._pending_tag(key, now_ms) is not None:
+        if not reg.fenced or shutting_down or self._pending_tag(key, now_ms) is not None \
+                or self._image.broker_state(broker_id) == "decommissioned":
             return ControllerResult((), response)
         result = self._result([UnfenceBroker(broker_id, incarnation_id)], response)
         self._mark(key, result.envelopes[0], now_ms)
@@ -503,25 +510,65 @@ class Controller:
         for topic in sorted(self._image.topics.values(), key=lambda t: t.name):
             if not topic.complete and self._pending_tag(("topic", topic.name), now_ms) is None:
                 envelopes.extend(self._complete_topic(topic, now_ms))
+        envelopes.extend(self._drain(now_ms))
         self._purge_pending(now_ms)
         return ControllerResult(tuple(envelopes), None)
+
+    # --- decommission (metadata/decommission.py) ---
+
+    def decommission_broker(self, broker_id: int, *, now_ms: int) -> ControllerResult[str]:
+        """Start draining `broker_id` (the tick moves its replicas off, then fences it for
+        good). Response: the broker's state. Raises BrokerIdNotRegisteredError,
+        InvalidReplicationFactorError (a topic would have fewer brokers than its RF)."""
+        self._check_active()
+        record = judge_decommission(self._image, broker_id)
+        if record is None:
+            return ControllerResult((), self._image.broker_state(broker_id))
+        return self._result([record], record.state)
+
+    def recommission_broker(self, broker_id: int, *, now_ms: int) -> ControllerResult[str]:
+        """Make a draining or decommissioned broker active again (a fenced one is unfenced by
+        its next heartbeat). Raises BrokerIdNotRegisteredError."""
+        self._check_active()
+        record = judge_recommission(self._image, broker_id)
+        if record is None:
+            return ControllerResult((), "active")
+        return self._result([record], record.state)
+
+    def _drain(self, now_ms: int) -> list[Envelope]:
+        out: list[Envelope] = []
+        for broker_id, state in sorted(self._image.broker_states.items()):
+            if state != "draining":
+                continue
+            if drained(self._image, broker_id):
+                key = ("decommissioned", broker_id)
+                if self._pending_tag(key, now_ms) is None:
+                    reg = self._image.brokers[broker_id]
+                    records: list[Record] = [BrokerState(broker_id, "decommissioned")]
+                    if not reg.fenced:
+                        records.append(FenceBroker(broker_id, reg.incarnation_id))
+                    log.info("broker %d is empty: decommissioned", broker_id)
+                    env = self._envelope(records)
+                    self._mark(key, env, now_ms)
+                    out.append(env)
+                continue
+            skip = frozenset(k[1:] for k in self._pending if k[0] == "drain")
+            moves = drain_moves(self._image, broker_id, self.max_drain_moves, skip)
+            if moves:
+                env = self._envelope(list(moves))
+                for m in moves:
+                    t = self._image.topic_by_id(m.topic_id)
+                    self._mark(("drain", t.name, m.partition), env, now_ms)  # type: ignore[union-attr]
+                log.info("draining broker %d: moving %d partition(s)", broker_id, len(moves))
+                out.append(env)
+        return out
 
     # --- topics ---
 
     def _ring_placement(self, count: int, replication_factor: int) -> list[tuple[int, ...]]:
-        brokers = self._image.unfenced_broker_ids()
-        n = len(brokers)
-        all_counts = self._image.preferred_leader_counts()
-        counts = [all_counts.get(b, 0) for b in brokers]
-        # Start at the least-loaded broker (lowest id on ties): leaders spread across topics.
-        cursor = min(range(n), key=lambda i: (counts[i], i))
-        out = []
-        for _ in range(count):
-            leader = min(range(n), key=lambda i: (counts[i], (i - cursor) % n))
-            counts[leader] += 1
-            out.append(tuple(brokers[(leader + j) % n] for j in range(replication_factor)))
-            cursor = (leader + 1) % n
-        return out
+        """Rack-aware ring placement on the placeable brokers (metadata/placement.py)."""
+        return ring_placement(rack_map(self._image), self._image.preferred_leader_counts(), count,
+                              replication_factor)
 
     def _pack(self, records: list[Record]) -> list[Envelope]:
         """Split records, in order, into envelopes of at most max_envelope_bytes."""
@@ -541,7 +588,7 @@ class Controller:
         return envelopes
 
     def _complete_topic(self, topic: TopicImage, now_ms: int) -> list[Envelope]:
-        live = len(self._image.unfenced_broker_ids())
+        live = len(self._image.placeable_broker_ids())
         rf = min(len(topic.partitions[0].replicas) if topic.partitions else 1, live)
         if rf < 1:
             return []
@@ -587,7 +634,7 @@ class Controller:
                 raise InvalidTopicError(f"topic {name!r} collides with existing topic {other!r} ('.' and '_' collide)")
         if type(partitions) is not int or not 1 <= partitions <= MAX_PARTITIONS:
             raise InvalidPartitionsError(f"partitions must be 1..{MAX_PARTITIONS}, got {partitions!r}")
-        live = self._image.unfenced_broker_ids()
+        live = self._image.placeable_broker_ids()
         if type(replication_factor) is not int or not 1 <= replication_factor <= min(len(live), MAX_REPLICAS):
             raise InvalidReplicationFactorError(
                 f"replication factor must be 1..{min(len(live), MAX_REPLICAS)}: "
@@ -634,7 +681,7 @@ class Controller:
         if self._pending_tag(("topic", name), now_ms) is not None:
             raise InvalidPartitionsError(f"a partition change of topic {name!r} is in flight")
         rf = len(topic.partitions[0].replicas)
-        live = self._image.unfenced_broker_ids()
+        live = self._image.placeable_broker_ids()
         if rf > len(live):
             raise InvalidReplicationFactorError(
                 f"topic {name!r} has replication factor {rf}: {len(live)} live (unfenced) broker(s)"
@@ -893,7 +940,7 @@ class Controller:
         rf = self.offsets_replication_factor
         if self._image.topic(OFFSETS_TOPIC) is not None or self._pending_tag(("topic", OFFSETS_TOPIC), now_ms) is not None:
             return ControllerResult((), None)
-        if len(self._image.unfenced_broker_ids()) < rf:
+        if len(self._image.placeable_broker_ids()) < rf:
             return ControllerResult((), None)
         return self.create_topic(
             OFFSETS_TOPIC, OFFSETS_TOPIC_PARTITIONS, rf, {"cleanup_policy": "compact"}, internal=True, now_ms=now_ms
