@@ -400,6 +400,14 @@ class ActiveController:
         results = await self.propose(ctl.alter_partition_reassignments(items, now_ms=self._clock_ms()), deadline)
         return {"results": [{} if e is None else {"error": e.to_wire()} for e in results]}
 
+    async def _decommission_broker(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
+        result = ctl.decommission_broker(field(fields, "broker_id", int, min_value=0), now_ms=self._clock_ms())
+        return {"state": await self.propose(result, deadline)}
+
+    async def _recommission_broker(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
+        result = ctl.recommission_broker(field(fields, "broker_id", int, min_value=0), now_ms=self._clock_ms())
+        return {"state": await self.propose(result, deadline)}
+
     async def _list_partition_reassignments(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
         wanted = field(fields, "partitions", list, nullable=True, default=None)
         parts = None if wanted is None else [
@@ -506,6 +514,8 @@ _ADMIN_HANDLERS: Final[Mapping[str, _OpHandler]] = {
     "cluster_status": ActiveController._cluster_status,
     "alter_partition_reassignments": ActiveController._alter_partition_reassignments,
     "list_partition_reassignments": ActiveController._list_partition_reassignments,
+    "decommission_broker": ActiveController._decommission_broker,
+    "recommission_broker": ActiveController._recommission_broker,
 } | {op: _security_handler(op) for op in security_ops.ADMIN_SECURITY_OPS}
 
 ADMIN_OPS: Final = frozenset(_ADMIN_HANDLERS)

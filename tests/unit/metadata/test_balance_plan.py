@@ -1,0 +1,105 @@
+"""The balancer's plan (metadata/balancer.py) on random images: applied, it leaves replica,
+preferred-leader and byte counts within the tolerance (or as close as racks allow), never
+changes a replication factor, never puts two replicas on one broker, never narrows a rack
+spread, touches only placeable brokers, and a balanced image gives an empty plan."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from metadata.balancer import loads, plan
+from metadata.image import MetadataImage
+from metadata.placement import racks_spread
+from metadata.reassignment import ReassignmentItem, plan_reassignments
+
+
+def _image(controller_cluster, brokers, racks, topics):
+    """Brokers 1..`brokers` (racks), then each topic (count, rf, on) placed on brokers 1..on
+    only (the others shut down meanwhile): the later ones are empty, as after growing."""
+    cl = controller_cluster(brokers=0)
+    for b in range(1, brokers + 1):
+        _start(cl, b, racks[b], "0")
+    for i, (count, rf, on) in enumerate(topics):
+        hidden = range(on + 1, brokers + 1)
+        for b in hidden:
+            cl.commit(cl.c.controlled_shutdown(b, cl.image.broker(b).incarnation_id, now_ms=0))
+        cl.commit(cl.c.create_topic(f"t{i}", count, rf, now_ms=0))
+        for b in hidden:
+            _start(cl, b, racks[b], f"{i + 1}")
+    return cl
+
+
+def _start(cl, b, rack, inc):
+    cl.commit(cl.c.register_broker(b, f"inc-{b}-{inc}", "localhost", 9000 + b, "localhost", 9100 + b,
+                                   rack, now_ms=0))
+    cl.commit(cl.c.heartbeat(b, f"inc-{b}-{inc}", now_ms=0))
+
+
+def _apply(cl, moves):
+    records, errors = plan_reassignments(cl.image, [ReassignmentItem(m.topic, m.partition, m.replicas)
+                                                    for m in moves])
+    assert errors == [None] * len(moves)
+    cl.commit(cl.c._result(records, None))
+    for m in moves:  # the group reaches the target: the leader reports it
+        cl.commit(cl.c.membership_report(m.topic, m.partition, m.replicas, now_ms=0))
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_random_images_converge_and_keep_rf_and_racks(controller_cluster, seed):
+    rng = random.Random(seed)
+    n = rng.randint(3, 7)
+    rack_names = [None] if rng.random() < 0.3 else ["a", "b", "c"][:rng.randint(2, 3)]
+    racks = {b: rng.choice(rack_names) for b in range(1, n + 1)}
+    topics = []
+    for _ in range(rng.randint(1, 4)):
+        on = rng.randint(3, n)
+        topics.append((rng.randint(1, 20), rng.randint(1, 3), on))
+    cl = _image(controller_cluster, n, racks, topics)
+    before = {(t, p.partition): p for t in cl.image.topic_names() for p in cl.image.topic(t).partitions}
+    sizes = {k: rng.randint(0, 10_000) for k in before}
+    moves = plan(cl.image, sizes, tolerance=0.1)
+    assert len({(m.topic, m.partition) for m in moves}) == len(moves)
+    for m in moves:
+        old = before[(m.topic, m.partition)]
+        assert len(m.replicas) == len(old.replicas) == len(set(m.replicas))
+        assert set(m.replicas) <= set(cl.image.placeable_broker_ids())
+        if racks_spread(old.replicas, racks):
+            assert racks_spread(m.replicas, racks), (m, racks)
+    _apply(cl, moves)
+    after = loads(cl.image, sizes)
+    counts = [v.replicas for v in after.values()]
+    mean = sum(counts) / len(counts)
+    if all(r is None for r in racks.values()):
+        assert max(counts) - min(counts) <= max(1, 0.1 * mean), after
+        leaders = [v.leaders for v in after.values()]
+        assert max(leaders) - min(leaders) <= max(1, 0.1 * sum(leaders) / len(leaders)), after
+    before_counts = [v.replicas for v in loads(_image(controller_cluster, n, racks, topics).image).values()]
+    assert max(counts) - min(counts) <= max(before_counts) - min(before_counts)
+    # a second plan has little left to do (ties and racks aside)
+    assert len(plan(cl.image, sizes, tolerance=0.1)) <= len(moves)
+
+
+def test_growing_three_to_five_spreads_replicas_and_leaders(controller_cluster):
+    cl = _image(controller_cluster, 5, {b: None for b in range(1, 6)}, [(30, 3, 3)])
+    assert loads(cl.image)[4].replicas == loads(cl.image)[5].replicas == 0
+    moves = plan(cl.image)
+    _apply(cl, moves)
+    after = loads(cl.image)
+    assert sorted(v.replicas for v in after.values()) == [18] * 5
+    assert max(v.leaders for v in after.values()) - min(v.leaders for v in after.values()) <= 1
+    assert plan(cl.image) == []
+
+
+def test_draining_and_fenced_brokers_are_left_out(controller_cluster):
+    cl = _image(controller_cluster, 5, {b: None for b in range(1, 6)}, [(12, 2, 3)])
+    cl.commit(cl.c.controlled_shutdown(5, cl.image.broker(5).incarnation_id, now_ms=0))
+    cl.commit(cl.c.decommission_broker(4, now_ms=0))
+    assert plan(cl.image) == []  # 1..3 hold 8 each; 4 drains, 5 is fenced
+
+
+def test_bad_tolerance_and_an_empty_image():
+    assert plan(MetadataImage.empty()) == []
+    with pytest.raises(ValueError, match="tolerance"):
+        plan(MetadataImage.empty(), tolerance=1.5)
