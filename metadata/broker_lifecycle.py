@@ -78,6 +78,8 @@ class BrokerLifecycle:
         kafka = self._config.advertised("kafka") if getattr(self._config.listeners, "kafka", None) else None
         if kafka is not None:
             registration |= {"kafka_host": kafka.host, "kafka_port": kafka.port}
+        if getattr(self._config, "broker_rack", None) is not None:
+            registration["rack"] = self._config.broker_rack
         if self.previous_incarnation_id is not None:
             registration["previous_incarnation_id"] = self.previous_incarnation_id
         failures = 0

@@ -113,6 +113,7 @@ from raftlog.base.errors import (
 from metadata.errors import InvalidRecordError, ProducerIdsExhaustedError
 from metadata.image import MetadataImage, PartitionState, TopicImage
 from metadata.decommission import drain_moves, drained, judge_decommission, judge_recommission, rack_map
+from metadata.balancer import DEFAULT_MAX_MOVES, DEFAULT_TOLERANCE, plan
 from metadata.placement import ring_placement
 from metadata.reassignment import (
     ReassignmentItem,
@@ -289,6 +290,8 @@ class Controller:
         leader_move_retry_ms: int = DEFAULT_LEADER_MOVE_RETRY_MS,
         max_leader_moves: int = DEFAULT_MAX_LEADER_MOVES,
         max_drain_moves: int = DEFAULT_MAX_DRAIN_MOVES,
+        autobalancing_mode: str = "off",
+        node_availability_timeout_ms: int = 900_000,
         offsets_replication_factor: int = 3,
         max_envelope_bytes: int = MAX_ENVELOPE_BYTES,
         random_bytes: Callable[[int], bytes] = secrets.token_bytes,
@@ -312,6 +315,10 @@ class Controller:
         self.leader_move_retry_ms = leader_move_retry_ms
         self.max_leader_moves = max_leader_moves
         self.max_drain_moves = max_drain_moves
+        self.autobalancing_mode = autobalancing_mode  # off | node_add | continuous
+        self.node_availability_timeout_ms = node_availability_timeout_ms
+        self._fenced_since_ms: dict[int, int] = {b: now_ms for b in image.fenced_broker_ids()}
+        self._balancing = False  # node_add: an empty broker appeared; cleared once balanced
         self.offsets_replication_factor = offsets_replication_factor
         self.max_envelope_bytes = max_envelope_bytes
         # A random tag keeps request ids unique even if the service builds two Controllers
@@ -347,6 +354,7 @@ class Controller:
                 del self._unfenced_since_ms[b]
         for b in unfenced:
             self._unfenced_since_ms.setdefault(b, now_ms)
+        self._fenced_since_ms = {b: self._fenced_since_ms.get(b, now_ms) for b in image.fenced_broker_ids()}
         for b in image.brokers:
             self._last_heartbeat_ms.setdefault(b, now_ms)
         self._reserved_producer_id = max(self._reserved_producer_id, image.next_producer_id)
@@ -511,6 +519,7 @@ class Controller:
             if not topic.complete and self._pending_tag(("topic", topic.name), now_ms) is None:
                 envelopes.extend(self._complete_topic(topic, now_ms))
         envelopes.extend(self._drain(now_ms))
+        envelopes.extend(self._autobalance(now_ms))
         self._purge_pending(now_ms)
         return ControllerResult(tuple(envelopes), None)
 
@@ -534,6 +543,61 @@ class Controller:
         if record is None:
             return ControllerResult((), "active")
         return self._result([record], record.state)
+
+    def balance(self, *, dry_run: bool = False, tolerance: float = DEFAULT_TOLERANCE,
+                max_moves: int = DEFAULT_MAX_MOVES, now_ms: int) -> ControllerResult[list[dict[str, Any]]]:
+        """The balancer's plan (metadata/balancer.py), started as reassignments unless
+        `dry_run`. Response: per move {topic, partition, replicas, reason} and, when refused,
+        {error}. Raises InvalidRequestError for a tolerance outside [0, 1)."""
+        self._check_active()
+        if type(tolerance) not in (int, float) or not 0 <= tolerance < 1:
+            raise InvalidRequestError(f"tolerance must be in [0, 1), got {tolerance!r}")
+        moves = plan(self._image, tolerance=float(tolerance), max_moves=max_moves)
+        rows: list[dict[str, Any]] = [{"topic": m.topic, "partition": m.partition, "replicas": list(m.replicas),
+                                       "reason": m.reason} for m in moves]
+        if dry_run or not moves:
+            return ControllerResult((), rows)
+        records, errors = plan_reassignments(
+            self._image, [ReassignmentItem(m.topic, m.partition, m.replicas) for m in moves])
+        for row, error in zip(rows, errors):
+            if error is not None:
+                row["error"] = error
+        return ControllerResult((), rows) if not records else self._result(list(records), rows)
+
+    def _autobalance(self, now_ms: int) -> list[Envelope]:
+        """partition_autobalancing_mode: node_add balances after an empty broker appears;
+        continuous balances whenever the plan is not empty and drains brokers fenced longer
+        than node_availability_timeout_ms. A batch (at most max_drain_moves) at a time, only
+        while nothing else moves."""
+        if self.autobalancing_mode == "off":
+            return []
+        out: list[Envelope] = []
+        if self.autobalancing_mode == "continuous":
+            for b, since in sorted(self._fenced_since_ms.items()):
+                if now_ms - since >= self.node_availability_timeout_ms and b not in self._image.broker_states \
+                        and not drained(self._image, b) and self._pending_tag(("down", b), now_ms) is None:
+                    moves = drain_moves(self._image, b, self.max_drain_moves)
+                    if moves:
+                        log.info("broker %d down for %d ms: moving %d partition(s) off", b, now_ms - since, len(moves))
+                        env = self._envelope(list(moves))
+                        self._mark(("down", b), env, now_ms)
+                        out.append(env)
+        counts = self._image.replica_counts()
+        placeable = self._image.placeable_broker_ids()
+        if any(counts.get(b, 0) == 0 for b in placeable) and any(counts.values()):
+            self._balancing = True
+        if out or not (self._balancing or self.autobalancing_mode == "continuous"):
+            return out
+        if self._pending_tag(("balance",), now_ms) is not None or any(
+                p.reassigning for t in self._image.topics.values() for p in t.partitions):
+            return out
+        result = self.balance(max_moves=self.max_drain_moves, now_ms=now_ms)
+        if not result.envelopes:
+            self._balancing = False
+            return out
+        log.info("autobalancing (%s): moving %d partition(s)", self.autobalancing_mode, len(result.response))
+        self._mark(("balance",), result.envelopes[-1], now_ms)
+        return out + list(result.envelopes)
 
     def _drain(self, now_ms: int) -> list[Envelope]:
         out: list[Envelope] = []

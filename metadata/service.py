@@ -171,6 +171,7 @@ class MetadataService:
             "alter_partition_reassignments": self._client_admin,
             "list_partition_reassignments": self._client_admin,
             "decommission_broker": self._client_admin,
+            "balance": self._client_admin,
             "recommission_broker": self._client_admin,
             "describe_configs": self._client_describe_configs,
             "cluster_status": self._client_cluster_status,

@@ -292,6 +292,12 @@ class NodeConfig:
     group_consumer_assignor: str = "uniform"  # the server-side assignor when members name none
     group_consumer_session_timeout_ms: int = 45_000  # a member silent this long is fenced
     group_consumer_heartbeat_interval_ms: int = 5_000  # told to members in every heartbeat answer
+    # -- an elastic cluster (issue 44; docs/elastic.md) --
+    broker_rack: str | None = None  # Kafka's broker.rack: placement spreads replicas over racks
+    partition_autobalancing_mode: str = "off"  # off | node_add | continuous (Redpanda's setting)
+    # continuous: a broker fenced this long has its replicas moved off (Redpanda's
+    # partition_autobalancing_node_availability_timeout_sec)
+    partition_autobalancing_node_availability_timeout_ms: int = 900_000
 
     @property
     def per_ip_overrides(self) -> dict[str, int]:
@@ -374,6 +380,13 @@ def _to_nonempty_str(value: Any) -> str:
     text = _to_str(value)
     if not text:
         raise ValueError("must not be empty")
+    return text
+
+
+def _to_rack(value: Any) -> str:
+    text = _to_nonempty_str(value)
+    if len(text) > 64:  # metadata.records.MAX_ID_CHARS
+        raise ValueError(f"at most 64 characters, got {len(text)}")
     return text
 
 
@@ -568,6 +581,12 @@ _KEYS: Final[dict[str, _Key]] = {
     "group_consumer_assignor": _Key(lambda v: _to_choice(v, ("uniform", "range")), "group_consumer_assignor"),
     "group_consumer_session_timeout_ms": _Key(_to_int, "group_consumer_session_timeout_ms"),
     "group_consumer_heartbeat_interval_ms": _Key(_to_int, "group_consumer_heartbeat_interval_ms"),
+    # an elastic cluster (issue 44)
+    "broker_rack": _Key(_to_rack, "broker_rack"),
+    "partition_autobalancing_mode": _Key(lambda v: _to_choice(v, ("off", "node_add", "continuous")),
+                                         "partition_autobalancing_mode"),
+    "partition_autobalancing_node_availability_timeout_ms": _Key(
+        _to_int, "partition_autobalancing_node_availability_timeout_ms"),
 }
 _NESTED_TABLES: Final = ("listeners",)  # tables whose keys are config keys themselves
 _INT_RANGES: Final = {
@@ -593,6 +612,7 @@ _INT_RANGES: Final = {
     "sasl_server_max_receive_size": (1024, MAX_FRAME_BYTES_LIMIT),
     "group_consumer_session_timeout_ms": (100, 3_600_000),
     "group_consumer_heartbeat_interval_ms": (10, 3_600_000),
+    "partition_autobalancing_node_availability_timeout_ms": (1_000, 365 * 24 * 3_600_000),
 }
 
 

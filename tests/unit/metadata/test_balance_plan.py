@@ -103,3 +103,54 @@ def test_bad_tolerance_and_an_empty_image():
     assert plan(MetadataImage.empty()) == []
     with pytest.raises(ValueError, match="tolerance"):
         plan(MetadataImage.empty(), tolerance=1.5)
+
+
+def _settle(cl, rounds=40):
+    """Ticks, with every move finished by its leader's report, until nothing moves."""
+    for _ in range(rounds):
+        cl.now_ms += 100
+        cl.heartbeat_all()
+        result = cl.c.tick(cl.now_ms)
+        cl.commit(result)
+        moving = [(n, p) for n in cl.image.topic_names() for p in cl.image.topic(n).partitions if p.reassigning]
+        for name, p in moving:
+            cl.commit(cl.c.membership_report(name, p.partition, p.target_replicas, now_ms=cl.now_ms))
+        if not result.envelopes and not moving:
+            return
+    raise AssertionError("still moving")
+
+
+def test_balance_op_dry_run_moves_nothing_then_executes(controller_cluster):
+    cl = _image(controller_cluster, 4, {b: None for b in range(1, 5)}, [(8, 2, 3)])
+    rows = cl.commit(cl.c.balance(dry_run=True, now_ms=0))
+    assert rows and all(set(r) == {"topic", "partition", "replicas", "reason"} for r in rows)
+    assert not any(p.reassigning for p in cl.image.topic("t0").partitions)
+    rows = cl.commit(cl.c.balance(now_ms=0))
+    assert {(r["topic"], r["partition"]) for r in rows} == {
+        ("t0", p.partition) for p in cl.image.topic("t0").partitions if p.reassigning}
+    with pytest.raises(Exception, match="tolerance"):
+        cl.c.balance(tolerance=2, now_ms=0)
+
+
+@pytest.mark.parametrize("mode,moves", [("off", False), ("node_add", True), ("continuous", True)])
+def test_autobalancing_after_a_broker_joins(controller_cluster, mode, moves):
+    cl = _image(controller_cluster, 4, {b: None for b in range(1, 5)}, [(12, 3, 3)])
+    cl.c.autobalancing_mode = mode
+    assert loads(cl.image)[4].replicas == 0
+    _settle(cl)
+    assert (loads(cl.image)[4].replicas == 9) is moves, loads(cl.image)
+
+
+def test_continuous_mode_moves_replicas_off_a_broker_down_too_long(controller_cluster):
+    cl = controller_cluster(brokers=4, autobalancing_mode="continuous", node_availability_timeout_ms=5000)
+    cl.commit(cl.c.create_topic("t", 8, 2, now_ms=0))
+    _settle(cl)
+    held = len(cl.image.partitions_assigned_to(2))
+    assert held
+    cl.commit(cl.c.controlled_shutdown(2, cl.image.broker(2).incarnation_id, now_ms=cl.now_ms))
+    cl.now_ms += 1000
+    cl.commit(cl.c.tick(cl.now_ms))
+    assert len(cl.image.partitions_assigned_to(2)) == held  # within the grace period
+    cl.now_ms += 5000
+    _settle(cl)
+    assert cl.image.partitions_assigned_to(2) == ()
