@@ -7,12 +7,13 @@ that is moving already, or has a replica on a broker that is not placeable (fenc
 the decommission or the failure handling owns it) is left alone.
 
 The plan is greedy, one replica at a time, on a model it updates as it goes:
-1. replicas: while the most loaded broker `h` holds more than `slack` replicas above the
-   least loaded `l` (slack = max(1, tolerance × mean)), move one replica of `h` to `l`: of a
+1. replicas: while a broker `h` holds more than `slack` replicas above another, `l`
+   (slack = max(1, tolerance × mean); the widest such pair first, then the next when racks
+   allow no move between them), move one replica of `h` to `l`: of a
    partition not on `l`, whose racks stay spread (placement.racks_spread) when they were;
    preferring one `h` is the preferred leader of when `h` leads more than `l`, else one it
    is not; then the largest (bytes balance too).
-2. leaders: while preferred-leader counts differ by more than the slack, swap: the
+2. leaders: while preferred-leader counts differ by more than the slack (pairs as in 1), swap: the
    preferred-leader replica of `h` moves to `l` and, to keep the replica counts, a
    non-leader replica of `l` (of another partition, not on `h`) moves to `h`.
 3. bytes: while bytes differ by more than tolerance × mean bytes, swap a larger replica of
@@ -112,6 +113,15 @@ class _Model:
         mean = total / max(1, len(self.brokers))
         return max(1.0, tolerance * mean)
 
+    def pairs(self, metric: str, tolerance: float) -> list[tuple[int, int]]:
+        """(more loaded, less loaded) broker pairs further apart than the slack, widest first
+        (racks may forbid every move between the two extremes but not between others)."""
+        slack = self.slack(metric, tolerance)
+        value = {b: getattr(self.load[b], metric) for b in self.brokers}
+        out = [(value[h] - value[l], h, l) for h in self.brokers for l in self.brokers
+               if value[h] - value[l] > slack]
+        return [(h, l) for _, h, l in sorted(out, key=lambda x: (-x[0], x[1], x[2]))]
+
     def gap(self, metric: str) -> tuple[int, int, int]:
         h, l = self.extremes(metric)
         return getattr(self.load[h], metric) - getattr(self.load[l], metric), h, l
@@ -119,15 +129,15 @@ class _Model:
 
 def _replica_pass(m: _Model, tolerance: float, budget: int) -> None:
     while len(m.moved) < budget:
-        gap, h, l = m.gap("replicas")
-        if gap <= m.slack("replicas", tolerance):
+        for h, l in m.pairs("replicas", tolerance):
+            want_leader = m.load[h].leaders > m.load[l].leaders
+            options = [k for k in m.parts if m.can_move(k, h, l)]
+            if options:
+                best = max(options, key=lambda k: ((m.parts[k][0] == h) == want_leader, m.sizes.get(k, 0), k))
+                m.move(best, h, l, f"replicas: broker {h} holds {m.load[h].replicas}, broker {l} {m.load[l].replicas}")
+                break
+        else:
             return
-        want_leader = m.load[h].leaders > m.load[l].leaders
-        options = [k for k, reps in m.parts.items() if m.can_move(k, h, l)]
-        if not options:
-            return
-        best = max(options, key=lambda k: ((m.parts[k][0] == h) == want_leader, m.sizes.get(k, 0), k))
-        m.move(best, h, l, f"replicas: broker {h} holds {m.load[h].replicas}, broker {l} {m.load[l].replicas}")
 
 
 def _swap(m: _Model, metric: str, h: int, l: int, reason: str, first_leader: bool) -> bool:
@@ -148,13 +158,13 @@ def _swap(m: _Model, metric: str, h: int, l: int, reason: str, first_leader: boo
 
 def _swap_pass(m: _Model, metric: str, tolerance: float, budget: int) -> None:
     while len(m.moved) + 2 <= budget:
-        gap, h, l = m.gap(metric)
-        if gap <= m.slack(metric, tolerance):
-            return
-        reason = f"{metric}: broker {h} {getattr(m.load[h], metric)}, broker {l} {getattr(m.load[l], metric)}"
-        if _swap(m, metric, h, l, reason, first_leader=metric == "leaders"):
-            continue
-        if metric != "leaders" or not _lone_leader_move(m, tolerance, h, reason):
+        for h, l in m.pairs(metric, tolerance):
+            reason = f"{metric}: broker {h} {getattr(m.load[h], metric)}, broker {l} {getattr(m.load[l], metric)}"
+            if _swap(m, metric, h, l, reason, first_leader=metric == "leaders"):
+                break
+            if metric == "leaders" and _lone_leader_move(m, tolerance, h, reason):
+                break
+        else:
             return
 
 

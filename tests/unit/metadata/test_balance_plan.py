@@ -154,3 +154,14 @@ def test_continuous_mode_moves_replicas_off_a_broker_down_too_long(controller_cl
     cl.now_ms += 5000
     _settle(cl)
     assert cl.image.partitions_assigned_to(2) == ()
+
+
+def test_racks_bound_the_balance_a_lone_racks_broker_keeps_its_replicas(controller_cluster):
+    racks = {1: "a", 2: "b", 3: "c", 4: "a", 5: "b"}
+    cl = _image(controller_cluster, 5, racks, [(22, 3, 3)])
+    _apply(cl, plan(cl.image))
+    after = loads(cl.image)
+    assert after[3].replicas == 22  # rack c has one broker: it holds a replica of each partition
+    assert abs(after[1].replicas - after[4].replicas) <= 2 and abs(after[2].replicas - after[5].replicas) <= 2
+    for p in cl.image.topic("t0").partitions:
+        assert sorted(racks[r] for r in p.replicas) == ["a", "b", "c"]
