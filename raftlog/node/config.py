@@ -298,6 +298,9 @@ class NodeConfig:
     # continuous: a broker fenced this long has its replicas moved off (Redpanda's
     # partition_autobalancing_node_availability_timeout_sec)
     partition_autobalancing_node_availability_timeout_ms: int = 900_000
+    # bytes/s the replicas this broker adds by a move take in catching up; 0: no limit
+    # (Kafka's follower.replication.throttled.rate; partition/throttle.py)
+    follower_replication_throttled_rate: int = 0
 
     @property
     def per_ip_overrides(self) -> dict[str, int]:
@@ -587,6 +590,7 @@ _KEYS: Final[dict[str, _Key]] = {
                                          "partition_autobalancing_mode"),
     "partition_autobalancing_node_availability_timeout_ms": _Key(
         _to_int, "partition_autobalancing_node_availability_timeout_ms"),
+    "follower_replication_throttled_rate": _Key(_to_int, "follower_replication_throttled_rate"),
 }
 _NESTED_TABLES: Final = ("listeners",)  # tables whose keys are config keys themselves
 _INT_RANGES: Final = {
@@ -613,6 +617,7 @@ _INT_RANGES: Final = {
     "group_consumer_session_timeout_ms": (100, 3_600_000),
     "group_consumer_heartbeat_interval_ms": (10, 3_600_000),
     "partition_autobalancing_node_availability_timeout_ms": (1_000, 365 * 24 * 3_600_000),
+    "follower_replication_throttled_rate": (0, 1 << 40),
 }
 
 
