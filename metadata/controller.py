@@ -67,6 +67,11 @@ Public API (now_ms is keyword-only except in tick/preferred_leader_moves):
     .delete_acls(filters, *, now_ms) -> ControllerResult[list[dict]]   (per filter: {"acls"} or {"error"})
     .alter_scram_credentials(upsertions, deletions, *, now_ms) -> ControllerResult[list[dict]]
     .ensure_bootstrap_credentials(credentials, *, now_ms) -> ControllerResult[None]
+    .decommission_broker(broker_id, *, now_ms) / .recommission_broker(broker_id, *, now_ms)
+        -> ControllerResult[str]   (the broker's state; metadata/decommission.py; the tick drains)
+    .balance(*, dry_run=False, tolerance=0.1, max_moves=1000, now_ms) -> ControllerResult[list[dict]]
+        (metadata/balancer.py's plan, started as reassignments; the tick autobalances when
+        autobalancing_mode is node_add or continuous)
 
 ACLs and SCRAM credentials (Kafka's CreateAcls/DeleteAcls/AlterUserScramCredentials rules):
 each item is judged on its own and answered in order (a bad one does not fail the others); an
@@ -77,7 +82,8 @@ its alterations; removing a credential that does not exist gets RESOURCE_NOT_FOU
 
 Size (issue 13's ~800-line rule): over it because every controller op validates against the
 one image and emits records here; the security ops (ACLs, SCRAM users, ~200 lines) are the
-seam to cut along.
+seam to cut along; the decommission and balancing ops (~150 lines, their pure parts
+already in decommission.py and balancer.py) are another.
 """
 
 from __future__ import annotations

@@ -55,11 +55,7 @@ def brokers_decommission(broker_id: int, as_json: bool, timeout: float, bootstra
       raftlog brokers decommission 4
       raftlog brokers list            # 4: draining ... then decommissioned, 0 replicas
     """
-    answer = admin_request(bootstrap, timeout, {"op": "decommission_broker", "broker_id": broker_id})
-    if as_json:
-        emit_json(answer)
-        return
-    click.echo(f"broker {broker_id}: {answer.get('state')}")
+    _broker_op("decommission_broker", broker_id, as_json, timeout, bootstrap)
 
 
 @brokers.command("recommission")
@@ -69,11 +65,15 @@ def brokers_decommission(broker_id: int, as_json: bool, timeout: float, bootstra
 def brokers_recommission(broker_id: int, as_json: bool, timeout: float, bootstrap: str) -> None:
     """Make BROKER_ID active again: no more moves off it (those started finish); a
     decommissioned broker is unfenced by its next heartbeat and may take replicas again."""
-    answer = admin_request(bootstrap, timeout, {"op": "recommission_broker", "broker_id": broker_id})
+    _broker_op("recommission_broker", broker_id, as_json, timeout, bootstrap)
+
+
+def _broker_op(op: str, broker_id: int, as_json: bool, timeout: float, bootstrap: str) -> None:
+    answer = admin_request(bootstrap, timeout, {"op": op, "broker_id": broker_id})
     if as_json:
         emit_json(answer)
-        return
-    click.echo(f"broker {broker_id}: {answer.get('state')}")
+    else:
+        click.echo(f"broker {broker_id}: {answer.get('state')}")
 
 
 @click.command("balance")
