@@ -1,5 +1,5 @@
 """Growing and shrinking a cluster of real node processes on three racks: 3 -> 5 brokers while
-an acks=all producer runs, `balance` spreads replicas and leaders over all five (one replica
+an acks=all producer and a consumer run, `balance` spreads replicas and leaders over all five (one replica
 per rack), then decommissioning one of the five empties it (internal topics included) and
 fences it, and it is stopped; no acknowledged record is lost or written twice. A
 decommission that would leave a topic with fewer brokers than its RF is refused."""
@@ -55,25 +55,43 @@ def cluster(tmp_path_factory):
         yield c
 
 
-class _Load:
-    """An acks=all idempotent producer on TOPIC in a thread; `acked` are the values acknowledged."""
+class _Worker:
+    """A client (`self.client`) used by `_run` in a thread until `close`, which closes it."""
 
-    def __init__(self, cluster, prefix: bytes):
-        from raftlog.client import Producer
+    client: object
 
-        self.producer = Producer(cluster.bootstrap(), acks="all", linger_ms=2, enable_idempotence=True,
-                                 delivery_timeout_ms=60_000, request_timeout_ms=5_000)
-        self.acked: list[bytes] = []
+    def __init__(self, prefix: bytes):
         self.prefix = prefix
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(90)
+        self.client.close()
+        assert not self.thread.is_alive()
+
+
+class _Load(_Worker):
+    """An acks=all idempotent producer on TOPIC; `acked` are the values acknowledged."""
+
+    def __init__(self, cluster, prefix: bytes):
+        from raftlog.client import Producer
+
+        self.client = Producer(cluster.bootstrap(), acks="all", linger_ms=2, enable_idempotence=True,
+                               delivery_timeout_ms=60_000, request_timeout_ms=5_000)
+        self.acked: list[bytes] = []
+        super().__init__(prefix)
+
+    def _run(self) -> None:
         i = 0
         while not self.stop.is_set():
             values = [self.prefix + b"%07d" % (i + k) for k in range(20)]
-            futures = [(v, self.producer.send(TOPIC, v)) for v in values]
+            futures = [(v, self.client.send(TOPIC, v)) for v in values]
             i += 20
             for value, f in futures:
                 try:
@@ -82,11 +100,25 @@ class _Load:
                 except RaftlogError:
                     pass
 
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(90)
-        self.producer.close()
-        assert not self.thread.is_alive()
+
+class _Reader(_Worker):
+    """A consumer of every partition of TOPIC from the start while the cluster changes;
+    `seen` are the values of `prefix` it read."""
+
+    def __init__(self, cluster, prefix: bytes):
+        from raftlog.client import Consumer
+
+        self.client = Consumer(cluster.bootstrap(), auto_offset_reset="earliest")
+        self.client.assign([(TOPIC, p) for p in range(6)])
+        self.seen: list[bytes] = []
+        super().__init__(prefix)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.seen += [r.value for r in self.client.poll(timeout_ms=300) if r.value.startswith(self.prefix)]
+            except RaftlogError:  # a leader moved: the next poll finds it
+                pass
 
 
 def _check_all_read(cluster, acked: list[bytes]) -> None:
@@ -106,6 +138,7 @@ def _check_all_read(cluster, acked: list[bytes]) -> None:
 
 def test_grow_three_to_five_and_balance_under_load(cluster):
     load = _Load(cluster, b"g")
+    reader = _Reader(cluster, b"g")
     try:
         cluster.wait_for(lambda: len(load.acked) >= 200, 60, "acknowledged writes before growing")
         _start(cluster, 4, add=True)
@@ -128,6 +161,11 @@ def test_grow_three_to_five_and_balance_under_load(cluster):
         cluster.wait_for(lambda: len(load.acked) >= count + 200, 60, "acknowledged writes after balancing")
     finally:
         load.close()
+    try:  # the consumer that ran throughout reads every acknowledged record, each once
+        cluster.wait_for(lambda: set(load.acked) <= set(reader.seen), 60, "the running consumer to catch up")
+    finally:
+        reader.close()
+    assert len(reader.seen) == len(set(reader.seen)), "the running consumer read a record twice"
     _check_all_read(cluster, load.acked)
 
 
