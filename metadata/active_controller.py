@@ -43,6 +43,7 @@ import trio
 
 from metadata import security_ops
 from metadata.controller import MAX_LEADER_REPORTS, Controller, ControllerResult
+from metadata.balancer import DEFAULT_MAX_MOVES, DEFAULT_TOLERANCE
 from metadata.reassignment import ReassignmentItem
 from metadata.image import TopicImage
 from metadata.loader import MetadataLoader
@@ -184,6 +185,8 @@ class ActiveController:
             ctl = Controller(
                 self._loader.image, term, self._clock_ms(), random.Random(self._rng.getrandbits(64)),
                 session_timeout_ms=self._config.session_timeout_ms,
+                autobalancing_mode=self._config.partition_autobalancing_mode,
+                node_availability_timeout_ms=self._config.partition_autobalancing_node_availability_timeout_ms,
                 offsets_replication_factor=self._offsets_replication_factor(),
                 random_bytes=secrets.token_bytes,  # ids from the OS's CSPRNG, not the seeded rng
             )  # fmt: skip
@@ -401,6 +404,24 @@ class ActiveController:
         results = await self.propose(ctl.alter_partition_reassignments(items, now_ms=self._clock_ms()), deadline)
         return {"results": [{} if e is None else {"error": e.to_wire()} for e in results]}
 
+    async def _decommission_broker(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
+        result = ctl.decommission_broker(field(fields, "broker_id", int, min_value=0), now_ms=self._clock_ms())
+        return {"state": await self.propose(result, deadline)}
+
+    async def _recommission_broker(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
+        result = ctl.recommission_broker(field(fields, "broker_id", int, min_value=0), now_ms=self._clock_ms())
+        return {"state": await self.propose(result, deadline)}
+
+    async def _balance(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
+        tolerance = fields.get("tolerance", DEFAULT_TOLERANCE)
+        if type(tolerance) not in (int, float):
+            raise InvalidRequestError("tolerance must be a number", field="tolerance")
+        result = ctl.balance(dry_run=field(fields, "dry_run", bool, default=False), tolerance=tolerance,
+                             max_moves=field(fields, "max_moves", int, default=DEFAULT_MAX_MOVES, min_value=1),
+                             now_ms=self._clock_ms())
+        rows = await self.propose(result, deadline)
+        return {"moves": [row | {"error": row["error"].to_wire()} if "error" in row else row for row in rows]}
+
     async def _list_partition_reassignments(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
         wanted = field(fields, "partitions", list, nullable=True, default=None)
         parts = None if wanted is None else [
@@ -507,6 +528,9 @@ _ADMIN_HANDLERS: Final[Mapping[str, _OpHandler]] = {
     "cluster_status": ActiveController._cluster_status,
     "alter_partition_reassignments": ActiveController._alter_partition_reassignments,
     "list_partition_reassignments": ActiveController._list_partition_reassignments,
+    "decommission_broker": ActiveController._decommission_broker,
+    "balance": ActiveController._balance,
+    "recommission_broker": ActiveController._recommission_broker,
 } | {op: _security_handler(op) for op in security_ops.ADMIN_SECURITY_OPS}
 
 ADMIN_OPS: Final = frozenset(_ADMIN_HANDLERS)

@@ -79,6 +79,8 @@ class BrokerLifecycle:
         if self._config.advertised_kafka is not None:
             kafka_host, kafka_port = self._config.advertised_kafka
             registration |= {"kafka_host": kafka_host, "kafka_port": kafka_port}
+        if self._config.broker_rack is not None:
+            registration["rack"] = self._config.broker_rack
         if self.previous_incarnation_id is not None:
             registration["previous_incarnation_id"] = self.previous_incarnation_id
         failures = 0

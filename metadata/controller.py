@@ -67,6 +67,11 @@ Public API (now_ms is keyword-only except in tick/preferred_leader_moves):
     .delete_acls(filters, *, now_ms) -> ControllerResult[list[dict]]   (per filter: {"acls"} or {"error"})
     .alter_scram_credentials(upsertions, deletions, *, now_ms) -> ControllerResult[list[dict]]
     .ensure_bootstrap_credentials(credentials, *, now_ms) -> ControllerResult[None]
+    .decommission_broker(broker_id, *, now_ms) / .recommission_broker(broker_id, *, now_ms)
+        -> ControllerResult[str]   (the broker's state; metadata/decommission.py; the tick drains)
+    .balance(*, dry_run=False, tolerance=0.1, max_moves=1000, now_ms) -> ControllerResult[list[dict]]
+        (metadata/balancer.py's plan, started as reassignments; the tick autobalances when
+        autobalancing_mode is node_add or continuous)
 
 ACLs and SCRAM credentials (Kafka's CreateAcls/DeleteAcls/AlterUserScramCredentials rules):
 each item is judged on its own and answered in order (a bad one does not fail the others); an
@@ -77,7 +82,8 @@ its alterations; removing a credential that does not exist gets RESOURCE_NOT_FOU
 
 Size (issue 13's ~800-line rule): over it because every controller op validates against the
 one image and emits records here; the security ops (ACLs, SCRAM users, ~200 lines) are the
-seam to cut along.
+seam to cut along; the decommission and balancing ops (~150 lines, their pure parts
+already in decommission.py and balancer.py) are another.
 """
 
 from __future__ import annotations
@@ -112,6 +118,9 @@ from raftlog.base.errors import (
 )
 from metadata.errors import InvalidRecordError, ProducerIdsExhaustedError
 from metadata.image import MetadataImage, PartitionState, TopicImage
+from metadata.decommission import drain_moves, drained, judge_decommission, judge_recommission, rack_map
+from metadata.balancer import DEFAULT_MAX_MOVES, DEFAULT_TOLERANCE, plan
+from metadata.placement import ring_placement
 from metadata.reassignment import (
     ReassignmentItem,
     ReassignmentStatus,
@@ -132,6 +141,7 @@ from metadata.records import (
     MAX_PARTITIONS,
     MAX_REPLICAS,
     AddPartitions,
+    BrokerState,
     Config,
     Envelope,
     FenceBroker,
@@ -159,6 +169,7 @@ DEFAULT_PROPOSAL_TIMEOUT_MS = 5000
 DEFAULT_LEADER_SETTLE_MS = 5000
 DEFAULT_LEADER_MOVE_RETRY_MS = 10_000
 DEFAULT_MAX_LEADER_MOVES = 8
+DEFAULT_MAX_DRAIN_MOVES = 8  # partitions moving at once while brokers drain (decommission.py)
 PRODUCER_ID_BLOCK_SIZE = 1000
 MAX_PENDING = 100_000  # marks are per broker/topic/partition; this only guards against leaks
 
@@ -284,6 +295,9 @@ class Controller:
         leader_settle_ms: int = DEFAULT_LEADER_SETTLE_MS,
         leader_move_retry_ms: int = DEFAULT_LEADER_MOVE_RETRY_MS,
         max_leader_moves: int = DEFAULT_MAX_LEADER_MOVES,
+        max_drain_moves: int = DEFAULT_MAX_DRAIN_MOVES,
+        autobalancing_mode: str = "off",
+        node_availability_timeout_ms: int = 900_000,
         offsets_replication_factor: int = 3,
         max_envelope_bytes: int = MAX_ENVELOPE_BYTES,
         random_bytes: Callable[[int], bytes] = secrets.token_bytes,
@@ -306,6 +320,11 @@ class Controller:
         self.leader_settle_ms = leader_settle_ms
         self.leader_move_retry_ms = leader_move_retry_ms
         self.max_leader_moves = max_leader_moves
+        self.max_drain_moves = max_drain_moves
+        self.autobalancing_mode = autobalancing_mode  # off | node_add | continuous
+        self.node_availability_timeout_ms = node_availability_timeout_ms
+        self._fenced_since_ms: dict[int, int] = {b: now_ms for b in image.fenced_broker_ids()}
+        self._balancing = False  # node_add: an empty broker appeared; cleared once balanced
         self.offsets_replication_factor = offsets_replication_factor
         self.max_envelope_bytes = max_envelope_bytes
         # A random tag keeps request ids unique even if the service builds two Controllers
@@ -341,6 +360,7 @@ class Controller:
                 del self._unfenced_since_ms[b]
         for b in unfenced:
             self._unfenced_since_ms.setdefault(b, now_ms)
+        self._fenced_since_ms = {b: self._fenced_since_ms.get(b, now_ms) for b in image.fenced_broker_ids()}
         for b in image.brokers:
             self._last_heartbeat_ms.setdefault(b, now_ms)
         self._reserved_producer_id = max(self._reserved_producer_id, image.next_producer_id)
@@ -458,7 +478,8 @@ class Controller:
         shutting_down = self._shutting_down.get(broker_id) == incarnation_id
         response = HeartbeatResponse(reg.fenced, shutting_down, self.controller_epoch)
         key = ("unfence", broker_id, incarnation_id)
-        if not reg.fenced or shutting_down or self._pending_tag(key, now_ms) is not None:
+        if not reg.fenced or shutting_down or self._pending_tag(key, now_ms) is not None \
+                or self._image.broker_state(broker_id) == "decommissioned":
             return ControllerResult((), response)
         result = self._result([UnfenceBroker(broker_id, incarnation_id)], response)
         self._mark(key, result.envelopes[0], now_ms)
@@ -503,25 +524,121 @@ class Controller:
         for topic in sorted(self._image.topics.values(), key=lambda t: t.name):
             if not topic.complete and self._pending_tag(("topic", topic.name), now_ms) is None:
                 envelopes.extend(self._complete_topic(topic, now_ms))
+        envelopes.extend(self._drain(now_ms))
+        envelopes.extend(self._autobalance(now_ms))
         self._purge_pending(now_ms)
         return ControllerResult(tuple(envelopes), None)
+
+    # --- decommission (metadata/decommission.py) ---
+
+    def decommission_broker(self, broker_id: int, *, now_ms: int) -> ControllerResult[str]:
+        """Start draining `broker_id` (the tick moves its replicas off, then fences it for
+        good). Response: the broker's state. Raises BrokerIdNotRegisteredError,
+        InvalidReplicationFactorError (a topic would have fewer brokers than its RF)."""
+        self._check_active()
+        record = judge_decommission(self._image, broker_id)
+        if record is None:
+            return ControllerResult((), self._image.broker_state(broker_id))
+        return self._result([record], record.state)
+
+    def recommission_broker(self, broker_id: int, *, now_ms: int) -> ControllerResult[str]:
+        """Make a draining or decommissioned broker active again (a fenced one is unfenced by
+        its next heartbeat). Raises BrokerIdNotRegisteredError."""
+        self._check_active()
+        record = judge_recommission(self._image, broker_id)
+        if record is None:
+            return ControllerResult((), "active")
+        return self._result([record], record.state)
+
+    def balance(self, *, dry_run: bool = False, tolerance: float = DEFAULT_TOLERANCE,
+                max_moves: int = DEFAULT_MAX_MOVES, now_ms: int) -> ControllerResult[list[dict[str, Any]]]:
+        """The balancer's plan (metadata/balancer.py), started as reassignments unless
+        `dry_run`. Response: per move {topic, partition, replicas, reason} and, when refused,
+        {error}. Raises InvalidRequestError for a tolerance outside [0, 1)."""
+        self._check_active()
+        if type(tolerance) not in (int, float) or not 0 <= tolerance < 1:
+            raise InvalidRequestError(f"tolerance must be in [0, 1), got {tolerance!r}")
+        moves = plan(self._image, tolerance=float(tolerance), max_moves=max_moves)
+        rows: list[dict[str, Any]] = [{"topic": m.topic, "partition": m.partition, "replicas": list(m.replicas),
+                                       "reason": m.reason} for m in moves]
+        if dry_run or not moves:
+            return ControllerResult((), rows)
+        records, errors = plan_reassignments(
+            self._image, [ReassignmentItem(m.topic, m.partition, m.replicas) for m in moves])
+        for row, error in zip(rows, errors):
+            if error is not None:
+                row["error"] = error
+        return ControllerResult((), rows) if not records else self._result(list(records), rows)
+
+    def _autobalance(self, now_ms: int) -> list[Envelope]:
+        """partition_autobalancing_mode: node_add balances after an empty broker appears;
+        continuous balances whenever the plan is not empty and drains brokers fenced longer
+        than node_availability_timeout_ms. A batch (at most max_drain_moves) at a time, only
+        while nothing else moves."""
+        if self.autobalancing_mode == "off":
+            return []
+        out: list[Envelope] = []
+        if self.autobalancing_mode == "continuous":
+            for b, since in sorted(self._fenced_since_ms.items()):
+                if now_ms - since >= self.node_availability_timeout_ms and b not in self._image.broker_states \
+                        and not drained(self._image, b) and self._pending_tag(("down", b), now_ms) is None:
+                    moves = drain_moves(self._image, b, self.max_drain_moves)
+                    if moves:
+                        log.info("broker %d down for %d ms: moving %d partition(s) off", b, now_ms - since, len(moves))
+                        env = self._envelope(list(moves))
+                        self._mark(("down", b), env, now_ms)
+                        out.append(env)
+        counts = self._image.replica_counts()
+        placeable = self._image.placeable_broker_ids()
+        if any(counts.get(b, 0) == 0 for b in placeable) and any(counts.values()):
+            self._balancing = True
+        if out or not (self._balancing or self.autobalancing_mode == "continuous"):
+            return out
+        if self._pending_tag(("balance",), now_ms) is not None or any(
+                p.reassigning for t in self._image.topics.values() for p in t.partitions):
+            return out
+        result = self.balance(max_moves=self.max_drain_moves, now_ms=now_ms)
+        if not result.envelopes:
+            self._balancing = False
+            return out
+        log.info("autobalancing (%s): moving %d partition(s)", self.autobalancing_mode, len(result.response))
+        self._mark(("balance",), result.envelopes[-1], now_ms)
+        return out + list(result.envelopes)
+
+    def _drain(self, now_ms: int) -> list[Envelope]:
+        out: list[Envelope] = []
+        for broker_id, state in sorted(self._image.broker_states.items()):
+            if state != "draining":
+                continue
+            if drained(self._image, broker_id):
+                key = ("decommissioned", broker_id)
+                if self._pending_tag(key, now_ms) is None:
+                    reg = self._image.brokers[broker_id]
+                    records: list[Record] = [BrokerState(broker_id, "decommissioned")]
+                    if not reg.fenced:
+                        records.append(FenceBroker(broker_id, reg.incarnation_id))
+                    log.info("broker %d is empty: decommissioned", broker_id)
+                    env = self._envelope(records)
+                    self._mark(key, env, now_ms)
+                    out.append(env)
+                continue
+            skip = frozenset(k[1:] for k in self._pending if k[0] == "drain")
+            moves = drain_moves(self._image, broker_id, self.max_drain_moves, skip)
+            if moves:
+                env = self._envelope(list(moves))
+                for m in moves:
+                    t = self._image.topic_by_id(m.topic_id)
+                    self._mark(("drain", t.name, m.partition), env, now_ms)  # type: ignore[union-attr]
+                log.info("draining broker %d: moving %d partition(s)", broker_id, len(moves))
+                out.append(env)
+        return out
 
     # --- topics ---
 
     def _ring_placement(self, count: int, replication_factor: int) -> list[tuple[int, ...]]:
-        brokers = self._image.unfenced_broker_ids()
-        n = len(brokers)
-        all_counts = self._image.preferred_leader_counts()
-        counts = [all_counts.get(b, 0) for b in brokers]
-        # Start at the least-loaded broker (lowest id on ties): leaders spread across topics.
-        cursor = min(range(n), key=lambda i: (counts[i], i))
-        out = []
-        for _ in range(count):
-            leader = min(range(n), key=lambda i: (counts[i], (i - cursor) % n))
-            counts[leader] += 1
-            out.append(tuple(brokers[(leader + j) % n] for j in range(replication_factor)))
-            cursor = (leader + 1) % n
-        return out
+        """Rack-aware ring placement on the placeable brokers (metadata/placement.py)."""
+        return ring_placement(rack_map(self._image), self._image.preferred_leader_counts(), count,
+                              replication_factor)
 
     def _pack(self, records: list[Record]) -> list[Envelope]:
         """Split records, in order, into envelopes of at most max_envelope_bytes."""
@@ -541,7 +658,7 @@ class Controller:
         return envelopes
 
     def _complete_topic(self, topic: TopicImage, now_ms: int) -> list[Envelope]:
-        live = len(self._image.unfenced_broker_ids())
+        live = len(self._image.placeable_broker_ids())
         rf = min(len(topic.partitions[0].replicas) if topic.partitions else 1, live)
         if rf < 1:
             return []
@@ -587,7 +704,7 @@ class Controller:
                 raise InvalidTopicError(f"topic {name!r} collides with existing topic {other!r} ('.' and '_' collide)")
         if type(partitions) is not int or not 1 <= partitions <= MAX_PARTITIONS:
             raise InvalidPartitionsError(f"partitions must be 1..{MAX_PARTITIONS}, got {partitions!r}")
-        live = self._image.unfenced_broker_ids()
+        live = self._image.placeable_broker_ids()
         if type(replication_factor) is not int or not 1 <= replication_factor <= min(len(live), MAX_REPLICAS):
             raise InvalidReplicationFactorError(
                 f"replication factor must be 1..{min(len(live), MAX_REPLICAS)}: "
@@ -634,7 +751,7 @@ class Controller:
         if self._pending_tag(("topic", name), now_ms) is not None:
             raise InvalidPartitionsError(f"a partition change of topic {name!r} is in flight")
         rf = len(topic.partitions[0].replicas)
-        live = self._image.unfenced_broker_ids()
+        live = self._image.placeable_broker_ids()
         if rf > len(live):
             raise InvalidReplicationFactorError(
                 f"topic {name!r} has replication factor {rf}: {len(live)} live (unfenced) broker(s)"
@@ -893,7 +1010,7 @@ class Controller:
         rf = self.offsets_replication_factor
         if self._image.topic(OFFSETS_TOPIC) is not None or self._pending_tag(("topic", OFFSETS_TOPIC), now_ms) is not None:
             return ControllerResult((), None)
-        if len(self._image.unfenced_broker_ids()) < rf:
+        if len(self._image.placeable_broker_ids()) < rf:
             return ControllerResult((), None)
         return self.create_topic(
             OFFSETS_TOPIC, OFFSETS_TOPIC_PARTITIONS, rf, {"cleanup_policy": "compact"}, internal=True, now_ms=now_ms

@@ -27,6 +27,8 @@ Record rules (rejection code in brackets; "no-op" means accepted and nothing cha
   incarnation → endpoints/rack updated, fenced flag kept.
 * FenceBroker / UnfenceBroker: unknown broker [BROKER_ID_NOT_REGISTERED]; other incarnation
   than registered [STALE_BROKER_EPOCH]; already in that state → no-op.
+* BrokerState: unknown broker [BROKER_ID_NOT_REGISTERED]; else the broker's decommission
+  state ("active" clears it).
 * Topic: name taken [TOPIC_ALREADY_EXISTS]; topic_id taken [INVALID_REQUEST].
 * RemoveTopic: unknown topic_id [UNKNOWN_TOPIC_OR_PARTITION].
 * AddPartitions: unknown topic_id [UNKNOWN_TOPIC_OR_PARTITION]; topic not complete
@@ -90,6 +92,7 @@ from metadata.image import (
 from metadata.records import (
     Acl,
     AddPartitions,
+    BrokerState,
     Config,
     Envelope,
     FenceBroker,
@@ -151,6 +154,7 @@ class MetadataDelta:
         self._next_producer_id = image.next_producer_id
         self._acls: dict[str, AclBinding] | None = None
         self._scram: dict[str, Mapping[str, ScramCredential]] | None = None
+        self._states: dict[int, str] | None = None
 
     # --- copy-on-write accessors ---
 
@@ -227,6 +231,16 @@ class MetadataDelta:
 
     def _unfence_broker(self, r: UnfenceBroker) -> None:
         self._set_fenced(r.broker_id, r.incarnation_id, False)
+
+    def _broker_state(self, r: BrokerState) -> None:
+        if self._broker(r.broker_id) is None:
+            raise BrokerIdNotRegisteredError(f"broker {r.broker_id} is not registered")
+        if self._states is None:
+            self._states = dict(self._image.broker_states)
+        if r.state == "active":
+            self._states.pop(r.broker_id, None)
+        else:
+            self._states[r.broker_id] = r.state
 
     def _topic_record(self, r: Topic) -> None:
         if self._topic_id_of(r.name) is not None:
@@ -394,6 +408,8 @@ class MetadataDelta:
                         t.name, t.topic_id, t.internal, t.partition_count, t.configs, tuple(parts)
                     )
         return MetadataImage(
+            broker_states=(base.broker_states if self._states is None
+                           else MappingProxyType(dict(sorted(self._states.items())))),
             brokers=base.brokers if self._brokers is None else MappingProxyType(self._brokers),
             topics=base.topics if topics is None else MappingProxyType(topics),
             topic_ids=base.topic_ids if self._topic_ids is None else MappingProxyType(self._topic_ids),
@@ -412,6 +428,7 @@ _HANDLERS = {
     RegisterBroker: MetadataDelta._register_broker,
     FenceBroker: MetadataDelta._fence_broker,
     UnfenceBroker: MetadataDelta._unfence_broker,
+    BrokerState: MetadataDelta._broker_state,
     Topic: MetadataDelta._topic_record,
     AddPartitions: MetadataDelta._add_partitions,
     RemoveTopic: MetadataDelta._remove_topic,

@@ -48,6 +48,7 @@ from metadata.errors import InvalidRecordError
 from metadata.records import (
     VERSION,
     Acl,
+    BrokerState,
     Partition,
     PartitionReassignment,
     RegisterBroker,
@@ -168,6 +169,8 @@ class MetadataImage:
     acls: Mapping[str, AclBinding] = field(default_factory=lambda: _EMPTY_MAP)  # by acl_id
     # user -> mechanism -> credential
     scram_credentials: Mapping[str, Mapping[str, ScramCredential]] = field(default_factory=lambda: _EMPTY_MAP)
+    # broker id -> "draining" | "decommissioned" (records.BrokerState); absent: active
+    broker_states: Mapping[int, str] = field(default_factory=lambda: _EMPTY_MAP)
 
     @classmethod
     def empty(cls) -> "MetadataImage":
@@ -180,6 +183,14 @@ class MetadataImage:
 
     def unfenced_broker_ids(self) -> tuple[int, ...]:
         return tuple(sorted(b for b, reg in self.brokers.items() if not reg.fenced))
+
+    def broker_state(self, broker_id: int) -> str:
+        """"active", "draining" or "decommissioned" (records.BrokerState)."""
+        return self.broker_states.get(broker_id, "active")
+
+    def placeable_broker_ids(self) -> tuple[int, ...]:
+        """Unfenced brokers that may take new replicas: not draining nor decommissioned."""
+        return tuple(b for b in self.unfenced_broker_ids() if b not in self.broker_states)
 
     def fenced_broker_ids(self) -> tuple[int, ...]:
         return tuple(sorted(b for b, reg in self.brokers.items() if reg.fenced))
@@ -317,6 +328,8 @@ def image_to_snapshot(image: MetadataImage) -> bytes:
     ]
     if reassignments:  # written only when a move is in progress: older images keep their bytes
         obj["reassignments"] = reassignments
+    if image.broker_states:  # written only when a broker is draining or decommissioned
+        obj["broker_states"] = [record_to_obj(BrokerState(b, st)) for b, st in sorted(image.broker_states.items())]
     if image.scram_credentials:
         obj["scram_credentials"] = [
             record_to_obj(UserScramCredential.of(user, cred))
@@ -335,7 +348,7 @@ def image_from_snapshot(data: bytes) -> MetadataImage:
     """Rebuild an image from `image_to_snapshot` bytes. Raises InvalidRecordError."""
     obj = loads_strict(data, "snapshot", MAX_SNAPSHOT_BYTES)
     expected = {"k", "v", "brokers", "topics", "next_producer_id", "controller_epoch", "recent_requests"}
-    optional = {"acls", "scram_credentials", "reassignments"}
+    optional = {"acls", "scram_credentials", "reassignments", "broker_states"}
     _check(
         isinstance(obj, dict) and expected <= set(obj) <= expected | optional,
         "expected an image map with fields " + str(sorted(expected)) + " and optionally " + str(sorted(optional)),
@@ -409,7 +422,15 @@ def image_from_snapshot(data: bytes) -> MetadataImage:
         _check(record.mechanism not in by_mechanism, f"user {record.name}: credential twice")
         by_mechanism[record.mechanism] = record.credential
 
+    states: dict[int, str] = {}
+    for item in obj.get("broker_states", []):
+        record = record_from_obj(item)
+        _check(isinstance(record, BrokerState) and record.broker_id in brokers
+               and record.broker_id not in states and record.state != "active", "broker state entry")
+        states[record.broker_id] = record.state
+
     return MetadataImage(
+        broker_states=MappingProxyType(dict(sorted(states.items()))),
         brokers=MappingProxyType(brokers),
         topics=MappingProxyType(dict(sorted(topics.items()))),
         topic_ids=MappingProxyType(dict(sorted(topic_ids.items()))),

@@ -8,6 +8,7 @@ atomically (all or nothing, see delta.py).
       records: RegisterBroker | FenceBroker | UnfenceBroker | Topic | RemoveTopic | Partition
              | PartitionChange | PartitionReassignment | Config | ProducerIdBlock | NoOp
              | Acl | RemoveAcl | UserScramCredential | RemoveUserScramCredential | AddPartitions
+             | PartitionReassignment | BrokerState
 
 Where things live, and why:
 * `controller_epoch` (the Raft term of the controller that wrote it) is on the envelope, not
@@ -386,6 +387,25 @@ class ProducerIdBlock(_Record):
             raise _fail(k, "size", "block runs past the largest producer id")
 
 
+BROKER_STATES = ("active", "draining", "decommissioned")
+
+
+@dataclass(frozen=True)
+class BrokerState(_Record):
+    """A broker's place in a decommission (`raftlog brokers decommission`): "draining" (the
+    controller moves its replicas off), "decommissioned" (empty and fenced for good), or
+    "active" again (recommissioned). Brokers without one are active."""
+
+    KIND: ClassVar[str] = "broker_state"
+    broker_id: int
+    state: str
+
+    def __post_init__(self) -> None:
+        _int(self.KIND, "broker_id", self.broker_id, 0, 2**31 - 1)
+        if self.state not in BROKER_STATES:
+            raise _fail(self.KIND, "state", f"must be one of {list(BROKER_STATES)}")
+
+
 @dataclass(frozen=True)
 class NoOp(_Record):
     """Nothing; a new controller writes one to stamp its epoch into the image."""
@@ -497,7 +517,7 @@ Record = Union[
     RegisterBroker, FenceBroker, UnfenceBroker, Topic, RemoveTopic, Partition,
     PartitionChange, Config, ProducerIdBlock, NoOp,
     Acl, RemoveAcl, UserScramCredential, RemoveUserScramCredential, AddPartitions,
-    PartitionReassignment,
+    PartitionReassignment, BrokerState,
 ]
 
 RECORD_KINDS: Mapping[str, type] = MappingProxyType(
@@ -507,7 +527,7 @@ RECORD_KINDS: Mapping[str, type] = MappingProxyType(
             RegisterBroker, FenceBroker, UnfenceBroker, Topic, RemoveTopic, Partition,
             PartitionChange, Config, ProducerIdBlock, NoOp,
             Acl, RemoveAcl, UserScramCredential, RemoveUserScramCredential, AddPartitions,
-            PartitionReassignment,
+            PartitionReassignment, BrokerState,
         )
     }
 )

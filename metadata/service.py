@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any, Final
@@ -170,6 +171,9 @@ class MetadataService:
             "alter_configs": self._client_admin,
             "alter_partition_reassignments": self._client_admin,
             "list_partition_reassignments": self._client_admin,
+            "decommission_broker": self._client_admin,
+            "balance": self._client_admin,
+            "recommission_broker": self._client_admin,
             "describe_configs": self._client_describe_configs,
             "cluster_status": self._client_cluster_status,
         } | {op: self._client_admin for op in security_ops.ADMIN_SECURITY_OPS} | {
@@ -594,9 +598,14 @@ class MetadataService:
         controller_id = self.node_id if ctl is not None else self.controller_id
         epoch = ctl.controller_epoch if ctl is not None else image.controller_epoch
         brokers = []
+        replicas = image.replica_counts()
+        leaders = Counter(p.leader for name in image.topic_names()
+                          for p in image.topic(name).partitions)  # type: ignore[union-attr]
         for broker_id, reg in sorted(image.brokers.items()):
             brokers.append({
                 "id": broker_id, "host": reg.host, "port": reg.port, "fenced": reg.fenced,
+                "rack": reg.rack, "state": image.broker_state(broker_id), "replicas": replicas.get(broker_id, 0),
+                "leaders": leaders.get(broker_id, 0),
                 "kafka": None if reg.kafka_host is None else hostport(reg.kafka_host, reg.kafka_port),
                 "last_heartbeat_age_ms": None if ctl is None else ctl.last_heartbeat_age_ms(broker_id, now_ms),
             })  # fmt: skip

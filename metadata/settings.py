@@ -33,3 +33,6 @@ class MetadataSettings:
     default_replication_factor: int
     topic_defaults: Mapping[str, str]  # topic configs every new topic starts from
     authorizer_enabled: bool         # ACL ops answer SECURITY_DISABLED when False
+    broker_rack: str | None          # what this broker registers as its rack (None: none)
+    partition_autobalancing_mode: str  # off | node_add | continuous (the controller's balancer)
+    partition_autobalancing_node_availability_timeout_ms: int  # continuous: fenced this long, drained

@@ -92,6 +92,7 @@ from partition.service import BrokerDirectory, PartitionService
 from partition.settings import PartitionSettings
 from partition.storage_metrics import StorageMetrics
 from partition.telemetry import ReplicaTelemetry, TopicTraffic
+from partition.throttle import Throttle
 from raftlog.base.errors import (
     InvalidRequestError,
     NotLeaderError,
@@ -178,6 +179,7 @@ class ReplicaManager:
             session_max_wait_ms=min(SESSION_MAX_WAIT_MS, silence_ms // 2), silence_ms=silence_ms,
             on_unreachable=self._leader_unreachable, on_broken=self._leader_link_broken,
             on_news=self._wake_ticks,
+            throttle=Throttle(settings.follower_replication_throttled_rate),
         )  # fmt: skip
         self._replicas: dict[tuple[str, int], Replica] = {}
         self._ticking: dict[tuple[str, int], Replica] = {}  # the tick loop's replicas

@@ -136,6 +136,10 @@ class FetchRequest:
     max_bytes: int
     isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
     zero_copy: bool = False  # records as RecordsSlice (the caller closes them), else bytes
+    # KIP-392: the consumer's client.rack (Fetch v11+ rack_id). With one, a follower serves the
+    # fetch up to its high watermark, and the leader names an in-sync replica in that rack
+    # (FetchResult.preferred_read_replica).
+    client_rack: str | None = None
 
 
 # A range of a segment file (fd, offset, length; `close()` by its holder) that a listener
@@ -152,6 +156,7 @@ class FetchResult:
     log_start_offset: int = -1
     records: bytes | RecordsSlice | None = None
     error: RaftlogError | None = None
+    preferred_read_replica: int = -1  # KIP-392: fetch from this broker instead (-1: here)
 
 
 # ------------------------------------------------------------------------------ offsets

@@ -56,9 +56,14 @@ class ReplicaReads:
         data = await self._read_committed(fetch_offset, max_bytes, zero_copy=False)
         return b"" if data is None else data
 
-    async def _read_committed(self, fetch_offset: int, max_bytes: int, *, zero_copy: bool) -> Any:
-        """`read_committed` / `read_committed_slice`: None when there is nothing to read."""
-        self.check_leader()
+    async def _read_committed(self, fetch_offset: int, max_bytes: int, *, zero_copy: bool,
+                              as_follower: bool = False) -> Any:
+        """`read_committed` / `read_committed_slice`: None when there is nothing to read.
+        `as_follower`: a follower serves it too, up to its own high watermark (KIP-392)."""
+        if as_follower:
+            self.check_online()
+        else:
+            self.check_leader()
         log = self.log
         if fetch_offset < log.log_start_offset or fetch_offset > log.log_end_offset:
             raise OffsetOutOfRangeError(offset=fetch_offset, log_start_offset=log.log_start_offset,
@@ -85,12 +90,13 @@ class ReplicaReads:
             f"{self.name}: damaged batch at offset {exc.offset} on broker {self.replica_id};"
             " it is being repaired from another replica", offset=exc.offset)
 
-    async def read_committed_slice(self, fetch_offset: int, max_bytes: int) -> FileSlice | None:
+    async def read_committed_slice(self, fetch_offset: int, max_bytes: int, *,
+                                   as_follower: bool = False) -> FileSlice | None:
         """`read_committed` as a FileSlice of the segment file (zero-copy senders; the caller
         closes it), None where that returns b"". The range is checked as `read_committed`'s
         bytes are (never a slice over a bad batch); the check runs where `_read` would read.
         Same errors."""
-        return await self._read_committed(fetch_offset, max_bytes, zero_copy=True)
+        return await self._read_committed(fetch_offset, max_bytes, zero_copy=True, as_follower=as_follower)
 
     async def _read(self, log: Log, offset: int, max_bytes: int, *,
                     max_offset: int | None = None, zero_copy: bool = False,

@@ -82,6 +82,9 @@ FetchHeld per partition (newest wins), MAX_FETCH_RPCS_PER_LEADER requests in fli
 keys at most one per partition.
 
 Concurrency: trio-thread only.
+
+Size: just over 800 lines; the leader side (`_handle_replica_fetch` to `_answer`, ~100
+lines) is the seam to cut along.
 """
 
 from __future__ import annotations
@@ -98,6 +101,7 @@ from partition.batch import CheckedBatches, iter_headers
 from partition.errors import CorruptRecordError
 from partition.membership import memberships_in
 from partition.segment import pread_exact
+from partition.throttle import Throttle, deliver_throttled
 from partition.raft import (
     BeginQuorumEpoch,
     EndQuorumEpoch,
@@ -410,6 +414,7 @@ class ReplicationLinks:
         on_unreachable: Callable[[int], Awaitable[None]] | None = None,
         on_broken: Callable[[int], Awaitable[None]] | None = None,
         on_news: Callable[[], None] | None = None,
+        throttle: Throttle | None = None,  # follower.replication.throttled.rate (throttle.py)
     ):
         if silence_ms < 2 * session_max_wait_ms:
             raise ValueError("silence_ms must be at least twice session_max_wait_ms: an idle "
@@ -432,6 +437,7 @@ class ReplicationLinks:
         self._nursery: trio.Nursery | None = None
         self.peer_handlers = {"replica_fetch": self._handle_replica_fetch, "raft": self._handle_raft}
         self.dropped_messages = 0
+        self.throttle = throttle
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -661,7 +667,7 @@ class ReplicationLinks:
                 if m is None:
                     continue
                 replica = self.lookup(topic, partition)
-                if replica is not None:
+                if replica is not None and not deliver_throttled(self._nursery, self.throttle, replica, m):
                     await replica.deliver(m)
         finally:
             if failed:

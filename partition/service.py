@@ -267,6 +267,31 @@ class PartitionService:
                 traffic.fetched(part.topic, records.length,
                                 slice_records(records.fd, records.offset, records.length, part.fetch_offset))
 
+    def _read_replica(self, topic: str, partition: int, client_rack: str | None) -> tuple[Replica, bool, int]:
+        """Where a consumer fetch is served (KIP-392): (the replica, whether as a follower,
+        the preferred read replica or -1). Without `client_rack`, or with this broker's own
+        rack, the leader serves. A follower of the group serves a client naming a rack; the
+        leader names an in-sync voter of the client's rack when it is not in that rack itself."""
+        if not client_rack:
+            return self.leader_replica(topic, partition), False, -1
+        r = self._host.replica(topic, partition)
+        if r is not None and r.offline_reason is None and r.core is not None and not r.is_leader \
+                and r.replica_id in r.voters:
+            self._host.traffic.follower_fetches[topic] = self._host.traffic.follower_fetches.get(topic, 0) + 1
+            return r, True, -1
+        r = self.leader_replica(topic, partition)
+        image = self._host.image_now()
+        own = image.broker(self._host.node_id)
+        if own is not None and own.rack == client_rack:
+            return r, False, -1
+        states = r.core.follower_states() if r.core is not None else {}
+        for broker_id, (fetch_offset, in_sync) in sorted(states.items()):
+            reg = image.broker(broker_id)
+            if in_sync and reg is not None and not reg.fenced and reg.rack == client_rack \
+                    and fetch_offset >= r.high_watermark:
+                return r, False, broker_id
+        return r, False, -1
+
     async def _read_partitions(self, request: FetchRequest) -> tuple[list[FetchResult], int, int, list[Replica]]:
         """One pass of a fetch over its partitions. Reads may run in worker threads
         (Replica._read); with `zero_copy`, the slices made so far are closed if the pass
@@ -279,11 +304,19 @@ class PartitionService:
             for part in request.parts:
                 topic, partition = part.topic, part.partition
                 try:
-                    r = self.leader_replica(topic, partition)
+                    r, as_follower, preferred = self._read_replica(topic, partition, request.client_rack)
+                    if preferred >= 0:  # KIP-392: the client goes there; nothing read here, answer now
+                        errors += 1
+                        results.append(FetchResult(topic, partition, high_watermark=r.high_watermark,
+                                                   last_stable_offset=r.high_watermark,
+                                                   log_start_offset=r.log.log_start_offset,
+                                                   preferred_read_replica=preferred))
+                        continue
                     budget = min(part.max_bytes, request.max_bytes - total)
                     records: bytes | RecordsSlice | None
                     if request.zero_copy:
-                        records = await r.read_committed_slice(part.fetch_offset, budget) if budget > 0 else None
+                        records = await r.read_committed_slice(part.fetch_offset, budget,
+                                                               as_follower=as_follower) if budget > 0 else None
                         total += 0 if records is None else records.length
                     else:
                         data = await r.read_committed(part.fetch_offset, budget) if budget > 0 else b""

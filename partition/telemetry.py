@@ -11,7 +11,7 @@ the per-topic BrokerTopicMetrics; Redpanda's equivalents are named in each HELP 
   not in sync), raftlog_replica_manager_leader_count, raftlog_replica_manager_partition_count;
 * per topic: raftlog_topic_bytes_in_total, raftlog_topic_records_in_total (records appended
   as leader), raftlog_topic_bytes_out_total, raftlog_topic_records_out_total (sent to
-  consumers, both listeners);
+  consumers, both listeners), raftlog_topic_follower_fetches_total (served as a follower);
 * per partition (replicas hosted here): raftlog_partition_log_start_offset,
   raftlog_partition_log_end_offset, raftlog_partition_high_watermark,
   raftlog_partition_log_size_bytes, raftlog_partition_replica_lag{replica} (on the leader: its
@@ -85,6 +85,7 @@ class TopicTraffic:
         self.records_in: dict[str, int] = {}
         self.bytes_out: dict[str, int] = {}
         self.records_out: dict[str, int] = {}
+        self.follower_fetches: dict[str, int] = {}  # consumer fetches served as a follower (KIP-392)
 
     def produced(self, topic: str, nbytes: int, nrecords: int) -> None:
         self.bytes_in[topic] = self.bytes_in.get(topic, 0) + nbytes
@@ -98,7 +99,8 @@ class TopicTraffic:
     def forget(self, topics: Iterable[str]) -> None:
         """Drop topics that are gone (bounded by the live topics)."""
         for topic in topics:
-            for table in (self.bytes_in, self.records_in, self.bytes_out, self.records_out):
+            for table in (self.bytes_in, self.records_in, self.bytes_out, self.records_out,
+                          self.follower_fetches):
                 table.pop(topic, None)
 
 
@@ -223,6 +225,10 @@ class ReplicaTelemetry:
                            "Records sent to consumers, by topic. Redpanda: "
                            "redpanda_kafka_records_fetched_total.",
                            ("topic",), {(t,): v for t, v in traffic.records_out.items()}),
+            counter_family("raftlog_topic_follower_fetches_total",
+                           "Consumer fetches served here as a follower of the partition, by topic "
+                           "(KIP-392 follower fetching: the consumer's client.rack is this broker's).",
+                           ("topic",), {(t,): v for t, v in traffic.follower_fetches.items()}),
             gauge_family("raftlog_partition_log_start_offset", "First offset in the log. Kafka: LogStartOffset.",
                          tp, start),
             gauge_family("raftlog_partition_log_end_offset",

@@ -369,6 +369,14 @@ def connect(bootstrap: str | None) -> list[str]:
     return probe(bootstrap_list(bootstrap))
 
 
+def admin_request(bootstrap: str | None, timeout: float, request: dict[str, Any]) -> dict[str, Any]:
+    """One native admin request (routed to the controller by the node that takes it)."""
+    from raftlog.client import Admin
+
+    with Admin(connect(bootstrap), request_timeout_ms=int(timeout * 1000), **client_kwargs()) as admin:
+        return admin.request(request)
+
+
 def store(ctx: click.Context, **values: Any) -> None:
     ctx.ensure_object(dict)
     ctx.obj.update(values)

@@ -30,6 +30,7 @@ import click
 
 from raftlog.cli import console as _console
 from raftlog.cli import acls as _acls
+from raftlog.cli import brokers as _brokers
 from raftlog.cli import groups as _groups
 from raftlog.cli import partitions as _partitions
 from raftlog.cli import records as _records
@@ -114,6 +115,9 @@ def node() -> None:
                    "(allow_plaintext; only on a network you trust).")
 @click.option("--max-request-bytes", "max_frame_bytes", type=int,
               help="Largest request a client may send (max_frame_bytes; default 64 MiB).")
+@click.option("--rack", "broker_rack", metavar="RACK",
+              help="This broker's rack or zone (broker_rack, Kafka's broker.rack): replicas are "
+                   "spread over racks; consumers with client.rack fetch from their rack.")
 @click.option("--log-level", help="DEBUG, INFO, WARNING, ERROR.")
 @click.option("--log-file", help="Append log lines here (default: stderr).")
 @click.option("--supervisor-pid", type=int, hidden=True,
@@ -532,6 +536,8 @@ main.add_command(_records.consume_cmd)
 main.add_command(_records.perf)
 main.add_command(_groups.groups)
 main.add_command(_partitions.partitions)
+main.add_command(_brokers.brokers)
+cluster.add_command(_brokers.balance_cmd)
 main.add_command(_console.console_cmd)
 main.add_command(_acls.acls)
 main.add_command(_users.users)

@@ -22,6 +22,7 @@ from raftlog.cli.common import (
     BOOTSTRAP_HELP,
     CliFailure,
     admin_options,
+    admin_request,
     client_kwargs,
     command_config_option,
     connect,
@@ -194,11 +195,8 @@ def partitions_reassign(topic: str | None, partition: int | None, to_brokers: st
       raftlog partitions reassign --plan plan.json
       raftlog partitions reassign events 0 --cancel
     """
-    from raftlog.client import Admin
-
     items = _plan_items(topic, partition, to_brokers, cancel, plan)
-    with Admin(connect(bootstrap), request_timeout_ms=int(timeout * 1000), **client_kwargs()) as admin:
-        answer = admin.request({"op": "alter_partition_reassignments", "partitions": items})
+    answer = admin_request(bootstrap, timeout, {"op": "alter_partition_reassignments", "partitions": items})
     results = answer.get("results", [])
     rows = []
     for item, result in zip(items, results):
@@ -223,10 +221,7 @@ def partitions_reassign(topic: str | None, partition: int | None, to_brokers: st
 @friendly
 def partitions_reassignments(as_json: bool, timeout: float, bootstrap: str) -> None:
     """List the replica moves in progress (replicas, adding, removing)."""
-    from raftlog.client import Admin
-
-    with Admin(connect(bootstrap), request_timeout_ms=int(timeout * 1000), **client_kwargs()) as admin:
-        moves = admin.request({"op": "list_partition_reassignments"}).get("reassignments", [])
+    moves = admin_request(bootstrap, timeout, {"op": "list_partition_reassignments"}).get("reassignments", [])
     if as_json:
         emit_json(moves)
         return

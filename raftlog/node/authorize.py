@@ -358,6 +358,9 @@ POLICIES: Final[Mapping[str, Policy]] = {
     "cluster_status": _resource(O.DESCRIBE, C),
     "alter_partition_reassignments": _resource(O.ALTER, C),  # Kafka's AlterPartitionReassignments rule
     "list_partition_reassignments": _resource(O.DESCRIBE, C),
+    "decommission_broker": _resource(O.ALTER, C),  # moves replicas, as a reassignment does
+    "recommission_broker": _resource(O.ALTER, C),
+    "balance": _resource(O.ALTER, C),  # dry_run included: it is the plan of a cluster-wide change
     "recover_partition": _at_port,
     "find_coordinator": _resource(O.DESCRIBE, G, "group_id"),
     "join_group": _resource(O.READ, G, "group_id"),

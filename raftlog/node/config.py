@@ -300,6 +300,15 @@ class NodeConfig:
     # the REST proxy (issue 45): Confluent's consumer.instance.timeout.ms, and a bound on instances
     consumer_instance_timeout_ms: int = 300_000
     rest_max_consumer_instances: int = 1000
+    # -- an elastic cluster (issue 44; docs/elastic.md) --
+    broker_rack: str | None = None  # Kafka's broker.rack: placement spreads replicas over racks
+    partition_autobalancing_mode: str = "off"  # off | node_add | continuous (Redpanda's setting)
+    # continuous: a broker fenced this long has its replicas moved off (Redpanda's
+    # partition_autobalancing_node_availability_timeout_sec)
+    partition_autobalancing_node_availability_timeout_ms: int = 900_000
+    # bytes/s the replicas this broker adds by a move take in catching up; 0: no limit
+    # (Kafka's follower.replication.throttled.rate; partition/throttle.py)
+    follower_replication_throttled_rate: int = 0
 
     @property
     def per_ip_overrides(self) -> dict[str, int]:
@@ -382,6 +391,13 @@ def _to_nonempty_str(value: Any) -> str:
     text = _to_str(value)
     if not text:
         raise ValueError("must not be empty")
+    return text
+
+
+def _to_rack(value: Any) -> str:
+    text = _to_nonempty_str(value)
+    if len(text) > 64:  # metadata.records.MAX_ID_CHARS
+        raise ValueError(f"at most 64 characters, got {len(text)}")
     return text
 
 
@@ -581,6 +597,13 @@ _KEYS: Final[dict[str, _Key]] = {
     "group_consumer_heartbeat_interval_ms": _Key(_to_int, "group_consumer_heartbeat_interval_ms"),
     "consumer_instance_timeout_ms": _Key(_to_int, "consumer_instance_timeout_ms"),
     "rest_max_consumer_instances": _Key(_to_int, "rest_max_consumer_instances"),
+    # an elastic cluster (issue 44)
+    "broker_rack": _Key(_to_rack, "broker_rack"),
+    "partition_autobalancing_mode": _Key(lambda v: _to_choice(v, ("off", "node_add", "continuous")),
+                                         "partition_autobalancing_mode"),
+    "partition_autobalancing_node_availability_timeout_ms": _Key(
+        _to_int, "partition_autobalancing_node_availability_timeout_ms"),
+    "follower_replication_throttled_rate": _Key(_to_int, "follower_replication_throttled_rate"),
 }
 _NESTED_TABLES: Final = ("listeners",)  # tables whose keys are config keys themselves
 _INT_RANGES: Final = {
@@ -611,6 +634,8 @@ _INT_RANGES: Final = {
     "group_consumer_heartbeat_interval_ms": (10, 3_600_000),
     "consumer_instance_timeout_ms": (1000, 7 * 24 * 3_600_000),
     "rest_max_consumer_instances": (1, 100_000),
+    "partition_autobalancing_node_availability_timeout_ms": (1_000, 365 * 24 * 3_600_000),
+    "follower_replication_throttled_rate": (0, 1 << 40),
 }
 
 

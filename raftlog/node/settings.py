@@ -32,6 +32,7 @@ def partition_settings(config: NodeConfig) -> PartitionSettings:
         scrub_bytes_per_s=config.scrub_bytes_per_s,
         scrub_interval_ms=config.scrub_interval_ms,
         log_open_files_max=config.log_open_files_max,
+        follower_replication_throttled_rate=config.follower_replication_throttled_rate,
     )
 
 
@@ -69,6 +70,9 @@ def metadata_settings(config: NodeConfig) -> MetadataSettings:
         default_replication_factor=config.default_replication_factor,
         topic_defaults=dict(config.topic_defaults),
         authorizer_enabled=config.authorizer_enabled,
+        broker_rack=config.broker_rack,
+        partition_autobalancing_mode=config.partition_autobalancing_mode,
+        partition_autobalancing_node_availability_timeout_ms=config.partition_autobalancing_node_availability_timeout_ms,
     )
 
 

@@ -27,6 +27,11 @@ tiered (-5) and earliest pending upload (-6): offset -1 (no tiered storage, as K
 without it), else the first batch whose max timestamp is at or after the given one (offset
 -1 when none), from the partition leader.
 
+Follower fetching (KIP-392): a Fetch v11+ naming the consumer's rack (client.rack) is
+served by a follower of the partition up to its high watermark; the leader answers one
+from another rack with no records and `preferred_read_replica`, an in-sync voter of that
+rack (partition/service.py `_read_replica`).
+
 Fetch v13+ names topics by id (KIP-516): ids map to names through the node's image; an
 unknown id gets UNKNOWN_TOPIC_ID. A NOT_LEADER_OR_FOLLOWER answer carries CurrentLeader
 (v12+) and, from v16, the leader's address in NodeEndpoints (KIP-951), as Produce's does.
@@ -85,7 +90,8 @@ async def handle_fetch(ctx: KafkaContext, call: Call) -> Reply:
     max_bytes = getattr(request, "max_bytes", DEFAULT_MAX_BYTES) or DEFAULT_MAX_BYTES
     max_wait_ms = max(0, min(request.max_wait_ms, MAX_FETCH_WAIT_MS, ctx.request_timeout_ms - 1000))
     fetch = FetchRequest(parts, max_wait_ms=max_wait_ms, min_bytes=max(0, request.min_bytes),
-                         max_bytes=max(1, max_bytes), isolation_level=_isolation(request), zero_copy=True)
+                         max_bytes=max(1, max_bytes), isolation_level=_isolation(request), zero_copy=True,
+                         client_rack=getattr(request, "rack_id", None) or None)  # v11+: KIP-392
 
     async def answer() -> Reply:
         results = await ctx.port().fetch(fetch) if parts else []
@@ -119,7 +125,7 @@ async def handle_fetch(ctx: KafkaContext, call: Call) -> Reply:
                         high_watermark=entry.high_watermark,
                         last_stable_offset=entry.last_stable_offset,
                         log_start_offset=entry.log_start_offset, aborted_transactions=None,
-                        preferred_read_replica=-1, records=value,
+                        preferred_read_replica=entry.preferred_read_replica, records=value,
                     )  # fmt: skip
                 topics.setdefault((name, topic_id), []).append(data)
             response = R(

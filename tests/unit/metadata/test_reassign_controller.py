@@ -4,10 +4,7 @@ controller, completes on the leader's membership report, and can be cancelled.""
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -23,19 +20,9 @@ from raftlog.base.errors import (
 )
 
 
-def _controller_harness():
-    name = "test_controller_harness"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("test_controller.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name].Cluster
-
-
 @pytest.fixture
-def cl():
-    cluster = _controller_harness()(brokers=4)
+def cl(controller_cluster):
+    cluster = controller_cluster(brokers=4)
     cluster.commit(cluster.c.create_topic("t", 2, 3, now_ms=0))
     return cluster
 

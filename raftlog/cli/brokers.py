@@ -1,0 +1,114 @@
+"""`raftlog brokers list | decommission | recommission` and `raftlog cluster balance`
+(docs/elastic.md). Each is one native admin op (PROTOCOL.md: cluster_status,
+decommission_broker, recommission_broker, balance) that the node taking it routes to the
+active controller. Registered by raftlog/cli/main.py (`balance_cmd` under `cluster`).
+"""
+
+from __future__ import annotations
+
+import click
+
+from raftlog.cli.common import admin_options, admin_request, emit_json, friendly, table
+
+__all__ = ["balance_cmd", "brokers"]
+
+
+@click.group()
+def brokers() -> None:
+    """List brokers; take one out for good (decommission) or back in (recommission)."""
+
+
+@brokers.command("list")
+@admin_options
+@friendly
+def brokers_list(as_json: bool, timeout: float, bootstrap: str) -> None:
+    """Every broker: rack, state (active, draining, decommissioned), fenced or not, and how
+    many replicas and leaderships it holds.
+
+    \b
+    Example:
+      raftlog brokers list
+    """
+    rows = admin_request(bootstrap, timeout, {"op": "cluster_status"}).get("brokers", [])
+    if as_json:
+        emit_json(rows)
+        return
+    table([("BROKER", "RACK", "STATE", "FENCED", "REPLICAS", "LEADERS", "KAFKA ADDRESS")] + [
+        (str(b.get("id")), str(b.get("rack") or "-"), str(b.get("state", "active")),
+         "yes" if b.get("fenced") else "no", str(b.get("replicas", "-")), str(b.get("leaders", "-")),
+         str(b.get("kafka") or "-"))
+        for b in rows])
+
+
+@brokers.command("decommission")
+@click.argument("broker_id", type=click.IntRange(0, None))
+@admin_options
+@friendly
+def brokers_decommission(broker_id: int, as_json: bool, timeout: float, bootstrap: str) -> None:
+    """Move every replica off BROKER_ID (internal topics first: the group coordinators go
+    with them), then fence it for good; stop its process once `brokers list` says
+    decommissioned. Refused, with the reason, when a topic would be left with fewer brokers
+    than its replication factor.
+
+    \b
+    Examples:
+      raftlog brokers decommission 4
+      raftlog brokers list            # 4: draining ... then decommissioned, 0 replicas
+    """
+    _broker_op("decommission_broker", broker_id, as_json, timeout, bootstrap)
+
+
+@brokers.command("recommission")
+@click.argument("broker_id", type=click.IntRange(0, None))
+@admin_options
+@friendly
+def brokers_recommission(broker_id: int, as_json: bool, timeout: float, bootstrap: str) -> None:
+    """Make BROKER_ID active again: no more moves off it (those started finish); a
+    decommissioned broker is unfenced by its next heartbeat and may take replicas again."""
+    _broker_op("recommission_broker", broker_id, as_json, timeout, bootstrap)
+
+
+def _broker_op(op: str, broker_id: int, as_json: bool, timeout: float, bootstrap: str) -> None:
+    answer = admin_request(bootstrap, timeout, {"op": op, "broker_id": broker_id})
+    if as_json:
+        emit_json(answer)
+    else:
+        click.echo(f"broker {broker_id}: {answer.get('state')}")
+
+
+@click.command("balance")
+@click.option("--dry-run", is_flag=True, help="Print the plan; move nothing.")
+@click.option("--tolerance", type=click.FloatRange(0, 1, max_open=True), default=0.1, show_default=True,
+              help="Allowed spread of replica and leader counts, as a fraction of the mean (at least 1).")
+@click.option("--max-moves", type=click.IntRange(1, 10_000), default=1000, show_default=True,
+              help="At most this many partitions move.")
+@admin_options
+@friendly
+def balance_cmd(dry_run: bool, tolerance: float, max_moves: int, as_json: bool, timeout: float,
+                bootstrap: str) -> None:
+    """Spread replicas and preferred leaders evenly over the brokers (racks kept), by
+    reassignments; follow them with `raftlog partitions reassignments`.
+
+    \b
+    Examples:
+      raftlog cluster balance --dry-run
+      raftlog cluster balance
+    """
+    answer = admin_request(bootstrap, timeout, {"op": "balance", "dry_run": dry_run, "tolerance": tolerance,
+                                                "max_moves": max_moves})
+    moves = answer.get("moves", [])
+    if as_json:
+        emit_json(moves)
+    elif not moves:
+        click.echo("balanced: nothing to move")
+    else:
+        for m in moves:
+            name = f"{m['topic']}-{m['partition']}"
+            error = m.get("error")
+            if error:
+                click.echo(f"{name}: refused: {error.get('code')}: {error.get('message')}")
+            else:
+                verb = "would move" if dry_run else "moving"
+                click.echo(f"{name}: {verb} to {m['replicas']} ({m['reason']})")
+    if any(m.get("error") for m in moves):
+        raise SystemExit(1)
