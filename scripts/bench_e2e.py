@@ -4,7 +4,7 @@
     scripts/bench e2e --small        # 100,000 records, one run, a 2 s latency run: a quick look
 
 Writes bench-results/e2e.png (`--plot`): records/s beside RF=3 acks=all's, the latency
-percentiles and their CDF (scripts/bench_plot.py).
+percentiles and their CDF (scripts/plots.py).
 
 For each configuration (RF=3 acks=all, the target; RF=1 acks=all and RF=3 acks=1 beside it,
 so the ratios show what replication and waiting for the quorum cost) and each run, on a
@@ -34,7 +34,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-import bench_plot
+import plots as bench_plot
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_PRODUCE = 200_000

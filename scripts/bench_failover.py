@@ -8,7 +8,7 @@ again) before the next run. Prints each run and the medians.
     scripts/bench failover --small     # 3 runs
 
 Writes bench-results/failover.png (`--plot`): each run's timeline from the kill to the new
-controller and to the first create_topic that succeeds (scripts/bench_plot.py).
+controller and to the first create_topic that succeeds (scripts/plots.py).
 
 Every node is a real `raftlog node start` process on free loopback ports with its data in a
 temp dir (kept with --keep); all are stopped by PID at the end, also on Ctrl-C or failure.
@@ -30,7 +30,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import bench_plot
+import plots as bench_plot
 from raftlog.cli.cluster import NodePorts, NodeProcess, build_node_configs, free_ports, stop_all, write_node_config
 from raftlog.node.config import new_cluster_id
 from raftlog.base.protocol import FrameDecoder, encode_frame

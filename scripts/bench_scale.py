@@ -61,7 +61,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import bench_plot  # noqa: E402
+import plots as bench_plot  # noqa: E402
 from partition.batch import BatchBuilder  # noqa: E402
 from partition.manager import PARTITIONS_DIR  # noqa: E402
 from raftlog import Producer  # noqa: E402
