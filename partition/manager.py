@@ -658,6 +658,11 @@ class ReplicaManager:
         COORDINATOR_LOAD_IN_PROGRESS, retriable, as Kafka answers when its producer id block
         is not ready: the producer asks again, where NOT_CONTROLLER (or the peer link's own
         PEER_UNAVAILABLE) would fail its records."""
+        return {"producer_id": await self.next_producer_id(request.id), "producer_epoch": 0}
+
+    async def next_producer_id(self, request_id: int | None = None) -> int:
+        """A producer id from this broker's block (the transaction coordinator takes its ids
+        here too). Raises CoordinatorLoadInProgressError without a reachable controller."""
         async with self._pid_lock:
             if self._pid_next >= self._pid_end:
                 try:
@@ -665,11 +670,11 @@ class ReplicaManager:
                 except (NotControllerError, PeerUnavailableError, RequestTimedOutError) as exc:
                     raise CoordinatorLoadInProgressError(
                         f"no producer id block yet: the controller is not reachable ({exc})",
-                        request_id=request.id) from None
+                        request_id=request_id) from None
                 self._pid_next, self._pid_end = first, first + size
             pid = self._pid_next
             self._pid_next += 1
-        return {"producer_id": pid, "producer_epoch": 0}
+        return pid
 
     async def _recover_partition(self, request: Request) -> dict[str, Any]:
         """Unclean recovery of the local replica (raft.py "Damaged storage"): clear its

@@ -38,6 +38,7 @@ from raftlog.base.errors import (
     InvalidRequestError,
     RaftlogError,
     TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailedError,
 )
 from raftlog.base.eventlog import log_event
 from raftlog.base.protocol import Later, Request
@@ -48,6 +49,7 @@ logger = logging.getLogger(__name__)
 
 Handler = Callable[[Request], Awaitable[Mapping[str, Any] | None]]
 T, G, C = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
+X = ResourceType.TRANSACTIONAL_ID
 O = Operation
 
 
@@ -86,11 +88,11 @@ class _Check:
 
 
 def _refusal(operation: Operation, rt: ResourceType, name: str) -> RaftlogError:
-    what = {T: "topic", G: "group", C: "the cluster"}[rt]
+    what = {T: "topic", G: "group", C: "the cluster", X: "transactional id"}[rt]
     where = what if rt is C else f"{what} {name!r:.80}"
     message = f"not authorized to {operation.value} {where}"
     cls = {T: TopicAuthorizationFailedError, G: GroupAuthorizationFailedError,
-           C: ClusterAuthorizationFailedError}[rt]
+           C: ClusterAuthorizationFailedError, X: TransactionalIdAuthorizationFailedError}[rt]
     return cls(message)
 
 
@@ -258,6 +260,42 @@ async def _list_groups(request: Request, check: _Check, handler: Handler) -> Map
     return {**response, "groups": groups}
 
 
+async def _add_partitions_to_txn(request: Request, check: _Check, handler: Handler) -> Mapping[str, Any] | None:
+    # Kafka: WRITE on the transactional id and on every topic of the request.
+    check.require(O.WRITE, X, _str_field(request, "transactional_id"))
+    for entry in _list_field(request, "partitions") or []:
+        check.require(O.WRITE, T, _topic_of(entry, "partitions"))
+    return await handler(request)
+
+
+async def _add_offsets_to_txn(request: Request, check: _Check, handler: Handler) -> Mapping[str, Any] | None:
+    check.require(O.WRITE, X, _str_field(request, "transactional_id"))
+    check.require(O.READ, G, _str_field(request, "group_id"))
+    return await handler(request)
+
+
+async def _describe_transactions(request: Request, check: _Check, handler: Handler) -> Mapping[str, Any] | None:
+    ids = _list_field(request, "transactional_ids") or []
+    refused = [t for t in ids if type(t) is str and not check.allowed(O.DESCRIBE, X, t)]
+    errors = [{"transactional_id": t, "error": _refusal(O.DESCRIBE, X, t).to_wire()} for t in refused]
+    kept = [t for t in ids if t not in refused]
+    if not kept:
+        return {"transactions": errors}
+    response = await handler(_with(request, transactional_ids=kept) if refused else request)
+    if response is None:
+        return None
+    return {**response, "transactions": [*response.get("transactions", []), *errors]}
+
+
+async def _list_transactions(request: Request, check: _Check, handler: Handler) -> Mapping[str, Any] | None:
+    response = await handler(request)
+    if response is None:
+        return None
+    kept = [t for t in response.get("transactions", [])
+            if isinstance(t, Mapping) and check.allowed(O.DESCRIBE, X, str(t.get("transactional_id")))]
+    return {**response, "transactions": kept}
+
+
 async def _super_users_only(request: Request, check: _Check, handler: Handler) -> Mapping[str, Any] | None:
     if check.principal not in check.authorizer.super_users:
         log_event(logger, "acl_no_policy", level=logging.WARNING, op=request.op[:40])
@@ -295,6 +333,14 @@ POLICIES: Final[Mapping[str, Policy]] = {
     "create_acls": _resource(O.ALTER, C),
     "delete_acls": _resource(O.ALTER, C),
     "alter_user_scram_credentials": _resource(O.ALTER, C),
+    # Transactions: Kafka's rules on the TransactionalId resource.
+    "find_txn_coordinator": _resource(O.DESCRIBE, X, "transactional_id"),
+    "init_txn_producer_id": _resource(O.WRITE, X, "transactional_id"),
+    "add_partitions_to_txn": _add_partitions_to_txn,
+    "add_offsets_to_txn": _add_offsets_to_txn,
+    "end_txn": _resource(O.WRITE, X, "transactional_id"),
+    "describe_transactions": _describe_transactions,
+    "list_transactions": _list_transactions,
 }
 
 

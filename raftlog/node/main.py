@@ -47,6 +47,7 @@ from typing import Any, Final, Protocol
 import trio
 
 from groupcoord.service import GroupCoordinatorService
+from groupcoord.txn_service import TxnCoordinatorService
 from metadata.image import MetadataImage
 from metadata.quorum import QuorumFactory
 from metadata.security_ops import read_bootstrap_credentials
@@ -111,7 +112,9 @@ def build_services(config: NodeConfig, metadata: MetadataService, peers: PeerPoo
     services: list[NodeService] = [metadata]
     if config.is_broker:
         services.append(ReplicaManager(config, metadata, peers, registry=registry))
-        services.append(GroupCoordinatorService(config, metadata, services[-1]))
+        replicas = services[-1]
+        services.append(GroupCoordinatorService(config, metadata, replicas))
+        services.append(TxnCoordinatorService(config, metadata, replicas))
     return services
 
 

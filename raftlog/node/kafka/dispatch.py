@@ -4,7 +4,7 @@ answer of an API at a version. Importing it loads kafka-python's protocol classe
 so the listener imports it on its first request, in a worker thread, never at node start.
 
 How to add an API: write `async def handle_x(ctx, call) -> Reply` in the module of its family
-(produce.py, fetch.py, metadata.py, admin.py, configs.py, groups.py, ...), list it in that
+(produce.py, fetch.py, metadata.py, admin.py, configs.py, groups.py, txn.py, ...), list it in that
 module's `HANDLERS = {api_key: handle_x}`, add the module's map to `HANDLERS` below, and add
 the advertised (min, max) to `versions.SUPPORTED_VERSIONS`; a unit test checks that the two
 tables name the same keys and that each range lies inside the schema's. The handler gets
@@ -19,7 +19,20 @@ from typing import Any, Final
 
 from kafka.protocol.api_message import ApiMessage
 
-from raftlog.node.kafka import acls, admin, configs, describe, errors, fetch, groups, metadata, produce, sasl, versions
+from raftlog.node.kafka import (
+    acls,
+    admin,
+    configs,
+    describe,
+    errors,
+    fetch,
+    groups,
+    metadata,
+    produce,
+    sasl,
+    txn,
+    versions,
+)
 from raftlog.node.kafka.codec import (
     API_VERSIONS_KEY,
     REQUEST_CLASSES,
@@ -56,6 +69,7 @@ HANDLERS: Final[dict[int, Handler]] = {
     **groups.HANDLERS,
     **sasl.HANDLERS,
     **acls.HANDLERS,
+    **txn.HANDLERS,
 }
 
 # Before a SASL login completes, only these run (ApiVersions, SaslHandshake, SaslAuthenticate).

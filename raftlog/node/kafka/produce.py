@@ -21,9 +21,10 @@ ACLs: WRITE on each topic (checked before anything is appended; a refused topic'
 answer TOPIC_AUTHORIZATION_FAILED). InitProducerId runs the native op, so its rule is the
 native one (IDEMPOTENT_WRITE on the cluster or WRITE on some topic).
 
-InitProducerId: a new producer id (epoch 0) from the node's block, the native op's code. A
-transactional id is refused the same way; a request to bump an existing producer's epoch
-(v3+ with producer_id >= 0) gets a fresh id (the old one is abandoned, as after a restart).
+InitProducerId: a new producer id (epoch 0) from the node's block, the native op's code; a
+request to bump an existing producer's epoch (v3+ with producer_id >= 0) gets a fresh id (the
+old one is abandoned, as after a restart). With a transactional id it goes to the
+transaction coordinator (txn.py): epoch bump and zombie fencing, Kafka's way.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from raftlog.base.acl import Operation, ResourceType
 from raftlog.base.errors import RaftlogError
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.context import Call, KafkaContext, Later, Reply
+from raftlog.node.kafka.txn import init_txn_producer_id
 from raftlog.node.kafka.metadata import ZERO_UUID, leader_hint, names_by_uuid, node_endpoints
 from raftlog.node.kafka.versions import PRODUCE_MIN_USABLE
 
@@ -159,8 +161,7 @@ async def handle_init_producer_id(ctx: KafkaContext, call: Call) -> Reply:
     request = call.request
     R = InitProducerIdResponse
     if request.transactional_id is not None:
-        return R(throttle_time_ms=0, error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                 producer_id=-1, producer_epoch=-1)
+        return await init_txn_producer_id(ctx, call)
 
     async def answer() -> InitProducerIdResponse:
         try:
