@@ -13,9 +13,10 @@ below), epochs and sequences: a retried batch gets its first append's offset, a 
 OUT_OF_ORDER_SEQUENCE_NUMBER.
 
 Versions 0-2 (message formats v0/v1) are advertised (librdkafka's compression check, see
-versions.py) and answered UNSUPPORTED_VERSION per partition. Transactions are not supported:
+versions.py) and answered UNSUPPORTED_VERSION per partition. The log does not store
+transactional batches yet (the coordinator is served, the log side is issue 42's next step):
 a transactional produce gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED per partition (what Kafka
-answers to a producer that may not use transactions).
+answers to a producer that may not use transactions), fatal to the producer at once.
 
 ACLs: WRITE on each topic (checked before anything is appended; a refused topic's partitions
 answer TOPIC_AUTHORIZATION_FAILED). InitProducerId runs the native op, so its rule is the
@@ -88,7 +89,7 @@ async def handle_produce(ctx: KafkaContext, call: Call) -> Reply:
                            "message formats v0/v1 are not supported: use Produce v3+")
     if request.transactional_id is not None:
         return _all_failed(call, TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                           "transactions are not supported")
+                           "transactional records are not stored yet (only the transaction coordinator is served)")
     acks = request.acks
     if acks not in (0, 1, -1):
         return _all_failed(call, errors.INVALID_REQUIRED_ACKS, "acks must be 0, 1 or -1 (all)")
