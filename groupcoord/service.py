@@ -26,9 +26,8 @@ What the shell does for the core (the contract in coordinator.py's docstring):
   times a second). A partition newly led here (or led in a new epoch) is `begin_load`ed, then
   replayed in a task: first it waits until the high watermark reaches the log end seen
   when leadership was noticed (so every record of earlier leaders is committed), then it reads
-  from the log start to the high watermark in LOAD_CHUNK_BYTES chunks (`read_committed` +
-  `decode_batches`, control batches skipped) into `load`, then `finish_load`. Meanwhile the
-  partition's groups answer COORDINATOR_LOAD_IN_PROGRESS; groups of partitions not led here
+  from the log start to the high watermark (partition_load.py, control batches skipped) into
+  `load`, then `finish_load`. Meanwhile the partition's groups answer COORDINATOR_LOAD_IN_PROGRESS; groups of partitions not led here
   answer NOT_COORDINATOR. Losing leadership `unload`s (pending requests answered
   NOT_COORDINATOR). A load that fails is dropped and retried by the watcher.
 * Timer: one task sleeps until the latest `next_deadline_ms` (or until it changes) and calls
@@ -69,7 +68,8 @@ from groupcoord.coordinator import (
     Pending,
     Result,
 )
-from partition.batch import BatchBuilder, decode_batches
+from groupcoord.partition_load import replay_partition
+from partition.batch import BatchBuilder
 from raftlog.base.errors import (
     CoordinatorNotAvailableError,
     InvalidRequestError,
@@ -93,7 +93,6 @@ __all__ = ["GroupCoordinatorService", "OFFSETS_TOPIC"]
 logger = logging.getLogger(__name__)
 
 LEADERSHIP_CHECK_S: Final = 0.5  # besides each leadership change: a failed load's retry
-LOAD_CHUNK_BYTES: Final = 1 << 20
 LOAD_RETRY_MS: Final = 500
 COMMIT_TIMEOUT_S: Final = 5.0          # Kafka's offsets.commit.timeout.ms
 APPEND_QUEUE: Final = 4096
@@ -387,34 +386,7 @@ class GroupCoordinatorService:
 
         started_ms = self._clock_ms()
         try:
-            target = r.log.log_end_offset
-            # Every record an earlier leader committed is below `target`; once the high
-            # watermark reaches it they are all committed here too (Raft: the new leader's
-            # high watermark moves only with an offset of its own epoch).
-            while ours() and r.high_watermark < target:
-                wake = trio.Event()
-                r.watch(wake)
-                try:
-                    with trio.move_on_after(0.2):
-                        await wake.wait()
-                finally:
-                    r.unwatch(wake)
-            offset = r.log.log_start_offset
-            applied = 0
-            while ours() and offset < r.high_watermark:
-                data = await r.read_committed(offset, LOAD_CHUNK_BYTES)
-                if not data:
-                    break
-                records: list[tuple[int, bytes, bytes | None]] = []
-                for h, recs in decode_batches(data):
-                    if h.next_offset <= offset:
-                        continue
-                    if not h.is_control:
-                        records.extend((rec.offset, rec.key, rec.value) for rec in recs
-                                       if rec.key is not None and rec.offset >= offset)
-                    offset = h.next_offset
-                applied += self.core.load(p, records)
-                await trio.sleep(0)  # one chunk at a time: the node keeps serving meanwhile
+            applied, offset = await replay_partition(r, ours, lambda records: self.core.load(p, records))
             if not ours():
                 return
             self._apply(self.core.finish_load(p, self._clock_ms()))

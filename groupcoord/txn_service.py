@@ -40,8 +40,9 @@ from typing import Any, Final
 import trio
 
 from groupcoord.txn_coordinator import NEED_PRODUCER_ID, Markers, TxnConfig, TxnCoordinator, TxnResult, Write
+from groupcoord.partition_load import replay_partition
 from groupcoord.txn_records import txn_record
-from partition.batch import BatchBuilder, decode_batches
+from partition.batch import BatchBuilder
 from raftlog.base.errors import (
     CoordinatorNotAvailableError,
     InvalidRequestError,
@@ -59,7 +60,6 @@ __all__ = ["TxnCoordinatorService"]
 logger = logging.getLogger(__name__)
 
 LEADERSHIP_CHECK_S: Final = 0.5
-LOAD_CHUNK_BYTES: Final = 1 << 20
 COMMIT_TIMEOUT_S: Final = 5.0
 MARKER_RETRY_S: Final = 1.0
 MAX_WRITES_IN_FLIGHT: Final = 1024
@@ -267,31 +267,7 @@ class TxnCoordinatorService:
             return self._owned.get(p) == epoch and r.is_leader and r.leader_epoch == epoch
 
         try:
-            target = r.log.log_end_offset
-            while ours() and r.high_watermark < target:
-                wake = trio.Event()
-                r.watch(wake)
-                try:
-                    with trio.move_on_after(0.2):
-                        await wake.wait()
-                finally:
-                    r.unwatch(wake)
-            offset = r.log.log_start_offset
-            applied = 0
-            while ours() and offset < r.high_watermark:
-                data = await r.read_committed(offset, LOAD_CHUNK_BYTES)
-                if not data:
-                    break
-                records: list[tuple[int, bytes, bytes | None]] = []
-                for h, recs in decode_batches(data):
-                    if h.next_offset <= offset:
-                        continue
-                    if not h.is_control:
-                        records.extend((rec.offset, rec.key, rec.value) for rec in recs
-                                       if rec.key is not None and rec.offset >= offset)
-                    offset = h.next_offset
-                applied += self.core.load(p, records)
-                await trio.sleep(0)
+            applied, _ = await replay_partition(r, ours, lambda records: self.core.load(p, records))
             if not ours():
                 return
             resend = self.core.finish_load(p, self._clock_ms())

@@ -235,18 +235,22 @@ async def _reset_offsets(request: Request, check: _Check, handler: Handler) -> M
     return await handler(request)
 
 
-def _groups_each(operation: Operation) -> Policy:
+def _each(operation: Operation, rt: ResourceType = G, ids_field: str = "group_ids", answer_field: str = "groups",
+          key: str = "group_id") -> Policy:
+    """One resource per id of `ids_field`: refused ids are answered in `answer_field` with
+    their refusal, the others go to the handler."""
+
     async def policy(request: Request, check: _Check, handler: Handler) -> Mapping[str, Any] | None:
-        ids = _list_field(request, "group_ids") or []
-        refused = [g for g in ids if type(g) is str and not check.allowed(operation, G, g)]
-        errors = [{"group_id": g, "error": _refusal(operation, G, g).to_wire()} for g in refused]
-        kept = [g for g in ids if g not in refused]
+        ids = _list_field(request, ids_field) or []
+        refused = [i for i in ids if type(i) is str and not check.allowed(operation, rt, i)]
+        errors = [{key: i, "error": _refusal(operation, rt, i).to_wire()} for i in refused]
+        kept = [i for i in ids if i not in refused]
         if not kept:
-            return {"groups": errors}
-        response = await handler(_with(request, group_ids=kept) if refused else request)
+            return {answer_field: errors}
+        response = await handler(_with(request, **{ids_field: kept}) if refused else request)
         if response is None:
             return None
-        return {**response, "groups": [*response.get("groups", []), *errors]}
+        return {**response, answer_field: [*response.get(answer_field, []), *errors]}
 
     return policy
 
@@ -272,19 +276,6 @@ async def _add_offsets_to_txn(request: Request, check: _Check, handler: Handler)
     check.require(O.WRITE, X, _str_field(request, "transactional_id"))
     check.require(O.READ, G, _str_field(request, "group_id"))
     return await handler(request)
-
-
-async def _describe_transactions(request: Request, check: _Check, handler: Handler) -> Mapping[str, Any] | None:
-    ids = _list_field(request, "transactional_ids") or []
-    refused = [t for t in ids if type(t) is str and not check.allowed(O.DESCRIBE, X, t)]
-    errors = [{"transactional_id": t, "error": _refusal(O.DESCRIBE, X, t).to_wire()} for t in refused]
-    kept = [t for t in ids if t not in refused]
-    if not kept:
-        return {"transactions": errors}
-    response = await handler(_with(request, transactional_ids=kept) if refused else request)
-    if response is None:
-        return None
-    return {**response, "transactions": [*response.get("transactions", []), *errors]}
 
 
 async def _list_transactions(request: Request, check: _Check, handler: Handler) -> Mapping[str, Any] | None:
@@ -326,8 +317,8 @@ POLICIES: Final[Mapping[str, Policy]] = {
     "offset_fetch": _partitions(O.DESCRIBE, "partitions", "partitions", group_operation=O.DESCRIBE),
     "reset_offsets": _reset_offsets,
     "list_groups": _list_groups,
-    "describe_groups": _groups_each(O.DESCRIBE),
-    "delete_groups": _groups_each(O.DELETE),
+    "describe_groups": _each(O.DESCRIBE),
+    "delete_groups": _each(O.DELETE),
     "describe_acls": _resource(O.DESCRIBE, C),
     "describe_user_scram_credentials": _resource(O.DESCRIBE, C),
     "create_acls": _resource(O.ALTER, C),
@@ -339,7 +330,7 @@ POLICIES: Final[Mapping[str, Policy]] = {
     "add_partitions_to_txn": _add_partitions_to_txn,
     "add_offsets_to_txn": _add_offsets_to_txn,
     "end_txn": _resource(O.WRITE, X, "transactional_id"),
-    "describe_transactions": _describe_transactions,
+    "describe_transactions": _each(O.DESCRIBE, X, "transactional_ids", "transactions", "transactional_id"),
     "list_transactions": _list_transactions,
 }
 

@@ -1,4 +1,4 @@
-"""The transaction coordinator on a real 3-node cluster, over the Kafka wire: confluent-kafka's `init_transactions()` succeeds (it timed out before issue 42); raw requests get Kafka's answer for each step and each misuse (zombie fencing by a second InitProducerId, a stale epoch, an unknown id, a commit of nothing), DescribeTransactions/ListTransactions show the state, and after a SIGKILL of the coordinator the next leader of its `__transaction_state` partition has the transaction rebuilt and completes it."""
+"""The transaction coordinator on a real 3-node cluster, over the Kafka wire: confluent-kafka's `init_transactions()` succeeds (it timed out before issue 42); raw requests get Kafka's answer for each step and each misuse (zombie fencing by a second InitProducerId, a silent producer's transaction aborted on timeout, a stale epoch, an unknown id, a commit of nothing), DescribeTransactions/ListTransactions show the state, and after a SIGKILL of the coordinator the next leader of its `__transaction_state` partition has the transaction rebuilt and completes it."""
 
 from __future__ import annotations
 
@@ -86,8 +86,14 @@ def wait_state(conn: Conn, tid: str, state: str) -> None:
         time.sleep(0.1)
 
 
-def test_confluent_init_transactions_succeeds(cluster):
+@pytest.fixture(scope="module")
+def cluster(cluster: Any) -> Any:
+    """The shared 3-node cluster with TOPIC (3 partitions, RF 3) created."""
     create(cluster, TOPIC, 3)
+    return cluster
+
+
+def test_confluent_init_transactions_succeeds(cluster):
     producer = confluent_kafka.Producer({"bootstrap.servers": cluster.kafka_bootstrap(), "transactional.id": "ck-1"})
     producer.init_transactions(DEADLINE_S)  # raised (fatal) or timed out before issue 42
     _, conn = coordinator(cluster, "ck-1")
@@ -147,6 +153,20 @@ def test_a_second_producer_fences_the_zombie(cluster):
         assert end(conn, tid, old.producer_id, old.producer_epoch, True) == PRODUCER_FENCED
         assert end(conn, tid, old.producer_id, old.producer_epoch, True, version=1) == INVALID_PRODUCER_EPOCH
         wait_state(conn, tid, "Empty")
+    finally:
+        conn.close()
+
+
+def test_a_silent_producers_transaction_is_aborted_and_fenced(cluster):
+    tid = "silent-1"
+    _, conn = coordinator(cluster, tid)
+    try:
+        r = init(conn, tid, timeout_ms=1000)
+        assert add(conn, tid, r.producer_id, r.producer_epoch, [1]) == [NONE]
+        wait_state(conn, tid, "CompleteAbort")  # the coordinator's timer, not a request, did it
+        d = describe(conn, tid)
+        assert d.producer_epoch == r.producer_epoch + 1 and not d.topics, d
+        assert end(conn, tid, r.producer_id, r.producer_epoch, True) == PRODUCER_FENCED
     finally:
         conn.close()
 

@@ -1,0 +1,60 @@
+"""Replaying an internal topic's partition into a coordinator core, shared by the shells of
+the group coordinator (`__consumer_offsets`, service.py) and the transaction coordinator
+(`__transaction_state`, txn_service.py).
+
+    applied, end_offset = await replay_partition(replica, ours, feed)
+
+Ordering: first waits until the replica's high watermark reaches the log end seen at the call
+(every record an earlier leader committed is below it; Raft moves a new leader's high
+watermark only with an offset of its own epoch), then reads from the log start to the high
+watermark in LOAD_CHUNK_BYTES chunks (committed data only), handing each chunk's keyed,
+non-control records to `feed` as (offset, key, value). Stops early, without error, as soon as
+`ours()` is false (leadership moved on). One chunk per trio checkpoint, so the node keeps
+serving meanwhile. Raises what the replica's reads raise (RaftlogError).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+import trio
+
+from partition.batch import decode_batches
+
+__all__ = ["replay_partition", "LOAD_CHUNK_BYTES"]
+
+LOAD_CHUNK_BYTES: Final = 1 << 20
+HW_POLL_S: Final = 0.2
+
+Records = list[tuple[int, bytes, "bytes | None"]]
+
+
+async def replay_partition(r: Any, ours: Callable[[], bool], feed: Callable[[Records], int]) -> tuple[int, int]:
+    """(records `feed` applied, the offset replay reached). `r` is the local leader replica."""
+    target = r.log.log_end_offset
+    while ours() and r.high_watermark < target:
+        wake = trio.Event()
+        r.watch(wake)
+        try:
+            with trio.move_on_after(HW_POLL_S):
+                await wake.wait()
+        finally:
+            r.unwatch(wake)
+    offset = r.log.log_start_offset
+    applied = 0
+    while ours() and offset < r.high_watermark:
+        data = await r.read_committed(offset, LOAD_CHUNK_BYTES)
+        if not data:
+            break
+        records: Records = []
+        for h, recs in decode_batches(data):
+            if h.next_offset <= offset:
+                continue
+            if not h.is_control:
+                records.extend((rec.offset, rec.key, rec.value) for rec in recs
+                               if rec.key is not None and rec.offset >= offset)
+            offset = h.next_offset
+        applied += feed(records)
+        await trio.sleep(0)
+    return applied, offset
