@@ -32,6 +32,7 @@ from raftlog.cli import acls as _acls
 from raftlog.cli import groups as _groups
 from raftlog.cli import partitions as _partitions
 from raftlog.cli import records as _records
+from raftlog.cli import transactions as _transactions
 from raftlog.cli import users as _users
 from raftlog.base.errors import ClusterAuthorizationFailedError, RaftlogError, UnknownTopicOrPartitionError
 from raftlog.cli.common import (
@@ -531,3 +532,4 @@ main.add_command(_partitions.partitions)
 main.add_command(_console.console_cmd)
 main.add_command(_acls.acls)
 main.add_command(_users.users)
+main.add_command(_transactions.transactions)

@@ -1,7 +1,10 @@
-"""The transaction coordinator on a real 3-node cluster, over the Kafka wire: confluent-kafka's `init_transactions()` succeeds (it timed out before issue 42); raw requests get Kafka's answer for each step and each misuse (zombie fencing by a second InitProducerId, a silent producer's transaction aborted on timeout, a stale epoch, an unknown id, a commit of nothing), DescribeTransactions/ListTransactions show the state, and after a SIGKILL of the coordinator the next leader of its `__transaction_state` partition has the transaction rebuilt and completes it."""
+"""The transaction coordinator on a real 3-node cluster, over the Kafka wire: confluent-kafka's `init_transactions()` succeeds (it timed out before issue 42); raw requests get Kafka's answer for each step and each misuse (zombie fencing by a second InitProducerId, a silent producer's transaction aborted on timeout, a stale epoch, an unknown id, a commit of nothing), DescribeTransactions/ListTransactions and `raftlog transactions list/describe` show the state, and after a SIGKILL of the coordinator the next leader of its `__transaction_state` partition has the transaction rebuilt and completes it."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -169,6 +172,31 @@ def test_a_silent_producers_transaction_is_aborted_and_fenced(cluster):
         assert end(conn, tid, r.producer_id, r.producer_epoch, True) == PRODUCER_FENCED
     finally:
         conn.close()
+
+
+def test_raftlog_transactions_list_and_describe(cluster):
+    tid = "cli-1"
+    _, conn = coordinator(cluster, tid)
+    try:
+        r = init(conn, tid)
+        assert add(conn, tid, r.producer_id, r.producer_epoch, [1]) == [NONE]
+    finally:
+        conn.close()
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "raftlog.cli", "transactions", *args, "--bootstrap",
+                               ",".join(cluster.bootstrap())], capture_output=True, text=True, timeout=60)
+
+    listed = cli("list", "--state", "Ongoing", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [(t["transactional_id"], t["producer_id"]) for t in json.loads(listed.stdout)
+            if t["transactional_id"] == tid] == [(tid, r.producer_id)]
+    described = cli("describe", tid, "--json")
+    assert described.returncode == 0, described.stderr
+    d = json.loads(described.stdout)
+    assert d["state"] == "Ongoing" and d["partitions"] == [[TOPIC, 1]], d
+    unknown = cli("describe", "never-used")
+    assert unknown.returncode == 1 and "TRANSACTIONAL_ID_NOT_FOUND" in unknown.stderr, unknown
 
 
 def test_coordinator_sigkill_mid_transaction_rebuilds_it(cluster):
