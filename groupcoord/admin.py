@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from groupcoord import consumer_group_ops
 from groupcoord.context import CoordinatorContext, Pending, Response, check_int, check_str
 from groupcoord.records import GroupKey, Key, OffsetKey, OffsetValue, Value
 from groupcoord.state import GroupState
@@ -32,9 +33,11 @@ def list_groups(ctx: CoordinatorContext, states: Sequence[str] | None = None) ->
         g = ctx.groups[gid]
         if g.is_(GroupState.DEAD) or not ctx.is_active(ctx.partition_for(gid)):
             continue
-        if wanted is not None and g.state.value not in wanted:
+        protocol_type, state = consumer_group_ops.list_state(ctx, gid) or (g.protocol_type or "", g.state.value)
+        if wanted is not None and state not in wanted:
             continue
-        out.append({"group_id": gid, "protocol_type": g.protocol_type or "", "state": g.state.value})
+        out.append({"group_id": gid, "protocol_type": protocol_type, "state": state,
+                    "type": "consumer" if gid in ctx.consumer_groups else "classic"})
     return {"groups": out}
 
 
@@ -49,6 +52,11 @@ def describe_groups(ctx: CoordinatorContext, group_ids: Sequence[str]) -> Respon
         g = ctx.groups.get(gid)
         if g is None:
             out.append({"group_id": gid, "state": "Dead", "protocol_type": "", "protocol": "", "members": []})
+            continue
+        consumer = consumer_group_ops.list_state(ctx, gid)
+        if consumer is not None:  # Kafka 4: DescribeGroups shows a consumer group's type and state
+            out.append({"group_id": gid, "state": consumer[1], "protocol_type": consumer[0], "protocol": "",
+                        "members": [], "type": "consumer"})
             continue
         stable = g.is_(GroupState.STABLE)
         out.append({
@@ -78,12 +86,18 @@ def delete_group(ctx: CoordinatorContext, *, group_id: str, now_ms: int) -> Resp
         raise GroupIdNotFoundError(f"group {group_id!r} does not exist")
     if not group.is_(GroupState.EMPTY):
         raise NonEmptyGroupError(f"group {group_id!r} is {group.state.value}, not Empty")
+    cg = ctx.consumer_groups.get(group_id)
+    if cg is not None and cg.members:
+        raise NonEmptyGroupError(f"consumer group {group_id!r} has {len(cg.members)} members")
     ctx.check_append_room()
     key = ctx.new_key(group_id)
     items: list[tuple[Key, Value | None]] = [
         (OffsetKey(group_id, t, p), None) for t, p in sorted(group.offsets)
     ]
     items.append((GroupKey(group_id), None))
+    if cg is not None:
+        del ctx.consumer_groups[group_id]
+        items.extend(cg.tombstones())
     group.transition_to(GroupState.DEAD, now_ms)
     ctx.touch(group)
 
@@ -124,6 +138,9 @@ def reset_offsets(
     if group is not None and not group.is_(GroupState.EMPTY):
         raise NonEmptyGroupError(
             f"offsets can be reset only for an inactive group; {group_id!r} is {group.state.value}")
+    cg = ctx.consumer_groups.get(group_id)
+    if cg is not None and cg.members:
+        raise NonEmptyGroupError(f"offsets can be reset only for an inactive group; {group_id!r} is {cg.state()}")
     stored = group.offsets if group is not None else {}
     rows = [
         {"topic": t, "partition": p, "previous_offset": stored[(t, p)].offset if (t, p) in stored else -1,
@@ -136,16 +153,7 @@ def reset_offsets(
     ctx.check_append_room()
     if group is None:
         ctx.check_group_room()
-    key = ctx.new_key(group_id)
     items: list[tuple[Key, Value | None]] = [
         (OffsetKey(group_id, t, p), OffsetValue(o, "", now_ms)) for (t, p), o in sorted(offsets.items())
     ]
-
-    def committed(now: int) -> None:
-        ctx.complete(key, response)
-
-    def failed(err: RaftlogError, now: int) -> None:
-        ctx.complete(key, err)
-
-    ctx.append(partition, items, committed, failed)
-    return Pending(key)
+    return ctx.append_then_answer(partition, items, group_id, response)

@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Union
 
+from groupcoord import consumer_group
+from groupcoord.consumer_group_records import ConsumerGroupKey, encode_key, encode_value
 from groupcoord.records import (
     MAX_GROUP_ID_CHARS,
     MAX_ID_CHARS,
@@ -31,8 +33,6 @@ from groupcoord.records import (
     Key,
     OffsetValue,
     Value,
-    encode_key,
-    encode_value,
 )
 from groupcoord.state import Group, GroupState, Member, OffsetEntry
 from raftlog.base.errors import (
@@ -80,6 +80,10 @@ class CoordinatorConfig:
     max_pending: int = 100_000
     max_pending_appends: int = 10_000
     max_commit_partitions: int = 10_000
+    # KIP-848 consumer groups (consumer_group_ops.py): Kafka's group.consumer.* settings.
+    group_consumer_assignor: str = "uniform"
+    group_consumer_session_timeout_ms: int = 45_000
+    group_consumer_heartbeat_interval_ms: int = 5_000
 
 
 class Pending(NamedTuple):
@@ -141,6 +145,7 @@ class LoadBuffer:
     last_log_offset: int = -1
     offsets: dict[tuple[str, str, int], OffsetEntry] = field(default_factory=dict)
     groups: dict[str, tuple[GroupValue, int]] = field(default_factory=dict)
+    consumer: dict[str, dict[ConsumerGroupKey, Any]] = field(default_factory=dict)  # KIP-848 records
     errors: int = 0
 
 
@@ -185,6 +190,8 @@ class CoordinatorContext:
         self.partitions: dict[int, str] = {}       # partition -> LOADING / ACTIVE
         self.loads: dict[int, LoadBuffer] = {}
         self.groups: dict[str, Group] = {}
+        # KIP-848 groups: each also has its `Group` in `groups` (its offsets; Empty, no classic members).
+        self.consumer_groups: dict[str, consumer_group.ConsumerGroup] = {}
         self.pending: dict[int, str] = {}          # key -> group id
         self.appends: dict[int, AppendInFlight] = {}
         self._next_key = 1
@@ -259,6 +266,21 @@ class CoordinatorContext:
         self.fx.appends.append(Append(append_id, partition, records))
         return append_id
 
+    def append_then_answer(self, partition: int, items: list[tuple[Any, Any]], group_id: str,
+                           response: Response) -> Pending:
+        """Append `items` and answer a new pending request of `group_id` with `response` once
+        they are committed, or with the append's error if it fails."""
+        key = self.new_key(group_id)
+
+        def committed(now: int) -> None:
+            self.complete(key, response)
+
+        def failed(err: RaftlogError, now: int) -> None:
+            self.complete(key, err)
+
+        self.append(partition, items, committed, failed)
+        return Pending(key)
+
     def append_committed(self, append_id: int, base_offset: int, now_ms: int) -> None:
         inflight = self.appends.pop(append_id, None)
         if inflight is None:
@@ -275,6 +297,8 @@ class CoordinatorContext:
 
     def apply_committed(self, key: Key, value: Value | None, log_offset: int, now_ms: int) -> None:
         """A committed record enters the cache, unless the cache holds a later one for its key."""
+        if isinstance(key, ConsumerGroupKey):
+            return  # a consumer group's state moved when its records were made (consumer_group_ops.py)
         group = self.groups.get(key.group)
         if isinstance(key, GroupKey):
             if group is not None:
@@ -373,6 +397,9 @@ class CoordinatorContext:
         for m in group.members.values():
             if self.heartbeat_matters(m):
                 candidates.append(m.heartbeat_deadline_ms)
+        cg = self.consumer_groups.get(group.group_id)
+        if cg is not None:
+            candidates.extend(consumer_group.deadlines(cg))
         return min(candidates, default=None)
 
     def _reschedule(self, group_id: str) -> None:

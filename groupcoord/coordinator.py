@@ -55,7 +55,7 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from groupcoord import admin, membership, replay
+from groupcoord import admin, consumer_group_ops, membership, replay
 from groupcoord import offsets as offset_handlers  # `offsets` is a parameter name below
 from groupcoord.context import (
     ACTIVE,
@@ -239,6 +239,26 @@ class GroupCoordinator:
         return self._ctx.run(lambda: membership.leave_group(
             self._ctx, group_id=group_id, members=members, now_ms=now_ms))
 
+    # ==== KIP-848 consumer groups ========================================================
+
+    def consumer_group_heartbeat(self, *, group_id: str, member_id: str, member_epoch: int,
+                                 topics: Mapping[str, int], now_ms: int, **fields: Any) -> Result:
+        """ConsumerGroupHeartbeat (consumer_group_ops.heartbeat documents the fields and
+        errors). `topics`: {name: partition count} of the cluster's topics now. Ok response
+        (after its records are committed): {member_id, member_epoch, heartbeat_interval_ms,
+        assignment: sorted [(topic, partition)] or None (unchanged)}."""
+        return self._ctx.run(lambda: consumer_group_ops.heartbeat(
+            self._ctx, group_id=group_id, member_id=member_id, member_epoch=member_epoch, topics=topics,
+            now_ms=now_ms, **fields))
+
+    def consumer_group_describe(self, group_ids: Sequence[str]) -> Result:
+        """ConsumerGroupDescribe (consumer_group_ops.describe documents the response)."""
+        return self._ctx.run(lambda: consumer_group_ops.describe(self._ctx, group_ids))
+
+    def consumer_group(self, group_id: str) -> Any:
+        """The live KIP-848 group (tests and /metrics read it; the shell must not mutate it)."""
+        return self._ctx.consumer_groups.get(group_id)
+
     # ==== offsets ========================================================================
 
     def offset_commit(
@@ -262,11 +282,14 @@ class GroupCoordinator:
             generation_id=generation_id, group_instance_id=group_instance_id,
         ))
 
-    def offset_fetch(self, *, group_id: str, partitions: Sequence[tuple[str, int]] | None = None) -> Result:
+    def offset_fetch(self, *, group_id: str, partitions: Sequence[tuple[str, int]] | None = None,
+                     member_id: str = "", member_epoch: int = NO_GENERATION) -> Result:
         """OffsetFetch: committed offsets of `partitions`, or of every partition the group has
         committed when None. Ok response: {partitions: [{topic, partition, offset (-1 none),
-        leader_epoch (-1 none), metadata}]}. Errors: routing."""
-        return self._ctx.run(lambda: offset_handlers.offset_fetch(self._ctx, group_id=group_id, partitions=partitions))
+        leader_epoch (-1 none), metadata}]}. Errors: routing; for a KIP-848 group asked by a
+        member (OffsetFetch v9): UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH."""
+        return self._ctx.run(lambda: offset_handlers.offset_fetch(
+            self._ctx, group_id=group_id, partitions=partitions, member_id=member_id, member_epoch=member_epoch))
 
     # ==== administration =================================================================
 

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from groupcoord import consumer_group_ops
 from groupcoord.context import (
     NO_GENERATION,
     CoordinatorContext,
@@ -96,6 +97,7 @@ def join_group(
             f"session_timeout_ms {session_timeout_ms} outside "
             f"{cfg.group_min_session_timeout_ms}..{cfg.group_max_session_timeout_ms}"
         )
+    consumer_group_ops.classic_join_allowed(ctx, group_id)  # a KIP-848 group: refused or converted back
     args = _JoinArgs(group_instance_id, client_id, client_host, protocol_type, protos,
                      session_timeout_ms, rebalance_timeout_ms)
     group = ctx.groups.get(group_id)
@@ -567,6 +569,7 @@ def tick(ctx: CoordinatorContext, now_ms: int) -> None:
         group = ctx.groups.get(gid)
         if group is not None:
             _tick_group(ctx, group, now_ms)
+            consumer_group_ops.tick_group(ctx, gid, now_ms)
             ctx.touch(group)
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from groupcoord import consumer_group_ops
 from groupcoord.context import (
     NO_GENERATION,
     CommitOffset,
@@ -80,6 +81,8 @@ def offset_commit(
             raise IllegalGenerationError(f"group {group_id!r} does not exist at generation {generation_id}")
         ctx.check_group_room()
         # The group appears in the cache when the first offset is committed.
+    elif consumer_group_ops.validate_commit(ctx, group_id, member_id, generation_id):
+        ctx.touch(group)  # a KIP-848 group: the member epoch was checked
     else:
         _validate_commit(ctx, group, member_id, generation_id, group_instance_id, now_ms)
         ctx.touch(group)
@@ -137,12 +140,15 @@ def _do_commit(ctx: CoordinatorContext, group_id: str, partition: int, commits: 
     return Pending(key)
 
 
-def offset_fetch(ctx: CoordinatorContext, *, group_id: str, partitions: Sequence[tuple[str, int]] | None = None) -> Response:
+def offset_fetch(ctx: CoordinatorContext, *, group_id: str, partitions: Sequence[tuple[str, int]] | None = None,
+                 member_id: str = "", member_epoch: int = NO_GENERATION) -> Response:
     if partitions is not None:
         for t, p in partitions:
             check_str("topic", t, 1, MAX_TOPIC_NAME_CHARS)
             check_int("partition", p, 0, 2**31 - 1)
     ctx.route(group_id)
+    if member_id or member_epoch >= 0:  # a KIP-848 member asks (OffsetFetch v9): its epoch must be current
+        consumer_group_ops.validate_commit(ctx, group_id, member_id, member_epoch)
     group = ctx.groups.get(group_id)
     stored = group.offsets if group is not None and not group.is_(GroupState.DEAD) else {}
     wanted = sorted(stored) if partitions is None else [(t, p) for t, p in partitions]

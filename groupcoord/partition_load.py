@@ -20,14 +20,14 @@ from typing import Any, Final
 
 import trio
 
-from partition.batch import decode_batches
+from partition.keyed import KeyedRecord, keyed_records
 
 __all__ = ["replay_partition", "LOAD_CHUNK_BYTES"]
 
 LOAD_CHUNK_BYTES: Final = 1 << 20
 HW_POLL_S: Final = 0.2
 
-Records = list[tuple[int, bytes, "bytes | None"]]
+Records = list[KeyedRecord]
 
 
 async def replay_partition(r: Any, ours: Callable[[], bool], feed: Callable[[Records], int]) -> tuple[int, int]:
@@ -47,14 +47,7 @@ async def replay_partition(r: Any, ours: Callable[[], bool], feed: Callable[[Rec
         data = await r.read_committed(offset, LOAD_CHUNK_BYTES)
         if not data:
             break
-        records: Records = []
-        for h, recs in decode_batches(data):
-            if h.next_offset <= offset:
-                continue
-            if not h.is_control:
-                records.extend((rec.offset, rec.key, rec.value) for rec in recs
-                               if rec.key is not None and rec.offset >= offset)
-            offset = h.next_offset
+        records, offset = keyed_records(data, offset)
         applied += feed(records)
         await trio.sleep(0)
     return applied, offset

@@ -21,9 +21,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+from groupcoord import consumer_group_ops
+from groupcoord.consumer_group_records import ConsumerGroupKey, decode_record
 from groupcoord.context import ACTIVE, LOADING, CoordinatorContext, LoadBuffer, offset_entry
 from groupcoord.errors import InvalidGroupRecordError
-from groupcoord.records import GroupValue, OffsetKey, OffsetValue, decode_record
+from groupcoord.records import GroupValue, OffsetKey, OffsetValue
 from groupcoord.state import Group, GroupState, Member
 from raftlog.base.errors import InvalidRequestError, NotCoordinatorError
 from raftlog.base.topics import partition_for_group
@@ -64,7 +66,13 @@ def load(ctx: CoordinatorContext, partition: int, records: Iterable[tuple[int, b
             log.warning("__consumer_offsets-%d offset %d: group %r belongs elsewhere", partition, log_offset, key.group)
             continue
         applied += 1
-        if isinstance(key, OffsetKey):
+        if isinstance(key, ConsumerGroupKey):
+            kept = buf.consumer.setdefault(key.group, {})
+            if value is None:
+                kept.pop(key, None)
+            else:
+                kept[key] = value
+        elif isinstance(key, OffsetKey):
             k3 = (key.group, key.topic, key.partition)
             if value is None:
                 buf.offsets.pop(k3, None)
@@ -88,6 +96,14 @@ def finish_load(ctx: CoordinatorContext, partition: int, now_ms: int) -> dict:
         group = _group_from_value(gid, value, log_offset, now_ms)
         ctx.groups[gid] = group
         ctx.touch(group)
+    for gid, kept in buf.consumer.items():
+        cg = consumer_group_ops.build_from_records(gid, kept, now_ms, ctx.config.group_consumer_session_timeout_ms)
+        if cg is None:
+            continue
+        ctx.groups.pop(gid, None)  # a classic record left behind by an unfinished conversion
+        group = ctx.groups[gid] = Group(gid, protocol_type=consumer_group_ops.PROTOCOL_TYPE, state_timestamp_ms=now_ms)
+        ctx.consumer_groups[gid] = cg
+        ctx.touch(group)
     for (gid, topic, p), entry in buf.offsets.items():
         group = ctx.groups.get(gid)
         if group is None:
@@ -106,6 +122,7 @@ def drop_partition(ctx: CoordinatorContext, partition: int) -> None:
     # and only answer their requests (no rebalance, no new append, on a partition we left).
     for gid in [g for g in ctx.groups if ctx.partition_for(g) == partition]:
         group = ctx.groups.pop(gid)
+        ctx.consumer_groups.pop(gid, None)
         group.state = GroupState.DEAD  # not a state-machine step: the group leaves this node
         for m in group.members.values():
             ctx.complete(m.join_key, gone)

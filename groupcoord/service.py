@@ -26,8 +26,9 @@ What the shell does for the core (the contract in coordinator.py's docstring):
   times a second). A partition newly led here (or led in a new epoch) is `begin_load`ed, then
   replayed in a task: first it waits until the high watermark reaches the log end seen
   when leadership was noticed (so every record of earlier leaders is committed), then it reads
-  from the log start to the high watermark (partition_load.py, control batches skipped) into
-  `load`, then `finish_load`. Meanwhile the partition's groups answer COORDINATOR_LOAD_IN_PROGRESS; groups of partitions not led here
+  from the log start to the high watermark (groupcoord/partition_load.py over
+  `partition.keyed.keyed_records`, control batches skipped) into `load`, then `finish_load`.
+  Meanwhile the partition's groups answer COORDINATOR_LOAD_IN_PROGRESS; groups of partitions not led here
   answer NOT_COORDINATOR. Losing leadership `unload`s (pending requests answered
   NOT_COORDINATOR). A load that fails is dropped and retried by the watcher.
 * Timer: one task sleeps until the latest `next_deadline_ms` (or until it changes) and calls
@@ -60,6 +61,7 @@ from typing import Any, Final
 
 import trio
 
+from groupcoord.consumer_group_service import ConsumerGroupHandlers
 from groupcoord.coordinator import (
     Append,
     CommitOffset,
@@ -115,7 +117,7 @@ class _Waiter:
     response: Any = None
 
 
-class GroupCoordinatorService:
+class GroupCoordinatorService(ConsumerGroupHandlers):
     """See the module docstring. `replicas` is the node's ReplicaManager (None on a node that
     is not a broker: then only find_coordinator is useful)."""
 
@@ -141,6 +143,9 @@ class GroupCoordinatorService:
             group_min_session_timeout_ms=getattr(config, "group_min_session_timeout_ms", 1_000),
             group_max_session_timeout_ms=getattr(config, "group_max_session_timeout_ms", 1_800_000),
             group_initial_rebalance_delay_ms=getattr(config, "group_initial_rebalance_delay_ms", 1_000),
+            group_consumer_assignor=getattr(config, "group_consumer_assignor", "uniform"),
+            group_consumer_session_timeout_ms=getattr(config, "group_consumer_session_timeout_ms", 45_000),
+            group_consumer_heartbeat_interval_ms=getattr(config, "group_consumer_heartbeat_interval_ms", 5_000),
         )
         self.core = GroupCoordinator(cc, rng or random.Random())
         self._waiters: dict[int, _Waiter] = {}
@@ -163,6 +168,8 @@ class GroupCoordinatorService:
             "describe_groups": self._describe_groups,
             "delete_groups": self._delete_groups,
             "reset_offsets": self._reset_offsets,
+            "consumer_group_heartbeat": self._consumer_group_heartbeat,  # KIP-848: consumer_group_service.py
+            "consumer_group_describe": self._consumer_group_describe,
         }
         self.peer_handlers: Mapping[str, Handler] = {}
 
@@ -204,8 +211,9 @@ class GroupCoordinatorService:
         replica = getattr(self.replicas, "replica", None)
         for g in self.core.groups():
             key = (g.group_id,)
-            members[key] = len(g.members)
-            states[(g.group_id, g.state.value)] = 1
+            cg = self.core.consumer_group(g.group_id)
+            members[key] = len(g.members) if cg is None else len(cg.members)
+            states[(g.group_id, g.state.value if cg is None else cg.state())] = 1
             total = worst = 0
             for (topic, partition), entry in g.offsets.items():
                 r = replica(topic, partition) if replica is not None else None
@@ -225,7 +233,9 @@ class GroupCoordinatorService:
             gauge_family("raftlog_group_members", "Members of a group. Redpanda: "
                          "redpanda_kafka_consumer_group_consumers.", ("group",), members),
             gauge_family("raftlog_group_state", "1 for a group's current state (Empty, "
-                         "PreparingRebalance, CompletingRebalance, Stable, Dead).", ("group", "state"), states),
+                         "PreparingRebalance, CompletingRebalance, Stable, Dead; KIP-848: Empty, Assigning, "
+                         "Reconciling, Stable).", ("group", "state"), states),
+            *self.consumer_group_metrics(),
         ]
 
     async def drain(self) -> None:
@@ -517,7 +527,9 @@ class GroupCoordinatorService:
              field(d, "partition", int, where=f"partitions[{i}]"))
             for i, d in enumerate(raw)
         ]
-        result = self.core.offset_fetch(group_id=field(request, "group_id", str), partitions=parts)
+        result = self.core.offset_fetch(group_id=field(request, "group_id", str), partitions=parts,
+                                        member_id=field(request, "member_id", str, default=""),
+                                        member_epoch=field(request, "member_epoch", int, default=-1))
         return await self._answer(self._apply(result), 0)
 
     async def _list_groups(self, request: Request) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 through the local ReplicaManager, as the group coordinator's is in `__consumer_offsets`
 (service.py, whose contract this follows).
 
-    TxnCoordinatorService(config, metadata, replicas, *, write_markers=..., clock_ms=...)
+    TxnCoordinatorService(config, metadata, replicas, *, new_producer_id, write_markers=..., clock_ms=...)
 
 * Calls into the core are synchronous, between trio checkpoints (the core needs no lock).
 * Writes: a `Write` becomes a one-record RecordBatch v2 appended with acks=all to the local
@@ -69,6 +69,7 @@ ENSURE_TOPIC_TIMEOUT_S: Final = 2.0
 
 Handler = Callable[[Request], Awaitable[Mapping[str, Any] | None]]
 MarkerWriter = Callable[[Markers], Awaitable[None]]
+ProducerIdSource = Callable[[], Awaitable[Any]]  # -> partition.port.ProducerIdentity
 
 
 def _wall_ms() -> int:
@@ -80,17 +81,20 @@ async def _no_markers(markers: Markers) -> None:
 
 
 class TxnCoordinatorService:
-    """See the module docstring. `replicas` is the node's ReplicaManager (its
-    `next_producer_id` hands out producer ids)."""
+    """See the module docstring. `replicas` is the node's ReplicaManager (the local replicas
+    of `__transaction_state`); `new_producer_id()` is the partition port's `init_producer_id`
+    (a fresh id from this broker's block)."""
 
     name = "transactions"
 
-    def __init__(self, config: Any, metadata: Any, replicas: Any, *, write_markers: MarkerWriter = _no_markers,
+    def __init__(self, config: Any, metadata: Any, replicas: Any, *, new_producer_id: ProducerIdSource,
+                 write_markers: MarkerWriter = _no_markers,
                  clock_ms: Callable[[], int] = _wall_ms, partitions: int = TRANSACTION_STATE_TOPIC_PARTITIONS):
         self.node_id: int = config.node_id
         self.metadata = metadata
         self.replicas = replicas
         self._write_markers = write_markers
+        self._new_producer_id = new_producer_id
         self._clock_ms = clock_ms
         self.core = TxnCoordinator(TxnConfig(
             partitions=partitions, max_timeout_ms=getattr(config, "transaction_max_timeout_ms", 900_000)))
@@ -319,7 +323,7 @@ class TxnCoordinatorService:
         epoch = field(request, "producer_epoch", int, default=-1)
         result = self.core.init_producer_id(tid, timeout_ms, pid, epoch, self._clock_ms())
         if result.response == NEED_PRODUCER_ID:
-            fresh = await self.replicas.next_producer_id(request.id)
+            fresh = (await self._new_producer_id()).producer_id
             result = self.core.init_producer_id(tid, timeout_ms, pid, epoch, self._clock_ms(), new_producer_id=fresh)
             if result.response == NEED_PRODUCER_ID:  # cannot happen: a fresh id always serves
                 raise CoordinatorNotAvailableError("no producer id")

@@ -42,7 +42,8 @@ from typing import Any, Final
 import trio
 
 from metadata import security_ops
-from metadata.controller import Controller, ControllerResult
+from metadata.controller import MAX_LEADER_REPORTS, Controller, ControllerResult
+from metadata.reassignment import ReassignmentItem
 from metadata.image import TopicImage
 from metadata.loader import MetadataLoader
 from metadata.quorum import (
@@ -375,6 +376,40 @@ class ActiveController:
         reports = field(fields, "reports", list)
         return {"results": await self.propose(ctl.partition_leader_reports(reports, now_ms=self._clock_ms()), deadline)}
 
+    async def _report_partition_membership(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
+        result = ctl.membership_report(
+            field(fields, "topic", str), field(fields, "partition", int, min_value=0),
+            tuple(field(fields, "voters", list, items=int)), tuple(field(fields, "learners", list, items=int)),
+            now_ms=self._clock_ms(),
+        )  # fmt: skip
+        return {"changed": bool(await self.propose(result, deadline))}
+
+    async def _alter_partition_reassignments(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
+        items = []
+        partitions = field(fields, "partitions", list)
+        if len(partitions) > MAX_LEADER_REPORTS:
+            raise InvalidRequestError(f"at most {MAX_LEADER_REPORTS} partitions per request", field="partitions")
+        for i, item in enumerate(partitions):
+            where = f"partitions[{i}]"
+            if not isinstance(item, Mapping):
+                raise InvalidRequestError(f"{where} must be a map", field=where)
+            replicas = field(item, "replicas", list, items=int, nullable=True, where=where)
+            items.append(ReassignmentItem(field(item, "topic", str, where=where),
+                                          field(item, "partition", int, min_value=0, where=where),
+                                          None if replicas is None else tuple(replicas)))
+        results = await self.propose(ctl.alter_partition_reassignments(items, now_ms=self._clock_ms()), deadline)
+        return {"results": [{} if e is None else {"error": e.to_wire()} for e in results]}
+
+    async def _list_partition_reassignments(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
+        wanted = field(fields, "partitions", list, nullable=True, default=None)
+        parts = None if wanted is None else [
+            (field(p, "topic", str, where="partitions[]"), field(p, "partition", int, where="partitions[]"))
+            for p in wanted if isinstance(p, Mapping)]
+        return {"reassignments": [
+            {"topic": s.topic, "partition": s.partition, "replicas": list(s.replicas),
+             "adding_replicas": list(s.adding_replicas), "removing_replicas": list(s.removing_replicas)}
+            for s in ctl.list_partition_reassignments(parts)]}
+
     async def _allocate_producer_ids(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
         block = await self.propose(
             ctl.allocate_producer_ids(field(fields, "broker_id", int), now_ms=self._clock_ms()), deadline
@@ -456,6 +491,7 @@ CONTROLLER_OPS: Final[Mapping[str, _OpHandler]] = {
     "broker_shutdown": ActiveController._broker_shutdown,
     "report_partition_leader": ActiveController._report_partition_leader,
     "report_partition_leaders": ActiveController._report_partition_leaders,
+    "report_partition_membership": ActiveController._report_partition_membership,
     "allocate_producer_ids": ActiveController._allocate_producer_ids,
     "ensure_transaction_state": ActiveController._ensure_transaction_state,
     "controller_forward": ActiveController._controller_forward,
@@ -474,6 +510,8 @@ _ADMIN_HANDLERS: Final[Mapping[str, _OpHandler]] = {
     "delete_topic": ActiveController._delete_topic,
     "alter_configs": ActiveController._alter_configs,
     "cluster_status": ActiveController._cluster_status,
+    "alter_partition_reassignments": ActiveController._alter_partition_reassignments,
+    "list_partition_reassignments": ActiveController._list_partition_reassignments,
 } | {op: _security_handler(op) for op in security_ops.ADMIN_SECURITY_OPS}
 
 ADMIN_OPS: Final = frozenset(_ADMIN_HANDLERS)

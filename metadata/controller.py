@@ -120,6 +120,13 @@ from raftlog.base.errors import (
 )
 from metadata.errors import InvalidRecordError, ProducerIdsExhaustedError
 from metadata.image import MetadataImage, PartitionState, TopicImage
+from metadata.reassignment import (
+    ReassignmentItem,
+    ReassignmentStatus,
+    completion,
+    list_reassignments,
+    plan_reassignments,
+)
 from raftlog.base.acl import AclBinding, AclFilter
 from raftlog.base.protocol import field
 from raftlog.base.sasl import SCRAM_MECHANISMS, credential_from_salted_password
@@ -810,6 +817,36 @@ class Controller:
         if not newer or (in_flight is not None and in_flight >= leader_epoch):
             return None
         return PartitionChange(t.topic_id, partition, leader, leader_epoch)
+
+    def alter_partition_reassignments(
+        self, items: list[ReassignmentItem], *, now_ms: int
+    ) -> ControllerResult[list[RaftlogError | None]]:
+        """Start or cancel replica moves (metadata/reassignment.py): one record per accepted
+        item, all in one proposal; per item None or the error refusing it."""
+        self._check_active()
+        records, results = plan_reassignments(self._image, items)
+        if not records:
+            return ControllerResult((), results)
+        return self._result(list(records), results)
+
+    def list_partition_reassignments(
+        self, partitions: list[tuple[str, int]] | None = None
+    ) -> list[ReassignmentStatus]:
+        """The moves in progress (all, or of `partitions`)."""
+        return list_reassignments(self._image, partitions)
+
+    def membership_report(
+        self, topic: str, partition: int, voters: tuple[int, ...], learners: tuple[int, ...] = (),
+        *, now_ms: int,
+    ) -> ControllerResult[bool]:
+        """A partition leader reports its group's committed Raft membership: ends the
+        partition's move when that is its target (or, cancelled, its original replicas).
+        Response: whether a record was proposed. Raises UnknownTopicOrPartitionError."""
+        self._check_active()
+        record = completion(self._image, topic, partition, voters, learners)
+        if record is None:
+            return ControllerResult((), False)
+        return self._result([record], True)
 
     def preferred_leader_moves(self, now_ms: int, max_moves: int | None = None) -> tuple[LeaderMove, ...]:
         """Partitions whose known leader is not the preferred leader while the preferred

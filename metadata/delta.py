@@ -42,6 +42,14 @@ Record rules (rejection code in brackets; "no-op" means accepted and nothing cha
   [FENCED_LEADER_EPOCH] (older news), another leader → [INVALID_REQUEST] (two leaders in one
   epoch cannot happen in Raft). Higher epoch → applied. New replicas keep the preferred leader
   if it is still a replica, else their first replica becomes preferred.
+* PartitionReassignment: unknown topic or partition [UNKNOWN_TOPIC_OR_PARTITION]; a replica
+  that is not a registered broker [BROKER_ID_NOT_REGISTERED]; a start (adding or removing
+  replicas) while a move is in progress, or `replicas` not the current target plus original
+  [REASSIGNMENT_IN_PROGRESS / INVALID_REPLICA_ASSIGNMENT]; an end (none adding or removing)
+  with no move in progress [NO_REASSIGNMENT_IN_PROGRESS], or to other than its target
+  (completed) or original replicas (cancelled) [INVALID_REPLICA_ASSIGNMENT]. A leader no
+  longer among the replicas becomes -1 (the group reports its leader again); the preferred
+  leader follows the rule of PartitionChange.
 * Config: unknown topic_id [UNKNOWN_TOPIC_OR_PARTITION]; else keys deleted, then set. Values
   are stored as given (the controller validated them); replay does not re-judge them, so a
   config schema change cannot split the images of nodes on different versions.
@@ -88,6 +96,7 @@ from metadata.records import (
     NoOp,
     Partition,
     PartitionChange,
+    PartitionReassignment,
     ProducerIdBlock,
     Record,
     RegisterBroker,
@@ -106,7 +115,10 @@ from raftlog.base.errors import (
     DuplicateResourceError,
     FencedLeaderEpochError,
     InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
     InvalidRequestError,
+    NoReassignmentInProgressError,
+    ReassignmentInProgressError,
     RejectedError,
     ResourceNotFoundError,
     StaleBrokerEpochError,
@@ -270,9 +282,37 @@ class MetadataDelta:
                 raise InvalidRequestError(f"{where}: epoch {r.leader_epoch} led by {cur.leader}, reported {r.leader}"
                 )
         preferred = cur.preferred_leader if cur.preferred_leader in replicas else replicas[0]
-        new = PartitionState(cur.partition, replicas, preferred, r.leader, r.leader_epoch)
+        new = PartitionState(cur.partition, replicas, preferred, r.leader, r.leader_epoch,
+                             *((cur.adding_replicas, cur.removing_replicas) if r.replicas is None else ()))
         if new != cur:
             self._parts_w(topic)[r.partition] = new
+
+    def _partition_reassignment(self, r: PartitionReassignment) -> None:
+        topic = self._require_topic(r.topic_id)
+        parts = self._parts_r(topic)
+        if r.partition >= len(parts):
+            raise UnknownTopicOrPartitionError(f"topic {topic.name!r} has no partition {r.partition}")
+        cur = parts[r.partition]
+        where = f"{topic.name}-{r.partition}"
+        self._require_brokers(r.replicas)
+        starting = bool(r.adding_replicas or r.removing_replicas)
+        if starting:
+            if cur.reassigning:
+                raise ReassignmentInProgressError(f"{where}: a reassignment is in progress")
+            if set(r.original_replicas) != set(cur.replicas):
+                raise InvalidReplicaAssignmentError(
+                    f"{where}: replicas {list(r.replicas)} do not extend {list(cur.replicas)}")
+        else:
+            if not cur.reassigning:
+                raise NoReassignmentInProgressError(f"{where}: no reassignment in progress")
+            if set(r.replicas) not in (set(cur.target_replicas), set(cur.original_replicas)):
+                raise InvalidReplicaAssignmentError(
+                    f"{where}: {list(r.replicas)} is neither the target nor the original replicas")
+        leader = cur.leader if cur.leader in r.replicas else -1
+        preferred = cur.preferred_leader if cur.preferred_leader in r.replicas else r.replicas[0]
+        self._parts_w(topic)[r.partition] = PartitionState(
+            cur.partition, r.replicas, preferred, leader, cur.leader_epoch,
+            r.adding_replicas, r.removing_replicas)
 
     def _config(self, r: Config) -> None:
         topic = self._require_topic(r.topic_id)
@@ -377,6 +417,7 @@ _HANDLERS = {
     RemoveTopic: MetadataDelta._remove_topic,
     Partition: MetadataDelta._partition,
     PartitionChange: MetadataDelta._partition_change,
+    PartitionReassignment: MetadataDelta._partition_reassignment,
     Config: MetadataDelta._config,
     ProducerIdBlock: MetadataDelta._producer_id_block,
     NoOp: MetadataDelta._no_op,

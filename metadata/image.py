@@ -38,7 +38,7 @@ Public API:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Mapping
 
@@ -49,6 +49,7 @@ from metadata.records import (
     VERSION,
     Acl,
     Partition,
+    PartitionReassignment,
     RegisterBroker,
     Topic,
     UserScramCredential,
@@ -100,10 +101,26 @@ class BrokerRegistration:
 @dataclass(frozen=True)
 class PartitionState:
     partition: int
-    replicas: tuple[int, ...]
+    replicas: tuple[int, ...]  # during a move: the target, then the replicas being removed
     preferred_leader: int
     leader: int
     leader_epoch: int
+    adding_replicas: tuple[int, ...] = ()  # a move in progress (records.PartitionReassignment)
+    removing_replicas: tuple[int, ...] = ()
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding_replicas or self.removing_replicas)
+
+    @property
+    def target_replicas(self) -> tuple[int, ...]:
+        """Where the replicas are going (the replicas when no move is in progress)."""
+        return tuple(r for r in self.replicas if r not in self.removing_replicas)
+
+    @property
+    def original_replicas(self) -> tuple[int, ...]:
+        """The replicas before the move (the replicas when no move is in progress)."""
+        return tuple(r for r in self.replicas if r not in self.adding_replicas)
 
 
 @dataclass(frozen=True)
@@ -293,6 +310,13 @@ def image_to_snapshot(image: MetadataImage) -> bytes:
     }
     if image.acls:
         obj["acls"] = [record_to_obj(Acl.of(acl_id, b)) for acl_id, b in sorted(image.acls.items())]
+    reassignments = [
+        record_to_obj(PartitionReassignment(t.topic_id, p.partition, p.replicas, p.adding_replicas,
+                                            p.removing_replicas))
+        for _, t in sorted(image.topics.items()) for p in t.partitions if p.reassigning
+    ]
+    if reassignments:  # written only when a move is in progress: older images keep their bytes
+        obj["reassignments"] = reassignments
     if image.scram_credentials:
         obj["scram_credentials"] = [
             record_to_obj(UserScramCredential.of(user, cred))
@@ -311,7 +335,7 @@ def image_from_snapshot(data: bytes) -> MetadataImage:
     """Rebuild an image from `image_to_snapshot` bytes. Raises InvalidRecordError."""
     obj = loads_strict(data, "snapshot", MAX_SNAPSHOT_BYTES)
     expected = {"k", "v", "brokers", "topics", "next_producer_id", "controller_epoch", "recent_requests"}
-    optional = {"acls", "scram_credentials"}
+    optional = {"acls", "scram_credentials", "reassignments"}
     _check(
         isinstance(obj, dict) and expected <= set(obj) <= expected | optional,
         "expected an image map with fields " + str(sorted(expected)) + " and optionally " + str(sorted(optional)),
@@ -358,6 +382,18 @@ def image_from_snapshot(data: bytes) -> MetadataImage:
         )
         recent[item[0]] = RequestOutcome(item[1], item[2])
     _check(len(recent) <= MAX_RECENT_REQUESTS, "too many recent requests")
+
+    for item in obj.get("reassignments", []):
+        record = record_from_obj(item)
+        topic_image = topics.get(getattr(record, "topic_id", ""))
+        _check(isinstance(record, PartitionReassignment) and topic_image is not None
+               and record.partition < len(topic_image.partitions), "reassignment entry")
+        parts = list(topic_image.partitions)
+        cur = parts[record.partition]
+        _check(cur.replicas == record.replicas and not cur.reassigning, "reassignment entry: replicas")
+        parts[record.partition] = replace(cur, adding_replicas=record.adding_replicas,
+                                          removing_replicas=record.removing_replicas)
+        topics[record.topic_id] = replace(topic_image, partitions=tuple(parts))
 
     acls: dict[str, AclBinding] = {}
     for item in obj.get("acls", []):

@@ -6,7 +6,7 @@ atomically (all or nothing, see delta.py).
 
     Envelope(request_id, controller_epoch, records)
       records: RegisterBroker | FenceBroker | UnfenceBroker | Topic | RemoveTopic | Partition
-             | PartitionChange | Config | ProducerIdBlock | NoOp
+             | PartitionChange | PartitionReassignment | Config | ProducerIdBlock | NoOp
              | Acl | RemoveAcl | UserScramCredential | RemoveUserScramCredential | AddPartitions
 
 Where things live, and why:
@@ -311,6 +311,45 @@ class PartitionChange(_Record):
 
 
 @dataclass(frozen=True)
+class PartitionReassignment(_Record):
+    """A partition's replica set during a move (Kafka's PartitionChangeRecord fields
+    replicas/addingReplicas/removingReplicas): `replicas` is the target followed by the
+    replicas being removed; `adding_replicas` are in the target but were not replicas before;
+    `removing_replicas` are leaving. A start, a cancel (back to the original replicas) and a
+    completion (the target alone) are each one such record."""
+
+    KIND: ClassVar[str] = "partition_reassignment"
+    topic_id: str
+    partition: int
+    replicas: tuple[int, ...]
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        k = self.KIND
+        _str(k, "topic_id", self.topic_id)
+        _int(k, "partition", self.partition, 0, MAX_PARTITIONS - 1)
+        _set(self, "replicas", _replicas(k, "replicas", self.replicas))
+        for name in ("adding_replicas", "removing_replicas"):
+            value = getattr(self, name)
+            _set(self, name, _replicas(k, name, value) if value else ())
+            if not set(getattr(self, name)) <= set(self.replicas):
+                raise _fail(k, name, f"{list(getattr(self, name))} not all in replicas {list(self.replicas)}")
+        if set(self.adding_replicas) & set(self.removing_replicas):
+            raise _fail(k, "removing_replicas", "a replica cannot be added and removed at once")
+        if len(self.removing_replicas) >= len(self.replicas):
+            raise _fail(k, "removing_replicas", "the target would have no replica")
+
+    @property
+    def target_replicas(self) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas if r not in self.removing_replicas)
+
+    @property
+    def original_replicas(self) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas if r not in self.adding_replicas)
+
+
+@dataclass(frozen=True)
 class Config(_Record):
     """Set and delete topic config keys (values are validated strings, see topic_config.py)."""
 
@@ -458,6 +497,7 @@ Record = Union[
     RegisterBroker, FenceBroker, UnfenceBroker, Topic, RemoveTopic, Partition,
     PartitionChange, Config, ProducerIdBlock, NoOp,
     Acl, RemoveAcl, UserScramCredential, RemoveUserScramCredential, AddPartitions,
+    PartitionReassignment,
 ]
 
 RECORD_KINDS: Mapping[str, type] = MappingProxyType(
@@ -467,6 +507,7 @@ RECORD_KINDS: Mapping[str, type] = MappingProxyType(
             RegisterBroker, FenceBroker, UnfenceBroker, Topic, RemoveTopic, Partition,
             PartitionChange, Config, ProducerIdBlock, NoOp,
             Acl, RemoveAcl, UserScramCredential, RemoveUserScramCredential, AddPartitions,
+            PartitionReassignment,
         )
     }
 )

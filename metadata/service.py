@@ -167,6 +167,8 @@ class MetadataService:
             "create_partitions": self._client_admin,
             "delete_topic": self._client_admin,
             "alter_configs": self._client_admin,
+            "alter_partition_reassignments": self._client_admin,
+            "list_partition_reassignments": self._client_admin,
             "describe_configs": self._client_describe_configs,
             "cluster_status": self._client_cluster_status,
         } | {op: self._client_admin for op in security_ops.ADMIN_SECURITY_OPS} | {
@@ -326,6 +328,17 @@ class MetadataService:
         if not isinstance(results, list) or len(results) != len(reports):
             raise UnknownServerError("report_partition_leaders: the answer does not match the reports")
         return results
+
+    async def report_partition_membership(
+        self, topic: str, partition: int, voters: tuple[int, ...], learners: tuple[int, ...],
+        *, timeout_s: float = 5.0,
+    ) -> bool:
+        """Tell the active controller a partition's committed Raft membership (its leader
+        does, while the partition moves): ends the move when it is the target. Returns True
+        when that was recorded. Raises like `report_partition_leader`."""
+        fields = {"topic": topic, "partition": partition, "voters": list(voters), "learners": list(learners)}
+        result = await self._controller_call("report_partition_membership", fields, timeout_s)
+        return bool(result.get("changed"))
 
     async def allocate_producer_ids(self, *, timeout_s: float = 5.0) -> tuple[int, int]:
         """A fresh block of producer ids for this broker: (first_producer_id, size)."""

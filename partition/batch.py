@@ -59,6 +59,7 @@ __all__ = [
     "CheckedBatches",
     "scan_valid_prefix",
     "stamp",
+    "stamp_checked",
     "decode_batch",
     "decode_batches",
     "decode_batches_into",
@@ -67,6 +68,14 @@ __all__ = [
     "CONTROL_ABORT",
     "CONTROL_COMMIT",
     "CONTROL_LEADER_CHANGE",
+    "HEADER",
+    "HEADER_HEAD",
+    "HEADER_TAIL",
+    "BATCH_PREFIX",
+    "COMPRESSION_MASK",
+    "PARTITION_LEADER_EPOCH_AT",
+    "LAST_OFFSET_DELTA_AT",
+    "INT32_MAX",
 ]
 
 HEADER_BYTES = 61
@@ -85,18 +94,28 @@ CONTROL_ABORT = 0
 CONTROL_COMMIT = 1
 CONTROL_LEADER_CHANGE = 2  # KRaft's LeaderChange control record
 
-_COMPRESSION_MASK = 0x07
+COMPRESSION_MASK = 0x07  # attributes bits 0-2: the codec
 _TIMESTAMP_TYPE_BIT = 0x08
 _TRANSACTIONAL_BIT = 0x10
 _CONTROL_BIT = 0x20
-_DELETE_HORIZON_BIT = 0x40
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-assert _HEADER.size == HEADER_BYTES
+# The RecordBatch v2 header, declared here once; every module that reads or writes header
+# fields in place (the log's checks, segments, the cleaner, telemetry) uses these:
+# baseOffset q, batchLength i, partitionLeaderEpoch i, magic b, crc I | attributes h,
+# lastOffsetDelta i, baseTimestamp q, maxTimestamp q, producerId q, producerEpoch h,
+# baseSequence i, recordsCount i.
+HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_HEAD = struct.Struct(">qiibI")  # bytes [0, CRC_START): outside the CRC
+HEADER_TAIL = struct.Struct(">hiqqqhii")  # bytes [CRC_START, HEADER_BYTES): first under the CRC
+BATCH_PREFIX = struct.Struct(">qi")  # baseOffset, batchLength: the LOG_OVERHEAD bytes
+PARTITION_LEADER_EPOCH_AT = 12
+LAST_OFFSET_DELTA_AT = 23
+assert HEADER.size == HEADER_BYTES and BATCH_PREFIX.size == LOG_OVERHEAD
+assert HEADER_HEAD.size == CRC_START and HEADER_TAIL.size == HEADER_BYTES - CRC_START
 _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
 _UINT32 = struct.Struct(">I")
-_INT32_MAX = 0x7FFFFFFF
+INT32_MAX = 0x7FFFFFFF
 
 
 class TimestampType(enum.IntEnum):
@@ -137,7 +156,7 @@ class Header:
 
     @property
     def compression(self) -> Compression:
-        return Compression(self.attributes & _COMPRESSION_MASK)
+        return Compression(self.attributes & COMPRESSION_MASK)
 
     @property
     def timestamp_type(self) -> TimestampType:
@@ -156,15 +175,11 @@ class Header:
         return bool(self.attributes & _CONTROL_BIT)
 
     @property
-    def has_delete_horizon(self) -> bool:
-        return bool(self.attributes & _DELETE_HORIZON_BIT)
-
-    @property
     def last_sequence(self) -> int:
         """base_sequence + last_offset_delta, wrapping past int32 max like Kafka; -1 if none."""
         if self.base_sequence == NO_SEQUENCE:
             return NO_SEQUENCE
-        return (self.base_sequence + self.last_offset_delta) % (_INT32_MAX + 1)
+        return (self.base_sequence + self.last_offset_delta) % (INT32_MAX + 1)
 
 
 def _corrupt(pos: int, what: str) -> CorruptRecordError:
@@ -185,7 +200,7 @@ def read_header(buf, pos: int = 0) -> Header:
         if available >= 17 and buf[pos + 16] != MAGIC:
             raise _corrupt(pos, f"magic {buf[pos + 16]} (expected {MAGIC}), truncated header")
         raise _corrupt(pos, f"truncated header: {max(available, 0)} of {HEADER_BYTES} bytes")
-    h = Header(*_HEADER.unpack_from(buf, pos))
+    h = Header(*HEADER.unpack_from(buf, pos))
     if h.magic != MAGIC:
         raise _corrupt(pos, f"magic {h.magic} (expected {MAGIC})")
     if h.batch_length < MIN_BATCH_LENGTH:
@@ -196,8 +211,8 @@ def read_header(buf, pos: int = 0) -> Header:
             f"batch length {h.batch_length} runs past the end "
             f"({available - LOG_OVERHEAD} bytes follow the length field)",
         )
-    if h.attributes & _COMPRESSION_MASK > Compression.ZSTD:
-        raise _corrupt(pos, f"unknown compression codec {h.attributes & _COMPRESSION_MASK}")
+    if h.attributes & COMPRESSION_MASK > Compression.ZSTD:
+        raise _corrupt(pos, f"unknown compression codec {h.attributes & COMPRESSION_MASK}")
     if h.record_count < 0:
         raise _corrupt(pos, f"negative record count {h.record_count}")
     if h.last_offset_delta < 0:
@@ -281,8 +296,13 @@ def stamp(buf, pos: int, base_offset: int, partition_leader_epoch: int) -> None:
     (bytearray or writable memoryview). Raises CorruptRecordError if no valid header is there.
     """
     read_header(buf, pos)
+    stamp_checked(buf, pos, base_offset, partition_leader_epoch)
+
+
+def stamp_checked(buf, pos: int, base_offset: int, partition_leader_epoch: int) -> None:
+    """`stamp` of a batch whose header the caller has checked already (no check here)."""
     _INT64.pack_into(buf, pos, base_offset)
-    _INT32.pack_into(buf, pos + 12, partition_leader_epoch)
+    _INT32.pack_into(buf, pos + PARTITION_LEADER_EPOCH_AT, partition_leader_epoch)
 
 
 # ------------------------------------------------------------------------------ records
@@ -542,7 +562,7 @@ class BatchBuilder:
         payload = b"".join(self._parts)
         if self._compression is not Compression.NONE:
             payload = _compress(self._compression, payload)
-        tail = _HEADER_TAIL.pack(
+        tail = HEADER_TAIL.pack(
             self._attributes,
             self._count - 1,
             self._base_timestamp,
@@ -553,7 +573,7 @@ class BatchBuilder:
             self._count,
         )
         crc = crc32c(payload, crc32c(tail))
-        head = _HEADER_HEAD.pack(
+        head = HEADER_HEAD.pack(
             self._base_offset,
             HEADER_BYTES - LOG_OVERHEAD + len(payload),
             self._partition_leader_epoch,
@@ -563,9 +583,6 @@ class BatchBuilder:
         return b"".join((head, tail, payload))
 
 
-_HEADER_HEAD = struct.Struct(">qiibI")  # bytes [0, 21): outside the CRC
-_HEADER_TAIL = struct.Struct(">hiqqqhii")  # bytes [21, 61): first bytes under the CRC
-assert _HEADER_HEAD.size == CRC_START and _HEADER_TAIL.size == HEADER_BYTES - CRC_START
 
 
 # ------------------------------------------------------------- decode: the one record walk
@@ -798,7 +815,7 @@ def decode_batch(
     h = verify_crc(buf, pos)
     start = pos + HEADER_BYTES
     end = pos + LOG_OVERHEAD + h.batch_length
-    codec = h.attributes & _COMPRESSION_MASK
+    codec = h.attributes & COMPRESSION_MASK
     if codec == Compression.NONE:
         data = buf[start:end] if type(buf) is bytes else bytes(memoryview(buf)[start:end])
     else:
@@ -881,7 +898,7 @@ def decode_batches_into(
         if nxt > position and not h.attributes & _CONTROL_BIT:
             start = pos + HEADER_BYTES
             end = pos + LOG_OVERHEAD + h.batch_length
-            codec = h.attributes & _COMPRESSION_MASK
+            codec = h.attributes & COMPRESSION_MASK
             if codec == Compression.NONE:
                 data = buf
             else:

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
@@ -52,6 +51,8 @@ from crc32c import crc32c
 
 from partition.batch import (
     HEADER_BYTES,
+    HEADER_HEAD,
+    HEADER_TAIL,
     LOG_OVERHEAD,
     MAGIC,
     Compression,
@@ -60,13 +61,13 @@ from partition.batch import (
 )
 from partition.compression import compress, decompress
 from partition.errors import CorruptRecordError
+from partition.file_io import pwrite_all
 from partition.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIMEINDEX_SUFFIX,
     Segment,
     parse_segment_name,
-    pwrite_all,
     segment_name,
 )
 
@@ -89,8 +90,6 @@ logger = logging.getLogger(__name__)
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 _SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX)
-_HEADER_HEAD = struct.Struct(">qiibI")  # bytes [0, 21): outside the CRC
-_HEADER_TAIL = struct.Struct(">hiqqqhii")  # bytes [21, 61): under the CRC
 _MAX_DECOMPRESSED_BYTES = 256 << 20
 
 
@@ -114,7 +113,6 @@ class CleanedSegment:
 
     segment: Segment
     records_removed: int
-    new_size: int
     emptied: tuple[int, ...] = ()  # base offsets of producer batches dropped whole, ascending
 
 
@@ -179,10 +177,10 @@ def filter_batch(batch: bytes, keep: Callable[[int, bytes | None, bytes | None],
         max_ts = h.max_timestamp
     else:
         max_ts = max(r.timestamp for r, k in zip(records, kept) if k)
-    tail = _HEADER_TAIL.pack(h.attributes, h.last_offset_delta, h.base_timestamp, max_ts,
+    tail = HEADER_TAIL.pack(h.attributes, h.last_offset_delta, h.base_timestamp, max_ts,
                              h.producer_id, h.producer_epoch, h.base_sequence, n_kept)
     crc = crc32c(new_payload, crc32c(tail))
-    head = _HEADER_HEAD.pack(h.base_offset, HEADER_BYTES - LOG_OVERHEAD + len(new_payload),
+    head = HEADER_HEAD.pack(h.base_offset, HEADER_BYTES - LOG_OVERHEAD + len(new_payload),
                              h.partition_leader_epoch, MAGIC, crc)
     return b"".join((head, tail, new_payload)), removed
 
@@ -254,7 +252,7 @@ def clean(directory: Path, segments: list[Segment], *, now_ms: int, delete_reten
                 bytes(out), seg.base_offset, index_interval_bytes=index_interval_bytes,
                 max_index_bytes=max_index_bytes)
             _write_cleaned(directory, seg.base_offset, (bytes(out), index_bytes, timeindex_bytes))
-            cleaned.append(CleanedSegment(seg, removed, len(out), tuple(emptied)))
+            cleaned.append(CleanedSegment(seg, removed, tuple(emptied)))
             result.records_removed += removed
             result.bytes_reclaimed += seg.size_bytes - len(out)
         if cleaned:

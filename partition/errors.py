@@ -10,12 +10,17 @@ code (raftlog/base/errors.py). Where the registry class says all there is to say
      └── CompressionUnavailableError  the codec needs an extra that is not installed
     KafkaStorageError
      └── LogClosedError               the log was closed or failed
+    InvalidRequestError
+     └── InvalidAppendError           well-formed batches that cannot go at the end of a log
+          ├── NonContiguousAppend     replicated batches not at log_end_offset, or going back
+          └── EpochRegression         a batch's leader epoch below the log's latest
     UnknownServerError
      └── RaftStateError               the Raft core's contract was broken: take the partition offline
 """
 
 from raftlog.base.errors import (
     CorruptMessageError,
+    InvalidRequestError,
     KafkaStorageError,
     UnknownServerError,
     UnsupportedCompressionTypeError,
@@ -27,6 +32,9 @@ __all__ = [
     "CompressionUnavailableError",
     "LogClosedError",
     "RaftStateError",
+    "InvalidAppendError",
+    "NonContiguousAppend",
+    "EpochRegression",
 ]
 
 
@@ -63,3 +71,15 @@ class LogClosedError(KafkaStorageError):
 class RaftStateError(UnknownServerError):
     """An event broke the core's contract (a shell bug or a corrupt peer); the partition
     must stop rather than risk its log."""
+
+
+class InvalidAppendError(InvalidRequestError):
+    """Batches that are well-formed but cannot go at the end of this log."""
+
+
+class NonContiguousAppend(InvalidAppendError):
+    """Replicated batches that do not start at log_end_offset or whose offsets go back."""
+
+
+class EpochRegression(InvalidAppendError):
+    """A batch whose partition leader epoch is below the log's latest epoch."""

@@ -1,12 +1,13 @@
-"""The ReplicaManager (a NodeService, raftlog/node/main.py's NodeService): hosts the partition replicas the
-metadata image assigns to this broker and serves produce / fetch / list_offsets /
-init_producer_id, plus the replication peer ops.
+"""The ReplicaManager (a NodeService, raftlog/node/main.py's NodeService): hosts the partition
+replicas the metadata image assigns to this broker, plus the replication peer ops. Requests
+are served by its `port` (partition/service.py PartitionService, the partition port of
+partition/port.py): the listeners call that, never the replicas.
 
-    ReplicaManager(config: NodeConfig, metadata: MetadataService, peers: PeerPool)
+    ReplicaManager(config: ManagerConfig, metadata: BrokerMetadata, peers: PeerPool)
 
-What it uses of `metadata`: `image`, `peer_address(id)`, `client_address(id)`,
-`await report_partition_leaders([LeaderReport])` (per-report results),
-`await allocate_producer_ids()`.
+What it uses of `metadata` (`BrokerMetadata`): `image`, `controller_id`, `peer_address(id)`,
+`client_address(id)`, `await report_partition_leaders([LeaderReport])` (per-report
+results), `await allocate_producer_ids()`.
 
 * Replicas: `on_image` only records the image; a reconcile task (debounced: images replayed
   at start arrive in bursts, and acting on an intermediate one could wipe a live replica)
@@ -53,25 +54,7 @@ What it uses of `metadata`: `image`, `peer_address(id)`, `client_address(id)`,
   /health shows each offline replica's reason, kind and since when, and "disk_full";
   /metrics raftlog_replicas_offline{kind}, raftlog_data_dir_free_bytes,
   raftlog_replica_offline_total{kind}, raftlog_replica_reopens_total{outcome}.
-* A client request for a partition whose local replica is offline, when the image names
-  another leader, is answered NOT_LEADER with that hint (nothing was tried here), so
-  producers and consumers move on at once instead of retrying a storage error here.
-
-Client ops (PROTOCOL.md): `delete_records` (leader only: the log start of every replica moves
-up, answered at a majority; partition/raft.py "Log start"), `produce` (leader only; acks
-0/1/-1; per-partition errors; a
-request that cannot reach a majority in `timeout_ms` gets REQUEST_TIMED_OUT), `fetch` (leader
-only, up to the high watermark, long poll with min_bytes/max_wait_ms, max_bytes per
-partition and per request, OFFSET_OUT_OF_RANGE outside [log_start_offset, log_end_offset]),
-`list_offsets` (-2 log start, -1 high watermark, else the first batch with max timestamp >=
-ts below the high watermark; offset -1 if none), `init_producer_id` (ids from blocks the
-controller allocates), `recover_partition` (operator: unclean recovery of this broker's
-replica when it is flagged needs_catch_up and the partition has no live leader; refused
-unless `unclean` is true). Peer ops: partition/replication.py's, and `transfer_leadership`.
-
-Size (issue 13's ~800-line rule): over it since the scrubber, the offline reopen and the
-storage metrics (`_StorageMetrics`) joined the Kafka listener's fetch and produce halves; that
-storage-health part (~200 lines) is the seam to cut along.
+Peer ops: partition/replication.py's, and `transfer_leadership`.
 
 Concurrency: trio-thread only; per-replica serialisation lives in partition/replica.py.
 """
@@ -84,9 +67,8 @@ import random
 import shutil
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from functools import partial
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import cbor2
 import trio
@@ -94,40 +76,31 @@ import trio
 from metadata.controller import LeaderReport
 from metadata.image import MetadataImage, PartitionState, TopicImage
 from metadata.topic_config import TopicConfig
-from partition.batch import DEFAULT_MAX_DECOMPRESSED_BYTES, iter_headers
-from partition.errors import CorruptRecordError, StorageDamageError
-from partition.log import RepairReport
+from partition.errors import StorageDamageError
+from partition.mover import Mover
 from partition.replica import (
     PARTITION_METADATA_FILE,
     DiskWork,
     offline_kind as offline_kind_of,
     Replica,
-    ReplicaObserver,
     ReplicaSettings,
     fetch_wait_ticks,
     log_config_for,
 )
 from partition.replication import SESSION_MAX_WAIT_MS, ReplicationLinks
-from partition.segment import DEFAULT_MAX_OPEN_SEGMENTS, FILE_CACHE, SegmentVerifier
-from partition.telemetry import ReplicaTelemetry, batch_records, slice_records
-from partition.validator import validate_client_records
+from partition.segment import DEFAULT_MAX_OPEN_SEGMENTS, SegmentVerifier
+from partition.service import BrokerDirectory, PartitionService
+from partition.storage_metrics import StorageMetrics
+from partition.telemetry import ReplicaTelemetry, TopicTraffic
 from raftlog.base.errors import (
-    CoordinatorLoadInProgressError,
     InvalidRequestError,
-    NotControllerError,
     NotLeaderError,
-    PeerUnavailableError,
     RaftlogError,
-    RejectedError,
-    RequestTimedOutError,
-    UnknownServerError,
-    UnknownTopicOrPartitionError,
-    as_wire_error,
 )
 from raftlog.base.eventlog import log_event
 from raftlog.base.metrics import MetricsRegistry
 from raftlog.base.peer import PeerPool
-from raftlog.base.protocol import Later, Request, field, inline_handler_under_deadline
+from raftlog.base.protocol import Request, field
 
 __all__ = ["ReplicaManager", "PARTITIONS_DIR"]
 
@@ -143,12 +116,6 @@ REPORT_BACKOFF_S: Final = (0.05, 2.0)
 REPORT_CONTROLLER_POLL_S: Final = 0.05  # during a backoff: has another controller become known?
 MAX_REPORTS_PER_CALL: Final = 500  # leader reports in one report_partition_leaders call (one in flight)
 TICK_YIELD_EVERY: Final = 100  # the tick loop lets other tasks run after this many replicas
-DEFAULT_PRODUCE_TIMEOUT_MS: Final = 30_000
-MAX_DELETE_PARTITIONS: Final = 10_000  # one waiting task each
-DEFAULT_FETCH_MAX_WAIT_MS: Final = 500
-MAX_FETCH_WAIT_MS: Final = 60_000
-DEFAULT_FETCH_MAX_BYTES: Final = 50 << 20
-DEFAULT_PARTITION_MAX_BYTES: Final = 1 << 20
 DRAIN_WAIT_S: Final = 0.5
 NEW_PARTITION_ELECTION_TRIES: Final = 5
 HEALTH_DETAIL_MAX_REPLICAS: Final = 64  # /health lists each replica up to this many
@@ -161,13 +128,32 @@ DEFAULT_SCRUB_INTERVAL_MS: Final = 3_600_000
 SCRUB_STEP_BYTES: Final = 1 << 20  # one worker-thread read of the scrubber
 OPEN_THREADS: Final = 2  # replicas opened at once (module docstring, "Opening")
 SCRUB_IDLE_S: Final = 5.0  # nothing to scrub yet: look again after this
-# Produce validation (partition/validator.py): uncompressed records are walked on the trio
-# thread (a batch is at most max_message_bytes: a few ms); records holding a compressed batch
-# are decompressed (at most this many bytes a batch: what a consumer decodes by default) and
-# walked in a worker thread, one at a time, so a small batch that inflates to 64 MiB neither
-# stalls the event loop for seconds nor runs twice at once.
-VALIDATE_MAX_DECOMPRESSED_BYTES: Final = DEFAULT_MAX_DECOMPRESSED_BYTES
-VALIDATE_THREADS: Final = 1
+class BrokerMetadata(BrokerDirectory, Protocol):
+    """What the manager (and its port, partition/service.py) uses of the metadata service
+    (metadata/service.py MetadataService)."""
+
+    @property
+    def image(self) -> MetadataImage: ...
+
+    @property
+    def controller_id(self) -> int | None: ...
+
+    def peer_address(self, broker_id: int) -> str | None: ...
+
+    async def report_partition_leaders(self, reports: list[LeaderReport]) -> list[dict[str, Any]]: ...
+
+
+class ManagerConfig(Protocol):
+    """The node settings the manager reads (raftlog/node/config.py NodeConfig); the others
+    (tick_ms, election_timeout_ms, scrub_*, log_open_files_max) are read with defaults until
+    the services' typed settings objects exist."""
+
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def data_dir(self) -> str | os.PathLike[str]: ...
+
 
 Handler = Callable[[Request], Awaitable[Mapping[str, Any] | None]]
 
@@ -183,8 +169,8 @@ class ReplicaManager:
 
     def __init__(
         self,
-        config: Any,
-        metadata: Any,
+        config: ManagerConfig,
+        metadata: BrokerMetadata,
         peers: PeerPool,
         *,
         settings: ReplicaSettings | None = None,
@@ -223,32 +209,25 @@ class ReplicaManager:
         self._reporting: dict[tuple[str, int], int] = {}  # key -> epoch being reported
         self._report_queue: dict[tuple[str, int], tuple[Replica, int, int]] = {}  # key -> (replica, epoch, attempts)
         self._report_wake = trio.Event()
-        self._pid_next = 0
-        self._pid_end = 0
-        self._pid_lock = trio.Lock()
         self.telemetry = ReplicaTelemetry(self)  # /metrics: partitions, topics, Raft (telemetry.py)
         if registry is not None:
             registry.collector(self.telemetry.collect)
         self.disk = DiskWork()
         self._scrub_limiter = trio.CapacityLimiter(1)
         self._open_limiter = trio.CapacityLimiter(OPEN_THREADS)
-        self._validate_limiter = trio.CapacityLimiter(VALIDATE_THREADS)
         self._on_disk_at_start: set[str] = set()  # replica directories found by `run`
         self.scrub_bytes_per_s: int = getattr(config, "scrub_bytes_per_s", DEFAULT_SCRUB_BYTES_PER_S)
         self.scrub_interval_ms: int = getattr(config, "scrub_interval_ms", DEFAULT_SCRUB_INTERVAL_MS)
-        FILE_CACHE.set_max_open(getattr(config, "log_open_files_max", DEFAULT_MAX_OPEN_SEGMENTS))
+        self.disk.files.set_max_open(getattr(config, "log_open_files_max", DEFAULT_MAX_OPEN_SEGMENTS))
         self.scrub_passes = 0
         self._reopen_at: dict[tuple[str, int], float] = {}
         self._open_failed: dict[tuple[str, int], Replica] = {}
-        self._metrics = _StorageMetrics(registry if registry is not None else MetricsRegistry(), self)
-        self.client_handlers: Mapping[str, Handler] = {
-            "produce": self._produce,
-            "fetch": self._fetch,
-            "list_offsets": self._list_offsets,
-            "delete_records": self._delete_records,
-            "init_producer_id": self._init_producer_id,
-            "recover_partition": self._recover_partition,
-        }
+        self._metrics = StorageMetrics(registry if registry is not None else MetricsRegistry(),
+                                       lambda: self._replicas.values(), self.free_bytes)
+        # The partition port (partition/port.py): the listeners' way in. Its native ops are
+        # raftlog/node/native_partition.py's, behind the node's ACL guard.
+        self.port = PartitionService(self, metadata)
+        self.client_handlers: Mapping[str, Handler] = {}
         self.peer_handlers: Mapping[str, Handler] = {
             **self.links.peer_handlers,
             "transfer_leadership": self._transfer_leadership,
@@ -273,6 +252,7 @@ class ReplicaManager:
                 nursery.start_soon(self._report_check_loop)
                 nursery.start_soon(self._reopen_loop)
                 nursery.start_soon(self._scrub_loop)
+                nursery.start_soon(Mover(self.replicas, lambda: self._image, self.metadata).run)
                 if self._image is not None:
                     self._image_changed.set()
                 task_status.started()
@@ -343,389 +323,15 @@ class ReplicaManager:
             return False, None, -1
         return True, r.core.leader_id, r.core.epoch
 
-    def _image_now(self) -> MetadataImage:
-        image = getattr(self.metadata, "image", None)
+    def image_now(self) -> MetadataImage:
+        """The metadata service's image (the last one seen before it has one)."""
+        image = self.metadata.image
         return image if image is not None else (self._image or MetadataImage.empty())
 
-    def _not_leader(self, topic: str, partition: int, hint: int | None) -> NotLeaderError:
-        if hint is None or hint == self.node_id:
-            p = self._image_now().partition(topic, partition)
-            hint = p.leader if p is not None and p.leader >= 0 and p.leader != self.node_id else None
-        address = self.metadata.client_address(hint) if hint is not None else None
-        return NotLeaderError(leader_id=hint, leader=address)
-
-    def _leader_replica(self, topic: str, partition: int) -> Replica:
-        r = self.replica(topic, partition)
-        if r is None:
-            if self._image_now().partition(topic, partition) is None:
-                raise UnknownTopicOrPartitionError(f"{topic}-{partition} does not exist here")
-            raise self._not_leader(topic, partition, None)
-        if r.offline_reason is not None:
-            # Nothing will be tried here: if another broker leads, say so (module docstring).
-            p = self._image_now().partition(topic, partition)
-            if p is not None and p.leader >= 0 and p.leader != self.node_id:
-                raise self._not_leader(topic, partition, p.leader)
-        return r
-
-    def _error(self, exc: BaseException, topic: str, partition: int) -> dict[str, Any]:
-        if isinstance(exc, NotLeaderError):
-            return self._not_leader(topic, partition, exc.leader_id).to_wire()
-        wire = as_wire_error(exc)
-        if wire is None:
-            log_event(logger, "partition_op_failed", level=logging.ERROR, exc_info=exc,
-                      topic=topic, partition=partition)
-            wire = UnknownServerError(f"{type(exc).__name__} on {topic}-{partition}")
-        return wire.to_wire()
-
-    # ------------------------------------------------------------------ client ops
-
-    @inline_handler_under_deadline
-    async def _produce(self, request: Request) -> dict[str, Any] | Later | None:
-        """Run in the listener's reader (protocol.inline_handler), so a connection's produce
-        requests append in request order, as the Kafka listener's do: an idempotent producer
-        pipelines up to 5 batches per partition, and request tasks start in any order (trio
-        runs a batch of new tasks in either order), so a later batch could reach the leader
-        first and be refused OUT_OF_ORDER_SEQUENCE_NUMBER (issue 39: records failed under
-        load). The append waits on the replica's lock: under the request's deadline. The
-        acks=all wait runs in the request's own task (`Later`)."""
-        acks = field(request, "acks", int)
-        if acks not in (0, 1, -1):
-            raise InvalidRequestError("acks must be 0, 1 or -1", field="acks", request_id=request.id)
-        timeout_ms = field(request, "timeout_ms", int, default=DEFAULT_PRODUCE_TIMEOUT_MS,
-                           min_value=0)
-        parts = []
-        for i, d in enumerate(field(request, "partitions", list, items=dict)):
-            where = f"partitions[{i}]"
-            parts.append((field(d, "topic", str, where=where),
-                          field(d, "partition", int, min_value=0, where=where),
-                          field(d, "records", bytes, where=where)))
-        deadline = trio.current_time() + timeout_ms / 1000
-        client = {"listener": "native", "peer": request.client_host, "principal": request.principal}
-        results, waits = await self.append_partitions(parts, acks=acks, client=client)
-        if acks == 0:
-            return None
-        if not waits:
-            return {"partitions": results}
-
-        async def finish() -> dict[str, Any]:
-            await self.wait_appends(waits, deadline)
-            return {"partitions": results}
-
-        return Later(finish)
-
-    async def append_partitions(
-        self, parts: list[tuple[str, int, bytes]], *, acks: int, client: Mapping[str, Any] | None = None,
-    ) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], Any]]]:
-        """The append half of a produce (shared by the native and the Kafka listener): check
-        each (topic, partition, records) as Kafka's log validator does (partition/validator.py;
-        a refused part is logged with `client`, the fields naming who sent it, and nothing of
-        it is stored) and append it on its leader replica, in order. Returns one entry per
-        part ({topic, partition, base_offset, log_append_time, log_start_offset} or {..., error}) and the
-        acks=all waits to pass to `wait_appends`. Ordering: the appends are done (in the
-        leader's log, in this order) when it returns, so a connection that calls it for one
-        request after another keeps its requests' order."""
-        results: list[dict[str, Any]] = []
-        waits = []
-        for topic, partition, records in parts:
-            entry: dict[str, Any] = {"topic": topic, "partition": partition}
-            try:
-                replica = self._leader_replica(topic, partition)
-                records = await self._validated(replica, records, client)
-                res = await replica.append_as_leader(records, acks=acks)
-                if not res.duplicate:
-                    self.telemetry.traffic.produced(topic, len(records), res.last_offset - res.first_offset + 1)
-                entry["base_offset"] = res.first_offset
-                entry["log_append_time"] = -1
-                entry["log_start_offset"] = replica.log.log_start_offset  # Kafka's answer carries it
-                if res.waiter is not None:
-                    waits.append((entry, res.waiter))
-            except RaftlogError as exc:
-                entry["error"] = self._error(exc, topic, partition)
-            results.append(entry)
-        return results, waits
-
-    async def _validated(self, replica: Replica, records: bytes, client: Mapping[str, Any] | None) -> bytes | bytearray:
-        """`records` as validate_client_records returns them: inline when uncompressed, in a
-        worker thread (VALIDATE_THREADS) when a batch must be decompressed first. Logs a
-        refusal (`produce_refused`, naming the client and the reason) and raises it."""
-        check = partial(validate_client_records, records,
-                        max_message_bytes=replica.topic_config.max_message_bytes,
-                        max_decompressed_bytes=VALIDATE_MAX_DECOMPRESSED_BYTES, topic=replica.topic)
-        try:
-            if not _any_compressed(records):
-                return check()
-            return await trio.to_thread.run_sync(check, limiter=self._validate_limiter)
-        except RejectedError as exc:
-            log_event(logger, "produce_refused", level=logging.WARNING, topic=replica.topic,
-                      partition=replica.partition, code=exc.code, reason=exc.message, **(client or {}))
-            raise
-
-    @staticmethod
-    async def wait_appends(waits: list[tuple[dict[str, Any], Any]], deadline: float) -> None:
-        """The acks=all half: wait until each batch is committed or `deadline` (trio time)
-        passes; an entry that fails gets its `error` in place of its offsets."""
-        for entry, waiter in waits:
-            try:
-                await waiter.wait(deadline)
-            except RaftlogError as exc:
-                del entry["base_offset"], entry["log_append_time"], entry["log_start_offset"]
-                entry["error"] = exc.to_wire()
-
-    async def _fetch(self, request: Request) -> dict[str, Any]:
-        max_wait_ms = field(request, "max_wait_ms", int, default=DEFAULT_FETCH_MAX_WAIT_MS,
-                            min_value=0, max_value=MAX_FETCH_WAIT_MS)
-        min_bytes = field(request, "min_bytes", int, default=1, min_value=0)
-        max_bytes = field(request, "max_bytes", int, default=DEFAULT_FETCH_MAX_BYTES, min_value=1)
-        parts = []
-        for i, d in enumerate(field(request, "partitions", list, items=dict)):
-            where = f"partitions[{i}]"
-            parts.append((
-                field(d, "topic", str, where=where),
-                field(d, "partition", int, min_value=0, where=where),
-                field(d, "fetch_offset", int, where=where),
-                field(d, "max_bytes", int, default=DEFAULT_PARTITION_MAX_BYTES, min_value=1,
-                      where=where),
-            ))  # fmt: skip
-        return {"partitions": await self.fetch_partitions(
-            parts, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes)}
-
-    async def fetch_partitions(
-        self, parts: list[tuple[str, int, int, int]], *, max_wait_ms: int, min_bytes: int,
-        max_bytes: int, zero_copy: bool = False,
-    ) -> list[dict[str, Any]]:  # fmt: skip
-        """The fetch of both listeners: (topic, partition, fetch_offset, partition_max_bytes)
-        each -> {topic, partition, high_watermark, log_start_offset, records} or {..., error}.
-        Long poll: answers once `min_bytes` are there, on any error, or at `max_wait_ms`.
-        `records` is bytes, or with `zero_copy` a FileSlice or None (the caller closes the
-        slices; slices of an iteration that waits again are closed here).
-        Concurrency: trio thread; cancel-safe (slices are closed on the way out)."""
-        deadline = trio.current_time() + max_wait_ms / 1000
-        while True:
-            results, total, errors, watched = await self._read_partitions(parts, max_bytes, zero_copy)
-            if total >= min_bytes or errors or trio.current_time() >= deadline or not watched:
-                if total:
-                    self._count_fetched(parts, results)
-                return results
-            _close_slices(results)
-            wake = trio.Event()
-            for r in watched:
-                r.watch(wake)
-            try:
-                with trio.move_on_at(deadline):
-                    await wake.wait()
-            finally:
-                for r in watched:
-                    r.unwatch(wake)
-
-    def _count_fetched(self, parts: list[tuple[str, int, int, int]], results: list[dict[str, Any]]) -> None:
-        """Bytes and records out per topic (/metrics), from the batch headers answered."""
-        traffic = self.telemetry.traffic
-        for (topic, _, offset, _), entry in zip(parts, results):
-            records = entry.get("records")
-            if not records:
-                continue
-            if isinstance(records, (bytes, bytearray, memoryview)):
-                traffic.fetched(topic, len(records), batch_records(records, offset))
-            else:  # a FileSlice: its headers are in the page cache (the cached tail, or warmed
-                # by the worker thread that made the slice), as sendfile expects the bytes to be
-                traffic.fetched(topic, records.length,
-                                slice_records(records.fd, records.offset, records.length, offset))
-
-    async def _read_partitions(self, parts, max_bytes: int, zero_copy: bool = False):
-        """One pass of a fetch over its partitions. Reads may run in worker threads
-        (Replica._read); with `zero_copy`, the slices made so far are closed if the pass
-        ends by an exception or a cancellation."""
-        results = []
-        total = 0
-        errors = 0
-        watched = []
-        try:
-            for topic, partition, offset, part_max in parts:
-                try:
-                    r = self._leader_replica(topic, partition)
-                    budget = min(part_max, max_bytes - total)
-                    if zero_copy:
-                        records = await r.read_committed_slice(offset, budget) if budget > 0 else None
-                        total += 0 if records is None else records.length
-                    else:
-                        records = await r.read_committed(offset, budget) if budget > 0 else b""
-                        total += len(records)
-                    watched.append(r)
-                    results.append({
-                        "topic": topic, "partition": partition, "high_watermark": r.high_watermark,
-                        "log_start_offset": r.log.log_start_offset, "records": records,
-                    })  # fmt: skip
-                except RaftlogError as exc:
-                    errors += 1
-                    results.append({"topic": topic, "partition": partition,
-                                    "error": self._error(exc, topic, partition)})
-        except BaseException:
-            _close_slices(results)
-            raise
-        return results, total, errors, watched
-
-    def epoch_end_offsets(self, parts: list[tuple[str, int, int]]) -> list[dict[str, Any]]:
-        """KIP-320's OffsetsForLeaderEpoch on the leader: (topic, partition, leader_epoch) ->
-        {topic, partition, current_epoch (the leader's), leader_epoch, end_offset} where
-        (leader_epoch, end_offset) is the largest epoch <= the asked one in the leader's
-        epoch cache and where it ends (the log end for the latest), (-1, -1) below every
-        epoch; or {..., error}. Reads the in-memory epoch cache only."""
-        results = []
-        for topic, partition, epoch in parts:
-            try:
-                r = self._leader_replica(topic, partition)
-                r.check_leader()
-                found, end = r.log.end_offset_for_epoch(epoch)
-                results.append({"topic": topic, "partition": partition, "current_epoch": r.leader_epoch,
-                                "leader_epoch": found, "end_offset": end})
-            except RaftlogError as exc:
-                results.append({"topic": topic, "partition": partition,
-                                "error": self._error(exc, topic, partition)})
-        return results
-
-    async def list_offsets(self, parts: list[tuple[str, int, int]]) -> list[dict[str, Any]]:
-        """(topic, partition, timestamp) -> {topic, partition, offset, timestamp} or {...,
-        error}; timestamp -2 earliest, -1 latest (the high watermark), -3 the batch with the
-        largest timestamp (KIP-734), else the first batch with max timestamp >= it."""
-        return (await self._list_offsets(Request(0, "list_offsets", {"partitions": [
-            {"topic": t, "partition": p, "timestamp": ts} for t, p, ts in parts]})))["partitions"]
-
-    async def _list_offsets(self, request: Request) -> dict[str, Any]:
-        results = []
-        for i, d in enumerate(field(request, "partitions", list, items=dict)):
-            where = f"partitions[{i}]"
-            topic = field(d, "topic", str, where=where)
-            partition = field(d, "partition", int, min_value=0, where=where)
-            ts = field(d, "timestamp", int, where=where)
-            try:
-                r = self._leader_replica(topic, partition)
-                r.check_leader()
-                hw = r.high_watermark
-                if ts == -2:
-                    offset, found_ts = r.log.log_start_offset, -1
-                elif ts == -1:
-                    offset, found_ts = hw, -1
-                elif ts == -3:
-                    offset, found_ts = await r.max_timestamp_offset(hw)
-                else:
-                    found = await r.offset_for_timestamp(ts)
-                    offset, found_ts = found if found is not None and found[0] < hw else (-1, -1)
-                results.append({"topic": topic, "partition": partition, "offset": offset,
-                                "timestamp": found_ts})
-            except (RaftlogError, RaftlogError) as exc:
-                results.append({"topic": topic, "partition": partition,
-                                "error": self._error(exc, topic, partition)})
-        return {"partitions": results}
-
-    async def delete_records(self, parts: list[tuple[str, int, int]], deadline: float) -> list[dict[str, Any]]:
-        """DeleteRecords of both listeners: (topic, partition, offset; -1 = high watermark)
-        each -> {topic, partition, low_watermark} or {..., error}, all partitions at once,
-        each answered when a majority of its replicas holds the new log start (or `deadline`,
-        trio time: REQUEST_TIMED_OUT, the deletion may still happen)."""
-        results: list[dict[str, Any]] = [{"topic": t, "partition": p} for t, p, _ in parts]
-
-        async def one(entry: dict[str, Any], offset: int) -> None:
-            topic, partition = entry["topic"], entry["partition"]
-            try:
-                r = self._leader_replica(topic, partition)
-                entry["low_watermark"] = await r.delete_records(offset, deadline)
-            except RaftlogError as exc:
-                entry["error"] = self._error(exc, topic, partition)
-
-        async with trio.open_nursery() as nursery:
-            for entry, (_, _, offset) in zip(results, parts):
-                nursery.start_soon(one, entry, offset)
-        return results
-
-    async def _delete_records(self, request: Request) -> dict[str, Any]:
-        timeout_ms = field(request, "timeout_ms", int, default=DEFAULT_PRODUCE_TIMEOUT_MS, min_value=0)
-        parts = []
-        entries = field(request, "partitions", list, items=dict)
-        if len(entries) > MAX_DELETE_PARTITIONS:
-            raise InvalidRequestError(f"at most {MAX_DELETE_PARTITIONS} partitions per delete_records",
-                                      field="partitions", request_id=request.id)
-        for i, d in enumerate(entries):
-            where = f"partitions[{i}]"
-            parts.append((field(d, "topic", str, where=where),
-                          field(d, "partition", int, min_value=0, where=where),
-                          field(d, "offset", int, min_value=-1, where=where)))
-        deadline = trio.current_time() + timeout_ms / 1000
-        return {"partitions": await self.delete_records(parts, deadline)}
-
-    async def _init_producer_id(self, request: Request) -> dict[str, Any]:
-        """A producer id from this broker's block; a new block comes from the controller.
-        Without a reachable controller (failing over, or its node down) the answer is
-        COORDINATOR_LOAD_IN_PROGRESS, retriable, as Kafka answers when its producer id block
-        is not ready: the producer asks again, where NOT_CONTROLLER (or the peer link's own
-        PEER_UNAVAILABLE) would fail its records."""
-        return {"producer_id": await self.next_producer_id(request.id), "producer_epoch": 0}
-
-    async def next_producer_id(self, request_id: int | None = None) -> int:
-        """A producer id from this broker's block (the transaction coordinator takes its ids
-        here too). Raises CoordinatorLoadInProgressError without a reachable controller."""
-        async with self._pid_lock:
-            if self._pid_next >= self._pid_end:
-                try:
-                    first, size = await self.metadata.allocate_producer_ids()
-                except (NotControllerError, PeerUnavailableError, RequestTimedOutError) as exc:
-                    raise CoordinatorLoadInProgressError(
-                        f"no producer id block yet: the controller is not reachable ({exc})",
-                        request_id=request_id) from None
-                self._pid_next, self._pid_end = first, first + size
-            pid = self._pid_next
-            self._pid_next += 1
-        return pid
-
-    async def _recover_partition(self, request: Request) -> dict[str, Any]:
-        """Unclean recovery of the local replica (raft.py "Damaged storage"): clear its
-        needs_catch_up and run for election. Refused (INVALID_REQUEST, the reason in the
-        message) without `unclean`: true, when this broker hosts no replica of it, when the
-        replica is not flagged, or when the partition has a live leader (the replica's core
-        knows one and it is this broker or an unfenced one)."""
-        topic = field(request, "topic", str)
-        partition = field(request, "partition", int, min_value=0)
-        unclean = field(request, "unclean", bool, default=False)
-        name = f"{topic}-{partition}"
-        if unclean is not True:
-            raise InvalidRequestError(
-                f"recovering {name} is unclean: records acknowledged but missing from this"
-                " replica's log are lost for good; send unclean: true to accept that",
-                field="unclean", request_id=request.id,
-            )
-        r = self.replica(topic, partition)
-        if r is None:
-            p = self._image_now().partition(topic, partition)
-            if p is None:
-                raise UnknownTopicOrPartitionError(f"{name} does not exist")
-            raise InvalidRequestError(
-                f"broker {self.node_id} hosts no open replica of {name} (replicas:"
-                f" {', '.join(map(str, p.replicas))}); send it to one of those",
-                request_id=request.id,
-            )
-        r.check_online()
-        if not r.core.needs_catch_up:
-            raise InvalidRequestError(
-                f"the replica of {name} on broker {self.node_id} is not flagged"
-                " needs_catch_up: nothing to recover", request_id=request.id,
-            )
-        leader = r.core.leader_id
-        if leader is not None:
-            reg = self._image_now().broker(leader)
-            if leader == self.node_id or (reg is not None and not reg.fenced):
-                raise InvalidRequestError(
-                    f"{name} has a live leader (broker {leader}, epoch {r.core.epoch}):"
-                    " the flagged replica catches up from it; nothing to recover",
-                    request_id=request.id,
-                )
-        if not await r.clear_catch_up():
-            raise InvalidRequestError(
-                f"the replica of {name} on broker {self.node_id} caught up meanwhile:"
-                " nothing to recover", request_id=request.id,
-            )
-        log_event(logger, "partition_recovered_unclean", level=logging.WARNING, topic=topic,
-                  partition=partition, epoch=r.core.epoch,
-                  log_end_offset=r.core.log_end_offset)
-        return {}
+    @property
+    def traffic(self) -> TopicTraffic:
+        """Bytes and records in and out per topic (/metrics)."""
+        return self.telemetry.traffic
 
     # ------------------------------------------------------------------ peer ops
 
@@ -733,11 +339,11 @@ class ReplicaManager:
         topic = field(request, "topic", str)
         partition = field(request, "partition", int, min_value=0)
         target = field(request, "target", int)
-        r = self._leader_replica(topic, partition)
+        r = self.port.leader_replica(topic, partition)
         try:
             await r.transfer_leadership(target)
         except NotLeaderError as exc:
-            raise self._not_leader(topic, partition, exc.leader_id) from None
+            raise self.port.not_leader(topic, partition, exc.leader_id) from None
         except ValueError as exc:
             raise InvalidRequestError(str(exc), field="target", request_id=request.id) from None
         return {}
@@ -789,7 +395,7 @@ class ReplicaManager:
                 continue
             r = Replica(
                 topic=topic.name, partition=p.partition, topic_id=topic.topic_id,
-                replica_id=self.node_id, voters=p.replicas,
+                replica_id=self.node_id, voters=p.original_replicas, learners=p.adding_replicas,
                 directory=self.data_dir / f"{topic.name}-{p.partition}",
                 topic_config=config, transport=self.links,
                 settings=self.settings, rng=random.Random(self._rng.getrandbits(64)),
@@ -961,7 +567,7 @@ class ReplicaManager:
                     self._reopen_at[key] = now + REOPEN_BACKOFF_S
                     continue
                 if key in self._open_failed:
-                    p = self._image_now().partition(r.topic, r.partition)
+                    p = self.image_now().partition(r.topic, r.partition)
                     if p is None:
                         continue
                     await self._open_replica(r, p)
@@ -1090,7 +696,7 @@ class ReplicaManager:
                 if not batch:
                     break
                 t0 = trio.current_time()
-                controller_id = getattr(self.metadata, "controller_id", None)
+                controller_id = self.metadata.controller_id
                 try:
                     results = await self.metadata.report_partition_leaders(
                         [LeaderReport(r.topic, r.partition, self.node_id, epoch) for r, epoch, _ in batch])
@@ -1128,7 +734,7 @@ class ReplicaManager:
         with trio.move_on_after(seconds):
             while True:
                 await trio.sleep(REPORT_CONTROLLER_POLL_S)
-                now = getattr(self.metadata, "controller_id", None)
+                now = self.metadata.controller_id
                 if now is not None and now != controller_id:
                     return
 
@@ -1141,7 +747,7 @@ class ReplicaManager:
         change, a report given up after REPORT_ATTEMPTS)."""
         while True:
             await trio.sleep(REPORT_CHECK_S)
-            image = self._image_now()
+            image = self.image_now()
             for r in list(self._replicas.values()):
                 if not (r.attached and r.is_leader):
                     continue
@@ -1149,75 +755,3 @@ class ReplicaManager:
                 if p is not None and (p.leader, p.leader_epoch) != (self.node_id, r.leader_epoch):
                     if p.leader_epoch <= r.leader_epoch:
                         self._start_report(r)
-
-
-class _StorageMetrics(ReplicaObserver):
-    """The replicas' storage events as metrics (module docstring), and the gauges."""
-
-    def __init__(self, registry: MetricsRegistry, manager: ReplicaManager):
-        self._scrub_bytes = registry.counter(
-            "raftlog_scrub_bytes_total", "Bytes of sealed segments the scrubber re-read.")
-        self._scrub_segments = registry.counter(
-            "raftlog_scrub_segments_total", "Sealed segments the scrubber checked whole.")
-        self._damage = registry.counter(
-            "raftlog_storage_damage_total",
-            "Damaged bytes at rest found (never served), by the path that found them.",
-            ("found_by", "what"))
-        self._repairs = registry.counter(
-            "raftlog_replica_repairs_total", "Logs cut at damage to refetch the rest from a peer.")
-        self._repair_bytes = registry.counter(
-            "raftlog_replica_repair_dropped_bytes_total", "Bytes repairs dropped (refetched).")
-        self._index_rebuilds = registry.counter(
-            "raftlog_index_rebuilds_total", "Segment indexes rebuilt after they disagreed.")
-        self._offline = registry.counter(
-            "raftlog_replica_offline_total", "Replicas that went offline, by kind.", ("kind",))
-        self._reopens = registry.counter(
-            "raftlog_replica_reopens_total", "Attempts to bring an offline replica back.",
-            ("outcome",))
-        offline_now = registry.gauge(
-            "raftlog_replicas_offline", "Replicas offline now, by kind.", ("kind",))
-        for kind in ("disk_full", "io_error", "state_error"):
-            offline_now.labels(kind=kind).set_function(
-                lambda kind=kind: sum(1 for r in list(manager._replicas.values())
-                                      if r.offline_reason is not None and r.offline_kind == kind))
-        registry.gauge("raftlog_data_dir_free_bytes",
-                       "Free bytes on the data directory's file system.").set_function(
-            lambda: manager.free_bytes() or 0)
-
-    def scrubbed(self, n: int) -> None:
-        self._scrub_bytes.inc(n)
-
-    def scrubbed_segment(self) -> None:
-        self._scrub_segments.inc()
-
-    def damage_found(self, replica: Replica, found_by: str, what: str) -> None:
-        self._damage.labels(found_by=found_by, what=what).inc()
-
-    def index_rebuilt(self, replica: Replica) -> None:
-        self._index_rebuilds.inc()
-
-    def repaired(self, replica: Replica, report: RepairReport) -> None:
-        self._repairs.inc()
-        self._repair_bytes.inc(report.bytes_dropped)
-
-    def went_offline(self, replica: Replica, kind: str) -> None:
-        self._offline.labels(kind=kind).inc()
-
-    def reopened(self, replica: Replica, ok: bool) -> None:
-        self._reopens.labels(outcome="ok" if ok else "failed").inc()
-
-
-def _any_compressed(records: bytes) -> bool:
-    """Whether any batch of `records` is compressed (headers only; bytes whose headers do
-    not read count as uncompressed: the validator refuses them without decompressing)."""
-    try:
-        return any(h.compression for _, h in iter_headers(records, verify=False))
-    except CorruptRecordError:
-        return False
-
-
-def _close_slices(results: list[dict[str, Any]]) -> None:
-    for entry in results:
-        records = entry.get("records")
-        if records is not None and not isinstance(records, bytes):
-            records.close()

@@ -233,6 +233,25 @@ links between brokers, which the shell watches once per broker pair (contract 11
   idle for half an election timeout is sent BeginQuorumEpoch again (backing off), which
   wakes a follower whose answer was lost.
 
+Membership changes (docs/reassignment.md; tests/sim/sim_membership.py)
+---------------------------------------------------------------------
+The group's `Membership` is voters (elect, count toward every majority) and learners (fetch,
+never vote or count). A change is an entry: `change_membership` on the leader emits
+`AppendMembership(epoch, offset, membership)` (a control batch at exactly `offset`, not
+reported with `leader_appended`); a follower's shell lists the membership batches among
+fetched records in `FetchResponse.memberships` (`with_records(..., memberships)`). The last
+membership in the log is in force at once, committed or not; entries below the high
+watermark fold into the persisted `QuorumState.membership` (with its offset), and
+`QuorumState.membership_scan_from`, persisted before a first uncommitted entry is written,
+tells recovery where to look for the others (`LogState.memberships`). Single-server rule,
+with the dissertation's fix: one change in flight; none before an entry of the leader's
+epoch is committed; at most one voter added or removed; a new voter must be a caught-up
+learner. A leader whose removal commits hands over (TimeoutNow) and resigns on its next
+tick; a voter whose removal is not committed may still run (so a self-removed leader that
+lost its quorum does not leave a group that can never elect), counting the new voters only.
+A replica outside every membership it knows (removed) never runs; the leader ignores
+fetches from non-members.
+
 Invariants (checked by tests/sim after every step): at most one leader per epoch; a
 committed offset is never lost or changed; two replicas agree below the smaller of their high
 watermarks; a high watermark never goes back. Per-event work is O(number of voters).
@@ -251,11 +270,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from partition.errors import RaftStateError
-from raftlog.base.errors import NotLeaderError
+from raftlog.base.errors import (
+    InvalidReplicaAssignmentError,
+    NotLeaderError,
+    ReassignmentInProgressError,
+)
 
 __all__ = [
     "AdvanceLogStart",
     "AppendControl",
+    "AppendMembership",
     "AppendReplicated",
     "BeginQuorumEpoch",
     "EndQuorumEpoch",
@@ -267,6 +291,7 @@ __all__ = [
     "LeadershipChanged",
     "LogState",
     "LowWatermarkChanged",
+    "Membership",
     "NotLeaderError",
     "PersistQuorumState",
     "QuorumState",
@@ -305,8 +330,39 @@ _RESIGNED = Role.RESIGNED
 
 
 @dataclass(frozen=True, slots=True)
+class Membership:
+    """A configuration of the group (module docstring "Membership changes"): who votes
+    (and counts toward commits and elections) and who only receives the log."""
+
+    voters: tuple[int, ...]
+    learners: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.voters:
+            raise InvalidReplicaAssignmentError("a membership needs at least one voter")
+        if (tuple(sorted(set(self.voters))) != self.voters
+                or tuple(sorted(set(self.learners))) != self.learners):
+            raise InvalidReplicaAssignmentError(
+                f"voters {self.voters} and learners {self.learners} must be sorted, no duplicates")
+        if set(self.voters) & set(self.learners):
+            raise InvalidReplicaAssignmentError(
+                f"replicas {sorted(set(self.voters) & set(self.learners))} are voters and learners")
+
+    @classmethod
+    def of(cls, voters: Any, learners: Any = ()) -> Membership:
+        """From any iterables of broker ids (sorted and deduplicated here)."""
+        return cls(tuple(sorted(set(voters))), tuple(sorted(set(learners))))
+
+    @property
+    def members(self) -> tuple[int, ...]:
+        return tuple(sorted(self.voters + self.learners))
+
+
+@dataclass(frozen=True, slots=True)
 class QuorumState:
-    """What must survive a crash: the epoch, the vote cast in it, the leader known in it."""
+    """What must survive a crash: the epoch, the vote cast in it, the leader known in it,
+    and the last committed membership folded out of the log (with its offset), so that
+    retention or a snapshot cutting its entry away keeps it."""
 
     epoch: int = 0
     voted_for: int | None = None
@@ -315,6 +371,12 @@ class QuorumState:
     # no votes, no candidacy until caught up from an established leader (see "Damaged
     # storage" in the module docstring).
     needs_catch_up: bool = False
+    membership: Membership | None = None  # None: the membership the shell constructs with
+    membership_offset: int = -1
+    # The offset of the first membership entry in the log above `membership` (-1: none).
+    # Persisted before that entry is written: recovery scans the log from here for
+    # membership control batches (LogState.memberships) instead of reading all of it.
+    membership_scan_from: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,6 +387,7 @@ class LogState:
     log_end_offset: int = 0
     flushed_offset: int = 0
     epochs: tuple[tuple[int, int], ...] = ()
+    memberships: tuple[tuple[int, Membership], ...] = ()  # (offset, membership) entries in the log
 
 
 UNREACHABLE_WINDOW_DIVISOR = 4  # leader_unreachable: each follower's window, election_timeout/4 wide
@@ -434,16 +497,21 @@ class FetchResponse:
     records: Any = None  # bytes of whole RecordBatch v2 batches in production; opaque here
     batches: tuple[tuple[int, int, int], ...] = ()  # (base_offset, last_offset, leader_epoch)
     log_start_offset: int = -1  # the leader's (with OFFSET_OUT_OF_RANGE, and on data answers)
+    # (offset, membership) of the membership control batches among `records` (the
+    # follower's shell reads them from the batches, as it reads `batches`).
+    memberships: tuple[tuple[int, Membership], ...] = ()
 
     def with_records(
-        self, records: Any, batches: tuple[tuple[int, int, int], ...]
+        self, records: Any, batches: tuple[tuple[int, int, int], ...],
+        memberships: tuple[tuple[int, Membership], ...] = (),
     ) -> FetchResponse:
-        """A copy carrying `records` and their header summary `batches`."""
+        """A copy carrying `records`, their header summary `batches` and the memberships
+        their control batches hold."""
         return FetchResponse(
             self.sender, self.epoch, self.leader_id, self.fetch_id, self.error,
             self.high_watermark, self.fetch_offset, self.diverging_epoch,
             self.diverging_end_offset, self.read_offset, records, batches,
-            self.log_start_offset,
+            self.log_start_offset, memberships,
         )  # fmt: skip
 
 
@@ -471,6 +539,16 @@ class Send:
 class AppendControl:
     epoch: int
     offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class AppendMembership:
+    """Append one control batch holding `membership` (Kafka's KRaft VotersRecord, KIP-853)
+    with leader_epoch=`epoch`, at exactly `offset`; not reported with `leader_appended`."""
+
+    epoch: int
+    offset: int
+    membership: Membership
 
 
 @dataclass(frozen=True, slots=True)
@@ -517,7 +595,8 @@ class LowWatermarkChanged:
 
 
 Effect = (
-    PersistQuorumState | Send | AppendControl | AppendReplicated | TruncateTo | TruncateFully
+    PersistQuorumState | Send | AppendControl | AppendMembership | AppendReplicated
+    | TruncateTo | TruncateFully
     | Flush | HighWatermarkChanged | LeadershipChanged | AdvanceLogStart | LowWatermarkChanged
 )
 
@@ -561,14 +640,31 @@ class RaftCore:
         log_state: LogState = LogState(),
         high_watermark: int = 0,
         config: RaftConfig = RaftConfig(),
+        learners: tuple[int, ...] | list[int] = (),
     ):
-        voters = tuple(sorted(set(voters)))
-        if replica_id not in voters:
-            raise ValueError(f"replica {replica_id} is not one of the voters {voters}")
+        # The membership below every entry in the log: the persisted committed one, else
+        # the one the shell constructs with (the replica set the metadata assigned).
+        base = Membership.of(voters, learners)
+        base_offset = -1
+        if quorum_state.membership is not None:
+            base, base_offset = quorum_state.membership, quorum_state.membership_offset
+        if replica_id not in base.members and base_offset < 0 and not log_state.memberships:
+            raise ValueError(f"replica {replica_id} is not one of the voters {base.voters}"
+                             f" or learners {base.learners}")
         self.replica_id = replica_id
-        self.voters = voters
-        self._others = tuple(v for v in voters if v != replica_id)
-        self._majority = len(voters) // 2 + 1
+        self._base_membership = base
+        self._base_membership_offset = base_offset
+        # Membership entries in the log above the base, in offset order (the last one is in
+        # force, committed or not).
+        self._mem_offsets: list[int] = []
+        self._mem_entries: list[Membership] = []
+        for offset, membership in log_state.memberships:
+            if offset > base_offset and offset < log_state.log_end_offset:
+                self._mem_offsets.append(offset)
+                self._mem_entries.append(membership)
+        self._peers: dict[int, _Peer] = {}
+        self._transfer_target: int | None = None
+        self._set_membership(self._mem_entries[-1] if self._mem_entries else base)
         self._cfg = config
         self._rng = rng
         self._require_flush = config.require_flush
@@ -625,13 +721,12 @@ class RaftCore:
         self._quiesced = False  # follower: our in-flight fetch is held by the leader
         self._orphans: list[tuple[int, int]] = []  # (voter, fetch id) parked when leadership ended
 
-        self._peers: dict[int, _Peer] = {}
         self._epoch_start_offset = -1
+        self._epoch_committed = False  # leader: an entry of its own epoch is committed
         self._low_wm = 0  # leader: the log start a majority holds (last LowWatermarkChanged)
         self._cq_elapsed = 0
         self._cq_fetched: set[int] = set()
         self._begin_elapsed = 0
-        self._transfer_target: int | None = None
         self._transfer_elapsed = 0
 
         if self._leader_id == replica_id:
@@ -659,7 +754,25 @@ class RaftCore:
 
     @property
     def quorum_state(self) -> QuorumState:
-        return QuorumState(self._epoch, self._voted_for, self._leader_id, self._needs_catch_up)
+        folded = self._base_membership_offset >= 0  # else the shell's own: nothing to keep
+        return QuorumState(self._epoch, self._voted_for, self._leader_id, self._needs_catch_up,
+                           self._base_membership if folded else None, self._base_membership_offset,
+                           self._mem_offsets[0] if self._mem_offsets else -1)
+
+    @property
+    def membership(self) -> Membership:
+        """The membership in force: the last in the log, committed or not."""
+        return self._membership
+
+    @property
+    def committed_membership(self) -> Membership:
+        """The last membership below the high watermark (the one persisted)."""
+        return self._base_membership
+
+    @property
+    def membership_change_pending(self) -> bool:
+        """True while a membership entry in the log is not committed yet."""
+        return bool(self._mem_offsets)
 
     @property
     def needs_catch_up(self) -> bool:
@@ -687,7 +800,7 @@ class RaftCore:
         the quorum state first). A query: it changes nothing. The shell runs such a tick
         where waiting on its fsync holds up no other partition."""
         return (self._role is not _LEADER and not self.quiescent and not self._needs_catch_up
-                and self._election_elapsed + 1 >= self._election_timeout)
+                and self._can_campaign() and self._election_elapsed + 1 >= self._election_timeout)
 
     @property
     def quiescent(self) -> bool:
@@ -698,13 +811,15 @@ class RaftCore:
             return self._quiesced
         if role is not _LEADER or self._qs_pending or self._transfer_target is not None:
             return False
-        live = 1
-        for peer in self._peers.values():
+        live = 1 if self._is_voter else 0
+        voters = self._voter_set
+        for v, peer in self._peers.items():
             if peer.silent:
                 continue
             if not peer.held:
                 return False
-            live += 1
+            if v in voters:
+                live += 1
         return live >= self._majority
 
     @property
@@ -760,6 +875,9 @@ class RaftCore:
         # live leader's lease, so an operator's unclean candidate may win its pre-vote, and
         # once an operator clears its own flag the next tick runs for election.
         if self._election_elapsed >= self._election_timeout and not self._needs_catch_up:
+            if not self._can_campaign():
+                self._election_elapsed = 0  # a learner (or a removed replica) never runs
+                return out
             if (role is _FOLLOWER and self._unreachable_refused
                     and self._unreachable_seen == (self._epoch, self._leader_id)):
                 self._start_candidacy()  # its leader's process is gone: no pre-vote
@@ -770,8 +888,11 @@ class RaftCore:
     def handle(self, message: Message) -> list[Effect]:
         """A message from another voter (from any epoch; stale ones are ignored)."""
         out = self._out = []
-        if message.sender not in self._others:
-            return out  # not a voter of this partition (or ourselves)
+        if message.sender == self.replica_id:
+            return out
+        # From any replica: one may be a member in a membership this replica has not seen
+        # yet. Votes count only from the voters of the candidate's membership; a leader
+        # ignores fetches from a replica that is not a member of its membership.
         kind = type(message)
         if kind is FetchRequest:
             self._on_fetch_request(message)
@@ -863,7 +984,7 @@ class RaftCore:
             raise NotLeaderError(leader_id=self._active_leader(), epoch=self._epoch)
         if target == self.replica_id:
             return out
-        if target not in self._peers:
+        if target not in self._voter_set:
             raise ValueError(f"transfer target {target} is not a voter")
         self._transfer_target = target
         self._transfer_elapsed = 0
@@ -879,11 +1000,14 @@ class RaftCore:
         if self._role is not _LEADER or target == self.replica_id:
             return None
         peer = self._peers.get(target)
-        if peer is None:
+        if peer is None or target not in self._voter_set:
             return f"transfer target {target} is not a voter"
+        return self._behind(target, peer, "transfer target")
+
+    def _behind(self, target: int, peer: _Peer, what: str) -> str | None:
         recent = 0 <= peer.caught_up_ticks <= self._cfg.election_timeout_ticks
         if not peer.fetched or peer.silent or (peer.durable_offset < self._hw and not recent):
-            return (f"transfer target {target} is behind: durable offset {peer.durable_offset}"
+            return (f"{what} {target} is behind: durable offset {peer.durable_offset}"
                     f" < high watermark {self._hw}, not caught up lately")
         return None
 
@@ -891,7 +1015,8 @@ class RaftCore:
         """Run for election now (pre-vote first), as if the election timeout had passed: for
         a new partition's preferred leader. A no-op for a leader, a follower or a candidate."""
         out = self._out = []
-        if self._role in (_UNATTACHED, _RESIGNED, _PROSPECTIVE) and not self._needs_catch_up:
+        if (self._role in (_UNATTACHED, _RESIGNED, _PROSPECTIVE) and not self._needs_catch_up
+                and self._can_campaign()):
             self._start_prevote()
         return out
 
@@ -913,7 +1038,8 @@ class RaftCore:
         per election, which for hundreds of orphaned groups is what the failover is made of.
         A no-op unless this replica follows `broker_id`."""
         out = self._out = []
-        if self._role is not _FOLLOWER or self._leader_id != broker_id or self._needs_catch_up:
+        if (self._role is not _FOLLOWER or self._leader_id != broker_id or self._needs_catch_up
+                or not self._can_campaign()):
             return out
         if self._unreachable_seen == (self._epoch, broker_id):
             return out  # said again (every refused fetch): the timer set the first time stands
@@ -923,7 +1049,8 @@ class RaftCore:
         self._quiesced = False
         self.leader_unreachable_signals += 1
         self._election_elapsed = max(self._election_elapsed, self._cfg.election_timeout_ticks)  # no lease
-        self._election_timeout = self._election_elapsed + self._stagger([v for v in self.voters if v != broker_id])
+        contenders = sorted((set(self.voters) | {self.replica_id}) - {broker_id})
+        self._election_timeout = self._election_elapsed + self._stagger(contenders)
         return out
 
     def leader_alive(self, broker_id: int) -> list[Effect]:
@@ -1062,6 +1189,67 @@ class RaftCore:
                 self._answer_parked()  # held followers learn the new log start
         return out
 
+    def change_membership(self, membership: Membership) -> list[Effect]:
+        """Leader: append `membership` to the log (AppendMembership); it is in force at once,
+        on this replica and on each follower as the entry reaches it, committed or not.
+        Raises NotLeaderError, ReassignmentInProgressError (a change is not committed yet, or
+        nothing of this epoch is: ask again later), InvalidReplicaAssignmentError (more than
+        one voter added or removed, a new voter that was not a caught-up learner: see
+        `membership_change_refusal`)."""
+        out = self._out = []
+        if self._role is not _LEADER:
+            raise NotLeaderError(leader_id=self._active_leader(), epoch=self._epoch)
+        refusal = self._membership_refusal(membership)
+        if refusal is not None:
+            raise refusal[0](refusal[1])
+        if membership == self._membership:
+            return out
+        offset = self._end
+        self._mem_offsets.append(offset)
+        self._mem_entries.append(membership)
+        self._persist_quorum_state()  # where recovery must look for it, before it is written
+        self._emit(AppendMembership(self._epoch, offset, membership))
+        if not self._ep_epochs or self._ep_epochs[-1] < self._epoch:
+            self._ep_epochs.append(self._epoch)  # the first entry of an epoch with no control batch
+            self._ep_starts.append(offset)
+        self._end = offset + 1
+        self._set_membership(membership)
+        if self._require_flush:
+            self._request_flush()
+        else:
+            self._maybe_advance_hw()
+        self._answer_parked()
+        return out
+
+    def membership_change_refusal(self, membership: Membership) -> str | None:
+        """Why `membership` may not be appended now (None: it may). The single-server rule
+        (Ongaro's dissertation, 4.1 and its fix): one change in flight at a time, none before
+        an entry of this leader's epoch is committed, at most one voter added or removed,
+        and a new voter must be a learner that has caught up. A query: no effects."""
+        refusal = self._membership_refusal(membership)
+        return None if refusal is None else refusal[1]
+
+    def _membership_refusal(self, membership: Membership) -> tuple[type[Exception], str] | None:
+        busy = ReassignmentInProgressError
+        if self._role is not _LEADER:
+            return NotLeaderError, f"replica {self.replica_id} does not lead"
+        if self._mem_offsets:
+            return busy, f"the membership change at offset {self._mem_offsets[-1]} is not committed"
+        if not self._epoch_committed or self._qs_pending:
+            return busy, f"nothing of epoch {self._epoch} is committed yet"
+        old = set(self._membership.voters)
+        new = set(membership.voters)
+        bad = InvalidReplicaAssignmentError
+        if len(old ^ new) > 1:
+            return bad, (f"voters {sorted(old)} -> {sorted(new)} changes more than one voter:"
+                         " add or remove one at a time")
+        for added in new - old:
+            if added not in self._membership.learners:
+                return bad, f"replica {added} must join as a learner and catch up before it votes"
+            behind = self._behind(added, self._peers[added], "learner")
+            return None if behind is None else (bad, behind)
+        return None
+
     def resign(self) -> list[Effect]:
         """Step down as leader (graceful shutdown); a no-op otherwise."""
         out = self._out = []
@@ -1098,9 +1286,75 @@ class RaftCore:
             "needs_catch_up": self._needs_catch_up,
             "unclean_election": self._unclean_election,
             "quiescent": self.quiescent,
+            "voters": list(self._membership.voters),
+            "learners": list(self._membership.learners),
         }
 
     # ---------------------------------------------------------------------- internals
+
+    def _quorum_voters(self) -> tuple[int, ...]:
+        """The voters every majority is counted among (the membership in force)."""
+        return self._membership.voters
+
+    def _set_membership(self, membership: Membership) -> None:
+        self._membership = membership
+        voters = self._quorum_voters()
+        self.voters = voters
+        self._voter_set = frozenset(voters)
+        self._is_voter = self.replica_id in self._voter_set
+        self._others = tuple(v for v in voters if v != self.replica_id)
+        self._majority = len(voters) // 2 + 1
+        members = set(membership.members) | self._voter_set
+        members.discard(self.replica_id)
+        self._members_others = tuple(sorted(members))
+        if self._peers or getattr(self, "_role", None) is _LEADER:
+            for v in self._members_others:
+                if v not in self._peers:
+                    self._peers[v] = _Peer()
+            for v in [v for v in self._peers if v not in members]:
+                del self._peers[v]  # its parked fetch, if any, is left unanswered: not a member
+                self._cq_fetched.discard(v)
+        if self._transfer_target is not None and self._transfer_target not in self._voter_set:
+            self._transfer_target = None
+
+    def _can_campaign(self) -> bool:
+        """A voter runs for election; so does a voter whose removal is not committed yet
+        (counting votes among the new voters, not its own), or a group whose only
+        up-to-date log sits on a leader that removed itself and lost its quorum before the
+        removal committed would never elect again."""
+        return self._is_voter or (
+            bool(self._mem_offsets) and self.replica_id in self._base_membership.voters
+        )
+
+    def _fold_committed_memberships(self) -> None:
+        """Membership entries below the high watermark are committed: the last becomes the
+        base (persisted with the quorum state, so retention may drop its entry)."""
+        offsets = self._mem_offsets
+        if not offsets or offsets[0] >= self._hw:
+            return
+        while offsets and offsets[0] < self._hw:
+            self._base_membership_offset = offsets.pop(0)
+            self._base_membership = self._mem_entries.pop(0)
+        self._persist_quorum_state()
+
+    def _step_down_if_removed(self) -> bool:
+        """Leader (from its tick): once its own removal is committed, hand leadership to a
+        caught-up voter (TimeoutNow) and resign. True if it did."""
+        if self._is_voter or self._mem_offsets:
+            return False
+        for v in self._others:
+            if self._peers[v].fetch_offset == self._end:
+                self._send(v, TimeoutNow(self.replica_id, self._epoch))
+                break
+        self._resign()
+        return True
+
+    def _drop_memberships_from(self, offset: int) -> None:
+        if self._mem_offsets and self._mem_offsets[-1] >= offset:
+            while self._mem_offsets and self._mem_offsets[-1] >= offset:
+                self._mem_offsets.pop()
+                self._mem_entries.pop()
+            self._set_membership(self._mem_entries[-1] if self._mem_entries else self._base_membership)
 
     def _emit(self, effect: Effect) -> None:
         if self._qs_pending:
@@ -1173,6 +1427,7 @@ class RaftCore:
         while starts and starts[-1] >= offset:
             starts.pop()
             self._ep_epochs.pop()
+        self._drop_memberships_from(offset)
 
     def _truncate_fully(self, offset: int) -> None:
         # Everything we hold is below the leader's log start, which is committed (retention
@@ -1183,6 +1438,15 @@ class RaftCore:
             self._flush_cap = offset
         self._ep_epochs.clear()
         self._ep_starts.clear()
+        # Entries below the leader's log start are committed: fold ours (a gap: a change
+        # committed there that we never held stays unknown until a later entry; see
+        # "Membership changes").
+        if self._mem_offsets:
+            self._base_membership_offset = self._mem_offsets[-1]
+            self._base_membership = self._mem_entries[-1]
+            self._mem_offsets.clear()
+            self._mem_entries.clear()
+            self._persist_quorum_state()
         if offset > self._hw:
             self._hw = offset
             self._emit(HighWatermarkChanged(offset))
@@ -1209,9 +1473,11 @@ class RaftCore:
             self._raise_log_start(start)
 
     def _maybe_advance_low_wm(self) -> None:
-        values = [self._log_start]
-        for peer in self._peers.values():
-            values.append(peer.log_start)
+        voters = self._voter_set
+        values = [self._log_start] if self._is_voter else []
+        for v, peer in self._peers.items():
+            if v in voters:
+                values.append(peer.log_start)
         values.sort(reverse=True)
         low = values[self._majority - 1]
         if low > self._low_wm:
@@ -1283,7 +1549,7 @@ class RaftCore:
         self._reset_election_timer()
         self._announce()
         self._release_parked()
-        if len(self._grants) >= self._majority:
+        if len(self._grants & self._voter_set) >= self._majority:
             self._start_candidacy()
             return
         req = VoteRequest(self.replica_id, self._epoch + 1, self.last_epoch, self._end, True,
@@ -1301,7 +1567,7 @@ class RaftCore:
         self._refusals = set()
         self._reset_election_timer()
         self._announce()
-        if len(self._grants) >= self._majority:
+        if len(self._grants & self._voter_set) >= self._majority:
             self._become_leader()
             return
         req = VoteRequest(self.replica_id, self._epoch, self.last_epoch, self._end, False,
@@ -1313,7 +1579,7 @@ class RaftCore:
         self._role = _LEADER
         self._unclean_election = False
         self._set_quorum_state(self._epoch, self._voted_for, self.replica_id)
-        self._peers = {v: _Peer() for v in self._others}
+        self._peers = {v: _Peer() for v in self._members_others}
         self._low_wm = 0
         self._cq_elapsed = 0
         self._cq_fetched = set()
@@ -1326,7 +1592,9 @@ class RaftCore:
         # convention); the epoch enters the epoch cache with the first append.
         offset = self._end
         self._epoch_start_offset = offset
+        self._epoch_committed = True  # nothing earlier to commit, until a control batch below
         if offset > self._log_start or self._hw < offset:
+            self._epoch_committed = False
             self._emit(AppendControl(self._epoch, offset))
             if not self._ep_epochs or self._ep_epochs[-1] < self._epoch:
                 self._ep_epochs.append(self._epoch)
@@ -1334,7 +1602,7 @@ class RaftCore:
             self._end = offset + 1
         self._announce()
         begin = BeginQuorumEpoch(self.replica_id, self._epoch)
-        for v in self._others:
+        for v in self._members_others:
             self._send(v, begin)
         if self._require_flush:
             self._request_flush()
@@ -1345,7 +1613,7 @@ class RaftCore:
         self._leave_leader()
         self._role = _RESIGNED
         end = EndQuorumEpoch(self.replica_id, self._epoch)
-        for v in self._others:
+        for v in self._members_others:
             self._send(v, end)
         self._reset_election_timer()
         self._announce()
@@ -1355,6 +1623,8 @@ class RaftCore:
 
     def _tick_leader(self) -> None:
         cfg = self._cfg
+        if self._step_down_if_removed():
+            return
         for v, peer in self._peers.items():
             if peer.held:
                 continue  # alive as far as its broker's link shows: no timers
@@ -1385,9 +1655,10 @@ class RaftCore:
                     self._send(v, begin)
         self._cq_elapsed += 1
         if self._cq_elapsed >= cfg.check_quorum_ticks:
-            alive = len(self._cq_fetched) + 1
+            voters = self._voter_set
+            alive = len(self._cq_fetched & voters) + (1 if self._is_voter else 0)
             for v, peer in self._peers.items():
-                if peer.held and not peer.silent and v not in self._cq_fetched:
+                if peer.held and not peer.silent and v not in self._cq_fetched and v in voters:
                     alive += 1
             if alive < self._majority:
                 self._resign()
@@ -1401,16 +1672,21 @@ class RaftCore:
 
     def _maybe_advance_hw(self) -> None:
         own = self._flushed if self._require_flush else self._end
-        values = [own]
-        for peer in self._peers.values():
-            values.append(peer.durable_offset)
+        voters = self._voter_set
+        values = [own] if self._is_voter else []
+        for v, peer in self._peers.items():
+            if v in voters:
+                values.append(peer.durable_offset)
         values.sort(reverse=True)
         candidate = values[self._majority - 1]
         if candidate > self._hw and candidate > self._epoch_start_offset:
             self._hw = candidate
+            self._epoch_committed = True
             self._emit(HighWatermarkChanged(candidate))
             self._adopt_reported_log_start()
-            self._answer_parked()
+            self._fold_committed_memberships()
+            if self._role is _LEADER:
+                self._answer_parked()
 
     def _answer_parked(self, *, held: bool = True) -> None:
         """Answer every parked fetch (`held=False`: leave held ones parked)."""
@@ -1440,7 +1716,7 @@ class RaftCore:
         target = self._transfer_target
         if target is None:
             return
-        if self._peers[target].fetch_offset == self._end:
+        if self._peers[target].fetch_offset == self._end:  # a voter: _set_membership
             self._send(target, TimeoutNow(self.replica_id, self._epoch))
 
     def _on_fetch_request(self, m: FetchRequest) -> None:
@@ -1457,7 +1733,9 @@ class RaftCore:
                 self.replica_id, self._epoch, self._active_leader(), m.fetch_id, NOT_LEADER,
             ))  # fmt: skip
             return
-        peer = self._peers[m.sender]
+        peer = self._peers.get(m.sender)
+        if peer is None:
+            return  # not a member of our membership (removed, or not added yet)
         peer.idle_ticks = 0
         peer.wake_at = 0
         peer.silent = False
@@ -1573,6 +1851,7 @@ class RaftCore:
         if hw > self._hw:
             self._hw = hw
             self._emit(HighWatermarkChanged(hw))
+            self._fold_committed_memberships()
         # The leader's log start (DeleteRecords, retention), never past our high watermark:
         # we drop only committed records, which the leader no longer serves either.
         start = m.log_start_offset if m.log_start_offset < self._hw else self._hw
@@ -1628,12 +1907,26 @@ class RaftCore:
                 )
             expected = last + 1
             last_epoch = epoch
+        previous = self._end
+        for offset, _membership in m.memberships:
+            if not previous <= offset < expected:
+                raise RaftStateError(f"membership entry at {offset} outside [{self._end}, {expected})")
+            previous = offset + 1
+        if m.memberships:
+            first = not self._mem_offsets
+            for offset, membership in m.memberships:
+                self._mem_offsets.append(offset)
+                self._mem_entries.append(membership)
+            if first:  # where recovery must look for them, durable before they are written
+                self._persist_quorum_state()
         self._emit(AppendReplicated(m.records, self._end, expected))
         for base, _last, epoch in m.batches:
             if not self._ep_epochs or epoch > self._ep_epochs[-1]:
                 self._ep_epochs.append(epoch)
                 self._ep_starts.append(base)
         self._end = expected
+        if m.memberships:
+            self._set_membership(self._mem_entries[-1])
 
     # -- elections
 
@@ -1683,7 +1976,7 @@ class RaftCore:
                 return
             if m.granted:
                 self._grants.add(m.sender)
-                if len(self._grants) >= self._majority:
+                if len(self._grants & self._voter_set) >= self._majority:
                     self._start_candidacy()
             elif (
                 m.epoch == self._epoch
@@ -1710,9 +2003,9 @@ class RaftCore:
         if self._role is _CANDIDATE and m.epoch == self._epoch:
             if m.granted:
                 self._grants.add(m.sender)
-                if len(self._grants) >= self._majority:
+                if len(self._grants & self._voter_set) >= self._majority:
                     self._become_leader()
-            elif m.sender not in self._refusals:
+            elif m.sender not in self._refusals and m.sender in self._voter_set:
                 self._refusals.add(m.sender)
                 if 2 * len(self._refusals) >= len(self._others):
                     self._retry_split_vote()
@@ -1759,6 +2052,6 @@ class RaftCore:
     def _on_timeout_now(self, m: TimeoutNow) -> None:
         if (
             m.epoch == self._epoch and self._role is _FOLLOWER and self._leader_id == m.sender
-            and not self._needs_catch_up
+            and not self._needs_catch_up and self._can_campaign()
         ):
             self._start_candidacy()

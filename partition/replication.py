@@ -96,6 +96,7 @@ import trio
 
 from partition.batch import CheckedBatches, iter_headers
 from partition.errors import CorruptRecordError
+from partition.membership import memberships_in
 from partition.segment import pread_exact
 from partition.raft import (
     BeginQuorumEpoch,
@@ -259,7 +260,14 @@ def decode_fetch_response(
         return topic, partition, m
     if skip:
         records = memoryview(records)[skip:]
-    return topic, partition, m.with_records(CheckedBatches(records, checked), tuple(summary))
+    try:
+        memberships = memberships_in(records, checked)  # control batches only: rare
+    except CorruptRecordError as exc:
+        log_event(logger, "replica_fetch_corrupt", level=logging.WARNING, topic=topic,
+                  partition=partition, fetch_offset=fetch_offset, reason=str(exc))
+        return topic, partition, None
+    return topic, partition, m.with_records(CheckedBatches(records, checked), tuple(summary),
+                                            memberships)
 
 
 _TYPES: Final = {

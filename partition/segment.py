@@ -18,12 +18,8 @@ Invariants (as Kafka's LogSegment):
   before it hands them out (partition/log.py "Integrity"). `walk` and `locate` check each
   header's sanity, and `locate` that the index entry it starts from names the batch found
   there; a failure raises `StorageDamageError` with the segment and position.
-* `SegmentVerifier` is the one definition of an intact segment (used by recovery's scan,
-  the scrubber and the damage check): every batch's header and CRC-32C are good, base
-  offsets start at or after the segment's base and strictly increase past the previous
-  batch's last offset, offsets stay within int32 of the base (and below the next segment's
-  base when given), and partition leader epochs never decrease. It can also check the
-  in-memory indexes against the batches it reads.
+* `SegmentVerifier` (partition/segment_verifier.py) is the one definition of an intact
+  segment; the indexes' upkeep is partition/segment_index.py (a base class of Segment).
 * Bytes are checked once (DESIGN §9 "Integrity"): each segment keeps the byte ranges whose
   batches a read or a SegmentVerifier has checked since this process opened it
   (`unverified` / `mark_verified`, at most MAX_VERIFIED_RANGES ranges, whole batches), and
@@ -37,12 +33,9 @@ Invariants (as Kafka's LogSegment):
   cached tail (`trusted_from`, partition/log.py "Integrity"), where the page cache most
   likely still holds what was written; other reads, and reads of older bytes, check them.
 
-Size (issue 13's ~800-line rule): over it since the integrity checks joined the reads; the
-seam is `SegmentVerifier` with the checked ranges (~250 lines), which could move to its own
-module once `pread_exact` and the header constants live beside it.
-
 Open files (issue 19): the active segment keeps its fd open; a sealed segment, once fsynced
-(`make_evictable`, called by the log), is in the process-wide FILE_CACHE, which closes the
+(`make_evictable`, called by the log), is in the node's FileCache (partition/file_cache.py:
+one per node, handed to every log it hosts; a log opened alone has its own), which closes the
 least recently used of those nobody pins once more than `max_open` are open (the node sets it
 from `log_open_files_max`), and a later use reopens it by name. Every use of an fd pins it
 (`pin` / `_io`), so an fd is never closed under a call; a truncation that makes a sealed
@@ -72,33 +65,42 @@ reports damage, which the log re-checks under the writer before acting (never on
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
-import struct
 import threading
 from bisect import bisect_right
-from collections import OrderedDict, deque
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Callable, Iterator
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
 from partition.batch import (
+    INT32_MAX,
     HEADER_BYTES,
     LOG_OVERHEAD,
     MAGIC,
+    MIN_BATCH_LENGTH,
     Header,
     decode_batch,
-    read_header,
-    scan_valid_prefix,
-    verify_crc,
 )
 from partition.errors import CorruptRecordError, StorageDamageError
+from partition.file_cache import DEFAULT_MAX_OPEN_SEGMENTS, FileCache
+from partition.file_io import (
+    pread_exact,
+    pwrite_all,
+    reserve_blocks,
+)
+from partition.segment_index import SegmentIndexes
+from partition.segment_verifier import (
+    ResumePoint,
+    SegmentScan,
+    SegmentVerifier,
+    parse_header_prefix,
+)
 from partition.index import (
     OFFSET_ENTRY_BYTES,
     TIME_ENTRY_BYTES,
-    IndexCorrupt,
     OffsetIndex,
     TimeIndex,
 )
@@ -113,12 +115,17 @@ class FileSlice:
     offset: int
     length: int
 
+    def intact(self) -> bool:
+        """Always (raftlog.base.protocol.FilePart): the dup keeps the bytes readable; a maker
+        that must know whether they are still the log's wraps the slice (replica.LogSlice)."""
+        return True
+
     def close(self) -> None:
         os.close(self.fd)
 
 
 __all__ = [
-    "FILE_CACHE",
+    "DEFAULT_MAX_OPEN_SEGMENTS",
     "FileCache",
     "FileSlice",
     "ResumePoint",
@@ -140,84 +147,14 @@ T = TypeVar("T")
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIMEINDEX_SUFFIX = ".timeindex"
-INT32_MAX = 0x7FFFFFFF
-_MIN_BATCH_LENGTH = HEADER_BYTES - LOG_OVERHEAD
-# Header layout of RecordBatch v2 (see partition/batch.py); parsed here without the
-# "whole batch inside the buffer" check because the walk reads headers only.
-_HEADER = struct.Struct(">qiibIhiqqqhii")
 _WALK_CHUNK_BYTES = 8192
-_SCAN_CHUNK_BYTES = 8 << 20
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")  # drop_cached advises whole pages
-# Index entries `load_indexes` checks against the batch headers they name (evenly spread;
-# all of them when there are fewer): bounded so that opening a large log stays O(segments).
-# The scrubber checks every entry (SegmentVerifier).
-INDEX_SAMPLE_ENTRIES = 256
 # Checked byte ranges a segment remembers (module docstring); past this the smallest go.
 # Readers at a few positions (followers at the tail, a consumer catching up) need a handful.
 MAX_VERIFIED_RANGES = 16
 TRUST_MARK_SPACING = 1 << 20  # how finely `trusted_from` follows the end (~17 marks at 16 MiB)
 
 
-class FileCache:
-    """The open files of sealed segments, process-wide (module docstring "Open files"): at
-    most `max_open` of them stay open while nobody uses them, least recently used closed
-    first; a use reopens. Segments pinned meanwhile stay open (above the cap if need be).
-    `lock` guards every segment's fd, pins and close state."""
-
-    def __init__(self, max_open: int):
-        self.max_open = max_open
-        self.lock = threading.Lock()
-        self._open: OrderedDict[Segment, None] = OrderedDict()
-        self.reopens = 0
-        self.evictions = 0
-
-    def open_count(self) -> int:
-        """Sealed segments' files open now (the active segments' are not counted)."""
-        with self.lock:
-            return len(self._open)
-
-    def set_max_open(self, max_open: int) -> None:
-        if max_open < 1:
-            raise ValueError(f"max open files {max_open} < 1")
-        with self.lock:
-            self.max_open = max_open
-            self.evict_over_cap()
-
-    # The rest: under `lock`.
-
-    def touch(self, seg: "Segment") -> None:
-        self._open[seg] = None
-        self._open.move_to_end(seg)
-
-    def forget(self, seg: "Segment") -> None:
-        self._open.pop(seg, None)
-
-    def reopen(self, seg: "Segment") -> None:
-        seg._fd = os.open(seg.log_path, os.O_RDWR)
-        self.reopens += 1
-        if seg._evictable:
-            self.touch(seg)
-            self.evict_over_cap()
-
-    def evict_over_cap(self) -> None:
-        if len(self._open) <= self.max_open:
-            return
-        for seg in list(self._open):
-            if len(self._open) <= self.max_open:
-                return
-            if seg._pins == 0:
-                del self._open[seg]
-                fd, seg._fd = seg._fd, None
-                if fd is not None:
-                    os.close(fd)
-                self.evictions += 1
-
-
-# Sized for 1,000 partitions with a few sealed segments each under the usual 1,024 (soft) and
-# 4,096 open-file limits beside the active segments' files and the sockets: the node sets it
-# from `log_open_files_max`.
-DEFAULT_MAX_OPEN_SEGMENTS = 512
-FILE_CACHE = FileCache(DEFAULT_MAX_OPEN_SEGMENTS)
 
 
 def segment_name(base_offset: int) -> str:
@@ -234,482 +171,39 @@ def parse_segment_name(filename: str, suffix: str = LOG_SUFFIX) -> int | None:
     return int(stem)
 
 
-def pread_exact(fd: int, n: int, pos: int) -> bytes:
-    """os.pread until `n` bytes or end of file (pread may return short)."""
-    data = os.pread(fd, n, pos)
-    if len(data) == n or not data:
-        return data
-    parts = [data]
-    got = len(data)
-    while got < n:
-        more = os.pread(fd, n - got, pos + got)
-        if not more:
-            break
-        parts.append(more)
-        got += len(more)
-    return b"".join(parts)
 
 
-# One write call covers at most this much. A follower appends a whole replication round
-# (1-3 MiB at 256 KiB batches) at once; on this machine (2-vCPU VM, Linux 6.18, ext4) perf
-# put 15-26% of a follower's CPU in that one pwrite's copy into the page cache, against ~2%
-# for the leader's 256 KiB writes of the same bytes. In 256 KiB calls the followers' system
-# CPU per record fell 8-33% and RF=3 records/s rose 2.5-15% (`scripts/bench replication
-# --sizes 256 --failovers 0`, 3 interleaved pairs).
-WRITE_CHUNK_BYTES = 256 << 10
 
 
-def pwrite_all(fd: int, data, pos: int) -> None:
-    """Write `data` (a buffer, or a list of buffers written back to back) at `pos`, in calls
-    of at most WRITE_CHUNK_BYTES."""
-    parts = data if isinstance(data, list) else [data]
-    views = deque(v for v in (memoryview(b).cast("B") for b in parts) if len(v))
-    while views:
-        iov = []
-        size = 0
-        for v in views:
-            if size >= WRITE_CHUNK_BYTES:
-                break
-            iov.append(v[: WRITE_CHUNK_BYTES - size])
-            size += len(iov[-1])
-        n = os.pwritev(fd, iov, pos)
-        pos += n
-        while n:
-            if n >= len(views[0]):
-                n -= len(views.popleft())
-            else:
-                views[0] = views[0][n:]
-                n = 0
 
-
-TMP_SUFFIX = ".tmp"
-
-
-def write_durably(directory: Path, name: str, data: bytes, *, dir_fd: int | None = None) -> None:
-    """Replace `directory/name` with `data` so that a crash leaves the old or the new contents:
-    write a temp file, fsync it, rename it over, fsync the directory (`dir_fd` if the caller
-    keeps one open)."""
-    tmp = directory / (name + TMP_SUFFIX)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        pwrite_all(fd, data, 0)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, directory / name)
-    if dir_fd is not None:
-        os.fsync(dir_fd)
-        return
-    dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
-_LIBC = ctypes.CDLL(None, use_errno=True)
-_SYNCFS = getattr(_LIBC, "syncfs", None)  # Linux; elsewhere write_durably_many goes file by file
-_STATFS = getattr(_LIBC, "statfs", None)
-# Filesystems whose syncfs commits what fsync would (journal, log or transaction, then a
-# device flush): ext2/3/4, XFS, Btrfs. Not FUSE (the kernel does not pass syncfs on to a FUSE
-# server: the fault suite's power-loss filesystem sees fsyncs only, and lost votes when the
-# quorum state was synced this way), not network filesystems: those get an fsync per file.
-_SYNCFS_FILESYSTEMS = frozenset({0xEF53, 0x58465342, 0x9123683E})
-_syncfs_ok: dict[int, bool] = {}  # st_dev -> syncfs makes it durable
-
-_FALLOCATE = getattr(_LIBC, "fallocate", None)  # Linux
-if _FALLOCATE is not None:
-    _FALLOCATE.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
-_FALLOC_FL_KEEP_SIZE = 1
 # How far past its end the active segment allocates disk blocks ("Disk blocks ahead"): as far
 # as it holds, at most the MAX, none while under the MIN (idle partitions reserve nothing).
 RESERVE_AHEAD_MAX = 16 << 20
 RESERVE_AHEAD_MIN = 1 << 20
 
 
-def reserve_blocks(fd: int, offset: int, length: int) -> bool:
-    """Allocate disk blocks for [offset, offset + length) of `fd` without changing its size;
-    False when that cannot be done here (no fallocate, a full disk, a file system without
-    it)."""
-    if _FALLOCATE is None or length <= 0:
-        return False
-    return _FALLOCATE(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0
 
 
-def _syncfs_makes_durable(directory: Path, dev: int) -> bool:
-    ok = _syncfs_ok.get(dev)
-    if ok is None:
-        ok = False
-        if _SYNCFS is not None and _STATFS is not None:
-            buf = ctypes.create_string_buffer(256)  # struct statfs: f_type (a long) comes first
-            if _STATFS(os.fsencode(directory), buf) == 0:
-                ok = (ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF) in _SYNCFS_FILESYSTEMS
-        _syncfs_ok[dev] = ok
-    return ok
 
 
-def write_durably_many(files: list[tuple[Path, str, bytes]]) -> list[OSError | None]:
-    """`write_durably` for many files at once (group commit): every temp file written, one
-    syncfs(2) of their filesystem, every rename, one more syncfs; so a crash leaves each file
-    with its old or its new contents, as one by one would. Returns an OSError or None per
-    file, in order: one file's failure (a missing directory, a full disk) fails only it; a
-    failed syncfs fails every file it covered. On ext4 every fsync is a journal commit, one
-    after another whichever threads ask: 333 files took 50-80 ms with two fsyncs each, in
-    one thread or in 40, and 20-35 ms like this (this machine's disk, idle). syncfs also
-    writes back every other dirty page of that filesystem: on a data disk of the node's own,
-    its appends not yet flushed (few: each group commit flushes them). Files on a
-    filesystem whose syncfs is not known to make them durable (_SYNCFS_FILESYSTEMS) are
-    written with write_durably, one by one."""
-    errors: list[OSError | None] = [None] * len(files)
-    synced: dict[int, list[int]] = {}  # st_dev -> indexes of the files written for its syncfs
-    for i, (directory, name, data) in enumerate(files):
-        try:
-            dev = os.stat(directory).st_dev
-            if not _syncfs_makes_durable(directory, dev):
-                write_durably(directory, name, data)
-                continue
-            fd = os.open(directory / (name + TMP_SUFFIX), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                pwrite_all(fd, data, 0)
-            finally:
-                os.close(fd)
-            synced.setdefault(dev, []).append(i)
-        except OSError as exc:
-            errors[i] = exc
-    for dev, indexes in synced.items():
-        _syncfs_all(files, indexes, errors, "the temp files")
-        for i in indexes:
-            if errors[i] is None:
-                directory, name, _ = files[i]
-                try:
-                    os.replace(directory / (name + TMP_SUFFIX), directory / name)
-                except OSError as exc:
-                    errors[i] = exc
-        _syncfs_all(files, indexes, errors, "the renames")
-    return errors
 
 
-# The most bytes at offset 0 of a file that a power loss writes all or none of: one sector of
-# the disk. PostgreSQL keeps pg_control, which it overwrites in place, under the same 512.
-ATOMIC_OVERWRITE_BYTES: Final = 512
 
 
-def _open_for_overwrite(path: Path, data: bytes) -> tuple[int, int] | None:
-    """(fd, st_dev) of `path` opened for writing if it can be overwritten in place by `data`
-    (it exists and has exactly len(data) bytes), else None: it must be made by a rename."""
-    if len(data) > ATOMIC_OVERWRITE_BYTES:
-        raise ValueError(f"an overwrite in place is atomic up to {ATOMIC_OVERWRITE_BYTES} bytes, not {len(data)}")
-    try:
-        fd = os.open(path, os.O_WRONLY)
-    except FileNotFoundError:
-        return None
-    try:
-        st = os.fstat(fd)
-    except OSError:
-        os.close(fd)
-        raise
-    if st.st_size != len(data):
-        os.close(fd)
-        return None
-    return fd, st.st_dev
 
 
-def overwrite_durably(directory: Path, name: str, data: bytes) -> None:
-    """Make `directory/name` hold `data` (at most ATOMIC_OVERWRITE_BYTES) durably, so that a
-    crash leaves the old or the new contents. A file of exactly len(data) bytes is
-    overwritten in place and fdatasynced: no new file, no rename, no directory fsync, only
-    a one-sector write, which a power loss writes all or none of. Any other (missing, or of
-    another size) goes through write_durably, once."""
-    opened = _open_for_overwrite(directory / name, data)
-    if opened is None:
-        write_durably(directory, name, data)
-        return
-    fd, _ = opened
-    try:
-        pwrite_all(fd, data, 0)
-        os.fdatasync(fd)
-    finally:
-        os.close(fd)
 
 
-def overwrite_durably_many(files: list[tuple[Path, str, bytes]]) -> list[OSError | None]:
-    """`overwrite_durably` for many files at once (group commit): every in-place write, then
-    one syncfs of their filesystem where syncfs makes files durable (else an fdatasync each);
-    the files that need a rename go through write_durably_many. An OSError or None per file,
-    in order. Against write_durably_many's temp file and rename per file, an overwrite
-    allocates nothing and touches no directory: 333 files took 5 ms instead of 67 ms on
-    this machine's ext4, idle (the quorum-state writes of a node's elections after a kill)."""
-    errors: list[OSError | None] = [None] * len(files)
-    renamed: list[int] = []
-    synced: dict[int, list[int]] = {}  # st_dev -> indexes overwritten, for its syncfs
-    for i, (directory, name, data) in enumerate(files):
-        try:
-            opened = _open_for_overwrite(directory / name, data)
-            if opened is None:
-                renamed.append(i)
-                continue
-            fd, dev = opened
-            try:
-                pwrite_all(fd, data, 0)
-                if _syncfs_makes_durable(directory, dev):
-                    synced.setdefault(dev, []).append(i)
-                else:
-                    os.fdatasync(fd)
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            errors[i] = exc
-    for indexes in synced.values():
-        _syncfs_all(files, indexes, errors, "the overwrites")
-    for i, error in zip(renamed, write_durably_many([files[i] for i in renamed]), strict=True):
-        errors[i] = error
-    return errors
 
 
-def _syncfs_all(files: list[tuple[Path, str, bytes]], indexes: list[int],
-                errors: list[OSError | None], what: str) -> None:
-    """syncfs of the filesystem holding files[indexes] (one of them is enough to name it);
-    its failure becomes each of those files' error."""
-    live = [i for i in indexes if errors[i] is None]
-    if not live:
-        return
-    assert _SYNCFS is not None
-    try:
-        fd = os.open(files[live[0]][0], os.O_RDONLY | os.O_DIRECTORY)
-    except OSError as exc:
-        err, why = exc.errno, f"open for syncfs of {what}: {exc.strerror}"
-    else:
-        try:
-            if _SYNCFS(fd) == 0:
-                return
-            err = ctypes.get_errno()
-            why = f"syncfs of {what}: {os.strerror(err)}"
-        finally:
-            os.close(fd)
-    for i in live:
-        errors[i] = OSError(err, why)
 
-
-def write_whole_file(path: Path, data: bytes) -> None:
-    """Replace the contents of `path` (no fsync; callers fsync when it must be durable)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        pwrite_all(fd, data, 0)
-    finally:
-        os.close(fd)
-
-
-def read_whole_file_or_none(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return None
-
-
-def fsync_path(path: Path) -> bool:
-    """fsync a file by name (fsync flushes the inode, whichever fd asks); False if gone."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return True
-
-
-def parse_header_prefix(data, off: int = 0) -> Header:
-    """Header fields at `off` (61 bytes must be there); checks magic and minimum length only."""
-    h = Header(*_HEADER.unpack_from(data, off))
-    if h.magic != MAGIC:
-        raise CorruptRecordError(f"magic {h.magic} (expected {MAGIC})")
-    if h.batch_length < _MIN_BATCH_LENGTH or h.last_offset_delta < 0:
-        raise CorruptRecordError(
-            f"batch length {h.batch_length} / last offset delta {h.last_offset_delta}")
-    return h
-
-
-@dataclass(frozen=True)
-class ResumePoint:
-    """Where the recovery of an active segment may start (partition/log.py "recovery point"):
-    every batch in [0, position) was checked and fsynced, the last ending just before
-    `next_offset` with epoch `last_epoch`; the indexes and index state describe that prefix."""
-
-    position: int
-    next_offset: int
-    last_epoch: int
-    max_timestamp: int
-    offset_of_max_timestamp: int
-    bytes_since_index: int
-    index: OffsetIndex
-    timeindex: TimeIndex
-
-
-@dataclass(frozen=True)
-class SegmentScan:
-    """What a CRC scan of a segment found: the intact prefix and what was cut after it."""
-
-    valid_bytes: int
-    headers: list[tuple[int, Header]]
-    bytes_dropped: int
-    offsets_lost: int
-
-
-class SegmentVerifier:
-    """A resumable, read-only check of one segment's batches (the module docstring's rules),
-    from position 0 to `end` (default: the segment's size when created).
-
-    Call `step(max_bytes)` until `done`; each step reads about `max_bytes` (at least one whole
-    batch) with one or two preads, so a caller can pace it (the scrubber) or run it to the end
-    (recovery, the damage check). Afterwards: `damage` is None when every batch was intact,
-    else the reason for the first bad one, which starts at `valid_bytes` (the end of the
-    intact prefix); `next_offset` / `last_epoch` describe that prefix; `damage_offset` is the
-    bad batch's base offset when its header still reads sanely, else `next_offset`. With
-    `check_index=True` the segment's in-memory `index` and `timeindex` are compared with the
-    batches as they are read: every offset-index entry must be the position and base offset
-    of a batch, every timeindex entry the base offset and max timestamp of one; the first
-    disagreement is in `index_problem` (the batches themselves may still be intact).
-
-    Concurrency: reads only (preads on the pinned fd); safe beside the log's writer, but a
-    truncation of this segment meanwhile shows up as damage: re-check under the writer."""
-
-    def __init__(self, seg: "Segment", *, end: int | None = None, min_epoch: int = -1,
-                 max_offset: int | None = None, check_index: bool = False,
-                 keep_headers: bool = False, start: int = 0, next_offset: int | None = None):
-        self.seg = seg
-        self.end = seg.size_bytes if end is None else end
-        self.max_offset = max_offset
-        # `start` > 0: resume after a prefix checked earlier (recovery from an offset-granular
-        # recovery point), whose batches end just before `next_offset`.
-        self.valid_bytes = start
-        self.next_offset = seg.base_offset if next_offset is None else next_offset
-        self.last_epoch = min_epoch
-        self.damage: str | None = None
-        self.damage_offset = seg.base_offset
-        self.batches = 0
-        self.headers: list[tuple[int, Header]] | None = [] if keep_headers else None
-        self.index_problem: str | None = None
-        self._check_index = check_index
-        self._ix = 0
-        self._tx = 0
-        self._version = seg.verified_version
-        if check_index:
-            self._index = (seg.index.rel_offsets, seg.index.positions)
-            self._timeindex = (seg.timeindex.timestamps, seg.timeindex.rel_offsets)
-
-    @property
-    def done(self) -> bool:
-        return self.damage is not None or self.valid_bytes >= self.end
-
-    def run(self) -> "SegmentVerifier":
-        """Check to the end in 8 MiB steps; returns self."""
-        while not self.done:
-            self.step(_SCAN_CHUNK_BYTES)
-        return self
-
-    def step(self, max_bytes: int) -> int:
-        """Check the next ~max_bytes (at least one batch); returns the bytes read."""
-        if self.done:
-            return 0
-        seg, pos = self.seg, self.valid_bytes
-        chunk = seg._io(pread_exact, min(max(max_bytes, HEADER_BYTES), self.end - pos), pos)
-        read = len(chunk)
-        if len(chunk) >= LOG_OVERHEAD:
-            total = LOG_OVERHEAD + int.from_bytes(chunk[8:12], "big", signed=True)
-            if len(chunk) < total and pos + total <= self.end:
-                chunk = seg._io(pread_exact, total, pos)  # one batch bigger than the step
-                read += len(chunk)
-        at_end = pos + len(chunk) >= self.end
-        _, found = scan_valid_prefix(chunk)
-        for p, h in found:
-            why = self._batch_problem(h)
-            if why is not None:
-                self._fail(why, h.base_offset)
-                break
-            self._accept(pos + p, h)
-        seg.mark_verified(pos, self.valid_bytes, self._version)
-        if self.damage is not None:
-            return read
-        if self.valid_bytes == pos or (at_end and self.valid_bytes < self.end):
-            # Nothing intact at pos, or bad bytes after the last intact batch at the end (a
-            # batch merely cut by the chunk is re-read from its start at the next step).
-            self._fail(self._why_bad(chunk, self.valid_bytes - pos), self._header_offset(
-                chunk, self.valid_bytes - pos))
-        elif self.done:
-            self._finish_index()
-        return read
-
-    def _batch_problem(self, h: Header) -> str | None:
-        if h.base_offset < self.next_offset:
-            return f"base offset {h.base_offset} below the expected {self.next_offset}"
-        if h.last_offset - self.seg.base_offset > INT32_MAX:
-            return f"last offset {h.last_offset} beyond int32 of the segment base"
-        if self.max_offset is not None and h.next_offset > self.max_offset:
-            return f"last offset {h.last_offset} reaches the next segment's base {self.max_offset}"
-        if h.partition_leader_epoch < self.last_epoch:
-            return f"leader epoch {h.partition_leader_epoch} below the previous {self.last_epoch}"
-        return None
-
-    def _accept(self, pos: int, h: Header) -> None:
-        if self._check_index and self.index_problem is None:
-            self._check_entries(pos, h)
-        if self.headers is not None:
-            self.headers.append((pos, h))
-        self.valid_bytes = pos + h.size
-        self.next_offset = h.next_offset
-        self.last_epoch = h.partition_leader_epoch
-        self.batches += 1
-
-    def _fail(self, why: str, offset: int) -> None:
-        self.damage = f"segment {self.seg.name} at position {self.valid_bytes}: {why}"
-        self.damage_offset = offset if offset >= self.next_offset else self.next_offset
-
-    def _why_bad(self, chunk: bytes, off: int) -> str:
-        try:
-            h = read_header(chunk, off)
-            verify_crc(chunk, off, h)
-        except CorruptRecordError as e:
-            return str(e).partition(": ")[2] or str(e)
-        return "bad batch"
-
-    def _header_offset(self, chunk: bytes, off: int) -> int:
-        if len(chunk) - off >= 27 and chunk[off + 16] == MAGIC:
-            return int.from_bytes(chunk[off:off + 8], "big", signed=True)
-        return self.next_offset
-
-    def _check_entries(self, pos: int, h: Header) -> None:
-        base = self.seg.base_offset
-        rels, positions = self._index
-        while self._ix < len(positions) and positions[self._ix] <= pos:
-            if positions[self._ix] < pos or base + rels[self._ix] != h.base_offset:
-                self.index_problem = (f"index entry {self._ix} ({rels[self._ix]}, "
-                                      f"{positions[self._ix]}) names no batch")
-                return
-            self._ix += 1
-        stamps, trels = self._timeindex
-        while self._tx < len(trels) and base + trels[self._tx] <= h.base_offset:
-            if base + trels[self._tx] < h.base_offset or stamps[self._tx] != h.max_timestamp:
-                self.index_problem = (f"timeindex entry {self._tx} ({stamps[self._tx]}, "
-                                      f"{trels[self._tx]}) names no batch")
-                return
-            self._tx += 1
-
-    def _finish_index(self) -> None:
-        if not self._check_index or self.index_problem is not None:
-            return
-        if self._ix < len(self._index[1]):
-            self.index_problem = f"index entry {self._ix} points past the last batch"
-        elif self._tx < len(self._timeindex[1]):
-            self.index_problem = f"timeindex entry {self._tx} names no batch"
-
-
-class Segment:
+class Segment(SegmentIndexes):
     """One segment; see the module docstring for invariants. Use `create` or `open_existing`."""
 
     def __init__(self, directory: Path, base_offset: int, fd: int, size_bytes: int,
-                 *, max_index_entries: int, max_time_entries: int):
+                 *, max_index_entries: int, max_time_entries: int, files: FileCache):
         self.directory = directory
+        self._files = files  # the node's open-file cache ("Open files")
         self.base_offset = base_offset
         self.name = segment_name(base_offset)
         self._fd: int | None = fd
@@ -758,22 +252,24 @@ class Segment:
         return self.directory / (self.name + TIMEINDEX_SUFFIX)
 
     @classmethod
-    def create(cls, directory: Path, base_offset: int, *, max_index_bytes: int) -> "Segment":
+    def create(cls, directory: Path, base_offset: int, *, max_index_bytes: int,
+               files: FileCache) -> "Segment":
         """A new empty segment file (O_EXCL: an existing file of that name is a bug)."""
         path = directory / (segment_name(base_offset) + LOG_SUFFIX)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         return cls(directory, base_offset, fd, 0,
                    max_index_entries=max_index_bytes // OFFSET_ENTRY_BYTES,
-                   max_time_entries=max_index_bytes // TIME_ENTRY_BYTES)
+                   max_time_entries=max_index_bytes // TIME_ENTRY_BYTES, files=files)
 
     @classmethod
-    def open_existing(cls, directory: Path, base_offset: int, *, max_index_bytes: int) -> "Segment":
+    def open_existing(cls, directory: Path, base_offset: int, *, max_index_bytes: int,
+                      files: FileCache) -> "Segment":
         path = directory / (segment_name(base_offset) + LOG_SUFFIX)
         fd = os.open(path, os.O_RDWR)
         st = os.fstat(fd)
         seg = cls(directory, base_offset, fd, st.st_size,
                   max_index_entries=max_index_bytes // OFFSET_ENTRY_BYTES,
-                  max_time_entries=max_index_bytes // TIME_ENTRY_BYTES)
+                  max_time_entries=max_index_bytes // TIME_ENTRY_BYTES, files=files)
         # Blocks past the size's last one: a reserve a crash left ("Disk blocks ahead"),
         # freed like one of our own.
         seg._reserved_to = max(st.st_size, st.st_blocks * 512 - st.st_blksize + 1)
@@ -789,22 +285,22 @@ class Segment:
 
     def pin(self) -> None:
         """Keep the fd open (reopening it if the file cache closed it) until `unpin`."""
-        with FILE_CACHE.lock:
+        with self._files.lock:
             assert not self._fd_closed
             if self._fd is None:
-                FILE_CACHE.reopen(self)
+                self._files.reopen(self)
             elif self._evictable:
-                FILE_CACHE.touch(self)
+                self._files.touch(self)
             self._pins += 1
 
     def unpin(self) -> None:
-        with FILE_CACHE.lock:
+        with self._files.lock:
             self._pins -= 1
             if self._pins == 0:
                 if self._close_requested:
                     self._close_fd()
                 elif self._evictable:
-                    FILE_CACHE.evict_over_cap()
+                    self._files.evict_over_cap()
 
     def _io(self, call: Callable[..., T], *args: Any) -> T:
         """`call(fd, *args)`: one system call on the segment's fd, pinned meanwhile when the
@@ -823,38 +319,38 @@ class Segment:
     def make_evictable(self) -> None:
         """A sealed, fsynced segment: the file cache may close its fd while nobody pins it
         and reopen it on the next use (module docstring "Open files")."""
-        with FILE_CACHE.lock:
+        with self._files.lock:
             if self._evictable or self._fd_closed:
                 return
             self._evictable = True
             if self._fd is not None:
-                FILE_CACHE.touch(self)
+                self._files.touch(self)
                 if self._pins == 0:
-                    FILE_CACHE.evict_over_cap()
+                    self._files.evict_over_cap()
 
     def keep_open(self) -> None:
         """The segment is (again) the active one: open, and never closed by the cache."""
-        with FILE_CACHE.lock:
+        with self._files.lock:
             if not self._evictable:
                 return
             self._evictable = False
-            FILE_CACHE.forget(self)
+            self._files.forget(self)
             if self._fd is None and not self._fd_closed:
-                FILE_CACHE.reopen(self)
+                self._files.reopen(self)
 
     def close(self) -> None:
         """Close the fd now, or at the last unpin if a flush is using it."""
-        with FILE_CACHE.lock:
+        with self._files.lock:
             if self._pins:
                 self._close_requested = True
             else:
                 self._close_fd()
 
     def _close_fd(self) -> None:
-        # Under FILE_CACHE.lock.
+        # Under self._files.lock.
         if not self._fd_closed:
             self._fd_closed = True
-            FILE_CACHE.forget(self)
+            self._files.forget(self)
             if self._fd is not None and self._fd >= 0:
                 os.close(self._fd)
             self._fd = None
@@ -947,127 +443,7 @@ class Segment:
             self._io(os.posix_fadvise, self._cached_from, end - self._cached_from, os.POSIX_FADV_DONTNEED)
             self._cached_from = end
 
-    def fsync_index_files(self) -> None:
-        fsync_path(self.index_path)
-        fsync_path(self.timeindex_path)
-
     # ------------------------------------------------------------------ indexes
-
-    def seal(self) -> None:
-        """Close the segment for appends: final timeindex entry, index files written (not
-        fsynced: the log's flush does that before it trusts the segment). Reads trust only
-        the active segment's own appends ("checked once"): the marks go, so that a segment a
-        truncation makes active again, long after its bytes left the cached tail, has none."""
-        self.timeindex.maybe_append(self.max_timestamp, self.offset_of_max_timestamp - self.base_offset)
-        self.write_index_files()
-        self._append_marks.clear()
-        self._written_from = None
-        self.release_reserved()
-
-    def write_index_files(self) -> None:
-        write_whole_file(self.index_path, self.index.to_bytes())
-        write_whole_file(self.timeindex_path, self.timeindex.to_bytes())
-
-    def load_indexes(self, *, next_base_offset: int | None, index_interval_bytes: int) -> bool:
-        """For a sealed segment: read and sanity-check both index files; rebuild them from the
-        batch headers if missing or damaged. Returns True if they were rebuilt. Raises
-        StorageDamageError when a rebuild meets a header that does not parse.
-
-        Checks: entries monotonic and inside the file; the last offset entry and an even
-        sample of the others (INDEX_SAMPLE_ENTRIES; all in a small index) point at a batch
-        header with the offset they name; timeindex offsets below the next segment."""
-        try:
-            data = self.index_path.read_bytes()
-            tdata = self.timeindex_path.read_bytes()
-            index = OffsetIndex.from_bytes(data, max_entries=self.index.max_entries,
-                                           segment_bytes=self.size_bytes)
-            timeindex = TimeIndex.from_bytes(tdata, max_entries=self.timeindex.max_entries)
-            n = len(index)
-            if n:
-                # The last entry and an even sample of the others (all of them in a small
-                # index) must each point at a batch header with the offset it names.
-                step = max(1, n // INDEX_SAMPLE_ENTRIES)
-                for k in sorted({*range(n - 1, -1, -step), 0}):
-                    self._check_index_entry(index, k)
-            if len(timeindex) and next_base_offset is not None and \
-                    self.base_offset + timeindex.rel_offsets[-1] >= next_base_offset:
-                raise IndexCorrupt("timeindex names an offset of the next segment")
-        except (OSError, IndexCorrupt) as e:
-            logger.warning("segment %s: rebuilding indexes (%s)", self.name, e)
-            self.rebuild_indexes(index_interval_bytes=index_interval_bytes)
-            self.seal()
-            return True
-        self.index, self.timeindex = index, timeindex
-        self.max_timestamp = timeindex.last_timestamp
-        if len(timeindex):
-            self.offset_of_max_timestamp = self.base_offset + timeindex.rel_offsets[-1]
-        return False
-
-    def _check_index_entry(self, index: OffsetIndex, k: int) -> None:
-        pos = index.positions[k]
-        head = self._io(pread_exact, HEADER_BYTES, pos)
-        if len(head) < HEADER_BYTES:
-            raise IndexCorrupt(f"entry {k} position {pos} has no whole header")
-        try:
-            h = parse_header_prefix(head)
-        except CorruptRecordError as e:
-            raise IndexCorrupt(f"entry {k} position {pos}: {e}") from None
-        if h.base_offset != self.base_offset + index.rel_offsets[k]:
-            raise IndexCorrupt(
-                f"entry {k} names offset {self.base_offset + index.rel_offsets[k]},"
-                f" the batch there starts at {h.base_offset}")
-
-    def _reset_indexes(self) -> None:
-        self.index = OffsetIndex(self.index.max_entries)
-        self.timeindex = TimeIndex(self.timeindex.max_entries)
-        self.max_timestamp = -1
-        self.offset_of_max_timestamp = self.base_offset
-        self.bytes_since_index = 0
-        self.next_offset = self.base_offset
-        self.last_epoch = -1
-
-    def _index_batch(self, pos: int, base_offset: int, next_offset: int, max_timestamp: int,
-                     size: int, epoch: int, index_interval_bytes: int) -> None:
-        # Kafka's rule: an entry at the start of a batch once more than the interval was
-        # written since the last entry; the timeindex moves with it when time moved on.
-        if self.bytes_since_index > index_interval_bytes:
-            self.index.append(base_offset - self.base_offset, pos)
-            self.timeindex.maybe_append(self.max_timestamp,
-                                        self.offset_of_max_timestamp - self.base_offset)
-            self.bytes_since_index = 0
-        if max_timestamp > self.max_timestamp:
-            self.max_timestamp = max_timestamp
-            self.offset_of_max_timestamp = base_offset
-        self.bytes_since_index += size
-        self.next_offset = next_offset
-        self.last_epoch = epoch
-
-    def rebuild_indexes(self, *, index_interval_bytes: int) -> None:
-        """Rebuild both indexes by walking every batch header (no CRC: for trusted sealed
-        segments). Raises StorageDamageError at a header that does not parse (the indexes
-        are then partial: the caller scans the segment and cuts it, as recovery does)."""
-        interval = index_interval_bytes
-        self._reset_indexes()
-        for pos, h in self.walk(0, self.size_bytes):
-            self._index_batch(pos, h.base_offset, h.next_offset, h.max_timestamp, h.size,
-                              h.partition_leader_epoch, interval)
-
-    @classmethod
-    def index_bytes_for(cls, data: bytes, base_offset: int, *, index_interval_bytes: int,
-                        max_index_bytes: int) -> tuple[bytes, bytes]:
-        """(.index bytes, .timeindex bytes) of a sealed segment holding `data` (whole, trusted
-        batches): what the compactor writes next to a rewritten segment."""
-        seg = cls(Path("."), base_offset, -1, 0,
-                  max_index_entries=max(1, max_index_bytes // OFFSET_ENTRY_BYTES),
-                  max_time_entries=max(1, max_index_bytes // TIME_ENTRY_BYTES))
-        pos = 0
-        while pos < len(data):
-            h = parse_header_prefix(data, pos)
-            seg._index_batch(pos, h.base_offset, h.next_offset, h.max_timestamp, h.size,
-                             h.partition_leader_epoch, index_interval_bytes)
-            pos += h.size
-        seg.timeindex.maybe_append(seg.max_timestamp, seg.offset_of_max_timestamp - base_offset)
-        return seg.index.to_bytes(), seg.timeindex.to_bytes()
 
     # ------------------------------------------------------------------ recovery scan
 
@@ -1131,7 +507,7 @@ class Segment:
             base = int.from_bytes(head[0:8], "big", signed=True)
             blen = int.from_bytes(head[8:12], "big", signed=True)
             delta = int.from_bytes(head[23:27], "big", signed=True)
-            if base < prev_next or delta < 0 or blen < _MIN_BATCH_LENGTH or delta > INT32_MAX:
+            if base < prev_next or delta < 0 or blen < MIN_BATCH_LENGTH or delta > INT32_MAX:
                 break
             lost += delta + 1
             prev_next = base + delta + 1
@@ -1345,10 +721,3 @@ class Segment:
         self.bytes_since_index = self.size_bytes - start
         self.created_ms = None
         return removed
-
-    def scan_tail(self) -> None:
-        """Compute next_offset/last_epoch of a sealed segment (walk from its last index entry)."""
-        self.next_offset = self.base_offset
-        for _, h in self.walk(self.index.last_position(), self.size_bytes):
-            self.next_offset = h.next_offset
-            self.last_epoch = h.partition_leader_epoch

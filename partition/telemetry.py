@@ -42,15 +42,15 @@ from typing import Any, Final
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
+from partition.batch import BATCH_PREFIX, HEADER_BYTES, LAST_OFFSET_DELTA_AT, LOG_OVERHEAD
 from raftlog.base.metrics import Metric, counter_family, gauge_family
 
 __all__ = ["LatencyBuckets", "TopicTraffic", "ReplicaTelemetry", "batch_records", "slice_records",
            "FSYNC_BUCKETS_S"]
 
 FSYNC_BUCKETS_S: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
-_BATCH_PREFIX: Final = struct.Struct(">qi")  # base offset, length (after these 12 bytes)
-_LAST_OFFSET_DELTA_AT: Final = 23
-_HEADER_BYTES: Final = 61
+_DELTA: Final = struct.Struct(">i")  # lastOffsetDelta at LAST_OFFSET_DELTA_AT
+_PREFIX_BYTES: Final = LAST_OFFSET_DELTA_AT + 4  # the header up to lastOffsetDelta
 MAX_SLICE_BATCHES: Final = 4096  # headers read per file slice at most (then: bytes only)
 
 
@@ -107,12 +107,12 @@ def batch_records(data: bytes | bytearray | memoryview, fetch_offset: int) -> in
     compacted batch counts its gaps too), from the batch headers only."""
     view = memoryview(data)
     pos, count, end = 0, 0, len(view)
-    while pos + _HEADER_BYTES <= end:
-        base, length = _BATCH_PREFIX.unpack_from(view, pos)
-        last = base + struct.unpack_from(">i", view, pos + _LAST_OFFSET_DELTA_AT)[0]
+    while pos + HEADER_BYTES <= end:
+        base, length = BATCH_PREFIX.unpack_from(view, pos)
+        last = base + _DELTA.unpack_from(view, pos + LAST_OFFSET_DELTA_AT)[0]
         if last >= fetch_offset:
             count += last - max(base, fetch_offset) + 1
-        pos += 12 + length
+        pos += LOG_OVERHEAD + length
     return count
 
 
@@ -121,16 +121,16 @@ def slice_records(fd: int, position: int, length: int, fetch_offset: int) -> int
     fetch): reads the batch headers only, at most MAX_SLICE_BATCHES of them."""
     pos, count, end = position, 0, position + length
     for _ in range(MAX_SLICE_BATCHES):
-        if pos + _HEADER_BYTES > end:
+        if pos + HEADER_BYTES > end:
             break
-        head = os.pread(fd, 27, pos)
-        if len(head) < 27:
+        head = os.pread(fd, _PREFIX_BYTES, pos)
+        if len(head) < _PREFIX_BYTES:
             break
-        base, batch_length = _BATCH_PREFIX.unpack_from(head, 0)
-        last = base + struct.unpack_from(">i", head, _LAST_OFFSET_DELTA_AT)[0]
+        base, batch_length = BATCH_PREFIX.unpack_from(head, 0)
+        last = base + _DELTA.unpack_from(head, LAST_OFFSET_DELTA_AT)[0]
         if last >= fetch_offset:
             count += last - max(base, fetch_offset) + 1
-        pos += 12 + batch_length
+        pos += LOG_OVERHEAD + batch_length
     return count
 
 

@@ -1,6 +1,10 @@
 """End-to-end benchmark: a real three-node cluster on this machine and `raftlog perf`.
 
     python scripts/bench_e2e.py [--records 1000000] [--record-bytes 100] [--runs 3] [--json]
+    scripts/bench e2e --small        # 100,000 records, one run, a 2 s latency run: a quick look
+
+Writes bench-results/e2e.png (`--plot`): records/s beside RF=3 acks=all's, the latency
+percentiles and their CDF (scripts/bench_plot.py).
 
 For each configuration (RF=3 acks=all, the target; RF=1 acks=all and RF=3 acks=1 beside it,
 so the ratios show what replication and waiting for the quorum cost) and each run, on a
@@ -29,6 +33,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import bench_plot
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_PRODUCE = 200_000
@@ -80,7 +86,14 @@ def main() -> int:
                          "(connections, metadata, producer id; Kafka's --warmup-records)")
     ap.add_argument("--configs", default="all", help="comma list of 1,2,3 (default all)")
     ap.add_argument("--json", action="store_true", help="print the medians as JSON too")
+    ap.add_argument("--small", action="store_true",
+                    help="100,000 records, one run, a 2 s latency run (unless given)")
+    bench_plot.add_plot_option(ap, "e2e")
     args = ap.parse_args()
+    if args.small:
+        for key, small in (("records", 100_000), ("runs", 1), ("latency_seconds", 2.0)):
+            if getattr(args, key) == ap.get_default(key):
+                setattr(args, key, small)
 
     harness = load_harness()
     chosen = CONFIGS if args.configs == "all" else [CONFIGS[int(i) - 1] for i in args.configs.split(",")]
@@ -161,6 +174,10 @@ def main() -> int:
             print(f"target {what:<8} {'MET ' if ok else 'MISS'} {text}")
     if args.json:
         print(json.dumps(results, sort_keys=True))
+    bench_plot.throughput_latency(
+        args.plot, f"scripts/bench e2e: 3 nodes and the client on one machine, {args.records:,} records of "
+        f"{args.record_bytes} B, {args.partitions} partitions, medians of {args.runs}; latency run paced at "
+        f"{args.latency_rate:,.0f} records/s", results, baseline=CONFIGS[0][0], note=bench_plot.command_note())
     return 0
 
 

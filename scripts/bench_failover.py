@@ -5,6 +5,10 @@
 again) before the next run. Prints each run and the medians.
 
     .venv/bin/python scripts/bench_failover.py [--runs 5] [--keep]
+    scripts/bench failover --small     # 3 runs
+
+Writes bench-results/failover.png (`--plot`): each run's timeline from the kill to the new
+controller and to the first create_topic that succeeds (scripts/bench_plot.py).
 
 Every node is a real `raftlog node start` process on free loopback ports with its data in a
 temp dir (kept with --keep); all are stopped by PID at the end, also on Ctrl-C or failure.
@@ -26,6 +30,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import bench_plot
 from raftlog.cli.cluster import NodePorts, NodeProcess, build_node_configs, free_ports, stop_all, write_node_config
 from raftlog.node.config import new_cluster_id
 from raftlog.base.protocol import FrameDecoder, encode_frame
@@ -68,7 +73,11 @@ def main() -> int:
     parser.add_argument("--session-timeout-ms", type=int, default=3000,
                         help="broker session (only delays the killed broker's re-registration)")
     parser.add_argument("--keep", action="store_true", help="keep the data dirs")
+    parser.add_argument("--small", action="store_true", help="3 runs (unless --runs is given)")
+    bench_plot.add_plot_option(parser, "failover")
     args = parser.parse_args()
+    if args.small and args.runs == parser.get_default("runs"):
+        args.runs = 3
 
     root = Path(tempfile.mkdtemp(prefix="raftlog-failover-"))
     ports = {i: NodePorts(*free_ports(5)) for i in (1, 2, 3)}
@@ -138,6 +147,11 @@ def main() -> int:
         print(f"median of {args.runs}: new controller {statistics.median(elected_ms):.0f} ms, "
               f"create_topic {statistics.median(created_ms):.0f} ms "
               f"(min {min(elected_ms):.0f}, max {max(elected_ms):.0f} ms)")
+        bench_plot.failover_timeline(
+            args.plot, f"controller failover, 3 nodes on one machine (heartbeat {args.heartbeat_ms} ms): "
+            f"median new controller {statistics.median(elected_ms):.0f} ms",
+            [{"new controller answers": e, "create_topic succeeds": c} for e, c in zip(elected_ms, created_ms)],
+            note=bench_plot.command_note(), target_ms=2000)
         return 0
     finally:
         stop_all(processes.values())

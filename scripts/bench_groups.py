@@ -10,7 +10,11 @@ from the kill until a surviving member has returned a record from every partitio
 one owned. Prints each run and the median (of --runs, default 5), with the session timeout as
 the baseline the figure is bound by (detection = session expiry, then a rebalance).
 
-    .venv/bin/python scripts/bench_groups.py [--runs 5] [--session-ms 3000]
+    .venv/bin/python scripts/bench_groups.py [--runs 5] [--session-ms 3000] [--part all|failover|rebalance]
+
+Then, on the same cluster, scripts/bench_groups_rebalance.py: one of 10 members joins a group
+of 30 partitions under KIP-848 beside the classic eager and cooperative rebalances
+(--rebalance-runs, default 3).
 
 Every process is stopped by its PID at the end (also on failure or Ctrl-C).
 """
@@ -89,21 +93,31 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--session-ms", type=int, default=3000)
     ap.add_argument("--interval-ms", type=int, default=20, help="producer pause between rounds of 6 records")
+    ap.add_argument("--part", choices=("all", "failover", "rebalance"), default="all")
+    ap.add_argument("--rebalance-runs", type=int, default=3)
     args = ap.parse_args()
+    import bench_groups_rebalance  # this script's folder is on sys.path
+
+    times: list[float] = []
     with tempfile.TemporaryDirectory(prefix="bench-groups-") as tmp:
         root = Path(tmp)
         logs = root / "consumers"
         logs.mkdir()
-        with harness.NodeCluster(root, size=3) as cluster:
+        settings = {**harness.TEST_SETTINGS, "group_consumer_heartbeat_interval_ms": 500,
+                    "group_consumer_session_timeout_ms": 6000}
+        with harness.NodeCluster(root, size=3, settings=settings) as cluster:
             cluster.start_all()
             cluster.wait_ready(60)
             cluster.call(1, "create_topic", name=TOPIC, partitions=6, replication_factor=3, configs={})
             cluster.wait_for(lambda: cluster.call(1, "find_coordinator", group_id="bench-0"), 30, "coordinator")
-            times = []
-            for run in range(args.runs):
+            if args.part in ("all", "rebalance"):
+                bench_groups_rebalance.run_all(cluster, args.rebalance_runs, 50)
+            for run in range(args.runs if args.part in ("all", "failover") else 0):
                 t = one_run(cluster, run, args.session_ms, args.interval_ms, logs)
                 times.append(t)
                 print(f"run {run + 1}: partitions consumed again {t * 1000:.0f} ms after SIGKILL", flush=True)
+    if not times:
+        return 0
     med = statistics.median(times)
     print(f"median {med * 1000:.0f} ms (session_timeout_ms {args.session_ms}: ratio {med * 1000 / args.session_ms:.2f}); "
           f"min {min(times) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms over {len(times)} runs")

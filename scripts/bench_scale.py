@@ -61,6 +61,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import bench_plot  # noqa: E402
 from partition.batch import BatchBuilder  # noqa: E402
 from partition.manager import PARTITIONS_DIR  # noqa: E402
 from raftlog import Producer  # noqa: E402
@@ -445,6 +446,7 @@ def main() -> int:
     ap.add_argument("--keep", help="data directory to use and keep (default: a temp dir)")
     ap.add_argument("--base-port", type=int, default=None,
                     help="use the 15 ports from here (default: free ports the kernel does not hand out)")
+    bench_plot.add_plot_option(ap, "scale")
     args = ap.parse_args()
     if args.partitions < TOPICS:
         ap.error(f"--partitions must be at least {TOPICS}, one per topic (got {args.partitions})")
@@ -502,6 +504,11 @@ def main() -> int:
         fds = {i: float(open_files(cluster.pid(i))) for i in (1, 2, 3)}
         print(f"idle CPU per node (median of {args.runs} x {args.idle_s:g} s): {fmt_nodes(idle, '.1%')} "
               f"[target < 5%; ratio to baseline {fmt_nodes({i: idle[i] / max(base_idle[i], 1e-6) for i in idle}, '.1f')}]")
+        bench_plot.idle_cpu(args.plot, f"idle CPU per node, 3 local nodes: {total:,} partitions (RF 3) beside "
+                            f"the 3-partition baseline, medians of {args.runs} x {args.idle_s:g} s",
+                            {"baseline (3 partitions)": {f"node {i}": 100 * v for i, v in base_idle.items()},
+                             f"{total:,} partitions": {f"node {i}": 100 * v for i, v in idle.items()}},
+                            target=5.0, note=bench_plot.command_note())
         print(f"RSS MiB: {fmt_nodes(rss, '.0f')}; open files: {fmt_nodes(fds, '.0f')} "
               f"[target: bounded, not ~2 per partition]", flush=True)
 

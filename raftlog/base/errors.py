@@ -18,6 +18,9 @@ DESIGN §6), and every exception raised anywhere in raftlog derives from one of 
      │    ├── TopicAlreadyExistsError           TOPIC_ALREADY_EXISTS
      │    ├── InvalidPartitionsError            INVALID_PARTITIONS
      │    ├── InvalidReplicationFactorError     INVALID_REPLICATION_FACTOR
+     │    ├── InvalidReplicaAssignmentError     INVALID_REPLICA_ASSIGNMENT  (a bad replica set)
+     │    ├── ReassignmentInProgressError       REASSIGNMENT_IN_PROGRESS  (one change at a time)
+     │    ├── NoReassignmentInProgressError     NO_REASSIGNMENT_IN_PROGRESS  (nothing to cancel)
      │    ├── InvalidConfigError                INVALID_CONFIG  (key, when one is to blame)
      │    │    └── ConfigError                  (local only: a bad node configuration file/env/flag)
      │    ├── PeerUnavailableError              (local only: a peer link could not send the request)
@@ -62,7 +65,9 @@ DESIGN §6), and every exception raised anywhere in raftlog derives from one of 
      │    ├── SecurityDisabledError             SECURITY_DISABLED  (ACL ops without an authorizer)
      │    ├── ResourceNotFoundError             RESOURCE_NOT_FOUND  (e.g. no such SCRAM credential)
      │    ├── DuplicateResourceError            DUPLICATE_RESOURCE
-     │    └── UnacceptableCredentialError       UNACCEPTABLE_CREDENTIAL  (e.g. too few iterations)
+     │    ├── UnacceptableCredentialError       UNACCEPTABLE_CREDENTIAL  (e.g. too few iterations)
+     │    └── SchemaRegistryError               SCHEMA_REGISTRY_ERROR  (http_status, error_code:
+     │                                          Confluent's REST error; raftlog/node/registry/errors.py)
      └── UnknownOutcomeError the request may or may not have taken effect (Jepsen's `info`)
           ├── RequestTimedOutError              REQUEST_TIMED_OUT
           ├── KafkaStorageError                 KAFKA_STORAGE_ERROR  (a write may be on disk)
@@ -268,6 +273,22 @@ class InvalidReplicationFactorError(RejectedError):
     code = "INVALID_REPLICATION_FACTOR"
 
 
+class InvalidReplicaAssignmentError(RejectedError):
+    """A replica set that cannot be: an unknown broker, a duplicate, none at all."""
+
+    code = "INVALID_REPLICA_ASSIGNMENT"
+
+
+class ReassignmentInProgressError(RejectedError):
+    """A replica move is under way (one membership change at a time): try again after it."""
+
+    code = "REASSIGNMENT_IN_PROGRESS"
+
+
+class NoReassignmentInProgressError(RejectedError):
+    code = "NO_REASSIGNMENT_IN_PROGRESS"
+
+
 class InvalidConfigError(RejectedError):
     """A config key or value that cannot be used; `key` names it when one key is to blame."""
 
@@ -439,6 +460,36 @@ class GroupMaxSizeReachedError(RejectedError):
     code = "GROUP_MAX_SIZE_REACHED"
 
 
+class FencedMemberEpochError(RejectedError):
+    """KIP-848: the member's epoch is not the coordinator's (it was fenced): rejoin with epoch 0."""
+
+    code = "FENCED_MEMBER_EPOCH"
+
+
+class UnreleasedInstanceIdError(RejectedError):
+    """KIP-848: a static member's instance id is still held by a member that did not leave."""
+
+    code = "UNRELEASED_INSTANCE_ID"
+
+
+class UnsupportedAssignorError(RejectedError):
+    """KIP-848: the server-side assignor the member names is not one the broker has."""
+
+    code = "UNSUPPORTED_ASSIGNOR"
+
+
+class StaleMemberEpochError(RejectedError):
+    """KIP-848: an offset commit or fetch with a member epoch older than the member's."""
+
+    code = "STALE_MEMBER_EPOCH"
+
+
+class InvalidRegularExpressionError(RejectedError):
+    """KIP-848: a subscription regex that does not compile."""
+
+    code = "INVALID_REGULAR_EXPRESSION"
+
+
 class InvalidSessionTimeoutError(RejectedError):
     code = "INVALID_SESSION_TIMEOUT"
 
@@ -503,6 +554,14 @@ class UnacceptableCredentialError(RejectedError):
     """A credential the cluster refuses to store (e.g. a SCRAM iteration count out of range)."""
 
     code = "UNACCEPTABLE_CREDENTIAL"
+
+
+class SchemaRegistryError(RejectedError):
+    """The Schema Registry refused a request. Details: `http_status` and `error_code`, the
+    Confluent REST error (e.g. 404 / 40401 subject not found); raftlog/node/registry/errors.py
+    holds one subclass per Confluent code."""
+
+    code = "SCHEMA_REGISTRY_ERROR"
 
 
 class RequestTimedOutError(UnknownOutcomeError):

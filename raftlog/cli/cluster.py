@@ -20,8 +20,9 @@ Kafka listeners, mutual TLS between nodes, ACLs, /metrics behind a token, and an
 whose login is <data-dir>/client.properties.
 
 Node i (1-based) listens on 127.0.0.1 at base_port + 10*(i-1) + {0 kafka, 1 client (native),
-2 peer, 3 quorum, 4 http}: with the default base port node 1's Kafka listener is 9092, Kafka's
-port (`kcat -b 127.0.0.1:9092`), and its native listener 9093 (the raftlog CLI's default).
+2 peer, 3 quorum, 4 http, 5 schema registry}: with the default base port node 1's Kafka
+listener is 9092, Kafka's port (`kcat -b 127.0.0.1:9092`), its native listener 9093 (the
+raftlog CLI's default) and its Schema Registry 9097 (`raftlog schemas`' default).
 
 Process rules (also used by the test harness and scripts/bench_failover.py): each node runs
 as `python -m raftlog.cli node start --config node.toml` in its own session (so a Ctrl-C at
@@ -89,11 +90,13 @@ class NodePorts:
     quorum: int
     http: int
     kafka: int
+    schema_registry: int = 0  # 0: any free port
 
     @classmethod
     def from_base(cls, base_port: int, index: int) -> "NodePorts":
         first = base_port + PORT_STRIDE * index
-        return cls(client=first + 1, peer=first + 2, quorum=first + 3, http=first + 4, kafka=first)
+        return cls(client=first + 1, peer=first + 2, quorum=first + 3, http=first + 4, kafka=first,
+                   schema_registry=first + 5)
 
 
 def build_node_configs(
@@ -127,7 +130,7 @@ def build_node_configs(
             listeners=Listeners(
                 kafka=HostPort(host, p.kafka), client=HostPort(host, p.client),
                 peer=HostPort(host, p.peer), quorum=HostPort(host, p.quorum),
-                http=HostPort(host, p.http),
+                http=HostPort(host, p.http), schema_registry=HostPort(host, p.schema_registry),
             ),  # fmt: skip
             controller_quorum_voters=quorum,
             controller_peers=peers,
@@ -436,7 +439,7 @@ def cluster_up(
     configs = layout.configs()
     _refuse_running(root, configs)
     busy = [(i, name, getattr(ports, name)) for i, ports in layout.ports().items()
-            for name in ("kafka", "client", "peer", "quorum", "http") if port_in_use(layout.host, getattr(ports, name))]
+            for name in ("kafka", "client", "peer", "quorum", "http", "schema_registry") if port_in_use(layout.host, getattr(ports, name))]
     if busy:
         i, name, port = busy[0]
         raise ConfigError(
@@ -596,6 +599,11 @@ def _print_table(out: TextIO, configs: Mapping[int, NodeConfig], processes: Mapp
     every = ",".join(str(c.listeners.client) for c in configs.values())
     root = configs[min(configs)].data_dir.parent
     out.write(f"bootstrap: {every} (in {root / BOOTSTRAP_FILE})\n")
+    scheme = "https" if configs[min(configs)].client_tls else "http"
+    registries = ",".join(f"{scheme}://{c.listeners.schema_registry}" for c in configs.values()
+                          if c.listeners.schema_registry.port)
+    if registries:  # confluent-kafka's SchemaRegistryClient takes the list as its url
+        out.write(f"schema registry: {registries}\n")
     if Path(DEFAULT_DATA_DIR).resolve() != root:
         # The CLI finds ./raftlog-data/bootstrap by itself; any other data dir needs this.
         out.write(f"first:  export RAFTLOG_BOOTSTRAP={every}\n")

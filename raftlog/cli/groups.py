@@ -62,8 +62,9 @@ def groups_list(bootstrap: str, timeout: float, as_json: bool) -> None:
     if not found:
         click.echo("no groups")
         return
-    table([("GROUP", "STATE", "PROTOCOL TYPE", "COORDINATOR")] +
-           [(g["group_id"], g["state"], g["protocol_type"] or "-", _s(g.get("coordinator"))) for g in found])
+    table([("GROUP", "TYPE", "STATE", "PROTOCOL TYPE", "COORDINATOR")] +
+           [(g["group_id"], g.get("type") or "classic", g["state"], g["protocol_type"] or "-",
+             _s(g.get("coordinator"))) for g in found])
 
 
 @groups.command("describe")
@@ -71,8 +72,10 @@ def groups_list(bootstrap: str, timeout: float, as_json: bool) -> None:
 @admin_options
 @friendly
 def groups_describe(group_id: str, bootstrap: str, timeout: float, as_json: bool) -> None:
-    """Per partition: committed offset, log end offset, lag, and the owning member. An
-    unknown group (no members, no committed offsets) is an error (exit 1).
+    """Per partition: committed offset, log end offset, lag, and the owning member. A KIP-848
+    group (group.protocol=consumer) also shows its group and assignment epochs and each
+    member's epoch, state, and current vs target assignment. An unknown group (no members, no
+    committed offsets) is an error (exit 1).
 
     \b
     Examples:
@@ -91,6 +94,8 @@ def groups_describe(group_id: str, bootstrap: str, timeout: float, as_json: bool
         return
     click.echo(f"group {group_id}: {d['state']}" + (f" ({d['protocol']})" if d.get("protocol") else "")
                + f", {len(d['members'])} member(s)")
+    if d.get("type") == "consumer":
+        _describe_kip848(d)
     unreadable = [m["member_id"] for m in d["members"] if not m.get("assignment_readable", True)]
     if unreadable and d.get("protocol_type") == "consumer":
         click.echo(f"{len(unreadable)} member(s) with an assignment that is not Kafka's ConsumerProtocol")
@@ -103,6 +108,21 @@ def groups_describe(group_id: str, bootstrap: str, timeout: float, as_json: bool
          _s(r["member_id"]), _s(r.get("host")), _s(r["client_id"]))
         for r in d["partitions"]
     ])
+
+
+def _tps(tps: Any) -> str:
+    return ",".join(f"{t}-{p}" for t, p in tps) or "-"
+
+
+def _describe_kip848(d: dict) -> None:
+    """A KIP-848 group: its epochs and each member's current vs target assignment."""
+    click.echo(f"protocol: consumer (KIP-848), group epoch {d['group_epoch']}, assignment epoch "
+               f"{d['assignment_epoch']}, assignor {d['assignor']}")
+    if d["members"]:
+        table([("MEMBER-ID", "EPOCH", "STATE", "ASSIGNED", "TARGET", "REVOKING", "CLIENT-ID")] + [
+            (m["member_id"], _s(m.get("member_epoch")), _s(m.get("member_state")), _tps(m["partitions"]),
+             _tps(m.get("target")), _tps(m.get("pending_revocation")), _s(m["client_id"]))
+            for m in d["members"]])
 
 
 @groups.command("reset-offsets")

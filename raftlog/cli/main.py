@@ -7,6 +7,7 @@
     raftlog partitions recover TOPIC PARTITION --broker N --unclean   (raftlog/cli/partitions.py)
     raftlog console [--port 8080]                   the web console (raftlog/cli/console.py, raftlog/console/)
     raftlog acls add|list|remove, raftlog users add|list|remove   (acls.py, users.py)
+    raftlog schemas register|list|describe|compatibility|delete    (schemas.py: the Schema Registry)
 
 Admin commands talk to `--bootstrap` (default 127.0.0.1:9093, or $RAFTLOG_BOOTSTRAP) through
 the blocking client `raftlog.client.Admin`; any node answers (it forwards to the
@@ -33,6 +34,7 @@ from raftlog.cli import groups as _groups
 from raftlog.cli import partitions as _partitions
 from raftlog.cli import records as _records
 from raftlog.cli import transactions as _transactions
+from raftlog.cli import schemas as _schemas
 from raftlog.cli import users as _users
 from raftlog.base.errors import ClusterAuthorizationFailedError, RaftlogError, UnknownTopicOrPartitionError
 from raftlog.cli.common import (
@@ -95,6 +97,8 @@ def node() -> None:
 @click.option("--peer", "listeners_peer", metavar="HOST:PORT", help="Peer listener (replication, controller RPCs).")
 @click.option("--quorum", "listeners_quorum", metavar="HOST:PORT", help="Quorum (PySyncObj) listener.")
 @click.option("--http", "listeners_http", metavar="HOST:PORT", help="HTTP listener (/health, /metrics).")
+@click.option("--schema-registry", "listeners_schema_registry", metavar="HOST:PORT",
+              help="Schema Registry listener (default: the HTTP listener's host, its port + 1).")
 @click.option("--advertised-host", metavar="HOST",
               help="The name others dial when a listener binds 0.0.0.0 (advertised_host).")
 @click.option("--voters", "controller_quorum_voters", metavar="ID@HOST:PORT,...",
@@ -180,7 +184,7 @@ def cluster_new_id() -> None:
 @click.option("--data-dir", type=click.Path(file_okay=False), default="./raftlog-data", show_default=True,
               help="Where the cluster lives; re-running on it restarts the same cluster.")
 @click.option("--base-port", type=click.IntRange(1024, 65000), default=None,
-              help="Node i listens on base+10*(i-1)+{0 kafka,1 client,2 peer,3 quorum,4 http} (default 9092: kcat -b 127.0.0.1:9092).")
+              help="Node i listens on base+10*(i-1)+{0 kafka,1 client,2 peer,3 quorum,4 http,5 schema registry} (default 9092: kcat -b 127.0.0.1:9092).")
 @click.option("--restart/--no-restart", default=True, show_default=True,
               help="Restart a node that exits (at most 5 times each).")
 @click.option("--console-port", type=click.IntRange(0, 65535), default=8080, show_default=True,
@@ -533,3 +537,4 @@ main.add_command(_console.console_cmd)
 main.add_command(_acls.acls)
 main.add_command(_users.users)
 main.add_command(_transactions.transactions)
+main.add_command(_schemas.schemas)

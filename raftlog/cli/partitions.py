@@ -1,4 +1,4 @@
-"""`raftlog partitions recover`: the operator's unclean recovery of a partition whose majority
+"""`raftlog partitions recover | reassign | reassignments`. `recover`: the operator's unclean recovery of a partition whose majority
 of replicas is flagged needs_catch_up (partition/raft.py "Damaged storage"), like Kafka's
 `kafka-leader-election --election-type unclean`.
 
@@ -12,6 +12,7 @@ contacting anybody. Registered on the root group by raftlog/cli/main.py.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -20,11 +21,13 @@ import click
 from raftlog.cli.common import (
     BOOTSTRAP_HELP,
     CliFailure,
+    admin_options,
     client_kwargs,
     command_config_option,
     connect,
     emit_json,
     friendly,
+    table,
 )
 
 __all__ = ["partitions", "recover_partition"]
@@ -134,3 +137,103 @@ def partitions_recover(topic: str, partition: int, broker_id: int, unclean: bool
         return
     click.echo(f"cleared needs_catch_up on broker {broker_id}'s replica of {name}; it is running "
                f"for leader (check: raftlog topics describe {topic})")
+
+
+def _plan_items(topic: str | None, partition: int | None, to_brokers: str | None, cancel: bool,
+                plan: Any) -> list[dict[str, Any]]:
+    """The request's `partitions` from the command line or a Kafka plan file
+    ({"version": 1, "partitions": [{"topic", "partition", "replicas"}]})."""
+    if plan is not None:
+        if topic is not None or to_brokers is not None:
+            raise CliFailure("give either --plan FILE or TOPIC PARTITION --to-brokers, not both")
+        try:
+            doc = json.load(plan)
+            entries = doc["partitions"]
+            items = [{"topic": str(e["topic"]), "partition": int(e["partition"]),
+                      "replicas": None if cancel else [int(b) for b in e["replicas"]]} for e in entries]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CliFailure(f"{plan.name}: not a reassignment plan ({exc!r})") from None
+        if not items:
+            raise CliFailure(f"{plan.name}: the plan names no partitions")
+        return items
+    if topic is None or partition is None:
+        raise CliFailure("name TOPIC PARTITION (or --plan FILE)")
+    if cancel:
+        return [{"topic": topic, "partition": partition, "replicas": None}]
+    if not to_brokers:
+        raise CliFailure("say where to: --to-brokers 1,2,4 (or --cancel)")
+    try:
+        replicas = [int(b) for b in to_brokers.split(",")]
+    except ValueError:
+        raise CliFailure(f"--to-brokers {to_brokers!r}: expected broker ids like 1,2,4") from None
+    return [{"topic": topic, "partition": partition, "replicas": replicas}]
+
+
+@partitions.command("reassign")
+@click.argument("topic", required=False)
+@click.argument("partition", type=click.IntRange(0, None), required=False)
+@click.option("--to-brokers", default=None, metavar="ID,ID,...",
+              help="The new replicas, the preferred leader first (e.g. 1,2,4).")
+@click.option("--plan", type=click.File("r"), default=None,
+              help="A Kafka reassignment plan (kafka-reassign-partitions JSON) instead.")
+@click.option("--cancel", is_flag=True, help="Cancel the move(s) in progress instead.")
+@admin_options
+@friendly
+def partitions_reassign(topic: str | None, partition: int | None, to_brokers: str | None, plan: Any,
+                        cancel: bool, as_json: bool, timeout: float, bootstrap: str) -> None:
+    """Move a partition's replicas to other brokers (or cancel a move), while it serves.
+
+    The partition's Raft group adds the new replicas as learners, promotes each once it has
+    caught up, then removes the old ones (leadership moves first); the controller records
+    the move and ends it when the group's membership is the target
+    (docs/reassignment.md). Follow it with `raftlog partitions reassignments`.
+
+    \b
+    Examples:
+      raftlog partitions reassign events 0 --to-brokers 1,2,4
+      raftlog partitions reassign --plan plan.json
+      raftlog partitions reassign events 0 --cancel
+    """
+    from raftlog.client import Admin
+
+    items = _plan_items(topic, partition, to_brokers, cancel, plan)
+    with Admin(connect(bootstrap), request_timeout_ms=int(timeout * 1000), **client_kwargs()) as admin:
+        answer = admin.request({"op": "alter_partition_reassignments", "partitions": items})
+    results = answer.get("results", [])
+    rows = []
+    for item, result in zip(items, results):
+        error = (result.get("error") or {}) if isinstance(result, dict) else {}
+        rows.append({"topic": item["topic"], "partition": item["partition"],
+                     "replicas": item["replicas"], "error": error.get("code"),
+                     "message": error.get("message")})
+    if as_json:
+        emit_json(rows)
+    else:
+        for row in rows:
+            name = f"{row['topic']}-{row['partition']}"
+            what = "cancelled" if row["replicas"] is None else f"moving to {row['replicas']}"
+            click.echo(f"{name}: {what}" if row["error"] is None
+                       else f"{name}: refused: {row['error']}: {row['message']}")
+    if any(row["error"] is not None for row in rows):
+        raise SystemExit(1)
+
+
+@partitions.command("reassignments")
+@admin_options
+@friendly
+def partitions_reassignments(as_json: bool, timeout: float, bootstrap: str) -> None:
+    """List the replica moves in progress (replicas, adding, removing)."""
+    from raftlog.client import Admin
+
+    with Admin(connect(bootstrap), request_timeout_ms=int(timeout * 1000), **client_kwargs()) as admin:
+        moves = admin.request({"op": "list_partition_reassignments"}).get("reassignments", [])
+    if as_json:
+        emit_json(moves)
+        return
+    if not moves:
+        click.echo("no reassignments in progress")
+        return
+    table([("PARTITION", "REPLICAS", "ADDING", "REMOVING")] + [
+        (f"{m['topic']}-{m['partition']}", ",".join(map(str, m["replicas"])),
+         ",".join(map(str, m["adding_replicas"])), ",".join(map(str, m["removing_replicas"])))
+        for m in moves])

@@ -111,7 +111,24 @@ class GroupAdmin:
         owners: dict[TopicPartition, dict] = {}
         members = []
         consumer = d.get("protocol_type") == "consumer"
-        for m in d.get("members") or ():
+        kip848: dict = {}
+        if d.get("type") == "consumer":  # a KIP-848 group: the coordinator holds its assignment
+            kip848 = self._coord(group_id, {"op": "consumer_group_describe", "group_ids": [group_id]})["groups"][0]
+            if kip848.get("error"):
+                raise error_from_wire(kip848["error"])
+            for m in kip848.get("members") or ():
+                def tps(rows: Any) -> list[TopicPartition]:
+                    return sorted((r["topic"], p) for r in rows or () for p in r["partitions"])
+                member = {"member_id": m["member_id"], "client_id": m.get("client_id", ""),
+                          "client_host": m.get("client_host", ""), "group_instance_id": m.get("instance_id"),
+                          "partitions": tps(m.get("assignment")), "assignment_readable": True,
+                          "member_epoch": m.get("member_epoch"), "member_state": m.get("state"),
+                          "target": tps(m.get("target_assignment")),
+                          "pending_revocation": tps(m.get("pending_revocation"))}
+                members.append(member)
+                for tp in member["partitions"]:
+                    owners[tp] = member
+        for m in () if kip848 else d.get("members") or ():
             parts, readable = _member_partitions(m.get("assignment") or b"") if consumer else ([], False)
             members.append({"member_id": m["member_id"], "client_id": m.get("client_id", ""),
                             "client_host": m.get("client_host", ""),
@@ -133,7 +150,9 @@ class GroupAdmin:
                          "client_id": owner.get("client_id") if owner else None,
                          "host": owner.get("client_host") or None if owner else None})
         return {"group_id": group_id, "state": d.get("state"), "protocol_type": d.get("protocol_type"),
-                "protocol": d.get("protocol"),
+                "protocol": d.get("protocol"), "type": d.get("type") or "classic",
+                **({"group_epoch": kip848["group_epoch"], "assignment_epoch": kip848["assignment_epoch"],
+                    "assignor": kip848["assignor"]} if kip848 else {}),
                 "members": members, "partitions": rows}
 
     def delete_group(self, group_id: str) -> None:

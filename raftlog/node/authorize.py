@@ -1,22 +1,28 @@
-"""ACL enforcement for the native client listener: every op's handler is wrapped by its policy,
-which checks the request's principal against the ACLs before the handler runs (so a refused
-request has no effect), and answers refusals the way Kafka does (PROTOCOL.md "Authorization").
+"""The node's one ACL guard, for the native and the Kafka listener alike: it checks a request's
+principal against the ACLs before anything runs (so a refused request has no effect), and
+answers refusals the way Kafka does (PROTOCOL.md "Authorization").
 
+    guard = Guard(authorizer_of)                      # authorizer_of None: no ACLs
+    port = GuardedPartitions(partition_port, guard.access(principal, host))
     guarded = guard_handlers(client_handlers, authorizer_of=lambda: authorizers.current())
 
 Policies (one per op, in POLICIES; an op without one is allowed to super users only, so a new
 op fails closed until it states what it needs):
 * whole-request ops check one resource (the topic in `name`, the group in `group_id`, or the
   cluster) and raise the resource type's *_AUTHORIZATION_FAILED;
-* partition-list ops (produce, fetch, list_offsets, offset_commit, offset_fetch) pass the
-  allowed partitions to the handler and answer each refused one with
-  TOPIC_AUTHORIZATION_FAILED in its place (the handler is not called when none is allowed;
-  acks=0 produce gets no answer, as ever);
+* the partition ops (produce, fetch, list_offsets, delete_records, init_producer_id,
+  recover_partition) are checked in front of the partition port by `GuardedPartitions`, for
+  the native and the Kafka listener alike: a refused partition never reaches the port and is
+  answered TOPIC_AUTHORIZATION_FAILED in its place;
+* the group partition-list ops (offset_commit, offset_fetch) pass the allowed partitions to
+  the handler and answer each refused one with TOPIC_AUTHORIZATION_FAILED in its place (the
+  handler is not called when none is allowed);
 * listing ops (metadata, list_groups, offset_fetch of all partitions) leave out what the
   principal may not DESCRIBE; a topic asked for by name is answered with its error instead.
 
-The principal and host come from the connection (Request.principal, Request.client_host);
-a request without a principal (a listener without security) is not checked at all.
+The principal and host come from the connection (Request.principal, Request.client_host;
+the Kafka listener's ConnectionState): `Guard.access` makes the one `Access` of a request; a
+request without a principal (a listener without security) is not checked at all.
 
 Pure apart from awaiting the wrapped handler; `authorizer_of()` is called once per request.
 """
@@ -24,14 +30,34 @@ Pure apart from awaiting the wrapped handler; `authorizer_of()` is called once p
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, Protocol, TypeVar
 
 from metadata.authorizer import Authorizer
 from metadata.image import MetadataImage
-from raftlog.base.acl import CLUSTER_NAME, Operation, ResourceType
+from partition.port import (
+    Appended,
+    ClientInfo,
+    DeletePart,
+    DeleteResult,
+    EpochEndResult,
+    EpochQuery,
+    FetchRequest,
+    FetchResult,
+    IsolationLevel,
+    OffsetQuery,
+    OffsetResult,
+    PartitionKey,
+    PartitionPort,
+    ProducePart,
+    ProduceResult,
+    ProducerIdentity,
+    ProducerInfo,
+    ReplicaSize,
+)
+from raftlog.base.acl import ANONYMOUS, CLUSTER_NAME, Operation, ResourceType
 from raftlog.base.errors import (
     ClusterAuthorizationFailedError,
     GroupAuthorizationFailedError,
@@ -43,7 +69,7 @@ from raftlog.base.errors import (
 from raftlog.base.eventlog import log_event
 from raftlog.base.protocol import Later, Request
 
-__all__ = ["AuthorizerCache", "POLICIES", "guard_handlers"]
+__all__ = ["Access", "AuthorizerCache", "Guard", "GuardedPartitions", "NOBODY", "OPEN", "POLICIES", "guard_handlers"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +77,18 @@ Handler = Callable[[Request], Awaitable[Mapping[str, Any] | None]]
 T, G, C = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
 X = ResourceType.TRANSACTIONAL_ID
 O = Operation
+
+
+class _Part(Protocol):
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def partition(self) -> int: ...
+
+
+_P = TypeVar("_P", bound=_Part)
+_R = TypeVar("_R")
 
 
 class AuthorizerCache:
@@ -74,17 +112,60 @@ class AuthorizerCache:
 
 
 @dataclass(frozen=True)
-class _Check:
-    authorizer: Authorizer
+class Access:
+    """What one principal (from one host) may do: the one check every listener makes, through
+    the policies below (native ops) and `GuardedPartitions` (the partition port).
+    `authorizer` None: everything is allowed (no ACLs, or a listener without security)."""
+
+    authorizer: Authorizer | None
     principal: str
     host: str
 
     def allowed(self, operation: Operation, rt: ResourceType, name: str) -> bool:
+        if self.authorizer is None:
+            return True
         return self.authorizer.authorize(self.principal, self.host, operation, rt, name)
+
+    def allows_some(self, operation: Operation, rt: ResourceType) -> bool:
+        """Whether some resource of the type allows the operation (Kafka's rule for
+        InitProducerId: WRITE on some topic)."""
+        return self.authorizer is None or self.authorizer.allows_some(self.principal, self.host, operation, rt)
+
+    @property
+    def super_user(self) -> bool:
+        return self.authorizer is None or self.principal in self.authorizer.super_users
 
     def require(self, operation: Operation, rt: ResourceType, name: str) -> None:
         if not self.allowed(operation, rt, name):
             raise _refusal(operation, rt, name)
+
+
+OPEN: Final = Access(None, ANONYMOUS, "")  # no ACLs on this node, or a listener without security
+NOBODY: Final = Access(Authorizer((), super_users=frozenset()), ANONYMOUS, "")  # allowed nothing
+
+
+class Guard:
+    """The node's one authorization guard: an `Access` per request, from its connection's
+    principal and host. `authorizer_of` None: the node has no ACLs (everything is allowed).
+    Fails closed: with ACLs, a request without a known principal may do nothing."""
+
+    def __init__(self, authorizer_of: Callable[[], Authorizer] | None) -> None:
+        self._authorizer_of = authorizer_of
+
+    @property
+    def enabled(self) -> bool:
+        return self._authorizer_of is not None
+
+    def access(self, principal: str | None, host: str | None) -> Access:
+        """`principal` None: a listener without security (native), not checked at all."""
+        if self._authorizer_of is None or principal is None:
+            return OPEN
+        return Access(self._authorizer_of(), principal, host or "")
+
+    def nobody(self) -> Access:
+        """For a request whose principal is unknown (no current connection): nothing allowed
+        with ACLs on, everything without."""
+        return OPEN if self._authorizer_of is None else NOBODY
 
 
 def _refusal(operation: Operation, rt: ResourceType, name: str) -> RaftlogError:
@@ -96,7 +177,7 @@ def _refusal(operation: Operation, rt: ResourceType, name: str) -> RaftlogError:
     return cls(message)
 
 
-Policy = Callable[[Request, _Check, Handler], Awaitable[Mapping[str, Any] | None]]
+Policy = Callable[[Request, Access, Handler], Awaitable[Mapping[str, Any] | None]]
 
 
 def _str_field(request: Request, name: str) -> str:
@@ -132,7 +213,7 @@ def _with(request: Request, **fields: Any) -> Request:
 def _resource(operation: Operation, rt: ResourceType, field: str | None = None) -> Policy:
     """One resource: the cluster, or the one named by `field`."""
 
-    async def policy(request: Request, check: _Check, handler: Handler) -> Mapping[str, Any] | None:
+    async def policy(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
         check.require(operation, rt, CLUSTER_NAME if field is None else _str_field(request, field))
         return await handler(request)
 
@@ -143,7 +224,7 @@ def _partitions(operation: Operation, field: str = "partitions", answer_field: s
                 group_operation: Operation | None = None) -> Policy:
     """Per-partition checks; refused partitions answered in place with the error."""
 
-    async def policy(request: Request, check: _Check, handler: Handler) -> Mapping[str, Any] | None:
+    async def policy(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
         if group_operation is not None:
             check.require(group_operation, G, _str_field(request, "group_id"))
         entries = _list_field(request, field, nullable=group_operation is not None)
@@ -170,8 +251,6 @@ def _partitions(operation: Operation, field: str = "partitions", answer_field: s
         log_event(logger, "acl_refused", level=logging.DEBUG, principal=check.principal, op=request.op,
                   topics=",".join(sorted(t for t, ok in verdicts.items() if not ok))[:200])
         if not allowed:
-            if request.op == "produce" and request.fields.get("acks") == 0:
-                return None
             return {answer_field: errors}
         return _then(await handler(_with(request, **{field: allowed})),
                      lambda response: {**response, answer_field: [*response.get(answer_field, []), *errors]})
@@ -190,7 +269,7 @@ def _then(response: Any, change: Callable[[Mapping[str, Any]], Mapping[str, Any]
     return None if response is None else change(response)
 
 
-async def _metadata(request: Request, check: _Check, handler: Handler) -> Mapping[str, Any] | None:
+async def _metadata(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
     names = _list_field(request, "topics", nullable=True)
     refused: list[str] = []
     kept: list[str] | None = None
@@ -213,22 +292,21 @@ async def _metadata(request: Request, check: _Check, handler: Handler) -> Mappin
     return {**response, "topics": topics}
 
 
-async def _create_topic(request: Request, check: _Check, handler: Handler) -> Mapping[str, Any] | None:
+async def _create_topic(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
     name = _str_field(request, "name")
     if not (check.allowed(O.CREATE, C, CLUSTER_NAME) or check.allowed(O.CREATE, T, name)):
         raise _refusal(O.CREATE, T, name)
     return await handler(request)
 
 
-async def _init_producer_id(request: Request, check: _Check, handler: Handler) -> Mapping[str, Any] | None:
-    # Kafka: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic.
-    if not (check.allowed(O.IDEMPOTENT_WRITE, C, CLUSTER_NAME)
-            or check.authorizer.allows_some(check.principal, check.host, O.WRITE, T)):
-        raise _refusal(O.IDEMPOTENT_WRITE, C, CLUSTER_NAME)
+async def _at_port(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
+    """The partition ops: checked by `GuardedPartitions` in front of the partition port,
+    which the native adapter (raftlog/node/native_partition.py) calls as the Kafka
+    listener does; nothing to check twice here."""
     return await handler(request)
 
 
-async def _reset_offsets(request: Request, check: _Check, handler: Handler) -> Mapping[str, Any] | None:
+async def _reset_offsets(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
     check.require(O.READ, G, _str_field(request, "group_id"))
     for entry in _list_field(request, "partitions") or []:
         check.require(O.READ, T, _topic_of(entry, "partitions"))
@@ -240,7 +318,7 @@ def _each(operation: Operation, rt: ResourceType = G, ids_field: str = "group_id
     """One resource per id of `ids_field`: refused ids are answered in `answer_field` with
     their refusal, the others go to the handler."""
 
-    async def policy(request: Request, check: _Check, handler: Handler) -> Mapping[str, Any] | None:
+    async def policy(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
         ids = _list_field(request, ids_field) or []
         refused = [i for i in ids if type(i) is str and not check.allowed(operation, rt, i)]
         errors = [{key: i, "error": _refusal(operation, rt, i).to_wire()} for i in refused]
@@ -255,7 +333,7 @@ def _each(operation: Operation, rt: ResourceType = G, ids_field: str = "group_id
     return policy
 
 
-async def _list_groups(request: Request, check: _Check, handler: Handler) -> Mapping[str, Any] | None:
+async def _list_groups(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
     response = await handler(request)
     if response is None or check.allowed(O.DESCRIBE, C, CLUSTER_NAME):
         return response
@@ -264,7 +342,7 @@ async def _list_groups(request: Request, check: _Check, handler: Handler) -> Map
     return {**response, "groups": groups}
 
 
-async def _add_partitions_to_txn(request: Request, check: _Check, handler: Handler) -> Mapping[str, Any] | None:
+async def _add_partitions_to_txn(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
     # Kafka: WRITE on the transactional id and on every topic of the request.
     check.require(O.WRITE, X, _str_field(request, "transactional_id"))
     for entry in _list_field(request, "partitions") or []:
@@ -272,13 +350,13 @@ async def _add_partitions_to_txn(request: Request, check: _Check, handler: Handl
     return await handler(request)
 
 
-async def _add_offsets_to_txn(request: Request, check: _Check, handler: Handler) -> Mapping[str, Any] | None:
+async def _add_offsets_to_txn(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
     check.require(O.WRITE, X, _str_field(request, "transactional_id"))
     check.require(O.READ, G, _str_field(request, "group_id"))
     return await handler(request)
 
 
-async def _list_transactions(request: Request, check: _Check, handler: Handler) -> Mapping[str, Any] | None:
+async def _list_transactions(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
     response = await handler(request)
     if response is None:
         return None
@@ -287,8 +365,8 @@ async def _list_transactions(request: Request, check: _Check, handler: Handler) 
     return {**response, "transactions": kept}
 
 
-async def _super_users_only(request: Request, check: _Check, handler: Handler) -> Mapping[str, Any] | None:
-    if check.principal not in check.authorizer.super_users:
+async def _super_users_only(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
+    if not check.super_user:
         log_event(logger, "acl_no_policy", level=logging.WARNING, op=request.op[:40])
         raise ClusterAuthorizationFailedError(f"op {request.op!r:.40} has no ACL policy: super users only")
     return await handler(request)
@@ -296,23 +374,27 @@ async def _super_users_only(request: Request, check: _Check, handler: Handler) -
 
 POLICIES: Final[Mapping[str, Policy]] = {
     "metadata": _metadata,
-    "produce": _partitions(O.WRITE),
-    "fetch": _partitions(O.READ),
-    "list_offsets": _partitions(O.DESCRIBE),
-    "delete_records": _partitions(O.DELETE),  # Kafka's DeleteRecords rule: DELETE on the topic
-    "init_producer_id": _init_producer_id,
+    "produce": _at_port,
+    "fetch": _at_port,
+    "list_offsets": _at_port,
+    "delete_records": _at_port,
+    "init_producer_id": _at_port,
     "create_topic": _create_topic,
     "delete_topic": _resource(O.DELETE, T, "name"),
     "create_partitions": _resource(O.ALTER, T, "name"),  # Kafka's CreatePartitions rule
     "alter_configs": _resource(O.ALTER_CONFIGS, T, "name"),
     "describe_configs": _resource(O.DESCRIBE_CONFIGS, T, "name"),
     "cluster_status": _resource(O.DESCRIBE, C),
-    "recover_partition": _resource(O.ALTER, C),
+    "alter_partition_reassignments": _resource(O.ALTER, C),  # Kafka's AlterPartitionReassignments rule
+    "list_partition_reassignments": _resource(O.DESCRIBE, C),
+    "recover_partition": _at_port,
     "find_coordinator": _resource(O.DESCRIBE, G, "group_id"),
     "join_group": _resource(O.READ, G, "group_id"),
     "sync_group": _resource(O.READ, G, "group_id"),
     "heartbeat": _resource(O.READ, G, "group_id"),
     "leave_group": _resource(O.READ, G, "group_id"),
+    "consumer_group_heartbeat": _resource(O.READ, G, "group_id"),  # KIP-848, Kafka's rule
+    "consumer_group_describe": _each(O.DESCRIBE),
     "offset_commit": _partitions(O.READ, "offsets", "partitions", group_operation=O.READ),
     "offset_fetch": _partitions(O.DESCRIBE, "partitions", "partitions", group_operation=O.DESCRIBE),
     "reset_offsets": _reset_offsets,
@@ -344,7 +426,7 @@ def guard_handlers(handlers: Mapping[str, Handler], *, authorizer_of: Callable[[
         async def run(request: Request) -> Mapping[str, Any] | None:
             if request.principal is None:
                 return await handler(request)
-            check = _Check(authorizer_of(), request.principal, request.client_host or "")
+            check = Access(authorizer_of(), request.principal, request.client_host or "")
             return await policy(request, check, handler)
 
         # An inline handler stays inline behind its policy (policies await nothing else).
@@ -353,3 +435,121 @@ def guard_handlers(handlers: Mapping[str, Handler], *, authorizer_of: Callable[[
         return run
 
     return {op: guarded(op, handler) for op, handler in handlers.items()}
+
+
+# --- the partition port, guarded --------------------------------------------------------------
+
+
+class _GuardedAppend:
+    """Produce results in the order asked: the inner port's, refused parts in their places."""
+
+    def __init__(self, inner: Appended | None, results: list[ProduceResult]) -> None:
+        self._inner = inner
+        self.results = results
+
+    @property
+    def waiting(self) -> bool:
+        return self._inner is not None and self._inner.waiting
+
+    async def wait(self, deadline: float) -> list[ProduceResult]:
+        if self._inner is not None:
+            await self._inner.wait(deadline)  # fills the shared result objects in place
+        return self.results
+
+
+class GuardedPartitions:
+    """The partition port (partition/port.py) behind one principal's ACLs, for every listener:
+    a part whose topic the principal may not touch never reaches the port and is answered in
+    its place with TOPIC_AUTHORIZATION_FAILED (Kafka's rules: WRITE to produce, READ to fetch,
+    DESCRIBE to list offsets and epoch ends, DELETE to delete records, READ to describe
+    producers); the whole-request ops raise their refusal (IDEMPOTENT_WRITE on the cluster or
+    WRITE on some topic for a producer id, ALTER on the cluster to recover a partition,
+    DESCRIBE on the cluster for the log dirs)."""
+
+    def __init__(self, port: PartitionPort, access: Access) -> None:
+        self._port = port
+        self._access = access
+
+    def _split(self, operation: Operation, parts: Sequence[_P]) -> tuple[list[_P], dict[int, RaftlogError]]:
+        """(allowed parts, {index asked: refusal}); refused parts are logged together."""
+        access = self._access
+        if access.authorizer is None:
+            return list(parts), {}
+        verdicts: dict[str, bool] = {}
+        allowed: list[_P] = []
+        refused: dict[int, RaftlogError] = {}
+        for i, part in enumerate(parts):
+            topic = part.topic
+            ok = verdicts.get(topic)
+            if ok is None:
+                ok = verdicts[topic] = access.allowed(operation, T, topic)
+            if ok:
+                allowed.append(part)
+            else:
+                refused[i] = _refusal(operation, T, topic)
+        if refused:
+            log_event(logger, "acl_refused", level=logging.DEBUG, principal=access.principal, op=operation.value,
+                      topics=",".join(sorted(t for t, ok in verdicts.items() if not ok))[:200])
+        return allowed, refused
+
+    @staticmethod
+    def _merge(parts: Sequence[Any], answered: list[_R], refused: dict[int, RaftlogError],
+               make: Callable[[str, int, RaftlogError], _R]) -> list[_R]:
+        if not refused:
+            return answered
+        found = iter(answered)
+        return [make(p.topic, p.partition, refused[i]) if i in refused else next(found)
+                for i, p in enumerate(parts)]
+
+    async def append(self, parts: Sequence[ProducePart], *, acks: int, client: ClientInfo,
+                     transactional_id: str | None = None) -> Appended:
+        allowed, refused = self._split(O.WRITE, parts)
+        inner = await self._port.append(allowed, acks=acks, client=client,
+                                        transactional_id=transactional_id) if allowed else None
+        results = self._merge(parts, [] if inner is None else inner.results, refused,
+                              lambda t, p, e: ProduceResult(t, p, error=e))
+        return _GuardedAppend(inner, results)
+
+    async def fetch(self, request: FetchRequest) -> list[FetchResult]:
+        allowed, refused = self._split(O.READ, request.parts)
+        if refused:
+            answered = await self._port.fetch(replace(request, parts=allowed)) if allowed else []
+        else:
+            answered = await self._port.fetch(request)
+        return self._merge(request.parts, answered, refused, lambda t, p, e: FetchResult(t, p, error=e))
+
+    async def list_offsets(self, queries: Sequence[OffsetQuery], *,
+                           isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+                           ) -> list[OffsetResult]:
+        allowed, refused = self._split(O.DESCRIBE, queries)
+        answered = await self._port.list_offsets(allowed, isolation_level=isolation_level) if allowed else []
+        return self._merge(queries, answered, refused, lambda t, p, e: OffsetResult(t, p, error=e))
+
+    def epoch_end_offsets(self, queries: Sequence[EpochQuery]) -> list[EpochEndResult]:
+        allowed, refused = self._split(O.DESCRIBE, queries)
+        answered = self._port.epoch_end_offsets(allowed) if allowed else []
+        return self._merge(queries, answered, refused, lambda t, p, e: EpochEndResult(t, p, error=e))
+
+    async def delete_records(self, parts: Sequence[DeletePart], deadline: float) -> list[DeleteResult]:
+        allowed, refused = self._split(O.DELETE, parts)  # Kafka's DeleteRecords rule
+        answered = await self._port.delete_records(allowed, deadline) if allowed else []
+        return self._merge(parts, answered, refused, lambda t, p, e: DeleteResult(t, p, error=e))
+
+    async def init_producer_id(self, *, transactional_id: str | None = None) -> ProducerIdentity:
+        # Kafka: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic.
+        access = self._access
+        if not (access.allowed(O.IDEMPOTENT_WRITE, C, CLUSTER_NAME) or access.allows_some(O.WRITE, T)):
+            raise _refusal(O.IDEMPOTENT_WRITE, C, CLUSTER_NAME)
+        return await self._port.init_producer_id(transactional_id=transactional_id)
+
+    async def recover_partition(self, topic: str, partition: int, *, unclean: bool) -> None:
+        self._access.require(O.ALTER, C, CLUSTER_NAME)
+        await self._port.recover_partition(topic, partition, unclean=unclean)
+
+    def log_dirs(self, wanted: set[PartitionKey] | None = None) -> list[ReplicaSize]:
+        self._access.require(O.DESCRIBE, C, CLUSTER_NAME)  # Kafka's DescribeLogDirs rule
+        return self._port.log_dirs(wanted)
+
+    def producers(self, topic: str, partition: int) -> list[ProducerInfo]:
+        self._access.require(O.READ, T, topic)  # Kafka's DescribeProducers rule
+        return self._port.producers(topic, partition)

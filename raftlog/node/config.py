@@ -11,6 +11,7 @@ environment variables, then command-line overrides (each later source wins per k
     peer = "127.0.0.1:9094"
     quorum = "127.0.0.1:9095"
     http = "127.0.0.1:9096"
+    schema_registry = "127.0.0.1:9097"         # the Schema Registry (default: http's host, its port + 1)
     [controller_quorum_voters]                # or "1@host:port,2@host:port" (Kafka's format)
     1 = "127.0.0.1:9095"
     [controller_peers]                        # the voters' peer listeners, same formats
@@ -54,7 +55,8 @@ Invariants:
   when set), `bootstrap_credentials_file` (salted SCRAM keys the controller seeds into an
   empty credential store; `raftlog cluster up --secure` writes it). Safe default: a listener bound to a non-loopback address without TLS and
   authentication (client: SASL_SSL or SSL with required client certificates; peer: peer_tls;
-  http: http_token; kafka: as client, whose settings it shares) refuses to start unless
+  http: http_token; kafka: as client, whose settings it shares; schema_registry: SASL_SSL,
+  whose TLS and users it takes for HTTPS and Basic auth) refuses to start unless
   `allow_plaintext = true`.
 * `ensure_meta_properties` ties a data dir to one (cluster_id, node_id) for life, like
   Kafka's meta.properties; it writes the file atomically and fsyncs it and its directory.
@@ -178,7 +180,7 @@ def parse_voters(value: Any) -> dict[int, HostPort]:
     return voters
 
 
-LISTENER_NAMES: Final = ("kafka", "client", "peer", "quorum", "http")
+LISTENER_NAMES: Final = ("kafka", "client", "peer", "quorum", "http", "schema_registry")
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +192,16 @@ class Listeners:
     quorum: HostPort = HostPort("127.0.0.1", 9095)
     http: HostPort = HostPort("127.0.0.1", 9096)
     kafka: HostPort = HostPort("127.0.0.1", 9092)  # last: callers pass the others positionally
+    # The Confluent-compatible Schema Registry (raftlog/node/registry/). Default (None): the
+    # http listener's host and the next port (9097 beside the default 9096, as `cluster up`
+    # lays node 1 out; 0 when http's is 0). Confluent's 8081 would clash between the nodes of
+    # one host.
+    schema_registry: HostPort = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.schema_registry is None:
+            port = self.http.port + 1 if 0 < self.http.port < 65535 else 0
+            object.__setattr__(self, "schema_registry", HostPort(self.http.host, port))
 
 
 @dataclass(frozen=True)
@@ -207,17 +219,27 @@ class NodeConfig:
     controller_peers: Mapping[int, HostPort] = dataclasses.field(
         default_factory=lambda: MappingProxyType({})
     )
+    # The same on every node (required): authenticates peers (the HMAC handshake) and is the
+    # metadata quorum's (PySyncObj's) password.
     cluster_secret: str | None = dataclasses.field(default=None, repr=False)
     log_level: str = "INFO"
     log_file: Path | None = None
+    # A broker heartbeats to the active controller this often.
     heartbeat_ms: int = 1500
+    # A broker whose heartbeats stop this long is fenced (more than heartbeat_ms).
     session_timeout_ms: int = 9000
+    # A partition replica that hears no leader this long runs for leader.
     election_timeout_ms: int = 1000
+    # The longest a listener works on one request before it answers REQUEST_TIMED_OUT.
     request_timeout_ms: int = 30000
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    # Largest frame on the peer listener (replication between nodes).
     peer_max_frame_bytes: int = PEER_MAX_FRAME_BYTES
+    # Connections at once on the client and Kafka listeners together (Kafka's max.connections).
     max_connections: int = 1024
     max_in_flight: int = 256  # per connection
+    # Partitions and replication factor of a topic created without them (Kafka's num.partitions,
+    # default.replication.factor).
     default_partitions: int = 1
     default_replication_factor: int = 1
     # Kafka's auto.create.topics.enable: a Kafka Metadata request naming an unknown topic
@@ -230,21 +252,29 @@ class NodeConfig:
     # Sealed segments' files kept open at most (an LRU; partition/segment.py "Open files"):
     # the active segments' files stay open besides, one per partition.
     log_open_files_max: int = 512
+    # Cluster-wide defaults of topic settings ({retention_ms = "..."}).
     topic_defaults: Mapping[str, str] = dataclasses.field(
         default_factory=lambda: MappingProxyType({})
     )
+    # Identity address -> address to dial instead (the fault harness's proxies; default none).
     dial_overrides: Mapping[str, str] = dataclasses.field(
         default_factory=lambda: MappingProxyType({})
     )
+    # Of the client and Kafka listeners; TLS needs tls_cert_file and tls_key_file.
     security_protocol: str = "PLAINTEXT"
+    # SASL mechanisms offered (PLAIN over TLS only).
     sasl_mechanisms: tuple[str, ...] = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
+    # The node's TLS certificate and key (PEM), and the CA that client certificates and peers
+    # are checked against.
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     tls_ca_file: Path | None = None
     ssl_client_auth: str = "none"
     peer_tls: bool = False
     acls_enabled: bool | None = None
+    # Principals ("User:alice") that every ACL check allows.
     super_users: tuple[str, ...] = ()
+    # Kafka's rule: a resource with no ACL at all is open to everyone when true.
     allow_everyone_if_no_acl_found: bool = False
     allow_plaintext: bool = False
     http_token: str | None = dataclasses.field(default=None, repr=False)
@@ -258,6 +288,10 @@ class NodeConfig:
     connections_preauth_timeout_ms: int = 10_000  # accept to a complete session; 0: off
     connections_max_reauth_ms: int = 0  # KIP-368 SASL session lifetime; 0: off
     sasl_server_max_receive_size: int = 524_288  # Kafka listener, before the login (bytes)
+    # -- KIP-848 consumer groups (issue 43; Kafka's group.consumer.* names; groupcoord/consumer_group_ops.py) --
+    group_consumer_assignor: str = "uniform"  # the server-side assignor when members name none
+    group_consumer_session_timeout_ms: int = 45_000  # a member silent this long is fenced
+    group_consumer_heartbeat_interval_ms: int = 5_000  # told to members in every heartbeat answer
 
     @property
     def per_ip_overrides(self) -> dict[str, int]:
@@ -483,6 +517,7 @@ _KEYS: Final[dict[str, _Key]] = {
     "listeners.peer": _Key(parse_host_port, "listeners.peer"),
     "listeners.quorum": _Key(lambda v: parse_host_port(v, min_port=1), "listeners.quorum"),
     "listeners.http": _Key(parse_host_port, "listeners.http"),
+    "listeners.schema_registry": _Key(parse_host_port, "listeners.schema_registry"),
     "advertised_host": _Key(_to_nonempty_str, "advertised_host"),
     "controller_quorum_voters": _Key(
         lambda v: MappingProxyType(parse_voters(v)), "controller_quorum_voters"
@@ -529,6 +564,10 @@ _KEYS: Final[dict[str, _Key]] = {
     "connections_preauth_timeout_ms": _Key(_to_int, "connections_preauth_timeout_ms"),
     "connections_max_reauth_ms": _Key(_to_int, "connections_max_reauth_ms"),
     "sasl_server_max_receive_size": _Key(_to_int, "sasl_server_max_receive_size"),
+    # KIP-848 consumer groups (issue 43)
+    "group_consumer_assignor": _Key(lambda v: _to_choice(v, ("uniform", "range")), "group_consumer_assignor"),
+    "group_consumer_session_timeout_ms": _Key(_to_int, "group_consumer_session_timeout_ms"),
+    "group_consumer_heartbeat_interval_ms": _Key(_to_int, "group_consumer_heartbeat_interval_ms"),
 }
 _NESTED_TABLES: Final = ("listeners",)  # tables whose keys are config keys themselves
 _INT_RANGES: Final = {
@@ -552,6 +591,8 @@ _INT_RANGES: Final = {
     "connections_preauth_timeout_ms": (0, 3_600_000),
     "connections_max_reauth_ms": (0, 365 * 24 * 3_600_000),
     "sasl_server_max_receive_size": (1024, MAX_FRAME_BYTES_LIMIT),
+    "group_consumer_session_timeout_ms": (100, 3_600_000),
+    "group_consumer_heartbeat_interval_ms": (10, 3_600_000),
 }
 
 
@@ -654,7 +695,7 @@ def _build(raw: Mapping[str, tuple[Any, str]]) -> NodeConfig:
 
     listeners = Listeners(
         **{
-            name: values.get(f"listeners.{name}", getattr(Listeners(), name))
+            name: values.get(f"listeners.{name}", None if name == "schema_registry" else getattr(Listeners(), name))
             for name in LISTENER_NAMES
         }
     )
@@ -681,6 +722,12 @@ def _build(raw: Mapping[str, tuple[Any, str]]) -> NodeConfig:
                     f"listeners.{name}",
                     "binds every interface; set advertised_host to the name others should dial",
                 )
+    if config.group_consumer_session_timeout_ms <= config.group_consumer_heartbeat_interval_ms:
+        blamed = ("group_consumer_session_timeout_ms" if "group_consumer_session_timeout_ms" in sources
+                  else "group_consumer_heartbeat_interval_ms")
+        raise fail(blamed, f"group_consumer_session_timeout_ms ({config.group_consumer_session_timeout_ms}) "
+                           f"must be more than group_consumer_heartbeat_interval_ms "
+                           f"({config.group_consumer_heartbeat_interval_ms})")
     if config.session_timeout_ms <= config.heartbeat_ms:
         blamed = "session_timeout_ms" if "session_timeout_ms" in sources else "heartbeat_ms"
         raise fail(
@@ -756,6 +803,8 @@ def _check_security(config: NodeConfig, fail: Callable[[str, str], ConfigError])
         "http": config.http_token is not None,
     }
     secure["kafka"] = secure["client"]  # the Kafka listener has the client listener's security
+    # The Schema Registry: HTTPS with the client listener's certificate, Basic auth by SCRAM users.
+    secure["schema_registry"] = config.security_protocol == "SASL_SSL"
     for name, ok in secure.items():
         address: HostPort = getattr(config.listeners, name)
         if not ok and not _is_loopback(address.host):

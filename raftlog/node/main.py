@@ -5,7 +5,8 @@
 Listeners: kafka (Kafka's wire protocol, `raftlog.node.kafka.listener.serve_kafka`, over the same
 services), client (native protocol, `serve()`), peer (the same protocol for broker<->broker
 and broker->controller RPCs), quorum (PySyncObj, inside the MetadataService on voters),
-http (GET /health, GET /metrics).
+http (GET /health, GET /metrics), schema_registry (the Confluent-compatible Schema Registry,
+raftlog/node/registry/: HTTP on Hypercorn, its state in `_schemas`).
 
 Composition (`NodeService`, below): `build_services(config, metadata, peers)` lists the
 services; each brings `client_handlers` and `peer_handlers` (an op belongs to exactly one
@@ -61,13 +62,18 @@ from raftlog.base.peer_auth import peer_key
 from raftlog.base.protocol import Request
 from raftlog.base.tls import client_context, server_context
 from raftlog.node.auth import ListenerSecurity, client_session_factory, peer_session_factory
-from raftlog.node.authorize import AuthorizerCache, guard_handlers
+from raftlog.node.authorize import AuthorizerCache, Guard, guard_handlers
+from raftlog.node.native_partition import partition_handlers
 from raftlog.node.metadata_quorum import MetadataQuorum, QuorumConfig
 from raftlog.node.config import NodeConfig, ensure_meta_properties, load_config, take_incarnation
 from raftlog.node.http import serve_http
 from raftlog.node.kafka.context import KafkaContext
 from raftlog.node.gate import ConnectionGate, raise_fd_limit
 from raftlog.node.kafka.listener import serve_kafka
+from raftlog.node.registry.listener import serve_registry
+from raftlog.node.registry.log import ReplicaSchemasLog
+from raftlog.node.registry.service import RegistryService
+from raftlog.node.registry.auth import basic_authenticator
 from raftlog.node.pidfile import (
     NODE_PID_FILE, PRIVATE_UMASK, check_private, claim, die_with_parent, parent_gone, release,
 )
@@ -110,11 +116,13 @@ def build_services(config: NodeConfig, metadata: MetadataService, peers: PeerPoo
     Broker services join here, e.g.:
         if config.is_broker: services.append(ReplicaManager(config, metadata, peers))"""
     services: list[NodeService] = [metadata]
+    replicas = None
     if config.is_broker:
-        services.append(ReplicaManager(config, metadata, peers, registry=registry))
-        replicas = services[-1]
+        replicas = ReplicaManager(config, metadata, peers, registry=registry)
+        services.append(replicas)
         services.append(GroupCoordinatorService(config, metadata, replicas))
-        services.append(TxnCoordinatorService(config, metadata, replicas))
+        services.append(TxnCoordinatorService(config, metadata, replicas, new_producer_id=replicas.port.init_producer_id))
+    services.append(RegistryService(config.node_id, ReplicaSchemasLog(config.node_id, metadata, replicas, peers), peers))
     return services
 
 
@@ -234,13 +242,18 @@ async def run_node(
     metadata = MetadataService(config, cluster_id, peers, quorum_factory=quorum_factory(config),
                                registry=registry, bootstrap_credentials=bootstrap, incarnation=incarnation)
     services = build_services(config, metadata, peers, registry)
-    client_handlers = merge_handlers([(s.name, s.client_handlers) for s in services])
     client_security = client_security_of(config, lambda: metadata.image)
     authorizer_of = None
     if config.authorizer_enabled:
         authorizers = AuthorizerCache(lambda: metadata.image, super_users=frozenset(config.super_users),
                                       allow_if_no_acls=config.allow_everyone_if_no_acl_found)
         authorizer_of = authorizers.current
+    guard = Guard(authorizer_of)  # the one ACL guard of both listeners
+    replicas = next((s for s in services if isinstance(s, ReplicaManager)), None)
+    # The partition port's native adapter (its ops checked by the guard at the port).
+    port_handlers = [] if replicas is None else [("partitions", partition_handlers(replicas.port, guard))]
+    client_handlers = merge_handlers([(s.name, s.client_handlers) for s in services] + port_handlers)
+    if authorizer_of is not None:
         client_handlers = guard_handlers(client_handlers, authorizer_of=authorizer_of)
     peer_handlers = merge_handlers([(s.name, s.peer_handlers) for s in services])
     for service in services:
@@ -284,17 +297,28 @@ async def run_node(
         ports["http"] = await nursery.start(partial(
             serve_http, registry, health, listen.http.host, listen.http.port, token=config.http_token,
         ))  # fmt: skip
+        # The Schema Registry: Basic auth with the cluster's SCRAM users when clients authenticate,
+        # over TLS when the client listener has it.
+        schema_registry = next(s for s in services if isinstance(s, RegistryService))
+        ports["schema_registry"] = await nursery.start(partial(
+            serve_registry, schema_registry, listen.schema_registry.host, listen.schema_registry.port,
+            authenticate=basic_authenticator(lambda: metadata.image, config.sasl_mechanisms) if config.client_sasl else None,
+            ssl=(str(config.tls_cert_file), str(config.tls_key_file)) if config.client_tls else None,
+            allowed_of=None if authorizer_of is None else (
+                lambda principal, host: partial(authorizer_of().authorize, principal, host)),
+            metrics=registry,
+        ))  # fmt: skip
         # The Kafka listener has the client listener's security: the same TLS context, SASL
         # sessions (one failed-login throttle and replay window for both) and ACLs.
         kafka_ctx = KafkaContext(
             node_id=config.node_id, cluster_id=cluster_id, client_handlers=client_handlers,
             metadata=metadata,
-            replicas=next((s for s in services if isinstance(s, ReplicaManager)), None),
+            replicas=None if replicas is None else replicas.port,
             auto_create_topics=config.auto_create_topics,
             default_partitions=config.default_partitions,
             default_replication_factor=config.default_replication_factor,
             request_timeout_ms=config.request_timeout_ms,
-            node_config=config, authorizer_of=authorizer_of,
+            node_config=config, authorizer_of=authorizer_of, guard=guard,
         )  # fmt: skip
         ports["kafka"] = await nursery.start(partial(
             serve_kafka, kafka_ctx, listen.kafka.host, listen.kafka.port,
@@ -312,7 +336,7 @@ async def run_node(
             logger, "node_ready", node_id=config.node_id, cluster_id=cluster_id,
             roles=",".join(sorted(config.roles)), kafka=ports.get("kafka"), client=ports["client"],
             peer=ports["peer"],
-            http=ports["http"], pid=os.getpid(),
+            http=ports["http"], schema_registry=ports["schema_registry"], pid=os.getpid(),
         )  # fmt: skip
         task_status.started(ports)
         await stop.wait()

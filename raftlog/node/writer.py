@@ -1,5 +1,7 @@
-"""The writer of a native-protocol connection (raftlog/node/server.py): it drains the
-connection's bounded channel of encoded responses and sends them, with their attachments.
+"""The one writer of file regions to a client connection: the native listener's
+(raftlog/node/server.py) drains the connection's bounded channel of encoded responses and
+sends them, with their attachments; the Kafka listener (raftlog/node/kafka/listener.py) sends
+each response's chunks, its fetched records as file parts, with `send_parts`.
 
 What it sends (`Item`): a frame (bytes), or an `Outgoing`, a frame with the `Attached` parts
 that follow it (PROTOCOL.md "Attachments"). Whatever is queued within WRITE_COALESCE_BYTES goes
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from typing import Any, Final, NoReturn, Union
 
 import trio
@@ -82,27 +85,51 @@ def _pieces(items: list[Item]) -> list[Any]:
             pieces.append(memoryview(item))
             continue
         pieces.append(memoryview(item.frame))
-        for part in item.attached.parts:
-            if isinstance(part, _BUFFERS):
-                if len(part):
-                    pieces.append(memoryview(part).cast("B"))
-            elif part.length:
-                pieces.append(_FileRange(part))
+        _add_parts(pieces, item.attached.parts)
     return pieces
+
+
+def _add_parts(pieces: list[Any], parts: Sequence[Any]) -> None:
+    """Append to `pieces` what a plain socket sends for `parts` (buffers and FileParts)."""
+    for part in parts:
+        if isinstance(part, _BUFFERS):
+            if len(part):
+                pieces.append(memoryview(part).cast("B"))
+        elif part.length:
+            pieces.append(_FileRange(part))
 
 
 class ConnectionWriter:
     """Sends one connection's responses (module docstring). `socket_stream` is the plain
     socket under `stream` (os.sendfile, writev); None over TLS. `listener` and `peer` name
-    the connection in the log."""
+    the connection in the log; `disk_limiter` bounds the worker threads that read file
+    parts over TLS (None: trio's default limiter).
+
+    Two ways in: `run` drains a channel of Items (the native listener); `send_parts` sends
+    one response's parts in order (the Kafka listener, which keeps its own response order)."""
 
     def __init__(self, stream: trio.abc.Stream, socket_stream: trio.SocketStream | None,
-                 write_timeout_s: float, listener: str, peer: str) -> None:
+                 write_timeout_s: float, listener: str, peer: str,
+                 disk_limiter: trio.CapacityLimiter | None = None) -> None:
         self.stream = stream
         self.socket_stream = socket_stream
         self.write_timeout_s = write_timeout_s
         self.listener = listener
         self.peer = peer
+        self.disk_limiter = disk_limiter
+
+    async def send_parts(self, parts: Sequence[Any]) -> None:
+        """Send `parts` (buffers and FileParts) in order, as `run` sends an attachment: on a
+        plain socket at once or under the write deadline; over TLS through the stream. The
+        caller closes the file parts. Raises trio.BrokenResourceError (a part no longer
+        intact or shorter than its range), trio.TooSlowError (the write deadline passed),
+        OSError, trio.ClosedResourceError."""
+        if self.socket_stream is None:
+            await self._send_tls_parts([], parts)
+            return
+        pieces: list[Any] = []
+        _add_parts(pieces, parts)
+        await self._send_pieces(pieces)
 
     async def run(self, receive: trio.MemoryReceiveChannel[Item], on_failed: trio.CancelScope) -> None:
         """Send what `receive` brings until it closes; a failed write cancels `on_failed`
@@ -215,14 +242,25 @@ class ConnectionWriter:
                 buffers.append(item)
                 continue
             buffers.append(item.frame)
-            for part in item.attached.parts:
-                if isinstance(part, _BUFFERS):
-                    buffers.append(part)
-                    continue
-                await self._send_buffers(buffers)
-                buffers = []
-                await self._send_file_part(part)
+            buffers = await self._send_tls_parts(buffers, item.attached.parts, flush=False)
         await self._send_buffers(buffers)
+
+    async def _send_tls_parts(self, buffers: list[Any], parts: Sequence[Any], *,
+                              flush: bool = True) -> list[Any]:
+        """Over TLS: send `buffers` and then `parts` in order, consecutive buffers together,
+        file parts read in a worker thread. With `flush` False the buffers after the last
+        file part are not sent but returned (to go out with what follows)."""
+        for part in parts:
+            if isinstance(part, _BUFFERS):
+                buffers.append(part)
+                continue
+            await self._send_buffers(buffers)
+            buffers = []
+            await self._send_file_part(part)
+        if flush:
+            await self._send_buffers(buffers)
+            return []
+        return buffers
 
     async def _send_buffers(self, buffers: list[Any]) -> None:
         if not buffers:
@@ -246,7 +284,8 @@ class ConnectionWriter:
         """TLS: read (in a worker thread) and write through the stream."""
         offset, remaining = part.offset, part.length
         while remaining > 0:
-            data = await trio.to_thread.run_sync(os.pread, part.fd, min(remaining, TLS_READ_CHUNK), offset)
+            data = await trio.to_thread.run_sync(os.pread, part.fd, min(remaining, TLS_READ_CHUNK), offset,
+                                                 limiter=self.disk_limiter)
             if not data or not part.intact():
                 self._attachment_failed("file range changed or ended while being sent")
             await self.stream.send_all(data)

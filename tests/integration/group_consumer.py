@@ -18,6 +18,7 @@ import argparse
 import json
 import signal
 import sys
+import threading
 import time
 
 from raftlog.client import Consumer
@@ -30,6 +31,13 @@ def out(obj: dict) -> None:
     sys.stdout.flush()
 
 
+def stop_on_sigterm() -> threading.Event:
+    """An event set by SIGTERM (the test's graceful stop: the consumer closes and leaves)."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    return stop
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("bootstrap")
@@ -40,13 +48,7 @@ def main() -> int:
     ap.add_argument("--instance", default=None)
     ap.add_argument("--client-id", default="group-consumer")
     args = ap.parse_args()
-    stop = False
-
-    def on_term(signum, frame):
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, on_term)
+    stop = stop_on_sigterm()
     c = Consumer(args.bootstrap, group_id=args.group, auto_offset_reset="earliest",
                  enable_auto_commit=False, session_timeout_ms=args.session_ms,
                  heartbeat_interval_ms=max(100, args.session_ms // 6), rebalance_timeout_ms=args.session_ms * 2,
@@ -63,7 +65,7 @@ def main() -> int:
     c.subscribe([args.topic], on_revoked=revoked, on_assigned=assigned)
     committed: dict = {}
     try:
-        while not stop:
+        while not stop.is_set():
             try:
                 records = c.poll(300)
             except RaftlogError as exc:

@@ -21,6 +21,7 @@ sys.path, so a test imports it by name (scripts outside tests/ load it by path):
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import secrets
 import socket
@@ -28,7 +29,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,23 @@ def ok(response: Mapping[str, Any]) -> dict[str, Any]:
     return dict(response)
 
 
+@contextlib.contextmanager
+def secure_cluster(root: Path, admin_password: str, size: int = 1) -> Iterator["NodeCluster"]:
+    """A started, ready secure cluster (the material of `cluster up --secure`: TLS, SASL/SCRAM,
+    ACLs, an admin user with `admin_password`) under `root`; `.material` is its SecureMaterial.
+    Every node is stopped by PID on exit."""
+    from raftlog.cli.secure import SecureMaterial
+
+    material, _ = SecureMaterial.ensure(root, range(1, size + 1), ["127.0.0.1"], admin_password=admin_password)
+    with NodeCluster(root, size=size, security=material.admin_security()) as cluster:
+        for node_id in cluster.configs:
+            cluster.configs[node_id] = dataclasses.replace(cluster.configs[node_id], **material.node_settings(node_id))
+        cluster.material = material
+        cluster.start_all()
+        cluster.wait_ready(timeout_s=60)
+        yield cluster
+
+
 class NodeCluster:
     """N nodes of one cluster under `root` (node i in root/node-<i>)."""
 
@@ -132,7 +150,7 @@ class NodeCluster:
     # -- configuration --
 
     def _allocate(self, node_id: int) -> None:
-        self.ports[node_id] = NodePorts(*free_ports(5))
+        self.ports[node_id] = NodePorts(*free_ports(6))
 
     def _rebuild_configs(self, broker_only: Iterable[int]) -> None:
         configs = build_node_configs(
@@ -166,6 +184,11 @@ class NodeCluster:
 
     def http(self, node_id: int) -> str:
         return str(self.configs[node_id].listeners.http)
+
+    def schema_registry(self, node_id: int) -> str:
+        """The node's Schema Registry URL: "https://host:port" when its clients use TLS."""
+        config = self.configs[node_id]
+        return f"{'https' if config.client_tls else 'http'}://{config.listeners.schema_registry}"
 
     def bootstrap(self) -> list[str]:
         return [self.client(n) for n in self.live()]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import time
 from typing import Any, Iterator
@@ -28,7 +27,6 @@ from confluent_kafka.admin import (
 )
 
 from raftlog.base.client_properties import load_properties
-from raftlog.cli.secure import SecureMaterial
 
 import node_harness as harness
 
@@ -38,13 +36,7 @@ CAROL_PASSWORD = "carol-Pw-" + "77ab0d"
 
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    root = tmp_path_factory.mktemp("kafka-secure")
-    material, _ = SecureMaterial.ensure(root, [1], ["127.0.0.1"], admin_password=ADMIN_PASSWORD)
-    with harness.NodeCluster(root, size=1, security=material.admin_security()) as cluster:
-        cluster.configs[1] = dataclasses.replace(cluster.configs[1], **material.node_settings(1))
-        cluster.material = material
-        cluster.start_all()
-        cluster.wait_ready(timeout_s=60)
+    with harness.secure_cluster(tmp_path_factory.mktemp("kafka-secure"), ADMIN_PASSWORD) as cluster:
         yield cluster
 
 

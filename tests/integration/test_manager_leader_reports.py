@@ -13,7 +13,7 @@ import partition.manager as manager_module
 from metadata.controller import LeaderReport
 from metadata.service import MetadataService
 from partition.manager import ReplicaManager
-from partition.replica import ReplicaSettings
+from partition.replica_settings import ReplicaSettings
 from raftlog.base.peer import PeerPool
 from raftlog.base.protocol import Request
 from raftlog.cli.cluster import free_ports

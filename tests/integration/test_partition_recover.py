@@ -10,7 +10,7 @@ from pathlib import Path
 from partition.batch import BatchBuilder, decode_batches
 from partition.manager import PARTITIONS_DIR
 from partition.raft import QuorumState, VoteRequest
-from partition.replica import read_quorum_state, write_quorum_state
+from partition.quorum_state import read_quorum_state, write_quorum_state
 from partition.replication import decode_message, encode_message
 
 import node_harness as harness

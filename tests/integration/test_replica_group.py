@@ -11,7 +11,7 @@ import trio
 from metadata.image import BrokerRegistration, MetadataImage, PartitionState, TopicImage
 from partition.batch import BatchBuilder, decode_batches
 from partition.manager import ReplicaManager
-from partition.replica import ReplicaSettings
+from partition.replica_settings import ReplicaSettings
 from raftlog.base.errors import (
     InvalidRequestError,
     NotControllerError,
@@ -21,6 +21,8 @@ from raftlog.base.errors import (
 )
 from raftlog.base.peer import PeerPool
 from raftlog.base.protocol import PEER_MAX_FRAME_BYTES
+from raftlog.node.authorize import Guard
+from raftlog.node.native_partition import partition_handlers
 from raftlog.node.server import serve
 
 TOPIC = "events"
@@ -30,6 +32,8 @@ WAIT_S = 10.0
 
 class FakeMetadata:
     """What ReplicaManager uses of the MetadataService, over a static image."""
+
+    controller_id = None
 
     def __init__(self, group: "Group", node_id: int):
         self.group = group
@@ -111,7 +115,7 @@ class Group:
                     listen = partial(serve, host="127.0.0.1", port=0, request_timeout_ms=10_000,
                                      max_frame_bytes=PEER_MAX_FRAME_BYTES)
                     peer_port = await n.start(partial(listen, mgr.peer_handlers, name="peer"))
-                    client_port = await n.start(partial(listen, mgr.client_handlers, name="client"))
+                    client_port = await n.start(partial(listen, partition_handlers(mgr.port, Guard(None)), name="client"))
                     self.peer_addresses[i] = f"127.0.0.1:{peer_port}"
                     self.client_addresses[i] = f"127.0.0.1:{client_port}"
                     await n.start(mgr.run)

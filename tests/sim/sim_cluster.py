@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 
 from partition.raft import (
     AppendControl,
+    AppendMembership,
     AppendReplicated,
     Flush,
     FetchResponse,
@@ -111,17 +112,29 @@ class SimParams:
     quiesce_max_steps: int = 40_000
     config: RaftConfig = field(default_factory=lambda: SIM_RAFT_CONFIG)
     core_cls: type = RaftCore  # tests plant bugs with a subclass to prove the checks bite
+    spares: int = 0  # nodes outside the initial voters (sim_membership.py adds and removes them)
 
 
 class MemLog:
     """The partition log's semantics in memory: one entry per offset, (epoch, write id)."""
 
-    __slots__ = ("epochs", "ids", "flushed")
+    __slots__ = ("epochs", "ids", "flushed", "members")
 
     def __init__(self) -> None:
         self.epochs: list[int] = []
         self.ids: list[int] = []
         self.flushed = 0
+        self.members: dict = {}  # offset -> Membership of a membership control batch
+
+    def cut(self, offset: int) -> None:
+        del self.epochs[offset:]
+        del self.ids[offset:]
+        for off in [o for o in self.members if o >= offset]:
+            del self.members[off]
+
+    def memberships(self, lo: int = 0, hi: int | None = None) -> tuple:
+        hi = self.end if hi is None else hi
+        return tuple(sorted((o, m) for o, m in self.members.items() if lo <= o < hi))
 
     @property
     def end(self) -> int:
@@ -171,11 +184,13 @@ class Cluster:
         self.alive_rng = random.Random(seed * 15485863 + 5)
         self.clients_paused_until = 0
         n = self.p.n
-        self.voters = tuple(range(1, n + 1))
+        self.voters = tuple(range(1, n + 1))  # the initial voters
+        self.universe = tuple(range(1, n + self.p.spares + 1))  # every node, spares included
         self.majority = n // 2 + 1
-        self.nodes = {i: SimNode(i) for i in self.voters}
+        self.nodes = {i: SimNode(i) for i in self.universe}
         # blocked[src][dst]: the link src -> dst drops everything
-        self.blocked = [[False] * (n + 1) for _ in range(n + 1)]
+        size = len(self.universe) + 1
+        self.blocked = [[False] * size for _ in range(size)]
         self.queue: list = []
         self.seq = 0
         self.now = 0
@@ -224,8 +239,13 @@ class Cluster:
             self.voters,
             rng=random.Random(self.rng.getrandbits(64)),
             quorum_state=node.durable_qs,
-            log_state=LogState(0, log.end, log.flushed, log.epoch_cache()),
+            # As the replica's recovery does: membership entries only where the quorum state
+            # says to look for them.
+            log_state=LogState(0, log.end, log.flushed, log.epoch_cache(),
+                               log.memberships(node.durable_qs.membership_scan_from)
+                               if node.durable_qs.membership_scan_from >= 0 else ()),
             config=self.p.config,
+            learners=() if node.id in self.voters else (node.id,),  # a spare: never votes
         )
         self._push(self.rng.randint(1, TICK_UNITS), _TICK, node.id, node.incarnation, None)
 
@@ -239,8 +259,7 @@ class Cluster:
             node.durable_qs = node.pending_persists[k - 1]
         log = node.log
         cut = self.rng.randint(log.flushed, log.end)
-        del log.epochs[cut:]
-        del log.ids[cut:]
+        log.cut(cut)
         node.pending_writes.clear()
         node.core = None
 
@@ -252,8 +271,7 @@ class Cluster:
         log = node.log
         cut = self.damage_rng.randint(0, log.flushed)
         node.lost = {off: (log.epochs[off], log.ids[off]) for off in range(cut, log.flushed)}
-        del log.epochs[cut:]
-        del log.ids[cut:]
+        log.cut(cut)
         log.flushed = cut
         qs = node.durable_qs
         node.durable_qs = QuorumState(qs.epoch, qs.voted_for, qs.leader_id, True)
@@ -385,7 +403,7 @@ class Cluster:
     def _watch_links(self, node: SimNode) -> None:
         """The replica manager's watch of its links (module docstring)."""
         silence = self.p.config.election_timeout_ticks
-        for other in self.voters:
+        for other in self.universe:
             if other == node.id:
                 continue
             if self._link_up(node.id, other):
@@ -421,11 +439,11 @@ class Cluster:
             elif kind is HighWatermarkChanged:
                 self._on_hw(node, eff.high_watermark)
             elif kind is AppendReplicated:
-                epochs, ids = eff.records
+                epochs, ids, members = eff.records
                 if eff.base_offset != node.log.end or eff.end_offset != eff.base_offset + len(ids):
                     self._fail(f"node {node.id}: bad AppendReplicated {eff.base_offset}.."
                                f"{eff.end_offset} onto end {node.log.end}")
-                self._append(node, epochs, ids)
+                self._append(node, epochs, ids, members)
             elif kind is Flush:
                 if node.flush_end >= 0:
                     self._fail(f"node {node.id}: two flushes outstanding")
@@ -442,6 +460,13 @@ class Cluster:
                     self._fail(f"two leaders in epoch {eff.epoch}")
                 self.next_control -= 1
                 self._append(node, (eff.epoch,), (self.next_control,))
+            elif kind is AppendMembership:
+                if eff.offset != node.log.end:
+                    self._fail(f"node {node.id}: membership at {eff.offset}, end {node.log.end}")
+                if self.leaders.get(eff.epoch) != node.id:
+                    self._fail(f"node {node.id} appends a membership in epoch {eff.epoch} it does not lead")
+                self.next_control -= 1
+                self._append(node, (eff.epoch,), (self.next_control,), {eff.offset: eff.membership})
             elif kind is LeadershipChanged:
                 self.trace.append((self.now, "leadership", node.id, eff))
                 if eff.leader_id == node.id:
@@ -471,7 +496,8 @@ class Cluster:
                 if off == hi or log.epochs[off] != log.epochs[start]:
                     batches.append((start, off - 1, log.epochs[start]))
                     start = off
-            msg = msg.with_records((epochs, ids), tuple(batches))
+            members = log.memberships(lo, hi)
+            msg = msg.with_records((epochs, ids, dict(members)), tuple(batches), members)
         rng = self.rng
         if rng.random() < self.drop_p:
             return
@@ -482,9 +508,11 @@ class Cluster:
         if rng.random() < self.dup_p:
             self._push(rng.randint(1, 4 * self.p.delay_max_units), _DELIVER, to, msg, None)
 
-    def _append(self, node: SimNode, epochs, ids) -> None:
+    def _append(self, node: SimNode, epochs, ids, members=None) -> None:
         log = node.log
         base = log.end
+        if members:
+            log.members.update(members)
         entry_at = self.entry_at
         for i, (ep, wid) in enumerate(zip(epochs, ids)):
             off = base + i
@@ -507,8 +535,7 @@ class Cluster:
                 self._fail(f"node {node.id}: truncation to {offset} drops committed offset {off}")
         self.trace.append((self.now, "truncate", node.id, offset))
         self.stats["truncations"] += 1
-        del log.epochs[offset:]
-        del log.ids[offset:]
+        log.cut(offset)
         if log.flushed > offset:
             log.flushed = offset
         if node.flush_end >= 0 and node.flush_cap > offset:
@@ -561,7 +588,7 @@ class Cluster:
         up = [nd for nd in nodes.values() if nd.up]
         down = [nd for nd in nodes.values() if not nd.up]
         r = rng.random()
-        n = self.p.n
+        n = len(self.universe)
         leaders = [nd for nd in up if nd.core.role is Role.LEADER]
         if r < 0.12 and leaders:
             # leader-targeted: isolate it (it keeps taking writes it cannot commit) or crash it
@@ -569,7 +596,7 @@ class Cluster:
             if rng.random() < 0.5:
                 self._heal()
                 self.trace.append((self.now, "isolate leader", victim.id, None))
-                for other in self.voters:
+                for other in self.universe:
                     self.blocked[victim.id][other] = self.blocked[other][victim.id] = True
             elif len(down) < n - self.majority:
                 self.trace.append((self.now, "crash leader", victim.id, None))
@@ -597,20 +624,20 @@ class Cluster:
                 self._start(node)
         elif r < 0.55:
             self._heal()
-            victim = rng.choice(self.voters)
+            victim = rng.choice(self.universe)
             self.trace.append((self.now, "isolate", victim, None))
-            for other in self.voters:
+            for other in self.universe:
                 self.blocked[victim][other] = self.blocked[other][victim] = True
         elif r < 0.65:
             self._heal()
-            group = set(rng.sample(self.voters, rng.randint(1, n - 1)))
+            group = set(rng.sample(self.universe, rng.randint(1, n - 1)))
             self.trace.append((self.now, "split", sorted(group), None))
-            for a in self.voters:
-                for b in self.voters:
+            for a in self.universe:
+                for b in self.universe:
                     if (a in group) != (b in group):
                         self.blocked[a][b] = True
         elif r < 0.72:
-            a, b = rng.sample(self.voters, 2)
+            a, b = rng.sample(self.universe, 2)
             self.trace.append((self.now, "cut one way", (a, b), None))
             self.blocked[a][b] = True
         elif r < 0.90:
@@ -619,7 +646,7 @@ class Cluster:
         else:
             if leaders:
                 node = leaders[0]
-                target = rng.choice([v for v in self.voters if v != node.id] or [node.id])
+                target = rng.choice([v for v in node.core.voters if v != node.id] or [node.id])
                 self.trace.append((self.now, "transfer", node.id, target))
                 self.stats["transfers"] += 1
                 self._apply(node, node.core.transfer_leadership(target))

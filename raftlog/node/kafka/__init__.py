@@ -4,6 +4,6 @@ is added; codec.py the framing and codecs; one module per API family (versions, 
 produce, fetch, admin, configs, groups).
 
 Layer: node. May import raftlog.base, metadata/partition/groupcoord (their services' public
-methods, `metadata.topic_config`, `partition.segment.FileSlice`) and kafka-python's message
+methods, `metadata.topic_config`, `partition.port.RecordsSlice`) and kafka-python's message
 classes; nothing above the node.
 """

@@ -34,6 +34,7 @@ from kafka.protocol.admin.topics import (
 )
 
 from metadata.topic_config import normalize_configs
+from partition.port import DeletePart
 from raftlog.base.acl import CLUSTER_NAME, Operation, ResourceType
 from raftlog.base.errors import InvalidRequestError, RaftlogError
 from raftlog.node.kafka import errors
@@ -142,28 +143,17 @@ async def handle_create_partitions(ctx: KafkaContext, call: Call) -> Reply:
 async def handle_delete_records(ctx: KafkaContext, call: Call) -> Reply:
     request = call.request
     R = DeleteRecordsResponse
-    # ACLs before any effect: DELETE on each topic (Kafka's DeleteRecords rule).
-    allowed = {t.name: ctx.allowed(Operation.DELETE, ResourceType.TOPIC, t.name) for t in request.topics}
-    refused = [{"topic": t.name, "partition": p.partition_index, "error": {"code": "TOPIC_AUTHORIZATION_FAILED"}}
-               for t in request.topics if not allowed[t.name] for p in t.partitions]
-    parts = [(t.name, p.partition_index, p.offset) for t in request.topics if allowed[t.name] for p in t.partitions]
+    # ACLs before any effect, at the port's guard: DELETE on each topic (Kafka's rule).
+    parts = [DeletePart(t.name, p.partition_index, p.offset) for t in request.topics for p in t.partitions]
     timeout_ms = max(0, min(request.timeout_ms, ctx.request_timeout_ms - 1000))
 
     async def answer() -> Reply:
-        if ctx.replicas is None:
-            results = [{"topic": t, "partition": p, "error": {"code": "NOT_LEADER"}} for t, p, _ in parts]
-        elif parts:
-            results = await ctx.replicas.delete_records(parts, trio.current_time() + timeout_ms / 1000)
-        else:
-            results = []
-        results = [*results, *refused]
+        results = await ctx.port().delete_records(parts, trio.current_time() + timeout_ms / 1000) if parts else []
         topics: dict[str, list[Any]] = {}
-        for entry in results:
-            error = entry.get("error")
-            topics.setdefault(entry["topic"], []).append(R.DeleteRecordsTopicResult.DeleteRecordsPartitionResult(
-                partition_index=entry["partition"],
-                low_watermark=-1 if error is not None else entry["low_watermark"],
-                error_code=errors.kafka_error_code(None if error is None else error.get("code")),
+        for r in results:
+            topics.setdefault(r.topic, []).append(R.DeleteRecordsTopicResult.DeleteRecordsPartitionResult(
+                partition_index=r.partition, low_watermark=-1 if r.error is not None else r.low_watermark,
+                error_code=errors.kafka_error_code(None if r.error is None else r.error.code),
             ))  # fmt: skip
         return R(throttle_time_ms=0, topics=[
             R.DeleteRecordsTopicResult(name=name, partitions=ps) for name, ps in topics.items()])
@@ -173,7 +163,7 @@ async def handle_delete_records(ctx: KafkaContext, call: Call) -> Reply:
 
 async def handle_describe_cluster(ctx: KafkaContext, call: Call) -> Reply:
     R = DescribeClusterResponse
-    if not ctx.allowed(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):  # Kafka's rule
+    if not ctx.access().allowed(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):  # Kafka's rule
         return R(throttle_time_ms=0, error_code=errors.CLUSTER_AUTHORIZATION_FAILED,
                  error_message="not authorized to describe the cluster", endpoint_type=1, cluster_id=ctx.cluster_id,
                  controller_id=-1, brokers=[], authorized_operations=None)

@@ -56,7 +56,7 @@ def _broker_result(ctx: KafkaContext, res: Any) -> Any:
     R = DescribeConfigsResponse
     Entry = R.DescribeConfigsResult.DescribeConfigsResourceResult
     code, message, entries = errors.NONE, None, []
-    if not ctx.allowed(Operation.DESCRIBE_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME):  # Kafka's rule
+    if not ctx.access().allowed(Operation.DESCRIBE_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME):  # Kafka's rule
         code, message = errors.CLUSTER_AUTHORIZATION_FAILED, "not authorized to describe broker configs"
     elif res.resource_name == "":
         pass  # the cluster-wide dynamic defaults, as Kafka answers "": raftlog has none yet

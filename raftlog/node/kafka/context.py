@@ -1,10 +1,12 @@
 """What Kafka API handlers get: the node's services (`KafkaContext`), one request (`Call`)
 and its connection's state (`ConnectionState`), and what they may return (`Reply`).
 
-Handlers are protocol translation only: they turn a decoded Kafka request into calls of the
-same service code the native protocol uses (`ctx.call(op, fields)` runs the native client
-handler of that op; `ctx.replicas` / `ctx.metadata` for the few paths that need more, e.g.
-zero-copy fetch), and the answers into the Kafka response.
+Handlers are protocol translation only: wire decode -> the one ACL guard -> a port call ->
+wire encode. The partition ops (produce, fetch, list offsets, epoch ends, delete records,
+producer ids, log dirs, producers) call the partition port (partition/port.py) through
+`ctx.port()`, which is that port behind the current connection's ACLs
+(raftlog/node/authorize.py `GuardedPartitions`); group and admin ops run the native client
+handler of the same op (`ctx.call(op, fields)`), behind the same guard's native policies.
 
 A handler returns one of:
 * a response message (kafka-python ApiMessage of the response class): encoded at the
@@ -21,11 +23,9 @@ Security (issue 16): each connection's `ConnectionState` holds its authenticatio
 (raftlog/node/auth.py: SASL, or the mTLS/anonymous principal) and is the *current connection*
 of everything its requests run (a context variable the listener sets for the connection's
 task; the `Later`s it starts inherit it). `ctx.call` passes that connection's principal and
-host to the native handler, so with ACLs on (the node guards `client_handlers`,
-raftlog/node/authorize.py) every Kafka request is checked exactly as its native twin. A
-handler that reaches the replicas or the image directly (produce, fetch, list offsets,
-describe cluster, ...) checks first with `ctx.allowed(operation, resource_type, name)`;
-without a current connection on a node with ACLs both fail closed.
+host to the native handler (guarded by the node, raftlog/node/authorize.py); `ctx.port()`
+and `ctx.access()` apply the same guard (`Guard`) to that principal. Without a current
+connection on a node with ACLs, all three fail closed.
 """
 
 from __future__ import annotations
@@ -38,10 +38,12 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import trio
 
 from metadata.authorizer import Authorizer
-from raftlog.base.acl import ANONYMOUS, Operation, ResourceType
-from raftlog.base.errors import ClusterAuthorizationFailedError, InvalidRequestError
+from partition.port import PartitionPort
+from raftlog.base.acl import ANONYMOUS
+from raftlog.base.errors import ClusterAuthorizationFailedError, InvalidRequestError, NotLeaderError
 from raftlog.base.protocol import Request
 from raftlog.node.auth import Session
+from raftlog.node.authorize import Access, Guard, GuardedPartitions
 from raftlog.node.kafka.wire import Chunk, Header
 
 if TYPE_CHECKING:  # kafka-python loads on the first Kafka request, not with the node
@@ -71,7 +73,7 @@ class KafkaContext:
     cluster_id: str
     client_handlers: Mapping[str, NativeHandler]
     metadata: Any  # metadata.service.MetadataService: image, controller_id, kafka_address()
-    replicas: Any | None  # partition.manager.ReplicaManager (None on a controller-only node)
+    replicas: PartitionPort | None  # the partition port (None on a controller-only node)
     auto_create_topics: bool = True
     default_partitions: int = 1
     default_replication_factor: int = 1
@@ -84,6 +86,13 @@ class KafkaContext:
     # in worker threads, at most this many at once.
     disk_limiter: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(DISK_THREADS))
     _next_id: int = 0
+    # The node's one ACL guard (raftlog/node/authorize.py), shared with the native listener;
+    # made from `authorizer_of` when not given.
+    guard: Guard | None = None
+
+    def __post_init__(self) -> None:
+        if self.guard is None:
+            self.guard = Guard(self.authorizer_of)
 
     async def call(self, op: str, fields: Mapping[str, Any]) -> Mapping[str, Any] | None:
         """Run the native client handler of `op` with `fields`, as the current connection's
@@ -101,15 +110,22 @@ class KafkaContext:
             principal, host = connection.principal, connection.host
         return await handler(Request(self._next_id, op, fields, principal, host))
 
-    def allowed(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:
-        """Whether the current connection's principal may do `operation` on the resource
-        (always, without ACLs; never, with ACLs but no current connection)."""
-        if self.authorizer_of is None:
-            return True
+    def access(self) -> Access:
+        """What the current connection's principal may do (everything, without ACLs;
+        nothing, with ACLs but no current connection)."""
+        guard = self.guard
+        assert guard is not None  # __post_init__
         connection = _CONNECTION.get()
         if connection is None:
-            return False
-        return self.authorizer_of().authorize(connection.principal, connection.host, operation, resource_type, name)
+            return guard.nobody()
+        return guard.access(connection.principal, connection.host)
+
+    def port(self) -> GuardedPartitions:
+        """The partition port behind the current connection's ACLs. Raises NotLeaderError
+        on a node that hosts no partitions (a controller-only node)."""
+        if self.replicas is None:
+            raise NotLeaderError(f"node {self.node_id} is not a broker")
+        return GuardedPartitions(self.replicas, self.access())
 
 
 @dataclass

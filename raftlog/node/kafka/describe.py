@@ -41,7 +41,9 @@ from kafka.protocol.admin.cluster import DescribeLogDirsResponse, DescribeQuorum
 from kafka.protocol.admin.topics import DescribeTopicPartitionsResponse
 from kafka.protocol.admin.transactions import DescribeProducersResponse
 
+from partition.port import PartitionKey
 from raftlog.base.acl import CLUSTER_NAME, Operation, ResourceType
+from raftlog.base.errors import ClusterAuthorizationFailedError, NotLeaderError, RaftlogError
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.context import Call, KafkaContext, Reply
 from raftlog.node.kafka.metadata import ZERO_UUID, topic_uuid
@@ -56,27 +58,17 @@ DESCRIBE_TOPIC_PARTITIONS_KEY: Final = 75
 TOPIC_AUTHORIZATION_FAILED: Final = errors.TOPIC_AUTHORIZATION_FAILED
 
 
-def _replica_sizes(replicas: list[Any]) -> list[tuple[str, int, int, int]]:
-    """(topic, partition, size bytes, offset lag) of each replica open here."""
-    out = []
-    for r in replicas:
-        log, core = r.log, r.core
-        if log is None or core is None:
-            continue
-        s = core.status()
-        out.append((r.topic, r.partition, log.size_bytes(), max(0, s["high_watermark"] - s["log_end_offset"])))
-    return out
-
-
 async def handle_describe_log_dirs(ctx: KafkaContext, call: Call) -> Reply:
     R = DescribeLogDirsResponse
-    if not ctx.allowed(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
-        return R(throttle_time_ms=0, error_code=errors.CLUSTER_AUTHORIZATION_FAILED, results=[])
     wanted = None if call.request.topics is None else {
-        (t.topic, p) for t in call.request.topics for p in t.partitions}
-    replicas = [] if ctx.replicas is None else [
-        r for r in ctx.replicas.replicas() if wanted is None or (r.topic, r.partition) in wanted]
-    rows = _replica_sizes(replicas)
+        PartitionKey(t.topic, p) for t in call.request.topics for p in t.partitions}
+    try:
+        sizes = ctx.port().log_dirs(wanted)
+    except ClusterAuthorizationFailedError:
+        return R(throttle_time_ms=0, error_code=errors.CLUSTER_AUTHORIZATION_FAILED, results=[])
+    except NotLeaderError:  # a controller-only node: no partitions here
+        sizes = []
+    rows = [(s.topic, s.partition, s.size_bytes, s.offset_lag) for s in sizes]
     data_dir = str(ctx.node_config.data_dir) if ctx.node_config is not None else ""
     total = usable = -1
     if data_dir:
@@ -97,7 +89,7 @@ async def handle_describe_quorum(ctx: KafkaContext, call: Call) -> Reply:
     Topic, Partition = R.TopicData, R.TopicData.PartitionData
     State = Partition.ReplicaState
     request = call.request
-    if not ctx.allowed(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+    if not ctx.access().allowed(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
         return R(error_code=errors.CLUSTER_AUTHORIZATION_FAILED, error_message="not authorized to describe the cluster",
                  topics=[], nodes=[])
     asked = [(t.topic_name, p.partition_index) for t in request.topics for p in t.partitions]
@@ -137,21 +129,17 @@ async def handle_describe_producers(ctx: KafkaContext, call: Call) -> Reply:
     State = Partition.ProducerState
     topics = []
     for t in call.request.topics:
-        allowed = ctx.allowed(Operation.READ, ResourceType.TOPIC, t.name)
         parts = []
         for index in t.partition_indexes:
             code, message, active = errors.NONE, None, []
-            replica = None if ctx.replicas is None else ctx.replicas.replica(t.name, index)
-            if not allowed:
-                code, message = TOPIC_AUTHORIZATION_FAILED, f"not authorized to read {t.name}"
-            elif ctx.metadata.image.partition(t.name, index) is None:
-                code, message = errors.UNKNOWN_TOPIC_OR_PARTITION, f"{t.name}-{index} does not exist"
-            elif replica is None or not replica.is_leader:
-                code, message = errors.NOT_LEADER_OR_FOLLOWER, f"node {ctx.node_id} does not lead {t.name}-{index}"
+            try:  # READ on the topic: the port's guard
+                found = ctx.port().producers(t.name, index)
+            except RaftlogError as exc:
+                code, message = errors.kafka_error(exc)
             else:
-                active = [State(producer_id=pid, producer_epoch=e.producer_epoch, last_sequence=e.last_sequence,
-                                last_timestamp=-1, coordinator_epoch=-1, current_txn_start_offset=-1)
-                          for pid, e in replica.producers.active()]
+                active = [State(producer_id=p.producer_id, producer_epoch=p.producer_epoch,
+                                last_sequence=p.last_sequence, last_timestamp=-1, coordinator_epoch=-1,
+                                current_txn_start_offset=-1) for p in found]
             parts.append(Partition(partition_index=index, error_code=code, error_message=message,
                                    active_producers=active))
         topics.append(Topic(name=t.name, partitions=parts))
@@ -172,7 +160,7 @@ async def handle_describe_topic_partitions(ctx: KafkaContext, call: Call) -> Rep
     next_cursor = None
     for name in names:
         info = image.topic(name)
-        allowed = ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name)
+        allowed = ctx.access().allowed(Operation.DESCRIBE, ResourceType.TOPIC, name)
         if not request.topics and not allowed:
             continue  # listing every topic: those the principal may not describe are left out, as in Kafka
         if info is None or not allowed:

@@ -62,6 +62,9 @@ KAFKA_ERROR_CODES: Final[dict[str, int]] = {
     "TOPIC_ALREADY_EXISTS": TOPIC_ALREADY_EXISTS,
     "INVALID_PARTITIONS": INVALID_PARTITIONS,
     "INVALID_REPLICATION_FACTOR": 38,
+    "INVALID_REPLICA_ASSIGNMENT": 39,
+    "REASSIGNMENT_IN_PROGRESS": 60,
+    "NO_REASSIGNMENT_IN_PROGRESS": 85,
     "INVALID_CONFIG": INVALID_CONFIG,
     "NOT_CONTROLLER": NOT_CONTROLLER,
     "INVALID_REQUEST": INVALID_REQUEST,
@@ -82,6 +85,12 @@ KAFKA_ERROR_CODES: Final[dict[str, int]] = {
     "MEMBER_ID_REQUIRED": 79,
     "GROUP_MAX_SIZE_REACHED": 81,
     "FENCED_INSTANCE_ID": 82,
+    # KIP-848 consumer groups (groupcoord/consumer_group_ops.py).
+    "FENCED_MEMBER_EPOCH": 110,
+    "UNRELEASED_INSTANCE_ID": 111,
+    "UNSUPPORTED_ASSIGNOR": 112,
+    "STALE_MEMBER_EPOCH": 113,
+    "INVALID_REGULAR_EXPRESSION": 128,
     "DUPLICATE_BROKER_REGISTRATION": 101,
     "BROKER_ID_NOT_REGISTERED": 102,
     # Transactions (issue 42).
@@ -102,6 +111,9 @@ KAFKA_ERROR_CODES: Final[dict[str, int]] = {
     "RESOURCE_NOT_FOUND": 91,
     "DUPLICATE_RESOURCE": 92,
     "UNACCEPTABLE_CREDENTIAL": 93,
+    # The Schema Registry's errors travel only between nodes (registry_forward) and over HTTP;
+    # a Kafka client never sees one, and would see Kafka's UNKNOWN_SERVER_ERROR.
+    "SCHEMA_REGISTRY_ERROR": -1,
     # Not a raftlog wire code: the Kafka handlers' own answer to a topic id they do not know
     # (Fetch v13+, Produce v13, DeleteTopics v6).
     "UNKNOWN_TOPIC_ID": UNKNOWN_TOPIC_ID,

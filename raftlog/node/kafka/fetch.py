@@ -1,11 +1,12 @@
 """Fetch (key 1), ListOffsets (key 2) and OffsetForLeaderEpoch (key 23).
 
-Fetch runs `ReplicaManager.fetch_partitions` (the native fetch's code: leader only, up to the
+Fetch runs the partition port's `fetch` (partition/port.py; the native fetch calls the same: leader only, up to the
 high watermark, long poll on min_bytes / max_wait_ms, per-partition and per-request byte
 limits, at least one whole batch) with `zero_copy`: each partition's records are a slice of
 the segment file, and the response is encoded around placeholders (codec.encode_response)
-so the writer sends the header bytes, then the file range with os.sendfile (in a worker
-thread: a page evicted meanwhile would block). The ranges are checked as every read is
+so the writer sends the header bytes, then the file range with os.sendfile (the native
+listener's writer, raftlog/node/writer.py: on the trio thread, as the replica read or warmed
+the range into the page cache). The ranges are checked as every read is
 (partition/log.py "Integrity": `read_slice` checks each batch's header and CRC-32C before it
 makes a slice, once per byte, in a worker thread when the bytes are cold), so no damaged byte
 is sent: the partition answers KAFKA_STORAGE_ERROR while its replica repairs from a peer, or
@@ -15,9 +16,10 @@ is the high watermark). Fetch sessions (KIP-227) are not kept: every answer has 
 0, which tells the client to send full requests. Raft's control batches are in the stream
 as Kafka's are; clients skip them.
 
-ACLs: READ on each fetched topic, DESCRIBE on each topic of ListOffsets and
-OffsetForLeaderEpoch (checked before the replicas are asked; a refused topic's partitions
-answer TOPIC_AUTHORIZATION_FAILED). A topic named by id is checked by its name, as Kafka does.
+ACLs (the port's guard, raftlog/node/authorize.py GuardedPartitions): READ on each fetched
+topic, DESCRIBE on each topic of ListOffsets and OffsetForLeaderEpoch (checked before the
+replicas are asked; a refused topic's partitions answer TOPIC_AUTHORIZATION_FAILED). A topic
+named by id is checked by its name, as Kafka does.
 
 ListOffsets: earliest (-2: log start offset; -4, earliest local, the same: no tiered
 storage), latest (-1: high watermark), max timestamp (-3, v7+: batch granularity), latest
@@ -37,7 +39,15 @@ from typing import Any, Final
 from kafka.protocol.consumer.fetch import FetchResponse
 from kafka.protocol.consumer.offsets import ListOffsetsResponse, OffsetForLeaderEpochResponse
 
-from raftlog.base.acl import Operation, ResourceType
+from partition.port import (
+    EpochEndResult,
+    EpochQuery,
+    FetchPart,
+    FetchRequest,
+    IsolationLevel,
+    OffsetQuery,
+)
+from raftlog.base.errors import NotLeaderError
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.codec import encode_response, placeholder
 from raftlog.node.kafka.context import Call, Encoded, KafkaContext, Later, Reply
@@ -59,10 +69,6 @@ MAX_FETCH_WAIT_MS: Final = 60_000
 DEFAULT_MAX_BYTES: Final = 50 << 20
 
 
-def _allowed(ctx: KafkaContext, operation: Operation, names: list[str]) -> dict[str, bool]:
-    return {name: ctx.allowed(operation, ResourceType.TOPIC, name) for name in dict.fromkeys(names)}
-
-
 async def handle_fetch(ctx: KafkaContext, call: Call) -> Reply:
     request = call.request
     R = FetchResponse
@@ -74,58 +80,45 @@ async def handle_fetch(ctx: KafkaContext, call: Call) -> Reply:
         name = names.get(t.topic_id) if by_id else t.topic
         for p in t.partitions:
             wanted.append((name, t.topic_id if by_id else None, p.partition, p.fetch_offset,
-                           max(1, p.partition_max_bytes)))
-    allowed = _allowed(ctx, Operation.READ, [n for n, *_ in wanted if n is not None])
-    parts = [(n, p, o, b) for n, _, p, o, b in wanted if n is not None and allowed[n]]
+                           max(1, p.partition_max_bytes), getattr(p, "current_leader_epoch", -1)))
+    parts = [FetchPart(n, p, o, b, e) for n, _, p, o, b, e in wanted if n is not None]
     max_bytes = getattr(request, "max_bytes", DEFAULT_MAX_BYTES) or DEFAULT_MAX_BYTES
     max_wait_ms = max(0, min(request.max_wait_ms, MAX_FETCH_WAIT_MS, ctx.request_timeout_ms - 1000))
+    fetch = FetchRequest(parts, max_wait_ms=max_wait_ms, min_bytes=max(0, request.min_bytes),
+                         max_bytes=max(1, max_bytes), isolation_level=_isolation(request), zero_copy=True)
 
     async def answer() -> Reply:
-        if ctx.replicas is None:
-            results = [{"topic": t, "partition": p, "error": {"code": "NOT_LEADER"}} for t, p, _, _ in parts]
-        elif parts:
-            results = await ctx.replicas.fetch_partitions(
-                parts, max_wait_ms=max_wait_ms, min_bytes=max(0, request.min_bytes),
-                max_bytes=max(1, max_bytes), zero_copy=True,
-            )  # fmt: skip
-        else:
-            results = []
+        results = await ctx.port().fetch(fetch) if parts else []
         splices: dict[bytes, Any] = {}
         topics: dict[tuple[str | None, Any], list[Any]] = {}
         endpoints: set[int] = set()
         try:
             found = iter(results)
-            for name, topic_id, partition, _, _ in wanted:
-                if name is None:
-                    entry = {"partition": partition, "error": {"code": "UNKNOWN_TOPIC_ID"}}
-                elif not allowed[name]:
-                    entry = {"partition": partition, "error": {"code": "TOPIC_AUTHORIZATION_FAILED"}}
-                else:
-                    entry = next(found)
-                error = entry.get("error")
-                if error is not None:
-                    code = errors.kafka_error_code(error.get("code"))
+            for name, topic_id, partition, *_ in wanted:
+                entry = None if name is None else next(found)
+                if entry is None or entry.error is not None:
+                    code = errors.UNKNOWN_TOPIC_ID if entry is None else errors.kafka_error_code(entry.error.code)
                     data = R.FetchableTopicResponse.PartitionData(
                         partition_index=partition, error_code=code, high_watermark=-1,
                         last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
                         preferred_read_replica=-1, records=b"",  # never null: librdkafka refuses a size of -1
                     )  # fmt: skip
-                    hint = leader_hint(ctx, name, partition) if code == errors.NOT_LEADER_OR_FOLLOWER else None
+                    hint = None if entry is None else leader_hint(entry.error)
                     if hint is not None:  # KIP-951: where to go, without a metadata round trip
                         data.current_leader = R.FetchableTopicResponse.PartitionData.LeaderIdAndEpoch(
                             leader_id=hint[0], leader_epoch=hint[1])
                         endpoints.add(hint[0])
                 else:
-                    records = entry["records"]
+                    records = entry.records
                     value = b""
                     if records is not None:
                         value = placeholder(len(splices))
                         splices[value] = records
                     data = R.FetchableTopicResponse.PartitionData(
                         partition_index=partition, error_code=errors.NONE,
-                        high_watermark=entry["high_watermark"],
-                        last_stable_offset=entry["high_watermark"],
-                        log_start_offset=entry["log_start_offset"], aborted_transactions=None,
+                        high_watermark=entry.high_watermark,
+                        last_stable_offset=entry.last_stable_offset,
+                        log_start_offset=entry.log_start_offset, aborted_transactions=None,
                         preferred_read_replica=-1, records=value,
                     )  # fmt: skip
                 topics.setdefault((name, topic_id), []).append(data)
@@ -144,41 +137,35 @@ async def handle_fetch(ctx: KafkaContext, call: Call) -> Reply:
     return Later(answer)
 
 
+def _isolation(request: Any) -> IsolationLevel:
+    return IsolationLevel.READ_COMMITTED if getattr(request, "isolation_level", 0) == 1 else IsolationLevel.READ_UNCOMMITTED
+
+
 async def handle_list_offsets(ctx: KafkaContext, call: Call) -> Reply:
     request = call.request
     R = ListOffsetsResponse
     asked = [(t.name, p.partition_index, p.timestamp) for t in request.topics for p in t.partitions]
-    allowed = _allowed(ctx, Operation.DESCRIBE, [t for t, _, _ in asked])
     # No tiered storage: the earliest local offset (-4) is the earliest; the latest tiered
-    # (-5) and earliest pending upload (-6) offsets do not exist (Kafka answers -1 then).
-    parts = [(t, p, EARLIEST if ts == EARLIEST_LOCAL else ts) for t, p, ts in asked
-             if allowed[t] and ts not in NO_TIERED_STORAGE]
+    # (-5) and earliest pending upload (-6) offsets do not exist (Kafka answers -1 then, after
+    # the ACL check: those are asked of the port too, as the earliest, and answered -1).
+    queries = [OffsetQuery(t, p, EARLIEST if ts == EARLIEST_LOCAL or ts in NO_TIERED_STORAGE else ts)
+               for t, p, ts in asked]
 
     async def answer() -> Reply:
-        if ctx.replicas is None:
-            found = [{"topic": t, "partition": p, "error": {"code": "NOT_LEADER"}} for t, p, _ in parts]
-        elif parts:
-            found = await ctx.replicas.list_offsets(parts)
-        else:
-            found = []
-        answers = iter(found)
-        results = [{"topic": t, "partition": p, "error": {"code": "TOPIC_AUTHORIZATION_FAILED"}} if not allowed[t]
-                   else {"topic": t, "partition": p, "offset": -1, "timestamp": -1} if ts in NO_TIERED_STORAGE
-                   else next(answers) for t, p, ts in asked]
+        found = await ctx.port().list_offsets(queries, isolation_level=_isolation(request)) if queries else []
         topics: dict[str, list[Any]] = {}
-        for entry in results:
-            error = entry.get("error")
-            if error is not None:
-                data = R.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(
-                    partition_index=entry["partition"], error_code=errors.kafka_error_code(error.get("code")),
-                    timestamp=-1, offset=-1, leader_epoch=-1,
-                )  # fmt: skip
+        for (_, _, ts), entry in zip(asked, found):
+            P = R.ListOffsetsTopicResponse.ListOffsetsPartitionResponse
+            if entry.error is not None:
+                data = P(partition_index=entry.partition, error_code=errors.kafka_error_code(entry.error.code),
+                         timestamp=-1, offset=-1, leader_epoch=-1)
+            elif ts in NO_TIERED_STORAGE:
+                data = P(partition_index=entry.partition, error_code=errors.NONE, timestamp=-1, offset=-1,
+                         leader_epoch=-1)
             else:
-                data = R.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(
-                    partition_index=entry["partition"], error_code=errors.NONE,
-                    timestamp=entry["timestamp"], offset=entry["offset"], leader_epoch=-1,
-                )  # fmt: skip
-            topics.setdefault(entry["topic"], []).append(data)
+                data = P(partition_index=entry.partition, error_code=errors.NONE,
+                         timestamp=entry.timestamp, offset=entry.offset, leader_epoch=-1)
+            topics.setdefault(entry.topic, []).append(data)
         return R(throttle_time_ms=0, topics=[
             R.ListOffsetsTopicResponse(name=name, partitions=ps) for name, ps in topics.items()])
 
@@ -194,25 +181,19 @@ async def handle_offset_for_leader_epoch(ctx: KafkaContext, call: Call) -> Reply
     R = OffsetForLeaderEpochResponse
     asked = [(t.topic, p.partition, p.current_leader_epoch, p.leader_epoch)
              for t in request.topics for p in t.partitions]
-    allowed = _allowed(ctx, Operation.DESCRIBE, [t for t, _, _, _ in asked])
-    permitted = [(t, p, e) for t, p, _, e in asked if allowed[t]]
-    if ctx.replicas is None:
-        found = [{"topic": t, "partition": p, "error": {"code": "NOT_LEADER"}} for t, p, _ in permitted]
-    else:
-        found = ctx.replicas.epoch_end_offsets(permitted) if permitted else []
-    answers = iter(found)
-    results = [next(answers) if allowed[t] else {"topic": t, "partition": p, "error": {"code": "TOPIC_AUTHORIZATION_FAILED"}}
-               for t, p, _, _ in asked]
+    try:
+        found = ctx.port().epoch_end_offsets([EpochQuery(t, p, e) for t, p, _, e in asked]) if asked else []
+    except NotLeaderError as exc:  # not a broker
+        found = [EpochEndResult(t, p, error=exc) for t, p, _, _ in asked]
     topics: dict[str, list[Any]] = {}
-    for (topic, partition, current, _), entry in zip(asked, results):
-        error = entry.get("error")
-        code = errors.kafka_error_code(None if error is None else error.get("code"))
-        if code == errors.NONE and current >= 0 and current != entry["current_epoch"]:
-            code = FENCED_LEADER_EPOCH if current < entry["current_epoch"] else UNKNOWN_LEADER_EPOCH
+    for (topic, partition, current, _), entry in zip(asked, found):
+        code = errors.kafka_error_code(None if entry.error is None else entry.error.code)
+        if code == errors.NONE and current >= 0 and current != entry.current_epoch:
+            code = FENCED_LEADER_EPOCH if current < entry.current_epoch else UNKNOWN_LEADER_EPOCH
         ok = code == errors.NONE
         topics.setdefault(topic, []).append(R.OffsetForLeaderTopicResult.EpochEndOffset(
-            error_code=code, partition=partition, leader_epoch=entry["leader_epoch"] if ok else -1,
-            end_offset=entry["end_offset"] if ok else -1,
+            error_code=code, partition=partition, leader_epoch=entry.leader_epoch if ok else -1,
+            end_offset=entry.end_offset if ok else -1,
         ))  # fmt: skip
     return R(throttle_time_ms=0, topics=[
         R.OffsetForLeaderTopicResult(topic=name, partitions=ps) for name, ps in topics.items()])

@@ -1,6 +1,6 @@
 """Consumer-group APIs: FindCoordinator (10), JoinGroup (11), Heartbeat (12), LeaveGroup (13),
 SyncGroup (14), OffsetCommit (8), OffsetFetch (9), DescribeGroups (15), ListGroups (16),
-DeleteGroups (42), and ConsumerGroupHeartbeat (68), answered "not supported".
+DeleteGroups (42). The KIP-848 APIs are consumer_groups.py's.
 
 Protocol translation only: each handler runs the native op of the same name
 (groupcoord/service.py's client handlers: the same coordinator core, the same
@@ -23,15 +23,10 @@ Where Kafka and the native protocol differ, the difference is settled here:
 * Group-level errors go where the version has room for them: OffsetCommit has only
   per-partition codes (an error for the whole commit is repeated per partition), OffsetFetch
   v1 likewise, v2+ top-level; LeaveGroup below v3 answers the member's error top-level.
-* ConsumerGroupHeartbeat (68, the KIP-848 consumer protocol) is not served: it is listed in
-  ApiVersions (0-1) and every request is answered UNSUPPORTED_VERSION with a message naming
-  the protocol, as Kafka answers it when the consumer protocol is disabled. Listed, because
-  librdkafka (`group.protocol=consumer`) only marks the coordinator dead and queries it again,
-  with no error to the application and forever, when the broker does not list the API; the
-  answer is fatal to it at once ("ConsumerGroupHeartbeat fatal error: Broker: Unsupported
-  version"). Clients use the classic protocol (`group.protocol=classic`, the default).
-* DescribeGroups v6 answers GROUP_ID_NOT_FOUND for a group that does not exist (older
-  versions: state Dead, no error), ListGroups v5 says every group is "classic".
+* DescribeGroups v6 answers GROUP_ID_NOT_FOUND for a group that does not exist or is a
+  KIP-848 consumer group ("not a classic group", as Kafka 4; older versions: state Dead, no
+  error); ListGroups v5 gives each group's type ("classic" or "consumer") and filters by it,
+  and a consumer group's state is its KIP-848 state (Empty, Assigning, Reconciling, Stable).
 
 Waits: JoinGroup, SyncGroup, OffsetCommit and DeleteGroups return `Later` (they wait for a
 rebalance or an acks=all append); the coordinator answers within the listener's request
@@ -64,7 +59,6 @@ from raftlog.base.errors import (
 )
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.context import Call, KafkaContext, Later, Reply
-from raftlog.node.kafka.schemas import ConsumerGroupHeartbeatResponse
 
 __all__ = ["HANDLERS"]
 
@@ -78,14 +72,9 @@ SYNC_GROUP_KEY: Final = 14
 DESCRIBE_GROUPS_KEY: Final = 15
 LIST_GROUPS_KEY: Final = 16
 DELETE_GROUPS_KEY: Final = 42
-CONSUMER_GROUP_HEARTBEAT_KEY: Final = 68
 
 GROUP_KEY_TYPE: Final = 0
 TRANSACTION_KEY_TYPE: Final = 1
-NO_CONSUMER_PROTOCOL: Final = (
-    "the KIP-848 consumer group protocol (group.protocol=consumer) is not supported by raftlog: "
-    "use group.protocol=classic"
-)
 GROUP_ID_NOT_FOUND: Final = 69
 AUTHORIZED_OPERATIONS_OMITTED: Final = None  # kafka-python: None encodes INT32_MIN, "not asked"
 
@@ -328,12 +317,15 @@ async def handle_offset_commit(ctx: KafkaContext, call: Call) -> Reply:
 
 
 async def _fetch_offsets(ctx: KafkaContext, group_id: str,
-                         topics: Iterable[tuple[str, Iterable[int]]] | None) -> dict[str, list[dict[str, Any]]]:
+                         topics: Iterable[tuple[str, Iterable[int]]] | None,
+                         member: tuple[str, int] = ("", -1)) -> dict[str, list[dict[str, Any]]]:
     """{topic: [{partition, offset, leader_epoch, metadata}]} in request order (every
-    committed partition when `topics` is None). Raises the group's error."""
+    committed partition when `topics` is None). `member`: (member id, member epoch) of a
+    KIP-848 member (v9), checked by the coordinator. Raises the group's error."""
     partitions = None if topics is None else [
         {"topic": t, "partition": p} for t, parts in topics for p in parts]
-    result = await ctx.call("offset_fetch", {"group_id": group_id, "partitions": partitions}) or {}
+    result = await ctx.call("offset_fetch", {"group_id": group_id, "partitions": partitions,
+                                             "member_id": member[0], "member_epoch": member[1]}) or {}
     out: dict[str, list[dict[str, Any]]] = {}
     for r in result.get("partitions") or ():
         out.setdefault(r["topic"], []).append(r)
@@ -361,7 +353,8 @@ async def handle_offset_fetch(ctx: KafkaContext, call: Call) -> Reply:
         for g in request.groups or []:
             wanted = None if g.topics is None else [(t.name, t.partition_indexes or []) for t in g.topics]
             try:
-                found = await _fetch_offsets(ctx, g.group_id, wanted)
+                member = (g.member_id or "", g.member_epoch) if version >= 9 else ("", -1)
+                found = await _fetch_offsets(ctx, g.group_id, wanted, member)
             except RaftlogError as exc:
                 groups.append(G(group_id=g.group_id, topics=[], error_code=_code(exc)[0]))
                 continue
@@ -410,6 +403,14 @@ async def handle_describe_groups(ctx: KafkaContext, call: Call) -> Reply:
         if g.get("error") is not None:
             out.append(failed(g["group_id"], _wire_code(g["error"]), error_from_wire(g["error"]).message))
             continue
+        if g.get("type") == "consumer":  # Kafka 4: a KIP-848 group is not described here
+            if call.version >= 6:
+                out.append(failed(g["group_id"], GROUP_ID_NOT_FOUND, f"group {g['group_id']!r} is not a classic group"))
+            else:
+                out.append(D(error_code=errors.NONE, error_message=None, group_id=g["group_id"], group_state="Dead",
+                             protocol_type="", protocol_data="", members=[],
+                             authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
+            continue
         if call.version >= 6 and g["state"] == "Dead":
             out.append(failed(g["group_id"], GROUP_ID_NOT_FOUND, f"group {g['group_id']!r} does not exist"))
             continue
@@ -431,16 +432,15 @@ async def handle_list_groups(ctx: KafkaContext, call: Call) -> Reply:
     R = ListGroupsResponse
     states = list(request.states_filter) if call.version >= 4 and request.states_filter else None
     types = [t.lower() for t in request.types_filter] if call.version >= 5 and request.types_filter else None
-    if types is not None and "classic" not in types:
-        return R(throttle_time_ms=0, error_code=errors.NONE, groups=[])  # only classic groups here
     try:
         result = await ctx.call("list_groups", {"states": states}) or {}
     except RaftlogError as exc:
         return R(throttle_time_ms=0, error_code=_code(exc)[0], groups=[])
     return R(throttle_time_ms=0, error_code=errors.NONE, groups=[
         R.ListedGroup(group_id=g["group_id"], protocol_type=g.get("protocol_type") or "",
-                      group_state=g.get("state") or "", group_type="classic")
-        for g in result.get("groups") or ()])  # fmt: skip
+                      group_state=g.get("state") or "", group_type=g.get("type") or "classic")
+        for g in result.get("groups") or ()
+        if types is None or (g.get("type") or "classic") in types])  # fmt: skip
 
 
 async def handle_delete_groups(ctx: KafkaContext, call: Call) -> Reply:
@@ -460,14 +460,6 @@ async def handle_delete_groups(ctx: KafkaContext, call: Call) -> Reply:
     return Later(answer)
 
 
-# --------------------------------------------------------------------------- ConsumerGroupHeartbeat
-
-
-async def handle_consumer_group_heartbeat(ctx: KafkaContext, call: Call) -> Reply:
-    return ConsumerGroupHeartbeatResponse(throttle_time_ms=0, error_code=errors.UNSUPPORTED_VERSION,
-                                          error_message=NO_CONSUMER_PROTOCOL, member_epoch=-1)
-
-
 HANDLERS: Final = {
     OFFSET_COMMIT_KEY: handle_offset_commit,
     OFFSET_FETCH_KEY: handle_offset_fetch,
@@ -479,5 +471,4 @@ HANDLERS: Final = {
     DESCRIBE_GROUPS_KEY: handle_describe_groups,
     LIST_GROUPS_KEY: handle_list_groups,
     DELETE_GROUPS_KEY: handle_delete_groups,
-    CONSUMER_GROUP_HEARTBEAT_KEY: handle_consumer_group_heartbeat,
 }

@@ -30,13 +30,14 @@ Security (`security=ListenerSecurity(...)`, raftlog/node/auth.py, the client lis
 settings): with a TLS context every connection starts with a TLS handshake (bounded by
 `tls_handshake_timeout_s`; a failure closes it and counts in
 raftlog_tls_handshake_failures_total{listener="kafka"}); fetched records then go through
-the TLS stream (read from the segment in a worker thread) instead of os.sendfile. Each
+the TLS stream (read from the segment in a worker thread) instead of os.sendfile (both:
+raftlog/node/writer.py, the native listener's writer). Each
 connection gets a session; until it is complete (SASL: sasl.py) only ApiVersions,
 SaslHandshake and SaslAuthenticate run, and anything else closes the connection; a failed
 login counts in raftlog_auth_failures_total{listener="kafka"}. Before each later request the
 session is checked (a user removed while connected is closed, and so is a session older
 than `connections_max_reauth_ms` that did not log in again: KIP-368, no answer, as Kafka). The connection is the current
-connection of its requests (context.py), so `ctx.call` and `ctx.allowed` apply its
+connection of its requests (context.py), so `ctx.call`, `ctx.port()` and `ctx.access()` apply its
 principal's ACLs.
 
 Bad input: a frame over `max_request_bytes` (or a negative size), a header or body that does
@@ -57,7 +58,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 import struct
 from collections.abc import Mapping
 from functools import partial
@@ -74,17 +74,16 @@ from raftlog.base.metrics import MetricsRegistry
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.context import Call, ConnectionState, Encoded, Handler, KafkaContext, Later
 from raftlog.node.kafka.wire import API_VERSIONS_KEY, Chunk, CodecError, FileRange, Header
+from raftlog.node.writer import ConnectionWriter
 
 __all__ = ["serve_kafka", "load_protocol"]
 
 logger = logging.getLogger(__name__)
 
 RECEIVE_CHUNK_BYTES: Final = 256 << 10
-WRITE_COALESCE_BYTES: Final = 1 << 20
 _SIZE: Final = struct.Struct(">i")
 SASL_SERVER_MAX_RECEIVE_SIZE: Final = 524288  # Kafka's sasl.server.max.receive.size default
 SASL_AUTHENTICATION_FAILED: Final = 58
-TLS_READ_CHUNK: Final = 1 << 20  # fetched records over TLS: read from the segment this much at a time
 
 
 class _Close(Exception):
@@ -197,6 +196,8 @@ class _Connection:
         self.socket_stream = socket_stream if socket_stream is not None else (
             stream if isinstance(stream, trio.SocketStream) else None)
         self.listener = listener
+        self.writer = ConnectionWriter(stream, self.socket_stream, listener.request_timeout_ms / 1000,
+                                       "kafka", peer, disk_limiter=listener.ctx.disk_limiter)
         self.state = ConnectionState(peer=peer, session=session)
         self.cancel_scope: trio.CancelScope | None = None
 
@@ -442,59 +443,10 @@ class _Connection:
             self._release(slot.chunks)
 
     async def _send_chunks(self, chunks: list[Chunk]) -> None:
-        pending: list[Any] = []
-        pending_bytes = 0
-        for chunk in chunks:
-            if isinstance(chunk, FileRange):
-                if pending:
-                    await self.stream.send_all(b"".join(pending))
-                    pending, pending_bytes = [], 0
-                await self._sendfile(chunk)
-                continue
-            pending.append(chunk)
-            pending_bytes += len(chunk)
-            if pending_bytes >= WRITE_COALESCE_BYTES:
-                await self.stream.send_all(b"".join(pending))
-                pending, pending_bytes = [], 0
-        if pending:
-            await self.stream.send_all(b"".join(pending))
-
-    async def _sendfile(self, part: FileRange) -> None:
-        """os.sendfile from the segment straight to the socket (Kafka's zero-copy), in a
-        worker thread: reading a page that is not cached blocks. The socket is non-blocking,
-        so each call sends what fits and the loop waits for room on the trio thread.
-        Cancel-safe: a running call is waited for (the range's descriptor stays open). Over
-        TLS the range is read in a worker thread and written through the TLS stream."""
-        if self.socket_stream is None:
-            await self._send_file_range(part)
-            return
-        sock = self.socket_stream.socket
-        limiter = self.listener.ctx.disk_limiter
-        offset, remaining = part.offset, part.length
-        while remaining > 0:
-            try:
-                sent = await trio.to_thread.run_sync(
-                    os.sendfile, sock.fileno(), part.fd, offset, remaining, limiter=limiter)
-            except BlockingIOError:
-                await trio.lowlevel.wait_writable(sock)
-                continue
-            if sent == 0:
-                raise trio.BrokenResourceError("segment file ended before the fetch range")
-            offset += sent
-            remaining -= sent
-        await trio.lowlevel.checkpoint()
-
-    async def _send_file_range(self, part: FileRange) -> None:
-        offset, remaining = part.offset, part.length
-        while remaining > 0:
-            size = min(remaining, TLS_READ_CHUNK)
-            data = await trio.to_thread.run_sync(os.pread, part.fd, size, offset,
-                                                limiter=self.listener.ctx.disk_limiter)
-            if not data:
-                raise trio.BrokenResourceError("segment file ended before the fetch range")
-            await self.stream.send_all(data)
-            offset += len(data)
-            remaining -= len(data)
+        """The connection's writer (raftlog/node/writer.py, the native listener's): buffers
+        with writev and file ranges with os.sendfile on the trio thread (the replica read
+        or warmed them into the page cache: kafka/fetch.py), or through the TLS stream."""
+        await self.writer.send_parts(chunks)
 
 
 async def _connection_task(stream: trio.SocketStream, peer: str, liveness: Liveness, listener: _Listener) -> None:

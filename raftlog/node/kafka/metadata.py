@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from kafka.protocol.metadata.metadata import MetadataResponse
 
-from raftlog.base.errors import RaftlogError, TopicAlreadyExistsError
+from raftlog.base.errors import NotLeaderError, RaftlogError, TopicAlreadyExistsError
 from raftlog.base.eventlog import log_event
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.context import Call, KafkaContext, Later, Reply
@@ -52,13 +52,12 @@ def names_by_uuid(ctx: KafkaContext) -> dict[uuid.UUID, str]:
     return names
 
 
-def leader_hint(ctx: KafkaContext, topic: str, partition: int) -> tuple[int, int] | None:
-    """(leader id, leader epoch) of a partition in the node's image, for KIP-951's
-    CurrentLeader in NOT_LEADER_OR_FOLLOWER answers; None when unknown."""
-    p = ctx.metadata.image.partition(topic, partition)
-    if p is None or p.leader < 0:
+def leader_hint(error: RaftlogError | None) -> tuple[int, int] | None:
+    """(leader id, leader epoch) for KIP-951's CurrentLeader in a NOT_LEADER_OR_FOLLOWER
+    answer, from the hint the partition port put in its NotLeaderError; None when unknown."""
+    if not isinstance(error, NotLeaderError) or error.leader_id is None or error.epoch is None:
         return None
-    return p.leader, p.leader_epoch
+    return error.leader_id, error.epoch
 
 
 def node_endpoints(ctx: KafkaContext, ids: set[int], cls: Any) -> list[Any]:

@@ -1,8 +1,7 @@
 """Produce (key 0) and InitProducerId (key 22).
 
 Produce: each partition's `records` field is RecordBatch v2 bytes and goes to the partition
-leader's Raft append (`ReplicaManager.append_partitions`, the same code as the native
-produce), which first checks every batch against its records as Kafka's log validator does
+port's `append` (partition/port.py; the native produce calls the same), which first checks every batch against its records as Kafka's log validator does
 (partition/validator.py: a lying batch gets INVALID_RECORD, CORRUPT_MESSAGE, INVALID_TIMESTAMP
 or TRANSACTIONAL_ID_AUTHORIZATION_FAILED for its partition, logged with this connection's
 client id and address; the request's other partitions go on). The appends happen
@@ -18,11 +17,12 @@ transactional batches yet (the coordinator is served, the log side is issue 42's
 a transactional produce gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED per partition (what Kafka
 answers to a producer that may not use transactions), fatal to the producer at once.
 
-ACLs: WRITE on each topic (checked before anything is appended; a refused topic's partitions
-answer TOPIC_AUTHORIZATION_FAILED). InitProducerId runs the native op, so its rule is the
-native one (IDEMPOTENT_WRITE on the cluster or WRITE on some topic).
+ACLs (the port's guard, raftlog/node/authorize.py GuardedPartitions, as for the native
+produce): WRITE on each topic (checked before anything is appended; a refused topic's
+partitions answer TOPIC_AUTHORIZATION_FAILED). InitProducerId: IDEMPOTENT_WRITE on the
+cluster or WRITE on some topic.
 
-InitProducerId: a new producer id (epoch 0) from the node's block, the native op's code; a
+InitProducerId: a new producer id (epoch 0) from the node's block (the port's); a
 request to bump an existing producer's epoch (v3+ with producer_id >= 0) gets a fresh id (the
 old one is abandoned, as after a restart). With a transactional id it goes to the
 transaction coordinator (txn.py): epoch bump and zombie fencing, Kafka's way.
@@ -36,7 +36,7 @@ import trio
 from kafka.protocol.producer.produce import ProduceResponse
 from kafka.protocol.producer.transaction import InitProducerIdResponse
 
-from raftlog.base.acl import Operation, ResourceType
+from partition.port import ClientInfo, ProducePart, ProduceResult
 from raftlog.base.errors import RaftlogError
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.context import Call, KafkaContext, Later, Reply
@@ -50,7 +50,6 @@ PRODUCE_KEY: Final = 0
 INIT_PRODUCER_ID_KEY: Final = 22
 TOPIC_IDS_VERSION: Final = 13  # KIP-516: Produce v13 names topics by id
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Final = errors.KAFKA_ERROR_CODES["TRANSACTIONAL_ID_AUTHORIZATION_FAILED"]
-TOPIC_AUTHORIZATION_FAILED: Final = errors.KAFKA_ERROR_CODES["TOPIC_AUTHORIZATION_FAILED"]
 
 
 def _partition_response(index: int, code: int, base_offset: int = -1, message: str | None = None,
@@ -95,42 +94,35 @@ async def handle_produce(ctx: KafkaContext, call: Call) -> Reply:
         return _all_failed(call, errors.INVALID_REQUIRED_ACKS, "acks must be 0, 1 or -1 (all)")
     if ctx.replicas is None:
         return _all_failed(call, errors.NOT_LEADER_OR_FOLLOWER, "this node is not a broker")
-    parts: list[tuple[str, int, bytes]] = []
+    parts: list[ProducePart] = []
     bad: dict[tuple[int, int], tuple[int, str]] = {}  # (topic entry index, partition)
     names = _topic_names(ctx, call)
     for i, (t, name) in enumerate(zip(request.topic_data, names)):
-        # ACLs before any effect; a topic named by id is checked by its name, as Kafka does.
-        if name is not None and not ctx.allowed(Operation.WRITE, ResourceType.TOPIC, name):
-            for p in t.partition_data:
-                bad[(i, p.index)] = (TOPIC_AUTHORIZATION_FAILED, f"not authorized to write topic {name!r:.80}")
-            continue
         for p in t.partition_data:
             if name is None:
                 bad[(i, p.index)] = (errors.UNKNOWN_TOPIC_ID, "unknown topic id")
-            elif p.records is None or len(p.records) == 0:
-                bad[(i, p.index)] = (errors.CORRUPT_MESSAGE, "no records")
-            else:
-                parts.append((name, p.index, bytes(p.records)))
+            else:  # a topic named by id is checked by its name (the port's guard), as Kafka does
+                parts.append(ProducePart(name, p.index, b"" if p.records is None else bytes(p.records)))
     timeout_ms = max(0, min(request.timeout_ms, ctx.request_timeout_ms))
     deadline = trio.current_time() + timeout_ms / 1000
-    client = {"listener": "kafka", "client_id": call.header.client_id, "peer": call.connection.peer,
-              "principal": call.connection.principal}
-    results, waits = await ctx.replicas.append_partitions(parts, acks=acks, client=client) if parts else ([], [])
+    client = ClientInfo("kafka", peer=call.connection.peer, principal=call.connection.principal,
+                        client_id=call.header.client_id)
+    appended = await ctx.port().append(parts, acks=acks, client=client) if parts else None
     if acks == 0:
         return None
+    results = [] if appended is None else appended.results
+    if appended is None or not appended.waiting:
+        return _response(ctx, request, names, results, bad)
 
     async def finish() -> ProduceResponse:
-        await ctx.replicas.wait_appends(waits, deadline)
-        return _response(ctx, request, names, results, bad)
+        return _response(ctx, request, names, await appended.wait(deadline), bad)
 
-    if not waits:
-        return _response(ctx, request, names, results, bad)
     return Later(finish)
 
 
-def _response(ctx: KafkaContext, request: Any, names: list[str | None], results: list[dict[str, Any]],
+def _response(ctx: KafkaContext, request: Any, names: list[str | None], results: list[ProduceResult],
               bad: dict[tuple[int, int], tuple[int, str]]) -> ProduceResponse:
-    by_key = {(r["topic"], r["partition"]): r for r in results}
+    by_key = {(r.topic, r.partition): r for r in results}
     topics = []
     endpoints: set[int] = set()
     for i, (t, name) in enumerate(zip(request.topic_data, names)):
@@ -141,14 +133,13 @@ def _response(ctx: KafkaContext, request: Any, names: list[str | None], results:
                 partitions.append(_partition_response(p.index, failed[0], message=failed[1]))
                 continue
             r = by_key[(name, p.index)]
-            error = r.get("error")
-            if error is None:
-                partitions.append(_partition_response(p.index, errors.NONE, r["base_offset"],
-                                                      log_start_offset=r["log_start_offset"]))
+            if r.error is None:
+                partitions.append(_partition_response(p.index, errors.NONE, r.base_offset,
+                                                      log_start_offset=r.log_start_offset))
                 continue
-            code = errors.kafka_error_code(error.get("code"))
-            out = _partition_response(p.index, code, message=error.get("message"))
-            hint = leader_hint(ctx, name, p.index) if code == errors.NOT_LEADER_OR_FOLLOWER else None
+            code = errors.kafka_error_code(r.error.code)
+            out = _partition_response(p.index, code, message=r.error.message)
+            hint = leader_hint(r.error)
             if hint is not None:  # KIP-951 (v10+): the new leader, no metadata round trip
                 out.current_leader = type(out).LeaderIdAndEpoch(leader_id=hint[0], leader_epoch=hint[1])
                 endpoints.add(hint[0])
@@ -166,13 +157,12 @@ async def handle_init_producer_id(ctx: KafkaContext, call: Call) -> Reply:
 
     async def answer() -> InitProducerIdResponse:
         try:
-            result = await ctx.call("init_producer_id", {})
+            identity = await ctx.port().init_producer_id()
         except RaftlogError as exc:
             return R(throttle_time_ms=0, error_code=errors.kafka_error_code(exc.code),
                      producer_id=-1, producer_epoch=-1)
-        assert result is not None
-        return R(throttle_time_ms=0, error_code=errors.NONE, producer_id=result["producer_id"],
-                 producer_epoch=result["producer_epoch"])
+        return R(throttle_time_ms=0, error_code=errors.NONE, producer_id=identity.producer_id,
+                 producer_epoch=identity.producer_epoch)
 
     return Later(answer)
 

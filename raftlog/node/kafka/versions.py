@@ -26,16 +26,16 @@ key (checked by the unit tests) and every key here must have a handler in
 * The group APIs (groups.py) at their full classic-protocol ranges below topic ids: JoinGroup
   0-9, SyncGroup 0-5, Heartbeat 0-4, LeaveGroup 0-5, OffsetCommit 2-9, OffsetFetch 1-9,
   FindCoordinator 0-5, DescribeGroups 0-6, ListGroups 0-5, DeleteGroups 0-2. The KIP-848
-  consumer protocol is not served: ConsumerGroupHeartbeat 0-1 is listed only so that
-  librdkafka sends it and gets its UNSUPPORTED_VERSION answer, a fatal error naming the API,
-  where an unlisted API leaves a `group.protocol=consumer` consumer looking for its
-  coordinator forever with no error (groups.py). Clients use the classic protocol.
+  consumer protocol (consumer_groups.py): ConsumerGroupHeartbeat 0-1 and ConsumerGroupDescribe
+  0-1, the versions librdkafka 2.12+ (`group.protocol=consumer`) and the Java client 4.x send.
 * The read-only operator APIs (describe.py): DescribeLogDirs 1-4 (v5's cordoned flag is
   Kafka 4.2's), DescribeQuorum 0-2, DescribeProducers 0, DescribeTopicPartitions 0 (their
   only versions).
 * The transaction APIs (txn.py) at Transactions V1's versions: AddPartitionsToTxn 0-4,
   AddOffsetsToTxn 0-3, EndTxn 0-4, DescribeTransactions 0, ListTransactions 0-1; InitProducerId
   with a transactional id goes to the transaction coordinator.
+* AlterPartitionReassignments 0-1 and ListPartitionReassignments 0 (reassign.py): their
+  full schema ranges.
 * Every other API Kafka 4 lists is absent, and a request for it is answered UNSUPPORTED_VERSION
   (listener.py, dispatch.py).
 """
@@ -76,6 +76,8 @@ SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     20: (1, 6),  # DeleteTopics (v6: by name or topic id)
     21: (0, 2),  # DeleteRecords
     37: (0, 3),  # CreatePartitions
+    45: (0, 1),  # AlterPartitionReassignments (reassign.py; the Java Admin sends 0-1)
+    46: (0, 0),  # ListPartitionReassignments
     22: (0, 4),  # InitProducerId
     29: (1, 3),  # DescribeAcls
     30: (1, 3),  # CreateAcls
@@ -97,7 +99,8 @@ SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     26: (0, 4),  # EndTxn (v5 is KIP-890's epoch bump per transaction)
     65: (0, 0),  # DescribeTransactions
     66: (0, 1),  # ListTransactions (v1: duration filter; v2's id pattern is not served)
-    68: (0, 1),  # ConsumerGroupHeartbeat: always UNSUPPORTED_VERSION (KIP-848 not served; groups.py)
+    68: (0, 1),  # ConsumerGroupHeartbeat (KIP-848; consumer_groups.py)
+    69: (0, 1),  # ConsumerGroupDescribe (KIP-848; consumer_groups.py)
 }
 
 

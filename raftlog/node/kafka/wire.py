@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from partition.segment import FileSlice
+from partition.port import RecordsSlice
 
 __all__ = ["API_VERSIONS_KEY", "CodecError", "Header", "FileRange", "Chunk", "chunks_size"]
 
@@ -33,8 +33,8 @@ class Header:
 
 
 # `length` bytes of a segment file from `offset` through a descriptor the holder closes; the
-# writer sends them with os.sendfile (partition.segment.FileSlice).
-FileRange = FileSlice
+# writer sends them with os.sendfile (the partition port's RecordsSlice).
+FileRange = RecordsSlice
 
 Chunk = bytes | bytearray | memoryview | FileRange
 

@@ -675,7 +675,7 @@ def test_abandoned_pending_request_is_forgotten_but_the_member_still_counts():
 def test_list_and_describe():
     h = Harness()
     ids, gen = h.form(2)
-    assert h.call("list_groups")["groups"] == [{"group_id": G, "protocol_type": "consumer", "state": "Stable"}]
+    assert h.call("list_groups")["groups"] == [{"group_id": G, "protocol_type": "consumer", "state": "Stable", "type": "classic"}]
     assert h.call("list_groups", states=["Empty"])["groups"] == []
     (d, unknown) = h.call("describe_groups", group_ids=[G, "nope"])["groups"]
     assert d["state"] == "Stable" and d["protocol"] == "range"

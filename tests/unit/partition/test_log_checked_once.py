@@ -5,11 +5,13 @@ import os
 import pytest
 
 import partition.batch as batch_module
-import partition.log as log_module
+import partition.log_integrity as log_module
 from partition.batch import BatchBuilder, iter_headers, read_header, verify_crc
 from partition.errors import CorruptRecordError, StorageDamageError
-from partition.log import Log, LogConfig, _check_batches
-from partition.segment import MAX_VERIFIED_RANGES, pread_exact
+from partition.log import Log, LogConfig
+from partition.log_integrity import _check_batches
+from partition.file_io import pread_exact
+from partition.segment import MAX_VERIFIED_RANGES
 
 CFG = LogConfig(segment_bytes=3000, index_interval_bytes=200, retention_ms=-1)
 

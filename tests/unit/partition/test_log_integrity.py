@@ -8,7 +8,7 @@ from partition.batch import BatchBuilder, iter_headers
 from partition.errors import StorageDamageError
 from partition.index import OFFSET_ENTRY_BYTES
 from partition.log import Log, LogConfig
-from partition.segment import INDEX_SAMPLE_ENTRIES
+from partition.segment_index import INDEX_SAMPLE_ENTRIES
 
 CFG = LogConfig(segment_bytes=3000, index_interval_bytes=200, retention_ms=-1)
 

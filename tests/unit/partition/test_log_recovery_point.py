@@ -241,7 +241,7 @@ def _replica(directory):
 
 async def test_the_replicas_maintenance_writes_the_point_and_a_restart_resumes_from_it(
         tmp_path, monkeypatch):
-    import partition.replica as replica_module
+    import partition.replica_storage as replica_module
 
     d = tmp_path / "t-0"
     r = _replica(d)
@@ -265,7 +265,7 @@ async def test_the_replicas_maintenance_writes_the_point_and_a_restart_resumes_f
 
 
 async def test_a_flush_writes_the_point_once_enough_bytes_passed_it(tmp_path, monkeypatch):
-    import partition.replica as replica_module
+    import partition.replica_storage as replica_module
 
     d = tmp_path / "t-0"
     r = _replica(d)

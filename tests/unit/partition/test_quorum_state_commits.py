@@ -13,9 +13,9 @@ import pytest
 import trio
 
 from partition.raft import QuorumState
-from partition.replica import QUORUM_STATE_FILE, QuorumStateCommits, read_quorum_state
-from partition import segment
-from partition.segment import (
+from partition.quorum_state import QUORUM_STATE_FILE, QuorumStateCommits, read_quorum_state
+from partition import file_io
+from partition.file_io import (
     ATOMIC_OVERWRITE_BYTES,
     TMP_SUFFIX,
     overwrite_durably,
@@ -84,8 +84,8 @@ def _count_syncs(tmp_path, monkeypatch, trusted: bool) -> dict[str, list[int]]:
     """Record the syncfs (faked: `trusted` says whether tmp_path's filesystem is one whose
     syncfs makes files durable), fsync and fdatasync calls that follow."""
     calls: dict[str, list[int]] = {"syncfs": [], "fsync": [], "fdatasync": []}
-    monkeypatch.setattr(segment, "_SYNCFS", lambda fd: (calls["syncfs"].append(fd), 0)[1])
-    monkeypatch.setattr(segment, "_syncfs_ok", {tmp_path.stat().st_dev: trusted})
+    monkeypatch.setattr(file_io, "_SYNCFS", lambda fd: (calls["syncfs"].append(fd), 0)[1])
+    monkeypatch.setattr(file_io, "_syncfs_ok", {tmp_path.stat().st_dev: trusted})
     for name in ("fsync", "fdatasync"):
         real = getattr(os, name)
         monkeypatch.setattr(os, name, lambda fd, real=real, name=name: (calls[name].append(fd), real(fd))[1])

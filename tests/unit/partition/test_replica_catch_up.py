@@ -11,14 +11,14 @@ import pytest
 from metadata.topic_config import TopicConfig
 from partition.batch import BatchBuilder
 from partition.raft import QuorumState
-from partition.replica import (
+from partition.quorum_state import (
     QUORUM_STATE_BYTES,
     QUORUM_STATE_FILE,
     QuorumStateCorruptError,
-    Replica,
     read_quorum_state,
     write_quorum_state,
 )
+from partition.replica import Replica
 
 
 class _NoTransport:

@@ -10,7 +10,8 @@ import trio
 from metadata.topic_config import TopicConfig
 from partition.batch import BatchBuilder
 from partition.errors import StorageDamageError
-from partition.replica import Replica, read_quorum_state
+from partition.quorum_state import read_quorum_state
+from partition.replica import Replica
 
 CONFIG = TopicConfig.from_configs({"segment_bytes": "4096"})
 

@@ -18,7 +18,8 @@ from partition.batch import BatchBuilder, iter_headers, stamp
 from partition.log import PRODUCER_SNAPSHOT_PREFIX, Log, LogConfig, producer_snapshot_name
 from partition.producer_state import ProducerSnapshot, ProducerStateManager
 from partition.raft import AdvanceLogStart, AppendReplicated, TruncateFully, TruncateTo
-from partition.replica import Replica, ReplicaSettings
+from partition.replica import Replica
+from partition.replica_settings import ReplicaSettings
 
 CONFIG = TopicConfig.from_configs({"segment_bytes": "4096"})  # a few batches per segment
 MAX_PRODUCERS = 3

@@ -10,7 +10,7 @@ import threading
 
 import trio
 
-import partition.replica as replica_module
+import partition.quorum_state as quorum_state_module
 from metadata.topic_config import TopicConfig
 from partition.replica import Replica
 
@@ -28,7 +28,7 @@ async def test_the_tick_that_starts_a_candidacy_does_not_wait_for_its_fsync(tmp_
     release = threading.Event()
     writes: list[object] = []
     began = trio.Event()
-    real_write = replica_module.write_quorum_states
+    real_write = quorum_state_module.write_quorum_states
 
     def held_write(batch):  # in the group commit's worker thread
         writes.extend(state for _, state in batch)
@@ -36,7 +36,7 @@ async def test_the_tick_that_starts_a_candidacy_does_not_wait_for_its_fsync(tmp_
         assert release.wait(30), "the test never released the fsync"
         return real_write(batch)
 
-    monkeypatch.setattr(replica_module, "write_quorum_states", held_write)
+    monkeypatch.setattr(quorum_state_module, "write_quorum_states", held_write)
     try:
         async with trio.open_nursery() as nursery:
             r.attach(nursery)

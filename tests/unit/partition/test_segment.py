@@ -5,7 +5,7 @@ import os
 import pytest
 
 from partition.batch import BatchBuilder, read_header, stamp
-from partition.segment import Segment
+from partition.segment import FileCache, Segment
 
 INTERVAL = 200
 
@@ -18,7 +18,7 @@ def batch(base_offset, n=3, ts=1000, size=40):
 
 
 def fill(tmp_path, count=30):
-    seg = Segment.create(tmp_path, 100, max_index_bytes=1 << 16)
+    seg = Segment.create(tmp_path, 100, max_index_bytes=1 << 16, files=FileCache(8))
     offset = 100
     for i in range(count):
         data = batch(offset, ts=1000 + 10 * i)
@@ -62,7 +62,7 @@ def test_recover_cuts_torn_tail_and_rebuilds_index(tmp_path):
     seg.close()
     with open(tmp_path / (seg.name + ".log"), "r+b") as f:
         f.truncate(size - 7)
-    seg2 = Segment.open_existing(tmp_path, 100, max_index_bytes=1 << 16)
+    seg2 = Segment.open_existing(tmp_path, 100, max_index_bytes=1 << 16, files=FileCache(8))
     scan = seg2.recover(index_interval_bytes=INTERVAL)
     assert scan.bytes_dropped == seg2.size_bytes + scan.bytes_dropped - scan.valid_bytes
     assert seg2.next_offset == end - 3 and scan.offsets_lost == 3
@@ -76,7 +76,7 @@ def test_sealed_index_damage_is_detected_and_rebuilt(tmp_path):
     seg.seal()
     good_index, good_time = seg.index.to_bytes(), seg.timeindex.to_bytes()
     seg.close()
-    again = Segment.open_existing(tmp_path, 100, max_index_bytes=1 << 16)
+    again = Segment.open_existing(tmp_path, 100, max_index_bytes=1 << 16, files=FileCache(8))
     assert again.load_indexes(next_base_offset=end, index_interval_bytes=INTERVAL) is False
     assert again.max_timestamp == 1000 + 10 * 29 + 2
     again.close()
@@ -84,7 +84,7 @@ def test_sealed_index_damage_is_detected_and_rebuilt(tmp_path):
     raw = bytearray(good_index)
     raw[-1] += 1
     (tmp_path / (seg.name + ".index")).write_bytes(bytes(raw))
-    again = Segment.open_existing(tmp_path, 100, max_index_bytes=1 << 16)
+    again = Segment.open_existing(tmp_path, 100, max_index_bytes=1 << 16, files=FileCache(8))
     assert again.load_indexes(next_base_offset=end, index_interval_bytes=INTERVAL) is True
     assert again.index.to_bytes() == good_index and again.timeindex.to_bytes() == good_time
     again.close()
@@ -131,7 +131,7 @@ def test_parse_segment_name_ignores_other_files(name):
 def test_pwrite_all_writes_every_byte_in_calls_of_at_most_the_chunk(tmp_path, monkeypatch):
     import os
 
-    from partition import segment
+    from partition import file_io as segment
 
     calls = []
     real = os.pwritev

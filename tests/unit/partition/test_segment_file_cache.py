@@ -6,20 +6,15 @@ import pytest
 
 from partition.batch import BatchBuilder, iter_headers
 from partition.log import Log, LogConfig
-from partition.segment import FILE_CACHE
+from partition.segment import DEFAULT_MAX_OPEN_SEGMENTS, FileCache
 
 CFG = LogConfig(segment_bytes=4000, index_interval_bytes=300, retention_ms=-1)
 
 
 @pytest.fixture
-def cap():
-    before = FILE_CACHE.max_open
-
-    def set_cap(n):
-        FILE_CACHE.set_max_open(n)
-
-    yield set_cap
-    FILE_CACHE.set_max_open(before)
+def files():
+    """The file cache a node would own and hand to every log it hosts."""
+    return FileCache(DEFAULT_MAX_OPEN_SEGMENTS)
 
 
 def mk(i, n=3):
@@ -52,18 +47,18 @@ def read_all(log):
     return b"".join(out)
 
 
-def test_reads_over_many_sealed_segments_keep_at_most_the_cap_open(tmp_path, cap):
-    cap(2)
+def test_reads_over_many_sealed_segments_keep_at_most_the_cap_open(tmp_path, files):
+    files.set_max_open(2)
     d = tmp_path / "log"
-    log = Log.open(d, CFG, now_ms=0)
+    log = Log.open(d, CFG, now_ms=0, files=files)
     for i in range(200):
         log.append(mk(i), leader_epoch=1, now_ms=0)
     log.flush()
     assert log.segment_count() > 10
     assert segment_fds(d) <= 2 + 1  # the cap plus the active segment
-    reopens = FILE_CACHE.reopens
+    reopens = files.reopens
     first = read_all(log)
-    assert FILE_CACHE.reopens > reopens  # evicted files were reopened to read
+    assert files.reopens > reopens  # evicted files were reopened to read
     assert segment_fds(d) <= 3
     assert read_all(log) == first
     # Scrub-style checks of every sealed segment, then a truncation back into a sealed one:
@@ -78,18 +73,18 @@ def test_reads_over_many_sealed_segments_keep_at_most_the_cap_open(tmp_path, cap
     data = read_all(log)
     log.close()
     assert segment_fds(d) == 0
-    again = Log.open(d, CFG, now_ms=0)
+    again = Log.open(d, CFG, now_ms=0, files=files)
     assert segment_fds(d) <= 3
     assert read_all(again) == data
     again.close()
 
 
-def test_compaction_and_retention_with_a_cap_of_one(tmp_path, cap):
-    cap(1)
+def test_compaction_and_retention_with_a_cap_of_one(tmp_path, files):
+    files.set_max_open(1)
     d = tmp_path / "log"
     cfg = LogConfig(segment_bytes=4000, index_interval_bytes=300, retention_ms=-1,
                     cleanup_policy="compact,delete", retention_bytes=30_000)
-    log = Log.open(d, cfg, now_ms=0)
+    log = Log.open(d, cfg, now_ms=0, files=files)
     for i in range(300):
         log.append(mk(i), leader_epoch=1, now_ms=0)
     log.flush()
@@ -98,6 +93,27 @@ def test_compaction_and_retention_with_a_cap_of_one(tmp_path, cap):
     assert segment_fds(d) <= 2
     data = read_all(log)
     log.close()
-    again = Log.open(d, cfg, now_ms=0)
+    again = Log.open(d, cfg, now_ms=0, files=files)
     assert read_all(again) == data
     again.close()
+
+
+def test_logs_that_share_a_cache_share_its_cap_and_a_log_alone_has_its_own(tmp_path, files):
+    """The node owns one cache and hands it to every log (replica_storage.DiskWork.files):
+    the cap bounds the sealed files of all of them together, not of each."""
+    files.set_max_open(2)
+    logs = [Log.open(tmp_path / f"log{k}", CFG, now_ms=0, files=files) for k in range(2)]
+    alone = Log.open(tmp_path / "alone", CFG, now_ms=0)
+    try:
+        for log in logs + [alone]:
+            for i in range(120):
+                log.append(mk(i), leader_epoch=1, now_ms=0)
+            log.flush()
+            assert log.segment_count() > 5
+            read_all(log)
+        shared = segment_fds(tmp_path / "log0") + segment_fds(tmp_path / "log1")
+        assert shared <= 2 + 2  # the shared cap plus the two active segments
+        assert segment_fds(tmp_path / "alone") == alone.segment_count()  # its own cap: 512
+    finally:
+        for log in logs + [alone]:
+            log.close()

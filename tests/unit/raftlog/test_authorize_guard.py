@@ -1,4 +1,4 @@
-"""The listener's ACL guard checks every op before its handler runs: refused partitions are answered in place and never reach the handler, denied produce on one topic leaves another allowed, listings hide what may not be described, ops without a policy fail closed."""
+"""The listeners' one ACL guard checks every op before it runs: refused partitions are answered in place and never reach the partition port, denied produce on one topic leaves another allowed, listings hide what may not be described, ops without a policy fail closed."""
 
 import pathlib
 from types import MappingProxyType
@@ -6,14 +6,23 @@ from types import MappingProxyType
 import pytest
 
 from metadata.authorizer import Authorizer
-from raftlog.base.acl import AclBinding
+from partition.port import (
+    ClientInfo,
+    FetchPart,
+    FetchRequest,
+    FetchResult,
+    ProducePart,
+    ProduceResult,
+    ProducerIdentity,
+)
+from raftlog.base.acl import AclBinding, Operation, ResourceType
 from raftlog.base.errors import (
     ClusterAuthorizationFailedError,
     GroupAuthorizationFailedError,
     TopicAuthorizationFailedError,
 )
 from raftlog.base.protocol import Request
-from raftlog.node.authorize import POLICIES, guard_handlers
+from raftlog.node.authorize import POLICIES, Guard, GuardedPartitions, guard_handlers
 
 ALICE = "User:alice"
 
@@ -64,21 +73,78 @@ def parts(*topics):
     return [{"topic": t, "partition": 0, "records": b"x"} for t in topics]
 
 
+class FakePort:
+    """A partition port that records what reached it and answers every part with offset 0."""
+
+    def __init__(self):
+        self.seen = []
+
+    async def append(self, parts, *, acks, client, transactional_id=None):
+        self.seen.append(("append", [p.topic for p in parts]))
+        results = [ProduceResult(p.topic, p.partition, base_offset=0) for p in parts]
+
+        class Done:
+            waiting = True
+
+            async def wait(self, deadline):
+                return results
+        done = Done()
+        done.results = results
+        return done
+
+    async def fetch(self, request):
+        self.seen.append(("fetch", [p.topic for p in request.parts]))
+        return [FetchResult(p.topic, p.partition, high_watermark=0, records=b"") for p in request.parts]
+
+    async def init_producer_id(self, *, transactional_id=None):
+        self.seen.append(("init_producer_id", []))
+        return ProducerIdentity(7, 0)
+
+    async def recover_partition(self, topic, partition, *, unclean):
+        self.seen.append(("recover_partition", [topic]))
+
+
+def port_for(acls, principal=ALICE, super_users=()):
+    port = FakePort()
+    authorizer = Authorizer(acls, super_users=super_users)
+    return port, GuardedPartitions(port, Guard(lambda: authorizer).access(principal, "10.0.0.1"))
+
+
 async def test_produce_denied_on_one_topic_allowed_on_another():
-    recorder, handlers = guarded([acl("topic", "*", "write"), acl("topic", "secret", "write", "deny")])
-    answer = await handlers["produce"](req("produce", acks=-1, partitions=parts("public", "secret")))
-    by_topic = {p["topic"]: p for p in answer["partitions"]}
-    assert by_topic["public"]["base_offset"] == 0
-    assert by_topic["secret"]["error"]["code"] == "TOPIC_AUTHORIZATION_FAILED"
-    assert recorder.seen == [("produce", {"acks": -1, "partitions": parts("public")})]  # secret never reached it
+    port, guarded_port = port_for([acl("topic", "*", "write"), acl("topic", "secret", "write", "deny")])
+    appended = await guarded_port.append([ProducePart(t, 0, b"x") for t in ("public", "secret", "public")],
+                                         acks=-1, client=ClientInfo("test"))
+    assert appended.waiting  # the allowed parts' acks=all wait is still to come
+    results = await appended.wait(0)
+    assert [(r.topic, r.base_offset, type(r.error)) for r in results] == [
+        ("public", 0, type(None)), ("secret", -1, TopicAuthorizationFailedError), ("public", 0, type(None))]
+    assert port.seen == [("append", ["public", "public"])]  # secret never reached the port
 
 
-async def test_all_refused_never_reaches_the_handler():
-    recorder, handlers = guarded([])
-    answer = await handlers["fetch"](req("fetch", partitions=parts("a", "b")))
-    assert [p["error"]["code"] for p in answer["partitions"]] == ["TOPIC_AUTHORIZATION_FAILED"] * 2
-    assert await handlers["produce"](req("produce", acks=0, partitions=parts("a"))) is None
-    assert recorder.seen == []
+async def test_all_refused_never_reaches_the_port():
+    port, guarded_port = port_for([])
+    results = await guarded_port.fetch(FetchRequest([FetchPart(t, 0, 0, 100) for t in ("a", "b")],
+                                                    max_wait_ms=0, min_bytes=0, max_bytes=100))
+    assert [r.error.code for r in results] == ["TOPIC_AUTHORIZATION_FAILED"] * 2
+    appended = await guarded_port.append([ProducePart("a", 0, b"x")], acks=0, client=ClientInfo("test"))
+    assert not appended.waiting and appended.results[0].error.code == "TOPIC_AUTHORIZATION_FAILED"
+    assert port.seen == []
+
+
+async def test_no_principal_or_no_acls_checks_nothing():
+    port = FakePort()
+    for access in (Guard(None).access(ALICE, "h"), Guard(lambda: Authorizer([])).access(None, None)):
+        results = await GuardedPartitions(port, access).fetch(
+            FetchRequest([FetchPart("a", 0, 0, 100)], max_wait_ms=0, min_bytes=0, max_bytes=100))
+        assert results[0].error is None
+    assert Guard(lambda: Authorizer([])).nobody().allowed(Operation.READ, ResourceType.TOPIC, "a") is False
+
+
+async def test_recover_partition_needs_alter_on_the_cluster():
+    port, guarded_port = port_for([acl("topic", "*", "all")])
+    with pytest.raises(ClusterAuthorizationFailedError):
+        await guarded_port.recover_partition("t", 0, unclean=True)
+    assert port.seen == []
 
 
 async def test_whole_request_refusals_raise_the_right_class():
@@ -132,11 +198,11 @@ async def test_groups_and_offsets():
 
 
 async def test_idempotent_producers_need_cluster_idempotent_write_or_some_topic_write():
-    _, none = guarded([acl("topic", "t", "read")])
+    _, none = port_for([acl("topic", "t", "read")])
     with pytest.raises(ClusterAuthorizationFailedError):
-        await none["init_producer_id"](req("init_producer_id"))
-    _, writer = guarded([acl("topic", "t", "write")])
-    assert await writer["init_producer_id"](req("init_producer_id"))
+        await none.init_producer_id()
+    _, writer = port_for([acl("topic", "t", "write")])
+    assert (await writer.init_producer_id()).producer_id == 7
 
 
 async def test_super_users_and_unknown_ops():
@@ -161,21 +227,13 @@ def test_every_documented_op_has_a_policy():
     assert len(ops) > 20 and ops <= set(POLICIES), ops - set(POLICIES)
 
 
-async def test_an_inline_produce_stays_inline_and_its_later_answer_gets_the_refusals():
-    from raftlog.base.protocol import Later, inline_handler_under_deadline
+async def test_an_inline_handler_stays_inline_behind_its_policy():
+    from raftlog.base.protocol import inline_handler_under_deadline
 
     @inline_handler_under_deadline
-    async def produce(request):  # appends at once, answers after acks=all (Later)
-        async def answer():
-            return {"partitions": [{"topic": p["topic"], "partition": p["partition"], "base_offset": 0}
-                                   for p in request.fields["partitions"]]}
-        return Later(answer)
+    async def produce(request):
+        return {"partitions": []}
 
     authorizer = Authorizer([acl("topic", "public", "write")])
     guard = guard_handlers({"produce": produce}, authorizer_of=lambda: authorizer)["produce"]
     assert guard.inline and guard.inline_deadline  # in the reader (appends keep their order), under the deadline
-    later = await guard(req("produce", acks=-1, partitions=[{"topic": "public", "partition": 0},
-                                                             {"topic": "secret", "partition": 0}]))
-    assert type(later) is Later
-    answer = await later.wait()
-    assert [(p["topic"], "error" in p) for p in answer["partitions"]] == [("public", False), ("secret", True)]

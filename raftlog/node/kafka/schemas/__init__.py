@@ -1,8 +1,7 @@
 """Kafka 4 message schemas that kafka-python 3.0 does not carry, copied from Apache Kafka's
 `clients/src/main/resources/common/message/` (Apache License 2.0) so that the listener can
-answer those APIs in their own layout: ConsumerGroupHeartbeat (68, KIP-848), which raftlog
-answers UNSUPPORTED_VERSION as Kafka does when the consumer protocol is disabled, and
-ConsumerGroupDescribe (69), not listed and answered UNSUPPORTED_VERSION per group. The classes
+answer those APIs in their own layout: ConsumerGroupHeartbeat (68) and ConsumerGroupDescribe
+(69) of KIP-848, served by consumer_groups.py. The classes
 are built from these files by kafka-python's own schema loader, below; codec.py imports
 this module so that its tables list them."""
 

@@ -1,0 +1,275 @@
+"""The partition service port: what the listeners (native, Kafka, and the ones to come) may
+ask of the partitions, protocol-neutral and typed. Dataclasses in, dataclasses out; a
+partition's failure is an exception of the one registry (raftlog/base/errors.py) in its
+result's `error`, never a wire dict; a whole-request failure is raised.
+
+    port.append(parts, acks=..., client=...) -> Appended     (then `await appended.wait(deadline)`)
+    await port.fetch(FetchRequest(...))       -> [FetchResult]
+    await port.list_offsets([OffsetQuery])    -> [OffsetResult]
+    port.epoch_end_offsets([EpochQuery])      -> [EpochEndResult]
+    await port.delete_records([DeletePart], deadline) -> [DeleteResult]
+    await port.init_producer_id(...)          -> ProducerIdentity
+    await port.recover_partition(topic, partition, unclean=...)
+    port.log_dirs(wanted) -> [ReplicaSize];  port.producers(topic, partition) -> [ProducerInfo]
+
+Results come back one per asked part, in the order asked. A NotLeaderError in a result
+carries the hint once for every listener: `leader_id`, `leader` (its native address) and
+`epoch` (the leader epoch the image knows for it, for Kafka's KIP-951 CurrentLeader).
+
+Room for what comes next (DESIGN §10): `transactional_id` on produce, `isolation_level` on
+fetch and list offsets (READ_COMMITTED reads up to the last stable offset once transactions
+are in the log; until then both read the same), `last_stable_offset` in a fetch result,
+`current_leader_epoch` on a fetched part (KIP-320 fencing), and new ops (share-group
+acquisition, replica moves) are added here once, not per listener.
+
+Which implementation: partition/service.py (`PartitionService`, over the replica manager's
+replicas); raftlog/node/authorize.py puts the one ACL guard in front of it
+(`GuardedPartitions`). The listeners import this module, never `partition.replica` or
+`partition.log` (an import-linter contract).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Final, Protocol, TypeAlias
+
+from partition.segment import FileSlice
+from raftlog.base.errors import RaftlogError
+
+__all__ = [
+    "IsolationLevel", "ClientInfo", "ProducePart", "ProduceResult", "Appended", "FetchPart",
+    "FetchRequest", "FetchResult", "RecordsSlice", "OffsetQuery", "OffsetResult", "EpochQuery",
+    "EpochEndResult", "DeletePart", "DeleteResult", "ProducerIdentity", "ReplicaSize",
+    "ProducerInfo", "PartitionKey", "PartitionPort", "EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "MAX_TIMESTAMP",
+]
+
+EARLIEST_TIMESTAMP: Final = -2  # list offsets: the log start offset
+LATEST_TIMESTAMP: Final = -1  # list offsets: the high watermark
+MAX_TIMESTAMP: Final = -3  # list offsets: the batch with the largest timestamp (KIP-734)
+
+
+class IsolationLevel(IntEnum):
+    """Kafka's values. No transactions yet: both read up to the high watermark."""
+
+    READ_UNCOMMITTED = 0
+    READ_COMMITTED = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ClientInfo:
+    """Who sent a request, for the log lines of what the port refuses (never for decisions)."""
+
+    listener: str
+    peer: str | None = None
+    principal: str | None = None
+    client_id: str | None = None
+
+    def fields(self) -> dict[str, str]:
+        return {k: v for k, v in (("listener", self.listener), ("peer", self.peer),
+                                  ("principal", self.principal), ("client_id", self.client_id))
+                if v is not None}
+
+
+# ------------------------------------------------------------------------------ produce
+
+
+@dataclass(frozen=True, slots=True)
+class ProducePart:
+    topic: str
+    partition: int
+    records: bytes
+
+
+@dataclass(slots=True)
+class ProduceResult:
+    """One part's answer: offsets, or `error` (then the offsets are -1)."""
+
+    topic: str
+    partition: int
+    base_offset: int = -1
+    log_append_time_ms: int = -1
+    log_start_offset: int = -1
+    error: RaftlogError | None = None
+
+    def fail(self, error: RaftlogError) -> None:
+        self.base_offset = self.log_append_time_ms = self.log_start_offset = -1
+        self.error = error
+
+
+class Appended(Protocol):
+    """The appends of one produce, done (in the leaders' logs, in order) when `append`
+    returned; `wait` is the acks=all half."""
+
+    @property
+    def results(self) -> list[ProduceResult]: ...
+
+    @property
+    def waiting(self) -> bool:
+        """Whether `wait` has anything to wait for (acks=all parts that appended)."""
+        ...
+
+    async def wait(self, deadline: float) -> list[ProduceResult]:
+        """Until each acks=all part is committed or `deadline` (trio time) passes (that part's
+        error: REQUEST_TIMED_OUT, the records may still be committed). Returns `results`."""
+        ...
+
+
+# ------------------------------------------------------------------------------ fetch
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPart:
+    topic: str
+    partition: int
+    fetch_offset: int
+    max_bytes: int
+    current_leader_epoch: int = -1  # KIP-320 (-1: not checked); not checked yet
+
+
+@dataclass(frozen=True, slots=True)
+class FetchRequest:
+    parts: Sequence[FetchPart]
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
+    zero_copy: bool = False  # records as RecordsSlice (the caller closes them), else bytes
+
+
+# A range of a segment file (fd, offset, length; `close()` by its holder) that a listener
+# sends with sendfile: the zero-copy fetch's records.
+RecordsSlice: TypeAlias = FileSlice
+
+
+@dataclass(slots=True)
+class FetchResult:
+    topic: str
+    partition: int
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    records: bytes | RecordsSlice | None = None
+    error: RaftlogError | None = None
+
+
+# ------------------------------------------------------------------------------ offsets
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetQuery:
+    """`timestamp`: EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, or a time in ms."""
+
+    topic: str
+    partition: int
+    timestamp: int
+
+
+@dataclass(slots=True)
+class OffsetResult:
+    topic: str
+    partition: int
+    offset: int = -1
+    timestamp: int = -1
+    error: RaftlogError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EpochQuery:
+    topic: str
+    partition: int
+    leader_epoch: int
+
+
+@dataclass(slots=True)
+class EpochEndResult:
+    """KIP-320: the largest epoch <= the asked one and where it ends, on the leader."""
+
+    topic: str
+    partition: int
+    current_epoch: int = -1
+    leader_epoch: int = -1
+    end_offset: int = -1
+    error: RaftlogError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeletePart:
+    """`offset`: the new log start offset; -1 for the high watermark."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(slots=True)
+class DeleteResult:
+    topic: str
+    partition: int
+    low_watermark: int = -1
+    error: RaftlogError | None = None
+
+
+# ------------------------------------------------------------------------------ producers, status
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdentity:
+    producer_id: int
+    producer_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSize:
+    """A replica open here: its segments' bytes and how far its log end is behind the high
+    watermark it knows (never below 0)."""
+
+    topic: str
+    partition: int
+    size_bytes: int
+    offset_lag: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerInfo:
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionKey:
+    topic: str
+    partition: int
+
+
+class PartitionPort(Protocol):
+    """The partition service as every listener sees it (module docstring)."""
+
+    async def append(self, parts: Sequence[ProducePart], *, acks: int, client: ClientInfo,
+                     transactional_id: str | None = None) -> Appended:
+        """Check each part as Kafka's log validator does and append it on its leader, in order
+        (module docstring). `acks` is 0, 1 or -1 (the caller checked)."""
+        ...
+
+    async def fetch(self, request: FetchRequest) -> list[FetchResult]: ...
+
+    async def list_offsets(self, queries: Sequence[OffsetQuery], *,
+                           isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+                           ) -> list[OffsetResult]: ...
+
+    def epoch_end_offsets(self, queries: Sequence[EpochQuery]) -> list[EpochEndResult]: ...
+
+    async def delete_records(self, parts: Sequence[DeletePart], deadline: float) -> list[DeleteResult]: ...
+
+    async def init_producer_id(self, *, transactional_id: str | None = None) -> ProducerIdentity: ...
+
+    async def recover_partition(self, topic: str, partition: int, *, unclean: bool) -> None: ...
+
+    def log_dirs(self, wanted: set[PartitionKey] | None = None) -> list[ReplicaSize]: ...
+
+    def producers(self, topic: str, partition: int) -> list[ProducerInfo]:
+        """The leader's active producers; raises NotLeaderError / UnknownTopicOrPartitionError."""
+        ...
+

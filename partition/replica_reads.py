@@ -1,0 +1,146 @@
+"""A replica's consumer reads, the part of `partition.replica.Replica` that serves Fetch and
+ListOffsets from the leader's log up to the high watermark (a base class of it, holding no
+state of its own), and the long-poll watchers woken when the high watermark moves.
+
+A read runs inline when it touches only the cached tail and little of it, else in a worker
+thread (partition/replica_storage.py "Threads and disk"). A zero-copy read
+(`read_committed_slice`, the Kafka listener's fetch) reads only the bytes not yet checked
+(partition/segment.py "checked once"): inline when those are few and in the cached tail; else
+in a worker thread, which for a cold range reads all of it into the page cache for the
+sendfile. A read that finds damage reports it (`report_damage`) and never serves the bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from typing import Any, Final
+
+import trio
+
+from partition.errors import LogClosedError, StorageDamageError
+from partition.log import Log
+from partition.segment import FileSlice
+from raftlog.base.errors import (
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    RaftlogError,
+)
+
+__all__ = ['ReplicaReads', 'INLINE_READ_MAX_BYTES']
+
+logger = logging.getLogger(__name__)
+
+def _max_timestamp(log: Log, high_watermark: int) -> tuple[int, int]:
+    best_offset, best_ts = -1, -1
+    for h in log.batch_headers():
+        if h.base_offset >= high_watermark:
+            break
+        if not h.is_control and h.max_timestamp > best_ts:
+            best_offset, best_ts = h.last_offset, h.max_timestamp
+    return best_offset, best_ts
+
+
+INLINE_READ_MAX_BYTES: Final = 256 << 10  # larger reads (and their CRC checks) go to a thread
+
+
+class ReplicaReads:
+    """Replica's consumer reads (module docstring)."""
+
+    async def read_committed(self, fetch_offset: int, max_bytes: int) -> bytes:
+        """Whole, CRC-checked batches from `fetch_offset` below the high watermark (leader
+        only); cold or large reads in a worker thread. Raises NotLeaderError,
+        KafkaStorageError (offline, or damage found: this replica repairs it from a peer),
+        StorageDamageError (CORRUPT_MESSAGE with the offset: damage and no peer to repair
+        from), OffsetOutOfRangeError."""
+        data = await self._read_committed(fetch_offset, max_bytes, zero_copy=False)
+        return b"" if data is None else data
+
+    async def _read_committed(self, fetch_offset: int, max_bytes: int, *, zero_copy: bool) -> Any:
+        """`read_committed` / `read_committed_slice`: None when there is nothing to read."""
+        self.check_leader()
+        log = self.log
+        if fetch_offset < log.log_start_offset or fetch_offset > log.log_end_offset:
+            raise OffsetOutOfRangeError(offset=fetch_offset, log_start_offset=log.log_start_offset,
+                                        log_end_offset=log.log_end_offset)
+        hw = self.high_watermark
+        if fetch_offset >= hw:
+            return None
+        try:
+            return await self._read(log, fetch_offset, max_bytes, max_offset=hw, zero_copy=zero_copy)
+        except StorageDamageError as exc:
+            raise self._damaged_read(exc) from None
+        except LogClosedError as exc:
+            self._go_offline(exc)
+            raise
+
+    def _damaged_read(self, exc: StorageDamageError) -> RaftlogError:
+        """A consumer read found damage: report it, and the error to answer with (the damage
+        itself, CORRUPT_MESSAGE with the offset, when no peer can repair it; else
+        KAFKA_STORAGE_ERROR: this replica repairs itself and clients go elsewhere)."""
+        self.report_damage(exc, found_by="fetch")
+        if len(self.voters) == 1:
+            return exc
+        return KafkaStorageError(
+            f"{self.name}: damaged batch at offset {exc.offset} on broker {self.replica_id};"
+            " it is being repaired from another replica", offset=exc.offset)
+
+    async def read_committed_slice(self, fetch_offset: int, max_bytes: int) -> FileSlice | None:
+        """`read_committed` as a FileSlice of the segment file (zero-copy senders; the caller
+        closes it), None where that returns b"". The range is checked as `read_committed`'s
+        bytes are (never a slice over a bad batch); the check runs where `_read` would read.
+        Same errors."""
+        return await self._read_committed(fetch_offset, max_bytes, zero_copy=True)
+
+    async def _read(self, log: Log, offset: int, max_bytes: int, *,
+                    max_offset: int | None = None, zero_copy: bool = False,
+                    own_tail: bool = False) -> Any:
+        """`log.read` inline when it touches only the cached tail and little of it, else in a
+        worker thread (module docstring "Threads and disk"). With `zero_copy`,
+        `log.read_slice`: it reads only the bytes still to be checked (once per byte), so it
+        runs inline when it stays in the cached tail and those are few; else in a worker
+        thread, which for a cold range also reads the rest into the page cache, so that
+        the sender's sendfile on the trio thread does not wait on the disk either.
+        `own_tail`: a read for a follower (partition/log.py "Integrity").
+        Concurrency: a slice made in a worker thread is returned even when the caller is
+        cancelled meanwhile (to_thread does not abandon the thread), so it is never lost
+        unclosed."""
+        behind = log.bytes_behind_end(offset)
+        hot = behind <= log.config.hot_tail_bytes
+        if zero_copy:
+            if hot and log.unverified_bytes(offset, max_bytes, own_tail=own_tail) <= INLINE_READ_MAX_BYTES:
+                return log.read_slice(offset, max_bytes, max_offset=max_offset, own_tail=own_tail)
+            return await trio.to_thread.run_sync(
+                partial(log.read_slice, offset, max_bytes, max_offset=max_offset, warm=not hot,
+                        own_tail=own_tail),
+                limiter=self.disk.io)
+        if hot and min(behind, max_bytes) <= INLINE_READ_MAX_BYTES:
+            return log.read(offset, max_bytes, max_offset=max_offset, own_tail=own_tail)
+        return await trio.to_thread.run_sync(
+            partial(log.read, offset, max_bytes, max_offset=max_offset, own_tail=own_tail),
+            limiter=self.disk.io)
+
+    async def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """Log.offset_for_timestamp in a worker thread (it may walk cold segments)."""
+        return await trio.to_thread.run_sync(self.log.offset_for_timestamp, timestamp_ms,
+                                             limiter=self.disk.io)
+
+    async def max_timestamp_offset(self, high_watermark: int) -> tuple[int, int]:
+        """(offset, timestamp) for ListOffsets -3 (KIP-734): the largest timestamp below the
+        high watermark, at batch granularity (the last offset of the first batch holding it;
+        control batches skipped); (-1, -1) for an empty log. In a worker thread: it reads
+        every batch header of the log."""
+        return await trio.to_thread.run_sync(_max_timestamp, self.log, high_watermark,
+                                             limiter=self.disk.io)
+
+    def watch(self, event: trio.Event) -> None:
+        """Set `event` at the next high-watermark or leadership change (once)."""
+        self._watchers.add(event)
+
+    def unwatch(self, event: trio.Event) -> None:
+        self._watchers.discard(event)
+
+    def _wake_watchers(self) -> None:
+        watchers, self._watchers = self._watchers, set()
+        for ev in watchers:
+            ev.set()

@@ -1,0 +1,218 @@
+"""A replica's leader writes, the part of `partition.replica.Replica` that appends a
+producer's batches and moves the log start for DeleteRecords (a base class of it, holding no
+state of its own), with the acks=all waiters they return.
+
+Leader writes (`append_as_leader`): the header of every batch is read (no record decoding),
+its size checked against max_message_bytes, idempotent batches checked against the producer
+state (a retry answers with its original offsets, even one appended by an earlier leader:
+the state is rebuilt from the log's headers at open and kept in step by every append and
+truncation); then `log.append` (which checks the CRC and stamps offsets and epoch) and
+`core.leader_appended`. acks=all waits on an ack waiter released when the high watermark
+passes the batch's last offset; losing leadership fails the waiters with REQUEST_TIMED_OUT
+(the outcome is unknown: the batch may still commit under the next leader).
+
+Ack waiters are kept in offset order; all are answered (ok, timed out, or failed) by the time
+leadership or the replica ends.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass
+
+import trio
+
+from partition.batch import Header, iter_headers
+from partition.validator import batch_too_large
+from partition.errors import CorruptRecordError, LogClosedError, RaftStateError, StorageDamageError
+from raftlog.base.aio import acquire_free
+from raftlog.base.errors import (
+    InvalidRequestError,
+    KafkaStorageError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
+    RequestTimedOutError,
+)
+from raftlog.base.eventlog import log_event
+
+__all__ = ['ReplicaWrites', 'AckWaiter', 'AppendResult', 'MAX_PRODUCE_BATCHES']
+
+logger = logging.getLogger(__name__)
+
+class AckWaiter:
+    """One acks=all produce waiting for the high watermark to pass `last_offset`."""
+
+    __slots__ = ("last_offset", "event", "error")
+
+    def __init__(self, last_offset: int):
+        self.last_offset = last_offset
+        self.event = trio.Event()
+        self.error: Exception | None = None
+
+    def finish(self, error: Exception | None = None) -> None:
+        if not self.event.is_set():
+            self.error = error
+            self.event.set()
+
+    async def wait(self, deadline: float) -> None:
+        """Returns once committed. Raises RequestTimedOutError (deadline; unknown outcome) or the
+        failure it was finished with (leadership lost, replica offline)."""
+        with trio.move_on_at(deadline):
+            await self.event.wait()
+        if not self.event.is_set():
+            raise RequestTimedOutError(
+                f"offset {self.last_offset} not replicated to a majority in time; "
+                "it may still be committed"
+            )
+        if self.error is not None:
+            raise self.error
+
+
+@dataclass
+class AppendResult:
+    first_offset: int
+    last_offset: int
+    duplicate: bool
+    waiter: AckWaiter | None
+
+
+MAX_PRODUCE_BATCHES = 10_000  # batches in one partition's `records` of one produce request
+
+
+class ReplicaWrites:
+    """Replica's leader writes (module docstring)."""
+
+    async def append_as_leader(self, records: bytes, *, acks: int) -> AppendResult:
+        """Append a producer's batches. Returns AppendResult (waiter set for acks=all when
+        the batch is not committed yet). Raises NotLeaderError, CorruptRecordError,
+        MessageTooLargeError, InvalidRequestError, the producer-state errors, KafkaStorageError."""
+        self.check_leader()
+        if not records:
+            raise CorruptRecordError("empty records")
+        limit = self.topic_config.max_message_bytes
+        headers: list[Header] = []
+        for _, h in iter_headers(records, verify=False):
+            if h.size > limit:
+                raise batch_too_large(h.size, limit, self.topic)
+            if h.is_control:
+                raise InvalidRequestError("producers may not write control batches", field="records")
+            headers.append(h)
+            if len(headers) > MAX_PRODUCE_BATCHES:
+                raise InvalidRequestError("too many batches in one produce", field="records")
+        idem = [h for h in headers if h.producer_id >= 0]
+        if idem and len(headers) != 1:
+            raise InvalidRequestError(
+                "an idempotent produce carries exactly one batch per partition", field="records"
+            )
+        # The lock as `_event` takes it: uncontended, without a pass through the scheduler (a
+        # produce holding it across that yield made the fetches arriving meanwhile queue).
+        await acquire_free(self._lock)
+        try:
+            self.check_leader()
+            core = self.core
+            if not core.may_accept_writes:
+                raise NotLeaderError(leader_id=core.leader_id, epoch=core.epoch)  # transferring, or not durable
+            try:
+                if self._producers_dirty:
+                    await trio.to_thread.run_sync(self._rebuild_producers, self.log,
+                                                  limiter=self.disk.io)
+                if idem:
+                    h = idem[0]
+                    dup = self.producers.check(h.producer_id, h.producer_epoch, h.base_sequence,
+                                               h.last_sequence)
+                    if dup is not None:
+                        waiter = None
+                        if acks == -1 and dup.last_offset >= core.high_watermark:
+                            waiter = self._add_waiter(dup.last_offset)
+                        return AppendResult(dup.first_offset, dup.last_offset, True, waiter)
+                first, last = await self._log_append(core.epoch, self.log.append, records,
+                                                     leader_epoch=core.epoch, now_ms=self._clock_ms())
+                if idem:
+                    h = idem[0]
+                    self.producers.record(h.producer_id, h.producer_epoch, h.base_sequence,
+                                          h.last_sequence, first, last)
+                waiter = self._add_waiter(last) if acks == -1 else None
+                await self._execute(core.leader_appended(first, last))
+            except StorageDamageError as exc:  # the producer-state rebuild met damage
+                self.report_damage(exc, found_by="producer_state")
+                raise KafkaStorageError(f"{self.name}: {exc}") from None
+            except (RaftStateError, LogClosedError, OSError) as exc:
+                self._go_offline(exc)
+                raise KafkaStorageError(f"{self.name}: {exc}") from None
+        finally:
+            self._lock.release()
+        return AppendResult(first, last, False, waiter)
+
+    def _add_waiter(self, last_offset: int) -> AckWaiter:
+        w = AckWaiter(last_offset)
+        if last_offset < self.high_watermark:
+            w.finish()
+        else:
+            self._ack_waiters.append(w)
+        return w
+
+    async def delete_records(self, offset: int, deadline: float) -> int:
+        """Kafka's DeleteRecords on the leader: raise the log start of every replica to
+        `offset` (-1: the high watermark), answering once a majority holds it durably
+        (raft.py "Log start"). Returns the low watermark then (>= offset; the log start
+        when `offset` is at or below it already). Raises NotLeaderError, OffsetOutOfRangeError
+        (below -1 or past the high watermark), RequestTimedOutError (deadline, or leadership
+        lost meanwhile: the deletion may still happen), KafkaStorageError."""
+        self.check_leader()
+        async with self._lock:
+            self.check_leader()
+            core = self.core
+            hw = core.high_watermark
+            target = hw if offset == -1 else offset
+            if target < 0 or target > hw:
+                raise OffsetOutOfRangeError(
+                    f"{self.name}: delete_records offset {offset} outside [0, {hw}] (the high "
+                    "watermark)", offset=offset, log_start_offset=self.log.log_start_offset,
+                    log_end_offset=hw)
+            try:
+                await self._execute(core.delete_records(target))
+            except (RaftStateError, LogClosedError, OSError) as exc:
+                self._go_offline(exc)
+                raise KafkaStorageError(f"{self.name}: {exc}") from None
+            if target <= core.log_start_offset and target <= core.low_watermark:
+                return max(core.low_watermark, target)
+            waiter = AckWaiter(target)
+            self._delete_waiters.append(waiter)
+        try:
+            await waiter.wait(deadline)
+        except RequestTimedOutError:
+            raise RequestTimedOutError(
+                f"{self.name}: log start {target} not on a majority in time; it may still be"
+            ) from None
+        finally:
+            if waiter in self._delete_waiters:
+                self._delete_waiters.remove(waiter)
+        return max(self.core.low_watermark, target) if self.core is not None else target
+
+    async def _advance_log_start(self, offset: int) -> None:
+        # A writer call (one checkpoint fsync, whole-segment deletes): in a worker thread under
+        # the replica's lock (the executor holds it), as retention's roll_and_retain runs.
+        target = min(offset, self.log.log_end_offset)
+        if target <= self.log.log_start_offset:
+            return  # retention got there first
+        gone = await trio.to_thread.run_sync(self.log.advance_start, target, limiter=self.disk.io)
+        log_event(logger, "replica_log_start_advanced", topic=self.topic,
+                  partition=self.partition, log_start_offset=target, deleted_segments=len(gone))
+
+    def _on_low_watermark(self, low_watermark: int) -> None:
+        keep = []
+        for w in self._delete_waiters:
+            if w.last_offset <= low_watermark:
+                w.finish()
+            else:
+                keep.append(w)
+        self._delete_waiters = keep
+
+    def _fail_waiters(self, error: Exception) -> None:
+        waiters, self._ack_waiters = self._ack_waiters, deque()
+        for w in waiters:
+            w.finish(error)
+        deletes, self._delete_waiters = self._delete_waiters, []
+        for w in deletes:
+            w.finish(error)

@@ -1,0 +1,450 @@
+"""PartitionService: the partition port (partition/port.py) over the replicas this broker
+hosts (partition/manager.py hosts them; this module serves requests with them).
+
+    PartitionService(host: ReplicaHost, metadata: ProducerIdSource & LeaderAddresses)
+
+* produce (`append`): each part is checked as Kafka's log validator does
+  (partition/validator.py; a refused part is logged with the client's fields and nothing of
+  it is stored) and appended on its leader replica, in order; the acks=all wait is
+  `Appended.wait`. Ordering: the appends are in the leaders' logs when `append` returns, so
+  a connection that calls it for one request after another keeps its requests' order (an
+  idempotent producer's pipelined batches stay in sequence).
+* fetch: leader only, up to the high watermark, long poll (answers once `min_bytes` are
+  there, on any error, or at `max_wait_ms`), per-partition and per-request byte limits.
+  With `zero_copy` the records are FileSlices (the caller closes them; slices of a pass
+  that waits again are closed here).
+* list offsets: -2 log start, -1 high watermark, -3 the batch with the largest timestamp
+  (KIP-734), else the first batch with max timestamp >= ts below the high watermark (-1 if
+  none). epoch end offsets: KIP-320, from the leader's in-memory epoch cache.
+* delete records: leader only; every replica's log start moves up, answered at a majority
+  (or the deadline: REQUEST_TIMED_OUT, the deletion may still happen).
+* init producer id: ids from blocks the controller allocates; without a reachable
+  controller COORDINATOR_LOAD_IN_PROGRESS (retriable, as Kafka answers when its block is
+  not ready), where NOT_CONTROLLER would fail the producer's records.
+* recover partition (operator): unclean recovery of this broker's replica (raft.py
+  "Damaged storage"), refused unless `unclean`.
+* A request for a partition whose local replica is offline, when the image names another
+  leader, is answered NOT_LEADER with that hint (nothing was tried here). The NOT_LEADER hint
+  (leader id, its native address, the leader epoch the image knows) is made once, here.
+
+Concurrency: trio thread only; per-replica serialisation lives in partition/replica.py.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Final, Protocol
+
+import trio
+
+from metadata.image import MetadataImage
+from partition.batch import DEFAULT_MAX_DECOMPRESSED_BYTES, iter_headers
+from partition.errors import CorruptRecordError
+from partition.port import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    ClientInfo,
+    DeletePart,
+    DeleteResult,
+    EpochEndResult,
+    EpochQuery,
+    FetchPart,
+    FetchRequest,
+    FetchResult,
+    IsolationLevel,
+    OffsetQuery,
+    OffsetResult,
+    PartitionKey,
+    ProducePart,
+    ProduceResult,
+    ProducerIdentity,
+    ProducerInfo,
+    RecordsSlice,
+    ReplicaSize,
+)
+from partition.replica import AckWaiter, Replica
+from partition.telemetry import TopicTraffic, batch_records, slice_records
+from partition.validator import validate_client_records
+from raftlog.base.errors import (
+    CoordinatorLoadInProgressError,
+    InvalidRequestError,
+    NotControllerError,
+    NotLeaderError,
+    PeerUnavailableError,
+    RaftlogError,
+    RejectedError,
+    RequestTimedOutError,
+    TransactionalIdAuthorizationFailedError,
+    UnknownServerError,
+    UnknownTopicOrPartitionError,
+    as_wire_error,
+)
+from raftlog.base.eventlog import log_event
+
+__all__ = ["PartitionService", "ReplicaHost", "BrokerDirectory"]
+
+logger = logging.getLogger(__name__)
+
+# Produce validation (partition/validator.py): uncompressed records are walked on the trio
+# thread (a batch is at most max_message_bytes: a few ms); records holding a compressed batch
+# are decompressed (at most this many bytes a batch: what a consumer decodes by default) and
+# walked in a worker thread, one at a time, so a small batch that inflates to 64 MiB neither
+# stalls the event loop for seconds nor runs twice at once.
+VALIDATE_MAX_DECOMPRESSED_BYTES: Final = DEFAULT_MAX_DECOMPRESSED_BYTES
+VALIDATE_THREADS: Final = 1
+
+
+class ReplicaHost(Protocol):
+    """What the service needs of the replica manager (partition/manager.py)."""
+
+    node_id: int
+
+    def replica(self, topic: str, partition: int) -> Replica | None: ...
+
+    def replicas(self) -> list[Replica]: ...
+
+    def image_now(self) -> MetadataImage: ...
+
+    @property
+    def traffic(self) -> TopicTraffic: ...
+
+
+class BrokerDirectory(Protocol):
+    """What the service needs of the metadata service."""
+
+    def client_address(self, broker_id: int) -> str | None: ...
+
+    async def allocate_producer_ids(self) -> tuple[int, int]: ...
+
+
+@dataclass(slots=True)
+class _Appended:
+    results: list[ProduceResult]
+    waits: list[tuple[ProduceResult, AckWaiter]]
+
+    @property
+    def waiting(self) -> bool:
+        return bool(self.waits)
+
+    async def wait(self, deadline: float) -> list[ProduceResult]:
+        for result, waiter in self.waits:
+            try:
+                await waiter.wait(deadline)
+            except RaftlogError as exc:
+                result.fail(exc)
+        self.waits = []
+        return self.results
+
+
+class PartitionService:
+    """See the module docstring. Implements partition.port.PartitionPort."""
+
+    def __init__(self, host: ReplicaHost, metadata: BrokerDirectory) -> None:
+        self._host = host
+        self._metadata = metadata
+        self._validate_limiter = trio.CapacityLimiter(VALIDATE_THREADS)
+        self._pid_next = 0
+        self._pid_end = 0
+        self._pid_lock = trio.Lock()
+
+    # ------------------------------------------------------------------ lookups
+
+    def not_leader(self, topic: str, partition: int, hint: int | None) -> NotLeaderError:
+        """The one NOT_LEADER answer: the leader `hint` (or the image's, when the hint is
+        none or this broker), its native address and the epoch the image knows for it."""
+        node_id = self._host.node_id
+        p = self._host.image_now().partition(topic, partition)
+        if hint is None or hint == node_id:
+            hint = p.leader if p is not None and p.leader >= 0 and p.leader != node_id else None
+        address = self._metadata.client_address(hint) if hint is not None else None
+        epoch = p.leader_epoch if p is not None and hint is not None and p.leader == hint else None
+        return NotLeaderError(leader_id=hint, leader=address, epoch=epoch)
+
+    def leader_replica(self, topic: str, partition: int) -> Replica:
+        r = self._host.replica(topic, partition)
+        if r is None:
+            if self._host.image_now().partition(topic, partition) is None:
+                raise UnknownTopicOrPartitionError(f"{topic}-{partition} does not exist here")
+            raise self.not_leader(topic, partition, None)
+        if r.offline_reason is not None:
+            # Nothing will be tried here: if another broker leads, say so (module docstring).
+            p = self._host.image_now().partition(topic, partition)
+            if p is not None and p.leader >= 0 and p.leader != self._host.node_id:
+                raise self.not_leader(topic, partition, p.leader)
+        return r
+
+    def _error(self, exc: BaseException, topic: str, partition: int) -> RaftlogError:
+        if isinstance(exc, NotLeaderError):
+            return self.not_leader(topic, partition, exc.leader_id)
+        wire = as_wire_error(exc)
+        if wire is None:
+            log_event(logger, "partition_op_failed", level=logging.ERROR, exc_info=exc,
+                      topic=topic, partition=partition)
+            wire = UnknownServerError(f"{type(exc).__name__} on {topic}-{partition}")
+        return wire
+
+    # ------------------------------------------------------------------ produce
+
+    async def append(self, parts: Sequence[ProducePart], *, acks: int, client: ClientInfo,
+                     transactional_id: str | None = None) -> _Appended:
+        if transactional_id is not None:
+            raise TransactionalIdAuthorizationFailedError("transactions are not supported")
+        appended = _Appended([], [])
+        traffic = self._host.traffic
+        for part in parts:
+            topic, partition = part.topic, part.partition
+            result = ProduceResult(topic, partition)
+            try:
+                replica = self.leader_replica(topic, partition)
+                if not part.records:
+                    raise CorruptRecordError("no records")
+                records = await self._validated(replica, part.records, client)
+                res = await replica.append_as_leader(records, acks=acks)
+                if not res.duplicate:
+                    traffic.produced(topic, len(records), res.last_offset - res.first_offset + 1)
+                result.base_offset = res.first_offset
+                result.log_start_offset = replica.log.log_start_offset  # Kafka's answer carries it
+                if res.waiter is not None:
+                    appended.waits.append((result, res.waiter))
+            except RaftlogError as exc:
+                result.error = self._error(exc, topic, partition)
+            appended.results.append(result)
+        return appended
+
+    async def _validated(self, replica: Replica, records: bytes, client: ClientInfo) -> bytes | bytearray:
+        """`records` as validate_client_records returns them: inline when uncompressed, in a
+        worker thread (VALIDATE_THREADS) when a batch must be decompressed first. Logs a
+        refusal (`produce_refused`, naming the client and the reason) and raises it."""
+        check = partial(validate_client_records, records,
+                        max_message_bytes=replica.topic_config.max_message_bytes,
+                        max_decompressed_bytes=VALIDATE_MAX_DECOMPRESSED_BYTES, topic=replica.topic)
+        try:
+            if not _any_compressed(records):
+                return check()
+            return await trio.to_thread.run_sync(check, limiter=self._validate_limiter)
+        except RejectedError as exc:
+            log_event(logger, "produce_refused", level=logging.WARNING, topic=replica.topic,
+                      partition=replica.partition, code=exc.code, reason=exc.message, **client.fields())
+            raise
+
+    # ------------------------------------------------------------------ fetch
+
+    async def fetch(self, request: FetchRequest) -> list[FetchResult]:
+        """Concurrency: trio thread; cancel-safe (slices are closed on the way out)."""
+        deadline = trio.current_time() + request.max_wait_ms / 1000
+        while True:
+            results, total, errors, watched = await self._read_partitions(request)
+            if total >= request.min_bytes or errors or trio.current_time() >= deadline or not watched:
+                if total:
+                    self._count_fetched(request.parts, results)
+                return results
+            _close_slices(results)
+            wake = trio.Event()
+            for r in watched:
+                r.watch(wake)
+            try:
+                with trio.move_on_at(deadline):
+                    await wake.wait()
+            finally:
+                for r in watched:
+                    r.unwatch(wake)
+
+    def _count_fetched(self, parts: Sequence[FetchPart], results: list[FetchResult]) -> None:
+        """Bytes and records out per topic (/metrics), from the batch headers answered."""
+        traffic = self._host.traffic
+        for part, result in zip(parts, results):
+            records = result.records
+            if not records:
+                continue
+            if isinstance(records, (bytes, bytearray, memoryview)):
+                traffic.fetched(part.topic, len(records), batch_records(records, part.fetch_offset))
+            else:  # a FileSlice: its headers are in the page cache (the cached tail, or warmed
+                # by the worker thread that made the slice), as sendfile expects the bytes to be
+                traffic.fetched(part.topic, records.length,
+                                slice_records(records.fd, records.offset, records.length, part.fetch_offset))
+
+    async def _read_partitions(self, request: FetchRequest) -> tuple[list[FetchResult], int, int, list[Replica]]:
+        """One pass of a fetch over its partitions. Reads may run in worker threads
+        (Replica._read); with `zero_copy`, the slices made so far are closed if the pass
+        ends by an exception or a cancellation."""
+        results: list[FetchResult] = []
+        total = 0
+        errors = 0
+        watched = []
+        try:
+            for part in request.parts:
+                topic, partition = part.topic, part.partition
+                try:
+                    r = self.leader_replica(topic, partition)
+                    budget = min(part.max_bytes, request.max_bytes - total)
+                    records: bytes | RecordsSlice | None
+                    if request.zero_copy:
+                        records = await r.read_committed_slice(part.fetch_offset, budget) if budget > 0 else None
+                        total += 0 if records is None else records.length
+                    else:
+                        data = await r.read_committed(part.fetch_offset, budget) if budget > 0 else b""
+                        total += len(data)
+                        records = data
+                    watched.append(r)
+                    hw = r.high_watermark
+                    results.append(FetchResult(topic, partition, high_watermark=hw, last_stable_offset=hw,
+                                               log_start_offset=r.log.log_start_offset, records=records))
+                except RaftlogError as exc:
+                    errors += 1
+                    results.append(FetchResult(topic, partition, error=self._error(exc, topic, partition)))
+        except BaseException:
+            _close_slices(results)
+            raise
+        return results, total, errors, watched
+
+    # ------------------------------------------------------------------ offsets
+
+    def epoch_end_offsets(self, queries: Sequence[EpochQuery]) -> list[EpochEndResult]:
+        results = []
+        for q in queries:
+            try:
+                r = self.leader_replica(q.topic, q.partition)
+                r.check_leader()
+                found, end = r.log.end_offset_for_epoch(q.leader_epoch)
+                results.append(EpochEndResult(q.topic, q.partition, current_epoch=r.leader_epoch,
+                                              leader_epoch=found, end_offset=end))
+            except RaftlogError as exc:
+                results.append(EpochEndResult(q.topic, q.partition, error=self._error(exc, q.topic, q.partition)))
+        return results
+
+    async def list_offsets(self, queries: Sequence[OffsetQuery], *,
+                           isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+                           ) -> list[OffsetResult]:
+        results = []
+        for q in queries:
+            try:
+                r = self.leader_replica(q.topic, q.partition)
+                r.check_leader()
+                hw = r.high_watermark  # the last stable offset too: no transactions yet
+                if q.timestamp == EARLIEST_TIMESTAMP:
+                    offset, found_ts = r.log.log_start_offset, -1
+                elif q.timestamp == LATEST_TIMESTAMP:
+                    offset, found_ts = hw, -1
+                elif q.timestamp == MAX_TIMESTAMP:
+                    offset, found_ts = await r.max_timestamp_offset(hw)
+                else:
+                    found = await r.offset_for_timestamp(q.timestamp)
+                    offset, found_ts = found if found is not None and found[0] < hw else (-1, -1)
+                results.append(OffsetResult(q.topic, q.partition, offset=offset, timestamp=found_ts))
+            except RaftlogError as exc:
+                results.append(OffsetResult(q.topic, q.partition, error=self._error(exc, q.topic, q.partition)))
+        return results
+
+    async def delete_records(self, parts: Sequence[DeletePart], deadline: float) -> list[DeleteResult]:
+        results = [DeleteResult(p.topic, p.partition) for p in parts]
+
+        async def one(result: DeleteResult, offset: int) -> None:
+            try:
+                r = self.leader_replica(result.topic, result.partition)
+                result.low_watermark = await r.delete_records(offset, deadline)
+            except RaftlogError as exc:
+                result.error = self._error(exc, result.topic, result.partition)
+
+        async with trio.open_nursery() as nursery:
+            for result, part in zip(results, parts):
+                nursery.start_soon(one, result, part.offset)
+        return results
+
+    # ------------------------------------------------------------------ producers
+
+    async def init_producer_id(self, *, transactional_id: str | None = None) -> ProducerIdentity:
+        """A producer id from this broker's block; a new block comes from the controller
+        (module docstring)."""
+        if transactional_id is not None:
+            raise TransactionalIdAuthorizationFailedError("transactions are not supported")
+        async with self._pid_lock:
+            if self._pid_next >= self._pid_end:
+                try:
+                    first, size = await self._metadata.allocate_producer_ids()
+                except (NotControllerError, PeerUnavailableError, RequestTimedOutError) as exc:
+                    raise CoordinatorLoadInProgressError(
+                        f"no producer id block yet: the controller is not reachable ({exc})") from None
+                self._pid_next, self._pid_end = first, first + size
+            pid = self._pid_next
+            self._pid_next += 1
+        return ProducerIdentity(pid, 0)
+
+    def producers(self, topic: str, partition: int) -> list[ProducerInfo]:
+        r = self._host.replica(topic, partition)
+        if self._host.image_now().partition(topic, partition) is None:
+            raise UnknownTopicOrPartitionError(f"{topic}-{partition} does not exist")
+        if r is None or not r.is_leader:
+            raise NotLeaderError(f"node {self._host.node_id} does not lead {topic}-{partition}")
+        return [ProducerInfo(pid, e.producer_epoch, e.last_sequence) for pid, e in r.producers.active()]
+
+    def log_dirs(self, wanted: set[PartitionKey] | None = None) -> list[ReplicaSize]:
+        out = []
+        for r in self._host.replicas():
+            if wanted is not None and PartitionKey(r.topic, r.partition) not in wanted:
+                continue
+            log, core = r.log, r.core
+            if log is None or core is None:
+                continue
+            s = core.status()
+            out.append(ReplicaSize(r.topic, r.partition, log.size_bytes(),
+                                   max(0, s["high_watermark"] - s["log_end_offset"])))
+        return out
+
+    # ------------------------------------------------------------------ operator
+
+    async def recover_partition(self, topic: str, partition: int, *, unclean: bool) -> None:
+        """Unclean recovery of the local replica (raft.py "Damaged storage"): clear its
+        needs_catch_up and run for election. Refused (INVALID_REQUEST, the reason in the
+        message) without `unclean`, when this broker hosts no replica of it, when the
+        replica is not flagged, or when the partition has a live leader (the replica's core
+        knows one and it is this broker or an unfenced one)."""
+        name = f"{topic}-{partition}"
+        node_id = self._host.node_id
+        if unclean is not True:
+            raise InvalidRequestError(
+                f"recovering {name} is unclean: records acknowledged but missing from this"
+                " replica's log are lost for good; send unclean: true to accept that", field="unclean")
+        r = self._host.replica(topic, partition)
+        if r is None:
+            p = self._host.image_now().partition(topic, partition)
+            if p is None:
+                raise UnknownTopicOrPartitionError(f"{name} does not exist")
+            raise InvalidRequestError(
+                f"broker {node_id} hosts no open replica of {name} (replicas:"
+                f" {', '.join(map(str, p.replicas))}); send it to one of those")
+        r.check_online()
+        if not r.core.needs_catch_up:
+            raise InvalidRequestError(
+                f"the replica of {name} on broker {node_id} is not flagged needs_catch_up: nothing to recover")
+        leader = r.core.leader_id
+        if leader is not None:
+            reg = self._host.image_now().broker(leader)
+            if leader == node_id or (reg is not None and not reg.fenced):
+                raise InvalidRequestError(
+                    f"{name} has a live leader (broker {leader}, epoch {r.core.epoch}):"
+                    " the flagged replica catches up from it; nothing to recover")
+        if not await r.clear_catch_up():
+            raise InvalidRequestError(
+                f"the replica of {name} on broker {node_id} caught up meanwhile: nothing to recover")
+        log_event(logger, "partition_recovered_unclean", level=logging.WARNING, topic=topic,
+                  partition=partition, epoch=r.core.epoch, log_end_offset=r.core.log_end_offset)
+
+
+def _any_compressed(records: bytes) -> bool:
+    """Whether any batch of `records` is compressed (headers only; bytes whose headers do
+    not read count as uncompressed: the validator refuses them without decompressing)."""
+    try:
+        return any(h.compression for _, h in iter_headers(records, verify=False))
+    except CorruptRecordError:
+        return False
+
+
+def _close_slices(results: list[FetchResult]) -> None:
+    for result in results:
+        records = result.records
+        if records is not None and not isinstance(records, bytes):
+            records.close()
