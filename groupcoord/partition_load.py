@@ -1,8 +1,13 @@
-"""Replaying an internal topic's partition into a coordinator core, shared by the shells of
-the group coordinator (`__consumer_offsets`, service.py) and the transaction coordinator
-(`__transaction_state`, txn_service.py).
+"""Following an internal topic's leadership and replaying its partitions into a coordinator
+core, shared by the shells of the group coordinator (`__consumer_offsets`, service.py) and
+the transaction coordinator (`__transaction_state`, txn_service.py).
 
+    await follow_leadership(replicas, topic, check, interval_s)   (runs until cancelled)
     applied, end_offset = await replay_partition(replica, ours, feed)
+
+`follow_leadership` calls `check()` at once, whenever a local replica of `topic` gains or loses
+leadership (ReplicaManager.add_leadership_listener), and every `interval_s` besides (a failed
+load's retry).
 
 Ordering: first waits until the replica's high watermark reaches the log end seen at the call
 (every record an earlier leader committed is below it; Raft moves a new leader's high
@@ -22,7 +27,7 @@ import trio
 
 from partition.keyed import KeyedRecord, keyed_records
 
-__all__ = ["replay_partition", "LOAD_CHUNK_BYTES"]
+__all__ = ["follow_leadership", "replay_partition", "LOAD_CHUNK_BYTES"]
 
 LOAD_CHUNK_BYTES: Final = 1 << 20
 HW_POLL_S: Final = 0.2
@@ -51,3 +56,21 @@ async def replay_partition(r: Any, ours: Callable[[], bool], feed: Callable[[Rec
         applied += feed(records)
         await trio.sleep(0)
     return applied, offset
+
+
+async def follow_leadership(replicas: Any, topic: str, check: Callable[[], None], interval_s: float) -> None:
+    """See the module docstring. Concurrency: trio thread; the listener only sets an event."""
+    changed = [trio.Event()]
+
+    def on_change(replica: Any) -> None:
+        if replica.topic == topic:
+            changed[0].set()
+
+    listen = getattr(replicas, "add_leadership_listener", None)
+    if listen is not None:
+        listen(on_change)
+    while True:
+        changed[0] = trio.Event()
+        check()
+        with trio.move_on_after(interval_s):
+            await changed[0].wait()

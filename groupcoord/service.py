@@ -70,7 +70,7 @@ from groupcoord.coordinator import (
     Pending,
     Result,
 )
-from groupcoord.partition_load import replay_partition
+from groupcoord.partition_load import follow_leadership, replay_partition
 from partition.batch import BatchBuilder
 from raftlog.base.errors import (
     CoordinatorNotAvailableError,
@@ -151,7 +151,6 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
         self._waiters: dict[int, _Waiter] = {}
         self._deadline_ms: int | None = None
         self._timer_changed = trio.Event()
-        self._leadership_changed = trio.Event()
         self._owned: dict[int, int] = {}       # partition -> leader epoch loaded / loading
         self._load_failed_at_ms: dict[int, int] = {}
         self._append_send, self._append_recv = trio.open_memory_channel[Append](APPEND_QUEUE)
@@ -182,7 +181,8 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
                 nursery.start_soon(self._timer_loop)
                 if self.replicas is not None:
                     nursery.start_soon(self._writer_loop)
-                    nursery.start_soon(self._leadership_loop)
+                    nursery.start_soon(follow_leadership, self.replicas, OFFSETS_TOPIC,
+                                       self._check_leadership, LEADERSHIP_CHECK_S)
                 task_status.started()
                 await trio.sleep_forever()
         finally:
@@ -353,20 +353,6 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
         self._apply(self.core.on_append_committed(append_id, res.first_offset, self._clock_ms()))
 
     # ------------------------------------------------------------------ ownership
-
-    async def _leadership_loop(self) -> None:
-        listen = getattr(self.replicas, "add_leadership_listener", None)
-        if listen is not None:
-            listen(self._on_replica_leadership)
-        while True:
-            self._leadership_changed = trio.Event()
-            self._check_leadership()
-            with trio.move_on_after(LEADERSHIP_CHECK_S):
-                await self._leadership_changed.wait()
-
-    def _on_replica_leadership(self, replica: Any) -> None:
-        if replica.topic == OFFSETS_TOPIC:
-            self._leadership_changed.set()
 
     def _check_leadership(self) -> None:
         now_ms = self._clock_ms()

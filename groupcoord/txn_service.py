@@ -40,7 +40,7 @@ from typing import Any, Final
 import trio
 
 from groupcoord.txn_coordinator import NEED_PRODUCER_ID, Markers, TxnConfig, TxnCoordinator, TxnResult, Write
-from groupcoord.partition_load import replay_partition
+from groupcoord.partition_load import follow_leadership, replay_partition
 from groupcoord.txn_records import txn_record
 from partition.batch import BatchBuilder
 from raftlog.base.errors import (
@@ -101,7 +101,6 @@ class TxnCoordinatorService:
         self._owned: dict[int, int] = {}  # partition -> leader epoch loaded / loading
         self._writes = trio.CapacityLimiter(MAX_WRITES_IN_FLIGHT)
         self._timer_changed = trio.Event()
-        self._leadership_changed = trio.Event()
         self._nursery: trio.Nursery | None = None
         self.client_handlers: Mapping[str, Handler] = {
             "find_txn_coordinator": self._find_coordinator,
@@ -123,7 +122,8 @@ class TxnCoordinatorService:
                 nursery.start_soon(self._timer_loop)
                 nursery.start_soon(self._marker_retry_loop)
                 if self.replicas is not None:
-                    nursery.start_soon(self._leadership_loop)
+                    nursery.start_soon(follow_leadership, self.replicas, TRANSACTION_STATE_TOPIC,
+                                       self._check_leadership, LEADERSHIP_CHECK_S)
                 task_status.started()
                 await trio.sleep_forever()
         finally:
@@ -235,20 +235,6 @@ class TxnCoordinatorService:
             log_event(logger, "txn_timeout_abort_failed", level=logging.WARNING, reason=str(exc))
 
     # ------------------------------------------------------------------ ownership
-
-    async def _leadership_loop(self) -> None:
-        listen = getattr(self.replicas, "add_leadership_listener", None)
-        if listen is not None:
-            listen(self._on_replica_leadership)
-        while True:
-            self._leadership_changed = trio.Event()
-            self._check_leadership()
-            with trio.move_on_after(LEADERSHIP_CHECK_S):
-                await self._leadership_changed.wait()
-
-    def _on_replica_leadership(self, replica: Any) -> None:
-        if replica.topic == TRANSACTION_STATE_TOPIC:
-            self._leadership_changed.set()
 
     def _check_leadership(self) -> None:
         for p in range(self.core.config.partitions):
