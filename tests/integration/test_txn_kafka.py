@@ -1,4 +1,4 @@
-"""The transaction coordinator on a real 3-node cluster, over the Kafka wire: confluent-kafka's `init_transactions()` succeeds (it timed out before issue 42); raw requests get Kafka's answer for each step and each misuse (zombie fencing by a second InitProducerId, a silent producer's transaction aborted on timeout, a stale epoch, an unknown id, a commit of nothing), DescribeTransactions/ListTransactions and `raftlog transactions list/describe` show the state, and after a SIGKILL of the coordinator the next leader of its `__transaction_state` partition has the transaction rebuilt and completes it."""
+"""The transaction coordinator on a real 3-node cluster, over the Kafka wire: confluent-kafka's, kafka-python's and aiokafka's transactional producers initialise (confluent-kafka's timed out before issue 42); raw requests get Kafka's answer for each step and each misuse (zombie fencing by a second InitProducerId, a silent producer's transaction aborted on timeout, a stale epoch, an unknown id, a commit of nothing), DescribeTransactions/ListTransactions and `raftlog transactions list/describe` show the state, and after a SIGKILL of the coordinator the next leader of its `__transaction_state` partition has the transaction rebuilt and completes it."""
 
 from __future__ import annotations
 
@@ -105,6 +105,31 @@ def test_confluent_init_transactions_succeeds(cluster):
         assert d.error_code == NONE and d.transaction_state == "Empty" and d.producer_epoch == 0, d
     finally:
         conn.close()
+
+
+def test_kafka_python_and_aiokafka_init_transactions(cluster):
+    import kafka
+    kp = kafka.KafkaProducer(bootstrap_servers=cluster.kafka_bootstrap(), transactional_id="kp-1")
+    try:
+        kp.init_transactions()  # kafka-python 3 blocks until the coordinator answers
+    finally:
+        kp.close(timeout=10)
+    aiokafka = pytest.importorskip("aiokafka")
+    import asyncio
+
+    async def aio() -> None:
+        producer = aiokafka.AIOKafkaProducer(bootstrap_servers=cluster.kafka_bootstrap(), transactional_id="aio-1")
+        await asyncio.wait_for(producer.start(), DEADLINE_S)  # start() runs InitProducerId
+        await producer.stop()
+
+    asyncio.run(aio())
+    for tid in ("kp-1", "aio-1"):
+        _, conn = coordinator(cluster, tid)
+        try:
+            d = describe(conn, tid)
+            assert d.error_code == NONE and d.transaction_state == "Empty", d
+        finally:
+            conn.close()
 
 
 def test_a_transaction_step_by_step_and_kafkas_errors(cluster):
