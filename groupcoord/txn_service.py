@@ -96,8 +96,7 @@ class TxnCoordinatorService:
         self._write_markers = write_markers
         self._new_producer_id = new_producer_id
         self._clock_ms = clock_ms
-        self.core = TxnCoordinator(TxnConfig(
-            partitions=partitions, max_timeout_ms=getattr(config, "transaction_max_timeout_ms", 900_000)))
+        self.core = TxnCoordinator(TxnConfig(partitions=partitions))  # Kafka's default max timeout
         self._owned: dict[int, int] = {}  # partition -> leader epoch loaded / loading
         self._writes = trio.CapacityLimiter(MAX_WRITES_IN_FLIGHT)
         self._timer_changed = trio.Event()
