@@ -1,5 +1,5 @@
-"""Group administration: ListGroups, DescribeGroups, DeleteGroups and the offset reset of an
-inactive group (`raftlog groups reset-offsets`; planning the offsets is the client's).
+"""Group administration: ListGroups, DescribeGroups, DeleteGroups, OffsetDelete and the offset
+reset of an inactive group (`raftlog groups reset-offsets`; planning the offsets is the client's).
 
 Functions over a `CoordinatorContext`, each the body of one public call of GroupCoordinator
 (coordinator.py documents their responses and errors). Pure.
@@ -17,13 +17,14 @@ from groupcoord.state import GroupState
 from raftlog.base.errors import (
     CoordinatorNotAvailableError,
     GroupIdNotFoundError,
+    GroupSubscribedToTopicError,
     InvalidRequestError,
     NonEmptyGroupError,
     RaftlogError,
 )
 from raftlog.base.topics import MAX_TOPIC_NAME_CHARS
 
-__all__ = ["list_groups", "describe_groups", "delete_group", "reset_offsets"]
+__all__ = ["list_groups", "describe_groups", "delete_group", "delete_offsets", "reset_offsets"]
 
 
 def list_groups(ctx: CoordinatorContext, states: Sequence[str] | None = None) -> Response:
@@ -115,6 +116,37 @@ def delete_group(ctx: CoordinatorContext, *, group_id: str, now_ms: int) -> Resp
 
     ctx.append(partition, items, committed, failed)
     return Pending(key)
+
+
+def delete_offsets(
+    ctx: CoordinatorContext, *, group_id: str, partitions: Sequence[tuple[str, int]], now_ms: int,
+) -> Response | Pending:
+    """Kafka's OffsetDelete: tombstones for the group's committed offsets of `partitions`.
+    A group with live members keeps every offset asked for (GROUP_SUBSCRIBED_TO_TOPIC per
+    partition: Kafka refuses the topics the members subscribe to; the subscriptions are the
+    clients' opaque metadata here, so every topic of a live group counts as subscribed).
+    A partition without a committed offset is answered success, as Kafka does."""
+    if not isinstance(partitions, Sequence) or len(partitions) > ctx.config.max_commit_partitions:
+        raise InvalidRequestError("partitions: a list of (topic, partition)", field="partitions")
+    for t, p in partitions:
+        check_str("topic", t, 1, MAX_TOPIC_NAME_CHARS)
+        check_int("partition", p, 0, 2**31 - 1)
+    partition = ctx.route(group_id)
+    group = ctx.groups.get(group_id)
+    if group is None or group.is_(GroupState.DEAD):
+        raise GroupIdNotFoundError(f"group {group_id!r} does not exist")
+    wanted = sorted(set(partitions))
+    if not group.is_(GroupState.EMPTY):
+        err = GroupSubscribedToTopicError(f"group {group_id!r} is {group.state.value}: its members consume the topic")
+        return {"partitions": [{"topic": t, "partition": p, "error": {"code": err.code, "message": str(err)}}
+                               for t, p in wanted]}
+    response = {"partitions": [{"topic": t, "partition": p} for t, p in wanted]}
+    items: list[tuple[Key, Value | None]] = [(OffsetKey(group_id, t, p), None) for t, p in wanted
+                                             if (t, p) in group.offsets]
+    if not items:
+        return response
+    ctx.check_append_room()
+    return ctx.append_then_answer(partition, items, group_id, response)
 
 
 def reset_offsets(

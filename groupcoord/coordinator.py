@@ -312,6 +312,14 @@ class GroupCoordinator:
         COORDINATOR_NOT_AVAILABLE); if the append fails it is Empty again."""
         return self._ctx.run(lambda: admin.delete_group(self._ctx, group_id=group_id, now_ms=now_ms))
 
+    def delete_offsets(self, *, group_id: str, partitions: Sequence[tuple[str, int]], now_ms: int) -> Result:
+        """Kafka's OffsetDelete: remove the committed offsets of `partitions` (tombstones,
+        acks=all). Ok response: {partitions: [{topic, partition, error?}]}, the error
+        GROUP_SUBSCRIBED_TO_TOPIC for every partition while the group has members. Errors:
+        GROUP_ID_NOT_FOUND, INVALID_REQUEST, routing, append errors."""
+        return self._ctx.run(lambda: admin.delete_offsets(
+            self._ctx, group_id=group_id, partitions=partitions, now_ms=now_ms))
+
     def reset_offsets(
         self,
         *,

@@ -2,7 +2,11 @@
 `GroupCoordinator` core (coordinator.py) driven on the node's trio thread, with its offsets
 and group records in `__consumer_offsets` through the local ReplicaManager.
 
-    GroupCoordinatorService(config, metadata, replicas)
+    GroupCoordinatorService(settings, metadata, topics)
+
+`settings` (settings.py) is built by the node from its config; `metadata` is a `MetadataView`
+and `topics` the node's `InternalTopics` (internal_topic.py: the partition seam, implemented by
+partition/internal_topic.py), None on a node that is not a broker.
 
 What the shell does for the core (the contract in coordinator.py's docstring):
 * Calls: every core call is synchronous and made between trio checkpoints, so calls never
@@ -14,21 +18,21 @@ What the shell does for the core (the contract in coordinator.py's docstring):
   handler waits at most the request's `timeout_ms` (capped below the server deadline); on
   timeout or cancellation it tells the core `abandon(key)` and answers REQUEST_TIMED_OUT.
 * Appends: `Append(append_id, partition, records)` becomes one RecordBatch v2 (BatchBuilder,
-  key/value bytes from the core) appended with acks=all to the local leader replica of
-  `__consumer_offsets-<partition>`. Appends go through one bounded channel to one writer task,
+  key/value bytes from the core) appended with acks=all to the local leader partition of
+  `__consumer_offsets-<partition>` (`InternalPartition.append`). Appends go through one bounded channel to one writer task,
   so appends are made in the order the core issued them; each commit waits in its own task
   (bounded by COMMIT_TIMEOUT_S, Kafka's offsets.commit.timeout.ms) and reports
   `on_append_committed(append_id, base_offset)` or `on_append_failed(append_id, error)`. A full
   channel fails the append at once (COORDINATOR_NOT_AVAILABLE for the client: retriable).
 * Ownership: a watcher looks at the local replicas of `__consumer_offsets` whenever one of
-  them gains or loses leadership (ReplicaManager.add_leadership_listener), and every
+  them gains or loses leadership (`InternalTopics.add_leadership_listener`), and every
   LEADERSHIP_CHECK_S besides (a failed load's retry; a 50 ms poll before woke an idle node 20
   times a second). A partition newly led here (or led in a new epoch) is `begin_load`ed, then
   replayed in a task: first it waits until the high watermark reaches the log end seen
   when leadership was noticed (so every record of earlier leaders is committed), then it reads
-  from the log start to the high watermark (groupcoord/partition_load.py over
-  `partition.keyed.keyed_records`, control batches skipped) into `load`, then `finish_load`.
-  Meanwhile the partition's groups answer COORDINATOR_LOAD_IN_PROGRESS; groups of partitions not led here
+  from the log start to the high watermark (groupcoord/partition_load.py, shared with the
+  transaction coordinator: `read_committed` + `partition.keyed.keyed_records`, control batches
+  skipped) into `load`, then `finish_load`. Meanwhile the partition's groups answer COORDINATOR_LOAD_IN_PROGRESS; groups of partitions not led here
   answer NOT_COORDINATOR. Losing leadership `unload`s (pending requests answered
   NOT_COORDINATOR). A load that fails is dropped and retried by the watcher.
 * Timer: one task sleeps until the latest `next_deadline_ms` (or until it changes) and calls
@@ -45,9 +49,8 @@ Client ops (PROTOCOL.md): find_coordinator (answered by any node from its image:
 offset_commit, offset_fetch, list_groups (this node's groups only: clients ask every broker),
 describe_groups, delete_groups, reset_offsets (explicit offsets; planning is the client's).
 
-Settings read from the node config when it has them (else the defaults here, lower than
-Kafka's so tests can use short sessions): group_min_session_timeout_ms (1000),
-group_max_session_timeout_ms (1800000), group_initial_rebalance_delay_ms (1000).
+Settings (settings.py, from the node config): request_timeout_ms, and the core's
+group_min_session_timeout_ms, group_max_session_timeout_ms, group_initial_rebalance_delay_ms.
 """
 
 from __future__ import annotations
@@ -65,12 +68,14 @@ from groupcoord.consumer_group_service import ConsumerGroupHandlers
 from groupcoord.coordinator import (
     Append,
     CommitOffset,
-    CoordinatorConfig,
     GroupCoordinator,
     Pending,
     Result,
 )
+from groupcoord.internal_topic import Appended, InternalPartition, InternalTopics, MetadataView
 from groupcoord.partition_load import follow_leadership, replay_partition
+from groupcoord.settings import GroupCoordinatorSettings
+from metadata.image import MetadataImage
 from partition.batch import BatchBuilder
 from raftlog.base.errors import (
     CoordinatorNotAvailableError,
@@ -86,7 +91,6 @@ from raftlog.base.metrics import Metric, gauge_family
 from raftlog.base.protocol import Request, field
 from raftlog.base.topics import (
     OFFSETS_TOPIC,
-    OFFSETS_TOPIC_PARTITIONS,
     partition_for_group,
 )
 
@@ -118,36 +122,26 @@ class _Waiter:
 
 
 class GroupCoordinatorService(ConsumerGroupHandlers):
-    """See the module docstring. `replicas` is the node's ReplicaManager (None on a node that
-    is not a broker: then only find_coordinator is useful)."""
+    """See the module docstring. `topics` is None on a node that is not a broker: then only
+    find_coordinator is useful."""
 
     name = "groups"
 
     def __init__(
         self,
-        config: Any,
-        metadata: Any,
-        replicas: Any,
+        settings: GroupCoordinatorSettings,
+        metadata: MetadataView,
+        topics: InternalTopics | None,
         *,
         clock_ms: Callable[[], int] = _wall_ms,
         rng: random.Random | None = None,
-        coordinator_config: CoordinatorConfig | None = None,
     ):
-        self.node_id: int = config.node_id
+        self.node_id = settings.node_id
         self.metadata = metadata
-        self.replicas = replicas
+        self.topics = topics
         self._clock_ms = clock_ms
-        self._request_timeout_ms: int = getattr(config, "request_timeout_ms", 30_000)
-        cc = coordinator_config or CoordinatorConfig(
-            partitions=OFFSETS_TOPIC_PARTITIONS,
-            group_min_session_timeout_ms=getattr(config, "group_min_session_timeout_ms", 1_000),
-            group_max_session_timeout_ms=getattr(config, "group_max_session_timeout_ms", 1_800_000),
-            group_initial_rebalance_delay_ms=getattr(config, "group_initial_rebalance_delay_ms", 1_000),
-            group_consumer_assignor=getattr(config, "group_consumer_assignor", "uniform"),
-            group_consumer_session_timeout_ms=getattr(config, "group_consumer_session_timeout_ms", 45_000),
-            group_consumer_heartbeat_interval_ms=getattr(config, "group_consumer_heartbeat_interval_ms", 5_000),
-        )
-        self.core = GroupCoordinator(cc, rng or random.Random())
+        self._request_timeout_ms = settings.request_timeout_ms
+        self.core = GroupCoordinator(settings.coordinator, rng or random.Random())
         self._waiters: dict[int, _Waiter] = {}
         self._deadline_ms: int | None = None
         self._timer_changed = trio.Event()
@@ -169,6 +163,7 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
             "reset_offsets": self._reset_offsets,
             "consumer_group_heartbeat": self._consumer_group_heartbeat,  # KIP-848: consumer_group_service.py
             "consumer_group_describe": self._consumer_group_describe,
+            "offset_delete": self._offset_delete,
         }
         self.peer_handlers: Mapping[str, Handler] = {}
 
@@ -179,9 +174,9 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._timer_loop)
-                if self.replicas is not None:
+                if self.topics is not None:
                     nursery.start_soon(self._writer_loop)
-                    nursery.start_soon(follow_leadership, self.replicas, OFFSETS_TOPIC,
+                    nursery.start_soon(follow_leadership, self.topics, OFFSETS_TOPIC,
                                        self._check_leadership, LEADERSHIP_CHECK_S)
                 task_status.started()
                 await trio.sleep_forever()
@@ -191,7 +186,7 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
                 del self._owned[p]
                 self._apply(self.core.unload(p))
 
-    def on_image(self, image: Any) -> None:
+    def on_image(self, image: MetadataImage) -> None:
         """Nothing to do: ownership follows the local replicas, find_coordinator reads the
         metadata service's image when asked."""
 
@@ -208,7 +203,6 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
         lag_max: dict[tuple[str], int] = {}
         members: dict[tuple[str], int] = {}
         states: dict[tuple[str, str], int] = {}
-        replica = getattr(self.replicas, "replica", None)
         for g in self.core.groups():
             key = (g.group_id,)
             cg = self.core.consumer_group(g.group_id)
@@ -216,10 +210,10 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
             states[(g.group_id, g.state.value if cg is None else cg.state())] = 1
             total = worst = 0
             for (topic, partition), entry in g.offsets.items():
-                r = replica(topic, partition) if replica is not None else None
-                if r is None or r.core is None:
+                hw = self.topics.high_watermark(topic, partition) if self.topics is not None else None
+                if hw is None:
                     continue
-                lag = max(0, r.core.high_watermark - entry.offset)
+                lag = max(0, hw - entry.offset)
                 total += lag
                 worst = max(worst, lag)
             lag_sum[key] = total
@@ -264,7 +258,7 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
         return response
 
     def _queue_append(self, append: Append) -> None:
-        if self._nursery is None or self.replicas is None:
+        if self._nursery is None or self.topics is None:
             self._apply(self.core.on_append_failed(append.append_id, CoordinatorNotAvailableError("append queue full or stopped"), self._clock_ms()))
             return
         try:
@@ -325,8 +319,9 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
             await self._write(append)
 
     async def _write(self, append: Append) -> None:
-        replica = self.replicas.replica(OFFSETS_TOPIC, append.partition)
-        if replica is None or not replica.is_leader:
+        assert self.topics is not None
+        part = self.topics.partition(OFFSETS_TOPIC, append.partition)
+        if part is None or not part.is_leader:
             self._apply(self.core.on_append_failed(append.append_id, NotCoordinatorError("not the leader of the partition"), self._clock_ms()))
             return
         now = self._clock_ms()
@@ -334,19 +329,16 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
         for key, value in append.records:
             builder.append(value, key, timestamp_ms=now)
         try:
-            res = await replica.append_as_leader(builder.build(), acks=-1)
+            res = await part.append(builder.build())
         except RaftlogError as exc:
             self._apply(self.core.on_append_failed(append.append_id, exc, self._clock_ms()))
-            return
-        if res.waiter is None:
-            self._apply(self.core.on_append_committed(append.append_id, res.first_offset, self._clock_ms()))
             return
         assert self._nursery is not None
         self._nursery.start_soon(self._await_commit, append.append_id, res)
 
-    async def _await_commit(self, append_id: int, res: Any) -> None:
+    async def _await_commit(self, append_id: int, res: Appended) -> None:
         try:
-            await res.waiter.wait(trio.current_time() + COMMIT_TIMEOUT_S)
+            await res.wait_committed(trio.current_time() + COMMIT_TIMEOUT_S)
         except RaftlogError as exc:
             self._apply(self.core.on_append_failed(append_id, exc, self._clock_ms()))
             return
@@ -356,8 +348,9 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
 
     def _check_leadership(self) -> None:
         now_ms = self._clock_ms()
+        assert self.topics is not None
         for p in range(self.core.config.partitions):
-            r = self.replicas.replica(OFFSETS_TOPIC, p)
+            r = self.topics.partition(OFFSETS_TOPIC, p)
             leading = r is not None and r.is_leader
             current = self._owned.get(p)
             if leading:
@@ -376,7 +369,7 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
                 self._apply(self.core.unload(p))
                 log_event(logger, "group_partition_unloaded", partition=p)
 
-    async def _load(self, p: int, r: Any, epoch: int) -> None:
+    async def _load(self, p: int, r: InternalPartition, epoch: int) -> None:
         def ours() -> bool:
             return self._owned.get(p) == epoch and r.is_leader and r.leader_epoch == epoch
 
@@ -546,6 +539,21 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
                 assert wire is not None
                 out.append({"group_id": gid, "error": wire.to_wire()})
         return {"groups": out}
+
+    async def _offset_delete(self, request: Request) -> dict[str, Any]:
+        asked = [(field(d, "topic", str, where=f"partitions[{i}]"), field(d, "partition", int, where=f"partitions[{i}]"))
+                 for i, d in enumerate(field(request, "partitions", list, items=dict))]
+        # As for a commit, Kafka answers a partition its metadata does not hold with
+        # UNKNOWN_TOPIC_OR_PARTITION and deletes the others.
+        image = self.metadata.image
+        unknown = [{"topic": t, "partition": p,
+                    "error": UnknownTopicOrPartitionError(f"{t}-{p} does not exist").to_wire()}
+                   for t, p in asked if image.partition(t, p) is None]
+        known = [(t, p) for t, p in asked if image.partition(t, p) is not None]
+        result = self.core.delete_offsets(group_id=field(request, "group_id", str), partitions=known,
+                                          now_ms=self._clock_ms())
+        answer = await self._answer(self._apply(result), self._wait_ms(request))
+        return {**answer, "partitions": [*answer.get("partitions", []), *unknown]}
 
     async def _reset_offsets(self, request: Request) -> dict[str, Any]:
         offsets: dict[tuple[str, int], int] = {}

@@ -1,13 +1,18 @@
 """The transaction coordinator's trio shell (a NodeService): one pure `TxnCoordinator`
 (txn_coordinator.py) driven on the node's trio thread, its state in `__transaction_state`
-through the local ReplicaManager, as the group coordinator's is in `__consumer_offsets`
+through the coordinators' partition port, as the group coordinator's is in `__consumer_offsets`
 (service.py, whose contract this follows).
 
-    TxnCoordinatorService(config, metadata, replicas, *, new_producer_id, write_markers=..., clock_ms=...)
+    TxnCoordinatorService(settings, metadata, topics, *, new_producer_id, write_markers=..., clock_ms=...)
+
+`settings` (settings.py) is built by the node from its config; `metadata` is a
+`TxnMetadataView` and `topics` the node's `InternalTopics` (internal_topic.py, implemented by
+partition/internal_topic.py), None on a node that is not a broker; `new_producer_id()` gives
+a fresh producer id (the node passes the partition port's `init_producer_id`).
 
 * Calls into the core are synchronous, between trio checkpoints (the core needs no lock).
 * Writes: a `Write` becomes a one-record RecordBatch v2 appended with acks=all to the local
-  leader replica of `__transaction_state-<p>`; once committed (within COMMIT_TIMEOUT_S) the
+  leader partition of `__transaction_state-<p>` (`InternalPartition.append`); once committed (within COMMIT_TIMEOUT_S) the
   core applies it (`on_written`) and the request is answered; a failed append changes
   nothing (`on_write_failed`) and the request gets its error. At most MAX_WRITES_IN_FLIGHT
   writes at once (more: COORDINATOR_NOT_AVAILABLE, retriable).
@@ -16,8 +21,9 @@ through the local ReplicaManager, as the group coordinator's is in `__consumer_o
   side lands, docs/transactions.md), then `on_markers_written` writes the Complete state.
   A failure is retried every MARKER_RETRY_S until it succeeds or the partition moves.
 * Ownership: every LEADERSHIP_CHECK_S and on each leadership change of a local
-  `__transaction_state` replica, a partition newly led here is replayed (after its high
-  watermark reaches the log end seen at election, so every earlier leader's write is in)
+  `__transaction_state` partition (partition_load.follow_leadership), a partition newly led
+  here is replayed (partition_load.replay_partition, the group coordinator's loop: after its
+  high watermark reaches the log end seen at election, so every earlier leader's write is in)
   and served; prepared transactions found there have their markers written again. Ids of a
   partition being replayed answer COORDINATOR_LOAD_IN_PROGRESS, of one not led here
   NOT_COORDINATOR.
@@ -35,12 +41,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import trio
 
-from groupcoord.txn_coordinator import NEED_PRODUCER_ID, Markers, TxnConfig, TxnCoordinator, TxnResult, Write
+from groupcoord.internal_topic import InternalPartition, InternalTopics, TxnMetadataView
 from groupcoord.partition_load import follow_leadership, replay_partition
+from groupcoord.settings import TxnCoordinatorSettings
+from groupcoord.txn_coordinator import NEED_PRODUCER_ID, Markers, TxnCoordinator, TxnResult, Write
+from metadata.image import MetadataImage
 from groupcoord.txn_records import txn_record
 from partition.batch import BatchBuilder
 from raftlog.base.errors import (
@@ -53,7 +62,7 @@ from raftlog.base.errors import (
 )
 from raftlog.base.eventlog import log_event
 from raftlog.base.protocol import Request, field
-from raftlog.base.topics import TRANSACTION_STATE_TOPIC, TRANSACTION_STATE_TOPIC_PARTITIONS
+from raftlog.base.topics import TRANSACTION_STATE_TOPIC
 
 __all__ = ["TxnCoordinatorService"]
 
@@ -69,7 +78,16 @@ ENSURE_TOPIC_TIMEOUT_S: Final = 2.0
 
 Handler = Callable[[Request], Awaitable[Mapping[str, Any] | None]]
 MarkerWriter = Callable[[Markers], Awaitable[None]]
-ProducerIdSource = Callable[[], Awaitable[Any]]  # -> partition.port.ProducerIdentity
+
+
+class ProducerIdentity(Protocol):
+    """What the coordinator reads of partition.port's ProducerIdentity."""
+
+    @property
+    def producer_id(self) -> int: ...
+
+
+ProducerIdSource = Callable[[], Awaitable[ProducerIdentity]]
 
 
 def _wall_ms() -> int:
@@ -81,22 +99,21 @@ async def _no_markers(markers: Markers) -> None:
 
 
 class TxnCoordinatorService:
-    """See the module docstring. `replicas` is the node's ReplicaManager (the local replicas
-    of `__transaction_state`); `new_producer_id()` is the partition port's `init_producer_id`
-    (a fresh id from this broker's block)."""
+    """See the module docstring. `topics` is None on a node that is not a broker: then only
+    find_txn_coordinator is useful."""
 
     name = "transactions"
 
-    def __init__(self, config: Any, metadata: Any, replicas: Any, *, new_producer_id: ProducerIdSource,
-                 write_markers: MarkerWriter = _no_markers,
-                 clock_ms: Callable[[], int] = _wall_ms, partitions: int = TRANSACTION_STATE_TOPIC_PARTITIONS):
-        self.node_id: int = config.node_id
+    def __init__(self, settings: TxnCoordinatorSettings, metadata: TxnMetadataView, topics: InternalTopics | None,
+                 *, new_producer_id: ProducerIdSource, write_markers: MarkerWriter = _no_markers,
+                 clock_ms: Callable[[], int] = _wall_ms):
+        self.node_id = settings.node_id
         self.metadata = metadata
-        self.replicas = replicas
+        self.topics = topics
         self._write_markers = write_markers
         self._new_producer_id = new_producer_id
         self._clock_ms = clock_ms
-        self.core = TxnCoordinator(TxnConfig(partitions=partitions))  # Kafka's default max timeout
+        self.core = TxnCoordinator(settings.coordinator)
         self._owned: dict[int, int] = {}  # partition -> leader epoch loaded / loading
         self._writes = trio.CapacityLimiter(MAX_WRITES_IN_FLIGHT)
         self._timer_changed = trio.Event()
@@ -120,8 +137,8 @@ class TxnCoordinatorService:
                 self._nursery = nursery
                 nursery.start_soon(self._timer_loop)
                 nursery.start_soon(self._marker_retry_loop)
-                if self.replicas is not None:
-                    nursery.start_soon(follow_leadership, self.replicas, TRANSACTION_STATE_TOPIC,
+                if self.topics is not None:
+                    nursery.start_soon(follow_leadership, self.topics, TRANSACTION_STATE_TOPIC,
                                        self._check_leadership, LEADERSHIP_CHECK_S)
                 task_status.started()
                 await trio.sleep_forever()
@@ -131,7 +148,7 @@ class TxnCoordinatorService:
                 del self._owned[p]
                 self.core.unload(p)
 
-    def on_image(self, image: Any) -> None:
+    def on_image(self, image: MetadataImage) -> None:
         """Nothing to do: ownership follows the local replicas."""
 
     def health(self) -> dict[str, Any]:
@@ -162,16 +179,15 @@ class TxnCoordinatorService:
         except trio.WouldBlock:
             return self.core.on_write_failed(write, CoordinatorNotAvailableError("too many transaction writes in flight"))
         try:
-            replica = None if self.replicas is None else self.replicas.replica(TRANSACTION_STATE_TOPIC, write.partition)
-            if replica is None or not replica.is_leader:
+            part = None if self.topics is None else self.topics.partition(TRANSACTION_STATE_TOPIC, write.partition)
+            if part is None or not part.is_leader:
                 return self.core.on_write_failed(write, NotCoordinatorError("not the leader of the partition"))
             key, value = txn_record(write.metadata)
             builder = BatchBuilder()
             builder.append(value, key, timestamp_ms=self._clock_ms())
             try:
-                res = await replica.append_as_leader(builder.build(), acks=-1)
-                if res.waiter is not None:
-                    await res.waiter.wait(trio.current_time() + COMMIT_TIMEOUT_S)
+                appended = await part.append(builder.build())
+                await appended.wait_committed(trio.current_time() + COMMIT_TIMEOUT_S)
             except RaftlogError as exc:
                 return self.core.on_write_failed(write, exc)
             except BaseException:
@@ -236,8 +252,9 @@ class TxnCoordinatorService:
     # ------------------------------------------------------------------ ownership
 
     def _check_leadership(self) -> None:
+        assert self.topics is not None
         for p in range(self.core.config.partitions):
-            r = self.replicas.replica(TRANSACTION_STATE_TOPIC, p)
+            r = self.topics.partition(TRANSACTION_STATE_TOPIC, p)
             current = self._owned.get(p)
             if r is not None and r.is_leader:
                 if current == r.leader_epoch:
@@ -251,7 +268,7 @@ class TxnCoordinatorService:
                 self.core.unload(p)
                 log_event(logger, "txn_partition_unloaded", partition=p)
 
-    async def _load(self, p: int, r: Any, epoch: int) -> None:
+    async def _load(self, p: int, r: InternalPartition, epoch: int) -> None:
         def ours() -> bool:
             return self._owned.get(p) == epoch and r.is_leader and r.leader_epoch == epoch
 

@@ -54,6 +54,7 @@ from metadata.quorum import (
     QuorumNotRunningError,
 )
 from metadata.records import UserScramCredential, encode_envelope
+from metadata.settings import MetadataSettings
 from raftlog.base.errors import (
     InvalidRequestError,
     MessageTooLargeError,
@@ -86,7 +87,7 @@ class ActiveController:
 
     def __init__(
         self,
-        config: Any,
+        settings: MetadataSettings,
         quorum: Quorum,
         loader: MetadataLoader,
         peers: PeerPool,
@@ -100,8 +101,8 @@ class ActiveController:
         bootstrap_credentials: tuple[UserScramCredential, ...] = (),
     ) -> None:
         self._bootstrap_credentials = bootstrap_credentials  # seeded by the controller (security_ops)
-        self.node_id: int = config.node_id
-        self._config = config
+        self.node_id = settings.node_id
+        self._config = settings
         self._quorum = quorum
         self._loader = loader
         self._peers = peers
@@ -469,7 +470,7 @@ class ActiveController:
         return self._status(ctl)
 
     async def _security_op(self, op: str, ctl: Controller, fields: Fields, deadline: float) -> dict:
-        if op != "alter_user_scram_credentials" and not getattr(self._config, "authorizer_enabled", False):
+        if op != "alter_user_scram_credentials" and not self._config.authorizer_enabled:
             raise SecurityDisabledError("ACLs are not enabled on this cluster (acls_enabled)")
         return await self.propose(security_ops.decide(ctl, op, fields, now_ms=self._clock_ms()), deadline)
 

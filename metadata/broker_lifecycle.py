@@ -21,6 +21,7 @@ from typing import Any, Final
 
 import trio
 
+from metadata.settings import MetadataSettings
 from raftlog.base.errors import BrokerIdNotRegisteredError, RaftlogError, StaleBrokerEpochError
 from raftlog.base.eventlog import log_event
 
@@ -37,15 +38,15 @@ class BrokerLifecycle:
     """One per broker node. `controller_call(op, fields, timeout_s)` reaches the active
     controller, here or over the peer pool."""
 
-    def __init__(self, config: Any, controller_call: ControllerCall, rng: random.Random,
+    def __init__(self, settings: MetadataSettings, controller_call: ControllerCall, rng: random.Random,
                  clock_ms: Callable[[], int], *,
                  incarnation: tuple[str | None, str] | None = None) -> None:
         """`incarnation`: (the incarnation that last ran on this node's data dir or None,
         this process's), as the node keeps them (Controller.register_broker); default: a
         new id and no predecessor."""
-        self.node_id: int = config.node_id
+        self.node_id = settings.node_id
         self._clock_ms = clock_ms
-        self._config = config
+        self._config = settings
         self._controller_call = controller_call
         self._rng = rng
         self.previous_incarnation_id, self.incarnation_id = (
@@ -69,15 +70,15 @@ class BrokerLifecycle:
     async def run(self) -> None:
         """Register and heartbeat until `drain()`."""
         heartbeat_s = self._config.heartbeat_ms / 1000
-        client = self._config.advertised("client")
-        peer = self._config.advertised("peer")
+        client_host, client_port = self._config.advertised_client
+        peer_host, peer_port = self._config.advertised_peer
         registration = {
             "broker_id": self.node_id, "incarnation_id": self.incarnation_id,
-            "host": client.host, "port": client.port, "peer_host": peer.host, "peer_port": peer.port,
+            "host": client_host, "port": client_port, "peer_host": peer_host, "peer_port": peer_port,
         }  # fmt: skip
-        kafka = self._config.advertised("kafka") if getattr(self._config.listeners, "kafka", None) else None
-        if kafka is not None:
-            registration |= {"kafka_host": kafka.host, "kafka_port": kafka.port}
+        if self._config.advertised_kafka is not None:
+            kafka_host, kafka_port = self._config.advertised_kafka
+            registration |= {"kafka_host": kafka_host, "kafka_port": kafka_port}
         if self.previous_incarnation_id is not None:
             registration["previous_incarnation_id"] = self.previous_incarnation_id
         failures = 0

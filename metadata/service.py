@@ -3,7 +3,7 @@ controller on the quorum leader, the local broker's registration and heartbeats,
 client ops answered from the image. It composes the pieces below and is the only one other
 services talk to.
 
-    MetadataService(config, cluster_id, peers, quorum_factory=..., registry=..., clock_ms=..., rng=...)
+    MetadataService(settings, cluster_id, peers, quorum_factory=..., registry=..., clock_ms=..., rng=...)
 
 Where the log comes from:
 * Voters run the metadata quorum (metadata/quorum.py's port; the node injects PySyncObj's,
@@ -83,6 +83,7 @@ from metadata.loader import MetadataLoader, hostport
 from metadata.log_fetch import MetadataFetcher, answer_fetch
 from metadata.quorum import Quorum, QuorumFactory
 from metadata.records import UserScramCredential
+from metadata.settings import MetadataSettings
 from metadata.topic_config import describe_configs
 from raftlog.base.errors import (
     InvalidTopicError,
@@ -120,7 +121,7 @@ class MetadataService:
 
     def __init__(
         self,
-        config: Any,
+        settings: MetadataSettings,
         cluster_id: str,
         peers: PeerPool,
         *,
@@ -131,30 +132,30 @@ class MetadataService:
         bootstrap_credentials: tuple[UserScramCredential, ...] = (),
         incarnation: tuple[str | None, str] | None = None,
     ) -> None:
-        self.config = config
-        self.node_id = config.node_id
+        self.settings = settings
+        self.node_id = settings.node_id
         self.cluster_id = cluster_id
         self.peers = peers
         self._clock_ms = clock_ms
         rng = rng if rng is not None else random.Random()
         registry = registry if registry is not None else MetricsRegistry()
-        self._voter_peers = {v: str(a) for v, a in config.controller_peer_addresses().items()}
-        self._voter_quorum = {v: str(a) for v, a in config.controller_quorum_voters.items()}
-        self._loader = MetadataLoader(keep_envelopes=config.is_controller)
+        self._voter_peers = dict(settings.voter_peers)
+        self._voter_quorum = dict(settings.voter_quorum)
+        self._loader = MetadataLoader(keep_envelopes=settings.is_controller)
         # (topic, partition) -> (a replica is open here, the leader it knows or None, its
         # epoch); set by the node to its ReplicaManager's `local_leader` on brokers.
         self.partition_view: Callable[[str, int], tuple[bool, int | None, int]] | None = None
-        self._broker = BrokerLifecycle(config, self._controller_call, rng, clock_ms,
-                                       incarnation=incarnation) if config.is_broker else None
+        self._broker = BrokerLifecycle(settings, self._controller_call, rng, clock_ms,
+                                       incarnation=incarnation) if settings.is_broker else None
         self._quorum: Quorum | None = None
         self._active: ActiveController | None = None
         self._fetcher: MetadataFetcher | None = None
-        if config.is_controller:
+        if settings.is_controller:
             if quorum_factory is None:
                 raise ValueError("a controller needs a quorum_factory (the node passes PySyncObj's)")
             self._quorum = quorum_factory(on_commit=self._loader.apply, on_leader_change=self._on_leader_change)
             self._active = ActiveController(
-                config, self._quorum, self._loader, peers, voter_count=len(self._voter_quorum),
+                settings, self._quorum, self._loader, peers, voter_count=len(self._voter_quorum),
                 clock_ms=clock_ms, rng=rng, registry=registry, status=self._cluster_status,
                 on_ready=self._wake_broker, bootstrap_credentials=bootstrap_credentials,
             )  # fmt: skip
@@ -243,7 +244,7 @@ class MetadataService:
                         f"quorum's voters ({voters})")
         if self._broker is not None:
             silent_ms = self._broker.silent_ms(self._clock_ms())
-            if silent_ms is not None and silent_ms > self.config.session_timeout_ms:
+            if silent_ms is not None and silent_ms > self.settings.session_timeout_ms:
                 return (f"controller unreachable: node {self.node_id}'s heartbeats got no answer for "
                         f"{silent_ms / 1000:.1f} s (controller {self.controller_id}, voters {voters})")
         if self.controller_id is None:
@@ -480,7 +481,7 @@ class MetadataService:
     def _deadline(self, request: Request) -> float:
         """Our own deadline sits before the server's so our answer wins the race."""
         timeout_ms = request.fields.get("timeout_ms")
-        budget_ms = self.config.request_timeout_ms - 250
+        budget_ms = self.settings.request_timeout_ms - 250
         if type(timeout_ms) is int and timeout_ms >= 0:
             budget_ms = min(budget_ms, timeout_ms)
         return trio.current_time() + max(0, budget_ms) / 1000
@@ -505,7 +506,7 @@ class MetadataService:
             raise self._not_controller(controller_id) from None
 
     async def _client_security_describe(self, request: Request) -> dict[str, Any]:
-        if request.op == "describe_acls" and not getattr(self.config, "authorizer_enabled", False):
+        if request.op == "describe_acls" and not self.settings.authorizer_enabled:
             raise SecurityDisabledError("ACLs are not enabled on this cluster (acls_enabled)")
         return security_ops.describe(self._loader.image, request.op, request.fields)
 
@@ -544,7 +545,7 @@ class MetadataService:
             "cluster_id": self.cluster_id,
             "controller_id": None if problem is not None else self.controller_id,
             "controller_problem": problem,
-            "max_request_bytes": self.config.max_frame_bytes,
+            "max_request_bytes": self.settings.max_frame_bytes,
             "brokers": [
                 {"id": b.broker_id, "host": b.host, "port": b.port, "fenced": b.fenced}
                 for _, b in sorted(image.brokers.items())

@@ -3,7 +3,7 @@ replicas the metadata image assigns to this broker, plus the replication peer op
 are served by its `port` (partition/service.py PartitionService, the partition port of
 partition/port.py): the listeners call that, never the replicas.
 
-    ReplicaManager(config: ManagerConfig, metadata: BrokerMetadata, peers: PeerPool)
+    ReplicaManager(settings: PartitionSettings, metadata: BrokerMetadata, peers: PeerPool)
 
 What it uses of `metadata` (`BrokerMetadata`): `image`, `controller_id`, `peer_address(id)`,
 `client_address(id)`, `await report_partition_leaders([LeaderReport])` (per-report
@@ -83,13 +83,13 @@ from partition.replica import (
     DiskWork,
     offline_kind as offline_kind_of,
     Replica,
-    ReplicaSettings,
     fetch_wait_ticks,
     log_config_for,
 )
 from partition.replication import SESSION_MAX_WAIT_MS, ReplicationLinks
-from partition.segment import DEFAULT_MAX_OPEN_SEGMENTS, SegmentVerifier
+from partition.segment import SegmentVerifier
 from partition.service import BrokerDirectory, PartitionService
+from partition.settings import PartitionSettings
 from partition.storage_metrics import StorageMetrics
 from partition.telemetry import ReplicaTelemetry, TopicTraffic
 from raftlog.base.errors import (
@@ -123,8 +123,6 @@ REOPEN_CHECK_S: Final = 0.5
 REOPEN_BACKOFF_S: Final = 1.0
 REOPEN_BACKOFF_MAX_S: Final = 30.0
 MIN_FREE_BYTES: Final = 4 << 20  # below this, a replica offline for a full disk waits
-DEFAULT_SCRUB_BYTES_PER_S: Final = 4 << 20
-DEFAULT_SCRUB_INTERVAL_MS: Final = 3_600_000
 SCRUB_STEP_BYTES: Final = 1 << 20  # one worker-thread read of the scrubber
 OPEN_THREADS: Final = 2  # replicas opened at once (module docstring, "Opening")
 SCRUB_IDLE_S: Final = 5.0  # nothing to scrub yet: look again after this
@@ -143,18 +141,6 @@ class BrokerMetadata(BrokerDirectory, Protocol):
     async def report_partition_leaders(self, reports: list[LeaderReport]) -> list[dict[str, Any]]: ...
 
 
-class ManagerConfig(Protocol):
-    """The node settings the manager reads (raftlog/node/config.py NodeConfig); the others
-    (tick_ms, election_timeout_ms, scrub_*, log_open_files_max) are read with defaults until
-    the services' typed settings objects exist."""
-
-    @property
-    def node_id(self) -> int: ...
-
-    @property
-    def data_dir(self) -> str | os.PathLike[str]: ...
-
-
 Handler = Callable[[Request], Awaitable[Mapping[str, Any] | None]]
 
 
@@ -169,23 +155,19 @@ class ReplicaManager:
 
     def __init__(
         self,
-        config: ManagerConfig,
+        settings: PartitionSettings,
         metadata: BrokerMetadata,
         peers: PeerPool,
         *,
-        settings: ReplicaSettings | None = None,
         rng: random.Random | None = None,
         clock_ms: Callable[[], int] = _wall_ms,
         registry: MetricsRegistry | None = None,
     ):
-        self.node_id: int = config.node_id
-        self.data_dir = Path(config.data_dir) / PARTITIONS_DIR
+        self.node_id = settings.node_id
+        self.data_dir = Path(settings.data_dir) / PARTITIONS_DIR
         self.metadata = metadata
         self.peers = peers
-        self.settings = settings or ReplicaSettings(
-            tick_ms=getattr(config, "tick_ms", 50),
-            election_timeout_ms=getattr(config, "election_timeout_ms", 1000),
-        )
+        self.settings = settings.replica
         self._rng = rng if rng is not None else random.Random()
         self._clock_ms = clock_ms
         # A link is silent after an election timeout (and a parked fetch's wait) without a
@@ -216,9 +198,9 @@ class ReplicaManager:
         self._scrub_limiter = trio.CapacityLimiter(1)
         self._open_limiter = trio.CapacityLimiter(OPEN_THREADS)
         self._on_disk_at_start: set[str] = set()  # replica directories found by `run`
-        self.scrub_bytes_per_s: int = getattr(config, "scrub_bytes_per_s", DEFAULT_SCRUB_BYTES_PER_S)
-        self.scrub_interval_ms: int = getattr(config, "scrub_interval_ms", DEFAULT_SCRUB_INTERVAL_MS)
-        self.disk.files.set_max_open(getattr(config, "log_open_files_max", DEFAULT_MAX_OPEN_SEGMENTS))
+        self.scrub_bytes_per_s = settings.scrub_bytes_per_s
+        self.scrub_interval_ms = settings.scrub_interval_ms
+        self.disk.files.set_max_open(settings.log_open_files_max)
         self.scrub_passes = 0
         self._reopen_at: dict[tuple[str, int], float] = {}
         self._open_failed: dict[tuple[str, int], Replica] = {}

@@ -162,14 +162,16 @@ class ReplicaObserver:
 
 
 class Transport(Protocol):
+    """How a replica reaches its peers (partition/replication.py's ReplicationLinks)."""
+
+    # True when FetchResponses may carry a log slice instead of bytes (plain TCP links).
+    file_slices: bool
+
     def send(self, replica: "Replica", to: int, message: Any) -> None:
         """Queue a Raft message to voter `to` (may drop it; Raft retries)."""
 
-    # Optional: true when FetchResponses may carry a log slice instead of bytes (absent: false).
-    # file_slices: bool
-    # Optional: whether broker `broker_id` answered this broker just now (raft.py
-    # `leader_alive`; absent: never asked).
-    # def answering(self, broker_id: int) -> bool
+    def answering(self, broker_id: int) -> bool:
+        """Whether broker `broker_id` answered this broker just now (raft.py `leader_alive`)."""
 
 
 class LogSlice:
@@ -437,8 +439,7 @@ class Replica(ReplicaStorage, ReplicaReads, ReplicaWrites):
             return
         if self._nursery is not None and self.core.runs_on_next_tick():
             leader = self.core.leader_id
-            answering = getattr(self.transport, "answering", None)
-            if leader is not None and answering is not None and answering(leader):
+            if leader is not None and self.transport.answering(leader):
                 await self._event(RaftCore.leader_alive, leader)
             if self.core.runs_on_next_tick():
                 self._tick_queued = True
@@ -642,7 +643,7 @@ class Replica(ReplicaStorage, ReplicaReads, ReplicaWrites):
 
     async def _send(self, to: int, message: Any) -> None:
         if type(message) is FetchResponse and message.read_offset is not None:
-            slices = getattr(self.transport, "file_slices", False)
+            slices = self.transport.file_slices
             # The leader's own tail goes unchecked (partition/log.py "Integrity"), but not to
             # a follower asking for the same offset again: it may have refused those bytes
             # (its CRC check), and this read finds the damage.

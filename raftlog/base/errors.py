@@ -55,6 +55,7 @@ DESIGN §6), and every exception raised anywhere in raftlog derives from one of 
      │    ├── InvalidTransactionTimeoutError    INVALID_TRANSACTION_TIMEOUT
      │    ├── ConcurrentTransactionsError       CONCURRENT_TRANSACTIONS  (retriable: a step is in flight)
      │    ├── TransactionalIdNotFoundError      TRANSACTIONAL_ID_NOT_FOUND
+     │    ├── GroupSubscribedToTopicError       GROUP_SUBSCRIBED_TO_TOPIC  (OffsetDelete of a live group's topic)
      │    ├── SaslAuthenticationFailedError     SASL_AUTHENTICATION_FAILED  (no principal: which
      │    │                                     part was wrong is never said)
      │    ├── UnsupportedSaslMechanismError     UNSUPPORTED_SASL_MECHANISM  (mechanisms enabled)
@@ -442,6 +443,12 @@ class TransactionalIdNotFoundError(RejectedError):
 
 class NonEmptyGroupError(RejectedError):
     code = "NON_EMPTY_GROUP"
+
+
+class GroupSubscribedToTopicError(RejectedError):
+    """OffsetDelete for a topic the group's live members consume (Kafka's rule)."""
+
+    code = "GROUP_SUBSCRIBED_TO_TOPIC"
 
 
 class FencedInstanceIdError(RejectedError):

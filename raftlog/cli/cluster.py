@@ -232,6 +232,20 @@ class ClusterLayout:
 
 
 LOWEST_LISTEN_PORT: Final = 10_000
+# "index/count": this process (and its children) picks ports only from its own slice of the
+# range, so processes picking at the same time never hand out one port twice. The test suite
+# sets it per pytest-xdist worker (tests/conftest.py); unset: the whole range.
+PORT_SLICE_ENV: Final = "RAFTLOG_PORT_SLICE"
+
+
+def _port_slice() -> tuple[int, int]:
+    """(index, count) from PORT_SLICE_ENV; (0, 1) when unset or malformed."""
+    index, _, count = os.environ.get(PORT_SLICE_ENV, "").partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        return 0, 1
+    return (i, n) if 0 <= i < n else (0, 1)
 
 
 def _ephemeral_range() -> tuple[int, int] | None:
@@ -252,10 +266,12 @@ def free_ports(count: int, host: str = DEFAULT_HOST) -> list[int]:
 
     A port this process handed out lately (the last `_HANDED_OUT.maxlen`) is not handed out
     again: its listener may not be bound yet (a cluster asks for each node's ports in turn,
-    and two nodes given one port failed to start)."""
+    and two nodes given one port failed to start). With RAFTLOG_PORT_SLICE="i/n" only the
+    ports p with p % n == i are picked (parallel test workers: disjoint slices)."""
     span = _ephemeral_range()
     if span is None or span[0] - LOWEST_LISTEN_PORT < 1000:
         return _handed_out(_kernel_ports(count, host))
+    index, slices = _port_slice()
     rng = secrets.SystemRandom()
     chosen: list[int] = []
     with _HANDED_OUT_LOCK:
@@ -264,6 +280,9 @@ def free_ports(count: int, host: str = DEFAULT_HOST) -> list[int]:
         if len(chosen) == count:
             break
         port = rng.randrange(LOWEST_LISTEN_PORT, span[0])
+        port += (index - port) % slices  # the next port of this slice
+        if port >= span[0]:
+            continue
         if port not in chosen and port not in recent and not port_in_use(host, port):
             chosen.append(port)
     if len(chosen) < count:

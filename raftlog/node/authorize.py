@@ -398,6 +398,8 @@ POLICIES: Final[Mapping[str, Policy]] = {
     "offset_commit": _partitions(O.READ, "offsets", "partitions", group_operation=O.READ),
     "offset_fetch": _partitions(O.DESCRIBE, "partitions", "partitions", group_operation=O.DESCRIBE),
     "reset_offsets": _reset_offsets,
+    # Kafka's OffsetDelete rule: DELETE on the group, READ on each topic.
+    "offset_delete": _partitions(O.READ, "partitions", "partitions", group_operation=O.DELETE),
     "list_groups": _list_groups,
     "describe_groups": _each(O.DESCRIBE),
     "delete_groups": _each(O.DELETE),

@@ -252,6 +252,11 @@ class NodeConfig:
     # Sealed segments' files kept open at most (an LRU; partition/segment.py "Open files"):
     # the active segments' files stay open besides, one per partition.
     log_open_files_max: int = 512
+    # The group coordinator (Kafka's group.* names; lower than Kafka's 6000 / 3000 ms so a
+    # consumer may use short sessions and a first rebalance is quick).
+    group_min_session_timeout_ms: int = 1_000
+    group_max_session_timeout_ms: int = 1_800_000
+    group_initial_rebalance_delay_ms: int = 1_000
     # Cluster-wide defaults of topic settings ({retention_ms = "..."}).
     topic_defaults: Mapping[str, str] = dataclasses.field(
         default_factory=lambda: MappingProxyType({})
@@ -292,6 +297,8 @@ class NodeConfig:
     group_consumer_assignor: str = "uniform"  # the server-side assignor when members name none
     group_consumer_session_timeout_ms: int = 45_000  # a member silent this long is fenced
     group_consumer_heartbeat_interval_ms: int = 5_000  # told to members in every heartbeat answer
+    # -- transactions (issue 42; Kafka's name; groupcoord/txn_coordinator.py) --
+    transaction_max_timeout_ms: int = 900_000  # longest transaction timeout a producer may ask
 
     @property
     def per_ip_overrides(self) -> dict[str, int]:
@@ -542,6 +549,9 @@ _KEYS: Final[dict[str, _Key]] = {
     "scrub_bytes_per_s": _Key(_to_int, "scrub_bytes_per_s"),
     "scrub_interval_ms": _Key(_to_int, "scrub_interval_ms"),
     "log_open_files_max": _Key(_to_int, "log_open_files_max"),
+    "group_min_session_timeout_ms": _Key(_to_int, "group_min_session_timeout_ms"),
+    "group_max_session_timeout_ms": _Key(_to_int, "group_max_session_timeout_ms"),
+    "group_initial_rebalance_delay_ms": _Key(_to_int, "group_initial_rebalance_delay_ms"),
     "topic_defaults": _Key(_to_str_map, "topic_defaults"),
     "dial_overrides": _Key(_to_dial_overrides, "dial_overrides"),
     "security_protocol": _Key(lambda v: _to_choice(v, SECURITY_PROTOCOLS, upper=True), "security_protocol"),
@@ -568,6 +578,7 @@ _KEYS: Final[dict[str, _Key]] = {
     "group_consumer_assignor": _Key(lambda v: _to_choice(v, ("uniform", "range")), "group_consumer_assignor"),
     "group_consumer_session_timeout_ms": _Key(_to_int, "group_consumer_session_timeout_ms"),
     "group_consumer_heartbeat_interval_ms": _Key(_to_int, "group_consumer_heartbeat_interval_ms"),
+    "transaction_max_timeout_ms": _Key(_to_int, "transaction_max_timeout_ms"),
 }
 _NESTED_TABLES: Final = ("listeners",)  # tables whose keys are config keys themselves
 _INT_RANGES: Final = {
@@ -585,6 +596,9 @@ _INT_RANGES: Final = {
     "scrub_bytes_per_s": (0, 1 << 40),
     "scrub_interval_ms": (1, 365 * 24 * 3_600_000),
     "log_open_files_max": (1, 1_000_000),
+    "group_min_session_timeout_ms": (1, 3_600_000),
+    "group_max_session_timeout_ms": (1, 3_600_000),
+    "group_initial_rebalance_delay_ms": (0, 3_600_000),
     # connection limits (issue 39)
     "max_connections_per_ip": (0, 1_000_000),
     "connections_max_idle_ms": (0, 7 * 24 * 3_600_000),
@@ -593,6 +607,7 @@ _INT_RANGES: Final = {
     "sasl_server_max_receive_size": (1024, MAX_FRAME_BYTES_LIMIT),
     "group_consumer_session_timeout_ms": (100, 3_600_000),
     "group_consumer_heartbeat_interval_ms": (10, 3_600_000),
+    "transaction_max_timeout_ms": (1, 2**31 - 1),
 }
 
 
@@ -735,6 +750,10 @@ def _build(raw: Mapping[str, tuple[Any, str]]) -> NodeConfig:
             f"session_timeout_ms ({config.session_timeout_ms}) must be more than "
             f"heartbeat_ms ({config.heartbeat_ms})",
         )
+    if config.group_min_session_timeout_ms > config.group_max_session_timeout_ms:
+        raise fail("group_min_session_timeout_ms",
+                   f"{config.group_min_session_timeout_ms} is more than group_max_session_timeout_ms "
+                   f"({config.group_max_session_timeout_ms})")
     voters = config.controller_quorum_voters
     if not voters:
         raise ConfigError(
@@ -787,8 +806,8 @@ def _is_loopback(host: str) -> bool:
 
 def _check_security(config: NodeConfig, fail: Callable[[str, str], ConfigError]) -> None:
     if config.client_tls or config.peer_tls:
-        for key in ("tls_cert_file", "tls_key_file"):
-            if getattr(config, key) is None:
+        for key, path in (("tls_cert_file", config.tls_cert_file), ("tls_key_file", config.tls_key_file)):
+            if path is None:
                 raise fail(key, "TLS (security_protocol SSL/SASL_SSL or peer_tls) needs a certificate and key")
     if (config.ssl_client_auth != "none" or config.peer_tls) and config.tls_ca_file is None:
         raise fail("tls_ca_file", "client certificates (ssl_client_auth, peer_tls) are checked against a CA file")
@@ -821,13 +840,13 @@ def _toml_string(text: str) -> str:
     return f'"{escaped}"'
 
 
-def config_to_toml(config: NodeConfig) -> str:
+def config_to_toml(node: NodeConfig) -> str:
     """Render a NodeConfig as TOML that load_config reads back to an equal NodeConfig
     (for `raftlog cluster up`). Includes the secret: write the file with mode 0600."""
     lines: list[str] = []
     tables: list[str] = []
-    for item in dataclasses.fields(config):
-        value = getattr(config, item.name)
+    for item in dataclasses.fields(node):
+        value = getattr(node, item.name)
         if value is None:
             continue
         if item.name == "listeners":

@@ -15,7 +15,8 @@ and probes need nothing more, and it keeps the parser to a request line and head
 
 Limits: the request head must fit in `MAX_HEAD_BYTES` (else 431) and arrive within
 `READ_TIMEOUT_S` (else the connection is dropped); the response must be written within
-`WRITE_TIMEOUT_S`; at most `MAX_CONNECTIONS` connections are served at once.
+`WRITE_TIMEOUT_S`; at most `MAX_CONNECTIONS` connections are served at once (the listener
+shell, raftlog/node/listener.py, with a gate of its own: over it a connection is closed at once).
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ import trio
 from raftlog.base.eventlog import log_event
 from raftlog.base.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from raftlog.base.metrics import MetricsRegistry
-from raftlog.node.server import close_gracefully
+from raftlog.node.gate import ConnectionGate, Liveness
+from raftlog.node.listener import ListenerMetrics, close_gracefully, connection_handler, serve_listener
 
 __all__ = ["serve_http", "parse_request_head", "health_summary", "MAX_HEAD_BYTES"]
 
@@ -242,29 +244,14 @@ async def serve_http(
     Reports readiness with `task_status.started(port)` (the actual port; 0 picks one).
     Raises OSError if it cannot bind.
     """
-    socket_listeners = await trio.open_tcp_listeners(port, host=host or None)
-    if port == 0 and len(socket_listeners) > 1:
-        for extra in socket_listeners[1:]:
-            await extra.aclose()
-        socket_listeners = socket_listeners[:1]
-    actual_port = socket_listeners[0].socket.getsockname()[1]
-    limiter = trio.CapacityLimiter(MAX_CONNECTIONS)
+    # Its own gate: probes and scrapers never take the client listeners' connection budget.
+    gate = ConnectionGate(max_connections=MAX_CONNECTIONS)
+    metrics = ListenerMetrics(registry, "http")
 
-    async def handle(stream: trio.SocketStream) -> None:
-        try:
-            limiter.acquire_nowait()
-        except trio.WouldBlock:
-            # Over the limit: drop at once rather than queue sockets without bound.
-            await stream.aclose()
-            return
-        try:
-            await _serve_one(stream, registry, health, token)
-        finally:
-            limiter.release()
+    async def run(stream: trio.abc.Stream, peer: str, session: object, liveness: Liveness,
+                  socket_stream: trio.SocketStream | None) -> None:
+        assert isinstance(stream, trio.SocketStream)
+        await _serve_one(stream, registry, health, token)
 
-    async with trio.open_nursery() as nursery:
-        log_event(logger, "http_listening", host=host, port=actual_port)
-        await nursery.start(trio.serve_listeners, handle, socket_listeners)
-        task_status.started(actual_port)
-        await trio.sleep_forever()
-    raise AssertionError("unreachable: the nursery only ends by cancellation")
+    await serve_listener(host, port, name="http", gate=gate, task_status=task_status,
+                         handle=connection_handler("http", None, metrics, run))

@@ -53,6 +53,7 @@ from metadata.image import MetadataImage
 from metadata.quorum import QuorumFactory
 from metadata.security_ops import read_bootstrap_credentials
 from metadata.service import MetadataService
+from partition.internal_topic import LocalInternalTopics
 from partition.manager import ReplicaManager
 from raftlog.base.errors import ConfigError
 from raftlog.base.eventlog import log_event, setup_logging
@@ -78,6 +79,13 @@ from raftlog.node.pidfile import (
     NODE_PID_FILE, PRIVATE_UMASK, check_private, claim, die_with_parent, parent_gone, release,
 )
 from raftlog.node.server import serve
+from raftlog.node.settings import (
+    group_settings,
+    listener_settings,
+    metadata_settings,
+    partition_settings,
+    txn_settings,
+)
 
 __all__ = [
     "NodeService", "build_services", "client_security_of", "main", "merge_handlers", "peer_security_of",
@@ -114,14 +122,18 @@ def build_services(config: NodeConfig, metadata: MetadataService, peers: PeerPoo
                    registry: MetricsRegistry | None = None) -> list[NodeService]:
     """The node's services, metadata first (started in this order, drained in reverse).
     Broker services join here, e.g.:
-        if config.is_broker: services.append(ReplicaManager(config, metadata, peers))"""
+        if config.is_broker: services.append(ReplicaManager(partition_settings(config), ...))
+    Each service gets its typed settings (settings.py) and its collaborators through their
+    ports: the coordinators see the replicas as `InternalTopics` (partition/internal_topic.py)."""
     services: list[NodeService] = [metadata]
     replicas = None
     if config.is_broker:
-        replicas = ReplicaManager(config, metadata, peers, registry=registry)
+        replicas = ReplicaManager(partition_settings(config), metadata, peers, registry=registry)
         services.append(replicas)
-        services.append(GroupCoordinatorService(config, metadata, replicas))
-        services.append(TxnCoordinatorService(config, metadata, replicas, new_producer_id=replicas.port.init_producer_id))
+        topics = LocalInternalTopics(replicas)
+        services.append(GroupCoordinatorService(group_settings(config), metadata, topics))
+        services.append(TxnCoordinatorService(txn_settings(config), metadata, topics,
+                                              new_producer_id=replicas.port.init_producer_id))
     services.append(RegistryService(config.node_id, ReplicaSchemasLog(config.node_id, metadata, replicas, peers), peers))
     return services
 
@@ -239,7 +251,7 @@ async def run_node(
     bootstrap = () if config.bootstrap_credentials_file is None else await trio.to_thread.run_sync(
         read_bootstrap_credentials, config.bootstrap_credentials_file)
     incarnation = await trio.to_thread.run_sync(take_incarnation, config.data_dir) if config.is_broker else None
-    metadata = MetadataService(config, cluster_id, peers, quorum_factory=quorum_factory(config),
+    metadata = MetadataService(metadata_settings(config), cluster_id, peers, quorum_factory=quorum_factory(config),
                                registry=registry, bootstrap_credentials=bootstrap, incarnation=incarnation)
     services = build_services(config, metadata, peers, registry)
     client_security = client_security_of(config, lambda: metadata.image)
@@ -279,6 +291,7 @@ async def run_node(
 
     listen = config.listeners
     gate = gate_of(config, registry)  # one per node: every listener's connections count together
+    client_limits, peer_limits = listener_settings(config), listener_settings(config, peer=True)
     async with trio.open_nursery() as nursery:
         await nursery.start(peers.run)
         for service in services:
@@ -286,13 +299,13 @@ async def run_node(
         ports = {}
         ports["peer"] = await nursery.start(partial(
             serve, peer_handlers, listen.peer.host, listen.peer.port, name="peer",
-            max_frame_bytes=config.peer_max_frame_bytes, request_timeout_ms=config.request_timeout_ms,
-            max_in_flight=config.max_in_flight, registry=registry, security=peer_security, gate=gate,
+            max_frame_bytes=peer_limits.max_frame_bytes, request_timeout_ms=peer_limits.request_timeout_ms,
+            max_in_flight=peer_limits.max_in_flight, registry=registry, security=peer_security, gate=gate,
         ))  # fmt: skip
         ports["client"] = await nursery.start(partial(
             serve, client_handlers, listen.client.host, listen.client.port, name="client",
-            max_frame_bytes=config.max_frame_bytes, request_timeout_ms=config.request_timeout_ms,
-            max_in_flight=config.max_in_flight, registry=registry, security=client_security, gate=gate,
+            max_frame_bytes=client_limits.max_frame_bytes, request_timeout_ms=client_limits.request_timeout_ms,
+            max_in_flight=client_limits.max_in_flight, registry=registry, security=client_security, gate=gate,
         ))  # fmt: skip
         ports["http"] = await nursery.start(partial(
             serve_http, registry, health, listen.http.host, listen.http.port, token=config.http_token,
@@ -322,8 +335,8 @@ async def run_node(
         )  # fmt: skip
         ports["kafka"] = await nursery.start(partial(
             serve_kafka, kafka_ctx, listen.kafka.host, listen.kafka.port,
-            max_request_bytes=config.max_frame_bytes, request_timeout_ms=config.request_timeout_ms,
-            max_in_flight=config.max_in_flight, sasl_max_receive_bytes=config.sasl_server_max_receive_size,
+            max_request_bytes=client_limits.max_frame_bytes, request_timeout_ms=client_limits.request_timeout_ms,
+            max_in_flight=client_limits.max_in_flight, sasl_max_receive_bytes=config.sasl_server_max_receive_size,
             registry=registry, security=client_security, gate=gate,
         ))  # fmt: skip
         # Everything built so far (modules, services, replicas) lives as long as the node:

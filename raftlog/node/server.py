@@ -90,7 +90,8 @@ from raftlog.base.protocol import (
     parse_request,
 )
 from raftlog.node.auth import AUTH_OPS, ListenerSecurity, Session, SessionExpiredError
-from raftlog.node.gate import ConnectionGate, Liveness, accept_loop
+from raftlog.node.gate import ConnectionGate, Liveness
+from raftlog.node.listener import ListenerMetrics, close_gracefully, connection_handler, serve_listener
 from raftlog.node.writer import ConnectionWriter, Item, Outgoing, release
 
 __all__ = ["Handler", "serve", "request_deadline_ms", "close_gracefully", "DEADLINE_MARGIN_MS"]
@@ -103,8 +104,6 @@ Handler = Callable[[Request], Awaitable[Mapping[str, Any] | None]]
 # watermark); the server's deadline sits a little later so the handler's answer wins the race.
 DEADLINE_MARGIN_MS: Final = 500
 RECEIVE_CHUNK_BYTES: Final = 256 << 10
-LINGER_S: Final = 1.0  # after a fatal frame: how long to discard input so the error is read
-LINGER_MAX_BYTES: Final = 16 << 20
 # Until a connection's session is complete (SASL, the peer handshake) no frame may announce
 # more than this: auth frames are a few hundred bytes, and a stranger gets no buffer.
 PRE_AUTH_MAX_FRAME_BYTES: Final = 64 << 10
@@ -167,52 +166,12 @@ class _Listener:
         self.max_frame_bytes = max_frame_bytes
         self.request_timeout_ms = request_timeout_ms
         self.max_in_flight = max_in_flight
-        self.connections = 0
-        registry = registry if registry is not None else MetricsRegistry()
-        self.requests_total = registry.counter(
-            "raftlog_requests_total",
-            "Requests answered, by listener, op and result code (OK for success).",
-            ("listener", "op", "code"),
-        )
-        self.request_latency_ms = registry.histogram(
-            "raftlog_request_latency_ms",
-            "Time from a request's start (slot taken) to its response being ready, in ms.",
-            ("listener", "op"),
-        )
-        self.frame_errors_total = registry.counter(
-            "raftlog_frame_errors_total",
-            "Connections closed because a frame could not be decoded, by code.",
-            ("listener", "code"),
-        )
-        registry.gauge(
-            "raftlog_connections", "Open connections, by listener.", ("listener",)
-        ).labels(listener=name).set_function(lambda: self.connections)
-        self.auth_failures_total = registry.counter(
-            "raftlog_auth_failures_total",
-            "Failed authentications (SASL logins, peer handshakes), by listener.",
-            ("listener",),
-        )
-        # Series of answered requests, bounded by the ops here times the registry's codes.
-        self._answers: dict[tuple[str, str], Any] = {}
-        self._latency: dict[str, Any] = {}
-        self.tls_handshake_failures_total = registry.counter(
-            "raftlog_tls_handshake_failures_total",
-            "Connections closed because their TLS handshake failed, by listener.",
-            ("listener",),
-        )
-
-    def answered(self, op: str, code: str, latency_ms: float) -> None:
-        """Count one answer of a known op (raftlog_requests_total and the latency histogram).
-        The series are looked up once per (op, code): `labels()` per request cost ~2 us each."""
-        counter = self._answers.get((op, code))
-        if counter is None:
-            counter = self._answers[(op, code)] = self.requests_total.labels(
-                listener=self.name, op=op, code=code)
-        counter.inc()
-        latency = self._latency.get(op)
-        if latency is None:
-            latency = self._latency[op] = self.request_latency_ms.labels(listener=self.name, op=op)
-        latency.observe(latency_ms)
+        # The shell's metrics (listener.py); the names below are its, kept for the code here.
+        self.metrics = metrics = ListenerMetrics(registry, name)
+        self.requests_total = metrics.requests_total
+        self.frame_errors_total = metrics.frame_errors_total
+        self.auth_failures_total = metrics.auth_failures_total
+        self.answered = metrics.answered
 
     def op_label(self, op: object) -> str:
         # Label values must come from a small set: unknown ops are counted together.
@@ -561,58 +520,10 @@ class _Connection:
             await close_gracefully(self.stream)
 
 
-async def close_gracefully(
-    stream: trio.abc.HalfCloseableStream, *, linger_s: float = LINGER_S, max_bytes: int = LINGER_MAX_BYTES
-) -> None:
-    """Send FIN, then read and discard input until EOF, `linger_s` or `max_bytes`.
-
-    Closing a socket with unread input makes the kernel send RST, which can destroy a last
-    response (an error we just wrote) before the client reads it. The caller still closes
-    the stream afterwards.
-    """
-    try:
-        await stream.send_eof()
-        discarded = 0
-        with trio.move_on_after(linger_s):
-            while discarded < max_bytes:
-                data = await stream.receive_some(RECEIVE_CHUNK_BYTES)
-                if not data:
-                    break
-                discarded += len(data)
-    except (trio.BrokenResourceError, trio.ClosedResourceError):
-        return  # the peer is gone already: nothing left to protect
-
-
-async def _connection_task(
-    stream: trio.SocketStream, peer: str, liveness: Liveness, listener: _Listener
-) -> None:
-    listener.connections += 1
-    log_event(logger, "conn_open", level=logging.DEBUG, listener=listener.name, peer=peer)
-    try:
-        security = listener.security
-        if security is None:
-            async with stream:
-                await _Connection(stream, listener, peer, liveness=liveness).run()
-            return
-        liveness.authenticated = lambda: False  # until the session is complete
-        accepted = await security.accept(stream, peer, listener=listener.name,
-                                         tls_failures=listener.tls_handshake_failures_total)
-        if accepted is None:
-            return
-        secured, session = accepted
-        liveness.authenticated = lambda: session.complete
-        async with secured:
-            await _Connection(secured, listener, peer, session, liveness=liveness,
-                              socket_stream=stream if secured is stream else None).run()
-    except* Exception as group:  # a bug in one connection must not stop the listener
-        # except*: a cancellation travelling with the bug (shutdown) still propagates.
-        log_event(
-            logger, "conn_failed", level=logging.ERROR, exc_info=group,
-            listener=listener.name, peer=peer,
-        )  # fmt: skip
-    finally:
-        listener.connections -= 1
-        log_event(logger, "conn_closed", level=logging.DEBUG, listener=listener.name, peer=peer)
+async def _run_connection(listener: _Listener, stream: trio.abc.Stream, peer: str,
+                          session: Session | None, liveness: Liveness,
+                          socket_stream: trio.SocketStream | None) -> None:
+    await _Connection(stream, listener, peer, session, liveness=liveness, socket_stream=socket_stream).run()
 
 
 async def serve(
@@ -656,23 +567,8 @@ async def serve(
         registry=registry,
         security=security,
     )
-    socket_listeners = await trio.open_tcp_listeners(port, host=host or None)
-    if port == 0 and len(socket_listeners) > 1:
-        # Each address family would get its own random port; keep one so the port is unique.
-        for extra in socket_listeners[1:]:
-            await extra.aclose()
-        socket_listeners = socket_listeners[:1]
-    actual_port = socket_listeners[0].socket.getsockname()[1]
     if gate is None:
         gate = ConnectionGate(max_connections=max_connections, registry=registry)
-    handle = partial(_connection_task, listener=listener)
-    async with trio.open_nursery() as nursery:
-        for socket_listener in socket_listeners:
-            nursery.start_soon(accept_loop, socket_listener, gate, name, handle, nursery)
-        log_event(
-            logger, "listening", listener=name, host=host, port=actual_port,
-            max_frame_bytes=max_frame_bytes, max_in_flight=max_in_flight,
-        )  # fmt: skip
-        task_status.started(actual_port)
-        await trio.sleep_forever()
-    raise AssertionError("unreachable: the nursery only ends by cancellation")
+    handle = connection_handler(name, security, listener.metrics, partial(_run_connection, listener))
+    await serve_listener(host, port, name=name, gate=gate, handle=handle, task_status=task_status,
+                         max_frame_bytes=max_frame_bytes, max_in_flight=max_in_flight)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -20,6 +21,7 @@ from raftlog.cli.cluster import free_ports
 from raftlog.node.config import HostPort, Listeners, NodeConfig
 from raftlog.node.main import quorum_factory
 from raftlog.node.server import serve
+from raftlog.node.settings import metadata_settings, partition_settings
 
 WAIT_S = 30.0
 PARTITIONS = 48
@@ -62,13 +64,14 @@ async def _run(tmp_path: Path) -> tuple[CountingMetadata, dict[int, tuple[int, i
     async with trio.open_nursery() as nursery:
         pool = PeerPool(1)
         await nursery.start(pool.run)
-        md = CountingMetadata(config, "test-cluster", pool, quorum_factory=quorum_factory(config))
+        md = CountingMetadata(metadata_settings(config), "test-cluster", pool, quorum_factory=quorum_factory(config))
         await nursery.start(md.run)
         await nursery.start(lambda task_status: serve(
             dict(md.peer_handlers), "127.0.0.1", config.listeners.peer.port, max_frame_bytes=1 << 20,
             request_timeout_ms=5000, name="peer", task_status=task_status))
         await md.wait_for(lambda image: image.broker(1) is not None and not image.broker(1).fenced, WAIT_S)
-        mgr = ReplicaManager(config, md, pool, settings=ReplicaSettings(tick_ms=20, election_timeout_ms=300))
+        mgr = ReplicaManager(replace(partition_settings(config), replica=ReplicaSettings(tick_ms=20, election_timeout_ms=300)),
+                             md, pool)
         md.subscribe(mgr.on_image)
         await nursery.start(mgr.run)
         await md.client_handlers["create_topic"](

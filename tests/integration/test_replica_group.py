@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
-from types import MappingProxyType, SimpleNamespace
+from types import MappingProxyType
 
 import pytest
 import trio
@@ -23,7 +24,9 @@ from raftlog.base.peer import PeerPool
 from raftlog.base.protocol import PEER_MAX_FRAME_BYTES
 from raftlog.node.authorize import Guard
 from raftlog.node.native_partition import partition_handlers
+from raftlog.node.config import NodeConfig
 from raftlog.node.server import serve
+from raftlog.node.settings import partition_settings
 
 TOPIC = "events"
 SETTINGS = ReplicaSettings(tick_ms=20, election_timeout_ms=300, fetch_max_wait_ms=100)
@@ -108,8 +111,9 @@ class Group:
         try:
             with scope:
                 pool = PeerPool(i, backoff_max_s=0.2)
-                config = SimpleNamespace(node_id=i, data_dir=self.tmp_path / f"node{i}")
-                mgr = ReplicaManager(config, FakeMetadata(self, i), pool, settings=SETTINGS)
+                settings = replace(partition_settings(NodeConfig(node_id=i, data_dir=self.tmp_path / f"node{i}")),
+                                   replica=SETTINGS)
+                mgr = ReplicaManager(settings, FakeMetadata(self, i), pool)
                 async with trio.open_nursery() as n:
                     await n.start(pool.run)
                     listen = partial(serve, host="127.0.0.1", port=0, request_timeout_ms=10_000,

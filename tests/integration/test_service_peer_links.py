@@ -24,6 +24,7 @@ from raftlog.base.peer import PeerPool
 from raftlog.base.protocol import Request
 from raftlog.node.server import serve
 from raftlog.node.main import quorum_factory
+from raftlog.node.settings import metadata_settings
 
 WAIT_S = 20.0
 
@@ -131,7 +132,7 @@ async def test_single_voter_service_and_a_broker_only_node(tmp_path):
         pool1, pool2 = PeerPool(1), PeerPool(2)
         await nursery.start(pool1.run)
         await nursery.start(pool2.run)
-        s1 = MetadataService(c1, "test-cluster", pool1, quorum_factory=quorum_factory(c1))
+        s1 = MetadataService(metadata_settings(c1), "test-cluster", pool1, quorum_factory=quorum_factory(c1))
         images: list[int] = []
         s1.subscribe(lambda image: images.append(len(image.brokers)))
         await nursery.start(s1.run)
@@ -150,7 +151,7 @@ async def test_single_voter_service_and_a_broker_only_node(tmp_path):
         second = await s1.allocate_producer_ids()
         assert second[0] >= first[0] + first[1]
 
-        s2 = MetadataService(c2, "test-cluster", pool2)
+        s2 = MetadataService(metadata_settings(c2), "test-cluster", pool2)
         await nursery.start(s2.run)
         # Its image comes over metadata_fetch; its registration over the peer pool.
         await s2.wait_for(lambda image: image.topic("t") is not None and _unfenced(2)(image), WAIT_S)

@@ -80,17 +80,17 @@ def _defaults(config: Any) -> dict[str, Any]:
     return out
 
 
-def broker_entries(config: Any, keys: set[str] | None) -> list[dict[str, Any]]:
+def broker_entries(node: Any, keys: set[str] | None) -> list[dict[str, Any]]:
     """The node's broker configs (those named in `keys`, or all) as dicts of Kafka's
     DescribeConfigs entry fields."""
-    defaults = _defaults(config)
+    defaults = _defaults(node)
     out = []
     for name, (attr, kind, render, sensitive) in _BROKER.items():
         if keys is not None and name not in keys:
             continue
-        is_default = attr in defaults and getattr(config, attr) == defaults[attr]
+        is_default = attr in defaults and getattr(node, attr) == defaults[attr]
         out.append({
-            "name": name, "value": None if sensitive else render(config), "read_only": True,
+            "name": name, "value": None if sensitive else render(node), "read_only": True,
             "is_default": is_default, "config_source": SOURCE_DEFAULT if is_default else SOURCE_STATIC_BROKER,
             "is_sensitive": sensitive, "config_type": kind,
             "documentation": f"raftlog's {attr} (read-only: set at node start)",

@@ -10,8 +10,10 @@ resources answer with the node's own settings under Kafka's names, read-only
 INVALID_REQUEST (`BROKER_READ_ONLY`).
 
 AlterConfigs replaces a topic's whole set (keys it does not list go back to their defaults,
-as in Kafka); IncrementalAlterConfigs SETs and DELETEs keys (APPEND / SUBTRACT are refused
-with INVALID_CONFIG). Both run the native `alter_configs` (forwarded to the controller).
+as in Kafka); IncrementalAlterConfigs SETs and DELETEs keys, and APPENDs to or SUBTRACTs from
+a list-type key (`cleanup.policy`) the comma-separated values given, starting from the key's
+current value (its default when the topic has none), as Kafka does; APPEND / SUBTRACT of a
+key that is not a list is INVALID_CONFIG, as in Kafka. Both run the native `alter_configs` (forwarded to the controller).
 `validate_only` checks the keys and values and changes nothing.
 """
 
@@ -25,7 +27,7 @@ from kafka.protocol.admin.configs import (
     IncrementalAlterConfigsResponse,
 )
 
-from metadata.topic_config import KAFKA_NAMES, canonical_key, normalize_configs
+from metadata.topic_config import KAFKA_NAMES, TOPIC_CONFIGS, canonical_key, normalize_configs
 from raftlog.base.acl import CLUSTER_NAME, Operation, ResourceType
 from raftlog.base.errors import InvalidConfigError, InvalidRequestError
 from raftlog.node.kafka import errors
@@ -43,7 +45,7 @@ SOURCE_DYNAMIC_TOPIC: Final = 1
 SOURCE_DEFAULT: Final = 5
 TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_LIST = 2, 3, 5, 7
 _TYPES: Final = {"int": TYPE_INT, "long": TYPE_LONG, "list": TYPE_LIST, "enum": TYPE_STRING}
-OP_SET, OP_DELETE = 0, 1
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 BROKER_READ_ONLY: Final = ("broker configs are read-only in raftlog for now: set them in the node's "
                            "config file or RAFTLOG_* environment and restart the node")
 
@@ -145,6 +147,20 @@ async def _replace(ctx: KafkaContext, name: str, new: dict[str, str], validate_o
         return errors.kafka_error(exc)
 
 
+def _list_change(operation: int, name: str, current: str, values: str | None) -> str:
+    """The new value of list-type key `name` after APPEND / SUBTRACT of `values` (Kafka's rule:
+    APPEND adds the values not yet listed, in order; SUBTRACT removes the listed ones)."""
+    spec = TOPIC_CONFIGS.get(canonical_key(name))
+    if spec is None or spec.type != "list":
+        verb = "append" if operation == OP_APPEND else "subtract"
+        raise InvalidConfigError(f"Config value {verb} is not allowed for config key: {name}")
+    old = [v.strip() for v in current.split(",") if v.strip()]
+    given = [v.strip() for v in (values or "").split(",") if v.strip()]
+    if operation == OP_APPEND:
+        return ",".join(old + [v for i, v in enumerate(given) if v not in old and v not in given[:i]])
+    return ",".join(v for v in old if v not in given)
+
+
 async def handle_incremental_alter_configs(ctx: KafkaContext, call: Call) -> Reply:
     request = call.request
     R = IncrementalAlterConfigsResponse
@@ -155,6 +171,7 @@ async def handle_incremental_alter_configs(ctx: KafkaContext, call: Call) -> Rep
         set_: dict[str, str] = {}
         delete: list[str] = []
         try:
+            current: dict[str, str] | None = None
             for c in res.configs:
                 if c.config_operation == OP_SET:
                     if c.value is None:
@@ -162,9 +179,16 @@ async def handle_incremental_alter_configs(ctx: KafkaContext, call: Call) -> Rep
                     set_[c.name] = c.value
                 elif c.config_operation == OP_DELETE:
                     delete.append(canonical_key(c.name))
+                elif c.config_operation in (OP_APPEND, OP_SUBTRACT):
+                    if current is None:
+                        described = await ctx.call("describe_configs", {"name": res.resource_name})
+                        assert described is not None
+                        current = {e["name"]: str(e["value"]) for e in described["configs"]}
+                    key = canonical_key(c.name)
+                    set_[c.name] = _list_change(c.config_operation, c.name, current.get(key, ""), c.value)
                 else:
                     raise InvalidConfigError(f"operation {c.config_operation} on {c.name} is not supported "
-                                        "(SET and DELETE are)")
+                                             "(SET, DELETE, APPEND and SUBTRACT are)")
             normalized = normalize_configs(set_)
             if set(normalized) & set(delete):
                 raise InvalidRequestError("a key is both set and deleted")

@@ -75,6 +75,7 @@ KAFKA_ERROR_CODES: Final[dict[str, int]] = {
     "UNKNOWN_PRODUCER_ID": 59,
     "NON_EMPTY_GROUP": 68,
     "GROUP_ID_NOT_FOUND": 69,
+    "GROUP_SUBSCRIBED_TO_TOPIC": 86,
     "FENCED_LEADER_EPOCH": 74,
     "UNSUPPORTED_COMPRESSION_TYPE": 76,
     # Produce batch validation (partition/validator.py, issue 39).

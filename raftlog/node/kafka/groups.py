@@ -1,6 +1,6 @@
 """Consumer-group APIs: FindCoordinator (10), JoinGroup (11), Heartbeat (12), LeaveGroup (13),
 SyncGroup (14), OffsetCommit (8), OffsetFetch (9), DescribeGroups (15), ListGroups (16),
-DeleteGroups (42). The KIP-848 APIs are consumer_groups.py's.
+DeleteGroups (42), OffsetDelete (47). The KIP-848 APIs are consumer_groups.py's.
 
 Protocol translation only: each handler runs the native op of the same name
 (groupcoord/service.py's client handlers: the same coordinator core, the same
@@ -28,7 +28,11 @@ Where Kafka and the native protocol differ, the difference is settled here:
   error); ListGroups v5 gives each group's type ("classic" or "consumer") and filters by it,
   and a consumer group's state is its KIP-848 state (Empty, Assigning, Reconciling, Stable).
 
-Waits: JoinGroup, SyncGroup, OffsetCommit and DeleteGroups return `Later` (they wait for a
+* OffsetDelete: a group that does not exist is GROUP_ID_NOT_FOUND top-level; a group with
+  members keeps its offsets (GROUP_SUBSCRIBED_TO_TOPIC per partition); a topic that does not
+  exist is UNKNOWN_TOPIC_OR_PARTITION per partition (groupcoord/admin.py `delete_offsets`).
+
+Waits: JoinGroup, SyncGroup, OffsetCommit, DeleteGroups and OffsetDelete return `Later` (they wait for a
 rebalance or an acks=all append); the coordinator answers within the listener's request
 timeout (a join that waits longer gets REQUEST_TIMED_OUT and the client rejoins, which counts
 as the same member). The others answer at once.
@@ -45,6 +49,7 @@ from kafka.protocol.consumer.group import (
     JoinGroupResponse,
     LeaveGroupResponse,
     OffsetCommitResponse,
+    OffsetDeleteResponse,
     OffsetFetchResponse,
     SyncGroupResponse,
 )
@@ -72,6 +77,7 @@ SYNC_GROUP_KEY: Final = 14
 DESCRIBE_GROUPS_KEY: Final = 15
 LIST_GROUPS_KEY: Final = 16
 DELETE_GROUPS_KEY: Final = 42
+OFFSET_DELETE_KEY: Final = 47
 
 GROUP_KEY_TYPE: Final = 0
 TRANSACTION_KEY_TYPE: Final = 1
@@ -460,6 +466,32 @@ async def handle_delete_groups(ctx: KafkaContext, call: Call) -> Reply:
     return Later(answer)
 
 
+async def handle_offset_delete(ctx: KafkaContext, call: Call) -> Reply:
+    request = call.request
+    order = [(t.name, [p.partition_index for p in t.partitions or []]) for t in request.topics or []]
+    fields = {"group_id": request.group_id, "timeout_ms": _wait_ms(ctx),
+              "partitions": [{"topic": name, "partition": p} for name, ps in order for p in ps]}
+    R = OffsetDeleteResponse
+    T = R.OffsetDeleteResponseTopic
+
+    def response(code: int, code_of: Mapping[tuple[str, int], int]) -> Any:
+        return R(error_code=code, throttle_time_ms=0, topics=[
+            T(name=name, partitions=[
+                T.OffsetDeleteResponsePartition(partition_index=p, error_code=code_of.get((name, p), errors.NONE))
+                for p in ps])
+            for name, ps in order])  # fmt: skip
+
+    async def answer() -> Reply:
+        try:
+            result = await ctx.call("offset_delete", fields) or {}
+        except RaftlogError as exc:  # the whole request refused (no such group, not coordinator)
+            return response(_code(exc)[0], {})
+        return response(errors.NONE, {(r["topic"], r["partition"]): _wire_code(r.get("error"))
+                                      for r in result.get("partitions") or ()})
+
+    return Later(answer)
+
+
 HANDLERS: Final = {
     OFFSET_COMMIT_KEY: handle_offset_commit,
     OFFSET_FETCH_KEY: handle_offset_fetch,
@@ -471,4 +503,5 @@ HANDLERS: Final = {
     DESCRIBE_GROUPS_KEY: handle_describe_groups,
     LIST_GROUPS_KEY: handle_list_groups,
     DELETE_GROUPS_KEY: handle_delete_groups,
+    OFFSET_DELETE_KEY: handle_offset_delete,
 }

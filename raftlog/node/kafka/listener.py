@@ -68,9 +68,10 @@ import trio
 
 from raftlog.base.errors import RaftlogError
 from raftlog.base.eventlog import log_event
-from raftlog.node.auth import ListenerSecurity, SessionExpiredError
-from raftlog.node.gate import ConnectionGate, Liveness, accept_loop
+from raftlog.node.auth import ListenerSecurity, Session, SessionExpiredError
+from raftlog.node.gate import ConnectionGate, Liveness
 from raftlog.base.metrics import MetricsRegistry
+from raftlog.node.listener import ListenerMetrics, connection_handler, serve_listener
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.context import Call, ConnectionState, Encoded, Handler, KafkaContext, Later
 from raftlog.node.kafka.wire import API_VERSIONS_KEY, Chunk, CodecError, FileRange, Header
@@ -133,36 +134,12 @@ class _Listener:
         self.max_request_bytes = max_request_bytes
         self.request_timeout_ms = request_timeout_ms
         self.max_in_flight = max_in_flight
-        self.connections = 0
-        registry = registry if registry is not None else MetricsRegistry()
-        self.requests_total = registry.counter(
-            "raftlog_requests_total",
-            "Requests answered, by listener, op and result code (OK for success).",
-            ("listener", "op", "code"),
-        )
-        self.request_latency_ms = registry.histogram(
-            "raftlog_request_latency_ms",
-            "Time from a request's start (slot taken) to its response being ready, in ms.",
-            ("listener", "op"),
-        )
-        self.frame_errors_total = registry.counter(
-            "raftlog_frame_errors_total",
-            "Connections closed because a frame could not be decoded, by code.",
-            ("listener", "code"),
-        )
-        registry.gauge(
-            "raftlog_connections", "Open connections, by listener.", ("listener",)
-        ).labels(listener="kafka").set_function(lambda: self.connections)
-        self.auth_failures_total = registry.counter(
-            "raftlog_auth_failures_total",
-            "Failed authentications (SASL logins, peer handshakes), by listener.",
-            ("listener",),
-        )
-        self.tls_handshake_failures_total = registry.counter(
-            "raftlog_tls_handshake_failures_total",
-            "Connections closed because their TLS handshake failed, by listener.",
-            ("listener",),
-        )
+        # The shell's metrics (raftlog/node/listener.py); the names below are its.
+        self.metrics = metrics = ListenerMetrics(registry, "kafka")
+        self.requests_total = metrics.requests_total
+        self.request_latency_ms = metrics.request_latency_ms
+        self.frame_errors_total = metrics.frame_errors_total
+        self.auth_failures_total = metrics.auth_failures_total
 
     async def load(self) -> None:
         """Load the protocol half once (the first request of any connection); concurrent
@@ -449,28 +426,9 @@ class _Connection:
         await self.writer.send_parts(chunks)
 
 
-async def _connection_task(stream: trio.SocketStream, peer: str, liveness: Liveness, listener: _Listener) -> None:
-    listener.connections += 1
-    try:
-        security = listener.security
-        if security is None:
-            async with stream:
-                await _Connection(stream, listener, peer, liveness=liveness).run()
-            return
-        liveness.authenticated = lambda: False  # until the session is complete
-        accepted = await security.accept(stream, peer, listener="kafka",
-                                         tls_failures=listener.tls_handshake_failures_total)
-        if accepted is None:
-            return
-        secured, session = accepted
-        liveness.authenticated = lambda: session.complete
-        async with secured:
-            await _Connection(secured, listener, peer, session, liveness=liveness,
-                              socket_stream=None if secured is not stream else stream).run()
-    except* Exception as group:  # a bug in one connection must not stop the listener
-        log_event(logger, "kafka_conn_failed", level=logging.ERROR, exc_info=group, peer=peer)
-    finally:
-        listener.connections -= 1
+async def _run_connection(listener: _Listener, stream: trio.abc.Stream, peer: str, session: Session | None,
+                          liveness: Liveness, socket_stream: trio.SocketStream | None) -> None:
+    await _Connection(stream, listener, peer, session, liveness=liveness, socket_stream=socket_stream).run()
 
 
 async def serve_kafka(
@@ -503,20 +461,8 @@ async def serve_kafka(
         request_timeout_ms=request_timeout_ms, max_in_flight=max_in_flight, registry=registry,
         security=security, sasl_max_receive_bytes=sasl_max_receive_bytes,
     )  # fmt: skip
-    socket_listeners = await trio.open_tcp_listeners(port, host=host or None)
-    if port == 0 and len(socket_listeners) > 1:
-        for extra in socket_listeners[1:]:
-            await extra.aclose()
-        socket_listeners = socket_listeners[:1]
-    actual_port = socket_listeners[0].socket.getsockname()[1]
     if gate is None:
         gate = ConnectionGate(max_connections=max_connections, registry=registry)
-    handle = partial(_connection_task, listener=listener)
-    async with trio.open_nursery() as nursery:
-        for socket_listener in socket_listeners:
-            nursery.start_soon(accept_loop, socket_listener, gate, "kafka", handle, nursery)
-        log_event(logger, "listening", listener="kafka", host=host, port=actual_port,
-                  max_request_bytes=max_request_bytes, max_in_flight=max_in_flight)
-        task_status.started(actual_port)
-        await trio.sleep_forever()
-    raise AssertionError("unreachable: the nursery only ends by cancellation")
+    handle = connection_handler("kafka", security, listener.metrics, partial(_run_connection, listener))
+    await serve_listener(host, port, name="kafka", gate=gate, handle=handle, task_status=task_status,
+                         max_request_bytes=max_request_bytes, max_in_flight=max_in_flight)

@@ -25,7 +25,7 @@ key (checked by the unit tests) and every key here must have a handler in
   the ranges Kafka 4 serves.
 * The group APIs (groups.py) at their full classic-protocol ranges below topic ids: JoinGroup
   0-9, SyncGroup 0-5, Heartbeat 0-4, LeaveGroup 0-5, OffsetCommit 2-9, OffsetFetch 1-9,
-  FindCoordinator 0-5, DescribeGroups 0-6, ListGroups 0-5, DeleteGroups 0-2. The KIP-848
+  FindCoordinator 0-5, DescribeGroups 0-6, ListGroups 0-5, DeleteGroups 0-2, OffsetDelete 0. The KIP-848
   consumer protocol (consumer_groups.py): ConsumerGroupHeartbeat 0-1 and ConsumerGroupDescribe
   0-1, the versions librdkafka 2.12+ (`group.protocol=consumer`) and the Java client 4.x send.
 * The read-only operator APIs (describe.py): DescribeLogDirs 1-4 (v5's cordoned flag is
@@ -86,6 +86,7 @@ SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     33: (0, 2),  # AlterConfigs
     36: (0, 2),  # SaslAuthenticate
     42: (0, 2),  # DeleteGroups
+    47: (0, 0),  # OffsetDelete (its only version)
     44: (0, 1),  # IncrementalAlterConfigs
     50: (0, 0),  # DescribeUserScramCredentials
     51: (0, 0),  # AlterUserScramCredentials

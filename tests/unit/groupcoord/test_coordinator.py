@@ -712,6 +712,20 @@ def test_delete_group_failure_leaves_it_empty():
     assert h.group().state is GroupState.EMPTY and h.fetch() == {("t", 0): 10}
 
 
+def test_delete_offsets_of_an_empty_group_kafka_offset_delete():
+    h = Harness()
+    assert isinstance(h.call("delete_offsets", group_id=G, partitions=[("t", 0)]), GroupIdNotFoundError)
+    ids, gen = h.form(1)
+    h.commit_offsets(ids[0], gen, offsets=[("t", 0, 30), ("t", 1, 7)])
+    live = h.call("delete_offsets", group_id=G, partitions=[("t", 0)])
+    assert [p["error"]["code"] for p in live["partitions"]] == ["GROUP_SUBSCRIBED_TO_TOPIC"]
+    assert h.fetch() == {("t", 0): 30, ("t", 1): 7}
+    h.call("leave_group", group_id=G, members=[(ids[0], None)])
+    done = h.call("delete_offsets", group_id=G, partitions=[("t", 0), ("t", 5)])
+    assert done == {"partitions": [{"topic": "t", "partition": 0}, {"topic": "t", "partition": 5}]}
+    assert h.fetch() == {("t", 1): 7} and fetch_all(replay(h.log[P])) == {("t", 1): 7}
+
+
 # ---- offset reset ----------------------------------------------------------------------
 
 

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
 
+from groupcoord.context import CoordinatorConfig
 from groupcoord.service import LEADERSHIP_CHECK_S, GroupCoordinatorService
+from groupcoord.settings import GroupCoordinatorSettings
+from metadata.image import MetadataImage
 from groupcoord.state import GroupState
 from partition.batch import read_header, stamp
 from raftlog.base.errors import (
@@ -28,32 +30,42 @@ REBALANCE_S = 20.0
 TICK_SLACK_S = 0.01    # the timer loop wakes at the deadline; one event-loop pass later at most
 
 
-class MemoryOffsetsPartition:
-    """A `__consumer_offsets` partition led here, as the service uses a Replica: appends commit
-    at once (acks=all answered with no waiter), reads return whole stamped batches. In memory,
-    because a real replica fsyncs in worker threads, and MockClock would jump while they run."""
+class Committed:
+    """An append that committed at once."""
 
-    topic = OFFSETS_TOPIC
+    def __init__(self, first_offset: int) -> None:
+        self.first_offset = first_offset
+
+    async def wait_committed(self, deadline: float) -> None:
+        await trio.lowlevel.checkpoint()
+
+
+class MemoryOffsetsPartition:
+    """A `__consumer_offsets` partition led here, as the service's `InternalPartition`
+    (groupcoord/internal_topic.py): appends commit at once, reads return whole stamped batches.
+    In memory, because a real replica fsyncs in worker threads, and MockClock would jump while
+    they run."""
 
     def __init__(self) -> None:
         self.is_leader = True
         self.leader_epoch = 1
         self.batches: list[bytes] = []
-        self.log = SimpleNamespace(log_start_offset=0, log_end_offset=0)
+        self.log_start_offset = 0
+        self.log_end_offset = 0
 
     @property
     def high_watermark(self) -> int:
-        return self.log.log_end_offset
+        return self.log_end_offset
 
-    async def append_as_leader(self, batch: bytes, *, acks: int) -> Any:
+    async def append(self, batch: bytes) -> Committed:
         buf = bytearray(batch)
-        first = self.log.log_end_offset
+        first = self.log_end_offset
         stamp(buf, 0, first, self.leader_epoch)
         self.batches.append(bytes(buf))
-        self.log.log_end_offset = read_header(buf).next_offset
-        return SimpleNamespace(first_offset=first, waiter=None)
+        self.log_end_offset = read_header(buf).next_offset
+        return Committed(first)
 
-    def read_committed(self, offset: int, max_bytes: int) -> bytes:
+    async def read_committed(self, offset: int, max_bytes: int) -> bytes:
         out = b""
         for batch in self.batches:
             if read_header(batch).next_offset > offset and len(out) + len(batch) <= max_bytes:
@@ -67,13 +79,19 @@ class MemoryOffsetsPartition:
         pass
 
 
-class MemoryReplicas:
+class MemoryTopics:
+    """The service's `InternalTopics`: the 16 partitions of `__consumer_offsets`, all led here."""
+
     def __init__(self) -> None:
         self.partitions = {p: MemoryOffsetsPartition() for p in range(OFFSETS_TOPIC_PARTITIONS)}
         self.listeners: list[Any] = []
 
-    def replica(self, topic: str, partition: int) -> MemoryOffsetsPartition | None:
+    def partition(self, topic: str, partition: int) -> MemoryOffsetsPartition | None:
         return self.partitions.get(partition) if topic == OFFSETS_TOPIC else None
+
+    def high_watermark(self, topic: str, partition: int) -> int | None:
+        part = self.partition(topic, partition)
+        return None if part is None else part.high_watermark
 
     def add_leadership_listener(self, listener: Any) -> None:
         self.listeners.append(listener)
@@ -83,7 +101,18 @@ class MemoryReplicas:
         r.is_leader = False
         if tell:
             for listener in self.listeners:
-                listener(r)
+                listener(OFFSETS_TOPIC, partition)
+
+
+class NoMetadata:
+    """find_coordinator and commits of unknown topics are not exercised here."""
+
+    @property
+    def image(self) -> MetadataImage:
+        raise AssertionError("the metadata image is not used by these tests")
+
+    def client_address(self, broker_id: int) -> str | None:
+        raise AssertionError("not used")
 
 
 def trio_ms() -> int:
@@ -91,10 +120,10 @@ def trio_ms() -> int:
 
 
 async def started_service(nursery: trio.Nursery) -> GroupCoordinatorService:
-    config = SimpleNamespace(node_id=1, request_timeout_ms=60_000, group_min_session_timeout_ms=1_000,
-                             group_max_session_timeout_ms=300_000,
-                             group_initial_rebalance_delay_ms=int(DELAY_S * 1000))
-    service = GroupCoordinatorService(config, None, MemoryReplicas(), clock_ms=trio_ms)
+    settings = GroupCoordinatorSettings(node_id=1, request_timeout_ms=60_000, coordinator=CoordinatorConfig(
+        partitions=OFFSETS_TOPIC_PARTITIONS, group_min_session_timeout_ms=1_000,
+        group_max_session_timeout_ms=300_000, group_initial_rebalance_delay_ms=int(DELAY_S * 1000)))
+    service = GroupCoordinatorService(settings, NoMetadata(), MemoryTopics(), clock_ms=trio_ms)
     await nursery.start(service.run)
     with trio.fail_after(5):  # virtual seconds: the leadership poll loads all 16 partitions
         while len(service.health()["partitions_active"]) < OFFSETS_TOPIC_PARTITIONS:
@@ -243,9 +272,9 @@ async def _until_unloaded(service: GroupCoordinatorService, partition: int) -> f
 async def test_ownership_follows_a_reported_leadership_change_at_once(autojump_clock):
     async with trio.open_nursery() as nursery:
         service = await started_service(nursery)
-        service.replicas.lose_leadership(3)
+        service.topics.lose_leadership(3)
         assert await _until_unloaded(service, 3) <= TICK_SLACK_S
         # A change nobody reports is still noticed, by the watcher's slow check.
-        service.replicas.lose_leadership(4, tell=False)
+        service.topics.lose_leadership(4, tell=False)
         assert TICK_SLACK_S < await _until_unloaded(service, 4) <= LEADERSHIP_CHECK_S + TICK_SLACK_S
         nursery.cancel_scope.cancel()

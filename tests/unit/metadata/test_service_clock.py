@@ -13,6 +13,7 @@ from metadata.service import MetadataService
 from raftlog.base.peer import PeerPool
 from raftlog.base.protocol import Request
 from raftlog.node.config import HostPort, Listeners, NodeConfig
+from raftlog.node.settings import metadata_settings
 
 HEARTBEAT_S = 1.5
 SESSION_S = 9.0
@@ -86,7 +87,7 @@ def _config(tmp_path: Path) -> NodeConfig:
 async def _started(nursery: trio.Nursery, tmp_path: Path) -> MetadataService:
     pool = PeerPool(1)
     await nursery.start(pool.run)
-    service = MetadataService(_config(tmp_path), "clocked", pool,
+    service = MetadataService(metadata_settings(_config(tmp_path)), "clocked", pool,
                               quorum_factory=lambda **kw: MemoryQuorum(1, **kw))
     await nursery.start(service.run)
     await service.wait_for(lambda image: image.broker(1) is not None and not image.broker(1).fenced, 30)

@@ -224,8 +224,13 @@ def test_small_growth_writes_no_point(tmp_path):
 
 
 class _NoTransport:
+    file_slices = False
+
     def send(self, replica, to, message):
         raise AssertionError("nothing is sent in these tests")
+
+    def answering(self, broker_id):
+        return False
 
 
 def _replica(directory):

@@ -23,6 +23,9 @@ class _Capture:
     def send(self, replica, to, message):
         self.sent.append((to, message))
 
+    def answering(self, broker_id):
+        return False
+
 
 def _replica(directory, transport):
     return Replica(topic="t", partition=0, topic_id="tid", replica_id=1, voters=(1, 2, 3),

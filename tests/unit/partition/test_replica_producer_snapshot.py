@@ -26,8 +26,13 @@ MAX_PRODUCERS = 3
 
 
 class _Quiet:
+    file_slices = False
+
     def send(self, replica, to, message):
         pass
+
+    def answering(self, broker_id):
+        return False
 
 
 def _replica(directory, voters=(1, 2, 3)):

@@ -13,8 +13,13 @@ WAIT_S = 10
 
 
 class _Quiet:
+    file_slices = False
+
     def send(self, replica, to, message):
         raise AssertionError("a single voter sends nothing")
+
+    def answering(self, broker_id):
+        return False
 
 
 async def test_an_elected_core_is_a_leader_in_the_status_only_once_the_replica_serves_as_one(tmp_path, nursery):

@@ -16,8 +16,13 @@ from partition.replica import Replica
 
 
 class _NoTransport:
+    file_slices = False
+
     def send(self, replica, to, message):
         raise AssertionError("a single voter sends nothing")
+
+    def answering(self, broker_id):
+        return False
 
 
 async def test_the_tick_that_starts_a_candidacy_does_not_wait_for_its_fsync(tmp_path, monkeypatch):

@@ -42,3 +42,14 @@ def test_a_port_handed_out_lately_is_not_handed_out_again():
     asked = [free_ports(5) for _ in range(200)]
     every = [p for ports in asked for p in ports]
     assert len(set(every)) == len(every) == 1000
+
+
+def test_a_port_slice_keeps_parallel_pickers_apart(monkeypatch):
+    # RAFTLOG_PORT_SLICE="i/n" (set per pytest-xdist worker by tests/conftest.py): only p % n == i.
+    if _ephemeral_range() is None:
+        return
+    for index in range(3):
+        monkeypatch.setenv("RAFTLOG_PORT_SLICE", f"{index}/3")
+        assert {p % 3 for p in free_ports(20)} == {index}
+    monkeypatch.setenv("RAFTLOG_PORT_SLICE", "3/3")  # malformed: the whole range
+    assert len(set(free_ports(20))) == 20

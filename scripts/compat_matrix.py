@@ -1,0 +1,132 @@
+"""Write the compatibility matrix (client or tool x feature, Apache Kafka vs raftlog) into
+docs/compatibility.md from the last run of the conformance suite (issue 40).
+
+    python -m pytest tests/conformance -p no:cacheprovider --junitxml=/tmp/conformance.xml
+    python scripts/compat_matrix.py /tmp/conformance.xml [more.xml ...] [--doc docs/compatibility.md]
+
+Each test of tests/conformance/ runs one scenario on the reference Kafka and on raftlog and
+compares what a user sees, so its outcome is the row: passed = the same answer on both;
+xfail = a divergence the suite knows, with its reason; skipped = not served by raftlog yet
+(the issue that brings it); failed = a divergence nobody has looked at yet. The table replaces
+what lies between the `matrix:begin` and `matrix:end` markers of the document, with the
+command and the date of the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import xml.etree.ElementTree as ET
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BEGIN, END = "<!-- matrix:begin -->", "<!-- matrix:end -->"
+
+# test module -> (client or tool, how a test's name becomes the feature)
+CLIENTS = {
+    "test_java_client": "Java client (kafka-clients)",
+    "test_java_admin": "Java Admin client",
+    "test_tools_topics": "kafka-topics",
+    "test_tools_groups": "console tools, kafka-consumer-groups",
+    "test_tools_operator": "operator tools",
+}
+FEATURES = {
+    "test_kafka_topics_create_describe_alter_delete": "--create / --describe / --alter / --list / --delete",
+    "test_console_producer_consumer_and_consumer_groups":
+        "console producer/consumer (keys, headers, --group), --describe, --reset-offsets, get-offsets, delete-records",
+    "test_consumer_groups_delete_offsets": "kafka-consumer-groups --delete-offsets",
+    "test_producer_acks_and_compression": "idempotent producer, acks 0/1/all, compression",
+    "test_consumer_assign_seek_offsets_for_times": "consumer assign / seek / offsetsForTimes",
+    "test_classic_group_cooperative_sticky_member_killed_commit_resume":
+        "classic group of 3, cooperative-sticky, member killed, commit and resume",
+    "test_configs_quorum_log_dirs_features": "kafka-configs, kafka-metadata-quorum, kafka-log-dirs, kafka-features",
+    "test_verifiable_producer_and_consumer": "kafka-verifiable-producer / -consumer",
+    "test_leader_election": "kafka-leader-election",
+}
+
+
+def rows(*reports: Path) -> list[tuple[str, str, str, str]]:
+    """(client, feature, Kafka, raftlog) per test case of the reports; a case in a later report
+    replaces the same case of an earlier one (a rerun of one file after a fix)."""
+    cases = {}
+    for junit in reports:
+        for case in ET.parse(junit).getroot().iter("testcase"):
+            cases[(case.get("classname", ""), case.get("name", ""))] = case
+    out = []
+    for case in cases.values():
+        module = case.get("classname", "").rpartition(".")[2]
+        if module not in CLIENTS:
+            continue
+        name = case.get("name", "")
+        base, _, param = name.partition("[")
+        feature = FEATURES.get(base, base.removeprefix("test_").replace("_", " "))
+        if param:
+            feature = f"{param.rstrip(']')}" if base == "test_admin_call" else f"{feature}: {param.rstrip(']')}"
+        kafka, raftlog = "yes", "same as Kafka"
+        skipped, failure, error = case.find("skipped"), case.find("failure"), case.find("error")
+        if skipped is not None:
+            message = _short(skipped.get("message", ""))
+            if skipped.get("type") == "pytest.xfail":
+                raftlog = f"differs: {message}"
+            elif "reference Kafka unavailable" in message:
+                kafka = raftlog = "not run (no reference Kafka)"
+            else:
+                raftlog = f"not served: {message}"
+        elif failure is not None:
+            raftlog = f"FAILS: {_short(failure.get('message', ''))}"
+        elif error is not None:
+            kafka = raftlog = f"error: {_short(error.get('message', ''))}"
+        out.append((CLIENTS[module], feature, kafka, raftlog))
+    return out
+
+
+def _short(text: str, limit: int = 160) -> str:
+    text = re.sub(r"\s+", " ", text).strip()
+    text = re.sub(r"^(Skipped|XFailed|reason): ", "", text)
+    text = re.sub(r"^(raftlog differs|not served by raftlog yet): ", "", text)
+    text = re.sub(r"; Kafka answered .*| \(Kafka .*", "", text)
+    text = text.replace("|", "\\|")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def render(table: list[tuple[str, str, str, str]], *reports: Path) -> str:
+    newest = max(junit.stat().st_mtime for junit in reports)
+    when = datetime.fromtimestamp(newest, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    same = sum(1 for r in table if r[3] == "same as Kafka")
+    lines = [BEGIN,
+             f"Generated {when} by `python scripts/compat_matrix.py` from `python -m pytest tests/conformance "
+             f"--junitxml=...`: {same} of {len(table)} rows answer the same as Apache Kafka.", "",
+             "| client / tool | feature | Apache Kafka | raftlog |", "| --- | --- | --- | --- |"]
+    lines += [f"| {c} | {f} | {k} | {r} |" for c, f, k, r in table]
+    lines.append(END)
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("junit", type=Path, nargs="+",
+                    help="pytest's --junitxml report(s) of tests/conformance (a later one's cases win)")
+    ap.add_argument("--doc", type=Path, default=ROOT / "docs" / "compatibility.md")
+    args = ap.parse_args()
+    missing = [str(j) for j in args.junit if not j.exists()]
+    if missing:
+        print(f"compat_matrix: no report at {', '.join(missing)}: run the suite with --junitxml first", file=sys.stderr)
+        return 2
+    table = rows(*args.junit)
+    if not table:
+        print(f"compat_matrix: {' '.join(map(str, args.junit))} has no conformance test", file=sys.stderr)
+        return 2
+    text = args.doc.read_text() if args.doc.exists() else f"# Compatibility\n\n{BEGIN}\n{END}\n"
+    if BEGIN not in text or END not in text:
+        text = text.rstrip("\n") + f"\n\n{BEGIN}\n{END}\n"
+    head, _, rest = text.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    args.doc.write_text(head + render(table, *args.junit) + tail)
+    print(f"{args.doc}: {len(table)} rows")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

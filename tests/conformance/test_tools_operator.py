@@ -1,0 +1,100 @@
+"""Kafka's operator tools give the same answers against raftlog as against the reference Apache
+Kafka: kafka-configs (topic and broker), kafka-metadata-quorum, kafka-log-dirs, kafka-features,
+and kafka-verifiable-producer/-consumer (the building blocks of Kafka's system tests: every
+acknowledged record consumed, in order per partition). kafka-leader-election waits for #41."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from differential import Sides, assert_same
+from kafka_ref import kafka_tool
+
+RECORDS = 300
+
+
+def _json_lines(text: str) -> list[dict]:
+    out = []
+    for line in text.splitlines():
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass
+    return out
+
+
+def test_configs_quorum_log_dirs_features(sides: Sides) -> None:
+    def scenario(bootstrap: str) -> dict:
+        topic = "tools-operator"
+        out: dict = {}
+        kafka_tool("kafka-topics", "--bootstrap-server", bootstrap, "--create", "--topic", topic,
+                   "--partitions", "2", "--replication-factor", "3", check=True)
+        configs = ("kafka-configs", "--bootstrap-server", bootstrap)
+        done = kafka_tool(*configs, "--alter", "--entity-type", "topics", "--entity-name", topic,
+                          "--add-config", "retention.ms=86400000,cleanup.policy=compact")
+        out["configs_alter_topic"] = (done.returncode, done.stdout.strip())
+        done = kafka_tool(*configs, "--describe", "--entity-type", "topics", "--entity-name", topic)
+        out["configs_describe_topic"] = (done.returncode, sorted(
+            kv.strip() for line in done.stdout.splitlines()[1:] for kv in [line.split(" sensitive=")[0]] if kv.strip()))
+        done = kafka_tool(*configs, "--alter", "--entity-type", "topics", "--entity-name", topic,
+                          "--delete-config", "cleanup.policy")
+        out["configs_delete_topic"] = done.returncode
+        done = kafka_tool(*configs, "--describe", "--entity-type", "brokers", "--entity-name", "1", "--all")
+        wanted = ("num.partitions=", "default.replication.factor=", "auto.create.topics.enable=")
+        out["configs_describe_broker"] = (done.returncode, sorted(
+            line.strip().split(" ")[0] for line in done.stdout.splitlines() if line.strip().startswith(wanted)))
+        done = kafka_tool("kafka-metadata-quorum", "--bootstrap-server", bootstrap, "describe", "--status")
+        status = dict(line.split(":", 1) for line in done.stdout.splitlines() if ":" in line)
+        out["quorum_status"] = (done.returncode, len(json.loads(status.get("CurrentVoters", "[]").strip() or "[]")),
+                                status.get("LeaderId", "").strip().isdigit())
+        done = kafka_tool("kafka-log-dirs", "--bootstrap-server", bootstrap, "--describe", "--topic-list", topic)
+        listing = next((json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")), {})
+        out["log_dirs"] = (done.returncode, sorted(
+            (len(b["logDirs"]), sorted(p["partition"] for d in b["logDirs"] for p in d["partitions"]))
+            for b in listing.get("brokers", [])))
+        done = kafka_tool("kafka-features", "--bootstrap-server", bootstrap, "describe")
+        out["features"] = (done.returncode, sorted(line.split("\t")[0] for line in done.stdout.splitlines() if line))
+        return out
+
+    assert_same(sides.run(scenario), "kafka-configs, kafka-metadata-quorum, kafka-log-dirs, kafka-features", known={
+        "configs_describe_broker": "broker configs listed without --all's full set (#41)",
+        "features": "no finalized features (metadata.version) in ApiVersions (#41)",
+    })
+
+
+def test_verifiable_producer_and_consumer(sides: Sides) -> None:
+    def scenario(bootstrap: str) -> dict:
+        topic = "tools-verifiable"
+        kafka_tool("kafka-topics", "--bootstrap-server", bootstrap, "--create", "--topic", topic,
+                   "--partitions", "3", "--replication-factor", "3", check=True)
+        done = kafka_tool("kafka-verifiable-producer", "--bootstrap-server", bootstrap, "--topic", topic,
+                          "--max-messages", str(RECORDS), "--acks", "-1", timeout_s=180)
+        events = _json_lines(done.stdout)
+        acked = {(e["partition"], e["offset"]) for e in events if e.get("name") == "producer_send_success"}
+        done = kafka_tool("kafka-verifiable-consumer", "--bootstrap-server", bootstrap, "--topic", topic,
+                          "--group-id", "verifiable-group", "--max-messages", str(RECORDS),
+                          "--reset-policy", "earliest", timeout_s=180)
+        consumed: set[tuple[int, int]] = set()
+        in_order = True
+        last: dict[int, int] = {}
+        for e in _json_lines(done.stdout):
+            if e.get("name") != "records_consumed":
+                continue
+            for p in e.get("partitions", []):
+                if p["minOffset"] <= last.get(p["partition"], -1):
+                    in_order = False
+                last[p["partition"]] = p["maxOffset"]
+                consumed.update((p["partition"], o) for o in range(p["minOffset"], p["maxOffset"] + 1))
+        # Which partitions the records went to is the sticky partitioner's random pick: not compared.
+        return {"acked": len(acked), "every_acked_consumed": acked <= consumed, "in_order": in_order}
+
+    same = assert_same(sides.run(scenario), "kafka-verifiable-producer/-consumer")
+    assert same["acked"] == RECORDS and same["every_acked_consumed"] and same["in_order"]
+
+
+@pytest.mark.skip(reason="kafka-leader-election: ElectLeaders is not served by raftlog yet (#41)")
+def test_leader_election() -> None:
+    raise AssertionError("not reached")
