@@ -32,8 +32,8 @@ What the shell does for the core (the contract in coordinator.py's docstring):
   when leadership was noticed (so every record of earlier leaders is committed), then it reads
   from the log start to the high watermark (groupcoord/partition_load.py, shared with the
   transaction coordinator: `read_committed` + `partition.keyed.keyed_records`, control batches
-  skipped) into `load`, then `finish_load`. Meanwhile the partition's groups answer COORDINATOR_LOAD_IN_PROGRESS; groups of partitions not led here
-  answer NOT_COORDINATOR. Losing leadership `unload`s (pending requests answered
+  skipped) into `load`, then `finish_load`. Meanwhile the partition's groups answer
+  COORDINATOR_LOAD_IN_PROGRESS; groups of partitions not led here answer NOT_COORDINATOR. Losing leadership `unload`s (pending requests answered
   NOT_COORDINATOR). A load that fails is dropped and retried by the watcher.
 * Timer: one task sleeps until the latest `next_deadline_ms` (or until it changes) and calls
   `tick(now_ms)`.
