@@ -20,7 +20,10 @@ What lives here:
   classic <-> consumer conversions), `consumer_group_service` (the shell's two ops);
 * `errors`      the package's own exception (a bad `__consumer_offsets` record);
 * `service`     the trio shell: appends through the replica manager, owns the waiters, the
-                timer and partition ownership.
+                timer and partition ownership;
+* `partition_load` replaying an internal topic's partition into a core (both shells);
+* `txn_records`, `txn_coordinator`, `txn_service`: the transaction coordinator over
+                `__transaction_state` (issue 42; docs/transactions.md), same shape.
 Which partition holds a group is `raftlog.base.topics.partition_for_group`; the client-side
 assignors are `raftlog.client.assignor`.
 """

@@ -1,6 +1,6 @@
 """What a coordinator needs from the layers under it, as `Protocol` types (DESIGN §10,
-"Coordinators"): the local partitions of its internal compacted topic (`__consumer_offsets`
-today; `__transaction_state`, `__share_group_state` and `_schemas` next) and a view of the
+"Coordinators"): the local partitions of its internal compacted topic (`__consumer_offsets`,
+`__transaction_state`; `__share_group_state` and `_schemas` next) and a view of the
 metadata image. A coordinator's shell is written against these and never against `Replica`,
 `Log` or the replica manager: `partition/internal_topic.py` implements `InternalTopics` over
 the node's ReplicaManager; tests implement it in memory.
@@ -10,6 +10,7 @@ the node's ReplicaManager; tests implement it in memory.
     await part.read_committed(offset, max_bytes) -> whole batches below the high watermark
     part.watch(event)                          -> set at the next high-watermark or leadership change
     topics.add_leadership_listener(fn)         -> fn(topic, partition) on every leadership change here
+    await metadata.ensure_transaction_state_topic(timeout_s=2.0)  (TxnMetadataView: created on first use)
 
 Invariants the implementation keeps (a coordinator relies on them):
 * `append` appends as the leader with acks=all: it raises NotLeaderError (or another registry
@@ -32,7 +33,7 @@ import trio
 
 from metadata.image import MetadataImage
 
-__all__ = ["Appended", "InternalPartition", "InternalTopics", "MetadataView"]
+__all__ = ["Appended", "InternalPartition", "InternalTopics", "MetadataView", "TxnMetadataView"]
 
 
 class Appended(Protocol):
@@ -99,3 +100,13 @@ class MetadataView(Protocol):
 
     def client_address(self, broker_id: int) -> str | None:
         """A broker's native client listener "host:port", None when unknown."""
+
+
+class TxnMetadataView(MetadataView, Protocol):
+    """The transaction coordinator's view: it also asks the controller to create
+    `__transaction_state` on the first transactional FindCoordinator (Kafka creates it on
+    first use; metadata/service.py serves this)."""
+
+    async def ensure_transaction_state_topic(self, *, timeout_s: float) -> bool:
+        """Ask for the topic unless it exists; True when this call created it. A controller
+        not reached raises a registry error (RaftlogError)."""

@@ -30,10 +30,10 @@ What the shell does for the core (the contract in coordinator.py's docstring):
   times a second). A partition newly led here (or led in a new epoch) is `begin_load`ed, then
   replayed in a task: first it waits until the high watermark reaches the log end seen
   when leadership was noticed (so every record of earlier leaders is committed), then it reads
-  from the log start to the high watermark in LOAD_CHUNK_BYTES chunks (`read_committed` +
-  `partition.keyed.keyed_records`, control batches skipped) into `load`, then `finish_load`. Meanwhile the
-  partition's groups answer COORDINATOR_LOAD_IN_PROGRESS; groups of partitions not led here
-  answer NOT_COORDINATOR. Losing leadership `unload`s (pending requests answered
+  from the log start to the high watermark (groupcoord/partition_load.py, shared with the
+  transaction coordinator: `read_committed` + `partition.keyed.keyed_records`, control batches
+  skipped) into `load`, then `finish_load`. Meanwhile the partition's groups answer
+  COORDINATOR_LOAD_IN_PROGRESS; groups of partitions not led here answer NOT_COORDINATOR. Losing leadership `unload`s (pending requests answered
   NOT_COORDINATOR). A load that fails is dropped and retried by the watcher.
 * Timer: one task sleeps until the latest `next_deadline_ms` (or until it changes) and calls
   `tick(now_ms)`.
@@ -73,10 +73,10 @@ from groupcoord.coordinator import (
     Result,
 )
 from groupcoord.internal_topic import Appended, InternalPartition, InternalTopics, MetadataView
+from groupcoord.partition_load import follow_leadership, replay_partition
 from groupcoord.settings import GroupCoordinatorSettings
 from metadata.image import MetadataImage
 from partition.batch import BatchBuilder
-from partition.keyed import keyed_records
 from raftlog.base.errors import (
     CoordinatorNotAvailableError,
     InvalidRequestError,
@@ -99,7 +99,6 @@ __all__ = ["GroupCoordinatorService", "OFFSETS_TOPIC"]
 logger = logging.getLogger(__name__)
 
 LEADERSHIP_CHECK_S: Final = 0.5  # besides each leadership change: a failed load's retry
-LOAD_CHUNK_BYTES: Final = 1 << 20
 LOAD_RETRY_MS: Final = 500
 COMMIT_TIMEOUT_S: Final = 5.0          # Kafka's offsets.commit.timeout.ms
 APPEND_QUEUE: Final = 4096
@@ -146,7 +145,6 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
         self._waiters: dict[int, _Waiter] = {}
         self._deadline_ms: int | None = None
         self._timer_changed = trio.Event()
-        self._leadership_changed = trio.Event()
         self._owned: dict[int, int] = {}       # partition -> leader epoch loaded / loading
         self._load_failed_at_ms: dict[int, int] = {}
         self._append_send, self._append_recv = trio.open_memory_channel[Append](APPEND_QUEUE)
@@ -178,7 +176,8 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
                 nursery.start_soon(self._timer_loop)
                 if self.topics is not None:
                     nursery.start_soon(self._writer_loop)
-                    nursery.start_soon(self._leadership_loop)
+                    nursery.start_soon(follow_leadership, self.topics, OFFSETS_TOPIC,
+                                       self._check_leadership, LEADERSHIP_CHECK_S)
                 task_status.started()
                 await trio.sleep_forever()
         finally:
@@ -347,19 +346,6 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
 
     # ------------------------------------------------------------------ ownership
 
-    async def _leadership_loop(self) -> None:
-        assert self.topics is not None
-        self.topics.add_leadership_listener(self._on_replica_leadership)
-        while True:
-            self._leadership_changed = trio.Event()
-            self._check_leadership()
-            with trio.move_on_after(LEADERSHIP_CHECK_S):
-                await self._leadership_changed.wait()
-
-    def _on_replica_leadership(self, topic: str, partition: int) -> None:
-        if topic == OFFSETS_TOPIC:
-            self._leadership_changed.set()
-
     def _check_leadership(self) -> None:
         now_ms = self._clock_ms()
         assert self.topics is not None
@@ -389,27 +375,7 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
 
         started_ms = self._clock_ms()
         try:
-            target = r.log_end_offset
-            # Every record an earlier leader committed is below `target`; once the high
-            # watermark reaches it they are all committed here too (Raft: the new leader's
-            # high watermark moves only with an offset of its own epoch).
-            while ours() and r.high_watermark < target:
-                wake = trio.Event()
-                r.watch(wake)
-                try:
-                    with trio.move_on_after(0.2):
-                        await wake.wait()
-                finally:
-                    r.unwatch(wake)
-            offset = r.log_start_offset
-            applied = 0
-            while ours() and offset < r.high_watermark:
-                data = await r.read_committed(offset, LOAD_CHUNK_BYTES)
-                if not data:
-                    break
-                records, offset = keyed_records(data, offset)
-                applied += self.core.load(p, records)
-                await trio.sleep(0)  # one chunk at a time: the node keeps serving meanwhile
+            applied, offset = await replay_partition(r, ours, lambda records: self.core.load(p, records))
             if not ours():
                 return
             self._apply(self.core.finish_load(p, self._clock_ms()))

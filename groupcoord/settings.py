@@ -1,4 +1,4 @@
-"""The group coordinator service's settings: one frozen value the node builds from its config
+"""The group and transaction coordinator services' settings: one frozen value each the node builds from its config
 (`raftlog/node/settings.py` from `raftlog/node/config.py`, where each setting has its flag,
 `RAFTLOG_*` variable, TOML key, default and range). No defaults here: config.py holds them.
 """
@@ -8,8 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from groupcoord.context import CoordinatorConfig
+from groupcoord.txn_coordinator import TxnConfig
 
-__all__ = ["GroupCoordinatorSettings"]
+__all__ = ["GroupCoordinatorSettings", "TxnCoordinatorSettings"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,3 +18,9 @@ class GroupCoordinatorSettings:
     node_id: int
     request_timeout_ms: int  # a waiting join/sync/commit answers before the server's deadline
     coordinator: CoordinatorConfig  # the pure core's (group.* / offsets.* settings)
+
+
+@dataclass(frozen=True, slots=True)
+class TxnCoordinatorSettings:
+    node_id: int
+    coordinator: TxnConfig  # the pure core's (transaction.max.timeout.ms; partition counts)

@@ -438,6 +438,11 @@ class ActiveController:
         )
         return {"first_producer_id": block.first_producer_id, "size": block.size}
 
+    async def _ensure_transaction_state(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
+        ctl.offsets_replication_factor = self._offsets_replication_factor()
+        created = await self.propose(ctl.ensure_transaction_state_topic(self._clock_ms()), deadline)
+        return {"created": created is not None}
+
     async def _controller_forward(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
         op = field(fields, "admin_op", str)
         handler = _ADMIN_HANDLERS.get(op)
@@ -510,6 +515,7 @@ CONTROLLER_OPS: Final[Mapping[str, _OpHandler]] = {
     "report_partition_leaders": ActiveController._report_partition_leaders,
     "report_partition_membership": ActiveController._report_partition_membership,
     "allocate_producer_ids": ActiveController._allocate_producer_ids,
+    "ensure_transaction_state": ActiveController._ensure_transaction_state,
     "controller_forward": ActiveController._controller_forward,
 }
 

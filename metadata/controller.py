@@ -63,6 +63,7 @@ Public API (now_ms is keyword-only except in tick/preferred_leader_moves):
     .preferred_leader_moves(now_ms, max_moves=None) -> tuple[LeaderMove, ...]
     .allocate_producer_ids(broker_id, *, now_ms) -> ControllerResult[ProducerIdBlock]
     .ensure_internal_topics(now_ms) -> ControllerResult[CreateTopicResponse | None]
+    .ensure_transaction_state_topic(now_ms) -> ControllerResult[CreateTopicResponse | None]
     .create_acls(acls, *, now_ms) -> ControllerResult[list[dict]]   (per binding: {} or {"error"})
     .delete_acls(filters, *, now_ms) -> ControllerResult[list[dict]]   (per filter: {"acls"} or {"error"})
     .alter_scram_credentials(upsertions, deletions, *, now_ms) -> ControllerResult[list[dict]]
@@ -97,7 +98,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Mapping, TypeVar
 
-from raftlog.base.topics import INTERNAL_TOPICS, MAX_TOPIC_NAME_CHARS, OFFSETS_TOPIC, OFFSETS_TOPIC_PARTITIONS
+from raftlog.base.topics import (
+    INTERNAL_TOPICS,
+    MAX_TOPIC_NAME_CHARS,
+    OFFSETS_TOPIC,
+    OFFSETS_TOPIC_PARTITIONS,
+    TRANSACTION_STATE_TOPIC,
+    TRANSACTION_STATE_TOPIC_PARTITIONS,
+)
 from raftlog.base.errors import (
     BrokerIdNotRegisteredError,
     DuplicateBrokerRegistrationError,
@@ -1015,6 +1023,23 @@ class Controller:
         return self.create_topic(
             OFFSETS_TOPIC, OFFSETS_TOPIC_PARTITIONS, rf, {"cleanup_policy": "compact"}, internal=True, now_ms=now_ms
         )
+
+    def ensure_transaction_state_topic(self, now_ms: int) -> ControllerResult[CreateTopicResponse | None]:
+        """Create `__transaction_state` (TRANSACTION_STATE_TOPIC_PARTITIONS partitions, RF as
+        `__consumer_offsets`, cleanup_policy=compact, internal) unless it exists or is being
+        created. Asked for by a broker on the first transactional FindCoordinator, as Kafka
+        creates it on first use (so clusters without transactions carry no such partitions).
+        Fewer unfenced brokers than the RF: the RF is lowered to their count (at least 1)."""
+        self._check_active()
+        name = TRANSACTION_STATE_TOPIC
+        if self._image.topic(name) is not None or self._pending_tag(("topic", name), now_ms) is not None:
+            return ControllerResult((), None)
+        brokers = len(self._image.unfenced_broker_ids())
+        if brokers < 1:
+            return ControllerResult((), None)
+        rf = min(self.offsets_replication_factor, brokers)
+        return self.create_topic(name, TRANSACTION_STATE_TOPIC_PARTITIONS, rf, {"cleanup_policy": "compact"},
+                                 internal=True, now_ms=now_ms)
 
     # --- ACLs and SCRAM credentials ---
 

@@ -352,6 +352,12 @@ class MetadataService:
         )
         return result["first_producer_id"], result["size"]
 
+    async def ensure_transaction_state_topic(self, *, timeout_s: float = 5.0) -> bool:
+        """Ask the controller to create `__transaction_state` if it does not exist yet (the
+        first transactional FindCoordinator does); True when this call created it."""
+        result = await self._controller_call("ensure_transaction_state", {}, timeout_s)
+        return bool(result.get("created"))
+
     def health(self) -> dict[str, Any]:
         controller_id = self.controller_id
         report: dict[str, Any] = {

@@ -1,6 +1,6 @@
 """The keyed records of a run of committed batches, for the services that replay an internal
-compacted topic into memory (the Schema Registry's `_schemas`; the same loop feeds the group
-coordinator's `__consumer_offsets` load). Pure.
+compacted topic into memory (the Schema Registry's `_schemas`; groupcoord/partition_load.py's loop feeds
+the group and transaction coordinators' `__consumer_offsets` and `__transaction_state` loads). Pure.
 """
 
 from __future__ import annotations

@@ -112,7 +112,7 @@ def check_batch_header(h: Header, pos: int) -> None:
         raise _invalid(pos, "clients may not write control batches")
     if h.is_transactional:
         raise TransactionalIdAuthorizationFailedError(
-            f"batch at position {pos}: transactional batch refused: this cluster has no transactions")
+            f"batch at position {pos}: transactional batch refused: transactional records are not stored yet")
     if h.timestamp_type is TimestampType.LOG_APPEND_TIME:
         raise InvalidTimestampError(
             f"batch at position {pos}: timestamp type LogAppendTime is the broker's to set, not a producer's")

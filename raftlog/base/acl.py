@@ -9,7 +9,7 @@ The checks against these bindings (deny wins, super users, implied DESCRIBE) are
 `metadata/authorizer.py`'s; the records that store them are `metadata/records.py`'s `Acl`.
 
 Rules (each refused with InvalidRequestError naming the field, as Kafka's CreateAcls does):
-* resource types: topic, group, cluster; pattern types literal and prefixed; the cluster's
+* resource types: topic, group, cluster, transactional_id; pattern types literal and prefixed; the cluster's
   one resource is named "kafka-cluster" and is literal; a literal "*" names every resource
   of its type;
 * principals are "User:<name>" or "User:*" (everyone, including User:ANONYMOUS);
@@ -60,6 +60,7 @@ class ResourceType(enum.Enum):
     TOPIC = "topic"
     GROUP = "group"
     CLUSTER = "cluster"
+    TRANSACTIONAL_ID = "transactional_id"
 
 
 class PatternType(enum.Enum):
@@ -91,7 +92,8 @@ class Permission(enum.Enum):
 
 
 KAFKA_CODES: Final[Mapping[type, Mapping[enum.Enum, int]]] = {
-    ResourceType: {ResourceType.ANY: 1, ResourceType.TOPIC: 2, ResourceType.GROUP: 3, ResourceType.CLUSTER: 4},
+    ResourceType: {ResourceType.ANY: 1, ResourceType.TOPIC: 2, ResourceType.GROUP: 3, ResourceType.CLUSTER: 4,
+                   ResourceType.TRANSACTIONAL_ID: 5},
     PatternType: {PatternType.ANY: 1, PatternType.MATCH: 2, PatternType.LITERAL: 3, PatternType.PREFIXED: 4},
     Operation: {
         Operation.ANY: 1, Operation.ALL: 2, Operation.READ: 3, Operation.WRITE: 4, Operation.CREATE: 5,
@@ -108,6 +110,7 @@ VALID_OPERATIONS: Final[Mapping[ResourceType, frozenset[Operation]]] = {
         Operation.DESCRIBE, Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS, Operation.ALL,
     }),
     ResourceType.GROUP: frozenset({Operation.READ, Operation.DESCRIBE, Operation.DELETE, Operation.ALL}),
+    ResourceType.TRANSACTIONAL_ID: frozenset({Operation.WRITE, Operation.DESCRIBE, Operation.ALL}),
     ResourceType.CLUSTER: frozenset({
         Operation.CREATE, Operation.CLUSTER_ACTION, Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS,
         Operation.IDEMPOTENT_WRITE, Operation.ALTER, Operation.DESCRIBE, Operation.ALL,

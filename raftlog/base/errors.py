@@ -49,6 +49,12 @@ DESIGN §6), and every exception raised anywhere in raftlog derives from one of 
      │    ├── InvalidGroupIdError               INVALID_GROUP_ID
      │    ├── OffsetMetadataTooLargeError       OFFSET_METADATA_TOO_LARGE
      │    ├── NonEmptyGroupError                NON_EMPTY_GROUP
+     │    ├── ProducerFencedError               PRODUCER_FENCED  (a newer epoch holds the transactional id)
+     │    ├── InvalidTxnStateError              INVALID_TXN_STATE
+     │    ├── InvalidProducerIdMappingError     INVALID_PRODUCER_ID_MAPPING
+     │    ├── InvalidTransactionTimeoutError    INVALID_TRANSACTION_TIMEOUT
+     │    ├── ConcurrentTransactionsError       CONCURRENT_TRANSACTIONS  (retriable: a step is in flight)
+     │    ├── TransactionalIdNotFoundError      TRANSACTIONAL_ID_NOT_FOUND
      │    ├── GroupSubscribedToTopicError       GROUP_SUBSCRIBED_TO_TOPIC  (OffsetDelete of a live group's topic)
      │    ├── SaslAuthenticationFailedError     SASL_AUTHENTICATION_FAILED  (no principal: which
      │    │                                     part was wrong is never said)
@@ -401,6 +407,38 @@ class CoordinatorNotAvailableError(RejectedError):
 
 class GroupIdNotFoundError(RejectedError):
     code = "GROUP_ID_NOT_FOUND"
+
+
+class ProducerFencedError(RejectedError):
+    """A newer producer epoch holds the transactional id (a zombie, or a transaction the
+    coordinator aborted on timeout)."""
+
+    code = "PRODUCER_FENCED"
+
+
+class InvalidTxnStateError(RejectedError):
+    code = "INVALID_TXN_STATE"
+
+
+class InvalidProducerIdMappingError(RejectedError):
+    """The transactional id is unknown, or holds another producer id."""
+
+    code = "INVALID_PRODUCER_ID_MAPPING"
+
+
+class InvalidTransactionTimeoutError(RejectedError):
+    code = "INVALID_TRANSACTION_TIMEOUT"
+
+
+class ConcurrentTransactionsError(RejectedError):
+    """The transactional id's previous step (a state write, markers) is still in flight."""
+
+    code = "CONCURRENT_TRANSACTIONS"
+    retriable = True
+
+
+class TransactionalIdNotFoundError(RejectedError):
+    code = "TRANSACTIONAL_ID_NOT_FOUND"
 
 
 class NonEmptyGroupError(RejectedError):

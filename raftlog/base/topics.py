@@ -1,5 +1,6 @@
 """Names every layer agrees on: internal topics, topic-name limits, and which partition of
-`__consumer_offsets` holds a group (so any node or client finds the group's coordinator).
+`__consumer_offsets` holds a group and which partition of `__transaction_state` holds a
+transactional id (so any node or client finds the coordinator).
 
 Values are Kafka's: a consumer group hashes to the same `__consumer_offsets` partition here
 as in Kafka (`Utils.abs(groupId.hashCode) % partitions`).
@@ -12,15 +13,20 @@ from typing import Final
 __all__ = [
     "OFFSETS_TOPIC",
     "OFFSETS_TOPIC_PARTITIONS",
+    "TRANSACTION_STATE_TOPIC",
+    "TRANSACTION_STATE_TOPIC_PARTITIONS",
     "INTERNAL_TOPICS",
     "MAX_TOPIC_NAME_CHARS",
     "java_string_hash",
     "partition_for_group",
+    "partition_for_transactional_id",
 ]
 
 OFFSETS_TOPIC: Final = "__consumer_offsets"
 OFFSETS_TOPIC_PARTITIONS: Final = 16  # Kafka's offsets.topic.num.partitions is 50; ours is fixed at 16
-INTERNAL_TOPICS: Final = frozenset({OFFSETS_TOPIC})
+TRANSACTION_STATE_TOPIC: Final = "__transaction_state"
+TRANSACTION_STATE_TOPIC_PARTITIONS: Final = 16  # Kafka's transaction.state.log.num.partitions is 50
+INTERNAL_TOPICS: Final = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 MAX_TOPIC_NAME_CHARS: Final = 249  # Kafka's limit (a topic name is also a directory name)
 
 
@@ -41,3 +47,8 @@ def partition_for_group(group_id: str, partitions: int = OFFSETS_TOPIC_PARTITION
         raise ValueError(f"partitions must be a positive int, got {partitions!r}")
     h = java_string_hash(group_id)
     return (0 if h == -(2**31) else abs(h)) % partitions
+
+
+def partition_for_transactional_id(transactional_id: str, partitions: int = TRANSACTION_STATE_TOPIC_PARTITIONS) -> int:
+    """Kafka's `TransactionStateManager.partitionFor`: the same hash as a group's."""
+    return partition_for_group(transactional_id, partitions)

@@ -34,6 +34,7 @@ from raftlog.cli import brokers as _brokers
 from raftlog.cli import groups as _groups
 from raftlog.cli import partitions as _partitions
 from raftlog.cli import records as _records
+from raftlog.cli import transactions as _transactions
 from raftlog.cli import schemas as _schemas
 from raftlog.cli import users as _users
 from raftlog.base.errors import ClusterAuthorizationFailedError, RaftlogError, UnknownTopicOrPartitionError
@@ -541,4 +542,5 @@ cluster.add_command(_brokers.balance_cmd)
 main.add_command(_console.console_cmd)
 main.add_command(_acls.acls)
 main.add_command(_users.users)
+main.add_command(_transactions.transactions)
 main.add_command(_schemas.schemas)

@@ -64,6 +64,7 @@ from raftlog.base.errors import (
     InvalidRequestError,
     RaftlogError,
     TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailedError,
 )
 from raftlog.base.eventlog import log_event
 from raftlog.base.protocol import Later, Request
@@ -74,6 +75,7 @@ logger = logging.getLogger(__name__)
 
 Handler = Callable[[Request], Awaitable[Mapping[str, Any] | None]]
 T, G, C = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
+X = ResourceType.TRANSACTIONAL_ID
 O = Operation
 
 
@@ -167,11 +169,11 @@ class Guard:
 
 
 def _refusal(operation: Operation, rt: ResourceType, name: str) -> RaftlogError:
-    what = {T: "topic", G: "group", C: "the cluster"}[rt]
+    what = {T: "topic", G: "group", C: "the cluster", X: "transactional id"}[rt]
     where = what if rt is C else f"{what} {name!r:.80}"
     message = f"not authorized to {operation.value} {where}"
     cls = {T: TopicAuthorizationFailedError, G: GroupAuthorizationFailedError,
-           C: ClusterAuthorizationFailedError}[rt]
+           C: ClusterAuthorizationFailedError, X: TransactionalIdAuthorizationFailedError}[rt]
     return cls(message)
 
 
@@ -311,18 +313,22 @@ async def _reset_offsets(request: Request, check: Access, handler: Handler) -> M
     return await handler(request)
 
 
-def _groups_each(operation: Operation) -> Policy:
+def _each(operation: Operation, rt: ResourceType = G, ids_field: str = "group_ids", answer_field: str = "groups",
+          key: str = "group_id") -> Policy:
+    """One resource per id of `ids_field`: refused ids are answered in `answer_field` with
+    their refusal, the others go to the handler."""
+
     async def policy(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
-        ids = _list_field(request, "group_ids") or []
-        refused = [g for g in ids if type(g) is str and not check.allowed(operation, G, g)]
-        errors = [{"group_id": g, "error": _refusal(operation, G, g).to_wire()} for g in refused]
-        kept = [g for g in ids if g not in refused]
+        ids = _list_field(request, ids_field) or []
+        refused = [i for i in ids if type(i) is str and not check.allowed(operation, rt, i)]
+        errors = [{key: i, "error": _refusal(operation, rt, i).to_wire()} for i in refused]
+        kept = [i for i in ids if i not in refused]
         if not kept:
-            return {"groups": errors}
-        response = await handler(_with(request, group_ids=kept) if refused else request)
+            return {answer_field: errors}
+        response = await handler(_with(request, **{ids_field: kept}) if refused else request)
         if response is None:
             return None
-        return {**response, "groups": [*response.get("groups", []), *errors]}
+        return {**response, answer_field: [*response.get(answer_field, []), *errors]}
 
     return policy
 
@@ -334,6 +340,29 @@ async def _list_groups(request: Request, check: Access, handler: Handler) -> Map
     groups = [g for g in response.get("groups", [])
               if isinstance(g, Mapping) and check.allowed(O.DESCRIBE, G, str(g.get("group_id")))]
     return {**response, "groups": groups}
+
+
+async def _add_partitions_to_txn(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
+    # Kafka: WRITE on the transactional id and on every topic of the request.
+    check.require(O.WRITE, X, _str_field(request, "transactional_id"))
+    for entry in _list_field(request, "partitions") or []:
+        check.require(O.WRITE, T, _topic_of(entry, "partitions"))
+    return await handler(request)
+
+
+async def _add_offsets_to_txn(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
+    check.require(O.WRITE, X, _str_field(request, "transactional_id"))
+    check.require(O.READ, G, _str_field(request, "group_id"))
+    return await handler(request)
+
+
+async def _list_transactions(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
+    response = await handler(request)
+    if response is None:
+        return None
+    kept = [t for t in response.get("transactions", [])
+            if isinstance(t, Mapping) and check.allowed(O.DESCRIBE, X, str(t.get("transactional_id")))]
+    return {**response, "transactions": kept}
 
 
 async def _super_users_only(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
@@ -368,20 +397,28 @@ POLICIES: Final[Mapping[str, Policy]] = {
     "heartbeat": _resource(O.READ, G, "group_id"),
     "leave_group": _resource(O.READ, G, "group_id"),
     "consumer_group_heartbeat": _resource(O.READ, G, "group_id"),  # KIP-848, Kafka's rule
-    "consumer_group_describe": _groups_each(O.DESCRIBE),
+    "consumer_group_describe": _each(O.DESCRIBE),
     "offset_commit": _partitions(O.READ, "offsets", "partitions", group_operation=O.READ),
     "offset_fetch": _partitions(O.DESCRIBE, "partitions", "partitions", group_operation=O.DESCRIBE),
     "reset_offsets": _reset_offsets,
     # Kafka's OffsetDelete rule: DELETE on the group, READ on each topic.
     "offset_delete": _partitions(O.READ, "partitions", "partitions", group_operation=O.DELETE),
     "list_groups": _list_groups,
-    "describe_groups": _groups_each(O.DESCRIBE),
-    "delete_groups": _groups_each(O.DELETE),
+    "describe_groups": _each(O.DESCRIBE),
+    "delete_groups": _each(O.DELETE),
     "describe_acls": _resource(O.DESCRIBE, C),
     "describe_user_scram_credentials": _resource(O.DESCRIBE, C),
     "create_acls": _resource(O.ALTER, C),
     "delete_acls": _resource(O.ALTER, C),
     "alter_user_scram_credentials": _resource(O.ALTER, C),
+    # Transactions: Kafka's rules on the TransactionalId resource.
+    "find_txn_coordinator": _resource(O.DESCRIBE, X, "transactional_id"),
+    "init_txn_producer_id": _resource(O.WRITE, X, "transactional_id"),
+    "add_partitions_to_txn": _add_partitions_to_txn,
+    "add_offsets_to_txn": _add_offsets_to_txn,
+    "end_txn": _resource(O.WRITE, X, "transactional_id"),
+    "describe_transactions": _each(O.DESCRIBE, X, "transactional_ids", "transactions", "transactional_id"),
+    "list_transactions": _list_transactions,
 }
 
 

@@ -309,6 +309,8 @@ class NodeConfig:
     # bytes/s the replicas this broker adds by a move take in catching up; 0: no limit
     # (Kafka's follower.replication.throttled.rate; partition/throttle.py)
     follower_replication_throttled_rate: int = 0
+    # -- transactions (issue 42; Kafka's name; groupcoord/txn_coordinator.py) --
+    transaction_max_timeout_ms: int = 900_000  # longest transaction timeout a producer may ask
 
     @property
     def per_ip_overrides(self) -> dict[str, int]:
@@ -604,6 +606,7 @@ _KEYS: Final[dict[str, _Key]] = {
     "partition_autobalancing_node_availability_timeout_ms": _Key(
         _to_int, "partition_autobalancing_node_availability_timeout_ms"),
     "follower_replication_throttled_rate": _Key(_to_int, "follower_replication_throttled_rate"),
+    "transaction_max_timeout_ms": _Key(_to_int, "transaction_max_timeout_ms"),
 }
 _NESTED_TABLES: Final = ("listeners",)  # tables whose keys are config keys themselves
 _INT_RANGES: Final = {
@@ -636,6 +639,7 @@ _INT_RANGES: Final = {
     "rest_max_consumer_instances": (1, 100_000),
     "partition_autobalancing_node_availability_timeout_ms": (1_000, 365 * 24 * 3_600_000),
     "follower_replication_throttled_rate": (0, 1 << 40),
+    "transaction_max_timeout_ms": (1, 2**31 - 1),
 }
 
 

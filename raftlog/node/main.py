@@ -48,6 +48,7 @@ from typing import Any, Final, Protocol
 import trio
 
 from groupcoord.service import GroupCoordinatorService
+from groupcoord.txn_service import TxnCoordinatorService
 from metadata.image import MetadataImage
 from metadata.quorum import QuorumFactory
 from metadata.security_ops import read_bootstrap_credentials
@@ -87,6 +88,7 @@ from raftlog.node.settings import (
     listener_settings,
     metadata_settings,
     partition_settings,
+    txn_settings,
 )
 
 __all__ = [
@@ -132,8 +134,10 @@ def build_services(config: NodeConfig, metadata: MetadataService, peers: PeerPoo
     if config.is_broker:
         replicas = ReplicaManager(partition_settings(config), metadata, peers, registry=registry)
         services.append(replicas)
-        services.append(GroupCoordinatorService(group_settings(config), metadata,
-                                                LocalInternalTopics(replicas)))
+        topics = LocalInternalTopics(replicas)
+        services.append(GroupCoordinatorService(group_settings(config), metadata, topics))
+        services.append(TxnCoordinatorService(txn_settings(config), metadata, topics,
+                                              new_producer_id=replicas.port.init_producer_id))
     services.append(RegistryService(config.node_id, ReplicaSchemasLog(config.node_id, metadata, replicas, peers), peers))
     if config.is_broker:  # the REST proxy's way to the partitions (peer op proxy_call)
         services.append(NodeBroker(config.node_id, metadata.cluster_id, lambda: metadata.image, peers))

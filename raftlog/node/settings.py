@@ -1,7 +1,7 @@
 """The services' typed settings, built from the node's config (`config.py` holds every setting's
 flag, `RAFTLOG_*` variable, TOML key, default and range; nothing below it repeats a default).
 Each service takes one frozen value of its own (`partition/settings.py`,
-`groupcoord/settings.py`, `metadata/settings.py`); the listeners theirs
+`groupcoord/settings.py` for both coordinators, `metadata/settings.py`); the listeners theirs
 (`raftlog/node/listener.py`'s `ListenerSettings`). Building one raises ConfigError where the
 config cannot say a value (a voter without a peer address).
 """
@@ -9,15 +9,16 @@ config cannot say a value (a voter without a peer address).
 from __future__ import annotations
 
 from groupcoord.context import CoordinatorConfig
-from groupcoord.settings import GroupCoordinatorSettings
+from groupcoord.settings import GroupCoordinatorSettings, TxnCoordinatorSettings
+from groupcoord.txn_coordinator import TxnConfig
 from metadata.settings import MetadataSettings
 from partition.replica import ReplicaSettings
 from partition.settings import PartitionSettings
-from raftlog.base.topics import OFFSETS_TOPIC_PARTITIONS
+from raftlog.base.topics import OFFSETS_TOPIC_PARTITIONS, TRANSACTION_STATE_TOPIC_PARTITIONS
 from raftlog.node.config import HostPort, NodeConfig
 from raftlog.node.listener import ListenerSettings
 
-__all__ = ["group_settings", "listener_settings", "metadata_settings", "partition_settings"]
+__all__ = ["group_settings", "listener_settings", "metadata_settings", "partition_settings", "txn_settings"]
 
 
 def _pair(address: HostPort) -> tuple[str, int]:
@@ -48,6 +49,17 @@ def group_settings(config: NodeConfig) -> GroupCoordinatorSettings:
             group_consumer_assignor=config.group_consumer_assignor,
             group_consumer_session_timeout_ms=config.group_consumer_session_timeout_ms,
             group_consumer_heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
+        ),
+    )
+
+
+def txn_settings(config: NodeConfig) -> TxnCoordinatorSettings:
+    return TxnCoordinatorSettings(
+        node_id=config.node_id,
+        coordinator=TxnConfig(
+            partitions=TRANSACTION_STATE_TOPIC_PARTITIONS,
+            max_timeout_ms=config.transaction_max_timeout_ms,
+            offsets_partitions=OFFSETS_TOPIC_PARTITIONS,
         ),
     )
 

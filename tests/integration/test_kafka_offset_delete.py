@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
-from kafka.errors import GroupIdNotFoundError, NoError, UnknownTopicOrPartitionError
+from kafka.errors import GroupIdNotFoundError, KafkaError, NoError, UnknownTopicOrPartitionError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 
@@ -18,9 +18,17 @@ def test_offset_delete_removes_one_partitions_offset(cluster) -> None:
     try:
         admin.create_topics([NewTopic("od-topic", 2, 3)])
         tp0, tp1 = TopicPartition("od-topic", 0), TopicPartition("od-topic", 1)
-        cluster.wait_for(lambda: admin.alter_group_offsets(
-            "od-group", {tp0: OffsetAndMetadata(5, "", -1), tp1: OffsetAndMetadata(3, "", -1)}) is not None,
-            60, "offsets committed")
+
+        def commit() -> bool:
+            try:
+                return admin.alter_group_offsets(
+                    "od-group", {tp0: OffsetAndMetadata(5, "", -1), tp1: OffsetAndMetadata(3, "", -1)}) is not None
+            except KafkaError as exc:  # e.g. COORDINATOR_NOT_AVAILABLE while __consumer_offsets elects
+                if not exc.retriable:
+                    raise
+                return False
+
+        cluster.wait_for(commit, 60, "offsets committed")
         answer = admin.delete_group_offsets("od-group", [tp1, TopicPartition("od-missing", 0)])
         assert answer == {tp1: NoError, TopicPartition("od-missing", 0): UnknownTopicOrPartitionError}
         left = admin.list_group_offsets("od-group")  # {group: {TopicPartition: OffsetAndMetadata}}

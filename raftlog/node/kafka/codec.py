@@ -32,6 +32,7 @@ import kafka.protocol.admin.cluster
 import kafka.protocol.admin.configs
 import kafka.protocol.admin.groups
 import kafka.protocol.admin.topics
+import kafka.protocol.admin.transactions
 import kafka.protocol.consumer.fetch
 import kafka.protocol.consumer.group
 import kafka.protocol.consumer.offsets
@@ -71,7 +72,7 @@ __all__ = [
 
 _MODULES: Final = (
     kafka.protocol.admin.cluster, kafka.protocol.admin.configs, kafka.protocol.admin.groups,
-    kafka.protocol.admin.topics, kafka.protocol.consumer.fetch, kafka.protocol.consumer.group,
+    kafka.protocol.admin.topics, kafka.protocol.admin.transactions, kafka.protocol.consumer.fetch, kafka.protocol.consumer.group,
     kafka.protocol.consumer.offsets, kafka.protocol.metadata.api_versions,
     kafka.protocol.metadata.find_coordinator, kafka.protocol.metadata.metadata,
     kafka.protocol.producer.produce, kafka.protocol.producer.transaction,

@@ -4,7 +4,7 @@ answer of an API at a version. Importing it loads kafka-python's protocol classe
 so the listener imports it on its first request, in a worker thread, never at node start.
 
 How to add an API: write `async def handle_x(ctx, call) -> Reply` in the module of its family
-(produce.py, fetch.py, metadata.py, admin.py, configs.py, groups.py, ...), list it in that
+(produce.py, fetch.py, metadata.py, admin.py, configs.py, groups.py, txn.py, ...), list it in that
 module's `HANDLERS = {api_key: handle_x}`, add the module's map to `HANDLERS` below, and add
 the advertised (min, max) to `versions.SUPPORTED_VERSIONS`; a unit test checks that the two
 tables name the same keys and that each range lies inside the schema's. The handler gets
@@ -32,6 +32,7 @@ from raftlog.node.kafka import (
     produce,
     reassign,
     sasl,
+    txn,
     versions,
 )
 from raftlog.node.kafka.codec import (
@@ -72,6 +73,7 @@ HANDLERS: Final[dict[int, Handler]] = {
     **consumer_groups.HANDLERS,
     **sasl.HANDLERS,
     **acls.HANDLERS,
+    **txn.HANDLERS,
 }
 
 # Before a SASL login completes, only these run (ApiVersions, SaslHandshake, SaslAuthenticate).

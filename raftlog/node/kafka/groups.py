@@ -10,11 +10,11 @@ protocols write Kafka's ConsumerProtocol bytes (raftlog/client/consumer_protocol
 
 Where Kafka and the native protocol differ, the difference is settled here:
 * FindCoordinator answers the coordinator's Kafka listener (the native op gives its native
-  address); v4+ batches keys. Only group keys (key_type 0) are served. A transaction key
-  (key_type 1) gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED with a message saying transactions
-  are not supported: the error Kafka gives a producer that may not use transactions, and one
-  librdkafka makes fatal at once (`rd_kafka_txn_handle_FindCoordinator`), where any other
-  code is retried until `init_transactions()` times out. Any other key type: INVALID_REQUEST.
+  address); v4+ batches keys. Group keys (key_type 0) go to the group coordinator's
+  find_coordinator, transaction keys (key_type 1) to the transaction coordinator's
+  find_txn_coordinator (groupcoord/txn_service.py; the first one has the controller create
+  `__transaction_state`, and is answered COORDINATOR_NOT_AVAILABLE meanwhile, retriable).
+  Any other key type: INVALID_REQUEST.
 * JoinGroup below v4 predates KIP-394's MEMBER_ID_REQUIRED: the handler rejoins at once with
   the member id the coordinator handed out, as Kafka's broker does for those versions. v0 has
   no rebalance timeout: the session timeout stands in (Kafka's rule).
@@ -60,7 +60,6 @@ from raftlog.base.errors import (
     InvalidRequestError,
     MemberIdRequiredError,
     RaftlogError,
-    TransactionalIdAuthorizationFailedError,
     error_from_wire,
 )
 from raftlog.node.kafka import errors
@@ -82,10 +81,6 @@ OFFSET_DELETE_KEY: Final = 47
 
 GROUP_KEY_TYPE: Final = 0
 TRANSACTION_KEY_TYPE: Final = 1
-NO_TRANSACTIONS: Final = (
-    "transactions are not supported by raftlog (no transaction coordinator): "
-    "use an idempotent producer without transactional.id"
-)
 GROUP_ID_NOT_FOUND: Final = 69
 AUTHORIZED_OPERATIONS_OMITTED: Final = None  # kafka-python: None encodes INT32_MIN, "not asked"
 
@@ -128,10 +123,11 @@ async def handle_find_coordinator(ctx: KafkaContext, call: Call) -> Reply:
         """(error code, message, node id, host, port)."""
         try:
             if key_type == TRANSACTION_KEY_TYPE:
-                raise TransactionalIdAuthorizationFailedError(NO_TRANSACTIONS)
-            if key_type != GROUP_KEY_TYPE:
-                raise InvalidRequestError(f"coordinator key type {key_type}: only groups (0) are served")
-            found = await ctx.call("find_coordinator", {"group_id": key}) or {}
+                found = await ctx.call("find_txn_coordinator", {"transactional_id": key}) or {}
+            elif key_type == GROUP_KEY_TYPE:
+                found = await ctx.call("find_coordinator", {"group_id": key}) or {}
+            else:
+                raise InvalidRequestError(f"coordinator key type {key_type}: groups (0) and transactions (1) are served")
             address = ctx.metadata.kafka_address(found["node_id"])
             if address is None:
                 raise CoordinatorNotAvailableError(f"broker {found['node_id']} has no Kafka listener")

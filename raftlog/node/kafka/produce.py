@@ -12,18 +12,20 @@ below), epochs and sequences: a retried batch gets its first append's offset, a 
 OUT_OF_ORDER_SEQUENCE_NUMBER.
 
 Versions 0-2 (message formats v0/v1) are advertised (librdkafka's compression check, see
-versions.py) and answered UNSUPPORTED_VERSION per partition. Transactions are not supported:
+versions.py) and answered UNSUPPORTED_VERSION per partition. The log does not store
+transactional batches yet (the coordinator is served, the log side is issue 42's next step):
 a transactional produce gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED per partition (what Kafka
-answers to a producer that may not use transactions).
+answers to a producer that may not use transactions), fatal to the producer at once.
 
 ACLs (the port's guard, raftlog/node/authorize.py GuardedPartitions, as for the native
 produce): WRITE on each topic (checked before anything is appended; a refused topic's
 partitions answer TOPIC_AUTHORIZATION_FAILED). InitProducerId: IDEMPOTENT_WRITE on the
 cluster or WRITE on some topic.
 
-InitProducerId: a new producer id (epoch 0) from the node's block (the port's). A
-transactional id is refused the same way; a request to bump an existing producer's epoch
-(v3+ with producer_id >= 0) gets a fresh id (the old one is abandoned, as after a restart).
+InitProducerId: a new producer id (epoch 0) from the node's block (the port's); a
+request to bump an existing producer's epoch (v3+ with producer_id >= 0) gets a fresh id (the
+old one is abandoned, as after a restart). With a transactional id it goes to the
+transaction coordinator (txn.py): epoch bump and zombie fencing, Kafka's way.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from partition.port import ClientInfo, ProducePart, ProduceResult
 from raftlog.base.errors import RaftlogError
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.context import Call, KafkaContext, Later, Reply
+from raftlog.node.kafka.txn import init_txn_producer_id
 from raftlog.node.kafka.metadata import ZERO_UUID, leader_hint, names_by_uuid, node_endpoints
 from raftlog.node.kafka.versions import PRODUCE_MIN_USABLE
 
@@ -85,7 +88,7 @@ async def handle_produce(ctx: KafkaContext, call: Call) -> Reply:
                            "message formats v0/v1 are not supported: use Produce v3+")
     if request.transactional_id is not None:
         return _all_failed(call, TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                           "transactions are not supported")
+                           "transactional records are not stored yet (only the transaction coordinator is served)")
     acks = request.acks
     if acks not in (0, 1, -1):
         return _all_failed(call, errors.INVALID_REQUIRED_ACKS, "acks must be 0, 1 or -1 (all)")
@@ -150,8 +153,7 @@ async def handle_init_producer_id(ctx: KafkaContext, call: Call) -> Reply:
     request = call.request
     R = InitProducerIdResponse
     if request.transactional_id is not None:
-        return R(throttle_time_ms=0, error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                 producer_id=-1, producer_epoch=-1)
+        return await init_txn_producer_id(ctx, call)
 
     async def answer() -> InitProducerIdResponse:
         try:

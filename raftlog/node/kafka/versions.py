@@ -31,6 +31,9 @@ key (checked by the unit tests) and every key here must have a handler in
 * The read-only operator APIs (describe.py): DescribeLogDirs 1-4 (v5's cordoned flag is
   Kafka 4.2's), DescribeQuorum 0-2, DescribeProducers 0, DescribeTopicPartitions 0 (their
   only versions).
+* The transaction APIs (txn.py) at Transactions V1's versions: AddPartitionsToTxn 0-4,
+  AddOffsetsToTxn 0-3, EndTxn 0-4, DescribeTransactions 0, ListTransactions 0-1; InitProducerId
+  with a transactional id goes to the transaction coordinator.
 * AlterPartitionReassignments 0-1 and ListPartitionReassignments 0 (reassign.py): their
   full schema ranges.
 * Every other API Kafka 4 lists is absent, and a request for it is answered UNSUPPORTED_VERSION
@@ -92,6 +95,11 @@ SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     55: (0, 2),  # DescribeQuorum (the metadata quorum; v2 lists the voters' endpoints; describe.py)
     61: (0, 0),  # DescribeProducers (describe.py)
     75: (0, 0),  # DescribeTopicPartitions (KIP-966, paginated; describe.py)
+    24: (0, 4),  # AddPartitionsToTxn (v4: the batched broker form; v5 is KIP-890's: txn.py)
+    25: (0, 3),  # AddOffsetsToTxn (v4 is KIP-890's)
+    26: (0, 4),  # EndTxn (v5 is KIP-890's epoch bump per transaction)
+    65: (0, 0),  # DescribeTransactions
+    66: (0, 1),  # ListTransactions (v1: duration filter; v2's id pattern is not served)
     68: (0, 1),  # ConsumerGroupHeartbeat (KIP-848; consumer_groups.py)
     69: (0, 1),  # ConsumerGroupDescribe (KIP-848; consumer_groups.py)
 }

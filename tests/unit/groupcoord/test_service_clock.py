@@ -1,7 +1,8 @@
-"""On trio's MockClock, the group coordinator service's timers act at the virtual times Kafka's protocol says: the initial rebalance delay, session expiry of a silent member, the rebalance timeout of a member that never rejoins, and a waiting join's own timeout; and ownership follows a leadership change when the replicas report it."""
+"""On trio's MockClock, the group coordinator service's timers act at the virtual times Kafka's protocol says: the initial rebalance delay, session expiry of a silent member, the rebalance timeout of a member that never rejoins, and a waiting join's own timeout; and ownership follows a leadership change when the replicas report it. The transaction coordinator service, over the same in-memory port, keeps its state in its topic and a new one replays it (the shared partition_load loop)."""
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 import pytest
@@ -10,18 +11,26 @@ import trio.testing
 
 from groupcoord.context import CoordinatorConfig
 from groupcoord.service import LEADERSHIP_CHECK_S, GroupCoordinatorService
-from groupcoord.settings import GroupCoordinatorSettings
+from groupcoord.settings import GroupCoordinatorSettings, TxnCoordinatorSettings
+from groupcoord.txn_coordinator import TxnConfig
+from groupcoord.txn_service import TxnCoordinatorService
 from metadata.image import MetadataImage
 from groupcoord.state import GroupState
 from partition.batch import read_header, stamp
 from raftlog.base.errors import (
+    InvalidTransactionTimeoutError,
     MemberIdRequiredError,
     RebalanceInProgressError,
     RequestTimedOutError,
     UnknownMemberIdError,
 )
 from raftlog.base.protocol import Request
-from raftlog.base.topics import OFFSETS_TOPIC, OFFSETS_TOPIC_PARTITIONS
+from raftlog.base.topics import (
+    OFFSETS_TOPIC,
+    OFFSETS_TOPIC_PARTITIONS,
+    TRANSACTION_STATE_TOPIC,
+    TRANSACTION_STATE_TOPIC_PARTITIONS,
+)
 
 GROUP = "clocked"
 DELAY_S = 3.0          # group_initial_rebalance_delay_ms
@@ -40,8 +49,8 @@ class Committed:
         await trio.lowlevel.checkpoint()
 
 
-class MemoryOffsetsPartition:
-    """A `__consumer_offsets` partition led here, as the service's `InternalPartition`
+class MemoryPartition:
+    """An internal topic's partition led here, as the service's `InternalPartition`
     (groupcoord/internal_topic.py): appends commit at once, reads return whole stamped batches.
     In memory, because a real replica fsyncs in worker threads, and MockClock would jump while
     they run."""
@@ -80,14 +89,15 @@ class MemoryOffsetsPartition:
 
 
 class MemoryTopics:
-    """The service's `InternalTopics`: the 16 partitions of `__consumer_offsets`, all led here."""
+    """A service's `InternalTopics`: every partition of its one topic, all led here."""
 
-    def __init__(self) -> None:
-        self.partitions = {p: MemoryOffsetsPartition() for p in range(OFFSETS_TOPIC_PARTITIONS)}
+    def __init__(self, topic: str = OFFSETS_TOPIC, partitions: int = OFFSETS_TOPIC_PARTITIONS) -> None:
+        self.topic = topic
+        self.partitions = {p: MemoryPartition() for p in range(partitions)}
         self.listeners: list[Any] = []
 
-    def partition(self, topic: str, partition: int) -> MemoryOffsetsPartition | None:
-        return self.partitions.get(partition) if topic == OFFSETS_TOPIC else None
+    def partition(self, topic: str, partition: int) -> MemoryPartition | None:
+        return self.partitions.get(partition) if topic == self.topic else None
 
     def high_watermark(self, topic: str, partition: int) -> int | None:
         part = self.partition(topic, partition)
@@ -101,7 +111,7 @@ class MemoryTopics:
         r.is_leader = False
         if tell:
             for listener in self.listeners:
-                listener(OFFSETS_TOPIC, partition)
+                listener(self.topic, partition)
 
 
 class NoMetadata:
@@ -277,4 +287,50 @@ async def test_ownership_follows_a_reported_leadership_change_at_once(autojump_c
         # A change nobody reports is still noticed, by the watcher's slow check.
         service.topics.lose_leadership(4, tell=False)
         assert TICK_SLACK_S < await _until_unloaded(service, 4) <= LEADERSHIP_CHECK_S + TICK_SLACK_S
+        nursery.cancel_scope.cancel()
+
+
+class ProducerIds:
+    """The node's producer id source (partition port's init_producer_id): 1000, 1001, ..."""
+
+    def __init__(self) -> None:
+        self.next_id = 1000
+
+    async def __call__(self) -> Any:
+        self.next_id += 1
+        return types.SimpleNamespace(producer_id=self.next_id - 1, producer_epoch=0)
+
+
+async def started_txn_service(nursery: trio.Nursery, topics: MemoryTopics) -> TxnCoordinatorService:
+    settings = TxnCoordinatorSettings(node_id=1, coordinator=TxnConfig(
+        partitions=TRANSACTION_STATE_TOPIC_PARTITIONS, max_timeout_ms=60_000))
+    service = TxnCoordinatorService(settings, NoMetadata(), topics, new_producer_id=ProducerIds(), clock_ms=trio_ms)
+    await nursery.start(service.run)
+    with trio.fail_after(5):  # virtual seconds
+        while len(service.health()["txn_partitions"]) < TRANSACTION_STATE_TOPIC_PARTITIONS:
+            await trio.sleep(0.05)
+    return service
+
+
+async def init_producer(service: TxnCoordinatorService, timeout_ms: int) -> dict[str, Any]:
+    fields = {"transactional_id": "app", "transaction_timeout_ms": timeout_ms}
+    return dict(await service.client_handlers["init_txn_producer_id"](Request(1, "init_txn_producer_id", fields)))
+
+
+async def test_the_transaction_service_keeps_its_state_in_its_topic_and_a_new_leader_replays_it(autojump_clock):
+    topics = MemoryTopics(TRANSACTION_STATE_TOPIC, TRANSACTION_STATE_TOPIC_PARTITIONS)
+    async with trio.open_nursery() as nursery:
+        first = await started_txn_service(nursery, topics)
+        with pytest.raises(InvalidTransactionTimeoutError):  # over the settings' max, nothing written
+            await init_producer(first, 60_001)
+        assert sum(p.log_end_offset for p in topics.partitions.values()) == 0
+        answer = await init_producer(first, 30_000)
+        assert answer["producer_id"] == 1000
+        nursery.cancel_scope.cancel()
+    assert sum(p.log_end_offset for p in topics.partitions.values()) == 1  # one state record
+    async with trio.open_nursery() as nursery:
+        second = await started_txn_service(nursery, topics)
+        described = second.core.describe("app")
+        assert (described["producer_id"], described["producer_epoch"], described["timeout_ms"]) == (
+            1000, answer["producer_epoch"], 30_000)
         nursery.cancel_scope.cancel()

@@ -561,6 +561,19 @@ def test_ensure_internal_topics_waits_for_enough_brokers():
     assert cl.c.ensure_internal_topics(0).envelopes == ()
 
 
+def test_transaction_state_topic_is_created_when_asked():
+    from raftlog.base.topics import TRANSACTION_STATE_TOPIC
+
+    cl = Cluster(brokers=2)  # fewer brokers than offsets_replication_factor: RF is their count
+    result = cl.c.ensure_transaction_state_topic(0)
+    assert cl.c.ensure_transaction_state_topic(0).envelopes == ()  # in flight
+    cl.commit(result)
+    topic = cl.image.topic(TRANSACTION_STATE_TOPIC)
+    assert topic.internal and topic.partition_count == 16 and dict(topic.configs) == {"cleanup_policy": "compact"}
+    assert all(len(p.replicas) == 2 for p in topic.partitions)
+    assert cl.c.ensure_transaction_state_topic(0).envelopes == ()
+
+
 def test_deposed_controller_refuses_decisions():
     cl = Cluster(brokers=1)
     newer = Controller(cl.image, 2, 0, random.Random(1))

@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 
 from raftlog.base.errors import ConfigError
-from raftlog.base.topics import OFFSETS_TOPIC_PARTITIONS
+from raftlog.base.topics import OFFSETS_TOPIC_PARTITIONS, TRANSACTION_STATE_TOPIC_PARTITIONS
 from raftlog.node.config import NodeConfig, load_config
-from raftlog.node.settings import group_settings, listener_settings, metadata_settings, partition_settings
+from raftlog.node.settings import group_settings, listener_settings, metadata_settings, partition_settings, txn_settings
 
 SECRET = "s" * 16
 FILE = f"""
@@ -81,6 +81,16 @@ def test_group_defaults_come_from_the_config(tmp_path):
     g = group_settings(config).coordinator
     assert (g.group_min_session_timeout_ms, g.group_max_session_timeout_ms,
             g.group_initial_rebalance_delay_ms) == (1_000, 1_800_000, 1_000)
+
+
+def test_the_transaction_coordinator_gets_its_max_timeout_from_the_config(tmp_path):
+    t = txn_settings(_config(tmp_path, transaction_max_timeout_ms=60000))
+    assert (t.node_id, t.coordinator.max_timeout_ms) == (2, 60000)
+    assert (t.coordinator.partitions, t.coordinator.offsets_partitions) == (
+        TRANSACTION_STATE_TOPIC_PARTITIONS, OFFSETS_TOPIC_PARTITIONS)
+    assert txn_settings(NodeConfig(node_id=1, data_dir=tmp_path)).coordinator.max_timeout_ms == 900_000
+    with pytest.raises(ConfigError, match="transaction_max_timeout_ms"):
+        _config(tmp_path, transaction_max_timeout_ms=0)
 
 
 def test_a_min_session_timeout_over_the_max_is_refused(tmp_path):

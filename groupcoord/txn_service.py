@@ -1,0 +1,378 @@
+"""The transaction coordinator's trio shell (a NodeService): one pure `TxnCoordinator`
+(txn_coordinator.py) driven on the node's trio thread, its state in `__transaction_state`
+through the coordinators' partition port, as the group coordinator's is in `__consumer_offsets`
+(service.py, whose contract this follows).
+
+    TxnCoordinatorService(settings, metadata, topics, *, new_producer_id, write_markers=..., clock_ms=...)
+
+`settings` (settings.py) is built by the node from its config; `metadata` is a
+`TxnMetadataView` and `topics` the node's `InternalTopics` (internal_topic.py, implemented by
+partition/internal_topic.py), None on a node that is not a broker; `new_producer_id()` gives
+a fresh producer id (the node passes the partition port's `init_producer_id`).
+
+* Calls into the core are synchronous, between trio checkpoints (the core needs no lock).
+* Writes: a `Write` becomes a one-record RecordBatch v2 appended with acks=all to the local
+  leader partition of `__transaction_state-<p>` (`InternalPartition.append`); once committed (within COMMIT_TIMEOUT_S) the
+  core applies it (`on_written`) and the request is answered; a failed append changes
+  nothing (`on_write_failed`) and the request gets its error. At most MAX_WRITES_IN_FLIGHT
+  writes at once (more: COORDINATOR_NOT_AVAILABLE, retriable).
+* Markers: a prepared transaction's `Markers` go to `write_markers` (injected by the node:
+  COMMIT/ABORT control batches to every partition of the transaction; a no-op until the log
+  side lands, docs/transactions.md), then `on_markers_written` writes the Complete state.
+  A failure is retried every MARKER_RETRY_S until it succeeds or the partition moves.
+* Ownership: every LEADERSHIP_CHECK_S and on each leadership change of a local
+  `__transaction_state` partition (partition_load.follow_leadership), a partition newly led
+  here is replayed (partition_load.replay_partition, the group coordinator's loop: after its
+  high watermark reaches the log end seen at election, so every earlier leader's write is in)
+  and served; prepared transactions found there have their markers written again. Ids of a
+  partition being replayed answer COORDINATOR_LOAD_IN_PROGRESS, of one not led here
+  NOT_COORDINATOR.
+* Timer: one task sleeps until the core's `next_deadline_ms` and aborts timed-out
+  transactions (`tick`).
+
+Client ops (PROTOCOL.md): find_txn_coordinator (any node: the leader of the id's partition;
+asks the controller to create `__transaction_state` on first use), init_txn_producer_id,
+add_partitions_to_txn, add_offsets_to_txn, end_txn, describe_transactions,
+list_transactions (this node's ids: clients ask every broker).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final, Protocol
+
+import trio
+
+from groupcoord.internal_topic import InternalPartition, InternalTopics, TxnMetadataView
+from groupcoord.partition_load import follow_leadership, replay_partition
+from groupcoord.settings import TxnCoordinatorSettings
+from groupcoord.txn_coordinator import NEED_PRODUCER_ID, Markers, TxnCoordinator, TxnResult, Write
+from metadata.image import MetadataImage
+from groupcoord.txn_records import txn_record
+from partition.batch import BatchBuilder
+from raftlog.base.errors import (
+    CoordinatorNotAvailableError,
+    InvalidRequestError,
+    NotCoordinatorError,
+    RaftlogError,
+    RequestTimedOutError,
+    as_wire_error,
+)
+from raftlog.base.eventlog import log_event
+from raftlog.base.protocol import Request, field
+from raftlog.base.topics import TRANSACTION_STATE_TOPIC
+
+__all__ = ["TxnCoordinatorService"]
+
+logger = logging.getLogger(__name__)
+
+LEADERSHIP_CHECK_S: Final = 0.5
+COMMIT_TIMEOUT_S: Final = 5.0
+MARKER_RETRY_S: Final = 1.0
+MAX_WRITES_IN_FLIGHT: Final = 1024
+MAX_IDS: Final = 1000               # per describe_transactions request
+MAX_PARTITIONS: Final = 10_000      # per add_partitions_to_txn request
+ENSURE_TOPIC_TIMEOUT_S: Final = 2.0
+
+Handler = Callable[[Request], Awaitable[Mapping[str, Any] | None]]
+MarkerWriter = Callable[[Markers], Awaitable[None]]
+
+
+class ProducerIdentity(Protocol):
+    """What the coordinator reads of partition.port's ProducerIdentity."""
+
+    @property
+    def producer_id(self) -> int: ...
+
+
+ProducerIdSource = Callable[[], Awaitable[ProducerIdentity]]
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+async def _no_markers(markers: Markers) -> None:
+    """Until the log stores transactional batches there is nothing to mark."""
+
+
+class TxnCoordinatorService:
+    """See the module docstring. `topics` is None on a node that is not a broker: then only
+    find_txn_coordinator is useful."""
+
+    name = "transactions"
+
+    def __init__(self, settings: TxnCoordinatorSettings, metadata: TxnMetadataView, topics: InternalTopics | None,
+                 *, new_producer_id: ProducerIdSource, write_markers: MarkerWriter = _no_markers,
+                 clock_ms: Callable[[], int] = _wall_ms):
+        self.node_id = settings.node_id
+        self.metadata = metadata
+        self.topics = topics
+        self._write_markers = write_markers
+        self._new_producer_id = new_producer_id
+        self._clock_ms = clock_ms
+        self.core = TxnCoordinator(settings.coordinator)
+        self._owned: dict[int, int] = {}  # partition -> leader epoch loaded / loading
+        self._writes = trio.CapacityLimiter(MAX_WRITES_IN_FLIGHT)
+        self._timer_changed = trio.Event()
+        self._nursery: trio.Nursery | None = None
+        self.client_handlers: Mapping[str, Handler] = {
+            "find_txn_coordinator": self._find_coordinator,
+            "init_txn_producer_id": self._init_producer_id,
+            "add_partitions_to_txn": self._add_partitions,
+            "add_offsets_to_txn": self._add_offsets,
+            "end_txn": self._end_txn,
+            "describe_transactions": self._describe,
+            "list_transactions": self._list,
+        }
+        self.peer_handlers: Mapping[str, Handler] = {}
+
+    # ------------------------------------------------------------------ NodeService
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._timer_loop)
+                nursery.start_soon(self._marker_retry_loop)
+                if self.topics is not None:
+                    nursery.start_soon(follow_leadership, self.topics, TRANSACTION_STATE_TOPIC,
+                                       self._check_leadership, LEADERSHIP_CHECK_S)
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            self._nursery = None
+            for p in list(self._owned):
+                del self._owned[p]
+                self.core.unload(p)
+
+    def on_image(self, image: MetadataImage) -> None:
+        """Nothing to do: ownership follows the local replicas."""
+
+    def health(self) -> dict[str, Any]:
+        return {"ok": True, **self.core.health()}
+
+    async def drain(self) -> None:
+        """Nothing to hand over: ownership follows `__transaction_state` leadership."""
+
+    # ------------------------------------------------------------------ results
+
+    async def _settle(self, result: TxnResult) -> Any:
+        """Carry out `result` (its write, then its markers, in tasks) and give its response
+        (raising its error); a write is awaited, since the answer follows its commit."""
+        if result.write is not None:
+            result = await self._commit(result.write)
+        if result.markers is not None:
+            self._spawn_markers(result.markers)
+        self._timer_changed.set()
+        response = result.response
+        if isinstance(response, RaftlogError):
+            raise response
+        return response
+
+    async def _commit(self, write: Write) -> TxnResult:
+        token = object()
+        try:
+            self._writes.acquire_on_behalf_of_nowait(token)
+        except trio.WouldBlock:
+            return self.core.on_write_failed(write, CoordinatorNotAvailableError("too many transaction writes in flight"))
+        try:
+            part = None if self.topics is None else self.topics.partition(TRANSACTION_STATE_TOPIC, write.partition)
+            if part is None or not part.is_leader:
+                return self.core.on_write_failed(write, NotCoordinatorError("not the leader of the partition"))
+            key, value = txn_record(write.metadata)
+            builder = BatchBuilder()
+            builder.append(value, key, timestamp_ms=self._clock_ms())
+            try:
+                appended = await part.append(builder.build())
+                await appended.wait_committed(trio.current_time() + COMMIT_TIMEOUT_S)
+            except RaftlogError as exc:
+                return self.core.on_write_failed(write, exc)
+            except BaseException:
+                self.core.on_write_failed(write, RequestTimedOutError("cancelled"))
+                raise
+            return self.core.on_written(write, self._clock_ms())
+        finally:
+            self._writes.release_on_behalf_of(token)
+
+    def _spawn_markers(self, markers: Markers) -> None:
+        if self._nursery is None:
+            self.core.on_markers_failed(markers.transactional_id)
+            return
+        self._nursery.start_soon(self._send_markers, markers)
+
+    async def _send_markers(self, markers: Markers) -> None:
+        try:
+            await self._write_markers(markers)
+        except RaftlogError as exc:
+            log_event(logger, "txn_markers_failed", level=logging.WARNING, transactional_id=markers.transactional_id,
+                      reason=str(exc))
+            self.core.on_markers_failed(markers.transactional_id)
+            return
+        try:
+            await self._settle(self.core.on_markers_written(markers.transactional_id, self._clock_ms()))
+        except RaftlogError as exc:  # the Complete write failed: the next leader's replay resends
+            log_event(logger, "txn_complete_failed", level=logging.WARNING,
+                      transactional_id=markers.transactional_id, reason=str(exc))
+
+    async def _marker_retry_loop(self) -> None:
+        while True:
+            await trio.sleep(MARKER_RETRY_S)
+            for markers in self.core.pending_markers():
+                self.core.claim_markers(markers.transactional_id)
+                self._spawn_markers(markers)
+
+    # ------------------------------------------------------------------ timer
+
+    async def _timer_loop(self) -> None:
+        while True:
+            self._timer_changed = trio.Event()
+            deadline = self.core.next_deadline_ms()
+            if deadline is None:
+                await self._timer_changed.wait()
+                continue
+            delay_s = (deadline - self._clock_ms()) / 1000
+            if delay_s > 0:
+                with trio.move_on_after(delay_s):
+                    await self._timer_changed.wait()
+                continue
+            assert self._nursery is not None
+            for result in self.core.tick(self._clock_ms()):
+                self._nursery.start_soon(self._settle_quietly, result)
+            await trio.sleep(0)
+
+    async def _settle_quietly(self, result: TxnResult) -> None:
+        try:
+            await self._settle(result)
+        except RaftlogError as exc:
+            log_event(logger, "txn_timeout_abort_failed", level=logging.WARNING, reason=str(exc))
+
+    # ------------------------------------------------------------------ ownership
+
+    def _check_leadership(self) -> None:
+        assert self.topics is not None
+        for p in range(self.core.config.partitions):
+            r = self.topics.partition(TRANSACTION_STATE_TOPIC, p)
+            current = self._owned.get(p)
+            if r is not None and r.is_leader:
+                if current == r.leader_epoch:
+                    continue
+                self._owned[p] = r.leader_epoch
+                self.core.begin_load(p)
+                assert self._nursery is not None
+                self._nursery.start_soon(self._load, p, r, r.leader_epoch)
+            elif current is not None:
+                del self._owned[p]
+                self.core.unload(p)
+                log_event(logger, "txn_partition_unloaded", partition=p)
+
+    async def _load(self, p: int, r: InternalPartition, epoch: int) -> None:
+        def ours() -> bool:
+            return self._owned.get(p) == epoch and r.is_leader and r.leader_epoch == epoch
+
+        try:
+            applied, _ = await replay_partition(r, ours, lambda records: self.core.load(p, records))
+            if not ours():
+                return
+            resend = self.core.finish_load(p, self._clock_ms())
+            for markers in resend:
+                self._spawn_markers(markers)
+            self._timer_changed.set()
+            log_event(logger, "txn_partition_loaded", partition=p, epoch=epoch, records=applied,
+                      prepared=len(resend))
+        except RaftlogError as exc:
+            log_event(logger, "txn_partition_load_failed", level=logging.WARNING, partition=p, reason=str(exc))
+            if self._owned.get(p) == epoch:
+                del self._owned[p]
+                self.core.unload(p)
+
+    # ------------------------------------------------------------------ client ops
+
+    async def _find_coordinator(self, request: Request) -> dict[str, Any]:
+        tid = field(request, "transactional_id", str)
+        image = self.metadata.image
+        topic = image.topic(TRANSACTION_STATE_TOPIC)
+        if topic is None or not topic.complete:
+            if topic is None:
+                try:
+                    with trio.move_on_after(ENSURE_TOPIC_TIMEOUT_S):
+                        await self.metadata.ensure_transaction_state_topic(timeout_s=ENSURE_TOPIC_TIMEOUT_S)
+                except RaftlogError as exc:
+                    log_event(logger, "txn_topic_create_failed", level=logging.WARNING, reason=str(exc))
+            raise CoordinatorNotAvailableError(f"{TRANSACTION_STATE_TOPIC} is being created")
+        p = self.core.partition_for(tid) if topic.partition_count == self.core.config.partitions else None
+        if p is None:
+            raise CoordinatorNotAvailableError(f"{TRANSACTION_STATE_TOPIC} has {topic.partition_count} partitions")
+        state = image.partition(TRANSACTION_STATE_TOPIC, p)
+        address = None
+        if state is not None and state.leader >= 0:
+            address = self.metadata.client_address(state.leader)
+        if address is None:
+            raise CoordinatorNotAvailableError(f"{TRANSACTION_STATE_TOPIC}-{p} has no leader now")
+        host, _, port = address.rpartition(":")
+        return {"node_id": state.leader, "host": host, "port": int(port), "partition": p}
+
+    def _producer(self, request: Request) -> tuple[str, int, int]:
+        return (field(request, "transactional_id", str), field(request, "producer_id", int),
+                field(request, "producer_epoch", int))
+
+    async def _init_producer_id(self, request: Request) -> dict[str, Any]:
+        tid = field(request, "transactional_id", str)
+        timeout_ms = field(request, "transaction_timeout_ms", int)
+        pid = field(request, "producer_id", int, default=-1)
+        epoch = field(request, "producer_epoch", int, default=-1)
+        result = self.core.init_producer_id(tid, timeout_ms, pid, epoch, self._clock_ms())
+        if result.response == NEED_PRODUCER_ID:
+            fresh = (await self._new_producer_id()).producer_id
+            result = self.core.init_producer_id(tid, timeout_ms, pid, epoch, self._clock_ms(), new_producer_id=fresh)
+            if result.response == NEED_PRODUCER_ID:  # cannot happen: a fresh id always serves
+                raise CoordinatorNotAvailableError("no producer id")
+        return dict(await self._settle(result))
+
+    async def _add_partitions(self, request: Request) -> dict[str, Any]:
+        tid, pid, epoch = self._producer(request)
+        raw = field(request, "partitions", list, items=dict)
+        if len(raw) > MAX_PARTITIONS:
+            raise InvalidRequestError(f"at most {MAX_PARTITIONS} partitions", field="partitions")
+        parts = [(field(d, "topic", str, where=f"partitions[{i}]"),
+                  field(d, "partition", int, min_value=0, where=f"partitions[{i}]")) for i, d in enumerate(raw)]
+        image = self.metadata.image
+        unknown = [(t, p) for t, p in parts if image.partition(t, p) is None]
+        if unknown:  # Kafka: the unknown ones UNKNOWN_TOPIC_OR_PARTITION, the others OPERATION_NOT_ATTEMPTED
+            return {"unknown": [{"topic": t, "partition": p} for t, p in unknown]}
+        verify_only = field(request, "verify_only", bool, default=False)
+        result = self.core.add_partitions(tid, pid, epoch, parts, self._clock_ms(), verify_only=verify_only)
+        return dict(await self._settle(result))
+
+    async def _add_offsets(self, request: Request) -> dict[str, Any]:
+        tid, pid, epoch = self._producer(request)
+        result = self.core.add_offsets(tid, pid, epoch, field(request, "group_id", str), self._clock_ms())
+        return dict(await self._settle(result))
+
+    async def _end_txn(self, request: Request) -> dict[str, Any]:
+        tid, pid, epoch = self._producer(request)
+        result = self.core.end_txn(tid, pid, epoch, field(request, "commit", bool), self._clock_ms())
+        return dict(await self._settle(result))
+
+    async def _describe(self, request: Request) -> dict[str, Any]:
+        ids = field(request, "transactional_ids", list, items=str)
+        if len(ids) > MAX_IDS:
+            raise InvalidRequestError(f"at most {MAX_IDS} transactional ids", field="transactional_ids")
+        out = []
+        for tid in ids:
+            try:
+                out.append(self.core.describe(tid))
+            except RaftlogError as exc:
+                wire = as_wire_error(exc)
+                assert wire is not None
+                out.append({"transactional_id": tid, "error": wire.to_wire()})
+        return {"transactions": out}
+
+    async def _list(self, request: Request) -> dict[str, Any]:
+        states = field(request, "states", list, items=str, default=None, nullable=True) or ()
+        pids = field(request, "producer_ids", list, items=int, default=None, nullable=True) or ()
+        min_ms = field(request, "min_duration_ms", int, default=-1)
+        return {"node_id": self.node_id,
+                "transactions": self.core.list(states, pids, min_ms, self._clock_ms())}

@@ -1,0 +1,230 @@
+"""Transaction APIs: AddPartitionsToTxn (24), AddOffsetsToTxn (25), EndTxn (26),
+DescribeTransactions (65), ListTransactions (66); InitProducerId with a transactional id and
+FindCoordinator for transaction keys call `init_txn` / `find_txn_coordinator` here.
+
+Protocol translation only: each handler runs the native op of the transaction coordinator
+(groupcoord/txn_service.py; PROTOCOL.md), so the ACL guard checks Kafka's rules on the
+TransactionalId resource. Versions: Transactions V1 (TransactionManager of the Java client
+4.x without `transaction.version=2`, librdkafka, kafka-python, aiokafka): the KIP-890 versions
+(AddPartitionsToTxn 5, AddOffsetsToTxn 4, EndTxn 5) are not advertised, so clients add
+partitions explicitly and keep their epoch across transactions.
+
+Where Kafka and the native protocol differ, the difference is settled here:
+* PRODUCER_FENCED is newer than the old versions: below InitProducerId 4, AddPartitionsToTxn 2,
+  AddOffsetsToTxn 2 and EndTxn 2 it is answered INVALID_PRODUCER_EPOCH, as Kafka does.
+* AddPartitionsToTxn answers per partition: a whole-request error in every partition; a
+  partition Kafka does not know UNKNOWN_TOPIC_OR_PARTITION, the others then
+  OPERATION_NOT_ATTEMPTED (nothing is added). v4 is the broker-to-broker batched form
+  (CLUSTER_ACTION on the cluster, as Kafka).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from kafka.protocol.admin.transactions import DescribeTransactionsResponse, ListTransactionsResponse
+from kafka.protocol.producer.transaction import (
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnResponse,
+    EndTxnResponse,
+    InitProducerIdResponse,
+)
+
+from raftlog.base.acl import CLUSTER_NAME, Operation, ResourceType
+from raftlog.base.errors import RaftlogError, error_from_wire
+from raftlog.node.kafka import errors
+from raftlog.node.kafka.context import Call, KafkaContext, Later, Reply
+
+__all__ = ["HANDLERS", "init_txn_producer_id", "TXN_STATES"]
+
+ADD_PARTITIONS_TO_TXN_KEY: Final = 24
+ADD_OFFSETS_TO_TXN_KEY: Final = 25
+END_TXN_KEY: Final = 26
+DESCRIBE_TRANSACTIONS_KEY: Final = 65
+LIST_TRANSACTIONS_KEY: Final = 66
+
+PRODUCER_FENCED: Final = errors.KAFKA_ERROR_CODES["PRODUCER_FENCED"]
+INVALID_PRODUCER_EPOCH: Final = errors.KAFKA_ERROR_CODES["INVALID_PRODUCER_EPOCH"]
+UNKNOWN_TOPIC_OR_PARTITION: Final = errors.UNKNOWN_TOPIC_OR_PARTITION
+CLUSTER_AUTHORIZATION_FAILED: Final = errors.CLUSTER_AUTHORIZATION_FAILED
+OPERATION_NOT_ATTEMPTED: Final = 55
+TXN_STATES: Final = frozenset({"Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit",
+                               "CompleteAbort", "PrepareEpochFence", "Dead"})
+# The first version of each API that knows PRODUCER_FENCED (Kafka's KIP-588 bumps).
+_FENCED_FROM: Final = {22: 4, ADD_PARTITIONS_TO_TXN_KEY: 2, ADD_OFFSETS_TO_TXN_KEY: 2, END_TXN_KEY: 2}
+
+
+def _code(exc: RaftlogError, call: Call) -> int:
+    code = errors.kafka_error(exc)[0]
+    if code == PRODUCER_FENCED and call.version < _FENCED_FROM.get(call.header.api_key, 0):
+        return INVALID_PRODUCER_EPOCH
+    return code
+
+
+async def init_txn_producer_id(ctx: KafkaContext, call: Call) -> Reply:
+    """InitProducerId (22) with a transactional id (produce.py sends those here)."""
+    request = call.request
+    R = InitProducerIdResponse
+    fields = {
+        "transactional_id": request.transactional_id,
+        "transaction_timeout_ms": request.transaction_timeout_ms,
+        "producer_id": request.producer_id if call.version >= 3 else -1,
+        "producer_epoch": request.producer_epoch if call.version >= 3 else -1,
+    }
+
+    async def answer() -> Any:
+        try:
+            result = await ctx.call("init_txn_producer_id", fields) or {}
+        except RaftlogError as exc:
+            return R(throttle_time_ms=0, error_code=_code(exc, call), producer_id=-1, producer_epoch=-1)
+        return R(throttle_time_ms=0, error_code=errors.NONE, producer_id=result["producer_id"],
+                 producer_epoch=result["producer_epoch"])
+
+    return Later(answer)
+
+
+# --------------------------------------------------------------------------- AddPartitionsToTxn
+
+
+async def _add_partitions(ctx: KafkaContext, call: Call, tid: str, pid: int, epoch: int, topics: Any,
+                          verify_only: bool) -> list[Any]:
+    """The topic results of one transaction."""
+    T = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
+    P = T.AddPartitionsToTxnPartitionResult
+    asked = [(t.name, list(t.partitions or [])) for t in topics or []]
+    fields = {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch, "verify_only": verify_only,
+              "partitions": [{"topic": name, "partition": p} for name, parts in asked for p in parts]}
+
+    def result(code_of: Any) -> list[Any]:
+        return [T(name=name, results_by_partition=[P(partition_index=p, partition_error_code=code_of(name, p))
+                                                   for p in parts]) for name, parts in asked]
+
+    try:
+        answer = await ctx.call("add_partitions_to_txn", fields) or {}
+    except RaftlogError as exc:
+        code = _code(exc, call)
+        return result(lambda name, p: code)
+    unknown = {(u["topic"], u["partition"]) for u in answer.get("unknown") or ()}
+    if unknown:
+        return result(lambda name, p: UNKNOWN_TOPIC_OR_PARTITION if (name, p) in unknown else OPERATION_NOT_ATTEMPTED)
+    return result(lambda name, p: errors.NONE)
+
+
+async def handle_add_partitions_to_txn(ctx: KafkaContext, call: Call) -> Reply:
+    request = call.request
+    R = AddPartitionsToTxnResponse
+    if call.version < 4:
+        async def answer_v3() -> Any:
+            topics = await _add_partitions(ctx, call, request.v3_and_below_transactional_id,
+                                           request.v3_and_below_producer_id, request.v3_and_below_producer_epoch,
+                                           request.v3_and_below_topics, False)
+            return R(throttle_time_ms=0, results_by_topic_v3_and_below=topics)
+
+        return Later(answer_v3)
+    if not ctx.allowed(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+        return R(throttle_time_ms=0, error_code=CLUSTER_AUTHORIZATION_FAILED, results_by_transaction=[])
+
+    async def answer_v4() -> Any:
+        results = []
+        for t in request.transactions or []:
+            topics = await _add_partitions(ctx, call, t.transactional_id, t.producer_id, t.producer_epoch,
+                                           t.topics, bool(t.verify_only))
+            results.append(R.AddPartitionsToTxnResult(transactional_id=t.transactional_id, topic_results=topics))
+        return R(throttle_time_ms=0, error_code=errors.NONE, results_by_transaction=results)
+
+    return Later(answer_v4)
+
+
+# --------------------------------------------------------------------------- AddOffsetsToTxn / EndTxn
+
+
+async def handle_add_offsets_to_txn(ctx: KafkaContext, call: Call) -> Reply:
+    r = call.request
+    fields = {"transactional_id": r.transactional_id, "producer_id": r.producer_id,
+              "producer_epoch": r.producer_epoch, "group_id": r.group_id}
+
+    async def answer() -> Any:
+        try:
+            await ctx.call("add_offsets_to_txn", fields)
+        except RaftlogError as exc:
+            return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=_code(exc, call))
+        return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=errors.NONE)
+
+    return Later(answer)
+
+
+async def handle_end_txn(ctx: KafkaContext, call: Call) -> Reply:
+    r = call.request
+    fields = {"transactional_id": r.transactional_id, "producer_id": r.producer_id,
+              "producer_epoch": r.producer_epoch, "commit": bool(r.committed)}
+
+    async def answer() -> Any:
+        try:
+            await ctx.call("end_txn", fields)
+        except RaftlogError as exc:
+            return EndTxnResponse(throttle_time_ms=0, error_code=_code(exc, call), producer_id=-1, producer_epoch=-1)
+        return EndTxnResponse(throttle_time_ms=0, error_code=errors.NONE, producer_id=r.producer_id,
+                              producer_epoch=r.producer_epoch)
+
+    return Later(answer)
+
+
+# --------------------------------------------------------------------------- Describe / List
+
+
+async def handle_describe_transactions(ctx: KafkaContext, call: Call) -> Reply:
+    R = DescribeTransactionsResponse
+    S = R.TransactionState
+    ids = list(call.request.transactional_ids or [])
+
+    def failed(tid: str, code: int) -> Any:
+        return S(error_code=code, transactional_id=tid, transaction_state="", transaction_timeout_ms=0,
+                 transaction_start_time_ms=-1, producer_id=-1, producer_epoch=-1, topics=[])
+
+    try:
+        result = await ctx.call("describe_transactions", {"transactional_ids": ids}) or {}
+    except RaftlogError as exc:
+        code = _code(exc, call)
+        return R(throttle_time_ms=0, transaction_states=[failed(t, code) for t in ids])
+    out = []
+    for t in result.get("transactions") or ():
+        if t.get("error") is not None:
+            out.append(failed(t["transactional_id"], errors.kafka_error_code(error_from_wire(t["error"]).code)))
+            continue
+        by_topic: dict[str, list[int]] = {}
+        for topic, p in t["partitions"]:
+            by_topic.setdefault(topic, []).append(p)
+        out.append(S(error_code=errors.NONE, transactional_id=t["transactional_id"], transaction_state=t["state"],
+                     transaction_timeout_ms=t["timeout_ms"], transaction_start_time_ms=t["start_ms"],
+                     producer_id=t["producer_id"], producer_epoch=t["producer_epoch"],
+                     topics=[S.TopicData(topic=name, partitions=parts) for name, parts in by_topic.items()]))
+    return R(throttle_time_ms=0, transaction_states=out)
+
+
+async def handle_list_transactions(ctx: KafkaContext, call: Call) -> Reply:
+    R = ListTransactionsResponse
+    request = call.request
+    states = list(request.state_filters or [])
+    unknown = [s for s in states if s not in TXN_STATES]
+    fields = {"states": [s for s in states if s in TXN_STATES] or None,
+              "producer_ids": list(request.producer_id_filters or []) or None,
+              "min_duration_ms": request.duration_filter if call.version >= 1 else -1}
+    if states and not fields["states"]:
+        return R(throttle_time_ms=0, error_code=errors.NONE, unknown_state_filters=unknown, transaction_states=[])
+    try:
+        result = await ctx.call("list_transactions", fields) or {}
+    except RaftlogError as exc:
+        return R(throttle_time_ms=0, error_code=_code(exc, call), unknown_state_filters=unknown, transaction_states=[])
+    return R(throttle_time_ms=0, error_code=errors.NONE, unknown_state_filters=unknown, transaction_states=[
+        R.TransactionState(transactional_id=t["transactional_id"], producer_id=t["producer_id"],
+                           transaction_state=t["state"])
+        for t in result.get("transactions") or ()])  # fmt: skip
+
+
+HANDLERS: Final = {
+    ADD_PARTITIONS_TO_TXN_KEY: handle_add_partitions_to_txn,
+    ADD_OFFSETS_TO_TXN_KEY: handle_add_offsets_to_txn,
+    END_TXN_KEY: handle_end_txn,
+    DESCRIBE_TRANSACTIONS_KEY: handle_describe_transactions,
+    LIST_TRANSACTIONS_KEY: handle_list_transactions,
+}
