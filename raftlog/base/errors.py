@@ -49,6 +49,8 @@ DESIGN §6), and every exception raised anywhere in raftlog derives from one of 
      │    ├── InvalidGroupIdError               INVALID_GROUP_ID
      │    ├── OffsetMetadataTooLargeError       OFFSET_METADATA_TOO_LARGE
      │    ├── NonEmptyGroupError                NON_EMPTY_GROUP
+     │    ├── InvalidRecordStateError           INVALID_RECORD_STATE  (KIP-932: an ack for a record
+     │    │                                     the member does not hold)
      │    ├── SaslAuthenticationFailedError     SASL_AUTHENTICATION_FAILED  (no principal: which
      │    │                                     part was wrong is never said)
      │    ├── UnsupportedSaslMechanismError     UNSUPPORTED_SASL_MECHANISM  (mechanisms enabled)
@@ -432,6 +434,13 @@ class UnreleasedInstanceIdError(RejectedError):
     """KIP-848: a static member's instance id is still held by a member that did not leave."""
 
     code = "UNRELEASED_INSTANCE_ID"
+
+
+class InvalidRecordStateError(RejectedError):
+    """KIP-932: an acknowledgement for a record the member does not hold (not acquired, held by
+    another member, or its lock expired). Nothing in the request took effect."""
+
+    code = "INVALID_RECORD_STATE"
 
 
 class UnsupportedAssignorError(RejectedError):
