@@ -292,6 +292,12 @@ class NodeConfig:
     group_consumer_assignor: str = "uniform"  # the server-side assignor when members name none
     group_consumer_session_timeout_ms: int = 45_000  # a member silent this long is fenced
     group_consumer_heartbeat_interval_ms: int = 5_000  # told to members in every heartbeat answer
+    # -- KIP-932 share groups (issue 43; Kafka's group.share.* names; partition/share_partition.py) --
+    group_share_record_lock_duration_ms: int = 30_000  # an acquired record's lock
+    group_share_delivery_count_limit: int = 5  # deliveries before a record is archived
+    group_share_partition_max_record_locks: int = 2000  # in-flight records per share partition
+    group_share_session_timeout_ms: int = 45_000  # a share member silent this long is removed
+    group_share_heartbeat_interval_ms: int = 5_000  # told to share members in every heartbeat answer
 
     @property
     def per_ip_overrides(self) -> dict[str, int]:
@@ -568,6 +574,10 @@ _KEYS: Final[dict[str, _Key]] = {
     "group_consumer_assignor": _Key(lambda v: _to_choice(v, ("uniform", "range")), "group_consumer_assignor"),
     "group_consumer_session_timeout_ms": _Key(_to_int, "group_consumer_session_timeout_ms"),
     "group_consumer_heartbeat_interval_ms": _Key(_to_int, "group_consumer_heartbeat_interval_ms"),
+    # KIP-932 share groups (issue 43)
+    **{k: _Key(_to_int, k) for k in ("group_share_record_lock_duration_ms", "group_share_delivery_count_limit",
+                                     "group_share_partition_max_record_locks", "group_share_session_timeout_ms",
+                                     "group_share_heartbeat_interval_ms")},
 }
 _NESTED_TABLES: Final = ("listeners",)  # tables whose keys are config keys themselves
 _INT_RANGES: Final = {
@@ -593,6 +603,12 @@ _INT_RANGES: Final = {
     "sasl_server_max_receive_size": (1024, MAX_FRAME_BYTES_LIMIT),
     "group_consumer_session_timeout_ms": (100, 3_600_000),
     "group_consumer_heartbeat_interval_ms": (10, 3_600_000),
+    # Kafka's bounds for group.share.* (GroupCoordinatorConfig / ShareGroupConfig)
+    "group_share_record_lock_duration_ms": (1000, 3_600_000),
+    "group_share_delivery_count_limit": (2, 10),
+    "group_share_partition_max_record_locks": (100, 10_000),
+    "group_share_session_timeout_ms": (100, 3_600_000),
+    "group_share_heartbeat_interval_ms": (10, 3_600_000),
 }
 
 
@@ -728,6 +744,10 @@ def _build(raw: Mapping[str, tuple[Any, str]]) -> NodeConfig:
         raise fail(blamed, f"group_consumer_session_timeout_ms ({config.group_consumer_session_timeout_ms}) "
                            f"must be more than group_consumer_heartbeat_interval_ms "
                            f"({config.group_consumer_heartbeat_interval_ms})")
+    if config.group_share_session_timeout_ms <= config.group_share_heartbeat_interval_ms:
+        raise fail("group_share_session_timeout_ms",
+                   f"group_share_session_timeout_ms ({config.group_share_session_timeout_ms}) must be more than "
+                   f"group_share_heartbeat_interval_ms ({config.group_share_heartbeat_interval_ms})")
     if config.session_timeout_ms <= config.heartbeat_ms:
         blamed = "session_timeout_ms" if "session_timeout_ms" in sources else "heartbeat_ms"
         raise fail(
