@@ -160,6 +160,14 @@ class SharePartition:
                              "delivery_count": r.delivery_count, "member_id": r.member_id})
         return rows
 
+    def next_fetch_offset(self) -> int:
+        """Where the shell reads from for the next acquisition: the lowest AVAILABLE offset in
+        the window, else SPEO."""
+        for off in range(self.start_offset, self.end_offset):
+            if self._records[off].state is RecordState.AVAILABLE:
+                return off
+        return self.end_offset
+
     def acquired_count(self) -> int:
         return sum(1 for r in self._records.values() if r.state is RecordState.ACQUIRED)
 
@@ -171,9 +179,10 @@ class SharePartition:
     # ---- changing ----
 
     def acquire(self, member_id: str, *, high_watermark: int, max_records: int, now_ms: int) -> list[Acquired]:
-        """Acquire up to `max_records` records for `member_id`, lowest offsets first: AVAILABLE
-        ones in the window (redeliveries), then new ones from SPEO below `high_watermark`
-        while the window holds fewer than `max_record_locks` records. Expired locks are
+        """Acquire up to `max_records` records below `high_watermark` for `member_id`, lowest
+        offsets first: AVAILABLE ones in the window (redeliveries), then new ones from SPEO
+        while the window holds fewer than `max_record_locks` records. The shell passes the
+        end of the batches it read as `high_watermark`, so it acquires only what it sends. Expired locks are
         released first. Returns the runs acquired (possibly none); each record's delivery
         count is one more than before. Offsets the log turns out not to hold are given back
         with `acknowledge(..., GAP)` by the shell."""
@@ -184,7 +193,7 @@ class SharePartition:
         self.expire(now_ms)
         expiry = now_ms + self.settings.record_lock_duration_ms
         taken: list[int] = []
-        for off in range(self.start_offset, self.end_offset):
+        for off in range(self.start_offset, min(self.end_offset, high_watermark)):
             if len(taken) >= max_records:
                 break
             r = self._records[off]

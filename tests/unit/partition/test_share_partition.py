@@ -229,3 +229,14 @@ def test_move_start_and_reset():
     s.release_member("m1")
     s.reset(0)
     assert offsets(s.acquire("m2", high_watermark=5, max_records=9, now_ms=0)) == [0, 1, 2, 3, 4]
+
+
+def test_acquire_stops_at_the_read_end_and_next_fetch_offset_finds_redeliveries():
+    s = sp()
+    s.acquire("m1", high_watermark=6, max_records=6, now_ms=0)
+    s.acknowledge("m1", [Acknowledgement(0, 0, AckType.ACCEPT), Acknowledgement(2, 2, AckType.RELEASE),
+                         Acknowledgement(4, 4, AckType.RELEASE)], now_ms=0)
+    assert s.next_fetch_offset() == 2
+    assert offsets(s.acquire("m2", high_watermark=3, max_records=9, now_ms=0)) == [2]  # 4 lies past the read
+    assert s.next_fetch_offset() == 4
+    assert offsets(s.acquire("m2", high_watermark=9, max_records=9, now_ms=0)) == [4, 6, 7, 8]
