@@ -48,6 +48,7 @@ from typing import Any, Final, Protocol
 import trio
 
 from groupcoord.service import GroupCoordinatorService
+from groupcoord.share_service import ShareService
 from metadata.image import MetadataImage
 from metadata.quorum import QuorumFactory
 from metadata.security_ops import read_bootstrap_credentials
@@ -120,6 +121,7 @@ def build_services(config: NodeConfig, metadata: MetadataService, peers: PeerPoo
         replicas = ReplicaManager(config, metadata, peers, registry=registry)
         services.append(replicas)
         services.append(GroupCoordinatorService(config, metadata, services[-1]))
+        services.append(ShareService(config, metadata, replicas, peers, services[-1]))  # KIP-932
     services.append(RegistryService(config.node_id, ReplicaSchemasLog(config.node_id, metadata, replicas, peers), peers))
     return services
 
