@@ -1,5 +1,7 @@
 """A ShareConsumer process for the share-group tests: prints one JSON line per record it gets
-({"ev": "rec", "p", "o", "v", "n"}), acknowledges per --mode, and exits on SIGTERM (or is
+({"ev": "rec", "p", "o", "v", "n"}), acknowledges per --mode (accept: implicitly; ack: explicitly, printing
+{"ev": "acked"} once an acknowledgement is durable; hold: keeps its first records; poison:
+releases every record), and exits on SIGTERM (or is
 SIGKILLed by the test)."""
 
 import argparse
@@ -15,7 +17,7 @@ def main() -> None:
     ap.add_argument("bootstrap")
     ap.add_argument("topic")
     ap.add_argument("group")
-    ap.add_argument("--mode", default="accept", choices=["accept", "hold", "poison"])
+    ap.add_argument("--mode", default="accept", choices=["accept", "ack", "hold", "poison"])
     ap.add_argument("--name", default="c")
     args = ap.parse_args()
     stop = []
@@ -32,11 +34,16 @@ def main() -> None:
                                   "n": r.delivery_count}), flush=True)
                 if args.mode == "poison":
                     c.acknowledge(r, "release")
+                elif args.mode == "ack":
+                    c.acknowledge(r, "accept")
             if args.mode == "hold" and records:
                 print(json.dumps({"ev": "holding"}), flush=True)
                 signal.pause()  # keep the records in flight until the test kills this process
             if explicit:
-                c.commit_sync()
+                for (topic, partition), error in c.commit_sync().items():
+                    done = [r.offset for r in records if r.partition == partition]
+                    if error is None and args.mode == "ack":  # durable: must never come back
+                        print(json.dumps({"ev": "acked", "p": partition, "offsets": done}), flush=True)
     sys.exit(0)
 
 

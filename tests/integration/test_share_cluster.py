@@ -178,3 +178,27 @@ def test_bad_requests_get_kafkas_errors_and_change_nothing(share_cluster):
         offsets = admin.request({"op": "share_group_offsets", "group_id": "gb", "topic": "sqb", "partition": 0},
                                 route=("sqb", 0))
         assert offsets["start_offset"] == 1
+
+
+def test_killed_share_partition_leader_loses_no_acknowledgement(share_cluster):
+    values = make_topic(share_cluster, "sql", 1, 200)
+    with Admin(share_cluster.bootstrap()) as admin:
+        leader = admin.describe_topics(["sql"])["sql"].partitions[0].leader
+    c = Proc(share_cluster, "sql", "gl", "acker", mode="ack")
+    try:
+        share_cluster.wait_for(lambda: len(c.records()) >= 40, 60, "some records acknowledged")
+        share_cluster.kill(leader)
+        share_cluster.wait_for(lambda: set(values) <= {r["v"] for r in c.records()}, 120,
+                               "every record delivered after the failover")
+    finally:
+        c.stop()
+        share_cluster.start(leader)
+    with c._lock:
+        events = list(c.events)
+    acked: set[int] = set()
+    for e in events:  # in the order the consumer saw them
+        if e["ev"] == "acked":
+            acked.update(e["offsets"])
+        elif e["ev"] == "rec":
+            assert e["o"] not in acked, f"offset {e['o']} delivered again after its acknowledgement was durable"
+    assert all(r["n"] <= LIMIT for r in c.records())
