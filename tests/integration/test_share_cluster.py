@@ -202,3 +202,25 @@ def test_killed_share_partition_leader_loses_no_acknowledgement(share_cluster):
         elif e["ev"] == "rec":
             assert e["o"] not in acked, f"offset {e['o']} delivered again after its acknowledgement was durable"
     assert all(r["n"] <= LIMIT for r in c.records())
+
+
+def cli(cluster, *args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "raftlog.cli", *args, "--bootstrap", ",".join(cluster.bootstrap())],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_cli_consume_share_group_and_share_groups_commands(share_cluster):
+    values = make_topic(share_cluster, "sqc", 2, 10)
+    out = cli(share_cluster, "consume", "sqc", "--share-group", "gc", "--from-beginning", "--max-messages", "10")
+    assert sorted(out.split()) == sorted(values)
+    assert "gc" in [g["group_id"] for g in json.loads(cli(share_cluster, "share-groups", "list", "--json"))]
+    d = json.loads(cli(share_cluster, "share-groups", "describe", "gc", "--json"))
+    assert d["state"] == "Empty" and d["members"] == []  # the consumer left when it closed
+    assert "dry run" in cli(share_cluster, "share-groups", "reset-offsets", "gc", "--topic", "sqc", "--to-earliest")
+    cli(share_cluster, "share-groups", "reset-offsets", "gc", "--topic", "sqc", "--to-earliest", "--execute")
+    again = cli(share_cluster, "consume", "sqc", "--share-group", "gc", "--max-messages", "10")
+    assert sorted(again.split()) == sorted(values)  # read again from the start
+    cli(share_cluster, "share-groups", "delete", "gc")
+    assert "gc" not in [g["group_id"] for g in json.loads(cli(share_cluster, "share-groups", "list", "--json"))]
