@@ -260,6 +260,7 @@ class ShareService:
             if acks:
                 sp.acknowledge(member_id, acks, now_ms=now_ms)
             sp.expire(now_ms)
+            sp.move_start(r.log.log_start_offset)  # retention or delete_records moved the log start
             offset = sp.next_fetch_offset()
             data, end = b"", offset
             if offset < r.high_watermark:
