@@ -14,9 +14,11 @@ Native ops (PROTOCOL.md shapes; the Kafka listener's ShareGroupHeartbeat 76, Sha
     share_fetch {group_id, member_id, topic, partition, max_records, max_bytes?, auto_offset_reset?,
         acknowledgements? [[first_offset, last_offset, ack_type]]}
       -> {records: bytes (whole batches), acquired: [[first_offset, last_offset, delivery_count]],
-          start_offset, high_watermark}
-        on the partition's leader: applies the acknowledgements, then acquires records for the
-        member; the member keeps only the records of `acquired` (the batches may hold others).
+          start_offset, high_watermark, acknowledge_error: error | null}
+        on the partition's leader: applies the acknowledgements (all or none: a refused set is
+        answered in `acknowledge_error`, as Kafka's AcknowledgeErrorCode, and the fetch goes on),
+        then acquires records for the member; the member keeps only the records of `acquired`
+        (the batches may hold others).
     share_acknowledge {group_id, member_id, topic, partition, acknowledgements} -> {start_offset}
     share_group_offsets {group_id, topic, partition} -> {start_offset | null, in_flight: [...]}
     share_group_reset {group_id, topic, partition, offset} -> {}   (the group must be empty)
@@ -52,6 +54,7 @@ from groupcoord.share_store import ShareStateStore
 from partition.batch import iter_headers
 from partition.share_partition import Acknowledgement, AckType, SharePartition, ShareSettings
 from raftlog.base.errors import (
+    InvalidRecordStateError,
     InvalidRequestError,
     NotCoordinatorError,
     NotLeaderError,
@@ -257,8 +260,12 @@ class ShareService:
             sp = await self._window(key, r, reset)
             version = sp.version
             now_ms = self._clock_ms()
-            if acks:
-                sp.acknowledge(member_id, acks, now_ms=now_ms)
+            ack_error = None
+            if acks:  # as Kafka: a refused acknowledgement is answered beside the fetch's records
+                try:
+                    sp.acknowledge(member_id, acks, now_ms=now_ms)
+                except (InvalidRecordStateError, InvalidRequestError) as exc:
+                    ack_error = exc.to_wire()
             sp.expire(now_ms)
             sp.move_start(r.log.log_start_offset)  # retention or delete_records moved the log start
             offset = sp.next_fetch_offset()
@@ -272,7 +279,8 @@ class ShareService:
             await self._persist(key, sp, version)
             return {"records": bytes(data) if runs else b"",
                     "acquired": [[a.first_offset, a.last_offset, a.delivery_count] for a in runs],
-                    "start_offset": sp.start_offset, "high_watermark": r.high_watermark}
+                    "start_offset": sp.start_offset, "high_watermark": r.high_watermark,
+                    "acknowledge_error": ack_error}
 
     async def _acknowledge(self, request: Request) -> dict[str, Any]:
         key, member_id = self._key(request)

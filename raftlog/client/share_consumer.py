@@ -33,7 +33,13 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Final, NamedTuple
 
 from partition.batch import decode_batches
-from raftlog.base.errors import FencedMemberEpochError, InvalidRequestError, RaftlogError, UnknownMemberIdError
+from raftlog.base.errors import (
+    FencedMemberEpochError,
+    InvalidRequestError,
+    RaftlogError,
+    UnknownMemberIdError,
+    error_from_wire,
+)
 from raftlog.base.topics import OFFSETS_TOPIC, partition_for_group
 from raftlog.client.blocking import Admin
 from raftlog.client.clock import SYSTEM_CLOCK, Clock
@@ -43,6 +49,7 @@ __all__ = ["ShareConsumer", "ShareRecord", "ShareAcks", "ACK_TYPES"]
 
 ACK_TYPES: Final = {"accept": 1, "release": 2, "reject": 3}
 MAX_POLL_RECORDS: Final = 500
+MAX_KEPT_ERRORS: Final = 100
 
 
 class ShareRecord(NamedTuple):
@@ -127,6 +134,9 @@ class ShareConsumer:
         self._acks = ShareAcks()
         self._next = 0  # round-robin start over the assignment
         self._closed = False
+        # Acknowledgements a leader refused (a lock ran out first): the records come back to
+        # some member; (partition, error), the latest MAX_KEPT_ERRORS.
+        self.acknowledge_errors: list[tuple[tuple[str, int], RaftlogError]] = []
 
     def subscribe(self, topics: Sequence[str]) -> None:
         self._topics = sorted(set(topics))
@@ -226,6 +236,9 @@ class ShareConsumer:
             except RaftlogError:
                 self._acks.forget(tp)  # acks not applied: the records come back after their locks
                 continue
+            if answer.get("acknowledge_error") is not None:
+                self.acknowledge_errors.append((tp, error_from_wire(answer["acknowledge_error"])))
+                del self.acknowledge_errors[:-MAX_KEPT_ERRORS]
             out.extend(self._records(tp, answer))
         return out
 

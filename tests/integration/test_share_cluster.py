@@ -158,6 +158,10 @@ def test_bad_requests_get_kafkas_errors_and_change_nothing(share_cluster):
         assert got["acquired"] == [[0, 0, 1]]
         with pytest.raises(InvalidRecordStateError):  # offset 1 is not held by this member
             admin.request({**fetch, "op": "share_acknowledge", "acknowledgements": [[0, 1, 1]]}, route=("sqb", 0))
+        # In a fetch, a refused acknowledgement is answered beside the records, the fetch goes on.
+        both = admin.request({**fetch, "acknowledgements": [[0, 1, 1]]}, route=("sqb", 0))
+        assert both["acknowledge_error"]["code"] == "INVALID_RECORD_STATE" and both["acquired"] == [[1, 1, 1]]
+        admin.request({**fetch, "op": "share_acknowledge", "acknowledgements": [[1, 1, 2]]}, route=("sqb", 0))
         with pytest.raises(InvalidRequestError):  # sqb2 is not assigned to the member
             admin.request({**fetch, "topic": "sqb2"}, route=("sqb2", 0))
         with pytest.raises(FencedMemberEpochError):
