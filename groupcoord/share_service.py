@@ -48,6 +48,7 @@ from typing import Any, Final
 
 import trio
 
+from groupcoord.records import MAX_GROUP_ID_CHARS
 from groupcoord.share_group import ShareGroupConfig, ShareGroups
 from groupcoord.share_state import ShareKey, encode_value
 from groupcoord.share_store import ShareStateStore
@@ -61,7 +62,7 @@ from raftlog.base.errors import (
     UnknownMemberIdError,
 )
 from raftlog.base.protocol import Request, field
-from raftlog.base.topics import OFFSETS_TOPIC, partition_for_group
+from raftlog.base.topics import MAX_TOPIC_NAME_CHARS, OFFSETS_TOPIC, partition_for_group
 
 __all__ = ["ShareService"]
 
@@ -110,7 +111,14 @@ class ShareService:
         task_status.started()
         while True:  # session expiry of share members (their locks run out on the leaders)
             self.members.expire(self._clock_ms(), self._topics())
+            self._forget_moved_groups()
             await trio.sleep(1.0)
+
+    def _forget_moved_groups(self) -> None:
+        """Drop the groups whose `__consumer_offsets` partition this node no longer leads: the
+        new coordinator has them now (membership is not persisted: their members rejoin)."""
+        for gid in [g for g in self.members.groups if not self.groups.core.is_active(partition_for_group(g))]:
+            del self.members.groups[gid]
 
     def on_image(self, image: Any) -> None:
         """Nothing: leadership is read from the replicas when a request comes."""
@@ -160,6 +168,7 @@ class ShareService:
         return {"groups": self.members.describe(ids)}
 
     async def _list(self, request: Request) -> dict[str, Any]:
+        self._forget_moved_groups()
         return {"groups": self.members.list()}
 
     async def _delete(self, request: Request) -> dict[str, Any]:
@@ -241,10 +250,19 @@ class ShareService:
             out.append(Acknowledgement(a[0], a[1], AckType(a[2])))
         return out
 
+    @staticmethod
+    def _share_key(request: Request) -> ShareKey:
+        """The request's (group, topic, partition), checked as `__share_group_state` keys are
+        (a key its replay would refuse must never be written). Raises InvalidRequestError."""
+        group, topic = field(request, "group_id", str), field(request, "topic", str)
+        if not 1 <= len(group) <= MAX_GROUP_ID_CHARS:
+            raise InvalidRequestError(f"group id must be 1-{MAX_GROUP_ID_CHARS} characters", field="group_id")
+        if not 1 <= len(topic) <= MAX_TOPIC_NAME_CHARS:
+            raise InvalidRequestError(f"topic must be 1-{MAX_TOPIC_NAME_CHARS} characters", field="topic")
+        return ShareKey(group, topic, field(request, "partition", int, min_value=0, max_value=2**31 - 1))
+
     def _key(self, request: Request) -> tuple[ShareKey, str]:
-        key = ShareKey(field(request, "group_id", str), field(request, "topic", str),
-                       field(request, "partition", int, min_value=0))
-        return key, field(request, "member_id", str)
+        return self._share_key(request), field(request, "member_id", str)
 
     async def _fetch(self, request: Request) -> dict[str, Any]:
         key, member_id = self._key(request)
@@ -294,8 +312,7 @@ class ShareService:
             return {"start_offset": sp.start_offset}
 
     async def _offsets(self, request: Request) -> dict[str, Any]:
-        key = ShareKey(field(request, "group_id", str), field(request, "topic", str),
-                       field(request, "partition", int, min_value=0))
+        key = self._share_key(request)
         have = self._windows.get(key)
         if have is not None:
             return {"start_offset": have[1].start_offset, "in_flight": have[1].in_flight()}
@@ -303,8 +320,7 @@ class ShareService:
         return {"start_offset": None if snapshot is None else snapshot["start_offset"], "in_flight": []}
 
     async def _reset(self, request: Request) -> dict[str, Any]:
-        key = ShareKey(field(request, "group_id", str), field(request, "topic", str),
-                       field(request, "partition", int, min_value=0))
+        key = self._share_key(request)
         offset = field(request, "offset", int, min_value=0)
         r = self._replica(key.topic, key.partition)
         async with self._locks.setdefault(key, trio.Lock()):

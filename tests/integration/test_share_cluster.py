@@ -177,6 +177,9 @@ def test_bad_requests_get_kafkas_errors_and_change_nothing(share_cluster):
                           route=(OFFSETS_TOPIC, partition_for_group("classic-g")))
         with pytest.raises(GroupIdNotFoundError):
             _member(admin, "classic-g", ["sqb"])
+        with pytest.raises(InvalidRequestError):  # a key __share_group_state's replay would refuse
+            admin.request({"op": "share_group_reset", "group_id": "g" * 300, "topic": "sqb", "partition": 0,
+                           "offset": 0}, route=("sqb", 0))
         # Nothing was lost: the held record is still the member's to accept.
         admin.request({**fetch, "op": "share_acknowledge", "acknowledgements": [[0, 0, 1]]}, route=("sqb", 0))
         offsets = admin.request({"op": "share_group_offsets", "group_id": "gb", "topic": "sqb", "partition": 0},
