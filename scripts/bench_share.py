@@ -63,3 +63,12 @@ def run(cluster: Any, topic: str, partitions: int, records: int, logs: Path, gro
           f"acknowledged; classic group: {result['classic_records_per_s']:.0f} records/s consumed; "
           f"ratio {result['ratio']:.2f} (goal >= 0.5)", flush=True)
     return result
+
+
+if __name__ == "__main__":  # `scripts/bench share [options]` = `scripts/bench groups --part share [options]`
+    import runpy
+    import sys
+
+    groups_script = Path(__file__).with_name("bench_groups.py")
+    sys.argv = [str(groups_script), "--part", "share", *sys.argv[1:]]
+    runpy.run_path(str(groups_script), run_name="__main__")
