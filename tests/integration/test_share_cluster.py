@@ -231,3 +231,29 @@ def test_cli_consume_share_group_and_share_groups_commands(share_cluster):
     assert sorted(again.split()) == sorted(values)  # read again from the start
     cli(share_cluster, "share-groups", "delete", "gc")
     assert "gc" not in [g["group_id"] for g in json.loads(cli(share_cluster, "share-groups", "list", "--json"))]
+
+
+async def test_trio_share_consumers_split_the_records(share_cluster):
+    import trio
+
+    from raftlog import aio
+
+    values = set(make_topic(share_cluster, "sqa", 3, 60))
+    got: dict[str, list[str]] = {"a": [], "b": []}
+
+    async def member(name: str) -> None:
+        async with aio.ShareConsumer(share_cluster.bootstrap(), "ga", acknowledgement_mode="explicit",
+                                     auto_offset_reset="earliest", max_poll_records=5) as c:
+            c.subscribe(["sqa"])
+            with trio.move_on_after(90):
+                while set(got["a"]) | set(got["b"]) != values:
+                    for r in await c.poll(timeout_ms=500):
+                        got[name].append(r.value.decode())
+                        c.acknowledge(r, "accept")
+                    assert all(e is None for e in (await c.commit_sync()).values())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(member, "a")
+        nursery.start_soon(member, "b")
+    everything = got["a"] + got["b"]
+    assert set(everything) == values and len(everything) == len(values), "each record accepted once"
