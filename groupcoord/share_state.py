@@ -16,11 +16,9 @@ partition leader rebuilds the window with `SharePartition.restore`. Decoding is 
 Which partition of `__share_group_state` holds a share partition: Kafka's hash of
 "group:topic:partition" (`partition_for_share`).
 
-Batched writes (`ShareStateBatcher`): a leader changes a share partition's state on every
-acquire and acknowledgement; what it must persist before answering is only the latest state
-of each share partition, so changes made while a write is in flight are coalesced into the
-next one (one record per share partition per write), and a waiter is released when a write
-that covers its change is durable.
+Writes: a share-partition leader writes one record per request that changed a window (a
+fetch that acquired a batch of records, an acknowledgement of many ranges): the window's latest
+state, whatever number of records changed in it (share_service.py).
 """
 
 from __future__ import annotations
@@ -36,7 +34,7 @@ from raftlog.base import cbor
 from raftlog.base.topics import MAX_TOPIC_NAME_CHARS, java_string_hash
 
 __all__ = ["SHARE_STATE_TOPIC", "SHARE_STATE_TOPIC_PARTITIONS", "ShareKey", "encode_key", "decode_key",
-           "encode_value", "decode_value", "ShareStateImage", "ShareStateBatcher", "partition_for_share"]
+           "encode_value", "decode_value", "ShareStateImage", "partition_for_share"]
 
 SHARE_STATE_TOPIC: Final = "__share_group_state"
 SHARE_STATE_TOPIC_PARTITIONS: Final = 16  # Kafka's share.coordinator.state.topic.num.partitions is 50
@@ -149,38 +147,3 @@ class ShareStateImage:
 
     def group_states(self, group: str) -> dict[ShareKey, dict[str, Any]]:
         return {k: v for k, v in self.states.items() if k.group == group}
-
-
-class ShareStateBatcher:
-    """Coalesces share-partition state changes into writes. `put` records the newest state of
-    a key and returns its change number; `take` hands the pending records for one write (one
-    per key) and the change number the write covers; `done(n)` after that write is durable
-    releases every change <= n (`durable`). At most one write is in flight."""
-
-    def __init__(self) -> None:
-        self._pending: dict[ShareKey, bytes | None] = {}
-        self._next = 0
-        self.durable = 0
-        self.in_flight: int | None = None
-
-    def put(self, key: ShareKey, snapshot: Mapping[str, Any] | None) -> int:
-        self._next += 1
-        self._pending[key] = None if snapshot is None else encode_value(snapshot)
-        return self._next
-
-    def take(self) -> tuple[list[tuple[bytes, bytes | None]], int] | None:
-        """The next write, or None when one is in flight or nothing is pending."""
-        if self.in_flight is not None or not self._pending:
-            return None
-        records = [(encode_key(k), v) for k, v in sorted(self._pending.items())]
-        self._pending.clear()
-        self.in_flight = self._next
-        return records, self._next
-
-    def done(self, covered: int, ok: bool) -> None:
-        """The write covering changes <= `covered` ended; on failure its states are lost
-        from the batcher (the caller puts them again from the live share partitions)."""
-        assert self.in_flight == covered
-        self.in_flight = None
-        if ok:
-            self.durable = max(self.durable, covered)

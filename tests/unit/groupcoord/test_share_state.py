@@ -1,11 +1,10 @@
-"""`__share_group_state` records: share-partition snapshots round-trip, damaged bytes are refused, replay keeps the latest per key, and the batcher coalesces changes into one record per share partition."""
+"""`__share_group_state` records: share-partition snapshots round-trip, damaged bytes are refused, replay keeps the latest per key."""
 
 import pytest
 
 from groupcoord.errors import InvalidGroupRecordError
 from groupcoord.share_state import (
     ShareKey,
-    ShareStateBatcher,
     ShareStateImage,
     decode_key,
     decode_value,
@@ -70,23 +69,3 @@ def test_replay_keeps_the_latest_and_tombstones_delete():
     assert image.states == {KEY: snap2}
     assert image.group_states("q") == {KEY: snap2} and image.group_states("x") == {}
     assert 0 <= partition_for_share(KEY) < 16
-
-
-def test_batcher_coalesces_while_a_write_is_in_flight():
-    b = ShareStateBatcher()
-    other = ShareKey("q", "orders", 0)
-    n1 = b.put(KEY, SharePartition(0).snapshot())
-    records, covered = b.take()
-    assert covered == n1 and len(records) == 1 and b.take() is None
-    b.put(KEY, SharePartition(1).snapshot())
-    b.put(other, None)
-    n3 = b.put(KEY, SharePartition(2).snapshot())
-    assert b.take() is None  # one write at a time
-    b.done(covered, ok=True)
-    assert b.durable == n1
-    records, covered = b.take()
-    assert covered == n3 and len(records) == 2
-    assert decode_value(dict(records)[encode_key(KEY)])["start_offset"] == 2
-    assert dict(records)[encode_key(other)] is None
-    b.done(covered, ok=False)
-    assert b.durable == n1 and b.take() is None
