@@ -8,7 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from groupcoord.context import CoordinatorConfig
+from groupcoord.share_group import ShareGroupConfig
 from groupcoord.txn_coordinator import TxnConfig
+from partition.share_partition import ShareSettings
 
 __all__ = ["GroupCoordinatorSettings", "TxnCoordinatorSettings"]
 
@@ -24,3 +26,10 @@ class GroupCoordinatorSettings:
 class TxnCoordinatorSettings:
     node_id: int
     coordinator: TxnConfig  # the pure core's (transaction.max.timeout.ms; partition counts)
+
+
+@dataclass(frozen=True, slots=True)
+class ShareServiceSettings:
+    node_id: int
+    partitions: ShareSettings      # the share-partition windows' (group.share.record.lock.duration.ms, ...)
+    groups: ShareGroupConfig       # share-group membership (group.share.session.timeout.ms, ...)

@@ -16,6 +16,9 @@ Then, on the same cluster, scripts/bench_groups_rebalance.py: one of 10 members 
 of 30 partitions under KIP-848 beside the classic eager and cooperative rebalances
 (--rebalance-runs, default 3).
 
+And scripts/bench_share.py (`--part share`): five share-group consumers beside a classic
+group of five over the same preloaded records (--share-records, default 5000).
+
 Every process is stopped by its PID at the end (also on failure or Ctrl-C).
 """
 
@@ -93,7 +96,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--session-ms", type=int, default=3000)
     ap.add_argument("--interval-ms", type=int, default=20, help="producer pause between rounds of 6 records")
-    ap.add_argument("--part", choices=("all", "failover", "rebalance"), default="all")
+    ap.add_argument("--part", choices=("all", "failover", "rebalance", "share"), default="all")
+    ap.add_argument("--share-records", type=int, default=5000)
     ap.add_argument("--rebalance-runs", type=int, default=3)
     args = ap.parse_args()
     import bench_groups_rebalance  # this script's folder is on sys.path
@@ -110,6 +114,10 @@ def main() -> int:
             cluster.wait_ready(60)
             cluster.call(1, "create_topic", name=TOPIC, partitions=6, replication_factor=3, configs={})
             cluster.wait_for(lambda: cluster.call(1, "find_coordinator", group_id="bench-0"), 30, "coordinator")
+            if args.part in ("all", "share"):
+                import bench_share
+
+                bench_share.run(cluster, TOPIC, 6, args.share_records, logs, groups_test, _load("test_share_cluster"))
             if args.part in ("all", "rebalance"):
                 bench_groups_rebalance.run_all(cluster, args.rebalance_runs, 50)
             for run in range(args.runs if args.part in ("all", "failover") else 0):

@@ -56,6 +56,8 @@ DESIGN §6), and every exception raised anywhere in raftlog derives from one of 
      │    ├── ConcurrentTransactionsError       CONCURRENT_TRANSACTIONS  (retriable: a step is in flight)
      │    ├── TransactionalIdNotFoundError      TRANSACTIONAL_ID_NOT_FOUND
      │    ├── GroupSubscribedToTopicError       GROUP_SUBSCRIBED_TO_TOPIC  (OffsetDelete of a live group's topic)
+     │    ├── InvalidRecordStateError           INVALID_RECORD_STATE  (KIP-932: an ack for a record
+     │    │                                     the member does not hold)
      │    ├── SaslAuthenticationFailedError     SASL_AUTHENTICATION_FAILED  (no principal: which
      │    │                                     part was wrong is never said)
      │    ├── UnsupportedSaslMechanismError     UNSUPPORTED_SASL_MECHANISM  (mechanisms enabled)
@@ -477,6 +479,13 @@ class UnreleasedInstanceIdError(RejectedError):
     """KIP-848: a static member's instance id is still held by a member that did not leave."""
 
     code = "UNRELEASED_INSTANCE_ID"
+
+
+class InvalidRecordStateError(RejectedError):
+    """KIP-932: an acknowledgement for a record the member does not hold (not acquired, held by
+    another member, or its lock expired). Nothing in the request took effect."""
+
+    code = "INVALID_RECORD_STATE"
 
 
 class UnsupportedAssignorError(RejectedError):

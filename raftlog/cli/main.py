@@ -32,6 +32,7 @@ from raftlog.cli import console as _console
 from raftlog.cli import acls as _acls
 from raftlog.cli import brokers as _brokers
 from raftlog.cli import groups as _groups
+from raftlog.cli import share_groups as _share_groups
 from raftlog.cli import partitions as _partitions
 from raftlog.cli import records as _records
 from raftlog.cli import transactions as _transactions
@@ -536,6 +537,7 @@ main.add_command(_records.produce_cmd)
 main.add_command(_records.consume_cmd)
 main.add_command(_records.perf)
 main.add_command(_groups.groups)
+main.add_command(_share_groups.share_groups)
 main.add_command(_partitions.partitions)
 main.add_command(_brokers.brokers)
 cluster.add_command(_brokers.balance_cmd)

@@ -396,6 +396,8 @@ def _check_offset(admin: Any, topic: str, parts: list[int], offset: int) -> None
 @click.option("--offset", "-o", "offset_text", metavar="N|earliest|latest",
               help="Start at this offset (of --partition, or of every partition).")
 @click.option("--group", "-g", help="Consume as a member of this consumer group (commits offsets).")
+@click.option("--share-group", help="Consume as a member of this share group (KIP-932 queue: records are "
+              "shared among its members, each accepted once read).")
 @click.option("--max-messages", "-n", type=click.IntRange(1), help="Stop after this many records.")
 @click.option("--timeout-ms", type=click.IntRange(1), help="Stop when no record came for this long.")
 @click.option("--format", "fmt", type=click.Choice(["text", "kv", "json"]), default="text", show_default=True,
@@ -405,7 +407,7 @@ def _check_offset(admin: Any, topic: str, parts: list[int], offset: int) -> None
 @click.pass_context
 @friendly
 def consume_cmd(ctx: click.Context, topic: str, from_beginning: bool, partition: int | None,
-                offset_text: str | None, group: str | None, max_messages: int | None,
+                offset_text: str | None, group: str | None, share_group: str | None, max_messages: int | None,
                 timeout_ms: int | None, fmt: str, separator: str, bootstrap: str, timeout: float) -> None:
     """Print TOPIC's records on stdout, one per line, following new ones until Ctrl-C
     (or --max-messages / --timeout-ms). Exit 0 on Ctrl-C, SIGTERM or a closed pipe.
@@ -418,12 +420,16 @@ def consume_cmd(ctx: click.Context, topic: str, from_beginning: bool, partition:
       raftlog consume streams-intro --from-beginning --format kv --separator :
       raftlog consume events --partition 2 --offset 1000 --max-messages 10 --format json
       raftlog consume events --from-beginning --timeout-ms 2000 | wc -l
+      raftlog consume orders --share-group workers --from-beginning
     """
     from raftlog.client import Admin, Consumer
 
     offset = _parse_offset(offset_text)
     if offset is not None and from_beginning:
         raise click.UsageError("give --from-beginning or --offset, not both")
+    if share_group is not None and (group is not None or partition is not None or offset is not None):
+        raise click.UsageError("--share-group reads the partitions the share group hands out: leave out "
+                               "--group/--partition/--offset")
     if group is not None and (partition is not None or offset is not None):
         raise click.UsageError("--group reads the partitions the group assigns from its committed "
                                "offsets: leave out --partition/--offset")
@@ -460,11 +466,20 @@ def consume_cmd(ctx: click.Context, topic: str, from_beginning: bool, partition:
     signal.signal(signal.SIGTERM, on_term)
     seen = 0
     group_options = {} if group is None else {"group_id": group, "enable_auto_commit": True}
-    consumer = Consumer(addresses, auto_offset_reset="earliest" if from_beginning else "latest",
-                        request_timeout_ms=int(timeout * 1000), **group_options, **client_kwargs())
+    reset = "earliest" if from_beginning else "latest"
+    if share_group is not None:  # share.auto.offset.reset: where a new share group starts
+        from raftlog.client.share_consumer import ShareConsumer
+
+        consumer: Any = ShareConsumer(addresses, share_group, auto_offset_reset=reset,
+                                      request_timeout_ms=int(timeout * 1000), **client_kwargs())
+    else:
+        consumer = Consumer(addresses, auto_offset_reset=reset, request_timeout_ms=int(timeout * 1000),
+                            **group_options, **client_kwargs())
     try:
         tps = [(topic, p) for p in parts]
-        if group is not None:
+        if share_group is not None:
+            consumer.subscribe([topic])
+        elif group is not None:
             consumer.subscribe([topic])  # positions: the group's committed offsets, else the reset
         else:
             consumer.assign(tps)

@@ -26,7 +26,9 @@ offset-reset planning), `group_session` (the group half of a Consumer, as proced
 shells run), `assignor` (client-side partition assignment); the shells — `blocking` +
 `network_blocking` + `group_blocking`, `aio` + `network_aio` + `group_aio`, each reading
 one injected `clock`; `group_admin` (list/describe/reset/delete groups); `errors`
-(client-local errors).
+(client-local errors). Share groups (KIP-932): `share_session` (the member's procedures, sans
+I/O), its shells `share_consumer` (blocking `ShareConsumer`) and `share_aio` (trio), and
+`share_admin` (`ShareGroupAdmin`: list/describe/reset/delete share groups).
 """
 
 from raftlog.client.blocking import Admin, Consumer, Producer, RecordFuture
@@ -40,6 +42,8 @@ from raftlog.client.errors import (
     NoBrokerAvailableError,
 )
 from raftlog.client.group_admin import GroupAdmin
+from raftlog.client.share_admin import ShareGroupAdmin
+from raftlog.client.share_consumer import ShareConsumer, ShareRecord
 from raftlog.client.partitioner import murmur2, partition_for_key
 
 __all__ = [
@@ -47,6 +51,9 @@ __all__ = [
     "Consumer",
     "Admin",
     "GroupAdmin",
+    "ShareConsumer",
+    "ShareRecord",
+    "ShareGroupAdmin",
     "RecordFuture",
     "ConsumerRecord",
     "TopicInfo",

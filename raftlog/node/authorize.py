@@ -220,6 +220,17 @@ def _resource(operation: Operation, rt: ResourceType, field: str | None = None) 
     return policy
 
 
+def _group_and_topic(operation: Operation) -> Policy:
+    """KIP-932's rule for ShareFetch / ShareAcknowledge: READ on the group and on the topic."""
+
+    async def policy(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
+        check.require(operation, G, _str_field(request, "group_id"))
+        check.require(operation, T, _str_field(request, "topic"))
+        return await handler(request)
+
+    return policy
+
+
 def _partitions(operation: Operation, field: str = "partitions", answer_field: str = "partitions",
                 group_operation: Operation | None = None) -> Policy:
     """Per-partition checks; refused partitions answered in place with the error."""
@@ -398,6 +409,15 @@ POLICIES: Final[Mapping[str, Policy]] = {
     "leave_group": _resource(O.READ, G, "group_id"),
     "consumer_group_heartbeat": _resource(O.READ, G, "group_id"),  # KIP-848, Kafka's rule
     "consumer_group_describe": _each(O.DESCRIBE),
+    # KIP-932 share groups (groupcoord/share_service.py), Kafka's rules
+    "share_group_heartbeat": _resource(O.READ, G, "group_id"),
+    "share_group_describe": _each(O.DESCRIBE),
+    "share_groups_list": _resource(O.DESCRIBE, C),
+    "share_group_delete": _resource(O.DELETE, G, "group_id"),
+    "share_fetch": _group_and_topic(O.READ),
+    "share_acknowledge": _group_and_topic(O.READ),
+    "share_group_offsets": _resource(O.DESCRIBE, G, "group_id"),
+    "share_group_reset": _resource(O.READ, G, "group_id"),
     "offset_commit": _partitions(O.READ, "offsets", "partitions", group_operation=O.READ),
     "offset_fetch": _partitions(O.DESCRIBE, "partitions", "partitions", group_operation=O.DESCRIBE),
     "reset_offsets": _reset_offsets,

@@ -311,6 +311,12 @@ class NodeConfig:
     follower_replication_throttled_rate: int = 0
     # -- transactions (issue 42; Kafka's name; groupcoord/txn_coordinator.py) --
     transaction_max_timeout_ms: int = 900_000  # longest transaction timeout a producer may ask
+    # -- KIP-932 share groups (issue 43; Kafka's group.share.* names; partition/share_partition.py) --
+    group_share_record_lock_duration_ms: int = 30_000  # an acquired record's lock
+    group_share_delivery_count_limit: int = 5  # deliveries before a record is archived
+    group_share_partition_max_record_locks: int = 2000  # in-flight records per share partition
+    group_share_session_timeout_ms: int = 45_000  # a share member silent this long is removed
+    group_share_heartbeat_interval_ms: int = 5_000  # told to share members in every heartbeat answer
 
     @property
     def per_ip_overrides(self) -> dict[str, int]:
@@ -607,6 +613,10 @@ _KEYS: Final[dict[str, _Key]] = {
         _to_int, "partition_autobalancing_node_availability_timeout_ms"),
     "follower_replication_throttled_rate": _Key(_to_int, "follower_replication_throttled_rate"),
     "transaction_max_timeout_ms": _Key(_to_int, "transaction_max_timeout_ms"),
+    # KIP-932 share groups (issue 43)
+    **{k: _Key(_to_int, k) for k in ("group_share_record_lock_duration_ms", "group_share_delivery_count_limit",
+                                     "group_share_partition_max_record_locks", "group_share_session_timeout_ms",
+                                     "group_share_heartbeat_interval_ms")},
 }
 _NESTED_TABLES: Final = ("listeners",)  # tables whose keys are config keys themselves
 _INT_RANGES: Final = {
@@ -640,6 +650,12 @@ _INT_RANGES: Final = {
     "partition_autobalancing_node_availability_timeout_ms": (1_000, 365 * 24 * 3_600_000),
     "follower_replication_throttled_rate": (0, 1 << 40),
     "transaction_max_timeout_ms": (1, 2**31 - 1),
+    # Kafka's bounds for group.share.* (GroupCoordinatorConfig / ShareGroupConfig)
+    "group_share_record_lock_duration_ms": (1000, 3_600_000),
+    "group_share_delivery_count_limit": (2, 10),
+    "group_share_partition_max_record_locks": (100, 10_000),
+    "group_share_session_timeout_ms": (100, 3_600_000),
+    "group_share_heartbeat_interval_ms": (10, 3_600_000),
 }
 
 
@@ -775,6 +791,10 @@ def _build(raw: Mapping[str, tuple[Any, str]]) -> NodeConfig:
         raise fail(blamed, f"group_consumer_session_timeout_ms ({config.group_consumer_session_timeout_ms}) "
                            f"must be more than group_consumer_heartbeat_interval_ms "
                            f"({config.group_consumer_heartbeat_interval_ms})")
+    if config.group_share_session_timeout_ms <= config.group_share_heartbeat_interval_ms:
+        raise fail("group_share_session_timeout_ms",
+                   f"group_share_session_timeout_ms ({config.group_share_session_timeout_ms}) must be more than "
+                   f"group_share_heartbeat_interval_ms ({config.group_share_heartbeat_interval_ms})")
     if config.session_timeout_ms <= config.heartbeat_ms:
         blamed = "session_timeout_ms" if "session_timeout_ms" in sources else "heartbeat_ms"
         raise fail(

@@ -49,6 +49,7 @@ import trio
 
 from groupcoord.service import GroupCoordinatorService
 from groupcoord.txn_service import TxnCoordinatorService
+from groupcoord.share_service import ShareService
 from metadata.image import MetadataImage
 from metadata.quorum import QuorumFactory
 from metadata.security_ops import read_bootstrap_credentials
@@ -87,6 +88,7 @@ from raftlog.node.settings import (
     group_settings,
     listener_settings,
     metadata_settings,
+    share_settings,
     partition_settings,
     txn_settings,
 )
@@ -138,6 +140,7 @@ def build_services(config: NodeConfig, metadata: MetadataService, peers: PeerPoo
         services.append(GroupCoordinatorService(group_settings(config), metadata, topics))
         services.append(TxnCoordinatorService(txn_settings(config), metadata, topics,
                                               new_producer_id=replicas.port.init_producer_id))
+        services.append(ShareService(share_settings(config), metadata, replicas, peers, services[1]))  # KIP-932
     services.append(RegistryService(config.node_id, ReplicaSchemasLog(config.node_id, metadata, replicas, peers), peers))
     if config.is_broker:  # the REST proxy's way to the partitions (peer op proxy_call)
         services.append(NodeBroker(config.node_id, metadata.cluster_id, lambda: metadata.image, peers))

@@ -9,16 +9,18 @@ config cannot say a value (a voter without a peer address).
 from __future__ import annotations
 
 from groupcoord.context import CoordinatorConfig
-from groupcoord.settings import GroupCoordinatorSettings, TxnCoordinatorSettings
+from groupcoord.settings import GroupCoordinatorSettings, ShareServiceSettings, TxnCoordinatorSettings
+from groupcoord.share_group import ShareGroupConfig
 from groupcoord.txn_coordinator import TxnConfig
 from metadata.settings import MetadataSettings
 from partition.replica import ReplicaSettings
 from partition.settings import PartitionSettings
+from partition.share_partition import ShareSettings
 from raftlog.base.topics import OFFSETS_TOPIC_PARTITIONS, TRANSACTION_STATE_TOPIC_PARTITIONS
 from raftlog.node.config import HostPort, NodeConfig
 from raftlog.node.listener import ListenerSettings
 
-__all__ = ["group_settings", "listener_settings", "metadata_settings", "partition_settings", "txn_settings"]
+__all__ = ["group_settings", "listener_settings", "metadata_settings", "partition_settings", "share_settings", "txn_settings"]
 
 
 def _pair(address: HostPort) -> tuple[str, int]:
@@ -94,4 +96,19 @@ def listener_settings(config: NodeConfig, *, peer: bool = False) -> ListenerSett
         max_frame_bytes=config.peer_max_frame_bytes if peer else config.max_frame_bytes,
         request_timeout_ms=config.request_timeout_ms,
         max_in_flight=config.max_in_flight,
+    )
+
+
+def share_settings(config: NodeConfig) -> ShareServiceSettings:
+    return ShareServiceSettings(
+        node_id=config.node_id,
+        partitions=ShareSettings(
+            record_lock_duration_ms=config.group_share_record_lock_duration_ms,
+            delivery_count_limit=config.group_share_delivery_count_limit,
+            max_record_locks=config.group_share_partition_max_record_locks,
+        ),
+        groups=ShareGroupConfig(
+            session_timeout_ms=config.group_share_session_timeout_ms,
+            heartbeat_interval_ms=config.group_share_heartbeat_interval_ms,
+        ),
     )

@@ -92,6 +92,8 @@ KAFKA_ERROR_CODES: Final[dict[str, int]] = {
     "UNSUPPORTED_ASSIGNOR": 112,
     "STALE_MEMBER_EPOCH": 113,
     "INVALID_REGULAR_EXPRESSION": 128,
+    # KIP-932 share groups (partition/share_partition.py).
+    "INVALID_RECORD_STATE": 121,
     "DUPLICATE_BROKER_REGISTRATION": 101,
     "BROKER_ID_NOT_REGISTERED": 102,
     # Transactions (issue 42).

@@ -1,0 +1,328 @@
+"""Share groups (KIP-932) on a node: the share-group coordinator (membership, share_group.py)
+and the share-partition leader (the in-flight windows, partition/share_partition.py), with
+their durable state in `__share_group_state` (share_store.py).
+
+Native ops (PROTOCOL.md shapes; the Kafka listener's ShareGroupHeartbeat 76, ShareGroupDescribe
+77, ShareFetch 78 and ShareAcknowledge 79 are to adapt to these):
+
+    share_group_heartbeat {group_id, member_id, member_epoch, subscribed_topic_names?, rack_id?,
+        client_id?}  -> {member_id, member_epoch, heartbeat_interval_ms, assignment: [{topic, partitions}] | null}
+        on the group's coordinator (the leader of its `__consumer_offsets` partition, as
+        find_coordinator says); elsewhere NOT_COORDINATOR.
+    share_group_describe {group_ids} -> {groups}      share_groups_list {} -> {groups}  (this coordinator's)
+    share_group_delete {group_id} -> {}
+    share_fetch {group_id, member_id, topic, partition, max_records, max_bytes?, auto_offset_reset?,
+        acknowledgements? [[first_offset, last_offset, ack_type]]}
+      -> {records: bytes (whole batches), acquired: [[first_offset, last_offset, delivery_count]],
+          start_offset, high_watermark, acknowledge_error: error | null}
+        on the partition's leader: applies the acknowledgements (all or none: a refused set is
+        answered in `acknowledge_error`, as Kafka's AcknowledgeErrorCode, and the fetch goes on),
+        then acquires records for the member; the member keeps only the records of `acquired`
+        (the batches may hold others).
+    share_acknowledge {group_id, member_id, topic, partition, acknowledgements} -> {start_offset}
+    share_group_offsets {group_id, topic, partition} -> {start_offset | null, in_flight: [...]}
+    share_group_reset {group_id, topic, partition, offset} -> {}   (the group must be empty)
+
+Rules: a share fetch needs a member the coordinator knows with the partition assigned
+(else UNKNOWN_MEMBER_ID / INVALID_REQUEST; a positive answer is remembered for MEMBER_CACHE_MS);
+an acknowledgement of a record the member does not hold is INVALID_RECORD_STATE and changes
+nothing; a group id a classic or consumer group holds is GROUP_ID_NOT_FOUND.
+
+Ordering (persist before answering): every change of a share partition's window (acquire,
+acknowledge, expired locks) is written to `__share_group_state` and committed before the
+answer leaves, so an acknowledged record is never redelivered and a delivery count is never
+lost, across leader failovers. A failed write answers the request with its error and drops
+the in-memory window, which is rebuilt from the last durable state on next use.
+
+`share.auto.offset.reset` (latest by default, or earliest) is Kafka's group config; until
+raftlog has group configs a fetch names it (`auto_offset_reset`), used when the share
+partition has no state yet.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+import trio
+
+from groupcoord.records import MAX_GROUP_ID_CHARS
+from groupcoord.settings import ShareServiceSettings
+from groupcoord.share_group import ShareGroups
+from groupcoord.share_state import ShareKey, encode_value
+from groupcoord.share_store import ShareStateStore
+from partition.batch import iter_headers
+from partition.share_partition import Acknowledgement, AckType, SharePartition
+from raftlog.base.errors import (
+    InvalidRecordStateError,
+    InvalidRequestError,
+    NotCoordinatorError,
+    NotLeaderError,
+    UnknownMemberIdError,
+)
+from raftlog.base.protocol import Request, field
+from raftlog.base.topics import MAX_TOPIC_NAME_CHARS, OFFSETS_TOPIC, partition_for_group
+
+__all__ = ["ShareService"]
+
+MEMBER_CACHE_MS: Final = 5_000
+MAX_FETCH_BYTES: Final = 8 << 20
+MAX_RECORDS: Final = 10_000
+MAX_GROUP_IDS: Final = 1000
+PEER_TIMEOUT_S: Final = 5.0
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ShareService:
+    """See the module docstring. `groups` is the node's GroupCoordinatorService (which
+    `__consumer_offsets` partitions this node coordinates, and the other protocols' groups)."""
+
+    name = "share"
+
+    def __init__(self, settings: ShareServiceSettings, metadata: Any, replicas: Any, peers: Any, groups: Any, *,
+                 clock_ms: Callable[[], int] = _wall_ms, rng: random.Random | None = None) -> None:
+        self.node_id: int = settings.node_id
+        self.metadata, self.replicas, self.peers, self.groups = metadata, replicas, peers, groups
+        self._clock_ms = clock_ms
+        self.settings = settings.partitions
+        self.members = ShareGroups(settings.groups, rng)
+        self.store = ShareStateStore(self.node_id, metadata, replicas, peers)
+        self._windows: dict[ShareKey, tuple[int, SharePartition]] = {}  # key -> (leader epoch, window)
+        self._locks: dict[ShareKey, trio.Lock] = {}
+        self._member_ok: dict[tuple[str, str, str], int] = {}  # (group, member, topic) -> until ms
+        self.client_handlers = {
+            "share_group_heartbeat": self._heartbeat, "share_group_describe": self._describe,
+            "share_groups_list": self._list, "share_group_delete": self._delete,
+            "share_fetch": self._fetch, "share_acknowledge": self._acknowledge,
+            "share_group_offsets": self._offsets, "share_group_reset": self._reset,
+        }
+        self.peer_handlers = {**self.store.peer_handlers, "share_member_check": self._member_check}
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:  # session expiry of share members (their locks run out on the leaders)
+            self.members.expire(self._clock_ms(), self._topics())
+            self._forget_moved_groups()
+            await trio.sleep(1.0)
+
+    def _forget_moved_groups(self) -> None:
+        """Drop the groups whose `__consumer_offsets` partition this node no longer leads: the
+        new coordinator has them now (membership is not persisted: their members rejoin)."""
+        for gid in [g for g in self.members.groups if not self.groups.core.is_active(partition_for_group(g))]:
+            del self.members.groups[gid]
+
+    def on_image(self, image: Any) -> None:
+        """Nothing: leadership is read from the replicas when a request comes."""
+
+    def health(self) -> dict[str, Any]:
+        return {"ok": True, "share_groups": len(self.members.groups), "share_partitions": len(self._windows)}
+
+    async def drain(self) -> None:
+        return None
+
+    # ---- the coordinator ----
+
+    def _topics(self) -> dict[str, int]:
+        image = self.metadata.image
+        out: dict[str, int] = {}
+        for name in image.topic_names(include_internal=False):
+            t = image.topic(name)
+            if t is not None and t.complete and not name.startswith("__"):
+                out[name] = t.partition_count
+        return out
+
+    def _check_coordinator(self, group_id: str) -> None:
+        if not self.groups.core.is_active(partition_for_group(group_id)):
+            raise NotCoordinatorError(f"node {self.node_id} does not coordinate group {group_id}")
+
+    async def _heartbeat(self, request: Request) -> dict[str, Any]:
+        group_id = field(request, "group_id", str)
+        self._check_coordinator(group_id)
+        core = self.groups.core
+        beat = self.members.heartbeat(
+            group_id=group_id, member_id=field(request, "member_id", str, default=""),
+            member_epoch=field(request, "member_epoch", int), now_ms=self._clock_ms(), topics=self._topics(),
+            subscribed_topic_names=field(request, "subscribed_topic_names", list, items=str, default=None,
+                                         nullable=True),
+            rack_id=field(request, "rack_id", str, default=None, nullable=True),
+            client_id=field(request, "client_id", str, default=""), client_host=request.client_host or "",
+            other_protocol=core.group(group_id) is not None or core.consumer_group(group_id) is not None)
+        return {"member_id": beat.member_id, "member_epoch": beat.member_epoch,
+                "heartbeat_interval_ms": beat.heartbeat_interval_ms, "assignment": beat.assignment}
+
+    async def _describe(self, request: Request) -> dict[str, Any]:
+        ids = field(request, "group_ids", list, items=str)
+        if len(ids) > MAX_GROUP_IDS:
+            raise InvalidRequestError(f"at most {MAX_GROUP_IDS} group ids", field="group_ids")
+        for gid in ids:
+            self._check_coordinator(gid)
+        return {"groups": self.members.describe(ids)}
+
+    async def _list(self, request: Request) -> dict[str, Any]:
+        self._forget_moved_groups()
+        return {"groups": self.members.list()}
+
+    async def _delete(self, request: Request) -> dict[str, Any]:
+        group_id = field(request, "group_id", str)
+        self._check_coordinator(group_id)
+        self.members.delete(group_id)
+        return {}
+
+    async def _member_check(self, request: Request) -> dict[str, Any]:
+        group_id = field(request, "group_id", str)
+        self._check_coordinator(group_id)
+        return {"member": self.members.is_member(group_id, field(request, "member_id", str)),
+                "assigned": self.members.may_fetch(group_id, field(request, "member_id", str),
+                                                   field(request, "topic", str), field(request, "partition", int))}
+
+    async def _require_member(self, group_id: str, member_id: str, topic: str, partition: int) -> None:
+        """Raises UnknownMemberIdError / InvalidRequestError (not assigned) / NotCoordinatorError."""
+        now_ms = self._clock_ms()
+        if self._member_ok.get((group_id, member_id, topic), 0) > now_ms:
+            return
+        p = partition_for_group(group_id)
+        fields = {"group_id": group_id, "member_id": member_id, "topic": topic, "partition": partition}
+        if self.groups.core.is_active(p):
+            answer: Mapping[str, Any] = await self._member_check(Request(0, "share_member_check", fields))
+        else:
+            state = self.metadata.image.partition(OFFSETS_TOPIC, p)
+            address = None if state is None or state.leader < 0 else self.metadata.peer_address(state.leader)
+            if address is None:
+                raise NotCoordinatorError(f"no coordinator of group {group_id} known")
+            answer = await self.peers.call(address, "share_member_check", fields, timeout_s=PEER_TIMEOUT_S) or {}
+        if not answer.get("member"):
+            raise UnknownMemberIdError(f"member {member_id} is not in share group {group_id}")
+        if not answer.get("assigned"):
+            raise InvalidRequestError(f"{topic}-{partition} is not assigned to member {member_id}", field="partition")
+        if len(self._member_ok) > 100_000:
+            self._member_ok.clear()
+        self._member_ok[(group_id, member_id, topic)] = now_ms + MEMBER_CACHE_MS
+
+    # ---- the share-partition leader ----
+
+    def _replica(self, topic: str, partition: int) -> Any:
+        r = None if self.replicas is None else self.replicas.replica(topic, partition)
+        if r is None or not r.is_leader:
+            raise NotLeaderError(f"node {self.node_id} does not lead {topic}-{partition}")
+        return r
+
+    async def _window(self, key: ShareKey, r: Any, reset: str) -> SharePartition:
+        """The window of `key` on this leader, loaded from `__share_group_state` on first use
+        in this leader epoch (or started per `reset` when there is no state)."""
+        have = self._windows.get(key)
+        if have is not None and have[0] == r.leader_epoch:
+            return have[1]
+        snapshot = await self.store.read(key)
+        if snapshot is not None:
+            sp = SharePartition.restore(snapshot, self.settings)
+        else:
+            start = r.log.log_start_offset if reset == "earliest" else r.high_watermark
+            sp = SharePartition(start, self.settings)
+        sp.move_start(r.log.log_start_offset)  # retention may have moved past it
+        self._windows[key] = (r.leader_epoch, sp)
+        return sp
+
+    async def _persist(self, key: ShareKey, sp: SharePartition, version: int) -> None:
+        if sp.version == version:
+            return
+        try:
+            await self.store.write({key: encode_value(sp.snapshot())})
+        except BaseException:
+            self._windows.pop(key, None)  # rebuilt from the last durable state on next use
+            raise
+
+    def _acks(self, request: Request | Mapping[str, Any]) -> list[Acknowledgement]:
+        raw = field(request, "acknowledgements", list, items=list, default=[])
+        out = []
+        for i, a in enumerate(raw):
+            if len(a) != 3 or not all(type(x) is int for x in a) or a[2] not in (0, 1, 2, 3):
+                raise InvalidRequestError(f"acknowledgements[{i}] must be [first, last, type 0-3]",
+                                          field="acknowledgements")
+            out.append(Acknowledgement(a[0], a[1], AckType(a[2])))
+        return out
+
+    @staticmethod
+    def _share_key(request: Request) -> ShareKey:
+        """The request's (group, topic, partition), checked as `__share_group_state` keys are
+        (a key its replay would refuse must never be written). Raises InvalidRequestError."""
+        group, topic = field(request, "group_id", str), field(request, "topic", str)
+        if not 1 <= len(group) <= MAX_GROUP_ID_CHARS:
+            raise InvalidRequestError(f"group id must be 1-{MAX_GROUP_ID_CHARS} characters", field="group_id")
+        if not 1 <= len(topic) <= MAX_TOPIC_NAME_CHARS:
+            raise InvalidRequestError(f"topic must be 1-{MAX_TOPIC_NAME_CHARS} characters", field="topic")
+        return ShareKey(group, topic, field(request, "partition", int, min_value=0, max_value=2**31 - 1))
+
+    def _key(self, request: Request) -> tuple[ShareKey, str]:
+        return self._share_key(request), field(request, "member_id", str)
+
+    async def _fetch(self, request: Request) -> dict[str, Any]:
+        key, member_id = self._key(request)
+        max_records = field(request, "max_records", int, min_value=1, max_value=MAX_RECORDS)
+        max_bytes = field(request, "max_bytes", int, default=1 << 20, min_value=1, max_value=MAX_FETCH_BYTES)
+        reset = field(request, "auto_offset_reset", str, default="latest")
+        if reset not in ("latest", "earliest"):
+            raise InvalidRequestError("auto_offset_reset is latest or earliest", field="auto_offset_reset")
+        acks = self._acks(request)
+        r = self._replica(key.topic, key.partition)
+        await self._require_member(key.group, member_id, key.topic, key.partition)
+        async with self._locks.setdefault(key, trio.Lock()):
+            sp = await self._window(key, r, reset)
+            version = sp.version
+            now_ms = self._clock_ms()
+            ack_error = None
+            if acks:  # as Kafka: a refused acknowledgement is answered beside the fetch's records
+                try:
+                    sp.acknowledge(member_id, acks, now_ms=now_ms)
+                except (InvalidRecordStateError, InvalidRequestError) as exc:
+                    ack_error = exc.to_wire()
+            sp.expire(now_ms)
+            sp.move_start(r.log.log_start_offset)  # retention or delete_records moved the log start
+            offset = sp.next_fetch_offset()
+            data, end = b"", offset
+            if offset < r.high_watermark:
+                data = await r.read_committed(offset, max_bytes)
+                for _, h in iter_headers(data, verify=False):
+                    end = h.next_offset
+            runs = sp.acquire(member_id, high_watermark=min(end, r.high_watermark), max_records=max_records,
+                              now_ms=now_ms)
+            await self._persist(key, sp, version)
+            return {"records": bytes(data) if runs else b"",
+                    "acquired": [[a.first_offset, a.last_offset, a.delivery_count] for a in runs],
+                    "start_offset": sp.start_offset, "high_watermark": r.high_watermark,
+                    "acknowledge_error": ack_error}
+
+    async def _acknowledge(self, request: Request) -> dict[str, Any]:
+        key, member_id = self._key(request)
+        acks = self._acks(request)
+        r = self._replica(key.topic, key.partition)
+        async with self._locks.setdefault(key, trio.Lock()):
+            sp = await self._window(key, r, "latest")
+            version = sp.version
+            sp.acknowledge(member_id, acks, now_ms=self._clock_ms())
+            await self._persist(key, sp, version)
+            return {"start_offset": sp.start_offset}
+
+    async def _offsets(self, request: Request) -> dict[str, Any]:
+        key = self._share_key(request)
+        have = self._windows.get(key)
+        if have is not None:
+            return {"start_offset": have[1].start_offset, "in_flight": have[1].in_flight()}
+        snapshot = await self.store.read(key)
+        return {"start_offset": None if snapshot is None else snapshot["start_offset"], "in_flight": []}
+
+    async def _reset(self, request: Request) -> dict[str, Any]:
+        key = self._share_key(request)
+        offset = field(request, "offset", int, min_value=0)
+        r = self._replica(key.topic, key.partition)
+        async with self._locks.setdefault(key, trio.Lock()):
+            sp = await self._window(key, r, "latest")
+            version = sp.version
+            sp.reset(min(max(offset, r.log.log_start_offset), r.high_watermark))
+            await self._persist(key, sp, version)
+        return {}
+

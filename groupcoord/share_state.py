@@ -1,0 +1,149 @@
+"""The `__share_group_state` records and their replay (KIP-932's share coordinator), pure.
+
+One compacted, Raft-replicated internal topic holds the durable state of every share
+partition, one key per (group, topic, partition); the latest value wins, a tombstone (None)
+deletes it (DeleteShareGroupOffsets, a deleted group):
+
+    key    [1, group, topic, partition]                     (canonical CBOR array)
+    value  {"v": 1, "state_epoch": int, "start_offset": int,
+            "state_batches": [[first_offset, last_offset, delivery_state, delivery_count], ...]}
+
+The value is `partition.share_partition.SharePartition.snapshot()` (Kafka's ShareSnapshot:
+SPSO plus the in-flight window's runs, an acquired record written as AVAILABLE), so a new
+partition leader rebuilds the window with `SharePartition.restore`. Decoding is strict
+(InvalidGroupRecordError: the bytes are not ours or were damaged), as in records.py.
+
+Which partition of `__share_group_state` holds a share partition: Kafka's hash of
+"group:topic:partition" (`partition_for_share`).
+
+Writes: a share-partition leader writes one record per request that changed a window (a
+fetch that acquired a batch of records, an acknowledgement of many ranges): the window's latest
+state, whatever number of records changed in it (share_service.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from groupcoord.errors import InvalidGroupRecordError
+from groupcoord.records import MAX_GROUP_ID_CHARS, loads_strict
+from partition.share_partition import RecordState
+from raftlog.base import cbor
+from raftlog.base.topics import MAX_TOPIC_NAME_CHARS, java_string_hash
+
+__all__ = ["SHARE_STATE_TOPIC", "SHARE_STATE_TOPIC_PARTITIONS", "ShareKey", "encode_key", "decode_key",
+           "encode_value", "decode_value", "ShareStateImage", "partition_for_share"]
+
+SHARE_STATE_TOPIC: Final = "__share_group_state"
+SHARE_STATE_TOPIC_PARTITIONS: Final = 16  # Kafka's share.coordinator.state.topic.num.partitions is 50
+KEY_KIND: Final = 1
+VALUE_VERSION: Final = 1
+MAX_KEY_BYTES: Final = 2048
+MAX_VALUE_BYTES: Final = 4 * 1024 * 1024
+MAX_BATCHES: Final = 20_000
+_STATES: Final = frozenset(int(s) for s in RecordState if s is not RecordState.ACQUIRED)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ShareKey:
+    group: str
+    topic: str
+    partition: int
+
+
+def partition_for_share(key: ShareKey, partitions: int = SHARE_STATE_TOPIC_PARTITIONS) -> int:
+    """Kafka's `Utils.abs(("group:topic:partition").hashCode) % partitions` (Kafka hashes the
+    topic id; raftlog's share keys name topics)."""
+    h = java_string_hash(f"{key.group}:{key.topic}:{key.partition}")
+    return (0 if h == -(2**31) else abs(h)) % partitions
+
+
+def _fail(where: str, why: str) -> InvalidGroupRecordError:
+    return InvalidGroupRecordError(f"{SHARE_STATE_TOPIC} {where}: {why}")
+
+
+def _int(where: str, v: Any, lo: int = 0, hi: int = 2**63 - 1) -> int:
+    if type(v) is not int or not lo <= v <= hi:
+        raise _fail(where, f"expected an int in [{lo}, {hi}], got {v!r}")
+    return v
+
+
+def encode_key(key: ShareKey) -> bytes:
+    return cbor.dumps([KEY_KIND, key.group, key.topic, key.partition])
+
+
+def decode_key(data: bytes) -> ShareKey:
+    """Raises InvalidGroupRecordError."""
+    obj = loads_strict(data, "key", MAX_KEY_BYTES)
+    if not isinstance(obj, list) or len(obj) != 4 or obj[0] != KEY_KIND or type(obj[0]) is not int:
+        raise _fail("key", f"not a share key: {obj!r}")
+    group, topic = obj[1], obj[2]
+    if not isinstance(group, str) or not 1 <= len(group) <= MAX_GROUP_ID_CHARS:
+        raise _fail("key.group", "expected a group id")
+    if not isinstance(topic, str) or not 1 <= len(topic) <= MAX_TOPIC_NAME_CHARS:
+        raise _fail("key.topic", "expected a topic name")
+    return ShareKey(group, topic, _int("key.partition", obj[3], 0, 2**31 - 1))
+
+
+def encode_value(snapshot: Mapping[str, Any]) -> bytes:
+    """`SharePartition.snapshot()` as a record value."""
+    return cbor.dumps({
+        "v": VALUE_VERSION, "state_epoch": snapshot["state_epoch"], "start_offset": snapshot["start_offset"],
+        "state_batches": [[b["first_offset"], b["last_offset"], b["delivery_state"], b["delivery_count"]]
+                          for b in snapshot["state_batches"]],
+    })
+
+
+def decode_value(data: bytes | None) -> dict[str, Any] | None:
+    """The snapshot a value holds (None for a tombstone), in `SharePartition.restore`'s shape.
+    Raises InvalidGroupRecordError."""
+    if data is None:
+        return None
+    obj = loads_strict(data, "value", MAX_VALUE_BYTES)
+    if not isinstance(obj, dict) or set(obj) != {"v", "state_epoch", "start_offset", "state_batches"}:
+        raise _fail("value", "expected {v, state_epoch, start_offset, state_batches}")
+    if obj["v"] != VALUE_VERSION:
+        raise _fail("value.v", f"unknown version {obj['v']!r}")
+    start = _int("value.start_offset", obj["start_offset"])
+    raw = obj["state_batches"]
+    if not isinstance(raw, list) or len(raw) > MAX_BATCHES:
+        raise _fail("value.state_batches", f"expected at most {MAX_BATCHES} batches")
+    batches, expect = [], start
+    for i, b in enumerate(raw):
+        where = f"value.state_batches[{i}]"
+        if not isinstance(b, list) or len(b) != 4:
+            raise _fail(where, "expected [first, last, state, count]")
+        first, last = _int(where, b[0]), _int(where, b[1])
+        state, count = _int(where, b[2], 0, 4), _int(where, b[3], 0, 2**31 - 1)
+        if first != expect or last < first or state not in _STATES:
+            raise _fail(where, f"batch {b!r} does not follow {expect} or has a bad state")
+        batches.append({"first_offset": first, "last_offset": last, "delivery_state": state,
+                        "delivery_count": count})
+        expect = last + 1
+    return {"state_epoch": _int("value.state_epoch", obj["state_epoch"], 0, 2**31 - 1), "start_offset": start,
+            "state_batches": batches}
+
+
+class ShareStateImage:
+    """The latest state of each share partition of the `__share_group_state` partitions a
+    share coordinator leads, replayed from their records (the last value of a key wins)."""
+
+    def __init__(self) -> None:
+        self.states: dict[ShareKey, dict[str, Any]] = {}
+
+    def replay(self, records: Iterable[tuple[bytes, bytes | None]]) -> int:
+        """Apply records in log order; returns how many. Raises InvalidGroupRecordError."""
+        n = 0
+        for key_bytes, value_bytes in records:
+            key, value = decode_key(key_bytes), decode_value(value_bytes)
+            if value is None:
+                self.states.pop(key, None)
+            else:
+                self.states[key] = value
+            n += 1
+        return n
+
+    def group_states(self, group: str) -> dict[ShareKey, dict[str, Any]]:
+        return {k: v for k, v in self.states.items() if k.group == group}

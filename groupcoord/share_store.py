@@ -1,0 +1,185 @@
+"""The share coordinator's shell (KIP-932): the durable state of share partitions in the
+compacted, Raft-replicated internal topic `__share_group_state` (records: share_state.py).
+
+A share-partition leader (share_service.py) reads a share partition's state when it starts
+serving it (`read`) and writes every change before it answers (`write`); both go to the
+leader of the `__share_group_state` partition that holds the key: locally when this node
+leads it, else over the peer ops `share_state_read` / `share_state_write`, which this class
+serves on that leader (`peer_handlers`). The leader keeps the replayed image of each state
+partition it leads and replays what was appended since on each read, so a new leader of a
+state partition rebuilds from the log (failover).
+
+Ordering: `write` returns when the records are committed (acks=all): only then does the
+share-partition leader answer an acknowledgement or hand out acquired records.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any, Final
+
+import trio
+
+from groupcoord.share_state import (
+    SHARE_STATE_TOPIC,
+    SHARE_STATE_TOPIC_PARTITIONS,
+    ShareKey,
+    ShareStateImage,
+    decode_key,
+    encode_key,
+    partition_for_share,
+)
+from partition.batch import BatchBuilder
+from partition.keyed import keyed_records
+from raftlog.base.errors import CoordinatorNotAvailableError, InvalidRequestError, NotLeaderError, RaftlogError
+from raftlog.base.protocol import Request, field
+
+__all__ = ["ShareStateStore", "SHARE_STATE_REPLICATION_FACTOR_MAX"]
+
+SHARE_STATE_REPLICATION_FACTOR_MAX: Final = 3
+READ_CHUNK_BYTES: Final = 1 << 20
+COMMIT_TIMEOUT_S: Final = 10.0
+PEER_TIMEOUT_S: Final = 10.0
+MAX_WRITE_RECORDS: Final = 10_000
+
+
+class ShareStateStore:
+    """See the module docstring. `metadata` is the node's metadata service (image,
+    client_address, the `create_topic` handler), `replicas` its ReplicaManager, `peers` its
+    PeerPool. Concurrency: trio-thread only; one lock per state partition orders replay."""
+
+    def __init__(self, node_id: int, metadata: Any, replicas: Any, peers: Any) -> None:
+        self.node_id = node_id
+        self.metadata = metadata
+        self.replicas = replicas
+        self.peers = peers
+        self._images: dict[int, tuple[int, int, ShareStateImage]] = {}  # p -> (leader epoch, next offset, image)
+        self._locks: dict[int, trio.Lock] = {}
+        self.peer_handlers = {"share_state_read": self._peer_read, "share_state_write": self._peer_write}
+
+    # ---- used by the share-partition leader ----
+
+    async def ensure_topic(self) -> int:
+        """Create `__share_group_state` (compacted) unless it exists; its partition count."""
+        image = self.metadata.image
+        t = image.topic(SHARE_STATE_TOPIC)
+        if t is not None and t.complete:
+            return int(t.partition_count)
+        rf = max(1, min(SHARE_STATE_REPLICATION_FACTOR_MAX, len(image.brokers)))
+        fields = {"name": SHARE_STATE_TOPIC, "partitions": SHARE_STATE_TOPIC_PARTITIONS, "replication_factor": rf,
+                  "configs": {"cleanup_policy": "compact"}, "timeout_ms": 10_000}
+        try:
+            await self.metadata.client_handlers["create_topic"](Request(0, "create_topic", fields))
+        except RaftlogError as exc:
+            if exc.code != "TOPIC_ALREADY_EXISTS":
+                raise
+        with trio.move_on_after(COMMIT_TIMEOUT_S):
+            while True:
+                t = self.metadata.image.topic(SHARE_STATE_TOPIC)
+                if t is not None and t.complete and all(self._leader(p) is not None for p in range(t.partition_count)):
+                    return int(t.partition_count)
+                await trio.sleep(0.05)  # polling the image: it has no change event to wait on
+        raise CoordinatorNotAvailableError(f"{SHARE_STATE_TOPIC} has no leaders yet")
+
+    async def read(self, key: ShareKey) -> dict[str, Any] | None:
+        """The latest persisted state of `key` (None: never written or deleted)."""
+        p = partition_for_share(key, await self.ensure_topic())
+        if self._leads(p):
+            return (await self._replayed(p)).states.get(key)
+        answer = await self._call(p, "share_state_read", {"partition": p, "key": encode_key(key)})
+        state = answer.get("state")
+        return None if state is None else dict(state)
+
+    async def write(self, records: Mapping[ShareKey, bytes | None]) -> None:
+        """Persist `records` (encoded values; None deletes) and return once committed.
+        Raises NotLeaderError / RequestTimedOutError / RaftlogError: the outcome is then
+        unknown and the caller must not answer as if it were durable."""
+        count = await self.ensure_topic()
+        by_partition: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        for key, value in records.items():
+            by_partition.setdefault(partition_for_share(key, count), []).append((encode_key(key), value))
+        for p, recs in sorted(by_partition.items()):
+            if self._leads(p):
+                await self._append(p, recs)
+            else:
+                await self._call(p, "share_state_write", {"partition": p, "records": [[k, v] for k, v in recs]})
+
+    # ---- served on the state partition's leader ----
+
+    async def _peer_read(self, request: Request) -> dict[str, Any]:
+        p = field(request, "partition", int, min_value=0)
+        key = decode_key(field(request, "key", bytes))
+        if not self._leads(p):
+            raise NotLeaderError(f"node {self.node_id} does not lead {SHARE_STATE_TOPIC}-{p}")
+        return {"state": (await self._replayed(p)).states.get(key)}
+
+    async def _peer_write(self, request: Request) -> dict[str, Any]:
+        p = field(request, "partition", int, min_value=0)
+        raw = field(request, "records", list, items=list)
+        if not raw or len(raw) > MAX_WRITE_RECORDS:
+            raise InvalidRequestError(f"1 to {MAX_WRITE_RECORDS} records", field="records")
+        recs = []
+        for i, r in enumerate(raw):
+            if len(r) != 2 or not isinstance(r[0], bytes) or not (r[1] is None or isinstance(r[1], bytes)):
+                raise InvalidRequestError(f"records[{i}] must be [key, value|null]", field="records")
+            decode_key(r[0])
+            recs.append((r[0], r[1]))
+        await self._append(p, recs)
+        return {}
+
+    # ---- inside ----
+
+    def _replica(self, p: int) -> Any:
+        return None if self.replicas is None else self.replicas.replica(SHARE_STATE_TOPIC, p)
+
+    def _leads(self, p: int) -> bool:
+        r = self._replica(p)
+        return r is not None and r.is_leader
+
+    def _leader(self, p: int) -> int | None:
+        state = self.metadata.image.partition(SHARE_STATE_TOPIC, p)
+        return None if state is None or state.leader < 0 else int(state.leader)
+
+    async def _call(self, p: int, op: str, fields: dict[str, Any]) -> Mapping[str, Any]:
+        leader = self._leader(p)
+        address = None if leader is None else self.metadata.peer_address(leader)
+        if address is None:
+            raise NotLeaderError(f"no leader of {SHARE_STATE_TOPIC}-{p} known")
+        return await self.peers.call(address, op, fields, timeout_s=PEER_TIMEOUT_S) or {}
+
+    async def _append(self, p: int, records: list[tuple[bytes, bytes | None]]) -> None:
+        r = self._replica(p)
+        if r is None or not r.is_leader:
+            raise NotLeaderError(f"node {self.node_id} does not lead {SHARE_STATE_TOPIC}-{p}")
+        builder = BatchBuilder()
+        now_ms = int(time.time() * 1000)  # the records' timestamps: wall time, as Kafka's
+        for key, value in records:
+            builder.append(value, key, timestamp_ms=now_ms)
+        res = await r.append_as_leader(builder.build(), acks=-1)
+        if res.waiter is not None:
+            await res.waiter.wait(trio.current_time() + COMMIT_TIMEOUT_S)
+
+    async def _replayed(self, p: int) -> ShareStateImage:
+        """The image of state partition `p` (led here) with every committed record replayed."""
+        lock = self._locks.setdefault(p, trio.Lock())
+        async with lock:
+            r = self._replica(p)
+            if r is None or not r.is_leader:
+                raise NotLeaderError(f"node {self.node_id} does not lead {SHARE_STATE_TOPIC}-{p}")
+            epoch = int(r.leader_epoch)
+            cached = self._images.get(p)
+            if cached is None or cached[0] != epoch:
+                cached = (epoch, 0, ShareStateImage())
+            _, offset, image = cached
+            while True:
+                offset = max(offset, r.log.log_start_offset)
+                if offset >= r.high_watermark:
+                    break
+                data = await r.read_committed(offset, READ_CHUNK_BYTES)
+                if not data:
+                    break
+                recs, offset = keyed_records(data, offset)
+                image.replay((k, v) for _, k, v in recs)
+            self._images[p] = (epoch, offset, image)
+            return image
