@@ -145,6 +145,20 @@ class _Listener:
             "Time from a request's start (slot taken) to its response being ready, in ms.",
             ("listener", "op"),
         )
+        self.request_bytes_total = registry.counter(
+            "raftlog_request_bytes_total",
+            "Bytes of the requests received (frames, size prefix included), by listener and op.",
+            ("listener", "op"),
+        )
+        sessions = ctx.fetch_sessions
+        if sessions is not None:  # Kafka's kafka.server:type=FetchSessionCache
+            registry.gauge("raftlog_fetch_sessions", "Incremental fetch sessions cached (KIP-227).").set_function(
+                lambda: len(sessions))
+            registry.gauge("raftlog_fetch_session_partitions",
+                           "Partitions of the cached fetch sessions.").set_function(sessions.partitions)
+            evicted = registry.counter("raftlog_fetch_session_evictions_total",
+                                       "Fetch sessions evicted to make room for a new one.")
+            sessions.on_evict = evicted.inc
         self.frame_errors_total = registry.counter(
             "raftlog_frame_errors_total",
             "Connections closed because a frame could not be decoded, by code.",
@@ -258,6 +272,7 @@ class _Connection:
         try:
             proto = listener.proto
             header, offset = proto.decode_header(frame)
+            listener.request_bytes_total.labels(listener="kafka", op=proto.api_name(header.api_key)).inc(4 + len(frame))
             handler = listener.handlers.get(header.api_key)
             if not proto.is_known_api(header.api_key):
                 raise _Close("unknown_api_key", api_key=header.api_key,
