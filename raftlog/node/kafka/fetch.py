@@ -82,12 +82,11 @@ async def handle_fetch(ctx: KafkaContext, call: Call) -> Reply:
     asked = [((t.topic_id if by_id else t.topic, p.partition),
               SessionPart(p.fetch_offset, max(1, p.partition_max_bytes), getattr(p, "current_leader_epoch", -1)))
              for t in request.topics for p in t.partitions]
-    sessions = ctx.fetch_sessions
-    epoch = getattr(request, "session_epoch", FINAL_EPOCH) if sessions is not None else FINAL_EPOCH
+    sessions = ctx.fetch_sessions if ctx.fetch_sessions is not None else _SESSIONLESS
     forgotten = [(t.topic_id if by_id else t.topic, p)
                  for t in getattr(request, "forgotten_topics_data", None) or () for p in t.partitions]
-    plan = (sessions or _SESSIONLESS).begin(
-        getattr(request, "session_id", 0), epoch, asked, forgotten, uses_topic_ids=by_id, now_ms=_now_ms())
+    plan = sessions.begin(
+        getattr(request, "session_id", 0), getattr(request, "session_epoch", FINAL_EPOCH), asked, forgotten, uses_topic_ids=by_id, now_ms=_now_ms())
     if plan.error:  # KIP-227: the error alone, no session, no partitions
         return R(throttle_time_ms=0, error_code=plan.error, session_id=0, responses=[], node_endpoints=[])
     # (name or None for an unknown id, topic id, partition, fetch state)
@@ -105,7 +104,7 @@ async def handle_fetch(ctx: KafkaContext, call: Call) -> Reply:
         entries = [None if name is None else next(found) for name, *_ in wanted]
         splices: dict[bytes, Any] = {}
         try:
-            session_id, include = (sessions or _SESSIONLESS).finish(
+            session_id, include = sessions.finish(
                 plan, [_outcome(e) for e in entries], now_ms=_now_ms())
             topics: dict[tuple[str | None, Any], list[Any]] = {}
             endpoints: set[int] = set()
@@ -155,7 +154,8 @@ async def handle_fetch(ctx: KafkaContext, call: Call) -> Reply:
     return Later(answer)
 
 
-# A node without a session cache (or a client below Fetch v7) fetches sessionless: epoch -1.
+# A node without a session cache fetches sessionless (a full fetch at epoch 0 gets session id
+# 0, and any other id is unknown); a client below Fetch v7 sends no session: epoch -1.
 _SESSIONLESS: Final = FetchSessionCache(0)
 
 
