@@ -1,8 +1,9 @@
 """Client quotas as Kafka's (issue 41), the pure core: which quota applies to a request (Kafka's
 eight levels of user / client-id entities, defaults included), the rate it is measured against
 (a sampled window), and the throttle time of a request that takes the rate over its bound.
-No I/O and no clock: callers pass `now_ms`. What is not built yet (see
-docs/quotas-and-fetch-sessions.md): quota records in the metadata log, Describe/AlterClientQuotas,
+No I/O and no clock: callers pass `now_ms`. The quotas come from the metadata image
+(`image.client_quotas`, from metadata/records.py ClientQuota records). What is not built yet (see
+docs/quotas-and-fetch-sessions.md): the controller op writing quota records, Describe/AlterClientQuotas,
 enforcement in the Kafka listener, the CLI.
 
 Quota types (Kafka's names): `producer_byte_rate` (bytes/s of Produce requests),
@@ -35,6 +36,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, TypeAlias
 
+from metadata.records import CLIENT_QUOTA_KEYS, DEFAULT_ENTITY
+
 __all__ = [
     "DEFAULT",
     "QUOTA_TYPES",
@@ -48,11 +51,9 @@ __all__ = [
     "throttle_ms",
 ]
 
-DEFAULT: Final = "<default>"  # Kafka's default entity name (`--entity-default`)
-PRODUCER_BYTE_RATE: Final = "producer_byte_rate"
-CONSUMER_BYTE_RATE: Final = "consumer_byte_rate"
-REQUEST_PERCENTAGE: Final = "request_percentage"
-QUOTA_TYPES: Final = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE)
+DEFAULT: Final = DEFAULT_ENTITY  # Kafka's default entity name (`--entity-default`)
+QUOTA_TYPES: Final = CLIENT_QUOTA_KEYS  # as the metadata log's quota records name them
+PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE = QUOTA_TYPES
 SAMPLES: Final = 11  # Kafka's quota.window.num
 WINDOW_MS: Final = 1000  # Kafka's quota.window.size.seconds
 
