@@ -377,6 +377,8 @@ POLICIES: Final[Mapping[str, Policy]] = {
     "create_acls": _resource(O.ALTER, C),
     "delete_acls": _resource(O.ALTER, C),
     "alter_user_scram_credentials": _resource(O.ALTER, C),
+    "alter_client_quotas": _resource(O.ALTER_CONFIGS, C),  # Kafka's AlterClientQuotas rule
+    "describe_client_quotas": _resource(O.DESCRIBE_CONFIGS, C),
 }
 
 

@@ -30,6 +30,7 @@ from raftlog.node.kafka import (
     groups,
     metadata,
     produce,
+    quotas,
     reassign,
     sasl,
     versions,
@@ -72,6 +73,7 @@ HANDLERS: Final[dict[int, Handler]] = {
     **consumer_groups.HANDLERS,
     **sasl.HANDLERS,
     **acls.HANDLERS,
+    **quotas.HANDLERS,
 }
 
 # Before a SASL login completes, only these run (ApiVersions, SaslHandshake, SaslAuthenticate).

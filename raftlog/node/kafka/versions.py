@@ -93,6 +93,8 @@ SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     75: (0, 0),  # DescribeTopicPartitions (KIP-966, paginated; describe.py)
     68: (0, 1),  # ConsumerGroupHeartbeat (KIP-848; consumer_groups.py)
     69: (0, 1),  # ConsumerGroupDescribe (KIP-848; consumer_groups.py)
+    48: (0, 1),  # DescribeClientQuotas (quotas.py)
+    49: (0, 1),  # AlterClientQuotas (quotas.py)
 }
 
 

@@ -1,0 +1,89 @@
+"""Client quotas (issue 41) through Kafka's wire on a real node: AlterClientQuotas stores them in
+the metadata log (a user, a client id, the user default), DescribeClientQuotas reads them back
+with Kafka's filters, removal and bad entries answer as Kafka's do, and the quotas outlive a
+restart of the node (they are in the metadata log, not in memory)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from kafka.protocol.admin.client_quotas import AlterClientQuotasRequest, DescribeClientQuotasRequest
+
+import node_harness as harness
+from test_kafka_bad_input import connect
+from test_kafka_unsupported import call
+
+pytestmark = pytest.mark.cluster
+
+INVALID_REQUEST = 42
+INVALID_CONFIG = 40
+A, D = AlterClientQuotasRequest, DescribeClientQuotasRequest
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[harness.NodeCluster]:
+    with harness.NodeCluster(tmp_path_factory.mktemp("quotas"), size=1) as c:
+        c.start_all()
+        c.wait_ready(timeout_s=60)
+        yield c
+
+
+def alter(sock, entries, correlation_id: int, validate_only: bool = False, version: int = 1):
+    request = A[version](validate_only=validate_only, entries=[A.EntryData(
+        entity=[A.EntryData.EntityData(entity_type=t, entity_name=n) for t, n in entity],
+        ops=[A.EntryData.OpData(key=k, value=v, remove=v is None) if v is not None
+             else A.EntryData.OpData(key=k, value=0.0, remove=True) for k, v in ops])
+        for entity, ops in entries])
+    answer = call(sock, request, version, correlation_id)
+    return [(e.error_code, [(x.entity_type, x.entity_name) for x in e.entity]) for e in answer.entries]
+
+
+def describe(sock, components, correlation_id: int, strict: bool = False, version: int = 1):
+    answer = call(sock, D[version](strict=strict, components=[
+        D.ComponentData(entity_type=t, match_type=m, match=n) for t, m, n in components]), version, correlation_id)
+    assert answer.error_code == 0, answer
+    return {tuple((x.entity_type, x.entity_name) for x in e.entity): {v.key: v.value for v in e.values}
+            for e in answer.entries}
+
+
+def test_quotas_are_stored_described_and_removed(node: harness.NodeCluster) -> None:
+    with connect(node) as sock:
+        assert alter(sock, [
+            ([("user", "alice")], [("producer_byte_rate", 1048576.0), ("consumer_byte_rate", 2e6)]),
+            ([("client-id", "app")], [("request_percentage", 50.0)]),
+            ([("user", None)], [("producer_byte_rate", 5e6)]),  # --entity-default
+            ([("user", "bob"), ("client-id", "app")], [("producer_byte_rate", 100.0)]),
+        ], 1) == [(0, [("user", "alice")]), (0, [("client-id", "app")]), (0, [("user", None)]),
+                  (0, [("user", "bob"), ("client-id", "app")])]
+        everything = describe(sock, [], 2)
+        assert everything == {
+            (("client-id", "app"),): {"request_percentage": 50.0},
+            (("user", "alice"),): {"producer_byte_rate": 1048576.0, "consumer_byte_rate": 2e6},
+            (("user", None),): {"producer_byte_rate": 5e6},
+            (("user", "bob"), ("client-id", "app")): {"producer_byte_rate": 100.0},
+        }
+        assert describe(sock, [("user", 0, "alice")], 3) == {(("user", "alice"),): everything[(("user", "alice"),)]}
+        assert set(describe(sock, [("user", 1, None)], 4)) == {(("user", None),)}
+        assert set(describe(sock, [("user", 2, None)], 5)) == {
+            (("user", "alice"),), (("user", None),), (("user", "bob"), ("client-id", "app"))}
+        assert set(describe(sock, [("user", 2, None)], 6, strict=True)) == {(("user", "alice"),), (("user", None),)}
+        # remove one value; a validate-only change changes nothing; bad entries fail alone
+        assert alter(sock, [([("user", "alice")], [("consumer_byte_rate", None)])], 7)[0][0] == 0
+        assert alter(sock, [([("user", "alice")], [("producer_byte_rate", 1.0)])], 8, validate_only=True)[0][0] == 0
+        bad = alter(sock, [([("user", "carol")], [("bogus_rate", 1.0)]),
+                           ([("group", "g")], [("producer_byte_rate", 1.0)]),
+                           ([("user", "dave")], [("producer_byte_rate", -5.0)]),
+                           ([("user", "erin")], [("producer_byte_rate", 7.0)])], 9)
+        assert [code for code, _ in bad] == [INVALID_REQUEST, INVALID_REQUEST, INVALID_CONFIG, 0]
+        assert describe(sock, [("user", 0, "alice")], 10) == {(("user", "alice"),): {"producer_byte_rate": 1048576.0}}
+        assert describe(sock, [("user", 0, "erin")], 11, version=0) == {(("user", "erin"),): {"producer_byte_rate": 7.0}}
+        assert describe(sock, [("user", 0, "carol")], 12) == {}
+
+
+def test_quotas_outlive_a_restart(node: harness.NodeCluster) -> None:
+    node.terminate(1)
+    node.start(1)
+    node.wait_ready(timeout_s=60)
+    with connect(node) as sock:
+        assert describe(sock, [("user", 0, "alice")], 1) == {(("user", "alice"),): {"producer_byte_rate": 1048576.0}}
