@@ -7,10 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import json
+
 import pytest
+from click.testing import CliRunner
 from kafka.protocol.admin.client_quotas import AlterClientQuotasRequest, DescribeClientQuotasRequest
 
 import node_harness as harness
+from raftlog.cli.main import main as cli
 from test_kafka_bad_input import connect
 from test_kafka_unsupported import call
 
@@ -79,6 +83,24 @@ def test_quotas_are_stored_described_and_removed(node: harness.NodeCluster) -> N
         assert describe(sock, [("user", 0, "alice")], 10) == {(("user", "alice"),): {"producer_byte_rate": 1048576.0}}
         assert describe(sock, [("user", 0, "erin")], 11, version=0) == {(("user", "erin"),): {"producer_byte_rate": 7.0}}
         assert describe(sock, [("user", 0, "carol")], 12) == {}
+
+
+def test_the_cli_alters_and_describes_quotas(node: harness.NodeCluster) -> None:
+    def run(*args: str) -> str:
+        result = CliRunner().invoke(cli, ["quotas", *args, "--bootstrap", node.client(1)])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    run("alter", "--user-default", "--client-id", "etl", "--add-config", "consumer_byte_rate=3e6,request_percentage=150")
+    found = json.loads(run("describe", "--user-default", "--client-id", "etl", "--json"))
+    assert found == [{"entity": {"user": None, "client-id": "etl"},
+                      "values": {"consumer_byte_rate": 3e6, "request_percentage": 150.0}}]
+    run("alter", "--user-default", "--client-id", "etl", "--delete-config", "request_percentage")
+    assert "user=<default>, client-id=etl  consumer_byte_rate=3e+06" in run(
+        "describe", "--user-default", "--client-id", "etl")
+    bad = CliRunner().invoke(cli, ["quotas", "alter", "--user", "x", "--add-config", "bogus=1",
+                                   "--bootstrap", node.client(1)])
+    assert bad.exit_code != 0 and "bogus" in bad.output
 
 
 def test_quotas_outlive_a_restart(node: harness.NodeCluster) -> None:
