@@ -68,6 +68,7 @@ from raftlog.node.config import NodeConfig, ensure_meta_properties, load_config,
 from raftlog.node.http import serve_http
 from raftlog.node.kafka.context import KafkaContext
 from raftlog.node.kafka.fetch_sessions import FetchSessionCache
+from raftlog.node.quotas import QuotaManager
 from raftlog.node.gate import ConnectionGate, raise_fd_limit
 from raftlog.node.kafka.listener import serve_kafka
 from raftlog.node.registry.listener import serve_registry
@@ -319,6 +320,7 @@ async def run_node(
             request_timeout_ms=config.request_timeout_ms,
             node_config=config, authorizer_of=authorizer_of, guard=guard,
             fetch_sessions=FetchSessionCache(config.max_incremental_fetch_session_cache_slots),
+            quotas=QuotaManager(),
         )  # fmt: skip
         ports["kafka"] = await nursery.start(partial(
             serve_kafka, kafka_ctx, listen.kafka.host, listen.kafka.port,

@@ -3,8 +3,8 @@ eight levels of user / client-id entities, defaults included), the rate it is me
 (a sampled window), and the throttle time of a request that takes the rate over its bound.
 No I/O and no clock: callers pass `now_ms`. The quotas come from the metadata image
 (`image.client_quotas`, from metadata/records.py ClientQuota records). What is not built yet (see
-docs/quotas-and-fetch-sessions.md): the controller op writing quota records, Describe/AlterClientQuotas,
-enforcement in the Kafka listener, the CLI.
+docs/quotas-and-fetch-sessions.md): enforcement of consumer_byte_rate and request_percentage (producer_byte_rate is enforced:
+raftlog/node/kafka/listener.py).
 
 Quota types (Kafka's names): `producer_byte_rate` (bytes/s of Produce requests),
 `consumer_byte_rate` (bytes/s of Fetch responses), `request_percentage` (time handling the
@@ -56,6 +56,7 @@ QUOTA_TYPES: Final = CLIENT_QUOTA_KEYS  # as the metadata log's quota records na
 PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE = QUOTA_TYPES
 SAMPLES: Final = 11  # Kafka's quota.window.num
 WINDOW_MS: Final = 1000  # Kafka's quota.window.size.seconds
+MAX_TRACKED: Final = 10_000  # rates kept before idle ones are dropped
 
 # A quota entity as configured: (user, client id), each a name, DEFAULT, or None (not part of it).
 EntityKey: TypeAlias = tuple[str | None, str | None]
@@ -148,6 +149,8 @@ class QuotaManager:
         key = (quota_type, tags)
         rate = self._rates.get(key)
         if rate is None:
+            if len(self._rates) >= MAX_TRACKED:
+                self.forget_idle(now_ms)
             rate = self._rates[key] = SampledRate(self.samples, self.window_ms)
         rate.record(value, now_ms)
         wait = throttle_ms(rate, bound, now_ms)
