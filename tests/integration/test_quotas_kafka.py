@@ -116,17 +116,20 @@ def test_quotas_outlive_a_restart(node: harness.NodeCluster) -> None:
 
 def test_a_producer_limited_to_1_mb_s_gets_it_and_an_unlimited_one_is_not_throttled(node: harness.NodeCluster) -> None:
     """librdkafka producers (client ids `limited`, with a 1 MB/s quota, and `free`, without) on
-    one broker at once for 30 s: the limited one is throttled (throttle_time_ms in its answers,
-    raftlog_quota_throttle_time_ms for its client id) and its acked bytes/s, from its delivery
-    reports, stay under 2 MB/s (measured: 1.07 MB/s in one run, 2.5 in another: see below);
-    the free one never hears a throttle time and gets more than twice as much."""
+    one broker at once: over 30 s (after 6 s to settle) the limited one's acked bytes/s, from its
+    delivery reports, are within 10 % of 1 MB/s, and it is throttled (throttle_time_ms in its
+    answers, raftlog_quota_throttle_time_ms for its client id); the free one never hears a
+    throttle time and gets more."""
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": node.kafka_bootstrap()})
     admin.create_topics([NewTopic("throttled", 3, 1)])["throttled"].result(timeout=60)
     with connect(node) as sock:
-        assert alter(sock, [([("client-id", "limited")], [("producer_byte_rate", 1_000_000.0)])], 1)[0][0] == 0
+        # the user default of the first test would win over a client id's quota (Kafka's order)
+        assert alter(sock, [([("user", None)], [("producer_byte_rate", None)]),
+                            ([("client-id", "limited")], [("producer_byte_rate", 1_000_000.0)])], 1) == [
+            (0, [("user", None)]), (0, [("client-id", "limited")])]
     throttles: dict[str, list[int]] = {"limited": [], "free": []}
     acked: dict[str, list[tuple[float, int]]] = {"limited": [], "free": []}
     value = b"x" * 10_000
@@ -158,10 +161,7 @@ def test_a_producer_limited_to_1_mb_s_gets_it_and_an_unlimited_one_is_not_thrott
     limited = sum(n for t, n in acked["limited"] if start + 6 <= t <= start + 36) / 30
     free = sum(n for t, n in acked["free"] if start + 6 <= t <= start + 36) / 30
     print(f"limited {limited:.0f} B/s, free {free:.0f} B/s, {len(throttles['limited'])} throttles")
-    # Kafka's rate is over at least 10 s of samples: a client that can send far faster than its
-    # bound gets bursts of ~10 s worth, then waits (module docstring of raftlog/node/quotas.py);
-    # over 30 s that averages out only loosely, so the bound checked here is 2x, not 10 %.
-    assert limited < 2_000_000 and free > 2 * limited, (limited, free)
+    assert 900_000 <= limited <= 1_100_000 and free > limited, (limited, free)
     assert throttles["limited"] and max(throttles["limited"]) > 0
     assert throttles["free"] == [] or max(throttles["free"]) == 0, throttles["free"]
     found = {}
