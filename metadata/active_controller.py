@@ -41,7 +41,7 @@ from typing import Any, Final
 
 import trio
 
-from metadata import security_ops
+from metadata import quota_ops, security_ops
 from metadata.controller import MAX_LEADER_REPORTS, Controller, ControllerResult
 from metadata.balancer import DEFAULT_MAX_MOVES, DEFAULT_TOLERANCE
 from metadata.reassignment import ReassignmentItem
@@ -496,6 +496,12 @@ class ActiveController:
         return await self.propose(security_ops.decide(ctl, op, fields, now_ms=self._clock_ms()), deadline)
 
 
+async def _alter_client_quotas(self: ActiveController, ctl: Controller, fields: Fields, deadline: float) -> dict:
+    records, results = quota_ops.plan_alter(fields)
+    await self.propose(ctl.write_records(records, None), deadline)
+    return {"results": results}
+
+
 def partition_entries(topic: TopicImage) -> list[dict[str, Any]]:
     """A topic's partitions as the metadata and create_topic answers list them."""
     return [
@@ -537,6 +543,7 @@ _ADMIN_HANDLERS: Final[Mapping[str, _OpHandler]] = {
     "decommission_broker": ActiveController._decommission_broker,
     "balance": ActiveController._balance,
     "recommission_broker": ActiveController._recommission_broker,
+    "alter_client_quotas": _alter_client_quotas,
 } | {op: _security_handler(op) for op in security_ops.ADMIN_SECURITY_OPS}
 
 ADMIN_OPS: Final = frozenset(_ADMIN_HANDLERS)

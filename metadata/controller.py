@@ -805,6 +805,12 @@ class Controller:
         self._mark(("delete", topic.topic_id), result.envelopes[0], now_ms)
         return result
 
+    def write_records(self, records: list[Record], response: T) -> ControllerResult[T]:
+        """Records a pure planner made (metadata/quota_ops.py's client quotas) in one
+        envelope, as the active controller."""
+        self._check_active()
+        return self._result(records, response)
+
     def alter_configs(
         self,
         name: str,

@@ -65,6 +65,8 @@ Record rules (rejection code in brackets; "no-op" means accepted and nothing cha
 * UserScramCredential: sets (adds or replaces) the user's credential for that mechanism.
 * RemoveUserScramCredential: no such credential [RESOURCE_NOT_FOUND]; a user whose last
   credential goes is no longer in `scram_credentials`.
+* ClientQuota: the entity's keys deleted, then set; an entity left with none is no longer in
+  `client_quotas` (never rejected: deleting what is not there is a no-op, as in Kafka).
 
 Undecodable envelope bytes raise InvalidRecordError: every node would fail on the same entry,
 and skipping silently would let a newer-version node and an older one diverge. The service
@@ -86,10 +88,12 @@ from metadata.image import (
     PartitionState,
     RequestOutcome,
     TopicImage,
+    entity_order,
     image_from_snapshot,
     image_to_snapshot,
 )
 from metadata.records import (
+    ClientQuota,
     Acl,
     AddPartitions,
     BrokerState,
@@ -155,6 +159,7 @@ class MetadataDelta:
         self._acls: dict[str, AclBinding] | None = None
         self._scram: dict[str, Mapping[str, ScramCredential]] | None = None
         self._states: dict[int, str] | None = None
+        self._quotas: dict[tuple[str | None, str | None], Mapping[str, float]] | None = None
 
     # --- copy-on-write accessors ---
 
@@ -393,6 +398,16 @@ class MetadataDelta:
         else:
             del scram[r.name]
 
+    def _client_quota(self, r: ClientQuota) -> None:
+        if self._quotas is None:
+            self._quotas = dict(self._image.client_quotas)
+        values = {k: v for k, v in self._quotas.get(r.entity, {}).items() if k not in r.delete}
+        values.update((k, float(v)) for k, v in r.set.items())
+        if values:
+            self._quotas[r.entity] = MappingProxyType(dict(sorted(values.items())))
+        else:
+            self._quotas.pop(r.entity, None)
+
     # --- result ---
 
     def apply(self) -> MetadataImage:
@@ -421,6 +436,10 @@ class MetadataDelta:
                 base.scram_credentials if self._scram is None
                 else MappingProxyType(dict(sorted(self._scram.items())))
             ),
+            client_quotas=(
+                base.client_quotas if self._quotas is None
+                else MappingProxyType(dict(sorted(self._quotas.items(), key=lambda kv: entity_order(kv[0]))))
+            ),
         )
 
 
@@ -442,6 +461,7 @@ _HANDLERS = {
     RemoveAcl: MetadataDelta._remove_acl,
     UserScramCredential: MetadataDelta._user_scram_credential,
     RemoveUserScramCredential: MetadataDelta._remove_user_scram_credential,
+    ClientQuota: MetadataDelta._client_quota,
 }
 
 

@@ -49,6 +49,7 @@ from metadata.records import (
     VERSION,
     Acl,
     BrokerState,
+    ClientQuota,
     Partition,
     PartitionReassignment,
     RegisterBroker,
@@ -171,6 +172,9 @@ class MetadataImage:
     scram_credentials: Mapping[str, Mapping[str, ScramCredential]] = field(default_factory=lambda: _EMPTY_MAP)
     # broker id -> "draining" | "decommissioned" (records.BrokerState); absent: active
     broker_states: Mapping[int, str] = field(default_factory=lambda: _EMPTY_MAP)
+    # (user, client id) -> quota name -> bound (records.ClientQuota; raftlog/node/quotas.py)
+    client_quotas: Mapping[tuple[str | None, str | None], Mapping[str, float]] = field(
+        default_factory=lambda: _EMPTY_MAP)
 
     @classmethod
     def empty(cls) -> "MetadataImage":
@@ -336,7 +340,18 @@ def image_to_snapshot(image: MetadataImage) -> bytes:
             for user, by_mechanism in sorted(image.scram_credentials.items())
             for _, cred in sorted(by_mechanism.items())
         ]
+    if image.client_quotas:
+        obj["client_quotas"] = [
+            record_to_obj(ClientQuota(user, client_id, {k: repr(v) for k, v in values.items()}))
+            for (user, client_id), values in sorted(image.client_quotas.items(), key=lambda kv: entity_order(kv[0]))
+        ]
     return cbor2.dumps(obj, canonical=True)
+
+
+def entity_order(entity: tuple[str | None, str | None]) -> tuple[bool, str, bool, str]:
+    """A sort key of quota entities (None, not part of the entity, first)."""
+    user, client_id = entity
+    return user is not None, user or "", client_id is not None, client_id or ""
 
 
 def _check(cond: bool, why: str) -> None:
@@ -348,7 +363,7 @@ def image_from_snapshot(data: bytes) -> MetadataImage:
     """Rebuild an image from `image_to_snapshot` bytes. Raises InvalidRecordError."""
     obj = loads_strict(data, "snapshot", MAX_SNAPSHOT_BYTES)
     expected = {"k", "v", "brokers", "topics", "next_producer_id", "controller_epoch", "recent_requests"}
-    optional = {"acls", "scram_credentials", "reassignments", "broker_states"}
+    optional = {"acls", "scram_credentials", "reassignments", "broker_states", "client_quotas"}
     _check(
         isinstance(obj, dict) and expected <= set(obj) <= expected | optional,
         "expected an image map with fields " + str(sorted(expected)) + " and optionally " + str(sorted(optional)),
@@ -428,6 +443,12 @@ def image_from_snapshot(data: bytes) -> MetadataImage:
         _check(isinstance(record, BrokerState) and record.broker_id in brokers
                and record.broker_id not in states and record.state != "active", "broker state entry")
         states[record.broker_id] = record.state
+    quotas: dict[tuple[str | None, str | None], Mapping[str, float]] = {}
+    for item in obj.get("client_quotas", []):
+        record = record_from_obj(item)
+        _check(isinstance(record, ClientQuota) and record.entity not in quotas and bool(record.set)
+               and not record.delete, "client quota entry")
+        quotas[record.entity] = MappingProxyType({k: float(v) for k, v in record.set.items()})
 
     return MetadataImage(
         broker_states=MappingProxyType(dict(sorted(states.items()))),
@@ -441,4 +462,5 @@ def image_from_snapshot(data: bytes) -> MetadataImage:
         scram_credentials=MappingProxyType(
             {user: MappingProxyType(dict(sorted(m.items()))) for user, m in sorted(scram.items())}
         ),
+        client_quotas=MappingProxyType(dict(sorted(quotas.items(), key=lambda kv: entity_order(kv[0])))),
     )

@@ -513,11 +513,57 @@ class RemoveUserScramCredential(_Record):
         _str(self.KIND, "mechanism", self.mechanism)
 
 
+# Kafka's quota names (ClientQuotaRecord keys); raftlog/node/quotas.py applies them.
+CLIENT_QUOTA_KEYS = ("producer_byte_rate", "consumer_byte_rate", "request_percentage")
+DEFAULT_ENTITY = "<default>"  # Kafka's default entity (`kafka-configs --entity-default`)
+
+
+@dataclass(frozen=True)
+class ClientQuota(_Record):
+    """Set and delete one quota entity's values (Kafka's ClientQuotaRecord). The entity is
+    `user` and/or `client_id`: a name, DEFAULT_ENTITY, or None (not part of the entity).
+    Values are positive decimal strings under CLIENT_QUOTA_KEYS."""
+
+    KIND: ClassVar[str] = "client_quota"
+    user: str | None = None
+    client_id: str | None = None
+    set: Mapping[str, str] = field(default_factory=dict)
+    delete: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        k = self.KIND
+        if self.user is None and self.client_id is None:
+            raise _fail(k, "user", "a quota entity has a user, a client id or both")
+        if self.user is not None:
+            _str(k, "user", self.user, 1, MAX_USERNAME_CHARS)
+        if self.client_id is not None:
+            _str(k, "client_id", self.client_id, 0, MAX_CONFIG_CHARS)
+        _set(self, "set", _str_map(k, "set", self.set))
+        _set(self, "delete", _str_tuple(k, "delete", self.delete))
+        for key in (*self.set, *self.delete):
+            if key not in CLIENT_QUOTA_KEYS:
+                raise _fail(k, "set", f"unknown quota {key!r:.60}; known: {', '.join(CLIENT_QUOTA_KEYS)}")
+        for key, value in self.set.items():
+            try:
+                number = float(value)
+            except ValueError:
+                number = -1.0
+            if not (0 < number < float("inf")):
+                raise _fail(k, "set", f"{key} must be a positive number, got {value!r:.40}")
+        both = sorted(key for key in self.delete if key in self.set)
+        if both:
+            raise _fail(k, "delete", f"keys both set and deleted: {both}")
+
+    @property
+    def entity(self) -> tuple[str | None, str | None]:
+        return self.user, self.client_id
+
+
 Record = Union[
     RegisterBroker, FenceBroker, UnfenceBroker, Topic, RemoveTopic, Partition,
     PartitionChange, Config, ProducerIdBlock, NoOp,
     Acl, RemoveAcl, UserScramCredential, RemoveUserScramCredential, AddPartitions,
-    PartitionReassignment, BrokerState,
+    PartitionReassignment, BrokerState, ClientQuota,
 ]
 
 RECORD_KINDS: Mapping[str, type] = MappingProxyType(
@@ -527,7 +573,7 @@ RECORD_KINDS: Mapping[str, type] = MappingProxyType(
             RegisterBroker, FenceBroker, UnfenceBroker, Topic, RemoveTopic, Partition,
             PartitionChange, Config, ProducerIdBlock, NoOp,
             Acl, RemoveAcl, UserScramCredential, RemoveUserScramCredential, AddPartitions,
-            PartitionReassignment, BrokerState,
+            PartitionReassignment, BrokerState, ClientQuota,
         )
     }
 )

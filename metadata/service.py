@@ -70,7 +70,7 @@ from typing import Any, Final
 
 import trio
 
-from metadata import security_ops
+from metadata import quota_ops, security_ops
 from metadata.active_controller import (
     ADMIN_OPS,
     CONTROLLER_OPS,
@@ -176,6 +176,8 @@ class MetadataService:
             "recommission_broker": self._client_admin,
             "describe_configs": self._client_describe_configs,
             "cluster_status": self._client_cluster_status,
+            "alter_client_quotas": self._client_admin,
+            "describe_client_quotas": self._client_describe_quotas,
         } | {op: self._client_admin for op in security_ops.ADMIN_SECURITY_OPS} | {
             op: self._client_security_describe for op in security_ops.DESCRIBE_SECURITY_OPS
         }
@@ -508,6 +510,9 @@ class MetadataService:
             )  # fmt: skip
         except PeerUnavailableError:
             raise self._not_controller(controller_id) from None
+
+    async def _client_describe_quotas(self, request: Request) -> dict[str, Any]:
+        return quota_ops.describe(self._loader.image, request.fields)
 
     async def _client_security_describe(self, request: Request) -> dict[str, Any]:
         if request.op == "describe_acls" and not self.settings.authorizer_enabled:

@@ -202,3 +202,22 @@ def delete_user_op(user: str, mechanisms: Iterable[str]) -> AdminOp:
     request = {"op": "alter_user_scram_credentials", "upsertions": [],
                "deletions": [{"name": user, "mechanism": m} for m in mechanisms]}
     return AdminOp(request, lambda r: _raise_first_error(r.get("results")) and None)
+
+
+def describe_quotas_op(components: Iterable[dict[str, Any]] = (), strict: bool = False) -> AdminOp:
+    """-> [{"entity": {"user"/"client-id": name or None (the default)}, "values": {quota: bound}}]
+    of the client quotas matching Kafka's filter components ({"entity_type", "match_type":
+    0 exact / 1 default / 2 any, "match"}); every quota with none."""
+    request = {"op": "describe_client_quotas", "components": list(components), "strict": strict}
+    return AdminOp(request, lambda r: list(r.get("entries") or ()))
+
+
+def alter_quotas_op(entity: dict[str, str | None], set_values: dict[str, float],
+                    remove: Iterable[str] = (), validate_only: bool = False) -> AdminOp:
+    """-> None: set and remove quota values of one entity ({"user"/"client-id": name, or None
+    for the default entity}); raises the entry's error (INVALID_REQUEST, INVALID_CONFIG)."""
+    ops = [{"key": k, "value": float(v), "remove": False} for k, v in set_values.items()]
+    ops += [{"key": k, "value": 0.0, "remove": True} for k in remove]
+    request = {"op": "alter_client_quotas", "entries": [{"entity": dict(entity), "ops": ops}],
+               "validate_only": validate_only}
+    return AdminOp(request, lambda r: _raise_first_error(r.get("results")) and None)

@@ -45,6 +45,8 @@ from raftlog.client.admin import (
     describe_acls_op,
     describe_topics_op,
     describe_users_op,
+    describe_quotas_op,
+    alter_quotas_op,
     list_topics_op,
     upsert_user_op,
 )
@@ -563,6 +565,17 @@ class Admin:
         """Create or change `user`'s SCRAM credentials. Only a salted password is sent (never
         the password), but it lets its holder log in: use a TLS connection."""
         self._op(upsert_user_op(user, password, mechanisms, iterations), timeout_ms)
+
+    def describe_quotas(self, components: Iterable[dict[str, Any]] = (), *, strict: bool = False,
+                        timeout_ms: int | None = None) -> list[dict[str, Any]]:
+        """Kafka's DescribeClientQuotas: the quotas matching the filter components (all by default)."""
+        return self._op(describe_quotas_op(components, strict), timeout_ms)
+
+    def alter_quotas(self, entity: dict[str, str | None], set_values: dict[str, float],
+                     remove: Iterable[str] = (), *, validate_only: bool = False,
+                     timeout_ms: int | None = None) -> None:
+        """Kafka's AlterClientQuotas for one entity ("user" and/or "client-id"; None: the default)."""
+        self._op(alter_quotas_op(entity, set_values, remove, validate_only), timeout_ms)
 
     def delete_user(self, user: str, *, timeout_ms: int | None = None) -> None:
         """Remove every SCRAM credential of `user`; raises ResourceNotFoundError if it has none."""

@@ -439,6 +439,8 @@ POLICIES: Final[Mapping[str, Policy]] = {
     "end_txn": _resource(O.WRITE, X, "transactional_id"),
     "describe_transactions": _each(O.DESCRIBE, X, "transactional_ids", "transactions", "transactional_id"),
     "list_transactions": _list_transactions,
+    "alter_client_quotas": _resource(O.ALTER_CONFIGS, C),  # Kafka's AlterClientQuotas rule
+    "describe_client_quotas": _resource(O.DESCRIBE_CONFIGS, C),
 }
 
 

@@ -293,6 +293,8 @@ class NodeConfig:
     connections_preauth_timeout_ms: int = 10_000  # accept to a complete session; 0: off
     connections_max_reauth_ms: int = 0  # KIP-368 SASL session lifetime; 0: off
     sasl_server_max_receive_size: int = 524_288  # Kafka listener, before the login (bytes)
+    # -- KIP-227 fetch sessions (issue 41; raftlog/node/kafka/fetch_sessions.py) --
+    max_incremental_fetch_session_cache_slots: int = 1000  # 0: no sessions (every fetch full)
     # -- KIP-848 consumer groups (issue 43; Kafka's group.consumer.* names; groupcoord/consumer_group_ops.py) --
     group_consumer_assignor: str = "uniform"  # the server-side assignor when members name none
     group_consumer_session_timeout_ms: int = 45_000  # a member silent this long is fenced
@@ -599,6 +601,7 @@ _KEYS: Final[dict[str, _Key]] = {
     "connections_preauth_timeout_ms": _Key(_to_int, "connections_preauth_timeout_ms"),
     "connections_max_reauth_ms": _Key(_to_int, "connections_max_reauth_ms"),
     "sasl_server_max_receive_size": _Key(_to_int, "sasl_server_max_receive_size"),
+    "max_incremental_fetch_session_cache_slots": _Key(_to_int, "max_incremental_fetch_session_cache_slots"),
     # KIP-848 consumer groups (issue 43)
     "group_consumer_assignor": _Key(lambda v: _to_choice(v, ("uniform", "range")), "group_consumer_assignor"),
     "group_consumer_session_timeout_ms": _Key(_to_int, "group_consumer_session_timeout_ms"),
@@ -643,6 +646,7 @@ _INT_RANGES: Final = {
     "connections_preauth_timeout_ms": (0, 3_600_000),
     "connections_max_reauth_ms": (0, 365 * 24 * 3_600_000),
     "sasl_server_max_receive_size": (1024, MAX_FRAME_BYTES_LIMIT),
+    "max_incremental_fetch_session_cache_slots": (0, 1_000_000),
     "group_consumer_session_timeout_ms": (100, 3_600_000),
     "group_consumer_heartbeat_interval_ms": (10, 3_600_000),
     "consumer_instance_timeout_ms": (1000, 7 * 24 * 3_600_000),

@@ -84,6 +84,11 @@ class ListenerMetrics:
             "Time from a request's start (slot taken) to its response being ready, in ms.",
             ("listener", "op"),
         )
+        self.request_bytes_total = registry.counter(
+            "raftlog_request_bytes_total",
+            "Bytes of the requests received (frames, size prefix included), by listener and op.",
+            ("listener", "op"),
+        )
         self.frame_errors_total = registry.counter(
             "raftlog_frame_errors_total",
             "Connections closed because a frame could not be decoded, by code.",

@@ -70,6 +70,8 @@ from raftlog.node.metadata_quorum import MetadataQuorum, QuorumConfig
 from raftlog.node.config import NodeConfig, ensure_meta_properties, load_config, take_incarnation
 from raftlog.node.http import serve_http
 from raftlog.node.kafka.context import KafkaContext
+from raftlog.node.kafka.fetch_sessions import FetchSessionCache
+from raftlog.node.quotas import QuotaManager
 from raftlog.node.gate import ConnectionGate, raise_fd_limit
 from raftlog.node.kafka.listener import serve_kafka
 from raftlog.node.registry.listener import serve_registry
@@ -347,6 +349,8 @@ async def run_node(
             default_replication_factor=config.default_replication_factor,
             request_timeout_ms=config.request_timeout_ms,
             node_config=config, authorizer_of=authorizer_of, guard=guard,
+            fetch_sessions=FetchSessionCache(config.max_incremental_fetch_session_cache_slots),
+            quotas=QuotaManager(),
         )  # fmt: skip
         ports["kafka"] = await nursery.start(partial(
             serve_kafka, kafka_ctx, listen.kafka.host, listen.kafka.port,

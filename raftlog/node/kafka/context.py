@@ -44,6 +44,8 @@ from raftlog.base.errors import ClusterAuthorizationFailedError, InvalidRequestE
 from raftlog.base.protocol import Request
 from raftlog.node.auth import Session
 from raftlog.node.authorize import Access, Guard, GuardedPartitions
+from raftlog.node.kafka.fetch_sessions import FetchSessionCache
+from raftlog.node.quotas import QuotaManager
 from raftlog.node.kafka.wire import Chunk, Header
 
 if TYPE_CHECKING:  # kafka-python loads on the first Kafka request, not with the node
@@ -89,6 +91,10 @@ class KafkaContext:
     # The node's one ACL guard (raftlog/node/authorize.py), shared with the native listener;
     # made from `authorizer_of` when not given.
     guard: Guard | None = None
+    # The broker's KIP-227 fetch sessions (fetch_sessions.py); None: every fetch sessionless.
+    fetch_sessions: FetchSessionCache | None = None
+    # Client quotas' rates (raftlog/node/quotas.py; bounds from the image); None: not enforced.
+    quotas: QuotaManager | None = None
 
     def __post_init__(self) -> None:
         if self.guard is None:

@@ -30,6 +30,7 @@ from raftlog.node.kafka import (
     groups,
     metadata,
     produce,
+    quotas,
     reassign,
     sasl,
     txn,
@@ -74,6 +75,7 @@ HANDLERS: Final[dict[int, Handler]] = {
     **sasl.HANDLERS,
     **acls.HANDLERS,
     **txn.HANDLERS,
+    **quotas.HANDLERS,
 }
 
 # Before a SASL login completes, only these run (ApiVersions, SaslHandshake, SaslAuthenticate).

@@ -12,8 +12,9 @@ makes a slice, once per byte, in a worker thread when the bytes are cold), so no
 is sent: the partition answers KAFKA_STORAGE_ERROR while its replica repairs from a peer, or
 CORRUPT_MESSAGE when it has none (raftlog/PROTOCOL.md "Damaged storage"). Isolation level
 read_uncommitted and read_committed read the same (no transactions: the last stable offset
-is the high watermark). Fetch sessions (KIP-227) are not kept: every answer has session id
-0, which tells the client to send full requests. Raft's control batches are in the stream
+is the high watermark). Fetch sessions (KIP-227; fetch_sessions.py, the node's
+`ctx.fetch_sessions` cache): a full fetch at epoch 0 creates a session, incremental ones name
+only what changed and are answered only the partitions that changed. Raft's control batches are in the stream
 as Kafka's are; clients skip them.
 
 ACLs (the port's guard, raftlog/node/authorize.py GuardedPartitions): READ on each fetched
@@ -39,6 +40,7 @@ unknown id gets UNKNOWN_TOPIC_ID. A NOT_LEADER_OR_FOLLOWER answer carries Curren
 
 from __future__ import annotations
 
+import time
 from typing import Any, Final
 
 from kafka.protocol.consumer.fetch import FetchResponse
@@ -49,6 +51,7 @@ from partition.port import (
     EpochQuery,
     FetchPart,
     FetchRequest,
+    FetchResult,
     IsolationLevel,
     OffsetQuery,
 )
@@ -56,6 +59,7 @@ from raftlog.base.errors import NotLeaderError
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.codec import encode_response, placeholder
 from raftlog.node.kafka.context import Call, Encoded, KafkaContext, Later, Reply
+from raftlog.node.kafka.fetch_sessions import FINAL_EPOCH, FetchSessionCache, SessionPart
 from raftlog.node.kafka.metadata import ZERO_UUID, leader_hint, names_by_uuid, node_endpoints
 
 __all__ = ["HANDLERS"]
@@ -79,14 +83,21 @@ async def handle_fetch(ctx: KafkaContext, call: Call) -> Reply:
     R = FetchResponse
     by_id = call.version >= TOPIC_IDS_VERSION
     names = names_by_uuid(ctx) if by_id else {}
-    # (name or None for an unknown id, topic id, partition, fetch offset, max bytes)
-    wanted = []
-    for t in request.topics:
-        name = names.get(t.topic_id) if by_id else t.topic
-        for p in t.partitions:
-            wanted.append((name, t.topic_id if by_id else None, p.partition, p.fetch_offset,
-                           max(1, p.partition_max_bytes), getattr(p, "current_leader_epoch", -1)))
-    parts = [FetchPart(n, p, o, b, e) for n, _, p, o, b, e in wanted if n is not None]
+    # Each named partition: its session key (topic id or name, partition) and fetch state.
+    asked = [((t.topic_id if by_id else t.topic, p.partition),
+              SessionPart(p.fetch_offset, max(1, p.partition_max_bytes), getattr(p, "current_leader_epoch", -1)))
+             for t in request.topics for p in t.partitions]
+    sessions = ctx.fetch_sessions if ctx.fetch_sessions is not None else _SESSIONLESS
+    forgotten = [(t.topic_id if by_id else t.topic, p)
+                 for t in getattr(request, "forgotten_topics_data", None) or () for p in t.partitions]
+    plan = sessions.begin(
+        getattr(request, "session_id", 0), getattr(request, "session_epoch", FINAL_EPOCH), asked, forgotten, uses_topic_ids=by_id, now_ms=_now_ms())
+    if plan.error:  # KIP-227: the error alone, no session, no partitions
+        return R(throttle_time_ms=0, error_code=plan.error, session_id=0, responses=[], node_endpoints=[])
+    # (name or None for an unknown id, topic id, partition, fetch state)
+    wanted = [(names.get(key) if by_id else key, key if by_id else None, partition, part)
+              for (key, partition), part in plan.parts]
+    parts = [FetchPart(n, p, s.fetch_offset, s.max_bytes, s.leader_epoch) for n, _, p, s in wanted if n is not None]
     max_bytes = getattr(request, "max_bytes", DEFAULT_MAX_BYTES) or DEFAULT_MAX_BYTES
     max_wait_ms = max(0, min(request.max_wait_ms, MAX_FETCH_WAIT_MS, ctx.request_timeout_ms - 1000))
     fetch = FetchRequest(parts, max_wait_ms=max_wait_ms, min_bytes=max(0, request.min_bytes),
@@ -95,13 +106,19 @@ async def handle_fetch(ctx: KafkaContext, call: Call) -> Reply:
 
     async def answer() -> Reply:
         results = await ctx.port().fetch(fetch) if parts else []
+        found = iter(results)
+        entries = [None if name is None else next(found) for name, *_ in wanted]
         splices: dict[bytes, Any] = {}
-        topics: dict[tuple[str | None, Any], list[Any]] = {}
-        endpoints: set[int] = set()
         try:
-            found = iter(results)
-            for name, topic_id, partition, *_ in wanted:
-                entry = None if name is None else next(found)
+            session_id, include = sessions.finish(
+                plan, [_outcome(e) for e in entries], now_ms=_now_ms())
+            topics: dict[tuple[str | None, Any], list[Any]] = {}
+            endpoints: set[int] = set()
+            for (name, topic_id, partition, _), entry, included in zip(wanted, entries, include):
+                if not included:  # incremental: nothing new for this partition
+                    if entry is not None and entry.records is not None and not isinstance(entry.records, bytes):
+                        entry.records.close()
+                    continue
                 if entry is None or entry.error is not None:
                     code = errors.UNKNOWN_TOPIC_ID if entry is None else errors.kafka_error_code(entry.error.code)
                     data = R.FetchableTopicResponse.PartitionData(
@@ -129,7 +146,7 @@ async def handle_fetch(ctx: KafkaContext, call: Call) -> Reply:
                     )  # fmt: skip
                 topics.setdefault((name, topic_id), []).append(data)
             response = R(
-                throttle_time_ms=0, error_code=errors.NONE, session_id=0,
+                throttle_time_ms=0, error_code=errors.NONE, session_id=session_id,
                 responses=[R.FetchableTopicResponse(topic=name or "", topic_id=topic_id or ZERO_UUID, partitions=ps)
                            for (name, topic_id), ps in topics.items()],
                 node_endpoints=node_endpoints(ctx, endpoints, R.NodeEndpoint),
@@ -141,6 +158,24 @@ async def handle_fetch(ctx: KafkaContext, call: Call) -> Reply:
             raise
 
     return Later(answer)
+
+
+# A node without a session cache fetches sessionless (a full fetch at epoch 0 gets session id
+# 0, and any other id is unknown); a client below Fetch v7 sends no session: epoch -1.
+_SESSIONLESS: Final = FetchSessionCache(0)
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+def _outcome(entry: FetchResult | None) -> tuple[int, int, int, bool, bool]:
+    """What the session cache compares with what the client was last told."""
+    if entry is None or entry.error is not None:
+        return -1, -1, -1, False, True
+    records = entry.records
+    size = 0 if records is None else len(records) if isinstance(records, bytes) else records.length
+    return entry.high_watermark, entry.last_stable_offset, entry.log_start_offset, size > 0, False
 
 
 def _isolation(request: Any) -> IsolationLevel:

@@ -75,6 +75,7 @@ from raftlog.node.listener import ListenerMetrics, connection_handler, serve_lis
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.context import Call, ConnectionState, Encoded, Handler, KafkaContext, Later
 from raftlog.node.kafka.wire import API_VERSIONS_KEY, Chunk, CodecError, FileRange, Header
+from raftlog.node.quotas import PRODUCER_BYTE_RATE
 from raftlog.node.writer import ConnectionWriter
 
 __all__ = ["serve_kafka", "load_protocol"]
@@ -85,6 +86,7 @@ RECEIVE_CHUNK_BYTES: Final = 256 << 10
 _SIZE: Final = struct.Struct(">i")
 SASL_SERVER_MAX_RECEIVE_SIZE: Final = 524288  # Kafka's sasl.server.max.receive.size default
 SASL_AUTHENTICATION_FAILED: Final = 58
+PRODUCE_KEY: Final = 0
 
 
 class _Close(Exception):
@@ -100,9 +102,10 @@ class _Slot:
     """One request's place in the response order. `close_after`: close once this response
     is written (a failed login's answer)."""
 
-    __slots__ = ("done", "chunks", "close", "close_after")
+    __slots__ = ("done", "chunks", "close", "close_after", "throttle_ms")
 
     def __init__(self) -> None:
+        self.throttle_ms = 0  # a quota's throttle time, reported in the response
         self.done = trio.Event()
         self.chunks: list[Chunk] | None = None
         self.close: _Close | None = None
@@ -140,6 +143,22 @@ class _Listener:
         self.request_latency_ms = metrics.request_latency_ms
         self.frame_errors_total = metrics.frame_errors_total
         self.auth_failures_total = metrics.auth_failures_total
+        self.request_bytes_total = metrics.request_bytes_total
+        registry = registry if registry is not None else MetricsRegistry()
+        sessions = ctx.fetch_sessions
+        if sessions is not None:  # Kafka's kafka.server:type=FetchSessionCache
+            registry.gauge("raftlog_fetch_sessions", "Incremental fetch sessions cached (KIP-227).").set_function(
+                lambda: len(sessions))
+            registry.gauge("raftlog_fetch_session_partitions",
+                           "Partitions of the cached fetch sessions.").set_function(sessions.partitions)
+            evicted = registry.counter("raftlog_fetch_session_evictions_total",
+                                       "Fetch sessions evicted to make room for a new one.")
+            sessions.on_evict = evicted.inc
+        self.quota_throttle_time_ms = registry.counter(
+            "raftlog_quota_throttle_time_ms",
+            "Throttle time given to clients over a quota, in ms, by quota type and entity (user, client id).",
+            ("quota", "user", "client_id"),
+        )
 
     async def load(self) -> None:
         """Load the protocol half once (the first request of any connection); concurrent
@@ -177,6 +196,24 @@ class _Connection:
                                        "kafka", peer, disk_limiter=listener.ctx.disk_limiter)
         self.state = ConnectionState(peer=peer, session=session)
         self.cancel_scope: trio.CancelScope | None = None
+        self.muted_until = 0.0  # trio time: no request is read before (a quota's throttle)
+
+    def _throttle(self, quota: str, header: Header, value: float) -> int:
+        """Record `value` against the connection's quota of this type (raftlog/node/quotas.py);
+        the throttle time in ms, for which the connection is then muted."""
+        listener = self.listener
+        manager = listener.ctx.quotas
+        configured = getattr(getattr(listener.ctx.metadata, "image", None), "client_quotas", None)
+        if manager is None or not configured:
+            return 0
+        user = self.state.principal.partition(":")[2] or self.state.principal
+        client_id = header.client_id or ""
+        now = trio.current_time()
+        wait = manager.record(configured, quota, user, client_id, value, int(now * 1000))
+        if wait:
+            self.muted_until = max(self.muted_until, now + wait / 1000)
+            listener.quota_throttle_time_ms.labels(quota=quota, user=user, client_id=client_id).inc(wait)
+        return wait
 
     async def run(self) -> None:
         self.state.enter()  # this task's (and its children's) current connection: ACLs
@@ -222,6 +259,8 @@ class _Connection:
             del buffer[:4 + size]
             if listener.proto is None:
                 await listener.load()
+            if self.muted_until > trio.current_time():  # Kafka mutes a throttled client's channel
+                await trio.sleep_until(self.muted_until)
             slot = _Slot()
             await send.send(slot)  # bounded: max_in_flight slots await their response
             close = await self._dispatch(frame, slot, requests)
@@ -235,6 +274,7 @@ class _Connection:
         try:
             proto = listener.proto
             header, offset = proto.decode_header(frame)
+            listener.request_bytes_total.labels(listener="kafka", op=proto.api_name(header.api_key)).inc(4 + len(frame))
             handler = listener.handlers.get(header.api_key)
             if not proto.is_known_api(header.api_key):
                 raise _Close("unknown_api_key", api_key=header.api_key,
@@ -253,6 +293,8 @@ class _Connection:
                 self._finish(slot, header, started, self._unsupported(header, frame, offset))
                 return None
             body = proto.decode_body(header, frame, offset)
+            if header.api_key == PRODUCE_KEY and listener.ctx.quotas is not None:
+                slot.throttle_ms = self._throttle(PRODUCER_BYTE_RATE, header, 4 + len(frame))
             call = Call(header, body, self.state)
             with trio.fail_after(listener.request_timeout_ms / 1000):
                 reply = await handler(listener.ctx, call)
@@ -339,6 +381,8 @@ class _Connection:
             elif isinstance(reply, Encoded):
                 slot.chunks = reply.chunks
             elif reply is not None:
+                if slot.throttle_ms and hasattr(reply, "throttle_time_ms"):
+                    reply.throttle_time_ms = slot.throttle_ms
                 slot.chunks = proto.encode_response(header, reply)
                 error = getattr(reply, "error_code", 0)
                 code = "OK" if not error else str(error)

@@ -102,6 +102,8 @@ SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     66: (0, 1),  # ListTransactions (v1: duration filter; v2's id pattern is not served)
     68: (0, 1),  # ConsumerGroupHeartbeat (KIP-848; consumer_groups.py)
     69: (0, 1),  # ConsumerGroupDescribe (KIP-848; consumer_groups.py)
+    48: (0, 1),  # DescribeClientQuotas (quotas.py)
+    49: (0, 1),  # AlterClientQuotas (quotas.py)
 }
 
 

@@ -1,0 +1,81 @@
+"""DescribeClientQuotas (key 48) and AlterClientQuotas (key 49), versions 0-1 (issue 41): thin
+adapters onto the native ops `describe_client_quotas` (answered from the node's metadata image)
+and `alter_client_quotas` (ClientQuota records written by the active controller;
+metadata/quota_ops.py has the rules). ACLs: Kafka's, DESCRIBE_CONFIGS / ALTER_CONFIGS on the
+cluster (raftlog/node/authorize.py). Entity types "user" and "client-id"; a null name is the
+default entity (`kafka-configs --entity-default`). Enforcement: listener.py (producer_byte_rate;
+docs/quotas-and-fetch-sessions.md)."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from kafka.protocol.admin.client_quotas import AlterClientQuotasResponse, DescribeClientQuotasResponse
+
+from raftlog.node.kafka import errors
+from raftlog.node.kafka.context import Call, KafkaContext, Later, Reply
+
+__all__ = ["HANDLERS"]
+
+DESCRIBE_CLIENT_QUOTAS_KEY: Final = 48
+ALTER_CLIENT_QUOTAS_KEY: Final = 49
+
+
+def _entity_obj(entity: Any) -> dict[str, str | None]:
+    return {e.entity_type: e.entity_name for e in entity or ()}
+
+
+async def handle_describe_client_quotas(ctx: KafkaContext, call: Call) -> Reply:
+    R = DescribeClientQuotasResponse
+    request = call.request
+    fields = {"components": [{"entity_type": c.entity_type, "match_type": c.match_type, "match": c.match}
+                             for c in request.components or ()], "strict": bool(request.strict)}
+
+    async def answer() -> Reply:
+        try:
+            result = await ctx.call("describe_client_quotas", fields) or {}
+        except Exception as exc:  # noqa: BLE001 - the whole request's answer
+            code, message = errors.kafka_error(exc)
+            return R(throttle_time_ms=0, error_code=code, error_message=message, entries=None)
+        entries = [R.EntryData(
+            entity=[R.EntryData.EntityData(entity_type=t, entity_name=n) for t, n in e["entity"].items()],
+            values=[R.EntryData.ValueData(key=k, value=float(v)) for k, v in e["values"].items()],
+        ) for e in result.get("entries") or ()]  # fmt: skip
+        return R(throttle_time_ms=0, error_code=errors.NONE, error_message=None, entries=entries)
+
+    return Later(answer)
+
+
+async def handle_alter_client_quotas(ctx: KafkaContext, call: Call) -> Reply:
+    R = AlterClientQuotasResponse
+    request = call.request
+    entries = [{"entity": _entity_obj(e.entity),
+                "ops": [{"key": o.key, "value": o.value, "remove": bool(o.remove)} for o in e.ops or ()]}
+               for e in request.entries or ()]
+
+    def entity(obj: Any) -> list[Any]:
+        return [R.EntryData.EntityData(entity_type=t, entity_name=n) for t, n in (obj or {}).items()]
+
+    async def answer() -> Reply:
+        try:
+            result = await ctx.call("alter_client_quotas",
+                                    {"entries": entries, "validate_only": bool(request.validate_only)}) or {}
+        except Exception as exc:  # noqa: BLE001 - every entry's answer
+            code, message = errors.kafka_error(exc)
+            return R(throttle_time_ms=0, entries=[R.EntryData(error_code=code, error_message=message,
+                                                              entity=entity(e["entity"])) for e in entries])
+        out = []
+        for r in result.get("results") or ():
+            error = r.get("error")
+            out.append(R.EntryData(
+                error_code=errors.NONE if error is None else errors.kafka_error_code(error.get("code")),
+                error_message=None if error is None else error.get("message"), entity=entity(r.get("entity"))))
+        return R(throttle_time_ms=0, entries=out)
+
+    return Later(answer)
+
+
+HANDLERS: Final = {
+    DESCRIBE_CLIENT_QUOTAS_KEY: handle_describe_client_quotas,
+    ALTER_CLIENT_QUOTAS_KEY: handle_alter_client_quotas,
+}
