@@ -23,7 +23,7 @@ Ops, dispatched through the tables at the end of this module: peer ops `broker_r
 brokers), `report_partition_leaders` (a batch: one result, few proposals), `allocate_producer_ids`,
 `controller_forward` (an admin op forwarded by another node; never forwarded again, so no
 loops), and the admin ops `create_topic`, `create_partitions`, `delete_topic`,
-`alter_configs`, `cluster_status`.
+`alter_configs`, `alter_broker_configs`, `cluster_status`.
 
 Clock: `clock_ms` gives `now_ms` for the Controller's decisions; deadlines are trio's.
 Concurrency: trio thread only. The Controller is only called between awaits, so each decision
@@ -41,7 +41,7 @@ from typing import Any, Final
 
 import trio
 
-from metadata import security_ops
+from metadata import broker_config, security_ops
 from metadata.controller import MAX_LEADER_REPORTS, Controller, ControllerResult
 from metadata.reassignment import ReassignmentItem
 from metadata.image import TopicImage
@@ -428,10 +428,14 @@ class ActiveController:
         name = field(fields, "name", str)
         configs = dict(config.topic_defaults)
         configs.update(field(fields, "configs", dict, default={}))
+        # Dynamic num.partitions / default.replication.factor (this node's, else the cluster's) first.
+        dynamic = broker_config.effective(self._loader.image.broker_configs, self.node_id)
+        partitions = dynamic.get("num.partitions", (config.default_partitions,))[0]
+        replication_factor = dynamic.get("default.replication.factor", (config.default_replication_factor,))[0]
         result = ctl.create_topic(
             name,
-            field(fields, "partitions", int, default=config.default_partitions),
-            field(fields, "replication_factor", int, default=config.default_replication_factor),
+            field(fields, "partitions", int, default=partitions),
+            field(fields, "replication_factor", int, default=replication_factor),
             configs, now_ms=self._clock_ms(),
         )  # fmt: skip
         response = await self.propose(result, deadline)
@@ -456,6 +460,13 @@ class ActiveController:
     async def _alter_configs(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
         result = ctl.alter_configs(
             field(fields, "name", str), field(fields, "set", dict, default={}),
+            list(field(fields, "delete", list, items=str, default=[])), now_ms=self._clock_ms(),
+        )  # fmt: skip
+        return {"configs": await self.propose(result, deadline)}
+
+    async def _alter_broker_configs(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
+        result = ctl.alter_broker_configs(
+            field(fields, "resource", str), field(fields, "set", dict, default={}),
             list(field(fields, "delete", list, items=str, default=[])), now_ms=self._clock_ms(),
         )  # fmt: skip
         return {"configs": await self.propose(result, deadline)}
@@ -503,6 +514,7 @@ _ADMIN_HANDLERS: Final[Mapping[str, _OpHandler]] = {
     "create_partitions": ActiveController._create_partitions,
     "delete_topic": ActiveController._delete_topic,
     "alter_configs": ActiveController._alter_configs,
+    "alter_broker_configs": ActiveController._alter_broker_configs,
     "cluster_status": ActiveController._cluster_status,
     "alter_partition_reassignments": ActiveController._alter_partition_reassignments,
     "list_partition_reassignments": ActiveController._list_partition_reassignments,

@@ -110,6 +110,7 @@ from raftlog.base.errors import (
     UnknownTopicOrPartitionError,
     UnsupportedSaslMechanismError,
 )
+from metadata import broker_config
 from metadata.errors import InvalidRecordError, ProducerIdsExhaustedError
 from metadata.image import MetadataImage, PartitionState, TopicImage
 from metadata.reassignment import (
@@ -125,6 +126,7 @@ from raftlog.base.sasl import SCRAM_MECHANISMS, credential_from_salted_password
 from metadata.records import (
     INT64_MAX,
     Acl,
+    BrokerConfig,
     RemoveAcl,
     RemoveUserScramCredential,
     UserScramCredential,
@@ -710,6 +712,20 @@ class Controller:
             return ControllerResult((), after)
         deleted = tuple(k for k in dict.fromkeys(delete) if k in topic.configs)
         return self._result([Config(topic.topic_id, normalized, deleted)], after)
+
+    def alter_broker_configs(
+        self, resource: str, set: Mapping[str, str], delete: list[str], *, now_ms: int,
+    ) -> ControllerResult[dict[str, str]]:
+        """Set and delete dynamic broker configs of a broker id or the cluster default ("").
+        Response: the resource's dynamic configs after. Raises InvalidRequestError (a bad
+        resource, a read-only config), InvalidConfigError (a bad value)."""
+        self._check_active()
+        current = self._image.broker_configs.get(broker_config.check_resource(resource), {})
+        after = broker_config.alter(current, set, delete)
+        if after is None:
+            return ControllerResult((), dict(current))
+        return self._result([BrokerConfig(resource, broker_config.normalize_broker_configs(set),
+                                          tuple(k for k in delete if k in current))], after)
 
     def describe_topic(self, name: str) -> TopicImage:
         """Raises UnknownTopicOrPartitionError (also for a topic still being created)."""

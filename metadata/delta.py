@@ -53,6 +53,9 @@ Record rules (rejection code in brackets; "no-op" means accepted and nothing cha
 * Config: unknown topic_id [UNKNOWN_TOPIC_OR_PARTITION]; else keys deleted, then set. Values
   are stored as given (the controller validated them); replay does not re-judge them, so a
   config schema change cannot split the images of nodes on different versions.
+* BrokerConfig: keys deleted, then set, in `broker_configs[resource]` (an entry left empty
+  goes); values as given, as for Config. A broker id need not be registered (Kafka allows
+  configs of a broker that has not joined yet).
 * ProducerIdBlock: unknown broker [BROKER_ID_NOT_REGISTERED]; first_producer_id below
   `next_producer_id` [INVALID_REQUEST] (another block got there first); else next_producer_id
   = first + size.
@@ -90,6 +93,7 @@ from metadata.image import (
 from metadata.records import (
     Acl,
     AddPartitions,
+    BrokerConfig,
     Config,
     Envelope,
     FenceBroker,
@@ -151,6 +155,7 @@ class MetadataDelta:
         self._next_producer_id = image.next_producer_id
         self._acls: dict[str, AclBinding] | None = None
         self._scram: dict[str, Mapping[str, ScramCredential]] | None = None
+        self._broker_configs: dict[str, Mapping[str, str]] | None = None
 
     # --- copy-on-write accessors ---
 
@@ -325,6 +330,16 @@ class MetadataDelta:
                 MappingProxyType(configs), topic.partitions,
             )
 
+    def _broker_config(self, r: BrokerConfig) -> None:
+        if self._broker_configs is None:
+            self._broker_configs = dict(self._image.broker_configs)
+        configs = {k: v for k, v in self._broker_configs.get(r.resource, {}).items() if k not in r.delete}
+        configs.update(r.set)
+        if configs:
+            self._broker_configs[r.resource] = MappingProxyType(dict(sorted(configs.items())))
+        else:
+            self._broker_configs.pop(r.resource, None)
+
     def _producer_id_block(self, r: ProducerIdBlock) -> None:
         if self._broker(r.broker_id) is None:
             raise BrokerIdNotRegisteredError(f"broker {r.broker_id} is not registered")
@@ -405,6 +420,10 @@ class MetadataDelta:
                 base.scram_credentials if self._scram is None
                 else MappingProxyType(dict(sorted(self._scram.items())))
             ),
+            broker_configs=(
+                base.broker_configs if self._broker_configs is None
+                else MappingProxyType(dict(sorted(self._broker_configs.items())))
+            ),
         )
 
 
@@ -419,6 +438,7 @@ _HANDLERS = {
     PartitionChange: MetadataDelta._partition_change,
     PartitionReassignment: MetadataDelta._partition_reassignment,
     Config: MetadataDelta._config,
+    BrokerConfig: MetadataDelta._broker_config,
     ProducerIdBlock: MetadataDelta._producer_id_block,
     NoOp: MetadataDelta._no_op,
     Acl: MetadataDelta._acl,

@@ -12,6 +12,8 @@ Invariants:
 * Every partition's replicas are registered brokers (brokers are never removed, only fenced).
 * `acls[acl_id]` is one ACL binding, no binding twice; `scram_credentials[user][mechanism]`
   is a user's stored SCRAM credential (salted keys, never a password), no user without one.
+* `broker_configs[resource]` (resource "" or a broker id) holds a broker's or the cluster's
+  dynamic broker configs, never an empty map (metadata/broker_config.py).
 * `recent_requests` holds the outcome of the last MAX_RECENT_REQUESTS envelopes in log order:
   the dedupe window for retried proposals and how the proposer learns what became of its
   proposal ("OK" or the rejection code).
@@ -19,7 +21,7 @@ Invariants:
   metadata service replays on the trio thread; loader.py).
 * `image_to_snapshot` is canonical CBOR, so equal images give equal bytes; `image_from_snapshot`
   checks all of the above and raises InvalidRecordError. The `acls` and `scram_credentials`
-  sections are written only when non-empty, so an image without them has the very bytes it
+  sections (and `broker_configs`) are written only when non-empty, so an image without them has the very bytes it
   had before they existed (and an older node still reads it).
 
 Public API:
@@ -48,6 +50,7 @@ from metadata.errors import InvalidRecordError
 from metadata.records import (
     VERSION,
     Acl,
+    BrokerConfig,
     Partition,
     PartitionReassignment,
     RegisterBroker,
@@ -168,6 +171,8 @@ class MetadataImage:
     acls: Mapping[str, AclBinding] = field(default_factory=lambda: _EMPTY_MAP)  # by acl_id
     # user -> mechanism -> credential
     scram_credentials: Mapping[str, Mapping[str, ScramCredential]] = field(default_factory=lambda: _EMPTY_MAP)
+    # "" (cluster default) or a broker id -> Kafka broker config name -> value (broker_config.py)
+    broker_configs: Mapping[str, Mapping[str, str]] = field(default_factory=lambda: _EMPTY_MAP)
 
     @classmethod
     def empty(cls) -> "MetadataImage":
@@ -323,6 +328,9 @@ def image_to_snapshot(image: MetadataImage) -> bytes:
             for user, by_mechanism in sorted(image.scram_credentials.items())
             for _, cred in sorted(by_mechanism.items())
         ]
+    if image.broker_configs:
+        obj["broker_configs"] = [record_to_obj(BrokerConfig(resource, dict(configs)))
+                                 for resource, configs in sorted(image.broker_configs.items())]
     return cbor2.dumps(obj, canonical=True)
 
 
@@ -335,7 +343,7 @@ def image_from_snapshot(data: bytes) -> MetadataImage:
     """Rebuild an image from `image_to_snapshot` bytes. Raises InvalidRecordError."""
     obj = loads_strict(data, "snapshot", MAX_SNAPSHOT_BYTES)
     expected = {"k", "v", "brokers", "topics", "next_producer_id", "controller_epoch", "recent_requests"}
-    optional = {"acls", "scram_credentials", "reassignments"}
+    optional = {"acls", "scram_credentials", "reassignments", "broker_configs"}
     _check(
         isinstance(obj, dict) and expected <= set(obj) <= expected | optional,
         "expected an image map with fields " + str(sorted(expected)) + " and optionally " + str(sorted(optional)),
@@ -408,6 +416,12 @@ def image_from_snapshot(data: bytes) -> MetadataImage:
         by_mechanism = scram.setdefault(record.name, {})
         _check(record.mechanism not in by_mechanism, f"user {record.name}: credential twice")
         by_mechanism[record.mechanism] = record.credential
+    broker_configs: dict[str, Mapping[str, str]] = {}
+    for item in obj.get("broker_configs", []):
+        record = record_from_obj(item)
+        _check(isinstance(record, BrokerConfig) and record.resource not in broker_configs and bool(record.set),
+               "broker config entry")
+        broker_configs[record.resource] = MappingProxyType(dict(sorted(record.set.items())))
 
     return MetadataImage(
         brokers=MappingProxyType(brokers),
@@ -420,4 +434,5 @@ def image_from_snapshot(data: bytes) -> MetadataImage:
         scram_credentials=MappingProxyType(
             {user: MappingProxyType(dict(sorted(m.items()))) for user, m in sorted(scram.items())}
         ),
+        broker_configs=MappingProxyType(dict(sorted(broker_configs.items()))),
     )
