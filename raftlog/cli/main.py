@@ -30,6 +30,7 @@ import click
 
 from raftlog.cli import console as _console
 from raftlog.cli import acls as _acls
+from raftlog.cli import brokers as _brokers
 from raftlog.cli import groups as _groups
 from raftlog.cli import partitions as _partitions
 from raftlog.cli import records as _records
@@ -49,6 +50,7 @@ from raftlog.cli.common import (
     command_config_option,
     emit_json,
     friendly,
+    parse_pairs,
     store,
     table,
     version,
@@ -291,16 +293,6 @@ def topics() -> None:
     """Create, list, describe, delete and alter topics."""
 
 
-def _parse_pairs(items: Iterable[str], what: str) -> dict[str, str]:
-    pairs = {}
-    for item in items:
-        key, eq, value = item.partition("=")
-        if not eq or not key.strip():
-            raise CliFailure(f"{what}: expected key=value, got {item!r}")
-        pairs[key.strip()] = value.strip()
-    return pairs
-
-
 def _topic_json(t: Any) -> dict[str, Any]:
     return {
         "name": t.name, "internal": t.internal, "configs": dict(t.configs),
@@ -377,7 +369,7 @@ def topics_create(ctx: click.Context, name: str, partitions: int, replication_fa
       raftlog topics create blobs -c max_message_bytes=8388608      # records up to 8 MiB
     """
     store(ctx, bootstrap=bootstrap, timeout=timeout)
-    pairs = _parse_pairs(configs, "--config")
+    pairs = parse_pairs(configs, "--config")
     with admin_from_context(ctx) as admin:
         if replication_factor is None:
             try:
@@ -508,7 +500,7 @@ def topics_alter(ctx: click.Context, name: str, set_items: tuple[str, ...], dele
     store(ctx, bootstrap=bootstrap, timeout=timeout)
     if not set_items and not delete_keys and partitions is None:
         raise CliFailure("nothing to change: give --set KEY=VALUE, --delete KEY and/or --partitions N")
-    pairs = _parse_pairs(set_items, "--set")
+    pairs = parse_pairs(set_items, "--set")
     out: dict[str, Any] = {"name": name}
     with admin_from_context(ctx) as admin:
         _require_topic(admin, name)
@@ -534,5 +526,6 @@ main.add_command(_groups.groups)
 main.add_command(_partitions.partitions)
 main.add_command(_console.console_cmd)
 main.add_command(_acls.acls)
+main.add_command(_brokers.brokers)
 main.add_command(_users.users)
 main.add_command(_schemas.schemas)

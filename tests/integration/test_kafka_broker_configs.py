@@ -6,7 +6,10 @@ list config."""
 
 from __future__ import annotations
 
+import json
 import socket
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -169,3 +172,17 @@ def test_append_and_subtract_on_a_topics_list_config(cluster: harness.NodeCluste
     code, message = _incremental(cluster, 1, TOPIC, "lists", [("retention.ms", APPEND, "5")])
     assert code == INVALID_CONFIG and "list configs only" in message
     assert policy() == "compact"
+
+
+def test_the_cli_alters_broker_configs_and_names_a_refusal(cluster: harness.NodeCluster) -> None:
+    def raftlog(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "raftlog.cli", *args, "--bootstrap", cluster.client(1)],
+                              capture_output=True, text=True, timeout=120)
+
+    done = raftlog("brokers", "alter-config", "--broker", "2", "--set", "num.partitions=7", "--json")
+    assert done.returncode == 0 and json.loads(done.stdout) == {"broker": 2, "configs": {"num.partitions": "7"}}, done
+    _poll(lambda: _described(cluster, 2, "2")["num.partitions"].value == "7", "node 2 takes the CLI's value")
+    refused = raftlog("brokers", "alter-config", "--set", "log.dirs=/x")
+    assert refused.returncode == 1 and "Cannot update these configs dynamically" in refused.stderr, refused
+    done = raftlog("brokers", "alter-config", "--broker", "2", "--delete", "num.partitions")
+    assert done.returncode == 0 and "dynamic configs now: (none)" in done.stdout, done
