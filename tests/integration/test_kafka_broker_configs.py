@@ -1,4 +1,4 @@
-"""Dynamic broker configs on a real 3-node cluster (issue 41): IncrementalAlterConfigs and
+"""Dynamic broker configs and ElectLeaders on a real 3-node cluster (issue 41): IncrementalAlterConfigs and
 AlterConfigs of a broker and of the cluster default, recorded in the metadata log and applied
 without a restart (new topics' partition count, auto-creation), their sources in
 DescribeConfigs, each bad input refused with Kafka's error, and APPEND / SUBTRACT on a topic's
@@ -17,14 +17,14 @@ import pytest
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, NewTopic
 from confluent_kafka.admin import ResourceType as CResourceType
 from kafka.protocol.admin.configs import AlterConfigsRequest, DescribeConfigsRequest, IncrementalAlterConfigsRequest
-from kafka.protocol.admin.topics import CreateTopicsRequest
+from kafka.protocol.admin.topics import CreateTopicsRequest, ElectLeadersRequest
 from kafka.protocol.metadata import MetadataRequest
 
 import node_harness as harness
 from test_kafka_unsupported import call
 
 DEADLINE_S = 60
-NONE, UNKNOWN_TOPIC_OR_PARTITION, INVALID_CONFIG, INVALID_REQUEST = 0, 3, 40, 42
+NONE, UNKNOWN_TOPIC_OR_PARTITION, INVALID_CONFIG, INVALID_REQUEST, ELECTION_NOT_NEEDED = 0, 3, 40, 42, 84
 BROKER, TOPIC = 4, 2
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
@@ -186,3 +186,32 @@ def test_the_cli_alters_broker_configs_and_names_a_refusal(cluster: harness.Node
     assert refused.returncode == 1 and "Cannot update these configs dynamically" in refused.stderr, refused
     done = raftlog("brokers", "alter-config", "--broker", "2", "--delete", "num.partitions")
     assert done.returncode == 0 and "dynamic configs now: (none)" in done.stdout, done
+
+
+def test_elect_leaders_preferred_and_unclean_answer_per_partition(cluster: harness.NodeCluster) -> None:
+    """ElectLeaders (kafka-leader-election): PREFERRED hands leadership back to the first
+    replica (that path: tests/unit/metadata/test_election.py); a partition already led by it is
+    ELECTION_NOT_NEEDED; UNCLEAN on a led partition
+    is ELECTION_NOT_NEEDED too; an unknown partition UNKNOWN_TOPIC_OR_PARTITION."""
+    admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap()})
+    admin.create_topics([NewTopic("elect", 3, 3)])["elect"].result(timeout=60)
+
+    def led_by_preferred() -> bool:
+        parts = admin.list_topics("elect", timeout=30).topics["elect"].partitions.values()
+        return len(parts) == 3 and all(p.leader == p.replicas[0] for p in parts)
+
+    _poll(led_by_preferred, "every partition led by its preferred replica")
+    E = ElectLeadersRequest
+    with _sock(cluster, 1) as sock:
+        answer = call(sock, E[2](election_type=0, timeout_ms=30_000, topic_partitions=[
+            E.TopicPartitions(topic="elect", partitions=[0, 1, 2, 7])]), 2, 5)
+    codes = {r.partition_id: r.error_code for t in answer.replica_election_results for r in t.partition_result}
+    assert answer.error_code == NONE and codes == {0: ELECTION_NOT_NEEDED, 1: ELECTION_NOT_NEEDED, 2: ELECTION_NOT_NEEDED,
+                                                    7: UNKNOWN_TOPIC_OR_PARTITION}, answer
+    with _sock(cluster, 1) as sock:
+        answer = call(sock, E[2](election_type=1, timeout_ms=30_000, topic_partitions=[
+            E.TopicPartitions(topic="elect", partitions=[0])]), 2, 6)
+        (result,) = answer.replica_election_results[0].partition_result
+        assert result.error_code == ELECTION_NOT_NEEDED and "has a leader" in result.error_message, answer
+        answer = call(sock, E[2](election_type=1, timeout_ms=30_000, topic_partitions=None), 2, 7)
+        assert answer.error_code == INVALID_REQUEST, answer
