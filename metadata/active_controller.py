@@ -440,6 +440,7 @@ class ActiveController:
             field(fields, "partitions", int, default=partitions),
             field(fields, "replication_factor", int, default=replication_factor),
             configs, now_ms=self._clock_ms(),
+            assignments=field(fields, "assignments", list, default=None, nullable=True),
         )  # fmt: skip
         response = await self.propose(result, deadline)
         topic = self._loader.image.topic(response.name)
@@ -450,6 +451,7 @@ class ActiveController:
         result = ctl.create_partitions(
             field(fields, "name", str), field(fields, "partitions", int),
             validate_only=field(fields, "validate_only", bool, default=False), now_ms=self._clock_ms(),
+            assignments=field(fields, "assignments", list, default=None, nullable=True),
         )  # fmt: skip
         response = await self.propose(result, deadline)
         topic = self._loader.image.topic(response.name)

@@ -1,4 +1,4 @@
-"""Dynamic broker configs and ElectLeaders on a real 3-node cluster (issue 41): IncrementalAlterConfigs and
+"""Dynamic broker configs, ElectLeaders and manual replica assignments on a real 3-node cluster (issue 41): IncrementalAlterConfigs and
 AlterConfigs of a broker and of the cluster default, recorded in the metadata log and applied
 without a restart (new topics' partition count, auto-creation), their sources in
 DescribeConfigs, each bad input refused with Kafka's error, and APPEND / SUBTRACT on a topic's
@@ -14,7 +14,10 @@ import time
 from typing import Any
 
 import pytest
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, NewTopic
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import (
+    AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, NewPartitions, NewTopic,
+)
 from confluent_kafka.admin import ResourceType as CResourceType
 from kafka.protocol.admin.configs import AlterConfigsRequest, DescribeConfigsRequest, IncrementalAlterConfigsRequest
 from kafka.protocol.admin.topics import CreateTopicsRequest, ElectLeadersRequest
@@ -24,7 +27,8 @@ import node_harness as harness
 from test_kafka_unsupported import call
 
 DEADLINE_S = 60
-NONE, UNKNOWN_TOPIC_OR_PARTITION, INVALID_CONFIG, INVALID_REQUEST, ELECTION_NOT_NEEDED = 0, 3, 40, 42, 84
+NONE, UNKNOWN_TOPIC_OR_PARTITION, INVALID_REPLICA_ASSIGNMENT, INVALID_CONFIG, INVALID_REQUEST = 0, 3, 39, 40, 42
+ELECTION_NOT_NEEDED = 84
 BROKER, TOPIC = 4, 2
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
@@ -158,10 +162,14 @@ def test_validate_only_and_alter_configs_replacing_the_whole_set(cluster: harnes
 def test_append_and_subtract_on_a_topics_list_config(cluster: harness.NodeCluster) -> None:
     admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap()})
     admin.create_topics([NewTopic("lists", 1, 1)])["lists"].result(timeout=60)
-    topic = ConfigResource(CResourceType.TOPIC, "lists")
 
-    def policy() -> str:
-        return admin.describe_configs([topic])[topic].result(timeout=30)["cleanup.policy"].value
+    def policy() -> str:  # as node 1 sees it: APPEND / SUBTRACT sent to it start from its image
+        R = DescribeConfigsRequest
+        with _sock(cluster, 1) as sock:
+            answer = call(sock, R[4](resources=[R.DescribeConfigsResource(
+                resource_type=TOPIC, resource_name="lists", configuration_keys=["cleanup.policy"])],
+                include_synonyms=False, include_documentation=False), 4, 9)
+        return answer.results[0].configs[0].value
 
     assert _incremental(cluster, 1, TOPIC, "lists", [("cleanup.policy", APPEND, "compact")]) == (NONE, None)
     _poll(lambda: policy() == "compact,delete", "APPEND compact")
@@ -215,3 +223,27 @@ def test_elect_leaders_preferred_and_unclean_answer_per_partition(cluster: harne
         assert result.error_code == ELECTION_NOT_NEEDED and "has a leader" in result.error_message, answer
         answer = call(sock, E[2](election_type=1, timeout_ms=30_000, topic_partitions=None), 2, 7)
         assert answer.error_code == INVALID_REQUEST, answer
+
+
+def test_manual_replica_assignments_in_create_topics_and_create_partitions(cluster: harness.NodeCluster) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap()})
+    admin.create_topics([NewTopic("manual", num_partitions=2, replica_assignment=[[3, 1], [2, 3]])])["manual"].result(timeout=60)
+    admin.create_partitions([NewPartitions("manual", 3, replica_assignment=[[1, 2]])])["manual"].result(timeout=60)
+    parts = admin.list_topics("manual", timeout=30).topics["manual"].partitions
+    assert {i: list(p.replicas) for i, p in parts.items()} == {0: [3, 1], 1: [2, 3], 2: [1, 2]}
+    for bad, words in (([[1, 9]], "do not exist"), ([[1, 1]], "twice"), ([[1, 2], [3]], "every partition needs 2")):
+        with pytest.raises(KafkaException) as info:
+            admin.create_topics([NewTopic("manual-bad", num_partitions=len(bad), replica_assignment=bad)])["manual-bad"].result(timeout=60)
+        assert info.value.args[0].code() == INVALID_REPLICA_ASSIGNMENT and words in str(info.value), info.value
+    with pytest.raises(KafkaException) as info:
+        admin.create_partitions([NewPartitions("manual", 5, replica_assignment=[[1, 2]])])["manual"].result(timeout=60)
+    assert info.value.args[0].code() == INVALID_REPLICA_ASSIGNMENT and "1 assignments for 2 new partitions" in str(info.value)
+    # A count with an assignment: Kafka's INVALID_REQUEST.
+    C = CreateTopicsRequest
+    with _sock(cluster, 1) as sock:
+        answer = call(sock, C[5](topics=[C.CreatableTopic(
+            name="manual-both", num_partitions=2, replication_factor=-1, configs=[],
+            assignments=[C.CreatableTopic.CreatableReplicaAssignment(partition_index=0, broker_ids=[1])])],
+            timeout_ms=30_000, validate_only=False), 5, 8)
+    assert answer.topics[0].error_code == INVALID_REQUEST, answer
+    assert "manual-bad" not in admin.list_topics(timeout=30).topics
