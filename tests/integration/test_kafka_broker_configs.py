@@ -247,3 +247,14 @@ def test_manual_replica_assignments_in_create_topics_and_create_partitions(clust
             timeout_ms=30_000, validate_only=False), 5, 8)
     assert answer.topics[0].error_code == INVALID_REQUEST, answer
     assert "manual-bad" not in admin.list_topics(timeout=30).topics
+
+
+def test_the_cli_elects_preferred_leaders(cluster: harness.NodeCluster) -> None:
+    done = subprocess.run([sys.executable, "-m", "raftlog.cli", "partitions", "elect-leaders", "elect", "--json",
+                           "--bootstrap", cluster.client(2)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done
+    assert [(r["partition"], r["error"]) for r in json.loads(done.stdout)] == [
+        (0, "ELECTION_NOT_NEEDED"), (1, "ELECTION_NOT_NEEDED"), (2, "ELECTION_NOT_NEEDED")], done
+    missing = subprocess.run([sys.executable, "-m", "raftlog.cli", "partitions", "elect-leaders", "elect", "9",
+                              "--bootstrap", cluster.client(2)], capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in missing.stdout, missing
