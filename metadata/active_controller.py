@@ -23,7 +23,7 @@ Ops, dispatched through the tables at the end of this module: peer ops `broker_r
 brokers), `report_partition_leaders` (a batch: one result, few proposals), `allocate_producer_ids`,
 `controller_forward` (an admin op forwarded by another node; never forwarded again, so no
 loops), and the admin ops `create_topic`, `create_partitions`, `delete_topic`,
-`alter_configs`, `cluster_status`.
+`alter_configs`, `alter_broker_configs`, `elect_leaders`, `cluster_status`.
 
 Clock: `clock_ms` gives `now_ms` for the Controller's decisions; deadlines are trio's.
 Concurrency: trio thread only. The Controller is only called between awaits, so each decision
@@ -41,7 +41,7 @@ from typing import Any, Final
 
 import trio
 
-from metadata import quota_ops, security_ops
+from metadata import broker_config, election, quota_ops, security_ops
 from metadata.controller import MAX_LEADER_REPORTS, Controller, ControllerResult
 from metadata.balancer import DEFAULT_MAX_MOVES, DEFAULT_TOLERANCE
 from metadata.reassignment import ReassignmentItem
@@ -60,7 +60,9 @@ from raftlog.base.errors import (
     InvalidRequestError,
     MessageTooLargeError,
     NotControllerError,
+    PreferredLeaderNotAvailableError,
     RaftlogError,
+    RejectedError,
     RequestTimedOutError,
     SecurityDisabledError,
 )
@@ -76,6 +78,7 @@ logger = logging.getLogger(__name__)
 PROPOSAL_ATTEMPT_S: Final = 5.0
 PROPOSAL_BACKOFF_S: Final = 0.05
 TRANSFER_TIMEOUT_S: Final = 2.0
+MAX_ELECTIONS: Final = 10_000  # partitions one ElectLeaders names at most
 MAX_TRANSFERS_IN_FLIGHT: Final = 32
 
 Fields = Mapping[str, Any]
@@ -455,11 +458,16 @@ class ActiveController:
         name = field(fields, "name", str)
         configs = dict(config.topic_defaults)
         configs.update(field(fields, "configs", dict, default={}))
+        # Dynamic num.partitions / default.replication.factor (this node's, else the cluster's) first.
+        dynamic = broker_config.effective(self._loader.image.broker_configs, self.node_id)
+        partitions = dynamic.get("num.partitions", (config.default_partitions,))[0]
+        replication_factor = dynamic.get("default.replication.factor", (config.default_replication_factor,))[0]
         result = ctl.create_topic(
             name,
-            field(fields, "partitions", int, default=config.default_partitions),
-            field(fields, "replication_factor", int, default=config.default_replication_factor),
+            field(fields, "partitions", int, default=partitions),
+            field(fields, "replication_factor", int, default=replication_factor),
             configs, now_ms=self._clock_ms(),
+            assignments=field(fields, "assignments", list, default=None, nullable=True),
         )  # fmt: skip
         response = await self.propose(result, deadline)
         topic = self._loader.image.topic(response.name)
@@ -470,6 +478,7 @@ class ActiveController:
         result = ctl.create_partitions(
             field(fields, "name", str), field(fields, "partitions", int),
             validate_only=field(fields, "validate_only", bool, default=False), now_ms=self._clock_ms(),
+            assignments=field(fields, "assignments", list, default=None, nullable=True),
         )  # fmt: skip
         response = await self.propose(result, deadline)
         topic = self._loader.image.topic(response.name)
@@ -486,6 +495,57 @@ class ActiveController:
             list(field(fields, "delete", list, items=str, default=[])), now_ms=self._clock_ms(),
         )  # fmt: skip
         return {"configs": await self.propose(result, deadline)}
+
+    async def _alter_broker_configs(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
+        result = ctl.alter_broker_configs(
+            field(fields, "resource", str), field(fields, "set", dict, default={}),
+            list(field(fields, "delete", list, items=str, default=[])), now_ms=self._clock_ms(),
+        )  # fmt: skip
+        return {"configs": await self.propose(result, deadline)}
+
+    async def _elect_leaders(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
+        """ElectLeaders PREFERRED: for each partition (all off their preferred replica when
+        `partitions` is absent), ask its leader to hand over to the preferred replica; the
+        result says whether the leader accepted (the image follows with its next report)."""
+        image = self._loader.image
+        wanted = field(fields, "partitions", list, default=None, nullable=True)
+        if wanted is None:
+            keys = election.partitions_off_preferred(image)
+        else:
+            if len(wanted) > MAX_ELECTIONS:
+                raise InvalidRequestError(f"at most {MAX_ELECTIONS} partitions per election", field="partitions")
+            if not all(isinstance(item, dict) for item in wanted):
+                raise InvalidRequestError("partitions: each item is {topic, partition}", field="partitions")
+            keys = [(field(item, "topic", str, where="partitions"),
+                     field(item, "partition", int, min_value=0, where="partitions")) for item in wanted]
+        results: list[dict[str, Any]] = [{"topic": topic, "partition": p} for topic, p in keys]
+
+        async def one(result: dict[str, Any]) -> None:
+            try:
+                move = election.preferred_election(image, result["topic"], result["partition"])
+                address = self._loader.peer_address(move.leader)
+                if address is None:
+                    raise PreferredLeaderNotAvailableError(f"no address for the leader, broker {move.leader}")
+                with trio.fail_after(max(0.0, deadline - trio.current_time())):
+                    await self._peers.call(address, "transfer_leadership", {
+                        "topic": move.topic, "partition": move.partition, "target": move.preferred_leader},
+                        timeout_s=TRANSFER_TIMEOUT_S)
+            except trio.TooSlowError:
+                result["error"] = {"code": "REQUEST_TIMED_OUT", "message": "the leader did not answer in time"}
+            except RaftlogError as exc:
+                code = exc.code if isinstance(exc, RejectedError) else "PREFERRED_LEADER_NOT_AVAILABLE"
+                result["error"] = {"code": code, "message": str(exc)}
+
+        limiter = trio.CapacityLimiter(MAX_TRANSFERS_IN_FLIGHT)
+
+        async def limited(result: dict[str, Any]) -> None:
+            async with limiter:
+                await one(result)
+
+        async with trio.open_nursery() as nursery:
+            for result in results:
+                nursery.start_soon(limited, result)
+        return {"results": results}
 
     async def _cluster_status(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
         return self._status(ctl)
@@ -537,6 +597,8 @@ _ADMIN_HANDLERS: Final[Mapping[str, _OpHandler]] = {
     "create_partitions": ActiveController._create_partitions,
     "delete_topic": ActiveController._delete_topic,
     "alter_configs": ActiveController._alter_configs,
+    "alter_broker_configs": ActiveController._alter_broker_configs,
+    "elect_leaders": ActiveController._elect_leaders,
     "cluster_status": ActiveController._cluster_status,
     "alter_partition_reassignments": ActiveController._alter_partition_reassignments,
     "list_partition_reassignments": ActiveController._list_partition_reassignments,

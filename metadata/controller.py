@@ -111,6 +111,7 @@ from raftlog.base.errors import (
     DuplicateBrokerRegistrationError,
     InvalidConfigError,
     InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
     InvalidRequestError,
     InvalidTopicError,
@@ -124,6 +125,7 @@ from raftlog.base.errors import (
     UnknownTopicOrPartitionError,
     UnsupportedSaslMechanismError,
 )
+from metadata import broker_config
 from metadata.errors import InvalidRecordError, ProducerIdsExhaustedError
 from metadata.image import MetadataImage, PartitionState, TopicImage
 from metadata.decommission import drain_moves, drained, judge_decommission, judge_recommission, rack_map
@@ -132,6 +134,7 @@ from metadata.placement import ring_placement
 from metadata.reassignment import (
     ReassignmentItem,
     ReassignmentStatus,
+    check_assignments,
     completion,
     list_reassignments,
     plan_reassignments,
@@ -142,6 +145,7 @@ from raftlog.base.sasl import SCRAM_MECHANISMS, credential_from_salted_password
 from metadata.records import (
     INT64_MAX,
     Acl,
+    BrokerConfig,
     RemoveAcl,
     RemoveUserScramCredential,
     UserScramCredential,
@@ -693,6 +697,7 @@ class Controller:
         replication_factor: int,
         configs: Mapping[str, str] | None = None,
         internal: bool = False,
+        assignments: list[list[int]] | None = None,
         *,
         now_ms: int,
     ) -> ControllerResult[CreateTopicResponse]:
@@ -710,17 +715,23 @@ class Controller:
         for other in self._image.topic_ids:
             if other.replace(".", "_") == collision_key:
                 raise InvalidTopicError(f"topic {name!r} collides with existing topic {other!r} ('.' and '_' collide)")
+        placement = None
+        if assignments is not None:  # manual: the count and replication factor follow from it
+            placement = check_assignments(self._image, f"topic {name!r}", assignments)
+            partitions, replication_factor = len(placement), len(placement[0])
         if type(partitions) is not int or not 1 <= partitions <= MAX_PARTITIONS:
             raise InvalidPartitionsError(f"partitions must be 1..{MAX_PARTITIONS}, got {partitions!r}")
         live = self._image.placeable_broker_ids()
-        if type(replication_factor) is not int or not 1 <= replication_factor <= min(len(live), MAX_REPLICAS):
+        if placement is None and (
+                type(replication_factor) is not int or not 1 <= replication_factor <= min(len(live), MAX_REPLICAS)):
             raise InvalidReplicationFactorError(
                 f"replication factor must be 1..{min(len(live), MAX_REPLICAS)}: "
                 f"{len(live)} live (unfenced) broker(s), got {replication_factor!r}"
             )
         normalized = normalize_configs(configs if configs is not None else {})
         topic_id = self._new_topic_id()
-        placement = self._ring_placement(partitions, replication_factor)
+        if placement is None:
+            placement = self._ring_placement(partitions, replication_factor)
         parts = [Partition(topic_id, p, replicas, replicas[0]) for p, replicas in enumerate(placement)]
         records: list[Record] = [Topic(name, topic_id, partitions, internal, normalized), *parts]
         envelopes = self._pack(records)
@@ -731,7 +742,8 @@ class Controller:
         return ControllerResult(tuple(envelopes), response)
 
     def create_partitions(
-        self, name: str, partition_count: int, *, validate_only: bool = False, now_ms: int
+        self, name: str, partition_count: int, *, validate_only: bool = False, now_ms: int,
+        assignments: list[list[int]] | None = None,
     ) -> ControllerResult[CreateTopicResponse]:
         """Grow topic `name` to `partition_count` partitions (Kafka's CreatePartitions): one
         AddPartitions record and the new Partition records, placed like a new topic's (the
@@ -760,11 +772,17 @@ class Controller:
             raise InvalidPartitionsError(f"a partition change of topic {name!r} is in flight")
         rf = len(topic.partitions[0].replicas)
         live = self._image.placeable_broker_ids()
-        if rf > len(live):
+        manual = None
+        if assignments is not None:  # one replica list per new partition, of the topic's RF
+            manual = check_assignments(self._image, f"topic {name!r}", assignments, rf)
+            if len(manual) != partition_count - current:
+                raise InvalidReplicaAssignmentError(
+                    f"topic {name!r}: {len(manual)} assignments for {partition_count - current} new partitions")
+        if manual is None and rf > len(live):
             raise InvalidReplicationFactorError(
                 f"topic {name!r} has replication factor {rf}: {len(live)} live (unfenced) broker(s)"
             )
-        placement = self._ring_placement(partition_count - current, rf)
+        placement = manual if manual is not None else self._ring_placement(partition_count - current, rf)
         parts = [Partition(topic.topic_id, current + i, replicas, replicas[0])
                  for i, replicas in enumerate(placement)]
         records: list[Record] = [AddPartitions(topic.topic_id, partition_count), *parts]
@@ -841,6 +859,20 @@ class Controller:
             return ControllerResult((), after)
         deleted = tuple(k for k in dict.fromkeys(delete) if k in topic.configs)
         return self._result([Config(topic.topic_id, normalized, deleted)], after)
+
+    def alter_broker_configs(
+        self, resource: str, set: Mapping[str, str], delete: list[str], *, now_ms: int,
+    ) -> ControllerResult[dict[str, str]]:
+        """Set and delete dynamic broker configs of a broker id or the cluster default ("").
+        Response: the resource's dynamic configs after. Raises InvalidRequestError (a bad
+        resource, a read-only config), InvalidConfigError (a bad value)."""
+        self._check_active()
+        current = self._image.broker_configs.get(broker_config.check_resource(resource), {})
+        after = broker_config.alter(current, set, delete)
+        if after is None:
+            return ControllerResult((), dict(current))
+        return self._result([BrokerConfig(resource, broker_config.normalize_broker_configs(set),
+                                          tuple(k for k in delete if k in current))], after)
 
     def describe_topic(self, name: str) -> TopicImage:
         """Raises UnknownTopicOrPartitionError (also for a topic still being created)."""

@@ -55,6 +55,9 @@ Record rules (rejection code in brackets; "no-op" means accepted and nothing cha
 * Config: unknown topic_id [UNKNOWN_TOPIC_OR_PARTITION]; else keys deleted, then set. Values
   are stored as given (the controller validated them); replay does not re-judge them, so a
   config schema change cannot split the images of nodes on different versions.
+* BrokerConfig: keys deleted, then set, in `broker_configs[resource]` (an entry left empty
+  goes); values as given, as for Config. A broker id need not be registered (Kafka allows
+  configs of a broker that has not joined yet).
 * ProducerIdBlock: unknown broker [BROKER_ID_NOT_REGISTERED]; first_producer_id below
   `next_producer_id` [INVALID_REQUEST] (another block got there first); else next_producer_id
   = first + size.
@@ -96,6 +99,7 @@ from metadata.records import (
     ClientQuota,
     Acl,
     AddPartitions,
+    BrokerConfig,
     BrokerState,
     Config,
     Envelope,
@@ -160,6 +164,7 @@ class MetadataDelta:
         self._scram: dict[str, Mapping[str, ScramCredential]] | None = None
         self._states: dict[int, str] | None = None
         self._quotas: dict[tuple[str | None, str | None], Mapping[str, float]] | None = None
+        self._broker_configs: dict[str, Mapping[str, str]] | None = None
 
     # --- copy-on-write accessors ---
 
@@ -344,6 +349,16 @@ class MetadataDelta:
                 MappingProxyType(configs), topic.partitions,
             )
 
+    def _broker_config(self, r: BrokerConfig) -> None:
+        if self._broker_configs is None:
+            self._broker_configs = dict(self._image.broker_configs)
+        configs = {k: v for k, v in self._broker_configs.get(r.resource, {}).items() if k not in r.delete}
+        configs.update(r.set)
+        if configs:
+            self._broker_configs[r.resource] = MappingProxyType(dict(sorted(configs.items())))
+        else:
+            self._broker_configs.pop(r.resource, None)
+
     def _producer_id_block(self, r: ProducerIdBlock) -> None:
         if self._broker(r.broker_id) is None:
             raise BrokerIdNotRegisteredError(f"broker {r.broker_id} is not registered")
@@ -440,6 +455,10 @@ class MetadataDelta:
                 base.client_quotas if self._quotas is None
                 else MappingProxyType(dict(sorted(self._quotas.items(), key=lambda kv: entity_order(kv[0]))))
             ),
+            broker_configs=(
+                base.broker_configs if self._broker_configs is None
+                else MappingProxyType(dict(sorted(self._broker_configs.items())))
+            ),
         )
 
 
@@ -455,6 +474,7 @@ _HANDLERS = {
     PartitionChange: MetadataDelta._partition_change,
     PartitionReassignment: MetadataDelta._partition_reassignment,
     Config: MetadataDelta._config,
+    BrokerConfig: MetadataDelta._broker_config,
     ProducerIdBlock: MetadataDelta._producer_id_block,
     NoOp: MetadataDelta._no_op,
     Acl: MetadataDelta._acl,

@@ -12,6 +12,8 @@ Invariants:
 * Every partition's replicas are registered brokers (brokers are never removed, only fenced).
 * `acls[acl_id]` is one ACL binding, no binding twice; `scram_credentials[user][mechanism]`
   is a user's stored SCRAM credential (salted keys, never a password), no user without one.
+* `broker_configs[resource]` (resource "" or a broker id) holds a broker's or the cluster's
+  dynamic broker configs, never an empty map (metadata/broker_config.py).
 * `recent_requests` holds the outcome of the last MAX_RECENT_REQUESTS envelopes in log order:
   the dedupe window for retried proposals and how the proposer learns what became of its
   proposal ("OK" or the rejection code).
@@ -19,7 +21,7 @@ Invariants:
   metadata service replays on the trio thread; loader.py).
 * `image_to_snapshot` is canonical CBOR, so equal images give equal bytes; `image_from_snapshot`
   checks all of the above and raises InvalidRecordError. The `acls` and `scram_credentials`
-  sections are written only when non-empty, so an image without them has the very bytes it
+  sections (and `broker_configs`) are written only when non-empty, so an image without them has the very bytes it
   had before they existed (and an older node still reads it).
 
 Public API:
@@ -48,6 +50,7 @@ from metadata.errors import InvalidRecordError
 from metadata.records import (
     VERSION,
     Acl,
+    BrokerConfig,
     BrokerState,
     ClientQuota,
     Partition,
@@ -175,6 +178,8 @@ class MetadataImage:
     # (user, client id) -> quota name -> bound (records.ClientQuota; raftlog/node/quotas.py)
     client_quotas: Mapping[tuple[str | None, str | None], Mapping[str, float]] = field(
         default_factory=lambda: _EMPTY_MAP)
+    # "" (cluster default) or a broker id -> Kafka broker config name -> value (broker_config.py)
+    broker_configs: Mapping[str, Mapping[str, str]] = field(default_factory=lambda: _EMPTY_MAP)
 
     @classmethod
     def empty(cls) -> "MetadataImage":
@@ -345,6 +350,9 @@ def image_to_snapshot(image: MetadataImage) -> bytes:
             record_to_obj(ClientQuota(user, client_id, {k: repr(v) for k, v in values.items()}))
             for (user, client_id), values in sorted(image.client_quotas.items(), key=lambda kv: entity_order(kv[0]))
         ]
+    if image.broker_configs:
+        obj["broker_configs"] = [record_to_obj(BrokerConfig(resource, dict(configs)))
+                                 for resource, configs in sorted(image.broker_configs.items())]
     return cbor2.dumps(obj, canonical=True)
 
 
@@ -363,7 +371,7 @@ def image_from_snapshot(data: bytes) -> MetadataImage:
     """Rebuild an image from `image_to_snapshot` bytes. Raises InvalidRecordError."""
     obj = loads_strict(data, "snapshot", MAX_SNAPSHOT_BYTES)
     expected = {"k", "v", "brokers", "topics", "next_producer_id", "controller_epoch", "recent_requests"}
-    optional = {"acls", "scram_credentials", "reassignments", "broker_states", "client_quotas"}
+    optional = {"acls", "scram_credentials", "reassignments", "broker_states", "client_quotas", "broker_configs"}
     _check(
         isinstance(obj, dict) and expected <= set(obj) <= expected | optional,
         "expected an image map with fields " + str(sorted(expected)) + " and optionally " + str(sorted(optional)),
@@ -436,6 +444,12 @@ def image_from_snapshot(data: bytes) -> MetadataImage:
         by_mechanism = scram.setdefault(record.name, {})
         _check(record.mechanism not in by_mechanism, f"user {record.name}: credential twice")
         by_mechanism[record.mechanism] = record.credential
+    broker_configs: dict[str, Mapping[str, str]] = {}
+    for item in obj.get("broker_configs", []):
+        record = record_from_obj(item)
+        _check(isinstance(record, BrokerConfig) and record.resource not in broker_configs and bool(record.set),
+               "broker config entry")
+        broker_configs[record.resource] = MappingProxyType(dict(sorted(record.set.items())))
 
     states: dict[int, str] = {}
     for item in obj.get("broker_states", []):
@@ -463,4 +477,5 @@ def image_from_snapshot(data: bytes) -> MetadataImage:
             {user: MappingProxyType(dict(sorted(m.items()))) for user, m in sorted(scram.items())}
         ),
         client_quotas=MappingProxyType(dict(sorted(quotas.items(), key=lambda kv: entity_order(kv[0])))),
+        broker_configs=MappingProxyType(dict(sorted(broker_configs.items()))),
     )

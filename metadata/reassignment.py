@@ -16,7 +16,8 @@ Every item is judged on its own and either fully recorded or refused with its Ka
 replicas, a duplicate, an unregistered broker or too many [INVALID_REPLICA_ASSIGNMENT]; a
 move already in progress [REASSIGNMENT_IN_PROGRESS] (cancel it first; Kafka would replace
 its target); a cancel with none [NO_REASSIGNMENT_IN_PROGRESS]; the same partition twice in
-one request [INVALID_REQUEST].
+one request [INVALID_REQUEST]. `check_replicas` / `check_assignments` judge a replica list an
+operator gives (a move's target; a manual assignment in CreateTopics and CreatePartitions).
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ from raftlog.base.errors import (
 from metadata.image import MetadataImage, PartitionState
 from metadata.records import MAX_REPLICAS, PartitionReassignment
 
-__all__ = ["ReassignmentItem", "ReassignmentStatus", "completion", "list_reassignments", "plan_reassignments"]
+__all__ = ["ReassignmentItem", "ReassignmentStatus", "completion", "list_reassignments", "plan_reassignments",
+           "check_replicas", "check_assignments"]
 
 
 @dataclass(frozen=True)
@@ -73,16 +75,7 @@ def _judge(image: MetadataImage, item: ReassignmentItem) -> PartitionReassignmen
         if not cur.reassigning:
             raise NoReassignmentInProgressError(f"{where}: no reassignment in progress")
         return PartitionReassignment(topic_id, item.partition, cur.original_replicas)
-    target = tuple(item.replicas)
-    if not target:
-        raise InvalidReplicaAssignmentError(f"{where}: no replicas (replication factor 0)")
-    if len(target) > MAX_REPLICAS or any(type(r) is not int or r < 0 for r in target):
-        raise InvalidReplicaAssignmentError(f"{where}: replicas must be 1..{MAX_REPLICAS} broker ids")
-    if len(set(target)) != len(target):
-        raise InvalidReplicaAssignmentError(f"{where}: a broker appears twice in {list(target)}")
-    unknown = [r for r in target if image.broker(r) is None]
-    if unknown:
-        raise InvalidReplicaAssignmentError(f"{where}: brokers {unknown} do not exist")
+    target = check_replicas(image, where, item.replicas)
     if cur.reassigning:
         raise ReassignmentInProgressError(
             f"{where}: moving to {list(cur.target_replicas)} already; cancel that first")
@@ -151,4 +144,43 @@ def list_reassignments(
         p = t.partitions[index]
         if p.reassigning:
             out.append(ReassignmentStatus(name, index, p.replicas, p.adding_replicas, p.removing_replicas))
+    return out
+
+
+def check_replicas(image: MetadataImage, where: str, replicas: Iterable[object]) -> tuple[int, ...]:
+    """One partition's replica list as given by an operator (a move's target, a manual
+    assignment): 1..MAX_REPLICAS distinct ids of registered brokers. Raises
+    InvalidReplicaAssignmentError naming what is wrong."""
+    if isinstance(replicas, (str, bytes)) or not isinstance(replicas, (list, tuple)):
+        raise InvalidReplicaAssignmentError(f"{where}: replicas must be a list of broker ids")
+    target = tuple(replicas)
+    if not target:
+        raise InvalidReplicaAssignmentError(f"{where}: no replicas (replication factor 0)")
+    if len(target) > MAX_REPLICAS or any(type(r) is not int or r < 0 for r in target):
+        raise InvalidReplicaAssignmentError(f"{where}: replicas must be 1..{MAX_REPLICAS} broker ids")
+    if len(set(target)) != len(target):
+        raise InvalidReplicaAssignmentError(f"{where}: a broker appears twice in {list(target)}")
+    unknown = [r for r in target if image.broker(r) is None]
+    if unknown:
+        raise InvalidReplicaAssignmentError(f"{where}: brokers {unknown} do not exist")
+    return target  # type: ignore[return-value]  # checked: ints
+
+
+def check_assignments(image: MetadataImage, where: str, assignments: object,
+                      replication_factor: int | None = None) -> list[tuple[int, ...]]:
+    """Manual replica assignments of new partitions (CreateTopics, CreatePartitions), one
+    replica list per partition, in order, the first replica the preferred leader: each as
+    `check_replicas`, all of one replication factor (`replication_factor` when given, the
+    topic's), and not all fenced (a partition needs a live replica). Raises
+    InvalidReplicaAssignmentError naming the partition and the reason."""
+    if isinstance(assignments, (str, bytes)) or not isinstance(assignments, (list, tuple)) or not assignments:
+        raise InvalidReplicaAssignmentError(f"{where}: the assignment lists no partition")
+    out = [check_replicas(image, f"{where} partition {i}", r) for i, r in enumerate(assignments)]
+    rf = len(out[0]) if replication_factor is None else replication_factor
+    for i, replicas in enumerate(out):
+        if len(replicas) != rf:
+            raise InvalidReplicaAssignmentError(
+                f"{where} partition {i}: {len(replicas)} replicas, but every partition needs {rf}")
+        if all(image.broker(r).fenced for r in replicas):  # type: ignore[union-attr]  # checked above
+            raise InvalidReplicaAssignmentError(f"{where} partition {i}: every broker of {list(replicas)} is fenced")
     return out

@@ -370,6 +370,28 @@ class Config(_Record):
 
 
 @dataclass(frozen=True)
+class BrokerConfig(_Record):
+    """Set and delete dynamic broker configs (Kafka's names, normalized values: broker_config.py)
+    of one broker (`resource` its id in decimal) or of the cluster default (`resource` "")."""
+
+    KIND: ClassVar[str] = "broker_config"
+    resource: str
+    set: Mapping[str, str] = field(default_factory=dict)
+    delete: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        k = self.KIND
+        if not isinstance(self.resource, str) or not (self.resource == "" or self.resource.isdigit()) \
+                or len(self.resource) > 10:
+            raise _fail(k, "resource", "must be a broker id in decimal or \"\" (the cluster default)")
+        _set(self, "set", _str_map(k, "set", self.set))
+        _set(self, "delete", _str_tuple(k, "delete", self.delete))
+        both = sorted(key for key in self.delete if key in self.set)
+        if both:
+            raise _fail(k, "delete", f"keys both set and deleted: {both}")
+
+
+@dataclass(frozen=True)
 class ProducerIdBlock(_Record):
     """Producer ids [first_producer_id, first_producer_id + size) now belong to `broker_id`."""
 
@@ -563,7 +585,7 @@ Record = Union[
     RegisterBroker, FenceBroker, UnfenceBroker, Topic, RemoveTopic, Partition,
     PartitionChange, Config, ProducerIdBlock, NoOp,
     Acl, RemoveAcl, UserScramCredential, RemoveUserScramCredential, AddPartitions,
-    PartitionReassignment, BrokerState, ClientQuota,
+    PartitionReassignment, BrokerState, ClientQuota, BrokerConfig,
 ]
 
 RECORD_KINDS: Mapping[str, type] = MappingProxyType(
@@ -573,7 +595,7 @@ RECORD_KINDS: Mapping[str, type] = MappingProxyType(
             RegisterBroker, FenceBroker, UnfenceBroker, Topic, RemoveTopic, Partition,
             PartitionChange, Config, ProducerIdBlock, NoOp,
             Acl, RemoveAcl, UserScramCredential, RemoveUserScramCredential, AddPartitions,
-            PartitionReassignment, BrokerState, ClientQuota,
+            PartitionReassignment, BrokerState, ClientQuota, BrokerConfig,
         )
     }
 )

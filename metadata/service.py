@@ -26,7 +26,7 @@ controller, else goes to the controller's peer listener (`_controller_call`); an
 ops below.
 
 Client ops: metadata (answered from the local image), create_topic, create_partitions, delete_topic,
-alter_configs (controller; forwarded to it with the peer op `controller_forward` when this
+alter_configs, alter_broker_configs, elect_leaders (controller; forwarded to it with the peer op `controller_forward` when this
 node is not it), describe_configs (local image), cluster_status (the controller's view when it
 can be reached within a second or two, else this node's own).
 Peer ops: the controller ops (broker_register, broker_heartbeat, broker_shutdown,
@@ -169,6 +169,8 @@ class MetadataService:
             "create_partitions": self._client_admin,
             "delete_topic": self._client_admin,
             "alter_configs": self._client_admin,
+            "alter_broker_configs": self._client_admin,
+            "elect_leaders": self._client_admin,
             "alter_partition_reassignments": self._client_admin,
             "list_partition_reassignments": self._client_admin,
             "decommission_broker": self._client_admin,

@@ -21,6 +21,8 @@ DESIGN §6), and every exception raised anywhere in raftlog derives from one of 
      │    ├── InvalidReplicaAssignmentError     INVALID_REPLICA_ASSIGNMENT  (a bad replica set)
      │    ├── ReassignmentInProgressError       REASSIGNMENT_IN_PROGRESS  (one change at a time)
      │    ├── NoReassignmentInProgressError     NO_REASSIGNMENT_IN_PROGRESS  (nothing to cancel)
+     │    ├── ElectionNotNeededError            ELECTION_NOT_NEEDED  (the leader is already the one asked for)
+     │    ├── PreferredLeaderNotAvailableError  PREFERRED_LEADER_NOT_AVAILABLE  (fenced or not serving)
      │    ├── InvalidConfigError                INVALID_CONFIG  (key, when one is to blame)
      │    │    └── ConfigError                  (local only: a bad node configuration file/env/flag)
      │    ├── PeerUnavailableError              (local only: a peer link could not send the request)
@@ -290,6 +292,18 @@ class ReassignmentInProgressError(RejectedError):
 
 class NoReassignmentInProgressError(RejectedError):
     code = "NO_REASSIGNMENT_IN_PROGRESS"
+
+
+class ElectionNotNeededError(RejectedError):
+    """ElectLeaders: the partition already has the leader the election would give it."""
+
+    code = "ELECTION_NOT_NEEDED"
+
+
+class PreferredLeaderNotAvailableError(RejectedError):
+    """ElectLeaders PREFERRED: the preferred replica's broker is fenced or cannot take over now."""
+
+    code = "PREFERRED_LEADER_NOT_AVAILABLE"
 
 
 class InvalidConfigError(RejectedError):

@@ -1,5 +1,6 @@
-"""`raftlog brokers list | decommission | recommission` and `raftlog cluster balance`
-(docs/elastic.md). Each is one native admin op (PROTOCOL.md: cluster_status,
+"""`raftlog brokers list | decommission | recommission | alter-config` and `raftlog cluster
+balance` (docs/elastic.md; alter-config: dynamic broker configs, Kafka's `kafka-configs
+--entity-type brokers --alter`, docs/operator-apis.md). Each is one native admin op (PROTOCOL.md: cluster_status,
 decommission_broker, recommission_broker, balance) that the node taking it routes to the
 active controller. Registered by raftlog/cli/main.py (`balance_cmd` under `cluster`).
 """
@@ -8,14 +9,17 @@ from __future__ import annotations
 
 import click
 
-from raftlog.cli.common import admin_options, admin_request, emit_json, friendly, table
+from raftlog.cli.common import (
+    CliFailure, admin_from_context, admin_options, admin_request, emit_json, friendly, parse_pairs, store, table,
+)
 
 __all__ = ["balance_cmd", "brokers"]
 
 
 @click.group()
 def brokers() -> None:
-    """List brokers; take one out for good (decommission) or back in (recommission)."""
+    """List brokers; take one out for good (decommission) or back in (recommission); change
+    dynamic broker configs (alter-config)."""
 
 
 @brokers.command("list")
@@ -112,3 +116,35 @@ def balance_cmd(dry_run: bool, tolerance: float, max_moves: int, as_json: bool, 
                 click.echo(f"{name}: {verb} to {m['replicas']} ({m['reason']})")
     if any(m.get("error") for m in moves):
         raise SystemExit(1)
+
+
+@brokers.command("alter-config")
+@click.option("--broker", "broker_id", type=click.IntRange(0), default=None,
+              help="The broker whose configs change (default: the cluster-wide default).")
+@click.option("--set", "set_items", multiple=True, metavar="KEY=VALUE", help="Set a config (repeatable).")
+@click.option("--delete", "delete_keys", multiple=True, metavar="KEY",
+              help="Back to the next source: the cluster default, then the node's own setting (repeatable).")
+@admin_options
+@click.pass_context
+@friendly
+def brokers_alter_config(ctx: click.Context, broker_id: int | None, set_items: tuple[str, ...],
+                         delete_keys: tuple[str, ...], bootstrap: str, timeout: float, as_json: bool) -> None:
+    """Change dynamic broker configs (prints the ones then set on that resource).
+
+    \b
+    Example:
+      raftlog brokers alter-config --set auto.create.topics.enable=false
+      raftlog brokers alter-config --broker 1 --set num.partitions=3 --delete max.connections
+    """
+    store(ctx, bootstrap=bootstrap, timeout=timeout)
+    if not set_items and not delete_keys:
+        raise CliFailure("nothing to change: give --set KEY=VALUE and/or --delete KEY")
+    resource = "" if broker_id is None else str(broker_id)
+    with admin_from_context(ctx) as admin:
+        configs = admin.alter_broker_configs(resource, parse_pairs(set_items, "--set"), list(delete_keys))
+    if as_json:
+        emit_json({"broker": broker_id, "configs": configs})
+        return
+    who = "the cluster default" if broker_id is None else f"broker {broker_id}"
+    click.echo(f"altered {who}; dynamic configs now: " +
+               (", ".join(f"{k}={v}" for k, v in sorted(configs.items())) or "(none)"))

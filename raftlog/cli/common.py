@@ -16,7 +16,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Iterable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -320,6 +320,17 @@ def client_kwargs() -> dict[str, Any]:
     """Keyword arguments that give a raftlog client this command's security settings."""
     found = security()
     return {} if found is None else {"security": found}
+
+
+def parse_pairs(items: Iterable[str], what: str) -> dict[str, str]:
+    """`KEY=VALUE` options as a dict; raises CliFailure naming the option for a bad one."""
+    pairs = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise CliFailure(f"{what}: expected key=value, got {item!r}")
+        pairs[key.strip()] = value.strip()
+    return pairs
 
 
 def emit_json(value: Any) -> None:

@@ -53,6 +53,7 @@ from raftlog.cli.common import (
     command_config_option,
     emit_json,
     friendly,
+    parse_pairs,
     store,
     table,
     version,
@@ -298,16 +299,6 @@ def topics() -> None:
     """Create, list, describe, delete and alter topics."""
 
 
-def _parse_pairs(items: Iterable[str], what: str) -> dict[str, str]:
-    pairs = {}
-    for item in items:
-        key, eq, value = item.partition("=")
-        if not eq or not key.strip():
-            raise CliFailure(f"{what}: expected key=value, got {item!r}")
-        pairs[key.strip()] = value.strip()
-    return pairs
-
-
 def _topic_json(t: Any) -> dict[str, Any]:
     return {
         "name": t.name, "internal": t.internal, "configs": dict(t.configs),
@@ -384,7 +375,7 @@ def topics_create(ctx: click.Context, name: str, partitions: int, replication_fa
       raftlog topics create blobs -c max_message_bytes=8388608      # records up to 8 MiB
     """
     store(ctx, bootstrap=bootstrap, timeout=timeout)
-    pairs = _parse_pairs(configs, "--config")
+    pairs = parse_pairs(configs, "--config")
     with admin_from_context(ctx) as admin:
         if replication_factor is None:
             try:
@@ -515,7 +506,7 @@ def topics_alter(ctx: click.Context, name: str, set_items: tuple[str, ...], dele
     store(ctx, bootstrap=bootstrap, timeout=timeout)
     if not set_items and not delete_keys and partitions is None:
         raise CliFailure("nothing to change: give --set KEY=VALUE, --delete KEY and/or --partitions N")
-    pairs = _parse_pairs(set_items, "--set")
+    pairs = parse_pairs(set_items, "--set")
     out: dict[str, Any] = {"name": name}
     with admin_from_context(ctx) as admin:
         _require_topic(admin, name)

@@ -1,4 +1,4 @@
-"""`raftlog partitions recover | reassign | reassignments`. `recover`: the operator's unclean recovery of a partition whose majority
+"""`raftlog partitions recover | reassign | reassignments | elect-leaders`. `recover`: the operator's unclean recovery of a partition whose majority
 of replicas is flagged needs_catch_up (partition/raft.py "Damaged storage"), like Kafka's
 `kafka-leader-election --election-type unclean`.
 
@@ -213,6 +213,45 @@ def partitions_reassign(topic: str | None, partition: int | None, to_brokers: st
             click.echo(f"{name}: {what}" if row["error"] is None
                        else f"{name}: refused: {row['error']}: {row['message']}")
     if any(row["error"] is not None for row in rows):
+        raise SystemExit(1)
+
+
+@partitions.command("elect-leaders")
+@click.argument("topic", required=False)
+@click.argument("partition", type=click.IntRange(0, None), required=False)
+@admin_options
+@friendly
+def partitions_elect_leaders(topic: str | None, partition: int | None, as_json: bool, timeout: float,
+                             bootstrap: str) -> None:
+    """Hand leadership back to each partition's preferred replica (the first of its replicas)
+    now, like `kafka-leader-election --election-type preferred`: one partition, every
+    partition of TOPIC, or (no argument) every partition led by another replica.
+
+    \b
+    Examples:
+      raftlog partitions elect-leaders
+      raftlog partitions elect-leaders events 3
+    """
+    from raftlog.client import Admin
+
+    fields: dict[str, Any] = {}
+    with Admin(connect(bootstrap), request_timeout_ms=int(timeout * 1000), **client_kwargs()) as admin:
+        if topic is not None:
+            count = partition + 1 if partition is not None else len(admin.describe_topics([topic])[topic].partitions)
+            wanted = [partition] if partition is not None else range(count)
+            fields["partitions"] = [{"topic": topic, "partition": p} for p in wanted]
+        results = admin.request({"op": "elect_leaders", **fields}).get("results", [])
+    rows = [{"topic": r["topic"], "partition": r["partition"], "error": (r.get("error") or {}).get("code"),
+             "message": (r.get("error") or {}).get("message")} for r in results]
+    if as_json:
+        emit_json(rows)
+    elif not rows:
+        click.echo("every partition is led by its preferred replica")
+    for row in [] if as_json else rows:
+        name = f"{row['topic']}-{row['partition']}"
+        click.echo(f"{name}: leadership handed to the preferred replica" if row["error"] is None
+                   else f"{name}: {row['error']}: {row['message']}")
+    if any(row["error"] not in (None, "ELECTION_NOT_NEEDED") for row in rows):
         raise SystemExit(1)
 
 

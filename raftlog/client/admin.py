@@ -18,6 +18,7 @@ from raftlog.client.core import Call, ClientCore
 from raftlog.client.request import (
     ClusterStatus,
     TopicInfo,
+    alter_broker_configs_request,
     alter_configs_request,
     cluster_status_request,
     create_partitions_request,
@@ -38,6 +39,7 @@ __all__ = [
     "describe_topics_op",
     "list_topics_op",
     "alter_configs_op",
+    "alter_broker_configs_op",
     "cluster_status_op",
     "create_acls_op",
     "describe_acls_op",
@@ -121,6 +123,13 @@ def alter_configs_op(name: str, set_configs: dict[str, str] | None = None,
                      delete_configs: Iterable[str] = ()) -> AdminOp:
     """-> the topic's configs after the change."""
     return AdminOp(alter_configs_request(name, set_configs, delete_configs),
+                   lambda r: dict(r.get("configs") or {}))
+
+
+def alter_broker_configs_op(resource: str, set_configs: dict[str, str] | None = None,
+                            delete_configs: Iterable[str] = ()) -> AdminOp:
+    """-> the dynamic configs of broker `resource` ("" the cluster default) after the change."""
+    return AdminOp(alter_broker_configs_request(resource, set_configs, delete_configs),
                    lambda r: dict(r.get("configs") or {}))
 
 

@@ -38,6 +38,7 @@ from raftlog.client.accumulator import FULL, ProducerBatch
 from raftlog.client.admin import (
     AdminCore,
     AdminOp,
+    alter_broker_configs_op,
     alter_configs_op,
     cluster_status_op,
     create_acls_op,
@@ -499,6 +500,12 @@ class Admin(_AsyncClient):
                             delete_configs: Iterable[str] = (), *, timeout_ms: int | None = None) -> dict:
         """Set and delete topic configs; returns the topic's configs after the change."""
         return await self._op(alter_configs_op(name, set_configs, delete_configs), timeout_ms)
+
+    async def alter_broker_configs(self, resource: str, set_configs: dict[str, str] | None = None,
+                                   delete_configs: Iterable[str] = (), *, timeout_ms: int | None = None) -> dict:
+        """Set and delete dynamic configs of broker `resource` ("" the cluster default);
+        returns its dynamic configs after the change."""
+        return await self._op(alter_broker_configs_op(resource, set_configs, delete_configs), timeout_ms)
 
     async def cluster_status(self, *, timeout_ms: int | None = None) -> ClusterStatus:
         return await self._op(cluster_status_op(), timeout_ms)

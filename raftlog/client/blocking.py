@@ -34,6 +34,7 @@ from raftlog.client.accumulator import FULL, ProducerBatch
 from raftlog.client.admin import (
     AdminCore,
     AdminOp,
+    alter_broker_configs_op,
     alter_configs_op,
     cluster_status_op,
     create_acls_op,
@@ -536,6 +537,12 @@ class Admin:
                       delete_configs: Iterable[str] = (), *, timeout_ms: int | None = None) -> dict:
         """Set and delete topic configs; returns the topic's configs after the change."""
         return self._op(alter_configs_op(name, set_configs, delete_configs), timeout_ms)
+
+    def alter_broker_configs(self, resource: str, set_configs: dict[str, str] | None = None,
+                             delete_configs: Iterable[str] = (), *, timeout_ms: int | None = None) -> dict:
+        """Set and delete dynamic configs of broker `resource` ("" the cluster default);
+        returns its dynamic configs after the change."""
+        return self._op(alter_broker_configs_op(resource, set_configs, delete_configs), timeout_ms)
 
     def cluster_status(self, *, timeout_ms: int | None = None) -> ClusterStatus:
         return self._op(cluster_status_op(), timeout_ms)

@@ -34,6 +34,7 @@ __all__ = [
     "delete_records_request",
     "delete_topic_request",
     "alter_configs_request",
+    "alter_broker_configs_request",
     "cluster_status_request",
     "check_response",
     "parse_topic",
@@ -192,6 +193,17 @@ def alter_configs_request(
     return {
         "op": "alter_configs",
         "name": name,
+        "set": {str(k): str(v) for k, v in (set_configs or {}).items()},
+        "delete": [str(k) for k in delete],
+    }
+
+
+def alter_broker_configs_request(
+    resource: str, set_configs: dict[str, str] | None = None, delete: Iterable[str] = ()
+) -> dict:
+    return {
+        "op": "alter_broker_configs",
+        "resource": resource,
         "set": {str(k): str(v) for k, v in (set_configs or {}).items()},
         "delete": [str(k) for k in delete],
     }

@@ -395,6 +395,8 @@ POLICIES: Final[Mapping[str, Policy]] = {
     "create_partitions": _resource(O.ALTER, T, "name"),  # Kafka's CreatePartitions rule
     "alter_configs": _resource(O.ALTER_CONFIGS, T, "name"),
     "describe_configs": _resource(O.DESCRIBE_CONFIGS, T, "name"),
+    "alter_broker_configs": _resource(O.ALTER_CONFIGS, C),  # Kafka's rule for BROKER resources
+    "elect_leaders": _resource(O.ALTER, C),  # Kafka's ElectLeaders rule
     "cluster_status": _resource(O.DESCRIBE, C),
     "alter_partition_reassignments": _resource(O.ALTER, C),  # Kafka's AlterPartitionReassignments rule
     "list_partition_reassignments": _resource(O.DESCRIBE, C),

@@ -67,6 +67,7 @@ from raftlog.node.auth import ListenerSecurity, client_session_factory, peer_ses
 from raftlog.node.authorize import AuthorizerCache, Guard, guard_handlers
 from raftlog.node.native_partition import partition_handlers
 from raftlog.node.metadata_quorum import MetadataQuorum, QuorumConfig
+from raftlog.node.dynamic_config import DynamicBrokerConfig
 from raftlog.node.config import NodeConfig, ensure_meta_properties, load_config, take_incarnation
 from raftlog.node.http import serve_http
 from raftlog.node.kafka.context import KafkaContext
@@ -352,6 +353,10 @@ async def run_node(
             fetch_sessions=FetchSessionCache(config.max_incremental_fetch_session_cache_slots),
             quotas=QuotaManager(),
         )  # fmt: skip
+        # Dynamic broker configs (metadata log) over the static ones: now and on every change.
+        dynamic_config = DynamicBrokerConfig(config, [kafka_ctx, gate])
+        dynamic_config.on_image(metadata.image)
+        metadata.subscribe(dynamic_config.on_image)
         ports["kafka"] = await nursery.start(partial(
             serve_kafka, kafka_ctx, listen.kafka.host, listen.kafka.port,
             max_request_bytes=client_limits.max_frame_bytes, request_timeout_ms=client_limits.request_timeout_ms,

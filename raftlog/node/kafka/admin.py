@@ -3,9 +3,12 @@ DescribeCluster (60).
 
 Each runs the native admin op of the same meaning (`create_topic`, `delete_topic`: forwarded
 to the active controller by the metadata service), one topic at a time, and answers per
-topic. CreateTopics: -1 partitions / replication factor mean the node's defaults; manual
-replica assignments are refused (INVALID_REQUEST); `validate_only` checks the names and
-configs without creating. Config names may be Kafka's (`retention.ms`) or ours.
+topic. CreateTopics: -1 partitions / replication factor mean the node's defaults; a manual
+replica assignment (partition indexes 0..n-1, the first replica of each the preferred
+leader) is checked by the controller (metadata/reassignment.py `check_assignments`:
+INVALID_REPLICA_ASSIGNMENT with the reason) and needs -1 for both, as in Kafka
+(INVALID_REQUEST otherwise); `validate_only` checks the names, configs and assignment
+without creating. Config names may be Kafka's (`retention.ms`) or ours.
 DeleteRecords runs the replica manager's `delete_records` (the native op's code): on each
 partition's leader, every replica's log start moves up to the offset (-1: the high
 watermark), answered with the low watermark once a majority holds it (partition/raft.py
@@ -15,8 +18,9 @@ directly); the others run native ops, whose guard (raftlog/node/authorize.py) ap
 connection's principal: DELETE on a deleted topic (by name or id), ALTER on a grown one,
 CREATE on the cluster or topic for CreateTopics, DESCRIBE on the cluster for DescribeCluster.
 CreatePartitions runs the native `create_partitions` (the controller adds the partitions
-and places them; `count` is the new total); manual assignments are refused
-(INVALID_REQUEST); `validate_only` checks without changing anything.
+and places them, or takes the manual assignment, one replica list per new partition of the
+topic's replication factor; `count` is the new total); `validate_only` checks without
+changing anything.
 """
 
 from __future__ import annotations
@@ -33,10 +37,11 @@ from kafka.protocol.admin.topics import (
     DeleteTopicsResponse,
 )
 
+from metadata.reassignment import check_assignments
 from metadata.topic_config import normalize_configs
 from partition.port import DeletePart
 from raftlog.base.acl import CLUSTER_NAME, Operation, ResourceType
-from raftlog.base.errors import InvalidRequestError, RaftlogError
+from raftlog.base.errors import InvalidReplicaAssignmentError, InvalidRequestError, RaftlogError
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.context import Call, KafkaContext, Later, Reply
 from raftlog.node.kafka.metadata import brokers, names_by_uuid, topic_uuid
@@ -48,6 +53,20 @@ DELETE_TOPICS_KEY: Final = 20
 CREATE_PARTITIONS_KEY: Final = 37
 DELETE_RECORDS_KEY: Final = 21
 DESCRIBE_CLUSTER_KEY: Final = 60
+
+
+def _manual(t: Any, fields: dict[str, Any]) -> list[list[int]]:
+    """CreateTopics' manual assignment as one replica list per partition, in order. Raises
+    InvalidRequestError (a count or factor given too: Kafka's rule) and
+    InvalidReplicaAssignmentError (indexes not 0..n-1)."""
+    if "partitions" in fields or "replication_factor" in fields:
+        raise InvalidRequestError("both numPartitions or replicationFactor and replicasAssignments were set: "
+                                  "give -1 for both with a manual assignment")
+    by_index = {a.partition_index: list(a.broker_ids) for a in t.assignments}
+    if sorted(by_index) != list(range(len(t.assignments))):
+        raise InvalidReplicaAssignmentError(
+            f"topic {t.name!r}: partition indexes {sorted(by_index)} are not 0..{len(t.assignments) - 1}, each once")
+    return [by_index[i] for i in range(len(by_index))]
 
 
 async def handle_create_topics(ctx: KafkaContext, call: Call) -> Reply:
@@ -64,9 +83,11 @@ async def handle_create_topics(ctx: KafkaContext, call: Call) -> Reply:
         result: Any = {}
         try:
             if t.assignments:
-                raise InvalidRequestError("manual replica assignments are not supported")
+                fields["assignments"] = _manual(t, fields)
             if request.validate_only:
                 normalize_configs(fields["configs"])
+                if t.assignments:
+                    check_assignments(ctx.metadata.image, f"topic {t.name!r}", fields["assignments"])
             else:
                 result = await ctx.call("create_topic", fields) or {}
         except Exception as exc:  # noqa: BLE001 - every failure is this topic's answer
@@ -125,10 +146,11 @@ async def handle_create_partitions(ctx: KafkaContext, call: Call) -> Reply:
 
     async def one(t: Any) -> Any:
         try:
-            if t.assignments:
-                raise InvalidRequestError("manual partition assignments are not supported")
-            await ctx.call("create_partitions", {"name": t.name, "partitions": t.count,
-                                                 "validate_only": bool(request.validate_only)})
+            fields: dict[str, Any] = {"name": t.name, "partitions": t.count,
+                                      "validate_only": bool(request.validate_only)}
+            if t.assignments is not None:
+                fields["assignments"] = [list(a.broker_ids) for a in t.assignments]
+            await ctx.call("create_partitions", fields)
         except Exception as exc:  # noqa: BLE001 - every failure is this topic's answer
             code, message = errors.kafka_error(exc)
             return R.CreatePartitionsTopicResult(name=t.name, error_code=code, error_message=message)

@@ -1,28 +1,40 @@
-"""Broker configs for DescribeConfigs (32) of a BROKER resource (configs.py), read-only.
+"""Broker configs for DescribeConfigs (32) of a BROKER resource (configs.py).
 
 Each entry is a setting of `raftlog/node/config.py` under Kafka's broker config name, with
-its value as Kafka prints it, its source (STATIC_BROKER_CONFIG when the node was started with
-a value other than raftlog's default, DEFAULT_CONFIG otherwise), read_only (every one: no
-broker config is dynamic in raftlog yet) and is_sensitive (a secret's value is null).
+its value as Kafka prints it, its source and read_only / is_sensitive flags (a secret's value
+is null). The dynamic ones (metadata/broker_config.py: num.partitions, default.replication.factor,
+auto.create.topics.enable, max.connections, max.connections.per.ip) are not read-only; their
+value comes from the metadata log when set there: this broker's entry
+(DYNAMIC_BROKER_CONFIG), else the cluster default (DYNAMIC_DEFAULT_BROKER_CONFIG). Otherwise
+the source is STATIC_BROKER_CONFIG when the node was started with a value other than
+raftlog's default, DEFAULT_CONFIG when not.
 
 Which broker answers: the one asked, as in Kafka (the Java AdminClient and kafka-python send
 a BROKER resource to that broker itself). A node answers for its own id; another id gets
 INVALID_REQUEST "Unexpected broker id", Kafka's answer to a request sent to the wrong
-broker. The cluster default (`""`) lists the cluster-wide dynamic defaults as Kafka does:
-raftlog has none yet, so the list is empty.
+broker. The cluster default (`""`) lists the cluster-wide dynamic configs set, as Kafka does.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from collections.abc import Mapping
 from typing import Any, Final
 
-__all__ = ["broker_entries", "SOURCE_STATIC_BROKER", "SOURCE_DEFAULT"]
+from metadata.broker_config import (
+    CLUSTER_DEFAULT,
+    DYNAMIC_BROKER_CONFIGS,
+    SOURCE_DYNAMIC_BROKER,
+    SOURCE_DYNAMIC_DEFAULT_BROKER,
+)
+
+__all__ = ["broker_entries", "default_entries", "SOURCE_STATIC_BROKER", "SOURCE_DEFAULT"]
 
 SOURCE_STATIC_BROKER: Final = 4
 SOURCE_DEFAULT: Final = 5
 TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_LIST, TYPE_PASSWORD = 1, 2, 3, 5, 7, 9
+_TYPES: Final = {"int": TYPE_INT, "boolean": TYPE_BOOLEAN}
 
 
 def _listener(config: Any, address: Any) -> str:
@@ -80,19 +92,46 @@ def _defaults(config: Any) -> dict[str, Any]:
     return out
 
 
-def broker_entries(node: Any, keys: set[str] | None) -> list[dict[str, Any]]:
+def broker_entries(node: Any, keys: set[str] | None,
+                   broker_configs: Mapping[str, Mapping[str, str]] | None = None) -> list[dict[str, Any]]:
     """The node's broker configs (those named in `keys`, or all) as dicts of Kafka's
-    DescribeConfigs entry fields."""
+    DescribeConfigs entry fields, the dynamic ones of `broker_configs` (the image's) over
+    the static ones."""
     defaults = _defaults(node)
+    own = (broker_configs or {}).get(str(node.node_id), {})
+    cluster = (broker_configs or {}).get(CLUSTER_DEFAULT, {})
     out = []
     for name, (attr, kind, render, sensitive) in _BROKER.items():
         if keys is not None and name not in keys:
             continue
+        dynamic = name in DYNAMIC_BROKER_CONFIGS
         is_default = attr in defaults and getattr(node, attr) == defaults[attr]
+        value, source = render(node), SOURCE_DEFAULT if is_default else SOURCE_STATIC_BROKER
+        if name in own:
+            value, source, is_default = own[name], SOURCE_DYNAMIC_BROKER, False
+        elif name in cluster:
+            value, source, is_default = cluster[name], SOURCE_DYNAMIC_DEFAULT_BROKER, False
+        how = ("dynamic: kafka-configs --alter or raftlog cluster configs alter" if dynamic
+               else "read-only: set at node start")
         out.append({
-            "name": name, "value": None if sensitive else render(node), "read_only": True,
-            "is_default": is_default, "config_source": SOURCE_DEFAULT if is_default else SOURCE_STATIC_BROKER,
+            "name": name, "value": None if sensitive else value, "read_only": not dynamic,
+            "is_default": is_default, "config_source": source,
             "is_sensitive": sensitive, "config_type": kind,
-            "documentation": f"raftlog's {attr} (read-only: set at node start)",
+            "documentation": f"raftlog's {attr} ({how})",
+        })  # fmt: skip
+    return out
+
+
+def default_entries(broker_configs: Mapping[str, Mapping[str, str]], keys: set[str] | None) -> list[dict[str, Any]]:
+    """The cluster-wide dynamic broker configs set (resource `""`), as Kafka lists them."""
+    out = []
+    for name, value in broker_configs.get(CLUSTER_DEFAULT, {}).items():
+        definition = DYNAMIC_BROKER_CONFIGS.get(name)
+        if definition is None or (keys is not None and name not in keys):
+            continue
+        out.append({
+            "name": name, "value": value, "read_only": False, "is_default": False,
+            "config_source": SOURCE_DYNAMIC_DEFAULT_BROKER, "is_sensitive": False,
+            "config_type": _TYPES.get(definition.type, TYPE_STRING), "documentation": definition.doc,
         })  # fmt: skip
     return out

@@ -5,16 +5,16 @@ Names are Kafka's (`retention.ms`, `cleanup.policy`, `segment.bytes`, `max.messa
 DescribeConfigs returns every key with its value, whether it is the default, and its source
 (DYNAMIC_TOPIC_CONFIG for a value set on the topic, DEFAULT_CONFIG otherwise), type and
 documentation; answered from the node's image by the native `describe_configs` code. Broker
-resources answer with the node's own settings under Kafka's names, read-only
-(broker_configs.py); AlterConfigs and IncrementalAlterConfigs of a broker are refused with
-INVALID_REQUEST (`BROKER_READ_ONLY`).
+resources answer with the node's own settings under Kafka's names (broker_configs.py), and
+the cluster default (`""`) with the cluster-wide dynamic ones.
 
-AlterConfigs replaces a topic's whole set (keys it does not list go back to their defaults,
-as in Kafka); IncrementalAlterConfigs SETs and DELETEs keys, and APPENDs to or SUBTRACTs from
-a list-type key (`cleanup.policy`) the comma-separated values given, starting from the key's
-current value (its default when the topic has none), as Kafka does; APPEND / SUBTRACT of a
-key that is not a list is INVALID_CONFIG, as in Kafka. Both run the native `alter_configs` (forwarded to the controller).
-`validate_only` checks the keys and values and changes nothing.
+AlterConfigs replaces a resource's whole set (keys it does not list go back to their
+defaults, as in Kafka); IncrementalAlterConfigs SETs and DELETEs keys, and APPENDs to /
+SUBTRACTs from a list config (a topic's `cleanup.policy`; on another config INVALID_CONFIG).
+Topics run the native `alter_configs`, brokers (an id or `""`) `alter_broker_configs`: both
+forwarded to the controller, recorded in the metadata log and applied without a restart. A
+read-only broker config is refused with INVALID_REQUEST naming it
+(metadata/broker_config.py). `validate_only` checks the keys and values and changes nothing.
 """
 
 from __future__ import annotations
@@ -27,11 +27,12 @@ from kafka.protocol.admin.configs import (
     IncrementalAlterConfigsResponse,
 )
 
+from metadata import broker_config
 from metadata.topic_config import KAFKA_NAMES, TOPIC_CONFIGS, canonical_key, normalize_configs
 from raftlog.base.acl import CLUSTER_NAME, Operation, ResourceType
 from raftlog.base.errors import InvalidConfigError, InvalidRequestError
 from raftlog.node.kafka import errors
-from raftlog.node.kafka.broker_configs import broker_entries
+from raftlog.node.kafka.broker_configs import broker_entries, default_entries
 from raftlog.node.kafka.context import Call, KafkaContext, Later, Reply
 
 __all__ = ["HANDLERS"]
@@ -46,12 +47,7 @@ SOURCE_DEFAULT: Final = 5
 TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_LIST = 2, 3, 5, 7
 _TYPES: Final = {"int": TYPE_INT, "long": TYPE_LONG, "list": TYPE_LIST, "enum": TYPE_STRING}
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
-BROKER_READ_ONLY: Final = ("broker configs are read-only in raftlog for now: set them in the node's "
-                           "config file or RAFTLOG_* environment and restart the node")
-
-
-def _not_alterable(resource_type: int) -> str:
-    return BROKER_READ_ONLY if resource_type == BROKER else "only topic configs can be altered"
+NOT_ALTERABLE: Final = "only topic and broker configs can be altered"
 
 
 def _broker_result(ctx: KafkaContext, res: Any) -> Any:
@@ -60,14 +56,16 @@ def _broker_result(ctx: KafkaContext, res: Any) -> Any:
     code, message, entries = errors.NONE, None, []
     if not ctx.access().allowed(Operation.DESCRIBE_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME):  # Kafka's rule
         code, message = errors.CLUSTER_AUTHORIZATION_FAILED, "not authorized to describe broker configs"
-    elif res.resource_name == "":
-        pass  # the cluster-wide dynamic defaults, as Kafka answers "": raftlog has none yet
+    elif res.resource_name == broker_config.CLUSTER_DEFAULT:  # the cluster-wide dynamic defaults
+        keys = None if res.configuration_keys is None else set(res.configuration_keys)
+        entries = [Entry(**e, synonyms=[]) for e in default_entries(ctx.metadata.image.broker_configs, keys)]
     elif ctx.node_config is None or res.resource_name != str(ctx.node_id):
         code = errors.INVALID_REQUEST
         message = f"Unexpected broker id, expected {ctx.node_id} or empty string, but received {res.resource_name}"
     else:
         keys = None if res.configuration_keys is None else set(res.configuration_keys)
-        entries = [Entry(**e, synonyms=[]) for e in broker_entries(ctx.node_config, keys)]
+        entries = [Entry(**e, synonyms=[])
+                   for e in broker_entries(ctx.node_config, keys, ctx.metadata.image.broker_configs)]
     return R.DescribeConfigsResult(error_code=code, error_message=message, resource_type=res.resource_type,
                                    resource_name=res.resource_name, configs=entries)
 
@@ -120,10 +118,12 @@ async def handle_alter_configs(ctx: KafkaContext, call: Call) -> Reply:
     async def answer() -> Reply:
         out = []
         for res in request.resources:
-            if res.resource_type != TOPIC:
-                code, message = errors.INVALID_REQUEST, _not_alterable(res.resource_type)
+            new = {c.name: c.value for c in res.configs if c.value is not None}
+            if res.resource_type == BROKER:
+                code, message = await _replace_broker(ctx, res.resource_name, new, request.validate_only)
+            elif res.resource_type != TOPIC:
+                code, message = errors.INVALID_REQUEST, NOT_ALTERABLE
             else:
-                new = {c.name: c.value for c in res.configs if c.value is not None}
                 code, message = await _replace(ctx, res.resource_name, new, request.validate_only)
             out.append(R.AlterConfigsResourceResponse(
                 error_code=code, error_message=message, resource_type=res.resource_type,
@@ -147,18 +147,34 @@ async def _replace(ctx: KafkaContext, name: str, new: dict[str, str], validate_o
         return errors.kafka_error(exc)
 
 
-def _list_change(operation: int, name: str, current: str, values: str | None) -> str:
-    """The new value of list-type key `name` after APPEND / SUBTRACT of `values` (Kafka's rule:
-    APPEND adds the values not yet listed, in order; SUBTRACT removes the listed ones)."""
-    spec = TOPIC_CONFIGS.get(canonical_key(name))
-    if spec is None or spec.type != "list":
-        verb = "append" if operation == OP_APPEND else "subtract"
-        raise InvalidConfigError(f"Config value {verb} is not allowed for config key: {name}")
-    old = [v.strip() for v in current.split(",") if v.strip()]
-    given = [v.strip() for v in (values or "").split(",") if v.strip()]
-    if operation == OP_APPEND:
-        return ",".join(old + [v for i, v in enumerate(given) if v not in old and v not in given[:i]])
-    return ",".join(v for v in old if v not in given)
+async def _alter_broker(ctx: KafkaContext, resource: str, set_: dict[str, str], delete: list[str],
+                        validate_only: bool) -> None:
+    """Set and delete dynamic configs of a broker or of the cluster default (`""`)."""
+    broker_config.check_resource(resource)
+    current = ctx.metadata.image.broker_configs.get(resource, {})
+    broker_config.alter(current, set_, delete)  # raises for a read-only key or a bad value
+    if not validate_only:
+        await ctx.call("alter_broker_configs", {"resource": resource, "set": set_, "delete": delete})
+
+
+async def _replace_broker(ctx: KafkaContext, resource: str, new: dict[str, str],
+                          validate_only: bool) -> tuple[int, str | None]:
+    try:
+        current = ctx.metadata.image.broker_configs.get(resource, {})
+        await _alter_broker(ctx, resource, new, sorted(set(current) - set(new)), validate_only)
+        return errors.NONE, None
+    except Exception as exc:  # noqa: BLE001 - this resource's answer
+        return errors.kafka_error(exc)
+
+
+async def _list_value(ctx: KafkaContext, res: Any, key: str) -> list[str]:
+    """The current items of a list config of a topic (APPEND / SUBTRACT start from them)."""
+    if res.resource_type != TOPIC or TOPIC_CONFIGS.get(key) is None or TOPIC_CONFIGS[key].type != "list":
+        raise InvalidConfigError(f"APPEND and SUBTRACT apply to list configs only, not {key}", key=key)
+    described = await ctx.call("describe_configs", {"name": res.resource_name})
+    assert described is not None
+    value = next(e["value"] for e in described["configs"] if e["name"] == key)
+    return [v for v in (value or "").split(",") if v]
 
 
 async def handle_incremental_alter_configs(ctx: KafkaContext, call: Call) -> Reply:
@@ -166,29 +182,36 @@ async def handle_incremental_alter_configs(ctx: KafkaContext, call: Call) -> Rep
     R = IncrementalAlterConfigsResponse
 
     async def one(res: Any) -> tuple[int, str | None]:
-        if res.resource_type != TOPIC:
-            return errors.INVALID_REQUEST, _not_alterable(res.resource_type)
+        if res.resource_type not in (TOPIC, BROKER):
+            return errors.INVALID_REQUEST, NOT_ALTERABLE
+        key_of = canonical_key if res.resource_type == TOPIC else str
         set_: dict[str, str] = {}
         delete: list[str] = []
         try:
             current: dict[str, str] | None = None
             for c in res.configs:
+                if c.config_operation in (OP_SET, OP_APPEND, OP_SUBTRACT) and c.value is None:
+                    raise InvalidConfigError(f"{c.name}: operation {c.config_operation} needs a value", key=c.name)
                 if c.config_operation == OP_SET:
-                    if c.value is None:
-                        raise InvalidConfigError(f"SET {c.name} needs a value")
                     set_[c.name] = c.value
                 elif c.config_operation == OP_DELETE:
-                    delete.append(canonical_key(c.name))
+                    delete.append(key_of(c.name))
                 elif c.config_operation in (OP_APPEND, OP_SUBTRACT):
-                    if current is None:
-                        described = await ctx.call("describe_configs", {"name": res.resource_name})
-                        assert described is not None
-                        current = {e["name"]: str(e["value"]) for e in described["configs"]}
-                    key = canonical_key(c.name)
-                    set_[c.name] = _list_change(c.config_operation, c.name, current.get(key, ""), c.value)
+                    items = await _list_value(ctx, res, key_of(c.name))
+                    given = [v.strip() for v in c.value.split(",") if v.strip()]
+                    if c.config_operation == OP_APPEND:
+                        items += [v for v in given if v not in items]
+                    else:
+                        items = [v for v in items if v not in given]
+                    if not items:
+                        raise InvalidConfigError(f"{c.name}: SUBTRACT would leave the list empty", key=c.name)
+                    set_[c.name] = ",".join(items)
                 else:
-                    raise InvalidConfigError(f"operation {c.config_operation} on {c.name} is not supported "
-                                             "(SET, DELETE, APPEND and SUBTRACT are)")
+                    raise InvalidConfigError(f"operation {c.config_operation} on {c.name} is not one of "
+                                             "SET, DELETE, APPEND, SUBTRACT", key=c.name)
+            if res.resource_type == BROKER:
+                await _alter_broker(ctx, res.resource_name, set_, delete, request.validate_only)
+                return errors.NONE, None
             normalized = normalize_configs(set_)
             if set(normalized) & set(delete):
                 raise InvalidRequestError("a key is both set and deleted")

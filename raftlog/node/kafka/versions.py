@@ -36,6 +36,7 @@ key (checked by the unit tests) and every key here must have a handler in
   with a transactional id goes to the transaction coordinator.
 * AlterPartitionReassignments 0-1 and ListPartitionReassignments 0 (reassign.py): their
   full schema ranges.
+* ElectLeaders 0-2 (elect.py): its full schema range.
 * Every other API Kafka 4 lists is absent, and a request for it is answered UNSUPPORTED_VERSION
   (listener.py, dispatch.py).
 """
@@ -78,6 +79,7 @@ SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     37: (0, 3),  # CreatePartitions
     45: (0, 1),  # AlterPartitionReassignments (reassign.py; the Java Admin sends 0-1)
     46: (0, 0),  # ListPartitionReassignments
+    43: (0, 2),  # ElectLeaders (elect.py: PREFERRED -> leadership transfer, UNCLEAN -> recover_partition)
     22: (0, 4),  # InitProducerId
     29: (1, 3),  # DescribeAcls
     30: (1, 3),  # CreateAcls
