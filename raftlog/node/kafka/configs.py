@@ -188,7 +188,6 @@ async def handle_incremental_alter_configs(ctx: KafkaContext, call: Call) -> Rep
         set_: dict[str, str] = {}
         delete: list[str] = []
         try:
-            current: dict[str, str] | None = None
             for c in res.configs:
                 if c.config_operation in (OP_SET, OP_APPEND, OP_SUBTRACT) and c.value is None:
                     raise InvalidConfigError(f"{c.name}: operation {c.config_operation} needs a value", key=c.name)
