@@ -9,7 +9,8 @@ from typing import Iterator
 import pytest
 from kafka.protocol.metadata.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
-from kafka.protocol.producer.transaction import EndTxnRequest, EndTxnResponse
+
+from raftlog.node.kafka import codec, versions
 
 import node_harness as harness
 
@@ -119,11 +120,12 @@ def test_unknown_api_versions_version_gets_kip511_answer(node):
 
 
 def test_api_we_do_not_serve_gets_unsupported_version(node):
+    # UpdateFeatures (57) is not served (issue 41); its answer has a top-level error code
+    assert 57 not in versions.SUPPORTED_VERSIONS
     with connect(node) as sock:
-        request(sock, EndTxnRequest[3](transactional_id="t", producer_id=1, producer_epoch=0,
-                                       committed=True), 8, 3)
+        request(sock, codec.REQUEST_CLASSES[57][1](timeout_ms=1000, feature_updates=[], validate_only=False), 8, 1)
         frame = read_frame(sock)
         assert struct.unpack(">i", frame[:4])[0] == 8
-        assert EndTxnResponse.decode(frame[5:], version=3).error_code == UNSUPPORTED_VERSION
+        assert codec.RESPONSE_CLASSES[57].decode(frame[5:], version=1).error_code == UNSUPPORTED_VERSION
         request(sock, ApiVersionsRequest[0](), 9, 0)  # the connection stays usable
         assert struct.unpack(">i", read_frame(sock)[:4])[0] == 9
