@@ -71,4 +71,7 @@ def test_a_consumer_fetches_from_its_racks_follower(tmp_path):
         # a consumer without client.rack is served by the leader only
         before = {n: _follower_fetches(cluster, n) for n in (1, 2, 3)}
         assert len(_read_all(cluster, None)) >= COUNT
-        assert {n: _follower_fetches(cluster, n) for n in (1, 2, 3)} == before
+        after = {n: _follower_fetches(cluster, n) for n in (1, 2, 3)}
+        # At most the rack consumer's last long poll, answered after it closed, lands in between.
+        assert all(before[n] <= after[n] <= before[n] + 1 for n in (1, 2, 3)), (before, after)
+        assert all(after[n] == 0 for n in (1, 2, 3) if n != follower)
