@@ -121,7 +121,7 @@ async def handle_add_partitions_to_txn(ctx: KafkaContext, call: Call) -> Reply:
             return R(throttle_time_ms=0, results_by_topic_v3_and_below=topics)
 
         return Later(answer_v3)
-    if not ctx.allowed(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+    if not ctx.access().allowed(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
         return R(throttle_time_ms=0, error_code=CLUSTER_AUTHORIZATION_FAILED, results_by_transaction=[])
 
     async def answer_v4() -> Any:
