@@ -19,7 +19,8 @@ from typing import Any, Final, Protocol
 import trio
 
 from raftlog.base.errors import (
-    InvalidRequestError, NotLeaderError, PeerUnavailableError, RaftlogError, error_from_wire,
+    CoordinatorLoadInProgressError, CoordinatorNotAvailableError, InvalidRequestError, NotCoordinatorError,
+    NotLeaderError, PeerUnavailableError, RaftlogError, error_from_wire,
 )
 from raftlog.base.protocol import Later, Request
 
@@ -183,8 +184,19 @@ class NodeBroker:
             return {"groups": groups}
         if group_id is None:
             return await self._local(op, fields, principal, host)
-        coordinator = await self._local("find_coordinator", {"group_id": group_id}, principal, host)
-        return await self._on(int(coordinator["node_id"]), op, fields, principal, host)
+        # The group's coordinator: while there is none yet (`__consumer_offsets` being created,
+        # its partition loading or moving), ask again for up to LEADER_WAIT_S, as a Kafka client
+        # does. These refusals mean nothing was done, so a retry cannot do anything twice.
+        deadline = trio.current_time() + LEADER_WAIT_S
+        while True:
+            try:
+                coordinator = await self._local("find_coordinator", {"group_id": group_id}, principal, host)
+                return await self._on(int(coordinator["node_id"]), op, fields, principal, host)
+            except (CoordinatorNotAvailableError, CoordinatorLoadInProgressError, NotCoordinatorError,
+                    PeerUnavailableError):
+                if trio.current_time() > deadline:
+                    raise
+                await trio.sleep(RETRY_BACKOFF_S)
 
     # ------------------------------------------------------------------ peer op
 
