@@ -1,6 +1,6 @@
-"""The group coordinator's typed port (issue 48): what both front doors call for the classic
-group ops, protocol-neutral. The native adapter (raftlog/node/native_groups.py) and the
-Kafka listener (raftlog/node/kafka/groups.py) decode their wire into these dataclasses, call
+"""The group coordinator's typed port (issue 48): what both front doors call for the group
+ops (classic and KIP-848), protocol-neutral. The native adapter (raftlog/node/native_groups.py) and the
+Kafka listener (raftlog/node/kafka/groups.py, consumer_groups.py) decode their wire into these dataclasses, call
 the port behind the one ACL guard (raftlog/node/guarded_groups.py `GuardedGroups`) and encode
 what it answers. Served by groupcoord/service.py `GroupCoordinatorService`.
 
@@ -22,6 +22,7 @@ from groupcoord.context import CommitOffset
 from raftlog.base.errors import RaftlogError
 
 __all__ = [
+    "ConsumerGroupDescription", "ConsumerHeartbeat", "ConsumerHeartbeatAnswer", "ConsumerMember", "TopicPartitions",
     "CommitOffset", "Coordinator", "DescribedGroup", "DescribedMember", "GroupOutcome", "GroupPort",
     "GroupListing", "Heartbeat", "JoinGroup", "Joined", "JoinedMember", "LeaveGroup", "LeavingMember",
     "MemberLeft", "OffsetCommit", "OffsetDelete", "OffsetFetch", "PartitionOutcome", "CommittedOffset",
@@ -225,8 +226,73 @@ class ResetDone:
     partitions: Sequence[ResetRow] = field(default_factory=list)
 
 
+# --- KIP-848 consumer groups (consumer_group_service.py) -------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPartitions:
+    topic: str
+    partitions: Sequence[int]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerHeartbeat:
+    """A KIP-848 member's heartbeat: member_epoch 0 joins, -1 leaves, -2 leaves for now (a
+    static member); `owned` None: unchanged since the last one."""
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1  # -1: unchanged
+    subscribed_topic_names: Sequence[str] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    owned: Sequence[TopicPartitions] | None = None
+    client_id: str = ""
+    client_host: str = ""
+    timeout_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerHeartbeatAnswer:
+    member_id: str
+    member_epoch: int
+    heartbeat_interval_ms: int
+    assignment: Sequence[TopicPartitions] | None = None  # None: unchanged; by topic name, sorted
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerMember:
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    member_epoch: int
+    state: str
+    client_id: str
+    client_host: str
+    subscribed_topic_names: Sequence[str]
+    subscribed_topic_regex: str | None
+    assignment: Sequence[TopicPartitions]
+    pending_revocation: Sequence[TopicPartitions]
+    target_assignment: Sequence[TopicPartitions]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupDescription:
+    group_id: str
+    state: str = ""
+    group_epoch: int = -1
+    assignment_epoch: int = -1
+    assignor: str = ""
+    members: Sequence[ConsumerMember] = ()
+    error: RaftlogError | None = None
+
+
 class GroupPort(Protocol):
-    """The classic group ops (Kafka's JoinGroup .. OffsetDelete; the native ops of the same names)."""
+    """The group ops: classic (Kafka's JoinGroup .. OffsetDelete) and KIP-848's; the native
+    ops of the same names."""
 
     node_id: int
 
@@ -253,3 +319,7 @@ class GroupPort(Protocol):
     async def offset_delete(self, request: OffsetDelete) -> list[PartitionOutcome]: ...
 
     async def reset_offsets(self, request: ResetOffsets) -> ResetDone: ...
+
+    async def consumer_group_heartbeat(self, request: ConsumerHeartbeat) -> ConsumerHeartbeatAnswer: ...
+
+    async def consumer_group_describe(self, group_ids: Sequence[str]) -> list[ConsumerGroupDescription]: ...

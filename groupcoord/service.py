@@ -49,7 +49,8 @@ find_coordinator (answered by any node from its image: the leader of
 `partition_for_group(group_id)`), join_group, sync_group, heartbeat, leave_group,
 offset_commit, offset_fetch, list_groups (this node's groups only: clients ask every broker),
 describe_groups, delete_groups, offset_delete, reset_offsets (explicit offsets; planning is
-the client's). The KIP-848 ops (consumer_group_service.py) are still native client handlers.
+the client's), and KIP-848's consumer_group_heartbeat, consumer_group_describe
+(consumer_group_service.py).
 
 Settings (settings.py, from the node config): request_timeout_ms, and the core's
 group_min_session_timeout_ms, group_max_session_timeout_ms, group_initial_rebalance_delay_ms.
@@ -112,7 +113,7 @@ from raftlog.base.errors import (
 )
 from raftlog.base.eventlog import log_event
 from raftlog.base.metrics import Metric, gauge_family
-from raftlog.base.protocol import Request, field
+from raftlog.base.protocol import Request
 from raftlog.base.topics import (
     OFFSETS_TOPIC,
     partition_for_group,
@@ -172,12 +173,9 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
         self._load_failed_at_ms: dict[int, int] = {}
         self._append_send, self._append_recv = trio.open_memory_channel[Append](APPEND_QUEUE)
         self._nursery: trio.Nursery | None = None
-        # The classic group ops are this service's typed port (groupcoord/port.py `GroupPort`; their
-        # native adapter is raftlog/node/native_groups.py); the KIP-848 ops are still native here.
-        self.client_handlers: Mapping[str, Handler] = {
-            "consumer_group_heartbeat": self._consumer_group_heartbeat,  # KIP-848: consumer_group_service.py
-            "consumer_group_describe": self._consumer_group_describe,
-        }
+        # The group ops are this service's typed port (groupcoord/port.py `GroupPort`; their native
+        # adapter is raftlog/node/native_groups.py): no native handlers here.
+        self.client_handlers: Mapping[str, Handler] = {}
         self.peer_handlers: Mapping[str, Handler] = {}
 
     # ------------------------------------------------------------------ NodeService
@@ -298,10 +296,6 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
         if response is None:
             return {}
         return dict(response)
-
-    def _wait_ms(self, request: Request, floor_ms: int = 0) -> int:
-        """The wait a native request (the KIP-848 ops' handlers) asks for in `timeout_ms`."""
-        return self._budget_ms(field(request, "timeout_ms", int, default=None, nullable=True, min_value=0), floor_ms)
 
     def _budget_ms(self, asked: int | None, floor_ms: int = 0) -> int:
         cap = self._request_timeout_ms - WAIT_MARGIN_MS

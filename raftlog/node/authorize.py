@@ -390,8 +390,8 @@ POLICIES: Final[Mapping[str, Policy | PortRule]] = {
     "sync_group": _on_group(O.READ),
     "heartbeat": _on_group(O.READ),
     "leave_group": _on_group(O.READ),
-    "consumer_group_heartbeat": _resource(O.READ, G, "group_id"),  # KIP-848, Kafka's rule
-    "consumer_group_describe": _each(O.DESCRIBE),
+    "consumer_group_heartbeat": _on_group(O.READ),  # KIP-848, Kafka's rule
+    "consumer_group_describe": _on_each_group(O.DESCRIBE),
     # KIP-932 share groups (groupcoord/share_service.py), Kafka's rules
     "share_group_heartbeat": _resource(O.READ, G, "group_id"),
     "share_group_describe": _each(O.DESCRIBE),

@@ -23,6 +23,9 @@ from typing import TypeVar
 
 from groupcoord.port import (
     CommittedOffset,
+    ConsumerGroupDescription,
+    ConsumerHeartbeat,
+    ConsumerHeartbeatAnswer,
     Coordinator,
     DescribedGroup,
     GroupListing,
@@ -124,6 +127,10 @@ class GuardedGroups:
         self._group("leave_group", request.group_id)
         return await self._port.leave_group(request)
 
+    async def consumer_group_heartbeat(self, request: ConsumerHeartbeat) -> ConsumerHeartbeatAnswer:
+        self._group("consumer_group_heartbeat", request.group_id)
+        return await self._port.consumer_group_heartbeat(request)
+
     async def reset_offsets(self, request: ResetOffsets) -> ResetDone:
         rule = self._group("reset_offsets", request.group_id)
         assert rule.topics is not None and rule.whole
@@ -188,3 +195,8 @@ class GuardedGroups:
         kept, refused = self._each("delete_groups", group_ids)
         deleted = await self._port.delete_groups(kept, timeout_ms) if kept else []
         return [*deleted, *(GroupOutcome(g, e) for g, e in refused)]
+
+    async def consumer_group_describe(self, group_ids: Sequence[str]) -> list[ConsumerGroupDescription]:
+        kept, refused = self._each("consumer_group_describe", group_ids)
+        described = await self._port.consumer_group_describe(kept) if kept else []
+        return [*described, *(ConsumerGroupDescription(g, error=e) for g, e in refused)]

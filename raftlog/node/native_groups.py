@@ -7,17 +7,19 @@ call, CBOR fields out (an item's error as its `error` map).
     handlers = group_handlers(port, guard)   # {"join_group": ..., "offset_commit": ..., ...}
 
 Ops: find_coordinator, join_group, sync_group, heartbeat, leave_group, offset_commit,
-offset_fetch, list_groups, describe_groups, delete_groups, offset_delete, reset_offsets.
-What each does: groupcoord/service.py.
+offset_fetch, list_groups, describe_groups, delete_groups, offset_delete, reset_offsets
+(groupcoord/service.py), consumer_group_heartbeat, consumer_group_describe (KIP-848,
+groupcoord/consumer_group_service.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
 
 from groupcoord.port import (
     CommitOffset,
+    ConsumerHeartbeat,
     GroupPort,
     Heartbeat,
     JoinGroup,
@@ -29,6 +31,7 @@ from groupcoord.port import (
     PartitionOutcome,
     ResetOffsets,
     SyncGroup,
+    TopicPartitions,
 )
 from raftlog.base.errors import RaftlogError
 from raftlog.base.protocol import Request, field
@@ -50,6 +53,10 @@ def _with_error(entry: dict[str, Any], error: RaftlogError | None) -> dict[str, 
 
 def _outcomes(results: list[PartitionOutcome]) -> dict[str, Any]:
     return {"partitions": [_with_error({"topic": r.topic, "partition": r.partition}, r.error) for r in results]}
+
+
+def _rows(tps: Sequence[TopicPartitions]) -> list[dict[str, Any]]:
+    return [{"topic": tp.topic, "partitions": list(tp.partitions)} for tp in tps]
 
 
 def _timeout_ms(request: Request) -> int | None:
@@ -207,6 +214,52 @@ def group_handlers(port: GroupPort, guard: Guard) -> dict[str, Handler]:
             {"topic": r.topic, "partition": r.partition, "previous_offset": r.previous_offset, "offset": r.offset}
             for r in done.partitions]}  # fmt: skip
 
+    async def consumer_group_heartbeat(request: Request) -> dict[str, Any]:
+        raw = field(request, "topic_partitions", list, items=dict, default=None, nullable=True)
+        owned = None if raw is None else [
+            TopicPartitions(field(d, "topic", str, where=f"topic_partitions[{i}]"),
+                            field(d, "partitions", list, items=int, where=f"topic_partitions[{i}]"))
+            for i, d in enumerate(raw)]
+        answer = await guarded(request).consumer_group_heartbeat(ConsumerHeartbeat(
+            group_id=field(request, "group_id", str),
+            member_id=field(request, "member_id", str, default=""),
+            member_epoch=field(request, "member_epoch", int),
+            instance_id=field(request, "instance_id", str, default=None, nullable=True),
+            rack_id=field(request, "rack_id", str, default=None, nullable=True),
+            rebalance_timeout_ms=field(request, "rebalance_timeout_ms", int, default=-1),
+            subscribed_topic_names=field(request, "subscribed_topic_names", list, items=str, default=None,
+                                         nullable=True),
+            subscribed_topic_regex=field(request, "subscribed_topic_regex", str, default=None, nullable=True),
+            server_assignor=field(request, "server_assignor", str, default=None, nullable=True),
+            owned=owned,
+            client_id=field(request, "client_id", str, default=""),
+            client_host=field(request, "client_host", str, default=""),
+            timeout_ms=_timeout_ms(request),
+        ))  # fmt: skip
+        return {"member_id": answer.member_id, "member_epoch": answer.member_epoch,
+                "heartbeat_interval_ms": answer.heartbeat_interval_ms,
+                "assignment": None if answer.assignment is None else _rows(answer.assignment)}
+
+    async def consumer_group_describe(request: Request) -> dict[str, Any]:
+        out = []
+        for g in await guarded(request).consumer_group_describe(field(request, "group_ids", list, items=str)):
+            if g.error is not None:
+                out.append({"group_id": g.group_id, "error": g.error.to_wire()})
+                continue
+            out.append({
+                "group_id": g.group_id, "state": g.state, "group_epoch": g.group_epoch,
+                "assignment_epoch": g.assignment_epoch, "assignor": g.assignor,
+                "members": [{
+                    "member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.rack_id,
+                    "member_epoch": m.member_epoch, "state": m.state, "client_id": m.client_id,
+                    "client_host": m.client_host, "subscribed_topic_names": list(m.subscribed_topic_names),
+                    "subscribed_topic_regex": m.subscribed_topic_regex, "assignment": _rows(m.assignment),
+                    "pending_revocation": _rows(m.pending_revocation),
+                    "target_assignment": _rows(m.target_assignment),
+                } for m in g.members],
+            })  # fmt: skip
+        return {"groups": out}
+
     handlers: dict[str, Handler] = {
         "find_coordinator": find_coordinator,
         "join_group": join_group,
@@ -220,6 +273,8 @@ def group_handlers(port: GroupPort, guard: Guard) -> dict[str, Handler]:
         "delete_groups": delete_groups,
         "offset_delete": offset_delete,
         "reset_offsets": reset_offsets,
+        "consumer_group_heartbeat": consumer_group_heartbeat,  # KIP-848
+        "consumer_group_describe": consumer_group_describe,
     }
     for handler in handlers.values():
         setattr(handler, "guarded_at_port", True)  # authorize.guard_handlers: the guard is at the port
