@@ -356,6 +356,14 @@ class MetadataService:
         )
         return result["first_producer_id"], result["size"]
 
+    async def create_topic(self, name: str, *, partitions: int, replication_factor: int,
+                           configs: Mapping[str, str], timeout_ms: int) -> None:
+        """Have the active controller create a topic (an internal one a service needs, e.g.
+        `__share_group_state`); raises what the create_topic op raises (TOPIC_ALREADY_EXISTS...)."""
+        await self._client_admin(Request(0, "create_topic", {
+            "name": name, "partitions": partitions, "replication_factor": replication_factor,
+            "configs": dict(configs), "timeout_ms": timeout_ms}))
+
     async def ensure_transaction_state_topic(self, *, timeout_s: float = 5.0) -> bool:
         """Ask the controller to create `__transaction_state` if it does not exist yet (the
         first transactional FindCoordinator does); True when this call created it."""

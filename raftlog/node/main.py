@@ -145,7 +145,7 @@ def build_services(config: NodeConfig, metadata: MetadataService, peers: PeerPoo
         services.append(groups)
         services.append(TxnCoordinatorService(txn_settings(config), metadata, topics,
                                               new_producer_id=replicas.port.init_producer_id))
-        services.append(ShareService(share_settings(config), metadata, replicas, peers, groups))  # KIP-932
+        services.append(ShareService(share_settings(config), metadata, topics, peers, groups))  # KIP-932
     services.append(RegistryService(config.node_id, ReplicaSchemasLog(config.node_id, metadata, replicas, peers), peers))
     if config.is_broker:  # the REST proxy's way to the partitions (peer op proxy_call)
         services.append(NodeBroker(config.node_id, metadata.cluster_id, lambda: metadata.image, peers))
