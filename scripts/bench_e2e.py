@@ -97,7 +97,8 @@ def main() -> int:
             if getattr(args, key) == ap.get_default(key):
                 setattr(args, key, small)
 
-    baseline = bench_baseline.measure(args.baseline, "bench_e2e.py") if args.baseline else None
+    if args.baseline:
+        return bench_baseline.compare(args.baseline, "bench_e2e.py", args.runs)
     harness = load_harness()
     chosen = CONFIGS if args.configs == "all" else [CONFIGS[int(i) - 1] for i in args.configs.split(",")]
     lat_records = max(1000, int(args.latency_rate * args.latency_seconds))
@@ -175,8 +176,6 @@ def main() -> int:
         )
         for what, ok, text in checks:
             print(f"target {what:<8} {'MET ' if ok else 'MISS'} {text}")
-    if baseline is not None:
-        bench_baseline.report(results, baseline, args.baseline)
     if args.json:
         print(json.dumps(results, sort_keys=True))
     bench_plot.throughput_latency(

@@ -188,7 +188,8 @@ def main() -> int:
         args.records = min(args.records, 200_000)
         args.consume_gib = min(args.consume_gib, 64 / 1024)
     consume_records = int(args.consume_gib * GIB / args.record_bytes)
-    baseline = bench_baseline.measure(args.baseline, "bench_kafka.py") if args.baseline else None
+    if args.baseline:
+        return bench_baseline.compare(args.baseline, "bench_kafka.py", args.runs)
 
     harness = load_harness()
     runs: dict[str, list[float]] = {}
@@ -265,8 +266,6 @@ def main() -> int:
         ok = med["produce_kafka_rps"] >= med["produce_native_rps"]
         print(f"target produce {'MET ' if ok else 'MISS'} kafka {med['produce_kafka_rps']:,.0f} >= "
               f"native {med['produce_native_rps']:,.0f} records/s")
-    if baseline is not None:
-        bench_baseline.report(med, baseline, args.baseline)
     if args.json:
         print(json.dumps(med, sort_keys=True))
     return 0

@@ -72,7 +72,8 @@ from raftlog.base.eventlog import log_event
 from raftlog.base.protocol import Request
 
 __all__ = [
-    "Access", "AuthorizerCache", "Guard", "GuardedPartitions", "NOBODY", "OPEN", "POLICIES", "PortRule", "guard_handlers",
+    "Access", "AuthorizerCache", "Guard", "GuardedPartitions", "NOBODY", "OPEN", "POLICIES", "PortRule", "ResourceRule",
+    "guard_handlers",
     "refusal",
 ]
 
@@ -220,14 +221,26 @@ def _with(request: Request, **fields: Any) -> Request:
 # --- policy builders ----------------------------------------------------------------------------
 
 
-def _resource(operation: Operation, rt: ResourceType, field: str | None = None) -> Policy:
-    """One resource: the cluster, or the one named by `field`."""
+@dataclass(frozen=True)
+class ResourceRule:
+    """One resource: the cluster, or the one the request names in `field`. A native policy
+    (called with the request) and, for a typed port's guard (guarded_metadata.py), `require`."""
 
-    async def policy(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
-        check.require(operation, rt, CLUSTER_NAME if field is None else _str_field(request, field))
+    operation: Operation
+    rt: ResourceType
+    field: str | None = None
+
+    async def __call__(self, request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
+        check.require(self.operation, self.rt, CLUSTER_NAME if self.field is None else _str_field(request, self.field))
         return await handler(request)
 
-    return policy
+    def require(self, check: Access, name: str = CLUSTER_NAME) -> None:
+        check.require(self.operation, self.rt, name)
+
+
+def _resource(operation: Operation, rt: ResourceType, field: str | None = None) -> ResourceRule:
+    """One resource: the cluster, or the one named by `field`."""
+    return ResourceRule(operation, rt, field)
 
 
 def _group_and_topic(operation: Operation) -> Policy:

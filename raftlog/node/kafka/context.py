@@ -53,6 +53,7 @@ from raftlog.base.protocol import Request
 from raftlog.node.auth import Session
 from raftlog.node.authorize import Access, Guard, GuardedPartitions
 from raftlog.node.guarded_groups import GuardedGroups
+from raftlog.node.guarded_metadata import GuardedSecurity
 from raftlog.node.kafka.fetch_sessions import FetchSessionCache
 from raftlog.node.quotas import QuotaManager
 from raftlog.node.kafka.wire import Chunk, Header
@@ -142,6 +143,10 @@ class KafkaContext:
         if self.replicas is None:
             raise NotLeaderError(f"node {self.node_id} is not a broker")
         return GuardedPartitions(self.replicas, self.access())
+
+    def security(self) -> GuardedSecurity:
+        """ACLs and SCRAM users (metadata/port.py) behind the current connection's ACLs."""
+        return GuardedSecurity(self.metadata, self.access())
 
     def group_port(self) -> GuardedGroups:
         """The group port behind the current connection's ACLs. Raises NotCoordinatorError
