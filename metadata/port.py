@@ -1,7 +1,9 @@
-"""The metadata service's typed port (issue 48), first part: ACLs and SCRAM users, what both
-front doors call (the Kafka listener's DescribeAcls, CreateAcls, DeleteAcls,
-DescribeUserScramCredentials, AlterUserScramCredentials: raftlog/node/kafka/acls.py), behind
-the one ACL guard (raftlog/node/guarded_metadata.py). Served by metadata/service.py
+"""The metadata service's typed port (issue 48), first part: ACLs and SCRAM users (the Kafka
+listener's DescribeAcls, CreateAcls, DeleteAcls, DescribeUserScramCredentials,
+AlterUserScramCredentials: raftlog/node/kafka/acls.py), preferred-leader elections, replica moves and
+the quorum's status (ElectLeaders: kafka/elect.py, Alter/ListPartitionReassignments:
+kafka/reassign.py, DescribeQuorum: kafka/describe.py), behind the
+one ACL guard (raftlog/node/guarded_metadata.py). Served by metadata/service.py
 `MetadataService`: describes from this node's image, changes decided by the active controller
 (forwarded there as every admin op).
 
@@ -11,14 +13,14 @@ that item's `error`, one item per item asked, in the order asked.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from raftlog.base.acl import AclBinding, AclFilter
 from raftlog.base.errors import RaftlogError
 
-__all__ = ["DeletedAcls", "ScramCredential", "ScramDeletion", "ScramUpsertion", "ScramUser", "SecurityPort",
+__all__ = ["ClusterPort", "ElectionResult", "MetadataPort", "Reassignment", "DeletedAcls", "ScramCredential", "ScramDeletion", "ScramUpsertion", "ScramUser", "SecurityPort",
            "UserAltered"]
 
 
@@ -66,6 +68,44 @@ class UserAltered:
     error: RaftlogError | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ElectionResult:
+    """One partition of a preferred-leader election: done (the leader accepted), or its error
+    (ELECTION_NOT_NEEDED, PREFERRED_LEADER_NOT_AVAILABLE, ...)."""
+
+    topic: str
+    partition: int
+    error: RaftlogError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reassignment:
+    """A partition's replica move under way: its replicas now, those being added and removed."""
+
+    topic: str
+    partition: int
+    replicas: Sequence[int]
+    adding_replicas: Sequence[int]
+    removing_replicas: Sequence[int]
+
+
+class ClusterPort(Protocol):
+    """Operator ops on the cluster (Kafka's ElectLeaders, DescribeQuorum)."""
+
+    async def elect_leaders(self, partitions: Sequence[tuple[str, int]] | None) -> list[ElectionResult]:
+        """Preferred-leader elections; None: every partition off its preferred replica."""
+
+    async def alter_reassignments(self, moves: Sequence[tuple[str, int, Sequence[int] | None]],
+                                  ) -> list[RaftlogError | None]:
+        """(topic, partition, target replicas; None cancels the move under way): one answer each."""
+
+    async def list_reassignments(self, partitions: Sequence[tuple[str, int]] | None) -> list[Reassignment]:
+        """The moves under way (of these partitions; None: of every partition)."""
+
+    def quorum_status(self) -> Mapping[str, Any] | None:
+        """The metadata quorum as this node sees it (None: not a voter)."""
+
+
 class SecurityPort(Protocol):
     async def describe_acls(self, acl_filter: AclFilter) -> list[AclBinding]: ...
 
@@ -79,3 +119,7 @@ class SecurityPort(Protocol):
     async def alter_scram_users(self, upsertions: Sequence[ScramUpsertion],
                                 deletions: Sequence[ScramDeletion]) -> list[UserAltered]:
         """One answer per user named, in first-seen order; a user with a failed alteration has none applied."""
+
+
+class MetadataPort(ClusterPort, SecurityPort, Protocol):
+    """What the listeners call typed of the metadata service so far."""

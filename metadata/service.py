@@ -82,7 +82,7 @@ from metadata.controller import Controller, LeaderReport, validate_topic_name
 from metadata.image import MetadataImage, PartitionState, TopicImage
 from metadata.loader import MetadataLoader, hostport
 from metadata.log_fetch import MetadataFetcher, answer_fetch
-from metadata.port import DeletedAcls, ScramCredential, ScramDeletion, ScramUpsertion, ScramUser, UserAltered
+from metadata.port import DeletedAcls, ElectionResult, Reassignment, ScramCredential, ScramDeletion, ScramUpsertion, ScramUser, UserAltered
 from metadata.quorum import Quorum, QuorumFactory
 from metadata.records import UserScramCredential
 from metadata.settings import MetadataSettings
@@ -527,7 +527,25 @@ class MetadataService:
     async def _client_describe_quotas(self, request: Request) -> dict[str, Any]:
         return quota_ops.describe(self._loader.image, request.fields)
 
-    # ------------------------------------------------------------------ the security port (port.py)
+    # ------------------------------------------------------------------ the metadata port (port.py)
+
+    async def elect_leaders(self, partitions: Sequence[tuple[str, int]] | None) -> list[ElectionResult]:
+        fields = {} if partitions is None else {"partitions": [{"topic": t, "partition": p} for t, p in partitions]}
+        answer = await self._client_admin(Request(0, "elect_leaders", fields))
+        return [ElectionResult(r["topic"], r["partition"], _item_error(r)) for r in answer.get("results") or ()]
+
+    async def alter_reassignments(self, moves: Sequence[tuple[str, int, Sequence[int] | None]],
+                                  ) -> list[RaftlogError | None]:
+        fields = {"partitions": [{"topic": t, "partition": p, "replicas": None if r is None else list(r)}
+                                 for t, p, r in moves]}
+        answer = await self._client_admin(Request(0, "alter_partition_reassignments", fields))
+        return [_item_error(r) for r in answer.get("results") or ()]
+
+    async def list_reassignments(self, partitions: Sequence[tuple[str, int]] | None) -> list[Reassignment]:
+        fields = {} if partitions is None else {"partitions": [{"topic": t, "partition": p} for t, p in partitions]}
+        answer = await self._client_admin(Request(0, "list_partition_reassignments", fields))
+        return [Reassignment(m["topic"], m["partition"], m["replicas"], m["adding_replicas"], m["removing_replicas"])
+                for m in answer.get("reassignments") or ()]
 
     async def describe_acls(self, acl_filter: AclFilter) -> list[AclBinding]:
         if not self.settings.authorizer_enabled:

@@ -1,29 +1,40 @@
 """The metadata port (metadata/port.py) behind one principal's ACLs, for the listeners that
-call it typed (the Kafka listener's ACL and SCRAM APIs, raftlog/node/kafka/acls.py): each op's
+call it typed (the Kafka listener's ACL and SCRAM APIs, ElectLeaders, DescribeQuorum): each op's
 rule is the one the native op of the same name declares in raftlog/node/authorize.py
-`POLICIES` (a `ResourceRule`: DESCRIBE on the cluster to describe, ALTER to change; listed in
+`POLICIES` (a `ResourceRule`: DESCRIBE on the cluster to describe, ALTER to change, ALTER on
+the cluster to elect leaders, `cluster_status`'s DESCRIBE on the cluster for the quorum; listed in
 docs/reference/native-protocol.md), checked before the port is called, so a refused request
 has no effect and raises its refusal (CLUSTER_AUTHORIZATION_FAILED).
 
-    security = GuardedSecurity(metadata_service, guard.access(principal, host))
+    admin = GuardedMetadata(metadata_service, guard.access(principal, host))
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from metadata.port import DeletedAcls, ScramDeletion, ScramUpsertion, ScramUser, SecurityPort, UserAltered
+from metadata.port import (
+    DeletedAcls,
+    ElectionResult,
+    MetadataPort,
+    Reassignment,
+    ScramDeletion,
+    ScramUpsertion,
+    ScramUser,
+    UserAltered,
+)
 from raftlog.base.acl import AclBinding, AclFilter
 from raftlog.base.errors import RaftlogError
 from raftlog.node.authorize import POLICIES, Access, ResourceRule
 
-__all__ = ["GuardedSecurity"]
+__all__ = ["GuardedMetadata"]
 
 
-class GuardedSecurity:
-    """See the module docstring. Implements `SecurityPort`."""
+class GuardedMetadata:
+    """See the module docstring. Implements `MetadataPort`."""
 
-    def __init__(self, port: SecurityPort, access: Access) -> None:
+    def __init__(self, port: MetadataPort, access: Access) -> None:
         self._port = port
         self._access = access
 
@@ -31,6 +42,29 @@ class GuardedSecurity:
         rule = POLICIES[op]
         assert isinstance(rule, ResourceRule) and rule.field is None, op
         rule.require(self._access)
+
+    def authorize_elections(self) -> None:
+        """Raises the refusal unless the principal may elect leaders (ALTER on the cluster):
+        the unclean kind recovers partitions one by one, and a refused request must learn
+        nothing of them."""
+        self._require("elect_leaders")
+
+    async def elect_leaders(self, partitions: Sequence[tuple[str, int]] | None) -> list[ElectionResult]:
+        self._require("elect_leaders")
+        return await self._port.elect_leaders(partitions)
+
+    async def alter_reassignments(self, moves: Sequence[tuple[str, int, Sequence[int] | None]],
+                                  ) -> list[RaftlogError | None]:
+        self._require("alter_partition_reassignments")
+        return await self._port.alter_reassignments(moves)
+
+    async def list_reassignments(self, partitions: Sequence[tuple[str, int]] | None) -> list[Reassignment]:
+        self._require("list_partition_reassignments")
+        return await self._port.list_reassignments(partitions)
+
+    def quorum_status(self) -> Mapping[str, Any] | None:
+        self._require("cluster_status")  # DESCRIBE on the cluster, as Kafka's DescribeQuorum
+        return self._port.quorum_status()
 
     async def describe_acls(self, acl_filter: AclFilter) -> list[AclBinding]:
         self._require("describe_acls")

@@ -1,7 +1,7 @@
 """ACLs and SCRAM users over Kafka's admin APIs: DescribeAcls (29), CreateAcls (30),
 DeleteAcls (31), DescribeUserScramCredentials (50), AlterUserScramCredentials (51).
 
-Each calls the metadata port (metadata/port.py) behind the one ACL guard (`ctx.security()`,
+Each calls the metadata port (metadata/port.py) behind the one ACL guard (`ctx.admin()`,
 raftlog/node/guarded_metadata.py), whose rule for each is the native op's of the same meaning
 (PROTOCOL.md "Authorization": `describe_acls`, `create_acls`, `delete_acls`,
 `describe_user_scram_credentials`, `alter_user_scram_credentials`: DESCRIBE or ALTER on the
@@ -100,7 +100,7 @@ async def handle_describe_acls(ctx: KafkaContext, call: Call) -> Reply:
 
     async def answer() -> Reply:
         try:
-            bindings = await ctx.security().describe_acls(AclFilter.from_obj(acl_filter))
+            bindings = await ctx.admin().describe_acls(AclFilter.from_obj(acl_filter))
         except Exception as exc:  # noqa: BLE001 - the request's answer
             code, message = _error(exc)
             return R(throttle_time_ms=0, error_code=code, error_message=message, resources=[])
@@ -134,7 +134,7 @@ async def handle_create_acls(ctx: KafkaContext, call: Call) -> Reply:
 
     async def answer() -> Reply:
         try:
-            answered = iter(await ctx.security().create_acls([b for b in parsed if isinstance(b, AclBinding)]))
+            answered = iter(await ctx.admin().create_acls([b for b in parsed if isinstance(b, AclBinding)]))
         except Exception as exc:  # noqa: BLE001 - every creation's answer
             code, message = _error(exc)
             return R(throttle_time_ms=0, results=[R.AclCreationResult(error_code=code, error_message=message)
@@ -157,7 +157,7 @@ async def handle_delete_acls(ctx: KafkaContext, call: Call) -> Reply:
 
     async def answer() -> Reply:
         try:
-            answered = iter(await ctx.security().delete_acls([f for f in parsed if isinstance(f, AclFilter)]))
+            answered = iter(await ctx.admin().delete_acls([f for f in parsed if isinstance(f, AclFilter)]))
         except Exception as exc:  # noqa: BLE001 - every filter's answer
             code, message = _error(exc)
             return R(throttle_time_ms=0, filter_results=[
@@ -186,7 +186,7 @@ async def handle_describe_user_scram_credentials(ctx: KafkaContext, call: Call) 
 
     async def answer() -> Reply:
         try:
-            found = await ctx.security().describe_scram_users(names)
+            found = await ctx.admin().describe_scram_users(names)
         except Exception as exc:  # noqa: BLE001 - the request's answer
             code, message = _error(exc)
             return R(throttle_time_ms=0, error_code=code, error_message=message, results=[])
@@ -220,7 +220,7 @@ async def handle_alter_user_scram_credentials(ctx: KafkaContext, call: Call) -> 
 
     async def answer() -> Reply:
         try:
-            altered = await ctx.security().alter_scram_users(upsertions, deletions)
+            altered = await ctx.admin().alter_scram_users(upsertions, deletions)
         except Exception as exc:  # noqa: BLE001 - every user's answer
             code, message = _error(exc)
             return R(throttle_time_ms=0, results=[R.AlterUserScramCredentialsResult(

@@ -53,7 +53,7 @@ from raftlog.base.protocol import Request
 from raftlog.node.auth import Session
 from raftlog.node.authorize import Access, Guard, GuardedPartitions
 from raftlog.node.guarded_groups import GuardedGroups
-from raftlog.node.guarded_metadata import GuardedSecurity
+from raftlog.node.guarded_metadata import GuardedMetadata
 from raftlog.node.kafka.fetch_sessions import FetchSessionCache
 from raftlog.node.quotas import QuotaManager
 from raftlog.node.kafka.wire import Chunk, Header
@@ -144,9 +144,10 @@ class KafkaContext:
             raise NotLeaderError(f"node {self.node_id} is not a broker")
         return GuardedPartitions(self.replicas, self.access())
 
-    def security(self) -> GuardedSecurity:
-        """ACLs and SCRAM users (metadata/port.py) behind the current connection's ACLs."""
-        return GuardedSecurity(self.metadata, self.access())
+    def admin(self) -> GuardedMetadata:
+        """The metadata port (metadata/port.py: ACLs, SCRAM users, elections, the quorum)
+        behind the current connection's ACLs."""
+        return GuardedMetadata(self.metadata, self.access())
 
     def group_port(self) -> GuardedGroups:
         """The group port behind the current connection's ACLs. Raises NotCoordinatorError
