@@ -1,15 +1,8 @@
-"""The group coordinator shell's KIP-848 client ops (a mixin of `GroupCoordinatorService`,
-service.py, which registers them): `consumer_group_heartbeat` and `consumer_group_describe`,
+"""The group coordinator shell's KIP-848 ops (a mixin of `GroupCoordinatorService`, service.py):
+`consumer_group_heartbeat` and `consumer_group_describe` of the group port (groupcoord/port.py;
+the native adapter raftlog/node/native_groups.py keeps PROTOCOL.md's shapes, the Kafka listener
+adapts ConsumerGroupHeartbeat 68 and ConsumerGroupDescribe 69 to them, topic ids to names),
 and the consumer groups' part of /metrics.
-
-Ports (PROTOCOL.md's shapes; the Kafka listener adapts ConsumerGroupHeartbeat 68 and
-ConsumerGroupDescribe 69 to them, topic ids to names):
-
-    consumer_group_heartbeat {group_id, member_id, member_epoch, instance_id?, rack_id?,
-        rebalance_timeout_ms (-1: unchanged), subscribed_topic_names? [str],
-        subscribed_topic_regex?, server_assignor?, topic_partitions? [{topic, partitions}]}
-      -> {member_id, member_epoch, heartbeat_interval_ms, assignment: [{topic, partitions}] | null}
-    consumer_group_describe {group_ids} -> {groups: [...]}   (consumer_group_ops.describe)
 
 The topics a heartbeat is resolved against (names and regexes) are the complete,
 non-internal topics of the node's metadata image at that moment, with their partition counts.
@@ -17,12 +10,20 @@ non-internal topics of the node's metadata image at that moment, with their part
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from raftlog.base.errors import InvalidRequestError
+from groupcoord.coordinator import GroupCoordinator, Result
+from groupcoord.internal_topic import MetadataView
+from groupcoord.port import (
+    ConsumerGroupDescription,
+    ConsumerHeartbeat,
+    ConsumerHeartbeatAnswer,
+    ConsumerMember,
+    TopicPartitions,
+)
+from raftlog.base.errors import InvalidRequestError, error_from_wire
 from raftlog.base.metrics import Metric, gauge_family
-from raftlog.base.protocol import Request, field
 
 __all__ = ["ConsumerGroupHandlers", "MAX_OWNED_TOPICS"]
 
@@ -30,11 +31,15 @@ MAX_OWNED_TOPICS = 10_000
 
 
 class ConsumerGroupHandlers:
-    """Mixed into GroupCoordinatorService: uses its core, `_apply`, `_answer`, `_wait_ms`,
+    """Mixed into GroupCoordinatorService: uses its core, `_apply`, `_answer`, `_budget_ms`,
     `_clock_ms` and `metadata`."""
 
-    core: Any
-    metadata: Any
+    core: GroupCoordinator
+    metadata: MetadataView
+    _clock_ms: Callable[[], int]
+    _apply: Callable[[Result], Any]
+    _answer: Callable[[Any, int], Awaitable[dict[str, Any]]]
+    _budget_ms: Callable[[int | None], int]
     _topics_cache: tuple[Any, dict[str, int]] | None = None
 
     def _topic_counts(self) -> dict[str, int]:
@@ -50,47 +55,55 @@ class ConsumerGroupHandlers:
         self._topics_cache = (image, counts)
         return counts
 
-    async def _consumer_group_heartbeat(self, request: Request) -> dict[str, Any]:
-        raw = field(request, "topic_partitions", list, items=dict, default=None, nullable=True)
+    async def consumer_group_heartbeat(self, request: ConsumerHeartbeat) -> ConsumerHeartbeatAnswer:
         owned = None
-        if raw is not None:
-            if len(raw) > MAX_OWNED_TOPICS:
+        if request.owned is not None:
+            if len(request.owned) > MAX_OWNED_TOPICS:
                 raise InvalidRequestError(f"at most {MAX_OWNED_TOPICS} topics", field="topic_partitions")
-            owned = frozenset(
-                (field(d, "topic", str, where=f"topic_partitions[{i}]"), p)
-                for i, d in enumerate(raw)
-                for p in field(d, "partitions", list, items=int, where=f"topic_partitions[{i}]"))
-        result = self.core.consumer_group_heartbeat(  # type: ignore[attr-defined]
-            group_id=field(request, "group_id", str),
-            member_id=field(request, "member_id", str, default=""),
-            member_epoch=field(request, "member_epoch", int),
+            owned = frozenset((tp.topic, p) for tp in request.owned for p in tp.partitions)
+        result = self.core.consumer_group_heartbeat(
+            group_id=request.group_id,
+            member_id=request.member_id,
+            member_epoch=request.member_epoch,
             topics=self._topic_counts(),
-            now_ms=self._clock_ms(),  # type: ignore[attr-defined]
-            instance_id=field(request, "instance_id", str, default=None, nullable=True),
-            rack_id=field(request, "rack_id", str, default=None, nullable=True),
-            rebalance_timeout_ms=field(request, "rebalance_timeout_ms", int, default=-1),
-            subscribed_topic_names=field(request, "subscribed_topic_names", list, items=str, default=None,
-                                         nullable=True),
-            subscribed_topic_regex=field(request, "subscribed_topic_regex", str, default=None, nullable=True),
-            server_assignor=field(request, "server_assignor", str, default=None, nullable=True),
+            now_ms=self._clock_ms(),
+            instance_id=request.instance_id,
+            rack_id=request.rack_id,
+            rebalance_timeout_ms=request.rebalance_timeout_ms,
+            subscribed_topic_names=None if request.subscribed_topic_names is None else list(request.subscribed_topic_names),
+            subscribed_topic_regex=request.subscribed_topic_regex,
+            server_assignor=request.server_assignor,
             owned=owned,
-            client_id=field(request, "client_id", str, default=""),
-            client_host=field(request, "client_host", str, default=""),
+            client_id=request.client_id,
+            client_host=request.client_host,
         )
-        answer = await self._answer(self._apply(result), self._wait_ms(request))  # type: ignore[attr-defined]
+        answer = await self._answer(self._apply(result), self._budget_ms(request.timeout_ms))
         tps = answer.get("assignment")
+        assignment = None
         if tps is not None:
             by_topic: dict[str, list[int]] = {}
             for t, p in tps:
                 by_topic.setdefault(t, []).append(p)
-            answer = {**answer, "assignment": [{"topic": t, "partitions": ps} for t, ps in sorted(by_topic.items())]}
-        return answer
+            assignment = [TopicPartitions(t, ps) for t, ps in sorted(by_topic.items())]
+        return ConsumerHeartbeatAnswer(answer["member_id"], answer["member_epoch"], answer["heartbeat_interval_ms"],
+                                       assignment)
 
-    async def _consumer_group_describe(self, request: Request) -> dict[str, Any]:
-        ids = field(request, "group_ids", list, items=str)
-        if len(ids) > 1000:
+    async def consumer_group_describe(self, group_ids: Sequence[str]) -> list[ConsumerGroupDescription]:
+        if len(group_ids) > 1000:
             raise InvalidRequestError("at most 1000 group ids", field="group_ids")
-        return await self._answer(self._apply(self.core.consumer_group_describe(ids)), 0)  # type: ignore[attr-defined]
+        answer = await self._answer(self._apply(self.core.consumer_group_describe(list(group_ids))), 0)
+        out = []
+        for g in answer.get("groups") or ():
+            if g.get("error") is not None:
+                out.append(ConsumerGroupDescription(g["group_id"], error=error_from_wire(g["error"])))
+                continue
+            out.append(ConsumerGroupDescription(
+                g["group_id"], g["state"], g["group_epoch"], g["assignment_epoch"], g["assignor"],
+                [ConsumerMember(m["member_id"], m["instance_id"], m["rack_id"], m["member_epoch"], m["state"],
+                                m["client_id"], m["client_host"], m["subscribed_topic_names"],
+                                m["subscribed_topic_regex"], _rows(m["assignment"]), _rows(m["pending_revocation"]),
+                                _rows(m["target_assignment"])) for m in g["members"]]))  # fmt: skip
+        return out
 
     def consumer_group_metrics(self) -> list[Metric]:
         """Per KIP-848 group coordinated here: its epochs and members by state."""
@@ -114,3 +127,7 @@ class ConsumerGroupHandlers:
                          "reconciliation state (stable, unrevoked_partitions, unreleased_partitions).",
                          ("group", "state"), members),
         ]
+
+
+def _rows(rows: Sequence[Mapping[str, Any]]) -> list[TopicPartitions]:
+    return [TopicPartitions(r["topic"], r["partitions"]) for r in rows]

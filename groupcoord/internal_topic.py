@@ -26,14 +26,17 @@ May import: raftlog.base, metadata (for the image type).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 import trio
 
 from metadata.image import MetadataImage
 
-__all__ = ["Appended", "InternalPartition", "InternalTopics", "MetadataView", "TxnMetadataView"]
+__all__ = [
+    "Appended", "Coordinated", "GroupOwnership", "InternalPartition", "InternalTopics", "MetadataView",
+    "ShareMetadataView", "TxnMetadataView",
+]
 
 
 class Appended(Protocol):
@@ -100,6 +103,38 @@ class MetadataView(Protocol):
 
     def client_address(self, broker_id: int) -> str | None:
         """A broker's native client listener "host:port", None when unknown."""
+
+
+class ShareMetadataView(MetadataView, Protocol):
+    """The share service's view (share_service.py, share_store.py): it also reaches other
+    brokers' peer listeners and creates `__share_group_state` on first use."""
+
+    def peer_address(self, broker_id: int) -> str | None:
+        """A node's peer listener "host:port", None when unknown."""
+
+    async def create_topic(self, name: str, *, partitions: int, replication_factor: int,
+                           configs: Mapping[str, str], timeout_ms: int) -> None:
+        """Have the controller create a topic; raises TopicAlreadyExistsError (a registry
+        error, as every failure) when it exists."""
+
+
+class GroupOwnership(Protocol):
+    """What the share service asks the group coordinator's core (groupcoord/coordinator.py):
+    which `__consumer_offsets` partitions it coordinates here, and whether a classic or
+    consumer group holds an id."""
+
+    def is_active(self, partition: int) -> bool: ...
+
+    def group(self, group_id: str) -> object | None: ...
+
+    def consumer_group(self, group_id: str) -> object | None: ...
+
+
+class Coordinated(Protocol):
+    """The group coordinator service as the share service holds it."""
+
+    @property
+    def core(self) -> GroupOwnership: ...
 
 
 class TxnMetadataView(MetadataView, Protocol):

@@ -44,10 +44,13 @@ delay, the load retry back-off and the load time. Waits are trio's (`trio.sleep`
 `move_on_after` for the durations so computed, and the commit wait's deadline), so a test runs
 the shell on `trio.testing.MockClock` by passing `clock_ms` = trio's clock in ms.
 
-Client ops (PROTOCOL.md): find_coordinator (answered by any node from its image: the leader of
+The port (groupcoord/port.py `GroupPort`, typed; both listeners adapt their wire to it):
+find_coordinator (answered by any node from its image: the leader of
 `partition_for_group(group_id)`), join_group, sync_group, heartbeat, leave_group,
 offset_commit, offset_fetch, list_groups (this node's groups only: clients ask every broker),
-describe_groups, delete_groups, reset_offsets (explicit offsets; planning is the client's).
+describe_groups, delete_groups, offset_delete, reset_offsets (explicit offsets; planning is
+the client's), and KIP-848's consumer_group_heartbeat, consumer_group_describe
+(consumer_group_service.py).
 
 Settings (settings.py, from the node config): request_timeout_ms, and the core's
 group_min_session_timeout_ms, group_max_session_timeout_ms, group_initial_rebalance_delay_ms.
@@ -58,7 +61,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -67,13 +70,35 @@ import trio
 from groupcoord.consumer_group_service import ConsumerGroupHandlers
 from groupcoord.coordinator import (
     Append,
-    CommitOffset,
     GroupCoordinator,
     Pending,
     Result,
 )
 from groupcoord.internal_topic import Appended, InternalPartition, InternalTopics, MetadataView
 from groupcoord.partition_load import follow_leadership, replay_partition
+from groupcoord.port import (
+    CommittedOffset,
+    Coordinator,
+    DescribedGroup,
+    DescribedMember,
+    GroupListing,
+    GroupOutcome,
+    Heartbeat,
+    Joined,
+    JoinedMember,
+    JoinGroup,
+    LeaveGroup,
+    MemberLeft,
+    OffsetCommit,
+    OffsetDelete,
+    OffsetFetch,
+    PartitionOutcome,
+    ResetDone,
+    ResetOffsets,
+    ResetRow,
+    Synced,
+    SyncGroup,
+)
 from groupcoord.settings import GroupCoordinatorSettings
 from metadata.image import MetadataImage
 from partition.batch import BatchBuilder
@@ -84,11 +109,11 @@ from raftlog.base.errors import (
     RaftlogError,
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
-    as_wire_error,
+    error_from_wire,
 )
 from raftlog.base.eventlog import log_event
 from raftlog.base.metrics import Metric, gauge_family
-from raftlog.base.protocol import Request, field
+from raftlog.base.protocol import Request
 from raftlog.base.topics import (
     OFFSETS_TOPIC,
     partition_for_group,
@@ -105,7 +130,6 @@ APPEND_QUEUE: Final = 4096
 DEFAULT_WAIT_MS: Final = 30_000
 WAIT_MARGIN_MS: Final = 250            # answer before the server's own deadline fires
 MAX_GROUP_IDS: Final = 1000            # per describe_groups / delete_groups request
-MAX_PROTOCOLS: Final = 64
 
 Handler = Callable[[Request], Awaitable[Mapping[str, Any] | None]]
 
@@ -149,22 +173,9 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
         self._load_failed_at_ms: dict[int, int] = {}
         self._append_send, self._append_recv = trio.open_memory_channel[Append](APPEND_QUEUE)
         self._nursery: trio.Nursery | None = None
-        self.client_handlers: Mapping[str, Handler] = {
-            "find_coordinator": self._find_coordinator,
-            "join_group": self._join_group,
-            "sync_group": self._sync_group,
-            "heartbeat": self._heartbeat,
-            "leave_group": self._leave_group,
-            "offset_commit": self._offset_commit,
-            "offset_fetch": self._offset_fetch,
-            "list_groups": self._list_groups,
-            "describe_groups": self._describe_groups,
-            "delete_groups": self._delete_groups,
-            "reset_offsets": self._reset_offsets,
-            "consumer_group_heartbeat": self._consumer_group_heartbeat,  # KIP-848: consumer_group_service.py
-            "consumer_group_describe": self._consumer_group_describe,
-            "offset_delete": self._offset_delete,
-        }
+        # The group ops are this service's typed port (groupcoord/port.py `GroupPort`; their native
+        # adapter is raftlog/node/native_groups.py): no native handlers here.
+        self.client_handlers: Mapping[str, Handler] = {}
         self.peer_handlers: Mapping[str, Handler] = {}
 
     # ------------------------------------------------------------------ NodeService
@@ -286,8 +297,7 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
             return {}
         return dict(response)
 
-    def _wait_ms(self, request: Request, floor_ms: int = 0) -> int:
-        asked = field(request, "timeout_ms", int, default=None, nullable=True, min_value=0)
+    def _budget_ms(self, asked: int | None, floor_ms: int = 0) -> int:
         cap = self._request_timeout_ms - WAIT_MARGIN_MS
         want = DEFAULT_WAIT_MS if asked is None else asked
         return max(0, min(max(want, floor_ms), cap))
@@ -391,8 +401,7 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
 
     # ------------------------------------------------------------------ client ops
 
-    async def _find_coordinator(self, request: Request) -> dict[str, Any]:
-        group_id = field(request, "group_id", str)
+    async def find_coordinator(self, group_id: str) -> Coordinator:
         image = self.metadata.image
         topic = image.topic(OFFSETS_TOPIC)
         if topic is None or not topic.complete:
@@ -405,165 +414,148 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
         if address is None:
             raise CoordinatorNotAvailableError(f"{OFFSETS_TOPIC}-{p} has no leader now")
         host, _, port = address.rpartition(":")
-        return {"node_id": state.leader, "host": host, "port": int(port), "partition": p}
+        return Coordinator(state.leader, host, int(port), p)
 
-    async def _join_group(self, request: Request) -> dict[str, Any]:
-        protocols = []
-        for i, d in enumerate(field(request, "protocols", list, items=dict)[:MAX_PROTOCOLS + 1]):
-            protocols.append((field(d, "name", str, where=f"protocols[{i}]"),
-                              field(d, "metadata", bytes, where=f"protocols[{i}]")))
-        rebalance_timeout_ms = field(request, "rebalance_timeout_ms", int, min_value=1)
+    async def join_group(self, request: JoinGroup) -> Joined:
+        if request.rebalance_timeout_ms < 1:
+            raise InvalidRequestError("rebalance_timeout_ms must be at least 1", field="rebalance_timeout_ms")
         result = self.core.join_group(
-            group_id=field(request, "group_id", str),
-            member_id=field(request, "member_id", str, default=""),
-            protocol_type=field(request, "protocol_type", str, default="consumer"),
-            protocols=protocols,
-            session_timeout_ms=field(request, "session_timeout_ms", int),
-            rebalance_timeout_ms=rebalance_timeout_ms,
-            group_instance_id=field(request, "group_instance_id", str, default=None, nullable=True),
-            client_id=field(request, "client_id", str, default=""),
-            client_host=field(request, "client_host", str, default=""),
+            group_id=request.group_id,
+            member_id=request.member_id,
+            protocol_type=request.protocol_type,
+            protocols=list(request.protocols),
+            session_timeout_ms=request.session_timeout_ms,
+            rebalance_timeout_ms=request.rebalance_timeout_ms,
+            group_instance_id=request.group_instance_id,
+            client_id=request.client_id,
+            client_host=request.client_host,
             now_ms=self._clock_ms(),
         )
-        return await self._answer(self._apply(result), self._wait_ms(request))
+        a = await self._answer(self._apply(result), self._budget_ms(request.timeout_ms))
+        return Joined(a["generation_id"], a["member_id"], a.get("protocol_type"), a.get("protocol_name"),
+                      a.get("leader") or "", [JoinedMember(m["member_id"], m.get("group_instance_id"), m["metadata"])
+                                              for m in a.get("members") or ()])
 
-    async def _sync_group(self, request: Request) -> dict[str, Any]:
-        raw = field(request, "assignments", list, items=dict, default=None, nullable=True)
-        assignments = None
-        if raw is not None:
-            assignments = {
-                field(d, "member_id", str, where=f"assignments[{i}]"):
-                    field(d, "assignment", bytes, where=f"assignments[{i}]")
-                for i, d in enumerate(raw)
-            }
+    async def sync_group(self, request: SyncGroup) -> Synced:
         result = self.core.sync_group(
-            group_id=field(request, "group_id", str),
-            member_id=field(request, "member_id", str),
-            generation_id=field(request, "generation_id", int),
-            assignments=assignments,
-            group_instance_id=field(request, "group_instance_id", str, default=None, nullable=True),
-            protocol_type=field(request, "protocol_type", str, default=None, nullable=True),
-            protocol_name=field(request, "protocol_name", str, default=None, nullable=True),
+            group_id=request.group_id,
+            member_id=request.member_id,
+            generation_id=request.generation_id,
+            assignments=request.assignments,
+            group_instance_id=request.group_instance_id,
+            protocol_type=request.protocol_type,
+            protocol_name=request.protocol_name,
             now_ms=self._clock_ms(),
         )
-        return await self._answer(self._apply(result), self._wait_ms(request))
+        a = await self._answer(self._apply(result), self._budget_ms(request.timeout_ms))
+        return Synced(a.get("protocol_type"), a.get("protocol_name"), a.get("assignment") or b"")
 
-    async def _heartbeat(self, request: Request) -> dict[str, Any]:
+    async def heartbeat(self, request: Heartbeat) -> None:
         result = self.core.heartbeat(
-            group_id=field(request, "group_id", str),
-            member_id=field(request, "member_id", str),
-            generation_id=field(request, "generation_id", int),
-            group_instance_id=field(request, "group_instance_id", str, default=None, nullable=True),
+            group_id=request.group_id,
+            member_id=request.member_id,
+            generation_id=request.generation_id,
+            group_instance_id=request.group_instance_id,
             now_ms=self._clock_ms(),
         )
-        return await self._answer(self._apply(result), 0)
+        await self._answer(self._apply(result), 0)
 
-    async def _leave_group(self, request: Request) -> dict[str, Any]:
-        members = []
-        for i, d in enumerate(field(request, "members", list, items=dict)):
-            members.append((field(d, "member_id", str, default="", where=f"members[{i}]"),
-                            field(d, "group_instance_id", str, default=None, nullable=True,
-                                  where=f"members[{i}]")))
-        result = self.core.leave_group(group_id=field(request, "group_id", str), members=members,
-                                       now_ms=self._clock_ms())
-        return await self._answer(self._apply(result), 0)
+    async def leave_group(self, request: LeaveGroup) -> list[MemberLeft]:
+        members = [(m.member_id, m.group_instance_id) for m in request.members]
+        result = self.core.leave_group(group_id=request.group_id, members=members, now_ms=self._clock_ms())
+        a = await self._answer(self._apply(result), 0)
+        return [MemberLeft(m["member_id"], m.get("group_instance_id"), _error(m))
+                for m in a.get("members") or ()]
 
-    async def _offset_commit(self, request: Request) -> dict[str, Any]:
-        offsets = []
-        for i, d in enumerate(field(request, "offsets", list, items=dict)):
-            w = f"offsets[{i}]"
-            offsets.append(CommitOffset(
-                field(d, "topic", str, where=w), field(d, "partition", int, where=w),
-                field(d, "offset", int, where=w),
-                field(d, "leader_epoch", int, default=None, nullable=True, where=w),
-                field(d, "metadata", str, default="", where=w),
-            ))  # fmt: skip
+    async def offset_commit(self, request: OffsetCommit) -> list[PartitionOutcome]:
+        offsets = list(request.offsets)
         # Kafka (KafkaApis.handleOffsetCommitRequest) answers a partition its metadata does not
         # hold with UNKNOWN_TOPIC_OR_PARTITION and commits the others.
         image = self.metadata.image
-        unknown = [{"topic": c.topic, "partition": c.partition,
-                    "error": UnknownTopicOrPartitionError(f"{c.topic}-{c.partition} does not exist").to_wire()}
+        unknown = [PartitionOutcome(c.topic, c.partition,
+                                    UnknownTopicOrPartitionError(f"{c.topic}-{c.partition} does not exist"))
                    for c in offsets if image.partition(c.topic, c.partition) is None]
         if unknown:
             offsets = [c for c in offsets if image.partition(c.topic, c.partition) is not None]
             if not offsets:
-                return {"partitions": unknown}
+                return unknown
         result = self.core.offset_commit(
-            group_id=field(request, "group_id", str),
+            group_id=request.group_id,
             offsets=offsets,
-            member_id=field(request, "member_id", str, default=""),
-            generation_id=field(request, "generation_id", int, default=-1),
-            group_instance_id=field(request, "group_instance_id", str, default=None, nullable=True),
+            member_id=request.member_id,
+            generation_id=request.generation_id,
+            group_instance_id=request.group_instance_id,
             now_ms=self._clock_ms(),
         )
-        answer = await self._answer(self._apply(result), self._wait_ms(request))
-        return {**answer, "partitions": [*answer.get("partitions", []), *unknown]} if unknown else answer
+        a = await self._answer(self._apply(result), self._budget_ms(request.timeout_ms))
+        return [*_outcomes(a), *unknown]
 
-    async def _offset_fetch(self, request: Request) -> dict[str, Any]:
-        raw = field(request, "partitions", list, items=dict, default=None, nullable=True)
-        parts = None if raw is None else [
-            (field(d, "topic", str, where=f"partitions[{i}]"),
-             field(d, "partition", int, where=f"partitions[{i}]"))
-            for i, d in enumerate(raw)
-        ]
-        result = self.core.offset_fetch(group_id=field(request, "group_id", str), partitions=parts,
-                                        member_id=field(request, "member_id", str, default=""),
-                                        member_epoch=field(request, "member_epoch", int, default=-1))
-        return await self._answer(self._apply(result), 0)
+    async def offset_fetch(self, request: OffsetFetch) -> list[CommittedOffset]:
+        parts = None if request.partitions is None else list(request.partitions)
+        result = self.core.offset_fetch(group_id=request.group_id, partitions=parts,
+                                        member_id=request.member_id, member_epoch=request.member_epoch)
+        a = await self._answer(self._apply(result), 0)
+        return [CommittedOffset(r["topic"], r["partition"], r["offset"], r["leader_epoch"], r["metadata"])
+                for r in a.get("partitions") or ()]
 
-    async def _list_groups(self, request: Request) -> dict[str, Any]:
-        states = field(request, "states", list, items=str, default=None, nullable=True)
-        out = await self._answer(self._apply(self.core.list_groups(states)), 0)
-        out["node_id"] = self.node_id
+    async def list_groups(self, states: Sequence[str] | None = None) -> list[GroupListing]:
+        a = await self._answer(self._apply(self.core.list_groups(None if states is None else list(states))), 0)
+        return [GroupListing(g["group_id"], g["protocol_type"], g["state"], g["type"]) for g in a.get("groups") or ()]
+
+    async def describe_groups(self, group_ids: Sequence[str]) -> list[DescribedGroup]:
+        if len(group_ids) > MAX_GROUP_IDS:
+            raise InvalidRequestError(f"at most {MAX_GROUP_IDS} group ids", field="group_ids")
+        a = await self._answer(self._apply(self.core.describe_groups(list(group_ids))), 0)
+        out = []
+        for g in a.get("groups") or ():
+            if g.get("error") is not None:
+                out.append(DescribedGroup(g["group_id"], error=error_from_wire(g["error"])))
+                continue
+            out.append(DescribedGroup(
+                g["group_id"], g["state"], g["protocol_type"], g["protocol"],
+                [DescribedMember(m["member_id"], m["group_instance_id"], m["client_id"], m["client_host"],
+                                 m["metadata"], m["assignment"]) for m in g["members"]],
+                g.get("type", "classic")))  # fmt: skip
         return out
 
-    async def _describe_groups(self, request: Request) -> dict[str, Any]:
-        ids = field(request, "group_ids", list, items=str)
-        if len(ids) > MAX_GROUP_IDS:
+    async def delete_groups(self, group_ids: Sequence[str], timeout_ms: int | None = None) -> list[GroupOutcome]:
+        if len(group_ids) > MAX_GROUP_IDS:
             raise InvalidRequestError(f"at most {MAX_GROUP_IDS} group ids", field="group_ids")
-        return await self._answer(self._apply(self.core.describe_groups(ids)), 0)
-
-    async def _delete_groups(self, request: Request) -> dict[str, Any]:
-        ids = field(request, "group_ids", list, items=str)
-        if len(ids) > MAX_GROUP_IDS:
-            raise InvalidRequestError(f"at most {MAX_GROUP_IDS} group ids", field="group_ids")
-        wait_ms = self._wait_ms(request)
+        wait_ms = self._budget_ms(timeout_ms)
         out = []
-        for gid in ids:
+        for gid in group_ids:
             try:
                 result = self.core.delete_group(group_id=gid, now_ms=self._clock_ms())
                 await self._answer(self._apply(result), wait_ms)
-                out.append({"group_id": gid})
+                out.append(GroupOutcome(gid))
             except RaftlogError as exc:
-                wire = as_wire_error(exc)
-                assert wire is not None
-                out.append({"group_id": gid, "error": wire.to_wire()})
-        return {"groups": out}
+                out.append(GroupOutcome(gid, exc))
+        return out
 
-    async def _offset_delete(self, request: Request) -> dict[str, Any]:
-        asked = [(field(d, "topic", str, where=f"partitions[{i}]"), field(d, "partition", int, where=f"partitions[{i}]"))
-                 for i, d in enumerate(field(request, "partitions", list, items=dict))]
+    async def offset_delete(self, request: OffsetDelete) -> list[PartitionOutcome]:
         # As for a commit, Kafka answers a partition its metadata does not hold with
         # UNKNOWN_TOPIC_OR_PARTITION and deletes the others.
         image = self.metadata.image
-        unknown = [{"topic": t, "partition": p,
-                    "error": UnknownTopicOrPartitionError(f"{t}-{p} does not exist").to_wire()}
-                   for t, p in asked if image.partition(t, p) is None]
-        known = [(t, p) for t, p in asked if image.partition(t, p) is not None]
-        result = self.core.delete_offsets(group_id=field(request, "group_id", str), partitions=known,
-                                          now_ms=self._clock_ms())
-        answer = await self._answer(self._apply(result), self._wait_ms(request))
-        return {**answer, "partitions": [*answer.get("partitions", []), *unknown]}
+        unknown = [PartitionOutcome(t, p, UnknownTopicOrPartitionError(f"{t}-{p} does not exist"))
+                   for t, p in request.partitions if image.partition(t, p) is None]
+        known = [(t, p) for t, p in request.partitions if image.partition(t, p) is not None]
+        result = self.core.delete_offsets(group_id=request.group_id, partitions=known, now_ms=self._clock_ms())
+        a = await self._answer(self._apply(result), self._budget_ms(request.timeout_ms))
+        return [*_outcomes(a), *unknown]
 
-    async def _reset_offsets(self, request: Request) -> dict[str, Any]:
-        offsets: dict[tuple[str, int], int] = {}
-        for i, d in enumerate(field(request, "partitions", list, items=dict)):
-            w = f"partitions[{i}]"
-            offsets[(field(d, "topic", str, where=w), field(d, "partition", int, where=w))] = \
-                field(d, "offset", int, where=w)
-        result = self.core.reset_offsets(
-            group_id=field(request, "group_id", str), offsets=offsets,
-            dry_run=field(request, "dry_run", bool, default=False), now_ms=self._clock_ms(),
-        )
-        return await self._answer(self._apply(result), self._wait_ms(request))
+    async def reset_offsets(self, request: ResetOffsets) -> ResetDone:
+        result = self.core.reset_offsets(group_id=request.group_id, offsets=dict(request.offsets),
+                                         dry_run=request.dry_run, now_ms=self._clock_ms())
+        a = await self._answer(self._apply(result), self._budget_ms(request.timeout_ms))
+        return ResetDone(bool(a.get("dry_run")), [ResetRow(r["topic"], r["partition"], r["previous_offset"], r["offset"])
+                                                  for r in a.get("partitions") or ()])
 
+
+def _error(entry: Mapping[str, Any]) -> RaftlogError | None:
+    """The exception of a core answer's per-item `error` map (None: no error)."""
+    error = entry.get("error")
+    return None if error is None else error_from_wire(error)
+
+
+def _outcomes(answer: Mapping[str, Any]) -> list[PartitionOutcome]:
+    return [PartitionOutcome(r["topic"], r["partition"], _error(r)) for r in answer.get("partitions") or ()]

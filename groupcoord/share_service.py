@@ -48,6 +48,7 @@ from typing import Any, Final
 
 import trio
 
+from groupcoord.internal_topic import Coordinated, InternalPartition, InternalTopics, ShareMetadataView
 from groupcoord.records import MAX_GROUP_ID_CHARS
 from groupcoord.settings import ShareServiceSettings
 from groupcoord.share_group import ShareGroups
@@ -62,6 +63,7 @@ from raftlog.base.errors import (
     NotLeaderError,
     UnknownMemberIdError,
 )
+from raftlog.base.peer import PeerPool
 from raftlog.base.protocol import Request, field
 from raftlog.base.topics import MAX_TOPIC_NAME_CHARS, OFFSETS_TOPIC, partition_for_group
 
@@ -79,19 +81,22 @@ def _wall_ms() -> int:
 
 
 class ShareService:
-    """See the module docstring. `groups` is the node's GroupCoordinatorService (which
-    `__consumer_offsets` partitions this node coordinates, and the other protocols' groups)."""
+    """See the module docstring. `topics` is the node's partitions through the coordinators'
+    seam (internal_topic.py; None on a node that is not a broker); `groups` is the node's
+    GroupCoordinatorService (which `__consumer_offsets` partitions this node coordinates, and
+    the other protocols' groups)."""
 
     name = "share"
 
-    def __init__(self, settings: ShareServiceSettings, metadata: Any, replicas: Any, peers: Any, groups: Any, *,
+    def __init__(self, settings: ShareServiceSettings, metadata: ShareMetadataView, topics: InternalTopics | None,
+                 peers: PeerPool, groups: Coordinated, *,
                  clock_ms: Callable[[], int] = _wall_ms, rng: random.Random | None = None) -> None:
         self.node_id: int = settings.node_id
-        self.metadata, self.replicas, self.peers, self.groups = metadata, replicas, peers, groups
+        self.metadata, self.topics, self.peers, self.groups = metadata, topics, peers, groups
         self._clock_ms = clock_ms
         self.settings = settings.partitions
         self.members = ShareGroups(settings.groups, rng)
-        self.store = ShareStateStore(self.node_id, metadata, replicas, peers)
+        self.store = ShareStateStore(self.node_id, metadata, topics, peers)
         self._windows: dict[ShareKey, tuple[int, SharePartition]] = {}  # key -> (leader epoch, window)
         self._locks: dict[ShareKey, trio.Lock] = {}
         self._member_ok: dict[tuple[str, str, str], int] = {}  # (group, member, topic) -> until ms
@@ -205,13 +210,13 @@ class ShareService:
 
     # ---- the share-partition leader ----
 
-    def _replica(self, topic: str, partition: int) -> Any:
-        r = None if self.replicas is None else self.replicas.replica(topic, partition)
+    def _replica(self, topic: str, partition: int) -> InternalPartition:
+        r = None if self.topics is None else self.topics.partition(topic, partition)
         if r is None or not r.is_leader:
             raise NotLeaderError(f"node {self.node_id} does not lead {topic}-{partition}")
         return r
 
-    async def _window(self, key: ShareKey, r: Any, reset: str) -> SharePartition:
+    async def _window(self, key: ShareKey, r: InternalPartition, reset: str) -> SharePartition:
         """The window of `key` on this leader, loaded from `__share_group_state` on first use
         in this leader epoch (or started per `reset` when there is no state)."""
         have = self._windows.get(key)
@@ -221,9 +226,9 @@ class ShareService:
         if snapshot is not None:
             sp = SharePartition.restore(snapshot, self.settings)
         else:
-            start = r.log.log_start_offset if reset == "earliest" else r.high_watermark
+            start = r.log_start_offset if reset == "earliest" else r.high_watermark
             sp = SharePartition(start, self.settings)
-        sp.move_start(r.log.log_start_offset)  # retention may have moved past it
+        sp.move_start(r.log_start_offset)  # retention may have moved past it
         self._windows[key] = (r.leader_epoch, sp)
         return sp
 
@@ -281,7 +286,7 @@ class ShareService:
                 except (InvalidRecordStateError, InvalidRequestError) as exc:
                     ack_error = exc.to_wire()
             sp.expire(now_ms)
-            sp.move_start(r.log.log_start_offset)  # retention or delete_records moved the log start
+            sp.move_start(r.log_start_offset)  # retention or delete_records moved the log start
             offset = sp.next_fetch_offset()
             data, end = b"", offset
             if offset < r.high_watermark:
@@ -322,7 +327,7 @@ class ShareService:
         async with self._locks.setdefault(key, trio.Lock()):
             sp = await self._window(key, r, "latest")
             version = sp.version
-            sp.reset(min(max(offset, r.log.log_start_offset), r.high_watermark))
+            sp.reset(min(max(offset, r.log_start_offset), r.high_watermark))
             await self._persist(key, sp, version)
         return {}
 

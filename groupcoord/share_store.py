@@ -21,6 +21,7 @@ from typing import Any, Final
 
 import trio
 
+from groupcoord.internal_topic import InternalPartition, InternalTopics, ShareMetadataView
 from groupcoord.share_state import (
     SHARE_STATE_TOPIC,
     SHARE_STATE_TOPIC_PARTITIONS,
@@ -33,6 +34,7 @@ from groupcoord.share_state import (
 from partition.batch import BatchBuilder
 from partition.keyed import keyed_records
 from raftlog.base.errors import CoordinatorNotAvailableError, InvalidRequestError, NotLeaderError, RaftlogError
+from raftlog.base.peer import PeerPool
 from raftlog.base.protocol import Request, field
 
 __all__ = ["ShareStateStore", "SHARE_STATE_REPLICATION_FACTOR_MAX"]
@@ -49,10 +51,11 @@ class ShareStateStore:
     client_address, the `create_topic` handler), `replicas` its ReplicaManager, `peers` its
     PeerPool. Concurrency: trio-thread only; one lock per state partition orders replay."""
 
-    def __init__(self, node_id: int, metadata: Any, replicas: Any, peers: Any) -> None:
+    def __init__(self, node_id: int, metadata: ShareMetadataView, topics: InternalTopics | None,
+                 peers: PeerPool) -> None:
         self.node_id = node_id
         self.metadata = metadata
-        self.replicas = replicas
+        self.topics = topics
         self.peers = peers
         self._images: dict[int, tuple[int, int, ShareStateImage]] = {}  # p -> (leader epoch, next offset, image)
         self._locks: dict[int, trio.Lock] = {}
@@ -67,10 +70,10 @@ class ShareStateStore:
         if t is not None and t.complete:
             return int(t.partition_count)
         rf = max(1, min(SHARE_STATE_REPLICATION_FACTOR_MAX, len(image.brokers)))
-        fields = {"name": SHARE_STATE_TOPIC, "partitions": SHARE_STATE_TOPIC_PARTITIONS, "replication_factor": rf,
-                  "configs": {"cleanup_policy": "compact"}, "timeout_ms": 10_000}
         try:
-            await self.metadata.client_handlers["create_topic"](Request(0, "create_topic", fields))
+            await self.metadata.create_topic(SHARE_STATE_TOPIC, partitions=SHARE_STATE_TOPIC_PARTITIONS,
+                                             replication_factor=rf, configs={"cleanup_policy": "compact"},
+                                             timeout_ms=10_000)
         except RaftlogError as exc:
             if exc.code != "TOPIC_ALREADY_EXISTS":
                 raise
@@ -130,8 +133,8 @@ class ShareStateStore:
 
     # ---- inside ----
 
-    def _replica(self, p: int) -> Any:
-        return None if self.replicas is None else self.replicas.replica(SHARE_STATE_TOPIC, p)
+    def _replica(self, p: int) -> InternalPartition | None:
+        return None if self.topics is None else self.topics.partition(SHARE_STATE_TOPIC, p)
 
     def _leads(self, p: int) -> bool:
         r = self._replica(p)
@@ -156,9 +159,8 @@ class ShareStateStore:
         now_ms = int(time.time() * 1000)  # the records' timestamps: wall time, as Kafka's
         for key, value in records:
             builder.append(value, key, timestamp_ms=now_ms)
-        res = await r.append_as_leader(builder.build(), acks=-1)
-        if res.waiter is not None:
-            await res.waiter.wait(trio.current_time() + COMMIT_TIMEOUT_S)
+        appended = await r.append(builder.build())
+        await appended.wait_committed(trio.current_time() + COMMIT_TIMEOUT_S)
 
     async def _replayed(self, p: int) -> ShareStateImage:
         """The image of state partition `p` (led here) with every committed record replayed."""
@@ -173,7 +175,7 @@ class ShareStateStore:
                 cached = (epoch, 0, ShareStateImage())
             _, offset, image = cached
             while True:
-                offset = max(offset, r.log.log_start_offset)
+                offset = max(offset, r.log_start_offset)
                 if offset >= r.high_watermark:
                     break
                 data = await r.read_committed(offset, READ_CHUNK_BYTES)

@@ -64,7 +64,7 @@ from __future__ import annotations
 import logging
 import random
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Final
 
@@ -82,6 +82,7 @@ from metadata.controller import Controller, LeaderReport, validate_topic_name
 from metadata.image import MetadataImage, PartitionState, TopicImage
 from metadata.loader import MetadataLoader, hostport
 from metadata.log_fetch import MetadataFetcher, answer_fetch
+from metadata.port import DeletedAcls, ElectionResult, Reassignment, ScramCredential, ScramDeletion, ScramUpsertion, ScramUser, UserAltered
 from metadata.quorum import Quorum, QuorumFactory
 from metadata.records import UserScramCredential
 from metadata.settings import MetadataSettings
@@ -95,7 +96,9 @@ from raftlog.base.errors import (
     SecurityDisabledError,
     UnknownServerError,
     UnknownTopicOrPartitionError,
+    error_from_wire,
 )
+from raftlog.base.acl import AclBinding, AclFilter
 from raftlog.base.eventlog import log_event
 from raftlog.base.metrics import Metric, MetricsRegistry, counter_family, gauge_family
 from raftlog.base.peer import PeerPool
@@ -356,6 +359,14 @@ class MetadataService:
         )
         return result["first_producer_id"], result["size"]
 
+    async def create_topic(self, name: str, *, partitions: int, replication_factor: int,
+                           configs: Mapping[str, str], timeout_ms: int) -> None:
+        """Have the active controller create a topic (an internal one a service needs, e.g.
+        `__share_group_state`); raises what the create_topic op raises (TOPIC_ALREADY_EXISTS...)."""
+        await self._client_admin(Request(0, "create_topic", {
+            "name": name, "partitions": partitions, "replication_factor": replication_factor,
+            "configs": dict(configs), "timeout_ms": timeout_ms}))
+
     async def ensure_transaction_state_topic(self, *, timeout_s: float = 5.0) -> bool:
         """Ask the controller to create `__transaction_state` if it does not exist yet (the
         first transactional FindCoordinator does); True when this call created it."""
@@ -516,6 +527,55 @@ class MetadataService:
     async def _client_describe_quotas(self, request: Request) -> dict[str, Any]:
         return quota_ops.describe(self._loader.image, request.fields)
 
+    # ------------------------------------------------------------------ the metadata port (port.py)
+
+    async def elect_leaders(self, partitions: Sequence[tuple[str, int]] | None) -> list[ElectionResult]:
+        fields = {} if partitions is None else {"partitions": [{"topic": t, "partition": p} for t, p in partitions]}
+        answer = await self._client_admin(Request(0, "elect_leaders", fields))
+        return [ElectionResult(r["topic"], r["partition"], _item_error(r)) for r in answer.get("results") or ()]
+
+    async def alter_reassignments(self, moves: Sequence[tuple[str, int, Sequence[int] | None]],
+                                  ) -> list[RaftlogError | None]:
+        fields = {"partitions": [{"topic": t, "partition": p, "replicas": None if r is None else list(r)}
+                                 for t, p, r in moves]}
+        answer = await self._client_admin(Request(0, "alter_partition_reassignments", fields))
+        return [_item_error(r) for r in answer.get("results") or ()]
+
+    async def list_reassignments(self, partitions: Sequence[tuple[str, int]] | None) -> list[Reassignment]:
+        fields = {} if partitions is None else {"partitions": [{"topic": t, "partition": p} for t, p in partitions]}
+        answer = await self._client_admin(Request(0, "list_partition_reassignments", fields))
+        return [Reassignment(m["topic"], m["partition"], m["replicas"], m["adding_replicas"], m["removing_replicas"])
+                for m in answer.get("reassignments") or ()]
+
+    async def describe_acls(self, acl_filter: AclFilter) -> list[AclBinding]:
+        if not self.settings.authorizer_enabled:
+            raise SecurityDisabledError("ACLs are not enabled on this cluster (acls_enabled)")
+        return [b for _, b in self._loader.image.acl_bindings() if acl_filter.matches(b)]
+
+    async def create_acls(self, acls: Sequence[AclBinding]) -> list[RaftlogError | None]:
+        answer = await self._client_admin(Request(0, "create_acls", {"acls": [b.to_obj() for b in acls]}))
+        return [_item_error(r) for r in answer.get("results") or ()]
+
+    async def delete_acls(self, filters: Sequence[AclFilter]) -> list[DeletedAcls]:
+        answer = await self._client_admin(Request(0, "delete_acls", {"filters": [f.to_obj() for f in filters]}))
+        return [DeletedAcls([AclBinding.from_obj(a) for a in r.get("acls") or ()], _item_error(r))
+                for r in answer.get("results") or ()]
+
+    async def describe_scram_users(self, users: Sequence[str] | None) -> list[ScramUser]:
+        found = security_ops.describe_scram_credentials(self._loader.image, None if users is None else list(users))
+        return [ScramUser(u["user"], [ScramCredential(c["mechanism"], c["iterations"]) for c in u.get("credentials") or ()],
+                          _item_error(u)) for u in found]
+
+    async def alter_scram_users(self, upsertions: Sequence[ScramUpsertion],
+                                deletions: Sequence[ScramDeletion]) -> list[UserAltered]:
+        fields = {
+            "upsertions": [{"name": u.name, "mechanism": u.mechanism, "iterations": u.iterations, "salt": u.salt,
+                            "salted_password": u.salted_password} for u in upsertions],
+            "deletions": [{"name": d.name, "mechanism": d.mechanism} for d in deletions],
+        }  # fmt: skip
+        answer = await self._client_admin(Request(0, "alter_user_scram_credentials", fields))
+        return [UserAltered(r["user"], _item_error(r)) for r in answer.get("results") or ()]
+
     async def _client_security_describe(self, request: Request) -> dict[str, Any]:
         if request.op == "describe_acls" and not self.settings.authorizer_enabled:
             raise SecurityDisabledError("ACLs are not enabled on this cluster (acls_enabled)")
@@ -657,3 +717,8 @@ def _valid_topic_name(name: str) -> bool:
     except InvalidTopicError:
         return False
     return True
+
+
+def _item_error(entry: Mapping[str, Any]) -> RaftlogError | None:
+    error = entry.get("error") if isinstance(entry, Mapping) else None
+    return None if error is None else error_from_wire(error)

@@ -34,6 +34,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import bench_baseline
 import plots as bench_plot
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,6 +87,7 @@ def main() -> int:
                          "(connections, metadata, producer id; Kafka's --warmup-records)")
     ap.add_argument("--configs", default="all", help="comma list of 1,2,3 (default all)")
     ap.add_argument("--json", action="store_true", help="print the medians as JSON too")
+    bench_baseline.add_option(ap)
     ap.add_argument("--small", action="store_true",
                     help="100,000 records, one run, a 2 s latency run (unless given)")
     bench_plot.add_plot_option(ap, "e2e")
@@ -95,6 +97,8 @@ def main() -> int:
             if getattr(args, key) == ap.get_default(key):
                 setattr(args, key, small)
 
+    if args.baseline:
+        return bench_baseline.compare(args.baseline, "bench_e2e.py", args.runs)
     harness = load_harness()
     chosen = CONFIGS if args.configs == "all" else [CONFIGS[int(i) - 1] for i in args.configs.split(",")]
     lat_records = max(1000, int(args.latency_rate * args.latency_seconds))

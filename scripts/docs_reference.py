@@ -318,13 +318,16 @@ def native_ops() -> dict[str, tuple[str, str]]:
             module = module or importlib.import_module(dotted)
             for op in _handler_ops(node.value, module):
                 ops[op] = (target.attr.removesuffix("_handlers"), path.relative_to(ROOT).as_posix())
-    # The partition ops' native adapter returns its table from `partition_handlers` (the port's ops).
-    adapter = ROOT / "raftlog/node/native_partition.py"
-    for node in ast.walk(ast.parse(adapter.read_text(), filename=str(adapter))):
-        if isinstance(node, ast.FunctionDef) and node.name == "partition_handlers":
-            table = next(n.value for n in ast.walk(node) if isinstance(n, ast.Return) and isinstance(n.value, ast.Dict))
-            for key in table.keys:
-                ops[key.value] = ("client", adapter.relative_to(ROOT).as_posix())
+    # The typed ports' native adapters make their op tables in a function (the port's ops).
+    for adapter, maker in (("raftlog/node/native_partition.py", "partition_handlers"),
+                           ("raftlog/node/native_groups.py", "group_handlers")):
+        path = ROOT / adapter
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.FunctionDef) and node.name == maker:
+                table = next(n for n in ast.walk(node) if isinstance(n, ast.Dict) and n.keys
+                             and all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in n.keys))
+                for key in table.keys:
+                    ops[key.value] = ("client", adapter)
     return ops
 
 

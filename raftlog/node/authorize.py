@@ -14,11 +14,13 @@ op fails closed until it states what it needs):
   recover_partition) are checked in front of the partition port by `GuardedPartitions`, for
   the native and the Kafka listener alike: a refused partition never reaches the port and is
   answered TOPIC_AUTHORIZATION_FAILED in its place;
-* the group partition-list ops (offset_commit, offset_fetch) pass the allowed partitions to
-  the handler and answer each refused one with TOPIC_AUTHORIZATION_FAILED in its place (the
-  handler is not called when none is allowed);
-* listing ops (metadata, list_groups, offset_fetch of all partitions) leave out what the
-  principal may not DESCRIBE; a topic asked for by name is answered with its error instead.
+* the classic group ops are checked in front of the group port (groupcoord/port.py) by
+  `GuardedGroups` (raftlog/node/guarded_groups.py), for both listeners, by the `PortRule` each
+  declares here: refused partitions of offset_commit / offset_fetch / offset_delete and refused
+  groups of describe_groups / delete_groups are answered in place, list_groups leaves out what
+  the principal may not DESCRIBE;
+* listing ops (metadata) leave out what the principal may not DESCRIBE; a topic asked for by
+  name is answered with its error instead.
 
 The principal and host come from the connection (Request.principal, Request.client_host;
 the Kafka listener's ConnectionState): `Guard.access` makes the one `Access` of a request; a
@@ -67,9 +69,13 @@ from raftlog.base.errors import (
     TransactionalIdAuthorizationFailedError,
 )
 from raftlog.base.eventlog import log_event
-from raftlog.base.protocol import Later, Request
+from raftlog.base.protocol import Request
 
-__all__ = ["Access", "AuthorizerCache", "Guard", "GuardedPartitions", "NOBODY", "OPEN", "POLICIES", "guard_handlers"]
+__all__ = [
+    "Access", "AuthorizerCache", "Guard", "GuardedPartitions", "NOBODY", "OPEN", "POLICIES", "PortRule", "ResourceRule",
+    "guard_handlers",
+    "refusal",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -168,6 +174,11 @@ class Guard:
         return OPEN if self._authorizer_of is None else NOBODY
 
 
+def refusal(operation: Operation, rt: ResourceType, name: str) -> RaftlogError:
+    """The refusal Kafka answers for `operation` on the resource (its *_AUTHORIZATION_FAILED)."""
+    return _refusal(operation, rt, name)
+
+
 def _refusal(operation: Operation, rt: ResourceType, name: str) -> RaftlogError:
     what = {T: "topic", G: "group", C: "the cluster", X: "transactional id"}[rt]
     where = what if rt is C else f"{what} {name!r:.80}"
@@ -210,14 +221,26 @@ def _with(request: Request, **fields: Any) -> Request:
 # --- policy builders ----------------------------------------------------------------------------
 
 
-def _resource(operation: Operation, rt: ResourceType, field: str | None = None) -> Policy:
-    """One resource: the cluster, or the one named by `field`."""
+@dataclass(frozen=True)
+class ResourceRule:
+    """One resource: the cluster, or the one the request names in `field`. A native policy
+    (called with the request) and, for a typed port's guard (guarded_metadata.py), `require`."""
 
-    async def policy(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
-        check.require(operation, rt, CLUSTER_NAME if field is None else _str_field(request, field))
+    operation: Operation
+    rt: ResourceType
+    field: str | None = None
+
+    async def __call__(self, request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
+        check.require(self.operation, self.rt, CLUSTER_NAME if self.field is None else _str_field(request, self.field))
         return await handler(request)
 
-    return policy
+    def require(self, check: Access, name: str = CLUSTER_NAME) -> None:
+        check.require(self.operation, self.rt, name)
+
+
+def _resource(operation: Operation, rt: ResourceType, field: str | None = None) -> ResourceRule:
+    """One resource: the cluster, or the one named by `field`."""
+    return ResourceRule(operation, rt, field)
 
 
 def _group_and_topic(operation: Operation) -> Policy:
@@ -229,55 +252,6 @@ def _group_and_topic(operation: Operation) -> Policy:
         return await handler(request)
 
     return policy
-
-
-def _partitions(operation: Operation, field: str = "partitions", answer_field: str = "partitions",
-                group_operation: Operation | None = None) -> Policy:
-    """Per-partition checks; refused partitions answered in place with the error."""
-
-    async def policy(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
-        if group_operation is not None:
-            check.require(group_operation, G, _str_field(request, "group_id"))
-        entries = _list_field(request, field, nullable=group_operation is not None)
-        if entries is None:  # offset_fetch of every committed partition: filter the answer
-            def keep_allowed(response: Mapping[str, Any]) -> Mapping[str, Any]:
-                kept = [p for p in response.get(answer_field, [])
-                        if not isinstance(p, Mapping) or check.allowed(operation, T, str(p.get("topic")))]
-                return {**response, answer_field: kept}
-
-            return _then(await handler(request), keep_allowed)
-        verdicts: dict[str, bool] = {}
-        allowed, refused = [], []
-        for entry in entries:
-            topic = _topic_of(entry, field)
-            if topic not in verdicts:
-                verdicts[topic] = check.allowed(operation, T, topic)
-            (allowed if verdicts[topic] else refused).append(entry)
-        errors = [
-            {"topic": e["topic"], "partition": e.get("partition"), "error": _refusal(operation, T, e["topic"]).to_wire()}
-            for e in refused
-        ]
-        if not refused:
-            return await handler(request)
-        log_event(logger, "acl_refused", level=logging.DEBUG, principal=check.principal, op=request.op,
-                  topics=",".join(sorted(t for t, ok in verdicts.items() if not ok))[:200])
-        if not allowed:
-            return {answer_field: errors}
-        return _then(await handler(_with(request, **{field: allowed})),
-                     lambda response: {**response, answer_field: [*response.get(answer_field, []), *errors]})
-
-    return policy
-
-
-def _then(response: Any, change: Callable[[Mapping[str, Any]], Mapping[str, Any]]) -> Any:
-    """`change` applied to a handler's answer: at once, or to what its `Later` (an inline
-    handler's rest, e.g. produce's acks=all wait) answers; None (no answer) stays None."""
-    if type(response) is Later:
-        async def wait() -> Any:
-            return _then(await response.wait(), change)
-
-        return Later(wait)
-    return None if response is None else change(response)
 
 
 async def _metadata(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
@@ -317,13 +291,6 @@ async def _at_port(request: Request, check: Access, handler: Handler) -> Mapping
     return await handler(request)
 
 
-async def _reset_offsets(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
-    check.require(O.READ, G, _str_field(request, "group_id"))
-    for entry in _list_field(request, "partitions") or []:
-        check.require(O.READ, T, _topic_of(entry, "partitions"))
-    return await handler(request)
-
-
 def _each(operation: Operation, rt: ResourceType = G, ids_field: str = "group_ids", answer_field: str = "groups",
           key: str = "group_id") -> Policy:
     """One resource per id of `ids_field`: refused ids are answered in `answer_field` with
@@ -342,15 +309,6 @@ def _each(operation: Operation, rt: ResourceType = G, ids_field: str = "group_id
         return {**response, answer_field: [*response.get(answer_field, []), *errors]}
 
     return policy
-
-
-async def _list_groups(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
-    response = await handler(request)
-    if response is None or check.allowed(O.DESCRIBE, C, CLUSTER_NAME):
-        return response
-    groups = [g for g in response.get("groups", [])
-              if isinstance(g, Mapping) and check.allowed(O.DESCRIBE, G, str(g.get("group_id")))]
-    return {**response, "groups": groups}
 
 
 async def _add_partitions_to_txn(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
@@ -383,7 +341,42 @@ async def _super_users_only(request: Request, check: Access, handler: Handler) -
     return await handler(request)
 
 
-POLICIES: Final[Mapping[str, Policy]] = {
+# --- rules checked in front of a typed port --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PortRule:
+    """An op's ACL rule, checked in front of its typed port for both listeners (the group port:
+    raftlog/node/guarded_groups.py `GuardedGroups`), not by `guard_handlers`:
+    * `group`: the operation on the request's group (on each group asked, `each`; a group's
+      listing needs it unless the principal may DESCRIBE the cluster, `listing`);
+    * `topics`: the operation on each partition's topic; a refused partition is answered
+      TOPIC_AUTHORIZATION_FAILED in its place (`whole`: the whole request is refused)."""
+
+    group: Operation
+    topics: Operation | None = None
+    each: bool = False
+    listing: bool = False
+    whole: bool = False
+
+
+def _on_group(operation: Operation) -> PortRule:
+    return PortRule(operation)
+
+
+def _on_group_and_topics(group: Operation, topics: Operation, *, whole: bool = False) -> PortRule:
+    return PortRule(group, topics, whole=whole)
+
+
+def _on_each_group(operation: Operation) -> PortRule:
+    return PortRule(operation, each=True)
+
+
+def _listed_groups(operation: Operation) -> PortRule:
+    return PortRule(operation, listing=True)
+
+
+POLICIES: Final[Mapping[str, Policy | PortRule]] = {
     "metadata": _metadata,
     "produce": _at_port,
     "fetch": _at_port,
@@ -404,13 +397,14 @@ POLICIES: Final[Mapping[str, Policy]] = {
     "recommission_broker": _resource(O.ALTER, C),
     "balance": _resource(O.ALTER, C),  # dry_run included: it is the plan of a cluster-wide change
     "recover_partition": _at_port,
-    "find_coordinator": _resource(O.DESCRIBE, G, "group_id"),
-    "join_group": _resource(O.READ, G, "group_id"),
-    "sync_group": _resource(O.READ, G, "group_id"),
-    "heartbeat": _resource(O.READ, G, "group_id"),
-    "leave_group": _resource(O.READ, G, "group_id"),
-    "consumer_group_heartbeat": _resource(O.READ, G, "group_id"),  # KIP-848, Kafka's rule
-    "consumer_group_describe": _each(O.DESCRIBE),
+    # The classic group ops: checked in front of the group port (guarded_groups.py GuardedGroups).
+    "find_coordinator": _on_group(O.DESCRIBE),
+    "join_group": _on_group(O.READ),
+    "sync_group": _on_group(O.READ),
+    "heartbeat": _on_group(O.READ),
+    "leave_group": _on_group(O.READ),
+    "consumer_group_heartbeat": _on_group(O.READ),  # KIP-848, Kafka's rule
+    "consumer_group_describe": _on_each_group(O.DESCRIBE),
     # KIP-932 share groups (groupcoord/share_service.py), Kafka's rules
     "share_group_heartbeat": _resource(O.READ, G, "group_id"),
     "share_group_describe": _each(O.DESCRIBE),
@@ -420,14 +414,14 @@ POLICIES: Final[Mapping[str, Policy]] = {
     "share_acknowledge": _group_and_topic(O.READ),
     "share_group_offsets": _resource(O.DESCRIBE, G, "group_id"),
     "share_group_reset": _resource(O.READ, G, "group_id"),
-    "offset_commit": _partitions(O.READ, "offsets", "partitions", group_operation=O.READ),
-    "offset_fetch": _partitions(O.DESCRIBE, "partitions", "partitions", group_operation=O.DESCRIBE),
-    "reset_offsets": _reset_offsets,
+    "offset_commit": _on_group_and_topics(O.READ, O.READ),
+    "offset_fetch": _on_group_and_topics(O.DESCRIBE, O.DESCRIBE),
+    "reset_offsets": _on_group_and_topics(O.READ, O.READ, whole=True),
     # Kafka's OffsetDelete rule: DELETE on the group, READ on each topic.
-    "offset_delete": _partitions(O.READ, "partitions", "partitions", group_operation=O.DELETE),
-    "list_groups": _list_groups,
-    "describe_groups": _each(O.DESCRIBE),
-    "delete_groups": _each(O.DELETE),
+    "offset_delete": _on_group_and_topics(O.DELETE, O.READ),
+    "list_groups": _listed_groups(O.DESCRIBE),
+    "describe_groups": _on_each_group(O.DESCRIBE),
+    "delete_groups": _on_each_group(O.DELETE),
     "describe_acls": _resource(O.DESCRIBE, C),
     "describe_user_scram_credentials": _resource(O.DESCRIBE, C),
     "create_acls": _resource(O.ALTER, C),
@@ -451,6 +445,10 @@ def guard_handlers(handlers: Mapping[str, Handler], *, authorizer_of: Callable[[
 
     def guarded(op: str, handler: Handler) -> Handler:
         policy = POLICIES.get(op, _super_users_only)
+        if isinstance(policy, PortRule):  # its adapter calls the port behind the guard
+            if not getattr(handler, "guarded_at_port", False):
+                raise ValueError(f"op {op!r} is guarded at its port, but its handler does not call the guarded port")
+            return handler
 
         async def run(request: Request) -> Mapping[str, Any] | None:
             if request.principal is None:

@@ -65,6 +65,7 @@ from raftlog.base.protocol import Request
 from raftlog.base.tls import client_context, server_context
 from raftlog.node.auth import ListenerSecurity, client_session_factory, peer_session_factory
 from raftlog.node.authorize import AuthorizerCache, Guard, guard_handlers
+from raftlog.node.native_groups import group_handlers
 from raftlog.node.native_partition import partition_handlers
 from raftlog.node.metadata_quorum import MetadataQuorum, QuorumConfig
 from raftlog.node.dynamic_config import DynamicBrokerConfig
@@ -144,7 +145,7 @@ def build_services(config: NodeConfig, metadata: MetadataService, peers: PeerPoo
         services.append(groups)
         services.append(TxnCoordinatorService(txn_settings(config), metadata, topics,
                                               new_producer_id=replicas.port.init_producer_id))
-        services.append(ShareService(share_settings(config), metadata, replicas, peers, groups))  # KIP-932
+        services.append(ShareService(share_settings(config), metadata, topics, peers, groups))  # KIP-932
     services.append(RegistryService(config.node_id, ReplicaSchemasLog(config.node_id, metadata, replicas, peers), peers))
     if config.is_broker:  # the REST proxy's way to the partitions (peer op proxy_call)
         services.append(NodeBroker(config.node_id, metadata.cluster_id, lambda: metadata.image, peers))
@@ -275,8 +276,10 @@ async def run_node(
         authorizer_of = authorizers.current
     guard = Guard(authorizer_of)  # the one ACL guard of both listeners
     replicas = next((s for s in services if isinstance(s, ReplicaManager)), None)
-    # The partition port's native adapter (its ops checked by the guard at the port).
+    groups = next((s for s in services if isinstance(s, GroupCoordinatorService)), None)
+    # The typed ports' native adapters (their ops checked by the guard at the port).
     port_handlers = [] if replicas is None else [("partitions", partition_handlers(replicas.port, guard))]
+    port_handlers += [] if groups is None else [("group port", group_handlers(groups, guard))]
     client_handlers = merge_handlers([(s.name, s.client_handlers) for s in services] + port_handlers)
     if authorizer_of is not None:
         client_handlers = guard_handlers(client_handlers, authorizer_of=authorizer_of)
@@ -346,6 +349,7 @@ async def run_node(
             node_id=config.node_id, cluster_id=cluster_id, client_handlers=client_handlers,
             metadata=metadata,
             replicas=None if replicas is None else replicas.port,
+            groups=groups,
             auto_create_topics=config.auto_create_topics,
             default_partitions=config.default_partitions,
             default_replication_factor=config.default_replication_factor,

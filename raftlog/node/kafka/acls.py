@@ -1,11 +1,12 @@
 """ACLs and SCRAM users over Kafka's admin APIs: DescribeAcls (29), CreateAcls (30),
 DeleteAcls (31), DescribeUserScramCredentials (50), AlterUserScramCredentials (51).
 
-Each runs the native op of the same meaning (PROTOCOL.md "Authorization": `describe_acls`,
-`create_acls`, `delete_acls`, `describe_user_scram_credentials`,
-`alter_user_scram_credentials`) as the connection's principal, so the ACL guard asks what
-the native op asks (DESCRIBE or ALTER on the cluster); the changes are decided by the active
-controller. Kafka's wire numbers for resource types, pattern types, operations and
+Each calls the metadata port (metadata/port.py) behind the one ACL guard (`ctx.admin()`,
+raftlog/node/guarded_metadata.py), whose rule for each is the native op's of the same meaning
+(PROTOCOL.md "Authorization": `describe_acls`, `create_acls`, `delete_acls`,
+`describe_user_scram_credentials`, `alter_user_scram_credentials`: DESCRIBE or ALTER on the
+cluster); the changes are decided by the active controller. Wire decode here: an ACL or
+filter that is not one (an unknown code) is answered INVALID_REQUEST in its place. Kafka's wire numbers for resource types, pattern types, operations and
 permissions are raftlog/base/acl.py's KAFKA_CODES (the ACL model reads them as they are);
 SCRAM mechanisms are 1 = SCRAM-SHA-256, 2 = SCRAM-SHA-512 (Kafka's ScramMechanism).
 
@@ -17,8 +18,8 @@ password) and only keys derived from it reach the log.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Final
+from collections.abc import Callable, Mapping
+from typing import Any, Final, TypeVar
 
 from kafka.protocol.admin.acl import (
     CreateAclsResponse,
@@ -30,7 +31,9 @@ from kafka.protocol.admin.users import (
     DescribeUserScramCredentialsResponse,
 )
 
-from raftlog.base.acl import KAFKA_CODES, AclBinding, PatternType
+from metadata.port import DeletedAcls, ScramDeletion, ScramUpsertion
+from raftlog.base.acl import KAFKA_CODES, AclBinding, AclFilter, PatternType
+from raftlog.base.errors import RaftlogError
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.context import Call, KafkaContext, Later, Reply
 
@@ -44,6 +47,7 @@ ALTER_USER_SCRAM_CREDENTIALS_KEY: Final = 51
 
 SCRAM_MECHANISM_CODES: Final[Mapping[str, int]] = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
 _MECHANISM_OF_CODE: Final = {code: name for name, code in SCRAM_MECHANISM_CODES.items()}
+_T = TypeVar("_T")
 
 
 def _code(member: Any) -> int:
@@ -57,7 +61,7 @@ def _binding_codes(b: AclBinding) -> dict[str, Any]:
 
 
 def _filter(entry: Any, version: int) -> dict[str, Any]:
-    """A Kafka ACL filter as the native op's filter map (absent: any)."""
+    """A Kafka ACL filter as a plain filter map (absent: any; AclFilter.from_obj reads it)."""
     pattern = entry.pattern_type_filter if version >= 1 else _code(PatternType.LITERAL)
     out: dict[str, Any] = {"resource_type": entry.resource_type_filter, "pattern_type": pattern,
                            "operation": entry.operation, "permission": entry.permission_type}
@@ -72,6 +76,21 @@ def _error(exc: BaseException) -> tuple[int, str]:
     return errors.kafka_error(exc)
 
 
+def _item_code(error: RaftlogError | None) -> int:
+    return errors.NONE if error is None else errors.kafka_error_code(error.code)
+
+
+def _parse(parse: Callable[[Any], _T], entries: list[dict[str, Any]]) -> list[_T | RaftlogError]:
+    """Each entry parsed, or the error that says why it is not one (answered in its place)."""
+    out: list[_T | RaftlogError] = []
+    for entry in entries:
+        try:
+            out.append(parse(entry))
+        except RaftlogError as exc:
+            out.append(exc)
+    return out
+
+
 # --- ACLs ---------------------------------------------------------------------------------------
 
 
@@ -81,8 +100,7 @@ async def handle_describe_acls(ctx: KafkaContext, call: Call) -> Reply:
 
     async def answer() -> Reply:
         try:
-            result = await ctx.call("describe_acls", {"filter": acl_filter}) or {}
-            bindings = [AclBinding.from_obj(a) for a in result.get("acls") or ()]
+            bindings = await ctx.admin().describe_acls(AclFilter.from_obj(acl_filter))
         except Exception as exc:  # noqa: BLE001 - the request's answer
             code, message = _error(exc)
             return R(throttle_time_ms=0, error_code=code, error_message=message, resources=[])
@@ -112,19 +130,20 @@ async def handle_create_acls(ctx: KafkaContext, call: Call) -> Reply:
         for c in creations
     ]  # fmt: skip
 
+    parsed = _parse(AclBinding.from_obj, acls)
+
     async def answer() -> Reply:
         try:
-            result = await ctx.call("create_acls", {"acls": acls}) or {}
+            answered = iter(await ctx.admin().create_acls([b for b in parsed if isinstance(b, AclBinding)]))
         except Exception as exc:  # noqa: BLE001 - every creation's answer
             code, message = _error(exc)
             return R(throttle_time_ms=0, results=[R.AclCreationResult(error_code=code, error_message=message)
                                                   for _ in creations])
         out = []
-        for r in result.get("results") or ():
-            error = r.get("error") if isinstance(r, Mapping) else None
-            out.append(R.AclCreationResult(
-                error_code=errors.NONE if error is None else errors.kafka_error_code(error.get("code")),
-                error_message=None if error is None else error.get("message")))
+        for b in parsed:
+            error = next(answered) if isinstance(b, AclBinding) else b
+            out.append(R.AclCreationResult(error_code=_item_code(error),
+                                           error_message=None if error is None else error.message))
         return R(throttle_time_ms=0, results=out)
 
     return Later(answer)
@@ -134,23 +153,23 @@ async def handle_delete_acls(ctx: KafkaContext, call: Call) -> Reply:
     R = DeleteAclsResponse
     M = R.DeleteAclsFilterResult.DeleteAclsMatchingAcl
     filters = [_filter(f, call.version) for f in call.request.filters or []]
+    parsed = _parse(AclFilter.from_obj, filters)
 
     async def answer() -> Reply:
         try:
-            result = await ctx.call("delete_acls", {"filters": filters}) or {}
+            answered = iter(await ctx.admin().delete_acls([f for f in parsed if isinstance(f, AclFilter)]))
         except Exception as exc:  # noqa: BLE001 - every filter's answer
             code, message = _error(exc)
             return R(throttle_time_ms=0, filter_results=[
                 R.DeleteAclsFilterResult(error_code=code, error_message=message, matching_acls=[]) for _ in filters])
         out = []
-        for r in result.get("results") or ():
-            error = r.get("error")
-            if error is not None:
-                out.append(R.DeleteAclsFilterResult(error_code=errors.kafka_error_code(error.get("code")),
-                                                    error_message=error.get("message"), matching_acls=[]))
+        for f in parsed:
+            deleted = next(answered) if isinstance(f, AclFilter) else DeletedAcls(error=f)
+            if deleted.error is not None:
+                out.append(R.DeleteAclsFilterResult(error_code=_item_code(deleted.error),
+                                                    error_message=deleted.error.message, matching_acls=[]))
                 continue
-            matching = [M(error_code=errors.NONE, error_message=None, **_binding_codes(AclBinding.from_obj(a)))
-                        for a in r.get("acls") or ()]
+            matching = [M(error_code=errors.NONE, error_message=None, **_binding_codes(b)) for b in deleted.acls]
             out.append(R.DeleteAclsFilterResult(error_code=errors.NONE, error_message=None, matching_acls=matching))
         return R(throttle_time_ms=0, filter_results=out)
 
@@ -167,22 +186,20 @@ async def handle_describe_user_scram_credentials(ctx: KafkaContext, call: Call) 
 
     async def answer() -> Reply:
         try:
-            result = await ctx.call("describe_user_scram_credentials", {"users": names}) or {}
+            found = await ctx.admin().describe_scram_users(names)
         except Exception as exc:  # noqa: BLE001 - the request's answer
             code, message = _error(exc)
             return R(throttle_time_ms=0, error_code=code, error_message=message, results=[])
         out = []
-        for u in result.get("users") or ():
-            error = u.get("error")
-            if error is not None:
+        for u in found:
+            if u.error is not None:
                 out.append(R.DescribeUserScramCredentialsResult(
-                    user=u["user"], error_code=errors.kafka_error_code(error.get("code")),
-                    error_message=error.get("message"), credential_infos=[]))
+                    user=u.user, error_code=_item_code(u.error), error_message=u.error.message, credential_infos=[]))
                 continue
             infos = [R.DescribeUserScramCredentialsResult.CredentialInfo(
-                         mechanism=SCRAM_MECHANISM_CODES.get(c["mechanism"], 0), iterations=c["iterations"])
-                     for c in u.get("credentials") or ()]  # fmt: skip
-            out.append(R.DescribeUserScramCredentialsResult(user=u["user"], error_code=errors.NONE,
+                         mechanism=SCRAM_MECHANISM_CODES.get(c.mechanism, 0), iterations=c.iterations)
+                     for c in u.credentials]  # fmt: skip
+            out.append(R.DescribeUserScramCredentialsResult(user=u.user, error_code=errors.NONE,
                                                             error_message=None, credential_infos=infos))
         return R(throttle_time_ms=0, error_code=errors.NONE, error_message=None, results=out)
 
@@ -192,30 +209,25 @@ async def handle_describe_user_scram_credentials(ctx: KafkaContext, call: Call) 
 async def handle_alter_user_scram_credentials(ctx: KafkaContext, call: Call) -> Reply:
     R = AlterUserScramCredentialsResponse
     request = call.request
-    deletions = [{"name": d.name, "mechanism": _MECHANISM_OF_CODE.get(d.mechanism, f"UNKNOWN-{d.mechanism}")}
+    deletions = [ScramDeletion(d.name, _MECHANISM_OF_CODE.get(d.mechanism, f"UNKNOWN-{d.mechanism}"))
                  for d in request.deletions or []]
     upsertions = [
-        {"name": u.name, "mechanism": _MECHANISM_OF_CODE.get(u.mechanism, f"UNKNOWN-{u.mechanism}"),
-         "iterations": u.iterations, "salt": bytes(u.salt or b""), "salted_password": bytes(u.salted_password or b"")}
+        ScramUpsertion(u.name, _MECHANISM_OF_CODE.get(u.mechanism, f"UNKNOWN-{u.mechanism}"), u.iterations,
+                       bytes(u.salt or b""), bytes(u.salted_password or b""))
         for u in request.upsertions or []
     ]  # fmt: skip
-    users = list(dict.fromkeys([d["name"] for d in deletions] + [u["name"] for u in upsertions]))
+    users = list(dict.fromkeys([d.name for d in deletions] + [u.name for u in upsertions]))
 
     async def answer() -> Reply:
         try:
-            result = await ctx.call("alter_user_scram_credentials",
-                                    {"upsertions": upsertions, "deletions": deletions}) or {}
+            altered = await ctx.admin().alter_scram_users(upsertions, deletions)
         except Exception as exc:  # noqa: BLE001 - every user's answer
             code, message = _error(exc)
             return R(throttle_time_ms=0, results=[R.AlterUserScramCredentialsResult(
                 user=u, error_code=code, error_message=message) for u in users])
-        out = []
-        for r in result.get("results") or ():
-            error = r.get("error")
-            out.append(R.AlterUserScramCredentialsResult(
-                user=r["user"], error_code=errors.NONE if error is None else errors.kafka_error_code(error.get("code")),
-                error_message=None if error is None else error.get("message")))
-        return R(throttle_time_ms=0, results=out)
+        return R(throttle_time_ms=0, results=[R.AlterUserScramCredentialsResult(
+            user=r.user, error_code=_item_code(r.error), error_message=None if r.error is None else r.error.message)
+            for r in altered])  # fmt: skip
 
     return Later(answer)
 

@@ -2,8 +2,9 @@
 ConsumerGroupDescribe (69), versions 0-1 (what librdkafka 2.12+ and the Java client 4.x send;
 v1 adds the subscription regex and Describe's member type).
 
-Protocol translation only, wire -> port -> wire: each handler runs the native op of the same
-name (groupcoord/consumer_group_service.py) on the coordinator of `__consumer_offsets`, so a
+Protocol translation only, wire -> port -> wire: each handler calls the group port
+(groupcoord/port.py, behind the one ACL guard: `ctx.group_port()`; served by
+groupcoord/consumer_group_service.py) on the coordinator of `__consumer_offsets`, so a
 consumer-protocol group lives in the same coordinator, with the same offsets, as the classic
 groups (groups.py). Kafka names topics by id in these APIs; the port by name: ids are
 translated here with the node's image (an owned partition of a topic id the image does not
@@ -17,9 +18,11 @@ A heartbeat waits for its records' acks=all append, within the listener's reques
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Final
 
-from raftlog.base.errors import RaftlogError, error_from_wire
+from groupcoord.port import ConsumerHeartbeat, TopicPartitions
+from raftlog.base.errors import RaftlogError
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.context import Call, KafkaContext, Later, Reply
 from raftlog.node.kafka.metadata import ZERO_UUID, names_by_uuid, topic_uuid
@@ -47,41 +50,41 @@ async def handle_consumer_group_heartbeat(ctx: KafkaContext, call: Call) -> Repl
     names = names_by_uuid(ctx)
     owned = None
     if request.topic_partitions is not None:
-        owned = [{"topic": names[t.topic_id], "partitions": list(t.partitions or [])}
+        owned = [TopicPartitions(names[t.topic_id], list(t.partitions or []))
                  for t in request.topic_partitions if t.topic_id in names]
     client_id, client_host = _client(call)
-    fields: dict[str, Any] = {
-        "group_id": request.group_id,
-        "member_id": request.member_id or "",
-        "member_epoch": request.member_epoch,
-        "instance_id": request.instance_id,
-        "rack_id": request.rack_id,
-        "rebalance_timeout_ms": request.rebalance_timeout_ms,
-        "subscribed_topic_names": None if request.subscribed_topic_names is None else list(request.subscribed_topic_names),
-        "subscribed_topic_regex": request.subscribed_topic_regex if call.version >= 1 else None,
-        "server_assignor": request.server_assignor,
-        "topic_partitions": owned,
-        "client_id": client_id,
-        "client_host": client_host,
-        "timeout_ms": ctx.request_timeout_ms,
-    }
+    beat = ConsumerHeartbeat(
+        group_id=request.group_id,
+        member_id=request.member_id or "",
+        member_epoch=request.member_epoch,
+        instance_id=request.instance_id,
+        rack_id=request.rack_id,
+        rebalance_timeout_ms=request.rebalance_timeout_ms,
+        subscribed_topic_names=None if request.subscribed_topic_names is None else list(request.subscribed_topic_names),
+        subscribed_topic_regex=request.subscribed_topic_regex if call.version >= 1 else None,
+        server_assignor=request.server_assignor,
+        owned=owned,
+        client_id=client_id,
+        client_host=client_host,
+        timeout_ms=ctx.request_timeout_ms,
+    )
     R = ConsumerGroupHeartbeatResponse
 
     async def answer() -> Reply:
         try:
-            result = await ctx.call("consumer_group_heartbeat", fields) or {}
+            result = await ctx.group_port().consumer_group_heartbeat(beat)
         except RaftlogError as exc:
             code, message = errors.kafka_error(exc)
             return R(throttle_time_ms=0, error_code=code, error_message=message, member_id=None,
                      member_epoch=-1, heartbeat_interval_ms=0, assignment=None)
         assignment = None
-        if result.get("assignment") is not None:
+        if result.assignment is not None:
             ids = _topic_ids(ctx)
             assignment = R.Assignment(topic_partitions=[
-                R.Assignment.TopicPartitions(topic_id=ids.get(a["topic"], ZERO_UUID), partitions=a["partitions"])
-                for a in result["assignment"]])  # fmt: skip
-        return R(throttle_time_ms=0, error_code=errors.NONE, error_message=None, member_id=result["member_id"],
-                 member_epoch=result["member_epoch"], heartbeat_interval_ms=result["heartbeat_interval_ms"],
+                R.Assignment.TopicPartitions(topic_id=ids.get(a.topic, ZERO_UUID), partitions=list(a.partitions))
+                for a in result.assignment])  # fmt: skip
+        return R(throttle_time_ms=0, error_code=errors.NONE, error_message=None, member_id=result.member_id,
+                 member_epoch=result.member_epoch, heartbeat_interval_ms=result.heartbeat_interval_ms,
                  assignment=assignment)
 
     return Later(answer)
@@ -98,35 +101,33 @@ async def handle_consumer_group_describe(ctx: KafkaContext, call: Call) -> Reply
                  assignment_epoch=-1, assignor_name="", members=[],
                  authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
 
-    def assignment(rows: list[dict[str, Any]], topic_ids: dict[str, Any]) -> Any:
+    def assignment(rows: Sequence[TopicPartitions], topic_ids: dict[str, Any]) -> Any:
         return A(topic_partitions=[
-            A.TopicPartitions(topic_id=topic_ids.get(r["topic"], ZERO_UUID), topic_name=r["topic"],
-                              partitions=r["partitions"]) for r in rows])  # fmt: skip
+            A.TopicPartitions(topic_id=topic_ids.get(r.topic, ZERO_UUID), topic_name=r.topic,
+                              partitions=list(r.partitions)) for r in rows])  # fmt: skip
 
     try:
-        result = await ctx.call("consumer_group_describe", {"group_ids": ids}) or {}
+        described = await ctx.group_port().consumer_group_describe(ids)
     except RaftlogError as exc:
         code, message = errors.kafka_error(exc)
         return ConsumerGroupDescribeResponse(throttle_time_ms=0, groups=[failed(g, code, message) for g in ids])
     topic_ids = _topic_ids(ctx)
     out = []
-    for g in result.get("groups") or ():
-        if g.get("error") is not None:
-            err = error_from_wire(g["error"])
-            out.append(failed(g["group_id"], errors.kafka_error_code(err.code), err.message))
+    for g in described:
+        if g.error is not None:
+            out.append(failed(g.group_id, errors.kafka_error_code(g.error.code), g.error.message))
             continue
         out.append(D(
-            error_code=errors.NONE, error_message=None, group_id=g["group_id"], group_state=g["state"],
-            group_epoch=g["group_epoch"], assignment_epoch=g["assignment_epoch"], assignor_name=g["assignor"],
-            members=[M(member_id=m["member_id"], instance_id=m.get("instance_id"), rack_id=m.get("rack_id"),
-                       member_epoch=m["member_epoch"], client_id=m.get("client_id") or "",
-                       client_host=m.get("client_host") or "",
-                       subscribed_topic_names=m.get("subscribed_topic_names") or [],
-                       subscribed_topic_regex=m.get("subscribed_topic_regex"),
-                       assignment=assignment(m["assignment"], topic_ids),
-                       target_assignment=assignment(m["target_assignment"], topic_ids),
+            error_code=errors.NONE, error_message=None, group_id=g.group_id, group_state=g.state,
+            group_epoch=g.group_epoch, assignment_epoch=g.assignment_epoch, assignor_name=g.assignor,
+            members=[M(member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id,
+                       member_epoch=m.member_epoch, client_id=m.client_id, client_host=m.client_host,
+                       subscribed_topic_names=list(m.subscribed_topic_names),
+                       subscribed_topic_regex=m.subscribed_topic_regex,
+                       assignment=assignment(m.assignment, topic_ids),
+                       target_assignment=assignment(m.target_assignment, topic_ids),
                        member_type=CONSUMER_MEMBER_TYPE)
-                     for m in g.get("members") or ()],
+                     for m in g.members],
             authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
         ))  # fmt: skip
     return ConsumerGroupDescribeResponse(throttle_time_ms=0, groups=out)

@@ -5,8 +5,10 @@ Handlers are protocol translation only: wire decode -> the one ACL guard -> a po
 wire encode. The partition ops (produce, fetch, list offsets, epoch ends, delete records,
 producer ids, log dirs, producers) call the partition port (partition/port.py) through
 `ctx.port()`, which is that port behind the current connection's ACLs
-(raftlog/node/authorize.py `GuardedPartitions`); group and admin ops run the native client
-handler of the same op (`ctx.call(op, fields)`), behind the same guard's native policies.
+(raftlog/node/authorize.py `GuardedPartitions`); the classic group ops call the group port
+(groupcoord/port.py) through `ctx.group_port()`, behind the same guard
+(raftlog/node/guarded_groups.py `GuardedGroups`); the other admin ops still run the native
+client handler of the same op (`ctx.call(op, fields)`), behind the same guard's native policies.
 
 A handler returns one of:
 * a response message (kafka-python ApiMessage of the response class): encoded at the
@@ -38,12 +40,20 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import trio
 
 from metadata.authorizer import Authorizer
+from groupcoord.port import GroupPort
 from partition.port import PartitionPort
 from raftlog.base.acl import ANONYMOUS
-from raftlog.base.errors import ClusterAuthorizationFailedError, InvalidRequestError, NotLeaderError
+from raftlog.base.errors import (
+    ClusterAuthorizationFailedError,
+    InvalidRequestError,
+    NotCoordinatorError,
+    NotLeaderError,
+)
 from raftlog.base.protocol import Request
 from raftlog.node.auth import Session
 from raftlog.node.authorize import Access, Guard, GuardedPartitions
+from raftlog.node.guarded_groups import GuardedGroups
+from raftlog.node.guarded_metadata import GuardedMetadata
 from raftlog.node.kafka.fetch_sessions import FetchSessionCache
 from raftlog.node.quotas import QuotaManager
 from raftlog.node.kafka.wire import Chunk, Header
@@ -76,6 +86,7 @@ class KafkaContext:
     client_handlers: Mapping[str, NativeHandler]
     metadata: Any  # metadata.service.MetadataService: image, controller_id, kafka_address()
     replicas: PartitionPort | None  # the partition port (None on a controller-only node)
+    groups: GroupPort | None = None  # the group port (groupcoord/port.py; None on a controller-only node)
     auto_create_topics: bool = True
     default_partitions: int = 1
     default_replication_factor: int = 1
@@ -132,6 +143,19 @@ class KafkaContext:
         if self.replicas is None:
             raise NotLeaderError(f"node {self.node_id} is not a broker")
         return GuardedPartitions(self.replicas, self.access())
+
+    def admin(self) -> GuardedMetadata:
+        """The metadata port (metadata/port.py: ACLs, SCRAM users, elections, the quorum)
+        behind the current connection's ACLs."""
+        return GuardedMetadata(self.metadata, self.access())
+
+    def group_port(self) -> GuardedGroups:
+        """The group port behind the current connection's ACLs. Raises NotCoordinatorError
+        on a node without a group coordinator (a controller-only node): the client asks
+        FindCoordinator again."""
+        if self.groups is None:
+            raise NotCoordinatorError(f"node {self.node_id} has no group coordinator")
+        return GuardedGroups(self.groups, self.access())
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """ElectLeaders (43) on the Kafka listener: `kafka-leader-election --election-type preferred |
 unclean` and the admin clients' electLeaders (docs/operator-apis.md).
 
-PREFERRED runs the native admin op `elect_leaders` (forwarded to the active controller, which
+PREFERRED calls the metadata port's `elect_leaders` (metadata/port.py; forwarded to the active controller, which
 asks each partition's leader to hand leadership over to its preferred replica, the first of
 its replicas; metadata/election.py judges each partition): per partition NONE once the
 leader accepted, ELECTION_NOT_NEEDED when the preferred replica already leads,
@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from kafka.protocol.admin.topics import ElectLeadersResponse
 
-from raftlog.base.acl import CLUSTER_NAME, Operation, ResourceType
+from raftlog.base.errors import RaftlogError
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.context import Call, KafkaContext, Later, Reply
 
@@ -40,7 +40,7 @@ async def _unclean(ctx: KafkaContext, topic: str, partition: int) -> tuple[int, 
     if p.leader != -1:
         return ELECTION_NOT_NEEDED, f"{topic}-{partition} has a leader, broker {p.leader}"
     try:
-        await ctx.call("recover_partition", {"topic": topic, "partition": partition, "unclean": True})
+        await ctx.port().recover_partition(topic, partition, unclean=True)
         return errors.NONE, None
     except Exception as exc:  # noqa: BLE001 - this partition's answer
         return errors.kafka_error(exc)
@@ -59,8 +59,10 @@ async def handle_elect_leaders(ctx: KafkaContext, call: Call) -> Reply:
         return R(throttle_time_ms=0, error_code=code, replica_election_results=[])
 
     async def answer() -> Reply:
-        if not ctx.access().allowed(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
-            return whole(errors.CLUSTER_AUTHORIZATION_FAILED, "not authorized to elect leaders")
+        try:
+            ctx.admin().authorize_elections()  # the whole request first: a refused one learns nothing
+        except RaftlogError as exc:
+            return whole(*errors.kafka_error(exc))
         results: list[tuple[str, int, int, str | None]] = []
         if election_type == UNCLEAN:
             if items is None:
@@ -68,17 +70,13 @@ async def handle_elect_leaders(ctx: KafkaContext, call: Call) -> Reply:
             for topic, partition in items:
                 results.append((topic, partition, *await _unclean(ctx, topic, partition)))
         elif election_type == PREFERRED:
-            fields: dict[str, Any] = {}
-            if items is not None:
-                fields["partitions"] = [{"topic": t, "partition": p} for t, p in items]
             try:
-                native = await ctx.call("elect_leaders", fields) or {}
+                elected = await ctx.admin().elect_leaders(items)
             except Exception as exc:  # noqa: BLE001 - the whole request's answer
                 return whole(*errors.kafka_error(exc))
-            for item in native.get("results", []):
-                error = item.get("error") or {}
-                results.append((item["topic"], item["partition"], errors.kafka_error_code(error.get("code")),
-                                error.get("message")))
+            for r in elected:
+                results.append((r.topic, r.partition, errors.NONE if r.error is None else errors.kafka_error_code(r.error.code),
+                                None if r.error is None else r.error.message))
         else:
             return whole(errors.INVALID_REQUEST, f"election type {election_type} is not PREFERRED (0) or UNCLEAN (1)")
         by_topic: dict[str, list[Any]] = {}

@@ -2,10 +2,10 @@
 SyncGroup (14), OffsetCommit (8), OffsetFetch (9), DescribeGroups (15), ListGroups (16),
 DeleteGroups (42), OffsetDelete (47). The KIP-848 APIs are consumer_groups.py's.
 
-Protocol translation only: each handler runs the native op of the same name
-(groupcoord/service.py's client handlers: the same coordinator core, the same
-`__consumer_offsets`), so a Kafka consumer group and a raftlog group with the same id are one
-group. The coordinator never looks inside subscriptions and assignments; members of both
+Protocol translation only: each handler calls the group port (groupcoord/port.py, behind the
+one ACL guard: `ctx.group_port()`), as the native adapter (raftlog/node/native_groups.py) does:
+the same coordinator core, the same `__consumer_offsets`, so a Kafka consumer group and a
+raftlog group with the same id are one group. The coordinator never looks inside subscriptions and assignments; members of both
 protocols write Kafka's ConsumerProtocol bytes (raftlog/client/consumer_protocol.py).
 
 Where Kafka and the native protocol differ, the difference is settled here:
@@ -41,6 +41,7 @@ as the same member). The others answer at once.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any, Final
 
 from kafka.protocol.admin.groups import DeleteGroupsResponse, DescribeGroupsResponse, ListGroupsResponse
@@ -55,12 +56,23 @@ from kafka.protocol.consumer.group import (
 )
 from kafka.protocol.metadata.find_coordinator import FindCoordinatorResponse
 
+from groupcoord.port import (
+    CommitOffset,
+    CommittedOffset,
+    Heartbeat,
+    JoinGroup,
+    LeaveGroup,
+    LeavingMember,
+    OffsetCommit,
+    OffsetDelete,
+    OffsetFetch,
+    SyncGroup,
+)
 from raftlog.base.errors import (
     CoordinatorNotAvailableError,
     InvalidRequestError,
     MemberIdRequiredError,
     RaftlogError,
-    error_from_wire,
 )
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.context import Call, KafkaContext, Later, Reply
@@ -89,9 +101,9 @@ def _code(exc: BaseException) -> tuple[int, str]:
     return errors.kafka_error(exc)
 
 
-def _wire_code(error: Mapping[str, Any] | None) -> int:
-    """The Kafka code of a native per-item `error` map (None: no error)."""
-    return errors.NONE if error is None else errors.kafka_error_code(error.get("code"))
+def _item_code(error: RaftlogError | None) -> int:
+    """The Kafka code of a port answer's per-item error (None: no error)."""
+    return errors.NONE if error is None else errors.kafka_error_code(error.code)
 
 
 def _client(call: Call) -> tuple[str, str]:
@@ -123,18 +135,18 @@ async def handle_find_coordinator(ctx: KafkaContext, call: Call) -> Reply:
         """(error code, message, node id, host, port)."""
         try:
             if key_type == TRANSACTION_KEY_TYPE:
-                found = await ctx.call("find_txn_coordinator", {"transactional_id": key}) or {}
+                node_id = (await ctx.call("find_txn_coordinator", {"transactional_id": key}) or {})["node_id"]
             elif key_type == GROUP_KEY_TYPE:
-                found = await ctx.call("find_coordinator", {"group_id": key}) or {}
+                node_id = (await ctx.group_port().find_coordinator(key)).node_id
             else:
                 raise InvalidRequestError(f"coordinator key type {key_type}: groups (0) and transactions (1) are served")
-            address = ctx.metadata.kafka_address(found["node_id"])
+            address = ctx.metadata.kafka_address(node_id)
             if address is None:
-                raise CoordinatorNotAvailableError(f"broker {found['node_id']} has no Kafka listener")
+                raise CoordinatorNotAvailableError(f"broker {node_id} has no Kafka listener")
         except RaftlogError as exc:
             code, message = _code(exc)
             return code, message, -1, "", -1
-        return errors.NONE, None, found["node_id"], address[0], address[1]
+        return errors.NONE, None, node_id, address[0], address[1]
 
     async def answer() -> Reply:
         found = [(key, await one(key)) for key in keys]
@@ -159,20 +171,20 @@ async def handle_join_group(ctx: KafkaContext, call: Call) -> Reply:
     client_id, client_host = _client(call)
     session_timeout_ms = request.session_timeout_ms
     rebalance_timeout_ms = request.rebalance_timeout_ms if version >= 1 else session_timeout_ms
-    fields: dict[str, Any] = {
-        "group_id": request.group_id,
-        "member_id": request.member_id or "",
-        "group_instance_id": request.group_instance_id if version >= 5 else None,
-        "protocol_type": request.protocol_type,
-        "protocols": [{"name": p.name, "metadata": bytes(p.metadata or b"")} for p in request.protocols or []],
-        "session_timeout_ms": session_timeout_ms,
-        "rebalance_timeout_ms": rebalance_timeout_ms,
-        "client_id": client_id,
-        "client_host": client_host,
+    join = JoinGroup(
+        group_id=request.group_id,
+        member_id=request.member_id or "",
+        group_instance_id=request.group_instance_id if version >= 5 else None,
+        protocol_type=request.protocol_type,
+        protocols=[(p.name, bytes(p.metadata or b"")) for p in request.protocols or []],
+        session_timeout_ms=session_timeout_ms,
+        rebalance_timeout_ms=rebalance_timeout_ms,
+        client_id=client_id,
+        client_host=client_host,
         # The coordinator completes the join by the rebalance deadline (the first one delayed by
         # up to the whole rebalance timeout): wait a little longer, or the answer races the wait.
-        "timeout_ms": _wait_ms(ctx, rebalance_timeout_ms + JOIN_GRACE_MS),
-    }
+        timeout_ms=_wait_ms(ctx, rebalance_timeout_ms + JOIN_GRACE_MS),
+    )
     R = JoinGroupResponse
 
     def failed(code: int, member_id: str) -> Any:
@@ -182,25 +194,25 @@ async def handle_join_group(ctx: KafkaContext, call: Call) -> Reply:
 
     async def answer() -> Reply:
         try:
+            groups = ctx.group_port()
             try:
-                result = await ctx.call("join_group", fields) or {}
+                result = await groups.join_group(join)
             except MemberIdRequiredError as exc:
                 if version >= 4 or not exc.member_id:
                     raise
                 # Before KIP-394 a client never sees MEMBER_ID_REQUIRED: join with the id now.
-                result = await ctx.call("join_group", {**fields, "member_id": exc.member_id}) or {}
+                result = await groups.join_group(replace(join, member_id=exc.member_id))
         except MemberIdRequiredError as exc:
             return failed(errors.kafka_error_code(exc.code), exc.member_id or "")
         except RaftlogError as exc:
-            return failed(_code(exc)[0], fields["member_id"])
+            return failed(_code(exc)[0], join.member_id)
         return R(
-            throttle_time_ms=0, error_code=errors.NONE, generation_id=result["generation_id"],
-            protocol_type=result.get("protocol_type"), protocol_name=result.get("protocol_name") or "",
-            leader=result.get("leader") or "", skip_assignment=False, member_id=result["member_id"],
-            members=[R.JoinGroupResponseMember(member_id=m["member_id"],
-                                               group_instance_id=m.get("group_instance_id"),
-                                               metadata=m["metadata"])
-                     for m in result.get("members") or ()],
+            throttle_time_ms=0, error_code=errors.NONE, generation_id=result.generation_id,
+            protocol_type=result.protocol_type, protocol_name=result.protocol_name or "",
+            leader=result.leader, skip_assignment=False, member_id=result.member_id,
+            members=[R.JoinGroupResponseMember(member_id=m.member_id, group_instance_id=m.group_instance_id,
+                                               metadata=m.metadata)
+                     for m in result.members],
         )  # fmt: skip
 
     return Later(answer)
@@ -209,28 +221,27 @@ async def handle_join_group(ctx: KafkaContext, call: Call) -> Reply:
 async def handle_sync_group(ctx: KafkaContext, call: Call) -> Reply:
     request = call.request
     version = call.version
-    fields: dict[str, Any] = {
-        "group_id": request.group_id,
-        "member_id": request.member_id,
-        "generation_id": request.generation_id,
-        "group_instance_id": request.group_instance_id if version >= 3 else None,
-        "protocol_type": request.protocol_type if version >= 5 else None,
-        "protocol_name": request.protocol_name if version >= 5 else None,
+    sync = SyncGroup(
+        group_id=request.group_id,
+        member_id=request.member_id,
+        generation_id=request.generation_id,
+        group_instance_id=request.group_instance_id if version >= 3 else None,
+        protocol_type=request.protocol_type if version >= 5 else None,
+        protocol_name=request.protocol_name if version >= 5 else None,
         # Followers send an empty list; the coordinator only stores the leader's plan.
-        "assignments": [{"member_id": a.member_id, "assignment": bytes(a.assignment or b"")}
-                        for a in request.assignments or []],
-        "timeout_ms": _wait_ms(ctx),
-    }
+        assignments={a.member_id: bytes(a.assignment or b"") for a in request.assignments or []},
+        timeout_ms=_wait_ms(ctx),
+    )
     R = SyncGroupResponse
 
     async def answer() -> Reply:
         try:
-            result = await ctx.call("sync_group", fields) or {}
+            result = await ctx.group_port().sync_group(sync)
         except RaftlogError as exc:
             return R(throttle_time_ms=0, error_code=_code(exc)[0], protocol_type=None, protocol_name=None,
                      assignment=b"")
-        return R(throttle_time_ms=0, error_code=errors.NONE, protocol_type=result.get("protocol_type"),
-                 protocol_name=result.get("protocol_name"), assignment=result.get("assignment") or b"")
+        return R(throttle_time_ms=0, error_code=errors.NONE, protocol_type=result.protocol_type,
+                 protocol_name=result.protocol_name, assignment=result.assignment)
 
     return Later(answer)
 
@@ -240,13 +251,10 @@ async def handle_sync_group(ctx: KafkaContext, call: Call) -> Reply:
 
 async def handle_heartbeat(ctx: KafkaContext, call: Call) -> Reply:
     request = call.request
-    fields = {
-        "group_id": request.group_id, "member_id": request.member_id,
-        "generation_id": request.generation_id,
-        "group_instance_id": request.group_instance_id if call.version >= 3 else None,
-    }  # fmt: skip
+    beat = Heartbeat(group_id=request.group_id, member_id=request.member_id, generation_id=request.generation_id,
+                     group_instance_id=request.group_instance_id if call.version >= 3 else None)
     try:
-        await ctx.call("heartbeat", fields)
+        await ctx.group_port().heartbeat(beat)
     except RaftlogError as exc:
         return HeartbeatResponse(throttle_time_ms=0, error_code=_code(exc)[0])
     return HeartbeatResponse(throttle_time_ms=0, error_code=errors.NONE)
@@ -256,21 +264,18 @@ async def handle_leave_group(ctx: KafkaContext, call: Call) -> Reply:
     request = call.request
     R = LeaveGroupResponse
     if call.version >= 3:
-        members = [{"member_id": m.member_id or "", "group_instance_id": m.group_instance_id}
-                   for m in request.members or []]
+        members = [LeavingMember(m.member_id or "", m.group_instance_id) for m in request.members or []]
     else:
-        members = [{"member_id": request.member_id, "group_instance_id": None}]
+        members = [LeavingMember(request.member_id, None)]
     try:
-        result = await ctx.call("leave_group", {"group_id": request.group_id, "members": members}) or {}
+        answered = await ctx.group_port().leave_group(LeaveGroup(request.group_id, members))
     except RaftlogError as exc:
         return R(throttle_time_ms=0, error_code=_code(exc)[0], members=[])
-    answered = list(result.get("members") or ())
     if call.version < 3:
-        code = _wire_code(answered[0].get("error")) if answered else errors.NONE
+        code = _item_code(answered[0].error) if answered else errors.NONE
         return R(throttle_time_ms=0, error_code=code)
     return R(throttle_time_ms=0, error_code=errors.NONE, members=[
-        R.MemberResponse(member_id=m["member_id"], group_instance_id=m.get("group_instance_id"),
-                         error_code=_wire_code(m.get("error")))
+        R.MemberResponse(member_id=m.member_id, group_instance_id=m.group_instance_id, error_code=_item_code(m.error))
         for m in answered])  # fmt: skip
 
 
@@ -286,21 +291,19 @@ async def handle_offset_commit(ctx: KafkaContext, call: Call) -> Reply:
         indexes = []
         for p in t.partitions or []:
             epoch = p.committed_leader_epoch if version >= 6 else -1
-            offsets.append({
-                "topic": t.name, "partition": p.partition_index, "offset": p.committed_offset,
-                "leader_epoch": epoch if epoch is not None and epoch >= 0 else None,
-                "metadata": p.committed_metadata or "",
-            })  # fmt: skip
+            offsets.append(CommitOffset(t.name, p.partition_index, p.committed_offset,
+                                        epoch if epoch is not None and epoch >= 0 else None,
+                                        p.committed_metadata or ""))
             indexes.append(p.partition_index)
         order.append((t.name, indexes))
-    fields = {
-        "group_id": request.group_id,
-        "member_id": request.member_id or "",
-        "generation_id": request.generation_id_or_member_epoch,
-        "group_instance_id": request.group_instance_id if version >= 7 else None,
-        "offsets": offsets,
-        "timeout_ms": _wait_ms(ctx),
-    }
+    commit = OffsetCommit(
+        group_id=request.group_id,
+        member_id=request.member_id or "",
+        generation_id=request.generation_id_or_member_epoch,
+        group_instance_id=request.group_instance_id if version >= 7 else None,
+        offsets=offsets,
+        timeout_ms=_wait_ms(ctx),
+    )
     R = OffsetCommitResponse
     T = R.OffsetCommitResponseTopic
 
@@ -313,39 +316,36 @@ async def handle_offset_commit(ctx: KafkaContext, call: Call) -> Reply:
 
     async def answer() -> Reply:
         try:
-            result = await ctx.call("offset_commit", fields) or {}
+            result = await ctx.group_port().offset_commit(commit)
         except RaftlogError as exc:  # the whole commit refused: every partition says why
             return response({}, _code(exc)[0])
-        codes = {(r["topic"], r["partition"]): _wire_code(r.get("error")) for r in result.get("partitions") or ()}
-        return response(codes, errors.NONE)
+        return response({(r.topic, r.partition): _item_code(r.error) for r in result}, errors.NONE)
 
     return Later(answer)
 
 
 async def _fetch_offsets(ctx: KafkaContext, group_id: str,
                          topics: Iterable[tuple[str, Iterable[int]]] | None,
-                         member: tuple[str, int] = ("", -1)) -> dict[str, list[dict[str, Any]]]:
-    """{topic: [{partition, offset, leader_epoch, metadata}]} in request order (every
-    committed partition when `topics` is None). `member`: (member id, member epoch) of a
-    KIP-848 member (v9), checked by the coordinator. Raises the group's error."""
-    partitions = None if topics is None else [
-        {"topic": t, "partition": p} for t, parts in topics for p in parts]
-    result = await ctx.call("offset_fetch", {"group_id": group_id, "partitions": partitions,
-                                             "member_id": member[0], "member_epoch": member[1]}) or {}
-    out: dict[str, list[dict[str, Any]]] = {}
-    for r in result.get("partitions") or ():
-        out.setdefault(r["topic"], []).append(r)
+                         member: tuple[str, int] = ("", -1)) -> dict[str, list[CommittedOffset]]:
+    """{topic: [committed offset]} in request order (every committed partition when `topics`
+    is None). `member`: (member id, member epoch) of a KIP-848 member (v9), checked by the
+    coordinator. Raises the group's error."""
+    partitions = None if topics is None else [(t, p) for t, parts in topics for p in parts]
+    result = await ctx.group_port().offset_fetch(OffsetFetch(group_id, partitions, member[0], member[1]))
+    out: dict[str, list[CommittedOffset]] = {}
+    for r in result:
+        out.setdefault(r.topic, []).append(r)
     return out
 
 
-def _committed(cls: Any, r: Mapping[str, Any]) -> Any:
+def _committed(cls: Any, r: CommittedOffset) -> Any:
     """One OffsetFetch partition answer: the committed offset, or the partition's own error
     (TOPIC_AUTHORIZATION_FAILED for a topic the principal may not read) with no offset."""
-    if r.get("error") is not None:
-        return cls(partition_index=r["partition"], committed_offset=-1, committed_leader_epoch=-1,
-                   metadata="", error_code=_wire_code(r["error"]))
-    return cls(partition_index=r["partition"], committed_offset=r["offset"],
-               committed_leader_epoch=r["leader_epoch"], metadata=r["metadata"], error_code=errors.NONE)
+    if r.error is not None:
+        return cls(partition_index=r.partition, committed_offset=-1, committed_leader_epoch=-1,
+                   metadata="", error_code=_item_code(r.error))
+    return cls(partition_index=r.partition, committed_offset=r.offset,
+               committed_leader_epoch=r.leader_epoch, metadata=r.metadata, error_code=errors.NONE)
 
 
 async def handle_offset_fetch(ctx: KafkaContext, call: Call) -> Reply:
@@ -400,34 +400,33 @@ async def handle_describe_groups(ctx: KafkaContext, call: Call) -> Reply:
                  protocol_data="", members=[], authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
 
     try:
-        result = await ctx.call("describe_groups", {"group_ids": ids}) or {}
+        described = await ctx.group_port().describe_groups(ids)
     except RaftlogError as exc:  # the request as a whole (e.g. too many ids): each group says it
         code, message = _code(exc)
         return R(throttle_time_ms=0, groups=[failed(gid, code, message) for gid in ids])
     out = []
-    for g in result.get("groups") or ():
-        if g.get("error") is not None:
-            out.append(failed(g["group_id"], _wire_code(g["error"]), error_from_wire(g["error"]).message))
+    for g in described:
+        if g.error is not None:
+            out.append(failed(g.group_id, _item_code(g.error), g.error.message))
             continue
-        if g.get("type") == "consumer":  # Kafka 4: a KIP-848 group is not described here
+        if g.type == "consumer":  # Kafka 4: a KIP-848 group is not described here
             if call.version >= 6:
-                out.append(failed(g["group_id"], GROUP_ID_NOT_FOUND, f"group {g['group_id']!r} is not a classic group"))
+                out.append(failed(g.group_id, GROUP_ID_NOT_FOUND, f"group {g.group_id!r} is not a classic group"))
             else:
-                out.append(D(error_code=errors.NONE, error_message=None, group_id=g["group_id"], group_state="Dead",
+                out.append(D(error_code=errors.NONE, error_message=None, group_id=g.group_id, group_state="Dead",
                              protocol_type="", protocol_data="", members=[],
                              authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
             continue
-        if call.version >= 6 and g["state"] == "Dead":
-            out.append(failed(g["group_id"], GROUP_ID_NOT_FOUND, f"group {g['group_id']!r} does not exist"))
+        if call.version >= 6 and g.state == "Dead":
+            out.append(failed(g.group_id, GROUP_ID_NOT_FOUND, f"group {g.group_id!r} does not exist"))
             continue
         out.append(D(
-            error_code=errors.NONE, error_message=None, group_id=g["group_id"], group_state=g["state"],
-            protocol_type=g.get("protocol_type") or "", protocol_data=g.get("protocol") or "",
+            error_code=errors.NONE, error_message=None, group_id=g.group_id, group_state=g.state,
+            protocol_type=g.protocol_type, protocol_data=g.protocol,
             members=[D.DescribedGroupMember(
-                member_id=m["member_id"], group_instance_id=m.get("group_instance_id"),
-                client_id=m.get("client_id") or "", client_host=m.get("client_host") or "",
-                member_metadata=m.get("metadata") or b"", member_assignment=m.get("assignment") or b"")
-                for m in g.get("members") or ()],
+                member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
+                client_host=m.client_host, member_metadata=m.metadata, member_assignment=m.assignment)
+                for m in g.members],
             authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
         ))  # fmt: skip
     return R(throttle_time_ms=0, groups=out)
@@ -439,14 +438,12 @@ async def handle_list_groups(ctx: KafkaContext, call: Call) -> Reply:
     states = list(request.states_filter) if call.version >= 4 and request.states_filter else None
     types = [t.lower() for t in request.types_filter] if call.version >= 5 and request.types_filter else None
     try:
-        result = await ctx.call("list_groups", {"states": states}) or {}
+        listed = await ctx.group_port().list_groups(states)
     except RaftlogError as exc:
         return R(throttle_time_ms=0, error_code=_code(exc)[0], groups=[])
     return R(throttle_time_ms=0, error_code=errors.NONE, groups=[
-        R.ListedGroup(group_id=g["group_id"], protocol_type=g.get("protocol_type") or "",
-                      group_state=g.get("state") or "", group_type=g.get("type") or "classic")
-        for g in result.get("groups") or ()
-        if types is None or (g.get("type") or "classic") in types])  # fmt: skip
+        R.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state, group_type=g.type)
+        for g in listed if types is None or g.type in types])  # fmt: skip
 
 
 async def handle_delete_groups(ctx: KafkaContext, call: Call) -> Reply:
@@ -455,13 +452,12 @@ async def handle_delete_groups(ctx: KafkaContext, call: Call) -> Reply:
 
     async def answer() -> Reply:
         try:
-            result = await ctx.call("delete_groups", {"group_ids": ids, "timeout_ms": _wait_ms(ctx)}) or {}
+            deleted = await ctx.group_port().delete_groups(ids, _wait_ms(ctx))
         except RaftlogError as exc:
             code = _code(exc)[0]
             return R(throttle_time_ms=0, results=[R.DeletableGroupResult(group_id=g, error_code=code) for g in ids])
         return R(throttle_time_ms=0, results=[
-            R.DeletableGroupResult(group_id=g["group_id"], error_code=_wire_code(g.get("error")))
-            for g in result.get("groups") or ()])  # fmt: skip
+            R.DeletableGroupResult(group_id=g.group_id, error_code=_item_code(g.error)) for g in deleted])
 
     return Later(answer)
 
@@ -469,8 +465,7 @@ async def handle_delete_groups(ctx: KafkaContext, call: Call) -> Reply:
 async def handle_offset_delete(ctx: KafkaContext, call: Call) -> Reply:
     request = call.request
     order = [(t.name, [p.partition_index for p in t.partitions or []]) for t in request.topics or []]
-    fields = {"group_id": request.group_id, "timeout_ms": _wait_ms(ctx),
-              "partitions": [{"topic": name, "partition": p} for name, ps in order for p in ps]}
+    delete = OffsetDelete(request.group_id, [(name, p) for name, ps in order for p in ps], _wait_ms(ctx))
     R = OffsetDeleteResponse
     T = R.OffsetDeleteResponseTopic
 
@@ -483,11 +478,10 @@ async def handle_offset_delete(ctx: KafkaContext, call: Call) -> Reply:
 
     async def answer() -> Reply:
         try:
-            result = await ctx.call("offset_delete", fields) or {}
+            result = await ctx.group_port().offset_delete(delete)
         except RaftlogError as exc:  # the whole request refused (no such group, not coordinator)
             return response(_code(exc)[0], {})
-        return response(errors.NONE, {(r["topic"], r["partition"]): _wire_code(r.get("error"))
-                                      for r in result.get("partitions") or ()})
+        return response(errors.NONE, {(r.topic, r.partition): _item_code(r.error) for r in result})
 
     return Later(answer)
 

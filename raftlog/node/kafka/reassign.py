@@ -2,9 +2,10 @@
 ListPartitionReassignments (46), so `kafka-reassign-partitions --execute / --verify /
 --cancel` and the Java Admin's alterPartitionReassignments work (docs/reassignment.md).
 
-Both run the native admin ops of the same meaning (`alter_partition_reassignments`,
-`list_partition_reassignments`: forwarded to the active controller, guarded by the
-connection's principal: ALTER resp. DESCRIBE on the cluster, as Kafka's). Alter answers per
+Both call the metadata port (metadata/port.py `alter_reassignments`, `list_reassignments`:
+forwarded to the active controller) behind the one guard (`ctx.admin()`, the rules of the native
+ops `alter_partition_reassignments`, `list_partition_reassignments`: ALTER resp. DESCRIBE on
+the cluster, as Kafka's). Alter answers per
 partition (a null replica list cancels that partition's move); a whole-request failure (not
 authorized, no controller) is the top-level error. Versions: Alter 0-1 (v1's
 allow_replication_factor_change is accepted either way: a move may change the replication
@@ -39,19 +40,16 @@ async def handle_alter_partition_reassignments(ctx: KafkaContext, call: Call) ->
 
     async def answer() -> Reply:
         try:
-            native = await ctx.call("alter_partition_reassignments", {"partitions": [
-                {"topic": name, "partition": index, "replicas": replicas} for name, index, replicas in items]})
-            results = list((native or {}).get("results", []))
+            results = await ctx.admin().alter_reassignments(items)
         except Exception as exc:  # noqa: BLE001 - the whole request's answer
             code, message = errors.kafka_error(exc)
             return R(throttle_time_ms=0, allow_replication_factor_change=True, error_code=code,
                      error_message=message, responses=[])
         by_topic: dict[str, list[Any]] = {}
-        for (name, index, _), result in zip(items, results):
-            error = result.get("error") or {}
+        for (name, index, _), error in zip(items, results):
             by_topic.setdefault(name, []).append(Part(
-                partition_index=index, error_code=errors.kafka_error_code(error.get("code")),
-                error_message=error.get("message")))
+                partition_index=index, error_code=errors.NONE if error is None else errors.kafka_error_code(error.code),
+                error_message=None if error is None else error.message))
         return R(throttle_time_ms=0, allow_replication_factor_change=True, error_code=errors.NONE,
                  error_message=None,
                  responses=[Topic(name=name, partitions=parts) for name, parts in by_topic.items()])
@@ -64,22 +62,19 @@ async def handle_list_partition_reassignments(ctx: KafkaContext, call: Call) -> 
     Topic = R.OngoingTopicReassignment
     Part = Topic.OngoingPartitionReassignment
     request = call.request
-    fields: dict[str, Any] = {}
-    if request.topics is not None:
-        fields["partitions"] = [{"topic": t.name, "partition": i}
-                                for t in request.topics for i in t.partition_indexes]
+    wanted = None if request.topics is None else [(t.name, i) for t in request.topics for i in t.partition_indexes]
 
     async def answer() -> Reply:
         try:
-            native = await ctx.call("list_partition_reassignments", fields)
+            moves = await ctx.admin().list_reassignments(wanted)
         except Exception as exc:  # noqa: BLE001 - the whole request's answer
             code, message = errors.kafka_error(exc)
             return R(throttle_time_ms=0, error_code=code, error_message=message, topics=[])
         by_topic: dict[str, list[Any]] = {}
-        for move in (native or {}).get("reassignments", []):
-            by_topic.setdefault(move["topic"], []).append(Part(
-                partition_index=move["partition"], replicas=move["replicas"],
-                adding_replicas=move["adding_replicas"], removing_replicas=move["removing_replicas"]))
+        for move in moves:
+            by_topic.setdefault(move.topic, []).append(Part(
+                partition_index=move.partition, replicas=list(move.replicas),
+                adding_replicas=list(move.adding_replicas), removing_replicas=list(move.removing_replicas)))
         return R(throttle_time_ms=0, error_code=errors.NONE, error_message=None,
                  topics=[Topic(name=name, partitions=parts) for name, parts in by_topic.items()])
 

@@ -18,10 +18,12 @@ from typing import Any, Final, Protocol
 
 import trio
 
+from metadata.image import MetadataImage
 from raftlog.base.errors import (
     CoordinatorLoadInProgressError, CoordinatorNotAvailableError, InvalidRequestError, NotCoordinatorError,
     NotLeaderError, PeerUnavailableError, RaftlogError, error_from_wire,
 )
+from raftlog.base.peer import PeerPool
 from raftlog.base.protocol import Later, Request
 
 __all__ = ["BrokerPort", "NodeBroker", "PROXIED_OPS"]
@@ -75,7 +77,7 @@ class NodeBroker:
 
     name = "rest_proxy"
 
-    def __init__(self, node_id: int, cluster_id: str, image_of: Callable[[], Any], peers: Any) -> None:
+    def __init__(self, node_id: int, cluster_id: str, image_of: Callable[[], MetadataImage], peers: PeerPool) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
         self._image_of = image_of
@@ -90,7 +92,7 @@ class NodeBroker:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
 
-    def on_image(self, image: Any) -> None:
+    def on_image(self, image: MetadataImage) -> None:
         return None
 
     def health(self) -> dict[str, Any]:
@@ -101,7 +103,7 @@ class NodeBroker:
 
     # ------------------------------------------------------------------ BrokerPort
 
-    def image(self) -> Any:
+    def image(self) -> MetadataImage:
         return self._image_of()
 
     async def _local(self, op: str, fields: Mapping[str, Any], principal: str | None, host: str | None) -> Mapping[str, Any]:

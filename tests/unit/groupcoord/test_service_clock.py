@@ -25,6 +25,8 @@ from raftlog.base.errors import (
     UnknownMemberIdError,
 )
 from raftlog.base.protocol import Request
+from raftlog.node.authorize import Guard
+from raftlog.node.native_groups import group_handlers
 from raftlog.base.topics import (
     OFFSETS_TOPIC,
     OFFSETS_TOPIC_PARTITIONS,
@@ -146,12 +148,13 @@ class Client:
 
     def __init__(self, service: GroupCoordinatorService, name: str) -> None:
         self.service, self.name = service, name
+        self.handlers = group_handlers(service, Guard(None))  # the native adapter on the group port
         self.member_id = ""
         self.generation = -1
         self._ids = iter(range(1, 1_000_000))
 
     async def call(self, op: str, **fields: Any) -> dict[str, Any]:
-        return await self.service.client_handlers[op](Request(next(self._ids), op, {"group_id": GROUP, **fields}))
+        return await self.handlers[op](Request(next(self._ids), op, {"group_id": GROUP, **fields}))
 
     async def join(self, timeout_ms: int = 50_000) -> dict[str, Any]:
         fields = dict(protocol_type="consumer", protocols=[{"name": "range", "metadata": self.name.encode()}],

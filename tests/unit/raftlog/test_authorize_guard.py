@@ -1,10 +1,21 @@
-"""The listeners' one ACL guard checks every op before it runs: refused partitions are answered in place and never reach the partition port, denied produce on one topic leaves another allowed, listings hide what may not be described, ops without a policy fail closed."""
+"""The listeners' one ACL guard checks every op before it runs: refused partitions are answered in place and never reach the partition or group port, denied produce on one topic leaves another allowed, listings hide what may not be described, ops without a policy fail closed."""
 
 import pathlib
 from types import MappingProxyType
 
 import pytest
 
+from groupcoord.port import (
+    CommitOffset,
+    CommittedOffset,
+    DescribedGroup,
+    GroupListing,
+    JoinGroup,
+    OffsetCommit,
+    OffsetFetch,
+    PartitionOutcome,
+    ResetOffsets,
+)
 from metadata.authorizer import Authorizer
 from partition.port import (
     ClientInfo,
@@ -22,7 +33,8 @@ from raftlog.base.errors import (
     TopicAuthorizationFailedError,
 )
 from raftlog.base.protocol import Request
-from raftlog.node.authorize import POLICIES, Guard, GuardedPartitions, guard_handlers
+from raftlog.node.authorize import POLICIES, Guard, GuardedPartitions, PortRule, guard_handlers
+from raftlog.node.guarded_groups import GuardedGroups
 
 ALICE = "User:alice"
 
@@ -53,9 +65,9 @@ class Recorder:
             self.seen.append((request.op, dict(request.fields)))
             return {"groups": [{"group_id": g} for g in request.fields.get("group_ids", ["g1", "g2"])]}
 
-        ops = {op: plain for op in POLICIES}
+        ops = {op: plain for op, policy in POLICIES.items() if not isinstance(policy, PortRule)}
         ops.update({"produce": partitions, "fetch": partitions, "list_offsets": partitions,
-                    "offset_commit": partitions, "metadata": metadata, "brand_new_op": plain})
+                    "metadata": metadata, "brand_new_op": plain})
         return ops
 
 
@@ -154,7 +166,8 @@ async def test_whole_request_refusals_raise_the_right_class():
     with pytest.raises(TopicAuthorizationFailedError):
         await handlers["create_topic"](req("create_topic", name="t", partitions=1))
     with pytest.raises(GroupAuthorizationFailedError):
-        await handlers["join_group"](req("join_group", group_id="g"))
+        await group_port_for([acl("topic", "t", "describe")])[1].join_group(
+            JoinGroup("g", "", "consumer", [], 10_000, 10_000))
     with pytest.raises(ClusterAuthorizationFailedError):
         await handlers["create_acls"](req("create_acls", acls=[]))
     with pytest.raises(ClusterAuthorizationFailedError):
@@ -180,21 +193,71 @@ async def test_metadata_hides_topics_and_answers_named_ones():
     assert recorder.seen[-1][1]["topics"] == ["public"]
 
 
-async def test_groups_and_offsets():
-    acls = [acl("group", "g1", "read"), acl("topic", "t1", "read")]
-    recorder, handlers = guarded(acls)
-    committed = await handlers["offset_commit"](req("offset_commit", group_id="g1",
-                                                    offsets=[{"topic": "t1", "partition": 0, "offset": 5},
-                                                             {"topic": "t2", "partition": 0, "offset": 5}]))
-    codes = {p["topic"]: p.get("error", {}).get("code") for p in committed["partitions"]}
-    assert codes == {"t1": None, "t2": "TOPIC_AUTHORIZATION_FAILED"}
+class FakeGroupPort:
+    """A group port that records what reached it and answers every item as done."""
+
+    node_id = 1
+
+    def __init__(self):
+        self.seen = []
+
+    async def join_group(self, request):
+        self.seen.append(request)
+
+    async def offset_commit(self, request):
+        self.seen.append(request)
+        return [PartitionOutcome(c.topic, c.partition) for c in request.offsets]
+
+    async def offset_fetch(self, request):
+        self.seen.append(request)
+        return [CommittedOffset(t, p, 5) for t, p in request.partitions or [("t1", 0), ("t2", 0)]]
+
+    async def describe_groups(self, group_ids):
+        self.seen.append(list(group_ids))
+        return [DescribedGroup(g, "Stable") for g in group_ids]
+
+    async def list_groups(self, states=None):
+        return [GroupListing("g1", "consumer", "Stable"), GroupListing("g2", "consumer", "Stable")]
+
+    async def reset_offsets(self, request):
+        self.seen.append(request)
+
+
+def group_port_for(acls):
+    port = FakeGroupPort()
+    return port, GuardedGroups(port, Guard(lambda: Authorizer(acls)).access(ALICE, "10.0.0.1"))
+
+
+async def test_groups_and_offsets_are_checked_in_front_of_the_group_port():
+    port, groups = group_port_for([acl("group", "g1", "read"), acl("topic", "t1", "read")])
+    committed = await groups.offset_commit(OffsetCommit("g1", [CommitOffset("t1", 0, 5), CommitOffset("t2", 0, 5)]))
+    assert {c.topic: c.error and c.error.code for c in committed} == {"t1": None, "t2": "TOPIC_AUTHORIZATION_FAILED"}
+    assert [c.topic for c in port.seen[-1].offsets] == ["t1"]  # the refused partition never reached the port
     with pytest.raises(GroupAuthorizationFailedError):
-        await handlers["offset_commit"](req("offset_commit", group_id="g2", offsets=[]))
-    described = await handlers["describe_groups"](req("describe_groups", group_ids=["g1", "g2"]))
-    assert described["groups"][0] == {"group_id": "g1"}
-    assert described["groups"][1]["error"]["code"] == "GROUP_AUTHORIZATION_FAILED"
-    listed = await handlers["list_groups"](req("list_groups"))
-    assert listed["groups"] == [{"group_id": "g1"}]
+        await groups.offset_commit(OffsetCommit("g2", []))
+    with pytest.raises(TopicAuthorizationFailedError):  # reset: every topic or nothing
+        await groups.reset_offsets(ResetOffsets("g1", {("t1", 0): 1, ("t2", 0): 1}))
+    assert not isinstance(port.seen[-1], ResetOffsets)
+    with pytest.raises(GroupAuthorizationFailedError):  # fetch needs DESCRIBE on the group (READ implies it)
+        await groups.offset_fetch(OffsetFetch("g2", None))
+
+
+async def test_group_listings_and_describes_leave_out_or_refuse_in_place():
+    port, groups = group_port_for([acl("group", "g1", "describe"), acl("topic", "t1", "describe")])
+    described = await groups.describe_groups(["g1", "g2"])
+    assert described[0] == DescribedGroup("g1", "Stable") and port.seen[-1] == ["g1"]
+    assert described[1].error is not None and described[1].error.code == "GROUP_AUTHORIZATION_FAILED"
+    assert [g.group_id for g in await groups.list_groups()] == ["g1"]
+    every = await groups.offset_fetch(OffsetFetch("g1", None))
+    assert [c.topic for c in every] == ["t1"]  # the topics it may not describe are left out
+
+
+def test_an_op_guarded_at_its_port_needs_an_adapter_that_calls_the_guarded_port():
+    async def plain(request):
+        return {}
+
+    with pytest.raises(ValueError, match="guarded at its port"):
+        guard_handlers({"join_group": plain}, authorizer_of=lambda: Authorizer([]))
 
 
 async def test_idempotent_producers_need_cluster_idempotent_write_or_some_topic_write():
