@@ -88,6 +88,15 @@ def _parse_cleanup_policy(text: str) -> str:
     return name
 
 
+def _parse_timestamp_type(text: str) -> str:
+    text = text.strip()
+    if text == "LogAppendTime":
+        raise ValueError("LogAppendTime is not served: raftlog keeps each record's producer timestamp (CreateTime)")
+    if text != "CreateTime":
+        raise ValueError(f"{text!r} is not one of CreateTime, LogAppendTime")
+    return text
+
+
 def _long(name: str, default: int, lo: int, doc: str, *, hi: int = INT64_MAX, minus_one: bool = False) -> ConfigDef:
     return ConfigDef(name, "long", str(default), doc, _int_parser(lo, hi, minus_one), str)
 
@@ -123,6 +132,12 @@ TOPIC_CONFIGS: Mapping[str, ConfigDef] = MappingProxyType(
                 "max_message_bytes", "int", str(1024 * 1024 + 12),
                 "largest record batch a producer may append",
                 _int_parser(0, INT32_MAX), str,
+            ),
+            # Kafka Streams sets it on every internal topic (CreateTime, the one raftlog serves).
+            ConfigDef(
+                "message_timestamp_type", "enum", "CreateTime",
+                "the timestamp a record keeps: the producer's (CreateTime; LogAppendTime is not served)",
+                _parse_timestamp_type, str,
             ),
         )
     }
@@ -194,6 +209,7 @@ class TopicConfig:
     flush_policy: str
     flush_interval_ms: int
     max_message_bytes: int
+    message_timestamp_type: str
 
     @property
     def compact(self) -> bool:

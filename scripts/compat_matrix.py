@@ -31,6 +31,9 @@ CLIENTS = {
     "test_tools_topics": "kafka-topics",
     "test_tools_groups": "console tools, kafka-consumer-groups",
     "test_tools_operator": "operator tools",
+    "test_streams": "Kafka Streams",
+    "test_connect": "Kafka Connect (standalone)",
+    "test_spark_kafka": "Spark's Kafka connector (spark-sql-kafka-0-10)",
 }
 FEATURES = {
     "test_kafka_topics_create_describe_alter_delete": "--create / --describe / --alter / --list / --delete",
@@ -44,6 +47,10 @@ FEATURES = {
     "test_configs_quorum_log_dirs_features": "kafka-configs, kafka-metadata-quorum, kafka-log-dirs, kafka-features",
     "test_verifiable_producer_and_consumer": "kafka-verifiable-producer / -consumer",
     "test_leader_election": "kafka-leader-election",
+    "test_streams_word_count": "word count (repartition + changelog topics), processing.guarantee",
+    "test_connect_standalone_file_source_and_sink": "FileStream source -> topic -> FileStream sink",
+    "test_spark_kafka_batch_write_read_and_checkpointed_stream":
+        "format(\"kafka\"): batch write, batch read, streaming query resumed from its checkpoint",
 }
 
 

@@ -11,7 +11,8 @@ session fixtures finish last-in first-out); later modules borrow it. Session sta
 expensive part (5-7 s with the JVM options below), so there is exactly one per run.
 
 Settings: local[2] (the machine has 2 cores), UI off, C1-only JIT and the serial GC for a
-faster start, 2 shuffle partitions, the test's own Python for the workers.
+faster start, 2 shuffle partitions, the test's own Python for the workers, and Spark's own Kafka
+connector on spark.jars (`kafka_connector_jars`) where Maven can fetch it.
 
 A process has one SparkContext, so `session(master=...)` with another master (the standalone
 cluster of test_spark_standalone.py) stops the current session and starts one on that
@@ -55,11 +56,28 @@ def session(master: str = LOCAL, conf: dict[str, str] | None = None) -> Any:
             .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
             .config("spark.sql.shuffle.partitions", "2")
         )
+        jars = kafka_connector_jars()
+        if jars:
+            builder = builder.config("spark.jars", ",".join(map(str, jars)))
         for k, v in (conf or {}).items():
             builder = builder.config(k, v)
         _state["session"] = builder.getOrCreate()
         _state["master"] = master
     return _state["session"]
+
+
+def kafka_connector_jars() -> list[Any]:
+    """Spark's own Kafka connector (spark-sql-kafka-0-10, tests/reference/kafka_ref.py fetches it
+    with Maven, once) for every session, so that format("kafka") is there whichever Spark test
+    starts the session; none where it cannot be had (no Maven, JDK or Maven Central): the tests
+    that use it skip (tests/conformance/test_spark_kafka.py)."""
+    import kafka_ref  # tests/reference/, on sys.path (tests/conftest.py)
+
+    try:
+        return kafka_ref.spark_kafka_jars()
+    except (kafka_ref.ReferenceUnavailable, kafka_ref.ReferenceDownloadFailed) as e:
+        _state["kafka_connector_missing"] = str(e)
+        return []
 
 
 def _stop() -> None:

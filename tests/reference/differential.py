@@ -21,13 +21,20 @@ from kafka_ref import java_client_argv
 T = TypeVar("T")
 
 # The Java client side of the suite: one program, a subcommand per scenario, JSON out.
-JAVA_CLIENT = Path(__file__).resolve().parent.parent / "conformance" / "java" / "ConformanceClient.java"
+JAVA_SOURCES = Path(__file__).resolve().parent.parent / "conformance" / "java"
+JAVA_CLIENT = JAVA_SOURCES / "ConformanceClient.java"
 
 
 def java_client(*args: str, timeout_s: float = 240.0) -> Any:
     """Run one subcommand of ConformanceClient.java (compiled once); its JSON answer."""
-    done = subprocess.run(java_client_argv(JAVA_CLIENT, *args), capture_output=True, text=True, timeout=timeout_s)
-    assert done.returncode == 0, f"ConformanceClient {args[0]} failed ({done.returncode}): {done.stderr[-1500:]}"
+    return java_program(JAVA_CLIENT, *args, timeout_s=timeout_s)
+
+
+def java_program(source: Path, *args: str, timeout_s: float = 240.0) -> Any:
+    """Run the main class of one Java source of tests/conformance/java/ (compiled once) with
+    `args`; the JSON object its last line of stdout prints."""
+    done = subprocess.run(java_client_argv(source, *args), capture_output=True, text=True, timeout=timeout_s)
+    assert done.returncode == 0, f"{source.stem} {args[:1]} failed ({done.returncode}): {done.stderr[-1500:]}"
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

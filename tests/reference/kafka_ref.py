@@ -2,6 +2,7 @@
 real three-node KRaft cluster on loopback, and Kafka's own command-line tools as users type them.
 
     python tests/reference/kafka_ref.py fetch     # the jars, once (idempotent; scripts/test runs it)
+                                                  # (+ connect-file and Spark's Kafka connector)
     python tests/reference/kafka_ref.py up        # a 3-node Kafka until Ctrl-C (prints bootstrap)
 
 * Jars: `tests/reference/pom.xml` pins the release; `mvn dependency:copy-dependencies` copies
@@ -84,10 +85,15 @@ class ReferenceDownloadFailed(Exception):
     """Maven Central answered but the pinned Kafka could not be fetched: an error, not a skip."""
 
 
-def kafka_version() -> str:
-    match = re.search(r"<kafka\.version>([^<]+)</kafka\.version>", POM.read_text())
-    assert match is not None, f"{POM} names no kafka.version"
+def pom_property(name: str, pom: Path = POM) -> str:
+    """The value of <name> in the properties of `pom` (a version it pins)."""
+    match = re.search(rf"<{re.escape(name)}>([^<]+)</{re.escape(name)}>", pom.read_text())
+    assert match is not None, f"{pom} names no {name}"
     return match.group(1)
+
+
+def kafka_version() -> str:
+    return pom_property("kafka.version")
 
 
 def cache_dir() -> Path:
@@ -116,31 +122,60 @@ def ensure_jars(quiet: bool = True) -> Path:
     """The cache directory holding every jar of the pinned Kafka, downloading it once.
     Raises ReferenceUnavailable (no Maven/JDK, Maven Central unreachable) or
     ReferenceDownloadFailed (anything else that stopped the download)."""
-    target = cache_dir()
+    return maven_jars(POM, cache_dir(), f"Kafka {kafka_version()}", quiet=quiet)
+
+
+# connect-file 4.3.0's connectors call a class kafka-clients 4.4.0 moved: this puts it back
+# (ConnectStandalone's classpath).
+CONNECT_FILE_BRIDGE = HERE.parent / "conformance" / "java" / "AppInfoParser.java"
+
+
+def connect_file_plugin() -> Path:
+    """The directory of Kafka Connect's FileStream connectors (connect-file, pinned in
+    connect-file.pom.xml), for a worker's plugin.path; fetched once, like the Kafka jars.
+    A worker running them needs CONNECT_FILE_BRIDGE too (ConnectStandalone adds it)."""
+    pom = HERE / "connect-file.pom.xml"
+    version = pom_property("connect-file.version", pom)
+    return maven_jars(pom, ensure_jars() / "plugins" / f"connect-file-{version}", f"connect-file {version}")
+
+
+def spark_kafka_jars() -> list[Path]:
+    """The jars of Spark's Kafka connector (spark-sql-kafka-0-10, pinned in
+    spark-kafka.pom.xml) for spark.jars; fetched once into the cache root."""
+    pom = HERE / "spark-kafka.pom.xml"
+    version = pom_property("spark.version", pom)
+    java_bin()  # Maven and Spark both need the JDK: its absence is the skip reason
+    target = cache_dir().parent / f"spark-sql-kafka-{version}"
+    return sorted(maven_jars(pom, target, f"spark-sql-kafka-0-10 {version}").glob("*.jar"))
+
+
+def maven_jars(pom: Path, target: Path, what: str, quiet: bool = True) -> Path:
+    """`target`, holding the runtime jars of `pom`'s dependencies (`what` names them in errors),
+    copied by `mvn dependency:copy-dependencies` once: complete only once its `.complete` exists."""
     if (target / ".complete").exists():
         return target
     java_bin()
     mvn = shutil.which("mvn")
     if mvn is None:
-        raise ReferenceUnavailable("no Maven (mvn): the reference Kafka is fetched with it (Debian: maven)")
+        raise ReferenceUnavailable(f"no Maven (mvn): {what} is fetched with it (Debian: maven)")
     part = target.with_name(target.name + ".part")
     shutil.rmtree(part, ignore_errors=True)
     part.mkdir(parents=True)
-    cmd = [mvn, "-B", "-f", str(POM), "dependency:copy-dependencies", "-DincludeScope=runtime",
+    cmd = [mvn, "-B", "-f", str(pom), "dependency:copy-dependencies", "-DincludeScope=runtime",
            f"-DoutputDirectory={part}"] + (["-q"] if quiet else [])
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        raise ReferenceDownloadFailed(f"mvn did not fetch Kafka {kafka_version()} in {DOWNLOAD_TIMEOUT_S:.0f} s") from None
+        raise ReferenceDownloadFailed(f"mvn did not fetch {what} in {DOWNLOAD_TIMEOUT_S:.0f} s") from None
     if done.returncode != 0:
         text = done.stdout + done.stderr
         if any(marker in text for marker in _NO_NETWORK):
-            raise ReferenceUnavailable(f"Maven Central is not reachable: Kafka {kafka_version()} cannot be fetched")
+            raise ReferenceUnavailable(f"Maven Central is not reachable: {what} cannot be fetched")
         errors = [line for line in text.splitlines() if "ERROR" in line][:3]
-        raise ReferenceDownloadFailed(f"mvn could not fetch Kafka {kafka_version()}: {' | '.join(errors) or text[-600:]}")
+        raise ReferenceDownloadFailed(f"mvn could not fetch {what}: {' | '.join(errors) or text[-600:]}")
     shutil.rmtree(target, ignore_errors=True)
     part.rename(target)
-    (target / ".complete").write_text(kafka_version() + "\n")
+    (target / ".complete").write_text(what + "\n")
     return target
 
 
@@ -220,6 +255,34 @@ class KafkaProcess(NodeProcess):
         return java_argv("kafka.Kafka", str(self.config_path), heap_mb=self.heap_mb, log4j=log4j, jvm=SERVER_JVM)
 
 
+class ConnectStandalone(NodeProcess):
+    """Kafka Connect in standalone mode (connect-standalone: ConnectStandalone worker.properties
+    connector.properties...), one JVM stopped by its PID. `worker` is written to
+    `root`/worker.properties, each connector to `root`/<name>.properties."""
+
+    def __init__(self, root: Path, worker: dict[str, str], connectors: Sequence[dict[str, str]],
+                 heap_mb: int = 384):
+        root.mkdir(parents=True, exist_ok=True)
+        super().__init__(0, root / "worker.properties", root / "connect.log")
+        self.config_path.write_text(_properties_text(worker))
+        self.connector_paths = []
+        for c in connectors:
+            path = root / f"{c['name']}.properties"
+            path.write_text(_properties_text(c))
+            self.connector_paths.append(path)
+        self.heap_mb = heap_mb
+
+    def argv(self) -> list[str]:
+        log4j = _log4j(self.config_path.with_name("log4j2.properties"), level="INFO", target="SYSTEM_OUT")
+        return java_argv("org.apache.kafka.connect.cli.ConnectStandalone", str(self.config_path),
+                         *map(str, self.connector_paths), heap_mb=self.heap_mb, log4j=log4j, jvm=SERVER_JVM,
+                         extra_cp=[str(compiled(CONNECT_FILE_BRIDGE))])
+
+
+def _properties_text(props: dict[str, str]) -> str:
+    return "".join(f"{k}={v}\n" for k, v in props.items())
+
+
 def _cluster_uuid() -> str:
     """A cluster id as Kafka's Uuid.randomUuid makes one: 16 random bytes, URL-safe base64,
     never starting with "-" (kafka-storage's argument parser would take it for an option)."""
@@ -281,7 +344,7 @@ class KafkaCluster:
             "log.cleaner.threads": "1",
             **self.overrides,
         }
-        return "".join(f"{k}={v}\n" for k, v in props.items())
+        return _properties_text(props)
 
     def start(self, timeout_s: float = 180.0) -> None:
         """Format every node's storage, start every JVM, wait until every broker serves."""
@@ -372,6 +435,8 @@ def main(argv: Sequence[str]) -> int:
     command = argv[0] if argv else "fetch"
     try:
         jars = ensure_jars(quiet=True)
+        # Connect's FileStream connectors and Spark's Kafka connector: the conformance suite's too.
+        extras = [connect_file_plugin(), *spark_kafka_jars()] if command == "fetch" else []
     except ReferenceUnavailable as e:
         print(f"reference Kafka skipped: {e}", file=sys.stderr)
         return 0 if command == "fetch" else 1
@@ -379,7 +444,8 @@ def main(argv: Sequence[str]) -> int:
         print(f"reference Kafka: {e}", file=sys.stderr)
         return 1
     if command == "fetch":
-        print(f"Apache Kafka {kafka_version()}: {len(list(jars.glob('*.jar')))} jars in {jars}")
+        print(f"Apache Kafka {kafka_version()}: {len(list(jars.glob('*.jar')))} jars in {jars}; "
+              f"connect-file in {extras[0]}; Spark's Kafka connector in {extras[1].parent}")
         return 0
     if command == "up":
         import tempfile

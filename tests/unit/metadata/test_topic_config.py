@@ -33,6 +33,8 @@ VALID = [
     ("flush_interval_ms", "1", 1),
     ("max_message_bytes", "0", 0),
     ("max_message_bytes", " 1048588 ", 1048588),
+    ("message_timestamp_type", "CreateTime", "CreateTime"),
+    ("message.timestamp.type", "CreateTime", "CreateTime"),  # Kafka Streams' internal topics
 ]
 
 INVALID = [
@@ -52,6 +54,8 @@ INVALID = [
     ("flush_policy", "sometimes", "not one of"),
     ("flush_interval_ms", "0", "out of range"),
     ("max_message_bytes", "-1", "out of range"),
+    ("message_timestamp_type", "LogAppendTime", "LogAppendTime is not served"),
+    ("message_timestamp_type", "createtime", "not one of CreateTime, LogAppendTime"),
     ("min_insync_replicas", "2", "unknown topic config"),
     ("retention.msec", "1000", "unknown topic config"),
 ]
