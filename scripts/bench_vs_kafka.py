@@ -119,7 +119,12 @@ def child_e2e(bootstrap: str, topic: str, rate: int, seconds: float) -> dict:
             if due - now > 0.002:
                 p.poll(0)
                 time.sleep(0.001)
-        p.produce(topic, b"%019d" % time.time_ns() + pad)
+        while True:  # a full queue is back-pressure: wait for deliveries, as an application does
+            try:
+                p.produce(topic, b"%019d" % time.time_ns() + pad)
+                break
+            except BufferError:
+                p.poll(0.01)
         if i % 1000 == 0:
             p.poll(0)
     p.flush(60)

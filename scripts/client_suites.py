@@ -2,10 +2,12 @@
 
     scripts/client_suites franz-go      [--bootstrap HOST:PORT] [--run REGEX] [--json]
     scripts/client_suites kafka-python  [--bootstrap HOST:PORT] [-k EXPR] [--json]
+    scripts/client_suites librdkafka    [--bootstrap HOST:PORT] [--tests 0001,0002] [--json]
     scripts/client_suites all           (every suite above, one raftlog cluster)
 
-Without --bootstrap a three-node raftlog (the integration tests' harness, temp data dirs) is
-started for the run and stopped by PID at the end. Each suite's sources and tools are fetched
+Without --bootstrap a three-node raftlog (the integration tests' harness, temp data dirs;
+auto-created topics get 4 partitions and RF 3) is started for the run and stopped by PID at the
+end. Each suite's sources and tools are fetched
 into ~/.cache/raftlog/ (outside the repo) by its package manager, at a pinned version:
 * franz-go: the `pkg/kgo` tests of the module pinned in tests/go.mod (Go module proxy), their
   brokers named by KGO_SEEDS; tests/reference/franz.py names each test left out with its reason.
@@ -13,6 +15,13 @@ into ~/.cache/raftlog/ (outside the repo) by its package manager, at a pinned ve
   installed into its own virtualenv, run with KAFKA_URI naming one raftlog node and
   KAFKA_VERSION=4.0.0 (the protocol level the suite assumes); KAFKA_PYTHON_EXCLUDED names the
   tests left out with their reasons.
+* librdkafka: its `tests/` at LIBRDKAFKA_VERSION, the nearest to the librdkafka confluent-kafka
+  ships that a registry serves with its tests (inside the npm package of Confluent's JavaScript
+  client, LIBRDKAFKA_NPM), built with its own configure/make; the broker tests (`-L -Q -E`: no
+  local-only tests, quick mode, no socket-emulation tests) with test.conf naming the cluster,
+  BROKERS, and KAFKA_PATH a directory of `bin/kafka-*.sh` wrappers that run the reference Kafka's
+  tools (tests/reference/kafka_ref.py), so the tests that call kafka-topics.sh run too;
+  LIBRDKAFKA_EXCLUDED names the tests left out with their reasons (TESTS_SKIP).
 Prints one summary line per suite (passed / failed / skipped / excluded) and, with --json, the
 counts as one JSON object on the last line. A suite that cannot run here (no Go, no index) is
 one line saying why, and counts nothing.
@@ -23,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -41,6 +51,14 @@ from kafka_ref import ReferenceUnavailable  # noqa: E402
 CACHE = Path(os.environ.get("RAFTLOG_SUITES_CACHE") or Path.home() / ".cache" / "raftlog" / "suites")
 KAFKA_PYTHON_VERSION = "3.0.12"
 
+LIBRDKAFKA_VERSION = "2.15.1"
+LIBRDKAFKA_NPM = "@confluentinc/kafka-javascript@1.10.1"  # bundles librdkafka 2.15.1 with tests/
+# librdkafka's broker tests that are left out against raftlog, each with its reason.
+LIBRDKAFKA_EXCLUDED: dict[str, str] = {}
+# The cluster the suites run against when none is given: as the issue's runs had it.
+CLUSTER_SETTINGS = {"heartbeat_ms": 300, "session_timeout_ms": 2000, "default_partitions": 4,
+                    "default_replication_factor": 3}
+
 # kafka-python's integration tests that are left out against raftlog, each with its reason.
 KAFKA_PYTHON_EXCLUDED: dict[str, str] = {
     "test_sasl_integration.py": "starts its own SASL broker (the suite skips it with an external broker)",
@@ -58,7 +76,7 @@ def raftlog_cluster(bootstrap: str | None) -> Iterator[str]:
     from bench_kafka import load_harness
 
     with tempfile.TemporaryDirectory(prefix="client-suites-") as tmp:
-        with load_harness().NodeCluster(Path(tmp), size=3) as cluster:
+        with load_harness().NodeCluster(Path(tmp), size=3, settings=CLUSTER_SETTINGS) as cluster:
             cluster.start_all()
             cluster.wait_ready(timeout_s=90)
             yield cluster.kafka_bootstrap()
@@ -140,7 +158,101 @@ def run_kafka_python(bootstrap: str, args: argparse.Namespace) -> Counter:
     return counts
 
 
-SUITES = {"franz-go": run_franz_go, "kafka-python": run_kafka_python}
+def _librdkafka_tree() -> Path:
+    """librdkafka's source tree with its test-runner built (once)."""
+    base = CACHE / "librdkafka"
+    src = base / f"librdkafka-{LIBRDKAFKA_VERSION}"
+    if (src / "tests" / ".built").exists():
+        return src
+    base.mkdir(parents=True, exist_ok=True)
+    if not (src / "configure").exists():
+        subprocess.run(["npm", "pack", "-q", LIBRDKAFKA_NPM], cwd=base, check=True, timeout=600,
+                       stdout=subprocess.DEVNULL)
+        tgz = next(base.glob("*.tgz"))
+        with tarfile.open(tgz) as tar:
+            members = [m for m in tar.getmembers() if m.name.startswith("package/deps/librdkafka/")]
+            tar.extractall(base, members=members, filter="data")
+        (base / "package" / "deps" / "librdkafka").rename(src)
+    log = base / "build.log"
+    with log.open("w") as out:
+        for cmd in (["./configure", "--disable-gssapi", "--disable-curl", "--disable-zstd"],
+                    ["make", "-j2", "libs"], ["make", "-j2", "-C", "tests", "test-runner"]):
+            if subprocess.run(cmd, cwd=src, stdout=out, stderr=subprocess.STDOUT, timeout=3600).returncode:
+                raise RuntimeError(f"librdkafka: {' '.join(cmd)} failed; see {log}")
+    (src / "tests" / ".built").write_text(LIBRDKAFKA_VERSION + "\n")
+    return src
+
+
+def kafka_path() -> Path:
+    """A KAFKA_PATH for librdkafka's tests: bin/<tool>.sh runs the reference Kafka's tool."""
+    import shlex
+
+    import kafka_ref
+
+    root = CACHE / f"kafka-path-{kafka_ref.kafka_version()}"
+    bindir = root / "bin"
+    bindir.mkdir(parents=True, exist_ok=True)
+    jars = kafka_ref.ensure_jars()
+    log4j = kafka_ref._log4j(jars / "tools-log4j2.properties", level="WARN", target="SYSTEM_ERR")
+    for tool, main_class in kafka_ref.TOOL_CLASSES.items():
+        argv = kafka_ref.java_argv(main_class, heap_mb=kafka_ref.TOOL_HEAP_MB, log4j=log4j)
+        script = bindir / f"{tool}.sh"
+        script.write_text(f"#!/bin/sh\nexec {shlex.join(argv)} \"$@\"\n")
+        script.chmod(0o755)
+    return root
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_ROW = re.compile(r"^\|\s*(\d{4}_\S+)\s+\|\s+(PASSED|FAILED|SKIPPED)\s+\|")
+
+
+def librdkafka_results(report: Path, log: Path) -> dict[str, str]:
+    """Each test that ran -> PASSED / FAILED / SKIPPED: from test-runner's JSON report, or from
+    the summary table of its log when the report is missing or not valid JSON (a test's
+    message can hold a quote the runner does not escape)."""
+    try:
+        tests = json.loads(report.read_text(errors="replace"))["tests"]
+        return {name: t["state"] for name, t in tests.items() if t["state"] in ("PASSED", "FAILED", "SKIPPED")}
+    except (OSError, ValueError, KeyError):
+        rows = (_ROW.match(_ANSI.sub("", line)) for line in log.read_text(errors="replace").splitlines())
+        return {m.group(1): m.group(2) for m in rows if m}
+
+
+def run_librdkafka(bootstrap: str, args: argparse.Namespace) -> Counter:
+    src = _librdkafka_tree()
+    tests = src / "tests"
+    (tests / "test.conf").write_text(f"metadata.broker.list={bootstrap}\ntest.timeout.multiplier=3\n")
+    report = CACHE / "librdkafka-report.json"
+    report.unlink(missing_ok=True)
+    env = {**os.environ, "KAFKA_PATH": str(kafka_path()), "BROKERS": bootstrap, "TEST_KAFKA_VERSION": "4.0.0",
+           "TEST_REPORT": str(report), "RDKAFKA_GITVER": f"v{LIBRDKAFKA_VERSION}",
+           "LD_LIBRARY_PATH": f"{src / 'src'}:{src / 'src-cpp'}"}
+    if LIBRDKAFKA_EXCLUDED:
+        env["TESTS_SKIP"] = ",".join(sorted(LIBRDKAFKA_EXCLUDED))
+    if args.tests:
+        env["TESTS"] = args.tests
+    log = CACHE / "librdkafka.log"
+    with log.open("w") as out:
+        subprocess.run(["./test-runner", "-L", "-Q", "-E", "-p1"], cwd=tests, env=env, stdout=out,
+                       stderr=subprocess.STDOUT, timeout=3 * 3600)
+    counts: Counter = Counter()
+    failed = []
+    states = {"PASSED": "pass", "FAILED": "fail", "SKIPPED": "skip"}
+    for name, state in librdkafka_results(report, log).items():
+        counts[states[state]] += 1
+        if state == "FAILED":
+            failed.append(name)
+    print(f"librdkafka {LIBRDKAFKA_VERSION} tests/ (broker tests, -L -Q -E): {counts['pass']} passed, "
+          f"{counts['fail']} failed, {counts['skip']} skipped, {len(LIBRDKAFKA_EXCLUDED)} excluded", flush=True)
+    for name in failed:
+        print(f"  failed: {name}")
+    for name, reason in LIBRDKAFKA_EXCLUDED.items():
+        print(f"  excluded: {name}: {reason}")
+    print(f"  log: {log}")
+    return counts
+
+
+SUITES = {"franz-go": run_franz_go, "kafka-python": run_kafka_python, "librdkafka": run_librdkafka}
 
 
 def main() -> int:
@@ -149,6 +261,7 @@ def main() -> int:
     ap.add_argument("--bootstrap", help="a running raftlog's Kafka bootstrap (default: start a 3-node one)")
     ap.add_argument("--run", help="franz-go: only the tests matching this regex (go test -run)")
     ap.add_argument("-k", help="kafka-python: only the tests matching this expression (pytest -k)")
+    ap.add_argument("--tests", help="librdkafka: only these tests (TESTS=0001,0002)")
     ap.add_argument("--json", action="store_true", help="print the counts as JSON on the last line")
     args = ap.parse_args()
     names = list(SUITES) if args.suite == "all" else [args.suite]
