@@ -13,14 +13,20 @@ JVMs with -Xmx --kafka-heap-mb), every topic RF=3 with 6 partitions, acks=all. F
 * consume a --consume-mib topic of 100 B records from the beginning with confluent-kafka and
   with kafka-consumer-perf-test;
 * end-to-end latency (produce call to consume, one process, one clock) at a fixed
-  --e2e-rate records/s for --e2e-s seconds: p50, p99, p99.9.
+  --e2e-rate records/s for --e2e-s seconds, and at 50 % of that cluster's own maximum (its
+  confluent-kafka 100 B produce rate measured earlier in the same run): p50, p99, p99.9;
+* partition failover: SIGKILL a node (not the controller) that leads a partition, time until an
+  acks=all produce to that partition succeeds through a producer that was already connected;
+  the node is restarted and the cluster waited for;
+* controller failover: SIGKILL the metadata quorum's leader (kafka-metadata-quorum describe
+  --status names it), time until a CreateTopics sent to the survivors by a new client succeeds.
 Every figure is the median of --runs runs; the table gives raftlog's beside Kafka's and the
 ratio raftlog/Kafka (for times and latencies lower is better, for rates higher). Prints the
 load average: other work on the machine moves every figure. Every process, nodes, JVMs and
 clients, is stopped by its PID at the end, also on Ctrl-C or failure.
 
-Not measured here yet: latency at 50 % of each one's maximum, controller and partition
-failover after SIGKILL (scripts/bench failover measures raftlog's alone).
+The same client calls measure both (confluent-kafka's AdminClient and Producer), so each
+failover figure includes the client's metadata refresh, as a user's application sees it.
 """
 
 from __future__ import annotations
@@ -113,7 +119,12 @@ def child_e2e(bootstrap: str, topic: str, rate: int, seconds: float) -> dict:
             if due - now > 0.002:
                 p.poll(0)
                 time.sleep(0.001)
-        p.produce(topic, b"%019d" % time.time_ns() + pad)
+        while True:  # a full queue is back-pressure: wait for deliveries, as an application does
+            try:
+                p.produce(topic, b"%019d" % time.time_ns() + pad)
+                break
+            except BufferError:
+                p.poll(0.01)
         if i % 1000 == 0:
             p.poll(0)
     p.flush(60)
@@ -181,6 +192,103 @@ def kafka_child_self(*args: str, timeout_s: float) -> dict:
     return run_json([sys.executable, str(Path(__file__).resolve()), *args], timeout_s)
 
 
+# ------------------------------------------------------------------ failover
+
+
+class Nodes:
+    """One side's three node processes, by node id: SIGKILL and restart by PID."""
+
+    def __init__(self, processes: dict[int, Any], addresses: dict[int, str], wait_serving: Any):
+        self.processes = processes
+        self.addresses = addresses  # node id -> its Kafka listener
+        self._wait_serving = wait_serving  # (timeout_s) -> None, once every live node serves
+
+    def kill(self, node_id: int) -> None:
+        self.processes[node_id].kill()
+
+    def restart(self, node_id: int) -> None:
+        self.processes[node_id].start()
+        self._wait_serving(180)
+
+    def bootstrap_without(self, node_id: int) -> str:
+        return ",".join(a for n, a in sorted(self.addresses.items()) if n != node_id)
+
+
+def controller_and_leaders(bootstrap: str, topic: str) -> tuple[int, dict[int, int]]:
+    """The metadata quorum's leader (kafka-metadata-quorum describe --status: DescribeCluster
+    names a random broker as "controller" on a KRaft Kafka) and each partition's leader."""
+    from confluent_kafka.admin import AdminClient
+
+    done = kafka_ref.kafka_tool("kafka-metadata-quorum", "--bootstrap-server", bootstrap, "describe", "--status",
+                                timeout_s=120)
+    match = re.search(r"LeaderId:\s+(\d+)", done.stdout)
+    if done.returncode != 0 or match is None:
+        raise RuntimeError(f"kafka-metadata-quorum describe failed ({done.returncode}): {done.stderr[-800:]}")
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    md = admin.list_topics(topic, timeout=10).topics[topic]
+    return int(match.group(1)), {p: part.leader for p, part in md.partitions.items()}
+
+
+def poll_until(what: str, attempt: Any, timeout_s: float = 120.0) -> float:
+    """Call `attempt()` (True when it succeeded) until it does; seconds it took."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout_s:
+        if attempt():
+            return time.perf_counter() - t0
+    raise RuntimeError(f"{what}: not within {timeout_s:.0f} s")
+
+
+def partition_failover(bootstrap: str, nodes: Nodes, topic: str) -> float:
+    """SIGKILL a non-controller node leading a partition of `topic`; seconds until an acks=all
+    produce to that partition succeeds through a producer connected before the kill."""
+    from confluent_kafka import Producer
+
+    controller, leaders = controller_and_leaders(bootstrap, topic)
+    partition, victim = next((p, n) for p, n in sorted(leaders.items()) if n != controller)
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0, "log_level": 0,
+                  "message.timeout.ms": 5_000, "topic.metadata.refresh.interval.ms": 1_000})
+    acked: list[bool] = []
+
+    def produce_one() -> bool:
+        acked.clear()
+        p.produce(topic, b"failover", partition=partition,
+                  on_delivery=lambda err, _msg: acked.append(err is None))
+        p.flush(10)
+        return bool(acked) and acked[0]
+
+    if not produce_one():
+        raise RuntimeError(f"{topic}[{partition}]: produce failed before the kill")
+    nodes.kill(victim)
+    took = poll_until(f"produce to {topic}[{partition}] after killing node {victim}", produce_one)
+    p.flush(10)
+    nodes.restart(victim)
+    return took
+
+
+def controller_failover(bootstrap: str, nodes: Nodes, run: int, side: str) -> float:
+    """SIGKILL the active controller; seconds until CreateTopics through the survivors succeeds.
+    Each attempt is a new client with a 2 s request timeout (its own metadata: no client-side
+    cache of the dead controller is timed)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    controller, _ = controller_and_leaders(bootstrap, "vs-consume")
+    survivors = nodes.bootstrap_without(controller)
+    names = iter(f"vs-{side}-{run}-after-failover-{i}" for i in range(100_000))
+
+    def create() -> bool:
+        admin = AdminClient({"bootstrap.servers": survivors, "log_level": 0})
+        try:
+            name = next(names)
+            admin.create_topics([NewTopic(name, 1, 3)], request_timeout=2)[name].result(3)
+            return True
+        except Exception:  # noqa: BLE001 - no controller yet: try again
+            time.sleep(0.05)
+            return False
+
+    nodes.kill(controller)
+    return poll_until(f"CreateTopics after killing controller {controller}", create)
+
+
 # ------------------------------------------------------------------ one cluster
 
 
@@ -212,13 +320,17 @@ def workload(side: str, bootstrap: str, args: argparse.Namespace, run: int, out:
     r = consumer_perf_test(bootstrap, "vs-consume", args.consume_records)
     note("consume 100 B (kafka-consumer-perf-test) rec/s", r["records_per_s"])
     print(f"  {side:>7} run {run + 1} consumer-perf-test: {r['records_per_s']:>10,.0f} rec/s", flush=True)
-    topic = f"vs-{side}-{run}-e2e"
-    create_topic(bootstrap, topic)
-    r = e2e(bootstrap, topic, args.e2e_rate, args.e2e_s)
-    for q in ("p50", "p99", "p999"):
-        note(f"e2e latency {q.replace('p999', 'p99.9')} at {args.e2e_rate:,} rec/s (ms)", r[f"{q}_ms"])
-    print(f"  {side:>7} run {run + 1} e2e at {args.e2e_rate:,}/s: p50 {r['p50_ms']:.1f} p99 {r['p99_ms']:.1f} "
-          f"p99.9 {r['p999_ms']:.1f} ms ({r['records']} records; load {_load()})", flush=True)
+    # Latency at a fixed rate, then at half of this cluster's own maximum measured above.
+    half = int(out["produce 100 B (confluent-kafka) rec/s"][-1] / 2)
+    note("e2e rate at 50 % of max (rec/s)", half)
+    for rate, label in ((args.e2e_rate, f"{args.e2e_rate:,} rec/s"), (half, "50 % of max")):
+        topic = f"vs-{side}-{run}-e2e-{rate}"
+        create_topic(bootstrap, topic)
+        r = e2e(bootstrap, topic, rate, args.e2e_s)
+        for q in ("p50", "p99", "p999"):
+            note(f"e2e latency {q.replace('p999', 'p99.9')} at {label} (ms)", r[f"{q}_ms"])
+        print(f"  {side:>7} run {run + 1} e2e at {rate:,}/s: p50 {r['p50_ms']:.1f} p99 {r['p99_ms']:.1f} "
+              f"p99.9 {r['p999_ms']:.1f} ms ({r['records']} records; load {_load()})", flush=True)
 
 
 def measure(side: str, args: argparse.Namespace) -> dict[str, list[float]]:
@@ -237,7 +349,9 @@ def measure(side: str, args: argparse.Namespace) -> dict[str, list[float]]:
                     cluster.wait_ready(timeout_s=90)
                     pids = [p.pid for p in cluster.processes.values()]
                     out.setdefault("time to serving (s)", []).append(serving_s)
-                    run_cluster(side, bootstrap, pids, args, run, out)
+                    nodes = Nodes(cluster.processes, {n: cluster.kafka(n) for n in cluster.processes},
+                                  lambda timeout_s: cluster.wait_ready(timeout_s=timeout_s))
+                    run_cluster(side, bootstrap, pids, nodes, args, run, out)
                 finally:
                     stop()
             else:
@@ -249,13 +363,15 @@ def measure(side: str, args: argparse.Namespace) -> dict[str, list[float]]:
                     cluster.wait_serving(180)
                     out.setdefault("time to serving (s)", []).append(time.perf_counter() - t0)
                     pids = [p for p in cluster.pids().values() if p is not None]
-                    run_cluster(side, cluster.bootstrap, pids, args, run, out)
+                    nodes = Nodes(cluster.processes, {n: cluster.kafka(n) for n in cluster.processes},
+                                  cluster.wait_serving)
+                    run_cluster(side, cluster.bootstrap, pids, nodes, args, run, out)
                 finally:
                     cluster.stop()
     return out
 
 
-def run_cluster(side: str, bootstrap: str, pids: list[int], args: argparse.Namespace, run: int,
+def run_cluster(side: str, bootstrap: str, pids: list[int], nodes: Nodes, args: argparse.Namespace, run: int,
                 out: dict[str, list[float]]) -> None:
     print(f"{side} up: bootstrap {bootstrap}, node pids {pids}, load {_load()}", flush=True)
     create_topic(bootstrap, "vs-consume")
@@ -267,6 +383,12 @@ def run_cluster(side: str, bootstrap: str, pids: list[int], args: argparse.Names
     out.setdefault("idle node RSS (MiB)", []).append(idle["rss_mib"])
     out.setdefault("idle node CPU (% of a core)", []).append(idle["cpu_pct"])
     workload(side, bootstrap, args, run, out)
+    took = partition_failover(bootstrap, nodes, "vs-consume")
+    out.setdefault("partition failover after SIGKILL (s)", []).append(took)
+    print(f"  {side:>7} run {run + 1} partition failover: produce again after {took:.2f} s", flush=True)
+    took = controller_failover(bootstrap, nodes, run, side)
+    out.setdefault("controller failover after SIGKILL (s)", []).append(took)
+    print(f"  {side:>7} run {run + 1} controller failover: CreateTopics again after {took:.2f} s", flush=True)
 
 
 def main() -> int:

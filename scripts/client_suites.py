@@ -1,0 +1,283 @@
+"""The Kafka clients' own test suites against raftlog (issue 40): `scripts/client_suites SUITE`.
+
+    scripts/client_suites franz-go      [--bootstrap HOST:PORT] [--run REGEX] [--json]
+    scripts/client_suites kafka-python  [--bootstrap HOST:PORT] [-k EXPR] [--json]
+    scripts/client_suites librdkafka    [--bootstrap HOST:PORT] [--tests 0001,0002] [--json]
+    scripts/client_suites all           (every suite above, one raftlog cluster)
+
+Without --bootstrap a three-node raftlog (the integration tests' harness, temp data dirs;
+auto-created topics get 4 partitions and RF 3) is started for the run and stopped by PID at the
+end. Each suite's sources and tools are fetched
+into ~/.cache/raftlog/ (outside the repo) by its package manager, at a pinned version:
+* franz-go: the `pkg/kgo` tests of the module pinned in tests/go.mod (Go module proxy), their
+  brokers named by KGO_SEEDS; tests/reference/franz.py names each test left out with its reason.
+* kafka-python: the sdist of KAFKA_PYTHON_VERSION from PyPI (it carries `test/integration`),
+  installed into its own virtualenv, run with KAFKA_URI naming one raftlog node and
+  KAFKA_VERSION=4.0.0 (the protocol level the suite assumes); KAFKA_PYTHON_EXCLUDED names the
+  tests left out with their reasons.
+* librdkafka: its `tests/` at LIBRDKAFKA_VERSION, the nearest to the librdkafka confluent-kafka
+  ships that a registry serves with its tests (inside the npm package of Confluent's JavaScript
+  client, LIBRDKAFKA_NPM), built with its own configure/make; the broker tests (`-L -Q -E`: no
+  local-only tests, quick mode, no socket-emulation tests) with test.conf naming the cluster,
+  BROKERS, and KAFKA_PATH a directory of `bin/kafka-*.sh` wrappers that run the reference Kafka's
+  tools (tests/reference/kafka_ref.py), so the tests that call kafka-topics.sh run too;
+  LIBRDKAFKA_EXCLUDED names the tests left out with their reasons (TESTS_SKIP).
+Prints one summary line per suite (passed / failed / skipped / excluded) and, with --json, the
+counts as one JSON object on the last line. A suite that cannot run here (no Go, no index) is
+one line saying why, and counts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+import xml.etree.ElementTree as ET
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "reference"))
+import franz  # noqa: E402 - the reference harness lives with the tests
+from kafka_ref import ReferenceUnavailable  # noqa: E402
+
+CACHE = Path(os.environ.get("RAFTLOG_SUITES_CACHE") or Path.home() / ".cache" / "raftlog" / "suites")
+KAFKA_PYTHON_VERSION = "3.0.12"
+
+LIBRDKAFKA_VERSION = "2.15.1"
+LIBRDKAFKA_NPM = "@confluentinc/kafka-javascript@1.10.1"  # bundles librdkafka 2.15.1 with tests/
+# librdkafka's broker tests that are left out against raftlog, each with its reason.
+LIBRDKAFKA_EXCLUDED: dict[str, str] = {}
+# The cluster the suites run against when none is given: as the issue's runs had it.
+CLUSTER_SETTINGS = {"heartbeat_ms": 300, "session_timeout_ms": 2000, "default_partitions": 4,
+                    "default_replication_factor": 3}
+
+# kafka-python's integration tests that are left out against raftlog, each with its reason.
+KAFKA_PYTHON_EXCLUDED: dict[str, str] = {
+    "test_sasl_integration.py": "starts its own SASL broker (the suite skips it with an external broker)",
+    "test_ssl_integration.py": "starts its own TLS broker",
+}
+
+
+@contextmanager
+def raftlog_cluster(bootstrap: str | None) -> Iterator[str]:
+    """`bootstrap` if given, else a started three-node raftlog's Kafka bootstrap (stopped after)."""
+    if bootstrap:
+        yield bootstrap
+        return
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from bench_kafka import load_harness
+
+    with tempfile.TemporaryDirectory(prefix="client-suites-") as tmp:
+        with load_harness().NodeCluster(Path(tmp), size=3, settings=CLUSTER_SETTINGS) as cluster:
+            cluster.start_all()
+            cluster.wait_ready(timeout_s=90)
+            yield cluster.kafka_bootstrap()
+
+
+def run_franz_go(bootstrap: str, args: argparse.Namespace) -> Counter:
+    log = CACHE / "franz-go.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    result = franz.run_kgo_suite(bootstrap, run=args.run, log_path=log)
+    print(result.summary(), flush=True)
+    for name in result.failed:
+        print(f"  failed: {name}")
+    for name, reason in result.excluded.items():
+        print(f"  excluded: {name}: {reason}")
+    print(f"  log: {log}")
+    return result.counts
+
+
+def _kafka_python_tree() -> tuple[Path, Path]:
+    """kafka-python's unpacked sdist and a virtualenv with it and its test requirements."""
+    base = CACHE / f"kafka-python-{KAFKA_PYTHON_VERSION}"
+    src = base / f"kafka_python-{KAFKA_PYTHON_VERSION}"
+    venv = base / "venv"
+    if (base / ".complete").exists():
+        return src, venv
+    base.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
+                    f"kafka-python=={KAFKA_PYTHON_VERSION}", "-d", str(base)], check=True, timeout=600)
+    with tarfile.open(base / f"kafka_python-{KAFKA_PYTHON_VERSION}.tar.gz") as tar:
+        tar.extractall(base, filter="data")
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(src),
+                    "pytest", "pytest-mock", "pytest-timeout", "lz4", "python-snappy", "zstandard", "crc32c"],
+                   check=True, timeout=900)
+    (base / ".complete").write_text(KAFKA_PYTHON_VERSION + "\n")
+    return src, venv
+
+
+def junit_counts(path: Path) -> tuple[Counter, list[str]]:
+    """pass/fail/skip counts (errors count as failed) and the failed tests of a JUnit XML file."""
+    counts: Counter = Counter()
+    failed = []
+    for case in ET.parse(path).getroot().iter("testcase"):
+        name = f"{case.get('classname', '').rpartition('.')[2]}::{case.get('name')}"
+        if case.find("failure") is not None or case.find("error") is not None:
+            counts["fail"] += 1
+            failed.append(name)
+        elif case.find("skipped") is not None:
+            counts["skip"] += 1
+        else:
+            counts["pass"] += 1
+    return counts, failed
+
+
+def run_kafka_python(bootstrap: str, args: argparse.Namespace) -> Counter:
+    src, venv = _kafka_python_tree()
+    first = bootstrap.split(",")[0]
+    env = {**os.environ, "KAFKA_URI": f"kafka://{first}", "KAFKA_VERSION": "4.0.0"}
+    report = CACHE / "kafka-python.xml"
+    cmd = [str(venv / "bin" / "python"), "-m", "pytest", "test/integration", "-p", "no:cacheprovider", "-q",
+           "--timeout=120", f"--junitxml={report}"]
+    cmd += [f"--ignore=test/integration/{f}" for f in KAFKA_PYTHON_EXCLUDED if f.endswith(".py")]
+    deselect = [t for t in KAFKA_PYTHON_EXCLUDED if "::" in t]
+    cmd += [f"--deselect=test/integration/{t}" for t in deselect]
+    if args.k:
+        cmd += ["-k", args.k]
+    log = CACHE / "kafka-python.log"
+    with log.open("w") as out:
+        subprocess.run(cmd, cwd=src, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=3600)
+    counts, failed = junit_counts(report)
+    print(f"kafka-python {KAFKA_PYTHON_VERSION} test/integration (KAFKA_URI=kafka://{first}): "
+          f"{counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped, "
+          f"{len(KAFKA_PYTHON_EXCLUDED)} excluded", flush=True)
+    for name in failed:
+        print(f"  failed: {name}")
+    for name, reason in KAFKA_PYTHON_EXCLUDED.items():
+        print(f"  excluded: {name}: {reason}")
+    print(f"  log: {log}")
+    return counts
+
+
+def _librdkafka_tree() -> Path:
+    """librdkafka's source tree with its test-runner built (once)."""
+    base = CACHE / "librdkafka"
+    src = base / f"librdkafka-{LIBRDKAFKA_VERSION}"
+    if (src / "tests" / ".built").exists():
+        return src
+    base.mkdir(parents=True, exist_ok=True)
+    if not (src / "configure").exists():
+        subprocess.run(["npm", "pack", "-q", LIBRDKAFKA_NPM], cwd=base, check=True, timeout=600,
+                       stdout=subprocess.DEVNULL)
+        tgz = next(base.glob("*.tgz"))
+        with tarfile.open(tgz) as tar:
+            members = [m for m in tar.getmembers() if m.name.startswith("package/deps/librdkafka/")]
+            tar.extractall(base, members=members, filter="data")
+        (base / "package" / "deps" / "librdkafka").rename(src)
+    log = base / "build.log"
+    with log.open("w") as out:
+        for cmd in (["./configure", "--disable-gssapi", "--disable-curl", "--disable-zstd"],
+                    ["make", "-j2", "libs"], ["make", "-j2", "-C", "tests", "test-runner"]):
+            if subprocess.run(cmd, cwd=src, stdout=out, stderr=subprocess.STDOUT, timeout=3600).returncode:
+                raise RuntimeError(f"librdkafka: {' '.join(cmd)} failed; see {log}")
+    (src / "tests" / ".built").write_text(LIBRDKAFKA_VERSION + "\n")
+    return src
+
+
+def kafka_path() -> Path:
+    """A KAFKA_PATH for librdkafka's tests: bin/<tool>.sh runs the reference Kafka's tool."""
+    import shlex
+
+    import kafka_ref
+
+    root = CACHE / f"kafka-path-{kafka_ref.kafka_version()}"
+    bindir = root / "bin"
+    bindir.mkdir(parents=True, exist_ok=True)
+    jars = kafka_ref.ensure_jars()
+    log4j = kafka_ref._log4j(jars / "tools-log4j2.properties", level="WARN", target="SYSTEM_ERR")
+    for tool, main_class in kafka_ref.TOOL_CLASSES.items():
+        argv = kafka_ref.java_argv(main_class, heap_mb=kafka_ref.TOOL_HEAP_MB, log4j=log4j)
+        script = bindir / f"{tool}.sh"
+        script.write_text(f"#!/bin/sh\nexec {shlex.join(argv)} \"$@\"\n")
+        script.chmod(0o755)
+    return root
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_ROW = re.compile(r"^\|\s*(\d{4}_\S+)\s+\|\s+(PASSED|FAILED|SKIPPED)\s+\|")
+
+
+def librdkafka_results(report: Path, log: Path) -> dict[str, str]:
+    """Each test that ran -> PASSED / FAILED / SKIPPED: from test-runner's JSON report, or from
+    the summary table of its log when the report is missing or not valid JSON (a test's
+    message can hold a quote the runner does not escape)."""
+    try:
+        tests = json.loads(report.read_text(errors="replace"))["tests"]
+        return {name: t["state"] for name, t in tests.items() if t["state"] in ("PASSED", "FAILED", "SKIPPED")}
+    except (OSError, ValueError, KeyError):
+        rows = (_ROW.match(_ANSI.sub("", line)) for line in log.read_text(errors="replace").splitlines())
+        return {m.group(1): m.group(2) for m in rows if m}
+
+
+def run_librdkafka(bootstrap: str, args: argparse.Namespace) -> Counter:
+    src = _librdkafka_tree()
+    tests = src / "tests"
+    (tests / "test.conf").write_text(f"metadata.broker.list={bootstrap}\ntest.timeout.multiplier=3\n")
+    report = CACHE / "librdkafka-report.json"
+    report.unlink(missing_ok=True)
+    env = {**os.environ, "KAFKA_PATH": str(kafka_path()), "BROKERS": bootstrap, "TEST_KAFKA_VERSION": "4.0.0",
+           "TEST_REPORT": str(report), "RDKAFKA_GITVER": f"v{LIBRDKAFKA_VERSION}",
+           "LD_LIBRARY_PATH": f"{src / 'src'}:{src / 'src-cpp'}"}
+    if LIBRDKAFKA_EXCLUDED:
+        env["TESTS_SKIP"] = ",".join(sorted(LIBRDKAFKA_EXCLUDED))
+    if args.tests:
+        env["TESTS"] = args.tests
+    log = CACHE / "librdkafka.log"
+    with log.open("w") as out:
+        subprocess.run(["./test-runner", "-L", "-Q", "-E", "-p1"], cwd=tests, env=env, stdout=out,
+                       stderr=subprocess.STDOUT, timeout=3 * 3600)
+    counts: Counter = Counter()
+    failed = []
+    states = {"PASSED": "pass", "FAILED": "fail", "SKIPPED": "skip"}
+    for name, state in librdkafka_results(report, log).items():
+        counts[states[state]] += 1
+        if state == "FAILED":
+            failed.append(name)
+    print(f"librdkafka {LIBRDKAFKA_VERSION} tests/ (broker tests, -L -Q -E): {counts['pass']} passed, "
+          f"{counts['fail']} failed, {counts['skip']} skipped, {len(LIBRDKAFKA_EXCLUDED)} excluded", flush=True)
+    for name in failed:
+        print(f"  failed: {name}")
+    for name, reason in LIBRDKAFKA_EXCLUDED.items():
+        print(f"  excluded: {name}: {reason}")
+    print(f"  log: {log}")
+    return counts
+
+
+SUITES = {"franz-go": run_franz_go, "kafka-python": run_kafka_python, "librdkafka": run_librdkafka}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("suite", choices=[*SUITES, "all"])
+    ap.add_argument("--bootstrap", help="a running raftlog's Kafka bootstrap (default: start a 3-node one)")
+    ap.add_argument("--run", help="franz-go: only the tests matching this regex (go test -run)")
+    ap.add_argument("-k", help="kafka-python: only the tests matching this expression (pytest -k)")
+    ap.add_argument("--tests", help="librdkafka: only these tests (TESTS=0001,0002)")
+    ap.add_argument("--json", action="store_true", help="print the counts as JSON on the last line")
+    args = ap.parse_args()
+    names = list(SUITES) if args.suite == "all" else [args.suite]
+    totals: dict[str, dict[str, int]] = {}
+    with raftlog_cluster(args.bootstrap) as bootstrap:
+        for name in names:
+            try:
+                counts = SUITES[name](bootstrap, args)
+            except ReferenceUnavailable as e:
+                print(f"{name}: skipped: {e}", flush=True)
+                continue
+            totals[name] = {k: counts[k] for k in ("pass", "fail", "skip")}
+    if args.json:
+        print(json.dumps(totals, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
