@@ -70,7 +70,7 @@ from typing import Any, Final
 
 import trio
 
-from metadata import quota_ops, security_ops
+from metadata import features, quota_ops, security_ops
 from metadata.active_controller import (
     ADMIN_OPS,
     CONTROLLER_OPS,
@@ -180,6 +180,8 @@ class MetadataService:
             "cluster_status": self._client_cluster_status,
             "alter_client_quotas": self._client_admin,
             "describe_client_quotas": self._client_describe_quotas,
+            "update_features": self._client_admin,
+            "describe_features": self._client_describe_features,
         } | {op: self._client_admin for op in security_ops.ADMIN_SECURITY_OPS} | {
             op: self._client_security_describe for op in security_ops.DESCRIBE_SECURITY_OPS
         }
@@ -515,6 +517,9 @@ class MetadataService:
 
     async def _client_describe_quotas(self, request: Request) -> dict[str, Any]:
         return quota_ops.describe(self._loader.image, request.fields)
+
+    async def _client_describe_features(self, request: Request) -> dict[str, Any]:
+        return features.describe(self._loader.image) | {"epoch": self.applied_index}
 
     async def _client_security_describe(self, request: Request) -> dict[str, Any]:
         if request.op == "describe_acls" and not self.settings.authorizer_enabled:

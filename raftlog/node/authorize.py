@@ -443,6 +443,8 @@ POLICIES: Final[Mapping[str, Policy]] = {
     "list_transactions": _list_transactions,
     "alter_client_quotas": _resource(O.ALTER_CONFIGS, C),  # Kafka's AlterClientQuotas rule
     "describe_client_quotas": _resource(O.DESCRIBE_CONFIGS, C),
+    "update_features": _resource(O.ALTER, C),  # Kafka's UpdateFeatures rule
+    "describe_features": _resource(O.DESCRIBE, C),
 }
 
 
