@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Callable, Final, Mapping
 
+from metadata.topic_config import COMPRESSION_TYPES
 from raftlog.base.errors import InvalidConfigError, InvalidRequestError
 
 __all__ = [
@@ -54,7 +55,7 @@ class BrokerConfigDef:
 
     name: str
     attr: str
-    type: str  # "int" | "boolean"
+    type: str  # "int" | "boolean" | "string"
     doc: str
     parse: Callable[[str], object]
 
@@ -78,6 +79,13 @@ def _boolean(text: str) -> bool:
     return value == "true"
 
 
+def _compression_type(text: str) -> str:
+    value = text.strip().lower()
+    if value not in COMPRESSION_TYPES:
+        raise ValueError(f"{text!r} is not one of {', '.join(COMPRESSION_TYPES)}")
+    return value
+
+
 DYNAMIC_BROKER_CONFIGS: Final[Mapping[str, BrokerConfigDef]] = MappingProxyType({d.name: d for d in (
     BrokerConfigDef("num.partitions", "default_partitions", "int",
                     "partitions of a topic created without a count", _int(1)),
@@ -89,6 +97,8 @@ DYNAMIC_BROKER_CONFIGS: Final[Mapping[str, BrokerConfigDef]] = MappingProxyType(
                     "client connections this node accepts at once", _int(1)),
     BrokerConfigDef("max.connections.per.ip", "max_connections_per_ip", "int",
                     "client connections this node accepts at once from one address", _int(0)),
+    BrokerConfigDef("compression.type", "compression_type", "string",
+                    "the codec a leader stores produced batches in, for topics at producer", _compression_type),
 )})  # fmt: skip
 
 

@@ -52,7 +52,9 @@ INVALID = [
     ("flush_policy", "sometimes", "not one of"),
     ("flush_interval_ms", "0", "out of range"),
     ("max_message_bytes", "-1", "out of range"),
-    ("min_insync_replicas", "2", "unknown topic config"),
+    ("unclean_leader_election_enable", "true", "unknown topic config"),
+    ("compression_type", "brotli", "is not one of"),
+    ("min_insync_replicas", "0", "out of range"),
     ("retention.msec", "1000", "unknown topic config"),
 ]
 
