@@ -52,6 +52,8 @@ from raftlog.client.admin import (
     describe_users_op,
     describe_quotas_op,
     alter_quotas_op,
+    describe_features_op,
+    update_features_op,
     list_topics_op,
     upsert_user_op,
 )
@@ -546,6 +548,15 @@ class Admin(_AsyncClient):
                      timeout_ms: int | None = None) -> None:
         """Kafka's AlterClientQuotas for one entity ("user" and/or "client-id"; None: the default)."""
         await self._op(alter_quotas_op(entity, set_values, remove, validate_only), timeout_ms)
+
+    async def describe_features(self, *, timeout_ms: int | None = None) -> dict[str, Any]:
+        """Kafka's DescribeFeatures: {"supported": {feature: [min, max]}, "finalized": {feature: level}}."""
+        return await self._op(describe_features_op(), timeout_ms)
+
+    async def update_features(self, levels: dict[str, int], *, upgrade_type: int = 1, validate_only: bool = False,
+                        timeout_ms: int | None = None) -> None:
+        """Kafka's UpdateFeatures (upgrade_type 1 upgrade, 2 safe / 3 unsafe downgrade): all or none."""
+        await self._op(update_features_op(levels, upgrade_type, validate_only), timeout_ms)
 
     async def delete_user(self, user: str, *, timeout_ms: int | None = None) -> None:
         """Remove every SCRAM credential of `user`; raises ResourceNotFoundError if it has none."""

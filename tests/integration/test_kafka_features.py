@@ -2,17 +2,20 @@
 admin client: every broker's ApiVersions lists raftlog's supported features and finalized
 levels; an update is recorded in the metadata log and seen by every broker; a downgrade without
 a downgrade type, any metadata.version downgrade and a level raftlog does not support are
-refused with INVALID_UPDATE_VERSION and change nothing."""
+refused with INVALID_UPDATE_VERSION and change nothing; `raftlog features` does the same."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from kafka import KafkaAdminClient
 from kafka.errors import InvalidUpdateVersionError
 
 import node_harness as harness
+from raftlog.cli.main import main as cli
 
 FEATURES = {"metadata.version", "kraft.version", "transaction.version", "group.version",
             "eligible.leader.replicas.version", "share.version", "streams.version"}
@@ -66,3 +69,21 @@ def test_features_described_updated_and_refused(cluster: harness.NodeCluster) ->
         _wait_finalized(cluster, "group.version", (1, 1))
     finally:
         admin.close()
+
+
+def test_the_cli_describes_and_changes_features(cluster: harness.NodeCluster) -> None:
+    def run(*args: str, ok: bool = True) -> str:
+        result = CliRunner().invoke(cli, ["features", *args, "--bootstrap", cluster.client(1)])
+        assert (result.exit_code == 0) == ok, result.output
+        return result.output
+
+    described = json.loads(run("describe", "--json"))
+    assert described["supported"]["metadata.version"] == [7, 25] and described["finalized"]["group.version"] == 1
+    assert "group.version" in run("describe")
+    assert "valid" in run("downgrade", "--feature", "group.version=0", "--dry-run")
+    refused = run("downgrade", "--feature", "metadata.version=20", ok=False)
+    assert "downgrade" in refused
+    run("downgrade", "--feature", "transaction.version=0")
+    assert "transaction.version" not in json.loads(run("describe", "--json"))["finalized"]
+    run("upgrade", "--feature", "transaction.version=1")
+    assert json.loads(run("describe", "--json"))["finalized"]["transaction.version"] == 1
