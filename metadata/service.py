@@ -70,7 +70,7 @@ from typing import Any, Final
 
 import trio
 
-from metadata import features, quota_ops, security_ops
+from metadata import broker_config, features, quota_ops, security_ops
 from metadata.active_controller import (
     ADMIN_OPS,
     CONTROLLER_OPS,
@@ -182,6 +182,7 @@ class MetadataService:
             "describe_client_quotas": self._client_describe_quotas,
             "update_features": self._client_admin,
             "describe_features": self._client_describe_features,
+            "describe_broker_configs": self._client_describe_broker_configs,
         } | {op: self._client_admin for op in security_ops.ADMIN_SECURITY_OPS} | {
             op: self._client_security_describe for op in security_ops.DESCRIBE_SECURITY_OPS
         }
@@ -517,6 +518,9 @@ class MetadataService:
 
     async def _client_describe_quotas(self, request: Request) -> dict[str, Any]:
         return quota_ops.describe(self._loader.image, request.fields)
+
+    async def _client_describe_broker_configs(self, request: Request) -> dict[str, Any]:
+        return {"configs": broker_config.describe(self._loader.image.broker_configs)}
 
     async def _client_describe_features(self, request: Request) -> dict[str, Any]:
         return features.describe(self._loader.image) | {"epoch": self.applied_index}

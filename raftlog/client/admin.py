@@ -34,6 +34,7 @@ __all__ = [
     "AdminCore",
     "AdminOp",
     "describe_features_op",
+    "describe_broker_configs_op",
     "update_features_op",
     "create_topic_op",
     "create_partitions_op",
@@ -221,6 +222,12 @@ def describe_quotas_op(components: Iterable[dict[str, Any]] = (), strict: bool =
     0 exact / 1 default / 2 any, "match"}); every quota with none."""
     request = {"op": "describe_client_quotas", "components": list(components), "strict": strict}
     return AdminOp(request, lambda r: list(r.get("entries") or ()))
+
+
+def describe_broker_configs_op() -> AdminOp:
+    """-> [{"name", "type", "doc", "cluster": value or None, "brokers": {id: value}}]: each
+    dynamic broker config and what the metadata log sets for it (cluster-wide, per broker)."""
+    return AdminOp({"op": "describe_broker_configs"}, lambda r: list(r.get("configs") or ()))
 
 
 def describe_features_op() -> AdminOp:

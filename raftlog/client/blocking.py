@@ -49,6 +49,7 @@ from raftlog.client.admin import (
     describe_quotas_op,
     alter_quotas_op,
     describe_features_op,
+    describe_broker_configs_op,
     update_features_op,
     list_topics_op,
     upsert_user_op,
@@ -585,6 +586,10 @@ class Admin:
                      timeout_ms: int | None = None) -> None:
         """Kafka's AlterClientQuotas for one entity ("user" and/or "client-id"; None: the default)."""
         self._op(alter_quotas_op(entity, set_values, remove, validate_only), timeout_ms)
+
+    def describe_broker_configs(self, *, timeout_ms: int | None = None) -> list[dict[str, Any]]:
+        """The dynamic broker configs and their values in the metadata log (cluster-wide, per broker)."""
+        return self._op(describe_broker_configs_op(), timeout_ms)
 
     def describe_features(self, *, timeout_ms: int | None = None) -> dict[str, Any]:
         """Kafka's DescribeFeatures: {"supported": {feature: [min, max]}, "finalized": {feature: level}}."""

@@ -445,6 +445,7 @@ POLICIES: Final[Mapping[str, Policy]] = {
     "describe_client_quotas": _resource(O.DESCRIBE_CONFIGS, C),
     "update_features": _resource(O.ALTER, C),  # Kafka's UpdateFeatures rule
     "describe_features": _resource(O.DESCRIBE, C),
+    "describe_broker_configs": _resource(O.DESCRIBE_CONFIGS, C),  # Kafka's rule for broker configs
 }
 
 
