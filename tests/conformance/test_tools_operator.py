@@ -56,7 +56,12 @@ def test_configs_quorum_log_dirs_features(sides: Sides) -> None:
             (len(b["logDirs"]), sorted(p["partition"] for d in b["logDirs"] for p in d["partitions"]))
             for b in listing.get("brokers", [])))
         done = kafka_tool("kafka-features", "--bootstrap-server", bootstrap, "describe")
-        out["features"] = (done.returncode, sorted(line.split("\t")[0] for line in done.stdout.splitlines() if line))
+        # The feature names (the levels are each broker's own: docs/operator-apis.md "Features")
+        # and whether metadata.version is finalized.
+        listed = [line.split() for line in done.stdout.splitlines() if line.startswith("Feature:")]
+        out["features"] = (done.returncode, sorted(f[1] for f in listed),
+                           any(f[1] == "metadata.version" and "FinalizedVersionLevel:" in f and
+                               f[f.index("FinalizedVersionLevel:") + 1] != "0" for f in listed))
         return out
 
     assert_same(sides.run(scenario), "kafka-configs, kafka-metadata-quorum, kafka-log-dirs, kafka-features", known={
