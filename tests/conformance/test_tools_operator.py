@@ -64,9 +64,7 @@ def test_configs_quorum_log_dirs_features(sides: Sides) -> None:
                                f[f.index("FinalizedVersionLevel:") + 1] != "0" for f in listed))
         return out
 
-    assert_same(sides.run(scenario), "kafka-configs, kafka-metadata-quorum, kafka-log-dirs, kafka-features", known={
-        "configs_describe_broker": "broker configs listed without --all's full set (#41)",
-    })
+    assert_same(sides.run(scenario), "kafka-configs, kafka-metadata-quorum, kafka-log-dirs, kafka-features")
 
 
 def test_verifiable_producer_and_consumer(sides: Sides) -> None:
