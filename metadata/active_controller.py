@@ -41,7 +41,7 @@ from typing import Any, Final
 
 import trio
 
-from metadata import broker_config, election, quota_ops, security_ops
+from metadata import broker_config, election, features, quota_ops, security_ops
 from metadata.controller import MAX_LEADER_REPORTS, Controller, ControllerResult
 from metadata.balancer import DEFAULT_MAX_MOVES, DEFAULT_TOLERANCE
 from metadata.reassignment import ReassignmentItem
@@ -562,6 +562,13 @@ async def _alter_client_quotas(self: ActiveController, ctl: Controller, fields: 
     return {"results": results}
 
 
+async def _update_features(self: ActiveController, ctl: Controller, fields: Fields, deadline: float) -> dict:
+    records = features.plan_update(ctl.image, fields)
+    if records:
+        await self.propose(ctl.write_records(list(records), None), deadline)
+    return {}
+
+
 def partition_entries(topic: TopicImage) -> list[dict[str, Any]]:
     """A topic's partitions as the metadata and create_topic answers list them."""
     return [
@@ -606,6 +613,7 @@ _ADMIN_HANDLERS: Final[Mapping[str, _OpHandler]] = {
     "balance": ActiveController._balance,
     "recommission_broker": ActiveController._recommission_broker,
     "alter_client_quotas": _alter_client_quotas,
+    "update_features": _update_features,
 } | {op: _security_handler(op) for op in security_ops.ADMIN_SECURITY_OPS}
 
 ADMIN_OPS: Final = frozenset(_ADMIN_HANDLERS)

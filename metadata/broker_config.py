@@ -23,6 +23,7 @@ Public API:
     normalize_broker_configs(configs) -> dict[str, str]           raises InvalidRequestError / InvalidConfigError
     alter(current, set, delete) -> dict[str, str] | None          the resource's configs after (None: no change)
     effective(image_configs, broker_id) -> dict[name, (value, source)]
+    describe(image_configs) -> [{"name", "type", "doc", "cluster", "brokers"}]
 """
 
 from __future__ import annotations
@@ -32,11 +33,12 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Callable, Final, Mapping
 
+from metadata.topic_config import COMPRESSION_TYPES
 from raftlog.base.errors import InvalidConfigError, InvalidRequestError
 
 __all__ = [
     "BrokerConfigDef", "DYNAMIC_BROKER_CONFIGS", "CLUSTER_DEFAULT", "SOURCE_DYNAMIC_BROKER",
-    "SOURCE_DYNAMIC_DEFAULT_BROKER", "check_resource", "normalize_broker_configs", "alter", "effective",
+    "SOURCE_DYNAMIC_DEFAULT_BROKER", "check_resource", "normalize_broker_configs", "alter", "effective", "describe",
 ]
 
 CLUSTER_DEFAULT: Final = ""
@@ -54,7 +56,7 @@ class BrokerConfigDef:
 
     name: str
     attr: str
-    type: str  # "int" | "boolean"
+    type: str  # "int" | "boolean" | "string"
     doc: str
     parse: Callable[[str], object]
 
@@ -78,6 +80,13 @@ def _boolean(text: str) -> bool:
     return value == "true"
 
 
+def _compression_type(text: str) -> str:
+    value = text.strip().lower()
+    if value not in COMPRESSION_TYPES:
+        raise ValueError(f"{text!r} is not one of {', '.join(COMPRESSION_TYPES)}")
+    return value
+
+
 DYNAMIC_BROKER_CONFIGS: Final[Mapping[str, BrokerConfigDef]] = MappingProxyType({d.name: d for d in (
     BrokerConfigDef("num.partitions", "default_partitions", "int",
                     "partitions of a topic created without a count", _int(1)),
@@ -89,6 +98,8 @@ DYNAMIC_BROKER_CONFIGS: Final[Mapping[str, BrokerConfigDef]] = MappingProxyType(
                     "client connections this node accepts at once", _int(1)),
     BrokerConfigDef("max.connections.per.ip", "max_connections_per_ip", "int",
                     "client connections this node accepts at once from one address", _int(0)),
+    BrokerConfigDef("compression.type", "compression_type", "string",
+                    "the codec a leader stores produced batches in, for topics at producer", _compression_type),
 )})  # fmt: skip
 
 
@@ -144,6 +155,18 @@ def alter(current: Mapping[str, str], set: Mapping[str, str], delete: list[str] 
     after.update(normalized)
     after = dict(sorted(after.items()))
     return None if after == dict(current) else after
+
+
+def describe(broker_configs: Mapping[str, Mapping[str, str]]) -> list[dict[str, object]]:
+    """Every dynamic broker config with what the metadata log sets for it: {"name", "type",
+    "doc", "cluster": the cluster default or None, "brokers": {broker id: value}} (the
+    native `describe_broker_configs`; a node's static value is its own, listed by Kafka's
+    DescribeConfigs of that broker)."""
+    return [{"name": name, "type": d.type, "doc": d.doc,
+             "cluster": broker_configs.get(CLUSTER_DEFAULT, {}).get(name),
+             "brokers": {r: c[name] for r, c in sorted(broker_configs.items(), key=lambda rc: (len(rc[0]), rc[0]))
+                         if r != CLUSTER_DEFAULT and name in c}}
+            for name, d in DYNAMIC_BROKER_CONFIGS.items()]
 
 
 def effective(broker_configs: Mapping[str, Mapping[str, str]], broker_id: int) -> dict[str, tuple[object, int]]:

@@ -100,6 +100,7 @@ from metadata.records import (
     Acl,
     AddPartitions,
     BrokerConfig,
+    FeatureLevel,
     BrokerState,
     Config,
     Envelope,
@@ -165,6 +166,7 @@ class MetadataDelta:
         self._states: dict[int, str] | None = None
         self._quotas: dict[tuple[str | None, str | None], Mapping[str, float]] | None = None
         self._broker_configs: dict[str, Mapping[str, str]] | None = None
+        self._features: dict[str, int] | None = None
 
     # --- copy-on-write accessors ---
 
@@ -359,6 +361,11 @@ class MetadataDelta:
         else:
             self._broker_configs.pop(r.resource, None)
 
+    def _feature_level(self, r: FeatureLevel) -> None:
+        if self._features is None:
+            self._features = dict(self._image.features)
+        self._features[r.name] = r.level
+
     def _producer_id_block(self, r: ProducerIdBlock) -> None:
         if self._broker(r.broker_id) is None:
             raise BrokerIdNotRegisteredError(f"broker {r.broker_id} is not registered")
@@ -459,6 +466,7 @@ class MetadataDelta:
                 base.broker_configs if self._broker_configs is None
                 else MappingProxyType(dict(sorted(self._broker_configs.items())))
             ),
+            features=base.features if self._features is None else MappingProxyType(dict(sorted(self._features.items()))),
         )
 
 
@@ -475,6 +483,7 @@ _HANDLERS = {
     PartitionReassignment: MetadataDelta._partition_reassignment,
     Config: MetadataDelta._config,
     BrokerConfig: MetadataDelta._broker_config,
+    FeatureLevel: MetadataDelta._feature_level,
     ProducerIdBlock: MetadataDelta._producer_id_block,
     NoOp: MetadataDelta._no_op,
     Acl: MetadataDelta._acl,

@@ -21,7 +21,7 @@ Invariants:
   metadata service replays on the trio thread; loader.py).
 * `image_to_snapshot` is canonical CBOR, so equal images give equal bytes; `image_from_snapshot`
   checks all of the above and raises InvalidRecordError. The `acls` and `scram_credentials`
-  sections (and `broker_configs`) are written only when non-empty, so an image without them has the very bytes it
+  sections (and `broker_configs`, `features`) are written only when non-empty, so an image without them has the very bytes it
   had before they existed (and an older node still reads it).
 
 Public API:
@@ -51,6 +51,7 @@ from metadata.records import (
     VERSION,
     Acl,
     BrokerConfig,
+    FeatureLevel,
     BrokerState,
     ClientQuota,
     Partition,
@@ -180,6 +181,9 @@ class MetadataImage:
         default_factory=lambda: _EMPTY_MAP)
     # "" (cluster default) or a broker id -> Kafka broker config name -> value (broker_config.py)
     broker_configs: Mapping[str, Mapping[str, str]] = field(default_factory=lambda: _EMPTY_MAP)
+    # feature name -> finalized level set by UpdateFeatures (records.FeatureLevel); a feature
+    # absent is at its bootstrap level (metadata/features.py)
+    features: Mapping[str, int] = field(default_factory=lambda: _EMPTY_MAP)
 
     @classmethod
     def empty(cls) -> "MetadataImage":
@@ -353,6 +357,8 @@ def image_to_snapshot(image: MetadataImage) -> bytes:
     if image.broker_configs:
         obj["broker_configs"] = [record_to_obj(BrokerConfig(resource, dict(configs)))
                                  for resource, configs in sorted(image.broker_configs.items())]
+    if image.features:
+        obj["features"] = [record_to_obj(FeatureLevel(name, level)) for name, level in sorted(image.features.items())]
     return cbor2.dumps(obj, canonical=True)
 
 
@@ -371,7 +377,7 @@ def image_from_snapshot(data: bytes) -> MetadataImage:
     """Rebuild an image from `image_to_snapshot` bytes. Raises InvalidRecordError."""
     obj = loads_strict(data, "snapshot", MAX_SNAPSHOT_BYTES)
     expected = {"k", "v", "brokers", "topics", "next_producer_id", "controller_epoch", "recent_requests"}
-    optional = {"acls", "scram_credentials", "reassignments", "broker_states", "client_quotas", "broker_configs"}
+    optional = {"acls", "scram_credentials", "reassignments", "broker_states", "client_quotas", "broker_configs", "features"}
     _check(
         isinstance(obj, dict) and expected <= set(obj) <= expected | optional,
         "expected an image map with fields " + str(sorted(expected)) + " and optionally " + str(sorted(optional)),
@@ -451,6 +457,11 @@ def image_from_snapshot(data: bytes) -> MetadataImage:
                "broker config entry")
         broker_configs[record.resource] = MappingProxyType(dict(sorted(record.set.items())))
 
+    features: dict[str, int] = {}
+    for item in obj.get("features", []):
+        record = record_from_obj(item)
+        _check(isinstance(record, FeatureLevel) and record.name not in features, "feature level entry")
+        features[record.name] = record.level
     states: dict[int, str] = {}
     for item in obj.get("broker_states", []):
         record = record_from_obj(item)
@@ -478,4 +489,5 @@ def image_from_snapshot(data: bytes) -> MetadataImage:
         ),
         client_quotas=MappingProxyType(dict(sorted(quotas.items(), key=lambda kv: entity_order(kv[0])))),
         broker_configs=MappingProxyType(dict(sorted(broker_configs.items()))),
+        features=MappingProxyType(dict(sorted(features.items()))),
     )

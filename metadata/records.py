@@ -581,11 +581,25 @@ class ClientQuota(_Record):
         return self.user, self.client_id
 
 
+@dataclass(frozen=True)
+class FeatureLevel(_Record):
+    """The cluster's finalized level of one feature (Kafka's FeatureLevelRecord;
+    metadata/features.py decides which levels are valid)."""
+
+    KIND: ClassVar[str] = "feature_level"
+    name: str
+    level: int
+
+    def __post_init__(self) -> None:
+        _str(self.KIND, "name", self.name, 1, 64)
+        _int(self.KIND, "level", self.level, 0, 32767)
+
+
 Record = Union[
     RegisterBroker, FenceBroker, UnfenceBroker, Topic, RemoveTopic, Partition,
     PartitionChange, Config, ProducerIdBlock, NoOp,
     Acl, RemoveAcl, UserScramCredential, RemoveUserScramCredential, AddPartitions,
-    PartitionReassignment, BrokerState, ClientQuota, BrokerConfig,
+    PartitionReassignment, BrokerState, ClientQuota, BrokerConfig, FeatureLevel,
 ]
 
 RECORD_KINDS: Mapping[str, type] = MappingProxyType(
@@ -595,7 +609,7 @@ RECORD_KINDS: Mapping[str, type] = MappingProxyType(
             RegisterBroker, FenceBroker, UnfenceBroker, Topic, RemoveTopic, Partition,
             PartitionChange, Config, ProducerIdBlock, NoOp,
             Acl, RemoveAcl, UserScramCredential, RemoveUserScramCredential, AddPartitions,
-            PartitionReassignment, BrokerState, ClientQuota, BrokerConfig,
+            PartitionReassignment, BrokerState, ClientQuota, BrokerConfig, FeatureLevel,
         )
     }
 )

@@ -70,7 +70,7 @@ from typing import Any, Final
 
 import trio
 
-from metadata import quota_ops, security_ops
+from metadata import broker_config, features, quota_ops, security_ops
 from metadata.active_controller import (
     ADMIN_OPS,
     CONTROLLER_OPS,
@@ -183,6 +183,9 @@ class MetadataService:
             "cluster_status": self._client_cluster_status,
             "alter_client_quotas": self._client_admin,
             "describe_client_quotas": self._client_describe_quotas,
+            "update_features": self._client_admin,
+            "describe_features": self._client_describe_features,
+            "describe_broker_configs": self._client_describe_broker_configs,
         } | {op: self._client_admin for op in security_ops.ADMIN_SECURITY_OPS} | {
             op: self._client_security_describe for op in security_ops.DESCRIBE_SECURITY_OPS
         }
@@ -575,6 +578,11 @@ class MetadataService:
         }  # fmt: skip
         answer = await self._client_admin(Request(0, "alter_user_scram_credentials", fields))
         return [UserAltered(r["user"], _item_error(r)) for r in answer.get("results") or ()]
+    async def _client_describe_broker_configs(self, request: Request) -> dict[str, Any]:
+        return {"configs": broker_config.describe(self._loader.image.broker_configs)}
+
+    async def _client_describe_features(self, request: Request) -> dict[str, Any]:
+        return features.describe(self._loader.image) | {"epoch": self.applied_index}
 
     async def _client_security_describe(self, request: Request) -> dict[str, Any]:
         if request.op == "describe_acls" and not self.settings.authorizer_enabled:

@@ -95,6 +95,16 @@ def _parse_timestamp_type(text: str) -> str:
     if text != "CreateTime":
         raise ValueError(f"{text!r} is not one of CreateTime, LogAppendTime")
     return text
+COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
+
+
+def _parse_compression_type(text: str) -> str:
+    """Kafka's compression.type values; `none` is read as Kafka's `uncompressed`."""
+    value = text.strip().lower()
+    value = "uncompressed" if value == "none" else value
+    if value not in COMPRESSION_TYPES:
+        raise ValueError(f"{text!r} is not one of {', '.join(COMPRESSION_TYPES)}")
+    return value
 
 
 def _long(name: str, default: int, lo: int, doc: str, *, hi: int = INT64_MAX, minus_one: bool = False) -> ConfigDef:
@@ -138,6 +148,18 @@ TOPIC_CONFIGS: Mapping[str, ConfigDef] = MappingProxyType(
                 "message_timestamp_type", "enum", "CreateTime",
                 "the timestamp a record keeps: the producer's (CreateTime; LogAppendTime is not served)",
                 _parse_timestamp_type, str,
+            ConfigDef(
+                "compression_type", "enum", "producer",
+                "the codec batches are stored in: the producer's (producer), or the leader "
+                "recompresses each batch in another codec into this one (uncompressed, gzip, "
+                "snappy, lz4, zstd); producer follows the broker's compression.type",
+                _parse_compression_type, str,
+            ),
+            ConfigDef(
+                "min_insync_replicas", "int", "1",
+                "accepted for Kafka's tools; in raftlog acks=all always waits for a majority of "
+                "the partition's voters (Raft), whatever this says",
+                _int_parser(1, INT32_MAX), str,
             ),
         )
     }
@@ -210,6 +232,8 @@ class TopicConfig:
     flush_interval_ms: int
     max_message_bytes: int
     message_timestamp_type: str
+    compression_type: str
+    min_insync_replicas: int
 
     @property
     def compact(self) -> bool:

@@ -33,7 +33,7 @@ Concurrency: trio thread only; per-replica serialisation lives in partition/repl
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Final, Protocol
@@ -41,7 +41,7 @@ from typing import Final, Protocol
 import trio
 
 from metadata.image import MetadataImage
-from partition.batch import DEFAULT_MAX_DECOMPRESSED_BYTES, iter_headers
+from partition.batch import DEFAULT_MAX_DECOMPRESSED_BYTES, Compression, iter_headers
 from partition.errors import CorruptRecordError
 from partition.port import (
     EARLIEST_TIMESTAMP,
@@ -67,6 +67,7 @@ from partition.port import (
     ReplicaSize,
 )
 from partition.replica import AckWaiter, Replica
+from partition.recompress import recompress
 from partition.telemetry import TopicTraffic, batch_records, slice_records
 from partition.validator import validate_client_records
 from raftlog.base.errors import (
@@ -140,10 +141,23 @@ class _Appended:
         return self.results
 
 
+# compression.type -> the codec the leader stores batches in ("producer": the batch's own)
+_CODECS: Final = {"uncompressed": Compression.NONE, "gzip": Compression.GZIP, "snappy": Compression.SNAPPY,
+                  "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
+
+
+def _validated_in(check: Callable[[], bytes | bytearray], codec: Compression) -> bytes | bytearray:
+    """Validated records, then recompressed into `codec` where a batch is in another."""
+    return recompress(check(), codec, max_decompressed_bytes=VALIDATE_MAX_DECOMPRESSED_BYTES)
+
+
 class PartitionService:
     """See the module docstring. Implements partition.port.PartitionPort."""
 
     def __init__(self, host: ReplicaHost, metadata: BrokerDirectory) -> None:
+        # The broker's compression.type (Kafka's): a topic at `producer` follows it; set by the
+        # node from its config and the dynamic broker configs (raftlog/node/dynamic_config.py).
+        self.compression_type = "producer"
         self._host = host
         self._metadata = metadata
         self._validate_limiter = trio.CapacityLimiter(VALIDATE_THREADS)
@@ -222,8 +236,12 @@ class PartitionService:
         check = partial(validate_client_records, records,
                         max_message_bytes=replica.topic_config.max_message_bytes,
                         max_decompressed_bytes=VALIDATE_MAX_DECOMPRESSED_BYTES, topic=replica.topic)
+        codec = _CODECS.get(replica.topic_config.compression_type if replica.topic_config.compression_type
+                            != "producer" else self.compression_type)
+        if codec is not None:  # the topic's (else the broker's) compression.type: Kafka recompresses
+            check = partial(_validated_in, check, codec)
         try:
-            if not _any_compressed(records):
+            if codec is None and not _any_compressed(records):
                 return check()
             return await trio.to_thread.run_sync(check, limiter=self._validate_limiter)
         except RejectedError as exc:

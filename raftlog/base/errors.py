@@ -58,6 +58,7 @@ DESIGN §6), and every exception raised anywhere in raftlog derives from one of 
      │    ├── ConcurrentTransactionsError       CONCURRENT_TRANSACTIONS  (retriable: a step is in flight)
      │    ├── TransactionalIdNotFoundError      TRANSACTIONAL_ID_NOT_FOUND
      │    ├── GroupSubscribedToTopicError       GROUP_SUBSCRIBED_TO_TOPIC  (OffsetDelete of a live group's topic)
+     │    ├── InvalidUpdateVersionError         INVALID_UPDATE_VERSION  (UpdateFeatures: a level refused)
      │    ├── InvalidRecordStateError           INVALID_RECORD_STATE  (KIP-932: an ack for a record
      │    │                                     the member does not hold)
      │    ├── SaslAuthenticationFailedError     SASL_AUTHENTICATION_FAILED  (no principal: which
@@ -465,6 +466,13 @@ class GroupSubscribedToTopicError(RejectedError):
     """OffsetDelete for a topic the group's live members consume (Kafka's rule)."""
 
     code = "GROUP_SUBSCRIBED_TO_TOPIC"
+
+
+class InvalidUpdateVersionError(RejectedError):
+    """UpdateFeatures: a feature raftlog does not know, a level outside what it supports, or a
+    downgrade Kafka refuses (metadata/features.py); no level was changed."""
+
+    code = "INVALID_UPDATE_VERSION"
 
 
 class FencedInstanceIdError(RejectedError):

@@ -37,6 +37,7 @@ from raftlog.cli import partitions as _partitions
 from raftlog.cli import records as _records
 from raftlog.cli import transactions as _transactions
 from raftlog.cli import schemas as _schemas
+from raftlog.cli import features as _features
 from raftlog.cli import quotas as _quotas
 from raftlog.cli import users as _users
 from raftlog.base.errors import ClusterAuthorizationFailedError, RaftlogError, UnknownTopicOrPartitionError
@@ -538,4 +539,5 @@ main.add_command(_acls.acls)
 main.add_command(_users.users)
 main.add_command(_transactions.transactions)
 main.add_command(_quotas.quotas)
+main.add_command(_features.features)
 main.add_command(_schemas.schemas)

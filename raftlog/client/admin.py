@@ -33,6 +33,9 @@ from raftlog.client.request import (
 __all__ = [
     "AdminCore",
     "AdminOp",
+    "describe_features_op",
+    "describe_broker_configs_op",
+    "update_features_op",
     "create_topic_op",
     "create_partitions_op",
     "delete_topic_op",
@@ -219,6 +222,26 @@ def describe_quotas_op(components: Iterable[dict[str, Any]] = (), strict: bool =
     0 exact / 1 default / 2 any, "match"}); every quota with none."""
     request = {"op": "describe_client_quotas", "components": list(components), "strict": strict}
     return AdminOp(request, lambda r: list(r.get("entries") or ()))
+
+
+def describe_broker_configs_op() -> AdminOp:
+    """-> [{"name", "type", "doc", "cluster": value or None, "brokers": {id: value}}]: each
+    dynamic broker config and what the metadata log sets for it (cluster-wide, per broker)."""
+    return AdminOp({"op": "describe_broker_configs"}, lambda r: list(r.get("configs") or ()))
+
+
+def describe_features_op() -> AdminOp:
+    """-> {"supported": {feature: [min, max]}, "finalized": {feature: level}, "epoch"}: the
+    cluster's feature levels (Kafka's DescribeFeatures; level 0 features are not finalized)."""
+    return AdminOp({"op": "describe_features"}, dict)
+
+
+def update_features_op(levels: dict[str, int], upgrade_type: int = 1, validate_only: bool = False) -> AdminOp:
+    """-> None: set finalized feature levels (Kafka's UpdateFeatures; `upgrade_type` 1 upgrade,
+    2 safe downgrade, 3 unsafe downgrade); raises InvalidUpdateVersionError if one is refused
+    (then none changes)."""
+    updates = [{"feature": f, "level": int(lv), "upgrade_type": upgrade_type} for f, lv in levels.items()]
+    return AdminOp({"op": "update_features", "updates": updates, "validate_only": validate_only}, lambda r: None)
 
 
 def alter_quotas_op(entity: dict[str, str | None], set_values: dict[str, float],

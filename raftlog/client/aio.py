@@ -52,6 +52,9 @@ from raftlog.client.admin import (
     describe_users_op,
     describe_quotas_op,
     alter_quotas_op,
+    describe_features_op,
+    describe_broker_configs_op,
+    update_features_op,
     list_topics_op,
     upsert_user_op,
 )
@@ -546,6 +549,19 @@ class Admin(_AsyncClient):
                      timeout_ms: int | None = None) -> None:
         """Kafka's AlterClientQuotas for one entity ("user" and/or "client-id"; None: the default)."""
         await self._op(alter_quotas_op(entity, set_values, remove, validate_only), timeout_ms)
+
+    async def describe_broker_configs(self, *, timeout_ms: int | None = None) -> list[dict[str, Any]]:
+        """The dynamic broker configs and their values in the metadata log (cluster-wide, per broker)."""
+        return await self._op(describe_broker_configs_op(), timeout_ms)
+
+    async def describe_features(self, *, timeout_ms: int | None = None) -> dict[str, Any]:
+        """Kafka's DescribeFeatures: {"supported": {feature: [min, max]}, "finalized": {feature: level}}."""
+        return await self._op(describe_features_op(), timeout_ms)
+
+    async def update_features(self, levels: dict[str, int], *, upgrade_type: int = 1, validate_only: bool = False,
+                        timeout_ms: int | None = None) -> None:
+        """Kafka's UpdateFeatures (upgrade_type 1 upgrade, 2 safe / 3 unsafe downgrade): all or none."""
+        await self._op(update_features_op(levels, upgrade_type, validate_only), timeout_ms)
 
     async def delete_user(self, user: str, *, timeout_ms: int | None = None) -> None:
         """Remove every SCRAM credential of `user`; raises ResourceNotFoundError if it has none."""

@@ -157,6 +157,7 @@ def build_app(state: ConsoleState) -> Starlette:
         Route("/topics/{topic}/messages", views.messages),
         Route("/topics/{topic}/messages", views.produce, methods=["POST"]),
         Route("/topics/{topic}/records/{partition:int}/{offset:int}/{part}", views.record_part),
+        Route("/brokers/configs", views.broker_configs, methods=["GET", "POST"]),
         Route("/groups", views.groups),
         Route("/groups/{group}", views.group),
         Route("/live/groups/{group}", views.live_group),

@@ -12,6 +12,7 @@ Routes (app.py wires them):
     GET|POST /topics/{t}/delete              delete (typed confirmation)
     GET  /topics/{t}/messages                message browser; POST: produce a test message
     GET  /topics/{t}/records/{p}/{o}/{part}  a record's key or value, base64, as a download
+    GET  /brokers/configs   POST             dynamic broker configs (cluster-wide, per broker); alter one
     GET  /groups            GET /groups/{g}  consumer groups; one group's members, offsets, lag
     GET  /live/groups/{g}                    SSE: the group's lag every scrape interval
     POST /groups/{g}/reset                   reset offsets (dry run, then apply)
@@ -302,6 +303,28 @@ async def topic_configs(request: Request) -> Response:
     else:
         await run_blocking(request, lambda cs: cs.admin.alter_configs(name, {key: (values.get("value") or "").strip()}))
     return RedirectResponse(f"/topics/{urllib.parse.quote(name, safe='')}?{_q(altered=1)}", status_code=303)
+
+
+async def broker_configs(request: Request) -> Response:
+    """The dynamic broker configs (metadata/broker_config.py) with the cluster-wide value and each
+    broker's own; POST sets or deletes one for the cluster default or one broker."""
+    if request.method == "POST":
+        values = await form_of(request)
+        key = (values.get("key") or "").strip()
+        broker = (values.get("broker") or "").strip()
+        if not key:
+            raise BadInputError("key", "pick the config to change")
+        if broker and not broker.isdigit():
+            raise BadInputError("broker", f"a broker id or empty for the cluster default, got {broker[:20]!r}")
+        if values.get("action") == "reset":
+            change: tuple[dict[str, str], list[str]] = ({}, [key])
+        else:
+            change = ({key: (values.get("value") or "").strip()}, [])
+        await run_blocking(request, lambda cs: cs.admin.alter_broker_configs(broker, *change))
+        return RedirectResponse(f"/brokers/configs?{_q(altered=1)}", status_code=303)
+    configs = await run_blocking(request, lambda cs: cs.admin.describe_broker_configs())
+    return render(request, "broker_configs.html", configs=configs,
+                  altered=bool(request.query_params.get("altered")))
 
 
 async def topic_delete(request: Request) -> Response:

@@ -437,6 +437,9 @@ POLICIES: Final[Mapping[str, Policy | PortRule]] = {
     "list_transactions": _list_transactions,
     "alter_client_quotas": _resource(O.ALTER_CONFIGS, C),  # Kafka's AlterClientQuotas rule
     "describe_client_quotas": _resource(O.DESCRIBE_CONFIGS, C),
+    "update_features": _resource(O.ALTER, C),  # Kafka's UpdateFeatures rule
+    "describe_features": _resource(O.DESCRIBE, C),
+    "describe_broker_configs": _resource(O.DESCRIBE_CONFIGS, C),  # Kafka's rule for broker configs
 }
 
 

@@ -82,6 +82,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
+from metadata.topic_config import COMPRESSION_TYPES
 from raftlog.base.errors import ConfigError
 from raftlog.base.protocol import DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_BYTES_LIMIT, PEER_MAX_FRAME_BYTES
 
@@ -245,6 +246,9 @@ class NodeConfig:
     # Kafka's auto.create.topics.enable: a Kafka Metadata request naming an unknown topic
     # creates it with default_partitions / default_replication_factor.
     auto_create_topics: bool = True
+    # Kafka's broker compression.type: the codec the leader stores produced batches in when a
+    # topic's own compression.type is `producer` (producer: as the producer sent them).
+    compression_type: str = "producer"
     # The scrubber (partition/manager.py): re-read every sealed segment at this pace (0: off),
     # starting a pass at most every scrub_interval_ms.
     scrub_bytes_per_s: int = 4 << 20
@@ -573,6 +577,7 @@ _KEYS: Final[dict[str, _Key]] = {
     "default_partitions": _Key(_to_int, "default_partitions"),
     "default_replication_factor": _Key(_to_int, "default_replication_factor"),
     "auto_create_topics": _Key(_to_bool, "auto_create_topics"),
+    "compression_type": _Key(lambda v: _to_choice(v, COMPRESSION_TYPES), "compression_type"),
     "scrub_bytes_per_s": _Key(_to_int, "scrub_bytes_per_s"),
     "scrub_interval_ms": _Key(_to_int, "scrub_interval_ms"),
     "log_open_files_max": _Key(_to_int, "log_open_files_max"),

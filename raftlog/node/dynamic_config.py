@@ -6,7 +6,8 @@ whose `broker_configs` changed, `DynamicBrokerConfig.on_image` sets the effectiv
 dynamic setting on the objects that read it at request time: the Kafka listener's context
 (`auto_create_topics`, `default_partitions`, `default_replication_factor`) and the connection
 gate (`max_connections`, `max_connections_per_ip`; connections already open stay open, as in
-Kafka). A setting deleted everywhere goes back to the node's static value.
+Kafka) and the partition service (`compression_type`). A setting deleted everywhere goes
+back to the node's static value.
 
 Concurrency: trio thread only (a metadata subscriber).
 """

@@ -359,7 +359,7 @@ async def run_node(
             quotas=QuotaManager(),
         )  # fmt: skip
         # Dynamic broker configs (metadata log) over the static ones: now and on every change.
-        dynamic_config = DynamicBrokerConfig(config, [kafka_ctx, gate])
+        dynamic_config = DynamicBrokerConfig(config, [kafka_ctx, gate] + ([] if replicas is None else [replicas.port]))
         dynamic_config.on_image(metadata.image)
         metadata.subscribe(dynamic_config.on_image)
         ports["kafka"] = await nursery.start(partial(

@@ -2,9 +2,9 @@
 eight levels of user / client-id entities, defaults included), the rate it is measured against
 (a sampled window), and the throttle time of a request that takes the rate over its bound.
 No I/O and no clock: callers pass `now_ms`. The quotas come from the metadata image
-(`image.client_quotas`, from metadata/records.py ClientQuota records). What is not built yet (see
-docs/quotas-and-fetch-sessions.md): enforcement of consumer_byte_rate and request_percentage (producer_byte_rate is enforced:
-raftlog/node/kafka/listener.py).
+(`image.client_quotas`, from metadata/records.py ClientQuota records). The Kafka listener
+enforces all three (raftlog/node/kafka/listener.py; docs/quotas-and-fetch-sessions.md):
+Produce request bytes, Fetch record bytes (kafka/fetch.py) and each request's handler time.
 
 Quota types (Kafka's names): `producer_byte_rate` (bytes/s of Produce requests),
 `consumer_byte_rate` (bytes/s of Fetch responses), `request_percentage` (time handling the

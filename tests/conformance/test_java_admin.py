@@ -17,9 +17,8 @@ NOT_SERVED: dict[str, str] = {}  # describeClientQuotas: served since issue 41's
 # Divergences the suite found that are not fixed yet: reported as xfail with the reason while
 # they differ, a plain pass once they agree.
 DIVERGENCES = {
-    "describeConfigs_topic": "topic configs compression.type (and Kafka 4's cluster-wide min.insync.replicas) not listed",
-    "describeConfigs_broker": "broker configs log.retention.hours and message.max.bytes not listed (#41)",
-    "describeFeatures": "ApiVersions lists no finalized features (metadata.version): no KRaft feature levels (#41)",
+    "describeConfigs_topic": "min.insync.replicas: Kafka 4 bootstraps a cluster-wide dynamic value (source "
+                             "DYNAMIC_DEFAULT_BROKER_CONFIG); raftlog's is its default (DEFAULT_CONFIG)",
 }
 
 

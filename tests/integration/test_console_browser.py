@@ -1,4 +1,4 @@
-"""The web console in a real headless Chromium against a real three-node cluster and a real console process: a topic created on the page takes CLI-produced records shown with the right offsets, key filters and timestamp seeks work, a CLI consumer group's lag falls to 0 live on the page, offsets reset on the page (dry run first) are where the next CLI consume starts, bad input gets a clear page (never a 500), and a killed node and its partitions are marked."""
+"""The web console in a real headless Chromium against a real three-node cluster and a real console process: a topic created on the page takes CLI-produced records shown with the right offsets, key filters and timestamp seeks work, a CLI consumer group's lag falls to 0 live on the page, offsets reset on the page (dry run first) are where the next CLI consume starts, bad input gets a clear page (never a 500), and a killed node and its partitions are marked, and a dynamic broker config is read and altered on the Brokers page."""
 
 from __future__ import annotations
 
@@ -377,3 +377,41 @@ def test_overview_then_a_killed_node_and_its_partitions_are_marked(browser, cons
     browser.get(console.url + "/topics/clicks")
     states = [tr.get_attribute("class") for tr in browser.find_elements(By.CSS_SELECTOR, "#partitions tbody tr")]
     assert states and all(s in ("under-replicated", "offline") for s in states), states
+
+
+def test_broker_configs_page_reads_and_alters_a_dynamic_config(browser, console, cluster):
+    """The Brokers page lists the dynamic broker configs; one set there for broker 2 is what
+    broker 2 then answers to Kafka's DescribeConfigs, and removing it there takes it away."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap()})
+
+    def num_partitions_of_2() -> str:
+        res = ConfigResource(ResourceType.BROKER, "2")
+        return admin.describe_configs([res])[res].result(timeout=30)["num.partitions"].value
+
+    def row(name: str) -> str:
+        for tr in browser.find_elements(By.CSS_SELECTOR, "#broker-configs tbody tr"):
+            if tr.find_element(By.CSS_SELECTOR, "td").text == name:
+                return tr.text
+        raise AssertionError(f"no row {name}")
+
+    def submit(action: str, value: str = "") -> None:
+        browser.get(console.url + "/brokers/configs")
+        form = browser.find_element(By.ID, "alter-broker-config")
+        Select(form.find_element(By.NAME, "key")).select_by_visible_text("num.partitions")
+        form.find_element(By.NAME, "broker").send_keys("2")
+        form.find_element(By.NAME, "value").send_keys(value)
+        form.find_element(By.CSS_SELECTOR, f"button[value={action}]").click()
+        wait(browser, lambda d: d.find_elements(By.ID, "altered"), what="the altered notice")
+
+    browser.get(console.url + "/brokers/configs")
+    assert {"num.partitions", "compression.type", "max.connections"} <= {
+        td.text for td in browser.find_elements(By.CSS_SELECTOR, "#broker-configs tbody tr td:first-child")}
+    before = num_partitions_of_2()
+    submit("set", "7")
+    assert "2: 7" in row("num.partitions")
+    cluster.wait_for(lambda: num_partitions_of_2() == "7", 60, "broker 2's num.partitions at 7")
+    submit("reset")
+    assert "2: 7" not in row("num.partitions")
+    cluster.wait_for(lambda: num_partitions_of_2() == before, 60, f"broker 2's num.partitions back at {before}")

@@ -120,12 +120,12 @@ def test_unknown_api_versions_version_gets_kip511_answer(node):
 
 
 def test_api_we_do_not_serve_gets_unsupported_version(node):
-    # UpdateFeatures (57) is not served (issue 41); its answer has a top-level error code
-    assert 57 not in versions.SUPPORTED_VERSIONS
+    # ListConfigResources (74) is not served; its answer has a top-level error code
+    assert 74 not in versions.SUPPORTED_VERSIONS
     with connect(node) as sock:
-        request(sock, codec.REQUEST_CLASSES[57][1](timeout_ms=1000, feature_updates=[], validate_only=False), 8, 1)
+        request(sock, codec.REQUEST_CLASSES[74][0](), 8, 1)
         frame = read_frame(sock)
         assert struct.unpack(">i", frame[:4])[0] == 8
-        assert codec.RESPONSE_CLASSES[57].decode(frame[5:], version=1).error_code == UNSUPPORTED_VERSION
+        assert codec.RESPONSE_CLASSES[74].decode(frame[5:], version=0).error_code == UNSUPPORTED_VERSION
         request(sock, ApiVersionsRequest[0](), 9, 0)  # the connection stays usable
         assert struct.unpack(">i", read_frame(sock)[:4])[0] == 9

@@ -55,8 +55,10 @@ def test_broker_configs_describe_the_node_read_only(ready: harness.NodeCluster) 
     assert entries["max.connections"].value == str(config.max_connections)
     assert entries["advertised.listeners"].value.endswith(ready.kafka(2).rpartition(":")[2])
     dynamic = {"num.partitions", "default.replication.factor", "auto.create.topics.enable",
-               "max.connections", "max.connections.per.ip"}
+               "max.connections", "max.connections.per.ip", "compression.type"}
     assert {n for n, e in entries.items() if not e.is_read_only} == dynamic
+    # Kafka's names and defaults of what raftlog has under other names (read-only here)
+    assert (entries["log.retention.hours"].value, entries["message.max.bytes"].value) == ("168", "1048588")
     assert entries["raftlog.cluster.secret"].is_sensitive and entries["raftlog.cluster.secret"].value is None
     assert entries["log.dirs"].source == ConfigSource.STATIC_BROKER_CONFIG.value
     assert entries["max.connections"].source in (ConfigSource.DEFAULT_CONFIG.value,

@@ -2,7 +2,7 @@
 the metadata log (a user, a client id, the user default), DescribeClientQuotas reads them back
 with Kafka's filters, removal and bad entries answer as Kafka's do, and the quotas outlive a
 restart of the node (they are in the metadata log, not in memory); `raftlog quotas` drives the
-same; a producer's quota throttles it, and only it."""
+same; a producer's, a consumer's and a request-time quota each throttle their client, and only it."""
 
 from __future__ import annotations
 
@@ -171,3 +171,103 @@ def test_a_producer_limited_to_1_mb_s_gets_it_and_an_unlimited_one_is_not_thrott
                 found[line.rsplit(" ", 1)[0]] = float(line.rsplit(" ", 1)[1])
     assert any('client_id="limited"' in k and v > 0 for k, v in found.items()), found
     assert not any('client_id="free"' in k for k in found), found
+
+
+def _throttle_metrics(node: harness.NodeCluster, quota: str) -> dict[str, float]:
+    found = {}
+    with urllib.request.urlopen(f"http://{node.http(1)}/metrics", timeout=30) as answer:
+        for line in answer.read().decode().splitlines():
+            if line.startswith("raftlog_quota_throttle_time_ms") and f'quota="{quota}"' in line:
+                found[line.rsplit(" ", 1)[0]] = float(line.rsplit(" ", 1)[1])
+    return found
+
+
+def test_a_consumer_limited_to_1_mb_s_reads_it_and_an_unlimited_one_is_not_slowed(node: harness.NodeCluster) -> None:
+    """librdkafka consumers (client ids `slow-reader`, with a 1 MB/s consumer_byte_rate, and
+    `fast-reader`, without) read one topic on one broker at once: over 30 s (after 6 s to
+    settle) the limited one's bytes/s are within 10 % of 1 MB/s, and it hears throttle times;
+    the unlimited one reads the whole topic faster and hears none."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": node.kafka_bootstrap()})
+    admin.create_topics([NewTopic("read-throttled", 2, 1)])["read-throttled"].result(timeout=60)
+    with connect(node) as sock:
+        assert alter(sock, [([("client-id", "slow-reader")], [("consumer_byte_rate", 1_000_000.0)])], 1) == [
+            (0, [("client-id", "slow-reader")])]
+    total = 48_000_000
+    producer = Producer({"bootstrap.servers": node.kafka_bootstrap(), "linger.ms": 20, "client.id": "filler"})
+    value = b"y" * 10_000
+    for _ in range(total // len(value)):
+        while True:
+            try:
+                producer.produce("read-throttled", value)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(120) == 0
+    throttles: dict[str, list[int]] = {"slow-reader": [], "fast-reader": []}
+    read: dict[str, list[tuple[float, int]]] = {"slow-reader": [], "fast-reader": []}
+
+    def consumer(name: str) -> Consumer:
+        c = Consumer({"bootstrap.servers": node.kafka_bootstrap(), "client.id": name, "group.id": name,
+                      "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                      "max.partition.fetch.bytes": 262144, "fetch.max.bytes": 1_000_000,
+                      "throttle_cb": lambda event: throttles[name].append(event.throttle_time)})
+        c.subscribe(["read-throttled"])
+        return c
+
+    consumers = {name: consumer(name) for name in read}
+    start = time.monotonic()
+    try:
+        while time.monotonic() - start < 36:  # 6 s to settle into the quota, then 30 s measured
+            for name, c in consumers.items():
+                for msg in c.consume(100, timeout=0.01):
+                    assert msg.error() is None, msg.error()
+                    read[name].append((time.monotonic(), len(msg.value())))
+    finally:
+        for c in consumers.values():
+            c.close()
+    limited = sum(n for t, n in read["slow-reader"] if start + 6 <= t <= start + 36) / 30
+    fast_total = sum(n for _, n in read["fast-reader"])
+    slow_total = sum(n for _, n in read["slow-reader"])
+    print(f"limited {limited:.0f} B/s; read in all: fast {fast_total}, slow {slow_total}; "
+          f"{len(throttles['slow-reader'])} throttles")
+    assert 900_000 <= limited <= 1_100_000, limited
+    assert fast_total == total > slow_total, (fast_total, slow_total)  # the unlimited one read it all
+    assert throttles["slow-reader"] and max(throttles["slow-reader"]) > 0
+    assert throttles["fast-reader"] == [] or max(throttles["fast-reader"]) == 0, throttles["fast-reader"]
+    found = _throttle_metrics(node, "consumer_byte_rate")
+    assert any('client_id="slow-reader"' in k and v > 0 for k, v in found.items()), found
+    assert not any('client_id="fast-reader"' in k for k in found), found
+
+
+def test_request_percentage_throttles_a_busy_client_only(node: harness.NodeCluster) -> None:
+    """A client id with a tiny request_percentage (0.01 % of a thread) hears a throttle time in
+    its Metadata answers after a few requests, and the node counts it; another client id
+    sending the same requests hears none."""
+    from kafka.protocol.metadata import MetadataRequest
+    from test_kafka_bad_input import read_frame
+    from raftlog.node.kafka import codec
+
+    with connect(node) as sock:
+        assert alter(sock, [([("client-id", "busy")], [("request_percentage", 0.01)])], 1)[0][0] == 0
+
+    def throttle_times(client_id: str) -> list[int]:
+        out = []
+        with connect(node) as sock:
+            for i in range(20):
+                message = MetadataRequest[4](topics=None, allow_auto_topic_creation=False)
+                message.with_header(correlation_id=i, client_id=client_id)
+                sock.sendall(bytes(message.encode(version=4, header=True, framed=True)))
+                frame = read_frame(sock)
+                out.append(codec.RESPONSE_CLASSES[3][4].decode(frame[4:]).throttle_time_ms)
+        return out
+
+    busy = throttle_times("busy")
+    assert max(busy) > 0, busy
+    assert max(throttle_times("idle")) == 0
+    found = _throttle_metrics(node, "request_percentage")
+    assert any('client_id="busy"' in k and v > 0 for k, v in found.items()), found
+    with connect(node) as sock:  # later tests: no request quota
+        assert alter(sock, [([("client-id", "busy")], [("request_percentage", None)])], 2)[0][0] == 0

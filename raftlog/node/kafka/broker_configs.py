@@ -3,7 +3,7 @@
 Each entry is a setting of `raftlog/node/config.py` under Kafka's broker config name, with
 its value as Kafka prints it, its source and read_only / is_sensitive flags (a secret's value
 is null). The dynamic ones (metadata/broker_config.py: num.partitions, default.replication.factor,
-auto.create.topics.enable, max.connections, max.connections.per.ip) are not read-only; their
+auto.create.topics.enable, max.connections, max.connections.per.ip, compression.type) are not read-only; their
 value comes from the metadata log when set there: this broker's entry
 (DYNAMIC_BROKER_CONFIG), else the cluster default (DYNAMIC_DEFAULT_BROKER_CONFIG). Otherwise
 the source is STATIC_BROKER_CONFIG when the node was started with a value other than
@@ -28,6 +28,7 @@ from metadata.broker_config import (
     SOURCE_DYNAMIC_BROKER,
     SOURCE_DYNAMIC_DEFAULT_BROKER,
 )
+from metadata.topic_config import TOPIC_CONFIGS, canonical_key
 
 __all__ = ["broker_entries", "default_entries", "SOURCE_STATIC_BROKER", "SOURCE_DEFAULT"]
 
@@ -45,6 +46,14 @@ def _bool(value: bool | None) -> str:
     return "true" if value else "false"
 
 
+def _topic_default(config: Any, key: str) -> str:
+    """The node's default of a new topic's config `key` (topic_defaults, else raftlog's)."""
+    for name, value in config.topic_defaults.items():
+        if canonical_key(name) == key:
+            return value
+    return TOPIC_CONFIGS[key].default
+
+
 # Kafka name -> (NodeConfig attribute, Kafka type, value as Kafka prints it, sensitive).
 _BROKER: Final[dict[str, tuple[str, int, Callable[[Any], str | None], bool]]] = {
     "broker.id": ("node_id", TYPE_INT, lambda c: str(c.node_id), False),
@@ -60,6 +69,12 @@ _BROKER: Final[dict[str, tuple[str, int, Callable[[Any], str | None], bool]]] = 
                                    lambda c: str(c.default_replication_factor), False),
     "auto.create.topics.enable": ("auto_create_topics", TYPE_BOOLEAN,
                                   lambda c: _bool(c.auto_create_topics), False),
+    "compression.type": ("compression_type", TYPE_STRING, lambda c: c.compression_type, False),
+    # The defaults of new topics' retention.ms and max.message.bytes (topic_defaults, else
+    # raftlog's defaults: Kafka's), under Kafka's broker names; read-only.
+    "log.retention.hours": ("topic_defaults", TYPE_INT,
+                            lambda c: str(int(_topic_default(c, "retention_ms")) // 3_600_000), False),
+    "message.max.bytes": ("topic_defaults", TYPE_INT, lambda c: _topic_default(c, "max_message_bytes"), False),
     "socket.request.max.bytes": ("max_frame_bytes", TYPE_INT, lambda c: str(c.max_frame_bytes), False),
     "max.connections": ("max_connections", TYPE_INT, lambda c: str(c.max_connections), False),
     "max.connections.per.ip": ("max_connections_per_ip", TYPE_INT,

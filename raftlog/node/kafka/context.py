@@ -172,6 +172,9 @@ class ConnectionState:
     client_software: tuple[str, str] | None = None
     close_reason: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # Set by the listener: record(quota type, client id, value) -> the throttle time in ms of
+    # a client over its quota (raftlog/node/quotas.py); the connection is muted that long.
+    record_quota: Callable[[str, str, float], int] | None = None
 
     @property
     def host(self) -> str:

@@ -57,10 +57,11 @@ from partition.port import (
 )
 from raftlog.base.errors import NotLeaderError
 from raftlog.node.kafka import errors
-from raftlog.node.kafka.codec import encode_response, placeholder
+from raftlog.node.kafka.codec import FileRange, encode_response, placeholder
 from raftlog.node.kafka.context import Call, Encoded, KafkaContext, Later, Reply
 from raftlog.node.kafka.fetch_sessions import FINAL_EPOCH, FetchSessionCache, SessionPart
 from raftlog.node.kafka.metadata import ZERO_UUID, leader_hint, names_by_uuid, node_endpoints
+from raftlog.node.quotas import CONSUMER_BYTE_RATE
 
 __all__ = ["HANDLERS"]
 
@@ -146,7 +147,8 @@ async def handle_fetch(ctx: KafkaContext, call: Call) -> Reply:
                     )  # fmt: skip
                 topics.setdefault((name, topic_id), []).append(data)
             response = R(
-                throttle_time_ms=0, error_code=errors.NONE, session_id=session_id,
+                throttle_time_ms=_consumer_throttle_ms(call, splices.values()), error_code=errors.NONE,
+                session_id=session_id,
                 responses=[R.FetchableTopicResponse(topic=name or "", topic_id=topic_id or ZERO_UUID, partitions=ps)
                            for (name, topic_id), ps in topics.items()],
                 node_endpoints=node_endpoints(ctx, endpoints, R.NodeEndpoint),
@@ -163,6 +165,16 @@ async def handle_fetch(ctx: KafkaContext, call: Call) -> Reply:
 # A node without a session cache fetches sessionless (a full fetch at epoch 0 gets session id
 # 0, and any other id is unknown); a client below Fetch v7 sends no session: epoch -1.
 _SESSIONLESS: Final = FetchSessionCache(0)
+
+
+def _consumer_throttle_ms(call: Call, records: Any) -> int:
+    """The fetch's record bytes counted against the client's consumer_byte_rate (Kafka's fetch
+    quota): the throttle time to report; the listener mutes the connection that long."""
+    record = call.connection.record_quota
+    if record is None:
+        return 0
+    size = sum(r.length if isinstance(r, FileRange) else len(r) for r in records)
+    return record(CONSUMER_BYTE_RATE, call.header.client_id or "", size)
 
 
 def _now_ms() -> int:

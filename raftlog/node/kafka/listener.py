@@ -75,7 +75,7 @@ from raftlog.node.listener import ListenerMetrics, connection_handler, serve_lis
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.context import Call, ConnectionState, Encoded, Handler, KafkaContext, Later
 from raftlog.node.kafka.wire import API_VERSIONS_KEY, Chunk, CodecError, FileRange, Header
-from raftlog.node.quotas import PRODUCER_BYTE_RATE
+from raftlog.node.quotas import PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE
 from raftlog.node.writer import ConnectionWriter
 
 __all__ = ["serve_kafka", "load_protocol"]
@@ -87,6 +87,9 @@ _SIZE: Final = struct.Struct(">i")
 SASL_SERVER_MAX_RECEIVE_SIZE: Final = 524288  # Kafka's sasl.server.max.receive.size default
 SASL_AUTHENTICATION_FAILED: Final = 58
 PRODUCE_KEY: Final = 0
+# Never throttled by request_percentage (Kafka's exempt APIs a client sends: ApiVersions and
+# the SASL login), so a throttled client can still connect and learn the versions.
+_REQUEST_QUOTA_EXEMPT: Final = frozenset({API_VERSIONS_KEY, 17, 36})
 
 
 class _Close(Exception):
@@ -197,8 +200,9 @@ class _Connection:
         self.state = ConnectionState(peer=peer, session=session)
         self.cancel_scope: trio.CancelScope | None = None
         self.muted_until = 0.0  # trio time: no request is read before (a quota's throttle)
+        self.state.record_quota = self._throttle  # Fetch's consumer_byte_rate (fetch.py)
 
-    def _throttle(self, quota: str, header: Header, value: float) -> int:
+    def _throttle(self, quota: str, client_id: str, value: float) -> int:
         """Record `value` against the connection's quota of this type (raftlog/node/quotas.py);
         the throttle time in ms, for which the connection is then muted."""
         listener = self.listener
@@ -207,7 +211,6 @@ class _Connection:
         if manager is None or not configured:
             return 0
         user = self.state.principal.partition(":")[2] or self.state.principal
-        client_id = header.client_id or ""
         now = trio.current_time()
         wait = manager.record(configured, quota, user, client_id, value, int(now * 1000))
         if wait:
@@ -294,10 +297,17 @@ class _Connection:
                 return None
             body = proto.decode_body(header, frame, offset)
             if header.api_key == PRODUCE_KEY and listener.ctx.quotas is not None:
-                slot.throttle_ms = self._throttle(PRODUCER_BYTE_RATE, header, 4 + len(frame))
+                slot.throttle_ms = self._throttle(PRODUCER_BYTE_RATE, header.client_id or "", 4 + len(frame))
             call = Call(header, body, self.state)
             with trio.fail_after(listener.request_timeout_ms / 1000):
                 reply = await handler(listener.ctx, call)
+            if listener.ctx.quotas is not None and header.api_key not in _REQUEST_QUOTA_EXEMPT:
+                # Kafka's request quota: the handler's time on this node's one event loop (the
+                # decode and the handler's synchronous part: a Later's waits are not work), in
+                # percent-seconds, as Kafka counts request handler thread time.
+                used = (trio.current_time() - started) * 100
+                slot.throttle_ms = max(slot.throttle_ms,
+                                       self._throttle(REQUEST_PERCENTAGE, header.client_id or "", used))
             if isinstance(reply, Later):
                 self.waiting += 1
                 requests.start_soon(self._run_later, reply, slot, header, started)

@@ -3,8 +3,8 @@ adapters onto the native ops `describe_client_quotas` (answered from the node's 
 and `alter_client_quotas` (ClientQuota records written by the active controller;
 metadata/quota_ops.py has the rules). ACLs: Kafka's, DESCRIBE_CONFIGS / ALTER_CONFIGS on the
 cluster (raftlog/node/authorize.py). Entity types "user" and "client-id"; a null name is the
-default entity (`kafka-configs --entity-default`). Enforcement: listener.py (producer_byte_rate;
-docs/quotas-and-fetch-sessions.md)."""
+default entity (`kafka-configs --entity-default`). Enforcement: listener.py (producer_byte_rate,
+request_percentage) and fetch.py (consumer_byte_rate); docs/quotas-and-fetch-sessions.md."""
 
 from __future__ import annotations
 

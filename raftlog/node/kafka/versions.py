@@ -37,16 +37,20 @@ key (checked by the unit tests) and every key here must have a handler in
 * AlterPartitionReassignments 0-1 and ListPartitionReassignments 0 (reassign.py): their
   full schema ranges.
 * ElectLeaders 0-2 (elect.py): its full schema range.
+* UpdateFeatures 0-2 (features.py); ApiVersions v3+ lists raftlog's supported and finalized
+  features (metadata/features.py), which is Kafka's DescribeFeatures.
 * Every other API Kafka 4 lists is absent, and a request for it is answered UNSUPPORTED_VERSION
   (listener.py, dispatch.py).
 """
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
 
 from kafka.protocol.metadata.api_versions import ApiVersionsResponse
 
+from metadata import features
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.codec import API_VERSIONS_KEY
 from raftlog.node.kafka.context import Call, KafkaContext, Reply
@@ -106,6 +110,7 @@ SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     69: (0, 1),  # ConsumerGroupDescribe (KIP-848; consumer_groups.py)
     48: (0, 1),  # DescribeClientQuotas (quotas.py)
     49: (0, 1),  # AlterClientQuotas (quotas.py)
+    57: (0, 2),  # UpdateFeatures (features.py)
 }
 
 
@@ -114,16 +119,29 @@ def supported(api_key: int, api_version: int) -> bool:
     return lo_hi is not None and lo_hi[0] <= api_version <= lo_hi[1]
 
 
-def api_versions_response(error_code: int = errors.NONE, version: int = 0) -> ApiVersionsResponse:
-    keys = [
-        ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
-        for k, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())
-    ]
-    return ApiVersionsResponse[version](error_code=error_code, api_keys=keys, throttle_time_ms=0)
+def api_versions_response(error_code: int = errors.NONE, version: int = 0,
+                          features: Mapping[str, Any] | None = None) -> ApiVersionsResponse:
+    """ApiVersions' answer; from v3 with `features` (metadata/features.py `describe`, plus its
+    "epoch"): the supported ranges (v3 leaves out those starting at 0, as Kafka does) and the
+    finalized levels, which Kafka's DescribeFeatures reads."""
+    R = ApiVersionsResponse
+    keys = [R.ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())]
+    extra: dict[str, Any] = {}
+    if features is not None and version >= 3:
+        extra["supported_features"] = [
+            R.SupportedFeatureKey(name=name, min_version=lo, max_version=hi)
+            for name, (lo, hi) in sorted(features["supported"].items()) if version >= 4 or lo > 0]
+        extra["finalized_features_epoch"] = int(features.get("epoch", 0))
+        extra["finalized_features"] = [
+            R.FinalizedFeatureKey(name=name, max_version_level=level, min_version_level=level)
+            for name, level in sorted(features["finalized"].items())]
+    return R[version](error_code=error_code, api_keys=keys, throttle_time_ms=0, **extra)
 
 
 async def handle_api_versions(ctx: KafkaContext, call: Call) -> Reply:
-    return api_versions_response(version=call.header.api_version)
+    image = getattr(ctx.metadata, "image", None)
+    described = None if image is None else features.describe(image) | {"epoch": ctx.metadata.applied_index}
+    return api_versions_response(version=call.header.api_version, features=described)
 
 
 HANDLERS: Final = {API_VERSIONS_KEY: handle_api_versions}

@@ -56,7 +56,9 @@ INVALID = [
     ("max_message_bytes", "-1", "out of range"),
     ("message_timestamp_type", "LogAppendTime", "LogAppendTime is not served"),
     ("message_timestamp_type", "createtime", "not one of CreateTime, LogAppendTime"),
-    ("min_insync_replicas", "2", "unknown topic config"),
+    ("unclean_leader_election_enable", "true", "unknown topic config"),
+    ("compression_type", "brotli", "is not one of"),
+    ("min_insync_replicas", "0", "out of range"),
     ("retention.msec", "1000", "unknown topic config"),
 ]
 
