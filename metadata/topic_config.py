@@ -148,6 +148,7 @@ TOPIC_CONFIGS: Mapping[str, ConfigDef] = MappingProxyType(
                 "message_timestamp_type", "enum", "CreateTime",
                 "the timestamp a record keeps: the producer's (CreateTime; LogAppendTime is not served)",
                 _parse_timestamp_type, str,
+            ),
             ConfigDef(
                 "compression_type", "enum", "producer",
                 "the codec batches are stored in: the producer's (producer), or the leader "
