@@ -21,7 +21,10 @@ Native ops (PROTOCOL.md shapes; the Kafka listener's ShareGroupHeartbeat 76, Sha
         (the batches may hold others).
     share_acknowledge {group_id, member_id, topic, partition, acknowledgements} -> {start_offset}
     share_group_offsets {group_id, topic, partition} -> {start_offset | null, in_flight: [...]}
-    share_group_reset {group_id, topic, partition, offset} -> {}   (the group must be empty)
+    share_group_reset {group_id, topic, partition, offset} -> {}   (the group must be empty; on
+        any node: forwarded to the partition's leader)
+    share_group_delete_offsets {group_id, topic} -> {}   (on the group's coordinator; the group
+        must have no members: each partition's state is deleted on its leader)
 
 Rules: a share fetch needs a member the coordinator knows with the partition assigned
 (else UNKNOWN_MEMBER_ID / INVALID_REQUEST; a positive answer is remembered for MEMBER_CACHE_MS);
@@ -58,9 +61,11 @@ from partition.share_partition import Acknowledgement, AckType, SharePartition
 from raftlog.base.errors import (
     InvalidRecordStateError,
     InvalidRequestError,
+    NonEmptyGroupError,
     NotCoordinatorError,
     NotLeaderError,
     UnknownMemberIdError,
+    UnknownTopicOrPartitionError,
 )
 from raftlog.base.protocol import Request, field
 from raftlog.base.topics import MAX_TOPIC_NAME_CHARS, OFFSETS_TOPIC, partition_for_group
@@ -100,8 +105,10 @@ class ShareService:
             "share_groups_list": self._list, "share_group_delete": self._delete,
             "share_fetch": self._fetch, "share_acknowledge": self._acknowledge,
             "share_group_offsets": self._offsets, "share_group_reset": self._reset,
+            "share_group_delete_offsets": self._delete_offsets,
         }
-        self.peer_handlers = {**self.store.peer_handlers, "share_member_check": self._member_check}
+        self.peer_handlers = {**self.store.peer_handlers, "share_member_check": self._member_check,
+                              "share_group_reset": self._reset, "share_partition_delete": self._delete_partition}
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -318,6 +325,8 @@ class ShareService:
     async def _reset(self, request: Request) -> dict[str, Any]:
         key = self._share_key(request)
         offset = field(request, "offset", int, min_value=0)
+        if not self._leads(key):
+            return await self._forward(key, "share_group_reset", request)
         r = self._replica(key.topic, key.partition)
         async with self._locks.setdefault(key, trio.Lock()):
             sp = await self._window(key, r, "latest")
@@ -325,4 +334,47 @@ class ShareService:
             sp.reset(min(max(offset, r.log.log_start_offset), r.high_watermark))
             await self._persist(key, sp, version)
         return {}
+
+    async def _delete_partition(self, request: Request) -> dict[str, Any]:
+        """Forget a share partition's state (DeleteShareGroupOffsets), on its leader; refused
+        (INVALID_RECORD_STATE) while records are acquired."""
+        key = self._share_key(request)
+        if not self._leads(key):
+            return await self._forward(key, "share_partition_delete", request)
+        self._replica(key.topic, key.partition)
+        async with self._locks.setdefault(key, trio.Lock()):
+            have = self._windows.get(key)
+            if have is not None and have[1].acquired_count():
+                raise InvalidRecordStateError("records are acquired: the share group is not empty")
+            await self.store.write({key: None})
+            self._windows.pop(key, None)
+        return {}
+
+    async def _delete_offsets(self, request: Request) -> dict[str, Any]:
+        """DeleteShareGroupOffsets of one topic: on the group's coordinator, the group must have
+        no members; each partition's state is forgotten on its leader."""
+        group_id, topic = field(request, "group_id", str), field(request, "topic", str)
+        self._check_coordinator(group_id)
+        g = self.members.groups.get(group_id)
+        if g is not None and g.members:
+            raise NonEmptyGroupError(f"share group {group_id} has {len(g.members)} members")
+        t = self.metadata.image.topic(topic)
+        if t is None:
+            raise UnknownTopicOrPartitionError(f"no topic {topic}")
+        for p in range(t.partition_count):
+            await self._delete_partition(Request(0, "share_partition_delete",
+                                                 {"group_id": group_id, "topic": topic, "partition": p}))
+        return {}
+
+    def _leads(self, key: ShareKey) -> bool:
+        r = None if self.replicas is None else self.replicas.replica(key.topic, key.partition)
+        return r is not None and r.is_leader
+
+    async def _forward(self, key: ShareKey, op: str, request: Request) -> dict[str, Any]:
+        """Run a share-partition op on the partition's leader (peer op of the same name)."""
+        state = self.metadata.image.partition(key.topic, key.partition)
+        address = None if state is None or state.leader < 0 else self.metadata.peer_address(state.leader)
+        if address is None or state is None or state.leader == self.node_id:
+            raise NotLeaderError(f"no leader of {key.topic}-{key.partition} known")
+        return dict(await self.peers.call(address, op, dict(request.fields), timeout_s=PEER_TIMEOUT_S) or {})
 

@@ -420,6 +420,7 @@ POLICIES: Final[Mapping[str, Policy]] = {
     "share_acknowledge": _group_and_topic(O.READ),
     "share_group_offsets": _resource(O.DESCRIBE, G, "group_id"),
     "share_group_reset": _resource(O.READ, G, "group_id"),
+    "share_group_delete_offsets": _resource(O.DELETE, G, "group_id"),
     "offset_commit": _partitions(O.READ, "offsets", "partitions", group_operation=O.READ),
     "offset_fetch": _partitions(O.DESCRIBE, "partitions", "partitions", group_operation=O.DESCRIBE),
     "reset_offsets": _reset_offsets,

@@ -34,6 +34,7 @@ from raftlog.node.kafka import (
     quotas,
     reassign,
     sasl,
+    share_groups,
     txn,
     versions,
 )
@@ -74,6 +75,7 @@ HANDLERS: Final[dict[int, Handler]] = {
     **elect.HANDLERS,
     **groups.HANDLERS,
     **consumer_groups.HANDLERS,
+    **share_groups.HANDLERS,
     **sasl.HANDLERS,
     **acls.HANDLERS,
     **txn.HANDLERS,
