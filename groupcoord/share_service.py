@@ -20,7 +20,8 @@ Native ops (PROTOCOL.md shapes; the Kafka listener's ShareGroupHeartbeat 76, Sha
         then acquires records for the member; the member keeps only the records of `acquired`
         (the batches may hold others).
     share_acknowledge {group_id, member_id, topic, partition, acknowledgements} -> {start_offset}
-    share_group_offsets {group_id, topic, partition} -> {start_offset | null, in_flight: [...]}
+    share_group_offsets {group_id, topic, partition} -> {start_offset | null, in_flight: [...], lag | null}
+        (answered by the partition's leader: forwarded there from any node)
     share_group_reset {group_id, topic, partition, offset} -> {}   (the group must be empty; on
         any node: forwarded to the partition's leader)
     share_group_delete_offsets {group_id, topic} -> {}   (on the group's coordinator; the group
@@ -108,7 +109,8 @@ class ShareService:
             "share_group_delete_offsets": self._delete_offsets,
         }
         self.peer_handlers = {**self.store.peer_handlers, "share_member_check": self._member_check,
-                              "share_group_reset": self._reset, "share_partition_delete": self._delete_partition}
+                              "share_partition_reset": self._reset, "share_partition_delete": self._delete_partition,
+                              "share_partition_offsets": self._offsets}
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -315,18 +317,34 @@ class ShareService:
             return {"start_offset": sp.start_offset}
 
     async def _offsets(self, request: Request) -> dict[str, Any]:
+        """On the partition's leader (forwarded there from any node): the share partition's
+        start offset, its window, and its lag (records from the start offset to the high
+        watermark not yet acknowledged or archived; null without state)."""
         key = self._share_key(request)
+        if not self._leads(key) and self.metadata.image.partition(key.topic, key.partition) is not None:
+            try:
+                return await self._forward(key, "share_partition_offsets", request)
+            except NotLeaderError:
+                pass  # no leader now: the durable start offset, without lag
+        r = self.replicas.replica(key.topic, key.partition) if self._leads(key) else None
         have = self._windows.get(key)
-        if have is not None:
-            return {"start_offset": have[1].start_offset, "in_flight": have[1].in_flight()}
-        snapshot = await self.store.read(key)
-        return {"start_offset": None if snapshot is None else snapshot["start_offset"], "in_flight": []}
+        if have is not None and r is not None and have[0] == r.leader_epoch:
+            start, in_flight = have[1].start_offset, have[1].in_flight()
+        else:
+            snapshot = await self.store.read(key)
+            start, in_flight = (None, []) if snapshot is None else (snapshot["start_offset"], [])
+        lag = None
+        if start is not None and r is not None:
+            done = sum(row["last_offset"] - row["first_offset"] + 1 for row in in_flight
+                       if row["state"] in ("ACKNOWLEDGED", "ARCHIVED"))
+            lag = max(0, r.high_watermark - start - done)
+        return {"start_offset": start, "in_flight": in_flight, "lag": lag}
 
     async def _reset(self, request: Request) -> dict[str, Any]:
         key = self._share_key(request)
         offset = field(request, "offset", int, min_value=0)
         if not self._leads(key):
-            return await self._forward(key, "share_group_reset", request)
+            return await self._forward(key, "share_partition_reset", request)
         r = self._replica(key.topic, key.partition)
         async with self._locks.setdefault(key, trio.Lock()):
             sp = await self._window(key, r, "latest")
@@ -371,7 +389,7 @@ class ShareService:
         return r is not None and r.is_leader
 
     async def _forward(self, key: ShareKey, op: str, request: Request) -> dict[str, Any]:
-        """Run a share-partition op on the partition's leader (peer op of the same name)."""
+        """Run a share-partition op on the partition's leader (peer ops share_partition_*)."""
         state = self.metadata.image.partition(key.topic, key.partition)
         address = None if state is None or state.leader < 0 else self.metadata.peer_address(state.leader)
         if address is None or state is None or state.leader == self.node_id:

@@ -26,8 +26,13 @@ JAVA_CLIENT = Path(__file__).resolve().parent.parent / "conformance" / "java" / 
 
 def java_client(*args: str, timeout_s: float = 240.0) -> Any:
     """Run one subcommand of ConformanceClient.java (compiled once); its JSON answer."""
-    done = subprocess.run(java_client_argv(JAVA_CLIENT, *args), capture_output=True, text=True, timeout=timeout_s)
-    assert done.returncode == 0, f"ConformanceClient {args[0]} failed ({done.returncode}): {done.stderr[-1500:]}"
+    return java_client_of(JAVA_CLIENT, *args, timeout_s=timeout_s)
+
+
+def java_client_of(source: Path, *args: str, timeout_s: float = 240.0) -> Any:
+    """Run one subcommand of the Java program `source` (compiled once); its JSON answer."""
+    done = subprocess.run(java_client_argv(source, *args), capture_output=True, text=True, timeout=timeout_s)
+    assert done.returncode == 0, f"{source.stem} {args[0]} failed ({done.returncode}): {done.stderr[-1500:]}"
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

@@ -25,7 +25,7 @@ Where Kafka and the native protocol differ, the difference is settled here:
   v1 likewise, v2+ top-level; LeaveGroup below v3 answers the member's error top-level.
 * DescribeGroups v6 answers GROUP_ID_NOT_FOUND for a group that does not exist or is a
   KIP-848 consumer group ("not a classic group", as Kafka 4; older versions: state Dead, no
-  error); ListGroups v5 gives each group's type ("classic" or "consumer") and filters by it,
+  error); ListGroups v5 gives each group's type ("classic", "consumer" or "share") and filters by it,
   and a consumer group's state is its KIP-848 state (Empty, Assigning, Reconciling, Stable).
 
 * OffsetDelete: a group that does not exist is GROUP_ID_NOT_FOUND top-level; a group with
@@ -440,12 +440,20 @@ async def handle_list_groups(ctx: KafkaContext, call: Call) -> Reply:
     types = [t.lower() for t in request.types_filter] if call.version >= 5 and request.types_filter else None
     try:
         result = await ctx.call("list_groups", {"states": states}) or {}
+        groups = list(result.get("groups") or ())
     except RaftlogError as exc:
         return R(throttle_time_ms=0, error_code=_code(exc)[0], groups=[])
+    if types is None or "share" in types:  # KIP-932: this coordinator's share groups
+        try:
+            shares = (await ctx.call("share_groups_list", {}) or {}).get("groups") or ()
+        except RaftlogError:  # e.g. no DESCRIBE on the cluster: the other kinds still listed
+            shares = ()
+        groups += [{**g, "type": "share", "protocol_type": "share"} for g in shares
+                   if states is None or g.get("state") in states]
     return R(throttle_time_ms=0, error_code=errors.NONE, groups=[
         R.ListedGroup(group_id=g["group_id"], protocol_type=g.get("protocol_type") or "",
                       group_state=g.get("state") or "", group_type=g.get("type") or "classic")
-        for g in result.get("groups") or ()
+        for g in groups
         if types is None or (g.get("type") or "classic") in types])  # fmt: skip
 
 

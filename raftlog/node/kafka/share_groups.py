@@ -28,7 +28,6 @@ from typing import Any, Final
 
 import trio
 
-from partition.port import LATEST_TIMESTAMP, OffsetQuery
 from raftlog.base.errors import RaftlogError, error_from_wire
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.context import Call, KafkaContext, Later, Reply
@@ -427,14 +426,9 @@ async def handle_describe_share_group_offsets(ctx: KafkaContext, call: Call) -> 
         start = o.get("start_offset")
         if start is None and only_known:
             return None
-        lag = -1
-        if start is not None:
-            hw = await _high_watermark(ctx, topic, p)
-            done = sum(r["last_offset"] - r["first_offset"] + 1 for r in o.get("in_flight") or ()
-                       if r["state"] in ("ACKNOWLEDGED", "ARCHIVED"))
-            lag = max(0, hw - start - done) if hw >= 0 else -1
+        lag = o.get("lag")
         return P(partition_index=p, start_offset=-1 if start is None else start,
-                 leader_epoch=_leader(ctx, topic, p)[1], lag=lag, error_code=errors.NONE, error_message=None)
+                 leader_epoch=_leader(ctx, topic, p)[1], lag=-1 if lag is None else lag, error_code=errors.NONE, error_message=None)
 
     async def group(g: Any) -> Any:
         gid = g.group_id
@@ -462,15 +456,6 @@ async def handle_describe_share_group_offsets(ctx: KafkaContext, call: Call) -> 
         return R(throttle_time_ms=0, groups=[await group(g) for g in call.request.groups or ()])
 
     return Later(answer)
-
-
-async def _high_watermark(ctx: KafkaContext, topic: str, partition: int) -> int:
-    """The partition's high watermark where this node leads it, else -1 (lag unknown here)."""
-    try:
-        [r] = await ctx.port().list_offsets([OffsetQuery(topic, partition, LATEST_TIMESTAMP)])
-    except RaftlogError:
-        return -1
-    return -1 if r.error is not None else r.offset
 
 
 async def handle_alter_share_group_offsets(ctx: KafkaContext, call: Call) -> Reply:
