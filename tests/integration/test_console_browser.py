@@ -377,3 +377,34 @@ def test_overview_then_a_killed_node_and_its_partitions_are_marked(browser, cons
     browser.get(console.url + "/topics/clicks")
     states = [tr.get_attribute("class") for tr in browser.find_elements(By.CSS_SELECTOR, "#partitions tbody tr")]
     assert states and all(s in ("under-replicated", "offline") for s in states), states
+
+
+def test_share_group_page_shows_members_and_in_flight_records(browser, console, bootstrap):
+    from raftlog.client.share_consumer import ShareConsumer
+
+    cli("topics", "create", "tasks", "--partitions", "1", "--replication-factor", "3", bootstrap=bootstrap)
+    cli("produce", "tasks", "--no-create", bootstrap=bootstrap, stdin="".join(f"task-{i}\n" for i in range(5)))
+    with ShareConsumer(bootstrap.split(","), "page-workers", auto_offset_reset="earliest",
+                       acknowledgement_mode="explicit") as c:
+        c.subscribe(["tasks"])
+        held: list = []
+        deadline = time.monotonic() + 60
+        while len(held) < 5 and time.monotonic() < deadline:
+            held += c.poll(timeout_ms=500)
+        assert len(held) == 5, held
+        browser.get(console.url + "/share-groups")
+        wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, 'tr[data-group="page-workers"]'),
+             what="the share group listed")
+        browser.get(console.url + "/share-groups/page-workers")
+        assert text_of(browser, "#group-members") == "1"
+        assert "tasks: 0" in text_of(browser, "#share-members")
+        assert "0-4 ACQUIRED" in text_of(browser, 'tr[data-tp="tasks-0"] td[data-col="in-flight"]')
+        for r in held:
+            c.acknowledge(r, "accept")
+        assert all(e is None for e in c.commit_sync().values())
+        browser.get(console.url + "/share-groups/page-workers")
+        assert text_of(browser, 'tr[data-tp="tasks-0"] td[data-col="start"]') == "5"
+        assert text_of(browser, 'tr[data-tp="tasks-0"] td[data-col="in-flight"]') == "-"
+        assert text_of(browser, "#total-lag") == "0"
+    browser.get(console.url + "/share-groups/no-such-share-group")
+    assert "Not found" in browser.page_source
