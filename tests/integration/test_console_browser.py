@@ -408,3 +408,30 @@ def test_share_group_page_shows_members_and_in_flight_records(browser, console, 
         assert text_of(browser, "#total-lag") == "0"
     browser.get(console.url + "/share-groups/no-such-share-group")
     assert "Not found" in browser.page_source
+
+
+def test_kip848_group_page_shows_epochs_and_assignment(browser, console, bootstrap, cluster):
+    confluent = pytest.importorskip("confluent_kafka")
+    cli("topics", "create", "kip848-orders", "--partitions", "2", "--replication-factor", "3", bootstrap=bootstrap)
+    cli("produce", "kip848-orders", "--no-create", bootstrap=bootstrap, stdin="".join(f"o-{i}\n" for i in range(6)))
+    c = confluent.Consumer({"bootstrap.servers": cluster.kafka_bootstrap(), "group.id": "kip848-page",
+                            "group.protocol": "consumer", "auto.offset.reset": "earliest"})
+    try:
+        c.subscribe(["kip848-orders"])
+        got: list = []
+        deadline = time.monotonic() + 60
+        while len(got) < 6 and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+        assert len(got) == 6, got
+        c.commit(asynchronous=False)
+        browser.get(console.url + "/groups/kip848-page")
+        assert text_of(browser, "#group-type") == "consumer"
+        assert text_of(browser, "#group-assignor") in ("uniform", "range")
+        cells = browser.find_elements(By.CSS_SELECTOR, '#members td[data-col="assigned"]')
+        assert [c.text for c in cells] == ["kip848-orders-0, kip848-orders-1"]
+        assert int(text_of(browser, '#members td[data-col="epoch"]')) >= 1
+        assert text_of(browser, '#members td[data-col="revoking"]') == "-"
+    finally:
+        c.close()
