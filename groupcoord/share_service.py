@@ -55,7 +55,7 @@ import trio
 from groupcoord.records import MAX_GROUP_ID_CHARS
 from groupcoord.settings import ShareServiceSettings
 from groupcoord.share_group import ShareGroups
-from groupcoord.share_state import ShareKey, encode_value
+from groupcoord.share_state import MembersKey, ShareKey, encode_members, encode_value
 from groupcoord.share_store import ShareStateStore
 from partition.batch import iter_headers
 from partition.share_partition import Acknowledgement, AckType, SharePartition
@@ -65,6 +65,7 @@ from raftlog.base.errors import (
     NonEmptyGroupError,
     NotCoordinatorError,
     NotLeaderError,
+    RaftlogError,
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
 )
@@ -101,6 +102,8 @@ class ShareService:
         self._windows: dict[ShareKey, tuple[int, SharePartition]] = {}  # key -> (leader epoch, window)
         self._locks: dict[ShareKey, trio.Lock] = {}
         self._member_ok: dict[tuple[str, str, str], int] = {}  # (group, member, topic) -> until ms
+        self._loaded: set[str] = set()  # groups whose persisted membership this coordinator has read
+        self._membership = trio.Lock()  # a membership change and its write, one at a time
         self.client_handlers = {
             "share_group_heartbeat": self._heartbeat, "share_group_describe": self._describe,
             "share_groups_list": self._list, "share_group_delete": self._delete,
@@ -115,15 +118,47 @@ class ShareService:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         while True:  # session expiry of share members (their locks run out on the leaders)
-            self.members.expire(self._clock_ms(), self._topics())
+            async with self._membership:
+                befores = {g: self.members.snapshot(g) for g in self.members.groups}
+                gone = self.members.expire(self._clock_ms(), self._topics())
+                for group_id in sorted({g for g, _ in gone}):
+                    try:
+                        await self._save(group_id, befores.get(group_id))
+                    except RaftlogError:  # written with the group's next change
+                        pass
             self._forget_moved_groups()
             await trio.sleep(1.0)
 
     def _forget_moved_groups(self) -> None:
         """Drop the groups whose `__consumer_offsets` partition this node no longer leads: the
-        new coordinator has them now (membership is not persisted: their members rejoin)."""
+        new coordinator has them now (it reads their membership from `__share_group_state`)."""
         for gid in [g for g in self.members.groups if not self.groups.core.is_active(partition_for_group(g))]:
             del self.members.groups[gid]
+        self._loaded = {g for g in self._loaded if self.groups.core.is_active(partition_for_group(g))}
+
+    async def _load(self, group_id: str) -> None:
+        """Take a group over from its persisted membership, once per coordinator term (a
+        group this coordinator already holds, or has looked for, is left as it is)."""
+        if group_id in self.members.groups or group_id in self._loaded:
+            return
+        snapshot = await self.store.read(MembersKey(group_id))
+        if len(self._loaded) > 100_000:
+            self._loaded.clear()
+        self._loaded.add(group_id)
+        if snapshot is not None and group_id not in self.members.groups:
+            self.members.restore(group_id, snapshot, now_ms=self._clock_ms(), topics=self._topics())
+
+    async def _save(self, group_id: str, before: dict[str, Any] | None) -> None:
+        """Persist the group's membership if it changed since `before` (committed on return)."""
+        after = self.members.snapshot(group_id)
+        if after == before:
+            return
+        try:
+            await self.store.write({MembersKey(group_id): None if after is None else encode_members(after)})
+        except BaseException:  # memory is ahead of the log: read the group again on next use
+            self.members.groups.pop(group_id, None)
+            self._loaded.discard(group_id)
+            raise
 
     def on_image(self, image: Any) -> None:
         """Nothing: leadership is read from the replicas when a request comes."""
@@ -152,8 +187,17 @@ class ShareService:
     async def _heartbeat(self, request: Request) -> dict[str, Any]:
         group_id = field(request, "group_id", str)
         self._check_coordinator(group_id)
+        await self._load(group_id)
+        async with self._membership:
+            before = self.members.snapshot(group_id)
+            beat = self._beat(group_id, request)
+            await self._save(group_id, before)
+        return {"member_id": beat.member_id, "member_epoch": beat.member_epoch,
+                "heartbeat_interval_ms": beat.heartbeat_interval_ms, "assignment": beat.assignment}
+
+    def _beat(self, group_id: str, request: Request) -> Any:
         core = self.groups.core
-        beat = self.members.heartbeat(
+        return self.members.heartbeat(
             group_id=group_id, member_id=field(request, "member_id", str, default=""),
             member_epoch=field(request, "member_epoch", int), now_ms=self._clock_ms(), topics=self._topics(),
             subscribed_topic_names=field(request, "subscribed_topic_names", list, items=str, default=None,
@@ -161,8 +205,6 @@ class ShareService:
             rack_id=field(request, "rack_id", str, default=None, nullable=True),
             client_id=field(request, "client_id", str, default=""), client_host=request.client_host or "",
             other_protocol=core.group(group_id) is not None or core.consumer_group(group_id) is not None)
-        return {"member_id": beat.member_id, "member_epoch": beat.member_epoch,
-                "heartbeat_interval_ms": beat.heartbeat_interval_ms, "assignment": beat.assignment}
 
     async def _describe(self, request: Request) -> dict[str, Any]:
         ids = field(request, "group_ids", list, items=str)
@@ -170,6 +212,7 @@ class ShareService:
             raise InvalidRequestError(f"at most {MAX_GROUP_IDS} group ids", field="group_ids")
         for gid in ids:
             self._check_coordinator(gid)
+            await self._load(gid)
         return {"groups": self.members.describe(ids)}
 
     async def _list(self, request: Request) -> dict[str, Any]:
@@ -179,12 +222,17 @@ class ShareService:
     async def _delete(self, request: Request) -> dict[str, Any]:
         group_id = field(request, "group_id", str)
         self._check_coordinator(group_id)
-        self.members.delete(group_id)
+        await self._load(group_id)
+        async with self._membership:
+            before = self.members.snapshot(group_id)
+            self.members.delete(group_id)
+            await self._save(group_id, before)
         return {}
 
     async def _member_check(self, request: Request) -> dict[str, Any]:
         group_id = field(request, "group_id", str)
         self._check_coordinator(group_id)
+        await self._load(group_id)
         return {"member": self.members.is_member(group_id, field(request, "member_id", str)),
                 "assigned": self.members.may_fetch(group_id, field(request, "member_id", str),
                                                    field(request, "topic", str), field(request, "partition", int))}
@@ -373,6 +421,7 @@ class ShareService:
         no members; each partition's state is forgotten on its leader."""
         group_id, topic = field(request, "group_id", str), field(request, "topic", str)
         self._check_coordinator(group_id)
+        await self._load(group_id)
         g = self.members.groups.get(group_id)
         if g is not None and g.members:
             raise NonEmptyGroupError(f"share group {group_id} has {len(g.members)} members")
