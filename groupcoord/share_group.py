@@ -20,10 +20,10 @@ Kafka's rules, as the Java broker applies them:
 * A group id held by a classic or consumer group is refused: GROUP_ID_NOT_FOUND ("not a
   share group"), as Kafka answers.
 
-Membership is the coordinator's memory, not persisted: after the coordinator moves, each
-member's next heartbeat is UNKNOWN_MEMBER_ID and it rejoins with epoch 0 (its records stay
-with the partition leaders and their locks run out as usual). The durable part of a share
-group, its share partitions' state, is in `__share_group_state` (share_state.py).
+Membership is persisted by the coordinator's shell (share_service.py) in `__share_group_state`
+(`snapshot` / `restore`, share_state.py's membership record) whenever it changes, so a new
+coordinator takes the group over with its epochs: members keep heartbeating as before. The
+share partitions' state is there too.
 """
 
 from __future__ import annotations
@@ -226,6 +226,31 @@ class ShareGroups:
         if g.members:
             raise NonEmptyGroupError(f"share group {group_id} has {len(g.members)} members")
         del self.groups[group_id]
+
+    def snapshot(self, group_id: str) -> dict[str, Any] | None:
+        """What is persisted of a group (share_state.encode_members), None if it is unknown:
+        its epoch and each member's id, epoch, subscriptions and client (not its last
+        heartbeat: a restored member's session starts again)."""
+        g = self.groups.get(group_id)
+        if g is None:
+            return None
+        return {"group_epoch": g.group_epoch, "members": [
+            {"member_id": m.member_id, "member_epoch": m.member_epoch,
+             "subscribed_topic_names": list(m.subscribed_topic_names), "rack_id": m.rack_id,
+             "client_id": m.client_id, "client_host": m.client_host} for m in g.members.values()]}
+
+    def restore(self, group_id: str, snapshot: Mapping[str, Any], *, now_ms: int, topics: Mapping[str, int]) -> None:
+        """A new coordinator takes a group over from its snapshot: same group epoch, members
+        with their epochs (their next heartbeats are accepted as before), assignments as the
+        `simple` assignor gives them, sessions starting at `now_ms`."""
+        g = self.groups[group_id] = ShareGroup(group_id, group_epoch=int(snapshot["group_epoch"]))
+        for m in snapshot["members"]:
+            subs = tuple(sorted(set(m["subscribed_topic_names"])))
+            g.members[m["member_id"]] = ShareMember(
+                m["member_id"], int(m["member_epoch"]), subs, m.get("rack_id"), m.get("client_id") or "",
+                m.get("client_host") or "", now_ms, {t: tuple(range(topics[t])) for t in subs if t in topics})
+        g.partition_counts = {t: topics[t] for t in sorted(g.subscribed()) if t in topics}
+        g.subscriptions = {m: mem.subscribed_topic_names for m, mem in g.members.items()}
 
     def _reassign(self, group: ShareGroup, topics: Mapping[str, int]) -> None:
         counts = {t: topics[t] for t in sorted(group.subscribed()) if t in topics}

@@ -20,8 +20,12 @@ Native ops (PROTOCOL.md shapes; the Kafka listener's ShareGroupHeartbeat 76, Sha
         then acquires records for the member; the member keeps only the records of `acquired`
         (the batches may hold others).
     share_acknowledge {group_id, member_id, topic, partition, acknowledgements} -> {start_offset}
-    share_group_offsets {group_id, topic, partition} -> {start_offset | null, in_flight: [...]}
-    share_group_reset {group_id, topic, partition, offset} -> {}   (the group must be empty)
+    share_group_offsets {group_id, topic, partition} -> {start_offset | null, in_flight: [...], lag | null}
+        (answered by the partition's leader: forwarded there from any node)
+    share_group_reset {group_id, topic, partition, offset} -> {}   (the group must be empty; on
+        any node: forwarded to the partition's leader)
+    share_group_delete_offsets {group_id, topic} -> {}   (on the group's coordinator; the group
+        must have no members: each partition's state is deleted on its leader)
 
 Rules: a share fetch needs a member the coordinator knows with the partition assigned
 (else UNKNOWN_MEMBER_ID / INVALID_REQUEST; a positive answer is remembered for MEMBER_CACHE_MS);
@@ -52,16 +56,19 @@ from groupcoord.internal_topic import Coordinated, InternalPartition, InternalTo
 from groupcoord.records import MAX_GROUP_ID_CHARS
 from groupcoord.settings import ShareServiceSettings
 from groupcoord.share_group import ShareGroups
-from groupcoord.share_state import ShareKey, encode_value
+from groupcoord.share_state import MembersKey, ShareKey, encode_members, encode_value
 from groupcoord.share_store import ShareStateStore
 from partition.batch import iter_headers
 from partition.share_partition import Acknowledgement, AckType, SharePartition
 from raftlog.base.errors import (
     InvalidRecordStateError,
     InvalidRequestError,
+    NonEmptyGroupError,
     NotCoordinatorError,
     NotLeaderError,
+    RaftlogError,
     UnknownMemberIdError,
+    UnknownTopicOrPartitionError,
 )
 from raftlog.base.peer import PeerPool
 from raftlog.base.protocol import Request, field
@@ -100,26 +107,63 @@ class ShareService:
         self._windows: dict[ShareKey, tuple[int, SharePartition]] = {}  # key -> (leader epoch, window)
         self._locks: dict[ShareKey, trio.Lock] = {}
         self._member_ok: dict[tuple[str, str, str], int] = {}  # (group, member, topic) -> until ms
+        self._loaded: set[str] = set()  # groups whose persisted membership this coordinator has read
+        self._membership = trio.Lock()  # a membership change and its write, one at a time
         self.client_handlers = {
             "share_group_heartbeat": self._heartbeat, "share_group_describe": self._describe,
             "share_groups_list": self._list, "share_group_delete": self._delete,
             "share_fetch": self._fetch, "share_acknowledge": self._acknowledge,
             "share_group_offsets": self._offsets, "share_group_reset": self._reset,
+            "share_group_delete_offsets": self._delete_offsets,
         }
-        self.peer_handlers = {**self.store.peer_handlers, "share_member_check": self._member_check}
+        self.peer_handlers = {**self.store.peer_handlers, "share_member_check": self._member_check,
+                              "share_partition_reset": self._reset, "share_partition_delete": self._delete_partition,
+                              "share_partition_offsets": self._offsets}
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         while True:  # session expiry of share members (their locks run out on the leaders)
-            self.members.expire(self._clock_ms(), self._topics())
+            async with self._membership:
+                befores = {g: self.members.snapshot(g) for g in self.members.groups}
+                gone = self.members.expire(self._clock_ms(), self._topics())
+                for group_id in sorted({g for g, _ in gone}):
+                    try:
+                        await self._save(group_id, befores.get(group_id))
+                    except RaftlogError:  # written with the group's next change
+                        pass
             self._forget_moved_groups()
             await trio.sleep(1.0)
 
     def _forget_moved_groups(self) -> None:
         """Drop the groups whose `__consumer_offsets` partition this node no longer leads: the
-        new coordinator has them now (membership is not persisted: their members rejoin)."""
+        new coordinator has them now (it reads their membership from `__share_group_state`)."""
         for gid in [g for g in self.members.groups if not self.groups.core.is_active(partition_for_group(g))]:
             del self.members.groups[gid]
+        self._loaded = {g for g in self._loaded if self.groups.core.is_active(partition_for_group(g))}
+
+    async def _load(self, group_id: str) -> None:
+        """Take a group over from its persisted membership, once per coordinator term (a
+        group this coordinator already holds, or has looked for, is left as it is)."""
+        if group_id in self.members.groups or group_id in self._loaded:
+            return
+        snapshot = await self.store.read(MembersKey(group_id))
+        if len(self._loaded) > 100_000:
+            self._loaded.clear()
+        self._loaded.add(group_id)
+        if snapshot is not None and group_id not in self.members.groups:
+            self.members.restore(group_id, snapshot, now_ms=self._clock_ms(), topics=self._topics())
+
+    async def _save(self, group_id: str, before: dict[str, Any] | None) -> None:
+        """Persist the group's membership if it changed since `before` (committed on return)."""
+        after = self.members.snapshot(group_id)
+        if after == before:
+            return
+        try:
+            await self.store.write({MembersKey(group_id): None if after is None else encode_members(after)})
+        except BaseException:  # memory is ahead of the log: read the group again on next use
+            self.members.groups.pop(group_id, None)
+            self._loaded.discard(group_id)
+            raise
 
     def on_image(self, image: Any) -> None:
         """Nothing: leadership is read from the replicas when a request comes."""
@@ -148,8 +192,17 @@ class ShareService:
     async def _heartbeat(self, request: Request) -> dict[str, Any]:
         group_id = field(request, "group_id", str)
         self._check_coordinator(group_id)
+        await self._load(group_id)
+        async with self._membership:
+            before = self.members.snapshot(group_id)
+            beat = self._beat(group_id, request)
+            await self._save(group_id, before)
+        return {"member_id": beat.member_id, "member_epoch": beat.member_epoch,
+                "heartbeat_interval_ms": beat.heartbeat_interval_ms, "assignment": beat.assignment}
+
+    def _beat(self, group_id: str, request: Request) -> Any:
         core = self.groups.core
-        beat = self.members.heartbeat(
+        return self.members.heartbeat(
             group_id=group_id, member_id=field(request, "member_id", str, default=""),
             member_epoch=field(request, "member_epoch", int), now_ms=self._clock_ms(), topics=self._topics(),
             subscribed_topic_names=field(request, "subscribed_topic_names", list, items=str, default=None,
@@ -157,8 +210,6 @@ class ShareService:
             rack_id=field(request, "rack_id", str, default=None, nullable=True),
             client_id=field(request, "client_id", str, default=""), client_host=request.client_host or "",
             other_protocol=core.group(group_id) is not None or core.consumer_group(group_id) is not None)
-        return {"member_id": beat.member_id, "member_epoch": beat.member_epoch,
-                "heartbeat_interval_ms": beat.heartbeat_interval_ms, "assignment": beat.assignment}
 
     async def _describe(self, request: Request) -> dict[str, Any]:
         ids = field(request, "group_ids", list, items=str)
@@ -166,6 +217,7 @@ class ShareService:
             raise InvalidRequestError(f"at most {MAX_GROUP_IDS} group ids", field="group_ids")
         for gid in ids:
             self._check_coordinator(gid)
+            await self._load(gid)
         return {"groups": self.members.describe(ids)}
 
     async def _list(self, request: Request) -> dict[str, Any]:
@@ -175,12 +227,17 @@ class ShareService:
     async def _delete(self, request: Request) -> dict[str, Any]:
         group_id = field(request, "group_id", str)
         self._check_coordinator(group_id)
-        self.members.delete(group_id)
+        await self._load(group_id)
+        async with self._membership:
+            before = self.members.snapshot(group_id)
+            self.members.delete(group_id)
+            await self._save(group_id, before)
         return {}
 
     async def _member_check(self, request: Request) -> dict[str, Any]:
         group_id = field(request, "group_id", str)
         self._check_coordinator(group_id)
+        await self._load(group_id)
         return {"member": self.members.is_member(group_id, field(request, "member_id", str)),
                 "assigned": self.members.may_fetch(group_id, field(request, "member_id", str),
                                                    field(request, "topic", str), field(request, "partition", int))}
@@ -313,16 +370,34 @@ class ShareService:
             return {"start_offset": sp.start_offset}
 
     async def _offsets(self, request: Request) -> dict[str, Any]:
+        """On the partition's leader (forwarded there from any node): the share partition's
+        start offset, its window, and its lag (records from the start offset to the high
+        watermark not yet acknowledged or archived; null without state)."""
         key = self._share_key(request)
+        if not self._leads(key) and self.metadata.image.partition(key.topic, key.partition) is not None:
+            try:
+                return await self._forward(key, "share_partition_offsets", request)
+            except NotLeaderError:
+                pass  # no leader now: the durable start offset, without lag
+        r = self.replicas.replica(key.topic, key.partition) if self._leads(key) else None
         have = self._windows.get(key)
-        if have is not None:
-            return {"start_offset": have[1].start_offset, "in_flight": have[1].in_flight()}
-        snapshot = await self.store.read(key)
-        return {"start_offset": None if snapshot is None else snapshot["start_offset"], "in_flight": []}
+        if have is not None and r is not None and have[0] == r.leader_epoch:
+            start, in_flight = have[1].start_offset, have[1].in_flight()
+        else:
+            snapshot = await self.store.read(key)
+            start, in_flight = (None, []) if snapshot is None else (snapshot["start_offset"], [])
+        lag = None
+        if start is not None and r is not None:
+            done = sum(row["last_offset"] - row["first_offset"] + 1 for row in in_flight
+                       if row["state"] in ("ACKNOWLEDGED", "ARCHIVED"))
+            lag = max(0, r.high_watermark - start - done)
+        return {"start_offset": start, "in_flight": in_flight, "lag": lag}
 
     async def _reset(self, request: Request) -> dict[str, Any]:
         key = self._share_key(request)
         offset = field(request, "offset", int, min_value=0)
+        if not self._leads(key):
+            return await self._forward(key, "share_partition_reset", request)
         r = self._replica(key.topic, key.partition)
         async with self._locks.setdefault(key, trio.Lock()):
             sp = await self._window(key, r, "latest")
@@ -330,4 +405,48 @@ class ShareService:
             sp.reset(min(max(offset, r.log_start_offset), r.high_watermark))
             await self._persist(key, sp, version)
         return {}
+
+    async def _delete_partition(self, request: Request) -> dict[str, Any]:
+        """Forget a share partition's state (DeleteShareGroupOffsets), on its leader; refused
+        (INVALID_RECORD_STATE) while records are acquired."""
+        key = self._share_key(request)
+        if not self._leads(key):
+            return await self._forward(key, "share_partition_delete", request)
+        self._replica(key.topic, key.partition)
+        async with self._locks.setdefault(key, trio.Lock()):
+            have = self._windows.get(key)
+            if have is not None and have[1].acquired_count():
+                raise InvalidRecordStateError("records are acquired: the share group is not empty")
+            await self.store.write({key: None})
+            self._windows.pop(key, None)
+        return {}
+
+    async def _delete_offsets(self, request: Request) -> dict[str, Any]:
+        """DeleteShareGroupOffsets of one topic: on the group's coordinator, the group must have
+        no members; each partition's state is forgotten on its leader."""
+        group_id, topic = field(request, "group_id", str), field(request, "topic", str)
+        self._check_coordinator(group_id)
+        await self._load(group_id)
+        g = self.members.groups.get(group_id)
+        if g is not None and g.members:
+            raise NonEmptyGroupError(f"share group {group_id} has {len(g.members)} members")
+        t = self.metadata.image.topic(topic)
+        if t is None:
+            raise UnknownTopicOrPartitionError(f"no topic {topic}")
+        for p in range(t.partition_count):
+            await self._delete_partition(Request(0, "share_partition_delete",
+                                                 {"group_id": group_id, "topic": topic, "partition": p}))
+        return {}
+
+    def _leads(self, key: ShareKey) -> bool:
+        r = None if self.replicas is None else self.replicas.replica(key.topic, key.partition)
+        return r is not None and r.is_leader
+
+    async def _forward(self, key: ShareKey, op: str, request: Request) -> dict[str, Any]:
+        """Run a share-partition op on the partition's leader (peer ops share_partition_*)."""
+        state = self.metadata.image.partition(key.topic, key.partition)
+        address = None if state is None or state.leader < 0 else self.metadata.peer_address(state.leader)
+        if address is None or state is None or state.leader == self.node_id:
+            raise NotLeaderError(f"no leader of {key.topic}-{key.partition} known")
+        return dict(await self.peers.call(address, op, dict(request.fields), timeout_s=PEER_TIMEOUT_S) or {})
 

@@ -25,8 +25,8 @@ from groupcoord.internal_topic import InternalPartition, InternalTopics, ShareMe
 from groupcoord.share_state import (
     SHARE_STATE_TOPIC,
     SHARE_STATE_TOPIC_PARTITIONS,
-    ShareKey,
     ShareStateImage,
+    StateKey,
     decode_key,
     encode_key,
     partition_for_share,
@@ -85,16 +85,16 @@ class ShareStateStore:
                 await trio.sleep(0.05)  # polling the image: it has no change event to wait on
         raise CoordinatorNotAvailableError(f"{SHARE_STATE_TOPIC} has no leaders yet")
 
-    async def read(self, key: ShareKey) -> dict[str, Any] | None:
+    async def read(self, key: StateKey) -> dict[str, Any] | None:
         """The latest persisted state of `key` (None: never written or deleted)."""
         p = partition_for_share(key, await self.ensure_topic())
         if self._leads(p):
-            return (await self._replayed(p)).states.get(key)
+            return (await self._replayed(p)).get(key)
         answer = await self._call(p, "share_state_read", {"partition": p, "key": encode_key(key)})
         state = answer.get("state")
         return None if state is None else dict(state)
 
-    async def write(self, records: Mapping[ShareKey, bytes | None]) -> None:
+    async def write(self, records: Mapping[StateKey, bytes | None]) -> None:
         """Persist `records` (encoded values; None deletes) and return once committed.
         Raises NotLeaderError / RequestTimedOutError / RaftlogError: the outcome is then
         unknown and the caller must not answer as if it were durable."""
@@ -115,7 +115,7 @@ class ShareStateStore:
         key = decode_key(field(request, "key", bytes))
         if not self._leads(p):
             raise NotLeaderError(f"node {self.node_id} does not lead {SHARE_STATE_TOPIC}-{p}")
-        return {"state": (await self._replayed(p)).states.get(key)}
+        return {"state": (await self._replayed(p)).get(key)}
 
     async def _peer_write(self, request: Request) -> dict[str, Any]:
         p = field(request, "partition", int, min_value=0)

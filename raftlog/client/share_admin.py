@@ -29,6 +29,13 @@ class ShareGroupAdmin:
     def __init__(self, bootstrap: str | Iterable[str], *, request_timeout_ms: int = 30_000, **options: Any):
         self.admin = Admin(bootstrap, request_timeout_ms=request_timeout_ms, **options)
 
+    @classmethod
+    def of(cls, admin: Admin) -> ShareGroupAdmin:
+        """One over an Admin the caller owns (close() then closes it)."""
+        self = cls.__new__(cls)
+        self.admin = admin
+        return self
+
     def _coord(self, group_id: str, request: dict) -> dict:
         return self.admin.request({**request, "group_id": group_id},
                                   route=(OFFSETS_TOPIC, partition_for_group(group_id)))

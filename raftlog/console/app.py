@@ -33,7 +33,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from raftlog.console import views
+from raftlog.console import share_views, views
 from raftlog.console.auth import login_required
 from raftlog.console.errors import (
     NOT_ALLOWED,
@@ -159,6 +159,8 @@ def build_app(state: ConsoleState) -> Starlette:
         Route("/topics/{topic}/records/{partition:int}/{offset:int}/{part}", views.record_part),
         Route("/brokers/configs", views.broker_configs, methods=["GET", "POST"]),
         Route("/groups", views.groups),
+        Route("/share-groups", share_views.share_groups),
+        Route("/share-groups/{group}", share_views.share_group),
         Route("/groups/{group}", views.group),
         Route("/live/groups/{group}", views.live_group),
         Route("/groups/{group}/reset", views.group_reset, methods=["POST"]),

@@ -414,6 +414,7 @@ POLICIES: Final[Mapping[str, Policy | PortRule]] = {
     "share_acknowledge": _group_and_topic(O.READ),
     "share_group_offsets": _resource(O.DESCRIBE, G, "group_id"),
     "share_group_reset": _resource(O.READ, G, "group_id"),
+    "share_group_delete_offsets": _resource(O.DELETE, G, "group_id"),
     "offset_commit": _on_group_and_topics(O.READ, O.READ),
     "offset_fetch": _on_group_and_topics(O.DESCRIBE, O.DESCRIBE),
     "reset_offsets": _on_group_and_topics(O.READ, O.READ, whole=True),

@@ -415,3 +415,61 @@ def test_broker_configs_page_reads_and_alters_a_dynamic_config(browser, console,
     submit("reset")
     assert "2: 7" not in row("num.partitions")
     cluster.wait_for(lambda: num_partitions_of_2() == before, 60, f"broker 2's num.partitions back at {before}")
+
+
+def test_share_group_page_shows_members_and_in_flight_records(browser, console, bootstrap):
+    from raftlog.client.share_consumer import ShareConsumer
+
+    cli("topics", "create", "tasks", "--partitions", "1", "--replication-factor", "3", bootstrap=bootstrap)
+    cli("produce", "tasks", "--no-create", bootstrap=bootstrap, stdin="".join(f"task-{i}\n" for i in range(5)))
+    with ShareConsumer(bootstrap.split(","), "page-workers", auto_offset_reset="earliest",
+                       acknowledgement_mode="explicit") as c:
+        c.subscribe(["tasks"])
+        held: list = []
+        deadline = time.monotonic() + 60
+        while len(held) < 5 and time.monotonic() < deadline:
+            held += c.poll(timeout_ms=500)
+        assert len(held) == 5, held
+        browser.get(console.url + "/share-groups")
+        wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, 'tr[data-group="page-workers"]'),
+             what="the share group listed")
+        browser.get(console.url + "/share-groups/page-workers")
+        assert text_of(browser, "#group-members") == "1"
+        assert "tasks: 0" in text_of(browser, "#share-members")
+        assert "0-4 ACQUIRED" in text_of(browser, 'tr[data-tp="tasks-0"] td[data-col="in-flight"]')
+        for r in held:
+            c.acknowledge(r, "accept")
+        assert all(e is None for e in c.commit_sync().values())
+        browser.get(console.url + "/share-groups/page-workers")
+        assert text_of(browser, 'tr[data-tp="tasks-0"] td[data-col="start"]') == "5"
+        assert text_of(browser, 'tr[data-tp="tasks-0"] td[data-col="in-flight"]') == "-"
+        assert text_of(browser, "#total-lag") == "0"
+    browser.get(console.url + "/share-groups/no-such-share-group")
+    assert "Not found" in browser.page_source
+
+
+def test_kip848_group_page_shows_epochs_and_assignment(browser, console, bootstrap, cluster):
+    confluent = pytest.importorskip("confluent_kafka")
+    cli("topics", "create", "kip848-orders", "--partitions", "2", "--replication-factor", "3", bootstrap=bootstrap)
+    cli("produce", "kip848-orders", "--no-create", bootstrap=bootstrap, stdin="".join(f"o-{i}\n" for i in range(6)))
+    c = confluent.Consumer({"bootstrap.servers": cluster.kafka_bootstrap(), "group.id": "kip848-page",
+                            "group.protocol": "consumer", "auto.offset.reset": "earliest"})
+    try:
+        c.subscribe(["kip848-orders"])
+        got: list = []
+        deadline = time.monotonic() + 60
+        while len(got) < 6 and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                got.append(m.value())
+        assert len(got) == 6, got
+        c.commit(asynchronous=False)
+        browser.get(console.url + "/groups/kip848-page")
+        assert text_of(browser, "#group-type") == "consumer"
+        assert text_of(browser, "#group-assignor") in ("uniform", "range")
+        cells = browser.find_elements(By.CSS_SELECTOR, '#members td[data-col="assigned"]')
+        assert [c.text for c in cells] == ["kip848-orders-0, kip848-orders-1"]
+        assert int(text_of(browser, '#members td[data-col="epoch"]')) >= 1
+        assert text_of(browser, '#members td[data-col="revoking"]') == "-"
+    finally:
+        c.close()

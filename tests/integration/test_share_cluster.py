@@ -19,6 +19,7 @@ from raftlog.base.errors import (
     InvalidRecordStateError,
     InvalidRequestError,
     MemberIdRequiredError,
+    UnknownMemberIdError,
 )
 from raftlog.base.topics import OFFSETS_TOPIC, partition_for_group
 from raftlog.client import Admin, Producer
@@ -257,3 +258,32 @@ async def test_trio_share_consumers_split_the_records(share_cluster):
         nursery.start_soon(member, "b")
     everything = got["a"] + got["b"]
     assert set(everything) == values and len(everything) == len(values), "each record accepted once"
+
+
+def test_coordinator_failover_keeps_the_share_group(share_cluster):
+    """Membership is persisted: after the coordinator is SIGKILLed, the new one accepts the
+    member's next heartbeat with the epoch it had (no UNKNOWN_MEMBER_ID, no rejoin)."""
+    make_topic(share_cluster, "sqf", 2, 1)
+    with Admin(share_cluster.bootstrap()) as admin:
+        m = _member(admin, "gf", ["sqf"])
+        p = partition_for_group("gf")
+        coordinator = admin.describe_topics([OFFSETS_TOPIC])[OFFSETS_TOPIC].partitions[p].leader
+    beat = {"op": "share_group_heartbeat", "group_id": "gf", "member_id": m["member_id"],
+            "member_epoch": m["member_epoch"]}
+    share_cluster.kill(coordinator)
+    try:
+        with Admin(share_cluster.bootstrap()) as admin:
+            def heartbeat():
+                try:
+                    return admin.request(beat, route=(OFFSETS_TOPIC, p))
+                except UnknownMemberIdError as exc:  # the group was lost: fail now, not at the deadline
+                    return {"lost": str(exc)}
+            answer = share_cluster.wait_for(heartbeat, 90, "a heartbeat answered by the new coordinator")
+            assert "lost" not in answer, answer
+            assert answer["member_epoch"] == m["member_epoch"]
+            (described,) = admin.request({"op": "share_group_describe", "group_ids": ["gf"]},
+                                         route=(OFFSETS_TOPIC, p))["groups"]
+            assert [x["member_id"] for x in described["members"]] == [m["member_id"]]
+            assert described["members"][0]["assignment"] == [{"topic": "sqf", "partitions": [0, 1]}]
+    finally:
+        share_cluster.start(coordinator)

@@ -35,6 +35,7 @@ from raftlog.node.kafka import (
     quotas,
     reassign,
     sasl,
+    share_groups,
     txn,
     versions,
 )
@@ -76,6 +77,7 @@ HANDLERS: Final[dict[int, Handler]] = {
     **features.HANDLERS,
     **groups.HANDLERS,
     **consumer_groups.HANDLERS,
+    **share_groups.HANDLERS,
     **sasl.HANDLERS,
     **acls.HANDLERS,
     **txn.HANDLERS,

@@ -25,7 +25,7 @@ Where Kafka and the native protocol differ, the difference is settled here:
   v1 likewise, v2+ top-level; LeaveGroup below v3 answers the member's error top-level.
 * DescribeGroups v6 answers GROUP_ID_NOT_FOUND for a group that does not exist or is a
   KIP-848 consumer group ("not a classic group", as Kafka 4; older versions: state Dead, no
-  error); ListGroups v5 gives each group's type ("classic" or "consumer") and filters by it,
+  error); ListGroups v5 gives each group's type ("classic", "consumer" or "share") and filters by it,
   and a consumer group's state is its KIP-848 state (Empty, Assigning, Reconciling, Stable).
 
 * OffsetDelete: a group that does not exist is GROUP_ID_NOT_FOUND top-level; a group with
@@ -441,9 +441,17 @@ async def handle_list_groups(ctx: KafkaContext, call: Call) -> Reply:
         listed = await ctx.group_port().list_groups(states)
     except RaftlogError as exc:
         return R(throttle_time_ms=0, error_code=_code(exc)[0], groups=[])
+    groups = [(g.group_id, g.protocol_type, g.state, g.type) for g in listed]
+    if types is None or "share" in types:  # KIP-932: this coordinator's share groups
+        try:
+            shares = (await ctx.call("share_groups_list", {}) or {}).get("groups") or ()
+        except RaftlogError:  # e.g. no DESCRIBE on the cluster: the other kinds still listed
+            shares = ()
+        groups += [(g["group_id"], "share", g.get("state") or "", "share") for g in shares
+                   if states is None or g.get("state") in states]
     return R(throttle_time_ms=0, error_code=errors.NONE, groups=[
-        R.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state, group_type=g.type)
-        for g in listed if types is None or g.type in types])  # fmt: skip
+        R.ListedGroup(group_id=g, protocol_type=protocol_type, group_state=state, group_type=kind)
+        for g, protocol_type, state, kind in groups if types is None or kind in types])  # fmt: skip
 
 
 async def handle_delete_groups(ctx: KafkaContext, call: Call) -> Reply:

@@ -28,6 +28,9 @@ key (checked by the unit tests) and every key here must have a handler in
   FindCoordinator 0-5, DescribeGroups 0-6, ListGroups 0-5, DeleteGroups 0-2, OffsetDelete 0. The KIP-848
   consumer protocol (consumer_groups.py): ConsumerGroupHeartbeat 0-1 and ConsumerGroupDescribe
   0-1, the versions librdkafka 2.12+ (`group.protocol=consumer`) and the Java client 4.x send.
+  The KIP-932 share-group APIs (share_groups.py) at kafka-clients 4.4.0's versions:
+  ShareGroupHeartbeat 1, ShareGroupDescribe 1, ShareFetch 1-2, ShareAcknowledge 1-2,
+  DescribeShareGroupOffsets 0-1, AlterShareGroupOffsets 0, DeleteShareGroupOffsets 0.
 * The read-only operator APIs (describe.py): DescribeLogDirs 1-4 (v5's cordoned flag is
   Kafka 4.2's), DescribeQuorum 0-2, DescribeProducers 0, DescribeTopicPartitions 0 (their
   only versions).
@@ -108,6 +111,13 @@ SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     66: (0, 1),  # ListTransactions (v1: duration filter; v2's id pattern is not served)
     68: (0, 1),  # ConsumerGroupHeartbeat (KIP-848; consumer_groups.py)
     69: (0, 1),  # ConsumerGroupDescribe (KIP-848; consumer_groups.py)
+    76: (1, 1),  # ShareGroupHeartbeat (KIP-932; share_groups.py; v0 was 4.0's early access)
+    77: (1, 1),  # ShareGroupDescribe
+    78: (1, 2),  # ShareFetch (v2: KIP-1206/1222 fields, RENEW refused)
+    79: (1, 2),  # ShareAcknowledge
+    90: (0, 1),  # DescribeShareGroupOffsets (v1: lag)
+    91: (0, 0),  # AlterShareGroupOffsets
+    92: (0, 0),  # DeleteShareGroupOffsets
     48: (0, 1),  # DescribeClientQuotas (quotas.py)
     49: (0, 1),  # AlterClientQuotas (quotas.py)
     57: (0, 2),  # UpdateFeatures (features.py)

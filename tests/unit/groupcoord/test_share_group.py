@@ -86,3 +86,23 @@ def test_leave_expire_and_delete():
     assert g.describe(["nope"])[0]["error"]["code"] == "GROUP_ID_NOT_FOUND"
     g.delete("q")
     assert g.list() == []
+
+
+def test_a_new_coordinator_restores_the_group_and_its_members_keep_heartbeating():
+    from groupcoord.share_state import decode_members, encode_members
+
+    old = groups()
+    a = join(old, now_ms=0)
+    b = join(old, now_ms=0, topics=("orders", "other"))
+    a = old.heartbeat(group_id="q", member_id=a.member_id, member_epoch=a.member_epoch, now_ms=10, topics=TOPICS)
+    snapshot = decode_members(encode_members(old.snapshot("q")))  # through the record, as a failover reads it
+    new = groups()
+    new.restore("q", snapshot, now_ms=5000, topics=TOPICS)
+    assert new.snapshot("q") == old.snapshot("q")
+    assert new.may_fetch("q", b.member_id, "other", 1) and not new.may_fetch("q", a.member_id, "other", 0)
+    beat = new.heartbeat(group_id="q", member_id=a.member_id, member_epoch=a.member_epoch, now_ms=5100, topics=TOPICS)
+    assert (beat.member_epoch, beat.assignment) == (a.member_epoch, None), "nothing changed: no new assignment"
+    with pytest.raises(FencedMemberEpochError):
+        new.heartbeat(group_id="q", member_id=b.member_id, member_epoch=b.member_epoch - 1, now_ms=5100, topics=TOPICS)
+    assert new.expire(5900, TOPICS) == [], "restored sessions start at the restore"
+    assert groups().snapshot("q") is None

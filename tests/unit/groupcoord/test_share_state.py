@@ -69,3 +69,23 @@ def test_replay_keeps_the_latest_and_tombstones_delete():
     assert image.states == {KEY: snap2}
     assert image.group_states("q") == {KEY: snap2} and image.group_states("x") == {}
     assert 0 <= partition_for_share(KEY) < 16
+
+
+def test_membership_records_replay_beside_share_partitions():
+    from groupcoord.share_state import MembersKey, decode_members, encode_members
+
+    members = {"group_epoch": 4, "members": [{"member_id": "m1", "member_epoch": 4, "subscribed_topic_names": ["orders"],
+                                              "rack_id": None, "client_id": "c", "client_host": "/127.0.0.1"}]}
+    image = ShareStateImage()
+    image.replay([(encode_key(MembersKey("q")), encode_members(members)), (encode_key(KEY), encode_value(window().snapshot()))])
+    assert image.get(MembersKey("q")) == members and image.get(KEY) is not None
+    assert decode_key(encode_key(MembersKey("q"))) == MembersKey("q")
+    assert 0 <= partition_for_share(MembersKey("q")) < 16
+    image.replay([(encode_key(MembersKey("q")), None)])
+    assert image.get(MembersKey("q")) is None and image.get(KEY) is not None
+    for bad in ({"v": 1, "group_epoch": -1, "members": []}, {"v": 1, "group_epoch": 1, "members": [["m", 1, "t", None, "", ""]]},
+                {"v": 2, "group_epoch": 1, "members": []}):
+        with pytest.raises(InvalidGroupRecordError):
+            decode_members(cbor.dumps(bad))
+    with pytest.raises(InvalidGroupRecordError):
+        decode_key(cbor.dumps([2, ""]))
