@@ -415,6 +415,20 @@ class ActiveController:
         result = ctl.recommission_broker(field(fields, "broker_id", int, min_value=0), now_ms=self._clock_ms())
         return {"state": await self.propose(result, deadline)}
 
+    async def _change_controller(self, op: str, fields: Fields, deadline: float) -> dict:
+        """add_controller / remove_controller (issue 44): one voter of the metadata quorum."""
+        node_id = field(fields, "node_id", int, min_value=0)
+        address = field(fields, "quorum_address", str, nullable=True, default=None) if op == "add" else None
+        timeout_s = max(0.1, deadline - trio.current_time())
+        voters = await self._quorum.change_voters(op, node_id, address, timeout_s=timeout_s)
+        return {"voters": {str(k): v for k, v in sorted(voters.items())}}
+
+    async def _add_controller(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
+        return await self._change_controller("add", fields, deadline)
+
+    async def _remove_controller(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
+        return await self._change_controller("remove", fields, deadline)
+
     async def _balance(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
         tolerance = fields.get("tolerance", DEFAULT_TOLERANCE)
         if type(tolerance) not in (int, float):
@@ -604,6 +618,8 @@ _ADMIN_HANDLERS: Final[Mapping[str, _OpHandler]] = {
     "list_partition_reassignments": ActiveController._list_partition_reassignments,
     "decommission_broker": ActiveController._decommission_broker,
     "balance": ActiveController._balance,
+    "add_controller": ActiveController._add_controller,
+    "remove_controller": ActiveController._remove_controller,
     "recommission_broker": ActiveController._recommission_broker,
     "alter_client_quotas": _alter_client_quotas,
 } | {op: _security_handler(op) for op in security_ops.ADMIN_SECURITY_OPS}

@@ -403,6 +403,8 @@ POLICIES: Final[Mapping[str, Policy]] = {
     "decommission_broker": _resource(O.ALTER, C),  # moves replicas, as a reassignment does
     "recommission_broker": _resource(O.ALTER, C),
     "balance": _resource(O.ALTER, C),  # dry_run included: it is the plan of a cluster-wide change
+    "add_controller": _resource(O.ALTER, C),  # Kafka's AddRaftVoter rule
+    "remove_controller": _resource(O.ALTER, C),  # Kafka's RemoveRaftVoter rule
     "recover_partition": _at_port,
     "find_coordinator": _resource(O.DESCRIBE, G, "group_id"),
     "join_group": _resource(O.READ, G, "group_id"),
