@@ -417,7 +417,7 @@ class ActiveController:
 
     async def _change_controller(self, op: str, fields: Fields, deadline: float) -> dict:
         """add_controller / remove_controller (issue 44): one voter of the metadata quorum."""
-        node_id = field(fields, "node_id", int, min_value=0)
+        node_id = field(fields, "voter_id", int, min_value=0)
         address = field(fields, "quorum_address", str, nullable=True, default=None) if op == "add" else None
         timeout_s = max(0.1, deadline - trio.current_time())
         voters = await self._quorum.change_voters(op, node_id, address, timeout_s=timeout_s)

@@ -390,7 +390,7 @@ class MetadataService:
         ok = controller_id is not None
         if self._quorum is not None:
             status = self._quorum.status()
-            report["quorum"] = {k: status[k] for k in ("term", "leader_id", "has_quorum", "commit_index")}
+            report["quorum"] = {k: status[k] for k in ("term", "leader_id", "has_quorum", "commit_index", "voters")}
         if self._broker is not None:
             report["broker"] = {"registered": self._broker.registered, "fenced": self._broker.fenced,
                                 "incarnation_id": self._broker.incarnation_id}

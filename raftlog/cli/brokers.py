@@ -142,7 +142,7 @@ def add_controller_cmd(node_id: int, quorum_address: str, as_json: bool, timeout
     Example:
       raftlog cluster add-controller --id 4 --quorum-address 127.0.0.1:9494
     """
-    _echo_voters(admin_request(bootstrap, timeout, {"op": "add_controller", "node_id": node_id,
+    _echo_voters(admin_request(bootstrap, timeout, {"op": "add_controller", "voter_id": node_id,
                                                     "quorum_address": quorum_address}), as_json)
 
 
@@ -159,7 +159,7 @@ def remove_controller_cmd(node_id: int, as_json: bool, timeout: float, bootstrap
     Example:
       raftlog cluster remove-controller --id 3
     """
-    _echo_voters(admin_request(bootstrap, timeout, {"op": "remove_controller", "node_id": node_id}), as_json)
+    _echo_voters(admin_request(bootstrap, timeout, {"op": "remove_controller", "voter_id": node_id}), as_json)
 
 
 @brokers.command("alter-config")

@@ -707,8 +707,13 @@ class _QuorumSyncObj(SyncObj):
 
     def _rl_live(self) -> tuple[str, ...]:
         deadline = _pysyncobj_monotonic() - self._rl_config.leader_fallback_timeout_s
-        heard = self._SyncObj__lastResponseTime
-        return tuple(sorted(n.id for n in self._SyncObj__otherNodes if heard.get(n, 0) > deadline))
+        # Heard from recently AND holding everything committed: a new leader counts every peer
+        # as heard from when it takes over (a voter killed a moment ago too), but only live
+        # ones acknowledge its term's entries.
+        heard, match = self._SyncObj__lastResponseTime, self._SyncObj__raftMatchIndex
+        commit = self.raftCommitIndex
+        return tuple(sorted(n.id for n in self._SyncObj__otherNodes
+                            if heard.get(n, 0) > deadline and match.get(n, 0) >= commit))
 
     # -- custom dump (called by PySyncObj's Serializer on the tick thread) --
 

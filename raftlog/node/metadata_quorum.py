@@ -345,6 +345,10 @@ class MetadataQuorum:
         reason = quorum_voters.change_refusal(op, node_id, address, self._voters, live, self._config.node_id)
         if reason is not None:
             raise InvalidRequestError(reason)
+        if self._raft_commit_index < self._log_end_index or self._raft_last_applied < self._raft_commit_index:
+            # A leader whose log is not all committed (its term's no-op, entries in flight) does
+            # not change the voters: PySyncObj lost the quorum when one was appended then.
+            raise ProposalRejectedError("UNSETTLED: the quorum's log is not all committed yet; ask again")
         target = address if op == "add" else self._voters[node_id]
         assert target is not None
         pending = _Pending(trio.Event())
