@@ -180,6 +180,7 @@ class ReplicaManager:
             on_unreachable=self._leader_unreachable, on_broken=self._leader_link_broken,
             on_news=self._wake_ticks,
             throttle=Throttle(settings.follower_replication_throttled_rate),
+            leader_throttle=Throttle(settings.leader_replication_throttled_rate),
         )  # fmt: skip
         self._replicas: dict[tuple[str, int], Replica] = {}
         self._ticking: dict[tuple[str, int], Replica] = {}  # the tick loop's replicas
