@@ -358,6 +358,7 @@ class ActiveController:
     async def _broker_heartbeat(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
         result = ctl.heartbeat(field(fields, "broker_id", int), field(fields, "incarnation_id", str),
                                now_ms=self._clock_ms())
+        ctl.record_partition_bytes(field(fields, "partition_bytes", list, default=[]))
         response = await self.propose(result, deadline)
         # `fenced` is as of the committed image; after an UnfenceBroker applied, say so now.
         reg = self._loader.image.broker(field(fields, "broker_id", int))

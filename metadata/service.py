@@ -146,8 +146,13 @@ class MetadataService:
         # (topic, partition) -> (a replica is open here, the leader it knows or None, its
         # epoch); set by the node to its ReplicaManager's `local_leader` on brokers.
         self.partition_view: Callable[[str, int], tuple[bool, int | None, int]] | None = None
+        # [[topic, partition, bytes]] of the partitions this broker leads; set by the node to
+        # its ReplicaManager's `leader_partition_bytes`; sent with each heartbeat (balancer).
+        self.partition_bytes: Callable[[], list[list[Any]]] | None = None
         self._broker = BrokerLifecycle(settings, self._controller_call, rng, clock_ms,
                                        incarnation=incarnation) if settings.is_broker else None
+        if self._broker is not None:
+            self._broker.partition_bytes = lambda: self.partition_bytes() if self.partition_bytes else []
         self._quorum: Quorum | None = None
         self._active: ActiveController | None = None
         self._fetcher: MetadataFetcher | None = None

@@ -262,6 +262,15 @@ class ReplicaManager:
             while any(s["queued_messages"] for s in self.links.status().values()):
                 await trio.sleep(0.01)
 
+    def leader_partition_bytes(self, limit: int = 10_000) -> list[list[Any]]:
+        """[[topic, partition, bytes on disk]] of the partitions this broker leads (at most
+        `limit`): what its heartbeat tells the controller's balancer (issue 44)."""
+        out: list[list[Any]] = []
+        for r in self._replicas.values():
+            if r.attached and r.is_leader and r.log is not None and len(out) < limit:
+                out.append([r.topic, r.partition, r.log.size_bytes()])
+        return out
+
     def health(self) -> dict[str, Any]:
         offline = sorted(r.name for r in self._replicas.values() if r.offline_reason is not None)
         kinds = {r.offline_kind for r in self._replicas.values() if r.offline_reason is not None}

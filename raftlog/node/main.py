@@ -289,6 +289,7 @@ async def run_node(
             registry.collector(collect)
         if isinstance(service, ReplicaManager):  # metadata answers say what the replicas see
             metadata.partition_view = service.local_leader
+            metadata.partition_bytes = service.leader_partition_bytes  # the balancer's disk goal
 
     def health() -> dict[str, Any]:
         report: dict[str, Any] = {"node_id": config.node_id, "cluster_id": cluster_id,
