@@ -224,7 +224,8 @@ class Nemesis:
                    security=self.db.client_security) as admin:
             return admin.cluster_status(timeout_ms=LOOKUP_TIMEOUT_MS)
 
-    def _leaders(self) -> dict[str, int]:
+    def _describe(self) -> dict[str, Any]:
+        """The run's topics as `Admin.describe_topics` answers (blocking)."""
         from raftlog.client import Admin
 
         running = self.db.running()
@@ -233,7 +234,10 @@ class Nemesis:
         topics = sorted({parse_key(k)[0] for k in self.keys})
         with Admin([self.db.client_address(n) for n in running], request_timeout_ms=LOOKUP_TIMEOUT_MS,
                    security=self.db.client_security) as admin:
-            described = admin.describe_topics(topics, timeout_ms=LOOKUP_TIMEOUT_MS)
+            return admin.describe_topics(topics, timeout_ms=LOOKUP_TIMEOUT_MS)
+
+    def _leaders(self) -> dict[str, int]:
+        described = self._describe()
         return {
             f"{t}-{p.partition}": p.leader for t, info in described.items() for p in info.partitions
             if p.leader is not None
@@ -410,15 +414,7 @@ class Nemesis:
     # ------------------------------------------------------------------ replica moves
 
     def _replicas(self) -> dict[str, tuple[int, ...]]:
-        from raftlog.client import Admin
-
-        running = self.db.running()
-        if not running:
-            raise _Unresolved("no node running")
-        topics = sorted({parse_key(k)[0] for k in self.keys})
-        with Admin([self.db.client_address(n) for n in running], request_timeout_ms=LOOKUP_TIMEOUT_MS,
-                   security=self.db.client_security) as admin:
-            described = admin.describe_topics(topics, timeout_ms=LOOKUP_TIMEOUT_MS)
+        described = self._describe()
         found = {f"{t}-{p.partition}": tuple(p.replicas) for t, info in described.items() for p in info.partitions}
         for key, replicas in found.items():
             self.replication_factor.setdefault(key, len(replicas))

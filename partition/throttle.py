@@ -67,13 +67,16 @@ def hold_learner_fetch(nursery: trio.Nursery | None, throttle: Throttle | None, 
     delay = throttle.debt_s(trio.current_time())
     if delay <= 0:
         return False
+    _deliver_later(nursery, delay, replica, message)
+    return True
 
+
+def _deliver_later(nursery: trio.Nursery, delay_s: float, replica: Any, message: Any) -> None:
     async def later() -> None:
-        await trio.sleep(delay)
+        await trio.sleep(delay_s)
         await replica.deliver(message)
 
     nursery.start_soon(later)
-    return True
 
 
 def charge_learner_answer(throttle: Throttle | None, replica: Any, broker_id: int, message: Any) -> None:
@@ -92,10 +95,5 @@ def deliver_throttled(nursery: trio.Nursery | None, throttle: Throttle | None, r
     delay = throttle.delay_s(len(records), trio.current_time())
     if delay <= 0:
         return False
-
-    async def later() -> None:
-        await trio.sleep(delay)
-        await replica.deliver(message)
-
-    nursery.start_soon(later)
+    _deliver_later(nursery, delay, replica, message)
     return True

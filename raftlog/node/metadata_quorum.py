@@ -310,6 +310,14 @@ class MetadataQuorum:
             raise NotQuorumLeaderError(self._leader_id)
         if len(self._pending) >= MAX_PENDING_PROPOSALS:
             raise ProposalRejectedError("TOO_MANY_PENDING")
+        voter = self._voter
+        return self._index_or_raise(await self._outcome(lambda on_result: voter.propose(command, on_result),
+                                                        timeout_s))
+
+    async def _outcome(self, submit: Callable[[Callable[[ProposalOutcome], None]], None],
+                       timeout_s: float) -> ProposalOutcome | None:
+        """`submit(on_result)` to the voter and wait for its outcome (None: stopped first);
+        ProposalTimedOutError after `timeout_s`."""
         proposal_id = next(self._proposal_ids)
         pending = _Pending(trio.Event())
         self._pending[proposal_id] = pending
@@ -321,13 +329,13 @@ class MetadataQuorum:
 
         try:
             with trio.move_on_after(timeout_s):
-                self._voter.propose(command, on_result)
+                submit(on_result)
                 await pending.event.wait()
         finally:
             del self._pending[proposal_id]
         if not pending.event.is_set():
             raise ProposalTimedOutError(timeout_s)
-        return self._index_or_raise(pending.outcome)
+        return pending.outcome
 
     async def change_voters(self, op: str, node_id: int, address: str | None, *, timeout_s: float) -> dict[int, str]:
         """Add (`op` "add", with its quorum `address`) or remove ("remove") one voter of the
@@ -346,29 +354,14 @@ class MetadataQuorum:
         if reason is not None:
             raise InvalidRequestError(reason)
         if self._raft_commit_index < self._log_end_index or self._raft_last_applied < self._raft_commit_index:
-            # A leader whose log is not all committed (its term's no-op, entries in flight) does
-            # not change the voters: PySyncObj lost the quorum when one was appended then.
+            # One change at a time, on a settled log: not while the new leader's no-op or other
+            # entries are in flight (PySyncObj refuses some such cases with REQUEST_DENIED).
             raise ProposalRejectedError("UNSETTLED: the quorum's log is not all committed yet; ask again")
         target = address if op == "add" else self._voters[node_id]
         assert target is not None
-        pending = _Pending(trio.Event())
-        proposal_id = next(self._proposal_ids)
-        self._pending[proposal_id] = pending
-        handoff = self._handoff
-        assert handoff is not None
-
-        def on_result(outcome: ProposalOutcome) -> None:  # tick thread
-            handoff.to_trio(self._on_result, proposal_id, outcome)
-
-        try:
-            with trio.move_on_after(timeout_s):
-                self._voter.change_voters("add" if op == "add" else "rem", node_id, target, on_result)
-                await pending.event.wait()
-        finally:
-            del self._pending[proposal_id]
-        if not pending.event.is_set():
-            raise ProposalTimedOutError(timeout_s)
-        outcome = pending.outcome
+        voter, kind = self._voter, "add" if op == "add" else "rem"
+        outcome = await self._outcome(lambda on_result: voter.change_voters(kind, node_id, target, on_result),
+                                      timeout_s)
         if outcome is not None and outcome.kind == "committed":
             self._voters = dict(self._voters)
             if op == "add":
