@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Callable, Mapping
+from typing import Callable, Final, Mapping
 
 from raftlog.base.errors import InvalidConfigError
 
@@ -88,6 +88,19 @@ def _parse_cleanup_policy(text: str) -> str:
     return name
 
 
+_THROTTLED_REPLICA_RE: Final = re.compile(r"[0-9]+:[0-9]+\Z")
+
+
+def _parse_throttled_replicas(text: str) -> str:
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if items == ["*"]:
+        return "*"
+    for item in items:
+        if not _THROTTLED_REPLICA_RE.match(item):
+            raise ValueError(f"{item!r} is not partition:broker (or give \"*\")")
+    return ",".join(items)
+
+
 def _long(name: str, default: int, lo: int, doc: str, *, hi: int = INT64_MAX, minus_one: bool = False) -> ConfigDef:
     return ConfigDef(name, "long", str(default), doc, _int_parser(lo, hi, minus_one), str)
 
@@ -123,6 +136,19 @@ TOPIC_CONFIGS: Mapping[str, ConfigDef] = MappingProxyType(
                 "max_message_bytes", "int", str(1024 * 1024 + 12),
                 "largest record batch a producer may append",
                 _int_parser(0, INT32_MAX), str,
+            ),
+            # Kafka's lists of throttled replicas ("partition:broker,..." or "*"), which
+            # kafka-reassign-partitions sets and clears; raftlog throttles every replica a move
+            # adds (partition/throttle.py), so they are kept and shown, with no other effect.
+            ConfigDef(
+                "leader_replication_throttled_replicas", "list", "",
+                "Kafka's throttled replicas on the leader side (kept; raftlog throttles every move)",
+                _parse_throttled_replicas, str,
+            ),
+            ConfigDef(
+                "follower_replication_throttled_replicas", "list", "",
+                "Kafka's throttled replicas on the follower side (kept; raftlog throttles every move)",
+                _parse_throttled_replicas, str,
             ),
         )
     }
@@ -194,6 +220,8 @@ class TopicConfig:
     flush_policy: str
     flush_interval_ms: int
     max_message_bytes: int
+    leader_replication_throttled_replicas: str = ""
+    follower_replication_throttled_replicas: str = ""
 
     @property
     def compact(self) -> bool:

@@ -262,6 +262,25 @@ class ReplicaManager:
             while any(s["queued_messages"] for s in self.links.status().values()):
                 await trio.sleep(0.01)
 
+    # The replication throttles' rates, set by dynamic broker configs (raftlog/node/dynamic_config.py).
+    @property
+    def leader_replication_throttled_rate(self) -> int:
+        return self.links.leader_throttle.rate_bytes_per_s if self.links.leader_throttle else 0
+
+    @leader_replication_throttled_rate.setter
+    def leader_replication_throttled_rate(self, rate: int) -> None:
+        if self.links.leader_throttle is not None:
+            self.links.leader_throttle.rate_bytes_per_s = int(rate)
+
+    @property
+    def follower_replication_throttled_rate(self) -> int:
+        return self.links.throttle.rate_bytes_per_s if self.links.throttle else 0
+
+    @follower_replication_throttled_rate.setter
+    def follower_replication_throttled_rate(self, rate: int) -> None:
+        if self.links.throttle is not None:
+            self.links.throttle.rate_bytes_per_s = int(rate)
+
     def leader_partition_bytes(self, limit: int = 10_000) -> list[list[Any]]:
         """[[topic, partition, bytes on disk]] of the partitions this broker leads (at most
         `limit`): what its heartbeat tells the controller's balancer (issue 44)."""

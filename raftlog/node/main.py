@@ -356,7 +356,9 @@ async def run_node(
             quotas=QuotaManager(),
         )  # fmt: skip
         # Dynamic broker configs (metadata log) over the static ones: now and on every change.
-        dynamic_config = DynamicBrokerConfig(config, [kafka_ctx, gate])
+        replica_manager = next((s for s in services if isinstance(s, ReplicaManager)), None)
+        targets = [kafka_ctx, gate] + ([replica_manager] if replica_manager is not None else [])
+        dynamic_config = DynamicBrokerConfig(config, targets)
         dynamic_config.on_image(metadata.image)
         metadata.subscribe(dynamic_config.on_image)
         ports["kafka"] = await nursery.start(partial(
