@@ -135,7 +135,8 @@ class Load:
 
 def bench_move(root: Path, args: argparse.Namespace) -> None:
     throttle = args.throttle_mb * MIB
-    settings = {"follower_replication_throttled_rate": throttle, "leader_replication_throttled_rate": throttle}
+    sides = ("leader", "follower") if args.throttle_side == "both" else (args.throttle_side,)
+    settings = {f"{side}_replication_throttled_rate": throttle for side in sides}
     cluster = Cluster(root / "move", 4, settings)
     try:
         cluster.start(1, 2, 3, 4)
@@ -166,7 +167,7 @@ def bench_move(root: Path, args: argparse.Namespace) -> None:
         print(f"producer (acks=all, 1 KiB): {before:,.0f} records/s before, {during:,.0f} during: "
               f"ratio {during / max(before, 1e-9):.2f} (target >= 0.7)")
         if throttle:
-            print(f"throttle {args.throttle_mb} MiB/s: catch-up at {rate:.1f} MiB/s = "
+            print(f"throttle {args.throttle_mb} MiB/s ({args.throttle_side}): catch-up at {rate:.1f} MiB/s = "
                   f"{rate / args.throttle_mb:.2f} of the rate (target within 10 %)")
         else:
             print("throttle: default (none); give --throttle-mb N to measure how it holds its rate")
@@ -212,6 +213,8 @@ def main() -> int:
     parser.add_argument("--size-mb", type=int, default=1024, help="the moved partition's size (MiB)")
     parser.add_argument("--throttle-mb", type=int, default=0,
                         help="leader and follower replication throttle, MiB/s (default 0: none, the default)")
+    parser.add_argument("--throttle-side", choices=("both", "leader", "follower"), default="both",
+                        help="which side --throttle-mb limits")
     parser.add_argument("--partitions", type=int, default=300, help="partitions of the grow part (RF 3)")
     parser.add_argument("--window-s", type=float, default=10.0, help="the producer's baseline window")
     parser.add_argument("--move-timeout-s", type=float, default=1800.0)
