@@ -32,11 +32,6 @@ class Throttle:
         self.rate_bytes_per_s = rate_bytes_per_s
         self._free_at_s = 0.0
         self.throttled_bytes = 0  # delivered late (for /metrics and tests)
-        # Replicas with a delivery waiting: one at a time each. A replica's Raft core asks
-        # again when an answer is late; charging and holding every repeat too made the delays
-        # grow faster than time (a 10 MiB/s throttle moved 0.3 MiB/s): repeats are dropped.
-        self.waiting: set[int] = set()
-        self.dropped = 0
 
     def delay_s(self, nbytes: int, now_s: float) -> float:
         if self.rate_bytes_per_s == 0 or nbytes <= 0:
@@ -69,24 +64,16 @@ def hold_learner_fetch(nursery: trio.Nursery | None, throttle: Throttle | None, 
     `replica` waits (then it is delivered later from `nursery`; the caller must not)."""
     if throttle is None or nursery is None or not _learner_of_leader(replica, broker_id):
         return False
-    if id(replica) in throttle.waiting:
-        throttle.dropped += 1  # a repeat of the fetch that waits: it is answered once
-        return True
     delay = throttle.debt_s(trio.current_time())
     if delay <= 0:
         return False
-    _deliver_later(nursery, throttle, delay, replica, message)
+    _deliver_later(nursery, delay, replica, message)
     return True
 
 
-def _deliver_later(nursery: trio.Nursery, throttle: Throttle, delay_s: float, replica: Any, message: Any) -> None:
-    throttle.waiting.add(id(replica))
-
+def _deliver_later(nursery: trio.Nursery, delay_s: float, replica: Any, message: Any) -> None:
     async def later() -> None:
-        try:
-            await trio.sleep(delay_s)
-        finally:
-            throttle.waiting.discard(id(replica))
+        await trio.sleep(delay_s)
         await replica.deliver(message)
 
     nursery.start_soon(later)
@@ -105,11 +92,8 @@ def deliver_throttled(nursery: trio.Nursery | None, throttle: Throttle | None, r
     records = getattr(message, "records", None)
     if throttle is None or nursery is None or not records or not _learning(replica):
         return False
-    if id(replica) in throttle.waiting:
-        throttle.dropped += 1  # an answer to a repeated fetch while one waits: not charged
-        return True
     delay = throttle.delay_s(len(records), trio.current_time())
     if delay <= 0:
         return False
-    _deliver_later(nursery, throttle, delay, replica, message)
+    _deliver_later(nursery, delay, replica, message)
     return True
