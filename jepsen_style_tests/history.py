@@ -74,6 +74,9 @@ f                           invoke value                                      ok
 ``kill-supervisor``         ``None`` (a side `cluster up`, supervisor.py)      ``{"supervisor",
                                                                               "pids", "left",
                                                                               "ports_held"}``
+``start-reassign``          ``{"partitions": k}`` (random moves, issue 44)     ``[{"key", "from",
+                                                                              "to", "error"?}]``
+``stop-reassign``           ``None`` (shrunk partitions get their RF back)     the same
 ``start-stranger``          ``None`` or ``{"idle_per_listener": n, ...}``     ``{"baseline",
                             (stranger.py)                                     "lying", "idle",
                                                                               "oversized",

@@ -41,6 +41,14 @@ start-stranger         None | {"idle_per_listener": n,        what the stranger 
                                                               "rss_growth_bytes", "idle", "served"
 stop-stranger          None                                   {"served", "held", "closed_by_node"}
                                                               (its connections closed)
+start-reassign         {"partitions": k}                      [{"key", "from", "to", "error"?}]:
+                                                              k partitions of the run's topic
+                                                              moved to random replica sets
+                                                              (issue 44)
+stop-reassign          None                                   [{"key", "from", "to", "error"?}]:
+                                                              partitions left with fewer
+                                                              replicas than the topic's RF
+                                                              given that many again
 =====================  =====================================  ==================================
 
 "leader" means the leader of a partition of the run's topic drawn at random; "controller" the
@@ -53,7 +61,11 @@ names: ``kill``, ``pause``, ``partition``, ``leader-kill``, ``controller-kill``,
 ``supervisor-kill``, ``stranger`` (a client breaking the rules: idle connections, oversized
 unauthenticated frames to every port, lying record batches; `jepsen_style_tests.stranger`;
 the checker makes a run invalid when a lying batch is accepted or a node stops serving other
-clients meanwhile). The storage faults (``corrupt``, ``bitflip``, ``disk-full``) all hit one
+clients meanwhile), ``reassign`` (random moves of random partitions, issue 44: each target a
+random set of the nodes, of the topic's replication factor or one fewer but never under 2,
+so that moves change membership even when every node holds a replica; its stop gives every
+shrunk partition the full factor again; a refused move, REASSIGNMENT_IN_PROGRESS while one is
+under way, is recorded in the op's value). The storage faults (``corrupt``, ``bitflip``, ``disk-full``) all hit one
 `damage_node`: a minority, so every committed entry
 keeps intact copies on a majority. ``disk-full`` needs the run to have given that node a small
 disk (`LocalCluster.make_small_disk`, root only; the runner leaves the fault out and says why
@@ -91,7 +103,7 @@ __all__ = ["Nemesis", "NemesisError", "faults", "FAULT_NAMES"]
 log = logging.getLogger(__name__)
 
 FAULT_NAMES = ("kill", "pause", "partition", "leader-kill", "controller-kill", "rolling", "corrupt", "delay",
-               "bitflip", "disk-full", "power-loss", "power-loss-all", "supervisor-kill", "stranger")
+               "bitflip", "disk-full", "power-loss", "power-loss-all", "supervisor-kill", "stranger", "reassign")
 STORAGE_FAULTS = ("corrupt", "bitflip", "disk-full")
 POWER_FAULTS = ("power-loss", "power-loss-all")
 PARTITION_SHAPES = ("isolate-one", "isolate-leader", "isolate-controller", "halves", "majorities-ring")
@@ -154,6 +166,9 @@ def faults(names: Iterable[str], *, damage_node: int | None = None, power_node: 
             menu.append(Fault("power-loss", {"f": "power-loss", "value": {"nodes": "all"}}, {"f": "stop-kill"}))
         elif name == "stranger":
             menu.append(Fault("stranger", {"f": "start-stranger", "value": None}, {"f": "stop-stranger"}))
+        elif name == "reassign":
+            menu.append(Fault("reassign", {"f": "start-reassign", "value": {"partitions": 2}},
+                              {"f": "stop-reassign"}))
         else:
             raise NemesisError(f"unknown fault {name!r}; known: {', '.join(FAULT_NAMES)}")
     if not menu:
@@ -182,6 +197,7 @@ class Nemesis:
         self.mode = mode
         self.killed: set[int] = set()
         self.stranger: Stranger | None = None
+        self.replication_factor: dict[str, int] = {}  # per key, as first seen (reassign)
 
     async def invoke(self, op: Op) -> tuple[str, Any, str | None]:
         """Performs `op`; returns ``(type, value, error)`` of its completion."""
@@ -208,7 +224,8 @@ class Nemesis:
                    security=self.db.client_security) as admin:
             return admin.cluster_status(timeout_ms=LOOKUP_TIMEOUT_MS)
 
-    def _leaders(self) -> dict[str, int]:
+    def _describe(self) -> dict[str, Any]:
+        """The run's topics as `Admin.describe_topics` answers (blocking)."""
         from raftlog.client import Admin
 
         running = self.db.running()
@@ -217,7 +234,10 @@ class Nemesis:
         topics = sorted({parse_key(k)[0] for k in self.keys})
         with Admin([self.db.client_address(n) for n in running], request_timeout_ms=LOOKUP_TIMEOUT_MS,
                    security=self.db.client_security) as admin:
-            described = admin.describe_topics(topics, timeout_ms=LOOKUP_TIMEOUT_MS)
+            return admin.describe_topics(topics, timeout_ms=LOOKUP_TIMEOUT_MS)
+
+    def _leaders(self) -> dict[str, int]:
+        described = self._describe()
         return {
             f"{t}-{p.partition}": p.leader for t, info in described.items() for p in info.partitions
             if p.leader is not None
@@ -391,6 +411,61 @@ class Nemesis:
         finally:
             await trio.to_thread.run_sync(self.db.start, node)
 
+    # ------------------------------------------------------------------ replica moves
+
+    def _replicas(self) -> dict[str, tuple[int, ...]]:
+        described = self._describe()
+        found = {f"{t}-{p.partition}": tuple(p.replicas) for t, info in described.items() for p in info.partitions}
+        for key, replicas in found.items():
+            self.replication_factor.setdefault(key, len(replicas))
+        return found
+
+    def _move(self, moves: list[tuple[str, tuple[int, ...], list[int]]]) -> list[dict[str, Any]]:
+        """Ask for every move in one request; each item's outcome (a refusal is not a failure)."""
+        from raftlog.client import Admin
+
+        if not moves:
+            return []
+        items = []
+        for key, _, target in moves:
+            topic, partition = parse_key(key)
+            items.append({"topic": topic, "partition": partition, "replicas": target})
+        running = self.db.running()
+        with Admin([self.db.client_address(n) for n in running], request_timeout_ms=LOOKUP_TIMEOUT_MS,
+                   security=self.db.client_security) as admin:
+            answer = admin.request({"op": "alter_partition_reassignments", "partitions": items},
+                                   timeout_ms=LOOKUP_TIMEOUT_MS)
+        rows = []
+        for (key, before, target), result in zip(moves, answer["results"], strict=True):
+            row: dict[str, Any] = {"key": key, "from": list(before), "to": target}
+            if result.get("error"):
+                row["error"] = result["error"].get("code")
+            rows.append(row)
+        return rows
+
+    async def _start_reassign(self, value: Any) -> list[dict[str, Any]]:
+        count = int(value.get("partitions", 1)) if isinstance(value, Mapping) else 1
+        current = await self._lookup(self._replicas)
+        nodes = list(self.db.node_ids)
+        moves = []
+        for key in self.rng.sample(sorted(current), min(count, len(current))):
+            factor = self.replication_factor[key]
+            sizes = [n for n in (factor - 1, factor) if 2 <= n <= len(nodes)] or [min(factor, len(nodes))]
+            target = self.rng.sample(nodes, self.rng.choice(sizes))
+            moves.append((key, current[key], target))
+        return await self._lookup(lambda: self._move(moves))
+
+    async def _stop_reassign(self, _value: Any) -> list[dict[str, Any]]:
+        current = await self._lookup(self._replicas)
+        nodes = list(self.db.node_ids)
+        moves = []
+        for key, replicas in sorted(current.items()):
+            factor = min(self.replication_factor[key], len(nodes))
+            if len(replicas) < factor:
+                extra = self.rng.sample([n for n in nodes if n not in replicas], factor - len(replicas))
+                moves.append((key, replicas, [*replicas, *extra]))
+        return await self._lookup(lambda: self._move(moves))
+
     # ------------------------------------------------------------------ the stranger
 
     async def _start_stranger(self, value: Any) -> dict[str, Any]:
@@ -426,5 +501,7 @@ HANDLERS: dict[str, Callable[[Nemesis, Any], Awaitable[Any]]] = {
     "stop-disk-full": Nemesis._stop_disk_full,
     "corrupt-tail": Nemesis._corrupt_tail,
     "start-stranger": Nemesis._start_stranger,
+    "start-reassign": Nemesis._start_reassign,
+    "stop-reassign": Nemesis._stop_reassign,
     "stop-stranger": Nemesis._stop_stranger,
 }

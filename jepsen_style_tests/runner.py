@@ -148,8 +148,12 @@ def workload(config: RunConfig, keys: Sequence[str], rng: random.Random) -> g.Ge
         menu = faults(config.nemesis, damage_node=damage_node, power_node=config.power_node or damage_node)
         schedule = g.fault_cycle(menu, quiet_ns=half_ns, fault_ns=half_ns)
         main.insert(0, g.time_limit(limit_ns, g.nemesis(schedule)))
+    heal = ({"f": "stop-stranger"}, {"f": "stop-partition"}, {"f": "stop-delay"}, {"f": "stop-pause"},
+            {"f": "stop-disk-full"}, {"f": "stop-kill"})
+    if "reassign" in config.nemesis:  # the full replication factor back once every node is up
+        heal += ({"f": "stop-reassign"},)
     final = g.final_phase(
-        keys, recovery_ns=int(config.recovery_s * g.SEC_NS), read_limit_ns=int(config.read_limit_s * g.SEC_NS)
+        keys, heal=heal, recovery_ns=int(config.recovery_s * g.SEC_NS), read_limit_ns=int(config.read_limit_s * g.SEC_NS)
     )
     return g.phases(g.any_of(*main), final)
 

@@ -358,6 +358,7 @@ class ActiveController:
     async def _broker_heartbeat(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
         result = ctl.heartbeat(field(fields, "broker_id", int), field(fields, "incarnation_id", str),
                                now_ms=self._clock_ms())
+        ctl.record_partition_bytes(field(fields, "partition_bytes", list, default=[]))
         response = await self.propose(result, deadline)
         # `fenced` is as of the committed image; after an UnfenceBroker applied, say so now.
         reg = self._loader.image.broker(field(fields, "broker_id", int))
@@ -414,6 +415,20 @@ class ActiveController:
     async def _recommission_broker(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
         result = ctl.recommission_broker(field(fields, "broker_id", int, min_value=0), now_ms=self._clock_ms())
         return {"state": await self.propose(result, deadline)}
+
+    async def _change_controller(self, op: str, fields: Fields, deadline: float) -> dict:
+        """add_controller / remove_controller (issue 44): one voter of the metadata quorum."""
+        node_id = field(fields, "voter_id", int, min_value=0)
+        address = field(fields, "quorum_address", str, nullable=True, default=None) if op == "add" else None
+        timeout_s = max(0.1, deadline - trio.current_time())
+        voters = await self._quorum.change_voters(op, node_id, address, timeout_s=timeout_s)
+        return {"voters": {str(k): v for k, v in sorted(voters.items())}}
+
+    async def _add_controller(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
+        return await self._change_controller("add", fields, deadline)
+
+    async def _remove_controller(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
+        return await self._change_controller("remove", fields, deadline)
 
     async def _balance(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
         tolerance = fields.get("tolerance", DEFAULT_TOLERANCE)
@@ -611,6 +626,8 @@ _ADMIN_HANDLERS: Final[Mapping[str, _OpHandler]] = {
     "list_partition_reassignments": ActiveController._list_partition_reassignments,
     "decommission_broker": ActiveController._decommission_broker,
     "balance": ActiveController._balance,
+    "add_controller": ActiveController._add_controller,
+    "remove_controller": ActiveController._remove_controller,
     "recommission_broker": ActiveController._recommission_broker,
     "alter_client_quotas": _alter_client_quotas,
     "update_features": _update_features,

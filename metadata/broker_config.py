@@ -100,6 +100,16 @@ DYNAMIC_BROKER_CONFIGS: Final[Mapping[str, BrokerConfigDef]] = MappingProxyType(
                     "client connections this node accepts at once from one address", _int(0)),
     BrokerConfigDef("compression.type", "compression_type", "string",
                     "the codec a leader stores produced batches in, for topics at producer", _compression_type),
+    # The replication throttles (partition/throttle.py; kafka-reassign-partitions --throttle
+    # sets them and --verify / --cancel delete them), and the one Kafka sets beside them for
+    # moves between log dirs (one data dir here: accepted, no effect).
+    BrokerConfigDef("leader.replication.throttled.rate", "leader_replication_throttled_rate", "long",
+                    "bytes/s this broker's leaders send to replicas a move adds (0: no limit)", _int(0, 1 << 40)),
+    BrokerConfigDef("follower.replication.throttled.rate", "follower_replication_throttled_rate", "long",
+                    "bytes/s the replicas this broker adds by a move take (0: no limit)", _int(0, 1 << 40)),
+    BrokerConfigDef("replica.alter.log.dirs.io.max.bytes.per.second",
+                    "replica_alter_log_dirs_io_max_bytes_per_second", "long",
+                    "moves between log dirs (raftlog has one data dir: no effect)", _int(0, 1 << 62)),
 )})  # fmt: skip
 
 

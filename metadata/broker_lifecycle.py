@@ -55,6 +55,8 @@ class BrokerLifecycle:
         self.fenced = True
         self._shutting_down = False
         self._wakeup = trio.Event()
+        # [[topic, partition, bytes]] of the partitions it leads, sent with each heartbeat
+        self.partition_bytes: Callable[[], list[list[Any]]] = list
         self._last_ok_ms: int | None = None  # clock_ms of the last answered heartbeat
         self._started_ms: int | None = None
 
@@ -96,7 +98,8 @@ class BrokerLifecycle:
                               incarnation_id=self.incarnation_id)
                 result = await self._controller_call(
                     "broker_heartbeat",
-                    {"broker_id": self.node_id, "incarnation_id": self.incarnation_id},
+                    {"broker_id": self.node_id, "incarnation_id": self.incarnation_id,
+                     "partition_bytes": self.partition_bytes()},
                     call_timeout_s,
                 )  # fmt: skip
                 fenced = bool(result.get("fenced", True))

@@ -337,6 +337,9 @@ class Controller:
         self.node_availability_timeout_ms = node_availability_timeout_ms
         self._fenced_since_ms: dict[int, int] = {b: now_ms for b in image.fenced_broker_ids()}
         self._balancing = False  # node_add: an empty broker appeared; cleared once balanced
+        # bytes of each partition as its leader last reported (heartbeats): the balancer's
+        # disk goal; not in the metadata log (a measurement, as Cruise Control's metrics)
+        self._partition_bytes: dict[tuple[str, int], int] = {}
         self.offsets_replication_factor = offsets_replication_factor
         self.max_envelope_bytes = max_envelope_bytes
         # A random tag keeps request ids unique even if the service builds two Controllers
@@ -562,6 +565,14 @@ class Controller:
             return ControllerResult((), "active")
         return self._result([record], record.state)
 
+    def record_partition_bytes(self, rows: list[Any]) -> None:
+        """Partition sizes from a leader's heartbeat ([[topic, partition, bytes]]); rows
+        that are not so are ignored (a measurement, not a command)."""
+        for row in rows[:100_000]:
+            if (isinstance(row, list) and len(row) == 3 and isinstance(row[0], str)
+                    and all(type(v) is int and v >= 0 for v in row[1:])):
+                self._partition_bytes[(row[0], row[1])] = row[2]
+
     def balance(self, *, dry_run: bool = False, tolerance: float = DEFAULT_TOLERANCE,
                 max_moves: int = DEFAULT_MAX_MOVES, now_ms: int) -> ControllerResult[list[dict[str, Any]]]:
         """The balancer's plan (metadata/balancer.py), started as reassignments unless
@@ -570,7 +581,7 @@ class Controller:
         self._check_active()
         if type(tolerance) not in (int, float) or not 0 <= tolerance < 1:
             raise InvalidRequestError(f"tolerance must be in [0, 1), got {tolerance!r}")
-        moves = plan(self._image, tolerance=float(tolerance), max_moves=max_moves)
+        moves = plan(self._image, self._partition_bytes, tolerance=float(tolerance), max_moves=max_moves)
         rows: list[dict[str, Any]] = [{"topic": m.topic, "partition": m.partition, "replicas": list(m.replicas),
                                        "reason": m.reason} for m in moves]
         if dry_run or not moves:

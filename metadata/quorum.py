@@ -5,6 +5,7 @@ that metadata/ never imports the node.
     quorum = factory(on_commit=..., on_leader_change=...)    # built by the node (voters only)
     await nursery.start(quorum.run)
     index = await quorum.propose(command_bytes, timeout_s=2.0)
+    voters = await quorum.change_voters("add", 4, "10.0.0.4:9094", timeout_s=10.0)  # issue 44
 
 Contract (metadata_quorum.py's docstring has the details): `on_commit(index, command)` runs on
 the trio thread for every command, in index order, once per `run()`; it has run for index i
@@ -72,7 +73,12 @@ class Quorum(Protocol):
     @property
     def commit_index(self) -> int: ...
 
+    @property
+    def voters(self) -> dict[int, str]: ...
+
     def status(self) -> dict[str, Any]: ...
+
+    async def change_voters(self, op: str, node_id: int, address: str | None, *, timeout_s: float) -> dict[int, str]: ...
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None: ...
 

@@ -149,8 +149,13 @@ class MetadataService:
         # (topic, partition) -> (a replica is open here, the leader it knows or None, its
         # epoch); set by the node to its ReplicaManager's `local_leader` on brokers.
         self.partition_view: Callable[[str, int], tuple[bool, int | None, int]] | None = None
+        # [[topic, partition, bytes]] of the partitions this broker leads; set by the node to
+        # its ReplicaManager's `leader_partition_bytes`; sent with each heartbeat (balancer).
+        self.partition_bytes: Callable[[], list[list[Any]]] | None = None
         self._broker = BrokerLifecycle(settings, self._controller_call, rng, clock_ms,
                                        incarnation=incarnation) if settings.is_broker else None
+        if self._broker is not None:
+            self._broker.partition_bytes = lambda: self.partition_bytes() if self.partition_bytes else []
         self._quorum: Quorum | None = None
         self._active: ActiveController | None = None
         self._fetcher: MetadataFetcher | None = None
@@ -178,6 +183,8 @@ class MetadataService:
             "list_partition_reassignments": self._client_admin,
             "decommission_broker": self._client_admin,
             "balance": self._client_admin,
+            "add_controller": self._client_admin,
+            "remove_controller": self._client_admin,
             "recommission_broker": self._client_admin,
             "describe_configs": self._client_describe_configs,
             "cluster_status": self._client_cluster_status,
@@ -238,6 +245,21 @@ class MetadataService:
         """This node's broker is fenced, or unregistered (True on a non-broker)."""
         return self._broker is None or self._broker.fenced
 
+    def _controller_peer(self, node_id: int) -> str | None:
+        """A controller's peer listener: the configured one, or (a voter added on a running
+        cluster, issue 44) the peer address its broker registered."""
+        address = self._voter_peers.get(node_id)
+        if address is None:
+            broker = self.image.brokers.get(node_id)
+            if broker is not None:
+                address = f"{broker.peer_host}:{broker.peer_port}"
+        return address
+
+    def _quorum_voters(self) -> dict[int, str]:
+        """The metadata quorum's voters: the running quorum's (they change, issue 44) on a
+        voter, the configured ones elsewhere."""
+        return self._quorum.voters if self._quorum is not None else dict(self._voter_quorum)
+
     def quorum_status(self) -> dict[str, Any] | None:
         """The metadata quorum's status on a voter (raftlog/node/metadata_quorum.py
         `status()`: term, leader_id, raft_commit_index, log_end_index, match_index, ...);
@@ -246,12 +268,13 @@ class MetadataService:
 
     def controller_problem(self) -> str | None:
         """Why this node cannot vouch for its metadata now (module docstring), or None."""
-        voters = ", ".join(map(str, sorted(self._voter_quorum)))
-        majority = len(self._voter_quorum) // 2 + 1
+        quorum_voters = self._quorum_voters()
+        voters = ", ".join(map(str, sorted(quorum_voters)))
+        majority = len(quorum_voters) // 2 + 1
         if self._quorum is not None:
             if self._quorum.leader_id is None:
                 return (f"no quorum: the metadata quorum (voters {voters}) has no leader; {majority} of "
-                        f"{len(self._voter_quorum)} voters must be up and reach each other")
+                        f"{len(quorum_voters)} voters must be up and reach each other")
             if not self._quorum.status().get("has_quorum", True):
                 # PySyncObj keeps naming its last leader while it reaches no other voter.
                 return (f"no quorum: node {self.node_id} reaches fewer than {majority} of the metadata "
@@ -386,7 +409,7 @@ class MetadataService:
         ok = controller_id is not None
         if self._quorum is not None:
             status = self._quorum.status()
-            report["quorum"] = {k: status[k] for k in ("term", "leader_id", "has_quorum", "commit_index")}
+            report["quorum"] = {k: status[k] for k in ("term", "leader_id", "has_quorum", "commit_index", "voters")}
         if self._broker is not None:
             report["broker"] = {"registered": self._broker.registered, "fenced": self._broker.fenced,
                                 "incarnation_id": self._broker.incarnation_id}
@@ -469,7 +492,7 @@ class MetadataService:
         if self._active is not None and (self._active.ready() is not None or self._active.is_quorum_leader()):
             return await self._active.run_op(op, fields, deadline)
         controller_id = self.controller_id
-        address = None if controller_id is None else self._voter_peers.get(controller_id)
+        address = None if controller_id is None else self._controller_peer(controller_id)
         if address is None:
             raise NotControllerError("no active controller known", controller_id=None, controller=None)
         try:
@@ -513,7 +536,7 @@ class MetadataService:
         if self._active is not None and (self._active.ready() is not None or self._active.is_quorum_leader()):
             return await self._active.admin(request.op, request.fields, deadline)
         controller_id = self.controller_id
-        address = None if controller_id is None else self._voter_peers.get(controller_id)
+        address = None if controller_id is None else self._controller_peer(controller_id)
         if address is None:
             raise NotControllerError("no active controller known yet", controller_id=None, controller=None)
         remaining = deadline - trio.current_time()
@@ -654,7 +677,7 @@ class MetadataService:
         if active is not None and (ctl := active.ready()) is not None:
             return self._cluster_status(ctl)
         controller_id = self.controller_id
-        address = None if controller_id is None else self._voter_peers.get(controller_id)
+        address = None if controller_id is None else self._controller_peer(controller_id)
         problem = self.controller_problem()
         if address is not None and problem is None:
             timeout_s = min(STATUS_FORWARD_S, max(0.0, deadline - trio.current_time()))
@@ -701,8 +724,8 @@ class MetadataService:
             "view": "controller" if ctl is not None else "local",
             "controller_problem": None,
             "voters": [
-                {"id": v, "address": a, "peer": self._voter_peers.get(v), "leader": v == controller_id}
-                for v, a in sorted(self._voter_quorum.items())
+                {"id": v, "address": a, "peer": self._controller_peer(v), "leader": v == controller_id}
+                for v, a in sorted(self._quorum_voters().items())
             ],
             "brokers": brokers,
             "topics": len(image.topic_names(include_internal=True)),

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Callable, Mapping
+from typing import Callable, Final, Mapping
 
 from raftlog.base.errors import InvalidConfigError
 
@@ -95,6 +95,8 @@ def _parse_timestamp_type(text: str) -> str:
     if text != "CreateTime":
         raise ValueError(f"{text!r} is not one of CreateTime, LogAppendTime")
     return text
+
+
 COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
 
 
@@ -105,6 +107,19 @@ def _parse_compression_type(text: str) -> str:
     if value not in COMPRESSION_TYPES:
         raise ValueError(f"{text!r} is not one of {', '.join(COMPRESSION_TYPES)}")
     return value
+
+
+_THROTTLED_REPLICA_RE: Final = re.compile(r"[0-9]+:[0-9]+\Z")
+
+
+def _parse_throttled_replicas(text: str) -> str:
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if items == ["*"]:
+        return "*"
+    for item in items:
+        if not _THROTTLED_REPLICA_RE.match(item):
+            raise ValueError(f"{item!r} is not partition:broker (or give \"*\")")
+    return ",".join(items)
 
 
 def _long(name: str, default: int, lo: int, doc: str, *, hi: int = INT64_MAX, minus_one: bool = False) -> ConfigDef:
@@ -161,6 +176,19 @@ TOPIC_CONFIGS: Mapping[str, ConfigDef] = MappingProxyType(
                 "accepted for Kafka's tools; in raftlog acks=all always waits for a majority of "
                 "the partition's voters (Raft), whatever this says",
                 _int_parser(1, INT32_MAX), str,
+            ),
+            # Kafka's lists of throttled replicas ("partition:broker,..." or "*"), which
+            # kafka-reassign-partitions sets and clears; raftlog throttles every replica a move
+            # adds (partition/throttle.py), so they are kept and shown, with no other effect.
+            ConfigDef(
+                "leader_replication_throttled_replicas", "list", "",
+                "Kafka's throttled replicas on the leader side (kept; raftlog throttles every move)",
+                _parse_throttled_replicas, str,
+            ),
+            ConfigDef(
+                "follower_replication_throttled_replicas", "list", "",
+                "Kafka's throttled replicas on the follower side (kept; raftlog throttles every move)",
+                _parse_throttled_replicas, str,
             ),
         )
     }
@@ -235,6 +263,8 @@ class TopicConfig:
     message_timestamp_type: str
     compression_type: str
     min_insync_replicas: int
+    leader_replication_throttled_replicas: str = ""
+    follower_replication_throttled_replicas: str = ""
 
     @property
     def compact(self) -> bool:

@@ -180,6 +180,7 @@ class ReplicaManager:
             on_unreachable=self._leader_unreachable, on_broken=self._leader_link_broken,
             on_news=self._wake_ticks,
             throttle=Throttle(settings.follower_replication_throttled_rate),
+            leader_throttle=Throttle(settings.leader_replication_throttled_rate),
         )  # fmt: skip
         self._replicas: dict[tuple[str, int], Replica] = {}
         self._ticking: dict[tuple[str, int], Replica] = {}  # the tick loop's replicas
@@ -260,6 +261,34 @@ class ReplicaManager:
         with trio.move_on_after(DRAIN_WAIT_S):
             while any(s["queued_messages"] for s in self.links.status().values()):
                 await trio.sleep(0.01)
+
+    # The replication throttles' rates, set by dynamic broker configs (raftlog/node/dynamic_config.py).
+    @property
+    def leader_replication_throttled_rate(self) -> int:
+        return self.links.leader_throttle.rate_bytes_per_s if self.links.leader_throttle else 0
+
+    @leader_replication_throttled_rate.setter
+    def leader_replication_throttled_rate(self, rate: int) -> None:
+        if self.links.leader_throttle is not None:
+            self.links.leader_throttle.rate_bytes_per_s = int(rate)
+
+    @property
+    def follower_replication_throttled_rate(self) -> int:
+        return self.links.throttle.rate_bytes_per_s if self.links.throttle else 0
+
+    @follower_replication_throttled_rate.setter
+    def follower_replication_throttled_rate(self, rate: int) -> None:
+        if self.links.throttle is not None:
+            self.links.throttle.rate_bytes_per_s = int(rate)
+
+    def leader_partition_bytes(self, limit: int = 10_000) -> list[list[Any]]:
+        """[[topic, partition, bytes on disk]] of the partitions this broker leads (at most
+        `limit`): what its heartbeat tells the controller's balancer (issue 44)."""
+        out: list[list[Any]] = []
+        for r in self._replicas.values():
+            if r.attached and r.is_leader and r.log is not None and len(out) < limit:
+                out.append([r.topic, r.partition, r.log.size_bytes()])
+        return out
 
     def health(self) -> dict[str, Any]:
         offline = sorted(r.name for r in self._replicas.values() if r.offline_reason is not None)

@@ -101,7 +101,7 @@ from partition.batch import CheckedBatches, iter_headers
 from partition.errors import CorruptRecordError
 from partition.membership import memberships_in
 from partition.segment import pread_exact
-from partition.throttle import Throttle, deliver_throttled
+from partition.throttle import Throttle, charge_learner_answer, deliver_throttled, hold_learner_fetch
 from partition.raft import (
     BeginQuorumEpoch,
     EndQuorumEpoch,
@@ -415,6 +415,7 @@ class ReplicationLinks:
         on_broken: Callable[[int], Awaitable[None]] | None = None,
         on_news: Callable[[], None] | None = None,
         throttle: Throttle | None = None,  # follower.replication.throttled.rate (throttle.py)
+        leader_throttle: Throttle | None = None,  # leader.replication.throttled.rate
     ):
         if silence_ms < 2 * session_max_wait_ms:
             raise ValueError("silence_ms must be at least twice session_max_wait_ms: an idle "
@@ -438,6 +439,7 @@ class ReplicationLinks:
         self.peer_handlers = {"replica_fetch": self._handle_replica_fetch, "raft": self._handle_raft}
         self.dropped_messages = 0
         self.throttle = throttle
+        self.leader_throttle = leader_throttle
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -748,7 +750,7 @@ class ReplicationLinks:
                 return Later(partial(self._wait_and_answer, link, max_wait_ms, max_bytes, attach,
                                      decoded[i:]))
             replica = self.lookup(topic, partition)
-            if replica is not None:
+            if replica is not None and not hold_learner_fetch(self._nursery, self.leader_throttle, replica, sender, m):
                 await replica.deliver(m)
         if attach and (link.outbox or max_wait_ms == 0):
             return self._answer(link, max_bytes)
@@ -762,7 +764,8 @@ class ReplicationLinks:
         (the long poll), then answer with what is there (an empty list after the wait)."""
         for topic, partition, m in undelivered:
             replica = self.lookup(topic, partition)
-            if replica is not None:
+            if replica is not None and not hold_learner_fetch(self._nursery, self.leader_throttle, replica,
+                                                              link.broker_id, m):
                 await replica.deliver(m)
         with trio.move_on_after(max_wait_ms / 1000):
             while not link.outbox:
@@ -771,14 +774,24 @@ class ReplicationLinks:
                 await link.outbox_event.wait()
         if not attach:
             taken, held = _take(link, max_bytes)
+            self._charge(link, taken)
             return {"responses": held + await _inline(taken)}
         return self._answer(link, max_bytes)
 
-    @staticmethod
-    def _answer(link: _Link, max_bytes: int) -> Attached:
+    def _charge(self, link: _Link, taken: list[tuple[tuple[str, int], FetchResponse]]) -> None:
+        """The leader-side throttle counts the records leaving for learners."""
+        if self.leader_throttle is None or not self.leader_throttle.rate_bytes_per_s:
+            return
+        for (topic, partition), m in taken:
+            replica = self.lookup(topic, partition)
+            if replica is not None:
+                charge_learner_answer(self.leader_throttle, replica, link.broker_id, m)
+
+    def _answer(self, link: _Link, max_bytes: int) -> Attached:
         """The answers queued for the link's follower broker (at least one if any, then more
         while under `max_bytes`), their records as the attachment."""
         taken, out = _take(link, max_bytes)
+        self._charge(link, taken)
         parts = []
         at = 0
         for (topic, partition), m in taken:

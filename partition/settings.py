@@ -23,3 +23,4 @@ class PartitionSettings:
     scrub_interval_ms: int      # at most one scrub pass this often
     log_open_files_max: int     # segment files held open at once (FILE_CACHE)
     follower_replication_throttled_rate: int  # bytes/s for replicas added by a move; 0: no limit
+    leader_replication_throttled_rate: int = 0  # bytes/s a leader sends to replicas being added; 0: none

@@ -1,8 +1,9 @@
 """`raftlog brokers list | decommission | recommission | alter-config` and `raftlog cluster
-balance` (docs/elastic.md; alter-config: dynamic broker configs, Kafka's `kafka-configs
+balance | add-controller | remove-controller` (docs/elastic.md, docs/how-to/grow-and-shrink.md; alter-config: dynamic broker configs, Kafka's `kafka-configs
 --entity-type brokers --alter`, docs/operator-apis.md). Each is one native admin op (PROTOCOL.md: cluster_status,
-decommission_broker, recommission_broker, balance) that the node taking it routes to the
-active controller. Registered by raftlog/cli/main.py (`balance_cmd` under `cluster`).
+decommission_broker, recommission_broker, balance, add_controller, remove_controller) that the
+node taking it routes to the active controller. Registered by raftlog/cli/main.py (`balance_cmd`,
+`add_controller_cmd` and `remove_controller_cmd` under `cluster`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from raftlog.cli.common import (
     CliFailure, admin_from_context, admin_options, admin_request, emit_json, friendly, parse_pairs, store, table,
 )
 
-__all__ = ["balance_cmd", "brokers"]
+__all__ = ["add_controller_cmd", "balance_cmd", "brokers", "remove_controller_cmd"]
 
 
 @click.group()
@@ -116,6 +117,49 @@ def balance_cmd(dry_run: bool, tolerance: float, max_moves: int, as_json: bool, 
                 click.echo(f"{name}: {verb} to {m['replicas']} ({m['reason']})")
     if any(m.get("error") for m in moves):
         raise SystemExit(1)
+
+
+def _echo_voters(answer: dict, as_json: bool) -> None:
+    voters = answer.get("voters", {})
+    if as_json:
+        emit_json(voters)
+    else:
+        click.echo("voters: " + ", ".join(f"{v}@{a}" for v, a in sorted(voters.items(), key=lambda kv: int(kv[0]))))
+
+
+@click.command("add-controller")
+@click.option("--id", "node_id", type=click.IntRange(0), required=True, help="The new voter's node id.")
+@click.option("--quorum-address", required=True, metavar="HOST:PORT",
+              help="Its quorum listener, as in its controller_quorum_voters entry.")
+@admin_options
+@friendly
+def add_controller_cmd(node_id: int, quorum_address: str, as_json: bool, timeout: float, bootstrap: str) -> None:
+    """Add a voter to the metadata quorum (one at a time). Start the node first with the
+    controller role and `--voters` naming the current voters and itself; it catches up from
+    the log. Refused when the live voters could not form the new set's majority.
+
+    \b
+    Example:
+      raftlog cluster add-controller --id 4 --quorum-address 127.0.0.1:9494
+    """
+    _echo_voters(admin_request(bootstrap, timeout, {"op": "add_controller", "voter_id": node_id,
+                                                    "quorum_address": quorum_address}), as_json)
+
+
+@click.command("remove-controller")
+@click.option("--id", "node_id", type=click.IntRange(0), required=True, help="The voter to remove.")
+@admin_options
+@friendly
+def remove_controller_cmd(node_id: int, as_json: bool, timeout: float, bootstrap: str) -> None:
+    """Remove a voter from the metadata quorum (a dead one, or one to retire; then stop it).
+    Refused for the last voter, the quorum's leader, or when the voters left that are live
+    would be fewer than their majority.
+
+    \b
+    Example:
+      raftlog cluster remove-controller --id 3
+    """
+    _echo_voters(admin_request(bootstrap, timeout, {"op": "remove_controller", "voter_id": node_id}), as_json)
 
 
 @brokers.command("alter-config")

@@ -396,6 +396,8 @@ POLICIES: Final[Mapping[str, Policy | PortRule]] = {
     "decommission_broker": _resource(O.ALTER, C),  # moves replicas, as a reassignment does
     "recommission_broker": _resource(O.ALTER, C),
     "balance": _resource(O.ALTER, C),  # dry_run included: it is the plan of a cluster-wide change
+    "add_controller": _resource(O.ALTER, C),  # Kafka's AddRaftVoter rule
+    "remove_controller": _resource(O.ALTER, C),  # Kafka's RemoveRaftVoter rule
     "recover_partition": _at_port,
     # The classic group ops: checked in front of the group port (guarded_groups.py GuardedGroups).
     "find_coordinator": _on_group(O.DESCRIBE),

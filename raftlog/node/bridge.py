@@ -90,14 +90,22 @@ import pysyncobj.pickle
 import pysyncobj.syncobj
 import pysyncobj.version
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjException, replicated
+from pysyncobj.syncobj import _COMMAND_TYPE
 from pysyncobj.dns_resolver import globalDnsResolver
 from pysyncobj.monotonic import monotonic as _pysyncobj_monotonic
 from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
 from pysyncobj.transport import TCPTransport
 
 from metadata.quorum import QuorumBindError, QuorumStorageError
-from raftlog.node import quorum_gate
-from raftlog.node.quorum_journal import DUMP_MAGIC, JournalFile, fsync_dir, read_dump, write_blob
+from raftlog.node import quorum_gate, quorum_voters
+from raftlog.node.quorum_journal import (
+    DUMP_MAGIC,
+    JournalFile,
+    fsync_dir,
+    read_dump,
+    read_dump_voters,
+    write_blob,
+)
 
 __all__ = [
     "QuorumConfig",
@@ -538,6 +546,10 @@ class VoterStatus(NamedTuple):
     # ((address, index), sorted; empty on a follower): DescribeQuorum's log end offsets.
     log_end_index: int = 0
     match_index: tuple[tuple[str, int], ...] = ()
+    # The voters in force here ((address, node id), sorted; issue 44) and, on the leader, the
+    # other voters it heard from within leader_fallback_timeout_s (addresses, sorted).
+    voters: tuple[tuple[str, int | None], ...] = ()
+    live: tuple[str, ...] = ()
 
 
 class ProposalOutcome(NamedTuple):
@@ -587,9 +599,11 @@ class _QuorumSyncObj(SyncObj):
         journal: _Journal,
         quorum_dir: Path,
         conf: SyncObjConf,
+        voters: dict[str, int | None],
     ) -> None:
         # Set before SyncObj.__init__: its tick thread starts (and may apply) inside it.
         self._rl_config = config
+        self._rl_voters = dict(voters)  # {address: node id}, self included while a voter
         self._rl_events = events
         self._rl_journal = journal
         self._rl_quorum_dir = quorum_dir
@@ -602,8 +616,8 @@ class _QuorumSyncObj(SyncObj):
         # Our own dump format instead of gzip(pickle(__dict__)); also disables fork.
         conf.serializer = self._rl_serialize
         conf.deserializer = self._rl_deserialize
-        super().__init__(config.self_address, list(config.peers.values()), conf,
-                         transportClass=_DurableTransport)
+        others = [a for a in voters if a != config.self_address]
+        super().__init__(config.self_address, others, conf, transportClass=_DurableTransport)
         self.addOnTickCallback(self._rl_before_poll)
 
     def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:  # noqa: N802
@@ -616,6 +630,26 @@ class _QuorumSyncObj(SyncObj):
             SyncObj._SyncObj__onMessageReceived(self, node, message)
         finally:
             self._rl_ack_cap = None
+
+    # -- voter changes (issue 44): PySyncObj's dynamic membership, one voter at a time --
+
+    def _SyncObj__doChangeCluster(self, request: Any, reverse: bool = False) -> bool:  # noqa: N802
+        # Called when a membership entry is appended (or rolled back) here: record the id too.
+        changed = bool(SyncObj._SyncObj__doChangeCluster(self, request, reverse))
+        change = _change_of(request)
+        if change is not None and (changed or change[1] == self._rl_config.self_address):
+            quorum_voters.apply_change(self._rl_voters, change, reverse=reverse)
+        return changed
+
+    def _addNodeToCluster(self, args: Any, callback: Any) -> None:  # noqa: N802
+        callback(None, FAIL_REASON.REQUEST_DENIED)  # utility messages: only rl_change_voters
+
+    def _removeNodeFromCluster(self, args: Any, callback: Any) -> None:  # noqa: N802
+        callback(None, FAIL_REASON.REQUEST_DENIED)
+
+    def rl_change_voters(self, kind: str, address: str, node_id: int, callback: Any) -> None:
+        command = pysyncobj.pickle.dumps([kind, address, address, node_id])
+        self._applyCommand(command, callback, _COMMAND_TYPE.MEMBERSHIP)
 
     @replicated
     def _rl_append(self, command: bytes) -> int | None:
@@ -664,10 +698,22 @@ class _QuorumSyncObj(SyncObj):
             len(self._rl_commands),
             self._SyncObj__getCurrentLogIndex(),
             tuple(sorted((n.id, i) for n, i in self._SyncObj__raftMatchIndex.items())) if self._isLeader() else (),
+            tuple(sorted(self._rl_voters.items())),
+            self._rl_live() if self._isLeader() else (),
         )
         if status != self._rl_published:
             self._rl_published = status
             self._rl_events.status(status)
+
+    def _rl_live(self) -> tuple[str, ...]:
+        deadline = _pysyncobj_monotonic() - self._rl_config.leader_fallback_timeout_s
+        # Heard from recently AND holding everything committed: a new leader counts every peer
+        # as heard from when it takes over (a voter killed a moment ago too), but only live
+        # ones acknowledge its term's entries.
+        heard, match = self._SyncObj__lastResponseTime, self._SyncObj__raftMatchIndex
+        commit = self.raftCommitIndex
+        return tuple(sorted(n.id for n in self._SyncObj__otherNodes
+                            if heard.get(n, 0) > deadline and match.get(n, 0) >= commit))
 
     # -- custom dump (called by PySyncObj's Serializer on the tick thread) --
 
@@ -677,6 +723,7 @@ class _QuorumSyncObj(SyncObj):
             "entry0": [bytes(entry0[0]), entry0[1], entry0[2]],
             "entry1": [bytes(entry1[0]), entry1[1], entry1[2]],
             "commands": self._rl_commands,
+            "voters": dict(self._rl_voters),
         }
         write_blob(Path(file_name), DUMP_MAGIC, obj, replace=False)
         self._rl_dump_renamed = True
@@ -685,6 +732,7 @@ class _QuorumSyncObj(SyncObj):
         path = Path(file_name)
         try:
             entry0, entry1, commands = read_dump(path)
+            dumped = read_dump_voters(path)
             # Loaded at start-up or just received from the leader: durable before PySyncObj
             # clears the journal behind it.
             with open(path, "rb") as f:
@@ -705,7 +753,14 @@ class _QuorumSyncObj(SyncObj):
         for index in range(self._rl_delivered + 1, len(commands) + 1):
             self._rl_events.commit(index, commands[index - 1])
         self._rl_delivered = max(self._rl_delivered, len(commands))
-        return (entry1, entry0, ())
+        # PySyncObj prepends None and sets its peers to item 3. At start-up Voter already
+        # folded the dump and the journal after it into _rl_voters; a dump received from the
+        # leader replaces the journal, so its voters are the set (an old dump without them:
+        # keep ours).
+        at_start = self._SyncObj__needLoadDumpFile  # True only for the load at start-up
+        if not at_start and dumped is not None:
+            self._rl_voters = dict(dumped)
+        return (entry1, entry0, [a for a in self._rl_voters if a != self._rl_config.self_address])
 
 
 # --------------------------------------------------------------------------------------------
@@ -786,11 +841,12 @@ class Voter:
                 journalFile=str(journal_path),
                 fullDumpFile=str(quorum_dir / "dump"),
                 useFork=False,
-                dynamicMembershipChange=False,
+                dynamicMembershipChange=True,
                 logCompactionMinEntries=config.log_compaction_min_entries,
                 logCompactionMinTime=config.log_compaction_min_time_s,
             )
-            sync_obj = _QuorumSyncObj(config, events, journal, quorum_dir, conf)
+            voters = start_voters(config, journal.file, quorum_dir / "dump")
+            sync_obj = _QuorumSyncObj(config, events, journal, quorum_dir, conf, voters)
             try:
                 sync_obj.waitBinded()
             except SyncObjException as exc:
@@ -818,10 +874,59 @@ class Voter:
         except BlockingIOError:
             pass  # wake-up pipe full: the command is queued and the tick thread busy
 
+    def change_voters(self, kind: str, node_id: int, address: str,
+                      on_result: Callable[[ProposalOutcome], None]) -> None:
+        """Propose adding (`kind` "add") or removing ("rem") one voter; `on_result` as for
+        `propose` ("committed" without an index once the change commits; "rejected"
+        REQUEST_DENIED while another change is uncommitted or it changes nothing).
+        Non-blocking."""
+
+        def callback(result: Any, error: int) -> None:
+            outcome = _outcome(0, error)
+            on_result(outcome._replace(index=None) if outcome.kind == "committed" else outcome)
+
+        try:
+            self._sync_obj.rl_change_voters(kind, address, node_id, callback)
+        except BlockingIOError:
+            pass
+
     def close(self) -> None:
         """Stop the tick thread and close the journal (synced, meta stored). Blocking."""
         self._sync_obj.destroy_synchronous()
         self._journal._destroy()  # no-op unless the tick thread died before destroying it
+
+
+def _change_of(request: Any) -> quorum_voters.Change | None:
+    """A PySyncObj membership request ([kind, address, node, raftlog id?]) as a Change."""
+    if not isinstance(request, (list, tuple)) or len(request) < 2:
+        return None
+    node_id = request[3] if len(request) > 3 and isinstance(request[3], int) else None
+    return (str(request[0]), str(request[1]), node_id)
+
+
+def _journal_changes(entries: Any, after_index: int) -> list[quorum_voters.Change]:
+    changes = []
+    for command, idx, _term in entries:
+        if idx > after_index and command[:1] == bytes([_COMMAND_TYPE.MEMBERSHIP]):
+            change = _change_of(restricted_loads(command[1:]))
+            if change is not None:
+                changes.append(change)
+    return changes
+
+
+def start_voters(config: QuorumConfig, journal: JournalFile, dump_path: Path) -> dict[str, int | None]:
+    """The voters this voter starts with ({address: id}): its config's (the set the cluster
+    began with), or its dump's, then every membership entry of its journal after that,
+    in order (Raft: the latest configuration in the log is in force)."""
+    voters: dict[str, int | None] = {config.self_address: config.node_id}
+    voters.update({address: nid for nid, address in config.peers.items()})
+    after = 0
+    if dump_path.is_file():
+        dumped = read_dump_voters(dump_path)
+        if dumped is not None:
+            voters = dict(dumped)
+            after = read_dump(dump_path)[1][1]
+    return quorum_voters.fold(voters, _journal_changes(journal.entries, after))
 
 
 _install_pickle_guard()

@@ -315,6 +315,9 @@ class NodeConfig:
     # bytes/s the replicas this broker adds by a move take in catching up; 0: no limit
     # (Kafka's follower.replication.throttled.rate; partition/throttle.py)
     follower_replication_throttled_rate: int = 0
+    # bytes/s this broker's leaders send to the replicas a move adds; 0: no limit
+    # (Kafka's leader.replication.throttled.rate; partition/throttle.py)
+    leader_replication_throttled_rate: int = 0
     # -- transactions (issue 42; Kafka's name; groupcoord/txn_coordinator.py) --
     transaction_max_timeout_ms: int = 900_000  # longest transaction timeout a producer may ask
     # -- KIP-932 share groups (issue 43; Kafka's group.share.* names; partition/share_partition.py) --
@@ -620,6 +623,7 @@ _KEYS: Final[dict[str, _Key]] = {
     "partition_autobalancing_node_availability_timeout_ms": _Key(
         _to_int, "partition_autobalancing_node_availability_timeout_ms"),
     "follower_replication_throttled_rate": _Key(_to_int, "follower_replication_throttled_rate"),
+    "leader_replication_throttled_rate": _Key(_to_int, "leader_replication_throttled_rate"),
     "transaction_max_timeout_ms": _Key(_to_int, "transaction_max_timeout_ms"),
     # KIP-932 share groups (issue 43)
     **{k: _Key(_to_int, k) for k in ("group_share_record_lock_duration_ms", "group_share_delivery_count_limit",
@@ -658,6 +662,7 @@ _INT_RANGES: Final = {
     "rest_max_consumer_instances": (1, 100_000),
     "partition_autobalancing_node_availability_timeout_ms": (1_000, 365 * 24 * 3_600_000),
     "follower_replication_throttled_rate": (0, 1 << 40),
+    "leader_replication_throttled_rate": (0, 1 << 40),
     "transaction_max_timeout_ms": (1, 2**31 - 1),
     # Kafka's bounds for group.share.* (GroupCoordinatorConfig / ShareGroupConfig)
     "group_share_record_lock_duration_ms": (1000, 3_600_000),

@@ -4,10 +4,10 @@ The metadata image holds the dynamic broker configs (metadata/broker_config.py):
 own entry over the cluster default (`""`) over the value it was started with. On every image
 whose `broker_configs` changed, `DynamicBrokerConfig.on_image` sets the effective value of each
 dynamic setting on the objects that read it at request time: the Kafka listener's context
-(`auto_create_topics`, `default_partitions`, `default_replication_factor`) and the connection
+(`auto_create_topics`, `default_partitions`, `default_replication_factor`), the connection
 gate (`max_connections`, `max_connections_per_ip`; connections already open stay open, as in
-Kafka) and the partition service (`compression_type`). A setting deleted everywhere goes
-back to the node's static value.
+Kafka), the partition service (`compression_type`) and the replica manager (the replication
+throttles' rates). A setting deleted everywhere goes back to the node's static value.
 
 Concurrency: trio thread only (a metadata subscriber).
 """
@@ -38,7 +38,9 @@ class DynamicBrokerConfig:
         self._seen = image.broker_configs
         dynamic = effective(image.broker_configs, self._config.node_id)
         for name, definition in DYNAMIC_BROKER_CONFIGS.items():
-            value = dynamic[name][0] if name in dynamic else getattr(self._config, definition.attr)
+            value = dynamic[name][0] if name in dynamic else getattr(self._config, definition.attr, None)
+            if value is None:  # a config with no node setting behind it (accepted, no effect)
+                continue
             for target in self._targets:
                 if hasattr(target, definition.attr):
                     setattr(target, definition.attr, value)

@@ -292,6 +292,7 @@ async def run_node(
             registry.collector(collect)
         if isinstance(service, ReplicaManager):  # metadata answers say what the replicas see
             metadata.partition_view = service.local_leader
+            metadata.partition_bytes = service.leader_partition_bytes  # the balancer's disk goal
 
     def health() -> dict[str, Any]:
         report: dict[str, Any] = {"node_id": config.node_id, "cluster_id": cluster_id,
@@ -359,7 +360,7 @@ async def run_node(
             quotas=QuotaManager(),
         )  # fmt: skip
         # Dynamic broker configs (metadata log) over the static ones: now and on every change.
-        dynamic_config = DynamicBrokerConfig(config, [kafka_ctx, gate] + ([] if replicas is None else [replicas.port]))
+        dynamic_config = DynamicBrokerConfig(config, [kafka_ctx, gate] + ([] if replicas is None else [replicas.port, replicas]))
         dynamic_config.on_image(metadata.image)
         metadata.subscribe(dynamic_config.on_image)
         ports["kafka"] = await nursery.start(partial(

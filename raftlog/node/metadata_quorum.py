@@ -3,7 +3,8 @@ over one PySyncObj voter (raftlog/node/bridge.py).
 
 API (trio): ``MetadataQuorum(config, on_commit=, on_leader_change=)``, ``await run()``,
 ``await propose(command, timeout_s=) -> index``, properties ``is_leader``, ``leader_id``,
-``term`` (the controller epoch), ``commit_index``, ``has_quorum``, and ``status()``.
+``term`` (the controller epoch), ``commit_index``, ``has_quorum``, ``voters``, and ``status()``;
+``await change_voters(op, node_id, address, timeout_s=)`` adds or removes one voter (issue 44).
 Index ``i`` is the 1-based position of a command in the replicated list (bridge.py).
 
 Threads. A dedicated owner thread constructs the bridge's Voter (key derivation, journal load
@@ -23,7 +24,8 @@ on a majority of voters (bridge.py, "Durability"). Proposals are never re-sent: 
 ``propose`` is bounded by ``timeout_s`` and callers make commands idempotent. Its errors are
 metadata/quorum.py's.
 
-Clock: waits only (trio's). May import: metadata.quorum and raftlog/node/bridge.py.
+Clock: waits only (trio's). May import: metadata.quorum, raftlog/node/bridge.py and
+quorum_voters.py.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ from metadata.quorum import (
     QuorumNotRunningError,
     QuorumStorageError,
 )
+from raftlog.base.errors import InvalidRequestError
+from raftlog.node import quorum_voters
 from raftlog.node.bridge import (
     MAX_PENDING_PROPOSALS,
     ProposalOutcome,
@@ -125,6 +129,8 @@ class MetadataQuorum:
         self._raft_last_applied = 0
         self._log_end_index = 0
         self._match_index: dict[int, int] = {}
+        self._voters: dict[int, str] = {config.node_id: config.self_address, **config.peers}
+        self._live: set[int] = set()
         self._committed_count = 0
         self._last_applied = 0
         self._reported_leader: tuple[int | None, int] = (None, 0)
@@ -152,12 +158,17 @@ class MetadataQuorum:
     def has_quorum(self) -> bool:
         return self._has_quorum
 
+    @property
+    def voters(self) -> dict[int, str]:
+        """{node id: quorum address} of the voters in force here (the log's, not the config's)."""
+        return dict(self._voters)
+
     def status(self) -> dict[str, Any]:
         """A JSON-able summary for ``cluster status``."""
-        voters = {self._config.node_id: self._config.self_address, **self._config.peers}
         return {
             "node_id": self._config.node_id,
-            "voters": {str(k): v for k, v in sorted(voters.items())},
+            "voters": {str(k): v for k, v in sorted(self._voters.items())},
+            "is_voter": self._config.node_id in self._voters,
             "running": self._running,
             "is_leader": self._is_leader,
             "leader_id": self._leader_id,
@@ -257,6 +268,10 @@ class MetadataQuorum:
         self._raft_commit_index = status.raft_commit_index
         self._raft_last_applied = status.raft_last_applied
         self._log_end_index = status.log_end_index
+        if status.voters:
+            self._voters = {nid: a for a, nid in status.voters if nid is not None}
+            self._id_by_address.update({a: nid for nid, a in self._voters.items()})
+        self._live = {self._id_by_address[a] for a in status.live if a in self._id_by_address}
         self._match_index = {self._id_by_address[a]: i for a, i in status.match_index if a in self._id_by_address}
         self._committed_count = max(self._committed_count, status.command_count)
         key = (self._leader_id, status.term)
@@ -295,6 +310,14 @@ class MetadataQuorum:
             raise NotQuorumLeaderError(self._leader_id)
         if len(self._pending) >= MAX_PENDING_PROPOSALS:
             raise ProposalRejectedError("TOO_MANY_PENDING")
+        voter = self._voter
+        return self._index_or_raise(await self._outcome(lambda on_result: voter.propose(command, on_result),
+                                                        timeout_s))
+
+    async def _outcome(self, submit: Callable[[Callable[[ProposalOutcome], None]], None],
+                       timeout_s: float) -> ProposalOutcome | None:
+        """`submit(on_result)` to the voter and wait for its outcome (None: stopped first);
+        ProposalTimedOutError after `timeout_s`."""
         proposal_id = next(self._proposal_ids)
         pending = _Pending(trio.Event())
         self._pending[proposal_id] = pending
@@ -306,13 +329,49 @@ class MetadataQuorum:
 
         try:
             with trio.move_on_after(timeout_s):
-                self._voter.propose(command, on_result)
+                submit(on_result)
                 await pending.event.wait()
         finally:
             del self._pending[proposal_id]
         if not pending.event.is_set():
             raise ProposalTimedOutError(timeout_s)
-        return self._index_or_raise(pending.outcome)
+        return pending.outcome
+
+    async def change_voters(self, op: str, node_id: int, address: str | None, *, timeout_s: float) -> dict[int, str]:
+        """Add (`op` "add", with its quorum `address`) or remove ("remove") one voter of the
+        metadata quorum, on the leader; return the voters once the change has committed.
+
+        Refused with InvalidRequestError, nothing proposed, when the change would lose the
+        quorum or names a voter wrongly (quorum_voters.change_refusal); ProposalRejectedError
+        (REQUEST_DENIED) while another change is uncommitted; otherwise as ``propose``.
+        """
+        if not self._running or self._voter is None:
+            raise QuorumNotRunningError("the quorum is not running")
+        if not self._is_leader:
+            raise NotQuorumLeaderError(self._leader_id)
+        live = self._live | {self._config.node_id}
+        reason = quorum_voters.change_refusal(op, node_id, address, self._voters, live, self._config.node_id)
+        if reason is not None:
+            raise InvalidRequestError(reason)
+        if self._raft_commit_index < self._log_end_index or self._raft_last_applied < self._raft_commit_index:
+            # One change at a time, on a settled log: not while the new leader's no-op or other
+            # entries are in flight (PySyncObj refuses some such cases with REQUEST_DENIED).
+            raise ProposalRejectedError("UNSETTLED: the quorum's log is not all committed yet; ask again")
+        target = address if op == "add" else self._voters[node_id]
+        assert target is not None
+        voter, kind = self._voter, "add" if op == "add" else "rem"
+        outcome = await self._outcome(lambda on_result: voter.change_voters(kind, node_id, target, on_result),
+                                      timeout_s)
+        if outcome is not None and outcome.kind == "committed":
+            self._voters = dict(self._voters)
+            if op == "add":
+                self._voters[node_id] = target
+                self._id_by_address[target] = node_id
+            else:
+                self._voters.pop(node_id, None)
+            return self.voters
+        self._index_or_raise(outcome)
+        raise AssertionError("unreachable")
 
     def _index_or_raise(self, outcome: ProposalOutcome | None) -> int:
         if outcome is None:

@@ -48,6 +48,7 @@ __all__ = [
     "write_blob",
     "read_blob",
     "read_dump",
+    "read_dump_voters",
     "fsync_dir",
     "META_MAGIC",
     "DUMP_MAGIC",
@@ -120,6 +121,19 @@ def read_dump(path: Path) -> tuple[Entry, Entry, list[bytes]]:
     if not isinstance(commands, list) or not all(isinstance(c, bytes) for c in commands):
         raise QuorumStorageError(f"{path}: malformed command list")
     return _entry_from_cbor(obj["entry0"]), _entry_from_cbor(obj["entry1"]), commands
+
+
+def read_dump_voters(path: Path) -> dict[str, int | None] | None:
+    """The voters a dump recorded ({quorum address: node id}; issue 44), or None for a dump
+    written before voters could change."""
+    voters = read_blob(path, DUMP_MAGIC).get("voters")
+    if voters is None:
+        return None
+    if not isinstance(voters, dict) or not all(
+        isinstance(a, str) and (i is None or isinstance(i, int)) for a, i in voters.items()
+    ):
+        raise QuorumStorageError(f"{path}: malformed voter set")
+    return dict(voters)
 
 
 def _record(command: bytes, idx: int, term: int) -> bytes:

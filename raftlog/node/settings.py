@@ -36,6 +36,7 @@ def partition_settings(config: NodeConfig) -> PartitionSettings:
         scrub_interval_ms=config.scrub_interval_ms,
         log_open_files_max=config.log_open_files_max,
         follower_replication_throttled_rate=config.follower_replication_throttled_rate,
+        leader_replication_throttled_rate=config.leader_replication_throttled_rate,
     )
 
 

@@ -171,6 +171,21 @@ class NodeCluster:
             self.start(node_id)
         return self.configs[node_id]
 
+    def add_controller_node(self, node_id: int, *, voters: Iterable[int], start: bool = True) -> NodeConfig:
+        """A new controller+broker node whose config names `voters` (the quorum's voters as it
+        will find them, itself included); the running voters add it with `add_controller`."""
+        if node_id in self.ports:
+            raise ValueError(f"node {node_id} exists")
+        self._allocate(node_id)
+        configs = build_node_configs(
+            self.root, self.cluster_id, self.secret, self.ports, voters=sorted(voters),
+            settings=self.settings,
+        )  # fmt: skip
+        self.configs[node_id] = configs[node_id]
+        if start:
+            self.start(node_id)
+        return self.configs[node_id]
+
     def client(self, node_id: int) -> str:
         return str(self.configs[node_id].listeners.client)
 

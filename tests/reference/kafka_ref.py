@@ -57,6 +57,7 @@ TOOL_CLASSES = {
     "kafka-log-dirs": "org.apache.kafka.tools.LogDirsCommand",
     "kafka-features": "org.apache.kafka.tools.FeatureCommand",
     "kafka-leader-election": "org.apache.kafka.tools.LeaderElectionCommand",
+    "kafka-reassign-partitions": "org.apache.kafka.tools.reassign.ReassignPartitionsCommand",
     "kafka-acls": "org.apache.kafka.tools.AclCommand",
     "kafka-verifiable-producer": "org.apache.kafka.tools.VerifiableProducer",
     "kafka-verifiable-consumer": "org.apache.kafka.tools.VerifiableConsumer",

@@ -98,7 +98,10 @@ async def handle_describe_quorum(ctx: KafkaContext, call: Call) -> Reply:
     if asked != [(METADATA_TOPIC, 0)]:
         return R(error_code=errors.UNKNOWN_TOPIC_OR_PARTITION,
                  error_message=f"the metadata quorum is {METADATA_TOPIC} partition 0", topics=[], nodes=[])
-    voter_ids = sorted(ctx.node_config.controller_quorum_voters) if ctx.node_config is not None else []
+    if status.get("voters"):  # the running quorum's (voters change, issue 44)
+        voter_ids = sorted(int(v) for v in status["voters"])
+    else:
+        voter_ids = sorted(ctx.node_config.controller_quorum_voters) if ctx.node_config is not None else []
     match = {int(k): v for k, v in status.get("match_index", {}).items()}
     if status:
         match[ctx.node_id] = status["log_end_index"]

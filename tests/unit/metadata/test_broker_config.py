@@ -92,3 +92,22 @@ def test_the_record_round_trips_and_checks_its_resource():
     assert decode_record(encode_record(record)) == record
     with pytest.raises(InvalidRecordError):
         BrokerConfig("b3")
+
+
+def test_the_replication_throttles_are_dynamic_and_reach_the_node():
+    """kafka-reassign-partitions --throttle sets them and --verify/--cancel delete them
+    (issue 44); a node applies the effective rates to its replica manager."""
+    from types import SimpleNamespace
+
+    from raftlog.node.dynamic_config import DynamicBrokerConfig
+
+    configs = {"leader.replication.throttled.rate": "1048576", "follower.replication.throttled.rate": "2048",
+               "replica.alter.log.dirs.io.max.bytes.per.second": "1"}
+    assert broker_config.normalize_broker_configs(configs) == configs
+    with pytest.raises(InvalidConfigError):
+        broker_config.normalize_broker_configs({"leader.replication.throttled.rate": "-1"})
+    node = SimpleNamespace(node_id=1, leader_replication_throttled_rate=0, follower_replication_throttled_rate=0)
+    target = SimpleNamespace(leader_replication_throttled_rate=0, follower_replication_throttled_rate=0)
+    image = SimpleNamespace(broker_configs={"1": configs})
+    DynamicBrokerConfig(node, [target]).on_image(image)
+    assert (target.leader_replication_throttled_rate, target.follower_replication_throttled_rate) == (1048576, 2048)

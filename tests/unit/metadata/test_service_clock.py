@@ -49,9 +49,16 @@ class MemoryQuorum:
     def commit_index(self) -> int:
         return len(self.commands)
 
+    @property
+    def voters(self) -> dict[int, str]:
+        return {self.node_id: "memory:0"}
+
     def status(self) -> dict[str, Any]:
         return {"term": self.term, "leader_id": self.leader_id, "has_quorum": self._running,
-                "commit_index": self.commit_index}
+                "commit_index": self.commit_index, "voters": {str(self.node_id): "memory:0"}}
+
+    async def change_voters(self, op: str, node_id: int, address: str | None, *, timeout_s: float) -> dict[int, str]:
+        raise NotImplementedError("a single voter in memory")
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self._running = True

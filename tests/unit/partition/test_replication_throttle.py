@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import trio
 
-from partition.throttle import Throttle, deliver_throttled
+from partition.throttle import Throttle, charge_learner_answer, deliver_throttled, hold_learner_fetch
 
 
 def test_bytes_delivered_never_run_ahead_of_the_rate():
@@ -50,3 +50,23 @@ async def test_only_learners_wait(learner, autojump_clock):
         assert [round(t - start, 3) for t, _ in got] == [0.5, 1.0]  # on the mock clock
     else:
         assert held == [False] * 3 and got == []
+
+
+@pytest.mark.parametrize("learner", [True, False])
+async def test_a_leader_holds_a_learners_fetch_while_its_answers_run_ahead_of_the_rate(learner, autojump_clock):
+    """leader.replication.throttled.rate: the records sent to learner 7 are charged as they
+    leave; its next fetch waits until they fit the rate. A voter's fetch never waits."""
+    got: list = []
+    replica = _replica(learner, got)  # the leader's replica; broker 7 a learner or a voter
+    throttle = Throttle(1000)
+    answer = SimpleNamespace(records=b"x" * 1500)
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        assert not hold_learner_fetch(nursery, throttle, replica, 7, "fetch-1")  # nothing charged yet
+        charge_learner_answer(throttle, replica, 7, answer)  # 1.5 s worth at 1000 B/s
+        held = hold_learner_fetch(nursery, throttle, replica, 7, "fetch-2")
+    if learner:
+        assert held and [(round(t - start, 3), m) for t, m in got] == [(1.5, "fetch-2")]
+    else:
+        assert not held and got == [] and throttle.debt_s(trio.current_time()) == 0.0
+    assert Throttle(0).debt_s(0.0) == 0.0
