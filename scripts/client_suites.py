@@ -33,6 +33,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tarfile
@@ -300,6 +301,9 @@ def main() -> int:
     ap.add_argument("--tests", help="librdkafka: only these tests (TESTS=0001,0002)")
     ap.add_argument("--json", action="store_true", help="print the counts as JSON on the last line")
     args = ap.parse_args()
+    # SIGTERM (timeout, a CI runner) ends the run as Ctrl-C does, through the cleanup that stops
+    # the cluster's node processes by PID.
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     names = list(SUITES) if args.suite == "all" else [args.suite]
     totals: dict[str, dict[str, int]] = {}
     with raftlog_cluster(args.bootstrap) as bootstrap:
