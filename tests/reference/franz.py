@@ -38,6 +38,10 @@ BUILD_TIMEOUT_S = 900.0
 # that check for a broker feature themselves (KIP-848, share groups, SCRAM/OAuth seeds) skip
 # on their own and are counted as skipped.
 KGO_EXCLUDED: dict[str, str] = {
+    "TestGroupETL":
+        "20,000 records through a chain of groups with rebalances: ran 30 min without finishing at load 45 on 2 cores; "
+        "run it alone (scripts/client_suites franz-go --run '^TestGroupETL$')",
+    "TestTxnEtl": "transactional records are not stored yet (issue 42)",
     "TestIssueFetchLargerThanBrokerMaxReadBytes":
         "sets the broker's socket.request.max.bytes through AlterConfigs and restores it: a broker setting raftlog reads from its config file only",
 }
