@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -37,6 +38,10 @@ BUILD_TIMEOUT_S = 900.0
 # that check for a broker feature themselves (KIP-848, share groups, SCRAM/OAuth seeds) skip
 # on their own and are counted as skipped.
 KGO_EXCLUDED: dict[str, str] = {
+    "TestGroupETL":
+        "20,000 records through a chain of groups with rebalances: ran 30 min without finishing at load 45 on 2 cores; "
+        "run it alone (scripts/client_suites franz-go --run '^TestGroupETL$')",
+    "TestTxnEtl": "transactional records are not stored yet (issue 42)",
     "TestIssueFetchLargerThanBrokerMaxReadBytes":
         "sets the broker's socket.request.max.bytes through AlterConfigs and restores it: a broker setting raftlog reads from its config file only",
 }
@@ -159,8 +164,16 @@ def run_kgo_suite(seeds: str, *, run: str | None = None, records: int = 20_000, 
     with tempfile.TemporaryDirectory(prefix="kgo-suite-") as tmp:
         log = log_path or Path(tmp) / "go-test.json"
         with log.open("w") as out:  # streamed: a long run can be followed with tail -f
-            returncode = subprocess.run([go_bin(), *args], cwd=GO_MOD_DIR, env=env, stdout=out,
-                                        stderr=subprocess.STDOUT, timeout=timeout_s + 300).returncode
+            # Its own process group: go runs the test binary as a child, and both are stopped
+            # by the group's id when the run times out or is interrupted.
+            proc = subprocess.Popen([go_bin(), *args], cwd=GO_MOD_DIR, env=env, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                returncode = proc.wait(timeout_s + 300)
+            finally:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
         lines = log.read_text(errors="replace").splitlines()
     result = parse_go_test_json(lines, f"franz-go pkg/kgo (KGO_SEEDS={seeds})")
     if not result.counts and returncode != 0:

@@ -25,7 +25,7 @@ key (checked by the unit tests) and every key here must have a handler in
   the ranges Kafka 4 serves.
 * The group APIs (groups.py) at their full classic-protocol ranges below topic ids: JoinGroup
   0-9, SyncGroup 0-5, Heartbeat 0-4, LeaveGroup 0-5, OffsetCommit 2-9, OffsetFetch 1-9,
-  FindCoordinator 0-5, DescribeGroups 0-6, ListGroups 0-5, DeleteGroups 0-2, OffsetDelete 0. The KIP-848
+  FindCoordinator 0-6, DescribeGroups 0-6, ListGroups 0-5, DeleteGroups 0-2, OffsetDelete 0. The KIP-848
   consumer protocol (consumer_groups.py): ConsumerGroupHeartbeat 0-1 and ConsumerGroupDescribe
   0-1, the versions librdkafka 2.12+ (`group.protocol=consumer`) and the Java client 4.x send.
   The KIP-932 share-group APIs (share_groups.py) at kafka-clients 4.4.0's versions:
@@ -71,7 +71,7 @@ SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     3: (0, 13),  # Metadata (aiokafka 0.12 probes with v0 beside ApiVersions)
     8: (2, 9),  # OffsetCommit (v10 names topics by id)
     9: (1, 9),  # OffsetFetch (v10 names topics by id)
-    10: (0, 5),  # FindCoordinator (v4+ batched keys; v6 adds share-group keys)
+    10: (0, 6),  # FindCoordinator (v4+ batched keys; v6 = v5 plus share-group keys, kafka-python pinned to 4.0 asks it)
     11: (0, 9),  # JoinGroup
     12: (0, 4),  # Heartbeat
     13: (0, 5),  # LeaveGroup
