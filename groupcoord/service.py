@@ -100,6 +100,7 @@ from groupcoord.port import (
     SyncGroup,
 )
 from groupcoord.settings import GroupCoordinatorSettings
+from groupcoord.txn_offsets import TxnOffsets
 from metadata.image import MetadataImage
 from partition.batch import BatchBuilder
 from raftlog.base.errors import (
@@ -173,9 +174,12 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
         self._load_failed_at_ms: dict[int, int] = {}
         self._append_send, self._append_recv = trio.open_memory_channel[Append](APPEND_QUEUE)
         self._nursery: trio.Nursery | None = None
+        # TxnOffsetCommit's pending offsets (txn_offsets.py); the node calls its on_marker.
+        self.txn_offsets = TxnOffsets(self.core, lambda result: self._answer(self._apply(result), DEFAULT_WAIT_MS),
+                                      clock_ms)
         # The group ops are this service's typed port (groupcoord/port.py `GroupPort`; their native
-        # adapter is raftlog/node/native_groups.py): no native handlers here.
-        self.client_handlers: Mapping[str, Handler] = {}
+        # adapter is raftlog/node/native_groups.py); TxnOffsetCommit is still a native handler.
+        self.client_handlers: Mapping[str, Handler] = {"txn_offset_commit": self.txn_offsets.commit}
         self.peer_handlers: Mapping[str, Handler] = {}
 
     # ------------------------------------------------------------------ NodeService

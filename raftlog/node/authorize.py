@@ -58,6 +58,7 @@ from partition.port import (
     ProducerIdentity,
     ProducerInfo,
     ReplicaSize,
+    TxnMarker,
 )
 from raftlog.base.acl import ANONYMOUS, CLUSTER_NAME, Operation, ResourceType
 from raftlog.base.errors import (
@@ -435,6 +436,7 @@ POLICIES: Final[Mapping[str, Policy | PortRule]] = {
     "init_txn_producer_id": _resource(O.WRITE, X, "transactional_id"),
     "add_partitions_to_txn": _add_partitions_to_txn,
     "add_offsets_to_txn": _add_offsets_to_txn,
+    "txn_offset_commit": _add_offsets_to_txn,  # Kafka: WRITE on the transactional id, READ on the group
     "end_txn": _resource(O.WRITE, X, "transactional_id"),
     "describe_transactions": _each(O.DESCRIBE, X, "transactional_ids", "transactions", "transactional_id"),
     "list_transactions": _list_transactions,
@@ -536,6 +538,11 @@ class GuardedPartitions:
 
     async def append(self, parts: Sequence[ProducePart], *, acks: int, client: ClientInfo,
                      transactional_id: str | None = None) -> Appended:
+        if transactional_id is not None and self._access.authorizer is not None \
+                and not self._access.allowed(O.WRITE, X, transactional_id):
+            # Kafka: WRITE on the transactional id, else every part is refused.
+            error = _refusal(O.WRITE, X, transactional_id)
+            return _GuardedAppend(None, [ProduceResult(p.topic, p.partition, error=error) for p in parts])
         allowed, refused = self._split(O.WRITE, parts)
         inner = await self._port.append(allowed, acks=acks, client=client,
                                         transactional_id=transactional_id) if allowed else None
@@ -574,6 +581,10 @@ class GuardedPartitions:
         if not (access.allowed(O.IDEMPOTENT_WRITE, C, CLUSTER_NAME) or access.allows_some(O.WRITE, T)):
             raise _refusal(O.IDEMPOTENT_WRITE, C, CLUSTER_NAME)
         return await self._port.init_producer_id(transactional_id=transactional_id)
+
+    async def write_txn_marker(self, marker: TxnMarker, deadline: float) -> None:
+        self._access.require(O.CLUSTER_ACTION, C, CLUSTER_NAME)  # Kafka's WriteTxnMarkers rule
+        await self._port.write_txn_marker(marker, deadline)
 
     async def recover_partition(self, topic: str, partition: int, *, unclean: bool) -> None:
         self._access.require(O.ALTER, C, CLUSTER_NAME)

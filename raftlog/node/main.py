@@ -48,6 +48,7 @@ from typing import Any, Final, Protocol
 import trio
 
 from groupcoord.service import GroupCoordinatorService
+from groupcoord.txn_coordinator import Markers
 from groupcoord.txn_service import TxnCoordinatorService
 from groupcoord.share_service import ShareService
 from metadata.image import MetadataImage
@@ -56,6 +57,7 @@ from metadata.security_ops import read_bootstrap_credentials
 from metadata.service import MetadataService
 from partition.internal_topic import LocalInternalTopics
 from partition.manager import ReplicaManager
+from partition.port import TxnMarker
 from raftlog.base.errors import ConfigError
 from raftlog.base.eventlog import log_event, setup_logging
 from raftlog.base.metrics import MetricsRegistry
@@ -88,6 +90,7 @@ from raftlog.node.pidfile import (
     NODE_PID_FILE, PRIVATE_UMASK, check_private, claim, die_with_parent, parent_gone, release,
 )
 from raftlog.node.server import serve
+from raftlog.node.txn_link import TxnLink
 from raftlog.node.settings import (
     group_settings,
     listener_settings,
@@ -143,8 +146,24 @@ def build_services(config: NodeConfig, metadata: MetadataService, peers: PeerPoo
         topics = LocalInternalTopics(replicas)
         groups = GroupCoordinatorService(group_settings(config), metadata, topics)
         services.append(groups)
-        services.append(TxnCoordinatorService(txn_settings(config), metadata, topics,
-                                              new_producer_id=replicas.port.init_producer_id))
+        link: list[TxnLink] = []  # the coordinator and its link to the partitions know each other
+
+        async def write_markers(markers: Markers) -> None:
+            await link[0].write_markers(markers)
+
+        settings = txn_settings(config)
+        txn = TxnCoordinatorService(settings, metadata, topics, new_producer_id=replicas.port.init_producer_id,
+                                    write_markers=write_markers)
+        link.append(TxnLink(config.node_id, metadata, peers, replicas.port, txn.client_handlers,
+                            settings.coordinator.partitions))
+        replicas.port.txn_verifier = link[0]
+
+        async def on_marker(marker: TxnMarker) -> None:  # TxnOffsetCommit's offsets apply at commit
+            await groups.txn_offsets.on_marker(marker.topic, marker.partition, marker.producer_id, marker.commit)
+
+        replicas.port.on_marker = on_marker
+        services.append(txn)
+        services.append(link[0])
         services.append(ShareService(share_settings(config), metadata, topics, peers, groups))  # KIP-932
     services.append(RegistryService(config.node_id, ReplicaSchemasLog(config.node_id, metadata, replicas, peers), peers))
     if config.is_broker:  # the REST proxy's way to the partitions (peer op proxy_call)
