@@ -1,0 +1,205 @@
+"""The txn workload's checker on hand-written histories: a clean one is valid, a legal
+interleaving of two concurrent transactions is valid, and each anomaly (aborted read, G1b,
+torn transaction, G1c, G0-realtime, lost write, duplicate, inconsistent offsets, nonmonotonic
+offsets inside a transaction) is found."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from jepsen_style_tests.checker import CheckerInputError
+from jepsen_style_tests.history import History, Op
+from jepsen_style_tests.txn_checker import check_txn, to_send_history
+
+pytestmark = pytest.mark.unit
+
+K0, K1 = "t-0", "t-1"
+
+
+class H:
+    """A history builder: ops in the order written; a txn's invoke and completion can be apart."""
+
+    def __init__(self) -> None:
+        self.ops: list[Op] = []
+
+    def add(self, type_: str, f: str, process: Any, value: Any = None, **extra: Any) -> int:
+        error = extra.pop("error", None)
+        self.ops.append(Op(type_, f, process, value, len(self.ops), error=error, index=len(self.ops), extra=extra))
+        return len(self.ops) - 1
+
+    def begin(self, p: int, sends: list[tuple[str, int]], *, poll: bool = False, abort: bool = False) -> None:
+        micro = ([["poll"]] if poll else []) + [["send", k, v] for k, v in sends]
+        self.add("invoke", "txn", p, micro, abort=abort)
+
+    def end(self, p: int, type_: str, sends: list[tuple[str, int, int | None]], *,
+            reads: dict[str, list[list[int]]] | None = None) -> None:
+        micro = ([["poll", reads]] if reads is not None else []) + [["send", k, [o, v]] for k, v, o in sends]
+        self.add(type_, "txn", p, micro, error=None if type_ == "ok" else "aborted")
+
+    def txn(self, p: int, sends: list[tuple[str, int, int | None]], type_: str = "ok", **kw: Any) -> None:
+        self.begin(p, [(k, v) for k, v, _ in sends], poll=kw.get("reads") is not None)
+        self.end(p, type_, sends, **kw)
+
+    def poll(self, p: int, reads: dict[str, list[list[int]]], positions: dict[str, int] | None = None) -> None:
+        self.add("invoke", "poll", p, None, poll_ms=100)
+        self.add("ok", "poll", p, reads, positions=positions or {})
+
+    def assign(self, p: int, keys: list[str]) -> None:
+        self.add("invoke", "assign", p, keys, seek_to_beginning=True)
+        self.add("ok", "assign", p, keys)
+
+    def final(self, ends: dict[str, int], reads: dict[str, list[list[int]]]) -> History:
+        self.add("invoke", "end-offsets", 9, list(ends))
+        self.add("ok", "end-offsets", 9, ends)
+        self.assign(9, sorted(ends))
+        self.poll(9, reads, positions=ends)
+        return History(self.ops)
+
+
+def _clean() -> H:
+    h = H()
+    h.txn(0, [(K0, 1, 0), (K1, 2, 0)])
+    h.txn(1, [(K0, 3, None)], "fail")  # aborted at 1, marker at 2
+    h.txn(0, [(K0, 4, 3), (K0, 5, 4)])
+    return h
+
+
+def test_a_clean_history_is_valid():
+    history = _clean().final({K0: 6, K1: 2}, {K0: [[0, 1], [3, 4], [4, 5]], K1: [[0, 2]]})
+    result = check_txn(history)
+    assert result.verdict == "valid", result.to_json_dict()
+    assert result.stats["txns"] == {"fail": 1, "ok": 2}
+
+
+def test_concurrent_transactions_may_interleave_their_appends():
+    h = H()
+    h.begin(0, [(K0, 1), (K1, 2)])
+    h.begin(1, [(K0, 3), (K1, 4)])
+    h.end(0, "ok", [(K0, 1, 0), (K1, 2, 1)])
+    h.end(1, "ok", [(K0, 3, 1), (K1, 4, 0)])
+    history = h.final({K0: 4, K1: 4}, {K0: [[0, 1], [1, 3]], K1: [[0, 4], [1, 2]]})
+    result = check_txn(history)
+    assert result.verdict == "valid", result.to_json_dict()
+
+
+def test_an_aborted_read_is_g1a():
+    history = _clean().final({K0: 6, K1: 2}, {K0: [[0, 1], [1, 3], [3, 4], [4, 5]], K1: [[0, 2]]})
+    result = check_txn(history)
+    assert result.verdict == "invalid"
+    (case,) = result.anomalies["G1a"]
+    assert case["value"] == 3 and case["writer"] == 2  # the aborted txn's invoke
+
+
+def test_reading_past_the_rest_of_a_transaction_on_one_key_is_g1b():
+    h = H()
+    h.txn(0, [(K0, 1, 0), (K0, 2, 1)])
+    h.txn(1, [(K0, 3, 2)])
+    h.assign(2, [K0])
+    h.poll(2, {K0: [[0, 1], [2, 3]]})
+    result = check_txn(h.final({K0: 3}, {K0: [[0, 1], [1, 2], [2, 3]]}))
+    assert result.verdict == "invalid"
+    assert [c["value"] for c in result.anomalies["G1b"]] == [2]
+    assert "torn-txn" not in result.anomalies
+
+
+def test_part_of_a_transaction_across_partitions_is_torn():
+    h = H()
+    h.txn(0, [(K0, 1, 0), (K1, 2, 0)])
+    h.assign(2, [K0, K1])
+    h.poll(2, {K0: [[0, 1]]}, positions={K0: 1, K1: 1})  # K1's position passed offset 0 unread
+    result = check_txn(h.final({K0: 1, K1: 1}, {K0: [[0, 1]], K1: [[0, 2]]}))
+    assert result.verdict == "invalid"
+    (case,) = result.anomalies["torn-txn"]
+    assert case["key"] == K1 and case["value"] == 2 and case["seen"] == [[K0, 1]]
+
+
+def test_an_unknown_transaction_that_was_read_counts_as_committed():
+    h = H()
+    h.begin(0, [(K0, 1), (K1, 2)])
+    h.add("info", "txn", 0, [["send", K0, [None, 1]], ["send", K1, [None, 2]]], error="timeout")
+    h.assign(2, [K0, K1])
+    h.poll(2, {K0: [[0, 1]], K1: [[1, 5]]})
+    h.txn(3, [(K1, 5, 1)])
+    result = check_txn(h.final({K0: 1, K1: 2}, {K0: [[0, 1]], K1: [[0, 2], [1, 5]]}))
+    assert result.stats["txns_committed"] == 2
+    assert [c["value"] for c in result.anomalies["torn-txn"]] == [2]
+
+
+def test_reading_an_open_transaction_closes_a_g1c_cycle():
+    """What reading past the LSO does: process 1 reads T0's append before T0 commits and appends
+    to K1 before T0 does."""
+    h = H()
+    h.begin(0, [(K0, 1), (K1, 2)])
+    h.begin(1, [(K1, 3)], poll=True)
+    h.end(1, "ok", [(K1, 3, 0)], reads={K0: [[0, 1]]})
+    h.end(0, "ok", [(K0, 1, 0), (K1, 2, 1)])
+    result = check_txn(h.final({K0: 1, K1: 2}, {K0: [[0, 1]], K1: [[0, 3], [1, 2]]}))
+    assert result.verdict == "invalid"
+    (case,) = result.anomalies["G1c"]
+    assert {s["edge"] for s in case["cycle"]} == {"wr", "ww"} and case["txns"] == [0, 1]
+
+
+def test_an_append_before_one_of_a_transaction_that_had_committed_is_g0_realtime():
+    h = H()
+    h.txn(0, [(K0, 1, 1)])
+    h.txn(1, [(K0, 2, 0)])  # invoked after txn 0 completed, yet lower in the log
+    result = check_txn(h.final({K0: 2}, {K0: [[0, 2], [1, 1]]}))
+    assert result.verdict == "invalid"
+    assert "G0-realtime" in result.anomalies and "G0" not in result.anomalies
+
+
+def test_a_committed_append_skipped_by_every_reader_is_lost():
+    h = H()
+    h.txn(0, [(K0, 1, 0)])
+    h.txn(0, [(K0, 2, 1)])
+    result = check_txn(h.final({K0: 2}, {K0: [[1, 2]]}))
+    assert result.verdict == "invalid"
+    assert [c["value"] for c in result.anomalies["lost-write"]] == [1]
+
+
+def test_offsets_must_agree_between_writer_and_readers():
+    h = H()
+    h.txn(0, [(K0, 1, 0), (K1, 2, 0)])
+    h.assign(2, [K0])
+    h.poll(2, {K0: [[0, 1], [1, 1]]})  # one value at two offsets
+    h.assign(3, [K1])
+    h.poll(3, {K1: [[0, 7]]})  # another value at the offset K1's append was acked at
+    result = check_txn(h.final({K0: 2, K1: 1}, {K0: [[0, 1]], K1: [[0, 2]]}))
+    assert result.verdict == "invalid"
+    assert [c["value"] for c in result.anomalies["duplicate"]] == [1]
+    assert [c["values"] for c in result.anomalies["inconsistent-offsets"]] == [[2, 7]]
+    assert result.anomalies["unwritten-read"][0]["value"] == 7
+
+
+def test_offsets_inside_one_transaction_must_increase():
+    h = H()
+    h.txn(0, [(K0, 1, 1), (K0, 2, 0)])
+    result = check_txn(h.final({K0: 2}, {K0: [[0, 2], [1, 1]]}))
+    assert result.verdict == "invalid"
+    assert "nonmonotonic-send" in result.anomalies
+
+
+def test_cases_name_the_original_history_indexes():
+    h = _clean()
+    history = h.final({K0: 6, K1: 2}, {K0: [[0, 1], [1, 3], [3, 4], [4, 5]], K1: [[0, 2]]})
+    sends, origin, txns = to_send_history(history)
+    assert len(origin) == len(sends) and [t.index for t in txns] == [0, 2, 4]
+    (case,) = check_txn(history).anomalies["G1a"]
+    assert history[case["op"]].f == "poll" and history[case["writer"]].f == "txn"
+
+
+def test_a_txn_that_completes_with_other_sends_is_refused():
+    h = H()
+    h.begin(0, [(K0, 1)])
+    h.end(0, "ok", [(K0, 2, 0)])
+    with pytest.raises(CheckerInputError):
+        check_txn(History(h.ops))
+
+
+def test_nothing_committed_is_unknown():
+    h = H()
+    h.txn(0, [(K0, 1, None)], "fail")
+    result = check_txn(h.final({K0: 2}, {}))
+    assert result.verdict == "unknown" and "no transaction committed" in result.unknown_reasons
