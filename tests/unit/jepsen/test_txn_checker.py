@@ -203,3 +203,77 @@ def test_nothing_committed_is_unknown():
     h.txn(0, [(K0, 1, None)], "fail")
     result = check_txn(h.final({K0: 2}, {}))
     assert result.verdict == "unknown" and "no transaction committed" in result.unknown_reasons
+
+
+class FakeTxnLog:
+    """A correct read_committed log per key for `generator.simulate`: a transaction's appends
+    and its COMMIT/ABORT marker land at once; polls skip aborted records and markers (or, with
+    `read_aborted`, return aborted records too: the control)."""
+
+    def __init__(self, keys, *, read_aborted: bool = False):
+        self.log: dict[str, list[tuple[Any, bool]]] = {k: [] for k in keys}  # (value|None, visible)
+        self.positions: dict = {}
+        self.read_aborted = read_aborted
+
+    def _poll(self, p) -> tuple[dict, dict]:
+        out: dict = {}
+        for key, position in self.positions.get(p, {}).items():
+            entries = self.log[key][position:position + 4]
+            got = [[position + i, v] for i, (v, visible) in enumerate(entries)
+                   if v is not None and (visible or self.read_aborted)]
+            if got:
+                out[key] = got
+            self.positions[p][key] = position + len(entries)
+        return out, dict(self.positions.get(p, {}))
+
+    def __call__(self, invoke: Op, rng):
+        latency = rng.randint(1, 5) * 1_000_000
+        f, p = invoke.f, invoke.process
+        if f == "txn":
+            reads, positions = self._poll(p) if invoke.value[0] == ["poll"] else ({}, {})
+            commit = not invoke.get("abort")
+            done = [["poll", reads]] if invoke.value[0] == ["poll"] else []
+            for _, key, v in (m for m in invoke.value if m[0] == "send"):
+                self.log[key].append((v, commit))
+                done.append(["send", key, [len(self.log[key]) - 1 if commit else None, v]])
+            for key in {m[1] for m in invoke.value if m[0] == "send"}:
+                self.log[key].append((None, True))  # the marker
+            return ("ok" if commit else "fail"), done, latency, None if commit else "aborted"
+        if f == "assign":  # as txn_client: kept keys go on, new ones start at the beginning
+            old = {} if invoke.get("seek_to_beginning") else self.positions.get(p, {})
+            self.positions[p] = {k: old.get(k, 0) for k in invoke.value}
+            return "ok", invoke.value, latency, None
+        if f == "poll":
+            out, positions = self._poll(p)
+            return "ok", out, latency, None
+        if f == "end-offsets":
+            # simulate() carries no positions: the end is one past the last visible value
+            ends = {k: 1 + max((i for i, (v, visible) in enumerate(self.log[k]) if v is not None and visible),
+                               default=-1) for k in invoke.value}
+            return "ok", ends, latency, None
+        return "ok", invoke.value, latency, None
+
+
+def _simulated(read_aborted: bool, seed: int = 7) -> History:
+    import random
+
+    from jepsen_style_tests import generator as gen
+    from jepsen_style_tests.runner import RunConfig, workload
+
+    keys = ["jepsen-0", "jepsen-1", "jepsen-2"]
+    config = RunConfig(workload="txn", nemesis=(), time_limit_s=3, rate=200, recovery_s=0.1)
+    return gen.simulate(workload(config, keys, random.Random(seed)), FakeTxnLog(keys, read_aborted=read_aborted),
+                        concurrency=4, seed=seed)
+
+
+def test_the_txn_workload_on_a_correct_log_is_valid():
+    history = _simulated(read_aborted=False)
+    counts = history.counts()["txn"]
+    assert counts["ok"] > 50 and counts["fail"] > 5  # committed and aborted on purpose
+    result = check_txn(history)
+    assert result.verdict == "valid", result.to_json_dict()
+
+
+def test_the_txn_workload_on_a_log_that_shows_aborted_records_is_invalid():
+    result = check_txn(_simulated(read_aborted=True))
+    assert result.verdict == "invalid" and "G1a" in result.bad
