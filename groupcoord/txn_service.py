@@ -16,9 +16,9 @@ a fresh producer id (the node passes the partition port's `init_producer_id`).
   core applies it (`on_written`) and the request is answered; a failed append changes
   nothing (`on_write_failed`) and the request gets its error. At most MAX_WRITES_IN_FLIGHT
   writes at once (more: COORDINATOR_NOT_AVAILABLE, retriable).
-* Markers: a prepared transaction's `Markers` go to `write_markers` (injected by the node:
-  COMMIT/ABORT control batches to every partition of the transaction; a no-op until the log
-  side lands, docs/transactions.md), then `on_markers_written` writes the Complete state.
+* Markers: a prepared transaction's `Markers` go to `write_markers` (injected by the node,
+  raftlog/node/txn_link.py: COMMIT/ABORT control batches to every partition of the
+  transaction, each on its leader), then `on_markers_written` writes the Complete state.
   A failure is retried every MARKER_RETRY_S until it succeeds or the partition moves.
 * Ownership: every LEADERSHIP_CHECK_S and on each leadership change of a local
   `__transaction_state` partition (partition_load.follow_leadership), a partition newly led

@@ -67,6 +67,8 @@ __all__ = [
     "control_batch",
     "CONTROL_ABORT",
     "CONTROL_COMMIT",
+    "txn_marker_batch",
+    "control_type",
     "CONTROL_LEADER_CHANGE",
     "HEADER",
     "HEADER_HEAD",
@@ -859,6 +861,37 @@ def control_batch(
     )
     b.append(value, _CONTROL_KEY.pack(0, control_type), timestamp_ms=timestamp_ms)
     return b.build()
+
+
+def txn_marker_batch(
+    producer_id: int,
+    producer_epoch: int,
+    *,
+    commit: bool,
+    coordinator_epoch: int,
+    timestamp_ms: int,
+    partition_leader_epoch: int = 0,
+) -> bytes:
+    """A transaction marker (Kafka's EndTransactionMarker): a control and transactional batch
+    of the producer's id and epoch (no sequence) holding one record whose key is (version 0,
+    COMMIT 1 / ABORT 0) and whose value is (version 0, coordinator_epoch) as int16, int32."""
+    b = BatchBuilder(
+        is_control=True, is_transactional=True, producer_id=producer_id,
+        producer_epoch=producer_epoch, partition_leader_epoch=partition_leader_epoch,
+    )  # fmt: skip
+    b.append(struct.pack(">hi", 0, coordinator_epoch),
+             _CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT), timestamp_ms=timestamp_ms)
+    return b.build()
+
+
+def control_type(buf, pos: int = 0) -> int:
+    """The control type (CONTROL_ABORT, CONTROL_COMMIT, ...) of the control batch at `pos`:
+    its first record's key. Raises CorruptRecordError when that is not a control key."""
+    h, records = decode_batch(buf, pos)
+    key = records[0].key if records else None
+    if not h.is_control or key is None or len(key) < _CONTROL_KEY.size:
+        raise CorruptRecordError(f"batch at {pos}: not a control batch with a control key")
+    return _CONTROL_KEY.unpack_from(key)[1]
 
 
 # ------------------------------------------------------------- decode for the consumer

@@ -16,9 +16,10 @@ Results come back one per asked part, in the order asked. A NotLeaderError in a 
 carries the hint once for every listener: `leader_id`, `leader` (its native address) and
 `epoch` (the leader epoch the image knows for it, for Kafka's KIP-951 CurrentLeader).
 
-Room for what comes next (DESIGN §10): `transactional_id` on produce, `isolation_level` on
-fetch and list offsets (READ_COMMITTED reads up to the last stable offset once transactions
-are in the log; until then both read the same), `last_stable_offset` in a fetch result,
+Transactions (issue 42): `transactional_id` on produce (transactional batches are verified
+with the coordinator), `isolation_level` on fetch and list offsets (READ_COMMITTED reads up
+to the last stable offset; a fetch result names the aborted transactions in its range),
+`write_txn_marker` (the coordinators' WriteTxnMarkers). Room for what comes next (DESIGN §10):
 `current_leader_epoch` on a fetched part (KIP-320 fencing), and new ops (share-group
 acquisition, replica moves) are added here once, not per listener.
 
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Final, Protocol, TypeAlias
 
+from partition.producer_txn import AbortedTxn
 from partition.segment import FileSlice
 from raftlog.base.errors import RaftlogError
 
@@ -42,7 +44,7 @@ __all__ = [
     "IsolationLevel", "ClientInfo", "ProducePart", "ProduceResult", "Appended", "FetchPart",
     "FetchRequest", "FetchResult", "RecordsSlice", "OffsetQuery", "OffsetResult", "EpochQuery",
     "EpochEndResult", "DeletePart", "DeleteResult", "ProducerIdentity", "ReplicaSize",
-    "ProducerInfo", "PartitionKey", "PartitionPort", "EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "MAX_TIMESTAMP",
+    "ProducerInfo", "PartitionKey", "TxnMarker", "AbortedTxn", "PartitionPort", "EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "MAX_TIMESTAMP",
 ]
 
 EARLIEST_TIMESTAMP: Final = -2  # list offsets: the log start offset
@@ -51,7 +53,7 @@ MAX_TIMESTAMP: Final = -3  # list offsets: the batch with the largest timestamp 
 
 
 class IsolationLevel(IntEnum):
-    """Kafka's values. No transactions yet: both read up to the high watermark."""
+    """Kafka's values: READ_COMMITTED reads up to the last stable offset."""
 
     READ_UNCOMMITTED = 0
     READ_COMMITTED = 1
@@ -157,6 +159,9 @@ class FetchResult:
     records: bytes | RecordsSlice | None = None
     error: RaftlogError | None = None
     preferred_read_replica: int = -1  # KIP-392: fetch from this broker instead (-1: here)
+    # read_committed: the aborted transactions with records in the range answered (None:
+    # read_uncommitted); clients drop their records (partition/producer_txn.py).
+    aborted_transactions: list[AbortedTxn] | None = None
 
 
 # ------------------------------------------------------------------------------ offsets
@@ -244,6 +249,18 @@ class ProducerInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class TxnMarker:
+    """One COMMIT/ABORT marker of Kafka's WriteTxnMarkers, for one partition."""
+
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    coordinator_epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionKey:
     topic: str
     partition: int
@@ -269,6 +286,11 @@ class PartitionPort(Protocol):
     async def delete_records(self, parts: Sequence[DeletePart], deadline: float) -> list[DeleteResult]: ...
 
     async def init_producer_id(self, *, transactional_id: str | None = None) -> ProducerIdentity: ...
+
+    async def write_txn_marker(self, marker: TxnMarker, deadline: float) -> None:
+        """Append the marker on the partition's leader and wait for its commit (raises the
+        partition's error: NotLeaderError with the hint, RequestTimedOutError, ...)."""
+        ...
 
     async def recover_partition(self, topic: str, partition: int, *, unclean: bool) -> None: ...
 

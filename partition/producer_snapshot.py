@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Callable
 
-from partition.batch import Header
+from partition.batch import CONTROL_COMMIT, Header, control_type
 from partition.checkpoint import (
     PRODUCER_SNAPSHOTS_KEPT,
     RECOVERY_POINT_MIN_BYTES,
@@ -68,7 +68,8 @@ class _SnapshotMisfit(Exception):
 
 
 def _apply_counted(state: ProducerStateManager, headers: Iterator[Header], *,
-                   from_offset: int | None = None) -> int:
+                   from_offset: int | None = None,
+                   marker_commit: Callable[[Header], bool] | None = None) -> int:
     """`state.apply_headers(headers)`; returns how many headers it took. With `from_offset`,
     the first must start at or after it (raises _SnapshotMisfit)."""
     walked = 0
@@ -83,7 +84,7 @@ def _apply_counted(state: ProducerStateManager, headers: Iterator[Header], *,
             yield h
 
     try:
-        state.apply_headers(counted())
+        state.apply_headers(counted(), marker_commit)
     finally:
         headers.close()  # unpin now, not at garbage collection
     return walked
@@ -197,7 +198,8 @@ class ProducerSnapshots:
             try:
                 if snap is not None:
                     state.load(snap, log_start_offset=self.log_start_offset)
-                    walked = _apply_counted(state, self._headers_from(at, tail), from_offset=at)
+                    walked = _apply_counted(state, self._headers_from(at, tail), from_offset=at,
+                                            marker_commit=self._marker_commit)
                     return ProducerStateLoad(at, walked)
             except _SnapshotMisfit as e:
                 why = str(e)
@@ -212,7 +214,14 @@ class ProducerSnapshots:
             with self._flush_lock:
                 self._void_producer_snapshots(lambda s, at=at: s == at)
         state.clear()
-        return ProducerStateLoad(None, _apply_counted(state, self._headers_from(None, tail)), why)
+        return ProducerStateLoad(None, _apply_counted(state, self._headers_from(None, tail),
+                                                    marker_commit=self._marker_commit), why)
+
+    def _marker_commit(self, h: Header) -> bool:
+        """Whether the transaction marker whose header is `h` is a COMMIT (its record read
+        from the log: the walk reads headers only)."""
+        data = self.read(h.base_offset, h.size, max_offset=h.base_offset + 1)
+        return control_type(data) == CONTROL_COMMIT
 
     def _shape(self) -> tuple[int, int, int]:
         return self.log_end_offset, self._cut_generation, self._segments[-1].base_offset

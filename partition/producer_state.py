@@ -61,10 +61,11 @@ from __future__ import annotations
 import struct
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import Iterable, NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple
 
 from crc32c import crc32c
 
+from partition.producer_txn import AbortedTxn, ProducerTxns
 from raftlog.base import cbor
 from raftlog.base.errors import (
     DuplicateSequenceNumberError,
@@ -89,6 +90,8 @@ NO_PRODUCER_ID = -1
 _SNAPSHOT_MAGIC = b"RLPS"
 _SNAPSHOT_HEAD = struct.Struct(">4sII")  # magic, body length, CRC-32C of the body
 _SNAPSHOT_KEYS = frozenset({"v", "offset", "last_epoch", "evicted_at", "producers"})
+_SNAPSHOT_KEYS_V2 = _SNAPSHOT_KEYS | {"txns", "aborted"}
+_MAX_ABORTED = 1_000_000  # aborted-transaction entries a snapshot may carry
 # A snapshot takes ~160 bytes per producer with a full window (the default 10,000 producers:
 # ~1.6 MB); a file larger than this (~400,000 producers) is not read.
 MAX_SNAPSHOT_BYTES = 64 << 20
@@ -135,15 +138,23 @@ class ProducerSnapshot:
     last_epoch: int
     evicted_at: int
     producers: tuple[tuple[int, int, tuple[_Batch, ...]], ...]  # (id, epoch, batches), last write last
+    # Transactions (v2, issue 42): (producer id, first offset) of each open one, and the
+    # aborted ones (producer_txn.AbortedTxn) by last offset.
+    open_txns: tuple[tuple[int, int], ...] = ()
+    aborted: tuple[AbortedTxn, ...] = ()
 
     def encode(self) -> bytes:
-        """The file's bytes: header (magic, body length, CRC-32C) and canonical CBOR body."""
-        body = cbor.dumps({
+        """The file's bytes: header (magic, body length, CRC-32C) and canonical CBOR body
+        (v1 without transactions, v2 with them)."""
+        obj = {
             "v": 1, "offset": self.offset, "last_epoch": self.last_epoch,
             "evicted_at": self.evicted_at,
             "producers": [[pid, epoch, [list(b) for b in batches]]
                           for pid, epoch, batches in self.producers],
-        })  # fmt: skip
+        }  # fmt: skip
+        if self.open_txns or self.aborted:
+            obj.update(v=2, txns=[list(t) for t in self.open_txns], aborted=[list(a) for a in self.aborted])
+        body = cbor.dumps(obj)
         return _SNAPSHOT_HEAD.pack(_SNAPSHOT_MAGIC, len(body), crc32c(body)) + body
 
     @classmethod
@@ -161,7 +172,8 @@ class ProducerSnapshot:
                              error=ValueError, canonical=True)
         except ValueError:
             return None
-        if type(obj) is not dict or obj.keys() != _SNAPSHOT_KEYS or obj["v"] != 1:
+        if type(obj) is not dict or (obj.keys(), obj.get("v")) not in (
+                (_SNAPSHOT_KEYS, 1), (_SNAPSHOT_KEYS_V2, 2)):
             return None
         offset, last_epoch, evicted_at = obj["offset"], obj["last_epoch"], obj["evicted_at"]
         raw = obj["producers"]
@@ -180,7 +192,37 @@ class ProducerSnapshot:
             seen.add(entry[0])
             prev_last = entry[2][-1].last_offset
             producers.append(entry)
-        return cls(offset, last_epoch, evicted_at, tuple(producers))
+        txns = _decode_txns(obj.get("txns", []), obj.get("aborted", []), offset)
+        if txns is None:
+            return None
+        return cls(offset, last_epoch, evicted_at, tuple(producers), *txns)
+
+
+def _decode_txns(raw_open: object, raw_aborted: object, offset: int
+                 ) -> tuple[tuple[tuple[int, int], ...], tuple[AbortedTxn, ...]] | None:
+    """A v2 snapshot's open and aborted transactions, or None when not valid: offsets below
+    `offset`, a producer open once, aborted entries ordered by last offset."""
+    if type(raw_open) is not list or type(raw_aborted) is not list or len(raw_aborted) > _MAX_ABORTED:
+        return None
+    opened = []
+    for t in raw_open:
+        if type(t) is not list or len(t) != 2 or not (_is_int(t[0], 0, _INT64_MAX) and _is_int(t[1], 0, offset - 1)):
+            return None
+        opened.append((t[0], t[1]))
+    if len({pid for pid, _ in opened}) != len(opened):
+        return None
+    aborted = []
+    prev = -1
+    for a in raw_aborted:
+        if type(a) is not list or len(a) != 4:
+            return None
+        pid, first, last, lso = a
+        if not (_is_int(pid, 0, _INT64_MAX) and _is_int(first, 0, offset - 1) and _is_int(last, max(first, prev), offset - 1)
+                and _is_int(lso, 0, _INT64_MAX)):
+            return None
+        prev = last
+        aborted.append(AbortedTxn(pid, first, last, lso))
+    return tuple(opened), tuple(aborted)
 
 
 def _is_int(v: object, lo: int, hi: int) -> bool:
@@ -223,6 +265,8 @@ class ProducerStateManager:
         self.exact = True
         # The last offset of the batch whose record last evicted a producer; -1 if none.
         self._evicted_at = -1
+        # Open and aborted transactions (producer_txn.py; issue 42).
+        self.txns = ProducerTxns()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -239,6 +283,7 @@ class ProducerStateManager:
         self._entries.clear()
         self.exact = True
         self._evicted_at = -1
+        self.txns.clear()
 
     def check(
         self, producer_id: int, producer_epoch: int, base_sequence: int, last_sequence: int
@@ -324,18 +369,36 @@ class ProducerStateManager:
             self._entries.popitem(last=False)
             self._evicted_at = last_offset
 
-    def apply_headers(self, headers: Iterable) -> None:
+    def marker(self, producer_id: int, producer_epoch: int, offset: int, *, commit: bool) -> None:
+        """The COMMIT/ABORT marker of `producer_id` at `offset`: its transaction here ends,
+        and an epoch above the entry's fences the older one (the coordinator bumps the epoch
+        when it aborts a fenced or timed-out producer's transaction)."""
+        e = self._entries.get(producer_id)
+        if e is None or producer_epoch > e.producer_epoch:
+            self._entries[producer_id] = ProducerEntry(producer_epoch)
+        self.txns.end(producer_id, offset, commit=commit)
+
+    def apply_headers(self, headers: Iterable, marker_commit: Callable[[Any], bool] | None = None) -> None:
         """Record stamped batches (batch.Header objects: base_offset, producer_id, ...) in
-        offset order, without checks: they are in the log already. Control batches and
-        batches without a producer id are skipped."""
+        offset order, without checks: they are in the log already. Batches without a
+        producer id and control batches other than transaction markers are skipped; a
+        marker's type (COMMIT or not) is asked of `marker_commit(header)` (the header holds
+        no record; without it markers are taken for aborts)."""
         for h in headers:
             pid = h.producer_id
-            if pid == NO_PRODUCER_ID or h.is_control:
+            if pid == NO_PRODUCER_ID:
+                continue
+            if h.is_control:
+                if h.is_transactional:
+                    commit = marker_commit(h) if marker_commit is not None else False
+                    self.marker(pid, h.producer_epoch, h.base_offset, commit=commit)
                 continue
             self.record(
                 pid, h.producer_epoch, h.base_sequence, h.last_sequence,
                 h.base_offset, h.base_offset + h.last_offset_delta,
             )  # fmt: skip
+            if h.is_transactional:
+                self.txns.begin(pid, h.base_offset)
 
     def truncate(self, offset: int) -> bool:
         """The log lost every offset >= `offset`: drop those batches. Returns True when a
@@ -363,6 +426,7 @@ class ProducerStateManager:
             del self._entries[pid]
         if self._evicted_at >= offset:
             self.exact = False
+        self.txns.truncate(offset)
         if changed:
             # Keep the last-write order a walk of the cut log would give (eviction uses it).
             self._entries = OrderedDict(sorted(self._entries.items(), key=lambda kv: kv[1].last_offset))
@@ -390,6 +454,7 @@ class ProducerStateManager:
             offset, last_epoch, self._evicted_at,
             tuple((pid, e.producer_epoch, tuple(e.batches))
                   for pid, e in self._entries.items() if e.batches),
+            tuple(sorted(self.txns.open.items(), key=lambda t: t[1])), tuple(self.txns.aborted),
         )  # fmt: skip
 
     def load(self, snapshot: ProducerSnapshot, *, log_start_offset: int) -> None:
@@ -406,3 +471,4 @@ class ProducerStateManager:
             if kept:
                 self._entries[pid] = ProducerEntry(epoch, deque(kept, maxlen=MAX_BATCHES))
         self._evicted_at = snapshot.evicted_at
+        self.txns.load(list(snapshot.open_txns), list(snapshot.aborted), log_start_offset)

@@ -71,7 +71,9 @@ from typing import Any, Callable, Final, Protocol
 import trio
 
 from metadata.topic_config import TopicConfig
-from partition.batch import CONTROL_LEADER_CHANGE, CheckedBatches, control_batch, iter_headers
+from partition.batch import (
+    CONTROL_COMMIT, CONTROL_LEADER_CHANGE, CheckedBatches, control_batch, control_type, iter_headers,
+)
 from partition.errors import CorruptRecordError, LogClosedError, RaftStateError, StorageDamageError
 from partition.checkpoint import (
     RECOVERY_POINT_CLOSE_MIN_BYTES,
@@ -701,8 +703,10 @@ class Replica(ReplicaStorage, ReplicaReads, ReplicaWrites):
             raise RaftStateError(f"replicated batches refused by the log: {exc}") from exc
         if end != eff.end_offset:
             raise RaftStateError(f"replicated append ended at {end}, expected {eff.end_offset}")
-        self.producers.apply_headers(h for _, h in (checked if checked is not None else
-                                                    iter_headers(data, verify=False)))
+        pairs = checked if checked is not None else list(iter_headers(data, verify=False))
+        at = {h.base_offset: pos for pos, h in pairs if h.is_control}
+        self.producers.apply_headers((h for _, h in pairs),
+                                     lambda h: control_type(data, at[h.base_offset]) == CONTROL_COMMIT)
 
     def _on_high_watermark(self, hw: int) -> None:
         self.high_watermark = hw

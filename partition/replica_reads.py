@@ -47,17 +47,18 @@ INLINE_READ_MAX_BYTES: Final = 256 << 10  # larger reads (and their CRC checks) 
 class ReplicaReads:
     """Replica's consumer reads (module docstring)."""
 
-    async def read_committed(self, fetch_offset: int, max_bytes: int) -> bytes:
+    async def read_committed(self, fetch_offset: int, max_bytes: int, *, upto: int | None = None) -> bytes:
         """Whole, CRC-checked batches from `fetch_offset` below the high watermark (leader
         only); cold or large reads in a worker thread. Raises NotLeaderError,
         KafkaStorageError (offline, or damage found: this replica repairs it from a peer),
         StorageDamageError (CORRUPT_MESSAGE with the offset: damage and no peer to repair
-        from), OffsetOutOfRangeError."""
-        data = await self._read_committed(fetch_offset, max_bytes, zero_copy=False)
+        from), OffsetOutOfRangeError. `upto`: read only below it (read_committed's last stable
+        offset) when that is below the high watermark."""
+        data = await self._read_committed(fetch_offset, max_bytes, zero_copy=False, upto=upto)
         return b"" if data is None else data
 
     async def _read_committed(self, fetch_offset: int, max_bytes: int, *, zero_copy: bool,
-                              as_follower: bool = False) -> Any:
+                              as_follower: bool = False, upto: int | None = None) -> Any:
         """`read_committed` / `read_committed_slice`: None when there is nothing to read.
         `as_follower`: a follower serves it too, up to its own high watermark (KIP-392)."""
         if as_follower:
@@ -68,7 +69,7 @@ class ReplicaReads:
         if fetch_offset < log.log_start_offset or fetch_offset > log.log_end_offset:
             raise OffsetOutOfRangeError(offset=fetch_offset, log_start_offset=log.log_start_offset,
                                         log_end_offset=log.log_end_offset)
-        hw = self.high_watermark
+        hw = self.high_watermark if upto is None else min(upto, self.high_watermark)
         if fetch_offset >= hw:
             return None
         try:
@@ -91,12 +92,13 @@ class ReplicaReads:
             " it is being repaired from another replica", offset=exc.offset)
 
     async def read_committed_slice(self, fetch_offset: int, max_bytes: int, *,
-                                   as_follower: bool = False) -> FileSlice | None:
+                                   as_follower: bool = False, upto: int | None = None) -> FileSlice | None:
         """`read_committed` as a FileSlice of the segment file (zero-copy senders; the caller
         closes it), None where that returns b"". The range is checked as `read_committed`'s
         bytes are (never a slice over a bad batch); the check runs where `_read` would read.
         Same errors."""
-        return await self._read_committed(fetch_offset, max_bytes, zero_copy=True, as_follower=as_follower)
+        return await self._read_committed(fetch_offset, max_bytes, zero_copy=True, as_follower=as_follower,
+                                          upto=upto)
 
     async def _read(self, log: Log, offset: int, max_bytes: int, *,
                     max_offset: int | None = None, zero_copy: bool = False,

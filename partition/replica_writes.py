@@ -23,12 +23,16 @@ from dataclasses import dataclass
 
 import trio
 
-from partition.batch import Header, iter_headers
+from collections.abc import Awaitable, Callable
+
+from partition.batch import Header, iter_headers, txn_marker_batch
 from partition.validator import batch_too_large
 from partition.errors import CorruptRecordError, LogClosedError, RaftStateError, StorageDamageError
 from raftlog.base.aio import acquire_free
 from raftlog.base.errors import (
+    InvalidProducerEpochError,
     InvalidRequestError,
+    InvalidTxnStateError,
     KafkaStorageError,
     NotLeaderError,
     OffsetOutOfRangeError,
@@ -36,7 +40,7 @@ from raftlog.base.errors import (
 )
 from raftlog.base.eventlog import log_event
 
-__all__ = ['ReplicaWrites', 'AckWaiter', 'AppendResult', 'MAX_PRODUCE_BATCHES']
+__all__ = ['ReplicaWrites', 'AckWaiter', 'AppendResult', 'MAX_PRODUCE_BATCHES', 'TxnVerifier']
 
 logger = logging.getLogger(__name__)
 
@@ -77,16 +81,25 @@ class AppendResult:
     waiter: AckWaiter | None
 
 
+# KIP-890 part 1: asks the transaction coordinator whether (producer id, epoch) has this
+# partition in its ongoing transaction; raises the coordinator's error if not.
+TxnVerifier = Callable[[int, int], Awaitable[None]]
+
 MAX_PRODUCE_BATCHES = 10_000  # batches in one partition's `records` of one produce request
 
 
 class ReplicaWrites:
     """Replica's leader writes (module docstring)."""
 
-    async def append_as_leader(self, records: bytes, *, acks: int) -> AppendResult:
+    async def append_as_leader(self, records: bytes, *, acks: int,
+                               verify_txn: TxnVerifier | None = None) -> AppendResult:
         """Append a producer's batches. Returns AppendResult (waiter set for acks=all when
-        the batch is not committed yet). Raises NotLeaderError, CorruptRecordError,
-        MessageTooLargeError, InvalidRequestError, the producer-state errors, KafkaStorageError."""
+        the batch is not committed yet). A transactional batch of a producer with no
+        transaction open here is first checked with `verify_txn(producer_id, epoch)` (KIP-890:
+        the coordinator says whether this partition is in its ongoing transaction; it raises
+        INVALID_TXN_STATE, PRODUCER_FENCED, ...). Raises NotLeaderError, CorruptRecordError,
+        MessageTooLargeError, InvalidRequestError, the producer-state errors, KafkaStorageError,
+        what `verify_txn` raises."""
         self.check_leader()
         if not records:
             raise CorruptRecordError("empty records")
@@ -105,6 +118,12 @@ class ReplicaWrites:
             raise InvalidRequestError(
                 "an idempotent produce carries exactly one batch per partition", field="records"
             )
+        txn = idem[0] if idem and idem[0].is_transactional else None
+        if txn is not None and txn.producer_id not in self.producers.txns.open:
+            if verify_txn is None:
+                raise InvalidTxnStateError(
+                    f"{self.name}: transactional batch of producer {txn.producer_id} outside a transaction")
+            await verify_txn(txn.producer_id, txn.producer_epoch)
         # The lock as `_event` takes it: uncontended, without a pass through the scheduler (a
         # produce holding it across that yield made the fetches arriving meanwhile queue).
         await acquire_free(self._lock)
@@ -132,6 +151,8 @@ class ReplicaWrites:
                     h = idem[0]
                     self.producers.record(h.producer_id, h.producer_epoch, h.base_sequence,
                                           h.last_sequence, first, last)
+                    if txn is not None:
+                        self.producers.txns.begin(h.producer_id, first)
                 waiter = self._add_waiter(last) if acks == -1 else None
                 await self._execute(core.leader_appended(first, last))
             except StorageDamageError as exc:  # the producer-state rebuild met damage
@@ -143,6 +164,50 @@ class ReplicaWrites:
         finally:
             self._lock.release()
         return AppendResult(first, last, False, waiter)
+
+    async def append_marker(self, producer_id: int, producer_epoch: int, *, commit: bool,
+                            coordinator_epoch: int) -> AckWaiter:
+        """Append the COMMIT/ABORT marker of `producer_id`'s transaction (the coordinator's
+        WriteTxnMarkers) and return the waiter of its commit. A marker for a producer with no
+        transaction open here is written too (Kafka does: it fences older epochs). Raises
+        NotLeaderError, InvalidProducerEpochError (an epoch below the producer's here: a
+        stale coordinator), KafkaStorageError."""
+        self.check_leader()
+        await acquire_free(self._lock)
+        try:
+            self.check_leader()
+            core = self.core
+            if not core.may_accept_writes:
+                raise NotLeaderError(leader_id=core.leader_id, epoch=core.epoch)
+            try:
+                if self._producers_dirty:
+                    await trio.to_thread.run_sync(self._rebuild_producers, self.log, limiter=self.disk.io)
+                e = self.producers.entry(producer_id)
+                if e is not None and producer_epoch < e.producer_epoch:
+                    raise InvalidProducerEpochError(
+                        f"{self.name}: marker epoch {producer_epoch} < producer {producer_id}'s {e.producer_epoch}")
+                batch = txn_marker_batch(producer_id, producer_epoch, commit=commit,
+                                         coordinator_epoch=coordinator_epoch, timestamp_ms=self._clock_ms())
+                first, last = await self._log_append(core.epoch, self.log.append, batch,
+                                                     leader_epoch=core.epoch, now_ms=self._clock_ms())
+                self.producers.marker(producer_id, producer_epoch, first, commit=commit)
+                waiter = self._add_waiter(last)
+                await self._execute(core.leader_appended(first, last))
+            except StorageDamageError as exc:
+                self.report_damage(exc, found_by="producer_state")
+                raise KafkaStorageError(f"{self.name}: {exc}") from None
+            except (RaftStateError, LogClosedError, OSError) as exc:
+                self._go_offline(exc)
+                raise KafkaStorageError(f"{self.name}: {exc}") from None
+        finally:
+            self._lock.release()
+        self._wake_watchers()
+        return waiter
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Kafka's LSO: read_committed readers see offsets below it (producer_txn.py)."""
+        return self.producers.txns.last_stable_offset(self.high_watermark)
 
     def _add_waiter(self, last_offset: int) -> AckWaiter:
         w = AckWaiter(last_offset)
@@ -165,6 +230,9 @@ class ReplicaWrites:
             core = self.core
             hw = core.high_watermark
             target = hw if offset == -1 else offset
+            open_at = self.producers.txns.first_open_offset()
+            if open_at is not None and 0 <= open_at < target <= hw:
+                target = open_at  # never cut an open transaction in half (issue 42)
             if target < 0 or target > hw:
                 raise OffsetOutOfRangeError(
                     f"{self.name}: delete_records offset {offset} outside [0, {hw}] (the high "
@@ -197,6 +265,7 @@ class ReplicaWrites:
         if target <= self.log.log_start_offset:
             return  # retention got there first
         gone = await trio.to_thread.run_sync(self.log.advance_start, target, limiter=self.disk.io)
+        self.producers.txns.drop_below(target)
         log_event(logger, "replica_log_start_advanced", topic=self.topic,
                   partition=self.partition, log_start_offset=target, deleted_segments=len(gone))
 

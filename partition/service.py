@@ -36,7 +36,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Final, Protocol
+from typing import Callable, Final, Protocol
 
 import trio
 
@@ -65,6 +65,7 @@ from partition.port import (
     ProducerInfo,
     RecordsSlice,
     ReplicaSize,
+    TxnMarker,
 )
 from partition.replica import AckWaiter, Replica
 from partition.telemetry import TopicTraffic, batch_records, slice_records
@@ -85,7 +86,7 @@ from raftlog.base.errors import (
 )
 from raftlog.base.eventlog import log_event
 
-__all__ = ["PartitionService", "ReplicaHost", "BrokerDirectory"]
+__all__ = ["PartitionService", "ReplicaHost", "BrokerDirectory", "TxnVerifierPort"]
 
 logger = logging.getLogger(__name__)
 
@@ -121,6 +122,15 @@ class BrokerDirectory(Protocol):
     async def allocate_producer_ids(self) -> tuple[int, int]: ...
 
 
+class TxnVerifierPort(Protocol):
+    """KIP-890 part 1: asks the transaction coordinator of `transactional_id` whether this
+    partition is in the ongoing transaction of (producer_id, producer_epoch); raises its error
+    (INVALID_TXN_STATE, PRODUCER_FENCED, INVALID_PRODUCER_EPOCH, ...) if not."""
+
+    async def verify_txn(self, transactional_id: str, topic: str, partition: int,
+                         producer_id: int, producer_epoch: int) -> None: ...
+
+
 @dataclass(slots=True)
 class _Appended:
     results: list[ProduceResult]
@@ -150,6 +160,10 @@ class PartitionService:
         self._pid_next = 0
         self._pid_end = 0
         self._pid_lock = trio.Lock()
+        # Set by the node once the transaction coordinator exists (KIP-890 verification), and
+        # told of each marker written here (the group coordinator's pending offsets).
+        self.txn_verifier: TxnVerifierPort | None = None
+        self.on_marker: Callable[[TxnMarker], None] | None = None
 
     # ------------------------------------------------------------------ lookups
 
@@ -191,8 +205,6 @@ class PartitionService:
 
     async def append(self, parts: Sequence[ProducePart], *, acks: int, client: ClientInfo,
                      transactional_id: str | None = None) -> _Appended:
-        if transactional_id is not None:
-            raise TransactionalIdAuthorizationFailedError("transactions are not supported")
         appended = _Appended([], [])
         traffic = self._host.traffic
         for part in parts:
@@ -202,8 +214,12 @@ class PartitionService:
                 replica = self.leader_replica(topic, partition)
                 if not part.records:
                     raise CorruptRecordError("no records")
-                records = await self._validated(replica, part.records, client)
-                res = await replica.append_as_leader(records, acks=acks)
+                records = await self._validated(replica, part.records, client,
+                                                transactional=transactional_id is not None)
+                verify = None
+                if transactional_id is not None and self.txn_verifier is not None:
+                    verify = partial(self.txn_verifier.verify_txn, transactional_id, topic, partition)
+                res = await replica.append_as_leader(records, acks=acks, verify_txn=verify)
                 if not res.duplicate:
                     traffic.produced(topic, len(records), res.last_offset - res.first_offset + 1)
                 result.base_offset = res.first_offset
@@ -215,13 +231,15 @@ class PartitionService:
             appended.results.append(result)
         return appended
 
-    async def _validated(self, replica: Replica, records: bytes, client: ClientInfo) -> bytes | bytearray:
+    async def _validated(self, replica: Replica, records: bytes, client: ClientInfo, *,
+                         transactional: bool = False) -> bytes | bytearray:
         """`records` as validate_client_records returns them: inline when uncompressed, in a
         worker thread (VALIDATE_THREADS) when a batch must be decompressed first. Logs a
         refusal (`produce_refused`, naming the client and the reason) and raises it."""
         check = partial(validate_client_records, records,
                         max_message_bytes=replica.topic_config.max_message_bytes,
-                        max_decompressed_bytes=VALIDATE_MAX_DECOMPRESSED_BYTES, topic=replica.topic)
+                        max_decompressed_bytes=VALIDATE_MAX_DECOMPRESSED_BYTES, topic=replica.topic,
+                        transactional=transactional)
         try:
             if not _any_compressed(records):
                 return check()
@@ -313,19 +331,24 @@ class PartitionService:
                                                    preferred_read_replica=preferred))
                         continue
                     budget = min(part.max_bytes, request.max_bytes - total)
+                    lso = r.last_stable_offset
+                    upto = lso if request.isolation_level == IsolationLevel.READ_COMMITTED else None
                     records: bytes | RecordsSlice | None
                     if request.zero_copy:
-                        records = await r.read_committed_slice(part.fetch_offset, budget,
-                                                               as_follower=as_follower) if budget > 0 else None
+                        records = await r.read_committed_slice(part.fetch_offset, budget, as_follower=as_follower,
+                                                               upto=upto) if budget > 0 else None
                         total += 0 if records is None else records.length
                     else:
-                        data = await r.read_committed(part.fetch_offset, budget) if budget > 0 else b""
+                        data = await r.read_committed(part.fetch_offset, budget, upto=upto) if budget > 0 else b""
                         total += len(data)
                         records = data
                     watched.append(r)
-                    hw = r.high_watermark
-                    results.append(FetchResult(topic, partition, high_watermark=hw, last_stable_offset=hw,
-                                               log_start_offset=r.log.log_start_offset, records=records))
+                    aborted = None
+                    if upto is not None:
+                        aborted = r.producers.txns.aborted_between(part.fetch_offset, upto) if records else []
+                    results.append(FetchResult(topic, partition, high_watermark=r.high_watermark,
+                                               last_stable_offset=lso, log_start_offset=r.log.log_start_offset,
+                                               records=records, aborted_transactions=aborted))
                 except RaftlogError as exc:
                     errors += 1
                     results.append(FetchResult(topic, partition, error=self._error(exc, topic, partition)))
@@ -357,7 +380,9 @@ class PartitionService:
             try:
                 r = self.leader_replica(q.topic, q.partition)
                 r.check_leader()
-                hw = r.high_watermark  # the last stable offset too: no transactions yet
+                hw = r.high_watermark
+                if isolation_level == IsolationLevel.READ_COMMITTED:
+                    hw = r.last_stable_offset  # Kafka: read_committed's latest is the LSO
                 if q.timestamp == EARLIEST_TIMESTAMP:
                     offset, found_ts = r.log.log_start_offset, -1
                 elif q.timestamp == LATEST_TIMESTAMP:
@@ -386,6 +411,24 @@ class PartitionService:
             for result, part in zip(results, parts):
                 nursery.start_soon(one, result, part.offset)
         return results
+
+    # ------------------------------------------------------------------ transactions
+
+    async def write_txn_marker(self, marker: TxnMarker, deadline: float) -> None:
+        """Append the COMMIT/ABORT marker of `marker.producer_id` on the leader of its
+        partition and wait for its commit (Kafka's WriteTxnMarkers, one partition). Raises
+        NotLeaderError (with the hint), UnknownTopicOrPartitionError, InvalidProducerEpochError,
+        RequestTimedOutError (unknown outcome: the coordinator writes it again),
+        KafkaStorageError."""
+        r = self.leader_replica(marker.topic, marker.partition)
+        try:
+            waiter = await r.append_marker(marker.producer_id, marker.producer_epoch, commit=marker.commit,
+                                           coordinator_epoch=marker.coordinator_epoch)
+            await waiter.wait(deadline)
+        except NotLeaderError as exc:
+            raise self.not_leader(marker.topic, marker.partition, exc.leader_id) from None
+        if self.on_marker is not None:
+            self.on_marker(marker)
 
     # ------------------------------------------------------------------ producers
 

@@ -17,9 +17,9 @@ stored) with the error Kafka's broker gives (LogValidator, UnifiedLog, KafkaApis
    (MESSAGE_TOO_LARGE); the CRC-32C (CORRUPT_MESSAGE).
 2. Counts: record_count >= 1 and last_offset_delta == record_count - 1 (INVALID_RECORD).
 3. Attributes: a control batch (INVALID_RECORD: "clients are not allowed to write control
-   records"); the transactional bit (TRANSACTIONAL_ID_AUTHORIZATION_FAILED: raftlog has no
-   transactions, and Kafka answers this for transactional records without an authorized
-   transactional id); the LogAppendTime bit (INVALID_TIMESTAMP: "producer should not set
+   records"); the transactional bit without a transactional id on the request
+   (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka answers for transactional records without
+   an authorized transactional id) or without a producer id (INVALID_RECORD); the LogAppendTime bit (INVALID_TIMESTAMP: "producer should not set
    timestamp type to LogAppendTime"; topics here are CreateTime).
 4. Producer fields: producer_id -1 (none), or >= 0 with producer_epoch >= 0 and
    base_sequence >= 0 (INVALID_RECORD; Kafka checks the sequence, the epoch check is ours).
@@ -100,9 +100,10 @@ def _invalid(pos: int, what: str) -> InvalidRecordError:
     return InvalidRecordError(f"batch at position {pos}: {what}")
 
 
-def check_batch_header(h: Header, pos: int) -> None:
-    """Steps 2-4 of the module docstring for one batch's header (pure, O(1)). Raises
-    InvalidRecordError, TransactionalIdAuthorizationFailedError or InvalidTimestampError."""
+def check_batch_header(h: Header, pos: int, *, transactional: bool = False) -> None:
+    """Steps 2-4 of the module docstring for one batch's header (pure, O(1)); `transactional`:
+    the request names a transactional id. Raises InvalidRecordError,
+    TransactionalIdAuthorizationFailedError or InvalidTimestampError."""
     if h.record_count < 1:
         raise _invalid(pos, f"record count {h.record_count} (a batch holds at least one record)")
     if h.last_offset_delta != h.record_count - 1:
@@ -111,8 +112,11 @@ def check_batch_header(h: Header, pos: int) -> None:
     if h.is_control:
         raise _invalid(pos, "clients may not write control batches")
     if h.is_transactional:
-        raise TransactionalIdAuthorizationFailedError(
-            f"batch at position {pos}: transactional batch refused: transactional records are not stored yet")
+        if not transactional:
+            raise TransactionalIdAuthorizationFailedError(
+                f"batch at position {pos}: transactional batch in a produce without a transactional id")
+        if h.producer_id < 0:
+            raise _invalid(pos, "a transactional batch needs a producer id")
     if h.timestamp_type is TimestampType.LOG_APPEND_TIME:
         raise InvalidTimestampError(
             f"batch at position {pos}: timestamp type LogAppendTime is the broker's to set, not a producer's")
@@ -398,7 +402,8 @@ def batch_too_large(size: int, max_message_bytes: int, topic: str) -> MessageToo
 
 
 def validate_client_records(
-    records: bytes, *, max_message_bytes: int, max_decompressed_bytes: int, topic: str = "the topic"
+    records: bytes, *, max_message_bytes: int, max_decompressed_bytes: int, topic: str = "the topic",
+    transactional: bool = False,
 ) -> bytes | bytearray:
     """Validate a producer's `records` (one or more RecordBatch v2) as the module docstring
     says. Returns the bytes to append: `records` itself, or a corrected copy when a max
@@ -417,7 +422,7 @@ def validate_client_records(
         if h.size > max_message_bytes:
             raise batch_too_large(h.size, max_message_bytes, topic)
         verify_crc(records, pos, h)
-        check_batch_header(h, pos)
+        check_batch_header(h, pos, transactional=transactional)
         start = pos + HEADER_BYTES
         end = pos + h.size
         if h.compression is Compression.NONE:

@@ -56,6 +56,7 @@ from partition.port import (
     ProducerIdentity,
     ProducerInfo,
     ReplicaSize,
+    TxnMarker,
 )
 from raftlog.base.acl import ANONYMOUS, CLUSTER_NAME, Operation, ResourceType
 from raftlog.base.errors import (
@@ -532,6 +533,11 @@ class GuardedPartitions:
 
     async def append(self, parts: Sequence[ProducePart], *, acks: int, client: ClientInfo,
                      transactional_id: str | None = None) -> Appended:
+        if transactional_id is not None and self._access.authorizer is not None \
+                and not self._access.allowed(O.WRITE, X, transactional_id):
+            # Kafka: WRITE on the transactional id, else every part is refused.
+            error = _refusal(O.WRITE, X, transactional_id)
+            return _GuardedAppend(None, [ProduceResult(p.topic, p.partition, error=error) for p in parts])
         allowed, refused = self._split(O.WRITE, parts)
         inner = await self._port.append(allowed, acks=acks, client=client,
                                         transactional_id=transactional_id) if allowed else None
@@ -570,6 +576,10 @@ class GuardedPartitions:
         if not (access.allowed(O.IDEMPOTENT_WRITE, C, CLUSTER_NAME) or access.allows_some(O.WRITE, T)):
             raise _refusal(O.IDEMPOTENT_WRITE, C, CLUSTER_NAME)
         return await self._port.init_producer_id(transactional_id=transactional_id)
+
+    async def write_txn_marker(self, marker: TxnMarker, deadline: float) -> None:
+        self._access.require(O.CLUSTER_ACTION, C, CLUSTER_NAME)  # Kafka's WriteTxnMarkers rule
+        await self._port.write_txn_marker(marker, deadline)
 
     async def recover_partition(self, topic: str, partition: int, *, unclean: bool) -> None:
         self._access.require(O.ALTER, C, CLUSTER_NAME)

@@ -48,6 +48,7 @@ from typing import Any, Final, Protocol
 import trio
 
 from groupcoord.service import GroupCoordinatorService
+from groupcoord.txn_coordinator import Markers
 from groupcoord.txn_service import TxnCoordinatorService
 from groupcoord.share_service import ShareService
 from metadata.image import MetadataImage
@@ -87,6 +88,7 @@ from raftlog.node.pidfile import (
     NODE_PID_FILE, PRIVATE_UMASK, check_private, claim, die_with_parent, parent_gone, release,
 )
 from raftlog.node.server import serve
+from raftlog.node.txn_link import TxnLink
 from raftlog.node.settings import (
     group_settings,
     listener_settings,
@@ -142,8 +144,19 @@ def build_services(config: NodeConfig, metadata: MetadataService, peers: PeerPoo
         topics = LocalInternalTopics(replicas)
         groups = GroupCoordinatorService(group_settings(config), metadata, topics)
         services.append(groups)
-        services.append(TxnCoordinatorService(txn_settings(config), metadata, topics,
-                                              new_producer_id=replicas.port.init_producer_id))
+        link: list[TxnLink] = []  # the coordinator and its link to the partitions know each other
+
+        async def write_markers(markers: Markers) -> None:
+            await link[0].write_markers(markers)
+
+        settings = txn_settings(config)
+        txn = TxnCoordinatorService(settings, metadata, topics, new_producer_id=replicas.port.init_producer_id,
+                                    write_markers=write_markers)
+        link.append(TxnLink(config.node_id, metadata, peers, replicas.port, txn.client_handlers,
+                            settings.coordinator.partitions))
+        replicas.port.txn_verifier = link[0]
+        services.append(txn)
+        services.append(link[0])
         services.append(ShareService(share_settings(config), metadata, replicas, peers, groups))  # KIP-932
     services.append(RegistryService(config.node_id, ReplicaSchemasLog(config.node_id, metadata, replicas, peers), peers))
     if config.is_broker:  # the REST proxy's way to the partitions (peer op proxy_call)

@@ -141,7 +141,11 @@ async def handle_fetch(ctx: KafkaContext, call: Call) -> Reply:
                         partition_index=partition, error_code=errors.NONE,
                         high_watermark=entry.high_watermark,
                         last_stable_offset=entry.last_stable_offset,
-                        log_start_offset=entry.log_start_offset, aborted_transactions=None,
+                        log_start_offset=entry.log_start_offset,
+                        aborted_transactions=None if entry.aborted_transactions is None else [
+                            R.FetchableTopicResponse.PartitionData.AbortedTransaction(
+                                producer_id=a.producer_id, first_offset=a.first_offset)
+                            for a in entry.aborted_transactions],
                         preferred_read_replica=entry.preferred_read_replica, records=value,
                     )  # fmt: skip
                 topics.setdefault((name, topic_id), []).append(data)

@@ -12,10 +12,12 @@ below), epochs and sequences: a retried batch gets its first append's offset, a 
 OUT_OF_ORDER_SEQUENCE_NUMBER.
 
 Versions 0-2 (message formats v0/v1) are advertised (librdkafka's compression check, see
-versions.py) and answered UNSUPPORTED_VERSION per partition. The log does not store
-transactional batches yet (the coordinator is served, the log side is issue 42's next step):
-a transactional produce gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED per partition (what Kafka
-answers to a producer that may not use transactions), fatal to the producer at once.
+versions.py) and answered UNSUPPORTED_VERSION per partition. A transactional produce
+(`transactional_id`) goes to the port with its id: WRITE on the transactional id, and each
+transactional batch of a producer with no transaction open in that partition is verified with
+its coordinator (KIP-890 part 1; INVALID_TXN_STATE or PRODUCER_FENCED if it is not in the
+ongoing transaction). Transactional batches without a transactional id:
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka.
 
 ACLs (the port's guard, raftlog/node/authorize.py GuardedPartitions, as for the native
 produce): WRITE on each topic (checked before anything is appended; a refused topic's
@@ -49,7 +51,6 @@ __all__ = ["HANDLERS"]
 PRODUCE_KEY: Final = 0
 INIT_PRODUCER_ID_KEY: Final = 22
 TOPIC_IDS_VERSION: Final = 13  # KIP-516: Produce v13 names topics by id
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Final = errors.KAFKA_ERROR_CODES["TRANSACTIONAL_ID_AUTHORIZATION_FAILED"]
 
 
 def _partition_response(index: int, code: int, base_offset: int = -1, message: str | None = None,
@@ -86,9 +87,6 @@ async def handle_produce(ctx: KafkaContext, call: Call) -> Reply:
     if call.version < PRODUCE_MIN_USABLE:
         return _all_failed(call, errors.UNSUPPORTED_VERSION,
                            "message formats v0/v1 are not supported: use Produce v3+")
-    if request.transactional_id is not None:
-        return _all_failed(call, TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                           "transactional records are not stored yet (only the transaction coordinator is served)")
     acks = request.acks
     if acks not in (0, 1, -1):
         return _all_failed(call, errors.INVALID_REQUIRED_ACKS, "acks must be 0, 1 or -1 (all)")
@@ -107,7 +105,8 @@ async def handle_produce(ctx: KafkaContext, call: Call) -> Reply:
     deadline = trio.current_time() + timeout_ms / 1000
     client = ClientInfo("kafka", peer=call.connection.peer, principal=call.connection.principal,
                         client_id=call.header.client_id)
-    appended = await ctx.port().append(parts, acks=acks, client=client) if parts else None
+    appended = await ctx.port().append(parts, acks=acks, client=client,
+                                       transactional_id=request.transactional_id) if parts else None
     if acks == 0:
         return None
     results = [] if appended is None else appended.results

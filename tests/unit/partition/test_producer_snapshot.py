@@ -16,14 +16,15 @@ from raftlog.base import cbor
 class H:
     """Just the batch-header fields apply_headers reads."""
 
-    def __init__(self, base_offset, n, pid, epoch, seq):
+    def __init__(self, base_offset, n, pid, epoch, seq, *, txn=False, control=False):
         self.base_offset = base_offset
         self.last_offset_delta = n - 1
         self.producer_id = pid
         self.producer_epoch = epoch
         self.base_sequence = seq
         self.last_sequence = seq + n - 1 if seq >= 0 else -1
-        self.is_control = False
+        self.is_control = control
+        self.is_transactional = txn
 
     @property
     def next_offset(self):

@@ -1,0 +1,229 @@
+"""The links between the transaction coordinator and the partitions (issue 42), in both
+directions, across nodes (a NodeService with peer ops only):
+
+* markers (coordinator -> partition leaders; Kafka's WriteTxnMarkers): `write_markers` is the
+  coordinator's `write_markers` (groupcoord/txn_service.py). Each partition of the prepared
+  transaction gets its COMMIT/ABORT marker on its leader: through the local partition port
+  when the image names this node, else with the peer op `write_txn_markers` to the leader's
+  peer listener. It returns once every partition acknowledged (the marker committed there);
+  otherwise it raises and the coordinator calls it again later (MARKER_RETRY_S): partitions
+  already marked for that transaction are not marked again. A partition that no longer exists
+  is done (Kafka drops markers for deleted partitions); one without a leader is retried.
+* verification (partition leader -> coordinator; KIP-890 part 1): `verify_txn` is the
+  partition port's `txn_verifier`: before the first transactional batch of a producer in a
+  partition, the transactional id's coordinator is asked (AddPartitionsToTxn with
+  verify_only, locally or with the peer op `verify_txn`) whether that partition is in the
+  ongoing transaction of that producer id and epoch; its error is the produce's.
+
+Limits: peer calls under PEER_TIMEOUT_S; at most MAX_TRACKED transactions' progress kept
+(more: the progress of the oldest is forgotten and its markers are written again, harmlessly:
+a second marker for a closed transaction changes nothing in the log's state).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final, Protocol
+
+import trio
+
+from groupcoord.txn_coordinator import Markers
+from metadata.image import MetadataImage
+from partition.port import TxnMarker
+from raftlog.base.errors import (
+    CoordinatorNotAvailableError,
+    NotLeaderError,
+    RaftlogError,
+    UnknownTopicOrPartitionError,
+    as_wire_error,
+    error_from_wire,
+)
+from raftlog.base.eventlog import log_event
+from raftlog.base.protocol import Request, field
+from raftlog.base.topics import TRANSACTION_STATE_TOPIC, partition_for_transactional_id
+
+__all__ = ["TxnLink"]
+
+logger = logging.getLogger(__name__)
+
+PEER_TIMEOUT_S: Final = 10.0
+MARKER_TIMEOUT_S: Final = 10.0
+MAX_TRACKED: Final = 10_000
+MAX_MARKER_PARTITIONS: Final = 10_000
+
+Handler = Callable[[Request], Awaitable[Mapping[str, Any] | None]]
+
+
+class _Metadata(Protocol):
+    @property
+    def image(self) -> MetadataImage: ...
+
+    def peer_address(self, broker_id: int) -> str | None: ...
+
+
+class _Peers(Protocol):
+    async def call(self, address: str, op: str, fields: Mapping[str, Any], timeout_s: float) -> dict[str, Any]: ...
+
+
+class _MarkerPort(Protocol):
+    async def write_txn_marker(self, marker: TxnMarker, deadline: float) -> None: ...
+
+
+class TxnLink:
+    """See the module docstring."""
+
+    name = "txn_link"
+
+    def __init__(self, node_id: int, metadata: _Metadata, peers: _Peers, port: _MarkerPort,
+                 txn_handlers: Mapping[str, Handler], txn_partitions: int) -> None:
+        self.node_id = node_id
+        self.metadata = metadata
+        self.peers = peers
+        self.port = port
+        self._txn_handlers = txn_handlers
+        self._txn_partitions = txn_partitions
+        self._done: OrderedDict[tuple[str, int, int, bool], set[tuple[str, int]]] = OrderedDict()
+        self.client_handlers: Mapping[str, Handler] = {}
+        self.peer_handlers: Mapping[str, Handler] = {
+            "write_txn_markers": self._peer_write_markers,
+            "verify_txn": self._peer_verify,
+        }
+
+    # ------------------------------------------------------------------ NodeService
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        await trio.sleep_forever()
+
+    def on_image(self, image: MetadataImage) -> None:
+        """Nothing to keep: every call reads the image it needs."""
+
+    def health(self) -> dict[str, Any]:
+        return {"ok": True, "markers_in_progress": len(self._done)}
+
+    async def drain(self) -> None:
+        """Nothing to hand over."""
+
+    # ------------------------------------------------------------------ markers
+
+    async def write_markers(self, markers: Markers) -> None:
+        """Every partition of `markers` marked and committed, or raises the first failure
+        (the coordinator retries; module docstring)."""
+        key = (markers.transactional_id, markers.producer_id, markers.producer_epoch, markers.commit)
+        done = self._done.setdefault(key, set())
+        self._done.move_to_end(key)
+        while len(self._done) > MAX_TRACKED:
+            self._done.popitem(last=False)
+        image = self.metadata.image
+        by_leader: dict[int, list[tuple[str, int]]] = {}
+        failures: list[RaftlogError] = []
+        for topic, partition in sorted(markers.partitions - done):
+            state = image.partition(topic, partition)
+            if state is None:
+                done.add((topic, partition))  # deleted: nothing to mark (Kafka drops it too)
+                continue
+            if state.leader < 0:
+                failures.append(NotLeaderError(f"{topic}-{partition} has no leader now"))
+                continue
+            by_leader.setdefault(state.leader, []).append((topic, partition))
+
+        async def one_leader(leader: int, parts: list[tuple[str, int]]) -> None:
+            try:
+                if leader == self.node_id:
+                    failed = await self._mark_local(markers, parts)
+                else:
+                    failed = await self._mark_remote(leader, markers, parts)
+            except RaftlogError as exc:
+                failures.append(exc)
+                return
+            for part in parts:
+                if part in failed:
+                    failures.append(failed[part])
+                else:
+                    done.add(part)
+
+        async with trio.open_nursery() as nursery:
+            for leader, parts in by_leader.items():
+                nursery.start_soon(one_leader, leader, parts)
+        if failures:
+            raise failures[0]
+        self._done.pop(key, None)
+
+    async def _mark_local(self, markers: Markers, parts: list[tuple[str, int]]) -> dict[tuple[str, int], RaftlogError]:
+        failed: dict[tuple[str, int], RaftlogError] = {}
+        deadline = trio.current_time() + MARKER_TIMEOUT_S
+
+        async def one(topic: str, partition: int) -> None:
+            try:
+                await self.port.write_txn_marker(TxnMarker(topic, partition, markers.producer_id,
+                                                           markers.producer_epoch, markers.commit), deadline)
+            except UnknownTopicOrPartitionError:
+                return  # deleted meanwhile: done
+            except RaftlogError as exc:
+                failed[(topic, partition)] = exc
+
+        async with trio.open_nursery() as nursery:
+            for topic, partition in parts:
+                nursery.start_soon(one, topic, partition)
+        return failed
+
+    async def _mark_remote(self, leader: int, markers: Markers,
+                           parts: list[tuple[str, int]]) -> dict[tuple[str, int], RaftlogError]:
+        address = self.metadata.peer_address(leader)
+        if address is None:
+            raise CoordinatorNotAvailableError(f"no address for broker {leader}")
+        answer = await self.peers.call(address, "write_txn_markers", {
+            "producer_id": markers.producer_id, "producer_epoch": markers.producer_epoch,
+            "commit": markers.commit, "partitions": [{"topic": t, "partition": p} for t, p in parts],
+        }, timeout_s=PEER_TIMEOUT_S)
+        failed = {}
+        for r in answer.get("results") or ():
+            if r.get("error"):
+                failed[(r["topic"], r["partition"])] = error_from_wire(r["error"])
+        return failed
+
+    async def _peer_write_markers(self, request: Request) -> dict[str, Any]:
+        raw = field(request, "partitions", list, items=dict)
+        if len(raw) > MAX_MARKER_PARTITIONS:
+            raise UnknownTopicOrPartitionError(f"at most {MAX_MARKER_PARTITIONS} partitions a call")
+        markers = Markers("", field(request, "producer_id", int), field(request, "producer_epoch", int),
+                          field(request, "commit", bool), frozenset())
+        parts = [(field(d, "topic", str), field(d, "partition", int, min_value=0)) for d in raw]
+        failed = await self._mark_local(markers, parts)
+        results = []
+        for t, p in parts:
+            exc = failed.get((t, p))
+            wire = None if exc is None else as_wire_error(exc)
+            results.append({"topic": t, "partition": p, "error": None if wire is None else wire.to_wire()})
+        return {"results": results}
+
+    # ------------------------------------------------------------------ verification
+
+    async def verify_txn(self, transactional_id: str, topic: str, partition: int,
+                         producer_id: int, producer_epoch: int) -> None:
+        """KIP-890 part 1 (module docstring). Raises the coordinator's error."""
+        fields = {"transactional_id": transactional_id, "producer_id": producer_id,
+                  "producer_epoch": producer_epoch, "verify_only": True,
+                  "partitions": [{"topic": topic, "partition": partition}]}
+        p = partition_for_transactional_id(transactional_id, self._txn_partitions)
+        state = self.metadata.image.partition(TRANSACTION_STATE_TOPIC, p)
+        if state is None or state.leader < 0:
+            raise CoordinatorNotAvailableError(f"{TRANSACTION_STATE_TOPIC}-{p} has no leader now")
+        if state.leader == self.node_id:
+            answer = await self._txn_handlers["add_partitions_to_txn"](Request(0, "add_partitions_to_txn", fields))
+        else:
+            address = self.metadata.peer_address(state.leader)
+            if address is None:
+                raise CoordinatorNotAvailableError(f"no address for broker {state.leader}")
+            answer = await self.peers.call(address, "verify_txn", fields, timeout_s=PEER_TIMEOUT_S)
+        if answer and answer.get("unknown"):
+            raise UnknownTopicOrPartitionError(f"{topic}-{partition} is unknown to the coordinator")
+
+    async def _peer_verify(self, request: Request) -> Mapping[str, Any] | None:
+        try:
+            return await self._txn_handlers["add_partitions_to_txn"](request)
+        except RaftlogError as exc:
+            log_event(logger, "txn_verify_refused", level=logging.DEBUG, reason=str(exc))
+            raise
