@@ -62,6 +62,15 @@ class TxnClient(KafkaClient):
             self._producer = producer
         return self._producer
 
+    def close_sync(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            try:
+                producer.flush(0.5)  # raises in a fatal transactional state: it goes all the same
+            except (self._ck.KafkaException, RuntimeError) as exc:
+                log.debug("transactional producer closed in %r", exc)
+        self._close_consumer()
+
     def invoke_sync(self, op: Op) -> tuple[str, Any, str | None, dict[str, Any]]:
         if op.f == "txn":
             return self._txn(list(op.value), bool(op.get("abort", False)), int(op.get("poll_ms", 100)))
