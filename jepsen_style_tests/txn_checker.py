@@ -178,18 +178,16 @@ class _Reads:
     """Per process: what its consumer returned and how far it read, per key and session."""
 
     def __init__(self) -> None:
-        # (process, session) -> key -> [lo, hi) offsets covered; and the values returned
-        self.covered: dict[tuple[Any, int], dict[str, list[int]]] = defaultdict(dict)
+        # process -> its sessions, each key -> [lo, hi) offsets covered; and the values returned
+        self.covered: dict[Any, list[dict[str, list[int]]]] = defaultdict(lambda: [{}])
         self.returned: dict[Any, set[tuple[str, Any]]] = defaultdict(set)
-        self.session: dict[Any, int] = defaultdict(int)
 
     def reset(self, process: Any, keys: Iterable[str] = ()) -> None:
         """A fresh consumer (no keys), or an assign: the keys named read from the beginning."""
-        self.session[process] += 1
-        self.covered[(process, self.session[process])] = {str(k): [0, 0] for k in keys}
+        self.covered[process].append({str(k): [0, 0] for k in keys})
 
     def read(self, process: Any, reads: Mapping[str, list[tuple[int, Any]]], positions: Mapping[str, int]) -> None:
-        ranges = self.covered[(process, self.session[process])]
+        ranges = self.covered[process][-1]
         for key, kv in reads.items():
             for offset, value in kv:
                 self.returned[process].add((key, value))
@@ -200,8 +198,7 @@ class _Reads:
                 ranges[key][1] = max(ranges[key][1], int(position))
 
     def read_past(self, process: Any, key: str, offset: int) -> bool:
-        return any(p == process and key in r and r[key][0] <= offset < r[key][1]
-                   for (p, _), r in self.covered.items())
+        return any(key in r and r[key][0] <= offset < r[key][1] for r in self.covered.get(process, ()))
 
 
 def _poll_reads(op: Op) -> dict[str, list[tuple[int, Any]]]:
