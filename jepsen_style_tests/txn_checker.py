@@ -215,16 +215,16 @@ def _torn(history: History, txns: list[_Txn], committed: set[int], offset_of: Ma
     for op in history:
         if op.is_invoke or not op.is_client:
             continue
+        if op.f == "poll" and op.type == "ok":
+            reads.read(op.process, _poll_reads(op), op.get("positions") or {})
+        elif op.f == "txn" and op.index in by_index and by_index[op.index].polled:
+            t = by_index[op.index]  # its poll happened whatever the outcome
+            reads.read(op.process, t.reads, t.positions)
         if op.type == "info":
             reads.reset(op.process)  # a fresh consumer
         elif op.f == "assign" and op.type == "ok" and isinstance(op.value, list):
             # txn_client (as kafka_client) assigns new keys from the beginning; kept keys were.
             reads.reset(op.process, op.value)
-        if op.f == "poll" and op.type == "ok":
-            reads.read(op.process, _poll_reads(op), op.get("positions") or {})
-        elif op.f == "txn" and op.index in by_index and by_index[op.index].polled:
-            t = by_index[op.index]
-            reads.read(op.process, t.reads, t.positions)
     for txn in txns:
         if txn.index not in committed:
             continue

@@ -127,6 +127,17 @@ def test_an_unknown_transaction_that_was_read_counts_as_committed():
     assert [c["value"] for c in result.anomalies["torn-txn"]] == [2]
 
 
+def test_the_poll_of_a_transaction_that_ended_unknown_still_counts_as_a_read():
+    h = H()
+    h.txn(0, [(K0, 1, 0), (K1, 2, 0)])
+    h.assign(1, [K0, K1])
+    h.begin(1, [(K0, 3)], poll=True)
+    h.add("info", "txn", 1, [["poll", {K0: [[0, 1]]}], ["send", K0, [None, 3]]], error="timeout",
+          positions={K0: 1, K1: 1})
+    result = check_txn(h.final({K0: 1, K1: 1}, {K0: [[0, 1]], K1: [[0, 2]]}))
+    assert [c["value"] for c in result.anomalies["torn-txn"]] == [2]
+
+
 def test_reading_an_open_transaction_closes_a_g1c_cycle():
     """What reading past the LSO does: process 1 reads T0's append before T0 commits and appends
     to K1 before T0 does."""
