@@ -282,6 +282,15 @@ class GroupCoordinator:
             generation_id=generation_id, group_instance_id=group_instance_id,
         ))
 
+    def txn_offset_commit(self, *, group_id: str, offsets: Sequence[CommitOffset], now_ms: int,
+                          validate_only: bool, member_id: str = "", generation_id: int = NO_GENERATION,
+                          group_instance_id: str | None = None) -> Result:
+        """TxnOffsetCommit (offsets.txn_offset_commit): check the request (`validate_only`),
+        or write its offsets once the transaction commits. Errors as OffsetCommit's."""
+        return self._ctx.run(lambda: offset_handlers.txn_offset_commit(
+            self._ctx, group_id=group_id, offsets=offsets, now_ms=now_ms, validate_only=validate_only,
+            member_id=member_id, generation_id=generation_id, group_instance_id=group_instance_id))
+
     def offset_fetch(self, *, group_id: str, partitions: Sequence[tuple[str, int]] | None = None,
                      member_id: str = "", member_epoch: int = NO_GENERATION) -> Result:
         """OffsetFetch: committed offsets of `partitions`, or of every partition the group has

@@ -90,6 +90,34 @@ def offset_commit(
     return _do_commit(ctx, group_id, partition, commits, now_ms)
 
 
+def txn_offset_commit(
+    ctx: CoordinatorContext,
+    *,
+    group_id: str,
+    offsets: Sequence[CommitOffset],
+    now_ms: int,
+    validate_only: bool,
+    member_id: str = "",
+    generation_id: int = NO_GENERATION,
+    group_instance_id: str | None = None,
+) -> Response | Pending:
+    """TxnOffsetCommit (issue 42). `validate_only`: the request itself (the group is
+    coordinated here; with a generation (v3+), the member and generation are checked as
+    OffsetCommit's are); the offsets are held by the shell until the transaction's marker.
+    Else: the commit marker came, write them (no member check: the request was checked)."""
+    partition = ctx.route(group_id)
+    group = ctx.groups.get(group_id)
+    if validate_only:
+        if group is not None and generation_id >= 0 and \
+                not consumer_group_ops.validate_commit(ctx, group_id, member_id, generation_id):
+            _validate_commit(ctx, group, member_id, generation_id, group_instance_id, now_ms)
+        return {"partitions": [{"topic": c.topic, "partition": c.partition} for c in offsets]}
+    if group is None:
+        ctx.check_group_room()
+    ctx.check_append_room()
+    return _do_commit(ctx, group_id, partition, [CommitOffset(*o) for o in offsets], now_ms)
+
+
 def _validate_commit(ctx: CoordinatorContext, group: Group, member_id: str, generation_id: int, instance: str | None, now_ms: int) -> None:
     # Kafka's order of checks (GroupCoordinator.handleCommitOffsets).
     if group.is_(GroupState.DEAD):

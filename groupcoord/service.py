@@ -75,6 +75,7 @@ from groupcoord.coordinator import (
 from groupcoord.internal_topic import Appended, InternalPartition, InternalTopics, MetadataView
 from groupcoord.partition_load import follow_leadership, replay_partition
 from groupcoord.settings import GroupCoordinatorSettings
+from groupcoord.txn_offsets import TxnOffsets
 from metadata.image import MetadataImage
 from partition.batch import BatchBuilder
 from raftlog.base.errors import (
@@ -149,7 +150,11 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
         self._load_failed_at_ms: dict[int, int] = {}
         self._append_send, self._append_recv = trio.open_memory_channel[Append](APPEND_QUEUE)
         self._nursery: trio.Nursery | None = None
+        # TxnOffsetCommit's pending offsets (txn_offsets.py); the node calls its on_marker.
+        self.txn_offsets = TxnOffsets(self.core, lambda result: self._answer(self._apply(result), DEFAULT_WAIT_MS),
+                                      clock_ms)
         self.client_handlers: Mapping[str, Handler] = {
+            "txn_offset_commit": self.txn_offsets.commit,
             "find_coordinator": self._find_coordinator,
             "join_group": self._join_group,
             "sync_group": self._sync_group,

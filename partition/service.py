@@ -37,6 +37,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
+from collections.abc import Awaitable
 from typing import Callable, Final, Protocol
 
 import trio
@@ -164,7 +165,7 @@ class PartitionService:
         # Set by the node once the transaction coordinator exists (KIP-890 verification), and
         # told of each marker written here (the group coordinator's pending offsets).
         self.txn_verifier: TxnVerifierPort | None = None
-        self.on_marker: Callable[[TxnMarker], None] | None = None
+        self.on_marker: Callable[[TxnMarker], Awaitable[None]] | None = None
 
     # ------------------------------------------------------------------ lookups
 
@@ -428,7 +429,7 @@ class PartitionService:
         except NotLeaderError as exc:
             raise self.not_leader(marker.topic, marker.partition, exc.leader_id) from None
         if self.on_marker is not None:
-            self.on_marker(marker)
+            await self.on_marker(marker)
 
     # ------------------------------------------------------------------ producers
 

@@ -439,6 +439,7 @@ POLICIES: Final[Mapping[str, Policy]] = {
     "init_txn_producer_id": _resource(O.WRITE, X, "transactional_id"),
     "add_partitions_to_txn": _add_partitions_to_txn,
     "add_offsets_to_txn": _add_offsets_to_txn,
+    "txn_offset_commit": _add_offsets_to_txn,  # Kafka: WRITE on the transactional id, READ on the group
     "end_txn": _resource(O.WRITE, X, "transactional_id"),
     "describe_transactions": _each(O.DESCRIBE, X, "transactional_ids", "transactions", "transactional_id"),
     "list_transactions": _list_transactions,

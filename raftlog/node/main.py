@@ -57,6 +57,7 @@ from metadata.security_ops import read_bootstrap_credentials
 from metadata.service import MetadataService
 from partition.internal_topic import LocalInternalTopics
 from partition.manager import ReplicaManager
+from partition.port import TxnMarker
 from raftlog.base.errors import ConfigError
 from raftlog.base.eventlog import log_event, setup_logging
 from raftlog.base.metrics import MetricsRegistry
@@ -155,6 +156,11 @@ def build_services(config: NodeConfig, metadata: MetadataService, peers: PeerPoo
         link.append(TxnLink(config.node_id, metadata, peers, replicas.port, txn.client_handlers,
                             settings.coordinator.partitions))
         replicas.port.txn_verifier = link[0]
+
+        async def on_marker(marker: TxnMarker) -> None:  # TxnOffsetCommit's offsets apply at commit
+            await groups.txn_offsets.on_marker(marker.topic, marker.partition, marker.producer_id, marker.commit)
+
+        replicas.port.on_marker = on_marker
         services.append(txn)
         services.append(link[0])
         services.append(ShareService(share_settings(config), metadata, replicas, peers, groups))  # KIP-932

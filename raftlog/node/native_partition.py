@@ -26,6 +26,7 @@ from partition.port import (
     DeletePart,
     FetchPart,
     FetchRequest,
+    IsolationLevel,
     OffsetQuery,
     PartitionPort,
     ProducePart,
@@ -85,7 +86,8 @@ def partition_handlers(port: PartitionPort, guard: Guard) -> dict[str, Handler]:
                                      field(d, "records", bytes, where=where)))
         deadline = trio.current_time() + timeout_ms / 1000
         client = ClientInfo("native", peer=request.client_host, principal=request.principal)
-        appended = await guarded(request).append(parts, acks=acks, client=client)
+        tid = field(request, "transactional_id", str, default=None, nullable=True)
+        appended = await guarded(request).append(parts, acks=acks, client=client, transactional_id=tid)
         if acks == 0:
             return None
         if not appended.waiting:
@@ -110,8 +112,16 @@ def partition_handlers(port: PartitionPort, guard: Guard) -> dict[str, Handler]:
                 field(d, "fetch_offset", int, where=where),
                 field(d, "max_bytes", int, default=DEFAULT_PARTITION_MAX_BYTES, min_value=1, where=where),
             ))  # fmt: skip
+        isolation = _isolation(request)
         results = await guarded(request).fetch(FetchRequest(parts, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
-                                                            max_bytes=max_bytes))
+                                                            max_bytes=max_bytes, isolation_level=isolation))
+        if isolation == IsolationLevel.READ_COMMITTED:
+            return {"partitions": [
+                _entry(r.topic, r.partition, r.error, high_watermark=r.high_watermark,
+                       log_start_offset=r.log_start_offset, records=r.records,
+                       last_stable_offset=r.last_stable_offset,
+                       aborted_transactions=[[a.producer_id, a.first_offset] for a in r.aborted_transactions or ()])
+                for r in results]}
         return {"partitions": [
             _entry(r.topic, r.partition, r.error, high_watermark=r.high_watermark,
                    log_start_offset=r.log_start_offset, records=r.records) for r in results]}
@@ -123,9 +133,13 @@ def partition_handlers(port: PartitionPort, guard: Guard) -> dict[str, Handler]:
             queries.append(OffsetQuery(field(d, "topic", str, where=where),
                                        field(d, "partition", int, min_value=0, where=where),
                                        field(d, "timestamp", int, where=where)))
-        results = await guarded(request).list_offsets(queries)
+        results = await guarded(request).list_offsets(queries, isolation_level=_isolation(request))
         return {"partitions": [_entry(r.topic, r.partition, r.error, offset=r.offset, timestamp=r.timestamp)
                                for r in results]}
+
+    def _isolation(request: Request) -> IsolationLevel:
+        level = field(request, "isolation_level", int, default=0, min_value=0, max_value=1)
+        return IsolationLevel(level)
 
     async def delete_records(request: Request) -> dict[str, Any]:
         timeout_ms = field(request, "timeout_ms", int, default=DEFAULT_PRODUCE_TIMEOUT_MS, min_value=0)

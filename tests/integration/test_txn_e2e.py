@@ -242,3 +242,39 @@ def test_kafka_python_reads_committed(cluster):
         assert values == [b"kept"]
     finally:
         c.close()
+
+
+def test_a_restarted_cluster_rebuilds_the_lso_and_the_aborted_transactions(cluster):
+    """Last in the module: it restarts every node. Each replica rebuilds its open and aborted
+    transactions from its producer snapshot and log at open."""
+    topic = topic_name("txn-restart")
+    create(cluster, topic, 1)
+    p = producer(cluster, f"r-{topic}")
+    p.begin_transaction()
+    p.produce(topic, b"kept", partition=0)
+    p.commit_transaction(DEADLINE_S)  # offsets 0, 1 (marker)
+    p.begin_transaction()
+    p.produce(topic, b"gone", partition=0)
+    p.flush(DEADLINE_S)
+    p.abort_transaction(DEADLINE_S)  # offsets 2, 3 (marker)
+    p.begin_transaction()
+    p.produce(topic, b"open", partition=0)
+    p.flush(DEADLINE_S)  # offset 4, left open
+    cluster.stop_all()
+    cluster.start_all()
+    tp = ck.TopicPartition(topic, 0)
+    c = ck.Consumer({"bootstrap.servers": cluster.kafka_bootstrap(), "group.id": "g-restart",
+                     "isolation.level": "read_committed"})
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while True:
+            try:
+                if c.get_watermark_offsets(tp, timeout=10)[1] == 4:  # held at the open transaction
+                    break
+            except ck.KafkaException:
+                pass  # the cluster is still electing leaders
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    finally:
+        c.close()
+    assert [v for _, v in consume_all(cluster, topic, "read_committed")] == [b"kept"]

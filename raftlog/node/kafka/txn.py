@@ -1,4 +1,5 @@
 """Transaction APIs: AddPartitionsToTxn (24), AddOffsetsToTxn (25), EndTxn (26),
+WriteTxnMarkers (27), TxnOffsetCommit (28),
 DescribeTransactions (65), ListTransactions (66); InitProducerId with a transactional id and
 FindCoordinator for transaction keys call `init_txn` / `find_txn_coordinator` here.
 
@@ -22,14 +23,19 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+import trio
+
 from kafka.protocol.admin.transactions import DescribeTransactionsResponse, ListTransactionsResponse
 from kafka.protocol.producer.transaction import (
     AddOffsetsToTxnResponse,
     AddPartitionsToTxnResponse,
     EndTxnResponse,
     InitProducerIdResponse,
+    TxnOffsetCommitResponse,
+    WriteTxnMarkersResponse,
 )
 
+from partition.port import TxnMarker
 from raftlog.base.acl import CLUSTER_NAME, Operation, ResourceType
 from raftlog.base.errors import RaftlogError, error_from_wire
 from raftlog.node.kafka import errors
@@ -40,6 +46,9 @@ __all__ = ["HANDLERS", "init_txn_producer_id", "TXN_STATES"]
 ADD_PARTITIONS_TO_TXN_KEY: Final = 24
 ADD_OFFSETS_TO_TXN_KEY: Final = 25
 END_TXN_KEY: Final = 26
+WRITE_TXN_MARKERS_KEY: Final = 27
+TXN_OFFSET_COMMIT_KEY: Final = 28
+MARKER_TIMEOUT_S: Final = 10.0
 DESCRIBE_TRANSACTIONS_KEY: Final = 65
 LIST_TRANSACTIONS_KEY: Final = 66
 
@@ -169,6 +178,72 @@ async def handle_end_txn(ctx: KafkaContext, call: Call) -> Reply:
     return Later(answer)
 
 
+# --------------------------------------------------------------------------- TxnOffsetCommit, WriteTxnMarkers
+
+
+async def handle_txn_offset_commit(ctx: KafkaContext, call: Call) -> Reply:
+    """TxnOffsetCommit (28): the offsets are held by the group coordinator until the
+    transaction commits (groupcoord/txn_offsets.py); a whole-request error in every partition."""
+    r = call.request
+    R = TxnOffsetCommitResponse
+    T, P = R.TxnOffsetCommitResponseTopic, R.TxnOffsetCommitResponseTopic.TxnOffsetCommitResponsePartition
+    asked = [(t.name, [(p.partition_index, p.committed_offset,
+                        getattr(p, "committed_leader_epoch", -1), p.committed_metadata) for p in t.partitions or []])
+             for t in r.topics or []]
+    fields = {"transactional_id": r.transactional_id, "group_id": r.group_id, "producer_id": r.producer_id,
+              "producer_epoch": r.producer_epoch,
+              "generation_id": r.generation_id if call.version >= 3 else -1,
+              "member_id": r.member_id if call.version >= 3 else "",
+              "group_instance_id": r.group_instance_id if call.version >= 3 else None,
+              "offsets": [{"topic": name, "partition": p, "offset": offset,
+                           "leader_epoch": None if epoch is None or epoch < 0 else epoch, "metadata": meta or ""}
+                          for name, parts in asked for p, offset, epoch, meta in parts]}
+
+    def result(code: int) -> Any:
+        return R(throttle_time_ms=0, topics=[T(name=name, partitions=[P(partition_index=p, error_code=code)
+                                                                       for p, *_ in parts]) for name, parts in asked])
+
+    async def answer() -> Any:
+        try:
+            await ctx.call("txn_offset_commit", fields)
+        except RaftlogError as exc:
+            return result(_code(exc, call))
+        return result(errors.NONE)
+
+    return Later(answer)
+
+
+async def handle_write_txn_markers(ctx: KafkaContext, call: Call) -> Reply:
+    """WriteTxnMarkers (27; Kafka's broker-to-broker API, CLUSTER_ACTION on the cluster): each
+    marker is appended on this broker's leader replicas (partition port `write_txn_marker`);
+    a partition led elsewhere answers NOT_LEADER_OR_FOLLOWER, as Kafka's."""
+    R = WriteTxnMarkersResponse
+    M = R.WritableTxnMarkerResult
+    T = M.WritableTxnMarkerTopicResult
+    P = T.WritableTxnMarkerPartitionResult
+
+    async def answer() -> Any:
+        out = []
+        for m in call.request.markers or []:
+            topics = []
+            for t in m.topics or []:
+                parts = []
+                for index in t.partition_indexes or []:
+                    marker = TxnMarker(t.name, index, m.producer_id, m.producer_epoch, bool(m.transaction_result),
+                                       m.coordinator_epoch)
+                    try:
+                        await ctx.port().write_txn_marker(marker, trio.current_time() + MARKER_TIMEOUT_S)
+                        code = errors.NONE
+                    except RaftlogError as exc:
+                        code = errors.kafka_error(exc)[0]
+                    parts.append(P(partition_index=index, error_code=code))
+                topics.append(T(name=t.name, partitions=parts))
+            out.append(M(producer_id=m.producer_id, topics=topics))
+        return R(markers=out)
+
+    return Later(answer)
+
+
 # --------------------------------------------------------------------------- Describe / List
 
 
@@ -222,6 +297,8 @@ async def handle_list_transactions(ctx: KafkaContext, call: Call) -> Reply:
 
 
 HANDLERS: Final = {
+    WRITE_TXN_MARKERS_KEY: handle_write_txn_markers,
+    TXN_OFFSET_COMMIT_KEY: handle_txn_offset_commit,
     ADD_PARTITIONS_TO_TXN_KEY: handle_add_partitions_to_txn,
     ADD_OFFSETS_TO_TXN_KEY: handle_add_offsets_to_txn,
     END_TXN_KEY: handle_end_txn,

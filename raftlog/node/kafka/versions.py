@@ -32,7 +32,8 @@ key (checked by the unit tests) and every key here must have a handler in
   Kafka 4.2's), DescribeQuorum 0-2, DescribeProducers 0, DescribeTopicPartitions 0 (their
   only versions).
 * The transaction APIs (txn.py) at Transactions V1's versions: AddPartitionsToTxn 0-4,
-  AddOffsetsToTxn 0-3, EndTxn 0-4, DescribeTransactions 0, ListTransactions 0-1; InitProducerId
+  AddOffsetsToTxn 0-3, EndTxn 0-4, WriteTxnMarkers 1, TxnOffsetCommit 0-3, DescribeTransactions 0,
+  ListTransactions 0-1; InitProducerId
   with a transactional id goes to the transaction coordinator.
 * AlterPartitionReassignments 0-1 and ListPartitionReassignments 0 (reassign.py): their
   full schema ranges.
@@ -100,6 +101,8 @@ SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     24: (0, 4),  # AddPartitionsToTxn (v4: the batched broker form; v5 is KIP-890's: txn.py)
     25: (0, 3),  # AddOffsetsToTxn (v4 is KIP-890's)
     26: (0, 4),  # EndTxn (v5 is KIP-890's epoch bump per transaction)
+    27: (1, 1),  # WriteTxnMarkers (Kafka 4 serves 1+; v2 carries KIP-890's transaction version)
+    28: (0, 3),  # TxnOffsetCommit (v4 adds TRANSACTION_ABORTABLE, v5 is KIP-890 part 2's)
     65: (0, 0),  # DescribeTransactions
     66: (0, 1),  # ListTransactions (v1: duration filter; v2's id pattern is not served)
     68: (0, 1),  # ConsumerGroupHeartbeat (KIP-848; consumer_groups.py)
