@@ -1,6 +1,6 @@
 """Command line of the fault-injection harness.
 
-    python -m jepsen_style_tests run --workload queue|group|kafka|kafka-assign --nemesis kill,pause,partition \
+    python -m jepsen_style_tests run --workload queue|group|kafka|kafka-assign|txn --nemesis kill,pause,partition \
         --time-limit 60 --rate 200 --nodes 3 [--partitions 4] [--concurrency 6] [--seed N]
         [--fault-interval 10] [--store store] [--ports 27000-27499]
 
@@ -23,7 +23,7 @@ import logging
 import sys
 
 from .nemesis import FAULT_NAMES
-from .runner import RunConfig, run_main
+from .runner import WORKLOADS, RunConfig, run_main
 
 
 # The docstring's paragraph on the nemeses, shown by --help and run --help.
@@ -36,10 +36,11 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run one test against a local cluster", epilog=NEMESES_HELP,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    run.add_argument("--workload", default="queue", choices=["queue", "group", "kafka", "kafka-assign"],
+    run.add_argument("--workload", default="queue", choices=list(WORKLOADS),
                      help="queue: sends, polls and manual assigns (Jepsen's Kafka queue); group: sends, "
                           "polls, subscribes to one consumer group and commits; kafka, kafka-assign: the "
-                          "group and queue mixes through Kafka's wire protocol (confluent-kafka) (default queue)")
+                          "group and queue mixes through Kafka's wire protocol (confluent-kafka); txn: Kafka "
+                          "transactions (committed and aborted) with read_committed reads (default queue)")
     run.add_argument("--nemesis", default="kill,pause,partition",
                      help=f"comma-separated from {','.join(FAULT_NAMES)}, or none")
     run.add_argument("--time-limit", type=float, default=60.0, help="seconds of workload (default 60)")

@@ -53,6 +53,8 @@ from . import net
 from .checker import CheckResult, check
 from .client import Client, ClientOptions
 from .kafka_client import KafkaClient
+from .txn_checker import check_txn
+from .txn_client import TxnClient, txns
 from .db import LocalCluster, ports_in
 from .history import NEMESIS, History, HistoryWriter, Op, key_of
 from .nemesis import FAULT_NAMES, POWER_FAULTS, STORAGE_FAULTS, Nemesis, faults
@@ -67,8 +69,8 @@ TOPIC = "jepsen"
 READY_TIMEOUT_S = 60.0
 PROGRESS_EVERY_S = 5.0
 VALUE_STRIDE = 1_000_000_000
-WORKLOADS = ("queue", "group", "kafka", "kafka-assign")
-KAFKA_WORKLOADS = ("kafka", "kafka-assign")
+WORKLOADS = ("queue", "group", "kafka", "kafka-assign", "txn")
+KAFKA_WORKLOADS = ("kafka", "kafka-assign", "txn")
 GROUP_ID = "jepsen"  # the one consumer group of the group workload
 MAX_OPS = 2_000_000  # a bound on one history (about 1 GB of JSON at most)
 # A client op's own deadlines end it within ~15 s (a send's 6 s timeout, a join's 10 s rebalance
@@ -127,12 +129,8 @@ class RunOutcome:
         return EXIT_CODES.get(self.verdict, 2)
 
 
-def workload(config: RunConfig, keys: Sequence[str], rng: random.Random) -> g.Generator:
-    """The whole generator: the workload with the fault schedule, then the final phase."""
-    if config.workload not in WORKLOADS:
-        raise ValueError(f"unknown workload {config.workload!r}; known: {', '.join(WORKLOADS)}")
-    limit_ns = int(config.time_limit_s * g.SEC_NS)
-    client_ops = g.rate(config.rate, g.mix(
+def _send_ops(config: RunConfig, keys: Sequence[str]) -> g.Generator:
+    return g.rate(config.rate, g.mix(
         # Three send streams weigh sends 3:2:1 against polls and assigns; their value ranges
         # are disjoint, so every value stays unique for the run.
         *(g.sends(keys, first_value=k * VALUE_STRIDE) for k in range(3)), g.polls(poll_ms=100), g.polls(poll_ms=100),
@@ -141,6 +139,21 @@ def workload(config: RunConfig, keys: Sequence[str], rng: random.Random) -> g.Ge
         *((g.reassigns(keys),) if config.workload in ("queue", "kafka-assign") else
           (g.reassigns(keys, f="subscribe", group=GROUP_ID), g.repeat({"f": "commit", "value": None}))),
     ))  # fmt: skip
+
+
+def workload(config: RunConfig, keys: Sequence[str], rng: random.Random) -> g.Generator:
+    """The whole generator: the workload with the fault schedule, then the final phase."""
+    if config.workload not in WORKLOADS:
+        raise ValueError(f"unknown workload {config.workload!r}; known: {', '.join(WORKLOADS)}")
+    limit_ns = int(config.time_limit_s * g.SEC_NS)
+    if config.workload == "txn":
+        # Transactions weigh 3:2:1 against polls and assigns (txn_client: each a transaction of
+        # 1-4 appends, half of them reading first, one in five aborted on purpose).
+        client_ops = g.rate(config.rate, g.mix(
+            *(txns(keys, first_value=k * VALUE_STRIDE) for k in range(3)), g.polls(poll_ms=100),
+            g.polls(poll_ms=100), g.reassigns(keys)))
+    else:
+        client_ops = _send_ops(config, keys)
     main: list[Any] = [g.time_limit(limit_ns, g.clients(client_ops))]
     if config.nemesis:
         damage_node = config.damage_node or rng.choice(range(1, config.nodes + 1))
@@ -214,8 +227,11 @@ class _Interpreter:
             else:
                 client = self.clients.get(invoke.process)
                 if client is None:
+                    # A txn client's transactional id belongs to its worker, not to the process.
+                    worker = ({"worker": invoke.process % self.concurrency}
+                              if getattr(self.client_class, "takes_worker", False) else {})
                     client = self.clients[invoke.process] = self.client_class(
-                        self.bootstrap, options=ClientOptions(security=self.security))
+                        self.bootstrap, options=ClientOptions(security=self.security), **worker)
                 answer = None
                 with trio.move_on_after(OP_TIMEOUT_S):
                     answer = await client.invoke(invoke)
@@ -309,6 +325,12 @@ class _Interpreter:
                     await _close(client)
             self._progress(force=True)
         return self.ops
+
+
+def _client_class(workload_name: str) -> Callable[..., Any]:
+    if workload_name == "txn":
+        return TxnClient
+    return KafkaClient if workload_name in KAFKA_WORKLOADS else Client
 
 
 def power_node_for(config: RunConfig) -> int | None:
@@ -432,7 +454,7 @@ async def run(config: RunConfig, *, out: TextIO | None = sys.stdout) -> RunOutco
                 kafka = config.workload in KAFKA_WORKLOADS
                 interpreter = _Interpreter(gen, writer, concurrency=config.concurrency, rng=rng,
                                            bootstrap=db.kafka_bootstrap() if kafka else db.bootstrap(),
-                                           nemesis=nemesis, out=out, client_class=KafkaClient if kafka else Client,
+                                           nemesis=nemesis, out=out, client_class=_client_class(config.workload),
                                            security=db.client_security)
                 ops = await interpreter.run()
             nursery.cancel_scope.cancel()
@@ -442,7 +464,7 @@ async def run(config: RunConfig, *, out: TextIO | None = sys.stdout) -> RunOutco
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(db.close)
     history = History(ops)
-    result = check(history)
+    result = check_txn(history) if config.workload == "txn" else check(history)
     extra = {"seed": seed, "config": dataclasses.asdict(config), "cluster_id": db.cluster_id}
     files = write_report(directory, history, result, test_name=config.name(), extra=extra)
     if result.verdict == "valid" and not config.keep_data:
@@ -450,9 +472,9 @@ async def run(config: RunConfig, *, out: TextIO | None = sys.stdout) -> RunOutco
             db.remove_data(node)  # logs stay in cluster/logs
     if out is not None:
         counts = history.counts()
-        sends = counts.get("send", {})
+        sends = counts.get("txn" if config.workload == "txn" else "send", {})
         out.write(
-            f"verdict: {result.verdict}  ops={len(history)} sends ok={sends.get('ok', 0)} "
+            f"verdict: {result.verdict}  ops={len(history)} {'txns' if config.workload == 'txn' else 'sends'} ok={sends.get('ok', 0)} "
             f"info={sends.get('info', 0)} fail={sends.get('fail', 0)} "
             f"faults={len(history.fault_windows())} anomalies={json.dumps(result.counts)} "
             f"unknown_reasons={list(result.unknown_reasons)}\n  {directory}\n"

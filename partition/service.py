@@ -33,6 +33,7 @@ Concurrency: trio thread only; per-replica serialisation lives in partition/repl
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -349,8 +350,7 @@ class PartitionService:
                                                    preferred_read_replica=preferred))
                         continue
                     budget = min(part.max_bytes, request.max_bytes - total)
-                    lso = r.last_stable_offset
-                    upto = lso if request.isolation_level == IsolationLevel.READ_COMMITTED else None
+                    lso, upto = _stable_end(r, request.isolation_level)
                     records: bytes | RecordsSlice | None
                     if request.zero_copy:
                         records = await r.read_committed_slice(part.fetch_offset, budget, as_follower=as_follower,
@@ -535,6 +535,21 @@ def _any_compressed(records: bytes) -> bool:
         return any(h.compression for _, h in iter_headers(records, verify=False))
     except CorruptRecordError:
         return False
+
+
+# The fault suite's control, never for a real cluster: nodes started with
+# RAFTLOG_UNSAFE_READ_PAST_LSO=1 answer read_committed fetches as read_uncommitted ones (open and
+# aborted transactions' records, the high watermark as LSO), which jepsen_style_tests'
+# txn checker must find out (docs/how-to/fault-testing-transactions.md).
+_UNSAFE_READ_PAST_LSO: Final = os.environ.get("RAFTLOG_UNSAFE_READ_PAST_LSO") == "1"
+
+
+def _stable_end(r: Replica, isolation_level: IsolationLevel) -> tuple[int, int | None]:
+    """The LSO a fetch answers, and where its read stops (None: read_uncommitted, to the HW)."""
+    if _UNSAFE_READ_PAST_LSO:
+        return r.high_watermark, None
+    lso = r.last_stable_offset
+    return lso, (lso if isolation_level == IsolationLevel.READ_COMMITTED else None)
 
 
 def _close_slices(results: list[FetchResult]) -> None:

@@ -122,13 +122,16 @@ def child_produce(bootstrap: str, topic: str, records: int, record_bytes: int, w
             "mb_per_s": (records - left - errors[0]) * record_bytes / elapsed / 1e6}
 
 
-def child_consume(bootstrap: str, topic: str, partitions: int, records: int) -> dict:
-    """confluent-kafka consumer: assign every partition at the beginning, read `records`."""
+def child_consume(bootstrap: str, topic: str, partitions: int, records: int,
+                  isolation_level: str | None = None) -> dict:
+    """confluent-kafka consumer: assign every partition at the beginning, read `records`
+    (`isolation_level`: librdkafka's default, read_committed, unless given)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-unused", "enable.auto.commit": False,
                   "fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 8 * MIB,
-                  "queued.max.messages.kbytes": 262_144})
+                  "queued.max.messages.kbytes": 262_144,
+                  **({"isolation.level": isolation_level} if isolation_level else {})})
     try:
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         got = nbytes = 0
