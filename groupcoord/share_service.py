@@ -379,7 +379,7 @@ class ShareService:
                 return await self._forward(key, "share_partition_offsets", request)
             except NotLeaderError:
                 pass  # no leader now: the durable start offset, without lag
-        r = self.replicas.replica(key.topic, key.partition) if self._leads(key) else None
+        r = self.topics.partition(key.topic, key.partition) if self.topics is not None and self._leads(key) else None
         have = self._windows.get(key)
         if have is not None and r is not None and have[0] == r.leader_epoch:
             start, in_flight = have[1].start_offset, have[1].in_flight()
@@ -439,7 +439,7 @@ class ShareService:
         return {}
 
     def _leads(self, key: ShareKey) -> bool:
-        r = None if self.replicas is None else self.replicas.replica(key.topic, key.partition)
+        r = None if self.topics is None else self.topics.partition(key.topic, key.partition)
         return r is not None and r.is_leader
 
     async def _forward(self, key: ShareKey, op: str, request: Request) -> dict[str, Any]:

@@ -64,8 +64,7 @@ def top_error(response, api_key: int, version: int) -> int | None:
 
 
 def test_unserved_apis_are_absent_from_api_versions(node):
-    # TxnOffsetCommit among others
-    assert {28} <= set(UNSERVED)  # 24-26, 65, 66: txn.py; 43: elect.py; 45, 46: reassign.py; 68, 69: consumer_groups.py
+    assert {34, 74} <= set(UNSERVED)  # AlterReplicaLogDirs (one data dir), ListConfigResources
     with connect(node) as sock:
         listed = {k.api_key for k in call(sock, ApiVersionsRequest[3](client_software_name="t",
                                                                       client_software_version="1"), 3, 1).api_keys}
