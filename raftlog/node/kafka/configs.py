@@ -43,7 +43,12 @@ INCREMENTAL_ALTER_CONFIGS_KEY: Final = 44
 TOPIC: Final = 2
 BROKER: Final = 4
 SOURCE_DYNAMIC_TOPIC: Final = 1
+SOURCE_DYNAMIC_DEFAULT_BROKER: Final = 3
 SOURCE_DEFAULT: Final = 5
+# Topic configs whose default Kafka 4 reports from the cluster-wide broker default: a new
+# cluster bootstraps a cluster-level min.insync.replicas record (KIP-966's eligible leader
+# replicas), so a topic without its own value answers DYNAMIC_DEFAULT_BROKER_CONFIG.
+CLUSTER_DEFAULT_TOPIC_CONFIGS: Final = frozenset({"min_insync_replicas"})
 TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_LIST = 2, 3, 5, 7
 _TYPES: Final = {"int": TYPE_INT, "long": TYPE_LONG, "list": TYPE_LIST, "enum": TYPE_STRING}
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
@@ -98,10 +103,13 @@ async def handle_describe_configs(ctx: KafkaContext, call: Call) -> Reply:
         for e in described["configs"]:
             if wanted is not None and e["name"] not in wanted:
                 continue
+            source = SOURCE_DYNAMIC_TOPIC
+            if e["is_default"]:
+                source = SOURCE_DYNAMIC_DEFAULT_BROKER if e["name"] in CLUSTER_DEFAULT_TOPIC_CONFIGS else SOURCE_DEFAULT
             entries.append(Entry(
                 name=KAFKA_NAMES.get(e["name"], e["name"]), value=e["value"], read_only=False,
                 is_default=e["is_default"],
-                config_source=SOURCE_DEFAULT if e["is_default"] else SOURCE_DYNAMIC_TOPIC,
+                config_source=source,
                 is_sensitive=False, synonyms=[], config_type=_TYPES.get(e["type"], TYPE_STRING),
                 documentation=e["doc"],
             ))  # fmt: skip
