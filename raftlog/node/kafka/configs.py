@@ -3,7 +3,8 @@
 Names are Kafka's (`retention.ms`, `cleanup.policy`, `segment.bytes`, `max.message.bytes`,
 ...: metadata.topic_config.KAFKA_NAMES) in answers; requests may use Kafka's or ours.
 DescribeConfigs returns every key with its value, whether it is the default, and its source
-(DYNAMIC_TOPIC_CONFIG for a value set on the topic, DEFAULT_CONFIG otherwise), type and
+(DYNAMIC_TOPIC_CONFIG for a value set on the topic, DEFAULT_CONFIG otherwise, except
+DYNAMIC_DEFAULT_BROKER_CONFIG for min.insync.replicas as in Kafka 4), type and
 documentation; answered from the node's image by the native `describe_configs` code. Broker
 resources answer with the node's own settings under Kafka's names (broker_configs.py), and
 the cluster default (`""`) with the cluster-wide dynamic ones.
