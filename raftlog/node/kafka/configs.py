@@ -44,7 +44,6 @@ INCREMENTAL_ALTER_CONFIGS_KEY: Final = 44
 TOPIC: Final = 2
 BROKER: Final = 4
 SOURCE_DYNAMIC_TOPIC: Final = 1
-SOURCE_DYNAMIC_DEFAULT_BROKER: Final = 3
 SOURCE_DEFAULT: Final = 5
 # Topic configs whose default Kafka 4 reports from the cluster-wide broker default: a new
 # cluster bootstraps a cluster-level min.insync.replicas record (KIP-966's eligible leader
@@ -106,10 +105,11 @@ async def handle_describe_configs(ctx: KafkaContext, call: Call) -> Reply:
                 continue
             source = SOURCE_DYNAMIC_TOPIC
             if e["is_default"]:
-                source = SOURCE_DYNAMIC_DEFAULT_BROKER if e["name"] in CLUSTER_DEFAULT_TOPIC_CONFIGS else SOURCE_DEFAULT
+                source = (broker_config.SOURCE_DYNAMIC_DEFAULT_BROKER if e["name"] in CLUSTER_DEFAULT_TOPIC_CONFIGS
+                          else SOURCE_DEFAULT)
             entries.append(Entry(
                 name=KAFKA_NAMES.get(e["name"], e["name"]), value=e["value"], read_only=False,
-                is_default=e["is_default"],
+                is_default=source == SOURCE_DEFAULT,
                 config_source=source,
                 is_sensitive=False, synonyms=[], config_type=_TYPES.get(e["type"], TYPE_STRING),
                 documentation=e["doc"],
