@@ -38,6 +38,15 @@ def add_option(ap: argparse.ArgumentParser) -> None:
                          "and print the ratio of each median (this tree / REV)")
 
 
+def fill_defaults(args: argparse.Namespace, defaults: dict[str, tuple[Any, Any]]) -> None:
+    """Give each option declared with default=None its (normal, --small) default: the --small
+    one when --small is given. A value given on the command line is kept either way, even one
+    equal to the normal default (`--small --runs 3` runs three times)."""
+    for key, (normal, small) in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, small if args.small else normal)
+
+
 def _argv_without_baseline(argv: list[str]) -> list[str]:
     out, skip = [], False
     for arg in argv:

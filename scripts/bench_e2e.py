@@ -72,16 +72,16 @@ def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--records", type=int, help="records per produce run (default 1,000,000)")
     ap.add_argument("--record-bytes", type=int, default=100)
     ap.add_argument("--partitions", type=int, default=3)
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--runs", type=int, help="runs per figure, the median reported (default 3)")
     ap.add_argument("--producers", type=int, default=1, help="producer processes per perf run")
     ap.add_argument("--latency-rate", type=float, default=TARGET_PRODUCE / 2,
                     help="records/s of the latency run (default: half the produce target)")
-    ap.add_argument("--latency-seconds", type=float, default=5.0, help="length of the latency run")
+    ap.add_argument("--latency-seconds", type=float, help="length of the latency run (default 5)")
     ap.add_argument("--warmup-records", type=int, default=10_000,
                     help="records each produce run sends and waits for before its clock starts "
                          "(connections, metadata, producer id; Kafka's --warmup-records)")
@@ -89,13 +89,16 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="print the medians as JSON too")
     bench_baseline.add_option(ap)
     ap.add_argument("--small", action="store_true",
-                    help="100,000 records, one run, a 2 s latency run (unless given)")
+                    help="100,000 records, one run, a 2 s latency run (each unless given)")
     bench_plot.add_plot_option(ap, "e2e")
-    args = ap.parse_args()
-    if args.small:
-        for key, small in (("records", 100_000), ("runs", 1), ("latency_seconds", 2.0)):
-            if getattr(args, key) == ap.get_default(key):
-                setattr(args, key, small)
+    args = ap.parse_args(argv)
+    bench_baseline.fill_defaults(args, {"records": (1_000_000, 100_000), "runs": (3, 1),
+                                        "latency_seconds": (5.0, 2.0)})
+    return args
+
+
+def main() -> int:
+    args = parse_args()
 
     if args.baseline:
         return bench_baseline.compare(args.baseline, "bench_e2e.py", args.runs)

@@ -30,6 +30,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import bench_baseline
 import plots as bench_plot
 from raftlog.cli.cluster import NodePorts, NodeProcess, build_node_configs, free_ports, stop_all, write_node_config
 from raftlog.node.config import new_cluster_id
@@ -68,7 +69,7 @@ def wait_for(predicate: Any, timeout_s: float, what: str) -> Any:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runs", type=int, help="failovers measured (default 5)")
     parser.add_argument("--heartbeat-ms", type=int, default=500)
     parser.add_argument("--session-timeout-ms", type=int, default=3000,
                         help="broker session (only delays the killed broker's re-registration)")
@@ -76,8 +77,7 @@ def main() -> int:
     parser.add_argument("--small", action="store_true", help="3 runs (unless --runs is given)")
     bench_plot.add_plot_option(parser, "failover")
     args = parser.parse_args()
-    if args.small and args.runs == parser.get_default("runs"):
-        args.runs = 3
+    bench_baseline.fill_defaults(args, {"runs": (5, 3)})
 
     root = Path(tempfile.mkdtemp(prefix="raftlog-failover-"))
     ports = {i: NodePorts(*free_ports(5)) for i in (1, 2, 3)}

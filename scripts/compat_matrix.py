@@ -34,6 +34,9 @@ CLIENTS = {
     "test_streams": "Kafka Streams",
     "test_connect": "Kafka Connect (standalone)",
     "test_spark_kafka": "Spark's Kafka connector (spark-sql-kafka-0-10)",
+    "test_java_share": "Java share consumer and share-group tools (KIP-932)",
+    "test_tools_reassign": "kafka-reassign-partitions",
+    "test_franz": "franz-go (Go)",
 }
 FEATURES = {
     "test_kafka_topics_create_describe_alter_delete": "--create / --describe / --alter / --list / --delete",
@@ -51,6 +54,14 @@ FEATURES = {
     "test_connect_standalone_file_source_and_sink": "FileStream source -> topic -> FileStream sink",
     "test_spark_kafka_batch_write_read_and_checkpointed_stream":
         "format(\"kafka\"): batch write, batch read, streaming query resumed from its checkpoint",
+    "test_share_consumers_acknowledge_release_reject_and_admin":
+        "two KafkaShareConsumers: accept / release / reject, delivery count limit, share-group Admin",
+    "test_kafka_share_groups_tool": "kafka-share-groups --list / --describe / --reset-offsets / --delete-offsets",
+    "test_execute_verify_cancel_and_a_bad_plan": "--execute / --verify / --cancel, a plan naming no broker",
+    "test_produce_every_compression": "produce and consume, every compression codec",
+    "test_group_rebalance_commit_resume": "consumer group: rebalance, commit, resume",
+    "test_admin": "kadm: topics, offsets, configs",
+    "test_kgo_suite_smoke": "franz-go's own pkg/kgo tests (smoke: a produce and a group test)",
 }
 
 

@@ -16,10 +16,7 @@ NOT_SERVED: dict[str, str] = {}  # describeClientQuotas: served since issue 41's
 
 # Divergences the suite found that are not fixed yet: reported as xfail with the reason while
 # they differ, a plain pass once they agree.
-DIVERGENCES = {
-    "describeConfigs_topic": "min.insync.replicas: Kafka 4 bootstraps a cluster-wide dynamic value (source "
-                             "DYNAMIC_DEFAULT_BROKER_CONFIG); raftlog's is its default (DEFAULT_CONFIG)",
-}
+DIVERGENCES: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")

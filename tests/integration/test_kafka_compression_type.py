@@ -9,7 +9,7 @@ from __future__ import annotations
 import socket
 
 from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic
 from confluent_kafka.admin import ResourceType as CResourceType
 from kafka.protocol.consumer.fetch import FetchRequest
 
@@ -89,5 +89,8 @@ def test_topic_and_broker_compression_type(cluster: harness.NodeCluster) -> None
     entries = next(iter(described.values())).result(timeout=30)
     assert entries["compression.type"].value == "gzip"
     assert entries["min.insync.replicas"].value == "1"
+    # as Kafka 4, whose new cluster holds a cluster-wide min.insync.replicas (KIP-966)
+    assert entries["min.insync.replicas"].source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
+    assert entries["segment.bytes"].source == ConfigSource.DEFAULT_CONFIG.value
     code, message = _incremental(cluster, 1, TOPIC, "ct-gzip", [("compression.type", SET, "brotli")])
     assert code == INVALID_CONFIG and "brotli" in (message or ""), (code, message)

@@ -3,7 +3,8 @@
 Names are Kafka's (`retention.ms`, `cleanup.policy`, `segment.bytes`, `max.message.bytes`,
 ...: metadata.topic_config.KAFKA_NAMES) in answers; requests may use Kafka's or ours.
 DescribeConfigs returns every key with its value, whether it is the default, and its source
-(DYNAMIC_TOPIC_CONFIG for a value set on the topic, DEFAULT_CONFIG otherwise), type and
+(DYNAMIC_TOPIC_CONFIG for a value set on the topic, DEFAULT_CONFIG otherwise, except
+DYNAMIC_DEFAULT_BROKER_CONFIG for min.insync.replicas as in Kafka 4), type and
 documentation; answered from the node's image by the native `describe_configs` code. Broker
 resources answer with the node's own settings under Kafka's names (broker_configs.py), and
 the cluster default (`""`) with the cluster-wide dynamic ones.
@@ -44,6 +45,10 @@ TOPIC: Final = 2
 BROKER: Final = 4
 SOURCE_DYNAMIC_TOPIC: Final = 1
 SOURCE_DEFAULT: Final = 5
+# Topic configs whose default Kafka 4 reports from the cluster-wide broker default: a new
+# cluster bootstraps a cluster-level min.insync.replicas record (KIP-966's eligible leader
+# replicas), so a topic without its own value answers DYNAMIC_DEFAULT_BROKER_CONFIG.
+CLUSTER_DEFAULT_TOPIC_CONFIGS: Final = frozenset({"min_insync_replicas"})
 TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_LIST = 2, 3, 5, 7
 _TYPES: Final = {"int": TYPE_INT, "long": TYPE_LONG, "list": TYPE_LIST, "enum": TYPE_STRING}
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
@@ -98,10 +103,14 @@ async def handle_describe_configs(ctx: KafkaContext, call: Call) -> Reply:
         for e in described["configs"]:
             if wanted is not None and e["name"] not in wanted:
                 continue
+            source = SOURCE_DYNAMIC_TOPIC
+            if e["is_default"]:
+                source = (broker_config.SOURCE_DYNAMIC_DEFAULT_BROKER if e["name"] in CLUSTER_DEFAULT_TOPIC_CONFIGS
+                          else SOURCE_DEFAULT)
             entries.append(Entry(
                 name=KAFKA_NAMES.get(e["name"], e["name"]), value=e["value"], read_only=False,
-                is_default=e["is_default"],
-                config_source=SOURCE_DEFAULT if e["is_default"] else SOURCE_DYNAMIC_TOPIC,
+                is_default=source == SOURCE_DEFAULT,
+                config_source=source,
                 is_sensitive=False, synonyms=[], config_type=_TYPES.get(e["type"], TYPE_STRING),
                 documentation=e["doc"],
             ))  # fmt: skip

@@ -292,10 +292,19 @@ public class ConformanceClient {
                 a.incrementalAlterConfigs(Map.of(tr, List.of(
                         new AlterConfigOp(new ConfigEntry("retention.ms", "3600000"), AlterConfigOp.OpType.SET),
                         new AlterConfigOp(new ConfigEntry("cleanup.policy", "compact"), AlterConfigOp.OpType.APPEND)))).all().get();
-                Config c = a.describeConfigs(List.of(tr)).all().get().get(tr);
-                List<String> policy = new ArrayList<>(List.of(c.get("cleanup.policy").value().split(",")));
-                Collections.sort(policy);  // a set of policies: raftlog lists them in its canonical order
-                return List.of(c.get("retention.ms").value(), policy);
+                // Kafka's brokers apply a config change a moment after the answer: ask again
+                // until both values moved, up to 30 s (raftlog's image has them at once).
+                List<Object> seen = null;
+                for (int i = 0; i < 60; i++) {
+                    Config c = a.describeConfigs(List.of(tr)).all().get().get(tr);
+                    List<String> policy = new ArrayList<>(List.of(c.get("cleanup.policy").value().split(",")));
+                    Collections.sort(policy);  // a set of policies: raftlog lists them in its canonical order
+                    seen = List.of(c.get("retention.ms").value(), policy);
+                    if (seen.equals(List.of("3600000", List.of("compact", "delete"))))
+                        break;
+                    Thread.sleep(500);
+                }
+                return seen;
             });
             step(out, "incrementalAlterConfigs_unknown_key", () -> a.incrementalAlterConfigs(Map.of(tr, List.of(
                     new AlterConfigOp(new ConfigEntry("no.such.config", "1"), AlterConfigOp.OpType.SET)))).all().get());
