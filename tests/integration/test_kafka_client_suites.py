@@ -8,13 +8,18 @@ from __future__ import annotations
 import socket
 
 from confluent_kafka import KafkaError, Producer
+from confluent_kafka import TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaAdminClient
+from kafka.admin import NewPartitions
+from kafka.admin import NewTopic as KNewTopic
 from kafka.protocol.producer.produce import ProduceRequest
 
 import node_harness as harness
 from partition.batch import BatchBuilder
 from test_kafka_unsupported import call
+
+INVALID_REPLICA_ASSIGNMENT = 39
 
 
 def test_null_key_on_compacted_topic_is_refused(cluster: harness.NodeCluster) -> None:
@@ -49,12 +54,22 @@ def test_null_key_on_compacted_topic_is_refused(cluster: harness.NodeCluster) ->
 
 
 def test_create_partitions_with_manual_assignment(cluster: harness.NodeCluster) -> None:
+    """kafka-python's test_create_partitions sends NewPartitions(6, [[0], [0]]): one replica list
+    per new partition. Its fixture is ONE Kafka broker with node id 0 and topics of RF 1; on this
+    cluster (nodes 1-3) broker 0 does not exist, and Kafka refuses that too
+    (INVALID_REPLICA_ASSIGNMENT). The same request naming brokers that exist is served."""
     admin = KafkaAdminClient(bootstrap_servers=cluster.kafka_bootstrap(), client_id="cs-admin")
     try:
-        from kafka.admin import NewTopic as KNewTopic
-        admin.create_topics([KNewTopic("cs-grow", 1, 1)])
+        admin.create_topics([KNewTopic("cs-grow", 4, 1)])
         ids = sorted(cluster.configs)
-        answer = admin.create_partitions({"cs-grow": {"count": 3, "assignments": [[ids[0]], [ids[1]]]}})
-        print(answer)
+        answer = admin.create_partitions({"cs-grow": NewPartitions(6, [[ids[1]], [ids[2]]])})
+        assert [(r.name, r.error_code) for r in answer.results] == [("cs-grow", 0)]
+        absent = max(ids) + 1
+        answer = admin.create_partitions({"cs-grow": NewPartitions(7, [[absent]])}, raise_errors=False)
+        assert [(r.name, r.error_code) for r in answer.results] == [("cs-grow", INVALID_REPLICA_ASSIGNMENT)]
+        assert f"[{absent}]" in answer.results[0].error_message
     finally:
         admin.close()
+    reader = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap()})
+    described = reader.describe_topics(TopicCollection(["cs-grow"]))["cs-grow"].result(timeout=30)
+    assert [[n.id for n in p.replicas] for p in described.partitions][4:] == [[ids[1]], [ids[2]]]
