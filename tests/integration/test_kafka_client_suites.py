@@ -1,7 +1,9 @@
 """Divergences from Kafka that the clients' own test suites found (issue 40), each fixed and
 held here against a real 3-node cluster: a null key on a compacted topic (librdkafka 0011),
 manual assignments in CreatePartitions (kafka-python test_create_partitions), the source of a
-broker's static configs (kafka-python test_describe_configs_broker)."""
+broker's static configs (kafka-python test_describe_configs_broker; unit-tested in
+tests/unit/kafka/test_broker_config_sources.py), a KIP-848 regex over internal topics (franz-go
+Test848RegexBrokerResolves)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,10 @@ from kafka.protocol.producer.produce import ProduceRequest
 
 import node_harness as harness
 from partition.batch import BatchBuilder
+from raftlog.node.kafka.schemas import ConsumerGroupHeartbeatRequest
+from test_kafka_groups import wait_coordinators, wait_until
 from test_kafka_unsupported import call
+from test_kip848_kafka import describe, raw
 
 INVALID_REPLICA_ASSIGNMENT = 39
 
@@ -73,3 +78,26 @@ def test_create_partitions_with_manual_assignment(cluster: harness.NodeCluster) 
     reader = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap()})
     described = reader.describe_topics(TopicCollection(["cs-grow"]))["cs-grow"].result(timeout=30)
     assert [[n.id for n in p.replicas] for p in described.partitions][4:] == [[ids[1]], [ids[2]]]
+
+
+def test_kip848_regex_resolves_internal_topics(cluster: harness.NodeCluster) -> None:
+    """franz-go Test848RegexBrokerResolves: Kafka's broker resolves a SubscribedTopicRegex over
+    every topic, `__consumer_offsets` included; the member is assigned its partitions."""
+    group = "cs-regex-internal"
+    wait_coordinators(cluster)
+    H = ConsumerGroupHeartbeatRequest[1]
+    joined = raw(cluster, group, H(
+        group_id=group, member_id="cs-member", member_epoch=0, instance_id=None, rack_id=None,
+        rebalance_timeout_ms=30_000, subscribed_topic_names=None, subscribed_topic_regex="__consumer_off.*",
+        server_assignor=None, topic_partitions=[]), 1)
+    assert joined.error_code == 0, joined
+
+    def assigned() -> set[str]:
+        raw(cluster, group, H(group_id=group, member_id="cs-member", member_epoch=joined.member_epoch,
+                              instance_id=None, rack_id=None, rebalance_timeout_ms=-1,
+                              subscribed_topic_names=None, subscribed_topic_regex=None, server_assignor=None,
+                              topic_partitions=None), 1)
+        member = describe(cluster, group).members[0]
+        return {t.topic_name for t in member.assignment.topic_partitions}
+
+    wait_until(lambda: assigned() == {"__consumer_offsets"}, "__consumer_offsets assigned by the regex", 60)
