@@ -4,8 +4,9 @@ the native adapter raftlog/node/native_groups.py keeps PROTOCOL.md's shapes, the
 adapts ConsumerGroupHeartbeat 68 and ConsumerGroupDescribe 69 to them, topic ids to names),
 and the consumer groups' part of /metrics.
 
-The topics a heartbeat is resolved against (names and regexes) are the complete,
-non-internal topics of the node's metadata image at that moment, with their partition counts.
+The topics a heartbeat is resolved against (names and regexes) are the complete topics of the
+node's metadata image at that moment, internal ones included (`__consumer_offsets`: Kafka's
+broker resolves a SubscribedTopicRegex over all topics), with their partition counts.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class ConsumerGroupHandlers:
         if cached is not None and cached[0] is image:
             return cached[1]
         counts: dict[str, int] = {}
-        for name in image.topic_names(include_internal=False):
+        for name in image.topic_names(include_internal=True):
             t = image.topic(name)
             if t is not None and t.complete:
                 counts[name] = t.partition_count

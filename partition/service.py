@@ -254,7 +254,9 @@ class PartitionService:
         check = partial(validate_client_records, records,
                         max_message_bytes=replica.topic_config.max_message_bytes,
                         max_decompressed_bytes=VALIDATE_MAX_DECOMPRESSED_BYTES, topic=replica.topic,
-                        transactional=transactional)
+                        transactional=transactional,
+                        require_keys="compact" in replica.topic_config.cleanup_policy,
+                        partition=replica.partition)
         codec = _CODECS.get(replica.topic_config.compression_type if replica.topic_config.compression_type
                             != "producer" else self.compression_type)
         if codec is not None:  # the topic's (else the broker's) compression.type: Kafka recompresses

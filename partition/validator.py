@@ -38,8 +38,13 @@ Invariant (held by tests/unit/partition/test_validator*.py): whatever this accep
 `decode_batches` decodes to exactly record_count records per batch with offsets
 base_offset + 0, 1, ..., so raftlog's own consumer and Kafka clients read it.
 
-Not checked, as here by design: keys on compacted topics (the cleaner keeps null-key
-records, partition/cleaner.py), a timestamp window (no `message.timestamp.*.max.ms` topic
+7. Keys, on a compacted topic only (`require_keys`): a record without a key is refused
+   (INVALID_RECORD, `record_errors` naming each such record's index in its batch, as
+   LogValidator.validateKey: "Compacted topic cannot accept message without key in topic
+   partition ..."). Only producers' batches come here: what the node writes itself and what
+   the cleaner rewrites (partition/cleaner.py) is not checked.
+
+Not checked: a timestamp window (no `message.timestamp.*.max.ms` topic
 configs yet), baseOffset 0 (the log stamps offsets anyway).
 
 Cost: no key or value is copied. Records are walked one by one (~500-800 ns a record, about
@@ -71,6 +76,7 @@ from partition.batch import (
     Header,
     TimestampType,
     _varint_slow,
+    decode_record_rows,
     read_header,
     verify_crc,
 )
@@ -401,16 +407,30 @@ def batch_too_large(size: int, max_message_bytes: int, topic: str) -> MessageToo
         f"raftlog topics alter {topic} --set max_message_bytes=N; Kafka's max.message.bytes)")
 
 
+def _null_keys(data, start: int, end: int, h: Header, pos: int, where: str) -> None:
+    """Step 7 for one (already checked) batch: refuse it if a record has no key."""
+    rows = decode_record_rows(data, start, end, h, pos)
+    missing = [i for i, row in enumerate(rows) if row[4] is None]
+    if missing:
+        message = f"Compacted topic cannot accept message without key in topic partition {where}."
+        raise InvalidRecordError(
+            f"One or more records have been rejected due to {len(missing)} record errors in total, "
+            f"and only showing the first three errors at most: {missing[:3]}: {message}",
+            record_errors=[[i, message] for i in missing])
+
+
 def validate_client_records(
     records: bytes, *, max_message_bytes: int, max_decompressed_bytes: int, topic: str = "the topic",
     transactional: bool = False,
+    require_keys: bool = False, partition: int = -1,
 ) -> bytes | bytearray:
     """Validate a producer's `records` (one or more RecordBatch v2) as the module docstring
     says. Returns the bytes to append: `records` itself, or a corrected copy when a max
     timestamp was rewritten. Raises (all RejectedError: nothing was stored) InvalidRecordError,
     CorruptRecordError, MessageTooLargeError, InvalidTimestampError,
     TransactionalIdAuthorizationFailedError, UnsupportedCompressionTypeError (a codec this
-    node cannot read). `topic` names the topic in a MESSAGE_TOO_LARGE message."""
+    node cannot read). `topic` names the topic in a MESSAGE_TOO_LARGE message; `require_keys`
+    (a compacted topic) refuses records without a key (step 7), naming topic-`partition`."""
     fixes: list[tuple[int, int]] = []  # (batch position, true max timestamp)
     pos = 0
     total = len(records)
@@ -427,10 +447,14 @@ def validate_client_records(
         end = pos + h.size
         if h.compression is Compression.NONE:
             max_timestamp = check_records(records, start, end, h.record_count, h.base_timestamp, pos)
+            if require_keys:
+                _null_keys(records, start, end, h, pos, f"{topic}-{partition}")
         else:
             data = decompress(h.compression, memoryview(records)[start:end],
                               max_decompressed_bytes=max_decompressed_bytes)
             max_timestamp = check_records(data, 0, len(data), h.record_count, h.base_timestamp, pos)
+            if require_keys:
+                _null_keys(data, 0, len(data), h, pos, f"{topic}-{partition}")
         if max_timestamp != h.max_timestamp:
             fixes.append((pos, max_timestamp))
         pos = end

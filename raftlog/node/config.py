@@ -326,6 +326,10 @@ class NodeConfig:
     group_share_partition_max_record_locks: int = 2000  # in-flight records per share partition
     group_share_session_timeout_ms: int = 45_000  # a share member silent this long is removed
     group_share_heartbeat_interval_ms: int = 5_000  # told to share members in every heartbeat answer
+    # The keys set by the config file, environment or flags (load_config), as `_KEYS` names
+    # them ("listeners.kafka"): DescribeConfigs reports these STATIC_BROKER_CONFIG, the rest
+    # DEFAULT_CONFIG (Kafka's sources). Not a setting: never compared, never written.
+    configured: frozenset[str] = dataclasses.field(default=frozenset(), compare=False, repr=False)
 
     @property
     def per_ip_overrides(self) -> dict[str, int]:
@@ -777,7 +781,7 @@ def _build(raw: Mapping[str, tuple[Any, str]]) -> NodeConfig:
         }
     )
     config_fields = {k: v for k, v in values.items() if not k.startswith("listeners.")}
-    config = NodeConfig(listeners=listeners, **config_fields)
+    config = NodeConfig(listeners=listeners, configured=frozenset(values), **config_fields)
 
     seen: dict[tuple[str, int], str] = {}
     for name in LISTENER_NAMES:
@@ -908,12 +912,14 @@ def _toml_string(text: str) -> str:
 
 def config_to_toml(node: NodeConfig) -> str:
     """Render a NodeConfig as TOML that load_config reads back to an equal NodeConfig
-    (for `raftlog cluster up`). Includes the secret: write the file with mode 0600."""
+    (for `raftlog cluster up`). Includes the secret: write the file with mode 0600. Settings
+    at their default are left out, as a hand-written file leaves them (so the node reports
+    them DEFAULT_CONFIG, not STATIC_BROKER_CONFIG, as Kafka does)."""
     lines: list[str] = []
     tables: list[str] = []
     for item in dataclasses.fields(node):
         value = getattr(node, item.name)
-        if value is None:
+        if value is None or item.name == "configured" or _at_default(item, value):
             continue
         if item.name == "listeners":
             tables.append("\n[listeners]")
@@ -943,6 +949,14 @@ def config_to_toml(node: NodeConfig) -> str:
         else:
             lines.append(f"{item.name} = {_toml_string(str(value))}")
     return "\n".join(lines + tables) + "\n"
+
+
+def _at_default(item: dataclasses.Field, value: Any) -> bool:
+    if item.default is not dataclasses.MISSING:
+        return bool(value == item.default)
+    if item.default_factory is not dataclasses.MISSING:
+        return bool(value == item.default_factory())
+    return False
 
 
 def new_cluster_id(rng: random.Random | None = None) -> str:

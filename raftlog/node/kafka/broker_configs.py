@@ -6,8 +6,9 @@ is null). The dynamic ones (metadata/broker_config.py: num.partitions, default.r
 auto.create.topics.enable, max.connections, max.connections.per.ip, compression.type) are not read-only; their
 value comes from the metadata log when set there: this broker's entry
 (DYNAMIC_BROKER_CONFIG), else the cluster default (DYNAMIC_DEFAULT_BROKER_CONFIG). Otherwise
-the source is STATIC_BROKER_CONFIG when the node was started with a value other than
-raftlog's default, DEFAULT_CONFIG when not.
+the source is STATIC_BROKER_CONFIG when the node's config file, environment or flags set it
+(even to its default value, as Kafka reports what server.properties sets), DEFAULT_CONFIG when
+not; `is_default` says whether the value is raftlog's default.
 
 Which broker answers: the one asked, as in Kafka (the Java AdminClient and kafka-python send
 a BROKER resource to that broker itself). A node answers for its own id; another id gets
@@ -97,6 +98,18 @@ _BROKER: Final[dict[str, tuple[str, int, Callable[[Any], str | None], bool]]] = 
 }
 
 
+def _configured(node: Any, attr: str, name: str) -> bool:
+    """Whether the node's own configuration (file, environment, flags) sets Kafka's `name`."""
+    if attr == "topic_defaults":
+        key = "retention_ms" if name == "log.retention.hours" else "max_message_bytes"
+        return any(canonical_key(k) == key for k in node.topic_defaults)
+    if attr == "advertised_host":  # advertised.listeners: the host, else the listener itself
+        attr = "advertised_host" if node.advertised_host is not None else "listeners.kafka"
+    elif attr == "listeners":
+        attr = "listeners.kafka"
+    return attr in node.configured
+
+
 def _defaults(config: Any) -> dict[str, Any]:
     out = {}
     for f in dataclasses.fields(config):
@@ -121,7 +134,7 @@ def broker_entries(node: Any, keys: set[str] | None,
             continue
         dynamic = name in DYNAMIC_BROKER_CONFIGS
         is_default = attr in defaults and getattr(node, attr) == defaults[attr]
-        value, source = render(node), SOURCE_DEFAULT if is_default else SOURCE_STATIC_BROKER
+        value, source = render(node), SOURCE_STATIC_BROKER if _configured(node, attr, name) else SOURCE_DEFAULT
         if name in own:
             value, source, is_default = own[name], SOURCE_DYNAMIC_BROKER, False
         elif name in cluster:

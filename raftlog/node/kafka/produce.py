@@ -138,6 +138,9 @@ def _response(ctx: KafkaContext, request: Any, names: list[str | None], results:
                 continue
             code = errors.kafka_error_code(r.error.code)
             out = _partition_response(p.index, code, message=r.error.message)
+            for index, text in r.error.details.get("record_errors", ()):  # LogValidator's, by record
+                out.record_errors.append(type(out).BatchIndexAndErrorMessage(
+                    batch_index=index, batch_index_error_message=text))
             hint = leader_hint(r.error)
             if hint is not None:  # KIP-951 (v10+): the new leader, no metadata round trip
                 out.current_leader = type(out).LeaderIdAndEpoch(leader_id=hint[0], leader_epoch=hint[1])

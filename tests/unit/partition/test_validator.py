@@ -198,3 +198,23 @@ def test_honest_oddities_inside_a_long_run_pass():
     assert validate(raw) is raw
     wrong_max = forge.batch(records, max_timestamp=1_000 + (RUN - 1) // 3)
     assert verify_crc(validate(wrong_max)).max_timestamp == 1_000 + 100_000
+
+
+@pytest.mark.parametrize("codec", CODECS, ids=lambda c: c.name)
+def test_compacted_topic_refuses_records_without_key(codec):
+    """librdkafka 0011: Kafka refuses a null key on a compacted topic, naming the record."""
+    records = built(4, codec)  # records 0 and 2 have no key
+    with pytest.raises(InvalidRecordError) as caught:
+        validate_client_records(records, max_message_bytes=MAX_MESSAGE_BYTES,
+                                max_decompressed_bytes=MAX_DECOMPRESSED_BYTES, topic="t", partition=3,
+                                require_keys=True)
+    message = "Compacted topic cannot accept message without key in topic partition t-3."
+    assert caught.value.details["record_errors"] == [[0, message], [2, message]]
+    assert message in caught.value.message
+    keyed = BatchBuilder(compression=codec)
+    keyed.append(b"v", key=b"k", timestamp_ms=1)
+    keyed.append(None, key=b"gone", timestamp_ms=2)  # a tombstone has a key: accepted
+    raw = keyed.build()
+    assert validate_client_records(raw, max_message_bytes=MAX_MESSAGE_BYTES,
+                                   max_decompressed_bytes=MAX_DECOMPRESSED_BYTES, require_keys=True) is raw
+    assert validate(records) is records  # a topic that does not compact keeps null keys
