@@ -34,7 +34,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-import bench_baseline
+import baseline
 import plots as bench_plot
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,12 +87,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "(connections, metadata, producer id; Kafka's --warmup-records)")
     ap.add_argument("--configs", default="all", help="comma list of 1,2,3 (default all)")
     ap.add_argument("--json", action="store_true", help="print the medians as JSON too")
-    bench_baseline.add_option(ap)
+    baseline.add_option(ap)
     ap.add_argument("--small", action="store_true",
                     help="100,000 records, one run, a 2 s latency run (each unless given)")
     bench_plot.add_plot_option(ap, "e2e")
     args = ap.parse_args(argv)
-    bench_baseline.fill_defaults(args, {"records": (1_000_000, 100_000), "runs": (3, 1),
+    baseline.fill_defaults(args, {"records": (1_000_000, 100_000), "runs": (3, 1),
                                         "latency_seconds": (5.0, 2.0)})
     return args
 
@@ -101,7 +101,7 @@ def main() -> int:
     args = parse_args()
 
     if args.baseline:
-        return bench_baseline.compare(args.baseline, "bench_e2e.py", args.runs)
+        return baseline.compare(args.baseline, "bench_e2e.py", args.runs)
     harness = load_harness()
     chosen = CONFIGS if args.configs == "all" else [CONFIGS[int(i) - 1] for i in args.configs.split(",")]
     lat_records = max(1000, int(args.latency_rate * args.latency_seconds))

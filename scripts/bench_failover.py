@@ -30,7 +30,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import bench_baseline
+import baseline
 import plots as bench_plot
 from raftlog.cli.cluster import NodePorts, NodeProcess, build_node_configs, free_ports, stop_all, write_node_config
 from raftlog.node.config import new_cluster_id
@@ -77,7 +77,7 @@ def main() -> int:
     parser.add_argument("--small", action="store_true", help="3 runs (unless --runs is given)")
     bench_plot.add_plot_option(parser, "failover")
     args = parser.parse_args()
-    bench_baseline.fill_defaults(args, {"runs": (5, 3)})
+    baseline.fill_defaults(args, {"runs": (5, 3)})
 
     root = Path(tempfile.mkdtemp(prefix="raftlog-failover-"))
     ports = {i: NodePorts(*free_ports(5)) for i in (1, 2, 3)}

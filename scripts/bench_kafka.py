@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import bench_baseline
+import baseline
 
 ROOT = Path(__file__).resolve().parent.parent
 GIB = 1 << 30
@@ -185,14 +185,14 @@ def main() -> int:
     ap.add_argument("--small", action="store_true", help="a quick run: 200,000 produced, 64 MiB read")
     ap.add_argument("--skip", choices=("produce", "consume"), help="leave one half out")
     ap.add_argument("--json", action="store_true", help="print the medians as JSON too")
-    bench_baseline.add_option(ap)
+    baseline.add_option(ap)
     args = ap.parse_args()
     if args.small:
         args.records = min(args.records, 200_000)
         args.consume_gib = min(args.consume_gib, 64 / 1024)
     consume_records = int(args.consume_gib * GIB / args.record_bytes)
     if args.baseline:
-        return bench_baseline.compare(args.baseline, "bench_kafka.py", args.runs)
+        return baseline.compare(args.baseline, "bench_kafka.py", args.runs)
 
     harness = load_harness()
     runs: dict[str, list[float]] = {}

@@ -169,7 +169,7 @@ def test_pages_are_keyboard_navigable_and_fit_a_phone(browser, console):
     assert browser.switch_to.active_element.get_attribute("id") == "main"
     browser.get(console.url + "/topics")
     links = browser.find_elements(By.CSS_SELECTOR, "header nav a")
-    assert [a.text for a in links] == ["Overview", "Topics", "Groups", "Offsets"]
+    assert [a.text for a in links] == ["Overview", "Topics", "Brokers", "Groups", "Share groups", "Offsets"]
     browser.set_window_size(390, 844)
     try:
         for path in ("/", "/topics", "/groups", "/topics/__consumer_offsets/messages"):
@@ -356,27 +356,30 @@ def test_overview_then_a_killed_node_and_its_partitions_are_marked(browser, cons
 
     victim = 3
     cluster.kill(victim)
+    try:
+        def marked(d: Any) -> bool:
+            d.get(console.url + "/")
+            row = d.find_element(By.ID, f"broker-{victim}")
+            return row.get_attribute("data-state") == "down" and d.find_elements(By.CSS_SELECTOR, "#attention tr[data-partition]")
 
-    def marked(d: Any) -> bool:
-        d.get(console.url + "/")
-        row = d.find_element(By.ID, f"broker-{victim}")
-        return row.get_attribute("data-state") == "down" and d.find_elements(By.CSS_SELECTOR, "#attention tr[data-partition]")
+        wait(browser, marked, timeout_s=30, what=f"broker {victim} marked down with its partitions")
+        assert text_of(browser, "#brokers-live") == "2 / 3"
+        marked_rows = browser.find_elements(By.CSS_SELECTOR, "#attention tbody tr")
+        assert any(f"broker {victim}" in tr.text for tr in marked_rows)
+        assert int(text_of(browser, "#under-replicated")) + int(text_of(browser, "#offline-count")) >= 1
+        # Once the controller's session for it times out, the metadata says fenced too.
+        def fenced(d: Any) -> bool:
+            d.get(console.url + "/")
+            return "fenced" in d.find_element(By.ID, f"broker-{victim}").text.split()
 
-    wait(browser, marked, timeout_s=30, what=f"broker {victim} marked down with its partitions")
-    assert text_of(browser, "#brokers-live") == "2 / 3"
-    marked_rows = browser.find_elements(By.CSS_SELECTOR, "#attention tbody tr")
-    assert any(f"broker {victim}" in tr.text for tr in marked_rows)
-    assert int(text_of(browser, "#under-replicated")) + int(text_of(browser, "#offline-count")) >= 1
-    # Once the controller's session for it times out, the metadata says fenced too.
-    def fenced(d: Any) -> bool:
-        d.get(console.url + "/")
-        return "fenced" in d.find_element(By.ID, f"broker-{victim}").text.split()
-
-    wait(browser, fenced, timeout_s=30, what=f"broker {victim} fenced in the metadata")
-    shoot(browser, shots, "overview-node-down")
-    browser.get(console.url + "/topics/clicks")
-    states = [tr.get_attribute("class") for tr in browser.find_elements(By.CSS_SELECTOR, "#partitions tbody tr")]
-    assert states and all(s in ("under-replicated", "offline") for s in states), states
+        wait(browser, fenced, timeout_s=30, what=f"broker {victim} fenced in the metadata")
+        shoot(browser, shots, "overview-node-down")
+        browser.get(console.url + "/topics/clicks")
+        states = [tr.get_attribute("class") for tr in browser.find_elements(By.CSS_SELECTOR, "#partitions tbody tr")]
+        assert states and all(s in ("under-replicated", "offline") for s in states), states
+    finally:  # the later tests create topics of RF 3: the victim back and unfenced
+        cluster.start(victim)
+        cluster.wait_ready(timeout_s=90)
 
 
 def test_broker_configs_page_reads_and_alters_a_dynamic_config(browser, console, cluster):

@@ -201,6 +201,7 @@ def test_killed_share_partition_leader_loses_no_acknowledgement(share_cluster):
     finally:
         c.stop()
         share_cluster.start(leader)
+        share_cluster.wait_ready(timeout_s=90)  # the later tests create topics of RF 3
     with c._lock:
         events = list(c.events)
     acked: set[int] = set()
@@ -287,3 +288,4 @@ def test_coordinator_failover_keeps_the_share_group(share_cluster):
             assert described["members"][0]["assignment"] == [{"topic": "sqf", "partitions": [0, 1]}]
     finally:
         share_cluster.start(coordinator)
+        share_cluster.wait_ready(timeout_s=90)
