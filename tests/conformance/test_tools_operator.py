@@ -1,5 +1,5 @@
 """Kafka's operator tools give the same answers against raftlog as against the reference Apache
-Kafka: kafka-configs (topic and broker), kafka-metadata-quorum, kafka-log-dirs, kafka-features,
+Kafka: kafka-configs (topic and broker), kafka-metadata-quorum, kafka-log-dirs, kafka-features, quotas through kafka-configs (users, clients, both, defaults),
 and kafka-verifiable-producer/-consumer (the building blocks of Kafka's system tests: every
 acknowledged record consumed, in order per partition), kafka-leader-election."""
 
@@ -121,3 +121,34 @@ def test_leader_election(sides: Sides) -> None:
 
     same = assert_same(sides.run(scenario), "kafka-leader-election")
     assert same["preferred_leads"] == [True, True, True] and same["unclean_not_needed"], same
+
+
+def test_quotas_through_kafka_configs(sides: Sides) -> None:
+    """Client quotas as operators set them with kafka-configs: a user, a client id, both, and the
+    user default; described back, then one deleted."""
+    def scenario(bootstrap: str) -> dict:
+        configs = ("kafka-configs", "--bootstrap-server", bootstrap)
+        out: dict = {}
+        for name, entity in (("user", ("--entity-type", "users", "--entity-name", "alice")),
+                             ("client", ("--entity-type", "clients", "--entity-name", "etl")),
+                             ("user_default", ("--entity-type", "users", "--entity-default")),
+                             ("both", ("--entity-type", "users", "--entity-name", "bob",
+                                       "--entity-type", "clients", "--entity-name", "etl"))):
+            done = kafka_tool(*configs, "--alter", *entity,
+                              "--add-config", "producer_byte_rate=1048576,consumer_byte_rate=2097152")
+            out[f"alter_{name}"] = (done.returncode, done.stdout.strip())
+        done = kafka_tool(*configs, "--alter", "--entity-type", "clients", "--entity-name", "etl",
+                          "--delete-config", "consumer_byte_rate")
+        out["delete"] = (done.returncode, done.stdout.strip())
+        for name, entity in (("user", ("--entity-type", "users", "--entity-name", "alice")),
+                             ("client", ("--entity-type", "clients", "--entity-name", "etl")),
+                             ("users", ("--entity-type", "users"))):
+            done = kafka_tool(*configs, "--describe", *entity)
+            out[f"describe_{name}"] = (done.returncode, sorted(line.strip() for line in done.stdout.splitlines()
+                                                               if line.strip()))
+        return out
+
+    same = assert_same(sides.run(scenario), "kafka-configs --entity-type users/clients (quotas)")
+    assert all(same[k][0] == 0 for k in same), same  # every step succeeded on both, not failed alike
+    assert any("producer_byte_rate=1048576" in line for line in same["describe_user"][1]), same
+    assert not any("consumer_byte_rate" in line for line in same["describe_client"][1]), same
