@@ -1,7 +1,8 @@
 """Kafka's operator tools give the same answers against raftlog as against the reference Apache
-Kafka: kafka-configs (topic and broker), kafka-metadata-quorum, kafka-log-dirs, kafka-features, quotas through kafka-configs (users, clients, both, defaults),
-and kafka-verifiable-producer/-consumer (the building blocks of Kafka's system tests: every
-acknowledged record consumed, in order per partition), kafka-leader-election."""
+Kafka: kafka-configs (topic and broker, and client quotas for users, clients, both and
+defaults), kafka-metadata-quorum, kafka-log-dirs, kafka-features, kafka-verifiable-producer/
+-consumer (the building blocks of Kafka's system tests: every acknowledged record consumed, in
+order per partition), kafka-leader-election."""
 
 from __future__ import annotations
 
