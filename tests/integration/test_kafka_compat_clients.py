@@ -354,7 +354,8 @@ def test_aiokafka_admin_topics_and_configs(cluster):
             producer = aiokafka.AIOKafkaProducer(bootstrap_servers=cluster.kafka_bootstrap(), acks="all")
             await producer.start()
             try:
-                sent = [await producer.send_and_wait(topic, b"v%d" % i, partition=5) for i in range(10)]
+                sent = [await producer.send_and_wait(topic, b"v%d" % i, key=b"k%d" % i, partition=5)  # keys: compacted
+                        for i in range(10)]
             finally:
                 await producer.stop()
             tp = aiokafka.TopicPartition(topic, 5)
