@@ -169,8 +169,10 @@ def test_append_and_subtract_on_a_topics_list_config(cluster: harness.NodeCluste
             answer = call(sock, R[4](resources=[R.DescribeConfigsResource(
                 resource_type=TOPIC, resource_name="lists", configuration_keys=["cleanup.policy"])],
                 include_synonyms=False, include_documentation=False), 4, 9)
-        return answer.results[0].configs[0].value
+        result = answer.results[0]
+        return result.configs[0].value if result.error_code == NONE else None
 
+    _poll(lambda: policy() == "delete", "node 1's metadata has the new topic")  # created through another node
     assert _incremental(cluster, 1, TOPIC, "lists", [("cleanup.policy", APPEND, "compact")]) == (NONE, None)
     _poll(lambda: policy() == "compact,delete", "APPEND compact")
     assert _incremental(cluster, 1, TOPIC, "lists", [("cleanup.policy", SUBTRACT, "delete")]) == (NONE, None)
