@@ -42,6 +42,8 @@ WRITE_TIMEOUT_S: Final = 15.0
 FORWARD_TIMEOUT_S: Final = 15.0
 CATCH_UP_TIMEOUT_S: Final = 20.0  # a new _schemas' first leader, or a forwarded write applied here
 MAX_LONG_POLL_MS: Final = 3000  # below the peer call's timeout
+LEADER_WAIT_S: Final = 10.0  # a write forwarded while _schemas has no leader waits this long for one
+LEADER_POLL_S: Final = 0.1
 
 
 class RegistryService:
@@ -164,21 +166,30 @@ class RegistryService:
             raise ForwardingError("_schemas has no leader yet; retry")
 
     async def forward(self, call: Call) -> tuple[int, Any]:
+        """Have `_schemas`' leader answer a write. While no leader is known, or the one asked
+        says it no longer leads (nothing applied), ask again for up to LEADER_WAIT_S, as a Kafka
+        client does through an election; a failed peer call is not retried (it may have applied)."""
         await self._ensure_topic()
-        if self.log.is_leader():  # it became ours meanwhile (a new topic, an election)
-            return await handle(self, call)
-        leader = self.log.leader_id()
-        address = None if leader is None else self.log.peer_address(leader)
-        if address is None:
-            raise ForwardingError("no leader of _schemas is known; retry")
-        fields = {"method": call.method, "path": call.path, "query": dict(call.query), "body": call.body,
-                  "principal": call.principal}
-        try:
-            answer = await self.peers.call(address, "registry_forward", fields, timeout_s=FORWARD_TIMEOUT_S)
-        except RaftlogError as exc:
-            raise ForwardingError(f"Error while forwarding the request to the leader: {exc}") from None
-        await self.wait_applied(int(answer.get("offset", -1)))
-        return int(answer["status"]), answer.get("body")
+        deadline = trio.current_time() + LEADER_WAIT_S
+        while True:
+            if self.log.is_leader():  # it became ours meanwhile (a new topic, an election)
+                return await handle(self, call)
+            leader = self.log.leader_id()
+            address = None if leader is None else self.log.peer_address(leader)
+            if address is not None:
+                fields = {"method": call.method, "path": call.path, "query": dict(call.query), "body": call.body,
+                          "principal": call.principal}
+                try:
+                    answer = await self.peers.call(address, "registry_forward", fields, timeout_s=FORWARD_TIMEOUT_S)
+                except RaftlogError as exc:
+                    raise ForwardingError(f"Error while forwarding the request to the leader: {exc}") from None
+                body = answer.get("body")
+                if not (isinstance(body, dict) and body.get("error_code") == ForwardingError.error_code):
+                    await self.wait_applied(int(answer.get("offset", -1)))
+                    return int(answer["status"]), body
+            if trio.current_time() >= deadline:
+                raise ForwardingError("no leader of _schemas is known; retry")
+            await trio.sleep(LEADER_POLL_S)  # bounded by the deadline: _schemas electing a leader
 
     # ------------------------------------------------------------------ peer ops
 
