@@ -143,7 +143,7 @@ async def handle_describe_producers(ctx: KafkaContext, call: Call) -> Reply:
             else:
                 active = [State(producer_id=p.producer_id, producer_epoch=p.producer_epoch,
                                 last_sequence=p.last_sequence, last_timestamp=-1, coordinator_epoch=-1,
-                                current_txn_start_offset=-1) for p in found]
+                                current_txn_start_offset=p.current_txn_start_offset) for p in found]
             parts.append(Partition(partition_index=index, error_code=code, error_message=message,
                                    active_producers=active))
         topics.append(Topic(name=t.name, partitions=parts))
