@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import queue
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -15,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from json_lines import read_json_lines
 from test_kafka_groups import create
 from test_txn_e2e import consume_all
 
@@ -119,6 +118,46 @@ async def read(aiokafka: Any, bootstrap: str, topic: str, isolation: str, expect
     return values
 
 
+def _txn_starts(cluster: Any, topic: str) -> dict[int, int]:
+    """producer id -> current_txn_start_offset of partition 0, by Kafka's DescribeProducers
+    (kafka-python's admin, which asks the partition's leader)."""
+    import kafka
+
+    admin = kafka.KafkaAdminClient(bootstrap_servers=cluster.kafka_bootstrap(), request_timeout_ms=30_000)
+    try:
+        states = admin.describe_producers([kafka.TopicPartition(topic, 0)])
+    finally:
+        admin.close()
+    (state,) = states.values()
+    producers = state.active_producers if hasattr(state, "active_producers") else state["active_producers"]
+    out = {}
+    for pr in producers:
+        get = (lambda k, pr=pr: getattr(pr, k)) if hasattr(pr, "producer_id") else pr.__getitem__
+        out[get("producer_id")] = get("current_transaction_start_offset")
+    return out
+
+
+def test_describe_producers_shows_where_an_open_transaction_begins(cluster):
+    """Kafka's DescribeProducers answers current_txn_start_offset (kafka-transactions
+    find-hanging reads it; the console shows it): the open transaction's first offset, -1
+    once its marker is written."""
+    topic = topic_name("txn-producers")
+    create(cluster, topic, 1)
+    wait_everywhere(cluster, [topic])
+    plain = ck.Producer({"bootstrap.servers": cluster.kafka_bootstrap(), "acks": "all"})
+    plain.produce(topic, b"plain", partition=0)
+    assert plain.flush(DEADLINE_S) == 0  # offset 0
+    p = ck.Producer({"bootstrap.servers": cluster.kafka_bootstrap(), "transactional.id": f"dp-{topic}"})
+    p.init_transactions(DEADLINE_S)
+    p.begin_transaction()
+    p.produce(topic, b"t", partition=0)
+    assert p.flush(DEADLINE_S) == 0  # offset 1, open
+    open_now = _txn_starts(cluster, topic)
+    assert list(open_now.values()) == [1], open_now  # (the plain producer is not idempotent: no id)
+    p.commit_transaction(DEADLINE_S)
+    cluster.wait_for(lambda: set(_txn_starts(cluster, topic).values()) == {-1}, DEADLINE_S, "the marker closes it")
+
+
 class App:
     """One txn_app.py process; its JSON events are read by a thread into a bounded queue."""
 
@@ -127,14 +166,7 @@ class App:
         self.proc = subprocess.Popen([sys.executable, str(APP), cluster.kafka_bootstrap(), *args],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
         self.events: queue.Queue[dict] = queue.Queue(maxsize=100_000)
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.startswith("{"):
-                self.events.put(json.loads(line))
+        self.reader = read_json_lines(self.proc, self.events)
 
     def wait_event(self, ev: str, timeout_s: float = 120.0) -> dict:
         deadline = time.monotonic() + timeout_s
