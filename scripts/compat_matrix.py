@@ -115,7 +115,8 @@ def _short(text: str, limit: int = 160) -> str:
 
 def kept_rows(text: str, table: list[tuple[str, str, str, str]]) -> list[tuple[str, str, str, str]]:
     """`table` with the rows of the document's current table (between the markers) that it
-    does not have, in the document's order, the new rows in their places."""
+    does not have, in the document's order, the rows it replaces in their places and its new
+    rows after their client's."""
     new = {(c, f): (c, f, k, r) for c, f, k, r in table}
     out, placed = [], set()
     for line in text.partition(BEGIN)[2].partition(END)[0].splitlines():
@@ -125,7 +126,11 @@ def kept_rows(text: str, table: list[tuple[str, str, str, str]]) -> list[tuple[s
         key = (cells[0], cells[1])
         out.append(new.get(key, tuple(cells)))  # type: ignore[arg-type]
         placed.add(key)
-    return out + [row for key, row in new.items() if key not in placed]
+    for key, row in new.items():  # a new row goes after the last of its client's, else last
+        if key not in placed:
+            at = max((i + 1 for i, r in enumerate(out) if r[0] == row[0]), default=len(out))
+            out.insert(at, row)
+    return out
 
 
 def render(table: list[tuple[str, str, str, str]], *reports: Path, rerun: int | None = None) -> str:

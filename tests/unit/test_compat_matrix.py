@@ -47,7 +47,8 @@ def test_rows_and_document(tmp_path, monkeypatch):
 
 
 def test_keep_updates_only_the_rerun_rows(tmp_path, monkeypatch):
-    """--keep: a rerun of some files replaces their rows in place, keeps the others, adds new ones."""
+    """--keep: a rerun of some files replaces their rows in place, keeps the others, and adds
+    new ones after their client's."""
     report = tmp_path / "rerun.xml"
     report.write_text("""<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
 <testcase classname="tests.conformance.test_java_admin" name="test_admin_call[describeFeatures]" time="1"/>
@@ -64,6 +65,6 @@ def test_keep_updates_only_the_rerun_rows(tmp_path, monkeypatch):
     table = [line for line in doc.read_text().splitlines() if line.startswith("| ") and "---" not in line][1:]
     assert table == ["| Java Admin client | describeTopics | yes | same as Kafka |",
                      "| Java Admin client | describeFeatures | yes | same as Kafka |",
-                     "| kafka-topics | --list | yes | FAILS: x |",
-                     "| Java Admin client | listTransactions | yes | same as Kafka |"]
+                     "| Java Admin client | listTransactions | yes | same as Kafka |",
+                     "| kafka-topics | --list | yes | FAILS: x |"]
     assert "3 of 4 rows answer the same" in doc.read_text() and "2 rows from a rerun" in doc.read_text()
