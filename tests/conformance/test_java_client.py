@@ -6,16 +6,15 @@ cooperative-sticky assignor, one member killed, commit and resume."""
 
 from __future__ import annotations
 
-import json
 import queue
 import subprocess
-import threading
 import time
 
 import pytest
 
 from differential import JAVA_CLIENT as SOURCE
 from differential import Sides, assert_same, java_client
+from json_lines import read_json_lines
 from kafka_ref import java_client_argv
 
 COMPRESSIONS = ["none", "gzip", "snappy", "lz4", "zstd"]
@@ -50,14 +49,7 @@ class Member:
         self.assignment: list[int] = []
         self.records: list[tuple[int, int, str]] = []
         self.closed = False
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.startswith("{"):
-                self.events.put(json.loads(line))
+        self.reader = read_json_lines(self.proc, self.events)
 
     def drain(self) -> None:
         while True:
@@ -171,9 +163,8 @@ def test_classic_group_cooperative_sticky_member_killed_commit_resume(sides: Sid
 
 # Kafka 4.4 finalizes transaction.version 2 (KIP-890 part 2); raftlog serves level 1
 # (metadata/features.py), so the Java client adds partitions with AddPartitionsToTxn first.
-TV1_FENCING = ("raftlog serves Transactions V1 (transaction.version 1): the fenced producer's AddPartitionsToTxn "
-               "is answered PRODUCER_FENCED (ProducerFencedException, fatal); on Kafka's transaction.version 2 "
-               "its produce is answered INVALID_PRODUCER_EPOCH (InvalidProducerEpochException)")
+TV1_FENCING = ("transaction.version 1 here, 2 on Kafka 4.4 (KIP-890): the zombie gets ProducerFencedException "
+               "from AddPartitionsToTxn, on Kafka InvalidProducerEpochException from its produce")
 
 
 def test_transactions_read_committed_and_fencing(sides: Sides) -> None:
