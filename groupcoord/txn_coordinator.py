@@ -149,8 +149,10 @@ class TxnCoordinator:
         if state == LOADING:
             raise CoordinatorLoadInProgressError(f"__transaction_state-{p} is loading")
 
-    def _current(self, transactional_id: str, producer_id: int, producer_epoch: int) -> TxnMetadata:
-        """The id's state, checked against the caller's producer id and epoch (Kafka's rules)."""
+    def _current(self, transactional_id: str, producer_id: int, producer_epoch: int, *,
+                 busy_ok: bool = False) -> TxnMetadata:
+        """The id's state, checked against the caller's producer id and epoch (Kafka's rules);
+        CONCURRENT_TRANSACTIONS while a step of the id is being written unless `busy_ok`."""
         self._check_owned(transactional_id)
         m = self.txns.get(transactional_id)
         if m is None or m.state is TxnState.DEAD:
@@ -161,7 +163,7 @@ class TxnCoordinator:
         if producer_epoch != m.producer_epoch:
             raise ProducerFencedError(
                 f"producer epoch {producer_epoch} of {transactional_id!r} is fenced by epoch {m.producer_epoch}")
-        if transactional_id in self._busy:
+        if transactional_id in self._busy and not busy_ok:
             raise ConcurrentTransactionsError(f"{transactional_id!r}: a previous step is still being written")
         return m
 
@@ -231,9 +233,12 @@ class TxnCoordinator:
     def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                        partitions: Iterable[tuple[str, int]], now_ms: int, *, verify_only: bool = False) -> TxnResult:
         """AddPartitionsToTxn. `verify_only` (the v4+ broker form): INVALID_TXN_STATE unless
-        every partition is already in the ongoing transaction; nothing is written."""
+        every partition is already in the ongoing transaction; nothing is written. A step being
+        written meanwhile (AddOffsetsToTxn, more partitions) does not fail the verification:
+        the partitions it checks were committed before the producer wrote to them (Kafka's
+        coordinator does not check the pending state there either)."""
         try:
-            m = self._current(transactional_id, producer_id, producer_epoch)
+            m = self._current(transactional_id, producer_id, producer_epoch, busy_ok=verify_only)
         except RaftlogError as exc:
             return _fail(exc)
         wanted = frozenset(partitions)

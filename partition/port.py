@@ -246,6 +246,7 @@ class ProducerInfo:
     producer_id: int
     producer_epoch: int
     last_sequence: int
+    current_txn_start_offset: int = -1  # the first offset of its transaction open here, else -1
 
 
 @dataclass(frozen=True, slots=True)

@@ -475,7 +475,9 @@ class PartitionService:
             raise UnknownTopicOrPartitionError(f"{topic}-{partition} does not exist")
         if r is None or not r.is_leader:
             raise NotLeaderError(f"node {self._host.node_id} does not lead {topic}-{partition}")
-        return [ProducerInfo(pid, e.producer_epoch, e.last_sequence) for pid, e in r.producers.active()]
+        open_txns = r.producers.txns.open
+        return [ProducerInfo(pid, e.producer_epoch, e.last_sequence, open_txns.get(pid, -1))
+                for pid, e in r.producers.active()]
 
     def log_dirs(self, wanted: set[PartitionKey] | None = None) -> list[ReplicaSize]:
         out = []

@@ -3,13 +3,15 @@ docs/compatibility.md from the last run of the conformance suite (issue 40).
 
     python -m pytest tests/conformance -p no:cacheprovider --junitxml=/tmp/conformance.xml
     python scripts/compat_matrix.py /tmp/conformance.xml [more.xml ...] [--doc docs/compatibility.md]
+    python scripts/compat_matrix.py --keep /tmp/some-files.xml    # a rerun of some files only
 
 Each test of tests/conformance/ runs one scenario on the reference Kafka and on raftlog and
 compares what a user sees, so its outcome is the row: passed = the same answer on both;
 xfail = a divergence the suite knows, with its reason; skipped = not served by raftlog yet
 (the issue that brings it); failed = a divergence nobody has looked at yet. The table replaces
 what lies between the `matrix:begin` and `matrix:end` markers of the document, with the
-command and the date of the run.
+command and the date of the run. With `--keep` the document's rows that the reports do not
+have stay as they are (a rerun of a few files updates their rows only) and the line says so.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ FEATURES = {
     "test_consumer_groups_delete_offsets": "kafka-consumer-groups --delete-offsets",
     "test_producer_acks_and_compression": "idempotent producer, acks 0/1/all, compression",
     "test_consumer_assign_seek_offsets_for_times": "consumer assign / seek / offsetsForTimes",
+    "test_transactions_read_committed_and_fencing":
+        "transactions: read_committed / read_uncommitted and the LSO, sendOffsetsToTransaction, zombie fenced",
     "test_classic_group_cooperative_sticky_member_killed_commit_resume":
         "classic group of 3, cooperative-sticky, member killed, commit and resume",
     "test_configs_quorum_log_dirs_features": "kafka-configs, kafka-metadata-quorum, kafka-log-dirs, kafka-features",
@@ -109,13 +113,36 @@ def _short(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def render(table: list[tuple[str, str, str, str]], *reports: Path) -> str:
+def kept_rows(text: str, table: list[tuple[str, str, str, str]]) -> list[tuple[str, str, str, str]]:
+    """`table` with the rows of the document's current table (between the markers) that it
+    does not have, in the document's order, the rows it replaces in their places and its new
+    rows after their client's."""
+    new = {(c, f): (c, f, k, r) for c, f, k, r in table}
+    out, placed = [], set()
+    for line in text.partition(BEGIN)[2].partition(END)[0].splitlines():
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+        if len(cells) != 4 or cells[0] in ("client / tool", "---"):
+            continue
+        key = (cells[0], cells[1])
+        out.append(new.get(key, tuple(cells)))  # type: ignore[arg-type]
+        placed.add(key)
+    for key, row in new.items():  # a new row goes after the last of its client's, else last
+        if key not in placed:
+            at = max((i + 1 for i, r in enumerate(out) if r[0] == row[0]), default=len(out))
+            out.insert(at, row)
+    return out
+
+
+def render(table: list[tuple[str, str, str, str]], *reports: Path, rerun: int | None = None) -> str:
     newest = max(junit.stat().st_mtime for junit in reports)
     when = datetime.fromtimestamp(newest, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     same = sum(1 for r in table if r[3] == "same as Kafka")
+    source = "`python -m pytest tests/conformance --junitxml=...`"
+    if rerun is not None:
+        source += f" ({rerun} rows from a rerun of some files, `--keep`: the others from the last whole run)"
     lines = [BEGIN,
-             f"Generated {when} by `python scripts/compat_matrix.py` from `python -m pytest tests/conformance "
-             f"--junitxml=...`: {same} of {len(table)} rows answer the same as Apache Kafka.", "",
+             f"Generated {when} by `python scripts/compat_matrix.py` from {source}: "
+             f"{same} of {len(table)} rows answer the same as Apache Kafka.", "",
              "| client / tool | feature | Apache Kafka | raftlog |", "| --- | --- | --- | --- |"]
     lines += [f"| {c} | {f} | {k} | {r} |" for c, f, k, r in table]
     lines.append(END)
@@ -127,6 +154,8 @@ def main() -> int:
     ap.add_argument("junit", type=Path, nargs="+",
                     help="pytest's --junitxml report(s) of tests/conformance (a later one's cases win)")
     ap.add_argument("--doc", type=Path, default=ROOT / "docs" / "compatibility.md")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the document's rows these reports do not have (a rerun of some files)")
     args = ap.parse_args()
     missing = [str(j) for j in args.junit if not j.exists()]
     if missing:
@@ -141,7 +170,10 @@ def main() -> int:
         text = text.rstrip("\n") + f"\n\n{BEGIN}\n{END}\n"
     head, _, rest = text.partition(BEGIN)
     _, _, tail = rest.partition(END)
-    args.doc.write_text(head + render(table, *args.junit) + tail)
+    rerun = None
+    if args.keep:
+        rerun, table = len(table), kept_rows(text, table)
+    args.doc.write_text(head + render(table, *args.junit, rerun=rerun) + tail)
     print(f"{args.doc}: {len(table)} rows")
     return 0
 

@@ -40,8 +40,10 @@ class GroupAdmin:
                                      client_id, client_host, group_instance_id, partitions,
                                      assignment_readable}],
                                      partitions: [{topic, partition, committed_offset,
-                                                   log_end_offset, lag, member_id, client_id,
-                                                   host}]}
+                                                   log_end_offset, lag, last_stable_offset,
+                                                   stable_lag, member_id, client_id, host}]}
+                                     (stable_lag: to the last stable offset, what a
+                                     read_committed consumer has left)
         delete_group(group_id) -> None
         reset_offsets(group_id, topics, strategy, value=None, dry_run=False)
             -> {dry_run, partitions: [{topic, partition, previous_offset, offset}]}
@@ -88,20 +90,25 @@ class GroupAdmin:
         got = parse_offset_fetch(self._coord(group_id, {"op": "offset_fetch", "partitions": None}))
         return {tp: o for tp, o in got.items() if o is not None}
 
-    def _bounds(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
+    def _bounds(self, tps: Iterable[TopicPartition], *, stable: bool = False) -> dict[TopicPartition, tuple[int, ...]]:
+        """(log start, high watermark) per partition, and the last stable offset third with
+        `stable`."""
         tps = sorted(set(tps))
         reqs = []
         for t, p in tps:
             reqs.append((list_offsets_request([(t, p, -2)]), (t, p)))
             reqs.append((list_offsets_request([(t, p, -1)]), (t, p)))
+            if stable:
+                reqs.append((list_offsets_request([(t, p, -1)], read_committed=True), (t, p)))
         answers = self.admin.request_many(reqs)
+        per = 3 if stable else 2
         out = {}
         for i, tp in enumerate(tps):
-            start = answers[2 * i]["partitions"][0]
-            end = answers[2 * i + 1]["partitions"][0]
-            if start.get("error") or end.get("error"):
-                raise error_from_wire(start.get("error") or end.get("error"))
-            out[tp] = (start["offset"], end["offset"])
+            got = [answers[per * i + k]["partitions"][0] for k in range(per)]
+            for g in got:
+                if g.get("error"):
+                    raise error_from_wire(g["error"])
+            out[tp] = tuple(g["offset"] for g in got)
         return out
 
     def describe_group(self, group_id: str) -> dict:
@@ -138,14 +145,16 @@ class GroupAdmin:
                 owners[tp] = m
         committed = self.committed(group_id)
         tps = sorted(set(committed) | set(owners))
-        bounds = self._bounds(tps) if tps else {}
+        bounds = self._bounds(tps, stable=True) if tps else {}
         rows = []
         for tp in tps:
-            end = bounds[tp][1]
+            end, stable_end = bounds[tp][1], bounds[tp][2]
             c = committed.get(tp)
             owner = owners.get(tp)
             rows.append({"topic": tp[0], "partition": tp[1], "committed_offset": c,
                          "log_end_offset": end, "lag": None if c is None else max(0, end - c),
+                         "last_stable_offset": stable_end,
+                         "stable_lag": None if c is None else max(0, stable_end - c),
                          "member_id": owner["member_id"] if owner else None,
                          "client_id": owner.get("client_id") if owner else None,
                          "host": owner.get("client_host") or None if owner else None})

@@ -146,12 +146,16 @@ def fetch_request(
     }
 
 
-def list_offsets_request(partitions: Iterable[tuple[str, int, int]]) -> dict:
-    """`partitions`: (topic, partition, timestamp) with -2 earliest, -1 latest, else ms."""
-    return {
+def list_offsets_request(partitions: Iterable[tuple[str, int, int]], *, read_committed: bool = False) -> dict:
+    """`partitions`: (topic, partition, timestamp) with -2 earliest, -1 latest, else ms;
+    `read_committed`: latest is the last stable offset."""
+    request = {
         "op": "list_offsets",
         "partitions": [{"topic": t, "partition": p, "timestamp": ts} for t, p, ts in partitions],
     }
+    if read_committed:
+        request["isolation_level"] = 1
+    return request
 
 
 def init_producer_id_request() -> dict:

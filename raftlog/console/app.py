@@ -33,7 +33,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from raftlog.console import share_views, views
+from raftlog.console import share_views, txn_views, views
 from raftlog.console.auth import login_required
 from raftlog.console.errors import (
     NOT_ALLOWED,
@@ -165,6 +165,7 @@ def build_app(state: ConsoleState) -> Starlette:
         Route("/live/groups/{group}", views.live_group),
         Route("/groups/{group}/reset", views.group_reset, methods=["POST"]),
         Route("/groups/{group}/delete", views.group_delete, methods=["GET", "POST"]),
+        Route("/transactions", txn_views.transactions),
         Route("/offsets", views.offsets),
         Route("/schemas", views.schemas_page),
         Route("/schemas/{subject}", views.subject_page),

@@ -14,9 +14,11 @@ Routes (app.py wires them):
     GET  /topics/{t}/records/{p}/{o}/{part}  a record's key or value, base64, as a download
     GET  /brokers/configs   POST             dynamic broker configs (cluster-wide, per broker); alter one
     GET  /groups            GET /groups/{g}  consumer groups; one group's members, offsets, lag
+                                             (to the high watermark and to the last stable offset)
     GET  /live/groups/{g}                    SSE: the group's lag every scrape interval
     POST /groups/{g}/reset                   reset offsets (dry run, then apply)
     GET|POST /groups/{g}/delete              delete a group (typed confirmation)
+    GET  /transactions                       open transactions, per id and per partition (txn_views.py)
     GET  /offsets                            __consumer_offsets decoded
     GET|POST /login         POST /logout     the secure cluster's login
     GET  /healthz                            the console's own liveness

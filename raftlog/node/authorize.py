@@ -384,6 +384,7 @@ POLICIES: Final[Mapping[str, Policy | PortRule]] = {
     "list_offsets": _at_port,
     "delete_records": _at_port,
     "init_producer_id": _at_port,
+    "describe_producers": _at_port,
     "create_topic": _create_topic,
     "delete_topic": _resource(O.DELETE, T, "name"),
     "create_partitions": _resource(O.ALTER, T, "name"),  # Kafka's CreatePartitions rule

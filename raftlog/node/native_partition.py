@@ -10,7 +10,9 @@ Ops: `produce` (acks 0/1/-1; per-partition errors; a request that cannot reach a
 `timeout_ms` gets REQUEST_TIMED_OUT per partition), `fetch` (long poll with min_bytes /
 max_wait_ms, max_bytes per partition and per request), `list_offsets` (-2 log start, -1 high
 watermark, -3 max timestamp, else the first batch with max timestamp >= ts), `delete_records`
-(offset -1: the high watermark), `init_producer_id`, `recover_partition` (operator: unclean
+(offset -1: the high watermark), `init_producer_id`, `describe_producers` (Kafka's
+DescribeProducers: a partition's producers and the first offset of each one's open
+transaction, from its leader), `recover_partition` (operator: unclean
 recovery, refused unless `unclean` is true). What each does: partition/service.py.
 """
 
@@ -40,6 +42,7 @@ __all__ = ["partition_handlers"]
 
 DEFAULT_PRODUCE_TIMEOUT_MS: Final = 30_000
 MAX_DELETE_PARTITIONS: Final = 10_000  # one waiting task each
+MAX_DESCRIBE_PARTITIONS: Final = 10_000
 DEFAULT_FETCH_MAX_WAIT_MS: Final = 500
 MAX_FETCH_WAIT_MS: Final = 60_000
 DEFAULT_FETCH_MAX_BYTES: Final = 50 << 20
@@ -162,6 +165,27 @@ def partition_handlers(port: PartitionPort, guard: Guard) -> dict[str, Handler]:
         identity = await guarded(request).init_producer_id()
         return {"producer_id": identity.producer_id, "producer_epoch": identity.producer_epoch}
 
+    async def describe_producers(request: Request) -> dict[str, Any]:
+        """Kafka's DescribeProducers: each partition's active producers, from its leader."""
+        entries = field(request, "partitions", list, items=dict)
+        if len(entries) > MAX_DESCRIBE_PARTITIONS:
+            raise InvalidRequestError(f"at most {MAX_DESCRIBE_PARTITIONS} partitions per describe_producers",
+                                      field="partitions", request_id=request.id)
+        port = guarded(request)
+        out = []
+        for i, d in enumerate(entries):
+            where = f"partitions[{i}]"
+            topic, partition = field(d, "topic", str, where=where), field(d, "partition", int, min_value=0, where=where)
+            try:
+                found = port.producers(topic, partition)
+            except RaftlogError as exc:
+                out.append(_entry(topic, partition, exc))
+                continue
+            out.append(_entry(topic, partition, None, producers=[
+                {"producer_id": p.producer_id, "producer_epoch": p.producer_epoch, "last_sequence": p.last_sequence,
+                 "current_txn_start_offset": p.current_txn_start_offset} for p in found]))
+        return {"partitions": out}
+
     async def recover_partition(request: Request) -> dict[str, Any]:
         topic = field(request, "topic", str)
         partition = field(request, "partition", int, min_value=0)
@@ -175,5 +199,6 @@ def partition_handlers(port: PartitionPort, guard: Guard) -> dict[str, Handler]:
         "list_offsets": list_offsets,
         "delete_records": delete_records,
         "init_producer_id": init_producer_id,
+        "describe_producers": describe_producers,
         "recover_partition": recover_partition,
     }

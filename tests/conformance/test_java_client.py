@@ -6,16 +6,15 @@ cooperative-sticky assignor, one member killed, commit and resume."""
 
 from __future__ import annotations
 
-import json
 import queue
 import subprocess
-import threading
 import time
 
 import pytest
 
 from differential import JAVA_CLIENT as SOURCE
 from differential import Sides, assert_same, java_client
+from json_lines import read_json_lines
 from kafka_ref import java_client_argv
 
 COMPRESSIONS = ["none", "gzip", "snappy", "lz4", "zstd"]
@@ -50,14 +49,7 @@ class Member:
         self.assignment: list[int] = []
         self.records: list[tuple[int, int, str]] = []
         self.closed = False
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.startswith("{"):
-                self.events.put(json.loads(line))
+        self.reader = read_json_lines(self.proc, self.events)
 
     def drain(self) -> None:
         while True:
@@ -167,3 +159,28 @@ def test_classic_group_cooperative_sticky_member_killed_commit_resume(sides: Sid
     same = assert_same(sides.run(scenario), "Java classic group, cooperative-sticky, member killed, resume")
     assert same["three_members"] == [2, 2, 2] and same["sticky"]
     assert same["resumed_read"] == sorted(f"v{i}" for i in range(180, 192))
+
+
+# Kafka 4.4 finalizes transaction.version 2 (KIP-890 part 2); raftlog serves level 1
+# (metadata/features.py), so the Java client adds partitions with AddPartitionsToTxn first.
+TV1_FENCING = ("transaction.version 1 here, 2 on Kafka 4.4 (KIP-890): the zombie gets ProducerFencedException "
+               "from AddPartitionsToTxn, on Kafka InvalidProducerEpochException from its produce")
+
+
+def test_transactions_read_committed_and_fencing(sides: Sides) -> None:
+    """Issue 42 with Kafka's Java client: committed, aborted and open transactions as read_committed
+    and read_uncommitted readers see them (records, offsets with the markers, the LSO as end
+    offset), consume-transform-produce with sendOffsetsToTransaction, and a zombie fenced: its
+    late writes never visible, its send and commit refused (the exception differs, TV1_FENCING)."""
+    answers = sides.run(lambda b: java_client("transactions", b, "java-txn"))
+    for broker, a in answers.items():
+        committed = {row[2] for row in a["read_committed_open"]["records"]}
+        assert committed == {f"c{i}" for i in range(9)}, f"{broker}: no aborted or open record under read_committed"
+        assert a["read_committed_open"]["end_offsets"] == [7, 7, 7], f"{broker}: the LSO is the open transaction's first offset"
+        assert len(a["read_uncommitted_open"]["records"]) == 18, broker
+        assert len(a["read_committed_after"]["records"]) == 12, broker
+        assert a["ctp_output"] == sorted(f"in{i}!" for i in range(12)), broker
+        assert a["ctp_group_offsets"] == {f"java-txn-in-{p}": 4 for p in range(3)}, broker
+        assert a["zombie_topic_read_committed"] == ["new"], broker
+        assert "error" in a["zombie_send"] and "error" in a["zombie_commit"], f"{broker}: the zombie is refused"
+    assert_same(answers, "Java transactions", known={"zombie_send": TV1_FENCING, "zombie_commit": TV1_FENCING})

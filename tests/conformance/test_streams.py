@@ -2,9 +2,8 @@
 topic -> flatMapValues -> groupBy (a repartition topic) -> count (a changelog topic) -> counts
 topic, read back with read_committed; the same final count of every word, the application
 RUNNING and no error, with processing.guarantee at_least_once and exactly_once_v2
-(tests/conformance/java/StreamsWordCount.java). exactly_once_v2 produces in transactions: until
-raftlog stores transactional records (#42) its Streams app stops with that error, and the test
-skips with it."""
+(tests/conformance/java/StreamsWordCount.java; exactly_once_v2 produces in transactions, issue 42,
+and commits its input offsets with them)."""
 
 from __future__ import annotations
 
@@ -21,9 +20,6 @@ def test_streams_word_count(sides: Sides, guarantee: str) -> None:
     name = f"streams-wc-{guarantee.replace('_', '-')}"
     answers = sides.run(lambda b: java_program(SOURCE, b, name, guarantee, str(DEADLINE_S),
                                                timeout_s=DEADLINE_S + 120))
-    raftlog_error = answers["raftlog"]["error"] or ""
-    if guarantee == "exactly_once_v2" and answers["kafka"]["complete"] and "transactional records" in raftlog_error:
-        pytest.skip(f"exactly_once_v2 needs transactional produce, not served yet (#42): {raftlog_error}")
     same = assert_same(answers, f"Kafka Streams word count, {guarantee}")
     assert same["complete"] and same["error"] is None and same["state"] == "RUNNING", same
     # 200 sentences, sentence i holding 2 words (i // 50 + 1) times: 1000 words, "raft" 122 times.

@@ -169,7 +169,7 @@ def test_pages_are_keyboard_navigable_and_fit_a_phone(browser, console):
     assert browser.switch_to.active_element.get_attribute("id") == "main"
     browser.get(console.url + "/topics")
     links = browser.find_elements(By.CSS_SELECTOR, "header nav a")
-    assert [a.text for a in links] == ["Overview", "Topics", "Brokers", "Groups", "Share groups", "Offsets"]
+    assert [a.text for a in links] == ["Overview", "Topics", "Brokers", "Groups", "Share groups", "Transactions", "Offsets"]
     browser.set_window_size(390, 844)
     try:
         for path in ("/", "/topics", "/groups", "/topics/__consumer_offsets/messages"):
@@ -476,3 +476,65 @@ def test_kip848_group_page_shows_epochs_and_assignment(browser, console, bootstr
         assert text_of(browser, '#members td[data-col="revoking"]') == "-"
     finally:
         c.close()
+
+
+def test_transactions_page_and_a_groups_lag_to_the_lso(browser, console, bootstrap, cluster):
+    """An open transaction (confluent-kafka) on two partitions: the Transactions page shows its
+    id, producer id, epoch and partitions, and per partition its first offset holding the LSO
+    back below the high watermark; a group's page shows the lag to the LSO beside the lag to
+    the log end. After the commit the transaction leaves the page and the LSO passes the marker."""
+    confluent = pytest.importorskip("confluent_kafka")
+    cli("topics", "create", "txn-page", "--partitions", "2", "--replication-factor", "3", bootstrap=bootstrap)
+    cli("produce", "txn-page", "--no-create", "--partition", "0", bootstrap=bootstrap,
+        stdin="".join(f"plain-{i}\n" for i in range(3)))  # offsets 0-2 of partition 0
+    group = confluent.Consumer({"bootstrap.servers": cluster.kafka_bootstrap(), "group.id": "txn-page-readers"})
+    try:  # the group has read the plain records; the first commit may meet a coordinator still loading
+        cluster.wait_for(lambda: _committed(confluent, group, "txn-page"), 60, "the group's first commit")
+    finally:
+        group.close()
+    p = confluent.Producer({"bootstrap.servers": cluster.kafka_bootstrap(), "transactional.id": "page-app"})
+    p.init_transactions(60)
+    p.begin_transaction()
+    for i in range(2):
+        p.produce("txn-page", f"t{i}".encode(), partition=0)
+    p.produce("txn-page", b"t2", partition=1)
+    assert p.flush(60) == 0
+    try:
+        browser.get(console.url + "/transactions")
+        row = 'tr[data-tid="page-app"]'
+        assert text_of(browser, f'{row} td[data-col="state"]') == "Ongoing"
+        assert text_of(browser, f'{row} td[data-col="partitions"]') == "txn-page-0, txn-page-1"
+        pid = text_of(browser, f'{row} td[data-col="producer-id"]')
+        part0 = f'#txn-partitions tr[data-tp="txn-page-0"][data-producer="{pid}"]'
+        assert text_of(browser, f'{part0} td[data-col="first-offset"]') == "3"
+        assert text_of(browser, f'{part0} td[data-col="tid"]') == "page-app"
+        assert (text_of(browser, f'{part0} td[data-col="lso"]'), text_of(browser, f'{part0} td[data-col="hw"]')) == ("3", "5")
+        assert text_of(browser, '#txn-partitions tr[data-tp="txn-page-1"] td[data-col="first-offset"]') == "0"
+        browser.get(console.url + "/groups/txn-page-readers")
+        tp0 = 'tr[data-tp="txn-page-0"]'
+        assert [text_of(browser, f'{tp0} td[data-col="{c}"]') for c in ("committed", "end", "lag", "lso", "stable-lag")] \
+            == ["3", "5", "2", "3", "0"]
+        p.commit_transaction(60)
+    finally:
+        p.flush(10)
+
+    def finished(d: Any) -> bool:
+        d.get(console.url + "/transactions")
+        return not d.find_elements(By.CSS_SELECTOR, 'tr[data-tid="page-app"]')
+
+    wait(browser, finished, 60, "the committed transaction leaves the page")
+    assert "No open transactions." in text_of(browser, "#transactions")
+
+    def stable_after_marker(d: Any) -> bool:
+        d.get(console.url + "/groups/txn-page-readers")
+        return text_of(d, 'tr[data-tp="txn-page-0"] td[data-col="lso"]') == "6"  # 2 records + the COMMIT marker
+
+    wait(browser, stable_after_marker, 60, "the LSO passes the marker")
+
+
+def _committed(confluent: Any, consumer: Any, topic: str) -> bool:
+    try:
+        consumer.commit(offsets=[confluent.TopicPartition(topic, 0, 3)], asynchronous=False)
+    except confluent.KafkaException:
+        return False  # NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS: retriable
+    return True

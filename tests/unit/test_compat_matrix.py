@@ -44,3 +44,27 @@ def test_rows_and_document(tmp_path, monkeypatch):
     text = doc.read_text()
     assert "old table" not in text and text.startswith("# Title\n\nbefore") and text.endswith("after\n")
     assert "1 of 5 rows answer the same as Apache Kafka" in text and "| Java Admin client | describeTopics |" in text
+
+
+def test_keep_updates_only_the_rerun_rows(tmp_path, monkeypatch):
+    """--keep: a rerun of some files replaces their rows in place, keeps the others, and adds
+    new ones after their client's."""
+    report = tmp_path / "rerun.xml"
+    report.write_text("""<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
+<testcase classname="tests.conformance.test_java_admin" name="test_admin_call[describeFeatures]" time="1"/>
+<testcase classname="tests.conformance.test_java_admin" name="test_admin_call[listTransactions]" time="1"/>
+</testsuite></testsuites>""")
+    doc = tmp_path / "compatibility.md"
+    doc.write_text(f"{compat_matrix.BEGIN}\nGenerated before\n\n| client / tool | feature | Apache Kafka | raftlog |\n"
+                   "| --- | --- | --- | --- |\n"
+                   "| Java Admin client | describeTopics | yes | same as Kafka |\n"
+                   "| Java Admin client | describeFeatures | yes | differs: a \\| b |\n"
+                   f"| kafka-topics | --list | yes | FAILS: x |\n{compat_matrix.END}\n")
+    monkeypatch.setattr(sys, "argv", ["compat_matrix.py", "--keep", str(report), "--doc", str(doc)])
+    assert compat_matrix.main() == 0
+    table = [line for line in doc.read_text().splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert table == ["| Java Admin client | describeTopics | yes | same as Kafka |",
+                     "| Java Admin client | describeFeatures | yes | same as Kafka |",
+                     "| Java Admin client | listTransactions | yes | same as Kafka |",
+                     "| kafka-topics | --list | yes | FAILS: x |"]
+    assert "3 of 4 rows answer the same" in doc.read_text() and "2 rows from a rerun" in doc.read_text()

@@ -20,9 +20,9 @@ already knows.
   brokers that are not voters (log end -1: they read the image through the controller, not
   the Raft log). Needs DESCRIBE on the cluster, as in Kafka.
 * DescribeProducers: the partition leader's producer state (partition/producer_state.py):
-  per active producer id its epoch and last sequence; raftlog keeps neither the last
-  timestamp nor transactions, so last_timestamp, coordinator_epoch and
-  current_txn_start_offset are -1. A partition not led here: NOT_LEADER_OR_FOLLOWER (the
+  per active producer id its epoch, last sequence and the first offset of its transaction open
+  in that partition (current_txn_start_offset, -1 if none); raftlog keeps neither the last
+  timestamp nor the coordinator epoch (-1). A partition not led here: NOT_LEADER_OR_FOLLOWER (the
   admin client sends each partition to its leader, as Kafka expects). Needs READ on the topic.
 * DescribeTopicPartitions (KIP-966): the topics asked (all, if none) in name order, their
   partitions from the cursor on, at most `response_partition_limit` partitions per answer,
@@ -143,7 +143,7 @@ async def handle_describe_producers(ctx: KafkaContext, call: Call) -> Reply:
             else:
                 active = [State(producer_id=p.producer_id, producer_epoch=p.producer_epoch,
                                 last_sequence=p.last_sequence, last_timestamp=-1, coordinator_epoch=-1,
-                                current_txn_start_offset=-1) for p in found]
+                                current_txn_start_offset=p.current_txn_start_offset) for p in found]
             parts.append(Partition(partition_index=index, error_code=code, error_message=message,
                                    active_producers=active))
         topics.append(Topic(name=t.name, partitions=parts))

@@ -33,6 +33,7 @@ public class ConformanceClient {
             case "seek": out = seek(bootstrap, args[2]); break;
             case "admin": out = admin(bootstrap, args[2]); break;
             case "group-member": groupMember(bootstrap, args[2], args[3], args[4]); return;
+            case "transactions": out = Transactions.run(bootstrap, args[2]); break;
             default: throw new IllegalArgumentException("unknown subcommand " + cmd);
         }
         System.out.println(JSON.writeValueAsString(out));
@@ -384,5 +385,136 @@ public class ConformanceClient {
             step(out, "deleteTopics", () -> { a.deleteTopics(List.of(topic)).all().get(); return "deleted"; });
         }
         return out;
+    }
+
+    /** Transactions (issue 42): a transactional producer's committed, aborted and open
+     * transactions as read_committed and read_uncommitted consumers see them (records and the
+     * end offset, the LSO); consume-transform-produce with sendOffsetsToTransaction; a zombie
+     * fenced by a second producer with its transactional.id. Every step's answer or error. */
+    static class Transactions {
+        static KafkaProducer<String, String> txnProducer(String bootstrap, String tid) {
+            Properties p = props(bootstrap);
+            p.put("transactional.id", tid);
+            p.put("key.serializer", StringSerializer.class.getName());
+            p.put("value.serializer", StringSerializer.class.getName());
+            KafkaProducer<String, String> producer = new KafkaProducer<>(p);
+            producer.initTransactions();
+            return producer;
+        }
+
+        static void send(KafkaProducer<String, String> p, String topic, String prefix, int n) {
+            for (int i = 0; i < n; i++) p.send(new ProducerRecord<>(topic, i % 3, "k" + i, prefix + i));
+        }
+
+        /** (partition, offset, value) of every record `isolation` lets a reader see, read from
+         * the beginning up to the end offsets it is given (the LSO for read_committed), again
+         * until every partition's end offset is `end` (if >= 0) and `atLeast` records came (the
+         * markers are written after EndTxn answers, on both brokers), or 60 s. */
+        static Map<String, Object> read(String bootstrap, String topic, String isolation, long end, int atLeast) {
+            Map<String, Object> out = new LinkedHashMap<>();
+            long deadline = System.currentTimeMillis() + 60_000;
+            List<Object> rows = new ArrayList<>();
+            Map<TopicPartition, Long> ends = Map.of();
+            while (System.currentTimeMillis() < deadline) {
+                rows = new ArrayList<>();
+                try (KafkaConsumer<String, String> c = consumer(bootstrap, Map.of("isolation.level", isolation))) {
+                    List<TopicPartition> tps = new ArrayList<>();
+                    for (int i = 0; i < 3; i++) tps.add(new TopicPartition(topic, i));
+                    c.assign(tps);
+                    c.seekToBeginning(tps);
+                    Map<TopicPartition, Long> e = c.endOffsets(tps);
+                    ends = e;
+                    while (System.currentTimeMillis() < deadline && tps.stream().anyMatch(tp -> c.position(tp) < e.get(tp)))
+                        for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(300)))
+                            rows.add(List.of(r.partition(), r.offset(), r.value()));
+                }
+                if ((end < 0 || ends.values().stream().allMatch(o -> o == end)) && rows.size() >= atLeast) break;
+            }
+            rows.sort(Comparator.comparing(Object::toString));
+            out.put("records", rows);
+            List<Long> endOffsets = new ArrayList<>();
+            for (int i = 0; i < 3; i++) endOffsets.add(ends.get(new TopicPartition(topic, i)));
+            out.put("end_offsets", endOffsets);
+            return out;
+        }
+
+        static Object run(String bootstrap, String name) throws Exception {
+            Map<String, Object> out = new LinkedHashMap<>();
+            String topic = name, in = name + "-in", ctpOut = name + "-out";
+            for (String t : List.of(topic, in, ctpOut)) ensureTopic(bootstrap, t, 3);
+            try (KafkaProducer<String, String> p = txnProducer(bootstrap, name + "-tx")) {
+                step(out, "commit", () -> { p.beginTransaction(); send(p, topic, "c", 9); p.commitTransaction(); return "committed"; });
+                step(out, "abort", () -> { p.beginTransaction(); send(p, topic, "a", 6); p.flush(); p.abortTransaction(); return "aborted"; });
+                step(out, "open", () -> { p.beginTransaction(); send(p, topic, "o", 3); p.flush(); return "open"; });
+                out.put("read_committed_open", read(bootstrap, topic, "read_committed", 7, 9));
+                out.put("read_uncommitted_open", read(bootstrap, topic, "read_uncommitted", 8, 18));
+                step(out, "commit_open", () -> { p.commitTransaction(); return "committed"; });
+                out.put("read_committed_after", read(bootstrap, topic, "read_committed", 9, 12));
+            }
+            // Consume-transform-produce: each input record's output and the input offsets in one transaction.
+            try (KafkaProducer<String, String> plain = producer(bootstrap, "all", "none")) {
+                for (int i = 0; i < 12; i++) plain.send(new ProducerRecord<>(in, i % 3, "k" + i, "in" + i)).get(30, TimeUnit.SECONDS);
+            }
+            String group = name + "-ctp";
+            try (KafkaProducer<String, String> p = txnProducer(bootstrap, name + "-ctp-tx");
+                 KafkaConsumer<String, String> c = consumer(bootstrap, Map.of("group.id", group, "isolation.level", "read_committed"))) {
+                c.subscribe(List.of(in));
+                int seen = 0, transactions = 0;
+                long deadline = System.currentTimeMillis() + 60_000;
+                while (seen < 12 && System.currentTimeMillis() < deadline) {
+                    ConsumerRecords<String, String> rs = c.poll(Duration.ofMillis(500));
+                    if (rs.isEmpty()) continue;
+                    p.beginTransaction();
+                    Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
+                    for (ConsumerRecord<String, String> r : rs) {
+                        p.send(new ProducerRecord<>(ctpOut, r.partition(), r.key(), r.value() + "!"));
+                        offsets.put(new TopicPartition(in, r.partition()), new OffsetAndMetadata(r.offset() + 1));
+                        seen++;
+                    }
+                    p.sendOffsetsToTransaction(offsets, c.groupMetadata());
+                    p.commitTransaction();
+                    transactions++;
+                }
+                out.put("ctp_seen", seen);
+                out.put("ctp_some_transactions", transactions > 0);
+            }
+            List<Object> outValues = new ArrayList<>();
+            for (Object row : (List<?>) read(bootstrap, ctpOut, "read_committed", -1, 12).get("records"))
+                outValues.add(((List<?>) row).get(2));
+            Collections.sort(outValues, Comparator.comparing(Object::toString));
+            out.put("ctp_output", outValues);
+            try (Admin a = newAdmin(bootstrap)) {
+                Map<String, Long> committed = new TreeMap<>();
+                a.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata().get()
+                 .forEach((tp, om) -> committed.put(tp.toString(), om.offset()));
+                out.put("ctp_group_offsets", committed);
+            }
+            // Zombie fencing: a second producer with the same transactional.id fences the first.
+            String zombieTopic = name + "-zombie";
+            ensureTopic(bootstrap, zombieTopic, 3);
+            KafkaProducer<String, String> old = txnProducer(bootstrap, name + "-z");
+            try {
+                old.beginTransaction();
+                old.send(new ProducerRecord<>(zombieTopic, 0, "k", "zombie-1"));
+                old.flush();
+                try (KafkaProducer<String, String> fresh = txnProducer(bootstrap, name + "-z")) {
+                    step(out, "fresh_commit", () -> {
+                        fresh.beginTransaction();
+                        fresh.send(new ProducerRecord<>(zombieTopic, 0, "k", "new"));
+                        fresh.commitTransaction();
+                        return "committed";
+                    });
+                    step(out, "zombie_send", () -> old.send(new ProducerRecord<>(zombieTopic, 1, "k", "zombie-2")).get(30, TimeUnit.SECONDS).partition());
+                    step(out, "zombie_commit", () -> { old.commitTransaction(); return "committed"; });
+                }
+            } finally {
+                old.close(Duration.ofSeconds(5));
+            }
+            List<Object> visible = new ArrayList<>();
+            for (Object row : (List<?>) read(bootstrap, zombieTopic, "read_committed", -1, 1).get("records"))
+                visible.add(((List<?>) row).get(2));
+            out.put("zombie_topic_read_committed", visible);
+            return out;
+        }
     }
 }

@@ -244,3 +244,21 @@ def test_records_round_trip_and_strict_decode():
         decode_txn_key(b"\x82\x02\x61x")
     with pytest.raises(InvalidGroupRecordError):
         TxnMetadata(TID, 7, 40_000, 60_000, TxnState.EMPTY, 0)
+
+
+def test_verification_is_not_refused_while_another_step_is_written():
+    """A produce's KIP-890 verification of a partition already added answers NONE while the
+    producer's AddOffsetsToTxn is being written (aiokafka sends both at once); it was refused
+    CONCURRENT_TRANSACTIONS, failing the produce of a transaction that then committed."""
+    h = Harness()
+    h.init()
+    h.run(h.core.add_partitions(TID, 1001, 0, [("t", 0)], 1))
+    pending = h.core.add_offsets(TID, 1001, 0, "g", 2)  # written, not yet committed
+    assert pending.write is not None
+    assert h.run(h.core.add_partitions(TID, 1001, 0, [("t", 0)], 2, verify_only=True)) == {}
+    with pytest.raises(InvalidTxnStateError):  # a partition never added is still refused
+        h.run(h.core.add_partitions(TID, 1001, 0, [("t", 1)], 2, verify_only=True))
+    with pytest.raises(ConcurrentTransactionsError):  # a real add still waits for the write
+        h.run(h.core.add_partitions(TID, 1001, 0, [("t", 1)], 2))
+    h.run(pending)
+    assert (OFFSETS_TOPIC, partition_for_group("g")) in h.core.txns[TID].partitions
