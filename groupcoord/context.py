@@ -46,7 +46,7 @@ from raftlog.base.errors import (
     NotLeaderError,
     RaftlogError,
 )
-from raftlog.base.topics import partition_for_group
+from raftlog.base.topics import OFFSETS_TOPIC, partition_for_group
 
 __all__ = [
     "CoordinatorConfig",
@@ -154,13 +154,14 @@ ACTIVE = "active"
 _NOT_COORDINATOR_ERRORS = (NotLeaderError, NotCoordinatorError, KafkaStorageError, FencedLeaderEpochError)
 
 
-def append_error(cause: RaftlogError) -> RaftlogError:
-    """Kafka's mapping of an append failure to the group error a client sees: leadership or
-    storage loss → NOT_COORDINATOR (find the coordinator again), anything else (timeouts,
-    not enough replicas, unknown outcome) → COORDINATOR_NOT_AVAILABLE (retry)."""
+def append_error(cause: RaftlogError, topic: str = OFFSETS_TOPIC) -> RaftlogError:
+    """Kafka's mapping of an append failure (to a coordinator's internal `topic`) to the error a
+    client sees: leadership or storage loss → NOT_COORDINATOR (find the coordinator again),
+    anything else (timeouts, not enough replicas, unknown outcome) → COORDINATOR_NOT_AVAILABLE
+    (retry). The group and the transaction coordinator both answer so."""
     if isinstance(cause, _NOT_COORDINATOR_ERRORS):
-        return NotCoordinatorError(f"append to __consumer_offsets failed: {cause}")
-    return CoordinatorNotAvailableError(f"append to __consumer_offsets failed: {cause}")
+        return NotCoordinatorError(f"append to {topic} failed: {cause}")
+    return CoordinatorNotAvailableError(f"append to {topic} failed: {cause}")
 
 
 def offset_entry(value: OffsetValue, log_offset: int) -> OffsetEntry:

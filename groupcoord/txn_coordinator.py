@@ -280,19 +280,20 @@ class TxnCoordinator:
                 f"producer epoch {producer_epoch} of {transactional_id!r} is fenced by epoch {m.producer_epoch}"))
         if transactional_id in self._busy:
             return _fail(ConcurrentTransactionsError(f"{transactional_id!r}: a previous step is still being written"))
-        wrong = InvalidTxnStateError(f"{transactional_id!r} is {m.state.value}: cannot {'commit' if commit else 'abort'}")
         if m.state is TxnState.ONGOING:
             target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
             return self._write(m.moved(target, now_ms), reply={})
-        if m.state is TxnState.COMPLETE_COMMIT:
-            return TxnResult(response={}) if commit else _fail(wrong)
-        if m.state is TxnState.COMPLETE_ABORT:
-            return TxnResult(response={}) if not commit else _fail(wrong)
-        if m.state is TxnState.PREPARE_COMMIT:
-            return _fail(ConcurrentTransactionsError(f"{transactional_id!r} is committing")) if commit else _fail(wrong)
-        if m.state is TxnState.PREPARE_ABORT:
-            return _fail(ConcurrentTransactionsError(f"{transactional_id!r} is aborting")) if not commit else _fail(wrong)
-        return _fail(wrong)
+        done, preparing = ((TxnState.COMPLETE_COMMIT, TxnState.PREPARE_COMMIT) if commit
+                           else (TxnState.COMPLETE_ABORT, TxnState.PREPARE_ABORT))
+        if m.state is done:
+            return TxnResult(response={})  # a retry of the EndTxn that completed: success
+        if m.state is preparing:
+            return _fail(ConcurrentTransactionsError(f"{transactional_id!r} is {m.state.value}"))
+        # Kafka's answer, and fatal to the client: logged so that an operator (or a fault run)
+        # can tell which state a refused EndTxn met.
+        verb = "commit" if commit else "abort"
+        log.warning("EndTxn(%s) of %r refused: the transaction is %s", verb, transactional_id, m.state.value)
+        return _fail(InvalidTxnStateError(f"{transactional_id!r} is {m.state.value}: cannot {verb}"))
 
     # ------------------------------------------------------------------ completions
 

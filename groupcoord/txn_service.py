@@ -45,6 +45,7 @@ from typing import Any, Final, Protocol
 
 import trio
 
+from groupcoord.context import append_error
 from groupcoord.internal_topic import InternalPartition, InternalTopics, TxnMetadataView
 from groupcoord.partition_load import follow_leadership, replay_partition
 from groupcoord.settings import TxnCoordinatorSettings
@@ -115,6 +116,10 @@ class TxnCoordinatorService:
         self._clock_ms = clock_ms
         self.core = TxnCoordinator(settings.coordinator)
         self._owned: dict[int, int] = {}  # partition -> leader epoch loaded / loading
+        # partition -> the number of its current load: a write or marker task begun under an
+        # earlier load of the partition never touches the state of a later one
+        self._load_gen: dict[int, int] = {}
+        self._loads_started = 0
         self._writes = trio.CapacityLimiter(MAX_WRITES_IN_FLIGHT)
         self._timer_changed = trio.Event()
         self._nursery: trio.Nursery | None = None
@@ -147,6 +152,7 @@ class TxnCoordinatorService:
             for p in list(self._owned):
                 del self._owned[p]
                 self.core.unload(p)
+            self._load_gen.clear()
 
     def on_image(self, image: MetadataImage) -> None:
         """Nothing to do: ownership follows the local replicas."""
@@ -178,8 +184,10 @@ class TxnCoordinatorService:
             self._writes.acquire_on_behalf_of_nowait(token)
         except trio.WouldBlock:
             return self.core.on_write_failed(write, CoordinatorNotAvailableError("too many transaction writes in flight"))
+        p = write.partition
+        gen = self._load_gen.get(p)
         try:
-            part = None if self.topics is None else self.topics.partition(TRANSACTION_STATE_TOPIC, write.partition)
+            part = None if self.topics is None else self.topics.partition(TRANSACTION_STATE_TOPIC, p)
             if part is None or not part.is_leader:
                 return self.core.on_write_failed(write, NotCoordinatorError("not the leader of the partition"))
             key, value = txn_record(write.metadata)
@@ -187,30 +195,69 @@ class TxnCoordinatorService:
             builder.append(value, key, timestamp_ms=self._clock_ms())
             try:
                 appended = await part.append(builder.build())
-                await appended.wait_committed(trio.current_time() + COMMIT_TIMEOUT_S)
-            except RaftlogError as exc:
-                return self.core.on_write_failed(write, exc)
+            except RaftlogError as exc:  # nothing appended
+                return self._failed(write, gen, append_error(exc, TRANSACTION_STATE_TOPIC))
             except BaseException:
-                self.core.on_write_failed(write, RequestTimedOutError("cancelled"))
+                self._failed(write, gen, RequestTimedOutError("cancelled"))
                 raise
+            try:
+                await appended.wait_committed(trio.current_time() + COMMIT_TIMEOUT_S)
+            except BaseException as exc:
+                # The record is in the log, its fate unknown: it may yet commit (or a new leader
+                # cut it). The state follows the log, never a guess: the partition is replayed
+                # (after its high watermark passes the record), its ids answer
+                # COORDINATOR_LOAD_IN_PROGRESS meanwhile, and this request COORDINATOR_NOT_AVAILABLE
+                # (Kafka's answer to a timed-out append; retriable): a client that retries its
+                # EndTxn gets the outcome the log holds, never INVALID_TXN_STATE for a commit
+                # that went through.
+                if self._load_gen.get(p) == gen:
+                    self.core.on_write_failed(write, RequestTimedOutError("outcome unknown"))
+                    self._reload(p, f"a write's outcome is unknown: {exc!r}")
+                if not isinstance(exc, RaftlogError):
+                    raise
+                return TxnResult(response=append_error(exc, TRANSACTION_STATE_TOPIC))
+            if self._load_gen.get(p) != gen:  # replayed meanwhile: the replay has this record
+                return TxnResult(response=CoordinatorNotAvailableError(f"{TRANSACTION_STATE_TOPIC}-{p} was reloaded"))
             return self.core.on_written(write, self._clock_ms())
         finally:
             self._writes.release_on_behalf_of(token)
+
+    def _failed(self, write: Write, gen: int | None, error: RaftlogError) -> TxnResult:
+        """A write that changed nothing: the core forgets it unless its partition was reloaded
+        meanwhile (then the core's state of the id is the replay's)."""
+        if self._load_gen.get(write.partition) != gen:
+            return TxnResult(response=error)
+        return self.core.on_write_failed(write, error)
+
+    def _reload(self, p: int, reason: str) -> None:
+        """Forget `p`'s state and replay it from the log (if it is still led here)."""
+        if self._owned.pop(p, None) is None:
+            return
+        self._load_gen.pop(p, None)
+        self.core.unload(p)
+        log_event(logger, "txn_partition_reload", level=logging.WARNING, partition=p, reason=reason)
+        if self._nursery is not None and self.topics is not None:
+            self._check_leadership()
 
     def _spawn_markers(self, markers: Markers) -> None:
         if self._nursery is None:
             self.core.on_markers_failed(markers.transactional_id)
             return
-        self._nursery.start_soon(self._send_markers, markers)
+        gen = self._load_gen.get(self.core.partition_for(markers.transactional_id))
+        self._nursery.start_soon(self._send_markers, markers, gen)
 
-    async def _send_markers(self, markers: Markers) -> None:
+    async def _send_markers(self, markers: Markers, gen: int | None) -> None:
+        p = self.core.partition_for(markers.transactional_id)
         try:
             await self._write_markers(markers)
         except RaftlogError as exc:
             log_event(logger, "txn_markers_failed", level=logging.WARNING, transactional_id=markers.transactional_id,
                       reason=str(exc))
-            self.core.on_markers_failed(markers.transactional_id)
+            if self._load_gen.get(p) == gen:
+                self.core.on_markers_failed(markers.transactional_id)
             return
+        if self._load_gen.get(p) != gen:
+            return  # the partition was replayed meanwhile: that load sends the markers it finds
         try:
             await self._settle(self.core.on_markers_written(markers.transactional_id, self._clock_ms()))
         except RaftlogError as exc:  # the Complete write failed: the next leader's replay resends
@@ -260,17 +307,21 @@ class TxnCoordinatorService:
                 if current == r.leader_epoch:
                     continue
                 self._owned[p] = r.leader_epoch
+                self._loads_started += 1
+                self._load_gen[p] = self._loads_started
                 self.core.begin_load(p)
                 assert self._nursery is not None
-                self._nursery.start_soon(self._load, p, r, r.leader_epoch)
+                self._nursery.start_soon(self._load, p, r, r.leader_epoch, self._loads_started)
             elif current is not None:
                 del self._owned[p]
+                self._load_gen.pop(p, None)
                 self.core.unload(p)
                 log_event(logger, "txn_partition_unloaded", partition=p)
 
-    async def _load(self, p: int, r: InternalPartition, epoch: int) -> None:
+    async def _load(self, p: int, r: InternalPartition, epoch: int, gen: int) -> None:
         def ours() -> bool:
-            return self._owned.get(p) == epoch and r.is_leader and r.leader_epoch == epoch
+            return (self._owned.get(p) == epoch and self._load_gen.get(p) == gen and r.is_leader
+                    and r.leader_epoch == epoch)
 
         try:
             applied, _ = await replay_partition(r, ours, lambda records: self.core.load(p, records))
@@ -284,8 +335,9 @@ class TxnCoordinatorService:
                       prepared=len(resend))
         except RaftlogError as exc:
             log_event(logger, "txn_partition_load_failed", level=logging.WARNING, partition=p, reason=str(exc))
-            if self._owned.get(p) == epoch:
+            if self._owned.get(p) == epoch and self._load_gen.get(p) == gen:
                 del self._owned[p]
+                self._load_gen.pop(p, None)
                 self.core.unload(p)
 
     # ------------------------------------------------------------------ client ops

@@ -17,7 +17,14 @@ What survives (Kafka's rules, with the differences named):
 * records with a null key (Kafka rejects them on compacted topics; here they are kept);
 * a tombstone (null value) until `delete_retention_ms` after its segment's largest timestamp;
 * control batches, whole and untouched: they carry leader-change markers for the partition
-  Raft and have no key in the user's sense.
+  Raft and the COMMIT/ABORT markers of transactions, and have no key in the user's sense
+  (Kafka removes a transaction's marker in a later pass once its records are gone; here markers
+  stay: never removed too early, at the cost of a few bytes per transaction);
+* never a record of an aborted transaction (`aborted`: the partition's aborted-transaction
+  entries, producer id and offset range, as Kafka's cleaner reads its `.txnindex`): such a
+  batch neither enters the offset map (an aborted value must not obsolete a committed one)
+  nor survives, as Kafka discards it. The caller cleans only below the last stable offset, so
+  no record of an open transaction is ever cleaned.
 Offsets never change: a filtered batch keeps its base offset, last offset delta, base
 timestamp, producer fields and attributes; the surviving records are copied byte for byte (their
 offset and timestamp deltas stay valid because the base values stay), so offset deltas inside
@@ -45,7 +52,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 from crc32c import crc32c
 
@@ -56,6 +63,7 @@ from partition.batch import (
     LOG_OVERHEAD,
     MAGIC,
     Compression,
+    Header,
     TimestampType,
     decode_batch,
 )
@@ -185,11 +193,28 @@ def filter_batch(batch: bytes, keep: Callable[[int, bytes | None, bytes | None],
     return b"".join((head, tail, new_payload)), removed
 
 
-def _offset_map(segments: Iterable[Segment]) -> dict[bytes, int]:
+AbortedRange = tuple[int, int, int]  # (producer id, first offset, last offset): an aborted transaction
+
+
+def _aborted_index(aborted: Sequence[AbortedRange]) -> dict[int, list[tuple[int, int]]]:
+    by_pid: dict[int, list[tuple[int, int]]] = {}
+    for pid, first, last in aborted:
+        by_pid.setdefault(pid, []).append((first, last))
+    return by_pid
+
+
+def _in_aborted(h: Header, by_pid: dict[int, list[tuple[int, int]]]) -> bool:
+    """Whether `h` is a transactional batch of an aborted transaction."""
+    if not h.is_transactional or h.is_control:
+        return False
+    return any(first <= h.base_offset <= last for first, last in by_pid.get(h.producer_id, ()))
+
+
+def _offset_map(segments: Iterable[Segment], by_pid: dict[int, list[tuple[int, int]]]) -> dict[bytes, int]:
     latest: dict[bytes, int] = {}
     for seg in segments:
         for _, h, data in seg.batch_bytes():
-            if h.is_control:
+            if h.is_control or _in_aborted(h, by_pid):
                 continue
             for r in decode_batch(data, max_decompressed_bytes=_MAX_DECOMPRESSED_BYTES)[1]:
                 if r.key is not None:
@@ -199,7 +224,7 @@ def _offset_map(segments: Iterable[Segment]) -> dict[bytes, int]:
 
 def clean(directory: Path, segments: list[Segment], *, now_ms: int, delete_retention_ms: int,
           index_interval_bytes: int, max_index_bytes: int,
-          should_stop: Callable[[], bool] = lambda: False,
+          should_stop: Callable[[], bool] = lambda: False, aborted: Sequence[AbortedRange] = (),
           ) -> tuple[list[CleanedSegment], CleanResult]:
     """Phase 1: filter `segments` (closed, durable, oldest first; pinned by the caller) and
     write each one that loses records as `.cleaned` files (segment, index, timeindex), every
@@ -208,7 +233,8 @@ def clean(directory: Path, segments: list[Segment], *, now_ms: int, delete_reten
     Raises OSError, CorruptRecordError (a batch that does not decode), CleanAborted."""
     result = CleanResult()
     cleaned: list[CleanedSegment] = []
-    latest = _offset_map(segments)
+    by_pid = _aborted_index(aborted)
+    latest = _offset_map(segments, by_pid)
     dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)  # our own: the log's may close
     try:
         for seg in segments:
@@ -236,7 +262,7 @@ def clean(directory: Path, segments: list[Segment], *, now_ms: int, delete_reten
                 if h.is_control:
                     out += data
                     continue
-                new, n = filter_batch(data, keep)
+                new, n = filter_batch(data, (lambda offset, key, value: False) if _in_aborted(h, by_pid) else keep)
                 removed += n
                 if new is not None:
                     out += new

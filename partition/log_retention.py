@@ -13,7 +13,7 @@ own); its calls follow Log's concurrency rules (partition/log.py "Concurrency").
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 from partition import cleaner
 from partition.errors import LogClosedError
@@ -190,17 +190,19 @@ class LogRetention:
         return CompactionPlan(candidates, upto, now_ms)
 
     def clean_planned(self, plan: CompactionPlan, *,
-                      should_stop: Callable[[], bool] = lambda: False) -> None:
+                      should_stop: Callable[[], bool] = lambda: False,
+                      aborted: Sequence[cleaner.AbortedRange] = ()) -> None:
         """A reader (any thread, beside the writer): the long phase of a compaction pass, the
-        segments' `.cleaned` files written and fsynced (partition/cleaner.py `clean`). Fills
-        `plan.cleaned` and `plan.result`. Raises OSError, CorruptRecordError,
-        cleaner.CleanAborted; the plan stays pinned either way (`discard_plan`)."""
+        segments' `.cleaned` files written and fsynced (partition/cleaner.py `clean`; `aborted`:
+        the aborted transactions, whose records are discarded). Fills `plan.cleaned` and
+        `plan.result`. Raises OSError, CorruptRecordError, cleaner.CleanAborted; the plan stays
+        pinned either way (`discard_plan`)."""
         cfg = self.config
         plan.cleaned, plan.result = cleaner.clean(
             self.directory, plan.segments, now_ms=plan.now_ms,
             delete_retention_ms=cfg.delete_retention_ms,
             index_interval_bytes=cfg.index_interval_bytes, max_index_bytes=cfg.max_index_bytes,
-            should_stop=should_stop)
+            should_stop=should_stop, aborted=aborted)
 
     def install_cleaned(self, plan: CompactionPlan) -> cleaner.CleanResult:
         """Writer: swap in, oldest first, every segment `clean_planned` rewrote that is still

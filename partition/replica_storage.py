@@ -261,7 +261,12 @@ class ReplicaStorage:
             try:
                 before = log.log_start_offset
                 now = self._clock_ms()
-                hw = self.core.high_watermark
+                # Retention and compaction stop at the last stable offset (issue 42): the log
+                # start never passes the first offset of an open transaction (nor of one whose
+                # marker is not committed yet), and no record of one is ever compacted.
+                hw = self.producers.txns.last_stable_offset(self.core.high_watermark)
+                if self._producers_dirty:  # the open transactions are known after the rebuild: wait
+                    hw = log.log_start_offset
                 if log.roll_or_retention_due(now, high_watermark=hw):
                     done = await trio.to_thread.run_sync(
                         partial(log.roll_and_retain, now, high_watermark=hw),
@@ -270,7 +275,9 @@ class ReplicaStorage:
                     done = {"rolled": False, "deleted_segments": [], "log_start_offset": before}
                 if log.log_start_offset > before:
                     await self._execute(self.core.log_start_advanced(log.log_start_offset))
+                    self.producers.txns.drop_below(log.log_start_offset)
                 plan = log.plan_compaction(now, high_watermark=hw)
+                aborted = [(a.producer_id, a.first_offset, a.last_offset) for a in self.producers.txns.aborted]
             except (RaftStateError, LogClosedError, OSError) as exc:
                 self._go_offline(exc)
                 return None
@@ -280,7 +287,8 @@ class ReplicaStorage:
         self._cleaning = True
         try:
             await trio.to_thread.run_sync(
-                partial(log.clean_planned, plan, should_stop=lambda: self.closed or not self.online),
+                partial(log.clean_planned, plan, should_stop=lambda: self.closed or not self.online,
+                        aborted=aborted),
                 limiter=self.disk.maintenance)
         except (OSError, CleanAborted, CorruptRecordError) as exc:
             log.discard_plan(plan)

@@ -17,8 +17,12 @@ from groupcoord.txn_service import TxnCoordinatorService
 from metadata.image import MetadataImage
 from groupcoord.state import GroupState
 from partition.batch import read_header, stamp
+from groupcoord.txn_records import TxnState
 from raftlog.base.errors import (
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
     InvalidTransactionTimeoutError,
+    InvalidTxnStateError,
     MemberIdRequiredError,
     RebalanceInProgressError,
     RequestTimedOutError,
@@ -336,4 +340,106 @@ async def test_the_transaction_service_keeps_its_state_in_its_topic_and_a_new_le
         described = second.core.describe("app")
         assert (described["producer_id"], described["producer_epoch"], described["timeout_ms"]) == (
             1000, answer["producer_epoch"], 30_000)
+        nursery.cancel_scope.cancel()
+
+
+class HeldPartition(MemoryPartition):
+    """A partition whose appends, while `hold` is set, are in the log but not committed (a leader
+    cut off from its followers): `wait_committed` times out, the outcome unknown; `release`
+    commits them (the followers are back)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hold = False
+        self.committed = 0
+        self.released = trio.Event()
+        self.watchers: list[trio.Event] = []
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log_end_offset if not self.hold else self.committed
+
+    async def append(self, batch: bytes) -> Any:
+        if not self.hold:
+            self.committed = self.log_end_offset + 1
+            return await super().append(batch)
+        appended = await super().append(batch)
+        released = self.released
+
+        class Held:
+            first_offset = appended.first_offset
+
+            async def wait_committed(self, deadline: float) -> None:
+                with trio.move_on_at(deadline):
+                    await released.wait()
+                    return
+                raise RequestTimedOutError("not replicated to a majority in time; it may still be committed")
+
+        return Held()
+
+    def release(self) -> None:
+        self.hold = False
+        self.committed = self.log_end_offset
+        self.released.set()
+        for event in self.watchers:
+            event.set()
+
+    def watch(self, event: trio.Event) -> None:
+        if self.hold:
+            self.watchers.append(event)
+        else:
+            event.set()
+
+    def unwatch(self, event: trio.Event) -> None:
+        if event in self.watchers:
+            self.watchers.remove(event)
+
+
+async def test_an_end_txn_whose_write_outcome_is_unknown_is_retriable_and_its_retry_gets_what_the_log_holds(
+        autojump_clock):
+    """Issue 42: EndTxn(commit) whose PrepareCommit timed out used to answer REQUEST_TIMED_OUT, an
+    abortable error to librdkafka, whose abort then met the commit that had gone through
+    (INVALID_TXN_STATE, fatal). Now it answers COORDINATOR_NOT_AVAILABLE (Kafka's answer to a
+    timed-out append; clients retry), the partition is replayed once the record's fate is known,
+    and the retried commit succeeds with the markers of the one PrepareCommit in the log."""
+    topics = MemoryTopics(TRANSACTION_STATE_TOPIC, TRANSACTION_STATE_TOPIC_PARTITIONS)
+    markers: list[Any] = []
+    async with trio.open_nursery() as nursery:
+        settings = TxnCoordinatorSettings(node_id=1, coordinator=TxnConfig(
+            partitions=TRANSACTION_STATE_TOPIC_PARTITIONS, max_timeout_ms=600_000))
+
+        async def write_markers(m: Any) -> None:
+            markers.append(m)
+
+        service = TxnCoordinatorService(settings, NoMetadata(), topics, new_producer_id=ProducerIds(),
+                                        write_markers=write_markers, clock_ms=trio_ms)
+        p = service.core.partition_for("app")
+        held = topics.partitions[p] = HeldPartition()
+        await nursery.start(service.run)
+        with trio.fail_after(5):
+            while len(service.health()["txn_partitions"]) < TRANSACTION_STATE_TOPIC_PARTITIONS:
+                await trio.sleep(0.05)
+        pid = (await init_producer(service, 300_000))["producer_id"]
+
+        async def call(op: str, **fields: Any) -> Any:
+            fields = {"transactional_id": "app", "producer_id": pid, "producer_epoch": 0, **fields}
+            return await service.client_handlers[op](Request(1, op, fields))
+
+        await call("add_offsets_to_txn", group_id="g")
+        held.hold = True
+        with pytest.raises(CoordinatorNotAvailableError):
+            await call("end_txn", commit=True)
+        assert held.log_end_offset == held.committed + 1  # the PrepareCommit, fate unknown
+        with pytest.raises(CoordinatorLoadInProgressError):  # replaying once its fate is known
+            await call("end_txn", commit=True)
+        assert markers == []
+        held.release()
+        with trio.fail_after(5):
+            while service.core.txns.get("app") is None or service.core.txns["app"].state is not TxnState.COMPLETE_COMMIT:
+                await trio.sleep(0.05)
+        assert [(m.commit, m.producer_id) for m in markers] == [(True, pid)]
+        assert await call("end_txn", commit=True) == {}  # the retry: success, as Kafka's
+        with pytest.raises(InvalidTxnStateError):
+            await call("end_txn", commit=False)
+        assert held.log_end_offset == 4  # Empty, Ongoing, PrepareCommit, CompleteCommit: nothing else
         nursery.cancel_scope.cancel()

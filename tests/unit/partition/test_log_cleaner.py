@@ -11,6 +11,7 @@ from partition.batch import (
     control_batch,
     decode_batches,
     iter_headers,
+    txn_marker_batch,
 )
 from partition.cleaner import filter_batch
 from partition.log import Log, LogConfig
@@ -178,3 +179,40 @@ def test_crash_at_each_swap_step_loses_no_newest_value(tmp_path, step):
     again.maintain(now_ms=0)
     check_newest_kept(again, written)
     again.close()
+
+
+def _compact_with(log, aborted):
+    plan = log.plan_compaction(0)
+    assert plan is not None
+    log.clean_planned(plan, aborted=aborted)
+    return log.install_cleaned(plan)
+
+
+@pytest.mark.parametrize("told", [True, False])
+def test_an_aborted_transactions_records_never_obsolete_a_committed_value_and_are_discarded(tmp_path, told):
+    """Issue 42, Kafka's cleaner rule: a record of an aborted transaction neither enters the
+    offset map nor survives. Told nothing (the control), the aborted value wins the key and
+    the committed one is lost to read_committed readers."""
+    log = Log.open(tmp_path, CFG, now_ms=0)
+    good, _ = log.append(mk([(b"k", b"committed")]), leader_epoch=0, now_ms=0)
+    b = BatchBuilder(producer_id=7, producer_epoch=0, base_sequence=0, is_transactional=True)
+    b.append(b"aborted", key=b"k", timestamp_ms=100)
+    bad, _ = log.append(b.build(), leader_epoch=0, now_ms=0)
+    marker, _ = log.append(txn_marker_batch(7, 0, commit=False, coordinator_epoch=0, timestamp_ms=100),
+                           leader_epoch=0, now_ms=0)
+    written = fill(log, keys=3)  # other keys: closes the segments above
+    log.flush()
+    _compact_with(log, [(7, bad, marker)] if told else [])
+    kept = {r.offset: (r.key, r.value) for r in records(log)}
+    if told:
+        assert kept[good] == (b"k", b"committed") and bad not in kept
+    else:
+        assert good not in kept and kept[bad] == (b"k", b"aborted")
+    assert any(h.is_control and h.base_offset == marker for h in _headers(log))  # the marker stays
+    if told:  # every other key's newest value is kept as before
+        check_newest_kept(log, {**written, good: (b"k", b"committed")})
+    log.close()
+
+
+def _headers(log):
+    return [h for _, h in iter_headers(log.read(log.log_start_offset, 1 << 24))]
