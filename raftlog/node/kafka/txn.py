@@ -51,6 +51,8 @@ TXN_OFFSET_COMMIT_KEY: Final = 28
 MARKER_TIMEOUT_S: Final = 10.0
 DESCRIBE_TRANSACTIONS_KEY: Final = 65
 LIST_TRANSACTIONS_KEY: Final = 66
+TV2_END_TXN_VERSION: Final = 5          # KIP-890 part 2: EndTxn v5+ bumps the epoch per transaction
+TV2_TXN_OFFSET_COMMIT_VERSION: Final = 5  # TxnOffsetCommit v5+ adds the group's partition itself
 
 PRODUCER_FENCED: Final = errors.KAFKA_ERROR_CODES["PRODUCER_FENCED"]
 INVALID_PRODUCER_EPOCH: Final = errors.KAFKA_ERROR_CODES["INVALID_PRODUCER_EPOCH"]
@@ -163,15 +165,22 @@ async def handle_add_offsets_to_txn(ctx: KafkaContext, call: Call) -> Reply:
 
 
 async def handle_end_txn(ctx: KafkaContext, call: Call) -> Reply:
+    """EndTxn (26). v5 is Transactions V2 (KIP-890 part 2, as Kafka decides by the request
+    version): the coordinator bumps the epoch and the answer carries the next producer id and
+    epoch, which the Java client (transaction.version 2) uses for its next transaction."""
     r = call.request
+    tv2 = call.version >= TV2_END_TXN_VERSION
     fields = {"transactional_id": r.transactional_id, "producer_id": r.producer_id,
-              "producer_epoch": r.producer_epoch, "commit": bool(r.committed)}
+              "producer_epoch": r.producer_epoch, "commit": bool(r.committed), "bump_epoch": tv2}
 
     async def answer() -> Any:
         try:
-            await ctx.call("end_txn", fields)
+            result = await ctx.call("end_txn", fields) or {}
         except RaftlogError as exc:
             return EndTxnResponse(throttle_time_ms=0, error_code=_code(exc, call), producer_id=-1, producer_epoch=-1)
+        if tv2:
+            return EndTxnResponse(throttle_time_ms=0, error_code=errors.NONE, producer_id=result["producer_id"],
+                                  producer_epoch=result["producer_epoch"])
         return EndTxnResponse(throttle_time_ms=0, error_code=errors.NONE, producer_id=r.producer_id,
                               producer_epoch=r.producer_epoch)
 
