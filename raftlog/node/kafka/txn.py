@@ -5,10 +5,13 @@ FindCoordinator for transaction keys call `init_txn` / `find_txn_coordinator` he
 
 Protocol translation only: each handler runs the native op of the transaction coordinator
 (groupcoord/txn_service.py; PROTOCOL.md), so the ACL guard checks Kafka's rules on the
-TransactionalId resource. Versions: Transactions V1 (TransactionManager of the Java client
-4.x without `transaction.version=2`, librdkafka, kafka-python, aiokafka): the KIP-890 versions
-(AddPartitionsToTxn 5, AddOffsetsToTxn 4, EndTxn 5) are not advertised, so clients add
-partitions explicitly and keep their epoch across transactions.
+TransactionalId resource. Versions: Transactions V1 (librdkafka, kafka-python, aiokafka, the
+Java client below `transaction.version=2`) adds partitions explicitly and keeps its epoch across
+transactions; Transactions V2 (KIP-890 part 2, the Java client 4.x at transaction.version 2,
+which raftlog finalizes) sends EndTxn v5 (the coordinator bumps the epoch, the answer carries
+it), TxnOffsetCommit v5 (the group's partition is added there, no AddOffsetsToTxn) and
+Produce v12 (produce.py: partitions added on produce). Kafka decides by the request version;
+so does raftlog.
 
 Where Kafka and the native protocol differ, the difference is settled here:
 * PRODUCER_FENCED is newer than the old versions: below InitProducerId 4, AddPartitionsToTxn 2,
@@ -201,6 +204,7 @@ async def handle_txn_offset_commit(ctx: KafkaContext, call: Call) -> Reply:
              for t in r.topics or []]
     fields = {"transactional_id": r.transactional_id, "group_id": r.group_id, "producer_id": r.producer_id,
               "producer_epoch": r.producer_epoch,
+              "add_to_txn": call.version >= TV2_TXN_OFFSET_COMMIT_VERSION,
               "generation_id": r.generation_id if call.version >= 3 else -1,
               "member_id": r.member_id if call.version >= 3 else "",
               "group_instance_id": r.group_instance_id if call.version >= 3 else None,
