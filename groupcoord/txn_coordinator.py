@@ -8,6 +8,7 @@ threads; the trio shell (txn_service.py) appends, waits and sends markers.
     r = core.add_offsets(txn_id, pid, epoch, group_id, now_ms)      (adds the group's
                                                                     __consumer_offsets partition)
     r = core.end_txn(txn_id, pid, epoch, commit, now_ms)
+    r = core.end_txn_v2(txn_id, pid, epoch, commit, now_ms, new_producer_id=None)   (KIP-890 part 2)
     core.on_written(write) / core.on_write_failed(write) -> TxnResult
     core.on_markers_written(txn_id, now_ms) -> TxnResult
     core.tick(now_ms) -> [TxnResult]; core.next_deadline_ms() -> int | None
@@ -295,6 +296,61 @@ class TxnCoordinator:
         log.warning("EndTxn(%s) of %r refused: the transaction is %s", verb, transactional_id, m.state.value)
         return _fail(InvalidTxnStateError(f"{transactional_id!r} is {m.state.value}: cannot {verb}"))
 
+    def end_txn_v2(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
+                   now_ms: int, new_producer_id: int | None = None) -> TxnResult:
+        """EndTxn at Transactions V2 (KIP-890 part 2, EndTxn v5): the prepare bumps the epoch,
+        the markers carry the bumped epoch (every batch of the old one is fenced) and the answer
+        is the producer id and epoch of the next transaction. A retry with the epoch before
+        the bump is answered as the first call was (or CONCURRENT_TRANSACTIONS while the
+        markers are written); an abort with nothing ongoing still bumps the epoch. When the
+        epoch cannot grow, the id moves to `new_producer_id` (NEED_PRODUCER_ID asks for it)
+        and the markers go out under the old id at MAX_PRODUCER_EPOCH (Kafka's), which the
+        state keeps as its last epoch (no Transactions V1 state reaches that epoch)."""
+        try:
+            self._check_owned(transactional_id)
+        except RaftlogError as exc:
+            return _fail(exc)
+        m = self.txns.get(transactional_id)
+        if m is None or m.state is TxnState.DEAD:
+            return _fail(InvalidProducerIdMappingError(f"transactional id {transactional_id!r} has no producer id"))
+        last = (m.last_producer_id, min(m.last_producer_epoch, MAX_PRODUCER_EPOCH - 1))
+        retry = (producer_id, producer_epoch) == last and (
+            m.state.preparing or m.state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT))
+        if not retry and m.producer_id != producer_id:
+            return _fail(InvalidProducerIdMappingError(
+                f"transactional id {transactional_id!r} has no producer id {producer_id}"))
+        if not retry and producer_epoch != m.producer_epoch:
+            return _fail(ProducerFencedError(
+                f"producer epoch {producer_epoch} of {transactional_id!r} is fenced by epoch {m.producer_epoch}"))
+        if transactional_id in self._busy:
+            return _fail(ConcurrentTransactionsError(f"{transactional_id!r}: a previous step is still being written"))
+        current = {"producer_id": m.producer_id, "producer_epoch": m.producer_epoch}
+        wrong = InvalidTxnStateError(f"{transactional_id!r} is {m.state.value}: cannot {'commit' if commit else 'abort'}")
+        done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        if retry:
+            if m.state is done:
+                return TxnResult(response=current)
+            if m.state is (TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT):
+                return _fail(ConcurrentTransactionsError(f"{transactional_id!r} is completing the transaction"))
+            return _fail(wrong)
+        if m.state.preparing:
+            same = m.state is (TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT)
+            return _fail(ConcurrentTransactionsError(f"{transactional_id!r} is completing a transaction")
+                         if same else wrong)
+        if m.state is not TxnState.ONGOING and commit:
+            return _fail(wrong)
+        target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        parts = m.partitions if m.state is TxnState.ONGOING else frozenset()
+        if m.producer_epoch + 1 < MAX_PRODUCER_EPOCH:
+            bumped = m.moved(target, now_ms, producer_epoch=m.producer_epoch + 1, last_producer_id=m.producer_id,
+                             last_producer_epoch=m.producer_epoch, partitions=parts)
+        elif new_producer_id is None:
+            return TxnResult(response=NEED_PRODUCER_ID)
+        else:
+            bumped = m.moved(target, now_ms, producer_id=new_producer_id, producer_epoch=0,
+                             last_producer_id=m.producer_id, last_producer_epoch=MAX_PRODUCER_EPOCH, partitions=parts)
+        return self._write(bumped)
+
     # ------------------------------------------------------------------ completions
 
     def on_written(self, write: Write, now_ms: int) -> TxnResult:
@@ -318,8 +374,10 @@ class TxnCoordinator:
         return _fail(error)
 
     def _markers(self, m: TxnMetadata) -> Markers:
-        return Markers(m.transactional_id, m.producer_id, m.producer_epoch,
-                       m.state is TxnState.PREPARE_COMMIT, m.partitions)
+        pid, epoch = m.producer_id, m.producer_epoch
+        if m.last_producer_epoch == MAX_PRODUCER_EPOCH:  # end_txn_v2 moved the id: the old one's, at its last epoch
+            pid, epoch = m.last_producer_id, m.last_producer_epoch
+        return Markers(m.transactional_id, pid, epoch, m.state is TxnState.PREPARE_COMMIT, m.partitions)
 
     def on_markers_written(self, transactional_id: str, now_ms: int) -> TxnResult:
         """Every marker of the prepared transaction is written: write its Complete state."""

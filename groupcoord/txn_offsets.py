@@ -6,7 +6,8 @@ writes them as an ordinary offset commit before the marker is acknowledged, so t
 transaction completes only once they are in; an ABORT drops them.
 
     TxnOffsets(core, answer, clock_ms)    answer: a core Result -> its ok fields (or raises)
-    await txn_offsets.commit(request)   the client op `txn_offset_commit`
+    await txn_offsets.commit(request)   the client op `txn_offset_commit` (`add_to_txn`: KIP-890
+                                        part 2, the group's partition joins the transaction first)
     await txn_offsets.on_marker(topic, partition, producer_id, commit)
 
 Invariants and limits: pending offsets are in memory only (a coordinator failover between
@@ -23,6 +24,7 @@ from typing import Any, Final
 
 from groupcoord.context import CommitOffset, Result
 from groupcoord.coordinator import GroupCoordinator
+from partition.port import TxnVerifierPort
 from raftlog.base.errors import CoordinatorNotAvailableError, InvalidRequestError
 from raftlog.base.protocol import Request, field
 from raftlog.base.topics import OFFSETS_TOPIC
@@ -44,6 +46,7 @@ class TxnOffsets:
         self._clock_ms = clock_ms
         # producer id -> group id -> (topic, partition) -> offset
         self.pending: dict[int, dict[str, dict[tuple[str, int], CommitOffset]]] = {}
+        self.txn_verifier: TxnVerifierPort | None = None  # set by the node (raftlog/node/txn_link.py)
 
     async def commit(self, request: Request) -> dict[str, Any]:
         group_id = field(request, "group_id", str)
@@ -57,6 +60,8 @@ class TxnOffsets:
                 field(d, "leader_epoch", int, default=None, nullable=True, where=w),
                 field(d, "metadata", str, default="", where=w),
             ))  # fmt: skip
+        if field(request, "add_to_txn", bool, default=False):
+            await self._add_to_txn(request, group_id, producer_id)
         answer = await self._answer(self.core.txn_offset_commit(
             group_id=group_id, offsets=offsets, now_ms=self._clock_ms(), validate_only=True,
             member_id=field(request, "member_id", str, default=""),
@@ -73,6 +78,17 @@ class TxnOffsets:
         for c in offsets:
             held[(c.topic, c.partition)] = c
         return answer
+
+    async def _add_to_txn(self, request: Request, group_id: str, producer_id: int) -> None:
+        """Transactions V2 (KIP-890 part 2, TxnOffsetCommit v5: no AddOffsetsToTxn before it):
+        the group's `__consumer_offsets` partition joins the producer's transaction through its
+        coordinator, as Kafka's group coordinator does. Raises its error (INVALID_PRODUCER_EPOCH
+        for a fenced producer)."""
+        if self.txn_verifier is None:
+            raise CoordinatorNotAvailableError("no transaction coordinator link on this node")
+        await self.txn_verifier.verify_txn(field(request, "transactional_id", str), OFFSETS_TOPIC,
+                                           self.core.partition_for(group_id), producer_id,
+                                           field(request, "producer_epoch", int), add=True)
 
     async def on_marker(self, topic: str, partition: int, producer_id: int, commit: bool) -> None:
         """The marker of `producer_id`'s transaction is committed in `topic`-`partition`: the

@@ -128,7 +128,7 @@ class TxnCoordinatorService:
             "init_txn_producer_id": self._init_producer_id,
             "add_partitions_to_txn": self._add_partitions,
             "add_offsets_to_txn": self._add_offsets,
-            "end_txn": self._end_txn,
+            "end_txn": self._end_txn_op,
             "describe_transactions": self._describe,
             "list_transactions": self._list,
         }
@@ -403,9 +403,27 @@ class TxnCoordinatorService:
         result = self.core.add_offsets(tid, pid, epoch, field(request, "group_id", str), self._clock_ms())
         return dict(await self._settle(result))
 
+    async def _end_txn_op(self, request: Request) -> dict[str, Any]:
+        if field(request, "bump_epoch", bool, default=False):
+            return await self._end_txn_v2(request)
+        return await self._end_txn(request)
+
     async def _end_txn(self, request: Request) -> dict[str, Any]:
         tid, pid, epoch = self._producer(request)
         result = self.core.end_txn(tid, pid, epoch, field(request, "commit", bool), self._clock_ms())
+        return dict(await self._settle(result))
+
+    async def _end_txn_v2(self, request: Request) -> dict[str, Any]:
+        """end_txn with `bump_epoch` (Transactions V2, KIP-890 part 2): answers the producer id
+        and epoch of the next transaction."""
+        tid, pid, epoch = self._producer(request)
+        commit = field(request, "commit", bool)
+        result = self.core.end_txn_v2(tid, pid, epoch, commit, self._clock_ms())
+        if result.response == NEED_PRODUCER_ID:
+            fresh = (await self._new_producer_id()).producer_id
+            result = self.core.end_txn_v2(tid, pid, epoch, commit, self._clock_ms(), new_producer_id=fresh)
+            if result.response == NEED_PRODUCER_ID:  # cannot happen: a fresh id always serves
+                raise CoordinatorNotAvailableError("no producer id")
         return dict(await self._settle(result))
 
     async def _describe(self, request: Request) -> dict[str, Any]:

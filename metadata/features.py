@@ -14,8 +14,11 @@ so that Kafka's tools and clients read them (`kafka-features describe`):
   so the level only tells clients which Kafka release raftlog matches.
 * group.version 0-1, finalized 1: the KIP-848 consumer protocol (ConsumerGroupHeartbeat) is
   served.
-* transaction.version 0-1, finalized 1: transactions as Kafka 4.0 without KIP-890 part 2
-  (EndTxn v5 is not served, so level 2 is not offered).
+* transaction.version 0-2, finalized 2: Transactions V2 (KIP-890 part 2: EndTxn v5 bumps the
+  epoch per transaction, Produce v12 and TxnOffsetCommit v5 add their partitions themselves),
+  as Kafka 4.x. The Java client reads the level and sends those versions; the brokers decide
+  by the request version, so clients that speak only V1 (librdkafka, kafka-python, aiokafka,
+  Java at level 1) are served as before.
 * kraft.version, eligible.leader.replicas.version, share.version, streams.version 0-0: the
   quorum's membership is not changed through Kafka's AddRaftVoter; a Raft group has no
   eligible leader replicas (a majority elects); share groups are not on the Kafka wire yet;
@@ -59,7 +62,7 @@ class Feature:
 FEATURES: Final[Mapping[str, Feature]] = {
     METADATA_VERSION: Feature(7, 25, 25),
     "kraft.version": Feature(0, 0, 0),
-    "transaction.version": Feature(0, 1, 1),
+    "transaction.version": Feature(0, 2, 2),
     "group.version": Feature(0, 1, 1),
     "eligible.leader.replicas.version": Feature(0, 0, 0),
     "share.version": Feature(0, 0, 0),

@@ -17,7 +17,7 @@ carries the hint once for every listener: `leader_id`, `leader` (its native addr
 `epoch` (the leader epoch the image knows for it, for Kafka's KIP-951 CurrentLeader).
 
 Transactions (issue 42): `transactional_id` on produce (transactional batches are verified
-with the coordinator), `isolation_level` on fetch and list offsets (READ_COMMITTED reads up
+with the coordinator; with `add_to_txn` the coordinator adds the partition, KIP-890 part 2), `isolation_level` on fetch and list offsets (READ_COMMITTED reads up
 to the last stable offset; a fetch result names the aborted transactions in its range),
 `write_txn_marker` (the coordinators' WriteTxnMarkers). Room for what comes next (DESIGN §10):
 `current_leader_epoch` on a fetched part (KIP-320 fencing), and new ops (share-group
@@ -44,7 +44,7 @@ __all__ = [
     "IsolationLevel", "ClientInfo", "ProducePart", "ProduceResult", "Appended", "FetchPart",
     "FetchRequest", "FetchResult", "RecordsSlice", "OffsetQuery", "OffsetResult", "EpochQuery",
     "EpochEndResult", "DeletePart", "DeleteResult", "ProducerIdentity", "ReplicaSize",
-    "ProducerInfo", "PartitionKey", "TxnMarker", "AbortedTxn", "PartitionPort", "EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "MAX_TIMESTAMP",
+    "ProducerInfo", "PartitionKey", "TxnMarker", "AbortedTxn", "PartitionPort", "TxnVerifierPort", "EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "MAX_TIMESTAMP",
 ]
 
 EARLIEST_TIMESTAMP: Final = -2  # list offsets: the log start offset
@@ -267,13 +267,26 @@ class PartitionKey:
     partition: int
 
 
+class TxnVerifierPort(Protocol):
+    """KIP-890 part 1: asks the transaction coordinator of `transactional_id` whether this
+    partition is in the ongoing transaction of (producer_id, producer_epoch); raises its error
+    (INVALID_TXN_STATE, INVALID_PRODUCER_EPOCH, ...) if not. With `add` (part 2, Transactions
+    V2) the coordinator adds the partition to the transaction instead."""
+
+    async def verify_txn(self, transactional_id: str, topic: str, partition: int,
+                         producer_id: int, producer_epoch: int, *, add: bool = False) -> None: ...
+
+
 class PartitionPort(Protocol):
     """The partition service as every listener sees it (module docstring)."""
 
     async def append(self, parts: Sequence[ProducePart], *, acks: int, client: ClientInfo,
-                     transactional_id: str | None = None) -> Appended:
+                     transactional_id: str | None = None, add_to_txn: bool = False) -> Appended:
         """Check each part as Kafka's log validator does and append it on its leader, in order
-        (module docstring). `acks` is 0, 1 or -1 (the caller checked)."""
+        (module docstring). `acks` is 0, 1 or -1 (the caller checked). `add_to_txn`
+        (Transactions V2, KIP-890 part 2): the first transactional batch of a producer's
+        transaction in a partition adds that partition to the transaction, instead of being
+        refused unless the producer added it."""
         ...
 
     async def fetch(self, request: FetchRequest) -> list[FetchResult]: ...

@@ -369,6 +369,13 @@ class ProducerStateManager:
             self._entries.popitem(last=False)
             self._evicted_at = last_offset
 
+    def in_txn(self, producer_id: int, producer_epoch: int) -> bool:
+        """Whether `producer_id` has a transaction open here at `producer_epoch` (Kafka's
+        hasOngoingTransaction: at Transactions V2 each transaction has its own epoch, so a batch
+        of a newer epoch begins a new transaction even before the old one's marker is here)."""
+        e = self._entries.get(producer_id)
+        return producer_id in self.txns.open and e is not None and e.producer_epoch == producer_epoch
+
     def marker(self, producer_id: int, producer_epoch: int, offset: int, *, commit: bool) -> None:
         """The COMMIT/ABORT marker of `producer_id` at `offset`: its transaction here ends,
         and an epoch above the entry's fences the older one (the coordinator bumps the epoch

@@ -95,7 +95,7 @@ class ReplicaWrites:
                                verify_txn: TxnVerifier | None = None) -> AppendResult:
         """Append a producer's batches. Returns AppendResult (waiter set for acks=all when
         the batch is not committed yet). A transactional batch of a producer with no
-        transaction open here is first checked with `verify_txn(producer_id, epoch)` (KIP-890:
+        transaction of its epoch open here is first checked with `verify_txn(producer_id, epoch)` (KIP-890:
         the coordinator says whether this partition is in its ongoing transaction; it raises
         INVALID_TXN_STATE, PRODUCER_FENCED, ...). Raises NotLeaderError, CorruptRecordError,
         MessageTooLargeError, InvalidRequestError, the producer-state errors, KafkaStorageError,
@@ -119,7 +119,7 @@ class ReplicaWrites:
                 "an idempotent produce carries exactly one batch per partition", field="records"
             )
         txn = idem[0] if idem and idem[0].is_transactional else None
-        if txn is not None and txn.producer_id not in self.producers.txns.open:
+        if txn is not None and not self.producers.in_txn(txn.producer_id, txn.producer_epoch):
             if verify_txn is None:
                 raise InvalidTxnStateError(
                     f"{self.name}: transactional batch of producer {txn.producer_id} outside a transaction")

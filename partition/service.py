@@ -67,6 +67,7 @@ from partition.port import (
     RecordsSlice,
     ReplicaSize,
     TxnMarker,
+    TxnVerifierPort,
 )
 from partition.replica import AckWaiter, Replica
 from partition.recompress import recompress
@@ -122,15 +123,6 @@ class BrokerDirectory(Protocol):
     def client_address(self, broker_id: int) -> str | None: ...
 
     async def allocate_producer_ids(self) -> tuple[int, int]: ...
-
-
-class TxnVerifierPort(Protocol):
-    """KIP-890 part 1: asks the transaction coordinator of `transactional_id` whether this
-    partition is in the ongoing transaction of (producer_id, producer_epoch); raises its error
-    (INVALID_TXN_STATE, PRODUCER_FENCED, INVALID_PRODUCER_EPOCH, ...) if not."""
-
-    async def verify_txn(self, transactional_id: str, topic: str, partition: int,
-                         producer_id: int, producer_epoch: int) -> None: ...
 
 
 @dataclass(slots=True)
@@ -219,7 +211,7 @@ class PartitionService:
     # ------------------------------------------------------------------ produce
 
     async def append(self, parts: Sequence[ProducePart], *, acks: int, client: ClientInfo,
-                     transactional_id: str | None = None) -> _Appended:
+                     transactional_id: str | None = None, add_to_txn: bool = False) -> _Appended:
         appended = _Appended([], [])
         traffic = self._host.traffic
         for part in parts:
@@ -233,7 +225,8 @@ class PartitionService:
                                                 transactional=transactional_id is not None)
                 verify = None
                 if transactional_id is not None and self.txn_verifier is not None:
-                    verify = partial(self.txn_verifier.verify_txn, transactional_id, topic, partition)
+                    verify = partial(self.txn_verifier.verify_txn, transactional_id, topic, partition,
+                                     add=add_to_txn)
                 res = await replica.append_as_leader(records, acks=acks, verify_txn=verify)
                 if not res.duplicate:
                     traffic.produced(topic, len(records), res.last_offset - res.first_offset + 1)

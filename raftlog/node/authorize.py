@@ -538,15 +538,15 @@ class GuardedPartitions:
                 for i, p in enumerate(parts)]
 
     async def append(self, parts: Sequence[ProducePart], *, acks: int, client: ClientInfo,
-                     transactional_id: str | None = None) -> Appended:
+                     transactional_id: str | None = None, add_to_txn: bool = False) -> Appended:
         if transactional_id is not None and self._access.authorizer is not None \
                 and not self._access.allowed(O.WRITE, X, transactional_id):
             # Kafka: WRITE on the transactional id, else every part is refused.
             error = _refusal(O.WRITE, X, transactional_id)
             return _GuardedAppend(None, [ProduceResult(p.topic, p.partition, error=error) for p in parts])
         allowed, refused = self._split(O.WRITE, parts)
-        inner = await self._port.append(allowed, acks=acks, client=client,
-                                        transactional_id=transactional_id) if allowed else None
+        inner = await self._port.append(allowed, acks=acks, client=client, transactional_id=transactional_id,
+                                        add_to_txn=add_to_txn) if allowed else None
         results = self._merge(parts, [] if inner is None else inner.results, refused,
                               lambda t, p, e: ProduceResult(t, p, error=e))
         return _GuardedAppend(inner, results)

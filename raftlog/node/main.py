@@ -157,6 +157,7 @@ def build_services(config: NodeConfig, metadata: MetadataService, peers: PeerPoo
         link.append(TxnLink(config.node_id, metadata, peers, replicas.port, txn.client_handlers,
                             settings.coordinator.partitions))
         replicas.port.txn_verifier = link[0]
+        groups.txn_offsets.txn_verifier = link[0]  # TxnOffsetCommit v5 adds the group's partition (KIP-890)
 
         async def on_marker(marker: TxnMarker) -> None:  # TxnOffsetCommit's offsets apply at commit
             await groups.txn_offsets.on_marker(marker.topic, marker.partition, marker.producer_id, marker.commit)

@@ -13,7 +13,11 @@ directions, across nodes (a NodeService with peer ops only):
   partition port's `txn_verifier`: before the first transactional batch of a producer in a
   partition, the transactional id's coordinator is asked (AddPartitionsToTxn with
   verify_only, locally or with the peer op `verify_txn`) whether that partition is in the
-  ongoing transaction of that producer id and epoch; its error is the produce's.
+  ongoing transaction of that producer id and epoch; its error is the produce's, PRODUCER_FENCED
+  answered INVALID_PRODUCER_EPOCH as Kafka's broker does. Transactions V2 (KIP-890 part 2,
+  Produce v12+): the same call without verify_only adds the partition to the transaction
+  (starting one if none is ongoing); CONCURRENT_TRANSACTIONS (another add, or the previous
+  transaction's markers, being written) is retried with backoff for IMPLICIT_ADD_RETRY_S.
 
 Limits: peer calls under PEER_TIMEOUT_S; at most MAX_TRACKED transactions' progress kept
 (more: the progress of the oldest is forgotten and its markers are written again, harmlessly:
@@ -33,8 +37,11 @@ from groupcoord.txn_coordinator import Markers
 from metadata.image import MetadataImage
 from partition.port import TxnMarker
 from raftlog.base.errors import (
+    ConcurrentTransactionsError,
     CoordinatorNotAvailableError,
+    InvalidProducerEpochError,
     NotLeaderError,
+    ProducerFencedError,
     RaftlogError,
     UnknownTopicOrPartitionError,
     as_wire_error,
@@ -52,6 +59,9 @@ PEER_TIMEOUT_S: Final = 10.0
 MARKER_TIMEOUT_S: Final = 10.0
 MAX_TRACKED: Final = 10_000
 MAX_MARKER_PARTITIONS: Final = 10_000
+IMPLICIT_ADD_RETRY_S: Final = 5.0       # an implicit add retries CONCURRENT_TRANSACTIONS this long
+IMPLICIT_ADD_BACKOFF_S: Final = 0.005
+IMPLICIT_ADD_MAX_BACKOFF_S: Final = 0.2
 
 Handler = Callable[[Request], Awaitable[Mapping[str, Any] | None]]
 
@@ -202,11 +212,29 @@ class TxnLink:
     # ------------------------------------------------------------------ verification
 
     async def verify_txn(self, transactional_id: str, topic: str, partition: int,
-                         producer_id: int, producer_epoch: int) -> None:
-        """KIP-890 part 1 (module docstring). Raises the coordinator's error."""
+                         producer_id: int, producer_epoch: int, *, add: bool = False) -> None:
+        """KIP-890 part 1, or with `add` part 2 (module docstring). Raises the coordinator's
+        error, PRODUCER_FENCED as INVALID_PRODUCER_EPOCH (Kafka's AddPartitionsToTxnManager:
+        the produce answer of a fenced zombie)."""
         fields = {"transactional_id": transactional_id, "producer_id": producer_id,
-                  "producer_epoch": producer_epoch, "verify_only": True,
+                  "producer_epoch": producer_epoch, "verify_only": not add,
                   "partitions": [{"topic": topic, "partition": partition}]}
+        deadline = trio.current_time() + IMPLICIT_ADD_RETRY_S
+        backoff_s = IMPLICIT_ADD_BACKOFF_S
+        while True:
+            try:
+                return await self._verify(transactional_id, topic, partition, fields)
+            except ProducerFencedError as exc:
+                raise InvalidProducerEpochError(str(exc)) from None
+            except ConcurrentTransactionsError:
+                # Another partition's add (or the previous transaction's markers) is being
+                # written: the implicit add waits for it, briefly, rather than failing the produce.
+                if not add or trio.current_time() + backoff_s > deadline:
+                    raise
+            await trio.sleep(backoff_s)
+            backoff_s = min(backoff_s * 2, IMPLICIT_ADD_MAX_BACKOFF_S)
+
+    async def _verify(self, transactional_id: str, topic: str, partition: int, fields: dict[str, Any]) -> None:
         p = partition_for_transactional_id(transactional_id, self._txn_partitions)
         state = self.metadata.image.partition(TRANSACTION_STATE_TOPIC, p)
         if state is None or state.leader < 0:

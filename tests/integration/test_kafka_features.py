@@ -85,5 +85,5 @@ def test_the_cli_describes_and_changes_features(cluster: harness.NodeCluster) ->
     assert "downgrade" in refused
     run("downgrade", "--feature", "transaction.version=0")
     assert "transaction.version" not in json.loads(run("describe", "--json"))["finalized"]
-    run("upgrade", "--feature", "transaction.version=1")
-    assert json.loads(run("describe", "--json"))["finalized"]["transaction.version"] == 1
+    run("upgrade", "--feature", "transaction.version=2")
+    assert json.loads(run("describe", "--json"))["finalized"]["transaction.version"] == 2

@@ -14,9 +14,11 @@ OUT_OF_ORDER_SEQUENCE_NUMBER.
 Versions 0-2 (message formats v0/v1) are advertised (librdkafka's compression check, see
 versions.py) and answered UNSUPPORTED_VERSION per partition. A transactional produce
 (`transactional_id`) goes to the port with its id: WRITE on the transactional id, and each
-transactional batch of a producer with no transaction open in that partition is verified with
-its coordinator (KIP-890 part 1; INVALID_TXN_STATE or PRODUCER_FENCED if it is not in the
-ongoing transaction). Transactional batches without a transactional id:
+transactional batch of a producer with no transaction of its epoch open in that partition is
+verified with its coordinator (KIP-890 part 1; INVALID_TXN_STATE or INVALID_PRODUCER_EPOCH if
+it is not in the ongoing transaction); from Produce v12 (Transactions V2, KIP-890 part 2: the
+Java client at transaction.version 2 sends no AddPartitionsToTxn) the coordinator adds the
+partition to the transaction instead, as Kafka decides by the request version. Transactional batches without a transactional id:
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka.
 
 ACLs (the port's guard, raftlog/node/authorize.py GuardedPartitions, as for the native
@@ -51,6 +53,7 @@ __all__ = ["HANDLERS"]
 PRODUCE_KEY: Final = 0
 INIT_PRODUCER_ID_KEY: Final = 22
 TOPIC_IDS_VERSION: Final = 13  # KIP-516: Produce v13 names topics by id
+TV2_PRODUCE_VERSION: Final = 12  # KIP-890 part 2: a transactional produce adds its partitions itself
 
 
 def _partition_response(index: int, code: int, base_offset: int = -1, message: str | None = None,
@@ -105,8 +108,8 @@ async def handle_produce(ctx: KafkaContext, call: Call) -> Reply:
     deadline = trio.current_time() + timeout_ms / 1000
     client = ClientInfo("kafka", peer=call.connection.peer, principal=call.connection.principal,
                         client_id=call.header.client_id)
-    appended = await ctx.port().append(parts, acks=acks, client=client,
-                                       transactional_id=request.transactional_id) if parts else None
+    appended = await ctx.port().append(parts, acks=acks, client=client, transactional_id=request.transactional_id,
+                                       add_to_txn=call.version >= TV2_PRODUCE_VERSION) if parts else None
     if acks == 0:
         return None
     results = [] if appended is None else appended.results

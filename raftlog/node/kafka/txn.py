@@ -5,10 +5,13 @@ FindCoordinator for transaction keys call `init_txn` / `find_txn_coordinator` he
 
 Protocol translation only: each handler runs the native op of the transaction coordinator
 (groupcoord/txn_service.py; PROTOCOL.md), so the ACL guard checks Kafka's rules on the
-TransactionalId resource. Versions: Transactions V1 (TransactionManager of the Java client
-4.x without `transaction.version=2`, librdkafka, kafka-python, aiokafka): the KIP-890 versions
-(AddPartitionsToTxn 5, AddOffsetsToTxn 4, EndTxn 5) are not advertised, so clients add
-partitions explicitly and keep their epoch across transactions.
+TransactionalId resource. Versions: Transactions V1 (librdkafka, kafka-python, aiokafka, the
+Java client below `transaction.version=2`) adds partitions explicitly and keeps its epoch across
+transactions; Transactions V2 (KIP-890 part 2, the Java client 4.x at transaction.version 2,
+which raftlog finalizes) sends EndTxn v5 (the coordinator bumps the epoch, the answer carries
+it), TxnOffsetCommit v5 (the group's partition is added there, no AddOffsetsToTxn) and
+Produce v12 (produce.py: partitions added on produce). Kafka decides by the request version;
+so does raftlog.
 
 Where Kafka and the native protocol differ, the difference is settled here:
 * PRODUCER_FENCED is newer than the old versions: below InitProducerId 4, AddPartitionsToTxn 2,
@@ -51,6 +54,8 @@ TXN_OFFSET_COMMIT_KEY: Final = 28
 MARKER_TIMEOUT_S: Final = 10.0
 DESCRIBE_TRANSACTIONS_KEY: Final = 65
 LIST_TRANSACTIONS_KEY: Final = 66
+TV2_END_TXN_VERSION: Final = 5          # KIP-890 part 2: EndTxn v5+ bumps the epoch per transaction
+TV2_TXN_OFFSET_COMMIT_VERSION: Final = 5  # TxnOffsetCommit v5+ adds the group's partition itself
 
 PRODUCER_FENCED: Final = errors.KAFKA_ERROR_CODES["PRODUCER_FENCED"]
 INVALID_PRODUCER_EPOCH: Final = errors.KAFKA_ERROR_CODES["INVALID_PRODUCER_EPOCH"]
@@ -163,15 +168,22 @@ async def handle_add_offsets_to_txn(ctx: KafkaContext, call: Call) -> Reply:
 
 
 async def handle_end_txn(ctx: KafkaContext, call: Call) -> Reply:
+    """EndTxn (26). v5 is Transactions V2 (KIP-890 part 2, as Kafka decides by the request
+    version): the coordinator bumps the epoch and the answer carries the next producer id and
+    epoch, which the Java client (transaction.version 2) uses for its next transaction."""
     r = call.request
+    tv2 = call.version >= TV2_END_TXN_VERSION
     fields = {"transactional_id": r.transactional_id, "producer_id": r.producer_id,
-              "producer_epoch": r.producer_epoch, "commit": bool(r.committed)}
+              "producer_epoch": r.producer_epoch, "commit": bool(r.committed), "bump_epoch": tv2}
 
     async def answer() -> Any:
         try:
-            await ctx.call("end_txn", fields)
+            result = await ctx.call("end_txn", fields) or {}
         except RaftlogError as exc:
             return EndTxnResponse(throttle_time_ms=0, error_code=_code(exc, call), producer_id=-1, producer_epoch=-1)
+        if tv2:
+            return EndTxnResponse(throttle_time_ms=0, error_code=errors.NONE, producer_id=result["producer_id"],
+                                  producer_epoch=result["producer_epoch"])
         return EndTxnResponse(throttle_time_ms=0, error_code=errors.NONE, producer_id=r.producer_id,
                               producer_epoch=r.producer_epoch)
 
@@ -192,6 +204,7 @@ async def handle_txn_offset_commit(ctx: KafkaContext, call: Call) -> Reply:
              for t in r.topics or []]
     fields = {"transactional_id": r.transactional_id, "group_id": r.group_id, "producer_id": r.producer_id,
               "producer_epoch": r.producer_epoch,
+              "add_to_txn": call.version >= TV2_TXN_OFFSET_COMMIT_VERSION,
               "generation_id": r.generation_id if call.version >= 3 else -1,
               "member_id": r.member_id if call.version >= 3 else "",
               "group_instance_id": r.group_instance_id if call.version >= 3 else None,

@@ -34,10 +34,12 @@ key (checked by the unit tests) and every key here must have a handler in
 * The read-only operator APIs (describe.py): DescribeLogDirs 1-4 (v5's cordoned flag is
   Kafka 4.2's), DescribeQuorum 0-2, DescribeProducers 0, DescribeTopicPartitions 0 (their
   only versions).
-* The transaction APIs (txn.py) at Transactions V1's versions: AddPartitionsToTxn 0-4,
-  AddOffsetsToTxn 0-3, EndTxn 0-4, WriteTxnMarkers 1, TxnOffsetCommit 0-3, DescribeTransactions 0,
-  ListTransactions 0-1; InitProducerId
-  with a transactional id goes to the transaction coordinator.
+* The transaction APIs (txn.py) at Kafka 4's versions, Transactions V2 included (KIP-890
+  part 2; transaction.version 2): AddPartitionsToTxn 0-5, AddOffsetsToTxn 0-4, EndTxn 0-5,
+  WriteTxnMarkers 1, TxnOffsetCommit 0-5, DescribeTransactions 0, ListTransactions 0-1;
+  InitProducerId with a transactional id goes to the transaction coordinator. Which protocol
+  a transaction follows is the request version's (EndTxn 5, Produce 12, TxnOffsetCommit 5),
+  as in Kafka: librdkafka, kafka-python and aiokafka send V1's.
 * AlterPartitionReassignments 0-1 and ListPartitionReassignments 0 (reassign.py): their
   full schema ranges.
 * ElectLeaders 0-2 (elect.py): its full schema range.
@@ -105,11 +107,11 @@ SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     55: (0, 2),  # DescribeQuorum (the metadata quorum; v2 lists the voters' endpoints; describe.py)
     61: (0, 0),  # DescribeProducers (describe.py)
     75: (0, 0),  # DescribeTopicPartitions (KIP-966, paginated; describe.py)
-    24: (0, 4),  # AddPartitionsToTxn (v4: the batched broker form; v5 is KIP-890's: txn.py)
-    25: (0, 3),  # AddOffsetsToTxn (v4 is KIP-890's)
-    26: (0, 4),  # EndTxn (v5 is KIP-890's epoch bump per transaction)
+    24: (0, 5),  # AddPartitionsToTxn (v4+: the batched broker form; v5 as v4: txn.py)
+    25: (0, 4),  # AddOffsetsToTxn (v4 as v3: KIP-890 part 2 clients do not send it)
+    26: (0, 5),  # EndTxn (v5: KIP-890 part 2, the epoch bumped per transaction; txn.py)
     27: (1, 1),  # WriteTxnMarkers (Kafka 4 serves 1+; v2 carries KIP-890's transaction version)
-    28: (0, 3),  # TxnOffsetCommit (v4 adds TRANSACTION_ABORTABLE, v5 is KIP-890 part 2's)
+    28: (0, 5),  # TxnOffsetCommit (v4 adds TRANSACTION_ABORTABLE, v5 adds the group's partition itself)
     65: (0, 0),  # DescribeTransactions
     66: (0, 1),  # ListTransactions (v1: duration filter; v2's id pattern is not served)
     68: (0, 1),  # ConsumerGroupHeartbeat (KIP-848; consumer_groups.py)

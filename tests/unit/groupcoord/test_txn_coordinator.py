@@ -262,3 +262,98 @@ def test_verification_is_not_refused_while_another_step_is_written():
         h.run(h.core.add_partitions(TID, 1001, 0, [("t", 1)], 2))
     h.run(pending)
     assert (OFFSETS_TOPIC, partition_for_group("g")) in h.core.txns[TID].partitions
+
+
+# --------------------------------------------------------------------------- Transactions V2 (KIP-890 part 2)
+
+
+def _end_v2(h: Harness, pid: int, epoch: int, commit: bool, tid: str = TID):
+    r = h.core.end_txn_v2(tid, pid, epoch, commit, 0)
+    if r.response == NEED_PRODUCER_ID:
+        h.next_pid += 1
+        r = h.core.end_txn_v2(tid, pid, epoch, commit, 0, new_producer_id=h.next_pid)
+    return h.run(r)
+
+
+def test_v2_end_bumps_the_epoch_and_marks_with_it():
+    h = Harness()
+    ident = h.init()
+    pid, epoch = ident["producer_id"], ident["producer_epoch"]
+    h.run(h.core.add_partitions(TID, pid, epoch, [("t", 0), ("t", 1)], 0))
+    answer = _end_v2(h, pid, epoch, True)
+    assert answer == {"producer_id": pid, "producer_epoch": epoch + 1}
+    assert [(m.producer_id, m.producer_epoch, m.commit, m.partitions) for m in h.markers] == [
+        (pid, epoch + 1, True, frozenset({("t", 0), ("t", 1)}))]
+    assert h.core.txns[TID].state is TxnState.COMPLETE_COMMIT
+    # The retry of the same EndTxn (the answer was lost) gets the same answer, nothing new written.
+    written = len(h.log)
+    assert _end_v2(h, pid, epoch, True) == answer and len(h.log) == written
+    # The old epoch may not start another transaction: it is fenced.
+    with pytest.raises(ProducerFencedError):
+        h.run(h.core.add_partitions(TID, pid, epoch, [("t", 0)], 0))
+    # The next transaction runs at the bumped epoch (implicit add on produce: add_partitions).
+    h.run(h.core.add_partitions(TID, pid, epoch + 1, [("t", 2)], 0))
+    assert _end_v2(h, pid, epoch + 1, False) == {"producer_id": pid, "producer_epoch": epoch + 2}
+    assert h.markers[-1].producer_epoch == epoch + 2 and not h.markers[-1].commit
+    with pytest.raises(InvalidTxnStateError):  # a retry that asks the other outcome
+        _end_v2(h, pid, epoch + 1, True)
+
+
+def test_v2_retry_while_the_markers_are_written_is_concurrent():
+    h = Harness(auto_markers=False)
+    ident = h.init()
+    pid, epoch = ident["producer_id"], ident["producer_epoch"]
+    h.run(h.core.add_partitions(TID, pid, epoch, [("t", 0)], 0))
+    assert _end_v2(h, pid, epoch, False) == {"producer_id": pid, "producer_epoch": epoch + 1}
+    with pytest.raises(ConcurrentTransactionsError):
+        _end_v2(h, pid, epoch, False)
+    h.run(h.core.on_markers_written(TID, 0))
+    assert _end_v2(h, pid, epoch, False) == {"producer_id": pid, "producer_epoch": epoch + 1}
+
+
+def test_v2_abort_with_nothing_ongoing_bumps_the_epoch_and_commit_is_refused():
+    h = Harness()
+    ident = h.init()
+    pid, epoch = ident["producer_id"], ident["producer_epoch"]
+    with pytest.raises(InvalidTxnStateError):
+        _end_v2(h, pid, epoch, True)
+    assert _end_v2(h, pid, epoch, False) == {"producer_id": pid, "producer_epoch": epoch + 1}
+    assert h.markers[-1].partitions == frozenset()
+    assert h.core.txns[TID].state is TxnState.COMPLETE_ABORT
+    with pytest.raises(InvalidProducerIdMappingError):
+        _end_v2(h, pid + 99, epoch + 1, False)
+
+
+def test_v2_epoch_exhausted_moves_to_a_new_producer_id_markers_under_the_old():
+    h = Harness()
+    ident = h.init()
+    pid = ident["producer_id"]
+    old = h.core.txns[TID]
+    h.core.txns[TID] = TxnMetadata(TID, pid, 32766, old.timeout_ms, TxnState.EMPTY, 0)
+    h.run(h.core.add_partitions(TID, pid, 32766, [("t", 0)], 0))
+    answer = _end_v2(h, pid, 32766, True)
+    assert answer["producer_id"] != pid and answer["producer_epoch"] == 0
+    assert (h.markers[-1].producer_id, h.markers[-1].producer_epoch) == (pid, 32767)
+    assert _end_v2(h, pid, 32766, True) == answer  # the retry
+    # The state survives replay (the record carries the marker epoch as the last epoch).
+    for _, key, value in h.log[-2:]:
+        m = decode_txn_value(decode_txn_key(key), value)
+        assert m.last_producer_epoch == 32767
+    h.run(h.core.add_partitions(TID, answer["producer_id"], 0, [("t", 0)], 0))
+    assert _end_v2(h, answer["producer_id"], 0, True) == {"producer_id": answer["producer_id"], "producer_epoch": 1}
+    assert (h.markers[-1].producer_id, h.markers[-1].producer_epoch) == (answer["producer_id"], 1)
+
+
+def test_v2_zombie_after_fencing_gets_fenced():
+    h = Harness()
+    first = h.init()
+    pid, epoch = first["producer_id"], first["producer_epoch"]
+    h.run(h.core.add_partitions(TID, pid, epoch, [("t", 0)], 0))
+    with pytest.raises(ConcurrentTransactionsError):  # the new producer aborts the old one's transaction
+        h.init(pid=-1, epoch=-1)
+    second = h.init()
+    assert second["producer_epoch"] == epoch + 2
+    with pytest.raises(ProducerFencedError):
+        _end_v2(h, pid, epoch, True)
+    with pytest.raises(ProducerFencedError):
+        h.run(h.core.add_partitions(TID, pid, epoch, [("t", 1)], 0))

@@ -32,7 +32,7 @@ def test_bootstrap_levels_are_what_raftlog_serves():
                                            "group.version", "eligible.leader.replicas.version",
                                            "share.version", "streams.version"}
     # level 0 is "off": not listed as finalized, as Kafka lists them
-    assert described["finalized"] == {"metadata.version": 25, "group.version": 1, "transaction.version": 1}
+    assert described["finalized"] == {"metadata.version": 25, "group.version": 1, "transaction.version": 2}
     for name, level in features.finalized(MetadataImage.empty()).items():
         lo, hi = described["supported"][name]
         assert lo <= level <= hi

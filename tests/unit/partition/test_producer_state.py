@@ -147,3 +147,18 @@ def test_every_record_is_written_once_whatever_the_retries(ops):
     for pid in (1, 2, 3):
         seqs = [seq for p, _, seq in log if p == pid]
         assert seqs == list(range(next_seq[pid]))
+
+
+def test_in_txn_is_per_epoch_transactions_v2():
+    """KIP-890 part 2: a batch of a newer epoch than the open transaction's begins another
+    transaction (verified with the coordinator), and the marker with the bumped epoch closes
+    the old one and fences its epoch."""
+    s = ProducerStateManager()
+    s.record(7, 3, 0, 4, 100, 104)
+    s.txns.begin(7, 100)
+    assert s.in_txn(7, 3) and not s.in_txn(7, 4) and not s.in_txn(8, 3)
+    s.marker(7, 4, 105, commit=True)  # the coordinator bumped the epoch at the prepare
+    assert not s.in_txn(7, 3) and not s.in_txn(7, 4)
+    assert s.check(7, 4, 0, 0) is None  # the next transaction's first batch starts at sequence 0
+    with pytest.raises(InvalidProducerEpochError):
+        s.check(7, 3, 5, 5)  # the old epoch's late batch

@@ -91,7 +91,7 @@ class FakePort:
     def __init__(self):
         self.seen = []
 
-    async def append(self, parts, *, acks, client, transactional_id=None):
+    async def append(self, parts, *, acks, client, transactional_id=None, add_to_txn=False):
         self.seen.append(("append", [p.topic for p in parts]))
         results = [ProduceResult(p.topic, p.partition, base_offset=0) for p in parts]
 

@@ -1,0 +1,57 @@
+"""The partition leader's link to the transaction coordinator (raftlog/node/txn_link.py):
+a fenced producer's produce is answered INVALID_PRODUCER_EPOCH, as Kafka's broker answers it;
+the implicit add of Transactions V2 waits out CONCURRENT_TRANSACTIONS (bounded), a
+verification (part 1) does not."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from raftlog.base.errors import ConcurrentTransactionsError, InvalidProducerEpochError, ProducerFencedError
+from raftlog.node.txn_link import TxnLink
+
+pytestmark = pytest.mark.unit
+
+
+class _Metadata:
+    image = SimpleNamespace(partition=lambda topic, p: SimpleNamespace(leader=1))
+
+    def peer_address(self, broker_id: int) -> str | None:
+        return None
+
+
+def _link(answers: list[Any]) -> tuple[TxnLink, list[dict[str, Any]]]:
+    asked: list[dict[str, Any]] = []
+
+    async def add_partitions(request: Any) -> dict[str, Any]:
+        asked.append(dict(request.fields))
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    link = TxnLink(1, _Metadata(), peers=None, port=None,  # type: ignore[arg-type]
+                   txn_handlers={"add_partitions_to_txn": add_partitions}, txn_partitions=4)
+    return link, asked
+
+
+async def test_a_fenced_producers_produce_is_invalid_producer_epoch():
+    link, _ = _link([ProducerFencedError("fenced")])
+    with pytest.raises(InvalidProducerEpochError):
+        await link.verify_txn("app", "t", 0, 5, 1, add=True)
+
+
+async def test_the_implicit_add_waits_out_concurrent_transactions():
+    link, asked = _link([ConcurrentTransactionsError("busy"), ConcurrentTransactionsError("busy"), {}])
+    await link.verify_txn("app", "t", 0, 5, 1, add=True)
+    assert len(asked) == 3 and all(a["verify_only"] is False for a in asked)
+
+
+async def test_a_verification_does_not_retry():
+    link, asked = _link([ConcurrentTransactionsError("busy")])
+    with pytest.raises(ConcurrentTransactionsError):
+        await link.verify_txn("app", "t", 0, 5, 1)
+    assert [a["verify_only"] for a in asked] == [True]
