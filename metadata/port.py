@@ -1,4 +1,7 @@
-"""The metadata service's typed port (issue 48), first part: ACLs and SCRAM users (the Kafka
+"""The metadata service's typed port (issue 48): topics (CreateTopics, DeleteTopics,
+CreatePartitions, DescribeTopicPartitions: raftlog/node/kafka/admin.py, describe.py), configs
+(DescribeConfigs, AlterConfigs, IncrementalAlterConfigs: kafka/configs.py), client quotas
+(kafka/quotas.py) and features (kafka/features.py); ACLs and SCRAM users (the Kafka
 listener's DescribeAcls, CreateAcls, DeleteAcls, DescribeUserScramCredentials,
 AlterUserScramCredentials: raftlog/node/kafka/acls.py), preferred-leader elections, replica moves and
 the quorum's status (ElectLeaders: kafka/elect.py, Alter/ListPartitionReassignments:
@@ -14,14 +17,152 @@ that item's `error`, one item per item asked, in the order asked.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 from raftlog.base.acl import AclBinding, AclFilter
 from raftlog.base.errors import RaftlogError
 
-__all__ = ["ClusterPort", "ElectionResult", "MetadataPort", "Reassignment", "DeletedAcls", "ScramCredential", "ScramDeletion", "ScramUpsertion", "ScramUser", "SecurityPort",
-           "UserAltered"]
+if TYPE_CHECKING:
+    from metadata.image import TopicImage
+
+__all__ = ["ClusterPort", "ClusterView", "PartitionView", "TopicView", "ConfigEntry", "ConfigPort", "ElectionResult", "FeatureUpdate", "MetadataPort", "NewPartitions",
+           "NewTopic", "QuotaAlteration", "QuotaAltered", "QuotaEntry", "QuotaFilter", "QuotaOp", "Reassignment",
+           "DeletedAcls", "ScramCredential", "ScramDeletion", "ScramUpsertion", "ScramUser", "SecurityPort",
+           "TopicCreated", "TopicDeleted", "TopicDescription", "TopicPort", "UserAltered"]
+
+
+@dataclass(frozen=True, slots=True)
+class NewTopic:
+    """A topic to create: None partitions / replication factor take the cluster's defaults;
+    `assignments` (one replica list per partition, the first the preferred leader) instead of both."""
+
+    name: str
+    partitions: int | None = None
+    replication_factor: int | None = None
+    configs: Mapping[str, str] = field(default_factory=dict)
+    assignments: Sequence[Sequence[int]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicCreated:
+    name: str
+    topic_id: str | None = None
+    replicas: Sequence[Sequence[int]] = ()  # each partition's replicas
+    error: RaftlogError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDeleted:
+    name: str
+    topic_id: str | None = None
+    error: RaftlogError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NewPartitions:
+    """Grow `name` to `total` partitions (manual `assignments`: one replica list per new one)."""
+
+    name: str
+    total: int
+    assignments: Sequence[Sequence[int]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescription:
+    """A topic as this node's image has it (`topic` None: unknown here), or its refusal."""
+
+    name: str
+    topic: TopicImage | None = None
+    error: RaftlogError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionView:
+    """A partition as the Metadata answer has it: the leader (-1: none) and epoch this node
+    vouches for, or why it is offline."""
+
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: Sequence[int]
+    preferred_leader: int | None = None
+    offline_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicView:
+    name: str
+    topic_id: str | None = None
+    internal: bool = False
+    configs: Mapping[str, str] = field(default_factory=dict)  # only the keys set on the topic
+    partitions: Sequence[PartitionView] = ()
+    error: RaftlogError | None = None  # UNKNOWN_TOPIC_OR_PARTITION, INVALID_TOPIC_EXCEPTION, a refusal
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    """Kafka's Metadata: the cluster, its controller (None: none this node can vouch for,
+    `controller_problem` says why), its brokers (native listeners) and the topics asked."""
+
+    cluster_id: str
+    controller_id: int | None
+    controller_problem: str | None
+    max_request_bytes: int
+    brokers: Sequence[Mapping[str, Any]]
+    topics: Sequence[TopicView]
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    """One topic config (our key, e.g. `retention_ms`): its value, default or set, type and doc."""
+
+    name: str
+    value: str | None
+    is_default: bool
+    type: str
+    doc: str
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaFilter:
+    """DescribeClientQuotas' component: entity type, match type (0 exact, 1 default, 2 any), name."""
+
+    entity_type: str
+    match_type: int
+    match: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaEntry:
+    entity: Mapping[str, str | None]  # entity type -> name (None: the default entity)
+    values: Mapping[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaOp:
+    key: str
+    value: float | None
+    remove: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaAlteration:
+    entity: Mapping[str, str | None]
+    ops: Sequence[QuotaOp]
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaAltered:
+    entity: Mapping[str, str | None]
+    error: RaftlogError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureUpdate:
+    feature: str
+    level: int
+    upgrade_type: int  # 1 upgrade, 2 safe downgrade, 3 unsafe downgrade (Kafka's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,5 +262,46 @@ class SecurityPort(Protocol):
         """One answer per user named, in first-seen order; a user with a failed alteration has none applied."""
 
 
-class MetadataPort(ClusterPort, SecurityPort, Protocol):
-    """What the listeners call typed of the metadata service so far."""
+class TopicPort(Protocol):
+    """Topics, one answer per topic asked, each created / deleted / grown in turn."""
+
+    async def create_topics(self, topics: Sequence[NewTopic]) -> list[TopicCreated]: ...
+
+    async def delete_topics(self, names: Sequence[str]) -> list[TopicDeleted]: ...
+
+    async def create_partitions(self, changes: Sequence[NewPartitions], *,
+                                validate_only: bool) -> list[RaftlogError | None]: ...
+
+    async def cluster_metadata(self, names: Sequence[str] | None, *, include_internal: bool) -> ClusterView:
+        """Kafka's Metadata (None: every complete topic), after a short read-your-writes wait
+        for names not known yet; a topic unknown or refused is answered by its error (the
+        guard's refusals after the others)."""
+
+    async def describe_topics(self, names: Sequence[str], *, listing: bool) -> list[TopicDescription]:
+        """From this node's image; `listing`: the names are every topic (the guard leaves out
+        those the principal may not describe, rather than refusing them)."""
+
+
+class ConfigPort(Protocol):
+    """Topic and broker configs, client quotas, features (changes decided by the controller)."""
+
+    async def describe_topic_configs(self, name: str) -> list[ConfigEntry]:
+        """Every key; raises UNKNOWN_TOPIC_OR_PARTITION."""
+
+    async def alter_topic_configs(self, name: str, set_: Mapping[str, str], delete: Sequence[str]) -> None: ...
+
+    def broker_configs(self) -> Mapping[str, Mapping[str, str]]:
+        """The dynamic broker configs by resource (a broker id, or "" for the cluster default)."""
+
+    async def alter_broker_configs(self, resource: str, set_: Mapping[str, str], delete: Sequence[str]) -> None: ...
+
+    async def describe_client_quotas(self, filters: Sequence[QuotaFilter], *, strict: bool) -> list[QuotaEntry]: ...
+
+    async def alter_client_quotas(self, alterations: Sequence[QuotaAlteration], *,
+                                  validate_only: bool) -> list[QuotaAltered]: ...
+
+    async def update_features(self, updates: Sequence[FeatureUpdate], *, validate_only: bool) -> None: ...
+
+
+class MetadataPort(ClusterPort, SecurityPort, TopicPort, ConfigPort, Protocol):
+    """What the listeners call typed of the metadata service."""

@@ -75,18 +75,17 @@ from metadata.active_controller import (
     ADMIN_OPS,
     CONTROLLER_OPS,
     ActiveController,
-    partition_entries,
 )
 from metadata.broker_lifecycle import BrokerLifecycle
 from metadata.controller import Controller, LeaderReport, validate_topic_name
-from metadata.image import MetadataImage, PartitionState, TopicImage
+from metadata.image import MetadataImage, PartitionState
 from metadata.loader import MetadataLoader, hostport
 from metadata.log_fetch import MetadataFetcher, answer_fetch
-from metadata.port import DeletedAcls, ElectionResult, Reassignment, ScramCredential, ScramDeletion, ScramUpsertion, ScramUser, UserAltered
+from metadata.port import ClusterView, PartitionView, TopicView
+from metadata.port_ops import MetadataPortOps, complete_topic
 from metadata.quorum import Quorum, QuorumFactory
 from metadata.records import UserScramCredential
 from metadata.settings import MetadataSettings
-from metadata.topic_config import describe_configs
 from raftlog.base.errors import (
     InvalidTopicError,
     NotControllerError,
@@ -96,9 +95,7 @@ from raftlog.base.errors import (
     SecurityDisabledError,
     UnknownServerError,
     UnknownTopicOrPartitionError,
-    error_from_wire,
 )
-from raftlog.base.acl import AclBinding, AclFilter
 from raftlog.base.eventlog import log_event
 from raftlog.base.metrics import Metric, MetricsRegistry, counter_family, gauge_family
 from raftlog.base.peer import PeerPool
@@ -118,7 +115,7 @@ def _trio_ms() -> int:
     return int(trio.current_time() * 1000)
 
 
-class MetadataService:
+class MetadataService(MetadataPortOps):
     """One per node (voter or not). See the module docstring."""
 
     name = "metadata"
@@ -553,54 +550,6 @@ class MetadataService:
     async def _client_describe_quotas(self, request: Request) -> dict[str, Any]:
         return quota_ops.describe(self._loader.image, request.fields)
 
-    # ------------------------------------------------------------------ the metadata port (port.py)
-
-    async def elect_leaders(self, partitions: Sequence[tuple[str, int]] | None) -> list[ElectionResult]:
-        fields = {} if partitions is None else {"partitions": [{"topic": t, "partition": p} for t, p in partitions]}
-        answer = await self._client_admin(Request(0, "elect_leaders", fields))
-        return [ElectionResult(r["topic"], r["partition"], _item_error(r)) for r in answer.get("results") or ()]
-
-    async def alter_reassignments(self, moves: Sequence[tuple[str, int, Sequence[int] | None]],
-                                  ) -> list[RaftlogError | None]:
-        fields = {"partitions": [{"topic": t, "partition": p, "replicas": None if r is None else list(r)}
-                                 for t, p, r in moves]}
-        answer = await self._client_admin(Request(0, "alter_partition_reassignments", fields))
-        return [_item_error(r) for r in answer.get("results") or ()]
-
-    async def list_reassignments(self, partitions: Sequence[tuple[str, int]] | None) -> list[Reassignment]:
-        fields = {} if partitions is None else {"partitions": [{"topic": t, "partition": p} for t, p in partitions]}
-        answer = await self._client_admin(Request(0, "list_partition_reassignments", fields))
-        return [Reassignment(m["topic"], m["partition"], m["replicas"], m["adding_replicas"], m["removing_replicas"])
-                for m in answer.get("reassignments") or ()]
-
-    async def describe_acls(self, acl_filter: AclFilter) -> list[AclBinding]:
-        if not self.settings.authorizer_enabled:
-            raise SecurityDisabledError("ACLs are not enabled on this cluster (acls_enabled)")
-        return [b for _, b in self._loader.image.acl_bindings() if acl_filter.matches(b)]
-
-    async def create_acls(self, acls: Sequence[AclBinding]) -> list[RaftlogError | None]:
-        answer = await self._client_admin(Request(0, "create_acls", {"acls": [b.to_obj() for b in acls]}))
-        return [_item_error(r) for r in answer.get("results") or ()]
-
-    async def delete_acls(self, filters: Sequence[AclFilter]) -> list[DeletedAcls]:
-        answer = await self._client_admin(Request(0, "delete_acls", {"filters": [f.to_obj() for f in filters]}))
-        return [DeletedAcls([AclBinding.from_obj(a) for a in r.get("acls") or ()], _item_error(r))
-                for r in answer.get("results") or ()]
-
-    async def describe_scram_users(self, users: Sequence[str] | None) -> list[ScramUser]:
-        found = security_ops.describe_scram_credentials(self._loader.image, None if users is None else list(users))
-        return [ScramUser(u["user"], [ScramCredential(c["mechanism"], c["iterations"]) for c in u.get("credentials") or ()],
-                          _item_error(u)) for u in found]
-
-    async def alter_scram_users(self, upsertions: Sequence[ScramUpsertion],
-                                deletions: Sequence[ScramDeletion]) -> list[UserAltered]:
-        fields = {
-            "upsertions": [{"name": u.name, "mechanism": u.mechanism, "iterations": u.iterations, "salt": u.salt,
-                            "salted_password": u.salted_password} for u in upsertions],
-            "deletions": [{"name": d.name, "mechanism": d.mechanism} for d in deletions],
-        }  # fmt: skip
-        answer = await self._client_admin(Request(0, "alter_user_scram_credentials", fields))
-        return [UserAltered(r["user"], _item_error(r)) for r in answer.get("results") or ()]
     async def _client_describe_broker_configs(self, request: Request) -> dict[str, Any]:
         return {"configs": broker_config.describe(self._loader.image.broker_configs)}
 
@@ -614,57 +563,57 @@ class MetadataService:
 
     async def _client_metadata(self, request: Request) -> dict[str, Any]:
         names = field(request, "topics", list, items=str, nullable=True, default=None)
-        internal = field(request, "internal", bool, default=False)
+        view = await self.cluster_metadata(names, include_internal=field(request, "internal", bool, default=False))
+        return {
+            "cluster_id": view.cluster_id,
+            "controller_id": view.controller_id,
+            "controller_problem": view.controller_problem,
+            "max_request_bytes": view.max_request_bytes,
+            "brokers": list(view.brokers),
+            "topics": [_topic_obj(t) for t in view.topics],
+        }
+
+    async def cluster_metadata(self, names: Sequence[str] | None, *, include_internal: bool) -> ClusterView:
         if names:
             def all_known(image: MetadataImage) -> bool:
-                return all(_complete(image, n) is not None for n in names if _valid_topic_name(n))
+                return all(complete_topic(image, n) is not None for n in names if _valid_topic_name(n))
             try:
                 await self.wait_for(all_known, MISSING_TOPIC_WAIT_S)
             except RequestTimedOutError:
                 pass  # answer with what we have: the missing ones get an error entry
         image = self._loader.image
         problem = self.controller_problem()
-        topics: list[dict[str, Any]] = []
+        topics: list[TopicView] = []
         wanted = names if names is not None else [
-            n for n in image.topic_names(include_internal=internal) if image.topic(n).complete
+            n for n in image.topic_names(include_internal=include_internal) if image.topic(n).complete
         ]
         for name in dict.fromkeys(wanted):
-            topic = _complete(image, name)
+            topic = complete_topic(image, name)
             if topic is None:  # Kafka: a name no topic may have is INVALID_TOPIC_EXCEPTION
-                topics.append({"name": name, "error": UnknownTopicOrPartitionError.code
-                               if _valid_topic_name(name) else InvalidTopicError.code})
-            else:
-                entry = _topic_entry(topic)
-                for p, part in zip(topic.partitions, entry["partitions"]):
-                    p, hosted, knows_leader = self.partition_now(topic.name, p)
-                    part["leader"], part["leader_epoch"] = p.leader, p.leader_epoch
-                    why = self.partition_problem(p, hosted, knows_leader, problem)
-                    part["offline"] = why is not None
-                    if why is not None:
-                        part["offline_reason"] = why
-                topics.append(entry)
-        return {
-            "cluster_id": self.cluster_id,
-            "controller_id": None if problem is not None else self.controller_id,
-            "controller_problem": problem,
-            "max_request_bytes": self.settings.max_frame_bytes,
-            "brokers": [
-                {"id": b.broker_id, "host": b.host, "port": b.port, "fenced": b.fenced}
-                for _, b in sorted(image.brokers.items())
-            ],
-            "topics": topics,
-        }
+                topics.append(TopicView(name, error=UnknownTopicOrPartitionError(f"unknown topic {name!r:.80}")
+                                        if _valid_topic_name(name) else InvalidTopicError(f"invalid name {name!r:.80}")))
+                continue
+            partitions = []
+            for p in topic.partitions:
+                p, hosted, knows_leader = self.partition_now(topic.name, p)
+                partitions.append(PartitionView(p.partition, p.leader, p.leader_epoch, list(p.replicas),
+                                                p.preferred_leader, self.partition_problem(p, hosted, knows_leader, problem)))
+            topics.append(TopicView(topic.name, topic.topic_id, topic.internal, dict(topic.configs), partitions))
+        return ClusterView(
+            self.cluster_id, None if problem is not None else self.controller_id, problem,
+            self.settings.max_frame_bytes,
+            [{"id": b.broker_id, "host": b.host, "port": b.port, "fenced": b.fenced}
+             for _, b in sorted(image.brokers.items())],
+            topics,
+        )  # fmt: skip
 
     async def _client_describe_configs(self, request: Request) -> dict[str, Any]:
         name = field(request, "name", str)
-        topic = _complete(self._loader.image, name)
-        if topic is None:
-            raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
         return {
             "name": name,
             "configs": [
                 {"name": e.name, "value": e.value, "is_default": e.is_default, "type": e.type, "doc": e.doc}
-                for e in describe_configs(topic.configs)
+                for e in await self.describe_topic_configs(name)
             ],
         }
 
@@ -732,14 +681,20 @@ class MetadataService:
         }
 
 
-def _complete(image: MetadataImage, name: str) -> TopicImage | None:
-    topic = image.topic(name)
-    return topic if topic is not None and topic.complete else None
-
-
-def _topic_entry(topic: TopicImage) -> dict[str, Any]:
+def _topic_obj(topic: TopicView) -> dict[str, Any]:
+    """A topic as the native `metadata` op answers it (docs/reference/native-protocol.md)."""
+    if topic.error is not None:
+        return {"name": topic.name, "error": topic.error.code}
+    partitions = []
+    for p in topic.partitions:
+        entry = {"partition": p.partition, "leader": p.leader, "leader_epoch": p.leader_epoch,
+                 "replicas": list(p.replicas), "preferred_leader": p.preferred_leader,
+                 "offline": p.offline_reason is not None}
+        if p.offline_reason is not None:
+            entry["offline_reason"] = p.offline_reason
+        partitions.append(entry)
     return {"name": topic.name, "topic_id": topic.topic_id, "internal": topic.internal,
-            "configs": dict(topic.configs), "partitions": partition_entries(topic)}
+            "configs": dict(topic.configs), "partitions": partitions}
 
 
 def _valid_topic_name(name: str) -> bool:
@@ -748,8 +703,3 @@ def _valid_topic_name(name: str) -> bool:
     except InvalidTopicError:
         return False
     return True
-
-
-def _item_error(entry: Mapping[str, Any]) -> RaftlogError | None:
-    error = entry.get("error") if isinstance(entry, Mapping) else None
-    return None if error is None else error_from_wire(error)

@@ -96,6 +96,7 @@ class _Part(Protocol):
 
 _P = TypeVar("_P", bound=_Part)
 _R = TypeVar("_R")
+_I = TypeVar("_I")
 
 
 class AuthorizerCache:
@@ -145,6 +146,31 @@ class Access:
     def require(self, operation: Operation, rt: ResourceType, name: str) -> None:
         if not self.allowed(operation, rt, name):
             raise _refusal(operation, rt, name)
+
+    def split_topics(self, operation: Operation, items: Sequence[_I], topic_of: Callable[[_I], str],
+                     op: str | None = None) -> tuple[list[_I], dict[int, RaftlogError]]:
+        """(the items whose topic allows `operation`, {index asked: refusal} of the others),
+        each topic checked once; refused topics are logged together (under `op`, default
+        the operation). The one per-topic split of every typed port's guard."""
+        if self.authorizer is None:
+            return list(items), {}
+        verdicts: dict[str, bool] = {}
+        allowed: list[_I] = []
+        refused: dict[int, RaftlogError] = {}
+        for i, item in enumerate(items):
+            topic = topic_of(item)
+            ok = verdicts.get(topic)
+            if ok is None:
+                ok = verdicts[topic] = self.allowed(operation, T, topic)
+            if ok:
+                allowed.append(item)
+            else:
+                refused[i] = _refusal(operation, T, topic)
+        if refused:
+            log_event(logger, "acl_refused", level=logging.DEBUG, principal=self.principal,
+                      op=op or operation.value,
+                      topics=",".join(sorted(t for t, ok in verdicts.items() if not ok))[:200])
+        return allowed, refused
 
 
 OPEN: Final = Access(None, ANONYMOUS, "")  # no ACLs on this node, or a listener without security
@@ -493,6 +519,10 @@ class _GuardedAppend:
         return self.results
 
 
+def _part_topic(part: _Part) -> str:
+    return part.topic
+
+
 class GuardedPartitions:
     """The partition port (partition/port.py) behind one principal's ACLs, for every listener:
     a part whose topic the principal may not touch never reaches the port and is answered in
@@ -507,26 +537,7 @@ class GuardedPartitions:
         self._access = access
 
     def _split(self, operation: Operation, parts: Sequence[_P]) -> tuple[list[_P], dict[int, RaftlogError]]:
-        """(allowed parts, {index asked: refusal}); refused parts are logged together."""
-        access = self._access
-        if access.authorizer is None:
-            return list(parts), {}
-        verdicts: dict[str, bool] = {}
-        allowed: list[_P] = []
-        refused: dict[int, RaftlogError] = {}
-        for i, part in enumerate(parts):
-            topic = part.topic
-            ok = verdicts.get(topic)
-            if ok is None:
-                ok = verdicts[topic] = access.allowed(operation, T, topic)
-            if ok:
-                allowed.append(part)
-            else:
-                refused[i] = _refusal(operation, T, topic)
-        if refused:
-            log_event(logger, "acl_refused", level=logging.DEBUG, principal=access.principal, op=operation.value,
-                      topics=",".join(sorted(t for t, ok in verdicts.items() if not ok))[:200])
-        return allowed, refused
+        return self._access.split_topics(operation, parts, _part_topic)
 
     @staticmethod
     def _merge(parts: Sequence[Any], answered: list[_R], refused: dict[int, RaftlogError],

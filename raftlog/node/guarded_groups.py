@@ -16,7 +16,6 @@ is called, so a refused request has no effect:
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TypeVar
@@ -47,12 +46,9 @@ from groupcoord.port import (
 )
 from raftlog.base.acl import CLUSTER_NAME, Operation, ResourceType
 from raftlog.base.errors import RaftlogError
-from raftlog.base.eventlog import log_event
 from raftlog.node.authorize import POLICIES, Access, PortRule, refusal
 
 __all__ = ["GuardedGroups"]
-
-logger = logging.getLogger(__name__)
 
 T, G, C = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
 _I = TypeVar("_I")
@@ -86,24 +82,8 @@ class GuardedGroups:
         """(allowed items, [(refused item, its refusal)]) by the rule's topic operation."""
         operation = rule.topics
         assert operation is not None
-        if self._access.authorizer is None:
-            return list(items), []
-        verdicts: dict[str, bool] = {}
-        allowed: list[_I] = []
-        refused: list[tuple[_I, RaftlogError]] = []
-        for item in items:
-            topic = topic_of(item)
-            ok = verdicts.get(topic)
-            if ok is None:
-                ok = verdicts[topic] = self._access.allowed(operation, T, topic)
-            if ok:
-                allowed.append(item)
-            else:
-                refused.append((item, refusal(operation, T, topic)))
-        if refused:
-            log_event(logger, "acl_refused", level=logging.DEBUG, principal=self._access.principal, op=op,
-                      topics=",".join(sorted(t for t, ok in verdicts.items() if not ok))[:200])
-        return allowed, refused
+        allowed, refused = self._access.split_topics(operation, items, topic_of, op)
+        return allowed, [(items[i], error) for i, error in refused.items()]
 
     # ------------------------------------------------------------------ whole-request rules
 

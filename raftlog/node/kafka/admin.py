@@ -1,7 +1,7 @@
 """Admin APIs: CreateTopics (19), DeleteTopics (20), DeleteRecords (21), CreatePartitions (37),
 DescribeCluster (60).
 
-Each runs the native admin op of the same meaning (`create_topic`, `delete_topic`: forwarded
+Each calls the metadata port (metadata/port.py `create_topics`, `delete_topics`: forwarded
 to the active controller by the metadata service), one topic at a time, and answers per
 topic. CreateTopics: -1 partitions / replication factor mean the node's defaults; a manual
 replica assignment (partition indexes 0..n-1, the first replica of each the preferred
@@ -13,11 +13,11 @@ DeleteRecords runs the replica manager's `delete_records` (the native op's code)
 partition's leader, every replica's log start moves up to the offset (-1: the high
 watermark), answered with the low watermark once a majority holds it (partition/raft.py
 "Log start"); an offset past the high watermark gets OFFSET_OUT_OF_RANGE.
-ACLs: DeleteRecords checks DELETE on each topic here (it runs the replica manager
-directly); the others run native ops, whose guard (raftlog/node/authorize.py) applies the
-connection's principal: DELETE on a deleted topic (by name or id), ALTER on a grown one,
-CREATE on the cluster or topic for CreateTopics, DESCRIBE on the cluster for DescribeCluster.
-CreatePartitions runs the native `create_partitions` (the controller adds the partitions
+ACLs: at the ports' guards (raftlog/node/authorize.py `GuardedPartitions`,
+raftlog/node/guarded_metadata.py), with the connection's principal: DELETE on each topic of
+DeleteRecords and on a deleted topic (by name or id), ALTER on a grown one, CREATE on the
+cluster or topic for CreateTopics, DESCRIBE on the cluster for DescribeCluster.
+CreatePartitions calls the port's `create_partitions` (the controller adds the partitions
 and places them, or takes the manual assignment, one replica list per new partition of the
 topic's replication factor; `count` is the new total); `validate_only` checks without
 changing anything.
@@ -37,11 +37,16 @@ from kafka.protocol.admin.topics import (
     DeleteTopicsResponse,
 )
 
+from metadata.port import NewPartitions, NewTopic, TopicCreated
 from metadata.reassignment import check_assignments
 from metadata.topic_config import normalize_configs
 from partition.port import DeletePart
-from raftlog.base.acl import CLUSTER_NAME, Operation, ResourceType
-from raftlog.base.errors import InvalidReplicaAssignmentError, InvalidRequestError, RaftlogError
+from raftlog.base.errors import (
+    ClusterAuthorizationFailedError,
+    InvalidReplicaAssignmentError,
+    InvalidRequestError,
+    RaftlogError,
+)
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.context import Call, KafkaContext, Later, Reply
 from raftlog.node.kafka.metadata import brokers, names_by_uuid, topic_uuid
@@ -79,27 +84,29 @@ async def handle_create_topics(ctx: KafkaContext, call: Call) -> Reply:
             fields["partitions"] = t.num_partitions
         if t.replication_factor not in (None, -1):
             fields["replication_factor"] = t.replication_factor
-        fields["configs"] = {c.name: c.value for c in (t.configs or []) if c.value is not None}
-        result: Any = {}
+        configs = {c.name: c.value for c in (t.configs or []) if c.value is not None}
+        created = TopicCreated(t.name)
         try:
-            if t.assignments:
-                fields["assignments"] = _manual(t, fields)
+            assignments = _manual(t, fields) if t.assignments else None
             if request.validate_only:
-                normalize_configs(fields["configs"])
-                if t.assignments:
-                    check_assignments(ctx.metadata.image, f"topic {t.name!r}", fields["assignments"])
+                normalize_configs(configs)
+                if assignments is not None:
+                    check_assignments(ctx.metadata.image, f"topic {t.name!r}", assignments)
             else:
-                result = await ctx.call("create_topic", fields) or {}
+                [created] = await ctx.admin().create_topics([NewTopic(
+                    t.name, fields.get("partitions"), fields.get("replication_factor"), configs, assignments)])
+                if created.error is not None:
+                    raise created.error
         except Exception as exc:  # noqa: BLE001 - every failure is this topic's answer
             code, message = errors.kafka_error(exc)
             return R.CreatableTopicResult(name=t.name, error_code=code, error_message=message,
                                           num_partitions=-1, replication_factor=-1, configs=None)
-        partitions = result.get("partitions") or []
+        replicas = created.replicas
         return R.CreatableTopicResult(
-            name=t.name, topic_id=topic_uuid(result.get("topic_id")), error_code=errors.NONE,
+            name=t.name, topic_id=topic_uuid(created.topic_id), error_code=errors.NONE,
             error_message=None,
-            num_partitions=len(partitions) if partitions else fields.get("partitions", ctx.default_partitions),
-            replication_factor=len(partitions[0]["replicas"]) if partitions else
+            num_partitions=len(replicas) if replicas else fields.get("partitions", ctx.default_partitions),
+            replication_factor=len(replicas[0]) if replicas else
             fields.get("replication_factor", ctx.default_replication_factor),
             configs=[],
         )  # fmt: skip
@@ -129,9 +136,11 @@ async def handle_delete_topics(ctx: KafkaContext, call: Call) -> Reply:
                     error_message="unknown topic id"))
                 continue
             try:
-                result = await ctx.call("delete_topic", {"name": name}) or {}
+                [deleted] = await ctx.admin().delete_topics([name])
+                if deleted.error is not None:
+                    raise deleted.error
                 results.append(R.DeletableTopicResult(
-                    name=name, topic_id=topic_uuid(result.get("topic_id")), error_code=errors.NONE))
+                    name=name, topic_id=topic_uuid(deleted.topic_id), error_code=errors.NONE))
             except RaftlogError as exc:
                 code, message = errors.kafka_error(exc)
                 results.append(R.DeletableTopicResult(name=name, error_code=code, error_message=message))
@@ -146,11 +155,11 @@ async def handle_create_partitions(ctx: KafkaContext, call: Call) -> Reply:
 
     async def one(t: Any) -> Any:
         try:
-            fields: dict[str, Any] = {"name": t.name, "partitions": t.count,
-                                      "validate_only": bool(request.validate_only)}
-            if t.assignments is not None:
-                fields["assignments"] = [list(a.broker_ids) for a in t.assignments]
-            await ctx.call("create_partitions", fields)
+            assignments = None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
+            [error] = await ctx.admin().create_partitions([NewPartitions(t.name, t.count, assignments)],
+                                                          validate_only=bool(request.validate_only))
+            if error is not None:
+                raise error
         except Exception as exc:  # noqa: BLE001 - every failure is this topic's answer
             code, message = errors.kafka_error(exc)
             return R.CreatePartitionsTopicResult(name=t.name, error_code=code, error_message=message)
@@ -185,7 +194,9 @@ async def handle_delete_records(ctx: KafkaContext, call: Call) -> Reply:
 
 async def handle_describe_cluster(ctx: KafkaContext, call: Call) -> Reply:
     R = DescribeClusterResponse
-    if not ctx.access().allowed(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):  # Kafka's rule
+    try:
+        ctx.admin().authorize_cluster_describe()  # DESCRIBE on the cluster: Kafka's rule
+    except ClusterAuthorizationFailedError:
         return R(throttle_time_ms=0, error_code=errors.CLUSTER_AUTHORIZATION_FAILED,
                  error_message="not authorized to describe the cluster", endpoint_type=1, cluster_id=ctx.cluster_id,
                  controller_id=-1, brokers=[], authorized_operations=None)

@@ -5,14 +5,16 @@ Names are Kafka's (`retention.ms`, `cleanup.policy`, `segment.bytes`, `max.messa
 DescribeConfigs returns every key with its value, whether it is the default, and its source
 (DYNAMIC_TOPIC_CONFIG for a value set on the topic, DEFAULT_CONFIG otherwise, except
 DYNAMIC_DEFAULT_BROKER_CONFIG for min.insync.replicas as in Kafka 4), type and
-documentation; answered from the node's image by the native `describe_configs` code. Broker
+documentation; answered from the node's image by the metadata port (metadata/port.py,
+behind the guard of raftlog/node/guarded_metadata.py: DESCRIBE_CONFIGS on the topic, or on
+the cluster for broker resources). Broker
 resources answer with the node's own settings under Kafka's names (broker_configs.py), and
 the cluster default (`""`) with the cluster-wide dynamic ones.
 
 AlterConfigs replaces a resource's whole set (keys it does not list go back to their
 defaults, as in Kafka); IncrementalAlterConfigs SETs and DELETEs keys, and APPENDs to /
 SUBTRACTs from a list config (a topic's `cleanup.policy`; on another config INVALID_CONFIG).
-Topics run the native `alter_configs`, brokers (an id or `""`) `alter_broker_configs`: both
+Topics run the port's `alter_topic_configs`, brokers (an id or `""`) `alter_broker_configs`: both
 forwarded to the controller, recorded in the metadata log and applied without a restart. A
 read-only broker config is refused with INVALID_REQUEST naming it
 (metadata/broker_config.py). `validate_only` checks the keys and values and changes nothing.
@@ -30,8 +32,7 @@ from kafka.protocol.admin.configs import (
 
 from metadata import broker_config
 from metadata.topic_config import KAFKA_NAMES, TOPIC_CONFIGS, canonical_key, normalize_configs
-from raftlog.base.acl import CLUSTER_NAME, Operation, ResourceType
-from raftlog.base.errors import InvalidConfigError, InvalidRequestError
+from raftlog.base.errors import ClusterAuthorizationFailedError, InvalidConfigError, InvalidRequestError
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.broker_configs import broker_entries, default_entries
 from raftlog.node.kafka.context import Call, KafkaContext, Later, Reply
@@ -59,18 +60,22 @@ def _broker_result(ctx: KafkaContext, res: Any) -> Any:
     R = DescribeConfigsResponse
     Entry = R.DescribeConfigsResult.DescribeConfigsResourceResult
     code, message, entries = errors.NONE, None, []
-    if not ctx.access().allowed(Operation.DESCRIBE_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME):  # Kafka's rule
+    try:
+        dynamic = ctx.admin().broker_configs()  # DESCRIBE_CONFIGS on the cluster: Kafka's rule
+    except ClusterAuthorizationFailedError:
+        dynamic = None
         code, message = errors.CLUSTER_AUTHORIZATION_FAILED, "not authorized to describe broker configs"
+    if dynamic is None:
+        pass
     elif res.resource_name == broker_config.CLUSTER_DEFAULT:  # the cluster-wide dynamic defaults
         keys = None if res.configuration_keys is None else set(res.configuration_keys)
-        entries = [Entry(**e, synonyms=[]) for e in default_entries(ctx.metadata.image.broker_configs, keys)]
+        entries = [Entry(**e, synonyms=[]) for e in default_entries(dynamic, keys)]
     elif ctx.node_config is None or res.resource_name != str(ctx.node_id):
         code = errors.INVALID_REQUEST
         message = f"Unexpected broker id, expected {ctx.node_id} or empty string, but received {res.resource_name}"
     else:
         keys = None if res.configuration_keys is None else set(res.configuration_keys)
-        entries = [Entry(**e, synonyms=[])
-                   for e in broker_entries(ctx.node_config, keys, ctx.metadata.image.broker_configs)]
+        entries = [Entry(**e, synonyms=[]) for e in broker_entries(ctx.node_config, keys, dynamic)]
     return R.DescribeConfigsResult(error_code=code, error_message=message, resource_type=res.resource_type,
                                    resource_name=res.resource_name, configs=entries)
 
@@ -90,29 +95,28 @@ async def handle_describe_configs(ctx: KafkaContext, call: Call) -> Reply:
                 resource_type=res.resource_type, resource_name=res.resource_name, configs=[]))
             continue
         try:
-            described = await ctx.call("describe_configs", {"name": res.resource_name})
+            described = await ctx.admin().describe_topic_configs(res.resource_name)
         except Exception as exc:  # noqa: BLE001 - this resource's answer
             code, message = errors.kafka_error(exc)
             results.append(R.DescribeConfigsResult(
                 error_code=code, error_message=message, resource_type=res.resource_type,
                 resource_name=res.resource_name, configs=[]))
             continue
-        assert described is not None
         wanted = None if res.configuration_keys is None else {canonical_key(k) for k in res.configuration_keys}
         entries = []
-        for e in described["configs"]:
-            if wanted is not None and e["name"] not in wanted:
+        for e in described:
+            if wanted is not None and e.name not in wanted:
                 continue
             source = SOURCE_DYNAMIC_TOPIC
-            if e["is_default"]:
-                source = (broker_config.SOURCE_DYNAMIC_DEFAULT_BROKER if e["name"] in CLUSTER_DEFAULT_TOPIC_CONFIGS
+            if e.is_default:
+                source = (broker_config.SOURCE_DYNAMIC_DEFAULT_BROKER if e.name in CLUSTER_DEFAULT_TOPIC_CONFIGS
                           else SOURCE_DEFAULT)
             entries.append(Entry(
-                name=KAFKA_NAMES.get(e["name"], e["name"]), value=e["value"], read_only=False,
+                name=KAFKA_NAMES.get(e.name, e.name), value=e.value, read_only=False,
                 is_default=source == SOURCE_DEFAULT,
                 config_source=source,
-                is_sensitive=False, synonyms=[], config_type=_TYPES.get(e["type"], TYPE_STRING),
-                documentation=e["doc"],
+                is_sensitive=False, synonyms=[], config_type=_TYPES.get(e.type, TYPE_STRING),
+                documentation=e.doc,
             ))  # fmt: skip
         results.append(R.DescribeConfigsResult(
             error_code=errors.NONE, error_message=None, resource_type=res.resource_type,
@@ -144,13 +148,13 @@ async def handle_alter_configs(ctx: KafkaContext, call: Call) -> Reply:
 
 async def _replace(ctx: KafkaContext, name: str, new: dict[str, str], validate_only: bool) -> tuple[int, str | None]:
     try:
-        described = await ctx.call("describe_configs", {"name": name})
-        assert described is not None
+        admin = ctx.admin()
+        described = await admin.describe_topic_configs(name)
         normalized = normalize_configs(new)
-        current = {e["name"] for e in described["configs"] if not e["is_default"]}
+        current = {e.name for e in described if not e.is_default}
         delete = sorted(current - set(normalized))
         if not validate_only:
-            await ctx.call("alter_configs", {"name": name, "set": normalized, "delete": delete})
+            await admin.alter_topic_configs(name, normalized, delete)
         return errors.NONE, None
     except Exception as exc:  # noqa: BLE001 - this resource's answer
         return errors.kafka_error(exc)
@@ -163,7 +167,7 @@ async def _alter_broker(ctx: KafkaContext, resource: str, set_: dict[str, str], 
     current = ctx.metadata.image.broker_configs.get(resource, {})
     broker_config.alter(current, set_, delete)  # raises for a read-only key or a bad value
     if not validate_only:
-        await ctx.call("alter_broker_configs", {"resource": resource, "set": set_, "delete": delete})
+        await ctx.admin().alter_broker_configs(resource, set_, delete)
 
 
 async def _replace_broker(ctx: KafkaContext, resource: str, new: dict[str, str],
@@ -180,9 +184,8 @@ async def _list_value(ctx: KafkaContext, res: Any, key: str) -> list[str]:
     """The current items of a list config of a topic (APPEND / SUBTRACT start from them)."""
     if res.resource_type != TOPIC or TOPIC_CONFIGS.get(key) is None or TOPIC_CONFIGS[key].type != "list":
         raise InvalidConfigError(f"APPEND and SUBTRACT apply to list configs only, not {key}", key=key)
-    described = await ctx.call("describe_configs", {"name": res.resource_name})
-    assert described is not None
-    value = next(e["value"] for e in described["configs"] if e["name"] == key)
+    described = await ctx.admin().describe_topic_configs(res.resource_name)
+    value = next(e.value for e in described if e.name == key)
     return [v for v in (value or "").split(",") if v]
 
 
@@ -224,8 +227,7 @@ async def handle_incremental_alter_configs(ctx: KafkaContext, call: Call) -> Rep
             if set(normalized) & set(delete):
                 raise InvalidRequestError("a key is both set and deleted")
             if not request.validate_only:
-                await ctx.call("alter_configs", {"name": res.resource_name, "set": normalized,
-                                                 "delete": delete})
+                await ctx.admin().alter_topic_configs(res.resource_name, normalized, delete)
             return errors.NONE, None
         except Exception as exc:  # noqa: BLE001 - this resource's answer
             return errors.kafka_error(exc)

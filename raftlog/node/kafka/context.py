@@ -7,8 +7,11 @@ producer ids, log dirs, producers) call the partition port (partition/port.py) t
 `ctx.port()`, which is that port behind the current connection's ACLs
 (raftlog/node/authorize.py `GuardedPartitions`); the classic group ops call the group port
 (groupcoord/port.py) through `ctx.group_port()`, behind the same guard
-(raftlog/node/guarded_groups.py `GuardedGroups`); the other admin ops still run the native
-client handler of the same op (`ctx.call(op, fields)`), behind the same guard's native policies.
+(raftlog/node/guarded_groups.py `GuardedGroups`); Metadata, the topic, config, quota, feature,
+ACL, SCRAM, election and reassignment ops call the metadata port (metadata/port.py) through
+`ctx.admin()` (raftlog/node/guarded_metadata.py `GuardedMetadata`). Handlers check no ACL
+themselves. The transaction and share-group ops still run the native client handler of the
+same op through `call(op, fields)`, behind the same guard's native policies.
 
 A handler returns one of:
 * a response message (kafka-python ApiMessage of the response class): encoded at the
@@ -145,8 +148,9 @@ class KafkaContext:
         return GuardedPartitions(self.replicas, self.access())
 
     def admin(self) -> GuardedMetadata:
-        """The metadata port (metadata/port.py: ACLs, SCRAM users, elections, the quorum)
-        behind the current connection's ACLs."""
+        """The metadata port (metadata/port.py: Metadata, topics, configs, quotas, features,
+        ACLs, SCRAM users, elections, reassignments, the quorum) behind the current
+        connection's ACLs."""
         return GuardedMetadata(self.metadata, self.access())
 
     def group_port(self) -> GuardedGroups:

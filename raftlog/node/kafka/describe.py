@@ -42,7 +42,6 @@ from kafka.protocol.admin.topics import DescribeTopicPartitionsResponse
 from kafka.protocol.admin.transactions import DescribeProducersResponse
 
 from partition.port import PartitionKey
-from raftlog.base.acl import CLUSTER_NAME, Operation, ResourceType
 from raftlog.base.errors import ClusterAuthorizationFailedError, NotLeaderError, RaftlogError
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.context import Call, KafkaContext, Reply
@@ -162,13 +161,12 @@ async def handle_describe_topic_partitions(ctx: KafkaContext, call: Call) -> Rep
     budget = max(1, request.response_partition_limit)
     topics: list[Any] = []
     next_cursor = None
-    for name in names:
-        info = image.topic(name)
-        allowed = ctx.access().allowed(Operation.DESCRIBE, ResourceType.TOPIC, name)
-        if not request.topics and not allowed:
-            continue  # listing every topic: those the principal may not describe are left out, as in Kafka
-        if info is None or not allowed:
-            code = errors.UNKNOWN_TOPIC_OR_PARTITION if info is None else TOPIC_AUTHORIZATION_FAILED
+    # DESCRIBE on each topic, at the metadata port's guard: listing every topic leaves out those
+    # the principal may not describe, a topic asked by name is refused (as in Kafka).
+    for described in await ctx.admin().describe_topics(names, listing=not request.topics):
+        name, info = described.name, described.topic
+        if info is None:
+            code = errors.UNKNOWN_TOPIC_OR_PARTITION if described.error is None else TOPIC_AUTHORIZATION_FAILED
             topics.append(Topic(error_code=code, name=name, topic_id=topic_uuid(None), is_internal=False,
                                 partitions=[], topic_authorized_operations=-2147483648))
             continue

@@ -2,9 +2,10 @@
 leaders; auto-creation of requested unknown topics when `auto_create_topics` is on (Kafka's
 auto.create.topics.enable) and the request allows it.
 
-The topic and partition facts come from the native `metadata` op (same code, same
-read-your-writes wait for a topic created through another node); broker Kafka addresses and
-topic ids from the node's metadata image. Every registered broker with a Kafka listener is
+The topic and partition facts come from the metadata port's `cluster_metadata` (the code of
+the native `metadata` op, with its read-your-writes wait for a topic created through another
+node; DESCRIBE on each topic at the port's guard, raftlog/node/guarded_metadata.py); broker
+Kafka addresses and topic ids from the node's metadata image. Every registered broker with a Kafka listener is
 listed, so a client that bootstraps from one node finds the others. Partition ISR: Raft has
 no ISR; every voter replica is listed (the high watermark only moves with a majority).
 """
@@ -19,7 +20,8 @@ from typing import Any, Final
 
 from kafka.protocol.metadata.metadata import MetadataResponse
 
-from raftlog.base.errors import NotLeaderError, RaftlogError, TopicAlreadyExistsError
+from metadata.port import ClusterView, NewTopic
+from raftlog.base.errors import NotLeaderError, RaftlogError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
 from raftlog.base.eventlog import log_event
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.context import Call, KafkaContext, Later, Reply
@@ -101,41 +103,36 @@ async def handle_metadata(ctx: KafkaContext, call: Call) -> Reply:
     allow_create = ctx.auto_create_topics and getattr(request, "allow_auto_topic_creation", True)
 
     async def answer() -> Reply:
-        fields: dict[str, Any] = {"topics": names} if names is not None else {"topics": None, "internal": True}
-        result = await ctx.call("metadata", fields)
-        assert result is not None
-        topics = list(result["topics"])
+        admin = ctx.admin()
+        view = await admin.cluster_metadata(names, include_internal=names is None)
+        created: set[str] = set()
         if allow_create and names:
-            missing = [t["name"] for t in topics if t.get("error") == "UNKNOWN_TOPIC_OR_PARTITION"]
+            missing = [t.name for t in view.topics if isinstance(t.error, UnknownTopicOrPartitionError)]
             created = await _auto_create(ctx, missing)
             if created:
-                result = await ctx.call("metadata", {"topics": names})
-                assert result is not None
-                topics = list(result["topics"])
-                for t in topics:
-                    if t["name"] in created and t.get("error") == "UNKNOWN_TOPIC_OR_PARTITION":
-                        t["error"] = "LEADER_NOT_AVAILABLE"
-        return _response(ctx, call, result, topics, by_id_only, unknown_ids)
+                view = await admin.cluster_metadata(names, include_internal=False)
+        return _response(ctx, call, view, created, by_id_only, unknown_ids)
 
     return Later(answer)
 
 
 async def _auto_create(ctx: KafkaContext, names: list[str]) -> set[str]:
     created: set[str] = set()
+    admin = ctx.admin()
     for name in names:
-        try:
-            await ctx.call("create_topic", {"name": name})
+        [answer] = await admin.create_topics([NewTopic(name)])
+        if answer.error is None:
             log_event(logger, "kafka_topic_auto_created", topic=name)
             created.add(name)
-        except TopicAlreadyExistsError:
+        elif isinstance(answer.error, TopicAlreadyExistsError):
             created.add(name)
-        except RaftlogError as exc:  # INVALID_TOPIC and the like: the answer says unknown
+        else:  # INVALID_TOPIC and the like: the answer says unknown
             log_event(logger, "kafka_topic_auto_create_failed", level=logging.INFO, topic=name,
-                      reason=str(exc))
+                      reason=str(answer.error))
     return created
 
 
-def _response(ctx: KafkaContext, call: Call, result: Any, topics: list[dict[str, Any]],
+def _response(ctx: KafkaContext, call: Call, view: ClusterView, created: set[str],
               by_id_only: Mapping[str, uuid.UUID] | None = None,
               unknown_ids: list[uuid.UUID] | None = None) -> MetadataResponse:
     R = MetadataResponse
@@ -143,38 +140,39 @@ def _response(ctx: KafkaContext, call: Call, result: Any, topics: list[dict[str,
     by_id_only = by_id_only or {}
     out_topics = [R.MetadataResponseTopic(error_code=errors.UNKNOWN_TOPIC_ID, name=None, topic_id=i,
                                           is_internal=False, partitions=[]) for i in unknown_ids or ()]
-    for t in topics:
-        error = t.get("error")
-        if error is not None:
-            code = errors.LEADER_NOT_AVAILABLE if error == "LEADER_NOT_AVAILABLE" else errors.kafka_error_code(error)
-            asked_id = by_id_only.get(t["name"])
+    for t in view.topics:
+        if t.error is not None:
+            # A topic auto-created a moment ago, not in the image yet: LEADER_NOT_AVAILABLE (retriable).
+            new = t.name in created and isinstance(t.error, UnknownTopicOrPartitionError)
+            code = errors.LEADER_NOT_AVAILABLE if new else errors.kafka_error_code(t.error.code)
+            asked_id = by_id_only.get(t.name)
             if asked_id is not None:  # asked for by id: answer by id, never with the name
                 out_topics.append(R.MetadataResponseTopic(
                     error_code=code, name=None, topic_id=asked_id, is_internal=False, partitions=[]))
                 continue
             out_topics.append(R.MetadataResponseTopic(
-                error_code=code, name=t["name"], topic_id=ZERO_UUID, is_internal=False, partitions=[],
+                error_code=code, name=t.name, topic_id=ZERO_UUID, is_internal=False, partitions=[],
             ))  # fmt: skip
             continue
         partitions = []
-        for p in t["partitions"]:
-            leader = p["leader"]
+        for p in t.partitions:
+            leader = p.leader
             partitions.append(R.MetadataResponseTopic.MetadataResponsePartition(
                 error_code=errors.NONE if leader >= 0 else errors.LEADER_NOT_AVAILABLE,
-                partition_index=p["partition"], leader_id=leader,
-                leader_epoch=max(p["leader_epoch"], -1), replica_nodes=list(p["replicas"]),
-                isr_nodes=list(p["replicas"]), offline_replicas=[],
+                partition_index=p.partition, leader_id=leader,
+                leader_epoch=max(p.leader_epoch, -1), replica_nodes=list(p.replicas),
+                isr_nodes=list(p.replicas), offline_replicas=[],
             ))  # fmt: skip
         out_topics.append(R.MetadataResponseTopic(
-            error_code=errors.NONE, name=t["name"],
-            topic_id=topic_uuid(t.get("topic_id") or topic_ids.get(t["name"])),
-            is_internal=bool(t.get("internal")), partitions=partitions,
+            error_code=errors.NONE, name=t.name,
+            topic_id=topic_uuid(t.topic_id or topic_ids.get(t.name)),
+            is_internal=t.internal, partitions=partitions,
         ))  # fmt: skip
-    controller = result.get("controller_id")
+    controller = view.controller_id
     return R[call.version](
         throttle_time_ms=0,
         brokers=[R.MetadataResponseBroker(node_id=i, host=h, port=p, rack=r) for i, h, p, r in brokers(ctx)],
-        cluster_id=result.get("cluster_id"),
+        cluster_id=view.cluster_id,
         controller_id=controller if controller is not None else -1,
         topics=out_topics,
     )
