@@ -61,6 +61,7 @@ from groupcoord.share_store import ShareStateStore
 from partition.batch import iter_headers
 from partition.share_partition import Acknowledgement, AckType, SharePartition
 from raftlog.base.errors import (
+    CoordinatorLoadInProgressError,
     InvalidRecordStateError,
     InvalidRequestError,
     NonEmptyGroupError,
@@ -146,7 +147,10 @@ class ShareService:
         group this coordinator already holds, or has looked for, is left as it is)."""
         if group_id in self.members.groups or group_id in self._loaded:
             return
-        snapshot = await self.store.read(MembersKey(group_id))
+        try:
+            snapshot = await self.store.read(MembersKey(group_id))
+        except NotLeaderError as exc:  # the state partition's leader moved: the client retries
+            raise CoordinatorLoadInProgressError(f"share group {group_id}: {exc.message}") from exc
         if len(self._loaded) > 100_000:
             self._loaded.clear()
         self._loaded.add(group_id)
@@ -160,9 +164,11 @@ class ShareService:
             return
         try:
             await self.store.write({MembersKey(group_id): None if after is None else encode_members(after)})
-        except BaseException:  # memory is ahead of the log: read the group again on next use
+        except BaseException as exc:  # memory is ahead of the log: read the group again on next use
             self.members.groups.pop(group_id, None)
             self._loaded.discard(group_id)
+            if isinstance(exc, NotLeaderError):  # of the state partition: the client retries
+                raise CoordinatorLoadInProgressError(f"share group {group_id}: {exc.message}") from exc
             raise
 
     def on_image(self, image: Any) -> None:

@@ -33,7 +33,12 @@ from groupcoord.share_state import (
 )
 from partition.batch import BatchBuilder
 from partition.keyed import keyed_records
-from raftlog.base.errors import CoordinatorNotAvailableError, InvalidRequestError, NotLeaderError, RaftlogError
+from raftlog.base.errors import (
+    CoordinatorLoadInProgressError,
+    InvalidRequestError,
+    NotLeaderError,
+    RaftlogError,
+)
 from raftlog.base.peer import PeerPool
 from raftlog.base.protocol import Request, field
 
@@ -67,8 +72,10 @@ class ShareStateStore:
         """Create `__share_group_state` (compacted) unless it exists; its partition count."""
         image = self.metadata.image
         t = image.topic(SHARE_STATE_TOPIC)
-        if t is not None and t.complete:
+        if t is not None and t.complete and self._all_led(t.partition_count):
             return int(t.partition_count)
+        if t is not None and t.complete:  # just created: its leaders are being elected
+            return await self._wait_leaders()
         rf = max(1, min(SHARE_STATE_REPLICATION_FACTOR_MAX, len(image.brokers)))
         try:
             await self.metadata.create_topic(SHARE_STATE_TOPIC, partitions=SHARE_STATE_TOPIC_PARTITIONS,
@@ -77,13 +84,22 @@ class ShareStateStore:
         except RaftlogError as exc:
             if exc.code != "TOPIC_ALREADY_EXISTS":
                 raise
+        return await self._wait_leaders()
+
+    def _all_led(self, partitions: int) -> bool:
+        return all(self._leader(p) is not None for p in range(partitions))
+
+    async def _wait_leaders(self) -> int:
+        """The partition count once every partition of the topic has a leader in the image.
+        Raises CoordinatorLoadInProgressError (retriable, as Kafka's share coordinator answers
+        while it loads) after COMMIT_TIMEOUT_S."""
         with trio.move_on_after(COMMIT_TIMEOUT_S):
             while True:
                 t = self.metadata.image.topic(SHARE_STATE_TOPIC)
-                if t is not None and t.complete and all(self._leader(p) is not None for p in range(t.partition_count)):
+                if t is not None and t.complete and self._all_led(t.partition_count):
                     return int(t.partition_count)
                 await trio.sleep(0.05)  # polling the image: it has no change event to wait on
-        raise CoordinatorNotAvailableError(f"{SHARE_STATE_TOPIC} has no leaders yet")
+        raise CoordinatorLoadInProgressError(f"{SHARE_STATE_TOPIC} has no leaders yet")
 
     async def read(self, key: StateKey) -> dict[str, Any] | None:
         """The latest persisted state of `key` (None: never written or deleted)."""
@@ -147,8 +163,8 @@ class ShareStateStore:
     async def _call(self, p: int, op: str, fields: dict[str, Any]) -> Mapping[str, Any]:
         leader = self._leader(p)
         address = None if leader is None else self.metadata.peer_address(leader)
-        if address is None:
-            raise NotLeaderError(f"no leader of {SHARE_STATE_TOPIC}-{p} known")
+        if address is None:  # retriable: a client's heartbeat must not take it as fatal
+            raise CoordinatorLoadInProgressError(f"no leader of {SHARE_STATE_TOPIC}-{p} known")
         return await self.peers.call(address, op, fields, timeout_s=PEER_TIMEOUT_S) or {}
 
     async def _append(self, p: int, records: list[tuple[bytes, bytes | None]]) -> None:

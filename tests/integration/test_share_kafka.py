@@ -1,0 +1,100 @@
+"""Share groups (KIP-932) through the Kafka listener on a fresh three-node cluster: the first ShareGroupHeartbeats, sent at once to every coordinator while `__share_group_state` is created and elects its leaders, are answered with success or a retriable coordinator error (never NOT_LEADER_OR_FOLLOWER, which Kafka's clients take as fatal in a heartbeat); then confluent-kafka's ShareConsumer reads and acknowledges every record."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka import Producer as CKProducer  # noqa: E402
+
+from raftlog.node.kafka.schemas import ShareGroupHeartbeatRequest  # noqa: E402
+from test_kafka_groups import create, wait_coordinators  # noqa: E402
+from test_kip848_kafka import raw  # noqa: E402
+
+pytestmark = pytest.mark.cluster
+
+TOPIC = "share-kafka"
+PARTITIONS = 3
+TIMEOUT_S = 90
+RETRIABLE = {14, 15, 16}  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
+
+
+def _join(cluster, group: str) -> int:
+    """One ShareGroupHeartbeat v1 joining `group` (member epoch 0): its error code."""
+    answer = raw(cluster, group, ShareGroupHeartbeatRequest[1](
+        group_id=group, member_id=str(uuid.uuid4()), member_epoch=0, rack_id=None,
+        subscribed_topic_names=[TOPIC]), 1)
+    return answer.error_code
+
+
+def test_first_heartbeats_race_the_state_topic_and_get_retriable_errors(cluster):
+    wait_coordinators(cluster)
+    create(cluster, TOPIC, PARTITIONS)
+    groups = [f"first-share-{i}" for i in range(6)]  # spread over the three coordinators
+    codes: dict[str, list[int]] = {g: [] for g in groups}
+    start = threading.Barrier(len(groups))
+
+    def join(group: str) -> None:
+        start.wait(timeout=30)
+        while not codes[group] or codes[group][-1] in RETRIABLE:
+            if len(codes[group]) >= 200:  # bounded: the assertion below names what came back
+                return
+            codes[group].append(_join(cluster, group))
+
+    threads = [threading.Thread(target=join, args=(g,), daemon=True) for g in groups]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(TIMEOUT_S)
+    assert all(not t.is_alive() for t in threads), codes
+    assert {g: c[-1] for g, c in codes.items()} == {g: 0 for g in groups}, codes
+    assert set().union(*codes.values()) <= RETRIABLE | {0}, codes
+
+
+def test_confluent_share_consumer_acknowledges_every_record(cluster):
+    values = [f"v-{i}" for i in range(30)]
+    consumer = confluent_kafka.ShareConsumer({"bootstrap.servers": cluster.kafka_bootstrap(),
+                                              "group.id": "ck-share", "share.acknowledgement.mode": "explicit"})
+    try:
+        consumer.subscribe([TOPIC])
+        producer = CKProducer({"bootstrap.servers": cluster.kafka_bootstrap(), "acks": "all"})
+        seen: list[str] = []
+        warmed: set[int] = set()
+
+        def poll_once() -> None:
+            for m in consumer.poll(0.5) or ():
+                if m.error() is not None:
+                    continue
+                consumer.acknowledge(m)
+                value = m.value().decode()
+                if value.startswith("warm"):
+                    warmed.add(m.partition())
+                else:
+                    seen.append(value)
+            consumer.commit_sync()
+
+        # A new share group starts at the log end (share.auto.offset.reset=latest): warm-up
+        # records until every partition delivered one, then the records counted.
+        def warm() -> bool:
+            for p in range(PARTITIONS):
+                producer.produce(TOPIC, b"warm", partition=p)
+            assert producer.flush(30) == 0
+            poll_once()
+            return len(warmed) == PARTITIONS
+
+        cluster.wait_for(warm, TIMEOUT_S, "a warm-up record from every partition")
+        for i, v in enumerate(values):
+            producer.produce(TOPIC, v.encode(), partition=i % PARTITIONS)
+        assert producer.flush(30) == 0
+
+        def all_read() -> bool:
+            poll_once()
+            return set(values) <= set(seen)
+
+        cluster.wait_for(all_read, TIMEOUT_S, "every record acknowledged")
+        assert sorted(seen) == sorted(values), "each record delivered once"
+    finally:
+        consumer.close()
