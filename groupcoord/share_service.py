@@ -62,6 +62,7 @@ from partition.batch import iter_headers
 from partition.share_partition import Acknowledgement, AckType, SharePartition
 from raftlog.base.errors import (
     CoordinatorLoadInProgressError,
+    GroupIdNotFoundError,
     InvalidRecordStateError,
     InvalidRequestError,
     NonEmptyGroupError,
@@ -232,13 +233,23 @@ class ShareService:
 
     async def _delete(self, request: Request) -> dict[str, Any]:
         group_id = field(request, "group_id", str)
+        if not await self.delete_share_group(group_id):
+            raise GroupIdNotFoundError(f"no share group {group_id}")
+        return {}
+
+    async def delete_share_group(self, group_id: str) -> bool:
+        """DeleteGroups of a share group (and the native share_group_delete): forget an empty
+        share group, committed before the answer. False when no share group has that id.
+        Raises NonEmptyGroupError, NotCoordinatorError, CoordinatorLoadInProgressError."""
         self._check_coordinator(group_id)
         await self._load(group_id)
         async with self._membership:
+            if group_id not in self.members.groups:
+                return False
             before = self.members.snapshot(group_id)
             self.members.delete(group_id)
             await self._save(group_id, before)
-        return {}
+        return True
 
     async def _member_check(self, request: Request) -> dict[str, Any]:
         group_id = field(request, "group_id", str)

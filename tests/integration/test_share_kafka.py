@@ -9,6 +9,7 @@ import pytest
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Producer as CKProducer  # noqa: E402
+from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from raftlog.node.kafka.schemas import ShareGroupHeartbeatRequest  # noqa: E402
 from test_kafka_groups import create, wait_coordinators  # noqa: E402
@@ -96,5 +97,24 @@ def test_confluent_share_consumer_acknowledges_every_record(cluster):
 
         cluster.wait_for(all_read, TIMEOUT_S, "every record acknowledged")
         assert sorted(seen) == sorted(values), "each record delivered once"
+        del producer  # flushed: destroyed now, not after the cluster stops
     finally:
         consumer.close()
+
+
+def test_delete_groups_deletes_an_empty_share_group_only(cluster):
+    """DeleteGroups (42) serves share groups as Kafka 4 does (kafka-share-groups --delete):
+    one with members is NON_EMPTY_GROUP and keeps serving; an empty one is deleted, then gone."""
+    admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap()})
+
+    def delete(group: str) -> int:
+        try:
+            admin.delete_consumer_groups([group], request_timeout=30)[group].result(60)
+            return 0
+        except confluent_kafka.KafkaException as exc:
+            return exc.args[0].code()
+
+    assert delete("first-share-0") == confluent_kafka.KafkaError.NON_EMPTY_GROUP  # its member's session runs
+    assert _join(cluster, "first-share-0") == 0, "the group keeps serving"
+    assert delete("ck-share") == 0, "closed consumer: the group is empty"
+    assert delete("ck-share") == confluent_kafka.KafkaError.GROUP_ID_NOT_FOUND
