@@ -48,6 +48,7 @@ SHARE_STATE_REPLICATION_FACTOR_MAX: Final = 3
 READ_CHUNK_BYTES: Final = 1 << 20
 COMMIT_TIMEOUT_S: Final = 10.0
 PEER_TIMEOUT_S: Final = 10.0
+LEADER_WAIT_S: Final = 5.0  # a state partition's election, within a client's request timeout
 MAX_WRITE_RECORDS: Final = 10_000
 
 
@@ -72,10 +73,8 @@ class ShareStateStore:
         """Create `__share_group_state` (compacted) unless it exists; its partition count."""
         image = self.metadata.image
         t = image.topic(SHARE_STATE_TOPIC)
-        if t is not None and t.complete and self._all_led(t.partition_count):
+        if t is not None and t.complete:  # its leaders may be electing: _call waits for one
             return int(t.partition_count)
-        if t is not None and t.complete:  # just created: its leaders are being elected
-            return await self._wait_leaders()
         rf = max(1, min(SHARE_STATE_REPLICATION_FACTOR_MAX, len(image.brokers)))
         try:
             await self.metadata.create_topic(SHARE_STATE_TOPIC, partitions=SHARE_STATE_TOPIC_PARTITIONS,
@@ -84,19 +83,10 @@ class ShareStateStore:
         except RaftlogError as exc:
             if exc.code != "TOPIC_ALREADY_EXISTS":
                 raise
-        return await self._wait_leaders()
-
-    def _all_led(self, partitions: int) -> bool:
-        return all(self._leader(p) is not None for p in range(partitions))
-
-    async def _wait_leaders(self) -> int:
-        """The partition count once every partition of the topic has a leader in the image.
-        Raises CoordinatorLoadInProgressError (retriable, as Kafka's share coordinator answers
-        while it loads) after COMMIT_TIMEOUT_S."""
         with trio.move_on_after(COMMIT_TIMEOUT_S):
             while True:
                 t = self.metadata.image.topic(SHARE_STATE_TOPIC)
-                if t is not None and t.complete and self._all_led(t.partition_count):
+                if t is not None and t.complete and all(self._leader(p) is not None for p in range(t.partition_count)):
                     return int(t.partition_count)
                 await trio.sleep(0.05)  # polling the image: it has no change event to wait on
         raise CoordinatorLoadInProgressError(f"{SHARE_STATE_TOPIC} has no leaders yet")
@@ -161,11 +151,21 @@ class ShareStateStore:
         return None if state is None or state.leader < 0 else int(state.leader)
 
     async def _call(self, p: int, op: str, fields: dict[str, Any]) -> Mapping[str, Any]:
-        leader = self._leader(p)
-        address = None if leader is None else self.metadata.peer_address(leader)
-        if address is None:  # retriable: a client's heartbeat must not take it as fatal
-            raise CoordinatorLoadInProgressError(f"no leader of {SHARE_STATE_TOPIC}-{p} known")
-        return await self.peers.call(address, op, fields, timeout_s=PEER_TIMEOUT_S) or {}
+        return await self.peers.call(await self._leader_address(p), op, fields, timeout_s=PEER_TIMEOUT_S) or {}
+
+    async def _leader_address(self, p: int) -> str:
+        """The peer address of state partition `p`'s leader, waiting up to LEADER_WAIT_S while
+        it is elected (the topic was just created, or its leader failed). Raises
+        CoordinatorLoadInProgressError, retriable: a client's heartbeat must not take it as
+        fatal, as it takes NOT_LEADER_OR_FOLLOWER."""
+        with trio.move_on_after(LEADER_WAIT_S):
+            while True:
+                leader = self._leader(p)
+                address = None if leader is None else self.metadata.peer_address(leader)
+                if address is not None:
+                    return address
+                await trio.sleep(0.05)  # polling the image: it has no change event to wait on
+        raise CoordinatorLoadInProgressError(f"no leader of {SHARE_STATE_TOPIC}-{p} known")
 
     async def _append(self, p: int, records: list[tuple[bytes, bytes | None]]) -> None:
         r = self._replica(p)

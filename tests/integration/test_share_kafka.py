@@ -8,6 +8,7 @@ import uuid
 import pytest
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka import Consumer as CKConsumer  # noqa: E402
 from confluent_kafka import Producer as CKProducer  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
@@ -20,6 +21,7 @@ pytestmark = pytest.mark.cluster
 TOPIC = "share-kafka"
 PARTITIONS = 3
 TIMEOUT_S = 90
+GROUP_ID_NOT_FOUND = 69
 RETRIABLE = {14, 15, 16}  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
 
 
@@ -118,3 +120,18 @@ def test_delete_groups_deletes_an_empty_share_group_only(cluster):
     assert _join(cluster, "first-share-0") == 0, "the group keeps serving"
     assert delete("ck-share") == 0, "closed consumer: the group is empty"
     assert delete("ck-share") == confluent_kafka.KafkaError.GROUP_ID_NOT_FOUND
+
+
+def test_share_heartbeat_for_a_classic_groups_id_is_group_id_not_found(cluster):
+    """A group id a classic group holds: ShareGroupHeartbeat answers GROUP_ID_NOT_FOUND (69), as
+    Kafka's, and the classic group keeps its member."""
+    consumer = CKConsumer({"bootstrap.servers": cluster.kafka_bootstrap(), "group.id": "classic-not-share",
+                           "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe([TOPIC])
+        cluster.wait_for(lambda: (consumer.poll(0.2), consumer.assignment())[1], TIMEOUT_S,
+                         "the classic member's assignment")
+        assert _join(cluster, "classic-not-share") == GROUP_ID_NOT_FOUND
+        assert consumer.assignment(), "the classic group keeps serving"
+    finally:
+        consumer.close()
