@@ -244,8 +244,22 @@ class ShareService:
         self._check_coordinator(group_id)
         await self._load(group_id)
         async with self._membership:
-            if group_id not in self.members.groups:
+            g = self.members.groups.get(group_id)
+            if g is None:
                 return False
+            if g.members:
+                raise NonEmptyGroupError(f"share group {group_id} has {len(g.members)} members")
+            # Its share partitions' state first (on their leaders), as Kafka's delete of the
+            # share-group state: a group of the same id starts again from share.auto.offset.reset.
+            try:
+                for key in await self.store.group_keys(group_id):
+                    if self.metadata.image.partition(key.topic, key.partition) is None:  # topic deleted
+                        await self.store.write({key: None})
+                    else:
+                        await self._delete_partition(Request(0, "share_partition_delete", {
+                            "group_id": key.group, "topic": key.topic, "partition": key.partition}))
+            except NotLeaderError as exc:  # a leader moved meanwhile: the client retries
+                raise CoordinatorLoadInProgressError(f"share group {group_id}: {exc.message}") from exc
             before = self.members.snapshot(group_id)
             self.members.delete(group_id)
             await self._save(group_id, before)

@@ -25,6 +25,7 @@ from groupcoord.internal_topic import InternalPartition, InternalTopics, ShareMe
 from groupcoord.share_state import (
     SHARE_STATE_TOPIC,
     SHARE_STATE_TOPIC_PARTITIONS,
+    ShareKey,
     ShareStateImage,
     StateKey,
     decode_key,
@@ -65,7 +66,8 @@ class ShareStateStore:
         self.peers = peers
         self._images: dict[int, tuple[int, int, ShareStateImage]] = {}  # p -> (leader epoch, next offset, image)
         self._locks: dict[int, trio.Lock] = {}
-        self.peer_handlers = {"share_state_read": self._peer_read, "share_state_write": self._peer_write}
+        self.peer_handlers = {"share_state_read": self._peer_read, "share_state_write": self._peer_write,
+                              "share_state_group": self._peer_group}
 
     # ---- used by the share-partition leader ----
 
@@ -114,7 +116,27 @@ class ShareStateStore:
             else:
                 await self._call(p, "share_state_write", {"partition": p, "records": [[k, v] for k, v in recs]})
 
+    async def group_keys(self, group: str) -> list[ShareKey]:
+        """Every share partition of `group` with persisted state (DeleteGroups of a share group
+        forgets them): asked of each state partition's leader, in key order."""
+        count = await self.ensure_topic()
+        keys: set[ShareKey] = set()
+        for p in range(count):
+            if self._leads(p):
+                keys |= set((await self._replayed(p)).group_states(group))
+            else:
+                answer = await self._call(p, "share_state_group", {"partition": p, "group": group})
+                keys |= {ShareKey(group, str(t), int(n)) for t, n in answer.get("partitions") or ()}
+        return sorted(keys, key=lambda k: (k.topic, k.partition))
+
     # ---- served on the state partition's leader ----
+
+    async def _peer_group(self, request: Request) -> dict[str, Any]:
+        p = field(request, "partition", int, min_value=0)
+        group = field(request, "group", str)
+        if not self._leads(p):
+            raise NotLeaderError(f"node {self.node_id} does not lead {SHARE_STATE_TOPIC}-{p}")
+        return {"partitions": [[k.topic, k.partition] for k in (await self._replayed(p)).group_states(group)]}
 
     async def _peer_read(self, request: Request) -> dict[str, Any]:
         p = field(request, "partition", int, min_value=0)

@@ -12,6 +12,7 @@ from confluent_kafka import Consumer as CKConsumer  # noqa: E402
 from confluent_kafka import Producer as CKProducer  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
+from raftlog.client import Admin  # noqa: E402
 from raftlog.node.kafka.schemas import ShareGroupHeartbeatRequest  # noqa: E402
 from test_kafka_groups import create, wait_coordinators  # noqa: E402
 from test_kip848_kafka import raw  # noqa: E402
@@ -118,8 +119,15 @@ def test_delete_groups_deletes_an_empty_share_group_only(cluster):
 
     assert delete("first-share-0") == confluent_kafka.KafkaError.NON_EMPTY_GROUP  # its member's session runs
     assert _join(cluster, "first-share-0") == 0, "the group keeps serving"
-    assert delete("ck-share") == 0, "closed consumer: the group is empty"
-    assert delete("ck-share") == confluent_kafka.KafkaError.GROUP_ID_NOT_FOUND
+    with Admin(cluster.bootstrap()) as native:
+        def start_offset() -> int | None:
+            return native.request({"op": "share_group_offsets", "group_id": "ck-share", "topic": TOPIC,
+                                   "partition": 0}, route=(TOPIC, 0))["start_offset"]
+
+        assert start_offset() is not None, "the consumer's share partitions have state"
+        assert delete("ck-share") == 0, "closed consumer: the group is empty"
+        assert delete("ck-share") == confluent_kafka.KafkaError.GROUP_ID_NOT_FOUND
+        assert start_offset() is None, "its share partitions' state is deleted with it, as Kafka's"
 
 
 def test_share_heartbeat_for_a_classic_groups_id_is_group_id_not_found(cluster):
