@@ -10,7 +10,8 @@ Native ops (PROTOCOL.md shapes; the Kafka listener's ShareGroupHeartbeat 76, Sha
         on the group's coordinator (the leader of its `__consumer_offsets` partition, as
         find_coordinator says); elsewhere NOT_COORDINATOR.
     share_group_describe {group_ids} -> {groups}      share_groups_list {} -> {groups}  (this coordinator's)
-    share_group_delete {group_id} -> {}
+    share_group_delete {group_id} -> {}   (also Kafka's DeleteGroups, through the group service's
+        `share_groups` hook: an empty group, its share partitions' state deleted first)
     share_fetch {group_id, member_id, topic, partition, max_records, max_bytes?, auto_offset_reset?,
         acknowledgements? [[first_offset, last_offset, ack_type]]}
       -> {records: bytes (whole batches), acquired: [[first_offset, last_offset, delivery_count]],
@@ -30,7 +31,9 @@ Native ops (PROTOCOL.md shapes; the Kafka listener's ShareGroupHeartbeat 76, Sha
 Rules: a share fetch needs a member the coordinator knows with the partition assigned
 (else UNKNOWN_MEMBER_ID / INVALID_REQUEST; a positive answer is remembered for MEMBER_CACHE_MS);
 an acknowledgement of a record the member does not hold is INVALID_RECORD_STATE and changes
-nothing; a group id a classic or consumer group holds is GROUP_ID_NOT_FOUND.
+nothing; a group id a classic or consumer group holds is GROUP_ID_NOT_FOUND; a coordinator op
+that finds no leader of its `__share_group_state` partition (its first use, a failover) is
+COORDINATOR_LOAD_IN_PROGRESS, which clients retry (NOT_LEADER_OR_FOLLOWER is fatal in a heartbeat).
 
 Ordering (persist before answering): every change of a share partition's window (acquire,
 acknowledge, expired locks) is written to `__share_group_state` and committed before the
