@@ -67,7 +67,7 @@ class ShareStateStore:
         self._images: dict[int, tuple[int, int, ShareStateImage]] = {}  # p -> (leader epoch, next offset, image)
         self._locks: dict[int, trio.Lock] = {}
         self.peer_handlers = {"share_state_read": self._peer_read, "share_state_write": self._peer_write,
-                              "share_state_group": self._peer_group}
+                              "share_state_group": self._peer_group, "share_state_groups": self._peer_groups}
 
     # ---- used by the share-partition leader ----
 
@@ -129,7 +129,30 @@ class ShareStateStore:
                 keys |= {ShareKey(group, str(t), int(n)) for t, n in answer.get("partitions") or ()}
         return sorted(keys, key=lambda k: (k.topic, k.partition))
 
+    async def member_groups(self) -> list[str]:
+        """The ids of every share group with persisted membership (a new coordinator lists the
+        groups it took over before any is asked for): asked of each state partition's leader.
+        Without the topic, none (a listing does not create it)."""
+        t = self.metadata.image.topic(SHARE_STATE_TOPIC)
+        if t is None or not t.complete:
+            return []
+        count = int(t.partition_count)
+        ids: set[str] = set()
+        for p in range(count):
+            if self._leads(p):
+                ids |= {k.group for k in (await self._replayed(p)).members}
+            else:
+                answer = await self._call(p, "share_state_groups", {"partition": p})
+                ids |= {str(g) for g in answer.get("groups") or ()}
+        return sorted(ids)
+
     # ---- served on the state partition's leader ----
+
+    async def _peer_groups(self, request: Request) -> dict[str, Any]:
+        p = field(request, "partition", int, min_value=0)
+        if not self._leads(p):
+            raise NotLeaderError(f"node {self.node_id} does not lead {SHARE_STATE_TOPIC}-{p}")
+        return {"groups": sorted(k.group for k in (await self._replayed(p)).members)}
 
     async def _peer_group(self, request: Request) -> dict[str, Any]:
         p = field(request, "partition", int, min_value=0)
