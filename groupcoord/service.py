@@ -63,7 +63,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import trio
 
@@ -105,6 +105,7 @@ from metadata.image import MetadataImage
 from partition.batch import BatchBuilder
 from raftlog.base.errors import (
     CoordinatorNotAvailableError,
+    GroupIdNotFoundError,
     InvalidRequestError,
     NotCoordinatorError,
     RaftlogError,
@@ -146,6 +147,14 @@ class _Waiter:
     response: Any = None
 
 
+class ShareGroupDeleter(Protocol):
+    """What DeleteGroups needs of the share service (groupcoord/share_service.py)."""
+
+    async def delete_share_group(self, group_id: str) -> bool:
+        """Delete an empty share group: True; False when no share group has that id. Raises
+        NonEmptyGroupError, NotCoordinatorError or a store error (nothing deleted)."""
+
+
 class GroupCoordinatorService(ConsumerGroupHandlers):
     """See the module docstring. `topics` is None on a node that is not a broker: then only
     find_coordinator is useful."""
@@ -181,6 +190,9 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
         # adapter is raftlog/node/native_groups.py); TxnOffsetCommit is still a native handler.
         self.client_handlers: Mapping[str, Handler] = {"txn_offset_commit": self.txn_offsets.commit}
         self.peer_handlers: Mapping[str, Handler] = {}
+        # DeleteGroups of a share group (KIP-932: one DeleteGroups for every kind): the node
+        # sets the share service here (it knows this service, not the other way round).
+        self.share_groups: ShareGroupDeleter | None = None
 
     # ------------------------------------------------------------------ NodeService
 
@@ -529,8 +541,12 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
         out = []
         for gid in group_ids:
             try:
-                result = self.core.delete_group(group_id=gid, now_ms=self._clock_ms())
-                await self._answer(self._apply(result), wait_ms)
+                try:
+                    result = self.core.delete_group(group_id=gid, now_ms=self._clock_ms())
+                    await self._answer(self._apply(result), wait_ms)
+                except GroupIdNotFoundError:  # not a classic or consumer group: a share group?
+                    if self.share_groups is None or not await self.share_groups.delete_share_group(gid):
+                        raise
                 out.append(GroupOutcome(gid))
             except RaftlogError as exc:
                 out.append(GroupOutcome(gid, exc))

@@ -10,7 +10,8 @@ Native ops (PROTOCOL.md shapes; the Kafka listener's ShareGroupHeartbeat 76, Sha
         on the group's coordinator (the leader of its `__consumer_offsets` partition, as
         find_coordinator says); elsewhere NOT_COORDINATOR.
     share_group_describe {group_ids} -> {groups}      share_groups_list {} -> {groups}  (this coordinator's)
-    share_group_delete {group_id} -> {}
+    share_group_delete {group_id} -> {}   (also Kafka's DeleteGroups, through the group service's
+        `share_groups` hook: an empty group, its share partitions' state deleted first)
     share_fetch {group_id, member_id, topic, partition, max_records, max_bytes?, auto_offset_reset?,
         acknowledgements? [[first_offset, last_offset, ack_type]]}
       -> {records: bytes (whole batches), acquired: [[first_offset, last_offset, delivery_count]],
@@ -30,7 +31,9 @@ Native ops (PROTOCOL.md shapes; the Kafka listener's ShareGroupHeartbeat 76, Sha
 Rules: a share fetch needs a member the coordinator knows with the partition assigned
 (else UNKNOWN_MEMBER_ID / INVALID_REQUEST; a positive answer is remembered for MEMBER_CACHE_MS);
 an acknowledgement of a record the member does not hold is INVALID_RECORD_STATE and changes
-nothing; a group id a classic or consumer group holds is GROUP_ID_NOT_FOUND.
+nothing; a group id a classic or consumer group holds is GROUP_ID_NOT_FOUND; a coordinator op
+that finds no leader of its `__share_group_state` partition (its first use, a failover) is
+COORDINATOR_LOAD_IN_PROGRESS, which clients retry (NOT_LEADER_OR_FOLLOWER is fatal in a heartbeat).
 
 Ordering (persist before answering): every change of a share partition's window (acquire,
 acknowledge, expired locks) is written to `__share_group_state` and committed before the
@@ -61,6 +64,8 @@ from groupcoord.share_store import ShareStateStore
 from partition.batch import iter_headers
 from partition.share_partition import Acknowledgement, AckType, SharePartition
 from raftlog.base.errors import (
+    CoordinatorLoadInProgressError,
+    GroupIdNotFoundError,
     InvalidRecordStateError,
     InvalidRequestError,
     NonEmptyGroupError,
@@ -146,7 +151,10 @@ class ShareService:
         group this coordinator already holds, or has looked for, is left as it is)."""
         if group_id in self.members.groups or group_id in self._loaded:
             return
-        snapshot = await self.store.read(MembersKey(group_id))
+        try:
+            snapshot = await self.store.read(MembersKey(group_id))
+        except NotLeaderError as exc:  # the state partition's leader moved: the client retries
+            raise CoordinatorLoadInProgressError(f"share group {group_id}: {exc.message}") from exc
         if len(self._loaded) > 100_000:
             self._loaded.clear()
         self._loaded.add(group_id)
@@ -160,9 +168,11 @@ class ShareService:
             return
         try:
             await self.store.write({MembersKey(group_id): None if after is None else encode_members(after)})
-        except BaseException:  # memory is ahead of the log: read the group again on next use
+        except BaseException as exc:  # memory is ahead of the log: read the group again on next use
             self.members.groups.pop(group_id, None)
             self._loaded.discard(group_id)
+            if isinstance(exc, NotLeaderError):  # of the state partition: the client retries
+                raise CoordinatorLoadInProgressError(f"share group {group_id}: {exc.message}") from exc
             raise
 
     def on_image(self, image: Any) -> None:
@@ -221,18 +231,50 @@ class ShareService:
         return {"groups": self.members.describe(ids)}
 
     async def _list(self, request: Request) -> dict[str, Any]:
+        """This coordinator's share groups, with those it took over and was not asked for yet
+        (read from `__share_group_state`: a leadership move does not hide a group)."""
         self._forget_moved_groups()
+        try:
+            for gid in await self.store.member_groups():
+                if self.groups.core.is_active(partition_for_group(gid)):
+                    await self._load(gid)
+        except RaftlogError:  # a state partition electing: the groups this coordinator holds
+            pass
         return {"groups": self.members.list()}
 
     async def _delete(self, request: Request) -> dict[str, Any]:
         group_id = field(request, "group_id", str)
+        if not await self.delete_share_group(group_id):
+            raise GroupIdNotFoundError(f"no share group {group_id}")
+        return {}
+
+    async def delete_share_group(self, group_id: str) -> bool:
+        """DeleteGroups of a share group (and the native share_group_delete): forget an empty
+        share group, committed before the answer. False when no share group has that id.
+        Raises NonEmptyGroupError, NotCoordinatorError, CoordinatorLoadInProgressError."""
         self._check_coordinator(group_id)
         await self._load(group_id)
         async with self._membership:
+            g = self.members.groups.get(group_id)
+            if g is None:
+                return False
+            if g.members:
+                raise NonEmptyGroupError(f"share group {group_id} has {len(g.members)} members")
+            # Its share partitions' state first (on their leaders), as Kafka's delete of the
+            # share-group state: a group of the same id starts again from share.auto.offset.reset.
+            try:
+                for key in await self.store.group_keys(group_id):
+                    if self.metadata.image.partition(key.topic, key.partition) is None:  # topic deleted
+                        await self.store.write({key: None})
+                    else:
+                        await self._delete_partition(Request(0, "share_partition_delete", {
+                            "group_id": key.group, "topic": key.topic, "partition": key.partition}))
+            except NotLeaderError as exc:  # a leader moved meanwhile: the client retries
+                raise CoordinatorLoadInProgressError(f"share group {group_id}: {exc.message}") from exc
             before = self.members.snapshot(group_id)
             self.members.delete(group_id)
             await self._save(group_id, before)
-        return {}
+        return True
 
     async def _member_check(self, request: Request) -> dict[str, Any]:
         group_id = field(request, "group_id", str)

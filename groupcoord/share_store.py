@@ -25,6 +25,7 @@ from groupcoord.internal_topic import InternalPartition, InternalTopics, ShareMe
 from groupcoord.share_state import (
     SHARE_STATE_TOPIC,
     SHARE_STATE_TOPIC_PARTITIONS,
+    ShareKey,
     ShareStateImage,
     StateKey,
     decode_key,
@@ -33,7 +34,12 @@ from groupcoord.share_state import (
 )
 from partition.batch import BatchBuilder
 from partition.keyed import keyed_records
-from raftlog.base.errors import CoordinatorNotAvailableError, InvalidRequestError, NotLeaderError, RaftlogError
+from raftlog.base.errors import (
+    CoordinatorLoadInProgressError,
+    InvalidRequestError,
+    NotLeaderError,
+    RaftlogError,
+)
 from raftlog.base.peer import PeerPool
 from raftlog.base.protocol import Request, field
 
@@ -43,6 +49,7 @@ SHARE_STATE_REPLICATION_FACTOR_MAX: Final = 3
 READ_CHUNK_BYTES: Final = 1 << 20
 COMMIT_TIMEOUT_S: Final = 10.0
 PEER_TIMEOUT_S: Final = 10.0
+LEADER_WAIT_S: Final = 5.0  # a state partition's election, within a client's request timeout
 MAX_WRITE_RECORDS: Final = 10_000
 
 
@@ -59,7 +66,8 @@ class ShareStateStore:
         self.peers = peers
         self._images: dict[int, tuple[int, int, ShareStateImage]] = {}  # p -> (leader epoch, next offset, image)
         self._locks: dict[int, trio.Lock] = {}
-        self.peer_handlers = {"share_state_read": self._peer_read, "share_state_write": self._peer_write}
+        self.peer_handlers = {"share_state_read": self._peer_read, "share_state_write": self._peer_write,
+                              "share_state_group": self._peer_group, "share_state_groups": self._peer_groups}
 
     # ---- used by the share-partition leader ----
 
@@ -67,7 +75,7 @@ class ShareStateStore:
         """Create `__share_group_state` (compacted) unless it exists; its partition count."""
         image = self.metadata.image
         t = image.topic(SHARE_STATE_TOPIC)
-        if t is not None and t.complete:
+        if t is not None and t.complete:  # its leaders may be electing: _call waits for one
             return int(t.partition_count)
         rf = max(1, min(SHARE_STATE_REPLICATION_FACTOR_MAX, len(image.brokers)))
         try:
@@ -83,7 +91,7 @@ class ShareStateStore:
                 if t is not None and t.complete and all(self._leader(p) is not None for p in range(t.partition_count)):
                     return int(t.partition_count)
                 await trio.sleep(0.05)  # polling the image: it has no change event to wait on
-        raise CoordinatorNotAvailableError(f"{SHARE_STATE_TOPIC} has no leaders yet")
+        raise CoordinatorLoadInProgressError(f"{SHARE_STATE_TOPIC} has no leaders yet")
 
     async def read(self, key: StateKey) -> dict[str, Any] | None:
         """The latest persisted state of `key` (None: never written or deleted)."""
@@ -108,7 +116,50 @@ class ShareStateStore:
             else:
                 await self._call(p, "share_state_write", {"partition": p, "records": [[k, v] for k, v in recs]})
 
+    async def group_keys(self, group: str) -> list[ShareKey]:
+        """Every share partition of `group` with persisted state (DeleteGroups of a share group
+        forgets them): asked of each state partition's leader, in key order."""
+        count = await self.ensure_topic()
+        keys: set[ShareKey] = set()
+        for p in range(count):
+            if self._leads(p):
+                keys |= set((await self._replayed(p)).group_states(group))
+            else:
+                answer = await self._call(p, "share_state_group", {"partition": p, "group": group})
+                keys |= {ShareKey(group, str(t), int(n)) for t, n in answer.get("partitions") or ()}
+        return sorted(keys, key=lambda k: (k.topic, k.partition))
+
+    async def member_groups(self) -> list[str]:
+        """The ids of every share group with persisted membership (a new coordinator lists the
+        groups it took over before any is asked for): asked of each state partition's leader.
+        Without the topic, none (a listing does not create it)."""
+        t = self.metadata.image.topic(SHARE_STATE_TOPIC)
+        if t is None or not t.complete:
+            return []
+        count = int(t.partition_count)
+        ids: set[str] = set()
+        for p in range(count):
+            if self._leads(p):
+                ids |= {k.group for k in (await self._replayed(p)).members}
+            else:
+                answer = await self._call(p, "share_state_groups", {"partition": p})
+                ids |= {str(g) for g in answer.get("groups") or ()}
+        return sorted(ids)
+
     # ---- served on the state partition's leader ----
+
+    async def _peer_groups(self, request: Request) -> dict[str, Any]:
+        p = field(request, "partition", int, min_value=0)
+        if not self._leads(p):
+            raise NotLeaderError(f"node {self.node_id} does not lead {SHARE_STATE_TOPIC}-{p}")
+        return {"groups": sorted(k.group for k in (await self._replayed(p)).members)}
+
+    async def _peer_group(self, request: Request) -> dict[str, Any]:
+        p = field(request, "partition", int, min_value=0)
+        group = field(request, "group", str)
+        if not self._leads(p):
+            raise NotLeaderError(f"node {self.node_id} does not lead {SHARE_STATE_TOPIC}-{p}")
+        return {"partitions": [[k.topic, k.partition] for k in (await self._replayed(p)).group_states(group)]}
 
     async def _peer_read(self, request: Request) -> dict[str, Any]:
         p = field(request, "partition", int, min_value=0)
@@ -145,11 +196,21 @@ class ShareStateStore:
         return None if state is None or state.leader < 0 else int(state.leader)
 
     async def _call(self, p: int, op: str, fields: dict[str, Any]) -> Mapping[str, Any]:
-        leader = self._leader(p)
-        address = None if leader is None else self.metadata.peer_address(leader)
-        if address is None:
-            raise NotLeaderError(f"no leader of {SHARE_STATE_TOPIC}-{p} known")
-        return await self.peers.call(address, op, fields, timeout_s=PEER_TIMEOUT_S) or {}
+        return await self.peers.call(await self._leader_address(p), op, fields, timeout_s=PEER_TIMEOUT_S) or {}
+
+    async def _leader_address(self, p: int) -> str:
+        """The peer address of state partition `p`'s leader, waiting up to LEADER_WAIT_S while
+        it is elected (the topic was just created, or its leader failed). Raises
+        CoordinatorLoadInProgressError, retriable: a client's heartbeat must not take it as
+        fatal, as it takes NOT_LEADER_OR_FOLLOWER."""
+        with trio.move_on_after(LEADER_WAIT_S):
+            while True:
+                leader = self._leader(p)
+                address = None if leader is None else self.metadata.peer_address(leader)
+                if address is not None:
+                    return address
+                await trio.sleep(0.05)  # polling the image: it has no change event to wait on
+        raise CoordinatorLoadInProgressError(f"no leader of {SHARE_STATE_TOPIC}-{p} known")
 
     async def _append(self, p: int, records: list[tuple[bytes, bytes | None]]) -> None:
         r = self._replica(p)

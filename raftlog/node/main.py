@@ -165,7 +165,9 @@ def build_services(config: NodeConfig, metadata: MetadataService, peers: PeerPoo
         replicas.port.on_marker = on_marker
         services.append(txn)
         services.append(link[0])
-        services.append(ShareService(share_settings(config), metadata, topics, peers, groups))  # KIP-932
+        share = ShareService(share_settings(config), metadata, topics, peers, groups)  # KIP-932
+        groups.share_groups = share  # DeleteGroups of a share group
+        services.append(share)
     services.append(RegistryService(config.node_id, ReplicaSchemasLog(config.node_id, metadata, replicas, peers), peers))
     if config.is_broker:  # the REST proxy's way to the partitions (peer op proxy_call)
         services.append(NodeBroker(config.node_id, metadata.cluster_id, lambda: metadata.image, peers))

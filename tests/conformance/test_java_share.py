@@ -18,13 +18,6 @@ from kafka_ref import kafka_tool
 SOURCE = Path(__file__).resolve().parent / "java" / "ShareClient.java"
 
 
-# Passed on its own branch; on the merged branch (typed share-service collaborators, persisted
-# membership, transactions) Kafka's KafkaShareConsumer waits out its 240 s on raftlog with
-# "no leader of __share_group_state-6 known" from the share-state store. Issue 43 stays open on it.
-pytestmark = pytest.mark.skip(reason="KafkaShareConsumer against the merged raftlog: share-state leader "
-                                     "not found (issue 43, open)")
-
-
 def test_share_consumers_acknowledge_release_reject_and_admin(sides: Sides) -> None:
     same = assert_same(sides.run(lambda b: java_program(SOURCE, "share", b, "java-share", "java-share-group")),
                        "Java KafkaShareConsumer and share-group Admin")

@@ -29,6 +29,7 @@ from typing import Any, Final
 import trio
 
 from raftlog.base.errors import RaftlogError, error_from_wire
+from raftlog.node.config import NodeConfig
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.context import Call, KafkaContext, Later, Reply
 from raftlog.node.kafka.metadata import ZERO_UUID, names_by_uuid, topic_uuid
@@ -345,8 +346,11 @@ async def handle_share_fetch(ctx: KafkaContext, call: Call) -> Reply:
 
 
 def _lock_duration_ms(ctx: KafkaContext) -> int:
+    """AcquisitionLockTimeoutMs: the node's group.share.record.lock.duration.ms (config.py)."""
     config = ctx.node_config
-    return int(getattr(config, "group_share_record_lock_duration_ms", 30_000) if config is not None else 30_000)
+    if isinstance(config, NodeConfig):
+        return config.group_share_record_lock_duration_ms
+    return NodeConfig.group_share_record_lock_duration_ms  # a context without a node: the default
 
 
 async def handle_share_acknowledge(ctx: KafkaContext, call: Call) -> Reply:
