@@ -18,6 +18,8 @@ Anomalies (all make the history invalid):
 * ``delivery-count-exceeded`` — a delivery count above `limit` (``max.delivery.attempts``).
 * ``double-acquisition`` — a value delivered to member B entirely within member A's lock (A's
   poll completed before B's began, and A's applied acknowledgement began after B's poll ended).
+* ``gap-over-record`` — an offset acquired without its record (archived as a GAP by the
+  member) where an acknowledged send wrote a value.
 * ``unsettled`` — a delivered value never ACCEPTed or REJECTed nor archived at the limit, with
   no acknowledgement of unknown outcome and no lost op that could have taken its last
   deliveries: the final drain should have settled it.
@@ -39,7 +41,7 @@ __all__ = ["check_share", "SHARE_ANOMALIES"]
 
 SHARE_ANOMALIES: Final = (
     "lost", "phantom", "double-accept", "redelivered-after-accept", "redelivered-after-reject",
-    "redelivered-after-exhausted", "delivery-count-exceeded", "double-acquisition", "unsettled",
+    "redelivered-after-exhausted", "delivery-count-exceeded", "double-acquisition", "unsettled", "gap-over-record",
 )
 MAX_CASES: Final = 1000  # per anomaly
 
@@ -66,8 +68,8 @@ class _Ack:
     end_ns: int
 
 
-def _share_facts(pairs: Iterable[Pair]) -> tuple[list[_Delivery], list[_Ack], list[Pair]]:
-    deliveries, acks, lost_steps = [], [], []
+def _share_facts(pairs: Iterable[Pair]) -> tuple[list[_Delivery], list[_Ack], list[Pair], list[Any]]:
+    deliveries, acks, lost_steps, gaps = [], [], [], []
     for p in pairs:
         if p.f != "share":
             continue
@@ -80,16 +82,18 @@ def _share_facts(pairs: Iterable[Pair]) -> tuple[list[_Delivery], list[_Ack], li
             deliveries.append(_Delivery(v, key, offset, count, p.process, t0, t1))
         for key, offset, v, count, kind, result in value.get("acks") or ():
             acks.append(_Ack(v, kind, count, result, p.process, t0, t1))
-    return deliveries, acks, lost_steps
+        gaps += [(key, offset, p.process) for key, offset in value.get("gaps") or ()]
+    return deliveries, acks, lost_steps, gaps
 
 
-def _sends(history: History) -> tuple[set[Any], set[Any]]:
-    acked, maybe = set(), set()
+def _sends(history: History) -> tuple[dict[Any, tuple[str, int]], set[Any]]:
+    acked, maybe = {}, set()
     for p in history.pairs():
         if p.f != "send":
             continue
         if p.type == "ok" and p.completion is not None:
-            acked.add(p.completion.value[1][1])
+            key, (offset, v) = p.completion.value
+            acked[v] = (key, offset)
         elif p.type == "info":
             v = p.invoke.value[1]
             maybe.add(v[1] if isinstance(v, list) else v)
@@ -105,7 +109,11 @@ def check_share(history: History, *, limit: int = 5) -> CheckResult:
             found[name].append(case)
 
     acked_sends, maybe_sends = _sends(history)
-    deliveries, acks, lost_steps = _share_facts(history.pairs())
+    deliveries, acks, lost_steps, gaps = _share_facts(history.pairs())
+    written = {where: v for v, where in acked_sends.items()}
+    for key, offset, process in gaps:
+        if (key, offset) in written:
+            flag("gap-over-record", {"key": key, "offset": offset, "value": written[(key, offset)], "process": process})
     by_value: dict[Any, list[_Delivery]] = defaultdict(list)
     for d in deliveries:
         by_value[d.value].append(d)
@@ -113,9 +121,9 @@ def check_share(history: History, *, limit: int = 5) -> CheckResult:
     for a in acks:
         acks_by_value[a.value].append(a)
 
-    for v in sorted(acked_sends - set(by_value), key=str):
+    for v in sorted(set(acked_sends) - set(by_value), key=str):
         flag("lost", {"value": v})
-    for v in sorted(set(by_value) - acked_sends - maybe_sends, key=str):
+    for v in sorted(set(by_value) - set(acked_sends) - maybe_sends, key=str):
         flag("phantom", {"value": v, "deliveries": len(by_value[v])})
     stats: Counter[str] = Counter(deliveries=len(deliveries))
     for v, ds in by_value.items():

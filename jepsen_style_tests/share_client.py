@@ -7,7 +7,8 @@ acknowledgement), written by the same processes' acks=all producers.
 
 Ops (checked by `share_checker`): ``send`` as the native client's (unique ints); ``share``:
 one step of a member, which the client picks — while it holds nothing it polls (completion
-value ``{"deliveries": [[key, offset, value, delivery_count], ...]}``, the records now held);
+value ``{"deliveries": [[key, offset, value, delivery_count], ...]}``, the records now held,
+and ``"gaps": [[key, offset], ...]`` for offsets acquired without their record);
 while it holds records it acknowledges each (`ack_type_for`: a few "poison" values REJECTed,
 a few RELEASEd on every delivery until `max.delivery.attempts` archives them, some RELEASEd on
 their first delivery, the rest ACCEPTed) and sends the acknowledgements at once
@@ -101,7 +102,11 @@ class ShareClient(Client):
         records = self._member().poll(timeout_ms=poll_ms)
         self._held = list(records)
         out = [[key_of(r.topic, r.partition), r.offset, _decode(r.value), r.delivery_count] for r in records]
-        return "ok", {"deliveries": out}, None, self._facts()
+        # Acquired offsets whose records the answer did not carry: the session archives them
+        # (GAP) with the next acknowledgement. Over a written record that is a loss.
+        gaps = sorted([key_of(*tp), off] for tp, pending in self._member().session.acks.pending.items()
+                      for off, kind in pending.items() if kind == 0)
+        return "ok", {"deliveries": out, **({"gaps": gaps} if gaps else {})}, None, self._facts()
 
     def _ack(self) -> tuple[str, Any, str | None, dict[str, Any]]:
         share = self._member()

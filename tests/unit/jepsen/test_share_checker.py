@@ -171,3 +171,11 @@ def test_ack_types_of_the_workload():
     assert ack_type_for(32, 4) == "release"  # flaky: every delivery
     assert ack_type_for(7, 1) == "release" and ack_type_for(7, 2) == "accept"
     assert ack_type_for(8, 1) == "accept"
+
+
+def test_gap_over_a_written_record():
+    b = Share().send(0, 1, 0).send(0, 2, 1)
+    b._op("invoke", 1, "share", None)
+    b._op("ok", 1, "share", {"deliveries": [[K, 0, 1, 1]], "gaps": [[K, 1]]})
+    b.ack(1, (0, 1, 1, "accept", None))
+    assert _invalid(b, "gap-over-record") == {"key": K, "offset": 1, "value": 2, "process": 1}
