@@ -21,7 +21,7 @@ Anomalies (all make the history invalid):
 * ``gap-over-record`` — an offset acquired without its record (archived as a GAP by the
   member) where an acknowledged send wrote a value.
 * ``unsettled`` — a delivered value never ACCEPTed or REJECTed nor archived at the limit, with
-  no acknowledgement of unknown outcome and no lost op that could have taken its last
+  no acknowledgement of unknown outcome (any sent one that failed: see `_maybe_applied`) and no lost op that could have taken its last
   deliveries: the final drain should have settled it.
 
 Stats: deliveries, redeliveries, accepted, rejected, exhausted, maybe-settled.
@@ -153,7 +153,7 @@ def check_share(history: History, *, limit: int = 5) -> CheckResult:
         else:
             last = ds[-1]
             unknown = [a for a in acks_by_value.get(v, ()) if a.result is not None and a.end_ns >= last.end_ns
-                       and a.result not in ("not-held",) and _maybe_applied(a.result)]
+                       and _maybe_applied(a.result)]
             # Lost steps (info polls) after it may have taken it up to the limit unseen.
             hidden = sum(1 for p in lost_steps if p.invoke.time_ns >= last.start_ns)
             if unknown or last.count + hidden >= limit:
@@ -167,8 +167,11 @@ def check_share(history: History, *, limit: int = 5) -> CheckResult:
 
 
 def _maybe_applied(result: str) -> bool:
-    """An acknowledgement that failed without saying it was refused may have been applied."""
-    return result != "INVALID_RECORD_STATE"
+    """Whether a failed acknowledgement may have been applied all the same: every one that was
+    sent. Even INVALID_RECORD_STATE: the client retries a request whose connection broke, and a
+    first attempt the old leader applied (its answer lost with it) makes the retry at the new
+    leader find the record no longer held."""
+    return result != "not-held"
 
 
 def _double_acquisitions(v: Any, ds: list[_Delivery], applied: list[_Ack], flag: Any) -> None:

@@ -158,8 +158,17 @@ def test_overlapping_polls_are_not_a_double_acquisition():
 
 
 def test_unsettled():
-    b = Share().send(0, 1, 0).poll(1, (0, 1, 1)).ack(1, (0, 1, 1, "accept", "INVALID_RECORD_STATE"))
+    # Its partition left the member before it acknowledged: nothing sent, and never redelivered.
+    b = Share().send(0, 1, 0).poll(1, (0, 1, 1)).ack(1, (0, 1, 1, "accept", "not-held"))
     assert _invalid(b, "unsettled")["last_count"] == 1
+
+
+def test_a_refused_ack_may_have_been_applied_by_a_first_attempt():
+    # The old leader applied the ack and died before answering; the client's retry at the new
+    # leader was refused (INVALID_RECORD_STATE): the record is accepted, not stuck.
+    b = Share().send(0, 1, 0).poll(1, (0, 1, 1)).ack(1, (0, 1, 1, "accept", "INVALID_RECORD_STATE"))
+    assert b.check().stats["maybe-settled"] == 1
+    _valid(b)
 
 
 def test_every_anomaly_is_named_once():
