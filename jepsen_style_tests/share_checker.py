@@ -21,8 +21,8 @@ Anomalies (all make the history invalid):
 * ``gap-over-record`` — an offset acquired without its record (archived as a GAP by the
   member) where an acknowledged send wrote a value.
 * ``unsettled`` — a delivered value never ACCEPTed or REJECTed nor archived at the limit, with
-  no acknowledgement of unknown outcome (any sent one that failed: see `_maybe_applied`) and no lost op that could have taken its last
-  deliveries: the final drain should have settled it.
+  no acknowledgement of unknown outcome (any sent one that failed: see `_maybe_applied`) and
+  no lost op that could have taken its last deliveries: the final drain should have settled it.
 
 Stats: deliveries, redeliveries, accepted, rejected, exhausted, maybe-settled.
 """

@@ -21,6 +21,9 @@ from typing import Any
 
 MEMBERS = 5
 RECORD_BYTES = 100
+# Kafka's max.poll.records default (and the ShareConsumer's), as the classic consumers use;
+# the share tests' 20 spreads a poll over the partitions a few records each.
+MAX_POLL_RECORDS = 500
 
 
 def _drain(cluster: Any, procs: list[Any], records: int, what: str) -> float:
@@ -44,7 +47,8 @@ def _one(cluster: Any, topic: str, records: int, logs: Path, groups_test: Any, s
     finally:
         for c in classic:
             c.stop()
-    share = [share_test.Proc(cluster, topic, f"bench-share-{run}", f"share{run}-{i}") for i in range(MEMBERS)]
+    share = [share_test.Proc(cluster, topic, f"bench-share-{run}", f"share{run}-{i}",
+                            max_poll_records=MAX_POLL_RECORDS) for i in range(MEMBERS)]
     try:
         share_s = _drain(cluster, share, records, "the share group read every record")
     finally:
