@@ -4,6 +4,7 @@ the transaction coordinator (`__transaction_state`, txn_service.py).
 
     await follow_leadership(topics, topic, check, interval_s)   (runs until cancelled)
     applied, end_offset = await replay_partition(part, ours, feed)
+    caught_up = await wait_caught_up(part, ours)
 
 Both work over the coordinators' partition port (internal_topic.py: `InternalTopics`,
 `InternalPartition`), never a Replica or its Log.
@@ -31,7 +32,7 @@ import trio
 from groupcoord.internal_topic import InternalPartition, InternalTopics
 from partition.keyed import KeyedRecord, keyed_records
 
-__all__ = ["follow_leadership", "replay_partition", "LOAD_CHUNK_BYTES"]
+__all__ = ["follow_leadership", "replay_partition", "wait_caught_up", "LOAD_CHUNK_BYTES"]
 
 LOAD_CHUNK_BYTES: Final = 1 << 20
 HW_POLL_S: Final = 0.2
@@ -42,15 +43,7 @@ Records = list[KeyedRecord]
 async def replay_partition(r: InternalPartition, ours: Callable[[], bool],
                            feed: Callable[[Records], int]) -> tuple[int, int]:
     """(records `feed` applied, the offset replay reached). `r` is the local leader partition."""
-    target = r.log_end_offset
-    while ours() and r.high_watermark < target:
-        wake = trio.Event()
-        r.watch(wake)
-        try:
-            with trio.move_on_after(HW_POLL_S):
-                await wake.wait()
-        finally:
-            r.unwatch(wake)
+    await wait_caught_up(r, ours)
     offset = r.log_start_offset
     applied = 0
     while ours() and offset < r.high_watermark:
@@ -61,6 +54,23 @@ async def replay_partition(r: InternalPartition, ours: Callable[[], bool],
         applied += feed(records)
         await trio.sleep(0)
     return applied, offset
+
+
+async def wait_caught_up(r: InternalPartition, ours: Callable[[], bool]) -> bool:
+    """Wait until the leader `r`'s high watermark reaches the log end seen now (everything an
+    earlier leader committed is then readable), or `ours()` turns false; whether it did. A new
+    leader's high watermark lags until an offset of its own epoch commits: a replay before that
+    misses committed records. Unbounded: the caller bounds it (a cancel scope) if it must."""
+    target = r.log_end_offset
+    while ours() and r.high_watermark < target:
+        wake = trio.Event()
+        r.watch(wake)
+        try:
+            with trio.move_on_after(HW_POLL_S):
+                await wake.wait()
+        finally:
+            r.unwatch(wake)
+    return r.high_watermark >= target
 
 
 async def follow_leadership(topics: InternalTopics, topic: str, check: Callable[[], None],

@@ -22,6 +22,7 @@ from typing import Any, Final
 import trio
 
 from groupcoord.internal_topic import InternalPartition, InternalTopics, ShareMetadataView
+from groupcoord.partition_load import wait_caught_up
 from groupcoord.share_state import (
     SHARE_STATE_TOPIC,
     SHARE_STATE_TOPIC_PARTITIONS,
@@ -233,6 +234,14 @@ class ShareStateStore:
             epoch = int(r.leader_epoch)
             cached = self._images.get(p)
             if cached is None or cached[0] != epoch:
+                # A new leader of p: replay only once everything an earlier leader committed
+                # is below the high watermark, else a share partition's state would read as
+                # older (or absent: its records all delivered again from the start).
+                caught_up = False
+                with trio.move_on_after(COMMIT_TIMEOUT_S):
+                    caught_up = await wait_caught_up(r, lambda: r.is_leader and int(r.leader_epoch) == epoch)
+                if not caught_up:
+                    raise CoordinatorNotAvailableError(f"{SHARE_STATE_TOPIC}-{p} is still loading on its new leader")
                 cached = (epoch, 0, ShareStateImage())
             _, offset, image = cached
             while True:

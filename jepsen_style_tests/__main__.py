@@ -1,6 +1,6 @@
 """Command line of the fault-injection harness.
 
-    python -m jepsen_style_tests run --workload queue|group|kafka|kafka-assign|txn --nemesis kill,pause,partition \
+    python -m jepsen_style_tests run --workload queue|group|kafka|kafka-assign|txn|share --nemesis kill,pause,partition \
         --time-limit 60 --rate 200 --nodes 3 [--partitions 4] [--concurrency 6] [--seed N]
         [--fault-interval 10] [--store store] [--ports 27000-27499]
 
@@ -40,7 +40,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="queue: sends, polls and manual assigns (Jepsen's Kafka queue); group: sends, "
                           "polls, subscribes to one consumer group and commits; kafka, kafka-assign: the "
                           "group and queue mixes through Kafka's wire protocol (confluent-kafka); txn: Kafka "
-                          "transactions (committed and aborted) with read_committed reads (default queue)")
+                          "transactions (committed and aborted) with read_committed reads; share: a share "
+                          "group (KIP-932) of every client, acknowledging, releasing and rejecting "
+                          "(default queue)")
     run.add_argument("--nemesis", default="kill,pause,partition",
                      help=f"comma-separated from {','.join(FAULT_NAMES)}, or none")
     run.add_argument("--time-limit", type=float, default=60.0, help="seconds of workload (default 60)")

@@ -55,7 +55,9 @@ from .client import Client, ClientOptions
 from .kafka_client import KafkaClient
 from .txn_checker import check_txn
 from .txn_client import TxnClient, txns
-from .db import LocalCluster, ports_in
+from .share_checker import check_share
+from .share_client import SHARE_DELIVERY_LIMIT, SHARE_SETTINGS, ShareClient, share_drain, share_ops
+from .db import FAST_SETTINGS, LocalCluster, ports_in
 from .history import NEMESIS, History, HistoryWriter, Op, key_of
 from .nemesis import FAULT_NAMES, POWER_FAULTS, STORAGE_FAULTS, Nemesis, faults
 from .report import ReportFiles, run_dir, write_report
@@ -69,7 +71,7 @@ TOPIC = "jepsen"
 READY_TIMEOUT_S = 60.0
 PROGRESS_EVERY_S = 5.0
 VALUE_STRIDE = 1_000_000_000
-WORKLOADS = ("queue", "group", "kafka", "kafka-assign", "txn")
+WORKLOADS = ("queue", "group", "kafka", "kafka-assign", "txn", "share")
 KAFKA_WORKLOADS = ("kafka", "kafka-assign", "txn")
 GROUP_ID = "jepsen"  # the one consumer group of the group workload
 MAX_OPS = 2_000_000  # a bound on one history (about 1 GB of JSON at most)
@@ -152,6 +154,9 @@ def workload(config: RunConfig, keys: Sequence[str], rng: random.Random) -> g.Ge
         client_ops = g.rate(config.rate, g.mix(
             *(txns(keys, first_value=k * VALUE_STRIDE) for k in range(3)), g.polls(poll_ms=100),
             g.polls(poll_ms=100), g.reassigns(keys)))
+    elif config.workload == "share":
+        # share_client: sends 1:1 with share-group steps (poll, then acknowledge what it holds).
+        client_ops = share_ops(keys, rate=config.rate, value_stride=VALUE_STRIDE)
     else:
         client_ops = _send_ops(config, keys)
     main: list[Any] = [g.time_limit(limit_ns, g.clients(client_ops))]
@@ -165,6 +170,10 @@ def workload(config: RunConfig, keys: Sequence[str], rng: random.Random) -> g.Ge
             {"f": "stop-disk-full"}, {"f": "stop-kill"})
     if "reassign" in config.nemesis:  # the full replication factor back once every node is up
         heal += ({"f": "stop-reassign"},)
+    if config.workload == "share":  # the final reads: every member drains the share group
+        return g.phases(g.any_of(*main), g.nemesis(g.seq(*(dict(op, process=NEMESIS) for op in heal))),
+                        g.sleep(int(config.recovery_s * g.SEC_NS)),
+                        share_drain(int(config.read_limit_s * g.SEC_NS)))
     final = g.final_phase(
         keys, heal=heal, recovery_ns=int(config.recovery_s * g.SEC_NS), read_limit_ns=int(config.read_limit_s * g.SEC_NS)
     )
@@ -330,6 +339,8 @@ class _Interpreter:
 def _client_class(workload_name: str) -> Callable[..., Any]:
     if workload_name == "txn":
         return TxnClient
+    if workload_name == "share":
+        return ShareClient
     return KafkaClient if workload_name in KAFKA_WORKLOADS else Client
 
 
@@ -419,7 +430,9 @@ async def run(config: RunConfig, *, out: TextIO | None = sys.stdout) -> RunOutco
         out.flush()
     if config.secure and config.workload in KAFKA_WORKLOADS:
         raise ValueError(f"the {config.workload} workload does not run against a secure cluster (--secure) yet")
-    db = LocalCluster(directory / "cluster", config.nodes, secure=config.secure, port_range=config.port_range)
+    settings = {**FAST_SETTINGS, **(SHARE_SETTINGS if config.workload == "share" else {})}
+    db = LocalCluster(directory / "cluster", config.nodes, secure=config.secure, port_range=config.port_range,
+                      settings=settings)
     if set(config.nemesis) & {*STORAGE_FAULTS, *POWER_FAULTS} and config.damage_node is None:
         config = dataclasses.replace(config, damage_node=random.Random(seed ^ 0xD15C).choice(db.node_ids))
     if set(config.nemesis) & set(POWER_FAULTS):
@@ -464,7 +477,10 @@ async def run(config: RunConfig, *, out: TextIO | None = sys.stdout) -> RunOutco
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(db.close)
     history = History(ops)
-    result = check_txn(history) if config.workload == "txn" else check(history)
+    if config.workload == "share":
+        result = check_share(history, limit=SHARE_DELIVERY_LIMIT)
+    else:
+        result = check_txn(history) if config.workload == "txn" else check(history)
     extra = {"seed": seed, "config": dataclasses.asdict(config), "cluster_id": db.cluster_id}
     files = write_report(directory, history, result, test_name=config.name(), extra=extra)
     if result.verdict == "valid" and not config.keep_data:

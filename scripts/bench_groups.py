@@ -17,7 +17,8 @@ of 30 partitions under KIP-848 beside the classic eager and cooperative rebalanc
 (--rebalance-runs, default 3).
 
 And scripts/bench_share.py (`--part share`): five share-group consumers beside a classic
-group of five over the same preloaded records (--share-records, default 5000).
+group of five over the same preloaded records (--share-records, default 5000; medians of
+--share-runs, default 3).
 
 Every process is stopped by its PID at the end (also on failure or Ctrl-C).
 """
@@ -98,6 +99,7 @@ def main() -> int:
     ap.add_argument("--interval-ms", type=int, default=20, help="producer pause between rounds of 6 records")
     ap.add_argument("--part", choices=("all", "failover", "rebalance", "share"), default="all")
     ap.add_argument("--share-records", type=int, default=5000)
+    ap.add_argument("--share-runs", type=int, default=3)
     ap.add_argument("--rebalance-runs", type=int, default=3)
     args = ap.parse_args()
     import bench_groups_rebalance  # this script's folder is on sys.path
@@ -117,7 +119,8 @@ def main() -> int:
             if args.part in ("all", "share"):
                 import bench_share
 
-                bench_share.run(cluster, TOPIC, 6, args.share_records, logs, groups_test, _load("test_share_cluster"))
+                bench_share.run(cluster, TOPIC, 6, args.share_records, logs, groups_test, _load("test_share_cluster"),
+                              args.share_runs)
             if args.part in ("all", "rebalance"):
                 bench_groups_rebalance.run_all(cluster, args.rebalance_runs, 50)
             for run in range(args.runs if args.part in ("all", "failover") else 0):

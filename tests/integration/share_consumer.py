@@ -19,12 +19,13 @@ def main() -> None:
     ap.add_argument("group")
     ap.add_argument("--mode", default="accept", choices=["accept", "ack", "hold", "poison"])
     ap.add_argument("--name", default="c")
+    ap.add_argument("--max-poll-records", type=int, default=20)
     args = ap.parse_args()
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     explicit = args.mode != "accept"
     with ShareConsumer(args.bootstrap.split(","), args.group, acknowledgement_mode="explicit" if explicit else "implicit",
-                       auto_offset_reset="earliest", client_id=args.name, max_poll_records=20) as c:
+                       auto_offset_reset="earliest", client_id=args.name, max_poll_records=args.max_poll_records) as c:
         c.subscribe([args.topic])
         print(json.dumps({"ev": "started"}), flush=True)
         while not stop:

@@ -45,13 +45,14 @@ def share_cluster(tmp_path_factory):
 class Proc:
     """One share_consumer.py process; its JSON lines collected by a reader thread."""
 
-    def __init__(self, cluster, topic: str, group: str, name: str, mode: str = "accept"):
+    def __init__(self, cluster, topic: str, group: str, name: str, mode: str = "accept", max_poll_records: int = 20):
         self.events: list[dict] = []
         self._lock = threading.Lock()
         self.stderr = open(cluster.root / f"{name}.err", "w")
         self.proc = subprocess.Popen(
             [sys.executable, str(CONSUMER), ",".join(cluster.bootstrap()), topic, group, "--mode", mode,
-             "--name", name], stdout=subprocess.PIPE, stderr=self.stderr, text=True,
+             "--name", name, "--max-poll-records", str(max_poll_records)],
+            stdout=subprocess.PIPE, stderr=self.stderr, text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
