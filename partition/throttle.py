@@ -15,9 +15,11 @@ answer are charged when they arrive; its next fetch leaves for the leader once t
 Leader side (`charge_learner_answer`, `hold_learner_fetch`): the records a leader sends to
 learners are charged when they leave; a learner's next fetch waits before it reaches the
 leader's replica. A held fetch is one per partition, the newest (the core re-sends an
-unanswered fetch with a new id: only that one is answered and charged). A fetch leaves a
-little before the debt is paid (LEAD_S, at most one round trip's worth of bytes ahead), so
-the round trip does not come out of the rate. Voters are never held back, and a rate of 0
+unanswered fetch with a new id: only that one is answered and charged). A fetch leaves
+LEAD_S before the debt is paid, so the round trip (a 4 MiB cold read, its send and its write
+on a loaded machine) does not come out of the rate: over any span the bytes run at most
+LEAD_S of the rate and one answer ahead (Kafka's replication quota is judged over a window of
+samples too). Voters are never held back, and a rate of 0
 means no limit. The core is pure (`Throttle.delay_s` and `debt_s` take the time); the
 functions below are the shell the replication links call.
 """
@@ -32,7 +34,7 @@ import trio
 __all__ = ["LEAD_S", "Throttle", "charge_learning", "pace_learner_fetch", "hold_learner_fetch",
            "charge_learner_answer"]
 
-LEAD_S: Final = 0.2  # a paced fetch leaves this long before the bytes charged fit the rate
+LEAD_S: Final = 1.0  # a paced fetch leaves this long before the bytes charged fit the rate (a 1 s burst)
 
 
 class Throttle:
