@@ -101,7 +101,7 @@ from partition.batch import CheckedBatches, iter_headers
 from partition.errors import CorruptRecordError
 from partition.membership import memberships_in
 from partition.segment import pread_exact
-from partition.throttle import Throttle, charge_learner_answer, deliver_throttled, hold_learner_fetch
+from partition.throttle import Throttle, charge_learner_answer, charge_learning, hold_learner_fetch, pace_learner_fetch
 from partition.raft import (
     BeginQuorumEpoch,
     EndQuorumEpoch,
@@ -534,13 +534,19 @@ class ReplicationLinks:
             link.outbox_event.set()
             return
         if kind is FetchRequest:
-            link.fetches[key] = message
-            link.held.discard(key)
-        else:
-            if len(link.messages) >= MAX_QUEUED_MESSAGES:
-                link.messages.popleft()
-                self.dropped_messages += 1
-            link.messages.append((replica.topic, replica.partition, message))
+            if not pace_learner_fetch(self._nursery, self.throttle, replica, to, message,
+                                      partial(self._queue_fetch, link, key)):
+                self._queue_fetch(link, key, message)
+            return
+        if len(link.messages) >= MAX_QUEUED_MESSAGES:
+            link.messages.popleft()
+            self.dropped_messages += 1
+        link.messages.append((replica.topic, replica.partition, message))
+        self._kick(link)
+
+    def _queue_fetch(self, link: _Link, key: tuple[str, int], message: FetchRequest) -> None:
+        link.fetches[key] = message
+        link.held.discard(key)
         self._kick(link)
 
     # ---------------------------------------------------------------- follower side
@@ -669,7 +675,8 @@ class ReplicationLinks:
                 if m is None:
                     continue
                 replica = self.lookup(topic, partition)
-                if replica is not None and not deliver_throttled(self._nursery, self.throttle, replica, m):
+                if replica is not None:
+                    charge_learning(self.throttle, replica, m)
                     await replica.deliver(m)
         finally:
             if failed:

@@ -4,34 +4,51 @@ added by a move (learners of their Raft group, partition/mover.py) may take in c
 a move does not starve the producers whose acks=all waits on the same links and disks
 (docs/elastic.md).
 
-Follower side (`deliver_throttled`): a learner's catch-up answer is charged when it arrives;
-once the bytes charged run ahead of the rate, its delivery to the replica (and so its next
-fetch) waits until they fit. Leader side (`hold_learner_fetch`, `charge_learner_answer`): the
-records a leader sends to learners are charged when they leave; while the bytes charged run
-ahead of the rate, a learner's next fetch waits before it reaches the leader's replica. Voters
-are never held back, and a rate of 0 means no limit. The core is pure (`Throttle.delay_s`
-takes the time); the functions below are the shell the replication links call.
+Both sides pace the learner's FETCHES, never its answers: an answer is charged and used at
+once, and the learner's next fetch waits until the bytes charged fit the rate. (Holding the
+answers back instead, as this module once did, let the learner's core time out and fetch
+its old position again; the late answer then no longer matched its fetch and was dropped,
+and the move ran at 0.03 of the rate: issue 44.)
+
+Follower side (`charge_learning`, `pace_learner_fetch`): the records of a learner's catch-up
+answer are charged when they arrive; its next fetch leaves for the leader once they fit.
+Leader side (`charge_learner_answer`, `hold_learner_fetch`): the records a leader sends to
+learners are charged when they leave; a learner's next fetch waits before it reaches the
+leader's replica. A held fetch is one per partition, the newest (the core re-sends an
+unanswered fetch with a new id: only that one is answered and charged). A fetch leaves
+LEAD_S before the debt is paid, so the round trip (a 4 MiB cold read, its send and its write
+on a loaded machine) does not come out of the rate: over any span the bytes run at most
+LEAD_S of the rate and one answer ahead (Kafka's replication quota is judged over a window of
+samples too). Voters are never held back, and a rate of 0
+means no limit. The core is pure (`Throttle.delay_s` and `debt_s` take the time); the
+functions below are the shell the replication links call.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
 
 import trio
 
-__all__ = ["Throttle", "deliver_throttled", "hold_learner_fetch", "charge_learner_answer"]
+__all__ = ["LEAD_S", "Throttle", "charge_learning", "pace_learner_fetch", "hold_learner_fetch",
+           "charge_learner_answer"]
+
+LEAD_S: Final = 1.0  # a paced fetch leaves this long before the bytes charged fit the rate (a 1 s burst)
 
 
 class Throttle:
     """A byte-rate limit: `delay_s(nbytes, now_s)` charges `nbytes` and says how long their
-    delivery waits so that the bytes delivered never run ahead of `rate_bytes_per_s`."""
+    delivery waits so that the bytes delivered never run ahead of `rate_bytes_per_s`; it
+    also holds the fetches it paces (`hold`: one per key, the newest)."""
 
     def __init__(self, rate_bytes_per_s: int):
         if rate_bytes_per_s < 0:
             raise ValueError("rate_bytes_per_s must be >= 0")
         self.rate_bytes_per_s = rate_bytes_per_s
         self._free_at_s = 0.0
-        self.throttled_bytes = 0  # delivered late (for /metrics and tests)
+        self.throttled_bytes = 0  # charged while in debt (for /metrics and tests)
+        self._held: dict[Any, Any] = {}  # key -> the newest fetch paced under it
 
     def delay_s(self, nbytes: int, now_s: float) -> float:
         if self.rate_bytes_per_s == 0 or nbytes <= 0:
@@ -47,6 +64,32 @@ class Throttle:
         """How long until the bytes charged so far fit the rate (0: they do now)."""
         return max(0.0, self._free_at_s - now_s) if self.rate_bytes_per_s else 0.0
 
+    def wait_s(self, now_s: float) -> float:
+        """How long a paced fetch waits now (0: it goes; under a millisecond is rounding)."""
+        wait = self.debt_s(now_s) - LEAD_S
+        return wait if wait > 0.001 else 0.0
+
+    def holds(self, key: Any) -> bool:
+        return key in self._held
+
+    def hold(self, nursery: trio.Nursery, key: Any, message: Any,
+             send: Callable[[Any], Awaitable[None] | None]) -> None:
+        """Hold `message` under `key` until the debt allows (replacing an older one held
+        there), then `send` it."""
+        first = key not in self._held
+        self._held[key] = message
+        if first:
+            nursery.start_soon(self._release, key, send)
+
+    async def _release(self, key: Any, send: Callable[[Any], Awaitable[None] | None]) -> None:
+        while (wait := self.wait_s(trio.current_time())) > 0:
+            await trio.sleep(wait)  # the rate may have been lowered, or others charged
+        message = self._held.pop(key, None)
+        if message is not None:
+            sent = send(message)
+            if sent is not None:
+                await sent
+
 
 def _learning(replica: Any) -> bool:
     core = getattr(replica, "core", None)
@@ -58,25 +101,39 @@ def _learner_of_leader(replica: Any, broker_id: int) -> bool:
     return core is not None and broker_id in core.membership.learners
 
 
-def hold_learner_fetch(nursery: trio.Nursery | None, throttle: Throttle | None, replica: Any,
-                       broker_id: int, message: Any) -> bool:
-    """Leader side: whether the fetch `message` of learner `broker_id` to the leader
-    `replica` waits (then it is delivered later from `nursery`; the caller must not)."""
-    if throttle is None or nursery is None or not _learner_of_leader(replica, broker_id):
+def charge_learning(throttle: Throttle | None, replica: Any, message: Any) -> None:
+    """Follower side: charge the records of an answer arriving for `replica` while it learns."""
+    records = getattr(message, "records", None)
+    if throttle is not None and records and _learning(replica):
+        throttle.delay_s(len(records), trio.current_time())
+
+
+def pace_learner_fetch(nursery: trio.Nursery | None, throttle: Throttle | None, replica: Any,
+                       leader: int, message: Any, send: Callable[[Any], None]) -> bool:
+    """Follower side: whether the fetch `message` of the learning `replica` to broker
+    `leader` waits (then `send(message)` is called later, unless a newer fetch replaced it;
+    the caller must not send it)."""
+    if throttle is None or nursery is None or not _learning(replica):
         return False
-    delay = throttle.debt_s(trio.current_time())
-    if delay <= 0:
+    key = (leader, replica.topic, replica.partition)
+    if throttle.wait_s(trio.current_time()) <= 0 and not throttle.holds(key):
         return False
-    _deliver_later(nursery, delay, replica, message)
+    throttle.hold(nursery, key, message, send)
     return True
 
 
-def _deliver_later(nursery: trio.Nursery, delay_s: float, replica: Any, message: Any) -> None:
-    async def later() -> None:
-        await trio.sleep(delay_s)
-        await replica.deliver(message)
-
-    nursery.start_soon(later)
+def hold_learner_fetch(nursery: trio.Nursery | None, throttle: Throttle | None, replica: Any,
+                       broker_id: int, message: Any) -> bool:
+    """Leader side: whether the fetch `message` of learner `broker_id` to the leader
+    `replica` waits (then it is delivered later, unless a newer fetch replaced it; the
+    caller must not deliver it)."""
+    if throttle is None or nursery is None or not _learner_of_leader(replica, broker_id):
+        return False
+    key = (broker_id, replica.topic, replica.partition)
+    if throttle.wait_s(trio.current_time()) <= 0 and not throttle.holds(key):
+        return False
+    throttle.hold(nursery, key, message, replica.deliver)
+    return True
 
 
 def charge_learner_answer(throttle: Throttle | None, replica: Any, broker_id: int, message: Any) -> None:
@@ -84,16 +141,3 @@ def charge_learner_answer(throttle: Throttle | None, replica: Any, broker_id: in
     records = getattr(message, "records", None)
     if throttle is not None and records and _learner_of_leader(replica, broker_id):
         throttle.delay_s(len(records), trio.current_time())
-
-
-def deliver_throttled(nursery: trio.Nursery | None, throttle: Throttle | None, replica: Any, message: Any) -> bool:
-    """Whether `message` (a fetch answer for `replica`) is held back by `throttle`: then it is
-    delivered later from `nursery`, else the caller delivers it now."""
-    records = getattr(message, "records", None)
-    if throttle is None or nursery is None or not records or not _learning(replica):
-        return False
-    delay = throttle.delay_s(len(records), trio.current_time())
-    if delay <= 0:
-        return False
-    _deliver_later(nursery, delay, replica, message)
-    return True

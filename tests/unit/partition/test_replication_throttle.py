@@ -1,5 +1,6 @@
-"""The replication throttle (partition/throttle.py): a learner's catch-up bytes are delivered
-no faster than the rate, voters are never held back, and a rate of 0 is no limit."""
+"""The replication throttle (partition/throttle.py): a learner's catch-up bytes flow no faster
+than the rate and, with the learner's core re-sending fetches it thinks lost, no slower either
+(issue 44: they once ran at 0.03 of it); voters are never held back, a rate of 0 is no limit."""
 
 from __future__ import annotations
 
@@ -8,7 +9,14 @@ from types import SimpleNamespace
 import pytest
 import trio
 
-from partition.throttle import Throttle, charge_learner_answer, deliver_throttled, hold_learner_fetch
+from partition.throttle import (
+    LEAD_S,
+    Throttle,
+    charge_learner_answer,
+    charge_learning,
+    hold_learner_fetch,
+    pace_learner_fetch,
+)
 
 
 def test_bytes_delivered_never_run_ahead_of_the_rate():
@@ -33,29 +41,37 @@ def _replica(learner: bool, got: list):
     async def deliver(m):
         got.append((trio.current_time(), m))
 
-    return SimpleNamespace(replica_id=7, core=SimpleNamespace(membership=membership), deliver=deliver)
+    return SimpleNamespace(replica_id=7, topic="t", partition=0, core=SimpleNamespace(membership=membership),
+                           deliver=deliver)
 
 
 @pytest.mark.parametrize("learner", [True, False])
-async def test_only_learners_wait(learner, autojump_clock):
+async def test_a_learners_next_fetch_waits_for_its_answers_bytes_and_only_the_newest_goes(learner, autojump_clock):
+    """follower.replication.throttled.rate: an answer is used at once and charged; the
+    learner's next fetch leaves once the bytes fit the rate (less LEAD_S), and a fetch
+    re-sent meanwhile replaces the held one. A voter's fetch never waits."""
     got: list = []
     replica = _replica(learner, got)
     throttle = Throttle(1000)
-    message = SimpleNamespace(records=b"x" * 500)
     start = trio.current_time()
+    sent = []
     async with trio.open_nursery() as nursery:
-        held = [deliver_throttled(nursery, throttle, replica, message) for _ in range(3)]
+        assert not pace_learner_fetch(nursery, throttle, replica, 1, "fetch-1", sent.append)  # nothing charged
+        charge_learning(throttle, replica, SimpleNamespace(records=b"x" * 1500))  # 1.5 s worth
+        held = [pace_learner_fetch(nursery, throttle, replica, 1, f, lambda m: sent.append((trio.current_time(), m)))
+                for f in ("fetch-2", "fetch-3")]
     if learner:
-        assert held == [False, True, True]  # the first fits; the next two wait 0.5 s and 1 s
-        assert [round(t - start, 3) for t, _ in got] == [0.5, 1.0]  # on the mock clock
+        assert held == [True, True] and throttle.throttled_bytes == 0
+        assert [(round(t - start, 3), m) for t, m in sent] == [(round(1.5 - LEAD_S, 3), "fetch-3")]
     else:
-        assert held == [False] * 3 and got == []
+        assert held == [False, False] and sent == [] and throttle.debt_s(trio.current_time()) == 0.0
 
 
 @pytest.mark.parametrize("learner", [True, False])
 async def test_a_leader_holds_a_learners_fetch_while_its_answers_run_ahead_of_the_rate(learner, autojump_clock):
     """leader.replication.throttled.rate: the records sent to learner 7 are charged as they
-    leave; its next fetch waits until they fit the rate. A voter's fetch never waits."""
+    leave; its next fetch waits until they fit the rate (less LEAD_S), only the newest of the
+    fetches held. A voter's fetch never waits."""
     got: list = []
     replica = _replica(learner, got)  # the leader's replica; broker 7 a learner or a voter
     throttle = Throttle(1000)
@@ -64,9 +80,56 @@ async def test_a_leader_holds_a_learners_fetch_while_its_answers_run_ahead_of_th
     async with trio.open_nursery() as nursery:
         assert not hold_learner_fetch(nursery, throttle, replica, 7, "fetch-1")  # nothing charged yet
         charge_learner_answer(throttle, replica, 7, answer)  # 1.5 s worth at 1000 B/s
-        held = hold_learner_fetch(nursery, throttle, replica, 7, "fetch-2")
+        held = [hold_learner_fetch(nursery, throttle, replica, 7, f) for f in ("fetch-2", "fetch-3")]
     if learner:
-        assert held and [(round(t - start, 3), m) for t, m in got] == [(1.5, "fetch-2")]
+        assert all(held) and [(round(t - start, 3), m) for t, m in got] == [(round(1.5 - LEAD_S, 3), "fetch-3")]
     else:
-        assert not held and got == [] and throttle.debt_s(trio.current_time()) == 0.0
+        assert not any(held) and got == [] and throttle.debt_s(trio.current_time()) == 0.0
     assert Throttle(0).debt_s(0.0) == 0.0
+
+
+@pytest.mark.parametrize("side", ["follower", "leader"])
+async def test_a_catch_up_runs_at_the_rate_though_the_core_re_sends_unanswered_fetches(side, autojump_clock):
+    """The cause of issue 44's 0.03: a learner's core re-sends a fetch unanswered for
+    `timeout_s` with a new id and drops an answer to an older one. Here a learner fetches
+    256 KiB answers through one side's throttle at 1 MiB/s for 20 s (a round trip of 30 ms):
+    the bytes it keeps run at the rate, within 10 %."""
+    rate, chunk, timeout_s, rtt_s = 1 << 20, 256 << 10, 0.4, 0.03
+    throttle = Throttle(rate)
+    replica = _replica(True, [])
+    state = {"id": 0, "kept": 0, "sent_at": 0.0}
+
+    async def leader_answers(fetch_id):
+        await trio.sleep(rtt_s / 2)
+        answer = SimpleNamespace(records=b"x" * chunk)
+        charge_learner_answer(throttle if side == "leader" else None, replica, 7, answer)
+        await trio.sleep(rtt_s / 2)
+        charge_learning(throttle if side == "follower" else None, replica, answer)
+        if fetch_id == state["id"]:  # the core drops an answer to an older fetch
+            state["kept"] += chunk
+            fetch(nursery)
+
+    def to_leader(fetch_id):
+        if side != "leader" or not hold_learner_fetch(nursery, throttle, leader_replica, 7, fetch_id):
+            nursery.start_soon(leader_answers, fetch_id)
+
+    def fetch(nursery):
+        state["id"] += 1
+        state["sent_at"] = trio.current_time()
+        if side != "follower" or not pace_learner_fetch(nursery, throttle, replica, 1, state["id"], to_leader):
+            to_leader(state["id"])
+
+    async def leader_deliver(fetch_id):
+        nursery.start_soon(leader_answers, fetch_id)
+
+    leader_replica = SimpleNamespace(topic="t", partition=0, deliver=leader_deliver,
+                                     core=SimpleNamespace(membership=SimpleNamespace(learners=(7,))))
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        fetch(nursery)
+        while trio.current_time() - start < 20:
+            await trio.sleep(0.05)
+            if trio.current_time() - state["sent_at"] > timeout_s:
+                fetch(nursery)  # the core's fetch timeout: a new id
+        nursery.cancel_scope.cancel()
+    assert state["kept"] / 20 == pytest.approx(rate, rel=0.1)
