@@ -110,6 +110,7 @@ from raftlog.base.errors import (
     RaftlogError,
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
+    UnstableOffsetCommitError,
     error_from_wire,
 )
 from raftlog.base.eventlog import log_event
@@ -499,8 +500,12 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
         result = self.core.offset_fetch(group_id=request.group_id, partitions=parts,
                                         member_id=request.member_id, member_epoch=request.member_epoch)
         a = await self._answer(self._apply(result), 0)
-        return [CommittedOffset(r["topic"], r["partition"], r["offset"], r["leader_epoch"], r["metadata"])
-                for r in a.get("partitions") or ()]
+        pending = self.txn_offsets.pending_partitions(request.group_id) if request.require_stable else set()
+        return [CommittedOffset(r["topic"], r["partition"], error=UnstableOffsetCommitError(
+                    f"a transaction's offsets for {r['topic']}-{r['partition']} are not applied yet"))
+                if (r["topic"], r["partition"]) in pending else
+                CommittedOffset(r["topic"], r["partition"], r["offset"], r["leader_epoch"], r["metadata"])
+                for r in a.get("partitions") or ()]  # fmt: skip
 
     async def list_groups(self, states: Sequence[str] | None = None) -> list[GroupListing]:
         a = await self._answer(self._apply(self.core.list_groups(None if states is None else list(states))), 0)
