@@ -422,8 +422,8 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
         return Coordinator(state.leader, host, int(port), p)
 
     async def join_group(self, request: JoinGroup) -> Joined:
-        if request.rebalance_timeout_ms < 1:
-            raise InvalidRequestError("rebalance_timeout_ms must be at least 1", field="rebalance_timeout_ms")
+        if request.rebalance_timeout_ms < 0:  # 0 is Kafka's too: the rebalance completes with who joined
+            raise InvalidRequestError("rebalance_timeout_ms must be at least 0", field="rebalance_timeout_ms")
         result = self.core.join_group(
             group_id=request.group_id,
             member_id=request.member_id,
