@@ -33,8 +33,13 @@ from groupcoord.txn_coordinator import Markers
 from metadata.image import MetadataImage
 from partition.port import TxnMarker
 from raftlog.base.errors import (
+    ConcurrentTransactionsError,
+    CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
+    NotCoordinatorError,
+    NotEnoughReplicasError,
     NotLeaderError,
+    PeerUnavailableError,
     RaftlogError,
     UnknownTopicOrPartitionError,
     as_wire_error,
@@ -54,6 +59,12 @@ MAX_TRACKED: Final = 10_000
 MAX_MARKER_PARTITIONS: Final = 10_000
 
 Handler = Callable[[Request], Awaitable[Mapping[str, Any] | None]]
+
+
+# Verification errors a Produce answers as NOT_ENOUGH_REPLICAS (retried without a metadata
+# refresh), as Kafka's ReplicaManager translates them.
+_UNVERIFIED: Final = (ConcurrentTransactionsError, CoordinatorLoadInProgressError, CoordinatorNotAvailableError,
+                      NotCoordinatorError, PeerUnavailableError)
 
 
 class _Metadata(Protocol):
@@ -203,7 +214,19 @@ class TxnLink:
 
     async def verify_txn(self, transactional_id: str, topic: str, partition: int,
                          producer_id: int, producer_epoch: int) -> None:
-        """KIP-890 part 1 (module docstring). Raises the coordinator's error."""
+        """KIP-890 part 1 (module docstring). Raises the coordinator's error; one that only
+        says "not now" (a step in flight, no coordinator reachable) as NOT_ENOUGH_REPLICAS, as
+        Kafka's ReplicaManager does: clients without transactions v2 retry a Produce on that
+        but fail the transaction on CONCURRENT_TRANSACTIONS (librdkafka's 0103_transactions)."""
+        try:
+            await self._verify(transactional_id, topic, partition, producer_id, producer_epoch)
+        except _UNVERIFIED as exc:
+            raise NotEnoughReplicasError(
+                f"Unable to verify the partition has been added to the transaction. Underlying error: {exc.code}"
+            ) from exc
+
+    async def _verify(self, transactional_id: str, topic: str, partition: int,
+                      producer_id: int, producer_epoch: int) -> None:
         fields = {"transactional_id": transactional_id, "producer_id": producer_id,
                   "producer_epoch": producer_epoch, "verify_only": True,
                   "partitions": [{"topic": topic, "partition": partition}]}

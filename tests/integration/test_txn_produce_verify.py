@@ -1,0 +1,56 @@
+"""A transactional Produce whose KIP-890 verification meets a coordinator still completing the previous transaction, on a real 3-node cluster (issue 40: librdkafka's 0103_transactions failed its transaction on a Produce answered CONCURRENT_TRANSACTIONS): the Produce is answered NOT_ENOUGH_REPLICAS, as Kafka's ReplicaManager translates it, which clients without transactions v2 retry. confluent-kafka aborting and beginning transactions back to back, each producing at once to four partitions, never has a transaction fail, and a read_committed reader gets exactly the committed records."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from test_kafka_groups import create
+
+ck = pytest.importorskip("confluent_kafka")
+
+pytestmark = pytest.mark.cluster
+
+DEADLINE_S = 60  # an upper bound on waiting, never a speed claim
+ROUNDS, PER_ROUND, PARTITIONS = 12, 8, 4
+
+
+@pytest.fixture(scope="module")
+def cluster(cluster: Any) -> Any:
+    return cluster
+
+
+def test_back_to_back_transactions_never_fail_on_verification(cluster):
+    topic = f"verify-{uuid.uuid4().hex[:6]}"
+    create(cluster, topic, PARTITIONS)
+    p = ck.Producer({"bootstrap.servers": cluster.kafka_bootstrap(), "transactional.id": f"tid-{topic}",
+                     "transaction.timeout.ms": 60_000})
+    p.init_transactions(DEADLINE_S)
+    committed = set()
+    for r in range(ROUNDS):
+        p.begin_transaction()
+        values = [f"{r}-{i}".encode() for i in range(PER_ROUND)]
+        for i, v in enumerate(values):
+            p.produce(topic, v, partition=i % PARTITIONS)
+        if r % 2 == 0:  # an abort, then at once the next transaction's records: the abort's markers may be in flight
+            p.abort_transaction(DEADLINE_S)
+        else:
+            p.commit_transaction(DEADLINE_S)
+            committed.update(values)
+    c = ck.Consumer({"bootstrap.servers": cluster.kafka_bootstrap(), "group.id": f"g-{topic}",
+                     "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                     "isolation.level": "read_committed"})
+    c.subscribe([topic])
+    seen: list[bytes] = []
+    deadline = time.monotonic() + DEADLINE_S
+    try:
+        while len(seen) < len(committed) and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and not m.error():
+                seen.append(m.value())
+    finally:
+        c.close()
+    assert sorted(seen) == sorted(committed)
