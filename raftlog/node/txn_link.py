@@ -36,10 +36,12 @@ from raftlog.base.errors import (
     ConcurrentTransactionsError,
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
+    InvalidProducerEpochError,
     NotCoordinatorError,
     NotEnoughReplicasError,
     NotLeaderError,
     PeerUnavailableError,
+    ProducerFencedError,
     RaftlogError,
     UnknownTopicOrPartitionError,
     as_wire_error,
@@ -217,9 +219,13 @@ class TxnLink:
         """KIP-890 part 1 (module docstring). Raises the coordinator's error; one that only
         says "not now" (a step in flight, no coordinator reachable) as NOT_ENOUGH_REPLICAS, as
         Kafka's ReplicaManager does: clients without transactions v2 retry a Produce on that
-        but fail the transaction on CONCURRENT_TRANSACTIONS (librdkafka's 0103_transactions)."""
+        but fail the transaction on CONCURRENT_TRANSACTIONS (librdkafka's 0103_transactions);
+        PRODUCER_FENCED as INVALID_PRODUCER_EPOCH, which a fenced producer's Produce expects
+        (Kafka's AddPartitionsToTxnManager; librdkafka then raises its fatal fenced error)."""
         try:
             await self._verify(transactional_id, topic, partition, producer_id, producer_epoch)
+        except ProducerFencedError as exc:
+            raise InvalidProducerEpochError(str(exc)) from exc
         except _UNVERIFIED as exc:
             raise NotEnoughReplicasError(
                 f"Unable to verify the partition has been added to the transaction. Underlying error: {exc.code}"

@@ -54,3 +54,35 @@ def test_back_to_back_transactions_never_fail_on_verification(cluster):
     finally:
         c.close()
     assert sorted(seen) == sorted(committed)
+
+
+def test_a_fenced_producers_produce_is_a_fatal_error(cluster):
+    """librdkafka's do_test_fenced_txn: once a second producer with the same transactional id
+    initialised, the first one's Produce is answered INVALID_PRODUCER_EPOCH (Kafka's answer; not
+    PRODUCER_FENCED, which librdkafka takes as an abortable error) and the first producer
+    raises its fatal error."""
+    topic = f"fenced-{uuid.uuid4().hex[:6]}"
+    create(cluster, topic, PARTITIONS)
+    fatal: list[Any] = []
+    conf = {"bootstrap.servers": cluster.kafka_bootstrap(), "transactional.id": f"tid-{topic}",
+            "transaction.timeout.ms": 60_000}
+    p1 = ck.Producer({**conf, "error_cb": lambda e: fatal.append(e) if e.fatal() else None})
+    p1.init_transactions(DEADLINE_S)
+    p1.begin_transaction()
+    for i in range(PARTITIONS):
+        p1.produce(topic, b"before", partition=i)
+    assert p1.flush(DEADLINE_S) == 0
+    p2 = ck.Producer(conf)
+    p2.init_transactions(DEADLINE_S)  # fences p1
+    for i in range(PARTITIONS):
+        p1.produce(topic, b"after", partition=i)
+    deadline = time.monotonic() + DEADLINE_S
+    while not fatal and time.monotonic() < deadline:
+        try:
+            p1.poll(0.2)
+        except ck.KafkaException as exc:  # confluent-kafka raises the fatal error from poll
+            fatal.append(exc.args[0])
+    assert fatal and fatal[0].fatal() and fatal[0].code() == ck.KafkaError._FENCED, fatal
+    p2.begin_transaction()
+    p2.produce(topic, b"p2", partition=0)
+    p2.commit_transaction(DEADLINE_S)
