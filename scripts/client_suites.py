@@ -172,6 +172,17 @@ def junit_counts(path: Path, qualified: bool = True) -> tuple[Counter, list[str]
     return counts, failed
 
 
+def print_summary(headline: str, failed: list[str], excluded: dict[str, str], log: Path,
+                  excluded_label: str = "{}") -> None:
+    """A suite's summary: its headline, each failed test, each one left out with its reason."""
+    print(headline, flush=True)
+    for name in failed:
+        print(f"  failed: {name}")
+    for name, reason in excluded.items():
+        print(f"  excluded: {excluded_label.format(name)}: {reason}")
+    print(f"  log: {log}")
+
+
 def run_kafka_python(bootstrap: str, args: argparse.Namespace) -> Counter:
     src, venv = _kafka_python_tree()
     first = bootstrap.split(",")[0]
@@ -193,14 +204,9 @@ def run_kafka_python(bootstrap: str, args: argparse.Namespace) -> Counter:
     if not report.exists():
         raise RuntimeError(f"kafka-python's suite did not run: see {log}")
     counts, failed = junit_counts(report)
-    print(f"kafka-python {KAFKA_PYTHON_VERSION} test/integration (KAFKA_URI=kafka://{first}): "
-          f"{counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped, "
-          f"{len(KAFKA_PYTHON_EXCLUDED)} excluded", flush=True)
-    for name in failed:
-        print(f"  failed: {name}")
-    for name, reason in KAFKA_PYTHON_EXCLUDED.items():
-        print(f"  excluded: {name}: {reason}")
-    print(f"  log: {log}")
+    print_summary(f"kafka-python {KAFKA_PYTHON_VERSION} test/integration (KAFKA_URI=kafka://{first}): "
+                  f"{counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped, "
+                  f"{len(KAFKA_PYTHON_EXCLUDED)} excluded", failed, KAFKA_PYTHON_EXCLUDED, log)
     return counts
 
 
@@ -288,13 +294,9 @@ def run_librdkafka(bootstrap: str, args: argparse.Namespace) -> Counter:
         counts[states[state]] += 1
         if state == "FAILED":
             failed.append(name)
-    print(f"librdkafka {LIBRDKAFKA_VERSION} tests/ (broker tests, -L -Q -E): {counts['pass']} passed, "
-          f"{counts['fail']} failed, {counts['skip']} skipped, {len(LIBRDKAFKA_EXCLUDED)} excluded", flush=True)
-    for name in failed:
-        print(f"  failed: {name}")
-    for name, reason in LIBRDKAFKA_EXCLUDED.items():
-        print(f"  excluded: {name}: {reason}")
-    print(f"  log: {log}")
+    print_summary(f"librdkafka {LIBRDKAFKA_VERSION} tests/ (broker tests, -L -Q -E): {counts['pass']} passed, "
+                  f"{counts['fail']} failed, {counts['skip']} skipped, {len(LIBRDKAFKA_EXCLUDED)} excluded",
+                  failed, LIBRDKAFKA_EXCLUDED, log)
     return counts
 
 
@@ -386,13 +388,9 @@ def run_kafkajs(bootstrap: str, args: argparse.Namespace) -> Counter:
     if not report.exists():
         raise RuntimeError(f"kafkajs' suite did not run: see {log}")
     counts, failed = junit_counts(report, qualified=False)
-    print(f"kafkajs {KAFKAJS_TAG} (jest, KAFKAJS_BROKERS={bootstrap}): {counts['pass']} passed, "
-          f"{counts['fail']} failed, {counts['skip']} skipped, {len(KAFKAJS_EXCLUDED)} excluded", flush=True)
-    for name in failed:
-        print(f"  failed: {name}")
-    for name, reason in KAFKAJS_EXCLUDED.items():
-        print(f"  excluded: tests named *{name}*: {reason}")
-    print(f"  log: {log}")
+    print_summary(f"kafkajs {KAFKAJS_TAG} (jest, KAFKAJS_BROKERS={bootstrap}): {counts['pass']} passed, "
+                  f"{counts['fail']} failed, {counts['skip']} skipped, {len(KAFKAJS_EXCLUDED)} excluded",
+                  failed, KAFKAJS_EXCLUDED, log, excluded_label="tests named *{}*")
     return counts
 
 

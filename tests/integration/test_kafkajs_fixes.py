@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 import pytest
 from kafka.protocol.consumer.group import HeartbeatRequest, JoinGroupRequest, SyncGroupRequest
@@ -16,11 +15,6 @@ from test_txn_offsets_stable import group_coordinator
 pytestmark = pytest.mark.cluster
 
 NONE, MEMBER_ID_REQUIRED = 0, 79
-
-
-@pytest.fixture(scope="module")
-def cluster(cluster: Any) -> Any:
-    return cluster
 
 
 def test_join_group_with_a_zero_rebalance_timeout_completes(cluster):

@@ -63,11 +63,6 @@ def committed(cluster: Any, group: str, topic: str) -> int:
         c.close()
 
 
-@pytest.fixture(scope="module")
-def cluster(cluster: Any) -> Any:
-    return cluster
-
-
 def test_pending_transaction_offsets_are_unstable_until_the_marker(cluster):
     topic = f"stable-{uuid.uuid4().hex[:6]}"
     group = f"g-{topic}"

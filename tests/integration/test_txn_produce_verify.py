@@ -18,11 +18,6 @@ DEADLINE_S = 60  # an upper bound on waiting, never a speed claim
 ROUNDS, PER_ROUND, PARTITIONS = 12, 8, 4
 
 
-@pytest.fixture(scope="module")
-def cluster(cluster: Any) -> Any:
-    return cluster
-
-
 def test_back_to_back_transactions_never_fail_on_verification(cluster):
     topic = f"verify-{uuid.uuid4().hex[:6]}"
     create(cluster, topic, PARTITIONS)
