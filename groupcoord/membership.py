@@ -86,7 +86,7 @@ def join_group(
     check_str("client_host", client_host, 0)
     if group_instance_id is not None:
         check_str("group_instance_id", group_instance_id, 1)
-    check_int("rebalance_timeout_ms", rebalance_timeout_ms, 1)
+    check_int("rebalance_timeout_ms", rebalance_timeout_ms, 0)
     check_int("session_timeout_ms", session_timeout_ms, 0)
     ctx.route(group_id)
     if len(ctx.pending) >= ctx.config.max_pending:

@@ -145,6 +145,9 @@ class OffsetFetch:
     partitions: Sequence[TopicPartition] | None  # None: every committed partition
     member_id: str = ""  # a KIP-848 member (OffsetFetch v9): its epoch is checked
     member_epoch: int = -1
+    # KIP-447 (OffsetFetch v7+): a partition whose offsets an open transaction has committed
+    # answers UNSTABLE_OFFSET_COMMIT (retriable) until its marker applies them.
+    require_stable: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -160,7 +160,7 @@ class MemberValue:
         _str("member.client_id", self.client_id)
         _str("member.client_host", self.client_host)
         _int("member.session_timeout_ms", self.session_timeout_ms, 1, INT32_MAX)
-        _int("member.rebalance_timeout_ms", self.rebalance_timeout_ms, 1, INT32_MAX)
+        _int("member.rebalance_timeout_ms", self.rebalance_timeout_ms, 0, INT32_MAX)
         _blob("member.subscription", self.subscription)
         _blob("member.assignment", self.assignment)
         if self.group_instance_id is not None:

@@ -111,6 +111,7 @@ from raftlog.base.errors import (
     RaftlogError,
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
+    UnstableOffsetCommitError,
     error_from_wire,
 )
 from raftlog.base.eventlog import log_event
@@ -433,8 +434,8 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
         return Coordinator(state.leader, host, int(port), p)
 
     async def join_group(self, request: JoinGroup) -> Joined:
-        if request.rebalance_timeout_ms < 1:
-            raise InvalidRequestError("rebalance_timeout_ms must be at least 1", field="rebalance_timeout_ms")
+        if request.rebalance_timeout_ms < 0:  # 0 is Kafka's too: the rebalance completes with who joined
+            raise InvalidRequestError("rebalance_timeout_ms must be at least 0", field="rebalance_timeout_ms")
         result = self.core.join_group(
             group_id=request.group_id,
             member_id=request.member_id,
@@ -511,8 +512,12 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
         result = self.core.offset_fetch(group_id=request.group_id, partitions=parts,
                                         member_id=request.member_id, member_epoch=request.member_epoch)
         a = await self._answer(self._apply(result), 0)
-        return [CommittedOffset(r["topic"], r["partition"], r["offset"], r["leader_epoch"], r["metadata"])
-                for r in a.get("partitions") or ()]
+        pending = self.txn_offsets.pending_partitions(request.group_id) if request.require_stable else set()
+        return [CommittedOffset(r["topic"], r["partition"], error=UnstableOffsetCommitError(
+                    f"a transaction's offsets for {r['topic']}-{r['partition']} are not applied yet"))
+                if (r["topic"], r["partition"]) in pending else
+                CommittedOffset(r["topic"], r["partition"], r["offset"], r["leader_epoch"], r["metadata"])
+                for r in a.get("partitions") or ()]  # fmt: skip
 
     async def list_groups(self, states: Sequence[str] | None = None) -> list[GroupListing]:
         a = await self._answer(self._apply(self.core.list_groups(None if states is None else list(states))), 0)

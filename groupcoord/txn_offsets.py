@@ -9,6 +9,7 @@ transaction completes only once they are in; an ABORT drops them.
     await txn_offsets.commit(request)   the client op `txn_offset_commit` (`add_to_txn`: KIP-890
                                         part 2, the group's partition joins the transaction first)
     await txn_offsets.on_marker(topic, partition, producer_id, commit)
+    txn_offsets.pending_partitions(group_id)   held, not yet applied: OffsetFetch's UNSTABLE_OFFSET_COMMIT
 
 Invariants and limits: pending offsets are in memory only (a coordinator failover between
 TxnOffsetCommit and the marker loses them: the group then resumes from its previous commit,
@@ -108,6 +109,11 @@ class TxnOffsets:
             del groups[group_id]
         if not groups:
             self.pending.pop(producer_id, None)
+
+    def pending_partitions(self, group_id: str) -> set[tuple[str, int]]:
+        """The (topic, partition)s of `group_id` with offsets of a transaction whose marker has
+        not reached the group yet (OffsetFetch's require_stable answers them as unstable)."""
+        return {tp for groups in self.pending.values() for tp in groups.get(group_id, ())}
 
     def health(self) -> Mapping[str, int]:
         return {"txn_offset_producers": len(self.pending)}

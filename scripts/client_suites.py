@@ -3,6 +3,7 @@
     scripts/client_suites franz-go      [--bootstrap HOST:PORT] [--run REGEX] [--json]
     scripts/client_suites kafka-python  [--bootstrap HOST:PORT] [-k EXPR] [--json]
     scripts/client_suites librdkafka    [--bootstrap HOST:PORT] [--tests 0001,0002] [--json]
+    scripts/client_suites kafkajs       [--bootstrap HOST:PORT] [-k PATH_REGEX] [--json]
     scripts/client_suites all           (every suite above, one raftlog cluster)
 
 Without --bootstrap a three-node raftlog (the integration tests' harness, temp data dirs;
@@ -22,6 +23,12 @@ into ~/.cache/raftlog/ (outside the repo) by its package manager, at a pinned ve
   BROKERS, and KAFKA_PATH a directory of `bin/kafka-*.sh` wrappers that run the reference Kafka's
   tools (tests/reference/kafka_ref.py), so the tests that call kafka-topics.sh run too;
   LIBRDKAFKA_EXCLUDED names the tests left out with their reasons (TESTS_SKIP).
+* kafkajs: its git repository at KAFKAJS_TAG (the npm package ships no tests), cloned from
+  KAFKAJS_GIT (env RAFTLOG_KAFKAJS_GIT: another URL or a local mirror), its devDependencies
+  installed by npm, run by jest with its test helpers' broker addresses (hard-coded
+  localhost:9092/9095/9098 in testHelpers/index.js) rewritten to the cluster's, and its two
+  docker scripts the tests call (addPartitions, setClientQuota) rewritten to the reference
+  Kafka's tools; KAFKAJS_EXCLUDED names the tests left out with their reasons.
 Prints one summary line per suite (passed / failed / skipped / excluded) and, with --json, the
 counts as one JSON object on the last line. A suite that cannot run here (no Go, no index) is
 one line saying why, and counts nothing.
@@ -147,12 +154,14 @@ def _kafka_python_tree() -> tuple[Path, Path]:
     return src, venv
 
 
-def junit_counts(path: Path) -> tuple[Counter, list[str]]:
-    """pass/fail/skip counts (errors count as failed) and the failed tests of a JUnit XML file."""
+def junit_counts(path: Path, qualified: bool = True) -> tuple[Counter, list[str]]:
+    """pass/fail/skip counts (errors count as failed) and the failed tests of a JUnit XML file;
+    `qualified`: a class name is dotted (pytest's), its last part names the file."""
     counts: Counter = Counter()
     failed = []
     for case in ET.parse(path).getroot().iter("testcase"):
-        name = f"{case.get('classname', '').rpartition('.')[2]}::{case.get('name')}"
+        classname = case.get("classname", "")
+        name = f"{classname.rpartition('.')[2] if qualified else classname}::{case.get('name')}"
         if case.find("failure") is not None or case.find("error") is not None:
             counts["fail"] += 1
             failed.append(name)
@@ -161,6 +170,17 @@ def junit_counts(path: Path) -> tuple[Counter, list[str]]:
         else:
             counts["pass"] += 1
     return counts, failed
+
+
+def print_summary(headline: str, failed: list[str], excluded: dict[str, str], log: Path,
+                  excluded_label: str = "{}") -> None:
+    """A suite's summary: its headline, each failed test, each one left out with its reason."""
+    print(headline, flush=True)
+    for name in failed:
+        print(f"  failed: {name}")
+    for name, reason in excluded.items():
+        print(f"  excluded: {excluded_label.format(name)}: {reason}")
+    print(f"  log: {log}")
 
 
 def run_kafka_python(bootstrap: str, args: argparse.Namespace) -> Counter:
@@ -184,14 +204,9 @@ def run_kafka_python(bootstrap: str, args: argparse.Namespace) -> Counter:
     if not report.exists():
         raise RuntimeError(f"kafka-python's suite did not run: see {log}")
     counts, failed = junit_counts(report)
-    print(f"kafka-python {KAFKA_PYTHON_VERSION} test/integration (KAFKA_URI=kafka://{first}): "
-          f"{counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped, "
-          f"{len(KAFKA_PYTHON_EXCLUDED)} excluded", flush=True)
-    for name in failed:
-        print(f"  failed: {name}")
-    for name, reason in KAFKA_PYTHON_EXCLUDED.items():
-        print(f"  excluded: {name}: {reason}")
-    print(f"  log: {log}")
+    print_summary(f"kafka-python {KAFKA_PYTHON_VERSION} test/integration (KAFKA_URI=kafka://{first}): "
+                  f"{counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped, "
+                  f"{len(KAFKA_PYTHON_EXCLUDED)} excluded", failed, KAFKA_PYTHON_EXCLUDED, log)
     return counts
 
 
@@ -279,17 +294,108 @@ def run_librdkafka(bootstrap: str, args: argparse.Namespace) -> Counter:
         counts[states[state]] += 1
         if state == "FAILED":
             failed.append(name)
-    print(f"librdkafka {LIBRDKAFKA_VERSION} tests/ (broker tests, -L -Q -E): {counts['pass']} passed, "
-          f"{counts['fail']} failed, {counts['skip']} skipped, {len(LIBRDKAFKA_EXCLUDED)} excluded", flush=True)
-    for name in failed:
-        print(f"  failed: {name}")
-    for name, reason in LIBRDKAFKA_EXCLUDED.items():
-        print(f"  excluded: {name}: {reason}")
-    print(f"  log: {log}")
+    print_summary(f"librdkafka {LIBRDKAFKA_VERSION} tests/ (broker tests, -L -Q -E): {counts['pass']} passed, "
+                  f"{counts['fail']} failed, {counts['skip']} skipped, {len(LIBRDKAFKA_EXCLUDED)} excluded",
+                  failed, LIBRDKAFKA_EXCLUDED, log)
     return counts
 
 
-SUITES = {"franz-go": run_franz_go, "kafka-python": run_kafka_python, "librdkafka": run_librdkafka}
+
+KAFKAJS_TAG = "v2.2.4"
+KAFKAJS_GIT = os.environ.get("RAFTLOG_KAFKAJS_GIT") or "https://github.com/tulios/kafkajs.git"
+# KafkaJS's tests left out against raftlog (a jest -t pattern keeps them from running), each
+# with its reason.
+KAFKAJS_EXCLUDED: dict[str, str] = {
+    "SSL": "the suite's TLS listener (localhost:9093, its own certificates) is not part of this cluster",
+    "SASL": "the suite's SASL listener (localhost:9094, its JAAS users) is not part of this cluster",
+    "OAUTHBEARER": "the suite's OAUTHBEARER broker (a separate compose file)",
+}
+# Where KafkaJS's test helpers name the brokers (hard-coded for its docker-compose cluster) and
+# what they name instead: the cluster's addresses from KAFKAJS_BROKERS.
+_KAFKAJS_HELPERS = [
+    ("const plainTextBrokers = (host = getHost()) => [`${host}:9092`, `${host}:9095`, `${host}:9098`]",
+     "const plainTextBrokers = () => process.env.KAFKAJS_BROKERS.split(',')"),
+    ("  host: getHost(),\n  port: 9092,",
+     "  host: plainTextBrokers()[0].split(':')[0],\n  port: Number(plainTextBrokers()[0].split(':')[1]),"),
+    ("brokers: [`${getHost()}:9092`]", "brokers: plainTextBrokers()"),
+]
+# Its scripts that `docker exec` into the compose cluster, as the reference Kafka's tools.
+_KAFKAJS_SCRIPTS = {
+    "addPartitions.sh": '"$KAFKA_PATH/bin/kafka-topics.sh" --bootstrap-server "$KAFKAJS_BROKERS" --alter '
+                        '--topic "$TOPIC" --partitions "$PARTITIONS"',
+    "setClientQuota.sh": '"$KAFKA_PATH/bin/kafka-configs.sh" --bootstrap-server "$KAFKAJS_BROKERS" --alter '
+                         '--add-config "producer_byte_rate=${PRODUCER_BYTES:-1024},consumer_byte_rate='
+                         '${CONSUMER_BYTES:-1024}" --entity-type clients --entity-name "${CLIENT_ID:-example-producer}"',
+}
+
+
+def _kafkajs_tree() -> Path:
+    """KafkaJS's source tree at KAFKAJS_TAG with its devDependencies and patched helpers (once);
+    ReferenceUnavailable when its repository cannot be cloned."""
+    base = CACHE / f"kafkajs-{KAFKAJS_TAG}"
+    src = base / "src"
+    if (base / ".complete").exists():
+        return src
+    base.mkdir(parents=True, exist_ok=True)
+    git_dir = base / "git"
+    if not (git_dir / "HEAD").exists():
+        clone = subprocess.run(["git", "clone", "--bare", "--quiet", "--depth", "1", "--branch", KAFKAJS_TAG,
+                                KAFKAJS_GIT, str(git_dir)], capture_output=True, text=True, timeout=600,
+                               env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
+        if clone.returncode:
+            reason = (clone.stderr.strip().splitlines() or ["no output"])[-1]
+            raise ReferenceUnavailable(f"cannot clone KafkaJS {KAFKAJS_TAG} from {KAFKAJS_GIT} ({reason}); "
+                                       "set RAFTLOG_KAFKAJS_GIT to a reachable URL or a local mirror")
+    src.mkdir(exist_ok=True)
+    archive = subprocess.run(["git", "--git-dir", str(git_dir), "archive", KAFKAJS_TAG], capture_output=True,
+                             check=True, timeout=300)
+    subprocess.run(["tar", "x", "-C", str(src)], input=archive.stdout, check=True, timeout=300)
+    log = base / "npm.log"
+    with log.open("w") as out:
+        if subprocess.run(["npm", "install", "--ignore-scripts", "--no-audit", "--no-fund"], cwd=src, stdout=out,
+                          stderr=subprocess.STDOUT, timeout=1800).returncode:
+            raise RuntimeError(f"kafkajs: npm install failed; see {log}")
+    helpers = src / "testHelpers" / "index.js"
+    text = helpers.read_text()
+    for old, new in _KAFKAJS_HELPERS:
+        if old not in text:
+            raise RuntimeError(f"kafkajs: {helpers} no longer holds {old!r}")
+        text = text.replace(old, new)
+    helpers.write_text(text)
+    for name, command in _KAFKAJS_SCRIPTS.items():
+        (src / "scripts" / name).write_text(f"#!/bin/sh\nset -e\nexec {command}\n")
+    (base / ".complete").write_text(KAFKAJS_TAG + "\n")
+    return src
+
+
+def run_kafkajs(bootstrap: str, args: argparse.Namespace) -> Counter:
+    src = _kafkajs_tree()
+    report = CACHE / "kafkajs.xml"
+    report.unlink(missing_ok=True)
+    # KAFKA_VERSION: the newest broker its docker-compose files run (its tests' version gates).
+    env = {**os.environ, "KAFKAJS_BROKERS": bootstrap, "KAFKA_PATH": str(kafka_path()), "KAFKA_VERSION": "2.4",
+           "NODE_ENV": "test", "KAFKAJS_DEBUG_PROTOCOL_BUFFERS": "1", "JEST_JUNIT_OUTPUT_DIR": str(CACHE),
+           "JEST_JUNIT_OUTPUT_NAME": report.name, "JEST_JUNIT_CLASSNAME": "{filepath}",
+           "JEST_JUNIT_TITLE": "{classname} {title}"}
+    left_out = "|".join(KAFKAJS_EXCLUDED)
+    cmd = ["node_modules/.bin/jest", "--ci", "--forceExit", "--maxWorkers=2", "--no-watchman",
+           "-t", f"^(?!.*({left_out})).*$"]
+    if args.k:
+        cmd += ["--testPathPattern", args.k]
+    log = CACHE / "kafkajs.log"
+    with log.open("w") as out:
+        subprocess.run(cmd, cwd=src, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=3 * 3600)
+    if not report.exists():
+        raise RuntimeError(f"kafkajs' suite did not run: see {log}")
+    counts, failed = junit_counts(report, qualified=False)
+    print_summary(f"kafkajs {KAFKAJS_TAG} (jest, KAFKAJS_BROKERS={bootstrap}): {counts['pass']} passed, "
+                  f"{counts['fail']} failed, {counts['skip']} skipped, {len(KAFKAJS_EXCLUDED)} excluded",
+                  failed, KAFKAJS_EXCLUDED, log, excluded_label="tests named *{}*")
+    return counts
+
+
+SUITES = {"franz-go": run_franz_go, "kafka-python": run_kafka_python, "librdkafka": run_librdkafka,
+          "kafkajs": run_kafkajs}
 
 
 def main() -> int:
@@ -297,7 +403,8 @@ def main() -> int:
     ap.add_argument("suite", choices=[*SUITES, "all"])
     ap.add_argument("--bootstrap", help="a running raftlog's Kafka bootstrap (default: start a 3-node one)")
     ap.add_argument("--run", help="franz-go: only the tests matching this regex (go test -run)")
-    ap.add_argument("-k", help="kafka-python: only the tests matching this expression (pytest -k)")
+    ap.add_argument("-k", help="kafka-python: only the tests matching this expression (pytest -k); "
+                    "kafkajs: only the spec files matching this regex (jest --testPathPattern)")
     ap.add_argument("--tests", help="librdkafka: only these tests (TESTS=0001,0002)")
     ap.add_argument("--json", action="store_true", help="print the counts as JSON on the last line")
     args = ap.parse_args()

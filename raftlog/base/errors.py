@@ -58,6 +58,7 @@ DESIGN §6), and every exception raised anywhere in raftlog derives from one of 
      │    ├── ConcurrentTransactionsError       CONCURRENT_TRANSACTIONS  (retriable: a step is in flight)
      │    ├── TransactionalIdNotFoundError      TRANSACTIONAL_ID_NOT_FOUND
      │    ├── GroupSubscribedToTopicError       GROUP_SUBSCRIBED_TO_TOPIC  (OffsetDelete of a live group's topic)
+     │    ├── UnstableOffsetCommitError         UNSTABLE_OFFSET_COMMIT  (retriable: a transaction's offsets are pending)
      │    ├── InvalidUpdateVersionError         INVALID_UPDATE_VERSION  (UpdateFeatures: a level refused)
      │    ├── InvalidRecordStateError           INVALID_RECORD_STATE  (KIP-932: an ack for a record
      │    │                                     the member does not hold)
@@ -419,6 +420,14 @@ class CoordinatorLoadInProgressError(RejectedError):
 
 class CoordinatorNotAvailableError(RejectedError):
     code = "COORDINATOR_NOT_AVAILABLE"
+    retriable = True
+
+
+class UnstableOffsetCommitError(RejectedError):
+    """OffsetFetch asking for stable offsets (KIP-447) of a partition whose offsets an open
+    transaction has committed (TxnOffsetCommit) and whose marker is not applied yet."""
+
+    code = "UNSTABLE_OFFSET_COMMIT"
     retriable = True
 
 

@@ -38,9 +38,13 @@ from metadata.image import MetadataImage
 from partition.port import TxnMarker
 from raftlog.base.errors import (
     ConcurrentTransactionsError,
+    CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     InvalidProducerEpochError,
+    NotCoordinatorError,
+    NotEnoughReplicasError,
     NotLeaderError,
+    PeerUnavailableError,
     ProducerFencedError,
     RaftlogError,
     UnknownTopicOrPartitionError,
@@ -64,6 +68,17 @@ IMPLICIT_ADD_BACKOFF_S: Final = 0.005
 IMPLICIT_ADD_MAX_BACKOFF_S: Final = 0.2
 
 Handler = Callable[[Request], Awaitable[Mapping[str, Any] | None]]
+
+
+# Verification errors a Produce answers as NOT_ENOUGH_REPLICAS (retried without a metadata
+# refresh), as Kafka's ReplicaManager translates them.
+_UNVERIFIED: Final = (ConcurrentTransactionsError, CoordinatorLoadInProgressError, CoordinatorNotAvailableError,
+                      NotCoordinatorError, PeerUnavailableError)
+
+
+def _unverified(exc: RaftlogError) -> NotEnoughReplicasError:
+    return NotEnoughReplicasError(
+        f"Unable to verify the partition has been added to the transaction. Underlying error: {exc.code}")
 
 
 class _Metadata(Protocol):
@@ -214,8 +229,12 @@ class TxnLink:
     async def verify_txn(self, transactional_id: str, topic: str, partition: int,
                          producer_id: int, producer_epoch: int, *, add: bool = False) -> None:
         """KIP-890 part 1, or with `add` part 2 (module docstring). Raises the coordinator's
-        error, PRODUCER_FENCED as INVALID_PRODUCER_EPOCH (Kafka's AddPartitionsToTxnManager:
-        the produce answer of a fenced zombie)."""
+        error; one that only says "not now" (a step in flight, no coordinator reachable) as
+        NOT_ENOUGH_REPLICAS, as Kafka's ReplicaManager does: clients without transactions v2
+        retry a Produce on that but fail the transaction on CONCURRENT_TRANSACTIONS (librdkafka's
+        0103_transactions); PRODUCER_FENCED as INVALID_PRODUCER_EPOCH, which a fenced producer's
+        Produce expects (Kafka's AddPartitionsToTxnManager; librdkafka then raises its fatal
+        fenced error)."""
         fields = {"transactional_id": transactional_id, "producer_id": producer_id,
                   "producer_epoch": producer_epoch, "verify_only": not add,
                   "partitions": [{"topic": topic, "partition": partition}]}
@@ -226,11 +245,13 @@ class TxnLink:
                 return await self._verify(transactional_id, topic, partition, fields)
             except ProducerFencedError as exc:
                 raise InvalidProducerEpochError(str(exc)) from None
-            except ConcurrentTransactionsError:
+            except ConcurrentTransactionsError as exc:
                 # Another partition's add (or the previous transaction's markers) is being
                 # written: the implicit add waits for it, briefly, rather than failing the produce.
                 if not add or trio.current_time() + backoff_s > deadline:
-                    raise
+                    raise _unverified(exc) from exc
+            except _UNVERIFIED as exc:
+                raise _unverified(exc) from exc
             await trio.sleep(backoff_s)
             backoff_s = min(backoff_s * 2, IMPLICIT_ADD_MAX_BACKOFF_S)
 

@@ -326,12 +326,15 @@ async def handle_offset_commit(ctx: KafkaContext, call: Call) -> Reply:
 
 async def _fetch_offsets(ctx: KafkaContext, group_id: str,
                          topics: Iterable[tuple[str, Iterable[int]]] | None,
-                         member: tuple[str, int] = ("", -1)) -> dict[str, list[CommittedOffset]]:
+                         member: tuple[str, int] = ("", -1), require_stable: bool = False,
+                         ) -> dict[str, list[CommittedOffset]]:
     """{topic: [committed offset]} in request order (every committed partition when `topics`
     is None). `member`: (member id, member epoch) of a KIP-848 member (v9), checked by the
-    coordinator. Raises the group's error."""
+    coordinator; `require_stable` (v7+): a transaction's pending offsets answer
+    UNSTABLE_OFFSET_COMMIT. Raises the group's error."""
     partitions = None if topics is None else [(t, p) for t, parts in topics for p in parts]
-    result = await ctx.group_port().offset_fetch(OffsetFetch(group_id, partitions, member[0], member[1]))
+    result = await ctx.group_port().offset_fetch(OffsetFetch(group_id, partitions, member[0], member[1],
+                                                             require_stable))
     out: dict[str, list[CommittedOffset]] = {}
     for r in result:
         out.setdefault(r.topic, []).append(r)
@@ -360,7 +363,7 @@ async def handle_offset_fetch(ctx: KafkaContext, call: Call) -> Reply:
             wanted = None if g.topics is None else [(t.name, t.partition_indexes or []) for t in g.topics]
             try:
                 member = (g.member_id or "", g.member_epoch) if version >= 9 else ("", -1)
-                found = await _fetch_offsets(ctx, g.group_id, wanted, member)
+                found = await _fetch_offsets(ctx, g.group_id, wanted, member, bool(request.require_stable))
             except RaftlogError as exc:
                 groups.append(G(group_id=g.group_id, topics=[], error_code=_code(exc)[0]))
                 continue
@@ -372,7 +375,8 @@ async def handle_offset_fetch(ctx: KafkaContext, call: Call) -> Reply:
     P = T.OffsetFetchResponsePartition
     wanted = None if request.topics is None else [(t.name, t.partition_indexes or []) for t in request.topics]
     try:
-        found = await _fetch_offsets(ctx, request.group_id, wanted)
+        found = await _fetch_offsets(ctx, request.group_id, wanted,
+                                     require_stable=version >= 7 and bool(request.require_stable))
     except RaftlogError as exc:
         code = _code(exc)[0]
         if version >= 2:

@@ -10,7 +10,12 @@ from typing import Any
 
 import pytest
 
-from raftlog.base.errors import ConcurrentTransactionsError, InvalidProducerEpochError, ProducerFencedError
+from raftlog.base.errors import (
+    ConcurrentTransactionsError,
+    InvalidProducerEpochError,
+    NotEnoughReplicasError,
+    ProducerFencedError,
+)
 from raftlog.node.txn_link import TxnLink
 
 pytestmark = pytest.mark.unit
@@ -50,8 +55,8 @@ async def test_the_implicit_add_waits_out_concurrent_transactions():
     assert len(asked) == 3 and all(a["verify_only"] is False for a in asked)
 
 
-async def test_a_verification_does_not_retry():
+async def test_a_verification_does_not_retry_and_answers_not_enough_replicas():
     link, asked = _link([ConcurrentTransactionsError("busy")])
-    with pytest.raises(ConcurrentTransactionsError):
+    with pytest.raises(NotEnoughReplicasError):  # Kafka's ReplicaManager: retriable for every client
         await link.verify_txn("app", "t", 0, 5, 1)
     assert [a["verify_only"] for a in asked] == [True]

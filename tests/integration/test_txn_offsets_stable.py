@@ -1,0 +1,104 @@
+"""A transaction's group offsets and OffsetFetch's require_stable (KIP-447) on a real 3-node cluster (issue 40: librdkafka's 0103_transactions read an offset of the transaction before last): while a TxnOffsetCommit's offsets wait for their transaction's marker, OffsetFetch v7+ with require_stable answers UNSTABLE_OFFSET_COMMIT for those partitions (without it, the last applied offset), so confluent-kafka's `committed()` right after `commit_transaction()` retries until it gets the transaction's offset, and after an abort gets the offset from before."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import pytest
+from kafka.protocol.consumer.group import OffsetFetchRequest
+from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest
+
+from test_kafka_group_versions import Conn
+from test_kafka_groups import create
+
+ck = pytest.importorskip("confluent_kafka")
+
+pytestmark = pytest.mark.cluster
+
+NONE, UNSTABLE_OFFSET_COMMIT = 0, 88
+RETRIABLE = (14, 15, 16)  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
+DEADLINE_S = 60  # an upper bound on waiting, never a speed claim
+
+
+def group_coordinator(cluster: Any, group: str) -> Conn:
+    """A connection to `group`'s coordinator, found as a client finds it (retrying while the
+    coordinator partition elects or loads)."""
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        boot = Conn(cluster.kafka_bootstrap().split(",")[0])
+        try:
+            r = boot.call(FindCoordinatorRequest, 3, key=group, key_type=0)
+        finally:
+            boot.sock.close()
+        if r.error_code == NONE:
+            return Conn(f"{r.host}:{r.port}")
+        assert r.error_code in RETRIABLE and time.monotonic() < deadline, r
+        time.sleep(0.2)
+
+
+def fetch(conn: Conn, group: str, topic: str, require_stable: bool) -> tuple[int, int]:
+    """(partition error, committed offset) of `topic`-0 by OffsetFetch v7."""
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        r = conn.call(OffsetFetchRequest, 7, group_id=group, require_stable=require_stable,
+                      topics=[OffsetFetchRequest.OffsetFetchRequestTopic(name=topic, partition_indexes=[0])])
+        if r.error_code not in RETRIABLE or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert r.error_code == NONE, r
+    (p,) = r.topics[0].partitions
+    return p.error_code, p.committed_offset
+
+
+def committed(cluster: Any, group: str, topic: str) -> int:
+    """What a new read_committed consumer of `group` is told is committed for `topic`-0."""
+    c = ck.Consumer({"bootstrap.servers": cluster.kafka_bootstrap(), "group.id": group,
+                     "enable.auto.commit": False, "isolation.level": "read_committed"})
+    try:
+        (tp,) = c.committed([ck.TopicPartition(topic, 0)], timeout=DEADLINE_S)
+        return tp.offset
+    finally:
+        c.close()
+
+
+def test_pending_transaction_offsets_are_unstable_until_the_marker(cluster):
+    topic = f"stable-{uuid.uuid4().hex[:6]}"
+    group = f"g-{topic}"
+    create(cluster, topic, 1)
+    p = ck.Producer({"bootstrap.servers": cluster.kafka_bootstrap(), "transactional.id": f"tid-{topic}",
+                     "transaction.timeout.ms": 60_000})
+    p.init_transactions(DEADLINE_S)
+    member = ck.Consumer({"bootstrap.servers": cluster.kafka_bootstrap(), "group.id": group,
+                          "enable.auto.commit": False})
+    conn = group_coordinator(cluster, group)
+    try:
+        p.begin_transaction()
+        p.send_offsets_to_transaction([ck.TopicPartition(topic, 0, 7)], member.consumer_group_metadata(),
+                                      DEADLINE_S)
+        # Held for the open transaction: unstable to a read_committed reader, and the last
+        # applied offset (none) to one that does not ask for stable offsets.
+        assert fetch(conn, group, topic, require_stable=True)[0] == UNSTABLE_OFFSET_COMMIT
+        assert fetch(conn, group, topic, require_stable=False) == (NONE, -1)
+        p.commit_transaction(DEADLINE_S)
+        # librdkafka retries UNSTABLE_OFFSET_COMMIT: right after the commit it is told 7.
+        assert committed(cluster, group, topic) == 7
+        assert fetch(conn, group, topic, require_stable=True) == (NONE, 7)
+
+        # Repeated, as librdkafka's 0103_transactions does: each commit is read back at once,
+        # an aborted one leaves the offset before it.
+        for i, abort in enumerate([False, True, False, True, False]):
+            offset = 100 + i
+            p.begin_transaction()
+            p.send_offsets_to_transaction([ck.TopicPartition(topic, 0, offset)],
+                                          member.consumer_group_metadata(), DEADLINE_S)
+            if abort:
+                p.abort_transaction(DEADLINE_S)
+                assert committed(cluster, group, topic) == offset - 1
+            else:
+                p.commit_transaction(DEADLINE_S)
+                assert committed(cluster, group, topic) == offset
+    finally:
+        conn.sock.close()
+        member.close()
