@@ -272,6 +272,7 @@ def end_transaction(txn: TxnState, commit: bool) -> Procedure:
     except RaftlogError:
         if commit:
             raise
+    txn.check_usable()  # fenced while flushing: ProducerFencedError
     if commit and txn.error is not None:
         raise TransactionStateError(f"cannot commit, the transaction must be aborted: {txn.error}")
     if txn.added or txn.offsets_added or txn.add_call is not None:
