@@ -18,7 +18,7 @@ import bisect
 import random
 from typing import Any, Iterable, NamedTuple
 
-from partition.batch import CONTROL_ABORT, control_type, decode_batches_into, iter_headers
+from partition.batch import CONTROL_ABORT, Header, control_type, decode_batches_into, iter_headers
 from raftlog.base.errors import (
     CorruptMessageError,
     NotLeaderError,
@@ -36,8 +36,8 @@ from raftlog.client.request import (
     parse_list_offsets,
 )
 
-__all__ = ["ConsumerRecord", "ConsumerCore", "ConsumerMethods", "ISOLATION_LEVELS", "append_fetched",
-           "drop_aborted", "intact_prefix_end"]
+__all__ = ["ConsumerRecord", "ConsumerCore", "ConsumerMethods", "ISOLATION_LEVELS", "aborted_batches",
+           "append_fetched", "drop_aborted", "intact_prefix_end"]
 
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 
@@ -457,14 +457,14 @@ def append_fetched(topic: str, partition: int, records: bytes, fetch_offset: int
     return decode_batches_into(records, out, topic, partition, ConsumerRecord, fetch_offset)
 
 
-def drop_aborted(records: bytes, aborted: list, got: list[ConsumerRecord]) -> list[ConsumerRecord]:
-    """`got` (decoded from `records`) without the records of aborted transactions, as Kafka's
-    consumer drops them: `aborted` is the fetch answer's [[producer_id, first_offset]]; a
-    producer's transactional batches count as aborted from its first_offset up to its ABORT
-    marker in `records` (whole batches, CRCs already checked by the decode)."""
+def aborted_batches(records: bytes, aborted: list) -> list[tuple[int, Header]]:
+    """(position, header) of the data batches of `records` that belong to aborted
+    transactions, as Kafka's consumer finds them: `aborted` is the fetch answer's
+    [[producer_id, first_offset]]; a producer's transactional batches count as aborted from
+    its first_offset up to its ABORT marker in `records` (whole batches)."""
     pending = sorted((first, pid) for pid, first in aborted if isinstance(pid, int) and isinstance(first, int))
     active: set[int] = set()
-    dropped: list[tuple[int, int]] = []
+    dropped: list[tuple[int, Header]] = []
     i = 0
     for pos, h in iter_headers(records, verify=False):
         while i < len(pending) and pending[i][0] <= h.last_offset:
@@ -476,7 +476,14 @@ def drop_aborted(records: bytes, aborted: list, got: list[ConsumerRecord]) -> li
             if control_type(records, pos) == CONTROL_ABORT:
                 active.discard(h.producer_id)
         else:
-            dropped.append((h.base_offset, h.last_offset))
+            dropped.append((pos, h))
+    return dropped
+
+
+def drop_aborted(records: bytes, aborted: list, got: list[ConsumerRecord]) -> list[ConsumerRecord]:
+    """`got` (decoded from `records`, CRCs checked) without the records of aborted
+    transactions (`aborted_batches`)."""
+    dropped = [(h.base_offset, h.last_offset) for _pos, h in aborted_batches(records, aborted)]
     if not dropped:
         return got
     starts = [lo for lo, _ in dropped]
