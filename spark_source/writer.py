@@ -180,13 +180,14 @@ def _abort_quietly(producer: Any, transactional_id: str | None) -> None:
 
 def _coordinator_call(options: SinkOptions, transactional_id: str, request: dict) -> dict:
     """One request to `transactional_id`'s transaction coordinator (the leader of its
-    `__transaction_state` partition), retried on retriable errors."""
-    from raftlog.base.topics import TRANSACTION_STATE_TOPIC, partition_for_transactional_id
+    `__transaction_state` partition), retried on retriable errors. FindCoordinator first:
+    it has the controller create `__transaction_state` on a cluster's first use."""
+    from raftlog.base.topics import TRANSACTION_STATE_TOPIC
     from raftlog.client import Admin
 
     with Admin(options.bootstrap, request_timeout_ms=options.request_timeout_ms) as admin:
-        route = (TRANSACTION_STATE_TOPIC, partition_for_transactional_id(transactional_id))
-        return admin.request(request, route=route)
+        found = admin.request({"op": "find_txn_coordinator", "transactional_id": transactional_id})
+        return admin.request(request, route=(TRANSACTION_STATE_TOPIC, found["partition"]))
 
 
 def transaction_committed(options: SinkOptions, transactional_id: str) -> bool:
