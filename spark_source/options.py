@@ -9,7 +9,8 @@ ignored and read from the wrong place); `path` is tolerated because Spark may pa
 Names mirror Spark's Kafka source: `subscribe` / `subscribePattern` / `assign` (exactly one),
 `startingOffsets`, `endingOffsets` (batch only), `startingTimestamp`,
 `startingOffsetsByTimestamp`, `startingOffsetsByTimestampStrategy`, `endingTimestamp`,
-`maxOffsetsPerTrigger`, `failOnDataLoss`, `includeHeaders`, `minPartitions`. raftlog adds
+`maxOffsetsPerTrigger`, `failOnDataLoss`, `includeHeaders`, `minPartitions`,
+`kafka.isolation.level` (read_committed, the default, or read_uncommitted). raftlog adds
 `bootstrap` (alias `raftlog.bootstrap.servers`), `startingOffsets = "group:<id>"`,
 `commitToGroup`, `decode`, fetch tuning under `raftlog.*`, and `raftlog.provider.*`,
 passed unchecked to a custom provider factory.
