@@ -44,6 +44,7 @@ __all__ = ["ACKS_ALL", "FULL", "NO_METADATA", "ProducerCore"]
 log = logging.getLogger(__name__)
 
 ACKS_ALL = -1
+TXN_ADD_POLL_MS = 5
 
 
 class _NoMetadata:
@@ -351,6 +352,10 @@ class ProducerCore(ClientCore):
         if self._pid_needed:
             return None if self._pid_in_flight else self._pid_retry_at_ms
         t = self.accumulator.next_ready_ms(now_ms)
+        if t is not None and self.txn is not None and self.txn.add_call is not None:
+            # Batches waiting for their partition's add look ready: the add's answer wakes
+            # the shell, so do not spin until then (at most TXN_ADD_POLL_MS late for others).
+            t = max(t, now_ms + TXN_ADD_POLL_MS)
         oldest = self.accumulator.oldest_waiting_ms()
         if oldest is not None:
             exp = oldest + self.delivery_timeout_ms
