@@ -306,7 +306,10 @@ class Producer:
         return txn
 
     def _drive(self, procedure: Any) -> Any:
-        return drive(procedure, self._perform)
+        # Under the lock: the procedure changes the TxnState the I/O thread reads (waits on
+        # the condition release it).
+        with self._lock:
+            return drive(procedure, self._perform)
 
     def _perform(self, effect: TxnCall | Flush) -> Any:
         if isinstance(effect, Flush):
