@@ -25,12 +25,16 @@ Typed keys and values: `valueFormat` / `keyFormat` = avro | protobuf | json-sche
 `schemaRegistryUrl` decode Confluent's wire format into struct columns (with `value_error` /
 `key_error` for records that do not decode) and encode them in the sink (`schemas`).
 
+Isolation: reads are read_committed unless `kafka.isolation.level=read_uncommitted` (as
+Spark's Kafka source): up to the last stable offset, aborted transactions' records skipped.
+
 Writing: `df.write.format("raftlog")` (at-least-once) and `df.writeStream.format("raftlog")`
-(exactly-once per micro-batch unless exactlyOnce=false; docs/spark-exactly-once.md) with
-Spark's Kafka sink columns: value, key, topic (or option topic), partition, headers.
+(exactly-once per micro-batch unless exactlyOnce=false: one transaction per write task,
+committed on Spark's commit; docs/spark-exactly-once.md) with Spark's Kafka sink columns:
+value, key, topic (or option topic), partition, headers.
 
 Modules: `options` (parsing, the error tree), `schemas` (typed columns through a registry), `sink` (pure: sink options, schema check,
-rows, derived producer ids), `writer` (Spark's Arrow writers over the client's Producer), `planning` (pure: offsets JSON, ranges,
+rows, transactional ids), `writer` (Spark's Arrow writers over the client's Producer), `planning` (pure: offsets JSON, ranges,
 admission control, splits), `arrow` (batches -> Arrow columns), `fetch` (Provider, the
 blocking cluster provider, the read loop), `source` (the DataSource and its readers).
 """

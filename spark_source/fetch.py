@@ -80,6 +80,9 @@ class FetchAnswer:
     records: bytes
     high_watermark: int
     log_start_offset: int
+    # read_committed: the offset after the last batch fetched, aborted ones included (their
+    # bytes are left out of `records`); -1 when `records` holds every batch fetched.
+    next_offset: int = -1
 
 
 class Provider(Protocol):
@@ -179,8 +182,9 @@ def read_range(
                 raise
             stalled(str(exc))
             continue
-        if ans.records:
-            nxt = builder.add(ans.records, position, end)
+        if ans.records or ans.next_offset > position:
+            nxt = builder.add(ans.records, position, end) if ans.records else position
+            nxt = max(nxt, ans.next_offset)
             if nxt > position:
                 position = nxt
                 last_progress = clock()
@@ -209,7 +213,7 @@ class ClusterProvider:
     """
 
     def __init__(self, bootstrap: str, *, request_timeout_ms: int = 30_000,
-                 rng: random.Random | None = None):
+                 rng: random.Random | None = None, read_committed: bool = False):
         # Imported here: the client shell is not needed to plan or pickle anything.
         from raftlog.client import Admin
 
@@ -218,11 +222,13 @@ class ClusterProvider:
         self._lock = threading.Lock()
         self._request_timeout_ms = request_timeout_ms
         self._bootstrap = bootstrap
+        self._read_committed = read_committed  # latest = the last stable offset; fetches skip aborted records
         self._groups: dict = {}  # group id -> a blocking Consumer of that group (never joins)
 
     @classmethod
     def from_options(cls, options: SourceOptions) -> ClusterProvider:
-        return cls(options.bootstrap, request_timeout_ms=options.request_timeout_ms)
+        return cls(options.bootstrap, request_timeout_ms=options.request_timeout_ms,
+                   read_committed=options.read_committed)
 
     def _run(self, requests: list[tuple[dict, TopicPartition | None]],
              timeout_ms: int | None = None) -> list[dict]:
@@ -254,8 +260,11 @@ class ClusterProvider:
         out: dict[TopicPartition, int | None] = {}
         for i in range(0, len(tps), 512):  # the core bounds pending calls (1024)
             chunk = tps[i:i + 512]
-            answers = self._run([(list_offsets_request([(t, p, specs[(t, p)])]), (t, p))
-                                 for t, p in chunk])
+            requests = [list_offsets_request([(t, p, specs[(t, p)])]) for t, p in chunk]
+            if self._read_committed:
+                for req in requests:
+                    req["isolation_level"] = 1
+            answers = self._run([(req, tp) for req, tp in zip(requests, chunk)])
             for tp, msg in zip(chunk, answers):
                 off, _ts = parse_list_offsets(msg).get(tp, (-1, -1))
                 out[tp] = off if isinstance(off, int) and off >= 0 else None
@@ -277,6 +286,8 @@ class ClusterProvider:
         from raftlog.client.request import fetch_request
 
         req = fetch_request(max_wait_ms, 1, max_bytes, [(topic, partition, offset, max_bytes)])
+        if self._read_committed:
+            req["isolation_level"] = 1
         (msg,) = self._run([(req, (topic, partition))],
                            timeout_ms=self._request_timeout_ms + max_wait_ms)
         for r in msg.get("partitions") or ():
@@ -293,8 +304,13 @@ class ClusterProvider:
                 elif exc.retriable:
                     self._admin.request_metadata_refresh()
                 raise exc
-            return FetchAnswer(bytes(r.get("records") or b""), int(r.get("high_watermark", -1)),
-                               int(r.get("log_start_offset", -1)))
+            records = bytes(r.get("records") or b"")
+            # read_committed: the last stable offset stands for the high watermark (what may be read).
+            hw = int(r.get("last_stable_offset", r.get("high_watermark", -1)) if self._read_committed
+                     else r.get("high_watermark", -1))
+            if self._read_committed and r.get("aborted_transactions") and records:
+                return _without_aborted(records, r["aborted_transactions"], hw, int(r.get("log_start_offset", -1)))
+            return FetchAnswer(records, hw, int(r.get("log_start_offset", -1)))
         raise error_from_wire({"code": "UNKNOWN_SERVER_ERROR",
                                "message": f"fetch answer lacks {topic}-{partition}"})
 
@@ -343,12 +359,28 @@ _cache: dict[tuple, Provider] = {}
 _cache_lock = threading.Lock()
 
 
+def _without_aborted(records: bytes, aborted: list, high_watermark: int, log_start_offset: int) -> FetchAnswer:
+    """A read_committed answer without the batches of aborted transactions (Kafka's
+    consumer rule, `raftlog.client.consumer.aborted_batches`); `next_offset` still moves
+    past them."""
+    from partition.batch import iter_headers
+    from raftlog.client.consumer import aborted_batches
+
+    dropped = {pos for pos, _h in aborted_batches(records, aborted)}
+    kept, next_offset = [], -1
+    for pos, h in iter_headers(records, verify=False):
+        if pos not in dropped:
+            kept.append(records[pos:pos + h.size])
+        next_offset = h.next_offset
+    return FetchAnswer(b"".join(kept), high_watermark, log_start_offset, next_offset)
+
+
 def _cache_key(factory: ProviderFactory, options: SourceOptions) -> tuple:
     # raftlog.provider.* options configure a custom provider: a different value is a
     # different provider (Python workers outlive queries).
     custom = tuple(sorted((k, v) for k, v in options.raw.items() if k.startswith(PROVIDER_PREFIX)))
     return (getattr(factory, "__module__", ""), getattr(factory, "__qualname__", repr(factory)),
-            options.bootstrap, options.request_timeout_ms, custom)
+            options.bootstrap, options.request_timeout_ms, options.read_committed, custom)
 
 
 def provider_for(factory: ProviderFactory, options: SourceOptions) -> Provider:

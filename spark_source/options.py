@@ -9,7 +9,8 @@ ignored and read from the wrong place); `path` is tolerated because Spark may pa
 Names mirror Spark's Kafka source: `subscribe` / `subscribePattern` / `assign` (exactly one),
 `startingOffsets`, `endingOffsets` (batch only), `startingTimestamp`,
 `startingOffsetsByTimestamp`, `startingOffsetsByTimestampStrategy`, `endingTimestamp`,
-`maxOffsetsPerTrigger`, `failOnDataLoss`, `includeHeaders`, `minPartitions`. raftlog adds
+`maxOffsetsPerTrigger`, `failOnDataLoss`, `includeHeaders`, `minPartitions`,
+`kafka.isolation.level` (read_committed, the default, or read_uncommitted). raftlog adds
 `bootstrap` (alias `raftlog.bootstrap.servers`), `startingOffsets = "group:<id>"`,
 `commitToGroup`, `decode`, fetch tuning under `raftlog.*`, and `raftlog.provider.*`,
 passed unchecked to a custom provider factory.
@@ -89,7 +90,7 @@ _KNOWN = frozenset({
     "maxoffsetspertrigger", "failondataloss", "includeheaders", "minpartitions",
     "committogroup", "decode",
     "raftlog.fetch.max.bytes", "raftlog.request.timeout.ms", "raftlog.read.timeout.ms",
-    "path",
+    "path", "kafka.isolation.level",
     # typed keys and values through a schema registry (spark_source/schemas.py)
     "valueformat", "keyformat", "schemaregistryurl", "valuesubject", "keysubject",
 })
@@ -161,6 +162,9 @@ class SourceOptions:
     read_timeout_ms: int = 120_000
     raw: Mapping[str, str] = field(default_factory=dict)  # the lower-cased map, for providers
     decode: str | None = None  # "offsets": __consumer_offsets as committed offsets (batch)
+    # kafka.isolation.level (Spark's Kafka source option): read_committed (the default) reads
+    # up to the last stable offset and skips aborted transactions' records.
+    read_committed: bool = True
 
 
 def _bad(name: str, value: object, expected: str) -> InvalidOption:
@@ -371,6 +375,9 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
     max_per_trigger = _int(opts, "maxoffsetspertrigger", "maxOffsetsPerTrigger", None)
     if not streaming:
         max_per_trigger = None  # as Kafka's source: a batch query reads its whole range
+    isolation = opts.get("kafka.isolation.level", "read_committed").strip().lower()
+    if isolation not in ("read_committed", "read_uncommitted"):
+        raise _bad("kafka.isolation.level", opts["kafka.isolation.level"], "'read_committed' or 'read_uncommitted'")
     commit_to_group = opts.get("committogroup")
     if commit_to_group is not None:
         commit_to_group = commit_to_group.strip()
@@ -398,4 +405,5 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
                              120_000, minimum=100, maximum=86_400_000),
         raw=opts,
         decode=decode,
+        read_committed=isolation == "read_committed",
     )

@@ -21,11 +21,13 @@ under the `raftlog.` prefix the source uses: `raftlog.acks`, `raftlog.linger.ms`
 `raftlog.request.timeout.ms`, `raftlog.delivery.timeout.ms`, `raftlog.max.block.ms`,
 `raftlog.enable.idempotence`. Exactly-once fixes acks=all, idempotence, and no linger.
 
-Exactly-once (docs/spark-exactly-once.md): every attempt of write task (query, batch,
-partition) writes as producer `derived_producer_id(query, batch, partition)`, epoch 0, with
-the rows in the order Spark gives them and batches cut by size alone, so the leader drops
-what an earlier attempt wrote. Keyless rows with no partition then go to partitions chosen
-by `KeylessSpreader` (row index, not the clock).
+Exactly-once (docs/transactions.md, docs/spark-exactly-once.md): every attempt of write task
+(query, batch, partition) writes in one transaction of transactional id
+`sink_transactional_id(query, batch, partition)`, committed by the driver on Spark's commit
+(writer.py), so read_committed readers see a micro-batch whole or not at all; the option
+`raftlog.transaction.timeout.ms` (300 000) bounds how long it may stay open. Keyless rows
+with no partition go to partitions chosen by `KeylessSpreader` (row index, not the clock).
+`derived_producer_id` is the fixed-identity scheme of earlier versions, kept for its readers.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ __all__ = [
     "parse_sink_options",
     "check_schema",
     "derived_producer_id",
+    "sink_transactional_id",
     "DERIVED_PRODUCER_ID_MIN",
     "KeylessSpreader",
     "Columns",
@@ -65,7 +68,7 @@ _KNOWN = frozenset({
     "raftlog.acks", "raftlog.linger.ms", "raftlog.batch.bytes", "raftlog.buffer.bytes",
     "raftlog.compression.type", "raftlog.request.timeout.ms", "raftlog.delivery.timeout.ms",
     "raftlog.max.block.ms", "raftlog.enable.idempotence", "roworder",
-    "raftlog.sink.max.task.bytes",
+    "raftlog.sink.max.task.bytes", "raftlog.transaction.timeout.ms",
     # typed keys and values through a schema registry (spark_source/schemas.py)
     "valueformat", "keyformat", "schemaregistryurl", "valuesubject", "keysubject",
     # Spark's own writeStream options reach the sink too.
@@ -102,6 +105,8 @@ class SinkOptions:
     enable_idempotence: bool = True
     row_order: str = "input"  # "input" | "key"
     max_task_bytes: int = 512 * 1024 * 1024  # rowOrder=key: what one task may gather
+    # Exactly-once: how long a task's transaction may stay open until Spark commits it.
+    transaction_timeout_ms: int = 300_000
     raw: Mapping[str, str] = field(default_factory=dict)
 
     def producer_kwargs(self) -> dict:
@@ -204,6 +209,7 @@ def parse_sink_options(options: Mapping[str, str], *, streaming: bool) -> SinkOp
     return SinkOptions(
         row_order=row_order,
         max_task_bytes=_int(opts, "raftlog.sink.max.task.bytes", 512 << 20, 1 << 20, 64 << 30),
+        transaction_timeout_ms=_int(opts, "raftlog.transaction.timeout.ms", 300_000, 1000, 3_600_000),
         bootstrap=bootstrap, topic=topic, streaming=streaming, exactly_once=exactly_once,
         acks=acks, linger_ms=linger_ms, batch_bytes=batch_bytes, buffer_bytes=buffer_bytes,
         compression=compression, request_timeout_ms=request_timeout_ms,
@@ -362,6 +368,15 @@ def sorted_by_key(batches, schema: SinkSchema, max_bytes: int) -> list[pa.Record
 
 
 # ---------------------------------------------------------------- exactly-once
+
+
+def sink_transactional_id(query_id: str, batch_id: int, task_partition: int) -> str:
+    """The transactional id of every attempt of write task `task_partition` of micro-batch
+    `batch_id` of streaming query `query_id` (the id kept in the checkpoint): a later attempt
+    fences the earlier ones, and a replay of a committed batch finds it committed."""
+    if not query_id or batch_id < 0 or task_partition < 0:
+        raise ValueError(f"bad write task identity {query_id!r}/{batch_id}/{task_partition}")
+    return f"raftlog-sink/{query_id}/{batch_id}/{task_partition}"
 
 
 def derived_producer_id(query_id: str, batch_id: int, task_partition: int) -> int:

@@ -180,6 +180,7 @@ class Accumulator:
         compression: Compression | int = Compression.NONE,
         idempotent: bool = True,
         max_in_flight_per_partition: int = 5,
+        transactional: bool = False,
     ):
         if batch_bytes < 128:
             raise ValueError(f"batch_bytes must be >= 128, got {batch_bytes}")
@@ -205,6 +206,10 @@ class Accumulator:
         self.compression = Compression(compression)
         self.idempotent = idempotent
         self.max_in_flight_per_partition = max_in_flight_per_partition
+        # Batches carry the transactional attribute (bit 4) of a transactional producer.
+        self.transactional = transactional
+        # Called with (batch, error) each time a batch fails for good (a transaction must abort).
+        self.on_fail: Callable[[ProducerBatch, BaseException], None] | None = None
         self.producer_id = -1
         self.producer_epoch = -1
         self.buffered_bytes = 0
@@ -271,7 +276,7 @@ class Accumulator:
                 if self.linger_ms is None:
                     b.created_ms = now_ms  # its delivery clock starts now (module docstring)
             b = ProducerBatch(
-                topic, partition, BatchBuilder(compression=self.compression), now_ms,
+                topic, partition, BatchBuilder(compression=self.compression, is_transactional=self.transactional), now_ms,
                 self._future_factory(),
             )
             waiting.append(b)
@@ -477,6 +482,8 @@ class Accumulator:
             q.waiting.remove(b)
         self._finish(b)
         b.future.set_exception(error)
+        if self.on_fail is not None:
+            self.on_fail(b, error)
 
     def retry(self, b: ProducerBatch, retry_at_ms: int) -> None:
         """Put in-flight `b` back at its place (sequence order) at the front of its queue."""
@@ -504,7 +511,7 @@ class Accumulator:
         if b.payload is None or b.base_sequence < 0 or not 0 < skip < b.record_count - b.skipped:
             return False
         _h, records = decode_batch(b.payload)
-        builder = BatchBuilder(compression=self.compression)
+        builder = BatchBuilder(compression=self.compression, is_transactional=self.transactional)
         for r in records[skip:]:
             builder.append(r.value, r.key, r.headers, timestamp_ms=r.timestamp)
         builder.set_producer_state(b.producer_id, b.producer_epoch, first_sequence)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
-from typing import Any, AsyncIterator, Callable, Iterable
+from typing import Any, AsyncIterator, Callable, Iterable, Mapping
 
 import trio
 
@@ -63,9 +63,14 @@ from raftlog.base.sasl import DEFAULT_ITERATIONS, SCRAM_MECHANISMS
 from raftlog.client.clock import Clock
 from raftlog.client.consumer import ConsumerCore, ConsumerMethods, ConsumerRecord
 from raftlog.client.core import ClientCore
-from raftlog.client.errors import ClientClosedError
+from raftlog.client.errors import ClientClosedError, TransactionStateError
 from raftlog.client.group import GROUP_OPTIONS
 from raftlog.client.group_aio import TrioGroup
+from raftlog.client.group_session import drive_async
+from raftlog.client.txn import Flush, TxnCall, TxnState, group_fields
+from raftlog.client.txn import end_transaction as txn_end
+from raftlog.client.txn import init_transactions as txn_init
+from raftlog.client.txn import send_offsets as txn_send_offsets
 from raftlog.client.network_aio import TRIO_CLOCK, Connect, Network, step
 from raftlog.client.producer import NO_METADATA, ProducerCore
 from raftlog.client.request import ClusterStatus, TopicInfo
@@ -181,7 +186,9 @@ class _AsyncClient:
 
 
 class Producer(_AsyncClient):
-    """Trio producer; options as the blocking `raftlog.client.Producer`, plus `connect`."""
+    """Trio producer; options as the blocking `raftlog.client.Producer`, plus `connect`.
+    Transactions as there: `await init_transactions()`, `begin_transaction()`,
+    `await send_offsets_to_transaction(...)`, `await commit_transaction()` / `abort_transaction()`."""
 
     def __init__(
         self,
@@ -231,6 +238,8 @@ class Producer(_AsyncClient):
         at most max_block_ms). Raises like the blocking send."""
         net = self._check_open()
         core = self._core
+        if core.txn is not None:
+            core.txn.check_sendable()
         ts = int(self._wall_s() * 1000) if timestamp is None else timestamp
         if key is None and not headers and partition is None:
             # Hot path: most keyless records join the sticky batch of their topic.
@@ -251,6 +260,44 @@ class Producer(_AsyncClient):
             # shielded, so a cancel cannot lose the handle of a record already queued.
             await trio.lowlevel.cancel_shielded_checkpoint()
         return RecordHandle(b, index)
+
+    # ---- transactions (txn.py; as the blocking Producer's) ----
+
+    async def init_transactions(self) -> tuple[int, int]:
+        pid, epoch = await drive_async(txn_init(self._txn()), self._perform)
+        self._core.set_transactional_producer(pid, epoch)
+        return pid, epoch
+
+    def begin_transaction(self) -> None:
+        self._txn().begin()
+
+    async def send_offsets_to_transaction(self, offsets: Mapping[tuple[str, int], int], group: Any) -> None:
+        await drive_async(txn_send_offsets(self._txn(), offsets, **group_fields(group)), self._perform)
+
+    async def commit_transaction(self) -> None:
+        await drive_async(txn_end(self._txn(), True), self._perform)
+
+    async def abort_transaction(self) -> None:
+        await drive_async(txn_end(self._txn(), False), self._perform)
+
+    def _txn(self) -> TxnState:
+        txn = self._core.txn
+        if txn is None:
+            raise TransactionStateError("not a transactional producer (no transactional_id)")
+        return txn
+
+    async def _perform(self, effect: TxnCall | Flush) -> Any:
+        if isinstance(effect, Flush):
+            await self.flush()
+            return None
+        net = self._check_open()
+        call = self._core.submit(effect.request, self._clock.monotonic_ms(), route=effect.route)
+        net.kick()
+        while not call.done:
+            if self._sender_done.is_set():
+                raise ClientClosedError("producer closed")
+            await self._changed.wait()
+        return call.value()
 
     async def partitions_for(self, topic: str) -> list[int]:
         """The partitions of `topic` (waits for its metadata, at most max_block_ms)."""

@@ -27,7 +27,7 @@ import concurrent.futures
 import logging
 import random
 import threading
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 
 from raftlog.base.errors import RaftlogError, error_from_wire
 from raftlog.client.accumulator import FULL, ProducerBatch
@@ -58,9 +58,14 @@ from raftlog.base.acl import AclBinding, AclFilter
 from raftlog.base.sasl import DEFAULT_ITERATIONS, SCRAM_MECHANISMS
 from raftlog.client.clock import SYSTEM_CLOCK, Clock
 from raftlog.client.consumer import ConsumerCore, ConsumerMethods, ConsumerRecord
-from raftlog.client.errors import ClientClosedError
+from raftlog.client.errors import ClientClosedError, TransactionStateError
 from raftlog.client.group import GROUP_OPTIONS
 from raftlog.client.group_blocking import BlockingGroup
+from raftlog.client.group_session import drive
+from raftlog.client.txn import Flush, TxnCall, TxnState, group_fields
+from raftlog.client.txn import end_transaction as txn_end
+from raftlog.client.txn import init_transactions as txn_init
+from raftlog.client.txn import send_offsets as txn_send_offsets
 from raftlog.client.metadata_cache import MetadataCache
 from raftlog.client.network_blocking import Network, step
 from raftlog.client.producer import NO_METADATA, ProducerCore
@@ -134,6 +139,12 @@ class Producer:
     `clock` (clock.py; default the system's) is the one clock the producer reads.
     `producer_identity=(producer_id, epoch)` fixes the idempotent identity (see
     ProducerCore: the Spark sink's exactly-once writes).
+
+    Transactions (txn.py, docs/transactions.md): with `transactional_id` (and
+    `transaction_timeout_ms`, 60 s), call `init_transactions()` once, then per transaction
+    `begin_transaction()`, `send(...)`s, optionally `send_offsets_to_transaction(offsets,
+    group)`, and `commit_transaction()` or `abort_transaction()`. A newer producer with the
+    same id fences this one: its calls raise ProducerFencedError.
     """
 
     def __init__(
@@ -193,6 +204,9 @@ class Producer:
         buffer space, at most max_block_ms). Raises BufferFullError, UnknownTopicOrPartitionError (topic
         unknown after max_block_ms), ClientClosedError, MessageTooLargeError, ValueError."""
         ts = int(self._wall_s() * 1000) if timestamp is None else timestamp
+        if self._core.txn is not None:
+            with self._lock:
+                self._core.txn.check_sendable()
         if key is None and not headers and partition is None:
             # Hot path: most keyless records join the sticky batch of their topic.
             with self._lock:
@@ -253,6 +267,64 @@ class Producer:
 
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
+
+    # ---- transactions (txn.py) ----
+
+    def init_transactions(self) -> tuple[int, int]:
+        """Get the transactional id's producer id and a new epoch: an older producer of the
+        id is fenced and its open transaction aborted. Returns (producer_id, epoch)."""
+        txn = self._txn()
+        pid, epoch = self._drive(txn_init(txn))
+        with self._lock:
+            self._core.set_transactional_producer(pid, epoch)
+        return pid, epoch
+
+    def begin_transaction(self) -> None:
+        with self._lock:
+            self._txn().begin()
+
+    def send_offsets_to_transaction(self, offsets: Mapping[tuple[str, int], int], group: Any) -> None:
+        """Commit `offsets` ({(topic, partition): next offset}) for `group` (a group id, or a
+        Consumer's `group_metadata()`, whose generation and member id are checked) with the
+        transaction: they land in `__consumer_offsets` only when it commits."""
+        self._drive(txn_send_offsets(self._txn(), offsets, **group_fields(group)))
+
+    def commit_transaction(self) -> None:
+        """Flush, then commit. A failed record raises (TransactionStateError naming it), and the
+        transaction must be aborted. The markers follow the answer: read_committed readers
+        see the records once each partition has its COMMIT marker."""
+        self._drive(txn_end(self._txn(), True))
+
+    def abort_transaction(self) -> None:
+        """Abort: what this transaction wrote is never seen by read_committed readers."""
+        self._drive(txn_end(self._txn(), False))
+
+    def _txn(self) -> TxnState:
+        txn = self._core.txn
+        if txn is None:
+            raise TransactionStateError("not a transactional producer (no transactional_id)")
+        return txn
+
+    def _drive(self, procedure: Any) -> Any:
+        # Under the lock: the procedure changes the TxnState the I/O thread reads (waits on
+        # the condition release it).
+        with self._lock:
+            return drive(procedure, self._perform)
+
+    def _perform(self, effect: TxnCall | Flush) -> Any:
+        if isinstance(effect, Flush):
+            self.flush()
+            return None
+        with self._lock:
+            if self._closing:
+                raise ClientClosedError("producer is closed")
+            call = self._core.submit(effect.request, self._clock.monotonic_ms(), route=effect.route)
+            self._net.wake()
+            while not call.done:
+                if self._closed:
+                    raise ClientClosedError("producer I/O thread stopped")
+                self._changed.wait(1.0)
+            return call.value()
 
     def partitions_for(self, topic: str) -> list[int]:
         """The partitions of `topic` (waits for its metadata, at most max_block_ms)."""

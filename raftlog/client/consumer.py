@@ -14,10 +14,11 @@ Invariants:
 
 from __future__ import annotations
 
+import bisect
 import random
 from typing import Any, Iterable, NamedTuple
 
-from partition.batch import decode_batches_into, iter_headers
+from partition.batch import CONTROL_ABORT, Header, control_type, decode_batches_into, iter_headers
 from raftlog.base.errors import (
     CorruptMessageError,
     NotLeaderError,
@@ -35,7 +36,10 @@ from raftlog.client.request import (
     parse_list_offsets,
 )
 
-__all__ = ["ConsumerRecord", "ConsumerCore", "ConsumerMethods", "append_fetched", "intact_prefix_end"]
+__all__ = ["ConsumerRecord", "ConsumerCore", "ConsumerMethods", "ISOLATION_LEVELS", "aborted_batches",
+           "append_fetched", "drop_aborted", "intact_prefix_end"]
+
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 
 
 class ConsumerRecord(NamedTuple):
@@ -101,11 +105,16 @@ class ConsumerCore(ClientCore):
         fetch_max_bytes: int = 50 * 1024 * 1024,
         max_partition_fetch_bytes: int = 1024 * 1024,
         max_poll_records: int = 500,
+        isolation_level: str = "read_uncommitted",
         **kw: Any,
     ):
         super().__init__(bootstrap, rng=rng, **kw)
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise ValueError("auto_offset_reset must be 'earliest', 'latest' or 'none'")
+        if isolation_level not in ISOLATION_LEVELS:
+            raise ValueError(f"isolation_level must be 'read_uncommitted' or 'read_committed', got {isolation_level!r}")
+        # read_committed: fetches stop at the last stable offset and aborted records are dropped.
+        self.read_committed = isolation_level == "read_committed"
         self.auto_offset_reset = auto_offset_reset
         self.max_wait_ms = max_wait_ms
         self.min_bytes = min_bytes
@@ -294,6 +303,8 @@ class ConsumerCore(ClientCore):
             parts = [(s.topic, s.partition, s.fetch_position, self.max_partition_fetch_bytes)
                      for s in states]
             req = fetch_request(self.fetch_wait_ms, self.min_bytes, self.fetch_max_bytes, parts)
+            if self.read_committed:
+                req["isolation_level"] = 1
             ctx = [(s, s.version, s.fetch_position) for s in states]
             out.append(self._send(broker, req, "fetch", now_ms, ctx,
                                   self.request_timeout_ms + self.fetch_wait_ms))
@@ -385,6 +396,8 @@ class ConsumerCore(ClientCore):
                         f"{s.topic}-{s.partition}: corrupt batch at offset {good_end}: {exc}",
                         topic=s.topic, partition=s.partition, offset=good_end), now_ms)
                 else:
+                    if self.read_committed and r.get("aborted_transactions"):
+                        got = drop_aborted(records, r["aborted_transactions"], got)
                     s.buf.extend(got)
                     s.fetch_attempts = 0
 
@@ -442,6 +455,44 @@ def append_fetched(topic: str, partition: int, records: bytes, fetch_offset: int
     # One tight loop per batch straight into ConsumerRecord tuples: no Record objects, no
     # NamedTuple __new__ frame (partition/batch.py `decode_batches_into`).
     return decode_batches_into(records, out, topic, partition, ConsumerRecord, fetch_offset)
+
+
+def aborted_batches(records: bytes, aborted: list) -> list[tuple[int, Header]]:
+    """(position, header) of the data batches of `records` that belong to aborted
+    transactions, as Kafka's consumer finds them: `aborted` is the fetch answer's
+    [[producer_id, first_offset]]; a producer's transactional batches count as aborted from
+    its first_offset up to its ABORT marker in `records` (whole batches)."""
+    pending = sorted((first, pid) for pid, first in aborted if isinstance(pid, int) and isinstance(first, int))
+    active: set[int] = set()
+    dropped: list[tuple[int, Header]] = []
+    i = 0
+    for pos, h in iter_headers(records, verify=False):
+        while i < len(pending) and pending[i][0] <= h.last_offset:
+            active.add(pending[i][1])
+            i += 1
+        if not h.is_transactional or h.producer_id not in active:
+            continue
+        if h.is_control:
+            if control_type(records, pos) == CONTROL_ABORT:
+                active.discard(h.producer_id)
+        else:
+            dropped.append((pos, h))
+    return dropped
+
+
+def drop_aborted(records: bytes, aborted: list, got: list[ConsumerRecord]) -> list[ConsumerRecord]:
+    """`got` (decoded from `records`, CRCs checked) without the records of aborted
+    transactions (`aborted_batches`)."""
+    dropped = [(h.base_offset, h.last_offset) for _pos, h in aborted_batches(records, aborted)]
+    if not dropped:
+        return got
+    starts = [lo for lo, _ in dropped]
+
+    def kept(offset: int) -> bool:
+        j = bisect.bisect_right(starts, offset) - 1
+        return j < 0 or offset > dropped[j][1]
+
+    return [rec for rec in got if kept(rec.offset)]
 
 
 def intact_prefix_end(records: bytes, fetch_offset: int) -> int:

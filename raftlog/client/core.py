@@ -41,6 +41,7 @@ from typing import Any, Callable, ClassVar, Iterable, NamedTuple
 from raftlog.base.errors import (
     CorruptMessageError,
     KafkaStorageError,
+    NotCoordinatorError,
     NotLeaderError,
     RaftlogError,
     RequestTimedOutError,
@@ -508,12 +509,13 @@ class ClientCore:
         Kafka's client does for NOT_LEADER, UNKNOWN_TOPIC_OR_PARTITION and
         KAFKA_STORAGE_ERROR (a replica offline or repairing damage: the partition's
         leadership is moving elsewhere), and CORRUPT_MESSAGE (read from another replica or
-        after the leader changed)."""
+        after the leader changed), and NOT_COORDINATOR (a coordinator's partition moved)."""
         if isinstance(exc, NotLeaderError):
             if route is not None:
                 self.metadata.apply_leader_hint(route[0], route[1], exc.leader_id, exc.leader)
             self._metadata_due = True
-        elif isinstance(exc, (UnknownTopicOrPartitionError, KafkaStorageError, CorruptMessageError)):
+        elif isinstance(exc, (UnknownTopicOrPartitionError, KafkaStorageError, CorruptMessageError,
+                              NotCoordinatorError)):
             self._metadata_due = True
 
     # ---- brokers ----

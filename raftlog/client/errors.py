@@ -6,6 +6,8 @@
      │    ├── DeliveryTimedOutError     DELIVERY_TIMED_OUT  a batch never left the client before delivery_timeout_ms
      │    ├── ClientClosedError         CLIENT_CLOSED       the producer/consumer/admin was closed
      │    ├── NoBrokerAvailableError    BROKER_NOT_AVAILABLE no broker could be reached before the deadline
+     │    ├── TransactionStateError     INVALID_TXN_STATE   a transactional producer's call out of order
+     │    │                                  (send outside a transaction, commit of one that must abort)
      │    └── SslAuthenticationFailedError SSL_AUTHENTICATION_FAILED the TLS handshake failed on certificates
      │                                  (wrong CA, name mismatch, client certificate refused, not a TLS port)
      └── UnknownOutcomeError
@@ -20,7 +22,7 @@ definite error.
 
 from __future__ import annotations
 
-from raftlog.base.errors import RaftlogError, RejectedError, UnknownOutcomeError
+from raftlog.base.errors import InvalidTxnStateError, RaftlogError, RejectedError, UnknownOutcomeError
 
 __all__ = [
     "RaftlogError",
@@ -30,6 +32,7 @@ __all__ = [
     "NoBrokerAvailableError",
     "ConnectionLostError",
     "SslAuthenticationFailedError",
+    "TransactionStateError",
 ]
 
 
@@ -50,6 +53,11 @@ class ClientClosedError(RejectedError):
 class NoBrokerAvailableError(RejectedError):
     code = "BROKER_NOT_AVAILABLE"
     retriable = True
+
+
+class TransactionStateError(InvalidTxnStateError):
+    """A transactional producer's call out of order (Kafka's IllegalStateException /
+    KafkaException): nothing was sent."""
 
 
 class SslAuthenticationFailedError(RejectedError):

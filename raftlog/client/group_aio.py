@@ -44,6 +44,7 @@ from raftlog.client.group_session import (
     GroupSession,
     Procedure,
     UserCallback,
+    drive_async,
 )
 from raftlog.client.network_aio import TRIO_CLOCK, Connect, Network, step
 
@@ -116,17 +117,7 @@ class TrioGroup(GroupSession):
 
     async def _drive(self, procedure: Procedure) -> Any:
         """`group_session.drive`, awaiting each effect."""
-        result: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                effect = procedure.send(result) if error is None else procedure.throw(error)
-            except StopIteration as stop:
-                return stop.value
-            try:
-                result, error = await self._perform(effect), None
-            except BaseException as exc:  # noqa: BLE001 - thrown into the procedure, which re-raises
-                result, error = None, exc
+        return await drive_async(procedure, self._perform)
 
     async def _perform(self, effect: Effect) -> Any:
         if isinstance(effect, UserCallback):

@@ -57,6 +57,7 @@ __all__ = [
     "Procedure",
     "GroupSession",
     "drive",
+    "drive_async",
 ]
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,21 @@ def drive(procedure: Procedure, perform: Callable[[Effect], Any]) -> Any:
             return stop.value
         try:
             result, error = perform(effect), None
+        except BaseException as exc:  # noqa: BLE001 - thrown into the procedure, which re-raises
+            result, error = None, exc
+
+
+async def drive_async(procedure: Procedure, perform: Callable[[Any], Any]) -> Any:
+    """`drive` for the trio shells: `perform(effect)` is awaited."""
+    result: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            effect = procedure.send(result) if error is None else procedure.throw(error)
+        except StopIteration as stop:
+            return stop.value
+        try:
+            result, error = await perform(effect), None
         except BaseException as exc:  # noqa: BLE001 - thrown into the procedure, which re-raises
             result, error = None, exc
 

@@ -37,12 +37,14 @@ from raftlog.client.core import ClientCore, Pending
 from raftlog.client.errors import BufferFullError, DeliveryTimedOutError
 from raftlog.client.partitioner import StickyPartitioner, partition_for_key
 from raftlog.client.request import check_response, init_producer_id_request, produce_request
+from raftlog.client.txn import DEFAULT_TRANSACTION_TIMEOUT_MS, TxnState
 
 __all__ = ["ACKS_ALL", "FULL", "NO_METADATA", "ProducerCore"]
 
 log = logging.getLogger(__name__)
 
 ACKS_ALL = -1
+TXN_ADD_POLL_MS = 5
 
 
 class _NoMetadata:
@@ -90,6 +92,8 @@ class ProducerCore(ClientCore):
         request_timeout_ms: int = 30_000,
         max_in_flight_per_partition: int = 5,
         producer_identity: tuple[int, int] | None = None,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
         **kw: Any,
     ):
         super().__init__(bootstrap, rng=rng, request_timeout_ms=request_timeout_ms, **kw)
@@ -107,6 +111,8 @@ class ProducerCore(ClientCore):
             if not (0 <= pid < 1 << 63 and 0 <= epoch < 1 << 15):
                 raise ValueError(f"producer_identity {producer_identity!r}: the id must be an "
                                  "int64 >= 0 and the epoch an int16 >= 0")
+        if transactional_id is not None and (not enable_idempotence or producer_identity is not None):
+            raise ValueError("transactional_id needs enable_idempotence=True and no producer_identity")
         if delivery_timeout_ms < (linger_ms or 0) + request_timeout_ms:
             raise ValueError("delivery_timeout_ms must be >= linger_ms + request_timeout_ms (as in Kafka)")
         self.acks = acks_n
@@ -125,14 +131,20 @@ class ProducerCore(ClientCore):
             compression=_compression(compression),
             idempotent=enable_idempotence,
             max_in_flight_per_partition=max_in_flight_per_partition,
+            transactional=transactional_id is not None,
             **kwargs,
         )
+        # A transactional producer (txn.py): its id comes from init_transactions, its batches
+        # leave only for partitions added to the ongoing transaction.
+        self.txn = None if transactional_id is None else TxnState(transactional_id, transaction_timeout_ms)
+        if self.txn is not None:
+            self.accumulator.on_fail = lambda _b, error: self.txn.failed(error)
         self.sticky = StickyPartitioner(rng)
         self._sticky_batch: dict[str, ProducerBatch] = {}  # topic -> batch of the last keyless send
         self._pid_in_flight = False
         self._pid_attempts = 0
         self._pid_retry_at_ms = 0
-        self._pid_needed = enable_idempotence and producer_identity is None
+        self._pid_needed = enable_idempotence and producer_identity is None and transactional_id is None
         self._pid_error: BaseException | None = None  # why the last init_producer_id failed
         self.fixed_identity = producer_identity is not None
         if producer_identity is not None:
@@ -171,7 +183,10 @@ class ProducerCore(ClientCore):
             return NO_METADATA
         if headers is not None and not isinstance(headers, (list, tuple)):
             headers = list(headers)
-        return self.send(topic, value, key, headers, partition, timestamp_ms, now_ms, n)
+        b = self.send(topic, value, key, headers, partition, timestamp_ms, now_ms, n)
+        if self.txn is not None and b is not FULL:
+            self.txn.note_partition(b.topic, b.partition)
+        return b
 
     def blocked_error(self, outcome, topic: str, max_block_ms: int) -> RaftlogError:
         """The error of a send that `append` still answers FULL or NO_METADATA after
@@ -294,11 +309,18 @@ class ProducerCore(ClientCore):
             if self.metadata.leader(*pending) is None:
                 self._metadata_due = True
                 break
-        ready = acc.drain(now_ms, self.metadata.leader, lambda b: self.broker_up(b, now_ms))
+        leader_of = self.metadata.leader
+        txn = self.txn
+        if txn is not None:
+            self._poll_txn(txn, now_ms, out)
+            leader_of = lambda t, p: self.metadata.leader(t, p) if txn.may_send(t, p) else None  # noqa: E731
+        ready = acc.drain(now_ms, leader_of, lambda b: self.broker_up(b, now_ms))
         for broker_id, batches in ready.items():
             remaining = min(self.request_timeout_ms,
                             max(1, min(b.created_ms + self.delivery_timeout_ms - now_ms for b in batches)))
             req = produce_request(self.acks, remaining, batches)
+            if txn is not None:
+                req["transactional_id"] = txn.transactional_id
             if self.acks == 0:
                 out.append(self._send_no_response(broker_id, req))
                 for b in batches:
@@ -306,10 +328,34 @@ class ProducerCore(ClientCore):
             else:
                 out.append(self._send(broker_id, req, "produce", now_ms, batches, remaining))
 
+    def _poll_txn(self, txn: TxnState, now_ms: int, out: list) -> None:
+        """Add the partitions that got records to the ongoing transaction (one call at a
+        time); when an add fails, the batches waiting for it fail with its error."""
+        if txn.add_call is not None and txn.add_call.done:
+            error = txn.add_done()
+            if error is not None:
+                asked = set(txn.add_asked)
+                for topic in {t for t, _ in asked}:
+                    for b in self.accumulator.never_sent(topic):
+                        if (b.topic, b.partition) in asked:
+                            self.accumulator.fail(b, error)
+        req = txn.add_request()
+        if req is not None:
+            txn.add_call = self.submit(req, now_ms, route=txn.route)
+            self._poll_calls(now_ms, out)
+
+    def set_transactional_producer(self, producer_id: int, producer_epoch: int) -> None:
+        """init_transactions' answer: batches sealed from now carry this id and epoch."""
+        self.accumulator.set_producer(producer_id, producer_epoch)
+
     def _more_wakeup_ms(self, now_ms: int) -> int | None:
         if self._pid_needed:
             return None if self._pid_in_flight else self._pid_retry_at_ms
         t = self.accumulator.next_ready_ms(now_ms)
+        if t is not None and self.txn is not None and self.txn.add_call is not None:
+            # Batches waiting for their partition's add look ready: the add's answer wakes
+            # the shell, so do not spin until then (at most TXN_ADD_POLL_MS late for others).
+            t = max(t, now_ms + TXN_ADD_POLL_MS)
         oldest = self.accumulator.oldest_waiting_ms()
         if oldest is not None:
             exp = oldest + self.delivery_timeout_ms
@@ -350,7 +396,7 @@ class ProducerCore(ClientCore):
         """Sequence state is broken on the broker: get a new producer id, restart sequences
         (Kafka bumps the epoch; a fresh id is the same for a non-transactional producer).
         A fixed `producer_identity` is kept: the failed batch fails, and that is all."""
-        if self.idempotent and not self.fixed_identity:
+        if self.idempotent and not self.fixed_identity and self.txn is None:
             self._pid_needed = True
 
     # ---- produce answers ----

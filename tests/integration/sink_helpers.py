@@ -51,28 +51,38 @@ def produce_ids(bootstrap: str, topic: str, first: int, count: int) -> None:
             f.result(0)
 
 
-def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+def end_offsets(bootstrap: str, topic: str, *, stable: bool = False) -> dict[int, int]:
+    """Each partition's high watermark, or with `stable` its last stable offset (below every
+    open transaction)."""
     from raftlog.client.request import list_offsets_request, parse_list_offsets
 
     out = {}
     with admin(bootstrap) as a:
         for p in leaders(bootstrap, topic):
-            msg = a.request(list_offsets_request([(topic, p, -1)]), route=(topic, p))
+            req = list_offsets_request([(topic, p, -1)])
+            if stable:
+                req["isolation_level"] = 1
+            msg = a.request(req, route=(topic, p))
             out[p] = parse_list_offsets(msg)[(topic, p)][0]
     return out
 
 
-def read_topic(bootstrap: str, topic: str, timeout_s: float = 60) -> list[Any]:
-    """Every record below the high watermarks (as they are when called), in (partition,
-    offset) order."""
+def read_topic(bootstrap: str, topic: str, timeout_s: float = 60, *, settled: bool = True) -> list[Any]:
+    """Every record a read_committed reader sees (the sink's transactions), in (partition,
+    offset) order. `settled`: first wait until no transaction of `topic` is open any more
+    (last stable offsets = high watermarks, polled under the deadline: the markers follow
+    the commit); else read up to the last stable offsets as they are."""
     from raftlog.client import Consumer
 
-    ends = end_offsets(bootstrap, topic)
+    deadline = time.monotonic() + timeout_s
+    while (ends := end_offsets(bootstrap, topic, stable=True)) != end_offsets(bootstrap, topic) and settled:
+        assert time.monotonic() < deadline, f"{topic} still has an open transaction after {timeout_s} s"
+        time.sleep(0.1)
     out = []
-    with Consumer(bootstrap, auto_offset_reset="earliest", max_poll_records=50_000) as c:
+    with Consumer(bootstrap, auto_offset_reset="earliest", max_poll_records=50_000,
+                  isolation_level="read_committed") as c:
         c.assign([(topic, p) for p in ends])
         c.seek_to_beginning()
-        deadline = time.monotonic() + timeout_s
         while any(c.position((topic, p)) < end for p, end in ends.items()):
             assert time.monotonic() < deadline, f"could not read {topic} to its end"
             out.extend(r for r in c.poll(timeout_ms=500) if r.offset < ends[r.partition])
