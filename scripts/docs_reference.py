@@ -320,7 +320,8 @@ def native_ops() -> dict[str, tuple[str, str]]:
                 ops[op] = (target.attr.removesuffix("_handlers"), path.relative_to(ROOT).as_posix())
     # The typed ports' native adapters make their op tables in a function (the port's ops).
     for adapter, maker in (("raftlog/node/native_partition.py", "partition_handlers"),
-                           ("raftlog/node/native_groups.py", "group_handlers")):
+                           ("raftlog/node/native_groups.py", "group_handlers"),
+                           ("raftlog/node/native_txn.py", "txn_handlers")):
         path = ROOT / adapter
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             if isinstance(node, ast.FunctionDef) and node.name == maker:

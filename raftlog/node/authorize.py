@@ -19,6 +19,9 @@ op fails closed until it states what it needs):
   declares here: refused partitions of offset_commit / offset_fetch / offset_delete and refused
   groups of describe_groups / delete_groups are answered in place, list_groups leaves out what
   the principal may not DESCRIBE;
+* the transaction ops are checked in front of the transaction port (groupcoord/txn_port.py)
+  by `GuardedTxn` (raftlog/node/guarded_txn.py), for both listeners, by the `TxnRule` each
+  declares here (Kafka's rules on the TransactionalId resource);
 * listing ops (metadata) leave out what the principal may not DESCRIBE; a topic asked for by
   name is answered with its error instead.
 
@@ -73,7 +76,8 @@ from raftlog.base.eventlog import log_event
 from raftlog.base.protocol import Request
 
 __all__ = [
-    "Access", "AuthorizerCache", "Guard", "GuardedPartitions", "NOBODY", "OPEN", "POLICIES", "PortRule", "ResourceRule",
+    "Access", "AuthorizerCache", "Guard", "GuardedPartitions", "NOBODY", "OPEN", "POLICIES", "PORT_RULES", "PortRule",
+    "ResourceRule", "TxnRule",
     "guard_handlers",
     "refusal",
 ]
@@ -234,13 +238,6 @@ def _list_field(request: Request, name: str, *, nullable: bool = False) -> list[
     return value
 
 
-def _topic_of(entry: Any, field: str) -> str:
-    topic = entry.get("topic") if isinstance(entry, Mapping) else None
-    if type(topic) is not str:
-        raise InvalidRequestError(f"every entry of {field!r} names a topic", field=field)
-    return topic
-
-
 def _with(request: Request, **fields: Any) -> Request:
     return replace(request, fields=MappingProxyType({**request.fields, **fields}))
 
@@ -338,29 +335,6 @@ def _each(operation: Operation, rt: ResourceType = G, ids_field: str = "group_id
     return policy
 
 
-async def _add_partitions_to_txn(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
-    # Kafka: WRITE on the transactional id and on every topic of the request.
-    check.require(O.WRITE, X, _str_field(request, "transactional_id"))
-    for entry in _list_field(request, "partitions") or []:
-        check.require(O.WRITE, T, _topic_of(entry, "partitions"))
-    return await handler(request)
-
-
-async def _add_offsets_to_txn(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
-    check.require(O.WRITE, X, _str_field(request, "transactional_id"))
-    check.require(O.READ, G, _str_field(request, "group_id"))
-    return await handler(request)
-
-
-async def _list_transactions(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
-    response = await handler(request)
-    if response is None:
-        return None
-    kept = [t for t in response.get("transactions", [])
-            if isinstance(t, Mapping) and check.allowed(O.DESCRIBE, X, str(t.get("transactional_id")))]
-    return {**response, "transactions": kept}
-
-
 async def _super_users_only(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
     if not check.super_user:
         log_event(logger, "acl_no_policy", level=logging.WARNING, op=request.op[:40])
@@ -385,6 +359,37 @@ class PortRule:
     each: bool = False
     listing: bool = False
     whole: bool = False
+
+
+@dataclass(frozen=True)
+class TxnRule:
+    """A transaction op's ACL rule (Kafka's, on the TransactionalId resource), checked in front
+    of the transaction port for both listeners (raftlog/node/guarded_txn.py `GuardedTxn`):
+    * `txn`: the operation on the request's transactional id (on each id asked, `each`; a
+      listing leaves out the ids without it, `listing`);
+    * `group`: also this operation on the request's group;
+    * `topics`: also this operation on every partition's topic (a refused one refuses all)."""
+
+    txn: Operation
+    group: Operation | None = None
+    topics: Operation | None = None
+    each: bool = False
+    listing: bool = False
+
+
+def _on_txn(operation: Operation, *, group: Operation | None = None, topics: Operation | None = None) -> TxnRule:
+    return TxnRule(operation, group, topics)
+
+
+def _on_each_txn(operation: Operation) -> TxnRule:
+    return TxnRule(operation, each=True)
+
+
+def _listed_txns(operation: Operation) -> TxnRule:
+    return TxnRule(operation, listing=True)
+
+
+PORT_RULES: Final = (PortRule, TxnRule)  # rules checked at a typed port, not by guard_handlers
 
 
 def _on_group(operation: Operation) -> PortRule:
@@ -458,15 +463,19 @@ POLICIES: Final[Mapping[str, Policy | PortRule]] = {
     "create_acls": _resource(O.ALTER, C),
     "delete_acls": _resource(O.ALTER, C),
     "alter_user_scram_credentials": _resource(O.ALTER, C),
-    # Transactions: Kafka's rules on the TransactionalId resource.
-    "find_txn_coordinator": _resource(O.DESCRIBE, X, "transactional_id"),
-    "init_txn_producer_id": _resource(O.WRITE, X, "transactional_id"),
-    "add_partitions_to_txn": _add_partitions_to_txn,
-    "add_offsets_to_txn": _add_offsets_to_txn,
-    "txn_offset_commit": _add_offsets_to_txn,  # Kafka: WRITE on the transactional id, READ on the group
-    "end_txn": _resource(O.WRITE, X, "transactional_id"),
-    "describe_transactions": _each(O.DESCRIBE, X, "transactional_ids", "transactions", "transactional_id"),
-    "list_transactions": _list_transactions,
+    # Transactions: Kafka's rules on the TransactionalId resource, checked in front of the
+    # transaction port (guarded_txn.py GuardedTxn).
+    "find_txn_coordinator": _on_txn(O.DESCRIBE),
+    "init_txn_producer_id": _on_txn(O.WRITE),
+    "add_partitions_to_txn": _on_txn(O.WRITE, topics=O.WRITE),
+    # Kafka's AddPartitionsToTxn v4 (the brokers' batched form): CLUSTER_ACTION, then each
+    # transaction by the rule above. A Kafka API, no native op.
+    "add_partitions_to_txns": _resource(O.CLUSTER_ACTION, C),
+    "add_offsets_to_txn": _on_txn(O.WRITE, group=O.READ),
+    "txn_offset_commit": _on_txn(O.WRITE, group=O.READ),
+    "end_txn": _on_txn(O.WRITE),
+    "describe_transactions": _on_each_txn(O.DESCRIBE),
+    "list_transactions": _listed_txns(O.DESCRIBE),
     "alter_client_quotas": _resource(O.ALTER_CONFIGS, C),  # Kafka's AlterClientQuotas rule
     "describe_client_quotas": _resource(O.DESCRIBE_CONFIGS, C),
     "update_features": _resource(O.ALTER, C),  # Kafka's UpdateFeatures rule
@@ -480,7 +489,7 @@ def guard_handlers(handlers: Mapping[str, Handler], *, authorizer_of: Callable[[
 
     def guarded(op: str, handler: Handler) -> Handler:
         policy = POLICIES.get(op, _super_users_only)
-        if isinstance(policy, PortRule):  # its adapter calls the port behind the guard
+        if isinstance(policy, PORT_RULES):  # its adapter calls the port behind the guard
             if not getattr(handler, "guarded_at_port", False):
                 raise ValueError(f"op {op!r} is guarded at its port, but its handler does not call the guarded port")
             return handler

@@ -44,6 +44,7 @@ import trio
 
 from metadata.authorizer import Authorizer
 from groupcoord.port import GroupPort
+from groupcoord.txn_port import TxnPort
 from partition.port import PartitionPort
 from raftlog.base.acl import ANONYMOUS
 from raftlog.base.errors import (
@@ -57,6 +58,7 @@ from raftlog.node.auth import Session
 from raftlog.node.authorize import Access, Guard, GuardedPartitions
 from raftlog.node.guarded_groups import GuardedGroups
 from raftlog.node.guarded_metadata import GuardedMetadata
+from raftlog.node.guarded_txn import GuardedTxn
 from raftlog.node.kafka.fetch_sessions import FetchSessionCache
 from raftlog.node.quotas import QuotaManager
 from raftlog.node.kafka.wire import Chunk, Header
@@ -90,6 +92,7 @@ class KafkaContext:
     metadata: Any  # metadata.service.MetadataService: image, controller_id, kafka_address()
     replicas: PartitionPort | None  # the partition port (None on a controller-only node)
     groups: GroupPort | None = None  # the group port (groupcoord/port.py; None on a controller-only node)
+    txn: TxnPort | None = None  # the transaction port (groupcoord/txn_port.py; None on a controller-only node)
     auto_create_topics: bool = True
     default_partitions: int = 1
     default_replication_factor: int = 1
@@ -160,6 +163,13 @@ class KafkaContext:
         if self.groups is None:
             raise NotCoordinatorError(f"node {self.node_id} has no group coordinator")
         return GuardedGroups(self.groups, self.access())
+
+    def txn_port(self) -> GuardedTxn:
+        """The transaction port behind the current connection's ACLs. Raises
+        NotCoordinatorError on a node without a transaction coordinator."""
+        if self.txn is None:
+            raise NotCoordinatorError(f"node {self.node_id} has no transaction coordinator")
+        return GuardedTxn(self.txn, self.access())
 
 
 @dataclass

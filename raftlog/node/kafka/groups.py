@@ -135,7 +135,7 @@ async def handle_find_coordinator(ctx: KafkaContext, call: Call) -> Reply:
         """(error code, message, node id, host, port)."""
         try:
             if key_type == TRANSACTION_KEY_TYPE:
-                node_id = (await ctx.call("find_txn_coordinator", {"transactional_id": key}) or {})["node_id"]
+                node_id = (await ctx.txn_port().find_txn_coordinator(key)).node_id
             elif key_type == GROUP_KEY_TYPE:
                 node_id = (await ctx.group_port().find_coordinator(key)).node_id
             else:
