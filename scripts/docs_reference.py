@@ -321,7 +321,8 @@ def native_ops() -> dict[str, tuple[str, str]]:
     # The typed ports' native adapters make their op tables in a function (the port's ops).
     for adapter, maker in (("raftlog/node/native_partition.py", "partition_handlers"),
                            ("raftlog/node/native_groups.py", "group_handlers"),
-                           ("raftlog/node/native_txn.py", "txn_handlers")):
+                           ("raftlog/node/native_txn.py", "txn_handlers"),
+                           ("raftlog/node/native_share.py", "share_handlers")):
         path = ROOT / adapter
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             if isinstance(node, ast.FunctionDef) and node.name == maker:

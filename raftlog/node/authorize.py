@@ -19,6 +19,8 @@ op fails closed until it states what it needs):
   declares here: refused partitions of offset_commit / offset_fetch / offset_delete and refused
   groups of describe_groups / delete_groups are answered in place, list_groups leaves out what
   the principal may not DESCRIBE;
+* the share-group ops (KIP-932) are checked in front of the share port (groupcoord/share_port.py)
+  by `GuardedShare` (raftlog/node/guarded_share.py), by the `PortRule` each declares here;
 * the transaction ops are checked in front of the transaction port (groupcoord/txn_port.py)
   by `GuardedTxn` (raftlog/node/guarded_txn.py), for both listeners, by the `TxnRule` each
   declares here (Kafka's rules on the TransactionalId resource);
@@ -267,17 +269,6 @@ def _resource(operation: Operation, rt: ResourceType, field: str | None = None) 
     return ResourceRule(operation, rt, field)
 
 
-def _group_and_topic(operation: Operation) -> Policy:
-    """KIP-932's rule for ShareFetch / ShareAcknowledge: READ on the group and on the topic."""
-
-    async def policy(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
-        check.require(operation, G, _str_field(request, "group_id"))
-        check.require(operation, T, _str_field(request, "topic"))
-        return await handler(request)
-
-    return policy
-
-
 async def _metadata(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
     names = _list_field(request, "topics", nullable=True)
     refused: list[str] = []
@@ -315,26 +306,6 @@ async def _at_port(request: Request, check: Access, handler: Handler) -> Mapping
     return await handler(request)
 
 
-def _each(operation: Operation, rt: ResourceType = G, ids_field: str = "group_ids", answer_field: str = "groups",
-          key: str = "group_id") -> Policy:
-    """One resource per id of `ids_field`: refused ids are answered in `answer_field` with
-    their refusal, the others go to the handler."""
-
-    async def policy(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
-        ids = _list_field(request, ids_field) or []
-        refused = [i for i in ids if type(i) is str and not check.allowed(operation, rt, i)]
-        errors = [{key: i, "error": _refusal(operation, rt, i).to_wire()} for i in refused]
-        kept = [i for i in ids if i not in refused]
-        if not kept:
-            return {answer_field: errors}
-        response = await handler(_with(request, **{ids_field: kept}) if refused else request)
-        if response is None:
-            return None
-        return {**response, answer_field: [*response.get(answer_field, []), *errors]}
-
-    return policy
-
-
 async def _super_users_only(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
     if not check.super_user:
         log_event(logger, "acl_no_policy", level=logging.WARNING, op=request.op[:40])
@@ -348,7 +319,8 @@ async def _super_users_only(request: Request, check: Access, handler: Handler) -
 @dataclass(frozen=True)
 class PortRule:
     """An op's ACL rule, checked in front of its typed port for both listeners (the group port:
-    raftlog/node/guarded_groups.py `GuardedGroups`), not by `guard_handlers`:
+    raftlog/node/guarded_groups.py `GuardedGroups`; the share port: guarded_share.py
+    `GuardedShare`), not by `guard_handlers`:
     * `group`: the operation on the request's group (on each group asked, `each`; a group's
       listing needs it unless the principal may DESCRIBE the cluster, `listing`);
     * `topics`: the operation on each partition's topic; a refused partition is answered
@@ -440,16 +412,16 @@ POLICIES: Final[Mapping[str, Policy | PortRule]] = {
     "leave_group": _on_group(O.READ),
     "consumer_group_heartbeat": _on_group(O.READ),  # KIP-848, Kafka's rule
     "consumer_group_describe": _on_each_group(O.DESCRIBE),
-    # KIP-932 share groups (groupcoord/share_service.py), Kafka's rules
-    "share_group_heartbeat": _resource(O.READ, G, "group_id"),
-    "share_group_describe": _each(O.DESCRIBE),
+    # KIP-932 share groups, Kafka's rules: checked in front of the share port (guarded_share.py GuardedShare).
+    "share_group_heartbeat": _on_group(O.READ),
+    "share_group_describe": _on_each_group(O.DESCRIBE),
     "share_groups_list": _resource(O.DESCRIBE, C),
-    "share_group_delete": _resource(O.DELETE, G, "group_id"),
-    "share_fetch": _group_and_topic(O.READ),
-    "share_acknowledge": _group_and_topic(O.READ),
-    "share_group_offsets": _resource(O.DESCRIBE, G, "group_id"),
-    "share_group_reset": _resource(O.READ, G, "group_id"),
-    "share_group_delete_offsets": _resource(O.DELETE, G, "group_id"),
+    "share_group_delete": _on_group(O.DELETE),
+    "share_fetch": _on_group_and_topics(O.READ, O.READ, whole=True),
+    "share_acknowledge": _on_group_and_topics(O.READ, O.READ, whole=True),
+    "share_group_offsets": _on_group(O.DESCRIBE),
+    "share_group_reset": _on_group(O.READ),
+    "share_group_delete_offsets": _on_group(O.DELETE),
     "offset_commit": _on_group_and_topics(O.READ, O.READ),
     "offset_fetch": _on_group_and_topics(O.DESCRIBE, O.DESCRIBE),
     "reset_offsets": _on_group_and_topics(O.READ, O.READ, whole=True),
@@ -489,9 +461,12 @@ def guard_handlers(handlers: Mapping[str, Handler], *, authorizer_of: Callable[[
 
     def guarded(op: str, handler: Handler) -> Handler:
         policy = POLICIES.get(op, _super_users_only)
+        at_port = getattr(handler, "guarded_at_port", False)
         if isinstance(policy, PORT_RULES):  # its adapter calls the port behind the guard
-            if not getattr(handler, "guarded_at_port", False):
+            if not at_port:
                 raise ValueError(f"op {op!r} is guarded at its port, but its handler does not call the guarded port")
+            return handler
+        if at_port and isinstance(policy, ResourceRule):  # one resource, required by the port's guard
             return handler
 
         async def run(request: Request) -> Mapping[str, Any] | None:

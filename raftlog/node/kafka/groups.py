@@ -448,11 +448,10 @@ async def handle_list_groups(ctx: KafkaContext, call: Call) -> Reply:
     groups = [(g.group_id, g.protocol_type, g.state, g.type) for g in listed]
     if types is None or "share" in types:  # KIP-932: this coordinator's share groups
         try:
-            shares = (await ctx.call("share_groups_list", {}) or {}).get("groups") or ()
+            shares = await ctx.share_port().share_groups_list()
         except RaftlogError:  # e.g. no DESCRIBE on the cluster: the other kinds still listed
-            shares = ()
-        groups += [(g["group_id"], "share", g.get("state") or "", "share") for g in shares
-                   if states is None or g.get("state") in states]
+            shares = []
+        groups += [(g.group_id, "share", g.state, "share") for g in shares if states is None or g.state in states]
     return R(throttle_time_ms=0, error_code=errors.NONE, groups=[
         R.ListedGroup(group_id=g, protocol_type=protocol_type, group_state=state, group_type=kind)
         for g, protocol_type, state, kind in groups if types is None or kind in types])  # fmt: skip
