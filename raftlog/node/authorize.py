@@ -79,7 +79,7 @@ from raftlog.base.protocol import Request
 
 __all__ = [
     "Access", "AuthorizerCache", "Guard", "GuardedPartitions", "NOBODY", "OPEN", "POLICIES", "PORT_RULES", "PortRule",
-    "ResourceRule", "TxnRule",
+    "ResourceRule", "TxnRule", "guarded_at_port",
     "guard_handlers",
     "refusal",
 ]
@@ -454,6 +454,14 @@ POLICIES: Final[Mapping[str, Policy | PortRule]] = {
     "describe_features": _resource(O.DESCRIBE, C),
     "describe_broker_configs": _resource(O.DESCRIBE_CONFIGS, C),  # Kafka's rule for broker configs
 }
+
+
+def guarded_at_port(handlers: dict[str, Handler]) -> dict[str, Handler]:
+    """Mark a typed port's native adapter (native_groups.py, native_txn.py, native_share.py):
+    each handler calls the port behind its guard, so `guard_handlers` leaves it as it is."""
+    for handler in handlers.values():
+        setattr(handler, "guarded_at_port", True)
+    return handlers
 
 
 def guard_handlers(handlers: Mapping[str, Handler], *, authorizer_of: Callable[[], Authorizer]) -> dict[str, Handler]:

@@ -20,7 +20,7 @@ from groupcoord.port import TopicPartitions
 from groupcoord.share_port import ShareAck, ShareAcknowledge, ShareFetch, ShareHeartbeat, SharePort, ShareReset
 from raftlog.base.errors import InvalidRequestError
 from raftlog.base.protocol import Request, field
-from raftlog.node.authorize import Guard
+from raftlog.node.authorize import Guard, guarded_at_port
 from raftlog.node.guarded_share import GuardedShare
 
 __all__ = ["share_handlers"]
@@ -121,7 +121,7 @@ def share_handlers(port: SharePort, guard: Guard) -> dict[str, Handler]:
         await guarded(request).share_group_delete_offsets(field(request, "group_id", str), field(request, "topic", str))
         return {}
 
-    handlers: dict[str, Handler] = {
+    return guarded_at_port({
         "share_group_heartbeat": share_group_heartbeat,
         "share_group_describe": share_group_describe,
         "share_groups_list": share_groups_list,
@@ -131,7 +131,4 @@ def share_handlers(port: SharePort, guard: Guard) -> dict[str, Handler]:
         "share_group_offsets": share_group_offsets,
         "share_group_reset": share_group_reset,
         "share_group_delete_offsets": share_group_delete_offsets,
-    }
-    for handler in handlers.values():
-        setattr(handler, "guarded_at_port", True)  # authorize.guard_handlers: the guard is at the port
-    return handlers
+    })

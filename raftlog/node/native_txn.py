@@ -27,8 +27,9 @@ from groupcoord.txn_port import (
     TxnPort,
 )
 from raftlog.base.protocol import Request, field
-from raftlog.node.authorize import Guard
+from raftlog.node.authorize import Guard, guarded_at_port
 from raftlog.node.guarded_txn import GuardedTxn
+from raftlog.node.native_groups import coordinator_fields
 
 __all__ = ["add_partitions_answer", "add_partitions_request", "txn_handlers"]
 
@@ -61,8 +62,7 @@ def txn_handlers(port: TxnPort, guard: Guard) -> dict[str, Handler]:
         return GuardedTxn(port, guard.access(request.principal, request.client_host))
 
     async def find_txn_coordinator(request: Request) -> dict[str, Any]:
-        found = await guarded(request).find_txn_coordinator(field(request, "transactional_id", str))
-        return {"node_id": found.node_id, "host": found.host, "port": found.port, "partition": found.partition}
+        return coordinator_fields(await guarded(request).find_txn_coordinator(field(request, "transactional_id", str)))
 
     async def init_txn_producer_id(request: Request) -> dict[str, Any]:
         done = await guarded(request).init_txn_producer_id(InitTxnProducerId(
@@ -122,7 +122,7 @@ def txn_handlers(port: TxnPort, guard: Guard) -> dict[str, Handler]:
             {"transactional_id": t.transactional_id, "producer_id": t.producer_id, "state": t.state}
             for t in listing.transactions]}
 
-    handlers: dict[str, Handler] = {
+    return guarded_at_port({
         "find_txn_coordinator": find_txn_coordinator,
         "init_txn_producer_id": init_txn_producer_id,
         "add_partitions_to_txn": add_partitions_to_txn,
@@ -131,7 +131,4 @@ def txn_handlers(port: TxnPort, guard: Guard) -> dict[str, Handler]:
         "txn_offset_commit": txn_offset_commit,
         "describe_transactions": describe_transactions,
         "list_transactions": list_transactions,
-    }
-    for handler in handlers.values():
-        setattr(handler, "guarded_at_port", True)  # authorize.guard_handlers: the guard is at the port
-    return handlers
+    })
