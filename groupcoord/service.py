@@ -188,8 +188,9 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
         self.txn_offsets = TxnOffsets(self.core, lambda result: self._answer(self._apply(result), DEFAULT_WAIT_MS),
                                       clock_ms)
         # The group ops are this service's typed port (groupcoord/port.py `GroupPort`; their native
-        # adapter is raftlog/node/native_groups.py); TxnOffsetCommit is still a native handler.
-        self.client_handlers: Mapping[str, Handler] = {"txn_offset_commit": self.txn_offsets.commit}
+        # adapter is raftlog/node/native_groups.py); TxnOffsetCommit is the transaction port's
+        # (groupcoord/txn_port.py), served by `txn_offsets`.
+        self.client_handlers: Mapping[str, Handler] = {}
         self.peer_handlers: Mapping[str, Handler] = {}
         # DeleteGroups of a share group (KIP-932: one DeleteGroups for every kind): the node
         # sets the share service here (it knows this service, not the other way round).

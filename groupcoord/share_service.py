@@ -2,8 +2,9 @@
 and the share-partition leader (the in-flight windows, partition/share_partition.py), with
 their durable state in `__share_group_state` (share_store.py).
 
-Native ops (PROTOCOL.md shapes; the Kafka listener's ShareGroupHeartbeat 76, ShareGroupDescribe
-77, ShareFetch 78 and ShareAcknowledge 79 are to adapt to these):
+The port (share_port.py `SharePort`; both listeners call it behind the ACL guard,
+raftlog/node/guarded_share.py; the native ops below are its adapter, raftlog/node/native_share.py,
+in PROTOCOL.md shapes):
 
     share_group_heartbeat {group_id, member_id, member_epoch, subscribed_topic_names?, rack_id?,
         client_id?}  -> {member_id, member_epoch, heartbeat_interval_ms, assignment: [{topic, partitions}] | null}
@@ -51,7 +52,7 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import trio
@@ -59,7 +60,23 @@ import trio
 from groupcoord.internal_topic import Coordinated, InternalPartition, InternalTopics, ShareMetadataView
 from groupcoord.records import MAX_GROUP_ID_CHARS
 from groupcoord.settings import ShareServiceSettings
+from groupcoord.port import TopicPartitions
 from groupcoord.share_group import ShareGroups
+from groupcoord.share_port import (
+    AcquiredRecords,
+    InFlightRecords,
+    ShareAck,
+    ShareAcknowledge,
+    ShareFetch,
+    ShareFetched,
+    ShareGroupDescription,
+    ShareGroupListing,
+    ShareHeartbeat,
+    ShareHeartbeatAnswer,
+    ShareMember,
+    SharePartitionOffsets,
+    ShareReset,
+)
 from groupcoord.share_state import MembersKey, ShareKey, encode_members, encode_value
 from groupcoord.share_store import ShareStateStore
 from partition.batch import iter_headers
@@ -75,6 +92,7 @@ from raftlog.base.errors import (
     RaftlogError,
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
+    error_from_wire,
 )
 from raftlog.base.peer import PeerPool
 from raftlog.base.protocol import Request, field
@@ -98,7 +116,7 @@ def _wall_ms() -> int:
 
 
 class ShareService:
-    """See the module docstring. `topics` is the node's partitions through the coordinators'
+    """See the module docstring. Implements `SharePort` (share_port.py). `topics` is the node's partitions through the coordinators'
     seam (internal_topic.py; None on a node that is not a broker); `groups` is the node's
     GroupCoordinatorService (which `__consumer_offsets` partitions this node coordinates, and
     the other protocols' groups)."""
@@ -119,16 +137,13 @@ class ShareService:
         self._member_ok: dict[tuple[str, str, str], int] = {}  # (group, member, topic) -> until ms
         self._loaded: set[str] = set()  # groups whose persisted membership this coordinator has read
         self._membership = trio.Lock()  # a membership change and its write, one at a time
-        self.client_handlers = {
-            "share_group_heartbeat": self._heartbeat, "share_group_describe": self._describe,
-            "share_groups_list": self._list, "share_group_delete": self._delete,
-            "share_fetch": self._fetch, "share_acknowledge": self._acknowledge,
-            "share_group_offsets": self._offsets, "share_group_reset": self._reset,
-            "share_group_delete_offsets": self._delete_offsets,
-        }
+        # The client ops are the port's (share_port.py SharePort): their native adapter is
+        # raftlog/node/native_share.py.
+        self.client_handlers: Mapping[str, Any] = {}
         self.peer_handlers = {**self.store.peer_handlers, "share_member_check": self._member_check,
-                              "share_partition_reset": self._reset, "share_partition_delete": self._delete_partition,
-                              "share_partition_offsets": self._offsets}
+                              "share_partition_reset": self._peer_reset,
+                              "share_partition_delete": self._peer_delete_partition,
+                              "share_partition_offsets": self._peer_offsets}
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -204,38 +219,41 @@ class ShareService:
         if not self.groups.core.is_active(partition_for_group(group_id)):
             raise NotCoordinatorError(f"node {self.node_id} does not coordinate group {group_id}")
 
-    async def _heartbeat(self, request: Request) -> dict[str, Any]:
-        group_id = field(request, "group_id", str)
+    async def share_group_heartbeat(self, request: ShareHeartbeat) -> ShareHeartbeatAnswer:
+        group_id = request.group_id
         self._check_coordinator(group_id)
         await self._load(group_id)
+        core = self.groups.core
         async with self._membership:
             before = self.members.snapshot(group_id)
-            beat = self._beat(group_id, request)
+            beat = self.members.heartbeat(
+                group_id=group_id, member_id=request.member_id, member_epoch=request.member_epoch,
+                now_ms=self._clock_ms(), topics=self._topics(), subscribed_topic_names=request.subscribed_topic_names,
+                rack_id=request.rack_id, client_id=request.client_id, client_host=request.client_host,
+                other_protocol=core.group(group_id) is not None or core.consumer_group(group_id) is not None)
             await self._save(group_id, before)
-        return {"member_id": beat.member_id, "member_epoch": beat.member_epoch,
-                "heartbeat_interval_ms": beat.heartbeat_interval_ms, "assignment": beat.assignment}
+        return ShareHeartbeatAnswer(beat.member_id, beat.member_epoch, beat.heartbeat_interval_ms,
+                                    None if beat.assignment is None else _topic_partitions(beat.assignment))
 
-    def _beat(self, group_id: str, request: Request) -> Any:
-        core = self.groups.core
-        return self.members.heartbeat(
-            group_id=group_id, member_id=field(request, "member_id", str, default=""),
-            member_epoch=field(request, "member_epoch", int), now_ms=self._clock_ms(), topics=self._topics(),
-            subscribed_topic_names=field(request, "subscribed_topic_names", list, items=str, default=None,
-                                         nullable=True),
-            rack_id=field(request, "rack_id", str, default=None, nullable=True),
-            client_id=field(request, "client_id", str, default=""), client_host=request.client_host or "",
-            other_protocol=core.group(group_id) is not None or core.consumer_group(group_id) is not None)
-
-    async def _describe(self, request: Request) -> dict[str, Any]:
-        ids = field(request, "group_ids", list, items=str)
-        if len(ids) > MAX_GROUP_IDS:
+    async def share_group_describe(self, group_ids: Sequence[str]) -> list[ShareGroupDescription]:
+        if len(group_ids) > MAX_GROUP_IDS:
             raise InvalidRequestError(f"at most {MAX_GROUP_IDS} group ids", field="group_ids")
-        for gid in ids:
+        for gid in group_ids:
             self._check_coordinator(gid)
             await self._load(gid)
-        return {"groups": self.members.describe(ids)}
+        out = []
+        for g in self.members.describe(group_ids):
+            if g.get("error") is not None:
+                out.append(ShareGroupDescription(g["group_id"], error=error_from_wire(g["error"])))
+                continue
+            out.append(ShareGroupDescription(
+                g["group_id"], g["state"], g["group_epoch"], g["assignment_epoch"], g["assignor"],
+                [ShareMember(m["member_id"], m["rack_id"], m["member_epoch"], m["client_id"], m["client_host"],
+                             list(m["subscribed_topic_names"]), _topic_partitions(m["assignment"]))
+                 for m in g["members"]]))
+        return out
 
-    async def _list(self, request: Request) -> dict[str, Any]:
+    async def share_groups_list(self) -> list[ShareGroupListing]:
         """This coordinator's share groups, with those it took over and was not asked for yet
         (read from `__share_group_state`: a leadership move does not hide a group)."""
         self._forget_moved_groups()
@@ -245,13 +263,11 @@ class ShareService:
                     await self._load(gid)
         except RaftlogError:  # a state partition electing: the groups this coordinator holds
             pass
-        return {"groups": self.members.list()}
+        return [ShareGroupListing(g["group_id"], g["state"], g["members"]) for g in self.members.list()]
 
-    async def _delete(self, request: Request) -> dict[str, Any]:
-        group_id = field(request, "group_id", str)
+    async def share_group_delete(self, group_id: str) -> None:
         if not await self.delete_share_group(group_id):
             raise GroupIdNotFoundError(f"no share group {group_id}")
-        return {}
 
     async def delete_share_group(self, group_id: str) -> bool:
         """DeleteGroups of a share group (and the native share_group_delete): forget an empty
@@ -272,8 +288,7 @@ class ShareService:
                     if self.metadata.image.partition(key.topic, key.partition) is None:  # topic deleted
                         await self.store.write({key: None})
                     else:
-                        await self._delete_partition(Request(0, "share_partition_delete", {
-                            "group_id": key.group, "topic": key.topic, "partition": key.partition}))
+                        await self._delete_partition(key)
             except NotLeaderError as exc:  # a leader moved meanwhile: the client retries
                 raise CoordinatorLoadInProgressError(f"share group {group_id}: {exc.message}") from exc
             before = self.members.snapshot(group_id)
@@ -345,53 +360,59 @@ class ShareService:
             self._windows.pop(key, None)  # rebuilt from the last durable state on next use
             raise
 
-    def _acks(self, request: Request | Mapping[str, Any]) -> list[Acknowledgement]:
-        raw = field(request, "acknowledgements", list, items=list, default=[])
+    @staticmethod
+    def _acks(acks: Sequence[ShareAck]) -> list[Acknowledgement]:
         out = []
-        for i, a in enumerate(raw):
-            if len(a) != 3 or not all(type(x) is int for x in a) or a[2] not in (0, 1, 2, 3):
+        for i, a in enumerate(acks):
+            if a.type not in (0, 1, 2, 3):
                 raise InvalidRequestError(f"acknowledgements[{i}] must be [first, last, type 0-3]",
                                           field="acknowledgements")
-            kind = AckType(a[2])
+            kind = AckType(a.type)
             if _UNSAFE_REDELIVER_ACCEPTED and kind is AckType.ACCEPT:
                 kind = AckType.RELEASE
-            out.append(Acknowledgement(a[0], a[1], kind))
+            out.append(Acknowledgement(a.first_offset, a.last_offset, kind))
         return out
 
     @staticmethod
-    def _share_key(request: Request) -> ShareKey:
-        """The request's (group, topic, partition), checked as `__share_group_state` keys are
-        (a key its replay would refuse must never be written). Raises InvalidRequestError."""
-        group, topic = field(request, "group_id", str), field(request, "topic", str)
+    def _key(group: str, topic: str, partition: int) -> ShareKey:
+        """(group, topic, partition), checked as `__share_group_state` keys are (a key its
+        replay would refuse must never be written). Raises InvalidRequestError."""
         if not 1 <= len(group) <= MAX_GROUP_ID_CHARS:
             raise InvalidRequestError(f"group id must be 1-{MAX_GROUP_ID_CHARS} characters", field="group_id")
         if not 1 <= len(topic) <= MAX_TOPIC_NAME_CHARS:
             raise InvalidRequestError(f"topic must be 1-{MAX_TOPIC_NAME_CHARS} characters", field="topic")
-        return ShareKey(group, topic, field(request, "partition", int, min_value=0, max_value=2**31 - 1))
+        if not 0 <= partition <= 2**31 - 1:
+            raise InvalidRequestError("partition must be 0 to 2**31 - 1", field="partition")
+        return ShareKey(group, topic, partition)
 
-    def _key(self, request: Request) -> tuple[ShareKey, str]:
-        return self._share_key(request), field(request, "member_id", str)
+    @classmethod
+    def _share_key(cls, request: Request) -> ShareKey:
+        """A peer request's (group, topic, partition), checked as `_key`."""
+        return cls._key(field(request, "group_id", str), field(request, "topic", str),
+                        field(request, "partition", int))
 
-    async def _fetch(self, request: Request) -> dict[str, Any]:
-        key, member_id = self._key(request)
-        max_records = field(request, "max_records", int, min_value=1, max_value=MAX_RECORDS)
-        max_bytes = field(request, "max_bytes", int, default=1 << 20, min_value=1, max_value=MAX_FETCH_BYTES)
-        reset = field(request, "auto_offset_reset", str, default="latest")
+    async def share_fetch(self, request: ShareFetch) -> ShareFetched:
+        key, member_id = self._key(request.group_id, request.topic, request.partition), request.member_id
+        max_records, max_bytes, reset = request.max_records, request.max_bytes, request.auto_offset_reset
+        if not 1 <= max_records <= MAX_RECORDS:
+            raise InvalidRequestError(f"max_records must be 1-{MAX_RECORDS}", field="max_records")
+        if not 1 <= max_bytes <= MAX_FETCH_BYTES:
+            raise InvalidRequestError(f"max_bytes must be 1-{MAX_FETCH_BYTES}", field="max_bytes")
         if reset not in ("latest", "earliest"):
             raise InvalidRequestError("auto_offset_reset is latest or earliest", field="auto_offset_reset")
-        acks = self._acks(request)
+        acks = self._acks(request.acknowledgements)
         r = self._replica(key.topic, key.partition)
         await self._require_member(key.group, member_id, key.topic, key.partition)
         async with self._locks.setdefault(key, trio.Lock()):
             sp = await self._window(key, r, reset)
             version = sp.version
             now_ms = self._clock_ms()
-            ack_error = None
+            ack_error: RaftlogError | None = None
             if acks:  # as Kafka: a refused acknowledgement is answered beside the fetch's records
                 try:
                     sp.acknowledge(member_id, acks, now_ms=now_ms)
                 except (InvalidRecordStateError, InvalidRequestError) as exc:
-                    ack_error = exc.to_wire()
+                    ack_error = exc
             sp.expire(now_ms)
             sp.move_start(r.log_start_offset)  # retention or delete_records moved the log start
             offset = sp.next_fetch_offset()
@@ -403,30 +424,31 @@ class ShareService:
             runs = sp.acquire(member_id, high_watermark=min(end, r.high_watermark), max_records=max_records,
                               now_ms=now_ms)
             await self._persist(key, sp, version)
-            return {"records": bytes(data) if runs else b"",
-                    "acquired": [[a.first_offset, a.last_offset, a.delivery_count] for a in runs],
-                    "start_offset": sp.start_offset, "high_watermark": r.high_watermark,
-                    "acknowledge_error": ack_error}
+            return ShareFetched(bytes(data) if runs else b"",
+                                [AcquiredRecords(a.first_offset, a.last_offset, a.delivery_count) for a in runs],
+                                sp.start_offset, r.high_watermark, ack_error)
 
-    async def _acknowledge(self, request: Request) -> dict[str, Any]:
-        key, member_id = self._key(request)
-        acks = self._acks(request)
+    async def share_acknowledge(self, request: ShareAcknowledge) -> int:
+        """The share partition's start offset once the acknowledgements are durable."""
+        key, member_id = self._key(request.group_id, request.topic, request.partition), request.member_id
+        acks = self._acks(request.acknowledgements)
         r = self._replica(key.topic, key.partition)
         async with self._locks.setdefault(key, trio.Lock()):
             sp = await self._window(key, r, "latest")
             version = sp.version
             sp.acknowledge(member_id, acks, now_ms=self._clock_ms())
             await self._persist(key, sp, version)
-            return {"start_offset": sp.start_offset}
+            return sp.start_offset
 
-    async def _offsets(self, request: Request) -> dict[str, Any]:
+    async def share_group_offsets(self, group_id: str, topic: str, partition: int) -> SharePartitionOffsets:
         """On the partition's leader (forwarded there from any node): the share partition's
         start offset, its window, and its lag (records from the start offset to the high
-        watermark not yet acknowledged or archived; null without state)."""
-        key = self._share_key(request)
+        watermark not yet acknowledged or archived; None without state)."""
+        key = self._key(group_id, topic, partition)
         if not self._leads(key) and self.metadata.image.partition(key.topic, key.partition) is not None:
             try:
-                return await self._forward(key, "share_partition_offsets", request)
+                o = await self._forward(key, "share_partition_offsets", _key_fields(key))
+                return SharePartitionOffsets(o.get("start_offset"), _in_flight(o.get("in_flight") or ()), o.get("lag"))
             except NotLeaderError:
                 pass  # no leader now: the durable start offset, without lag
         r = self.topics.partition(key.topic, key.partition) if self.topics is not None and self._leads(key) else None
@@ -441,27 +463,47 @@ class ShareService:
             done = sum(row["last_offset"] - row["first_offset"] + 1 for row in in_flight
                        if row["state"] in ("ACKNOWLEDGED", "ARCHIVED"))
             lag = max(0, r.high_watermark - start - done)
-        return {"start_offset": start, "in_flight": in_flight, "lag": lag}
+        return SharePartitionOffsets(start, _in_flight(in_flight), lag)
 
-    async def _reset(self, request: Request) -> dict[str, Any]:
+    async def _peer_offsets(self, request: Request) -> dict[str, Any]:
+        """Peer op share_partition_offsets: `share_group_offsets` on the partition's leader."""
         key = self._share_key(request)
-        offset = field(request, "offset", int, min_value=0)
+        o = await self.share_group_offsets(key.group, key.topic, key.partition)
+        return {"start_offset": o.start_offset, "lag": o.lag, "in_flight": [
+            {"first_offset": r.first_offset, "last_offset": r.last_offset, "state": r.state,
+             "delivery_count": r.delivery_count, "member_id": r.member_id} for r in o.in_flight]}
+
+    async def share_group_reset(self, request: ShareReset) -> None:
+        key, offset = self._key(request.group_id, request.topic, request.partition), request.offset
+        if offset < 0:
+            raise InvalidRequestError("offset must be at least 0", field="offset")
         if not self._leads(key):
-            return await self._forward(key, "share_partition_reset", request)
+            await self._forward(key, "share_partition_reset", {**_key_fields(key), "offset": offset})
+            return
         r = self._replica(key.topic, key.partition)
         async with self._locks.setdefault(key, trio.Lock()):
             sp = await self._window(key, r, "latest")
             version = sp.version
             sp.reset(min(max(offset, r.log_start_offset), r.high_watermark))
             await self._persist(key, sp, version)
+
+    async def _peer_reset(self, request: Request) -> dict[str, Any]:
+        """Peer op share_partition_reset: `share_group_reset` on the partition's leader."""
+        key = self._share_key(request)
+        await self.share_group_reset(ShareReset(key.group, key.topic, key.partition, field(request, "offset", int)))
         return {}
 
-    async def _delete_partition(self, request: Request) -> dict[str, Any]:
+    async def _peer_delete_partition(self, request: Request) -> dict[str, Any]:
+        """Peer op share_partition_delete: `_delete_partition` on the partition's leader."""
+        await self._delete_partition(self._share_key(request))
+        return {}
+
+    async def _delete_partition(self, key: ShareKey) -> None:
         """Forget a share partition's state (DeleteShareGroupOffsets), on its leader; refused
         (INVALID_RECORD_STATE) while records are acquired."""
-        key = self._share_key(request)
         if not self._leads(key):
-            return await self._forward(key, "share_partition_delete", request)
+            await self._forward(key, "share_partition_delete", _key_fields(key))
+            return
         self._replica(key.topic, key.partition)
         async with self._locks.setdefault(key, trio.Lock()):
             have = self._windows.get(key)
@@ -469,12 +511,10 @@ class ShareService:
                 raise InvalidRecordStateError("records are acquired: the share group is not empty")
             await self.store.write({key: None})
             self._windows.pop(key, None)
-        return {}
 
-    async def _delete_offsets(self, request: Request) -> dict[str, Any]:
+    async def share_group_delete_offsets(self, group_id: str, topic: str) -> None:
         """DeleteShareGroupOffsets of one topic: on the group's coordinator, the group must have
         no members; each partition's state is forgotten on its leader."""
-        group_id, topic = field(request, "group_id", str), field(request, "topic", str)
         self._check_coordinator(group_id)
         await self._load(group_id)
         g = self.members.groups.get(group_id)
@@ -484,19 +524,30 @@ class ShareService:
         if t is None:
             raise UnknownTopicOrPartitionError(f"no topic {topic}")
         for p in range(t.partition_count):
-            await self._delete_partition(Request(0, "share_partition_delete",
-                                                 {"group_id": group_id, "topic": topic, "partition": p}))
-        return {}
+            await self._delete_partition(self._key(group_id, topic, p))
 
     def _leads(self, key: ShareKey) -> bool:
         r = None if self.topics is None else self.topics.partition(key.topic, key.partition)
         return r is not None and r.is_leader
 
-    async def _forward(self, key: ShareKey, op: str, request: Request) -> dict[str, Any]:
+    async def _forward(self, key: ShareKey, op: str, fields: Mapping[str, Any]) -> dict[str, Any]:
         """Run a share-partition op on the partition's leader (peer ops share_partition_*)."""
         state = self.metadata.image.partition(key.topic, key.partition)
         address = None if state is None or state.leader < 0 else self.metadata.peer_address(state.leader)
         if address is None or state is None or state.leader == self.node_id:
             raise NotLeaderError(f"no leader of {key.topic}-{key.partition} known")
-        return dict(await self.peers.call(address, op, dict(request.fields), timeout_s=PEER_TIMEOUT_S) or {})
+        return dict(await self.peers.call(address, op, dict(fields), timeout_s=PEER_TIMEOUT_S) or {})
+
+
+def _key_fields(key: ShareKey) -> dict[str, Any]:
+    return {"group_id": key.group, "topic": key.topic, "partition": key.partition}
+
+
+def _topic_partitions(rows: Sequence[Mapping[str, Any]]) -> list[TopicPartitions]:
+    return [TopicPartitions(a["topic"], list(a["partitions"])) for a in rows]
+
+
+def _in_flight(rows: Sequence[Mapping[str, Any]]) -> list[InFlightRecords]:
+    return [InFlightRecords(r["first_offset"], r["last_offset"], r["state"], r["delivery_count"], r["member_id"])
+            for r in rows]
 

@@ -6,8 +6,8 @@ writes them as an ordinary offset commit before the marker is acknowledged, so t
 transaction completes only once they are in; an ABORT drops them.
 
     TxnOffsets(core, answer, clock_ms)    answer: a core Result -> its ok fields (or raises)
-    await txn_offsets.commit(request)   the client op `txn_offset_commit` (`add_to_txn`: KIP-890
-                                        part 2, the group's partition joins the transaction first)
+    await txn_offsets.commit(request)   TxnOffsetCommit (txn_port.py; the transaction port's
+                                        txn_offset_commit; `add_to_txn`: KIP-890 part 2)
     await txn_offsets.on_marker(topic, partition, producer_id, commit)
     txn_offsets.pending_partitions(group_id)   held, not yet applied: OffsetFetch's UNSTABLE_OFFSET_COMMIT
 
@@ -25,9 +25,9 @@ from typing import Any, Final
 
 from groupcoord.context import CommitOffset, Result
 from groupcoord.coordinator import GroupCoordinator
+from groupcoord.txn_port import TxnOffsetCommit
 from partition.port import TxnVerifierPort
 from raftlog.base.errors import CoordinatorNotAvailableError, InvalidRequestError
-from raftlog.base.protocol import Request, field
 from raftlog.base.topics import OFFSETS_TOPIC
 
 __all__ = ["TxnOffsets"]
@@ -49,25 +49,22 @@ class TxnOffsets:
         self.pending: dict[int, dict[str, dict[tuple[str, int], CommitOffset]]] = {}
         self.txn_verifier: TxnVerifierPort | None = None  # set by the node (raftlog/node/txn_link.py)
 
-    async def commit(self, request: Request) -> dict[str, Any]:
-        group_id = field(request, "group_id", str)
-        producer_id = field(request, "producer_id", int, min_value=0)
-        offsets = []
-        for i, d in enumerate(field(request, "offsets", list, items=dict)):
-            w = f"offsets[{i}]"
-            offsets.append(CommitOffset(
-                field(d, "topic", str, where=w), field(d, "partition", int, min_value=0, where=w),
-                field(d, "offset", int, where=w),
-                field(d, "leader_epoch", int, default=None, nullable=True, where=w),
-                field(d, "metadata", str, default="", where=w),
-            ))  # fmt: skip
-        if field(request, "add_to_txn", bool, default=False):
-            await self._add_to_txn(request, group_id, producer_id)
-        answer = await self._answer(self.core.txn_offset_commit(
+    async def commit(self, request: TxnOffsetCommit) -> None:
+        """Hold `request`'s offsets until its transaction's marker (raises the commit's
+        validation error: the group's generation, member, ...)."""
+        group_id, producer_id = request.group_id, request.producer_id
+        if producer_id < 0:
+            raise InvalidRequestError("producer_id must be at least 0", field="producer_id")
+        offsets = list(request.offsets)
+        for c in offsets:
+            if c.partition < 0:
+                raise InvalidRequestError("partition must be at least 0", field="offsets")
+        if request.add_to_txn:
+            await self._add_to_txn(request)
+        await self._answer(self.core.txn_offset_commit(
             group_id=group_id, offsets=offsets, now_ms=self._clock_ms(), validate_only=True,
-            member_id=field(request, "member_id", str, default=""),
-            generation_id=field(request, "generation_id", int, default=-1),
-            group_instance_id=field(request, "group_instance_id", str, default=None, nullable=True)))
+            member_id=request.member_id, generation_id=request.generation_id,
+            group_instance_id=request.group_instance_id))
         groups = self.pending.get(producer_id)
         if groups is None:
             if len(self.pending) >= MAX_PRODUCERS:
@@ -78,18 +75,17 @@ class TxnOffsets:
             raise InvalidRequestError(f"at most {MAX_OFFSETS} pending offsets per producer", field="offsets")
         for c in offsets:
             held[(c.topic, c.partition)] = c
-        return answer
 
-    async def _add_to_txn(self, request: Request, group_id: str, producer_id: int) -> None:
+    async def _add_to_txn(self, request: TxnOffsetCommit) -> None:
         """Transactions V2 (KIP-890 part 2, TxnOffsetCommit v5: no AddOffsetsToTxn before it):
         the group's `__consumer_offsets` partition joins the producer's transaction through its
         coordinator, as Kafka's group coordinator does. Raises its error (INVALID_PRODUCER_EPOCH
         for a fenced producer)."""
         if self.txn_verifier is None:
             raise CoordinatorNotAvailableError("no transaction coordinator link on this node")
-        await self.txn_verifier.verify_txn(field(request, "transactional_id", str), OFFSETS_TOPIC,
-                                           self.core.partition_for(group_id), producer_id,
-                                           field(request, "producer_epoch", int), add=True)
+        await self.txn_verifier.verify_txn(request.transactional_id, OFFSETS_TOPIC,
+                                           self.core.partition_for(request.group_id), request.producer_id,
+                                           request.producer_epoch, add=True)
 
     async def on_marker(self, topic: str, partition: int, producer_id: int, commit: bool) -> None:
         """The marker of `producer_id`'s transaction is committed in `topic`-`partition`: the

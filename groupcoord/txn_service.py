@@ -30,17 +30,19 @@ a fresh producer id (the node passes the partition port's `init_producer_id`).
 * Timer: one task sleeps until the core's `next_deadline_ms` and aborts timed-out
   transactions (`tick`).
 
-Client ops (PROTOCOL.md): find_txn_coordinator (any node: the leader of the id's partition;
+The port (txn_port.py `TxnPort`; native adapter raftlog/node/native_txn.py, guard
+raftlog/node/guarded_txn.py): find_txn_coordinator (any node: the leader of the id's partition;
 asks the controller to create `__transaction_state` on first use), init_txn_producer_id,
-add_partitions_to_txn, add_offsets_to_txn, end_txn, describe_transactions,
-list_transactions (this node's ids: clients ask every broker).
+add_partitions_to_txn, add_offsets_to_txn, end_txn, txn_offset_commit (the group
+coordinator's), describe_transactions, list_transactions (this node's ids: clients ask every
+broker).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
 import trio
@@ -48,9 +50,23 @@ import trio
 from groupcoord.context import append_error
 from groupcoord.internal_topic import InternalPartition, InternalTopics, TxnMetadataView
 from groupcoord.partition_load import follow_leadership, replay_partition
+from groupcoord.port import Coordinator, PartitionOutcome
 from groupcoord.settings import TxnCoordinatorSettings
 from groupcoord.txn_coordinator import NEED_PRODUCER_ID, Markers, TxnCoordinator, TxnResult, Write
 from metadata.image import MetadataImage
+from groupcoord.txn_port import (
+    AddOffsetsToTxn,
+    AddPartitionsToTxn,
+    DescribedTxn,
+    EndTxn,
+    InitTxnProducerId,
+    ListedTxn,
+    ListTransactions,
+    ProducerEpoch,
+    TxnListing,
+    TxnOffsetCommit,
+    TxnPartitionsAdded,
+)
 from groupcoord.txn_records import txn_record
 from partition.batch import BatchBuilder
 from raftlog.base.errors import (
@@ -62,7 +78,7 @@ from raftlog.base.errors import (
     as_wire_error,
 )
 from raftlog.base.eventlog import log_event
-from raftlog.base.protocol import Request, field
+from raftlog.base.protocol import Request
 from raftlog.base.topics import TRANSACTION_STATE_TOPIC
 
 __all__ = ["TxnCoordinatorService"]
@@ -99,8 +115,14 @@ async def _no_markers(markers: Markers) -> None:
     """Until the log stores transactional batches there is nothing to mark."""
 
 
+class TxnOffsetsPort(Protocol):
+    """What the service calls of the group coordinator's TxnOffsets (txn_offsets.py)."""
+
+    async def commit(self, request: TxnOffsetCommit) -> None: ...
+
+
 class TxnCoordinatorService:
-    """See the module docstring. `topics` is None on a node that is not a broker: then only
+    """See the module docstring. Implements `TxnPort` (txn_port.py). `topics` is None on a node that is not a broker: then only
     find_txn_coordinator is useful."""
 
     name = "transactions"
@@ -123,15 +145,10 @@ class TxnCoordinatorService:
         self._writes = trio.CapacityLimiter(MAX_WRITES_IN_FLIGHT)
         self._timer_changed = trio.Event()
         self._nursery: trio.Nursery | None = None
-        self.client_handlers: Mapping[str, Handler] = {
-            "find_txn_coordinator": self._find_coordinator,
-            "init_txn_producer_id": self._init_producer_id,
-            "add_partitions_to_txn": self._add_partitions,
-            "add_offsets_to_txn": self._add_offsets,
-            "end_txn": self._end_txn_op,
-            "describe_transactions": self._describe,
-            "list_transactions": self._list,
-        }
+        # TxnOffsetCommit is the group coordinator's (groupcoord/txn_offsets.py; set by the node).
+        self.txn_offsets: TxnOffsetsPort | None = None
+        # The client ops are the port's (TxnPort): their native adapter is raftlog/node/native_txn.py.
+        self.client_handlers: Mapping[str, Handler] = {}
         self.peer_handlers: Mapping[str, Handler] = {}
 
     # ------------------------------------------------------------------ NodeService
@@ -342,8 +359,7 @@ class TxnCoordinatorService:
 
     # ------------------------------------------------------------------ client ops
 
-    async def _find_coordinator(self, request: Request) -> dict[str, Any]:
-        tid = field(request, "transactional_id", str)
+    async def find_txn_coordinator(self, transactional_id: str) -> Coordinator:
         image = self.metadata.image
         topic = image.topic(TRANSACTION_STATE_TOPIC)
         if topic is None or not topic.complete:
@@ -354,7 +370,7 @@ class TxnCoordinatorService:
                 except RaftlogError as exc:
                     log_event(logger, "txn_topic_create_failed", level=logging.WARNING, reason=str(exc))
             raise CoordinatorNotAvailableError(f"{TRANSACTION_STATE_TOPIC} is being created")
-        p = self.core.partition_for(tid) if topic.partition_count == self.core.config.partitions else None
+        p = self.core.partition_for(transactional_id) if topic.partition_count == self.core.config.partitions else None
         if p is None:
             raise CoordinatorNotAvailableError(f"{TRANSACTION_STATE_TOPIC} has {topic.partition_count} partitions")
         state = image.partition(TRANSACTION_STATE_TOPIC, p)
@@ -364,85 +380,85 @@ class TxnCoordinatorService:
         if address is None:
             raise CoordinatorNotAvailableError(f"{TRANSACTION_STATE_TOPIC}-{p} has no leader now")
         host, _, port = address.rpartition(":")
-        return {"node_id": state.leader, "host": host, "port": int(port), "partition": p}
+        return Coordinator(state.leader, host, int(port), p)
 
-    def _producer(self, request: Request) -> tuple[str, int, int]:
-        return (field(request, "transactional_id", str), field(request, "producer_id", int),
-                field(request, "producer_epoch", int))
-
-    async def _init_producer_id(self, request: Request) -> dict[str, Any]:
-        tid = field(request, "transactional_id", str)
-        timeout_ms = field(request, "transaction_timeout_ms", int)
-        pid = field(request, "producer_id", int, default=-1)
-        epoch = field(request, "producer_epoch", int, default=-1)
-        result = self.core.init_producer_id(tid, timeout_ms, pid, epoch, self._clock_ms())
+    async def init_txn_producer_id(self, request: InitTxnProducerId) -> ProducerEpoch:
+        r = request
+        result = self.core.init_producer_id(r.transactional_id, r.transaction_timeout_ms, r.producer_id,
+                                            r.producer_epoch, self._clock_ms())
         if result.response == NEED_PRODUCER_ID:
             fresh = (await self._new_producer_id()).producer_id
-            result = self.core.init_producer_id(tid, timeout_ms, pid, epoch, self._clock_ms(), new_producer_id=fresh)
+            result = self.core.init_producer_id(r.transactional_id, r.transaction_timeout_ms, r.producer_id,
+                                                r.producer_epoch, self._clock_ms(), new_producer_id=fresh)
             if result.response == NEED_PRODUCER_ID:  # cannot happen: a fresh id always serves
                 raise CoordinatorNotAvailableError("no producer id")
-        return dict(await self._settle(result))
+        return _producer_epoch(await self._settle(result), r.producer_id, r.producer_epoch)
 
-    async def _add_partitions(self, request: Request) -> dict[str, Any]:
-        tid, pid, epoch = self._producer(request)
-        raw = field(request, "partitions", list, items=dict)
-        if len(raw) > MAX_PARTITIONS:
+    async def add_partitions_to_txn(self, request: AddPartitionsToTxn) -> TxnPartitionsAdded:
+        if len(request.partitions) > MAX_PARTITIONS:
             raise InvalidRequestError(f"at most {MAX_PARTITIONS} partitions", field="partitions")
-        parts = [(field(d, "topic", str, where=f"partitions[{i}]"),
-                  field(d, "partition", int, min_value=0, where=f"partitions[{i}]")) for i, d in enumerate(raw)]
         image = self.metadata.image
-        unknown = [(t, p) for t, p in parts if image.partition(t, p) is None]
+        unknown = [(t, p) for t, p in request.partitions if image.partition(t, p) is None]
         if unknown:  # Kafka: the unknown ones UNKNOWN_TOPIC_OR_PARTITION, the others OPERATION_NOT_ATTEMPTED
-            return {"unknown": [{"topic": t, "partition": p} for t, p in unknown]}
-        verify_only = field(request, "verify_only", bool, default=False)
-        result = self.core.add_partitions(tid, pid, epoch, parts, self._clock_ms(), verify_only=verify_only)
-        return dict(await self._settle(result))
+            return TxnPartitionsAdded(unknown)
+        result = self.core.add_partitions(request.transactional_id, request.producer_id, request.producer_epoch,
+                                          list(request.partitions), self._clock_ms(), verify_only=request.verify_only)
+        await self._settle(result)
+        return TxnPartitionsAdded()
 
-    async def _add_offsets(self, request: Request) -> dict[str, Any]:
-        tid, pid, epoch = self._producer(request)
-        result = self.core.add_offsets(tid, pid, epoch, field(request, "group_id", str), self._clock_ms())
-        return dict(await self._settle(result))
+    async def add_offsets_to_txn(self, request: AddOffsetsToTxn) -> None:
+        result = self.core.add_offsets(request.transactional_id, request.producer_id, request.producer_epoch,
+                                       request.group_id, self._clock_ms())
+        await self._settle(result)
 
-    async def _end_txn_op(self, request: Request) -> dict[str, Any]:
-        if field(request, "bump_epoch", bool, default=False):
-            return await self._end_txn_v2(request)
-        return await self._end_txn(request)
-
-    async def _end_txn(self, request: Request) -> dict[str, Any]:
-        tid, pid, epoch = self._producer(request)
-        result = self.core.end_txn(tid, pid, epoch, field(request, "commit", bool), self._clock_ms())
-        return dict(await self._settle(result))
-
-    async def _end_txn_v2(self, request: Request) -> dict[str, Any]:
-        """end_txn with `bump_epoch` (Transactions V2, KIP-890 part 2): answers the producer id
-        and epoch of the next transaction."""
-        tid, pid, epoch = self._producer(request)
-        commit = field(request, "commit", bool)
-        result = self.core.end_txn_v2(tid, pid, epoch, commit, self._clock_ms())
+    async def end_txn(self, request: EndTxn) -> ProducerEpoch:
+        """With `bump_epoch` (Transactions V2, KIP-890 part 2): the producer id and epoch of
+        the next transaction; without, the request's own."""
+        r = request
+        if not r.bump_epoch:
+            await self._settle(self.core.end_txn(r.transactional_id, r.producer_id, r.producer_epoch, r.commit,
+                                                 self._clock_ms()))
+            return ProducerEpoch(r.producer_id, r.producer_epoch)
+        result = self.core.end_txn_v2(r.transactional_id, r.producer_id, r.producer_epoch, r.commit, self._clock_ms())
         if result.response == NEED_PRODUCER_ID:
             fresh = (await self._new_producer_id()).producer_id
-            result = self.core.end_txn_v2(tid, pid, epoch, commit, self._clock_ms(), new_producer_id=fresh)
+            result = self.core.end_txn_v2(r.transactional_id, r.producer_id, r.producer_epoch, r.commit,
+                                          self._clock_ms(), new_producer_id=fresh)
             if result.response == NEED_PRODUCER_ID:  # cannot happen: a fresh id always serves
                 raise CoordinatorNotAvailableError("no producer id")
-        return dict(await self._settle(result))
+        return _producer_epoch(await self._settle(result), r.producer_id, r.producer_epoch)
 
-    async def _describe(self, request: Request) -> dict[str, Any]:
-        ids = field(request, "transactional_ids", list, items=str)
-        if len(ids) > MAX_IDS:
+    async def txn_offset_commit(self, request: TxnOffsetCommit) -> list[PartitionOutcome]:
+        """Served by the group coordinator's `TxnOffsets` on this node (set by the node)."""
+        if self.txn_offsets is None:
+            raise CoordinatorNotAvailableError("no group coordinator on this node")
+        await self.txn_offsets.commit(request)
+        return [PartitionOutcome(c.topic, c.partition) for c in request.offsets]
+
+    async def describe_transactions(self, transactional_ids: Sequence[str]) -> list[DescribedTxn]:
+        if len(transactional_ids) > MAX_IDS:
             raise InvalidRequestError(f"at most {MAX_IDS} transactional ids", field="transactional_ids")
         out = []
-        for tid in ids:
+        for tid in transactional_ids:
             try:
-                out.append(self.core.describe(tid))
+                d = self.core.describe(tid)
             except RaftlogError as exc:
                 wire = as_wire_error(exc)
                 assert wire is not None
-                out.append({"transactional_id": tid, "error": wire.to_wire()})
-        return {"transactions": out}
+                out.append(DescribedTxn(tid, error=wire))
+                continue
+            out.append(DescribedTxn(tid, d["state"], d["producer_id"], d["producer_epoch"], d["timeout_ms"],
+                                    d["start_ms"], [(t, p) for t, p in d["partitions"]]))
+        return out
 
-    async def _list(self, request: Request) -> dict[str, Any]:
-        states = field(request, "states", list, items=str, default=None, nullable=True) or ()
-        pids = field(request, "producer_ids", list, items=int, default=None, nullable=True) or ()
-        min_ms = field(request, "min_duration_ms", int, default=-1)
-        return {"node_id": self.node_id,
-                "transactions": self.core.list(states, pids, min_ms, self._clock_ms())}
+    async def list_transactions(self, request: ListTransactions) -> TxnListing:
+        found = self.core.list(request.states or (), request.producer_ids or (), request.min_duration_ms,
+                               self._clock_ms())
+        return TxnListing(self.node_id, [ListedTxn(t["transactional_id"], t["producer_id"], t["state"])
+                                         for t in found])
+
+
+def _producer_epoch(answer: Any, producer_id: int, producer_epoch: int) -> ProducerEpoch:
+    """The core's answer {producer_id, producer_epoch}; {} (a retry of a completed one): the asked ones."""
+    answer = answer or {}
+    return ProducerEpoch(answer.get("producer_id", producer_id), answer.get("producer_epoch", producer_epoch))

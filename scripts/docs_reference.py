@@ -320,12 +320,16 @@ def native_ops() -> dict[str, tuple[str, str]]:
                 ops[op] = (target.attr.removesuffix("_handlers"), path.relative_to(ROOT).as_posix())
     # The typed ports' native adapters make their op tables in a function (the port's ops).
     for adapter, maker in (("raftlog/node/native_partition.py", "partition_handlers"),
-                           ("raftlog/node/native_groups.py", "group_handlers")):
+                           ("raftlog/node/native_groups.py", "group_handlers"),
+                           ("raftlog/node/native_txn.py", "txn_handlers"),
+                           ("raftlog/node/native_share.py", "share_handlers")):
         path = ROOT / adapter
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             if isinstance(node, ast.FunctionDef) and node.name == maker:
-                table = next(n for n in ast.walk(node) if isinstance(n, ast.Dict) and n.keys
-                             and all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in n.keys))
+                # the op table: op name -> handler function (the largest such dict, not an answer)
+                table = max((n for n in ast.walk(node) if isinstance(n, ast.Dict) and n.keys
+                             and all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in n.keys)
+                             and all(isinstance(v, ast.Name) for v in n.values)), key=lambda n: len(n.keys))
                 for key in table.keys:
                     ops[key.value] = ("client", adapter)
     return ops

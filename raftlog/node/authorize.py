@@ -19,6 +19,11 @@ op fails closed until it states what it needs):
   declares here: refused partitions of offset_commit / offset_fetch / offset_delete and refused
   groups of describe_groups / delete_groups are answered in place, list_groups leaves out what
   the principal may not DESCRIBE;
+* the share-group ops (KIP-932) are checked in front of the share port (groupcoord/share_port.py)
+  by `GuardedShare` (raftlog/node/guarded_share.py), by the `PortRule` each declares here;
+* the transaction ops are checked in front of the transaction port (groupcoord/txn_port.py)
+  by `GuardedTxn` (raftlog/node/guarded_txn.py), for both listeners, by the `TxnRule` each
+  declares here (Kafka's rules on the TransactionalId resource);
 * listing ops (metadata) leave out what the principal may not DESCRIBE; a topic asked for by
   name is answered with its error instead.
 
@@ -73,7 +78,8 @@ from raftlog.base.eventlog import log_event
 from raftlog.base.protocol import Request
 
 __all__ = [
-    "Access", "AuthorizerCache", "Guard", "GuardedPartitions", "NOBODY", "OPEN", "POLICIES", "PortRule", "ResourceRule",
+    "Access", "AuthorizerCache", "Guard", "GuardedPartitions", "NOBODY", "OPEN", "POLICIES", "PORT_RULES", "PortRule",
+    "ResourceRule", "TxnRule", "guarded_at_port",
     "guard_handlers",
     "refusal",
 ]
@@ -234,13 +240,6 @@ def _list_field(request: Request, name: str, *, nullable: bool = False) -> list[
     return value
 
 
-def _topic_of(entry: Any, field: str) -> str:
-    topic = entry.get("topic") if isinstance(entry, Mapping) else None
-    if type(topic) is not str:
-        raise InvalidRequestError(f"every entry of {field!r} names a topic", field=field)
-    return topic
-
-
 def _with(request: Request, **fields: Any) -> Request:
     return replace(request, fields=MappingProxyType({**request.fields, **fields}))
 
@@ -268,17 +267,6 @@ class ResourceRule:
 def _resource(operation: Operation, rt: ResourceType, field: str | None = None) -> ResourceRule:
     """One resource: the cluster, or the one named by `field`."""
     return ResourceRule(operation, rt, field)
-
-
-def _group_and_topic(operation: Operation) -> Policy:
-    """KIP-932's rule for ShareFetch / ShareAcknowledge: READ on the group and on the topic."""
-
-    async def policy(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
-        check.require(operation, G, _str_field(request, "group_id"))
-        check.require(operation, T, _str_field(request, "topic"))
-        return await handler(request)
-
-    return policy
 
 
 async def _metadata(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
@@ -318,49 +306,6 @@ async def _at_port(request: Request, check: Access, handler: Handler) -> Mapping
     return await handler(request)
 
 
-def _each(operation: Operation, rt: ResourceType = G, ids_field: str = "group_ids", answer_field: str = "groups",
-          key: str = "group_id") -> Policy:
-    """One resource per id of `ids_field`: refused ids are answered in `answer_field` with
-    their refusal, the others go to the handler."""
-
-    async def policy(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
-        ids = _list_field(request, ids_field) or []
-        refused = [i for i in ids if type(i) is str and not check.allowed(operation, rt, i)]
-        errors = [{key: i, "error": _refusal(operation, rt, i).to_wire()} for i in refused]
-        kept = [i for i in ids if i not in refused]
-        if not kept:
-            return {answer_field: errors}
-        response = await handler(_with(request, **{ids_field: kept}) if refused else request)
-        if response is None:
-            return None
-        return {**response, answer_field: [*response.get(answer_field, []), *errors]}
-
-    return policy
-
-
-async def _add_partitions_to_txn(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
-    # Kafka: WRITE on the transactional id and on every topic of the request.
-    check.require(O.WRITE, X, _str_field(request, "transactional_id"))
-    for entry in _list_field(request, "partitions") or []:
-        check.require(O.WRITE, T, _topic_of(entry, "partitions"))
-    return await handler(request)
-
-
-async def _add_offsets_to_txn(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
-    check.require(O.WRITE, X, _str_field(request, "transactional_id"))
-    check.require(O.READ, G, _str_field(request, "group_id"))
-    return await handler(request)
-
-
-async def _list_transactions(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
-    response = await handler(request)
-    if response is None:
-        return None
-    kept = [t for t in response.get("transactions", [])
-            if isinstance(t, Mapping) and check.allowed(O.DESCRIBE, X, str(t.get("transactional_id")))]
-    return {**response, "transactions": kept}
-
-
 async def _super_users_only(request: Request, check: Access, handler: Handler) -> Mapping[str, Any] | None:
     if not check.super_user:
         log_event(logger, "acl_no_policy", level=logging.WARNING, op=request.op[:40])
@@ -374,7 +319,8 @@ async def _super_users_only(request: Request, check: Access, handler: Handler) -
 @dataclass(frozen=True)
 class PortRule:
     """An op's ACL rule, checked in front of its typed port for both listeners (the group port:
-    raftlog/node/guarded_groups.py `GuardedGroups`), not by `guard_handlers`:
+    raftlog/node/guarded_groups.py `GuardedGroups`; the share port: guarded_share.py
+    `GuardedShare`), not by `guard_handlers`:
     * `group`: the operation on the request's group (on each group asked, `each`; a group's
       listing needs it unless the principal may DESCRIBE the cluster, `listing`);
     * `topics`: the operation on each partition's topic; a refused partition is answered
@@ -385,6 +331,37 @@ class PortRule:
     each: bool = False
     listing: bool = False
     whole: bool = False
+
+
+@dataclass(frozen=True)
+class TxnRule:
+    """A transaction op's ACL rule (Kafka's, on the TransactionalId resource), checked in front
+    of the transaction port for both listeners (raftlog/node/guarded_txn.py `GuardedTxn`):
+    * `txn`: the operation on the request's transactional id (on each id asked, `each`; a
+      listing leaves out the ids without it, `listing`);
+    * `group`: also this operation on the request's group;
+    * `topics`: also this operation on every partition's topic (a refused one refuses all)."""
+
+    txn: Operation
+    group: Operation | None = None
+    topics: Operation | None = None
+    each: bool = False
+    listing: bool = False
+
+
+def _on_txn(operation: Operation, *, group: Operation | None = None, topics: Operation | None = None) -> TxnRule:
+    return TxnRule(operation, group, topics)
+
+
+def _on_each_txn(operation: Operation) -> TxnRule:
+    return TxnRule(operation, each=True)
+
+
+def _listed_txns(operation: Operation) -> TxnRule:
+    return TxnRule(operation, listing=True)
+
+
+PORT_RULES: Final = (PortRule, TxnRule)  # rules checked at a typed port, not by guard_handlers
 
 
 def _on_group(operation: Operation) -> PortRule:
@@ -435,16 +412,16 @@ POLICIES: Final[Mapping[str, Policy | PortRule]] = {
     "leave_group": _on_group(O.READ),
     "consumer_group_heartbeat": _on_group(O.READ),  # KIP-848, Kafka's rule
     "consumer_group_describe": _on_each_group(O.DESCRIBE),
-    # KIP-932 share groups (groupcoord/share_service.py), Kafka's rules
-    "share_group_heartbeat": _resource(O.READ, G, "group_id"),
-    "share_group_describe": _each(O.DESCRIBE),
+    # KIP-932 share groups, Kafka's rules: checked in front of the share port (guarded_share.py GuardedShare).
+    "share_group_heartbeat": _on_group(O.READ),
+    "share_group_describe": _on_each_group(O.DESCRIBE),
     "share_groups_list": _resource(O.DESCRIBE, C),
-    "share_group_delete": _resource(O.DELETE, G, "group_id"),
-    "share_fetch": _group_and_topic(O.READ),
-    "share_acknowledge": _group_and_topic(O.READ),
-    "share_group_offsets": _resource(O.DESCRIBE, G, "group_id"),
-    "share_group_reset": _resource(O.READ, G, "group_id"),
-    "share_group_delete_offsets": _resource(O.DELETE, G, "group_id"),
+    "share_group_delete": _on_group(O.DELETE),
+    "share_fetch": _on_group_and_topics(O.READ, O.READ, whole=True),
+    "share_acknowledge": _on_group_and_topics(O.READ, O.READ, whole=True),
+    "share_group_offsets": _on_group(O.DESCRIBE),
+    "share_group_reset": _on_group(O.READ),
+    "share_group_delete_offsets": _on_group(O.DELETE),
     "offset_commit": _on_group_and_topics(O.READ, O.READ),
     "offset_fetch": _on_group_and_topics(O.DESCRIBE, O.DESCRIBE),
     "reset_offsets": _on_group_and_topics(O.READ, O.READ, whole=True),
@@ -458,15 +435,19 @@ POLICIES: Final[Mapping[str, Policy | PortRule]] = {
     "create_acls": _resource(O.ALTER, C),
     "delete_acls": _resource(O.ALTER, C),
     "alter_user_scram_credentials": _resource(O.ALTER, C),
-    # Transactions: Kafka's rules on the TransactionalId resource.
-    "find_txn_coordinator": _resource(O.DESCRIBE, X, "transactional_id"),
-    "init_txn_producer_id": _resource(O.WRITE, X, "transactional_id"),
-    "add_partitions_to_txn": _add_partitions_to_txn,
-    "add_offsets_to_txn": _add_offsets_to_txn,
-    "txn_offset_commit": _add_offsets_to_txn,  # Kafka: WRITE on the transactional id, READ on the group
-    "end_txn": _resource(O.WRITE, X, "transactional_id"),
-    "describe_transactions": _each(O.DESCRIBE, X, "transactional_ids", "transactions", "transactional_id"),
-    "list_transactions": _list_transactions,
+    # Transactions: Kafka's rules on the TransactionalId resource, checked in front of the
+    # transaction port (guarded_txn.py GuardedTxn).
+    "find_txn_coordinator": _on_txn(O.DESCRIBE),
+    "init_txn_producer_id": _on_txn(O.WRITE),
+    "add_partitions_to_txn": _on_txn(O.WRITE, topics=O.WRITE),
+    # Kafka's AddPartitionsToTxn v4 (the brokers' batched form): CLUSTER_ACTION, then each
+    # transaction by the rule above. A Kafka API, no native op.
+    "add_partitions_to_txns": _resource(O.CLUSTER_ACTION, C),
+    "add_offsets_to_txn": _on_txn(O.WRITE, group=O.READ),
+    "txn_offset_commit": _on_txn(O.WRITE, group=O.READ),
+    "end_txn": _on_txn(O.WRITE),
+    "describe_transactions": _on_each_txn(O.DESCRIBE),
+    "list_transactions": _listed_txns(O.DESCRIBE),
     "alter_client_quotas": _resource(O.ALTER_CONFIGS, C),  # Kafka's AlterClientQuotas rule
     "describe_client_quotas": _resource(O.DESCRIBE_CONFIGS, C),
     "update_features": _resource(O.ALTER, C),  # Kafka's UpdateFeatures rule
@@ -475,14 +456,25 @@ POLICIES: Final[Mapping[str, Policy | PortRule]] = {
 }
 
 
+def guarded_at_port(handlers: dict[str, Handler]) -> dict[str, Handler]:
+    """Mark a typed port's native adapter (native_groups.py, native_txn.py, native_share.py):
+    each handler calls the port behind its guard, so `guard_handlers` leaves it as it is."""
+    for handler in handlers.values():
+        setattr(handler, "guarded_at_port", True)
+    return handlers
+
+
 def guard_handlers(handlers: Mapping[str, Handler], *, authorizer_of: Callable[[], Authorizer]) -> dict[str, Handler]:
     """Each handler behind its op's policy (super users only for an op without one)."""
 
     def guarded(op: str, handler: Handler) -> Handler:
         policy = POLICIES.get(op, _super_users_only)
-        if isinstance(policy, PortRule):  # its adapter calls the port behind the guard
-            if not getattr(handler, "guarded_at_port", False):
+        at_port = getattr(handler, "guarded_at_port", False)
+        if isinstance(policy, PORT_RULES):  # its adapter calls the port behind the guard
+            if not at_port:
                 raise ValueError(f"op {op!r} is guarded at its port, but its handler does not call the guarded port")
+            return handler
+        if at_port and isinstance(policy, ResourceRule):  # one resource, required by the port's guard
             return handler
 
         async def run(request: Request) -> Mapping[str, Any] | None:

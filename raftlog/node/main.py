@@ -68,6 +68,8 @@ from raftlog.base.tls import client_context, server_context
 from raftlog.node.auth import ListenerSecurity, client_session_factory, peer_session_factory
 from raftlog.node.authorize import AuthorizerCache, Guard, guard_handlers
 from raftlog.node.native_groups import group_handlers
+from raftlog.node.native_share import share_handlers
+from raftlog.node.native_txn import txn_handlers
 from raftlog.node.native_partition import partition_handlers
 from raftlog.node.metadata_quorum import MetadataQuorum, QuorumConfig
 from raftlog.node.dynamic_config import DynamicBrokerConfig
@@ -154,10 +156,10 @@ def build_services(config: NodeConfig, metadata: MetadataService, peers: PeerPoo
         settings = txn_settings(config)
         txn = TxnCoordinatorService(settings, metadata, topics, new_producer_id=replicas.port.init_producer_id,
                                     write_markers=write_markers)
-        link.append(TxnLink(config.node_id, metadata, peers, replicas.port, txn.client_handlers,
-                            settings.coordinator.partitions))
+        link.append(TxnLink(config.node_id, metadata, peers, replicas.port, txn, settings.coordinator.partitions))
         replicas.port.txn_verifier = link[0]
         groups.txn_offsets.txn_verifier = link[0]  # TxnOffsetCommit v5 adds the group's partition (KIP-890)
+        txn.txn_offsets = groups.txn_offsets  # the transaction port's TxnOffsetCommit
 
         async def on_marker(marker: TxnMarker) -> None:  # TxnOffsetCommit's offsets apply at commit
             await groups.txn_offsets.on_marker(marker.topic, marker.partition, marker.producer_id, marker.commit)
@@ -302,6 +304,10 @@ async def run_node(
     # The typed ports' native adapters (their ops checked by the guard at the port).
     port_handlers = [] if replicas is None else [("partitions", partition_handlers(replicas.port, guard))]
     port_handlers += [] if groups is None else [("group port", group_handlers(groups, guard))]
+    txn = next((s for s in services if isinstance(s, TxnCoordinatorService)), None)
+    port_handlers += [] if txn is None else [("transaction port", txn_handlers(txn, guard))]
+    share = next((s for s in services if isinstance(s, ShareService)), None)
+    port_handlers += [] if share is None else [("share port", share_handlers(share, guard))]
     client_handlers = merge_handlers([(s.name, s.client_handlers) for s in services] + port_handlers)
     if authorizer_of is not None:
         client_handlers = guard_handlers(client_handlers, authorizer_of=authorizer_of)
@@ -369,10 +375,12 @@ async def run_node(
         # The Kafka listener has the client listener's security: the same TLS context, SASL
         # sessions (one failed-login throttle and replay window for both) and ACLs.
         kafka_ctx = KafkaContext(
-            node_id=config.node_id, cluster_id=cluster_id, client_handlers=client_handlers,
+            node_id=config.node_id, cluster_id=cluster_id,
             metadata=metadata,
             replicas=None if replicas is None else replicas.port,
             groups=groups,
+            txn=txn,
+            share=share,
             auto_create_topics=config.auto_create_topics,
             default_partitions=config.default_partitions,
             default_replication_factor=config.default_replication_factor,

@@ -20,6 +20,7 @@ from typing import Any, Final
 from groupcoord.port import (
     CommitOffset,
     ConsumerHeartbeat,
+    Coordinator,
     GroupPort,
     Heartbeat,
     JoinGroup,
@@ -35,10 +36,10 @@ from groupcoord.port import (
 )
 from raftlog.base.errors import RaftlogError
 from raftlog.base.protocol import Request, field
-from raftlog.node.authorize import Guard
+from raftlog.node.authorize import Guard, guarded_at_port
 from raftlog.node.guarded_groups import GuardedGroups
 
-__all__ = ["group_handlers"]
+__all__ = ["coordinator_fields", "group_handlers"]
 
 MAX_PROTOCOLS: Final = 64  # parsed at most one more: the coordinator refuses more than this
 
@@ -59,6 +60,11 @@ def _rows(tps: Sequence[TopicPartitions]) -> list[dict[str, Any]]:
     return [{"topic": tp.topic, "partitions": list(tp.partitions)} for tp in tps]
 
 
+def coordinator_fields(found: Coordinator) -> dict[str, Any]:
+    """A coordinator's native answer (find_coordinator, find_txn_coordinator)."""
+    return {"node_id": found.node_id, "host": found.host, "port": found.port, "partition": found.partition}
+
+
 def _timeout_ms(request: Request) -> int | None:
     return field(request, "timeout_ms", int, default=None, nullable=True, min_value=0)
 
@@ -75,8 +81,7 @@ def group_handlers(port: GroupPort, guard: Guard) -> dict[str, Handler]:
         return GuardedGroups(port, guard.access(request.principal, request.client_host))
 
     async def find_coordinator(request: Request) -> dict[str, Any]:
-        found = await guarded(request).find_coordinator(field(request, "group_id", str))
-        return {"node_id": found.node_id, "host": found.host, "port": found.port, "partition": found.partition}
+        return coordinator_fields(await guarded(request).find_coordinator(field(request, "group_id", str)))
 
     async def join_group(request: Request) -> dict[str, Any]:
         protocols = []
@@ -260,7 +265,7 @@ def group_handlers(port: GroupPort, guard: Guard) -> dict[str, Handler]:
             })  # fmt: skip
         return {"groups": out}
 
-    handlers: dict[str, Handler] = {
+    return guarded_at_port({
         "find_coordinator": find_coordinator,
         "join_group": join_group,
         "sync_group": sync_group,
@@ -275,7 +280,4 @@ def group_handlers(port: GroupPort, guard: Guard) -> dict[str, Handler]:
         "reset_offsets": reset_offsets,
         "consumer_group_heartbeat": consumer_group_heartbeat,  # KIP-848
         "consumer_group_describe": consumer_group_describe,
-    }
-    for handler in handlers.values():
-        setattr(handler, "guarded_at_port", True)  # authorize.guard_handlers: the guard is at the port
-    return handlers
+    })

@@ -34,6 +34,7 @@ from typing import Any, Final, Protocol
 import trio
 
 from groupcoord.txn_coordinator import Markers
+from groupcoord.txn_port import AddPartitionsToTxn, TxnPartitionsAdded
 from metadata.image import MetadataImage
 from partition.port import TxnMarker
 from raftlog.base.errors import (
@@ -54,6 +55,7 @@ from raftlog.base.errors import (
 from raftlog.base.eventlog import log_event
 from raftlog.base.protocol import Request, field
 from raftlog.base.topics import TRANSACTION_STATE_TOPIC, partition_for_transactional_id
+from raftlog.node.native_txn import add_partitions_answer, add_partitions_request
 
 __all__ = ["TxnLink"]
 
@@ -96,18 +98,24 @@ class _MarkerPort(Protocol):
     async def write_txn_marker(self, marker: TxnMarker, deadline: float) -> None: ...
 
 
+class _TxnAdder(Protocol):
+    """What the link calls of the transaction port (groupcoord/txn_port.py), unguarded."""
+
+    async def add_partitions_to_txn(self, request: AddPartitionsToTxn) -> TxnPartitionsAdded: ...
+
+
 class TxnLink:
     """See the module docstring."""
 
     name = "txn_link"
 
     def __init__(self, node_id: int, metadata: _Metadata, peers: _Peers, port: _MarkerPort,
-                 txn_handlers: Mapping[str, Handler], txn_partitions: int) -> None:
+                 txn: _TxnAdder, txn_partitions: int) -> None:
         self.node_id = node_id
         self.metadata = metadata
         self.peers = peers
         self.port = port
-        self._txn_handlers = txn_handlers
+        self._txn = txn
         self._txn_partitions = txn_partitions
         self._done: OrderedDict[tuple[str, int, int, bool], set[tuple[str, int]]] = OrderedDict()
         self.client_handlers: Mapping[str, Handler] = {}
@@ -235,14 +243,13 @@ class TxnLink:
         0103_transactions); PRODUCER_FENCED as INVALID_PRODUCER_EPOCH, which a fenced producer's
         Produce expects (Kafka's AddPartitionsToTxnManager; librdkafka then raises its fatal
         fenced error)."""
-        fields = {"transactional_id": transactional_id, "producer_id": producer_id,
-                  "producer_epoch": producer_epoch, "verify_only": not add,
-                  "partitions": [{"topic": topic, "partition": partition}]}
+        request = AddPartitionsToTxn(transactional_id, producer_id, producer_epoch, [(topic, partition)],
+                                     verify_only=not add)
         deadline = trio.current_time() + IMPLICIT_ADD_RETRY_S
         backoff_s = IMPLICIT_ADD_BACKOFF_S
         while True:
             try:
-                return await self._verify(transactional_id, topic, partition, fields)
+                return await self._verify(request)
             except ProducerFencedError as exc:
                 raise InvalidProducerEpochError(str(exc)) from None
             except ConcurrentTransactionsError as exc:
@@ -255,24 +262,28 @@ class TxnLink:
             await trio.sleep(backoff_s)
             backoff_s = min(backoff_s * 2, IMPLICIT_ADD_MAX_BACKOFF_S)
 
-    async def _verify(self, transactional_id: str, topic: str, partition: int, fields: dict[str, Any]) -> None:
-        p = partition_for_transactional_id(transactional_id, self._txn_partitions)
+    async def _verify(self, request: AddPartitionsToTxn) -> None:
+        p = partition_for_transactional_id(request.transactional_id, self._txn_partitions)
         state = self.metadata.image.partition(TRANSACTION_STATE_TOPIC, p)
         if state is None or state.leader < 0:
             raise CoordinatorNotAvailableError(f"{TRANSACTION_STATE_TOPIC}-{p} has no leader now")
         if state.leader == self.node_id:
-            answer = await self._txn_handlers["add_partitions_to_txn"](Request(0, "add_partitions_to_txn", fields))
+            answer = add_partitions_answer(await self._txn.add_partitions_to_txn(request))
         else:
             address = self.metadata.peer_address(state.leader)
             if address is None:
                 raise CoordinatorNotAvailableError(f"no address for broker {state.leader}")
+            fields = {"transactional_id": request.transactional_id, "producer_id": request.producer_id,
+                      "producer_epoch": request.producer_epoch, "verify_only": request.verify_only,
+                      "partitions": [{"topic": t, "partition": n} for t, n in request.partitions]}
             answer = await self.peers.call(address, "verify_txn", fields, timeout_s=PEER_TIMEOUT_S)
         if answer and answer.get("unknown"):
+            topic, partition = request.partitions[0]
             raise UnknownTopicOrPartitionError(f"{topic}-{partition} is unknown to the coordinator")
 
     async def _peer_verify(self, request: Request) -> Mapping[str, Any] | None:
         try:
-            return await self._txn_handlers["add_partitions_to_txn"](request)
+            return add_partitions_answer(await self._txn.add_partitions_to_txn(add_partitions_request(request)))
         except RaftlogError as exc:
             log_event(logger, "txn_verify_refused", level=logging.DEBUG, reason=str(exc))
             raise

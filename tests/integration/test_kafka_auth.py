@@ -6,7 +6,6 @@ import base64
 import os
 import ssl
 import struct
-from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
@@ -23,7 +22,6 @@ from kafka.protocol.sasl import (
 
 from raftlog.base.certs import issue, new_ca, write_private_file
 from raftlog.base.metrics import MetricsRegistry
-from raftlog.base.protocol import Request
 from raftlog.base.sasl import PlainClient, ScramClient, scram_credential
 from raftlog.base.tls import client_context, server_context
 from raftlog.node.auth import ListenerSecurity, LoginThrottle, client_session_factory
@@ -44,14 +42,9 @@ class Users:
         return self.creds.get((user, mechanism))
 
 
-async def whoami(request: Request) -> Mapping[str, Any]:
-    return {"principal": request.principal, "host": request.client_host}
-
-
 async def handle_whoami_metadata(ctx: KafkaContext, call: Call) -> Reply:
-    """Metadata answered with the principal ctx.call saw, in cluster_id: what ACLs would use."""
-    seen = await ctx.call("whoami", {})
-    return MetadataResponse[call.version](throttle_time_ms=0, brokers=[], cluster_id=seen["principal"],
+    """Metadata answered with the principal the guard saw, in cluster_id: what ACLs would use."""
+    return MetadataResponse[call.version](throttle_time_ms=0, brokers=[], cluster_id=ctx.access().principal,
                                           controller_id=-1, topics=[])
 
 
@@ -158,7 +151,7 @@ async def start(nursery, *, sasl_on=True, tls_ctx=None, users=None, throttle=Non
     users = users or Users()
     factory = client_session_factory(sasl=sasl_on, tls=tls_ctx is not None, lookup=users.lookup,
                                      clock_ms=lambda: int(trio.current_time() * 1000), throttle=throttle)
-    ctx = KafkaContext(node_id=1, cluster_id="test", client_handlers={"whoami": whoami}, metadata=None,
+    ctx = KafkaContext(node_id=1, cluster_id="test", metadata=None,
                        replicas=None, authorizer_of=lambda: None)  # principal passed: ACLs "on"
     port = await nursery.start(partial(
         serve_kafka, ctx, "127.0.0.1", 0, max_request_bytes=1 << 20, request_timeout_ms=10_000,

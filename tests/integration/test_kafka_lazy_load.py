@@ -24,7 +24,7 @@ def test_node_modules_import_no_kafka_python():
 
 
 async def test_the_first_request_loads_the_protocol_and_is_answered():
-    ctx = KafkaContext(node_id=1, cluster_id="c", client_handlers={}, metadata=None, replicas=None)
+    ctx = KafkaContext(node_id=1, cluster_id="c", metadata=None, replicas=None)
     async with trio.open_nursery() as nursery:
         port = await nursery.start(lambda task_status: serve_kafka(
             ctx, "127.0.0.1", 0, max_request_bytes=1 << 20, request_timeout_ms=5000,

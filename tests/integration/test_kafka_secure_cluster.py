@@ -1,4 +1,4 @@
-"""Real Kafka clients against a secure node's Kafka listener (SASL_SSL, ACLs; the material of `cluster up --secure`): confluent-kafka and aiokafka log in with SCRAM-SHA-512/256, produce and consume; users and ACLs are managed with Kafka's AdminClient (AlterUserScramCredentials, CreateAcls/DescribeAcls/DeleteAcls); an ACL that denies produce on one topic and allows another holds for a Kafka producer; a wrong password and no credentials get nothing; no log holds a password."""
+"""Real Kafka clients against a secure node's Kafka listener (SASL_SSL, ACLs; the material of `cluster up --secure`): confluent-kafka and aiokafka log in with SCRAM-SHA-512/256, produce and consume; users and ACLs are managed with Kafka's AdminClient (AlterUserScramCredentials, CreateAcls/DescribeAcls/DeleteAcls); an ACL that denies produce on one topic and allows another holds for a Kafka producer; a transactional producer follows the TransactionalId ACLs; a wrong password and no credentials get nothing; no log holds a password."""
 
 from __future__ import annotations
 
@@ -185,6 +185,44 @@ def test_wrong_password_and_no_credentials_get_nothing(secure):
     # TLS without SASL, and plaintext: the node closes such connections (no metadata comes).
     assert KafkaError._AUTHENTICATION not in login_errors({**kafka_conf(secure), "security.protocol": "SSL"})
     assert KafkaError._AUTHENTICATION not in login_errors({"bootstrap.servers": secure.kafka(1)})
+
+
+DAVE_PASSWORD = "dave-Pw-" + "3e90c1"
+
+
+def test_transactions_follow_kafkas_transactional_id_acls(secure):
+    """The transaction port's guard on the Kafka listener, with a real transactional producer:
+    WRITE (and DESCRIBE) on its transactional id lets it commit; another id is refused at once
+    with TRANSACTIONAL_ID_AUTHORIZATION_FAILED and nothing reaches the topic."""
+    conf = kafka_conf(secure)
+    client = admin(conf)
+    client.create_topics([NewTopic("tx-acl", 1, 1)])["tx-acl"].result(30)
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096)
+    for f in client.alter_user_scram_credentials(
+            [UserScramCredentialUpsertion("dave", info, DAVE_PASSWORD.encode())]).values():
+        f.result(30)
+    acls = [AclBinding(ResourceType.TOPIC, "tx-acl", ResourcePatternType.LITERAL, "User:dave", "*", op,
+                       AclPermissionType.ALLOW) for op in (AclOperation.WRITE, AclOperation.DESCRIBE)]
+    acls += [AclBinding(ResourceType.TRANSACTIONAL_ID, "dave-app", ResourcePatternType.LITERAL, "User:dave", "*", op,
+                        AclPermissionType.ALLOW) for op in (AclOperation.WRITE, AclOperation.DESCRIBE)]
+    for f in client.create_acls(acls).values():
+        f.result(30)
+    dave = kafka_conf(secure, "dave", DAVE_PASSWORD)
+
+    def transactional(tid: str) -> KProducer:
+        return KProducer({**dave, "transactional.id": tid, "message.timeout.ms": 20000})
+
+    producer = transactional("dave-app")
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    producer.produce("tx-acl", b"committed")
+    producer.commit_transaction(60)
+    assert log_end(secure, "tx-acl") == 2  # the record and its COMMIT marker
+    refused = transactional("other-app")
+    with pytest.raises(KafkaException) as raised:
+        refused.init_transactions(30)
+    assert raised.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert log_end(secure, "tx-acl") == 2
 
 
 def test_zz_no_log_holds_a_password(secure):

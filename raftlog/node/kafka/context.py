@@ -9,9 +9,11 @@ producer ids, log dirs, producers) call the partition port (partition/port.py) t
 (groupcoord/port.py) through `ctx.group_port()`, behind the same guard
 (raftlog/node/guarded_groups.py `GuardedGroups`); Metadata, the topic, config, quota, feature,
 ACL, SCRAM, election and reassignment ops call the metadata port (metadata/port.py) through
-`ctx.admin()` (raftlog/node/guarded_metadata.py `GuardedMetadata`). Handlers check no ACL
-themselves. The transaction and share-group ops still run the native client handler of the
-same op through `call(op, fields)`, behind the same guard's native policies.
+`ctx.admin()` (raftlog/node/guarded_metadata.py `GuardedMetadata`); the transaction ops the
+transaction port (groupcoord/txn_port.py) through `ctx.txn_port()` (guarded_txn.py
+`GuardedTxn`); the share-group ops (KIP-932) the share port (groupcoord/share_port.py) through
+`ctx.share_port()` (guarded_share.py `GuardedShare`). Handlers check no ACL themselves and
+run no native handler.
 
 A handler returns one of:
 * a response message (kafka-python ApiMessage of the response class): encoded at the
@@ -27,15 +29,15 @@ in request order too (Kafka's guarantee), whatever order the `Later`s finish in.
 Security (issue 16): each connection's `ConnectionState` holds its authentication session
 (raftlog/node/auth.py: SASL, or the mTLS/anonymous principal) and is the *current connection*
 of everything its requests run (a context variable the listener sets for the connection's
-task; the `Later`s it starts inherit it). `ctx.call` passes that connection's principal and
-host to the native handler (guarded by the node, raftlog/node/authorize.py); `ctx.port()`
-and `ctx.access()` apply the same guard (`Guard`) to that principal. Without a current
-connection on a node with ACLs, all three fail closed.
+task; the `Later`s it starts inherit it). The ports (`ctx.port()`, `ctx.group_port()`,
+`ctx.admin()`, `ctx.txn_port()`, `ctx.share_port()`) and `ctx.access()` apply the node's one
+guard (`Guard`, raftlog/node/authorize.py) to that connection's principal and host. Without a
+current connection on a node with ACLs, they fail closed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -44,19 +46,20 @@ import trio
 
 from metadata.authorizer import Authorizer
 from groupcoord.port import GroupPort
+from groupcoord.share_port import SharePort
+from groupcoord.txn_port import TxnPort
 from partition.port import PartitionPort
 from raftlog.base.acl import ANONYMOUS
 from raftlog.base.errors import (
-    ClusterAuthorizationFailedError,
-    InvalidRequestError,
     NotCoordinatorError,
     NotLeaderError,
 )
-from raftlog.base.protocol import Request
 from raftlog.node.auth import Session
 from raftlog.node.authorize import Access, Guard, GuardedPartitions
 from raftlog.node.guarded_groups import GuardedGroups
 from raftlog.node.guarded_metadata import GuardedMetadata
+from raftlog.node.guarded_share import GuardedShare
+from raftlog.node.guarded_txn import GuardedTxn
 from raftlog.node.kafka.fetch_sessions import FetchSessionCache
 from raftlog.node.quotas import QuotaManager
 from raftlog.node.kafka.wire import Chunk, Header
@@ -69,8 +72,6 @@ DISK_THREADS = 4
 __all__ = [
     "KafkaContext", "ConnectionState", "Call", "Encoded", "Later", "Reply", "Handler", "current_connection",
 ]
-
-NativeHandler = Callable[[Request], Awaitable[Mapping[str, Any] | None]]
 
 # The connection whose request is running (set by the listener for the connection's task).
 _CONNECTION: ContextVar["ConnectionState | None"] = ContextVar("kafka_connection", default=None)
@@ -86,22 +87,22 @@ class KafkaContext:
 
     node_id: int
     cluster_id: str
-    client_handlers: Mapping[str, NativeHandler]
     metadata: Any  # metadata.service.MetadataService: image, controller_id, kafka_address()
     replicas: PartitionPort | None  # the partition port (None on a controller-only node)
     groups: GroupPort | None = None  # the group port (groupcoord/port.py; None on a controller-only node)
+    txn: TxnPort | None = None  # the transaction port (groupcoord/txn_port.py; None on a controller-only node)
+    share: SharePort | None = None  # the share port (groupcoord/share_port.py; None on a controller-only node)
     auto_create_topics: bool = True
     default_partitions: int = 1
     default_replication_factor: int = 1
     request_timeout_ms: int = 30_000
     node_config: Any | None = None  # raftlog.node.config.NodeConfig: broker configs (read-only)
-    # With ACLs on: the node's current authorizer (client_handlers are then guarded too).
+    # With ACLs on: the node's current authorizer (the guard below is made from it when not given).
     authorizer_of: Callable[[], Authorizer] | None = None
     cache: dict[str, Any] = field(default_factory=dict)  # derived from an image, keyed by use
     # Blocking disk work of the listener (sending zero-copy fetch ranges) runs
     # in worker threads, at most this many at once.
     disk_limiter: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(DISK_THREADS))
-    _next_id: int = 0
     # The node's one ACL guard (raftlog/node/authorize.py), shared with the native listener;
     # made from `authorizer_of` when not given.
     guard: Guard | None = None
@@ -113,22 +114,6 @@ class KafkaContext:
     def __post_init__(self) -> None:
         if self.guard is None:
             self.guard = Guard(self.authorizer_of)
-
-    async def call(self, op: str, fields: Mapping[str, Any]) -> Mapping[str, Any] | None:
-        """Run the native client handler of `op` with `fields`, as the current connection's
-        principal; raises what it raises (RaftlogError subclasses for definite and
-        unknown-outcome failures, e.g. TOPIC_AUTHORIZATION_FAILED from the ACL guard)."""
-        handler = self.client_handlers.get(op)
-        if handler is None:
-            raise InvalidRequestError(f"this node does not serve {op}")
-        self._next_id = (self._next_id + 1) & 0x7FFFFFFF
-        principal = host = None
-        if self.authorizer_of is not None:
-            connection = _CONNECTION.get()
-            if connection is None:
-                raise ClusterAuthorizationFailedError(f"{op}: no connection to authorize")
-            principal, host = connection.principal, connection.host
-        return await handler(Request(self._next_id, op, fields, principal, host))
 
     def access(self) -> Access:
         """What the current connection's principal may do (everything, without ACLs;
@@ -160,6 +145,20 @@ class KafkaContext:
         if self.groups is None:
             raise NotCoordinatorError(f"node {self.node_id} has no group coordinator")
         return GuardedGroups(self.groups, self.access())
+
+    def txn_port(self) -> GuardedTxn:
+        """The transaction port behind the current connection's ACLs. Raises
+        NotCoordinatorError on a node without a transaction coordinator."""
+        if self.txn is None:
+            raise NotCoordinatorError(f"node {self.node_id} has no transaction coordinator")
+        return GuardedTxn(self.txn, self.access())
+
+    def share_port(self) -> GuardedShare:
+        """The share port (KIP-932) behind the current connection's ACLs. Raises
+        NotCoordinatorError on a node without share groups (a controller-only node)."""
+        if self.share is None:
+            raise NotCoordinatorError(f"node {self.node_id} has no share-group coordinator")
+        return GuardedShare(self.share, self.access())
 
 
 @dataclass

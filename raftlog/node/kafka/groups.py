@@ -135,7 +135,7 @@ async def handle_find_coordinator(ctx: KafkaContext, call: Call) -> Reply:
         """(error code, message, node id, host, port)."""
         try:
             if key_type == TRANSACTION_KEY_TYPE:
-                node_id = (await ctx.call("find_txn_coordinator", {"transactional_id": key}) or {})["node_id"]
+                node_id = (await ctx.txn_port().find_txn_coordinator(key)).node_id
             elif key_type == GROUP_KEY_TYPE:
                 node_id = (await ctx.group_port().find_coordinator(key)).node_id
             else:
@@ -448,11 +448,10 @@ async def handle_list_groups(ctx: KafkaContext, call: Call) -> Reply:
     groups = [(g.group_id, g.protocol_type, g.state, g.type) for g in listed]
     if types is None or "share" in types:  # KIP-932: this coordinator's share groups
         try:
-            shares = (await ctx.call("share_groups_list", {}) or {}).get("groups") or ()
+            shares = await ctx.share_port().share_groups_list()
         except RaftlogError:  # e.g. no DESCRIBE on the cluster: the other kinds still listed
-            shares = ()
-        groups += [(g["group_id"], "share", g.get("state") or "", "share") for g in shares
-                   if states is None or g.get("state") in states]
+            shares = []
+        groups += [(g.group_id, "share", g.state, "share") for g in shares if states is None or g.state in states]
     return R(throttle_time_ms=0, error_code=errors.NONE, groups=[
         R.ListedGroup(group_id=g, protocol_type=protocol_type, group_state=state, group_type=kind)
         for g, protocol_type, state, kind in groups if types is None or kind in types])  # fmt: skip

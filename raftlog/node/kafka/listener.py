@@ -37,8 +37,8 @@ SaslHandshake and SaslAuthenticate run, and anything else closes the connection;
 login counts in raftlog_auth_failures_total{listener="kafka"}. Before each later request the
 session is checked (a user removed while connected is closed, and so is a session older
 than `connections_max_reauth_ms` that did not log in again: KIP-368, no answer, as Kafka). The connection is the current
-connection of its requests (context.py), so `ctx.call`, `ctx.port()` and `ctx.access()` apply its
-principal's ACLs.
+connection of its requests (context.py), so the ports (`ctx.port()`, `ctx.txn_port()`, ...) and
+`ctx.access()` apply its principal's ACLs.
 
 Bad input: a frame over `max_request_bytes` (or a negative size), a header or body that does
 not decode (truncated, garbage), an api key we have no schema for: one log line

@@ -3,9 +3,10 @@
 AlterShareGroupOffsets (91) v0 and DeleteShareGroupOffsets (92) v0: the versions the Java
 client and tools of Kafka 4.4 send (ApiKeys.latestVersion of kafka-clients 4.4.0).
 
-Protocol translation only, wire -> port -> wire: each handler runs the share service's op of
-the same meaning (groupcoord/share_service.py) behind the connection's ACL guard; Kafka names
-topics by id in 76-79, the service by name (translated with the node's image).
+Protocol translation only, wire -> port -> wire: each handler calls the share port
+(groupcoord/share_port.py) through `ctx.share_port()`, behind the connection's ACL guard
+(raftlog/node/guarded_share.py); Kafka names topics by id in 76-79, the port by name
+(translated with the node's image).
 
 Share sessions (KIP-932, like KIP-227's fetch sessions but per member): ShareFetch with epoch
 0 opens one for (group, member) on this node with the partitions it names; later requests
@@ -28,10 +29,12 @@ from typing import Any, Final
 
 import trio
 
-from raftlog.base.errors import RaftlogError, error_from_wire
+from groupcoord.share_port import ShareAck, ShareAcknowledge, ShareFetch, ShareFetched, ShareHeartbeat, ShareReset
+from raftlog.base.errors import RaftlogError
 from raftlog.node.config import NodeConfig
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.context import Call, KafkaContext, Later, Reply
+from raftlog.node.kafka.groups import _client
 from raftlog.node.kafka.metadata import ZERO_UUID, names_by_uuid, topic_uuid
 from raftlog.node.kafka.schemas import (
     AlterShareGroupOffsetsResponse,
@@ -186,26 +189,25 @@ def _acks(batches: Any) -> tuple[list[list[int]], str | None]:
 async def handle_share_group_heartbeat(ctx: KafkaContext, call: Call) -> Reply:
     request = call.request
     R = ShareGroupHeartbeatResponse
-    fields: dict[str, Any] = {
-        "group_id": request.group_id, "member_id": request.member_id or "", "member_epoch": request.member_epoch,
-        "rack_id": request.rack_id, "client_id": call.header.client_id or "",
-        "subscribed_topic_names": None if request.subscribed_topic_names is None
-        else list(request.subscribed_topic_names),
-    }
+    client_id, client_host = _client(call)
+    beat = ShareHeartbeat(
+        group_id=request.group_id, member_id=request.member_id or "", member_epoch=request.member_epoch,
+        subscribed_topic_names=None if request.subscribed_topic_names is None else list(request.subscribed_topic_names),
+        rack_id=request.rack_id, client_id=client_id, client_host=client_host)
     try:
-        result = await ctx.call("share_group_heartbeat", fields) or {}
+        result = await ctx.share_port().share_group_heartbeat(beat)
     except RaftlogError as exc:
         code, message = errors.kafka_error(exc)
         return R(throttle_time_ms=0, error_code=code, error_message=message, member_id=None, member_epoch=-1,
                  heartbeat_interval_ms=0, assignment=None)
     assignment = None
-    if result.get("assignment") is not None:
+    if result.assignment is not None:
         ids = _topic_ids(ctx)
         assignment = R.Assignment(topic_partitions=[
-            R.Assignment.TopicPartitions(topic_id=ids.get(a["topic"], ZERO_UUID), partitions=a["partitions"])
-            for a in result["assignment"] if a["topic"] in ids])  # fmt: skip
-    return R(throttle_time_ms=0, error_code=errors.NONE, error_message=None, member_id=result["member_id"],
-             member_epoch=result["member_epoch"], heartbeat_interval_ms=result["heartbeat_interval_ms"],
+            R.Assignment.TopicPartitions(topic_id=ids.get(a.topic, ZERO_UUID), partitions=list(a.partitions))
+            for a in result.assignment if a.topic in ids])  # fmt: skip
+    return R(throttle_time_ms=0, error_code=errors.NONE, error_message=None, member_id=result.member_id,
+             member_epoch=result.member_epoch, heartbeat_interval_ms=result.heartbeat_interval_ms,
              assignment=assignment)
 
 
@@ -219,28 +221,27 @@ async def handle_share_group_describe(ctx: KafkaContext, call: Call) -> Reply:
                  assignment_epoch=-1, assignor_name="", members=[], authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
 
     try:
-        result = await ctx.call("share_group_describe", {"group_ids": ids}) or {}
+        described = await ctx.share_port().share_group_describe(ids)
     except RaftlogError as exc:
         code, message = errors.kafka_error(exc)
         return R(throttle_time_ms=0, groups=[failed(g, code, message) for g in ids])
     topic_ids = _topic_ids(ctx)
     out = []
-    for g in result.get("groups") or ():
-        if g.get("error") is not None:
-            err = error_from_wire(g["error"])
-            out.append(failed(g["group_id"], errors.kafka_error_code(err.code), err.message))
+    for g in described:
+        if g.error is not None:
+            out.append(failed(g.group_id, errors.kafka_error_code(g.error.code), g.error.message))
             continue
         out.append(D(
-            error_code=errors.NONE, error_message=None, group_id=g["group_id"], group_state=g["state"],
-            group_epoch=g["group_epoch"], assignment_epoch=g["assignment_epoch"], assignor_name=g["assignor"],
+            error_code=errors.NONE, error_message=None, group_id=g.group_id, group_state=g.state,
+            group_epoch=g.group_epoch, assignment_epoch=g.assignment_epoch, assignor_name=g.assignor,
             members=[D.Member(
-                member_id=m["member_id"], rack_id=m.get("rack_id"), member_epoch=m["member_epoch"],
-                client_id=m.get("client_id") or "", client_host=m.get("client_host") or "",
-                subscribed_topic_names=m.get("subscribed_topic_names") or [],
+                member_id=m.member_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
+                client_id=m.client_id or "", client_host=m.client_host or "",
+                subscribed_topic_names=list(m.subscribed_topic_names),
                 assignment=D.Member.Assignment(topic_partitions=[
-                    D.Member.Assignment.TopicPartitions(topic_id=topic_ids.get(a["topic"], ZERO_UUID), topic_name=a["topic"],
-                                      partitions=a["partitions"]) for a in m["assignment"]]))
-                for m in g.get("members") or ()],
+                    D.Member.Assignment.TopicPartitions(topic_id=topic_ids.get(a.topic, ZERO_UUID), topic_name=a.topic,
+                                      partitions=list(a.partitions)) for a in m.assignment]))
+                for m in g.members],
             authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))  # fmt: skip
     return R(throttle_time_ms=0, groups=out)
 
@@ -249,14 +250,21 @@ async def handle_share_group_describe(ctx: KafkaContext, call: Call) -> Reply:
 
 
 async def _fetch_partition(ctx: KafkaContext, group_id: str, member_id: str, topic: str, partition: int,
-                           acks: list[list[int]], max_records: int, max_bytes: int) -> dict[str, Any]:
-    """One partition's share_fetch: the service's answer, or {"error": exc}."""
-    fields = {"group_id": group_id, "member_id": member_id, "topic": topic, "partition": partition,
-              "max_records": max_records, "max_bytes": max_bytes, "acknowledgements": acks}
+                           acks: list[list[int]], max_records: int, max_bytes: int) -> ShareFetched | RaftlogError:
+    """One partition's share fetch: the port's answer, or its error."""
     try:
-        return dict(await ctx.call("share_fetch", fields) or {})
+        return await ctx.share_port().share_fetch(ShareFetch(
+            group_id, member_id, topic, partition, max_records, max_bytes, acknowledgements=_share_acks(acks)))
     except RaftlogError as exc:
-        return {"error": exc}
+        return exc
+
+
+def _share_acks(ranges: list[list[int]]) -> list[ShareAck]:
+    return [ShareAck(first, last, kind) for first, last, kind in ranges]
+
+
+def _acquired(r: ShareFetched | RaftlogError | int | None) -> bool:
+    return isinstance(r, ShareFetched) and bool(r.acquired)
 
 
 async def handle_share_fetch(ctx: KafkaContext, call: Call) -> Reply:
@@ -287,7 +295,8 @@ async def handle_share_fetch(ctx: KafkaContext, call: Call) -> Reply:
     fetching = request.share_session_epoch != FINAL_EPOCH
 
     async def answer() -> Reply:
-        results: dict[TopicPartition, dict[str, Any]] = {}
+        # per partition: the port's answer, its error, or a Kafka error code (an unknown topic id)
+        results: dict[TopicPartition, ShareFetched | RaftlogError | int] = {}
         ack_results: dict[TopicPartition, tuple[int, str | None]] = {}
         deadline = trio.current_time() + max_wait_s
         step = POLL_STEP_S[0]
@@ -299,46 +308,47 @@ async def handle_share_fetch(ctx: KafkaContext, call: Call) -> Reply:
                 if refusal is not None:
                     ack_results[tp] = (errors.INVALID_REQUEST, refusal)
                 if name is None:
-                    results[tp] = {"code": errors.UNKNOWN_TOPIC_ID}
+                    results[tp] = errors.UNKNOWN_TOPIC_ID
                     continue
                 if not fetching and not ranges:
                     continue
                 r = await _fetch_partition(ctx, group_id, member_id, name, tp[1], ranges,
                                            max_records if fetching else 1, max_bytes)
                 if ranges and tp not in ack_results:
-                    if "error" in r:
-                        ack_results[tp] = errors.kafka_error(r["error"])
-                    elif r.get("acknowledge_error") is not None:
-                        err = error_from_wire(r["acknowledge_error"])
+                    if isinstance(r, RaftlogError):
+                        ack_results[tp] = errors.kafka_error(r)
+                    elif r.acknowledge_error is not None:
+                        err = r.acknowledge_error
                         ack_results[tp] = (errors.kafka_error_code(err.code), err.message)
                     else:
                         ack_results[tp] = (errors.NONE, None)
                 prev = results.get(tp)
-                if prev is None or "error" in prev or not prev.get("acquired") or r.get("acquired"):
+                if prev is None or isinstance(prev, RaftlogError) or not _acquired(prev) or _acquired(r):
                     results[tp] = r
-            got = any(r.get("acquired") or "error" in r for r in results.values())
+            got = any(_acquired(r) or isinstance(r, RaftlogError) for r in results.values())
             if got or not fetching or trio.current_time() >= deadline:
                 break
             await trio.sleep(min(step, max(0.0, deadline - trio.current_time())))
             step = min(step * 2, POLL_STEP_S[1])
         by_topic: dict[uuid.UUID, list[Any]] = {}
         for tp in parts:
-            r = results.get(tp, {})
+            r = results.get(tp)
             name = names.get(tp[0])
             leader_id, leader_epoch = _leader(ctx, name, tp[1]) if name is not None else (-1, -1)
             ack_code, ack_message = ack_results.get(tp, (errors.NONE, None))
-            if "error" in r:
-                code, message = errors.kafka_error(r["error"])
+            if isinstance(r, RaftlogError):
+                code, message = errors.kafka_error(r)
             else:
-                code, message = r.get("code", errors.NONE), None
-            acquired = r.get("acquired") or []
+                code, message = r if isinstance(r, int) else errors.NONE, None
+            fetched = r if isinstance(r, ShareFetched) else None
+            acquired = [] if fetched is None else fetched.acquired
             by_topic.setdefault(tp[0], []).append(P(
                 partition_index=tp[1], error_code=code, error_message=message, acknowledge_error_code=ack_code,
                 acknowledge_error_message=ack_message,
                 current_leader=P.LeaderIdAndEpoch(leader_id=leader_id, leader_epoch=leader_epoch),
-                records=r.get("records") or b"",
-                acquired_records=[P.AcquiredRecords(first_offset=a[0], last_offset=a[1], delivery_count=a[2])
-                                  for a in acquired]))  # fmt: skip
+                records=b"" if fetched is None else fetched.records,
+                acquired_records=[P.AcquiredRecords(first_offset=a.first_offset, last_offset=a.last_offset,
+                                                    delivery_count=a.delivery_count) for a in acquired]))  # fmt: skip
         return R(throttle_time_ms=0, error_code=errors.NONE, error_message=None, acquisition_lock_timeout_ms=lock_ms,
                  responses=[T(topic_id=tid, partitions=ps) for tid, ps in by_topic.items()], node_endpoints=[])
 
@@ -376,8 +386,8 @@ async def handle_share_acknowledge(ctx: KafkaContext, call: Call) -> Reply:
             c, m = errors.INVALID_REQUEST, refusal
         else:
             try:
-                await ctx.call("share_acknowledge", {"group_id": group_id, "member_id": member_id, "topic": name,
-                                                     "partition": partition, "acknowledgements": ranges})
+                await ctx.share_port().share_acknowledge(ShareAcknowledge(group_id, member_id, name, partition,
+                                                                          _share_acks(ranges)))
                 c, m = errors.NONE, None
             except RaftlogError as exc:
                 c, m = errors.kafka_error(exc)
@@ -402,10 +412,8 @@ async def handle_share_acknowledge(ctx: KafkaContext, call: Call) -> Reply:
 async def _group_topics(ctx: KafkaContext, group_id: str) -> list[str]:
     """The topics a share group subscribes to (its members'), else every topic of the cluster."""
     try:
-        result = await ctx.call("share_group_describe", {"group_ids": [group_id]}) or {}
-        groups = result.get("groups") or []
-        topics = sorted({t for g in groups if g.get("error") is None for m in g.get("members") or ()
-                         for t in m.get("subscribed_topic_names") or ()})
+        groups = await ctx.share_port().share_group_describe([group_id])
+        topics = sorted({t for g in groups if g.error is None for m in g.members for t in m.subscribed_topic_names})
     except RaftlogError:
         topics = []
     image = ctx.metadata.image
@@ -422,15 +430,15 @@ async def handle_describe_share_group_offsets(ctx: KafkaContext, call: Call) -> 
 
     async def partition_row(gid: str, topic: str, p: int, only_known: bool) -> Any | None:
         try:
-            o = await ctx.call("share_group_offsets", {"group_id": gid, "topic": topic, "partition": p}) or {}
+            o = await ctx.share_port().share_group_offsets(gid, topic, p)
         except RaftlogError as exc:
             code, message = errors.kafka_error(exc)
             return P(partition_index=p, start_offset=-1, leader_epoch=-1, lag=-1, error_code=code,
                      error_message=message)
-        start = o.get("start_offset")
+        start = o.start_offset
         if start is None and only_known:
             return None
-        lag = o.get("lag")
+        lag = o.lag
         return P(partition_index=p, start_offset=-1 if start is None else start,
                  leader_epoch=_leader(ctx, topic, p)[1], lag=-1 if lag is None else lag, error_code=errors.NONE, error_message=None)
 
@@ -471,8 +479,8 @@ async def handle_alter_share_group_offsets(ctx: KafkaContext, call: Call) -> Rep
 
     async def one(topic: str, p: Any) -> Any:
         try:
-            await ctx.call("share_group_reset", {"group_id": request.group_id, "topic": topic,
-                                                 "partition": p.partition_index, "offset": max(0, p.start_offset)})
+            await ctx.share_port().share_group_reset(ShareReset(request.group_id, topic, p.partition_index,
+                                                                max(0, p.start_offset)))
             code, message = errors.NONE, None
         except RaftlogError as exc:
             code, message = errors.kafka_error(exc)
@@ -496,7 +504,7 @@ async def handle_delete_share_group_offsets(ctx: KafkaContext, call: Call) -> Re
 
     async def one(topic: str) -> Any:
         try:
-            await ctx.call("share_group_delete_offsets", {"group_id": request.group_id, "topic": topic})
+            await ctx.share_port().share_group_delete_offsets(request.group_id, topic)
             code, message = errors.NONE, None
         except RaftlogError as exc:
             code, message = errors.kafka_error(exc)

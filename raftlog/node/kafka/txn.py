@@ -3,9 +3,10 @@ WriteTxnMarkers (27), TxnOffsetCommit (28),
 DescribeTransactions (65), ListTransactions (66); InitProducerId with a transactional id and
 FindCoordinator for transaction keys call `init_txn` / `find_txn_coordinator` here.
 
-Protocol translation only: each handler runs the native op of the transaction coordinator
-(groupcoord/txn_service.py; PROTOCOL.md), so the ACL guard checks Kafka's rules on the
-TransactionalId resource. Versions: Transactions V1 (librdkafka, kafka-python, aiokafka, the
+Protocol translation only: each handler calls the transaction port (groupcoord/txn_port.py)
+through `ctx.txn_port()`, behind the one ACL guard (raftlog/node/guarded_txn.py: Kafka's rules
+on the TransactionalId resource; CLUSTER_ACTION for the batched AddPartitionsToTxn v4 and for
+WriteTxnMarkers, the partition port's). Versions: Transactions V1 (librdkafka, kafka-python, aiokafka, the
 Java client below `transaction.version=2`) adds partitions explicitly and keeps its epoch across
 transactions; Transactions V2 (KIP-890 part 2, the Java client 4.x at transaction.version 2,
 which raftlog finalizes) sends EndTxn v5 (the coordinator bumps the epoch, the answer carries
@@ -38,9 +39,18 @@ from kafka.protocol.producer.transaction import (
     WriteTxnMarkersResponse,
 )
 
+from groupcoord.port import CommitOffset
+from groupcoord.txn_port import (
+    AddOffsetsToTxn,
+    AddPartitionsToTxn,
+    EndTxn,
+    InitTxnProducerId,
+    ListTransactions,
+    TxnOffsetCommit,
+    TxnPartitionsAdded,
+)
 from partition.port import TxnMarker
-from raftlog.base.acl import CLUSTER_NAME, Operation, ResourceType
-from raftlog.base.errors import RaftlogError, error_from_wire
+from raftlog.base.errors import RaftlogError
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.context import Call, KafkaContext, Later, Reply
 
@@ -60,7 +70,6 @@ TV2_TXN_OFFSET_COMMIT_VERSION: Final = 5  # TxnOffsetCommit v5+ adds the group's
 PRODUCER_FENCED: Final = errors.KAFKA_ERROR_CODES["PRODUCER_FENCED"]
 INVALID_PRODUCER_EPOCH: Final = errors.KAFKA_ERROR_CODES["INVALID_PRODUCER_EPOCH"]
 UNKNOWN_TOPIC_OR_PARTITION: Final = errors.UNKNOWN_TOPIC_OR_PARTITION
-CLUSTER_AUTHORIZATION_FAILED: Final = errors.CLUSTER_AUTHORIZATION_FAILED
 OPERATION_NOT_ATTEMPTED: Final = 55
 TXN_STATES: Final = frozenset({"Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit",
                                "CompleteAbort", "PrepareEpochFence", "Dead"})
@@ -79,20 +88,17 @@ async def init_txn_producer_id(ctx: KafkaContext, call: Call) -> Reply:
     """InitProducerId (22) with a transactional id (produce.py sends those here)."""
     request = call.request
     R = InitProducerIdResponse
-    fields = {
-        "transactional_id": request.transactional_id,
-        "transaction_timeout_ms": request.transaction_timeout_ms,
-        "producer_id": request.producer_id if call.version >= 3 else -1,
-        "producer_epoch": request.producer_epoch if call.version >= 3 else -1,
-    }
+    asked = InitTxnProducerId(
+        request.transactional_id, request.transaction_timeout_ms,
+        request.producer_id if call.version >= 3 else -1, request.producer_epoch if call.version >= 3 else -1)
 
     async def answer() -> Any:
         try:
-            result = await ctx.call("init_txn_producer_id", fields) or {}
+            done = await ctx.txn_port().init_txn_producer_id(asked)
         except RaftlogError as exc:
             return R(throttle_time_ms=0, error_code=_code(exc, call), producer_id=-1, producer_epoch=-1)
-        return R(throttle_time_ms=0, error_code=errors.NONE, producer_id=result["producer_id"],
-                 producer_epoch=result["producer_epoch"])
+        return R(throttle_time_ms=0, error_code=errors.NONE, producer_id=done.producer_id,
+                 producer_epoch=done.producer_epoch)
 
     return Later(answer)
 
@@ -100,25 +106,25 @@ async def init_txn_producer_id(ctx: KafkaContext, call: Call) -> Reply:
 # --------------------------------------------------------------------------- AddPartitionsToTxn
 
 
-async def _add_partitions(ctx: KafkaContext, call: Call, tid: str, pid: int, epoch: int, topics: Any,
-                          verify_only: bool) -> list[Any]:
+def _add_request(tid: str, pid: int, epoch: int, topics: Any, verify_only: bool) -> AddPartitionsToTxn:
+    return AddPartitionsToTxn(tid, pid, epoch, [(t.name, p) for t in topics or [] for p in t.partitions or []],
+                              verify_only)
+
+
+def _topic_results(call: Call, topics: Any, answer: TxnPartitionsAdded | RaftlogError) -> list[Any]:
     """The topic results of one transaction."""
     T = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
     P = T.AddPartitionsToTxnPartitionResult
     asked = [(t.name, list(t.partitions or [])) for t in topics or []]
-    fields = {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch, "verify_only": verify_only,
-              "partitions": [{"topic": name, "partition": p} for name, parts in asked for p in parts]}
 
     def result(code_of: Any) -> list[Any]:
         return [T(name=name, results_by_partition=[P(partition_index=p, partition_error_code=code_of(name, p))
                                                    for p in parts]) for name, parts in asked]
 
-    try:
-        answer = await ctx.call("add_partitions_to_txn", fields) or {}
-    except RaftlogError as exc:
-        code = _code(exc, call)
+    if isinstance(answer, RaftlogError):
+        code = _code(answer, call)
         return result(lambda name, p: code)
-    unknown = {(u["topic"], u["partition"]) for u in answer.get("unknown") or ()}
+    unknown = set(answer.unknown)
     if unknown:
         return result(lambda name, p: UNKNOWN_TOPIC_OR_PARTITION if (name, p) in unknown else OPERATION_NOT_ATTEMPTED)
     return result(lambda name, p: errors.NONE)
@@ -129,22 +135,30 @@ async def handle_add_partitions_to_txn(ctx: KafkaContext, call: Call) -> Reply:
     R = AddPartitionsToTxnResponse
     if call.version < 4:
         async def answer_v3() -> Any:
-            topics = await _add_partitions(ctx, call, request.v3_and_below_transactional_id,
-                                           request.v3_and_below_producer_id, request.v3_and_below_producer_epoch,
-                                           request.v3_and_below_topics, False)
-            return R(throttle_time_ms=0, results_by_topic_v3_and_below=topics)
+            asked = _add_request(request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
+                                 request.v3_and_below_producer_epoch, request.v3_and_below_topics, False)
+            answer: TxnPartitionsAdded | RaftlogError
+            try:
+                answer = await ctx.txn_port().add_partitions_to_txn(asked)
+            except RaftlogError as exc:
+                answer = exc
+            return R(throttle_time_ms=0,
+                     results_by_topic_v3_and_below=_topic_results(call, request.v3_and_below_topics, answer))
 
         return Later(answer_v3)
-    if not ctx.access().allowed(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
-        return R(throttle_time_ms=0, error_code=CLUSTER_AUTHORIZATION_FAILED, results_by_transaction=[])
+    transactions = list(request.transactions or [])
+    asked = [_add_request(t.transactional_id, t.producer_id, t.producer_epoch, t.topics, bool(t.verify_only))
+             for t in transactions]
 
     async def answer_v4() -> Any:
-        results = []
-        for t in request.transactions or []:
-            topics = await _add_partitions(ctx, call, t.transactional_id, t.producer_id, t.producer_epoch,
-                                           t.topics, bool(t.verify_only))
-            results.append(R.AddPartitionsToTxnResult(transactional_id=t.transactional_id, topic_results=topics))
-        return R(throttle_time_ms=0, error_code=errors.NONE, results_by_transaction=results)
+        try:  # the brokers' batched form: CLUSTER_ACTION first (the guard refuses before any runs)
+            answers = await ctx.txn_port().add_partitions_to_txns(asked)
+        except RaftlogError as exc:
+            return R(throttle_time_ms=0, error_code=_code(exc, call), results_by_transaction=[])
+        return R(throttle_time_ms=0, error_code=errors.NONE, results_by_transaction=[
+            R.AddPartitionsToTxnResult(transactional_id=t.transactional_id,
+                                       topic_results=_topic_results(call, t.topics, a))
+            for t, a in zip(transactions, answers, strict=True)])  # fmt: skip
 
     return Later(answer_v4)
 
@@ -154,12 +168,11 @@ async def handle_add_partitions_to_txn(ctx: KafkaContext, call: Call) -> Reply:
 
 async def handle_add_offsets_to_txn(ctx: KafkaContext, call: Call) -> Reply:
     r = call.request
-    fields = {"transactional_id": r.transactional_id, "producer_id": r.producer_id,
-              "producer_epoch": r.producer_epoch, "group_id": r.group_id}
+    asked = AddOffsetsToTxn(r.transactional_id, r.producer_id, r.producer_epoch, r.group_id)
 
     async def answer() -> Any:
         try:
-            await ctx.call("add_offsets_to_txn", fields)
+            await ctx.txn_port().add_offsets_to_txn(asked)
         except RaftlogError as exc:
             return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=_code(exc, call))
         return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=errors.NONE)
@@ -173,19 +186,15 @@ async def handle_end_txn(ctx: KafkaContext, call: Call) -> Reply:
     epoch, which the Java client (transaction.version 2) uses for its next transaction."""
     r = call.request
     tv2 = call.version >= TV2_END_TXN_VERSION
-    fields = {"transactional_id": r.transactional_id, "producer_id": r.producer_id,
-              "producer_epoch": r.producer_epoch, "commit": bool(r.committed), "bump_epoch": tv2}
+    asked = EndTxn(r.transactional_id, r.producer_id, r.producer_epoch, bool(r.committed), tv2)
 
     async def answer() -> Any:
         try:
-            result = await ctx.call("end_txn", fields) or {}
+            done = await ctx.txn_port().end_txn(asked)
         except RaftlogError as exc:
             return EndTxnResponse(throttle_time_ms=0, error_code=_code(exc, call), producer_id=-1, producer_epoch=-1)
-        if tv2:
-            return EndTxnResponse(throttle_time_ms=0, error_code=errors.NONE, producer_id=result["producer_id"],
-                                  producer_epoch=result["producer_epoch"])
-        return EndTxnResponse(throttle_time_ms=0, error_code=errors.NONE, producer_id=r.producer_id,
-                              producer_epoch=r.producer_epoch)
+        return EndTxnResponse(throttle_time_ms=0, error_code=errors.NONE, producer_id=done.producer_id,
+                              producer_epoch=done.producer_epoch)
 
     return Later(answer)
 
@@ -202,15 +211,16 @@ async def handle_txn_offset_commit(ctx: KafkaContext, call: Call) -> Reply:
     asked = [(t.name, [(p.partition_index, p.committed_offset,
                         getattr(p, "committed_leader_epoch", -1), p.committed_metadata) for p in t.partitions or []])
              for t in r.topics or []]
-    fields = {"transactional_id": r.transactional_id, "group_id": r.group_id, "producer_id": r.producer_id,
-              "producer_epoch": r.producer_epoch,
-              "add_to_txn": call.version >= TV2_TXN_OFFSET_COMMIT_VERSION,
-              "generation_id": r.generation_id if call.version >= 3 else -1,
-              "member_id": r.member_id if call.version >= 3 else "",
-              "group_instance_id": r.group_instance_id if call.version >= 3 else None,
-              "offsets": [{"topic": name, "partition": p, "offset": offset,
-                           "leader_epoch": None if epoch is None or epoch < 0 else epoch, "metadata": meta or ""}
-                          for name, parts in asked for p, offset, epoch, meta in parts]}
+    commit = TxnOffsetCommit(
+        transactional_id=r.transactional_id, group_id=r.group_id, producer_id=r.producer_id,
+        producer_epoch=r.producer_epoch,
+        offsets=[CommitOffset(name, p, offset, None if epoch is None or epoch < 0 else epoch, meta or "")
+                 for name, parts in asked for p, offset, epoch, meta in parts],
+        add_to_txn=call.version >= TV2_TXN_OFFSET_COMMIT_VERSION,
+        member_id=r.member_id if call.version >= 3 else "",
+        generation_id=r.generation_id if call.version >= 3 else -1,
+        group_instance_id=r.group_instance_id if call.version >= 3 else None,
+    )  # fmt: skip
 
     def result(code: int) -> Any:
         return R(throttle_time_ms=0, topics=[T(name=name, partitions=[P(partition_index=p, error_code=code)
@@ -218,7 +228,7 @@ async def handle_txn_offset_commit(ctx: KafkaContext, call: Call) -> Reply:
 
     async def answer() -> Any:
         try:
-            await ctx.call("txn_offset_commit", fields)
+            await ctx.txn_port().txn_offset_commit(commit)
         except RaftlogError as exc:
             return result(_code(exc, call))
         return result(errors.NONE)
@@ -270,21 +280,21 @@ async def handle_describe_transactions(ctx: KafkaContext, call: Call) -> Reply:
                  transaction_start_time_ms=-1, producer_id=-1, producer_epoch=-1, topics=[])
 
     try:
-        result = await ctx.call("describe_transactions", {"transactional_ids": ids}) or {}
+        described = await ctx.txn_port().describe_transactions(ids)
     except RaftlogError as exc:
         code = _code(exc, call)
         return R(throttle_time_ms=0, transaction_states=[failed(t, code) for t in ids])
     out = []
-    for t in result.get("transactions") or ():
-        if t.get("error") is not None:
-            out.append(failed(t["transactional_id"], errors.kafka_error_code(error_from_wire(t["error"]).code)))
+    for t in described:
+        if t.error is not None:
+            out.append(failed(t.transactional_id, errors.kafka_error_code(t.error.code)))
             continue
         by_topic: dict[str, list[int]] = {}
-        for topic, p in t["partitions"]:
+        for topic, p in t.partitions:
             by_topic.setdefault(topic, []).append(p)
-        out.append(S(error_code=errors.NONE, transactional_id=t["transactional_id"], transaction_state=t["state"],
-                     transaction_timeout_ms=t["timeout_ms"], transaction_start_time_ms=t["start_ms"],
-                     producer_id=t["producer_id"], producer_epoch=t["producer_epoch"],
+        out.append(S(error_code=errors.NONE, transactional_id=t.transactional_id, transaction_state=t.state,
+                     transaction_timeout_ms=t.timeout_ms, transaction_start_time_ms=t.start_ms,
+                     producer_id=t.producer_id, producer_epoch=t.producer_epoch,
                      topics=[S.TopicData(topic=name, partitions=parts) for name, parts in by_topic.items()]))
     return R(throttle_time_ms=0, transaction_states=out)
 
@@ -294,19 +304,19 @@ async def handle_list_transactions(ctx: KafkaContext, call: Call) -> Reply:
     request = call.request
     states = list(request.state_filters or [])
     unknown = [s for s in states if s not in TXN_STATES]
-    fields = {"states": [s for s in states if s in TXN_STATES] or None,
-              "producer_ids": list(request.producer_id_filters or []) or None,
-              "min_duration_ms": request.duration_filter if call.version >= 1 else -1}
-    if states and not fields["states"]:
+    asked = ListTransactions([s for s in states if s in TXN_STATES] or None,
+                             list(request.producer_id_filters or []) or None,
+                             request.duration_filter if call.version >= 1 else -1)
+    if states and not asked.states:
         return R(throttle_time_ms=0, error_code=errors.NONE, unknown_state_filters=unknown, transaction_states=[])
     try:
-        result = await ctx.call("list_transactions", fields) or {}
+        listing = await ctx.txn_port().list_transactions(asked)
     except RaftlogError as exc:
         return R(throttle_time_ms=0, error_code=_code(exc, call), unknown_state_filters=unknown, transaction_states=[])
     return R(throttle_time_ms=0, error_code=errors.NONE, unknown_state_filters=unknown, transaction_states=[
-        R.TransactionState(transactional_id=t["transactional_id"], producer_id=t["producer_id"],
-                           transaction_state=t["state"])
-        for t in result.get("transactions") or ()])  # fmt: skip
+        R.TransactionState(transactional_id=t.transactional_id, producer_id=t.producer_id,
+                           transaction_state=t.state)
+        for t in listing.transactions])  # fmt: skip
 
 
 HANDLERS: Final = {

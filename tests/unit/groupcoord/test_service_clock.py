@@ -13,6 +13,7 @@ from groupcoord.context import CoordinatorConfig
 from groupcoord.service import LEADERSHIP_CHECK_S, GroupCoordinatorService
 from groupcoord.settings import GroupCoordinatorSettings, TxnCoordinatorSettings
 from groupcoord.txn_coordinator import TxnConfig
+from groupcoord.txn_port import AddOffsetsToTxn, EndTxn, InitTxnProducerId, ProducerEpoch
 from groupcoord.txn_service import TxnCoordinatorService
 from metadata.image import MetadataImage
 from groupcoord.state import GroupState
@@ -320,8 +321,8 @@ async def started_txn_service(nursery: trio.Nursery, topics: MemoryTopics) -> Tx
 
 
 async def init_producer(service: TxnCoordinatorService, timeout_ms: int) -> dict[str, Any]:
-    fields = {"transactional_id": "app", "transaction_timeout_ms": timeout_ms}
-    return dict(await service.client_handlers["init_txn_producer_id"](Request(1, "init_txn_producer_id", fields)))
+    done = await service.init_txn_producer_id(InitTxnProducerId("app", timeout_ms))
+    return {"producer_id": done.producer_id, "producer_epoch": done.producer_epoch}
 
 
 async def test_the_transaction_service_keeps_its_state_in_its_topic_and_a_new_leader_replays_it(autojump_clock):
@@ -421,25 +422,24 @@ async def test_an_end_txn_whose_write_outcome_is_unknown_is_retriable_and_its_re
                 await trio.sleep(0.05)
         pid = (await init_producer(service, 300_000))["producer_id"]
 
-        async def call(op: str, **fields: Any) -> Any:
-            fields = {"transactional_id": "app", "producer_id": pid, "producer_epoch": 0, **fields}
-            return await service.client_handlers[op](Request(1, op, fields))
+        async def end_txn(commit: bool) -> ProducerEpoch:
+            return await service.end_txn(EndTxn("app", pid, 0, commit))
 
-        await call("add_offsets_to_txn", group_id="g")
+        await service.add_offsets_to_txn(AddOffsetsToTxn("app", pid, 0, "g"))
         held.hold = True
         with pytest.raises(CoordinatorNotAvailableError):
-            await call("end_txn", commit=True)
+            await end_txn(True)
         assert held.log_end_offset == held.committed + 1  # the PrepareCommit, fate unknown
         with pytest.raises(CoordinatorLoadInProgressError):  # replaying once its fate is known
-            await call("end_txn", commit=True)
+            await end_txn(True)
         assert markers == []
         held.release()
         with trio.fail_after(5):
             while service.core.txns.get("app") is None or service.core.txns["app"].state is not TxnState.COMPLETE_COMMIT:
                 await trio.sleep(0.05)
         assert [(m.commit, m.producer_id) for m in markers] == [(True, pid)]
-        assert await call("end_txn", commit=True) == {}  # the retry: success, as Kafka's
+        assert await end_txn(True) == ProducerEpoch(pid, 0)  # the retry: success, as Kafka's
         with pytest.raises(InvalidTxnStateError):
-            await call("end_txn", commit=False)
+            await end_txn(False)
         assert held.log_end_offset == 4  # Empty, Ongoing, PrepareCommit, CompleteCommit: nothing else
         nursery.cancel_scope.cancel()

@@ -33,7 +33,7 @@ from raftlog.base.errors import (
     TopicAuthorizationFailedError,
 )
 from raftlog.base.protocol import Request
-from raftlog.node.authorize import POLICIES, Guard, GuardedPartitions, PortRule, guard_handlers
+from raftlog.node.authorize import PORT_RULES, POLICIES, Guard, GuardedPartitions, guard_handlers
 from raftlog.node.guarded_groups import GuardedGroups
 
 ALICE = "User:alice"
@@ -65,7 +65,7 @@ class Recorder:
             self.seen.append((request.op, dict(request.fields)))
             return {"groups": [{"group_id": g} for g in request.fields.get("group_ids", ["g1", "g2"])]}
 
-        ops = {op: plain for op, policy in POLICIES.items() if not isinstance(policy, PortRule)}
+        ops = {op: plain for op, policy in POLICIES.items() if not isinstance(policy, PORT_RULES)}
         ops.update({"produce": partitions, "fetch": partitions, "list_offsets": partitions,
                     "metadata": metadata, "brand_new_op": plain})
         return ops
@@ -300,30 +300,3 @@ async def test_an_inline_handler_stays_inline_behind_its_policy():
     authorizer = Authorizer([acl("topic", "public", "write")])
     guard = guard_handlers({"produce": produce}, authorizer_of=lambda: authorizer)["produce"]
     assert guard.inline and guard.inline_deadline  # in the reader (appends keep their order), under the deadline
-
-
-async def test_transaction_ops_follow_kafkas_transactional_id_rules():
-    from raftlog.base.errors import TransactionalIdAuthorizationFailedError
-
-    X = ResourceType.TRANSACTIONAL_ID
-    recorder, handlers = guarded([
-        acl(X, "app", Operation.WRITE), acl(X, "app", Operation.DESCRIBE),
-        acl(ResourceType.TOPIC, "out", Operation.WRITE), acl(ResourceType.GROUP, "g", Operation.READ),
-    ])
-    await handlers["init_txn_producer_id"](req("init_txn_producer_id", transactional_id="app"))
-    with pytest.raises(TransactionalIdAuthorizationFailedError):
-        await handlers["init_txn_producer_id"](req("init_txn_producer_id", transactional_id="other"))
-    await handlers["add_partitions_to_txn"](req("add_partitions_to_txn", transactional_id="app",
-                                                partitions=[{"topic": "out", "partition": 0}]))
-    with pytest.raises(TopicAuthorizationFailedError):  # WRITE on every topic, too
-        await handlers["add_partitions_to_txn"](req("add_partitions_to_txn", transactional_id="app",
-                                                    partitions=[{"topic": "secret", "partition": 0}]))
-    with pytest.raises(GroupAuthorizationFailedError):  # READ on the group
-        await handlers["add_offsets_to_txn"](req("add_offsets_to_txn", transactional_id="app", group_id="h"))
-    answer = await handlers["describe_transactions"](req("describe_transactions", transactional_ids=["app", "other"]))
-    refused = [t for t in answer["transactions"] if "error" in t]
-    assert [(t["transactional_id"], t["error"]["code"]) for t in refused] == [
-        ("other", TransactionalIdAuthorizationFailedError.code)]
-    assert recorder.seen[-1] == ("describe_transactions", {"transactional_ids": ["app"]})
-    ops = [op for op, _ in recorder.seen]
-    assert ops == ["init_txn_producer_id", "add_partitions_to_txn", "describe_transactions"]  # refusals never ran

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from groupcoord.txn_port import AddPartitionsToTxn, TxnPartitionsAdded
 from raftlog.base.errors import (
     ConcurrentTransactionsError,
     InvalidProducerEpochError,
@@ -31,15 +32,16 @@ class _Metadata:
 def _link(answers: list[Any]) -> tuple[TxnLink, list[dict[str, Any]]]:
     asked: list[dict[str, Any]] = []
 
-    async def add_partitions(request: Any) -> dict[str, Any]:
-        asked.append(dict(request.fields))
-        answer = answers.pop(0)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
+    class Txn:
+        async def add_partitions_to_txn(self, request: AddPartitionsToTxn) -> TxnPartitionsAdded:
+            asked.append({"verify_only": request.verify_only, "partitions": list(request.partitions)})
+            answer = answers.pop(0)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
 
     link = TxnLink(1, _Metadata(), peers=None, port=None,  # type: ignore[arg-type]
-                   txn_handlers={"add_partitions_to_txn": add_partitions}, txn_partitions=4)
+                   txn=Txn(), txn_partitions=4)
     return link, asked
 
 
@@ -50,7 +52,7 @@ async def test_a_fenced_producers_produce_is_invalid_producer_epoch():
 
 
 async def test_the_implicit_add_waits_out_concurrent_transactions():
-    link, asked = _link([ConcurrentTransactionsError("busy"), ConcurrentTransactionsError("busy"), {}])
+    link, asked = _link([ConcurrentTransactionsError("busy"), ConcurrentTransactionsError("busy"), TxnPartitionsAdded()])
     await link.verify_txn("app", "t", 0, 5, 1, add=True)
     assert len(asked) == 3 and all(a["verify_only"] is False for a in asked)
 
