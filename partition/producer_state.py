@@ -344,6 +344,13 @@ class ProducerStateManager:
             expected_sequence=expected,
         )
 
+    def check_epoch(self, producer_id: int, producer_epoch: int) -> None:
+        """A coordinator's own batch of `producer_id` (no sequence to check): raises
+        InvalidProducerEpochError when a newer epoch holds the producer here."""
+        e = self._entries.get(producer_id)
+        if e is not None and producer_epoch < e.producer_epoch:
+            raise InvalidProducerEpochError(f"producer {producer_id}: epoch {producer_epoch} < {e.producer_epoch}")
+
     def record(
         self,
         producer_id: int,

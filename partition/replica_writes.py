@@ -92,14 +92,17 @@ class ReplicaWrites:
     """Replica's leader writes (module docstring)."""
 
     async def append_as_leader(self, records: bytes, *, acks: int,
-                               verify_txn: TxnVerifier | None = None) -> AppendResult:
+                               verify_txn: TxnVerifier | None = None, coordinator: bool = False) -> AppendResult:
         """Append a producer's batches. Returns AppendResult (waiter set for acks=all when
         the batch is not committed yet). A transactional batch of a producer with no
         transaction of its epoch open here is first checked with `verify_txn(producer_id, epoch)` (KIP-890:
         the coordinator says whether this partition is in its ongoing transaction; it raises
         INVALID_TXN_STATE, PRODUCER_FENCED, ...). Raises NotLeaderError, CorruptRecordError,
         MessageTooLargeError, InvalidRequestError, the producer-state errors, KafkaStorageError,
-        what `verify_txn` raises."""
+        what `verify_txn` raises. `coordinator`: a coordinator's own append to its internal topic
+        (Kafka's AppendOrigin.COORDINATOR: the group coordinator's transactional offsets): no
+        verification and no sequence check, only the producer epoch's (a fenced epoch is
+        INVALID_PRODUCER_EPOCH)."""
         self.check_leader()
         if not records:
             raise CorruptRecordError("empty records")
@@ -119,7 +122,7 @@ class ReplicaWrites:
                 "an idempotent produce carries exactly one batch per partition", field="records"
             )
         txn = idem[0] if idem and idem[0].is_transactional else None
-        if txn is not None and not self.producers.in_txn(txn.producer_id, txn.producer_epoch):
+        if txn is not None and not coordinator and not self.producers.in_txn(txn.producer_id, txn.producer_epoch):
             if verify_txn is None:
                 raise InvalidTxnStateError(
                     f"{self.name}: transactional batch of producer {txn.producer_id} outside a transaction")
@@ -136,7 +139,9 @@ class ReplicaWrites:
                 if self._producers_dirty:
                     await trio.to_thread.run_sync(self._rebuild_producers, self.log,
                                                   limiter=self.disk.io)
-                if idem:
+                if idem and coordinator:
+                    self.producers.check_epoch(idem[0].producer_id, idem[0].producer_epoch)
+                elif idem:
                     h = idem[0]
                     dup = self.producers.check(h.producer_id, h.producer_epoch, h.base_sequence,
                                                h.last_sequence)
