@@ -71,6 +71,7 @@ from raftlog.base.errors import (
     DuplicateSequenceNumberError,
     InvalidProducerEpochError,
     OutOfOrderSequenceNumberError,
+    TransactionCoordinatorFencedError,
 )
 
 __all__ = [
@@ -117,6 +118,9 @@ class _Batch(NamedTuple):
 class ProducerEntry:
     producer_epoch: int
     batches: deque = field(default_factory=lambda: deque(maxlen=MAX_BATCHES))
+    # The coordinator epoch of the last transaction marker of this producer here (-1: none);
+    # a marker of an older one is TRANSACTION_COORDINATOR_FENCED (Kafka's ProducerStateEntry).
+    coordinator_epoch: int = -1
 
     @property
     def last_sequence(self) -> int:
@@ -366,7 +370,7 @@ class ProducerStateManager:
             return
         e = self._entries.get(producer_id)
         if e is None or producer_epoch > e.producer_epoch:
-            e = ProducerEntry(producer_epoch)
+            e = ProducerEntry(producer_epoch, coordinator_epoch=-1 if e is None else e.coordinator_epoch)
             self._entries[producer_id] = e
         elif producer_epoch < e.producer_epoch:
             return
@@ -383,29 +387,50 @@ class ProducerStateManager:
         e = self._entries.get(producer_id)
         return producer_id in self.txns.open and e is not None and e.producer_epoch == producer_epoch
 
-    def marker(self, producer_id: int, producer_epoch: int, offset: int, *, commit: bool) -> None:
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
+        """Judge a coordinator's marker before appending it (Kafka's appendEndTxnMarker):
+        raises InvalidProducerEpochError for an epoch below the producer's here (a stale
+        coordinator's), TransactionCoordinatorFencedError for a coordinator epoch below the
+        one of the producer's last marker here (a coordinator that lost its partition)."""
+        e = self._entries.get(producer_id)
+        if e is None:
+            return
+        if producer_epoch < e.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"marker epoch {producer_epoch} < producer {producer_id}'s {e.producer_epoch}")
+        if coordinator_epoch < e.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"coordinator epoch {coordinator_epoch} < {e.coordinator_epoch}, of producer {producer_id}'s last marker")
+
+    def marker(self, producer_id: int, producer_epoch: int, offset: int, *, commit: bool,
+               coordinator_epoch: int = -1) -> None:
         """The COMMIT/ABORT marker of `producer_id` at `offset`: its transaction here ends,
-        and an epoch above the entry's fences the older one (the coordinator bumps the epoch
-        when it aborts a fenced or timed-out producer's transaction)."""
+        an epoch above the entry's fences the older one (the coordinator bumps the epoch
+        when it aborts a fenced or timed-out producer's transaction), and the entry keeps its
+        coordinator epoch (the highest seen)."""
         e = self._entries.get(producer_id)
         if e is None or producer_epoch > e.producer_epoch:
-            self._entries[producer_id] = ProducerEntry(producer_epoch)
+            e = self._entries[producer_id] = ProducerEntry(
+                producer_epoch, coordinator_epoch=-1 if e is None else e.coordinator_epoch)
+        e.coordinator_epoch = max(e.coordinator_epoch, coordinator_epoch)
         self.txns.end(producer_id, offset, commit=commit)
 
-    def apply_headers(self, headers: Iterable, marker_commit: Callable[[Any], bool] | None = None) -> None:
+    def apply_headers(self, headers: Iterable,
+                      marker_of: Callable[[Any], tuple[bool, int]] | None = None) -> None:
         """Record stamped batches (batch.Header objects: base_offset, producer_id, ...) in
         offset order, without checks: they are in the log already. Batches without a
         producer id and control batches other than transaction markers are skipped; a
-        marker's type (COMMIT or not) is asked of `marker_commit(header)` (the header holds
-        no record; without it markers are taken for aborts)."""
+        marker's type (COMMIT or not) and coordinator epoch are asked of `marker_of(header)`
+        (the header holds no record; without it markers are taken for aborts of epoch -1)."""
         for h in headers:
             pid = h.producer_id
             if pid == NO_PRODUCER_ID:
                 continue
             if h.is_control:
                 if h.is_transactional:
-                    commit = marker_commit(h) if marker_commit is not None else False
-                    self.marker(pid, h.producer_epoch, h.base_offset, commit=commit)
+                    commit, coordinator_epoch = marker_of(h) if marker_of is not None else (False, -1)
+                    self.marker(pid, h.producer_epoch, h.base_offset, commit=commit,
+                                coordinator_epoch=coordinator_epoch)
                 continue
             self.record(
                 pid, h.producer_epoch, h.base_sequence, h.last_sequence,

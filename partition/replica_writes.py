@@ -30,7 +30,6 @@ from partition.validator import batch_too_large
 from partition.errors import CorruptRecordError, LogClosedError, RaftStateError, StorageDamageError
 from raftlog.base.aio import acquire_free
 from raftlog.base.errors import (
-    InvalidProducerEpochError,
     InvalidRequestError,
     InvalidTxnStateError,
     KafkaStorageError,
@@ -176,7 +175,9 @@ class ReplicaWrites:
         WriteTxnMarkers) and return the waiter of its commit. A marker for a producer with no
         transaction open here is written too (Kafka does: it fences older epochs). Raises
         NotLeaderError, InvalidProducerEpochError (an epoch below the producer's here: a
-        stale coordinator), KafkaStorageError."""
+        stale coordinator), TransactionCoordinatorFencedError (a coordinator epoch below the
+        one of the producer's last marker here: a coordinator that has lost its
+        `__transaction_state` partition), KafkaStorageError."""
         self.check_leader()
         await acquire_free(self._lock)
         try:
@@ -187,15 +188,13 @@ class ReplicaWrites:
             try:
                 if self._producers_dirty:
                     await trio.to_thread.run_sync(self._rebuild_producers, self.log, limiter=self.disk.io)
-                e = self.producers.entry(producer_id)
-                if e is not None and producer_epoch < e.producer_epoch:
-                    raise InvalidProducerEpochError(
-                        f"{self.name}: marker epoch {producer_epoch} < producer {producer_id}'s {e.producer_epoch}")
+                self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
                 batch = txn_marker_batch(producer_id, producer_epoch, commit=commit,
                                          coordinator_epoch=coordinator_epoch, timestamp_ms=self._clock_ms())
                 first, last = await self._log_append(core.epoch, self.log.append, batch,
                                                      leader_epoch=core.epoch, now_ms=self._clock_ms())
-                self.producers.marker(producer_id, producer_epoch, first, commit=commit)
+                self.producers.marker(producer_id, producer_epoch, first, commit=commit,
+                                      coordinator_epoch=coordinator_epoch)
                 waiter = self._add_waiter(last)
                 await self._execute(core.leader_appended(first, last))
             except StorageDamageError as exc:
