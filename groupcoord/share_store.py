@@ -37,6 +37,7 @@ from partition.batch import BatchBuilder
 from partition.keyed import keyed_records
 from raftlog.base.errors import (
     CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
     InvalidRequestError,
     NotLeaderError,
     RaftlogError,
