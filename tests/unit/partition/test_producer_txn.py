@@ -135,3 +135,24 @@ def test_a_snapshot_carries_open_and_aborted_transactions():
     loaded.load(again, log_start_offset=0)
     assert loaded.txns.open == {1: 0} and loaded.txns.aborted == [AbortedTxn(2, 1, 2, 0)]
     assert loaded.txns.last_stable_offset(3) == 0
+
+
+def test_a_snapshot_carries_coordinator_epochs_even_of_producers_without_batches():
+    s = ProducerStateManager()
+    s.record(7, 1, 0, 0, 0, 0)
+    s.txns.begin(7, 0)
+    s.marker(7, 1, 1, commit=True, coordinator_epoch=5)
+    s.marker(8, 2, 2, commit=False, coordinator_epoch=9)  # no batch of 8 here (a marker only)
+    snap = s.snapshot(3, 0)
+    assert snap.coordinator_epochs == ((7, 1, 5), (8, 2, 9))
+    decoded = ProducerSnapshot.decode(snap.encode())
+    assert decoded == snap
+    loaded = ProducerStateManager()
+    loaded.load(decoded, log_start_offset=1)  # 7's batch is below the log start now
+    for pid, epoch, stale in ((7, 1, 4), (8, 2, 8)):
+        with pytest.raises(TransactionCoordinatorFencedError):
+            loaded.check_marker(pid, epoch, stale)
+    # A snapshot without markers stays v1/v2 (older nodes read it); a bad entry is refused.
+    assert ProducerSnapshot.decode(ProducerStateManager().snapshot(0, -1).encode()) is not None
+    bad = ProducerSnapshot(3, 0, -1, (), coordinator_epochs=((8, 2, 9), (8, 2, 9)))
+    assert ProducerSnapshot.decode(bad.encode()) is None
