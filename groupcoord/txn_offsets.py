@@ -27,7 +27,7 @@ from typing import Any
 from groupcoord.context import CommitOffset, Result
 from groupcoord.coordinator import GroupCoordinator
 from partition.port import TxnVerifierPort
-from raftlog.base.errors import CoordinatorNotAvailableError
+from raftlog.base.errors import CoordinatorNotAvailableError, NotEnoughReplicasError, error_from_wire
 from raftlog.base.protocol import Request, field
 from raftlog.base.topics import OFFSETS_TOPIC
 
@@ -58,24 +58,34 @@ class TxnOffsets:
                 field(d, "leader_epoch", int, default=None, nullable=True, where=w),
                 field(d, "metadata", str, default="", where=w),
             ))  # fmt: skip
-        if field(request, "add_to_txn", bool, default=False):
-            await self._add_to_txn(request, group_id, producer_id)
-        return await self._answer(self.core.txn_offset_commit(
+        partition = self.core.partition_for(group_id)
+        if self.core.is_active(partition):  # else the core answers the routing error at once
+            await self._verify(request, partition, producer_id, add=field(request, "add_to_txn", bool, default=False))
+        answer = await self._answer(self.core.txn_offset_commit(
             group_id=group_id, offsets=offsets, now_ms=self._clock_ms(), producer_id=producer_id,
             producer_epoch=producer_epoch, member_id=field(request, "member_id", str, default=""),
             generation_id=field(request, "generation_id", int, default=-1),
             group_instance_id=field(request, "group_instance_id", str, default=None, nullable=True)))
+        for part in answer.get("partitions") or ():
+            if part.get("error"):  # the append failed (or a metadata too large): nothing to count on
+                raise error_from_wire(part["error"])
+        return answer
 
-    async def _add_to_txn(self, request: Request, group_id: str, producer_id: int) -> None:
-        """Transactions V2 (KIP-890 part 2, TxnOffsetCommit v5: no AddOffsetsToTxn before it):
-        the group's `__consumer_offsets` partition joins the producer's transaction through its
-        coordinator, as Kafka's group coordinator does. Raises its error (INVALID_PRODUCER_EPOCH
-        for a fenced producer)."""
+    async def _verify(self, request: Request, partition: int, producer_id: int, *, add: bool) -> None:
+        """The group's `__consumer_offsets` partition must be in the producer's ongoing
+        transaction before its offsets are appended there (else no marker would ever close them),
+        as Kafka's group coordinator verifies (KIP-890 part 1): the transaction coordinator is
+        asked, and with `add` (Transactions V2, TxnOffsetCommit v5: no AddOffsetsToTxn before it)
+        the partition joins the transaction. Raises its error (INVALID_TXN_STATE when not added,
+        INVALID_PRODUCER_EPOCH for a fenced producer; "not now" as COORDINATOR_NOT_AVAILABLE,
+        which clients retry, as Kafka converts it for offset commits)."""
         if self.txn_verifier is None:
             raise CoordinatorNotAvailableError("no transaction coordinator link on this node")
-        await self.txn_verifier.verify_txn(field(request, "transactional_id", str), OFFSETS_TOPIC,
-                                           self.core.partition_for(group_id), producer_id,
-                                           field(request, "producer_epoch", int), add=True)
+        try:
+            await self.txn_verifier.verify_txn(field(request, "transactional_id", str), OFFSETS_TOPIC, partition,
+                                               producer_id, field(request, "producer_epoch", int), add=add)
+        except NotEnoughReplicasError as exc:
+            raise CoordinatorNotAvailableError(str(exc)) from None
 
     async def on_marker(self, topic: str, partition: int, producer_id: int, commit: bool) -> None:
         """The marker of `producer_id`'s transaction is committed in `topic`-`partition`: the

@@ -52,6 +52,7 @@ from test_txn_kafka import (
     init,
 )
 from test_kafka_group_versions import Conn
+from test_txn_offsets_stable import fetch, group_coordinator
 
 pytestmark = pytest.mark.cluster
 
@@ -125,6 +126,43 @@ def test_a_transactional_produce_to_a_partition_not_added_is_refused_and_writes_
     codes = [p.error_code for t in r.responses for p in t.partition_responses]
     assert codes == [INVALID_TXN_STATE], r
     assert cluster.call(leader, "list_offsets", **query) == before  # nothing written
+
+
+def test_txn_offset_commit_without_add_offsets_is_refused_and_holds_nothing(cluster):  # noqa: F811
+    """Transactions V1 (TxnOffsetCommit v3): the group's partition must be in the transaction
+    (AddOffsetsToTxn) before its offsets are written there, or no marker would ever settle them:
+    the group coordinator verifies with the transaction coordinator, as Kafka's does
+    (INVALID_TXN_STATE), and holds nothing (OffsetFetch with require_stable answers at once)."""
+    tid, group = "bad-offsets-unadded", "bad-offsets-unadded-g"
+    _, conn = coordinator(cluster, tid)
+    try:
+        first = init(conn, tid)
+        assert first.error_code == NONE
+    finally:
+        conn.close()
+    groups = group_coordinator(cluster, group)
+    try:
+        T = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
+
+        def commit() -> Any:
+            return groups.call(TxnOffsetCommitRequest, 3, transactional_id=tid, group_id=group,
+                               producer_id=first.producer_id, producer_epoch=first.producer_epoch,
+                               generation_id=-1, member_id="", group_instance_id=None,
+                               topics=[T(name=TOPIC, partitions=[T.TxnOffsetCommitRequestPartition(
+                                   partition_index=0, committed_offset=5, committed_leader_epoch=-1,
+                                   committed_metadata="")])])
+
+        deadline = time.monotonic() + DEADLINE_S
+        while True:
+            r = commit()
+            codes = [p.error_code for t in r.topics for p in t.partitions]
+            if codes[0] not in RETRIABLE or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert codes == [INVALID_TXN_STATE], r
+        assert fetch(groups, group, TOPIC, require_stable=True) == (NONE, -1)
+    finally:
+        groups.sock.close()
 
 
 # ---------------------------------------------------------------- ACLs (a secure node)
