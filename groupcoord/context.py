@@ -31,6 +31,7 @@ from groupcoord.records import (
     GroupKey,
     GroupValue,
     Key,
+    OffsetKey,
     OffsetValue,
     Value,
 )
@@ -100,6 +101,10 @@ class Append:
     append_id: int
     partition: int
     records: tuple[tuple[bytes, bytes | None], ...]
+    # A transactional append (TxnOffsetCommit, issue 42): the batch carries the producer's id
+    # and epoch with the transactional bit, and counts only once its COMMIT marker follows.
+    producer_id: int = -1
+    producer_epoch: int = -1
 
 
 @dataclass(frozen=True)
@@ -136,6 +141,7 @@ class AppendInFlight:
     items: list[tuple[Key, Value | None]]
     on_commit: Callable[[int], None] | None
     on_fail: Callable[[RaftlogError, int], None] | None
+    producer_id: int = -1  # >= 0: a transactional append (its offsets wait for the marker)
 
 
 @dataclass
@@ -146,6 +152,8 @@ class LoadBuffer:
     offsets: dict[tuple[str, str, int], OffsetEntry] = field(default_factory=dict)
     groups: dict[str, tuple[GroupValue, int]] = field(default_factory=dict)
     consumer: dict[str, dict[ConsumerGroupKey, Any]] = field(default_factory=dict)  # KIP-848 records
+    # transactional offsets whose marker the replay has not reached: producer id -> key -> entry
+    txn: dict[int, dict[tuple[str, str, int], OffsetEntry]] = field(default_factory=dict)
     errors: int = 0
 
 
@@ -195,6 +203,9 @@ class CoordinatorContext:
         self.consumer_groups: dict[str, consumer_group.ConsumerGroup] = {}
         self.pending: dict[int, str] = {}          # key -> group id
         self.appends: dict[int, AppendInFlight] = {}
+        # TxnOffsetCommit's offsets, committed to the log in a transactional batch whose
+        # marker has not come yet: producer id -> group id -> (topic, partition) -> entry
+        self.txn_offsets: dict[int, dict[str, dict[tuple[str, int], OffsetEntry]]] = {}
         self._next_key = 1
         self._next_append_id = 1
         self._timers: list[tuple[int, str]] = []   # heap of (deadline_ms, group id)
@@ -259,12 +270,17 @@ class CoordinatorContext:
         items: list[tuple[Key, Value | None]],
         on_commit: Callable[[int], None] | None = None,
         on_fail: Callable[[RaftlogError, int], None] | None = None,
+        producer: tuple[int, int] | None = None,
     ) -> int:
+        """Ask the shell to append `items` to `partition`; with `producer` (id, epoch) as a
+        transactional batch of that producer, whose offsets wait in `txn_offsets` for its
+        transaction's marker (`complete_txn`)."""
         append_id = self._next_append_id
         self._next_append_id += 1
-        self.appends[append_id] = AppendInFlight(partition, items, on_commit, on_fail)
+        pid, epoch = producer if producer is not None else (-1, -1)
+        self.appends[append_id] = AppendInFlight(partition, items, on_commit, on_fail, pid)
         records = tuple((encode_key(k), None if v is None else encode_value(v)) for k, v in items)
-        self.fx.appends.append(Append(append_id, partition, records))
+        self.fx.appends.append(Append(append_id, partition, records, pid, epoch))
         return append_id
 
     def append_then_answer(self, partition: int, items: list[tuple[Any, Any]], group_id: str,
@@ -287,6 +303,11 @@ class CoordinatorContext:
         if inflight is None:
             return  # the partition was unloaded meanwhile
         for i, (key, value) in enumerate(inflight.items):
+            if inflight.producer_id >= 0:
+                if isinstance(key, OffsetKey) and isinstance(value, OffsetValue):
+                    held = self.txn_offsets.setdefault(inflight.producer_id, {}).setdefault(key.group, {})
+                    held[(key.topic, key.partition)] = offset_entry(value, base_offset + i)
+                continue
             self.apply_committed(key, value, base_offset + i, now_ms)
         if inflight.on_commit is not None:
             inflight.on_commit(now_ms)
@@ -318,6 +339,30 @@ class CoordinatorContext:
         else:
             assert isinstance(value, OffsetValue)
             group.offsets[tp] = offset_entry(value, log_offset)
+
+    def complete_txn(self, partition: int, producer_id: int, commit: bool, now_ms: int) -> None:
+        """The marker of `producer_id`'s transaction is committed in `partition`: its offsets
+        for the groups of that partition take effect (COMMIT; a later record of a key still
+        wins, as Kafka's olderThan) or are dropped (ABORT)."""
+        groups = self.txn_offsets.get(producer_id)
+        if not groups:
+            return
+        for gid in [g for g in groups if self.partition_for(g) == partition]:
+            held = groups.pop(gid)
+            if not commit:
+                continue
+            group = self.groups.get(gid)
+            if group is None:
+                group = self.groups[gid] = Group(gid, state_timestamp_ms=now_ms)
+            for tp, entry in held.items():
+                current = group.offsets.get(tp)
+                if current is None or current.log_offset < entry.log_offset:
+                    group.offsets[tp] = entry
+        if not groups:
+            del self.txn_offsets[producer_id]
+
+    def txn_offset_count(self, producer_id: int) -> int:
+        return sum(len(g) for g in self.txn_offsets.get(producer_id, {}).values())
 
     # ---- routing and groups ----
 

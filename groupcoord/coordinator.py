@@ -133,8 +133,9 @@ class GroupCoordinator:
         until `finish_load`. If it was already loaded, its old state is dropped first."""
         return self._ctx.run(lambda: replay.begin_load(self._ctx, partition))
 
-    def load(self, partition: int, records: Iterable[tuple[int, bytes, bytes | None]]) -> int:
-        """Replay records `(log_offset, key, value)` of `partition` in log order (may be called
+    def load(self, partition: int, records: Iterable[tuple]) -> int:
+        """Replay records `(log_offset, key, value)`, or `(log_offset, key, value, producer_id,
+        marker)` (transactional writes and their markers: replay.py) of `partition` in log order (may be called
         once per chunk). Returns how many were applied. Records at or before the last log
         offset seen are skipped (a chunk fed twice changes nothing). A record that does not
         decode is skipped and counted (logged): one bad record must not keep a coordinator
@@ -283,13 +284,32 @@ class GroupCoordinator:
         ))
 
     def txn_offset_commit(self, *, group_id: str, offsets: Sequence[CommitOffset], now_ms: int,
-                          validate_only: bool, member_id: str = "", generation_id: int = NO_GENERATION,
-                          group_instance_id: str | None = None) -> Result:
-        """TxnOffsetCommit (offsets.txn_offset_commit): check the request (`validate_only`),
-        or write its offsets once the transaction commits. Errors as OffsetCommit's."""
+                          producer_id: int, producer_epoch: int, member_id: str = "",
+                          generation_id: int = NO_GENERATION, group_instance_id: str | None = None) -> Result:
+        """TxnOffsetCommit (offsets.txn_offset_commit): check the request, then append its
+        offsets as a transactional batch of the producer; they take effect when its COMMIT
+        marker reaches the group's partition (`complete_txn`). Errors as OffsetCommit's."""
         return self._ctx.run(lambda: offset_handlers.txn_offset_commit(
-            self._ctx, group_id=group_id, offsets=offsets, now_ms=now_ms, validate_only=validate_only,
-            member_id=member_id, generation_id=generation_id, group_instance_id=group_instance_id))
+            self._ctx, group_id=group_id, offsets=offsets, now_ms=now_ms, producer_id=producer_id,
+            producer_epoch=producer_epoch, member_id=member_id, generation_id=generation_id,
+            group_instance_id=group_instance_id))
+
+    def complete_txn(self, partition: int, producer_id: int, commit: bool, now_ms: int) -> Result:
+        """The marker of `producer_id`'s transaction is committed in `__consumer_offsets-<partition>`:
+        its pending offsets there apply (COMMIT) or are dropped (ABORT). A partition still
+        loading ignores it (its replay reads the marker)."""
+        def body() -> None:
+            if self._ctx.is_active(partition):
+                self._ctx.complete_txn(partition, producer_id, commit, now_ms)
+        return self._ctx.run(body)
+
+    def pending_txn_partitions(self, group_id: str) -> set[tuple[str, int]]:
+        """The (topic, partition)s of `group_id` with transactional offsets whose marker has not
+        come (OffsetFetch's require_stable answers them UNSTABLE_OFFSET_COMMIT)."""
+        return {tp for groups in self._ctx.txn_offsets.values() for tp in groups.get(group_id, ())}
+
+    def txn_offset_producers(self) -> int:
+        return len(self._ctx.txn_offsets)
 
     def offset_fetch(self, *, group_id: str, partitions: Sequence[tuple[str, int]] | None = None,
                      member_id: str = "", member_epoch: int = NO_GENERATION) -> Result:

@@ -17,7 +17,7 @@ May import: raftlog.base, and groupcoord's context, records and state.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 from groupcoord import consumer_group_ops
 from groupcoord.context import (
@@ -43,7 +43,12 @@ from raftlog.base.errors import (
 )
 from raftlog.base.topics import MAX_TOPIC_NAME_CHARS
 
-__all__ = ["offset_commit", "offset_fetch"]
+__all__ = ["offset_commit", "offset_fetch", "txn_offset_commit"]
+
+# TxnOffsetCommit's pending offsets held at once (more: COORDINATOR_NOT_AVAILABLE, retriable;
+# INVALID_REQUEST past the offsets of one producer).
+MAX_TXN_PRODUCERS: Final = 10_000
+MAX_TXN_OFFSETS: Final = 100_000
 
 
 def offset_commit(
@@ -96,26 +101,30 @@ def txn_offset_commit(
     group_id: str,
     offsets: Sequence[CommitOffset],
     now_ms: int,
-    validate_only: bool,
+    producer_id: int,
+    producer_epoch: int,
     member_id: str = "",
     generation_id: int = NO_GENERATION,
     group_instance_id: str | None = None,
 ) -> Response | Pending:
-    """TxnOffsetCommit (issue 42). `validate_only`: the request itself (the group is
-    coordinated here; with a generation (v3+), the member and generation are checked as
-    OffsetCommit's are); the offsets are held by the shell until the transaction's marker.
-    Else: the commit marker came, write them (no member check: the request was checked)."""
+    """TxnOffsetCommit (issue 42). The request is checked (the group is coordinated here; with
+    a generation (v3+), the member and generation as OffsetCommit's), then its offsets are
+    appended to the group's partition as a transactional batch of the producer (Kafka's
+    GroupMetadataManager.storeOffsets with a producer id): once committed they are held in
+    `ctx.txn_offsets` until the transaction's marker (`complete_txn`), and a replay of the
+    partition rebuilds them (replay.py), so a coordinator failover loses none."""
     partition = ctx.route(group_id)
     group = ctx.groups.get(group_id)
-    if validate_only:
-        if group is not None and generation_id >= 0 and \
-                not consumer_group_ops.validate_commit(ctx, group_id, member_id, generation_id):
-            _validate_commit(ctx, group, member_id, generation_id, group_instance_id, now_ms)
-        return {"partitions": [{"topic": c.topic, "partition": c.partition} for c in offsets]}
-    if group is None:
-        ctx.check_group_room()
+    if group is not None and generation_id >= 0 and \
+            not consumer_group_ops.validate_commit(ctx, group_id, member_id, generation_id):
+        _validate_commit(ctx, group, member_id, generation_id, group_instance_id, now_ms)
+    if producer_id not in ctx.txn_offsets and len(ctx.txn_offsets) >= MAX_TXN_PRODUCERS:
+        raise CoordinatorNotAvailableError(f"{MAX_TXN_PRODUCERS} producers hold pending offsets here")
+    if ctx.txn_offset_count(producer_id) + len(offsets) > MAX_TXN_OFFSETS:
+        raise InvalidRequestError(f"at most {MAX_TXN_OFFSETS} pending offsets per producer", field="offsets")
     ctx.check_append_room()
-    return _do_commit(ctx, group_id, partition, [CommitOffset(*o) for o in offsets], now_ms)
+    return _do_commit(ctx, group_id, partition, [CommitOffset(*o) for o in offsets], now_ms,
+                      producer=(producer_id, producer_epoch))
 
 
 def _validate_commit(ctx: CoordinatorContext, group: Group, member_id: str, generation_id: int, instance: str | None, now_ms: int) -> None:
@@ -138,7 +147,8 @@ def _validate_commit(ctx: CoordinatorContext, group: Group, member_id: str, gene
     member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
 
 
-def _do_commit(ctx: CoordinatorContext, group_id: str, partition: int, commits: list[CommitOffset], now_ms: int) -> Response | Pending:
+def _do_commit(ctx: CoordinatorContext, group_id: str, partition: int, commits: list[CommitOffset], now_ms: int,
+               producer: tuple[int, int] | None = None) -> Response | Pending:
     results: list[dict[str, Any]] = []
     items: list[tuple[Key, Value | None]] = []
     for c in commits:
@@ -164,7 +174,7 @@ def _do_commit(ctx: CoordinatorContext, group_id: str, partition: int, commits: 
             r if "error" in r else {**r, "error": {"code": err.code, "message": str(err)}} for r in results
         ]})
 
-    ctx.append(partition, items, committed, failed)
+    ctx.append(partition, items, committed, failed, producer)
     return Pending(key)
 
 

@@ -38,11 +38,15 @@ LOAD_CHUNK_BYTES: Final = 1 << 20
 HW_POLL_S: Final = 0.2
 
 Records = list[KeyedRecord]
+Decode = Callable[[bytes, int], tuple[list, int]]
 
 
 async def replay_partition(r: InternalPartition, ours: Callable[[], bool],
-                           feed: Callable[[Records], int]) -> tuple[int, int]:
-    """(records `feed` applied, the offset replay reached). `r` is the local leader partition."""
+                           feed: Callable[[Records], int], *,
+                           decode: Decode = keyed_records) -> tuple[int, int]:
+    """(records `feed` applied, the offset replay reached). `r` is the local leader partition.
+    `decode` turns a chunk into records (`keyed_records`; the group coordinator passes
+    `logged_records`, which keeps transactional writes and their markers)."""
     await wait_caught_up(r, ours)
     offset = r.log_start_offset
     applied = 0
@@ -50,7 +54,7 @@ async def replay_partition(r: InternalPartition, ours: Callable[[], bool],
         data = await r.read_committed(offset, LOAD_CHUNK_BYTES)
         if not data:
             break
-        records, offset = keyed_records(data, offset)
+        records, offset = decode(data, offset)
         applied += feed(records)
         await trio.sleep(0)
     return applied, offset

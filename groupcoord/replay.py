@@ -12,6 +12,13 @@ heartbeat within their session timeout from `finish_load`), others Empty. Droppi
 partition answers its groups' pending requests NOT_COORDINATOR and forgets its appends in
 flight (the next leader's replay settles their outcome).
 
+Transactional offsets (TxnOffsetCommit, issue 42; Kafka's GroupMetadataManager load): a record
+may come as (log_offset, key, value, producer_id, marker) (partition.keyed.logged_records). An
+offset record of a transactional batch (producer_id >= 0) is held for its producer until
+that producer's marker: COMMIT applies the held offsets (a record later in the log for the
+same key still wins), ABORT drops them. Offsets whose marker the log does not hold yet stay
+pending after `finish_load` (`ctx.txn_offsets`), for the marker still to come.
+
 Functions over a `CoordinatorContext`, called inside its `run` (except `load`). Pure.
 May import: raftlog.base, and groupcoord's context, records and state.
 """
@@ -45,16 +52,22 @@ def begin_load(ctx: CoordinatorContext, partition: int) -> None:
     ctx.loads[partition] = LoadBuffer()
 
 
-def load(ctx: CoordinatorContext, partition: int, records: Iterable[tuple[int, bytes, bytes | None]]) -> int:
+def load(ctx: CoordinatorContext, partition: int, records: Iterable[tuple]) -> int:
     """Replay one chunk; returns how many records were applied."""
     buf = ctx.loads.get(partition)
     if buf is None or ctx.partitions.get(partition) != LOADING:
         raise RuntimeError(f"partition {partition} is not loading")
     applied = 0
-    for log_offset, key_bytes, value_bytes in records:
+    for record in records:
+        log_offset, key_bytes, value_bytes = record[0], record[1], record[2]
+        producer_id, marker = (record[3], record[4]) if len(record) > 3 else (-1, None)
         if log_offset <= buf.last_log_offset:
             continue
         buf.last_log_offset = log_offset
+        if marker is not None:
+            _replay_marker(buf, producer_id, marker)
+            applied += 1
+            continue
         try:
             key, value = decode_record(key_bytes, value_bytes)
         except InvalidGroupRecordError as e:
@@ -74,7 +87,10 @@ def load(ctx: CoordinatorContext, partition: int, records: Iterable[tuple[int, b
                 kept[key] = value
         elif isinstance(key, OffsetKey):
             k3 = (key.group, key.topic, key.partition)
-            if value is None:
+            if producer_id >= 0:  # transactional: counts once its COMMIT marker is replayed
+                if isinstance(value, OffsetValue):
+                    buf.txn.setdefault(producer_id, {})[k3] = offset_entry(value, log_offset)
+            elif value is None:
                 buf.offsets.pop(k3, None)
             else:
                 assert isinstance(value, OffsetValue)
@@ -85,6 +101,16 @@ def load(ctx: CoordinatorContext, partition: int, records: Iterable[tuple[int, b
             assert isinstance(value, GroupValue)
             buf.groups[key.group] = (value, log_offset)
     return applied
+
+
+def _replay_marker(buf: LoadBuffer, producer_id: int, commit: bool) -> None:
+    held = buf.txn.pop(producer_id, None)
+    if not held or not commit:
+        return
+    for k3, entry in held.items():
+        current = buf.offsets.get(k3)
+        if current is None or current.log_offset < entry.log_offset:
+            buf.offsets[k3] = entry
 
 
 def finish_load(ctx: CoordinatorContext, partition: int, now_ms: int) -> dict:
@@ -109,8 +135,13 @@ def finish_load(ctx: CoordinatorContext, partition: int, now_ms: int) -> dict:
         if group is None:
             group = ctx.groups[gid] = Group(gid, state_timestamp_ms=now_ms)
         group.offsets[(topic, p)] = entry
+    pending = 0
+    for producer_id, held in buf.txn.items():
+        for (gid, topic, p), entry in held.items():
+            ctx.txn_offsets.setdefault(producer_id, {}).setdefault(gid, {})[(topic, p)] = entry
+            pending += 1
     ctx.partitions[partition] = ACTIVE
-    return {"groups": len(buf.groups), "offsets": len(buf.offsets), "errors": buf.errors}
+    return {"groups": len(buf.groups), "offsets": len(buf.offsets), "txn_offsets": pending, "errors": buf.errors}
 
 
 def drop_partition(ctx: CoordinatorContext, partition: int) -> None:
@@ -134,6 +165,12 @@ def drop_partition(ctx: CoordinatorContext, partition: int) -> None:
             inflight.on_fail(gone, -1)
     for key in [k for k, gid in ctx.pending.items() if ctx.partition_for(gid) == partition]:
         ctx.complete(key, gone)
+    for producer_id in list(ctx.txn_offsets):
+        groups = ctx.txn_offsets[producer_id]
+        for gid in [g for g in groups if ctx.partition_for(g) == partition]:
+            del groups[gid]
+        if not groups:
+            del ctx.txn_offsets[producer_id]
 
 
 def _group_from_value(group_id: str, value: GroupValue, log_offset: int, now_ms: int) -> Group:

@@ -31,8 +31,8 @@ What the shell does for the core (the contract in coordinator.py's docstring):
   replayed in a task: first it waits until the high watermark reaches the log end seen
   when leadership was noticed (so every record of earlier leaders is committed), then it reads
   from the log start to the high watermark (groupcoord/partition_load.py, shared with the
-  transaction coordinator: `read_committed` + `partition.keyed.keyed_records`, control batches
-  skipped) into `load`, then `finish_load`. Meanwhile the partition's groups answer
+  transaction coordinator: `read_committed` + `partition.keyed.logged_records`, transactional
+  offsets held until their marker, other control batches skipped) into `load`, then `finish_load`. Meanwhile the partition's groups answer
   COORDINATOR_LOAD_IN_PROGRESS; groups of partitions not led here answer NOT_COORDINATOR. Losing leadership `unload`s (pending requests answered
   NOT_COORDINATOR). A load that fails is dropped and retried by the watcher.
 * Timer: one task sleeps until the latest `next_deadline_ms` (or until it changes) and calls
@@ -103,6 +103,7 @@ from groupcoord.settings import GroupCoordinatorSettings
 from groupcoord.txn_offsets import TxnOffsets
 from metadata.image import MetadataImage
 from partition.batch import BatchBuilder
+from partition.keyed import logged_records
 from raftlog.base.errors import (
     CoordinatorNotAvailableError,
     GroupIdNotFoundError,
@@ -353,7 +354,11 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
             self._apply(self.core.on_append_failed(append.append_id, NotCoordinatorError("not the leader of the partition"), self._clock_ms()))
             return
         now = self._clock_ms()
-        builder = BatchBuilder()
+        if append.producer_id >= 0:  # TxnOffsetCommit: a batch of the producer's transaction
+            builder = BatchBuilder(producer_id=append.producer_id, producer_epoch=append.producer_epoch,
+                                   is_transactional=True)
+        else:
+            builder = BatchBuilder()
         for key, value in append.records:
             builder.append(value, key, timestamp_ms=now)
         try:
@@ -403,7 +408,8 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
 
         started_ms = self._clock_ms()
         try:
-            applied, offset = await replay_partition(r, ours, lambda records: self.core.load(p, records))
+            applied, offset = await replay_partition(r, ours, lambda records: self.core.load(p, records),
+                                                     decode=logged_records)
             if not ours():
                 return
             self._apply(self.core.finish_load(p, self._clock_ms()))

@@ -103,6 +103,10 @@ class Markers:
     producer_epoch: int
     commit: bool
     partitions: frozenset[tuple[str, int]]
+    # WriteTxnMarkers' coordinator_epoch: the leader epoch of the id's `__transaction_state`
+    # partition, set by the shell (txn_service.py) that sends them; a partition refuses a
+    # marker older than one it holds for the producer (TRANSACTION_COORDINATOR_FENCED).
+    coordinator_epoch: int = 0
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,9 @@ a fresh producer id (the node passes the partition port's `init_producer_id`).
 * Markers: a prepared transaction's `Markers` go to `write_markers` (injected by the node,
   raftlog/node/txn_link.py: COMMIT/ABORT control batches to every partition of the
   transaction, each on its leader), then `on_markers_written` writes the Complete state.
+  Their coordinator epoch is the leader epoch of the id's `__transaction_state` partition here
+  (Kafka's coordinatorEpoch), so a coordinator that lost the partition is fenced by each
+  partition that saw the newer one's markers (TRANSACTION_COORDINATOR_FENCED).
   A failure is retried every MARKER_RETRY_S until it succeeds or the partition moves.
 * Ownership: every LEADERSHIP_CHECK_S and on each leadership change of a local
   `__transaction_state` partition (partition_load.follow_leadership), a partition newly led
@@ -40,6 +43,7 @@ broker).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -260,7 +264,10 @@ class TxnCoordinatorService:
         if self._nursery is None:
             self.core.on_markers_failed(markers.transactional_id)
             return
-        gen = self._load_gen.get(self.core.partition_for(markers.transactional_id))
+        p = self.core.partition_for(markers.transactional_id)
+        gen = self._load_gen.get(p)
+        # Kafka's coordinator epoch: the partition's leader epoch this load serves under.
+        markers = dataclasses.replace(markers, coordinator_epoch=max(0, self._owned.get(p, 0)))
         self._nursery.start_soon(self._send_markers, markers, gen)
 
     async def _send_markers(self, markers: Markers, gen: int | None) -> None:

@@ -884,6 +884,19 @@ def txn_marker_batch(
     return b.build()
 
 
+def txn_marker(buf, pos: int = 0) -> tuple[bool, int]:
+    """(whether it is a COMMIT, its coordinator epoch) of the transaction marker at `pos`
+    (Kafka's EndTransactionMarker; a value too short for the epoch gives -1). Raises
+    CorruptRecordError when that is not a control batch."""
+    h, records = decode_batch(buf, pos)
+    key = records[0].key if records else None
+    if not h.is_control or key is None or len(key) < _CONTROL_KEY.size:
+        raise CorruptRecordError(f"batch at {pos}: not a control batch with a control key")
+    value = records[0].value
+    epoch = struct.unpack_from(">i", value, 2)[0] if value is not None and len(value) >= 6 else -1
+    return _CONTROL_KEY.unpack_from(key)[1] == CONTROL_COMMIT, epoch
+
+
 def control_type(buf, pos: int = 0) -> int:
     """The control type (CONTROL_ABORT, CONTROL_COMMIT, ...) of the control batch at `pos`:
     its first record's key. Raises CorruptRecordError when that is not a control key."""

@@ -5,7 +5,8 @@ to, replays and watches its internal topic without holding a `Replica` or its `L
     LocalInternalTopics(replica_manager)   # the node builds one and gives it to the coordinators
 
 Only the members the Protocols declare are exposed; everything is delegated to the replica's
-public methods (`append_as_leader` with acks=all, `read_committed`, `watch`).
+public methods (`append_as_leader` with acks=all as the coordinator's own append,
+`read_committed`, `watch`).
 Concurrency: the trio thread, as the replicas.
 """
 
@@ -76,7 +77,7 @@ class ReplicaPartition:
         return self._replica.high_watermark
 
     async def append(self, batch: bytes) -> _Committed:
-        return _Committed(await self._replica.append_as_leader(batch, acks=-1))
+        return _Committed(await self._replica.append_as_leader(batch, acks=-1, coordinator=True))
 
     async def read_committed(self, offset: int, max_bytes: int) -> bytes:
         return await self._replica.read_committed(offset, max_bytes)

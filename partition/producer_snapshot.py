@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Callable
 
-from partition.batch import CONTROL_COMMIT, Header, control_type
+from partition.batch import Header, txn_marker
 from partition.checkpoint import (
     PRODUCER_SNAPSHOTS_KEPT,
     RECOVERY_POINT_MIN_BYTES,
@@ -69,7 +69,7 @@ class _SnapshotMisfit(Exception):
 
 def _apply_counted(state: ProducerStateManager, headers: Iterator[Header], *,
                    from_offset: int | None = None,
-                   marker_commit: Callable[[Header], bool] | None = None) -> int:
+                   marker_of: Callable[[Header], tuple[bool, int]] | None = None) -> int:
     """`state.apply_headers(headers)`; returns how many headers it took. With `from_offset`,
     the first must start at or after it (raises _SnapshotMisfit)."""
     walked = 0
@@ -84,7 +84,7 @@ def _apply_counted(state: ProducerStateManager, headers: Iterator[Header], *,
             yield h
 
     try:
-        state.apply_headers(counted(), marker_commit)
+        state.apply_headers(counted(), marker_of)
     finally:
         headers.close()  # unpin now, not at garbage collection
     return walked
@@ -199,7 +199,7 @@ class ProducerSnapshots:
                 if snap is not None:
                     state.load(snap, log_start_offset=self.log_start_offset)
                     walked = _apply_counted(state, self._headers_from(at, tail), from_offset=at,
-                                            marker_commit=self._marker_commit)
+                                            marker_of=self._marker_of)
                     return ProducerStateLoad(at, walked)
             except _SnapshotMisfit as e:
                 why = str(e)
@@ -215,13 +215,12 @@ class ProducerSnapshots:
                 self._void_producer_snapshots(lambda s, at=at: s == at)
         state.clear()
         return ProducerStateLoad(None, _apply_counted(state, self._headers_from(None, tail),
-                                                    marker_commit=self._marker_commit), why)
+                                                    marker_of=self._marker_of), why)
 
-    def _marker_commit(self, h: Header) -> bool:
-        """Whether the transaction marker whose header is `h` is a COMMIT (its record read
-        from the log: the walk reads headers only)."""
-        data = self.read(h.base_offset, h.size, max_offset=h.base_offset + 1)
-        return control_type(data) == CONTROL_COMMIT
+    def _marker_of(self, h: Header) -> tuple[bool, int]:
+        """(whether the transaction marker whose header is `h` is a COMMIT, its coordinator
+        epoch), its record read from the log: the walk reads headers only."""
+        return txn_marker(self.read(h.base_offset, h.size, max_offset=h.base_offset + 1))
 
     def _shape(self) -> tuple[int, int, int]:
         return self.log_end_offset, self._cut_generation, self._segments[-1].base_offset

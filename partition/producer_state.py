@@ -39,7 +39,10 @@ batches from S gives the state of the whole walk. The bytes: "RLPS", u32 body le
 CRC-32C of the body, then the body in canonical CBOR {"v": 1, "offset": S, "last_epoch": the
 log's leader epoch at S-1 (-1 if none), "evicted_at": offset of the batch whose record last
 evicted a producer (-1 if none), "producers": [[producer_id, producer_epoch, [[base_sequence,
-last_sequence, first_offset, last_offset], ...]], ...] in last-write order}. `decode` refuses
+last_sequence, first_offset, last_offset], ...]], ...] in last-write order}; v2 adds "txns"
+[[producer_id, first_offset], ...] and "aborted" [[producer_id, first, last, lso], ...], v3
+"coordinator_epochs" [[producer_id, producer_epoch, coordinator_epoch], ...] (each producer's
+last marker's coordinator epoch, a producer without batches left included). `decode` refuses
 anything a real state could not be: offsets at or past S, unordered batches or producers, a
 producer twice, more than `max_producers` entries or `MAX_BATCHES` batches, values out of range.
 
@@ -71,6 +74,7 @@ from raftlog.base.errors import (
     DuplicateSequenceNumberError,
     InvalidProducerEpochError,
     OutOfOrderSequenceNumberError,
+    TransactionCoordinatorFencedError,
 )
 
 __all__ = [
@@ -91,12 +95,14 @@ _SNAPSHOT_MAGIC = b"RLPS"
 _SNAPSHOT_HEAD = struct.Struct(">4sII")  # magic, body length, CRC-32C of the body
 _SNAPSHOT_KEYS = frozenset({"v", "offset", "last_epoch", "evicted_at", "producers"})
 _SNAPSHOT_KEYS_V2 = _SNAPSHOT_KEYS | {"txns", "aborted"}
+_SNAPSHOT_KEYS_V3 = _SNAPSHOT_KEYS_V2 | {"coordinator_epochs"}
 _MAX_ABORTED = 1_000_000  # aborted-transaction entries a snapshot may carry
 # A snapshot takes ~160 bytes per producer with a full window (the default 10,000 producers:
 # ~1.6 MB); a file larger than this (~400,000 producers) is not read.
 MAX_SNAPSHOT_BYTES = 64 << 20
 _INT16_MIN, _INT16_MAX = -(1 << 15), (1 << 15) - 1
 _INT64_MAX = (1 << 63) - 1
+_INT32_MAX = (1 << 31) - 1
 
 
 class Duplicate(NamedTuple):
@@ -117,6 +123,9 @@ class _Batch(NamedTuple):
 class ProducerEntry:
     producer_epoch: int
     batches: deque = field(default_factory=lambda: deque(maxlen=MAX_BATCHES))
+    # The coordinator epoch of the last transaction marker of this producer here (-1: none);
+    # a marker of an older one is TRANSACTION_COORDINATOR_FENCED (Kafka's ProducerStateEntry).
+    coordinator_epoch: int = -1
 
     @property
     def last_sequence(self) -> int:
@@ -142,6 +151,9 @@ class ProducerSnapshot:
     # aborted ones (producer_txn.AbortedTxn) by last offset.
     open_txns: tuple[tuple[int, int], ...] = ()
     aborted: tuple[AbortedTxn, ...] = ()
+    # (v3) (producer id, producer epoch, coordinator epoch) of each producer with a marker here:
+    # the epoch a marker must reach (TRANSACTION_COORDINATOR_FENCED below it).
+    coordinator_epochs: tuple[tuple[int, int, int], ...] = ()
 
     def encode(self) -> bytes:
         """The file's bytes: header (magic, body length, CRC-32C) and canonical CBOR body
@@ -152,8 +164,10 @@ class ProducerSnapshot:
             "producers": [[pid, epoch, [list(b) for b in batches]]
                           for pid, epoch, batches in self.producers],
         }  # fmt: skip
-        if self.open_txns or self.aborted:
+        if self.open_txns or self.aborted or self.coordinator_epochs:
             obj.update(v=2, txns=[list(t) for t in self.open_txns], aborted=[list(a) for a in self.aborted])
+        if self.coordinator_epochs:
+            obj.update(v=3, coordinator_epochs=[list(c) for c in self.coordinator_epochs])
         body = cbor.dumps(obj)
         return _SNAPSHOT_HEAD.pack(_SNAPSHOT_MAGIC, len(body), crc32c(body)) + body
 
@@ -173,7 +187,7 @@ class ProducerSnapshot:
         except ValueError:
             return None
         if type(obj) is not dict or (obj.keys(), obj.get("v")) not in (
-                (_SNAPSHOT_KEYS, 1), (_SNAPSHOT_KEYS_V2, 2)):
+                (_SNAPSHOT_KEYS, 1), (_SNAPSHOT_KEYS_V2, 2), (_SNAPSHOT_KEYS_V3, 3)):
             return None
         offset, last_epoch, evicted_at = obj["offset"], obj["last_epoch"], obj["evicted_at"]
         raw = obj["producers"]
@@ -195,7 +209,26 @@ class ProducerSnapshot:
         txns = _decode_txns(obj.get("txns", []), obj.get("aborted", []), offset)
         if txns is None:
             return None
-        return cls(offset, last_epoch, evicted_at, tuple(producers), *txns)
+        coordinator_epochs = _decode_coordinator_epochs(obj.get("coordinator_epochs", []), max_producers)
+        if coordinator_epochs is None:
+            return None
+        return cls(offset, last_epoch, evicted_at, tuple(producers), *txns, coordinator_epochs)
+
+
+def _decode_coordinator_epochs(raw: object, max_producers: int | None) -> tuple[tuple[int, int, int], ...] | None:
+    """A v3 snapshot's (producer id, producer epoch, coordinator epoch) entries, or None when
+    not valid: each producer once, values in range, at most `max_producers`."""
+    if type(raw) is not list or (max_producers is not None and len(raw) > max_producers):
+        return None
+    out = []
+    for c in raw:
+        if type(c) is not list or len(c) != 3 or not (
+                _is_int(c[0], 0, _INT64_MAX) and _is_int(c[1], _INT16_MIN, _INT16_MAX) and _is_int(c[2], 0, _INT32_MAX)):
+            return None
+        out.append((c[0], c[1], c[2]))
+    if len({pid for pid, _, _ in out}) != len(out):
+        return None
+    return tuple(out)
 
 
 def _decode_txns(raw_open: object, raw_aborted: object, offset: int
@@ -344,6 +377,13 @@ class ProducerStateManager:
             expected_sequence=expected,
         )
 
+    def check_epoch(self, producer_id: int, producer_epoch: int) -> None:
+        """A coordinator's own batch of `producer_id` (no sequence to check): raises
+        InvalidProducerEpochError when a newer epoch holds the producer here."""
+        e = self._entries.get(producer_id)
+        if e is not None and producer_epoch < e.producer_epoch:
+            raise InvalidProducerEpochError(f"producer {producer_id}: epoch {producer_epoch} < {e.producer_epoch}")
+
     def record(
         self,
         producer_id: int,
@@ -359,7 +399,7 @@ class ProducerStateManager:
             return
         e = self._entries.get(producer_id)
         if e is None or producer_epoch > e.producer_epoch:
-            e = ProducerEntry(producer_epoch)
+            e = ProducerEntry(producer_epoch, coordinator_epoch=-1 if e is None else e.coordinator_epoch)
             self._entries[producer_id] = e
         elif producer_epoch < e.producer_epoch:
             return
@@ -376,29 +416,50 @@ class ProducerStateManager:
         e = self._entries.get(producer_id)
         return producer_id in self.txns.open and e is not None and e.producer_epoch == producer_epoch
 
-    def marker(self, producer_id: int, producer_epoch: int, offset: int, *, commit: bool) -> None:
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
+        """Judge a coordinator's marker before appending it (Kafka's appendEndTxnMarker):
+        raises InvalidProducerEpochError for an epoch below the producer's here (a stale
+        coordinator's), TransactionCoordinatorFencedError for a coordinator epoch below the
+        one of the producer's last marker here (a coordinator that lost its partition)."""
+        e = self._entries.get(producer_id)
+        if e is None:
+            return
+        if producer_epoch < e.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"marker epoch {producer_epoch} < producer {producer_id}'s {e.producer_epoch}")
+        if coordinator_epoch < e.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"coordinator epoch {coordinator_epoch} < {e.coordinator_epoch}, of producer {producer_id}'s last marker")
+
+    def marker(self, producer_id: int, producer_epoch: int, offset: int, *, commit: bool,
+               coordinator_epoch: int = -1) -> None:
         """The COMMIT/ABORT marker of `producer_id` at `offset`: its transaction here ends,
-        and an epoch above the entry's fences the older one (the coordinator bumps the epoch
-        when it aborts a fenced or timed-out producer's transaction)."""
+        an epoch above the entry's fences the older one (the coordinator bumps the epoch
+        when it aborts a fenced or timed-out producer's transaction), and the entry keeps its
+        coordinator epoch (the highest seen)."""
         e = self._entries.get(producer_id)
         if e is None or producer_epoch > e.producer_epoch:
-            self._entries[producer_id] = ProducerEntry(producer_epoch)
+            e = self._entries[producer_id] = ProducerEntry(
+                producer_epoch, coordinator_epoch=-1 if e is None else e.coordinator_epoch)
+        e.coordinator_epoch = max(e.coordinator_epoch, coordinator_epoch)
         self.txns.end(producer_id, offset, commit=commit)
 
-    def apply_headers(self, headers: Iterable, marker_commit: Callable[[Any], bool] | None = None) -> None:
+    def apply_headers(self, headers: Iterable,
+                      marker_of: Callable[[Any], tuple[bool, int]] | None = None) -> None:
         """Record stamped batches (batch.Header objects: base_offset, producer_id, ...) in
         offset order, without checks: they are in the log already. Batches without a
         producer id and control batches other than transaction markers are skipped; a
-        marker's type (COMMIT or not) is asked of `marker_commit(header)` (the header holds
-        no record; without it markers are taken for aborts)."""
+        marker's type (COMMIT or not) and coordinator epoch are asked of `marker_of(header)`
+        (the header holds no record; without it markers are taken for aborts of epoch -1)."""
         for h in headers:
             pid = h.producer_id
             if pid == NO_PRODUCER_ID:
                 continue
             if h.is_control:
                 if h.is_transactional:
-                    commit = marker_commit(h) if marker_commit is not None else False
-                    self.marker(pid, h.producer_epoch, h.base_offset, commit=commit)
+                    commit, coordinator_epoch = marker_of(h) if marker_of is not None else (False, -1)
+                    self.marker(pid, h.producer_epoch, h.base_offset, commit=commit,
+                                coordinator_epoch=coordinator_epoch)
                 continue
             self.record(
                 pid, h.producer_epoch, h.base_sequence, h.last_sequence,
@@ -462,6 +523,8 @@ class ProducerStateManager:
             tuple((pid, e.producer_epoch, tuple(e.batches))
                   for pid, e in self._entries.items() if e.batches),
             tuple(sorted(self.txns.open.items(), key=lambda t: t[1])), tuple(self.txns.aborted),
+            tuple((pid, e.producer_epoch, e.coordinator_epoch)
+                  for pid, e in self._entries.items() if e.coordinator_epoch >= 0),
         )  # fmt: skip
 
     def load(self, snapshot: ProducerSnapshot, *, log_start_offset: int) -> None:
@@ -477,5 +540,13 @@ class ProducerStateManager:
             kept = [b for b in batches if b.last_offset >= log_start_offset]
             if kept:
                 self._entries[pid] = ProducerEntry(epoch, deque(kept, maxlen=MAX_BATCHES))
+        for pid, epoch, coordinator_epoch in snapshot.coordinator_epochs:
+            e = self._entries.get(pid)
+            if e is None:  # a producer whose batches are gone keeps its coordinator epoch
+                if len(self._entries) >= self.max_producers:
+                    continue
+                e = self._entries[pid] = ProducerEntry(epoch)
+                self._entries.move_to_end(pid, last=False)
+            e.coordinator_epoch = coordinator_epoch
         self._evicted_at = snapshot.evicted_at
         self.txns.load(list(snapshot.open_txns), list(snapshot.aborted), log_start_offset)

@@ -72,7 +72,7 @@ import trio
 
 from metadata.topic_config import TopicConfig
 from partition.batch import (
-    CONTROL_COMMIT, CONTROL_LEADER_CHANGE, CheckedBatches, control_batch, control_type, iter_headers,
+    CONTROL_LEADER_CHANGE, CheckedBatches, control_batch, iter_headers, txn_marker,
 )
 from partition.errors import CorruptRecordError, LogClosedError, RaftStateError, StorageDamageError
 from partition.checkpoint import (
@@ -705,8 +705,7 @@ class Replica(ReplicaStorage, ReplicaReads, ReplicaWrites):
             raise RaftStateError(f"replicated append ended at {end}, expected {eff.end_offset}")
         pairs = checked if checked is not None else list(iter_headers(data, verify=False))
         at = {h.base_offset: pos for pos, h in pairs if h.is_control}
-        self.producers.apply_headers((h for _, h in pairs),
-                                     lambda h: control_type(data, at[h.base_offset]) == CONTROL_COMMIT)
+        self.producers.apply_headers((h for _, h in pairs), lambda h: txn_marker(data, at[h.base_offset]))
 
     def _on_high_watermark(self, hw: int) -> None:
         self.high_watermark = hw

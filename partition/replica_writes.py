@@ -30,7 +30,6 @@ from partition.validator import batch_too_large
 from partition.errors import CorruptRecordError, LogClosedError, RaftStateError, StorageDamageError
 from raftlog.base.aio import acquire_free
 from raftlog.base.errors import (
-    InvalidProducerEpochError,
     InvalidRequestError,
     InvalidTxnStateError,
     KafkaStorageError,
@@ -92,14 +91,17 @@ class ReplicaWrites:
     """Replica's leader writes (module docstring)."""
 
     async def append_as_leader(self, records: bytes, *, acks: int,
-                               verify_txn: TxnVerifier | None = None) -> AppendResult:
+                               verify_txn: TxnVerifier | None = None, coordinator: bool = False) -> AppendResult:
         """Append a producer's batches. Returns AppendResult (waiter set for acks=all when
         the batch is not committed yet). A transactional batch of a producer with no
         transaction of its epoch open here is first checked with `verify_txn(producer_id, epoch)` (KIP-890:
         the coordinator says whether this partition is in its ongoing transaction; it raises
         INVALID_TXN_STATE, PRODUCER_FENCED, ...). Raises NotLeaderError, CorruptRecordError,
         MessageTooLargeError, InvalidRequestError, the producer-state errors, KafkaStorageError,
-        what `verify_txn` raises."""
+        what `verify_txn` raises. `coordinator`: a coordinator's own append to its internal topic
+        (Kafka's AppendOrigin.COORDINATOR: the group coordinator's transactional offsets): no
+        verification and no sequence check, only the producer epoch's (a fenced epoch is
+        INVALID_PRODUCER_EPOCH)."""
         self.check_leader()
         if not records:
             raise CorruptRecordError("empty records")
@@ -119,7 +121,7 @@ class ReplicaWrites:
                 "an idempotent produce carries exactly one batch per partition", field="records"
             )
         txn = idem[0] if idem and idem[0].is_transactional else None
-        if txn is not None and not self.producers.in_txn(txn.producer_id, txn.producer_epoch):
+        if txn is not None and not coordinator and not self.producers.in_txn(txn.producer_id, txn.producer_epoch):
             if verify_txn is None:
                 raise InvalidTxnStateError(
                     f"{self.name}: transactional batch of producer {txn.producer_id} outside a transaction")
@@ -136,7 +138,9 @@ class ReplicaWrites:
                 if self._producers_dirty:
                     await trio.to_thread.run_sync(self._rebuild_producers, self.log,
                                                   limiter=self.disk.io)
-                if idem:
+                if idem and coordinator:
+                    self.producers.check_epoch(idem[0].producer_id, idem[0].producer_epoch)
+                elif idem:
                     h = idem[0]
                     dup = self.producers.check(h.producer_id, h.producer_epoch, h.base_sequence,
                                                h.last_sequence)
@@ -171,7 +175,9 @@ class ReplicaWrites:
         WriteTxnMarkers) and return the waiter of its commit. A marker for a producer with no
         transaction open here is written too (Kafka does: it fences older epochs). Raises
         NotLeaderError, InvalidProducerEpochError (an epoch below the producer's here: a
-        stale coordinator), KafkaStorageError."""
+        stale coordinator), TransactionCoordinatorFencedError (a coordinator epoch below the
+        one of the producer's last marker here: a coordinator that has lost its
+        `__transaction_state` partition), KafkaStorageError."""
         self.check_leader()
         await acquire_free(self._lock)
         try:
@@ -182,15 +188,13 @@ class ReplicaWrites:
             try:
                 if self._producers_dirty:
                     await trio.to_thread.run_sync(self._rebuild_producers, self.log, limiter=self.disk.io)
-                e = self.producers.entry(producer_id)
-                if e is not None and producer_epoch < e.producer_epoch:
-                    raise InvalidProducerEpochError(
-                        f"{self.name}: marker epoch {producer_epoch} < producer {producer_id}'s {e.producer_epoch}")
+                self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
                 batch = txn_marker_batch(producer_id, producer_epoch, commit=commit,
                                          coordinator_epoch=coordinator_epoch, timestamp_ms=self._clock_ms())
                 first, last = await self._log_append(core.epoch, self.log.append, batch,
                                                      leader_epoch=core.epoch, now_ms=self._clock_ms())
-                self.producers.marker(producer_id, producer_epoch, first, commit=commit)
+                self.producers.marker(producer_id, producer_epoch, first, commit=commit,
+                                      coordinator_epoch=coordinator_epoch)
                 waiter = self._add_waiter(last)
                 await self._execute(core.leader_appended(first, last))
             except StorageDamageError as exc:

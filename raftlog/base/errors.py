@@ -56,6 +56,8 @@ DESIGN §6), and every exception raised anywhere in raftlog derives from one of 
      │    ├── InvalidProducerIdMappingError     INVALID_PRODUCER_ID_MAPPING
      │    ├── InvalidTransactionTimeoutError    INVALID_TRANSACTION_TIMEOUT
      │    ├── ConcurrentTransactionsError       CONCURRENT_TRANSACTIONS  (retriable: a step is in flight)
+     │    ├── TransactionCoordinatorFencedError TRANSACTION_COORDINATOR_FENCED  (a marker of an older
+     │    │                                     coordinator epoch than the producer's last one)
      │    ├── TransactionalIdNotFoundError      TRANSACTIONAL_ID_NOT_FOUND
      │    ├── GroupSubscribedToTopicError       GROUP_SUBSCRIBED_TO_TOPIC  (OffsetDelete of a live group's topic)
      │    ├── UnstableOffsetCommitError         UNSTABLE_OFFSET_COMMIT  (retriable: a transaction's offsets are pending)
@@ -454,6 +456,15 @@ class InvalidProducerIdMappingError(RejectedError):
 
 class InvalidTransactionTimeoutError(RejectedError):
     code = "INVALID_TRANSACTION_TIMEOUT"
+
+
+class TransactionCoordinatorFencedError(RejectedError):
+    """A transaction marker (WriteTxnMarkers) whose coordinator epoch (the leader epoch of the
+    `__transaction_state` partition that sent it) is older than the one of a marker the
+    partition already holds for that producer: a coordinator that lost its partition (Kafka's
+    TransactionCoordinatorFencedException, not retriable)."""
+
+    code = "TRANSACTION_COORDINATOR_FENCED"
 
 
 class ConcurrentTransactionsError(RejectedError):

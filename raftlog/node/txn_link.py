@@ -191,7 +191,8 @@ class TxnLink:
         async def one(topic: str, partition: int) -> None:
             try:
                 await self.port.write_txn_marker(TxnMarker(topic, partition, markers.producer_id,
-                                                           markers.producer_epoch, markers.commit), deadline)
+                                                           markers.producer_epoch, markers.commit,
+                                                           markers.coordinator_epoch), deadline)
             except UnknownTopicOrPartitionError:
                 return  # deleted meanwhile: done
             except RaftlogError as exc:
@@ -209,7 +210,8 @@ class TxnLink:
             raise CoordinatorNotAvailableError(f"no address for broker {leader}")
         answer = await self.peers.call(address, "write_txn_markers", {
             "producer_id": markers.producer_id, "producer_epoch": markers.producer_epoch,
-            "commit": markers.commit, "partitions": [{"topic": t, "partition": p} for t, p in parts],
+            "commit": markers.commit, "coordinator_epoch": markers.coordinator_epoch,
+            "partitions": [{"topic": t, "partition": p} for t, p in parts],
         }, timeout_s=PEER_TIMEOUT_S)
         failed = {}
         for r in answer.get("results") or ():
@@ -222,7 +224,8 @@ class TxnLink:
         if len(raw) > MAX_MARKER_PARTITIONS:
             raise UnknownTopicOrPartitionError(f"at most {MAX_MARKER_PARTITIONS} partitions a call")
         markers = Markers("", field(request, "producer_id", int), field(request, "producer_epoch", int),
-                          field(request, "commit", bool), frozenset())
+                          field(request, "commit", bool), frozenset(),
+                          field(request, "coordinator_epoch", int, default=0, min_value=0))
         parts = [(field(d, "topic", str), field(d, "partition", int, min_value=0)) for d in raw]
         failed = await self._mark_local(markers, parts)
         results = []

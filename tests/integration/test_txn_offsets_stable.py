@@ -102,3 +102,57 @@ def test_pending_transaction_offsets_are_unstable_until_the_marker(cluster):
     finally:
         conn.sock.close()
         member.close()
+
+
+def coordinator_id(cluster: Any, key: str, key_type: int) -> int:
+    """The node id of `key`'s coordinator (0: group, 1: transaction), as a client finds it."""
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        boot = Conn(cluster.kafka_bootstrap().split(",")[0])
+        try:
+            r = boot.call(FindCoordinatorRequest, 3, key=key, key_type=key_type)
+        finally:
+            boot.sock.close()
+        if r.error_code == NONE:
+            return r.node_id
+        assert r.error_code in RETRIABLE and time.monotonic() < deadline, r
+        time.sleep(0.2)
+
+
+def test_pending_offsets_survive_a_group_coordinator_sigkill(cluster):
+    """Issue 42: TxnOffsetCommit's offsets are a transactional batch in `__consumer_offsets`,
+    so a group coordinator SIGKILLed between send_offsets_to_transaction and
+    commit_transaction loses none: the new coordinator's replay holds them until the marker,
+    and after the commit the group's offset is the transaction's (in memory only, they were lost
+    and the group went back to its previous commit)."""
+    topic = f"gc-kill-{uuid.uuid4().hex[:6]}"
+    tid = f"tid-{topic}"
+    create(cluster, topic, 1)
+    txn_node = coordinator_id(cluster, tid, 1)
+    # A group whose coordinator is another node than the transaction's: only it is killed.
+    group = next(g for g in (f"g-{topic}-{i}" for i in range(200)) if coordinator_id(cluster, g, 0) != txn_node)
+    victim = coordinator_id(cluster, group, 0)
+    p = ck.Producer({"bootstrap.servers": cluster.kafka_bootstrap(), "transactional.id": tid,
+                     "transaction.timeout.ms": 60_000})
+    member = ck.Consumer({"bootstrap.servers": cluster.kafka_bootstrap(), "group.id": group,
+                          "enable.auto.commit": False})
+    try:
+        p.init_transactions(DEADLINE_S)
+        p.begin_transaction()
+        p.send_offsets_to_transaction([ck.TopicPartition(topic, 0, 5)], member.consumer_group_metadata(),
+                                      DEADLINE_S)
+        p.commit_transaction(DEADLINE_S)
+        assert committed(cluster, group, topic) == 5  # the commit before the one cut short
+        p.begin_transaction()
+        p.produce(topic, b"out", partition=0)
+        p.send_offsets_to_transaction([ck.TopicPartition(topic, 0, 9)], member.consumer_group_metadata(),
+                                      DEADLINE_S)
+        cluster.kill(victim)
+        p.commit_transaction(DEADLINE_S)  # answered once prepared; the markers follow
+        cluster.wait_for(lambda: coordinator_id(cluster, group, 0) != victim, DEADLINE_S, "a new group coordinator")
+        assert committed(cluster, group, topic) == 9
+    finally:
+        member.close()
+        if victim not in cluster.live():
+            cluster.start(victim)
+        cluster.wait_ready(timeout_s=DEADLINE_S)

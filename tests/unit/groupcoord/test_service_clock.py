@@ -416,6 +416,7 @@ async def test_an_end_txn_whose_write_outcome_is_unknown_is_retriable_and_its_re
                                         write_markers=write_markers, clock_ms=trio_ms)
         p = service.core.partition_for("app")
         held = topics.partitions[p] = HeldPartition()
+        held.leader_epoch = 7  # the markers' coordinator epoch: this partition's leader epoch
         await nursery.start(service.run)
         with trio.fail_after(5):
             while len(service.health()["txn_partitions"]) < TRANSACTION_STATE_TOPIC_PARTITIONS:
@@ -437,7 +438,7 @@ async def test_an_end_txn_whose_write_outcome_is_unknown_is_retriable_and_its_re
         with trio.fail_after(5):
             while service.core.txns.get("app") is None or service.core.txns["app"].state is not TxnState.COMPLETE_COMMIT:
                 await trio.sleep(0.05)
-        assert [(m.commit, m.producer_id) for m in markers] == [(True, pid)]
+        assert [(m.commit, m.producer_id, m.coordinator_epoch) for m in markers] == [(True, pid, 7)]
         assert await end_txn(True) == ProducerEpoch(pid, 0)  # the retry: success, as Kafka's
         with pytest.raises(InvalidTxnStateError):
             await end_txn(False)

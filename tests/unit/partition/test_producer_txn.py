@@ -10,11 +10,12 @@ from partition.batch import (
     BatchBuilder,
     control_type,
     iter_headers,
+    txn_marker,
     txn_marker_batch,
 )
 from partition.producer_state import ProducerSnapshot, ProducerStateManager
 from partition.producer_txn import AbortedTxn, ProducerTxns
-from raftlog.base.errors import InvalidProducerEpochError
+from raftlog.base.errors import InvalidProducerEpochError, TransactionCoordinatorFencedError
 
 
 def test_lso_is_the_first_offset_of_the_oldest_undecided_transaction():
@@ -77,8 +78,37 @@ def test_marker_batches_say_their_type_and_the_state_follows_them():
     s = ProducerStateManager()
     s.apply_headers(headers[:1])
     assert s.txns.open == {7: 0}
-    s.apply_headers(headers[1:], lambda h: False)
+    s.apply_headers(headers[1:], lambda h: txn_marker(abort))
     assert s.txns.aborted == [AbortedTxn(7, 0, 1, 0)]
+    assert txn_marker(commit) == (True, 3) and s.entry(7).coordinator_epoch == 3
+
+
+def test_a_marker_of_an_older_coordinator_epoch_is_fenced_and_changes_nothing():
+    """Kafka's appendEndTxnMarker: a coordinator that lost its `__transaction_state` partition
+    (an older leader epoch) may not end a transaction the newer one has marked."""
+    s = ProducerStateManager()
+    s.record(7, 1, 0, 0, 0, 0)
+    s.txns.begin(7, 0)
+    s.check_marker(7, 1, 0)  # no marker seen yet: any coordinator epoch
+    s.marker(7, 1, 1, commit=True, coordinator_epoch=5)
+    with pytest.raises(TransactionCoordinatorFencedError):
+        s.check_marker(7, 1, 4)
+    s.check_marker(7, 1, 5)  # the same coordinator again (a retried marker)
+    s.check_marker(7, 2, 6)  # a newer one
+    with pytest.raises(InvalidProducerEpochError):
+        s.check_marker(7, 0, 9)  # a stale producer epoch, whatever the coordinator epoch
+    # A newer producer epoch keeps the coordinator epoch (a fenced coordinator stays fenced).
+    s.record(7, 2, 0, 0, 2, 2)
+    with pytest.raises(TransactionCoordinatorFencedError):
+        s.check_marker(7, 2, 4)
+    # The replayed log gives the same state (a follower, a restart's walk).
+    rebuilt = ProducerStateManager()
+    batch = BatchBuilder(producer_id=7, producer_epoch=1, base_sequence=0, is_transactional=True)
+    batch.append(b"v", b"k", timestamp_ms=5)
+    marker = txn_marker_batch(7, 1, commit=True, coordinator_epoch=5, timestamp_ms=5)
+    rebuilt.apply_headers([_h(batch.build(), 0), _h(marker, 1)], lambda h: txn_marker(marker))
+    with pytest.raises(TransactionCoordinatorFencedError):
+        rebuilt.check_marker(7, 1, 4)
 
 
 def test_a_marker_with_a_newer_epoch_fences_the_older_producer():
@@ -105,3 +135,24 @@ def test_a_snapshot_carries_open_and_aborted_transactions():
     loaded.load(again, log_start_offset=0)
     assert loaded.txns.open == {1: 0} and loaded.txns.aborted == [AbortedTxn(2, 1, 2, 0)]
     assert loaded.txns.last_stable_offset(3) == 0
+
+
+def test_a_snapshot_carries_coordinator_epochs_even_of_producers_without_batches():
+    s = ProducerStateManager()
+    s.record(7, 1, 0, 0, 0, 0)
+    s.txns.begin(7, 0)
+    s.marker(7, 1, 1, commit=True, coordinator_epoch=5)
+    s.marker(8, 2, 2, commit=False, coordinator_epoch=9)  # no batch of 8 here (a marker only)
+    snap = s.snapshot(3, 0)
+    assert snap.coordinator_epochs == ((7, 1, 5), (8, 2, 9))
+    decoded = ProducerSnapshot.decode(snap.encode())
+    assert decoded == snap
+    loaded = ProducerStateManager()
+    loaded.load(decoded, log_start_offset=1)  # 7's batch is below the log start now
+    for pid, epoch, stale in ((7, 1, 4), (8, 2, 8)):
+        with pytest.raises(TransactionCoordinatorFencedError):
+            loaded.check_marker(pid, epoch, stale)
+    # A snapshot without markers stays v1/v2 (older nodes read it); a bad entry is refused.
+    assert ProducerSnapshot.decode(ProducerStateManager().snapshot(0, -1).encode()) is not None
+    bad = ProducerSnapshot(3, 0, -1, (), coordinator_epochs=((8, 2, 9), (8, 2, 9)))
+    assert ProducerSnapshot.decode(bad.encode()) is None
