@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any, Callable
 
 import pytest
@@ -21,16 +20,6 @@ PARTITIONS = 3
 DEADLINE_S = 60  # an upper bound on waiting, never a speed claim
 
 
-def wait_until(predicate: Callable[[], Any], what: str, timeout_s: float = DEADLINE_S) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
 def read_until(cluster: Any, topic: str, isolation_level: str, last: bytes | Callable[[list[bytes]], bool]) -> list[bytes]:
     """Every value of `topic` from the beginning, polled until `last` was read (or `last(values)`)."""
     values: list[bytes] = []
@@ -42,7 +31,7 @@ def read_until(cluster: Any, topic: str, isolation_level: str, last: bytes | Cal
             values.extend(r.value for r in c.poll(timeout_ms=500))
             return last(values) if callable(last) else last in values
 
-        wait_until(got_last, f"{last!r} in {topic} ({isolation_level})")
+        cluster.wait_for(got_last, DEADLINE_S, f"{last!r} in {topic} ({isolation_level})")
     return values
 
 
@@ -122,8 +111,8 @@ def test_offsets_commit_with_the_transaction(cluster: Any) -> None:
             p.send_offsets_to_transaction({(topic, 0): 3, (topic, 1): 4}, group)
             p.commit_transaction()
         # The offsets land with the COMMIT marker in __consumer_offsets, which follows the answer.
-        wait_until(lambda: committed() == {(topic, 0): 3, (topic, 1): 4, (topic, 2): None},
-                   "the transaction's offsets")
+        cluster.wait_for(lambda: committed() == {(topic, 0): 3, (topic, 1): 4, (topic, 2): None},
+                         DEADLINE_S, "the transaction's offsets")
     values = read_until(cluster, topic, "read_committed", b"out")
     assert b"out-aborted" not in values
 

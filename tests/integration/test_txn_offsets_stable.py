@@ -23,19 +23,8 @@ DEADLINE_S = 60  # an upper bound on waiting, never a speed claim
 
 
 def group_coordinator(cluster: Any, group: str) -> Conn:
-    """A connection to `group`'s coordinator, found as a client finds it (retrying while the
-    coordinator partition elects or loads)."""
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
-        boot = Conn(cluster.kafka_bootstrap().split(",")[0])
-        try:
-            r = boot.call(FindCoordinatorRequest, 3, key=group, key_type=0)
-        finally:
-            boot.sock.close()
-        if r.error_code == NONE:
-            return Conn(f"{r.host}:{r.port}")
-        assert r.error_code in RETRIABLE and time.monotonic() < deadline, r
-        time.sleep(0.2)
+    """A connection to `group`'s coordinator, found as a client finds it."""
+    return Conn(cluster.kafka(coordinator_id(cluster, group, 0)))
 
 
 def fetch(conn: Conn, group: str, topic: str, require_stable: bool) -> tuple[int, int]:
