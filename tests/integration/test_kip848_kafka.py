@@ -1,4 +1,4 @@
-"""KIP-848 consumer groups (`group.protocol=consumer`) with confluent-kafka on a three-node cluster: a group of three consumer processes, one SIGKILLed and one added, never has one partition with two owners at once and reads every record (twice only what the killed member read and had not committed), a new member resumes from the commits; a SIGKILLed coordinator's successor replays the group (same epochs, same members); a regex subscription follows new topics; a classic group upgrades online with its offsets; and bad input (stale epochs, a bad regex, a group of the other protocol) gets Kafka's error codes while the group keeps serving."""
+"""KIP-848 consumer groups (`group.protocol=consumer`) with confluent-kafka on a three-node cluster: a group of three consumer processes, one SIGKILLed and one added, never has one partition with two owners at once and reads every record (twice only what the killed member read and had not committed), a new member resumes from the commits; a SIGKILLed coordinator's successor replays the group (same epochs, same members); a regex subscription follows new topics; a classic group upgrades online with its offsets, and a rolling restart of three classic members with group.protocol=consumer converts the group (and back) with every record read and no partition owned twice at a time; and bad input (stale epochs, a bad regex, a group of the other protocol) gets Kafka's error codes while the group keeps serving."""
 
 from __future__ import annotations
 
@@ -311,6 +311,72 @@ def test_classic_group_upgrades_online_with_its_offsets(cluster):
     finally:
         proc.stop()
     assert sorted(proc.values()) == sorted(f"new{i}" for i in range(10))
+
+
+def test_rolling_upgrade_to_the_consumer_protocol_and_back(cluster):
+    """Kafka 4's online upgrade: a classic group of three restarted one member at a time with
+    group.protocol=consumer converts (its classic members served by the server assignor
+    meanwhile), then back to classic the same way; every record read, commits never go back,
+    no partition with two owners at once, the offsets kept."""
+    topic, group = "kip848-rolling", "kip848-rolling-app"
+    create(cluster, topic, PARTITIONS)
+    every = {(topic, p) for p in range(PARTITIONS)}
+    values: list[str] = []
+
+    def more(n: int) -> None:
+        batch = [f"roll{len(values) + i}" for i in range(n)]
+        produce(cluster, topic, batch)
+        values.extend(batch)
+
+    def read_all() -> bool:
+        return set(values) <= {v for p in all_procs for v in p.values()}
+
+    more(60)
+    procs = [Proc(cluster, group, f"classic-{i}", "--topic", topic, "--protocol", "classic") for i in range(3)]
+    all_procs = list(procs)
+    try:
+        wait_until(lambda: all(p.owned() for p in procs) and read_all(), "a Stable classic group reading", TIMEOUT_S)
+        for step, protocol in enumerate(["consumer"] * 3 + ["classic"] * 3):
+            old = procs.pop(0)
+            old.stop()
+            wait_until(lambda: set().union(*(p.owned() for p in procs)) == every,
+                       f"the others own every partition after {old.name} left", TIMEOUT_S)
+            new = Proc(cluster, group, f"{protocol}-{step}", "--topic", topic, "--protocol", protocol)
+            procs.append(new)
+            all_procs.append(new)
+            more(30)
+            wait_until(lambda: new.owned() and set().union(*(p.owned() for p in procs)) == every and read_all(),
+                       f"{new.name} consuming beside the others", TIMEOUT_S)
+            if step == 2:  # every member restarted with the consumer protocol: a consumer group of three
+                d = wait_until(lambda: (g := describe(cluster, group)).group_state == "Stable" and g,
+                               "a Stable consumer group", TIMEOUT_S)
+                assert d.error_code == 0 and len(d.members) == 3
+        admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap()})
+        wait_until(lambda: group in {g.group_id for g in admin.list_consumer_groups(
+            request_timeout=30, types={ConsumerGroupType.CLASSIC}).result().valid}, "a classic group again", TIMEOUT_S)
+        assert describe(cluster, group).error_code == GROUP_ID_NOT_FOUND  # no longer a consumer group
+    finally:
+        for p in all_procs:
+            p.stop()
+    assert_one_owner_at_a_time(all_procs)
+    commits: dict[int, list[tuple[float, int]]] = defaultdict(list)
+    for p in all_procs:
+        for e in p.events:
+            if e["ev"] == "committed":
+                commits[e["p"]].append((e["t"], e["o"]))
+    for partition, seq in commits.items():
+        offsets = [o for _, o in sorted(seq)]
+        assert offsets == sorted(offsets), f"partition {partition}: a commit went back: {offsets}"
+    produced = defaultdict(int)
+    for i in range(len(values)):
+        produced[i % PARTITIONS] += 1
+    assert {p: max(o for _, o in seq) for p, seq in commits.items()} == dict(produced)
+    c = CKConsumer({"bootstrap.servers": cluster.kafka_bootstrap(), "group.id": group})
+    try:  # the offsets survived both conversions
+        kept = c.committed([confluent_kafka.TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=30)
+    finally:
+        c.close()
+    assert {tp.partition: tp.offset for tp in kept} == dict(produced)
 
 
 def cli_describe(cluster, group: str) -> dict[str, Any] | None:
