@@ -17,18 +17,20 @@ Kafka semantics kept (GroupMetadataManager.consumerGroupHeartbeat, KIP-848):
   that does not compile: INVALID_REGULAR_EXPRESSION (Python `re` stands in for RE2/J; the
   common syntax is the same); a join without a subscription or rebalance timeout, or with
   owned partitions: INVALID_REQUEST;
-* a classic group with members: GROUP_ID_NOT_FOUND ("not a consumer group"); an Empty one
-  converts on the first consumer heartbeat (its classic record tombstoned, offsets kept); a
-  classic JoinGroup for a consumer group with members: INCONSISTENT_GROUP_PROTOCOL; for an
-  Empty one, it converts back (its consumer records tombstoned);
+* a classic group converts on the first consumer heartbeat: an Empty one always, one with
+  members when it is Stable, of protocol type "consumer" and group.consumer.migration.policy
+  allows an upgrade (its members become classic members: consumer_group_classic.py), else
+  GROUP_ID_NOT_FOUND; its classic record is tombstoned, its offsets kept. A classic JoinGroup
+  for a consumer group with members joins it as a classic member (classic_member.py); for an
+  Empty one, the group converts back (its consumer records tombstoned); when the last KIP-848
+  member leaves and classic members are left, it converts back too (the policy allowing);
 * OffsetCommit from a member: UNKNOWN_MEMBER_ID for a member not in the group,
-  STALE_MEMBER_EPOCH for an epoch that is not the member's; epoch -1 with no member id is
+  STALE_MEMBER_EPOCH for an epoch that is not the member's (ILLEGAL_GENERATION for a classic
+  member's generation); epoch -1 with no member id is
   an admin commit, accepted only when the group has no members.
 Deviations: the group's state moves in memory when the heartbeat is handled and its records
 are appended after (the answer waits for the commit); a failed append leaves the memory
-ahead of the log until the partition is reloaded. Classic members inside a consumer group
-(Kafka 4's mixed groups during a rolling upgrade) are not served: a classic group must be
-empty before its members come back with group.protocol=consumer.
+ahead of the log until the partition is reloaded.
 
 Functions over a `CoordinatorContext`. Pure.
 """

@@ -303,9 +303,7 @@ class NodeConfig:
     group_consumer_assignor: str = "uniform"  # the server-side assignor when members name none
     group_consumer_session_timeout_ms: int = 45_000  # a member silent this long is fenced
     group_consumer_heartbeat_interval_ms: int = 5_000  # told to members in every heartbeat answer
-    # group.consumer.migration.policy: may a classic group with members upgrade online to a consumer
-    # group, and back (groupcoord/consumer_group_classic.py)? bidirectional, upgrade, downgrade, disabled
-    group_consumer_migration_policy: str = "bidirectional"
+    group_consumer_migration_policy: str = "bidirectional"  # which online classic <-> consumer conversions are allowed
     # the REST proxy (issue 45): Confluent's consumer.instance.timeout.ms, and a bound on instances
     consumer_instance_timeout_ms: int = 300_000
     rest_max_consumer_instances: int = 1000
