@@ -377,7 +377,7 @@ def describe(ctx: CoordinatorContext, group_ids: Sequence[str]) -> Response:
     """ConsumerGroupDescribe. Ok: {groups: [{group_id, state, group_epoch, assignment_epoch,
     assignor, members: [{member_id, instance_id, rack_id, member_epoch, state, client_id,
     client_host, subscribed_topic_names, subscribed_topic_regex, assignment,
-    pending_revocation, target_assignment}]} or {group_id, error}]}."""
+    pending_revocation, target_assignment, classic}]} or {group_id, error}]}."""
     out: list[dict[str, Any]] = []
     for gid in group_ids:
         try:
@@ -401,6 +401,7 @@ def describe(ctx: CoordinatorContext, group_ids: Sequence[str]) -> Response:
                 "assignment": _assignment_rows(m.assigned),
                 "pending_revocation": _assignment_rows(m.pending_revocation),
                 "target_assignment": _assignment_rows(cg.target.get(m.member_id, frozenset())),
+                "classic": m.is_classic,
             } for m in cg.members.values()],
         })  # fmt: skip
     return {"groups": out}

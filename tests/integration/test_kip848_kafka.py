@@ -347,10 +347,12 @@ def test_rolling_upgrade_to_the_consumer_protocol_and_back(cluster):
             more(30)
             wait_until(lambda: new.owned() and set().union(*(p.owned() for p in procs)) == every and read_all(),
                        f"{new.name} consuming beside the others", TIMEOUT_S)
-            if step == 2:  # every member restarted with the consumer protocol: a consumer group of three
+            if step < 5:  # ConsumerGroupDescribe v1 tells classic members (type 0) from KIP-848 ones (1)
                 d = wait_until(lambda: (g := describe(cluster, group)).group_state == "Stable" and g,
                                "a Stable consumer group", TIMEOUT_S)
-                assert d.error_code == 0 and len(d.members) == 3
+                kinds = sorted(m.member_type for m in d.members)
+                new_protocol = (1, 2, 3, 2, 1)[step]  # members on the consumer protocol after this step
+                assert d.error_code == 0 and kinds == [0] * (3 - new_protocol) + [1] * new_protocol
         admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap()})
         wait_until(lambda: group in {g.group_id for g in admin.list_consumer_groups(
             request_timeout=30, types={ConsumerGroupType.CLASSIC}).result().valid}, "a classic group again", TIMEOUT_S)
@@ -425,12 +427,9 @@ def test_bad_input_gets_kafka_errors_and_the_group_keeps_serving(cluster):
     again = heartbeat(cluster, group, "member-a", joined.member_epoch)
     assert again.error_code == 0 and again.member_epoch >= joined.member_epoch
     assert heartbeat(cluster, group, "member-a", -1).error_code == 0
-    # A classic group with members is not a consumer group.
-    classic = CKConsumer({"bootstrap.servers": cluster.kafka_bootstrap(), "group.id": "kip848-classic",
-                          "auto.offset.reset": "earliest"})
-    try:
-        classic.subscribe([BAD_TOPIC])
-        wait_until(lambda: classic.poll(0.2) is not None or classic.assignment(), "the classic member's assignment")
-        assert heartbeat(cluster, "kip848-classic", "x", 0).error_code == GROUP_ID_NOT_FOUND
-    finally:
-        classic.close()
+    # A classic group with members of another protocol type (Kafka Connect's) does not convert.
+    connect = JoinGroupRequest[3](group_id="kip848-connect", session_timeout_ms=10_000, rebalance_timeout_ms=10_000,
+                                  member_id="", protocol_type="connect",
+                                  protocols=[JoinGroupRequest[3].JoinGroupRequestProtocol(name="sessioned", metadata=b"")])
+    assert raw(cluster, "kip848-connect", connect, 3).error_code == 0  # after the initial delay: a member
+    assert heartbeat(cluster, "kip848-connect", "x", 0).error_code == GROUP_ID_NOT_FOUND
