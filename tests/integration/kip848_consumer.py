@@ -36,7 +36,7 @@ def main() -> int:
     ap.add_argument("--protocol", choices=("consumer", "classic"), default="consumer")
     args = ap.parse_args()
     stop = stop_on_sigterm()
-    classic = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500} if args.protocol == "classic" else {}
+    classic = {"session.timeout.ms": 10000, "heartbeat.interval.ms": 500} if args.protocol == "classic" else {}
     consumer = Consumer({
         **classic, "bootstrap.servers": args.bootstrap, "group.id": args.group, "group.protocol": args.protocol,
         "client.id": args.client_id, "auto.offset.reset": "earliest", "enable.auto.commit": False,

@@ -215,6 +215,38 @@ def test_coordinator_failover_rebuilds_the_group(cluster):
     assert_one_owner_at_a_time(procs)
 
 
+def test_a_mixed_group_survives_coordinator_failover(cluster):
+    """Two classic members and one KIP-848 member (an upgrade under way); the coordinator is
+    SIGKILLed: its successor replays the group with its classic members (their protocols and
+    session timeouts are in the records), and every member keeps consuming."""
+    topic, group = "kip848-mixed-failover", "kip848-mixed-failover-app"
+    create(cluster, topic, 4)
+    procs = [Proc(cluster, group, f"mc{i}", "--topic", topic, "--protocol", "classic") for i in range(2)]
+    try:
+        wait_until(lambda: all(p.owned() for p in procs), "two classic members sharing the topic")
+        procs.append(Proc(cluster, group, "mk", "--topic", topic))
+        before = wait_until(lambda: (d := describe(cluster, group)).error_code == 0 and d.group_state == "Stable"
+                            and len(d.members) == 3 and all(p.owned() for p in procs) and d, "a Stable mixed group")
+        assert sorted(m.member_type for m in before.members) == [0, 0, 1]
+        node_id = cluster.call(1, "find_coordinator", group_id=group)["node_id"]
+        cluster.kill(node_id)
+        try:
+            after = cluster.wait_for(lambda: (d := describe(cluster, group)).error_code == 0 and d, TIMEOUT_S,
+                                     "the group at its new coordinator")
+            assert {m.member_id: m.member_type for m in after.members} == {
+                m.member_id: m.member_type for m in before.members}
+            values = [f"mf{i}" for i in range(40)]
+            produce(cluster, topic, values, partitions=4)
+            wait_until(lambda: set(values) <= {v for p in procs for v in p.values()}, "every record after failover")
+        finally:
+            cluster.start(node_id)
+            cluster.wait_ready(timeout_s=60)
+    finally:
+        for p in procs:
+            p.stop()
+    assert_one_owner_at_a_time(procs)
+
+
 def coordinator(cluster, group: str) -> str:
     found = cluster.call(cluster.live()[0], "find_coordinator", group_id=group)
     return cluster.kafka(found["node_id"])
