@@ -83,6 +83,15 @@ class Shell:
         self.now += ms
         self.absorb(self.c.tick(self.now))
 
+    def replay(self):
+        """A new coordinator that loads the group's partition from the log (a failover)."""
+        p = self.c.partition_for(G)
+        fresh = GroupCoordinator(self.cfg, random.Random(1))
+        fresh.begin_load(p)
+        fresh.load(p, self.log[p])
+        fresh.finish_load(p, self.now)
+        return fresh
+
 
 class Client:
     """A member as librdkafka runs it: applies each assignment it gets and reports what it owns."""
@@ -261,11 +270,7 @@ def test_replay_rebuilds_the_group():
         a.beat()
         b.beat()
     before = s.c.consumer_group_describe([G]).response
-    p = s.c.partition_for(G)
-    fresh = GroupCoordinator(s.cfg, random.Random(1))
-    fresh.begin_load(p)
-    fresh.load(p, s.log[p])
-    fresh.finish_load(p, s.now)
+    fresh = s.replay()
     after = fresh.consumer_group_describe([G]).response
     assert after == before
     assert {tp for m in after["groups"][0]["members"] if m["member_id"] == "b" for r in m["assignment"]
@@ -296,11 +301,7 @@ def test_empty_consumer_group_converts_back_to_classic_with_its_offsets():
     s.absorb(r)
     assert s.c.consumer_group(G) is None and r.response.member_id  # MEMBER_ID_REQUIRED: a classic group now
     assert s.answer(s.c.offset_fetch(group_id=G, partitions=[("orders", 2)]))["partitions"][0]["offset"] == 9
-    p = s.c.partition_for(G)
-    fresh = GroupCoordinator(s.cfg, random.Random(1))  # the log says the same
-    fresh.begin_load(p)
-    fresh.load(p, s.log[p])
-    fresh.finish_load(p, s.now)
+    fresh = s.replay()  # the log says the same
     assert fresh.consumer_group(G) is None
 
 
@@ -445,11 +446,7 @@ def test_classic_members_survive_replay_and_the_last_consumer_member_leaving_dow
     a = Client(s, "a", subscribed_topic_names=SUBSCRIBED)
     settle(s, classic, [a])
     before = s.c.consumer_group_describe([G]).response
-    p = s.c.partition_for(G)
-    fresh = GroupCoordinator(s.cfg, random.Random(1))
-    fresh.begin_load(p)
-    fresh.load(p, s.log[p])
-    fresh.finish_load(p, s.now)
+    fresh = s.replay()
     assert fresh.consumer_group_describe([G]).response == before
     kept = fresh.consumer_group(G).members[classic[0].id]
     assert kept.is_classic and kept.classic_session_timeout_ms == 10_000
@@ -466,10 +463,7 @@ def test_classic_members_survive_replay_and_the_last_consumer_member_leaving_dow
     classic_rebalance(s, classic)
     assert group.state.value == "Stable"
     assert s.answer(s.c.offset_fetch(group_id=G, partitions=[("orders", 0)]))["partitions"][0]["offset"] == 3
-    fresh = GroupCoordinator(s.cfg, random.Random(1))
-    fresh.begin_load(p)
-    fresh.load(p, s.log[p])
-    fresh.finish_load(p, s.now)
+    fresh = s.replay()
     assert fresh.consumer_group(G) is None and set(fresh.group(G).members) == {c.id for c in classic}
 
 
