@@ -12,7 +12,7 @@ import time
 import urllib.request
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -345,26 +345,36 @@ def test_classic_group_upgrades_online_with_its_offsets(cluster):
     assert sorted(proc.values()) == sorted(f"new{i}" for i in range(10))
 
 
-def test_rolling_upgrade_to_the_consumer_protocol_and_back(cluster):
-    """Kafka 4's online upgrade: a classic group of three restarted one member at a time with
-    group.protocol=consumer converts (its classic members served by the server assignor
-    meanwhile), then back to classic the same way; every record read, commits never go back,
-    no partition with two owners at once, the offsets kept."""
-    topic, group = "kip848-rolling", "kip848-rolling-app"
-    create(cluster, topic, PARTITIONS)
+def group_type(bootstrap: str, group: str) -> str | None:
+    """The group's type as ListGroups v5 gives it ("classic" / "consumer"), None if not listed."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    listed = {g.group_id: g.type for g in admin.list_consumer_groups(request_timeout=30).result().valid}
+    kind = listed.get(group)
+    return None if kind is None else kind.name.lower()
+
+
+def rolling_upgrade(side, topic: str, group: str, after_step: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Kafka 4's online upgrade as users run it, on the broker behind `side` (anything with
+    kafka_bootstrap()): a classic group of three kip848_consumer.py processes consuming `topic`
+    (made beforehand, PARTITIONS partitions), restarted one member at a time with
+    group.protocol=consumer, then back to classic the same way, records produced at every
+    step. Returns what a test compares: the group's type after each step, and whether every
+    record was read, commits never went back, no partition had two owners at once, and the
+    committed offsets are every partition's end at the end."""
     every = {(topic, p) for p in range(PARTITIONS)}
     values: list[str] = []
+    facts: dict[str, Any] = {"types": []}
 
     def more(n: int) -> None:
         batch = [f"roll{len(values) + i}" for i in range(n)]
-        produce(cluster, topic, batch)
+        produce(side, topic, batch)
         values.extend(batch)
 
     def read_all() -> bool:
         return set(values) <= {v for p in all_procs for v in p.values()}
 
     more(60)
-    procs = [Proc(cluster, group, f"classic-{i}", "--topic", topic, "--protocol", "classic") for i in range(3)]
+    procs = [Proc(side, group, f"classic-{i}", "--topic", topic, "--protocol", "classic") for i in range(3)]
     all_procs = list(procs)
     try:
         wait_until(lambda: all(p.owned() for p in procs) and read_all(), "a Stable classic group reading", TIMEOUT_S)
@@ -373,44 +383,66 @@ def test_rolling_upgrade_to_the_consumer_protocol_and_back(cluster):
             old.stop()
             wait_until(lambda: set().union(*(p.owned() for p in procs)) == every,
                        f"the others own every partition after {old.name} left", TIMEOUT_S)
-            new = Proc(cluster, group, f"{protocol}-{step}", "--topic", topic, "--protocol", protocol)
+            new = Proc(side, group, f"{protocol}-{step}", "--topic", topic, "--protocol", protocol)
             procs.append(new)
             all_procs.append(new)
             more(30)
             wait_until(lambda: new.owned() and set().union(*(p.owned() for p in procs)) == every and read_all(),
                        f"{new.name} consuming beside the others", TIMEOUT_S)
-            if step < 5:  # ConsumerGroupDescribe v1 tells classic members (type 0) from KIP-848 ones (1)
-                d = wait_until(lambda: (g := describe(cluster, group)).group_state == "Stable" and g,
-                               "a Stable consumer group", TIMEOUT_S)
-                kinds = sorted(m.member_type for m in d.members)
-                new_protocol = (1, 2, 3, 2, 1)[step]  # members on the consumer protocol after this step
-                assert d.error_code == 0 and kinds == [0] * (3 - new_protocol) + [1] * new_protocol
-        admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap()})
-        wait_until(lambda: group in {g.group_id for g in admin.list_consumer_groups(
-            request_timeout=30, types={ConsumerGroupType.CLASSIC}).result().valid}, "a classic group again", TIMEOUT_S)
-        assert describe(cluster, group).error_code == GROUP_ID_NOT_FOUND  # no longer a consumer group
+            if after_step is not None:
+                after_step(step)
+            want = "consumer" if step < 5 else "classic"
+            facts["types"].append(wait_until(lambda: group_type(side.kafka_bootstrap(), group) == want and want,
+                                             f"a {want} group after step {step}", TIMEOUT_S))
     finally:
         for p in all_procs:
             p.stop()
-    assert_one_owner_at_a_time(all_procs)
+    try:
+        assert_one_owner_at_a_time(all_procs)
+        facts["one_owner_at_a_time"] = True
+    except AssertionError:
+        facts["one_owner_at_a_time"] = False
+    facts["all_read"] = read_all()
     commits: dict[int, list[tuple[float, int]]] = defaultdict(list)
     for p in all_procs:
         for e in p.events:
             if e["ev"] == "committed":
                 commits[e["p"]].append((e["t"], e["o"]))
-    for partition, seq in commits.items():
-        offsets = [o for _, o in sorted(seq)]
-        assert offsets == sorted(offsets), f"partition {partition}: a commit went back: {offsets}"
-    produced = defaultdict(int)
+    facts["commits_never_go_back"] = all([o for _, o in sorted(seq)] == sorted(o for _, o in seq)
+                                         for seq in commits.values())
+    produced: dict[int, int] = defaultdict(int)
     for i in range(len(values)):
         produced[i % PARTITIONS] += 1
-    assert {p: max(o for _, o in seq) for p, seq in commits.items()} == dict(produced)
-    c = CKConsumer({"bootstrap.servers": cluster.kafka_bootstrap(), "group.id": group})
+    c = CKConsumer({"bootstrap.servers": side.kafka_bootstrap(), "group.id": group})
     try:  # the offsets survived both conversions
         kept = c.committed([confluent_kafka.TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=30)
     finally:
         c.close()
-    assert {tp.partition: tp.offset for tp in kept} == dict(produced)
+    facts["offsets_at_the_end"] = {tp.partition: tp.offset for tp in kept} == dict(produced)
+    return facts
+
+
+def test_rolling_upgrade_to_the_consumer_protocol_and_back(cluster):
+    """Kafka 4's online upgrade: a classic group of three restarted one member at a time with
+    group.protocol=consumer converts (its classic members served by the server assignor
+    meanwhile), then back to classic the same way; every record read, commits never go back,
+    no partition with two owners at once, the offsets kept."""
+    topic, group = "kip848-rolling", "kip848-rolling-app"
+    create(cluster, topic, PARTITIONS)
+
+    def member_types(step: int) -> None:
+        if step < 5:  # ConsumerGroupDescribe v1 tells classic members (type 0) from KIP-848 ones (1)
+            d = wait_until(lambda: (g := describe(cluster, group)).group_state == "Stable" and g,
+                           "a Stable consumer group", TIMEOUT_S)
+            new_protocol = (1, 2, 3, 2, 1)[step]  # members on the consumer protocol after this step
+            assert d.error_code == 0
+            assert sorted(m.member_type for m in d.members) == [0] * (3 - new_protocol) + [1] * new_protocol
+        else:
+            assert describe(cluster, group).error_code == GROUP_ID_NOT_FOUND  # no longer a consumer group
+
+    facts = rolling_upgrade(cluster, topic, group, member_types)
+    assert facts == {"types": ["consumer"] * 5 + ["classic"], "one_owner_at_a_time": True, "all_read": True,
+                     "commits_never_go_back": True, "offsets_at_the_end": True}
 
 
 def cli_describe(cluster, group: str) -> dict[str, Any] | None:
