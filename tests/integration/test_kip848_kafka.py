@@ -228,6 +228,12 @@ def test_a_mixed_group_survives_coordinator_failover(cluster):
         before = wait_until(lambda: (d := describe(cluster, group)).error_code == 0 and d.group_state == "Stable"
                             and len(d.members) == 3 and all(p.owned() for p in procs) and d, "a Stable mixed group")
         assert sorted(m.member_type for m in before.members) == [0, 0, 1]
+        text = subprocess.run([sys.executable, "-m", "raftlog.cli", "groups", "describe", group, "--bootstrap",
+                               ",".join(cluster.bootstrap())], capture_output=True, text=True, timeout=60).stdout
+        ids = {m.member_id: m.member_type for m in before.members}
+        rows = {r[0]: r[1] for r in (line.split() for line in text.splitlines()) if r and r[0] in ids and len(r) > 2
+                and r[1] in ("classic", "consumer")}  # the members table: MEMBER-ID PROTOCOL ...
+        assert rows == {mid: "classic" if kind == 0 else "consumer" for mid, kind in ids.items()}, text
         node_id = cluster.call(1, "find_coordinator", group_id=group)["node_id"]
         cluster.kill(node_id)
         try:
