@@ -22,7 +22,8 @@ Kafka semantics kept (GroupMetadataManager.classicGroup{Join,Sync,Heartbeat,Leav
   the group converts back to classic (consumer_group_classic.maybe_downgrade).
 Deviations: a static classic member whose instance id rejoins under a new member id replaces
 the old one as a new member (a rebalance, where Kafka keeps its assignment); the SyncGroup
-answer does not wait for an append.
+answer does not wait for an append; a member that joined and never syncs is removed by its
+session timeout (Kafka has a sync timeout of the rebalance timeout).
 
 Functions over a `CoordinatorContext`. Pure.
 May import: raftlog.base, and groupcoord's consumer_group*, context and state.
