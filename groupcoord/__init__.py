@@ -16,8 +16,11 @@ What lives here:
 * KIP-848 consumer groups (docs/kip848.md), beside the classic ones in the same core:
   `consumer_group_records` (their record kinds 3-8, and the codec for every kind),
   `consumer_group` (one group's state and reconciliation), `consumer_assignor` (uniform,
-  range), `consumer_group_ops` (heartbeat, describe, timers, commit fencing, replay, the
-  classic <-> consumer conversions), `consumer_group_service` (the shell's two ops);
+  range), `consumer_group_ops` (heartbeat, describe, timers, commit fencing, replay),
+  `consumer_group_classic` (the classic <-> consumer conversions of Kafka 4's online upgrade,
+  group.consumer.migration.policy), `classic_member` (classic members inside a consumer
+  group: JoinGroup, SyncGroup, Heartbeat, LeaveGroup), `consumer_group_service` (the shell's
+  two ops);
 * `errors`      the package's own exception (a bad `__consumer_offsets` record);
 * `service`     the trio shell: appends through the replica manager, owns the waiters, the
                 timer and partition ownership;

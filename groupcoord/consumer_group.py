@@ -91,6 +91,10 @@ class ConsumerMember:
     state: str = STABLE
     assigned: Partitions = frozenset()
     pending_revocation: Partitions = frozenset()
+    # A classic member (JoinGroup/SyncGroup/Heartbeat) inside this consumer group (Kafka 4's
+    # online upgrade): its session timeout and protocols; None for a KIP-848 member.
+    classic_session_timeout_ms: int | None = None
+    classic_protocols: tuple[tuple[str, bytes], ...] | None = None
     # Transient (not stored; rebuilt as "now + timeout" on load).
     session_deadline_ms: int = 0
     revocation_deadline_ms: int | None = None
@@ -107,7 +111,12 @@ class ConsumerMember:
     def metadata_value(self) -> MemberMetadataValue:
         return MemberMetadataValue(
             self.client_id, self.client_host, self.rebalance_timeout_ms, tuple(self.subscribed_topic_names),
-            self.subscribed_topic_regex, self.server_assignor, self.instance_id, self.rack_id)
+            self.subscribed_topic_regex, self.server_assignor, self.instance_id, self.rack_id,
+            self.classic_session_timeout_ms, self.classic_protocols)
+
+    @property
+    def is_classic(self) -> bool:
+        return self.classic_protocols is not None
 
     def assignment_value(self) -> CurrentAssignmentValue:
         return CurrentAssignmentValue(self.member_epoch, self.previous_member_epoch, self.state,

@@ -17,18 +17,20 @@ Kafka semantics kept (GroupMetadataManager.consumerGroupHeartbeat, KIP-848):
   that does not compile: INVALID_REGULAR_EXPRESSION (Python `re` stands in for RE2/J; the
   common syntax is the same); a join without a subscription or rebalance timeout, or with
   owned partitions: INVALID_REQUEST;
-* a classic group with members: GROUP_ID_NOT_FOUND ("not a consumer group"); an Empty one
-  converts on the first consumer heartbeat (its classic record tombstoned, offsets kept); a
-  classic JoinGroup for a consumer group with members: INCONSISTENT_GROUP_PROTOCOL; for an
-  Empty one, it converts back (its consumer records tombstoned);
+* a classic group converts on the first consumer heartbeat: an Empty one always, one with
+  members when it is Stable, of protocol type "consumer" and group.consumer.migration.policy
+  allows an upgrade (its members become classic members: consumer_group_classic.py), else
+  GROUP_ID_NOT_FOUND; its classic record is tombstoned, its offsets kept. A classic JoinGroup
+  for a consumer group with members joins it as a classic member (classic_member.py); for an
+  Empty one, the group converts back (its consumer records tombstoned); when the last KIP-848
+  member leaves and classic members are left, it converts back too (the policy allowing);
 * OffsetCommit from a member: UNKNOWN_MEMBER_ID for a member not in the group,
-  STALE_MEMBER_EPOCH for an epoch that is not the member's; epoch -1 with no member id is
+  STALE_MEMBER_EPOCH for an epoch that is not the member's (ILLEGAL_GENERATION for a classic
+  member's generation); epoch -1 with no member id is
   an admin commit, accepted only when the group has no members.
 Deviations: the group's state moves in memory when the heartbeat is handled and its records
 are appended after (the answer waits for the commit); a failed append leaves the memory
-ahead of the log until the partition is reloaded. Classic members inside a consumer group
-(Kafka 4's mixed groups during a rolling upgrade) are not served: a classic group must be
-empty before its members come back with group.protocol=consumer.
+ahead of the log until the partition is reloaded.
 
 Functions over a `CoordinatorContext`. Pure.
 """
@@ -39,7 +41,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from groupcoord import consumer_assignor
+from groupcoord import consumer_assignor, consumer_group_classic
 from groupcoord.consumer_group import (
     LEAVE_EPOCH,
     STATIC_LEAVE_EPOCH,
@@ -61,14 +63,13 @@ from groupcoord.consumer_group_records import (
     ConsumerGroupKey,
 )
 from groupcoord.context import CoordinatorContext, Pending, Response, check_int, check_str
-from groupcoord.records import GroupKey
 from groupcoord.state import Group, GroupState
 from raftlog.base.errors import (
     CoordinatorNotAvailableError,
     FencedMemberEpochError,
     GroupIdNotFoundError,
     GroupMaxSizeReachedError,
-    InconsistentGroupProtocolError,
+    IllegalGenerationError,
     InvalidRegularExpressionError,
     InvalidRequestError,
     RaftlogError,
@@ -79,7 +80,7 @@ from raftlog.base.errors import (
 )
 
 __all__ = ["heartbeat", "describe", "tick_group", "validate_commit", "classic_join_allowed",
-           "build_from_records", "list_state"]  # fmt: skip
+           "build_from_records", "list_state", "retarget", "remove_member", "write", "update_subscription"]  # fmt: skip
 
 PROTOCOL_TYPE: Final = "consumer"
 MAX_SUBSCRIBED_TOPICS: Final = 10_000
@@ -94,7 +95,7 @@ def _check_regex(regex: str | None) -> None:
         raise InvalidRegularExpressionError(f"subscribed_topic_regex {regex!r} does not compile: {e}") from None
 
 
-def _retarget(ctx: CoordinatorContext, cg: ConsumerGroup, topics: Mapping[str, int]) -> None:
+def retarget(ctx: CoordinatorContext, cg: ConsumerGroup, topics: Mapping[str, int]) -> None:
     """Bump the group epoch if the subscribed topics' partition counts changed; recompute the
     target if the group epoch moved past the assignment epoch."""
     subs = cg.subscriptions(topics.keys())
@@ -106,18 +107,6 @@ def _retarget(ctx: CoordinatorContext, cg: ConsumerGroup, topics: Mapping[str, i
         name = cg.preferred_assignor(ctx.config.group_consumer_assignor)
         cg.target = dict(consumer_assignor.assign(name, subs, counts, cg.target))
         cg.assignment_epoch = cg.group_epoch
-
-
-def _convert_from_classic(ctx: CoordinatorContext, group: Group) -> tuple[ConsumerGroup, list[tuple[Any, Any]]]:
-    if group.members or not group.is_(GroupState.EMPTY):
-        raise GroupIdNotFoundError(f"group {group.group_id!r} is not a consumer group (it has classic members)")
-    cg = ConsumerGroup(group.group_id, group_epoch=0)
-    ctx.consumer_groups[group.group_id] = cg
-    group.protocol_type = PROTOCOL_TYPE
-    items: list[tuple[Any, Any]] = []
-    if group.group_log_offset >= 0:
-        items.append((GroupKey(group.group_id), None))  # the classic record goes: Kafka's upgrade
-    return cg, items
 
 
 def heartbeat(
@@ -178,7 +167,7 @@ def heartbeat(
             group.protocol_type = PROTOCOL_TYPE
             cg = ctx.consumer_groups[group_id] = ConsumerGroup(group_id)
         else:
-            cg, items = _convert_from_classic(ctx, group)
+            cg, items = consumer_group_classic.convert_from_classic(ctx, group)
     assert group is not None
     ctx.touch(group)
     if member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
@@ -189,9 +178,12 @@ def heartbeat(
             # It keeps its assignment until its instance id rejoins or its session ends.
             member.previous_member_epoch, member.member_epoch = member.member_epoch, STATIC_LEAVE_EPOCH
         else:
-            _remove(ctx, cg, member_id, topics)
-        return _write(ctx, group, cg, partition, items, {
-            "member_id": member_id, "member_epoch": member_epoch, "heartbeat_interval_ms": 0, "assignment": None})
+            remove_member(ctx, cg, member_id, topics)
+        left = {"member_id": member_id, "member_epoch": member_epoch, "heartbeat_interval_ms": 0, "assignment": None}
+        down = consumer_group_classic.maybe_downgrade(ctx, cg, group, now_ms)
+        if down is not None:
+            return ctx.append_then_answer(partition, items + down, group_id, left)
+        return write(ctx, group, cg, partition, items, left)
     if member_epoch == 0:
         member = _join(ctx, cg, member_id, instance_id, now_ms)
     else:
@@ -199,12 +191,12 @@ def heartbeat(
         if member is None:
             raise UnknownMemberIdError(f"member {member_id!r} is not in group {group_id!r}")
         _check_epoch(member, member_epoch, owned)
-    changed = _update_subscription(member, rebalance_timeout_ms, subscribed_topic_names, subscribed_topic_regex,
+    changed = update_subscription(member, rebalance_timeout_ms, subscribed_topic_names, subscribed_topic_regex,
                                    server_assignor, rack_id, client_id, client_host)
     if changed:
         cg.group_epoch += 1
     member.session_deadline_ms = now_ms + ctx.config.group_consumer_session_timeout_ms
-    _retarget(ctx, cg, topics)
+    retarget(ctx, cg, topics)
     reconcile(cg, member, owned, now_ms)
     response: dict[str, Any] = {
         "member_id": member.member_id,
@@ -215,7 +207,7 @@ def heartbeat(
     if member.sent != member.assigned or (owned is not None and owned != member.assigned and member.state != UNREVOKED):
         response["assignment"] = sorted(member.assigned)
         member.sent = member.assigned
-    return _write(ctx, group, cg, partition, items, response)
+    return write(ctx, group, cg, partition, items, response)
 
 
 def _join(ctx: CoordinatorContext, cg: ConsumerGroup, member_id: str, instance_id: str | None, now_ms: int) -> ConsumerMember:
@@ -263,7 +255,7 @@ def _check_epoch(member: ConsumerMember, epoch: int, owned: Partitions | None) -
         f"member {member.member_id!r} sent epoch {epoch}; its epoch is {member.member_epoch}: rejoin with epoch 0")
 
 
-def _update_subscription(member: ConsumerMember, rebalance_timeout_ms: int, names: Sequence[str] | None,
+def update_subscription(member: ConsumerMember, rebalance_timeout_ms: int, names: Sequence[str] | None,
                          regex: str | None, assignor: str | None, rack_id: str | None, client_id: str,
                          client_host: str) -> bool:
     """Apply the non-null fields; True if the subscription (or assignor) changed."""
@@ -285,13 +277,13 @@ def _update_subscription(member: ConsumerMember, rebalance_timeout_ms: int, name
     return changed
 
 
-def _remove(ctx: CoordinatorContext, cg: ConsumerGroup, member_id: str, topics: Mapping[str, int] | None) -> None:
+def remove_member(ctx: CoordinatorContext, cg: ConsumerGroup, member_id: str, topics: Mapping[str, int] | None) -> None:
     cg.remove(member_id)
     cg.group_epoch += 1
-    _retarget(ctx, cg, topics if topics is not None else cg.subscribed_metadata)
+    retarget(ctx, cg, topics if topics is not None else cg.subscribed_metadata)
 
 
-def _write(ctx: CoordinatorContext, group: Group, cg: ConsumerGroup, partition: int,
+def write(ctx: CoordinatorContext, group: Group, cg: ConsumerGroup, partition: int,
            items: list[tuple[Any, Any]], response: Response) -> Response | Pending:
     """Append what changed (after `items`); answer once it is committed."""
     items = items + cg.changes()
@@ -313,9 +305,10 @@ def tick_group(ctx: CoordinatorContext, group_id: str, now_ms: int) -> None:
             if m.session_deadline_ms <= now_ms
             or (m.revocation_deadline_ms is not None and m.revocation_deadline_ms <= now_ms)]
     for mid in gone:
-        _remove(ctx, cg, mid, None)
+        remove_member(ctx, cg, mid, None)
     if gone:
-        items = cg.changes()
+        down = consumer_group_classic.maybe_downgrade(ctx, cg, group, now_ms)
+        items = down if down is not None else cg.changes()
         if items:
             ctx.append(ctx.partition_for(group_id), items)
 
@@ -336,6 +329,9 @@ def validate_commit(ctx: CoordinatorContext, group_id: str, member_id: str, memb
     member = cg.members.get(member_id)
     if member is None:
         raise UnknownMemberIdError(f"member {member_id!r} is not in group {group_id!r}")
+    if member.is_classic and member_epoch != member.member_epoch:
+        # A classic member commits with its generation: Kafka answers it as a classic group would.
+        raise IllegalGenerationError(f"generation {member_epoch}; member {member_id!r} is at {member.member_epoch}")
     if member_epoch != member.member_epoch:
         raise StaleMemberEpochError(
             f"member {member_id!r} committed with epoch {member_epoch}; its epoch is {member.member_epoch}")
@@ -346,14 +342,13 @@ def validate_commit(ctx: CoordinatorContext, group_id: str, member_id: str, memb
 
 
 def classic_join_allowed(ctx: CoordinatorContext, group_id: str) -> None:
-    """Before a classic JoinGroup: a consumer group with members refuses it
-    (INCONSISTENT_GROUP_PROTOCOL); an Empty one converts back to classic."""
+    """Before a classic JoinGroup for a group that is not a consumer group with members
+    (those take classic members: classic_member.join): an Empty consumer group converts back
+    to classic (its consumer records tombstoned; Kafka's maybeDeleteEmptyConsumerGroup)."""
     cg = ctx.consumer_groups.get(group_id)
     if cg is None:
         return
-    if cg.members:
-        raise InconsistentGroupProtocolError(
-            f"group {group_id!r} is a consumer group (group.protocol=consumer) with members")
+    assert not cg.members
     ctx.check_append_room()
     del ctx.consumer_groups[group_id]
     group = ctx.groups.get(group_id)
@@ -382,7 +377,7 @@ def describe(ctx: CoordinatorContext, group_ids: Sequence[str]) -> Response:
     """ConsumerGroupDescribe. Ok: {groups: [{group_id, state, group_epoch, assignment_epoch,
     assignor, members: [{member_id, instance_id, rack_id, member_epoch, state, client_id,
     client_host, subscribed_topic_names, subscribed_topic_regex, assignment,
-    pending_revocation, target_assignment}]} or {group_id, error}]}."""
+    pending_revocation, target_assignment, classic}]} or {group_id, error}]}."""
     out: list[dict[str, Any]] = []
     for gid in group_ids:
         try:
@@ -406,6 +401,7 @@ def describe(ctx: CoordinatorContext, group_ids: Sequence[str]) -> Response:
                 "assignment": _assignment_rows(m.assigned),
                 "pending_revocation": _assignment_rows(m.pending_revocation),
                 "target_assignment": _assignment_rows(cg.target.get(m.member_id, frozenset())),
+                "classic": m.is_classic,
             } for m in cg.members.values()],
         })  # fmt: skip
     return {"groups": out}
@@ -433,14 +429,15 @@ def build_from_records(group_id: str, records: Mapping[ConsumerGroupKey, Any], n
     for mid, mv in sorted(by_kind.get(MEMBER_METADATA, {}).items()):
         m = ConsumerMember(mid, mv.client_id, mv.client_host, mv.rebalance_timeout_ms,
                            mv.subscribed_topic_names, mv.subscribed_topic_regex, mv.server_assignor,
-                           mv.instance_id, mv.rack_id)
+                           mv.instance_id, mv.rack_id, classic_session_timeout_ms=mv.classic_session_timeout_ms,
+                           classic_protocols=mv.classic_protocols)
         cur = by_kind.get(CURRENT_ASSIGNMENT, {}).get(mid)
         if cur is not None:
             m.member_epoch, m.previous_member_epoch, m.state = cur.member_epoch, cur.previous_member_epoch, cur.state
             m.assigned, m.pending_revocation = from_wire(cur.assigned), from_wire(cur.pending_revocation)
             if m.state == UNREVOKED:
                 m.revocation_deadline_ms = now_ms + m.rebalance_timeout_ms
-        m.session_deadline_ms = now_ms + session_timeout_ms
+        m.session_deadline_ms = now_ms + (m.classic_session_timeout_ms or session_timeout_ms)
         cg.add(m)
     for mid, tv in by_kind.get(TARGET_MEMBER, {}).items():
         if mid in cg.members:

@@ -48,6 +48,7 @@ _GROUP_KINDS: Final = frozenset({GROUP_METADATA, PARTITION_METADATA, TARGET_META
 MEMBER_STATES: Final = ("stable", "unrevoked_partitions", "unreleased_partitions", "unknown")
 MAX_TOPICS: Final = 100_000
 MAX_REGEX_CHARS: Final = 4096
+MAX_CLASSIC_PROTOCOLS: Final = 64
 
 # An assignment: ((topic, (partition, ...)), ...) sorted by topic, partitions sorted.
 Assignment = tuple[tuple[str, tuple[int, ...]], ...]
@@ -123,8 +124,13 @@ class MemberMetadataValue:
     server_assignor: str | None = None
     instance_id: str | None = None
     rack_id: str | None = None
+    # A classic member inside a consumer group (Kafka's ClassicMemberMetadata): its JoinGroup
+    # session timeout and protocols ((name, metadata bytes), ...). Absent for KIP-848 members.
+    classic_session_timeout_ms: int | None = None
+    classic_protocols: tuple[tuple[str, bytes], ...] | None = None
 
     def __post_init__(self) -> None:
+        _check_classic(self.classic_session_timeout_ms, self.classic_protocols)
         _str("member_metadata.client_id", self.client_id)
         _str("member_metadata.client_host", self.client_host)
         _int("member_metadata.rebalance_timeout_ms", self.rebalance_timeout_ms, 0, INT32_MAX)
@@ -137,6 +143,22 @@ class MemberMetadataValue:
             if v is not None:
                 _str(f"member_metadata.{name}", v, 0 if name == "subscribed_topic_regex" else 1,
                      MAX_REGEX_CHARS if name == "subscribed_topic_regex" else records.MAX_ID_CHARS)
+
+
+def _check_classic(session_timeout_ms: Any, protocols: Any) -> None:
+    if (session_timeout_ms is None) != (protocols is None):
+        raise _fail("member_metadata.classic_protocols", "classic session timeout and protocols go together")
+    if protocols is None:
+        return
+    _int("member_metadata.classic_session_timeout_ms", session_timeout_ms, 0, INT32_MAX)
+    if not isinstance(protocols, tuple) or not 1 <= len(protocols) <= MAX_CLASSIC_PROTOCOLS:
+        raise _fail("member_metadata.classic_protocols", f"expected 1..{MAX_CLASSIC_PROTOCOLS} (name, metadata)")
+    for item in protocols:
+        if not (isinstance(item, tuple) and len(item) == 2 and type(item[1]) is bytes):
+            raise _fail("member_metadata.classic_protocols", "expected (name, metadata bytes) pairs")
+        _str("member_metadata.classic_protocols.name", item[0], 1, records.MAX_ID_CHARS)
+        if len(item[1]) > records.MAX_BLOB_BYTES:
+            raise _fail("member_metadata.classic_protocols.metadata", f"over {records.MAX_BLOB_BYTES} bytes")
 
 
 @dataclass(frozen=True)
@@ -195,6 +217,8 @@ def _value_obj(value: ConsumerValue) -> dict[str, Any]:
             v = {t: n for t, n in v}
         elif f.name in _TUPLE_FIELDS:
             v = list(v)
+        elif f.name == "classic_protocols":
+            v = [list(item) for item in v]
         obj[f.name] = v
     return obj
 
@@ -231,6 +255,10 @@ def _value_from_obj(kind: int, obj: Any) -> ConsumerValue:
             if not isinstance(v, list):
                 raise _fail(f"{where}.{k}", "expected an array")
             v = tuple(v)
+        elif k == "classic_protocols":
+            if not (isinstance(v, list) and all(isinstance(item, list) for item in v)):
+                raise _fail(f"{where}.{k}", "expected an array of [name, metadata]")
+            v = tuple(tuple(item) for item in v)
         args[k] = v
     return cls(**args)
 

@@ -103,7 +103,7 @@ class ConsumerGroupHandlers:
                 [ConsumerMember(m["member_id"], m["instance_id"], m["rack_id"], m["member_epoch"], m["state"],
                                 m["client_id"], m["client_host"], m["subscribed_topic_names"],
                                 m["subscribed_topic_regex"], _rows(m["assignment"]), _rows(m["pending_revocation"]),
-                                _rows(m["target_assignment"])) for m in g["members"]]))  # fmt: skip
+                                _rows(m["target_assignment"]), m["classic"]) for m in g["members"]]))  # fmt: skip
         return out
 
     def consumer_group_metrics(self) -> list[Metric]:

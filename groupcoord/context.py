@@ -85,6 +85,9 @@ class CoordinatorConfig:
     group_consumer_assignor: str = "uniform"
     group_consumer_session_timeout_ms: int = 45_000
     group_consumer_heartbeat_interval_ms: int = 5_000
+    # group.consumer.migration.policy: bidirectional, upgrade, downgrade or disabled (Kafka 4's
+    # online upgrade/downgrade between the protocols; consumer_group_classic.py).
+    group_consumer_migration_policy: str = "bidirectional"
 
 
 class Pending(NamedTuple):

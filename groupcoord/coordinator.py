@@ -187,8 +187,10 @@ class GroupCoordinator:
         group_instance_id: str | None = None,
         client_id: str = "",
         client_host: str = "",
+        topics: Mapping[str, int] | None = None,
     ) -> Result:
-        """JoinGroup. Ok response: {member_id, generation_id, protocol_type, protocol_name,
+        """JoinGroup (`topics`: {name: partition count} of the cluster's topics, which a
+        classic member inside a consumer group needs; classic_member.py). Ok response: {member_id, generation_id, protocol_type, protocol_name,
         leader, members: [{member_id, group_instance_id, metadata}] (the leader only, else [])}.
         Errors: MEMBER_ID_REQUIRED (member_id detail), UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID,
         INCONSISTENT_GROUP_PROTOCOL, INVALID_SESSION_TIMEOUT, GROUP_MAX_SIZE_REACHED,
@@ -198,7 +200,7 @@ class GroupCoordinator:
             self._ctx, group_id=group_id, member_id=member_id, protocol_type=protocol_type,
             protocols=protocols, session_timeout_ms=session_timeout_ms,
             rebalance_timeout_ms=rebalance_timeout_ms, now_ms=now_ms,
-            group_instance_id=group_instance_id, client_id=client_id, client_host=client_host,
+            group_instance_id=group_instance_id, client_id=client_id, client_host=client_host, topics=topics,
         ))
 
     def sync_group(

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from groupcoord import consumer_group_ops
+from groupcoord import classic_member, consumer_group_ops
 from groupcoord.context import (
     NO_GENERATION,
     CoordinatorContext,
@@ -33,8 +33,8 @@ from groupcoord.context import (
     check_int,
     check_str,
 )
-from groupcoord.records import MAX_BLOB_BYTES, GroupKey, GroupValue, Key, MemberValue, Value
-from groupcoord.state import Group, GroupState, Member
+from groupcoord.records import MAX_BLOB_BYTES
+from groupcoord.state import Group, GroupState, Member, group_record
 from raftlog.base.errors import (
     CoordinatorNotAvailableError,
     FencedInstanceIdError,
@@ -78,6 +78,7 @@ def join_group(
     group_instance_id: str | None = None,
     client_id: str = "",
     client_host: str = "",
+    topics: Mapping[str, int] | None = None,
 ) -> Response | Pending:
     protos = _check_protocols(protocols)
     check_str("member_id", member_id, 0)
@@ -97,7 +98,13 @@ def join_group(
             f"session_timeout_ms {session_timeout_ms} outside "
             f"{cfg.group_min_session_timeout_ms}..{cfg.group_max_session_timeout_ms}"
         )
-    consumer_group_ops.classic_join_allowed(ctx, group_id)  # a KIP-848 group: refused or converted back
+    cg = ctx.consumer_groups.get(group_id)
+    if cg is not None and cg.members:  # a classic member inside a consumer group (online upgrade)
+        return classic_member.join(
+            ctx, cg, member_id=member_id, protocol_type=protocol_type, protocols=protos,
+            session_timeout_ms=session_timeout_ms, rebalance_timeout_ms=rebalance_timeout_ms,
+            instance_id=group_instance_id, client_id=client_id, client_host=client_host, topics=topics, now_ms=now_ms)
+    consumer_group_ops.classic_join_allowed(ctx, group_id)  # an Empty KIP-848 group converts back
     args = _JoinArgs(group_instance_id, client_id, client_host, protocol_type, protos,
                      session_timeout_ms, rebalance_timeout_ms)
     group = ctx.groups.get(group_id)
@@ -257,7 +264,7 @@ def _update_static_member_and_rebalance(ctx: CoordinatorContext, group: Group, n
                 ctx.touch(group)
             ctx.complete(key, err)
 
-        ctx.append(ctx.partition_for(group.group_id), [_group_record(group)], committed, failed)
+        ctx.append(ctx.partition_for(group.group_id), [group_record(group)], committed, failed)
         return Pending(key)
     member.join_key = key
     group.set_awaiting_join(member, True)
@@ -332,7 +339,7 @@ def _complete_join(ctx: CoordinatorContext, group: Group, now_ms: int) -> None:
     group.init_next_generation(now_ms)
     ctx.touch(group)
     if group.is_(GroupState.EMPTY):
-        ctx.append(ctx.partition_for(group.group_id), [_group_record(group)])
+        ctx.append(ctx.partition_for(group.group_id), [group_record(group)])
         return
     for member in group.members.values():
         ctx.complete(member.join_key, _join_response(group, member))
@@ -364,33 +371,6 @@ def _remove_member_and_update_group(ctx: CoordinatorContext, group: Group, membe
         _prepare_rebalance(ctx, group, now_ms)
 
 
-def _group_record(group: Group) -> tuple[Key, Value]:
-    protocol = group.protocol_name or ""
-    members = tuple(
-        MemberValue(
-            member_id=m.member_id,
-            client_id=m.client_id,
-            client_host=m.client_host,
-            session_timeout_ms=m.session_timeout_ms,
-            rebalance_timeout_ms=m.rebalance_timeout_ms,
-            subscription=m.metadata(protocol),
-            assignment=m.assignment,
-            group_instance_id=m.group_instance_id,
-        )
-        for m in group.members.values()
-    )
-    value = GroupValue(
-        protocol_type=group.protocol_type or "",
-        generation=group.generation_id,
-        members=members,
-        protocol=group.protocol_name if members else None,
-        leader=group.leader_id if members else None,
-        current_state_timestamp=group.state_timestamp_ms,
-        state=group.state.value,
-    )
-    return GroupKey(group.group_id), value
-
-
 def sync_group(
     ctx: CoordinatorContext,
     *,
@@ -407,6 +387,11 @@ def sync_group(
     check_int("generation_id", generation_id, NO_GENERATION)
     plan = _check_assignments(assignments)
     ctx.route(group_id)
+    cg = ctx.consumer_groups.get(group_id)
+    if cg is not None:
+        return classic_member.sync(ctx, cg, member_id=member_id, generation_id=generation_id,
+                                   instance_id=group_instance_id, protocol_type=protocol_type,
+                                   protocol_name=protocol_name, now_ms=now_ms)
     group = ctx.groups.get(group_id)
     if group is None:
         raise UnknownMemberIdError(f"group {group_id!r} does not exist")
@@ -448,7 +433,7 @@ def _store_assignment(ctx: CoordinatorContext, group: Group, plan: Mapping[str, 
     saved = {mid: m.assignment for mid, m in group.members.items()}
     for mid, m in group.members.items():
         m.assignment = proposed[mid]
-    record = _group_record(group)
+    record = group_record(group)
     for mid, m in group.members.items():
         m.assignment = saved[mid]
 
@@ -500,6 +485,10 @@ def heartbeat(
     check_str("member_id", member_id, 0)
     check_int("generation_id", generation_id, NO_GENERATION)
     ctx.route(group_id)
+    cg = ctx.consumer_groups.get(group_id)
+    if cg is not None:
+        return classic_member.heartbeat(ctx, cg, member_id=member_id, generation_id=generation_id,
+                                        instance_id=group_instance_id, now_ms=now_ms)
     group = ctx.groups.get(group_id)
     if group is None:
         raise UnknownMemberIdError(f"group {group_id!r} does not exist")
@@ -530,6 +519,9 @@ def leave_group(ctx: CoordinatorContext, *, group_id: str, members: Sequence[tup
         if inst is not None:
             check_str("group_instance_id", inst, 1)
     ctx.route(group_id)
+    cg = ctx.consumer_groups.get(group_id)
+    if cg is not None:
+        return classic_member.leave(ctx, cg, members, now_ms)
     group = ctx.groups.get(group_id)
     if group is not None and group.is_(GroupState.DEAD):
         raise CoordinatorNotAvailableError(f"group {group_id!r} is being removed")

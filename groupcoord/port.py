@@ -280,6 +280,7 @@ class ConsumerMember:
     assignment: Sequence[TopicPartitions]
     pending_revocation: Sequence[TopicPartitions]
     target_assignment: Sequence[TopicPartitions]
+    classic: bool = False  # a classic member (JoinGroup/SyncGroup) inside the consumer group
 
 
 @dataclass(frozen=True, slots=True)

@@ -454,6 +454,8 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
             client_id=request.client_id,
             client_host=request.client_host,
             now_ms=self._clock_ms(),
+            # A classic member joining a consumer group needs them (classic_member.py).
+            topics=self._topic_counts() if self.core.consumer_group(request.group_id) is not None else None,
         )
         a = await self._answer(self._apply(result), self._budget_ms(request.timeout_ms))
         return Joined(a["generation_id"], a["member_id"], a.get("protocol_type"), a.get("protocol_name"),

@@ -28,6 +28,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from groupcoord.records import GroupKey, GroupValue, MemberValue
+
 
 class GroupState(enum.Enum):
     EMPTY = "Empty"
@@ -283,3 +285,31 @@ class Group:
             assert self.protocol_name is not None and self.generation_id > 0
         for mid, m in self.members.items():
             assert m.member_id == mid
+
+
+def group_record(group: Group) -> tuple[GroupKey, GroupValue]:
+    """The group's classic record (kind 2): members with their selected protocol's metadata."""
+    protocol = group.protocol_name or ""
+    members = tuple(
+        MemberValue(
+            member_id=m.member_id,
+            client_id=m.client_id,
+            client_host=m.client_host,
+            session_timeout_ms=m.session_timeout_ms,
+            rebalance_timeout_ms=m.rebalance_timeout_ms,
+            subscription=m.metadata(protocol),
+            assignment=m.assignment,
+            group_instance_id=m.group_instance_id,
+        )
+        for m in group.members.values()
+    )
+    value = GroupValue(
+        protocol_type=group.protocol_type or "",
+        generation=group.generation_id,
+        members=members,
+        protocol=group.protocol_name if members else None,
+        leader=group.leader_id if members else None,
+        current_state_timestamp=group.state_timestamp_ms,
+        state=group.state.value,
+    )
+    return GroupKey(group.group_id), value

@@ -39,6 +39,7 @@ CLIENTS = {
     "test_java_share": "Java share consumer and share-group tools (KIP-932)",
     "test_tools_reassign": "kafka-reassign-partitions",
     "test_franz": "franz-go (Go)",
+    "test_kip848_upgrade": "confluent-kafka (librdkafka), KIP-848",
 }
 FEATURES = {
     "test_kafka_topics_create_describe_alter_delete": "--create / --describe / --alter / --list / --delete",
@@ -66,6 +67,8 @@ FEATURES = {
     "test_group_rebalance_commit_resume": "consumer group: rebalance, commit, resume",
     "test_admin": "kadm: topics, offsets, configs",
     "test_kgo_suite_smoke": "franz-go's own pkg/kgo tests (smoke: a produce and a group test)",
+    "test_rolling_upgrade_classic_to_consumer_and_back":
+        "online upgrade: a classic group of 3 restarted one by one with group.protocol=consumer, and back",
 }
 
 

@@ -119,9 +119,11 @@ def _describe_kip848(d: dict) -> None:
     click.echo(f"protocol: consumer (KIP-848), group epoch {d['group_epoch']}, assignment epoch "
                f"{d['assignment_epoch']}, assignor {d['assignor']}")
     if d["members"]:
-        table([("MEMBER-ID", "EPOCH", "STATE", "ASSIGNED", "TARGET", "REVOKING", "CLIENT-ID")] + [
-            (m["member_id"], _s(m.get("member_epoch")), _s(m.get("member_state")), _tps(m["partitions"]),
-             _tps(m.get("target")), _tps(m.get("pending_revocation")), _s(m["client_id"]))
+        # PROTOCOL: "classic" for a classic member inside the group (an online upgrade under way).
+        table([("MEMBER-ID", "PROTOCOL", "EPOCH", "STATE", "ASSIGNED", "TARGET", "REVOKING", "CLIENT-ID")] + [
+            (m["member_id"], "classic" if m.get("classic") else "consumer", _s(m.get("member_epoch")),
+             _s(m.get("member_state")), _tps(m["partitions"]), _tps(m.get("target")),
+             _tps(m.get("pending_revocation")), _s(m["client_id"]))
             for m in d["members"]])
 
 

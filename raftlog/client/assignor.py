@@ -2,7 +2,7 @@
 
 The group leader (a client) runs one of these on the members' subscriptions it got in its
 JoinGroup answer and sends the result in SyncGroup; the coordinator never looks inside. The
-bytes are Kafka's ConsumerProtocol Subscription and Assignment (consumer_protocol.py), so a
+bytes are Kafka's ConsumerProtocol Subscription and Assignment (raftlog/base/consumer_protocol.py), so a
 raftlog member and Kafka clients share a group: whichever is leader reads everyone's
 subscription. The names are Kafka's ("range", "roundrobin", "sticky", "cooperative-sticky"),
 so the coordinator finds a protocol every member supports.
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from raftlog.client.consumer_protocol import (
+from raftlog.base.consumer_protocol import (
     Assignment,
     Subscription,
     TopicPartition,

@@ -131,7 +131,8 @@ class GroupAdmin:
                           "partitions": tps(m.get("assignment")), "assignment_readable": True,
                           "member_epoch": m.get("member_epoch"), "member_state": m.get("state"),
                           "target": tps(m.get("target_assignment")),
-                          "pending_revocation": tps(m.get("pending_revocation"))}
+                          "pending_revocation": tps(m.get("pending_revocation")),
+                          "classic": bool(m.get("classic"))}
                 members.append(member)
                 for tp in member["partitions"]:
                     owners[tp] = member

@@ -303,6 +303,7 @@ class NodeConfig:
     group_consumer_assignor: str = "uniform"  # the server-side assignor when members name none
     group_consumer_session_timeout_ms: int = 45_000  # a member silent this long is fenced
     group_consumer_heartbeat_interval_ms: int = 5_000  # told to members in every heartbeat answer
+    group_consumer_migration_policy: str = "bidirectional"  # which online classic <-> consumer conversions are allowed
     # the REST proxy (issue 45): Confluent's consumer.instance.timeout.ms, and a bound on instances
     consumer_instance_timeout_ms: int = 300_000
     rest_max_consumer_instances: int = 1000
@@ -618,6 +619,8 @@ _KEYS: Final[dict[str, _Key]] = {
     "group_consumer_assignor": _Key(lambda v: _to_choice(v, ("uniform", "range")), "group_consumer_assignor"),
     "group_consumer_session_timeout_ms": _Key(_to_int, "group_consumer_session_timeout_ms"),
     "group_consumer_heartbeat_interval_ms": _Key(_to_int, "group_consumer_heartbeat_interval_ms"),
+    "group_consumer_migration_policy": _Key(
+        lambda v: _to_choice(v, ("bidirectional", "upgrade", "downgrade", "disabled")), "group_consumer_migration_policy"),
     "consumer_instance_timeout_ms": _Key(_to_int, "consumer_instance_timeout_ms"),
     "rest_max_consumer_instances": _Key(_to_int, "rest_max_consumer_instances"),
     # an elastic cluster (issue 44)

@@ -260,7 +260,7 @@ def group_handlers(port: GroupPort, guard: Guard) -> dict[str, Handler]:
                     "client_host": m.client_host, "subscribed_topic_names": list(m.subscribed_topic_names),
                     "subscribed_topic_regex": m.subscribed_topic_regex, "assignment": _rows(m.assignment),
                     "pending_revocation": _rows(m.pending_revocation),
-                    "target_assignment": _rows(m.target_assignment),
+                    "target_assignment": _rows(m.target_assignment), "classic": m.classic,
                 } for m in g.members],
             })  # fmt: skip
         return {"groups": out}

@@ -52,6 +52,7 @@ def group_settings(config: NodeConfig) -> GroupCoordinatorSettings:
             group_consumer_assignor=config.group_consumer_assignor,
             group_consumer_session_timeout_ms=config.group_consumer_session_timeout_ms,
             group_consumer_heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
+            group_consumer_migration_policy=config.group_consumer_migration_policy,
         ),
     )
 

@@ -10,7 +10,10 @@ flushed at once (t = time.monotonic(), one clock for every process of the machin
     {"ev": "error", "code": name, "message": str, "t": ...}
 
     python kip848_consumer.py BOOTSTRAP GROUP (--topic NAME | --regex RE) [--client-id NAME]
-Stops on SIGTERM: closes (leaves the group with epoch -1).
+                              [--protocol consumer|classic]
+`--protocol classic` makes it a classic member (JoinGroup/SyncGroup/Heartbeat, the eager
+range assignor: an online upgrade's members before and after). Stops on SIGTERM: closes
+(leaves the group: epoch -1, or LeaveGroup).
 """
 
 from __future__ import annotations
@@ -30,10 +33,12 @@ def main() -> int:
     ap.add_argument("--topic")
     ap.add_argument("--regex")
     ap.add_argument("--client-id", default="kip848-consumer")
+    ap.add_argument("--protocol", choices=("consumer", "classic"), default="consumer")
     args = ap.parse_args()
     stop = stop_on_sigterm()
+    classic = {"session.timeout.ms": 10000, "heartbeat.interval.ms": 500} if args.protocol == "classic" else {}
     consumer = Consumer({
-        "bootstrap.servers": args.bootstrap, "group.id": args.group, "group.protocol": "consumer",
+        **classic, "bootstrap.servers": args.bootstrap, "group.id": args.group, "group.protocol": args.protocol,
         "client.id": args.client_id, "auto.offset.reset": "earliest", "enable.auto.commit": False,
         "topic.metadata.refresh.interval.ms": 1000,
         "error_cb": lambda err: out({"ev": "error", "code": err.name(), "message": err.str()}),

@@ -19,7 +19,7 @@ from kafka.protocol.consumer.group import (
 )
 from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest
 
-from raftlog.client.consumer_protocol import (
+from raftlog.base.consumer_protocol import (
     Assignment,
     Subscription,
     decode_assignment,

@@ -17,7 +17,7 @@ import pytest
 from raftlog.base.errors import InvalidReplicationFactorError
 from raftlog.base.topics import OFFSETS_TOPIC
 from raftlog.client import Admin, Consumer, Producer
-from raftlog.client.consumer_protocol import decode_assignment, decode_subscription
+from raftlog.base.consumer_protocol import decode_assignment, decode_subscription
 from raftlog.client.group_admin import GroupAdmin
 
 confluent_kafka = pytest.importorskip("confluent_kafka")

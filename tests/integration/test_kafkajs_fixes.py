@@ -7,7 +7,7 @@ import uuid
 import pytest
 from kafka.protocol.consumer.group import HeartbeatRequest, JoinGroupRequest, SyncGroupRequest
 
-from raftlog.client.consumer_protocol import Assignment, Subscription, encode_assignment, encode_subscription
+from raftlog.base.consumer_protocol import Assignment, Subscription, encode_assignment, encode_subscription
 
 from test_kafka_groups import create
 from test_txn_offsets_stable import group_coordinator

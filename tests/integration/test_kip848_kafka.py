@@ -1,4 +1,4 @@
-"""KIP-848 consumer groups (`group.protocol=consumer`) with confluent-kafka on a three-node cluster: a group of three consumer processes, one SIGKILLed and one added, never has one partition with two owners at once and reads every record (twice only what the killed member read and had not committed), a new member resumes from the commits; a SIGKILLed coordinator's successor replays the group (same epochs, same members); a regex subscription follows new topics; a classic group upgrades online with its offsets; and bad input (stale epochs, a bad regex, a group of the other protocol) gets Kafka's error codes while the group keeps serving."""
+"""KIP-848 consumer groups (`group.protocol=consumer`) with confluent-kafka on a three-node cluster: a group of three consumer processes, one SIGKILLed and one added, never has one partition with two owners at once and reads every record (twice only what the killed member read and had not committed), a new member resumes from the commits; a SIGKILLed coordinator's successor replays the group (same epochs, same members); a regex subscription follows new topics; a classic group upgrades online with its offsets, and a rolling restart of three classic members with group.protocol=consumer converts the group (and back) with every record read and no partition owned twice at a time; and bad input (stale epochs, a bad regex, a group of the other protocol) gets Kafka's error codes while the group keeps serving."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import time
 import urllib.request
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -215,6 +215,44 @@ def test_coordinator_failover_rebuilds_the_group(cluster):
     assert_one_owner_at_a_time(procs)
 
 
+def test_a_mixed_group_survives_coordinator_failover(cluster):
+    """Two classic members and one KIP-848 member (an upgrade under way); the coordinator is
+    SIGKILLed: its successor replays the group with its classic members (their protocols and
+    session timeouts are in the records), and every member keeps consuming."""
+    topic, group = "kip848-mixed-failover", "kip848-mixed-failover-app"
+    create(cluster, topic, 4)
+    procs = [Proc(cluster, group, f"mc{i}", "--topic", topic, "--protocol", "classic") for i in range(2)]
+    try:
+        wait_until(lambda: all(p.owned() for p in procs), "two classic members sharing the topic")
+        procs.append(Proc(cluster, group, "mk", "--topic", topic))
+        before = wait_until(lambda: (d := describe(cluster, group)).error_code == 0 and d.group_state == "Stable"
+                            and len(d.members) == 3 and all(p.owned() for p in procs) and d, "a Stable mixed group")
+        assert sorted(m.member_type for m in before.members) == [0, 0, 1]
+        text = subprocess.run([sys.executable, "-m", "raftlog.cli", "groups", "describe", group, "--bootstrap",
+                               ",".join(cluster.bootstrap())], capture_output=True, text=True, timeout=60).stdout
+        ids = {m.member_id: m.member_type for m in before.members}
+        rows = {r[0]: r[1] for r in (line.split() for line in text.splitlines()) if r and r[0] in ids and len(r) > 2
+                and r[1] in ("classic", "consumer")}  # the members table: MEMBER-ID PROTOCOL ...
+        assert rows == {mid: "classic" if kind == 0 else "consumer" for mid, kind in ids.items()}, text
+        node_id = cluster.call(1, "find_coordinator", group_id=group)["node_id"]
+        cluster.kill(node_id)
+        try:
+            after = cluster.wait_for(lambda: (d := describe(cluster, group)).error_code == 0 and d, TIMEOUT_S,
+                                     "the group at its new coordinator")
+            assert {m.member_id: m.member_type for m in after.members} == {
+                m.member_id: m.member_type for m in before.members}
+            values = [f"mf{i}" for i in range(40)]
+            produce(cluster, topic, values, partitions=4)
+            wait_until(lambda: set(values) <= {v for p in procs for v in p.values()}, "every record after failover")
+        finally:
+            cluster.start(node_id)
+            cluster.wait_ready(timeout_s=60)
+    finally:
+        for p in procs:
+            p.stop()
+    assert_one_owner_at_a_time(procs)
+
+
 def coordinator(cluster, group: str) -> str:
     found = cluster.call(cluster.live()[0], "find_coordinator", group_id=group)
     return cluster.kafka(found["node_id"])
@@ -313,6 +351,106 @@ def test_classic_group_upgrades_online_with_its_offsets(cluster):
     assert sorted(proc.values()) == sorted(f"new{i}" for i in range(10))
 
 
+def group_type(bootstrap: str, group: str) -> str | None:
+    """The group's type as ListGroups v5 gives it ("classic" / "consumer"), None if not listed."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    listed = {g.group_id: g.type for g in admin.list_consumer_groups(request_timeout=30).result().valid}
+    kind = listed.get(group)
+    return None if kind is None else kind.name.lower()
+
+
+def rolling_upgrade(side, topic: str, group: str, after_step: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Kafka 4's online upgrade as users run it, on the broker behind `side` (anything with
+    kafka_bootstrap()): a classic group of three kip848_consumer.py processes consuming `topic`
+    (made beforehand, PARTITIONS partitions), restarted one member at a time with
+    group.protocol=consumer, then back to classic the same way, records produced at every
+    step. Returns what a test compares: the group's type after each step, and whether every
+    record was read, commits never went back, no partition had two owners at once, and the
+    committed offsets are every partition's end at the end."""
+    every = {(topic, p) for p in range(PARTITIONS)}
+    values: list[str] = []
+    facts: dict[str, Any] = {"types": []}
+
+    def more(n: int) -> None:
+        batch = [f"roll{len(values) + i}" for i in range(n)]
+        produce(side, topic, batch)
+        values.extend(batch)
+
+    def read_all() -> bool:
+        return set(values) <= {v for p in all_procs for v in p.values()}
+
+    more(60)
+    procs = [Proc(side, group, f"classic-{i}", "--topic", topic, "--protocol", "classic") for i in range(3)]
+    all_procs = list(procs)
+    try:
+        wait_until(lambda: all(p.owned() for p in procs) and read_all(), "a Stable classic group reading", TIMEOUT_S)
+        for step, protocol in enumerate(["consumer"] * 3 + ["classic"] * 3):
+            old = procs.pop(0)
+            old.stop()
+            wait_until(lambda: set().union(*(p.owned() for p in procs)) == every,
+                       f"the others own every partition after {old.name} left", TIMEOUT_S)
+            new = Proc(side, group, f"{protocol}-{step}", "--topic", topic, "--protocol", protocol)
+            procs.append(new)
+            all_procs.append(new)
+            more(30)
+            wait_until(lambda: new.owned() and set().union(*(p.owned() for p in procs)) == every and read_all(),
+                       f"{new.name} consuming beside the others", TIMEOUT_S)
+            if after_step is not None:
+                after_step(step)
+            want = "consumer" if step < 5 else "classic"
+            facts["types"].append(wait_until(lambda: group_type(side.kafka_bootstrap(), group) == want and want,
+                                             f"a {want} group after step {step}", TIMEOUT_S))
+    finally:
+        for p in all_procs:
+            p.stop()
+    try:
+        assert_one_owner_at_a_time(all_procs)
+        facts["one_owner_at_a_time"] = True
+    except AssertionError:
+        facts["one_owner_at_a_time"] = False
+    facts["all_read"] = read_all()
+    commits: dict[int, list[tuple[float, int]]] = defaultdict(list)
+    for p in all_procs:
+        for e in p.events:
+            if e["ev"] == "committed":
+                commits[e["p"]].append((e["t"], e["o"]))
+    facts["commits_never_go_back"] = all([o for _, o in sorted(seq)] == sorted(o for _, o in seq)
+                                         for seq in commits.values())
+    produced: dict[int, int] = defaultdict(int)
+    for i in range(len(values)):
+        produced[i % PARTITIONS] += 1
+    c = CKConsumer({"bootstrap.servers": side.kafka_bootstrap(), "group.id": group})
+    try:  # the offsets survived both conversions
+        kept = c.committed([confluent_kafka.TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=30)
+    finally:
+        c.close()
+    facts["offsets_at_the_end"] = {tp.partition: tp.offset for tp in kept} == dict(produced)
+    return facts
+
+
+def test_rolling_upgrade_to_the_consumer_protocol_and_back(cluster):
+    """Kafka 4's online upgrade: a classic group of three restarted one member at a time with
+    group.protocol=consumer converts (its classic members served by the server assignor
+    meanwhile), then back to classic the same way; every record read, commits never go back,
+    no partition with two owners at once, the offsets kept."""
+    topic, group = "kip848-rolling", "kip848-rolling-app"
+    create(cluster, topic, PARTITIONS)
+
+    def member_types(step: int) -> None:
+        if step < 5:  # ConsumerGroupDescribe v1 tells classic members (type 0) from KIP-848 ones (1)
+            d = wait_until(lambda: (g := describe(cluster, group)).group_state == "Stable" and g,
+                           "a Stable consumer group", TIMEOUT_S)
+            new_protocol = (1, 2, 3, 2, 1)[step]  # members on the consumer protocol after this step
+            assert d.error_code == 0
+            assert sorted(m.member_type for m in d.members) == [0] * (3 - new_protocol) + [1] * new_protocol
+        else:
+            assert describe(cluster, group).error_code == GROUP_ID_NOT_FOUND  # no longer a consumer group
+
+    facts = rolling_upgrade(cluster, topic, group, member_types)
+    assert facts == {"types": ["consumer"] * 5 + ["classic"], "one_owner_at_a_time": True, "all_read": True,
+                     "commits_never_go_back": True, "offsets_at_the_end": True}
+
+
 def cli_describe(cluster, group: str) -> dict[str, Any] | None:
     out = subprocess.run([sys.executable, "-m", "raftlog.cli", "groups", "describe", group, "--json",
                           "--bootstrap", ",".join(cluster.bootstrap())], capture_output=True, text=True, timeout=60)
@@ -359,12 +497,9 @@ def test_bad_input_gets_kafka_errors_and_the_group_keeps_serving(cluster):
     again = heartbeat(cluster, group, "member-a", joined.member_epoch)
     assert again.error_code == 0 and again.member_epoch >= joined.member_epoch
     assert heartbeat(cluster, group, "member-a", -1).error_code == 0
-    # A classic group with members is not a consumer group.
-    classic = CKConsumer({"bootstrap.servers": cluster.kafka_bootstrap(), "group.id": "kip848-classic",
-                          "auto.offset.reset": "earliest"})
-    try:
-        classic.subscribe([BAD_TOPIC])
-        wait_until(lambda: classic.poll(0.2) is not None or classic.assignment(), "the classic member's assignment")
-        assert heartbeat(cluster, "kip848-classic", "x", 0).error_code == GROUP_ID_NOT_FOUND
-    finally:
-        classic.close()
+    # A classic group with members of another protocol type (Kafka Connect's) does not convert.
+    connect = JoinGroupRequest[3](group_id="kip848-connect", session_timeout_ms=10_000, rebalance_timeout_ms=10_000,
+                                  member_id="", protocol_type="connect",
+                                  protocols=[JoinGroupRequest[3].JoinGroupRequestProtocol(name="sessioned", metadata=b"")])
+    assert raw(cluster, "kip848-connect", connect, 3).error_code == 0  # after the initial delay: a member
+    assert heartbeat(cluster, "kip848-connect", "x", 0).error_code == GROUP_ID_NOT_FOUND

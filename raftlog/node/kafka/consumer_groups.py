@@ -33,6 +33,7 @@ __all__ = ["HANDLERS"]
 CONSUMER_GROUP_HEARTBEAT_KEY: Final = 68
 CONSUMER_GROUP_DESCRIBE_KEY: Final = 69
 CONSUMER_MEMBER_TYPE: Final = 1   # Describe v1: 0 classic member, 1 consumer member
+CLASSIC_MEMBER_TYPE: Final = 0    # a classic member inside a consumer group (online upgrade)
 AUTHORIZED_OPERATIONS_OMITTED: Final = -(2**31)  # INT32_MIN: "not asked", as Kafka
 
 
@@ -126,7 +127,7 @@ async def handle_consumer_group_describe(ctx: KafkaContext, call: Call) -> Reply
                        subscribed_topic_regex=m.subscribed_topic_regex,
                        assignment=assignment(m.assignment, topic_ids),
                        target_assignment=assignment(m.target_assignment, topic_ids),
-                       member_type=CONSUMER_MEMBER_TYPE)
+                       member_type=CLASSIC_MEMBER_TYPE if m.classic else CONSUMER_MEMBER_TYPE)
                      for m in g.members],
             authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
         ))  # fmt: skip

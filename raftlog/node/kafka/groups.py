@@ -6,7 +6,7 @@ Protocol translation only: each handler calls the group port (groupcoord/port.py
 one ACL guard: `ctx.group_port()`), as the native adapter (raftlog/node/native_groups.py) does:
 the same coordinator core, the same `__consumer_offsets`, so a Kafka consumer group and a
 raftlog group with the same id are one group. The coordinator never looks inside subscriptions and assignments; members of both
-protocols write Kafka's ConsumerProtocol bytes (raftlog/client/consumer_protocol.py).
+protocols write Kafka's ConsumerProtocol bytes (raftlog/base/consumer_protocol.py).
 
 Where Kafka and the native protocol differ, the difference is settled here:
 * FindCoordinator answers the coordinator's Kafka listener (the native op gives its native

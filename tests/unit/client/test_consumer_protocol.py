@@ -11,7 +11,7 @@ from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment as KAssi
 from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription as KSubscription
 
 from raftlog.base.errors import CorruptMessageError
-from raftlog.client.consumer_protocol import (
+from raftlog.base.consumer_protocol import (
     MAX_BYTES,
     Assignment,
     Subscription,

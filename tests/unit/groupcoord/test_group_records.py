@@ -1,10 +1,14 @@
-"""`__consumer_offsets` records round-trip as canonical CBOR, decode strictly, and groups hash to Kafka's partitions."""
+"""`__consumer_offsets` records round-trip as canonical CBOR (a classic member's metadata inside a KIP-848 group's record among them), decode strictly, and groups hash to Kafka's partitions."""
 
 import cbor2
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from groupcoord.consumer_group_records import ConsumerGroupKey, MemberMetadataValue
+from groupcoord.consumer_group_records import decode_record as decode_any_record
+from groupcoord.consumer_group_records import encode_key as encode_consumer_key
+from groupcoord.consumer_group_records import encode_value as encode_consumer_value
 from groupcoord.errors import InvalidGroupRecordError
 from groupcoord.records import (
     GroupKey,
@@ -170,3 +174,17 @@ def test_partition_for_group_negative_hash_uses_abs():
     g = negatives[0]
     assert partition_for_group(g, 16) == (-java_string_hash(g)) % 16
     assert all(0 <= partition_for_group(f"g{i}") < 16 for i in range(500))
+
+
+def test_a_classic_members_metadata_round_trips_in_the_consumer_group_record():
+    key = ConsumerGroupKey(5, "g", "m1")
+    classic = MemberMetadataValue("c", "/127.0.0.1", 30_000, ("orders",), classic_session_timeout_ms=10_000,
+                                  classic_protocols=(("range", b"\x00\x03sub"), ("roundrobin", b"")))
+    assert decode_any_record(encode_consumer_key(key), encode_consumer_value(classic)) == (key, classic)
+    plain = MemberMetadataValue("c", "/127.0.0.1", 30_000, ("orders",))
+    assert b"classic" not in encode_consumer_value(plain)  # a KIP-848 member: the fields are left out
+    assert decode_any_record(encode_consumer_key(key), encode_consumer_value(plain)) == (key, plain)
+    with pytest.raises(InvalidGroupRecordError, match="go together"):
+        MemberMetadataValue("c", "h", 1, (), classic_session_timeout_ms=10_000)
+    with pytest.raises(InvalidGroupRecordError, match="metadata bytes"):
+        MemberMetadataValue("c", "h", 1, (), classic_session_timeout_ms=1, classic_protocols=(("range", "str"),))

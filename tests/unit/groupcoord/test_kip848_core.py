@@ -1,4 +1,4 @@
-"""KIP-848 in the pure coordinator: the assignors cover every partition once, reconciliation never gives one partition two owners under random membership changes, epochs fence stale members, and a replay rebuilds the group."""
+"""KIP-848 in the pure coordinator: the assignors cover every partition once, reconciliation never gives one partition two owners under random membership changes, epochs fence stale members, a replay rebuilds the group, and Kafka 4's online upgrade (classic members inside a consumer group, converted there and back under group.consumer.migration.policy) never gives a partition two owners and keeps offsets."""
 
 import random
 from collections import defaultdict
@@ -7,13 +7,23 @@ import pytest
 
 from groupcoord import consumer_assignor
 from groupcoord.coordinator import CommitOffset, CoordinatorConfig, GroupCoordinator, Pending
+from raftlog.base.consumer_protocol import (
+    Assignment,
+    Subscription,
+    decode_assignment,
+    encode_assignment,
+    encode_subscription,
+)
 from raftlog.base.errors import (
     FencedMemberEpochError,
     GroupIdNotFoundError,
+    IllegalGenerationError,
     InconsistentGroupProtocolError,
     InvalidRegularExpressionError,
     InvalidRequestError,
+    MemberIdRequiredError,
     RaftlogError,
+    RebalanceInProgressError,
     StaleMemberEpochError,
     UnknownMemberIdError,
     UnreleasedInstanceIdError,
@@ -72,6 +82,15 @@ class Shell:
     def tick(self, ms):
         self.now += ms
         self.absorb(self.c.tick(self.now))
+
+    def replay(self):
+        """A new coordinator that loads the group's partition from the log (a failover)."""
+        p = self.c.partition_for(G)
+        fresh = GroupCoordinator(self.cfg, random.Random(1))
+        fresh.begin_load(p)
+        fresh.load(p, self.log[p])
+        fresh.finish_load(p, self.now)
+        return fresh
 
 
 class Client:
@@ -251,11 +270,7 @@ def test_replay_rebuilds_the_group():
         a.beat()
         b.beat()
     before = s.c.consumer_group_describe([G]).response
-    p = s.c.partition_for(G)
-    fresh = GroupCoordinator(s.cfg, random.Random(1))
-    fresh.begin_load(p)
-    fresh.load(p, s.log[p])
-    fresh.finish_load(p, s.now)
+    fresh = s.replay()
     after = fresh.consumer_group_describe([G]).response
     assert after == before
     assert {tp for m in after["groups"][0]["members"] if m["member_id"] == "b" for r in m["assignment"]
@@ -286,9 +301,195 @@ def test_empty_consumer_group_converts_back_to_classic_with_its_offsets():
     s.absorb(r)
     assert s.c.consumer_group(G) is None and r.response.member_id  # MEMBER_ID_REQUIRED: a classic group now
     assert s.answer(s.c.offset_fetch(group_id=G, partitions=[("orders", 2)]))["partitions"][0]["offset"] == 9
-    p = s.c.partition_for(G)
-    fresh = GroupCoordinator(s.cfg, random.Random(1))  # the log says the same
-    fresh.begin_load(p)
-    fresh.load(p, s.log[p])
-    fresh.finish_load(p, s.now)
+    fresh = s.replay()  # the log says the same
     assert fresh.consumer_group(G) is None
+
+
+# ---- Kafka 4's online upgrade and downgrade (groupcoord/classic_member.py, consumer_group_classic.py)
+
+SUBSCRIBED = ["orders", "payments"]
+ALL = {(t, p) for t in SUBSCRIBED for p in range(TOPICS[t])}
+
+
+class ClassicClient:
+    """A classic consumer (eager unless `cooperative`): joins, syncs, heartbeats, and rejoins
+    with what it still owns when told to."""
+
+    def __init__(self, shell, cooperative=False):
+        self.s, self.id, self.generation, self.owned, self.cooperative = shell, "", -1, frozenset(), cooperative
+
+    def protocols(self):
+        owned = tuple(sorted(self.owned)) if self.cooperative else ()
+        return [("range", encode_subscription(Subscription(tuple(SUBSCRIBED), owned)))]
+
+    def join_request(self):
+        if not self.cooperative:
+            self.owned = frozenset()  # eager: everything is revoked before the join
+        return self.s.c.join_group(group_id=G, member_id=self.id, protocol_type="consumer", protocols=self.protocols(),
+                                   session_timeout_ms=10_000, rebalance_timeout_ms=10_000, now_ms=self.s.now,
+                                   topics=TOPICS)
+
+    def join(self):
+        try:
+            r = self.s.answer(self.join_request())
+        except MemberIdRequiredError as e:
+            self.id = e.member_id
+            r = self.s.answer(self.join_request())
+        self.id, self.generation = r["member_id"], r["generation_id"]
+        return r
+
+    def sync(self, assignments=None):
+        r = self.s.answer(self.s.c.sync_group(group_id=G, member_id=self.id, generation_id=self.generation,
+                                              now_ms=self.s.now, assignments=assignments,
+                                              protocol_type="consumer", protocol_name="range"))
+        self.owned = frozenset(decode_assignment(r["assignment"]).partitions)
+        return r
+
+    def beat(self):
+        """One heartbeat; on REBALANCE_IN_PROGRESS / ILLEGAL_GENERATION a rejoin and a sync."""
+        try:
+            self.s.answer(self.s.c.heartbeat(group_id=G, member_id=self.id, generation_id=self.generation,
+                                             now_ms=self.s.now))
+        except (RebalanceInProgressError, IllegalGenerationError):
+            self.join()
+            try:
+                self.sync()
+            except RebalanceInProgressError:
+                pass
+
+
+def classic_rebalance(s, members):
+    """Every classic member joins (at once, as the classic protocol wants), the leader stores a
+    round-robin assignment, every member syncs: the group is Stable."""
+    pending = []
+    for m in members:
+        if not m.id:
+            try:
+                s.answer(m.join_request())
+            except MemberIdRequiredError as e:
+                m.id = e.member_id
+        pending.append(s.absorb(m.join_request()).response)
+    for _ in range(10):  # the initial delay is extended while members keep arriving
+        if s.c.group(G).state.value != "PreparingRebalance":
+            break
+        s.tick(s.cfg.group_initial_rebalance_delay_ms)
+    for m, r in zip(members, pending):
+        m.generation = (s.answers.pop(r.key) if isinstance(r, Pending) else r)["generation_id"]
+    leader = next(m for m in members if m.id == s.c.group(G).leader_id)
+    plan = {m.id: [] for m in members}
+    for i, tp in enumerate(sorted(ALL)):
+        plan[members[i % len(members)].id].append(tp)
+    s.absorb(s.c.sync_group(group_id=G, member_id=leader.id, generation_id=leader.generation, now_ms=s.now,
+                            assignments={k: encode_assignment(Assignment(tuple(v))) for k, v in plan.items()},
+                            protocol_type="consumer", protocol_name="range"))
+    for m in members:
+        if m is not leader:
+            s.absorb(s.c.sync_group(group_id=G, member_id=m.id, generation_id=m.generation, now_ms=s.now))
+        m.owned = frozenset(plan[m.id])
+    assert s.c.group(G).state.value == "Stable"
+
+
+def stable_classic_group(s, n=3):
+    members = [ClassicClient(s) for _ in range(n)]
+    classic_rebalance(s, members)
+    return members
+
+
+def assert_one_owner(clients):
+    seen = {}
+    for c in clients:
+        for tp in c.owned:
+            assert tp not in seen, f"{tp} owned by {seen[tp]} and {c.id}"
+            seen[tp] = c.id
+
+
+def settle(s, classic, consumers, rounds=12):
+    for _ in range(rounds):
+        for c in classic:
+            c.beat()
+            assert_one_owner(classic + consumers)
+        for c in consumers:
+            c.beat()
+            assert_one_owner(classic + consumers)
+
+
+def shell(**cfg):
+    return Shell(group_min_session_timeout_ms=1000, group_initial_rebalance_delay_ms=100, **cfg)
+
+
+@pytest.mark.parametrize("cooperative", [False, True])
+def test_rolling_upgrade_converts_and_never_gives_a_partition_two_owners(cooperative):
+    s = shell()
+    classic = stable_classic_group(s)
+    for c in classic:
+        c.cooperative = cooperative
+    s.answer(s.c.offset_commit(group_id=G, offsets=[CommitOffset("orders", 0, 5)], member_id=classic[0].id,
+                               generation_id=classic[0].generation, now_ms=0))
+    consumers = []
+    for i in range(3):  # each classic member in turn is replaced by one with the consumer protocol
+        consumers.append(Client(s, f"new-{i}", subscribed_topic_names=SUBSCRIBED))  # the first converts
+        cg = s.c.consumer_group(G)
+        assert cg is not None and sum(m.is_classic for m in cg.members.values()) == len(classic)
+        settle(s, classic, consumers)
+        gone = classic.pop(0)
+        s.answer(s.c.leave_group(group_id=G, members=[(gone.id, None)], now_ms=s.now))
+        settle(s, classic, consumers)
+        assert set().union(*(c.owned for c in classic + consumers)) == ALL
+    cg = s.c.consumer_group(G)
+    assert len(cg.members) == 3 and not any(m.is_classic for m in cg.members.values())
+    assert s.answer(s.c.offset_fetch(group_id=G, partitions=[("orders", 0)]))["partitions"][0]["offset"] == 5
+
+
+def test_classic_members_survive_replay_and_the_last_consumer_member_leaving_downgrades():
+    s = shell()
+    classic = stable_classic_group(s, 2)
+    a = Client(s, "a", subscribed_topic_names=SUBSCRIBED)
+    settle(s, classic, [a])
+    before = s.c.consumer_group_describe([G]).response
+    fresh = s.replay()
+    assert fresh.consumer_group_describe([G]).response == before
+    kept = fresh.consumer_group(G).members[classic[0].id]
+    assert kept.is_classic and kept.classic_session_timeout_ms == 10_000
+    # A classic member's commit is fenced by its generation, as a classic group's is.
+    with pytest.raises(IllegalGenerationError):
+        s.answer(s.c.offset_commit(group_id=G, offsets=[CommitOffset("orders", 0, 1)], member_id=classic[0].id,
+                                   generation_id=classic[0].generation + 7, now_ms=0))
+    s.answer(s.c.offset_commit(group_id=G, offsets=[CommitOffset("orders", 0, 3)], member_id=classic[0].id,
+                               generation_id=classic[0].generation, now_ms=0))
+    s.hb("a", -1)
+    assert s.c.consumer_group(G) is None
+    group = s.c.group(G)
+    assert group.state.value == "PreparingRebalance" and set(group.members) == {c.id for c in classic}
+    classic_rebalance(s, classic)
+    assert group.state.value == "Stable"
+    assert s.answer(s.c.offset_fetch(group_id=G, partitions=[("orders", 0)]))["partitions"][0]["offset"] == 3
+    fresh = s.replay()
+    assert fresh.consumer_group(G) is None and set(fresh.group(G).members) == {c.id for c in classic}
+
+
+def test_a_classic_group_converts_only_when_stable():
+    s = shell()
+    classic = stable_classic_group(s)
+    s.answer(s.c.leave_group(group_id=G, members=[(classic[0].id, None)], now_ms=s.now))
+    with pytest.raises(GroupIdNotFoundError):  # rebalancing: the member retries later
+        s.hb("a", 0, subscribed_topic_names=SUBSCRIBED)
+    assert s.c.consumer_group(G) is None and s.c.group(G).state.value == "PreparingRebalance"
+
+
+def test_migration_policy_gates_both_ways():
+    s = shell(group_consumer_migration_policy="disabled")
+    stable_classic_group(s, 2)
+    with pytest.raises(GroupIdNotFoundError):
+        s.hb("a", 0, subscribed_topic_names=SUBSCRIBED)
+    assert s.c.group(G).state.value == "Stable"
+
+    s = shell(group_consumer_migration_policy="upgrade")
+    classic = stable_classic_group(s, 2)
+    a = Client(s, "a", subscribed_topic_names=SUBSCRIBED)
+    settle(s, classic, [a])
+    s.hb("a", -1)
+    cg = s.c.consumer_group(G)
+    assert cg is not None and all(m.is_classic for m in cg.members.values())  # no downgrade
+    with pytest.raises(UnknownMemberIdError):  # a KIP-848 member has no classic heartbeat
+        Client(s, "b", subscribed_topic_names=SUBSCRIBED)
+        s.answer(s.c.heartbeat(group_id=G, member_id="b", generation_id=cg.members["b"].member_epoch, now_ms=s.now))

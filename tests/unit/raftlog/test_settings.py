@@ -83,6 +83,15 @@ def test_group_defaults_come_from_the_config(tmp_path):
             g.group_initial_rebalance_delay_ms) == (1_000, 1_800_000, 1_000)
 
 
+def test_the_migration_policy_is_kafkas_and_refuses_other_values(tmp_path):
+    assert group_settings(NodeConfig(node_id=1, data_dir=tmp_path)).coordinator.group_consumer_migration_policy == \
+        "bidirectional"
+    g = group_settings(_config(tmp_path, group_consumer_migration_policy="UPGRADE")).coordinator
+    assert g.group_consumer_migration_policy == "upgrade"
+    with pytest.raises(ConfigError, match="group_consumer_migration_policy"):
+        _config(tmp_path, group_consumer_migration_policy="sideways")
+
+
 def test_the_transaction_coordinator_gets_its_max_timeout_from_the_config(tmp_path):
     t = txn_settings(_config(tmp_path, transaction_max_timeout_ms=60000))
     assert (t.node_id, t.coordinator.max_timeout_ms) == (2, 60000)
