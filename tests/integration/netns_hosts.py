@@ -36,6 +36,19 @@ def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, text=True, timeout=30)
 
 
+def _unused_prefix() -> str:
+    """A random /24 inside 198.18.0.0/15 that no interface here uses yet (two test files making
+    hosts at once, on two xdist workers, must not share one)."""
+    used = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True, timeout=30).stdout
+    rng = random.Random()
+    for _ in range(100):
+        subnet = rng.randrange(0, 512)
+        prefix = f"198.{18 + subnet // 256}.{subnet % 256}"
+        if f" {prefix}." not in used:
+            return prefix
+    raise RuntimeError("no free /24 in 198.18.0.0/15")
+
+
 class Hosts:
     """`count` namespaces on one bridge; the bridge's own address (in this namespace) lets the
     test reach them as a client would. Names carry a random tag: parallel runs never meet."""
@@ -43,8 +56,7 @@ class Hosts:
     def __init__(self, count: int) -> None:
         tag = secrets.token_hex(3)
         self.bridge = f"rl{tag}br"
-        subnet = random.Random().randrange(0, 512)  # a /24 inside 198.18.0.0/15
-        prefix = f"198.{18 + subnet // 256}.{subnet % 256}"
+        prefix = _unused_prefix()
         self.client_ip = f"{prefix}.254"
         self.namespaces = [f"rl{tag}n{i}" for i in range(1, count + 1)]
         self.ips = [f"{prefix}.{i}" for i in range(1, count + 1)]
