@@ -20,7 +20,7 @@ import pytest
 import netns_hosts
 from metadata.balancer import DEFAULT_TOLERANCE
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.cluster  # in scripts/test (not slow): issue 44 wants it in every run
 
 TOPIC = "elastic"
 PARTITIONS = 12
