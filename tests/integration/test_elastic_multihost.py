@@ -55,6 +55,11 @@ def _balanced(cluster, brokers: list[int]) -> dict[int, int] | None:
     return replicas if max(replicas.values()) - min(replicas.values()) <= slack else None
 
 
+def _plan(cluster) -> list[dict]:
+    """The balancer's dry-run plan (`raftlog cluster balance --dry-run`)."""
+    return cluster.call(cluster.live()[0], "balance", dry_run=True)["moves"]
+
+
 def _leaders_spread(cluster) -> dict[int, int] | None:
     """Partitions led per broker once each broker leads some and the counts are within the
     balancer's tolerance of each other, one more for a transfer still under way; else None."""
@@ -241,6 +246,9 @@ def test_grow_three_to_five_hosts_under_load(cluster):
         # leadership follows the preferred leaders the balancer spread: every host leads some
         leaders = cluster.wait_for(lambda: _leaders_spread(cluster), WAIT_S, "leadership spread over the five")
         print(f"leaders {leaders}")
+        # The balancer has settled: its plan is empty, the brokers' bytes differing by a few KiB
+        # (under partition_autobalancing_min_gap_bytes) included.
+        cluster.wait_for(lambda: not _moving(cluster) and _plan(cluster) == [], WAIT_S, "an empty balance plan")
         load.more_acked(300)
     finally:
         load.finish()
