@@ -190,6 +190,7 @@ class ActiveController:
                 session_timeout_ms=self._config.session_timeout_ms,
                 autobalancing_mode=self._config.partition_autobalancing_mode,
                 node_availability_timeout_ms=self._config.partition_autobalancing_node_availability_timeout_ms,
+                min_gap_bytes=self._config.partition_autobalancing_min_gap_bytes,
                 offsets_replication_factor=self._offsets_replication_factor(),
                 random_bytes=secrets.token_bytes,  # ids from the OS's CSPRNG, not the seeded rng
             )  # fmt: skip

@@ -16,15 +16,17 @@ The plan is greedy, one replica at a time, on a model it updates as it goes:
 2. leaders: while preferred-leader counts differ by more than the slack (pairs as in 1), swap: the
    preferred-leader replica of `h` moves to `l` and, to keep the replica counts, a
    non-leader replica of `l` (of another partition, not on `h`) moves to `h`.
-3. bytes: while bytes differ by more than tolerance × mean bytes, swap a larger replica of
-   `h` with a smaller non-leader replica of `l` when that narrows the gap.
+3. bytes: while bytes differ by more than tolerance × mean bytes and by more than
+   `min_gap_bytes` (a move copies a replica: a gap of a few KiB on an idle cluster is
+   balanced), swap a larger replica of `h` with a smaller non-leader replica of `l` when
+   that narrows the gap.
 Every step strictly narrows a gap, so the plan is finite; at most `max_moves` partitions.
 A moved replica keeps its place in the partition's replica list, so moving a preferred
 leader makes the new broker the preferred leader (the delta keeps the old one while it
 stays a replica).
 
 Public API:
-    plan(image, sizes=None, tolerance=0.1, max_moves=1000) -> list[Move]
+    plan(image, sizes=None, tolerance=0.1, max_moves=1000, min_gap_bytes=64 MiB) -> list[Move]
     Move(topic, partition, replicas, reason); loads(image, sizes) -> dict[int, BrokerLoad]
 """
 
@@ -40,6 +42,9 @@ __all__ = ["BrokerLoad", "Move", "loads", "plan"]
 
 DEFAULT_TOLERANCE = 0.1
 DEFAULT_MAX_MOVES = 1000
+# A bytes gap no larger is balanced (node setting partition_autobalancing_min_gap_bytes): 64 MiB,
+# a few seconds of a move's copying, against the tolerance alone proposing swaps over 1 KiB.
+DEFAULT_MIN_GAP_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,8 @@ class BrokerLoad:
 
 
 class _Model:
-    def __init__(self, image: MetadataImage, sizes: Mapping[tuple[str, int], int]):
+    def __init__(self, image: MetadataImage, sizes: Mapping[tuple[str, int], int], min_gap_bytes: int = 0):
+        self.min_gap_bytes = min_gap_bytes
         self.brokers = image.placeable_broker_ids()
         self.racks = {b: image.brokers[b].rack for b in self.brokers}
         eligible = set(self.brokers)
@@ -111,7 +117,7 @@ class _Model:
     def slack(self, metric: str, tolerance: float) -> float:
         total = sum(getattr(v, metric) for v in self.load.values())
         mean = total / max(1, len(self.brokers))
-        return max(1.0, tolerance * mean)
+        return max(1.0, tolerance * mean, self.min_gap_bytes if metric == "bytes" else 0)
 
     def pairs(self, metric: str, tolerance: float) -> list[tuple[int, int]]:
         """(more loaded, less loaded) broker pairs further apart than the slack, widest first
@@ -195,12 +201,16 @@ def loads(image: MetadataImage, sizes: Mapping[tuple[str, int], int] | None = No
 
 
 def plan(image: MetadataImage, sizes: Mapping[tuple[str, int], int] | None = None,
-         tolerance: float = DEFAULT_TOLERANCE, max_moves: int = DEFAULT_MAX_MOVES) -> list[Move]:
+         tolerance: float = DEFAULT_TOLERANCE, max_moves: int = DEFAULT_MAX_MOVES,
+         min_gap_bytes: int = DEFAULT_MIN_GAP_BYTES) -> list[Move]:
     """The moves that balance the placeable brokers (module docstring); [] when balanced.
-    `sizes`: bytes of each (topic, partition), unknown ones 0."""
+    `sizes`: bytes of each (topic, partition), unknown ones 0; brokers whose bytes differ by
+    `min_gap_bytes` or less are balanced by bytes."""
     if not 0 <= tolerance < 1:
         raise ValueError(f"tolerance must be in [0, 1), got {tolerance}")
-    m = _Model(image, sizes or {})
+    if min_gap_bytes < 0:
+        raise ValueError(f"min_gap_bytes must be >= 0, got {min_gap_bytes}")
+    m = _Model(image, sizes or {}, min_gap_bytes)
     if len(m.brokers) < 2:
         return []
     _replica_pass(m, tolerance, max_moves)

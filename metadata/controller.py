@@ -129,7 +129,7 @@ from metadata import broker_config
 from metadata.errors import InvalidRecordError, ProducerIdsExhaustedError
 from metadata.image import MetadataImage, PartitionState, TopicImage
 from metadata.decommission import drain_moves, drained, judge_decommission, judge_recommission, rack_map
-from metadata.balancer import DEFAULT_MAX_MOVES, DEFAULT_TOLERANCE, plan
+from metadata.balancer import DEFAULT_MAX_MOVES, DEFAULT_MIN_GAP_BYTES, DEFAULT_TOLERANCE, plan
 from metadata.placement import ring_placement
 from metadata.reassignment import (
     ReassignmentItem,
@@ -310,6 +310,7 @@ class Controller:
         max_drain_moves: int = DEFAULT_MAX_DRAIN_MOVES,
         autobalancing_mode: str = "off",
         node_availability_timeout_ms: int = 900_000,
+        min_gap_bytes: int = DEFAULT_MIN_GAP_BYTES,
         offsets_replication_factor: int = 3,
         max_envelope_bytes: int = MAX_ENVELOPE_BYTES,
         random_bytes: Callable[[int], bytes] = secrets.token_bytes,
@@ -335,6 +336,7 @@ class Controller:
         self.max_drain_moves = max_drain_moves
         self.autobalancing_mode = autobalancing_mode  # off | node_add | continuous
         self.node_availability_timeout_ms = node_availability_timeout_ms
+        self.min_gap_bytes = min_gap_bytes  # the balancer's floor on a bytes gap worth moving for
         self._fenced_since_ms: dict[int, int] = {b: now_ms for b in image.fenced_broker_ids()}
         self._balancing = False  # node_add: an empty broker appeared; cleared once balanced
         # bytes of each partition as its leader last reported (heartbeats): the balancer's
@@ -581,7 +583,8 @@ class Controller:
         self._check_active()
         if type(tolerance) not in (int, float) or not 0 <= tolerance < 1:
             raise InvalidRequestError(f"tolerance must be in [0, 1), got {tolerance!r}")
-        moves = plan(self._image, self._partition_bytes, tolerance=float(tolerance), max_moves=max_moves)
+        moves = plan(self._image, self._partition_bytes, tolerance=float(tolerance), max_moves=max_moves,
+                     min_gap_bytes=self.min_gap_bytes)
         rows: list[dict[str, Any]] = [{"topic": m.topic, "partition": m.partition, "replicas": list(m.replicas),
                                        "reason": m.reason} for m in moves]
         if dry_run or not moves:

@@ -36,3 +36,4 @@ class MetadataSettings:
     broker_rack: str | None          # what this broker registers as its rack (None: none)
     partition_autobalancing_mode: str  # off | node_add | continuous (the controller's balancer)
     partition_autobalancing_node_availability_timeout_ms: int  # continuous: fenced this long, drained
+    partition_autobalancing_min_gap_bytes: int  # the balancer's bytes goal: a smaller gap is balanced

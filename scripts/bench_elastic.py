@@ -59,15 +59,24 @@ class Cluster:
         return str(self.configs[n].listeners.client)
 
     def op(self, op: str, timeout_s: float = 30.0, **fields: Any) -> dict[str, Any]:
-        for n in sorted(self.processes):
-            try:
-                answer = call(self.client(n), op, timeout_s, timeout_ms=int(timeout_s * 1000), **fields)
-            except OSError:
-                continue
-            if "error" in answer:
-                raise RuntimeError(f"{op}: {answer['error']}")
-            return answer
-        raise RuntimeError(f"{op}: no node answered")
+        """`op`'s answer from the first node that gives one. A controller election under way
+        (NOT_CONTROLLER: nothing was done) is waited out, up to `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            error: Any = "no node answered"
+            for n in sorted(self.processes):
+                try:
+                    answer = call(self.client(n), op, timeout_s, timeout_ms=int(timeout_s * 1000), **fields)
+                except OSError:
+                    continue
+                if "error" not in answer:
+                    return answer
+                error = answer["error"]
+                if error.get("code") != "NOT_CONTROLLER":
+                    raise RuntimeError(f"{op}: {error}")
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"{op}: {error}")
+            time.sleep(0.5)  # a controller election: ask again
 
     def ready(self, brokers: set[int]) -> bool:
         try:

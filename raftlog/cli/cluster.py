@@ -106,19 +106,25 @@ def build_node_configs(
     ports: Mapping[int, NodePorts],
     *,
     host: str = DEFAULT_HOST,
+    hosts: Mapping[int, str] | None = None,
     voters: Iterable[int] | None = None,
     broker_only: Iterable[int] = (),
     settings: Mapping[str, Any] | None = None,
 ) -> dict[int, NodeConfig]:
-    """NodeConfigs for nodes `ports` (id -> ports), data dirs `root/node-<id>`. `voters`
-    (default: every node not in `broker_only`) run the quorum; `settings` sets other
-    NodeConfig fields (e.g. heartbeat_ms)."""
+    """NodeConfigs for nodes `ports` (id -> ports), data dirs `root/node-<id>`, listening on
+    `host` (or on `hosts[id]`: one address per machine). `voters` (default: every node not in
+    `broker_only`) run the quorum; `settings` sets other NodeConfig fields (e.g. heartbeat_ms)."""
     broker_only = set(broker_only)
     voter_ids = sorted(voters) if voters is not None else sorted(set(ports) - broker_only)
-    quorum = MappingProxyType({v: HostPort(host, ports[v].quorum) for v in voter_ids})
-    peers = MappingProxyType({v: HostPort(host, ports[v].peer) for v in voter_ids})
+
+    def host_of(node_id: int) -> str:
+        return host if hosts is None else hosts.get(node_id, host)
+
+    quorum = MappingProxyType({v: HostPort(host_of(v), ports[v].quorum) for v in voter_ids})
+    peers = MappingProxyType({v: HostPort(host_of(v), ports[v].peer) for v in voter_ids})
     configs = {}
     for node_id, p in sorted(ports.items()):
+        address = host_of(node_id)
         roles = frozenset({"broker"}) if node_id in broker_only else (
             frozenset({"controller", "broker"}) if node_id in voter_ids else frozenset({"broker"})
         )
@@ -128,9 +134,9 @@ def build_node_configs(
             cluster_id=cluster_id,
             roles=roles,
             listeners=Listeners(
-                kafka=HostPort(host, p.kafka), client=HostPort(host, p.client),
-                peer=HostPort(host, p.peer), quorum=HostPort(host, p.quorum),
-                http=HostPort(host, p.http), schema_registry=HostPort(host, p.schema_registry),
+                kafka=HostPort(address, p.kafka), client=HostPort(address, p.client),
+                peer=HostPort(address, p.peer), quorum=HostPort(address, p.quorum),
+                http=HostPort(address, p.http), schema_registry=HostPort(address, p.schema_registry),
             ),  # fmt: skip
             controller_quorum_voters=quorum,
             controller_peers=peers,

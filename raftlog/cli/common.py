@@ -388,6 +388,71 @@ def admin_request(bootstrap: str | None, timeout: float, request: dict[str, Any]
         return admin.request(request)
 
 
+STATUS_OTHERS_TIMEOUT_S = 5.0  # each other node asked for `cluster status` when the first had no controller
+
+
+def best_status(statuses: list[Any]) -> Any:
+    """Of several nodes' ClusterStatus answers, the one to believe: the controller's view (the
+    newest controller epoch, then the highest commit index); without one, the freshest image
+    (highest commit index) answered by a node that image still counts as a voter, a removed
+    voter's stale view last; ties: the earlier answer."""
+    def index(s: Any) -> int:
+        return s.commit_index if isinstance(s.commit_index, int) else -1
+
+    led = [s for s in statuses if s.view == "controller" and s.controller_id is not None]
+    if led:
+        return max(led, key=lambda s: (s.controller_epoch if isinstance(s.controller_epoch, int) else -1, index(s)))
+    freshest = max(statuses, key=index)
+    voters = {v.get("id") for v in freshest.voters}
+    return max(statuses, key=lambda s: (s.answered_by in voters, index(s)))
+
+
+def cluster_status(bootstrap: str | None, timeout: float) -> Any:
+    """The cluster's status (ClusterStatus) from a node that can vouch for it. A node that sees
+    no controller answers with its own last image (view "local"): a voter removed from the
+    metadata quorum keeps running alone and sees none while the others have one. Then every
+    other node (the bootstrap list and the brokers the answer names) is asked too, at once,
+    each for at most STATUS_OTHERS_TIMEOUT_S, and `best_status` picks the answer, so one
+    node's view is never taken for the cluster's while another knows the controller."""
+    import queue
+    import threading
+
+    from metadata.loader import hostport
+    from raftlog.client import Admin
+
+    addresses, kwargs = connect(bootstrap), client_kwargs()
+    with Admin(addresses, request_timeout_ms=int(timeout * 1000), **kwargs) as admin:
+        first = admin.cluster_status()
+    if first.view == "controller" and first.controller_id is not None:
+        return first
+    own = {hostport(b["host"], b["port"]) for b in first.brokers if b.get("id") == first.answered_by}
+    named = [hostport(b["host"], b["port"]) for b in first.brokers if b.get("host") and b.get("port")]
+    others = [a for a in dict.fromkeys([*addresses, *named]) if a not in own]
+    per_node_s = min(timeout, STATUS_OTHERS_TIMEOUT_S)
+    answers: queue.Queue[Any] = queue.Queue()
+
+    def ask(address: str) -> None:
+        try:
+            with Admin([address], request_timeout_ms=int(per_node_s * 1000), **kwargs) as other:
+                answers.put(other.cluster_status())
+        except (RaftlogError, OSError) as exc:  # down or unreachable: the others may answer
+            answers.put(exc)
+
+    for address in others:  # daemon threads: each is bounded by its Admin's timeout
+        threading.Thread(target=ask, args=(address,), daemon=True).start()
+    statuses, deadline = [first], time.monotonic() + per_node_s + 1.0
+    for _ in others:
+        try:
+            got = answers.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            break
+        if not isinstance(got, BaseException):
+            statuses.append(got)
+            if got.view == "controller" and got.controller_id is not None:
+                break
+    return best_status(statuses)
+
+
 def store(ctx: click.Context, **values: Any) -> None:
     ctx.ensure_object(dict)
     ctx.obj.update(values)

@@ -47,6 +47,7 @@ from raftlog.cli.common import (
     TOPIC_MAX_REPLICATION_FACTOR,
     TOPIC_PARTITIONS,
     CliFailure,
+    cluster_status,
     describe,
     admin_from_context,
     await_leaders,
@@ -241,7 +242,9 @@ def cluster_status_cmd(ctx: click.Context, bootstrap: str, timeout: float, as_js
     every broker (fenced or not, last heartbeat age as the controller saw it).
 
     Exit 0 with a controller; exit 2 when none answers ("no quorum": the metadata quorum
-    has no leader; "controller unreachable"): broker states are then unknown.
+    has no leader; "controller unreachable"): broker states are then unknown. A node that
+    sees no controller (a voter removed from the quorum, say) is not taken at its word: the
+    other nodes (--bootstrap and the brokers it names) are asked too.
 
     \b
     Example:
@@ -249,8 +252,7 @@ def cluster_status_cmd(ctx: click.Context, bootstrap: str, timeout: float, as_js
       raftlog cluster status --bootstrap 127.0.0.1:9103 --json
     """
     store(ctx, bootstrap=bootstrap, timeout=timeout)
-    with admin_from_context(ctx) as admin:
-        status = admin.cluster_status()
+    status = cluster_status(bootstrap, timeout)  # the other nodes too when this one sees no controller
     no_controller = status.view == "local" or status.controller_id is None
     if as_json:
         emit_json({

@@ -313,6 +313,9 @@ class NodeConfig:
     # continuous: a broker fenced this long has its replicas moved off (Redpanda's
     # partition_autobalancing_node_availability_timeout_sec)
     partition_autobalancing_node_availability_timeout_ms: int = 900_000
+    # the balancer's bytes goal moves nothing while brokers' bytes differ by at most this (or
+    # by the tolerance x mean, when more): a move copies data, worth it only for a real gap
+    partition_autobalancing_min_gap_bytes: int = 64 << 20
     # bytes/s the replicas this broker adds by a move take in catching up; 0: no limit
     # (Kafka's follower.replication.throttled.rate; partition/throttle.py)
     follower_replication_throttled_rate: int = 0
@@ -629,6 +632,7 @@ _KEYS: Final[dict[str, _Key]] = {
                                          "partition_autobalancing_mode"),
     "partition_autobalancing_node_availability_timeout_ms": _Key(
         _to_int, "partition_autobalancing_node_availability_timeout_ms"),
+    "partition_autobalancing_min_gap_bytes": _Key(_to_int, "partition_autobalancing_min_gap_bytes"),
     "follower_replication_throttled_rate": _Key(_to_int, "follower_replication_throttled_rate"),
     "leader_replication_throttled_rate": _Key(_to_int, "leader_replication_throttled_rate"),
     "transaction_max_timeout_ms": _Key(_to_int, "transaction_max_timeout_ms"),
@@ -668,6 +672,7 @@ _INT_RANGES: Final = {
     "consumer_instance_timeout_ms": (1000, 7 * 24 * 3_600_000),
     "rest_max_consumer_instances": (1, 100_000),
     "partition_autobalancing_node_availability_timeout_ms": (1_000, 365 * 24 * 3_600_000),
+    "partition_autobalancing_min_gap_bytes": (0, 1 << 50),
     "follower_replication_throttled_rate": (0, 1 << 40),
     "leader_replication_throttled_rate": (0, 1 << 40),
     "transaction_max_timeout_ms": (1, 2**31 - 1),

@@ -89,6 +89,7 @@ def metadata_settings(config: NodeConfig) -> MetadataSettings:
         broker_rack=config.broker_rack,
         partition_autobalancing_mode=config.partition_autobalancing_mode,
         partition_autobalancing_node_availability_timeout_ms=config.partition_autobalancing_node_availability_timeout_ms,
+        partition_autobalancing_min_gap_bytes=config.partition_autobalancing_min_gap_bytes,
     )
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from raftlog.cli.cluster import (
+    DEFAULT_BASE_PORT,
     NodePorts,
     NodeProcess,
     build_node_configs,
@@ -133,8 +134,11 @@ class NodeCluster:
         settings: Mapping[str, Any] | None = None,
         cluster_id: str | None = None,
         security: ClientSecurity | None = None,
+        hosts: Mapping[int, str] | None = None,
     ) -> None:
         self.root = Path(root)
+        # node id -> its own address (one machine each: every node on the default ports)
+        self.hosts = None if hosts is None else dict(hosts)
         self.security = security  # how call() connects (a secure cluster's admin settings)
         self.cluster_id = cluster_id or new_cluster_id()
         self.secret = secrets.token_urlsafe(24)
@@ -150,11 +154,14 @@ class NodeCluster:
     # -- configuration --
 
     def _allocate(self, node_id: int) -> None:
-        self.ports[node_id] = NodePorts(*free_ports(6))
+        if self.hosts is None:
+            self.ports[node_id] = NodePorts(*free_ports(6))
+        else:
+            self.ports[node_id] = NodePorts.from_base(DEFAULT_BASE_PORT, 0)
 
     def _rebuild_configs(self, broker_only: Iterable[int]) -> None:
         configs = build_node_configs(
-            self.root, self.cluster_id, self.secret, self.ports, voters=self.voters,
+            self.root, self.cluster_id, self.secret, self.ports, hosts=self.hosts, voters=self.voters,
             broker_only=broker_only, settings=self.settings,
         )  # fmt: skip
         for node_id, config in configs.items():
@@ -178,7 +185,7 @@ class NodeCluster:
             raise ValueError(f"node {node_id} exists")
         self._allocate(node_id)
         configs = build_node_configs(
-            self.root, self.cluster_id, self.secret, self.ports, voters=sorted(voters),
+            self.root, self.cluster_id, self.secret, self.ports, hosts=self.hosts, voters=sorted(voters),
             settings=self.settings,
         )  # fmt: skip
         self.configs[node_id] = configs[node_id]
@@ -213,9 +220,13 @@ class NodeCluster:
     def start(self, node_id: int) -> NodeProcess:
         config = self.configs[node_id]
         path = write_node_config(config)
-        process = NodeProcess(node_id, path, config.data_dir / "node.log")
+        process = self._process(node_id, path, config.data_dir / "node.log")
         self.processes[node_id] = process.start()
         return process
+
+    def _process(self, node_id: int, config_path: Path, log_path: Path) -> NodeProcess:
+        """The process that runs node `node_id` (netns_hosts.py runs it inside its host)."""
+        return NodeProcess(node_id, config_path, log_path)
 
     def start_all(self) -> None:
         for node_id in self.configs:

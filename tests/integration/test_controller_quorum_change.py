@@ -2,9 +2,15 @@
 nodes the quorum's leader is killed; the others remove it and add a new node in its place,
 which then carries the quorum through a second leader failure and survives restarts. Bad
 changes (one that would lose the quorum, a duplicate voter) are refused and change nothing.
-Real node processes on loopback."""
+A removed voter, still running, sees no controller: `raftlog cluster status` asked through it
+asks the other nodes and shows the controller. Real node processes on loopback."""
 
 from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -81,3 +87,34 @@ def test_replace_a_controller_while_the_quorum_leader_is_killed(tmp_path):
         actives = [n for n in cluster.live() if cluster.health(n)[1]["metadata"].get("active_controller")]
         assert len(actives) == 1 and actives[0] in [*survivors, 4]
         assert cluster.status(4)["controller_id"] == actives[0]
+
+
+def _status_cli(*bootstrap: str) -> tuple[int, dict]:
+    env = {k: v for k, v in os.environ.items() if k != "RAFTLOG_DEBUG"}
+    out = subprocess.run([sys.executable, "-m", "raftlog.cli", "cluster", "status", "--json",
+                          "--bootstrap", ",".join(bootstrap)], capture_output=True, text=True, env=env, timeout=60)
+    return out.returncode, json.loads(out.stdout)
+
+
+def test_cluster_status_through_a_removed_voter_names_the_controller(tmp_path):
+    with harness.NodeCluster(tmp_path, 3) as cluster:
+        cluster.start_all()
+        cluster.wait_ready(timeout_s=60)
+        config = cluster.add_controller_node(4, voters=[1, 2, 3, 4])
+        cluster.wait_for(lambda: cluster.call(1, "add_controller", voter_id=4,
+                                              quorum_address=str(config.listeners.quorum)), 60, "the addition")
+        cluster.wait_for(lambda: _voters(cluster, 4) == [1, 2, 3, 4], 60, "node 4 to see itself a voter")
+        cluster.wait_ready(timeout_s=60, brokers=[1, 2, 3, 4])  # node 4's image has every broker
+        # Removed (not while it leads: asked again until another voter leads and it is settled).
+        cluster.wait_for(lambda: cluster.controller_id(1) in (1, 2, 3)
+                         and cluster.call(1, "remove_controller", voter_id=4), 60, "the removal")
+        cluster.wait_for(lambda: _voters(cluster, 1) == [1, 2, 3], 30, "the removal committed")
+        # Node 4 keeps running alone: it sees no controller, its own answer is its last image.
+        cluster.wait_for(lambda: cluster.status(4)["view"] == "local", 60, "node 4 to see no controller")
+        controller = cluster.wait_for(lambda: _controller_among(cluster, [1, 2, 3]), 30, "the controller")
+
+        for bootstrap in ([cluster.client(4)], [cluster.client(n) for n in (4, 1, 2, 3)]):
+            code, status = _status_cli(*bootstrap)
+            assert code == 0, status
+            assert status["view"] == "controller" and status["controller_id"] == controller, status
+            assert status["answered_by"] != 4 and sorted(v["id"] for v in status["voters"]) == [1, 2, 3], status

@@ -4,22 +4,18 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
-import secrets
 import shlex
-import shutil
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
-from raftlog.cli.cluster import NodeProcess, stop_all
+from raftlog.cli.cluster import stop_all
 
 import node_harness as harness
+from netns_hosts import NamespacedNode, made_or_skip, wait_for
 
 RAFTLOG = [sys.executable, "-m", "raftlog.cli"]
 # The example moved from README to the docs site (issue 47); the blocks keep their markers.
@@ -28,79 +24,10 @@ NODES = 3
 SETTINGS = {"RAFTLOG_HEARTBEAT_MS": "300", "RAFTLOG_SESSION_TIMEOUT_MS": "2000"}
 
 
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, text=True, timeout=30)
-
-
-class Hosts:
-    """Three namespaces on one bridge; the bridge's own address (in this namespace) lets the
-    test reach them as a client would. Names carry a random tag: parallel runs never meet."""
-
-    def __init__(self) -> None:
-        tag = secrets.token_hex(3)
-        self.bridge = f"rl{tag}br"
-        subnet = random.Random().randrange(0, 512)  # a /24 inside 198.18.0.0/15
-        prefix = f"198.{18 + subnet // 256}.{subnet % 256}"
-        self.client_ip = f"{prefix}.254"
-        self.namespaces = [f"rl{tag}n{i}" for i in range(1, NODES + 1)]
-        self.ips = [f"{prefix}.{i}" for i in range(1, NODES + 1)]
-        self._made: list[tuple[str, ...]] = []
-
-    def make(self) -> None:
-        _ip("link", "add", self.bridge, "type", "bridge")
-        self._made.append(("link", "del", self.bridge))
-        _ip("addr", "add", f"{self.client_ip}/24", "dev", self.bridge)
-        _ip("link", "set", self.bridge, "up")
-        for i, (ns, ip) in enumerate(zip(self.namespaces, self.ips), 1):
-            _ip("netns", "add", ns)
-            self._made.append(("netns", "del", ns))
-            host_end, ns_end = f"{self.bridge[:-2]}h{i}", f"{self.bridge[:-2]}c{i}"
-            _ip("link", "add", host_end, "type", "veth", "peer", "name", ns_end)
-            _ip("link", "set", ns_end, "netns", ns)
-            _ip("link", "set", host_end, "master", self.bridge)
-            _ip("link", "set", host_end, "up")
-            _ip("-n", ns, "addr", "add", f"{ip}/24", "dev", ns_end)
-            _ip("-n", ns, "link", "set", ns_end, "up")
-            _ip("-n", ns, "link", "set", "lo", "up")  # only a connected /24: no route out
-
-    def remove(self) -> None:
-        for args in reversed(self._made):  # netns del takes its veth end (and the pair) along
-            subprocess.run(["ip", *args], capture_output=True, timeout=30)
-
-    def listeners(self, ns: str) -> list[str]:
-        out = subprocess.run(["ip", "netns", "exec", ns, "ss", "-Hltn"], check=True, capture_output=True,
-                             text=True, timeout=30).stdout
-        return [line.split()[3] for line in out.splitlines() if line.strip()]
-
-
 @pytest.fixture
 def hosts():
-    if os.geteuid() != 0:
-        pytest.skip("network namespaces need root (CI runs scripts/test as root)")
-    if shutil.which("ip") is None or shutil.which("ss") is None:
-        pytest.skip("the `ip` and `ss` tools (iproute2) are missing")
-    made = Hosts()
-    try:
-        made.make()
-    except subprocess.CalledProcessError as exc:
-        made.remove()
-        pytest.skip(f"cannot make network namespaces here: {' '.join(exc.cmd)}: {exc.stderr.strip()}")
-    try:
+    with made_or_skip(NODES) as made:
         yield made
-    finally:
-        made.remove()
-
-
-class NamespacedNode(NodeProcess):
-    """A README host block run by bash inside a namespace (`ip netns exec` and the block's
-    `exec raftlog node start` exec it: the PID is the node's)."""
-
-    def __init__(self, node_id: int, ns: str, script: str, log_path: Path, env: dict[str, str]) -> None:
-        super().__init__(node_id, log_path.with_name("unused.toml"), log_path, env=env)
-        self._argv = ["ip", "netns", "exec", ns, "bash", "-e", "-c", script]
-
-    def argv(self) -> list[str]:
-        return self._argv
 
 
 def readme_host_blocks() -> dict[str, str]:
@@ -142,15 +69,15 @@ def test_three_hosts(hosts, tmp_path):
         script = re.sub(r"^raftlog node start", "exec raftlog node start", as_here(blocks[f"host {i}"], i),
                         flags=re.M)
         assert "exec raftlog node start" in script, script
-        nodes[i] = NamespacedNode(i, hosts.namespaces[i - 1], f"cd {shlex.quote(str(tmp_path))}\n{script}",
-                                  tmp_path / f"node-{i}.log", base_env)
+        nodes[i] = NamespacedNode(i, hosts.namespaces[i - 1], tmp_path / "unused.toml", tmp_path / f"node-{i}.log",
+                                  env=base_env, script=f"cd {shlex.quote(str(tmp_path))}\n{script}")
     # Host 3 by node.toml, with the two files' contents in place of CLUSTER_ID and SECRET.
     toml = tmp_path / "node.toml"
     toml.write_text(as_here(blocks["host 3"], 3).replace('"CLUSTER_ID"', json.dumps(cluster_id))
                     .replace('"SECRET"', json.dumps(secret)))
     os.chmod(toml, 0o600)
-    nodes[3] = NamespacedNode(3, hosts.namespaces[2], f"exec raftlog node start --config {shlex.quote(str(toml))}",
-                              tmp_path / "node-3.log", base_env)
+    nodes[3] = NamespacedNode(3, hosts.namespaces[2], toml, tmp_path / "node-3.log", env=base_env,
+                              script=f"exec raftlog node start --config {shlex.quote(str(toml))}")
     bootstrap = ",".join(f"{ip}:9093" for ip in hosts.ips)
     try:
         for node in nodes.values():
@@ -196,20 +123,3 @@ def test_three_hosts(hosts, tmp_path):
         assert sorted(values) == sorted([f"a{i}" for i in range(100)] + [f"b{i}" for i in range(100)])
     finally:
         stop_all(nodes.values())
-
-
-def wait_for(nodes, predicate, timeout_s: float, what: str):
-    """Poll under a deadline; on failure show the nodes' log tails."""
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while True:
-        try:
-            value = predicate()
-            if value:
-                return value
-        except (OSError, harness.RaftlogError, KeyError, ValueError) as exc:
-            last = exc
-        if time.monotonic() >= deadline:
-            tails = "\n".join(f"--- node {i}:\n{n.log_tail(10)}" for i, n in nodes.items())
-            raise AssertionError(f"timed out waiting for {what}; last: {last!r}\n{tails}")
-        threading.Event().wait(0.2)  # the poll interval under a deadline

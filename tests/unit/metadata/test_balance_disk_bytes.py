@@ -17,7 +17,7 @@ def test_reported_sizes_make_the_balancer_even_out_bytes(controller_cluster):
     assert cl.c.balance(dry_run=True, now_ms=0).response == []  # counts are even
     t = cl.image.topic("t")
     heavy = {p.partition for p in t.partitions if 1 in p.replicas and p.preferred_leader != 1}
-    sizes = {("t", p): 1000 if p in heavy else 10 for p in range(8)}
+    sizes = {("t", p): (1000 if p in heavy else 10) << 20 for p in range(8)}  # MiB: over the floor
     cl.c.record_partition_bytes([["t", p, n] for (_, p), n in sizes.items()]
                                 + [["t", "x", 5], "junk", ["t", 0, -1]])
     before = loads(cl.image, sizes)
