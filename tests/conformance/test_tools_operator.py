@@ -153,3 +153,39 @@ def test_quotas_through_kafka_configs(sides: Sides) -> None:
     assert all(same[k][0] == 0 for k in same), same  # every step succeeded on both, not failed alike
     assert any("producer_byte_rate=1048576" in line for line in same["describe_user"][1]), same
     assert not any("consumer_byte_rate" in line for line in same["describe_client"][1]), same
+
+
+def test_group_configs_through_kafka_configs(sides: Sides) -> None:
+    """Kafka 4's group configs as operators set them with kafka-configs --entity-type groups:
+    set, described (the group's own, and --all), a bad value and an unknown name refused naming
+    the key (nothing stored), one deleted."""
+    def scenario(bootstrap: str) -> dict:
+        configs = ("kafka-configs", "--bootstrap-server", bootstrap)
+        group = ("--entity-type", "groups", "--entity-name", "tools-group-configs")
+        out: dict = {}
+
+        def describe(*extra: str) -> tuple[int, list[str]]:
+            done = kafka_tool(*configs, "--describe", *group, *extra)
+            return done.returncode, sorted(line.strip() for line in done.stdout.splitlines() if line.strip())
+
+        done = kafka_tool(*configs, "--alter", *group,
+                          "--add-config", "share.auto.offset.reset=earliest,consumer.session.timeout.ms=50000")
+        out["alter"] = (done.returncode, done.stdout.strip())
+        out["describe"] = describe()
+        code, lines = describe("--all")
+        out["describe_all"] = (code, sorted(line.split("=")[0] for line in lines[1:]))
+        for name, value in (("share.record.lock.duration.ms", "500"), ("share.auto.offset.reset", "newest"),
+                            ("no.such.group.config", "1")):
+            done = kafka_tool(*configs, "--alter", *group, "--add-config",
+                              f"share.heartbeat.interval.ms=6000,{name}={value}")
+            out[f"refused_{name}"] = (done.returncode != 0, name in done.stdout + done.stderr)
+        done = kafka_tool(*configs, "--alter", *group, "--delete-config", "consumer.session.timeout.ms")
+        out["delete"] = (done.returncode, done.stdout.strip())
+        out["describe_after"] = describe()
+        return out
+
+    same = assert_same(sides.run(scenario), "kafka-configs --entity-type groups")
+    assert same["alter"][0] == 0 and same["delete"][0] == 0, same
+    assert any("share.auto.offset.reset=earliest" in line for line in same["describe_after"][1]), same
+    assert not any("consumer.session.timeout.ms" in line for line in same["describe_after"][1]), same
+    assert all(same[k] == (True, True) for k in same if k.startswith("refused_")), same
