@@ -58,6 +58,7 @@ class GroupConfigDef:
     synonym: str | None
     doc: str
     parse: Callable[[str], object]
+    internal: bool = False  # Kafka's internal configs: accepted and stored, not described
 
 
 def _int(lo: int, hi: int = INT32_MAX) -> Callable[[str], int]:
@@ -120,7 +121,7 @@ DEFS: Final[Mapping[str, GroupConfigDef]] = MappingProxyType({d.name: d for d in
     GroupConfigDef("consumer.assignment.interval.ms", "int", "1000", "group.consumer.assignment.interval.ms",
                    "The minimum time between assignment computations of a consumer group" + _STORED, _int(0)),
     GroupConfigDef("consumer.assignor.offload.enable", "boolean", "true", "group.consumer.assignor.offload.enable",
-                   "Whether assignments are computed off the coordinator's thread" + _STORED, _boolean),
+                   "Whether assignments are computed off the coordinator's thread" + _STORED, _boolean, internal=True),
     GroupConfigDef("share.session.timeout.ms", "int", "45000", "group.share.session.timeout.ms",
                    "The timeout to detect client failures when using the share group protocol.", _int(1, _MS_MAX)),
     GroupConfigDef("share.heartbeat.interval.ms", "int", "5000", "group.share.heartbeat.interval.ms",
@@ -142,7 +143,7 @@ DEFS: Final[Mapping[str, GroupConfigDef]] = MappingProxyType({d.name: d for d in
     GroupConfigDef("share.assignment.interval.ms", "int", "1000", "group.share.assignment.interval.ms",
                    "The minimum time between assignment computations of a share group" + _STORED, _int(0)),
     GroupConfigDef("share.assignor.offload.enable", "boolean", "true", "group.share.assignor.offload.enable",
-                   "Whether share assignments are computed off the coordinator's thread" + _STORED, _boolean),
+                   "Whether share assignments are computed off the coordinator's thread" + _STORED, _boolean, internal=True),
     GroupConfigDef("streams.session.timeout.ms", "int", "45000", "group.streams.session.timeout.ms",
                    "The timeout to detect client failures when using the streams group protocol" + _STORED, _int(1)),
     GroupConfigDef("streams.heartbeat.interval.ms", "int", "5000", "group.streams.heartbeat.interval.ms",
@@ -154,15 +155,15 @@ DEFS: Final[Mapping[str, GroupConfigDef]] = MappingProxyType({d.name: d for d in
     GroupConfigDef("streams.assignment.interval.ms", "int", "1000", "group.streams.assignment.interval.ms",
                    "The minimum time between assignment computations of a streams group" + _STORED, _int(0)),
     GroupConfigDef("streams.assignor.offload.enable", "boolean", "true", "group.streams.assignor.offload.enable",
-                   "Whether streams assignments are computed off the coordinator's thread" + _STORED, _boolean),
+                   "Whether streams assignments are computed off the coordinator's thread" + _STORED, _boolean, internal=True),
     GroupConfigDef("streams.task.offset.interval.ms", "int", "60000", "group.streams.task.offset.interval.ms",
-                   "How often streams members report their task offsets" + _STORED, _int(1)),
+                   "How often streams members report their task offsets" + _STORED, _int(1), internal=True),
     GroupConfigDef("streams.num.warmup.replicas", "int", "2", "group.streams.num.warmup.replicas",
-                   "The number of warmup replicas for each task" + _STORED, _int(0)),
+                   "The number of warmup replicas for each task" + _STORED, _int(0), internal=True),
     GroupConfigDef("streams.rack.aware.assignment.tags", "list", "", "group.streams.rack.aware.assignment.tags",
                    "The client tags the rack-aware streams assignor uses" + _STORED, _list),
     GroupConfigDef("streams.acceptable.recovery.lag", "long", "10000", "group.streams.acceptable.recovery.lag",
-                   "The lag a streams task may have and count as caught up" + _STORED, _int(0, 2**63 - 1)),
+                   "The lag a streams task may have and count as caught up" + _STORED, _int(0, 2**63 - 1), internal=True),
     GroupConfigDef("streams.assignor.name", "string", None, "group.streams.assignors",
                    "The task assignor of this streams group" + _STORED, _string),
     GroupConfigDef("errors.deadletterqueue.topic.name", "string", "", None,

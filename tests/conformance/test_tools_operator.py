@@ -7,6 +7,7 @@ order per partition), kafka-leader-election."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -189,3 +190,59 @@ def test_group_configs_through_kafka_configs(sides: Sides) -> None:
     assert any("share.auto.offset.reset=earliest" in line for line in same["describe_after"][1]), same
     assert not any("consumer.session.timeout.ms" in line for line in same["describe_after"][1]), same
     assert all(same[k] == (True, True) for k in same if k.startswith("refused_")), same
+
+
+def test_group_configs_through_the_admin_api(sides: Sides) -> None:
+    """DescribeConfigs and the legacy AlterConfigs of a GROUP resource with confluent-kafka's
+    AdminClient: the sources and flags of set and unset configs, a whole-set replacement, a bad
+    value."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    def scenario(bootstrap: str) -> dict:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        group = "admin-group-configs"
+        out: dict = {}
+
+        def describe(name: str) -> dict:
+            resource = ConfigResource(ResourceType.GROUP, name)
+            try:
+                found = admin.describe_configs([resource], request_timeout=30)[resource].result(timeout=60)
+            except KafkaException as exc:
+                return {"error": exc.args[0].name()}
+            return {k: (e.value, e.source, e.is_read_only, e.is_sensitive)
+                    for k, e in found.items() if k.startswith(("share.", "consumer."))}
+
+        def alter(name: str, configs: dict[str, str]) -> str | None:
+            resource = ConfigResource(ResourceType.GROUP, name, set_config=configs)
+            try:
+                admin.alter_configs([resource], request_timeout=30)[resource].result(timeout=60)
+            except KafkaException as exc:
+                return exc.args[0].name()
+            return None
+
+        def settled(keys: set[str]) -> dict:
+            """The configs set on the group once they are `keys` on the broker asked (a broker
+            applies the metadata log's records a moment after the controller committed them),
+            else what it says at the deadline."""
+            deadline = time.monotonic() + 30
+            while True:
+                found = {k: v for k, v in describe(group).items() if v[1] == 8}
+                if set(found) == keys or time.monotonic() > deadline:
+                    return found
+                time.sleep(0.2)
+
+        out["describe_unset"] = {k: v[1:] for k, v in describe(group).items()}  # values are each broker's
+        out["alter_legacy"] = alter(group, {"share.auto.offset.reset": "earliest", "share.heartbeat.interval.ms": "6000"})
+        out["after_legacy"] = settled({"share.auto.offset.reset", "share.heartbeat.interval.ms"})
+        out["replace_legacy"] = alter(group, {"share.isolation.level": "read_committed"})
+        out["after_replace"] = settled({"share.isolation.level"})
+        out["alter_legacy_bad"] = alter(group, {"share.auto.offset.reset": "newest"})
+        return out
+
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # confluent-kafka's alter_configs is deprecated
+        answers = sides.run(scenario)
+    assert_same(answers, "DescribeConfigs / AlterConfigs of GROUP resources")

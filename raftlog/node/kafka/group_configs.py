@@ -6,7 +6,9 @@ or not, whether or not the group exists: a value set on the group has source GRO
 synonym (`group.share.record.lock.duration.ms` for `share.record.lock.duration.ms`: the node's
 setting of that name when raftlog has one, else Kafka's default), source STATIC_BROKER_CONFIG
 when the node's config sets that setting, DEFAULT_CONFIG when not. None is read-only or
-sensitive. Synonyms and documentation only when the request asks for them, as Kafka.
+sensitive; Kafka's internal group configs (`*.assignor.offload.enable`, ...) are not listed.
+Synonyms (the group's value, then the broker's or the config's own default) and
+documentation only when the request asks for them, as Kafka.
 An empty group name is INVALID_REQUEST (configs.py).
 """
 
@@ -48,13 +50,11 @@ def group_entries(node: Any, configs: Mapping[str, str], keys: set[str] | None, 
     entry fields, `synonyms` as dicts of (name, value, source)."""
     out = []
     for name, definition in DEFS.items():
-        if keys is not None and name not in keys:
+        if definition.internal or (keys is not None and name not in keys):
             continue
         default, static = broker_default(node, name)
-        synonyms = []
-        if definition.synonym is not None and (static or node is not None):
-            synonyms.append({"name": definition.synonym, "value": default,
-                             "source": SOURCE_STATIC_BROKER if static else SOURCE_DEFAULT})
+        synonyms = [{"name": definition.synonym or name, "value": default,  # no broker setting: its own default
+                     "source": SOURCE_STATIC_BROKER if static else SOURCE_DEFAULT}]
         if name in configs:
             value, source = configs[name], SOURCE_GROUP
             synonyms.insert(0, {"name": name, "value": value, "source": SOURCE_GROUP})
