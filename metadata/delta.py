@@ -358,22 +358,12 @@ class MetadataDelta:
     def _broker_config(self, r: BrokerConfig) -> None:
         if self._broker_configs is None:
             self._broker_configs = dict(self._image.broker_configs)
-        configs = {k: v for k, v in self._broker_configs.get(r.resource, {}).items() if k not in r.delete}
-        configs.update(r.set)
-        if configs:
-            self._broker_configs[r.resource] = MappingProxyType(dict(sorted(configs.items())))
-        else:
-            self._broker_configs.pop(r.resource, None)
+        _set_and_delete(self._broker_configs, r.resource, r.set, r.delete)
 
     def _group_config(self, r: GroupConfig) -> None:
         if self._group_configs is None:
             self._group_configs = dict(self._image.group_configs)
-        configs = {k: v for k, v in self._group_configs.get(r.group_id, {}).items() if k not in r.delete}
-        configs.update(r.set)
-        if configs:
-            self._group_configs[r.group_id] = MappingProxyType(dict(sorted(configs.items())))
-        else:
-            self._group_configs.pop(r.group_id, None)
+        _set_and_delete(self._group_configs, r.group_id, r.set, r.delete)
 
     def _feature_level(self, r: FeatureLevel) -> None:
         if self._features is None:
@@ -486,6 +476,17 @@ class MetadataDelta:
             ),
             features=base.features if self._features is None else MappingProxyType(dict(sorted(self._features.items()))),
         )
+
+
+def _set_and_delete(by_resource: dict[str, Mapping[str, str]], resource: str, set_: Mapping[str, str],
+                    delete: tuple[str, ...]) -> None:
+    """A resource's configs with `delete` removed and `set_` set; an entry left empty goes."""
+    configs = {k: v for k, v in by_resource.get(resource, {}).items() if k not in delete}
+    configs.update(set_)
+    if configs:
+        by_resource[resource] = MappingProxyType(dict(sorted(configs.items())))
+    else:
+        by_resource.pop(resource, None)
 
 
 _HANDLERS = {

@@ -165,10 +165,9 @@ async def handle_alter_configs(ctx: KafkaContext, call: Call) -> Reply:
         out = []
         for res in request.resources:
             new = {c.name: c.value for c in res.configs if c.value is not None}
-            if res.resource_type == BROKER:
-                code, message = await _replace_broker(ctx, res.resource_name, new, request.validate_only)
-            elif res.resource_type == GROUP:
-                code, message = await _replace_group(ctx, res.resource_name, new, request.validate_only)
+            if res.resource_type in (BROKER, GROUP):
+                code, message = await _replace_dynamic(ctx, res.resource_type, res.resource_name, new,
+                                                       request.validate_only)
             elif res.resource_type != TOPIC:
                 code, message = errors.INVALID_REQUEST, NOT_ALTERABLE
             else:
@@ -205,16 +204,6 @@ async def _alter_broker(ctx: KafkaContext, resource: str, set_: dict[str, str], 
         await ctx.admin().alter_broker_configs(resource, set_, delete)
 
 
-async def _replace_broker(ctx: KafkaContext, resource: str, new: dict[str, str],
-                          validate_only: bool) -> tuple[int, str | None]:
-    try:
-        current = ctx.metadata.image.broker_configs.get(resource, {})
-        await _alter_broker(ctx, resource, new, sorted(set(current) - set(new)), validate_only)
-        return errors.NONE, None
-    except Exception as exc:  # noqa: BLE001 - this resource's answer
-        return errors.kafka_error(exc)
-
-
 async def _alter_group(ctx: KafkaContext, group_id: str, set_: dict[str, str], delete: list[str],
                        validate_only: bool) -> None:
     """Set and delete a group's configs: the controller checks them (ALTER_CONFIGS on the group
@@ -227,11 +216,16 @@ async def _alter_group(ctx: KafkaContext, group_id: str, set_: dict[str, str], d
         await ctx.admin().alter_group_configs(group_id, set_, delete)
 
 
-async def _replace_group(ctx: KafkaContext, group_id: str, new: dict[str, str],
-                         validate_only: bool) -> tuple[int, str | None]:
+async def _replace_dynamic(ctx: KafkaContext, resource_type: int, name: str, new: dict[str, str],
+                           validate_only: bool) -> tuple[int, str | None]:
+    """AlterConfigs of a broker or a group: set `new`, delete the keys set now and not in it."""
     try:
-        current = ctx.metadata.image.group_configs.get(group_id, {})
-        await _alter_group(ctx, group_id, new, sorted(set(current) - set(new)), validate_only)
+        image = ctx.metadata.image
+        if resource_type == BROKER:
+            current, alter = image.broker_configs.get(name, {}), _alter_broker
+        else:
+            current, alter = image.group_configs.get(name, {}), _alter_group
+        await alter(ctx, name, new, sorted(set(current) - set(new)), validate_only)
         return errors.NONE, None
     except Exception as exc:  # noqa: BLE001 - this resource's answer
         return errors.kafka_error(exc)
