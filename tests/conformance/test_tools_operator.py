@@ -246,3 +246,50 @@ def test_group_configs_through_the_admin_api(sides: Sides) -> None:
         warnings.simplefilter("ignore", DeprecationWarning)  # confluent-kafka's alter_configs is deprecated
         answers = sides.run(scenario)
     assert_same(answers, "DescribeConfigs / AlterConfigs of GROUP resources")
+
+
+def test_group_configs_after_delete_groups(sides: Sides) -> None:
+    """A group's configs outlive DeleteGroups of the group, in Kafka 4.4 as in raftlog (a classic
+    group with a committed offset, deleted with confluent-kafka's AdminClient)."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    def scenario(bootstrap: str) -> dict:
+        topic, group = "tools-group-configs-delete", "group-configs-deleted"
+        kafka_tool("kafka-topics", "--bootstrap-server", bootstrap, "--create", "--topic", topic,
+                   "--partitions", "1", "--replication-factor", "3", check=True)
+        producer = Producer({"bootstrap.servers": bootstrap})
+        producer.produce(topic, b"x", partition=0)
+        producer.flush(60)
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the group's coordinator may still be loading
+            try:
+                consumer.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False)
+                break
+            except Exception:  # noqa: BLE001 - retried under the deadline; the comparison says what came of it
+                time.sleep(0.5)
+        consumer.close()
+        out: dict = {}
+        done = kafka_tool("kafka-configs", "--bootstrap-server", bootstrap, "--alter", "--entity-type", "groups",
+                          "--entity-name", group, "--add-config", "consumer.session.timeout.ms=50000")
+        out["alter"] = done.returncode
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        try:
+            admin.delete_consumer_groups([group], request_timeout=30)[group].result(timeout=60)
+            out["delete"] = None
+        except Exception as exc:  # noqa: BLE001 - compared
+            out["delete"] = str(exc)[:80]
+        resource = ConfigResource(ResourceType.GROUP, group)
+        deadline = time.monotonic() + 15
+        while True:  # a broker applies the metadata log a moment after the controller committed it
+            found = admin.describe_configs([resource], request_timeout=30)[resource].result(timeout=60)
+            kept = found["consumer.session.timeout.ms"].source == 8
+            if not kept or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        out["config_kept"] = kept
+        return out
+
+    same = assert_same(sides.run(scenario), "group configs after DeleteGroups")
+    assert same["alter"] == 0 and same["delete"] is None and same["config_kept"], same  # Kafka 4.4 keeps them
