@@ -63,10 +63,11 @@ class GuardedMetadata:
         self._port = port
         self._access = access
 
-    def _require(self, op: str, name: str = CLUSTER_NAME) -> None:
+    def _require(self, op: str, name: str | None = None) -> None:
+        """The rule of `op` on the resource `name` (None: an op on the cluster)."""
         rule = POLICIES[op]
-        assert isinstance(rule, ResourceRule) and (rule.field is None) == (name == CLUSTER_NAME), op
-        rule.require(self._access, name)
+        assert isinstance(rule, ResourceRule) and (rule.field is None) == (name is None), op
+        rule.require(self._access, CLUSTER_NAME if name is None else name)
 
     def _topic_operation(self, op: str) -> Operation:
         rule = POLICIES[op]

@@ -128,3 +128,5 @@ async def test_group_configs_need_describe_configs_or_alter_configs_on_the_group
     with pytest.raises(GroupAuthorizationFailedError):
         await admin.alter_group_configs("jobs", {"share.auto.offset.reset": "earliest"}, [])
     assert port.seen == [("group_configs", "jobs"), ("group_configs", "team-a"), ("alter_group_configs", "team-a")]
+    with pytest.raises(GroupAuthorizationFailedError):
+        admin.group_configs("kafka-cluster")  # a group may have the cluster resource's name
