@@ -63,6 +63,7 @@ from groupcoord.consumer_group_records import (
     ConsumerGroupKey,
 )
 from groupcoord.context import CoordinatorContext, Pending, Response, check_int, check_str
+from metadata import group_config
 from groupcoord.state import Group, GroupState
 from raftlog.base.errors import (
     CoordinatorNotAvailableError,
@@ -195,13 +196,16 @@ def heartbeat(
                                    server_assignor, rack_id, client_id, client_host)
     if changed:
         cg.group_epoch += 1
-    member.session_deadline_ms = now_ms + ctx.config.group_consumer_session_timeout_ms
+    configs = ctx.group_configs(group_id)
+    member.session_deadline_ms = now_ms + int(group_config.value(
+        configs, "consumer.session.timeout.ms", ctx.config.group_consumer_session_timeout_ms))
     retarget(ctx, cg, topics)
     reconcile(cg, member, owned, now_ms)
     response: dict[str, Any] = {
         "member_id": member.member_id,
         "member_epoch": member.member_epoch,
-        "heartbeat_interval_ms": ctx.config.group_consumer_heartbeat_interval_ms,
+        "heartbeat_interval_ms": int(group_config.value(
+            configs, "consumer.heartbeat.interval.ms", ctx.config.group_consumer_heartbeat_interval_ms)),
         "assignment": None,
     }
     if member.sent != member.assigned or (owned is not None and owned != member.assigned and member.state != UNREVOKED):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 import random
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Union
 
@@ -199,6 +199,9 @@ class CoordinatorContext:
     def __init__(self, config: CoordinatorConfig, rng: random.Random):
         self.config = config
         self.rng = rng
+        # A group's own configs (Kafka 4's group configs, metadata/group_config.py), as the
+        # shell reads them from the metadata image; none unless the shell sets this.
+        self.group_configs: Callable[[str], Mapping[str, str]] = lambda group_id: {}
         self.partitions: dict[int, str] = {}       # partition -> LOADING / ACTIVE
         self.loads: dict[int, LoadBuffer] = {}
         self.groups: dict[str, Group] = {}

@@ -52,7 +52,7 @@ May import: raftlog.base, and the groupcoord modules above.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from groupcoord import admin, consumer_group_ops, membership, replay
@@ -88,6 +88,10 @@ class GroupCoordinator:
     def __init__(self, config: CoordinatorConfig | None = None, rng: random.Random | None = None):
         self.config = config or CoordinatorConfig()
         self._ctx = CoordinatorContext(self.config, rng or random.Random(0))
+
+    def use_group_configs(self, lookup: Callable[[str], Mapping[str, str]]) -> None:
+        """Where the core reads a group's configs (consumer.session.timeout.ms, ...) at each use."""
+        self._ctx.group_configs = lookup
 
     # ==== queries for the shell and tests ==============================================
 

@@ -178,6 +178,7 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
         self._clock_ms = clock_ms
         self._request_timeout_ms = settings.request_timeout_ms
         self.core = GroupCoordinator(settings.coordinator, rng or random.Random())
+        self.core.use_group_configs(lambda group_id: metadata.image.group_configs.get(group_id, {}))
         self._waiters: dict[int, _Waiter] = {}
         self._deadline_ms: int | None = None
         self._timer_changed = trio.Event()

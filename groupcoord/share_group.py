@@ -15,7 +15,7 @@ Kafka's rules, as the Java broker applies them:
 * The `simple` assignor: every member gets every partition of the topics it subscribes to
   (records, not partitions, are what members share; the partition leader hands each record
   to one member at a time).
-* A member not heard from for `session_timeout_ms` is removed (`expire`); its records are
+* A member not heard from for its group's `session_timeout_ms` (`config_of`) is removed (`expire`); its records are
   then released by the partition leaders (`removed` in the results).
 * A group id held by a classic or consumer group is refused: GROUP_ID_NOT_FOUND ("not a
   share group"), as Kafka answers.
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -105,6 +105,10 @@ class ShareGroups:
         self.config = config or ShareGroupConfig()
         self._rng = rng or random.Random()
         self.groups: dict[str, ShareGroup] = {}
+        # A group's own session timeout and heartbeat interval (Kafka 4's group configs
+        # share.session.timeout.ms / share.heartbeat.interval.ms): the shell sets this to
+        # read them from the metadata image; absent, the broker's (`config`).
+        self.config_of: Callable[[str], ShareGroupConfig] = lambda group_id: self.config
 
     def heartbeat(self, *, group_id: str, member_id: str, member_epoch: int, now_ms: int,
                   topics: Mapping[str, int], subscribed_topic_names: Sequence[str] | None = None,
@@ -164,14 +168,16 @@ class ShareGroups:
             member.member_epoch = group.group_epoch
             member.assignment = {t: tuple(range(topics[t])) for t in member.subscribed_topic_names if t in topics}
             assignment = [{"topic": t, "partitions": list(ps)} for t, ps in sorted(member.assignment.items())]
-        return Heartbeat(member_id, member.member_epoch, self.config.heartbeat_interval_ms, assignment, removed)
+        return Heartbeat(member_id, member.member_epoch, self.config_of(group_id).heartbeat_interval_ms, assignment,
+                         removed)
 
     def expire(self, now_ms: int, topics: Mapping[str, int]) -> list[tuple[str, str]]:
         """Remove members silent for the session timeout; returns (group_id, member_id) of each."""
         gone: list[tuple[str, str]] = []
         for group in self.groups.values():
+            session_timeout_ms = self.config_of(group.group_id).session_timeout_ms
             stale = [m for m, mem in group.members.items()
-                     if now_ms - mem.last_heartbeat_ms >= self.config.session_timeout_ms]
+                     if now_ms - mem.last_heartbeat_ms >= session_timeout_ms]
             for m in stale:
                 del group.members[m]
                 gone.append((group.group_id, m))
@@ -180,7 +186,7 @@ class ShareGroups:
         return gone
 
     def next_deadline_ms(self) -> int | None:
-        times = [m.last_heartbeat_ms + self.config.session_timeout_ms
+        times = [m.last_heartbeat_ms + self.config_of(g.group_id).session_timeout_ms
                  for g in self.groups.values() for m in g.members.values()]
         return min(times) if times else None
 

@@ -42,9 +42,14 @@ answer leaves, so an acknowledged record is never redelivered and a delivery cou
 lost, across leader failovers. A failed write answers the request with its error and drops
 the in-memory window, which is rebuilt from the last durable state on next use.
 
-`share.auto.offset.reset` (latest by default, or earliest) is Kafka's group config; until
-raftlog has group configs a fetch names it (`auto_offset_reset`), used when the share
-partition has no state yet.
+Group configs (Kafka 4's; metadata/group_config.py, in the metadata image) take the place of
+the broker's settings for their group, read at each use so a change applies from the next
+heartbeat or acquisition: `share.session.timeout.ms` and `share.heartbeat.interval.ms` (the
+membership), `share.record.lock.duration.ms`, `share.delivery.count.limit` and
+`share.partition.max.record.locks` (the window), `share.auto.offset.reset` (latest or
+earliest: where a share partition without state starts; absent, what the fetch names,
+`auto_offset_reset`; by_duration:<d> is stored and starts at the latest offset here, as
+raftlog's share leader has no timestamp lookup).
 """
 
 from __future__ import annotations
@@ -55,13 +60,15 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
+from dataclasses import replace
+
 import trio
 
 from groupcoord.internal_topic import Coordinated, InternalPartition, InternalTopics, ShareMetadataView
 from groupcoord.records import MAX_GROUP_ID_CHARS
 from groupcoord.settings import ShareServiceSettings
 from groupcoord.port import TopicPartitions
-from groupcoord.share_group import ShareGroups
+from groupcoord.share_group import ShareGroupConfig, ShareGroups
 from groupcoord.share_port import (
     AcquiredRecords,
     InFlightRecords,
@@ -80,7 +87,8 @@ from groupcoord.share_port import (
 from groupcoord.share_state import MembersKey, ShareKey, encode_members, encode_value
 from groupcoord.share_store import ShareStateStore
 from partition.batch import iter_headers
-from partition.share_partition import Acknowledgement, AckType, SharePartition
+from metadata import group_config
+from partition.share_partition import Acknowledgement, AckType, SharePartition, ShareSettings
 from raftlog.base.errors import (
     CoordinatorLoadInProgressError,
     GroupIdNotFoundError,
@@ -131,6 +139,7 @@ class ShareService:
         self._clock_ms = clock_ms
         self.settings = settings.partitions
         self.members = ShareGroups(settings.groups, rng)
+        self.members.config_of = self._group_membership_config
         self.store = ShareStateStore(self.node_id, metadata, topics, peers)
         self._windows: dict[ShareKey, tuple[int, SharePartition]] = {}  # key -> (leader epoch, window)
         self._locks: dict[ShareKey, trio.Lock] = {}
@@ -335,18 +344,50 @@ class ShareService:
             raise NotLeaderError(f"node {self.node_id} does not lead {topic}-{partition}")
         return r
 
+    def _group_configs(self, group_id: str) -> Mapping[str, str]:
+        return self.metadata.image.group_configs.get(group_id, {})
+
+    def _group_membership_config(self, group_id: str) -> ShareGroupConfig:
+        base, configs = self.members.config, self._group_configs(group_id)
+        if not configs:
+            return base
+        return replace(base, session_timeout_ms=int(group_config.value(
+            configs, "share.session.timeout.ms", base.session_timeout_ms)), heartbeat_interval_ms=int(
+            group_config.value(configs, "share.heartbeat.interval.ms", base.heartbeat_interval_ms)))
+
+    def _window_settings(self, group_id: str) -> ShareSettings:
+        """The broker's share-partition settings with the group's own values over them."""
+        base, configs = self.settings, self._group_configs(group_id)
+        if not configs:
+            return base
+        return replace(
+            base,
+            record_lock_duration_ms=int(group_config.value(
+                configs, "share.record.lock.duration.ms", base.record_lock_duration_ms)),
+            delivery_count_limit=int(group_config.value(
+                configs, "share.delivery.count.limit", base.delivery_count_limit)),
+            max_record_locks=int(group_config.value(
+                configs, "share.partition.max.record.locks", base.max_record_locks)))
+
+    def _auto_offset_reset(self, group_id: str, asked: str) -> str:
+        reset = str(group_config.value(self._group_configs(group_id), "share.auto.offset.reset", asked))
+        return "latest" if reset.startswith("by_duration:") else reset
+
     async def _window(self, key: ShareKey, r: InternalPartition, reset: str) -> SharePartition:
         """The window of `key` on this leader, loaded from `__share_group_state` on first use
-        in this leader epoch (or started per `reset` when there is no state)."""
+        in this leader epoch (or started per `reset`, else the group's share.auto.offset.reset,
+        when there is no state), with the group's settings of now."""
         have = self._windows.get(key)
         if have is not None and have[0] == r.leader_epoch:
+            have[1].settings = self._window_settings(key.group)
             return have[1]
+        reset = self._auto_offset_reset(key.group, reset)
         snapshot = await self.store.read(key)
         if snapshot is not None:
-            sp = SharePartition.restore(snapshot, self.settings)
+            sp = SharePartition.restore(snapshot, self._window_settings(key.group))
         else:
             start = r.log_start_offset if reset == "earliest" else r.high_watermark
-            sp = SharePartition(start, self.settings)
+            sp = SharePartition(start, self._window_settings(key.group))
         sp.move_start(r.log_start_offset)  # retention may have moved past it
         self._windows[key] = (r.leader_epoch, sp)
         return sp

@@ -23,7 +23,7 @@ Ops, dispatched through the tables at the end of this module: peer ops `broker_r
 brokers), `report_partition_leaders` (a batch: one result, few proposals), `allocate_producer_ids`,
 `controller_forward` (an admin op forwarded by another node; never forwarded again, so no
 loops), and the admin ops `create_topic`, `create_partitions`, `delete_topic`,
-`alter_configs`, `alter_broker_configs`, `elect_leaders`, `cluster_status`.
+`alter_configs`, `alter_broker_configs`, `alter_group_configs`, `elect_leaders`, `cluster_status`.
 
 Clock: `clock_ms` gives `now_ms` for the Controller's decisions; deadlines are trio's.
 Concurrency: trio thread only. The Controller is only called between awaits, so each decision
@@ -519,6 +519,13 @@ class ActiveController:
         )  # fmt: skip
         return {"configs": await self.propose(result, deadline)}
 
+    async def _alter_group_configs(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
+        result = ctl.alter_group_configs(
+            field(fields, "group_id", str), field(fields, "set", dict, default={}),
+            list(field(fields, "delete", list, items=str, default=[])), now_ms=self._clock_ms(),
+        )  # fmt: skip
+        return {"configs": await self.propose(result, deadline)}
+
     async def _elect_leaders(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
         """ElectLeaders PREFERRED: for each partition (all off their preferred replica when
         `partitions` is absent), ask its leader to hand over to the preferred replica; the
@@ -621,6 +628,7 @@ _ADMIN_HANDLERS: Final[Mapping[str, _OpHandler]] = {
     "delete_topic": ActiveController._delete_topic,
     "alter_configs": ActiveController._alter_configs,
     "alter_broker_configs": ActiveController._alter_broker_configs,
+    "alter_group_configs": ActiveController._alter_group_configs,
     "elect_leaders": ActiveController._elect_leaders,
     "cluster_status": ActiveController._cluster_status,
     "alter_partition_reassignments": ActiveController._alter_partition_reassignments,

@@ -125,7 +125,7 @@ from raftlog.base.errors import (
     UnknownTopicOrPartitionError,
     UnsupportedSaslMechanismError,
 )
-from metadata import broker_config
+from metadata import broker_config, group_config
 from metadata.errors import InvalidRecordError, ProducerIdsExhaustedError
 from metadata.image import MetadataImage, PartitionState, TopicImage
 from metadata.decommission import drain_moves, drained, judge_decommission, judge_recommission, rack_map
@@ -146,6 +146,7 @@ from metadata.records import (
     INT64_MAX,
     Acl,
     BrokerConfig,
+    GroupConfig,
     RemoveAcl,
     RemoveUserScramCredential,
     UserScramCredential,
@@ -887,6 +888,24 @@ class Controller:
             return ControllerResult((), dict(current))
         return self._result([BrokerConfig(resource, broker_config.normalize_broker_configs(set),
                                           tuple(k for k in delete if k in current))], after)
+
+    def alter_group_configs(
+        self, group_id: str, set: Mapping[str, str], delete: list[str], *, now_ms: int,
+    ) -> ControllerResult[dict[str, str]]:
+        """Set and delete a group's dynamic configs (Kafka 4's GROUP resource; the group need
+        not exist). Response: the group's configs after. Raises InvalidRequestError (an empty
+        or too long group id), InvalidConfigError (an unknown name, a bad value)."""
+        self._check_active()
+        if not group_id:
+            raise InvalidRequestError("Default group resources are not allowed.")
+        if len(group_id) > group_config.MAX_GROUP_ID_CHARS:
+            raise InvalidRequestError(f"group id over {group_config.MAX_GROUP_ID_CHARS} characters")
+        current = self._image.group_configs.get(group_id, {})
+        after = group_config.alter(current, set, delete)
+        if after is None:
+            return ControllerResult((), dict(current))
+        return self._result([GroupConfig(group_id, group_config.normalize(set),
+                                         tuple(k for k in delete if k in current))], after)
 
     def describe_topic(self, name: str) -> TopicImage:
         """Raises UnknownTopicOrPartitionError (also for a topic still being created)."""

@@ -58,6 +58,8 @@ Record rules (rejection code in brackets; "no-op" means accepted and nothing cha
 * BrokerConfig: keys deleted, then set, in `broker_configs[resource]` (an entry left empty
   goes); values as given, as for Config. A broker id need not be registered (Kafka allows
   configs of a broker that has not joined yet).
+* GroupConfig: the same in `group_configs[group_id]` (a group need not exist: Kafka's group
+  configs are set before or after the group has members, and outlive it).
 * ProducerIdBlock: unknown broker [BROKER_ID_NOT_REGISTERED]; first_producer_id below
   `next_producer_id` [INVALID_REQUEST] (another block got there first); else next_producer_id
   = first + size.
@@ -100,6 +102,7 @@ from metadata.records import (
     Acl,
     AddPartitions,
     BrokerConfig,
+    GroupConfig,
     FeatureLevel,
     BrokerState,
     Config,
@@ -166,6 +169,7 @@ class MetadataDelta:
         self._states: dict[int, str] | None = None
         self._quotas: dict[tuple[str | None, str | None], Mapping[str, float]] | None = None
         self._broker_configs: dict[str, Mapping[str, str]] | None = None
+        self._group_configs: dict[str, Mapping[str, str]] | None = None
         self._features: dict[str, int] | None = None
 
     # --- copy-on-write accessors ---
@@ -354,12 +358,12 @@ class MetadataDelta:
     def _broker_config(self, r: BrokerConfig) -> None:
         if self._broker_configs is None:
             self._broker_configs = dict(self._image.broker_configs)
-        configs = {k: v for k, v in self._broker_configs.get(r.resource, {}).items() if k not in r.delete}
-        configs.update(r.set)
-        if configs:
-            self._broker_configs[r.resource] = MappingProxyType(dict(sorted(configs.items())))
-        else:
-            self._broker_configs.pop(r.resource, None)
+        _set_and_delete(self._broker_configs, r.resource, r.set, r.delete)
+
+    def _group_config(self, r: GroupConfig) -> None:
+        if self._group_configs is None:
+            self._group_configs = dict(self._image.group_configs)
+        _set_and_delete(self._group_configs, r.group_id, r.set, r.delete)
 
     def _feature_level(self, r: FeatureLevel) -> None:
         if self._features is None:
@@ -466,8 +470,23 @@ class MetadataDelta:
                 base.broker_configs if self._broker_configs is None
                 else MappingProxyType(dict(sorted(self._broker_configs.items())))
             ),
+            group_configs=(
+                base.group_configs if self._group_configs is None
+                else MappingProxyType(dict(sorted(self._group_configs.items())))
+            ),
             features=base.features if self._features is None else MappingProxyType(dict(sorted(self._features.items()))),
         )
+
+
+def _set_and_delete(by_resource: dict[str, Mapping[str, str]], resource: str, set_: Mapping[str, str],
+                    delete: tuple[str, ...]) -> None:
+    """A resource's configs with `delete` removed and `set_` set; an entry left empty goes."""
+    configs = {k: v for k, v in by_resource.get(resource, {}).items() if k not in delete}
+    configs.update(set_)
+    if configs:
+        by_resource[resource] = MappingProxyType(dict(sorted(configs.items())))
+    else:
+        by_resource.pop(resource, None)
 
 
 _HANDLERS = {
@@ -483,6 +502,7 @@ _HANDLERS = {
     PartitionReassignment: MetadataDelta._partition_reassignment,
     Config: MetadataDelta._config,
     BrokerConfig: MetadataDelta._broker_config,
+    GroupConfig: MetadataDelta._group_config,
     FeatureLevel: MetadataDelta._feature_level,
     ProducerIdBlock: MetadataDelta._producer_id_block,
     NoOp: MetadataDelta._no_op,

@@ -13,7 +13,8 @@ Invariants:
 * `acls[acl_id]` is one ACL binding, no binding twice; `scram_credentials[user][mechanism]`
   is a user's stored SCRAM credential (salted keys, never a password), no user without one.
 * `broker_configs[resource]` (resource "" or a broker id) holds a broker's or the cluster's
-  dynamic broker configs, never an empty map (metadata/broker_config.py).
+  dynamic broker configs, never an empty map (metadata/broker_config.py); so does
+  `group_configs[group_id]` a group's dynamic configs (metadata/group_config.py).
 * `recent_requests` holds the outcome of the last MAX_RECENT_REQUESTS envelopes in log order:
   the dedupe window for retried proposals and how the proposer learns what became of its
   proposal ("OK" or the rejection code).
@@ -21,7 +22,7 @@ Invariants:
   metadata service replays on the trio thread; loader.py).
 * `image_to_snapshot` is canonical CBOR, so equal images give equal bytes; `image_from_snapshot`
   checks all of the above and raises InvalidRecordError. The `acls` and `scram_credentials`
-  sections (and `broker_configs`, `features`) are written only when non-empty, so an image without them has the very bytes it
+  sections (and `broker_configs`, `group_configs`, `features`) are written only when non-empty, so an image without them has the very bytes it
   had before they existed (and an older node still reads it).
 
 Public API:
@@ -51,6 +52,7 @@ from metadata.records import (
     VERSION,
     Acl,
     BrokerConfig,
+    GroupConfig,
     FeatureLevel,
     BrokerState,
     ClientQuota,
@@ -181,6 +183,8 @@ class MetadataImage:
         default_factory=lambda: _EMPTY_MAP)
     # "" (cluster default) or a broker id -> Kafka broker config name -> value (broker_config.py)
     broker_configs: Mapping[str, Mapping[str, str]] = field(default_factory=lambda: _EMPTY_MAP)
+    # group id -> Kafka group config name -> value (group_config.py)
+    group_configs: Mapping[str, Mapping[str, str]] = field(default_factory=lambda: _EMPTY_MAP)
     # feature name -> finalized level set by UpdateFeatures (records.FeatureLevel); a feature
     # absent is at its bootstrap level (metadata/features.py)
     features: Mapping[str, int] = field(default_factory=lambda: _EMPTY_MAP)
@@ -357,6 +361,9 @@ def image_to_snapshot(image: MetadataImage) -> bytes:
     if image.broker_configs:
         obj["broker_configs"] = [record_to_obj(BrokerConfig(resource, dict(configs)))
                                  for resource, configs in sorted(image.broker_configs.items())]
+    if image.group_configs:
+        obj["group_configs"] = [record_to_obj(GroupConfig(group, dict(configs)))
+                                for group, configs in sorted(image.group_configs.items())]
     if image.features:
         obj["features"] = [record_to_obj(FeatureLevel(name, level)) for name, level in sorted(image.features.items())]
     return cbor2.dumps(obj, canonical=True)
@@ -377,7 +384,8 @@ def image_from_snapshot(data: bytes) -> MetadataImage:
     """Rebuild an image from `image_to_snapshot` bytes. Raises InvalidRecordError."""
     obj = loads_strict(data, "snapshot", MAX_SNAPSHOT_BYTES)
     expected = {"k", "v", "brokers", "topics", "next_producer_id", "controller_epoch", "recent_requests"}
-    optional = {"acls", "scram_credentials", "reassignments", "broker_states", "client_quotas", "broker_configs", "features"}
+    optional = {"acls", "scram_credentials", "reassignments", "broker_states", "client_quotas", "broker_configs", "group_configs",
+                "features"}
     _check(
         isinstance(obj, dict) and expected <= set(obj) <= expected | optional,
         "expected an image map with fields " + str(sorted(expected)) + " and optionally " + str(sorted(optional)),
@@ -456,6 +464,12 @@ def image_from_snapshot(data: bytes) -> MetadataImage:
         _check(isinstance(record, BrokerConfig) and record.resource not in broker_configs and bool(record.set),
                "broker config entry")
         broker_configs[record.resource] = MappingProxyType(dict(sorted(record.set.items())))
+    group_configs: dict[str, Mapping[str, str]] = {}
+    for item in obj.get("group_configs", []):
+        record = record_from_obj(item)
+        _check(isinstance(record, GroupConfig) and record.group_id not in group_configs and bool(record.set),
+               "group config entry")
+        group_configs[record.group_id] = MappingProxyType(dict(sorted(record.set.items())))
 
     features: dict[str, int] = {}
     for item in obj.get("features", []):
@@ -489,5 +503,6 @@ def image_from_snapshot(data: bytes) -> MetadataImage:
         ),
         client_quotas=MappingProxyType(dict(sorted(quotas.items(), key=lambda kv: entity_order(kv[0])))),
         broker_configs=MappingProxyType(dict(sorted(broker_configs.items()))),
+        group_configs=MappingProxyType(dict(sorted(group_configs.items()))),
         features=MappingProxyType(dict(sorted(features.items()))),
     )

@@ -283,7 +283,7 @@ class TopicPort(Protocol):
 
 
 class ConfigPort(Protocol):
-    """Topic and broker configs, client quotas, features (changes decided by the controller)."""
+    """Topic, broker and group configs, client quotas, features (changes decided by the controller)."""
 
     async def describe_topic_configs(self, name: str) -> list[ConfigEntry]:
         """Every key; raises UNKNOWN_TOPIC_OR_PARTITION."""
@@ -294,6 +294,12 @@ class ConfigPort(Protocol):
         """The dynamic broker configs by resource (a broker id, or "" for the cluster default)."""
 
     async def alter_broker_configs(self, resource: str, set_: Mapping[str, str], delete: Sequence[str]) -> None: ...
+
+    def group_configs(self, group_id: str) -> Mapping[str, str]:
+        """The dynamic configs set on a group (Kafka 4's GROUP resource; metadata/group_config.py)."""
+
+    async def alter_group_configs(self, group_id: str, set_: Mapping[str, str], delete: Sequence[str]) -> None:
+        """Raises InvalidConfigError naming the key, InvalidRequestError; nothing is stored then."""
 
     async def describe_client_quotas(self, filters: Sequence[QuotaFilter], *, strict: bool) -> list[QuotaEntry]: ...
 

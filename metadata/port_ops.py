@@ -136,6 +136,12 @@ class MetadataPortOps:
     async def alter_broker_configs(self, resource: str, set_: Mapping[str, str], delete: Sequence[str]) -> None:
         await self._admin("alter_broker_configs", {"resource": resource, "set": dict(set_), "delete": list(delete)})
 
+    def group_configs(self, group_id: str) -> Mapping[str, str]:
+        return self.image.group_configs.get(group_id, {})
+
+    async def alter_group_configs(self, group_id: str, set_: Mapping[str, str], delete: Sequence[str]) -> None:
+        await self._admin("alter_group_configs", {"group_id": group_id, "set": dict(set_), "delete": list(delete)})
+
     async def describe_client_quotas(self, filters: Sequence[QuotaFilter], *, strict: bool) -> list[QuotaEntry]:
         fields = {"components": [{"entity_type": f.entity_type, "match_type": f.match_type, "match": f.match}
                                  for f in filters], "strict": strict}

@@ -392,6 +392,26 @@ class BrokerConfig(_Record):
 
 
 @dataclass(frozen=True)
+class GroupConfig(_Record):
+    """Set and delete a group's dynamic configs (Kafka's GROUP ConfigRecord; names and
+    normalized values: group_config.py)."""
+
+    KIND: ClassVar[str] = "group_config"
+    group_id: str
+    set: Mapping[str, str] = field(default_factory=dict)
+    delete: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        k = self.KIND
+        _str(k, "group_id", self.group_id, 1, 255)
+        _set(self, "set", _str_map(k, "set", self.set))
+        _set(self, "delete", _str_tuple(k, "delete", self.delete))
+        both = sorted(key for key in self.delete if key in self.set)
+        if both:
+            raise _fail(k, "delete", f"keys both set and deleted: {both}")
+
+
+@dataclass(frozen=True)
 class ProducerIdBlock(_Record):
     """Producer ids [first_producer_id, first_producer_id + size) now belong to `broker_id`."""
 
@@ -599,7 +619,7 @@ Record = Union[
     RegisterBroker, FenceBroker, UnfenceBroker, Topic, RemoveTopic, Partition,
     PartitionChange, Config, ProducerIdBlock, NoOp,
     Acl, RemoveAcl, UserScramCredential, RemoveUserScramCredential, AddPartitions,
-    PartitionReassignment, BrokerState, ClientQuota, BrokerConfig, FeatureLevel,
+    PartitionReassignment, BrokerState, ClientQuota, BrokerConfig, FeatureLevel, GroupConfig,
 ]
 
 RECORD_KINDS: Mapping[str, type] = MappingProxyType(
@@ -609,7 +629,7 @@ RECORD_KINDS: Mapping[str, type] = MappingProxyType(
             RegisterBroker, FenceBroker, UnfenceBroker, Topic, RemoveTopic, Partition,
             PartitionChange, Config, ProducerIdBlock, NoOp,
             Acl, RemoveAcl, UserScramCredential, RemoveUserScramCredential, AddPartitions,
-            PartitionReassignment, BrokerState, ClientQuota, BrokerConfig, FeatureLevel,
+            PartitionReassignment, BrokerState, ClientQuota, BrokerConfig, FeatureLevel, GroupConfig,
         )
     }
 )

@@ -26,8 +26,8 @@ controller, else goes to the controller's peer listener (`_controller_call`); an
 ops below.
 
 Client ops: metadata (answered from the local image), create_topic, create_partitions, delete_topic,
-alter_configs, alter_broker_configs, elect_leaders (controller; forwarded to it with the peer op `controller_forward` when this
-node is not it), describe_configs (local image), cluster_status (the controller's view when it
+alter_configs, alter_broker_configs, alter_group_configs, elect_leaders (controller; forwarded to it with the peer op `controller_forward` when this
+node is not it), describe_configs and describe_group_configs (local image), cluster_status (the controller's view when it
 can be reached within a second or two, else this node's own).
 Peer ops: the controller ops (broker_register, broker_heartbeat, broker_shutdown,
 report_partition_leader, report_partition_leaders, allocate_producer_ids, controller_forward),
@@ -175,6 +175,7 @@ class MetadataService(MetadataPortOps):
             "delete_topic": self._client_admin,
             "alter_configs": self._client_admin,
             "alter_broker_configs": self._client_admin,
+            "alter_group_configs": self._client_admin,
             "elect_leaders": self._client_admin,
             "alter_partition_reassignments": self._client_admin,
             "list_partition_reassignments": self._client_admin,
@@ -190,6 +191,7 @@ class MetadataService(MetadataPortOps):
             "update_features": self._client_admin,
             "describe_features": self._client_describe_features,
             "describe_broker_configs": self._client_describe_broker_configs,
+            "describe_group_configs": self._client_describe_group_configs,
         } | {op: self._client_admin for op in security_ops.ADMIN_SECURITY_OPS} | {
             op: self._client_security_describe for op in security_ops.DESCRIBE_SECURITY_OPS
         }
@@ -552,6 +554,10 @@ class MetadataService(MetadataPortOps):
 
     async def _client_describe_broker_configs(self, request: Request) -> dict[str, Any]:
         return {"configs": broker_config.describe(self._loader.image.broker_configs)}
+
+    async def _client_describe_group_configs(self, request: Request) -> dict[str, Any]:
+        group_id = field(request, "group_id", str)
+        return {"group_id": group_id, "configs": dict(self._loader.image.group_configs.get(group_id, {}))}
 
     async def _client_describe_features(self, request: Request) -> dict[str, Any]:
         return features.describe(self._loader.image) | {"epoch": self.applied_index}

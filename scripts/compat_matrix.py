@@ -55,6 +55,10 @@ FEATURES = {
     "test_configs_quorum_log_dirs_features": "kafka-configs, kafka-metadata-quorum, kafka-log-dirs, kafka-features",
     "test_verifiable_producer_and_consumer": "kafka-verifiable-producer / -consumer",
     "test_leader_election": "kafka-leader-election",
+    "test_group_configs_through_kafka_configs": "kafka-configs --entity-type groups (Kafka 4's group configs)",
+    "test_group_configs_through_the_admin_api":
+        "DescribeConfigs / AlterConfigs of GROUP resources (confluent-kafka's AdminClient)",
+    "test_group_configs_after_delete_groups": "group configs outlive DeleteGroups",
     "test_streams_word_count": "word count (repartition + changelog topics), processing.guarantee",
     "test_connect_standalone_file_source_and_sink": "FileStream source -> topic -> FileStream sink",
     "test_spark_kafka_batch_write_read_and_checkpointed_stream":

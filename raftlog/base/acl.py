@@ -109,7 +109,9 @@ VALID_OPERATIONS: Final[Mapping[ResourceType, frozenset[Operation]]] = {
         Operation.READ, Operation.WRITE, Operation.CREATE, Operation.DELETE, Operation.ALTER,
         Operation.DESCRIBE, Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS, Operation.ALL,
     }),
-    ResourceType.GROUP: frozenset({Operation.READ, Operation.DESCRIBE, Operation.DELETE, Operation.ALL}),
+    # DESCRIBE_CONFIGS / ALTER_CONFIGS: Kafka 4's group configs (kafka-configs --entity-type groups)
+    ResourceType.GROUP: frozenset({Operation.READ, Operation.DESCRIBE, Operation.DELETE, Operation.DESCRIBE_CONFIGS,
+                                   Operation.ALTER_CONFIGS, Operation.ALL}),
     ResourceType.TRANSACTIONAL_ID: frozenset({Operation.WRITE, Operation.DESCRIBE, Operation.ALL}),
     ResourceType.CLUSTER: frozenset({
         Operation.CREATE, Operation.CLUSTER_ACTION, Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS,

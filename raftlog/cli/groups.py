@@ -1,10 +1,12 @@
-"""`raftlog groups list|describe|reset-offsets|delete`: consumer groups, like Kafka's
-kafka-consumer-groups tool.
+"""`raftlog groups list|describe|reset-offsets|delete|config`: consumer groups, like Kafka's
+kafka-consumer-groups tool, and any group's configs (consumer and share groups: Kafka's
+`kafka-configs --entity-type groups`).
 
     raftlog groups list
     raftlog groups describe my-group            # per partition: committed, log end, lag, owner
     raftlog groups reset-offsets my-group --topic events --to-earliest [--execute]
     raftlog groups delete my-group
+    raftlog groups config my-group --set consumer.session.timeout.ms=60000 [--delete KEY]
 
 Registered on the root group by raftlog/cli/main.py. Human tables by
 default, `--json` for scripts. `reset-offsets` is a dry run unless `--execute` (Kafka's rule);
@@ -17,7 +19,18 @@ from typing import Any
 
 import click
 
-from raftlog.cli.common import CliFailure, admin_options, client_kwargs, connect, emit_json, friendly, table
+from raftlog.cli.common import (
+    CliFailure,
+    admin_from_context,
+    admin_options,
+    client_kwargs,
+    connect,
+    emit_json,
+    friendly,
+    parse_pairs,
+    store,
+    table,
+)
 
 __all__ = ["groups"]
 
@@ -33,7 +46,7 @@ def _s(v: Any) -> str:
 
 @click.group("groups")
 def groups() -> None:
-    """Consumer groups: list, describe (lag), reset offsets, delete.
+    """Consumer groups: list, describe (lag), reset offsets, delete; any group's configs.
 
     \b
     Examples:
@@ -41,6 +54,7 @@ def groups() -> None:
       raftlog groups describe billing                 # committed offset, log end, lag, owner
       raftlog groups reset-offsets billing --topic orders --to-earliest --execute
       raftlog groups delete billing
+      raftlog groups config jobs --set share.auto.offset.reset=earliest
     """
 
 
@@ -187,3 +201,42 @@ def groups_delete(group_id: str, bootstrap: str, timeout: float, as_json: bool) 
         emit_json({"deleted": group_id})
         return
     click.echo(f"deleted group {group_id}")
+
+
+@groups.command("config")
+@click.argument("group_id")
+@click.option("--set", "set_items", multiple=True, metavar="KEY=VALUE",
+              help="Set a group config, e.g. share.record.lock.duration.ms=15000 (repeatable).")
+@click.option("--delete", "delete_keys", multiple=True, metavar="KEY",
+              help="Back to the broker's default (repeatable).")
+@admin_options
+@click.pass_context
+@friendly
+def groups_config(ctx: click.Context, group_id: str, set_items: tuple[str, ...], delete_keys: tuple[str, ...],
+                  bootstrap: str, timeout: float, as_json: bool) -> None:
+    """Show or change a group's configs (Kafka 4's group configs, for consumer and share
+    groups: consumer.session.timeout.ms, consumer.heartbeat.interval.ms, share.session.timeout.ms,
+    share.heartbeat.interval.ms, share.record.lock.duration.ms, share.delivery.count.limit,
+    share.partition.max.record.locks, share.auto.offset.reset, ...). Without --set / --delete,
+    prints the configs set on the group; the group need not exist yet. A bad name or value is
+    refused naming the key, and nothing changes.
+
+    \b
+    Examples:
+      raftlog groups config jobs
+      raftlog groups config jobs --set share.auto.offset.reset=earliest --set share.record.lock.duration.ms=15000
+      raftlog groups config billing --delete consumer.session.timeout.ms
+    """
+    store(ctx, bootstrap=bootstrap, timeout=timeout)
+    with admin_from_context(ctx) as admin:
+        if set_items or delete_keys:
+            configs = admin.alter_group_configs(group_id, parse_pairs(set_items, "--set"), list(delete_keys))
+        else:
+            configs = admin.describe_group_configs(group_id)
+    if as_json:
+        emit_json({"group_id": group_id, "configs": configs})
+        return
+    if not configs:
+        click.echo(f"group {group_id}: no configs set (the broker's defaults apply)")
+        return
+    table([("CONFIG", "VALUE")] + sorted(configs.items()))

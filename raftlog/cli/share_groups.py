@@ -8,7 +8,8 @@ Kafka's kafka-share-groups tool.
 
 Registered on the root group by raftlog/cli/main.py. Human tables by default, `--json` for
 scripts. `reset-offsets` is a dry run unless `--execute` (Kafka's rule) and needs a group
-without members.
+without members. A share group's configs (share.record.lock.duration.ms, share.auto.offset.reset,
+...) are `raftlog groups config NAME` (raftlog/cli/groups.py).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ def share_groups() -> None:
       raftlog share-groups describe jobs
       raftlog share-groups reset-offsets jobs --topic orders --to-earliest --execute
       raftlog share-groups delete jobs
+      raftlog groups config jobs --set share.auto.offset.reset=earliest   # a share group's configs
     """
 
 

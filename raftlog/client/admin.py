@@ -19,6 +19,7 @@ from raftlog.client.request import (
     ClusterStatus,
     TopicInfo,
     alter_broker_configs_request,
+    alter_group_configs_request,
     alter_configs_request,
     cluster_status_request,
     create_partitions_request,
@@ -43,6 +44,8 @@ __all__ = [
     "list_topics_op",
     "alter_configs_op",
     "alter_broker_configs_op",
+    "alter_group_configs_op",
+    "describe_group_configs_op",
     "cluster_status_op",
     "create_acls_op",
     "describe_acls_op",
@@ -134,6 +137,18 @@ def alter_broker_configs_op(resource: str, set_configs: dict[str, str] | None = 
     """-> the dynamic configs of broker `resource` ("" the cluster default) after the change."""
     return AdminOp(alter_broker_configs_request(resource, set_configs, delete_configs),
                    lambda r: dict(r.get("configs") or {}))
+
+
+def alter_group_configs_op(group_id: str, set_configs: dict[str, str] | None = None,
+                           delete_configs: Iterable[str] = ()) -> AdminOp:
+    """-> the configs set on group `group_id` after the change (Kafka 4's group configs)."""
+    return AdminOp(alter_group_configs_request(group_id, set_configs, delete_configs),
+                   lambda r: dict(r.get("configs") or {}))
+
+
+def describe_group_configs_op(group_id: str) -> AdminOp:
+    """-> the configs set on group `group_id` (the rest are the broker's defaults)."""
+    return AdminOp({"op": "describe_group_configs", "group_id": group_id}, lambda r: dict(r.get("configs") or {}))
 
 
 def cluster_status_op() -> AdminOp:

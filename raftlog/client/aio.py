@@ -39,6 +39,8 @@ from raftlog.client.admin import (
     AdminCore,
     AdminOp,
     alter_broker_configs_op,
+    alter_group_configs_op,
+    describe_group_configs_op,
     alter_configs_op,
     cluster_status_op,
     create_acls_op,
@@ -556,6 +558,16 @@ class Admin(_AsyncClient):
         """Set and delete dynamic configs of broker `resource` ("" the cluster default);
         returns its dynamic configs after the change."""
         return await self._op(alter_broker_configs_op(resource, set_configs, delete_configs), timeout_ms)
+
+    async def alter_group_configs(self, group_id: str, set_configs: dict[str, str] | None = None,
+                                  delete_configs: Iterable[str] = (), *, timeout_ms: int | None = None) -> dict:
+        """Set and delete a group's configs (Kafka 4's `consumer.*` / `share.*` group configs);
+        returns the configs set on it after the change."""
+        return await self._op(alter_group_configs_op(group_id, set_configs, delete_configs), timeout_ms)
+
+    async def describe_group_configs(self, group_id: str, *, timeout_ms: int | None = None) -> dict:
+        """The configs set on a group (the others are the broker's defaults)."""
+        return await self._op(describe_group_configs_op(group_id), timeout_ms)
 
     async def cluster_status(self, *, timeout_ms: int | None = None) -> ClusterStatus:
         return await self._op(cluster_status_op(), timeout_ms)

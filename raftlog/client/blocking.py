@@ -35,6 +35,8 @@ from raftlog.client.admin import (
     AdminCore,
     AdminOp,
     alter_broker_configs_op,
+    alter_group_configs_op,
+    describe_group_configs_op,
     alter_configs_op,
     cluster_status_op,
     create_acls_op,
@@ -618,6 +620,16 @@ class Admin:
         """Set and delete dynamic configs of broker `resource` ("" the cluster default);
         returns its dynamic configs after the change."""
         return self._op(alter_broker_configs_op(resource, set_configs, delete_configs), timeout_ms)
+
+    def alter_group_configs(self, group_id: str, set_configs: dict[str, str] | None = None,
+                            delete_configs: Iterable[str] = (), *, timeout_ms: int | None = None) -> dict:
+        """Set and delete a group's configs (Kafka 4's `consumer.*` / `share.*` group configs);
+        returns the configs set on it after the change."""
+        return self._op(alter_group_configs_op(group_id, set_configs, delete_configs), timeout_ms)
+
+    def describe_group_configs(self, group_id: str, *, timeout_ms: int | None = None) -> dict:
+        """The configs set on a group (the others are the broker's defaults)."""
+        return self._op(describe_group_configs_op(group_id), timeout_ms)
 
     def cluster_status(self, *, timeout_ms: int | None = None) -> ClusterStatus:
         return self._op(cluster_status_op(), timeout_ms)

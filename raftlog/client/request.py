@@ -35,6 +35,7 @@ __all__ = [
     "delete_topic_request",
     "alter_configs_request",
     "alter_broker_configs_request",
+    "alter_group_configs_request",
     "cluster_status_request",
     "check_response",
     "parse_topic",
@@ -208,6 +209,17 @@ def alter_broker_configs_request(
     return {
         "op": "alter_broker_configs",
         "resource": resource,
+        "set": {str(k): str(v) for k, v in (set_configs or {}).items()},
+        "delete": [str(k) for k in delete],
+    }
+
+
+def alter_group_configs_request(
+    group_id: str, set_configs: dict[str, str] | None = None, delete: Iterable[str] = ()
+) -> dict:
+    return {
+        "op": "alter_group_configs",
+        "group_id": group_id,
         "set": {str(k): str(v) for k, v in (set_configs or {}).items()},
         "delete": [str(k) for k in delete],
     }

@@ -394,6 +394,8 @@ POLICIES: Final[Mapping[str, Policy | PortRule]] = {
     "alter_configs": _resource(O.ALTER_CONFIGS, T, "name"),
     "describe_configs": _resource(O.DESCRIBE_CONFIGS, T, "name"),
     "alter_broker_configs": _resource(O.ALTER_CONFIGS, C),  # Kafka's rule for BROKER resources
+    "alter_group_configs": _resource(O.ALTER_CONFIGS, G, "group_id"),  # Kafka's rule for GROUP resources
+    "describe_group_configs": _resource(O.DESCRIBE_CONFIGS, G, "group_id"),
     "elect_leaders": _resource(O.ALTER, C),  # Kafka's ElectLeaders rule
     "cluster_status": _resource(O.DESCRIBE, C),
     "alter_partition_reassignments": _resource(O.ALTER, C),  # Kafka's AlterPartitionReassignments rule

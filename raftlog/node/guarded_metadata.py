@@ -4,7 +4,7 @@ ElectLeaders, DescribeQuorum, DescribeCluster): each op's rule is the one the na
 same name declares in raftlog/node/authorize.py `POLICIES` (a `ResourceRule`: DESCRIBE on the
 cluster to describe, ALTER to change, ALTER on the cluster to elect leaders, `cluster_status`'s
 DESCRIBE on the cluster for the quorum and the cluster, DESCRIBE_CONFIGS / ALTER_CONFIGS on the
-topic or the cluster for configs and quotas; listed in docs/reference/native-protocol.md),
+topic, the group or the cluster for configs and quotas; listed in docs/reference/native-protocol.md),
 checked before the port is called, so a refused request has no effect and raises its refusal
 (CLUSTER_ / TOPIC_AUTHORIZATION_FAILED).
 
@@ -63,10 +63,11 @@ class GuardedMetadata:
         self._port = port
         self._access = access
 
-    def _require(self, op: str, name: str = CLUSTER_NAME) -> None:
+    def _require(self, op: str, name: str | None = None) -> None:
+        """The rule of `op` on the resource `name` (None: an op on the cluster)."""
         rule = POLICIES[op]
-        assert isinstance(rule, ResourceRule) and (rule.field is None) == (name == CLUSTER_NAME), op
-        rule.require(self._access, name)
+        assert isinstance(rule, ResourceRule) and (rule.field is None) == (name is None), op
+        rule.require(self._access, CLUSTER_NAME if name is None else name)
 
     def _topic_operation(self, op: str) -> Operation:
         rule = POLICIES[op]
@@ -145,6 +146,14 @@ class GuardedMetadata:
     async def alter_broker_configs(self, resource: str, set_: Mapping[str, str], delete: Sequence[str]) -> None:
         self._require("alter_broker_configs")
         await self._port.alter_broker_configs(resource, set_, delete)
+
+    def group_configs(self, group_id: str) -> Mapping[str, str]:
+        self._require("describe_group_configs", group_id)
+        return self._port.group_configs(group_id)
+
+    async def alter_group_configs(self, group_id: str, set_: Mapping[str, str], delete: Sequence[str]) -> None:
+        self._require("alter_group_configs", group_id)
+        await self._port.alter_group_configs(group_id, set_, delete)
 
     async def describe_client_quotas(self, filters: Sequence[QuotaFilter], *, strict: bool) -> list[QuotaEntry]:
         self._require("describe_client_quotas")

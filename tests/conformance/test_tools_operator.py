@@ -7,6 +7,7 @@ order per partition), kafka-leader-election."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -153,3 +154,142 @@ def test_quotas_through_kafka_configs(sides: Sides) -> None:
     assert all(same[k][0] == 0 for k in same), same  # every step succeeded on both, not failed alike
     assert any("producer_byte_rate=1048576" in line for line in same["describe_user"][1]), same
     assert not any("consumer_byte_rate" in line for line in same["describe_client"][1]), same
+
+
+def test_group_configs_through_kafka_configs(sides: Sides) -> None:
+    """Kafka 4's group configs as operators set them with kafka-configs --entity-type groups:
+    set, described (the group's own, and --all), a bad value and an unknown name refused naming
+    the key (nothing stored), one deleted."""
+    def scenario(bootstrap: str) -> dict:
+        configs = ("kafka-configs", "--bootstrap-server", bootstrap)
+        group = ("--entity-type", "groups", "--entity-name", "tools-group-configs")
+        out: dict = {}
+
+        def describe(*extra: str) -> tuple[int, list[str]]:
+            done = kafka_tool(*configs, "--describe", *group, *extra)
+            return done.returncode, sorted(line.strip() for line in done.stdout.splitlines() if line.strip())
+
+        done = kafka_tool(*configs, "--alter", *group,
+                          "--add-config", "share.auto.offset.reset=earliest,consumer.session.timeout.ms=50000")
+        out["alter"] = (done.returncode, done.stdout.strip())
+        out["describe"] = describe()
+        code, lines = describe("--all")
+        out["describe_all"] = (code, sorted(line.split("=")[0] for line in lines[1:]))
+        for name, value in (("share.record.lock.duration.ms", "500"), ("share.auto.offset.reset", "newest"),
+                            ("no.such.group.config", "1")):
+            done = kafka_tool(*configs, "--alter", *group, "--add-config",
+                              f"share.heartbeat.interval.ms=6000,{name}={value}")
+            out[f"refused_{name}"] = (done.returncode != 0, name in done.stdout + done.stderr)
+        done = kafka_tool(*configs, "--alter", *group, "--delete-config", "consumer.session.timeout.ms")
+        out["delete"] = (done.returncode, done.stdout.strip())
+        out["describe_after"] = describe()
+        return out
+
+    same = assert_same(sides.run(scenario), "kafka-configs --entity-type groups")
+    assert same["alter"][0] == 0 and same["delete"][0] == 0, same
+    assert any("share.auto.offset.reset=earliest" in line for line in same["describe_after"][1]), same
+    assert not any("consumer.session.timeout.ms" in line for line in same["describe_after"][1]), same
+    assert all(same[k] == (True, True) for k in same if k.startswith("refused_")), same
+
+
+def test_group_configs_through_the_admin_api(sides: Sides) -> None:
+    """DescribeConfigs and the legacy AlterConfigs of a GROUP resource with confluent-kafka's
+    AdminClient: the sources and flags of set and unset configs, a whole-set replacement, a bad
+    value."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    def scenario(bootstrap: str) -> dict:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        group = "admin-group-configs"
+        out: dict = {}
+
+        def describe(name: str) -> dict:
+            resource = ConfigResource(ResourceType.GROUP, name)
+            try:
+                found = admin.describe_configs([resource], request_timeout=30)[resource].result(timeout=60)
+            except KafkaException as exc:
+                return {"error": exc.args[0].name()}
+            return {k: (e.value, e.source, e.is_read_only, e.is_sensitive)
+                    for k, e in found.items() if k.startswith(("share.", "consumer."))}
+
+        def alter(name: str, configs: dict[str, str]) -> str | None:
+            resource = ConfigResource(ResourceType.GROUP, name, set_config=configs)
+            try:
+                admin.alter_configs([resource], request_timeout=30)[resource].result(timeout=60)
+            except KafkaException as exc:
+                return exc.args[0].name()
+            return None
+
+        def settled(keys: set[str]) -> dict:
+            """The configs set on the group once they are `keys` on the broker asked (a broker
+            applies the metadata log's records a moment after the controller committed them),
+            else what it says at the deadline."""
+            deadline = time.monotonic() + 30
+            while True:
+                found = {k: v for k, v in describe(group).items() if v[1] == 8}
+                if set(found) == keys or time.monotonic() > deadline:
+                    return found
+                time.sleep(0.2)
+
+        out["describe_unset"] = {k: v[1:] for k, v in describe(group).items()}  # values are each broker's
+        out["alter_legacy"] = alter(group, {"share.auto.offset.reset": "earliest", "share.heartbeat.interval.ms": "6000"})
+        out["after_legacy"] = settled({"share.auto.offset.reset", "share.heartbeat.interval.ms"})
+        out["replace_legacy"] = alter(group, {"share.isolation.level": "read_committed"})
+        out["after_replace"] = settled({"share.isolation.level"})
+        out["alter_legacy_bad"] = alter(group, {"share.auto.offset.reset": "newest"})
+        return out
+
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # confluent-kafka's alter_configs is deprecated
+        answers = sides.run(scenario)
+    assert_same(answers, "DescribeConfigs / AlterConfigs of GROUP resources")
+
+
+def test_group_configs_after_delete_groups(sides: Sides) -> None:
+    """A group's configs outlive DeleteGroups of the group, in Kafka 4.4 as in raftlog (a classic
+    group with a committed offset, deleted with confluent-kafka's AdminClient)."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    def scenario(bootstrap: str) -> dict:
+        topic, group = "tools-group-configs-delete", "group-configs-deleted"
+        kafka_tool("kafka-topics", "--bootstrap-server", bootstrap, "--create", "--topic", topic,
+                   "--partitions", "1", "--replication-factor", "3", check=True)
+        producer = Producer({"bootstrap.servers": bootstrap})
+        producer.produce(topic, b"x", partition=0)
+        producer.flush(60)
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the group's coordinator may still be loading
+            try:
+                consumer.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False)
+                break
+            except Exception:  # noqa: BLE001 - retried under the deadline; the comparison says what came of it
+                time.sleep(0.5)
+        consumer.close()
+        out: dict = {}
+        done = kafka_tool("kafka-configs", "--bootstrap-server", bootstrap, "--alter", "--entity-type", "groups",
+                          "--entity-name", group, "--add-config", "consumer.session.timeout.ms=50000")
+        out["alter"] = done.returncode
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        try:
+            admin.delete_consumer_groups([group], request_timeout=30)[group].result(timeout=60)
+            out["delete"] = None
+        except Exception as exc:  # noqa: BLE001 - compared
+            out["delete"] = str(exc)[:80]
+        resource = ConfigResource(ResourceType.GROUP, group)
+        deadline = time.monotonic() + 15
+        while True:  # a broker applies the metadata log a moment after the controller committed it
+            found = admin.describe_configs([resource], request_timeout=30)[resource].result(timeout=60)
+            kept = found["consumer.session.timeout.ms"].source == 8
+            if not kept or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        out["config_kept"] = kept
+        return out
+
+    same = assert_same(sides.run(scenario), "group configs after DeleteGroups")
+    assert same["alter"] == 0 and same["delete"] is None and same["config_kept"], same  # Kafka 4.4 keeps them

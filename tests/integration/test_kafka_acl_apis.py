@@ -1,4 +1,4 @@
-"""On a secure node (SASL_SSL, ACLs on), a user with no ACLs is refused, as Kafka's authorizer refuses, by every Kafka API that reads or changes groups or topics beyond Metadata (the group APIs, DeleteRecords, CreatePartitions, OffsetForLeaderEpoch, ListOffsets, Fetch/Produce/DeleteTopics naming topics by id, and issue 41's broker DescribeConfigs, DescribeLogDirs, DescribeQuorum, DescribeProducers and DescribeTopicPartitions), while the admin (a super user) gets past the same check with the same request."""
+"""On a secure node (SASL_SSL, ACLs on), a user with no ACLs is refused, as Kafka's authorizer refuses, by every Kafka API that reads or changes groups or topics beyond Metadata (the group APIs, DeleteRecords, CreatePartitions, OffsetForLeaderEpoch, ListOffsets, Fetch/Produce/DeleteTopics naming topics by id, and issue 41's broker DescribeConfigs, issue 43's group configs, DescribeLogDirs, DescribeQuorum, DescribeProducers and DescribeTopicPartitions), while the admin (a super user) gets past the same check with the same request."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any, Iterator
 
 import pytest
 from kafka.protocol.admin.cluster import DescribeLogDirsRequest, DescribeQuorumRequest
-from kafka.protocol.admin.configs import DescribeConfigsRequest
+from kafka.protocol.admin.configs import DescribeConfigsRequest, IncrementalAlterConfigsRequest
 from kafka.protocol.admin.groups import DeleteGroupsRequest, DescribeGroupsRequest, ListGroupsRequest
 from kafka.protocol.admin.topics import (
     CreatePartitionsRequest,
@@ -266,6 +266,23 @@ def broker_configs(c: Conn, s: Any, user: str) -> list[int]:
     return [x.error_code for x in r.results]
 
 
+def group_configs(c: Conn, s: Any, user: str) -> list[int]:
+    """Kafka 4's group configs: DESCRIBE_CONFIGS on the group."""
+    R = DescribeConfigsRequest.DescribeConfigsResource
+    r = c.call(DescribeConfigsRequest, 4, include_synonyms=False, include_documentation=False, resources=[
+        R(resource_type=32, resource_name=f"acl-group-{user}", configuration_keys=None)])
+    return [x.error_code for x in r.results]
+
+
+def alter_group_configs(c: Conn, s: Any, user: str) -> list[int]:
+    """ALTER_CONFIGS on the group."""
+    R = IncrementalAlterConfigsRequest.AlterConfigsResource
+    r = c.call(IncrementalAlterConfigsRequest, 1, validate_only=False, resources=[
+        R(resource_type=32, resource_name=f"acl-group-{user}", configs=[R.AlterableConfig(
+            name="share.auto.offset.reset", config_operation=0, value="earliest")])])
+    return [x.error_code for x in r.responses]
+
+
 def describe_log_dirs(c: Conn, s: Any, user: str) -> list[int]:
     return [c.call(DescribeLogDirsRequest, 4, topics=None).error_code]
 
@@ -294,7 +311,7 @@ CASES: list[tuple[Callable[[Conn, Any, str], list[int]], int]] = [
     (offset_commit, G), (offset_fetch, G), (describe_groups, G), (list_groups, G), (delete_groups, G),
     (delete_records, T_), (create_partitions, T_), (offset_for_leader_epoch, T_), (list_offsets, T_),
     (fetch_by_id, T_), (produce_by_id, T_), (delete_topic_by_id, T_),
-    (broker_configs, C), (describe_log_dirs, C), (describe_quorum, C), (describe_producers, T_),
+    (broker_configs, C), (group_configs, G), (alter_group_configs, G), (describe_log_dirs, C), (describe_quorum, C), (describe_producers, T_),
     (describe_topic_partitions, T_),
 ]
 

@@ -11,6 +11,12 @@ the cluster for broker resources). Broker
 resources answer with the node's own settings under Kafka's names (broker_configs.py), and
 the cluster default (`""`) with the cluster-wide dynamic ones.
 
+Groups (resource type 32, Kafka 4's group configs: metadata/group_config.py) answer every
+group config, set (GROUP_CONFIG) or the broker's default (group_configs.py), from the image;
+alterations run the port's `alter_group_configs` (the controller validates: an unknown name
+or a bad value is INVALID_CONFIG naming the key, nothing stored); DESCRIBE_CONFIGS /
+ALTER_CONFIGS on the group (the guard). An empty group name is INVALID_REQUEST.
+
 AlterConfigs replaces a resource's whole set (keys it does not list go back to their
 defaults, as in Kafka); IncrementalAlterConfigs SETs and DELETEs keys, and APPENDs to /
 SUBTRACTs from a list config (a topic's `cleanup.policy`; on another config INVALID_CONFIG).
@@ -30,11 +36,12 @@ from kafka.protocol.admin.configs import (
     IncrementalAlterConfigsResponse,
 )
 
-from metadata import broker_config
+from metadata import broker_config, group_config
 from metadata.topic_config import KAFKA_NAMES, TOPIC_CONFIGS, canonical_key, normalize_configs
 from raftlog.base.errors import ClusterAuthorizationFailedError, InvalidConfigError, InvalidRequestError
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.broker_configs import broker_entries, default_entries
+from raftlog.node.kafka.group_configs import group_entries
 from raftlog.node.kafka.context import Call, KafkaContext, Later, Reply
 
 __all__ = ["HANDLERS"]
@@ -44,6 +51,9 @@ ALTER_CONFIGS_KEY: Final = 33
 INCREMENTAL_ALTER_CONFIGS_KEY: Final = 44
 TOPIC: Final = 2
 BROKER: Final = 4
+GROUP: Final = 32
+ALTERABLE: Final = (TOPIC, BROKER, GROUP)
+EMPTY_GROUP: Final = "Default group resources are not allowed."
 SOURCE_DYNAMIC_TOPIC: Final = 1
 SOURCE_DEFAULT: Final = 5
 # Topic configs whose default Kafka 4 reports from the cluster-wide broker default: a new
@@ -53,7 +63,7 @@ CLUSTER_DEFAULT_TOPIC_CONFIGS: Final = frozenset({"min_insync_replicas"})
 TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_LIST = 2, 3, 5, 7
 _TYPES: Final = {"int": TYPE_INT, "long": TYPE_LONG, "list": TYPE_LIST, "enum": TYPE_STRING}
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
-NOT_ALTERABLE: Final = "only topic and broker configs can be altered"
+NOT_ALTERABLE: Final = "only topic, broker and group configs can be altered"
 
 
 def _broker_result(ctx: KafkaContext, res: Any) -> Any:
@@ -80,6 +90,25 @@ def _broker_result(ctx: KafkaContext, res: Any) -> Any:
                                    resource_name=res.resource_name, configs=entries)
 
 
+def _group_result(ctx: KafkaContext, res: Any, include_synonyms: bool, include_documentation: bool) -> Any:
+    R = DescribeConfigsResponse
+    Entry = R.DescribeConfigsResult.DescribeConfigsResourceResult
+    Synonym = Entry.DescribeConfigsSynonym
+    code, message, entries = errors.NONE, None, []
+    try:
+        if not res.resource_name:
+            raise InvalidRequestError(EMPTY_GROUP)
+        configs = ctx.admin().group_configs(res.resource_name)  # DESCRIBE_CONFIGS on the group
+        keys = None if res.configuration_keys is None else set(res.configuration_keys)
+        for e in group_entries(ctx.node_config, configs, keys, include_synonyms=include_synonyms,
+                               include_documentation=include_documentation):
+            entries.append(Entry(**{**e, "synonyms": [Synonym(**s) for s in e["synonyms"]]}))
+    except Exception as exc:  # noqa: BLE001 - this resource's answer
+        code, message = errors.kafka_error(exc)
+    return R.DescribeConfigsResult(error_code=code, error_message=message, resource_type=res.resource_type,
+                                   resource_name=res.resource_name, configs=entries)
+
+
 async def handle_describe_configs(ctx: KafkaContext, call: Call) -> Reply:
     request = call.request
     R = DescribeConfigsResponse
@@ -88,6 +117,10 @@ async def handle_describe_configs(ctx: KafkaContext, call: Call) -> Reply:
     for res in request.resources:
         if res.resource_type == BROKER:
             results.append(_broker_result(ctx, res))
+            continue
+        if res.resource_type == GROUP:
+            results.append(_group_result(ctx, res, bool(getattr(request, "include_synonyms", False)),
+                                         bool(getattr(request, "include_documentation", False))))
             continue
         if res.resource_type != TOPIC:
             results.append(R.DescribeConfigsResult(
@@ -132,8 +165,9 @@ async def handle_alter_configs(ctx: KafkaContext, call: Call) -> Reply:
         out = []
         for res in request.resources:
             new = {c.name: c.value for c in res.configs if c.value is not None}
-            if res.resource_type == BROKER:
-                code, message = await _replace_broker(ctx, res.resource_name, new, request.validate_only)
+            if res.resource_type in (BROKER, GROUP):
+                code, message = await _replace_dynamic(ctx, res.resource_type, res.resource_name, new,
+                                                       request.validate_only)
             elif res.resource_type != TOPIC:
                 code, message = errors.INVALID_REQUEST, NOT_ALTERABLE
             else:
@@ -170,11 +204,28 @@ async def _alter_broker(ctx: KafkaContext, resource: str, set_: dict[str, str], 
         await ctx.admin().alter_broker_configs(resource, set_, delete)
 
 
-async def _replace_broker(ctx: KafkaContext, resource: str, new: dict[str, str],
-                          validate_only: bool) -> tuple[int, str | None]:
+async def _alter_group(ctx: KafkaContext, group_id: str, set_: dict[str, str], delete: list[str],
+                       validate_only: bool) -> None:
+    """Set and delete a group's configs: the controller checks them (ALTER_CONFIGS on the group
+    first: the guard); validate_only checks them here as the controller would."""
+    if not group_id:
+        raise InvalidRequestError(EMPTY_GROUP)
+    if validate_only:
+        group_config.alter(ctx.metadata.image.group_configs.get(group_id, {}), set_, delete)
+    else:
+        await ctx.admin().alter_group_configs(group_id, set_, delete)
+
+
+async def _replace_dynamic(ctx: KafkaContext, resource_type: int, name: str, new: dict[str, str],
+                           validate_only: bool) -> tuple[int, str | None]:
+    """AlterConfigs of a broker or a group: set `new`, delete the keys set now and not in it."""
     try:
-        current = ctx.metadata.image.broker_configs.get(resource, {})
-        await _alter_broker(ctx, resource, new, sorted(set(current) - set(new)), validate_only)
+        image = ctx.metadata.image
+        if resource_type == BROKER:
+            current, alter = image.broker_configs.get(name, {}), _alter_broker
+        else:
+            current, alter = image.group_configs.get(name, {}), _alter_group
+        await alter(ctx, name, new, sorted(set(current) - set(new)), validate_only)
         return errors.NONE, None
     except Exception as exc:  # noqa: BLE001 - this resource's answer
         return errors.kafka_error(exc)
@@ -194,9 +245,9 @@ async def handle_incremental_alter_configs(ctx: KafkaContext, call: Call) -> Rep
     R = IncrementalAlterConfigsResponse
 
     async def one(res: Any) -> tuple[int, str | None]:
-        if res.resource_type not in (TOPIC, BROKER):
+        if res.resource_type not in ALTERABLE:
             return errors.INVALID_REQUEST, NOT_ALTERABLE
-        key_of = canonical_key if res.resource_type == TOPIC else str
+        key_of = canonical_key if res.resource_type == TOPIC else str  # brokers and groups: Kafka's names
         set_: dict[str, str] = {}
         delete: list[str] = []
         try:
@@ -222,6 +273,9 @@ async def handle_incremental_alter_configs(ctx: KafkaContext, call: Call) -> Rep
                                              "SET, DELETE, APPEND, SUBTRACT", key=c.name)
             if res.resource_type == BROKER:
                 await _alter_broker(ctx, res.resource_name, set_, delete, request.validate_only)
+                return errors.NONE, None
+            if res.resource_type == GROUP:
+                await _alter_group(ctx, res.resource_name, set_, delete, request.validate_only)
                 return errors.NONE, None
             normalized = normalize_configs(set_)
             if set(normalized) & set(delete):

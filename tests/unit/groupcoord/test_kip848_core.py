@@ -493,3 +493,16 @@ def test_migration_policy_gates_both_ways():
     with pytest.raises(UnknownMemberIdError):  # a KIP-848 member has no classic heartbeat
         Client(s, "b", subscribed_topic_names=SUBSCRIBED)
         s.answer(s.c.heartbeat(group_id=G, member_id="b", generation_id=cg.members["b"].member_epoch, now_ms=s.now))
+def test_a_groups_own_session_timeout_and_heartbeat_interval_apply_at_the_next_heartbeat():
+    s = Shell()
+    configs: dict[str, dict[str, str]] = {}
+    s.c.use_group_configs(lambda group_id: configs.get(group_id, {}))
+    a = s.hb()
+    assert a["heartbeat_interval_ms"] == 500
+    configs[G] = {"consumer.session.timeout.ms": "60000", "consumer.heartbeat.interval.ms": "1500"}
+    a = s.hb(a["member_id"], a["member_epoch"])
+    assert a["heartbeat_interval_ms"] == 1500
+    s.tick(SESSION + 1)  # past the broker's session timeout, within the group's
+    assert a["member_id"] in s.c.consumer_group(G).members
+    s.tick(60_000)
+    assert a["member_id"] not in s.c.consumer_group(G).members

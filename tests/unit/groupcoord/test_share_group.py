@@ -106,3 +106,15 @@ def test_a_new_coordinator_restores_the_group_and_its_members_keep_heartbeating(
         new.heartbeat(group_id="q", member_id=b.member_id, member_epoch=b.member_epoch - 1, now_ms=5100, topics=TOPICS)
     assert new.expire(5900, TOPICS) == [], "restored sessions start at the restore"
     assert groups().snapshot("q") is None
+
+
+def test_a_groups_own_session_timeout_and_heartbeat_interval_apply_at_the_next_use():
+    g = groups()
+    own: dict[str, ShareGroupConfig] = {}
+    g.config_of = lambda group_id: own.get(group_id, g.config)
+    assert join(g, "a").heartbeat_interval_ms == 100
+    own["q"] = ShareGroupConfig(session_timeout_ms=5000, heartbeat_interval_ms=2000)  # a group config set
+    beat = g.heartbeat(group_id="q", member_id="a", member_epoch=1, now_ms=10, topics=TOPICS)
+    assert beat.heartbeat_interval_ms == 2000
+    assert g.expire(1500, TOPICS) == [] and g.next_deadline_ms() == 5010  # the broker's 1000 ms would drop it
+    assert g.expire(5010, TOPICS) == [("q", "a")]

@@ -8,7 +8,11 @@ import pytest
 from metadata.authorizer import Authorizer
 from metadata.port import ConfigEntry, FeatureUpdate, NewPartitions, NewTopic, TopicCreated, TopicDeleted, TopicDescription
 from raftlog.base.acl import AclBinding
-from raftlog.base.errors import ClusterAuthorizationFailedError, TopicAuthorizationFailedError
+from raftlog.base.errors import (
+    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    TopicAuthorizationFailedError,
+)
 from raftlog.node.authorize import Guard
 from raftlog.node.guarded_metadata import GuardedMetadata
 
@@ -54,6 +58,13 @@ class RecordingPort:
 
     async def update_features(self, updates, *, validate_only):
         self.seen.append(("update_features", None))
+
+    def group_configs(self, group_id):
+        self.seen.append(("group_configs", group_id))
+        return {}
+
+    async def alter_group_configs(self, group_id, set_, delete):
+        self.seen.append(("alter_group_configs", group_id))
 
 
 def guarded(acls):
@@ -105,3 +116,17 @@ async def test_config_and_cluster_ops_raise_their_refusal_before_the_port():
     with pytest.raises(ClusterAuthorizationFailedError):
         admin.authorize_cluster_describe()
     assert port.seen == [("describe_topic_configs", "t")]
+
+
+async def test_group_configs_need_describe_configs_or_alter_configs_on_the_group():
+    port, admin = guarded([acl("group", "jobs", "describe_configs"), acl("group", "team-", "alter_configs", "prefixed")])
+    assert admin.group_configs("jobs") == {}
+    assert admin.group_configs("team-a") == {}  # ALTER_CONFIGS implies DESCRIBE_CONFIGS (Kafka's rule)
+    with pytest.raises(GroupAuthorizationFailedError):
+        admin.group_configs("other")
+    await admin.alter_group_configs("team-a", {"share.auto.offset.reset": "earliest"}, [])
+    with pytest.raises(GroupAuthorizationFailedError):
+        await admin.alter_group_configs("jobs", {"share.auto.offset.reset": "earliest"}, [])
+    assert port.seen == [("group_configs", "jobs"), ("group_configs", "team-a"), ("alter_group_configs", "team-a")]
+    with pytest.raises(GroupAuthorizationFailedError):
+        admin.group_configs("kafka-cluster")  # a group may have the cluster resource's name
