@@ -21,8 +21,8 @@ results), `await allocate_producer_ids()`.
   restarted with 1,000 replicas after a load so busy (short of the GIL, most likely) that
   its links to the leaders fell silent, and the followers opened so far ran pre-votes
   against live leaders while the rest waited (450-3,000 leader changes logged during the
-  open instead of ~320). A new replica's open mostly waits on fsyncs: it takes the
-  DiskWork pool (with two threads, creating 1,000 partitions took 30% longer).
+  open instead of ~320). New replicas open in batches with one durability barrier each
+  (partition/fresh_open.py: their fsyncs were most of a creation's time).
 * Ticks: every core's `tick()` every `tick_ms` (50) from one task, except quiescent ones
   (partition/raft.py "Quiescence": an idle group holds its followers' fetches and its ticks
   do nothing): a replica leaves the tick set when a tick finds `needs_tick()` false and
@@ -77,6 +77,7 @@ from metadata.controller import LeaderReport
 from metadata.image import MetadataImage, PartitionState, TopicImage
 from metadata.topic_config import TopicConfig
 from partition.errors import StorageDamageError
+from partition.fresh_open import FreshOpens
 from partition.mover import Mover
 from partition.replica import (
     PARTITION_METADATA_FILE,
@@ -200,6 +201,7 @@ class ReplicaManager:
         self.disk = DiskWork()
         self._scrub_limiter = trio.CapacityLimiter(1)
         self._open_limiter = trio.CapacityLimiter(OPEN_THREADS)
+        self._fresh_opens = FreshOpens(self.disk.io, self._prepare_and_open)
         self._on_disk_at_start: set[str] = set()  # replica directories found by `run`
         self.scrub_bytes_per_s = settings.scrub_bytes_per_s
         self.scrub_interval_ms = settings.scrub_interval_ms
@@ -230,6 +232,7 @@ class ReplicaManager:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 await nursery.start(self.links.run)
+                nursery.start_soon(self._fresh_opens.run)
                 nursery.start_soon(self._reconcile_loop)
                 nursery.start_soon(self._tick_loop)
                 nursery.start_soon(self._maintain_loop)
@@ -428,8 +431,10 @@ class ReplicaManager:
             # A replica with data recovers it (mostly Python); a new one mostly waits on fsyncs.
             found = r.directory.name in self._on_disk_at_start
             self._on_disk_at_start.discard(r.directory.name)
-            limiter = self._open_limiter if found else self.disk.io
-            await trio.to_thread.run_sync(self._prepare_and_open, r, limiter=limiter)
+            if found:
+                await trio.to_thread.run_sync(self._prepare_and_open, r, limiter=self._open_limiter)
+            else:  # a new one: in a batch with the others (partition/fresh_open.py)
+                await self._fresh_opens.open(r)
         except (OSError, RaftlogError) as exc:
             r.offline_reason = f"open failed: {type(exc).__name__}: {exc}"
             r.offline_kind = offline_kind_of(exc)
