@@ -128,6 +128,7 @@ MIN_FREE_BYTES: Final = 4 << 20  # below this, a replica offline for a full disk
 SCRUB_STEP_BYTES: Final = 1 << 20  # one worker-thread read of the scrubber
 OPEN_THREADS: Final = 2  # replicas opened at once (module docstring, "Opening")
 SCRUB_IDLE_S: Final = 5.0  # nothing to scrub yet: look again after this
+PARTITION_BYTES_REFRESH_S: Final = 30.0  # leader_partition_bytes: the balancer's disk goal is slow
 class BrokerMetadata(BrokerDirectory, Protocol):
     """What the manager (and its port, partition/service.py) uses of the metadata service
     (metadata/service.py MetadataService)."""
@@ -209,8 +210,15 @@ class ReplicaManager:
         self.scrub_passes = 0
         self._reopen_at: dict[tuple[str, int], float] = {}
         self._open_failed: dict[tuple[str, int], Replica] = {}
+        # Indexes for the periodic passes (issue 46: at 10,000 replicas a pass over all of
+        # them every 0.5-2 s was most of an idle node's CPU): the leaders here (`_on_leadership`)
+        # and the replicas that went offline or failed to open (the reopen loop's work).
+        self._leaders: dict[tuple[str, int], Replica] = {}
+        self._offline: dict[tuple[str, int], Replica] = {}
+        self._partition_bytes: tuple[float, list[list[Any]]] | None = None  # (when, the list)
         self._metrics = StorageMetrics(registry if registry is not None else MetricsRegistry(),
-                                       lambda: self._replicas.values(), self.free_bytes)
+                                       lambda: self._replicas.values(), self.free_bytes,
+                                       on_offline=lambda r: self._offline.__setitem__((r.topic, r.partition), r))
         # The partition port (partition/port.py): the listeners' way in. Its native ops are
         # raftlog/node/native_partition.py's, behind the node's ACL guard.
         self.port = PartitionService(self, metadata)
@@ -240,7 +248,7 @@ class ReplicaManager:
                 nursery.start_soon(self._report_check_loop)
                 nursery.start_soon(self._reopen_loop)
                 nursery.start_soon(self._scrub_loop)
-                nursery.start_soon(Mover(self.replicas, lambda: self._image, self.metadata).run)
+                nursery.start_soon(Mover(self.leaders, lambda: self._image, self.metadata).run)
                 if self._image is not None:
                     self._image_changed.set()
                 task_status.started()
@@ -258,9 +266,8 @@ class ReplicaManager:
 
     async def drain(self) -> None:
         """Before a clean stop: resign every leadership so the followers elect at once."""
-        for replica in list(self._replicas.values()):
-            if replica.attached and replica.is_leader:
-                await replica.resign()
+        for replica in self.leaders():
+            await replica.resign()
         with trio.move_on_after(DRAIN_WAIT_S):
             while any(s["queued_messages"] for s in self.links.status().values()):
                 await trio.sleep(0.01)
@@ -286,11 +293,13 @@ class ReplicaManager:
 
     def leader_partition_bytes(self, limit: int = 10_000) -> list[list[Any]]:
         """[[topic, partition, bytes on disk]] of the partitions this broker leads (at most
-        `limit`): what its heartbeat tells the controller's balancer (issue 44)."""
-        out: list[list[Any]] = []
-        for r in self._replicas.values():
-            if r.attached and r.is_leader and r.log is not None and len(out) < limit:
-                out.append([r.topic, r.partition, r.log.size_bytes()])
+        `limit`): what its heartbeat tells the controller's balancer (issue 44). Computed at
+        most every PARTITION_BYTES_REFRESH_S (the heartbeats in between send the same list)."""
+        now = trio.current_time()
+        if self._partition_bytes is not None and now - self._partition_bytes[0] < PARTITION_BYTES_REFRESH_S:
+            return self._partition_bytes[1]
+        out = [[r.topic, r.partition, r.log.size_bytes()] for r in self.leaders() if r.log is not None][:limit]
+        self._partition_bytes = (now, out)
         return out
 
     def health(self) -> dict[str, Any]:
@@ -299,7 +308,7 @@ class ReplicaManager:
         report: dict[str, Any] = {
             "ok": not offline,
             "replicas": len(self._replicas),
-            "leaders": sum(1 for r in self._replicas.values() if r.is_leader),
+            "leaders": len(self.leaders()),
             "ticking": len(self._ticking),
             "tick_passes": self.tick_passes,
             "offline": offline,
@@ -329,6 +338,10 @@ class ReplicaManager:
 
     def replicas(self) -> list[Replica]:
         return [r for r in self._replicas.values() if r.attached]
+
+    def leaders(self) -> list[Replica]:
+        """The replicas that lead here now (open, serving)."""
+        return [r for r in self._leaders.values() if r.is_leader and r.attached]
 
     def local_leader(self, topic: str, partition: int) -> tuple[bool, int | None, int]:
         """(a replica of it is open here, the leader that replica knows or None, the epoch
@@ -398,6 +411,7 @@ class ReplicaManager:
             if w is None or w[0].topic_id != r.topic_id:
                 del self._replicas[key]
                 self._ticking.pop(key, None)
+                self._leaders.pop(key, None)
                 done = self._deleting.setdefault(r.directory, trio.Event())
                 self._nursery.start_soon(self._remove_replica, r, done)
                 continue
@@ -440,7 +454,7 @@ class ReplicaManager:
             r.offline_kind = offline_kind_of(exc)
             r.offline_since_ms = r.offline_since_ms or self._clock_ms()
             r.reopen_failures += 1
-            self._open_failed[(r.topic, r.partition)] = r  # the reopen loop tries again
+            self._open_failed[(r.topic, r.partition)] = self._offline[(r.topic, r.partition)] = r  # the reopen loop tries again
             log_event(logger, "replica_open_failed", level=logging.ERROR, topic=r.topic,
                       partition=r.partition, reason=r.offline_reason, kind=r.offline_kind)
             return
@@ -452,7 +466,9 @@ class ReplicaManager:
         if self._replicas.get((r.topic, r.partition)) is not r:
             await r.close()  # removed while opening
             return
-        log_event(logger, "replica_opened", topic=r.topic, partition=r.partition,
+        # A new one says so at debug: 10,000 lines at a creation cost the loop ~0.5 s.
+        log_event(logger, "replica_opened", level=logging.INFO if found else logging.DEBUG,
+                  topic=r.topic, partition=r.partition,
                   log_end_offset=r.log.log_end_offset, epoch=r.core.epoch, role=r.core.role.value)
         if r.new_log and p.preferred_leader == self.node_id:
             # A new partition: run now rather than after an election timeout. The other
@@ -546,12 +562,11 @@ class ReplicaManager:
         for b in heard:
             log_event(logger, "replica_link_heard", level=logging.DEBUG, broker_id=b)
         if silent or heard:
-            for r in list(self._replicas.values()):
-                if r.attached and r.is_leader:
-                    for b in silent:
-                        await r.follower_silent(b)
-                    for b in heard:
-                        await r.follower_heard(b)
+            for r in self.leaders():
+                for b in silent:
+                    await r.follower_silent(b)
+                for b in heard:
+                    await r.follower_heard(b)
 
     async def _leader_link_broken(self, broker_id: int) -> None:
         """A replica_fetch to `broker_id` failed: its quiescent followers here fetch now."""
@@ -577,8 +592,11 @@ class ReplicaManager:
         while True:
             await trio.sleep(REOPEN_CHECK_S)
             now = trio.current_time()
-            for key, r in list(self._replicas.items()):
-                if r.closed or r.offline_reason is None or now < self._reopen_at.get(key, 0.0):
+            for key, r in list(self._offline.items()):
+                if r.closed or r.offline_reason is None or self._replicas.get(key) is not r:
+                    del self._offline[key]  # back, or gone
+                    continue
+                if now < self._reopen_at.get(key, 0.0):
                     continue
                 free = await trio.to_thread.run_sync(self.free_bytes, limiter=self.disk.io)
                 if r.offline_kind == "disk_full" and free is not None and free < MIN_FREE_BYTES:
@@ -674,6 +692,11 @@ class ReplicaManager:
         self._leadership_listeners.append(listener)
 
     def _on_leadership(self, r: Replica) -> None:
+        key = (r.topic, r.partition)
+        if r.is_leader and self._replicas.get(key) is r:
+            self._leaders[key] = r
+        else:
+            self._leaders.pop(key, None)
         for listener in self._leadership_listeners:
             listener(r)
         if r.is_leader and self._nursery is not None:
@@ -766,9 +789,7 @@ class ReplicaManager:
         while True:
             await trio.sleep(REPORT_CHECK_S)
             image = self.image_now()
-            for r in list(self._replicas.values()):
-                if not (r.attached and r.is_leader):
-                    continue
+            for r in self.leaders():
                 p = image.partition(r.topic, r.partition)
                 if p is not None and (p.leader, p.leader_epoch) != (self.node_id, r.leader_epoch):
                     if p.leader_epoch <= r.leader_epoch:

@@ -86,6 +86,13 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 POLL_S = 0.05
 
 
+def poll_pause(started: float) -> float:
+    """The pause after a poll that began at `started`: POLL_S, or as long as the poll took
+    when that was longer (a `metadata` of 10,000 partitions takes the node a good part of a
+    second at a high load: polled back to back, the bench would be most of its load)."""
+    return max(POLL_S, time.monotonic() - started)
+
+
 class Conn:
     def __init__(self, address: str, timeout_s: float = 30.0):
         host, _, port = address.rpartition(":")
@@ -205,13 +212,14 @@ class Cluster:
         last: BaseException | None = None
         pause = threading.Event()
         while time.monotonic() < deadline:
+            started = time.monotonic()
             try:
                 value = predicate()
                 if value:
                     return value
             except (OSError, KeyError, TypeError, RaftlogError) as exc:
                 last = exc  # not yet: the cluster is still settling
-            pause.wait(POLL_S)
+            pause.wait(poll_pause(started))
         raise SystemExit(f"timed out after {timeout_s} s waiting for {what}: {last!r} "
                          f"(partitions led: {self.led_now})")
 
@@ -562,10 +570,11 @@ def main() -> int:
             first_led: dict[tuple[str, int], float] = {}
             deadline = t0 + 300
             while time.monotonic() < deadline:
+                started = time.monotonic()
                 try:
                     now_parts = cluster.partitions(via, topics)
                 except (OSError, RaftlogError):
-                    threading.Event().wait(POLL_S)
+                    threading.Event().wait(poll_pause(started))
                     continue
                 now = time.monotonic() - t0
                 for k in orphans:
@@ -573,7 +582,7 @@ def main() -> int:
                         first_led[k] = now
                 if all(p["leader"] in survivors for p in now_parts.values()):
                     break
-                threading.Event().wait(POLL_S)
+                threading.Event().wait(poll_pause(started))
             else:
                 raise SystemExit(f"not every partition led 300 s after killing node {victim}")
             all_led_s.append(time.monotonic() - t0)
