@@ -76,7 +76,6 @@ import trio
 from metadata.controller import LeaderReport
 from metadata.image import MetadataImage, PartitionState, TopicImage
 from metadata.topic_config import TopicConfig
-from partition.errors import StorageDamageError
 from partition.fresh_open import FreshOpens
 from partition.mover import Mover
 from partition.replica import (
@@ -88,7 +87,7 @@ from partition.replica import (
     log_config_for,
 )
 from partition.replication import SESSION_MAX_WAIT_MS, ReplicationLinks
-from partition.segment import SegmentVerifier
+from partition.scrubber import scrub_segment
 from partition.service import BrokerDirectory, PartitionService
 from partition.settings import PartitionSettings
 from partition.storage_metrics import StorageMetrics
@@ -125,7 +124,6 @@ REOPEN_CHECK_S: Final = 0.5
 REOPEN_BACKOFF_S: Final = 1.0
 REOPEN_BACKOFF_MAX_S: Final = 30.0
 MIN_FREE_BYTES: Final = 4 << 20  # below this, a replica offline for a full disk waits
-SCRUB_STEP_BYTES: Final = 1 << 20  # one worker-thread read of the scrubber
 OPEN_THREADS: Final = 2  # replicas opened at once (module docstring, "Opening")
 SCRUB_IDLE_S: Final = 5.0  # nothing to scrub yet: look again after this
 PARTITION_BYTES_REFRESH_S: Final = 30.0  # leader_partition_bytes: the balancer's disk goal is slow
@@ -215,6 +213,7 @@ class ReplicaManager:
         # and the replicas that went offline or failed to open (the reopen loop's work).
         self._leaders: dict[tuple[str, int], Replica] = {}
         self._offline: dict[tuple[str, int], Replica] = {}
+        self._reconciled: dict[str, TopicImage] = {}  # topic id -> its image at the last reconcile
         self._partition_bytes: tuple[float, list[list[Any]]] | None = None  # (when, the list)
         self._metrics = StorageMetrics(registry if registry is not None else MetricsRegistry(),
                                        lambda: self._replicas.values(), self.free_bytes,
@@ -395,8 +394,17 @@ class ReplicaManager:
                 self._reconcile(self._image)
 
     def _reconcile(self, image: MetadataImage) -> None:
+        # Only the topics whose (immutable) image changed since the last pass, or are gone:
+        # at 10,000 partitions a pass over all of them took half an idle node's loop, since
+        # every batch of leader moves is an image change (issue 46).
+        seen = self._reconciled
+        changed = [t for tid, t in image.topics.items() if seen.get(tid) is not t]
+        affected = {t.topic_id for t in changed} | (seen.keys() - image.topics.keys())
+        self._reconciled = dict(image.topics)
+        if not affected:
+            return
         wanted: dict[tuple[str, int], tuple[TopicImage, PartitionState, TopicConfig]] = {}
-        for topic in image.topics.values():
+        for topic in changed:
             # Parsed once per topic, not per replica (13 us a parse: at 1,000 replicas, 13 ms
             # of every image change, and a failover's leader moves make dozens of those).
             config = None
@@ -407,6 +415,8 @@ class ReplicaManager:
                     wanted[(topic.name, p.partition)] = (topic, p, config)
         assert self._nursery is not None
         for key, r in list(self._replicas.items()):
+            if r.topic_id not in affected and key not in wanted:
+                continue
             w = wanted.get(key)
             if w is None or w[0].topic_id != r.topic_id:
                 del self._replicas[key]
@@ -630,7 +640,7 @@ class ReplicaManager:
                 for base, _size in r.log.scrub_candidates():
                     if not (r.online and not r.closed):
                         break
-                    scrubbed += await self._scrub_segment(r, base)
+                    scrubbed += await scrub_segment(r, base, self._scrub_limiter, self._metrics, self.scrub_bytes_per_s)
             if scrubbed:
                 self.scrub_passes += 1
                 log_event(logger, "scrub_pass_done", level=logging.DEBUG, bytes=scrubbed,
@@ -638,33 +648,6 @@ class ReplicaManager:
                 await trio.sleep_until(started + self.scrub_interval_ms / 1000)
             else:
                 await trio.sleep(min(SCRUB_IDLE_S, self.scrub_interval_ms / 1000))
-
-    async def _scrub_segment(self, r: Replica, base: int) -> int:
-        """Check one segment in paced steps in a worker thread; returns the bytes read."""
-        log = r.log
-        read = 0
-        with log.pinned_segment(base) as found:
-            if found is None:
-                return 0
-            seg, nxt = found
-            check = SegmentVerifier(seg, max_offset=nxt, check_index=True)
-            while not check.done:
-                if r.log is not log or not r.online:
-                    return read
-                n = await trio.to_thread.run_sync(check.step, SCRUB_STEP_BYTES,
-                                                  limiter=self._scrub_limiter)
-                read += n
-                self._metrics.scrubbed(n)
-                await trio.sleep(n / self.scrub_bytes_per_s)
-        self._metrics.scrubbed_segment()
-        if check.damage is not None:
-            r.report_damage(StorageDamageError(check.damage, segment=base, position=check.valid_bytes,
-                                               offset=check.damage_offset), found_by="scrub")
-        elif check.index_problem is not None or log.index_files_match(base) is False:
-            r.report_damage(StorageDamageError(
-                check.index_problem or f"segment {seg.name}: index files differ from its indexes",
-                segment=base, position=0, offset=base, what="index"), found_by="scrub")
-        return read
 
     async def _maintain_loop(self) -> None:
         while True:
