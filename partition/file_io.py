@@ -20,7 +20,7 @@ from typing import Final
 __all__ = [
     "pread_exact", "pwrite_all", "WRITE_CHUNK_BYTES", "TMP_SUFFIX", "write_durably",
     "write_durably_many", "reserve_blocks", "ATOMIC_OVERWRITE_BYTES", "overwrite_durably",
-    "overwrite_durably_many", "write_whole_file", "read_or_none", "unlink_if_present",
+    "overwrite_durably_many", "write_whole_file", "make_new_dirs_durable", "read_or_none", "unlink_if_present",
     "fsync_path",
 ]
 
@@ -301,6 +301,34 @@ def unlink_if_present(path: Path) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+def make_new_dirs_durable(directories: list[Path]) -> None:
+    """Make directories just created, every file in them and their entries in their parents
+    durable: one syncfs(2) when they share a filesystem whose syncfs does that
+    (_SYNCFS_FILESYSTEMS), else an fsync of each file, each directory and each parent.
+    Blocking. Raises OSError."""
+    if not directories:
+        return
+    dev = os.stat(directories[0]).st_dev
+    if _syncfs_makes_durable(directories[0], dev) and all(
+            os.stat(d).st_dev == dev for d in directories[1:]):
+        fd = os.open(directories[0], os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            if _SYNCFS(fd) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"syncfs of {len(directories)} new directories: {os.strerror(err)}")
+        finally:
+            os.close(fd)
+        return
+    parents = set()
+    for d in directories:
+        for name in os.listdir(d):
+            fsync_path(d / name)
+        fsync_path(d)
+        parents.add(d.parent)
+    for parent in parents:
+        fsync_path(parent)
 
 
 def fsync_path(path: Path) -> bool:

@@ -21,8 +21,8 @@ results), `await allocate_producer_ids()`.
   restarted with 1,000 replicas after a load so busy (short of the GIL, most likely) that
   its links to the leaders fell silent, and the followers opened so far ran pre-votes
   against live leaders while the rest waited (450-3,000 leader changes logged during the
-  open instead of ~320). A new replica's open mostly waits on fsyncs: it takes the
-  DiskWork pool (with two threads, creating 1,000 partitions took 30% longer).
+  open instead of ~320). New replicas open in batches with one durability barrier each
+  (partition/fresh_open.py: their fsyncs were most of a creation's time).
 * Ticks: every core's `tick()` every `tick_ms` (50) from one task, except quiescent ones
   (partition/raft.py "Quiescence": an idle group holds its followers' fetches and its ticks
   do nothing): a replica leaves the tick set when a tick finds `needs_tick()` false and
@@ -76,7 +76,7 @@ import trio
 from metadata.controller import LeaderReport
 from metadata.image import MetadataImage, PartitionState, TopicImage
 from metadata.topic_config import TopicConfig
-from partition.errors import StorageDamageError
+from partition.fresh_open import FreshOpens
 from partition.mover import Mover
 from partition.replica import (
     PARTITION_METADATA_FILE,
@@ -87,7 +87,7 @@ from partition.replica import (
     log_config_for,
 )
 from partition.replication import SESSION_MAX_WAIT_MS, ReplicationLinks
-from partition.segment import SegmentVerifier
+from partition.scrubber import scrub_segment
 from partition.service import BrokerDirectory, PartitionService
 from partition.settings import PartitionSettings
 from partition.storage_metrics import StorageMetrics
@@ -124,9 +124,9 @@ REOPEN_CHECK_S: Final = 0.5
 REOPEN_BACKOFF_S: Final = 1.0
 REOPEN_BACKOFF_MAX_S: Final = 30.0
 MIN_FREE_BYTES: Final = 4 << 20  # below this, a replica offline for a full disk waits
-SCRUB_STEP_BYTES: Final = 1 << 20  # one worker-thread read of the scrubber
 OPEN_THREADS: Final = 2  # replicas opened at once (module docstring, "Opening")
 SCRUB_IDLE_S: Final = 5.0  # nothing to scrub yet: look again after this
+PARTITION_BYTES_REFRESH_S: Final = 30.0  # leader_partition_bytes: the balancer's disk goal is slow
 class BrokerMetadata(BrokerDirectory, Protocol):
     """What the manager (and its port, partition/service.py) uses of the metadata service
     (metadata/service.py MetadataService)."""
@@ -200,6 +200,7 @@ class ReplicaManager:
         self.disk = DiskWork()
         self._scrub_limiter = trio.CapacityLimiter(1)
         self._open_limiter = trio.CapacityLimiter(OPEN_THREADS)
+        self._fresh_opens = FreshOpens(self.disk.io, self._prepare_and_open)
         self._on_disk_at_start: set[str] = set()  # replica directories found by `run`
         self.scrub_bytes_per_s = settings.scrub_bytes_per_s
         self.scrub_interval_ms = settings.scrub_interval_ms
@@ -207,8 +208,16 @@ class ReplicaManager:
         self.scrub_passes = 0
         self._reopen_at: dict[tuple[str, int], float] = {}
         self._open_failed: dict[tuple[str, int], Replica] = {}
+        # Indexes for the periodic passes (issue 46: at 10,000 replicas a pass over all of
+        # them every 0.5-2 s was most of an idle node's CPU): the leaders here (`_on_leadership`)
+        # and the replicas that went offline or failed to open (the reopen loop's work).
+        self._leaders: dict[tuple[str, int], Replica] = {}
+        self._offline: dict[tuple[str, int], Replica] = {}
+        self._reconciled: dict[str, TopicImage] = {}  # topic id -> its image at the last reconcile
+        self._partition_bytes: tuple[float, list[list[Any]]] | None = None  # (when, the list)
         self._metrics = StorageMetrics(registry if registry is not None else MetricsRegistry(),
-                                       lambda: self._replicas.values(), self.free_bytes)
+                                       lambda: self._replicas.values(), self.free_bytes,
+                                       on_offline=lambda r: self._offline.__setitem__((r.topic, r.partition), r))
         # The partition port (partition/port.py): the listeners' way in. Its native ops are
         # raftlog/node/native_partition.py's, behind the node's ACL guard.
         self.port = PartitionService(self, metadata)
@@ -230,6 +239,7 @@ class ReplicaManager:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 await nursery.start(self.links.run)
+                nursery.start_soon(self._fresh_opens.run)
                 nursery.start_soon(self._reconcile_loop)
                 nursery.start_soon(self._tick_loop)
                 nursery.start_soon(self._maintain_loop)
@@ -237,7 +247,7 @@ class ReplicaManager:
                 nursery.start_soon(self._report_check_loop)
                 nursery.start_soon(self._reopen_loop)
                 nursery.start_soon(self._scrub_loop)
-                nursery.start_soon(Mover(self.replicas, lambda: self._image, self.metadata).run)
+                nursery.start_soon(Mover(self.leaders, lambda: self._image, self.metadata).run)
                 if self._image is not None:
                     self._image_changed.set()
                 task_status.started()
@@ -255,9 +265,8 @@ class ReplicaManager:
 
     async def drain(self) -> None:
         """Before a clean stop: resign every leadership so the followers elect at once."""
-        for replica in list(self._replicas.values()):
-            if replica.attached and replica.is_leader:
-                await replica.resign()
+        for replica in self.leaders():
+            await replica.resign()
         with trio.move_on_after(DRAIN_WAIT_S):
             while any(s["queued_messages"] for s in self.links.status().values()):
                 await trio.sleep(0.01)
@@ -283,11 +292,13 @@ class ReplicaManager:
 
     def leader_partition_bytes(self, limit: int = 10_000) -> list[list[Any]]:
         """[[topic, partition, bytes on disk]] of the partitions this broker leads (at most
-        `limit`): what its heartbeat tells the controller's balancer (issue 44)."""
-        out: list[list[Any]] = []
-        for r in self._replicas.values():
-            if r.attached and r.is_leader and r.log is not None and len(out) < limit:
-                out.append([r.topic, r.partition, r.log.size_bytes()])
+        `limit`): what its heartbeat tells the controller's balancer (issue 44). Computed at
+        most every PARTITION_BYTES_REFRESH_S (the heartbeats in between send the same list)."""
+        now = trio.current_time()
+        if self._partition_bytes is not None and now - self._partition_bytes[0] < PARTITION_BYTES_REFRESH_S:
+            return self._partition_bytes[1]
+        out = [[r.topic, r.partition, r.log.size_bytes()] for r in self.leaders() if r.log is not None][:limit]
+        self._partition_bytes = (now, out)
         return out
 
     def health(self) -> dict[str, Any]:
@@ -296,7 +307,7 @@ class ReplicaManager:
         report: dict[str, Any] = {
             "ok": not offline,
             "replicas": len(self._replicas),
-            "leaders": sum(1 for r in self._replicas.values() if r.is_leader),
+            "leaders": len(self.leaders()),
             "ticking": len(self._ticking),
             "tick_passes": self.tick_passes,
             "offline": offline,
@@ -326,6 +337,10 @@ class ReplicaManager:
 
     def replicas(self) -> list[Replica]:
         return [r for r in self._replicas.values() if r.attached]
+
+    def leaders(self) -> list[Replica]:
+        """The replicas that lead here now (open, serving)."""
+        return [r for r in self._leaders.values() if r.is_leader and r.attached]
 
     def local_leader(self, topic: str, partition: int) -> tuple[bool, int | None, int]:
         """(a replica of it is open here, the leader that replica knows or None, the epoch
@@ -379,8 +394,17 @@ class ReplicaManager:
                 self._reconcile(self._image)
 
     def _reconcile(self, image: MetadataImage) -> None:
+        # Only the topics whose (immutable) image changed since the last pass, or are gone:
+        # at 10,000 partitions a pass over all of them took half an idle node's loop, since
+        # every batch of leader moves is an image change (issue 46).
+        seen = self._reconciled
+        changed = [t for tid, t in image.topics.items() if seen.get(tid) is not t]
+        affected = {t.topic_id for t in changed} | (seen.keys() - image.topics.keys())
+        self._reconciled = dict(image.topics)
+        if not affected:
+            return
         wanted: dict[tuple[str, int], tuple[TopicImage, PartitionState, TopicConfig]] = {}
-        for topic in image.topics.values():
+        for topic in changed:
             # Parsed once per topic, not per replica (13 us a parse: at 1,000 replicas, 13 ms
             # of every image change, and a failover's leader moves make dozens of those).
             config = None
@@ -391,10 +415,13 @@ class ReplicaManager:
                     wanted[(topic.name, p.partition)] = (topic, p, config)
         assert self._nursery is not None
         for key, r in list(self._replicas.items()):
+            if r.topic_id not in affected and key not in wanted:
+                continue
             w = wanted.get(key)
             if w is None or w[0].topic_id != r.topic_id:
                 del self._replicas[key]
                 self._ticking.pop(key, None)
+                self._leaders.pop(key, None)
                 done = self._deleting.setdefault(r.directory, trio.Event())
                 self._nursery.start_soon(self._remove_replica, r, done)
                 continue
@@ -428,14 +455,16 @@ class ReplicaManager:
             # A replica with data recovers it (mostly Python); a new one mostly waits on fsyncs.
             found = r.directory.name in self._on_disk_at_start
             self._on_disk_at_start.discard(r.directory.name)
-            limiter = self._open_limiter if found else self.disk.io
-            await trio.to_thread.run_sync(self._prepare_and_open, r, limiter=limiter)
+            if found:
+                await trio.to_thread.run_sync(self._prepare_and_open, r, limiter=self._open_limiter)
+            else:  # a new one: in a batch with the others (partition/fresh_open.py)
+                await self._fresh_opens.open(r)
         except (OSError, RaftlogError) as exc:
             r.offline_reason = f"open failed: {type(exc).__name__}: {exc}"
             r.offline_kind = offline_kind_of(exc)
             r.offline_since_ms = r.offline_since_ms or self._clock_ms()
             r.reopen_failures += 1
-            self._open_failed[(r.topic, r.partition)] = r  # the reopen loop tries again
+            self._open_failed[(r.topic, r.partition)] = self._offline[(r.topic, r.partition)] = r  # the reopen loop tries again
             log_event(logger, "replica_open_failed", level=logging.ERROR, topic=r.topic,
                       partition=r.partition, reason=r.offline_reason, kind=r.offline_kind)
             return
@@ -447,7 +476,9 @@ class ReplicaManager:
         if self._replicas.get((r.topic, r.partition)) is not r:
             await r.close()  # removed while opening
             return
-        log_event(logger, "replica_opened", topic=r.topic, partition=r.partition,
+        # A new one says so at debug: 10,000 lines at a creation cost the loop ~0.5 s.
+        log_event(logger, "replica_opened", level=logging.INFO if found else logging.DEBUG,
+                  topic=r.topic, partition=r.partition,
                   log_end_offset=r.log.log_end_offset, epoch=r.core.epoch, role=r.core.role.value)
         if r.new_log and p.preferred_leader == self.node_id:
             # A new partition: run now rather than after an election timeout. The other
@@ -541,12 +572,11 @@ class ReplicaManager:
         for b in heard:
             log_event(logger, "replica_link_heard", level=logging.DEBUG, broker_id=b)
         if silent or heard:
-            for r in list(self._replicas.values()):
-                if r.attached and r.is_leader:
-                    for b in silent:
-                        await r.follower_silent(b)
-                    for b in heard:
-                        await r.follower_heard(b)
+            for r in self.leaders():
+                for b in silent:
+                    await r.follower_silent(b)
+                for b in heard:
+                    await r.follower_heard(b)
 
     async def _leader_link_broken(self, broker_id: int) -> None:
         """A replica_fetch to `broker_id` failed: its quiescent followers here fetch now."""
@@ -572,8 +602,11 @@ class ReplicaManager:
         while True:
             await trio.sleep(REOPEN_CHECK_S)
             now = trio.current_time()
-            for key, r in list(self._replicas.items()):
-                if r.closed or r.offline_reason is None or now < self._reopen_at.get(key, 0.0):
+            for key, r in list(self._offline.items()):
+                if r.closed or r.offline_reason is None or self._replicas.get(key) is not r:
+                    del self._offline[key]  # back, or gone
+                    continue
+                if now < self._reopen_at.get(key, 0.0):
                     continue
                 free = await trio.to_thread.run_sync(self.free_bytes, limiter=self.disk.io)
                 if r.offline_kind == "disk_full" and free is not None and free < MIN_FREE_BYTES:
@@ -607,7 +640,7 @@ class ReplicaManager:
                 for base, _size in r.log.scrub_candidates():
                     if not (r.online and not r.closed):
                         break
-                    scrubbed += await self._scrub_segment(r, base)
+                    scrubbed += await scrub_segment(r, base, self._scrub_limiter, self._metrics, self.scrub_bytes_per_s)
             if scrubbed:
                 self.scrub_passes += 1
                 log_event(logger, "scrub_pass_done", level=logging.DEBUG, bytes=scrubbed,
@@ -615,33 +648,6 @@ class ReplicaManager:
                 await trio.sleep_until(started + self.scrub_interval_ms / 1000)
             else:
                 await trio.sleep(min(SCRUB_IDLE_S, self.scrub_interval_ms / 1000))
-
-    async def _scrub_segment(self, r: Replica, base: int) -> int:
-        """Check one segment in paced steps in a worker thread; returns the bytes read."""
-        log = r.log
-        read = 0
-        with log.pinned_segment(base) as found:
-            if found is None:
-                return 0
-            seg, nxt = found
-            check = SegmentVerifier(seg, max_offset=nxt, check_index=True)
-            while not check.done:
-                if r.log is not log or not r.online:
-                    return read
-                n = await trio.to_thread.run_sync(check.step, SCRUB_STEP_BYTES,
-                                                  limiter=self._scrub_limiter)
-                read += n
-                self._metrics.scrubbed(n)
-                await trio.sleep(n / self.scrub_bytes_per_s)
-        self._metrics.scrubbed_segment()
-        if check.damage is not None:
-            r.report_damage(StorageDamageError(check.damage, segment=base, position=check.valid_bytes,
-                                               offset=check.damage_offset), found_by="scrub")
-        elif check.index_problem is not None or log.index_files_match(base) is False:
-            r.report_damage(StorageDamageError(
-                check.index_problem or f"segment {seg.name}: index files differ from its indexes",
-                segment=base, position=0, offset=base, what="index"), found_by="scrub")
-        return read
 
     async def _maintain_loop(self) -> None:
         while True:
@@ -669,6 +675,11 @@ class ReplicaManager:
         self._leadership_listeners.append(listener)
 
     def _on_leadership(self, r: Replica) -> None:
+        key = (r.topic, r.partition)
+        if r.is_leader and self._replicas.get(key) is r:
+            self._leaders[key] = r
+        else:
+            self._leaders.pop(key, None)
         for listener in self._leadership_listeners:
             listener(r)
         if r.is_leader and self._nursery is not None:
@@ -761,9 +772,7 @@ class ReplicaManager:
         while True:
             await trio.sleep(REPORT_CHECK_S)
             image = self.image_now()
-            for r in list(self._replicas.values()):
-                if not (r.attached and r.is_leader):
-                    continue
+            for r in self.leaders():
                 p = image.partition(r.topic, r.partition)
                 if p is not None and (p.leader, p.leader_epoch) != (self.node_id, r.leader_epoch):
                     if p.leader_epoch <= r.leader_epoch:

@@ -289,11 +289,12 @@ class Replica(ReplicaStorage, ReplicaReads, ReplicaWrites):
 
     # ---------------------------------------------------------------- lifecycle
 
-    def open(self) -> None:
+    def open(self, fresh: bool = False) -> None:
         """Blocking (run it in a worker thread before `attach`): write the partition
         metadata file, open and recover the log, read the quorum state, rebuild producer
-        state from the batch headers, build the core. Raises OSError, QuorumStateCorruptError."""
-        log, state = self._load()
+        state from the batch headers, build the core. Raises OSError, QuorumStateCorruptError.
+        `fresh`: a new directory, nothing fsynced (`_load`; partition/fresh_open.py)."""
+        log, state = self._load(fresh)
         self.log = log
         self.new_log = log.log_end_offset == 0 and state.epoch == 0
         self._build_core(log, state)

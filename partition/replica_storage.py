@@ -69,7 +69,7 @@ from partition.raft import (
     RaftCore,
     Role,
 )
-from partition.file_io import read_or_none, write_durably
+from partition.file_io import read_or_none, write_durably, write_whole_file
 from partition.quorum_state import (
     QUORUM_STATE_FILE,
     QuorumStateCommits,
@@ -166,18 +166,25 @@ LOUD_PRODUCER_WALK_BATCHES: Final = 1_000  # an open that walked more headers sa
 class ReplicaStorage:
     """Replica's storage work (module docstring)."""
 
-    def _load(self) -> tuple[Log, QuorumState]:
+    def _load(self, fresh: bool = False) -> tuple[Log, QuorumState]:
         """Blocking: open (and recover) the log and read the quorum state, flagging
         needs_catch_up durably when recovery, or a header damaged in a trusted segment found
-        by the producer-state rebuild, cut data (raft.py "Damaged storage")."""
+        by the producer-state rebuild, cut data (raft.py "Damaged storage"). `fresh`: make
+        the directory (FileExistsError if it is there) and a new log in it, fsyncing nothing
+        (`Log.open`'s `fresh`): the caller makes it durable before the replica serves."""
         d = self.directory
-        d.mkdir(mode=0o700, parents=True, exist_ok=True)
         meta = cbor2.dumps({"topic": self.topic, "partition": self.partition,
                             "topic_id": self.topic_id}, canonical=True)
-        if read_or_none(d / PARTITION_METADATA_FILE) != meta:
-            write_durably(d, PARTITION_METADATA_FILE, meta)
+        if fresh:
+            d.mkdir(mode=0o700)
+            write_whole_file(d / PARTITION_METADATA_FILE, meta)
+        else:
+            d.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if read_or_none(d / PARTITION_METADATA_FILE) != meta:
+                write_durably(d, PARTITION_METADATA_FILE, meta)
         now = self._clock_ms()
-        log = Log.open(d, log_config_for(self.topic_config), now_ms=now, files=self.disk.files)
+        log = Log.open(d, log_config_for(self.topic_config), now_ms=now, files=self.disk.files,
+                       fresh=fresh)
         try:
             if log.recovery is not None and log.recovery.segment is not None:
                 log_event(logger, "replica_tail_cut", level=logging.WARNING, topic=self.topic,

@@ -22,7 +22,9 @@ class StorageMetrics(ReplicaObserver):
     `replicas()` (the hosted replicas) and `free_bytes()` (the data dir's file system)."""
 
     def __init__(self, registry: MetricsRegistry, replicas: Callable[[], Iterable[Replica]],
-                 free_bytes: Callable[[], int | None]):
+                 free_bytes: Callable[[], int | None],
+                 on_offline: Callable[[Replica], None] | None = None):
+        self._on_offline = on_offline  # the replica manager's index of offline replicas
         self._scrub_bytes = registry.counter(
             "raftlog_scrub_bytes_total", "Bytes of sealed segments the scrubber re-read.")
         self._scrub_segments = registry.counter(
@@ -70,6 +72,8 @@ class StorageMetrics(ReplicaObserver):
 
     def went_offline(self, replica: Replica, kind: str) -> None:
         self._offline.labels(kind=kind).inc()
+        if self._on_offline is not None:
+            self._on_offline(replica)
 
     def reopened(self, replica: Replica, ok: bool) -> None:
         self._reopens.labels(outcome="ok" if ok else "failed").inc()

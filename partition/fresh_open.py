@@ -1,0 +1,99 @@
+"""Batched opens of new replicas (issue 46: 10,000 partitions RF 3 created in under a minute).
+
+A new partition's replica used to open like any other: its directory, partition metadata
+file and checkpoints each written durably, about ten fsyncs (1.8-3.7 ms each on this
+machine's ext4, every one a journal commit, serialised whichever thread asks). Creating
+10,000 partitions over three nodes on one disk took ~100 per second.
+
+Here the replicas the reconcile finds new (no directory of theirs at start) are opened
+together: each in its own new directory with nothing fsynced (`Replica.open(fresh=True)`:
+the partition metadata file, the empty active segment, no checkpoints), then ONE
+`make_new_dirs_durable` for the batch (a syncfs where that makes them durable, else an
+fsync per file and directory), all in one worker thread call; only then do the replicas
+attach, so nothing durable of theirs (a vote, an append) exists before their directories
+are. A replica whose directory is there after all (left by a run that stopped before its
+reconcile listed it) opens the usual way (`fallback`). Batches hold what arrived while the
+previous one ran, at most MAX_BATCH replicas; one batch runs at a time.
+
+Concurrency: trio-thread only (the batch itself in one worker thread).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final
+
+import trio
+
+from partition.file_io import make_new_dirs_durable
+from raftlog.base.errors import RaftlogError
+
+if TYPE_CHECKING:
+    from partition.replica import Replica
+
+__all__ = ["FreshOpens", "open_fresh_batch"]
+
+MAX_BATCH: Final = 500  # replicas opened in one worker-thread call (one durability barrier)
+
+
+def open_fresh_batch(replicas: list[Replica], fallback: Callable[[Replica], None]) -> list[BaseException | None]:
+    """Blocking: open each replica fresh (`fallback(replica)` for one whose directory exists),
+    then make the new directories durable at once. Returns an error or None per replica;
+    a replica that failed has no log open."""
+    errors: list[BaseException | None] = []
+    fresh: list[int] = []
+    for i, r in enumerate(replicas):
+        try:
+            try:
+                r.open(fresh=True)
+                fresh.append(i)
+            except FileExistsError:
+                fallback(r)
+            errors.append(None)
+        except (OSError, RaftlogError) as exc:
+            errors.append(exc)
+    try:
+        make_new_dirs_durable([replicas[i].directory for i in fresh])
+    except OSError as exc:
+        for i in fresh:
+            log = replicas[i].log
+            if log is not None:
+                log.close()
+            replicas[i].log = replicas[i].core = None
+            errors[i] = exc
+    return errors
+
+
+class FreshOpens:
+    """The batcher (module docstring): `await open(replica)` from any task, `run` in the
+    manager's nursery."""
+
+    def __init__(self, limiter: trio.CapacityLimiter, fallback: Callable[[Replica], None]):
+        self._limiter = limiter
+        self._fallback = fallback
+        self._queue: list[tuple[Replica, trio.Event, list[BaseException | None]]] = []
+        self._wake = trio.Event()
+        self.batches = 0  # batches run so far (tests)
+
+    async def open(self, r: Replica) -> None:
+        """Open `r` in the next batch. Raises what `Replica.open` raises."""
+        done = trio.Event()
+        result: list[BaseException | None] = [None]
+        self._queue.append((r, done, result))
+        self._wake.set()
+        await done.wait()
+        if result[0] is not None:
+            raise result[0]
+
+    async def run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            while self._queue:
+                batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+                errors = await trio.to_thread.run_sync(
+                    open_fresh_batch, [r for r, _, _ in batch], self._fallback, limiter=self._limiter)
+                self.batches += 1
+                for (_, done, result), error in zip(batch, errors, strict=True):
+                    result[0] = error
+                    done.set()

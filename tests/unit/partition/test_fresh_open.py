@@ -1,0 +1,184 @@
+"""New replicas open in batches with one durability barrier (partition/fresh_open.py, issue 46):
+a fresh log writes no checkpoint and fsyncs nothing, yet behaves and reopens as a log opened
+the usual way; the batch falls back for a directory that exists, reports errors per replica,
+and makes every new directory durable (one syncfs, or an fsync of each file and directory)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import trio
+
+from partition import fresh_open
+from partition import file_io
+from partition.checkpoint import LOG_START_CHECKPOINT
+from partition.fresh_open import FreshOpens, open_fresh_batch
+from partition.log import EPOCH_CHECKPOINT, Log, LogConfig
+from tests.unit.partition.test_log import mk, offsets_of, read_all
+
+pytestmark = pytest.mark.unit
+
+CONFIG = LogConfig(segment_bytes=1500, index_interval_bytes=100, retention_ms=-1)
+
+
+def test_fresh_log_writes_no_checkpoint_and_fsyncs_nothing(tmp_path, monkeypatch):
+    fsyncs = []
+    monkeypatch.setattr(os, "fsync", lambda fd: fsyncs.append(fd))
+    d = tmp_path / "t-0"
+    d.mkdir()
+    log = Log.open(d, CONFIG, now_ms=0, fresh=True)
+    try:
+        assert (log.log_start_offset, log.log_end_offset, log.flushed_offset) == (0, 0, 0)
+        assert fsyncs == []
+        assert sorted(os.listdir(d)) == [f"{0:020d}.log"]
+    finally:
+        monkeypatch.undo()
+        log.close()
+
+
+def test_fresh_log_appends_flushes_and_reopens_like_any(tmp_path):
+    d = tmp_path / "t-0"
+    d.mkdir()
+    log = Log.open(d, CONFIG, now_ms=0, fresh=True)
+    for _ in range(30):  # past a few segment rolls
+        log.append(mk(3), leader_epoch=2, now_ms=0)
+    assert log.flush() == 90
+    before = read_all(log)
+    log.close()
+    assert (d / EPOCH_CHECKPOINT).exists()  # the new epoch's entry, written durably at its append
+    again = Log.open(d, CONFIG, now_ms=0)
+    try:
+        assert again.log_end_offset == 90 and again.recovery.bytes_dropped == 0
+        assert read_all(again) == before
+        assert offsets_of(read_all(again)) == list(range(90))
+        assert again.epochs() == log.epochs()
+    finally:
+        again.close()
+
+
+def test_fresh_log_reopened_empty_writes_its_checkpoints(tmp_path):
+    d = tmp_path / "t-0"
+    d.mkdir()
+    Log.open(d, CONFIG, now_ms=0, fresh=True).close()
+    again = Log.open(d, CONFIG, now_ms=0)
+    try:
+        assert (again.log_start_offset, again.log_end_offset) == (0, 0)
+        assert (d / LOG_START_CHECKPOINT).exists()
+    finally:
+        again.close()
+
+
+def test_fresh_refuses_a_directory_with_a_log(tmp_path):
+    d = tmp_path / "t-0"
+    Log.open(d, CONFIG, now_ms=0).close()
+    with pytest.raises(FileExistsError):
+        Log.open(d, CONFIG, now_ms=0, fresh=True)
+
+
+class FakeReplica:
+    """What open_fresh_batch uses of a Replica."""
+
+    def __init__(self, directory: Path, fail: BaseException | None = None):
+        self.directory = directory
+        self.fail = fail
+        self.log: Log | None = None
+        self.core: object | None = None
+        self.opened: list[bool] = []
+
+    def open(self, fresh: bool = False) -> None:
+        if self.fail is not None:
+            raise self.fail
+        if fresh:
+            self.directory.mkdir()  # FileExistsError when it is there, as Replica's _load
+        self.log = Log.open(self.directory, CONFIG, now_ms=0, fresh=fresh)
+        self.core = object()
+        self.opened.append(fresh)
+
+
+def test_batch_falls_back_reports_errors_and_makes_new_dirs_durable(tmp_path, monkeypatch):
+    made_durable: list[list[Path]] = []
+    monkeypatch.setattr(fresh_open, "make_new_dirs_durable", lambda dirs: made_durable.append(list(dirs)))
+    (tmp_path / "t-1").mkdir()
+    rs = [FakeReplica(tmp_path / "t-0"), FakeReplica(tmp_path / "t-1"),
+          FakeReplica(tmp_path / "t-2", fail=OSError(28, "No space left on device"))]
+    errors = open_fresh_batch(rs, lambda r: r.open())
+    try:
+        assert [type(e) for e in errors] == [type(None), type(None), OSError]
+        assert rs[0].opened == [True] and rs[1].opened == [False]  # t-1 was there: the usual open
+        assert made_durable == [[tmp_path / "t-0"]]
+    finally:
+        for r in rs[:2]:
+            r.log.close()
+
+
+def test_failed_barrier_fails_the_fresh_ones_and_closes_their_logs(tmp_path, monkeypatch):
+    def fail(dirs):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(fresh_open, "make_new_dirs_durable", fail)
+    rs = [FakeReplica(tmp_path / "t-0"), FakeReplica(tmp_path / "t-1")]
+    errors = open_fresh_batch(rs, lambda r: r.open())
+    assert all(isinstance(e, OSError) for e in errors)
+    assert all(r.log is None and r.core is None for r in rs)
+
+
+def test_new_dirs_durable_without_syncfs_fsyncs_each_file_dir_and_parent(tmp_path, monkeypatch):
+    dirs = []
+    for i in range(2):
+        d = tmp_path / f"t-{i}"
+        d.mkdir()
+        (d / "a").write_bytes(b"x")
+        (d / "b").write_bytes(b"y")
+        dirs.append(d)
+    synced: list[Path] = []
+    monkeypatch.setattr(file_io, "_syncfs_makes_durable", lambda directory, dev: False)
+    monkeypatch.setattr(file_io, "fsync_path", lambda p: synced.append(p) or True)
+    file_io.make_new_dirs_durable(dirs)
+    assert sorted(synced) == sorted([*(d / n for d in dirs for n in "ab"), *dirs, tmp_path])
+
+
+def test_new_dirs_durable_with_syncfs_is_one_call(tmp_path, monkeypatch):
+    if file_io._SYNCFS is None:
+        pytest.skip("no syncfs here")
+    calls = []
+    real = file_io._SYNCFS
+    monkeypatch.setattr(file_io, "_syncfs_makes_durable", lambda directory, dev: True)
+    monkeypatch.setattr(file_io, "_SYNCFS", lambda fd: calls.append(fd) or real(fd))
+    dirs = [tmp_path / f"t-{i}" for i in range(3)]
+    for d in dirs:
+        d.mkdir()
+    file_io.make_new_dirs_durable(dirs)
+    assert len(calls) == 1
+
+
+def test_opens_that_arrive_together_share_a_batch(tmp_path, monkeypatch):
+    monkeypatch.setattr(fresh_open, "make_new_dirs_durable", lambda dirs: None)
+    rs = [FakeReplica(tmp_path / f"t-{i}") for i in range(5)] + [
+        FakeReplica(tmp_path / "bad", fail=OSError(28, "No space left on device"))]
+    opens = FreshOpens(trio.CapacityLimiter(1), lambda r: r.open())
+    failed: list[BaseException] = []
+
+    async def one(r):
+        try:
+            await opens.open(r)
+        except OSError as exc:
+            failed.append(exc)
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(opens.run)
+            async with trio.open_nursery() as inner:
+                for r in rs:
+                    inner.start_soon(one, r)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    try:
+        assert opens.batches == 1
+        assert [r.opened for r in rs[:5]] == [[True]] * 5
+        assert len(failed) == 1 and failed[0].errno == 28
+    finally:
+        for r in rs[:5]:
+            r.log.close()
