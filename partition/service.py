@@ -16,6 +16,13 @@ hosts (partition/manager.py hosts them; this module serves requests with them).
 * list offsets: -2 log start, -1 high watermark, -3 the batch with the largest timestamp
   (KIP-734), else the first batch with max timestamp >= ts below the high watermark (-1 if
   none). epoch end offsets: KIP-320, from the leader's in-memory epoch cache.
+  Read-your-acks: an acks=1 (or 0) produce is answered at the leader's append, and under
+  `flush.policy=always` the high watermark moves only at the fsync (a majority's on RF 3), so
+  a client's ListOffsets right after its answer could miss its own record (Kafka's RF-1 high
+  watermark moves at the append). Every query but -2 first waits, at most
+  LIST_OFFSETS_HW_WAIT_MS for the whole request, until the high watermark reaches the log
+  end as the request found it; the high watermark keeps its meaning (fsynced on a majority)
+  and acks=all keeps fsync-before-ack. Past the wait it answers the high watermark it has.
 * delete records: leader only; every replica's log start moves up, answered at a majority
   (or the deadline: REQUEST_TIMED_OUT, the deletion may still happen).
 * init producer id: ids from blocks the controller allocates; without a reachable
@@ -152,6 +159,12 @@ _CODECS: Final = {"uncompressed": Compression.NONE, "gzip": Compression.GZIP, "s
 def _validated_in(check: Callable[[], bytes | bytearray], codec: Compression) -> bytes | bytearray:
     """Validated records, then recompressed into `codec` where a batch is in another."""
     return recompress(check(), codec, max_decompressed_bytes=VALIDATE_MAX_DECOMPRESSED_BYTES)
+
+
+# ListOffsets' bounded wait for the high watermark to reach the log end (module docstring):
+# a few fsyncs at a loaded machine's pace; a log end the high watermark cannot reach (a
+# majority down) costs a request this much, once.
+LIST_OFFSETS_HW_WAIT_MS: Final = 500
 
 
 class PartitionService:
@@ -389,10 +402,15 @@ class PartitionService:
                            isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
                            ) -> list[OffsetResult]:
         results = []
+        # Read-your-acks (module docstring): the log end as this request found it, per partition.
+        deadline = trio.current_time() + LIST_OFFSETS_HW_WAIT_MS / 1000
         for q in queries:
             try:
                 r = self.leader_replica(q.topic, q.partition)
                 r.check_leader()
+                if q.timestamp != EARLIEST_TIMESTAMP:
+                    await r.wait_high_watermark(r.log.log_end_offset, deadline)
+                    r.check_leader()
                 hw = r.high_watermark
                 if isolation_level == IsolationLevel.READ_COMMITTED:
                     hw = r.last_stable_offset  # Kafka: read_committed's latest is the LSO
