@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -49,6 +50,7 @@ from typing import Final, Protocol
 import trio
 
 from metadata.image import MetadataImage
+from metadata.topic_config import INT64_MAX, TopicConfig
 from partition.batch import DEFAULT_MAX_DECOMPRESSED_BYTES, Compression, iter_headers
 from partition.errors import CorruptRecordError
 from partition.port import (
@@ -79,7 +81,7 @@ from partition.port import (
 from partition.replica import AckWaiter, Replica
 from partition.recompress import recompress
 from partition.telemetry import TopicTraffic, batch_records, slice_records
-from partition.validator import validate_client_records
+from partition.validator import TimestampPolicy, validate_client_records
 from raftlog.base.errors import (
     CoordinatorLoadInProgressError,
     InvalidRequestError,
@@ -167,6 +169,17 @@ def _validated_in(check: Callable[[], bytes | bytearray], codec: Compression) ->
 LIST_OFFSETS_HW_WAIT_MS: Final = 500
 
 
+def _timestamp_policy(config: TopicConfig, now_ms: int) -> TimestampPolicy | None:
+    """The topic's timestamp rules for one produce (validator.py TimestampPolicy), None for
+    the defaults (nothing to check or rewrite: no cost for most topics)."""
+    before = min(config.message_timestamp_before_max_ms, config.message_timestamp_difference_max_ms)
+    after = min(config.message_timestamp_after_max_ms, config.message_timestamp_difference_max_ms)
+    log_append_time = config.message_timestamp_type == "LogAppendTime"
+    if before == INT64_MAX and after == INT64_MAX and not log_append_time:
+        return None
+    return TimestampPolicy(now_ms, before, after, log_append_time)
+
+
 class PartitionService:
     """See the module docstring. Implements partition.port.PartitionPort."""
 
@@ -234,7 +247,8 @@ class PartitionService:
                 replica = self.leader_replica(topic, partition)
                 if not part.records:
                     raise CorruptRecordError("no records")
-                records = await self._validated(replica, part.records, client,
+                timestamps = _timestamp_policy(replica.topic_config, int(time.time() * 1000))
+                records = await self._validated(replica, part.records, client, timestamps,
                                                 transactional=transactional_id is not None)
                 verify = None
                 if transactional_id is not None and self.txn_verifier is not None:
@@ -244,6 +258,8 @@ class PartitionService:
                 if not res.duplicate:
                     traffic.produced(topic, len(records), res.last_offset - res.first_offset + 1)
                 result.base_offset = res.first_offset
+                if timestamps is not None and timestamps.log_append_time:
+                    result.log_append_time_ms = timestamps.now_ms  # Kafka answers it for LogAppendTime
                 result.log_start_offset = replica.log.log_start_offset  # Kafka's answer carries it
                 if res.waiter is not None:
                     appended.waits.append((result, res.waiter))
@@ -252,8 +268,8 @@ class PartitionService:
             appended.results.append(result)
         return appended
 
-    async def _validated(self, replica: Replica, records: bytes, client: ClientInfo, *,
-                         transactional: bool = False) -> bytes | bytearray:
+    async def _validated(self, replica: Replica, records: bytes, client: ClientInfo,
+                         timestamps: TimestampPolicy | None, *, transactional: bool = False) -> bytes | bytearray:
         """`records` as validate_client_records returns them: inline when uncompressed, in a
         worker thread (VALIDATE_THREADS) when a batch must be decompressed first. Logs a
         refusal (`produce_refused`, naming the client and the reason) and raises it."""
@@ -262,7 +278,7 @@ class PartitionService:
                         max_decompressed_bytes=VALIDATE_MAX_DECOMPRESSED_BYTES, topic=replica.topic,
                         transactional=transactional,
                         require_keys="compact" in replica.topic_config.cleanup_policy,
-                        partition=replica.partition)
+                        partition=replica.partition, timestamps=timestamps)
         codec = _CODECS.get(replica.topic_config.compression_type if replica.topic_config.compression_type
                             != "producer" else self.compression_type)
         if codec is not None:  # the topic's (else the broker's) compression.type: Kafka recompresses

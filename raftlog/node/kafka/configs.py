@@ -50,8 +50,8 @@ SOURCE_DEFAULT: Final = 5
 # cluster bootstraps a cluster-level min.insync.replicas record (KIP-966's eligible leader
 # replicas), so a topic without its own value answers DYNAMIC_DEFAULT_BROKER_CONFIG.
 CLUSTER_DEFAULT_TOPIC_CONFIGS: Final = frozenset({"min_insync_replicas"})
-TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_LIST = 2, 3, 5, 7
-_TYPES: Final = {"int": TYPE_INT, "long": TYPE_LONG, "list": TYPE_LIST, "enum": TYPE_STRING}
+TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_DOUBLE, TYPE_LIST = 2, 3, 5, 6, 7
+_TYPES: Final = {"int": TYPE_INT, "long": TYPE_LONG, "double": TYPE_DOUBLE, "list": TYPE_LIST, "enum": TYPE_STRING}
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 NOT_ALTERABLE: Final = "only topic and broker configs can be altered"
 # A topic config's broker synonym (Kafka's ServerTopicConfigSynonyms: the first broker name of
