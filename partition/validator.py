@@ -5,7 +5,11 @@ offset deltas or record lengths that disagree with the header made every later r
 
     records = validate_client_records(records, max_message_bytes=..., max_decompressed_bytes=...)
 
-Pure: bytes in, bytes (or an error) out; no clock, no I/O. The caller (partition/manager.py
+Pure: bytes in, bytes (or an error) out; no I/O, and the clock only as the caller's `now_ms`
+(`TimestampPolicy`: a topic's message.timestamp.before/after.max.ms, checked on each batch's
+first and largest timestamps, INVALID_TIMESTAMP; with LogAppendTime the batch's type bit and
+max timestamp are rewritten to `now_ms` and its CRC recomputed, as Kafka's LogValidator does;
+a topic with neither costs nothing). The caller (partition/manager.py
 `append_partitions`, where the Kafka listener's Produce and the native `produce` both pass)
 appends what it returns; batches the node writes itself (control batches, the group
 coordinator's) do not come through here, as Kafka validates only AppendOrigin.CLIENT this way.
@@ -20,7 +24,7 @@ stored) with the error Kafka's broker gives (LogValidator, UnifiedLog, KafkaApis
    records"); the transactional bit without a transactional id on the request
    (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka answers for transactional records without
    an authorized transactional id) or without a producer id (INVALID_RECORD); the LogAppendTime bit (INVALID_TIMESTAMP: "producer should not set
-   timestamp type to LogAppendTime"; topics here are CreateTime).
+   timestamp type to LogAppendTime": the leader sets it, below).
 4. Producer fields: producer_id -1 (none), or >= 0 with producer_epoch >= 0 and
    base_sequence >= 0 (INVALID_RECORD; Kafka checks the sequence, the epoch check is ours).
 5. Records, after decompression (bounded by `max_decompressed_bytes`: MESSAGE_TOO_LARGE past
