@@ -39,9 +39,6 @@ BUILD_TIMEOUT_S = 900.0
 # that check for a broker feature themselves (KIP-848, share groups, SCRAM/OAuth seeds) skip
 # on their own and are counted as skipped.
 KGO_EXCLUDED: dict[str, str] = {
-    "TestGroupETL":
-        "20,000 records through a chain of groups with rebalances: ran 30 min without finishing at load 45 on 2 cores; "
-        "run it alone (scripts/client_suites franz-go --run '^TestGroupETL$')",
     "TestIssueFetchLargerThanBrokerMaxReadBytes":
         "sets the broker's socket.request.max.bytes through AlterConfigs and restores it: a broker setting raftlog reads from its config file only",
 }
@@ -153,7 +150,7 @@ def run_kgo_suite(seeds: str, *, run: str | None = None, records: int = 20_000, 
                   log_path: Path | None = None) -> SuiteResult:
     """franz-go's own pkg/kgo tests against `seeds` (KGO_SEEDS), the unit tests with them, every
     test of KGO_EXCLUDED left out (`-skip`). `run` narrows it to a regex of test names; an
-    excluded test that `run` names runs (how TestGroupETL is run alone)."""
+    excluded test that `run` names runs."""
     ensure_modules()
     env = {**go_env(), "KGO_SEEDS": seeds, "KGO_TEST_RF": "3", "KGO_TEST_RECORDS": str(records),
            "KGO_LOG_LEVEL": "none"}
