@@ -84,7 +84,6 @@ class AppendResult:
 # partition in its ongoing transaction; raises the coordinator's error if not.
 TxnVerifier = Callable[[int, int], Awaitable[None]]
 
-TXN_CLOSE_WAIT_MAX_S = 5.0  # DeleteRecords' wait for an open transaction's marker (delete_records)
 MAX_PRODUCE_BATCHES = 10_000  # batches in one partition's `records` of one produce request
 
 
@@ -230,9 +229,10 @@ class ReplicaWrites:
         (below -1 or past the high watermark), RequestTimedOutError (deadline, or leadership
         lost meanwhile: the deletion may still happen), KafkaStorageError.
         A transaction open below `offset` is first given until its marker is committed (at most
-        half the time left, TXN_CLOSE_WAIT_MAX_S): Kafka cuts through it, raftlog never does
-        (issue 42), and a client that deletes right after commit_transaction() returned is
-        ahead of the markers, which the coordinator writes after answering (librdkafka 0103)."""
+        half the request's time left, so the deletion still fits in the rest): Kafka cuts
+        through it, raftlog never does (issue 42), and a client that deletes right after
+        commit_transaction() returned is ahead of the markers, which the coordinator writes
+        after answering (librdkafka 0103)."""
         self.check_leader()
         await self._wait_txns_closed_below(offset, deadline)
         async with self._lock:
@@ -272,7 +272,7 @@ class ReplicaWrites:
         """Until no transaction open or unstable starts below `offset` (-1: the high
         watermark), this replica stops leading, or the bounded wait ends (delete_records)."""
         now = trio.current_time()
-        with trio.move_on_at(min(now + (deadline - now) / 2, now + TXN_CLOSE_WAIT_MAX_S)):
+        with trio.move_on_at(now + (deadline - now) / 2):
             while self.is_leader and self.core is not None:
                 open_at = self.producers.txns.first_open_offset()
                 target = self.core.high_watermark if offset == -1 else offset
