@@ -9,9 +9,13 @@ DEFAULT_CONFIG). Names are Kafka's; `attr` is the NodeConfig field each one over
 
 Only settings a running node re-reads are dynamic (`DYNAMIC_BROKER_CONFIGS`): the defaults of
 new topics (read by the controller and by CreateTopics), auto-creation (Metadata) and the
-connection limits (the connection gate). Every other broker config is read-only: altering it
+connection limits (the connection gate). The broker configs raftlog reads at start
+(`STATIC_BROKER_CONFIGS`, Kafka's names DescribeConfigs lists) are read-only: altering one
 is refused with InvalidRequestError naming the keys, as Kafka refuses
-"Cannot update these configs dynamically".
+"Cannot update these configs dynamically". A name raftlog does not know at all is stored as
+given and has no effect, as Kafka stores a broker config name its KafkaConfig does not define
+(AlterConfigs and IncrementalAlterConfigs alike: KafkaJS's `alter broker configs` sets
+`cleanup.policy` on a broker); DescribeConfigs does not list it.
 
 Invariants:
 * A resource is `""` or a broker id in decimal; a stored value is the normalized string of a
@@ -37,7 +41,7 @@ from metadata.topic_config import COMPRESSION_TYPES
 from raftlog.base.errors import InvalidConfigError, InvalidRequestError
 
 __all__ = [
-    "BrokerConfigDef", "DYNAMIC_BROKER_CONFIGS", "CLUSTER_DEFAULT", "SOURCE_DYNAMIC_BROKER",
+    "BrokerConfigDef", "DYNAMIC_BROKER_CONFIGS", "STATIC_BROKER_CONFIGS", "CLUSTER_DEFAULT", "SOURCE_DYNAMIC_BROKER",
     "SOURCE_DYNAMIC_DEFAULT_BROKER", "check_resource", "normalize_broker_configs", "alter", "effective", "describe",
 ]
 
@@ -47,6 +51,8 @@ SOURCE_DYNAMIC_DEFAULT_BROKER: Final = 3
 INT32_MAX: Final = 2**31 - 1
 MAX_BROKER_ID_CHARS: Final = 10
 _INT_RE: Final = re.compile(r"-?(0|[1-9][0-9]*)\Z")
+_NAME_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}\Z")  # a config name as Kafka spells them
+MAX_UNKNOWN_VALUE_CHARS: Final = 4096
 
 
 @dataclass(frozen=True)
@@ -113,6 +119,20 @@ DYNAMIC_BROKER_CONFIGS: Final[Mapping[str, BrokerConfigDef]] = MappingProxyType(
 )})  # fmt: skip
 
 
+# The broker configs raftlog serves read-only (raftlog/node/kafka/broker_configs.py lists
+# them in DescribeConfigs; tests/unit/metadata checks the two agree) and Kafka's other
+# start-time settings a client is likely to try: refused, as Kafka refuses them.
+STATIC_BROKER_CONFIGS: Final = frozenset({
+    "broker.id", "node.id", "process.roles", "listeners", "advertised.listeners", "log.dirs", "log.dir",
+    "log.retention.hours", "log.retention.ms", "log.retention.minutes", "message.max.bytes",
+    "socket.request.max.bytes", "max.connections.per.ip.overrides", "connections.max.idle.ms",
+    "connections.max.reauth.ms", "sasl.server.max.receive.size", "sasl.enabled.mechanisms", "ssl.client.auth",
+    "super.users", "allow.everyone.if.no.acl.found", "raftlog.cluster.secret", "controller.quorum.voters",
+    "controller.listener.names", "inter.broker.listener.name", "listener.security.protocol.map",
+    "authorizer.class.name", "zookeeper.connect", "broker.rack",
+})
+
+
 def check_resource(resource: object) -> str:
     """`resource` if it names the cluster default (`""`) or a broker id; raises InvalidRequestError."""
     if not isinstance(resource, str) or not (
@@ -124,7 +144,7 @@ def check_resource(resource: object) -> str:
 
 
 def _refuse_static(names: list[str]) -> None:
-    static = sorted(n for n in names if n not in DYNAMIC_BROKER_CONFIGS)
+    static = sorted(n for n in names if n in STATIC_BROKER_CONFIGS)
     if static:
         raise InvalidRequestError(
             f"Cannot update these configs dynamically: {static} (raftlog applies only "
@@ -133,8 +153,9 @@ def _refuse_static(names: list[str]) -> None:
 
 
 def normalize_broker_configs(configs: Mapping[str, str]) -> dict[str, str]:
-    """Each value parsed and printed back (`" 007"` -> `"7"`, `"TRUE"` -> `"true"`). Raises
-    InvalidRequestError for a key that is not dynamic, InvalidConfigError for a bad value."""
+    """Each value parsed and printed back (`" 007"` -> `"7"`, `"TRUE"` -> `"true"`); a name
+    raftlog does not know kept as given (module docstring). Raises InvalidRequestError for a
+    read-only key (or a name that is not a broker config name), InvalidConfigError for a bad value."""
     if not isinstance(configs, Mapping):
         raise InvalidRequestError("broker configs must be a map of names to values")
     _refuse_static(list(configs))
@@ -142,6 +163,12 @@ def normalize_broker_configs(configs: Mapping[str, str]) -> dict[str, str]:
     for name, text in sorted(configs.items()):
         if not isinstance(text, str):
             raise InvalidConfigError(f"{name}: the value must be a string", key=name)
+        if name not in DYNAMIC_BROKER_CONFIGS:  # unknown: stored, no effect
+            if not _NAME_RE.match(name) or len(text) > MAX_UNKNOWN_VALUE_CHARS:
+                raise InvalidRequestError(f"{name[:60]!r}: not a broker config name, or its value is over "
+                                          f"{MAX_UNKNOWN_VALUE_CHARS} characters")
+            out[name] = text
+            continue
         try:
             value = DYNAMIC_BROKER_CONFIGS[name].parse(text)
         except ValueError as exc:

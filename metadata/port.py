@@ -267,6 +267,11 @@ class TopicPort(Protocol):
 
     async def create_topics(self, topics: Sequence[NewTopic]) -> list[TopicCreated]: ...
 
+    async def wait_leaders(self, names: Sequence[str], timeout_s: float) -> bool:
+        """Wait until every partition of each named topic has a leader in this node's image
+        (Kafka's CreateTopics answers once the new partitions' leaders are assigned); False
+        at `timeout_s` (the topics stay created). One wait on the image's change event."""
+
     async def delete_topics(self, names: Sequence[str]) -> list[TopicDeleted]: ...
 
     async def create_partitions(self, changes: Sequence[NewPartitions], *,

@@ -8,7 +8,7 @@ May import: raftlog.base and metadata's other modules (not service.py).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from metadata import quota_ops, security_ops
@@ -39,6 +39,7 @@ from metadata.topic_config import describe_configs
 from raftlog.base.acl import AclBinding, AclFilter
 from raftlog.base.errors import (
     RaftlogError,
+    RequestTimedOutError,
     SecurityDisabledError,
     UnknownTopicOrPartitionError,
     error_from_wire,
@@ -54,6 +55,29 @@ def complete_topic(image: MetadataImage, name: str) -> TopicImage | None:
     return topic if topic is not None and topic.complete else None
 
 
+def _all_led(names: Sequence[str]) -> Callable[[MetadataImage], bool]:
+    """A predicate for `wait_for`: every partition of each topic in `names` has a leader. It
+    keeps, per topic, the first partition not seen led, so each image change costs the
+    partitions that changed since, not a walk of them all (10,000-partition topics)."""
+    pending = dict.fromkeys(names, 0)
+
+    def check(image: MetadataImage) -> bool:
+        for name, first in list(pending.items()):
+            topic = image.topic(name)
+            if topic is None or not topic.complete:
+                return False
+            parts = topic.partitions
+            while first < len(parts) and parts[first].leader >= 0:
+                first += 1
+            if first < len(parts):
+                pending[name] = first
+                return False
+            del pending[name]
+        return True
+
+    return check
+
+
 class MetadataPortOps:
     """See the module docstring. The service provides `settings`, `image` and `_client_admin`."""
 
@@ -64,6 +88,9 @@ class MetadataPortOps:
         raise NotImplementedError
 
     async def _client_admin(self, request: Request) -> dict[str, Any]:
+        raise NotImplementedError
+
+    async def wait_for(self, predicate: Callable[[MetadataImage], Any], timeout_s: float) -> Any:
         raise NotImplementedError
 
     async def _admin(self, op: str, fields: Mapping[str, Any]) -> dict[str, Any]:
@@ -89,6 +116,15 @@ class MetadataPortOps:
             out.append(TopicCreated(t.name, answer.get("topic_id"),
                                     [list(p["replicas"]) for p in answer.get("partitions") or ()]))
         return out
+
+    async def wait_leaders(self, names: Sequence[str], timeout_s: float) -> bool:
+        if timeout_s <= 0:
+            return not names
+        try:
+            await self.wait_for(_all_led(names), timeout_s)
+        except RequestTimedOutError:
+            return False
+        return True
 
     async def delete_topics(self, names: Sequence[str]) -> list[TopicDeleted]:
         out = []

@@ -47,7 +47,7 @@ class ConfigDef:
     `normalize(typed) -> str` gives the canonical string."""
 
     name: str
-    type: str  # "long" | "int" | "enum" | "list"
+    type: str  # "long" | "int" | "double" | "enum" | "list"
     default: str
     doc: str
     parse: Callable[[str], object]
@@ -90,11 +90,19 @@ def _parse_cleanup_policy(text: str) -> str:
 
 def _parse_timestamp_type(text: str) -> str:
     text = text.strip()
-    if text == "LogAppendTime":
-        raise ValueError("LogAppendTime is not served: raftlog keeps each record's producer timestamp (CreateTime)")
-    if text != "CreateTime":
+    if text not in ("CreateTime", "LogAppendTime"):
         raise ValueError(f"{text!r} is not one of CreateTime, LogAppendTime")
     return text
+
+
+def _parse_ratio(text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number") from None
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{value} is out of range (0..1)")
+    return value
 
 
 COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
@@ -158,12 +166,30 @@ TOPIC_CONFIGS: Mapping[str, ConfigDef] = MappingProxyType(
                 "largest record batch a producer may append",
                 _int_parser(0, INT32_MAX), str,
             ),
-            # Kafka Streams sets it on every internal topic (CreateTime, the one raftlog serves).
             ConfigDef(
                 "message_timestamp_type", "enum", "CreateTime",
-                "the timestamp a record keeps: the producer's (CreateTime; LogAppendTime is not served)",
+                "the timestamp a batch keeps: the producer's (CreateTime), or the leader's clock at "
+                "its append (LogAppendTime: the batch's max timestamp rewritten, its CRC recomputed)",
                 _parse_timestamp_type, str,
             ),
+            # Checked on produce (partition/validator.py TimestampPolicy): INVALID_TIMESTAMP.
+            _long("message_timestamp_before_max_ms", INT64_MAX, 0,
+                  "refuse a CreateTime batch whose timestamps are older than this before the leader's clock"),
+            _long("message_timestamp_after_max_ms", INT64_MAX, 0,
+                  "refuse a CreateTime batch whose timestamps are further than this ahead of the leader's clock"),
+            _long("message_timestamp_difference_max_ms", INT64_MAX, 0,
+                  "Kafka 3's bound on both sides (before and after), for clients that still set it"),
+            # Kafka's cleaner and deletion knobs: accepted and stored, with no effect here
+            # (raftlog's cleaner compacts a segment once it is sealed; files go at once).
+            ConfigDef(
+                "min_cleanable_dirty_ratio", "double", "0.5",
+                "stored, no effect: raftlog's cleaner compacts every sealed segment, whatever the ratio",
+                _parse_ratio, repr,
+            ),
+            _long("max_compaction_lag_ms", INT64_MAX, 1,
+                  "stored, no effect: raftlog's cleaner compacts every sealed segment"),
+            _long("file_delete_delay_ms", 60000, 0,
+                  "stored, no effect: raftlog deletes a segment's files when retention drops it"),
             ConfigDef(
                 "compression_type", "enum", "producer",
                 "the codec batches are stored in: the producer's (producer), or the leader "
@@ -265,6 +291,12 @@ class TopicConfig:
     min_insync_replicas: int
     leader_replication_throttled_replicas: str = ""
     follower_replication_throttled_replicas: str = ""
+    message_timestamp_before_max_ms: int = INT64_MAX
+    message_timestamp_after_max_ms: int = INT64_MAX
+    message_timestamp_difference_max_ms: int = INT64_MAX
+    min_cleanable_dirty_ratio: float = 0.5
+    max_compaction_lag_ms: int = INT64_MAX
+    file_delete_delay_ms: int = 60000
 
     @property
     def compact(self) -> bool:

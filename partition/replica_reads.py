@@ -148,6 +148,18 @@ class ReplicaReads:
     def unwatch(self, event: trio.Event) -> None:
         self._watchers.discard(event)
 
+    async def wait_high_watermark(self, offset: int, deadline: float) -> None:
+        """Return once the high watermark reaches `offset`, this replica stops leading, or
+        `deadline` (trio time) passes; the caller reads the high watermark after."""
+        with trio.move_on_at(deadline):
+            while self.high_watermark < offset and self.is_leader:
+                event = trio.Event()
+                self.watch(event)
+                try:
+                    await event.wait()
+                finally:
+                    self.unwatch(event)
+
     def _wake_watchers(self) -> None:
         watchers, self._watchers = self._watchers, set()
         for ev in watchers:

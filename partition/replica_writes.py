@@ -227,8 +227,14 @@ class ReplicaWrites:
         (raft.py "Log start"). Returns the low watermark then (>= offset; the log start
         when `offset` is at or below it already). Raises NotLeaderError, OffsetOutOfRangeError
         (below -1 or past the high watermark), RequestTimedOutError (deadline, or leadership
-        lost meanwhile: the deletion may still happen), KafkaStorageError."""
+        lost meanwhile: the deletion may still happen), KafkaStorageError.
+        A transaction open below `offset` is first given until its marker is committed (at most
+        half the request's time left, so the deletion still fits in the rest): Kafka cuts
+        through it, raftlog never does (issue 42), and a client that deletes right after
+        commit_transaction() returned is ahead of the markers, which the coordinator writes
+        after answering (librdkafka 0103)."""
         self.check_leader()
+        await self._wait_txns_closed_below(offset, deadline)
         async with self._lock:
             self.check_leader()
             core = self.core
@@ -261,6 +267,23 @@ class ReplicaWrites:
             if waiter in self._delete_waiters:
                 self._delete_waiters.remove(waiter)
         return max(self.core.low_watermark, target) if self.core is not None else target
+
+    async def _wait_txns_closed_below(self, offset: int, deadline: float) -> None:
+        """Until no transaction open or unstable starts below `offset` (-1: the high
+        watermark), this replica stops leading, or the bounded wait ends (delete_records)."""
+        now = trio.current_time()
+        with trio.move_on_at(now + (deadline - now) / 2):
+            while self.is_leader and self.core is not None:
+                open_at = self.producers.txns.first_open_offset()
+                target = self.core.high_watermark if offset == -1 else offset
+                if open_at is None or not 0 <= open_at < target:
+                    return
+                event = trio.Event()
+                self.watch(event)  # the marker's commit moves the high watermark
+                try:
+                    await event.wait()
+                finally:
+                    self.unwatch(event)
 
     async def _advance_log_start(self, offset: int) -> None:
         # A writer call (one checkpoint fsync, whole-segment deletes): in a worker thread under

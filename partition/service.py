@@ -16,6 +16,13 @@ hosts (partition/manager.py hosts them; this module serves requests with them).
 * list offsets: -2 log start, -1 high watermark, -3 the batch with the largest timestamp
   (KIP-734), else the first batch with max timestamp >= ts below the high watermark (-1 if
   none). epoch end offsets: KIP-320, from the leader's in-memory epoch cache.
+  Read-your-acks: an acks=1 (or 0) produce is answered at the leader's append, and under
+  `flush.policy=always` the high watermark moves only at the fsync (a majority's on RF 3), so
+  a client's ListOffsets right after its answer could miss its own record (Kafka's RF-1 high
+  watermark moves at the append). Every query but -2 first waits, at most
+  LIST_OFFSETS_HW_WAIT_MS for the whole request, until the high watermark reaches the log
+  end as the request found it; the high watermark keeps its meaning (fsynced on a majority)
+  and acks=all keeps fsync-before-ack. Past the wait it answers the high watermark it has.
 * delete records: leader only; every replica's log start moves up, answered at a majority
   (or the deadline: REQUEST_TIMED_OUT, the deletion may still happen).
 * init producer id: ids from blocks the controller allocates; without a reachable
@@ -34,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -42,6 +50,7 @@ from typing import Final, Protocol
 import trio
 
 from metadata.image import MetadataImage
+from metadata.topic_config import INT64_MAX, TopicConfig
 from partition.batch import DEFAULT_MAX_DECOMPRESSED_BYTES, Compression, iter_headers
 from partition.errors import CorruptRecordError
 from partition.port import (
@@ -72,7 +81,7 @@ from partition.port import (
 from partition.replica import AckWaiter, Replica
 from partition.recompress import recompress
 from partition.telemetry import TopicTraffic, batch_records, slice_records
-from partition.validator import validate_client_records
+from partition.validator import TimestampPolicy, validate_client_records
 from raftlog.base.errors import (
     CoordinatorLoadInProgressError,
     InvalidRequestError,
@@ -154,6 +163,23 @@ def _validated_in(check: Callable[[], bytes | bytearray], codec: Compression) ->
     return recompress(check(), codec, max_decompressed_bytes=VALIDATE_MAX_DECOMPRESSED_BYTES)
 
 
+# ListOffsets' bounded wait for the high watermark to reach the log end (module docstring):
+# a few fsyncs at a loaded machine's pace; a log end the high watermark cannot reach (a
+# majority down) costs a request this much, once.
+LIST_OFFSETS_HW_WAIT_MS: Final = 500
+
+
+def _timestamp_policy(config: TopicConfig, now_ms: int) -> TimestampPolicy | None:
+    """The topic's timestamp rules for one produce (validator.py TimestampPolicy), None for
+    the defaults (nothing to check or rewrite: no cost for most topics)."""
+    before = min(config.message_timestamp_before_max_ms, config.message_timestamp_difference_max_ms)
+    after = min(config.message_timestamp_after_max_ms, config.message_timestamp_difference_max_ms)
+    log_append_time = config.message_timestamp_type == "LogAppendTime"
+    if before == INT64_MAX and after == INT64_MAX and not log_append_time:
+        return None
+    return TimestampPolicy(now_ms, before, after, log_append_time)
+
+
 class PartitionService:
     """See the module docstring. Implements partition.port.PartitionPort."""
 
@@ -221,7 +247,8 @@ class PartitionService:
                 replica = self.leader_replica(topic, partition)
                 if not part.records:
                     raise CorruptRecordError("no records")
-                records = await self._validated(replica, part.records, client,
+                timestamps = _timestamp_policy(replica.topic_config, int(time.time() * 1000))
+                records = await self._validated(replica, part.records, client, timestamps,
                                                 transactional=transactional_id is not None)
                 verify = None
                 if transactional_id is not None and self.txn_verifier is not None:
@@ -231,6 +258,8 @@ class PartitionService:
                 if not res.duplicate:
                     traffic.produced(topic, len(records), res.last_offset - res.first_offset + 1)
                 result.base_offset = res.first_offset
+                if timestamps is not None and timestamps.log_append_time:
+                    result.log_append_time_ms = timestamps.now_ms  # Kafka answers it for LogAppendTime
                 result.log_start_offset = replica.log.log_start_offset  # Kafka's answer carries it
                 if res.waiter is not None:
                     appended.waits.append((result, res.waiter))
@@ -239,8 +268,8 @@ class PartitionService:
             appended.results.append(result)
         return appended
 
-    async def _validated(self, replica: Replica, records: bytes, client: ClientInfo, *,
-                         transactional: bool = False) -> bytes | bytearray:
+    async def _validated(self, replica: Replica, records: bytes, client: ClientInfo,
+                         timestamps: TimestampPolicy | None, *, transactional: bool = False) -> bytes | bytearray:
         """`records` as validate_client_records returns them: inline when uncompressed, in a
         worker thread (VALIDATE_THREADS) when a batch must be decompressed first. Logs a
         refusal (`produce_refused`, naming the client and the reason) and raises it."""
@@ -249,7 +278,7 @@ class PartitionService:
                         max_decompressed_bytes=VALIDATE_MAX_DECOMPRESSED_BYTES, topic=replica.topic,
                         transactional=transactional,
                         require_keys="compact" in replica.topic_config.cleanup_policy,
-                        partition=replica.partition)
+                        partition=replica.partition, timestamps=timestamps)
         codec = _CODECS.get(replica.topic_config.compression_type if replica.topic_config.compression_type
                             != "producer" else self.compression_type)
         if codec is not None:  # the topic's (else the broker's) compression.type: Kafka recompresses
@@ -389,10 +418,15 @@ class PartitionService:
                            isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
                            ) -> list[OffsetResult]:
         results = []
+        # Read-your-acks (module docstring): the log end as this request found it, per partition.
+        deadline = trio.current_time() + LIST_OFFSETS_HW_WAIT_MS / 1000
         for q in queries:
             try:
                 r = self.leader_replica(q.topic, q.partition)
                 r.check_leader()
+                if q.timestamp != EARLIEST_TIMESTAMP:
+                    await r.wait_high_watermark(r.log.log_end_offset, deadline)
+                    r.check_leader()
                 hw = r.high_watermark
                 if isolation_level == IsolationLevel.READ_COMMITTED:
                     hw = r.last_stable_offset  # Kafka: read_committed's latest is the LSO

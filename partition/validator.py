@@ -5,7 +5,11 @@ offset deltas or record lengths that disagree with the header made every later r
 
     records = validate_client_records(records, max_message_bytes=..., max_decompressed_bytes=...)
 
-Pure: bytes in, bytes (or an error) out; no clock, no I/O. The caller (partition/manager.py
+Pure: bytes in, bytes (or an error) out; no I/O, and the clock only as the caller's `now_ms`
+(`TimestampPolicy`: a topic's message.timestamp.before/after.max.ms, checked on each batch's
+first and largest timestamps, INVALID_TIMESTAMP; with LogAppendTime the batch's type bit and
+max timestamp are rewritten to `now_ms` and its CRC recomputed, as Kafka's LogValidator does;
+a topic with neither costs nothing). The caller (partition/manager.py
 `append_partitions`, where the Kafka listener's Produce and the native `produce` both pass)
 appends what it returns; batches the node writes itself (control batches, the group
 coordinator's) do not come through here, as Kafka validates only AppendOrigin.CLIENT this way.
@@ -20,7 +24,7 @@ stored) with the error Kafka's broker gives (LogValidator, UnifiedLog, KafkaApis
    records"); the transactional bit without a transactional id on the request
    (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka answers for transactional records without
    an authorized transactional id) or without a producer id (INVALID_RECORD); the LogAppendTime bit (INVALID_TIMESTAMP: "producer should not set
-   timestamp type to LogAppendTime"; topics here are CreateTime).
+   timestamp type to LogAppendTime": the leader sets it, below).
 4. Producer fields: producer_id -1 (none), or >= 0 with producer_epoch >= 0 and
    base_sequence >= 0 (INVALID_RECORD; Kafka checks the sequence, the epoch check is ours).
 5. Records, after decompression (bounded by `max_decompressed_bytes`: MESSAGE_TOO_LARGE past
@@ -60,6 +64,7 @@ with it at load ~1 (the walk alone had added ~0.45 s at load 2-5); records/s the
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 import struct
 import sys
 from typing import Final
@@ -89,10 +94,13 @@ from raftlog.base.errors import (
     TransactionalIdAuthorizationFailedError,
 )
 
-__all__ = ["validate_client_records", "check_batch_header", "check_records", "batch_too_large"]
+__all__ = ["validate_client_records", "TimestampPolicy", "check_batch_header", "check_records", "batch_too_large"]
 
 _MAGIC_AT = 16
 _MAX_TIMESTAMP_AT = 35
+_ATTRIBUTES_AT = 21
+_LOG_APPEND_TIME_BIT = 0x08
+_INT16 = struct.Struct(">h")
 _CRC = struct.Struct(">I")
 _INT64 = struct.Struct(">q")
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -419,10 +427,36 @@ def _null_keys(data, start: int, end: int, h: Header, pos: int, where: str) -> N
             record_errors=[[i, message] for i in missing])
 
 
+@dataclass(frozen=True)
+class TimestampPolicy:
+    """A topic's timestamp rules at one moment (`now_ms`, the leader's clock): CreateTime
+    timestamps must lie in [now - before_max_ms, now + after_max_ms] (Kafka's
+    message.timestamp.before/after.max.ms; INVALID_TIMESTAMP), checked on each batch's first
+    and largest timestamps; `log_append_time`: the batch's timestamp type becomes
+    LogAppendTime and its max timestamp `now_ms` (Kafka's LogValidator; the CRC is recomputed)."""
+
+    now_ms: int
+    before_max_ms: int = _INT64_MAX
+    after_max_ms: int = _INT64_MAX
+    log_append_time: bool = False
+
+    def check(self, first: int, largest: int, pos: int) -> None:
+        if self.log_append_time:
+            return
+        low = self.now_ms - self.before_max_ms if self.before_max_ms < _INT64_MAX else None
+        high = self.now_ms + self.after_max_ms if self.after_max_ms < _INT64_MAX else None
+        for ts in (first, largest):
+            if ts >= 0 and ((low is not None and ts < low) or (high is not None and ts > high)):
+                raise InvalidTimestampError(
+                    f"batch at position {pos}: timestamp {ts} is out of range: the topic takes "
+                    f"[{low if low is not None else '-inf'}, {high if high is not None else '+inf'}] "
+                    "(message.timestamp.before.max.ms / after.max.ms)")
+
+
 def validate_client_records(
     records: bytes, *, max_message_bytes: int, max_decompressed_bytes: int, topic: str = "the topic",
     transactional: bool = False,
-    require_keys: bool = False, partition: int = -1,
+    require_keys: bool = False, partition: int = -1, timestamps: TimestampPolicy | None = None,
 ) -> bytes | bytearray:
     """Validate a producer's `records` (one or more RecordBatch v2) as the module docstring
     says. Returns the bytes to append: `records` itself, or a corrected copy when a max
@@ -430,7 +464,8 @@ def validate_client_records(
     CorruptRecordError, MessageTooLargeError, InvalidTimestampError,
     TransactionalIdAuthorizationFailedError, UnsupportedCompressionTypeError (a codec this
     node cannot read). `topic` names the topic in a MESSAGE_TOO_LARGE message; `require_keys`
-    (a compacted topic) refuses records without a key (step 7), naming topic-`partition`."""
+    (a compacted topic) refuses records without a key (step 7), naming topic-`partition`.
+    `timestamps`: the topic's bounds and LogAppendTime (TimestampPolicy)."""
     fixes: list[tuple[int, int]] = []  # (batch position, true max timestamp)
     pos = 0
     total = len(records)
@@ -455,13 +490,21 @@ def validate_client_records(
             max_timestamp = check_records(data, 0, len(data), h.record_count, h.base_timestamp, pos)
             if require_keys:
                 _null_keys(data, 0, len(data), h, pos, f"{topic}-{partition}")
-        if max_timestamp != h.max_timestamp:
+        if timestamps is not None:
+            timestamps.check(h.base_timestamp, max_timestamp, pos)
+            if timestamps.log_append_time:
+                max_timestamp = timestamps.now_ms
+        if max_timestamp != h.max_timestamp or (timestamps is not None and timestamps.log_append_time):
             fixes.append((pos, max_timestamp))
         pos = end
     if not fixes:
         return records
     fixed = bytearray(records)
+    log_append_time = timestamps is not None and timestamps.log_append_time
     for pos, max_timestamp in fixes:
+        if log_append_time:
+            attributes = _INT16.unpack_from(fixed, pos + _ATTRIBUTES_AT)[0]
+            _INT16.pack_into(fixed, pos + _ATTRIBUTES_AT, attributes | _LOG_APPEND_TIME_BIT)
         _INT64.pack_into(fixed, pos + _MAX_TIMESTAMP_AT, max_timestamp)
         end = pos + LOG_OVERHEAD + struct.unpack_from(">i", fixed, pos + 8)[0]
         _CRC.pack_into(fixed, pos + 17, crc32c(memoryview(fixed)[pos + CRC_START:end]))

@@ -92,6 +92,10 @@ class GuardedMetadata:
         return await self._per_topic(Operation.CREATE, topics, lambda t: t.name, self._port.create_topics,
                                      lambda t, error: TopicCreated(t.name, error=error))
 
+    async def wait_leaders(self, names: Sequence[str], timeout_s: float) -> bool:
+        """A wait on this node's image only (the caller just created `names`): no check."""
+        return await self._port.wait_leaders(names, timeout_s)
+
     async def delete_topics(self, names: Sequence[str]) -> list[TopicDeleted]:
         return await self._per_topic(self._topic_operation("delete_topic"), names, str, self._port.delete_topics,
                                      lambda name, error: TopicDeleted(name, error=error))

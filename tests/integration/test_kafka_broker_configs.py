@@ -260,3 +260,38 @@ def test_the_cli_elects_preferred_leaders(cluster: harness.NodeCluster) -> None:
     missing = subprocess.run([sys.executable, "-m", "raftlog.cli", "partitions", "elect-leaders", "elect", "9",
                               "--bootstrap", cluster.client(2)], capture_output=True, text=True, timeout=120)
     assert missing.returncode == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in missing.stdout, missing
+
+
+def test_a_broker_config_name_raftlog_does_not_know_is_stored_as_kafka_stores_it(cluster: harness.NodeCluster) -> None:
+    # KafkaJS's `alter broker configs`: AlterConfigs of a broker with a topic config's name.
+    assert _alter(cluster, 1, "2", {"cleanup.policy": "delete"}) == (NONE, None)
+    assert _incremental(cluster, 3, BROKER, "2", [("no.such.config", SET, "x")]) == (NONE, None)
+    assert _incremental(cluster, 3, BROKER, "2", [("no.such.config", DELETE, None),
+                                                  ("cleanup.policy", DELETE, None)]) == (NONE, None)
+    code, message = _incremental(cluster, 1, BROKER, "2", [("socket.request.max.bytes", SET, "1000")])
+    assert code == INVALID_REQUEST and "socket.request.max.bytes" in message  # read at start, as in Kafka
+    assert "cleanup.policy" not in _described(cluster, 2, "2")
+
+
+def test_a_topics_compression_type_lists_its_broker_synonym(cluster: harness.NodeCluster) -> None:
+    # KafkaJS's Broker describeConfigs: includeSynonyms lists the broker's compression.type.
+    admin = AdminClient({"bootstrap.servers": cluster.kafka_bootstrap()})
+    admin.create_topics([NewTopic("synonyms", 1, 1, config={"max.message.bytes": "12345"})])["synonyms"].result(timeout=30)
+    R = DescribeConfigsRequest
+
+    def described() -> dict[str, Any]:
+        with _sock(cluster, 1) as sock:
+            answer = call(sock, R[4](resources=[R.DescribeConfigsResource(
+                resource_type=TOPIC, resource_name="synonyms",
+                configuration_keys=["compression.type", "retention.ms", "max.message.bytes"])],
+                include_synonyms=True, include_documentation=False), 4, 2)
+        (result,) = answer.results
+        return result.error_code == NONE and {e.name: e for e in result.configs}
+
+    entries = _poll(described, "the new topic's configs")
+    compression = entries["compression.type"]
+    assert (compression.value, compression.config_source) == ("producer", 5)
+    assert [(s.name, s.value, s.source) for s in compression.synonyms] == [("compression.type", "producer", 5)]
+    assert entries["retention.ms"].synonyms == []  # log.retention.ms has no value: none, as in Kafka
+    assert [(s.name, s.value, s.source) for s in entries["max.message.bytes"].synonyms][0] == (
+        "max.message.bytes", "12345", 1)

@@ -8,7 +8,11 @@ replica assignment (partition indexes 0..n-1, the first replica of each the pref
 leader) is checked by the controller (metadata/reassignment.py `check_assignments`:
 INVALID_REPLICA_ASSIGNMENT with the reason) and needs -1 for both, as in Kafka
 (INVALID_REQUEST otherwise); `validate_only` checks the names, configs and assignment
-without creating. Config names may be Kafka's (`retention.ms`) or ours.
+without creating. Config names may be Kafka's (`retention.ms`) or ours. The answer comes once
+every partition of the topics created has a leader in this node's image (Kafka answers with
+the leaders assigned, so a Metadata request right after names them; raftlog's partitions
+elect in their own Raft groups), or when the request's `timeout_ms` passes (0: at once, as
+Kafka) with success all the same: the topics exist and their leaders follow.
 DeleteRecords runs the replica manager's `delete_records` (the native op's code): on each
 partition's leader, every replica's log start moves up to the offset (-1: the high
 watermark), answered with the low watermark once a majority holds it (partition/raft.py
@@ -112,7 +116,13 @@ async def handle_create_topics(ctx: KafkaContext, call: Call) -> Reply:
         )  # fmt: skip
 
     async def answer() -> Reply:
-        return R(throttle_time_ms=0, topics=[await one(t) for t in request.topics])
+        started = trio.current_time()
+        results = [await one(t) for t in request.topics]
+        created = [r.name for r in results if r.error_code == errors.NONE] if not request.validate_only else []
+        timeout_s = max(0, min(request.timeout_ms, ctx.request_timeout_ms - 1000)) / 1000
+        if created:  # Kafka answers with the leaders assigned (module docstring)
+            await ctx.admin().wait_leaders(created, timeout_s - (trio.current_time() - started))
+        return R(throttle_time_ms=0, topics=results)
 
     return Later(answer)
 

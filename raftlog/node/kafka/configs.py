@@ -60,10 +60,15 @@ SOURCE_DEFAULT: Final = 5
 # cluster bootstraps a cluster-level min.insync.replicas record (KIP-966's eligible leader
 # replicas), so a topic without its own value answers DYNAMIC_DEFAULT_BROKER_CONFIG.
 CLUSTER_DEFAULT_TOPIC_CONFIGS: Final = frozenset({"min_insync_replicas"})
-TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_LIST = 2, 3, 5, 7
-_TYPES: Final = {"int": TYPE_INT, "long": TYPE_LONG, "list": TYPE_LIST, "enum": TYPE_STRING}
+TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_DOUBLE, TYPE_LIST = 2, 3, 5, 6, 7
+_TYPES: Final = {"int": TYPE_INT, "long": TYPE_LONG, "double": TYPE_DOUBLE, "list": TYPE_LIST, "enum": TYPE_STRING}
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 NOT_ALTERABLE: Final = "only topic, broker and group configs can be altered"
+# A topic config's broker synonym (Kafka's ServerTopicConfigSynonyms: the first broker name of
+# each) among the broker configs raftlog lists (broker_configs.py). Kafka lists the broker
+# synonyms from that first name on that have a value, so retention.ms (log.retention.ms, no
+# default) has none; those raftlog does not list (log.segment.bytes ...) have none here.
+TOPIC_BROKER_SYNONYMS: Final = {"compression.type": "compression.type", "max.message.bytes": "message.max.bytes"}
 
 
 def _broker_result(ctx: KafkaContext, res: Any) -> Any:
@@ -109,6 +114,17 @@ def _group_result(ctx: KafkaContext, res: Any, include_synonyms: bool, include_d
                                    resource_name=res.resource_name, configs=entries)
 
 
+def _topic_synonyms(ctx: KafkaContext, name: str, value: str, is_default: bool) -> list[Any]:
+    """Kafka's synonyms of a topic config (most specific first): the topic's own value, then
+    its broker synonym (TOPIC_BROKER_SYNONYMS) with that config's value and source here."""
+    Synonym = DescribeConfigsResponse.DescribeConfigsResult.DescribeConfigsResourceResult.DescribeConfigsSynonym
+    out = [] if is_default else [Synonym(name=name, value=value, source=SOURCE_DYNAMIC_TOPIC)]
+    if name in TOPIC_BROKER_SYNONYMS and ctx.node_config is not None:
+        for e in broker_entries(ctx.node_config, {TOPIC_BROKER_SYNONYMS[name]}, ctx.metadata.image.broker_configs):
+            out.append(Synonym(name=e["name"], value=e["value"], source=e["config_source"]))
+    return out
+
+
 async def handle_describe_configs(ctx: KafkaContext, call: Call) -> Reply:
     request = call.request
     R = DescribeConfigsResponse
@@ -140,16 +156,20 @@ async def handle_describe_configs(ctx: KafkaContext, call: Call) -> Reply:
         for e in described:
             if wanted is not None and e.name not in wanted:
                 continue
+            name = KAFKA_NAMES.get(e.name, e.name)
             source = SOURCE_DYNAMIC_TOPIC
             if e.is_default:
                 source = (broker_config.SOURCE_DYNAMIC_DEFAULT_BROKER if e.name in CLUSTER_DEFAULT_TOPIC_CONFIGS
                           else SOURCE_DEFAULT)
+            synonyms = _topic_synonyms(ctx, name, e.value, e.is_default)
+            if e.is_default and synonyms:
+                source = synonyms[0].source  # Kafka: the first synonym's
             entries.append(Entry(
-                name=KAFKA_NAMES.get(e.name, e.name), value=e.value, read_only=False,
+                name=name, value=e.value, read_only=False,
                 is_default=source == SOURCE_DEFAULT,
                 config_source=source,
-                is_sensitive=False, synonyms=[], config_type=_TYPES.get(e.type, TYPE_STRING),
-                documentation=e.doc,
+                is_sensitive=False, synonyms=synonyms if getattr(request, "include_synonyms", False) else [],
+                config_type=_TYPES.get(e.type, TYPE_STRING), documentation=e.doc,
             ))  # fmt: skip
         results.append(R.DescribeConfigsResult(
             error_code=errors.NONE, error_message=None, resource_type=res.resource_type,

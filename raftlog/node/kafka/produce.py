@@ -57,9 +57,9 @@ TV2_PRODUCE_VERSION: Final = 12  # KIP-890 part 2: a transactional produce adds 
 
 
 def _partition_response(index: int, code: int, base_offset: int = -1, message: str | None = None,
-                        log_start_offset: int = -1) -> Any:
+                        log_start_offset: int = -1, log_append_time_ms: int = -1) -> Any:
     P = ProduceResponse.TopicProduceResponse.PartitionProduceResponse
-    return P(index=index, error_code=code, base_offset=base_offset, log_append_time_ms=-1,
+    return P(index=index, error_code=code, base_offset=base_offset, log_append_time_ms=log_append_time_ms,
              log_start_offset=log_start_offset, record_errors=[], error_message=message)
 
 
@@ -137,7 +137,8 @@ def _response(ctx: KafkaContext, request: Any, names: list[str | None], results:
             r = by_key[(name, p.index)]
             if r.error is None:
                 partitions.append(_partition_response(p.index, errors.NONE, r.base_offset,
-                                                      log_start_offset=r.log_start_offset))
+                                                      log_start_offset=r.log_start_offset,
+                                                      log_append_time_ms=r.log_append_time_ms))
                 continue
             code = errors.kafka_error_code(r.error.code)
             out = _partition_response(p.index, code, message=r.error.message)

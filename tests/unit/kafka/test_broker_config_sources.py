@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from metadata.broker_config import STATIC_BROKER_CONFIGS
 from raftlog.node.config import config_to_toml, load_config
 from raftlog.node.kafka.broker_configs import SOURCE_DEFAULT, SOURCE_STATIC_BROKER, broker_entries
 
@@ -56,3 +57,12 @@ def test_a_written_config_keeps_its_sources(tmp_path: Path) -> None:
     expected = _sources(original)
     expected["num.partitions"] = (SOURCE_DEFAULT, True)  # set to its default: not written
     assert _sources(again) == expected
+
+
+def test_every_read_only_config_listed_is_refused_when_altered(tmp_path: Path) -> None:
+    # metadata/broker_config.py stores a name it does not know (as Kafka does) and refuses the
+    # read-only ones: each of those DescribeConfigs lists must be in its static set.
+    path = tmp_path / "node.toml"
+    path.write_text(NODE)
+    read_only = {e["name"] for e in broker_entries(load_config(path, env={}, overrides={}), None) if e["read_only"]}
+    assert read_only and read_only <= STATIC_BROKER_CONFIGS, read_only - STATIC_BROKER_CONFIGS

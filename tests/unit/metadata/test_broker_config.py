@@ -45,13 +45,24 @@ def test_values_are_normalized_and_bad_ones_named():
         broker_config.normalize_broker_configs({"auto.create.topics.enable": "yes"})
 
 
-@pytest.mark.parametrize("name", ["log.dirs", "node.id", "advertised.listeners", "no.such.config"])
+@pytest.mark.parametrize("name", ["log.dirs", "node.id", "advertised.listeners", "socket.request.max.bytes"])
 def test_a_read_only_config_is_refused_naming_it(name):
     with pytest.raises(InvalidRequestError, match="Cannot update these configs dynamically") as info:
         broker_config.alter({}, {name: "1"}, [])
     assert name in str(info.value)
     with pytest.raises(InvalidRequestError, match=name.replace(".", r"\.")):
         broker_config.alter({}, {}, [name])
+
+
+def test_a_name_raftlog_does_not_know_is_stored_with_no_effect_as_kafka_stores_it():
+    # KafkaJS's `alter broker configs` sets a topic config's name on a broker; Kafka keeps it.
+    after = broker_config.alter({"num.partitions": "3"}, {"cleanup.policy": "delete", "no.such.config": " x "}, [])
+    assert after == {"cleanup.policy": "delete", "no.such.config": " x ", "num.partitions": "3"}
+    assert broker_config.effective({"1": after}, 1) == {"num.partitions": (3, broker_config.SOURCE_DYNAMIC_BROKER)}
+    assert broker_config.alter(after, {}, ["no.such.config"]) == {"cleanup.policy": "delete", "num.partitions": "3"}
+    for bad in ({"": "1"}, {"a b": "1"}, {"x" * 300: "1"}, {"ok.name": "v" * 5000}):
+        with pytest.raises(InvalidRequestError, match="not a broker config name"):
+            broker_config.alter({}, bad, [])
 
 
 @pytest.mark.parametrize("resource", ["x", "-1", "1.5", None, "12345678901"])

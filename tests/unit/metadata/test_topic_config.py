@@ -54,7 +54,12 @@ INVALID = [
     ("flush_policy", "sometimes", "not one of"),
     ("flush_interval_ms", "0", "out of range"),
     ("max_message_bytes", "-1", "out of range"),
-    ("message_timestamp_type", "LogAppendTime", "LogAppendTime is not served"),
+    ("min_cleanable_dirty_ratio", "1.5", "out of range (0..1)"),
+    ("min_cleanable_dirty_ratio", "half", "not a number"),
+    ("max_compaction_lag_ms", "0", "out of range"),
+    ("file_delete_delay_ms", "-1", "out of range"),
+    ("message_timestamp_before_max_ms", "-5", "out of range"),
+    ("message_timestamp_difference_max_ms", "soon", "not an integer"),
     ("message_timestamp_type", "createtime", "not one of CreateTime, LogAppendTime"),
     ("unclean_leader_election_enable", "true", "unknown topic config"),
     ("compression_type", "brotli", "is not one of"),
@@ -113,3 +118,16 @@ def test_kafka_names_are_accepted_and_mapped_to_ours():
         normalize_configs({"retention.ms": "1000", "retention_ms": "2000"})
     assert KAFKA_NAMES["max_message_bytes"] == "max.message.bytes"
     assert {canonical_key(v) for v in KAFKA_NAMES.values()} == set(TOPIC_CONFIGS)
+
+
+def test_kafkas_compaction_and_timestamp_configs_are_accepted_and_normalized():
+    # librdkafka 0052 / 0077 and KafkaJS's produce test set these on a topic; Kafka accepts them.
+    configs = normalize_configs({
+        "min.cleanable.dirty.ratio": "0.01", "max.compaction.lag.ms": "60000", "file.delete.delay.ms": "0",
+        "message.timestamp.type": "LogAppendTime", "message.timestamp.difference.max.ms": "3600000",
+        "message.timestamp.before.max.ms": "1000", "message.timestamp.after.max.ms": "2000",
+    })
+    typed = TopicConfig.from_configs(configs)
+    assert typed.min_cleanable_dirty_ratio == 0.01 and configs["min_cleanable_dirty_ratio"] == "0.01"
+    assert typed.message_timestamp_type == "LogAppendTime"
+    assert (typed.message_timestamp_before_max_ms, typed.message_timestamp_after_max_ms) == (1000, 2000)

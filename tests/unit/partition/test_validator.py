@@ -11,7 +11,7 @@ import pytest
 from partition.batch import BatchBuilder, Compression, decode_batches, verify_crc
 from partition.compression import available
 from partition.errors import CorruptRecordError
-from partition.validator import validate_client_records
+from partition.validator import TimestampPolicy, validate_client_records
 from raftlog.base.errors import (
     InvalidRecordError,
     InvalidTimestampError,
@@ -218,3 +218,27 @@ def test_compacted_topic_refuses_records_without_key(codec):
     assert validate_client_records(raw, max_message_bytes=MAX_MESSAGE_BYTES,
                                    max_decompressed_bytes=MAX_DECOMPRESSED_BYTES, require_keys=True) is raw
     assert validate(records) is records  # a topic that does not compact keeps null keys
+
+
+def test_timestamp_bounds_refuse_a_batch_too_old_or_too_new_with_invalid_timestamp():
+    records = built(3)  # timestamps 5000 (the first, the largest), 4993, 4986
+    policy = TimestampPolicy(now_ms=10_000, before_max_ms=5_000, after_max_ms=0)
+    assert validate_client_records(records, max_message_bytes=MAX_MESSAGE_BYTES,
+                                   max_decompressed_bytes=MAX_DECOMPRESSED_BYTES, timestamps=policy) is records
+    for bad in (TimestampPolicy(now_ms=10_000, before_max_ms=4_999),   # 5000 is older than 5001
+                TimestampPolicy(now_ms=4_999, after_max_ms=0)):       # 5000 is ahead of 4999
+        with pytest.raises(InvalidTimestampError, match="out of range"):
+            validate_client_records(records, max_message_bytes=MAX_MESSAGE_BYTES,
+                                    max_decompressed_bytes=MAX_DECOMPRESSED_BYTES, timestamps=bad)
+
+
+@pytest.mark.parametrize("codec", CODECS, ids=lambda c: c.name)
+def test_log_append_time_rewrites_the_type_bit_and_max_timestamp_with_a_good_crc(codec):
+    records = built(3, codec)
+    fixed = validate_client_records(records, max_message_bytes=MAX_MESSAGE_BYTES,
+                                    max_decompressed_bytes=MAX_DECOMPRESSED_BYTES,
+                                    timestamps=TimestampPolicy(now_ms=123_456, before_max_ms=1, log_append_time=True))
+    header = verify_crc(fixed, 0)
+    assert header.max_timestamp == 123_456 and header.timestamp_type.name == "LOG_APPEND_TIME"
+    assert len(fixed) == len(records)
+    assert [r.value for r in list(decode_batches(fixed))[0][1]] == [b"value-0", b"value-1", b"value-2"]
