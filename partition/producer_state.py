@@ -48,7 +48,7 @@ producer twice, more than `max_producers` entries or `MAX_BATCHES` batches, valu
 
 Public API:
     ProducerStateManager(max_producers=...)
-    .check(producer_id, producer_epoch, base_sequence, last_sequence) -> Duplicate | None
+    .check(producer_id, producer_epoch, base_sequence, last_sequence, transactional=...) -> Duplicate | None
         raises InvalidProducerEpochError, OutOfOrderSequenceNumberError, DuplicateSequenceNumberError
     .record(producer_id, producer_epoch, base_sequence, last_sequence, first_offset, last_offset)
     .apply_headers(headers: Iterable[Header])      replicated / replayed batches (no checks)
@@ -126,6 +126,9 @@ class ProducerEntry:
     # The coordinator epoch of the last transaction marker of this producer here (-1: none);
     # a marker of an older one is TRANSACTION_COORDINATOR_FENCED (Kafka's ProducerStateEntry).
     coordinator_epoch: int = -1
+    # The offset of this producer's last marker here (-1: none seen): a transactional batch
+    # verified before a marker moved it belongs to the transaction that marker ended.
+    marker_offset: int = -1
 
     @property
     def last_sequence(self) -> int:
@@ -319,11 +322,14 @@ class ProducerStateManager:
         self.txns.clear()
 
     def check(
-        self, producer_id: int, producer_epoch: int, base_sequence: int, last_sequence: int
+        self, producer_id: int, producer_epoch: int, base_sequence: int, last_sequence: int,
+        *, transactional: bool = False,
     ) -> Duplicate | None:
         """Judge a batch before appending it. Returns None (append it) or a Duplicate (do not;
         answer with its offsets). Raises InvalidProducerEpochError, OutOfOrderSequenceNumberError,
-        DuplicateSequenceNumberError (module docstring)."""
+        DuplicateSequenceNumberError (module docstring). `transactional`: the batch is; when
+        it begins a transaction here (none of its epoch open), every batch held belongs to an
+        ended transaction, so none is its duplicate: only the next sequence is taken."""
         if producer_id == NO_PRODUCER_ID:
             return None
         if base_sequence < 0:
@@ -353,10 +359,21 @@ class ProducerStateManager:
                     f"sequence 0, got {base_sequence}"
                 )
             return None
+        expected = (e.last_sequence + 1) % SEQUENCE_MODULO
+        if transactional and not self.in_txn(producer_id, producer_epoch):
+            # The first batch of a transaction here (Transactions V1: one epoch across
+            # transactions). A batch held with its sequences is an earlier transaction's,
+            # perhaps aborted: answering with its offsets would ack records never written
+            # (librdkafka reuses the sequences of the records an abort purged, some of which
+            # may have been written). Kafka's findDuplicateBatch does; this is stricter.
+            if base_sequence == expected:
+                return None
+            raise OutOfOrderSequenceNumberError(
+                f"producer {producer_id}: a new transaction's first batch has sequence "
+                f"{base_sequence}, expected {expected}", expected_sequence=expected)
         for b in e.batches:
             if b.base_sequence == base_sequence and b.last_sequence == last_sequence:
                 return Duplicate(b.first_offset, b.last_offset)
-        expected = (e.last_sequence + 1) % SEQUENCE_MODULO
         if base_sequence == expected:
             return None
         # Behind the window (an old retry) or ahead of it (a gap), judged modulo 2**31. A
@@ -442,7 +459,14 @@ class ProducerStateManager:
             e = self._entries[producer_id] = ProducerEntry(
                 producer_epoch, coordinator_epoch=-1 if e is None else e.coordinator_epoch)
         e.coordinator_epoch = max(e.coordinator_epoch, coordinator_epoch)
+        e.marker_offset = offset
         self.txns.end(producer_id, offset, commit=commit)
+
+    def marker_offset(self, producer_id: int) -> int:
+        """The offset of `producer_id`'s last marker here, -1 if none (Kafka's verification
+        guard: a verification taken before the marker does not hold after it)."""
+        e = self._entries.get(producer_id)
+        return -1 if e is None else e.marker_offset
 
     def apply_headers(self, headers: Iterable,
                       marker_of: Callable[[Any], tuple[bool, int]] | None = None) -> None:

@@ -121,10 +121,12 @@ class ReplicaWrites:
                 "an idempotent produce carries exactly one batch per partition", field="records"
             )
         txn = idem[0] if idem and idem[0].is_transactional else None
+        verified_at = None  # the producer's last marker offset when its verification began
         if txn is not None and not coordinator and not self.producers.in_txn(txn.producer_id, txn.producer_epoch):
             if verify_txn is None:
                 raise InvalidTxnStateError(
                     f"{self.name}: transactional batch of producer {txn.producer_id} outside a transaction")
+            verified_at = self.producers.marker_offset(txn.producer_id)
             await verify_txn(txn.producer_id, txn.producer_epoch)
         # The lock as `_event` takes it: uncontended, without a pass through the scheduler (a
         # produce holding it across that yield made the fetches arriving meanwhile queue).
@@ -142,8 +144,10 @@ class ReplicaWrites:
                     self.producers.check_epoch(idem[0].producer_id, idem[0].producer_epoch)
                 elif idem:
                     h = idem[0]
+                    if verified_at is not None:
+                        self._check_verification(h.producer_id, h.producer_epoch, verified_at)
                     dup = self.producers.check(h.producer_id, h.producer_epoch, h.base_sequence,
-                                               h.last_sequence)
+                                               h.last_sequence, transactional=txn is not None)
                     if dup is not None:
                         waiter = None
                         if acks == -1 and dup.last_offset >= core.high_watermark:
@@ -168,6 +172,16 @@ class ReplicaWrites:
         finally:
             self._lock.release()
         return AppendResult(first, last, False, waiter)
+
+    def _check_verification(self, producer_id: int, producer_epoch: int, verified_at: int) -> None:
+        """Kafka's verification guard (KIP-890 part 1): a marker of the producer appended here
+        while its batch was being verified ended the transaction the verification was about,
+        so, unless a transaction of its epoch is open here again, the batch is a late one of
+        an ended transaction: INVALID_TXN_STATE, nothing written."""
+        if self.producers.marker_offset(producer_id) != verified_at and not self.producers.in_txn(
+                producer_id, producer_epoch):
+            raise InvalidTxnStateError(
+                f"{self.name}: producer {producer_id}'s transaction ended here while its batch was verified")
 
     async def append_marker(self, producer_id: int, producer_epoch: int, *, commit: bool,
                             coordinator_epoch: int) -> AckWaiter:

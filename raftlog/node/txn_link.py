@@ -7,7 +7,13 @@ directions, across nodes (a NodeService with peer ops only):
   when the image names this node, else with the peer op `write_txn_markers` to the leader's
   peer listener. It returns once every partition acknowledged (the marker committed there);
   otherwise it raises and the coordinator calls it again later (MARKER_RETRY_S): partitions
-  already marked for that transaction are not marked again. A partition that no longer exists
+  already marked for that transaction are not marked again. "That transaction" is the key
+  (transactional id, producer id, epoch, outcome, coordinator epoch, partitions): a
+  Transactions V1 producer commits many transactions with one producer id and epoch, and a
+  marker task that failed part-way under one load of the coordinator's partition (its
+  transaction then finished by another node) must not count a partition as marked for a later
+  transaction (the fault suite lost a committed write that way: no COMMIT marker was written
+  and the producer's next ABORT marker took its records). A partition that no longer exists
   is done (Kafka drops markers for deleted partitions); one without a leader is retried.
 * verification (partition leader -> coordinator; KIP-890 part 1): `verify_txn` is the
   partition port's `txn_verifier`: before the first transactional batch of a producer in a
@@ -117,7 +123,7 @@ class TxnLink:
         self.port = port
         self._txn = txn
         self._txn_partitions = txn_partitions
-        self._done: OrderedDict[tuple[str, int, int, bool], set[tuple[str, int]]] = OrderedDict()
+        self._done: OrderedDict[tuple[Any, ...], set[tuple[str, int]]] = OrderedDict()
         self.client_handlers: Mapping[str, Handler] = {}
         self.peer_handlers: Mapping[str, Handler] = {
             "write_txn_markers": self._peer_write_markers,
@@ -144,7 +150,8 @@ class TxnLink:
     async def write_markers(self, markers: Markers) -> None:
         """Every partition of `markers` marked and committed, or raises the first failure
         (the coordinator retries; module docstring)."""
-        key = (markers.transactional_id, markers.producer_id, markers.producer_epoch, markers.commit)
+        key = (markers.transactional_id, markers.producer_id, markers.producer_epoch, markers.commit,
+               markers.coordinator_epoch, markers.partitions)
         done = self._done.setdefault(key, set())
         self._done.move_to_end(key)
         while len(self._done) > MAX_TRACKED:

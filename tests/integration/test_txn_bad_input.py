@@ -49,7 +49,9 @@ from test_txn_kafka import (
     cluster,  # noqa: F401  (the module fixture: the shared cluster with TOPIC)
     coordinator,
     describe,
+    end,
     init,
+    wait_state,
 )
 from test_kafka_group_versions import Conn
 from test_txn_offsets_stable import fetch, group_coordinator
@@ -126,6 +128,65 @@ def test_a_transactional_produce_to_a_partition_not_added_is_refused_and_writes_
     codes = [p.error_code for t in r.responses for p in t.partition_responses]
     assert codes == [INVALID_TXN_STATE], r
     assert cluster.call(leader, "list_offsets", **query) == before  # nothing written
+
+
+OUT_OF_ORDER_SEQUENCE_NUMBER, NOT_ENOUGH_REPLICAS = 45, 19
+
+
+def _produce_v11(cluster: Any, tid: str, pid: int, epoch: int, base_sequence: int, values: list[bytes]) -> Any:
+    """A transactional Produce v11 (Transactions V1) of one batch to partition 0's leader;
+    retried while the leader's verification meets a coordinator completing a step
+    (NOT_ENOUGH_REPLICAS) or the leader moves. Returns the partition's answer."""
+    b = BatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=base_sequence, is_transactional=True)
+    for v in values:
+        b.append(v, timestamp_ms=1_000)
+    records = b.build()
+    T = ProduceRequest.TopicProduceData
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        conn = Conn(cluster.kafka(leader_of(cluster, TOPIC, 0)))
+        try:
+            r = conn.call(ProduceRequest, 11, transactional_id=tid, acks=-1, timeout_ms=10_000, topic_data=[
+                T(name=TOPIC, partition_data=[T.PartitionProduceData(index=0, records=records)])])
+        finally:
+            conn.close()
+        answer = r.responses[0].partition_responses[0]
+        if answer.error_code not in (NOT_ENOUGH_REPLICAS, NOT_LEADER_OR_FOLLOWER) or time.monotonic() > deadline:
+            return answer
+        time.sleep(0.2)
+
+
+def test_a_new_transaction_reusing_an_aborted_batchs_sequences_is_refused(cluster):  # noqa: F811
+    """The lost write the fault suite found (Transactions V1, one epoch across transactions): a
+    batch of a transaction is written, the producer does not learn it (librdkafka's abort purges
+    the retry of a request whose answer was lost and reuses its sequences), aborts, and its next
+    transaction sends a batch with the same producer id, epoch and sequences. The partition took
+    it for a duplicate and answered with the aborted batch's offset: records acked, never written,
+    the aborted ones in their place. The answer is OUT_OF_ORDER_SEQUENCE_NUMBER (the client aborts
+    and bumps its epoch), nothing written; the next sequence is taken."""
+    tid = "bad-reused-sequences"
+    _, conn = coordinator(cluster, tid)
+    try:
+        first = init(conn, tid)
+        assert first.error_code == NONE
+        pid, epoch = first.producer_id, first.producer_epoch
+        assert add(conn, tid, pid, epoch, [0]) == [NONE]
+        aborted = _produce_v11(cluster, tid, pid, epoch, 0, [b"aborted-0", b"aborted-1"])
+        assert aborted.error_code == NONE, aborted
+        assert end(conn, tid, pid, epoch, commit=False) == NONE
+        wait_state(conn, tid, "CompleteAbort")  # the ABORT marker is in partition 0
+        assert add(conn, tid, pid, epoch, [0]) == [NONE]  # the next transaction, same epoch (V1)
+        leader = leader_of(cluster, TOPIC, 0)
+        query = {"partitions": [{"topic": TOPIC, "partition": 0, "timestamp": -1}]}
+        before = cluster.call(leader, "list_offsets", **query)
+        reused = _produce_v11(cluster, tid, pid, epoch, 0, [b"new-0", b"new-1"])
+        assert reused.error_code == OUT_OF_ORDER_SEQUENCE_NUMBER, (reused, aborted.base_offset)
+        assert cluster.call(leader, "list_offsets", **query) == before  # nothing written
+        taken = _produce_v11(cluster, tid, pid, epoch, 2, [b"new-2"])
+        assert taken.error_code == NONE and taken.base_offset > aborted.base_offset, taken
+        assert end(conn, tid, pid, epoch, commit=False) == NONE
+    finally:
+        conn.close()
 
 
 def test_txn_offset_commit_without_add_offsets_is_refused_and_holds_nothing(cluster):  # noqa: F811

@@ -162,3 +162,37 @@ def test_in_txn_is_per_epoch_transactions_v2():
     assert s.check(7, 4, 0, 0) is None  # the next transaction's first batch starts at sequence 0
     with pytest.raises(InvalidProducerEpochError):
         s.check(7, 3, 5, 5)  # the old epoch's late batch
+
+
+def test_a_new_transactions_batch_is_never_a_duplicate_of_an_ended_ones():
+    """The fault suite's lost write (issue 42, Transactions V1, one epoch across transactions):
+    a batch of an aborted transaction was written, the producer never heard (its retry purged
+    by the abort) and the next transaction reused the sequences. Answering that batch with the
+    aborted one's offsets acks records never written; it is OUT_OF_ORDER_SEQUENCE_NUMBER (the
+    client aborts and bumps its epoch), and a retry inside the new transaction is still a
+    duplicate."""
+    s = ProducerStateManager()
+    s.record(7, 0, 0, 4, 100, 104)  # transaction 1: sequences 0..4 at 100..104
+    s.txns.begin(7, 100)
+    assert s.check(7, 0, 0, 4, transactional=True) == Duplicate(100, 104)  # a retry, in the transaction
+    s.marker(7, 0, 105, commit=False)  # aborted
+    with pytest.raises(OutOfOrderSequenceNumberError):
+        s.check(7, 0, 0, 4, transactional=True)  # transaction 2 reusing the aborted sequences
+    with pytest.raises(OutOfOrderSequenceNumberError):
+        s.check(7, 0, 2, 3, transactional=True)  # behind: not DUPLICATE_SEQUENCE_NUMBER either
+    assert s.check(7, 0, 5, 6, transactional=True) is None  # the next sequence begins it
+    s.record(7, 0, 5, 6, 106, 107)
+    s.txns.begin(7, 106)
+    assert s.check(7, 0, 5, 6, transactional=True) == Duplicate(106, 107)  # its own retry
+    assert s.check(7, 0, 0, 4) == Duplicate(100, 104)  # an idempotent producer's rule is Kafka's
+
+
+def test_marker_offset_is_the_producers_last_marker():
+    s = ProducerStateManager()
+    assert s.marker_offset(7) == -1
+    s.record(7, 0, 0, 0, 10, 10)
+    s.txns.begin(7, 10)
+    s.marker(7, 0, 11, commit=True)
+    assert s.marker_offset(7) == 11
+    s.marker(7, 0, 12, commit=False)
+    assert s.marker_offset(7) == 12 and s.marker_offset(8) == -1

@@ -10,7 +10,12 @@ import trio
 from metadata.topic_config import TopicConfig
 from partition.batch import BatchBuilder
 from partition.replica import Replica
-from raftlog.base.errors import InvalidProducerEpochError, InvalidTxnStateError, TransactionCoordinatorFencedError
+from raftlog.base.errors import (
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceNumberError,
+    TransactionCoordinatorFencedError,
+)
 
 PID = 11
 
@@ -64,3 +69,53 @@ async def test_a_coordinators_transactional_batch_needs_no_verification_but_a_cu
     with pytest.raises(InvalidProducerEpochError):
         await r.append_as_leader(_txn_batch(0), acks=1, coordinator=True)
     assert r.log.log_end_offset == 2
+
+
+def _client_batch(epoch: int, base_sequence: int, n: int) -> bytes:
+    b = BatchBuilder(producer_id=PID, producer_epoch=epoch, base_sequence=base_sequence, is_transactional=True)
+    for i in range(n):
+        b.append(b"v%d" % (base_sequence + i), timestamp_ms=1000)
+    return b.build()
+
+
+async def test_a_batch_verified_before_its_transactions_marker_is_refused(tmp_path, nursery):
+    """Kafka's verification guard (KIP-890 part 1): the coordinator said yes for the transaction
+    that was ongoing, then its ABORT marker reached the partition before the batch did: the
+    batch belongs to the aborted transaction and is refused (INVALID_TXN_STATE), nothing
+    written; a batch verified after the marker (the next transaction) is taken."""
+    r = await _leader(tmp_path, nursery)
+
+    async def marker_meanwhile(producer_id: int, epoch: int) -> None:
+        waiter = await r.append_marker(producer_id, epoch, commit=False, coordinator_epoch=0)
+        await waiter.wait(trio.current_time() + 30)
+
+    async def yes(producer_id: int, epoch: int) -> None:
+        pass
+
+    with pytest.raises(InvalidTxnStateError):
+        await r.append_as_leader(_client_batch(0, 0, 2), acks=1, verify_txn=marker_meanwhile)
+    end = r.log.log_end_offset
+    assert end == 1 and r.producers.txns.open == {}  # the marker only
+    res = await r.append_as_leader(_client_batch(0, 0, 2), acks=1, verify_txn=yes)
+    assert (res.first_offset, res.duplicate) == (1, False) and r.producers.txns.open == {PID: 1}
+
+
+async def test_a_new_transaction_reusing_an_aborted_batchs_sequences_is_refused(tmp_path, nursery):
+    """The lost write the fault suite found (issue 42): a batch of transaction 1 was written, the
+    producer never heard, aborted, and began transaction 2 with the same epoch and the same
+    sequences. It was answered as a duplicate with the aborted batch's offsets (acked, never
+    written); now OUT_OF_ORDER_SEQUENCE_NUMBER, nothing written."""
+    r = await _leader(tmp_path, nursery)
+
+    async def yes(producer_id: int, epoch: int) -> None:
+        pass
+
+    first = await r.append_as_leader(_client_batch(0, 0, 2), acks=1, verify_txn=yes)
+    waiter = await r.append_marker(PID, 0, commit=False, coordinator_epoch=0)
+    await waiter.wait(trio.current_time() + 30)
+    end = r.log.log_end_offset
+    with pytest.raises(OutOfOrderSequenceNumberError):
+        await r.append_as_leader(_client_batch(0, 0, 2), acks=1, verify_txn=yes)
+    assert r.log.log_end_offset == end and first.first_offset == 0
+    nxt = await r.append_as_leader(_client_batch(0, 2, 1), acks=1, verify_txn=yes)
+    assert (nxt.first_offset, nxt.duplicate) == (end, False)
