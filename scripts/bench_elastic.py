@@ -5,13 +5,14 @@
    a partition filled with `--size-mb` (default 1024 MiB) on brokers 1, 2, 3, moved to 2, 3, 4
    while an acks=all producer writes to another topic. Prints the time until the move is done
    (broker 4 in sync, broker 1 gone), the producer's records/s during the move against before
-   it (target >= 0.7 with the default throttle), and the move's catch-up byte rate against the
-   throttle (`--throttle-mb`, both leader and follower sides; the target: within 10 %).
+   it (target >= 0.7 with the default throttle: follower_replication_throttled_rate, 10 MiB/s),
+   and the new broker's catch-up byte rate (its log's size in /metrics) against the throttle
+   (`--throttle-mb`, both leader and follower sides by default; the target: within 10 %).
 2. Growing 3 -> 5 brokers with `--partitions` (default 300, RF 3): brokers 4 and 5 start
    empty, then `cluster balance` is asked until its plan is empty and nothing moves; prints the
    time until balanced and the replica counts per broker.
 
-    scripts/bench elastic                       # 1 GiB, default throttle (none), 300 partitions
+    scripts/bench elastic                       # 1 GiB, default throttle (10 MiB/s), 300 partitions
     scripts/bench elastic --size-mb 256 --throttle-mb 20
     scripts/bench elastic --skip-grow           # only the move
 
@@ -34,7 +35,7 @@ from typing import Any
 
 from bench_failover import call, wait_for
 from raftlog.cli.cluster import NodePorts, NodeProcess, build_node_configs, free_ports, stop_all, write_node_config
-from raftlog.node.config import new_cluster_id
+from raftlog.node.config import DEFAULT_FOLLOWER_REPLICATION_THROTTLED_RATE, new_cluster_id
 
 FILL_RECORD_BYTES = 4 * 1024
 FILL_BATCH_BYTES = 1 << 20
@@ -179,9 +180,12 @@ class Load:
 
 
 def bench_move(root: Path, args: argparse.Namespace) -> None:
-    throttle = args.throttle_mb * MIB
     sides = ("leader", "follower") if args.throttle_side == "both" else (args.throttle_side,)
-    settings = {f"{side}_replication_throttled_rate": throttle for side in sides}
+    if args.throttle_mb is None:  # the nodes' default: the follower side's
+        throttle_mb, side, settings = DEFAULT_FOLLOWER_REPLICATION_THROTTLED_RATE / MIB, "default, follower", {}
+    else:
+        throttle_mb, side = args.throttle_mb, args.throttle_side
+        settings = {f"{s}_replication_throttled_rate": args.throttle_mb * MIB for s in sides}
     cluster = Cluster(root / "move", 4, settings)
     try:
         cluster.start(1, 2, 3, 4)
@@ -206,6 +210,9 @@ def bench_move(root: Path, args: argparse.Namespace) -> None:
         catch_up.stop.set()
         catch_up.thread.join(timeout=60)
         during = load.rate(t0, t1)
+        time.sleep(args.window_s)  # the window after: the machine's load drifts (others' runs)
+        t2 = time.monotonic()
+        after = load.rate(t2 - args.window_s, t2)
         load.stop.set()
         load.thread.join(timeout=600)
         if load.error is not None:
@@ -213,16 +220,18 @@ def bench_move(root: Path, args: argparse.Namespace) -> None:
         took = t1 - t0
         rate = size / MIB / took
         print(f"move of {args.size_mb} MiB to a new broker: in sync after {took:.1f} s ({rate:.1f} MiB/s)")
-        print(f"producer (acks=all, 1 KiB): {before:,.0f} records/s before, {during:,.0f} during: "
-              f"ratio {during / max(before, 1e-9):.2f} (target >= 0.7)")
+        print(f"producer during move / before (acks=all, 1 KiB records, throttle {throttle_mb:g} MiB/s {side}): "
+              f"{during:,.0f} / {before:,.0f} records/s = {during / max(before, 1e-9):.2f} (target >= 0.7); "
+              f"{after:,.0f} records/s in the {args.window_s:g} s after: during / mean(before, after) = "
+              f"{during / max((before + after) / 2, 1e-9):.2f} (the machine's drift taken out)")
         caught, caught_s, caught_bytes = catch_up.rate()
         print(f"catch-up of broker 4: {caught_bytes / MIB:.0f} MiB in {caught_s:.1f} s = {caught:.1f} MiB/s")
-        if throttle:
-            print(f"throttle {args.throttle_mb} MiB/s ({args.throttle_side}): catch-up at {caught:.1f} MiB/s = "
-                  f"{caught / args.throttle_mb:.2f} of the rate (target within 10 %); the whole move "
-                  f"{rate / args.throttle_mb:.2f}")
+        if throttle_mb:
+            print(f"throttle {throttle_mb:g} MiB/s ({side}): catch-up at {caught:.1f} MiB/s = "
+                  f"{caught / throttle_mb:.2f} of the rate (target within 10 %); the whole move "
+                  f"{rate / throttle_mb:.2f}")
         else:
-            print("throttle: default (none); give --throttle-mb N to measure how it holds its rate")
+            print("throttle: none (--throttle-mb 0)")
     finally:
         cluster.stop()
 
@@ -263,8 +272,9 @@ def bench_grow(root: Path, args: argparse.Namespace) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=int, default=1024, help="the moved partition's size (MiB)")
-    parser.add_argument("--throttle-mb", type=int, default=0,
-                        help="leader and follower replication throttle, MiB/s (default 0: none, the default)")
+    parser.add_argument("--throttle-mb", type=int, default=None,
+                        help="leader and follower replication throttle, MiB/s (0: none; default: the nodes' "
+                             "default, follower side 10 MiB/s)")
     parser.add_argument("--throttle-side", choices=("both", "leader", "follower"), default="both",
                         help="which side --throttle-mb limits")
     parser.add_argument("--partitions", type=int, default=300, help="partitions of the grow part (RF 3)")
@@ -274,7 +284,7 @@ def main() -> int:
     parser.add_argument("--skip-grow", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep the data dirs")
     args = parser.parse_args()
-    if args.size_mb < 1 or args.partitions < 1 or args.throttle_mb < 0 or args.window_s <= 0:
+    if args.size_mb < 1 or args.partitions < 1 or (args.throttle_mb or 0) < 0 or args.window_s <= 0:
         parser.error("--size-mb and --partitions must be at least 1, --throttle-mb >= 0, --window-s > 0")
     root = Path(tempfile.mkdtemp(prefix="raftlog-elastic-"))
     print(f"data in {root}", flush=True)
