@@ -862,7 +862,7 @@ class RaftCore:
         if role is _FOLLOWER:
             if self._fetch_inflight:
                 self._fetch_elapsed += 1
-                if self._fetch_elapsed >= self._cfg.fetch_request_timeout_ticks:
+                if self._fetch_elapsed >= self._fetch_timeout_ticks():
                     self._send_fetch()
             elif not self._fetch_after_flush:
                 self._send_fetch()
@@ -1800,6 +1800,15 @@ class RaftCore:
             self.replica_id, self._epoch, self._end, self.last_epoch, durable, self._fetch_id,
             self._log_start, quiescent,
         ))  # fmt: skip
+
+    def _fetch_timeout_ticks(self) -> int:
+        """A learner waits an election timeout for an answer (a leader's replication throttle
+        holds its fetch up to one answer's worth of the rate, and an answer asked for again
+        is sent and charged twice: issue 44); it counts toward no commit or lease, so a lost
+        fetch only delays its catch-up. A voter waits fetch_request_timeout_ticks."""
+        if self.replica_id in self._membership.learners:
+            return max(self._cfg.fetch_request_timeout_ticks, self._cfg.election_timeout_ticks)
+        return self._cfg.fetch_request_timeout_ticks
 
     def fetch_left(self, fetch_id: int) -> None:
         """The shell sent fetch `fetch_id` only now (a replication throttle held it back:

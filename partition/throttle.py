@@ -23,10 +23,11 @@ samples too). Time lost to a round trip slower than that (debt down to 0: a stal
 carried over, up to CREDIT_S: the schedule may lag the clock by that much, so later fetches
 make it up (a token bucket's burst credit); behind it longer than IDLE_S is idle, and the
 next bytes start a fresh schedule. A fetch held on the follower side tells the learner's core
-when it leaves (`fetch_left`), so its fetch timeout does not ask again for an answer on its
-way (those answers were charged twice: 6 % of the rate). With these (and learners fetching
+when it leaves (`fetch_left`), and a learner's core waits an election timeout before it asks
+again (one held on the leader side cannot tell it), so it does not ask again for an answer on
+its way (those answers were charged twice: 6 % of the rate, 20 % with the leader side only). With these (and learners fetching
 while they flush, partition/raft.py) a throttled move's catch-up runs at 0.97 of the rate
-(issue 44; docs/elastic.md). Voters are never held back, and a rate of 0
+(1.01 with the leader side only; issue 44, docs/elastic.md). Voters are never held back, and a rate of 0
 means no limit. The core is pure (`Throttle.delay_s` and `debt_s` take the time); the
 functions below are the shell the replication links call.
 """

@@ -192,12 +192,13 @@ def test_a_forged_membership_batch_is_corrupt():
 
 
 def test_a_learner_fetch_held_back_by_the_throttle_times_out_from_when_it_left():
-    """partition/throttle.py holds a learner's fetch; `fetch_left` restarts its timeout, so
-    the core does not ask again for an answer that is on its way (issue 44)."""
+    """partition/throttle.py holds a learner's fetch; `fetch_left` restarts its timeout (an
+    election timeout for a learner), so the core does not ask again for an answer that is on
+    its way (issue 44)."""
     learner = RaftCore(3, (1, 2), learners=(3,), rng=random.Random(2), config=CFG)
     effects = _confirm(learner, learner.handle(BeginQuorumEpoch(1, 1)))
     [first] = [e.message for e in effects if type(e) is Send and type(e.message) is FetchRequest]
-    timeout = CFG.fetch_request_timeout_ticks
+    timeout = max(CFG.fetch_request_timeout_ticks, CFG.election_timeout_ticks)  # a learner's
     for _ in range(timeout - 1):
         assert not [e for e in learner.tick() if type(e) is Send]
     learner.fetch_left(first.fetch_id - 1)  # an older fetch: no effect
