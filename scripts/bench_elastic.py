@@ -198,7 +198,9 @@ def bench_move(root: Path, args: argparse.Namespace) -> None:
         print(f"  filled at {fill(cluster, 'big', size):.1f} MiB/s", flush=True)
         load = Load(cluster, "load")
         load.thread.start()
-        time.sleep(args.window_s)  # the baseline window (the load runs all along)
+        # Not its first seconds (they ran up to 2x faster than any later window: caches, the
+        # fill's writeback), then the baseline window; the load runs all along.
+        time.sleep(args.warmup_s + args.window_s)
         t0 = time.monotonic()
         before = load.rate(t0 - args.window_s, t0)
         catch_up = CatchUp(cluster, 4, "big")
@@ -279,12 +281,15 @@ def main() -> int:
                         help="which side --throttle-mb limits")
     parser.add_argument("--partitions", type=int, default=300, help="partitions of the grow part (RF 3)")
     parser.add_argument("--window-s", type=float, default=10.0, help="the producer's baseline window")
+    parser.add_argument("--warmup-s", type=float, default=20.0,
+                        help="the producer runs this long before its baseline window")
     parser.add_argument("--move-timeout-s", type=float, default=1800.0)
     parser.add_argument("--skip-move", action="store_true")
     parser.add_argument("--skip-grow", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep the data dirs")
     args = parser.parse_args()
-    if args.size_mb < 1 or args.partitions < 1 or (args.throttle_mb or 0) < 0 or args.window_s <= 0:
+    if args.size_mb < 1 or args.partitions < 1 or (args.throttle_mb or 0) < 0 or args.window_s <= 0 \
+            or args.warmup_s < 0:
         parser.error("--size-mb and --partitions must be at least 1, --throttle-mb >= 0, --window-s > 0")
     root = Path(tempfile.mkdtemp(prefix="raftlog-elastic-"))
     print(f"data in {root}", flush=True)
