@@ -105,6 +105,7 @@ from metadata.image import MetadataImage
 from partition.batch import BatchBuilder
 from partition.keyed import logged_records
 from raftlog.base.errors import (
+    CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     GroupIdNotFoundError,
     InvalidRequestError,
@@ -120,6 +121,7 @@ from raftlog.base.metrics import Metric, gauge_family
 from raftlog.base.protocol import Request
 from raftlog.base.topics import (
     OFFSETS_TOPIC,
+    busy_row,
     partition_for_group,
 )
 
@@ -223,6 +225,14 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
 
     def health(self) -> dict[str, Any]:
         return {"ok": True, **self.core.health(), "waiters": len(self._waiters)}
+
+    def busy_partitions(self) -> list[dict[str, Any]]:
+        """The `__consumer_offsets` partitions a replica move must not take now (their
+        coordinator is loading them), as the broker heartbeat carries them
+        (metadata/reassignment.py "Busy coordinators")."""
+        return [busy_row(OFFSETS_TOPIC, p, CoordinatorLoadInProgressError(
+                    f"the group coordinator is loading {OFFSETS_TOPIC}-{p}"))
+                for p in self.core.health()["partitions_loading"]]
 
     def collect_metrics(self) -> list[Metric]:
         """Per group coordinated here (the node registers this as a /metrics collector):

@@ -210,6 +210,9 @@ class ShareService:
     def health(self) -> dict[str, Any]:
         return {"ok": True, "share_groups": len(self.members.groups), "share_partitions": len(self._windows)}
 
+    def busy_partitions(self) -> list[dict[str, Any]]:
+        return self.store.busy_partitions()
+
     async def drain(self) -> None:
         return None
 

@@ -44,6 +44,7 @@ from raftlog.base.errors import (
 )
 from raftlog.base.peer import PeerPool
 from raftlog.base.protocol import Request, field
+from raftlog.base.topics import busy_row
 
 __all__ = ["ShareStateStore", "SHARE_STATE_REPLICATION_FACTOR_MAX"]
 
@@ -185,6 +186,19 @@ class ShareStateStore:
         return {}
 
     # ---- inside ----
+
+    def busy_partitions(self) -> list[dict[str, Any]]:
+        """The state partitions led here whose image is being built for a new leader epoch
+        (replayed): a replica move must not take them now (metadata/reassignment.py "Busy
+        coordinators"), as the broker heartbeat carries them."""
+        out = []
+        for p, lock in sorted(self._locks.items()):
+            r = self._replica(p)
+            cached = self._images.get(p)
+            if lock.locked() and r is not None and r.is_leader and (cached is None or cached[0] != int(r.leader_epoch)):
+                out.append(busy_row(SHARE_STATE_TOPIC, p, CoordinatorLoadInProgressError(
+                    f"the share coordinator is replaying {SHARE_STATE_TOPIC}-{p}")))
+        return out
 
     def _replica(self, p: int) -> InternalPartition | None:
         return None if self.topics is None else self.topics.partition(SHARE_STATE_TOPIC, p)

@@ -461,6 +461,23 @@ class TxnCoordinator:
         return {"txn_partitions": sorted(p for p, s in self.partitions.items() if s == ACTIVE),
                 "transactions": by_state}
 
+    def busy_partitions(self) -> dict[int, RaftlogError]:
+        """The `__transaction_state` partitions led here that a replica move must not take
+        now (metadata/reassignment.py "Busy coordinators"), with the reason: being loaded
+        (COORDINATOR_LOAD_IN_PROGRESS), or a transaction's state write or markers in flight
+        (CONCURRENT_TRANSACTIONS: the new leader would replay it and send them again)."""
+        out: dict[int, RaftlogError] = {p: CoordinatorLoadInProgressError(
+            f"the transaction coordinator is loading __transaction_state-{p}")
+            for p, s in sorted(self.partitions.items()) if s == LOADING}
+        preparing = {tid for tid, m in self.txns.items() if m.state.preparing}
+        for tid in sorted(self._busy | preparing):
+            p = self.partition_for(tid)
+            if p not in out and self.partitions.get(p) == ACTIVE:
+                what = "its markers" if tid in preparing else "a state write"
+                out[p] = ConcurrentTransactionsError(
+                    f"transaction {tid!r} of __transaction_state-{p} has {what} in flight")
+        return out
+
     # ------------------------------------------------------------------ ownership
 
     def begin_load(self, partition: int) -> None:

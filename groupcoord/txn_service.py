@@ -83,7 +83,7 @@ from raftlog.base.errors import (
 )
 from raftlog.base.eventlog import log_event
 from raftlog.base.protocol import Request
-from raftlog.base.topics import TRANSACTION_STATE_TOPIC
+from raftlog.base.topics import TRANSACTION_STATE_TOPIC, busy_row
 
 __all__ = ["TxnCoordinatorService"]
 
@@ -180,6 +180,11 @@ class TxnCoordinatorService:
 
     def health(self) -> dict[str, Any]:
         return {"ok": True, **self.core.health()}
+
+    def busy_partitions(self) -> list[dict[str, Any]]:
+        """The `__transaction_state` partitions a replica move must not take now, as the
+        broker heartbeat carries them (TxnCoordinator.busy_partitions)."""
+        return [busy_row(TRANSACTION_STATE_TOPIC, p, exc) for p, exc in self.core.busy_partitions().items()]
 
     async def drain(self) -> None:
         """Nothing to hand over: ownership follows `__transaction_state` leadership."""

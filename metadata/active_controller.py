@@ -360,6 +360,8 @@ class ActiveController:
         result = ctl.heartbeat(field(fields, "broker_id", int), field(fields, "incarnation_id", str),
                                now_ms=self._clock_ms())
         ctl.record_partition_bytes(field(fields, "partition_bytes", list, default=[]))
+        ctl.record_busy_partitions(field(fields, "broker_id", int), field(fields, "busy_partitions", list, default=[]),
+                                   now_ms=self._clock_ms())
         response = await self.propose(result, deadline)
         # `fenced` is as of the committed image; after an UnfenceBroker applied, say so now.
         reg = self._loader.image.broker(field(fields, "broker_id", int))

@@ -57,6 +57,8 @@ class BrokerLifecycle:
         self._wakeup = trio.Event()
         # [[topic, partition, bytes]] of the partitions it leads, sent with each heartbeat
         self.partition_bytes: Callable[[], list[list[Any]]] = list
+        # the internal partitions whose coordinator is busy here (raftlog/base/topics.py busy_row)
+        self.busy_partitions: Callable[[], list[dict[str, Any]]] = list
         self._last_ok_ms: int | None = None  # clock_ms of the last answered heartbeat
         self._started_ms: int | None = None
 
@@ -99,7 +101,7 @@ class BrokerLifecycle:
                 result = await self._controller_call(
                     "broker_heartbeat",
                     {"broker_id": self.node_id, "incarnation_id": self.incarnation_id,
-                     "partition_bytes": self.partition_bytes()},
+                     "partition_bytes": self.partition_bytes(), "busy_partitions": self.busy_partitions()},
                     call_timeout_s,
                 )  # fmt: skip
                 fenced = bool(result.get("fenced", True))

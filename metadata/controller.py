@@ -137,6 +137,7 @@ from metadata.reassignment import (
     check_assignments,
     completion,
     list_reassignments,
+    busy_partitions,
     plan_reassignments,
 )
 from raftlog.base.acl import AclBinding, AclFilter
@@ -343,6 +344,9 @@ class Controller:
         # bytes of each partition as its leader last reported (heartbeats): the balancer's
         # disk goal; not in the metadata log (a measurement, as Cruise Control's metrics)
         self._partition_bytes: dict[tuple[str, int], int] = {}
+        # broker -> (when, the internal partitions whose coordinator it reported busy): no
+        # move of them meanwhile (metadata/reassignment.py "Busy coordinators"); soft state too
+        self._busy: dict[int, tuple[int, list[Any]]] = {}
         self.offsets_replication_factor = offsets_replication_factor
         self.max_envelope_bytes = max_envelope_bytes
         # A random tag keeps request ids unique even if the service builds two Controllers
@@ -576,6 +580,16 @@ class Controller:
                     and all(type(v) is int and v >= 0 for v in row[1:])):
                 self._partition_bytes[(row[0], row[1])] = row[2]
 
+    def record_busy_partitions(self, broker_id: int, rows: list[Any], *, now_ms: int) -> None:
+        """The internal partitions whose coordinator `broker_id` reports busy (its heartbeat's
+        `busy_partitions`: raftlog/base/topics.py busy_row); replaces its last report."""
+        self._busy[broker_id] = (now_ms, rows[:1000])
+
+    def busy_partitions(self, now_ms: int) -> dict[tuple[str, int], RaftlogError]:
+        """The reports of the last session timeout from each partition's current leader."""
+        return busy_partitions(self._image, {b: rows for b, (at, rows) in self._busy.items()
+                                             if now_ms - at <= self.session_timeout_ms})
+
     def balance(self, *, dry_run: bool = False, tolerance: float = DEFAULT_TOLERANCE,
                 max_moves: int = DEFAULT_MAX_MOVES, now_ms: int) -> ControllerResult[list[dict[str, Any]]]:
         """The balancer's plan (metadata/balancer.py), started as reassignments unless
@@ -591,7 +605,7 @@ class Controller:
         if dry_run or not moves:
             return ControllerResult((), rows)
         records, errors = plan_reassignments(
-            self._image, [ReassignmentItem(m.topic, m.partition, m.replicas) for m in moves])
+            self._image, [ReassignmentItem(m.topic, m.partition, m.replicas) for m in moves], self.busy_partitions(now_ms))
         for row, error in zip(rows, errors):
             if error is not None:
                 row["error"] = error
@@ -1012,7 +1026,7 @@ class Controller:
         """Start or cancel replica moves (metadata/reassignment.py): one record per accepted
         item, all in one proposal; per item None or the error refusing it."""
         self._check_active()
-        records, results = plan_reassignments(self._image, items)
+        records, results = plan_reassignments(self._image, items, self.busy_partitions(now_ms))
         if not records:
             return ControllerResult((), results)
         return self._result(list(records), results)

@@ -16,14 +16,39 @@ Every item is judged on its own and either fully recorded or refused with its Ka
 replicas, a duplicate, an unregistered broker or too many [INVALID_REPLICA_ASSIGNMENT]; a
 move already in progress [REASSIGNMENT_IN_PROGRESS] (cancel it first; Kafka would replace
 its target); a cancel with none [NO_REASSIGNMENT_IN_PROGRESS]; the same partition twice in
-one request [INVALID_REQUEST]. `check_replicas` / `check_assignments` judge a replica list an
+one request [INVALID_REQUEST]; a move (or cancel) of an internal topic's partition while its
+coordinator is busy [COORDINATOR_LOAD_IN_PROGRESS or CONCURRENT_TRANSACTIONS, with the reason].
+`check_replicas` / `check_assignments` judge a replica list an
 operator gives (a move's target; a manual assignment in CreateTopics and CreatePartitions).
+
+Busy coordinators. A move changes the partition's leader in the end (the old leader leaves, or
+the preferred one takes over), and a coordinator moves with its partition's leadership: the
+new leader replays the partition from the start. Kafka moves such a partition at any time and
+lets the clients ride out COORDINATOR_LOAD_IN_PROGRESS; here, as Redpanda waits for a
+partition's pending work before it moves it, a move is refused while the partition's
+coordinator is busy, so it never cuts into a load or a transaction's completion:
+
+* `__consumer_offsets`-p: the group coordinator is loading p (COORDINATOR_LOAD_IN_PROGRESS);
+* `__transaction_state`-p: the transaction coordinator is loading p
+  (COORDINATOR_LOAD_IN_PROGRESS), or a transaction of p has its state write or its
+  COMMIT/ABORT markers in flight (CONCURRENT_TRANSACTIONS, the transactional id named: e.g.
+  a marker's partition has no leader);
+* `__share_group_state`-p: the share coordinator is replaying p for a new leader epoch
+  (COORDINATOR_LOAD_IN_PROGRESS);
+* `_schemas` is never busy: the schema registry holds no state a move could cut (it reads
+  the topic as a consumer does, and writes through its leader).
+
+The leaders report busy partitions with each broker heartbeat (`busy_partitions`, rows of
+raftlog/base/topics.py `busy_row`); the controller keeps each broker's last report, for a
+session timeout, and counts a row only from the partition's current leader. Both errors are
+retriable: the same request goes through once the coordinator is idle. A report is at most a
+heartbeat old (1.5 s), so "busy" is what the leader said then.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable, Mapping
 
 from raftlog.base.errors import (
     InvalidReplicaAssignmentError,
@@ -32,13 +57,14 @@ from raftlog.base.errors import (
     RaftlogError,
     ReassignmentInProgressError,
     UnknownTopicOrPartitionError,
+    error_from_wire,
 )
 
 from metadata.image import MetadataImage, PartitionState
 from metadata.records import MAX_REPLICAS, PartitionReassignment
 
-__all__ = ["ReassignmentItem", "ReassignmentStatus", "completion", "list_reassignments", "plan_reassignments",
-           "check_replicas", "check_assignments"]
+__all__ = ["ReassignmentItem", "ReassignmentStatus", "busy_partitions", "completion", "list_reassignments",
+           "plan_reassignments", "check_replicas", "check_assignments"]
 
 
 @dataclass(frozen=True)
@@ -86,11 +112,31 @@ def _judge(image: MetadataImage, item: ReassignmentItem) -> PartitionReassignmen
     return PartitionReassignment(topic_id, item.partition, target + removing, adding, removing)
 
 
+def busy_partitions(image: MetadataImage, reports: Mapping[int, list[Any]]
+                    ) -> dict[tuple[str, int], RaftlogError]:
+    """The internal partitions whose coordinator is busy (module docstring "Busy
+    coordinators"), from each broker's last heartbeat `reports`: a row counts only from the
+    partition's current leader; rows that are not well formed are ignored (a report, not a
+    command)."""
+    out: dict[tuple[str, int], RaftlogError] = {}
+    for broker_id, rows in reports.items():
+        for row in rows:
+            if not (isinstance(row, dict) and isinstance(row.get("topic"), str)
+                    and type(row.get("partition")) is int and isinstance(row.get("error"), dict)):
+                continue
+            state = image.partition(row["topic"], row["partition"])
+            if state is not None and state.leader == broker_id:
+                out[(row["topic"], row["partition"])] = error_from_wire(row["error"])
+    return out
+
+
 def plan_reassignments(
-    image: MetadataImage, items: Iterable[ReassignmentItem]
+    image: MetadataImage, items: Iterable[ReassignmentItem],
+    busy: Mapping[tuple[str, int], RaftlogError] | None = None,
 ) -> tuple[list[PartitionReassignment], list[RaftlogError | None]]:
     """The records that start or cancel the moves of `items`, and per item None (accepted,
-    or nothing to do) or the error refusing it (module docstring)."""
+    or nothing to do) or the error refusing it (module docstring); `busy`: the internal
+    partitions whose coordinator is busy, with the reason (`busy_partitions`)."""
     records: list[PartitionReassignment] = []
     results: list[RaftlogError | None] = []
     seen: set[tuple[str, int]] = set()
@@ -101,6 +147,12 @@ def plan_reassignments(
                 raise InvalidRequestError(f"{item.topic}-{item.partition} appears twice in the request")
             seen.add(key)
             record = _judge(image, item)
+            reason = (busy or {}).get(key)
+            if reason is not None and record is not None:
+                refused = type(reason)(f"{item.topic}-{item.partition} is not moved while its coordinator is "
+                                       f"busy: {reason.message}")
+                refused.code = reason.code  # a code this version does not know stays as reported
+                raise refused
         except RaftlogError as exc:
             results.append(exc)
             continue

@@ -149,10 +149,15 @@ class MetadataService(MetadataPortOps):
         # [[topic, partition, bytes]] of the partitions this broker leads; set by the node to
         # its ReplicaManager's `leader_partition_bytes`; sent with each heartbeat (balancer).
         self.partition_bytes: Callable[[], list[list[Any]]] | None = None
+        # The internal partitions whose coordinator is busy here (the coordinator services'
+        # `busy_partitions`, set by the node); sent with each heartbeat: the controller does
+        # not move them meanwhile (metadata/reassignment.py "Busy coordinators").
+        self.busy_partitions: Callable[[], list[dict[str, Any]]] | None = None
         self._broker = BrokerLifecycle(settings, self._controller_call, rng, clock_ms,
                                        incarnation=incarnation) if settings.is_broker else None
         if self._broker is not None:
             self._broker.partition_bytes = lambda: self.partition_bytes() if self.partition_bytes else []
+            self._broker.busy_partitions = lambda: self.busy_partitions() if self.busy_partitions else []
         self._quorum: Quorum | None = None
         self._active: ActiveController | None = None
         self._fetcher: MetadataFetcher | None = None
@@ -684,6 +689,10 @@ class MetadataService(MetadataPortOps):
             ],
             "brokers": brokers,
             "topics": len(image.topic_names(include_internal=True)),
+            # internal partitions not moved now: their coordinator is busy (metadata/reassignment.py)
+            "busy_partitions": [] if ctl is None else [
+                {"topic": t, "partition": p, "error": e.to_wire()}
+                for (t, p), e in sorted(ctl.busy_partitions(now_ms).items())],
         }
 
 

@@ -250,7 +250,11 @@ learner. A leader whose removal commits hands over (TimeoutNow) and resigns on i
 tick; a voter whose removal is not committed may still run (so a self-removed leader that
 lost its quorum does not leave a group that can never elect), counting the new voters only.
 A replica outside every membership it knows (removed) never runs; the leader ignores
-fetches from non-members.
+fetches from non-members. A learner (a catching-up replica: it counts toward no commit)
+sends its next fetch as soon as a response's records are appended, while their flush runs
+(a voter waits for its flush, as its fetch reports what is durable): the round trip and the
+fsync overlap, so a move's catch-up is not one fsync per answer slower (issue 44); its
+durable offset, which the leader's promotion check reads, rides on the fetch after the flush.
 
 Invariants (checked by tests/sim after every step): at most one leader per epoch; a
 committed offset is never lost or changed; two replicas agree below the smaller of their high
@@ -858,7 +862,7 @@ class RaftCore:
         if role is _FOLLOWER:
             if self._fetch_inflight:
                 self._fetch_elapsed += 1
-                if self._fetch_elapsed >= self._cfg.fetch_request_timeout_ticks:
+                if self._fetch_elapsed >= self._fetch_timeout_ticks():
                     self._send_fetch()
             elif not self._fetch_after_flush:
                 self._send_fetch()
@@ -1797,6 +1801,23 @@ class RaftCore:
             self._log_start, quiescent,
         ))  # fmt: skip
 
+    def _fetch_timeout_ticks(self) -> int:
+        """A learner waits an election timeout for an answer (a leader's replication throttle
+        holds its fetch up to one answer's worth of the rate, and an answer asked for again
+        is sent and charged twice: issue 44); it counts toward no commit or lease, so a lost
+        fetch only delays its catch-up. A voter waits fetch_request_timeout_ticks."""
+        if self.replica_id in self._membership.learners:
+            return max(self._cfg.fetch_request_timeout_ticks, self._cfg.election_timeout_ticks)
+        return self._cfg.fetch_request_timeout_ticks
+
+    def fetch_left(self, fetch_id: int) -> None:
+        """The shell sent fetch `fetch_id` only now (a replication throttle held it back:
+        partition/throttle.py): its timeout counts from now, so an answer on its way is not
+        asked for again (issue 44: those answers, charged twice, cost a throttled move 6 %
+        of its rate). No effects."""
+        if self._fetch_inflight and fetch_id == self._fetch_id:
+            self._fetch_elapsed = 0
+
     def _on_fetch_held(self, m: FetchHeld) -> None:
         if (
             m.epoch == self._epoch and self._role is _FOLLOWER and m.sender == self._leader_id
@@ -1859,10 +1880,14 @@ class RaftCore:
             self._raise_log_start(start)
         if self._needs_catch_up:
             self._maybe_caught_up()
-        if self._require_flush and self._flushed < self._end:
+        if self._require_flush and self._flushed < self._end and (
+                self.replica_id not in self._membership.learners or not m.batches):
             self._request_flush()
             self._fetch_after_flush = True
             self._flush_wait_ticks = 0
+        elif self._require_flush and self._flushed < self._end:
+            self._request_flush()  # a learner: fetch on while it runs (docstring "Membership changes")
+            self._send_fetch()
         else:
             # The leader parked our fetch for its whole wait and nothing came (no records, no
             # new high watermark), and nothing is pending here: ask it to hold the next one

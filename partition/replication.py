@@ -535,7 +535,7 @@ class ReplicationLinks:
             return
         if kind is FetchRequest:
             if not pace_learner_fetch(self._nursery, self.throttle, replica, to, message,
-                                      partial(self._queue_fetch, link, key)):
+                                      partial(self._release_fetch, replica, link, key)):
                 self._queue_fetch(link, key, message)
             return
         if len(link.messages) >= MAX_QUEUED_MESSAGES:
@@ -543,6 +543,11 @@ class ReplicationLinks:
             self.dropped_messages += 1
         link.messages.append((replica.topic, replica.partition, message))
         self._kick(link)
+
+    def _release_fetch(self, replica: Any, link: _Link, key: tuple[str, int], message: FetchRequest) -> None:
+        """A learner's fetch the throttle held back leaves now: its timeout starts now."""
+        replica.core.fetch_left(message.fetch_id)
+        self._queue_fetch(link, key, message)
 
     def _queue_fetch(self, link: _Link, key: tuple[str, int], message: FetchRequest) -> None:
         link.fetches[key] = message

@@ -19,7 +19,15 @@ unanswered fetch with a new id: only that one is answered and charged). A fetch 
 LEAD_S before the debt is paid, so the round trip (a 4 MiB cold read, its send and its write
 on a loaded machine) does not come out of the rate: over any span the bytes run at most
 LEAD_S of the rate and one answer ahead (Kafka's replication quota is judged over a window of
-samples too). Voters are never held back, and a rate of 0
+samples too). Time lost to a round trip slower than that (debt down to 0: a stalled disk) is
+carried over, up to CREDIT_S: the schedule may lag the clock by that much, so later fetches
+make it up (a token bucket's burst credit); behind it longer than IDLE_S is idle, and the
+next bytes start a fresh schedule. A fetch held on the follower side tells the learner's core
+when it leaves (`fetch_left`), and a learner's core waits an election timeout before it asks
+again (one held on the leader side cannot tell it), so it does not ask again for an answer on
+its way (those answers were charged twice: 6 % of the rate, 20 % with the leader side only). With these (and learners fetching
+while they flush, partition/raft.py) a throttled move's catch-up runs at 0.97 of the rate
+(1.01 with the leader side only; issue 44, docs/elastic.md). Voters are never held back, and a rate of 0
 means no limit. The core is pure (`Throttle.delay_s` and `debt_s` take the time); the
 functions below are the shell the replication links call.
 """
@@ -31,10 +39,12 @@ from typing import Any, Final
 
 import trio
 
-__all__ = ["LEAD_S", "Throttle", "charge_learning", "pace_learner_fetch", "hold_learner_fetch",
+__all__ = ["LEAD_S", "CREDIT_S", "IDLE_S", "Throttle", "charge_learning", "pace_learner_fetch", "hold_learner_fetch",
            "charge_learner_answer"]
 
 LEAD_S: Final = 1.0  # a paced fetch leaves this long before the bytes charged fit the rate (a 1 s burst)
+CREDIT_S: Final = 1.0  # time lost to a slow round trip that later fetches may make up (the deficit carried over)
+IDLE_S: Final = 5.0  # behind the schedule longer than this: idle, not slow (no credit)
 
 
 class Throttle:
@@ -46,23 +56,29 @@ class Throttle:
         if rate_bytes_per_s < 0:
             raise ValueError("rate_bytes_per_s must be >= 0")
         self.rate_bytes_per_s = rate_bytes_per_s
-        self._free_at_s = 0.0
+        self._free_at_s: float | None = None  # None: idle (nothing charged yet)
         self.throttled_bytes = 0  # charged while in debt (for /metrics and tests)
         self._held: dict[Any, Any] = {}  # key -> the newest fetch paced under it
 
     def delay_s(self, nbytes: int, now_s: float) -> float:
         if self.rate_bytes_per_s == 0 or nbytes <= 0:
             return 0.0
-        start = max(now_s, self._free_at_s)
+        free_at = self._free_at_s
+        if free_at is None or now_s - free_at > IDLE_S:
+            start = now_s  # idle: the schedule starts afresh, no credit
+        else:  # behind the schedule by up to CREDIT_S: those bytes may still come, faster
+            start = max(free_at, now_s - CREDIT_S)
         self._free_at_s = start + nbytes / self.rate_bytes_per_s
-        delay = start - now_s
+        delay = max(0.0, start - now_s)
         if delay > 0:
             self.throttled_bytes += nbytes
         return delay
 
     def debt_s(self, now_s: float) -> float:
         """How long until the bytes charged so far fit the rate (0: they do now)."""
-        return max(0.0, self._free_at_s - now_s) if self.rate_bytes_per_s else 0.0
+        if not self.rate_bytes_per_s or self._free_at_s is None:
+            return 0.0
+        return max(0.0, self._free_at_s - now_s)
 
     def wait_s(self, now_s: float) -> float:
         """How long a paced fetch waits now (0: it goes; under a millisecond is rounding)."""

@@ -5,13 +5,14 @@
    a partition filled with `--size-mb` (default 1024 MiB) on brokers 1, 2, 3, moved to 2, 3, 4
    while an acks=all producer writes to another topic. Prints the time until the move is done
    (broker 4 in sync, broker 1 gone), the producer's records/s during the move against before
-   it (target >= 0.7 with the default throttle), and the move's catch-up byte rate against the
-   throttle (`--throttle-mb`, both leader and follower sides; the target: within 10 %).
+   it (target >= 0.7 with the default throttle: follower_replication_throttled_rate, 10 MiB/s),
+   and the new broker's catch-up byte rate (its log's size in /metrics) against the throttle
+   (`--throttle-mb`, both leader and follower sides by default; the target: within 10 %).
 2. Growing 3 -> 5 brokers with `--partitions` (default 300, RF 3): brokers 4 and 5 start
    empty, then `cluster balance` is asked until its plan is empty and nothing moves; prints the
    time until balanced and the replica counts per broker.
 
-    scripts/bench elastic                       # 1 GiB, default throttle (none), 300 partitions
+    scripts/bench elastic                       # 1 GiB, default throttle (10 MiB/s), 300 partitions
     scripts/bench elastic --size-mb 256 --throttle-mb 20
     scripts/bench elastic --skip-grow           # only the move
 
@@ -28,17 +29,19 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 from bench_failover import call, wait_for
 from raftlog.cli.cluster import NodePorts, NodeProcess, build_node_configs, free_ports, stop_all, write_node_config
-from raftlog.node.config import new_cluster_id
+from raftlog.node.config import DEFAULT_FOLLOWER_REPLICATION_THROTTLED_RATE, new_cluster_id
 
 FILL_RECORD_BYTES = 4 * 1024
 FILL_BATCH_BYTES = 1 << 20
 LOAD_RECORD_BYTES = 1024
 MIB = 1 << 20
+SAMPLE_S = 0.25
 
 
 class Cluster:
@@ -92,6 +95,49 @@ class Cluster:
     def stop(self) -> None:
         stop_all(self.processes.values(), 15.0)
 
+    def log_bytes(self, n: int, topic: str, partition: int) -> int | None:
+        """Broker `n`'s replica of `topic`-`partition`: its log's bytes (/metrics), None when
+        it has none or does not answer."""
+        http = self.configs[n].listeners.http
+        try:
+            with urllib.request.urlopen(f"http://{http.host}:{http.port}/metrics", timeout=10) as answer:
+                text = answer.read().decode()
+        except OSError:
+            return None
+        want = f'raftlog_partition_log_size_bytes{{partition="{partition}",topic="{topic}"}} '
+        line = next((ln for ln in text.splitlines() if ln.startswith(want)), None)
+        return None if line is None else int(float(line[len(want):]))
+
+
+class CatchUp:
+    """Samples the new replica's log size every SAMPLE_S while a move runs: the bytes/s of
+    its catch-up (first byte to the last, the move's membership steps left out), the figure
+    a replication throttle bounds (Kafka's quota is judged over its own window too)."""
+
+    def __init__(self, cluster: Cluster, broker: int, topic: str):
+        self.samples: list[tuple[float, int]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(cluster, broker, topic), daemon=True)
+
+    def _run(self, cluster: Cluster, broker: int, topic: str) -> None:
+        while not self.stop.wait(SAMPLE_S):
+            size = cluster.log_bytes(broker, topic, 0)
+            if size is not None:
+                self.samples.append((time.monotonic(), size))
+
+    def rate(self) -> tuple[float, float, int]:
+        """(MiB/s, seconds, bytes) from the sample before the first growth to the first at
+        the final size."""
+        grown = [s for s in self.samples if s[1] > 0]
+        if len(grown) < 2:
+            return 0.0, 0.0, 0
+        final = grown[-1][1]
+        first = max(0, self.samples.index(grown[0]) - 1)
+        t0, b0 = self.samples[first]
+        t1, b1 = next(s for s in grown if s[1] == final)
+        took = max(t1 - t0, 1e-9)
+        return (b1 - b0) / MIB / took, took, b1 - b0
+
 
 def _producer(cluster: Cluster, nodes: list[int], **options: Any) -> Any:
     from raftlog.client import Producer
@@ -143,9 +189,12 @@ class Load:
 
 
 def bench_move(root: Path, args: argparse.Namespace) -> None:
-    throttle = args.throttle_mb * MIB
     sides = ("leader", "follower") if args.throttle_side == "both" else (args.throttle_side,)
-    settings = {f"{side}_replication_throttled_rate": throttle for side in sides}
+    if args.throttle_mb is None:  # the nodes' default: the follower side's
+        throttle_mb, side, settings = DEFAULT_FOLLOWER_REPLICATION_THROTTLED_RATE / MIB, "default, follower", {}
+    else:
+        throttle_mb, side = args.throttle_mb, args.throttle_side
+        settings = {f"{s}_replication_throttled_rate": args.throttle_mb * MIB for s in sides}
     cluster = Cluster(root / "move", 4, settings)
     try:
         cluster.start(1, 2, 3, 4)
@@ -158,14 +207,23 @@ def bench_move(root: Path, args: argparse.Namespace) -> None:
         print(f"  filled at {fill(cluster, 'big', size):.1f} MiB/s", flush=True)
         load = Load(cluster, "load")
         load.thread.start()
-        time.sleep(args.window_s)  # the baseline window (the load runs all along)
+        # Not its first seconds (they ran up to 2x faster than any later window: caches, the
+        # fill's writeback), then the baseline window; the load runs all along.
+        time.sleep(args.warmup_s + args.window_s)
         t0 = time.monotonic()
         before = load.rate(t0 - args.window_s, t0)
+        catch_up = CatchUp(cluster, 4, "big")
+        catch_up.thread.start()
         cluster.op("alter_partition_reassignments", partitions=[{"topic": "big", "partition": 0,
                                                                  "replicas": [2, 3, 4]}])
         wait_for(lambda: not cluster.moving(), args.move_timeout_s, "the move to finish")
         t1 = time.monotonic()
+        catch_up.stop.set()
+        catch_up.thread.join(timeout=60)
         during = load.rate(t0, t1)
+        time.sleep(args.window_s)  # the window after: the machine's load drifts (others' runs)
+        t2 = time.monotonic()
+        after = load.rate(t2 - args.window_s, t2)
         load.stop.set()
         load.thread.join(timeout=600)
         if load.error is not None:
@@ -173,13 +231,18 @@ def bench_move(root: Path, args: argparse.Namespace) -> None:
         took = t1 - t0
         rate = size / MIB / took
         print(f"move of {args.size_mb} MiB to a new broker: in sync after {took:.1f} s ({rate:.1f} MiB/s)")
-        print(f"producer (acks=all, 1 KiB): {before:,.0f} records/s before, {during:,.0f} during: "
-              f"ratio {during / max(before, 1e-9):.2f} (target >= 0.7)")
-        if throttle:
-            print(f"throttle {args.throttle_mb} MiB/s ({args.throttle_side}): catch-up at {rate:.1f} MiB/s = "
-                  f"{rate / args.throttle_mb:.2f} of the rate (target within 10 %)")
+        print(f"producer during move / before (acks=all, 1 KiB records, throttle {throttle_mb:g} MiB/s {side}): "
+              f"{during:,.0f} / {before:,.0f} records/s = {during / max(before, 1e-9):.2f} (target >= 0.7); "
+              f"{after:,.0f} records/s in the {args.window_s:g} s after: during / mean(before, after) = "
+              f"{during / max((before + after) / 2, 1e-9):.2f} (the machine's drift taken out)")
+        caught, caught_s, caught_bytes = catch_up.rate()
+        print(f"catch-up of broker 4: {caught_bytes / MIB:.0f} MiB in {caught_s:.1f} s = {caught:.1f} MiB/s")
+        if throttle_mb:
+            print(f"throttle {throttle_mb:g} MiB/s ({side}): catch-up at {caught:.1f} MiB/s = "
+                  f"{caught / throttle_mb:.2f} of the rate (target within 10 %); the whole move "
+                  f"{rate / throttle_mb:.2f}")
         else:
-            print("throttle: default (none); give --throttle-mb N to measure how it holds its rate")
+            print("throttle: none (--throttle-mb 0)")
     finally:
         cluster.stop()
 
@@ -220,18 +283,22 @@ def bench_grow(root: Path, args: argparse.Namespace) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=int, default=1024, help="the moved partition's size (MiB)")
-    parser.add_argument("--throttle-mb", type=int, default=0,
-                        help="leader and follower replication throttle, MiB/s (default 0: none, the default)")
+    parser.add_argument("--throttle-mb", type=int, default=None,
+                        help="leader and follower replication throttle, MiB/s (0: none; default: the nodes' "
+                             "default, follower side 10 MiB/s)")
     parser.add_argument("--throttle-side", choices=("both", "leader", "follower"), default="both",
                         help="which side --throttle-mb limits")
     parser.add_argument("--partitions", type=int, default=300, help="partitions of the grow part (RF 3)")
     parser.add_argument("--window-s", type=float, default=10.0, help="the producer's baseline window")
+    parser.add_argument("--warmup-s", type=float, default=20.0,
+                        help="the producer runs this long before its baseline window")
     parser.add_argument("--move-timeout-s", type=float, default=1800.0)
     parser.add_argument("--skip-move", action="store_true")
     parser.add_argument("--skip-grow", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep the data dirs")
     args = parser.parse_args()
-    if args.size_mb < 1 or args.partitions < 1 or args.throttle_mb < 0 or args.window_s <= 0:
+    if args.size_mb < 1 or args.partitions < 1 or (args.throttle_mb or 0) < 0 or args.window_s <= 0 \
+            or args.warmup_s < 0:
         parser.error("--size-mb and --partitions must be at least 1, --throttle-mb >= 0, --window-s > 0")
     root = Path(tempfile.mkdtemp(prefix="raftlog-elastic-"))
     print(f"data in {root}", flush=True)

@@ -8,7 +8,10 @@ as in Kafka (`Utils.abs(groupId.hashCode) % partitions`).
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from raftlog.base.errors import RaftlogError
 
 __all__ = [
     "OFFSETS_TOPIC",
@@ -17,6 +20,7 @@ __all__ = [
     "TRANSACTION_STATE_TOPIC_PARTITIONS",
     "INTERNAL_TOPICS",
     "MAX_TOPIC_NAME_CHARS",
+    "busy_row",
     "java_string_hash",
     "partition_for_group",
     "partition_for_transactional_id",
@@ -52,3 +56,10 @@ def partition_for_group(group_id: str, partitions: int = OFFSETS_TOPIC_PARTITION
 def partition_for_transactional_id(transactional_id: str, partitions: int = TRANSACTION_STATE_TOPIC_PARTITIONS) -> int:
     """Kafka's `TransactionStateManager.partitionFor`: the same hash as a group's."""
     return partition_for_group(transactional_id, partitions)
+
+
+def busy_row(topic: str, partition: int, reason: RaftlogError) -> dict[str, Any]:
+    """An internal partition whose coordinator is busy here, as a broker heartbeat's
+    `busy_partitions` carries it to the controller (which refuses to move it meanwhile:
+    metadata/reassignment.py "Busy coordinators"): {topic, partition, error: {code, message}}."""
+    return {"topic": topic, "partition": partition, "error": reason.to_wire()}

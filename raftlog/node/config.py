@@ -113,6 +113,8 @@ MIN_SECRET_CHARS: Final = 16
 MAX_NODE_ID: Final = (1 << 31) - 1
 _CLUSTER_ID_RE: Final = re.compile(r"[A-Za-z0-9_-]{1,64}\Z")
 _WILDCARD_HOSTS: Final = frozenset({"", "0.0.0.0", "::"})
+# A move's catch-up on a broker without its own setting (docs/elastic.md "The default throttle")
+DEFAULT_FOLLOWER_REPLICATION_THROTTLED_RATE: Final = 10 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,8 +319,9 @@ class NodeConfig:
     # by the tolerance x mean, when more): a move copies data, worth it only for a real gap
     partition_autobalancing_min_gap_bytes: int = 64 << 20
     # bytes/s the replicas this broker adds by a move take in catching up; 0: no limit
-    # (Kafka's follower.replication.throttled.rate; partition/throttle.py)
-    follower_replication_throttled_rate: int = 0
+    # (Kafka's follower.replication.throttled.rate; partition/throttle.py). Default 10 MiB/s,
+    # as Redpanda's raft_learner_recovery_rate has one (docs/elastic.md "The default throttle")
+    follower_replication_throttled_rate: int = DEFAULT_FOLLOWER_REPLICATION_THROTTLED_RATE
     # bytes/s this broker's leaders send to the replicas a move adds; 0: no limit
     # (Kafka's leader.replication.throttled.rate; partition/throttle.py)
     leader_replication_throttled_rate: int = 0

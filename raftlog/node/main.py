@@ -321,6 +321,8 @@ async def run_node(
         if isinstance(service, ReplicaManager):  # metadata answers say what the replicas see
             metadata.partition_view = service.local_leader
             metadata.partition_bytes = service.leader_partition_bytes  # the balancer's disk goal
+    busy = [s.busy_partitions for s in services if callable(getattr(s, "busy_partitions", None))]
+    metadata.busy_partitions = lambda: [row for rows in busy for row in rows()]  # coordinators a move must wait for
 
     def health() -> dict[str, Any]:
         report: dict[str, Any] = {"node_id": config.node_id, "cluster_id": cluster_id,

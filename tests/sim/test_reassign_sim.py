@@ -42,7 +42,9 @@ def test_seed(seed):
 
 def test_membership_changes_actually_happen():
     totals: dict[str, int] = {}
-    for seed in range(40):
+    # 60 seeds: a leader removing itself is rare once leadership moves off a leaving replica
+    # first; learners fetching on while they flush (issue 44) left 40 seeds with 2 of them
+    for seed in range(60):
         for key, value in sim.run_membership_seed(seed, CI_STEPS).stats.items():
             totals[key] = max(totals.get(key, 0), value) if key == "max_voters" else totals.get(key, 0) + value
     assert totals["changes"] >= 120 and totals["refused"] >= 40, totals

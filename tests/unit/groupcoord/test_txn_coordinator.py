@@ -357,3 +357,24 @@ def test_v2_zombie_after_fencing_gets_fenced():
         _end_v2(h, pid, epoch, True)
     with pytest.raises(ProducerFencedError):
         h.run(h.core.add_partitions(TID, pid, epoch, [("t", 1)], 0))
+
+
+def test_busy_partitions_while_loading_and_while_markers_are_in_flight():
+    """What a replica move of `__transaction_state` waits for (metadata/reassignment.py
+    "Busy coordinators"): a partition being loaded, and one whose transaction has its
+    markers in flight; none once they are written."""
+    h = Harness(partitions=2, auto_markers=False)
+    p = h.core.partition_for(TID)
+    h.core.begin_load(1 - p)
+    assert {k: type(v) for k, v in h.core.busy_partitions().items()} == {1 - p: CoordinatorLoadInProgressError}
+    h.core.finish_load(1 - p, 0)
+    assert h.core.busy_partitions() == {}
+    h.init()
+    h.run(h.core.add_partitions(TID, 1001, 0, [("t", 0)], 1))
+    assert h.core.busy_partitions() == {}  # ongoing, nothing in flight
+    h.run(h.core.end_txn(TID, 1001, 0, True, 2))
+    [(busy_p, reason)] = h.core.busy_partitions().items()
+    assert busy_p == p and isinstance(reason, ConcurrentTransactionsError)
+    assert repr(TID) in reason.message and "markers" in reason.message
+    h.run(h.core.on_markers_written(TID, 3))
+    assert h.core.busy_partitions() == {}

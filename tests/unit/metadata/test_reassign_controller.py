@@ -12,12 +12,15 @@ from metadata.controller import Controller
 from metadata.delta import image_from_snapshot, image_to_snapshot
 from metadata.reassignment import ReassignmentItem as Item
 from raftlog.base.errors import (
+    ConcurrentTransactionsError,
+    CoordinatorLoadInProgressError,
     InvalidReplicaAssignmentError,
     InvalidRequestError,
     NoReassignmentInProgressError,
     ReassignmentInProgressError,
     UnknownTopicOrPartitionError,
 )
+from raftlog.base.topics import busy_row
 
 
 @pytest.fixture
@@ -87,3 +90,36 @@ def test_cancel_goes_back_to_the_original_replicas(cl):
     # Same replicas in another order: nothing to move.
     res = cl.c.alter_partition_reassignments([Item("t", 1, tuple(reversed(cur.replicas)))], now_ms=0)
     assert res.response == [None] and res.envelopes == ()
+
+
+@pytest.mark.parametrize("error", [
+    CoordinatorLoadInProgressError("the group coordinator is loading t-0"),
+    ConcurrentTransactionsError("transaction 'tx' of t-0 has its markers in flight"),
+])
+def test_a_partition_whose_coordinator_is_busy_is_not_moved_until_it_is_idle(cl, error):
+    """Its leader's heartbeat says the partition's coordinator is busy: a move (and the
+    balancer's) is refused with that error and the reason, nothing recorded, the other items
+    go ahead; a report from a broker that does not lead it, or older than a session timeout,
+    does not count; once the leader reports it idle the same move goes through."""
+    p0 = cl.image.topic("t").partitions[0]
+    leader = p0.leader
+    target = tuple(r for r in p0.replicas if r != p0.replicas[-1]) + (4,)
+    other = next(b for b in p0.replicas if b != leader)
+    cl.c.record_busy_partitions(other, [busy_row("t", 0, error), "junk", {"topic": 1}], now_ms=0)
+    assert cl.c.busy_partitions(0) == {}  # not its leader: not counted (junk ignored)
+    cl.c.record_busy_partitions(leader, [busy_row("t", 0, error)], now_ms=0)
+    [busy] = cl.c.busy_partitions(0).values()
+    assert type(busy) is type(error)
+    p1 = cl.image.topic("t").partitions[1]
+    other_target = tuple(r for r in p1.replicas if r != p1.replicas[-1]) + (4,)
+    res = cl.c.alter_partition_reassignments([Item("t", 0, target), Item("t", 1, other_target)], now_ms=0)
+    refused = res.response[0]
+    assert type(refused) is type(error) and refused.code == error.code
+    assert "t-0 is not moved while its coordinator is busy" in refused.message and error.message in refused.message
+    assert res.response[1] is None
+    cl.commit(res)
+    assert cl.image.topic("t").partitions[0] == p0  # nothing half-done
+    assert cl.c.busy_partitions(cl.c.session_timeout_ms + 1) == {}  # a stale report lapses
+    cl.c.record_busy_partitions(leader, [], now_ms=0)  # idle again
+    assert cl.commit(cl.c.alter_partition_reassignments([Item("t", 0, target)], now_ms=0)) == [None]
+    assert cl.image.topic("t").partitions[0].target_replicas == target

@@ -14,8 +14,10 @@ from partition.log import Log, LogConfig
 from partition.membership import CONTROL_MEMBERSHIP, membership_batch, memberships_in, scan_log
 from partition.raft import (
     AppendMembership,
+    BeginQuorumEpoch,
     FetchRequest,
     FetchResponse,
+    Flush,
     LogState,
     Membership,
     PersistQuorumState,
@@ -187,3 +189,44 @@ def test_a_forged_membership_batch_is_corrupt():
     headers = list(iter_headers(bad))
     with pytest.raises(CorruptRecordError):
         memberships_in(bad, headers)
+
+
+def test_a_learner_fetch_held_back_by_the_throttle_times_out_from_when_it_left():
+    """partition/throttle.py holds a learner's fetch; `fetch_left` restarts its timeout (an
+    election timeout for a learner), so the core does not ask again for an answer that is on
+    its way (issue 44)."""
+    learner = RaftCore(3, (1, 2), learners=(3,), rng=random.Random(2), config=CFG)
+    effects = _confirm(learner, learner.handle(BeginQuorumEpoch(1, 1)))
+    [first] = [e.message for e in effects if type(e) is Send and type(e.message) is FetchRequest]
+    timeout = max(CFG.fetch_request_timeout_ticks, CFG.election_timeout_ticks)  # a learner's
+    for _ in range(timeout - 1):
+        assert not [e for e in learner.tick() if type(e) is Send]
+    learner.fetch_left(first.fetch_id - 1)  # an older fetch: no effect
+    learner.fetch_left(first.fetch_id)  # held until now: the timeout starts again
+    for _ in range(timeout - 1):
+        assert not [e for e in learner.tick() if type(e) is Send]
+    [again] = [e.message for e in learner.tick() if type(e) is Send and type(e.message) is FetchRequest]
+    assert again.fetch_id == first.fetch_id + 1 and again.fetch_offset == first.fetch_offset
+
+
+@pytest.mark.parametrize("learner", [True, False])
+def test_a_learner_fetches_on_while_its_flush_runs_a_voter_waits(learner):
+    """With require_flush, a voter's next fetch waits for its flush (it reports what is
+    durable, which counts toward commits); a learner counts toward none: its next fetch
+    leaves with the flush (issue 44), reporting what was durable, and the one after the
+    flush reports the rest."""
+    cfg = RaftConfig(require_flush=True)
+    core = RaftCore(3, (1, 2) if learner else (1, 2, 3), learners=(3,) if learner else (),
+                    rng=random.Random(2), config=cfg)
+    effects = _confirm(core, core.handle(BeginQuorumEpoch(1, 1)))
+    [fetch] = [e.message for e in effects if type(e) is Send and type(e.message) is FetchRequest]
+    answer = FetchResponse(1, 1, 1, fetch.fetch_id, None, 0, 0, None, -1, 0).with_records(b"x", ((0, 9, 1),))
+    effects = core.handle(answer)
+    sent = [e.message for e in effects if type(e) is Send and type(e.message) is FetchRequest]
+    assert any(type(e) is Flush for e in effects)
+    if learner:
+        assert [(m.fetch_offset, m.flushed_offset) for m in sent] == [(10, 0)]
+    else:
+        assert sent == []
+    sent = [e.message for e in core.flushed(10) if type(e) is Send and type(e.message) is FetchRequest]
+    assert [(m.fetch_offset, m.flushed_offset) for m in sent] == ([] if learner else [(10, 10)])

@@ -10,6 +10,7 @@ import pytest
 import trio
 
 from partition.throttle import (
+    CREDIT_S,
     LEAD_S,
     Throttle,
     charge_learner_answer,
@@ -133,3 +134,45 @@ async def test_a_catch_up_runs_at_the_rate_though_the_core_re_sends_unanswered_f
                 fetch(nursery)  # the core's fetch timeout: a new id
         nursery.cancel_scope.cancel()
     assert state["kept"] / 20 == pytest.approx(rate, rel=0.1)
+
+
+async def test_time_lost_to_slow_round_trips_is_made_up_and_bursts_stay_bounded(autojump_clock):
+    """The deficit carried over (CREDIT_S): a learner whose every 10th round trip stalls 2 s
+    (a loaded disk) still fetches at the rate within 10 % (without the credit each stall
+    would lose ~0.75 s: 0.83 of it), and over any span from the start the bytes never run
+    more than LEAD_S + CREDIT_S of the rate and one answer ahead."""
+    rate, chunk = 1 << 20, 256 << 10
+    throttle = Throttle(rate)
+    replica = _replica(True, [])
+    kept: list[tuple[float, int]] = []
+    start = trio.current_time()
+
+    async def round_trip(n):
+        await trio.sleep(2.0 if n % 10 == 9 else 0.03)
+        charge_learning(throttle, replica, SimpleNamespace(records=b"x" * chunk))
+        kept.append((trio.current_time() - start, chunk))
+        fetch(n + 1)
+
+    def fetch(n):
+        if not pace_learner_fetch(nursery, throttle, replica, 1, n, lambda m: nursery.start_soon(round_trip, m)):
+            nursery.start_soon(round_trip, n)
+
+    async with trio.open_nursery() as nursery:
+        fetch(0)
+        await trio.sleep(60)
+        nursery.cancel_scope.cancel()
+    assert sum(n for _, n in kept) / 60 == pytest.approx(rate, rel=0.1)
+    total = 0
+    for at, n in kept:
+        total += n
+        assert total <= rate * (at + LEAD_S + CREDIT_S) + chunk
+
+
+def test_an_idle_throttle_gives_no_credit_and_a_fetch_left_late_restarts_its_timeout():
+    throttle = Throttle(1000)
+    assert throttle.delay_s(500, 0.0) == 0.0 and throttle.debt_s(0.0) == pytest.approx(0.5)
+    assert throttle.delay_s(500, 0.2) == pytest.approx(0.3)  # behind: waits its turn
+    # 30 s idle: the next bytes start a fresh schedule (no 30 s of credit, no burst)
+    assert throttle.delay_s(1000, 30.0) == 0.0 and throttle.debt_s(30.0) == pytest.approx(1.0)
+    # 0.5 s behind (a slow round trip): that time may be made up
+    assert throttle.delay_s(100, 31.5) == 0.0 and throttle.debt_s(31.5) == pytest.approx(0.0, abs=1e-9)
