@@ -303,15 +303,20 @@ def unlink_if_present(path: Path) -> bool:
     return True
 
 
+# A syncfs writes out every dirty page of the filesystem, other processes' too: it pays for a
+# batch of many new directories (a topic of hundreds of partitions), not for a few.
+SYNCFS_MIN_NEW_DIRS: Final = 16
+
+
 def make_new_dirs_durable(directories: list[Path]) -> None:
     """Make directories just created, every file in them and their entries in their parents
-    durable: one syncfs(2) when they share a filesystem whose syncfs does that
-    (_SYNCFS_FILESYSTEMS), else an fsync of each file, each directory and each parent.
-    Blocking. Raises OSError."""
+    durable: one syncfs(2) when there are at least SYNCFS_MIN_NEW_DIRS of them on a filesystem
+    whose syncfs does that (_SYNCFS_FILESYSTEMS), else an fsync of each file, each directory
+    and each parent. Blocking. Raises OSError."""
     if not directories:
         return
     dev = os.stat(directories[0]).st_dev
-    if _syncfs_makes_durable(directories[0], dev) and all(
+    if len(directories) >= SYNCFS_MIN_NEW_DIRS and _syncfs_makes_durable(directories[0], dev) and all(
             os.stat(d).st_dev == dev for d in directories[1:]):
         fd = os.open(directories[0], os.O_RDONLY | os.O_DIRECTORY)
         try:

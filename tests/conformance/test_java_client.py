@@ -26,10 +26,32 @@ def test_producer_acks_and_compression(sides: Sides, compression: str) -> None:
         return {acks: java_client("produce", bootstrap, f"java-produce-{compression}-{acks}", acks, compression, "60")
                 for acks in ("0", "1", "all")}
 
-    same = assert_same(sides.run(scenario), f"Java producer, compression {compression}")
+    answers = sides.run(scenario)
+    for side in answers.values():  # acks=0 is at most once: Kafka itself dropped some at CI's load
+        side["0"]["read"] = _at_most_once(side["0"]["read"])
+    same = assert_same(answers, f"Java producer, compression {compression}")
     for acks, answer in same.items():
-        assert len(answer["read"]) == 60, f"acks={acks}: every record read back"
-        assert len({row["partition"] for row in answer["read"]}) > 1, "keys spread over the partitions"
+        if acks != "0":
+            assert len(answer["read"]) == 60, f"acks={acks}: every record read back"
+            assert len({row["partition"] for row in answer["read"]}) > 1, "keys spread over the partitions"
+
+
+def _at_most_once(read: list[dict]) -> str:
+    """What acks=0 promises, as one comparable answer: every record read was sent (value
+    `value-<i>-...` with header `i=<i>`), once, and each partition's in the order sent. A leader
+    moving under a fire-and-forget producer loses records on Kafka too (no answer tells it),
+    so how many arrive is not compared."""
+    seen: set[int] = set()
+    last: dict[int, int] = {}
+    for row in read:
+        i = int(row["headers"][0].removeprefix("i="))
+        if not row["value"].startswith(f"value-{i}-") or row["key"] != f"k{i % 7}" or i in seen or i >= 60:
+            return f"not sent or twice: {row}"
+        if i < last.get(row["partition"], -1):
+            return f"out of order in partition {row['partition']}: {row}"
+        seen.add(i)
+        last[row["partition"]] = i
+    return "each record read was sent, once, in order per partition"
 
 
 def test_consumer_assign_seek_offsets_for_times(sides: Sides) -> None:

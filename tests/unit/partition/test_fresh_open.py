@@ -146,11 +146,15 @@ def test_new_dirs_durable_with_syncfs_is_one_call(tmp_path, monkeypatch):
     real = file_io._SYNCFS
     monkeypatch.setattr(file_io, "_syncfs_makes_durable", lambda directory, dev: True)
     monkeypatch.setattr(file_io, "_SYNCFS", lambda fd: calls.append(fd) or real(fd))
-    dirs = [tmp_path / f"t-{i}" for i in range(3)]
+    dirs = [tmp_path / f"t-{i}" for i in range(file_io.SYNCFS_MIN_NEW_DIRS)]
     for d in dirs:
         d.mkdir()
     file_io.make_new_dirs_durable(dirs)
     assert len(calls) == 1
+    synced: list[Path] = []  # a few new directories: each fsynced, no syncfs of the whole filesystem
+    monkeypatch.setattr(file_io, "fsync_path", lambda p: synced.append(p) or True)
+    file_io.make_new_dirs_durable(dirs[:2])
+    assert len(calls) == 1 and sorted(synced) == sorted([*dirs[:2], tmp_path])
 
 
 def test_opens_that_arrive_together_share_a_batch(tmp_path, monkeypatch):
