@@ -189,7 +189,9 @@ def test_create_topic_on_the_page_then_browse_cli_records(browser, console, boot
         field.clear()
         field.send_keys(value)
     form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    wait(browser, lambda d: d.find_elements(By.ID, "created"), what="the created notice")
+    # The create answers at the controller's commit, then the topic's page loads: both slow at
+    # CI's load (20 s once was not enough).
+    wait(browser, lambda d: d.find_elements(By.ID, "created"), timeout_s=60, what="the created notice")
     assert len(browser.find_elements(By.CSS_SELECTOR, "#partitions tbody tr")) == 3
     assert "3 partitions, replication factor 3" in cli("topics", "describe", "clicks", bootstrap=bootstrap).stdout
 
@@ -412,11 +414,17 @@ def test_broker_configs_page_reads_and_alters_a_dynamic_config(browser, console,
     assert {"num.partitions", "compression.type", "max.connections"} <= {
         td.text for td in browser.find_elements(By.CSS_SELECTOR, "#broker-configs tbody tr td:first-child")}
     before = num_partitions_of_2()
+    def shown(present: bool) -> bool:
+        # The page reads the console's node's metadata image, which may apply the change a
+        # moment after the controller answered: reload until it does.
+        browser.get(console.url + "/brokers/configs")
+        return ("2: 7" in row("num.partitions")) == present
+
     submit("set", "7")
-    assert "2: 7" in row("num.partitions")
+    cluster.wait_for(lambda: shown(True), 30, "the page showing broker 2's num.partitions at 7")
     cluster.wait_for(lambda: num_partitions_of_2() == "7", 60, "broker 2's num.partitions at 7")
     submit("reset")
-    assert "2: 7" not in row("num.partitions")
+    cluster.wait_for(lambda: shown(False), 30, "the page without broker 2's num.partitions")
     cluster.wait_for(lambda: num_partitions_of_2() == before, 60, f"broker 2's num.partitions back at {before}")
 
 
