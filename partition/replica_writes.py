@@ -128,6 +128,13 @@ class ReplicaWrites:
                     f"{self.name}: transactional batch of producer {txn.producer_id} outside a transaction")
             verified_at = self.producers.marker_offset(txn.producer_id)
             await verify_txn(txn.producer_id, txn.producer_epoch)
+            if self.producers.marker_offset(txn.producer_id) != verified_at and not self.producers.in_txn(
+                    txn.producer_id, txn.producer_epoch):
+                # A marker landed while the verification waited out CONCURRENT_TRANSACTIONS: the
+                # previous transaction's (Transactions V2's implicit add waits for its markers),
+                # or this batch's own. Ask again from here: the coordinator tells them apart.
+                verified_at = self.producers.marker_offset(txn.producer_id)
+                await verify_txn(txn.producer_id, txn.producer_epoch)
         # The lock as `_event` takes it: uncontended, without a pass through the scheduler (a
         # produce holding it across that yield made the fetches arriving meanwhile queue).
         await acquire_free(self._lock)

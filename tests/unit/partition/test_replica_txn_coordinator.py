@@ -84,8 +84,14 @@ async def test_a_batch_verified_before_its_transactions_marker_is_refused(tmp_pa
     batch belongs to the aborted transaction and is refused (INVALID_TXN_STATE), nothing
     written; a batch verified after the marker (the next transaction) is taken."""
     r = await _leader(tmp_path, nursery)
+    asked = []
 
     async def marker_meanwhile(producer_id: int, epoch: int) -> None:
+        # The marker lands while the coordinator is asked; asked again, it knows the
+        # transaction has ended.
+        asked.append(epoch)
+        if len(asked) > 1:
+            raise InvalidTxnStateError("the transaction has ended")
         waiter = await r.append_marker(producer_id, epoch, commit=False, coordinator_epoch=0)
         await waiter.wait(trio.current_time() + 30)
 
@@ -95,9 +101,28 @@ async def test_a_batch_verified_before_its_transactions_marker_is_refused(tmp_pa
     with pytest.raises(InvalidTxnStateError):
         await r.append_as_leader(_client_batch(0, 0, 2), acks=1, verify_txn=marker_meanwhile)
     end = r.log.log_end_offset
-    assert end == 1 and r.producers.txns.open == {}  # the marker only
+    assert end == 1 and r.producers.txns.open == {} and len(asked) == 2  # the marker only
     res = await r.append_as_leader(_client_batch(0, 0, 2), acks=1, verify_txn=yes)
     assert (res.first_offset, res.duplicate) == (1, False) and r.producers.txns.open == {PID: 1}
+
+
+async def test_the_previous_transactions_marker_landing_during_verification_refuses_nothing(tmp_path, nursery):
+    """Transactions V2's implicit add waits out CONCURRENT_TRANSACTIONS while the previous
+    transaction's markers are written; its marker landing here meanwhile is not this batch's
+    transaction ending: asked again, the coordinator says the new one is ongoing, and the batch
+    is taken (before: INVALID_TXN_STATE, the Java client's aborted and open transactions lost
+    their records, tests/conformance/test_java_client.py)."""
+    r = await _leader(tmp_path, nursery)
+    asked = []
+
+    async def previous_marker_meanwhile(producer_id: int, epoch: int) -> None:
+        asked.append(epoch)
+        if len(asked) == 1:
+            waiter = await r.append_marker(producer_id, epoch, commit=True, coordinator_epoch=0)
+            await waiter.wait(trio.current_time() + 30)
+
+    res = await r.append_as_leader(_client_batch(0, 0, 2), acks=1, verify_txn=previous_marker_meanwhile)
+    assert (res.first_offset, res.duplicate) == (1, False) and r.producers.txns.open == {PID: 1} and len(asked) == 2
 
 
 async def test_a_new_transaction_reusing_an_aborted_batchs_sequences_is_refused(tmp_path, nursery):
