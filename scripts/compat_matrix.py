@@ -12,6 +12,8 @@ xfail = a divergence the suite knows, with its reason; skipped = not served by r
 what lies between the `matrix:begin` and `matrix:end` markers of the document, with the
 command and the date of the run. With `--keep` the document's rows that the reports do not
 have stay as they are (a rerun of a few files updates their rows only) and the line says so.
+README gets the same run in short (one row per family of clients and tools: scenarios, how many
+answer as Kafka) between the same markers, when the document written is the default one.
 """
 
 from __future__ import annotations
@@ -40,6 +42,21 @@ CLIENTS = {
     "test_tools_reassign": "kafka-reassign-partitions",
     "test_franz": "franz-go (Go)",
     "test_kip848_upgrade": "confluent-kafka (librdkafka), KIP-848",
+}
+# README's short form: client or tool -> its family's row
+FAMILIES = {
+    "Java client (kafka-clients)": "Java client and Admin client",
+    "Java Admin client": "Java client and Admin client",
+    "kafka-topics": "Kafka's tools (topics, console, groups, configs, quorum, reassign, ...)",
+    "console tools, kafka-consumer-groups": "Kafka's tools (topics, console, groups, configs, quorum, reassign, ...)",
+    "operator tools": "Kafka's tools (topics, console, groups, configs, quorum, reassign, ...)",
+    "kafka-reassign-partitions": "Kafka's tools (topics, console, groups, configs, quorum, reassign, ...)",
+    "Kafka Streams": "Kafka Streams, Kafka Connect, Spark's Kafka connector",
+    "Kafka Connect (standalone)": "Kafka Streams, Kafka Connect, Spark's Kafka connector",
+    "Spark's Kafka connector (spark-sql-kafka-0-10)": "Kafka Streams, Kafka Connect, Spark's Kafka connector",
+    "Java share consumer and share-group tools (KIP-932)": "KafkaShareConsumer and kafka-share-groups (KIP-932)",
+    "franz-go (Go)": "franz-go (Go)",
+    "confluent-kafka (librdkafka), KIP-848": "confluent-kafka, KIP-848 online upgrade",
 }
 FEATURES = {
     "test_kafka_topics_create_describe_alter_delete": "--create / --describe / --alter / --list / --delete",
@@ -141,8 +158,7 @@ def kept_rows(text: str, table: list[tuple[str, str, str, str]]) -> list[tuple[s
 
 
 def render(table: list[tuple[str, str, str, str]], *reports: Path, rerun: int | None = None) -> str:
-    newest = max(junit.stat().st_mtime for junit in reports)
-    when = datetime.fromtimestamp(newest, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    when = _when(*reports)
     same = sum(1 for r in table if r[3] == "same as Kafka")
     source = "`python -m pytest tests/conformance --junitxml=...`"
     if rerun is not None:
@@ -156,11 +172,40 @@ def render(table: list[tuple[str, str, str, str]], *reports: Path, rerun: int | 
     return "\n".join(lines)
 
 
+def summary(table: list[tuple[str, str, str, str]], *reports: Path) -> str:
+    """README's short matrix: per family of clients and tools, the scenarios and how many answer
+    the same as Kafka, with the command and the date of the run."""
+    families: dict[str, list[int]] = {}
+    for client, _, _, raftlog in table:
+        counts = families.setdefault(FAMILIES.get(client, client), [0, 0])
+        counts[0] += 1
+        counts[1] += raftlog == "same as Kafka"
+    same = sum(c[1] for c in families.values())
+    lines = [BEGIN, f"Scenarios run on Apache Kafka 4.4 and on raftlog, compared ({_when(*reports)}, "
+             f"`python scripts/compat_matrix.py`): **{same} of {len(table)} answer the same**.", "",
+             "| client or tool | scenarios | same as Kafka |", "| --- | ---: | ---: |"]
+    lines += [f"| {family} | {n} | {ok} |" for family, (n, ok) in families.items()]
+    lines.append(END)
+    return "\n".join(lines)
+
+
+def _when(*reports: Path) -> str:
+    newest = max(junit.stat().st_mtime for junit in reports)
+    return datetime.fromtimestamp(newest, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _replace_between_markers(text: str, block: str) -> str:
+    head, _, rest = text.partition(BEGIN)
+    return head + block + rest.partition(END)[2]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("junit", type=Path, nargs="+",
                     help="pytest's --junitxml report(s) of tests/conformance (a later one's cases win)")
     ap.add_argument("--doc", type=Path, default=ROOT / "docs" / "compatibility.md")
+    ap.add_argument("--readme", type=Path, default=None,
+                    help="where the short form goes (default: README.md when --doc is the default)")
     ap.add_argument("--keep", action="store_true",
                     help="keep the document's rows these reports do not have (a rerun of some files)")
     args = ap.parse_args()
@@ -175,13 +220,15 @@ def main() -> int:
     text = args.doc.read_text() if args.doc.exists() else f"# Compatibility\n\n{BEGIN}\n{END}\n"
     if BEGIN not in text or END not in text:
         text = text.rstrip("\n") + f"\n\n{BEGIN}\n{END}\n"
-    head, _, rest = text.partition(BEGIN)
-    _, _, tail = rest.partition(END)
     rerun = None
     if args.keep:
         rerun, table = len(table), kept_rows(text, table)
-    args.doc.write_text(head + render(table, *args.junit, rerun=rerun) + tail)
+    args.doc.write_text(_replace_between_markers(text, render(table, *args.junit, rerun=rerun)))
     print(f"{args.doc}: {len(table)} rows")
+    readme = args.readme or (ROOT / "README.md" if args.doc == ap.get_default("doc") else None)
+    if readme is not None and readme.exists() and BEGIN in (text := readme.read_text()):
+        readme.write_text(_replace_between_markers(text, summary(table, *args.junit)))
+        print(f"{readme}: the short form")
     return 0
 
 

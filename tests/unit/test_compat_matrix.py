@@ -68,3 +68,20 @@ def test_keep_updates_only_the_rerun_rows(tmp_path, monkeypatch):
                      "| Java Admin client | listTransactions | yes | same as Kafka |",
                      "| kafka-topics | --list | yes | FAILS: x |"]
     assert "3 of 4 rows answer the same" in doc.read_text() and "2 rows from a rerun" in doc.read_text()
+
+
+def test_readme_gets_the_short_form(tmp_path, monkeypatch):
+    """README's matrix is one row per family of clients and tools, counted from the same run,
+    written between README's markers only."""
+    report = tmp_path / "conformance.xml"
+    report.write_text(REPORT)
+    doc, readme = tmp_path / "compatibility.md", tmp_path / "README.md"
+    doc.write_text(f"{compat_matrix.BEGIN}\n{compat_matrix.END}\n")
+    readme.write_text(f"# raftlog\n\n{compat_matrix.BEGIN}\nold\n{compat_matrix.END}\n\nmore\n")
+    monkeypatch.setattr(sys, "argv", ["compat_matrix.py", str(report), "--doc", str(doc), "--readme", str(readme)])
+    assert compat_matrix.main() == 0
+    text = readme.read_text()
+    assert "old" not in text and text.startswith("# raftlog\n\n") and text.endswith("\n\nmore\n")
+    assert "**1 of 5 answer the same**" in text, text
+    assert "| Java client and Admin client | 4 | 1 |" in text, text
+    assert "| Kafka's tools (topics, console, groups, configs, quorum, reassign, ...) | 1 | 0 |" in text, text
