@@ -28,3 +28,21 @@ def test_the_produce_request_decodes_as_kafka_frames_it():
     [topic] = body.topic_data
     [part] = topic.partition_data
     assert (topic.name, part.index, bytes(part.records)) == ("bench-cores", 2, batch)
+
+
+def test_the_profile_split_puts_each_stack_where_the_split_would(tmp_path):
+    """A stack under the partition append stays with the services though a Kafka handler called
+    it; the one-time codec import is left out of the total."""
+    raw = tmp_path / "profile.txt"
+    raw.write_text("\n".join([
+        "run (trio/_core/_run.py:1);handle_produce (raftlog/node/kafka/produce.py:111);"
+        "PartitionService.append (partition/service.py:257) 30",
+        "run (trio/_core/_run.py:1);_dispatch (raftlog/node/kafka/listener.py:302);"
+        "decode_body (raftlog/node/kafka/codec.py:130) 20",
+        "run (trio/_core/_run.py:1);_write_loop (raftlog/node/kafka/listener.py:439) 10",
+        "run (trio/_core/_run.py:1);unrolled_run (trio/_core/_run.py:2931) 40",
+        "load_protocol (raftlog/node/kafka/listener.py:80);<module> (kafka/__init__.py:1) 500",
+    ]) + "\n")
+    split = bench_cores.profile_split(raw)
+    assert split == {"S partition append (validate, log, raft)": 0.3, "N decode (kafka-python)": 0.2,
+                     "N socket send (writer)": 0.1, "trio scheduler (run loop, epoll)": 0.4}
