@@ -31,7 +31,7 @@ replicas); raftlog/node/authorize.py puts the one ACL guard in front of it
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Final, Protocol, TypeAlias
@@ -271,10 +271,14 @@ class TxnVerifierPort(Protocol):
     """KIP-890 part 1: asks the transaction coordinator of `transactional_id` whether this
     partition is in the ongoing transaction of (producer_id, producer_epoch); raises its error
     (INVALID_TXN_STATE, INVALID_PRODUCER_EPOCH, ...) if not. With `add` (part 2, Transactions
-    V2) the coordinator adds the partition to the transaction instead."""
+    V2) the coordinator adds the partition to the transaction instead. Returns what
+    `marker_offset()` (the producer's last marker offset here) was when the question its answer
+    holds for was sent: the verification guard the caller checks at append
+    (raftlog/node/txn_link.py)."""
 
     async def verify_txn(self, transactional_id: str, topic: str, partition: int,
-                         producer_id: int, producer_epoch: int, *, add: bool = False) -> None: ...
+                         producer_id: int, producer_epoch: int, marker_offset: Callable[[], int] | None = None,
+                         *, add: bool = False) -> int: ...
 
 
 class PartitionPort(Protocol):

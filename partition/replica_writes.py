@@ -81,8 +81,10 @@ class AppendResult:
 
 
 # KIP-890 part 1: asks the transaction coordinator whether (producer id, epoch) has this
-# partition in its ongoing transaction; raises the coordinator's error if not.
-TxnVerifier = Callable[[int, int], Awaitable[None]]
+# partition in its ongoing transaction; raises the coordinator's error if not. Returns what the
+# third argument (the producer's last marker offset here) was when the question its answer
+# holds for was sent (TxnVerifierPort in partition/port.py).
+TxnVerifier = Callable[[int, int, Callable[[], int]], Awaitable[int]]
 
 MAX_PRODUCE_BATCHES = 10_000  # batches in one partition's `records` of one produce request
 
@@ -94,9 +96,10 @@ class ReplicaWrites:
                                verify_txn: TxnVerifier | None = None, coordinator: bool = False) -> AppendResult:
         """Append a producer's batches. Returns AppendResult (waiter set for acks=all when
         the batch is not committed yet). A transactional batch of a producer with no
-        transaction of its epoch open here is first checked with `verify_txn(producer_id, epoch)` (KIP-890:
-        the coordinator says whether this partition is in its ongoing transaction; it raises
-        INVALID_TXN_STATE, PRODUCER_FENCED, ...). Raises NotLeaderError, CorruptRecordError,
+        transaction of its epoch open here is first checked with `verify_txn(producer_id, epoch,
+        marker_offset)` (KIP-890: the coordinator says whether this partition is in its ongoing
+        transaction; it raises INVALID_TXN_STATE, PRODUCER_FENCED, ...); a marker of the producer
+        landing here after the question was sent refuses the batch (`_check_verification`). Raises NotLeaderError, CorruptRecordError,
         MessageTooLargeError, InvalidRequestError, the producer-state errors, KafkaStorageError,
         what `verify_txn` raises. `coordinator`: a coordinator's own append to its internal topic
         (Kafka's AppendOrigin.COORDINATOR: the group coordinator's transactional offsets): no
@@ -126,15 +129,9 @@ class ReplicaWrites:
             if verify_txn is None:
                 raise InvalidTxnStateError(
                     f"{self.name}: transactional batch of producer {txn.producer_id} outside a transaction")
-            verified_at = self.producers.marker_offset(txn.producer_id)
-            await verify_txn(txn.producer_id, txn.producer_epoch)
-            if self.producers.marker_offset(txn.producer_id) != verified_at and not self.producers.in_txn(
-                    txn.producer_id, txn.producer_epoch):
-                # A marker landed while the verification waited out CONCURRENT_TRANSACTIONS: the
-                # previous transaction's (Transactions V2's implicit add waits for its markers),
-                # or this batch's own. Ask again from here: the coordinator tells them apart.
-                verified_at = self.producers.marker_offset(txn.producer_id)
-                await verify_txn(txn.producer_id, txn.producer_epoch)
+            producer_id = txn.producer_id
+            verified_at = await verify_txn(producer_id, txn.producer_epoch,
+                                           lambda: self.producers.marker_offset(producer_id))
         # The lock as `_event` takes it: uncontended, without a pass through the scheduler (a
         # produce holding it across that yield made the fetches arriving meanwhile queue).
         await acquire_free(self._lock)

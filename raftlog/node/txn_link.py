@@ -24,6 +24,14 @@ directions, across nodes (a NodeService with peer ops only):
   Produce v12+): the same call without verify_only adds the partition to the transaction
   (starting one if none is ongoing); CONCURRENT_TRANSACTIONS (another add, or the previous
   transaction's markers, being written) is retried with backoff for IMPLICIT_ADD_RETRY_S.
+  The answer vouches for the producer's last marker in the partition as it was when the
+  question that got it was sent (Kafka's verification guard, taken again by each retry): a
+  marker landing while the add waits out the previous transaction's markers is that
+  transaction's. A marker landing while the answered question was in flight is this
+  transaction's end at Transactions V1 (one epoch for every transaction: the guard refuses the
+  batch); at V2 it may be the previous transaction's (sent just before its marker, answered
+  after it), so the add is asked once more from there: the batch's epoch names its transaction,
+  and the coordinator says whether that one is still ongoing.
 
 Limits: peer calls under PEER_TIMEOUT_S; at most MAX_TRACKED transactions' progress kept
 (more: the progress of the oldest is forgotten and its markers are written again, harmlessly:
@@ -245,8 +253,11 @@ class TxnLink:
     # ------------------------------------------------------------------ verification
 
     async def verify_txn(self, transactional_id: str, topic: str, partition: int,
-                         producer_id: int, producer_epoch: int, *, add: bool = False) -> None:
-        """KIP-890 part 1, or with `add` part 2 (module docstring). Raises the coordinator's
+                         producer_id: int, producer_epoch: int, marker_offset: Callable[[], int] | None = None,
+                         *, add: bool = False) -> int:
+        """KIP-890 part 1, or with `add` part 2 (module docstring). Returns what
+        `marker_offset()` (the producer's last marker offset in the partition; none: -1) was
+        when the question the answer holds for was sent. Raises the coordinator's
         error; one that only says "not now" (a step in flight, no coordinator reachable) as
         NOT_ENOUGH_REPLICAS, as Kafka's ReplicaManager does: clients without transactions v2
         retry a Produce on that but fail the transaction on CONCURRENT_TRANSACTIONS (librdkafka's
@@ -257,9 +268,16 @@ class TxnLink:
                                      verify_only=not add)
         deadline = trio.current_time() + IMPLICIT_ADD_RETRY_S
         backoff_s = IMPLICIT_ADD_BACKOFF_S
+        mark = marker_offset or (lambda: -1)
+        asked_again = False
         while True:
             try:
-                return await self._verify(request)
+                verified_at = mark()
+                await self._verify(request)
+                if not add or asked_again or mark() == verified_at:
+                    return verified_at
+                asked_again = True  # a marker landed meanwhile (module docstring): ask from here
+                continue
             except ProducerFencedError as exc:
                 raise InvalidProducerEpochError(str(exc)) from None
             except ConcurrentTransactionsError as exc:

@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import random
+from functools import partial
+from types import SimpleNamespace
 
 import pytest
 import trio
 
+from groupcoord.txn_port import AddPartitionsToTxn, TxnPartitionsAdded
 from metadata.topic_config import TopicConfig
 from partition.batch import BatchBuilder
 from partition.replica import Replica
 from raftlog.base.errors import (
+    ConcurrentTransactionsError,
     InvalidProducerEpochError,
     InvalidTxnStateError,
     OutOfOrderSequenceNumberError,
+    ProducerFencedError,
     TransactionCoordinatorFencedError,
 )
+from raftlog.node.txn_link import TxnLink
 
 PID = 11
 
@@ -78,51 +84,86 @@ def _client_batch(epoch: int, base_sequence: int, n: int) -> bytes:
     return b.build()
 
 
+def _coordinator(r: Replica, answers: list) -> tuple[TxnLink, list[bool]]:
+    """A partition leader's TxnLink (raftlog/node/txn_link.py) to a coordinator on the same node
+    whose answers are `answers`, in order: "yes", an error to raise, or ("marker", epoch,
+    commit, then): that producer's marker lands here while the question is in flight, then
+    `then` (either of the others) is the answer. Returns the link and each question's
+    verify_only."""
+    asked: list[bool] = []
+
+    class Coordinator:
+        async def add_partitions_to_txn(self, request: AddPartitionsToTxn) -> TxnPartitionsAdded:
+            asked.append(request.verify_only)
+            answer = answers.pop(0)
+            if isinstance(answer, tuple):
+                _, epoch, commit, answer = answer
+                waiter = await r.append_marker(PID, epoch, commit=commit, coordinator_epoch=0)
+                await waiter.wait(trio.current_time() + 30)
+            if isinstance(answer, Exception):
+                raise answer
+            return TxnPartitionsAdded()
+
+    metadata = SimpleNamespace(image=SimpleNamespace(partition=lambda topic, p: SimpleNamespace(leader=1)))
+    link = TxnLink(1, metadata, peers=None, port=None, txn=Coordinator(), txn_partitions=4)  # type: ignore[arg-type]
+    return link, asked
+
+
+def _verifier(link: TxnLink, *, add: bool):
+    return partial(link.verify_txn, "app", "t", 0, add=add)
+
+
 async def test_a_batch_verified_before_its_transactions_marker_is_refused(tmp_path, nursery):
-    """Kafka's verification guard (KIP-890 part 1): the coordinator said yes for the transaction
-    that was ongoing, then its ABORT marker reached the partition before the batch did: the
-    batch belongs to the aborted transaction and is refused (INVALID_TXN_STATE), nothing
-    written; a batch verified after the marker (the next transaction) is taken."""
+    """Kafka's verification guard (KIP-890 part 1), Transactions V1 (one epoch for every
+    transaction): the coordinator said yes for the transaction that was ongoing, then its ABORT
+    marker reached the partition before the batch did: the batch belongs to the aborted
+    transaction and is refused (INVALID_TXN_STATE), nothing written, without asking again
+    (before: asked again, a coordinator whose next transaction had the partition already let
+    the aborted transaction's batch into it); a batch verified after the marker is taken."""
     r = await _leader(tmp_path, nursery)
-    asked = []
-
-    async def marker_meanwhile(producer_id: int, epoch: int) -> None:
-        # The marker lands while the coordinator is asked; asked again, it knows the
-        # transaction has ended.
-        asked.append(epoch)
-        if len(asked) > 1:
-            raise InvalidTxnStateError("the transaction has ended")
-        waiter = await r.append_marker(producer_id, epoch, commit=False, coordinator_epoch=0)
-        await waiter.wait(trio.current_time() + 30)
-
-    async def yes(producer_id: int, epoch: int) -> None:
-        pass
-
+    link, asked = _coordinator(r, [("marker", 0, False, "yes"), "yes", "yes"])
     with pytest.raises(InvalidTxnStateError):
-        await r.append_as_leader(_client_batch(0, 0, 2), acks=1, verify_txn=marker_meanwhile)
+        await r.append_as_leader(_client_batch(0, 0, 2), acks=1, verify_txn=_verifier(link, add=False))
     end = r.log.log_end_offset
-    assert end == 1 and r.producers.txns.open == {} and len(asked) == 2  # the marker only
-    res = await r.append_as_leader(_client_batch(0, 0, 2), acks=1, verify_txn=yes)
+    assert end == 1 and r.producers.txns.open == {} and asked == [True]  # the marker only
+    res = await r.append_as_leader(_client_batch(0, 0, 2), acks=1, verify_txn=_verifier(link, add=False))
     assert (res.first_offset, res.duplicate) == (1, False) and r.producers.txns.open == {PID: 1}
 
 
-async def test_the_previous_transactions_marker_landing_during_verification_refuses_nothing(tmp_path, nursery):
+async def test_the_previous_transactions_marker_landing_during_the_add_refuses_nothing(tmp_path, nursery):
     """Transactions V2's implicit add waits out CONCURRENT_TRANSACTIONS while the previous
-    transaction's markers are written; its marker landing here meanwhile is not this batch's
-    transaction ending: asked again, the coordinator says the new one is ongoing, and the batch
-    is taken (before: INVALID_TXN_STATE, the Java client's aborted and open transactions lost
-    their records, tests/conformance/test_java_client.py)."""
+    transaction's markers are written (with the bumped epoch, this batch's); that marker landing
+    here meanwhile is not this batch's transaction ending: the retry's question is taken after
+    it, and the batch is taken with no further question (before fb3f889: INVALID_TXN_STATE, the
+    Java client's aborted and open transactions lost their records; before this: a third)."""
     r = await _leader(tmp_path, nursery)
-    asked = []
+    link, asked = _coordinator(r, [("marker", 1, True, ConcurrentTransactionsError("markers")), "yes"])
+    res = await r.append_as_leader(_client_batch(1, 0, 2), acks=1, verify_txn=_verifier(link, add=True))
+    assert (res.first_offset, res.duplicate) == (1, False) and r.producers.txns.open == {PID: 1}
+    assert asked == [False, False]
 
-    async def previous_marker_meanwhile(producer_id: int, epoch: int) -> None:
-        asked.append(epoch)
-        if len(asked) == 1:
-            waiter = await r.append_marker(producer_id, epoch, commit=True, coordinator_epoch=0)
-            await waiter.wait(trio.current_time() + 30)
 
-    res = await r.append_as_leader(_client_batch(0, 0, 2), acks=1, verify_txn=previous_marker_meanwhile)
-    assert (res.first_offset, res.duplicate) == (1, False) and r.producers.txns.open == {PID: 1} and len(asked) == 2
+async def test_an_add_sent_before_the_previous_marker_and_answered_after_it_refuses_nothing(tmp_path, nursery):
+    """The case the last note left (Transactions V2): the add is sent just before the previous
+    transaction's marker lands here and answered after it. Taken from the question alone, the
+    guard would refuse the batch (a spurious INVALID_TXN_STATE); the batch's epoch names its
+    transaction, so the add is asked once more from after the marker, and the batch is taken."""
+    r = await _leader(tmp_path, nursery)
+    link, asked = _coordinator(r, [("marker", 1, True, "yes"), "yes"])
+    res = await r.append_as_leader(_client_batch(1, 0, 2), acks=1, verify_txn=_verifier(link, add=True))
+    assert (res.first_offset, res.duplicate) == (1, False) and r.producers.txns.open == {PID: 1}
+    assert asked == [False, False]
+
+
+async def test_an_add_whose_own_transaction_ended_meanwhile_is_refused(tmp_path, nursery):
+    """Transactions V2: the coordinator added the partition, then aborted the transaction (a
+    timeout; the marker carries the bumped epoch) before the answer arrived: asked again, it
+    says the producer's epoch is fenced, and nothing is written."""
+    r = await _leader(tmp_path, nursery)
+    link, asked = _coordinator(r, [("marker", 2, False, "yes"), ProducerFencedError("epoch 2 now")])
+    with pytest.raises(InvalidProducerEpochError):
+        await r.append_as_leader(_client_batch(1, 0, 2), acks=1, verify_txn=_verifier(link, add=True))
+    assert r.log.log_end_offset == 1 and r.producers.txns.open == {} and len(asked) == 2
 
 
 async def test_a_new_transaction_reusing_an_aborted_batchs_sequences_is_refused(tmp_path, nursery):
@@ -132,8 +173,8 @@ async def test_a_new_transaction_reusing_an_aborted_batchs_sequences_is_refused(
     written); now OUT_OF_ORDER_SEQUENCE_NUMBER, nothing written."""
     r = await _leader(tmp_path, nursery)
 
-    async def yes(producer_id: int, epoch: int) -> None:
-        pass
+    async def yes(producer_id: int, epoch: int, marker_offset) -> int:
+        return marker_offset()
 
     first = await r.append_as_leader(_client_batch(0, 0, 2), acks=1, verify_txn=yes)
     waiter = await r.append_marker(PID, 0, commit=False, coordinator_epoch=0)

@@ -30,8 +30,9 @@ def _batch(i: int, *, txn: bool = False) -> bytes:
     return b.build()
 
 
-async def _verified(producer_id: int, producer_epoch: int) -> None:
+async def _verified(producer_id: int, producer_epoch: int, marker_offset) -> int:
     """The coordinator says: this partition is in the producer's ongoing transaction."""
+    return marker_offset()
 
 
 async def test_retention_stops_at_an_open_transaction_and_goes_on_after_its_marker(tmp_path, nursery):
