@@ -12,8 +12,8 @@ xfail = a divergence the suite knows, with its reason; skipped = not served by r
 what lies between the `matrix:begin` and `matrix:end` markers of the document, with the
 command and the date of the run. With `--keep` the document's rows that the reports do not
 have stay as they are (a rerun of a few files updates their rows only) and the line says so.
-README gets the same run in short (one row per family of clients and tools: scenarios, how many
-answer as Kafka) between the same markers, when the document written is the default one.
+README gets the same run in short (one column per family of clients and tools: how many of its
+scenarios answer as Kafka) between the same markers, when the document written is the default one.
 """
 
 from __future__ import annotations
@@ -43,20 +43,20 @@ CLIENTS = {
     "test_franz": "franz-go (Go)",
     "test_kip848_upgrade": "confluent-kafka (librdkafka), KIP-848",
 }
-# README's short form: client or tool -> its family's row
+# README's short form: client or tool -> its family's column
 FAMILIES = {
     "Java client (kafka-clients)": "Java client and Admin client",
     "Java Admin client": "Java client and Admin client",
-    "kafka-topics": "Kafka's tools (topics, console, groups, configs, quorum, reassign, ...)",
-    "console tools, kafka-consumer-groups": "Kafka's tools (topics, console, groups, configs, quorum, reassign, ...)",
-    "operator tools": "Kafka's tools (topics, console, groups, configs, quorum, reassign, ...)",
-    "kafka-reassign-partitions": "Kafka's tools (topics, console, groups, configs, quorum, reassign, ...)",
-    "Kafka Streams": "Kafka Streams, Kafka Connect, Spark's Kafka connector",
-    "Kafka Connect (standalone)": "Kafka Streams, Kafka Connect, Spark's Kafka connector",
-    "Spark's Kafka connector (spark-sql-kafka-0-10)": "Kafka Streams, Kafka Connect, Spark's Kafka connector",
-    "Java share consumer and share-group tools (KIP-932)": "KafkaShareConsumer and kafka-share-groups (KIP-932)",
+    "kafka-topics": "Kafka's tools",
+    "console tools, kafka-consumer-groups": "Kafka's tools",
+    "operator tools": "Kafka's tools",
+    "kafka-reassign-partitions": "Kafka's tools",
+    "Kafka Streams": "Streams, Connect, Spark's connector",
+    "Kafka Connect (standalone)": "Streams, Connect, Spark's connector",
+    "Spark's Kafka connector (spark-sql-kafka-0-10)": "Streams, Connect, Spark's connector",
+    "Java share consumer and share-group tools (KIP-932)": "share groups (KIP-932)",
     "franz-go (Go)": "franz-go (Go)",
-    "confluent-kafka (librdkafka), KIP-848": "confluent-kafka, KIP-848 online upgrade",
+    "confluent-kafka (librdkafka), KIP-848": "KIP-848 upgrade",
 }
 FEATURES = {
     "test_kafka_topics_create_describe_alter_delete": "--create / --describe / --alter / --list / --delete",
@@ -173,18 +173,18 @@ def render(table: list[tuple[str, str, str, str]], *reports: Path, rerun: int | 
 
 
 def summary(table: list[tuple[str, str, str, str]], *reports: Path) -> str:
-    """README's short matrix: per family of clients and tools, the scenarios and how many answer
-    the same as Kafka, with the command and the date of the run."""
+    """README's short matrix, one column per family of clients and tools: how many of its
+    scenarios answer the same as Kafka, with the command and the date of the run."""
     families: dict[str, list[int]] = {}
     for client, _, _, raftlog in table:
         counts = families.setdefault(FAMILIES.get(client, client), [0, 0])
         counts[0] += 1
         counts[1] += raftlog == "same as Kafka"
     same = sum(c[1] for c in families.values())
-    lines = [BEGIN, f"Scenarios run on Apache Kafka 4.4 and on raftlog, compared ({_when(*reports)}, "
+    lines = [BEGIN, f"Scenarios run on Apache Kafka 4.4 and on raftlog and compared ({_when(*reports)}, "
              f"`python scripts/compat_matrix.py`): **{same} of {len(table)} answer the same**.", "",
-             "| client or tool | scenarios | same as Kafka |", "| --- | ---: | ---: |"]
-    lines += [f"| {family} | {n} | {ok} |" for family, (n, ok) in families.items()]
+             "| client or tool | " + " | ".join(families) + " |", "| --- |" + " ---: |" * len(families),
+             "| same as Kafka | " + " | ".join(f"{ok} of {n}" for n, ok in families.values()) + " |"]
     lines.append(END)
     return "\n".join(lines)
 

@@ -91,8 +91,12 @@ MECHANISMS: Final = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
 MIN_ITERATIONS: Final = 4096  # RFC 7677's minimum and Kafka's
 MAX_ITERATIONS: Final = 16384  # Kafka's maximum: bounds the work one stored credential costs
 DEFAULT_ITERATIONS: Final = 8192
-MIN_SALT_BYTES: Final = 16
-MAX_SALT_BYTES: Final = 64
+# A salt the client chose (AlterUserScramCredentials) is stored as given, as Kafka's
+# ScramControlManager stores it (librdkafka's 0081_admin upserts a 4-byte one); the bound only
+# keeps the record small. raftlog's own credentials get SALT_BYTES random bytes.
+MIN_SALT_BYTES: Final = 0
+MAX_SALT_BYTES: Final = 1024
+SALT_BYTES: Final = 32
 NONCE_BYTES: Final = 24
 MAX_MESSAGE_BYTES: Final = 4096  # any SCRAM or PLAIN message we accept is far smaller
 MAX_USERNAME_CHARS: Final = 255
@@ -197,7 +201,7 @@ def scram_credential(
     Raises UnsupportedSaslMechanismError, UnacceptableCredentialError."""
     hash_name = _hash_name(mechanism)
     raw = _password_bytes(password)
-    salt = secrets.token_bytes(32) if salt is None else salt
+    salt = secrets.token_bytes(SALT_BYTES) if salt is None else salt
     if not isinstance(iterations, int) or not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
         raise UnacceptableCredentialError(f"iterations must be {MIN_ITERATIONS}..{MAX_ITERATIONS}")
     if not isinstance(salt, bytes) or not MIN_SALT_BYTES <= len(salt) <= MAX_SALT_BYTES:
@@ -498,7 +502,7 @@ class ScramServer:
         if credential is not None:
             salt, iterations = credential.salt, credential.iterations
         else:  # a decoy: stable per user, so probing does not reveal who exists
-            salt = _hmac(_DECOY_KEY, f"{self.mechanism}\0{username}".encode(), "sha256")[:MIN_SALT_BYTES * 2]
+            salt = _hmac(_DECOY_KEY, f"{self.mechanism}\0{username}".encode(), "sha256")[:SALT_BYTES]
             iterations = DEFAULT_ITERATIONS
         self._nonce = client_nonce + self._server_nonce
         self._server_first = f"r={self._nonce},s={_b64(salt)},i={iterations}"
@@ -618,7 +622,7 @@ class PlainServer:
                 break
         if credential is None:
             # Same work as a known user, so timing does not tell who exists.
-            scram_credential("SCRAM-SHA-512", parts[2], salt=b"\0" * MIN_SALT_BYTES)
+            scram_credential("SCRAM-SHA-512", parts[2], salt=b"\0" * SALT_BYTES)
             raise _fail()
         if not credential.check_password(parts[2]):
             raise _fail()

@@ -228,12 +228,19 @@ def test_credentials_hold_no_password_and_hide_keys():
     [
         dict(iterations=100),
         dict(iterations=10**6),
-        dict(salt=b"short"),
+        dict(salt=b"x" * 1025),
     ],
 )
 def test_unacceptable_credentials(kwargs):
     with pytest.raises(UnacceptableCredentialError):
         scram_credential("SCRAM-SHA-256", PASSWORD, **kwargs)
+
+
+def test_a_salt_the_client_chose_is_kept_as_kafka_keeps_it():
+    """librdkafka's 0081_admin upserts SCRAM credentials with a 4-byte salt; Kafka stores it."""
+    cred = scram_credential("SCRAM-SHA-256", PASSWORD, salt=b"salt")
+    assert cred.salt == b"salt" and cred.check_password(PASSWORD.encode())
+    assert len(scram_credential("SCRAM-SHA-256", PASSWORD).salt) == 32
 
 
 def test_credential_checks_key_sizes_and_mechanism():
