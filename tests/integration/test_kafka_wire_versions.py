@@ -99,12 +99,12 @@ def produce(conn: Conn, tid: uuid.UUID, records: bytes) -> Any:
     return p
 
 
-def fetch(conn: Conn, tid: uuid.UUID, offset: int) -> Any:
+def fetch(conn: Conn, tid: uuid.UUID, offset: int, max_bytes: int = 1 << 20) -> Any:
     F = FetchRequest.FetchTopic
-    req = FetchRequest[16](max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0, session_id=0,
+    req = FetchRequest[16](max_wait_ms=0, min_bytes=0, max_bytes=max_bytes, isolation_level=0, session_id=0,
                            session_epoch=-1, topics=[F(topic_id=tid, partitions=[F.FetchPartition(
                                partition=0, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
-                               log_start_offset=-1, partition_max_bytes=1 << 20)])],
+                               log_start_offset=-1, partition_max_bytes=max_bytes)])],
                            forgotten_topics_data=[], rack_id="")
     [t] = conn.call(req, FetchResponse, 16).responses
     assert t.topic_id == tid
@@ -125,6 +125,21 @@ def test_produce_v13_and_fetch_v16_by_topic_id(conn):
     answer = fetch(conn, unknown, 0)
     assert answer.error_code == UNKNOWN_TOPIC_ID
     assert answer.records == b""  # empty, not null: librdkafka cannot parse a size of -1
+
+
+def test_fetch_answers_a_whole_first_batch_larger_than_its_max_bytes(conn):
+    """Kafka (KIP-74) returns the first batch whole even when it exceeds the request's and the
+    partition's max bytes, so a consumer always progresses (franz-go's
+    TestIssueFetchLargerThanBrokerMaxReadBytes reads a 5 MiB batch with 1 MiB limits); the
+    batches after it wait for the next fetch."""
+    tid = topic_id(conn)
+    big = bytes(range(256)) * 1024  # 256 KiB, uncompressed
+    first = produce(conn, tid, batch(big)).base_offset
+    produce(conn, tid, batch(b"after"))
+    p = fetch(conn, tid, first, max_bytes=64 << 10)
+    assert p.error_code == 0
+    assert len(p.records) > 64 << 10
+    assert [r.value for _, recs in decode_batches(p.records) for r in recs] == [big]
 
 
 def test_list_offsets_v11_answers_as_a_broker_without_tiered_storage(conn):
