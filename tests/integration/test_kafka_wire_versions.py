@@ -159,6 +159,22 @@ def test_list_offsets_v11_answers_as_a_broker_without_tiered_storage(conn):
     assert got[-3][0] == 0 and 0 <= got[-3][1] < end
 
 
+def test_list_offsets_max_timestamp_names_the_record_not_the_batch(conn):
+    """ListOffsets -3 answers the offset of the record with the largest timestamp, inside its
+    batch, as Kafka 3.8+ (KAFKA-16310; librdkafka 0081's ListOffsets: timestamps 100, 400, 250
+    in one batch -> its second record)."""
+    tid = topic_id(conn)
+    b = BatchBuilder()
+    for ts in (10_000_100, 10_000_400, 10_000_250):  # later than every other batch of the topic
+        b.append(b"t", timestamp_ms=ts)
+    base = produce(conn, tid, b.build()).base_offset
+    T = ListOffsetsRequest.ListOffsetsTopic
+    req = ListOffsetsRequest[7](replica_id=-1, isolation_level=0, topics=[T(name=TOPIC, partitions=[
+        T.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=-3)])])
+    [p] = conn.call(req, ListOffsetsResponse, 7).topics[0].partitions
+    assert (p.error_code, p.offset, p.timestamp) == (0, base + 1, 10_000_400)
+
+
 def test_delete_topics_v6_by_unknown_id_and_describe_cluster_v2(conn):
     req = DeleteTopicsRequest[6](topics=[DeleteTopicsRequest.DeleteTopicState(name=None, topic_id=uuid.uuid4())],
                                  timeout_ms=5000)
