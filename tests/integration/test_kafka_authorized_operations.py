@@ -12,8 +12,6 @@ import pytest
 from confluent_kafka import Consumer, TopicCollection, TopicPartition
 from confluent_kafka.admin import AclOperation, AdminClient
 
-from raftlog.client import Admin
-
 import node_harness as harness
 
 TOPIC, GROUP = "authz-ops", "authz-ops-group"
@@ -27,12 +25,7 @@ GROUP_OPS = {AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE, AclO
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[harness.NodeCluster]:
-    with harness.NodeCluster(tmp_path_factory.mktemp("authz-ops"), size=1) as c:
-        c.start_all()
-        c.wait_ready(timeout_s=60)
-        with Admin(c.bootstrap(), request_timeout_ms=15_000) as admin:
-            admin.create_topic(TOPIC, 1, 1)
-            c.wait_for(lambda: admin.describe_topics([TOPIC])[TOPIC].partitions[0].leader is not None, 30, "a leader")
+    with harness.one_node_with_topic(tmp_path_factory.mktemp("authz-ops"), TOPIC) as c:
         yield c
 
 

@@ -27,13 +27,7 @@ TOPIC = "by-id"
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[harness.NodeCluster]:
-    with harness.NodeCluster(tmp_path_factory.mktemp("kafka-versions"), size=1) as c:
-        c.start_all()
-        c.wait_ready(timeout_s=60)
-        with Admin(c.bootstrap(), request_timeout_ms=15_000) as admin:
-            admin.create_topic(TOPIC, 1, 1)
-            c.wait_for(lambda: admin.describe_topics([TOPIC])[TOPIC].partitions[0].leader is not None,
-                       20, "a leader")
+    with harness.one_node_with_topic(tmp_path_factory.mktemp("kafka-versions"), TOPIC) as c:
         yield c
 
 
