@@ -9,7 +9,7 @@ May import: raftlog.base and metadata's other modules (not service.py).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from metadata import quota_ops, security_ops
 from metadata.image import MetadataImage, TopicImage
@@ -45,6 +45,8 @@ from raftlog.base.errors import (
     error_from_wire,
 )
 from raftlog.base.protocol import Request
+
+ACLS_APPLIED_WAIT_S: Final = 5.0
 
 __all__ = ["MetadataPortOps", "complete_topic"]
 
@@ -224,12 +226,28 @@ class MetadataPortOps:
 
     async def create_acls(self, acls: Sequence[AclBinding]) -> list[RaftlogError | None]:
         answer = await self._client_admin(Request(0, "create_acls", {"acls": [b.to_obj() for b in acls]}))
-        return [_item_error(r) for r in answer.get("results") or ()]
+        errors = [_item_error(r) for r in answer.get("results") or ()]
+        made = [b for b, e in zip(acls, errors) if e is None]
+        await self._acls_applied(lambda present: all(b in present for b in made))
+        return errors
 
     async def delete_acls(self, filters: Sequence[AclFilter]) -> list[DeletedAcls]:
         answer = await self._client_admin(Request(0, "delete_acls", {"filters": [f.to_obj() for f in filters]}))
-        return [DeletedAcls([AclBinding.from_obj(a) for a in r.get("acls") or ()], _item_error(r))
-                for r in answer.get("results") or ()]
+        out = [DeletedAcls([AclBinding.from_obj(a) for a in r.get("acls") or ()], _item_error(r))
+               for r in answer.get("results") or ()]
+        gone = [b for d in out for b in d.acls]
+        await self._acls_applied(lambda present: not any(b in present for b in gone))
+        return out
+
+    async def _acls_applied(self, done: Callable[[set[AclBinding]], bool]) -> None:
+        """Wait, at most ACLS_APPLIED_WAIT_S, until this node's image shows an ACL change the
+        controller committed: it answers at the commit and the image applies it a moment later,
+        so a DescribeAcls sent here right after (kafka-python's and KafkaJS's ACL tests) would
+        miss it. Past the bound the change stands; the answer does not wait longer."""
+        try:
+            await self.wait_for(lambda image: done({b for _, b in image.acl_bindings()}), ACLS_APPLIED_WAIT_S)
+        except RequestTimedOutError:
+            pass
 
     async def describe_scram_users(self, users: Sequence[str] | None) -> list[ScramUser]:
         found = security_ops.describe_scram_credentials(self.image, None if users is None else list(users))

@@ -18,6 +18,7 @@ from typing import Any, Final
 
 import trio
 
+from partition.batch import decode_batch
 from partition.errors import LogClosedError, StorageDamageError
 from partition.log import Log
 from partition.segment import FileSlice
@@ -32,13 +33,19 @@ __all__ = ['ReplicaReads', 'INLINE_READ_MAX_BYTES']
 logger = logging.getLogger(__name__)
 
 def _max_timestamp(log: Log, high_watermark: int) -> tuple[int, int]:
-    best_offset, best_ts = -1, -1
+    best_base, best_ts = -1, -1
     for h in log.batch_headers():
         if h.base_offset >= high_watermark:
             break
         if not h.is_control and h.max_timestamp > best_ts:
-            best_offset, best_ts = h.last_offset, h.max_timestamp
-    return best_offset, best_ts
+            best_base, best_ts = h.base_offset, h.max_timestamp
+    if best_base < 0:
+        return -1, -1
+    # Kafka 3.8+ (KAFKA-16310, RecordBatch.offsetOfMaxTimestamp): the first record of that
+    # batch carrying the max timestamp, not the batch's last offset.
+    header, records = decode_batch(log.read(best_base, 1))
+    exact = next((r.offset for r in records if r.timestamp == best_ts), None)
+    return (header.base_offset if exact is None else exact), best_ts  # LogAppendTime: every record has it
 
 
 INLINE_READ_MAX_BYTES: Final = 256 << 10  # larger reads (and their CRC checks) go to a thread
@@ -135,8 +142,8 @@ class ReplicaReads:
 
     async def max_timestamp_offset(self, high_watermark: int) -> tuple[int, int]:
         """(offset, timestamp) for ListOffsets -3 (KIP-734): the largest timestamp below the
-        high watermark, at batch granularity (the last offset of the first batch holding it;
-        control batches skipped); (-1, -1) for an empty log. In a worker thread: it reads
+        high watermark, and the offset of the first record carrying it in the first batch
+        holding it (control batches skipped), as Kafka 3.8+; (-1, -1) for an empty log. In a worker thread: it reads
         every batch header of the log."""
         return await trio.to_thread.run_sync(_max_timestamp, self.log, high_watermark,
                                              limiter=self.disk.io)

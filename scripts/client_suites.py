@@ -14,7 +14,8 @@ into ~/.cache/raftlog/ (outside the repo) by its package manager, at a pinned ve
   brokers named by KGO_SEEDS; tests/reference/franz.py names each test left out with its reason.
 * kafka-python: the sdist of KAFKA_PYTHON_VERSION from PyPI (it carries `test/integration`),
   installed into its own virtualenv, run with KAFKA_URI naming one raftlog node and
-  KAFKA_VERSION=4.0.0 (the protocol level the suite assumes); KAFKA_PYTHON_EXCLUDED names the
+  KAFKA_VERSION=KAFKA_PYTHON_BROKER (the Kafka release whose API versions raftlog's match, as
+  kafka-python infers it from ApiVersions); KAFKA_PYTHON_EXCLUDED names the
   tests left out with their reasons.
 * librdkafka: its `tests/` at LIBRDKAFKA_VERSION, the nearest to the librdkafka confluent-kafka
   ships that a registry serves with its tests (inside the npm package of Confluent's JavaScript
@@ -58,6 +59,10 @@ from kafka_ref import ReferenceUnavailable  # noqa: E402
 
 CACHE = Path(os.environ.get("RAFTLOG_SUITES_CACHE") or Path.home() / ".cache" / "raftlog" / "suites")
 KAFKA_PYTHON_VERSION = "3.0.12"
+# The broker release the kafka-python suite is told it runs against (its version gates, and
+# test_kafka_version_infer's expectation): the one kafka-python 3.0.12 infers from raftlog's
+# ApiVersions (ListOffsets v11 is Kafka 4.2's).
+KAFKA_PYTHON_BROKER = "4.2.0"
 
 LIBRDKAFKA_VERSION = "2.15.1"
 LIBRDKAFKA_NPM = "@confluentinc/kafka-javascript@1.10.1"  # bundles librdkafka 2.15.1 with tests/
@@ -88,14 +93,24 @@ class SpawnedService:
     def __init__(self, *args, **kwargs):
         raise RuntimeError("kafka-python's sdist does not ship the broker launcher: set KAFKA_URI")
 '''
-# The cluster the suites run against when none is given: as the issue's runs had it.
+# The cluster the suites run against when none is given: as the issue's runs had it, with an
+# authorizer on its plaintext listener that lets everyone at what no ACL names (Kafka's
+# allow.everyone.if.no.acl.found=true, as librdkafka's and kafka-python's own test clusters run):
+# their ACL tests (CreateAcls/DescribeAcls/DeleteAcls, kafka-acls.sh denying User:* a topic)
+# then run as they do against Kafka, and every other test is allowed as without ACLs.
 CLUSTER_SETTINGS = {"heartbeat_ms": 300, "session_timeout_ms": 2000, "default_partitions": 4,
-                    "default_replication_factor": 3}
+                    "default_replication_factor": 3, "acls_enabled": True,
+                    "allow_everyone_if_no_acl_found": True}
 
 # kafka-python's integration tests that are left out against raftlog, each with its reason.
 KAFKA_PYTHON_EXCLUDED: dict[str, str] = {
-    "test_sasl_integration.py": "starts its own SASL broker (the suite skips it with an external broker)",
-    "test_ssl_integration.py": "starts its own TLS broker",
+    "test_sasl_integration.py": "cannot take an external broker: it skips itself when KAFKA_URI is set, and otherwise "
+                                "formats and spawns its own Kafka JVM with SCRAM users (KafkaFixture); what it checks "
+                                "runs against raftlog in tests/integration/test_kafka_secure_cluster.py "
+                                "(test_kafka_python_logs_in_admin_produce_consume)",
+    "test_ssl_integration.py": "cannot take an external broker: its fixture always spawns its own Kafka JVM with a "
+                               "keystore it makes with keytool; what it checks runs against raftlog in "
+                               "tests/integration/test_mtls_clients.py (test_kafka_python_connects_over_tls)",
 }
 
 
@@ -188,7 +203,7 @@ def run_kafka_python(bootstrap: str, args: argparse.Namespace) -> Counter:
     first = bootstrap.split(",")[0]
     # KAFKA_ROOT: the fixtures insist that a Kafka distribution directory exists even with an
     # external broker; the wrappers of the reference Kafka's tools stand in for it.
-    env = {**os.environ, "KAFKA_URI": f"kafka://{first}", "KAFKA_VERSION": "4.0.0", "KAFKA_ROOT": str(kafka_path())}
+    env = {**os.environ, "KAFKA_URI": f"kafka://{first}", "KAFKA_VERSION": KAFKA_PYTHON_BROKER, "KAFKA_ROOT": str(kafka_path())}
     report = CACHE / "kafka-python.xml"
     cmd = [str(venv / "bin" / "python"), "-m", "pytest", "test/integration", "-p", "no:cacheprovider", "-q",
            "--timeout=120", f"--junitxml={report}"]
@@ -204,7 +219,8 @@ def run_kafka_python(bootstrap: str, args: argparse.Namespace) -> Counter:
     if not report.exists():
         raise RuntimeError(f"kafka-python's suite did not run: see {log}")
     counts, failed = junit_counts(report)
-    print_summary(f"kafka-python {KAFKA_PYTHON_VERSION} test/integration (KAFKA_URI=kafka://{first}): "
+    print_summary(f"kafka-python {KAFKA_PYTHON_VERSION} test/integration (KAFKA_URI=kafka://{first}, "
+                  f"KAFKA_VERSION={KAFKA_PYTHON_BROKER}): "
                   f"{counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped, "
                   f"{len(KAFKA_PYTHON_EXCLUDED)} excluded", failed, KAFKA_PYTHON_EXCLUDED, log)
     return counts

@@ -148,6 +148,15 @@ def _check_principal(principal: Any, field: str = "principal") -> str:
     return principal
 
 
+def _check_filter_string(value: Any, field: str, max_chars: int) -> str:
+    """A filter's string: compared with the ACLs' as written (Kafka's AccessControlEntryFilter
+    parses nothing, so a filter principal '*' is valid and matches no ACL)."""
+    if type(value) is not str or len(value) > max_chars or any(ord(c) < 0x20 for c in value):
+        raise InvalidRequestError(f"{field} must be a string of at most {max_chars} printable characters",
+                                  field=field)
+    return value
+
+
 def _check_host(host: Any, field: str = "host") -> str:
     if host == WILDCARD:
         return host
@@ -274,8 +283,8 @@ class AclFilter:
         object.__setattr__(self, "permission", parse_enum(Permission, self.permission, "permission"))
         if self.resource_name is not None:
             _check_name(self.resource_name)
-        if self.principal is not None:
-            _check_principal(self.principal)
+        if self.principal is not None:  # matched as it is written, as Kafka's filters do ('*' selects nothing)
+            _check_filter_string(self.principal, "principal", MAX_PRINCIPAL_CHARS)
         if self.host is not None:
             object.__setattr__(self, "host", _check_host(self.host))
 

@@ -65,7 +65,7 @@ from partition.port import (
     ReplicaSize,
     TxnMarker,
 )
-from raftlog.base.acl import ANONYMOUS, CLUSTER_NAME, Operation, ResourceType
+from raftlog.base.acl import ANONYMOUS, CLUSTER_NAME, KAFKA_CODES, VALID_OPERATIONS, Operation, ResourceType
 from raftlog.base.errors import (
     ClusterAuthorizationFailedError,
     GroupAuthorizationFailedError,
@@ -139,6 +139,13 @@ class Access:
         if self.authorizer is None:
             return True
         return self.authorizer.authorize(self.principal, self.host, operation, rt, name)
+
+    def authorized_operations(self, rt: ResourceType, name: str) -> set[int]:
+        """KIP-430's authorized operations: Kafka's wire code of each operation of the resource
+        type this principal may perform on the resource (bit n of the answers' bit field);
+        every one without an authorizer, as Kafka answers without one."""
+        return {KAFKA_CODES[Operation][op] for op in VALID_OPERATIONS[rt]
+                if op is not Operation.ALL and self.allowed(op, rt, name)}
 
     def allows_some(self, operation: Operation, rt: ResourceType) -> bool:
         """Whether some resource of the type allows the operation (Kafka's rule for

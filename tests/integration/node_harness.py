@@ -123,6 +123,22 @@ def secure_cluster(root: Path, admin_password: str, size: int = 1) -> Iterator["
         yield cluster
 
 
+@contextlib.contextmanager
+def one_node_with_topic(root: Path, topic: str) -> Iterator["NodeCluster"]:
+    """A started, ready one-node cluster under `root` with `topic` (one partition) led.
+    Its node is stopped by PID on exit."""
+    from raftlog.client import Admin
+
+    with NodeCluster(root, size=1) as cluster:
+        cluster.start_all()
+        cluster.wait_ready(timeout_s=60)
+        with Admin(cluster.bootstrap(), request_timeout_ms=15_000) as admin:
+            admin.create_topic(topic, 1, 1)
+            cluster.wait_for(lambda: admin.describe_topics([topic])[topic].partitions[0].leader is not None,
+                             30, f"a leader of {topic}")
+        yield cluster
+
+
 class NodeCluster:
     """N nodes of one cluster under `root` (node i in root/node-<i>)."""
 

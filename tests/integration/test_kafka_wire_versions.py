@@ -27,13 +27,7 @@ TOPIC = "by-id"
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[harness.NodeCluster]:
-    with harness.NodeCluster(tmp_path_factory.mktemp("kafka-versions"), size=1) as c:
-        c.start_all()
-        c.wait_ready(timeout_s=60)
-        with Admin(c.bootstrap(), request_timeout_ms=15_000) as admin:
-            admin.create_topic(TOPIC, 1, 1)
-            c.wait_for(lambda: admin.describe_topics([TOPIC])[TOPIC].partitions[0].leader is not None,
-                       20, "a leader")
+    with harness.one_node_with_topic(tmp_path_factory.mktemp("kafka-versions"), TOPIC) as c:
         yield c
 
 
@@ -99,12 +93,12 @@ def produce(conn: Conn, tid: uuid.UUID, records: bytes) -> Any:
     return p
 
 
-def fetch(conn: Conn, tid: uuid.UUID, offset: int) -> Any:
+def fetch(conn: Conn, tid: uuid.UUID, offset: int, max_bytes: int = 1 << 20) -> Any:
     F = FetchRequest.FetchTopic
-    req = FetchRequest[16](max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0, session_id=0,
+    req = FetchRequest[16](max_wait_ms=0, min_bytes=0, max_bytes=max_bytes, isolation_level=0, session_id=0,
                            session_epoch=-1, topics=[F(topic_id=tid, partitions=[F.FetchPartition(
                                partition=0, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
-                               log_start_offset=-1, partition_max_bytes=1 << 20)])],
+                               log_start_offset=-1, partition_max_bytes=max_bytes)])],
                            forgotten_topics_data=[], rack_id="")
     [t] = conn.call(req, FetchResponse, 16).responses
     assert t.topic_id == tid
@@ -127,6 +121,21 @@ def test_produce_v13_and_fetch_v16_by_topic_id(conn):
     assert answer.records == b""  # empty, not null: librdkafka cannot parse a size of -1
 
 
+def test_fetch_answers_a_whole_first_batch_larger_than_its_max_bytes(conn):
+    """Kafka (KIP-74) returns the first batch whole even when it exceeds the request's and the
+    partition's max bytes, so a consumer always progresses (franz-go's
+    TestIssueFetchLargerThanBrokerMaxReadBytes reads a 5 MiB batch with 1 MiB limits); the
+    batches after it wait for the next fetch."""
+    tid = topic_id(conn)
+    big = bytes(range(256)) * 1024  # 256 KiB, uncompressed
+    first = produce(conn, tid, batch(big)).base_offset
+    produce(conn, tid, batch(b"after"))
+    p = fetch(conn, tid, first, max_bytes=64 << 10)
+    assert p.error_code == 0
+    assert len(p.records) > 64 << 10
+    assert [r.value for _, recs in decode_batches(p.records) for r in recs] == [big]
+
+
 def test_list_offsets_v11_answers_as_a_broker_without_tiered_storage(conn):
     tid = topic_id(conn)
     produce(conn, tid, batch(b"z"))
@@ -142,6 +151,22 @@ def test_list_offsets_v11_answers_as_a_broker_without_tiered_storage(conn):
     assert got[-2] == got[-4] == (0, 0)  # earliest local is the earliest
     assert got[-5] == got[-6] == (0, -1)  # no tiered storage
     assert got[-3][0] == 0 and 0 <= got[-3][1] < end
+
+
+def test_list_offsets_max_timestamp_names_the_record_not_the_batch(conn):
+    """ListOffsets -3 answers the offset of the record with the largest timestamp, inside its
+    batch, as Kafka 3.8+ (KAFKA-16310; librdkafka 0081's ListOffsets: timestamps 100, 400, 250
+    in one batch -> its second record)."""
+    tid = topic_id(conn)
+    b = BatchBuilder()
+    for ts in (10_000_100, 10_000_400, 10_000_250):  # later than every other batch of the topic
+        b.append(b"t", timestamp_ms=ts)
+    base = produce(conn, tid, b.build()).base_offset
+    T = ListOffsetsRequest.ListOffsetsTopic
+    req = ListOffsetsRequest[7](replica_id=-1, isolation_level=0, topics=[T(name=TOPIC, partitions=[
+        T.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=-3)])])
+    [p] = conn.call(req, ListOffsetsResponse, 7).topics[0].partitions
+    assert (p.error_code, p.offset, p.timestamp) == (0, base + 1, 10_000_400)
 
 
 def test_delete_topics_v6_by_unknown_id_and_describe_cluster_v2(conn):

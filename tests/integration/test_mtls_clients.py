@@ -109,6 +109,23 @@ def test_confluent_kafka_logs_in_with_the_same_keys(node):
     assert outcome["m-no"] is not None and outcome["m-no"].code() == confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 
+def test_kafka_python_connects_over_tls(node):
+    """What kafka-python's own test_ssl_integration.py checks (it always spawns its own Kafka,
+    so scripts/client_suites cannot point it here): its network client speaks TLS to the Kafka
+    listener, learns the API versions and the brokers."""
+    from kafka.net.compat import KafkaNetClient
+
+    keys = node.keys("admin")
+    client = KafkaNetClient(bootstrap_servers=node.kafka, security_protocol="SSL", ssl_cafile=keys["ssl.ca.location"],
+                            ssl_certfile=keys["ssl.certificate.location"], ssl_keyfile=keys["ssl.key.location"],
+                            ssl_check_hostname=False, request_timeout_ms=60_000)
+    try:
+        assert client.check_version(timeout_ms=60_000) is not None
+        assert client.cluster.brokers()
+    finally:
+        client.close()
+
+
 def test_no_certificate_or_another_cas_gets_nothing_at_once(node):
     no_cert = {k: v for k, v in node.keys("alice").items() if not k.startswith(("ssl.certificate", "ssl.key"))}
     # Long deadlines: had the clients taken the refusal for a lost connection and retried,

@@ -38,10 +38,7 @@ BUILD_TIMEOUT_S = 900.0
 # franz-go's own kgo tests that are not run against raftlog, each with its reason. The tests
 # that check for a broker feature themselves (KIP-848, share groups, SCRAM/OAuth seeds) skip
 # on their own and are counted as skipped.
-KGO_EXCLUDED: dict[str, str] = {
-    "TestIssueFetchLargerThanBrokerMaxReadBytes":
-        "sets the broker's socket.request.max.bytes through AlterConfigs and restores it: a broker setting raftlog reads from its config file only",
-}
+KGO_EXCLUDED: dict[str, str] = {}
 
 _NO_PROXY = ("dial tcp", "no such host", "connection refused", "i/o timeout", "network is unreachable",
              "TLS handshake timeout")

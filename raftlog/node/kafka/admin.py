@@ -45,6 +45,7 @@ from metadata.port import NewPartitions, NewTopic, TopicCreated
 from metadata.reassignment import check_assignments
 from metadata.topic_config import normalize_configs
 from partition.port import DeletePart
+from raftlog.base.acl import CLUSTER_NAME, ResourceType
 from raftlog.base.errors import (
     ClusterAuthorizationFailedError,
     InvalidReplicaAssignmentError,
@@ -222,7 +223,8 @@ async def handle_describe_cluster(ctx: KafkaContext, call: Call) -> Reply:
         cluster_id=ctx.cluster_id, controller_id=controller if controller is not None else -1,
         brokers=[R.DescribeClusterBroker(broker_id=i, host=h, port=p, rack=r, is_fenced=fenced(i))
                  for i, h, p, r in brokers(ctx)],
-        authorized_operations=None,  # INT32_MIN on the wire: not asked for, as Kafka
+        authorized_operations=ctx.authorized_operations(
+            ResourceType.CLUSTER, CLUSTER_NAME, bool(call.request.include_cluster_authorized_operations)),
     )  # fmt: skip
 
 

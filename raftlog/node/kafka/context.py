@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import trio
 
@@ -49,7 +49,7 @@ from groupcoord.port import GroupPort
 from groupcoord.share_port import SharePort
 from groupcoord.txn_port import TxnPort
 from partition.port import PartitionPort
-from raftlog.base.acl import ANONYMOUS
+from raftlog.base.acl import ANONYMOUS, ResourceType
 from raftlog.base.errors import (
     NotCoordinatorError,
     NotLeaderError,
@@ -70,8 +70,16 @@ if TYPE_CHECKING:  # kafka-python loads on the first Kafka request, not with the
 DISK_THREADS = 4
 
 __all__ = [
-    "KafkaContext", "ConnectionState", "Call", "Encoded", "Later", "Reply", "Handler", "current_connection",
+    "AUTHORIZED_OPERATIONS_OMITTED", "bit_field", "KafkaContext", "ConnectionState", "Call", "Encoded", "Later", "Reply", "Handler",
+    "current_connection",
 ]
+
+AUTHORIZED_OPERATIONS_OMITTED: Final = -(2**31)  # INT32_MIN: "not asked for", as Kafka answers
+
+
+def bit_field(codes: set[int] | None) -> int:
+    """An int32 authorized-operations field (KIP-430): bit n per operation code n; INT32_MIN for None."""
+    return AUTHORIZED_OPERATIONS_OMITTED if codes is None else sum(1 << c for c in codes)
 
 # The connection whose request is running (set by the listener for the connection's task).
 _CONNECTION: ContextVar["ConnectionState | None"] = ContextVar("kafka_connection", default=None)
@@ -124,6 +132,12 @@ class KafkaContext:
         if connection is None:
             return guard.nobody()
         return guard.access(connection.principal, connection.host)
+
+    def authorized_operations(self, rt: ResourceType, name: str, asked: bool = True) -> set[int] | None:
+        """KIP-430: the operations (Kafka's codes) the connection's principal may do on the
+        resource, as kafka-python's `bitfield` fields take them; None (INT32_MIN on the wire,
+        Kafka's "not asked") when the request did not ask. `bit_field` makes an int32 field's."""
+        return self.access().authorized_operations(rt, name) if asked else None
 
     def port(self) -> GuardedPartitions:
         """The partition port behind the current connection's ACLs. Raises NotLeaderError

@@ -42,9 +42,10 @@ from kafka.protocol.admin.topics import DescribeTopicPartitionsResponse
 from kafka.protocol.admin.transactions import DescribeProducersResponse
 
 from partition.port import PartitionKey
+from raftlog.base.acl import ResourceType
 from raftlog.base.errors import ClusterAuthorizationFailedError, NotLeaderError, RaftlogError
 from raftlog.node.kafka import errors
-from raftlog.node.kafka.context import Call, KafkaContext, Reply
+from raftlog.node.kafka.context import Call, KafkaContext, Reply, bit_field
 from raftlog.node.kafka.metadata import ZERO_UUID, topic_uuid
 
 __all__ = ["HANDLERS"]
@@ -182,7 +183,8 @@ async def handle_describe_topic_partitions(ctx: KafkaContext, call: Call) -> Rep
                 replica_nodes=list(p.replicas), isr_nodes=list(p.replicas), eligible_leader_replicas=[],
                 last_known_elr=[], offline_replicas=[]))  # fmt: skip
         topics.append(Topic(error_code=errors.NONE, name=name, topic_id=topic_uuid(info.topic_id),
-                            is_internal=info.internal, partitions=parts, topic_authorized_operations=-2147483648))
+                            is_internal=info.internal, partitions=parts,
+                            topic_authorized_operations=bit_field(ctx.authorized_operations(ResourceType.TOPIC, name))))
         if next_cursor is not None:
             break
     return R(throttle_time_ms=0, topics=topics, next_cursor=next_cursor)

@@ -23,7 +23,7 @@ replicas are asked; a refused topic's partitions answer TOPIC_AUTHORIZATION_FAIL
 named by id is checked by its name, as Kafka does.
 
 ListOffsets: earliest (-2: log start offset; -4, earliest local, the same: no tiered
-storage), latest (-1: high watermark), max timestamp (-3, v7+: batch granularity), latest
+storage), latest (-1: high watermark), max timestamp (-3, v7+: the first record carrying it, as Kafka 3.8+), latest
 tiered (-5) and earliest pending upload (-6): offset -1 (no tiered storage, as Kafka answers
 without it), else the first batch whose max timestamp is at or after the given one (offset
 -1 when none), from the partition leader.

@@ -68,6 +68,7 @@ from groupcoord.port import (
     OffsetFetch,
     SyncGroup,
 )
+from raftlog.base.acl import ResourceType
 from raftlog.base.errors import (
     CoordinatorNotAvailableError,
     InvalidRequestError,
@@ -431,7 +432,8 @@ async def handle_describe_groups(ctx: KafkaContext, call: Call) -> Reply:
                 member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
                 client_host=m.client_host, member_metadata=m.metadata, member_assignment=m.assignment)
                 for m in g.members],
-            authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+            authorized_operations=ctx.authorized_operations(
+                ResourceType.GROUP, g.group_id, bool(getattr(request, "include_authorized_operations", False))),
         ))  # fmt: skip
     return R(throttle_time_ms=0, groups=out)
 

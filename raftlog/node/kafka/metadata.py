@@ -21,6 +21,7 @@ from typing import Any, Final
 from kafka.protocol.metadata.metadata import MetadataResponse
 
 from metadata.port import ClusterView, NewTopic
+from raftlog.base.acl import CLUSTER_NAME, ResourceType
 from raftlog.base.errors import NotLeaderError, RaftlogError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
 from raftlog.base.eventlog import log_event
 from raftlog.node.kafka import errors
@@ -137,6 +138,7 @@ def _response(ctx: KafkaContext, call: Call, view: ClusterView, created: set[str
               unknown_ids: list[uuid.UUID] | None = None) -> MetadataResponse:
     R = MetadataResponse
     topic_ids = ctx.metadata.image.topic_ids
+    asked_topic_ops = bool(getattr(call.request, "include_topic_authorized_operations", False))  # v8+ (KIP-430)
     by_id_only = by_id_only or {}
     out_topics = [R.MetadataResponseTopic(error_code=errors.UNKNOWN_TOPIC_ID, name=None, topic_id=i,
                                           is_internal=False, partitions=[]) for i in unknown_ids or ()]
@@ -167,14 +169,20 @@ def _response(ctx: KafkaContext, call: Call, view: ClusterView, created: set[str
             error_code=errors.NONE, name=t.name,
             topic_id=topic_uuid(t.topic_id or topic_ids.get(t.name)),
             is_internal=t.internal, partitions=partitions,
+            authorized_operations=ctx.authorized_operations(ResourceType.TOPIC, t.name, asked_topic_ops),
         ))  # fmt: skip
     controller = view.controller_id
+    extra = {}
+    if 8 <= call.version <= 10:  # v11 moved it to DescribeCluster (KIP-700)
+        extra["authorized_operations"] = ctx.authorized_operations(
+            ResourceType.CLUSTER, CLUSTER_NAME, bool(call.request.include_cluster_authorized_operations))
     return R[call.version](
         throttle_time_ms=0,
         brokers=[R.MetadataResponseBroker(node_id=i, host=h, port=p, rack=r) for i, h, p, r in brokers(ctx)],
         cluster_id=view.cluster_id,
         controller_id=controller if controller is not None else -1,
         topics=out_topics,
+        **extra,
     )
 
 

@@ -35,6 +35,7 @@ from raftlog.base.errors import (
 from raftlog.base.protocol import Request
 from raftlog.node.authorize import PORT_RULES, POLICIES, Guard, GuardedPartitions, guard_handlers
 from raftlog.node.guarded_groups import GuardedGroups
+from raftlog.node.kafka.context import bit_field
 
 ALICE = "User:alice"
 
@@ -300,3 +301,17 @@ async def test_an_inline_handler_stays_inline_behind_its_policy():
     authorizer = Authorizer([acl("topic", "public", "write")])
     guard = guard_handlers({"produce": produce}, authorizer_of=lambda: authorizer)["produce"]
     assert guard.inline and guard.inline_deadline  # in the reader (appends keep their order), under the deadline
+
+
+def test_authorized_operations_is_kafkas_bit_field_of_what_the_principal_may_do():
+    """KIP-430 (Metadata, DescribeCluster, DescribeGroups, DescribeTopicPartitions): bit n per
+    allowed operation of Kafka code n; READ implies DESCRIBE; no authorizer allows all."""
+    read = AclBinding("topic", "orders", "literal", "User:alice", "*", "read", "allow")
+    access = Guard(lambda: Authorizer([read])).access("User:alice", "10.0.0.1")
+    assert access.authorized_operations(ResourceType.TOPIC, "orders") == {3, 8}  # READ, DESCRIBE
+    assert access.authorized_operations(ResourceType.TOPIC, "payments") == set()
+    every_topic_op = {3, 4, 5, 6, 7, 8, 10, 11}  # librdkafka 0081 expects these 8
+    assert Guard(None).access("User:alice", "").authorized_operations(ResourceType.TOPIC, "x") == every_topic_op
+    assert bit_field(every_topic_op) == 3576 and bit_field(None) == -(2**31)
+    every_cluster_op = {5, 7, 8, 9, 10, 11, 12}
+    assert Guard(None).access(None, None).authorized_operations(ResourceType.CLUSTER, "kafka-cluster") == every_cluster_op
