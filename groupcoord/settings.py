@@ -26,6 +26,9 @@ class GroupCoordinatorSettings:
 class TxnCoordinatorSettings:
     node_id: int
     coordinator: TxnConfig  # the pure core's (transaction.max.timeout.ms; partition counts)
+    # transaction.abort.timed.out.transaction.cleanup.interval.ms: timed-out transactions are
+    # looked for at most this often, so one is aborted between its timeout and that plus this
+    abort_scan_interval_ms: int = 10_000
 
 
 @dataclass(frozen=True, slots=True)

@@ -327,6 +327,9 @@ class NodeConfig:
     leader_replication_throttled_rate: int = 0
     # -- transactions (issue 42; Kafka's name; groupcoord/txn_coordinator.py) --
     transaction_max_timeout_ms: int = 900_000  # longest transaction timeout a producer may ask
+    # how often timed-out transactions are looked for (and aborted): Kafka's 10 s, so a
+    # transaction outlives its timeout by up to this, as on Kafka
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     # -- KIP-932 share groups (issue 43; Kafka's group.share.* names; partition/share_partition.py) --
     group_share_record_lock_duration_ms: int = 30_000  # an acquired record's lock
     group_share_delivery_count_limit: int = 5  # deliveries before a record is archived
@@ -639,6 +642,8 @@ _KEYS: Final[dict[str, _Key]] = {
     "follower_replication_throttled_rate": _Key(_to_int, "follower_replication_throttled_rate"),
     "leader_replication_throttled_rate": _Key(_to_int, "leader_replication_throttled_rate"),
     "transaction_max_timeout_ms": _Key(_to_int, "transaction_max_timeout_ms"),
+    "transaction_abort_timed_out_transaction_cleanup_interval_ms":
+        _Key(_to_int, "transaction_abort_timed_out_transaction_cleanup_interval_ms"),
     # KIP-932 share groups (issue 43)
     **{k: _Key(_to_int, k) for k in ("group_share_record_lock_duration_ms", "group_share_delivery_count_limit",
                                      "group_share_partition_max_record_locks", "group_share_session_timeout_ms",
@@ -679,6 +684,7 @@ _INT_RANGES: Final = {
     "follower_replication_throttled_rate": (0, 1 << 40),
     "leader_replication_throttled_rate": (0, 1 << 40),
     "transaction_max_timeout_ms": (1, 2**31 - 1),
+    "transaction_abort_timed_out_transaction_cleanup_interval_ms": (1, 2**31 - 1),
     # Kafka's bounds for group.share.* (GroupCoordinatorConfig / ShareGroupConfig)
     "group_share_record_lock_duration_ms": (1000, 3_600_000),
     "group_share_delivery_count_limit": (2, 10),

@@ -65,6 +65,7 @@ def txn_settings(config: NodeConfig) -> TxnCoordinatorSettings:
             max_timeout_ms=config.transaction_max_timeout_ms,
             offsets_partitions=OFFSETS_TOPIC_PARTITIONS,
         ),
+        abort_scan_interval_ms=config.transaction_abort_timed_out_transaction_cleanup_interval_ms,
     )
 
 

@@ -344,6 +344,25 @@ async def test_the_transaction_service_keeps_its_state_in_its_topic_and_a_new_le
         nursery.cancel_scope.cancel()
 
 
+async def test_timed_out_transactions_are_looked_for_at_kafkas_interval(autojump_clock):
+    """Kafka aborts a timed-out transaction at its next scan (transaction.abort.timed.out.
+    transaction.cleanup.interval.ms, 10 s), not at the timeout: KafkaJS's tests give a
+    100 ms timeout and still commit a few hundred ms later. raftlog scans as often, no oftener."""
+    topics = MemoryTopics(TRANSACTION_STATE_TOPIC, TRANSACTION_STATE_TOPIC_PARTITIONS)
+    async with trio.open_nursery() as nursery:
+        service = await started_txn_service(nursery, topics)
+        answer = await init_producer(service, 100)
+        await service.add_offsets_to_txn(AddOffsetsToTxn("app", answer["producer_id"], answer["producer_epoch"], "g"))
+        began = trio.current_time()
+        await trio.sleep(2)  # virtual time: twenty timeouts, no scan yet
+        assert service.core.describe("app")["state"] == TxnState.ONGOING.value
+        with trio.fail_after(15):  # virtual seconds
+            while service.core.describe("app")["state"] == TxnState.ONGOING.value:
+                await trio.sleep(0.1)
+        assert 2 < trio.current_time() - began <= 10.5
+        nursery.cancel_scope.cancel()
+
+
 class HeldPartition(MemoryPartition):
     """A partition whose appends, while `hold` is set, are in the log but not committed (a leader
     cut off from its followers): `wait_committed` times out, the outcome unknown; `release`
