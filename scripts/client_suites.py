@@ -92,6 +92,10 @@ class SpawnedService:
 CLUSTER_SETTINGS = {"heartbeat_ms": 300, "session_timeout_ms": 2000, "default_partitions": 4,
                     "default_replication_factor": 3}
 
+# The cluster's broker ids: 0, 1, 2 as the suites' own docker clusters number them (KafkaJS's
+# docker-compose, Kafka's KRaft quickstart): their tests assign replicas to broker 0 and look it up.
+FIRST_NODE_ID = 0
+
 # kafka-python's integration tests that are left out against raftlog, each with its reason.
 KAFKA_PYTHON_EXCLUDED: dict[str, str] = {
     "test_sasl_integration.py": "starts its own SASL broker (the suite skips it with an external broker)",
@@ -109,7 +113,8 @@ def raftlog_cluster(bootstrap: str | None) -> Iterator[str]:
     from bench_kafka import load_harness
 
     with tempfile.TemporaryDirectory(prefix="client-suites-") as tmp:
-        with load_harness().NodeCluster(Path(tmp), size=3, settings=CLUSTER_SETTINGS) as cluster:
+        with load_harness().NodeCluster(Path(tmp), size=3, settings=CLUSTER_SETTINGS,
+                                        first_node_id=FIRST_NODE_ID) as cluster:
             cluster.start_all()
             cluster.wait_ready(timeout_s=90)
             yield cluster.kafka_bootstrap()

@@ -135,6 +135,7 @@ class NodeCluster:
         cluster_id: str | None = None,
         security: ClientSecurity | None = None,
         hosts: Mapping[int, str] | None = None,
+        first_node_id: int = 1,
     ) -> None:
         self.root = Path(root)
         # node id -> its own address (one machine each: every node on the default ports)
@@ -143,7 +144,8 @@ class NodeCluster:
         self.cluster_id = cluster_id or new_cluster_id()
         self.secret = secrets.token_urlsafe(24)
         self.settings = dict(TEST_SETTINGS if settings is None else settings)
-        self.voters = list(range(1, size + 1))
+        # node ids first_node_id.. (0: Kafka's docker clusters' broker ids 0, 1, 2)
+        self.voters = list(range(first_node_id, first_node_id + size))
         self.ports: dict[int, NodePorts] = {}
         self.configs: dict[int, NodeConfig] = {}
         self.processes: dict[int, NodeProcess] = {}
