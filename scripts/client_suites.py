@@ -7,8 +7,9 @@
     scripts/client_suites all           (every suite above, one raftlog cluster)
 
 Without --bootstrap a three-node raftlog (the integration tests' harness, temp data dirs;
-auto-created topics get 4 partitions and RF 3) is started for the run and stopped by PID at the
-end. Each suite's sources and tools are fetched
+broker ids 0-2; ACLs checked, open where none is set; auto-created topics get 4 partitions and
+RF 3, or the suite's own docker cluster's defaults when one suite runs alone) is started for the
+run and stopped by PID at the end. Each suite's sources and tools are fetched
 into ~/.cache/raftlog/ (outside the repo) by its package manager, at a pinned version:
 * franz-go: the `pkg/kgo` tests of the module pinned in tests/go.mod (Go module proxy), their
   brokers named by KGO_SEEDS; tests/reference/franz.py names each test left out with its reason.
@@ -28,7 +29,9 @@ into ~/.cache/raftlog/ (outside the repo) by its package manager, at a pinned ve
   installed by npm, run by jest with its test helpers' broker addresses (hard-coded
   localhost:9092/9095/9098 in testHelpers/index.js) rewritten to the cluster's, and its two
   docker scripts the tests call (addPartitions, setClientQuota) rewritten to the reference
-  Kafka's tools; KAFKAJS_EXCLUDED names the tests left out with their reasons.
+  Kafka's tools. Its SSL and SASL_SSL listeners are two more raftlog clusters started for the
+  run (a one-node SSL one; a three-node SASL_SSL one with ACLs and KafkaJS's PLAIN and SCRAM
+  users); KAFKAJS_EXCLUDED names the tests left out with their reasons.
 Prints one summary line per suite (passed / failed / skipped / excluded) and, with --json, the
 counts as one JSON object on the last line. A suite that cannot run here (no Go, no index) is
 one line saying why, and counts nothing.
@@ -95,6 +98,11 @@ class SpawnedService:
 # Broker createAcls/describeAcls/deleteAcls tests), and librdkafka's ACL tests need one.
 CLUSTER_SETTINGS = {"heartbeat_ms": 300, "session_timeout_ms": 2000, "default_partitions": 4,
                     "default_replication_factor": 3, "acls_enabled": True, "allow_everyone_if_no_acl_found": True}
+# A suite run alone gets its own docker cluster's broker settings over those: KafkaJS's
+# docker-compose sets num.partitions 2, default.replication.factor 2 and
+# group.initial.rebalance.delay.ms 0 (its createPartitions tests grow a default topic to 3).
+SUITE_CLUSTER_SETTINGS = {"kafkajs": {"default_partitions": 2, "default_replication_factor": 2,
+                                      "group_initial_rebalance_delay_ms": 0}}
 
 # The cluster's broker ids: 0, 1, 2 as the suites' own docker clusters number them (KafkaJS's
 # docker-compose, Kafka's KRaft quickstart): their tests assign replicas to broker 0 and look it up.
@@ -108,7 +116,7 @@ KAFKA_PYTHON_EXCLUDED: dict[str, str] = {
 
 
 @contextmanager
-def raftlog_cluster(bootstrap: str | None) -> Iterator[str]:
+def raftlog_cluster(bootstrap: str | None, settings: dict = CLUSTER_SETTINGS) -> Iterator[str]:
     """`bootstrap` if given, else a started three-node raftlog's Kafka bootstrap (stopped after)."""
     if bootstrap:
         yield bootstrap
@@ -117,7 +125,7 @@ def raftlog_cluster(bootstrap: str | None) -> Iterator[str]:
     from bench_kafka import load_harness
 
     with tempfile.TemporaryDirectory(prefix="client-suites-") as tmp:
-        with load_harness().NodeCluster(Path(tmp), size=3, settings=CLUSTER_SETTINGS,
+        with load_harness().NodeCluster(Path(tmp), size=3, settings=settings,
                                         first_node_id=FIRST_NODE_ID) as cluster:
             cluster.start_all()
             cluster.wait_ready(timeout_s=90)
@@ -469,7 +477,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     names = list(SUITES) if args.suite == "all" else [args.suite]
     totals: dict[str, dict[str, int]] = {}
-    with raftlog_cluster(args.bootstrap) as bootstrap:
+    with raftlog_cluster(args.bootstrap, {**CLUSTER_SETTINGS, **SUITE_CLUSTER_SETTINGS.get(args.suite, {})}) as bootstrap:
         for name in names:
             try:
                 counts = SUITES[name](bootstrap, args)
