@@ -7,8 +7,9 @@
     scripts/client_suites all           (every suite above, one raftlog cluster)
 
 Without --bootstrap a three-node raftlog (the integration tests' harness, temp data dirs;
-auto-created topics get 4 partitions and RF 3) is started for the run and stopped by PID at the
-end. Each suite's sources and tools are fetched
+broker ids 0-2; ACLs checked, open where none is set; auto-created topics get 4 partitions and
+RF 3, or the suite's own docker cluster's defaults when one suite runs alone) is started for the
+run and stopped by PID at the end. Each suite's sources and tools are fetched
 into ~/.cache/raftlog/ (outside the repo) by its package manager, at a pinned version:
 * franz-go: the `pkg/kgo` tests of the module pinned in tests/go.mod (Go module proxy), their
   brokers named by KGO_SEEDS; tests/reference/franz.py names each test left out with its reason.
@@ -29,7 +30,9 @@ into ~/.cache/raftlog/ (outside the repo) by its package manager, at a pinned ve
   installed by npm, run by jest with its test helpers' broker addresses (hard-coded
   localhost:9092/9095/9098 in testHelpers/index.js) rewritten to the cluster's, and its two
   docker scripts the tests call (addPartitions, setClientQuota) rewritten to the reference
-  Kafka's tools; KAFKAJS_EXCLUDED names the tests left out with their reasons.
+  Kafka's tools. Its SSL and SASL_SSL listeners are two more raftlog clusters started for the
+  run (a one-node SSL one; a three-node SASL_SSL one with ACLs and KafkaJS's PLAIN and SCRAM
+  users); KAFKAJS_EXCLUDED names the tests left out with their reasons.
 Prints one summary line per suite (passed / failed / skipped / excluded) and, with --json, the
 counts as one JSON object on the last line. A suite that cannot run here (no Go, no index) is
 one line saying why, and counts nothing.
@@ -41,6 +44,7 @@ import argparse
 import json
 import os
 import re
+import secrets
 import signal
 import subprocess
 import sys
@@ -93,14 +97,21 @@ class SpawnedService:
     def __init__(self, *args, **kwargs):
         raise RuntimeError("kafka-python's sdist does not ship the broker launcher: set KAFKA_URI")
 '''
-# The cluster the suites run against when none is given: as the issue's runs had it, with an
-# authorizer on its plaintext listener that lets everyone at what no ACL names (Kafka's
-# allow.everyone.if.no.acl.found=true, as librdkafka's and kafka-python's own test clusters run):
-# their ACL tests (CreateAcls/DescribeAcls/DeleteAcls, kafka-acls.sh denying User:* a topic)
-# then run as they do against Kafka, and every other test is allowed as without ACLs.
+# The cluster the suites run against when none is given: as the issue's runs had it.
+# ACLs are checked, a resource without any open to everyone: KafkaJS's docker-compose runs
+# Kafka's authorizer with allow.everyone.if.no.acl.found on its PLAINTEXT listener too (its
+# Broker createAcls/describeAcls/deleteAcls tests), and librdkafka's ACL tests need one.
 CLUSTER_SETTINGS = {"heartbeat_ms": 300, "session_timeout_ms": 2000, "default_partitions": 4,
-                    "default_replication_factor": 3, "acls_enabled": True,
-                    "allow_everyone_if_no_acl_found": True}
+                    "default_replication_factor": 3, "acls_enabled": True, "allow_everyone_if_no_acl_found": True}
+# A suite run alone gets its own docker cluster's broker settings over those: KafkaJS's
+# docker-compose sets num.partitions 2, default.replication.factor 2 and
+# group.initial.rebalance.delay.ms 0 (its createPartitions tests grow a default topic to 3).
+SUITE_CLUSTER_SETTINGS = {"kafkajs": {"default_partitions": 2, "default_replication_factor": 2,
+                                      "group_initial_rebalance_delay_ms": 0}}
+
+# The cluster's broker ids: 0, 1, 2 as the suites' own docker clusters number them (KafkaJS's
+# docker-compose, Kafka's KRaft quickstart): their tests assign replicas to broker 0 and look it up.
+FIRST_NODE_ID = 0
 
 # kafka-python's integration tests that are left out against raftlog, each with its reason.
 KAFKA_PYTHON_EXCLUDED: dict[str, str] = {
@@ -115,7 +126,7 @@ KAFKA_PYTHON_EXCLUDED: dict[str, str] = {
 
 
 @contextmanager
-def raftlog_cluster(bootstrap: str | None) -> Iterator[str]:
+def raftlog_cluster(bootstrap: str | None, settings: dict = CLUSTER_SETTINGS) -> Iterator[str]:
     """`bootstrap` if given, else a started three-node raftlog's Kafka bootstrap (stopped after)."""
     if bootstrap:
         yield bootstrap
@@ -124,7 +135,8 @@ def raftlog_cluster(bootstrap: str | None) -> Iterator[str]:
     from bench_kafka import load_harness
 
     with tempfile.TemporaryDirectory(prefix="client-suites-") as tmp:
-        with load_harness().NodeCluster(Path(tmp), size=3, settings=CLUSTER_SETTINGS) as cluster:
+        with load_harness().NodeCluster(Path(tmp), size=3, settings=settings,
+                                        first_node_id=FIRST_NODE_ID) as cluster:
             cluster.start_all()
             cluster.wait_ready(timeout_s=90)
             yield cluster.kafka_bootstrap()
@@ -320,21 +332,36 @@ def run_librdkafka(bootstrap: str, args: argparse.Namespace) -> Counter:
 KAFKAJS_TAG = "v2.2.4"
 KAFKAJS_GIT = os.environ.get("RAFTLOG_KAFKAJS_GIT") or "https://github.com/tulios/kafkajs.git"
 # KafkaJS's tests left out against raftlog (a jest -t pattern keeps them from running), each
-# with its reason.
-KAFKAJS_EXCLUDED: dict[str, str] = {
-    "SSL": "the suite's TLS listener (localhost:9093, its own certificates) is not part of this cluster",
-    "SASL": "the suite's SASL listener (localhost:9094, its JAAS users) is not part of this cluster",
-    "OAUTHBEARER": "the suite's OAUTHBEARER broker (a separate compose file)",
+# with its reason. None: its OAUTHBEARER broker tests skip themselves unless OAUTHBEARER_ENABLED=1
+# (its separate compose file), and raftlog serves SCRAM-SHA-512/256 and PLAIN, not OAUTHBEARER.
+KAFKAJS_EXCLUDED: dict[str, str] = {}
+# KafkaJS's users (testHelpers/kafka/server-jaas.conf's PLAIN users, scripts/createScramCredentials.sh's
+# SCRAM user): raftlog checks PLAIN against the user's SCRAM credential.
+KAFKAJS_USERS = {("test", "SCRAM-SHA-512"): "testtest", ("bob", "SCRAM-SHA-512"): "bobbob",
+                 ("alice", "SCRAM-SHA-512"): "alicealice", ("testscram", "SCRAM-SHA-256"): "testtestscram=256",
+                 ("testscram", "SCRAM-SHA-512"): "testtestscram=512"}
+_SASL_PORT = "Number(process.env.KAFKAJS_SASL_BROKERS.split(',')[0].split(':')[1])"
+# The files of KafkaJS's tree rewritten for this cluster (from the pristine file at each run),
+# each (text, what it becomes): the broker addresses its test helpers hard-code for its docker
+# cluster (PLAINTEXT localhost:9092/9095/9098, SSL :9093/9096/9099, SASL_SSL :9094/9097/9100)
+# become the clusters' addresses from KAFKAJS_BROKERS, KAFKAJS_SSL_BROKERS, KAFKAJS_SASL_BROKERS.
+_KAFKAJS_PATCHES = {
+    "testHelpers/index.js": [
+        ("const plainTextBrokers = (host = getHost()) => [`${host}:9092`, `${host}:9095`, `${host}:9098`]",
+         "const plainTextBrokers = () => process.env.KAFKAJS_BROKERS.split(',')"),
+        ("const sslBrokers = (host = getHost()) => [`${host}:9093`, `${host}:9096`, `${host}:9099`]",
+         "const sslBrokers = () => process.env.KAFKAJS_SSL_BROKERS.split(',')"),
+        ("const saslBrokers = (host = getHost()) => [`${host}:9094`, `${host}:9097`, `${host}:9100`]",
+         "const saslBrokers = () => process.env.KAFKAJS_SASL_BROKERS.split(',')"),
+        ("  host: getHost(),\n  port: 9092,",
+         "  host: plainTextBrokers()[0].split(':')[0],\n  port: Number(plainTextBrokers()[0].split(':')[1]),"),
+        ("    port: 9093,", "    port: Number(sslBrokers()[0].split(':')[1]),"),
+        ("    port: 9094,", "    port: Number(saslBrokers()[0].split(':')[1]),"),
+        ("brokers: [`${getHost()}:9092`]", "brokers: plainTextBrokers()"),
+    ],
+    "src/admin/__tests__/createAcls.spec.js": [("      port: 9094,", f"      port: {_SASL_PORT},")],
+    "src/broker/__tests__/connect.spec.js": [("port: 9094,", f"port: {_SASL_PORT},")],
 }
-# Where KafkaJS's test helpers name the brokers (hard-coded for its docker-compose cluster) and
-# what they name instead: the cluster's addresses from KAFKAJS_BROKERS.
-_KAFKAJS_HELPERS = [
-    ("const plainTextBrokers = (host = getHost()) => [`${host}:9092`, `${host}:9095`, `${host}:9098`]",
-     "const plainTextBrokers = () => process.env.KAFKAJS_BROKERS.split(',')"),
-    ("  host: getHost(),\n  port: 9092,",
-     "  host: plainTextBrokers()[0].split(':')[0],\n  port: Number(plainTextBrokers()[0].split(':')[1]),"),
-    ("brokers: [`${getHost()}:9092`]", "brokers: plainTextBrokers()"),
-]
 # Its scripts that `docker exec` into the compose cluster, as the reference Kafka's tools.
 _KAFKAJS_SCRIPTS = {
     "addPartitions.sh": '"$KAFKA_PATH/bin/kafka-topics.sh" --bootstrap-server "$KAFKAJS_BROKERS" --alter '
@@ -346,42 +373,71 @@ _KAFKAJS_SCRIPTS = {
 
 
 def _kafkajs_tree() -> Path:
-    """KafkaJS's source tree at KAFKAJS_TAG with its devDependencies and patched helpers (once);
-    ReferenceUnavailable when its repository cannot be cloned."""
+    """KafkaJS's source tree at KAFKAJS_TAG with its devDependencies (once) and its files
+    rewritten for this cluster (each run); ReferenceUnavailable when its repository cannot be
+    cloned."""
     base = CACHE / f"kafkajs-{KAFKAJS_TAG}"
     src = base / "src"
-    if (base / ".complete").exists():
-        return src
-    base.mkdir(parents=True, exist_ok=True)
     git_dir = base / "git"
-    if not (git_dir / "HEAD").exists():
-        clone = subprocess.run(["git", "clone", "--bare", "--quiet", "--depth", "1", "--branch", KAFKAJS_TAG,
-                                KAFKAJS_GIT, str(git_dir)], capture_output=True, text=True, timeout=600,
-                               env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
-        if clone.returncode:
-            reason = (clone.stderr.strip().splitlines() or ["no output"])[-1]
-            raise ReferenceUnavailable(f"cannot clone KafkaJS {KAFKAJS_TAG} from {KAFKAJS_GIT} ({reason}); "
-                                       "set RAFTLOG_KAFKAJS_GIT to a reachable URL or a local mirror")
-    src.mkdir(exist_ok=True)
-    archive = subprocess.run(["git", "--git-dir", str(git_dir), "archive", KAFKAJS_TAG], capture_output=True,
-                             check=True, timeout=300)
-    subprocess.run(["tar", "x", "-C", str(src)], input=archive.stdout, check=True, timeout=300)
-    log = base / "npm.log"
-    with log.open("w") as out:
-        if subprocess.run(["npm", "install", "--ignore-scripts", "--no-audit", "--no-fund"], cwd=src, stdout=out,
-                          stderr=subprocess.STDOUT, timeout=1800).returncode:
-            raise RuntimeError(f"kafkajs: npm install failed; see {log}")
-    helpers = src / "testHelpers" / "index.js"
-    text = helpers.read_text()
-    for old, new in _KAFKAJS_HELPERS:
-        if old not in text:
-            raise RuntimeError(f"kafkajs: {helpers} no longer holds {old!r}")
-        text = text.replace(old, new)
-    helpers.write_text(text)
+    if not (base / ".complete").exists():
+        base.mkdir(parents=True, exist_ok=True)
+        if not (git_dir / "HEAD").exists():
+            clone = subprocess.run(["git", "clone", "--bare", "--quiet", "--depth", "1", "--branch", KAFKAJS_TAG,
+                                    KAFKAJS_GIT, str(git_dir)], capture_output=True, text=True, timeout=600,
+                                   env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
+            if clone.returncode:
+                reason = (clone.stderr.strip().splitlines() or ["no output"])[-1]
+                raise ReferenceUnavailable(f"cannot clone KafkaJS {KAFKAJS_TAG} from {KAFKAJS_GIT} ({reason}); "
+                                           "set RAFTLOG_KAFKAJS_GIT to a reachable URL or a local mirror")
+        src.mkdir(exist_ok=True)
+        archive = subprocess.run(["git", "--git-dir", str(git_dir), "archive", KAFKAJS_TAG], capture_output=True,
+                                 check=True, timeout=300)
+        subprocess.run(["tar", "x", "-C", str(src)], input=archive.stdout, check=True, timeout=300)
+        log = base / "npm.log"
+        with log.open("w") as out:
+            if subprocess.run(["npm", "install", "--ignore-scripts", "--no-audit", "--no-fund"], cwd=src, stdout=out,
+                              stderr=subprocess.STDOUT, timeout=1800).returncode:
+                raise RuntimeError(f"kafkajs: npm install failed; see {log}")
+        (base / ".complete").write_text(KAFKAJS_TAG + "\n")
+    for name, edits in _KAFKAJS_PATCHES.items():
+        text = subprocess.run(["git", "--git-dir", str(git_dir), "show", f"{KAFKAJS_TAG}:{name}"],
+                              capture_output=True, text=True, check=True, timeout=60).stdout
+        for old, new in edits:
+            if old not in text:
+                raise RuntimeError(f"kafkajs: {name} at {KAFKAJS_TAG} no longer holds {old!r}")
+            text = text.replace(old, new)
+        (src / name).write_text(text)
     for name, command in _KAFKAJS_SCRIPTS.items():
         (src / "scripts" / name).write_text(f"#!/bin/sh\nset -e\nexec {command}\n")
-    (base / ".complete").write_text(KAFKAJS_TAG + "\n")
     return src
+
+
+@contextmanager
+def kafkajs_secure_clusters() -> Iterator[dict[str, str]]:
+    """KafkaJS's SSL and SASL_SSL listeners, as raftlog clusters of their own beside the
+    PLAINTEXT one (a raftlog node has one security protocol on its Kafka listener; Kafka's broker
+    one listener per protocol): a one-node SSL cluster, and a three-node SASL_SSL one with ACLs,
+    Kafka's allow.everyone.if.no.acl.found (as KafkaJS's docker-compose) and KafkaJS's users.
+    Yields the environment naming them; every node is stopped by PID after."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from bench_kafka import load_harness
+    from raftlog.base.client_properties import ClientSecurity
+
+    harness = load_harness()
+    with tempfile.TemporaryDirectory(prefix="client-suites-secure-") as tmp:
+        root = Path(tmp)
+        with harness.secure_cluster(root / "sasl", secrets.token_urlsafe(18), size=3, users=KAFKAJS_USERS,
+                                    settings={"allow_everyone_if_no_acl_found": True}) as sasl:
+            material = sasl.material
+            # KafkaJS's clients take any certificate (rejectUnauthorized: false); the harness checks it.
+            ssl_settings = {**harness.TEST_SETTINGS, "security_protocol": "SSL",
+                            "tls_cert_file": material.cert_file(1).resolve(),
+                            "tls_key_file": material.key_file(1).resolve()}
+            security = ClientSecurity(protocol="SSL", ca_location=str(material.ca_file.resolve()))
+            with harness.NodeCluster(root / "ssl", size=1, settings=ssl_settings, security=security) as ssl:
+                ssl.start_all()
+                ssl.wait_ready(timeout_s=90)
+                yield {"KAFKAJS_SSL_BROKERS": ssl.kafka_bootstrap(), "KAFKAJS_SASL_BROKERS": sasl.kafka_bootstrap()}
 
 
 def run_kafkajs(bootstrap: str, args: argparse.Namespace) -> Counter:
@@ -393,14 +449,15 @@ def run_kafkajs(bootstrap: str, args: argparse.Namespace) -> Counter:
            "NODE_ENV": "test", "KAFKAJS_DEBUG_PROTOCOL_BUFFERS": "1", "JEST_JUNIT_OUTPUT_DIR": str(CACHE),
            "JEST_JUNIT_OUTPUT_NAME": report.name, "JEST_JUNIT_CLASSNAME": "{filepath}",
            "JEST_JUNIT_TITLE": "{classname} {title}"}
-    left_out = "|".join(KAFKAJS_EXCLUDED)
-    cmd = ["node_modules/.bin/jest", "--ci", "--forceExit", "--maxWorkers=2", "--no-watchman",
-           "-t", f"^(?!.*({left_out})).*$"]
+    cmd = ["node_modules/.bin/jest", "--ci", "--forceExit", "--maxWorkers=2", "--no-watchman"]
+    if KAFKAJS_EXCLUDED:
+        cmd += ["-t", f"^(?!.*({'|'.join(KAFKAJS_EXCLUDED)})).*$"]
     if args.k:
         cmd += ["--testPathPattern", args.k]
     log = CACHE / "kafkajs.log"
-    with log.open("w") as out:
-        subprocess.run(cmd, cwd=src, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=3 * 3600)
+    with kafkajs_secure_clusters() as secure_env, log.open("w") as out:
+        subprocess.run(cmd, cwd=src, env={**env, **secure_env}, stdout=out, stderr=subprocess.STDOUT,
+                       timeout=3 * 3600)
     if not report.exists():
         raise RuntimeError(f"kafkajs' suite did not run: see {log}")
     counts, failed = junit_counts(report, qualified=False)
@@ -429,7 +486,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     names = list(SUITES) if args.suite == "all" else [args.suite]
     totals: dict[str, dict[str, int]] = {}
-    with raftlog_cluster(args.bootstrap) as bootstrap:
+    with raftlog_cluster(args.bootstrap, {**CLUSTER_SETTINGS, **SUITE_CLUSTER_SETTINGS.get(args.suite, {})}) as bootstrap:
         for name in names:
             try:
                 counts = SUITES[name](bootstrap, args)

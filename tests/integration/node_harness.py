@@ -107,16 +107,28 @@ def ok(response: Mapping[str, Any]) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def secure_cluster(root: Path, admin_password: str, size: int = 1) -> Iterator["NodeCluster"]:
+def secure_cluster(root: Path, admin_password: str, size: int = 1, *,
+                   users: Mapping[tuple[str, str], str] | None = None,
+                   settings: Mapping[str, Any] | None = None) -> Iterator["NodeCluster"]:
     """A started, ready secure cluster (the material of `cluster up --secure`: TLS, SASL/SCRAM,
     ACLs, an admin user with `admin_password`) under `root`; `.material` is its SecureMaterial.
-    Every node is stopped by PID on exit."""
+    `users` ({(name, SCRAM mechanism): password}) are seeded beside the admin; `settings`
+    overrides NodeConfig fields of every node. Every node is stopped by PID on exit."""
+    from metadata.records import UserScramCredential
+    from metadata.security_ops import read_bootstrap_credentials, write_bootstrap_credentials
+    from raftlog.base.sasl import scram_credential
     from raftlog.cli.secure import SecureMaterial
 
     material, _ = SecureMaterial.ensure(root, range(1, size + 1), ["127.0.0.1"], admin_password=admin_password)
+    if users:
+        seeded = [UserScramCredential.of(name, scram_credential(mechanism, password))
+                  for (name, mechanism), password in sorted(users.items())]
+        write_bootstrap_credentials(material.bootstrap_file,
+                                    [*read_bootstrap_credentials(material.bootstrap_file), *seeded])
     with NodeCluster(root, size=size, security=material.admin_security()) as cluster:
         for node_id in cluster.configs:
-            cluster.configs[node_id] = dataclasses.replace(cluster.configs[node_id], **material.node_settings(node_id))
+            cluster.configs[node_id] = dataclasses.replace(cluster.configs[node_id], **material.node_settings(node_id),
+                                                           **(settings or {}))
         cluster.material = material
         cluster.start_all()
         cluster.wait_ready(timeout_s=60)
@@ -151,6 +163,7 @@ class NodeCluster:
         cluster_id: str | None = None,
         security: ClientSecurity | None = None,
         hosts: Mapping[int, str] | None = None,
+        first_node_id: int = 1,
     ) -> None:
         self.root = Path(root)
         # node id -> its own address (one machine each: every node on the default ports)
@@ -159,7 +172,8 @@ class NodeCluster:
         self.cluster_id = cluster_id or new_cluster_id()
         self.secret = secrets.token_urlsafe(24)
         self.settings = dict(TEST_SETTINGS if settings is None else settings)
-        self.voters = list(range(1, size + 1))
+        # node ids first_node_id.. (0: Kafka's docker clusters' broker ids 0, 1, 2)
+        self.voters = list(range(first_node_id, first_node_id + size))
         self.ports: dict[int, NodePorts] = {}
         self.configs: dict[int, NodeConfig] = {}
         self.processes: dict[int, NodeProcess] = {}

@@ -295,3 +295,16 @@ def test_a_topics_compression_type_lists_its_broker_synonym(cluster: harness.Nod
     assert entries["retention.ms"].synonyms == []  # log.retention.ms has no value: none, as in Kafka
     assert [(s.name, s.value, s.source) for s in entries["max.message.bytes"].synonyms][0] == (
         "max.message.bytes", "12345", 1)
+
+
+def test_named_broker_configs_are_answered_in_the_order_asked(cluster: harness.NodeCluster) -> None:
+    # KafkaJS's Broker createTopics test reads ['default.replication.factor', 'num.partitions']
+    # by position, as Kafka answers them
+    R = DescribeConfigsRequest
+    for keys in (["default.replication.factor", "num.partitions"], ["num.partitions", "default.replication.factor"]):
+        with _sock(cluster, 1) as sock:
+            answer = call(sock, R[1](resources=[R.DescribeConfigsResource(
+                resource_type=BROKER, resource_name="1", configuration_keys=keys)], include_synonyms=False), 1, 3)
+        (result,) = answer.results
+        assert result.error_code == NONE, answer
+        assert [e.name for e in result.configs] == keys

@@ -91,6 +91,11 @@ def _broker_result(ctx: KafkaContext, res: Any) -> Any:
     else:
         keys = None if res.configuration_keys is None else set(res.configuration_keys)
         entries = [Entry(**e, synonyms=[]) for e in broker_entries(ctx.node_config, keys, dynamic)]
+    if res.configuration_keys:
+        # in the order asked: Kafka's answer to KafkaJS's ['default.replication.factor',
+        # 'num.partitions'] comes in that order, and its createTopics test reads them by position
+        asked = {name: i for i, name in enumerate(res.configuration_keys)}
+        entries.sort(key=lambda e: asked.get(e.name, len(asked)))
     return R.DescribeConfigsResult(error_code=code, error_message=message, resource_type=res.resource_type,
                                    resource_name=res.resource_name, configs=entries)
 
