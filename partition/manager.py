@@ -13,8 +13,10 @@ results), `await allocate_producer_ids()`.
   at start arrive in bursts, and acting on an intermediate one could wipe a live replica)
   opens replicas newly assigned here (`<data_dir>/partitions/<topic>-<partition>/`, opened in
   a worker thread) and closes and deletes those whose topic is gone (or was recreated: the
-  directory's `partition.metadata` names the topic id). A new, empty partition's preferred
-  leader runs for election at once instead of after an election timeout. Opening: at most
+  directory's `partition.metadata` names the topic id). A new, empty replica starts in the
+  first term its partition's record names (partition/raft.py "First term": the named leader
+  leads, the others follow, no election); a record naming none (an older controller's) has
+  the preferred leader run for election at once. Opening: at most
   OPEN_THREADS replicas whose directory was there at start open at once (`run` lists them,
   so no stat runs on the trio thread). Their open is mostly Python (the recovery scan and
   the producer walk, over a warm page cache); eight at once (the DiskWork pool) left a node
@@ -480,7 +482,15 @@ class ReplicaManager:
         log_event(logger, "replica_opened", level=logging.INFO if found else logging.DEBUG,
                   topic=r.topic, partition=r.partition,
                   log_end_offset=r.log.log_end_offset, epoch=r.core.epoch, role=r.core.role.value)
-        if r.new_log and p.preferred_leader == self.node_id:
+        if not r.new_log:
+            return
+        image = self._image
+        topic = image.topics.get(r.topic_id) if image is not None else None
+        now = topic.partitions[r.partition] if topic is not None and r.partition < len(topic.partitions) else p
+        if now.leader >= 0:
+            # The record names the leader (raft.py "First term"): no election at all.
+            await r.begin_first_term(now.leader, now.leader_epoch)
+        elif p.preferred_leader == self.node_id:
             # A new partition: run now rather than after an election timeout. The other
             # replicas may still be opening (their pre-votes are then lost), so try again a
             # few times until a leader is known.

@@ -504,6 +504,11 @@ class Replica(ReplicaStorage, ReplicaReads, ReplicaWrites):
         if self.online:
             await self._event(RaftCore.start_election)
 
+    async def begin_first_term(self, leader_id: int, leader_epoch: int) -> None:
+        """A new replica learns its leader from the partition's record (raft.py "First term")."""
+        if self.online:
+            await self._event(RaftCore.begin_first_term, leader_id, leader_epoch)
+
     async def leader_unreachable(self, broker_id: int, *, refused: bool = False) -> None:
         """A connection to broker `broker_id` was refused or its link went silent (raft.py
         `leader_unreachable`). Skipped while busy, like a tick, unless quiescent: the next
