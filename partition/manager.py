@@ -396,11 +396,12 @@ class ReplicaManager:
                 self._reconcile(self._image)
 
     def _reconcile(self, image: MetadataImage) -> None:
-        # Only the topics whose (immutable) image changed since the last pass, or are gone:
-        # at 10,000 partitions a pass over all of them took half an idle node's loop, since
-        # every batch of leader moves is an image change (issue 46).
+        # Only the topics whose (immutable) image changed since the last pass other than in
+        # leaders (reports and moves, most changes at scale), or are gone: at 10,000
+        # partitions such walks took half an idle node's loop (issue 46, py-spy).
         seen = self._reconciled
-        changed = [t for tid, t in image.topics.items() if seen.get(tid) is not t]
+        changed = [t for tid, t in image.topics.items()
+                   if seen.get(tid) is not t and not _only_leaders_moved(seen.get(tid), t)]
         affected = {t.topic_id for t in changed} | (seen.keys() - image.topics.keys())
         self._reconciled = dict(image.topics)
         if not affected:
@@ -484,16 +485,13 @@ class ReplicaManager:
                   log_end_offset=r.log.log_end_offset, epoch=r.core.epoch, role=r.core.role.value)
         if not r.new_log:
             return
-        image = self._image
-        topic = image.topics.get(r.topic_id) if image is not None else None
-        now = topic.partitions[r.partition] if topic is not None and r.partition < len(topic.partitions) else p
-        if now.leader >= 0:
-            # The record names the leader (raft.py "First term"): no election at all.
+        now = self._image.partition(r.topic, r.partition) if self._image is not None else None
+        now = now if now is not None and self._image.topics.get(r.topic_id) is not None else p
+        if now.leader >= 0:  # the record names the leader (raft.py "First term"): no election
             await r.begin_first_term(now.leader, now.leader_epoch)
         elif p.preferred_leader == self.node_id:
-            # A new partition: run now rather than after an election timeout. The other
-            # replicas may still be opening (their pre-votes are then lost), so try again a
-            # few times until a leader is known.
+            # Run now rather than after an election timeout; the other replicas may still
+            # be opening (their pre-votes are then lost): again a few times until led.
             for _ in range(NEW_PARTITION_ELECTION_TRIES):
                 if r.leader_id is not None or not r.online:
                     break
@@ -787,3 +785,15 @@ class ReplicaManager:
                 if p is not None and (p.leader, p.leader_epoch) != (self.node_id, r.leader_epoch):
                     if p.leader_epoch <= r.leader_epoch:
                         self._start_report(r)
+
+
+def _only_leaders_moved(old: TopicImage | None, new: TopicImage) -> bool:
+    """True when `new` differs from `old` at most in its partitions' leaders and epochs."""
+    if (old is None or old.name != new.name or old.configs != new.configs
+            or len(old.partitions) != len(new.partitions)):
+        return False
+    for a, b in zip(old.partitions, new.partitions):
+        if (a is not b and (a.replicas != b.replicas or a.adding_replicas != b.adding_replicas
+                            or a.removing_replicas != b.removing_replicas)):
+            return False
+    return True
