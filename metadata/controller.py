@@ -263,6 +263,15 @@ class LeaderReport:
         return obj
 
 
+def _new_partition(topic_id: str, partition: int, replicas: tuple[int, ...]) -> Partition:
+    """A new partition's record names its first leader, the preferred one, at record epoch 0
+    (Kafka's controller names it too): its Raft group starts led by it, with no election
+    (partition/raft.py "First term"), and Metadata answers name it from the start (issue 46;
+    KafkaJS's Metadata v0 throws on a partition with no leader, issue 40). Its report of
+    leading epoch 1 confirms it (the record's epoch 0 means "named, not confirmed")."""
+    return Partition(topic_id, partition, replicas, replicas[0], replicas[0], 0)
+
+
 def _newer_leader(a: PartitionChange, b: PartitionChange) -> bool:
     """Of two changes for one partition, is `a` the newer news (higher epoch, or the same
     epoch naming a leader where `b` named none)?"""
@@ -706,7 +715,7 @@ class Controller:
         first = len(topic.partitions)
         placement = self._ring_placement(topic.partition_count - first, rf)
         records: list[Record] = [
-            Partition(topic.topic_id, first + i, replicas, replicas[0]) for i, replicas in enumerate(placement)
+            _new_partition(topic.topic_id, first + i, replicas) for i, replicas in enumerate(placement)
         ]
         envelopes = self._pack(records)
         self._mark(("topic", topic.name), envelopes[-1], now_ms)
@@ -761,12 +770,12 @@ class Controller:
         topic_id = self._new_topic_id()
         if placement is None:
             placement = self._ring_placement(partitions, replication_factor)
-        parts = [Partition(topic_id, p, replicas, replicas[0]) for p, replicas in enumerate(placement)]
+        parts = [_new_partition(topic_id, p, replicas) for p, replicas in enumerate(placement)]
         records: list[Record] = [Topic(name, topic_id, partitions, internal, normalized), *parts]
         envelopes = self._pack(records)
         self._mark(("topic", name), envelopes[-1], now_ms)
         response = CreateTopicResponse(
-            name, topic_id, tuple(PartitionState(p.partition, p.replicas, p.preferred_leader, -1, 0) for p in parts)
+            name, topic_id, tuple(PartitionState(p.partition, p.replicas, p.preferred_leader, p.leader, p.leader_epoch) for p in parts)
         )
         return ControllerResult(tuple(envelopes), response)
 
@@ -812,12 +821,11 @@ class Controller:
                 f"topic {name!r} has replication factor {rf}: {len(live)} live (unfenced) broker(s)"
             )
         placement = manual if manual is not None else self._ring_placement(partition_count - current, rf)
-        parts = [Partition(topic.topic_id, current + i, replicas, replicas[0])
-                 for i, replicas in enumerate(placement)]
+        parts = [_new_partition(topic.topic_id, current + i, replicas) for i, replicas in enumerate(placement)]
         records: list[Record] = [AddPartitions(topic.topic_id, partition_count), *parts]
         response = CreateTopicResponse(
             name, topic.topic_id,
-            tuple(PartitionState(p.partition, p.replicas, p.preferred_leader, -1, 0) for p in parts),
+            tuple(PartitionState(p.partition, p.replicas, p.preferred_leader, p.leader, p.leader_epoch) for p in parts),
         )  # fmt: skip
         budget = self.max_envelope_bytes - _ENVELOPE_OVERHEAD_BYTES
         if sum(len(encode_record(r)) for r in records) > budget:

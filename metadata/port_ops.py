@@ -58,7 +58,9 @@ def complete_topic(image: MetadataImage, name: str) -> TopicImage | None:
 
 
 def _all_led(names: Sequence[str]) -> Callable[[MetadataImage], bool]:
-    """A predicate for `wait_for`: every partition of each topic in `names` has a leader. It
+    """A predicate for `wait_for`: every partition of each topic in `names` has a leader that
+    reported leading (a new partition's record names its first leader at epoch 0 before
+    its Raft group runs: partition/raft.py "First term"; its report brings epoch 1). It
     keeps, per topic, the first partition not seen led, so each image change costs the
     partitions that changed since, not a walk of them all (10,000-partition topics)."""
     pending = dict.fromkeys(names, 0)
@@ -69,7 +71,7 @@ def _all_led(names: Sequence[str]) -> Callable[[MetadataImage], bool]:
             if topic is None or not topic.complete:
                 return False
             parts = topic.partitions
-            while first < len(parts) and parts[first].leader >= 0:
+            while first < len(parts) and parts[first].leader >= 0 and parts[first].leader_epoch > 0:
                 first += 1
             if first < len(parts):
                 pending[name] = first

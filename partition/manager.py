@@ -13,8 +13,10 @@ results), `await allocate_producer_ids()`.
   at start arrive in bursts, and acting on an intermediate one could wipe a live replica)
   opens replicas newly assigned here (`<data_dir>/partitions/<topic>-<partition>/`, opened in
   a worker thread) and closes and deletes those whose topic is gone (or was recreated: the
-  directory's `partition.metadata` names the topic id). A new, empty partition's preferred
-  leader runs for election at once instead of after an election timeout. Opening: at most
+  directory's `partition.metadata` names the topic id). A new, empty replica starts in the
+  first term its partition's record names (partition/raft.py "First term": the named leader
+  leads, the others follow, no election); a record naming none (an older controller's) has
+  the preferred leader run for election at once. Opening: at most
   OPEN_THREADS replicas whose directory was there at start open at once (`run` lists them,
   so no stat runs on the trio thread). Their open is mostly Python (the recovery scan and
   the producer walk, over a warm page cache); eight at once (the DiskWork pool) left a node
@@ -394,11 +396,12 @@ class ReplicaManager:
                 self._reconcile(self._image)
 
     def _reconcile(self, image: MetadataImage) -> None:
-        # Only the topics whose (immutable) image changed since the last pass, or are gone:
-        # at 10,000 partitions a pass over all of them took half an idle node's loop, since
-        # every batch of leader moves is an image change (issue 46).
+        # Only the topics whose (immutable) image changed since the last pass other than in
+        # leaders (reports and moves, most changes at scale), or are gone: at 10,000
+        # partitions such walks took half an idle node's loop (issue 46, py-spy).
         seen = self._reconciled
-        changed = [t for tid, t in image.topics.items() if seen.get(tid) is not t]
+        changed = [t for tid, t in image.topics.items()
+                   if seen.get(tid) is not t and not _only_leaders_moved(seen.get(tid), t)]
         affected = {t.topic_id for t in changed} | (seen.keys() - image.topics.keys())
         self._reconciled = dict(image.topics)
         if not affected:
@@ -480,10 +483,15 @@ class ReplicaManager:
         log_event(logger, "replica_opened", level=logging.INFO if found else logging.DEBUG,
                   topic=r.topic, partition=r.partition,
                   log_end_offset=r.log.log_end_offset, epoch=r.core.epoch, role=r.core.role.value)
-        if r.new_log and p.preferred_leader == self.node_id:
-            # A new partition: run now rather than after an election timeout. The other
-            # replicas may still be opening (their pre-votes are then lost), so try again a
-            # few times until a leader is known.
+        if not r.new_log:
+            return
+        now = self._image.partition(r.topic, r.partition) if self._image is not None else None
+        now = now if now is not None and self._image.topics.get(r.topic_id) is not None else p
+        if now.leader >= 0:  # the record names the leader (raft.py "First term"): no election
+            await r.begin_first_term(now.leader, now.leader_epoch)
+        elif p.preferred_leader == self.node_id:
+            # Run now rather than after an election timeout; the other replicas may still
+            # be opening (their pre-votes are then lost): again a few times until led.
             for _ in range(NEW_PARTITION_ELECTION_TRIES):
                 if r.leader_id is not None or not r.online:
                     break
@@ -777,3 +785,15 @@ class ReplicaManager:
                 if p is not None and (p.leader, p.leader_epoch) != (self.node_id, r.leader_epoch):
                     if p.leader_epoch <= r.leader_epoch:
                         self._start_report(r)
+
+
+def _only_leaders_moved(old: TopicImage | None, new: TopicImage) -> bool:
+    """True when `new` differs from `old` at most in its partitions' leaders and epochs."""
+    if (old is None or old.name != new.name or old.configs != new.configs
+            or len(old.partitions) != len(new.partitions)):
+        return False
+    for a, b in zip(old.partitions, new.partitions):
+        if (a is not b and (a.replicas != b.replicas or a.adding_replicas != b.adding_replicas
+                            or a.removing_replicas != b.removing_replicas)):
+            return False
+    return True

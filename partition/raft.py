@@ -133,7 +133,8 @@ The contract with the shell (read this before writing one)
    fsynced; whole segments below it may go) before any later effect, in particular before
    the next FetchRequest that reports it. `LowWatermarkChanged(offset)` (leader): a majority
    holds log starts >= offset: answer DeleteRecords requests up to it. `start_election()`
-   runs for election now (a new partition's preferred leader, instead of waiting a timeout).
+   runs for election now (a new partition's preferred leader, instead of waiting a timeout);
+   `begin_first_term(leader_id, leader_epoch)` skips that election (below, "First term").
    `leader_unreachable(broker_id)`: a connection to that broker was refused, or the link to
    it has been silent for an election timeout; its followers run soon (staggered) instead of
    after a full, load-stretched election timeout. `leader_alive(broker_id)`: that broker
@@ -148,6 +149,26 @@ The contract with the shell (read this before writing one)
    election timeout (or refuses connections), `follower_silent(broker_id)` when that broker
    has sent nothing for an election timeout (a leader stops counting it). Before it drops a
    core (offline, reopen, close), it sends what `abandon()` returns.
+
+First term (issue 46: a new partition is led from the moment it exists)
+-----------------------------------------------------------------------
+As Kafka's controller does, the metadata controller names each new partition's first leader
+in the committed topic record: leader L at record epoch 0, "named, not yet confirmed". Every
+replica of the new group opens with an empty log at epoch 0 and calls
+`begin_first_term(L, 0)`: L becomes leader of FIRST_EPOCH (1), voted for itself, the others
+its followers in FIRST_EPOCH; nobody votes. Safe because no vote is ever granted in epoch 1:
+every replica of the group is at epoch >= 1 from its first event (`begin_first_term` is the
+first thing the shell asks of a fresh core), so every candidacy is for epoch >= 2, and the
+one leader of epoch 1 is the L that all replicas read from the same committed record. L's
+leadership is announced (LeadershipChanged) and reported; the controller then records
+(L, 1), and from then on a fresh replica adopts the record's (leader, epoch) as a follower
+(L itself, opened fresh after losing its directory, only adopts the epoch, unattached): it
+never leads an epoch it did not win. Only a fresh core acts (epoch 0, empty log, no vote);
+anything else keeps the election path. The first term also quiesces at once: the leader
+counts every follower as told HW 0 (a fresh follower's own), and a fresh follower's first
+fetch asks to be held, so one round trip per follower makes the group idle.
+Gap: the named leader losing its directory after it led epoch 1 but before the controller
+recorded its report (about a second) would lead epoch 1 again from an empty log.
 
 Damaged storage (protocol-aware recovery, Alagappan et al., FAST'18)
 --------------------------------------------------------------------
@@ -287,6 +308,7 @@ __all__ = [
     "AppendReplicated",
     "BeginQuorumEpoch",
     "EndQuorumEpoch",
+    "FIRST_EPOCH",
     "FetchHeld",
     "FetchRequest",
     "FetchResponse",
@@ -314,6 +336,7 @@ __all__ = [
 FENCED_LEADER_EPOCH = "FENCED_LEADER_EPOCH"
 NOT_LEADER = "NOT_LEADER"
 OFFSET_OUT_OF_RANGE = "OFFSET_OUT_OF_RANGE"
+FIRST_EPOCH = 1  # a new partition's first term, led by the replica its record names
 
 
 class Role(enum.Enum):
@@ -724,6 +747,7 @@ class RaftCore:
         self._flush_wait_ticks = 0
         self._quiesced = False  # follower: our in-flight fetch is held by the leader
         self._orphans: list[tuple[int, int]] = []  # (voter, fetch id) parked when leadership ended
+        self._first_term = False  # begin_first_term made this core leader or follower of epoch 1
 
         self._epoch_start_offset = -1
         self._epoch_committed = False  # leader: an entry of its own epoch is committed
@@ -1022,6 +1046,28 @@ class RaftCore:
         if (self._role in (_UNATTACHED, _RESIGNED, _PROSPECTIVE) and not self._needs_catch_up
                 and self._can_campaign()):
             self._start_prevote()
+        return out
+
+    def begin_first_term(self, leader_id: int, leader_epoch: int) -> list[Effect]:
+        """A fresh core (epoch 0, empty log, no vote) learns its partition's leader from the
+        committed metadata record (module docstring "First term"): at record epoch 0 the named
+        `leader_id` leads FIRST_EPOCH without an election and the others follow it; at a
+        later epoch a replica follows the recorded leader (or, being it, only adopts the
+        epoch). A no-op for a core that is not fresh, or with `leader_id` -1."""
+        out = self._out = []
+        if (self._epoch != 0 or self._end != 0 or self._ep_epochs or self._voted_for is not None
+                or self._role is not _UNATTACHED or self._needs_catch_up or leader_id < 0):
+            return out
+        me = self.replica_id
+        if leader_epoch > 0:
+            self._adopt_epoch(leader_epoch, leader_id)
+        elif leader_id != me:
+            self._first_term = True
+            self._become_follower(FIRST_EPOCH, leader_id)
+        elif self._can_campaign():
+            self._first_term = True
+            self._set_quorum_state(FIRST_EPOCH, me, me)
+            self._become_leader(begin=False)
         return out
 
     def leader_unreachable(self, broker_id: int, *, refused: bool = False) -> list[Effect]:
@@ -1535,7 +1581,9 @@ class RaftCore:
         self._release_parked()
         self._fetch_after_flush = False
         self._flush_wait_ticks = 0
-        self._send_fetch()
+        # The first term's fresh follower holds its leader's whole (empty) log: held at once.
+        first = self._first_term and self._end == 0 and self._hw == 0 and self._log_start == 0
+        self._send_fetch(quiescent=first)
 
     def _adopt_epoch(self, epoch: int, leader_id: int | None) -> None:
         if leader_id is not None and leader_id != self.replica_id:
@@ -1579,11 +1627,16 @@ class RaftCore:
         for v in self._others:
             self._send(v, req)
 
-    def _become_leader(self) -> None:
+    def _become_leader(self, *, begin: bool = True) -> None:
+        """`begin` False: the first term, whose followers know their leader from the record
+        (BeginQuorumEpoch goes only to one that has not fetched after a resend interval)."""
         self._role = _LEADER
         self._unclean_election = False
         self._set_quorum_state(self._epoch, self._voted_for, self.replica_id)
         self._peers = {v: _Peer() for v in self._members_others}
+        if not begin:
+            for peer in self._peers.values():
+                peer.hw_sent = 0  # a fresh follower's own high watermark: nothing to tell
         self._low_wm = 0
         self._cq_elapsed = 0
         self._cq_fetched = set()
@@ -1605,9 +1658,10 @@ class RaftCore:
                 self._ep_starts.append(offset)
             self._end = offset + 1
         self._announce()
-        begin = BeginQuorumEpoch(self.replica_id, self._epoch)
-        for v in self._members_others:
-            self._send(v, begin)
+        if begin:
+            message = BeginQuorumEpoch(self.replica_id, self._epoch)
+            for v in self._members_others:
+                self._send(v, message)
         if self._require_flush:
             self._request_flush()
         else:

@@ -84,6 +84,7 @@ from partition.membership import membership_batch, scan_log
 from partition.producer_snapshot import ProducerStateLoad
 from partition.producer_state import ProducerStateManager
 from partition.raft import (
+    FIRST_EPOCH,
     AdvanceLogStart,
     AppendControl,
     AppendMembership,
@@ -504,6 +505,11 @@ class Replica(ReplicaStorage, ReplicaReads, ReplicaWrites):
         if self.online:
             await self._event(RaftCore.start_election)
 
+    async def begin_first_term(self, leader_id: int, leader_epoch: int) -> None:
+        """A new replica learns its leader from the partition's record (raft.py "First term")."""
+        if self.online:
+            await self._event(RaftCore.begin_first_term, leader_id, leader_epoch)
+
     async def leader_unreachable(self, broker_id: int, *, refused: bool = False) -> None:
         """A connection to broker `broker_id` was refused or its link went silent (raft.py
         `leader_unreachable`). Skipped while busy, like a tick, unless quiescent: the next
@@ -725,7 +731,11 @@ class Replica(ReplicaStorage, ReplicaReads, ReplicaWrites):
                 f"{self.name}: leadership lost (epoch {eff.epoch}, leader {eff.leader_id}) "
                 "before the write was committed; it may still be"
             ))  # fmt: skip
-        log_event(logger, "partition_leader_changed", topic=self.topic, partition=self.partition,
+        # A new replica's first term (raft.py "First term") says so at debug: one line per
+        # replica was 10,000 lines per node at a creation (py-spy: logging on the loop).
+        first = self.new_log and eff.epoch == FIRST_EPOCH
+        log_event(logger, "partition_leader_changed", level=logging.DEBUG if first else logging.INFO,
+                  topic=self.topic, partition=self.partition,
                   epoch=eff.epoch, leader_id=eff.leader_id, replica_id=self.replica_id)
         self._wake_watchers()
         self._on_leadership(self)

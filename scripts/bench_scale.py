@@ -272,7 +272,9 @@ class Cluster:
 
     def all_led(self, via: int, topics: list[str], expected: int, live: set[int]) -> dict | None:
         parts = self.partitions(via, topics)
-        self.led_now = sum(1 for p in parts.values() if p["leader"] in live)
+        # A leader the group confirmed (epoch > 0): a new partition's record names its first
+        # leader at epoch 0 before its Raft group runs (partition/raft.py "First term").
+        self.led_now = sum(1 for p in parts.values() if p["leader"] in live and p["leader_epoch"] > 0)
         if len(parts) == expected and self.led_now == expected:
             return parts
         return None
@@ -462,6 +464,8 @@ def main() -> int:
     ap.add_argument("--load-s", type=float, default=10.0)
     ap.add_argument("--heartbeat-ms", type=int, default=1500)
     ap.add_argument("--session-timeout-ms", type=int, default=9000)
+    ap.add_argument("--controller-quorum-fetch-timeout-ms", type=int, default=None,
+                    help="the nodes' metadata quorum timeout (default: the node's own)")
     ap.add_argument("--rebalance-s", type=float, default=120.0,
                     help="after a restart, wait this long for every leader to be back on its preferred broker")
     ap.add_argument("--active-segment-mib", type=int, default=1024,
@@ -483,6 +487,8 @@ def main() -> int:
     ports = node_ports(args.base_port)  # before the data directory: a taken port leaves nothing behind
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="scale-bench-"))
     settings = {"heartbeat_ms": args.heartbeat_ms, "session_timeout_ms": args.session_timeout_ms}
+    if args.controller_quorum_fetch_timeout_ms is not None:
+        settings["controller_quorum_fetch_timeout_ms"] = args.controller_quorum_fetch_timeout_ms
     cluster = Cluster(root, settings, ports)
     try:
         for i in (1, 2, 3):

@@ -797,8 +797,9 @@ class QuorumConfig:
                 raise ValueError(f"bad address {address!r}, want host:port")
         if not 0 < self.max_command_bytes <= _MAX_COMMAND_BYTES_LIMIT:
             raise ValueError(f"max_command_bytes must be in 1..{_MAX_COMMAND_BYTES_LIMIT}")
-        if self.leader_fallback_timeout_s <= 0.1:
-            raise ValueError("leader_fallback_timeout_s must exceed the 0.1 s heartbeat")
+        if self.leader_fallback_timeout_s < 0.8:
+            raise ValueError("leader_fallback_timeout_s must be at least 0.8 s (a voter runs"
+                             " after 0.4x it, which must exceed three 0.1 s heartbeats)")
         if self.log_compaction_min_entries < 2 or self.log_compaction_min_time_s <= 0:
             raise ValueError("bad log compaction settings")
         for identity, target in self.dial_overrides.items():
@@ -834,6 +835,11 @@ class Voter:
                 # command pickles to at most ~2x its size.
                 appendEntriesBatchSizeBytes=max(2**18, 4 * config.max_command_bytes),
                 leaderFallbackTimeout=config.leader_fallback_timeout_s,
+                # A follower runs after 0.4-1.4x it without the leader (PySyncObj's defaults
+                # at 1 s); the connection outlives that (its default: 2.5x the longest).
+                raftMinTimeout=0.4 * config.leader_fallback_timeout_s,
+                raftMaxTimeout=1.4 * config.leader_fallback_timeout_s,
+                connectionTimeout=3.5 * max(1.0, config.leader_fallback_timeout_s),
                 bindAddress=config.self_address,
                 bindRetryTime=0.2,
                 maxBindRetries=25,

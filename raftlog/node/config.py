@@ -233,6 +233,11 @@ class NodeConfig:
     session_timeout_ms: int = 9000
     # A partition replica that hears no leader this long runs for leader.
     election_timeout_ms: int = 1000
+    # The metadata quorum (PySyncObj): its leader steps down after this long without a
+    # majority's answers, and a voter runs after 0.4-1.4 times it without the leader's
+    # (Kafka's controller.quorum.fetch.timeout.ms; raftlog's default keeps PySyncObj's
+    # 0.4-1.4 s). Longer rides out a starved process (10,000 partitions on a loaded machine).
+    controller_quorum_fetch_timeout_ms: int = 1000
     # The longest a listener works on one request before it answers REQUEST_TIMED_OUT.
     request_timeout_ms: int = 30000
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
@@ -586,6 +591,7 @@ _KEYS: Final[dict[str, _Key]] = {
     "heartbeat_ms": _Key(_to_int, "heartbeat_ms"),
     "session_timeout_ms": _Key(_to_int, "session_timeout_ms"),
     "election_timeout_ms": _Key(_to_int, "election_timeout_ms"),
+    "controller_quorum_fetch_timeout_ms": _Key(_to_int, "controller_quorum_fetch_timeout_ms"),
     "request_timeout_ms": _Key(_to_int, "request_timeout_ms"),
     "max_frame_bytes": _Key(_to_int, "max_frame_bytes"),
     "peer_max_frame_bytes": _Key(_to_int, "peer_max_frame_bytes"),
@@ -655,6 +661,7 @@ _INT_RANGES: Final = {
     "heartbeat_ms": (1, 3_600_000),
     "session_timeout_ms": (1, 3_600_000),
     "election_timeout_ms": (10, 3_600_000),
+    "controller_quorum_fetch_timeout_ms": (800, 600_000),  # PySyncObj: 0.4x above 3 heartbeats
     "request_timeout_ms": (1, 3_600_000),
     "max_frame_bytes": (1024, MAX_FRAME_BYTES_LIMIT),
     "peer_max_frame_bytes": (1024, MAX_FRAME_BYTES_LIMIT),

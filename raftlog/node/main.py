@@ -189,6 +189,7 @@ def quorum_factory(config: NodeConfig) -> QuorumFactory | None:
         peers={v: a for v, a in voters.items() if v != config.node_id},
         data_dir=config.data_dir,
         password=config.cluster_secret,
+        leader_fallback_timeout_s=config.controller_quorum_fetch_timeout_ms / 1000,
         dial_overrides=dict(config.dial_overrides),
     )
     return partial(MetadataQuorum, settings)

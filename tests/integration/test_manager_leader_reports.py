@@ -76,9 +76,11 @@ async def _run(tmp_path: Path) -> tuple[CountingMetadata, dict[int, tuple[int, i
         await nursery.start(mgr.run)
         await md.client_handlers["create_topic"](
             Request(1, "create_topic", {"name": "t", "partitions": PARTITIONS, "replication_factor": 1}))
-        # Every replica elects itself at once (a single voter) and reports; the image shows each.
+        # Every replica leads the first term its record names (a single voter) and reports; the
+        # image shows each (epoch 1: the record's own epoch 0 is "named, not confirmed").
         image = await md.wait_for(
-            lambda image: (t := image.topic("t")) is not None and all(p.leader == 1 for p in t.partitions) and image,
+            lambda image: (t := image.topic("t")) is not None
+            and all(p.leader == 1 and p.leader_epoch >= 1 for p in t.partitions) and image,
             WAIT_S)
         leaders = {p.partition: (p.leader, p.leader_epoch) for p in image.topic("t").partitions}
         for p in range(PARTITIONS):

@@ -113,6 +113,9 @@ class SimParams:
     config: RaftConfig = field(default_factory=lambda: SIM_RAFT_CONFIG)
     core_cls: type = RaftCore  # tests plant bugs with a subclass to prove the checks bite
     spares: int = 0  # nodes outside the initial voters (sim_membership.py adds and removes them)
+    # The metadata record names this voter the first leader (raft.py "First term"); None:
+    # the group elects its first leader. Its leadership reports update the modelled record.
+    first_leader: int | None = None
 
 
 class MemLog:
@@ -203,6 +206,8 @@ class Cluster:
         self.clients = True
 
         self.leaders: dict[int, int] = {}  # epoch -> leader
+        # The partition's metadata record (leader, epoch) as the controller holds it.
+        self.record = (self.p.first_leader, 0) if self.p.first_leader is not None else None
         self.votes: dict[tuple[int, int], int] = {}  # (voter, epoch) -> candidate granted
         self.entry_at: dict[tuple[int, int], int] = {}  # (offset, epoch) -> write id
         self.committed_epochs: list[int] = []
@@ -247,6 +252,9 @@ class Cluster:
             config=self.p.config,
             learners=() if node.id in self.voters else (node.id,),  # a spare: never votes
         )
+        if self.record is not None and log.end == 0 and node.durable_qs.epoch == 0:
+            # As the replica manager does for a new replica: the record's first term.
+            self._apply(node, node.core.begin_first_term(*self.record))
         self._push(self.rng.randint(1, TICK_UNITS), _TICK, node.id, node.incarnation, None)
 
     def _crash(self, node: SimNode) -> None:
@@ -474,6 +482,8 @@ class Cluster:
                     if prev != node.id:
                         self._fail(f"two leaders in epoch {eff.epoch}: {prev} and {node.id}")
                     self.stats["elections"] += 1
+                    if self.record is not None and eff.epoch > self.record[1]:
+                        self.record = (node.id, eff.epoch)  # its report, applied by the controller
                 else:
                     node.pending_writes.clear()  # their outcome is unknown now
             else:
@@ -713,10 +723,13 @@ class Cluster:
         raise SimFailure("\n".join(lines))
 
 
-def run_seed(seed: int, steps: int, n: int | None = None, core_cls: type = RaftCore) -> Cluster:
+def run_seed(seed: int, steps: int, n: int | None = None, core_cls: type = RaftCore,
+             first_leader: int | None = None) -> Cluster:
     """Run one seeded simulation (3 or 5 replicas chosen by the seed unless `n` is given)
-    for `steps` faulty steps, then heal and check convergence. Raises SimFailure."""
-    params = SimParams(n=n if n is not None else (3 if seed % 2 == 0 else 5), core_cls=core_cls)
+    for `steps` faulty steps, then heal and check convergence. Raises SimFailure.
+    `first_leader`: the record names it (raft.py "First term") instead of an election."""
+    params = SimParams(n=n if n is not None else (3 if seed % 2 == 0 else 5), core_cls=core_cls,
+                       first_leader=first_leader)
     cluster = Cluster(seed, params)
     cluster.run(steps)
     cluster.quiesce()

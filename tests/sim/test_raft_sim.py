@@ -187,6 +187,54 @@ def test_planted_bugs_are_caught(mutant):
     pytest.fail(f"{mutant.__name__} survived {PLANTED_SEEDS} seeds")
 
 
+FIRST_TERM_SEEDS = 100
+
+
+@pytest.mark.parametrize("seed", [int(_ONLY)] if _ONLY else range(FIRST_TERM_SEEDS))
+def test_first_term_seed(seed):
+    """The record names node 1 the first leader (raft.py "First term"): every invariant holds
+    under the same faults (crashes that lose unconfirmed quorum state make a replica fresh
+    again, and it then takes the record as the controller holds it by then)."""
+    cluster = sim.run_seed(seed, _STEPS, first_leader=1)
+    assert cluster.committed_ids, "nothing was ever committed: the run proved nothing"
+    assert cluster.leaders.get(1) in (None, 1)  # nobody but the named replica led epoch 1
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_first_term_without_faults_has_no_election_and_quiesces(seed):
+    # Short delays, no losses: an elected start split its votes at seeds 15 and 28 of 30.
+    params = sim.SimParams(n=3, first_leader=2, drop_p=0.0, dup_p=0.0, long_delay_p=0.0,
+                           delay_max_units=8)
+    cluster = sim.Cluster(seed, params)
+    cluster.faults = cluster.clients = False
+    cluster.run(300)
+    cores = [node.core for node in cluster.nodes.values()]
+    assert cluster.leaders == {1: 2}
+    assert [c.epoch for c in cores] == [1, 1, 1] and {c.leader_id for c in cores} == {2}
+    assert sum(c.elections_started for c in cores) == 0
+    assert all(c.quiescent for c in cores)  # idle: each follower's fetch held
+
+
+class _FirstTermFollowersStayAtZero(RaftCore):
+    """Planted bug: a named follower does not adopt the first term (stays at epoch 0), so it
+    can vote for another replica in epoch 1, the epoch the named leader leads."""
+
+    def begin_first_term(self, leader_id, leader_epoch):
+        if leader_id != self.replica_id:
+            return []
+        return super().begin_first_term(leader_id, leader_epoch)
+
+
+def test_first_term_planted_bug_is_caught():
+    for seed in range(PLANTED_SEEDS):
+        try:
+            sim.run_seed(seed, CI_STEPS, core_cls=_FirstTermFollowersStayAtZero, first_leader=1)
+        except sim.SimFailure as failure:
+            assert "two leaders in epoch 1" in str(failure) or "voted for" in str(failure)
+            return
+    pytest.fail(f"_FirstTermFollowersStayAtZero survived {PLANTED_SEEDS} seeds")
+
+
 @pytest.mark.slow
 def test_many_seeds_long():
     failures = []

@@ -87,7 +87,13 @@ def test_six_partitions_rf3_three_brokers_two_preferred_each():
     preferred = [p.preferred_leader for p in resp.partitions]
     assert sorted(preferred) == [1, 1, 2, 2, 3, 3]
     for p in resp.partitions:
-        assert len(set(p.replicas)) == 3 and p.replicas[0] == p.preferred_leader and p.leader == -1
+        assert len(set(p.replicas)) == 3 and p.replicas[0] == p.preferred_leader
+        # The first leader is named, not yet confirmed (partition/raft.py "First term").
+        assert (p.leader, p.leader_epoch) == (p.preferred_leader, 0)
+    assert (cl.image.partition("orders", 0).leader, cl.image.partition("orders", 0).leader_epoch) == (1, 0)
+    # Its report of leading epoch 1 confirms it.
+    cl.commit(cl.c.partition_leader_report("orders", 0, 1, 1, now_ms=0))
+    assert (cl.image.partition("orders", 0).leader, cl.image.partition("orders", 0).leader_epoch) == (1, 1)
     assert cl.image.replica_counts() == {1: 6, 2: 6, 3: 6}
     topic = cl.image.topic("orders")
     assert topic.complete and [p.replicas for p in topic.partitions] == [p.replicas for p in resp.partitions]
@@ -433,16 +439,18 @@ def test_partition_leader_reports_only_when_newer():
     resp = cl.commit(cl.c.create_topic("t", 1, 3, now_ms=0))
     replicas = resp.partitions[0].replicas
     a, b = replicas[0], replicas[1]
-    first = cl.c.partition_leader_report("t", 0, a, 0, now_ms=0)  # epoch 0 leader was unknown
+    # The record named `a` at epoch 0; `a` leading the first term (epoch 1) confirms it.
+    assert cl.c.partition_leader_report("t", 0, a, 0, now_ms=0).response is False  # same
+    first = cl.c.partition_leader_report("t", 0, a, 1, now_ms=0)
     assert first.response is True and kinds(first) == ["PartitionChange"]
-    assert cl.c.partition_leader_report("t", 0, a, 0, now_ms=1).envelopes == ()  # in flight
+    assert cl.c.partition_leader_report("t", 0, a, 1, now_ms=1).envelopes == ()  # in flight
     cl.commit(first)
-    assert cl.c.partition_leader_report("t", 0, a, 0, now_ms=2).response is False  # same
-    up = cl.c.partition_leader_report("t", 0, b, 2, now_ms=3)
-    assert cl.c.partition_leader_report("t", 0, b, 1, now_ms=4).response is False  # older than in flight
+    assert cl.c.partition_leader_report("t", 0, a, 1, now_ms=2).response is False  # same
+    up = cl.c.partition_leader_report("t", 0, b, 3, now_ms=3)
+    assert cl.c.partition_leader_report("t", 0, b, 2, now_ms=4).response is False  # older than in flight
     cl.commit(up)
-    assert cl.c.partition_leader_report("t", 0, a, 1, now_ms=5).response is False  # stale
-    assert (cl.image.partition("t", 0).leader, cl.image.partition("t", 0).leader_epoch) == (b, 2)
+    assert cl.c.partition_leader_report("t", 0, a, 2, now_ms=5).response is False  # stale
+    assert (cl.image.partition("t", 0).leader, cl.image.partition("t", 0).leader_epoch) == (b, 3)
     with pytest.raises(InvalidRequestError):
         cl.c.partition_leader_report("t", 0, 99, 5, now_ms=6)
     with pytest.raises(UnknownTopicOrPartitionError):

@@ -329,3 +329,17 @@ def test_each_start_on_a_data_dir_names_the_incarnation_before_it(tmp_path):
     assert first_previous is None and second_previous == first and second != first
     (tmp_path / "broker.incarnation").write_bytes(b"\xff\xfe")  # unreadable: no predecessor
     assert take_incarnation(tmp_path)[0] is None
+
+
+def test_controller_quorum_fetch_timeout_reaches_the_quorum_and_is_bounded(tmp_path):
+    """Issue 46: the metadata quorum's timeout (Kafka's controller.quorum.fetch.timeout.ms)
+    is a setting: PySyncObj's leader fallback, and its voters' 0.4-1.4x election timeout."""
+    from raftlog.node.main import quorum_factory
+
+    default = load_config(write(tmp_path, MINIMAL), env={})
+    assert default.controller_quorum_fetch_timeout_ms == 1000
+    config = load_config(write(tmp_path, MINIMAL), env={"RAFTLOG_CONTROLLER_QUORUM_FETCH_TIMEOUT_MS": "4000"})
+    assert config.controller_quorum_fetch_timeout_ms == 4000
+    assert quorum_factory(config).args[0].leader_fallback_timeout_s == 4.0
+    with pytest.raises(ConfigError, match="controller_quorum_fetch_timeout_ms"):
+        load_config(write(tmp_path, MINIMAL), env={"RAFTLOG_CONTROLLER_QUORUM_FETCH_TIMEOUT_MS": "500"})
