@@ -119,6 +119,7 @@ from partition.replica_storage import (
 )
 from partition.replica_writes import AckWaiter, ReplicaWrites
 from partition.segment import FileSlice
+from partition.telemetry import COMMIT_BUCKETS_S, LatencyBuckets
 from raftlog.base.aio import acquire_free
 from raftlog.base.errors import (
     KafkaStorageError,
@@ -258,6 +259,7 @@ class Replica(ReplicaStorage, ReplicaReads, ReplicaWrites):
         self._report_flush_after = False
         self._last_flush_ms = 0
         self._ack_waiters: deque[AckWaiter] = deque()
+        self.commit_seconds = LatencyBuckets(COMMIT_BUCKETS_S)  # /metrics raftlog_produce_commit_seconds
         self._delete_waiters: list[AckWaiter] = []  # DeleteRecords: last_offset = target start
         self._watchers: set[trio.Event] = set()
         self.high_watermark = 0
@@ -717,8 +719,12 @@ class Replica(ReplicaStorage, ReplicaReads, ReplicaWrites):
     def _on_high_watermark(self, hw: int) -> None:
         self.high_watermark = hw
         waiters = self._ack_waiters
-        while waiters and waiters[0].last_offset < hw:
-            waiters.popleft().finish()
+        if waiters and waiters[0].last_offset < hw:
+            now = trio.current_time()
+            while waiters and waiters[0].last_offset < hw:
+                waiter = waiters.popleft()
+                waiter.finish()
+                self.commit_seconds.observe(now - waiter.started)
         self._wake_watchers()
 
     def _on_leadership_changed(self, eff: LeadershipChanged) -> None:

@@ -44,12 +44,14 @@ __all__ = ['ReplicaWrites', 'AckWaiter', 'AppendResult', 'MAX_PRODUCE_BATCHES', 
 logger = logging.getLogger(__name__)
 
 class AckWaiter:
-    """One acks=all produce waiting for the high watermark to pass `last_offset`."""
+    """One acks=all produce waiting for the high watermark to pass `last_offset` (since
+    `started`, trio time: raftlog_produce_commit_seconds)."""
 
-    __slots__ = ("last_offset", "event", "error")
+    __slots__ = ("last_offset", "event", "error", "started")
 
     def __init__(self, last_offset: int):
         self.last_offset = last_offset
+        self.started = trio.current_time()
         self.event = trio.Event()
         self.error: Exception | None = None
 

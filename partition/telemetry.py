@@ -18,7 +18,9 @@ the per-topic BrokerTopicMetrics; Redpanda's equivalents are named in each HELP 
   log end minus each follower's fetch offset), raftlog_partition_leader (1 where led here);
 * Raft: raftlog_raft_elections_total (candidacies started by replicas here),
   raftlog_raft_leader_changes_total (leaders the replicas here saw change),
-  raftlog_log_fsync_seconds (histogram of log flushes).
+  raftlog_log_fsync_seconds (histogram of log flushes), raftlog_produce_commit_seconds
+  (histogram, on the leader: from an acks=all append to the high watermark passing it, the
+  wait for the majority's fsyncs; Kafka: Produce RemoteTimeMs; issue 46).
 
 Cost: nothing per partition between scrapes. The produce and fetch paths add to two dicts
 per topic; everything else is read from the replicas when Prometheus asks. Counters summed
@@ -46,16 +48,19 @@ from partition.batch import BATCH_PREFIX, HEADER_BYTES, LAST_OFFSET_DELTA_AT, LO
 from raftlog.base.metrics import Metric, counter_family, gauge_family
 
 __all__ = ["LatencyBuckets", "TopicTraffic", "ReplicaTelemetry", "batch_records", "slice_records",
-           "FSYNC_BUCKETS_S"]
+           "FSYNC_BUCKETS_S", "COMMIT_BUCKETS_S", "histogram_family"]
 
 FSYNC_BUCKETS_S: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+# An acks=all commit waits for fsyncs on a majority, a network round trip and two event loops.
+COMMIT_BUCKETS_S: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _DELTA: Final = struct.Struct(">i")  # lastOffsetDelta at LAST_OFFSET_DELTA_AT
 _PREFIX_BYTES: Final = LAST_OFFSET_DELTA_AT + 4  # the header up to lastOffsetDelta
 MAX_SLICE_BATCHES: Final = 4096  # headers read per file slice at most (then: bytes only)
 
 
 class LatencyBuckets:
-    """A histogram's numbers (seconds), cheap to update from any thread."""
+    """A histogram's numbers (seconds), cheap to update from any thread; `add` sums another's
+    snapshot (a broker's replicas into one family)."""
 
     __slots__ = ("bounds", "counts", "total", "count", "_lock")
 
@@ -75,6 +80,26 @@ class LatencyBuckets:
     def snapshot(self) -> tuple[list[int], float, int]:
         with self._lock:
             return list(self.counts), self.total, self.count
+
+    def add(self, other: "LatencyBuckets") -> None:
+        counts, total, count = other.snapshot()
+        with self._lock:
+            self.counts = [a + b for a, b in zip(self.counts, counts)]
+            self.total += total
+            self.count += count
+
+
+def histogram_family(name: str, documentation: str, *, buckets: LatencyBuckets) -> HistogramMetricFamily:
+    """`buckets` as a Prometheus histogram family without labels (cumulative, ending in +Inf)."""
+    counts, total, count = buckets.snapshot()
+    family = HistogramMetricFamily(name, documentation)
+    cumulative, series = 0, []
+    for bound, n in zip(buckets.bounds, counts):
+        cumulative += n
+        series.append((floatToGoString(bound), cumulative))
+    series.append(("+Inf", count))
+    family.add_metric([], series, total)
+    return family
 
 
 class TopicTraffic:
@@ -155,8 +180,7 @@ class ReplicaTelemetry:
         led: dict[tuple[str, int], int] = {}
         lag: dict[tuple[str, int, int], int] = {}
         elections = changes = quiescent = 0
-        fsync_counts: list[int] = [0] * (len(FSYNC_BUCKETS_S) + 1)
-        fsync_total, fsync_count = 0.0, 0
+        fsync, commit = LatencyBuckets(FSYNC_BUCKETS_S), LatencyBuckets(COMMIT_BUCKETS_S)
         for r in replicas:
             core = r.core
             key = (r.topic, r.partition)
@@ -170,10 +194,8 @@ class ReplicaTelemetry:
             if log is not None:
                 start[key] = log.log_start_offset
                 size[key] = log.size_bytes()
-                counts, total, n = log.fsync_seconds.snapshot()
-                fsync_counts = [a + b for a, b in zip(fsync_counts, counts)]
-                fsync_total += total
-                fsync_count += n
+                fsync.add(log.fsync_seconds)
+            commit.add(r.commit_seconds)
             followers = core.follower_states()
             is_leader = core.role.value == "leader"
             led[key] = 1 if is_leader else 0
@@ -186,16 +208,6 @@ class ReplicaTelemetry:
         traffic = self.traffic
         live = set(self._manager.metadata.image.topic_names(include_internal=True))
         traffic.forget([t for t in list(traffic.bytes_in) + list(traffic.bytes_out) if t not in live])
-        fsync = HistogramMetricFamily(
-            "raftlog_log_fsync_seconds",
-            "Time of each partition log flush (fsync of its segments); Redpanda: "
-            "vectorized_storage_log_flush... / Kafka: LogFlushRateAndTimeMs.")
-        cumulative, buckets = 0, []
-        for bound, n in zip(FSYNC_BUCKETS_S, fsync_counts):
-            cumulative += n
-            buckets.append((floatToGoString(bound), cumulative))
-        buckets.append(("+Inf", fsync_count))
-        fsync.add_metric([], buckets, fsync_total)
         tp = ("topic", "partition")
         return [
             gauge_family("raftlog_replica_manager_under_replicated_partitions",
@@ -248,5 +260,11 @@ class ReplicaTelemetry:
             counter_family("raftlog_raft_leader_changes_total",
                            "Leader changes seen by partition replicas on this broker. Redpanda: "
                            "vectorized_raft_leadership_changes.", (), {(): changes}),
-            fsync,
+            histogram_family("raftlog_log_fsync_seconds",
+                             "Time of each partition log flush (fsync of its segments); Redpanda: "
+                             "vectorized_storage_log_flush... / Kafka: LogFlushRateAndTimeMs.", buckets=fsync),
+            histogram_family("raftlog_produce_commit_seconds",
+                             "On the partition leader: time from an acks=all produce's append to the "
+                             "high watermark passing it (fsynced on a majority). Kafka: Produce "
+                             "RemoteTimeMs.", buckets=commit),
         ]

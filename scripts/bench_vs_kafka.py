@@ -15,6 +15,10 @@ JVMs with -Xmx --kafka-heap-mb), every topic RF=3 with 6 partitions, acks=all. F
 * end-to-end latency (produce call to consume, one process, one clock) at a fixed
   --e2e-rate records/s for --e2e-s seconds, and at 50 % of that cluster's own maximum (its
   confluent-kafka 100 B produce rate measured earlier in the same run): p50, p99, p99.9;
+  beside them, the median of the clients' own request round trips in that run (librdkafka's
+  statistics, each broker's mean of every 1 s window; its percentiles drop round trips over
+  500 ms): Produce (acks=all: to the commit) and Fetch (the consumer's, fetch.wait.max.ms 5),
+  so a figure says which path the time is on;
 * partition failover: SIGKILL a node (not the controller) that leads a partition, time until an
   acks=all produce to that partition succeeds through a producer that was already connected;
   the node is restarted and the cluster waited for;
@@ -50,6 +54,7 @@ import kafka_ref  # noqa: E402 - the reference harness lives with the tests
 
 MIB = 1 << 20
 PARTITIONS = 6
+STATS_INTERVAL_MS = 1000  # librdkafka statistics windows of the e2e run (round trips)
 
 
 # ------------------------------------------------------------------ clients
@@ -91,8 +96,11 @@ def child_e2e(bootstrap: str, topic: str, rate: int, seconds: float) -> dict:
     value; a consumer in the same process reads them; latency = consume time - produce time."""
     from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 
+    produce_stats: list[str] = []
+    fetch_stats: list[str] = []
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-e2e", "enable.auto.commit": False,
-                  "fetch.wait.max.ms": 5, "fetch.min.bytes": 1})
+                  "fetch.wait.max.ms": 5, "fetch.min.bytes": 1,
+                  "statistics.interval.ms": STATS_INTERVAL_MS, "stats_cb": fetch_stats.append})
     c.assign([TopicPartition(topic, p, OFFSET_END) for p in range(PARTITIONS)])
     total = int(rate * seconds)
     latencies: list[float] = []
@@ -110,7 +118,9 @@ def child_e2e(bootstrap: str, topic: str, rate: int, seconds: float) -> dict:
     reader = threading.Thread(target=consume, daemon=True)
     reader.start()
     time.sleep(2)  # the consumer's assignment and first fetch are in place before the clock starts
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 1})
+    fetch_stats.clear()  # the windows of the run only
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 1,
+                  "statistics.interval.ms": STATS_INTERVAL_MS, "stats_cb": produce_stats.append})
     pad = b"x" * 81
     t0 = time.perf_counter()
     for i in range(total):
@@ -137,7 +147,17 @@ def child_e2e(bootstrap: str, topic: str, rate: int, seconds: float) -> dict:
     def pct(q: float) -> float:
         return latencies[min(len(latencies) - 1, int(q * len(latencies)))]
 
-    return {"records": len(latencies), "p50_ms": pct(0.50), "p99_ms": pct(0.99), "p999_ms": pct(0.999)}
+    return {"records": len(latencies), "p50_ms": pct(0.50), "p99_ms": pct(0.99), "p999_ms": pct(0.999),
+            "produce_rtt_ms": round_trip_ms(produce_stats), "fetch_rtt_ms": round_trip_ms(fetch_stats)}
+
+
+def round_trip_ms(stats: list[str]) -> float:
+    """The median over librdkafka's statistics windows and brokers of the window's mean request
+    round trip (ms; the mean counts every round trip, the window's percentiles only those up to
+    500 ms, librdkafka's histogram range); windows with no request left out; NaN when none."""
+    means = [b["rtt"]["avg"] / 1000 for js in stats for b in json.loads(js)["brokers"].values()
+             if b.get("nodeid", -1) >= 0 and b["rtt"]["cnt"] > 0]
+    return statistics.median(means) if means else float("nan")
 
 
 def producer_perf_test(bootstrap: str, topic: str, records: int, record_bytes: int) -> dict:
@@ -329,8 +349,11 @@ def workload(side: str, bootstrap: str, args: argparse.Namespace, run: int, out:
         r = e2e(bootstrap, topic, rate, args.e2e_s)
         for q in ("p50", "p99", "p999"):
             note(f"e2e latency {q.replace('p999', 'p99.9')} at {label} (ms)", r[f"{q}_ms"])
+        note(f"e2e Produce round trip at {label} (ms)", r["produce_rtt_ms"])
+        note(f"e2e Fetch round trip at {label} (ms)", r["fetch_rtt_ms"])
         print(f"  {side:>7} run {run + 1} e2e at {rate:,}/s: p50 {r['p50_ms']:.1f} p99 {r['p99_ms']:.1f} "
-              f"p99.9 {r['p999_ms']:.1f} ms ({r['records']} records; load {_load()})", flush=True)
+              f"p99.9 {r['p999_ms']:.1f} ms ({r['records']} records; load {_load()}); round trips "
+              f"(mean): Produce {r['produce_rtt_ms']:.1f} ms, Fetch {r['fetch_rtt_ms']:.1f} ms", flush=True)
 
 
 def measure(side: str, args: argparse.Namespace) -> dict[str, list[float]]:

@@ -205,7 +205,8 @@ def settings_page() -> str:
 
 _REGISTERING = {"counter": "counter", "gauge": "gauge", "histogram": "histogram",
                 "gauge_family": "gauge", "counter_family": "counter", "GaugeMetricFamily": "gauge",
-                "CounterMetricFamily": "counter", "HistogramMetricFamily": "histogram"}
+                "CounterMetricFamily": "counter", "HistogramMetricFamily": "histogram",
+                "histogram_family": "histogram"}
 
 
 def _library_sources() -> Iterator[Path]:

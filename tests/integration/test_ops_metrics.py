@@ -75,6 +75,8 @@ def test_metrics_follow_the_cluster(tmp_path):
         assert total(everyone, "raftlog_replica_manager_leader_count") == 3 + 3 + 16  # incl. __consumer_offsets
         assert total(everyone, "raftlog_replica_manager_under_replicated_partitions") == 0
         assert total(everyone, "raftlog_log_fsync_seconds_count") > 0
+        # acks=all appends timed to their commit on the leaders (issue 46): the producer's batches
+        assert total(everyone, "raftlog_produce_commit_seconds_count") > 0
         assert total(everyone, "raftlog_group_members", group="billing") == 0  # closed: left the group
         assert total(everyone, "raftlog_group_lag_sum", group="billing") == 0
         assert total(everyone, "raftlog_group_state", group="billing", state="Empty") == 1
