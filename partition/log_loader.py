@@ -268,21 +268,28 @@ class LogLoader:
         # Epochs: the checkpoint, else a rebuild; then reconcile with what was scanned.
         lines = read_checkpoint(self.directory, EPOCH_CHECKPOINT)
         cache = LeaderEpochCache.decode(lines) if lines is not None else None
-        epochs_dirty = cache is None
+        durable = list(cache.entries) if cache is not None else []  # what the file holds
         if cache is None:
             cache = self._rebuild_epochs(scanned)
         else:
-            epochs_dirty |= cache.truncate_from_end(self.log_end_offset)
+            cache.truncate_from_end(self.log_end_offset)
             for h in scanned_headers:
-                epochs_dirty |= cache.assign_lenient(h.partition_leader_epoch,
-                                                     max(h.base_offset, self.log_start_offset))
-        epochs_dirty |= cache.truncate_from_start(self.log_start_offset)
+                cache.assign_lenient(h.partition_leader_epoch, max(h.base_offset, self.log_start_offset))
+        cache.truncate_from_start(self.log_start_offset)
         # No entry starts at the end (a log emptied by its start: DeleteRecords, retention).
-        epochs_dirty |= cache.truncate_from_end(self.log_end_offset)
+        cache.truncate_from_end(self.log_end_offset)
         self._epochs = cache
-        if epochs_dirty:
-            self._write_epochs()
-        if ckpt_start != self.log_start_offset:
+        if cache.entries[:len(durable)] != durable:
+            self._write_epochs()  # entries removed or changed: durable before anything relies on it
+        else:
+            # Only added (or none, or no valid file): written with the next recovery point,
+            # as an append's are (partition/log.py "Epoch cache"); until then every open
+            # scans and assigns them again. 2 of a restart's 5 fsyncs per replica (issue 46).
+            self._epochs_dirty = cache.entries != durable
+        if ckpt_start != self.log_start_offset and not (
+                ckpt_start is None and self.log_start_offset == self._segments[0].base_offset):
+            # Without a checkpoint the log starts at its first segment: the same offset,
+            # derived again at the next open; retention and resets write one before files go.
             self._write_log_start()
         self._check_producer_snapshots()
         # Make what recovery kept durable, then move the recovery point up to the active one.
