@@ -21,12 +21,10 @@ Invariants:
 * flushed_offset <= log_end_offset, and every offset below flushed_offset is fsynced
   (`open()` fsyncs what it recovered, so after open flushed_offset == log_end_offset).
 * Epoch cache: epochs and start offsets strictly increase; every start offset is in
-  [log_start_offset, log_end_offset). The durable checkpoint holds every entry that starts
-  below the durable recovery point (segment or active point: `_sync_epochs` before either
-  moves), and is a prefix of the cache or made durable at once (truncations, retention,
-  a recovery that removed entries): an append's new epoch is written with the next
-  recovery point, not before its batch (2 fsyncs per new epoch per replica, issue 46),
-  since open's scan past the recovery point assigns the epochs it finds there.
+  [log_start_offset, log_end_offset). The durable checkpoint holds every entry starting
+  below the durable recovery point (`_sync_epochs` before a point moves) and is a prefix of
+  the cache, else is rewritten at once (truncations, retention): a new epoch's entry waits
+  for the next point (issue 46), as open's scan past the point assigns it again.
 * Recovery on open CRC-scans only segments at or above the recovery point (normally just the
   active one); segments below it are trusted through their sanity-checked indexes. The
   active segment is scanned from its offset-granular point when one applies. The first
@@ -135,8 +133,8 @@ class Log(LogLoader, LogIntegrity, LogRetention, ProducerSnapshots):
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._epochs = LeaderEpochCache()
-        self._epochs_dirty = False  # the cache has entries the durable checkpoint lacks
-        self._epochs_io = threading.Lock()  # one checkpoint write at a time (flush and writer)
+        self._epochs_dirty = False  # entries the durable checkpoint lacks
+        self._epochs_io = threading.Lock()  # one checkpoint write at a time
         self._clean_below = 0
         self._closed = False
         self._failed: BaseException | None = None
@@ -144,6 +142,7 @@ class Log(LogLoader, LogIntegrity, LogRetention, ProducerSnapshots):
         self.log_end_offset = 0
         self.flushed_offset = 0
         self.recovery: RecoveryReport | None = None
+        self.sync_pending = False  # open(defer_sync=True) left fsyncs to its caller
         self.fsync_seconds = LatencyBuckets()  # every flush() (/metrics raftlog_log_fsync_seconds)
         # Compaction bookkeeping (in memory: after a restart the first maintain cleans once).
         self._compacted_below = -1
@@ -177,8 +176,7 @@ class Log(LogLoader, LogIntegrity, LogRetention, ProducerSnapshots):
     # ------------------------------------------------------------------ checkpoints
 
     def _write_epochs(self) -> None:
-        """The epoch checkpoint, durably, as the cache stands (a copy of its list is one
-        consistent state even while the writer appends to it in another thread)."""
+        """Durably, as the cache stands (a copy of its list: one state, the writer may append)."""
         with self._epochs_io:
             self._epochs_dirty = False
             write_durably(self.directory, EPOCH_CHECKPOINT, LeaderEpochCache(list(self._epochs.entries)).encode())

@@ -289,12 +289,14 @@ class Replica(ReplicaStorage, ReplicaReads, ReplicaWrites):
 
     # ---------------------------------------------------------------- lifecycle
 
-    def open(self, fresh: bool = False) -> None:
+    def open(self, fresh: bool = False, defer_sync: bool = False) -> None:
         """Blocking (run it in a worker thread before `attach`): write the partition
         metadata file, open and recover the log, read the quorum state, rebuild producer
         state from the batch headers, build the core. Raises OSError, QuorumStateCorruptError.
-        `fresh`: a new directory, nothing fsynced (`_load`; partition/fresh_open.py)."""
-        log, state = self._load(fresh)
+        `fresh`: a new directory, nothing fsynced (`_load`; partition/fresh_open.py).
+        `defer_sync`: the log's recovery fsyncs may be left to the caller (`Log.open`;
+        `self.log.sync_pending`), who makes the directory durable before `attach`."""
+        log, state = self._load(fresh, defer_sync)
         self.log = log
         self.new_log = log.log_end_offset == 0 and state.epoch == 0
         self._build_core(log, state)

@@ -14,7 +14,7 @@ import trio
 from partition import fresh_open
 from partition import file_io
 from partition.checkpoint import LOG_START_CHECKPOINT
-from partition.fresh_open import FreshOpens, open_fresh_batch
+from partition.fresh_open import BatchedOpens, open_existing_batch, open_fresh_batch
 from partition.log import EPOCH_CHECKPOINT, Log, LogConfig
 from tests.unit.partition.test_log import mk, offsets_of, read_all
 
@@ -47,7 +47,7 @@ def test_fresh_log_appends_flushes_and_reopens_like_any(tmp_path):
     assert log.flush() == 90
     before = read_all(log)
     log.close()
-    assert (d / EPOCH_CHECKPOINT).exists()  # the new epoch's entry, written durably at its append
+    assert (d / EPOCH_CHECKPOINT).exists()  # the new epoch's entry, durable before the rolls' recovery point
     again = Log.open(d, CONFIG, now_ms=0)
     try:
         assert again.log_end_offset == 90 and again.recovery.bytes_dropped == 0
@@ -92,12 +92,12 @@ class FakeReplica:
         self.core: object | None = None
         self.opened: list[bool] = []
 
-    def open(self, fresh: bool = False) -> None:
+    def open(self, fresh: bool = False, defer_sync: bool = False) -> None:
         if self.fail is not None:
             raise self.fail
         if fresh:
             self.directory.mkdir()  # FileExistsError when it is there, as Replica's _load
-        self.log = Log.open(self.directory, CONFIG, now_ms=0, fresh=fresh)
+        self.log = Log.open(self.directory, CONFIG, now_ms=0, fresh=fresh, defer_sync=defer_sync)
         self.core = object()
         self.opened.append(fresh)
 
@@ -166,7 +166,7 @@ def test_opens_that_arrive_together_share_a_batch(tmp_path, monkeypatch):
     monkeypatch.setattr(fresh_open, "make_new_dirs_durable", lambda dirs: None)
     rs = [FakeReplica(tmp_path / f"t-{i}") for i in range(5)] + [
         FakeReplica(tmp_path / "bad", fail=OSError(28, "No space left on device"))]
-    opens = FreshOpens(trio.CapacityLimiter(1), lambda r: r.open())
+    opens = BatchedOpens(trio.CapacityLimiter(1), lambda r: r.open())
     failed: list[BaseException] = []
 
     async def one(r):
@@ -191,3 +191,56 @@ def test_opens_that_arrive_together_share_a_batch(tmp_path, monkeypatch):
     finally:
         for r in rs[:5]:
             r.log.close()
+
+
+def _crashed_logs(tmp_path: Path, n: int) -> list[Path]:
+    """Logs with a batch each, left as a SIGKILL leaves them (no close, no recovery point)."""
+    dirs = []
+    for i in range(n):
+        d = tmp_path / f"t-{i}"
+        log = Log.open(d, CONFIG, now_ms=0)
+        log.append(mk(3), leader_epoch=1, now_ms=0)
+        log.flush()
+        log._abandon()
+        dirs.append(d)
+    return dirs
+
+
+def test_a_restart_batch_leaves_recovery_fsyncs_to_one_barrier(tmp_path, monkeypatch):
+    # Issue 46: the active segment's fsync at each recovery, one per replica, is one
+    # barrier per batch; nothing is fsynced before it, and every log that left one is in it.
+    dirs = _crashed_logs(tmp_path, 3)
+    fsyncs: list[int] = []
+    barriers: list[list[Path]] = []
+    monkeypatch.setattr(os, "fsync", lambda fd: fsyncs.append(fd))
+    monkeypatch.setattr(fresh_open, "make_new_dirs_durable", lambda ds: barriers.append(list(ds)))
+    rs = [FakeReplica(d) for d in dirs] + [FakeReplica(tmp_path / "bad", fail=OSError(5, "Input/output error"))]
+    errors = open_existing_batch(rs, lambda r, defer: r.open(defer_sync=defer))
+    try:
+        assert [type(e) for e in errors] == [type(None)] * 3 + [OSError]
+        assert fsyncs == [] and barriers == [dirs]
+        assert all(r.log.sync_pending is False for r in rs[:3])
+        assert [r.log.log_end_offset for r in rs[:3]] == [3, 3, 3]
+    finally:
+        monkeypatch.undo()
+        for r in rs[:3]:
+            r.log._abandon()
+
+
+def test_without_defer_recovery_fsyncs_itself_and_a_failed_barrier_fails_the_batch(tmp_path, monkeypatch):
+    dirs = _crashed_logs(tmp_path, 2)
+    fsyncs: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (fsyncs.append(fd), real(fd)))
+    log = Log.open(dirs[0], CONFIG, now_ms=0)  # the usual open: fsyncs what it recovered
+    assert len(fsyncs) == 1 and not log.sync_pending
+    log._abandon()
+
+    def fail(ds):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(fresh_open, "make_new_dirs_durable", fail)
+    rs = [FakeReplica(d) for d in dirs]
+    errors = open_existing_batch(rs, lambda r, defer: r.open(defer_sync=defer))
+    assert all(isinstance(e, OSError) for e in errors)
+    assert all(r.log is None and r.core is None for r in rs)
