@@ -16,7 +16,7 @@ results), `await allocate_producer_ids()`.
   directory's `partition.metadata` names the topic id). A new, empty partition's preferred
   leader runs for election at once instead of after an election timeout. Opening: replicas
   whose directory was there at start (`run` lists them, so no stat runs on the trio thread)
-  open in batches, one batch at a time in one worker thread, their recovery's fsyncs in one
+  open in batches, OPEN_THREADS batches at once, each in a worker thread, their recovery's fsyncs in one
   durability barrier per batch (partition/fresh_open.py `open_existing_batch`; one fsync per
   replica was most of a 10,000-replica restart, issue 46). The rest of an open is Python
   (the recovery scan and the producer walk, over a warm page cache); eight at once (the DiskWork pool) left a node
@@ -126,7 +126,7 @@ REOPEN_CHECK_S: Final = 0.5
 REOPEN_BACKOFF_S: Final = 1.0
 REOPEN_BACKOFF_MAX_S: Final = 30.0
 MIN_FREE_BYTES: Final = 4 << 20  # below this, a replica offline for a full disk waits
-OPEN_THREADS: Final = 1  # batches of replicas with data opened at once (module docstring, "Opening")
+OPEN_THREADS: Final = 2  # batches of replicas with data opened at once (module docstring, "Opening")
 SCRUB_IDLE_S: Final = 5.0  # nothing to scrub yet: look again after this
 PARTITION_BYTES_REFRESH_S: Final = 30.0  # leader_partition_bytes: the balancer's disk goal is slow
 class BrokerMetadata(BrokerDirectory, Protocol):
@@ -204,7 +204,8 @@ class ReplicaManager:
         self._open_limiter = trio.CapacityLimiter(OPEN_THREADS)
         self._fresh_opens = BatchedOpens(self.disk.io, self._prepare_and_open)
         self._existing_opens = BatchedOpens(self._open_limiter, self._prepare_and_open,
-                                            batch=open_existing_batch, max_batch=MAX_EXISTING_BATCH)
+                                            batch=open_existing_batch, max_batch=MAX_EXISTING_BATCH,
+                                            parallel=OPEN_THREADS)
         self._on_disk_at_start: set[str] = set()  # replica directories found by `run`
         self.scrub_bytes_per_s = settings.scrub_bytes_per_s
         self.scrub_interval_ms = settings.scrub_interval_ms

@@ -6,6 +6,7 @@ and makes every new directory durable (one syncfs, or an fsync of each file and 
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -244,3 +245,26 @@ def test_without_defer_recovery_fsyncs_itself_and_a_failed_barrier_fails_the_bat
     errors = open_existing_batch(rs, lambda r, defer: r.open(defer_sync=defer))
     assert all(isinstance(e, OSError) for e in errors)
     assert all(r.log is None and r.core is None for r in rs)
+
+
+def test_restart_batches_run_side_by_side(tmp_path):
+    # What is left of an open is mostly waiting on cold reads: `parallel` batches overlap.
+    # Each batch here waits for the other; one at a time would break the barrier.
+    barrier = threading.Barrier(2, timeout=30)
+
+    def batch(rs, fallback):
+        barrier.wait()
+        return [None] * len(rs)
+
+    opens = BatchedOpens(trio.CapacityLimiter(2), None, batch=batch, max_batch=1, parallel=2)
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(opens.run)
+            async with trio.open_nursery() as inner:
+                for i in range(2):
+                    inner.start_soon(opens.open, FakeReplica(tmp_path / f"t-{i}"))
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    assert opens.batches == 2
