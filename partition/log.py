@@ -21,8 +21,10 @@ Invariants:
 * flushed_offset <= log_end_offset, and every offset below flushed_offset is fsynced
   (`open()` fsyncs what it recovered, so after open flushed_offset == log_end_offset).
 * Epoch cache: epochs and start offsets strictly increase; every start offset is in
-  [log_start_offset, log_end_offset); the cache entry for an epoch is durable before any
-  batch of that epoch is written (so a durable batch never has an unknown epoch).
+  [log_start_offset, log_end_offset). The durable checkpoint holds every entry starting
+  below the durable recovery point (`_sync_epochs` before a point moves) and is a prefix of
+  the cache, else is rewritten at once (truncations, retention): a new epoch's entry waits
+  for the next point (issue 46), as open's scan past the point assigns it again.
 * Recovery on open CRC-scans only segments at or above the recovery point (normally just the
   active one); segments below it are trusted through their sanity-checked indexes. The
   active segment is scanned from its offset-granular point when one applies. The first
@@ -131,6 +133,8 @@ class Log(LogLoader, LogIntegrity, LogRetention, ProducerSnapshots):
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._epochs = LeaderEpochCache()
+        self._epochs_dirty = False  # entries the durable checkpoint lacks
+        self._epochs_io = threading.Lock()  # one checkpoint write at a time
         self._clean_below = 0
         self._closed = False
         self._failed: BaseException | None = None
@@ -138,6 +142,7 @@ class Log(LogLoader, LogIntegrity, LogRetention, ProducerSnapshots):
         self.log_end_offset = 0
         self.flushed_offset = 0
         self.recovery: RecoveryReport | None = None
+        self.sync_pending = False  # open(defer_sync=True) left fsyncs to its caller
         self.fsync_seconds = LatencyBuckets()  # every flush() (/metrics raftlog_log_fsync_seconds)
         # Compaction bookkeeping (in memory: after a restart the first maintain cleans once).
         self._compacted_below = -1
@@ -171,7 +176,15 @@ class Log(LogLoader, LogIntegrity, LogRetention, ProducerSnapshots):
     # ------------------------------------------------------------------ checkpoints
 
     def _write_epochs(self) -> None:
-        write_durably(self.directory, EPOCH_CHECKPOINT, self._epochs.encode())
+        """Durably, as the cache stands (a copy of its list: one state, the writer may append)."""
+        with self._epochs_io:
+            self._epochs_dirty = False
+            write_durably(self.directory, EPOCH_CHECKPOINT, LeaderEpochCache(list(self._epochs.entries)).encode())
+
+    def _sync_epochs(self) -> None:
+        """Before a recovery point moves: the entries only added since the last write."""
+        if self._epochs_dirty:
+            self._write_epochs()
 
     def _write_log_start(self) -> None:
         write_durably(self.directory, LOG_START_CHECKPOINT,
@@ -179,6 +192,7 @@ class Log(LogLoader, LogIntegrity, LogRetention, ProducerSnapshots):
 
     def _set_recovery_point(self, clean_below: int) -> None:
         if clean_below != self._clean_below:
+            self._sync_epochs()
             write_durably(self.directory, RECOVERY_POINT_CHECKPOINT,
                           encode_checkpoint(RECOVERY_POINT_CHECKPOINT, [str(clean_below)]))
             self._clean_below = clean_below
@@ -211,6 +225,7 @@ class Log(LogLoader, LogIntegrity, LogRetention, ProducerSnapshots):
             try:
                 if self.flushed_offset < point.next_offset:
                     self._flush_locked()
+                self._sync_epochs()  # the point's epochs: open will not scan below it
                 write_durably(self.directory, ACTIVE_POINT_CHECKPOINT, point.encode())
             except OSError as e:
                 self._fail(e)
@@ -326,11 +341,9 @@ class Log(LogLoader, LogIntegrity, LogRetention, ProducerSnapshots):
         if size > INT32_MAX:
             raise MessageTooLargeError(f"append of {size} bytes")
         self._maybe_roll(size, entries[-1][3] - 1, now_ms)
-        changed = False
         for epoch, start in epochs:
-            changed |= self._epochs.assign(epoch, start)
-        if changed:
-            self._write_epochs()
+            if self._epochs.assign(epoch, start):
+                self._epochs_dirty = True  # durable with the next recovery point (docstring)
         try:
             self._active.append(data, entries, index_interval_bytes=self.config.index_interval_bytes,
                                 now_ms=now_ms, trusted_tail=self.config.hot_tail_bytes,
@@ -755,6 +768,7 @@ class Log(LogLoader, LogIntegrity, LogRetention, ProducerSnapshots):
                     # Clean shutdown: the next open scans only what a crash may have torn.
                     point = self.recovery_snapshot(RECOVERY_POINT_CLOSE_MIN_BYTES)
                     if point is not None:
+                        self._sync_epochs()
                         write_durably(self.directory, ACTIVE_POINT_CHECKPOINT, point.encode())
             finally:
                 with self._lock:

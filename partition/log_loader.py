@@ -92,7 +92,7 @@ class LogLoader:
 
     @classmethod
     def open(cls, directory: Path, config: LogConfig, *, now_ms: int,
-             files: FileCache | None = None, fresh: bool = False) -> Self:
+             files: FileCache | None = None, fresh: bool = False, defer_sync: bool = False) -> Self:
         """Open (creating if absent) the log in `directory` and recover it.
 
         Order: finish or roll back half-done compaction swaps; drop temp files and segments
@@ -108,7 +108,14 @@ class LogLoader:
         log's; the next open writes them durably) and nothing is fsynced. The caller makes
         the directory and its entry durable before anything relies on them (the manager's
         batched creation, partition/fresh_open.py); the directory stays dirty, so the first
-        flush fsyncs it too. Raises FileExistsError if it holds a log after all."""
+        flush fsyncs it too. Raises FileExistsError if it holds a log after all.
+
+        `defer_sync` (issue 46: a restart with 10,000 replicas): when recovery leaves the
+        recovery point where it was, the fsyncs of what it kept (the active segment, the
+        directory) are left to the caller, who makes the directory durable before anything
+        relies on the log (`sync_pending` says whether any was left; the manager's batched
+        open, partition/fresh_open.py, with one syncfs per batch). A recovery point that
+        moves is written after those fsyncs, as without it."""
         started = time.perf_counter()
         directory = Path(directory)
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -117,7 +124,7 @@ class LogLoader:
             if fresh:
                 log._create_fresh(now_ms, started)
                 return log
-            log._recover(now_ms, started)
+            log._recover(now_ms, started, defer_sync)
         except BaseException:
             log._abandon()
             raise
@@ -161,7 +168,7 @@ class LogLoader:
                     self._dir_dirty = True
         return sorted(bases)
 
-    def _recover(self, now_ms: int, started: float) -> None:
+    def _recover(self, now_ms: int, started: float, defer_sync: bool = False) -> None:
         cfg = self.config
         with self._dir() as dir_fd:
             swaps = cleaner.recover_swaps(self.directory, dir_fd)
@@ -268,21 +275,28 @@ class LogLoader:
         # Epochs: the checkpoint, else a rebuild; then reconcile with what was scanned.
         lines = read_checkpoint(self.directory, EPOCH_CHECKPOINT)
         cache = LeaderEpochCache.decode(lines) if lines is not None else None
-        epochs_dirty = cache is None
+        durable = list(cache.entries) if cache is not None else []  # what the file holds
         if cache is None:
             cache = self._rebuild_epochs(scanned)
         else:
-            epochs_dirty |= cache.truncate_from_end(self.log_end_offset)
+            cache.truncate_from_end(self.log_end_offset)
             for h in scanned_headers:
-                epochs_dirty |= cache.assign_lenient(h.partition_leader_epoch,
-                                                     max(h.base_offset, self.log_start_offset))
-        epochs_dirty |= cache.truncate_from_start(self.log_start_offset)
+                cache.assign_lenient(h.partition_leader_epoch, max(h.base_offset, self.log_start_offset))
+        cache.truncate_from_start(self.log_start_offset)
         # No entry starts at the end (a log emptied by its start: DeleteRecords, retention).
-        epochs_dirty |= cache.truncate_from_end(self.log_end_offset)
+        cache.truncate_from_end(self.log_end_offset)
         self._epochs = cache
-        if epochs_dirty:
-            self._write_epochs()
-        if ckpt_start != self.log_start_offset:
+        if cache.entries[:len(durable)] != durable:
+            self._write_epochs()  # entries removed or changed: durable before anything relies on it
+        else:
+            # Only added (or none, or no valid file): written with the next recovery point,
+            # as an append's are (partition/log.py "Epoch cache"); until then every open
+            # scans and assigns them again. 2 of a restart's 5 fsyncs per replica (issue 46).
+            self._epochs_dirty = cache.entries != durable
+        if ckpt_start != self.log_start_offset and not (
+                ckpt_start is None and self.log_start_offset == self._segments[0].base_offset):
+            # Without a checkpoint the log starts at its first segment: the same offset,
+            # derived again at the next open; retention and resets write one before files go.
             self._write_log_start()
         self._check_producer_snapshots()
         # Make what recovery kept durable, then move the recovery point up to the active one.
@@ -290,15 +304,21 @@ class LogLoader:
         # partition, a third of a replica's open): the active segment's bytes up to its
         # recovery point, its index files (never trusted: recovery rebuilds them), and the
         # directory when recovery changed no name in it.
+        fsyncs = []
         for seg in scanned:
             if not (seg is active and resumed_at is not None and resumed_at == seg.size_bytes
                     and not bytes_dropped):
-                seg.fsync()
+                fsyncs.append(seg.fsync)
             if seg is not active:
-                seg.fsync_index_files()
+                fsyncs.append(seg.fsync_index_files)
         if self._dir_dirty or bytes_dropped:
-            self._fsync_dir()
+            fsyncs.append(self._fsync_dir)
         self._dir_dirty = False
+        if defer_sync and active.base_offset == clean_below and not bytes_dropped:  # `open`
+            self.sync_pending = bool(fsyncs)
+        else:
+            for fsync in fsyncs:
+                fsync()
         for seg in self._segments[:-1]:
             seg.make_evictable()  # sealed and durable: the file cache may close it
         self.flushed_offset = self.log_end_offset

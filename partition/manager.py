@@ -16,10 +16,12 @@ results), `await allocate_producer_ids()`.
   directory's `partition.metadata` names the topic id). A new, empty replica starts in the
   first term its partition's record names (partition/raft.py "First term": the named leader
   leads, the others follow, no election); a record naming none (an older controller's) has
-  the preferred leader run for election at once. Opening: at most
-  OPEN_THREADS replicas whose directory was there at start open at once (`run` lists them,
-  so no stat runs on the trio thread). Their open is mostly Python (the recovery scan and
-  the producer walk, over a warm page cache); eight at once (the DiskWork pool) left a node
+  the preferred leader run for election at once. Opening: replicas
+  whose directory was there at start (`run` lists them, so no stat runs on the trio thread)
+  open in batches, OPEN_THREADS batches at once, each in a worker thread, their recovery's fsyncs in one
+  durability barrier per batch (partition/fresh_open.py `open_existing_batch`; one fsync per
+  replica was most of a 10,000-replica restart, issue 46). The rest of an open is Python
+  (the recovery scan and the producer walk, over a warm page cache); eight at once (the DiskWork pool) left a node
   restarted with 1,000 replicas after a load so busy (short of the GIL, most likely) that
   its links to the leaders fell silent, and the followers opened so far ran pre-votes
   against live leaders while the rest waited (450-3,000 leader changes logged during the
@@ -78,7 +80,7 @@ import trio
 from metadata.controller import LeaderReport
 from metadata.image import MetadataImage, PartitionState, TopicImage
 from metadata.topic_config import TopicConfig
-from partition.fresh_open import FreshOpens
+from partition.fresh_open import MAX_EXISTING_BATCH, BatchedOpens, open_existing_batch
 from partition.mover import Mover
 from partition.replica import (
     PARTITION_METADATA_FILE,
@@ -126,7 +128,7 @@ REOPEN_CHECK_S: Final = 0.5
 REOPEN_BACKOFF_S: Final = 1.0
 REOPEN_BACKOFF_MAX_S: Final = 30.0
 MIN_FREE_BYTES: Final = 4 << 20  # below this, a replica offline for a full disk waits
-OPEN_THREADS: Final = 2  # replicas opened at once (module docstring, "Opening")
+OPEN_THREADS: Final = 2  # batches of replicas with data opened at once (module docstring, "Opening")
 SCRUB_IDLE_S: Final = 5.0  # nothing to scrub yet: look again after this
 PARTITION_BYTES_REFRESH_S: Final = 30.0  # leader_partition_bytes: the balancer's disk goal is slow
 class BrokerMetadata(BrokerDirectory, Protocol):
@@ -202,7 +204,10 @@ class ReplicaManager:
         self.disk = DiskWork()
         self._scrub_limiter = trio.CapacityLimiter(1)
         self._open_limiter = trio.CapacityLimiter(OPEN_THREADS)
-        self._fresh_opens = FreshOpens(self.disk.io, self._prepare_and_open)
+        self._fresh_opens = BatchedOpens(self.disk.io, self._prepare_and_open)
+        self._existing_opens = BatchedOpens(self._open_limiter, self._prepare_and_open,
+                                            batch=open_existing_batch, max_batch=MAX_EXISTING_BATCH,
+                                            parallel=OPEN_THREADS)
         self._on_disk_at_start: set[str] = set()  # replica directories found by `run`
         self.scrub_bytes_per_s = settings.scrub_bytes_per_s
         self.scrub_interval_ms = settings.scrub_interval_ms
@@ -242,6 +247,7 @@ class ReplicaManager:
                 self._nursery = nursery
                 await nursery.start(self.links.run)
                 nursery.start_soon(self._fresh_opens.run)
+                nursery.start_soon(self._existing_opens.run)
                 nursery.start_soon(self._reconcile_loop)
                 nursery.start_soon(self._tick_loop)
                 nursery.start_soon(self._maintain_loop)
@@ -458,8 +464,8 @@ class ReplicaManager:
             # A replica with data recovers it (mostly Python); a new one mostly waits on fsyncs.
             found = r.directory.name in self._on_disk_at_start
             self._on_disk_at_start.discard(r.directory.name)
-            if found:
-                await trio.to_thread.run_sync(self._prepare_and_open, r, limiter=self._open_limiter)
+            if found:  # in a batch too, its recovery's fsyncs in one barrier (fresh_open.py)
+                await self._existing_opens.open(r)
             else:  # a new one: in a batch with the others (partition/fresh_open.py)
                 await self._fresh_opens.open(r)
         except (OSError, RaftlogError) as exc:
@@ -499,7 +505,7 @@ class ReplicaManager:
                 await trio.sleep(self.settings.tick_ms * 4 / 1000)
 
     @staticmethod
-    def _prepare_and_open(r: Replica) -> None:
+    def _prepare_and_open(r: Replica, defer_sync: bool = False) -> None:
         meta_path = r.directory / PARTITION_METADATA_FILE
         try:
             meta = cbor2.loads(meta_path.read_bytes())
@@ -512,7 +518,7 @@ class ReplicaManager:
             log_event(logger, "replica_dir_replaced", level=logging.WARNING, topic=r.topic,
                       partition=r.partition)
             shutil.rmtree(r.directory)
-        r.open()
+        r.open(defer_sync=defer_sync)
 
     async def _remove_replica(self, r: Replica, done: trio.Event) -> None:
         try:

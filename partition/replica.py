@@ -292,12 +292,14 @@ class Replica(ReplicaStorage, ReplicaReads, ReplicaWrites):
 
     # ---------------------------------------------------------------- lifecycle
 
-    def open(self, fresh: bool = False) -> None:
+    def open(self, fresh: bool = False, defer_sync: bool = False) -> None:
         """Blocking (run it in a worker thread before `attach`): write the partition
         metadata file, open and recover the log, read the quorum state, rebuild producer
         state from the batch headers, build the core. Raises OSError, QuorumStateCorruptError.
-        `fresh`: a new directory, nothing fsynced (`_load`; partition/fresh_open.py)."""
-        log, state = self._load(fresh)
+        `fresh`: a new directory, nothing fsynced (`_load`; partition/fresh_open.py).
+        `defer_sync`: the log's recovery fsyncs may be left to the caller (`Log.open`;
+        `self.log.sync_pending`), who makes the directory durable before `attach`."""
+        log, state = self._load(fresh, defer_sync)
         self.log = log
         self.new_log = log.log_end_offset == 0 and state.epoch == 0
         self._build_core(log, state)
@@ -674,16 +676,6 @@ class Replica(ReplicaStorage, ReplicaReads, ReplicaWrites):
             message = message.with_records(records, ())
         self.transport.send(self, to, message)
 
-    async def _log_append(self, epoch: int, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """A log append (a writer call, under the lock): on the trio thread, except the first
-        one of an epoch the log does not know yet, which fsyncs the leader-epoch checkpoint
-        before it writes its batch (partition/log.py "Epoch cache"): in a worker thread. After
-        elections (hundreds at once when a node dies) those fsyncs on the loop had stalled
-        every partition of the node (seen: seconds, under disk contention)."""
-        if epoch > self.log.last_epoch():
-            return await trio.to_thread.run_sync(partial(call, *args, **kwargs), limiter=self.disk.io)
-        return call(*args, **kwargs)
-
     async def _append_control(self, eff: AppendControl | AppendMembership) -> None:
         if type(eff) is AppendMembership:
             batch = membership_batch(eff.membership, timestamp_ms=self._clock_ms(),
@@ -691,8 +683,9 @@ class Replica(ReplicaStorage, ReplicaReads, ReplicaWrites):
         else:
             batch = control_batch(CONTROL_LEADER_CHANGE, timestamp_ms=self._clock_ms(),
                                   partition_leader_epoch=eff.epoch)
-        first, _ = await self._log_append(eff.epoch, self.log.append, batch, leader_epoch=eff.epoch,
-                                          now_ms=self._clock_ms())
+        # On the trio thread: a new epoch's append costs no fsync (partition/log.py "Epoch
+        # cache"; it used to fsync the epoch checkpoint, in a worker thread, per election).
+        first, _ = self.log.append(batch, leader_epoch=eff.epoch, now_ms=self._clock_ms())
         if first != eff.offset:
             raise RaftStateError(f"control batch landed at {first}, expected {eff.offset}")
 
@@ -700,13 +693,8 @@ class Replica(ReplicaStorage, ReplicaReads, ReplicaWrites):
         records = eff.records
         checked = records.headers if type(records) is CheckedBatches else None
         data = records.data if checked is not None else records
-        last = checked[-1][1] if checked else None
-        if last is None:
-            last = next(reversed([h for _, h in iter_headers(data, verify=False)]), None)
-        epoch = last.partition_leader_epoch if last is not None else -1
         try:
-            end = await self._log_append(epoch, self.log.append_replicated, data,
-                                         now_ms=self._clock_ms(), checked=checked)
+            end = self.log.append_replicated(data, now_ms=self._clock_ms(), checked=checked)
         except (CorruptRecordError, MessageTooLargeError) as exc:
             # The core already counted these offsets: the mirror would be wrong from here on.
             raise RaftStateError(f"replicated batches refused by the log: {exc}") from exc

@@ -166,7 +166,7 @@ LOUD_PRODUCER_WALK_BATCHES: Final = 1_000  # an open that walked more headers sa
 class ReplicaStorage:
     """Replica's storage work (module docstring)."""
 
-    def _load(self, fresh: bool = False) -> tuple[Log, QuorumState]:
+    def _load(self, fresh: bool = False, defer_sync: bool = False) -> tuple[Log, QuorumState]:
         """Blocking: open (and recover) the log and read the quorum state, flagging
         needs_catch_up durably when recovery, or a header damaged in a trusted segment found
         by the producer-state rebuild, cut data (raft.py "Damaged storage"). `fresh`: make
@@ -184,7 +184,7 @@ class ReplicaStorage:
                 write_durably(d, PARTITION_METADATA_FILE, meta)
         now = self._clock_ms()
         log = Log.open(d, log_config_for(self.topic_config), now_ms=now, files=self.disk.files,
-                       fresh=fresh)
+                       fresh=fresh, defer_sync=defer_sync)
         try:
             if log.recovery is not None and log.recovery.segment is not None:
                 log_event(logger, "replica_tail_cut", level=logging.WARNING, topic=self.topic,

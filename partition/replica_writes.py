@@ -159,8 +159,7 @@ class ReplicaWrites:
                         if acks == -1 and dup.last_offset >= core.high_watermark:
                             waiter = self._add_waiter(dup.last_offset)
                         return AppendResult(dup.first_offset, dup.last_offset, True, waiter)
-                first, last = await self._log_append(core.epoch, self.log.append, records,
-                                                     leader_epoch=core.epoch, now_ms=self._clock_ms())
+                first, last = self.log.append(records, leader_epoch=core.epoch, now_ms=self._clock_ms())
                 if idem:
                     h = idem[0]
                     self.producers.record(h.producer_id, h.producer_epoch, h.base_sequence,
@@ -211,8 +210,7 @@ class ReplicaWrites:
                 self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
                 batch = txn_marker_batch(producer_id, producer_epoch, commit=commit,
                                          coordinator_epoch=coordinator_epoch, timestamp_ms=self._clock_ms())
-                first, last = await self._log_append(core.epoch, self.log.append, batch,
-                                                     leader_epoch=core.epoch, now_ms=self._clock_ms())
+                first, last = self.log.append(batch, leader_epoch=core.epoch, now_ms=self._clock_ms())
                 self.producers.marker(producer_id, producer_epoch, first, commit=commit,
                                       coordinator_epoch=coordinator_epoch)
                 waiter = self._add_waiter(last)
