@@ -1,0 +1,93 @@
+"""The hand-written Produce response encoder (raftlog/node/kafka/fast_encode.py) writes the bytes
+kafka-python writes, over every ProduceResponse version and the shapes the handler builds:
+several topics and partitions, errors with messages and record errors, KIP-951 leader hints
+and node endpoints, null and non-ASCII strings, lengths past one varint byte. And the
+listener's encode_response (codec.py) frames it as it frames kafka-python's."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from kafka.protocol.api_header import ResponseHeader
+from kafka.protocol.producer.produce import ProduceResponse
+
+from raftlog.node.kafka import codec
+from raftlog.node.kafka.fast_encode import encode_produce, uvarint
+from raftlog.node.kafka.wire import Header
+
+pytestmark = pytest.mark.unit
+
+T = ProduceResponse.TopicProduceResponse
+P = T.PartitionProduceResponse
+VERSIONS = range(ProduceResponse.min_version, ProduceResponse.max_version + 1)
+
+
+def _partition(index: int, code: int = 0, *, base: int = 0, message: str | None = None,
+               record_errors: list[tuple[int, str | None]] = (), leader: tuple[int, int] | None = None) -> P:
+    p = P(index=index, error_code=code, base_offset=base, log_append_time_ms=-1 if index % 2 else 1_700_000_000_000,
+          log_start_offset=index * 7, record_errors=[], error_message=message)
+    for batch_index, text in record_errors:
+        p.record_errors.append(P.BatchIndexAndErrorMessage(batch_index=batch_index, batch_index_error_message=text))
+    if leader is not None:
+        p.current_leader = P.LeaderIdAndEpoch(leader_id=leader[0], leader_epoch=leader[1])
+    return p
+
+
+def _responses() -> dict[str, ProduceResponse]:
+    topic_id = uuid.UUID("0123456789abcdef0123456789abcdef")
+    long_name = "t" * 300  # compact length past one varint byte
+    return {
+        "one": ProduceResponse(responses=[T(name="orders", topic_id=topic_id, partition_responses=[
+            _partition(0, base=12345678901)])], throttle_time_ms=0),
+        "empty": ProduceResponse(responses=[], throttle_time_ms=0, node_endpoints=[]),
+        "many": ProduceResponse(responses=[
+            T(name=f"topic-{i}", topic_id=uuid.UUID(int=i + 1),
+              partition_responses=[_partition(j, base=j * 100) for j in range(3)]) for i in range(4)
+        ] + [T(name=long_name, topic_id=uuid.UUID(int=0), partition_responses=[_partition(200)])],
+            throttle_time_ms=1234),
+        "errors": ProduceResponse(responses=[T(name="ünïcode-topic", topic_id=topic_id, partition_responses=[
+            _partition(0, 87, base=-1, message="invalid record",
+                       record_errors=[(0, "bad crc"), (5, None), (300, "é" * 200)]),
+            _partition(1, 3, base=-1, message=None),
+            _partition(2, 2, base=-1, message="m" * 200),
+        ])], throttle_time_ms=7),
+        "hints": ProduceResponse(responses=[T(name="moved", topic_id=topic_id, partition_responses=[
+            _partition(0, 6, base=-1, message="not the leader", leader=(2, 17)),
+            _partition(1, 6, base=-1, leader=(-1, -1)),  # set: written (kafka-python)
+            _partition(2, 0, base=9),
+        ])], throttle_time_ms=0, node_endpoints=[
+            ProduceResponse.NodeEndpoint(node_id=2, host="node-2.example", port=9092, rack=None),
+            ProduceResponse.NodeEndpoint(node_id=300, host="h" * 150, port=19092, rack="rack-a"),
+        ]),
+    }
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("shape", sorted(_responses()))
+def test_produce_body_is_kafka_pythons_bytes(shape: str, version: int) -> None:
+    response = _responses()[shape]
+    assert encode_produce(response, version) == bytes(response.encode(version=version))
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_encode_response_frames_produce_as_kafka_python(version: int) -> None:
+    response = _responses()["hints"]
+    header = Header(0, version, 424242, "client")
+    body = bytes(response.encode(version=version))
+    head = bytes(ResponseHeader(correlation_id=424242).encode(flexible=version >= 9))
+    expected = (len(head) + len(body)).to_bytes(4, "big") + head + body
+    assert b"".join(codec.encode_response(header, response)) == expected
+
+
+def test_uvarint() -> None:
+    assert [uvarint(n) for n in (0, 127, 128, 300, 2**21)] == [
+        b"\x00", b"\x7f", b"\x80\x01", b"\xac\x02", b"\x80\x80\x80\x01"]
+
+
+@pytest.mark.parametrize(("api_key", "version"), [(18, 0), (18, 3), (3, 1), (3, 12), (1, 4), (1, 12)])
+def test_response_header_is_kafka_pythons(api_key: int, version: int) -> None:
+    flexible = api_key != 18 and codec.is_flexible(api_key, version)  # ApiVersions: header v0 always
+    expected = bytes(ResponseHeader(correlation_id=-7).encode(flexible=flexible))
+    assert codec.response_header_bytes(Header(api_key, version, -7, None)) == expected
+    assert flexible == (api_key != 18 and version >= 9)
