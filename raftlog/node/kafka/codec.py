@@ -99,7 +99,10 @@ def _message_classes() -> tuple[dict[int, type[ApiMessage]], dict[int, type[ApiM
 REQUEST_CLASSES, RESPONSE_CLASSES = _message_classes()
 
 
-_FLEXIBLE: dict[tuple[int, int], bool] = {}  # (api_key, api_version) -> flexible, filled on use
+# (api_key, api_version) -> flexible, every version of every schema, built once: no growth
+# at run time (a foreign key or version is looked up uncached).
+_FLEXIBLE: Final = {(key, v): bool(cls.flexible_version_q(v))
+                    for key, cls in REQUEST_CLASSES.items() for v in range(cls.max_version + 1)}
 
 
 def is_flexible(api_key: int, api_version: int) -> bool:
@@ -107,9 +110,7 @@ def is_flexible(api_key: int, api_version: int) -> bool:
     flexible = _FLEXIBLE.get((api_key, api_version))
     if flexible is None:
         cls = REQUEST_CLASSES.get(api_key)
-        flexible = cls is not None and bool(cls.flexible_version_q(api_version))
-        if len(_FLEXIBLE) < 4096:  # bounded: foreign versions of known keys
-            _FLEXIBLE[(api_key, api_version)] = flexible
+        return cls is not None and bool(cls.flexible_version_q(api_version))
     return flexible
 
 

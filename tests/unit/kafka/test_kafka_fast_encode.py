@@ -13,7 +13,16 @@ from kafka.protocol.api_header import ResponseHeader
 from kafka.protocol.producer.produce import ProduceResponse
 
 from raftlog.node.kafka import codec
-from raftlog.node.kafka.fast_encode import encode_produce, uvarint
+from raftlog.node.kafka.fast_encode import (
+    Endpoint,
+    LeaderHint,
+    PartitionAnswer,
+    ProduceAnswer,
+    RecordError,
+    TopicAnswer,
+    encode_produce,
+    uvarint,
+)
 from raftlog.node.kafka.wire import Header
 
 pytestmark = pytest.mark.unit
@@ -91,3 +100,24 @@ def test_response_header_is_kafka_pythons(api_key: int, version: int) -> None:
     expected = bytes(ResponseHeader(correlation_id=-7).encode(flexible=flexible))
     assert codec.response_header_bytes(Header(api_key, version, -7, None)) == expected
     assert flexible == (api_key != 18 and version >= 9)
+
+
+def _light(response: ProduceResponse) -> ProduceAnswer:
+    """The same answer in the handler's light classes (fast_encode.py)."""
+    def partition(p: P) -> PartitionAnswer:
+        leader = getattr(p, "current_leader", None)
+        return PartitionAnswer(
+            p.index, p.error_code, p.base_offset, p.log_append_time_ms, p.log_start_offset, p.error_message,
+            [RecordError(e.batch_index, e.batch_index_error_message) for e in p.record_errors],
+            None if leader is None else LeaderHint(leader.leader_id, leader.leader_epoch))
+    return ProduceAnswer(
+        [TopicAnswer(t.name, t.topic_id, [partition(p) for p in t.partition_responses]) for t in response.responses],
+        response.throttle_time_ms,
+        [Endpoint(e.node_id, e.host, e.port, e.rack) for e in getattr(response, "node_endpoints", None) or ()])
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("shape", sorted(_responses()))
+def test_light_answers_encode_as_kafka_python(shape: str, version: int) -> None:
+    response = _responses()[shape]
+    assert encode_produce(_light(response), version) == bytes(response.encode(version=version))
