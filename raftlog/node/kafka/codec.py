@@ -115,16 +115,27 @@ def is_flexible(api_key: int, api_version: int) -> bool:
 
 
 _HEADER_PREFIX: Final = struct.Struct(">hh")
+_HEADER_FIXED: Final = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id length
 
 
 def decode_header(frame: bytes | memoryview) -> tuple[Header, int]:
     """The request header and the body's start offset. Raises CodecError when the frame is too
     short for a header or its client_id runs past the end. An unknown api_key still decodes
-    (as header v1) so that its correlation id can be logged."""
+    (as header v1) so that its correlation id can be logged. The common header (a UTF-8 or
+    null client_id; in header v2 no tagged fields) is unpacked directly, anything else goes
+    through kafka-python's RequestHeader (the same results: test_kafka_fast_encode.py)."""
     if len(frame) < 10:
         raise CodecError(f"request of {len(frame)} bytes is shorter than a request header")
-    api_key, api_version = _HEADER_PREFIX.unpack_from(frame, 0)
+    api_key, api_version, correlation_id, n = _HEADER_FIXED.unpack_from(frame, 0)
     flexible = is_flexible(api_key, api_version)
+    end = 10 + max(n, 0)
+    if n >= -1 and end + flexible <= len(frame) and (not flexible or frame[end] == 0):
+        try:
+            client_id = None if n == -1 else str(frame[10:end], "utf-8")
+        except UnicodeDecodeError:
+            pass
+        else:
+            return Header(api_key, api_version, correlation_id, client_id), end + flexible
     stream = io.BytesIO(frame)
     try:
         raw = RequestHeader.decode(stream, flexible=flexible)
@@ -147,7 +158,7 @@ def decode_body(header: Header, frame: bytes | memoryview, offset: int, *, remov
     if not lo <= header.api_version <= hi:
         raise CodecError(f"{cls.__name__} v{header.api_version} is outside the schema's {lo}-{hi}")
     versioned = cls[header.api_version]
-    flexible = bool(cls.flexible_version_q(header.api_version))
+    flexible = is_flexible(header.api_key, header.api_version)
     data = memoryview(frame)
     try:
         body, end = versioned._struct.compiled_decode_from(

@@ -6,10 +6,12 @@ listener's encode_response (codec.py) frames it as it frames kafka-python's."""
 
 from __future__ import annotations
 
+import io
+import random
 import uuid
 
 import pytest
-from kafka.protocol.api_header import ResponseHeader
+from kafka.protocol.api_header import RequestHeader, ResponseHeader
 from kafka.protocol.producer.produce import ProduceResponse
 
 from raftlog.node.kafka import codec
@@ -121,3 +123,44 @@ def _light(response: ProduceResponse) -> ProduceAnswer:
 def test_light_answers_encode_as_kafka_python(shape: str, version: int) -> None:
     response = _responses()[shape]
     assert encode_produce(_light(response), version) == bytes(response.encode(version=version))
+
+
+def _kafka_python_header(frame: bytes) -> tuple[object, ...]:
+    api_key, api_version = int.from_bytes(frame[0:2], "big", signed=True), int.from_bytes(frame[2:4], "big", signed=True)
+    stream = io.BytesIO(frame)
+    try:
+        raw = RequestHeader.decode(stream, flexible=codec.is_flexible(api_key, api_version))
+    except Exception:  # noqa: BLE001
+        return ("error",)
+    if stream.tell() > len(frame):
+        return ("error",)
+    return (api_key, api_version, raw.correlation_id, raw.client_id, stream.tell())
+
+
+def _header_frames() -> list[bytes]:
+    rng = random.Random(46)
+    frames = []
+    for key, version in [(0, 3), (0, 9), (0, 11), (1, 12), (3, 12), (18, 3), (18, 4), (99, 0), (-1, 2816)]:
+        prefix = key.to_bytes(2, "big", signed=True) + version.to_bytes(2, "big", signed=True) + (7).to_bytes(4, "big")
+        for client_id in (b"", b"rdkafka", "prodüçer".encode(), b"\xff\xfe", b"x" * 300):
+            n = len(client_id).to_bytes(2, "big")
+            for tail in (b"", b"\x00", b"\x00body", b"\x01\x05\x02ab\x00", b"\x01\x00\x03ab"):
+                frames.append(prefix + n + client_id + tail)
+        frames.append(prefix + b"\xff\xff" + b"\x00body")  # null client_id
+        frames.append(prefix + b"\xff\xfe" + b"\x00body")  # a negative length other than -1
+        frames.append(prefix + b"\x00\x09abc")  # client_id past the end
+    frames += [bytes(rng.getrandbits(8) for _ in range(rng.randrange(10, 40))) for _ in range(2000)]
+    return frames
+
+
+def test_request_header_is_kafka_pythons() -> None:
+    for frame in _header_frames():
+        try:
+            header, offset = codec.decode_header(frame)
+            ours: tuple[object, ...] = (header.api_key, header.api_version, header.correlation_id,
+                                        header.client_id, offset)
+        except codec.CodecError:
+            ours = ("error",)
+        assert ours == _kafka_python_header(frame), frame
+        if ours != ("error",):
+            assert codec.decode_header(memoryview(frame)) == (header, offset)
