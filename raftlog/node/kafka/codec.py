@@ -42,10 +42,11 @@ import kafka.protocol.metadata.metadata
 import kafka.protocol.producer.produce
 import kafka.protocol.producer.transaction
 import kafka.protocol.sasl  # noqa: F401  (registers SaslHandshake / SaslAuthenticate)
-from kafka.protocol.api_header import RequestHeader, ResponseHeader
+from kafka.protocol.api_header import RequestHeader
 from kafka.protocol.api_message import ApiMessage
 
 import raftlog.node.kafka.schemas  # noqa: F401  (registers the Kafka 4 APIs kafka-python lacks)
+from raftlog.node.kafka.fast_encode import encode_produce, uvarint
 from raftlog.node.kafka.wire import (
     API_VERSIONS_KEY,
     Chunk,
@@ -69,6 +70,8 @@ __all__ = [
     "is_flexible",
     "chunks_size",
 ]
+
+PRODUCE_KEY: Final = 0
 
 _MODULES: Final = (
     kafka.protocol.admin.cluster, kafka.protocol.admin.configs, kafka.protocol.admin.groups,
@@ -96,23 +99,43 @@ def _message_classes() -> tuple[dict[int, type[ApiMessage]], dict[int, type[ApiM
 REQUEST_CLASSES, RESPONSE_CLASSES = _message_classes()
 
 
+# (api_key, api_version) -> flexible, every version of every schema, built once: no growth
+# at run time (a foreign key or version is looked up uncached).
+_FLEXIBLE: Final = {(key, v): bool(cls.flexible_version_q(v))
+                    for key, cls in REQUEST_CLASSES.items() for v in range(cls.max_version + 1)}
+
+
 def is_flexible(api_key: int, api_version: int) -> bool:
     """Whether this API version uses flexible encoding (compact types, tagged fields)."""
-    cls = REQUEST_CLASSES.get(api_key)
-    return cls is not None and bool(cls.flexible_version_q(api_version))
+    flexible = _FLEXIBLE.get((api_key, api_version))
+    if flexible is None:
+        cls = REQUEST_CLASSES.get(api_key)
+        return cls is not None and bool(cls.flexible_version_q(api_version))
+    return flexible
 
 
 _HEADER_PREFIX: Final = struct.Struct(">hh")
+_HEADER_FIXED: Final = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id length
 
 
 def decode_header(frame: bytes | memoryview) -> tuple[Header, int]:
     """The request header and the body's start offset. Raises CodecError when the frame is too
     short for a header or its client_id runs past the end. An unknown api_key still decodes
-    (as header v1) so that its correlation id can be logged."""
+    (as header v1) so that its correlation id can be logged. The common header (a UTF-8 or
+    null client_id; in header v2 no tagged fields) is unpacked directly, anything else goes
+    through kafka-python's RequestHeader (the same results: test_kafka_fast_encode.py)."""
     if len(frame) < 10:
         raise CodecError(f"request of {len(frame)} bytes is shorter than a request header")
-    api_key, api_version = _HEADER_PREFIX.unpack_from(frame, 0)
+    api_key, api_version, correlation_id, n = _HEADER_FIXED.unpack_from(frame, 0)
     flexible = is_flexible(api_key, api_version)
+    end = 10 + max(n, 0)
+    if n >= -1 and end + flexible <= len(frame) and (not flexible or frame[end] == 0):
+        try:
+            client_id = None if n == -1 else str(frame[10:end], "utf-8")
+        except UnicodeDecodeError:
+            pass
+        else:
+            return Header(api_key, api_version, correlation_id, client_id), end + flexible
     stream = io.BytesIO(frame)
     try:
         raw = RequestHeader.decode(stream, flexible=flexible)
@@ -135,7 +158,7 @@ def decode_body(header: Header, frame: bytes | memoryview, offset: int, *, remov
     if not lo <= header.api_version <= hi:
         raise CodecError(f"{cls.__name__} v{header.api_version} is outside the schema's {lo}-{hi}")
     versioned = cls[header.api_version]
-    flexible = bool(cls.flexible_version_q(header.api_version))
+    flexible = is_flexible(header.api_key, header.api_version)
     data = memoryview(frame)
     try:
         body, end = versioned._struct.compiled_decode_from(
@@ -152,13 +175,19 @@ def decode_body(header: Header, frame: bytes | memoryview, offset: int, *, remov
     return body
 
 
-def response_header_bytes(header: Header) -> bytes:
-    """Response header v1 for flexible versions, v0 otherwise and always for ApiVersions."""
-    flexible = header.api_key != API_VERSIONS_KEY and is_flexible(header.api_key, header.api_version)
-    return bytes(ResponseHeader(correlation_id=header.correlation_id).encode(flexible=flexible))
-
-
 _SIZE: Final = struct.Struct(">i")
+
+
+def response_header_bytes(header: Header) -> bytes:
+    """Response header v1 for flexible versions (the correlation id, then no tagged fields),
+    v0 otherwise and always for ApiVersions (the correlation id): kafka-python's
+    ResponseHeader bytes (tests/unit/kafka/test_kafka_fast_encode.py), packed directly."""
+    flexible = header.api_key != API_VERSIONS_KEY and is_flexible(header.api_key, header.api_version)
+    return _SIZE.pack(header.correlation_id) + b"\x00" if flexible else _SIZE.pack(header.correlation_id)
+
+
+# Bodies written by hand (fast_encode.py) instead of kafka-python's generic encoder.
+_FAST_BODIES: Final = {PRODUCE_KEY: encode_produce}
 
 
 def encode_response(
@@ -172,7 +201,9 @@ def encode_response(
     `version` overrides the header's (ApiVersions answering an unknown version in v0).
     `splices` maps placeholder values of `bytes`/`records` fields in `body` to the chunk
     that replaces each (see the module docstring); the length prefixes are rewritten."""
-    encoded = bytes(body.encode(version=header.api_version if version is None else version))
+    at_version = header.api_version if version is None else version
+    fast = _FAST_BODIES.get(header.api_key)
+    encoded = fast(body, at_version) if fast is not None else bytes(body.encode(version=at_version))
     head = response_header_bytes(header)
     if not splices:
         return [_SIZE.pack(len(head) + len(encoded)) + head + encoded]
@@ -197,18 +228,9 @@ def _chunk_len(chunk: Chunk) -> int:
     return chunk.length if isinstance(chunk, FileRange) else len(chunk)
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _length_prefix(n: int, flexible: bool) -> bytes:
     # records/bytes fields: int32 length, or compact (unsigned varint of length + 1).
-    return _uvarint(n + 1) if flexible else _SIZE.pack(n)
+    return uvarint(n + 1) if flexible else _SIZE.pack(n)
 
 
 def _length_prefix_size(n: int, flexible: bool) -> int:

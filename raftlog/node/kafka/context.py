@@ -17,7 +17,8 @@ run no native handler.
 
 A handler returns one of:
 * a response message (kafka-python ApiMessage of the response class): encoded at the
-  request's version;
+  request's version; Produce answers with fast_encode.py's light `ProduceAnswer` instead,
+  which the codec encodes by hand;
 * `Encoded(chunks)`: a response already encoded (zero-copy fetch);
 * `Later(fn)`: `await fn()` gives one of the above; run in its own task so that the next
   request of the connection starts meanwhile (long polls, acks=all waits, admin ops);
@@ -66,6 +67,8 @@ from raftlog.node.kafka.wire import Chunk, Header
 
 if TYPE_CHECKING:  # kafka-python loads on the first Kafka request, not with the node
     from kafka.protocol.api_message import ApiMessage
+
+    from raftlog.node.kafka.fast_encode import ProduceAnswer
 
 DISK_THREADS = 4
 
@@ -232,8 +235,8 @@ class Encoded:
 
 @dataclass(frozen=True, slots=True)
 class Later:
-    fn: Callable[[], Awaitable["ApiMessage | Encoded | None"]]
+    fn: Callable[[], Awaitable["ApiMessage | ProduceAnswer | Encoded | None"]]
 
 
-Reply: TypeAlias = "ApiMessage | Encoded | Later | None"
+Reply: TypeAlias = "ApiMessage | ProduceAnswer | Encoded | Later | None"
 Handler = Callable[[KafkaContext, Call], Awaitable[Reply]]

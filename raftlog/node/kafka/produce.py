@@ -37,13 +37,20 @@ from __future__ import annotations
 from typing import Any, Final
 
 import trio
-from kafka.protocol.producer.produce import ProduceResponse
 from kafka.protocol.producer.transaction import InitProducerIdResponse
 
 from partition.port import ClientInfo, ProducePart, ProduceResult
 from raftlog.base.errors import RaftlogError
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.context import Call, KafkaContext, Later, Reply
+from raftlog.node.kafka.fast_encode import (
+    Endpoint,
+    LeaderHint,
+    PartitionAnswer,
+    ProduceAnswer,
+    RecordError,
+    TopicAnswer,
+)
 from raftlog.node.kafka.txn import init_txn_producer_id
 from raftlog.node.kafka.metadata import ZERO_UUID, leader_hint, names_by_uuid, node_endpoints
 from raftlog.node.kafka.versions import PRODUCE_MIN_USABLE
@@ -57,10 +64,10 @@ TV2_PRODUCE_VERSION: Final = 12  # KIP-890 part 2: a transactional produce adds 
 
 
 def _partition_response(index: int, code: int, base_offset: int = -1, message: str | None = None,
-                        log_start_offset: int = -1, log_append_time_ms: int = -1) -> Any:
-    P = ProduceResponse.TopicProduceResponse.PartitionProduceResponse
-    return P(index=index, error_code=code, base_offset=base_offset, log_append_time_ms=log_append_time_ms,
-             log_start_offset=log_start_offset, record_errors=[], error_message=message)
+                        log_start_offset: int = -1, log_append_time_ms: int = -1) -> PartitionAnswer:
+    # The answers are fast_encode.py's light classes, not kafka-python's (whose constructor
+    # costs more than the encoding); the codec writes them as kafka-python would.
+    return PartitionAnswer(index, code, base_offset, log_append_time_ms, log_start_offset, message)
 
 
 def _topic_names(ctx: KafkaContext, call: Call) -> list[str | None]:
@@ -71,14 +78,12 @@ def _topic_names(ctx: KafkaContext, call: Call) -> list[str | None]:
     return [names.get(t.topic_id) for t in call.request.topic_data]
 
 
-def _topic_response(t: Any, name: str | None, partitions: list[Any]) -> Any:
-    return ProduceResponse.TopicProduceResponse(
-        name=name or "", topic_id=getattr(t, "topic_id", None) or ZERO_UUID,
-        partition_responses=partitions)
+def _topic_response(t: Any, name: str | None, partitions: list[PartitionAnswer]) -> TopicAnswer:
+    return TopicAnswer(name or "", getattr(t, "topic_id", None) or ZERO_UUID, partitions)
 
 
-def _all_failed(call: Call, code: int, message: str) -> ProduceResponse:
-    return ProduceResponse(responses=[
+def _all_failed(call: Call, code: int, message: str) -> ProduceAnswer:
+    return ProduceAnswer(responses=[
         _topic_response(t, getattr(t, "name", None), [
             _partition_response(p.index, code, message=message) for p in t.partition_data])
         for t in call.request.topic_data
@@ -116,14 +121,14 @@ async def handle_produce(ctx: KafkaContext, call: Call) -> Reply:
     if appended is None or not appended.waiting:
         return _response(ctx, request, names, results, bad)
 
-    async def finish() -> ProduceResponse:
+    async def finish() -> ProduceAnswer:
         return _response(ctx, request, names, await appended.wait(deadline), bad)
 
     return Later(finish)
 
 
 def _response(ctx: KafkaContext, request: Any, names: list[str | None], results: list[ProduceResult],
-              bad: dict[tuple[int, int], tuple[int, str]]) -> ProduceResponse:
+              bad: dict[tuple[int, int], tuple[int, str]]) -> ProduceAnswer:
     by_key = {(r.topic, r.partition): r for r in results}
     topics = []
     endpoints: set[int] = set()
@@ -143,16 +148,14 @@ def _response(ctx: KafkaContext, request: Any, names: list[str | None], results:
             code = errors.kafka_error_code(r.error.code)
             out = _partition_response(p.index, code, message=r.error.message)
             for index, text in r.error.details.get("record_errors", ()):  # LogValidator's, by record
-                out.record_errors.append(type(out).BatchIndexAndErrorMessage(
-                    batch_index=index, batch_index_error_message=text))
+                out.record_errors.append(RecordError(index, text))
             hint = leader_hint(r.error)
             if hint is not None:  # KIP-951 (v10+): the new leader, no metadata round trip
-                out.current_leader = type(out).LeaderIdAndEpoch(leader_id=hint[0], leader_epoch=hint[1])
+                out.current_leader = LeaderHint(hint[0], hint[1])
                 endpoints.add(hint[0])
             partitions.append(out)
         topics.append(_topic_response(t, name, partitions))
-    return ProduceResponse(responses=topics, throttle_time_ms=0,
-                           node_endpoints=node_endpoints(ctx, endpoints, ProduceResponse.NodeEndpoint))
+    return ProduceAnswer(topics, 0, node_endpoints(ctx, endpoints, Endpoint) if endpoints else [])
 
 
 async def handle_init_producer_id(ctx: KafkaContext, call: Call) -> Reply:
