@@ -42,7 +42,11 @@ evicted a producer (-1 if none), "producers": [[producer_id, producer_epoch, [[b
 last_sequence, first_offset, last_offset], ...]], ...] in last-write order}; v2 adds "txns"
 [[producer_id, first_offset], ...] and "aborted" [[producer_id, first, last, lso], ...], v3
 "coordinator_epochs" [[producer_id, producer_epoch, coordinator_epoch], ...] (each producer's
-last marker's coordinator epoch, a producer without batches left included). `decode` refuses
+last marker's coordinator epoch, a producer without batches left included), v4 "ended"
+[[producer_id, first_offset, marker_offset, commit 0/1], ...] (the transactions whose marker was
+not known committed: a snapshot is taken at the log end, above the high watermark, and without
+them a reload let the LSO pass a transaction whose marker a new leader may still cut, and a
+truncation of that marker left it neither open nor ended). `decode` refuses
 anything a real state could not be: offsets at or past S, unordered batches or producers, a
 producer twice, more than `max_producers` entries or `MAX_BATCHES` batches, values out of range.
 
@@ -96,6 +100,7 @@ _SNAPSHOT_HEAD = struct.Struct(">4sII")  # magic, body length, CRC-32C of the bo
 _SNAPSHOT_KEYS = frozenset({"v", "offset", "last_epoch", "evicted_at", "producers"})
 _SNAPSHOT_KEYS_V2 = _SNAPSHOT_KEYS | {"txns", "aborted"}
 _SNAPSHOT_KEYS_V3 = _SNAPSHOT_KEYS_V2 | {"coordinator_epochs"}
+_SNAPSHOT_KEYS_V4 = _SNAPSHOT_KEYS_V3 | {"ended"}
 _MAX_ABORTED = 1_000_000  # aborted-transaction entries a snapshot may carry
 # A snapshot takes ~160 bytes per producer with a full window (the default 10,000 producers:
 # ~1.6 MB); a file larger than this (~400,000 producers) is not read.
@@ -157,6 +162,9 @@ class ProducerSnapshot:
     # (v3) (producer id, producer epoch, coordinator epoch) of each producer with a marker here:
     # the epoch a marker must reach (TRANSACTION_COORDINATOR_FENCED below it).
     coordinator_epochs: tuple[tuple[int, int, int], ...] = ()
+    # (v4) (producer id, first offset, marker offset, commit) of each ended transaction whose
+    # marker was not known committed (producer_txn.ProducerTxns.unstable), in marker order.
+    ended: tuple[tuple[int, int, int, bool], ...] = ()
 
     def encode(self) -> bytes:
         """The file's bytes: header (magic, body length, CRC-32C) and canonical CBOR body
@@ -167,10 +175,12 @@ class ProducerSnapshot:
             "producers": [[pid, epoch, [list(b) for b in batches]]
                           for pid, epoch, batches in self.producers],
         }  # fmt: skip
-        if self.open_txns or self.aborted or self.coordinator_epochs:
+        if self.open_txns or self.aborted or self.coordinator_epochs or self.ended:
             obj.update(v=2, txns=[list(t) for t in self.open_txns], aborted=[list(a) for a in self.aborted])
-        if self.coordinator_epochs:
+        if self.coordinator_epochs or self.ended:
             obj.update(v=3, coordinator_epochs=[list(c) for c in self.coordinator_epochs])
+        if self.ended:
+            obj.update(v=4, ended=[[pid, first, marker, int(commit)] for pid, first, marker, commit in self.ended])
         body = cbor.dumps(obj)
         return _SNAPSHOT_HEAD.pack(_SNAPSHOT_MAGIC, len(body), crc32c(body)) + body
 
@@ -190,7 +200,7 @@ class ProducerSnapshot:
         except ValueError:
             return None
         if type(obj) is not dict or (obj.keys(), obj.get("v")) not in (
-                (_SNAPSHOT_KEYS, 1), (_SNAPSHOT_KEYS_V2, 2), (_SNAPSHOT_KEYS_V3, 3)):
+                (_SNAPSHOT_KEYS, 1), (_SNAPSHOT_KEYS_V2, 2), (_SNAPSHOT_KEYS_V3, 3), (_SNAPSHOT_KEYS_V4, 4)):
             return None
         offset, last_epoch, evicted_at = obj["offset"], obj["last_epoch"], obj["evicted_at"]
         raw = obj["producers"]
@@ -213,9 +223,29 @@ class ProducerSnapshot:
         if txns is None:
             return None
         coordinator_epochs = _decode_coordinator_epochs(obj.get("coordinator_epochs", []), max_producers)
-        if coordinator_epochs is None:
+        ended = _decode_ended(obj.get("ended", []), offset)
+        if coordinator_epochs is None or ended is None:
             return None
-        return cls(offset, last_epoch, evicted_at, tuple(producers), *txns, coordinator_epochs)
+        return cls(offset, last_epoch, evicted_at, tuple(producers), *txns, coordinator_epochs, ended)
+
+
+def _decode_ended(raw: object, offset: int) -> tuple[tuple[int, int, int, bool], ...] | None:
+    """A v4 snapshot's ended transactions, or None when not valid: first offset <= marker
+    offset < `offset`, markers ascending, commit 0 or 1."""
+    if type(raw) is not list or len(raw) > _MAX_ABORTED:
+        return None
+    out = []
+    prev = -1
+    for e in raw:
+        if type(e) is not list or len(e) != 4:
+            return None
+        pid, first, marker, commit = e
+        if not (_is_int(pid, 0, _INT64_MAX) and _is_int(first, 0, offset - 1)
+                and _is_int(marker, max(first, prev + 1), offset - 1) and _is_int(commit, 0, 1)):
+            return None
+        prev = marker
+        out.append((pid, first, marker, bool(commit)))
+    return tuple(out)
 
 
 def _decode_coordinator_epochs(raw: object, max_producers: int | None) -> tuple[tuple[int, int, int], ...] | None:
@@ -549,6 +579,7 @@ class ProducerStateManager:
             tuple(sorted(self.txns.open.items(), key=lambda t: t[1])), tuple(self.txns.aborted),
             tuple((pid, e.producer_epoch, e.coordinator_epoch)
                   for pid, e in self._entries.items() if e.coordinator_epoch >= 0),
+            tuple((e.producer_id, e.first_offset, e.marker_offset, e.commit) for e in self.txns.unstable),
         )  # fmt: skip
 
     def load(self, snapshot: ProducerSnapshot, *, log_start_offset: int) -> None:
@@ -573,4 +604,5 @@ class ProducerStateManager:
                 self._entries.move_to_end(pid, last=False)
             e.coordinator_epoch = coordinator_epoch
         self._evicted_at = snapshot.evicted_at
-        self.txns.load(list(snapshot.open_txns), list(snapshot.aborted), log_start_offset)
+        self.txns.load(list(snapshot.open_txns), list(snapshot.aborted), log_start_offset,
+                       ended=list(snapshot.ended))

@@ -19,7 +19,7 @@ which read_committed fetches return for the range they cover, so clients drop it
 
 Invariants:
 * The state is a function of the log (its batch headers and the markers' types), so a walk of
-  the log rebuilds it; the producer snapshot (producer_state.py) carries `open` and `aborted`.
+  the log rebuilds it; the producer snapshot (producer_state.py) carries `open`, `unstable` and `aborted`.
 * A truncation only cuts above the high watermark (Raft never cuts a committed offset): every
   marker it removes is still in `unstable`, so `truncate` restores the state exactly (the
   transaction is open again, its aborted entry gone).
@@ -133,9 +133,14 @@ class ProducerTxns:
         if i:
             del self.aborted[:i]
 
-    def load(self, open_txns: list[tuple[int, int]], aborted: list[AbortedTxn], log_start_offset: int) -> None:
-        """The state a snapshot carries (`open` in offset order, `aborted` by last offset)."""
+    def load(self, open_txns: list[tuple[int, int]], aborted: list[AbortedTxn], log_start_offset: int,
+             ended: list[tuple[int, int, int, bool]] = ()) -> None:
+        """The state a snapshot carries (`open` in offset order, `aborted` by last offset,
+        `ended`: the `unstable` ones, (producer id, first offset, marker offset, commit) in
+        marker order; a snapshot is taken at the log end, above the high watermark, so those
+        markers may still be cut: the LSO waits for them and `truncate` reopens them)."""
         self.clear()
         for pid, first in open_txns:
             self.open[pid] = first
+        self.unstable = [_Ended(*e) for e in ended]
         self.aborted = [a for a in aborted if a.last_offset >= log_start_offset]
