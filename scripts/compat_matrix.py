@@ -4,6 +4,7 @@ docs/compatibility.md from the last run of the conformance suite (issue 40).
     python -m pytest tests/conformance -p no:cacheprovider --junitxml=/tmp/conformance.xml
     python scripts/compat_matrix.py /tmp/conformance.xml [more.xml ...] [--doc docs/compatibility.md]
     python scripts/compat_matrix.py --keep /tmp/some-files.xml    # a rerun of some files only
+    python scripts/compat_matrix.py --readme-only                 # README's short form from the doc
 
 Each test of tests/conformance/ runs one scenario on the reference Kafka and on raftlog and
 compares what a user sees, so its outcome is the row: passed = the same answer on both;
@@ -172,7 +173,7 @@ def render(table: list[tuple[str, str, str, str]], *reports: Path, rerun: int | 
     return "\n".join(lines)
 
 
-def summary(table: list[tuple[str, str, str, str]], *reports: Path) -> str:
+def summary(table: list[tuple[str, str, str, str]], *reports: Path, when: str | None = None) -> str:
     """README's short matrix, one column per family of clients and tools: how many of its
     scenarios answer the same as Kafka, with the command and the date of the run."""
     families: dict[str, list[int]] = {}
@@ -181,7 +182,7 @@ def summary(table: list[tuple[str, str, str, str]], *reports: Path) -> str:
         counts[0] += 1
         counts[1] += raftlog == "same as Kafka"
     same = sum(c[1] for c in families.values())
-    lines = [BEGIN, f"Scenarios run on Apache Kafka 4.4 and on raftlog and compared ({_when(*reports)}, "
+    lines = [BEGIN, f"Scenarios run on Apache Kafka 4.4 and on raftlog and compared ({when or _when(*reports)}, "
              f"`python scripts/compat_matrix.py`): **{same} of {len(table)} answer the same**.", "",
              "| client or tool | " + " | ".join(families) + " |", "| --- |" + " ---: |" * len(families),
              "| same as Kafka | " + " | ".join(f"{ok} of {n}" for n, ok in families.values()) + " |"]
@@ -199,16 +200,34 @@ def _replace_between_markers(text: str, block: str) -> str:
     return head + block + rest.partition(END)[2]
 
 
+def _readme_from_doc(doc: Path, readme: Path) -> int:
+    text = doc.read_text()
+    table = kept_rows(text, [])
+    generated = re.search(r"Generated (\d{4}-\d\d-\d\d \d\d:\d\d UTC)", text)
+    if not table or generated is None or BEGIN not in readme.read_text():
+        print(f"compat_matrix: no generated table in {doc} or no markers in {readme}", file=sys.stderr)
+        return 2
+    readme.write_text(_replace_between_markers(readme.read_text(), summary(table, when=generated.group(1))))
+    print(f"{readme}: the short form of {len(table)} rows")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("junit", type=Path, nargs="+",
+    ap.add_argument("junit", type=Path, nargs="*",
                     help="pytest's --junitxml report(s) of tests/conformance (a later one's cases win)")
     ap.add_argument("--doc", type=Path, default=ROOT / "docs" / "compatibility.md")
     ap.add_argument("--readme", type=Path, default=None,
                     help="where the short form goes (default: README.md when --doc is the default)")
     ap.add_argument("--keep", action="store_true",
                     help="keep the document's rows these reports do not have (a rerun of some files)")
+    ap.add_argument("--readme-only", action="store_true",
+                    help="write README's short form from the document's table (no report)")
     args = ap.parse_args()
+    if args.readme_only:
+        return _readme_from_doc(args.doc, args.readme or ROOT / "README.md")
+    if not args.junit:
+        ap.error("a junit report is needed (or --readme-only)")
     missing = [str(j) for j in args.junit if not j.exists()]
     if missing:
         print(f"compat_matrix: no report at {', '.join(missing)}: run the suite with --junitxml first", file=sys.stderr)

@@ -85,3 +85,18 @@ def test_readme_gets_the_short_form(tmp_path, monkeypatch):
     assert "**1 of 5 answer the same**" in text, text
     assert "| client or tool | Java client and Admin client | Kafka's tools |" in text, text
     assert "| same as Kafka | 1 of 4 | 0 of 1 |" in text, text
+
+
+def test_readme_only_takes_the_documents_table(tmp_path, monkeypatch):
+    """--readme-only: README's short form from the document's last generated table and its date."""
+    doc, readme = tmp_path / "compatibility.md", tmp_path / "README.md"
+    doc.write_text(f"{compat_matrix.BEGIN}\nGenerated 2026-01-02 03:04 UTC by x\n\n"
+                   "| client / tool | feature | Apache Kafka | raftlog |\n| --- | --- | --- | --- |\n"
+                   "| Java Admin client | describeTopics | yes | same as Kafka |\n"
+                   f"| kafka-topics | --list | yes | FAILS: x |\n{compat_matrix.END}\n")
+    readme.write_text(f"{compat_matrix.BEGIN}\n{compat_matrix.END}\n")
+    monkeypatch.setattr(sys, "argv", ["compat_matrix.py", "--readme-only", "--doc", str(doc), "--readme", str(readme)])
+    assert compat_matrix.main() == 0
+    text = readme.read_text()
+    assert "(2026-01-02 03:04 UTC," in text and "**1 of 2 answer the same**" in text, text
+    assert "| same as Kafka | 1 of 1 | 0 of 1 |" in text, text
