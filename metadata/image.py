@@ -148,6 +148,16 @@ class TopicImage:
     def effective_config(self) -> TopicConfig:
         return TopicConfig.from_configs(self.configs)
 
+    def only_leaders_moved_since(self, old: TopicImage | None) -> bool:
+        """True when this differs from `old` at most in its partitions' leaders and epochs
+        (a replica host's reconcile has nothing to do for it)."""
+        if (old is None or old.name != self.name or old.configs != self.configs
+                or len(old.partitions) != len(self.partitions)):
+            return False
+        return all(a is b or (a.replicas == b.replicas and a.adding_replicas == b.adding_replicas
+                              and a.removing_replicas == b.removing_replicas)
+                   for a, b in zip(old.partitions, self.partitions))
+
 
 @dataclass(frozen=True)
 class RequestOutcome:

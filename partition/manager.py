@@ -16,17 +16,16 @@ results), `await allocate_producer_ids()`.
   directory's `partition.metadata` names the topic id). A new, empty replica starts in the
   first term its partition's record names (partition/raft.py "First term": the named leader
   leads, the others follow, no election); a record naming none (an older controller's) has
-  the preferred leader run for election at once. Opening: replicas
-  whose directory was there at start (`run` lists them, so no stat runs on the trio thread)
-  open in batches, OPEN_THREADS batches at once, each in a worker thread, their recovery's fsyncs in one
-  durability barrier per batch (partition/fresh_open.py `open_existing_batch`; one fsync per
-  replica was most of a 10,000-replica restart, issue 46). The rest of an open is Python
-  (the recovery scan and the producer walk, over a warm page cache); eight at once (the DiskWork pool) left a node
+  the preferred leader run for election at once. Opening, new replicas and those whose
+  directory was there at start (`run` lists them, so no stat runs on the trio thread) alike:
+  in batches, each in a worker thread with one durability barrier for its fsyncs
+  (partition/fresh_open.py; fsyncs were most of a creation's and of a 10,000-replica
+  restart's time, issue 46), OPEN_THREADS batches of existing ones at once. The rest of an
+  open is Python (recovery scan, producer walk); eight at once (the DiskWork pool) left a node
   restarted with 1,000 replicas after a load so busy (short of the GIL, most likely) that
   its links to the leaders fell silent, and the followers opened so far ran pre-votes
   against live leaders while the rest waited (450-3,000 leader changes logged during the
-  open instead of ~320). New replicas open in batches with one durability barrier each
-  (partition/fresh_open.py: their fsyncs were most of a creation's time).
+  open instead of ~320).
 * Ticks: every core's `tick()` every `tick_ms` (50) from one task, except quiescent ones
   (partition/raft.py "Quiescence": an idle group holds its followers' fetches and its ticks
   do nothing): a replica leaves the tick set when a tick finds `needs_tick()` false and
@@ -407,7 +406,7 @@ class ReplicaManager:
         # partitions such walks took half an idle node's loop (issue 46, py-spy).
         seen = self._reconciled
         changed = [t for tid, t in image.topics.items()
-                   if seen.get(tid) is not t and not _only_leaders_moved(seen.get(tid), t)]
+                   if seen.get(tid) is not t and not t.only_leaders_moved_since(seen.get(tid))]
         affected = {t.topic_id for t in changed} | (seen.keys() - image.topics.keys())
         self._reconciled = dict(image.topics)
         if not affected:
@@ -791,15 +790,3 @@ class ReplicaManager:
                 if p is not None and (p.leader, p.leader_epoch) != (self.node_id, r.leader_epoch):
                     if p.leader_epoch <= r.leader_epoch:
                         self._start_report(r)
-
-
-def _only_leaders_moved(old: TopicImage | None, new: TopicImage) -> bool:
-    """True when `new` differs from `old` at most in its partitions' leaders and epochs."""
-    if (old is None or old.name != new.name or old.configs != new.configs
-            or len(old.partitions) != len(new.partitions)):
-        return False
-    for a, b in zip(old.partitions, new.partitions):
-        if (a is not b and (a.replicas != b.replicas or a.adding_replicas != b.adding_replicas
-                            or a.removing_replicas != b.removing_replicas)):
-            return False
-    return True
