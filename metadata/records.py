@@ -263,9 +263,9 @@ class RemoveTopic(_Record):
 @dataclass(frozen=True)
 class Partition(_Record):
     """One partition of a topic: its replicas (in placement order), preferred leader, and the
-    leader/epoch last reported. At creation the controller names the first leader at epoch 0
+    leader/epoch last reported. At creation the controller may name the first leader at epoch 0
     ("named, not confirmed": its Raft group starts led by it in epoch 1, partition/raft.py
-    "First term"); -1/0 (a record of an older controller): the group elects."""
+    "First term"; metadata/controller.py NAME_FIRST_LEADER); -1/0: the group elects."""
 
     KIND: ClassVar[str] = "partition"
     topic_id: str

@@ -6,7 +6,6 @@ answer used to come before that (LEADER_NOT_AVAILABLE). `timeout_ms` 0 still ans
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
@@ -62,43 +61,3 @@ def test_create_topics_with_timeout_0_answers_without_waiting_for_leaders(cluste
     finally:
         conn.close()
 
-
-def _first_sight(conn: Conn, name: str, version: int, deadline_s: float = 60.0):
-    """Metadata at `version` for `name`, polled until the topic is there (the other node's
-    image may lag the controller's): the partitions of the first answer that lists it."""
-    deadline = time.monotonic() + deadline_s
-    while True:
-        fields = {"topics": [MetadataRequest.MetadataRequestTopic(name=name)]}
-        if version >= 4:
-            fields["allow_auto_topic_creation"] = False
-        if version >= 8:
-            fields["include_topic_authorized_operations"] = False
-        if 8 <= version <= 10:
-            fields["include_cluster_authorized_operations"] = False
-        r = conn.call(MetadataRequest, version, **fields)
-        [t] = r.topics
-        if t.error_code == NONE and len(t.partitions) == PARTITIONS:
-            return t.partitions
-        assert t.error_code in (NONE, UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE), t
-        assert time.monotonic() < deadline, f"{name} never appeared in Metadata v{version}"
-        time.sleep(0.05)
-
-
-@pytest.mark.parametrize("version", [12, 0])
-def test_the_first_metadata_that_lists_a_new_topic_names_every_leader(cluster, version):
-    """Issue 46: the controller names each new partition's first leader in the topic record
-    (partition/raft.py "First term"), so even with `timeout_ms` 0 (no wait for the Raft
-    groups) the first Metadata answer through another node that lists the topic names a
-    leader for every partition: KafkaJS's Metadata v0 throws on a partition with none."""
-    name = f"first-{version}-{uuid.uuid4().hex[:8]}"
-    creator, other = Conn(cluster.kafka(1)), Conn(cluster.kafka(2))
-    try:
-        assert _create(creator, name, timeout_ms=0) == NONE
-        if version < 4:  # v0 has no allow_auto_topic_creation: wait for the topic with v12 first
-            _first_sight(other, name, 12)
-        partitions = _first_sight(other, name, version)
-    finally:
-        creator.close()
-        other.close()
-    assert sorted(p.partition_index for p in partitions) == list(range(PARTITIONS))
-    assert all(p.error_code == NONE and p.leader_id in (1, 2, 3) for p in partitions), partitions

@@ -5,6 +5,8 @@ import random
 
 import pytest
 
+import metadata.controller as controller_module
+
 from metadata.controller import (
     MAX_LEADER_REPORTS,
     OFFSETS_TOPIC,
@@ -81,7 +83,8 @@ def kinds(result):
 # --- placement --------------------------------------------------------------------------
 
 
-def test_six_partitions_rf3_three_brokers_two_preferred_each():
+def test_six_partitions_rf3_three_brokers_two_preferred_each(monkeypatch):
+    monkeypatch.setattr(controller_module, "NAME_FIRST_LEADER", True)  # the named first leader's path
     cl = Cluster(brokers=3)
     resp = cl.commit(cl.c.create_topic("orders", 6, 3, now_ms=0))
     preferred = [p.preferred_leader for p in resp.partitions]
@@ -434,7 +437,8 @@ def test_ten_thousand_partitions_fit_default_envelopes():
 # --- partition leadership ---------------------------------------------------------------
 
 
-def test_partition_leader_reports_only_when_newer():
+def test_partition_leader_reports_only_when_newer(monkeypatch):
+    monkeypatch.setattr(controller_module, "NAME_FIRST_LEADER", True)  # the named first leader's path
     cl = Cluster(brokers=3)
     resp = cl.commit(cl.c.create_topic("t", 1, 3, now_ms=0))
     replicas = resp.partitions[0].replicas
