@@ -232,7 +232,11 @@ def main() -> int:
     if missing:
         print(f"compat_matrix: no report at {', '.join(missing)}: run the suite with --junitxml first", file=sys.stderr)
         return 2
-    table = rows(*args.junit)
+    try:
+        table = rows(*args.junit)
+    except ET.ParseError as exc:
+        print(f"compat_matrix: {' '.join(map(str, args.junit))} is not a junit XML report ({exc})", file=sys.stderr)
+        return 2
     if not table:
         print(f"compat_matrix: {' '.join(map(str, args.junit))} has no conformance test", file=sys.stderr)
         return 2

@@ -100,3 +100,12 @@ def test_readme_only_takes_the_documents_table(tmp_path, monkeypatch):
     text = readme.read_text()
     assert "(2026-01-02 03:04 UTC," in text and "**1 of 2 answer the same**" in text, text
     assert "| same as Kafka | 1 of 1 | 0 of 1 |" in text, text
+
+
+def test_a_file_that_is_not_a_report_is_one_clear_error(tmp_path, monkeypatch, capsys):
+    not_xml = tmp_path / "README.md"
+    not_xml.write_text("# raftlog\n")
+    doc = tmp_path / "compatibility.md"
+    monkeypatch.setattr(sys, "argv", ["compat_matrix.py", str(not_xml), "--doc", str(doc)])
+    assert compat_matrix.main() == 2
+    assert "is not a junit XML report" in capsys.readouterr().err and not doc.exists()
