@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
 
+from kafka.protocol.admin.cluster import DescribeQuorumRequest
+
 import node_harness as harness
+from test_kafka_unsupported import call
 
 RAFTLOG = [sys.executable, "-m", "raftlog.cli"]
 SESSION_MS = harness.TEST_SETTINGS["session_timeout_ms"]
@@ -58,7 +62,9 @@ def test_status_describe_produce_consume_tell_the_truth(tmp_path):
         assert f"solo-{lost_partition}" in message and f"leader {victim} is fenced" in message, refused.stderr
 
         # Two of three killed: no quorum, nothing led, and every command says so.
-        cluster.kill(({2, 3} - {victim}).pop())
+        second = ({2, 3} - {victim}).pop()
+        cluster.kill(second)
+        survivor = ({1, 2, 3} - {victim, second}).pop()
 
         def no_quorum() -> subprocess.CompletedProcess[str] | None:
             status = cli(cluster, "cluster", "status")
@@ -84,3 +90,15 @@ def test_status_describe_produce_consume_tell_the_truth(tmp_path):
         consumed = cli(cluster, "consume", "demo", "--from-beginning", "--max-messages", "1")
         assert consumed.returncode == 1, consumed
         assert "cannot consume demo" in consumed.stderr and "no leader" in consumed.stderr, consumed.stderr
+
+        # DescribeQuorum on a node that knows no quorum leader: Kafka's answer off the leader,
+        # NOT_LEADER_OR_FOLLOWER, which the Java admin client (kafka-metadata-quorum) retries;
+        # leader -1 with no error made that tool fail with NoSuchElementException.
+        host, _, port = cluster.kafka(survivor).rpartition(":")
+        Topic = DescribeQuorumRequest.TopicData
+        ask = DescribeQuorumRequest[2](topics=[Topic(topic_name="__cluster_metadata", partitions=[
+            Topic.PartitionData(partition_index=0)])])
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            answer = call(sock, ask, 2, 1)
+        (p,) = answer.topics[0].partitions
+        assert answer.error_code == 0 and p.error_code == 6 and p.leader_id == -1, answer

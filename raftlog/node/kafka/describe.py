@@ -12,7 +12,9 @@ already knows.
   as Kafka's `__cluster_metadata` partition 0 (another name: UNKNOWN_TOPIC_OR_PARTITION, as
   Kafka). Kafka's controller answers only as the quorum's leader; clients send the request
   to any node (kafka-python to the least loaded one, with no retry elsewhere), and raftlog
-  has no controller-only listener to send it to, so every node answers what it knows: the
+  has no controller-only listener to send it to, so every node that knows a leader answers
+  what it knows (one that knows none, in an election or without a quorum, answers
+  NOT_LEADER_OR_FOLLOWER, which the Java admin client retries and Kafka's non-leaders answer): the
   leader it knows and, on a voter, the Raft term as the epoch, its commit index as the high
   watermark and its own log end; the leader adds each voter's match index as its log end
   offset. A node that is not a voter, or a voter about its peers, answers -1 where it does
@@ -113,6 +115,12 @@ async def handle_describe_quorum(ctx: KafkaContext, call: Call) -> Reply:
     voters = [state(v, match.get(v, -1)) for v in voter_ids]
     observers = [state(b, -1) for b in sorted(ctx.metadata.image.brokers) if b not in voter_ids]
     leader = ctx.metadata.controller_id
+    if leader is None:  # no leader known here (an election, or no quorum): Kafka's answer off the leader
+        lost = Partition(partition_index=0, error_code=errors.NOT_LEADER_OR_FOLLOWER,
+                         error_message="this node knows no metadata quorum leader now", leader_id=-1,
+                         leader_epoch=-1, high_watermark=-1, current_voters=[], observers=[])
+        return R(error_code=errors.NONE, error_message=None,
+                 topics=[Topic(topic_name=METADATA_TOPIC, partitions=[lost])], nodes=[])
     partition = Partition(
         partition_index=0, error_code=errors.NONE, error_message=None,
         leader_id=-1 if leader is None else leader, leader_epoch=status.get("term", -1),
