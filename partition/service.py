@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -51,7 +52,15 @@ import trio
 
 from metadata.image import MetadataImage
 from metadata.topic_config import INT64_MAX, TopicConfig
-from partition.batch import DEFAULT_MAX_DECOMPRESSED_BYTES, Compression, iter_headers
+from partition.batch import (
+    COMPRESSION_MASK,
+    DEFAULT_MAX_DECOMPRESSED_BYTES,
+    HEADER_BYTES,
+    LOG_OVERHEAD,
+    CheckedBatches,
+    Compression,
+    iter_headers,
+)
 from partition.errors import CorruptRecordError
 from partition.port import (
     EARLIEST_TIMESTAMP,
@@ -81,7 +90,7 @@ from partition.port import (
 from partition.replica import AckWaiter, Replica
 from partition.recompress import recompress
 from partition.telemetry import TopicTraffic, batch_records, slice_records
-from partition.validator import TimestampPolicy, validate_client_records
+from partition.validator import TimestampPolicy, validate_client_batches
 from raftlog.base.errors import (
     CoordinatorLoadInProgressError,
     InvalidRequestError,
@@ -158,9 +167,12 @@ _CODECS: Final = {"uncompressed": Compression.NONE, "gzip": Compression.GZIP, "s
                   "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
 
 
-def _validated_in(check: Callable[[], bytes | bytearray], codec: Compression) -> bytes | bytearray:
-    """Validated records, then recompressed into `codec` where a batch is in another."""
-    return recompress(check(), codec, max_decompressed_bytes=VALIDATE_MAX_DECOMPRESSED_BYTES)
+def _validated_in(check: Callable[[], CheckedBatches], codec: Compression) -> CheckedBatches:
+    """Validated records, then recompressed into `codec` where a batch is in another (the
+    recompressed batches' headers are read again: their CRC-32Cs are the ones just computed)."""
+    checked = check()
+    data = recompress(checked.data, codec, max_decompressed_bytes=VALIDATE_MAX_DECOMPRESSED_BYTES)
+    return checked if data is checked.data else CheckedBatches(data, list(iter_headers(data, verify=False)))
 
 
 # ListOffsets' bounded wait for the high watermark to reach the log end (module docstring):
@@ -269,23 +281,24 @@ class PartitionService:
         return appended
 
     async def _validated(self, replica: Replica, records: bytes, client: ClientInfo,
-                         timestamps: TimestampPolicy | None, *, transactional: bool = False) -> bytes | bytearray:
-        """`records` as validate_client_records returns them: inline when uncompressed, in a
-        worker thread (VALIDATE_THREADS) when a batch must be decompressed first. Logs a
-        refusal (`produce_refused`, naming the client and the reason) and raises it."""
-        check = partial(validate_client_records, records,
-                        max_message_bytes=replica.topic_config.max_message_bytes,
-                        max_decompressed_bytes=VALIDATE_MAX_DECOMPRESSED_BYTES, topic=replica.topic,
-                        transactional=transactional,
-                        require_keys="compact" in replica.topic_config.cleanup_policy,
-                        partition=replica.partition, timestamps=timestamps)
-        codec = _CODECS.get(replica.topic_config.compression_type if replica.topic_config.compression_type
-                            != "producer" else self.compression_type)
-        if codec is not None:  # the topic's (else the broker's) compression.type: Kafka recompresses
-            check = partial(_validated_in, check, codec)
+                         timestamps: TimestampPolicy | None, *, transactional: bool = False) -> CheckedBatches:
+        """`records` as validate_client_batches returns them (the bytes to append with the
+        headers it read and CRC-checked, which the append then takes as they are): inline
+        when uncompressed, in a worker thread (VALIDATE_THREADS) when a batch must be
+        decompressed first. Logs a refusal (`produce_refused`, naming the client and the
+        reason) and raises it."""
+        config = replica.topic_config
+        compression = config.compression_type
+        codec = _CODECS.get(compression if compression != "producer" else self.compression_type)
+        kwargs = dict(max_message_bytes=config.max_message_bytes, max_decompressed_bytes=VALIDATE_MAX_DECOMPRESSED_BYTES,
+                      topic=replica.topic, transactional=transactional, require_keys="compact" in config.cleanup_policy,
+                      partition=replica.partition, timestamps=timestamps)
         try:
             if codec is None and not _any_compressed(records):
-                return check()
+                return validate_client_batches(records, **kwargs)
+            check = partial(validate_client_batches, records, **kwargs)
+            if codec is not None:  # the topic's (else the broker's) compression.type: Kafka recompresses
+                check = partial(_validated_in, check, codec)
             return await trio.to_thread.run_sync(check, limiter=self._validate_limiter)
         except RejectedError as exc:
             log_event(logger, "produce_refused", level=logging.WARNING, topic=replica.topic,
@@ -560,12 +573,23 @@ class PartitionService:
 
 
 def _any_compressed(records: bytes) -> bool:
-    """Whether any batch of `records` is compressed (headers only; bytes whose headers do
-    not read count as uncompressed: the validator refuses them without decompressing)."""
-    try:
-        return any(h.compression for _, h in iter_headers(records, verify=False))
-    except CorruptRecordError:
-        return False
+    """Whether any batch of `records` is compressed: its attributes' codec bits, read in
+    place batch by batch (no Header made); bytes whose headers do not read count as
+    uncompressed (the validator refuses them without decompressing)."""
+    pos, total = 0, len(records)
+    while pos + HEADER_BYTES <= total:
+        if records[pos + _CODEC_BYTE_AT] & COMPRESSION_MASK:
+            return True
+        length = _BATCH_LENGTH.unpack_from(records, pos + _BATCH_LENGTH_AT)[0]
+        if length < 0:
+            return False
+        pos += LOG_OVERHEAD + length
+    return False
+
+
+_CODEC_BYTE_AT: Final = 22  # the attributes' low byte (int16 at 21, big-endian)
+_BATCH_LENGTH_AT: Final = 8
+_BATCH_LENGTH: Final = struct.Struct(">i")
 
 
 # The fault suite's control, never for a real cluster: nodes started with

@@ -74,12 +74,13 @@ from crc32c import crc32c
 from partition.batch import (
     _ZZ1,
     _ZZ2,
+    COMPRESSION_MASK,
     CRC_START,
     HEADER_BYTES,
     LOG_OVERHEAD,
     MAGIC,
+    CheckedBatches,
     Header,
-    TimestampType,
     _varint_slow,
     decode_record_rows,
     read_header,
@@ -94,7 +95,7 @@ from raftlog.base.errors import (
     TransactionalIdAuthorizationFailedError,
 )
 
-__all__ = ["validate_client_records", "TimestampPolicy", "check_batch_header", "check_records", "batch_too_large"]
+__all__ = ["validate_client_records", "validate_client_batches", "TimestampPolicy", "check_batch_header", "check_records", "batch_too_large"]
 
 _MAGIC_AT = 16
 _MAX_TIMESTAMP_AT = 35
@@ -131,7 +132,7 @@ def check_batch_header(h: Header, pos: int, *, transactional: bool = False) -> N
                 f"batch at position {pos}: transactional batch in a produce without a transactional id")
         if h.producer_id < 0:
             raise _invalid(pos, "a transactional batch needs a producer id")
-    if h.timestamp_type is TimestampType.LOG_APPEND_TIME:
+    if h.attributes & _LOG_APPEND_TIME_BIT:
         raise InvalidTimestampError(
             f"batch at position {pos}: timestamp type LogAppendTime is the broker's to set, not a producer's")
     if h.producer_id != NO_PRODUCER_ID:
@@ -466,7 +467,23 @@ def validate_client_records(
     node cannot read). `topic` names the topic in a MESSAGE_TOO_LARGE message; `require_keys`
     (a compacted topic) refuses records without a key (step 7), naming topic-`partition`.
     `timestamps`: the topic's bounds and LogAppendTime (TimestampPolicy)."""
+    return validate_client_batches(
+        records, max_message_bytes=max_message_bytes, max_decompressed_bytes=max_decompressed_bytes,
+        topic=topic, transactional=transactional, require_keys=require_keys, partition=partition,
+        timestamps=timestamps).data
+
+
+def validate_client_batches(
+    records: bytes, *, max_message_bytes: int, max_decompressed_bytes: int, topic: str = "the topic",
+    transactional: bool = False,
+    require_keys: bool = False, partition: int = -1, timestamps: TimestampPolicy | None = None,
+) -> CheckedBatches:
+    """`validate_client_records`, returning what the check found too: the bytes to append
+    with the (position, Header) of each of their batches, headers and CRC-32Cs checked
+    (batch.CheckedBatches), so the leader's append reads no header and computes no CRC
+    again (partition/replica_writes.py, Log.append `checked`). Same checks, same errors."""
     fixes: list[tuple[int, int]] = []  # (batch position, true max timestamp)
+    checked: list[tuple[int, Header]] = []
     pos = 0
     total = len(records)
     while pos < total:
@@ -474,13 +491,13 @@ def validate_client_records(
             raise _invalid(pos, f"magic {records[pos + _MAGIC_AT]}: produce requests carry "
                                 f"RecordBatch v2 (magic {MAGIC}) only")
         h = read_header(records, pos)  # what locates the batch: CORRUPT_MESSAGE
-        if h.size > max_message_bytes:
+        if h.batch_length + LOG_OVERHEAD > max_message_bytes:
             raise batch_too_large(h.size, max_message_bytes, topic)
         verify_crc(records, pos, h)
         check_batch_header(h, pos, transactional=transactional)
         start = pos + HEADER_BYTES
-        end = pos + h.size
-        if h.compression is Compression.NONE:
+        end = pos + LOG_OVERHEAD + h.batch_length
+        if not h.attributes & COMPRESSION_MASK:
             max_timestamp = check_records(records, start, end, h.record_count, h.base_timestamp, pos)
             if require_keys:
                 _null_keys(records, start, end, h, pos, f"{topic}-{partition}")
@@ -496,9 +513,10 @@ def validate_client_records(
                 max_timestamp = timestamps.now_ms
         if max_timestamp != h.max_timestamp or (timestamps is not None and timestamps.log_append_time):
             fixes.append((pos, max_timestamp))
+        checked.append((pos, h))
         pos = end
     if not fixes:
-        return records
+        return CheckedBatches(records, checked)
     fixed = bytearray(records)
     log_append_time = timestamps is not None and timestamps.log_append_time
     for pos, max_timestamp in fixes:
@@ -508,4 +526,5 @@ def validate_client_records(
         _INT64.pack_into(fixed, pos + _MAX_TIMESTAMP_AT, max_timestamp)
         end = pos + LOG_OVERHEAD + struct.unpack_from(">i", fixed, pos + 8)[0]
         _CRC.pack_into(fixed, pos + 17, crc32c(memoryview(fixed)[pos + CRC_START:end]))
-    return fixed
+    # The rewritten headers (max timestamp, attributes, CRC) as they now are in `fixed`.
+    return CheckedBatches(fixed, [(pos, read_header(fixed, pos)) for pos, _ in checked])
