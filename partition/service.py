@@ -61,6 +61,7 @@ from partition.batch import (
     Compression,
     iter_headers,
 )
+from partition.epoch_cache import LeaderEpochCache
 from partition.errors import CorruptRecordError
 from partition.port import (
     EARLIEST_TIMESTAMP,
@@ -93,6 +94,7 @@ from partition.telemetry import TopicTraffic, batch_records, slice_records
 from partition.validator import TimestampPolicy, validate_client_batches
 from raftlog.base.errors import (
     CoordinatorLoadInProgressError,
+    FencedLeaderEpochError,
     InvalidRequestError,
     NotControllerError,
     NotLeaderError,
@@ -101,6 +103,7 @@ from raftlog.base.errors import (
     RejectedError,
     RequestTimedOutError,
     TransactionalIdAuthorizationFailedError,
+    UnknownLeaderEpochError,
     UnknownServerError,
     UnknownTopicOrPartitionError,
     as_wire_error,
@@ -379,6 +382,7 @@ class PartitionService:
                 topic, partition = part.topic, part.partition
                 try:
                     r, as_follower, preferred = self._read_replica(topic, partition, request.client_rack)
+                    _check_current_epoch(r, part.current_leader_epoch)
                     if preferred >= 0:  # KIP-392: the client goes there; nothing read here, answer now
                         errors += 1
                         results.append(FetchResult(topic, partition, high_watermark=r.high_watermark,
@@ -420,6 +424,7 @@ class PartitionService:
             try:
                 r = self.leader_replica(q.topic, q.partition)
                 r.check_leader()
+                _check_current_epoch(r, q.current_leader_epoch)
                 found, end = r.log.end_offset_for_epoch(q.leader_epoch)
                 results.append(EpochEndResult(q.topic, q.partition, current_epoch=r.leader_epoch,
                                               leader_epoch=found, end_offset=end))
@@ -437,6 +442,7 @@ class PartitionService:
             try:
                 r = self.leader_replica(q.topic, q.partition)
                 r.check_leader()
+                _check_current_epoch(r, q.current_leader_epoch)
                 if q.timestamp != EARLIEST_TIMESTAMP:
                     await r.wait_high_watermark(r.log.log_end_offset, deadline)
                     r.check_leader()
@@ -452,7 +458,12 @@ class PartitionService:
                 else:
                     found = await r.offset_for_timestamp(q.timestamp)
                     offset, found_ts = found if found is not None and found[0] < hw else (-1, -1)
-                results.append(OffsetResult(q.topic, q.partition, offset=offset, timestamp=found_ts))
+                # Kafka's ListOffsets v4+ leader_epoch: the current one for the latest offset,
+                # else the epoch of the batch holding the offset found.
+                epoch = r.leader_epoch if q.timestamp == LATEST_TIMESTAMP else (
+                    LeaderEpochCache(r.log.epochs()).epoch_at(offset) if offset >= 0 else -1)
+                results.append(OffsetResult(q.topic, q.partition, offset=offset, timestamp=found_ts,
+                                            leader_epoch=epoch))
             except RaftlogError as exc:
                 results.append(OffsetResult(q.topic, q.partition, error=self._error(exc, q.topic, q.partition)))
         return results
@@ -605,6 +616,19 @@ def _stable_end(r: Replica, isolation_level: IsolationLevel) -> tuple[int, int |
         return r.high_watermark, None
     lso = r.last_stable_offset
     return lso, (lso if isolation_level == IsolationLevel.READ_COMMITTED else None)
+
+
+def _check_current_epoch(r: Replica, current: int) -> None:
+    """KIP-320 (partition/port.py "Leader epochs"): the client's `current_leader_epoch` against
+    the replica's leader epoch; -1 is not checked. Raises FencedLeaderEpochError (the client's
+    is older) or UnknownLeaderEpochError (newer)."""
+    if current < 0 or current == r.leader_epoch:
+        return
+    if current < r.leader_epoch:
+        raise FencedLeaderEpochError(
+            f"{r.name}: the request's leader epoch {current} is older than the leader's {r.leader_epoch}")
+    raise UnknownLeaderEpochError(
+        f"{r.name}: the request's leader epoch {current} is newer than this replica's {r.leader_epoch}")
 
 
 def _close_slices(results: list[FetchResult]) -> None:
