@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -28,18 +26,7 @@ UNKNOWN_LEADER_EPOCH = 75
 HERE = Path(__file__).resolve().parent
 
 
-def _load(name: str, path: Path) -> Any:
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-Conn = _load("kafka_wire_versions", HERE / "test_kafka_wire_versions.py").Conn
+Conn = harness.load_module("kafka_wire_versions", HERE / "test_kafka_wire_versions.py").Conn
 
 
 @pytest.fixture(scope="module")
