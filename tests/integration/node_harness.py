@@ -137,7 +137,6 @@ def secure_cluster(root: Path, admin_password: str, size: int = 1, *,
         yield cluster
 
 
-@contextlib.contextmanager
 def load_module(name: str, path: Path) -> Any:
     """A helper module by path (test folders are not packages), once per session: another
     test file's helpers (its connection class, its forged batches) under `name`."""
@@ -151,6 +150,7 @@ def load_module(name: str, path: Path) -> Any:
     return module
 
 
+@contextlib.contextmanager
 def one_node_with_topic(root: Path, topic: str) -> Iterator["NodeCluster"]:
     """A started, ready one-node cluster under `root` with `topic` (one partition) led.
     Its node is stopped by PID on exit."""
