@@ -208,27 +208,32 @@ def _same_shape_run(data, template: int, p: int, end: int, i: int, count: int) -
     size = p - template
     if data[p:p + 2] != data[template:template + 2]:
         return 0, 0  # the next record differs in length (or attributes): walk it
-    # The template's layout (it was walked: its varints are well formed and fit).
-    o_ts = _varint_size(data, template) + 1
-    t = _varint_size(data, template + o_ts)
+    # The template's layout (it was walked: its varints are well formed and fit); one-byte
+    # varints, the usual case, without a call.
+    o_ts = (1 if data[template] < 0x80 else _varint_size(data, template)) + 1
+    t = 1 if data[template + o_ts] < 0x80 else _varint_size(data, template + o_ts)
     o_od = o_ts + t
-    n_od = _varint_size(data, template + o_od)
+    n_od = 1 if data[template + o_od] < 0x80 else _varint_size(data, template + o_od)
     o_key = o_od + n_od
-    if data[template + o_key] == 1:
+    b = data[template + o_key]
+    if b == 1:
         o_val = o_key + 1
     else:
-        kb = _varint_size(data, template + o_key)
-        o_val = o_key + kb + _ZZ1[data[template + o_key]] if kb == 1 else -1
+        o_val = o_key + 1 + _ZZ1[b] if b < 0x80 else -1
     if t > 2 or n_od > 3 or o_val < 0 or data[template + size - 1] != 0:
         return 0, 0  # wide deltas, a long key or headers: walk
-    vb = _varint_size(data, template + o_val)
+    vb = 1 if data[template + o_val] < 0x80 else _varint_size(data, template + o_val)
     if o_val + vb + _value_length(data, template + o_val, vb) + 1 != size:
         return 0, 0
     # Bytes every record of the run shares with the template: length and attributes, the key
     # length (or null), the value length, the header count 0.
-    fixed = [(o, data[template + o:template + o + 1]) for o in (*range(0, o_ts), o_key, *range(o_val, o_val + vb),
-                                                                size - 1)]
-    limit = min(count - i, (end - p) // size, _OD_RANGES[n_od][1] - i)
+    fixed = (*range(template, template + o_ts), template + o_key, *range(template + o_val, template + o_val + vb),
+             template + size - 1)
+    lo, hi = _OD_RANGES[n_od]
+    limit = min(count - i, (end - p) // size, hi - i)
+    if i < lo:
+        return 0, 0
+    tables = _offset_delta_bytes(n_od)
     # Growing chunks (64, 256, 1024, ...; the last one what is left; a first chunk that fails
     # is halved down to _MIN_RUN) until one fails: a run that breaks off costs at most about
     # four times what it covered plus 128 records' slices, so records built to break runs cost
@@ -237,10 +242,18 @@ def _same_shape_run(data, template: int, p: int, end: int, i: int, count: int) -
     while k >= _MIN_RUN or (done and k):
         at = p + done * size
         stop = at + k * size
+        shift = at - template
         largest = None
-        if (all(data[at + o:stop:size] == byte * k for o, byte in fixed)
-                and _offset_deltas_are(data, at + o_od, stop, size, n_od, i + done, k)):
-            largest = _largest_delta(data, at + o_ts, stop, size, t)
+        for f in fixed:  # each shared byte, every record's at once (strided slices, in C)
+            if data[f + shift:stop:size] != data[f:f + 1] * k:
+                break
+        else:
+            j = i + done
+            for b, table in enumerate(tables):  # the offset deltas: j, j + 1, ..., canonical
+                if data[at + o_od + b:stop:size] != table[j:j + k]:
+                    break
+            else:
+                largest = _largest_delta(data, at + o_ts, stop, size, t)
         if largest is None:
             if done or k <= _MIN_RUN:
                 break
@@ -263,14 +276,6 @@ def _offset_delta_bytes(n: int) -> tuple[bytes, ...]:
     hi = _OD_RANGES[n][1]
     return tuple(bytes(((2 * j >> (7 * b)) & 0x7F) | (0x80 if b < n - 1 else 0) for j in range(hi))
                  for b in range(n))
-
-
-def _offset_deltas_are(data, at: int, stop: int, size: int, n_od: int, i: int, k: int) -> bool:
-    """Whether the run's records i..i+k-1 hold the canonical n_od-byte varints of i..i+k-1."""
-    lo, hi = _OD_RANGES[n_od]
-    if not (lo <= i and i + k <= hi):
-        return False
-    return all(data[at + b:stop:size] == table[i:i + k] for b, table in enumerate(_offset_delta_bytes(n_od)))
 
 
 def _largest_delta(data, at: int, stop: int, size: int, t: int) -> int | None:
