@@ -33,7 +33,7 @@ import struct
 from collections import deque
 from dataclasses import dataclass
 from itertools import islice, repeat
-from typing import Iterator, Sequence
+from typing import Iterator, NamedTuple, Sequence
 
 from crc32c import crc32c
 
@@ -75,6 +75,7 @@ __all__ = [
     "HEADER_TAIL",
     "BATCH_PREFIX",
     "COMPRESSION_MASK",
+    "CONTROL_BIT",
     "PARTITION_LEADER_EPOCH_AT",
     "LAST_OFFSET_DELTA_AT",
     "INT32_MAX",
@@ -100,6 +101,7 @@ COMPRESSION_MASK = 0x07  # attributes bits 0-2: the codec
 _TIMESTAMP_TYPE_BIT = 0x08
 _TRANSACTIONAL_BIT = 0x10
 _CONTROL_BIT = 0x20
+CONTROL_BIT = _CONTROL_BIT  # attributes bit 5: a control batch (read in place by hot paths)
 
 # The RecordBatch v2 header, declared here once; every module that reads or writes header
 # fields in place (the log's checks, segments, the cleaner, telemetry) uses these:
@@ -125,9 +127,12 @@ class TimestampType(enum.IntEnum):
     LOG_APPEND_TIME = 1
 
 
-@dataclass(frozen=True, slots=True)
-class Header:
-    """The 61 header bytes of one batch, as read (trusted only as far as `read_header` checks)."""
+class Header(NamedTuple):
+    """The 61 header bytes of one batch, as read (trusted only as far as `read_header` checks).
+
+    A named tuple, not a dataclass: `read_header` makes one per batch on every produce,
+    replication and recovery walk, and a tuple is one C call where a frozen dataclass's
+    __init__ was thirteen `object.__setattr__` calls (issue 46)."""
 
     base_offset: int
     batch_length: int
@@ -158,7 +163,8 @@ class Header:
 
     @property
     def compression(self) -> Compression:
-        return Compression(self.attributes & COMPRESSION_MASK)
+        bits = self.attributes & COMPRESSION_MASK
+        return _CODEC_OF_BITS[bits] if bits < len(_CODEC_OF_BITS) else Compression(bits)  # enum call: ~1 us
 
     @property
     def timestamp_type(self) -> TimestampType:
@@ -184,6 +190,10 @@ class Header:
         return (self.base_sequence + self.last_offset_delta) % (INT32_MAX + 1)
 
 
+_CODEC_OF_BITS = tuple(sorted(Compression))
+_new_header = tuple.__new__  # Header from the unpacked tuple, as Header._make without its len check
+
+
 def _corrupt(pos: int, what: str) -> CorruptRecordError:
     return CorruptRecordError(f"batch at position {pos}: {what}")
 
@@ -202,7 +212,7 @@ def read_header(buf, pos: int = 0) -> Header:
         if available >= 17 and buf[pos + 16] != MAGIC:
             raise _corrupt(pos, f"magic {buf[pos + 16]} (expected {MAGIC}), truncated header")
         raise _corrupt(pos, f"truncated header: {max(available, 0)} of {HEADER_BYTES} bytes")
-    h = Header(*HEADER.unpack_from(buf, pos))
+    h = _new_header(Header, HEADER.unpack_from(buf, pos))
     if h.magic != MAGIC:
         raise _corrupt(pos, f"magic {h.magic} (expected {MAGIC})")
     if h.batch_length < MIN_BATCH_LENGTH:

@@ -72,7 +72,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
-from partition.batch import HEADER_BYTES, Header, iter_headers, stamp_checked
+from partition.batch import HEADER_BYTES, LOG_OVERHEAD, Header, iter_headers, stamp_checked
 from partition.checkpoint import (
     ACTIVE_POINT_CHECKPOINT,
     EPOCH_CHECKPOINT,
@@ -259,38 +259,41 @@ class Log(LogLoader, LogIntegrity, LogRetention, ProducerSnapshots):
 
     # ------------------------------------------------------------------ appends
 
-    def append(self, batches: bytes | bytearray, *, leader_epoch: int, now_ms: int) -> tuple[int, int]:
-        """Leader path: append one or more client batches, assigning offsets.
-
-        Checks each batch's header and CRC (records are not decoded), stamps base offset
-        (from log_end_offset on) and `leader_epoch`, rolls first if the active segment is full
-        or old, and writes (not fsynced: see `flush`). Returns (first_offset, last_offset).
-        Raises CorruptRecordError (bad or empty input), MessageTooLargeError (a batch over
-        max_batch_bytes), EpochRegression (leader_epoch below the latest), LogClosedError.
-        Ordering: a new epoch's cache entry is fsynced before the batch is written."""
+    def append(self, batches: bytes | bytearray, *, leader_epoch: int, now_ms: int,
+               checked: Sequence[tuple[int, Header]] | None = None) -> tuple[int, int]:
+        """Leader path: append client batches, assigning offsets. Checks each batch's header
+        and CRC (records are not decoded; `checked`: the (position, Header) of every batch from
+        the caller's own check of these bytes, the validator's CheckedBatches: not done again),
+        stamps base offset (from log_end_offset on) and `leader_epoch`, rolls first if the
+        active segment is full or old, writes (not fsynced: see `flush`). Returns (first_offset,
+        last_offset). Raises CorruptRecordError (bad or empty input), MessageTooLargeError (a
+        batch over max_batch_bytes), EpochRegression (leader_epoch below the latest),
+        LogClosedError. Ordering: a new epoch's cache entry is fsynced before the batch is written."""
         self._check_open()
         if not batches:
             raise CorruptRecordError("empty append")
         view = memoryview(batches).cast("B")
         if leader_epoch < self._epochs.last_epoch:
             raise EpochRegression(f"epoch {leader_epoch} < latest {self._epochs.last_epoch}")
+        if checked is not None and (not checked or checked[0][0] or checked[-1][0] + checked[-1][1].size != len(view)):
+            raise CorruptRecordError("checked batches do not cover the append")
         entries = []
         # No copy of the payload: each batch is written as its stamped header (a small copy)
         # followed by a view of the rest, back to back with pwritev.
         parts: list = []
-        offset = self.log_end_offset
+        first = offset = self.log_end_offset
         limit = self.config.max_batch_bytes
-        for pos, h in iter_headers(view, verify=True):
-            if h.size > limit:
-                raise MessageTooLargeError(f"batch of {h.size} bytes > max_batch_bytes {limit}")
+        for pos, h in (checked if checked is not None else iter_headers(view, verify=True)):
+            size = LOG_OVERHEAD + h.batch_length
+            if size > limit:
+                raise MessageTooLargeError(f"batch of {size} bytes > max_batch_bytes {limit}")
             head = bytearray(view[pos : pos + HEADER_BYTES])
             stamp_checked(head, 0, offset, leader_epoch)  # both fields lie outside the CRC
             parts.append(head)
-            parts.append(view[pos + HEADER_BYTES : pos + h.size])
+            parts.append(view[pos + HEADER_BYTES : pos + size])
             nxt = offset + h.last_offset_delta + 1
-            entries.append((pos, h.size, offset, nxt, h.max_timestamp, leader_epoch))
+            entries.append((pos, size, offset, nxt, h.max_timestamp, leader_epoch))
             offset = nxt
-        first = self.log_end_offset
         self._write(parts, entries, [(leader_epoch, first)], now_ms, size=len(view))
         return first, offset - 1
 
@@ -314,9 +317,8 @@ class Log(LogLoader, LogIntegrity, LogRetention, ProducerSnapshots):
         expected = self.log_end_offset
         last_epoch = self._epochs.last_epoch
         limit = self.config.max_batch_bytes
-        if checked is not None:
-            if not checked or checked[0][0] != 0 or checked[-1][0] + checked[-1][1].size != len(view):
-                raise CorruptRecordError("checked batches do not cover the append")
+        if checked is not None and (not checked or checked[0][0] or checked[-1][0] + checked[-1][1].size != len(view)):
+            raise CorruptRecordError("checked batches do not cover the append")
         for pos, h in (checked if checked is not None else iter_headers(view, verify=True)):
             if h.size > limit:
                 raise MessageTooLargeError(f"batch of {h.size} bytes > max_batch_bytes {limit}")

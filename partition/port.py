@@ -20,8 +20,13 @@ Transactions (issue 42): `transactional_id` on produce (transactional batches ar
 with the coordinator; with `add_to_txn` the coordinator adds the partition, KIP-890 part 2), `isolation_level` on fetch and list offsets (READ_COMMITTED reads up
 to the last stable offset; a fetch result names the aborted transactions in its range),
 `write_txn_marker` (the coordinators' WriteTxnMarkers). Room for what comes next (DESIGN §10):
-`current_leader_epoch` on a fetched part (KIP-320 fencing), and new ops (share-group
-acquisition, replica moves) are added here once, not per listener.
+new ops (share-group acquisition, replica moves) are added here once, not per listener.
+
+Leader epochs (KIP-320): a fetched part, an offset query and an epoch query may carry the
+client's `current_leader_epoch` (from its metadata; -1: not checked). Older than the replica's
+leader epoch: FENCED_LEADER_EPOCH; newer: UNKNOWN_LEADER_EPOCH (this replica is behind the
+client's metadata; retriable), as Kafka's brokers answer. An offset result carries the leader
+epoch of the offset it names (Kafka's ListOffsets v4+ `leader_epoch`).
 
 Which implementation: partition/service.py (`PartitionService`, over the replica manager's
 replicas); raftlog/node/authorize.py puts the one ACL guard in front of it
@@ -127,7 +132,7 @@ class FetchPart:
     partition: int
     fetch_offset: int
     max_bytes: int
-    current_leader_epoch: int = -1  # KIP-320 (-1: not checked); not checked yet
+    current_leader_epoch: int = -1  # KIP-320 (-1: not checked; module docstring)
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,15 +179,20 @@ class OffsetQuery:
     topic: str
     partition: int
     timestamp: int
+    current_leader_epoch: int = -1  # KIP-320 (-1: not checked; module docstring)
 
 
 @dataclass(slots=True)
 class OffsetResult:
+    """`leader_epoch`: the epoch of the batch holding `offset` (the leader's current epoch for
+    the latest offset, as Kafka answers); -1 with no offset."""
+
     topic: str
     partition: int
     offset: int = -1
     timestamp: int = -1
     error: RaftlogError | None = None
+    leader_epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +200,7 @@ class EpochQuery:
     topic: str
     partition: int
     leader_epoch: int
+    current_leader_epoch: int = -1  # KIP-320 (-1: not checked; module docstring)
 
 
 @dataclass(slots=True)

@@ -257,6 +257,8 @@ class Replica(ReplicaStorage, ReplicaReads, ReplicaWrites):
         self._flush_idle = trio.Event()
         self._flush_idle.set()
         self._report_flush_after = False
+        self._flush_next: bool | None = None  # a flush asked by the flush task's own report (`report` of it)
+        self._flush_reporting = False
         self._last_flush_ms = 0
         self._ack_waiters: deque[AckWaiter] = deque()
         self.commit_seconds = LatencyBuckets(COMMIT_BUCKETS_S)  # /metrics raftlog_produce_commit_seconds

@@ -513,9 +513,30 @@ class ReplicaStorage:
             raise RaftStateError("replica not attached: no nursery for flushes")
         self._flushing = True
         self._flush_idle = trio.Event()
+        if self._flush_reporting:
+            # Asked by the flush task's own report (the core's next Flush, appends having come
+            # meanwhile): that task runs it next, instead of a new task per group commit.
+            self._flush_next = report
+            return
         self._nursery.start_soon(self._flush_task, report)
 
     async def _flush_task(self, report: bool) -> None:
+        """Flushes one after another while each one's report asks the next (`_start_flush`)."""
+        try:
+            while True:
+                self._flush_next = None
+                await self._flush_once(report)
+                if self._flush_next is None:
+                    return
+                report = self._flush_next
+        except BaseException:
+            if self._flush_next is not None:  # asked, and will not run: nobody waits for it forever
+                self._flush_next = None
+                self._flushing = False
+                self._flush_idle.set()
+            raise
+
+    async def _flush_once(self, report: bool) -> None:
         offset = None
         core, log = self.core, self.log
         try:
@@ -536,7 +557,11 @@ class ReplicaStorage:
             if not await self._write_checkpoints(log, point, pstate):
                 return
         if report and self.core is core:  # a repair or reopen meanwhile: the new core has its own
-            await self._event(_flushed_if_core, core, offset)
+            self._flush_reporting = True
+            try:
+                await self._event(_flushed_if_core, core, offset)
+            finally:
+                self._flush_reporting = False
         if self._report_flush_after and self.online:
             self._report_flush_after = False
             self._start_flush(report=True)

@@ -25,7 +25,7 @@ import trio
 
 from collections.abc import Awaitable, Callable
 
-from partition.batch import Header, iter_headers, txn_marker_batch
+from partition.batch import CONTROL_BIT, LOG_OVERHEAD, CheckedBatches, Header, iter_headers, txn_marker_batch
 from partition.validator import batch_too_large
 from partition.errors import CorruptRecordError, LogClosedError, RaftStateError, StorageDamageError
 from raftlog.base.aio import acquire_free
@@ -94,10 +94,12 @@ MAX_PRODUCE_BATCHES = 10_000  # batches in one partition's `records` of one prod
 class ReplicaWrites:
     """Replica's leader writes (module docstring)."""
 
-    async def append_as_leader(self, records: bytes, *, acks: int,
+    async def append_as_leader(self, records: bytes | CheckedBatches, *, acks: int,
                                verify_txn: TxnVerifier | None = None, coordinator: bool = False) -> AppendResult:
         """Append a producer's batches. Returns AppendResult (waiter set for acks=all when
-        the batch is not committed yet). A transactional batch of a producer with no
+        the batch is not committed yet). `records`: the batches, or (batch.CheckedBatches) the
+        batches with the headers the validator read and whose CRC-32Cs it checked, which the
+        append then neither reads nor checks again (CRC-32C once per byte). A transactional batch of a producer with no
         transaction of its epoch open here is first checked with `verify_txn(producer_id, epoch,
         marker_offset)` (KIP-890: the coordinator says whether this partition is in its ongoing
         transaction; it raises INVALID_TXN_STATE, PRODUCER_FENCED, ...); a marker of the producer
@@ -108,14 +110,18 @@ class ReplicaWrites:
         verification and no sequence check, only the producer epoch's (a fenced epoch is
         INVALID_PRODUCER_EPOCH)."""
         self.check_leader()
+        checked = None
+        if type(records) is CheckedBatches:
+            checked, records = records.headers, records.data
         if not records:
             raise CorruptRecordError("empty records")
         limit = self.topic_config.max_message_bytes
+        pairs = checked if checked is not None else iter_headers(records, verify=False)
         headers: list[Header] = []
-        for _, h in iter_headers(records, verify=False):
-            if h.size > limit:
+        for _, h in pairs:
+            if h.batch_length + LOG_OVERHEAD > limit:
                 raise batch_too_large(h.size, limit, self.topic)
-            if h.is_control:
+            if h.attributes & CONTROL_BIT:
                 raise InvalidRequestError("producers may not write control batches", field="records")
             headers.append(h)
             if len(headers) > MAX_PRODUCE_BATCHES:
@@ -159,7 +165,8 @@ class ReplicaWrites:
                         if acks == -1 and dup.last_offset >= core.high_watermark:
                             waiter = self._add_waiter(dup.last_offset)
                         return AppendResult(dup.first_offset, dup.last_offset, True, waiter)
-                first, last = self.log.append(records, leader_epoch=core.epoch, now_ms=self._clock_ms())
+                first, last = self.log.append(records, leader_epoch=core.epoch, now_ms=self._clock_ms(),
+                                              checked=checked)
                 if idem:
                     h = idem[0]
                     self.producers.record(h.producer_id, h.producer_epoch, h.base_sequence,

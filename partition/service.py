@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -51,7 +52,16 @@ import trio
 
 from metadata.image import MetadataImage
 from metadata.topic_config import INT64_MAX, TopicConfig
-from partition.batch import DEFAULT_MAX_DECOMPRESSED_BYTES, Compression, iter_headers
+from partition.batch import (
+    COMPRESSION_MASK,
+    DEFAULT_MAX_DECOMPRESSED_BYTES,
+    HEADER_BYTES,
+    LOG_OVERHEAD,
+    CheckedBatches,
+    Compression,
+    iter_headers,
+)
+from partition.epoch_cache import LeaderEpochCache
 from partition.errors import CorruptRecordError
 from partition.port import (
     EARLIEST_TIMESTAMP,
@@ -81,9 +91,10 @@ from partition.port import (
 from partition.replica import AckWaiter, Replica
 from partition.recompress import recompress
 from partition.telemetry import TopicTraffic, batch_records, slice_records
-from partition.validator import TimestampPolicy, validate_client_records
+from partition.validator import TimestampPolicy, validate_client_batches
 from raftlog.base.errors import (
     CoordinatorLoadInProgressError,
+    FencedLeaderEpochError,
     InvalidRequestError,
     NotControllerError,
     NotLeaderError,
@@ -92,6 +103,7 @@ from raftlog.base.errors import (
     RejectedError,
     RequestTimedOutError,
     TransactionalIdAuthorizationFailedError,
+    UnknownLeaderEpochError,
     UnknownServerError,
     UnknownTopicOrPartitionError,
     as_wire_error,
@@ -158,9 +170,12 @@ _CODECS: Final = {"uncompressed": Compression.NONE, "gzip": Compression.GZIP, "s
                   "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
 
 
-def _validated_in(check: Callable[[], bytes | bytearray], codec: Compression) -> bytes | bytearray:
-    """Validated records, then recompressed into `codec` where a batch is in another."""
-    return recompress(check(), codec, max_decompressed_bytes=VALIDATE_MAX_DECOMPRESSED_BYTES)
+def _validated_in(check: Callable[[], CheckedBatches], codec: Compression) -> CheckedBatches:
+    """Validated records, then recompressed into `codec` where a batch is in another (the
+    recompressed batches' headers are read again: their CRC-32Cs are the ones just computed)."""
+    checked = check()
+    data = recompress(checked.data, codec, max_decompressed_bytes=VALIDATE_MAX_DECOMPRESSED_BYTES)
+    return checked if data is checked.data else CheckedBatches(data, list(iter_headers(data, verify=False)))
 
 
 # ListOffsets' bounded wait for the high watermark to reach the log end (module docstring):
@@ -269,23 +284,24 @@ class PartitionService:
         return appended
 
     async def _validated(self, replica: Replica, records: bytes, client: ClientInfo,
-                         timestamps: TimestampPolicy | None, *, transactional: bool = False) -> bytes | bytearray:
-        """`records` as validate_client_records returns them: inline when uncompressed, in a
-        worker thread (VALIDATE_THREADS) when a batch must be decompressed first. Logs a
-        refusal (`produce_refused`, naming the client and the reason) and raises it."""
-        check = partial(validate_client_records, records,
-                        max_message_bytes=replica.topic_config.max_message_bytes,
-                        max_decompressed_bytes=VALIDATE_MAX_DECOMPRESSED_BYTES, topic=replica.topic,
-                        transactional=transactional,
-                        require_keys="compact" in replica.topic_config.cleanup_policy,
-                        partition=replica.partition, timestamps=timestamps)
-        codec = _CODECS.get(replica.topic_config.compression_type if replica.topic_config.compression_type
-                            != "producer" else self.compression_type)
-        if codec is not None:  # the topic's (else the broker's) compression.type: Kafka recompresses
-            check = partial(_validated_in, check, codec)
+                         timestamps: TimestampPolicy | None, *, transactional: bool = False) -> CheckedBatches:
+        """`records` as validate_client_batches returns them (the bytes to append with the
+        headers it read and CRC-checked, which the append then takes as they are): inline
+        when uncompressed, in a worker thread (VALIDATE_THREADS) when a batch must be
+        decompressed first. Logs a refusal (`produce_refused`, naming the client and the
+        reason) and raises it."""
+        config = replica.topic_config
+        compression = config.compression_type
+        codec = _CODECS.get(compression if compression != "producer" else self.compression_type)
+        kwargs = dict(max_message_bytes=config.max_message_bytes, max_decompressed_bytes=VALIDATE_MAX_DECOMPRESSED_BYTES,
+                      topic=replica.topic, transactional=transactional, require_keys="compact" in config.cleanup_policy,
+                      partition=replica.partition, timestamps=timestamps)
         try:
             if codec is None and not _any_compressed(records):
-                return check()
+                return validate_client_batches(records, **kwargs)
+            check = partial(validate_client_batches, records, **kwargs)
+            if codec is not None:  # the topic's (else the broker's) compression.type: Kafka recompresses
+                check = partial(_validated_in, check, codec)
             return await trio.to_thread.run_sync(check, limiter=self._validate_limiter)
         except RejectedError as exc:
             log_event(logger, "produce_refused", level=logging.WARNING, topic=replica.topic,
@@ -366,6 +382,7 @@ class PartitionService:
                 topic, partition = part.topic, part.partition
                 try:
                     r, as_follower, preferred = self._read_replica(topic, partition, request.client_rack)
+                    _check_current_epoch(r, part.current_leader_epoch)
                     if preferred >= 0:  # KIP-392: the client goes there; nothing read here, answer now
                         errors += 1
                         results.append(FetchResult(topic, partition, high_watermark=r.high_watermark,
@@ -407,6 +424,7 @@ class PartitionService:
             try:
                 r = self.leader_replica(q.topic, q.partition)
                 r.check_leader()
+                _check_current_epoch(r, q.current_leader_epoch)
                 found, end = r.log.end_offset_for_epoch(q.leader_epoch)
                 results.append(EpochEndResult(q.topic, q.partition, current_epoch=r.leader_epoch,
                                               leader_epoch=found, end_offset=end))
@@ -424,6 +442,7 @@ class PartitionService:
             try:
                 r = self.leader_replica(q.topic, q.partition)
                 r.check_leader()
+                _check_current_epoch(r, q.current_leader_epoch)
                 if q.timestamp != EARLIEST_TIMESTAMP:
                     await r.wait_high_watermark(r.log.log_end_offset, deadline)
                     r.check_leader()
@@ -439,7 +458,12 @@ class PartitionService:
                 else:
                     found = await r.offset_for_timestamp(q.timestamp)
                     offset, found_ts = found if found is not None and found[0] < hw else (-1, -1)
-                results.append(OffsetResult(q.topic, q.partition, offset=offset, timestamp=found_ts))
+                # Kafka's ListOffsets v4+ leader_epoch: the current one for the latest offset,
+                # else the epoch of the batch holding the offset found.
+                epoch = r.leader_epoch if q.timestamp == LATEST_TIMESTAMP else (
+                    LeaderEpochCache(r.log.epochs()).epoch_at(offset) if offset >= 0 else -1)
+                results.append(OffsetResult(q.topic, q.partition, offset=offset, timestamp=found_ts,
+                                            leader_epoch=epoch))
             except RaftlogError as exc:
                 results.append(OffsetResult(q.topic, q.partition, error=self._error(exc, q.topic, q.partition)))
         return results
@@ -560,12 +584,23 @@ class PartitionService:
 
 
 def _any_compressed(records: bytes) -> bool:
-    """Whether any batch of `records` is compressed (headers only; bytes whose headers do
-    not read count as uncompressed: the validator refuses them without decompressing)."""
-    try:
-        return any(h.compression for _, h in iter_headers(records, verify=False))
-    except CorruptRecordError:
-        return False
+    """Whether any batch of `records` is compressed: its attributes' codec bits, read in
+    place batch by batch (no Header made); bytes whose headers do not read count as
+    uncompressed (the validator refuses them without decompressing)."""
+    pos, total = 0, len(records)
+    while pos + HEADER_BYTES <= total:
+        if records[pos + _CODEC_BYTE_AT] & COMPRESSION_MASK:
+            return True
+        length = _BATCH_LENGTH.unpack_from(records, pos + _BATCH_LENGTH_AT)[0]
+        if length < 0:
+            return False
+        pos += LOG_OVERHEAD + length
+    return False
+
+
+_CODEC_BYTE_AT: Final = 22  # the attributes' low byte (int16 at 21, big-endian)
+_BATCH_LENGTH_AT: Final = 8
+_BATCH_LENGTH: Final = struct.Struct(">i")
 
 
 # The fault suite's control, never for a real cluster: nodes started with
@@ -581,6 +616,19 @@ def _stable_end(r: Replica, isolation_level: IsolationLevel) -> tuple[int, int |
         return r.high_watermark, None
     lso = r.last_stable_offset
     return lso, (lso if isolation_level == IsolationLevel.READ_COMMITTED else None)
+
+
+def _check_current_epoch(r: Replica, current: int) -> None:
+    """KIP-320 (partition/port.py "Leader epochs"): the client's `current_leader_epoch` against
+    the replica's leader epoch; -1 is not checked. Raises FencedLeaderEpochError (the client's
+    is older) or UnknownLeaderEpochError (newer)."""
+    if current < 0 or current == r.leader_epoch:
+        return
+    if current < r.leader_epoch:
+        raise FencedLeaderEpochError(
+            f"{r.name}: the request's leader epoch {current} is older than the leader's {r.leader_epoch}")
+    raise UnknownLeaderEpochError(
+        f"{r.name}: the request's leader epoch {current} is newer than this replica's {r.leader_epoch}")
 
 
 def _close_slices(results: list[FetchResult]) -> None:

@@ -74,12 +74,13 @@ from crc32c import crc32c
 from partition.batch import (
     _ZZ1,
     _ZZ2,
+    COMPRESSION_MASK,
     CRC_START,
     HEADER_BYTES,
     LOG_OVERHEAD,
     MAGIC,
+    CheckedBatches,
     Header,
-    TimestampType,
     _varint_slow,
     decode_record_rows,
     read_header,
@@ -94,7 +95,7 @@ from raftlog.base.errors import (
     TransactionalIdAuthorizationFailedError,
 )
 
-__all__ = ["validate_client_records", "TimestampPolicy", "check_batch_header", "check_records", "batch_too_large"]
+__all__ = ["validate_client_records", "validate_client_batches", "TimestampPolicy", "check_batch_header", "check_records", "batch_too_large"]
 
 _MAGIC_AT = 16
 _MAX_TIMESTAMP_AT = 35
@@ -131,7 +132,7 @@ def check_batch_header(h: Header, pos: int, *, transactional: bool = False) -> N
                 f"batch at position {pos}: transactional batch in a produce without a transactional id")
         if h.producer_id < 0:
             raise _invalid(pos, "a transactional batch needs a producer id")
-    if h.timestamp_type is TimestampType.LOG_APPEND_TIME:
+    if h.attributes & _LOG_APPEND_TIME_BIT:
         raise InvalidTimestampError(
             f"batch at position {pos}: timestamp type LogAppendTime is the broker's to set, not a producer's")
     if h.producer_id != NO_PRODUCER_ID:
@@ -207,27 +208,32 @@ def _same_shape_run(data, template: int, p: int, end: int, i: int, count: int) -
     size = p - template
     if data[p:p + 2] != data[template:template + 2]:
         return 0, 0  # the next record differs in length (or attributes): walk it
-    # The template's layout (it was walked: its varints are well formed and fit).
-    o_ts = _varint_size(data, template) + 1
-    t = _varint_size(data, template + o_ts)
+    # The template's layout (it was walked: its varints are well formed and fit); one-byte
+    # varints, the usual case, without a call.
+    o_ts = (1 if data[template] < 0x80 else _varint_size(data, template)) + 1
+    t = 1 if data[template + o_ts] < 0x80 else _varint_size(data, template + o_ts)
     o_od = o_ts + t
-    n_od = _varint_size(data, template + o_od)
+    n_od = 1 if data[template + o_od] < 0x80 else _varint_size(data, template + o_od)
     o_key = o_od + n_od
-    if data[template + o_key] == 1:
+    b = data[template + o_key]
+    if b == 1:
         o_val = o_key + 1
     else:
-        kb = _varint_size(data, template + o_key)
-        o_val = o_key + kb + _ZZ1[data[template + o_key]] if kb == 1 else -1
+        o_val = o_key + 1 + _ZZ1[b] if b < 0x80 else -1
     if t > 2 or n_od > 3 or o_val < 0 or data[template + size - 1] != 0:
         return 0, 0  # wide deltas, a long key or headers: walk
-    vb = _varint_size(data, template + o_val)
+    vb = 1 if data[template + o_val] < 0x80 else _varint_size(data, template + o_val)
     if o_val + vb + _value_length(data, template + o_val, vb) + 1 != size:
         return 0, 0
     # Bytes every record of the run shares with the template: length and attributes, the key
     # length (or null), the value length, the header count 0.
-    fixed = [(o, data[template + o:template + o + 1]) for o in (*range(0, o_ts), o_key, *range(o_val, o_val + vb),
-                                                                size - 1)]
-    limit = min(count - i, (end - p) // size, _OD_RANGES[n_od][1] - i)
+    fixed = (*range(template, template + o_ts), template + o_key, *range(template + o_val, template + o_val + vb),
+             template + size - 1)
+    lo, hi = _OD_RANGES[n_od]
+    limit = min(count - i, (end - p) // size, hi - i)
+    if i < lo:
+        return 0, 0
+    tables = _offset_delta_bytes(n_od)
     # Growing chunks (64, 256, 1024, ...; the last one what is left; a first chunk that fails
     # is halved down to _MIN_RUN) until one fails: a run that breaks off costs at most about
     # four times what it covered plus 128 records' slices, so records built to break runs cost
@@ -236,10 +242,18 @@ def _same_shape_run(data, template: int, p: int, end: int, i: int, count: int) -
     while k >= _MIN_RUN or (done and k):
         at = p + done * size
         stop = at + k * size
+        shift = at - template
         largest = None
-        if (all(data[at + o:stop:size] == byte * k for o, byte in fixed)
-                and _offset_deltas_are(data, at + o_od, stop, size, n_od, i + done, k)):
-            largest = _largest_delta(data, at + o_ts, stop, size, t)
+        for f in fixed:  # each shared byte, every record's at once (strided slices, in C)
+            if data[f + shift:stop:size] != data[f:f + 1] * k:
+                break
+        else:
+            j = i + done
+            for b, table in enumerate(tables):  # the offset deltas: j, j + 1, ..., canonical
+                if data[at + o_od + b:stop:size] != table[j:j + k]:
+                    break
+            else:
+                largest = _largest_delta(data, at + o_ts, stop, size, t)
         if largest is None:
             if done or k <= _MIN_RUN:
                 break
@@ -262,14 +276,6 @@ def _offset_delta_bytes(n: int) -> tuple[bytes, ...]:
     hi = _OD_RANGES[n][1]
     return tuple(bytes(((2 * j >> (7 * b)) & 0x7F) | (0x80 if b < n - 1 else 0) for j in range(hi))
                  for b in range(n))
-
-
-def _offset_deltas_are(data, at: int, stop: int, size: int, n_od: int, i: int, k: int) -> bool:
-    """Whether the run's records i..i+k-1 hold the canonical n_od-byte varints of i..i+k-1."""
-    lo, hi = _OD_RANGES[n_od]
-    if not (lo <= i and i + k <= hi):
-        return False
-    return all(data[at + b:stop:size] == table[i:i + k] for b, table in enumerate(_offset_delta_bytes(n_od)))
 
 
 def _largest_delta(data, at: int, stop: int, size: int, t: int) -> int | None:
@@ -466,7 +472,23 @@ def validate_client_records(
     node cannot read). `topic` names the topic in a MESSAGE_TOO_LARGE message; `require_keys`
     (a compacted topic) refuses records without a key (step 7), naming topic-`partition`.
     `timestamps`: the topic's bounds and LogAppendTime (TimestampPolicy)."""
+    return validate_client_batches(
+        records, max_message_bytes=max_message_bytes, max_decompressed_bytes=max_decompressed_bytes,
+        topic=topic, transactional=transactional, require_keys=require_keys, partition=partition,
+        timestamps=timestamps).data
+
+
+def validate_client_batches(
+    records: bytes, *, max_message_bytes: int, max_decompressed_bytes: int, topic: str = "the topic",
+    transactional: bool = False,
+    require_keys: bool = False, partition: int = -1, timestamps: TimestampPolicy | None = None,
+) -> CheckedBatches:
+    """`validate_client_records`, returning what the check found too: the bytes to append
+    with the (position, Header) of each of their batches, headers and CRC-32Cs checked
+    (batch.CheckedBatches), so the leader's append reads no header and computes no CRC
+    again (partition/replica_writes.py, Log.append `checked`). Same checks, same errors."""
     fixes: list[tuple[int, int]] = []  # (batch position, true max timestamp)
+    checked: list[tuple[int, Header]] = []
     pos = 0
     total = len(records)
     while pos < total:
@@ -474,13 +496,13 @@ def validate_client_records(
             raise _invalid(pos, f"magic {records[pos + _MAGIC_AT]}: produce requests carry "
                                 f"RecordBatch v2 (magic {MAGIC}) only")
         h = read_header(records, pos)  # what locates the batch: CORRUPT_MESSAGE
-        if h.size > max_message_bytes:
+        if h.batch_length + LOG_OVERHEAD > max_message_bytes:
             raise batch_too_large(h.size, max_message_bytes, topic)
         verify_crc(records, pos, h)
         check_batch_header(h, pos, transactional=transactional)
         start = pos + HEADER_BYTES
-        end = pos + h.size
-        if h.compression is Compression.NONE:
+        end = pos + LOG_OVERHEAD + h.batch_length
+        if not h.attributes & COMPRESSION_MASK:
             max_timestamp = check_records(records, start, end, h.record_count, h.base_timestamp, pos)
             if require_keys:
                 _null_keys(records, start, end, h, pos, f"{topic}-{partition}")
@@ -496,9 +518,10 @@ def validate_client_records(
                 max_timestamp = timestamps.now_ms
         if max_timestamp != h.max_timestamp or (timestamps is not None and timestamps.log_append_time):
             fixes.append((pos, max_timestamp))
+        checked.append((pos, h))
         pos = end
     if not fixes:
-        return records
+        return CheckedBatches(records, checked)
     fixed = bytearray(records)
     log_append_time = timestamps is not None and timestamps.log_append_time
     for pos, max_timestamp in fixes:
@@ -508,4 +531,5 @@ def validate_client_records(
         _INT64.pack_into(fixed, pos + _MAX_TIMESTAMP_AT, max_timestamp)
         end = pos + LOG_OVERHEAD + struct.unpack_from(">i", fixed, pos + 8)[0]
         _CRC.pack_into(fixed, pos + 17, crc32c(memoryview(fixed)[pos + CRC_START:end]))
-    return fixed
+    # The rewritten headers (max timestamp, attributes, CRC) as they now are in `fixed`.
+    return CheckedBatches(fixed, [(pos, read_header(fixed, pos)) for pos, _ in checked])

@@ -31,6 +31,7 @@ DESIGN §6), and every exception raised anywhere in raftlog derives from one of 
      │    ├── StaleBrokerEpochError             STALE_BROKER_EPOCH  (a newer incarnation holds the id)
      │    ├── DuplicateBrokerRegistrationError  DUPLICATE_BROKER_REGISTRATION
      │    ├── FencedLeaderEpochError            FENCED_LEADER_EPOCH
+     │    ├── UnknownLeaderEpochError           UNKNOWN_LEADER_EPOCH  (the client's epoch is newer: retriable)
      │    ├── StaleControllerEpochError         STALE_CONTROLLER_EPOCH
      │    ├── OutOfOrderSequenceNumberError     OUT_OF_ORDER_SEQUENCE_NUMBER
      │    ├── DuplicateSequenceNumberError      DUPLICATE_SEQUENCE_NUMBER
@@ -364,6 +365,14 @@ class DuplicateBrokerRegistrationError(RejectedError):
 
 class FencedLeaderEpochError(RejectedError):
     code = "FENCED_LEADER_EPOCH"
+
+
+class UnknownLeaderEpochError(RejectedError):
+    """KIP-320: the client names a leader epoch newer than this replica knows (it is behind the
+    client's metadata); retriable once it catches up."""
+
+    code = "UNKNOWN_LEADER_EPOCH"
+    retriable = True
 
 
 class StaleControllerEpochError(RejectedError):

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
 import json
 import secrets
 import socket
+import sys
 import threading
 import time
 import urllib.error
@@ -133,6 +135,19 @@ def secure_cluster(root: Path, admin_password: str, size: int = 1, *,
         cluster.start_all()
         cluster.wait_ready(timeout_s=60)
         yield cluster
+
+
+def load_module(name: str, path: Path) -> Any:
+    """A helper module by path (test folders are not packages), once per session: another
+    test file's helpers (its connection class, its forged batches) under `name`."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 @contextlib.contextmanager

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Iterator
 
 import pytest
@@ -16,22 +13,9 @@ from raftlog.client import Admin
 
 HERE = Path(__file__).parent
 
-
-def _load(name: str, path: Path) -> ModuleType:
-    """A helper module by path (test folders are not packages), once per session."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-forge = _load("batch_forge", HERE.parent / "unit" / "partition" / "batch_forge.py")
-Conn = _load("kafka_wire_versions", HERE / "test_kafka_wire_versions.py").Conn
-ck_consume = _load("kafka_compat", HERE / "test_kafka_compat.py").ck_consume  # skips without confluent-kafka
+forge = harness.load_module("batch_forge", HERE.parent / "unit" / "partition" / "batch_forge.py")
+Conn = harness.load_module("kafka_wire_versions", HERE / "test_kafka_wire_versions.py").Conn
+ck_consume = harness.load_module("kafka_compat", HERE / "test_kafka_compat.py").ck_consume  # skips without confluent-kafka
 
 TOPIC = "lies"
 PARTITIONS = 6

@@ -80,6 +80,7 @@ KAFKA_ERROR_CODES: Final[dict[str, int]] = {
     "GROUP_ID_NOT_FOUND": 69,
     "GROUP_SUBSCRIBED_TO_TOPIC": 86,
     "FENCED_LEADER_EPOCH": 74,
+    "UNKNOWN_LEADER_EPOCH": 75,
     "UNSUPPORTED_COMPRESSION_TYPE": 76,
     # Produce batch validation (partition/validator.py, issue 39).
     "INVALID_TIMESTAMP": 32,

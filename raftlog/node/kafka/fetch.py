@@ -22,6 +22,11 @@ topic, DESCRIBE on each topic of ListOffsets and OffsetForLeaderEpoch (checked b
 replicas are asked; a refused topic's partitions answer TOPIC_AUTHORIZATION_FAILED). A topic
 named by id is checked by its name, as Kafka does.
 
+Leader epochs (KIP-320): a partition's `current_leader_epoch` (Fetch v9+, ListOffsets v4+,
+OffsetForLeaderEpoch v2+; -1 skips the check) older than the replica's leader epoch is answered
+FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH, as Kafka does (the port's check). ListOffsets
+v4+ answers the leader epoch of the offset it names (the current one for the latest).
+
 ListOffsets: earliest (-2: log start offset; -4, earliest local, the same: no tiered
 storage), latest (-1: high watermark), max timestamp (-3, v7+: the first record carrying it, as Kafka 3.8+), latest
 tiered (-5) and earliest pending upload (-6): offset -1 (no tiered storage, as Kafka answers
@@ -73,8 +78,6 @@ NO_TIERED_STORAGE: Final = frozenset({-5, -6})  # latest tiered (v9+), earliest 
 TOPIC_IDS_VERSION: Final = 13  # KIP-516: topics by id from Fetch v13 on
 LIST_OFFSETS_KEY: Final = 2
 OFFSET_FOR_LEADER_EPOCH_KEY: Final = 23
-FENCED_LEADER_EPOCH: Final = 74
-UNKNOWN_LEADER_EPOCH: Final = 75
 MAX_FETCH_WAIT_MS: Final = 60_000
 DEFAULT_MAX_BYTES: Final = 50 << 20
 
@@ -201,17 +204,18 @@ def _isolation(request: Any) -> IsolationLevel:
 async def handle_list_offsets(ctx: KafkaContext, call: Call) -> Reply:
     request = call.request
     R = ListOffsetsResponse
-    asked = [(t.name, p.partition_index, p.timestamp) for t in request.topics for p in t.partitions]
+    asked = [(t.name, p.partition_index, p.timestamp, getattr(p, "current_leader_epoch", -1))
+             for t in request.topics for p in t.partitions]
     # No tiered storage: the earliest local offset (-4) is the earliest; the latest tiered
     # (-5) and earliest pending upload (-6) offsets do not exist (Kafka answers -1 then, after
     # the ACL check: those are asked of the port too, as the earliest, and answered -1).
-    queries = [OffsetQuery(t, p, EARLIEST if ts == EARLIEST_LOCAL or ts in NO_TIERED_STORAGE else ts)
-               for t, p, ts in asked]
+    queries = [OffsetQuery(t, p, EARLIEST if ts == EARLIEST_LOCAL or ts in NO_TIERED_STORAGE else ts, current)
+               for t, p, ts, current in asked]
 
     async def answer() -> Reply:
         found = await ctx.port().list_offsets(queries, isolation_level=_isolation(request)) if queries else []
         topics: dict[str, list[Any]] = {}
-        for (_, _, ts), entry in zip(asked, found):
+        for (_, _, ts, _), entry in zip(asked, found):
             P = R.ListOffsetsTopicResponse.ListOffsetsPartitionResponse
             if entry.error is not None:
                 data = P(partition_index=entry.partition, error_code=errors.kafka_error_code(entry.error.code),
@@ -221,7 +225,7 @@ async def handle_list_offsets(ctx: KafkaContext, call: Call) -> Reply:
                          leader_epoch=-1)
             else:
                 data = P(partition_index=entry.partition, error_code=errors.NONE,
-                         timestamp=entry.timestamp, offset=entry.offset, leader_epoch=-1)
+                         timestamp=entry.timestamp, offset=entry.offset, leader_epoch=entry.leader_epoch)
             topics.setdefault(entry.topic, []).append(data)
         return R(throttle_time_ms=0, topics=[
             R.ListOffsetsTopicResponse(name=name, partitions=ps) for name, ps in topics.items()])
@@ -233,20 +237,19 @@ async def handle_offset_for_leader_epoch(ctx: KafkaContext, call: Call) -> Reply
     """KIP-320: where each asked epoch ends on the leader, so a consumer that read up to some
     offset in that epoch can tell whether the log was truncated under it (after an unclean
     recovery). `current_leader_epoch` (-1: not checked) older than the leader's is
-    FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH (the client refreshes metadata)."""
+    FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH (the client refreshes metadata): the
+    port's check (partition/port.py "Leader epochs"), as for Fetch and ListOffsets."""
     request = call.request
     R = OffsetForLeaderEpochResponse
-    asked = [(t.topic, p.partition, p.current_leader_epoch, p.leader_epoch)
+    asked = [(t.topic, p.partition, getattr(p, "current_leader_epoch", -1), p.leader_epoch)
              for t in request.topics for p in t.partitions]
     try:
-        found = ctx.port().epoch_end_offsets([EpochQuery(t, p, e) for t, p, _, e in asked]) if asked else []
+        found = ctx.port().epoch_end_offsets([EpochQuery(t, p, e, current) for t, p, current, e in asked]) if asked else []
     except NotLeaderError as exc:  # not a broker
         found = [EpochEndResult(t, p, error=exc) for t, p, _, _ in asked]
     topics: dict[str, list[Any]] = {}
-    for (topic, partition, current, _), entry in zip(asked, found):
+    for (topic, partition, _, _), entry in zip(asked, found):
         code = errors.kafka_error_code(None if entry.error is None else entry.error.code)
-        if code == errors.NONE and current >= 0 and current != entry.current_epoch:
-            code = FENCED_LEADER_EPOCH if current < entry.current_epoch else UNKNOWN_LEADER_EPOCH
         ok = code == errors.NONE
         topics.setdefault(topic, []).append(R.OffsetForLeaderTopicResult.EpochEndOffset(
             error_code=code, partition=partition, leader_epoch=entry.leader_epoch if ok else -1,

@@ -154,3 +154,34 @@ def test_pwrite_all_writes_every_byte_in_calls_of_at_most_the_chunk(tmp_path, mo
         assert os.pread(fd, 10_000, 0) == bytes(10) + one + b"".join(parts)
     finally:
         os.close(fd)
+
+
+def test_pwrite_all_writes_a_small_append_in_one_call_and_finishes_a_short_write(tmp_path, monkeypatch):
+    """A produce's append (its stamped header and the rest of its batch) is one pwritev; a
+    call that writes less (the kernel may) is finished by the chunked loop from where it stopped."""
+    import os
+
+    from partition import file_io
+
+    calls = []
+    real = os.pwritev
+
+    def short_pwritev(fd, buffers, pos):
+        size = sum(len(memoryview(b).cast("B")) for b in buffers)
+        calls.append(size)
+        if len(calls) == 1 and size > 7:  # the first call writes 7 bytes only
+            return real(fd, [memoryview(b"".join(bytes(b) for b in buffers))[:7]], pos)
+        return real(fd, buffers, pos)
+
+    monkeypatch.setattr(file_io.os, "pwritev", short_pwritev)
+    head, rest = bytearray(b"h" * 61), memoryview(b"r" * 300).cast("B")
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
+    try:
+        file_io.pwrite_all(fd, [head, rest], 0)
+        assert calls == [361, 354]  # one call, then the rest after the 7 bytes it wrote
+        calls.clear()
+        file_io.pwrite_all(fd, [b"x" * 5, b"y" * 2], 361)  # 7 bytes: written whole at once
+        assert calls == [7]
+        assert os.pread(fd, 1_000, 0) == bytes(head) + bytes(rest) + b"xxxxxyy"
+    finally:
+        os.close(fd)
