@@ -21,7 +21,9 @@ length, then canonical CBOR, a list whose first item names the message.
           ["change", id, kind, node_id, address], ["close"]
     up:   ["started"] | ["error", error name, text]   (once, after the Voter is built or not)
           ["commit", index, command], ["status", [VoterStatus fields]], ["result", id,
-          kind, index, reason], ["fail", error name, text], ["counters", rejections, refusals]
+          kind, index, reason], ["fail", error name, text], ["counters", rejections, refusals],
+          ["log", logger name, level, message, event or null, [[key, value], ...], traceback
+          or null]   (the child's log records, logged again by the node: one log, node.log)
 
 Ordering. The child queues every event of its tick thread on one FIFO that one sender thread
 writes to the socket; the parent's one reader thread calls `events` and the result callbacks in
@@ -68,6 +70,7 @@ from typing import Any, Final
 
 import metadata.quorum as quorum_errors
 from raftlog.base import cbor
+from raftlog.base.eventlog import log_event
 from raftlog.node.bridge import (
     MAX_PENDING_PROPOSALS,
     ProposalOutcome,
@@ -326,6 +329,8 @@ class ChildVoter:
             self._resolve(message[1], ProposalOutcome(message[2], message[3], message[4]))
         elif kind == "counters":
             self._rejections, self._refusals = message[1], dict(message[2])
+        elif kind == "log":
+            _relog(*message[1:])
         elif kind == "fail":
             self._events.fail(_error_of(message[1], message[2]))
         elif kind == "started":
@@ -335,6 +340,19 @@ class ChildVoter:
             self._started.set()
         else:
             raise _FrameError(f"unknown quorum process message {kind!r}")
+
+
+def _relog(name: str, level: int, text: str, event: str | None, fields: list[list[Any]],
+           traceback: str | None) -> None:
+    """A log record of the child, logged here (the node's handlers and levels apply)."""
+    target = logging.getLogger(name)
+    if not target.isEnabledFor(level):
+        return
+    extra = {} if traceback is None else {"exc": traceback}
+    if event is not None:
+        log_event(target, event, level=level, **dict((str(k), v) for k, v in fields), **extra)
+    else:
+        target.log(level, text if traceback is None else f"{text}\n{traceback}")
 
 
 class _suppress_os_error:  # noqa: N801 - a tiny context manager
@@ -411,6 +429,24 @@ class _Uplink:
                 return
 
 
+class _UplinkLogHandler(logging.Handler):
+    """The child's log records, sent up to the node (message "log")."""
+
+    def __init__(self, uplink: _Uplink) -> None:
+        super().__init__(logging.INFO)
+        self._uplink = uplink
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            event = getattr(record, "raftlog_event", None)
+            fields = [[str(k), v if isinstance(v, (str, int, float, bool, bytes, type(None))) else str(v)]
+                      for k, v in (getattr(record, "raftlog_fields", None) or {}).items()]
+            traceback = self.formatter.formatException(record.exc_info) if record.exc_info and self.formatter else None
+            self._uplink.put(["log", record.name, record.levelno, record.getMessage(), event, fields, traceback])
+        except Exception:  # noqa: BLE001 - logging must not break the voter
+            self.handleError(record)
+
+
 def _die_with_parent(parent_pid: int) -> None:
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
@@ -425,10 +461,12 @@ def child_main(fd: int, parent_pid: int) -> int:
     "close" or the end of the stream, then close the Voter."""
     _die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C goes to the node, which closes us
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s quorum-process[%(process)d] %(levelname)s %(name)s: %(message)s")
     sock = socket.socket(fileno=fd)
     uplink = _Uplink(sock)
+    handler = _UplinkLogHandler(uplink)
+    handler.setFormatter(logging.Formatter())
+    logging.getLogger().addHandler(handler)
+    logging.getLogger().setLevel(logging.INFO)
     try:
         first = _recv_frame(sock)
         if first is None or first[0] != "config":
