@@ -39,7 +39,7 @@ plus a few (beyond that a proposal is refused QUEUE_FULL, nothing sent). A frame
 MAX_FRAME_BYTES.
 
 Life and death. The child asks the kernel for SIGKILL when the thread that spawned it ends
-(prctl PR_SET_PDEATHSIG; that thread is MetadataQuorum's owner thread, which lives as long as
+(prctl PR_SET_PDEATHSIG, pidfile.die_with_parent; SIGTERM, unhandled there; that thread is MetadataQuorum's owner thread, which lives as long as
 the voter) and also exits when its socket closes, so it never outlives the node. `close()`
 asks it to close its Voter (journal synced, meta stored) and waits for its exit by pid, then
 SIGKILLs it after CLOSE_TIMEOUT_S. If the child dies while the node runs, `events.fail`
@@ -47,13 +47,13 @@ reports QuorumStorageError ("the metadata quorum's process ... exited") and Meta
 run() raises it: the node stops, as a Kafka combined node does when its controller dies. A
 restart replays the journal (every commit again, in order), so nothing is lost.
 
-May import: metadata.quorum (its errors), raftlog.base.cbor, raftlog/node/bridge.py.
+May import: metadata.quorum (its errors), raftlog.base (cbor, eventlog), raftlog/node/bridge.py
+and pidfile.py.
 """
 
 from __future__ import annotations
 
 import collections
-import ctypes
 import dataclasses
 import itertools
 import logging
@@ -71,6 +71,7 @@ from typing import Any, Final
 import metadata.quorum as quorum_errors
 from raftlog.base import cbor
 from raftlog.base.eventlog import log_event
+from raftlog.node.pidfile import die_with_parent
 from raftlog.node.bridge import (
     MAX_PENDING_PROPOSALS,
     ProposalOutcome,
@@ -92,7 +93,6 @@ MAX_QUEUED_EVENTS: Final = 65_536
 CLOSE_TIMEOUT_S: Final = 15.0
 _START_TIMEOUT_S: Final = 60.0  # PySyncObj's bind retries take at most ~5 s; imports take ~1 s
 _COUNTERS_EVERY_S: Final = 1.0
-_PR_SET_PDEATHSIG: Final = 1
 
 # The errors a child's Voter raises by name (bridge.py); anything else arrives as
 # QuorumStorageError naming it.
@@ -311,7 +311,8 @@ class ChildVoter:
         code = self._proc.wait()
         text = (f"the metadata quorum's process {self.pid} exited (code {code})"
                 + (f" after a bad frame: {error}" if isinstance(error, _FrameError) else ""))
-        logger.critical("%s: the node stops (a restart replays the quorum's journal)", text)
+        log_event(logger, "quorum_process_exited", level=logging.CRITICAL, pid=self.pid, code=code,
+                  msg=f"{text}: the node stops (a restart replays the quorum's journal)")
         failure = quorum_errors.QuorumStorageError(text)
         if not self._started.is_set():
             self._start_error = failure
@@ -447,19 +448,13 @@ class _UplinkLogHandler(logging.Handler):
             self.handleError(record)
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-            logger.warning("prctl(PR_SET_PDEATHSIG) failed: errno %d", ctypes.get_errno())
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(1)
-
-
 def child_main(fd: int, parent_pid: int) -> int:
     """The child process: build the Voter from the first frame, serve proposals until
     "close" or the end of the stream, then close the Voter."""
-    _die_with_parent(parent_pid)
+    # SIGTERM when the thread that spawned us ends (its default action kills us here: no
+    # handler; the journal needs no goodbye, every acknowledgement waited for its fsync).
+    if not die_with_parent(parent_pid):
+        return 1
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C goes to the node, which closes us
     sock = socket.socket(fileno=fd)
     uplink = _Uplink(sock)
