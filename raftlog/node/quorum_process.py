@@ -39,13 +39,16 @@ plus a few (beyond that a proposal is refused QUEUE_FULL, nothing sent). A frame
 MAX_FRAME_BYTES.
 
 Life and death. The child asks the kernel for SIGKILL when the thread that spawned it ends
-(prctl PR_SET_PDEATHSIG, pidfile.die_with_parent; SIGTERM, unhandled there; that thread is MetadataQuorum's owner thread, which lives as long as
-the voter) and also exits when its socket closes, so it never outlives the node. `close()`
-asks it to close its Voter (journal synced, meta stored) and waits for its exit by pid, then
-SIGKILLs it after CLOSE_TIMEOUT_S. If the child dies while the node runs, `events.fail`
-reports QuorumStorageError ("the metadata quorum's process ... exited") and MetadataQuorum's
-run() raises it: the node stops, as a Kafka combined node does when its controller dies. A
-restart replays the journal (every commit again, in order), so nothing is lost.
+(prctl PR_SET_PDEATHSIG through pidfile.die_with_parent; that thread is MetadataQuorum's owner
+thread, which lives as long as the voter) and also exits when its socket closes, so it never
+outlives the node. It ignores SIGINT and SIGTERM sent to the node's whole process group (a
+terminal's ^C, systemd's stop): the node acts on them and closes it. `close()` asks it to close
+its Voter (journal synced, meta stored), waits for its exit by pid, and SIGKILLs it after
+CLOSE_TIMEOUT_S. If the child dies while the node runs, `events.fail` reports
+QuorumStorageError ("the metadata quorum's process ... exited", log event
+quorum_process_exited) and MetadataQuorum's run() raises it: the node stops, as a Kafka
+combined node does when its controller dies. A restart replays the journal (every commit
+again, in order), so nothing is lost.
 
 May import: metadata.quorum (its errors), raftlog.base (cbor, eventlog), raftlog/node/bridge.py
 and pidfile.py.
@@ -71,7 +74,6 @@ from typing import Any, Final
 import metadata.quorum as quorum_errors
 from raftlog.base import cbor
 from raftlog.base.eventlog import log_event
-from raftlog.node.pidfile import die_with_parent
 from raftlog.node.bridge import (
     MAX_PENDING_PROPOSALS,
     ProposalOutcome,
@@ -82,6 +84,7 @@ from raftlog.node.bridge import (
     quorum_refusals,
     unpickle_rejections,
 )
+from raftlog.node.pidfile import die_with_parent
 
 __all__ = ["ChildVoter", "MAX_FRAME_BYTES", "MAX_QUEUED_EVENTS", "CLOSE_TIMEOUT_S"]
 
@@ -451,11 +454,13 @@ class _UplinkLogHandler(logging.Handler):
 def child_main(fd: int, parent_pid: int) -> int:
     """The child process: build the Voter from the first frame, serve proposals until
     "close" or the end of the stream, then close the Voter."""
-    # SIGTERM when the thread that spawned us ends (its default action kills us here: no
-    # handler; the journal needs no goodbye, every acknowledgement waited for its fsync).
-    if not die_with_parent(parent_pid):
+    # SIGKILL when the thread that spawned us ends (the journal needs no goodbye: every
+    # acknowledgement waited for its fsync). SIGINT and SIGTERM sent to the node's whole
+    # process group (a terminal's ^C, systemd's stop) are the node's to act on: it closes us.
+    if not die_with_parent(parent_pid, signal.SIGKILL):
         return 1
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C goes to the node, which closes us
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sock = socket.socket(fileno=fd)
     uplink = _Uplink(sock)
     handler = _UplinkLogHandler(uplink)

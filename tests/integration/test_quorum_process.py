@@ -108,3 +108,13 @@ def test_sigkill_of_a_node_leaves_no_quorum_process(cluster: harness.NodeCluster
     cluster.wait_for(lambda: not _alive(child), 30, f"quorum process {child} to die with node 3")
     _restart(cluster, victim)
     assert child not in _quorum_children(cluster.processes[victim].pid or 0)
+
+
+def test_sigterm_of_a_node_closes_its_quorum_process(cluster: harness.NodeCluster) -> None:
+    victim = 1
+    child = _child_of(cluster, victim)
+    assert cluster.terminate(victim) == 0  # a clean stop closes the child before the node exits
+    assert not _alive(child)
+    log = (cluster.configs[victim].data_dir / "node.log").read_text()
+    assert "event=quorum_process_exited" not in log
+    _restart(cluster, victim)
