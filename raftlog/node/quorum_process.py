@@ -57,6 +57,7 @@ and pidfile.py.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -214,7 +215,7 @@ class ChildVoter:
         if self._start_error is not None:
             self.close()
             raise self._start_error
-        logger.info("metadata quorum voter runs in process %d", self.pid)
+        log_event(logger, "quorum_process_started", pid=self.pid)
 
     # -- Voter's interface --
 
@@ -245,7 +246,7 @@ class ChildVoter:
         with self._out_ready:
             self._outgoing.append([])  # stops the writer
             self._out_ready.notify()
-        with _suppress_os_error():
+        with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
         self._reader.join()
         self._writer.join()
@@ -357,14 +358,6 @@ def _relog(name: str, level: int, text: str, event: str | None, fields: list[lis
         log_event(target, event, level=level, **dict((str(k), v) for k, v in fields), **extra)
     else:
         target.log(level, text if traceback is None else f"{text}\n{traceback}")
-
-
-class _suppress_os_error:  # noqa: N801 - a tiny context manager
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> bool:
-        return exc[0] is not None and issubclass(exc[0], OSError)
 
 
 # --------------------------------------------------------------------------------------------
