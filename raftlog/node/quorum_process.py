@@ -364,6 +364,11 @@ def _relog(name: str, level: int, text: str, event: str | None, fields: list[lis
 # Child side
 
 
+def _text_of(error: BaseException) -> str:
+    """An error's text without the wire code its str() starts with (the parent adds it again)."""
+    return str(getattr(error, "message", None) or error)
+
+
 class _Uplink:
     """The child's VoterEvents: a bounded FIFO drained to the socket by one sender thread."""
 
@@ -393,7 +398,7 @@ class _Uplink:
         self.put(["status", list(status)])
 
     def fail(self, error: BaseException) -> None:
-        self.put(["fail", type(error).__name__, str(error)])
+        self.put(["fail", type(error).__name__, _text_of(error)])
 
     def result(self, proposal_id: int) -> Callable[[ProposalOutcome], None]:
         return lambda outcome: self.put(["result", proposal_id, outcome.kind, outcome.index, outcome.reason])
@@ -466,7 +471,7 @@ def child_main(fd: int, parent_pid: int) -> int:
             raise _FrameError("quorum process: no config")
         voter = Voter(_config_of(first[1]), uplink)
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises it
-        uplink.put(["error", type(exc).__name__, str(exc)])
+        uplink.put(["error", type(exc).__name__, _text_of(exc)])
         uplink.flush_and_stop()
         return 1
     uplink.put(["started"])

@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 import node_harness as harness
+from metadata.quorum import QuorumBindError
 from raftlog.base.errors import RaftlogError
+from raftlog.node.metadata_quorum import MetadataQuorum, QuorumConfig
 
-pytestmark = pytest.mark.cluster
 
 _CHILD_MODULE = b"raftlog.node.quorum_process"
 
@@ -74,6 +76,7 @@ def _restart(cluster: harness.NodeCluster, node_id: int) -> None:
     _child_of(cluster, node_id)
 
 
+@pytest.mark.cluster
 def test_every_voter_runs_one_quorum_process_that_commits(cluster: harness.NodeCluster) -> None:
     children = {n: _child_of(cluster, n) for n in cluster.live()}
     assert len(set(children.values())) == 3
@@ -85,6 +88,7 @@ def test_every_voter_runs_one_quorum_process_that_commits(cluster: harness.NodeC
         cluster.wait_for(lambda n=n: "qp-t" in _topics(cluster, n), 60, f"qp-t on node {n}")
 
 
+@pytest.mark.cluster
 def test_sigkill_of_the_quorum_process_stops_its_node_and_a_restart_recovers(
         cluster: harness.NodeCluster) -> None:
     victim = 2
@@ -101,6 +105,7 @@ def test_sigkill_of_the_quorum_process_stops_its_node_and_a_restart_recovers(
     cluster.wait_for(lambda: "qp-t" in _topics(cluster, victim), 60, "qp-t replayed on node 2")
 
 
+@pytest.mark.cluster
 def test_sigkill_of_a_node_leaves_no_quorum_process(cluster: harness.NodeCluster) -> None:
     victim = 3
     child = _child_of(cluster, victim)
@@ -110,6 +115,7 @@ def test_sigkill_of_a_node_leaves_no_quorum_process(cluster: harness.NodeCluster
     assert child not in _quorum_children(cluster.processes[victim].pid or 0)
 
 
+@pytest.mark.cluster
 def test_sigterm_of_a_node_closes_its_quorum_process(cluster: harness.NodeCluster) -> None:
     victim = 1
     child = _child_of(cluster, victim)
@@ -118,3 +124,16 @@ def test_sigterm_of_a_node_closes_its_quorum_process(cluster: harness.NodeCluste
     log = (cluster.configs[victim].data_dir / "node.log").read_text()
     assert "event=quorum_process_exited" not in log
     _restart(cluster, victim)
+
+
+async def test_a_taken_port_is_the_child_s_bind_error_and_leaves_no_child(tmp_path: Path) -> None:
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    with taken:
+        config = QuorumConfig(node_id=1, self_address=f"127.0.0.1:{taken.getsockname()[1]}", peers={},
+                              data_dir=tmp_path, password="secret")
+        quorum = MetadataQuorum(config, on_commit=lambda i, c: None, on_leader_change=lambda *a: None)
+        with pytest.raises(QuorumBindError, match="cannot bind"):
+            await quorum.run()
+    assert _quorum_children(os.getpid()) == []
