@@ -12,8 +12,8 @@ ports, data in a temp dir, every process stopped by PID at the end) it measures:
 * creation time of `--partitions` partitions (10 topics, RF 3) until `metadata` names a
   leader for each;
 * idle CPU per node (utime+stime from /proc/PID/stat over `--idle-s`, `--settle-s` after
-  creation), RSS (/proc/PID/status VmRSS) and open files (/proc/PID/fd), medians of --runs
-  windows;
+  creation), RSS (/proc/PID/status VmRSS), both with the node's metadata quorum process
+  added, and open files (/proc/PID/fd), medians of --runs windows;
 * produce throughput over all partitions (one connection per leader, every request carries
   one small batch for each partition that node leads) and the elections that happened during
   that load without any fault (false elections: the candidacies the nodes' replicas started
@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import os
 import secrets
@@ -153,15 +154,39 @@ def cpu_times(pid: int) -> tuple[float, float]:
     return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK  # utime, stime (fields 14, 15)
 
 
+def node_family(pid: int) -> list[int]:
+    """`pid` and its live child processes (a voter's metadata quorum process, issue 46): a
+    node's CPU and RSS are theirs together."""
+    family = [pid]
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z":
+                family.append(int(entry.name))
+    return family
+
+
 def cpu_seconds(pid: int) -> float:
-    return sum(cpu_times(pid))
+    """CPU seconds of node `pid` so far, its children's included."""
+    total = 0.0
+    for member in node_family(pid):
+        with contextlib.suppress(OSError):
+            total += sum(cpu_times(member))
+    return total
 
 
 def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    """The RSS of node `pid`, its children's included."""
+    total = 0.0
+    for member in node_family(pid):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{member}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) / 1024
+    return total or float("nan")
 
 
 def open_files(pid: int) -> int:

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_kafka import ROOT, _load, child_consume, kafka_child, load_harness, median
+from bench_scale import cpu_seconds, rss_mib
 
 sys.path.insert(0, str(ROOT / "tests" / "reference"))
 import kafka_ref  # noqa: E402 - the reference harness lives with the tests
@@ -183,22 +184,11 @@ def consumer_perf_test(bootstrap: str, topic: str, records: int) -> dict:
 
 
 def idle_usage(pids: list[int], seconds: float) -> dict:
-    """Median node's RSS (MiB) at the end and CPU (% of one core) over `seconds` of idling."""
-    tick = os.sysconf("SC_CLK_TCK")
-
-    def cpu_ticks(pid: int) -> int:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])  # utime + stime
-
-    def rss_mib(pid: int) -> float:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        return float("nan")
-
-    before = {pid: cpu_ticks(pid) for pid in pids}
+    """Median node's RSS (MiB) at the end and CPU (% of one core) over `seconds` of idling,
+    each node's child processes included (a raftlog voter's metadata quorum process)."""
+    before = {pid: cpu_seconds(pid) for pid in pids}
     time.sleep(seconds)
-    cpu = [(cpu_ticks(pid) - before[pid]) / tick / seconds * 100 for pid in pids]
+    cpu = [(cpu_seconds(pid) - before[pid]) / seconds * 100 for pid in pids]
     return {"rss_mib": statistics.median(rss_mib(pid) for pid in pids), "cpu_pct": statistics.median(cpu)}
 
 

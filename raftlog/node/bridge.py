@@ -10,9 +10,10 @@ The replicated state is an append-only list of small opaque commands. Index ``i`
 restarts. It is not the Raft log index (which also counts leader no-ops). PySyncObj runs one
 tick thread per voter (20 ticks/s, woken early by a pipe on each proposal); `events`
 (`VoterEvents`) hears from it: every applied command once per index, in order (`commit`), every
-change of the Raft status (`status`), and a fatal error (`fail`). raftlog/node/metadata_quorum.py
-builds the trio API on this (and owns the thread that constructs and closes the Voter, which
-must outlive the tick thread: PySyncObj stops ticking when its constructing thread dies).
+change of the Raft status (`status`), and a fatal error (`fail`). raftlog/node/quorum_process.py
+runs the Voter in a child process of the node (its main thread constructs and closes it, and
+so outlives the tick thread: PySyncObj stops ticking when its constructing thread dies), and
+raftlog/node/metadata_quorum.py builds the trio API on that.
 
 Security guardrails (PySyncObj pickles every message, command, and its journal meta file):
 

@@ -7,11 +7,12 @@ API (trio): ``MetadataQuorum(config, on_commit=, on_leader_change=)``, ``await r
 ``await change_voters(op, node_id, address, timeout_s=)`` adds or removes one voter (issue 44).
 Index ``i`` is the 1-based position of a command in the replicated list (bridge.py).
 
-Threads. A dedicated owner thread constructs the bridge's Voter (key derivation, journal load
-and port binding block) and later closes it; it must outlive the tick thread because PySyncObj
-stops ticking when its constructing thread dies. The tick thread never touches trio objects:
-every commit, proposal result and status change is handed over with
-``TrioToken.run_sync_soon`` (`_TrioHandoff`), whose FIFO order gives:
+Process and threads. The voter (PySyncObj, its journal and port) runs in a child process
+(quorum_process.py's ChildVoter, issue 46): its heartbeats no longer wait for this node's GIL.
+A dedicated owner thread spawns it and waits until its journal is loaded and its port bound,
+and later closes it (the child dies with that thread: PR_SET_PDEATHSIG). ChildVoter's reader
+thread never touches trio objects: every commit, proposal result and status change is handed
+over with ``TrioToken.run_sync_soon`` (`_TrioHandoff`), whose FIFO order gives:
 
 * ``on_commit(index, command)`` runs on the trio thread for every command, in index order,
   exactly once per ``run()`` (so also for every command replayed from disk after a restart);
@@ -20,12 +21,13 @@ every commit, proposal result and status change is handed over with
   with the commits around it.
 
 Once ``propose`` returns ``i`` (or any voter applies ``i``), command ``i`` is on stable storage
-on a majority of voters (bridge.py, "Durability"). Proposals are never re-sent: every
+on a majority of voters (bridge.py, "Durability"). If the child dies, ``run()`` raises
+QuorumStorageError and the node stops (quorum_process.py, "Life and death"). Proposals are never re-sent: every
 ``propose`` is bounded by ``timeout_s`` and callers make commands idempotent. Its errors are
 metadata/quorum.py's.
 
-Clock: waits only (trio's). May import: metadata.quorum, raftlog/node/bridge.py and
-quorum_voters.py.
+Clock: waits only (trio's). May import: metadata.quorum, raftlog/node/bridge.py,
+quorum_process.py and quorum_voters.py.
 """
 
 from __future__ import annotations
@@ -54,11 +56,9 @@ from raftlog.node.bridge import (
     MAX_PENDING_PROPOSALS,
     ProposalOutcome,
     QuorumConfig,
-    Voter,
     VoterStatus,
-    quorum_refusals,
-    unpickle_rejections,
 )
+from raftlog.node.quorum_process import ChildVoter
 
 __all__ = ["MetadataQuorum", "QuorumConfig"]
 
@@ -70,8 +70,8 @@ class _Pending:
 
 
 class _TrioHandoff:
-    """The bridge's VoterEvents: each call from the tick or owner thread becomes a call on the
-    trio thread, in order."""
+    """The bridge's VoterEvents: each call from ChildVoter's reader thread or the owner thread
+    becomes a call on the trio thread, in order."""
 
     def __init__(self, quorum: "MetadataQuorum", token: trio.lowlevel.TrioToken) -> None:
         self._quorum = quorum
@@ -119,7 +119,7 @@ class MetadataQuorum:
         self._fatal_error: BaseException | None = None
         self._pending: dict[int, _Pending] = {}
         self._proposal_ids = itertools.count(1)
-        self._voter: Voter | None = None
+        self._voter: ChildVoter | None = None
         # Trio-side view, updated only by _on_status / _deliver_commit.
         self._is_leader = False
         self._leader_id: int | None = None
@@ -181,8 +181,8 @@ class MetadataQuorum:
             "log_end_index": self._log_end_index,
             "match_index": {str(k): v for k, v in sorted(self._match_index.items())},  # leader only
             "pending_proposals": len(self._pending),
-            "unpickle_rejections": unpickle_rejections(),
-            "refused_connections": quorum_refusals(),
+            "unpickle_rejections": 0 if self._voter is None else self._voter.unpickle_rejections(),
+            "refused_connections": {} if self._voter is None else self._voter.quorum_refusals(),
         }
 
     # -- lifecycle --
@@ -225,7 +225,7 @@ class MetadataQuorum:
         """Owner thread: build the voter, wait for stop, close it."""
         assert self._handoff is not None
         try:
-            voter = Voter(self._config, self._handoff)
+            voter = ChildVoter(self._config, self._handoff)
         except BaseException as exc:
             self._handoff.to_trio(self._owner_done, None, exc)
             return
@@ -235,7 +235,7 @@ class MetadataQuorum:
 
     # -- owner/tick thread -> trio (via _TrioHandoff) --
 
-    def _owner_done(self, voter: Voter | None, error: BaseException | None) -> None:
+    def _owner_done(self, voter: ChildVoter | None, error: BaseException | None) -> None:
         self._voter = voter
         self._owner_error = error
         assert self._owner_started is not None
@@ -324,7 +324,7 @@ class MetadataQuorum:
         handoff = self._handoff
         assert handoff is not None
 
-        def on_result(outcome: ProposalOutcome) -> None:  # tick thread
+        def on_result(outcome: ProposalOutcome) -> None:  # ChildVoter's reader thread
             handoff.to_trio(self._on_result, proposal_id, outcome)
 
         try:

@@ -102,9 +102,10 @@ def release(path: Path) -> None:
         return  # already gone, or never written: nothing to release
 
 
-def die_with_parent(supervisor_pid: int) -> bool:
-    """Ask for SIGTERM when the parent dies (Linux). Returns False when the parent is
-    already not `supervisor_pid` (it died before we asked): the caller should exit."""
+def die_with_parent(supervisor_pid: int, signum: int = signal.SIGTERM) -> bool:
+    """Ask for `signum` when the parent (the thread that started us) dies (Linux). Returns
+    False when the parent is already not `supervisor_pid` (it died before we asked): the
+    caller should exit."""
     if sys.platform.startswith("linux"):
         name = ctypes.util.find_library("c")
         try:
@@ -112,7 +113,7 @@ def die_with_parent(supervisor_pid: int) -> bool:
         except OSError:
             libc = None
         if libc is not None:
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+            libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
     return not parent_gone(supervisor_pid)
 
 
