@@ -183,12 +183,15 @@ PROFILE_PARTS = (
 )
 
 
-def profile_split(path: Path) -> dict[str, float]:
+def profile_split(path: Path, main: bool = True) -> dict[str, float]:
     """Share of the GIL holder's samples (py-spy --gil, raw format) per PROFILE_PARTS entry,
-    the one-time codec import left out of the total."""
+    the one-time codec import left out of the total: of the node's main process (`main`),
+    else of its Kafka network workers (py-spy --subprocesses names each stack's process)."""
     counts: dict[str, int] = {}
     for line in path.read_text().splitlines():
         stack, _, n = line.rpartition(" ")
+        if ("network_worker" in stack.split(";", 1)[0]) == main:
+            continue
         part = next((name for name, rx in PROFILE_PARTS if re.search(rx, stack)), "other")
         counts[part] = counts.get(part, 0) + int(n)
     counts.pop(PROFILE_PARTS[0][0], None)
@@ -270,9 +273,13 @@ def one_run(harness, tmp: Path, cpus: str, args: argparse.Namespace) -> RunResul
             print(f"    error codes answered: {codes}", flush=True)
         if profile is not None and profile.exists():
             split = profile_split(profile)
-            print(f"    profile {profile}: " + ", ".join(f"{k} {v:.1%}" for k, v in sorted(split.items())), flush=True)
+            print(f"    profile {profile} (main): " + ", ".join(f"{k} {v:.1%}" for k, v in sorted(split.items())),
+                  flush=True)
             moved = sum(v for k, v in split.items() if k.startswith("N "))
-            print(f"    network side (N) {moved:.1%} of the GIL time, the rest {1 - moved:.1%}", flush=True)
+            print(f"    network side (N) {moved:.1%} of the main's GIL time, the rest {1 - moved:.1%}", flush=True)
+            workers = profile_split(profile, main=False)
+            if workers:
+                print("    workers: " + ", ".join(f"{k} {v:.1%}" for k, v in sorted(workers.items())), flush=True)
         return RunResult(
             records_per_s=sum(r["acked_records"] / r["duration_s"] for r in results),
             node_cpu=node_cpu, main_cpu=main_cpu,

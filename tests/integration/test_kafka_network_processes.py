@@ -68,8 +68,17 @@ def metric(node: harness.NodeCluster, name: str) -> float:
     return sum(values)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _own_worker_count() -> Iterator[None]:
+    """The environment beats a node's config file: this module sets its own counts."""
+    saved = os.environ.pop("RAFTLOG_KAFKA_NETWORK_PROCESSES", None)
+    yield
+    if saved is not None:
+        os.environ["RAFTLOG_KAFKA_NETWORK_PROCESSES"] = saved
+
+
 @pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[harness.NodeCluster]:
+def node(_own_worker_count: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[harness.NodeCluster]:
     settings = {**harness.TEST_SETTINGS, "kafka_network_processes": WORKERS, "max_connections": 40}
     with harness.NodeCluster(tmp_path_factory.mktemp("kafka-workers"), size=1, settings=settings) as cluster:
         cluster.start_all()
