@@ -49,6 +49,7 @@ RESTART_MAX_S: Final = 5.0
 RESTART_RESET_S: Final = 30.0
 MAX_NETWORK_PROCESSES: Final = 64
 WORKER_MODULE: Final = "raftlog.node.kafka.network_worker"
+EXIT_POLL_S: Final = 0.5
 
 
 def default_network_processes(cpus: int) -> int:
@@ -115,8 +116,11 @@ class NetworkWorkers:
         try:
             command = [sys.executable, "-m", WORKER_MODULE, str(theirs.fileno()), str(os.getpid()),
                        *(str(fd) for fd in self.listen_fds)]
-            process = await trio.lowlevel.open_process(
-                command, pass_fds=(theirs.fileno(), *self.listen_fds), stdin=subprocess.DEVNULL)
+            # Forked here, on the trio thread, not in a worker thread as trio's open_process
+            # does: Linux sends the parent-death signal when the *thread* that forked ends,
+            # and trio's idle worker threads end after 10 s.
+            process = subprocess.Popen(command, pass_fds=(theirs.fileno(), *self.listen_fds),
+                                       stdin=subprocess.DEVNULL)
         except BaseException:
             ours.close()
             raise
@@ -144,12 +148,26 @@ class NetworkWorkers:
                     nursery.cancel_scope.cancel()  # the worker is gone: its connections end
 
                 nursery.start_soon(link_task)
-                await process.wait()
+                await _exited(process)
                 nursery.cancel_scope.cancel()
         finally:
             self.pids.pop(index, None)
-            if process.returncode is None:
+            if process.poll() is None:
                 process.kill()  # by its pid; it holds no state
-                with trio.CancelScope(shield=True):
-                    await process.wait()
+                process.wait()  # at once after SIGKILL
         return process.returncode
+
+
+async def _exited(process: subprocess.Popen[bytes]) -> None:
+    """Wait until `process` exits (a pidfd where Linux has them, else polling) and reap it."""
+    try:
+        pidfd = os.pidfd_open(process.pid)
+    except (AttributeError, OSError):
+        while process.poll() is None:
+            await trio.sleep(EXIT_POLL_S)
+        return
+    try:
+        await trio.lowlevel.wait_readable(pidfd)
+    finally:
+        os.close(pidfd)
+    process.wait()
