@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import struct
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Final
 
 import trio
@@ -178,18 +179,23 @@ class Mux:
         then every pipe is broken. Cancel it to end the link."""
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._write_loop)
-                try:
-                    await self._read_loop(on_open)
-                finally:
-                    nursery.cancel_scope.cancel()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, LinkError):
-            pass
+                nursery.start_soon(self._until_broken, self._write_loop, nursery.cancel_scope)
+                await self._until_broken(partial(self._read_loop, on_open), nursery.cancel_scope)
         finally:
             self._done = True
             for pipe in list(self.pipes.values()):
                 pipe.break_()
             self.pipes.clear()
+
+    @staticmethod
+    async def _until_broken(loop: Callable[[], Awaitable[None]], link: trio.CancelScope) -> None:
+        """Run one direction's loop; when it ends (the link broke or closed), end the other."""
+        try:
+            await loop()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, LinkError):
+            pass
+        finally:
+            link.cancel()
 
     async def _write_loop(self) -> None:
         while True:

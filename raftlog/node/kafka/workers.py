@@ -103,7 +103,11 @@ class NetworkWorkers:
                 self.restarts_total.inc()
             first = False
             started = trio.current_time()
-            code = await self._run_one(index)
+            try:
+                code = await self._run_one(index)
+            except Exception as exc:  # noqa: BLE001 - a worker's trouble must not stop the node
+                log_event(logger, "kafka_network_process_failed", level=logging.ERROR, exc_info=exc, index=index)
+                code = None
             log_event(logger, "kafka_network_process_exited", level=logging.WARNING, index=index,
                       returncode=code, restart_in_s=backoff)
             if trio.current_time() - started >= RESTART_RESET_S:
