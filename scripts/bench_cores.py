@@ -149,8 +149,9 @@ def prime_kafka(address: str) -> None:
             got += data
 
 
-def tree_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) of `pid`, its threads and every live descendant (/proc)."""
+def tree_cpu_s(pid: int, descendants: bool = True) -> float:
+    """CPU seconds (user + system) of `pid`, its threads and (`descendants`) every live
+    descendant: the Kafka network workers (/proc)."""
     tick = os.sysconf("SC_CLK_TCK")
     total, todo = 0.0, [pid]
     while todo:
@@ -160,7 +161,8 @@ def tree_cpu_s(pid: int) -> float:
             fields = stat[stat.rindex(")") + 2:].split()
             total += (int(fields[11]) + int(fields[12])) / tick
             for task in Path(f"/proc/{p}/task").iterdir():
-                todo += [int(c) for c in (task / "children").read_text().split()]
+                if descendants:
+                    todo += [int(c) for c in (task / "children").read_text().split()]
         except (OSError, ValueError):
             continue  # exited meanwhile
     return total
@@ -181,12 +183,15 @@ PROFILE_PARTS = (
 )
 
 
-def profile_split(path: Path) -> dict[str, float]:
+def profile_split(path: Path, main: bool = True) -> dict[str, float]:
     """Share of the GIL holder's samples (py-spy --gil, raw format) per PROFILE_PARTS entry,
-    the one-time codec import left out of the total."""
+    the one-time codec import left out of the total: of the node's main process (`main`),
+    else of its Kafka network workers (py-spy --subprocesses names each stack's process)."""
     counts: dict[str, int] = {}
     for line in path.read_text().splitlines():
         stack, _, n = line.rpartition(" ")
+        if ("network_worker" in stack.split(";", 1)[0]) == main:
+            continue
         part = next((name for name, rx in PROFILE_PARTS if re.search(rx, stack)), "other")
         counts[part] = counts.get(part, 0) + int(n)
     counts.pop(PROFILE_PARTS[0][0], None)
@@ -198,6 +203,7 @@ def profile_split(path: Path) -> dict[str, float]:
 class RunResult:
     records_per_s: float
     node_cpu: float  # CPU seconds per wall second over the counted window
+    main_cpu: float  # of which the node's main process (the rest: its Kafka network workers)
     load_cpu: float  # the producers' CPU seconds per wall second
     errors: int
 
@@ -213,7 +219,10 @@ def one_run(harness, tmp: Path, cpus: str, args: argparse.Namespace) -> RunResul
             process.argv = lambda: ["taskset", "-c", cpus, *argv()]
             return process
 
-    cluster = PinnedCluster(tmp, size=1, settings=dict(args.settings))
+    settings = dict(args.settings)
+    if args.network_processes is not None:
+        settings["kafka_network_processes"] = args.network_processes
+    cluster = PinnedCluster(tmp, size=1, settings=settings)
     producers: list[subprocess.Popen] = []
     try:
         cluster.start_all()
@@ -242,9 +251,11 @@ def one_run(harness, tmp: Path, cpus: str, args: argparse.Namespace) -> RunResul
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         else:
             profile = None
-        cpu0, t0 = tree_cpu_s(pid), time.monotonic()
+        cpu0, main0, t0 = tree_cpu_s(pid), tree_cpu_s(pid, descendants=False), time.monotonic()
         time.sleep(args.duration_s)
-        node_cpu = (tree_cpu_s(pid) - cpu0) / (time.monotonic() - t0)
+        wall = time.monotonic() - t0
+        node_cpu = (tree_cpu_s(pid) - cpu0) / wall
+        main_cpu = (tree_cpu_s(pid, descendants=False) - main0) / wall
         results = []
         for p in producers:
             if p.args[0] == args.py_spy:
@@ -262,12 +273,16 @@ def one_run(harness, tmp: Path, cpus: str, args: argparse.Namespace) -> RunResul
             print(f"    error codes answered: {codes}", flush=True)
         if profile is not None and profile.exists():
             split = profile_split(profile)
-            print(f"    profile {profile}: " + ", ".join(f"{k} {v:.1%}" for k, v in sorted(split.items())), flush=True)
+            print(f"    profile {profile} (main): " + ", ".join(f"{k} {v:.1%}" for k, v in sorted(split.items())),
+                  flush=True)
             moved = sum(v for k, v in split.items() if k.startswith("N "))
-            print(f"    network side (N) {moved:.1%} of the GIL time, the rest {1 - moved:.1%}", flush=True)
+            print(f"    network side (N) {moved:.1%} of the main's GIL time, the rest {1 - moved:.1%}", flush=True)
+            workers = profile_split(profile, main=False)
+            if workers:
+                print("    workers: " + ", ".join(f"{k} {v:.1%}" for k, v in sorted(workers.items())), flush=True)
         return RunResult(
             records_per_s=sum(r["acked_records"] / r["duration_s"] for r in results),
-            node_cpu=node_cpu,
+            node_cpu=node_cpu, main_cpu=main_cpu,
             load_cpu=sum(r["cpu_s"] for r in results) / max(r["wall_s"] for r in results),
             errors=sum(r["errors"] for r in results))
     finally:
@@ -286,6 +301,10 @@ def parse_setting(text: str) -> tuple[str, object]:
         return key, value
 
 
+def _processes(text: str) -> int:
+    return -1 if text == "auto" else int(text)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=3)
@@ -301,6 +320,9 @@ def main() -> int:
     ap.add_argument("--two", default="0,1", help="the CPU list of the 2-core node (taskset -c)")
     ap.add_argument("--set", dest="settings", action="append", type=parse_setting, default=[],
                     metavar="KEY=VALUE", help="a node setting for both nodes (NodeConfig field; repeatable)")
+    ap.add_argument("--network-processes", type=_processes, metavar="N|auto",
+                    help="the node's Kafka network worker processes (kafka_network_processes; auto: by "
+                         "the CPUs it may use, so none on 1 core); default: the node's default")
     ap.add_argument("--profile", metavar="PREFIX",
                     help="py-spy the node's process tree over each counted window: PREFIX-cpus0.txt, ... "
                          "(collapsed stacks; the last run of each setting)")
@@ -327,20 +349,24 @@ def main() -> int:
                 r = one_run(harness, Path(tmp), cpus, args)
             runs[name].append(r)
             print(f"  run {run + 1} cpus {cpus:<5}: {r.records_per_s:>11,.0f} records/s  node CPU "
-                  f"{r.node_cpu:.2f}  producers' CPU {r.load_cpu:.2f}  errors {r.errors}  (load {_load()})",
+                  f"{r.node_cpu:.2f} (main {r.main_cpu:.2f})  producers' CPU {r.load_cpu:.2f}  errors {r.errors}  (load {_load()})",
                   flush=True)
-    med = {name: {f: statistics.median(getattr(r, f) for r in rs) for f in ("records_per_s", "node_cpu", "load_cpu")}
+    med = {name: {f: statistics.median(getattr(r, f) for r in rs) for f in ("records_per_s", "node_cpu", "main_cpu", "load_cpu")}
            for name, rs in runs.items()}
     ratio = med["two"]["records_per_s"] / med["one"]["records_per_s"]
     print()
     print(f"load average at the end {_load()}; medians of {args.runs} run(s)")
     # The node's CPU per request: what a core buys, whatever share of the machine the node got.
-    print(f"{'cpus':<8}{'records/s':>12}{'MB/s':>8}{'node CPU':>10}{'us CPU/request':>16}{'producers CPU':>15}")
+    # The main process's CPU per request bounds the node: at most 1 / that requests/s however
+    # many cores its Kafka network workers get.
+    print(f"{'cpus':<8}{'records/s':>12}{'MB/s':>8}{'node CPU':>10}{'main CPU':>10}{'us CPU/request':>16}"
+          f"{'main us/request':>17}{'producers CPU':>15}")
     for name in ("one", "two"):
         m = med[name]
-        per_request_us = m["node_cpu"] / max(m["records_per_s"] / args.batch_records, 1e-9) * 1e6
+        requests_per_s = max(m["records_per_s"] / args.batch_records, 1e-9)
         print(f"{getattr(args, name):<8}{m['records_per_s']:>12,.0f}{m['records_per_s'] * args.record_bytes / 1e6:>8.1f}"
-              f"{m['node_cpu']:>10.2f}{per_request_us:>16,.0f}{m['load_cpu']:>15.2f}")
+              f"{m['node_cpu']:>10.2f}{m['main_cpu']:>10.2f}{m['node_cpu'] / requests_per_s * 1e6:>16,.0f}"
+              f"{m['main_cpu'] / requests_per_s * 1e6:>17,.0f}{m['load_cpu']:>15.2f}")
     # The ratio says something only when the 1-core node was saturated: on a machine busy with
     # other work the node gets a share of each CPU it may use, and 2 CPUs are then 2 shares.
     saturated = med["one"]["node_cpu"] >= SATURATED_CPU

@@ -246,6 +246,10 @@ class NodeConfig:
     # Connections at once on the client and Kafka listeners together (Kafka's max.connections).
     max_connections: int = 1024
     max_in_flight: int = 256  # per connection
+    # Worker processes that accept and carry the Kafka listener's connections (Kafka's
+    # num.network.threads, as processes; issue 46): 0 none (one process), -1 one per CPU the
+    # node may use beside the main's, at most 4 (none on one CPU).
+    kafka_network_processes: int = 0
     # Partitions and replication factor of a topic created without them (Kafka's num.partitions,
     # default.replication.factor).
     default_partitions: int = 1
@@ -597,6 +601,7 @@ _KEYS: Final[dict[str, _Key]] = {
     "peer_max_frame_bytes": _Key(_to_int, "peer_max_frame_bytes"),
     "max_connections": _Key(_to_int, "max_connections"),
     "max_in_flight": _Key(_to_int, "max_in_flight"),
+    "kafka_network_processes": _Key(_to_int, "kafka_network_processes"),
     "default_partitions": _Key(_to_int, "default_partitions"),
     "default_replication_factor": _Key(_to_int, "default_replication_factor"),
     "auto_create_topics": _Key(_to_bool, "auto_create_topics"),
@@ -667,6 +672,7 @@ _INT_RANGES: Final = {
     "peer_max_frame_bytes": (1024, MAX_FRAME_BYTES_LIMIT),
     "max_connections": (1, 1_000_000),
     "max_in_flight": (1, 65_536),
+    "kafka_network_processes": (-1, 64),
     "default_partitions": (1, 100_000),
     "default_replication_factor": (1, 1_000),
     "scrub_bytes_per_s": (0, 1 << 40),

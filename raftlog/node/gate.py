@@ -54,6 +54,7 @@ __all__ = [
     "overdue",
     "peer_name",
     "raise_fd_limit",
+    "run_admitted",
     "UNLIMITED",
 ]
 
@@ -227,11 +228,13 @@ def peer_name(stream: trio.SocketStream) -> str:
     return f"{host}:{port}"
 
 
-Handle = Callable[[trio.SocketStream, str, Liveness], Awaitable[None]]
+Handle = Callable[[trio.abc.Stream, str, Liveness], Awaitable[None]]
 
 
-async def _run(stream: trio.SocketStream, peer: str, host: str, gate: ConnectionGate, listener: str,
-               handle: Handle) -> None:
+async def run_admitted(stream: trio.abc.Stream, peer: str, host: str, gate: ConnectionGate, listener: str,
+                       handle: Handle) -> None:
+    """Run one admitted connection: `handle` under its timers; the gate's count released and the
+    stream closed at the end (also for connections a Kafka network worker accepted)."""
     liveness = Liveness(gate.idle_ms, gate.preauth_timeout_ms)
     try:
         async with trio.open_nursery() as nursery:
@@ -275,7 +278,7 @@ async def accept_loop(
                 gate.refused(listener, host, reason)
                 stream.socket.close()  # FIN now; nothing is read or answered
                 continue
-            nursery.start_soon(_run, stream, peer, host, gate, listener, handle)
+            nursery.start_soon(run_admitted, stream, peer, host, gate, listener, handle)
 
 
 def raise_fd_limit() -> tuple[int, int]:

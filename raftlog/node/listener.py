@@ -140,13 +140,15 @@ def connection_handler(
     up TLS and the session (with `security`), runs the protocol, logs a failure (module
     docstring)."""
 
-    async def handle(stream: trio.SocketStream, peer: str, liveness: Liveness) -> None:
+    async def handle(stream: trio.abc.Stream, peer: str, liveness: Liveness) -> None:
         metrics.connections += 1
         log_event(logger, "conn_open", level=logging.DEBUG, listener=name, peer=peer)
+        # The socket for os.sendfile; None for a Kafka network worker's link (kafka/workers.py).
+        socket_stream = stream if isinstance(stream, trio.SocketStream) else None
         try:
             if security is None:
                 async with stream:
-                    await run(stream, peer, None, liveness, stream)
+                    await run(stream, peer, None, liveness, socket_stream)
                 return
             liveness.authenticated = lambda: False  # until the session is complete
             accepted = await security.accept(stream, peer, listener=name,
@@ -156,7 +158,7 @@ def connection_handler(
             secured, session = accepted
             liveness.authenticated = lambda: session.complete
             async with secured:
-                await run(secured, peer, session, liveness, stream if secured is stream else None)
+                await run(secured, peer, session, liveness, socket_stream if secured is stream else None)
         except* Exception as group:  # a bug in one connection must not stop the listener
             # except*: a cancellation travelling with the bug (shutdown) still propagates.
             log_event(logger, "conn_failed", level=logging.ERROR, exc_info=group,

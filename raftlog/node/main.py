@@ -80,6 +80,7 @@ from raftlog.node.kafka.fetch_sessions import FetchSessionCache
 from raftlog.node.quotas import QuotaManager
 from raftlog.node.gate import ConnectionGate, raise_fd_limit
 from raftlog.node.kafka.listener import serve_kafka
+from raftlog.node.kafka.workers import network_processes_of
 from raftlog.node.registry.listener import serve_registry
 from raftlog.node.registry.log import ReplicaSchemasLog
 from raftlog.node.registry.service import RegistryService
@@ -401,6 +402,7 @@ async def run_node(
             max_request_bytes=client_limits.max_frame_bytes, request_timeout_ms=client_limits.request_timeout_ms,
             max_in_flight=client_limits.max_in_flight, sasl_max_receive_bytes=config.sasl_server_max_receive_size,
             registry=registry, security=client_security, gate=gate,
+            network_processes=network_processes_of(config.kafka_network_processes),
         ))  # fmt: skip
         # Everything built so far (modules, services, replicas) lives as long as the node:
         # out of the cyclic GC's reach, a full collection no longer walks it. Measured: a

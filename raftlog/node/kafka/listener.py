@@ -56,6 +56,7 @@ listener or another connection. Requests before ApiVersions are served (Kafka do
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import struct
@@ -71,8 +72,9 @@ from raftlog.base.eventlog import log_event
 from raftlog.node.auth import ListenerSecurity, Session, SessionExpiredError
 from raftlog.node.gate import ConnectionGate, Liveness
 from raftlog.base.metrics import MetricsRegistry
-from raftlog.node.listener import ListenerMetrics, connection_handler, serve_listener
+from raftlog.node.listener import ListenerMetrics, bind, connection_handler, serve_listener
 from raftlog.node.kafka import errors
+from raftlog.node.kafka.workers import NetworkWorkers
 from raftlog.node.kafka.context import Call, ConnectionState, Encoded, Handler, KafkaContext, Later
 from raftlog.node.kafka.wire import API_VERSIONS_KEY, Chunk, CodecError, FileRange, Header
 from raftlog.node.quotas import PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE
@@ -499,6 +501,7 @@ async def serve_kafka(
     registry: MetricsRegistry | None = None,
     security: ListenerSecurity | None = None,
     gate: ConnectionGate | None = None,
+    network_processes: int = 0,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
     """Listen on host:port and serve Kafka's protocol until cancelled. Reports readiness with
@@ -506,7 +509,9 @@ async def serve_kafka(
     module docstring); until a connection's session is complete no frame may be over
     `sasl_max_receive_bytes` (Kafka's sasl.server.max.receive.size). `gate`: the node's
     connection limits and timers (raftlog/node/gate.py); by default one of this listener's
-    own with `max_connections` and no timers. Raises OSError if it cannot bind."""
+    own with `max_connections` and no timers. `network_processes` > 0: that many worker
+    processes accept and carry the connections (workers.py); this process binds the port and
+    serves every request. Raises OSError if it cannot bind."""
     if max_in_flight < 1 or max_connections < 1 or request_timeout_ms < 1 or max_request_bytes < 64:
         raise ValueError("max_in_flight, max_connections, request_timeout_ms >= 1; "
                          "max_request_bytes >= 64")
@@ -518,5 +523,17 @@ async def serve_kafka(
     if gate is None:
         gate = ConnectionGate(max_connections=max_connections, registry=registry)
     handle = connection_handler("kafka", security, listener.metrics, partial(_run_connection, listener))
+    if network_processes > 0:
+        socket_listeners, actual_port = await bind(host, port)
+        async with contextlib.AsyncExitStack() as stack:
+            for socket_listener in socket_listeners:
+                await stack.enter_async_context(socket_listener)
+            workers = NetworkWorkers(network_processes, socket_listeners, gate, handle, registry=registry)
+            log_event(logger, "listening", listener="kafka", host=host, port=actual_port,
+                      max_request_bytes=max_request_bytes, max_in_flight=max_in_flight,
+                      network_processes=network_processes)
+            task_status.started(actual_port)
+            await workers.run()
+        raise AssertionError("unreachable: the workers only end by cancellation")
     await serve_listener(host, port, name="kafka", gate=gate, handle=handle, task_status=task_status,
                          max_request_bytes=max_request_bytes, max_in_flight=max_in_flight)

@@ -1,0 +1,98 @@
+"""A Kafka network worker process (issue 46: Kafka's num.network.threads, as processes).
+
+    python -m raftlog.node.kafka.network_worker MUX_FD PARENT_PID LISTEN_FD [LISTEN_FD...]
+
+Started by the node's main process (workers.py), never by hand. It accepts on the Kafka
+listening sockets the main bound (inherited descriptors: the port, its errors and its
+backlog stay the node's; every worker accepts from the same queue) and carries each client
+connection's bytes to and from the main over the local link (mux.py, the socketpair
+MUX_FD), where the node's gate admits it and the Kafka listener serves it. So the socket
+work (accepting, receiving, sending, the per-connection tasks of it) runs here, on another
+core, and every API, limit and check stays the main's.
+
+It dies with the main: Linux's parent-death signal (prctl, asked first thing), and the end of
+the link (the main closing it or dying) ends the process. Concurrency: one trio loop.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from typing import Final
+
+import trio
+
+from raftlog.node.gate import peer_name
+from raftlog.node.kafka.mux import CHUNK_BYTES, OPEN, Mux, Pipe
+from raftlog.node.pidfile import die_with_parent
+
+__all__ = ["main"]
+
+ACCEPT_BACKOFF_S: Final = 0.1
+
+
+async def _proxy(client: trio.SocketStream, pipe: Pipe) -> None:
+    """Copy one client's bytes both ways until either end closes."""
+    async with client, trio.open_nursery() as nursery:
+
+        async def upstream() -> None:  # client -> main
+            try:
+                while data := await client.receive_some(CHUNK_BYTES):
+                    await pipe.send_all(data)
+                await pipe.send_eof()
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                nursery.cancel_scope.cancel()
+
+        async def downstream() -> None:  # main -> client
+            try:
+                while data := await pipe.receive_some():
+                    await client.send_all(data)
+                await client.send_eof()  # the main's EOF: its CLOSE follows
+                await pipe.receive_some()
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(upstream)
+        nursery.start_soon(downstream)
+    pipe.close()
+
+
+async def _accept_loop(listener: trio.SocketListener, mux: Mux, ids: list[int], nursery: trio.Nursery) -> None:
+    while True:
+        try:
+            client = await listener.accept()
+        except OSError:  # out of descriptors, an aborted connection: go on
+            await trio.sleep(ACCEPT_BACKOFF_S)
+            continue
+        ids[0] += 1
+        conn_id = ids[0]
+        pipe = mux.open_pipe(conn_id)
+        mux.send(OPEN, conn_id, peer_name(client).encode())
+        nursery.start_soon(_proxy, client, pipe)
+
+
+async def serve(mux_fd: int, listen_fds: list[int]) -> None:
+    """Accept and carry connections until the link to the main ends."""
+    link = trio.SocketStream(trio.socket.from_stdlib_socket(socket.socket(fileno=mux_fd)))
+    listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(socket.socket(fileno=fd)))
+                 for fd in listen_fds]
+    mux = Mux(link)
+    ids = [0]
+    async with trio.open_nursery() as nursery:
+        for listener in listeners:
+            nursery.start_soon(_accept_loop, listener, mux, ids, nursery)
+        await mux.run()
+        nursery.cancel_scope.cancel()
+
+
+def main(argv: list[str]) -> int:
+    mux_fd, parent_pid, *listen_fds = (int(arg) for arg in argv)
+    if not die_with_parent(parent_pid):
+        return 1  # the main died before we asked
+    trio.run(serve, mux_fd, listen_fds)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,294 @@
+"""A node with Kafka network worker processes (`kafka_network_processes`, issue 46;
+raftlog/node/kafka/workers.py): real clients (confluent-kafka, kafka-python, kcat) produce,
+consume, use a group and a transaction through the workers; the node's connection limit
+holds for connections the workers accepted; a worker SIGKILLed under load loses nothing
+acked and comes back; a SASL_SSL node with ACLs logs in and refuses through its workers; a
+node SIGKILLed leaves no worker behind. The other Kafka test files run with workers on
+through RAFTLOG_KAFKA_NETWORK_PROCESSES=1 in the environment (docs/explanations/performance.md)."""
+
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import subprocess
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from raftlog.base.client_properties import load_properties
+
+import node_harness as harness
+
+pytestmark = pytest.mark.cluster
+
+WORKERS = 2
+ADMIN_PASSWORD = "workers-admin-Pw-" + "51c2ad"
+CAROL_PASSWORD = "workers-carol-Pw-" + "0be4f7"
+
+
+def worker_pids(node_pid: int) -> set[int]:
+    """The node process's children: its Kafka network workers."""
+    pids: set[int] = set()
+    try:
+        for task in Path(f"/proc/{node_pid}/task").iterdir():
+            pids.update(int(p) for p in (task / "children").read_text().split())
+    except OSError:
+        return set()
+    return {p for p in pids if b"network_worker" in _cmdline(p)}
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def alive(pid: int) -> bool:
+    """Alive and not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def metric(node: harness.NodeCluster, name: str) -> float:
+    text = urllib.request.urlopen(f"http://{node.http(1)}/metrics", timeout=10).read().decode()
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + " ")
+              or line.startswith(name + "{")]
+    return sum(values)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _own_worker_count() -> Iterator[None]:
+    """The environment beats a node's config file: this module sets its own counts."""
+    saved = os.environ.pop("RAFTLOG_KAFKA_NETWORK_PROCESSES", None)
+    yield
+    if saved is not None:
+        os.environ["RAFTLOG_KAFKA_NETWORK_PROCESSES"] = saved
+
+
+@pytest.fixture(scope="module")
+def node(_own_worker_count: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[harness.NodeCluster]:
+    settings = {**harness.TEST_SETTINGS, "kafka_network_processes": WORKERS, "max_connections": 40}
+    with harness.NodeCluster(tmp_path_factory.mktemp("kafka-workers"), size=1, settings=settings) as cluster:
+        cluster.start_all()
+        cluster.wait_ready(timeout_s=60)
+        cluster.wait_for(lambda: len(worker_pids(cluster.processes[1].pid)) == WORKERS, 60, "the workers")
+        yield cluster
+
+
+def create_topic(node: harness.NodeCluster, name: str, partitions: int = 1) -> None:
+    admin = AdminClient({"bootstrap.servers": node.kafka(1)})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+    node.wait_for(lambda: all(p.leader >= 0 for p in admin.list_topics(name, timeout=10).topics[name].partitions.values())
+                  and admin.list_topics(name, timeout=10).topics[name].error is None, 30, f"leaders of {name}")
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes], **conf: Any) -> None:
+    failed: list[Any] = []
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "message.timeout.ms": 30000, **conf})
+    for value in values:
+        producer.produce(topic, value, on_delivery=lambda err, msg: err and failed.append(err))
+    assert producer.flush(60) == 0
+    assert failed == []
+
+
+def consume_all(bootstrap: str, topic: str, count: int, partitions: int = 1, want: set[bytes] | None = None,
+                **conf: Any) -> list[bytes]:
+    """The first `count` records of the topic (or, with `want`, until every one of those
+    came: retried produces may have written some twice)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}",
+                         "enable.auto.commit": False, **conf})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 90
+    try:
+        while (len(got) < count if want is None else not want <= set(got)) and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value())
+    finally:
+        consumer.close()
+    return got
+
+
+def test_workers_run_and_clients_produce_and_consume(node):
+    assert metric(node, "raftlog_kafka_network_processes") == WORKERS
+    create_topic(node, "w-basic")
+    values = [f"v{i}".encode() for i in range(500)]
+    produce(node.kafka(1), "w-basic", values)
+    assert sorted(consume_all(node.kafka(1), "w-basic", 500)) == sorted(values)
+    # kcat and kafka-python through the same workers
+    if shutil.which("kcat"):
+        out = subprocess.run(["kcat", "-C", "-b", node.kafka(1), "-t", "w-basic", "-e", "-o", "beginning", "-q"],
+                             capture_output=True, timeout=60)
+        assert out.returncode == 0 and len(out.stdout.splitlines()) == 500
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition as KTP
+
+    producer = KafkaProducer(bootstrap_servers=node.kafka(1), acks="all")
+    producer.send("w-basic", b"from-kafka-python").get(timeout=30)
+    producer.close()
+    consumer = KafkaConsumer(bootstrap_servers=node.kafka(1), enable_auto_commit=False, consumer_timeout_ms=10000)
+    consumer.assign([KTP("w-basic", 0)])
+    consumer.seek_to_beginning()
+    assert b"from-kafka-python" in [m.value for m in consumer]
+    consumer.close()
+
+
+def test_group_and_transaction_through_workers(node):
+    create_topic(node, "w-txn")
+    producer = Producer({"bootstrap.servers": node.kafka(1), "transactional.id": "w-tx-1"})
+    deadline = time.monotonic() + 60
+    while True:  # the first coordinator lookup on a fresh node is retriable
+        try:
+            producer.init_transactions(30)
+            break
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+    producer.begin_transaction()
+    for i in range(10):
+        producer.produce("w-txn", f"t{i}".encode())
+    producer.commit_transaction(30)
+    consumer = Consumer({"bootstrap.servers": node.kafka(1), "group.id": "w-group", "auto.offset.reset": "earliest",
+                         "isolation.level": "read_committed", "enable.auto.commit": False})
+    consumer.subscribe(["w-txn"])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 90
+    while len(got) < 10 and time.monotonic() < deadline:
+        msg = consumer.poll(1.0)
+        if msg is not None and msg.error() is None:
+            got.append(msg.value())
+    committed = None
+    while committed is None and time.monotonic() < deadline:
+        try:
+            consumer.commit(asynchronous=False)
+            committed = consumer.committed([TopicPartition("w-txn", 0)], timeout=10)[0].offset
+        except Exception:  # the group coordinator's first load is retriable
+            time.sleep(0.2)
+    consumer.close()
+    assert sorted(got) == sorted(f"t{i}".encode() for i in range(10))
+    assert committed is not None and committed >= 10
+
+
+def test_max_connections_holds_for_worker_connections(node):
+    import socket
+
+    host, port = node.kafka(1).rsplit(":", 1)
+    sockets = []
+    try:
+        for _ in range(60):  # max_connections 40 over the client and Kafka listeners
+            sockets.append(socket.create_connection((host, int(port)), timeout=10))
+        # The node closes those over the limit at once (a FIN or a reset); the admitted wait
+        # for a request.
+        open_ = list(sockets)
+        closed = 0
+        deadline = time.monotonic() + 60
+        while closed < 20 and time.monotonic() < deadline:
+            readable, _, _ = select.select(open_, [], [], 0.5)
+            for s in readable:
+                try:
+                    ended = s.recv(1) == b""
+                except ConnectionResetError:
+                    ended = True
+                if ended:
+                    closed += 1
+                    open_.remove(s)
+        assert closed >= 20
+        assert open_, "every connection closed: none admitted"
+        node.wait_for(lambda: metric(node, "raftlog_connections_refused_total") >= 20, 30, "refusals counted")
+    finally:
+        for s in sockets:
+            s.close()
+    node.wait_for(lambda: metric(node, 'raftlog_connections{listener="kafka"}') <= 2, 30, "connections released")
+    produce(node.kafka(1), "w-basic", [b"after-the-flood"])
+
+
+def test_worker_sigkilled_under_load_loses_nothing_acked_and_comes_back(node):
+    create_topic(node, "w-kill", partitions=3)
+    before = worker_pids(node.processes[1].pid)
+    assert len(before) == WORKERS
+    # The node has run longer than trio's idle threads live (10 s): no worker died with one.
+    assert metric(node, "raftlog_kafka_network_process_restarts_total") == 0
+    acked: list[bytes] = []
+    stop = threading.Event()
+
+    def load() -> None:
+        producer = Producer({"bootstrap.servers": node.kafka(1), "acks": "all", "message.timeout.ms": 60000,
+                             "linger.ms": 5})
+
+        def delivered(err: Any, msg: Any) -> None:
+            if err is None:
+                acked.append(msg.value())
+
+        i = 0
+        while not stop.is_set():
+            producer.produce("w-kill", f"k{i}".encode(), on_delivery=delivered)
+            producer.poll(0)
+            i += 1
+            if i % 200 == 0:
+                producer.flush(30)
+        producer.flush(60)
+
+    thread = threading.Thread(target=load, daemon=True)
+    thread.start()
+    node.wait_for(lambda: len(acked) >= 500, 60, "acked records before the kill")
+    for pid in before:
+        os.kill(pid, 9)
+    count = len(acked)
+    node.wait_for(lambda: len(acked) >= count + 500, 90, "acked records after the kill")
+    stop.set()
+    thread.join(120)
+    assert not thread.is_alive()
+    node.wait_for(lambda: len(worker_pids(node.processes[1].pid) - before) == WORKERS, 60, "the workers back")
+    assert metric(node, "raftlog_kafka_network_process_restarts_total") == WORKERS
+    got = set(consume_all(node.kafka(1), "w-kill", len(acked), partitions=3, want=set(acked)))
+    assert set(acked) <= got
+
+
+def test_secure_node_logs_in_and_refuses_through_workers(tmp_path):
+    users = {("carol", "SCRAM-SHA-512"): CAROL_PASSWORD}
+    with harness.secure_cluster(tmp_path, ADMIN_PASSWORD, users=users,
+                                settings={"kafka_network_processes": 1}) as secure:
+        secure.wait_for(lambda: len(worker_pids(secure.processes[1].pid)) == 1, 60, "the worker")
+        conf = load_properties(secure.material.client_properties)
+        conf.update({"bootstrap.servers": secure.kafka(1), "sasl.username": "admin",
+                     "sasl.password": ADMIN_PASSWORD, "sasl.mechanism": "SCRAM-SHA-512"})
+        admin = AdminClient(conf)
+        admin.create_topics([NewTopic("w-secure", 1, 1)])["w-secure"].result(30)
+        secure.wait_for(lambda: admin.list_topics("w-secure", timeout=10).topics["w-secure"].partitions[0].leader >= 0,
+                        30, "a leader")
+        produce(secure.kafka(1), "w-secure", [b"s1", b"s2"], **conf)
+        assert sorted(consume_all(secure.kafka(1), "w-secure", 2, **conf)) == [b"s1", b"s2"]
+        # A wrong password gets nothing (SASL runs in the main, behind the worker).
+        errors: list[int] = []
+        bad = Producer({**conf, "sasl.password": "wrong", "message.timeout.ms": 5000,
+                        "error_cb": lambda e: errors.append(e.code())})
+        bad.produce("w-secure", b"nope")
+        bad.flush(10)
+        assert KafkaError._AUTHENTICATION in errors
+        # An ACL refusal: carol logs in but may not write the topic.
+        refused: list[Any] = []
+        carol = Producer({**conf, "sasl.username": "carol", "sasl.password": CAROL_PASSWORD,
+                          "message.timeout.ms": 15000})
+        carol.produce("w-secure", b"c1", on_delivery=lambda err, msg: refused.append(err))
+        carol.flush(30)
+        assert [e.code() for e in refused] == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
+
+
+def test_node_sigkilled_leaves_no_worker(node):
+    pids = worker_pids(node.processes[1].pid)
+    assert len(pids) == WORKERS
+    node.kill(1)
+    node.wait_for(lambda: not any(alive(p) for p in pids), 30, "the workers gone with the node")
