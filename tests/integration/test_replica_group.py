@@ -279,6 +279,24 @@ async def test_followers_of_a_stopped_leader_hear_its_port_refuse_and_elect(grou
     assert await group.read_all(new) == [b"before", b"after"]
 
 
+async def test_followers_of_a_broker_the_controller_fenced_elect_without_a_timeout(group):
+    # Issue 46: a fenced broker's groups elect at once, quiescent or not, though its process
+    # still answers (nothing refuses, no link goes silent): without the fence nobody would run.
+    leader = await group.wait_leader()
+    await group.produce(leader, _batch(b"before"))
+    followers = [i for i in group.managers if i != leader]
+    brokers = dict(group.image.brokers)
+    brokers[leader] = replace(brokers[leader], fenced=True)
+    group.image = replace(group.image, brokers=MappingProxyType(brokers))
+    for i in followers:
+        group.managers[i].on_image(group.image)
+    new = await group.wait_leader(not_=leader)
+    assert new in followers
+    assert sum(group.managers[i].replica(TOPIC, 0).core.leader_unreachable_signals for i in followers) >= 1
+    await group.produce_to_leader(_batch(b"after"))
+    assert await group.read_all(group.leader() or new) == [b"before", b"after"]
+
+
 async def test_a_follower_that_diverged_is_truncated_to_the_new_leaders_log(group):
     leader = await group.wait_leader()
     await group.produce(leader, _batch(b"committed"))
