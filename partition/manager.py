@@ -258,7 +258,9 @@ class ReplicaManager:
                 nursery.start_soon(self._report_check_loop)
                 nursery.start_soon(self._reopen_loop)
                 nursery.start_soon(self._scrub_loop)
-                nursery.start_soon(Mover(self.leaders, lambda: self._image, self.metadata).run)
+                mover = Mover(self.leaders, lambda: self._image, self.metadata)
+                self.add_leadership_listener(mover.leadership_changed)
+                nursery.start_soon(mover.run)
                 if self._image is not None:
                     self._image_changed.set()
                 task_status.started()
