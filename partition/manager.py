@@ -36,7 +36,8 @@ results), `await allocate_producer_ids()`.
   a silent leader broker -> `leader_unreachable` to its followers, a silent follower broker
   -> `follower_silent` to the leaders here (and to each new leader while it stays silent),
   heard again -> `follower_heard`; a broken link to a leader -> `wake` to its quiescent
-  followers.
+  followers (a pass more than STALL_S late blames no link: replication.py "Silence"). A
+  broker fenced by the controller -> `leader_unreachable` to all its followers (`_on_fenced`).
 * Leadership: a replica that becomes leader queues a report of (leader, epoch) for the
   controller; one task sends what is queued in batches (`report_partition_leaders`, up to
   MAX_REPORTS_PER_CALL, one call in flight) with bounded retries; a slow check re-reports
@@ -58,6 +59,8 @@ results), `await allocate_producer_ids()`.
   /metrics raftlog_replicas_offline{kind}, raftlog_data_dir_free_bytes,
   raftlog_replica_offline_total{kind}, raftlog_replica_reopens_total{outcome}.
 Peer ops: partition/replication.py's, and `transfer_leadership`.
+Size: just over 800 lines; the leader reports (`_start_report` to `_report_check_loop`, ~110
+lines) are the seam to cut along.
 
 Concurrency: trio-thread only; per-replica serialisation lives in partition/replica.py.
 """
@@ -193,6 +196,7 @@ class ReplicaManager:
         self._deleting: dict[Path, trio.Event] = {}
         self._image: MetadataImage | None = None
         self._image_changed = trio.Event()
+        self._fenced: set[int] | None = None  # brokers fenced in the last image (`on_image`)
         self._nursery: trio.Nursery | None = None
         self._reporting: dict[tuple[str, int], int] = {}  # key -> epoch being reported
         self._report_queue: dict[tuple[str, int], tuple[Replica, int, int]] = {}  # key -> (replica, epoch, attempts)
@@ -254,7 +258,9 @@ class ReplicaManager:
                 nursery.start_soon(self._report_check_loop)
                 nursery.start_soon(self._reopen_loop)
                 nursery.start_soon(self._scrub_loop)
-                nursery.start_soon(Mover(self.leaders, lambda: self._image, self.metadata).run)
+                mover = Mover(self.leaders, lambda: self._image, self.metadata)
+                self.add_leadership_listener(mover.leadership_changed)
+                nursery.start_soon(mover.run)
                 if self._image is not None:
                     self._image_changed.set()
                 task_status.started()
@@ -269,6 +275,12 @@ class ReplicaManager:
     def on_image(self, image: MetadataImage) -> None:
         self._image = image
         self._image_changed.set()
+        fenced = set(image.fenced_broker_ids())
+        newly = fenced - self._fenced if self._fenced is not None else set()
+        self._fenced = fenced
+        if self._nursery is not None:
+            for b in sorted(newly - {self.node_id}):
+                self._nursery.start_soon(self._on_fenced, b)
 
     async def drain(self) -> None:
         """Before a clean stop: resign every leadership so the followers elect at once."""
@@ -555,7 +567,7 @@ class ReplicaManager:
                         del self._ticking[key]
                 if i % TICK_YIELD_EVERY == TICK_YIELD_EVERY - 1:
                     await trio.lowlevel.checkpoint()
-            await self._watch_links()
+            await self._watch_links(due=next_at)
 
     async def _wait_for_ticks(self) -> None:
         """No replica needs ticks: sleep until one does (`_on_ticking`), the links could have
@@ -574,9 +586,9 @@ class ReplicaManager:
             self._ticking[key] = r
             self._ticks_wanted.set()
 
-    async def _watch_links(self) -> None:
+    async def _watch_links(self, due: float | None = None) -> None:
         """Act on the replication links' news (module docstring "Ticks")."""
-        leaders, silent, heard = self.links.watch(trio.current_time())
+        leaders, silent, heard = self.links.watch(trio.current_time(), due=due)
         for b in leaders:
             log_event(logger, "replica_link_silent", level=logging.INFO, broker_id=b, side="leader")
             await self._leader_unreachable(b, refused=False)
@@ -670,15 +682,22 @@ class ReplicaManager:
                     await r.maintain()
                     await trio.sleep(0)
 
-    async def _leader_unreachable(self, broker_id: int, *, refused: bool = True) -> None:
+    async def _leader_unreachable(self, broker_id: int, *, refused: bool = True, every: bool = False) -> None:
         """A fetch to `broker_id` was refused: its followers here run soon (raft.py
         `leader_unreachable`). `refused=False`: its link went silent while it held fetches of
         ours; only the quiescent followers hear of it (the others' own fetches time out as
-        they always did: under a heavy load a slow link is no dead leader)."""
+        they always did: under a heavy load a slow link is no dead leader), unless `every`
+        (the controller fenced it: `_on_fenced`)."""
         for r in list(self._replicas.values()):
             if r.attached and not r.is_leader and r.leader_id == broker_id and (
-                    refused or r.quiescent_on(broker_id)):
+                    refused or every or r.quiescent_on(broker_id)):
                 await r.leader_unreachable(broker_id, refused=refused)
+
+    async def _on_fenced(self, broker_id: int) -> None:
+        """The controller fenced `broker_id`: its followers here run soon, with a pre-vote
+        (a fenced broker may still run; the other followers saw the same image and grant it)."""
+        log_event(logger, "leader_broker_fenced", level=logging.INFO, broker_id=broker_id)
+        await self._leader_unreachable(broker_id, refused=False, every=True)
 
     # ------------------------------------------------------------------ leadership reports
 

@@ -33,6 +33,17 @@ The cores exchange one-way messages (partition/raft.py). This module moves them:
   here (`follower_silent`) and heard again at its next one (`follower_heard`), and a failed
   `replica_fetch` reports the link broken (`on_broken`: quiescent followers of that leader
   fetch at once, since their held fetches may have died with its process).
+* Silence is judged per broker, not per link direction or per group (issue 46; multi-Raft
+  systems coalesce heartbeats the same way): anything heard from a broker (an answered
+  `replica_fetch`, a `replica_fetch` it sent, a `raft` batch) keeps all its groups quiet
+  (`heard_at`). And a silence is only blamed on the other broker while this node's own
+  event loop kept up: `watch` called more than STALL_S after it was due (a starved loop,
+  e.g. 10,000 groups electing on a loaded machine) may not have read what the sockets hold,
+  so every silence counts again from that call (`stalls`). At 10,000 replicas per node a
+  starved loop's silences started elections of healthy groups, hundreds of leader changes
+  a minute for ten minutes after a kill. A broker that is really gone is still found at
+  once: connection refused (`on_unreachable`), or the controller fencing it (the replica
+  manager's `_on_fenced`).
 
 Records are never decoded, and not copied on the way (issue 19): a follower asks for them as
 an attachment (`attach: true`, PROTOCOL.md "Attachments"). The leader's replica puts a file
@@ -83,7 +94,7 @@ keys at most one per partition.
 
 Concurrency: trio-thread only.
 
-Size: just over 800 lines; the leader side (`_handle_replica_fetch` to `_answer`, ~100
+Size: about 860 lines; the leader side (`_handle_replica_fetch` to `_answer`, ~100
 lines) is the seam to cut along.
 """
 
@@ -140,6 +151,7 @@ SESSION_MAX_BYTES: Final = 32 << 20
 MAX_WAIT_MS_LIMIT: Final = 10_000
 AWAIT_ANSWER_S: Final = 3.0  # keep a poll parked for a fetch sent this recently
 DEFAULT_SILENCE_MS: Final = 1_250  # `watch`: a link this long without a replica_fetch is silent
+STALL_S: Final = 0.5  # `watch` this late: our own loop was starved, no link is blamed for it
 FAILURE_BACKOFF_S: Final = 0.1
 RAFT_CALL_TIMEOUT_S: Final = 2.0
 INLINE_BUDGET_S: Final = 0.002  # a replica_fetch's fetches delivered in the reader, at most this long
@@ -396,6 +408,7 @@ class _Link:
         self.last_request_at: float | None = None  # its last replica_fetch here
         self.follower_silent = False  # reported by `watch` (until it fetches again)
         self.follower_heard = False  # it fetched again: `watch` reports it
+        self.heard_at: float | None = None  # anything from this broker last arrived (module docstring)
 
 
 class ReplicationLinks:
@@ -440,6 +453,8 @@ class ReplicationLinks:
         self.dropped_messages = 0
         self.throttle = throttle
         self.leader_throttle = leader_throttle
+        self._recount_from = float("-inf")  # `watch`: silences count from here (a stall's end)
+        self.stalls = 0  # `watch` calls that came more than STALL_S late
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -459,21 +474,25 @@ class ReplicationLinks:
             for b, link in sorted(self._links.items())
         }
 
-    def watch(self, now: float) -> tuple[list[int], list[int], list[int]]:
+    def watch(self, now: float, *, due: float | None = None) -> tuple[list[int], list[int], list[int]]:
         """The links' news since the last call, for the replica manager's tick loop (module
         docstring): (leader brokers gone silent on fetches they hold, follower brokers gone
         silent, follower brokers heard again). Each silence is reported once, until the link
-        is heard from again."""
+        is heard from again. `due`: when the caller's timer meant to call; more than STALL_S
+        later, this node's loop was starved and every silence counts again from `now`."""
+        if due is not None and now - due > STALL_S:
+            self._recount_from = now
+            self.stalls += 1
         leaders: list[int] = []
         silent: list[int] = []
         heard: list[int] = []
         limit = self.silence_s
         for b, link in self._links.items():
-            if link.held and not link.leader_silent and now - link.last_ok > limit:
+            if link.held and not link.leader_silent and now - self._leader_heard(link) > limit:
                 link.leader_silent = True
                 leaders.append(b)
             if (link.last_request_at is not None and not link.follower_silent
-                    and now - link.last_request_at > limit):
+                    and now - self._follower_heard(link) > limit):
                 link.follower_silent = True
                 silent.append(b)
                 # Nobody collects these now: close their file slices (a broker that never
@@ -495,19 +514,34 @@ class ReplicationLinks:
         at = now + limit
         for link in self._links.values():
             if link.held and not link.leader_silent:
-                at = min(at, link.last_ok + limit)
+                at = min(at, self._leader_heard(link) + limit)
             if link.last_request_at is not None and not link.follower_silent:
-                at = min(at, link.last_request_at + limit)
+                at = min(at, self._follower_heard(link) + limit)
         return at
 
+    def _leader_heard(self, link: _Link) -> float:
+        """When a leader broker last counted as heard: its last answer to us, anything else
+        from it, or the end of our own last stall (module docstring)."""
+        heard = link.last_ok if link.heard_at is None else max(link.last_ok, link.heard_at)
+        return max(heard, self._recount_from)
+
+    def _follower_heard(self, link: _Link) -> float:
+        """When a follower broker last counted as heard (as `_leader_heard`): its last
+        replica_fetch here, anything else from it, or the end of our own last stall."""
+        assert link.last_request_at is not None
+        heard = link.last_request_at if link.heard_at is None else max(link.last_request_at, link.heard_at)
+        return max(heard, self._recount_from)
+
     def answering(self, broker_id: int) -> bool:
-        """Whether broker `broker_id` answered one of our `replica_fetch` calls within the
-        last half `silence_ms`: its process runs and reaches us (raft.py `leader_alive`).
-        A stopped or cut-off leader broker stops answering well within an election timeout,
-        so its followers still run on time."""
+        """Whether broker `broker_id` answered one of our `replica_fetch` calls, or sent us
+        anything, within the last half `silence_ms`: its process runs and reaches us (raft.py
+        `leader_alive`). A stopped or cut-off leader broker stops answering well within an
+        election timeout, so its followers still run on time."""
         link = self._links.get(broker_id)
-        return (link is not None and link.failures == 0
-                and trio.current_time() - link.last_ok <= self.silence_s / 2)
+        if link is None or link.failures != 0:
+            return False
+        heard = link.last_ok if link.heard_at is None else max(link.last_ok, link.heard_at)
+        return trio.current_time() - heard <= self.silence_s / 2
 
     def silent_followers(self) -> list[int]:
         """Follower brokers reported silent and not heard from since."""
@@ -662,7 +696,7 @@ class ReplicationLinks:
                     await self.on_broken(link.broker_id)  # held fetches may have died with it
                 return
             link.failures = 0
-            link.last_ok = trio.current_time()
+            link.last_ok = link.heard_at = trio.current_time()
             link.leader_silent = False
             decoded = self._decode_answer(result, attachment, link.broker_id)
             if decoded is None:
@@ -751,7 +785,7 @@ class ReplicationLinks:
         fetches = field(request, "fetches", list, items=dict)
         decoded = [decode_fetch_request(d, sender, f"fetches[{i}]") for i, d in enumerate(fetches)]
         link = self._link(sender)
-        link.last_request_at = trio.current_time()
+        link.last_request_at = link.heard_at = trio.current_time()
         if link.follower_silent:
             link.follower_silent = False
             link.follower_heard = True
@@ -821,6 +855,7 @@ class ReplicationLinks:
         if len(messages) > MAX_MESSAGES_PER_CALL:
             raise InvalidRequestError(f"more than {MAX_MESSAGES_PER_CALL} messages", field="messages")
         decoded = [decode_message(d, sender, f"messages[{i}]") for i, d in enumerate(messages)]
+        self._link(sender).heard_at = trio.current_time()  # its process runs and reaches us
         for topic, partition, m in decoded:
             replica = self.lookup(topic, partition)
             if replica is not None:

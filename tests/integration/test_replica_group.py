@@ -279,6 +279,32 @@ async def test_followers_of_a_stopped_leader_hear_its_port_refuse_and_elect(grou
     assert await group.read_all(new) == [b"before", b"after"]
 
 
+async def test_a_broker_the_controller_fences_wakes_every_follower_of_it(group):
+    # Issue 46: the controller's fence is a real death's second sign beside a refused
+    # connection (a paused or cut-off process refuses nothing): every follower of the fenced
+    # broker drops its lease and runs soon, quiescent or not. Here the fenced leader still
+    # answers, so the pre-vote may keep it; either way one leader takes writes after.
+    leader = await group.wait_leader()
+    await group.produce(leader, _batch(b"before"))
+    followers = [i for i in group.managers if i != leader]
+
+    def signals() -> int:
+        return sum(group.managers[i].replica(TOPIC, 0).core.leader_unreachable_signals for i in followers)
+
+    before = signals()
+    brokers = dict(group.image.brokers)
+    brokers[leader] = replace(brokers[leader], fenced=True)
+    group.image = replace(group.image, brokers=MappingProxyType(brokers))
+    for i in followers:
+        group.managers[i].on_image(group.image)
+    with trio.fail_after(WAIT_S):
+        while signals() < before + len(followers):
+            await trio.sleep(0.01)
+    out = await group.produce_to_leader(_batch(b"after"))
+    assert "error" not in out, out
+    assert await group.read_all(await group.wait_leader()) == [b"before", b"after"]
+
+
 async def test_a_follower_that_diverged_is_truncated_to_the_new_leaders_log(group):
     leader = await group.wait_leader()
     await group.produce(leader, _batch(b"committed"))

@@ -50,3 +50,40 @@ async def test_a_follower_broker_heard_again_is_news_at_once():
     assert links.watch(trio.current_time())[2] == [2]  # heard
     await links._handle_replica_fetch(request)
     assert news == [1]  # not news: it was not silent
+
+
+def _long_silent(seconds: float) -> tuple[ReplicationLinks, float]:
+    """Links to leader broker 3 (holding a fetch of ours, last answered `seconds` ago) and
+    follower broker 2 (last fetched `seconds` ago), and the time now."""
+    links = _links()
+    now = trio.current_time()
+    leader = links._link(3)
+    leader.held.add(("t", 0))
+    leader.last_ok = now - seconds
+    links._link(2).last_request_at = now - seconds
+    return links, now
+
+
+async def test_a_broker_heard_on_any_op_keeps_all_its_groups_quiet():
+    # Silence is judged per broker (issue 46): a leader broker whose answers to our fetch
+    # session are late but that sent us a raft batch, or a replica_fetch, just now is alive.
+    links, now = _long_silent(2.0)
+    assert not links.answering(3)
+    await links._handle_raft(Request(1, "raft", {"broker_id": 3, "messages": []}))
+    assert links.answering(3)
+    links._link(2).heard_at = trio.current_time()  # e.g. it answered one of our fetches
+    assert links.watch(trio.current_time()) == ([], [], [])
+    # Heard nothing more for a silence limit: both are silent after all.
+    assert links.watch(trio.current_time() + SILENCE_S + 0.1)[:2] == ([3], [2])
+
+
+async def test_a_late_watch_blames_no_link_and_silences_count_again_from_it():
+    # A watch far behind its timer means our own loop was starved (what the sockets hold may
+    # be unread): nothing is reported, and each silence needs a whole limit after that call.
+    links, now = _long_silent(5.0)
+    assert links.watch(now, due=now - 2.0) == ([], [], [])
+    assert links.stalls == 1
+    assert links.next_news_at(now) == pytest.approx(now + SILENCE_S)
+    assert links.watch(now + 1.0, due=now + 0.95) == ([], [], [])  # on time, within a limit
+    assert links.stalls == 1
+    assert links.watch(now + SILENCE_S + 0.1, due=now + SILENCE_S + 0.05)[:2] == ([3], [2])

@@ -855,9 +855,12 @@ def test_followers_of_an_unreachable_leader_elect_at_once_without_a_split_vote()
 
 def test_after_a_split_vote_the_two_candidates_run_again_one_after_the_other():
     for seed in range(20):
-        h, old, followers = _leader_killed(seed, refused=True)
-        # Both run before either hears the other (a slow vote under load): a split vote.
+        h, old, followers = _leader_killed(seed)
+        # Both run before either hears the other (a slow vote under load): both pre-votes
+        # pass, then the votes cross: a split vote.
         h.hold = lambda src, dst, m: type(m) is VoteRequest
+        h.run_until(lambda: all(h.cores[i].role is not Role.FOLLOWER for i in followers), 50)
+        h.hold = lambda src, dst, m: type(m) is VoteRequest and not m.pre_vote
         h.run_until(lambda: all(h.cores[i].role is Role.CANDIDATE for i in followers), 50)
         split = old.epoch + 1
         assert [h.cores[i].epoch for i in followers] == [split, split]
@@ -866,6 +869,22 @@ def test_after_a_split_vote_the_two_candidates_run_again_one_after_the_other():
         assert all(h.cores[i].role is Role.CANDIDATE for i in followers)  # each refused the other
         _ticks_until_led(h, followers)  # not a candidate's own timeout (at least one more)
         assert h.leader().epoch == split + 1  # one more round, not two more splits
+
+
+def test_refused_only_the_first_ranked_follower_skips_the_pre_vote_so_slow_votes_do_not_split():
+    # Issue 46: on a starved node the second-ranked follower's ticks ran ahead of the first
+    # one's vote request; had both stood as candidates for one epoch, the vote split.
+    for seed in range(20):
+        h, old, followers = _leader_killed(seed, refused=True)
+        first, second = sorted(followers, key=lambda i: (sorted(followers).index(i) - old.epoch) % 2)
+        h.hold = lambda src, dst, m: type(m) is VoteRequest  # nobody hears anybody yet
+        h.run_until(lambda: h.cores[first].role is Role.CANDIDATE
+                    and h.cores[second].role is not Role.FOLLOWER, 50)
+        assert h.cores[second].role is Role.PROSPECTIVE and h.cores[second].epoch == old.epoch
+        h.hold = None
+        h.deliver()
+        _ticks_until_led(h, followers)
+        assert h.leader().replica_id == first and h.leader().epoch == old.epoch + 1  # one round
 
 
 class _ElectionChecked(Harness):
