@@ -66,7 +66,7 @@ UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3
 MAX_UPDATES: Final = 64
 
 FIRST_TERM: Final = "first_term"
-BROKER_CAPABILITIES: Final[tuple[str, ...]] = ()  # what this release's brokers say they support (first_term: with the hold)
+BROKER_CAPABILITIES: Final[tuple[str, ...]] = (FIRST_TERM,)  # what this release's brokers say they support
 MAX_CAPABILITIES: Final = 32  # names a broker may send (more are refused: INVALID_REQUEST)
 
 
