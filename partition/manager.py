@@ -9,23 +9,23 @@ What it uses of `metadata` (`BrokerMetadata`): `image`, `controller_id`, `peer_a
 `client_address(id)`, `await report_partition_leaders([LeaderReport])` (per-report
 results), `await allocate_producer_ids()`.
 
-* Replicas: `on_image` only records the image; a reconcile task (debounced: images replayed
-  at start arrive in bursts, and acting on an intermediate one could wipe a live replica)
-  opens replicas newly assigned here (`<data_dir>/partitions/<topic>-<partition>/`, opened in
-  a worker thread) and closes and deletes those whose topic is gone (or was recreated: the
-  directory's `partition.metadata` names the topic id). A new, empty replica starts in the
-  first term its partition's record names (partition/raft.py "First term": the named leader
-  leads, the others follow, no election); a record naming none (an older controller's) has
-  the preferred leader run for election at once. Opening, new replicas and those whose
-  directory was there at start (`run` lists them, so no stat runs on the trio thread) alike:
-  in batches, each in a worker thread with one durability barrier for its fsyncs
-  (partition/fresh_open.py; fsyncs were most of a creation's and of a 10,000-replica
-  restart's time, issue 46), OPEN_THREADS batches of existing ones at once. The rest of an
-  open is Python (recovery scan, producer walk); eight at once (the DiskWork pool) left a node
-  restarted with 1,000 replicas after a load so busy (short of the GIL, most likely) that
-  its links to the leaders fell silent, and the followers opened so far ran pre-votes
-  against live leaders while the rest waited (450-3,000 leader changes logged during the
-  open instead of ~320).
+* Replicas: `on_image` only records the image; a reconcile task (debounced: images replayed at
+  start arrive in bursts, and acting on an intermediate one could wipe a live replica) opens
+  replicas newly assigned here (`<data_dir>/partitions/<topic>-<partition>/`, opened in a worker
+  thread) and closes and deletes those whose topic is gone (or was recreated: the directory's
+  `partition.metadata` names the topic id). A new, empty replica starts in the first term its
+  partition's record names (partition/raft.py "First term": the named leader leads, the others
+  follow, no election); a record naming none (an older controller's) has the preferred leader run
+  for election at once (`wait_named_leader`, named_leader.py, holds requests for a named leader
+  here till it leads). Opening, new replicas and those whose directory was there at start (`run`
+  lists them, so no stat runs on the trio thread) alike: in batches, each in a worker thread with
+  one durability barrier for its fsyncs (partition/fresh_open.py; fsyncs were most of a creation's
+  and of a 10,000-replica restart's time, issue 46), OPEN_THREADS batches of existing ones at
+  once. The rest of an open is Python (recovery scan, producer walk); eight at once (the DiskWork
+  pool) left a node restarted with 1,000 replicas after a load so busy (short of the GIL, most
+  likely) that its links to the leaders fell silent, and the followers opened so far ran pre-votes
+  against live leaders while the rest waited (450-3,000 leader changes logged during the open
+  instead of ~320).
 * Ticks: every core's `tick()` every `tick_ms` (50) from one task, except quiescent ones
   (partition/raft.py "Quiescence": an idle group holds its followers' fetches and its ticks
   do nothing): a replica leaves the tick set when a tick finds `needs_tick()` false and
@@ -37,14 +37,6 @@ results), `await allocate_producer_ids()`.
   -> `follower_silent` to the leaders here (and to each new leader while it stays silent),
   heard again -> `follower_heard`; a broken link to a leader -> `wake` to its quiescent
   followers.
-* Named leaders: a new partition's record may name this broker its first leader before the
-  replica here has opened or led (partition/raft.py "First term"; the controller names one
-  when every replica's broker supports it, metadata/features.py "Broker capabilities"), and
-  Metadata answers send clients here from that moment. `wait_named_leader` holds a request
-  for such a partition until its replica leads, the record changes, or its deadline: one
-  trio.Event per partition is the waiter list of every request held for it (no task per
-  request), set when the replica gains leadership, fails to open or is removed, and at each
-  image change (the waiters look again). partition/service.py bounds the hold.
 * Leadership: a replica that becomes leader queues a report of (leader, epoch) for the
   controller; one task sends what is queued in batches (`report_partition_leaders`, up to
   MAX_REPORTS_PER_CALL, one call in flight) with bounded retries; a slow check re-reports
@@ -89,6 +81,7 @@ from metadata.image import MetadataImage, PartitionState, TopicImage
 from metadata.topic_config import TopicConfig
 from partition.fresh_open import MAX_EXISTING_BATCH, BatchedOpens, open_existing_batch
 from partition.mover import Mover
+from partition.named_leader import NamedLeaderHolds
 from partition.replica import (
     PARTITION_METADATA_FILE,
     DiskWork,
@@ -228,7 +221,8 @@ class ReplicaManager:
         self._leaders: dict[tuple[str, int], Replica] = {}
         self._offline: dict[tuple[str, int], Replica] = {}
         self._reconciled: dict[str, TopicImage] = {}  # topic id -> its image at the last reconcile
-        self._named_waits: dict[tuple[str, int], trio.Event] = {}  # "Named leaders": one per partition held
+        self._named = NamedLeaderHolds(self.node_id, self._replicas.get, self.image_now)  # "Named leaders"
+        self.wait_named_leader = self._named.wait  # the port's hold (partition/service.py ReplicaHost)
         self._partition_bytes: tuple[float, list[list[Any]]] | None = None  # (when, the list)
         self._metrics = StorageMetrics(registry if registry is not None else MetricsRegistry(),
                                        lambda: self._replicas.values(), self.free_bytes,
@@ -278,8 +272,7 @@ class ReplicaManager:
     def on_image(self, image: MetadataImage) -> None:
         self._image = image
         self._image_changed.set()
-        for key in list(self._named_waits):  # the held requests look again (module docstring)
-            self._wake_named(key)
+        self._named.wake_all()  # the held requests look again
 
     async def drain(self) -> None:
         """Before a clean stop: resign every leadership so the followers elect at once."""
@@ -369,36 +362,6 @@ class ReplicaManager:
             return False, None, -1
         return True, r.core.leader_id, r.core.epoch
 
-    def named_not_leading(self, topic: str, partition: int) -> bool:
-        """The image names this broker the partition's first leader, not yet confirmed (epoch
-        0), and its replica here does not lead yet but may soon: not reconciled or still
-        opening, open and not begun its first term, or its core leads the first term but
-        does not serve before its vote is durable (module docstring "Named leaders")."""
-        r = self._replicas.get((topic, partition))
-        if r is not None and (r.is_leader or r.closed or r.offline_reason is not None):
-            return False
-        p = self.image_now().partition(topic, partition)
-        if p is None or p.leader != self.node_id or p.leader_epoch != 0:
-            return False
-        return r is None or r.core is None or not r.attached or r.core.epoch == 0 or r.core.leader_id == self.node_id
-
-    async def wait_named_leader(self, topic: str, partition: int, deadline: float) -> None:
-        """Wait while `named_not_leading`, at most until `deadline` (trio time); returns at once
-        otherwise. Concurrency: trio thread; cancel-safe (an abandoned wait leaves an Event
-        that the next wake drops)."""
-        key = (topic, partition)
-        while self.named_not_leading(topic, partition) and trio.current_time() < deadline:
-            event = self._named_waits.get(key)
-            if event is None:
-                event = self._named_waits[key] = trio.Event()
-            with trio.move_on_at(deadline):
-                await event.wait()
-
-    def _wake_named(self, key: tuple[str, int]) -> None:
-        event = self._named_waits.pop(key, None)
-        if event is not None:
-            event.set()
-
     def image_now(self) -> MetadataImage:
         """The metadata service's image (the last one seen before it has one)."""
         image = self.metadata.image
@@ -471,7 +434,7 @@ class ReplicaManager:
                 del self._replicas[key]
                 self._ticking.pop(key, None)
                 self._leaders.pop(key, None)
-                self._wake_named(key)
+                self._named.wake(key)
                 done = self._deleting.setdefault(r.directory, trio.Event())
                 self._nursery.start_soon(self._remove_replica, r, done)
                 continue
@@ -517,7 +480,7 @@ class ReplicaManager:
             self._open_failed[(r.topic, r.partition)] = self._offline[(r.topic, r.partition)] = r  # the reopen loop tries again
             log_event(logger, "replica_open_failed", level=logging.ERROR, topic=r.topic,
                       partition=r.partition, reason=r.offline_reason, kind=r.offline_kind)
-            self._wake_named((r.topic, r.partition))
+            self._named.wake((r.topic, r.partition))
             return
         self._open_failed.pop((r.topic, r.partition), None)
         r.offline_reason = r.offline_kind = r.offline_since_ms = None
@@ -736,7 +699,7 @@ class ReplicaManager:
             self._leaders[key] = r
         else:
             self._leaders.pop(key, None)
-        self._wake_named(key)
+        self._named.wake(key)
         for listener in self._leadership_listeners:
             listener(r)
         if r.is_leader and self._nursery is not None:
