@@ -172,7 +172,7 @@ class TxnLink:
             if state is None:
                 done.add((topic, partition))  # deleted: nothing to mark (Kafka drops it too)
                 continue
-            if state.reported_leader < 0:
+            if state.leader < 0:
                 failures.append(NotLeaderError(f"{topic}-{partition} has no leader now"))
                 continue
             by_leader.setdefault(state.leader, []).append((topic, partition))
@@ -293,7 +293,7 @@ class TxnLink:
     async def _verify(self, request: AddPartitionsToTxn) -> None:
         p = partition_for_transactional_id(request.transactional_id, self._txn_partitions)
         state = self.metadata.image.partition(TRANSACTION_STATE_TOPIC, p)
-        if state is None or state.reported_leader < 0:
+        if state is None or state.leader < 0:
             raise CoordinatorNotAvailableError(f"{TRANSACTION_STATE_TOPIC}-{p} has no leader now")
         if state.leader == self.node_id:
             answer = add_partitions_answer(await self._txn.add_partitions_to_txn(request))
