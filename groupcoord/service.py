@@ -34,7 +34,15 @@ What the shell does for the core (the contract in coordinator.py's docstring):
   transaction coordinator: `read_committed` + `partition.keyed.logged_records`, transactional
   offsets held until their marker, other control batches skipped) into `load`, then `finish_load`. Meanwhile the partition's groups answer
   COORDINATOR_LOAD_IN_PROGRESS; groups of partitions not led here answer NOT_COORDINATOR. Losing leadership `unload`s (pending requests answered
-  NOT_COORDINATOR). A load that fails is dropped and retried by the watcher.
+  NOT_COORDINATOR). A load that fails is dropped and retried by the watcher. A partition
+  with an empty log (a new one: nothing any leader could have committed) is loaded at once,
+  in the same call, as Kafka's coordinator loads an empty partition.
+* Waiting for the load (issue 46): FindCoordinator answers from the image, which names a new
+  partition's first leader before its replica leads (partition/raft.py "First term"), so a
+  client's first group request can reach a coordinator that is about to load. A group op
+  whose partition is loading here, or is named led here (epoch 0) but not yet owned, waits for
+  the load (one Event for every such waiter, set at each ownership change), at most
+  LOAD_WAIT_MS and its own budget, then is answered by the core as before.
 * Timer: one task sleeps until the latest `next_deadline_ms` (or until it changes) and calls
   `tick(now_ms)`.
 
@@ -136,6 +144,7 @@ APPEND_QUEUE: Final = 4096
 DEFAULT_WAIT_MS: Final = 30_000
 WAIT_MARGIN_MS: Final = 250            # answer before the server's own deadline fires
 MAX_GROUP_IDS: Final = 1000            # per describe_groups / delete_groups request
+LOAD_WAIT_MS: Final = 5000             # a group op waits this long at most for its partition's load
 
 Handler = Callable[[Request], Awaitable[Mapping[str, Any] | None]]
 
@@ -186,6 +195,8 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
         self._timer_changed = trio.Event()
         self._owned: dict[int, int] = {}       # partition -> leader epoch loaded / loading
         self._load_failed_at_ms: dict[int, int] = {}
+        self._loading: set[int] = set()        # partitions begun but not finished loading
+        self._ownership_changed = trio.Event()  # set (and replaced) at each load, finish, unload
         self._append_send, self._append_recv = trio.open_memory_channel[Append](APPEND_QUEUE)
         self._nursery: trio.Nursery | None = None
         # TxnOffsetCommit's pending offsets (txn_offsets.py); the node calls its on_marker.
@@ -217,7 +228,7 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
             self._nursery = None
             for p in list(self._owned):
                 del self._owned[p]
-                self._apply(self.core.unload(p))
+                self._unload(p)
 
     def on_image(self, image: MetadataImage) -> None:
         """Nothing to do: ownership follows the local replicas, find_coordinator reads the
@@ -405,13 +416,59 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
                     continue
                 self._owned[p] = r.leader_epoch
                 self._apply(self.core.begin_load(p))
+                self._loading.add(p)
+                self._changed_ownership()
+                if r.log_end_offset == 0:  # a new partition: nothing to load (module docstring)
+                    self._finish_load(p, r.leader_epoch, 0, 0, now_ms)
+                    continue
                 log_event(logger, "group_partition_loading", partition=p, epoch=r.leader_epoch)
                 assert self._nursery is not None
                 self._nursery.start_soon(self._load, p, r, r.leader_epoch)
             elif current is not None:
                 del self._owned[p]
-                self._apply(self.core.unload(p))
+                self._unload(p)
                 log_event(logger, "group_partition_unloaded", partition=p)
+
+    def _changed_ownership(self) -> None:
+        self._ownership_changed.set()
+        self._ownership_changed = trio.Event()
+
+    def _finish_load(self, p: int, epoch: int, applied: int, offset: int, started_ms: int) -> None:
+        self._apply(self.core.finish_load(p, self._clock_ms()))
+        self._loading.discard(p)
+        self._changed_ownership()
+        log_event(logger, "group_partition_loaded", partition=p, epoch=epoch, records=applied,
+                  end_offset=offset, load_ms=self._clock_ms() - started_ms)
+
+    def _unload(self, p: int) -> None:
+        self._apply(self.core.unload(p))
+        self._loading.discard(p)
+        self._changed_ownership()
+
+    def _loaded_or_elsewhere(self, p: int) -> bool:
+        """Whether partition `p`'s groups can be answered now: not loading here, and not named
+        led here (epoch 0, partition/raft.py "First term") without being owned yet."""
+        if p in self._loading:
+            return False
+        if p in self._owned:
+            return True
+        state = self.metadata.image.partition(OFFSETS_TOPIC, p)
+        return state is None or state.leader != self.node_id or state.leader_epoch != 0
+
+    async def _wait_loaded(self, group_ids: Sequence[str], budget_ms: int) -> None:
+        """Wait until the partitions of `group_ids` are loaded here or not named here (module
+        docstring "Waiting for the load"), at most min(budget_ms, LOAD_WAIT_MS)."""
+        if self.topics is None:
+            return
+        count = self.core.config.partitions
+        waiting = {partition_for_group(g, count) for g in group_ids}
+        deadline = trio.current_time() + min(budget_ms, LOAD_WAIT_MS) / 1000
+        while trio.current_time() < deadline:
+            waiting = {p for p in waiting if not self._loaded_or_elsewhere(p)}
+            if not waiting:
+                return
+            with trio.move_on_at(deadline):
+                await self._ownership_changed.wait()
 
     async def _load(self, p: int, r: InternalPartition, epoch: int) -> None:
         def ours() -> bool:
@@ -423,16 +480,14 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
                                                      decode=logged_records)
             if not ours():
                 return
-            self._apply(self.core.finish_load(p, self._clock_ms()))
-            log_event(logger, "group_partition_loaded", partition=p, epoch=epoch, records=applied,
-                      end_offset=offset, load_ms=self._clock_ms() - started_ms)
+            self._finish_load(p, epoch, applied, offset, started_ms)
         except RaftlogError as exc:
             log_event(logger, "group_partition_load_failed", level=logging.WARNING, partition=p,
                       epoch=epoch, reason=str(exc))
             if self._owned.get(p) == epoch:
                 del self._owned[p]
                 self._load_failed_at_ms[p] = self._clock_ms()
-                self._apply(self.core.unload(p))
+                self._unload(p)
 
     # ------------------------------------------------------------------ client ops
 
@@ -454,6 +509,7 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
     async def join_group(self, request: JoinGroup) -> Joined:
         if request.rebalance_timeout_ms < 0:  # 0 is Kafka's too: the rebalance completes with who joined
             raise InvalidRequestError("rebalance_timeout_ms must be at least 0", field="rebalance_timeout_ms")
+        await self._wait_loaded([request.group_id], self._budget_ms(request.timeout_ms))
         result = self.core.join_group(
             group_id=request.group_id,
             member_id=request.member_id,
@@ -474,6 +530,7 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
                                               for m in a.get("members") or ()])
 
     async def sync_group(self, request: SyncGroup) -> Synced:
+        await self._wait_loaded([request.group_id], self._budget_ms(request.timeout_ms))
         result = self.core.sync_group(
             group_id=request.group_id,
             member_id=request.member_id,
@@ -488,6 +545,7 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
         return Synced(a.get("protocol_type"), a.get("protocol_name"), a.get("assignment") or b"")
 
     async def heartbeat(self, request: Heartbeat) -> None:
+        await self._wait_loaded([request.group_id], self._budget_ms(None))
         result = self.core.heartbeat(
             group_id=request.group_id,
             member_id=request.member_id,
@@ -499,12 +557,14 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
 
     async def leave_group(self, request: LeaveGroup) -> list[MemberLeft]:
         members = [(m.member_id, m.group_instance_id) for m in request.members]
+        await self._wait_loaded([request.group_id], self._budget_ms(None))
         result = self.core.leave_group(group_id=request.group_id, members=members, now_ms=self._clock_ms())
         a = await self._answer(self._apply(result), 0)
         return [MemberLeft(m["member_id"], m.get("group_instance_id"), _error(m))
                 for m in a.get("members") or ()]
 
     async def offset_commit(self, request: OffsetCommit) -> list[PartitionOutcome]:
+        await self._wait_loaded([request.group_id], self._budget_ms(request.timeout_ms))
         offsets = list(request.offsets)
         # Kafka (KafkaApis.handleOffsetCommitRequest) answers a partition its metadata does not
         # hold with UNKNOWN_TOPIC_OR_PARTITION and commits the others.
@@ -528,6 +588,7 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
         return [*_outcomes(a), *unknown]
 
     async def offset_fetch(self, request: OffsetFetch) -> list[CommittedOffset]:
+        await self._wait_loaded([request.group_id], self._budget_ms(None))
         parts = None if request.partitions is None else list(request.partitions)
         result = self.core.offset_fetch(group_id=request.group_id, partitions=parts,
                                         member_id=request.member_id, member_epoch=request.member_epoch)
@@ -546,6 +607,7 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
     async def describe_groups(self, group_ids: Sequence[str]) -> list[DescribedGroup]:
         if len(group_ids) > MAX_GROUP_IDS:
             raise InvalidRequestError(f"at most {MAX_GROUP_IDS} group ids", field="group_ids")
+        await self._wait_loaded(group_ids, self._budget_ms(None))
         a = await self._answer(self._apply(self.core.describe_groups(list(group_ids))), 0)
         out = []
         for g in a.get("groups") or ():
@@ -563,6 +625,7 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
         if len(group_ids) > MAX_GROUP_IDS:
             raise InvalidRequestError(f"at most {MAX_GROUP_IDS} group ids", field="group_ids")
         wait_ms = self._budget_ms(timeout_ms)
+        await self._wait_loaded(group_ids, wait_ms)
         out = []
         for gid in group_ids:
             try:
@@ -578,6 +641,7 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
         return out
 
     async def offset_delete(self, request: OffsetDelete) -> list[PartitionOutcome]:
+        await self._wait_loaded([request.group_id], self._budget_ms(request.timeout_ms))
         # As for a commit, Kafka answers a partition its metadata does not hold with
         # UNKNOWN_TOPIC_OR_PARTITION and deletes the others.
         image = self.metadata.image
@@ -589,6 +653,7 @@ class GroupCoordinatorService(ConsumerGroupHandlers):
         return [*_outcomes(a), *unknown]
 
     async def reset_offsets(self, request: ResetOffsets) -> ResetDone:
+        await self._wait_loaded([request.group_id], self._budget_ms(request.timeout_ms))
         result = self.core.reset_offsets(group_id=request.group_id, offsets=dict(request.offsets),
                                          dry_run=request.dry_run, now_ms=self._clock_ms())
         a = await self._answer(self._apply(result), self._budget_ms(request.timeout_ms))

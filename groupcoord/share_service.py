@@ -327,7 +327,7 @@ class ShareService:
             answer: Mapping[str, Any] = await self._member_check(Request(0, "share_member_check", fields))
         else:
             state = self.metadata.image.partition(OFFSETS_TOPIC, p)
-            address = None if state is None or state.leader < 0 else self.metadata.peer_address(state.leader)
+            address = None if state is None or state.reported_leader < 0 else self.metadata.peer_address(state.leader)
             if address is None:
                 raise NotCoordinatorError(f"no coordinator of group {group_id} known")
             answer = await self.peers.call(address, "share_member_check", fields, timeout_s=PEER_TIMEOUT_S) or {}
@@ -577,7 +577,7 @@ class ShareService:
     async def _forward(self, key: ShareKey, op: str, fields: Mapping[str, Any]) -> dict[str, Any]:
         """Run a share-partition op on the partition's leader (peer ops share_partition_*)."""
         state = self.metadata.image.partition(key.topic, key.partition)
-        address = None if state is None or state.leader < 0 else self.metadata.peer_address(state.leader)
+        address = None if state is None or state.reported_leader < 0 else self.metadata.peer_address(state.leader)
         if address is None or state is None or state.leader == self.node_id:
             raise NotLeaderError(f"no leader of {key.topic}-{key.partition} known")
         return dict(await self.peers.call(address, op, dict(fields), timeout_s=PEER_TIMEOUT_S) or {})

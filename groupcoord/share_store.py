@@ -209,7 +209,7 @@ class ShareStateStore:
 
     def _leader(self, p: int) -> int | None:
         state = self.metadata.image.partition(SHARE_STATE_TOPIC, p)
-        return None if state is None or state.leader < 0 else int(state.leader)
+        return None if state is None or state.reported_leader < 0 else int(state.reported_leader)
 
     async def _call(self, p: int, op: str, fields: dict[str, Any]) -> Mapping[str, Any]:
         return await self.peers.call(await self._leader_address(p), op, fields, timeout_s=PEER_TIMEOUT_S) or {}

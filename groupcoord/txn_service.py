@@ -394,7 +394,7 @@ class TxnCoordinatorService:
             raise CoordinatorNotAvailableError(f"{TRANSACTION_STATE_TOPIC} has {topic.partition_count} partitions")
         state = image.partition(TRANSACTION_STATE_TOPIC, p)
         address = None
-        if state is not None and state.leader >= 0:
+        if state is not None and state.reported_leader >= 0:
             address = self.metadata.client_address(state.leader)
         if address is None:
             raise CoordinatorNotAvailableError(f"{TRANSACTION_STATE_TOPIC}-{p} has no leader now")

@@ -352,13 +352,14 @@ class ActiveController:
             kafka_host=field(fields, "kafka_host", str, default=None, nullable=True),
             kafka_port=field(fields, "kafka_port", int, default=None, nullable=True),
             previous_incarnation_id=field(fields, "previous_incarnation_id", str, default=None, nullable=True),
+            capabilities=field(fields, "capabilities", list, default=[]),
         )  # fmt: skip
         response = await self.propose(result, deadline)
         return {"broker_id": response.broker_id, "incarnation_id": response.incarnation_id}
 
     async def _broker_heartbeat(self, ctl: Controller, fields: Fields, deadline: float) -> dict:
         result = ctl.heartbeat(field(fields, "broker_id", int), field(fields, "incarnation_id", str),
-                               now_ms=self._clock_ms())
+                               now_ms=self._clock_ms(), capabilities=field(fields, "capabilities", list, default=[]))
         ctl.record_partition_bytes(field(fields, "partition_bytes", list, default=[]))
         ctl.record_busy_partitions(field(fields, "broker_id", int), field(fields, "busy_partitions", list, default=[]),
                                    now_ms=self._clock_ms())

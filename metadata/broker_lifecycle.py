@@ -21,6 +21,7 @@ from typing import Any, Final
 
 import trio
 
+from metadata.features import BROKER_CAPABILITIES
 from metadata.settings import MetadataSettings
 from raftlog.base.errors import BrokerIdNotRegisteredError, RaftlogError, StaleBrokerEpochError
 from raftlog.base.eventlog import log_event
@@ -79,6 +80,7 @@ class BrokerLifecycle:
         registration = {
             "broker_id": self.node_id, "incarnation_id": self.incarnation_id,
             "host": client_host, "port": client_port, "peer_host": peer_host, "peer_port": peer_port,
+            "capabilities": list(BROKER_CAPABILITIES),  # metadata/features.py "Broker capabilities"
         }  # fmt: skip
         if self._config.advertised_kafka is not None:
             kafka_host, kafka_port = self._config.advertised_kafka
@@ -101,7 +103,8 @@ class BrokerLifecycle:
                 result = await self._controller_call(
                     "broker_heartbeat",
                     {"broker_id": self.node_id, "incarnation_id": self.incarnation_id,
-                     "partition_bytes": self.partition_bytes(), "busy_partitions": self.busy_partitions()},
+                     "partition_bytes": self.partition_bytes(), "busy_partitions": self.busy_partitions(),
+                     "capabilities": list(BROKER_CAPABILITIES)},
                     call_timeout_s,
                 )  # fmt: skip
                 fenced = bool(result.get("fenced", True))

@@ -32,7 +32,9 @@ preferred leader (its first replica) is the broker with the fewest preferred lea
 far — counting the whole image, so leaders spread across topics too — ties going to the next
 broker round the ring after the previous partition's leader; the other replicas are the next
 brokers round the ring. 6 partitions × RF 3 on 3 brokers: 2 preferred leaderships each.
-Initial `leader` is -1: the partition's Raft group elects, the controller records reports.
+Initial `leader`: the preferred one at epoch 0 ("named, not confirmed"; partition/raft.py "First
+term") when every replica's broker said it supports that (metadata/features.py "Broker
+capabilities"), else -1 (the partition's Raft group elects); the controller records reports.
 
 Big topics: a creation whose records exceed `max_envelope_bytes` is split over several
 envelopes (Topic + first partitions, then more partitions). Clients should see only
@@ -94,7 +96,7 @@ import logging
 import random
 import re
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Mapping, TypeVar
 
@@ -126,6 +128,7 @@ from raftlog.base.errors import (
     UnsupportedSaslMechanismError,
 )
 from metadata import broker_config, group_config
+from metadata.features import FIRST_TERM, MAX_CAPABILITIES
 from metadata.errors import InvalidRecordError, ProducerIdsExhaustedError
 from metadata.image import MetadataImage, PartitionState, TopicImage
 from metadata.decommission import drain_moves, drained, judge_decommission, judge_recommission, rack_map
@@ -263,25 +266,14 @@ class LeaderReport:
         return obj
 
 
-# Whether a new partition's record names its first leader (below). Off: the whole suite on a
-# clean clone found what naming it exposes before the rest of the node is ready for it: a
-# client that polls Metadata until a leader is named then produces at once got NOT_LEADER
-# (the named replica had not opened yet; Kafka answers NOT_LEADER_OR_FOLLOWER there too, and
-# its clients retry, but raftlog's own tests and kcat's watermark query do not), and
-# FindCoordinator named a coordinator still loading (COORDINATOR_LOAD_IN_PROGRESS where
-# GROUP_ID_NOT_FOUND was answered). The Raft side (partition/raft.py "First term") is kept and
-# tested; turning this on waits for a named, not yet open leader to hold such requests.
-NAME_FIRST_LEADER = False
-
-
-def _new_partition(topic_id: str, partition: int, replicas: tuple[int, ...]) -> Partition:
-    """With NAME_FIRST_LEADER, a new partition's record names its first leader, the preferred
-    one, at record epoch 0 (Kafka's controller names it too): its Raft group starts led by it,
-    with no election (partition/raft.py "First term"), and Metadata answers name it from the
-    start (issue 46; KafkaJS's Metadata v0 throws on a partition with no leader, issue 40). Its
-    report of leading epoch 1 confirms it (the record's epoch 0 means "named, not confirmed").
-    Without it the record names none (-1) and the preferred leader runs for election at once."""
-    leader = replicas[0] if NAME_FIRST_LEADER else -1
+def _new_partition(topic_id: str, partition: int, replicas: tuple[int, ...], leader: int) -> Partition:
+    """A new partition's record: `leader` is its first leader, the preferred one, named at
+    record epoch 0 (Kafka's controller names it too) when every replica supports it
+    (`Controller._first_leader`): its Raft group starts led by it, with no election
+    (partition/raft.py "First term"), and Metadata answers name it from the start (issue 46;
+    KafkaJS's Metadata v0 throws on a partition with no leader, issue 40). Its report of
+    leading epoch 1 confirms it (the record's epoch 0 means "named, not confirmed"). -1: the
+    record names none and the preferred leader runs for election at once."""
     return Partition(topic_id, partition, replicas, replicas[0], leader, 0)
 
 
@@ -383,6 +375,9 @@ class Controller:
         self._pending: dict[tuple, tuple[str, int, int]] = {}
         self._reserved_producer_id = image.next_producer_id
         self._move_suggested_ms: dict[tuple[str, int], int] = {}
+        # broker -> (incarnation, the capabilities it sent: metadata/features.py "Broker
+        # capabilities"); soft state, heard again with every heartbeat
+        self._capabilities: dict[int, tuple[str, frozenset[str]]] = {}
 
     # --- image ---
 
@@ -467,6 +462,7 @@ class Controller:
         kafka_host: str | None = None,
         kafka_port: int | None = None,
         previous_incarnation_id: str | None = None,
+        capabilities: Sequence[str] = (),
     ) -> ControllerResult[RegisterBrokerResponse]:
         """Register a broker process. A new incarnation of a known id is refused with
         DuplicateBrokerRegistrationError while the old incarnation is unfenced, not shutting
@@ -475,7 +471,8 @@ class Controller:
         last ran on its data dir, which it could only take over once that process was gone
         (the node's pid-file claim), so a restart after a SIGKILL need not wait out the
         session. The broker is fenced until its first heartbeat after the record applies.
-        Raises InvalidRequestError for bad fields."""
+        `capabilities`: what it supports (`record_capabilities`). Raises InvalidRequestError
+        for bad fields."""
         self._check_active()
         try:
             record = RegisterBroker(broker_id, incarnation_id, host, port, peer_host, peer_port, rack,
@@ -492,6 +489,7 @@ class Controller:
                     f"broker {broker_id} is registered by live incarnation {old.incarnation_id} "
                     f"(heard {silent_ms} ms ago; session {self.session_timeout_ms} ms)"
                 )
+        self.record_capabilities(broker_id, incarnation_id, capabilities)
         self._last_heartbeat_ms[broker_id] = now_ms
         if self._shutting_down.get(broker_id) != incarnation_id:
             self._shutting_down.pop(broker_id, None)
@@ -502,11 +500,15 @@ class Controller:
         self._mark(("register", broker_id, incarnation_id), result.envelopes[0], now_ms)
         return result
 
-    def heartbeat(self, broker_id: int, incarnation_id: str, *, now_ms: int) -> ControllerResult[HeartbeatResponse]:
-        """Record a heartbeat; propose UnfenceBroker if the broker is fenced (and not shutting
-        down). Raises BrokerIdNotRegisteredError (re-register) or StaleBrokerEpochError (this
-        process was replaced by a newer incarnation: stop)."""
+    def heartbeat(self, broker_id: int, incarnation_id: str, *, now_ms: int,
+                  capabilities: Sequence[str] = ()) -> ControllerResult[HeartbeatResponse]:
+        """Record a heartbeat and the `capabilities` it carries (`record_capabilities`; a
+        heartbeat without them, an older broker's, says none); propose UnfenceBroker if the
+        broker is fenced (and not shutting down). Raises BrokerIdNotRegisteredError
+        (re-register) or StaleBrokerEpochError (this process was replaced by a newer
+        incarnation: stop)."""
         self._check_active()
+        self.record_capabilities(broker_id, incarnation_id, capabilities)
         reg = self._image.broker(broker_id)
         registering = self._pending_tag(("register", broker_id, incarnation_id), now_ms) is not None
         if reg is None or reg.incarnation_id != incarnation_id:
@@ -528,6 +530,29 @@ class Controller:
         result = self._result([UnfenceBroker(broker_id, incarnation_id)], response)
         self._mark(key, result.envelopes[0], now_ms)
         return result
+
+    def record_capabilities(self, broker_id: int, incarnation_id: str, capabilities: Sequence[str]) -> None:
+        """What incarnation `incarnation_id` of broker `broker_id` says it supports
+        (metadata/features.py "Broker capabilities"): it replaces what that broker said before.
+        Unknown names are kept and ignored. Raises InvalidRequestError (not a list of at most
+        MAX_CAPABILITIES short strings)."""
+        if not isinstance(capabilities, (list, tuple)) or len(capabilities) > MAX_CAPABILITIES or not all(
+                type(c) is str and 0 < len(c) <= 64 for c in capabilities):
+            raise InvalidRequestError(f"capabilities: a list of at most {MAX_CAPABILITIES} names",
+                                      field="capabilities")
+        self._capabilities[broker_id] = (incarnation_id, frozenset(capabilities))
+
+    def _first_leader(self, replicas: tuple[int, ...]) -> int:
+        """The first leader a new partition's record names (`_new_partition`): its preferred
+        replica when every replica's registered incarnation said it supports FIRST_TERM, else
+        -1 (the group elects). An incarnation that has not heartbeated this controller yet (a
+        new controller, a new registration) counts as not supporting it."""
+        for b in replicas:
+            reg = self._image.broker(b)
+            said = self._capabilities.get(b)
+            if reg is None or said is None or said[0] != reg.incarnation_id or FIRST_TERM not in said[1]:
+                return -1
+        return replicas[0]
 
     def controlled_shutdown(self, broker_id: int, incarnation_id: str, *, now_ms: int) -> ControllerResult[None]:
         """Fence a broker that is shutting down cleanly; its heartbeats no longer unfence it,
@@ -728,7 +753,7 @@ class Controller:
         first = len(topic.partitions)
         placement = self._ring_placement(topic.partition_count - first, rf)
         records: list[Record] = [
-            _new_partition(topic.topic_id, first + i, replicas) for i, replicas in enumerate(placement)
+            _new_partition(topic.topic_id, first + i, replicas, self._first_leader(replicas)) for i, replicas in enumerate(placement)
         ]
         envelopes = self._pack(records)
         self._mark(("topic", topic.name), envelopes[-1], now_ms)
@@ -783,7 +808,7 @@ class Controller:
         topic_id = self._new_topic_id()
         if placement is None:
             placement = self._ring_placement(partitions, replication_factor)
-        parts = [_new_partition(topic_id, p, replicas) for p, replicas in enumerate(placement)]
+        parts = [_new_partition(topic_id, p, replicas, self._first_leader(replicas)) for p, replicas in enumerate(placement)]
         records: list[Record] = [Topic(name, topic_id, partitions, internal, normalized), *parts]
         envelopes = self._pack(records)
         self._mark(("topic", name), envelopes[-1], now_ms)
@@ -834,7 +859,7 @@ class Controller:
                 f"topic {name!r} has replication factor {rf}: {len(live)} live (unfenced) broker(s)"
             )
         placement = manual if manual is not None else self._ring_placement(partition_count - current, rf)
-        parts = [_new_partition(topic.topic_id, current + i, replicas) for i, replicas in enumerate(placement)]
+        parts = [_new_partition(topic.topic_id, current + i, replicas, self._first_leader(replicas)) for i, replicas in enumerate(placement)]
         records: list[Record] = [AddPartitions(topic.topic_id, partition_count), *parts]
         response = CreateTopicResponse(
             name, topic.topic_id,

@@ -25,6 +25,19 @@ so that Kafka's tools and clients read them (`kafka-features describe`):
   Kafka Streams' KIP-1071 protocol is not served.
 A level of 0 is "off": Kafka lists only features at level 1 or more as finalized.
 
+Broker capabilities (issue 46): what a broker understands beyond the records every raftlog
+release reads, sent with its registration and each heartbeat (`capabilities`, a list of
+names), as Kafka's BrokerRegistrationRequest names the feature levels a broker supports and
+its controller writes a record format only at a metadata.version every broker supports. The
+active controller keeps them in memory per broker incarnation (controller.py
+`record_capabilities`; a new controller hears them with the next heartbeats) and uses a
+format only for partitions whose replicas all said so:
+* `first_term`: a new partition's record names its first leader at epoch 0 ("named, not
+  confirmed"; partition/raft.py "First term"), and the broker holds a request for a partition
+  it is named leader of until its replica leads (partition/service.py "Named leaders"). A
+  broker of an older release does neither: it would run its own election for epoch 1
+  (two leaders of one epoch), and answer NOT_LEADER to clients the record sent to it.
+
 UpdateFeatures is all or nothing (Kafka 4): every update is checked first, and the first
 refused one fails the request with INVALID_UPDATE_VERSION and its reason. Refused: an unknown
 feature; a level outside the supported range; a lower level with upgrade type UPGRADE (1);
@@ -44,12 +57,17 @@ from raftlog.base.errors import InvalidRequestError, InvalidUpdateVersionError
 
 __all__ = [
     "METADATA_VERSION", "FEATURES", "UPGRADE", "SAFE_DOWNGRADE", "UNSAFE_DOWNGRADE", "MAX_UPDATES",
-    "Feature", "finalized", "describe", "plan_update",
+    "Feature", "finalized", "describe", "plan_update", "FIRST_TERM", "BROKER_CAPABILITIES",
+    "MAX_CAPABILITIES",
 ]
 
 METADATA_VERSION: Final = "metadata.version"
 UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3
 MAX_UPDATES: Final = 64
+
+FIRST_TERM: Final = "first_term"
+BROKER_CAPABILITIES: Final[tuple[str, ...]] = (FIRST_TERM,)  # what this release's brokers say they support
+MAX_CAPABILITIES: Final = 32  # names a broker may send (more are refused: INVALID_REQUEST)
 
 
 @dataclass(frozen=True, slots=True)

@@ -117,6 +117,15 @@ class PartitionState:
     removing_replicas: tuple[int, ...] = ()
 
     @property
+    def reported_leader(self) -> int:
+        """The leader its Raft group reported leading (-1: none yet, or only named: a new
+        partition's first leader at record epoch 0, partition/raft.py "First term", whose
+        replica may not lead yet). Peer calls routed to a partition's leader use this, as
+        they did before first leaders were named; clients go to the named one, which holds
+        their requests until it leads (partition/service.py "Named leaders")."""
+        return self.leader if self.leader_epoch > 0 else -1
+
+    @property
     def reassigning(self) -> bool:
         return bool(self.adding_replicas or self.removing_replicas)
 

@@ -265,7 +265,8 @@ class Partition(_Record):
     """One partition of a topic: its replicas (in placement order), preferred leader, and the
     leader/epoch last reported. At creation the controller may name the first leader at epoch 0
     ("named, not confirmed": its Raft group starts led by it in epoch 1, partition/raft.py
-    "First term"; metadata/controller.py NAME_FIRST_LEADER); -1/0: the group elects."""
+    "First term"; only when every replica's broker supports it, metadata/features.py "Broker
+    capabilities"); -1/0: the group elects."""
 
     KIND: ClassVar[str] = "partition"
     topic_id: str

@@ -9,23 +9,23 @@ What it uses of `metadata` (`BrokerMetadata`): `image`, `controller_id`, `peer_a
 `client_address(id)`, `await report_partition_leaders([LeaderReport])` (per-report
 results), `await allocate_producer_ids()`.
 
-* Replicas: `on_image` only records the image; a reconcile task (debounced: images replayed
-  at start arrive in bursts, and acting on an intermediate one could wipe a live replica)
-  opens replicas newly assigned here (`<data_dir>/partitions/<topic>-<partition>/`, opened in
-  a worker thread) and closes and deletes those whose topic is gone (or was recreated: the
-  directory's `partition.metadata` names the topic id). A new, empty replica starts in the
-  first term its partition's record names (partition/raft.py "First term": the named leader
-  leads, the others follow, no election); a record naming none (an older controller's) has
-  the preferred leader run for election at once. Opening, new replicas and those whose
-  directory was there at start (`run` lists them, so no stat runs on the trio thread) alike:
-  in batches, each in a worker thread with one durability barrier for its fsyncs
-  (partition/fresh_open.py; fsyncs were most of a creation's and of a 10,000-replica
-  restart's time, issue 46), OPEN_THREADS batches of existing ones at once. The rest of an
-  open is Python (recovery scan, producer walk); eight at once (the DiskWork pool) left a node
-  restarted with 1,000 replicas after a load so busy (short of the GIL, most likely) that
-  its links to the leaders fell silent, and the followers opened so far ran pre-votes
-  against live leaders while the rest waited (450-3,000 leader changes logged during the
-  open instead of ~320).
+* Replicas: `on_image` only records the image; a reconcile task (debounced: images replayed at
+  start arrive in bursts, and acting on an intermediate one could wipe a live replica) opens
+  replicas newly assigned here (`<data_dir>/partitions/<topic>-<partition>/`, opened in a worker
+  thread) and closes and deletes those whose topic is gone (or was recreated: the directory's
+  `partition.metadata` names the topic id). A new, empty replica starts in the first term its
+  partition's record names (partition/raft.py "First term": the named leader leads, the others
+  follow, no election); a record naming none (an older controller's) has the preferred leader run
+  for election at once (`wait_named_leader`, named_leader.py, holds requests for a named leader
+  here till it leads). Opening, new replicas and those whose directory was there at start (`run`
+  lists them, so no stat runs on the trio thread) alike: in batches, each in a worker thread with
+  one durability barrier for its fsyncs (partition/fresh_open.py; fsyncs were most of a creation's
+  and of a 10,000-replica restart's time, issue 46), OPEN_THREADS batches of existing ones at
+  once. The rest of an open is Python (recovery scan, producer walk); eight at once (the DiskWork
+  pool) left a node restarted with 1,000 replicas after a load so busy (short of the GIL, most
+  likely) that its links to the leaders fell silent, and the followers opened so far ran pre-votes
+  against live leaders while the rest waited (450-3,000 leader changes logged during the open
+  instead of ~320).
 * Ticks: every core's `tick()` every `tick_ms` (50) from one task, except quiescent ones
   (partition/raft.py "Quiescence": an idle group holds its followers' fetches and its ticks
   do nothing): a replica leaves the tick set when a tick finds `needs_tick()` false and
@@ -84,6 +84,7 @@ from metadata.image import MetadataImage, PartitionState, TopicImage
 from metadata.topic_config import TopicConfig
 from partition.fresh_open import MAX_EXISTING_BATCH, BatchedOpens, open_existing_batch
 from partition.mover import Mover
+from partition.named_leader import NamedLeaderHolds
 from partition.replica import (
     PARTITION_METADATA_FILE,
     DiskWork,
@@ -224,6 +225,8 @@ class ReplicaManager:
         self._leaders: dict[tuple[str, int], Replica] = {}
         self._offline: dict[tuple[str, int], Replica] = {}
         self._reconciled: dict[str, TopicImage] = {}  # topic id -> its image at the last reconcile
+        self._named = NamedLeaderHolds(self.node_id, self._replicas.get, self.image_now)  # "Named leaders"
+        self.wait_named_leader = self._named.wait  # the port's hold (partition/service.py ReplicaHost)
         self._partition_bytes: tuple[float, list[list[Any]]] | None = None  # (when, the list)
         self._metrics = StorageMetrics(registry if registry is not None else MetricsRegistry(),
                                        lambda: self._replicas.values(), self.free_bytes,
@@ -281,6 +284,7 @@ class ReplicaManager:
         if self._nursery is not None:
             for b in sorted(newly - {self.node_id}):
                 self._nursery.start_soon(self._on_fenced, b)
+        self._named.wake_all()  # the held requests look again
 
     async def drain(self) -> None:
         """Before a clean stop: resign every leadership so the followers elect at once."""
@@ -442,6 +446,7 @@ class ReplicaManager:
                 del self._replicas[key]
                 self._ticking.pop(key, None)
                 self._leaders.pop(key, None)
+                self._named.wake(key)
                 done = self._deleting.setdefault(r.directory, trio.Event())
                 self._nursery.start_soon(self._remove_replica, r, done)
                 continue
@@ -487,6 +492,7 @@ class ReplicaManager:
             self._open_failed[(r.topic, r.partition)] = self._offline[(r.topic, r.partition)] = r  # the reopen loop tries again
             log_event(logger, "replica_open_failed", level=logging.ERROR, topic=r.topic,
                       partition=r.partition, reason=r.offline_reason, kind=r.offline_kind)
+            self._named.wake((r.topic, r.partition))
             return
         self._open_failed.pop((r.topic, r.partition), None)
         r.offline_reason = r.offline_kind = r.offline_since_ms = None
@@ -678,7 +684,8 @@ class ReplicaManager:
         while True:
             await trio.sleep(MAINTAIN_INTERVAL_S)
             for r in list(self._replicas.values()):
-                if r.attached:
+                # Never written: nothing to roll, retain, compact or checkpoint (issue 46: 9% of idle)
+                if r.attached and r.log is not None and r.log.log_end_offset > 0:
                     await r.maintain()
                     await trio.sleep(0)
 
@@ -712,6 +719,7 @@ class ReplicaManager:
             self._leaders[key] = r
         else:
             self._leaders.pop(key, None)
+        self._named.wake(key)
         for listener in self._leadership_listeners:
             listener(r)
         if r.is_leader and self._nursery is not None:

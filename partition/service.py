@@ -30,6 +30,13 @@ hosts (partition/manager.py hosts them; this module serves requests with them).
   not ready), where NOT_CONTROLLER would fail the producer's records.
 * recover partition (operator): unclean recovery of this broker's replica (raft.py
   "Damaged storage"), refused unless `unclean`.
+* Named leaders: a request (produce, fetch, list offsets, delete records, a transaction
+  marker) for a partition whose record names this broker its first leader while the replica
+  here has not opened or led yet (partition/manager.py "Named leaders") is held until it
+  leads, at most NAMED_LEADER_HOLD_MS (or the request's own deadline, if sooner), then served,
+  or answered NOT_LEADER as before. Metadata answers name that leader from the moment the
+  topic exists, and clients send their first request at once (Kafka's broker, told of its
+  leadership by the controller before any client is, never sees such a request).
 * A request for a partition whose local replica is offline, when the image names another
   leader, is answered NOT_LEADER with that hint (nothing was tried here). The NOT_LEADER hint
   (leader id, its native address, the leader epoch the image knows) is made once, here.
@@ -134,6 +141,10 @@ class ReplicaHost(Protocol):
 
     def image_now(self) -> MetadataImage: ...
 
+    async def wait_named_leader(self, topic: str, partition: int, deadline: float) -> None:
+        """Return once the partition is not "named here, not yet led" (manager.py "Named
+        leaders"), or at `deadline` (trio time)."""
+
     @property
     def traffic(self) -> TopicTraffic: ...
 
@@ -182,6 +193,18 @@ def _validated_in(check: Callable[[], CheckedBatches], codec: Compression) -> Ch
 # a few fsyncs at a loaded machine's pace; a log end the high watermark cannot reach (a
 # majority down) costs a request this much, once.
 LIST_OFFSETS_HW_WAIT_MS: Final = 500
+
+# The longest a request waits for a replica named its first leader here to lead (module
+# docstring "Named leaders"): a new replica opens within a second or two on a loaded machine;
+# at 10,000 new partitions a node opens ~125 a second, and a client may as well retry.
+NAMED_LEADER_HOLD_MS: Final = 5000
+
+
+def _hold_until(deadline: float | None = None) -> float:
+    """The trio time a named leader's request is held until (NAMED_LEADER_HOLD_MS, or the
+    request's own `deadline` if sooner)."""
+    cap = trio.current_time() + NAMED_LEADER_HOLD_MS / 1000
+    return cap if deadline is None else min(cap, deadline)
 
 
 def _timestamp_policy(config: TopicConfig, now_ms: int) -> TimestampPolicy | None:
@@ -255,10 +278,12 @@ class PartitionService:
                      transactional_id: str | None = None, add_to_txn: bool = False) -> _Appended:
         appended = _Appended([], [])
         traffic = self._host.traffic
+        hold_until = _hold_until()
         for part in parts:
             topic, partition = part.topic, part.partition
             result = ProduceResult(topic, partition)
             try:
+                await self._host.wait_named_leader(topic, partition, hold_until)
                 replica = self.leader_replica(topic, partition)
                 if not part.records:
                     raise CorruptRecordError("no records")
@@ -312,6 +337,9 @@ class PartitionService:
 
     async def fetch(self, request: FetchRequest) -> list[FetchResult]:
         """Concurrency: trio thread; cancel-safe (slices are closed on the way out)."""
+        hold_until = _hold_until()
+        for part in request.parts:  # a named leader not leading yet (module docstring)
+            await self._host.wait_named_leader(part.topic, part.partition, hold_until)
         deadline = trio.current_time() + request.max_wait_ms / 1000
         while True:
             results, total, errors, watched = await self._read_partitions(request)
@@ -437,6 +465,9 @@ class PartitionService:
                            ) -> list[OffsetResult]:
         results = []
         # Read-your-acks (module docstring): the log end as this request found it, per partition.
+        hold_until = _hold_until()
+        for q in queries:  # a named leader not leading yet (module docstring)
+            await self._host.wait_named_leader(q.topic, q.partition, hold_until)
         deadline = trio.current_time() + LIST_OFFSETS_HW_WAIT_MS / 1000
         for q in queries:
             try:
@@ -473,6 +504,7 @@ class PartitionService:
 
         async def one(result: DeleteResult, offset: int) -> None:
             try:
+                await self._host.wait_named_leader(result.topic, result.partition, _hold_until(deadline))
                 r = self.leader_replica(result.topic, result.partition)
                 result.low_watermark = await r.delete_records(offset, deadline)
             except RaftlogError as exc:
@@ -491,6 +523,7 @@ class PartitionService:
         NotLeaderError (with the hint), UnknownTopicOrPartitionError, InvalidProducerEpochError,
         RequestTimedOutError (unknown outcome: the coordinator writes it again),
         KafkaStorageError."""
+        await self._host.wait_named_leader(marker.topic, marker.partition, _hold_until(deadline))
         r = self.leader_replica(marker.topic, marker.partition)
         try:
             waiter = await r.append_marker(marker.producer_id, marker.producer_epoch, commit=marker.commit,

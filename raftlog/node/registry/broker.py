@@ -129,7 +129,7 @@ class NodeBroker:
 
     def _leader(self, topic: str, partition: int) -> int | None:
         state = self._image_of().partition(topic, partition)
-        return None if state is None or state.leader < 0 else state.leader
+        return None if state is None or state.reported_leader < 0 else state.leader
 
     async def _partition_op(self, op: str, topic: str, partition: int, fields: dict[str, Any],
                             principal: str | None, host: str | None) -> Mapping[str, Any]:

@@ -79,7 +79,7 @@ class ReplicaSchemasLog:
 
     def leader_id(self) -> int | None:
         state = self.metadata.image.partition(SCHEMAS_TOPIC, 0)
-        return None if state is None or state.leader < 0 else state.leader
+        return None if state is None or state.reported_leader < 0 else state.leader
 
     def is_leader(self) -> bool:
         r = self._replica()

@@ -33,6 +33,7 @@ from raftlog.base.protocol import Request
 from raftlog.node.authorize import Guard
 from raftlog.node.native_groups import group_handlers
 from raftlog.base.topics import (
+    partition_for_group,
     OFFSETS_TOPIC,
     OFFSETS_TOPIC_PARTITIONS,
     TRANSACTION_STATE_TOPIC,
@@ -295,6 +296,73 @@ async def test_ownership_follows_a_reported_leadership_change_at_once(autojump_c
         # A change nobody reports is still noticed, by the watcher's slow check.
         service.topics.lose_leadership(4, tell=False)
         assert TICK_SLACK_S < await _until_unloaded(service, 4) <= LEADERSHIP_CHECK_S + TICK_SLACK_S
+        nursery.cancel_scope.cancel()
+
+
+class LaggingPartition(MemoryPartition):
+    """A partition newly led here whose high watermark lags its log end until `catch_up()`:
+    its load waits (partition_load.wait_caught_up)."""
+
+    def __init__(self, epoch: int, batches: list[bytes], end: int) -> None:
+        super().__init__()
+        self.leader_epoch, self.batches, self.log_end_offset = epoch, batches, end
+        self.hw = 0
+        self.watching: list[trio.Event] = []
+
+    @property
+    def high_watermark(self) -> int:
+        return self.hw
+
+    def watch(self, event: trio.Event) -> None:
+        self.watching.append(event)
+
+    def catch_up(self) -> None:
+        self.hw = self.log_end_offset
+        for event in self.watching:
+            event.set()
+
+
+async def test_a_group_op_waits_for_its_partitions_load_and_an_empty_partition_loads_at_once(autojump_clock):
+    """Issue 46: FindCoordinator names a new partition's first leader before it leads, so a
+    group op may reach a coordinator that is loading: it waits for the load (at most
+    LOAD_WAIT_MS) instead of answering COORDINATOR_LOAD_IN_PROGRESS; a partition led with an
+    empty log (a new one) has nothing to load and is active in the same check."""
+    async with trio.open_nursery() as nursery:
+        service = await started_service(nursery)
+        topics = service.topics
+        p = partition_for_group(GROUP)
+        # Led in a new epoch, its log ending past the high watermark (what an earlier leader
+        # wrote and a majority may have committed): its load waits for the high watermark.
+        lagging = topics.partitions[p] = LaggingPartition(2, [], 1)
+        for listener in topics.listeners:
+            listener(OFFSETS_TOPIC, p)
+        with trio.fail_after(TICK_SLACK_S):
+            while p not in service.health()["partitions_loading"]:
+                await trio.sleep(0)
+        answered: list[Any] = []
+
+        async def fetch() -> None:
+            answered.append(await Client(service, "reader").call("offset_fetch", partitions=None))
+
+        nursery.start_soon(fetch)
+        await trio.sleep(1.0)  # virtual: the load is still waiting for the high watermark
+        assert answered == []
+        lagging.catch_up()
+        with trio.fail_after(1):
+            while not answered:
+                await trio.sleep(0.01)
+        assert answered[0]["partitions"] == []  # answered after the load, not COORDINATOR_LOAD_IN_PROGRESS
+        assert p in service.health()["partitions_active"]
+        # A new, empty partition led here: loaded at once, nothing to wait for.
+        q = (p + 1) % OFFSETS_TOPIC_PARTITIONS
+        topics.partitions[q] = fresh = MemoryPartition()
+        fresh.leader_epoch = 7
+        assert q in service.health()["partitions_active"]  # epoch 1 still
+        for listener in topics.listeners:
+            listener(OFFSETS_TOPIC, q)
+        with trio.fail_after(TICK_SLACK_S):  # virtual time: no load task, no high watermark wait
+            while service._owned.get(q) != 7 or q not in service.health()["partitions_active"]:
+                await trio.sleep(0)
         nursery.cancel_scope.cancel()
 
 

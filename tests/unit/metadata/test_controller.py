@@ -5,8 +5,7 @@ import random
 
 import pytest
 
-import metadata.controller as controller_module
-
+from metadata.features import FIRST_TERM
 from metadata.controller import (
     MAX_LEADER_REPORTS,
     OFFSETS_TOPIC,
@@ -48,7 +47,8 @@ class Cluster:
     """A controller plus the committed image, with a manual clock. `commit` replays a
     result's envelopes through bytes, as the quorum would, and feeds the image back."""
 
-    def __init__(self, brokers=0, epoch=1, seed=0, **kwargs):
+    def __init__(self, brokers=0, epoch=1, seed=0, capabilities=(), **kwargs):
+        self.capabilities = capabilities  # what the brokers' registrations and heartbeats say
         self.now_ms = 0
         self.image = MetadataImage.empty()
         kwargs.setdefault("random_bytes", random.Random(seed).randbytes)  # repeatable ids
@@ -67,8 +67,9 @@ class Cluster:
 
     def add_broker(self, b, inc=None):
         inc = inc or f"inc-{b}"
-        self.commit(self.c.register_broker(b, inc, "localhost", 9000 + b, "localhost", 9100 + b, now_ms=self.now_ms))
-        self.commit(self.c.heartbeat(b, inc, now_ms=self.now_ms))
+        self.commit(self.c.register_broker(b, inc, "localhost", 9000 + b, "localhost", 9100 + b, now_ms=self.now_ms,
+                                           capabilities=self.capabilities))
+        self.commit(self.c.heartbeat(b, inc, now_ms=self.now_ms, capabilities=self.capabilities))
         assert not self.image.broker(b).fenced
 
     def heartbeat_all(self):
@@ -83,9 +84,8 @@ def kinds(result):
 # --- placement --------------------------------------------------------------------------
 
 
-def test_six_partitions_rf3_three_brokers_two_preferred_each(monkeypatch):
-    monkeypatch.setattr(controller_module, "NAME_FIRST_LEADER", True)  # the named first leader's path
-    cl = Cluster(brokers=3)
+def test_six_partitions_rf3_three_brokers_two_preferred_each():
+    cl = Cluster(brokers=3, capabilities=[FIRST_TERM])  # the named first leader's path
     resp = cl.commit(cl.c.create_topic("orders", 6, 3, now_ms=0))
     preferred = [p.preferred_leader for p in resp.partitions]
     assert sorted(preferred) == [1, 1, 2, 2, 3, 3]
@@ -434,12 +434,52 @@ def test_ten_thousand_partitions_fit_default_envelopes():
     assert max(counts.values()) - min(counts.values()) <= 1
 
 
+# --- the first leader's naming, gated on what the brokers support -------------------------
+
+
+def test_first_leaders_are_named_only_when_every_replica_said_it_supports_them():
+    """Rolling upgrade (metadata/features.py "Broker capabilities"): a broker of an older
+    release would run its own election for epoch 1, so a new partition's record names its
+    first leader only when every replica's registered incarnation said `first_term`."""
+    cl = Cluster(brokers=3)  # none said it (an older release's brokers)
+    old = cl.commit(cl.c.create_topic("old", 3, 3, now_ms=0))
+    assert all((p.leader, p.leader_epoch) == (-1, 0) for p in old.partitions)
+    for b in (1, 2):  # two upgraded: RF 3 partitions still have an older replica
+        cl.commit(cl.c.heartbeat(b, f"inc-{b}", now_ms=0, capabilities=[FIRST_TERM, "later-one"]))
+    mixed = cl.commit(cl.c.create_topic("mixed", 3, 3, now_ms=0))
+    assert all(p.leader == -1 for p in mixed.partitions)
+    rf2 = cl.commit(cl.c.create_topic("rf2", 1, 2, assignments=[[2, 1]], now_ms=0))
+    assert [(p.leader, p.leader_epoch) for p in rf2.partitions] == [(2, 0)]  # its replicas both said it
+    cl.commit(cl.c.heartbeat(3, "inc-3", now_ms=0, capabilities=[FIRST_TERM]))
+    new = cl.commit(cl.c.create_topic("new", 3, 3, now_ms=0))
+    assert all((p.leader, p.leader_epoch) == (p.preferred_leader, 0) for p in new.partitions)
+    grown = cl.commit(cl.c.create_partitions("old", 4, now_ms=0))
+    assert [(p.leader, p.leader_epoch) for p in grown.partitions] == [(grown.partitions[0].preferred_leader, 0)]
+    # Broker 3 downgraded: its next heartbeat says nothing, and it counts as not supporting.
+    cl.commit(cl.c.heartbeat(3, "inc-3", now_ms=0))
+    assert all(p.leader == -1 for p in cl.commit(cl.c.create_topic("down", 3, 3, now_ms=0)).partitions)
+    # A new incarnation counts by what it said itself, not by what the old one said.
+    cl.commit(cl.c.heartbeat(3, "inc-3", now_ms=0, capabilities=[FIRST_TERM]))
+    cl.commit(cl.c.register_broker(3, "inc-3b", "localhost", 9003, "localhost", 9103, now_ms=0,
+                                   previous_incarnation_id="inc-3"))
+    cl.commit(cl.c.heartbeat(3, "inc-3b", now_ms=0))
+    assert all(p.leader == -1 for p in cl.commit(cl.c.create_topic("restarted", 3, 3, now_ms=0)).partitions)
+    cl.commit(cl.c.heartbeat(3, "inc-3b", now_ms=0, capabilities=[FIRST_TERM]))
+    assert all(p.leader >= 0 for p in cl.commit(cl.c.create_topic("upgraded", 3, 3, now_ms=0)).partitions)
+    # A new controller knows nothing until the brokers' heartbeats tell it again.
+    fresh = Controller(cl.image, 2, 0, random.Random(1))
+    assert all(p.leader == -1 for p in fresh.create_topic("after", 3, 3, now_ms=0).response.partitions)
+    with pytest.raises(InvalidRequestError):
+        cl.c.heartbeat(1, "inc-1", now_ms=0, capabilities=["x"] * 33)
+    with pytest.raises(InvalidRequestError):
+        cl.c.heartbeat(1, "inc-1", now_ms=0, capabilities="first_term")
+
+
 # --- partition leadership ---------------------------------------------------------------
 
 
-def test_partition_leader_reports_only_when_newer(monkeypatch):
-    monkeypatch.setattr(controller_module, "NAME_FIRST_LEADER", True)  # the named first leader's path
-    cl = Cluster(brokers=3)
+def test_partition_leader_reports_only_when_newer():
+    cl = Cluster(brokers=3, capabilities=[FIRST_TERM])  # the named first leader's path
     resp = cl.commit(cl.c.create_topic("t", 1, 3, now_ms=0))
     replicas = resp.partitions[0].replicas
     a, b = replicas[0], replicas[1]
