@@ -342,14 +342,20 @@ class NodeCluster:
             pause.wait(_POLL_S)  # the poll interval of a deadline-bounded wait, not a sync point
 
     def ready_status(self, node_id: int | None = None, brokers: Iterable[int] | None = None) -> dict[str, Any] | None:
-        """The cluster_status when a controller answers and `brokers` (default: every live
-        node) are registered and unfenced; else None."""
+        """The cluster_status (of `node_id`, else of the first live node) when a controller
+        answers and `brokers` (default: every live node) are registered and unfenced; else
+        None. Without `node_id`, every live node's own image must say so: a test may ask any
+        node first (the REST proxy's broker list asked node 3 while its image still lacked
+        its own registration)."""
         wanted = set(self.live() if brokers is None else brokers)
-        status = self.status(node_id)
-        unfenced = {b["id"] for b in status["brokers"] if not b["fenced"]}
-        if status.get("controller_id") is not None and wanted <= unfenced:
-            return status
-        return None
+        first = None
+        for n in [node_id] if node_id is not None else self.live():
+            status = self.status(n)
+            unfenced = {b["id"] for b in status["brokers"] if not b["fenced"]}
+            if status.get("controller_id") is None or not wanted <= unfenced:
+                return None
+            first = first or status
+        return first
 
     def wait_ready(self, timeout_s: float = 30.0, brokers: Iterable[int] | None = None) -> dict[str, Any]:
         return self.wait_for(lambda: self.ready_status(brokers=brokers), timeout_s, "a ready cluster")

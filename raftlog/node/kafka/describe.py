@@ -115,7 +115,8 @@ async def handle_describe_quorum(ctx: KafkaContext, call: Call) -> Reply:
     voters = [state(v, match.get(v, -1)) for v in voter_ids]
     observers = [state(b, -1) for b in sorted(ctx.metadata.image.brokers) if b not in voter_ids]
     leader = ctx.metadata.controller_id
-    if leader is None:  # no leader known here (an election, or no quorum): Kafka's answer off the leader
+    if leader is None or status.get("has_quorum") is False:  # an election, or no quorum (PySyncObj
+        # keeps naming its last leader while it reaches no other voter): Kafka's answer off the leader
         lost = Partition(partition_index=0, error_code=errors.NOT_LEADER_OR_FOLLOWER,
                          error_message="this node knows no metadata quorum leader now", leader_id=-1,
                          leader_epoch=-1, high_watermark=-1, current_voters=[], observers=[])
