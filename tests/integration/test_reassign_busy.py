@@ -56,7 +56,7 @@ def _cli(cluster, *args: str) -> subprocess.CompletedProcess[str]:
 def test_a_busy_transaction_coordinators_partition_is_not_moved_until_idle(cluster):
     from confluent_kafka import Producer
     from kafka import KafkaAdminClient, TopicPartition
-    from kafka.errors import ConcurrentTransactionsError
+    from kafka.errors import ConcurrentTransactionsError, KafkaConnectionError
 
     p = partition_for_transactional_id(TID)
     producer = Producer({"bootstrap.servers": cluster.kafka_bootstrap(), "transactional.id": TID,
@@ -84,12 +84,23 @@ def test_a_busy_transaction_coordinators_partition_is_not_moved_until_idle(clust
         assert refused.returncode == 1, refused
         assert "CONCURRENT_TRANSACTIONS" in refused.stdout and TID in refused.stdout, refused
         assert "coordinator is busy" in refused.stdout, refused
-        admin = KafkaAdminClient(bootstrap_servers=cluster.kafka_bootstrap(), request_timeout_ms=15_000)
-        try:
-            tp = TopicPartition(TRANSACTION_STATE_TOPIC, p)
-            assert admin.alter_partition_reassignments({tp: target})[tp] is ConcurrentTransactionsError
-        finally:
-            admin.close()
+        tp = TopicPartition(TRANSACTION_STATE_TOPIC, p)
+
+        def refused_by_admin() -> bool:
+            """kafka-python's admin client learns the controller from any broker Metadata names,
+            the killed one too until it is fenced (as on Kafka), and raises ECONNREFUSED if it
+            picks that one: ask again, a new client each time, under the deadline."""
+            try:
+                admin = KafkaAdminClient(bootstrap_servers=cluster.kafka_bootstrap(), request_timeout_ms=15_000)
+            except KafkaConnectionError:
+                return False
+            try:
+                return admin.alter_partition_reassignments({tp: target})[tp] is ConcurrentTransactionsError
+            except KafkaConnectionError:
+                return False
+            finally:
+                admin.close()
+        assert cluster.wait_for(refused_by_admin, 60, "the admin client's reassignment refused")
         live = next(b for b in (1, 2, 3) if b != victim)
         assert _moves(cluster) == [] and sorted(_replicas(cluster, live, TRANSACTION_STATE_TOPIC, p)[1]) == \
             sorted(original)  # nothing half-done
