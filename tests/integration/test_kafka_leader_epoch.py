@@ -42,19 +42,16 @@ def conn(node) -> Iterator[Any]:
     c.sock.close()
 
 
-def leader_epoch(conn) -> int:
+def leader_epoch(node: harness.NodeCluster, conn: Any) -> int:
     """The partition's leader epoch from Metadata (what a client sends), once the leader has
     reported one (a new partition's first leader reports epoch >= 1)."""
-    deadline = time.monotonic() + 30
-    while True:
+    def reported() -> int | None:
         md = conn.call(MetadataRequest[9](topics=[MetadataRequest.MetadataRequestTopic(name=TOPIC)],
                                           allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
                                           include_topic_authorized_operations=False), MetadataResponse, 9)
         [p] = md.topics[0].partitions
-        if p.error_code == 0 and p.leader_epoch >= 1:
-            return p.leader_epoch
-        assert time.monotonic() < deadline, f"no leader epoch for {TOPIC}: {p}"
-        time.sleep(0.2)  # polling the metadata under a deadline, not a synchronisation
+        return p.leader_epoch if p.error_code == 0 and p.leader_epoch >= 1 else None
+    return node.wait_for(reported, 30, f"a leader epoch for {TOPIC}")
 
 
 def produce(conn, *values: bytes) -> int:
@@ -101,9 +98,9 @@ def epoch_end(conn, current: int, asked: int) -> tuple[int, int, int]:
     return p.error_code, p.leader_epoch, p.end_offset
 
 
-def test_fetch_checks_the_clients_leader_epoch(conn):
+def test_fetch_checks_the_clients_leader_epoch(node, conn):
     produce(conn, b"a", b"b")
-    epoch = leader_epoch(conn)
+    epoch = leader_epoch(node, conn)
     for current in (-1, epoch):  # not checked, and the leader's own: records
         p = fetch(conn, current)
         assert p.error_code == 0 and p.high_watermark >= 2 and p.records
@@ -112,9 +109,9 @@ def test_fetch_checks_the_clients_leader_epoch(conn):
     assert not older.records and not newer.records and older.high_watermark == -1
 
 
-def test_list_offsets_checks_the_epoch_and_names_the_offsets_epoch(conn):
+def test_list_offsets_checks_the_epoch_and_names_the_offsets_epoch(node, conn):
     produce(conn, b"c")
-    epoch = leader_epoch(conn)
+    epoch = leader_epoch(node, conn)
     code, end, end_epoch = list_offset(conn, epoch, -1)  # latest: the leader's current epoch, as Kafka
     assert code == 0 and end >= 1 and end_epoch == epoch
     code, start, start_epoch = list_offset(conn, -1, -2)  # earliest: the epoch of the batch at the log start
@@ -126,9 +123,9 @@ def test_list_offsets_checks_the_epoch_and_names_the_offsets_epoch(conn):
     assert list_offset(conn, epoch + 1, -2)[0] == UNKNOWN_LEADER_EPOCH  # earliest too: checked first
 
 
-def test_offset_for_leader_epoch_fences_an_older_epoch(conn):
+def test_offset_for_leader_epoch_fences_an_older_epoch(node, conn):
     produce(conn, b"d")
-    epoch = leader_epoch(conn)
+    epoch = leader_epoch(node, conn)
     code, found, end = epoch_end(conn, epoch, epoch)
     assert code == 0 and found == epoch and end >= 1
     assert epoch_end(conn, epoch - 1, epoch) == (FENCED_LEADER_EPOCH, -1, -1)

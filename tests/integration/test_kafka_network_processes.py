@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from raftlog.base.client_properties import load_properties
@@ -170,14 +170,18 @@ def test_group_and_transaction_through_workers(node):
         msg = consumer.poll(1.0)
         if msg is not None and msg.error() is None:
             got.append(msg.value())
-    committed = None
-    while committed is None and time.monotonic() < deadline:
+
+    def commit() -> int | None:
         try:
             consumer.commit(asynchronous=False)
-            committed = consumer.committed([TopicPartition("w-txn", 0)], timeout=10)[0].offset
-        except Exception:  # the group coordinator's first load is retriable
-            time.sleep(0.2)
-    consumer.close()
+            return consumer.committed([TopicPartition("w-txn", 0)], timeout=10)[0].offset
+        except KafkaException:  # the group coordinator's first load is retriable
+            return None
+
+    try:
+        committed = node.wait_for(commit, max(1.0, deadline - time.monotonic()), "the group's first commit")
+    finally:
+        consumer.close()
     assert sorted(got) == sorted(f"t{i}".encode() for i in range(10))
     assert committed is not None and committed >= 10
 

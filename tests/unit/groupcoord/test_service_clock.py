@@ -340,17 +340,18 @@ async def test_a_group_op_waits_for_its_partitions_load_and_an_empty_partition_l
             while p not in service.health()["partitions_loading"]:
                 await trio.sleep(0)
         answered: list[Any] = []
+        done = trio.Event()
 
         async def fetch() -> None:
             answered.append(await Client(service, "reader").call("offset_fetch", partitions=None))
+            done.set()
 
         nursery.start_soon(fetch)
-        await trio.sleep(1.0)  # virtual: the load is still waiting for the high watermark
+        await trio.testing.wait_all_tasks_blocked()  # the op waits: the load waits for the high watermark
         assert answered == []
         lagging.catch_up()
         with trio.fail_after(1):
-            while not answered:
-                await trio.sleep(0.01)
+            await done.wait()
         assert answered[0]["partitions"] == []  # answered after the load, not COORDINATOR_LOAD_IN_PROGRESS
         assert p in service.health()["partitions_active"]
         # A new, empty partition led here: loaded at once, nothing to wait for.
