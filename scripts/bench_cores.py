@@ -302,7 +302,15 @@ def parse_setting(text: str) -> tuple[str, object]:
 
 
 def _processes(text: str) -> int:
-    return -1 if text == "auto" else int(text)
+    if text == "auto":
+        return -1
+    try:
+        count = int(text)
+    except ValueError:
+        count = -2
+    if not 0 <= count <= 64:
+        raise argparse.ArgumentTypeError(f"expected auto or a count 0..64 (kafka_network_processes), got {text!r}")
+    return count
 
 
 def main() -> int:
