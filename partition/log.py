@@ -67,7 +67,7 @@ import os
 import threading
 import time
 from bisect import bisect_right
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
@@ -259,10 +259,13 @@ class Log(LogLoader, LogIntegrity, LogRetention, ProducerSnapshots):
 
     # ------------------------------------------------------------------ appends
 
-    def append(self, batches: bytes | bytearray, *, leader_epoch: int, now_ms: int) -> tuple[int, int]:
+    def append(self, batches: bytes | bytearray, *, leader_epoch: int, now_ms: int,
+               checked: Sequence[tuple[int, Header]] | None = None) -> tuple[int, int]:
         """Leader path: append one or more client batches, assigning offsets.
 
-        Checks each batch's header and CRC (records are not decoded), stamps base offset
+        Checks each batch's header and CRC (records are not decoded; `checked`: the
+        (position, Header) of every batch, from the caller's check of these very bytes, header
+        and CRC-32C: not done again, as for `append_replicated`), stamps base offset
         (from log_end_offset on) and `leader_epoch`, rolls first if the active segment is full
         or old, and writes (not fsynced: see `flush`). Returns (first_offset, last_offset).
         Raises CorruptRecordError (bad or empty input), MessageTooLargeError (a batch over
@@ -280,7 +283,7 @@ class Log(LogLoader, LogIntegrity, LogRetention, ProducerSnapshots):
         parts: list = []
         offset = self.log_end_offset
         limit = self.config.max_batch_bytes
-        for pos, h in iter_headers(view, verify=True):
+        for pos, h in _headers_of(view, checked):
             if h.size > limit:
                 raise MessageTooLargeError(f"batch of {h.size} bytes > max_batch_bytes {limit}")
             head = bytearray(view[pos : pos + HEADER_BYTES])
@@ -314,10 +317,7 @@ class Log(LogLoader, LogIntegrity, LogRetention, ProducerSnapshots):
         expected = self.log_end_offset
         last_epoch = self._epochs.last_epoch
         limit = self.config.max_batch_bytes
-        if checked is not None:
-            if not checked or checked[0][0] != 0 or checked[-1][0] + checked[-1][1].size != len(view):
-                raise CorruptRecordError("checked batches do not cover the append")
-        for pos, h in (checked if checked is not None else iter_headers(view, verify=True)):
+        for pos, h in _headers_of(view, checked):
             if h.size > limit:
                 raise MessageTooLargeError(f"batch of {h.size} bytes > max_batch_bytes {limit}")
             if (h.base_offset != expected) if not entries else (h.base_offset < expected):
@@ -787,12 +787,11 @@ class Log(LogLoader, LogIntegrity, LogRetention, ProducerSnapshots):
             s.close()
 
 
-
-
-
-
-
-
-
-
-
+def _headers_of(view, checked: Sequence[tuple[int, Header]] | None) -> Iterable[tuple[int, Header]]:
+    """Each batch's (position, Header): `checked` (the caller's check of these very bytes)
+    when it covers them exactly, else read and CRC-checked here."""
+    if checked is None:
+        return iter_headers(view, verify=True)
+    if not checked or checked[0][0] != 0 or checked[-1][0] + checked[-1][1].size != len(view):
+        raise CorruptRecordError("checked batches do not cover the append")
+    return checked

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import trio
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from partition.batch import Header, iter_headers, txn_marker_batch
 from partition.validator import batch_too_large
@@ -95,7 +95,8 @@ class ReplicaWrites:
     """Replica's leader writes (module docstring)."""
 
     async def append_as_leader(self, records: bytes, *, acks: int,
-                               verify_txn: TxnVerifier | None = None, coordinator: bool = False) -> AppendResult:
+                               verify_txn: TxnVerifier | None = None, coordinator: bool = False,
+                               checked: Sequence[tuple[int, Header]] | None = None) -> AppendResult:
         """Append a producer's batches. Returns AppendResult (waiter set for acks=all when
         the batch is not committed yet). A transactional batch of a producer with no
         transaction of its epoch open here is first checked with `verify_txn(producer_id, epoch,
@@ -106,13 +107,14 @@ class ReplicaWrites:
         what `verify_txn` raises. `coordinator`: a coordinator's own append to its internal topic
         (Kafka's AppendOrigin.COORDINATOR: the group coordinator's transactional offsets): no
         verification and no sequence check, only the producer epoch's (a fenced epoch is
-        INVALID_PRODUCER_EPOCH)."""
+        INVALID_PRODUCER_EPOCH). `checked`: the (position, Header) of every batch of `records`,
+        whose headers and CRC-32Cs the caller checked (Log.append's `checked`)."""
         self.check_leader()
         if not records:
             raise CorruptRecordError("empty records")
         limit = self.topic_config.max_message_bytes
         headers: list[Header] = []
-        for _, h in iter_headers(records, verify=False):
+        for _, h in (checked if checked is not None else iter_headers(records, verify=False)):
             if h.size > limit:
                 raise batch_too_large(h.size, limit, self.topic)
             if h.is_control:
@@ -159,7 +161,8 @@ class ReplicaWrites:
                         if acks == -1 and dup.last_offset >= core.high_watermark:
                             waiter = self._add_waiter(dup.last_offset)
                         return AppendResult(dup.first_offset, dup.last_offset, True, waiter)
-                first, last = self.log.append(records, leader_epoch=core.epoch, now_ms=self._clock_ms())
+                first, last = self.log.append(records, leader_epoch=core.epoch, now_ms=self._clock_ms(),
+                                              checked=checked)
                 if idem:
                     h = idem[0]
                     self.producers.record(h.producer_id, h.producer_epoch, h.base_sequence,

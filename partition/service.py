@@ -51,7 +51,7 @@ import trio
 
 from metadata.image import MetadataImage
 from metadata.topic_config import INT64_MAX, TopicConfig
-from partition.batch import DEFAULT_MAX_DECOMPRESSED_BYTES, Compression, iter_headers
+from partition.batch import DEFAULT_MAX_DECOMPRESSED_BYTES, Compression, Header, iter_headers
 from partition.errors import CorruptRecordError
 from partition.port import (
     EARLIEST_TIMESTAMP,
@@ -81,7 +81,7 @@ from partition.port import (
 from partition.replica import AckWaiter, Replica
 from partition.recompress import recompress
 from partition.telemetry import TopicTraffic, batch_records, slice_records
-from partition.validator import TimestampPolicy, validate_client_records
+from partition.validator import TimestampPolicy, batch_too_large, validate_client_records
 from raftlog.base.errors import (
     CoordinatorLoadInProgressError,
     InvalidRequestError,
@@ -248,13 +248,17 @@ class PartitionService:
                 if not part.records:
                     raise CorruptRecordError("no records")
                 timestamps = _timestamp_policy(replica.topic_config, int(time.time() * 1000))
-                records = await self._validated(replica, part.records, client, timestamps,
-                                                transactional=transactional_id is not None)
+                records, checked = part.records, None
+                if part.checked:
+                    checked = self._prechecked(replica, records, client, timestamps)
+                if checked is None:
+                    records = await self._validated(replica, records, client, timestamps,
+                                                    transactional=transactional_id is not None)
                 verify = None
                 if transactional_id is not None and self.txn_verifier is not None:
                     verify = partial(self.txn_verifier.verify_txn, transactional_id, topic, partition,
                                      add=add_to_txn)
-                res = await replica.append_as_leader(records, acks=acks, verify_txn=verify)
+                res = await replica.append_as_leader(records, acks=acks, verify_txn=verify, checked=checked)
                 if not res.duplicate:
                     traffic.produced(topic, len(records), res.last_offset - res.first_offset + 1)
                 result.base_offset = res.first_offset
@@ -267,6 +271,32 @@ class PartitionService:
                 result.error = self._error(exc, topic, partition)
             appended.results.append(result)
         return appended
+
+    def _prechecked(self, replica: Replica, records: bytes, client: ClientInfo,
+                    timestamps: TimestampPolicy | None) -> list[tuple[int, Header]] | None:
+        """The batch headers of `records` that passed the topic-free checks elsewhere
+        (ProducePart.checked), once the topic's rules hold: each batch within
+        max.message.bytes (MESSAGE_TOO_LARGE) and its timestamps within the topic's bounds
+        (INVALID_TIMESTAMP), as the validator checks them. None where the topic needs more
+        than that (keys on a compacted topic, LogAppendTime, recompression): then the full
+        validation runs, as for any produce."""
+        config = replica.topic_config
+        if ((timestamps is not None and timestamps.log_append_time) or "compact" in config.cleanup_policy
+                or _CODECS.get(config.compression_type if config.compression_type != "producer"
+                               else self.compression_type) is not None):
+            return None
+        headers = list(iter_headers(records, verify=False))
+        try:
+            for pos, h in headers:
+                if h.size > config.max_message_bytes:
+                    raise batch_too_large(h.size, config.max_message_bytes, replica.topic)
+                if timestamps is not None:
+                    timestamps.check(h.base_timestamp, h.max_timestamp, pos)
+        except RejectedError as exc:
+            log_event(logger, "produce_refused", level=logging.WARNING, topic=replica.topic,
+                      partition=replica.partition, code=exc.code, reason=exc.message, **client.fields())
+            raise
+        return headers
 
     async def _validated(self, replica: Replica, records: bytes, client: ClientInfo,
                          timestamps: TimestampPolicy | None, *, transactional: bool = False) -> bytes | bytearray:
