@@ -162,6 +162,9 @@ class _Listener:
             evicted = registry.counter("raftlog_fetch_session_evictions_total",
                                        "Fetch sessions evicted to make room for a new one.")
             sessions.on_evict = evicted.inc
+        self.network_produce_calls_total = registry.counter(
+            "raftlog_kafka_network_produce_calls_total",
+            "Produce requests a Kafka network worker decoded and handed to the main process as calls.")
         self.quota_throttle_time_ms = registry.counter(
             "raftlog_quota_throttle_time_ms",
             "Throttle time given to clients over a quota, in ms, by quota type and entity (user, client id).",
@@ -264,6 +267,7 @@ class _Connection:
     async def _produce_call(self, pipe: Pipe, payload: bytes, laters: trio.Nursery) -> None:
         listener = self.listener
         seq, header, request, frame_bytes = read_call(payload)
+        listener.network_produce_calls_total.inc()
         self.liveness.touch()
         if self.muted_until > trio.current_time():  # a quota's throttle, as the read loop waits
             await trio.sleep_until(self.muted_until)

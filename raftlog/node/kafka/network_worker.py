@@ -1,14 +1,32 @@
 """A Kafka network worker process (issue 46: Kafka's num.network.threads, as processes).
 
-    python -m raftlog.node.kafka.network_worker MUX_FD PARENT_PID LISTEN_FD [LISTEN_FD...]
+    python -m raftlog.node.kafka.network_worker MUX_FD PARENT_PID MAX_IN_FLIGHT LISTEN_FD [LISTEN_FD...]
 
 Started by the node's main process (workers.py), never by hand. It accepts on the Kafka
 listening sockets the main bound (inherited descriptors: the port, its errors and its
 backlog stay the node's; every worker accepts from the same queue) and carries each client
-connection's bytes to and from the main over the local link (mux.py, the socketpair
-MUX_FD), where the node's gate admits it and the Kafka listener serves it. So the socket
-work (accepting, receiving, sending, the per-connection tasks of it) runs here, on another
-core, and every API, limit and check stays the main's.
+connection to the main over the local link (mux.py, the socketpair MUX_FD), where the
+node's gate admits it and the Kafka listener serves it.
+
+Two ways to carry a connection:
+* MAX_IN_FLIGHT 0 (a listener with TLS or SASL: the bytes are the main's to read): its
+  bytes, both ways (`_proxy`).
+* MAX_IN_FLIGHT > 0 (plaintext without SASL: every connection is User:ANONYMOUS, complete
+  at once): Produce's connection side runs here (`_FastConnection`). The worker frames the
+  requests and reads each header; a Produce at a version the node serves and can use is
+  decoded here, its records put through the validator's checks that need no topic (header,
+  CRC-32C, counts, every record: partition/port.py ProducePart.checked; bytes that fail go
+  unchecked and the leader's validation names the error, so the CRC is computed once either
+  way) and sent to the main as one compact call (fast_produce.py, a mux MSG), which the
+  main's connection serves with the produce handler (ACLs, quotas, request timeouts,
+  idempotence and transactions as for any produce) and answers compactly; the worker encodes
+  the answer (fast_encode.py). Every other request goes to the main as its frame, and the
+  main's responses come back framed. The answers are written in request order (Kafka's
+  per-connection guarantee); a produce call waits until the main has answered the earlier
+  requests it serves itself (so it runs after them, as on the main's own path); at most
+  MAX_IN_FLIGHT requests of a connection await their answer (then the worker stops reading
+  it). A frame over the link's CHUNK_BYTES (or a negative size) hands the rest of the
+  connection to the main as bytes (its limits and errors apply).
 
 It dies with the main: Linux's parent-death signal (prctl, asked first thing), and the end of
 the link (the main closing it or dying) ends the process. Concurrency: one trio loop.
