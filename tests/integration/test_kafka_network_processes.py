@@ -2,7 +2,8 @@
 raftlog/node/kafka/workers.py): real clients (confluent-kafka, kafka-python, kcat) produce,
 consume, use a group and a transaction through the workers; the node's connection limit
 holds for connections the workers accepted; a worker SIGKILLed under load loses nothing
-acked and comes back; a SASL_SSL node with ACLs logs in and refuses through its workers; a
+acked and comes back; a worker serves Produce on a plaintext connection (request order kept
+with the requests the main serves, acks=0, a lying CRC, the topic's rules); a SASL_SSL node with ACLs logs in and refuses through its workers; a
 node SIGKILLed leaves no worker behind. The other Kafka test files run with workers on
 through RAFTLOG_KAFKA_NETWORK_PROCESSES=1 in the environment (docs/explanations/performance.md)."""
 

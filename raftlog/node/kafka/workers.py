@@ -12,7 +12,10 @@ listening sockets, inherited, and carries each connection's bytes over its local
 closed at once) and the gate's `handle`, the Kafka listener's: TLS, SASL, frames, every
 API, ACLs, quotas and request timeouts run here exactly as for a connection accepted in
 this process, on the link's stream instead of the socket (zero-copy fetch ranges are read
-and sent through the stream, as over TLS).
+and sent through the stream, as over TLS). On a plaintext listener without SASL
+(`fast_max_in_flight` > 0) the workers also serve Produce's connection side: they decode
+Produce requests and send compact calls that the listener's connection serves with the
+produce handler (network_worker.py; raftlog_kafka_network_produce_calls_total counts them).
 
 Lifecycle: a worker is started with `python -m raftlog.node.kafka.network_worker`; one that
 exits (or whose link breaks) is logged (`kafka_network_process_exited`), its connections
