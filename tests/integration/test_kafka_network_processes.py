@@ -394,6 +394,24 @@ def test_produce_is_served_by_the_worker_in_request_order(node):
     assert len(consume_all(node.kafka(1), "w-fast", base + 7)) == base + 7
 
 
+def test_a_frame_over_the_link_chunk_hands_the_connection_to_the_main(node):
+    """A produce larger than the link's chunk (256 KiB) is not a worker's call: the rest of
+    the connection goes to the main as bytes, which serves it (answers in order)."""
+    create_topic(node, "w-big")
+    _wait_for_the_fast_path(node, "w-big")
+    big = forge.batch([forge.record(0, value=b"x" * (300 << 10))])
+    host, port = node.kafka(1).rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(_produce_request("w-big", forge.batch(forge.values(1)), 1, 1)
+                     + _produce_request("w-big", big, 1, 2)
+                     + _produce_request("w-big", forge.batch(forge.values(1)), 1, 3))
+        frames = _frames(sock, 3)
+    assert [struct.unpack(">i", f[:4])[0] for f in frames] == [1, 2, 3]
+    small, large, after = (_produce_answer(f, 9) for f in frames)
+    assert (small.error_code, large.error_code, after.error_code) == (0, 0, 0)
+    assert after.base_offset == large.base_offset + 1 == small.base_offset + 2
+
+
 def test_topic_rules_hold_for_batches_a_worker_checked(node):
     """The worker checks what needs no topic; the leader still applies the topic's:
     max.message.bytes (MESSAGE_TOO_LARGE) and, on a compacted topic, keys (INVALID_RECORD)."""

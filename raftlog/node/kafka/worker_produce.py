@@ -30,6 +30,7 @@ accepting; connections accepted before are carried as bytes.
 from __future__ import annotations
 
 import contextlib
+import logging
 import struct
 from collections import deque
 from typing import Any, Final
@@ -38,6 +39,7 @@ import trio
 
 from partition.batch import DEFAULT_MAX_DECOMPRESSED_BYTES
 from partition.validator import validate_client_records
+from raftlog.base.eventlog import log_event
 from raftlog.node.kafka.codec import decode_body, decode_header, encode_response
 from raftlog.node.kafka.fast_produce import PRODUCE_KEY, call_bytes, read_answer
 from raftlog.node.kafka.mux import CHUNK_BYTES, WINDOW_BYTES, Pipe
@@ -45,6 +47,8 @@ from raftlog.node.kafka.versions import PRODUCE_MIN_USABLE, supported
 from raftlog.node.kafka.wire import CodecError, Header
 
 __all__ = ["FastConnection"]
+
+logger = logging.getLogger(__name__)
 
 _SIZE: Final = struct.Struct(">i")
 _PREFIX: Final = struct.Struct(">hh")  # api_key, api_version
@@ -197,7 +201,12 @@ class FastConnection:
             slot.close = True
         elif answer is not None:
             assert slot.header is not None
-            slot.data = encode_response(slot.header, answer)[0]
+            try:
+                slot.data = encode_response(slot.header, answer)[0]
+            except Exception as exc:  # noqa: BLE001 - a bug: this connection closes, not the worker
+                log_event(logger, "kafka_response_unencodable", level=logging.ERROR, exc_info=exc, api="Produce",
+                          version=slot.header.api_version)
+                slot.close = True
             self.held_bytes += len(slot.data)
         slot.done = True
         self._wake()
