@@ -638,7 +638,8 @@ async def serve_kafka(
             # Plaintext connections without SASL: the workers serve Produce's connection side
             # themselves (network_worker.py); under TLS or SASL they carry the bytes only.
             workers = NetworkWorkers(network_processes, socket_listeners, gate, handle, registry=registry,
-                                     fast_max_in_flight=max_in_flight if security is None else 0)
+                                     fast_max_in_flight=max_in_flight if security is None else 0,
+                                     fast_max_frame_bytes=max_request_bytes)
             log_event(logger, "listening", listener="kafka", host=host, port=actual_port,
                       max_request_bytes=max_request_bytes, max_in_flight=max_in_flight,
                       network_processes=network_processes)

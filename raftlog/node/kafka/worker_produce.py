@@ -2,7 +2,7 @@
 runs it on plaintext connections without SASL, where every connection is User:ANONYMOUS and
 complete at once).
 
-    await FastConnection(client_stream, pipe, max_in_flight).run()
+    await FastConnection(client_stream, pipe, max_in_flight, max_frame_bytes).run()
 
 The worker frames the client's requests and reads each header. A Produce at a version the
 node serves and can use is decoded here, its records put through the validator's checks
@@ -19,8 +19,8 @@ Order and bounds: the answers are written in request order (Kafka's per-connecti
 guarantee); a produce call waits until the main has answered the earlier requests it serves
 itself (so it runs after them, as on the main's own path); at most `max_in_flight` requests
 of a connection await their answer (then the worker stops reading it), and answers waiting
-for the client hold at most the link's window. A frame over the link's CHUNK_BYTES (or a
-negative size) hands the rest of the connection to the main as bytes (its limits and errors
+for the client hold at most the link's window. A frame over the link's CHUNK_BYTES or the
+listener's `max_frame_bytes` (or a negative size) hands the rest of the connection to the main as bytes (its limits and errors
 apply).
 
 Imports kafka-python (the codec): loaded by the worker in a thread after it starts
@@ -77,10 +77,12 @@ class FastConnection:
     the other requests' frames go to the main's connection code over the pipe as they came,
     produce calls as pipe messages; the answers are written in request order."""
 
-    def __init__(self, client: trio.SocketStream, pipe: Pipe, max_in_flight: int) -> None:
+    def __init__(self, client: trio.SocketStream, pipe: Pipe, max_in_flight: int,
+                 max_frame_bytes: int = CHUNK_BYTES) -> None:
         self.client = client
         self.pipe = pipe
         self.max_in_flight = max_in_flight
+        self.max_frame_bytes = min(max_frame_bytes, CHUNK_BYTES)  # larger: the main's to judge
         self.slots: deque[_Slot] = deque()  # at most max_in_flight, in request order
         self.raw_waiting: deque[_Slot] = deque()  # RAW slots the main has not answered yet
         self.by_seq: dict[int, _Slot] = {}
@@ -121,7 +123,7 @@ class FastConnection:
                 buffer += data
                 while len(buffer) >= 4:
                     size = _SIZE.unpack_from(buffer, 0)[0]
-                    if size < 0 or size > CHUNK_BYTES:  # the main's limits and errors from here on
+                    if size < 0 or size > self.max_frame_bytes:  # the main's limits and errors from here on
                         self.rest = _Slot(REST)
                         self.slots.append(self.rest)
                         await self.pipe.send_all(buffer)
