@@ -75,7 +75,7 @@ from raftlog.base.metrics import MetricsRegistry
 from raftlog.node.listener import ListenerMetrics, bind, connection_handler, serve_listener
 from raftlog.node.kafka import errors
 from raftlog.node.kafka.fast_produce import answer_bytes, read_call
-from raftlog.node.kafka.mux import Pipe
+from raftlog.node.kafka.mux import MAX_MESSAGE_BYTES, Pipe
 from raftlog.node.kafka.workers import NetworkWorkers
 from raftlog.node.kafka.context import Call, ConnectionState, Encoded, Handler, KafkaContext, Later
 from raftlog.node.kafka.wire import API_VERSIONS_KEY, Chunk, CodecError, FileRange, Header
@@ -330,7 +330,13 @@ class _Connection:
         else:
             if throttle_ms:
                 reply.throttle_time_ms = throttle_ms
-            pipe.send_message(answer_bytes(seq, reply))
+            payload = answer_bytes(seq, reply)
+            if len(payload) > MAX_MESSAGE_BYTES:  # the link's bound (mux.py): close instead
+                close = _Close("response_too_large", api="Produce", bytes=len(payload))
+                self._log_close(close)
+                payload = answer_bytes(seq, close=close.reason)
+                code = close.reason
+            pipe.send_message(payload)
         produce_metrics = listener.produce_metrics()
         if code == "OK":
             produce_metrics[1].inc()

@@ -48,7 +48,10 @@ _HEADER: Final = struct.Struct(">IBI")
 _U32: Final = struct.Struct(">I")
 WINDOW_BYTES: Final = 1 << 20  # per connection and direction: DATA sent, not yet consumed
 CHUNK_BYTES: Final = 256 << 10  # one DATA message at most
-MAX_MESSAGE_BYTES: Final = CHUNK_BYTES + (64 << 10)  # a MSG: a produce call of up to CHUNK_BYTES
+# A MSG: a produce call (a request of up to CHUNK_BYTES) or its answer, whose record errors
+# (one per record of a refused batch) may outgrow the request: the main closes the
+# connection instead of sending a larger one (listener.py).
+MAX_MESSAGE_BYTES: Final = 16 << 20
 RECEIVE_BYTES: Final = 1 << 20
 
 
