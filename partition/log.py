@@ -67,12 +67,12 @@ import os
 import threading
 import time
 from bisect import bisect_right
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
-from partition.batch import HEADER_BYTES, LOG_OVERHEAD, Header, iter_headers, stamp_checked
+from partition.batch import HEADER_BYTES, Header, iter_headers, stamp_checked
 from partition.checkpoint import (
     ACTIVE_POINT_CHECKPOINT,
     EPOCH_CHECKPOINT,
@@ -283,16 +283,15 @@ class Log(LogLoader, LogIntegrity, LogRetention, ProducerSnapshots):
         parts: list = []
         first = offset = self.log_end_offset
         limit = self.config.max_batch_bytes
-        for pos, h in (checked if checked is not None else iter_headers(view, verify=True)):
-            size = LOG_OVERHEAD + h.batch_length
-            if size > limit:
-                raise MessageTooLargeError(f"batch of {size} bytes > max_batch_bytes {limit}")
+        for pos, h in _headers_of(view, checked):
+            if h.size > limit:
+                raise MessageTooLargeError(f"batch of {h.size} bytes > max_batch_bytes {limit}")
             head = bytearray(view[pos : pos + HEADER_BYTES])
             stamp_checked(head, 0, offset, leader_epoch)  # both fields lie outside the CRC
             parts.append(head)
-            parts.append(view[pos + HEADER_BYTES : pos + size])
+            parts.append(view[pos + HEADER_BYTES : pos + h.size])
             nxt = offset + h.last_offset_delta + 1
-            entries.append((pos, size, offset, nxt, h.max_timestamp, leader_epoch))
+            entries.append((pos, h.size, offset, nxt, h.max_timestamp, leader_epoch))
             offset = nxt
         self._write(parts, entries, [(leader_epoch, first)], now_ms, size=len(view))
         return first, offset - 1
@@ -317,9 +316,7 @@ class Log(LogLoader, LogIntegrity, LogRetention, ProducerSnapshots):
         expected = self.log_end_offset
         last_epoch = self._epochs.last_epoch
         limit = self.config.max_batch_bytes
-        if checked is not None and (not checked or checked[0][0] or checked[-1][0] + checked[-1][1].size != len(view)):
-            raise CorruptRecordError("checked batches do not cover the append")
-        for pos, h in (checked if checked is not None else iter_headers(view, verify=True)):
+        for pos, h in _headers_of(view, checked):
             if h.size > limit:
                 raise MessageTooLargeError(f"batch of {h.size} bytes > max_batch_bytes {limit}")
             if (h.base_offset != expected) if not entries else (h.base_offset < expected):
@@ -789,12 +786,11 @@ class Log(LogLoader, LogIntegrity, LogRetention, ProducerSnapshots):
             s.close()
 
 
-
-
-
-
-
-
-
-
-
+def _headers_of(view, checked: Sequence[tuple[int, Header]] | None) -> Iterable[tuple[int, Header]]:
+    """Each batch's (position, Header): `checked` (the caller's check of these very bytes)
+    when it covers them exactly, else read and CRC-checked here."""
+    if checked is None:
+        return iter_headers(view, verify=True)
+    if not checked or checked[0][0] != 0 or checked[-1][0] + checked[-1][1].size != len(view):
+        raise CorruptRecordError("checked batches do not cover the append")
+    return checked

@@ -84,9 +84,16 @@ class ClientInfo:
 
 @dataclass(frozen=True, slots=True)
 class ProducePart:
+    """`checked`: `records` passed validator.py's checks that need no topic (header, CRC-32C,
+    counts, each record; max timestamps fixed), run by the node process that decoded the
+    request (a Kafka network worker: raftlog/node/kafka/network_worker.py), so the leader
+    checks only the topic's rules (batch size, timestamps) and neither the validator nor the
+    log computes those CRCs again."""
+
     topic: str
     partition: int
     records: bytes
+    checked: bool = False
 
 
 @dataclass(slots=True)

@@ -25,7 +25,7 @@ import trio
 
 from collections.abc import Awaitable, Callable
 
-from partition.batch import CONTROL_BIT, LOG_OVERHEAD, CheckedBatches, Header, iter_headers, txn_marker_batch
+from partition.batch import CONTROL_BIT, CheckedBatches, Header, iter_headers, txn_marker_batch
 from partition.validator import batch_too_large
 from partition.errors import CorruptRecordError, LogClosedError, RaftStateError, StorageDamageError
 from raftlog.base.aio import acquire_free
@@ -116,10 +116,9 @@ class ReplicaWrites:
         if not records:
             raise CorruptRecordError("empty records")
         limit = self.topic_config.max_message_bytes
-        pairs = checked if checked is not None else iter_headers(records, verify=False)
         headers: list[Header] = []
-        for _, h in pairs:
-            if h.batch_length + LOG_OVERHEAD > limit:
+        for _, h in (checked if checked is not None else iter_headers(records, verify=False)):
+            if h.size > limit:
                 raise batch_too_large(h.size, limit, self.topic)
             if h.attributes & CONTROL_BIT:
                 raise InvalidRequestError("producers may not write control batches", field="records")

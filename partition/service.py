@@ -98,7 +98,7 @@ from partition.port import (
 from partition.replica import AckWaiter, Replica
 from partition.recompress import recompress
 from partition.telemetry import TopicTraffic, batch_records, slice_records
-from partition.validator import TimestampPolicy, validate_client_batches
+from partition.validator import TimestampPolicy, batch_too_large, validate_client_batches
 from raftlog.base.errors import (
     CoordinatorLoadInProgressError,
     FencedLeaderEpochError,
@@ -288,8 +288,10 @@ class PartitionService:
                 if not part.records:
                     raise CorruptRecordError("no records")
                 timestamps = _timestamp_policy(replica.topic_config, int(time.time() * 1000))
-                records = await self._validated(replica, part.records, client, timestamps,
-                                                transactional=transactional_id is not None)
+                records = self._prechecked(replica, part.records, client, timestamps) if part.checked else None
+                if records is None:
+                    records = await self._validated(replica, part.records, client, timestamps,
+                                                    transactional=transactional_id is not None)
                 verify = None
                 if transactional_id is not None and self.txn_verifier is not None:
                     verify = partial(self.txn_verifier.verify_txn, transactional_id, topic, partition,
@@ -307,6 +309,32 @@ class PartitionService:
                 result.error = self._error(exc, topic, partition)
             appended.results.append(result)
         return appended
+
+    def _prechecked(self, replica: Replica, records: bytes, client: ClientInfo,
+                    timestamps: TimestampPolicy | None) -> CheckedBatches | None:
+        """`records` with the batch headers that passed the topic-free checks elsewhere
+        (ProducePart.checked), once the topic's rules hold: each batch within
+        max.message.bytes (MESSAGE_TOO_LARGE) and its timestamps within the topic's bounds
+        (INVALID_TIMESTAMP), as the validator checks them. None where the topic needs more
+        than that (keys on a compacted topic, LogAppendTime, recompression): then the full
+        validation runs, as for any produce."""
+        config = replica.topic_config
+        if ((timestamps is not None and timestamps.log_append_time) or "compact" in config.cleanup_policy
+                or _CODECS.get(config.compression_type if config.compression_type != "producer"
+                               else self.compression_type) is not None):
+            return None
+        headers = list(iter_headers(records, verify=False))
+        try:
+            for pos, h in headers:
+                if h.size > config.max_message_bytes:
+                    raise batch_too_large(h.size, config.max_message_bytes, replica.topic)
+                if timestamps is not None:
+                    timestamps.check(h.base_timestamp, h.max_timestamp, pos)
+        except RejectedError as exc:
+            log_event(logger, "produce_refused", level=logging.WARNING, topic=replica.topic,
+                      partition=replica.partition, code=exc.code, reason=exc.message, **client.fields())
+            raise
+        return CheckedBatches(records, headers)
 
     async def _validated(self, replica: Replica, records: bytes, client: ClientInfo,
                          timestamps: TimestampPolicy | None, *, transactional: bool = False) -> CheckedBatches:

@@ -169,11 +169,13 @@ def tree_cpu_s(pid: int, descendants: bool = True) -> float:
 
 
 # Where the GIL holder was, by the frames of its stack (first match wins): what would move to
-# Kafka network processes (N), what stays with the services in the node's main process (S).
+# Kafka network processes (N), what stays with the services in the node's main process (S),
+# and the main's side of the workers' produce calls (M: network_worker.py's fast path).
 PROFILE_PARTS = (
     ("kafka codec import (once)", r"load_protocol"),
     ("S partition append (validate, log, raft)", r"PartitionService\.append"),
     ("S other service work (flush, mover, ticks)", r"\((partition|metadata|groupcoord)/"),
+    ("M produce calls from workers (read, handler, answer)", r"_call_loop \(raftlog/node/kafka/listener"),
     ("N decode (kafka-python)", r"decode_header|decode_body"),
     ("N encode (kafka-python)", r"encode_response|_response \(raftlog/node/kafka/produce"),
     ("N socket receive", r"receive_some"),

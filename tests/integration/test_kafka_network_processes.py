@@ -2,15 +2,20 @@
 raftlog/node/kafka/workers.py): real clients (confluent-kafka, kafka-python, kcat) produce,
 consume, use a group and a transaction through the workers; the node's connection limit
 holds for connections the workers accepted; a worker SIGKILLed under load loses nothing
-acked and comes back; a SASL_SSL node with ACLs logs in and refuses through its workers; a
+acked and comes back; a worker serves Produce on a plaintext connection (request order kept
+with the requests the main serves, acks=0, a lying CRC, the topic's rules); a SASL_SSL node with ACLs logs in and refuses through its workers; a
 node SIGKILLed leaves no worker behind. The other Kafka test files run with workers on
 through RAFTLOG_KAFKA_NETWORK_PROCESSES=1 in the environment (docs/explanations/performance.md)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import select
 import shutil
+import socket
+import struct
+import sys
 import subprocess
 import threading
 import time
@@ -23,6 +28,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.protocol.metadata.api_versions import ApiVersionsRequest
+from kafka.protocol.metadata.metadata import MetadataRequest
+from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 
 from raftlog.base.client_properties import load_properties
 
@@ -187,8 +195,6 @@ def test_group_and_transaction_through_workers(node):
 
 
 def test_max_connections_holds_for_worker_connections(node):
-    import socket
-
     host, port = node.kafka(1).rsplit(":", 1)
     sockets = []
     try:
@@ -289,6 +295,145 @@ def test_secure_node_logs_in_and_refuses_through_workers(tmp_path):
         carol.produce("w-secure", b"c1", on_delivery=lambda err, msg: refused.append(err))
         carol.flush(30)
         assert [e.code() for e in refused] == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
+
+
+def _load(name: str, path: Path) -> Any:
+    """A helper module by path (test folders are not packages), once per session."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+forge = _load("batch_forge", Path(__file__).parent.parent / "unit" / "partition" / "batch_forge.py")
+CORRUPT_MESSAGE = 2
+MESSAGE_TOO_LARGE = 10
+INVALID_RECORD = 87
+
+
+def _produce_request(topic: str, records: bytes, acks: int, correlation_id: int, version: int = 9) -> bytes:
+    T = ProduceRequest.TopicProduceData
+    request = ProduceRequest[version](transactional_id=None, acks=acks, timeout_ms=10_000, topic_data=[
+        T(name=topic, partition_data=[T.PartitionProduceData(index=0, records=records)])])
+    request.with_header(correlation_id=correlation_id, client_id="worker-fast-test")
+    return bytes(request.encode(version=version, header=True, framed=True))
+
+
+def _other_request(message: Any, correlation_id: int, version: int) -> bytes:
+    message.with_header(correlation_id=correlation_id, client_id="worker-fast-test")
+    return bytes(message.encode(version=version, header=True, framed=True))
+
+
+def _frames(sock: socket.socket, count: int) -> list[bytes]:
+    def exact(n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = sock.recv(n - len(data))
+            assert chunk, "connection closed"
+            data += chunk
+        return data
+
+    return [exact(struct.unpack(">i", exact(4))[0]) for _ in range(count)]
+
+
+def _produce_answer(frame: bytes, version: int) -> Any:
+    [t] = ProduceResponse.decode(frame[5 if version >= 9 else 4:], version=version).responses
+    [p] = t.partition_responses
+    return p
+
+
+def _wait_for_the_fast_path(node: harness.NodeCluster, topic: str) -> None:
+    """Until a new connection's produce is a worker's call (a worker loads its Produce path
+    after it starts accepting: the connections before are carried as bytes)."""
+    host, port = node.kafka(1).rsplit(":", 1)
+
+    def served_by_a_worker() -> bool:
+        calls = metric(node, "raftlog_kafka_network_produce_calls_total")
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(_produce_request(topic, forge.batch(forge.values(1)), 1, 1))
+            _frames(sock, 1)
+        return metric(node, "raftlog_kafka_network_produce_calls_total") > calls
+
+    node.wait_for(served_by_a_worker, 60, "a worker's produce call")
+
+
+def test_produce_is_served_by_the_worker_in_request_order(node):
+    """Produce requests pipelined between other APIs on one connection: the worker serves the
+    produces (its calls are counted) and the main the rest, answered in request order; an
+    acks=0 produce gets no answer and appends in its place; a batch whose CRC lies is refused
+    with CORRUPT_MESSAGE as without workers, and the connection goes on."""
+    create_topic(node, "w-fast")
+    _wait_for_the_fast_path(node, "w-fast")
+    calls = metric(node, "raftlog_kafka_network_produce_calls_total")
+    corrupt = bytearray(forge.batch(forge.values(1)))
+    corrupt[-1] ^= 1  # a record byte: the CRC-32C no longer matches
+    host, port = node.kafka(1).rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(b"".join([
+            _other_request(MetadataRequest[12](topics=None, allow_auto_topic_creation=False), 1, 12),
+            _produce_request("w-fast", forge.batch(forge.values(3)), 1, 2),
+            _other_request(ApiVersionsRequest[3](client_software_name="t", client_software_version="1"), 3, 3),
+            _produce_request("w-fast", forge.batch(forge.values(2, start=10)), 0, 4),
+            _produce_request("w-fast", forge.batch(forge.values(1, start=20)), -1, 5, version=3),
+            _produce_request("w-fast", bytes(corrupt), 1, 6),
+            _other_request(MetadataRequest[12](topics=None, allow_auto_topic_creation=False), 7, 12),
+        ]))
+        frames = _frames(sock, 6)
+        assert [struct.unpack(">i", f[:4])[0] for f in frames] == [1, 2, 3, 5, 6, 7]
+        first, after_acks0, lying = (_produce_answer(frames[1], 9), _produce_answer(frames[3], 3),
+                                     _produce_answer(frames[4], 9))
+        base = first.base_offset  # after the probes of _wait_for_the_fast_path
+        assert first.error_code == 0
+        assert (after_acks0.error_code, after_acks0.base_offset) == (0, base + 5)  # acks=0 took base+3, +4
+        assert lying.error_code == CORRUPT_MESSAGE
+        # the connection goes on
+        sock.sendall(_produce_request("w-fast", forge.batch(forge.values(1, start=30)), 1, 8))
+        [frame] = _frames(sock, 1)
+        assert (_produce_answer(frame, 9).error_code, _produce_answer(frame, 9).base_offset) == (0, base + 6)
+    assert metric(node, "raftlog_kafka_network_produce_calls_total") >= calls + 5
+    assert len(consume_all(node.kafka(1), "w-fast", base + 7)) == base + 7
+
+
+def test_a_frame_over_the_link_chunk_hands_the_connection_to_the_main(node):
+    """A produce larger than the link's chunk (256 KiB) is not a worker's call: the rest of
+    the connection goes to the main as bytes, which serves it (answers in order)."""
+    create_topic(node, "w-big")
+    _wait_for_the_fast_path(node, "w-big")
+    big = forge.batch([forge.record(0, value=b"x" * (300 << 10))])
+    host, port = node.kafka(1).rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(_produce_request("w-big", forge.batch(forge.values(1)), 1, 1)
+                     + _produce_request("w-big", big, 1, 2)
+                     + _produce_request("w-big", forge.batch(forge.values(1)), 1, 3))
+        frames = _frames(sock, 3)
+    assert [struct.unpack(">i", f[:4])[0] for f in frames] == [1, 2, 3]
+    small, large, after = (_produce_answer(f, 9) for f in frames)
+    assert (small.error_code, large.error_code, after.error_code) == (0, 0, 0)
+    assert after.base_offset == large.base_offset + 1 == small.base_offset + 2
+
+
+def test_topic_rules_hold_for_batches_a_worker_checked(node):
+    """The worker checks what needs no topic; the leader still applies the topic's:
+    max.message.bytes (MESSAGE_TOO_LARGE) and, on a compacted topic, keys (INVALID_RECORD)."""
+    admin = AdminClient({"bootstrap.servers": node.kafka(1)})
+    for name, config in (("w-small", {"max.message.bytes": "200"}), ("w-compact", {"cleanup.policy": "compact"})):
+        admin.create_topics([NewTopic(name, 1, 1, config=config)])[name].result(30)
+        node.wait_for(lambda: admin.list_topics(name, timeout=10).topics[name].partitions[0].leader >= 0,
+                      30, f"a leader of {name}")
+    _wait_for_the_fast_path(node, "w-small")
+    host, port = node.kafka(1).rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(_produce_request("w-small", forge.batch(forge.values(40)), 1, 1)
+                     + _produce_request("w-compact", forge.batch(forge.values(1)), 1, 2)
+                     + _produce_request("w-small", forge.batch(forge.values(1)), 1, 3))
+        too_large, keyless, fine = (_produce_answer(f, 9) for f in _frames(sock, 3))
+    assert too_large.error_code == MESSAGE_TOO_LARGE
+    assert keyless.error_code == INVALID_RECORD
+    assert fine.error_code == 0
 
 
 def test_node_sigkilled_leaves_no_worker(node):

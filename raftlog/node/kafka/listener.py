@@ -74,6 +74,8 @@ from raftlog.node.gate import ConnectionGate, Liveness
 from raftlog.base.metrics import MetricsRegistry
 from raftlog.node.listener import ListenerMetrics, bind, connection_handler, serve_listener
 from raftlog.node.kafka import errors
+from raftlog.node.kafka.fast_produce import answer_bytes, read_call
+from raftlog.node.kafka.mux import MAX_MESSAGE_BYTES, Pipe
 from raftlog.node.kafka.workers import NetworkWorkers
 from raftlog.node.kafka.context import Call, ConnectionState, Encoded, Handler, KafkaContext, Later
 from raftlog.node.kafka.wire import API_VERSIONS_KEY, Chunk, CodecError, FileRange, Header
@@ -149,6 +151,7 @@ class _Listener:
         self.frame_errors_total = metrics.frame_errors_total
         self.auth_failures_total = metrics.auth_failures_total
         self.request_bytes_total = metrics.request_bytes_total
+        self._produce_metrics: tuple[Any, Any, Any] | None = None
         registry = registry if registry is not None else MetricsRegistry()
         sessions = ctx.fetch_sessions
         if sessions is not None:  # Kafka's kafka.server:type=FetchSessionCache
@@ -159,11 +162,23 @@ class _Listener:
             evicted = registry.counter("raftlog_fetch_session_evictions_total",
                                        "Fetch sessions evicted to make room for a new one.")
             sessions.on_evict = evicted.inc
+        self.network_produce_calls_total = registry.counter(
+            "raftlog_kafka_network_produce_calls_total",
+            "Produce requests a Kafka network worker decoded and handed to the main process as calls.")
         self.quota_throttle_time_ms = registry.counter(
             "raftlog_quota_throttle_time_ms",
             "Throttle time given to clients over a quota, in ms, by quota type and entity (user, client id).",
             ("quota", "user", "client_id"),
         )
+
+    def produce_metrics(self) -> tuple[Any, Any, Any]:
+        """Produce's series of request bytes, OK requests and latency (the fast path's, looked
+        up once)."""
+        if self._produce_metrics is None:
+            self._produce_metrics = (self.request_bytes_total.labels(listener="kafka", op="Produce"),
+                                     self.requests_total.labels(listener="kafka", op="Produce", code="OK"),
+                                     self.request_latency_ms.labels(listener="kafka", op="Produce"))
+        return self._produce_metrics
 
     async def load(self) -> None:
         """Load the protocol half once (the first request of any connection); concurrent
@@ -226,10 +241,108 @@ class _Connection:
         async with trio.open_nursery() as connection:
             self.cancel_scope = connection.cancel_scope
             connection.start_soon(self._write_loop, receive)
+            calls = trio.CancelScope()
+            if isinstance(self.stream, Pipe):  # a network worker's connection: its produce calls
+                connection.start_soon(self._call_loop, self.stream, calls)
             async with send:
                 async with trio.open_nursery() as requests:
                     await self._read_loop(requests, send)
+            calls.cancel()  # the client sent its EOF: its calls' answers would go nowhere
             # `send` closed: the writer sends what is queued, then returns.
+
+    async def _call_loop(self, pipe: Pipe, scope: trio.CancelScope) -> None:
+        """The Produce requests a Kafka network worker decoded for this connection (its fast
+        path: network_worker.py), served in order as `_dispatch` serves a frame's, answered
+        with compact answers (fast_produce.py) that the worker encodes and writes in the
+        connection's response order."""
+        with scope:
+            async with trio.open_nursery() as laters:
+                while True:
+                    try:
+                        payload = await pipe.next_message()
+                    except trio.BrokenResourceError:
+                        return
+                    await self._produce_call(pipe, payload, laters)
+
+    async def _produce_call(self, pipe: Pipe, payload: bytes, laters: trio.Nursery) -> None:
+        listener = self.listener
+        seq, header, request, frame_bytes = read_call(payload)
+        listener.network_produce_calls_total.inc()
+        self.liveness.touch()
+        if self.muted_until > trio.current_time():  # a quota's throttle, as the read loop waits
+            await trio.sleep_until(self.muted_until)
+        if listener.proto is None:
+            await listener.load()
+        started = trio.current_time()
+        produce_metrics = listener.produce_metrics()
+        produce_metrics[0].inc(frame_bytes)
+        throttle_ms = 0
+        try:
+            handler = listener.handlers.get(PRODUCE_KEY)
+            if handler is None:
+                raise _Close("unknown_api_key", api_key=PRODUCE_KEY, correlation_id=header.correlation_id)
+            client_id = header.client_id or ""
+            if listener.ctx.quotas is not None:
+                throttle_ms = self._throttle(PRODUCER_BYTE_RATE, client_id, frame_bytes)
+            # A cancel scope, not fail_after (a generator context manager: 12 % of this
+            # method's time in the profile); the same TooSlowError on expiry.
+            with trio.CancelScope(deadline=started + listener.request_timeout_ms / 1000) as scope:
+                reply = await handler(listener.ctx, Call(header, request, self.state))
+            if scope.cancelled_caught:
+                raise trio.TooSlowError
+            if listener.ctx.quotas is not None:  # the request quota, as _dispatch counts it
+                used = (trio.current_time() - started) * 100
+                throttle_ms = max(throttle_ms, self._throttle(REQUEST_PERCENTAGE, client_id, used))
+        except _Close as exc:
+            reply = exc
+        except Exception as exc:  # a handler bug answers one request, as on the raw path
+            reply = self._failure(header, exc)
+        if isinstance(reply, Later):
+            self.waiting += 1
+            laters.start_soon(self._later_call, pipe, seq, reply, header, started, throttle_ms)
+        else:
+            self._answer_call(pipe, seq, header, started, reply, throttle_ms)
+
+    async def _later_call(self, pipe: Pipe, seq: int, later: Later, header: Header, started: float,
+                          throttle_ms: int) -> None:
+        try:
+            with trio.CancelScope(deadline=trio.current_time() + self.listener.request_timeout_ms / 1000) as scope:
+                reply = await later.fn()
+            if scope.cancelled_caught:
+                raise trio.TooSlowError
+        except Exception as exc:  # noqa: BLE001 - TooSlowError and handler bugs alike
+            reply = self._failure(header, exc)
+        finally:
+            self.waiting -= 1
+        self._answer_call(pipe, seq, header, started, reply, throttle_ms)
+
+    def _answer_call(self, pipe: Pipe, seq: int, header: Header, started: float, reply: Any,
+                     throttle_ms: int) -> None:
+        listener = self.listener
+        code = "OK"
+        if isinstance(reply, _Close):  # the worker closes after the answers before this one
+            listener.frame_errors_total.labels(listener="kafka", code=reply.reason).inc()
+            self._log_close(reply)
+            pipe.send_message(answer_bytes(seq, close=reply.reason))
+            code = reply.reason
+        elif reply is None:  # acks=0: no response
+            pipe.send_message(answer_bytes(seq))
+        else:
+            if throttle_ms:
+                reply.throttle_time_ms = throttle_ms
+            payload = answer_bytes(seq, reply)
+            if len(payload) > MAX_MESSAGE_BYTES:  # the link's bound (mux.py): close instead
+                close = _Close("response_too_large", api="Produce", bytes=len(payload))
+                self._log_close(close)
+                payload = answer_bytes(seq, close=close.reason)
+                code = close.reason
+            pipe.send_message(payload)
+        produce_metrics = listener.produce_metrics()
+        if code == "OK":
+            produce_metrics[1].inc()
+        else:
+            listener.requests_total.labels(listener="kafka", op="Produce", code=code).inc()
+        produce_metrics[2].observe((trio.current_time() - started) * 1000)
 
     async def _read_loop(self, requests: trio.Nursery, send: trio.MemorySendChannel[_Slot]) -> None:
         buffer = bytearray()
@@ -528,7 +641,11 @@ async def serve_kafka(
         async with contextlib.AsyncExitStack() as stack:
             for socket_listener in socket_listeners:
                 await stack.enter_async_context(socket_listener)
-            workers = NetworkWorkers(network_processes, socket_listeners, gate, handle, registry=registry)
+            # Plaintext connections without SASL: the workers serve Produce's connection side
+            # themselves (network_worker.py); under TLS or SASL they carry the bytes only.
+            workers = NetworkWorkers(network_processes, socket_listeners, gate, handle, registry=registry,
+                                     fast_max_in_flight=max_in_flight if security is None else 0,
+                                     fast_max_frame_bytes=max_request_bytes)
             log_event(logger, "listening", listener="kafka", host=host, port=actual_port,
                       max_request_bytes=max_request_bytes, max_in_flight=max_in_flight,
                       network_processes=network_processes)

@@ -10,7 +10,10 @@ Wire: messages `u32 payload length | u8 kind | u32 connection id | payload`:
 OPEN (worker -> main, payload the client's "host:port"), DATA (bytes of the connection),
 EOF (no more bytes this way), CLOSE (the connection is gone: the client's socket at the
 worker, the handler's stream at the main), ACK (u32: bytes the receiver consumed, which
-give the sender that much credit back). Everything written waits in one buffer that the
+give the sender that much credit back), MSG (one message of the connection's fast path,
+not counted in its credit: a produce call worker -> main, its answer main -> worker; bounded
+by the worker, which has at most the connection's max_in_flight calls out; see
+network_worker.py). Everything written waits in one buffer that the
 writer task sends with one write per wake-up, so many connections' messages share a
 syscall.
 
@@ -33,18 +36,22 @@ from typing import Final
 
 import trio
 
-__all__ = ["Mux", "Pipe", "OPEN", "DATA", "EOF", "CLOSE", "ACK", "WINDOW_BYTES"]
+__all__ = ["Mux", "Pipe", "OPEN", "DATA", "EOF", "CLOSE", "ACK", "MSG", "WINDOW_BYTES"]
 
 OPEN: Final = 1
 DATA: Final = 2
 EOF: Final = 3
 CLOSE: Final = 4
 ACK: Final = 5
+MSG: Final = 6
 _HEADER: Final = struct.Struct(">IBI")
 _U32: Final = struct.Struct(">I")
 WINDOW_BYTES: Final = 1 << 20  # per connection and direction: DATA sent, not yet consumed
 CHUNK_BYTES: Final = 256 << 10  # one DATA message at most
-MAX_MESSAGE_BYTES: Final = CHUNK_BYTES + 4096
+# A MSG: a produce call (a request of up to CHUNK_BYTES) or its answer, whose record errors
+# (one per record of a refused batch) may outgrow the request: the main closes the
+# connection instead of sending a larger one (listener.py).
+MAX_MESSAGE_BYTES: Final = 16 << 20
 RECEIVE_BYTES: Final = 1 << 20
 
 
@@ -61,6 +68,8 @@ class Pipe(trio.abc.HalfCloseableStream):
         self._mux = mux
         self.conn_id = conn_id
         self._inbound: deque[bytes] = deque()
+        self.messages: deque[bytes] = deque()  # MSG payloads, in order
+        self.owner: object = None  # the main's connection serving it (listener.py)
         self._eof = False
         self._broken = False
         self._closed = False
@@ -74,6 +83,10 @@ class Pipe(trio.abc.HalfCloseableStream):
 
     def feed(self, data: bytes) -> None:
         self._inbound.append(data)
+        self._wake()
+
+    def feed_message(self, payload: bytes) -> None:
+        self.messages.append(payload)
         self._wake()
 
     def feed_eof(self) -> None:
@@ -106,6 +119,20 @@ class Pipe(trio.abc.HalfCloseableStream):
         self._mux.send(ACK, self.conn_id, _U32.pack(len(data)))
         await trio.lowlevel.checkpoint()
         return data
+
+    async def next_message(self) -> bytes:
+        """The next MSG from the other end, in order; BrokenResourceError once the pipe is
+        broken or closed and none is left."""
+        while not self.messages:
+            if self._broken or self._closed:
+                raise trio.BrokenResourceError("connection closed")
+            await self._changed.wait()
+        return self.messages.popleft()
+
+    def send_message(self, payload: bytes) -> None:
+        """One MSG to the other end (dropped once the pipe is closed or broken)."""
+        if not (self._closed or self._broken):
+            self._mux.send(MSG, self.conn_id, payload)
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         view = memoryview(data).cast("B")
@@ -239,6 +266,8 @@ class Mux:
             return  # closed here already: what was in flight is dropped
         if kind == DATA:
             pipe.feed(payload)
+        elif kind == MSG:
+            pipe.feed_message(payload)
         elif kind == ACK:
             pipe.feed_ack(_U32.unpack(payload)[0])
         elif kind == EOF:

@@ -108,7 +108,8 @@ async def handle_produce(ctx: KafkaContext, call: Call) -> Reply:
             if name is None:
                 bad[(i, p.index)] = (errors.UNKNOWN_TOPIC_ID, "unknown topic id")
             else:  # a topic named by id is checked by its name (the port's guard), as Kafka does
-                parts.append(ProducePart(name, p.index, b"" if p.records is None else bytes(p.records)))
+                parts.append(ProducePart(name, p.index, b"" if p.records is None else bytes(p.records),
+                                         checked=getattr(p, "checked", False)))  # a worker's call
     timeout_ms = max(0, min(request.timeout_ms, ctx.request_timeout_ms))
     deadline = trio.current_time() + timeout_ms / 1000
     client = ClientInfo("kafka", peer=call.connection.peer, principal=call.connection.principal,

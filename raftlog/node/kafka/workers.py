@@ -12,7 +12,10 @@ listening sockets, inherited, and carries each connection's bytes over its local
 closed at once) and the gate's `handle`, the Kafka listener's: TLS, SASL, frames, every
 API, ACLs, quotas and request timeouts run here exactly as for a connection accepted in
 this process, on the link's stream instead of the socket (zero-copy fetch ranges are read
-and sent through the stream, as over TLS).
+and sent through the stream, as over TLS). On a plaintext listener without SASL
+(`fast_max_in_flight` > 0) the workers also serve Produce's connection side: they decode
+Produce requests and send compact calls that the listener's connection serves with the
+produce handler (network_worker.py; raftlog_kafka_network_produce_calls_total counts them).
 
 Lifecycle: a worker is started with `python -m raftlog.node.kafka.network_worker`; one that
 exits (or whose link breaks) is logged (`kafka_network_process_exited`), its connections
@@ -73,10 +76,13 @@ def usable_cpus() -> int:
 
 class NetworkWorkers:
     def __init__(self, count: int, socket_listeners: list[trio.SocketListener], gate: ConnectionGate,
-                 handle: Handle, *, name: str = "kafka", registry: MetricsRegistry | None = None) -> None:
+                 handle: Handle, *, name: str = "kafka", registry: MetricsRegistry | None = None,
+                 fast_max_in_flight: int = 0, fast_max_frame_bytes: int = 0) -> None:
         if not 1 <= count <= MAX_NETWORK_PROCESSES:
             raise ValueError(f"network processes: 1..{MAX_NETWORK_PROCESSES}, got {count}")
         self.count = count
+        self.fast_max_in_flight = fast_max_in_flight  # > 0: the workers serve Produce's connection side
+        self.fast_max_frame_bytes = fast_max_frame_bytes  # the listener's max_request_bytes
         self.listen_fds = [listener.socket.fileno() for listener in socket_listeners]
         self.gate = gate
         self.handle = handle
@@ -119,7 +125,7 @@ class NetworkWorkers:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             command = [sys.executable, "-m", WORKER_MODULE, str(theirs.fileno()), str(os.getpid()),
-                       *(str(fd) for fd in self.listen_fds)]
+                       str(self.fast_max_in_flight), str(self.fast_max_frame_bytes), *(str(fd) for fd in self.listen_fds)]
             # Forked here, on the trio thread, not in a worker thread as trio's open_process
             # does: Linux sends the parent-death signal when the *thread* that forked ends,
             # and trio's idle worker threads end after 10 s.
