@@ -1,14 +1,17 @@
 """A node out of file descriptors (issue 46) answers reads that need one (a sealed segment the
 file cache closed) with KAFKA_STORAGE_ERROR and logs it, keeps running and keeps serving what
-needs none, and reads everything again, nothing lost, once descriptors are free."""
+needs none, and reads everything again, nothing lost, once descriptors are free; /metrics
+shows the descriptors held and the limit."""
 
 from __future__ import annotations
 
 import os
 import resource
 import time
+import urllib.request
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from partition.batch import BatchBuilder, decode_batches
 
@@ -91,3 +94,9 @@ def test_a_node_out_of_descriptors_answers_storage_errors_and_recovers(tmp_path)
             cluster.wait_for(lambda: _values(conn) == expected, timeout_s=30, what="every record read back")
         log = (cluster.configs[1].data_dir / "node.log").read_text()
         assert "out_of_file_descriptors" in log
+        # /metrics shows the descriptors held against the (restored) limit.
+        with urllib.request.urlopen(f"http://{cluster.http(1)}/metrics", timeout=10) as response:
+            samples = {s.name: s.value for family in text_string_to_metric_families(response.read().decode())
+                       for s in family.samples}
+        assert samples["raftlog_open_files_limit"] == limits[0]
+        assert 0 < samples["raftlog_open_files"] < limits[0]
