@@ -10,6 +10,7 @@ import pytest
 from partition.batch import BatchBuilder
 from partition.log import Log, LogConfig
 from partition.segment import FileCache, FileSlice
+from tests.unit.partition.test_segment_file_cache import segment_fds
 
 pytestmark = pytest.mark.unit
 
@@ -26,19 +27,6 @@ def mk(i):
 
 def open_fds():
     return len(os.listdir("/proc/self/fd"))
-
-
-def segment_fds(directory):
-    """This process's descriptors on the log's segment files (deleted ones included)."""
-    out = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith(str(directory)) and ".log" in target:
-            out += 1
-    return out
 
 
 def pread(s):
