@@ -417,7 +417,8 @@ class Log(LogLoader, LogIntegrity, LogRetention, ProducerSnapshots):
     def read_slice(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
                    warm: bool = False, own_tail: bool = False) -> FileSlice | None:
         """What `read` would return, as a FileSlice of the segment file (the caller closes
-        it; zero-copy senders), or None where `read` returns b"". Before the slice is made,
+        it; it pins the segment meanwhile and takes no descriptor of its own; zero-copy
+        senders), or None where `read` returns b"". Before the slice is made,
         the parts of its range not yet checked are read and checked as `read` checks them,
         so a slice never covers a bad batch; with `warm`, the checked parts are read too
         (into the page cache, so that sending the slice does not wait on the disk). Same
@@ -437,7 +438,8 @@ class Log(LogLoader, LogIntegrity, LogRetention, ProducerSnapshots):
                     data = seg.read_range(a, b, h.base_offset)
                     check_read(seg, pos, h, data, a - pos, version, trusted)
                 seg.mark_verified(pos, min(end, max(pos, trusted)), version)
-            return FileSlice(os.dup(seg.fd), pos, end - pos)
+            seg.pin()  # the slice's own pin, released by its close() (FileSlice)
+            return FileSlice(seg.fd, pos, end - pos, release=seg.unpin)
 
     def unverified_bytes(self, offset: int, max_bytes: int, *, own_tail: bool = False) -> int:
         """About how many bytes of a read of `offset` (at most max_bytes) are still to be

@@ -60,7 +60,6 @@ Invariants:
 from __future__ import annotations
 
 import logging
-import os
 import random
 import time
 from collections import deque
@@ -182,26 +181,28 @@ class LogSlice:
     """A FileSlice of a replica's log in a FetchResponse (raftlog.base.protocol.FilePart):
     intact while no cut of the log began since it was made (module docstring, "Send")."""
 
-    __slots__ = ("fd", "offset", "length", "_replica", "_cuts")
+    __slots__ = ("_piece", "offset", "length", "_replica", "_cuts")
 
     def __init__(self, piece: FileSlice, replica: "Replica") -> None:
-        self.fd = piece.fd
+        self._piece = piece
         self.offset = piece.offset
         self.length = piece.length
         self._replica = replica
         self._cuts = replica.log_cuts
 
+    @property
+    def fd(self) -> int:
+        return self._piece.fd
+
     def __len__(self) -> int:
         return self.length
 
     def intact(self) -> bool:
-        return self._replica.log_cuts == self._cuts and self.fd >= 0
+        return self._replica.log_cuts == self._cuts and self._piece.intact()
 
     def close(self) -> None:
         """Idempotent."""
-        fd, self.fd = self.fd, -1
-        if fd >= 0:
-            os.close(fd)
+        self._piece.close()
 
 
 # ----------------------------------------------------------------------------- replica
@@ -673,6 +674,8 @@ class Replica(ReplicaStorage, ReplicaReads, ReplicaWrites):
             except StorageDamageError as exc:
                 self.report_damage(exc, found_by="replica_fetch")
                 return  # never send damaged bytes; the follower asks again
+            except KafkaStorageError:
+                return  # out of descriptors (logged by _read): the follower asks again
             if slices and records is not None:
                 records = LogSlice(records, self)
             message = message.with_records(records, ())

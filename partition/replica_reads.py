@@ -12,7 +12,9 @@ sendfile. A read that finds damage reports it (`report_damage`) and never serves
 
 from __future__ import annotations
 
+import errno
 import logging
+import time
 from functools import partial
 from typing import Any, Final
 
@@ -22,6 +24,7 @@ from partition.batch import decode_batch
 from partition.errors import LogClosedError, StorageDamageError
 from partition.log import Log
 from partition.segment import FileSlice
+from raftlog.base.eventlog import log_event
 from raftlog.base.errors import (
     KafkaStorageError,
     OffsetOutOfRangeError,
@@ -31,6 +34,13 @@ from raftlog.base.errors import (
 __all__ = ['ReplicaReads', 'INLINE_READ_MAX_BYTES']
 
 logger = logging.getLogger(__name__)
+
+# A read that needs a descriptor (a sealed segment reopened by the file cache) and finds none
+# (issue 46): the node answers KAFKA_STORAGE_ERROR (clients retry) and logs it, at most once
+# per OUT_OF_FILES_LOG_S; the replica and the node carry on.
+OUT_OF_FILES_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE})
+OUT_OF_FILES_LOG_S: Final = 10.0
+_out_of_files = {"logged_s": float("-inf"), "since": 0}
 
 def _max_timestamp(log: Log, high_watermark: int) -> tuple[int, int]:
     best_base, best_ts = -1, -1
@@ -110,6 +120,33 @@ class ReplicaReads:
     async def _read(self, log: Log, offset: int, max_bytes: int, *,
                     max_offset: int | None = None, zero_copy: bool = False,
                     own_tail: bool = False) -> Any:
+        """`_read_log`; out of descriptors (EMFILE, ENFILE), KafkaStorageError instead
+        (retriable: the read is tried again by its client or follower), logged."""
+        try:
+            return await self._read_log(log, offset, max_bytes, max_offset=max_offset,
+                                        zero_copy=zero_copy, own_tail=own_tail)
+        except OSError as exc:
+            if exc.errno not in OUT_OF_FILES_ERRNOS:
+                raise
+            raise self._out_of_files(exc, offset) from None
+
+    def _out_of_files(self, exc: OSError, offset: int) -> KafkaStorageError:
+        now_s = time.monotonic()
+        _out_of_files["since"] += 1
+        if now_s - _out_of_files["logged_s"] >= OUT_OF_FILES_LOG_S:
+            log_event(logger, "out_of_file_descriptors", level=logging.ERROR, topic=self.topic,
+                      partition=self.partition, offset=offset, error=str(exc),
+                      reads_refused=_out_of_files["since"],
+                      hint="raise `ulimit -n` or lower log_open_files_max")
+            _out_of_files["logged_s"] = now_s
+            _out_of_files["since"] = 0
+        return KafkaStorageError(
+            f"{self.name}: broker {self.replica_id} is out of file descriptors ({exc.strerror});"
+            " retry", offset=offset)
+
+    async def _read_log(self, log: Log, offset: int, max_bytes: int, *,
+                        max_offset: int | None = None, zero_copy: bool = False,
+                        own_tail: bool = False) -> Any:
         """`log.read` inline when it touches only the cached tail and little of it, else in a
         worker thread (module docstring "Threads and disk"). With `zero_copy`,
         `log.read_slice`: it reads only the bytes still to be checked (once per byte), so it

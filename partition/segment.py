@@ -70,7 +70,6 @@ import os
 import threading
 from bisect import bisect_right
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -105,23 +104,44 @@ from partition.index import (
     TimeIndex,
 )
 
-@dataclass(frozen=True, slots=True)
 class FileSlice:
-    """`length` bytes of a segment file from `offset`, through `fd`: a dup of the segment's
-    descriptor owned by the holder, who must close() it (so a segment deleted or closed
-    meanwhile stays readable). What zero-copy readers send with os.sendfile."""
+    """`length` bytes of a segment file from `offset`, read through `fd`. A slice of a log
+    (`Log.read_slice`) holds a pin on its segment (`release` unpins it), so `fd` is the
+    segment's own descriptor, kept open and never evicted nor closed until the last slice
+    of it is closed: a segment closed or deleted meanwhile stays readable through it, and
+    any number of slices of one segment take no descriptor beyond the segment's one
+    (issue 46; a dup per slice took one each and ran a node at 10,000 partitions out of
+    descriptors). Without `release` the slice owns `fd` and closes it. The holder must
+    close() it (idempotent). What zero-copy readers send with os.sendfile."""
 
-    fd: int
-    offset: int
-    length: int
+    __slots__ = ("fd", "offset", "length", "_release")
+
+    def __init__(self, fd: int, offset: int, length: int,
+                 release: Callable[[], None] | None = None) -> None:
+        self.fd = fd
+        self.offset = offset
+        self.length = length
+        self._release = release
+
+    def __repr__(self) -> str:
+        return f"FileSlice(fd={self.fd}, offset={self.offset}, length={self.length})"
 
     def intact(self) -> bool:
-        """Always (raftlog.base.protocol.FilePart): the dup keeps the bytes readable; a maker
-        that must know whether they are still the log's wraps the slice (replica.LogSlice)."""
-        return True
+        """Until closed (raftlog.base.protocol.FilePart): the pin (or the owned descriptor)
+        keeps the bytes readable; a maker that must know whether they are still the log's
+        wraps the slice (replica.LogSlice)."""
+        return self.fd >= 0
 
     def close(self) -> None:
-        os.close(self.fd)
+        """Idempotent."""
+        fd, self.fd = self.fd, -1
+        if fd < 0:
+            return
+        release, self._release = self._release, None
+        if release is None:
+            os.close(fd)
+        else:
+            release()
 
 
 __all__ = [

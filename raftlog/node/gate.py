@@ -27,7 +27,8 @@ Timers (`Liveness`, one watchdog task per connection, from accept):
 Both count in raftlog_connections_closed_total{listener,reason}.
 
 Also: `raise_fd_limit()` lifts the process's soft RLIMIT_NOFILE to its hard limit at start, so
-the connection limits, not the descriptor table, decide who is refused.
+the connection limits, not the descriptor table, decide who is refused; `open_files_families`
+puts the descriptors held and that limit on /metrics (issue 46: a node holds one per replica).
 
 Concurrency: trio-thread only.
 """
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import resource
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
@@ -44,7 +46,7 @@ from typing import Final, NoReturn
 import trio
 
 from raftlog.base.eventlog import log_event
-from raftlog.base.metrics import MetricsRegistry
+from raftlog.base.metrics import Metric, MetricsRegistry, gauge_family
 
 __all__ = [
     "ConnectionGate",
@@ -53,6 +55,7 @@ __all__ = [
     "accept_loop",
     "overdue",
     "peer_name",
+    "open_files_families",
     "raise_fd_limit",
     "run_admitted",
     "UNLIMITED",
@@ -293,3 +296,19 @@ def raise_fd_limit() -> tuple[int, int]:
         except (ValueError, OSError):
             pass
     return soft, hard
+
+
+def open_files_families() -> list[Metric]:
+    """/metrics at scrape time: the descriptors this process holds (/proc/self/fd) and its soft
+    RLIMIT_NOFILE, so that an operator sees the headroom before EMFILE (docs: performance,
+    "Descriptors")."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        held = len(os.listdir("/proc/self/fd")) - 1  # less the listing's own
+    except OSError:  # no /proc (not Linux): the limit alone
+        return [gauge_family("raftlog_open_files_limit", "The node process's soft RLIMIT_NOFILE.",
+                             values={(): soft})]
+    return [gauge_family("raftlog_open_files", "Descriptors the node process holds (sockets, segment files, ...).",
+                         values={(): held}),
+            gauge_family("raftlog_open_files_limit", "The node process's soft RLIMIT_NOFILE.",
+                         values={(): soft})]

@@ -78,7 +78,7 @@ from raftlog.node.http import serve_http
 from raftlog.node.kafka.context import KafkaContext
 from raftlog.node.kafka.fetch_sessions import FetchSessionCache
 from raftlog.node.quotas import QuotaManager
-from raftlog.node.gate import ConnectionGate, raise_fd_limit
+from raftlog.node.gate import ConnectionGate, open_files_families, raise_fd_limit
 from raftlog.node.kafka.listener import serve_kafka
 from raftlog.node.kafka.workers import network_processes_of
 from raftlog.node.registry.listener import serve_registry
@@ -244,6 +244,7 @@ def gate_of(config: NodeConfig, registry: MetricsRegistry) -> ConnectionGate:
     wanted = 2 * config.max_connections + config.log_open_files_max + FD_HEADROOM
     if soft < wanted:
         log_event(logger, "fd_limit_low", level=logging.WARNING, soft=soft, hard=hard, wanted=wanted)
+    registry.collector(open_files_families)
     return ConnectionGate(
         max_connections=config.max_connections, max_connections_per_ip=config.max_connections_per_ip,
         per_ip_overrides=config.per_ip_overrides, idle_ms=config.connections_max_idle_ms,

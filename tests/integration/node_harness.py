@@ -101,6 +101,33 @@ def raw_call(address: str, op: str, timeout_s: float = 10.0, security: ClientSec
         return _exchange(sock, decoder, address, 2, op, fields)
 
 
+class RawConnection:
+    """One kept plain socket to a node's listener, for requests one after another (raw_call
+    opens a socket per request): what talks to a node that can accept no new connection
+    (out of descriptors). Close it (or use it as a context manager)."""
+
+    def __init__(self, address: str, timeout_s: float = 10.0) -> None:
+        host, _, port = address.rpartition(":")
+        self.address = address
+        self._sock = socket.create_connection((host, int(port)), timeout=timeout_s)
+        self._decoder = FrameDecoder(max_frame_bytes=1 << 30)
+        self._request_id = 0
+
+    def call(self, op: str, **fields: Any) -> dict[str, Any]:
+        """The whole response map (ok or error)."""
+        self._request_id += 1
+        return _exchange(self._sock, self._decoder, self.address, self._request_id, op, fields)
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def __enter__(self) -> "RawConnection":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
 def ok(response: Mapping[str, Any]) -> dict[str, Any]:
     """The ok response's fields; raises the response's RaftlogError otherwise."""
     if "error" in response:

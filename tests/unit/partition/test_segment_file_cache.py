@@ -25,14 +25,14 @@ def mk(i, n=3):
 
 
 def segment_fds(directory):
-    """Open descriptors of this process on the log's segment files."""
+    """Open descriptors of this process on the log's segment files (deleted ones included)."""
     out = 0
     for fd in os.listdir("/proc/self/fd"):
         try:
             target = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
             continue
-        if target.startswith(str(directory)) and target.endswith(".log"):
+        if target.startswith(str(directory)) and target.removesuffix(" (deleted)").endswith(".log"):
             out += 1
     return out
 
