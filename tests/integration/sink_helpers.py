@@ -22,9 +22,17 @@ def admin(bootstrap: str):
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float = 30) -> None:
+    from raftlog.base.errors import InvalidReplicationFactorError
+
+    deadline = time.monotonic() + timeout_s
     with admin(bootstrap) as a:
-        a.create_topic(topic, partitions, 3)
-        deadline = time.monotonic() + timeout_s
+        while True:  # a broker fenced for a moment on a loaded machine refuses RF 3: ask again
+            try:
+                a.create_topic(topic, partitions, 3)
+                break
+            except InvalidReplicationFactorError:
+                assert time.monotonic() < deadline, f"fewer than 3 live brokers for {timeout_s} s"
+                time.sleep(0.2)
         while True:
             info = a.describe_topics([topic]).get(topic)
             if info is not None and len(info.partitions) == partitions and all(
