@@ -38,7 +38,8 @@ from typing import Final
 
 import trio
 
-__all__ = ["Mux", "Pipe", "OPEN", "DATA", "EOF", "CLOSE", "ACK", "MSG", "HANDOVER", "WINDOW_BYTES"]
+__all__ = ["Mux", "Pipe", "OPEN", "DATA", "EOF", "CLOSE", "ACK", "MSG", "HANDOVER", "SIDE_CONN_ID",
+           "WINDOW_BYTES"]
 
 OPEN: Final = 1
 DATA: Final = 2
@@ -49,6 +50,7 @@ MSG: Final = 6
 HANDOVER: Final = 7
 _HEADER: Final = struct.Struct(">IBI")
 _U32: Final = struct.Struct(">I")
+SIDE_CONN_ID: Final = _U32  # a side-channel message: the id of the connection whose socket it carries
 WINDOW_BYTES: Final = 1 << 20  # per connection and direction: DATA sent, not yet consumed
 CHUNK_BYTES: Final = 256 << 10  # one DATA message at most
 # A MSG: a produce call (a request of up to CHUNK_BYTES) or its answer, whose record errors

@@ -52,7 +52,7 @@ from partition.validator import validate_client_records
 from raftlog.base.eventlog import log_event
 from raftlog.node.kafka.codec import decode_body, decode_header, encode_response
 from raftlog.node.kafka.fast_produce import PRODUCE_KEY, call_bytes, read_answer
-from raftlog.node.kafka.mux import CHUNK_BYTES, WINDOW_BYTES, Pipe
+from raftlog.node.kafka.mux import CHUNK_BYTES, SIDE_CONN_ID, WINDOW_BYTES, Pipe
 from raftlog.node.kafka.versions import PRODUCE_MIN_USABLE, supported
 from raftlog.node.kafka.wire import CodecError, Header
 
@@ -62,7 +62,6 @@ logger = logging.getLogger(__name__)
 
 _SIZE: Final = struct.Struct(">i")
 _PREFIX: Final = struct.Struct(">hh")  # api_key, api_version
-_CONN_ID: Final = struct.Struct(">I")  # a side-channel message (workers.py)
 FETCH_KEY: Final = 1
 _ANY_SIZE: Final = (1 << 31) - 1  # max.message.bytes is the topic's: the leader checks it
 
@@ -130,7 +129,7 @@ class FastConnection:
         assert self.side is not None and self.handover is not None
         fds = array.array("i", [self.client.socket.fileno()])
         try:
-            await self.side.sendmsg([_CONN_ID.pack(self.pipe.conn_id)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+            await self.side.sendmsg([SIDE_CONN_ID.pack(self.pipe.conn_id)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
         except OSError:
             return  # the main is gone: the link's end closes everything
         self.pipe.hand_over(self.handover)

@@ -35,7 +35,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import struct
 import subprocess
 import sys
 from functools import partial
@@ -46,7 +45,7 @@ import trio
 from raftlog.base.eventlog import log_event
 from raftlog.base.metrics import MetricsRegistry
 from raftlog.node.gate import ConnectionGate, Handle, Liveness, run_admitted
-from raftlog.node.kafka.mux import CLOSE, Mux, Pipe
+from raftlog.node.kafka.mux import CLOSE, SIDE_CONN_ID, Mux, Pipe
 
 __all__ = ["NetworkWorkers", "default_network_processes", "network_processes_of", "usable_cpus",
            "MAX_NETWORK_PROCESSES"]
@@ -59,7 +58,6 @@ RESTART_RESET_S: Final = 30.0
 MAX_NETWORK_PROCESSES: Final = 64
 WORKER_MODULE: Final = "raftlog.node.kafka.network_worker"
 EXIT_POLL_S: Final = 0.5
-_CONN_ID: Final = struct.Struct(">I")  # a side-channel message: the handed-over connection's id
 
 
 def default_network_processes(cpus: int) -> int:
@@ -261,12 +259,12 @@ class _Handoff:
         while True:
             await trio.lowlevel.wait_readable(self.side)
             try:
-                data, fds, _flags, _addr = socket.recv_fds(self.side, _CONN_ID.size, 1)
+                data, fds, _flags, _addr = socket.recv_fds(self.side, SIDE_CONN_ID.size, 1)
             except BlockingIOError:
                 continue
             if not data:
                 return  # the worker is gone
-            conn_id = _CONN_ID.unpack(data)[0] if len(data) == _CONN_ID.size else None
+            conn_id = SIDE_CONN_ID.unpack(data)[0] if len(data) == SIDE_CONN_ID.size else None
             for fd in fds:
                 sock = socket.socket(fileno=fd)
                 mux = self.mux
