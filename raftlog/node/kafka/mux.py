@@ -202,6 +202,7 @@ class Mux:
         self.window_bytes = window_bytes
         self.pipes: dict[int, Pipe] = {}
         self.handing: set[int] = set()  # main: connections handed over, their socket not yet taken
+        self.last_opened = 0  # main: the highest connection id opened (the worker counts up)
         self._out = bytearray()
         self._wake = trio.Event()
         self._done = False
@@ -275,6 +276,7 @@ class Mux:
         if kind == OPEN:
             if on_open is None or conn_id in self.pipes:
                 raise LinkError(f"unexpected OPEN of {conn_id}")
+            self.last_opened = max(self.last_opened, conn_id)
             on_open(conn_id, payload.decode("utf-8", "replace"))
             return
         pipe = self.pipes.get(conn_id)

@@ -171,6 +171,7 @@ class NetworkWorkers:
                     if reason is not None:
                         self.gate.refused(self.name, host, reason)
                         mux.send(CLOSE, conn_id)  # the worker closes the client's socket
+                        handoff.drop(conn_id)  # a socket it handed over already
                         return
                     connections.start_soon(run_admitted, mux.open_pipe(conn_id), peer, host, self.gate,
                                            self.name, partial(self._handle, handoff))
@@ -239,9 +240,10 @@ class _Prefixed(trio.abc.HalfCloseableStream):
 
 class _Handoff:
     """The main's end of one worker's side channel: the client sockets it hands over, each
-    with its connection id, kept until the connection's task takes it. A socket whose
-    connection the main no longer has (closed here meanwhile) is closed at once; all left
-    are closed when the worker's link ends. Bounded by the worker's open connections."""
+    with its connection id, kept until the connection's task takes it (it may come before
+    the link's OPEN of the connection: two sockets). A socket whose connection the main no
+    longer has (closed here meanwhile) is closed at once; all left are closed when the
+    worker's link ends. Bounded by the worker's open connections."""
 
     def __init__(self, side: socket.socket) -> None:
         side.setblocking(False)
@@ -268,8 +270,11 @@ class _Handoff:
             for fd in fds:
                 sock = socket.socket(fileno=fd)
                 mux = self.mux
-                if conn_id is None or mux is None or not (conn_id in mux.pipes or conn_id in mux.handing):
-                    sock.close()  # closed here already: the client sees its end
+                # The socket may come before the link's OPEN of its connection (ids count up);
+                # one of a connection the main has closed already is closed (its client sees the end).
+                if conn_id is None or mux is None or not (conn_id > mux.last_opened or conn_id in mux.pipes
+                                                          or conn_id in mux.handing):
+                    sock.close()
                     continue
                 old = self.sockets.pop(conn_id, None)
                 if old is not None:
