@@ -247,9 +247,9 @@ class NodeConfig:
     max_connections: int = 1024
     max_in_flight: int = 256  # per connection
     # Worker processes that accept and carry the Kafka listener's connections (Kafka's
-    # num.network.threads, as processes; issue 46): 0 none (one process), -1 one per CPU the
-    # node may use beside the main's, at most 4 (none on one CPU).
-    kafka_network_processes: int = 0
+    # num.network.threads, as processes; issue 46): 0 none (one process), -1 (the default)
+    # one per CPU the node may use beside the main's, at most 4 (none on one CPU).
+    kafka_network_processes: int = -1
     # Partitions and replication factor of a topic created without them (Kafka's num.partitions,
     # default.replication.factor).
     default_partitions: int = 1

@@ -143,8 +143,9 @@ def connection_handler(
     async def handle(stream: trio.abc.Stream, peer: str, liveness: Liveness) -> None:
         metrics.connections += 1
         log_event(logger, "conn_open", level=logging.DEBUG, listener=name, peer=peer)
-        # The socket for os.sendfile; None for a Kafka network worker's link (kafka/workers.py).
-        socket_stream = stream if isinstance(stream, trio.SocketStream) else None
+        # The socket for os.sendfile; None for a Kafka network worker's link (kafka/workers.py),
+        # the socket under the stream of a connection a worker handed over.
+        socket_stream = stream if isinstance(stream, trio.SocketStream) else getattr(stream, "socket_stream", None)
         try:
             if security is None:
                 async with stream:

@@ -4,8 +4,10 @@ consume, use a group and a transaction through the workers; the node's connectio
 holds for connections the workers accepted; a worker SIGKILLed under load loses nothing
 acked and comes back; a worker serves Produce on a plaintext connection (request order kept
 with the requests the main serves, acks=0, a lying CRC, the topic's rules); a SASL_SSL node with ACLs logs in and refuses through its workers; a
-node SIGKILLed leaves no worker behind. The other Kafka test files run with workers on
-through RAFTLOG_KAFKA_NETWORK_PROCESSES=1 in the environment (docs/explanations/performance.md)."""
+connection goes to the main at its first Fetch (answers in order, consumers of both clients
+read while a producer writes, clients gone mid-hand-over leave the counts whole); a node
+SIGKILLed leaves no worker behind. The other Kafka test files run with workers on
+by default (kafka_network_processes -1: one worker per node on two CPUs; docs/explanations/performance.md)."""
 
 from __future__ import annotations
 
@@ -28,6 +30,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaConsumer
+from kafka import TopicPartition as KafkaTopicPartition
+from kafka.protocol.consumer.fetch import FetchRequest
 from kafka.protocol.metadata.api_versions import ApiVersionsRequest
 from kafka.protocol.metadata.metadata import MetadataRequest
 from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
@@ -346,9 +351,10 @@ def _produce_answer(frame: bytes, version: int) -> Any:
     return p
 
 
-def _wait_for_the_fast_path(node: harness.NodeCluster, topic: str) -> None:
+def _wait_for_the_fast_path(node: harness.NodeCluster, topic: str, connections: int = 1) -> None:
     """Until a new connection's produce is a worker's call (a worker loads its Produce path
-    after it starts accepting: the connections before are carried as bytes)."""
+    after it starts accepting: the connections before are carried as bytes); with
+    `connections`, until that many in a row are (so each worker has loaded it, very likely)."""
     host, port = node.kafka(1).rsplit(":", 1)
 
     def served_by_a_worker() -> bool:
@@ -358,7 +364,7 @@ def _wait_for_the_fast_path(node: harness.NodeCluster, topic: str) -> None:
             _frames(sock, 1)
         return metric(node, "raftlog_kafka_network_produce_calls_total") > calls
 
-    node.wait_for(served_by_a_worker, 60, "a worker's produce call")
+    node.wait_for(lambda: all(served_by_a_worker() for _ in range(connections)), 60, "a worker's produce call")
 
 
 def test_produce_is_served_by_the_worker_in_request_order(node):
@@ -434,6 +440,139 @@ def test_topic_rules_hold_for_batches_a_worker_checked(node):
     assert too_large.error_code == MESSAGE_TOO_LARGE
     assert keyless.error_code == INVALID_RECORD
     assert fine.error_code == 0
+
+
+def _fetch_request(topic: str, correlation_id: int, offset: int = 0) -> bytes:
+    T, P = FetchRequest.FetchTopic, FetchRequest.FetchTopic.FetchPartition
+    return _other_request(FetchRequest[12](
+        replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0, session_id=0,
+        session_epoch=-1, forgotten_topics_data=[], rack_id="",
+        topics=[T(topic=topic, partitions=[P(partition=0, fetch_offset=offset, partition_max_bytes=1 << 20,
+                                             current_leader_epoch=-1, last_fetched_epoch=-1, log_start_offset=-1)])]),
+        correlation_id, 12)
+
+
+def _api_versions(correlation_id: int) -> bytes:
+    return _other_request(ApiVersionsRequest[3](client_software_name="t", client_software_version="1"),
+                          correlation_id, 3)
+
+
+def test_a_connection_goes_to_the_main_at_its_first_fetch_in_request_order(node):
+    """Pipelined requests on one connection: ApiVersions, Metadata and a Produce through the
+    worker (the produce is its call), then a Fetch: the worker hands the socket to the main
+    (counted), which answers the Fetch and everything after, in request order, records and all."""
+    create_topic(node, "w-hand")  # the mark goes first: every Fetch here reads it at offset 0
+    create_topic(node, "w-hand-probe")
+    _wait_for_the_fast_path(node, "w-hand-probe", connections=8)
+    handovers = metric(node, "raftlog_kafka_network_handovers_total")
+    calls = metric(node, "raftlog_kafka_network_produce_calls_total")
+    mark = forge.batch([forge.record(0, value=b"handover-mark")])
+    host, port = node.kafka(1).rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(b"".join([
+            _api_versions(1),
+            _other_request(MetadataRequest[12](topics=None, allow_auto_topic_creation=False), 2, 12),
+            _produce_request("w-hand", mark, -1, 3),  # acks=all: the Fetch after it reads it
+            _fetch_request("w-hand", 4),
+            _other_request(MetadataRequest[12](topics=None, allow_auto_topic_creation=False), 5, 12),
+            _produce_request("w-hand", forge.batch(forge.values(1)), 1, 6),
+            _fetch_request("w-hand", 7),
+        ]))
+        frames = _frames(sock, 7)
+        assert [struct.unpack(">i", f[:4])[0] for f in frames] == [1, 2, 3, 4, 5, 6, 7]
+        first, second = _produce_answer(frames[2], 9), _produce_answer(frames[5], 9)
+        assert (first.error_code, first.base_offset, second.error_code, second.base_offset) == (0, 0, 0, 1)
+        assert b"handover-mark" in frames[3] and b"handover-mark" in frames[6]
+        # the connection goes on at the main
+        sock.sendall(_produce_request("w-hand", forge.batch(forge.values(1)), 1, 8) + _fetch_request("w-hand", 9))
+        after, fetched = _frames(sock, 2)
+        assert _produce_answer(after, 9).base_offset == first.base_offset + 2
+        assert struct.unpack(">i", fetched[:4])[0] == 9 and b"handover-mark" in fetched
+    assert metric(node, "raftlog_kafka_network_handovers_total") == handovers + 1
+    assert metric(node, "raftlog_kafka_network_produce_calls_total") == calls + 1  # the one before the Fetch
+
+
+def test_connections_whose_first_request_is_a_fetch(node):
+    """A Fetch as a connection's first request: the worker hands the socket over at once (it
+    may reach the main before the link's OPEN of the connection); each is answered."""
+    create_topic(node, "w-first")
+    _wait_for_the_fast_path(node, "w-first", connections=8)
+    host, port = node.kafka(1).rsplit(":", 1)
+    for index in range(20):
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(_fetch_request("w-first", index) + _api_versions(100 + index))
+            assert [struct.unpack(">i", f[:4])[0] for f in _frames(sock, 2)] == [index, 100 + index]
+
+
+def test_consumers_read_while_a_producer_writes_through_the_workers(node):
+    """confluent-kafka's and kafka-python's consumers read a topic while confluent-kafka's
+    producer writes it, on one node with workers: the consumers' connections go to the main
+    at their first Fetch; every record read."""
+    create_topic(node, "w-live", partitions=3)
+    _wait_for_the_fast_path(node, "w-live", connections=8)
+    handovers = metric(node, "raftlog_kafka_network_handovers_total")
+    values = [f"live{i}".encode() for i in range(3000)]
+    failures: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            produce(node.kafka(1), "w-live", values, **{"linger.ms": 5})
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            failures.append(exc)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    try:
+        by_confluent = consume_all(node.kafka(1), "w-live", 0, partitions=3, want=set(values))
+        consumer = KafkaConsumer(bootstrap_servers=node.kafka(1), enable_auto_commit=False,
+                                 auto_offset_reset="earliest", consumer_timeout_ms=90_000)
+        try:
+            consumer.assign([KafkaTopicPartition("w-live", p) for p in range(3)])
+            by_kafka_python: set[bytes] = set()
+            for message in consumer:
+                by_kafka_python.add(message.value)
+                if set(values) <= by_kafka_python:
+                    break
+        finally:
+            consumer.close()
+    finally:
+        writer.join(120)
+    assert not writer.is_alive() and failures == []
+    assert set(values) <= set(by_confluent)
+    assert set(values) <= by_kafka_python
+    assert metric(node, "raftlog_kafka_network_handovers_total") >= handovers + 2
+
+
+def test_clients_gone_during_the_hand_over_are_released(node):
+    """Clients that close right after their Fetch (before, during or after the hand-over):
+    the node's count of open connections goes back, and the gate's counts stay whole: as many
+    connections as before are admitted again, none refused."""
+    create_topic(node, "w-gone")
+    _wait_for_the_fast_path(node, "w-gone")
+    host, port = node.kafka(1).rsplit(":", 1)
+    open_before = metric(node, 'raftlog_connections{listener="kafka"}')
+    for i in range(30):
+        sock = socket.create_connection((host, int(port)), timeout=30)
+        request = _produce_request("w-gone", forge.batch(forge.values(1)), 1, 1) + _fetch_request("w-gone", 2)
+        if i % 3 == 2:  # some wait for the answers first: the hand-over is done
+            sock.sendall(request)
+            _frames(sock, 2)
+        else:
+            sock.sendall(request if i % 3 else request[:-3])  # one sends part of its Fetch only
+        sock.close()
+    node.wait_for(lambda: metric(node, 'raftlog_connections{listener="kafka"}') <= open_before, 60,
+                  "connections released")
+    refused = metric(node, "raftlog_connections_refused_total")
+    sockets = [socket.create_connection((host, int(port)), timeout=30) for _ in range(30)]
+    try:
+        for index, sock in enumerate(sockets):
+            sock.sendall(_api_versions(index))
+        for index, sock in enumerate(sockets):
+            assert struct.unpack(">i", _frames(sock, 1)[0][:4])[0] == index
+    finally:
+        for sock in sockets:
+            sock.close()
+    assert metric(node, "raftlog_connections_refused_total") == refused
 
 
 def test_node_sigkilled_leaves_no_worker(node):

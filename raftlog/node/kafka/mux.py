@@ -13,7 +13,9 @@ worker, the handler's stream at the main), ACK (u32: bytes the receiver consumed
 give the sender that much credit back), MSG (one message of the connection's fast path,
 not counted in its credit: a produce call worker -> main, its answer main -> worker; bounded
 by the worker, which has at most the connection's max_in_flight calls out; see
-network_worker.py). Everything written waits in one buffer that the
+network_worker.py), HANDOVER (worker -> main, payload the bytes the worker read from
+the client and did not serve: the worker has passed the client's socket itself to the main
+over the side channel with SCM_RIGHTS and forgotten the connection; workers.py). Everything written waits in one buffer that the
 writer task sends with one write per wake-up, so many connections' messages share a
 syscall.
 
@@ -36,7 +38,8 @@ from typing import Final
 
 import trio
 
-__all__ = ["Mux", "Pipe", "OPEN", "DATA", "EOF", "CLOSE", "ACK", "MSG", "WINDOW_BYTES"]
+__all__ = ["Mux", "Pipe", "OPEN", "DATA", "EOF", "CLOSE", "ACK", "MSG", "HANDOVER", "SIDE_CONN_ID",
+           "WINDOW_BYTES"]
 
 OPEN: Final = 1
 DATA: Final = 2
@@ -44,8 +47,10 @@ EOF: Final = 3
 CLOSE: Final = 4
 ACK: Final = 5
 MSG: Final = 6
+HANDOVER: Final = 7
 _HEADER: Final = struct.Struct(">IBI")
 _U32: Final = struct.Struct(">I")
+SIDE_CONN_ID: Final = _U32  # a side-channel message: the id of the connection whose socket it carries
 WINDOW_BYTES: Final = 1 << 20  # per connection and direction: DATA sent, not yet consumed
 CHUNK_BYTES: Final = 256 << 10  # one DATA message at most
 # A MSG: a produce call (a request of up to CHUNK_BYTES) or its answer, whose record errors
@@ -70,6 +75,7 @@ class Pipe(trio.abc.HalfCloseableStream):
         self._inbound: deque[bytes] = deque()
         self.messages: deque[bytes] = deque()  # MSG payloads, in order
         self.owner: object = None  # the main's connection serving it (listener.py)
+        self.handed_over: bytes | None = None  # main: the unserved bytes of a handed-over socket
         self._eof = False
         self._broken = False
         self._closed = False
@@ -168,6 +174,15 @@ class Pipe(trio.abc.HalfCloseableStream):
         self.close()
         await trio.lowlevel.checkpoint()
 
+    def hand_over(self, unserved: bytes) -> None:
+        """The worker's side: the client's socket went to the main (the side channel); tell it
+        the bytes read and not served, and forget the connection (no CLOSE)."""
+        if not (self._closed or self._broken):
+            self._mux.send(HANDOVER, self.conn_id, unserved)
+        self._closed = True
+        self._mux.pipes.pop(self.conn_id, None)
+        self._wake()
+
     def close(self) -> None:
         if self._closed:
             return
@@ -186,6 +201,8 @@ class Mux:
         self._stream = stream
         self.window_bytes = window_bytes
         self.pipes: dict[int, Pipe] = {}
+        self.handing: set[int] = set()  # main: connections handed over, their socket not yet taken
+        self.last_opened = 0  # main: the highest connection id opened (the worker counts up)
         self._out = bytearray()
         self._wake = trio.Event()
         self._done = False
@@ -259,6 +276,7 @@ class Mux:
         if kind == OPEN:
             if on_open is None or conn_id in self.pipes:
                 raise LinkError(f"unexpected OPEN of {conn_id}")
+            self.last_opened = max(self.last_opened, conn_id)
             on_open(conn_id, payload.decode("utf-8", "replace"))
             return
         pipe = self.pipes.get(conn_id)
@@ -271,6 +289,10 @@ class Mux:
         elif kind == ACK:
             pipe.feed_ack(_U32.unpack(payload)[0])
         elif kind == EOF:
+            pipe.feed_eof()
+        elif kind == HANDOVER:  # the connection's stream ends here; its socket comes aside
+            pipe.handed_over = payload
+            self.handing.add(conn_id)
             pipe.feed_eof()
         elif kind == CLOSE:
             self.pipes.pop(conn_id, None)

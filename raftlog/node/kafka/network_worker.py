@@ -1,6 +1,6 @@
 """A Kafka network worker process (issue 46: Kafka's num.network.threads, as processes).
 
-    python -m raftlog.node.kafka.network_worker MUX_FD PARENT_PID MAX_IN_FLIGHT MAX_FRAME_BYTES LISTEN_FD...
+    python -m raftlog.node.kafka.network_worker MUX_FD SIDE_FD PARENT_PID MAX_IN_FLIGHT MAX_FRAME_BYTES LISTEN_FD...
 
 Started by the node's main process (workers.py), never by hand. It accepts on the Kafka
 listening sockets the main bound (inherited descriptors: the port, its errors and its
@@ -13,7 +13,11 @@ Two ways to carry a connection:
   bytes, both ways (`_proxy`).
 * MAX_IN_FLIGHT > 0 (plaintext without SASL): Produce's connection side runs here
   (worker_produce.py: the worker decodes Produce requests and sends the main compact calls;
-  every other request goes to the main as its frame; answers in request order). That module
+  every other request goes to the main as its frame; answers in request order). At the
+  connection's first Fetch the worker hands the client's socket itself to the main (once
+  every earlier request is answered: SCM_RIGHTS over the side channel SIDE_FD, the bytes
+  read and not served over the link) and forgets it: the main serves consumers with its
+  zero-copy sends (os.sendfile), producers stay here. That module
   imports kafka-python: it is loaded in a thread once the worker accepts, and the
   connections accepted before it is ready are carried as bytes.
 
@@ -73,7 +77,8 @@ async def _proxy(client: trio.SocketStream, pipe: Pipe) -> None:
 
 
 async def _accept_loop(listener: trio.SocketListener, mux: Mux, ids: list[int], nursery: trio.Nursery,
-                       max_in_flight: int, max_frame_bytes: int, fast: list[ModuleType]) -> None:
+                       max_in_flight: int, max_frame_bytes: int, fast: list[ModuleType],
+                       side: trio.socket.SocketType) -> None:
     while True:
         try:
             client = await listener.accept()
@@ -85,14 +90,16 @@ async def _accept_loop(listener: trio.SocketListener, mux: Mux, ids: list[int], 
         pipe = mux.open_pipe(conn_id)
         mux.send(OPEN, conn_id, peer_name(client).encode())
         if max_in_flight and fast:
-            nursery.start_soon(fast[0].FastConnection(client, pipe, max_in_flight, max_frame_bytes).run)
+            nursery.start_soon(fast[0].FastConnection(client, pipe, max_in_flight, max_frame_bytes, side).run)
         else:
             nursery.start_soon(_proxy, client, pipe)
 
 
-async def serve(mux_fd: int, listen_fds: list[int], max_in_flight: int = 0, max_frame_bytes: int = 0) -> None:
+async def serve(mux_fd: int, side_fd: int, listen_fds: list[int], max_in_flight: int = 0,
+                max_frame_bytes: int = 0) -> None:
     """Accept and carry connections until the link to the main ends."""
     link = trio.SocketStream(trio.socket.from_stdlib_socket(socket.socket(fileno=mux_fd)))
+    side = trio.socket.from_stdlib_socket(socket.socket(fileno=side_fd))
     listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(socket.socket(fileno=fd)))
                  for fd in listen_fds]
     mux = Mux(link)
@@ -102,7 +109,8 @@ async def serve(mux_fd: int, listen_fds: list[int], max_in_flight: int = 0, max_
         if max_in_flight:
             nursery.start_soon(_load_fast, fast)
         for listener in listeners:
-            nursery.start_soon(_accept_loop, listener, mux, ids, nursery, max_in_flight, max_frame_bytes, fast)
+            nursery.start_soon(_accept_loop, listener, mux, ids, nursery, max_in_flight, max_frame_bytes, fast,
+                               side)
         await mux.run()
         nursery.cancel_scope.cancel()
 
@@ -116,10 +124,10 @@ async def _load_fast(fast: list[ModuleType]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    mux_fd, parent_pid, max_in_flight, max_frame_bytes, *listen_fds = (int(arg) for arg in argv)
+    mux_fd, side_fd, parent_pid, max_in_flight, max_frame_bytes, *listen_fds = (int(arg) for arg in argv)
     if not die_with_parent(parent_pid):
         return 1  # the main died before we asked
-    trio.run(serve, mux_fd, listen_fds, max_in_flight, max_frame_bytes)
+    trio.run(serve, mux_fd, side_fd, listen_fds, max_in_flight, max_frame_bytes)
     return 0
 
 

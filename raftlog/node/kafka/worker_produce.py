@@ -23,14 +23,24 @@ for the client hold at most the link's window. A frame over the link's CHUNK_BYT
 listener's `max_frame_bytes` (or a negative size) hands the rest of the connection to the main as bytes (its limits and errors
 apply).
 
+Hand-over (with `side`, the worker's side channel to the main): at the connection's first
+Fetch the worker stops reading it, waits until every earlier request is answered and
+written, then passes the client's socket to the main (SCM_RIGHTS, with the connection id)
+and the bytes it read and did not serve (the Fetch and whatever followed) over the pipe
+(mux HANDOVER), and forgets the connection: the main serves it from then on as a
+connection it accepted (workers.py), with os.sendfile for the records. The order of
+answers holds: nothing of the Fetch or after it was answered here.
+
 Imports kafka-python (the codec): loaded by the worker in a thread after it starts
 accepting; connections accepted before are carried as bytes.
 """
 
 from __future__ import annotations
 
+import array
 import contextlib
 import logging
+import socket
 import struct
 from collections import deque
 from typing import Any, Final
@@ -42,7 +52,7 @@ from partition.validator import validate_client_records
 from raftlog.base.eventlog import log_event
 from raftlog.node.kafka.codec import decode_body, decode_header, encode_response
 from raftlog.node.kafka.fast_produce import PRODUCE_KEY, call_bytes, read_answer
-from raftlog.node.kafka.mux import CHUNK_BYTES, WINDOW_BYTES, Pipe
+from raftlog.node.kafka.mux import CHUNK_BYTES, SIDE_CONN_ID, WINDOW_BYTES, Pipe
 from raftlog.node.kafka.versions import PRODUCE_MIN_USABLE, supported
 from raftlog.node.kafka.wire import CodecError, Header
 
@@ -52,6 +62,7 @@ logger = logging.getLogger(__name__)
 
 _SIZE: Final = struct.Struct(">i")
 _PREFIX: Final = struct.Struct(">hh")  # api_key, api_version
+FETCH_KEY: Final = 1
 _ANY_SIZE: Final = (1 << 31) - 1  # max.message.bytes is the topic's: the leader checks it
 
 RAW: Final = 0  # one response frame from the main's stream of the connection
@@ -78,8 +89,9 @@ class FastConnection:
     produce calls as pipe messages; the answers are written in request order."""
 
     def __init__(self, client: trio.SocketStream, pipe: Pipe, max_in_flight: int,
-                 max_frame_bytes: int = CHUNK_BYTES) -> None:
+                 max_frame_bytes: int = CHUNK_BYTES, side: trio.socket.SocketType | None = None) -> None:
         self.client = client
+        self.side = side  # the side channel to the main: hand the socket over at a Fetch
         self.pipe = pipe
         self.max_in_flight = max_in_flight
         self.max_frame_bytes = min(max_frame_bytes, CHUNK_BYTES)  # larger: the main's to judge
@@ -91,6 +103,8 @@ class FastConnection:
         self.held_bytes = 0  # answers received, not yet written
         self.main_ended = False
         self.client_gone = False
+        self.handover: bytes | None = None  # the bytes read from the Fetch on, to hand over
+        self.handed = False  # every earlier answer written: the socket goes to the main
         self._changed = trio.Event()
 
     def _wake(self) -> None:
@@ -98,13 +112,27 @@ class FastConnection:
         self._changed = trio.Event()
 
     async def run(self) -> None:
-        async with self.client, trio.open_nursery() as nursery:
-            nursery.start_soon(self._upstream)
-            nursery.start_soon(self._from_main)
-            nursery.start_soon(self._answers)
-            await self._write_loop()
-            nursery.cancel_scope.cancel()
-        self.pipe.close()
+        async with self.client:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._upstream)
+                nursery.start_soon(self._from_main)
+                nursery.start_soon(self._answers)
+                await self._write_loop()
+                nursery.cancel_scope.cancel()
+            if self.handed:
+                await self._hand_over()
+        self.pipe.close()  # a no-op once handed over
+
+    async def _hand_over(self) -> None:
+        """The client's socket to the main, then the unserved bytes (module docstring); our
+        copy of the socket closes after (no FIN: the main holds it)."""
+        assert self.side is not None and self.handover is not None
+        fds = array.array("i", [self.client.socket.fileno()])
+        try:
+            await self.side.sendmsg([SIDE_CONN_ID.pack(self.pipe.conn_id)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+        except OSError:
+            return  # the main is gone: the link's end closes everything
+        self.pipe.hand_over(self.handover)
 
     # --- client -> main -------------------------------------------------------------------
     async def _upstream(self) -> None:
@@ -131,6 +159,10 @@ class FastConnection:
                         break
                     if len(buffer) < 4 + size:
                         break
+                    if self.side is not None and size >= 4 and _PREFIX.unpack_from(buffer, 4)[0] == FETCH_KEY:
+                        self.handover = bytes(buffer)  # the Fetch and what followed: the main's
+                        self._wake()
+                        return
                     frame = bytes(buffer[4:4 + size])
                     del buffer[:4 + size]
                     await self._request(frame)
@@ -225,6 +257,9 @@ class FastConnection:
                     if slot.data:
                         self.held_bytes -= len(slot.data)
                         await client.send_all(slot.data)
+                if self.handover is not None and not self.slots and not self.client_gone:
+                    self.handed = True  # every earlier answer written
+                    return
                 head = self.slots[0] if self.slots else None
                 if head is not None and head.kind == REST and head.data:
                     data = bytes(head.data)
