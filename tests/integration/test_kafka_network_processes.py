@@ -11,13 +11,11 @@ by default (kafka_network_processes -1: one worker per node on two CPUs; docs/ex
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import select
 import shutil
 import socket
 import struct
-import sys
 import subprocess
 import threading
 import time
@@ -302,19 +300,7 @@ def test_secure_node_logs_in_and_refuses_through_workers(tmp_path):
         assert [e.code() for e in refused] == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
 
 
-def _load(name: str, path: Path) -> Any:
-    """A helper module by path (test folders are not packages), once per session."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-forge = _load("batch_forge", Path(__file__).parent.parent / "unit" / "partition" / "batch_forge.py")
+forge = harness.load_module("batch_forge", Path(__file__).parent.parent / "unit" / "partition" / "batch_forge.py")
 CORRUPT_MESSAGE = 2
 MESSAGE_TOO_LARGE = 10
 INVALID_RECORD = 87
