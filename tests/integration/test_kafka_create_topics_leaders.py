@@ -9,7 +9,6 @@ its replica leads instead of answering NOT_LEADER_OR_FOLLOWER."""
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
@@ -71,25 +70,23 @@ def test_create_topics_with_timeout_0_answers_without_waiting_for_leaders(cluste
 
 
 
-def _first_sight(conn: Conn, name: str, version: int, deadline_s: float = 60.0):
+def _first_sight(cluster, conn: Conn, name: str, version: int, timeout_s: float = 60.0):
     """Metadata at `version` for `name`, polled until the topic is there (the other node's
     image may lag the controller's): the partitions of the first answer that lists it."""
-    deadline = time.monotonic() + deadline_s
-    while True:
-        fields = {"topics": [MetadataRequest.MetadataRequestTopic(name=name)]}
-        if version >= 4:
-            fields["allow_auto_topic_creation"] = False
-        if version >= 8:
-            fields["include_topic_authorized_operations"] = False
-        if 8 <= version <= 10:
-            fields["include_cluster_authorized_operations"] = False
-        r = conn.call(MetadataRequest, version, **fields)
-        [t] = r.topics
-        if t.error_code == NONE and len(t.partitions) == PARTITIONS:
-            return t.partitions
+    fields = {"topics": [MetadataRequest.MetadataRequestTopic(name=name)]}
+    if version >= 4:
+        fields["allow_auto_topic_creation"] = False
+    if version >= 8:
+        fields["include_topic_authorized_operations"] = False
+    if 8 <= version <= 10:
+        fields["include_cluster_authorized_operations"] = False
+
+    def listed():
+        [t] = conn.call(MetadataRequest, version, **fields).topics
         assert t.error_code in (NONE, UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE), t
-        assert time.monotonic() < deadline, f"{name} never appeared in Metadata v{version}"
-        time.sleep(0.05)
+        return t.partitions if t.error_code == NONE and len(t.partitions) == PARTITIONS else None
+
+    return cluster.wait_for(listed, timeout_s, f"{name} in Metadata v{version}")
 
 
 @pytest.mark.parametrize("version", [12, 0])
@@ -103,8 +100,8 @@ def test_the_first_metadata_that_lists_a_new_topic_names_every_leader(cluster, v
     try:
         assert _create(creator, name, timeout_ms=0) == NONE
         if version < 4:  # v0 has no allow_auto_topic_creation: wait for the topic with v12 first
-            _first_sight(other, name, 12)
-        partitions = _first_sight(other, name, version)
+            _first_sight(cluster, other, name, 12)
+        partitions = _first_sight(cluster, other, name, version)
     finally:
         creator.close()
         other.close()
@@ -123,7 +120,7 @@ def test_the_named_leader_answers_the_first_produce_and_list_offsets(cluster):
     conns: dict[int, Conn] = {}
     try:
         assert _create(creator, name, timeout_ms=0) == NONE
-        leaders = {p.partition_index: p.leader_id for p in _first_sight(other, name, 12)}
+        leaders = {p.partition_index: p.leader_id for p in _first_sight(cluster, other, name, 12)}
         conns = {b: Conn(cluster.kafka(b)) for b in set(leaders.values())}
         P = ProduceRequest.TopicProduceData
         L = ListOffsetsRequest.ListOffsetsTopic

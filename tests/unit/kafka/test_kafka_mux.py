@@ -122,27 +122,25 @@ def test_a_hand_over_ends_the_pipe_at_the_main_with_the_unserved_bytes() -> None
     worker has forgotten the pipe and sends no CLOSE."""
     async def main() -> None:
         worker, node = await _pair()
-        pipes = []
+        opened_send, opened = trio.open_memory_channel(2)  # the main's pipes, as the link opens them
         async with trio.open_nursery() as nursery:
             nursery.start_soon(worker.run)
-            nursery.start_soon(node.run, lambda conn_id, peer: pipes.append(node.open_pipe(conn_id)))
+            nursery.start_soon(node.run, lambda conn_id, peer: opened_send.send_nowait(node.open_pipe(conn_id)))
             pipe = worker.open_pipe(7)
             worker.send(OPEN, 7, b"127.0.0.1:7")
             await pipe.send_all(b"before")
             pipe.hand_over(b"the fetch and after")
             assert 7 not in worker.pipes
             with trio.fail_after(10):
-                while not pipes or 7 not in node.handing:
-                    await trio.sleep(0.01)
-            [main_pipe] = pipes
-            assert await main_pipe.receive_some() == b"before"
-            assert await main_pipe.receive_some() == b""  # the pipe's part ends here
+                main_pipe = await opened.receive()
+                assert await main_pipe.receive_some() == b"before"
+                assert await main_pipe.receive_some() == b""  # the pipe's part ends here: HANDOVER came
+            assert 7 in node.handing
             assert main_pipe.handed_over == b"the fetch and after"
             await main_pipe.aclose()  # its CLOSE: the worker knows the id no more, and goes on
             worker.send(OPEN, 8, b"127.0.0.1:8")
             with trio.fail_after(10):
-                while len(pipes) < 2:
-                    await trio.sleep(0.01)
+                assert (await opened.receive()).conn_id == 8
             nursery.cancel_scope.cancel()
 
     trio.run(main)
