@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from metadata import quota_ops, security_ops
+from metadata import features, quota_ops, security_ops
 from metadata.image import MetadataImage, TopicImage
 from metadata.port import (
     ConfigEntry,
@@ -46,9 +46,13 @@ from raftlog.base.errors import (
 )
 from raftlog.base.protocol import Request
 
-ACLS_APPLIED_WAIT_S: Final = 5.0
+APPLIED_WAIT_S: Final = 5.0
 
 __all__ = ["MetadataPortOps", "complete_topic"]
+
+
+def _bindings(image: MetadataImage) -> set[AclBinding]:
+    return {b for _, b in image.acl_bindings()}
 
 
 def complete_topic(image: MetadataImage, name: str) -> TopicImage | None:
@@ -200,6 +204,10 @@ class MetadataPortOps:
         await self._admin("update_features", {
             "updates": [{"feature": u.feature, "level": u.level, "upgrade_type": u.upgrade_type} for u in updates],
             "validate_only": validate_only})
+        if not validate_only:
+            wanted = {u.feature: u.level for u in updates}
+            await self._applied(lambda image: all(features.finalized(image).get(name) == level
+                                                   for name, level in wanted.items()))
 
     # ------------------------------------------------------------------ elections, moves, ACLs, SCRAM
 
@@ -230,7 +238,7 @@ class MetadataPortOps:
         answer = await self._client_admin(Request(0, "create_acls", {"acls": [b.to_obj() for b in acls]}))
         errors = [_item_error(r) for r in answer.get("results") or ()]
         made = [b for b, e in zip(acls, errors) if e is None]
-        await self._acls_applied(lambda present: all(b in present for b in made))
+        await self._applied(lambda image: set(made) <= _bindings(image))
         return errors
 
     async def delete_acls(self, filters: Sequence[AclFilter]) -> list[DeletedAcls]:
@@ -238,16 +246,17 @@ class MetadataPortOps:
         out = [DeletedAcls([AclBinding.from_obj(a) for a in r.get("acls") or ()], _item_error(r))
                for r in answer.get("results") or ()]
         gone = [b for d in out for b in d.acls]
-        await self._acls_applied(lambda present: not any(b in present for b in gone))
+        await self._applied(lambda image: not set(gone) & _bindings(image))
         return out
 
-    async def _acls_applied(self, done: Callable[[set[AclBinding]], bool]) -> None:
-        """Wait, at most ACLS_APPLIED_WAIT_S, until this node's image shows an ACL change the
-        controller committed: it answers at the commit and the image applies it a moment later,
-        so a DescribeAcls sent here right after (kafka-python's and KafkaJS's ACL tests) would
-        miss it. Past the bound the change stands; the answer does not wait longer."""
+    async def _applied(self, done: Callable[[MetadataImage], bool]) -> None:
+        """Wait, at most APPLIED_WAIT_S, until this node's image shows a change the controller
+        committed (ACLs, feature levels): it answers at the commit and the image applies it a
+        moment later, so a describe sent here right after (kafka-python's and KafkaJS's ACL tests,
+        `raftlog features upgrade` then `describe`) would miss it. Past the bound the change
+        stands; the answer does not wait longer."""
         try:
-            await self.wait_for(lambda image: done({b for _, b in image.acl_bindings()}), ACLS_APPLIED_WAIT_S)
+            await self.wait_for(done, APPLIED_WAIT_S)
         except RequestTimedOutError:
             pass
 
