@@ -22,7 +22,9 @@ Anomalies (all make the history invalid):
   member) where an acknowledged send wrote a value.
 * ``unsettled`` — a delivered value never ACCEPTed or REJECTed nor archived at the limit, with
   no acknowledgement of unknown outcome (any sent one that failed: see `_maybe_applied`) and
-  no lost op that could have taken its last deliveries: the final drain should have settled it.
+  no lost op that could have taken its last deliveries (a step that ended ``info``, or a poll
+  whose share_fetch of the value's partition had an attempt go unanswered, after the last
+  delivery seen): the final drain should have settled it.
 
 Stats: deliveries, redeliveries, accepted, rejected, exhausted, maybe-settled.
 """
@@ -68,8 +70,10 @@ class _Ack:
     end_ns: int
 
 
-def _share_facts(pairs: Iterable[Pair]) -> tuple[list[_Delivery], list[_Ack], list[Pair], list[Any]]:
+def _share_facts(pairs: Iterable[Pair],
+                 ) -> tuple[list[_Delivery], list[_Ack], list[Pair], list[Any], list[tuple[Any, int]]]:
     deliveries, acks, lost_steps, gaps = [], [], [], []
+    unanswered: list[tuple[Any, int]] = []  # (key, the poll's completion time)
     for p in pairs:
         if p.f != "share":
             continue
@@ -83,7 +87,8 @@ def _share_facts(pairs: Iterable[Pair]) -> tuple[list[_Delivery], list[_Ack], li
         for key, offset, v, count, kind, result in value.get("acks") or ():
             acks.append(_Ack(v, kind, count, result, p.process, t0, t1))
         gaps += [(key, offset, p.process) for key, offset in value.get("gaps") or ()]
-    return deliveries, acks, lost_steps, gaps
+        unanswered += [(key, t1) for key in value.get("unanswered") or ()]
+    return deliveries, acks, lost_steps, gaps, unanswered
 
 
 def _sends(history: History) -> tuple[dict[Any, tuple[str, int]], set[Any]]:
@@ -109,7 +114,7 @@ def check_share(history: History, *, limit: int = 5) -> CheckResult:
             found[name].append(case)
 
     acked_sends, maybe_sends = _sends(history)
-    deliveries, acks, lost_steps, gaps = _share_facts(history.pairs())
+    deliveries, acks, lost_steps, gaps, unanswered = _share_facts(history.pairs())
     written = {where: v for v, where in acked_sends.items()}
     for key, offset, process in gaps:
         if (key, offset) in written:
@@ -156,6 +161,7 @@ def check_share(history: History, *, limit: int = 5) -> CheckResult:
                        and _maybe_applied(a.result)]
             # Lost steps (info polls) after it may have taken it up to the limit unseen.
             hidden = sum(1 for p in lost_steps if p.invoke.time_ns >= last.start_ns)
+            hidden += sum(1 for key, end_ns in unanswered if key == last.key and end_ns >= last.end_ns)
             if unknown or last.count + hidden >= limit:
                 stats["maybe-settled"] += 1
             else:

@@ -8,7 +8,9 @@ acknowledgement), written by the same processes' acks=all producers.
 Ops (checked by `share_checker`): ``send`` as the native client's (unique ints); ``share``:
 one step of a member, which the client picks — while it holds nothing it polls (completion
 value ``{"deliveries": [[key, offset, value, delivery_count], ...]}``, the records now held,
-and ``"gaps": [[key, offset], ...]`` for offsets acquired without their record);
+``"gaps": [[key, offset], ...]`` for offsets acquired without their record, and
+``"unanswered": [key, ...]`` for partitions where a share_fetch attempt got no answer: it may
+have acquired records the member never saw, each one delivery of its limit used up);
 while it holds records it acknowledges each (`ack_type_for`: a few "poison" values REJECTed,
 a few RELEASEd on every delivery until `max.delivery.attempts` archives them, some RELEASEd on
 their first delivery, the rest ACCEPTed) and sends the acknowledgements at once
@@ -25,6 +27,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from raftlog.base.errors import RaftlogError
+from raftlog.client.core import Call
 from raftlog.client.share_consumer import ShareConsumer, ShareRecord
 
 from . import generator as g
@@ -65,6 +68,7 @@ class ShareClient(Client):
         self.topic = topic
         self._share: ShareConsumer | None = None
         self._held: list[ShareRecord] = []
+        self._fetches: list[Call] = []  # this poll's share_fetch calls (`_watch_fetches`)
 
     def _member(self) -> ShareConsumer:
         if self._share is None:
@@ -73,7 +77,23 @@ class ShareClient(Client):
                                         auto_offset_reset="earliest", max_poll_records=MAX_POLL_RECORDS,
                                         request_timeout_ms=o.request_timeout_ms, security=o.security)
             self._share.subscribe([self.topic])
+            self._watch_fetches(self._share)
         return self._share
+
+    def _watch_fetches(self, share: ShareConsumer) -> None:
+        """Keep the member's share_fetch calls: a call whose attempt got no answer (a request
+        timeout, a broken connection) is `maybe_applied` even when a retry then succeeded, and
+        that lost attempt may have acquired records (their delivery counts went up unseen)."""
+        core = share._admin._core  # noqa: SLF001 - the history needs what the client retried
+        submit = core.submit
+
+        def submit_watched(request: dict, now_ms: int, **kw: Any) -> Call:
+            call = submit(request, now_ms, **kw)
+            if request.get("op") == "share_fetch":
+                self._fetches.append(call)
+            return call
+
+        core.submit = submit_watched  # type: ignore[method-assign]
 
     def close_sync(self) -> None:
         share, self._share = self._share, None
@@ -99,14 +119,18 @@ class ShareClient(Client):
         return {} if share is None else {"member_id": share.session.member_id}
 
     def _poll_share(self, poll_ms: int) -> tuple[str, Any, str | None, dict[str, Any]]:
+        self._fetches = []
         records = self._member().poll(timeout_ms=poll_ms)
+        unanswered = sorted({key_of(c.request["topic"], c.request["partition"]) for c in self._fetches
+                             if c.maybe_applied})
         self._held = list(records)
         out = [[key_of(r.topic, r.partition), r.offset, _decode(r.value), r.delivery_count] for r in records]
         # Acquired offsets whose records the answer did not carry: the session archives them
         # (GAP) with the next acknowledgement. Over a written record that is a loss.
         gaps = sorted([key_of(*tp), off] for tp, pending in self._member().session.acks.pending.items()
                       for off, kind in pending.items() if kind == 0)
-        return "ok", {"deliveries": out, **({"gaps": gaps} if gaps else {})}, None, self._facts()
+        return "ok", {"deliveries": out, **({"gaps": gaps} if gaps else {}),
+                      **({"unanswered": unanswered} if unanswered else {})}, None, self._facts()
 
     def _ack(self) -> tuple[str, Any, str | None, dict[str, Any]]:
         share = self._member()

@@ -40,6 +40,12 @@ class Share:
         self._op(outcome, process, "share", value, None if outcome == "ok" else "timeout")
         return self
 
+    def poll_unanswered(self, process, key=K):
+        """A poll that got nothing, one of whose share_fetch attempts on `key` got no answer."""
+        self._op("invoke", process, "share", None)
+        self._op("ok", process, "share", {"deliveries": [], "unanswered": [key]})
+        return self
+
     def ack(self, process, *acks):
         """acks: (offset, value, delivery_count, type, result)."""
         self._op("invoke", process, "share", None)
@@ -161,6 +167,24 @@ def test_unsettled():
     # Its partition left the member before it acknowledged: nothing sent, and never redelivered.
     b = Share().send(0, 1, 0).poll(1, (0, 1, 1)).ack(1, (0, 1, 1, "accept", "not-held"))
     assert _invalid(b, "unsettled")["last_count"] == 1
+
+
+def test_an_unanswered_fetch_may_have_taken_its_last_delivery():
+    # Released at LIMIT - 1; the next acquisition (the last) went to a fetch whose answer was
+    # lost with its leader, and the new leader archived the record: not stuck.
+    b = Share().send(0, 5, 0)
+    for n in range(1, LIMIT):
+        b.poll(1, (0, 5, n)).ack(1, (0, 5, n, "release", None))
+    assert _invalid(b, "unsettled")["last_count"] == LIMIT - 1
+    b.poll_unanswered(2)
+    assert b.check().stats["maybe-settled"] == 1
+    _valid(b)
+    # An unanswered fetch of another partition, or one that ended before the last delivery
+    # seen, could not have taken it.
+    other = Share().send(0, 5, 0).poll_unanswered(2)
+    for n in range(1, LIMIT):
+        other.poll(1, (0, 5, n)).ack(1, (0, 5, n, "release", None))
+    _invalid(other.poll_unanswered(2, key="jepsen-1"), "unsettled")
 
 
 def test_a_refused_ack_may_have_been_applied_by_a_first_attempt():
