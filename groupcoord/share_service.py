@@ -385,21 +385,26 @@ class ShareService:
             have[1].settings = self._window_settings(key.group)
             return have[1]
         reset = self._auto_offset_reset(key.group, reset)
-        snapshot = await self.store.read(key)
+        epoch = int(r.leader_epoch)
+        snapshot = await self.store.read(key, leader_epoch=epoch)  # older leaders are fenced from now on
         if snapshot is not None:
             sp = SharePartition.restore(snapshot, self._window_settings(key.group))
         else:
             start = r.log_start_offset if reset == "earliest" else r.high_watermark
             sp = SharePartition(start, self._window_settings(key.group))
         sp.move_start(r.log_start_offset)  # retention may have moved past it
-        self._windows[key] = (r.leader_epoch, sp)
+        self._windows[key] = (epoch, sp)
         return sp
 
     async def _persist(self, key: ShareKey, sp: SharePartition, version: int) -> None:
         if sp.version == version:
             return
+        have = self._windows.get(key)
+        epoch = int(have[0]) if have is not None and have[1] is sp else None
         try:
-            await self.store.write({key: encode_value(sp.snapshot())})
+            if epoch is None:  # the window was dropped meanwhile: never write what it holds
+                raise NotLeaderError(f"share partition {key.topic}-{key.partition} changed leader")
+            await self.store.write({key: encode_value(sp.snapshot() | {"leader_epoch": epoch})}, leader_epoch=epoch)
         except BaseException:
             self._windows.pop(key, None)  # rebuilt from the last durable state on next use
             raise

@@ -6,11 +6,14 @@ deletes it (DeleteShareGroupOffsets, a deleted group):
 
     key    [1, group, topic, partition]                     (canonical CBOR array)
     value  {"v": 1, "state_epoch": int, "start_offset": int,
-            "state_batches": [[first_offset, last_offset, delivery_state, delivery_count], ...]}
+            "state_batches": [[first_offset, last_offset, delivery_state, delivery_count], ...],
+            "leader_epoch": int}       (absent from values written before it)
 
 The value is `partition.share_partition.SharePartition.snapshot()` (Kafka's ShareSnapshot:
 SPSO plus the in-flight window's runs, an acquired record written as AVAILABLE), so a new
-partition leader rebuilds the window with `SharePartition.restore`. Decoding is strict
+partition leader rebuilds the window with `SharePartition.restore`, and the leader epoch of
+the share-partition leader that wrote it (Kafka's leaderEpoch of WriteShareGroupState): the
+share coordinator refuses a write from an older leader (share_store.py, "Fencing"). Decoding is strict
 (InvalidGroupRecordError: the bytes are not ours or were damaged), as in records.py.
 
 Which partition of `__share_group_state` holds a share partition: Kafka's hash of
@@ -110,11 +113,14 @@ def decode_key(data: bytes) -> StateKey:
 
 def encode_value(snapshot: Mapping[str, Any]) -> bytes:
     """`SharePartition.snapshot()` as a record value."""
-    return cbor.dumps({
+    value = {
         "v": VALUE_VERSION, "state_epoch": snapshot["state_epoch"], "start_offset": snapshot["start_offset"],
         "state_batches": [[b["first_offset"], b["last_offset"], b["delivery_state"], b["delivery_count"]]
                           for b in snapshot["state_batches"]],
-    })
+    }
+    if snapshot.get("leader_epoch") is not None:
+        value["leader_epoch"] = snapshot["leader_epoch"]
+    return cbor.dumps(value)
 
 
 def decode_value(data: bytes | None) -> dict[str, Any] | None:
@@ -123,8 +129,8 @@ def decode_value(data: bytes | None) -> dict[str, Any] | None:
     if data is None:
         return None
     obj = loads_strict(data, "value", MAX_VALUE_BYTES)
-    if not isinstance(obj, dict) or set(obj) != {"v", "state_epoch", "start_offset", "state_batches"}:
-        raise _fail("value", "expected {v, state_epoch, start_offset, state_batches}")
+    if not isinstance(obj, dict) or set(obj) - {"leader_epoch"} != {"v", "state_epoch", "start_offset", "state_batches"}:
+        raise _fail("value", "expected {v, state_epoch, start_offset, state_batches[, leader_epoch]}")
     if obj["v"] != VALUE_VERSION:
         raise _fail("value.v", f"unknown version {obj['v']!r}")
     start = _int("value.start_offset", obj["start_offset"])
@@ -143,8 +149,11 @@ def decode_value(data: bytes | None) -> dict[str, Any] | None:
         batches.append({"first_offset": first, "last_offset": last, "delivery_state": state,
                         "delivery_count": count})
         expect = last + 1
-    return {"state_epoch": _int("value.state_epoch", obj["state_epoch"], 0, 2**31 - 1), "start_offset": start,
-            "state_batches": batches}
+    out = {"state_epoch": _int("value.state_epoch", obj["state_epoch"], 0, 2**31 - 1), "start_offset": start,
+           "state_batches": batches}
+    if "leader_epoch" in obj:
+        out["leader_epoch"] = _int("value.leader_epoch", obj["leader_epoch"], 0, 2**31 - 1)
+    return out
 
 
 def encode_members(snapshot: Mapping[str, Any]) -> bytes:

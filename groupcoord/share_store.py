@@ -11,12 +11,21 @@ state partition rebuilds from the log (failover).
 
 Ordering: `write` returns when the records are committed (acks=all): only then does the
 share-partition leader answer an acknowledgement or hand out acquired records.
+
+Fencing (Kafka's leaderEpoch of Read/WriteShareGroupState): a share-partition leader reads and
+writes with its replica's leader epoch. A read with a newer epoch than the stored value's
+writes the value again under the new epoch before answering, so from then on a write from an
+older leader (one that was paused or cut off and still believes it leads: its queued requests
+run when it resumes) is refused with FENCED_LEADER_EPOCH instead of putting back a window the
+new leader has moved past (records accepted there handed out again). The check and the append
+happen under one lock per state partition, against the committed image and the epochs of the
+writes appended since.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 import trio
@@ -31,6 +40,7 @@ from groupcoord.share_state import (
     StateKey,
     decode_key,
     encode_key,
+    encode_value,
     partition_for_share,
 )
 from partition.batch import BatchBuilder
@@ -38,6 +48,7 @@ from partition.keyed import keyed_records
 from raftlog.base.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
+    FencedLeaderEpochError,
     InvalidRequestError,
     NotLeaderError,
     RaftlogError,
@@ -69,6 +80,9 @@ class ShareStateStore:
         self.peers = peers
         self._images: dict[int, tuple[int, int, ShareStateImage]] = {}  # p -> (leader epoch, next offset, image)
         self._locks: dict[int, trio.Lock] = {}
+        self._write_locks: dict[int, trio.Lock] = {}
+        # p -> (its leader epoch here, {share key: the newest share-leader epoch read or written})
+        self._fences: dict[int, tuple[int, dict[ShareKey, int]]] = {}
         self.peer_handlers = {"share_state_read": self._peer_read, "share_state_write": self._peer_write,
                               "share_state_group": self._peer_group, "share_state_groups": self._peer_groups}
 
@@ -96,17 +110,24 @@ class ShareStateStore:
                 await trio.sleep(0.05)  # polling the image: it has no change event to wait on
         raise CoordinatorLoadInProgressError(f"{SHARE_STATE_TOPIC} has no leaders yet")
 
-    async def read(self, key: StateKey) -> dict[str, Any] | None:
-        """The latest persisted state of `key` (None: never written or deleted)."""
+    async def read(self, key: StateKey, leader_epoch: int | None = None) -> dict[str, Any] | None:
+        """The latest persisted state of `key` (None: never written or deleted). With the
+        reading share-partition leader's `leader_epoch`, older leaders are fenced from then on
+        (the module docstring); raises FencedLeaderEpochError when a newer one read or wrote."""
         p = partition_for_share(key, await self.ensure_topic())
         if self._leads(p):
-            return (await self._replayed(p)).get(key)
-        answer = await self._call(p, "share_state_read", {"partition": p, "key": encode_key(key)})
+            return await self._read_fenced(p, key, leader_epoch)
+        fields: dict[str, Any] = {"partition": p, "key": encode_key(key)}
+        if leader_epoch is not None:
+            fields["leader_epoch"] = leader_epoch
+        answer = await self._call(p, "share_state_read", fields)
         state = answer.get("state")
         return None if state is None else dict(state)
 
-    async def write(self, records: Mapping[StateKey, bytes | None]) -> None:
-        """Persist `records` (encoded values; None deletes) and return once committed.
+    async def write(self, records: Mapping[StateKey, bytes | None], leader_epoch: int | None = None) -> None:
+        """Persist `records` (encoded values; None deletes) and return once committed. With
+        the writing share-partition leader's `leader_epoch`, refused (FencedLeaderEpochError,
+        nothing written) when a newer leader has read or written one of the keys.
         Raises NotLeaderError / RequestTimedOutError / RaftlogError: the outcome is then
         unknown and the caller must not answer as if it were durable."""
         count = await self.ensure_topic()
@@ -115,9 +136,12 @@ class ShareStateStore:
             by_partition.setdefault(partition_for_share(key, count), []).append((encode_key(key), value))
         for p, recs in sorted(by_partition.items()):
             if self._leads(p):
-                await self._append(p, recs)
+                await self._append(p, recs, leader_epoch)
             else:
-                await self._call(p, "share_state_write", {"partition": p, "records": [[k, v] for k, v in recs]})
+                fields: dict[str, Any] = {"partition": p, "records": [[k, v] for k, v in recs]}
+                if leader_epoch is not None:
+                    fields["leader_epoch"] = leader_epoch
+                await self._call(p, "share_state_write", fields)
 
     async def group_keys(self, group: str) -> list[ShareKey]:
         """Every share partition of `group` with persisted state (DeleteGroups of a share group
@@ -167,9 +191,10 @@ class ShareStateStore:
     async def _peer_read(self, request: Request) -> dict[str, Any]:
         p = field(request, "partition", int, min_value=0)
         key = decode_key(field(request, "key", bytes))
+        leader_epoch = field(request, "leader_epoch", int, default=None, nullable=True, min_value=0)
         if not self._leads(p):
             raise NotLeaderError(f"node {self.node_id} does not lead {SHARE_STATE_TOPIC}-{p}")
-        return {"state": (await self._replayed(p)).get(key)}
+        return {"state": await self._read_fenced(p, key, leader_epoch)}
 
     async def _peer_write(self, request: Request) -> dict[str, Any]:
         p = field(request, "partition", int, min_value=0)
@@ -182,7 +207,7 @@ class ShareStateStore:
                 raise InvalidRequestError(f"records[{i}] must be [key, value|null]", field="records")
             decode_key(r[0])
             recs.append((r[0], r[1]))
-        await self._append(p, recs)
+        await self._append(p, recs, field(request, "leader_epoch", int, default=None, nullable=True, min_value=0))
         return {}
 
     # ---- inside ----
@@ -228,7 +253,61 @@ class ShareStateStore:
                 await trio.sleep(0.05)  # polling the image: it has no change event to wait on
         raise CoordinatorLoadInProgressError(f"no leader of {SHARE_STATE_TOPIC}-{p} known")
 
-    async def _append(self, p: int, records: list[tuple[bytes, bytes | None]]) -> None:
+    async def _read_fenced(self, p: int, key: StateKey, leader_epoch: int | None) -> dict[str, Any] | None:
+        """`key`'s state on this leader of `p`; with `leader_epoch`, fence older share leaders
+        (written again under it when the stored value names an older one)."""
+        if leader_epoch is None or not isinstance(key, ShareKey):
+            return (await self._replayed(p)).get(key)
+        async with self._write_locks.setdefault(p, trio.Lock()):
+            image = await self._replayed(p)
+            state = image.get(key)
+            fences = self._check_fence(p, image, [key], leader_epoch)
+            if state is not None and state.get("leader_epoch", -1) < leader_epoch:
+                state = {**state, "leader_epoch": leader_epoch}
+                appended = await self._append_locked(p, [(encode_key(key), encode_value(state))])
+            else:
+                appended = None
+            fences[key] = leader_epoch
+        if appended is not None:
+            await appended.wait_committed(trio.current_time() + COMMIT_TIMEOUT_S)
+        return state
+
+    def _check_fence(self, p: int, image: ShareStateImage, keys: Iterable[StateKey], leader_epoch: int,
+                     ) -> dict[ShareKey, int]:
+        """Raise FencedLeaderEpochError when a newer share leader read or wrote one of `keys`;
+        the fences of `p` (this leader epoch of p's; rebuilt from the image on a new one)."""
+        r = self._replica(p)
+        epoch = -1 if r is None else int(r.leader_epoch)
+        have = self._fences.get(p)
+        if have is None or have[0] != epoch:
+            have = self._fences[p] = (epoch, {})
+        fences = have[1]
+        for key in keys:
+            if not isinstance(key, ShareKey):
+                continue
+            state = image.get(key)
+            newest = max(fences.get(key, -1), -1 if state is None else state.get("leader_epoch", -1))
+            if leader_epoch < newest:
+                raise FencedLeaderEpochError(
+                    f"share partition {key.topic}-{key.partition} of group {key.group!r}: leader epoch "
+                    f"{leader_epoch} is older than {newest}, a newer leader's")
+        return fences
+
+    async def _append(self, p: int, records: list[tuple[bytes, bytes | None]], leader_epoch: int | None = None) -> None:
+        if leader_epoch is None:
+            appended = await self._append_locked(p, records)
+        else:
+            async with self._write_locks.setdefault(p, trio.Lock()):
+                keys = [decode_key(k) for k, _ in records]
+                fences = self._check_fence(p, await self._replayed(p), keys, leader_epoch)
+                appended = await self._append_locked(p, records)
+                for key in keys:
+                    if isinstance(key, ShareKey):
+                        fences[key] = leader_epoch
+        await appended.wait_committed(trio.current_time() + COMMIT_TIMEOUT_S)
+
+    async def _append_locked(self, p: int, records: list[tuple[bytes, bytes | None]]) -> Any:
+        """Append (not yet committed) on this leader of `p`; the append to wait on."""
         r = self._replica(p)
         if r is None or not r.is_leader:
             raise NotLeaderError(f"node {self.node_id} does not lead {SHARE_STATE_TOPIC}-{p}")
@@ -236,8 +315,7 @@ class ShareStateStore:
         now_ms = int(time.time() * 1000)  # the records' timestamps: wall time, as Kafka's
         for key, value in records:
             builder.append(value, key, timestamp_ms=now_ms)
-        appended = await r.append(builder.build())
-        await appended.wait_committed(trio.current_time() + COMMIT_TIMEOUT_S)
+        return await r.append(builder.build())
 
     async def _replayed(self, p: int) -> ShareStateImage:
         """The image of state partition `p` (led here) with every committed record replayed."""

@@ -32,6 +32,8 @@ def test_snapshot_round_trips_through_a_record():
     assert decode_key(encode_key(KEY)) == KEY
     snap = decode_value(encode_value(sp.snapshot()))
     assert snap == sp.snapshot()
+    with_epoch = sp.snapshot() | {"leader_epoch": 7}  # the share leader's epoch (fencing)
+    assert decode_value(encode_value(with_epoch)) == with_epoch
     back = SharePartition.restore(snap, sp.settings)
     A, K, X = RecordState.AVAILABLE, RecordState.ACKNOWLEDGED, RecordState.ARCHIVED
     assert [back.state_of(o) for o in range(10, 15)] == [A, K, K, A, X]  # held locks do not survive

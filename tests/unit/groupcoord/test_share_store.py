@@ -2,7 +2,11 @@
 `__share_group_state` partition has every record an earlier leader committed below its high
 watermark. Before the fix, a node that became leader with a lagging high watermark (a restart
 after power loss) replayed nothing and answered "no state": the share partition started over
-and redelivered every accepted record (the share jepsen workload found it)."""
+and redelivered every accepted record (the share jepsen workload found it).
+
+And it refuses a write from a share-partition leader older than one that read or wrote the key
+(FENCED_LEADER_EPOCH): a paused leader that resumed put its old window back over the new
+leader's, and accepted records were handed out again (the ten-minute share run found it)."""
 
 from __future__ import annotations
 
@@ -15,8 +19,8 @@ import trio.testing
 from groupcoord.share_state import SHARE_STATE_TOPIC, ShareKey, encode_value
 from groupcoord.share_store import COMMIT_TIMEOUT_S, ShareStateStore
 from partition.batch import read_header, stamp
-from partition.share_partition import SharePartition
-from raftlog.base.errors import CoordinatorNotAvailableError
+from partition.share_partition import Acknowledgement, AckType, SharePartition
+from raftlog.base.errors import CoordinatorNotAvailableError, FencedLeaderEpochError
 
 pytestmark = pytest.mark.unit
 
@@ -122,3 +126,40 @@ async def test_a_new_leader_that_never_catches_up_answers_retriable(autojump_clo
     with trio.fail_after(COMMIT_TIMEOUT_S * 2):
         with pytest.raises(CoordinatorNotAvailableError):
             await store.read(KEY)
+
+
+def _with_epoch(state: dict, epoch: int) -> bytes:
+    return encode_value(state | {"leader_epoch": epoch})
+
+
+async def test_a_write_from_an_older_share_leader_is_fenced():
+    # Share leader A (epoch 3) wrote; B (epoch 4) took over and read; A, paused until now, runs
+    # its queued acknowledgement and writes its old window: refused, B's state stands.
+    store = ShareStateStore(1, Metadata(), Topics(), peers=None)
+    await store.write({KEY: _with_epoch(_state(), 3)}, leader_epoch=3)
+    assert (await store.read(KEY, leader_epoch=4))["leader_epoch"] == 4  # written again under 4
+    accepted = SharePartition(0)
+    accepted.acquire("m", high_watermark=10, max_records=10, now_ms=0)
+    accepted.acknowledge("m", [Acknowledgement(0, 9, AckType.ACCEPT)], now_ms=0)
+    with pytest.raises(FencedLeaderEpochError):
+        await store.write({KEY: _with_epoch(_state(), 3)}, leader_epoch=3)
+    await store.write({KEY: _with_epoch(accepted.snapshot(), 4)}, leader_epoch=4)
+    with pytest.raises(FencedLeaderEpochError):
+        await store.read(KEY, leader_epoch=3)
+    got = await store.read(KEY)
+    assert got is not None and got["start_offset"] == 10 and got["leader_epoch"] == 4
+
+
+async def test_the_fence_holds_on_a_new_state_leader_and_before_any_state():
+    topics = Topics()
+    store = ShareStateStore(1, Metadata(), topics, peers=None)
+    assert await store.read(KEY, leader_epoch=5) is None  # no state yet: fenced in memory
+    with pytest.raises(FencedLeaderEpochError):
+        await store.write({KEY: _with_epoch(_state(), 4)}, leader_epoch=4)
+    await store.write({KEY: _with_epoch(_state(), 5)}, leader_epoch=5)
+    for part in topics.partitions.values():
+        part.leader_epoch += 1  # a new leader of the state partition: the stored epoch fences
+    with pytest.raises(FencedLeaderEpochError):
+        await store.write({KEY: _with_epoch(_state(), 4)}, leader_epoch=4)
+    await store.write({KEY: None})  # a delete (no share leader's epoch) is not fenced
+    assert await store.read(KEY) is None
