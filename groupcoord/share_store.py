@@ -264,7 +264,7 @@ class ShareStateStore:
             fences = self._check_fence(p, image, [key], leader_epoch)
             if state is not None and state.get("leader_epoch", -1) < leader_epoch:
                 state = {**state, "leader_epoch": leader_epoch}
-                appended = await self._append_locked(p, [(encode_key(key), encode_value(state))])
+                appended = await self._append_batch(p, [(encode_key(key), encode_value(state))])
             else:
                 appended = None
             fences[key] = leader_epoch
@@ -295,19 +295,19 @@ class ShareStateStore:
 
     async def _append(self, p: int, records: list[tuple[bytes, bytes | None]], leader_epoch: int | None = None) -> None:
         if leader_epoch is None:
-            appended = await self._append_locked(p, records)
+            appended = await self._append_batch(p, records)
         else:
             async with self._write_locks.setdefault(p, trio.Lock()):
                 keys = [decode_key(k) for k, _ in records]
                 fences = self._check_fence(p, await self._replayed(p), keys, leader_epoch)
-                appended = await self._append_locked(p, records)
+                appended = await self._append_batch(p, records)
                 for key in keys:
                     if isinstance(key, ShareKey):
                         fences[key] = leader_epoch
         await appended.wait_committed(trio.current_time() + COMMIT_TIMEOUT_S)
 
-    async def _append_locked(self, p: int, records: list[tuple[bytes, bytes | None]]) -> Any:
-        """Append (not yet committed) on this leader of `p`; the append to wait on."""
+    async def _append_batch(self, p: int, records: list[tuple[bytes, bytes | None]]) -> Any:
+        """Append `records` as one batch on this leader of `p` (not yet committed); the append to wait on."""
         r = self._replica(p)
         if r is None or not r.is_leader:
             raise NotLeaderError(f"node {self.node_id} does not lead {SHARE_STATE_TOPIC}-{p}")
