@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import json
+import os
 import time
 import urllib.request
 
@@ -236,8 +237,11 @@ def test_a_consumer_limited_to_1_mb_s_reads_it_and_an_unlimited_one_is_not_slowe
     print(f"limited {limited:.0f} B/s; read in all: fast {fast_total}, slow {slow_total}; "
           f"{len(throttles['slow-reader'])} throttles")
     # The quota caps the rate from above (+10 %); below the cap is the loaded machine, not the
-    # quota (CI saw 891 kB/s at load 20+): the band's lower side is kept loose.
-    assert 700_000 <= limited <= 1_100_000, limited
+    # quota (CI saw 891 kB/s at load 20+, and 462 kB/s with a ten-minute fault run beside it;
+    # 956 kB/s alone): the lower side is checked only while the machine has CPU to spare.
+    assert limited <= 1_100_000, limited
+    if os.getloadavg()[0] < 2 * (os.cpu_count() or 1):
+        assert limited >= 700_000, (limited, os.getloadavg())
     assert fast_total == total > slow_total, (fast_total, slow_total)  # the unlimited one read it all
     assert throttles["slow-reader"] and max(throttles["slow-reader"]) > 0
     assert throttles["fast-reader"] == [] or max(throttles["fast-reader"]) == 0, throttles["fast-reader"]
