@@ -399,11 +399,8 @@ class ShareService:
     async def _persist(self, key: ShareKey, sp: SharePartition, version: int) -> None:
         if sp.version == version:
             return
-        have = self._windows.get(key)
-        epoch = int(have[0]) if have is not None and have[1] is sp else None
+        epoch = self._windows[key][0]  # the epoch `_window` loaded `sp` in, under the same key lock
         try:
-            if epoch is None:  # the window was dropped meanwhile: never write what it holds
-                raise NotLeaderError(f"share partition {key.topic}-{key.partition} changed leader")
             await self.store.write({key: encode_value(sp.snapshot() | {"leader_epoch": epoch})}, leader_epoch=epoch)
         except BaseException:
             self._windows.pop(key, None)  # rebuilt from the last durable state on next use
