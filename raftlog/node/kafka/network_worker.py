@@ -44,22 +44,33 @@ from raftlog.node.pidfile import die_with_parent
 __all__ = ["main"]
 
 ACCEPT_BACKOFF_S: Final = 0.1
+CLOSE_GRACE_S: Final = 5.0  # after the main closed: how long the client has to read its last bytes
 FAST_MODULE: Final = "raftlog.node.kafka.worker_produce"
 
 logger = logging.getLogger(__name__)
 
 
 async def _proxy(client: trio.SocketStream, pipe: Pipe) -> None:
-    """Copy one client's bytes both ways until either end closes."""
+    """Copy one client's bytes both ways until either end closes. When the main closes while
+    the client is still sending, what the main sent before (a TLS alert, an error answer)
+    still reaches the client: the copy towards the client ends the connection once it has
+    passed those on, or after CLOSE_GRACE_S when the client does not read them."""
     async with client, trio.open_nursery() as nursery:
 
         async def upstream() -> None:  # client -> main
             try:
                 while data := await client.receive_some(CHUNK_BYTES):
-                    await pipe.send_all(data)
-                await pipe.send_eof()
+                    try:
+                        await pipe.send_all(data)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):  # the main closed
+                        await trio.sleep(CLOSE_GRACE_S)  # downstream's end cancels this first
+                        break
+                else:
+                    await pipe.send_eof()
+                    return
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                nursery.cancel_scope.cancel()
+                pass
+            nursery.cancel_scope.cancel()
 
         async def downstream() -> None:  # main -> client
             try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from raftlog.node.kafka.mux import OPEN, Mux
+from raftlog.node.kafka.mux import DATA, OPEN, Mux
 
 
 async def _pair(window_bytes: int = 1 << 20):
@@ -142,5 +142,56 @@ def test_a_hand_over_ends_the_pipe_at_the_main_with_the_unserved_bytes() -> None
             with trio.fail_after(10):
                 assert (await opened.receive()).conn_id == 8
             nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def test_a_worker_passes_on_what_the_main_sent_before_it_closed() -> None:
+    """The main refuses a connection: its last bytes (a TLS alert) and its CLOSE arrive
+    together while the client is still sending. The worker's proxy gives the client those
+    bytes before it closes the socket, whichever of its two copies runs first (trio varies
+    the order of tasks woken together: the scenario runs many times)."""
+    from raftlog.node.kafka.network_worker import _proxy
+
+    async def once() -> bytes:
+        worker, node = await _pair()
+        client_end, worker_end = trio.socket.socketpair()
+        client, near = trio.SocketStream(client_end), trio.SocketStream(worker_end)
+
+        def refuse(conn_id: int, peer: str) -> None:
+            pipe = node.open_pipe(conn_id)
+            pipe.feed_eof()  # as the main's handler would: it stops reading
+            node.send(DATA, conn_id, b"ALERT")
+            pipe.close()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(worker.run)
+            nursery.start_soon(node.run, refuse)
+
+            async def keep_sending() -> None:  # the client's requests, read as the main's answer comes
+                try:
+                    while True:
+                        await client.send_all(b"request")
+                        await trio.sleep(0)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    pass
+
+            nursery.start_soon(keep_sending)
+            worker.send(OPEN, 1, b"127.0.0.1:1")
+            nursery.start_soon(_proxy, near, worker.open_pipe(1))
+            got = b""
+            with trio.fail_after(10):
+                try:
+                    while chunk := await client.receive_some():
+                        got += chunk
+                except (trio.BrokenResourceError, OSError):  # a reset after the bytes: also an end
+                    pass
+            nursery.cancel_scope.cancel()
+        await client.aclose()
+        return got
+
+    async def main() -> None:
+        for _ in range(40):
+            assert await once() == b"ALERT"
 
     trio.run(main)
