@@ -55,6 +55,23 @@ def _bindings(image: MetadataImage) -> set[AclBinding]:
     return {b for _, b in image.acl_bindings()}
 
 
+def _shown(op: str, fields: Mapping[str, Any], answer: Mapping[str, Any]) -> Callable[[MetadataImage], bool] | None:
+    """For an admin op that changes what a describe on any node reads from its own image
+    (feature levels, ACLs), a predicate true once an image shows the change the controller
+    answered; None for the other ops."""
+    if op == "update_features" and not fields.get("validate_only"):
+        wanted = {u["feature"]: u["level"] for u in fields.get("updates") or ()}
+        return lambda image: all(features.finalized(image).get(name) == level for name, level in wanted.items())
+    if op == "create_acls":
+        made = {AclBinding.from_obj(a) for a, r in zip(fields.get("acls") or (), answer.get("results") or ())
+                if _item_error(r) is None}
+        return lambda image: made <= _bindings(image)
+    if op == "delete_acls":
+        gone = {AclBinding.from_obj(a) for r in answer.get("results") or () for a in r.get("acls") or ()}
+        return lambda image: not gone & _bindings(image)
+    return None
+
+
 def complete_topic(image: MetadataImage, name: str) -> TopicImage | None:
     """The topic when all its partitions are known (clients see only complete topics), else None."""
     topic = image.topic(name)
@@ -204,10 +221,6 @@ class MetadataPortOps:
         await self._admin("update_features", {
             "updates": [{"feature": u.feature, "level": u.level, "upgrade_type": u.upgrade_type} for u in updates],
             "validate_only": validate_only})
-        if not validate_only:
-            wanted = {u.feature: u.level for u in updates}
-            await self._applied(lambda image: all(features.finalized(image).get(name) == level
-                                                   for name, level in wanted.items()))
 
     # ------------------------------------------------------------------ elections, moves, ACLs, SCRAM
 
@@ -236,25 +249,23 @@ class MetadataPortOps:
 
     async def create_acls(self, acls: Sequence[AclBinding]) -> list[RaftlogError | None]:
         answer = await self._client_admin(Request(0, "create_acls", {"acls": [b.to_obj() for b in acls]}))
-        errors = [_item_error(r) for r in answer.get("results") or ()]
-        made = [b for b, e in zip(acls, errors) if e is None]
-        await self._applied(lambda image: set(made) <= _bindings(image))
-        return errors
+        return [_item_error(r) for r in answer.get("results") or ()]
 
     async def delete_acls(self, filters: Sequence[AclFilter]) -> list[DeletedAcls]:
         answer = await self._client_admin(Request(0, "delete_acls", {"filters": [f.to_obj() for f in filters]}))
-        out = [DeletedAcls([AclBinding.from_obj(a) for a in r.get("acls") or ()], _item_error(r))
-               for r in answer.get("results") or ()]
-        gone = [b for d in out for b in d.acls]
-        await self._applied(lambda image: not set(gone) & _bindings(image))
-        return out
+        return [DeletedAcls([AclBinding.from_obj(a) for a in r.get("acls") or ()], _item_error(r))
+                for r in answer.get("results") or ()]
 
-    async def _applied(self, done: Callable[[MetadataImage], bool]) -> None:
-        """Wait, at most APPLIED_WAIT_S, until this node's image shows a change the controller
-        committed (ACLs, feature levels): it answers at the commit and the image applies it a
-        moment later, so a describe sent here right after (kafka-python's and KafkaJS's ACL tests,
-        `raftlog features upgrade` then `describe`) would miss it. Past the bound the change
-        stands; the answer does not wait longer."""
+    async def _applied_here(self, request: Request, answer: Mapping[str, Any]) -> None:
+        """After the controller answered an admin op (the service's `_client_admin`, for native
+        and Kafka clients alike): wait, at most APPLIED_WAIT_S, until this node's image shows
+        the change when a describe here reads it (ACLs, feature levels). The controller answers
+        at the commit and this image applies it a moment later, so a describe sent here right
+        after (kafka-python's and KafkaJS's ACL tests, `raftlog features upgrade` then
+        `describe`) would miss it. Past the bound the change stands; the answer waits no longer."""
+        done = _shown(request.op, request.fields, answer)
+        if done is None:
+            return
         try:
             await self.wait_for(done, APPLIED_WAIT_S)
         except RequestTimedOutError:

@@ -536,6 +536,13 @@ class MetadataService(MetadataPortOps):
         return trio.current_time() + max(0, budget_ms) / 1000
 
     async def _client_admin(self, request: Request) -> dict[str, Any]:
+        """An admin op, run by the active controller (here or forwarded); answered once this
+        node's image shows what a describe here would read of it (`_applied_here`)."""
+        answer = await self._controller_admin(request)
+        await self._applied_here(request, answer)
+        return answer
+
+    async def _controller_admin(self, request: Request) -> dict[str, Any]:
         deadline = self._deadline(request)
         if self._active is not None and (self._active.ready() is not None or self._active.is_quorum_leader()):
             return await self._active.admin(request.op, request.fields, deadline)

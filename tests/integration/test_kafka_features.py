@@ -87,3 +87,16 @@ def test_the_cli_describes_and_changes_features(cluster: harness.NodeCluster) ->
     assert "transaction.version" not in json.loads(run("describe", "--json"))["finalized"]
     run("upgrade", "--feature", "transaction.version=2")
     assert json.loads(run("describe", "--json"))["finalized"]["transaction.version"] == 2
+
+
+def test_a_native_change_shows_at_once_on_the_node_it_was_sent_to(cluster: harness.NodeCluster) -> None:
+    """The native admin path (the CLI's) answers UpdateFeatures only once the node it asked
+    shows the new level: the controller answers at the commit, and each node's image applies it
+    a moment later, so a describe right after read the old level now and then under load."""
+    from raftlog.client import Admin
+
+    for node_id in sorted(cluster.configs):
+        with Admin(cluster.client(node_id)) as admin:
+            for level, upgrade_type in ((0, 2), (2, 1), (0, 2), (2, 1)):
+                admin.update_features({"transaction.version": level}, upgrade_type=upgrade_type)
+                assert admin.describe_features()["finalized"].get("transaction.version", 0) == level, node_id
