@@ -491,6 +491,7 @@ class ReplicaStorage:
                           topic=self.topic, partition=self.partition, reason=str(exc),
                           attempts=self.reopen_failures)
                 return False
+            log.set_config(log_config_for(self.topic_config))  # a change made while it reopened
             self.log = log
             self._producers_dirty = False
             self._build_core(log, state)
