@@ -498,13 +498,14 @@ class ReplicaManager:
         r.offline_reason = r.offline_kind = r.offline_since_ms = None
         r.reopen_failures = 0
         assert self._nursery is not None
-        # The log opened (in a thread) with the topic's config of then; a change that came
-        # meanwhile reached only r.topic_config (the reconcile sets a log's config once it is online).
-        r.log.set_config(log_config_for(r.topic_config))
         r.attach(self._nursery)
         if self._replicas.get((r.topic, r.partition)) is not r:
             await r.close()  # removed while opening
             return
+        if r.online:
+            # The log opened (in a thread) with the topic's config of then; a change that came
+            # meanwhile reached only r.topic_config (the reconcile sets a log's once it is online).
+            r.log.set_config(log_config_for(r.topic_config))
         # A new one says so at debug: 10,000 lines at a creation cost the loop ~0.5 s.
         log_event(logger, "replica_opened", level=logging.INFO if found else logging.DEBUG,
                   topic=r.topic, partition=r.partition,
